@@ -1,1 +1,24 @@
-//! placeholder
+//! Streaming operators, the layer above the runtime: they implement
+//! [`sluice_runtime::Operator`] and [`sluice_runtime::Partitioner`] over Arrow batches.
+//!
+//! - [`expr`]: filters and projections, evaluated with DataFusion physical expressions.
+//! - [`window`]: window assignment (`TUMBLE`, `HOP`): adds `window_start`, `window_end`
+//!   and `window_time` to each row (a hop row joins several windows).
+//! - [`aggregate`]: the event-time window aggregate: keyed state per window, emitted once
+//!   when the watermark passes the window's end; rows for an emitted window are late.
+//! - [`partition`]: key hash → vnode → thread routing for the exchange.
+//!
+//! May depend on: sluice-types, sluice-runtime, arrow, DataFusion's expression crates.
+//! Never on connectors, SQL planning or the CLI.
+
+pub mod aggregate;
+pub mod expr;
+pub mod partition;
+pub mod window;
+
+use sluice_types::SluiceError;
+
+/// Turns a DataFusion error raised while evaluating rows into Sluice's error.
+pub(crate) fn evaluation_error(operator: &str, error: datafusion_common::DataFusionError) -> SluiceError {
+    SluiceError::user("sql.evaluation", format!("{operator}: {error}"))
+}

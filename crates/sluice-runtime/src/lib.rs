@@ -1,1 +1,39 @@
-//! placeholder
+//! The streaming runtime of one process: driver threads that own source lanes and fused
+//! operator chains, bounded queues between them, watermarks, and the ordered shutdown.
+//!
+//! Layer: depends on `sluice-types` and arrow only. Operators, connectors and the SQL
+//! planner sit above it and reach it through the traits of [`plan`]: a planner builds a
+//! [`plan::Plan`] (sources, and one [`plan::Flow`] per sink made of segments separated by
+//! exchanges), and [`controller::run`] executes it.
+//!
+//! Thread anatomy (DESIGN.md §2 "Threads"):
+//!
+//! ```text
+//! controller (caller's thread)        driver 0..N (std threads)
+//!   spawns drivers, owns the          own their lanes (lane l of a source runs on
+//!   shutdown deadline, reports        thread l % N), one instance of every segment,
+//!   progress, joins                   poll lanes → chain → exchange/sink
+//!        │  Control (Stop, Abort)  ▲ DriverEvent (Finished, Fatal)
+//!        └─────────────────────────┘
+//! ```
+//!
+//! Data moves between threads only through the exchange: one bounded channel per
+//! (sender thread, receiver thread) pair per exchange, so a receiver can align on, or
+//! hold back, each sender separately. See [`driver`] for the scheduling argument (why a
+//! full queue can never deadlock the drivers and always reaches the sources).
+
+pub mod chain;
+pub mod controller;
+mod driver;
+mod exchange;
+pub mod metrics;
+pub mod plan;
+
+pub use chain::{Chain, Operator};
+pub use controller::{RunOptions, RunOutcome, RunReport, StopHandle, run};
+pub use metrics::Metrics;
+pub use plan::{
+    Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner,
+    PartitionerFactory, Plan, Segment, SegmentOutput, SinkFactory, SinkParallelism, SinkWriter,
+    SourceFactory, TableDef,
+};

@@ -1,0 +1,122 @@
+//! Exchange routing: by key hash (→ vnode → thread), or everything to one thread.
+
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::compute::take;
+use arrow::record_batch::RecordBatch;
+use datafusion_common::hash_utils::{RandomState, create_hashes};
+use sluice_runtime::Partitioner;
+use sluice_types::{Batch, SluiceError, Weights, vnode};
+
+/// The hash seed of key placement. Fixed: placement must be the same in every process
+/// and every run, since state is stored by vnode.
+const PLACEMENT_SEED: u64 = 0x511c_e5ee_d000_0001;
+
+
+/// Hashes rows by their key columns, maps the hash to a vnode and the vnode to a slot.
+pub struct HashPartitioner {
+    keys: Vec<usize>,
+    vnodes: u32,
+    hashes: Vec<u64>,
+    indices: Vec<Vec<u32>>,
+}
+
+impl HashPartitioner {
+    pub fn new(keys: Vec<usize>, vnodes: u32) -> HashPartitioner {
+        HashPartitioner { keys, vnodes, hashes: Vec::new(), indices: Vec::new() }
+    }
+}
+
+/// The hash of each row's key, as placement uses it.
+pub fn key_hashes(rows: &RecordBatch, keys: &[usize], hashes: &mut Vec<u64>) -> Result<(), SluiceError> {
+    hashes.clear();
+    hashes.resize(rows.num_rows(), 0);
+    let columns: Vec<&ArrayRef> = keys.iter().map(|&k| rows.column(k)).collect();
+    create_hashes(columns, &RandomState::with_seed(PLACEMENT_SEED), hashes)
+        .map_err(|e| SluiceError::internal("exchange.hash", e.to_string()))?;
+    Ok(())
+}
+
+impl Partitioner for HashPartitioner {
+    fn partition(&mut self, batch: Batch, slots: u32, out: &mut Vec<(u32, Batch)>) -> Result<(), SluiceError> {
+        if slots == 1 || self.keys.is_empty() {
+            out.push((0, batch));
+            return Ok(());
+        }
+        key_hashes(&batch.rows, &self.keys, &mut self.hashes)?;
+        self.indices.resize_with(slots as usize, Vec::new);
+        for (row, hash) in self.hashes.iter().enumerate() {
+            let slot = vnode::slot_of(vnode::of_hash(*hash, self.vnodes), self.vnodes, slots);
+            self.indices[slot as usize].push(row as u32);
+        }
+        for (slot, indices) in self.indices.iter_mut().enumerate() {
+            if indices.is_empty() {
+                continue;
+            }
+            let part = if indices.len() == batch.num_rows() {
+                batch.clone()
+            } else {
+                take_rows(&batch, &UInt32Array::from(std::mem::take(indices)))?
+            };
+            indices.clear();
+            out.push((slot as u32, part));
+        }
+        Ok(())
+    }
+}
+
+/// Sends every row to slot 0 (a single-writer sink, a global aggregate).
+pub struct GatherPartitioner;
+
+impl Partitioner for GatherPartitioner {
+    fn partition(&mut self, batch: Batch, _slots: u32, out: &mut Vec<(u32, Batch)>) -> Result<(), SluiceError> {
+        out.push((0, batch));
+        Ok(())
+    }
+}
+
+/// The rows at `indices`, with their weights.
+pub fn take_rows(batch: &Batch, indices: &UInt32Array) -> Result<Batch, SluiceError> {
+    let columns = batch
+        .rows
+        .columns()
+        .iter()
+        .map(|column| take(column.as_ref(), indices, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows = RecordBatch::try_new(batch.rows.schema(), columns)?;
+    Ok(match &batch.weights {
+        Weights::Inserts => Batch::inserts(rows),
+        Weights::Column(weights) => {
+            let taken = take(weights.as_ref(), indices, None)?;
+            let taken = taken.as_any().downcast_ref::<arrow::array::Int64Array>().expect("Int64 weights").clone();
+            Batch::with_weights(rows, taken)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    #[test]
+    fn equal_keys_go_to_the_same_slot_and_no_row_is_lost() {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let keys: Vec<i64> = (0..1000).map(|i| i % 37).collect();
+        let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys))]).expect("batch");
+        let mut partitioner = HashPartitioner::new(vec![0], 256);
+        let mut out = Vec::new();
+        partitioner.partition(Batch::inserts(rows), 3, &mut out).expect("partition");
+        let total: usize = out.iter().map(|(_, b)| b.num_rows()).sum();
+        assert_eq!(total, 1000);
+        let mut owner = std::collections::HashMap::new();
+        for (slot, batch) in &out {
+            let column = batch.rows.column(0).as_any().downcast_ref::<Int64Array>().expect("int64");
+            for key in column.values() {
+                assert_eq!(*owner.entry(*key).or_insert(*slot), *slot, "key {key} split across slots");
+            }
+        }
+        assert!(out.len() > 1, "37 keys over 3 slots use more than one slot");
+    }
+}

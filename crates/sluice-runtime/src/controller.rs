@@ -1,0 +1,338 @@
+//! The controller: starts the drivers, owns the shutdown deadline, reports progress, and
+//! turns the drivers' events into one [`RunReport`].
+//!
+//! Shutdown order (DESIGN.md §2 "Shutdown"): a stop request sends `Stop` to every driver,
+//! which ends its lanes; end-of-data then flows through every chain and exchange, windows
+//! flush, and each sink closes when its input ended. The controller waits for every
+//! driver's `Finished` until the deadline; past it the run fails, naming the threads
+//! still draining. A fatal error on one driver aborts the others at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use sluice_types::{SluiceError, TimestampMs};
+
+use crate::chain::Chain;
+use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
+use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};
+use crate::metrics::{Metrics, SinkMetrics, SourceMetrics};
+use crate::plan::{OperatorContext, Plan, SegmentOutput};
+
+/// How to run a plan.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub threads: u32,
+    pub vnodes: u32,
+    pub batch_size: usize,
+    /// Capacity of each exchange channel, in batches.
+    pub queue_batches: usize,
+    /// How long the drain may take after a stop request.
+    pub shutdown_timeout: Duration,
+    /// How often the progress callback runs.
+    pub progress_interval: Duration,
+}
+
+/// Requests a graceful stop of a running plan from another thread (a signal handler).
+#[derive(Clone)]
+pub struct StopHandle {
+    requested: Arc<AtomicBool>,
+    wake: Sender<()>,
+}
+
+impl StopHandle {
+    /// Asks the run to stop its sources and drain. Idempotent.
+    pub fn stop(&self) {
+        if !self.requested.swap(true, Ordering::SeqCst) {
+            let _ = self.wake.try_send(());
+        }
+    }
+
+    pub fn is_requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    Completed,
+    Failed { component: String, reason: String },
+}
+
+/// The exit report.
+#[derive(Debug)]
+pub struct RunReport {
+    pub outcome: RunOutcome,
+    pub elapsed: Duration,
+    /// Whether the run ended because a stop was requested (rather than end of input).
+    pub stopped: bool,
+    pub metrics: Arc<Metrics>,
+}
+
+impl RunReport {
+    /// The final watermark of each lane of each source (None where a lane had none).
+    pub fn lane_watermarks(&self) -> Vec<(String, Vec<Option<TimestampMs>>)> {
+        self.metrics
+            .sources
+            .iter()
+            .map(|source| {
+                let lanes = source
+                    .lane_watermarks
+                    .iter()
+                    .map(|w| Some(w.load(Ordering::Relaxed)).filter(|w| *w != crate::metrics::NO_WATERMARK))
+                    .collect();
+                (source.name.clone(), lanes)
+            })
+            .collect()
+    }
+}
+
+/// Creates the handle before the run starts, so a signal handler can hold it.
+pub fn stop_handle() -> (StopHandle, Receiver<()>) {
+    let (wake, woken) = bounded(1);
+    (StopHandle { requested: Arc::new(AtomicBool::new(false)), wake }, woken)
+}
+
+/// Runs `plan` to completion, failure or stop. `progress` is called every
+/// `progress_interval` with the live metrics and the elapsed time.
+pub fn run(
+    plan: &Plan,
+    options: &RunOptions,
+    stop: (StopHandle, Receiver<()>),
+    mut progress: impl FnMut(&Metrics, Duration),
+) -> RunReport {
+    plan.assert_well_formed();
+    assert!(options.threads > 0, "at least one driver thread");
+    let started = Instant::now();
+    let metrics = Arc::new(new_metrics(plan, options.threads));
+    let (stop_handle, stop_woken) = stop;
+    let (events_sender, events) = bounded(options.threads as usize * 2);
+    let mut controls = Vec::new();
+    let mut handles: Vec<JoinHandle<()>> = Vec::new();
+    let drivers = match build_drivers(plan, options, &metrics, &events_sender) {
+        Ok(drivers) => drivers,
+        Err((component, error)) => {
+            let outcome = RunOutcome::Failed { component, reason: error.to_string() };
+            return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics };
+        }
+    };
+    for (driver, control) in drivers {
+        let thread = driver.thread;
+        controls.push(control);
+        let spawned = std::thread::Builder::new().name(format!("sluice-driver-{thread}")).spawn(move || driver.run());
+        match spawned {
+            Ok(handle) => handles.push(handle),
+            Err(error) => {
+                let outcome = RunOutcome::Failed { component: format!("driver {thread}"), reason: error.to_string() };
+                controls.iter().for_each(|c| _ = c.try_send(Control::Abort));
+                return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics };
+            }
+        }
+    }
+    drop(events_sender);
+    let mut supervisor = Supervisor { controls, finished: 0, deadline: None, outcome: None };
+    let mut next_progress = started + options.progress_interval;
+    while supervisor.outcome.is_none() {
+        let now = Instant::now();
+        let wake = supervisor.deadline.map_or(next_progress, |deadline| deadline.min(next_progress));
+        crossbeam_channel::select! {
+            recv(events) -> event => supervisor.on_event(event.ok(), options.threads),
+            recv(stop_woken) -> _ => supervisor.on_stop(options.shutdown_timeout),
+            default(wake.saturating_duration_since(now)) => {}
+        }
+        if stop_handle.is_requested() && supervisor.deadline.is_none() {
+            supervisor.on_stop(options.shutdown_timeout);
+        }
+        if Instant::now() >= next_progress {
+            progress(&metrics, started.elapsed());
+            next_progress += options.progress_interval;
+        }
+        supervisor.check_deadline(options.shutdown_timeout);
+    }
+    let outcome = supervisor.outcome.take().expect("loop ends with an outcome");
+    if outcome == RunOutcome::Completed {
+        for handle in handles {
+            let _ = handle.join();
+        }
+    } else {
+        // Aborted drivers leave promptly; wait a little so their sinks close, but never
+        // past a bound: the report matters more than a stuck thread.
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && handles.iter().any(|h| !h.is_finished()) {
+            let _ = events.recv_timeout(Duration::from_millis(20));
+        }
+    }
+    RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics }
+}
+
+struct Supervisor {
+    controls: Vec<Sender<Control>>,
+    finished: u32,
+    deadline: Option<Instant>,
+    outcome: Option<RunOutcome>,
+}
+
+impl Supervisor {
+    fn on_event(&mut self, event: Option<DriverEvent>, threads: u32) {
+        match event {
+            Some(DriverEvent::Finished { thread }) => {
+                tracing::debug!(thread, "driver reported finished");
+                self.finished += 1;
+                if self.finished == threads {
+                    self.outcome = Some(RunOutcome::Completed);
+                }
+            }
+            Some(DriverEvent::Fatal { thread, component, error }) => {
+                self.abort();
+                tracing::debug!(thread, %component, "driver failed");
+                self.outcome = Some(RunOutcome::Failed { component, reason: error.to_string() });
+            }
+            Some(DriverEvent::Aborted { thread }) => {
+                self.abort();
+                self.outcome = Some(RunOutcome::Failed { component: format!("driver {thread}"), reason: "aborted".into() });
+            }
+            None => {
+                self.outcome = Some(RunOutcome::Failed {
+                    component: "runtime".into(),
+                    reason: "every driver thread exited without reporting (a panic)".into(),
+                })
+            }
+        }
+    }
+
+    fn on_stop(&mut self, timeout: Duration) {
+        if self.deadline.is_none() {
+            self.deadline = Some(Instant::now() + timeout);
+            for control in &self.controls {
+                let _ = control.try_send(Control::Stop);
+            }
+        }
+    }
+
+    fn check_deadline(&mut self, timeout: Duration) {
+        if self.outcome.is_some() {
+            return;
+        }
+        if let Some(deadline) = self.deadline
+            && Instant::now() >= deadline
+        {
+            self.abort();
+            let draining = self.controls.len() as u32 - self.finished;
+            self.outcome = Some(RunOutcome::Failed {
+                component: "shutdown".into(),
+                reason: format!(
+                    "{draining} thread(s) still draining after shutdown_timeout = {}; their in-flight rows were abandoned",
+                    humanize(timeout)
+                ),
+            });
+        }
+    }
+
+    fn abort(&self) {
+        for control in &self.controls {
+            let _ = control.try_send(Control::Abort);
+        }
+    }
+}
+
+fn humanize(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 { format!("{}s", duration.as_secs()) } else { format!("{}ms", duration.as_millis()) }
+}
+
+fn new_metrics(plan: &Plan, threads: u32) -> Metrics {
+    let sources = plan.sources.iter().map(|s| SourceMetrics::new(s.name(), s.lanes())).collect();
+    let sinks = plan
+        .flows
+        .iter()
+        .map(|f| SinkMetrics { name: f.sink.name().to_string(), rows: Default::default() })
+        .collect();
+    Metrics::new(sources, sinks, threads)
+}
+
+type Failure = (String, SluiceError);
+
+/// Builds every driver: its lanes, its chain instances and its ends of the exchanges.
+fn build_drivers(
+    plan: &Plan,
+    options: &RunOptions,
+    metrics: &Arc<Metrics>,
+    events: &Sender<DriverEvent>,
+) -> Result<Vec<(Driver, Sender<Control>)>, Failure> {
+    let threads = options.threads as usize;
+    // flows[f][t] = the segments of flow f on thread t.
+    let mut per_thread: Vec<Vec<FlowSetup>> = (0..threads).map(|_| Vec::new()).collect();
+    for (flow_index, flow) in plan.flows.iter().enumerate() {
+        let mut inputs: Vec<Option<ExchangeInput>> = (0..threads).map(|_| None).collect();
+        let mut thread_segments: Vec<Vec<SegmentSetup>> = (0..threads).map(|_| Vec::new()).collect();
+        for segment in &flow.segments {
+            let (senders, receivers) = match &segment.output {
+                SegmentOutput::Exchange { .. } => {
+                    let (s, r) = mesh(threads, options.queue_batches);
+                    (Some(s), Some(r))
+                }
+                SegmentOutput::Sink => (None, None),
+            };
+            let mut senders = senders.map(|s| s.into_iter());
+            let mut receivers = receivers.map(|r| r.into_iter());
+            for thread in 0..threads {
+                let context = OperatorContext {
+                    thread: thread as u32,
+                    threads: options.threads,
+                    vnodes: options.vnodes,
+                    metrics: Arc::clone(metrics),
+                };
+                let mut operators = Vec::new();
+                for (line, factory) in &segment.operators {
+                    operators.push(factory(&context).map_err(|e| (format!("operator {line}"), e))?);
+                }
+                let output = match &segment.output {
+                    SegmentOutput::Exchange { partitioner, .. } => {
+                        let senders = senders.as_mut().and_then(Iterator::next).expect("one sender row per thread");
+                        OutputSetup::Exchange(ExchangeOutput::new(partitioner(&context), senders))
+                    }
+                    SegmentOutput::Sink => OutputSetup::Sink { sink: flow_index },
+                };
+                let input = inputs[thread].take();
+                thread_segments[thread].push(SegmentSetup { chain: Chain::new(operators), input, output });
+                if let Some(receivers) = receivers.as_mut() {
+                    inputs[thread] = Some(ExchangeInput::new(receivers.next().expect("one receiver row per thread")));
+                }
+            }
+        }
+        for (thread, segments) in thread_segments.into_iter().enumerate() {
+            per_thread[thread].push(FlowSetup {
+                source: flow.source,
+                table: flow.table,
+                name: flow.sink.name().to_string(),
+                segments,
+            });
+        }
+    }
+    let mut drivers = Vec::new();
+    for (thread, flows) in per_thread.into_iter().enumerate() {
+        let lanes = plan
+            .sources
+            .iter()
+            .enumerate()
+            .flat_map(|(source, factory)| (0..factory.lanes()).map(move |lane| LaneSetup { source, lane }))
+            .filter(|setup| setup.lane as usize % threads == thread)
+            .collect();
+        let (control_sender, control) = bounded(4);
+        let driver = Driver {
+            thread: thread as u32,
+            threads: options.threads,
+            batch_size: options.batch_size,
+            plan: plan.clone(),
+            lanes,
+            flows,
+            control,
+            events: events.clone(),
+            metrics: Arc::clone(metrics),
+        };
+        drivers.push((driver, control_sender));
+    }
+    Ok(drivers)
+}

@@ -1,0 +1,259 @@
+//! The in-process exchange: one bounded channel per (sender thread, receiver thread) pair.
+//!
+//! Receiving side ([`ExchangeInput`]): merges its senders into one ordered input for the
+//! segment: data as it comes (round robin over senders), the watermark as the minimum of
+//! the senders' watermarks, a barrier once every live sender delivered it (a sender whose
+//! barrier arrived is held back until then: alignment), end-of-data once every sender ended.
+//!
+//! Sending side ([`ExchangeOutput`]): partitions data by destination and broadcasts
+//! control messages, through a per-destination outbox. Sends never block: a full channel
+//! leaves the message in the outbox, and the driver stops feeding the segment until the
+//! outbox drains (that is how backpressure travels upstream, see `driver`).
+
+use std::collections::VecDeque;
+
+use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, TrySendError, bounded};
+use sluice_types::{Epoch, Message, SluiceError, TimestampMs};
+
+use crate::metrics::NO_WATERMARK;
+use crate::plan::Partitioner;
+
+/// The channels of one exchange: `senders[from][to]` and `receivers[to][from]`.
+pub(crate) fn mesh(threads: usize, capacity: usize) -> (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>) {
+    assert!(capacity > 0, "exchange queues need room for at least one batch");
+    let mut senders: Vec<Vec<Sender<Message>>> = (0..threads).map(|_| Vec::with_capacity(threads)).collect();
+    let mut receivers: Vec<Vec<Receiver<Message>>> = (0..threads).map(|_| Vec::with_capacity(threads)).collect();
+    for from in 0..threads {
+        for to_receivers in receivers.iter_mut() {
+            let (sender, receiver) = bounded(capacity);
+            senders[from].push(sender);
+            to_receivers.push(receiver);
+        }
+    }
+    (senders, receivers)
+}
+
+/// The merged input of one segment instance.
+pub(crate) struct ExchangeInput {
+    receivers: Vec<Receiver<Message>>,
+    watermarks: Vec<TimestampMs>,
+    ended: Vec<bool>,
+    /// Senders whose barrier for `pending_barrier` arrived and are held back.
+    aligned: Vec<bool>,
+    pending_barrier: Option<Epoch>,
+    emitted_watermark: TimestampMs,
+    cursor: usize,
+    finished: bool,
+}
+
+impl ExchangeInput {
+    pub(crate) fn new(receivers: Vec<Receiver<Message>>) -> ExchangeInput {
+        let senders = receivers.len();
+        ExchangeInput {
+            receivers,
+            watermarks: vec![NO_WATERMARK; senders],
+            ended: vec![false; senders],
+            aligned: vec![false; senders],
+            pending_barrier: None,
+            emitted_watermark: NO_WATERMARK,
+            cursor: 0,
+            finished: false,
+        }
+    }
+
+    /// True once end-of-data was returned: nothing more will come.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The next message for the segment, or None when no sender has one ready.
+    pub(crate) fn poll(&mut self) -> Result<Option<Message>, SluiceError> {
+        let senders = self.receivers.len();
+        for _ in 0..senders {
+            let from = self.cursor;
+            self.cursor = (self.cursor + 1) % senders;
+            if self.ended[from] || self.aligned[from] {
+                continue;
+            }
+            match self.receivers[from].try_recv() {
+                Ok(message) => {
+                    if let Some(message) = self.accept(from, message) {
+                        return Ok(Some(message));
+                    }
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => {
+                    return Err(SluiceError::internal(
+                        "exchange.lost_sender",
+                        format!("thread {from} stopped without ending its output"),
+                    ));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Folds one sender's message into the merged input; returns what the segment sees.
+    fn accept(&mut self, from: usize, message: Message) -> Option<Message> {
+        match message {
+            Message::Data(_) => Some(message),
+            Message::Watermark(watermark) => {
+                debug_assert!(watermark >= self.watermarks[from], "watermarks never decrease on an edge");
+                self.watermarks[from] = watermark;
+                self.advanced_watermark()
+            }
+            Message::Barrier(epoch) => {
+                debug_assert!(self.pending_barrier.is_none_or(|pending| pending == epoch), "one barrier at a time");
+                self.pending_barrier = Some(epoch);
+                self.aligned[from] = true;
+                self.completed_barrier()
+            }
+            Message::EndOfData => {
+                self.ended[from] = true;
+                if self.ended.iter().all(|ended| *ended) {
+                    self.finished = true;
+                    return Some(Message::EndOfData);
+                }
+                self.completed_barrier().or_else(|| self.advanced_watermark())
+            }
+        }
+    }
+
+    fn advanced_watermark(&mut self) -> Option<Message> {
+        let lowest = (0..self.watermarks.len()).filter(|&i| !self.ended[i]).map(|i| self.watermarks[i]).min()?;
+        if lowest > self.emitted_watermark {
+            self.emitted_watermark = lowest;
+            return Some(Message::Watermark(lowest));
+        }
+        None
+    }
+
+    fn completed_barrier(&mut self) -> Option<Message> {
+        let epoch = self.pending_barrier?;
+        let all = (0..self.aligned.len()).all(|i| self.aligned[i] || self.ended[i]);
+        if !all {
+            return None;
+        }
+        self.aligned.iter_mut().for_each(|aligned| *aligned = false);
+        self.pending_barrier = None;
+        Some(Message::Barrier(epoch))
+    }
+
+    /// Registers the receivers that could deliver something, for an idle wait.
+    pub(crate) fn register<'a>(&'a self, select: &mut Select<'a>) {
+        for (from, receiver) in self.receivers.iter().enumerate() {
+            if !self.ended[from] && !self.aligned[from] {
+                select.recv(receiver);
+            }
+        }
+    }
+}
+
+/// The partitioned output of one segment instance.
+pub(crate) struct ExchangeOutput {
+    partitioner: Box<dyn Partitioner>,
+    senders: Vec<Sender<Message>>,
+    outbox: Vec<VecDeque<Message>>,
+    parts: Vec<(u32, sluice_types::Batch)>,
+}
+
+impl ExchangeOutput {
+    pub(crate) fn new(partitioner: Box<dyn Partitioner>, senders: Vec<Sender<Message>>) -> ExchangeOutput {
+        let outbox = senders.iter().map(|_| VecDeque::new()).collect();
+        ExchangeOutput { partitioner, senders, outbox, parts: Vec::new() }
+    }
+
+    /// Queues `message` for its destinations: data by partition, the rest to everyone.
+    pub(crate) fn route(&mut self, message: Message) -> Result<(), SluiceError> {
+        match message {
+            Message::Data(batch) => {
+                let slots = self.senders.len() as u32;
+                self.partitioner.partition(batch, slots, &mut self.parts)?;
+                for (slot, part) in self.parts.drain(..) {
+                    assert!(slot < slots, "partitioner chose slot {slot} of {slots}");
+                    self.outbox[slot as usize].push_back(Message::Data(part));
+                }
+            }
+            control => {
+                for outbox in &mut self.outbox {
+                    outbox.push_back(control.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves queued messages into the channels while they have room. Returns whether
+    /// anything moved.
+    pub(crate) fn flush(&mut self) -> Result<bool, SluiceError> {
+        let mut moved = false;
+        for (slot, outbox) in self.outbox.iter_mut().enumerate() {
+            while let Some(message) = outbox.pop_front() {
+                match self.senders[slot].try_send(message) {
+                    Ok(()) => moved = true,
+                    Err(TrySendError::Full(message)) => {
+                        outbox.push_front(message);
+                        break;
+                    }
+                    Err(TrySendError::Disconnected(_)) => {
+                        return Err(SluiceError::internal(
+                            "exchange.lost_receiver",
+                            format!("thread {slot} stopped while rows were still addressed to it"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.outbox.iter().all(VecDeque::is_empty)
+    }
+
+    /// Registers the channels that have queued messages, for an idle wait.
+    pub(crate) fn register<'a>(&'a self, select: &mut Select<'a>) {
+        for (slot, outbox) in self.outbox.iter().enumerate() {
+            if !outbox.is_empty() {
+                select.send(&self.senders[slot]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn describe(message: Option<Message>) -> String {
+        match message {
+            None => "none".into(),
+            Some(Message::Data(_)) => "data".into(),
+            Some(Message::Watermark(w)) => format!("wm {w}"),
+            Some(Message::Barrier(e)) => format!("barrier {}", e.0),
+            Some(Message::EndOfData) => "end".into(),
+        }
+    }
+
+    #[test]
+    fn watermark_is_the_minimum_and_barriers_align_and_end_waits_for_all() {
+        let (senders, mut receivers) = mesh(2, 4);
+        let mut input = ExchangeInput::new(receivers.remove(0));
+        let to_zero = |from: usize| senders[from][0].clone();
+        to_zero(0).send(Message::Watermark(10)).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "sender 1 has no watermark yet");
+        to_zero(1).send(Message::Watermark(5)).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "wm 5");
+        to_zero(0).send(Message::Barrier(Epoch(1))).expect("send");
+        to_zero(0).send(Message::Watermark(20)).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "sender 0 is held back after its barrier");
+        to_zero(1).send(Message::Barrier(Epoch(1))).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "barrier 1");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "sender 0's watermark 20 waits for sender 1");
+        to_zero(1).send(Message::EndOfData).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "wm 20", "an ended sender no longer holds the watermark");
+        to_zero(0).send(Message::EndOfData).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "end");
+        assert!(input.is_finished());
+    }
+}

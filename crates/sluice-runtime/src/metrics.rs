@@ -1,0 +1,108 @@
+//! Counters shared by the threads of a run, read by the progress line and the exit report.
+//!
+//! Everything here is an atomic updated with relaxed ordering: the values are reports, not
+//! synchronisation. Registration (named counters) happens while operators are built.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sluice_types::TimestampMs;
+
+/// "No watermark yet".
+pub const NO_WATERMARK: TimestampMs = i64::MIN;
+
+/// The counters of one source.
+#[derive(Debug)]
+pub struct SourceMetrics {
+    pub name: String,
+    pub rows: AtomicU64,
+    pub bad_rows: AtomicU64,
+    /// The last watermark of each lane, [`NO_WATERMARK`] before the first.
+    pub lane_watermarks: Vec<AtomicI64>,
+}
+
+impl SourceMetrics {
+    pub fn new(name: &str, lanes: u32) -> SourceMetrics {
+        SourceMetrics {
+            name: name.to_string(),
+            rows: AtomicU64::new(0),
+            bad_rows: AtomicU64::new(0),
+            lane_watermarks: (0..lanes).map(|_| AtomicI64::new(NO_WATERMARK)).collect(),
+        }
+    }
+
+    /// The lowest lane watermark (the source's), or None before every lane has one.
+    pub fn watermark(&self) -> Option<TimestampMs> {
+        let lowest = self.lane_watermarks.iter().map(|w| w.load(Ordering::Relaxed)).min()?;
+        (lowest != NO_WATERMARK).then_some(lowest)
+    }
+}
+
+/// The counters of one sink.
+#[derive(Debug)]
+pub struct SinkMetrics {
+    pub name: String,
+    pub rows: AtomicU64,
+}
+
+/// The counters of one driver thread.
+#[derive(Debug, Default)]
+pub struct ThreadMetrics {
+    /// Nanoseconds during which lanes could not be polled because an output queue was full.
+    pub backpressure_ns: AtomicU64,
+}
+
+/// All counters of a run.
+#[derive(Debug)]
+pub struct Metrics {
+    pub sources: Vec<Arc<SourceMetrics>>,
+    pub sinks: Vec<SinkMetrics>,
+    pub threads: Vec<ThreadMetrics>,
+    counters: Mutex<Vec<(String, Arc<AtomicU64>)>>,
+}
+
+impl Metrics {
+    pub fn new(sources: Vec<SourceMetrics>, sinks: Vec<SinkMetrics>, threads: u32) -> Metrics {
+        Metrics {
+            sources: sources.into_iter().map(Arc::new).collect(),
+            sinks,
+            threads: (0..threads).map(|_| ThreadMetrics::default()).collect(),
+            counters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The counter named `name`, created at zero the first time; every thread that asks
+    /// for the same name shares it (e.g. `view hot_items: late rows`).
+    pub fn counter(&self, name: &str) -> Arc<AtomicU64> {
+        let mut counters = self.counters.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, counter)) = counters.iter().find(|(existing, _)| existing == name) {
+            return Arc::clone(counter);
+        }
+        let counter = Arc::new(AtomicU64::new(0));
+        counters.push((name.to_string(), Arc::clone(&counter)));
+        counter
+    }
+
+    /// Every named counter with its value, in registration order.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let counters = self.counters.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        counters.iter().map(|(name, value)| (name.clone(), value.load(Ordering::Relaxed))).collect()
+    }
+
+    pub fn rows_in(&self) -> u64 {
+        self.sources.iter().map(|s| s.rows.load(Ordering::Relaxed)).sum()
+    }
+
+    pub fn rows_out(&self) -> u64 {
+        self.sinks.iter().map(|s| s.rows.load(Ordering::Relaxed)).sum()
+    }
+
+    pub fn backpressure_ns(&self) -> u64 {
+        self.threads.iter().map(|t| t.backpressure_ns.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The lowest watermark over all sources that have one.
+    pub fn watermark(&self) -> Option<TimestampMs> {
+        self.sources.iter().filter_map(|source| source.watermark()).min()
+    }
+}

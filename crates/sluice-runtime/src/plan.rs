@@ -1,0 +1,204 @@
+//! What the runtime executes: sources, and per sink one flow of segments.
+//!
+//! A [`Flow`] reads one table of one source and ends in one sink. It is cut into
+//! [`Segment`]s wherever rows must move between threads: segment 0 runs on the thread
+//! that reads the lane; segment k > 0 reads from the exchange that segment k-1 writes
+//! (rows routed by a [`Partitioner`], usually a key hash → vnode → thread). Every thread
+//! runs one instance of every segment; the operators inside a segment are fused.
+//!
+//! Sources are shared by flows: a lane's batch is offered to every flow that reads one
+//! of its tables, so a source is read once however many sinks use it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use sluice_types::{Batch, SluiceError, TimestampMs};
+
+use crate::chain::Operator;
+use crate::metrics::{Metrics, SourceMetrics};
+
+/// A table a source provides (a nexmark source provides three).
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    pub name: String,
+    pub schema: SchemaRef,
+}
+
+/// What a lane reader is given when it opens.
+pub struct LaneContext {
+    pub lane: u32,
+    /// Rows per batch the reader should aim for.
+    pub batch_size: usize,
+    /// Which of the source's tables some flow reads: the reader may skip the others.
+    pub tables_needed: Vec<bool>,
+    pub metrics: Arc<SourceMetrics>,
+}
+
+/// A source as planned: its tables and how it splits into lanes.
+pub trait SourceFactory: Send + Sync {
+    fn name(&self) -> &str;
+    fn tables(&self) -> &[TableDef];
+    /// How many lanes (independently readable splits) the source has.
+    fn lanes(&self) -> u32;
+    /// Opens one lane on the thread that will poll it.
+    fn open_lane(&self, context: LaneContext) -> Result<Box<dyn LaneReader>, SluiceError>;
+    /// One line for `explain`, e.g. `nexmark(events=1000000, lanes=2)`.
+    fn describe(&self) -> String;
+}
+
+/// The answer of one poll of a lane.
+pub enum LanePoll {
+    /// Rows for some tables (by index into [`SourceFactory::tables`]), and the lane's
+    /// watermark after them, if the source has event time.
+    Data { batches: Vec<(usize, RecordBatch)>, watermark: Option<TimestampMs> },
+    /// Nothing now (a rate limit, an idle input); poll again at the instant.
+    Wait(Instant),
+    /// The lane ended; it will never produce again.
+    Exhausted,
+}
+
+/// One lane of a source, owned and polled by one driver thread.
+pub trait LaneReader: Send {
+    /// Produces the next rows. Bad input is handled by the reader per its error policy:
+    /// skipped rows are counted in its metrics, a `fail` policy returns the error.
+    fn poll(&mut self) -> Result<LanePoll, SluiceError>;
+}
+
+/// Where a sink's writers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkParallelism {
+    /// One writer per thread (a directory of parts, a blackhole).
+    PerThread,
+    /// One writer, on thread 0: the plan must gather rows to slot 0 before it.
+    Single,
+}
+
+/// A sink as planned.
+pub trait SinkFactory: Send + Sync {
+    fn name(&self) -> &str;
+    fn parallelism(&self) -> SinkParallelism;
+    /// Opens the writer of `slot` (only slot 0 for a [`SinkParallelism::Single`] sink).
+    fn open(&self, slot: u32, slots: u32) -> Result<Box<dyn SinkWriter>, SluiceError>;
+    fn describe(&self) -> String;
+}
+
+/// Writes rows out. `close` is called once, after the last batch, when the input ended.
+pub trait SinkWriter: Send {
+    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError>;
+    /// Flushes buffered output and releases the resource.
+    fn close(&mut self) -> Result<(), SluiceError>;
+}
+
+/// Routes rows to the threads of the next segment.
+pub trait Partitioner: Send {
+    /// Splits `batch` by destination slot (0..slots), appending one batch per slot that
+    /// receives rows.
+    fn partition(&mut self, batch: Batch, slots: u32, out: &mut Vec<(u32, Batch)>) -> Result<(), SluiceError>;
+}
+
+/// What an operator instance knows of where it runs.
+pub struct OperatorContext {
+    pub thread: u32,
+    pub threads: u32,
+    pub vnodes: u32,
+    pub metrics: Arc<Metrics>,
+}
+
+pub type OperatorFactory = Arc<dyn Fn(&OperatorContext) -> Result<Box<dyn Operator>, SluiceError> + Send + Sync>;
+pub type PartitionerFactory = Arc<dyn Fn(&OperatorContext) -> Box<dyn Partitioner> + Send + Sync>;
+
+/// How a segment's output leaves it.
+#[derive(Clone)]
+pub enum SegmentOutput {
+    /// To the next segment through an exchange; `description` is for `explain`
+    /// (e.g. `hash(auction) → 256 vnodes`).
+    Exchange { partitioner: PartitionerFactory, description: String },
+    /// To the flow's sink.
+    Sink,
+}
+
+/// Fused operators between two exchanges.
+#[derive(Clone)]
+pub struct Segment {
+    /// Each operator with its `explain` line (e.g. `filter: auction % 123 = 0`).
+    pub operators: Vec<(String, OperatorFactory)>,
+    /// Keyed state held by the segment's operators, for `explain` (e.g. `windows by auction`).
+    pub state: Option<String>,
+    pub output: SegmentOutput,
+}
+
+/// From one table of one source to one sink.
+#[derive(Clone)]
+pub struct Flow {
+    pub source: usize,
+    pub table: usize,
+    pub segments: Vec<Segment>,
+    pub sink: Arc<dyn SinkFactory>,
+}
+
+/// Everything a run executes.
+#[derive(Clone)]
+pub struct Plan {
+    pub sources: Vec<Arc<dyn SourceFactory>>,
+    pub flows: Vec<Flow>,
+}
+
+impl Plan {
+    /// Checks the shape the runtime relies on (a programmer error if it does not hold).
+    pub fn assert_well_formed(&self) {
+        for (index, flow) in self.flows.iter().enumerate() {
+            assert!(flow.source < self.sources.len(), "flow {index} reads an unknown source");
+            assert!(flow.table < self.sources[flow.source].tables().len(), "flow {index} reads an unknown table");
+            assert!(!flow.segments.is_empty(), "flow {index} has no segment");
+            let last = flow.segments.len() - 1;
+            for (position, segment) in flow.segments.iter().enumerate() {
+                let is_sink = matches!(segment.output, SegmentOutput::Sink);
+                assert_eq!(is_sink, position == last, "flow {index}: only the last segment writes the sink");
+            }
+        }
+    }
+
+    /// The text of `sluice explain`.
+    pub fn explain(&self, threads: u32, vnodes: u32) -> String {
+        use std::fmt::Write;
+        let mut text = String::new();
+        let _ = writeln!(text, "threads: {threads}, vnodes: {vnodes}");
+        for source in &self.sources {
+            let tables: Vec<&str> = source.tables().iter().map(|t| t.name.as_str()).collect();
+            let _ = writeln!(
+                text,
+                "source {}: {} → tables [{}], {} lane(s) over {} thread(s)",
+                source.name(),
+                source.describe(),
+                tables.join(", "),
+                source.lanes(),
+                threads.min(source.lanes().max(1)),
+            );
+        }
+        for flow in &self.flows {
+            let source = &self.sources[flow.source];
+            let _ = writeln!(text, "\nflow → sink {} ({})", flow.sink.name(), flow.sink.describe());
+            let _ = writeln!(text, "  scan {}.{}", source.name(), source.tables()[flow.table].name);
+            for (position, segment) in flow.segments.iter().enumerate() {
+                let _ = writeln!(text, "  segment {position} (parallelism {threads}, operators fused)");
+                for (line, _) in &segment.operators {
+                    let _ = writeln!(text, "    {line}");
+                }
+                if let Some(state) = &segment.state {
+                    let _ = writeln!(text, "    state: {state}, by vnode");
+                }
+                match &segment.output {
+                    SegmentOutput::Exchange { description, .. } => {
+                        let _ = writeln!(text, "  exchange: {description}");
+                    }
+                    SegmentOutput::Sink => {
+                        let _ = writeln!(text, "  sink {}", flow.sink.name());
+                    }
+                }
+            }
+        }
+        text
+    }
+}
