@@ -1,1 +1,145 @@
-//! placeholder
+//! `pipeline.toml`: parsing and validation into typed structs.
+//!
+//! [`parse`] reads the text of a pipeline file (this crate does no other I/O) and
+//! returns a [`PipelineConfig`], or the first [`ConfigError`], which names the file,
+//! the line and column of the offending key, the section and item, the value found,
+//! and a fix:
+//!
+//! ```text
+//! pipeline.toml:12:1: [[source]] "bids": `rate` must be a number > 0, found "fast"
+//!   fix: set rate to events per second, e.g. rate = 100000
+//! ```
+//!
+//! [`parse_all`] returns every error, in file order.
+//!
+//! The file has one `[pipeline]` section, one or more `[[source]]`, any number of
+//! `[[view]]` and one or more `[[sink]]`; see [`example`] for a complete file. Keys
+//! not listed in the format are errors, with a "did you mean" suggestion when one is
+//! close. Schemas and SQL stay strings, with their positions ([`Located`]), for the
+//! SQL layer to parse; it reports its errors with [`ConfigError::new`] so they look
+//! the same.
+//!
+//! A nexmark source provides the tables `person`, `auction` and `bid` (whatever its
+//! `name`, which only names it in reports); a file source provides one table named
+//! after the source. Source and view names share one namespace.
+//!
+//! Paths (`[source.options] path`, `[sink.options] path`) are kept as written: a
+//! relative path stays relative, and the caller resolves it against the directory of
+//! the pipeline file.
+
+mod document;
+mod error;
+mod model;
+mod pipeline;
+mod reader;
+mod sink;
+mod source;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{ConfigError, Located, Position};
+pub use model::{
+    DEFAULT_BATCH_SIZE, DEFAULT_FIRST_EVENT_RATE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_VNODES, FileFormat, FileMode, NEXMARK_TABLES, OnError, PipelineConfig, PipelineSection,
+    SinkConfig, SinkConnector, SourceConfig, SourceConnector, StdoutFormat, ViewConfig,
+};
+pub use pipeline::default_threads;
+
+use reader::Ctx;
+
+/// Parses and validates the text of a pipeline file; `file_name` is used in error
+/// messages only. Returns the first error, in file order.
+pub fn parse(text: &str, file_name: &str) -> Result<PipelineConfig, ConfigError> {
+    parse_all(text, file_name).map_err(|errors| {
+        errors
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| ConfigError::new(file_name, None, "invalid pipeline file", None))
+    })
+}
+
+/// Like [`parse`], but returns every error found (at least one), in file order;
+/// errors about the file as a whole (no position) come first. A TOML syntax error
+/// stops parsing, so it is reported alone.
+pub fn parse_all(text: &str, file_name: &str) -> Result<PipelineConfig, Vec<ConfigError>> {
+    let mut ctx = Ctx::new(text, file_name);
+    let document = match toml_edit::ImDocument::parse(text) {
+        Ok(document) => document,
+        Err(e) => return Err(vec![syntax_error(&ctx, &e)]),
+    };
+    let config = document::parse_root(&mut ctx, document.as_table());
+    let mut errors = std::mem::take(&mut ctx.errors);
+    errors.sort_by_key(|e| e.position);
+    match config {
+        Some(config) if errors.is_empty() => Ok(config),
+        _ if errors.is_empty() => Err(vec![ConfigError::new(
+            file_name,
+            None,
+            "invalid pipeline file",
+            None,
+        )]),
+        _ => Err(errors),
+    }
+}
+
+fn syntax_error(ctx: &Ctx<'_>, e: &toml_edit::TomlError) -> ConfigError {
+    let message = e
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let fix = if message.contains("duplicate key") {
+        "remove or rename the second definition".to_owned()
+    } else {
+        "correct the TOML syntax here (see https://toml.io)".to_owned()
+    };
+    ConfigError::new(
+        ctx.file,
+        ctx.span_position(e.span()),
+        format!("TOML syntax error: {message}"),
+        Some(fix),
+    )
+}
+
+/// A small, commented, complete pipeline file: NEXMark bids counted per auction in
+/// 10-second tumbling windows, printed to stdout.
+pub fn example() -> &'static str {
+    EXAMPLE
+}
+
+const EXAMPLE: &str = r#"# A Sluice pipeline: run it with `sluice run pipeline.toml`.
+
+[pipeline]
+name = "hot-auctions"       # letters, digits, '_' and '-'
+# threads = 4               # driver threads; default: the number of cores
+# vnodes = 256              # key-space partitions, fixed for the life of the state
+# shutdown_timeout = "30s"  # how long Ctrl-C may take to drain
+
+# The NEXMark generator. Whatever its name, it provides three SQL tables:
+# person, auction and bid.
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+events = 100000             # stop after 100,000 events; omit for an endless stream
+# rate = 10000              # events per second; omit to go as fast as possible
+
+# Bids per auction in 10-second tumbling windows of event time.
+[[view]]
+name = "bids_per_auction"
+sql = """
+SELECT auction, COUNT(*) AS bids, window_start, window_end
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+GROUP BY auction, window_start, window_end
+"""
+
+# Print the results.
+[[sink]]
+name = "console"
+from = "bids_per_auction"
+connector = "stdout"        # or "file" (with [sink.options] path) or "blackhole"
+format = "pretty"           # or "json": one object per line
+"#;

@@ -1,0 +1,165 @@
+//! `[pipeline]`, and the `name` key shared by `[[source]]`, `[[view]]` and `[[sink]]`.
+
+use crate::error::{Located, Position};
+use crate::model::{
+    DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES,
+    PipelineSection,
+};
+use crate::reader::{Ctx, Field, Section, TableRef, is_identifier};
+
+const KEYS: &[&str] = &[
+    "name",
+    "threads",
+    "vnodes",
+    "shutdown_timeout",
+    "batch_size",
+    "queue_batches",
+];
+
+/// Reads `[pipeline]`.
+pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<PipelineSection> {
+    ctx.check_keys(sec, KEYS, &[]);
+    let name = ctx.string(
+        sec,
+        "name",
+        "a name of letters, digits, `_` and `-`",
+        "use letters, digits, `_` and `-`, e.g. name = \"hot-items\"",
+        is_pipeline_name,
+    );
+    let name = ctx.required(
+        sec,
+        "name",
+        name,
+        "add name = \"my-pipeline\" under [pipeline]",
+    );
+    let threads = ctx
+        .integer(
+            sec,
+            "threads",
+            1..=1024,
+            "set threads to the number of driver threads per worker, e.g. threads = 4 \
+             (default: the number of cores)",
+        )
+        .or_else(default_threads);
+    let vnodes = ctx
+        .integer(
+            sec,
+            "vnodes",
+            1..=65536,
+            "set vnodes to the number of key-space partitions, e.g. vnodes = 256 (the default)",
+        )
+        .or(DEFAULT_VNODES);
+    let shutdown_timeout = ctx
+        .duration(
+            sec,
+            "shutdown_timeout",
+            false,
+            "e.g. shutdown_timeout = \"30s\" (the default)",
+        )
+        .or(DEFAULT_SHUTDOWN_TIMEOUT);
+    let batch_size = ctx
+        .integer(
+            sec,
+            "batch_size",
+            1..=1_048_576,
+            "set batch_size to rows per batch, e.g. batch_size = 8192 (the default)",
+        )
+        .or(DEFAULT_BATCH_SIZE);
+    let queue_batches = ctx
+        .integer(
+            sec,
+            "queue_batches",
+            1..=4096,
+            "set queue_batches to the capacity of each exchange queue in batches, \
+             e.g. queue_batches = 16 (the default)",
+        )
+        .or(DEFAULT_QUEUE_BATCHES);
+    Some(PipelineSection {
+        name: name?.value,
+        threads: threads?,
+        vnodes: vnodes?,
+        shutdown_timeout: shutdown_timeout?,
+        batch_size: batch_size?,
+        queue_batches: queue_batches?,
+    })
+}
+
+/// The number of cores, within 1..=1024.
+pub fn default_threads() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    u32::try_from(cores.clamp(1, 1024)).unwrap_or(1)
+}
+
+fn is_pipeline_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// One `[[source]]`, `[[view]]` or `[[sink]]` table, with its name read.
+#[derive(Debug)]
+pub(crate) struct Named<'a> {
+    pub(crate) sec: Section<'a>,
+    pub(crate) name: Option<Located<String>>,
+    /// Position of the `name` key (the header when absent).
+    pub(crate) name_position: Position,
+}
+
+/// Reads the `name` of the `index`-th (0-based) `[[kind]]` table and checks that
+/// its keys are all in `known` (`notes`: fixes for keys that belong elsewhere).
+pub(crate) fn named<'a>(
+    ctx: &mut Ctx<'_>,
+    kind: &str,
+    index: usize,
+    table: TableRef<'a>,
+    fallback: Position,
+    known: &[&str],
+    notes: &[(&str, &str)],
+) -> Named<'a> {
+    let mut sec = Section {
+        label: format!("[[{kind}]] #{}", index + 1),
+        sub: None,
+        table,
+        position: ctx.table_position(table, fallback),
+    };
+    let example = sec
+        .entry(ctx, "name")
+        .and_then(|e| e.item.as_str())
+        .map_or_else(|| format!("{kind}_{}", index + 1), to_identifier);
+    let fix = format!(
+        "use letters, digits and `_`, not starting with a digit, e.g. name = \"{example}\""
+    );
+    let field = ctx.string(
+        &sec,
+        "name",
+        "a SQL identifier ([A-Za-z_][A-Za-z0-9_]*)",
+        &fix,
+        is_identifier,
+    );
+    let name_position = match &field {
+        Field::Present(_, p) => *p,
+        _ => sec.position,
+    };
+    if let Field::Present(name, _) = &field {
+        sec.label = format!("[[{kind}]] \"{}\"", name.value);
+    }
+    ctx.check_keys(&sec, known, notes);
+    let name = ctx.required(&sec, "name", field, &format!("add name = \"{example}\""));
+    Named {
+        sec,
+        name,
+        name_position,
+    }
+}
+
+/// `s` with every character that is not allowed in an identifier replaced by `_`.
+fn to_identifier(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}

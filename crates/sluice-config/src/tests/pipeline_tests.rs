@@ -1,0 +1,141 @@
+//! `[pipeline]`: defaults, values, wrong types, bad values, unknown and missing keys.
+
+use std::time::Duration;
+
+use super::{check_errors, check_ok, pipeline_with};
+use crate::default_threads;
+
+#[test]
+fn defaults() {
+    check_ok(&pipeline_with("name = \"hot-items\""), |c| {
+        let p = &c.pipeline;
+        assert_eq!(p.name, "hot-items");
+        assert_eq!(p.threads, default_threads());
+        assert!(p.threads >= 1);
+        assert_eq!(p.vnodes, 256);
+        assert_eq!(p.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(p.batch_size, 8192);
+        assert_eq!(p.queue_batches, 16);
+    });
+}
+
+#[test]
+fn every_key_set() {
+    let body = "name = \"a_B-9\"\nthreads = 1024\nvnodes = 65536\nshutdown_timeout = \"1m 500ms\"\n\
+                batch_size = 1_048_576\nqueue_batches = 4096";
+    check_ok(&pipeline_with(body), |c| {
+        let p = &c.pipeline;
+        assert_eq!(p.name, "a_B-9");
+        assert_eq!(p.threads, 1024);
+        assert_eq!(p.vnodes, 65536);
+        assert_eq!(p.shutdown_timeout, Duration::from_millis(60_500));
+        assert_eq!(p.batch_size, 1_048_576);
+        assert_eq!(p.queue_batches, 4096);
+    });
+    check_ok(
+        &pipeline_with("name = \"p\"\nthreads = 1\nvnodes = 1\nbatch_size = 1\nqueue_batches = 1"),
+        |c| assert_eq!((c.pipeline.threads, c.pipeline.vnodes), (1, 1)),
+    );
+}
+
+/// `[pipeline] name = "p"` then `line` at line 3.
+fn line3(line: &str) -> String {
+    pipeline_with(&format!("name = \"p\"\n{line}"))
+}
+
+#[test]
+fn wrong_types_and_bad_values() {
+    let int = |key: &str, range: &str, found: &str| {
+        format!("3:1: [pipeline]: `{key}` must be an integer in {range}, found {found}\n  fix: ")
+    };
+    let cases: Vec<(String, String)> = vec![
+        (line3("threads = 0"), int("threads", "1..=1024", "0")),
+        (line3("threads = 1025"), int("threads", "1..=1024", "1025")),
+        (line3("threads = -1"), int("threads", "1..=1024", "-1")),
+        (
+            line3("threads = \"two\""),
+            int("threads", "1..=1024", "\"two\""),
+        ),
+        (line3("threads = 2.0"), int("threads", "1..=1024", "2.0")),
+        (line3("vnodes = 0"), int("vnodes", "1..=65536", "0")),
+        (line3("vnodes = 65537"), int("vnodes", "1..=65536", "65537")),
+        (line3("vnodes = true"), int("vnodes", "1..=65536", "true")),
+        (
+            line3("batch_size = 0"),
+            int("batch_size", "1..=1048576", "0"),
+        ),
+        (
+            line3("batch_size = 1048577"),
+            int("batch_size", "1..=1048576", "1048577"),
+        ),
+        (
+            line3("batch_size = [8192]"),
+            int("batch_size", "1..=1048576", "[8192]"),
+        ),
+        (
+            line3("queue_batches = 0"),
+            int("queue_batches", "1..=4096", "0"),
+        ),
+        (
+            line3("queue_batches = 4097"),
+            int("queue_batches", "1..=4096", "4097"),
+        ),
+        (
+            line3("queue_batches = { n = 1 }"),
+            int("queue_batches", "1..=4096", "{ n = 1 }"),
+        ),
+    ];
+    let cases: Vec<(String, &str)> = cases.iter().map(|(t, e)| (t.clone(), e.as_str())).collect();
+    check_errors(&cases);
+}
+
+#[test]
+fn durations_and_names() {
+    let duration = "3:1: [pipeline]: `shutdown_timeout` must be a duration > 0 such as \"30s\", \
+                    \"1m\" or \"500ms\", found";
+    let name = "2:1: [pipeline]: `name` must be a name of letters, digits, `_` and `-`, found";
+    let d0 = format!("{duration} \"0s\"\n  fix: e.g. shutdown_timeout = \"30s\"");
+    let d1 = format!("{duration} 30\n");
+    let d2 = format!("{duration} \"30 parsecs\"\n");
+    let d3 = format!("{duration} \"\"\n");
+    let n0 = format!("{name} \"hot items\"\n  fix: use letters, digits");
+    let n1 = format!("{name} \"\"\n");
+    let n2 = format!("{name} 5\n");
+    check_errors(&[
+        (line3("shutdown_timeout = \"0s\""), &d0),
+        (line3("shutdown_timeout = 30"), &d1),
+        (line3("shutdown_timeout = \"30 parsecs\""), &d2),
+        (line3("shutdown_timeout = \"\""), &d3),
+        (pipeline_with("name = \"hot items\""), &n0),
+        (pipeline_with("name = \"\""), &n1),
+        (pipeline_with("name = 5"), &n2),
+    ]);
+}
+
+#[test]
+fn unknown_and_missing_keys() {
+    let known = "known keys: name, threads, vnodes, shutdown_timeout, batch_size, queue_batches";
+    let thread =
+        format!("3:1: unknown key `thread` in [pipeline]; {known}\n  fix: did you mean `threads`?");
+    let timeout = format!(
+        "3:1: unknown key `shutdown_timout` in [pipeline]; {known}\n  fix: did you mean `shutdown_timeout`?"
+    );
+    let colour =
+        format!("3:1: unknown key `colour` in [pipeline]; {known}\n  fix: remove `colour`");
+    let nested = format!("3:11: unknown key `extra` in [pipeline]; {known}");
+    check_errors(&[
+        (line3("thread = 2"), &thread),
+        (line3("shutdown_timout = \"1s\""), &timeout),
+        (line3("colour = \"red\""), &colour),
+        (line3("[pipeline.extra]\nx = 1"), &nested),
+        (
+            pipeline_with("threads = 2"),
+            "1:1: [pipeline]: missing required key `name`\n  fix: add name = \"my-pipeline\"",
+        ),
+        // A misspelt required key is reported as misspelt, not also as missing.
+        (
+            pipeline_with("nmae = \"p\""),
+            "2:1: unknown key `nmae` in [pipeline]",
+        ),
+    ]);
+}

@@ -1,0 +1,457 @@
+//! Decoding chunks of whole lines into Arrow record batches, isolating bad rows.
+//!
+//! The fast path hands a whole chunk to Arrow's CSV or JSON decoder and checks that it
+//! produced one row per line. Only when that fails is the chunk decoded again: blocks
+//! of lines first, and the lines of a failing block one by one, so that each bad row is
+//! reported with its line number and a reason while the good rows are kept. The good
+//! lines are then decoded together, so a chunk's batches are always full-size.
+
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use arrow::error::ArrowError;
+use arrow::record_batch::RecordBatch;
+use sluice_types::SluiceError;
+
+use crate::diagnose;
+
+/// The text of a [`BadRow`] is cut to this many characters.
+pub const MAX_BAD_ROW_CHARS: usize = 200;
+
+/// Lines validated together on the slow path before going line by line.
+const BLOCK_LINES: usize = 64;
+
+/// The syntax of the rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowFormat {
+    /// One JSON object per line.
+    Json,
+    /// One CSV record per line; `header` means line 1 of the file names the columns.
+    Csv { header: bool, delimiter: u8 },
+}
+
+/// What a [`Decoder`] produces and from what.
+#[derive(Debug, Clone)]
+pub struct DecoderOptions {
+    /// The schema of every batch produced; CSV columns are matched by position, JSON
+    /// keys by name.
+    pub schema: SchemaRef,
+    pub format: RowFormat,
+    /// The most rows in one batch.
+    pub batch_size: usize,
+}
+
+/// A row that could not be decoded; it is skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRow {
+    /// The 1-based line number in the file.
+    pub line: u64,
+    /// Why, e.g. ``column `price`: expected BIGINT, found "abc"``.
+    pub reason: String,
+    /// The row, cut to [`MAX_BAD_ROW_CHARS`] characters.
+    pub text: String,
+}
+
+impl BadRow {
+    /// A bad row from the raw bytes of its line (the line break is dropped).
+    pub fn new(line: u64, reason: impl Into<String>, bytes: &[u8]) -> BadRow {
+        BadRow {
+            line,
+            reason: reason.into(),
+            text: row_text(bytes),
+        }
+    }
+}
+
+/// The printable text of a line: without its line break, lossy UTF-8, cut to
+/// [`MAX_BAD_ROW_CHARS`] characters.
+pub(crate) fn row_text(bytes: &[u8]) -> String {
+    let bytes = trim_line_break(bytes);
+    // A character is at most 4 bytes, so this prefix holds the characters kept.
+    let prefix = &bytes[..bytes.len().min(MAX_BAD_ROW_CHARS * 4)];
+    String::from_utf8_lossy(prefix)
+        .chars()
+        .take(MAX_BAD_ROW_CHARS)
+        .collect()
+}
+
+/// `bytes` without a trailing `\n` or `\r\n`.
+pub(crate) fn trim_line_break(bytes: &[u8]) -> &[u8] {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    bytes.strip_suffix(b"\r").unwrap_or(bytes)
+}
+
+/// Decodes chunks of whole lines into record batches of one schema.
+///
+/// Each decode builds Arrow's decoder afresh (which costs little next to a chunk): a
+/// decoder that failed, or stopped inside a quoted field, is never reused.
+pub struct Decoder {
+    options: DecoderOptions,
+    /// Chunks that took the line-by-line path.
+    slow_chunks: u64,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("format", &self.options.format)
+            .field("batch_size", &self.options.batch_size)
+            .field("schema", &self.options.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Decoder {
+    /// A decoder for `options`; fails on a zero batch size, an unusable CSV delimiter
+    /// or a column type the format cannot decode.
+    pub fn new(options: DecoderOptions) -> Result<Self, SluiceError> {
+        if options.batch_size == 0 {
+            return Err(
+                SluiceError::user("format.batch_size", "batch_size = 0 is not allowed")
+                    .with_fix("set batch_size to 1 or more"),
+            );
+        }
+        if let RowFormat::Csv { delimiter, .. } = options.format {
+            if matches!(delimiter, b'\n' | b'\r' | b'"') {
+                return Err(SluiceError::user(
+                    "format.csv_delimiter",
+                    format!("CSV delimiter {:?} is not allowed", char::from(delimiter)),
+                )
+                .with_fix("use a delimiter other than a quote or a line break"));
+            }
+            check_csv_types(&options.schema)?;
+        }
+        ArrowDecoder::build(&options, options.batch_size).map_err(|error| {
+            SluiceError::user(
+                "format.unsupported_type",
+                format!("cannot decode the schema: {error}"),
+            )
+        })?;
+        Ok(Decoder {
+            options,
+            slow_chunks: 0,
+        })
+    }
+
+    /// How many chunks were decoded again line by line: those with a bad row, a
+    /// whitespace-only line or two records on one line. A clean input keeps it at 0.
+    pub fn slow_chunks(&self) -> u64 {
+        self.slow_chunks
+    }
+
+    /// The options this decoder was built with.
+    pub fn options(&self) -> &DecoderOptions {
+        &self.options
+    }
+
+    /// Decodes a chunk of whole lines (the chunk ends at a line boundary, or at the end
+    /// of the file), whose first line is line `first_line` of its file.
+    ///
+    /// Good rows are appended to `out` as batches of at most `batch_size` rows with
+    /// exactly the schema; bad rows are appended to `bad`, in line order, and skipped;
+    /// the header line of a CSV file (`first_line == 1` with a header) is skipped.
+    pub fn decode(
+        &mut self,
+        chunk: &[u8],
+        first_line: u64,
+        out: &mut Vec<RecordBatch>,
+        bad: &mut Vec<BadRow>,
+    ) -> Result<(), SluiceError> {
+        let (chunk, first_line) = match self.options.format {
+            RowFormat::Csv { header: true, .. } if first_line == 1 => skip_first_line(chunk),
+            _ => (chunk, first_line),
+        };
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if !chunk.ends_with(b"\n") {
+            // The last line of a file without a final line break.
+            let mut owned = Vec::with_capacity(chunk.len() + 1);
+            owned.extend_from_slice(chunk);
+            owned.push(b'\n');
+            return self.decode_terminated(&owned, first_line, out, bad);
+        }
+        self.decode_terminated(chunk, first_line, out, bad)
+    }
+
+    /// [`Self::decode`] for a chunk that ends with a line break.
+    fn decode_terminated(
+        &mut self,
+        chunk: &[u8],
+        first_line: u64,
+        out: &mut Vec<RecordBatch>,
+        bad: &mut Vec<BadRow>,
+    ) -> Result<(), SluiceError> {
+        let lines = count_line_breaks(chunk);
+        let start = out.len();
+        match self.run(chunk, self.options.batch_size, out) {
+            // One row per line but empty ones (which both decoders skip): no bad row, no
+            // record over two lines. Empty lines are counted only when needed.
+            Ok(rows) if rows == lines || rows + count_empty_lines(chunk) == lines => return Ok(()),
+            Ok(_) | Err(_) => out.truncate(start),
+        }
+        self.slow_chunks += 1;
+        self.decode_line_by_line(chunk, first_line, out, bad)
+    }
+
+    /// The slow path: finds the bad lines, then decodes the good ones together.
+    fn decode_line_by_line(
+        &self,
+        chunk: &[u8],
+        first_line: u64,
+        out: &mut Vec<RecordBatch>,
+        bad: &mut Vec<BadRow>,
+    ) -> Result<(), SluiceError> {
+        let lines = split_lines(chunk, first_line);
+        let mut good = Vec::with_capacity(chunk.len());
+        let mut good_rows = 0;
+        let mut scratch = Vec::new();
+        for block in lines.chunks(BLOCK_LINES) {
+            let (Some(first), Some(last)) = (block.first(), block.last()) else {
+                continue;
+            };
+            let bytes = &chunk[first.start..last.end];
+            if self.validate(bytes, block.len(), &mut scratch).is_ok() {
+                good.extend_from_slice(bytes);
+                good_rows += block.len();
+                continue;
+            }
+            for line in block {
+                let bytes = &chunk[line.start..line.end];
+                match self.validate(bytes, 1, &mut scratch) {
+                    Ok(()) => {
+                        good.extend_from_slice(bytes);
+                        good_rows += 1;
+                    }
+                    Err(arrow_reason) => {
+                        let reason = diagnose::reason(&self.options, bytes, &arrow_reason);
+                        bad.push(BadRow::new(line.number, reason, bytes));
+                    }
+                }
+            }
+        }
+        let start = out.len();
+        match self.run(&good, self.options.batch_size, out) {
+            Ok(rows) if rows == good_rows => Ok(()),
+            outcome => {
+                out.truncate(start);
+                let detail = match outcome {
+                    Ok(rows) => format!("{rows} rows instead of {good_rows}"),
+                    Err(error) => error.to_string(),
+                };
+                Err(SluiceError::internal(
+                    "format.revalidate",
+                    format!(
+                        "the good lines from line {first_line} on decoded alone but not together: {detail}"
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Whether `bytes` decodes into exactly `rows` rows; on failure, Arrow's reason.
+    fn validate(
+        &self,
+        bytes: &[u8],
+        rows: usize,
+        scratch: &mut Vec<RecordBatch>,
+    ) -> Result<(), String> {
+        scratch.clear();
+        // Batches of `rows` rows: the decoder buffers no more than needed.
+        match self.run(bytes, rows.max(1), scratch) {
+            Ok(decoded) if decoded == rows => Ok(()),
+            Ok(decoded) => Err(format!("the line holds {decoded} records")),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    /// Decodes `bytes` (whole lines) into batches of at most `batch_size` rows appended
+    /// to `out`; returns the number of rows. On error, some batches may have been
+    /// appended.
+    fn run(
+        &self,
+        bytes: &[u8],
+        batch_size: usize,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<usize, ArrowError> {
+        ArrowDecoder::build(&self.options, batch_size)?.decode_all(bytes, out)
+    }
+}
+
+/// The chunk without its first line, and the number of the line after it.
+fn skip_first_line(chunk: &[u8]) -> (&[u8], u64) {
+    match chunk.iter().position(|b| *b == b'\n') {
+        Some(end) => (&chunk[end + 1..], 2),
+        None => (&[], 2),
+    }
+}
+
+pub(crate) fn count_line_breaks(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|b| **b == b'\n').count()
+}
+
+/// The number of lines of `chunk` that are `\n` or `\r\n` alone.
+fn count_empty_lines(chunk: &[u8]) -> usize {
+    chunk.split(|b| *b == b'\n').filter(|line| line.is_empty() || *line == b"\r").count()
+        // The split after the final line break is not a line.
+        - usize::from(chunk.ends_with(b"\n"))
+}
+
+/// A line with only whitespace, which is skipped.
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
+}
+
+/// A non-blank line of a chunk: its byte range (with its line break) and its number.
+struct Line {
+    start: usize,
+    end: usize,
+    number: u64,
+}
+
+/// The non-blank lines of `chunk`, which ends with a line break.
+fn split_lines(chunk: &[u8], first_line: u64) -> Vec<Line> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    for (index, line) in chunk.split_inclusive(|b| *b == b'\n').enumerate() {
+        let end = start + line.len();
+        if !is_blank(line) {
+            lines.push(Line {
+                start,
+                end,
+                number: first_line + index as u64,
+            });
+        }
+        start = end;
+    }
+    lines
+}
+
+/// Arrow's push decoder of the configured format.
+enum ArrowDecoder {
+    Csv(arrow::csv::reader::Decoder),
+    Json(arrow::json::reader::Decoder),
+}
+
+impl ArrowDecoder {
+    fn build(options: &DecoderOptions, batch_size: usize) -> Result<ArrowDecoder, ArrowError> {
+        let schema = options.schema.clone();
+        Ok(match options.format {
+            RowFormat::Csv { delimiter, .. } => ArrowDecoder::Csv(
+                arrow::csv::ReaderBuilder::new(schema)
+                    .with_header(false)
+                    .with_delimiter(delimiter)
+                    .with_batch_size(batch_size)
+                    .build_decoder(),
+            ),
+            RowFormat::Json => ArrowDecoder::Json(
+                arrow::json::ReaderBuilder::new(schema)
+                    .with_batch_size(batch_size)
+                    .build_decoder()?,
+            ),
+        })
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, ArrowError> {
+        match self {
+            ArrowDecoder::Csv(decoder) => decoder.decode(bytes),
+            ArrowDecoder::Json(decoder) => decoder.decode(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
+        match self {
+            ArrowDecoder::Csv(decoder) => decoder.flush(),
+            ArrowDecoder::Json(decoder) => decoder.flush(),
+        }
+    }
+
+    /// Decodes all of `bytes` (whole lines) into `out`; returns the number of rows.
+    fn decode_all(
+        &mut self,
+        bytes: &[u8],
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<usize, ArrowError> {
+        let mut rest = bytes;
+        let mut rows = 0;
+        loop {
+            let read = self.decode(rest)?;
+            rest = &rest[read..];
+            if rest.is_empty() {
+                break;
+            }
+            // Arrow's decoders stop reading when a batch is full.
+            let flushed = self.flush_into(out)?;
+            if read == 0 && flushed == 0 {
+                return Err(ArrowError::ComputeError(
+                    "the decoder made no progress".to_string(),
+                ));
+            }
+            rows += flushed;
+        }
+        rows += self.flush_into(out)?;
+        Ok(rows)
+    }
+
+    fn flush_into(&mut self, out: &mut Vec<RecordBatch>) -> Result<usize, ArrowError> {
+        match self.flush()? {
+            Some(batch) => {
+                let rows = batch.num_rows();
+                out.push(batch);
+                Ok(rows)
+            }
+            None => Ok(0),
+        }
+    }
+}
+
+/// Fails on a column type that Arrow's CSV decoder cannot parse.
+fn check_csv_types(schema: &SchemaRef) -> Result<(), SluiceError> {
+    for field in schema.fields() {
+        if !csv_supports(field.data_type()) {
+            return Err(SluiceError::user(
+                "format.unsupported_type",
+                format!(
+                    "CSV cannot hold column `{}` of type {}",
+                    field.name(),
+                    field.data_type()
+                ),
+            )
+            .with_fix("use JSON lines for nested or binary columns"));
+        }
+    }
+    Ok(())
+}
+
+/// The types Arrow's CSV decoder parses.
+fn csv_supports(data_type: &DataType) -> bool {
+    use DataType::*;
+    match data_type {
+        Boolean | Null | Utf8 | Utf8View | Date32 | Date64 | Timestamp(_, _) => true,
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => true,
+        Float16 | Float32 | Float64 => true,
+        Decimal32(_, _) | Decimal64(_, _) | Decimal128(_, _) | Decimal256(_, _) => true,
+        Time32(unit) => matches!(unit, TimeUnit::Second | TimeUnit::Millisecond),
+        Time64(unit) => matches!(unit, TimeUnit::Microsecond | TimeUnit::Nanosecond),
+        Dictionary(key, value) => key.is_dictionary_key_type() && **value == Utf8,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_lines_are_counted() {
+        assert_eq!(count_empty_lines(b"a\n"), 0);
+        assert_eq!(count_empty_lines(b"\n"), 1);
+        assert_eq!(count_empty_lines(b"\na\n\r\n\nb\n \n"), 3);
+    }
+
+    #[test]
+    fn lines_are_numbered_and_blank_ones_dropped() {
+        let lines = split_lines(b"a\n\n  \nbb\r\n", 7);
+        let found: Vec<(usize, usize, u64)> =
+            lines.iter().map(|l| (l.start, l.end, l.number)).collect();
+        assert_eq!(found, [(0, 2, 7), (6, 10, 10)]);
+    }
+}

@@ -1,0 +1,235 @@
+//! Encoding weighted batches as bytes for sinks.
+//!
+//! # Formats
+//!
+//! - **JSON lines** ([`OutputFormat::JsonLines`]): one object per row, one row per
+//!   line, keys in schema order; NULL is `null`, floats are JSON numbers, timestamps are
+//!   strings.
+//! - **CSV** ([`OutputFormat::Csv`]): comma separated, quoted where needed; NULL is an
+//!   empty field. With `header`, the column names are written once, before the rows of
+//!   the first encoded batch.
+//! - **Pretty** ([`OutputFormat::Pretty`]): an aligned table per batch, NULL shown as
+//!   `NULL`; a batch without rows writes nothing.
+//!
+//! # Timestamps
+//!
+//! A timestamp is written as `2026-01-01 00:00:10.000` (`%Y-%m-%d %H:%M:%S%.3f`, see
+//! [`TIMESTAMP_FORMAT`]), in UTC; a timestamp with a time zone gets its offset appended
+//! (`2026-01-01 01:00:10.000+01:00`). When the schema holds a microsecond or
+//! nanosecond timestamp, every timestamp is written with 6 or 9 fraction digits.
+//!
+//! # The op column of an updating stream
+//!
+//! A stream that can carry retractions is encoded with `updating = true`: each row then
+//! starts with an explicit op column, the JSON key `"op"` (the first key) or the CSV and
+//! table column `op` (the first column), holding Flink's short row kinds:
+//!
+//! ```text
+//! {"op":"+I","auction":1,"price":100}     weight +1: an insert
+//! {"op":"-D","auction":1,"price":100}     weight -1: a retraction (delete)
+//! ```
+//!
+//! A row of weight `w` with `|w| > 1` is written `|w|` times; weight 0 writes nothing.
+//! With `updating = false` no op column is written, a row of weight `w > 1` is written
+//! `w` times, and a negative weight is a bug upstream (an assertion).
+
+use std::io::Write;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, StringArray, UInt32Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use arrow::util::display::FormatOptions;
+use sluice_types::{Batch, SluiceError, Weights};
+
+/// How a millisecond timestamp is written: `2026-01-01 00:00:10.000`.
+pub const TIMESTAMP_FORMAT: &str = "%Y-%m-%d %H:%M:%S%.3f";
+
+/// The name of the op column of an updating stream.
+pub const OP_COLUMN: &str = "op";
+/// The op of a row of positive weight.
+pub const OP_INSERT: &str = "+I";
+/// The op of a row of negative weight.
+pub const OP_DELETE: &str = "-D";
+
+/// The byte format of a sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    JsonLines,
+    Csv { header: bool },
+    Pretty,
+}
+
+/// Appends the rows of batches to a byte buffer in one [`OutputFormat`].
+#[derive(Debug)]
+pub struct Encoder {
+    format: OutputFormat,
+    /// The schema written: the sink's, after the op column when updating.
+    schema: SchemaRef,
+    updating: bool,
+    header_written: bool,
+    timestamp_format: &'static str,
+    timestamp_tz_format: &'static str,
+}
+
+impl Encoder {
+    /// An encoder of batches with `schema`; `updating` adds the op column.
+    pub fn new(format: OutputFormat, schema: SchemaRef, updating: bool) -> Self {
+        let (timestamp_format, timestamp_tz_format) = timestamp_formats(&schema);
+        let schema = if updating {
+            let mut fields = vec![Arc::new(Field::new(OP_COLUMN, DataType::Utf8, false))];
+            fields.extend(schema.fields().iter().cloned());
+            Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+        } else {
+            schema
+        };
+        Encoder {
+            format,
+            schema,
+            updating,
+            header_written: false,
+            timestamp_format,
+            timestamp_tz_format,
+        }
+    }
+
+    /// The schema of the rows written, with the op column first when updating.
+    pub fn output_schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Appends the encoded rows of `batch` to `out`.
+    ///
+    /// Panics on a negative weight when the encoder is not updating.
+    pub fn encode(&mut self, batch: &Batch, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+        let rows = self.expand(batch)?;
+        match self.format {
+            OutputFormat::JsonLines => self.write_json(&rows, out),
+            OutputFormat::Csv { header } => self.write_csv(&rows, header, out),
+            OutputFormat::Pretty => self.write_pretty(&rows, out),
+        }
+        .map_err(|error| {
+            SluiceError::internal("format.encode", format!("cannot encode a batch: {error}"))
+        })
+    }
+
+    /// The rows to write: each row repeated `|weight|` times, after its op when updating.
+    fn expand(&self, batch: &Batch) -> Result<RecordBatch, SluiceError> {
+        let (indices, ops) = match &batch.weights {
+            Weights::Column(weights) if weights.values().iter().any(|w| *w != 1) => {
+                assert!(
+                    self.updating || weights.values().iter().all(|w| *w >= 0),
+                    "a retraction reached an encoder that is not updating"
+                );
+                let (indices, ops) = repeat_by_weight(weights.values());
+                (Some(indices), ops)
+            }
+            _ => (None, vec![OP_INSERT; batch.num_rows()]),
+        };
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        if self.updating {
+            columns.push(Arc::new(StringArray::from(ops)));
+        }
+        for column in batch.rows.columns() {
+            columns.push(match &indices {
+                Some(indices) => arrow::compute::take(column.as_ref(), indices, None)?,
+                None => column.clone(),
+            });
+        }
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|error| {
+            SluiceError::internal(
+                "format.schema_mismatch",
+                format!(
+                    "a batch does not match the sink schema {}: {error}",
+                    self.schema
+                ),
+            )
+        })
+    }
+
+    fn write_json(
+        &self,
+        rows: &RecordBatch,
+        out: &mut Vec<u8>,
+    ) -> Result<(), arrow::error::ArrowError> {
+        let mut writer = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .with_timestamp_format(self.timestamp_format.to_string())
+            .with_timestamp_tz_format(self.timestamp_tz_format.to_string())
+            .build::<_, arrow::json::writer::LineDelimited>(out);
+        writer.write(rows)?;
+        writer.finish()
+    }
+
+    fn write_csv(
+        &mut self,
+        rows: &RecordBatch,
+        header: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), arrow::error::ArrowError> {
+        let mut writer = arrow::csv::WriterBuilder::new()
+            .with_header(header && !self.header_written)
+            .with_timestamp_format(self.timestamp_format.to_string())
+            .with_timestamp_tz_format(self.timestamp_tz_format.to_string())
+            .build(out);
+        writer.write(rows)?;
+        self.header_written = true;
+        Ok(())
+    }
+
+    fn write_pretty(
+        &self,
+        rows: &RecordBatch,
+        out: &mut Vec<u8>,
+    ) -> Result<(), arrow::error::ArrowError> {
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let options = FormatOptions::new()
+            .with_null("NULL")
+            .with_timestamp_format(Some(self.timestamp_format))
+            .with_timestamp_tz_format(Some(self.timestamp_tz_format));
+        let table = arrow::util::pretty::pretty_format_batches_with_options(
+            std::slice::from_ref(rows),
+            &options,
+        )?;
+        writeln!(out, "{table}")
+            .map_err(|error| arrow::error::ArrowError::IoError(error.to_string(), error))
+    }
+}
+
+/// The row index of each output row (row `i` repeated `|weights[i]|` times) and its op.
+fn repeat_by_weight(weights: &[i64]) -> (UInt32Array, Vec<&'static str>) {
+    let total: u64 = weights.iter().map(|w| w.unsigned_abs()).sum();
+    let capacity = usize::try_from(total).unwrap_or(usize::MAX);
+    let mut indices = Vec::with_capacity(capacity);
+    let mut ops = Vec::with_capacity(capacity);
+    for (index, weight) in weights.iter().enumerate() {
+        let op = if *weight > 0 { OP_INSERT } else { OP_DELETE };
+        let index = u32::try_from(index).expect("a batch holds fewer than 2^32 rows");
+        for _ in 0..weight.unsigned_abs() {
+            indices.push(index);
+            ops.push(op);
+        }
+    }
+    (UInt32Array::from(indices), ops)
+}
+
+/// The timestamp formats (without and with a time zone) for the finest timestamp unit
+/// of `schema`.
+fn timestamp_formats(schema: &Schema) -> (&'static str, &'static str) {
+    let finest = schema
+        .fields()
+        .iter()
+        .filter_map(|field| match field.data_type() {
+            DataType::Timestamp(TimeUnit::Microsecond, _) => Some(6),
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => Some(9),
+            _ => None,
+        })
+        .max();
+    match finest {
+        Some(9) => ("%Y-%m-%d %H:%M:%S%.9f", "%Y-%m-%d %H:%M:%S%.9f%:z"),
+        Some(_) => ("%Y-%m-%d %H:%M:%S%.6f", "%Y-%m-%d %H:%M:%S%.6f%:z"),
+        None => (TIMESTAMP_FORMAT, "%Y-%m-%d %H:%M:%S%.3f%:z"),
+    }
+}
