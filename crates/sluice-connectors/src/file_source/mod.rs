@@ -1,0 +1,311 @@
+//! The file source: one file, or every file of a directory, as JSON lines or CSV.
+//!
+//! # Files
+//!
+//! `path` is a file, or a directory whose regular files (not hidden ones, whose names
+//! start with `.`; not subdirectories) are read, in name order. A missing path or an
+//! empty directory is an error at planning time that names the resolved path.
+//!
+//! # Lanes
+//!
+//! A file of at most 8 MiB is one lane. When there are fewer files than threads, the
+//! larger files are split into contiguous byte ranges `[start, end)` so that there
+//! are about `max(threads, files)` lanes in all (never pieces under 1 MiB).
+//!
+//! A lane reads exactly the lines that *start* inside its range: one that does not
+//! start at byte 0 seeks to `start - 1` and skips through the first line break, and
+//! every lane reads past `end` to finish its last line. So every line is read by
+//! exactly one lane whatever the split. A CSV header is only line 1 of a file, read
+//! (and skipped) by the lane starting at byte 0.
+//!
+//! Line numbers are those of the file: a lane that starts mid-file counts the line
+//! breaks before its first line, once, the first time it needs a line number (to
+//! report a bad row), so a clean input never pays for the count.
+//!
+//! # Rows, watermarks, bad rows
+//!
+//! Each lane reads through a [`LineChunker`](sluice_formats::LineChunker) (a bounded
+//! buffer) and decodes with a [`Decoder`](sluice_formats::Decoder), one chunk per
+//! poll. With an `event_time` column, the lane's watermark after each poll is the
+//! largest event time it has read (timestamps of any unit, in ms) minus
+//! `watermark_delay`.
+//!
+//! A bad row (see [`sluice_formats`] for what makes one) is handled per `on_error`:
+//! - `skip`: counted in the source's `bad_rows`; the first 5 of the source are logged
+//!   in full (`file:line: reason: text`), later ones only counted (the exit report
+//!   prints the count).
+//! - `fail`: the lane fails with a `source.bad_row` error naming the file, line,
+//!   reason and text.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, SchemaRef};
+use sluice_config::{FileFormat, OnError, SourceConfig, SourceConnector};
+use sluice_formats::{Decoder, DecoderOptions, RowFormat};
+use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
+use sluice_types::SluiceError;
+
+mod lane;
+
+#[cfg(test)]
+mod tests;
+
+pub use lane::FileLane;
+
+/// Files larger than this are split into several lanes when there are threads to spare.
+pub const SPLIT_ABOVE_BYTES: u64 = 8 << 20;
+/// The smallest byte range a split produces.
+const MIN_PIECE_BYTES: u64 = 1 << 20;
+/// Batch size used to check the schema at planning time.
+const CHECK_BATCH_SIZE: usize = 1024;
+
+/// A byte range of one file, read by one lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneRange {
+    /// Index into the source's file list.
+    pub file: usize,
+    pub start: u64,
+    /// Exclusive; the file's size for its last range.
+    pub end: u64,
+}
+
+/// How reading is tuned (fixed in production; small values let tests split tiny files).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tuning {
+    pub split_above_bytes: u64,
+    pub min_piece_bytes: u64,
+    pub chunk_bytes: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            split_above_bytes: SPLIT_ABOVE_BYTES,
+            min_piece_bytes: MIN_PIECE_BYTES,
+            chunk_bytes: sluice_formats::DEFAULT_CHUNK_BYTES,
+        }
+    }
+}
+
+/// What every lane of one source shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub name: String,
+    pub files: Vec<PathBuf>,
+    pub schema: SchemaRef,
+    pub format: RowFormat,
+    /// Index of the event-time column.
+    pub event_time: Option<usize>,
+    pub watermark_delay_ms: i64,
+    pub on_error: OnError,
+    pub chunk_bytes: usize,
+}
+
+/// A planned file source.
+#[derive(Debug)]
+pub struct FileSource {
+    shared: Arc<Shared>,
+    tables: Vec<TableDef>,
+    ranges: Vec<LaneRange>,
+    /// `path` as written, for `describe`.
+    written_path: PathBuf,
+}
+
+impl FileSource {
+    /// The source of a `connector = "file"` config, reading rows of `schema`.
+    pub fn new(
+        config: &SourceConfig,
+        base_dir: &Path,
+        threads: u32,
+        schema: SchemaRef,
+    ) -> Result<FileSource, SluiceError> {
+        Self::with_tuning(config, base_dir, threads, schema, Tuning::default())
+    }
+
+    pub(crate) fn with_tuning(
+        config: &SourceConfig,
+        base_dir: &Path,
+        threads: u32,
+        schema: SchemaRef,
+        tuning: Tuning,
+    ) -> Result<FileSource, SluiceError> {
+        let SourceConnector::File { path, format, header, delimiter } = &config.connector else {
+            return Err(SluiceError::internal(
+                "source.connector",
+                format!("source `{}` is not a file source", config.name),
+            ));
+        };
+        let format = match format {
+            FileFormat::Json => RowFormat::Json,
+            FileFormat::Csv => RowFormat::Csv { header: *header, delimiter: *delimiter },
+        };
+        Decoder::new(DecoderOptions { schema: schema.clone(), format, batch_size: CHECK_BATCH_SIZE })?;
+        let event_time = event_time_index(config, &schema)?;
+        let resolved = crate::resolve(base_dir, path);
+        let files = list_files(path, &resolved)?;
+        let sizes = files.iter().map(|file| file_size(file)).collect::<Result<Vec<u64>, SluiceError>>()?;
+        let ranges = split(&sizes, threads, tuning);
+        let shared = Arc::new(Shared {
+            name: config.name.clone(),
+            files,
+            schema: schema.clone(),
+            format,
+            event_time,
+            watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
+            on_error: config.on_error,
+            chunk_bytes: tuning.chunk_bytes,
+        });
+        let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
+        Ok(FileSource { shared, tables, ranges, written_path: path.clone() })
+    }
+
+    /// The files read, in order.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.shared.files
+    }
+
+    /// The byte range of each lane.
+    pub fn ranges(&self) -> &[LaneRange] {
+        &self.ranges
+    }
+}
+
+impl SourceFactory for FileSource {
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn tables(&self) -> &[TableDef] {
+        &self.tables
+    }
+
+    fn lanes(&self) -> u32 {
+        u32::try_from(self.ranges.len()).unwrap_or(u32::MAX)
+    }
+
+    fn open_lane(&self, context: LaneContext) -> Result<Box<dyn LaneReader>, SluiceError> {
+        let range = self.ranges.get(context.lane as usize).ok_or_else(|| {
+            SluiceError::internal(
+                "source.lane",
+                format!("source `{}` has {} lanes, not lane {}", self.shared.name, self.ranges.len(), context.lane),
+            )
+        })?;
+        Ok(Box::new(FileLane::open(Arc::clone(&self.shared), range.clone(), context)?))
+    }
+
+    fn describe(&self) -> String {
+        let format = match self.shared.format {
+            RowFormat::Json => "json",
+            RowFormat::Csv { .. } => "csv",
+        };
+        let files = self.shared.files.len();
+        let noun = if files == 1 { "file" } else { "files" };
+        format!("file(path={}, {format}, {files} {noun})", self.written_path.display())
+    }
+}
+
+/// The index of the event-time column, which must be a timestamp.
+fn event_time_index(config: &SourceConfig, schema: &SchemaRef) -> Result<Option<usize>, SluiceError> {
+    let Some(column) = &config.event_time else { return Ok(None) };
+    let index = schema.index_of(column).map_err(|_| {
+        SluiceError::user("source.event_time", format!("event_time = \"{column}\" is not a column of its schema"))
+            .with_fix("set event_time to one of the columns in `schema`")
+    })?;
+    match schema.field(index).data_type() {
+        DataType::Timestamp(_, _) => Ok(Some(index)),
+        other => Err(SluiceError::user(
+            "source.event_time",
+            format!("event_time column `{column}` has type {other}, not a timestamp"),
+        )
+        .with_fix(format!("declare `{column}` as TIMESTAMP(3) in `schema`"))),
+    }
+}
+
+/// The files under `resolved`: itself, or its visible regular files by name.
+fn list_files(written: &Path, resolved: &Path) -> Result<Vec<PathBuf>, SluiceError> {
+    let metadata = std::fs::metadata(resolved).map_err(|error| {
+        let kind = if error.kind() == std::io::ErrorKind::NotFound { "does not exist" } else { "cannot be read" };
+        SluiceError::user(
+            "source.path",
+            format!(
+                "path = \"{}\" ({}) {kind}: {error}",
+                written.display(),
+                resolved.display()
+            ),
+        )
+        .with_fix("point `path` at an existing file or directory (a relative path is relative to the pipeline file's directory)")
+    })?;
+    if !metadata.is_dir() {
+        return Ok(vec![resolved.to_path_buf()]);
+    }
+    let entries = std::fs::read_dir(resolved).map_err(|error| read_error(resolved, &error))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|error| read_error(resolved, &error))?;
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symbolic links: a link to a file is read.
+        if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            files.push(path);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(SluiceError::user(
+            "source.path",
+            format!("directory path = \"{}\" ({}) holds no data file", written.display(), resolved.display()),
+        )
+        .with_fix("put the input files in that directory (hidden files are skipped), or point `path` at a file"));
+    }
+    Ok(files)
+}
+
+fn file_size(file: &Path) -> Result<u64, SluiceError> {
+    std::fs::metadata(file).map(|m| m.len()).map_err(|error| read_error(file, &error))
+}
+
+/// An I/O failure on `path`.
+pub(crate) fn read_error(path: &Path, error: &std::io::Error) -> SluiceError {
+    SluiceError::external("source.io", format!("cannot read {}: {error}", path.display()))
+        .with_fix("check that the file exists and is readable")
+}
+
+/// Splits files of the given sizes into about `max(threads, files)` lane ranges.
+///
+/// Each file starts as one range; spare lanes go one at a time to the splittable file
+/// (larger than `split_above_bytes`) whose pieces are largest, while they stay at least
+/// `min_piece_bytes`.
+pub(crate) fn split(sizes: &[u64], threads: u32, tuning: Tuning) -> Vec<LaneRange> {
+    let mut pieces = vec![1u64; sizes.len()];
+    let spare = (threads as usize).saturating_sub(sizes.len());
+    for _ in 0..spare {
+        let candidate = sizes
+            .iter()
+            .zip(&pieces)
+            .enumerate()
+            .filter(|(_, (size, count))| {
+                **size > tuning.split_above_bytes && **size / (**count + 1) >= tuning.min_piece_bytes.max(1)
+            })
+            .max_by_key(|(_, (size, count))| **size / **count)
+            .map(|(index, _)| index);
+        let Some(index) = candidate else { break };
+        pieces[index] += 1;
+    }
+    let mut ranges = Vec::new();
+    for (file, (&size, &count)) in sizes.iter().zip(&pieces).enumerate() {
+        for piece in 0..count {
+            let start = piece_bound(size, piece, count);
+            let end = piece_bound(size, piece + 1, count);
+            ranges.push(LaneRange { file, start, end });
+        }
+    }
+    ranges
+}
+
+/// `size * piece / count` without overflow.
+fn piece_bound(size: u64, piece: u64, count: u64) -> u64 {
+    u64::try_from(u128::from(size) * u128::from(piece) / u128::from(count)).unwrap_or(size)
+}

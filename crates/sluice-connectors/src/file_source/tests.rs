@@ -1,0 +1,302 @@
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use arrow::array::AsArray;
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
+use sluice_config::{FileFormat, OnError, Position, SourceConfig, SourceConnector};
+use sluice_runtime::metrics::SourceMetrics;
+use sluice_runtime::{LaneContext, LanePoll, SourceFactory};
+use sluice_types::{SluiceError, TimestampMs};
+
+use super::{FileSource, LaneRange, Tuning, split};
+
+/// Splits anything above 64 bytes into pieces of at least 16, reading 256-byte chunks.
+const TINY: Tuning = Tuning { split_above_bytes: 64, min_piece_bytes: 16, chunk_bytes: 256 };
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+    ]))
+}
+
+fn config(path: &str, format: FileFormat, on_error: OnError) -> SourceConfig {
+    SourceConfig {
+        name: "events".into(),
+        connector: SourceConnector::File { path: path.into(), format, header: true, delimiter: b',' },
+        schema: None,
+        event_time: Some("ts".into()),
+        watermark_delay: Duration::from_secs(1),
+        on_error,
+        position: Position::new(1, 1),
+    }
+}
+
+/// What reading every lane of a source gave.
+#[derive(Debug, Default)]
+struct Read {
+    /// The `id` of every row, sorted.
+    ids: Vec<i64>,
+    bad_rows: u64,
+    /// The watermarks of each lane, in order.
+    watermarks: Vec<Vec<TimestampMs>>,
+    /// The first error, if a lane failed.
+    error: Option<SluiceError>,
+}
+
+fn read_all(source: &FileSource, batch_size: usize) -> Read {
+    let metrics = Arc::new(SourceMetrics::new("events", source.lanes()));
+    let mut read = Read::default();
+    for lane in 0..source.lanes() {
+        let context = LaneContext { lane, batch_size, tables_needed: vec![true], metrics: Arc::clone(&metrics) };
+        let mut reader = source.open_lane(context).expect("lane opens");
+        let mut watermarks = Vec::new();
+        loop {
+            match reader.poll() {
+                Ok(LanePoll::Data { batches, watermark }) => {
+                    for (table, batch) in batches {
+                        assert_eq!(table, 0);
+                        assert!(batch.num_rows() <= batch_size);
+                        read.ids.extend(batch.column(0).as_primitive::<Int64Type>().values().iter());
+                    }
+                    watermarks.extend(watermark);
+                }
+                Ok(LanePoll::Wait(_)) => panic!("a file lane never waits"),
+                Ok(LanePoll::Exhausted) => break,
+                Err(error) => {
+                    read.error.get_or_insert(error);
+                    break;
+                }
+            }
+        }
+        read.watermarks.push(watermarks);
+    }
+    read.ids.sort_unstable();
+    read.bad_rows = metrics.bad_rows.load(Ordering::Relaxed);
+    read
+}
+
+/// A CSV row of fixed width: `000042,n00042,2026-01-01 00:00:42.000`; a bad one has an
+/// id that is not a number (same width, so the layout does not depend on it).
+fn csv_row(id: i64, bad: bool) -> String {
+    let seconds = id % 60;
+    let minutes = id / 60 % 60;
+    let id_field = if bad { format!("x{:05}", id) } else { format!("{:06}", id) };
+    format!("{id_field},n{id:05},2026-01-01 00:{minutes:02}:{seconds:02}.000\n")
+}
+
+/// A CSV file of `rows` rows (ids 1..=rows, on lines 2..) with the given ids bad.
+fn write_csv(path: &Path, rows: i64, bad: &[i64]) {
+    // The header is padded to the width of a row, so lanes can end on line starts.
+    let mut text = format!("{:<36}\n", "id,name,ts");
+    for id in 1..=rows {
+        text.push_str(&csv_row(id, bad.contains(&id)));
+    }
+    std::fs::write(path, text).expect("write csv");
+}
+
+fn csv_source(dir: &Path, threads: u32, on_error: OnError, tuning: Tuning) -> FileSource {
+    let config = config("data.csv", FileFormat::Csv, on_error);
+    FileSource::with_tuning(&config, dir, threads, schema(), tuning).expect("source")
+}
+
+/// The 1-based line holding byte `offset` of the file.
+fn line_of(bytes: &[u8], offset: u64) -> i64 {
+    bytes[..offset as usize].iter().filter(|b| **b == b'\n').count() as i64 + 1
+}
+
+/// The lines around every lane boundary: the line holding the boundary's last byte
+/// before it, and the one holding its first byte.
+fn boundary_lines(path: &Path, ranges: &[LaneRange]) -> Vec<i64> {
+    let bytes = std::fs::read(path).expect("read back");
+    let mut lines: Vec<i64> = ranges
+        .iter()
+        .filter(|range| range.start > 0)
+        .flat_map(|range| [line_of(&bytes, range.start - 1), line_of(&bytes, range.start)])
+        .collect();
+    lines.dedup();
+    lines
+}
+
+#[test]
+fn a_directory_of_json_files_is_read_once_in_name_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("nested")).expect("mkdir");
+    let row = |id: i64| format!("{{\"id\":{id},\"name\":\"n{id}\",\"ts\":\"2026-01-01 00:00:{:02}\"}}\n", id % 60);
+    let file = |ids: std::ops::Range<i64>| ids.map(row).collect::<String>();
+    std::fs::write(data.join("b.json"), file(10..20)).expect("write");
+    std::fs::write(data.join("a.json"), file(0..10)).expect("write");
+    std::fs::write(data.join("c.jsonl"), file(20..25)).expect("write");
+    std::fs::write(data.join(".hidden.json"), file(100..110)).expect("write");
+    std::fs::write(data.join("nested/d.json"), file(200..210)).expect("write");
+
+    let config = config("data", FileFormat::Json, OnError::Fail);
+    let source = FileSource::new(&config, dir.path(), 2, schema()).expect("source");
+    let names: Vec<String> =
+        source.files().iter().map(|f| f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string()).collect();
+    assert_eq!(names, ["a.json", "b.json", "c.jsonl"]);
+    assert_eq!(source.lanes(), 3);
+    assert_eq!(source.describe(), "file(path=data, json, 3 files)");
+    assert_eq!(source.tables()[0].name, "events");
+
+    let read = read_all(&source, 4);
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!(read.ids, (0..25).collect::<Vec<_>>());
+    // Lane 0 reads a.json: event times up to 00:00:09, minus the 1 s delay.
+    let base = 1_767_225_600_000;
+    assert_eq!(read.watermarks[0].last(), Some(&(base + 8_000)));
+    assert!(read.watermarks.iter().all(|w| w.windows(2).all(|p| p[0] <= p[1])));
+}
+
+#[test]
+fn a_split_csv_file_reads_every_row_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data.csv");
+    let bad = [7, 150, 151, 299];
+    write_csv(&path, 300, &bad);
+    let whole = read_all(&csv_source(dir.path(), 1, OnError::Skip, Tuning::default()), 64);
+    assert_eq!(whole.bad_rows, 4);
+    assert_eq!(whole.ids.len(), 296);
+    for threads in [2, 3, 7, 16] {
+        let source = csv_source(dir.path(), threads, OnError::Skip, TINY);
+        assert_eq!(source.lanes(), threads, "one file split into {threads} lanes");
+        let read = read_all(&source, 64);
+        assert!(read.error.is_none());
+        assert_eq!(read.ids, whole.ids, "{threads} lanes read every row exactly once");
+        assert_eq!(read.bad_rows, 4);
+    }
+}
+
+#[test]
+fn bad_rows_near_lane_boundaries_report_their_file_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data.csv");
+    // 301 lines of 37 bytes: 7 lanes end on line starts, 4 and 9 inside lines.
+    write_csv(&path, 300, &[]);
+    for threads in [4, 7, 9] {
+        let ranges = csv_source(dir.path(), threads, OnError::Fail, TINY).ranges().to_vec();
+        for line in boundary_lines(&path, &ranges) {
+            let id = line - 1;
+            write_csv(&path, 300, &[id]);
+            let source = csv_source(dir.path(), threads, OnError::Fail, TINY);
+            assert_eq!(source.ranges(), ranges.as_slice(), "bad rows do not move boundaries");
+            let read = read_all(&source, 16);
+            let error = read.error.expect("the bad row fails the lane");
+            let text = csv_row(id, true);
+            let expected = format!("{}:{line}: ", path.display());
+            assert!(error.message.contains(&expected), "line {line}: {}", error.message);
+            assert!(error.message.contains(text.trim_end()), "{}", error.message);
+        }
+    }
+}
+
+#[test]
+fn a_line_longer_than_the_buffer_in_a_mid_file_lane_reports_its_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data.csv");
+    let mut text = String::from("id,name,ts\n");
+    for id in 1..=100 {
+        if id == 80 {
+            text.push_str(&format!("{id},{},2026-01-01\n", "y".repeat(400)));
+        } else {
+            text.push_str(&csv_row(id, false));
+        }
+    }
+    std::fs::write(&path, text).expect("write");
+    let source = csv_source(dir.path(), 3, OnError::Fail, TINY);
+    assert_eq!(source.lanes(), 3);
+    let error = read_all(&source, 16).error.expect("fails");
+    assert!(error.message.contains(&format!("{}:81: line longer than", path.display())), "{}", error.message);
+}
+
+#[test]
+fn the_fail_policy_names_file_line_reason_text_and_fix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_csv(&dir.path().join("data.csv"), 20, &[12]);
+    let source = csv_source(dir.path(), 1, OnError::Fail, Tuning::default());
+    let read = read_all(&source, 100);
+    let error = read.error.expect("fails");
+    assert_eq!(error.code, "source.bad_row");
+    assert_eq!(error.domain, sluice_types::Domain::User);
+    assert!(error.message.starts_with("bad row at "), "{}", error.message);
+    assert!(error.message.contains("data.csv:13: "), "{}", error.message);
+    assert!(error.message.contains("`id`"), "the reason names the column: {}", error.message);
+    assert!(error.message.contains("x00012,n00012"), "{}", error.message);
+    let fix = error.fix.expect("a fix");
+    assert!(fix.contains("set on_error = \"skip\" to count and skip bad rows"), "{fix}");
+    assert_eq!(read.bad_rows, 1);
+}
+
+#[test]
+fn skipped_rows_are_counted_and_the_rest_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_csv(&dir.path().join("data.csv"), 50, &[1, 2, 3, 4, 5, 6, 7, 50]);
+    let read = read_all(&csv_source(dir.path(), 1, OnError::Skip, Tuning::default()), 10);
+    assert!(read.error.is_none());
+    assert_eq!(read.bad_rows, 8);
+    assert_eq!(read.ids, (8..50).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_missing_path_or_an_empty_directory_is_a_user_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = config("nowhere/data.csv", FileFormat::Csv, OnError::Skip);
+    let error = FileSource::new(&config, dir.path(), 1, schema()).expect_err("missing");
+    assert_eq!(error.code, "source.path");
+    assert!(
+        error.message.contains("nowhere/data.csv") && error.message.contains("does not exist"),
+        "{}",
+        error.message
+    );
+    assert!(error.fix.is_some_and(|fix| fix.contains("path")));
+
+    std::fs::create_dir(dir.path().join("empty")).expect("mkdir");
+    std::fs::write(dir.path().join("empty/.keep"), "").expect("write");
+    let config = self::config("empty", FileFormat::Json, OnError::Skip);
+    let error = FileSource::new(&config, dir.path(), 1, schema()).expect_err("empty");
+    assert!(error.message.contains("holds no data file"), "{}", error.message);
+}
+
+#[test]
+fn an_event_time_that_is_not_a_timestamp_column_is_rejected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_csv(&dir.path().join("data.csv"), 1, &[]);
+    let mut config = config("data.csv", FileFormat::Csv, OnError::Skip);
+    config.event_time = Some("id".into());
+    let error = FileSource::new(&config, dir.path(), 1, schema()).expect_err("not a timestamp");
+    assert_eq!(error.code, "source.event_time");
+    config.event_time = Some("nope".into());
+    assert!(FileSource::new(&config, dir.path(), 1, schema()).is_err());
+}
+
+#[test]
+fn a_lane_of_an_unneeded_table_reads_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_csv(&dir.path().join("data.csv"), 5, &[]);
+    let source = csv_source(dir.path(), 1, OnError::Skip, Tuning::default());
+    let metrics = Arc::new(SourceMetrics::new("events", 1));
+    let context = LaneContext { lane: 0, batch_size: 8, tables_needed: vec![false], metrics };
+    let mut lane = source.open_lane(context).expect("opens");
+    assert!(matches!(lane.poll(), Ok(LanePoll::Exhausted)));
+}
+
+#[test]
+fn large_files_are_split_until_threads_are_used() {
+    let tuning = Tuning::default();
+    let mib = 1 << 20;
+    let ranges = split(&[100 * mib, mib], 4, tuning);
+    let files: Vec<usize> = ranges.iter().map(|r| r.file).collect();
+    assert_eq!(files, [0, 0, 0, 1]);
+    assert_eq!((ranges[0].start, ranges[2].end, ranges[3].end), (0, 100 * mib, mib));
+    assert!(ranges[..3].windows(2).all(|w| w[0].end == w[1].start), "contiguous pieces");
+    // More files than threads: one lane per file.
+    assert_eq!(split(&[20 * mib; 8], 4, tuning).len(), 8);
+    // Small files are never split.
+    assert_eq!(split(&[8 * mib, 100], 16, tuning).len(), 2);
+    // Pieces never go below the minimum.
+    assert_eq!(split(&[9 * mib], 64, tuning).len(), 9);
+}

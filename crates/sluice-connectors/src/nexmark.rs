@@ -1,0 +1,381 @@
+//! The NEXMark source: the standard generator, one lane per driver thread.
+//!
+//! Contract:
+//! - Tables `person`, `auction`, `bid`, in that order (table indexes 0, 1, 2), with
+//!   [`sluice_nexmark::schema`]; the event-time column of each is `dateTime`.
+//! - `threads` lanes; lane `l` of `n` generates event numbers `l, l + n, ...`, so the
+//!   lanes together produce exactly the single-stream events (`events` of them when
+//!   bounded, split 1:3:46 person:auction:bid), whatever the thread count.
+//! - A lane generates only the tables some flow reads
+//!   ([`LaneContext::tables_needed`]); one that reads none is exhausted at once.
+//! - After each batch the lane's watermark is the largest event time it has produced
+//!   minus `watermark_delay`: it never decreases.
+//! - `rate` (events per second of wall clock, for the whole source) is split evenly
+//!   over the lanes. A lane ahead of its schedule answers [`LanePoll::Wait`] with the
+//!   instant it may go on (it never sleeps). Batches hold at most `batch_size` events
+//!   and, under a rate, about 100 ms worth of events, so a slow rate still delivers
+//!   rows promptly. A lane that fell behind (its consumer was slow) catches up in
+//!   full batches.
+
+use std::time::{Duration, Instant};
+
+use sluice_config::{SourceConfig, SourceConnector};
+use sluice_nexmark::{GeneratorConfig, LaneGenerator, Table, TableSet};
+use sluice_runtime::{LaneContext, LanePoll, LaneReader, SourceFactory, TableDef};
+use sluice_types::{SluiceError, TimestampMs};
+
+/// The event-time column of every nexmark table.
+pub const EVENT_TIME_COLUMN: &str = "dateTime";
+
+/// How much wall-clock time one rate-limited batch covers at most.
+const RATE_BATCH_SPAN: Duration = Duration::from_millis(100);
+
+/// A planned nexmark source.
+#[derive(Debug)]
+pub struct NexmarkSource {
+    name: String,
+    tables: Vec<TableDef>,
+    generator: GeneratorConfig,
+    rate: Option<f64>,
+    lanes: u32,
+    watermark_delay_ms: i64,
+}
+
+impl NexmarkSource {
+    /// The source of a `connector = "nexmark"` config, with one lane per thread.
+    pub fn new(config: &SourceConfig, threads: u32) -> Result<NexmarkSource, SluiceError> {
+        let SourceConnector::Nexmark { events, rate, seed, first_event_rate } = &config.connector else {
+            return Err(SluiceError::internal(
+                "source.connector",
+                format!("source `{}` is not a nexmark source", config.name),
+            ));
+        };
+        let generator = GeneratorConfig {
+            seed: *seed,
+            events: *events,
+            first_event_rate: *first_event_rate,
+            ..GeneratorConfig::default()
+        };
+        generator.validate().map_err(|error| {
+            SluiceError::user("source.nexmark_options", error.to_string())
+                .with_fix("set first_event_rate to 1 or more in [source.options]")
+        })?;
+        if let Some(rate) = rate.filter(|rate| !rate.is_finite() || *rate <= 0.0) {
+            return Err(SluiceError::user("source.nexmark_rate", format!("rate = {rate} is not a positive number"))
+                .with_fix("set rate to events per second above 0, or remove it for no limit"));
+        }
+        let tables = Table::all()
+            .into_iter()
+            .map(|table| TableDef {
+                name: table.name().to_string(),
+                schema: sluice_nexmark::schema(table),
+                event_time: Some(EVENT_TIME_COLUMN.to_string()),
+            })
+            .collect();
+        Ok(NexmarkSource {
+            name: config.name.clone(),
+            tables,
+            generator,
+            rate: *rate,
+            lanes: threads.max(1),
+            watermark_delay_ms: duration_ms(config.watermark_delay),
+        })
+    }
+}
+
+impl SourceFactory for NexmarkSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn tables(&self) -> &[TableDef] {
+        &self.tables
+    }
+
+    fn lanes(&self) -> u32 {
+        self.lanes
+    }
+
+    fn open_lane(&self, context: LaneContext) -> Result<Box<dyn LaneReader>, SluiceError> {
+        if context.lane >= self.lanes {
+            return Err(SluiceError::internal(
+                "source.lane",
+                format!("source `{}` has {} lanes, not lane {}", self.name, self.lanes, context.lane),
+            ));
+        }
+        let needed: TableSet = Table::all()
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| context.tables_needed.get(*index).copied().unwrap_or(false))
+            .map(|(_, table)| table)
+            .collect();
+        let throttle = self.rate.map(|rate| Throttle::new(rate / f64::from(self.lanes), context.batch_size));
+        Ok(Box::new(NexmarkLane {
+            generator: LaneGenerator::new(&self.generator, context.lane, self.lanes, needed),
+            needed,
+            batch_size: context.batch_size.max(1),
+            throttle,
+            watermark_delay_ms: self.watermark_delay_ms,
+        }))
+    }
+
+    fn describe(&self) -> String {
+        let events = self.generator.events.map_or("unbounded".to_string(), |events| events.to_string());
+        let rate = self.rate.map_or("unlimited".to_string(), |rate| rate.to_string());
+        format!("nexmark(events={events}, rate={rate}, seed={})", self.generator.seed)
+    }
+}
+
+/// One lane of the generator.
+pub struct NexmarkLane {
+    generator: LaneGenerator,
+    needed: TableSet,
+    batch_size: usize,
+    throttle: Option<Throttle>,
+    watermark_delay_ms: i64,
+}
+
+impl NexmarkLane {
+    /// [`LaneReader::poll`] as of the instant `now` (the wall clock, or a test's).
+    pub fn poll_at(&mut self, now: Instant) -> LanePoll {
+        if self.needed.is_empty() || self.generator.is_exhausted() {
+            return LanePoll::Exhausted;
+        }
+        let mut events = self.batch_size as u64;
+        if let Some(remaining) = self.generator.remaining_events() {
+            events = events.min(remaining);
+        }
+        if let Some(throttle) = &mut self.throttle {
+            match throttle.permit(now, events) {
+                Ok(permitted) => events = permitted,
+                Err(until) => return LanePoll::Wait(until),
+            }
+        }
+        let Some(generated) = self.generator.next_batch(usize::try_from(events).unwrap_or(usize::MAX)) else {
+            return LanePoll::Exhausted;
+        };
+        if let Some(throttle) = &mut self.throttle {
+            throttle.emitted += generated.events;
+        }
+        let batches = Table::all()
+            .into_iter()
+            .enumerate()
+            .filter_map(|(index, table)| generated.table(table).map(|batch| (index, batch.clone())))
+            .filter(|(_, batch)| batch.num_rows() > 0)
+            .collect();
+        let watermark: TimestampMs = generated.max_event_time_ms.saturating_sub(self.watermark_delay_ms);
+        LanePoll::Data { batches, watermark: Some(watermark) }
+    }
+}
+
+impl LaneReader for NexmarkLane {
+    fn poll(&mut self) -> Result<LanePoll, SluiceError> {
+        Ok(self.poll_at(Instant::now()))
+    }
+}
+
+/// Paces one lane to `rate` events per second of wall clock.
+///
+/// Event `i` of the lane is due at `start + i / rate`, where `start` is the first
+/// poll; one batch worth (`chunk` events) may be ahead of that schedule, so the first
+/// batch goes at once and the average rate is exact.
+#[derive(Debug)]
+struct Throttle {
+    /// Events per second for this lane.
+    rate: f64,
+    /// The events of one rate-limited batch: about [`RATE_BATCH_SPAN`] worth.
+    chunk: u64,
+    start: Option<Instant>,
+    emitted: u64,
+}
+
+impl Throttle {
+    fn new(rate: f64, batch_size: usize) -> Throttle {
+        let span = (rate * RATE_BATCH_SPAN.as_secs_f64()).floor();
+        let chunk = if span >= 1.0 { span as u64 } else { 1 };
+        Throttle { rate, chunk: chunk.min(batch_size.max(1) as u64), start: None, emitted: 0 }
+    }
+
+    /// How many of the `wanted` next events may go now, or the instant to come back.
+    fn permit(&mut self, now: Instant, wanted: u64) -> Result<u64, Instant> {
+        let start = *self.start.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(start).as_secs_f64();
+        let due = (elapsed * self.rate).floor() as u64;
+        let allowance = (due + self.chunk).saturating_sub(self.emitted);
+        if allowance >= self.chunk.min(wanted) {
+            return Ok(allowance.min(wanted));
+        }
+        // The allowance reaches a chunk once `elapsed * rate >= emitted`.
+        let nanos = (self.emitted as f64 * 1e9 / self.rate).ceil() + 1.0;
+        Err(start + Duration::from_nanos(nanos.min(u64::MAX as f64) as u64))
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn duration_ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::TimestampMillisecondType;
+    use sluice_config::{OnError, Position};
+    use sluice_runtime::metrics::SourceMetrics;
+
+    use super::*;
+
+    fn config(events: Option<u64>, rate: Option<f64>) -> SourceConfig {
+        SourceConfig {
+            name: "gen".into(),
+            connector: SourceConnector::Nexmark { events, rate, seed: 7, first_event_rate: 10_000 },
+            schema: None,
+            event_time: None,
+            watermark_delay: Duration::from_millis(500),
+            on_error: OnError::Skip,
+            position: Position::new(1, 1),
+        }
+    }
+
+    fn open(source: &NexmarkSource, lane: u32, batch_size: usize, needed: [bool; 3]) -> Box<dyn LaneReader> {
+        let context = LaneContext {
+            lane,
+            batch_size,
+            tables_needed: needed.to_vec(),
+            metrics: Arc::new(SourceMetrics::new("gen", source.lanes())),
+        };
+        source.open_lane(context).expect("lane opens")
+    }
+
+    /// Polls a lane to its end; returns rows per table and the watermarks seen.
+    fn drain(lane: &mut dyn LaneReader) -> ([usize; 3], Vec<TimestampMs>) {
+        let mut rows = [0; 3];
+        let mut watermarks = Vec::new();
+        loop {
+            match lane.poll().expect("poll") {
+                LanePoll::Data { batches, watermark } => {
+                    for (table, batch) in batches {
+                        rows[table] += batch.num_rows();
+                        check_event_times(&batch, watermark);
+                    }
+                    watermarks.extend(watermark);
+                }
+                LanePoll::Wait(_) => panic!("an unlimited lane never waits"),
+                LanePoll::Exhausted => return (rows, watermarks),
+            }
+        }
+    }
+
+    /// Every row of a batch is at or before the watermark after it plus the delay.
+    fn check_event_times(batch: &arrow::record_batch::RecordBatch, watermark: Option<TimestampMs>) {
+        let column = batch.column_by_name(EVENT_TIME_COLUMN).expect("dateTime column");
+        let times = column.as_primitive::<TimestampMillisecondType>();
+        let watermark = watermark.expect("nexmark has a watermark");
+        assert_eq!(times.null_count(), 0);
+        assert!(times.values().iter().all(|t| *t - 500 <= watermark));
+    }
+
+    #[test]
+    fn lanes_together_produce_every_event_once_in_the_standard_mix() {
+        let source = NexmarkSource::new(&config(Some(10_000), None), 3).expect("source");
+        assert_eq!(source.lanes(), 3);
+        let mut total = [0; 3];
+        for lane in 0..3 {
+            let mut reader = open(&source, lane, 777, [true; 3]);
+            let (rows, watermarks) = drain(reader.as_mut());
+            assert!(watermarks.windows(2).all(|w| w[0] <= w[1]), "watermarks never decrease");
+            assert!(!watermarks.is_empty());
+            for table in 0..3 {
+                total[table] += rows[table];
+            }
+        }
+        assert_eq!(total, [200, 600, 9_200]);
+    }
+
+    #[test]
+    fn only_needed_tables_are_produced() {
+        let source = NexmarkSource::new(&config(Some(1_000), None), 1).expect("source");
+        let mut reader = open(&source, 0, 100, [false, false, true]);
+        let (rows, _) = drain(reader.as_mut());
+        assert_eq!(rows, [0, 0, 920]);
+        let mut nothing = open(&source, 0, 100, [false; 3]);
+        assert!(matches!(nothing.poll().expect("poll"), LanePoll::Exhausted));
+    }
+
+    #[test]
+    fn a_lane_without_events_is_exhausted() {
+        let source = NexmarkSource::new(&config(Some(2), None), 4).expect("source");
+        let mut reader = open(&source, 3, 100, [true; 3]);
+        assert!(matches!(reader.poll().expect("poll"), LanePoll::Exhausted));
+    }
+
+    fn nexmark_lane(rate: f64, lanes: u32, batch_size: usize) -> NexmarkLane {
+        let source = NexmarkSource::new(&config(None, Some(rate)), lanes).expect("source");
+        NexmarkLane {
+            generator: LaneGenerator::new(&source.generator, 0, lanes, TableSet::all()),
+            needed: TableSet::all(),
+            batch_size,
+            throttle: source.rate.map(|rate| Throttle::new(rate / f64::from(lanes), batch_size)),
+            watermark_delay_ms: 0,
+        }
+    }
+
+    fn events_of(poll: &LanePoll) -> Option<usize> {
+        match poll {
+            LanePoll::Data { batches, .. } => Some(batches.iter().map(|(_, b)| b.num_rows()).sum()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_rate_limited_lane_waits_until_its_next_batch_is_due() {
+        // 2000 events/s over 2 lanes: 1000/s per lane, batches of 100 ms = 100 events.
+        let mut lane = nexmark_lane(2_000.0, 2, 8192);
+        let t0 = Instant::now();
+        assert_eq!(events_of(&lane.poll_at(t0)), Some(100), "the first batch goes at once");
+        let next = Duration::from_millis(100);
+        for now in [t0, t0 + Duration::from_millis(50), t0 + Duration::from_millis(99)] {
+            match lane.poll_at(now) {
+                LanePoll::Wait(until) => {
+                    assert!(until >= t0 + next && until <= t0 + next + Duration::from_millis(1));
+                }
+                _ => panic!("a lane ahead of its schedule waits"),
+            }
+        }
+        assert_eq!(events_of(&lane.poll_at(t0 + next + Duration::from_micros(10))), Some(100));
+        // After a stall it catches up, in batches of at most batch_size events.
+        assert_eq!(events_of(&lane.poll_at(t0 + Duration::from_secs(20))), Some(8192));
+    }
+
+    #[test]
+    fn a_tiny_rate_sends_one_event_at_a_time() {
+        let mut lane = nexmark_lane(0.5, 1, 8192);
+        let t0 = Instant::now();
+        assert_eq!(events_of(&lane.poll_at(t0)), Some(1));
+        let LanePoll::Wait(until) = lane.poll_at(t0 + Duration::from_secs(1)) else {
+            panic!("waits for the next event");
+        };
+        let delay = until - t0;
+        assert!(delay >= Duration::from_secs(2) && delay < Duration::from_millis(2_001), "{delay:?}");
+        assert_eq!(events_of(&lane.poll_at(until)), Some(1));
+    }
+
+    #[test]
+    fn describe_names_the_options() {
+        let source = NexmarkSource::new(&config(Some(1_000_000), None), 2).expect("source");
+        assert_eq!(source.describe(), "nexmark(events=1000000, rate=unlimited, seed=7)");
+        let source = NexmarkSource::new(&config(None, Some(5000.0)), 2).expect("source");
+        assert_eq!(source.describe(), "nexmark(events=unbounded, rate=5000, seed=7)");
+        assert_eq!(source.tables()[2].name, "bid");
+        assert_eq!(source.tables()[0].event_time.as_deref(), Some("dateTime"));
+    }
+
+    #[test]
+    fn a_bad_rate_is_a_user_error() {
+        let error = NexmarkSource::new(&config(None, Some(0.0)), 1).expect_err("rejected");
+        assert_eq!(error.code, "source.nexmark_rate");
+        assert!(error.fix.is_some());
+    }
+}

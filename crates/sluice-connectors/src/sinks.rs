@@ -1,0 +1,368 @@
+//! The sinks: `stdout`, `file` and `blackhole`.
+//!
+//! - **stdout** ([`SinkParallelism::Single`]): a pretty table per batch, or JSON lines.
+//!   Each batch is encoded into a buffer and written with one locked write, then
+//!   flushed, so output appears as soon as a batch is done. A closed standard output
+//!   (`sluice run ... | head`) is an External `sink.stdout_closed` error, never a panic.
+//! - **file**, `mode = "file"` ([`SinkParallelism::Single`]): everything goes to `path`
+//!   (parent directories are created; an existing file is replaced).
+//! - **file**, `mode = "directory"` ([`SinkParallelism::PerThread`]): slot `i` writes
+//!   `path/part-{i}.jsonl` or `path/part-{i}.csv` (the directory is created). Slot 0
+//!   also removes the parts `part-{k}` with `k >= slots` left by an earlier run with
+//!   more threads, so the directory holds exactly this run's output.
+//!
+//!   Files are JSON lines or CSV with a header line, written through a buffer; `close`
+//!   flushes and fsyncs. Opening fails at once, naming the path, the OS reason and the
+//!   fix, when the location cannot be written; [`check_sink`] makes the same check
+//!   without creating anything but a probe file it removes at once.
+//! - **blackhole** ([`SinkParallelism::PerThread`]): writes nothing (the runtime counts
+//!   the rows).
+//!
+//! When the sink's input is *updating* (it can carry retractions), every row is written
+//! with an op column first: `+I` for an insert, `-D` for a retraction
+//! (see [`sluice_formats::encode`]). An append-only input is written without it.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use sluice_config::{FileFormat, FileMode, SinkConfig, SinkConnector, StdoutFormat};
+use sluice_formats::{Encoder, OutputFormat};
+use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
+use sluice_types::{Batch, SluiceError};
+
+/// Builds the sink of `config` (see the module docs).
+pub(crate) fn build(
+    config: &SinkConfig,
+    base_dir: &Path,
+    schema: SchemaRef,
+    updating: bool,
+) -> Result<Arc<dyn SinkFactory>, SluiceError> {
+    let name = config.name.clone();
+    Ok(match &config.connector {
+        SinkConnector::Stdout { format } => Arc::new(StdoutSink { name, format: *format, schema, updating }),
+        SinkConnector::File { path, format, mode } => Arc::new(FileSink {
+            name,
+            written_path: path.clone(),
+            path: crate::resolve(base_dir, path),
+            format: *format,
+            mode: *mode,
+            schema,
+            updating,
+        }),
+        SinkConnector::Blackhole => Arc::new(BlackholeSink { name }),
+    })
+}
+
+/// Checks that the sink of `config` can write where it is told to, creating nothing:
+/// for a file sink, the output's directory must exist or be creatable, and be
+/// writable. Other sinks always pass.
+pub fn check_sink(config: &SinkConfig, base_dir: &Path) -> Result<(), SluiceError> {
+    let SinkConnector::File { path, mode, .. } = &config.connector else { return Ok(()) };
+    let resolved = crate::resolve(base_dir, path);
+    let directory = match mode {
+        FileMode::File => {
+            if resolved.is_dir() {
+                return Err(path_error(&resolved, "is a directory")
+                    .with_fix("name a file in `path`, or set mode = \"directory\""));
+            }
+            if resolved.is_file() {
+                // Opening for writing without truncating changes nothing.
+                File::options().write(true).open(&resolved).map_err(|error| open_error(&resolved, &error))?;
+            }
+            resolved.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+        }
+        FileMode::Directory => resolved.clone(),
+    };
+    check_directory(&directory)
+}
+
+/// Checks that `directory` exists or can be created, and is writable.
+fn check_directory(directory: &Path) -> Result<(), SluiceError> {
+    let fix = "choose a `path` in a writable directory, or fix the permissions";
+    let existing = directory.ancestors().find(|a| a.as_os_str().is_empty() || a.exists());
+    let existing = match existing {
+        Some(a) if a.as_os_str().is_empty() => Path::new("."),
+        Some(a) => a,
+        None => return Err(path_error(directory, "has no existing parent directory").with_fix(fix)),
+    };
+    if !existing.is_dir() {
+        let reason = format!("cannot be created: {} is not a directory", existing.display());
+        return Err(path_error(directory, &reason).with_fix(fix));
+    }
+    let probe = existing.join(format!(".sluice-write-check-{}", std::process::id()));
+    match File::options().write(true).create_new(true).open(&probe) {
+        Ok(file) => {
+            drop(file);
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => {
+            let reason = format!("is not writable ({} cannot be written: {error})", existing.display());
+            Err(path_error(directory, &reason).with_fix(fix))
+        }
+    }
+}
+
+/// A sink path problem, for the user to fix.
+fn path_error(path: &Path, reason: &str) -> SluiceError {
+    SluiceError::user("sink.path", format!("path {} {reason}", path.display()))
+}
+
+/// A failure opening `path` for writing.
+fn open_error(path: &Path, error: &io::Error) -> SluiceError {
+    SluiceError::user("sink.path", format!("cannot write {}: {error}", path.display()))
+        .with_fix("choose a `path` in a writable directory (it is created if missing), or fix the permissions")
+}
+
+/// A failure writing to `what` after it was opened.
+fn write_error(what: &str, error: &io::Error) -> SluiceError {
+    SluiceError::external("sink.io", format!("cannot write {what}: {error}"))
+        .with_fix("check the free space and the health of the file system")
+}
+
+/// The standard-output sink.
+#[derive(Debug)]
+pub struct StdoutSink {
+    name: String,
+    format: StdoutFormat,
+    schema: SchemaRef,
+    updating: bool,
+}
+
+impl StdoutSink {
+    /// A writer to any byte stream, encoded as this sink encodes (for tests and tools).
+    pub fn writer_to(&self, target: Box<dyn Write + Send>) -> Box<dyn SinkWriter> {
+        let format = match self.format {
+            StdoutFormat::Pretty => OutputFormat::Pretty,
+            StdoutFormat::Json => OutputFormat::JsonLines,
+        };
+        Box::new(StreamWriter {
+            target,
+            encoder: Encoder::new(format, self.schema.clone(), self.updating),
+            buffer: Vec::new(),
+        })
+    }
+}
+
+impl SinkFactory for StdoutSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn parallelism(&self) -> SinkParallelism {
+        SinkParallelism::Single
+    }
+
+    fn open(&self, _slot: u32, _slots: u32) -> Result<Box<dyn SinkWriter>, SluiceError> {
+        // `Stdout` locks once per `write_all`: a batch is never interleaved with other output.
+        Ok(self.writer_to(Box::new(io::stdout())))
+    }
+
+    fn describe(&self) -> String {
+        let format = match self.format {
+            StdoutFormat::Pretty => "pretty",
+            StdoutFormat::Json => "json",
+        };
+        format!("stdout({format})")
+    }
+}
+
+/// Writes each encoded batch to a stream at once.
+struct StreamWriter {
+    target: Box<dyn Write + Send>,
+    encoder: Encoder,
+    buffer: Vec<u8>,
+}
+
+impl StreamWriter {
+    fn stream_error(&self, error: &io::Error) -> SluiceError {
+        if error.kind() == io::ErrorKind::BrokenPipe {
+            SluiceError::external("sink.stdout_closed", "standard output was closed by its reader (broken pipe)")
+                .with_fix("keep the reader of the output running, or write to a file sink")
+        } else {
+            write_error("standard output", error)
+        }
+    }
+}
+
+impl SinkWriter for StreamWriter {
+    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
+        self.buffer.clear();
+        self.encoder.encode(batch, &mut self.buffer)?;
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let written = self.target.write_all(&self.buffer).and_then(|()| self.target.flush());
+        written.map_err(|error| self.stream_error(&error))
+    }
+
+    fn close(&mut self) -> Result<(), SluiceError> {
+        self.target.flush().map_err(|error| self.stream_error(&error))
+    }
+}
+
+/// The file sink: one file, or a directory of one part per thread.
+#[derive(Debug)]
+pub struct FileSink {
+    name: String,
+    /// As written, for `describe`.
+    written_path: PathBuf,
+    path: PathBuf,
+    format: FileFormat,
+    mode: FileMode,
+    schema: SchemaRef,
+    updating: bool,
+}
+
+impl FileSink {
+    fn extension(&self) -> &'static str {
+        match self.format {
+            FileFormat::Json => "jsonl",
+            FileFormat::Csv => "csv",
+        }
+    }
+
+    /// The file slot `slot` writes.
+    pub fn file_of(&self, slot: u32) -> PathBuf {
+        match self.mode {
+            FileMode::File => self.path.clone(),
+            FileMode::Directory => self.path.join(format!("part-{slot}.{}", self.extension())),
+        }
+    }
+
+    /// Removes the parts of slots `slots..` left by an earlier, wider run.
+    fn remove_stale_parts(&self, slots: u32) -> Result<(), SluiceError> {
+        let entries = std::fs::read_dir(&self.path).map_err(|error| open_error(&self.path, &error))?;
+        let suffix = format!(".{}", self.extension());
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(slot) = name.to_str().and_then(|n| n.strip_prefix("part-")?.strip_suffix(suffix.as_str())) else {
+                continue;
+            };
+            if slot.parse::<u32>().is_ok_and(|slot| slot >= slots) {
+                std::fs::remove_file(entry.path()).map_err(|error| open_error(&entry.path(), &error))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SinkFactory for FileSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn parallelism(&self) -> SinkParallelism {
+        match self.mode {
+            FileMode::File => SinkParallelism::Single,
+            FileMode::Directory => SinkParallelism::PerThread,
+        }
+    }
+
+    fn open(&self, slot: u32, slots: u32) -> Result<Box<dyn SinkWriter>, SluiceError> {
+        let directory = match self.mode {
+            FileMode::File => self.path.parent().map(Path::to_path_buf),
+            FileMode::Directory => Some(self.path.clone()),
+        };
+        if let Some(directory) = directory.filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(&directory).map_err(|error| open_error(&directory, &error))?;
+        }
+        if self.mode == FileMode::Directory && slot == 0 {
+            self.remove_stale_parts(slots)?;
+        }
+        let path = self.file_of(slot);
+        let file = File::create(&path).map_err(|error| open_error(&path, &error))?;
+        let format = match self.format {
+            FileFormat::Json => OutputFormat::JsonLines,
+            FileFormat::Csv => OutputFormat::Csv { header: true },
+        };
+        Ok(Box::new(FileWriter {
+            path,
+            file: BufWriter::with_capacity(1 << 20, file),
+            encoder: Encoder::new(format, self.schema.clone(), self.updating),
+            buffer: Vec::new(),
+        }))
+    }
+
+    fn describe(&self) -> String {
+        let format = match self.format {
+            FileFormat::Json => "json",
+            FileFormat::Csv => "csv",
+        };
+        let mode = match self.mode {
+            FileMode::File => "file",
+            FileMode::Directory => "directory",
+        };
+        format!("file(path={}, {format}, {mode})", self.written_path.display())
+    }
+}
+
+/// Writes one output file.
+struct FileWriter {
+    path: PathBuf,
+    file: BufWriter<File>,
+    encoder: Encoder,
+    buffer: Vec<u8>,
+}
+
+impl FileWriter {
+    fn error(&self, error: &io::Error) -> SluiceError {
+        write_error(&self.path.display().to_string(), error)
+    }
+}
+
+impl SinkWriter for FileWriter {
+    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
+        self.buffer.clear();
+        self.encoder.encode(batch, &mut self.buffer)?;
+        self.file.write_all(&self.buffer).map_err(|error| self.error(&error))
+    }
+
+    fn close(&mut self) -> Result<(), SluiceError> {
+        self.file.flush().map_err(|error| self.error(&error))?;
+        self.file.get_ref().sync_all().map_err(|error| self.error(&error))
+    }
+}
+
+/// Discards every row.
+#[derive(Debug)]
+pub struct BlackholeSink {
+    name: String,
+}
+
+impl SinkFactory for BlackholeSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn parallelism(&self) -> SinkParallelism {
+        SinkParallelism::PerThread
+    }
+
+    fn open(&self, _slot: u32, _slots: u32) -> Result<Box<dyn SinkWriter>, SluiceError> {
+        Ok(Box::new(Blackhole))
+    }
+
+    fn describe(&self) -> String {
+        "blackhole".to_string()
+    }
+}
+
+struct Blackhole;
+
+impl SinkWriter for Blackhole {
+    fn write(&mut self, _batch: &Batch) -> Result<(), SluiceError> {
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<(), SluiceError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
