@@ -121,7 +121,11 @@ fn is_text(data_type: &DataType) -> bool {
 
 impl WindowAggregate {
     /// `input` is the schema of the rows the operator receives.
-    pub fn new(spec: WindowAggregateSpec, input: &SchemaRef, late_rows: Arc<AtomicU64>) -> Result<WindowAggregate, SluiceError> {
+    pub fn new(
+        spec: WindowAggregateSpec,
+        input: &SchemaRef,
+        late_rows: Arc<AtomicU64>,
+    ) -> Result<WindowAggregate, SluiceError> {
         let key_fields = spec.keys.iter().map(|&k| SortField::new(input.field(k).data_type().clone())).collect();
         let key_converter = RowConverter::new(key_fields)?;
         let mut distinct_converters = Vec::new();
@@ -208,9 +212,12 @@ impl WindowAggregate {
         if count == 0 {
             return Ok(());
         }
-        let parser = self.key_converter.parser();
-        let key_rows = groups.keys.iter().map(|key| parser.parse(key));
-        let key_columns = self.key_converter.convert_rows(key_rows)?;
+        let key_columns = if self.spec.keys.is_empty() {
+            Vec::new()
+        } else {
+            let parser = self.key_converter.parser();
+            self.key_converter.convert_rows(groups.keys.iter().map(|key| parser.parse(key)))?
+        };
         let timestamp = |value: i64| -> ArrayRef { Arc::new(TimestampMillisecondArray::from(vec![value; count])) };
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.output.fields().len());
         for group in &self.spec.groups {
@@ -243,7 +250,9 @@ fn finish(accumulators: Accumulators) -> ArrayRef {
     match accumulators {
         Accumulators::Count(counts) => Arc::new(Int64Array::from(counts)),
         Accumulators::SumInt(values) | Accumulators::MinMaxInt { values, .. } => Arc::new(Int64Array::from(values)),
-        Accumulators::SumFloat(values) | Accumulators::MinMaxFloat { values, .. } => Arc::new(Float64Array::from(values)),
+        Accumulators::SumFloat(values) | Accumulators::MinMaxFloat { values, .. } => {
+            Arc::new(Float64Array::from(values))
+        }
         Accumulators::MinMaxString { values, .. } => Arc::new(StringArray::from(values)),
         Accumulators::Avg { sums, counts } => Arc::new(Float64Array::from_iter(
             sums.iter().zip(&counts).map(|(sum, count)| (*count > 0).then(|| sum / *count as f64)),
@@ -297,7 +306,13 @@ impl Accumulators {
                 let slot = &mut values[group];
                 let replace = match slot.as_deref() {
                     None => true,
-                    Some(current) => if *max { value > current } else { value < current },
+                    Some(current) => {
+                        if *max {
+                            value > current
+                        } else {
+                            value < current
+                        }
+                    }
                 };
                 if replace {
                     *slot = Some(value.to_string());
@@ -354,12 +369,14 @@ impl Operator for WindowAggregate {
                     self.windows.entry(end).or_insert(groups)
                 }
             };
-            let key = keys.row(row);
-            let group = match window.index.get(key.as_ref()) {
+            // Arrow's row format has no rows when there are no key columns: all rows share
+            // the empty key.
+            let key: &[u8] = if self.spec.keys.is_empty() { &[] } else { keys.row(row).data() };
+            let group = match window.index.get(key) {
                 Some(group) => *group as usize,
                 None => {
                     let group = window.keys.len();
-                    let owned: Box<[u8]> = key.as_ref().into();
+                    let owned: Box<[u8]> = key.into();
                     window.index.insert(owned.clone(), group as u32);
                     window.keys.push(owned);
                     window.accumulators.iter_mut().for_each(Accumulators::push_group);
@@ -397,7 +414,9 @@ impl Operator for WindowAggregate {
 /// MIN/MAX → the argument's type).
 pub fn output_type(function: AggregateFunction, argument: Option<&DataType>) -> DataType {
     match (function, argument) {
-        (AggregateFunction::CountRows | AggregateFunction::Count | AggregateFunction::CountDistinct, _) => DataType::Int64,
+        (AggregateFunction::CountRows | AggregateFunction::Count | AggregateFunction::CountDistinct, _) => {
+            DataType::Int64
+        }
         (AggregateFunction::Avg, _) => DataType::Float64,
         (AggregateFunction::Sum, Some(t)) if is_float(t) => DataType::Float64,
         (AggregateFunction::Sum, _) => DataType::Int64,

@@ -11,7 +11,6 @@ use sluice_types::{Batch, SluiceError, Weights, vnode};
 /// and every run, since state is stored by vnode.
 const PLACEMENT_SEED: u64 = 0x511c_e5ee_d000_0001;
 
-
 /// Hashes rows by their key columns, maps the hash to a vnode and the vnode to a slot.
 pub struct HashPartitioner {
     keys: Vec<usize>,

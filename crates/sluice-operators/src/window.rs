@@ -72,7 +72,12 @@ pub struct WindowAssign {
 
 impl WindowAssign {
     /// `schema` is the input schema followed by [`WindowKind::output_fields`].
-    pub fn new(time_column: usize, kind: WindowKind, schema: SchemaRef, rows_without_time: Arc<AtomicU64>) -> WindowAssign {
+    pub fn new(
+        time_column: usize,
+        kind: WindowKind,
+        schema: SchemaRef,
+        rows_without_time: Arc<AtomicU64>,
+    ) -> WindowAssign {
         assert!(kind.size_ms() > 0 && kind.slide_ms() > 0, "window size and slide are positive");
         WindowAssign { time_column, kind, schema, rows_without_time }
     }

@@ -192,7 +192,8 @@ impl Supervisor {
             }
             Some(DriverEvent::Aborted { thread }) => {
                 self.abort();
-                self.outcome = Some(RunOutcome::Failed { component: format!("driver {thread}"), reason: "aborted".into() });
+                self.outcome =
+                    Some(RunOutcome::Failed { component: format!("driver {thread}"), reason: "aborted".into() });
             }
             None => {
                 self.outcome = Some(RunOutcome::Failed {
@@ -239,16 +240,17 @@ impl Supervisor {
 }
 
 fn humanize(duration: Duration) -> String {
-    if duration.subsec_millis() == 0 { format!("{}s", duration.as_secs()) } else { format!("{}ms", duration.as_millis()) }
+    if duration.subsec_millis() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
 }
 
 fn new_metrics(plan: &Plan, threads: u32) -> Metrics {
     let sources = plan.sources.iter().map(|s| SourceMetrics::new(s.name(), s.lanes())).collect();
-    let sinks = plan
-        .flows
-        .iter()
-        .map(|f| SinkMetrics { name: f.sink.name().to_string(), rows: Default::default() })
-        .collect();
+    let sinks =
+        plan.flows.iter().map(|f| SinkMetrics { name: f.sink.name().to_string(), rows: Default::default() }).collect();
     Metrics::new(sources, sinks, threads)
 }
 
@@ -266,12 +268,16 @@ fn build_drivers(
     let mut per_thread: Vec<Vec<FlowSetup>> = (0..threads).map(|_| Vec::new()).collect();
     for (flow_index, flow) in plan.flows.iter().enumerate() {
         let mut inputs: Vec<Option<ExchangeInput>> = (0..threads).map(|_| None).collect();
+        // Threads owning no lane of the flow's source never send rows into the first
+        // exchange (every later exchange may receive rows from any thread).
+        let lanes = plan.sources[flow.source].lanes() as usize;
+        let mut idle: Vec<bool> = (0..threads).map(|thread| !(0..lanes).any(|lane| lane % threads == thread)).collect();
         let mut thread_segments: Vec<Vec<SegmentSetup>> = (0..threads).map(|_| Vec::new()).collect();
         for segment in &flow.segments {
             let (senders, receivers) = match &segment.output {
                 SegmentOutput::Exchange { .. } => {
-                    let (s, r) = mesh(threads, options.queue_batches);
-                    (Some(s), Some(r))
+                    let mesh = mesh(threads, options.queue_batches);
+                    (Some(mesh.senders), Some(mesh.receivers))
                 }
                 SegmentOutput::Sink => (None, None),
             };
@@ -298,9 +304,11 @@ fn build_drivers(
                 let input = inputs[thread].take();
                 thread_segments[thread].push(SegmentSetup { chain: Chain::new(operators), input, output });
                 if let Some(receivers) = receivers.as_mut() {
-                    inputs[thread] = Some(ExchangeInput::new(receivers.next().expect("one receiver row per thread")));
+                    let row = receivers.next().expect("one receiver row per thread");
+                    inputs[thread] = Some(ExchangeInput::new(row, &idle));
                 }
             }
+            idle.iter_mut().for_each(|idle| *idle = false);
         }
         for (thread, segments) in thread_segments.into_iter().enumerate() {
             per_thread[thread].push(FlowSetup {

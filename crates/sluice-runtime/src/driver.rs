@@ -176,7 +176,11 @@ impl Driver {
                         let factory = &self.plan.flows[sink].sink;
                         let open = factory.parallelism() == SinkParallelism::PerThread || self.thread == 0;
                         let writer = if open {
-                            Some(factory.open(self.thread, self.threads).map_err(|e| (format!("sink {}", factory.name()), e))?)
+                            Some(
+                                factory
+                                    .open(self.thread, self.threads)
+                                    .map_err(|e| (format!("sink {}", factory.name()), e))?,
+                            )
                         } else {
                             None
                         };
@@ -221,7 +225,7 @@ impl DriverState {
             }
             let mut progressed = self.run_segments()?;
             progressed |= self.poll_lanes()?;
-            if self.flows.iter().all(|flow| flow.finished) {
+            if self.flows.iter().all(|flow| flow.finished) && self.outboxes_empty() {
                 return Ok(true);
             }
             if !progressed {
@@ -277,12 +281,19 @@ impl DriverState {
                     let input = segment.input.as_mut().expect("checked above");
                     let Some(message) = input.poll().map_err(|e| (component(), e))? else { break };
                     progressed = true;
-                    let finished = feed(segment, message, &mut self.scratch, &self.metrics).map_err(|e| (component(), e))?;
+                    let finished =
+                        feed(segment, message, &mut self.scratch, &self.metrics).map_err(|e| (component(), e))?;
                     flow.finished |= finished;
                 }
             }
         }
         Ok(progressed)
+    }
+
+    /// Whether every message this thread produced left it (end-of-data included), so
+    /// exiting loses nothing.
+    fn outboxes_empty(&self) -> bool {
+        self.flows.iter().flat_map(|f| &f.segments).all(|segment| segment.can_accept())
     }
 
     fn source_blocked(&self, source: usize) -> bool {
@@ -324,7 +335,8 @@ impl DriverState {
                 let rows: usize = batches.iter().map(|(_, batch)| batch.num_rows()).sum();
                 self.metrics.sources[source].rows.fetch_add(rows as u64, Ordering::Relaxed);
                 if let Some(watermark) = watermark {
-                    self.metrics.sources[source].lane_watermarks[lane.lane as usize].store(watermark, Ordering::Relaxed);
+                    self.metrics.sources[source].lane_watermarks[lane.lane as usize]
+                        .store(watermark, Ordering::Relaxed);
                 }
                 for (table, batch) in batches {
                     self.feed_flows(source, Some(table), Message::Data(Batch::inserts(batch)))?;
@@ -422,7 +434,12 @@ impl DriverState {
 
 /// Pushes one message through a segment and routes what comes out. Returns true when the
 /// segment's sink closed (the flow is done on this thread).
-fn feed(segment: &mut SegmentRun, message: Message, scratch: &mut Vec<Message>, metrics: &Metrics) -> Result<bool, SluiceError> {
+fn feed(
+    segment: &mut SegmentRun,
+    message: Message,
+    scratch: &mut Vec<Message>,
+    metrics: &Metrics,
+) -> Result<bool, SluiceError> {
     segment.chain.push(message, scratch)?;
     let mut finished = false;
     for message in scratch.drain(..) {

@@ -19,18 +19,23 @@ use crate::metrics::NO_WATERMARK;
 use crate::plan::Partitioner;
 
 /// The channels of one exchange: `senders[from][to]` and `receivers[to][from]`.
-pub(crate) fn mesh(threads: usize, capacity: usize) -> (Vec<Vec<Sender<Message>>>, Vec<Vec<Receiver<Message>>>) {
+pub(crate) struct Mesh {
+    pub senders: Vec<Vec<Sender<Message>>>,
+    pub receivers: Vec<Vec<Receiver<Message>>>,
+}
+
+pub(crate) fn mesh(threads: usize, capacity: usize) -> Mesh {
     assert!(capacity > 0, "exchange queues need room for at least one batch");
     let mut senders: Vec<Vec<Sender<Message>>> = (0..threads).map(|_| Vec::with_capacity(threads)).collect();
     let mut receivers: Vec<Vec<Receiver<Message>>> = (0..threads).map(|_| Vec::with_capacity(threads)).collect();
-    for from in 0..threads {
+    for from_senders in senders.iter_mut() {
         for to_receivers in receivers.iter_mut() {
             let (sender, receiver) = bounded(capacity);
-            senders[from].push(sender);
+            from_senders.push(sender);
             to_receivers.push(receiver);
         }
     }
-    (senders, receivers)
+    Mesh { senders, receivers }
 }
 
 /// The merged input of one segment instance.
@@ -47,12 +52,18 @@ pub(crate) struct ExchangeInput {
 }
 
 impl ExchangeInput {
-    pub(crate) fn new(receivers: Vec<Receiver<Message>>) -> ExchangeInput {
+    /// `idle[i]` marks a sender known, from the plan, never to send rows (a thread that
+    /// owns no lane of the source): it is treated as ended from the start, so whether its
+    /// end-of-data arrives before or after the others' rows cannot change which rows are
+    /// late. Ignored when every sender is idle.
+    pub(crate) fn new(receivers: Vec<Receiver<Message>>, idle: &[bool]) -> ExchangeInput {
         let senders = receivers.len();
+        assert_eq!(idle.len(), senders, "one idle flag per sender");
+        let ended = if idle.iter().all(|i| *i) { vec![false; senders] } else { idle.to_vec() };
         ExchangeInput {
             receivers,
             watermarks: vec![NO_WATERMARK; senders],
-            ended: vec![false; senders],
+            ended,
             aligned: vec![false; senders],
             pending_barrier: None,
             emitted_watermark: NO_WATERMARK,
@@ -68,11 +79,14 @@ impl ExchangeInput {
 
     /// The next message for the segment, or None when no sender has one ready.
     pub(crate) fn poll(&mut self) -> Result<Option<Message>, SluiceError> {
+        if self.finished {
+            return Ok(None);
+        }
         let senders = self.receivers.len();
         for _ in 0..senders {
             let from = self.cursor;
             self.cursor = (self.cursor + 1) % senders;
-            if self.ended[from] || self.aligned[from] {
+            if self.aligned[from] {
                 continue;
             }
             match self.receivers[from].try_recv() {
@@ -82,6 +96,7 @@ impl ExchangeInput {
                     }
                 }
                 Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) if self.ended[from] => {}
                 Err(TryRecvError::Disconnected) => {
                     return Err(SluiceError::internal(
                         "exchange.lost_sender",
@@ -96,7 +111,10 @@ impl ExchangeInput {
     /// Folds one sender's message into the merged input; returns what the segment sees.
     fn accept(&mut self, from: usize, message: Message) -> Option<Message> {
         match message {
-            Message::Data(_) => Some(message),
+            Message::Data(_) => {
+                assert!(!self.ended[from], "rows from sender {from} after its end (or from an idle sender)");
+                Some(message)
+            }
             Message::Watermark(watermark) => {
                 debug_assert!(watermark >= self.watermarks[from], "watermarks never decrease on an edge");
                 self.watermarks[from] = watermark;
@@ -108,6 +126,7 @@ impl ExchangeInput {
                 self.aligned[from] = true;
                 self.completed_barrier()
             }
+            Message::EndOfData if self.ended[from] => None,
             Message::EndOfData => {
                 self.ended[from] = true;
                 if self.ended.iter().all(|ended| *ended) {
@@ -142,7 +161,7 @@ impl ExchangeInput {
     /// Registers the receivers that could deliver something, for an idle wait.
     pub(crate) fn register<'a>(&'a self, select: &mut Select<'a>) {
         for (from, receiver) in self.receivers.iter().enumerate() {
-            if !self.ended[from] && !self.aligned[from] {
+            if !self.finished && !self.aligned[from] {
                 select.recv(receiver);
             }
         }
@@ -195,12 +214,15 @@ impl ExchangeOutput {
                         outbox.push_front(message);
                         break;
                     }
-                    Err(TrySendError::Disconnected(_)) => {
+                    // A receiver that finished needed nothing more from this sender (it
+                    // treated it as idle): control messages to it are moot. Rows are not.
+                    Err(TrySendError::Disconnected(Message::Data(_))) => {
                         return Err(SluiceError::internal(
                             "exchange.lost_receiver",
                             format!("thread {slot} stopped while rows were still addressed to it"),
                         ));
                     }
+                    Err(TrySendError::Disconnected(_)) => moved = true,
                 }
             }
         }
@@ -237,8 +259,8 @@ mod tests {
 
     #[test]
     fn watermark_is_the_minimum_and_barriers_align_and_end_waits_for_all() {
-        let (senders, mut receivers) = mesh(2, 4);
-        let mut input = ExchangeInput::new(receivers.remove(0));
+        let Mesh { senders, mut receivers } = mesh(2, 4);
+        let mut input = ExchangeInput::new(receivers.remove(0), &[false, false]);
         let to_zero = |from: usize| senders[from][0].clone();
         to_zero(0).send(Message::Watermark(10)).expect("send");
         assert_eq!(describe(input.poll().expect("poll")), "none", "sender 1 has no watermark yet");
@@ -255,5 +277,17 @@ mod tests {
         to_zero(0).send(Message::EndOfData).expect("send");
         assert_eq!(describe(input.poll().expect("poll")), "end");
         assert!(input.is_finished());
+    }
+
+    #[test]
+    fn an_idle_sender_never_holds_the_watermark_whenever_its_end_arrives() {
+        let Mesh { senders, mut receivers } = mesh(2, 4);
+        let mut input = ExchangeInput::new(receivers.remove(0), &[false, true]);
+        senders[0][0].send(Message::Watermark(10)).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "wm 10", "the idle sender is not waited for");
+        senders[1][0].send(Message::EndOfData).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "its late end changes nothing");
+        senders[0][0].send(Message::EndOfData).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "end");
     }
 }

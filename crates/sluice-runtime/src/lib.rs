@@ -33,7 +33,6 @@ pub use chain::{Chain, Operator};
 pub use controller::{RunOptions, RunOutcome, RunReport, StopHandle, run};
 pub use metrics::Metrics;
 pub use plan::{
-    Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner,
-    PartitionerFactory, Plan, Segment, SegmentOutput, SinkFactory, SinkParallelism, SinkWriter,
-    SourceFactory, TableDef,
+    Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner, PartitionerFactory, Plan,
+    Segment, SegmentOutput, SinkFactory, SinkParallelism, SinkWriter, SourceFactory, TableDef,
 };

@@ -24,6 +24,8 @@ use crate::metrics::{Metrics, SourceMetrics};
 pub struct TableDef {
     pub name: String,
     pub schema: SchemaRef,
+    /// The event-time column, whose lane watermarks the source reports.
+    pub event_time: Option<String>,
 }
 
 /// What a lane reader is given when it opens.

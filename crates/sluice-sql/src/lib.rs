@@ -1,1 +1,215 @@
-//! placeholder
+//! Flink-dialect streaming SQL, planned with Apache DataFusion into the runtime's flows.
+//!
+//! Layer: above operators and the runtime (it builds their plans); below the CLI. It does
+//! not know connectors: the caller registers each source's tables and turns each planned
+//! stream into a flow with a sink it built.
+//!
+//! Steps for a view (in file order, so a view may read the sources and earlier views):
+//! 1. [`tvf::rewrite`] replaces Flink's window table functions with synthetic tables;
+//! 2. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
+//!    and its analyzer coerces types;
+//! 3. [`stream`] turns the logical plan into segments of fused operators and exchanges,
+//!    refusing, with the construct's name, anything whose streaming meaning is not
+//!    implemented.
+
+mod aggregate;
+mod catalog;
+mod functions;
+mod schema;
+mod stream;
+pub mod tvf;
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion_common::DataFusionError;
+use datafusion_expr::LogicalPlan;
+use datafusion_optimizer::Analyzer;
+use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use sluice_runtime::{Flow, SinkFactory, SinkParallelism, TableDef};
+use sluice_types::SluiceError;
+use sqlparser::ast::Statement;
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::Parser;
+
+pub use schema::parse_schema;
+
+use catalog::{Catalog, TableEntry};
+use stream::{StreamPlanner, StreamState};
+
+/// Sizes the planner bakes into operators.
+#[derive(Debug, Clone, Copy)]
+pub struct PlannerOptions {
+    pub threads: u32,
+    pub vnodes: u32,
+    pub batch_size: usize,
+}
+
+/// Registers tables and views, then plans the stream behind any of them.
+pub struct SqlPlanner {
+    catalog: Catalog,
+    options: PlannerOptions,
+    windows: usize,
+}
+
+/// A planned stream, ready to be ended by a sink.
+pub struct PlannedStream {
+    state: StreamState,
+    /// The rows' schema, as the sink will receive them.
+    pub schema: SchemaRef,
+    /// Whether rows can be retractions (weight -1): the sink then writes an op column.
+    pub updating: bool,
+}
+
+impl PlannedStream {
+    /// Ends the stream at `sink`, gathering to one thread first if the sink has one writer.
+    pub fn into_flow(self, sink: Arc<dyn SinkFactory>, threads: u32) -> Flow {
+        let gather = sink.parallelism() == SinkParallelism::Single && threads > 1;
+        let (source, table, segments) = self.state.finish(gather);
+        Flow { source, table, segments, sink }
+    }
+}
+
+impl SqlPlanner {
+    pub fn new(options: PlannerOptions) -> SqlPlanner {
+        SqlPlanner { catalog: Catalog::new(), options, windows: 0 }
+    }
+
+    /// Makes a source's tables visible to queries.
+    pub fn add_source(&mut self, source: usize, tables: &[TableDef]) -> Result<(), SluiceError> {
+        for (index, table) in tables.iter().enumerate() {
+            if self.catalog.tables.contains_key(&table.name) {
+                return Err(SluiceError::user(
+                    "sql.duplicate_table",
+                    format!("two sources provide a table `{}`", table.name),
+                )
+                .with_fix("rename one of the sources"));
+            }
+            let entry = TableEntry::Source {
+                source,
+                table: index,
+                schema: Arc::clone(&table.schema),
+                event_time: table.event_time.clone(),
+            };
+            self.catalog.tables.insert(table.name.clone(), entry);
+        }
+        Ok(())
+    }
+
+    /// The names of every table and view, for messages.
+    pub fn table_names(&self) -> Vec<&str> {
+        self.catalog.table_names()
+    }
+
+    /// Plans view `name` and registers it; its errors name the construct at fault.
+    pub fn add_view(&mut self, name: &str, sql: &str) -> Result<(), SluiceError> {
+        let context = |e: SluiceError| e.context(format!("view `{name}`"));
+        let plan = self.plan_query(sql).map_err(context)?;
+        let planner = self.stream_planner(name);
+        planner.plan(&plan).map_err(context)?;
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        self.catalog.tables.insert(name.to_string(), TableEntry::View { plan: Arc::new(plan), schema });
+        Ok(())
+    }
+
+    /// The stream of table or view `table`, for a sink named `sink`.
+    pub fn plan_stream(&self, table: &str, sink: &str) -> Result<PlannedStream, SluiceError> {
+        let Some(entry) = self.catalog.tables.get(table) else {
+            return Err(SluiceError::user(
+                "sql.unknown_table",
+                format!(
+                    "sink `{sink}`: from = \"{table}\" names no table or view; the tables are: {}",
+                    self.table_names().join(", ")
+                ),
+            )
+            .with_fix("set `from` to one of those names"));
+        };
+        let planner = self.stream_planner(table);
+        let state = match entry {
+            TableEntry::View { plan, .. } => planner.plan(plan)?,
+            _ => {
+                let scan = datafusion_expr::LogicalPlanBuilder::scan(
+                    table,
+                    Arc::new(datafusion_expr::logical_plan::builder::LogicalTableSource::new(entry.schema())),
+                    None,
+                )
+                .and_then(|b| b.build())
+                .map_err(|e| df_error("sql.plan", e))?;
+                planner.plan(&scan)?
+            }
+        };
+        let schema = state.arrow_schema();
+        Ok(PlannedStream { state, schema, updating: false })
+    }
+
+    fn stream_planner(&self, context: &str) -> StreamPlanner<'_> {
+        StreamPlanner {
+            catalog: &self.catalog,
+            context: format!("view {context}"),
+            vnodes: self.options.vnodes,
+            batch_size: self.options.batch_size,
+        }
+    }
+
+    /// Rewrites window calls, registers their synthetic tables, parses, plans, analyzes.
+    fn plan_query(&mut self, sql: &str) -> Result<LogicalPlan, SluiceError> {
+        let (rewritten, calls) = tvf::rewrite(sql, self.windows)?;
+        self.windows += calls.len();
+        for call in calls {
+            let Some(input) = self.catalog.tables.get(&call.input) else {
+                return Err(SluiceError::user(
+                    "sql.unknown_table",
+                    format!(
+                        "TABLE {} in a window function: no such table or view; the tables are: {}",
+                        call.input,
+                        self.table_names().join(", ")
+                    ),
+                ));
+            };
+            let schema = Catalog::window_schema(&input.schema());
+            let entry =
+                TableEntry::Window { input: call.input, time_column: call.time_column, kind: call.kind, schema };
+            self.catalog.tables.insert(call.table, entry);
+        }
+        let statements = Parser::new(&GenericDialect {})
+            .try_with_sql(&rewritten)
+            .and_then(|mut parser| parser.parse_statements())
+            .map_err(|e| SluiceError::user("sql.syntax", format!("SQL syntax error: {e}")))?;
+        let statement = match <[Statement; 1]>::try_from(statements) {
+            Ok([statement @ Statement::Query(_)]) => statement,
+            Ok([other]) => {
+                return Err(SluiceError::user("sql.not_a_query", format!("a view is one SELECT query, not `{other}`")));
+            }
+            Err(statements) => {
+                return Err(SluiceError::user(
+                    "sql.not_a_query",
+                    format!("a view is exactly one SELECT query; found {} statements", statements.len()),
+                ));
+            }
+        };
+        let parser_options = ParserOptions { enable_ident_normalization: false, ..ParserOptions::new() };
+        let plan = SqlToRel::new_with_options(&self.catalog, parser_options)
+            .sql_statement_to_plan(statement)
+            .map_err(|e| df_error("sql.plan", e))?;
+        Analyzer::new().execute_and_check(plan, self.catalog.options(), |_, _| {}).map_err(|e| df_error("sql.plan", e))
+    }
+}
+
+/// DataFusion's error as Sluice's, without DataFusion's category prefixes.
+pub(crate) fn df_error(code: &'static str, error: DataFusionError) -> SluiceError {
+    let mut message = error.strip_backtrace();
+    for prefix in ["Error during planning: ", "Schema error: ", "This feature is not implemented: ", "Optimizer rule"] {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            message = rest.to_string();
+        }
+    }
+    let lower = message.to_ascii_lowercase();
+    let error = SluiceError::user(code, message);
+    if ["'tumble'", "'hop'", "'session'", "tumble_start", "hop_start"].iter().any(|f| lower.contains(f)) {
+        return error.with_fix(
+            "group-window functions are not supported yet; use the window table function: \
+             FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) … GROUP BY window_start, window_end",
+        );
+    }
+    error
+}

@@ -83,8 +83,8 @@ mod tests {
 
     #[test]
     fn display_shows_the_fix_on_its_own_line() {
-        let error = SluiceError::user("config.bad_value", "threads = 0 is not allowed")
-            .with_fix("set threads to 1 or more");
+        let error =
+            SluiceError::user("config.bad_value", "threads = 0 is not allowed").with_fix("set threads to 1 or more");
         assert_eq!(error.to_string(), "threads = 0 is not allowed\n  fix: set threads to 1 or more");
         assert!(!error.is_retryable());
     }

@@ -1,0 +1,296 @@
+//! From DataFusion's logical plan to the runtime's segments.
+//!
+//! A plan is walked bottom-up. Scans become a source table (or, for a view, the view's own
+//! plan); projections and filters become fused operators evaluating DataFusion physical
+//! expressions; a window call's scan adds window assignment; an `Aggregate` grouped by a
+//! window's `window_start` and `window_end` becomes a key-hash exchange followed by the
+//! window aggregate. Each column carries a [`Tag`] so the planner knows which columns are
+//! the event time and the window bounds wherever they are renamed or re-qualified.
+//!
+//! Anything else is refused with an error naming the construct: the planner never runs a
+//! query whose streaming meaning it does not implement.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Schema, SchemaRef};
+use datafusion_common::{DFSchema, DFSchemaRef};
+use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_expr::simplify::SimplifyContext;
+use datafusion_expr::{Expr, LogicalPlan};
+use datafusion_optimizer::simplify_expressions::ExprSimplifier;
+use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
+use sluice_operators::expr::{Filter, Project};
+use sluice_operators::partition::{GatherPartitioner, HashPartitioner};
+use sluice_operators::window::{WindowAssign, WindowKind};
+use sluice_runtime::{OperatorFactory, Segment, SegmentOutput};
+use sluice_types::SluiceError;
+
+use crate::catalog::{Catalog, TableEntry};
+
+/// What the planner knows of a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tag {
+    Plain,
+    /// The event-time column of a source (watermarks are about it).
+    EventTime,
+    WindowStart,
+    WindowEnd,
+}
+
+/// A stream being planned: the finished segments and the operators of the open one.
+pub(crate) struct StreamState {
+    pub source: usize,
+    pub table: usize,
+    pub segments: Vec<Segment>,
+    pub operators: Vec<(String, OperatorFactory)>,
+    pub state: Option<String>,
+    pub schema: DFSchemaRef,
+    pub tags: Vec<Tag>,
+}
+
+impl StreamState {
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(self.schema.as_arrow().clone())
+    }
+
+    /// Closes the open segment with an exchange.
+    pub fn cut(&mut self, output: SegmentOutput) {
+        let operators = std::mem::take(&mut self.operators);
+        let state = self.state.take();
+        self.segments.push(Segment { operators, state, output });
+    }
+
+    /// Ends the stream at a sink; a single-writer sink on several threads is gathered first.
+    pub fn finish(mut self, gather: bool) -> (usize, usize, Vec<Segment>) {
+        if gather {
+            let partitioner: sluice_runtime::PartitionerFactory = Arc::new(|_| Box::new(GatherPartitioner));
+            self.cut(SegmentOutput::Exchange {
+                partitioner,
+                description: "gather → thread 0 (single-writer sink)".into(),
+            });
+        }
+        self.cut(SegmentOutput::Sink);
+        (self.source, self.table, self.segments)
+    }
+}
+
+/// An expression as `explain` shows it: without the synthetic window tables' qualifiers.
+pub(crate) fn display(expr: &Expr) -> String {
+    let text = expr.to_string();
+    let mut shown = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("__window_") {
+        shown.push_str(&rest[..at]);
+        let after = &rest[at + "__window_".len()..];
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        rest = after[digits..].strip_prefix('.').unwrap_or(&after[digits..]);
+    }
+    shown.push_str(rest);
+    shown
+}
+
+pub(crate) fn unsupported(construct: &str, fix: &str) -> SluiceError {
+    SluiceError::user("sql.unsupported", format!("{construct} is not supported yet")).with_fix(fix.to_string())
+}
+
+/// Simplifies `expr` (constant folding, and the rewrites DataFusion requires before
+/// execution, e.g. COALESCE → CASE), then makes it evaluable on batches of `schema`.
+pub(crate) fn physical(expr: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn PhysicalExpr>, SluiceError> {
+    let props = ExecutionProps::new();
+    let context = SimplifyContext::builder().with_schema(Arc::clone(schema)).build();
+    let simplified =
+        ExprSimplifier::new(context).simplify(expr.clone()).map_err(|e| crate::df_error("sql.expression", e))?;
+    create_physical_expr(&simplified, schema, &props, &PhysicalPlanningContext::default())
+        .map_err(|e| crate::df_error("sql.expression", e))
+}
+
+/// Plans logical plans into streams over a catalog.
+pub(crate) struct StreamPlanner<'a> {
+    pub catalog: &'a Catalog,
+    /// Names counters (late rows) after the view being planned.
+    pub context: String,
+    pub vnodes: u32,
+    pub batch_size: usize,
+}
+
+impl StreamPlanner<'_> {
+    pub fn plan(&self, plan: &LogicalPlan) -> Result<StreamState, SluiceError> {
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                if !scan.filters.is_empty() || scan.fetch.is_some() {
+                    return Err(SluiceError::internal("sql.scan", "scan with pushed-down filters or limit"));
+                }
+                let mut state = self.plan_table(scan.table_name.table())?;
+                if let Some(projection) = &scan.projection {
+                    let input = Arc::clone(&state.schema);
+                    let exprs: Vec<Expr> =
+                        projection.iter().map(|&i| Expr::Column(input.columns()[i].clone())).collect();
+                    let tags = projection.iter().map(|&i| state.tags[i]).collect();
+                    self.push_projection(&mut state, &exprs, Arc::clone(&scan.projected_schema), "scan projection")?;
+                    state.tags = tags;
+                }
+                state.schema = Arc::clone(&scan.projected_schema);
+                Ok(state)
+            }
+            LogicalPlan::Projection(projection) => {
+                let mut state = self.plan(&projection.input)?;
+                let tags = projection.expr.iter().map(|e| column_tag(e, &state)).collect();
+                let identity =
+                    projection.expr.len() == state.schema.fields().len()
+                        && projection.expr.iter().enumerate().all(
+                            |(i, e)| matches!(e, Expr::Column(c) if state.schema.index_of_column(c).ok() == Some(i)),
+                        );
+                if !identity {
+                    let names: Vec<String> = projection.expr.iter().map(display).collect();
+                    self.push_projection(
+                        &mut state,
+                        &projection.expr,
+                        Arc::clone(&projection.schema),
+                        &names.join(", "),
+                    )?;
+                }
+                state.schema = Arc::clone(&projection.schema);
+                state.tags = tags;
+                Ok(state)
+            }
+            LogicalPlan::Filter(filter) => {
+                let mut state = self.plan(&filter.input)?;
+                let predicate = physical(&filter.predicate, &state.schema)?;
+                let factory: OperatorFactory = Arc::new(move |_| Ok(Box::new(Filter::new(Arc::clone(&predicate)))));
+                state.operators.push((format!("filter: {}", display(&filter.predicate)), factory));
+                Ok(state)
+            }
+            LogicalPlan::SubqueryAlias(alias) => {
+                let mut state = self.plan(&alias.input)?;
+                state.schema = Arc::clone(&alias.schema);
+                Ok(state)
+            }
+            LogicalPlan::Aggregate(aggregate) => crate::aggregate::plan_aggregate(self, aggregate),
+            other => Err(refuse(other)),
+        }
+    }
+
+    /// A stream reading a named table from its start.
+    fn plan_table(&self, name: &str) -> Result<StreamState, SluiceError> {
+        let Some(entry) = self.catalog.tables.get(name) else {
+            return Err(SluiceError::internal("sql.catalog", format!("table `{name}` vanished from the catalog")));
+        };
+        match entry {
+            TableEntry::Source { source, table, schema, event_time } => {
+                let df_schema =
+                    DFSchema::try_from_qualified_schema(name, schema).map_err(|e| crate::df_error("sql.schema", e))?;
+                let tags = schema
+                    .fields()
+                    .iter()
+                    .map(|f| if Some(f.name()) == event_time.as_ref() { Tag::EventTime } else { Tag::Plain })
+                    .collect();
+                Ok(StreamState {
+                    source: *source,
+                    table: *table,
+                    segments: Vec::new(),
+                    operators: Vec::new(),
+                    state: None,
+                    schema: Arc::new(df_schema),
+                    tags,
+                })
+            }
+            TableEntry::View { plan, .. } => self.plan(plan),
+            TableEntry::Window { input, time_column, kind, schema } => {
+                let mut state = self.plan_table(input)?;
+                let input_schema = state.arrow_schema();
+                let Some(time_index) = input_schema.fields().iter().position(|f| f.name() == time_column) else {
+                    let names: Vec<&str> = input_schema.fields().iter().map(|f| f.name().as_str()).collect();
+                    return Err(SluiceError::user(
+                        "sql.descriptor",
+                        format!(
+                            "DESCRIPTOR({time_column}): `{input}` has no such column (columns: {})",
+                            names.join(", ")
+                        ),
+                    ));
+                };
+                if state.tags[time_index] != Tag::EventTime {
+                    return Err(SluiceError::user(
+                        "sql.descriptor",
+                        format!(
+                            "DESCRIPTOR({time_column}): `{time_column}` of `{input}` is not an event-time attribute"
+                        ),
+                    )
+                    .with_fix(format!("declare `event_time = \"{time_column}\"` on the source that `{input}` reads")));
+                }
+                let kind = *kind;
+                let output = Arc::clone(schema);
+                let counter = format!("{}: rows without event time", self.context);
+                let factory: OperatorFactory = Arc::new(move |context| {
+                    Ok(Box::new(WindowAssign::new(
+                        time_index,
+                        kind,
+                        Arc::clone(&output),
+                        context.metrics.counter(&counter),
+                    )))
+                });
+                let shape = match kind {
+                    WindowKind::Tumble { size_ms } => format!("TUMBLE(size {size_ms} ms)"),
+                    WindowKind::Hop { slide_ms, size_ms } => format!("HOP(slide {slide_ms} ms, size {size_ms} ms)"),
+                };
+                state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
+                state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
+                state.schema = Arc::new(
+                    DFSchema::try_from_qualified_schema(input.as_str(), schema)
+                        .map_err(|e| crate::df_error("sql.schema", e))?,
+                );
+                Ok(state)
+            }
+        }
+    }
+
+    pub fn push_projection(
+        &self,
+        state: &mut StreamState,
+        exprs: &[Expr],
+        output: DFSchemaRef,
+        line: &str,
+    ) -> Result<(), SluiceError> {
+        let physical_exprs = exprs.iter().map(|e| physical(e, &state.schema)).collect::<Result<Vec<_>, _>>()?;
+        let schema: SchemaRef = Arc::new(Schema::new(output.as_arrow().fields().clone()));
+        let factory: OperatorFactory =
+            Arc::new(move |_| Ok(Box::new(Project::new(physical_exprs.clone(), Arc::clone(&schema)))));
+        state.operators.push((format!("project: {line}"), factory));
+        Ok(())
+    }
+
+    pub fn hash_exchange(&self, state: &mut StreamState, keys: Vec<usize>, description: String) {
+        let vnodes = self.vnodes;
+        let partitioner: sluice_runtime::PartitionerFactory =
+            Arc::new(move |_| Box::new(HashPartitioner::new(keys.clone(), vnodes)));
+        state.cut(SegmentOutput::Exchange { partitioner, description });
+    }
+}
+
+/// The tag of an expression's value: a column keeps its tag, anything computed is plain.
+pub(crate) fn column_tag(expr: &Expr, state: &StreamState) -> Tag {
+    match expr.clone().unalias() {
+        Expr::Column(column) => state.schema.index_of_column(&column).map_or(Tag::Plain, |i| state.tags[i]),
+        _ => Tag::Plain,
+    }
+}
+
+fn refuse(plan: &LogicalPlan) -> SluiceError {
+    let (construct, fix) = match plan {
+        LogicalPlan::Join(_) => {
+            ("JOIN", "joins arrive in a later version; pre-join the data or use one table per view")
+        }
+        LogicalPlan::Sort(_) => ("ORDER BY on a stream", "remove ORDER BY (TopN via ROW_NUMBER arrives later)"),
+        LogicalPlan::Limit(_) => ("LIMIT on a stream", "remove LIMIT"),
+        LogicalPlan::Union(_) => ("UNION", "use one view per input"),
+        LogicalPlan::Window(_) => ("OVER (window functions)", "use a window table function with GROUP BY"),
+        LogicalPlan::Distinct(_) => ("SELECT DISTINCT", "use GROUP BY window_start, window_end and the columns"),
+        LogicalPlan::Values(_) => ("VALUES", "read rows from a source"),
+        LogicalPlan::EmptyRelation(_) => ("SELECT without FROM", "select from a source table or view"),
+        LogicalPlan::Subquery(_) => ("a subquery expression", "move the subquery into a view"),
+        LogicalPlan::Unnest(_) => ("UNNEST", "flatten the data before it reaches Sluice"),
+        LogicalPlan::RecursiveQuery(_) => ("WITH RECURSIVE", "remove the recursion"),
+        _ => return unsupported(&format!("the plan node `{}`", plan.display()), "simplify the query"),
+    };
+    unsupported(construct, fix)
+}

@@ -1,0 +1,269 @@
+//! Flink's window table functions, rewritten before DataFusion parses the query.
+//!
+//! DataFusion's parser rejects `TABLE t` as a table-function argument, so
+//! `TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))` is found at the
+//! token level and replaced by the name of a synthetic table (`__window_0`, …) whose
+//! schema is the input table's plus `window_start`, `window_end` and `window_time`. The
+//! stream planner later turns a scan of that table into the input's stream followed by
+//! window assignment. Everything else in the query is left exactly as written.
+//!
+//! Supported: `TUMBLE(data, timecol, size)` and `HOP(data, timecol, slide, size)`, with
+//! positional or named (`DATA =>`, `TIMECOL =>`, `SIZE =>`, `SLIDE =>`) arguments.
+//! `CUMULATE`, `SESSION` and an `OFFSET` argument are reported as not supported yet.
+
+use sluice_operators::window::WindowKind;
+use sluice_types::SluiceError;
+use sqlparser::dialect::GenericDialect;
+use sqlparser::tokenizer::{Token, Tokenizer};
+
+/// One window table function found in a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowCall {
+    /// The synthetic table that replaces the call.
+    pub table: String,
+    /// The table or view the window reads.
+    pub input: String,
+    pub time_column: String,
+    pub kind: WindowKind,
+}
+
+/// The query with every window call replaced, and the calls in order.
+pub fn rewrite(sql: &str, first_index: usize) -> Result<(String, Vec<WindowCall>), SluiceError> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize()
+        .map_err(|e| SluiceError::user("sql.syntax", format!("SQL syntax error: {e}")))?;
+    let mut output = String::with_capacity(sql.len());
+    let mut calls = Vec::new();
+    let mut index = 0;
+    while index < tokens.len() {
+        if let Some((call, next)) = match_call(&tokens, index, first_index + calls.len())? {
+            output.push_str(&call.table);
+            calls.push(call);
+            index = next;
+        } else {
+            output.push_str(&tokens[index].to_string());
+            index += 1;
+        }
+    }
+    Ok((output, calls))
+}
+
+fn is_word(token: &Token, keyword: &str) -> bool {
+    matches!(token, Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(keyword))
+}
+
+fn is_space(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(_))
+}
+
+/// The index of the next non-whitespace token at or after `index`.
+fn skip(tokens: &[Token], mut index: usize) -> usize {
+    while index < tokens.len() && is_space(&tokens[index]) {
+        index += 1;
+    }
+    index
+}
+
+/// Matches `TABLE ( NAME ( args ) )` at `index`; returns the call and the index after it.
+fn match_call(tokens: &[Token], index: usize, number: usize) -> Result<Option<(WindowCall, usize)>, SluiceError> {
+    if !is_word(&tokens[index], "TABLE") {
+        return Ok(None);
+    }
+    let open = skip(tokens, index + 1);
+    if tokens.get(open) != Some(&Token::LParen) {
+        return Ok(None);
+    }
+    let name_at = skip(tokens, open + 1);
+    let Some(Token::Word(name)) = tokens.get(name_at) else { return Ok(None) };
+    let function = name.value.to_ascii_uppercase();
+    if !matches!(function.as_str(), "TUMBLE" | "HOP" | "CUMULATE" | "SESSION") {
+        return Ok(None);
+    }
+    if function == "CUMULATE" || function == "SESSION" {
+        return Err(SluiceError::user("sql.unsupported", format!("{function} windows are not supported yet"))
+            .with_fix("use TUMBLE or HOP"));
+    }
+    let args_open = skip(tokens, name_at + 1);
+    if tokens.get(args_open) != Some(&Token::LParen) {
+        return Ok(None);
+    }
+    let (arguments, args_close) = split_arguments(tokens, args_open)?;
+    let close = skip(tokens, args_close + 1);
+    if tokens.get(close) != Some(&Token::RParen) {
+        return Err(syntax(&function, "expected `)` closing `TABLE(`"));
+    }
+    let call = build_call(&function, arguments, number)?;
+    Ok(Some((call, close + 1)))
+}
+
+fn syntax(function: &str, message: &str) -> SluiceError {
+    SluiceError::user("sql.window_syntax", format!("{function}(...): {message}")).with_fix(format!(
+        "write {function}(TABLE t, DESCRIPTOR(ts), {}INTERVAL '10' SECOND)",
+        if function == "HOP" { "INTERVAL '5' SECOND, " } else { "" }
+    ))
+}
+
+/// The arguments between the parenthesis at `open` and its match, split at top-level commas.
+fn split_arguments(tokens: &[Token], open: usize) -> Result<(Vec<Vec<Token>>, usize), SluiceError> {
+    let mut depth = 0usize;
+    let mut arguments = vec![Vec::new()];
+    for (index, token) in tokens.iter().enumerate().skip(open) {
+        match token {
+            Token::LParen => {
+                depth += 1;
+                if depth == 1 {
+                    continue;
+                }
+            }
+            Token::RParen => {
+                depth -= 1;
+                if depth == 0 {
+                    let arguments = arguments
+                        .into_iter()
+                        .map(|a: Vec<Token>| a.into_iter().filter(|t| !is_space(t)).collect())
+                        .collect();
+                    return Ok((arguments, index));
+                }
+            }
+            Token::Comma if depth == 1 => {
+                arguments.push(Vec::new());
+                continue;
+            }
+            _ => {}
+        }
+        arguments.last_mut().expect("never empty").push(token.clone());
+    }
+    Err(SluiceError::user("sql.syntax", "unbalanced parentheses in a window table function"))
+}
+
+fn build_call(function: &str, arguments: Vec<Vec<Token>>, number: usize) -> Result<WindowCall, SluiceError> {
+    let positional =
+        if function == "HOP" { ["DATA", "TIMECOL", "SLIDE", "SIZE"].as_slice() } else { &["DATA", "TIMECOL", "SIZE"] };
+    let mut named: Vec<(String, Vec<Token>)> = Vec::new();
+    for (position, mut argument) in arguments.into_iter().enumerate() {
+        let name = if argument.len() > 2 && matches!(argument[1], Token::RArrow) {
+            let Token::Word(word) = &argument[0] else { return Err(syntax(function, "bad named argument")) };
+            let name = word.value.to_ascii_uppercase();
+            argument.drain(..2);
+            name
+        } else {
+            match positional.get(position) {
+                Some(name) => name.to_string(),
+                None if position == positional.len() => "OFFSET".to_string(),
+                None => return Err(syntax(function, "too many arguments")),
+            }
+        };
+        named.push((name, argument));
+    }
+    let take = |name: &str| named.iter().find(|(n, _)| n == name).map(|(_, tokens)| tokens.as_slice());
+    if take("OFFSET").is_some() {
+        return Err(SluiceError::user(
+            "sql.unsupported",
+            format!("{function}(...): an OFFSET argument is not supported yet"),
+        )
+        .with_fix("remove the offset; windows align to the Unix epoch"));
+    }
+    let input = match take("DATA") {
+        Some([table, Token::Word(name)]) if is_word(table, "TABLE") => name.value.clone(),
+        _ => return Err(syntax(function, "the first argument must be `TABLE name`")),
+    };
+    let time_column = match take("TIMECOL") {
+        Some([descriptor, Token::LParen, Token::Word(column), Token::RParen]) if is_word(descriptor, "DESCRIPTOR") => {
+            column.value.clone()
+        }
+        _ => return Err(syntax(function, "the time argument must be `DESCRIPTOR(column)`")),
+    };
+    let size_ms = interval_ms(function, "size", take("SIZE"))?;
+    let kind = if function == "HOP" {
+        let slide_ms = interval_ms(function, "slide", take("SLIDE"))?;
+        WindowKind::Hop { slide_ms, size_ms }
+    } else {
+        WindowKind::Tumble { size_ms }
+    };
+    Ok(WindowCall { table: format!("__window_{number}"), input, time_column, kind })
+}
+
+/// `INTERVAL '10' SECOND`, `INTERVAL '10' SECONDS`, `INTERVAL '10 seconds'` → milliseconds.
+fn interval_ms(function: &str, what: &str, tokens: Option<&[Token]>) -> Result<i64, SluiceError> {
+    let bad =
+        || syntax(function, &format!("the {what} must be a positive INTERVAL literal such as INTERVAL '10' SECOND"));
+    let Some(tokens) = tokens else { return Err(bad()) };
+    let (value, unit) = match tokens {
+        [interval, Token::SingleQuotedString(value)] if is_word(interval, "INTERVAL") => {
+            let mut parts = value.split_whitespace();
+            let number = parts.next().unwrap_or_default().to_string();
+            (number, parts.next().unwrap_or("SECOND").to_string())
+        }
+        [interval, Token::SingleQuotedString(value), Token::Word(unit)] if is_word(interval, "INTERVAL") => {
+            (value.trim().to_string(), unit.value.clone())
+        }
+        _ => return Err(bad()),
+    };
+    let unit_ms = match unit.to_ascii_uppercase().trim_end_matches('S') {
+        "MILLISECOND" => 1,
+        "SECOND" => 1_000,
+        "MINUTE" => 60_000,
+        "HOUR" => 3_600_000,
+        "DAY" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    let value: i64 = value.parse().map_err(|_| bad())?;
+    if value <= 0 {
+        return Err(bad());
+    }
+    Ok(value * unit_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(sql: &str, expected_sql: &str, expected: &[(&str, &str, WindowKind)]) {
+        let (rewritten, calls) = rewrite(sql, 0).expect("rewrite");
+        assert_eq!(rewritten, expected_sql);
+        let got: Vec<(&str, &str, WindowKind)> =
+            calls.iter().map(|c| (c.input.as_str(), c.time_column.as_str(), c.kind)).collect();
+        assert_eq!(got, expected);
+    }
+
+    fn check_error(sql: &str, expected: &str) {
+        let error = rewrite(sql, 0).expect_err("should fail").to_string();
+        assert!(error.contains(expected), "{error}");
+    }
+
+    #[test]
+    fn tumble_and_hop_are_replaced_by_synthetic_tables() {
+        check(
+            "SELECT * FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) w",
+            "SELECT * FROM __window_0 w",
+            &[("bid", "dateTime", WindowKind::Tumble { size_ms: 10_000 })],
+        );
+        check(
+            "SELECT * FROM TABLE(\n  HOP(TABLE bid, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '1' MINUTE))",
+            "SELECT * FROM __window_0",
+            &[("bid", "ts", WindowKind::Hop { slide_ms: 2_000, size_ms: 60_000 })],
+        );
+        check(
+            "SELECT 1 FROM TABLE(TUMBLE(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), SIZE => INTERVAL '5 minutes'))",
+            "SELECT 1 FROM __window_0",
+            &[("t", "ts", WindowKind::Tumble { size_ms: 300_000 })],
+        );
+        check("SELECT a FROM t WHERE x = 'TABLE(TUMBLE('", "SELECT a FROM t WHERE x = 'TABLE(TUMBLE('", &[]);
+    }
+
+    #[test]
+    fn unsupported_forms_are_named() {
+        check_error(
+            "SELECT * FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' MINUTE))",
+            "CUMULATE windows are not supported yet",
+        );
+        check_error("SELECT * FROM TABLE(SESSION(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))", "SESSION windows");
+        check_error(
+            "SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' SECOND))",
+            "OFFSET",
+        );
+        check_error("SELECT * FROM TABLE(TUMBLE(TABLE t, ts, INTERVAL '1' SECOND))", "DESCRIPTOR(column)");
+        check_error("SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), 10))", "INTERVAL literal");
+        check_error("SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '0' SECOND))", "positive INTERVAL");
+    }
+}
