@@ -1,1 +1,94 @@
-fn main() {}
+//! `sluice`: the one binary. Parses the command line and dispatches; the work lives in
+//! [`build`] (pipeline.toml → runtime plan), [`run`] (signals, progress, exit report)
+//! and [`nexmark`] (the generator and the benchmark).
+
+mod build;
+mod nexmark;
+mod progress;
+mod report;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Sluice: a stream processor. Describe sources, SQL views and sinks in one
+/// pipeline.toml and run it.
+///
+/// Start with `sluice run examples/nexmark.toml`, or `sluice explain` to see the dataflow.
+#[derive(Parser)]
+#[command(name = "sluice", version, about, long_about, propagate_version = true)]
+struct Cli {
+    /// Log level for messages on stderr: error, warn, info, debug, trace.
+    #[arg(long, global = true, default_value = "warn", value_name = "LEVEL")]
+    log_level: String,
+    /// No progress line and no exit report; errors are still printed.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a pipeline until its sources end, or until Ctrl-C / SIGTERM (drain, then exit).
+    ///
+    /// Exit code 0 when the pipeline completed (or drained cleanly after a stop), 1 on failure.
+    /// A second Ctrl-C exits at once.
+    Run {
+        /// The pipeline file.
+        pipeline: PathBuf,
+        /// Driver threads, overriding `[pipeline] threads`.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+        threads: Option<u32>,
+    },
+    /// Parse, plan and type-check a pipeline without running it.
+    Validate {
+        /// The pipeline file.
+        pipeline: PathBuf,
+        /// Driver threads, overriding `[pipeline] threads`.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+        threads: Option<u32>,
+    },
+    /// Print the dataflow: sources and lanes, operators per segment, exchanges, state.
+    Explain {
+        /// The pipeline file.
+        pipeline: PathBuf,
+        /// Driver threads, overriding `[pipeline] threads`.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+        threads: Option<u32>,
+    },
+    /// NEXMark: generate events, or run the benchmark queries.
+    Nexmark {
+        #[command(subcommand)]
+        command: nexmark::NexmarkCommand,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_level);
+    let result = match cli.command {
+        Command::Run { pipeline, threads } => run::run(&pipeline, threads, cli.quiet),
+        Command::Validate { pipeline, threads } => build::validate(&pipeline, threads),
+        Command::Explain { pipeline, threads } => build::explain(&pipeline, threads),
+        Command::Nexmark { command } => nexmark::main(command, cli.quiet),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(format!(
+        "warn,sluice={level},sluice_connectors={level},sluice_runtime={level}"
+    ))
+    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}

@@ -4,28 +4,20 @@
 use toml_edit::{Item, Table, Value};
 
 use crate::error::Position;
-use crate::model::{
-    NEXMARK_TABLES, PipelineConfig, SinkConfig, SourceConfig, SourceConnector, ViewConfig,
-};
+use crate::model::{NEXMARK_TABLES, PipelineConfig, SinkConfig, SourceConfig, SourceConnector, ViewConfig};
 use crate::pipeline::parse_pipeline;
 use crate::reader::{Ctx, Section, TOP_LEVEL, TableRef};
 use crate::sink::{parse_sink, parse_view};
 use crate::source::parse_source;
 
 const TOP_KEYS: &[&str] = &["pipeline", "source", "view", "sink"];
-const NOTES: &[(&str, &str)] = &[(
-    "checkpoint",
-    "remove the [checkpoint] section: checkpointing is not configurable yet",
-)];
+const NOTES: &[(&str, &str)] =
+    &[("checkpoint", "remove the [checkpoint] section: checkpointing is not configurable yet")];
 
 /// Reads the document's root table.
 pub(crate) fn parse_root(ctx: &mut Ctx<'_>, root: &Table) -> Option<PipelineConfig> {
-    let top = Section {
-        label: TOP_LEVEL.to_owned(),
-        sub: None,
-        table: TableRef::Table(root),
-        position: Position::new(1, 1),
-    };
+    let top =
+        Section { label: TOP_LEVEL.to_owned(), sub: None, table: TableRef::Table(root), position: Position::new(1, 1) };
     ctx.check_keys(&top, TOP_KEYS, NOTES);
     let fix = "write it as a [pipeline] section";
     let pipeline = match ctx.subtable(&top, "pipeline", "[pipeline]", fix) {
@@ -75,11 +67,9 @@ fn items<T>(
     };
     let tables: Vec<TableRef<'_>> = match entry.item {
         Item::ArrayOfTables(array) => array.iter().map(TableRef::Table).collect(),
-        Item::Value(Value::Array(array)) if array.iter().all(Value::is_inline_table) => array
-            .iter()
-            .filter_map(Value::as_inline_table)
-            .map(TableRef::Inline)
-            .collect(),
+        Item::Value(Value::Array(array)) if array.iter().all(Value::is_inline_table) => {
+            array.iter().filter_map(Value::as_inline_table).map(TableRef::Inline).collect()
+        }
         _ => {
             let found = ctx.describe(entry.item);
             let message = format!("`{kind}` must be an array of tables, found {found}");
@@ -92,11 +82,7 @@ fn items<T>(
         let fix = format!("add a [[{kind}]] section");
         ctx.error(Some(entry.position), missing, &fix);
     }
-    tables
-        .into_iter()
-        .enumerate()
-        .filter_map(|(index, table)| parse(ctx, index, table, entry.position))
-        .collect()
+    tables.into_iter().enumerate().filter_map(|(index, table)| parse(ctx, index, table, entry.position)).collect()
 }
 
 /// A name claimed in the SQL namespace.
@@ -108,11 +94,7 @@ struct Claim<'c> {
 
 /// Source and view names are unique (ignoring ASCII case, as unquoted SQL
 /// identifiers), and none is a table of a nexmark source.
-fn check_names(
-    ctx: &mut Ctx<'_>,
-    sources: &[(SourceConfig, Position)],
-    views: &[(ViewConfig, Position)],
-) {
+fn check_names(ctx: &mut Ctx<'_>, sources: &[(SourceConfig, Position)], views: &[(ViewConfig, Position)]) {
     let claims: Vec<Claim<'_>> = sources
         .iter()
         .map(|(s, at)| claim("source", &s.name, *at))
@@ -138,17 +120,12 @@ fn check_names(
         }
     }
     let Some(nx) = nexmark else { return };
-    let file_sources = sources
-        .iter()
-        .filter(|(s, _)| matches!(s.connector, SourceConnector::File { .. }));
+    let file_sources = sources.iter().filter(|(s, _)| matches!(s.connector, SourceConnector::File { .. }));
     let tables = file_sources
         .map(|(s, at)| claim("source", &s.name, *at))
         .chain(views.iter().map(|(v, at)| claim("view", &v.name, *at)));
     for table in tables {
-        if NEXMARK_TABLES
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case(table.name))
-        {
+        if NEXMARK_TABLES.iter().any(|t| t.eq_ignore_ascii_case(table.name)) {
             ctx.error(
                 Some(table.position),
                 format!(
@@ -163,27 +140,18 @@ fn check_names(
 }
 
 fn check_sink_names(ctx: &mut Ctx<'_>, sinks: &[(SinkConfig, Position)]) {
-    let claims: Vec<Claim<'_>> = sinks
-        .iter()
-        .map(|(s, at)| claim("sink", &s.name, *at))
-        .collect();
+    let claims: Vec<Claim<'_>> = sinks.iter().map(|(s, at)| claim("sink", &s.name, *at)).collect();
     report_duplicates(ctx, &claims, "give every sink its own name");
 }
 
 fn claim<'c>(kind: &str, name: &'c str, position: Position) -> Claim<'c> {
-    Claim {
-        name,
-        label: format!("[[{kind}]] \"{name}\""),
-        position,
-    }
+    Claim { name, label: format!("[[{kind}]] \"{name}\""), position }
 }
 
 /// Reports each claim whose name an earlier claim already has, at the later one.
 fn report_duplicates(ctx: &mut Ctx<'_>, claims: &[Claim<'_>], fix: &str) {
     for (i, later) in claims.iter().enumerate() {
-        let first = claims[..i]
-            .iter()
-            .find(|c| c.name.eq_ignore_ascii_case(later.name));
+        let first = claims[..i].iter().find(|c| c.name.eq_ignore_ascii_case(later.name));
         if let Some(first) = first {
             ctx.error(
                 Some(later.position),

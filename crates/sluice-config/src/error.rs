@@ -59,10 +59,7 @@ impl Located<String> {
     /// follow a line-ending backslash.
     pub fn locate(&self, line: usize, column: usize) -> Position {
         if line <= 1 {
-            Position::new(
-                self.position.line,
-                self.position.column + column.saturating_sub(1),
-            )
+            Position::new(self.position.line, self.position.column + column.saturating_sub(1))
         } else {
             Position::new(self.position.line + line - 1, column.max(1))
         }
@@ -94,18 +91,8 @@ pub struct ConfigError {
 impl ConfigError {
     /// An error in `file` at `position`. Later layers (SQL planning, connectors) use
     /// this to report problems in the same shape as the parser.
-    pub fn new(
-        file: &str,
-        position: Option<Position>,
-        message: impl Into<String>,
-        fix: Option<String>,
-    ) -> Self {
-        Self {
-            file: file.to_owned(),
-            position,
-            message: message.into(),
-            fix,
-        }
+    pub fn new(file: &str, position: Option<Position>, message: impl Into<String>, fix: Option<String>) -> Self {
+        Self { file: file.to_owned(), position, message: message.into(), fix }
     }
 
     /// The line of the error, if it has a position.
@@ -119,9 +106,7 @@ fn at(position: &Option<Position>) -> String {
 }
 
 fn fix_line(fix: &Option<String>) -> String {
-    fix.as_ref()
-        .map(|fix| format!("\n  fix: {fix}"))
-        .unwrap_or_default()
+    fix.as_ref().map(|fix| format!("\n  fix: {fix}")).unwrap_or_default()
 }
 
 #[cfg(test)]

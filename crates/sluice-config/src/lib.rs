@@ -40,9 +40,9 @@ mod tests;
 
 pub use error::{ConfigError, Located, Position};
 pub use model::{
-    DEFAULT_BATCH_SIZE, DEFAULT_FIRST_EVENT_RATE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT,
-    DEFAULT_VNODES, FileFormat, FileMode, NEXMARK_TABLES, OnError, PipelineConfig, PipelineSection,
-    SinkConfig, SinkConnector, SourceConfig, SourceConnector, StdoutFormat, ViewConfig,
+    DEFAULT_BATCH_SIZE, DEFAULT_FIRST_EVENT_RATE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES,
+    FileFormat, FileMode, NEXMARK_TABLES, OnError, PipelineConfig, PipelineSection, SinkConfig, SinkConnector,
+    SourceConfig, SourceConnector, StdoutFormat, ViewConfig,
 };
 pub use pipeline::default_threads;
 
@@ -52,10 +52,7 @@ use reader::Ctx;
 /// messages only. Returns the first error, in file order.
 pub fn parse(text: &str, file_name: &str) -> Result<PipelineConfig, ConfigError> {
     parse_all(text, file_name).map_err(|errors| {
-        errors
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| ConfigError::new(file_name, None, "invalid pipeline file", None))
+        errors.into_iter().next().unwrap_or_else(|| ConfigError::new(file_name, None, "invalid pipeline file", None))
     })
 }
 
@@ -73,35 +70,19 @@ pub fn parse_all(text: &str, file_name: &str) -> Result<PipelineConfig, Vec<Conf
     errors.sort_by_key(|e| e.position);
     match config {
         Some(config) if errors.is_empty() => Ok(config),
-        _ if errors.is_empty() => Err(vec![ConfigError::new(
-            file_name,
-            None,
-            "invalid pipeline file",
-            None,
-        )]),
+        _ if errors.is_empty() => Err(vec![ConfigError::new(file_name, None, "invalid pipeline file", None)]),
         _ => Err(errors),
     }
 }
 
 fn syntax_error(ctx: &Ctx<'_>, e: &toml_edit::TomlError) -> ConfigError {
-    let message = e
-        .message()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
+    let message = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
     let fix = if message.contains("duplicate key") {
         "remove or rename the second definition".to_owned()
     } else {
         "correct the TOML syntax here (see https://toml.io)".to_owned()
     };
-    ConfigError::new(
-        ctx.file,
-        ctx.span_position(e.span()),
-        format!("TOML syntax error: {message}"),
-        Some(fix),
-    )
+    ConfigError::new(ctx.file, ctx.span_position(e.span()), format!("TOML syntax error: {message}"), Some(fix))
 }
 
 /// A small, commented, complete pipeline file: NEXMark bids counted per auction in

@@ -220,10 +220,6 @@ impl FileMode {
     /// a file otherwise.
     pub fn default_for(path: &str) -> Self {
         let has_extension = std::path::Path::new(path).extension().is_some();
-        if path.ends_with('/') || !has_extension {
-            Self::Directory
-        } else {
-            Self::File
-        }
+        if path.ends_with('/') || !has_extension { Self::Directory } else { Self::File }
     }
 }

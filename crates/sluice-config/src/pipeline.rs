@@ -2,19 +2,11 @@
 
 use crate::error::{Located, Position};
 use crate::model::{
-    DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES,
-    PipelineSection,
+    DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES, PipelineSection,
 };
 use crate::reader::{Ctx, Field, Section, TableRef, is_identifier};
 
-const KEYS: &[&str] = &[
-    "name",
-    "threads",
-    "vnodes",
-    "shutdown_timeout",
-    "batch_size",
-    "queue_batches",
-];
+const KEYS: &[&str] = &["name", "threads", "vnodes", "shutdown_timeout", "batch_size", "queue_batches"];
 
 /// Reads `[pipeline]`.
 pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<PipelineSection> {
@@ -26,12 +18,7 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         "use letters, digits, `_` and `-`, e.g. name = \"hot-items\"",
         is_pipeline_name,
     );
-    let name = ctx.required(
-        sec,
-        "name",
-        name,
-        "add name = \"my-pipeline\" under [pipeline]",
-    );
+    let name = ctx.required(sec, "name", name, "add name = \"my-pipeline\" under [pipeline]");
     let threads = ctx
         .integer(
             sec,
@@ -50,12 +37,7 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         )
         .or(DEFAULT_VNODES);
     let shutdown_timeout = ctx
-        .duration(
-            sec,
-            "shutdown_timeout",
-            false,
-            "e.g. shutdown_timeout = \"30s\" (the default)",
-        )
+        .duration(sec, "shutdown_timeout", false, "e.g. shutdown_timeout = \"30s\" (the default)")
         .or(DEFAULT_SHUTDOWN_TIMEOUT);
     let batch_size = ctx
         .integer(
@@ -91,9 +73,7 @@ pub fn default_threads() -> u32 {
 }
 
 fn is_pipeline_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// One `[[source]]`, `[[view]]` or `[[sink]]` table, with its name read.
@@ -126,16 +106,8 @@ pub(crate) fn named<'a>(
         .entry(ctx, "name")
         .and_then(|e| e.item.as_str())
         .map_or_else(|| format!("{kind}_{}", index + 1), to_identifier);
-    let fix = format!(
-        "use letters, digits and `_`, not starting with a digit, e.g. name = \"{example}\""
-    );
-    let field = ctx.string(
-        &sec,
-        "name",
-        "a SQL identifier ([A-Za-z_][A-Za-z0-9_]*)",
-        &fix,
-        is_identifier,
-    );
+    let fix = format!("use letters, digits and `_`, not starting with a digit, e.g. name = \"{example}\"");
+    let field = ctx.string(&sec, "name", "a SQL identifier ([A-Za-z_][A-Za-z0-9_]*)", &fix, is_identifier);
     let name_position = match &field {
         Field::Present(_, p) => *p,
         _ => sec.position,
@@ -145,19 +117,12 @@ pub(crate) fn named<'a>(
     }
     ctx.check_keys(&sec, known, notes);
     let name = ctx.required(&sec, "name", field, &format!("add name = \"{example}\""));
-    Named {
-        sec,
-        name,
-        name_position,
-    }
+    Named { sec, name, name_position }
 }
 
 /// `s` with every character that is not allowed in an identifier replaced by `_`.
 fn to_identifier(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
+    let mut out: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
     }

@@ -68,11 +68,7 @@ impl Section<'_> {
     /// The label of a table nested in this one: its own header at the top level,
     /// this item's label otherwise.
     pub(crate) fn nested_label(&self, header: &str) -> String {
-        if self.label == TOP_LEVEL {
-            header.to_owned()
-        } else {
-            self.label.clone()
-        }
+        if self.label == TOP_LEVEL { header.to_owned() } else { self.label.clone() }
     }
 
     fn nested_sub(&self, header: &str) -> Option<String> {
@@ -94,10 +90,7 @@ impl<'a> Section<'a> {
         if item.is_none() {
             return None;
         }
-        let position = ctx
-            .span_position(k.span())
-            .or_else(|| ctx.span_position(item.span()))
-            .unwrap_or(self.position);
+        let position = ctx.span_position(k.span()).or_else(|| ctx.span_position(item.span())).unwrap_or(self.position);
         Some(Entry { position, item })
     }
 }
@@ -158,31 +151,16 @@ pub(crate) struct Ctx<'t> {
 
 impl<'t> Ctx<'t> {
     pub(crate) fn new(text: &'t str, file: &'t str) -> Self {
-        let line_starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        Self {
-            file,
-            text,
-            line_starts,
-            errors: Vec::new(),
-            suggested: Vec::new(),
-        }
+        let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        Self { file, text, line_starts, errors: Vec::new(), suggested: Vec::new() }
     }
 
     /// The 1-based line and column of a byte offset.
     pub(crate) fn position(&self, offset: usize) -> Position {
         let offset = offset.min(self.text.len());
         let line = self.line_starts.partition_point(|&start| start <= offset);
-        let start = self
-            .line_starts
-            .get(line.saturating_sub(1))
-            .copied()
-            .unwrap_or(0);
-        let column = self
-            .text
-            .get(start..offset)
-            .map_or(offset - start, |s| s.chars().count());
+        let start = self.line_starts.get(line.saturating_sub(1)).copied().unwrap_or(0);
+        let column = self.text.get(start..offset).map_or(offset - start, |s| s.chars().count());
         Position::new(line.max(1), column + 1)
     }
 
@@ -217,18 +195,11 @@ impl<'t> Ctx<'t> {
     /// Records an error.
     pub(crate) fn error(&mut self, position: Option<Position>, message: String, fix: &str) {
         let fix = (!fix.is_empty()).then(|| fix.to_owned());
-        self.errors
-            .push(ConfigError::new(self.file, position, message, fix));
+        self.errors.push(ConfigError::new(self.file, position, message, fix));
     }
 
     /// Records an error in a section, prefixed by the section's label.
-    pub(crate) fn error_in(
-        &mut self,
-        sec: &Section<'_>,
-        position: Position,
-        message: &str,
-        fix: &str,
-    ) {
+    pub(crate) fn error_in(&mut self, sec: &Section<'_>, position: Position, message: &str, fix: &str) {
         self.error(Some(position), format!("{}: {message}", sec.label), fix);
     }
 
@@ -285,19 +256,12 @@ impl<'t> Ctx<'t> {
             format!("an integer in {}..={}", range.start(), range.end())
         };
         self.value(sec, key, &expect, fix, |v| {
-            v.as_integer()
-                .filter(|n| range.contains(n))
-                .and_then(|n| T::try_from(n).ok())
+            v.as_integer().filter(|n| range.contains(n)).and_then(|n| T::try_from(n).ok())
         })
     }
 
     /// Reads `key` as a finite number (integer or float) > 0.
-    pub(crate) fn positive_number(
-        &mut self,
-        sec: &Section<'_>,
-        key: &str,
-        fix: &str,
-    ) -> Field<f64> {
+    pub(crate) fn positive_number(&mut self, sec: &Section<'_>, key: &str, fix: &str) -> Field<f64> {
         self.value(sec, key, "a number > 0", fix, |v| {
             let n = v.as_float().or_else(|| v.as_integer().map(|n| n as f64))?;
             (n.is_finite() && n > 0.0).then_some(n)
@@ -318,11 +282,8 @@ impl<'t> Ctx<'t> {
         fix: &str,
         valid: impl FnOnce(&str) -> bool,
     ) -> Field<Located<String>> {
-        let field = self.value(sec, key, expect, fix, |v| {
-            v.as_str()
-                .filter(|s| valid(s))
-                .map(|s| (s.to_owned(), v.span()))
-        });
+        let field =
+            self.value(sec, key, expect, fix, |v| v.as_str().filter(|s| valid(s)).map(|s| (s.to_owned(), v.span())));
         match field {
             Field::Present((s, span), key_position) => {
                 let position = self.content_position(span).unwrap_or(key_position);
@@ -334,13 +295,7 @@ impl<'t> Ctx<'t> {
     }
 
     /// Reads `key` as a humantime duration (`"30s"`, `"1m"`, `"500ms"`).
-    pub(crate) fn duration(
-        &mut self,
-        sec: &Section<'_>,
-        key: &str,
-        allow_zero: bool,
-        fix: &str,
-    ) -> Field<Duration> {
+    pub(crate) fn duration(&mut self, sec: &Section<'_>, key: &str, allow_zero: bool, fix: &str) -> Field<Duration> {
         let expect = if allow_zero {
             "a duration such as \"4s\", \"1m\" or \"500ms\""
         } else {
@@ -353,17 +308,10 @@ impl<'t> Ctx<'t> {
     }
 
     /// Reads `key` as one of the strings in `options`.
-    pub(crate) fn choice<T: Copy>(
-        &mut self,
-        sec: &Section<'_>,
-        key: &str,
-        options: &[(&str, T)],
-    ) -> Field<T> {
+    pub(crate) fn choice<T: Copy>(&mut self, sec: &Section<'_>, key: &str, options: &[(&str, T)]) -> Field<T> {
         let names: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
         let list = quoted_list(&names);
-        let found = sec
-            .entry(self, key)
-            .and_then(|e| e.item.as_str().map(str::to_owned));
+        let found = sec.entry(self, key).and_then(|e| e.item.as_str().map(str::to_owned));
         let fix = match found.as_deref().and_then(|s| suggest(s, &names)) {
             Some(close) => format!("did you mean {key} = \"{close}\"?"),
             None => format!("set {key} to one of {list}"),
@@ -376,13 +324,7 @@ impl<'t> Ctx<'t> {
     }
 
     /// Records a missing-key error (at the section header) when `field` is absent.
-    pub(crate) fn required<T>(
-        &mut self,
-        sec: &Section<'_>,
-        key: &str,
-        field: Field<T>,
-        fix: &str,
-    ) -> Option<T> {
+    pub(crate) fn required<T>(&mut self, sec: &Section<'_>, key: &str, field: Field<T>, fix: &str) -> Option<T> {
         match field {
             Field::Present(v, _) => Some(v),
             Field::Invalid => None,
@@ -400,9 +342,7 @@ impl<'t> Ctx<'t> {
 
     /// Whether an unknown key of `sec` was taken for a misspelt `key`.
     pub(crate) fn was_suggested(&self, sec: &Section<'_>, key: &str) -> bool {
-        self.suggested
-            .iter()
-            .any(|(at, k)| *at == sec.position && k == key)
+        self.suggested.iter().any(|(at, k)| *at == sec.position && k == key)
     }
 
     /// Records an error if `key` is present: it does not apply here (`why`).
@@ -434,10 +374,7 @@ impl<'t> Ctx<'t> {
             let message = if known.is_empty() {
                 format!("unknown key `{key}` {place}; this connector takes no options")
             } else {
-                format!(
-                    "unknown key `{key}` {place}; known keys: {}",
-                    known.join(", ")
-                )
+                format!("unknown key `{key}` {place}; known keys: {}", known.join(", "))
             };
             let close = suggest(key, known);
             if let Some(close) = close {
@@ -485,11 +422,7 @@ pub(crate) const TOP_LEVEL: &str = "top level";
 
 /// `"a", "b", "c"`.
 pub(crate) fn quoted_list(names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|n| format!("\"{n}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
+    names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
 }
 
 /// The closest candidate within edit distance 2, if any. A candidate of 4 characters
@@ -520,9 +453,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for i in 1..=a.len() {
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
                 best = best.min(d[i - 2][j - 2] + 1);
             }
@@ -546,9 +477,7 @@ fn shorten(raw: &str) -> String {
 /// `[A-Za-z_][A-Za-z0-9_]*`.
 pub(crate) fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -565,18 +494,12 @@ mod tests {
         assert_eq!(edit_distance("fromat", "format"), 1);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(
-            suggest("conector", &["name", "connector"]),
-            Some("connector")
-        );
+        assert_eq!(suggest("conector", &["name", "connector"]), Some("connector"));
         assert_eq!(suggest("Name", &["name", "connector"]), Some("name"));
         assert_eq!(suggest("checkpoint", &["pipeline", "source"]), None);
         assert_eq!(suggest("rate", &["name", "connector"]), None);
         assert_eq!(suggest("pth", &["path", "mode"]), Some("path"));
-        assert_eq!(
-            suggest("shutdown_timout", &["shutdown_timeout"]),
-            Some("shutdown_timeout")
-        );
+        assert_eq!(suggest("shutdown_timout", &["shutdown_timeout"]), Some("shutdown_timeout"));
     }
 
     #[test]
@@ -595,10 +518,7 @@ mod tests {
         assert!(!is_identifier("1a"));
         assert!(!is_identifier("a-b"));
         assert!(!is_identifier(""));
-        assert_eq!(
-            shorten("\"\"\"\nSELECT\n  1\"\"\""),
-            "\"\"\" SELECT 1\"\"\""
-        );
+        assert_eq!(shorten("\"\"\"\nSELECT\n  1\"\"\""), "\"\"\" SELECT 1\"\"\"");
         assert_eq!(shorten(&"x".repeat(70)).len(), 60);
     }
 }

@@ -48,11 +48,7 @@ pub(crate) fn parse_view(
         );
         return None;
     }
-    let config = ViewConfig {
-        name: item.name?.value,
-        sql: sql?,
-        position: sec.position,
-    };
+    let config = ViewConfig { name: item.name?.value, sql: sql?, position: sec.position };
     Some((config, item.name_position))
 }
 
@@ -80,51 +76,26 @@ pub(crate) fn parse_sink(
         is_identifier,
     );
     let from = ctx.required(sec, "from", from, "add from = \"<table or view>\"");
-    let kind = ctx.choice(
-        sec,
-        "connector",
-        &[
-            ("stdout", Kind::Stdout),
-            ("file", Kind::File),
-            ("blackhole", Kind::Blackhole),
-        ],
-    );
-    let kind = ctx.required(
-        sec,
-        "connector",
-        kind,
-        "add connector = \"stdout\", \"file\" or \"blackhole\"",
-    );
+    let kind =
+        ctx.choice(sec, "connector", &[("stdout", Kind::Stdout), ("file", Kind::File), ("blackhole", Kind::Blackhole)]);
+    let kind = ctx.required(sec, "connector", kind, "add connector = \"stdout\", \"file\" or \"blackhole\"");
     let empty = Table::new();
     let opts = options_section(ctx, "sink", &item, &empty);
     let connector = match kind? {
         Kind::Stdout => {
             ctx.check_keys(&opts, &[], &[]);
-            let formats = [
-                ("pretty", StdoutFormat::Pretty),
-                ("json", StdoutFormat::Json),
-            ];
+            let formats = [("pretty", StdoutFormat::Pretty), ("json", StdoutFormat::Json)];
             let format = ctx.choice(sec, "format", &formats).or(StdoutFormat::Pretty);
             SinkConnector::Stdout { format: format? }
         }
         Kind::File => file(ctx, sec, &opts)?,
         Kind::Blackhole => {
             ctx.check_keys(&opts, &[], &[]);
-            ctx.forbid(
-                sec,
-                "format",
-                "the blackhole connector discards rows",
-                "remove `format`",
-            );
+            ctx.forbid(sec, "format", "the blackhole connector discards rows", "remove `format`");
             SinkConnector::Blackhole
         }
     };
-    let config = SinkConfig {
-        name: item.name?.value,
-        from: from?.value,
-        connector,
-        position: sec.position,
-    };
+    let config = SinkConfig { name: item.name?.value, from: from?.value, connector, position: sec.position };
     Some((config, item.name_position))
 }
 
@@ -145,16 +116,8 @@ fn file(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<Sink
         "add path = \"<file or directory>\" under [sink.options] \
          (relative paths are relative to the pipeline file)",
     );
-    let mode = ctx.choice(
-        opts,
-        "mode",
-        &[("file", FileMode::File), ("directory", FileMode::Directory)],
-    );
+    let mode = ctx.choice(opts, "mode", &[("file", FileMode::File), ("directory", FileMode::Directory)]);
     let path = path?;
     let mode = mode.or_else(|| FileMode::default_for(&path.value))?;
-    Some(SinkConnector::File {
-        path: PathBuf::from(path.value),
-        format: format?,
-        mode,
-    })
+    Some(SinkConnector::File { path: PathBuf::from(path.value), format: format?, mode })
 }

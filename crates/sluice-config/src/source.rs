@@ -14,16 +14,8 @@ use crate::model::{DEFAULT_FIRST_EVENT_RATE, FileFormat, OnError, SourceConfig, 
 use crate::pipeline::{Named, named};
 use crate::reader::{Ctx, Field, Section, TableRef};
 
-const KEYS: &[&str] = &[
-    "name",
-    "connector",
-    "format",
-    "schema",
-    "event_time",
-    "watermark_delay",
-    "on_error",
-    "options",
-];
+const KEYS: &[&str] =
+    &["name", "connector", "format", "schema", "event_time", "watermark_delay", "on_error", "options"];
 const NEXMARK_OPTIONS: &[&str] = &["events", "rate", "seed", "first_event_rate"];
 const FILE_OPTIONS: &[&str] = &["path", "header", "delimiter"];
 const OPTION: &str = "connector options go under a [source.options] header";
@@ -43,8 +35,7 @@ enum Kind {
     File,
 }
 
-pub(crate) const FILE_FORMATS: &[(&str, FileFormat)] =
-    &[("json", FileFormat::Json), ("csv", FileFormat::Csv)];
+pub(crate) const FILE_FORMATS: &[(&str, FileFormat)] = &[("json", FileFormat::Json), ("csv", FileFormat::Csv)];
 
 /// Reads the `index`-th (0-based) `[[source]]`; also returns the position of its name.
 pub(crate) fn parse_source(
@@ -55,17 +46,8 @@ pub(crate) fn parse_source(
 ) -> Option<(SourceConfig, Position)> {
     let item = named(ctx, "source", index, table, fallback, KEYS, NOTES);
     let sec = &item.sec;
-    let kind = ctx.choice(
-        sec,
-        "connector",
-        &[("nexmark", Kind::Nexmark), ("file", Kind::File)],
-    );
-    let kind = ctx.required(
-        sec,
-        "connector",
-        kind,
-        "add connector = \"nexmark\" or \"file\"",
-    );
+    let kind = ctx.choice(sec, "connector", &[("nexmark", Kind::Nexmark), ("file", Kind::File)]);
+    let kind = ctx.required(sec, "connector", kind, "add connector = \"nexmark\" or \"file\"");
     let event_time = ctx.string(
         sec,
         "event_time",
@@ -87,11 +69,7 @@ pub(crate) fn parse_source(
             "add event_time = \"<timestamp column>\", or remove `watermark_delay`",
         );
     }
-    let on_error = ctx.choice(
-        sec,
-        "on_error",
-        &[("skip", OnError::Skip), ("fail", OnError::Fail)],
-    );
+    let on_error = ctx.choice(sec, "on_error", &[("skip", OnError::Skip), ("fail", OnError::Fail)]);
     let empty = Table::new();
     let options = options_section(ctx, "source", &item, &empty);
     let (connector, schema) = match kind? {
@@ -111,38 +89,22 @@ pub(crate) fn parse_source(
 }
 
 /// `[source.options]`, or an empty table standing for it when absent (or invalid).
-pub(crate) fn options_section<'a>(
-    ctx: &mut Ctx<'_>,
-    kind: &str,
-    item: &Named<'a>,
-    empty: &'a Table,
-) -> Section<'a> {
+pub(crate) fn options_section<'a>(ctx: &mut Ctx<'_>, kind: &str, item: &Named<'a>, empty: &'a Table) -> Section<'a> {
     let header = format!("[{kind}.options]");
     let fix = format!("write the options under a {header} header");
-    ctx.subtable(&item.sec, "options", &header, &fix)
-        .unwrap_or(Section {
-            label: item.sec.label.clone(),
-            sub: Some(header),
-            table: TableRef::Table(empty),
-            position: item.sec.position,
-        })
+    ctx.subtable(&item.sec, "options", &header, &fix).unwrap_or(Section {
+        label: item.sec.label.clone(),
+        sub: Some(header),
+        table: TableRef::Table(empty),
+        position: item.sec.position,
+    })
 }
 
 type Connector = (SourceConnector, Option<Located<String>>);
 
 fn nexmark(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<Connector> {
-    ctx.forbid(
-        sec,
-        "format",
-        "the nexmark connector generates its events itself",
-        "remove `format`",
-    );
-    ctx.forbid(
-        sec,
-        "schema",
-        "nexmark tables person, auction and bid have fixed schemas",
-        "remove `schema`",
-    );
+    ctx.forbid(sec, "format", "the nexmark connector generates its events itself", "remove `format`");
+    ctx.forbid(sec, "schema", "nexmark tables person, auction and bid have fixed schemas", "remove `schema`");
     ctx.check_keys(opts, NEXMARK_OPTIONS, &[]);
     let events = ctx.integer(
         opts,
@@ -151,17 +113,8 @@ fn nexmark(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<C
         "set events to the number of events to generate, e.g. events = 1000000, \
          or remove it for an unbounded stream",
     );
-    let rate = ctx.positive_number(
-        opts,
-        "rate",
-        "set rate to events per second, e.g. rate = 100000",
-    );
-    let seed = ctx.integer(
-        opts,
-        "seed",
-        0..=i64::MAX,
-        "set seed to an integer, e.g. seed = 42",
-    );
+    let rate = ctx.positive_number(opts, "rate", "set rate to events per second, e.g. rate = 100000");
+    let seed = ctx.integer(opts, "seed", 0..=i64::MAX, "set seed to an integer, e.g. seed = 42");
     let first_event_rate = ctx.integer(
         opts,
         "first_event_rate",
@@ -235,11 +188,6 @@ fn file(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<Conn
 fn csv_only(ctx: &mut Ctx<'_>, opts: &Section<'_>, key: &str, present: bool) {
     if present {
         let fix = format!("remove `{key}`, or set format = \"csv\"");
-        ctx.forbid(
-            opts,
-            key,
-            "it applies to csv files only, and format is \"json\"",
-            &fix,
-        );
+        ctx.forbid(opts, key, "it applies to csv files only, and format is \"json\"", &fix);
     }
 }

@@ -21,11 +21,7 @@ fn bid_schema() -> SchemaRef {
         Field::new("price", DataType::Int64, false),
         Field::new("channel", DataType::Utf8, true),
         Field::new("url", DataType::Utf8, true),
-        Field::new(
-            "dateTime",
-            DataType::Timestamp(TimeUnit::Millisecond, None),
-            false,
-        ),
+        Field::new("dateTime", DataType::Timestamp(TimeUnit::Millisecond, None), false),
         Field::new("extra", DataType::Utf8, true),
     ]))
 }
@@ -49,10 +45,7 @@ fn bid(mix: &mut Mix, i: u64) -> (u64, u64, u64, &'static str, String, String, S
     let bidder = 1000 + mix.next() % 100_000;
     let price = mix.next() % 10_000_000;
     let channel = CHANNELS[(mix.next() % 4) as usize];
-    let url = format!(
-        "https://www.nexmark.com/item.htm?query=1&channel_id={}",
-        mix.next() % 1_000_000
-    );
+    let url = format!("https://www.nexmark.com/item.htm?query=1&channel_id={}", mix.next() % 1_000_000);
     let millis = i * 7;
     let timestamp = format!(
         "2026-01-01 {:02}:{:02}:{:02}.{:03}",
@@ -61,11 +54,7 @@ fn bid(mix: &mut Mix, i: u64) -> (u64, u64, u64, &'static str, String, String, S
         millis / 1000 % 60,
         millis % 1000
     );
-    let extra = if i % 10 == 0 {
-        "abcdefgh".to_string()
-    } else {
-        String::new()
-    };
+    let extra = if i.is_multiple_of(10) { "abcdefgh".to_string() } else { String::new() };
     (auction, bidder, price, channel, url, timestamp, extra)
 }
 
@@ -74,9 +63,7 @@ fn csv_input() -> Vec<u8> {
     let mut out = String::new();
     for i in 0..ROWS {
         let (auction, bidder, price, channel, url, timestamp, extra) = bid(&mut mix, i);
-        out.push_str(&format!(
-            "{auction},{bidder},{price},{channel},{url},{timestamp},{extra}\n"
-        ));
+        out.push_str(&format!("{auction},{bidder},{price},{channel},{url},{timestamp},{extra}\n"));
     }
     out.into_bytes()
 }
@@ -96,28 +83,16 @@ fn json_input() -> Vec<u8> {
 
 /// Decodes all of `input` in 4 MiB chunks; returns the rows decoded.
 fn decode_all(format: RowFormat, input: &[u8]) -> usize {
-    let options = DecoderOptions {
-        schema: bid_schema(),
-        format,
-        batch_size: 8192,
-    };
-    let Ok(mut decoder) = Decoder::new(options) else {
-        panic!("decoder")
-    };
+    let options = DecoderOptions { schema: bid_schema(), format, batch_size: 8192 };
+    let Ok(mut decoder) = Decoder::new(options) else { panic!("decoder") };
     let mut chunker = LineChunker::new(input);
     let (mut out, mut bad) = (Vec::new(), Vec::new());
     let mut rows = 0;
     while let Ok(Some((chunk, first_line))) = chunker.next_chunk() {
-        if decoder
-            .decode(chunk, first_line, &mut out, &mut bad)
-            .is_err()
-        {
+        if decoder.decode(chunk, first_line, &mut out, &mut bad).is_err() {
             panic!("decode");
         }
-        rows += out
-            .drain(..)
-            .map(|batch| black_box(batch).num_rows())
-            .sum::<usize>();
+        rows += out.drain(..).map(|batch| black_box(batch).num_rows()).sum::<usize>();
     }
     assert!(bad.is_empty(), "the generated input is clean");
     rows
@@ -128,20 +103,15 @@ fn decode(c: &mut Criterion) {
     group.throughput(Throughput::Elements(ROWS));
     group.sample_size(10);
     let csv = csv_input();
-    let csv_format = RowFormat::Csv {
-        header: false,
-        delimiter: b',',
-    };
+    let csv_format = RowFormat::Csv { header: false, delimiter: b',' };
     assert_eq!(decode_all(csv_format, &csv), ROWS as usize);
-    group.bench_function(
-        format!("csv_{}_bytes_per_row", csv.len() as u64 / ROWS),
-        |b| b.iter(|| decode_all(csv_format, black_box(&csv))),
-    );
+    group.bench_function(format!("csv_{}_bytes_per_row", csv.len() as u64 / ROWS), |b| {
+        b.iter(|| decode_all(csv_format, black_box(&csv)))
+    });
     let json = json_input();
-    group.bench_function(
-        format!("json_{}_bytes_per_row", json.len() as u64 / ROWS),
-        |b| b.iter(|| decode_all(RowFormat::Json, black_box(&json))),
-    );
+    group.bench_function(format!("json_{}_bytes_per_row", json.len() as u64 / ROWS), |b| {
+        b.iter(|| decode_all(RowFormat::Json, black_box(&json)))
+    });
     group.finish();
 }
 

@@ -54,10 +54,7 @@ impl<R: Read> LineChunker<R> {
     /// A chunker whose buffer holds `capacity` bytes: no line longer than that (with its
     /// line break) is decoded.
     pub fn with_capacity(reader: R, capacity: usize) -> Self {
-        assert!(
-            capacity > 0,
-            "a line chunker needs a buffer of at least one byte"
-        );
+        assert!(capacity > 0, "a line chunker needs a buffer of at least one byte");
         LineChunker {
             reader,
             buf: vec![0; capacity],
@@ -151,11 +148,7 @@ impl<R: Read> LineChunker<R> {
     /// break (already read when `ended`), keeping what follows.
     fn skip_long_line(&mut self, ended: bool) -> io::Result<()> {
         let reason = format!("line longer than the {}-byte read buffer", self.buf.len());
-        self.bad.push(BadRow {
-            line: self.line,
-            reason,
-            text: row_text(&self.buf),
-        });
+        self.bad.push(BadRow { line: self.line, reason, text: row_text(&self.buf) });
         self.line += 1;
         self.start = 0;
         self.end = 0;

@@ -53,11 +53,7 @@ pub struct BadRow {
 impl BadRow {
     /// A bad row from the raw bytes of its line (the line break is dropped).
     pub fn new(line: u64, reason: impl Into<String>, bytes: &[u8]) -> BadRow {
-        BadRow {
-            line,
-            reason: reason.into(),
-            text: row_text(bytes),
-        }
+        BadRow { line, reason: reason.into(), text: row_text(bytes) }
     }
 }
 
@@ -67,10 +63,7 @@ pub(crate) fn row_text(bytes: &[u8]) -> String {
     let bytes = trim_line_break(bytes);
     // A character is at most 4 bytes, so this prefix holds the characters kept.
     let prefix = &bytes[..bytes.len().min(MAX_BAD_ROW_CHARS * 4)];
-    String::from_utf8_lossy(prefix)
-        .chars()
-        .take(MAX_BAD_ROW_CHARS)
-        .collect()
+    String::from_utf8_lossy(prefix).chars().take(MAX_BAD_ROW_CHARS).collect()
 }
 
 /// `bytes` without a trailing `\n` or `\r\n`.
@@ -104,10 +97,8 @@ impl Decoder {
     /// or a column type the format cannot decode.
     pub fn new(options: DecoderOptions) -> Result<Self, SluiceError> {
         if options.batch_size == 0 {
-            return Err(
-                SluiceError::user("format.batch_size", "batch_size = 0 is not allowed")
-                    .with_fix("set batch_size to 1 or more"),
-            );
+            return Err(SluiceError::user("format.batch_size", "batch_size = 0 is not allowed")
+                .with_fix("set batch_size to 1 or more"));
         }
         if let RowFormat::Csv { delimiter, .. } = options.format {
             if matches!(delimiter, b'\n' | b'\r' | b'"') {
@@ -120,15 +111,9 @@ impl Decoder {
             check_csv_types(&options.schema)?;
         }
         ArrowDecoder::build(&options, options.batch_size).map_err(|error| {
-            SluiceError::user(
-                "format.unsupported_type",
-                format!("cannot decode the schema: {error}"),
-            )
+            SluiceError::user("format.unsupported_type", format!("cannot decode the schema: {error}"))
         })?;
-        Ok(Decoder {
-            options,
-            slow_chunks: 0,
-        })
+        Ok(Decoder { options, slow_chunks: 0 })
     }
 
     /// How many chunks were decoded again line by line: those with a bad row, a
@@ -239,21 +224,14 @@ impl Decoder {
                 };
                 Err(SluiceError::internal(
                     "format.revalidate",
-                    format!(
-                        "the good lines from line {first_line} on decoded alone but not together: {detail}"
-                    ),
+                    format!("the good lines from line {first_line} on decoded alone but not together: {detail}"),
                 ))
             }
         }
     }
 
     /// Whether `bytes` decodes into exactly `rows` rows; on failure, Arrow's reason.
-    fn validate(
-        &self,
-        bytes: &[u8],
-        rows: usize,
-        scratch: &mut Vec<RecordBatch>,
-    ) -> Result<(), String> {
+    fn validate(&self, bytes: &[u8], rows: usize, scratch: &mut Vec<RecordBatch>) -> Result<(), String> {
         scratch.clear();
         // Batches of `rows` rows: the decoder buffers no more than needed.
         match self.run(bytes, rows.max(1), scratch) {
@@ -266,12 +244,7 @@ impl Decoder {
     /// Decodes `bytes` (whole lines) into batches of at most `batch_size` rows appended
     /// to `out`; returns the number of rows. On error, some batches may have been
     /// appended.
-    fn run(
-        &self,
-        bytes: &[u8],
-        batch_size: usize,
-        out: &mut Vec<RecordBatch>,
-    ) -> Result<usize, ArrowError> {
+    fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, ArrowError> {
         ArrowDecoder::build(&self.options, batch_size)?.decode_all(bytes, out)
     }
 }
@@ -314,11 +287,7 @@ fn split_lines(chunk: &[u8], first_line: u64) -> Vec<Line> {
     for (index, line) in chunk.split_inclusive(|b| *b == b'\n').enumerate() {
         let end = start + line.len();
         if !is_blank(line) {
-            lines.push(Line {
-                start,
-                end,
-                number: first_line + index as u64,
-            });
+            lines.push(Line { start, end, number: first_line + index as u64 });
         }
         start = end;
     }
@@ -327,7 +296,7 @@ fn split_lines(chunk: &[u8], first_line: u64) -> Vec<Line> {
 
 /// Arrow's push decoder of the configured format.
 enum ArrowDecoder {
-    Csv(arrow::csv::reader::Decoder),
+    Csv(Box<arrow::csv::reader::Decoder>),
     Json(arrow::json::reader::Decoder),
 }
 
@@ -335,18 +304,16 @@ impl ArrowDecoder {
     fn build(options: &DecoderOptions, batch_size: usize) -> Result<ArrowDecoder, ArrowError> {
         let schema = options.schema.clone();
         Ok(match options.format {
-            RowFormat::Csv { delimiter, .. } => ArrowDecoder::Csv(
+            RowFormat::Csv { delimiter, .. } => ArrowDecoder::Csv(Box::new(
                 arrow::csv::ReaderBuilder::new(schema)
                     .with_header(false)
                     .with_delimiter(delimiter)
                     .with_batch_size(batch_size)
                     .build_decoder(),
-            ),
-            RowFormat::Json => ArrowDecoder::Json(
-                arrow::json::ReaderBuilder::new(schema)
-                    .with_batch_size(batch_size)
-                    .build_decoder()?,
-            ),
+            )),
+            RowFormat::Json => {
+                ArrowDecoder::Json(arrow::json::ReaderBuilder::new(schema).with_batch_size(batch_size).build_decoder()?)
+            }
         })
     }
 
@@ -365,11 +332,7 @@ impl ArrowDecoder {
     }
 
     /// Decodes all of `bytes` (whole lines) into `out`; returns the number of rows.
-    fn decode_all(
-        &mut self,
-        bytes: &[u8],
-        out: &mut Vec<RecordBatch>,
-    ) -> Result<usize, ArrowError> {
+    fn decode_all(&mut self, bytes: &[u8], out: &mut Vec<RecordBatch>) -> Result<usize, ArrowError> {
         let mut rest = bytes;
         let mut rows = 0;
         loop {
@@ -381,9 +344,7 @@ impl ArrowDecoder {
             // Arrow's decoders stop reading when a batch is full.
             let flushed = self.flush_into(out)?;
             if read == 0 && flushed == 0 {
-                return Err(ArrowError::ComputeError(
-                    "the decoder made no progress".to_string(),
-                ));
+                return Err(ArrowError::ComputeError("the decoder made no progress".to_string()));
             }
             rows += flushed;
         }
@@ -409,11 +370,7 @@ fn check_csv_types(schema: &SchemaRef) -> Result<(), SluiceError> {
         if !csv_supports(field.data_type()) {
             return Err(SluiceError::user(
                 "format.unsupported_type",
-                format!(
-                    "CSV cannot hold column `{}` of type {}",
-                    field.name(),
-                    field.data_type()
-                ),
+                format!("CSV cannot hold column `{}` of type {}", field.name(), field.data_type()),
             )
             .with_fix("use JSON lines for nested or binary columns"));
         }
@@ -450,8 +407,7 @@ mod tests {
     #[test]
     fn lines_are_numbered_and_blank_ones_dropped() {
         let lines = split_lines(b"a\n\n  \nbb\r\n", 7);
-        let found: Vec<(usize, usize, u64)> =
-            lines.iter().map(|l| (l.start, l.end, l.number)).collect();
+        let found: Vec<(usize, usize, u64)> = lines.iter().map(|l| (l.start, l.end, l.number)).collect();
         assert_eq!(found, [(0, 2, 7), (6, 10, 10)]);
     }
 }

@@ -48,11 +48,7 @@ pub(crate) fn sql_type(data_type: &DataType) -> String {
                 TimeUnit::Microsecond => 6,
                 TimeUnit::Nanosecond => 9,
             };
-            let kind = if tz.is_some() {
-                "TIMESTAMP_LTZ"
-            } else {
-                "TIMESTAMP"
-            };
+            let kind = if tz.is_some() { "TIMESTAMP_LTZ" } else { "TIMESTAMP" };
             return format!("{kind}({precision})");
         }
         DataType::Decimal32(p, s)
@@ -65,12 +61,7 @@ pub(crate) fn sql_type(data_type: &DataType) -> String {
 }
 
 fn type_mismatch(field: &FieldRef, found: &str) -> String {
-    format!(
-        "column `{}`: expected {}, found {}",
-        field.name(),
-        sql_type(field.data_type()),
-        found
-    )
+    format!("column `{}`: expected {}, found {}", field.name(), sql_type(field.data_type()), found)
 }
 
 /// `text` cut to [`MAX_VALUE_CHARS`] characters, with `...` when cut.
@@ -93,18 +84,12 @@ fn csv_reason(schema: &SchemaRef, delimiter: u8, line: &[u8]) -> Option<String> 
     };
     let expected = schema.fields().len();
     if fields.len() != expected {
-        return Some(format!(
-            "expected {expected} fields, found {}",
-            fields.len()
-        ));
+        return Some(format!("expected {expected} fields, found {}", fields.len()));
     }
     for (index, (field, value)) in schema.fields().iter().zip(&fields).enumerate() {
         if value.is_empty() {
             if !field.is_nullable() {
-                return Some(format!(
-                    "missing required column `{}` (empty field)",
-                    field.name()
-                ));
+                return Some(format!("missing required column `{}` (empty field)", field.name()));
             }
             continue;
         }
@@ -143,9 +128,7 @@ fn split_csv(line: &str, delimiter: char) -> Result<Vec<String>, String> {
             loop {
                 match chars.next() {
                     None => {
-                        return Err(format!(
-                            "unterminated quoted field opened at column {opened}"
-                        ));
+                        return Err(format!("unterminated quoted field opened at column {opened}"));
                     }
                     Some('"') if chars.peek() == Some(&'"') => {
                         chars.next();
@@ -182,10 +165,7 @@ fn json_reason(schema: &SchemaRef, line: &[u8]) -> Option<String> {
         Err(error) => return Some(json_syntax(&error)),
     };
     let Value::Object(object) = value else {
-        return Some(format!(
-            "expected a JSON object, found {}",
-            json_kind(&value)
-        ));
+        return Some(format!("expected a JSON object, found {}", json_kind(&value)));
     };
     for field in schema.fields() {
         match object.get(field.name()) {
@@ -193,10 +173,7 @@ fn json_reason(schema: &SchemaRef, line: &[u8]) -> Option<String> {
                 return Some(format!("missing required column `{}`", field.name()));
             }
             Some(Value::Null) if !field.is_nullable() => {
-                return Some(format!(
-                    "column `{}`: null in a NOT NULL column",
-                    field.name()
-                ));
+                return Some(format!("column `{}`: null in a NOT NULL column", field.name()));
             }
             None | Some(Value::Null) => {}
             Some(value) => {
@@ -251,36 +228,21 @@ mod tests {
 
     #[test]
     fn split_csv_unquotes_like_the_decoder() {
-        assert_eq!(
-            split_csv("a,b,,c", ','),
-            Ok(vec!["a".into(), "b".into(), "".into(), "c".into()])
-        );
+        assert_eq!(split_csv("a,b,,c", ','), Ok(vec!["a".into(), "b".into(), "".into(), "c".into()]));
         assert_eq!(
             split_csv(r#""x, y","say ""hi""",z"#, ','),
             Ok(vec!["x, y".into(), r#"say "hi""#.into(), "z".into()])
         );
         assert_eq!(split_csv("a;b", ';'), Ok(vec!["a".into(), "b".into()]));
         assert_eq!(split_csv("", ','), Ok(vec!["".into()]));
-        assert_eq!(
-            split_csv(r#"a,"b"#, ','),
-            Err("unterminated quoted field opened at column 3".into())
-        );
+        assert_eq!(split_csv(r#"a,"b"#, ','), Err("unterminated quoted field opened at column 3".into()));
     }
 
     #[test]
     fn sql_types_read_like_sql() {
         assert_eq!(sql_type(&DataType::Int64), "BIGINT");
-        assert_eq!(
-            sql_type(&DataType::Timestamp(TimeUnit::Millisecond, None)),
-            "TIMESTAMP(3)"
-        );
-        assert_eq!(
-            sql_type(&DataType::Timestamp(
-                TimeUnit::Microsecond,
-                Some("UTC".into())
-            )),
-            "TIMESTAMP_LTZ(6)"
-        );
+        assert_eq!(sql_type(&DataType::Timestamp(TimeUnit::Millisecond, None)), "TIMESTAMP(3)");
+        assert_eq!(sql_type(&DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))), "TIMESTAMP_LTZ(6)");
         assert_eq!(sql_type(&DataType::Decimal128(10, 2)), "DECIMAL(10, 2)");
         assert_eq!(sql_type(&DataType::Utf8), "VARCHAR");
     }

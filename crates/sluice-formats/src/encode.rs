@@ -83,14 +83,7 @@ impl Encoder {
         } else {
             schema
         };
-        Encoder {
-            format,
-            schema,
-            updating,
-            header_written: false,
-            timestamp_format,
-            timestamp_tz_format,
-        }
+        Encoder { format, schema, updating, header_written: false, timestamp_format, timestamp_tz_format }
     }
 
     /// The schema of the rows written, with the op column first when updating.
@@ -108,9 +101,7 @@ impl Encoder {
             OutputFormat::Csv { header } => self.write_csv(&rows, header, out),
             OutputFormat::Pretty => self.write_pretty(&rows, out),
         }
-        .map_err(|error| {
-            SluiceError::internal("format.encode", format!("cannot encode a batch: {error}"))
-        })
+        .map_err(|error| SluiceError::internal("format.encode", format!("cannot encode a batch: {error}")))
     }
 
     /// The rows to write: each row repeated `|weight|` times, after its op when updating.
@@ -139,19 +130,12 @@ impl Encoder {
         RecordBatch::try_new(self.schema.clone(), columns).map_err(|error| {
             SluiceError::internal(
                 "format.schema_mismatch",
-                format!(
-                    "a batch does not match the sink schema {}: {error}",
-                    self.schema
-                ),
+                format!("a batch does not match the sink schema {}: {error}", self.schema),
             )
         })
     }
 
-    fn write_json(
-        &self,
-        rows: &RecordBatch,
-        out: &mut Vec<u8>,
-    ) -> Result<(), arrow::error::ArrowError> {
+    fn write_json(&self, rows: &RecordBatch, out: &mut Vec<u8>) -> Result<(), arrow::error::ArrowError> {
         let mut writer = arrow::json::WriterBuilder::new()
             .with_explicit_nulls(true)
             .with_timestamp_format(self.timestamp_format.to_string())
@@ -177,11 +161,7 @@ impl Encoder {
         Ok(())
     }
 
-    fn write_pretty(
-        &self,
-        rows: &RecordBatch,
-        out: &mut Vec<u8>,
-    ) -> Result<(), arrow::error::ArrowError> {
+    fn write_pretty(&self, rows: &RecordBatch, out: &mut Vec<u8>) -> Result<(), arrow::error::ArrowError> {
         if rows.num_rows() == 0 {
             return Ok(());
         }
@@ -189,12 +169,8 @@ impl Encoder {
             .with_null("NULL")
             .with_timestamp_format(Some(self.timestamp_format))
             .with_timestamp_tz_format(Some(self.timestamp_tz_format));
-        let table = arrow::util::pretty::pretty_format_batches_with_options(
-            std::slice::from_ref(rows),
-            &options,
-        )?;
-        writeln!(out, "{table}")
-            .map_err(|error| arrow::error::ArrowError::IoError(error.to_string(), error))
+        let table = arrow::util::pretty::pretty_format_batches_with_options(std::slice::from_ref(rows), &options)?;
+        writeln!(out, "{table}").map_err(|error| arrow::error::ArrowError::IoError(error.to_string(), error))
     }
 }
 

@@ -24,10 +24,7 @@ fn generate(config: &GeneratorConfig, tables: TableSet) -> usize {
 }
 
 fn bench_generator(c: &mut Criterion) {
-    let config = GeneratorConfig {
-        events: Some(EVENTS_PER_ITER),
-        ..GeneratorConfig::default()
-    };
+    let config = GeneratorConfig { events: Some(EVENTS_PER_ITER), ..GeneratorConfig::default() };
     let mut group = c.benchmark_group("nexmark_generator");
     group.throughput(Throughput::Elements(EVENTS_PER_ITER));
     group.sample_size(10);

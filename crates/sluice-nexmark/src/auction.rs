@@ -50,20 +50,12 @@ impl AuctionColumns {
     }
 
     /// Appends the auction created by event `event_number` at `timestamp_ms`.
-    pub(crate) fn append(
-        &mut self,
-        model: &Model,
-        event_number: u64,
-        timestamp_ms: i64,
-        scratch: &mut String,
-    ) {
+    pub(crate) fn append(&mut self, model: &Model, event_number: u64, timestamp_ms: i64, scratch: &mut String) {
         let mut rng = model.rng(event_number);
         let rng = &mut rng;
-        self.id
-            .push(last_base0_auction_id(event_number) as i64 + FIRST_AUCTION_ID);
+        self.id.push(last_base0_auction_id(event_number) as i64 + FIRST_AUCTION_ID);
         self.seller.push(model.auction_seller(event_number, rng));
-        self.category
-            .push(FIRST_CATEGORY_ID + rng.below(NUM_CATEGORIES) as i64);
+        self.category.push(FIRST_CATEGORY_ID + rng.below(NUM_CATEGORIES) as i64);
         let initial_bid = next_price(rng);
         self.initial_bid.push(initial_bid);
         self.date_time.push(timestamp_ms);

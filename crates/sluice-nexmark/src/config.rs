@@ -152,8 +152,7 @@ impl GeneratorConfig {
     pub fn event_time_ms(&self, event_number: u64) -> i64 {
         let rate = u128::from(self.first_event_rate.max(1));
         let offset = u128::from(event_number) * 1000 / rate;
-        self.base_time_ms
-            .saturating_add(i64::try_from(offset).unwrap_or(i64::MAX))
+        self.base_time_ms.saturating_add(i64::try_from(offset).unwrap_or(i64::MAX))
     }
 
     /// Event-time spacing of consecutive events, in microseconds.
@@ -167,19 +166,12 @@ impl GeneratorConfig {
         assert!(lane < lanes, "lane {lane} out of range for {lanes} lanes");
         let total = self.events?;
         let lane = u64::from(lane);
-        Some(if total <= lane {
-            0
-        } else {
-            (total - lane - 1) / u64::from(lanes) + 1
-        })
+        Some(if total <= lane { 0 } else { (total - lane - 1) / u64::from(lanes) + 1 })
     }
 
     /// The maximum byte size `extra` can reach under this config.
     pub(crate) fn max_extra_len(&self) -> usize {
-        let max_avg = self
-            .avg_person_byte_size
-            .max(self.avg_auction_byte_size)
-            .max(self.avg_bid_byte_size) as usize;
+        let max_avg = self.avg_person_byte_size.max(self.avg_auction_byte_size).max(self.avg_bid_byte_size) as usize;
         max_avg + max_avg / 5 + 2
     }
 }
@@ -276,11 +268,7 @@ mod tests {
         assert_eq!(c.event_time_ms(10), DEFAULT_BASE_TIME_MS + 1);
         assert_eq!(c.event_time_ms(123_456), DEFAULT_BASE_TIME_MS + 12_345);
         assert!((c.inter_event_delay_us() - 100.0).abs() < 1e-9);
-        let odd = GeneratorConfig {
-            first_event_rate: 3,
-            base_time_ms: 0,
-            ..GeneratorConfig::default()
-        };
+        let odd = GeneratorConfig { first_event_rate: 3, base_time_ms: 0, ..GeneratorConfig::default() };
         assert_eq!(odd.event_time_ms(1), 333);
         assert_eq!(odd.event_time_ms(2), 666);
         assert_eq!(odd.event_time_ms(3), 1000);
@@ -288,17 +276,11 @@ mod tests {
 
     #[test]
     fn lane_counts_partition_the_events() {
-        let c = GeneratorConfig {
-            events: Some(1003),
-            ..GeneratorConfig::default()
-        };
+        let c = GeneratorConfig { events: Some(1003), ..GeneratorConfig::default() };
         let total: u64 = (0..7).filter_map(|l| c.lane_event_count(l, 7)).sum();
         assert_eq!(total, 1003);
         assert_eq!(c.lane_event_count(0, 1), Some(1003));
-        let tiny = GeneratorConfig {
-            events: Some(2),
-            ..GeneratorConfig::default()
-        };
+        let tiny = GeneratorConfig { events: Some(2), ..GeneratorConfig::default() };
         assert_eq!(tiny.lane_event_count(3, 4), Some(0));
         assert_eq!(GeneratorConfig::default().lane_event_count(0, 2), None);
     }
@@ -306,20 +288,9 @@ mod tests {
     #[test]
     fn validation_rejects_bad_knobs() {
         assert!(GeneratorConfig::default().validate().is_ok());
-        let bad = GeneratorConfig {
-            first_event_rate: 0,
-            ..GeneratorConfig::default()
-        };
+        let bad = GeneratorConfig { first_event_rate: 0, ..GeneratorConfig::default() };
         assert!(bad.validate().is_err());
-        let bad = GeneratorConfig {
-            hot_bidders_ratio: 0,
-            ..GeneratorConfig::default()
-        };
-        assert!(
-            bad.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("hot_bidders_ratio")
-        );
+        let bad = GeneratorConfig { hot_bidders_ratio: 0, ..GeneratorConfig::default() };
+        assert!(bad.validate().unwrap_err().to_string().contains("hot_bidders_ratio"));
     }
 }

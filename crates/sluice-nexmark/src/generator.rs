@@ -53,11 +53,7 @@ impl GeneratedBatch {
 
     /// Total number of rows over all materialized tables.
     pub fn num_rows(&self) -> usize {
-        Table::all()
-            .into_iter()
-            .filter_map(|t| self.table(t))
-            .map(RecordBatch::num_rows)
-            .sum()
+        Table::all().into_iter().filter_map(|t| self.table(t)).map(RecordBatch::num_rows).sum()
     }
 }
 
@@ -96,9 +92,7 @@ impl LaneGenerator {
     /// string tables.
     pub fn new_lanes(config: &GeneratorConfig, lanes: u32, tables: TableSet) -> Vec<Self> {
         let model = Model::new(config);
-        (0..lanes)
-            .map(|lane| Self::with_model(Arc::clone(&model), lane, lanes, tables))
-            .collect()
+        (0..lanes).map(|lane| Self::with_model(Arc::clone(&model), lane, lanes, tables)).collect()
     }
 
     fn with_model(model: Arc<Model>, lane: u32, lanes: u32, tables: TableSet) -> Self {
@@ -154,11 +148,7 @@ impl LaneGenerator {
     /// Events this lane still has to generate (`None` when unbounded).
     pub fn remaining_events(&self) -> Option<u64> {
         let total = self.model.config.events?;
-        Some(if self.next >= total {
-            0
-        } else {
-            (total - self.next - 1) / self.lanes + 1
-        })
+        Some(if self.next >= total { 0 } else { (total - self.next - 1) / self.lanes + 1 })
     }
 
     /// Whether the lane has generated all its events.
@@ -226,15 +216,11 @@ impl Columns {
             count as usize // Upper bound; saves the counting pass.
         };
         Columns {
-            person: tables
-                .contains(Table::Person)
-                .then(|| PersonColumns::with_capacity(persons, model.avg_person)),
+            person: tables.contains(Table::Person).then(|| PersonColumns::with_capacity(persons, model.avg_person)),
             auction: tables
                 .contains(Table::Auction)
                 .then(|| AuctionColumns::with_capacity(auctions, model.avg_auction)),
-            bid: tables
-                .contains(Table::Bid)
-                .then(|| BidColumns::with_capacity(bids, model.avg_bid)),
+            bid: tables.contains(Table::Bid).then(|| BidColumns::with_capacity(bids, model.avg_bid)),
         }
     }
 
@@ -282,20 +268,12 @@ impl EventClock {
         };
         let (ms, frac) = split(start);
         let (step_ms, step_frac) = split(step);
-        EventClock {
-            base: config.base_time_ms,
-            ms,
-            frac,
-            rate,
-            step_ms,
-            step_frac,
-        }
+        EventClock { base: config.base_time_ms, ms, frac, rate, step_ms, step_frac }
     }
 
     #[inline]
     fn now(&self) -> i64 {
-        self.base
-            .saturating_add(i64::try_from(self.ms).unwrap_or(i64::MAX))
+        self.base.saturating_add(i64::try_from(self.ms).unwrap_or(i64::MAX))
     }
 
     #[inline]
@@ -317,10 +295,7 @@ mod tests {
     fn clock_matches_closed_form() {
         for rate in [1, 3, 7, 10_000, 1_000_000, 3_333_333, 50_000_000] {
             for (start, step) in [(0, 1), (5, 3), (17, 50), (1_000_003, 7)] {
-                let config = GeneratorConfig {
-                    first_event_rate: rate,
-                    ..GeneratorConfig::default()
-                };
+                let config = GeneratorConfig { first_event_rate: rate, ..GeneratorConfig::default() };
                 let mut clock = EventClock::new(&config, start, step);
                 for i in 0..2_000 {
                     let n = start + i * step;

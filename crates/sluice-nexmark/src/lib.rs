@@ -43,10 +43,9 @@ mod text;
 mod tests;
 
 pub use config::{
-    AUCTION_PROPORTION, BID_PROPORTION, ConfigError, DEFAULT_BASE_TIME_MS, FIRST_AUCTION_ID,
-    FIRST_CATEGORY_ID, FIRST_PERSON_ID, GeneratorConfig, HOT_AUCTION_GROUP, HOT_BIDDER_GROUP,
-    HOT_SELLER_GROUP, MAX_AVG_BYTE_SIZE, NUM_CATEGORIES, PERSON_PROPORTION, PROPORTION_DENOMINATOR,
-    event_kind, last_base0_auction_id, last_base0_person_id,
+    AUCTION_PROPORTION, BID_PROPORTION, ConfigError, DEFAULT_BASE_TIME_MS, FIRST_AUCTION_ID, FIRST_CATEGORY_ID,
+    FIRST_PERSON_ID, GeneratorConfig, HOT_AUCTION_GROUP, HOT_BIDDER_GROUP, HOT_SELLER_GROUP, MAX_AVG_BYTE_SIZE,
+    NUM_CATEGORIES, PERSON_PROPORTION, PROPORTION_DENOMINATOR, event_kind, last_base0_auction_id, last_base0_person_id,
 };
 pub use generator::{GeneratedBatch, LaneGenerator, MAX_BATCH_EVENTS};
 pub use schema::{Table, TableSet, schema};

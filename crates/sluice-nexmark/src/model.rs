@@ -6,9 +6,8 @@
 use std::sync::Arc;
 
 use crate::config::{
-    AUCTION_PROPORTION, FIRST_AUCTION_ID, FIRST_PERSON_ID, GeneratorConfig, HOT_AUCTION_GROUP,
-    HOT_BIDDER_GROUP, HOT_SELLER_GROUP, PROPORTION_DENOMINATOR, last_base0_auction_id,
-    last_base0_person_id,
+    AUCTION_PROPORTION, FIRST_AUCTION_ID, FIRST_PERSON_ID, GeneratorConfig, HOT_AUCTION_GROUP, HOT_BIDDER_GROUP,
+    HOT_SELLER_GROUP, PROPORTION_DENOMINATOR, last_base0_auction_id, last_base0_person_id,
 };
 use crate::rng::{EventRng, derive_key};
 use crate::text::{ExtraRule, TextTables};
@@ -60,8 +59,7 @@ impl Model {
             active_people: u64::from(c.num_active_people),
             person_lead: u64::from(c.person_id_lead),
             auction_lead: u64::from(c.auction_id_lead),
-            auction_horizon_events: u64::from(c.num_in_flight_auctions) * PROPORTION_DENOMINATOR
-                / AUCTION_PROPORTION,
+            auction_horizon_events: u64::from(c.num_in_flight_auctions) * PROPORTION_DENOMINATOR / AUCTION_PROPORTION,
             avg_person: c.avg_person_byte_size as usize,
             avg_auction: c.avg_auction_byte_size as usize,
             avg_bid: c.avg_bid_byte_size as usize,
@@ -134,15 +132,8 @@ impl Model {
     /// `timestamp_ms`): uniform in `1 ..= 2 * horizon`, where the horizon is
     /// the event time until `num_in_flight_auctions` more auctions exist.
     #[inline]
-    pub(crate) fn auction_length_ms(
-        &self,
-        event_number: u64,
-        timestamp_ms: i64,
-        rng: &mut EventRng,
-    ) -> i64 {
-        let future = self
-            .config
-            .event_time_ms(event_number.saturating_add(self.auction_horizon_events));
+    pub(crate) fn auction_length_ms(&self, event_number: u64, timestamp_ms: i64, rng: &mut EventRng) -> i64 {
+        let future = self.config.event_time_ms(event_number.saturating_add(self.auction_horizon_events));
         let horizon_ms = future.saturating_sub(timestamp_ms).max(0) as u64;
         1 + rng.below(horizon_ms.saturating_mul(2).max(1)) as i64
     }
@@ -172,10 +163,7 @@ mod tests {
             let decade = ((p as f64 / 100.0).log10().floor() as usize).min(5);
             per_decade[decade] += 1;
         }
-        assert!(
-            per_decade.iter().all(|&c| (9_000..11_000).contains(&c)),
-            "{per_decade:?}"
-        );
+        assert!(per_decade.iter().all(|&c| (9_000..11_000).contains(&c)), "{per_decade:?}");
     }
 
     #[test]
@@ -185,8 +173,7 @@ mod tests {
         let n = 20_000;
         for i in 0..n {
             let mut rng = model.rng(i);
-            let l =
-                model.auction_length_ms(1_000_000, model.config.event_time_ms(1_000_000), &mut rng);
+            let l = model.auction_length_ms(1_000_000, model.config.event_time_ms(1_000_000), &mut rng);
             // 1666 events ahead at 100 µs per event: horizon 166 ms.
             assert!((1..=333).contains(&l), "{l}");
             sum += l;

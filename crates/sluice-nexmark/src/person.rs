@@ -45,17 +45,10 @@ impl PersonColumns {
     }
 
     /// Appends the person created by event `event_number` at `timestamp_ms`.
-    pub(crate) fn append(
-        &mut self,
-        model: &Model,
-        event_number: u64,
-        timestamp_ms: i64,
-        scratch: &mut String,
-    ) {
+    pub(crate) fn append(&mut self, model: &Model, event_number: u64, timestamp_ms: i64, scratch: &mut String) {
         let mut rng = model.rng(event_number);
         let rng = &mut rng;
-        self.id
-            .push(last_base0_person_id(event_number) as i64 + FIRST_PERSON_ID);
+        self.id.push(last_base0_person_id(event_number) as i64 + FIRST_PERSON_ID);
         let mut size = 8;
 
         scratch.clear();
@@ -130,11 +123,7 @@ mod tests {
             push_credit_card(&mut rng, &mut s);
             let groups: Vec<&str> = s.split(' ').collect();
             assert_eq!(groups.len(), 4);
-            assert!(
-                groups
-                    .iter()
-                    .all(|g| g.len() == 4 && g.bytes().all(|b| b.is_ascii_digit()))
-            );
+            assert!(groups.iter().all(|g| g.len() == 4 && g.bytes().all(|b| b.is_ascii_digit())));
         }
     }
 }

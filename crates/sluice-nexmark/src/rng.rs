@@ -39,17 +39,13 @@ pub(crate) struct EventRng {
 impl EventRng {
     /// A generator seeded directly from a 64-bit value.
     pub(crate) fn from_seed(seed: u64) -> Self {
-        EventRng {
-            state: fmix64(seed),
-        }
+        EventRng { state: fmix64(seed) }
     }
 
     /// The generator for event `event_number` under the (derived) `key`.
     #[inline]
     pub(crate) fn for_event(key: u64, event_number: u64) -> Self {
-        EventRng {
-            state: fmix64(key ^ event_number.wrapping_mul(EVENT_SPREAD)),
-        }
+        EventRng { state: fmix64(key ^ event_number.wrapping_mul(EVENT_SPREAD)) }
     }
 
     /// The next 64 random bits.

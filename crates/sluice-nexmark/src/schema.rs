@@ -86,16 +86,12 @@ impl TableSet {
 
     /// This set plus `table`.
     pub fn with(self, table: Table) -> TableSet {
-        TableSet {
-            bits: self.bits | (1 << table.index()),
-        }
+        TableSet { bits: self.bits | (1 << table.index()) }
     }
 
     /// This set minus `table`.
     pub fn without(self, table: Table) -> TableSet {
-        TableSet {
-            bits: self.bits & !(1 << table.index()),
-        }
+        TableSet { bits: self.bits & !(1 << table.index()) }
     }
 
     /// Whether `table` is in the set.
@@ -206,39 +202,18 @@ mod tests {
         let s = TableSet::only(Table::Bid).with(Table::Person);
         assert!(s.contains(Table::Bid) && s.contains(Table::Person));
         assert!(!s.contains(Table::Auction));
-        assert_eq!(
-            s.iter().collect::<Vec<_>>(),
-            vec![Table::Person, Table::Bid]
-        );
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![Table::Person, Table::Bid]);
         assert_eq!(s.without(Table::Bid), TableSet::only(Table::Person));
         assert!(TableSet::NONE.is_empty());
-        assert_eq!(
-            Table::all().into_iter().collect::<TableSet>(),
-            TableSet::ALL
-        );
+        assert_eq!(Table::all().into_iter().collect::<TableSet>(), TableSet::ALL);
     }
 
     #[test]
     fn schemas_match_flink_ddl() {
-        let names = |t| {
-            schema(t)
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect::<Vec<_>>()
-        };
+        let names = |t| schema(t).fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
         assert_eq!(
             names(Table::Person),
-            [
-                "id",
-                "name",
-                "emailAddress",
-                "creditCard",
-                "city",
-                "state",
-                "dateTime",
-                "extra"
-            ]
+            ["id", "name", "emailAddress", "creditCard", "city", "state", "dateTime", "extra"]
         );
         assert_eq!(
             names(Table::Auction),
@@ -255,12 +230,7 @@ mod tests {
                 "extra"
             ]
         );
-        assert_eq!(
-            names(Table::Bid),
-            [
-                "auction", "bidder", "price", "channel", "url", "dateTime", "extra"
-            ]
-        );
+        assert_eq!(names(Table::Bid), ["auction", "bidder", "price", "channel", "url", "dateTime", "extra"]);
         for t in Table::all() {
             let s = schema(t);
             assert!(s.fields().iter().all(|f| !f.is_nullable()));

@@ -12,11 +12,7 @@ use crate::text::{FIRST_NAMES, HOT_CHANNELS, LAST_NAMES, US_CITIES, US_STATES};
 use crate::*;
 
 fn config(events: u64, seed: u64) -> GeneratorConfig {
-    GeneratorConfig {
-        seed,
-        events: Some(events),
-        ..GeneratorConfig::default()
-    }
+    GeneratorConfig { seed, events: Some(events), ..GeneratorConfig::default() }
 }
 
 /// Everything one lane produced, each table concatenated.
@@ -49,48 +45,31 @@ fn drain(generator: &mut LaneGenerator, batch_events: usize) -> Output {
             concat_batches(&schema(t), parts).expect("concat")
         })
     };
-    Output {
-        person: concat(Table::Person),
-        auction: concat(Table::Auction),
-        bid: concat(Table::Bid),
-        batches,
-    }
+    Output { person: concat(Table::Person), auction: concat(Table::Auction), bid: concat(Table::Bid), batches }
 }
 
 fn run(config: &GeneratorConfig, lane: u32, lanes: u32, batch_events: usize) -> Output {
-    drain(
-        &mut LaneGenerator::new(config, lane, lanes, TableSet::ALL),
-        batch_events,
-    )
+    drain(&mut LaneGenerator::new(config, lane, lanes, TableSet::ALL), batch_events)
 }
 
 fn longs(batch: &RecordBatch, column: &str) -> Vec<i64> {
     let col = batch.column_by_name(column).expect("column exists");
     match col.as_primitive_opt::<Int64Type>() {
         Some(a) => a.values().to_vec(),
-        None => col
-            .as_primitive::<TimestampMillisecondType>()
-            .values()
-            .to_vec(),
+        None => col.as_primitive::<TimestampMillisecondType>().values().to_vec(),
     }
 }
 
 fn strings(batch: &RecordBatch, column: &str) -> Vec<String> {
     let col = batch.column_by_name(column).expect("column exists");
-    col.as_string::<i32>()
-        .iter()
-        .map(|s| s.unwrap_or_default().to_string())
-        .collect()
+    col.as_string::<i32>().iter().map(|s| s.unwrap_or_default().to_string()).collect()
 }
 
 fn rows(batch: &RecordBatch) -> Vec<String> {
     (0..batch.num_rows())
         .map(|r| {
-            let cells: Vec<String> = batch
-                .columns()
-                .iter()
-                .map(|c| array_value_to_string(c, r).expect("displayable"))
-                .collect();
+            let cells: Vec<String> =
+                batch.columns().iter().map(|c| array_value_to_string(c, r).expect("displayable")).collect();
             cells.join("|")
         })
         .collect()
@@ -106,10 +85,7 @@ fn proportions_are_exactly_1_3_46_per_50_events() {
     for b in &out.batches {
         assert_eq!(b.events, 50);
         let n = |t| b.table(t).map_or(0, RecordBatch::num_rows);
-        assert_eq!(
-            (n(Table::Person), n(Table::Auction), n(Table::Bid)),
-            (1, 3, 46)
-        );
+        assert_eq!((n(Table::Person), n(Table::Auction), n(Table::Bid)), (1, 3, 46));
     }
 }
 
@@ -139,19 +115,9 @@ fn ids_are_dense_and_references_recent() {
     let c = config(events, 2);
     let out = run(&c, 0, 1, 4096);
     let person_ids = longs(out.table(Table::Person), "id");
-    assert!(
-        person_ids
-            .iter()
-            .enumerate()
-            .all(|(i, id)| *id == FIRST_PERSON_ID + i as i64)
-    );
+    assert!(person_ids.iter().enumerate().all(|(i, id)| *id == FIRST_PERSON_ID + i as i64));
     let auction_ids = longs(out.table(Table::Auction), "id");
-    assert!(
-        auction_ids
-            .iter()
-            .enumerate()
-            .all(|(i, id)| *id == FIRST_AUCTION_ID + i as i64)
-    );
+    assert!(auction_ids.iter().enumerate().all(|(i, id)| *id == FIRST_AUCTION_ID + i as i64));
 
     let sellers = longs(out.table(Table::Auction), "seller");
     let categories = longs(out.table(Table::Auction), "category");
@@ -160,35 +126,22 @@ fn ids_are_dense_and_references_recent() {
     let bidders = longs(out.table(Table::Bid), "bidder");
     let lead = 10;
     let mut hot_auction_bids = 0;
-    walk(
-        &out,
-        events,
-        |_, kind, row, newest_person, newest_auction| match kind {
-            Table::Auction => {
-                let s = sellers[row];
-                assert!(
-                    s >= FIRST_PERSON_ID && s <= newest_person + lead,
-                    "seller {s}"
-                );
-                assert!(s > newest_person - 1000, "seller {s} not recent");
-            }
-            Table::Bid => {
-                let (a, p) = (bid_auctions[row], bidders[row]);
-                assert!(
-                    a >= FIRST_AUCTION_ID && a <= newest_auction + lead,
-                    "auction {a}"
-                );
-                assert!(a >= newest_auction - 100, "auction {a} not in flight");
-                assert!(
-                    p >= FIRST_PERSON_ID && p <= newest_person + lead,
-                    "bidder {p}"
-                );
-                assert!(p > newest_person - 1000, "bidder {p} not active");
-                hot_auction_bids += i32::from((a - FIRST_AUCTION_ID) % 100 == 0);
-            }
-            Table::Person => {}
-        },
-    );
+    walk(&out, events, |_, kind, row, newest_person, newest_auction| match kind {
+        Table::Auction => {
+            let s = sellers[row];
+            assert!(s >= FIRST_PERSON_ID && s <= newest_person + lead, "seller {s}");
+            assert!(s > newest_person - 1000, "seller {s} not recent");
+        }
+        Table::Bid => {
+            let (a, p) = (bid_auctions[row], bidders[row]);
+            assert!(a >= FIRST_AUCTION_ID && a <= newest_auction + lead, "auction {a}");
+            assert!(a >= newest_auction - 100, "auction {a} not in flight");
+            assert!(p >= FIRST_PERSON_ID && p <= newest_person + lead, "bidder {p}");
+            assert!(p > newest_person - 1000, "bidder {p} not active");
+            hot_auction_bids += i32::from((a - FIRST_AUCTION_ID) % 100 == 0);
+        }
+        Table::Person => {}
+    });
     // hot_auction_ratio 2: about half the bids go to the hot auction.
     let share = f64::from(hot_auction_bids) / bid_auctions.len() as f64;
     assert!((0.48..0.56).contains(&share), "{share}");
@@ -197,27 +150,19 @@ fn ids_are_dense_and_references_recent() {
 #[test]
 fn zero_lead_only_references_existing_ids() {
     let events = 30_000;
-    let c = GeneratorConfig {
-        person_id_lead: 0,
-        auction_id_lead: 0,
-        ..config(events, 3)
-    };
+    let c = GeneratorConfig { person_id_lead: 0, auction_id_lead: 0, ..config(events, 3) };
     let out = run(&c, 0, 1, 1000);
     let sellers = longs(out.table(Table::Auction), "seller");
     let bid_auctions = longs(out.table(Table::Bid), "auction");
     let bidders = longs(out.table(Table::Bid), "bidder");
-    walk(
-        &out,
-        events,
-        |n, kind, row, newest_person, newest_auction| match kind {
-            Table::Auction => assert!(sellers[row] <= newest_person, "event {n}"),
-            Table::Bid => {
-                assert!(bid_auctions[row] <= newest_auction, "event {n}");
-                assert!(bidders[row] <= newest_person, "event {n}");
-            }
-            Table::Person => {}
-        },
-    );
+    walk(&out, events, |n, kind, row, newest_person, newest_auction| match kind {
+        Table::Auction => assert!(sellers[row] <= newest_person, "event {n}"),
+        Table::Bid => {
+            assert!(bid_auctions[row] <= newest_auction, "event {n}");
+            assert!(bidders[row] <= newest_person, "event {n}");
+        }
+        Table::Person => {}
+    });
 }
 
 #[test]
@@ -226,33 +171,20 @@ fn person_fields_follow_standard_distributions() {
     let p = out.table(Table::Person);
     for name in strings(p, "name") {
         let (first, last) = name.split_once(' ').expect("two names");
-        assert!(
-            FIRST_NAMES.contains(&first) && LAST_NAMES.contains(&last),
-            "{name}"
-        );
+        assert!(FIRST_NAMES.contains(&first) && LAST_NAMES.contains(&last), "{name}");
     }
     for email in strings(p, "emailAddress") {
         let (user, domain) = email.split_once('@').expect("has @");
-        assert!(
-            user.len() <= 6 && domain.ends_with(".com") && domain.len() <= 8,
-            "{email}"
-        );
+        assert!(user.len() <= 6 && domain.ends_with(".com") && domain.len() <= 8, "{email}");
     }
     for card in strings(p, "creditCard") {
         assert_eq!(card.len(), 19);
-        assert!(
-            card.split(' ')
-                .all(|g| g.len() == 4 && g.bytes().all(|b| b.is_ascii_digit()))
-        );
+        assert!(card.split(' ').all(|g| g.len() == 4 && g.bytes().all(|b| b.is_ascii_digit())));
     }
     let cities = strings(p, "city");
     assert!(cities.iter().all(|c| US_CITIES.contains(&c.as_str())));
     assert!(US_CITIES.iter().all(|c| cities.iter().any(|x| x == c)));
-    assert!(
-        strings(p, "state")
-            .iter()
-            .all(|s| US_STATES.contains(&s.as_str()))
-    );
+    assert!(strings(p, "state").iter().all(|s| US_STATES.contains(&s.as_str())));
 }
 
 #[test]
@@ -266,21 +198,12 @@ fn auction_and_bid_fields_follow_standard_distributions() {
     let times = longs(a, "dateTime");
     let expires = longs(a, "expires");
     // 1666 events ahead at 10k events/s: lengths in 1 ..= 333 ms.
-    assert!(
-        times
-            .iter()
-            .zip(&expires)
-            .all(|(t, e)| (1..=333).contains(&(e - t)))
-    );
+    assert!(times.iter().zip(&expires).all(|(t, e)| (1..=333).contains(&(e - t))));
     assert!(strings(a, "itemName").iter().all(|s| s.len() < 20));
     assert!(strings(a, "description").iter().all(|s| s.len() < 100));
 
     let b = out.table(Table::Bid);
-    assert!(
-        longs(b, "price")
-            .iter()
-            .all(|p| (100..=100_000_000).contains(p))
-    );
+    assert!(longs(b, "price").iter().all(|p| (100..=100_000_000).contains(p)));
     let channels = strings(b, "channel");
     let urls = strings(b, "url");
     let mut hot = 0usize;
@@ -290,11 +213,7 @@ fn auction_and_bid_fields_follow_standard_distributions() {
             hot += 1;
             assert!(!url.contains("channel_id"));
         } else {
-            let num: usize = ch
-                .strip_prefix("channel-")
-                .expect("prefix")
-                .parse()
-                .expect("number");
+            let num: usize = ch.strip_prefix("channel-").expect("prefix").parse().expect("number");
             assert!(num < 10_000);
         }
     }
@@ -305,39 +224,17 @@ fn auction_and_bid_fields_follow_standard_distributions() {
 #[test]
 fn average_sizes_match_the_standard() {
     let out = run(&config(500_000, 6), 0, 1, 16_384);
-    let lens = |b: &RecordBatch, c: &str| -> Vec<usize> {
-        strings(b, c).iter().map(String::len).collect()
-    };
+    let lens = |b: &RecordBatch, c: &str| -> Vec<usize> { strings(b, c).iter().map(String::len).collect() };
     let avg_size = |b: &RecordBatch, fixed: usize, cols: &[&str]| -> f64 {
         let per_col: Vec<Vec<usize>> = cols.iter().map(|c| lens(b, c)).collect();
-        let total: usize = (0..b.num_rows())
-            .map(|r| fixed + per_col.iter().map(|v| v[r]).sum::<usize>())
-            .sum();
+        let total: usize = (0..b.num_rows()).map(|r| fixed + per_col.iter().map(|v| v[r]).sum::<usize>()).sum();
         total as f64 / b.num_rows() as f64
     };
-    let p = avg_size(
-        out.table(Table::Person),
-        8,
-        &[
-            "name",
-            "emailAddress",
-            "creditCard",
-            "city",
-            "state",
-            "extra",
-        ],
-    );
-    let a = avg_size(
-        out.table(Table::Auction),
-        48,
-        &["itemName", "description", "extra"],
-    );
+    let p = avg_size(out.table(Table::Person), 8, &["name", "emailAddress", "creditCard", "city", "state", "extra"]);
+    let a = avg_size(out.table(Table::Auction), 48, &["itemName", "description", "extra"]);
     let b = avg_size(out.table(Table::Bid), 32, &["extra"]);
     for (got, want) in [(p, 200.0), (a, 500.0), (b, 100.0)] {
-        assert!(
-            (got - want).abs() / want < 0.05,
-            "average size {got} vs {want}"
-        );
+        assert!((got - want).abs() / want < 0.05, "average size {got} vs {want}");
     }
 }
 
@@ -351,10 +248,7 @@ fn same_seed_gives_identical_batches() {
     assert_ne!(x.table(Table::Bid), z.table(Table::Bid));
     assert_ne!(x.table(Table::Person), z.table(Table::Person));
     // Ids and event times do not depend on the seed.
-    assert_eq!(
-        longs(x.table(Table::Auction), "id"),
-        longs(z.table(Table::Auction), "id")
-    );
+    assert_eq!(longs(x.table(Table::Auction), "id"), longs(z.table(Table::Auction), "id"));
 }
 
 #[test]
@@ -364,18 +258,10 @@ fn lane_union_equals_single_lane() {
     let single = run(&c, 0, 1, 700);
     let single_rows = Table::all().map(|t| rows(single.table(t)));
     for lanes in [2u32, 3, 7, 50, 64] {
-        let outs: Vec<Output> = LaneGenerator::new_lanes(&c, lanes, TableSet::ALL)
-            .iter_mut()
-            .map(|g| drain(g, 333))
-            .collect();
-        let lane_rows: Vec<[Vec<String>; 3]> = outs
-            .iter()
-            .map(|o| Table::all().map(|t| rows(o.table(t))))
-            .collect();
-        let total: usize = outs
-            .iter()
-            .map(|o| o.batches.iter().map(|b| b.events).sum::<u64>() as usize)
-            .sum();
+        let outs: Vec<Output> =
+            LaneGenerator::new_lanes(&c, lanes, TableSet::ALL).iter_mut().map(|g| drain(g, 333)).collect();
+        let lane_rows: Vec<[Vec<String>; 3]> = outs.iter().map(|o| Table::all().map(|t| rows(o.table(t)))).collect();
+        let total: usize = outs.iter().map(|o| o.batches.iter().map(|b| b.events).sum::<u64>() as usize).sum();
         assert_eq!(total as u64, events);
         // Interleave the lanes back in event-number order.
         let mut cursors = vec![[0usize; 3]; lanes as usize];
@@ -418,10 +304,7 @@ fn event_times_are_exact_and_monotonic_within_a_lane() {
     let mut previous_max = i64::MIN;
     let mut expected_next = lane;
     while let Some(b) = {
-        assert_eq!(
-            g.next_event_time_ms(),
-            c.event_time_ms(g.next_event_number())
-        );
+        assert_eq!(g.next_event_time_ms(), c.event_time_ms(g.next_event_number()));
         g.next_batch(512)
     } {
         assert!(b.max_event_time_ms >= previous_max);
@@ -449,11 +332,7 @@ fn event_times_are_exact_and_monotonic_within_a_lane() {
 
 #[test]
 fn custom_rate_and_base_time() {
-    let c = GeneratorConfig {
-        first_event_rate: 3,
-        base_time_ms: 1_000,
-        ..config(100, 12)
-    };
+    let c = GeneratorConfig { first_event_rate: 3, base_time_ms: 1_000, ..config(100, 12) };
     let out = run(&c, 0, 1, 64);
     let times = longs(out.table(Table::Person), "dateTime");
     // Persons are events 0 and 50: 50 events at 3/s is 16_666 ms.

@@ -11,26 +11,14 @@
 use crate::rng::{EventRng, derive_key};
 
 /// The standard first names.
-pub(crate) const FIRST_NAMES: [&str; 11] = [
-    "Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter",
-];
+pub(crate) const FIRST_NAMES: [&str; 11] =
+    ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"];
 /// The standard last names.
-pub(crate) const LAST_NAMES: [&str; 9] = [
-    "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
-];
+pub(crate) const LAST_NAMES: [&str; 9] =
+    ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris"];
 /// The standard US cities.
-pub(crate) const US_CITIES: [&str; 10] = [
-    "Phoenix",
-    "Los Angeles",
-    "San Francisco",
-    "Boise",
-    "Portland",
-    "Bend",
-    "Redmond",
-    "Seattle",
-    "Kent",
-    "Cheyenne",
-];
+pub(crate) const US_CITIES: [&str; 10] =
+    ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent", "Cheyenne"];
 /// The standard US states.
 pub(crate) const US_STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
 /// The standard hot channels.
@@ -52,13 +40,7 @@ const DOMAIN_CHANNELS: u64 = 0x6368_616E_6E65_6C73;
 /// random lower-case letter or (probability 1/13) `special`. With
 /// `trim_spaces`, leading and trailing spaces of the appended part are
 /// removed (the standard trims its space-separated strings).
-pub(crate) fn push_random_string(
-    rng: &mut EventRng,
-    max_len: u64,
-    special: char,
-    trim_spaces: bool,
-    out: &mut String,
-) {
+pub(crate) fn push_random_string(rng: &mut EventRng, max_len: u64, special: char, trim_spaces: bool, out: &mut String) {
     let start = out.len();
     let len = MIN_STRING_LENGTH + rng.below(max_len.saturating_sub(MIN_STRING_LENGTH).max(1));
     for _ in 0..len {
@@ -104,20 +86,13 @@ impl ExtraRule {
         }
         let desired = desired_average - current_size;
         let delta = (desired as f64 * 0.2).round() as usize;
-        ExtraRule {
-            min: desired - delta,
-            span: 2 * delta,
-        }
+        ExtraRule { min: desired - delta, span: 2 * delta }
     }
 
     /// A random length following the rule.
     #[inline]
     pub(crate) fn sample(self, rng: &mut EventRng) -> usize {
-        if self.span == 0 {
-            self.min
-        } else {
-            self.min + rng.index(self.span)
-        }
+        if self.span == 0 { self.min } else { self.min + rng.index(self.span) }
     }
 }
 
@@ -168,9 +143,7 @@ impl TextTables {
     pub(crate) fn new(seed: u64, max_extra_len: usize) -> Self {
         let mut rng = EventRng::from_seed(derive_key(seed, DOMAIN_EXTRA_POOL));
         let pool_len = EXTRA_POOL_WINDOW + max_extra_len;
-        let extra_pool: String = (0..pool_len)
-            .map(|_| letter(rng.next_u64() >> 32))
-            .collect();
+        let extra_pool: String = (0..pool_len).map(|_| letter(rng.next_u64() >> 32)).collect();
 
         let mut rng = EventRng::from_seed(derive_key(seed, DOMAIN_CHANNELS));
         let mut hot_urls = StringTable::default();
@@ -192,12 +165,7 @@ impl TextTables {
                 }
             });
         }
-        TextTables {
-            extra_pool,
-            channels,
-            urls,
-            hot_urls,
-        }
+        TextTables { extra_pool, channels, urls, hot_urls }
     }
 
     /// A random channel and its url, as the standard picks them.
@@ -215,10 +183,7 @@ impl TextTables {
     /// Random lower-case padding of exactly `len` bytes.
     #[inline]
     pub(crate) fn extra(&self, rng: &mut EventRng, len: usize) -> &str {
-        assert!(
-            len + EXTRA_POOL_WINDOW <= self.extra_pool.len(),
-            "extra too long"
-        );
+        assert!(len + EXTRA_POOL_WINDOW <= self.extra_pool.len(), "extra too long");
         let start = rng.index(EXTRA_POOL_WINDOW);
         &self.extra_pool[start..start + len]
     }
@@ -290,9 +255,7 @@ mod tests {
         assert_eq!(a.channels.get(0), "channel-0");
         assert_eq!(a.channels.get(9999), "channel-9999");
         assert_eq!(a.channels.len(), CHANNELS_NUMBER);
-        let with_id = (0..CHANNELS_NUMBER)
-            .filter(|&i| a.urls.get(i).contains("&channel_id="))
-            .count();
+        let with_id = (0..CHANNELS_NUMBER).filter(|&i| a.urls.get(i).contains("&channel_id=")).count();
         assert!((8_500..9_500).contains(&with_id), "{with_id}");
         for i in 0..CHANNELS_NUMBER {
             let url = a.urls.get(i);

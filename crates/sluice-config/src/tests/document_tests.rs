@@ -21,40 +21,20 @@ fn top_level() {
     let checkpoint = format!(
         "4:2: unknown key `checkpoint` at the top level; {known}\n  fix: remove the [checkpoint] section: checkpointing is not configurable yet"
     );
-    let sources = format!(
-        "4:3: unknown key `sources` at the top level; {known}\n  fix: did you mean `source`?"
-    );
-    let pipelin = format!(
-        "1:2: unknown key `pipelin` at the top level; {known}\n  fix: did you mean `pipeline`?"
-    );
-    let stray =
-        format!("1:1: unknown key `debug` at the top level; {known}\n  fix: remove `debug`");
+    let sources = format!("4:3: unknown key `sources` at the top level; {known}\n  fix: did you mean `source`?");
+    let pipelin = format!("1:2: unknown key `pipelin` at the top level; {known}\n  fix: did you mean `pipeline`?");
+    let stray = format!("1:1: unknown key `debug` at the top level; {known}\n  fix: remove `debug`");
     check_errors(&[
-        (
-            "".to_owned(),
-            " missing [pipeline] section\n  fix: add a [pipeline] section",
-        ),
+        ("".to_owned(), " missing [pipeline] section\n  fix: add a [pipeline] section"),
         (format!("{SOURCE}{SINK}"), " missing [pipeline] section"),
         (
             format!("{PIPELINE}{SINK}"),
             " no [[source]] section: a pipeline needs at least one source\n  fix: add a [[source]] section",
         ),
-        (
-            format!("{PIPELINE}{SOURCE}"),
-            " no [[sink]] section: a pipeline needs at least one sink",
-        ),
-        (
-            format!("source = []\n{PIPELINE}{SINK}"),
-            "1:1: no [[source]] section: a pipeline needs at least one source",
-        ),
-        (
-            format!("{PIPELINE}\n[checkpoint]\ninterval = \"10s\"\n{SOURCE}{SINK}"),
-            &checkpoint,
-        ),
-        (
-            format!("{PIPELINE}\n[[sources]]\nname = \"nx\"\nconnector = \"nexmark\"\n{SINK}"),
-            &sources,
-        ),
+        (format!("{PIPELINE}{SOURCE}"), " no [[sink]] section: a pipeline needs at least one sink"),
+        (format!("source = []\n{PIPELINE}{SINK}"), "1:1: no [[source]] section: a pipeline needs at least one source"),
+        (format!("{PIPELINE}\n[checkpoint]\ninterval = \"10s\"\n{SOURCE}{SINK}"), &checkpoint),
+        (format!("{PIPELINE}\n[[sources]]\nname = \"nx\"\nconnector = \"nexmark\"\n{SINK}"), &sources),
         (format!("[pipelin]\nname = \"p\"\n{SOURCE}{SINK}"), &pipelin),
         (format!("debug = true\n{PIPELINE}{SOURCE}{SINK}"), &stray),
         (
@@ -75,9 +55,7 @@ fn top_level() {
         ),
     ]);
     // A misspelt section is reported once, as misspelt, not also as missing.
-    let errors = all_errors(&format!(
-        "[pipelin]\nname = \"p\"\n{SOURCE}[[sinks]]\nname = \"o\""
-    ));
+    let errors = all_errors(&format!("[pipelin]\nname = \"p\"\n{SOURCE}[[sinks]]\nname = \"o\""));
     assert_eq!(errors.len(), 2, "{errors:#?}");
 }
 
@@ -95,18 +73,12 @@ fn duplicate_names() {
             two(&file("a"), &file("a")),
             "16:1: [[source]] \"a\": name \"a\" is already used by [[source]] \"a\" at line 9\n  fix: give every source and view its own name",
         ),
-        (
-            two(&file("a"), &view("A")),
-            "16:1: [[view]] \"A\": name \"A\" is already used by [[source]] \"a\" at line 9",
-        ),
+        (two(&file("a"), &view("A")), "16:1: [[view]] \"A\": name \"A\" is already used by [[source]] \"a\" at line 9"),
         (
             with_source(&format!("{}\n{}", view("v"), view("v"))),
             "12:1: [[view]] \"v\": name \"v\" is already used by [[view]] \"v\" at line 8",
         ),
-        (
-            with_source(&view("nx")),
-            "8:1: [[view]] \"nx\": name \"nx\" is already used by [[source]] \"nx\" at line 5",
-        ),
+        (with_source(&view("nx")), "8:1: [[view]] \"nx\": name \"nx\" is already used by [[source]] \"nx\" at line 5"),
         (
             with_source(&view("bid")),
             "8:1: [[view]] \"bid\": name \"bid\" is a table of nexmark source \"nx\" (line 4), which provides person, auction and bid\n  fix: choose another name",
@@ -133,22 +105,16 @@ fn toml_syntax_errors() {
             format!("[pipeline]\nname = \"p\nthreads = 2\n{SOURCE}{SINK}"),
             "2:10: TOML syntax error: invalid basic string",
         ),
-        (
-            format!("{PIPELINE}threads = \n{SOURCE}{SINK}"),
-            "3:11: TOML syntax error: ",
-        ),
+        (format!("{PIPELINE}threads = \n{SOURCE}{SINK}"), "3:11: TOML syntax error: "),
         (format!("{PIPELINE}[[source]\n"), "3:9: TOML syntax error: "),
-        (
-            format!("{PIPELINE}name = \"q\"\n{SOURCE}{SINK}"),
-            "3:1: TOML syntax error: duplicate key `name`",
-        ),
+        (format!("{PIPELINE}name = \"q\"\n{SOURCE}{SINK}"), "3:1: TOML syntax error: duplicate key `name`"),
         (
             format!("{PIPELINE}{SOURCE}{SINK}[pipeline]\n"),
             "10:1: TOML syntax error: invalid table header; duplicate key `\"pipeline\"` in document root\n  fix: remove or rename the second definition",
         ),
     ]);
     check_error(
-        &format!("[pipeline]\nname = \"p\nthreads = 2\n"),
+        "[pipeline]\nname = \"p\nthreads = 2\n",
         "2:10: TOML syntax error: invalid basic string\n  fix: correct the TOML syntax here",
     );
 }
@@ -160,31 +126,15 @@ fn inline_and_dotted_tables() {
     );
     check_ok(&inline, |c| {
         assert_eq!(c.sources[0].position, Position::new(1, 11));
-        assert!(matches!(
-            c.sources[0].connector,
-            SourceConnector::Nexmark {
-                events: Some(5),
-                ..
-            }
-        ));
+        assert!(matches!(c.sources[0].connector, SourceConnector::Nexmark { events: Some(5), .. }));
     });
     let bad = format!(
         "source = [{{ name = \"nx\", connector = \"nexmark\", options = {{ rate = \"fast\" }} }}]\n{PIPELINE}{SINK}"
     );
-    check_error(
-        &bad,
-        "1:61: [[source]] \"nx\": `rate` must be a number > 0, found \"fast\"",
-    );
+    check_error(&bad, "1:61: [[source]] \"nx\": `rate` must be a number > 0, found \"fast\"");
     let dotted = with_sink(&nexmark("options.events = 7\noptions.seed = 3\n"));
     check_ok(&dotted, |c| {
-        assert!(matches!(
-            c.sources[0].connector,
-            SourceConnector::Nexmark {
-                events: Some(7),
-                seed: 3,
-                ..
-            }
-        ));
+        assert!(matches!(c.sources[0].connector, SourceConnector::Nexmark { events: Some(7), seed: 3, .. }));
     });
     check_error(
         &with_sink(&nexmark("options.evnts = 7\n")),
@@ -196,18 +146,12 @@ fn inline_and_dotted_tables() {
 
 #[test]
 fn errors_in_file_order() {
-    let toml = format!(
-        "[pipeline]\nname = \"p\"\nthreads = 0\n{SOURCE}rate = 1\n{SINK}format = \"xml\"\n"
-    );
+    let toml = format!("[pipeline]\nname = \"p\"\nthreads = 0\n{SOURCE}rate = 1\n{SINK}format = \"xml\"\n");
     let errors = all_errors(&toml);
     let positions: Vec<Option<Position>> = errors.iter().map(|e| e.position).collect();
     assert_eq!(
         positions,
-        [
-            Some(Position::new(3, 1)),
-            Some(Position::new(7, 1)),
-            Some(Position::new(12, 1))
-        ],
+        [Some(Position::new(3, 1)), Some(Position::new(7, 1)), Some(Position::new(12, 1))],
         "{errors:#?}"
     );
     check_error(&toml, "3:1: [pipeline]: `threads`");
@@ -260,10 +204,7 @@ path = "out/hot_items.csv"
         assert_eq!(c.pipeline.vnodes, 128);
         let s = &c.sources[0];
         assert_eq!(s.position, Position::new(10, 1));
-        assert_eq!(
-            s.schema.as_ref().map(|l| l.position),
-            Some(Position::new(14, 11))
-        );
+        assert_eq!(s.schema.as_ref().map(|l| l.position), Some(Position::new(14, 11)));
         assert!(matches!(
             &s.connector,
             SourceConnector::File { header: false, delimiter: b'|', path, .. } if path.to_str() == Some("data/bids.csv")

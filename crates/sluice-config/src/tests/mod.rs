@@ -34,29 +34,18 @@ pub(crate) fn check_error(toml: &str, expected: &str) {
 /// Runs [`check_error`] on each `(toml, expected)`, reporting every failing case.
 #[track_caller]
 pub(crate) fn check_errors(cases: &[(String, &str)]) {
-    let failures: Vec<String> = cases
-        .iter()
-        .filter_map(|(toml, expected)| error_case(toml, expected).err())
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n\n")
-    );
+    let failures: Vec<String> = cases.iter().filter_map(|(toml, expected)| error_case(toml, expected).err()).collect();
+    assert!(failures.is_empty(), "{} of {} cases failed:\n\n{}", failures.len(), cases.len(), failures.join("\n\n"));
 }
 
 fn error_case(toml: &str, expected: &str) -> Result<(), String> {
     let expected = format!("{FILE}:{expected}");
     match parse(toml, FILE) {
-        Ok(config) => Err(format!(
-            "expected error containing\n{expected}\ngot success: {config:#?}\n--- input ---\n{toml}"
-        )),
+        Ok(config) => {
+            Err(format!("expected error containing\n{expected}\ngot success: {config:#?}\n--- input ---\n{toml}"))
+        }
         Err(e) if e.to_string().contains(&expected) => Ok(()),
-        Err(e) => Err(format!(
-            "expected error containing\n{expected}\ngot\n{e}\n--- input ---\n{toml}"
-        )),
+        Err(e) => Err(format!("expected error containing\n{expected}\ngot\n{e}\n--- input ---\n{toml}")),
     }
 }
 
@@ -75,9 +64,7 @@ pub(crate) fn with_sink(sections: &str) -> String {
 /// A valid `[pipeline]` and nexmark `[[source]]` "nx" (lines 1-6), `sections` from
 /// line 7, then a stdout `[[sink]]` "console".
 pub(crate) fn with_source(sections: &str) -> String {
-    format!(
-        "[pipeline]\nname = \"p\"\n\n[[source]]\nname = \"nx\"\nconnector = \"nexmark\"\n{sections}\n{SINK}"
-    )
+    format!("[pipeline]\nname = \"p\"\n\n[[source]]\nname = \"nx\"\nconnector = \"nexmark\"\n{sections}\n{SINK}")
 }
 
 /// A nexmark `[[source]]` "nx" (3 lines), then `lines`.
@@ -87,9 +74,7 @@ pub(crate) fn nexmark(lines: &str) -> String {
 
 /// A file `[[source]]` "f" in `format` with a schema (5 lines), then `lines`.
 pub(crate) fn file_source(format: &str, lines: &str) -> String {
-    format!(
-        "[[source]]\nname = \"f\"\nconnector = \"file\"\nformat = \"{format}\"\nschema = \"a BIGINT\"\n{lines}"
-    )
+    format!("[[source]]\nname = \"f\"\nconnector = \"file\"\nformat = \"{format}\"\nschema = \"a BIGINT\"\n{lines}")
 }
 
 #[test]
@@ -97,10 +82,7 @@ fn templates_are_valid() {
     check_ok(&pipeline_with("name = \"p\""), |_| {});
     check_ok(&with_sink(&nexmark("")), |_| {});
     check_ok(&with_source(""), |_| {});
-    check_ok(
-        &with_sink(&file_source("csv", "[source.options]\npath = \"in.csv\"\n")),
-        |_| {},
-    );
+    check_ok(&with_sink(&file_source("csv", "[source.options]\npath = \"in.csv\"\n")), |_| {});
 }
 
 #[test]
@@ -110,32 +92,13 @@ fn example_parses() {
         assert_eq!(c.sources.len(), 1);
         assert!(matches!(
             c.sources[0].connector,
-            crate::SourceConnector::Nexmark {
-                events: Some(100_000),
-                rate: None,
-                ..
-            }
+            crate::SourceConnector::Nexmark { events: Some(100_000), rate: None, .. }
         ));
         assert_eq!(c.sources[0].tables(), ["person", "auction", "bid"]);
         assert_eq!(c.views.len(), 1);
-        assert!(
-            c.views[0]
-                .sql
-                .value
-                .starts_with("SELECT auction, COUNT(*) AS bids")
-        );
-        assert!(
-            c.views[0]
-                .sql
-                .value
-                .contains("TUMBLE(TABLE bid, DESCRIPTOR(dateTime)")
-        );
+        assert!(c.views[0].sql.value.starts_with("SELECT auction, COUNT(*) AS bids"));
+        assert!(c.views[0].sql.value.contains("TUMBLE(TABLE bid, DESCRIPTOR(dateTime)"));
         assert_eq!(c.sinks[0].from, "bids_per_auction");
-        assert_eq!(
-            c.sinks[0].connector,
-            crate::SinkConnector::Stdout {
-                format: crate::StdoutFormat::Pretty
-            }
-        );
+        assert_eq!(c.sinks[0].connector, crate::SinkConnector::Stdout { format: crate::StdoutFormat::Pretty });
     });
 }

@@ -32,10 +32,9 @@ fn every_key_set() {
         assert_eq!(p.batch_size, 1_048_576);
         assert_eq!(p.queue_batches, 4096);
     });
-    check_ok(
-        &pipeline_with("name = \"p\"\nthreads = 1\nvnodes = 1\nbatch_size = 1\nqueue_batches = 1"),
-        |c| assert_eq!((c.pipeline.threads, c.pipeline.vnodes), (1, 1)),
-    );
+    check_ok(&pipeline_with("name = \"p\"\nthreads = 1\nvnodes = 1\nbatch_size = 1\nqueue_batches = 1"), |c| {
+        assert_eq!((c.pipeline.threads, c.pipeline.vnodes), (1, 1))
+    });
 }
 
 /// `[pipeline] name = "p"` then `line` at line 3.
@@ -52,38 +51,17 @@ fn wrong_types_and_bad_values() {
         (line3("threads = 0"), int("threads", "1..=1024", "0")),
         (line3("threads = 1025"), int("threads", "1..=1024", "1025")),
         (line3("threads = -1"), int("threads", "1..=1024", "-1")),
-        (
-            line3("threads = \"two\""),
-            int("threads", "1..=1024", "\"two\""),
-        ),
+        (line3("threads = \"two\""), int("threads", "1..=1024", "\"two\"")),
         (line3("threads = 2.0"), int("threads", "1..=1024", "2.0")),
         (line3("vnodes = 0"), int("vnodes", "1..=65536", "0")),
         (line3("vnodes = 65537"), int("vnodes", "1..=65536", "65537")),
         (line3("vnodes = true"), int("vnodes", "1..=65536", "true")),
-        (
-            line3("batch_size = 0"),
-            int("batch_size", "1..=1048576", "0"),
-        ),
-        (
-            line3("batch_size = 1048577"),
-            int("batch_size", "1..=1048576", "1048577"),
-        ),
-        (
-            line3("batch_size = [8192]"),
-            int("batch_size", "1..=1048576", "[8192]"),
-        ),
-        (
-            line3("queue_batches = 0"),
-            int("queue_batches", "1..=4096", "0"),
-        ),
-        (
-            line3("queue_batches = 4097"),
-            int("queue_batches", "1..=4096", "4097"),
-        ),
-        (
-            line3("queue_batches = { n = 1 }"),
-            int("queue_batches", "1..=4096", "{ n = 1 }"),
-        ),
+        (line3("batch_size = 0"), int("batch_size", "1..=1048576", "0")),
+        (line3("batch_size = 1048577"), int("batch_size", "1..=1048576", "1048577")),
+        (line3("batch_size = [8192]"), int("batch_size", "1..=1048576", "[8192]")),
+        (line3("queue_batches = 0"), int("queue_batches", "1..=4096", "0")),
+        (line3("queue_batches = 4097"), int("queue_batches", "1..=4096", "4097")),
+        (line3("queue_batches = { n = 1 }"), int("queue_batches", "1..=4096", "{ n = 1 }")),
     ];
     let cases: Vec<(String, &str)> = cases.iter().map(|(t, e)| (t.clone(), e.as_str())).collect();
     check_errors(&cases);
@@ -115,13 +93,10 @@ fn durations_and_names() {
 #[test]
 fn unknown_and_missing_keys() {
     let known = "known keys: name, threads, vnodes, shutdown_timeout, batch_size, queue_batches";
-    let thread =
-        format!("3:1: unknown key `thread` in [pipeline]; {known}\n  fix: did you mean `threads`?");
-    let timeout = format!(
-        "3:1: unknown key `shutdown_timout` in [pipeline]; {known}\n  fix: did you mean `shutdown_timeout`?"
-    );
-    let colour =
-        format!("3:1: unknown key `colour` in [pipeline]; {known}\n  fix: remove `colour`");
+    let thread = format!("3:1: unknown key `thread` in [pipeline]; {known}\n  fix: did you mean `threads`?");
+    let timeout =
+        format!("3:1: unknown key `shutdown_timout` in [pipeline]; {known}\n  fix: did you mean `shutdown_timeout`?");
+    let colour = format!("3:1: unknown key `colour` in [pipeline]; {known}\n  fix: remove `colour`");
     let nested = format!("3:11: unknown key `extra` in [pipeline]; {known}");
     check_errors(&[
         (line3("thread = 2"), &thread),
@@ -133,9 +108,6 @@ fn unknown_and_missing_keys() {
             "1:1: [pipeline]: missing required key `name`\n  fix: add name = \"my-pipeline\"",
         ),
         // A misspelt required key is reported as misspelt, not also as missing.
-        (
-            pipeline_with("nmae = \"p\""),
-            "2:1: unknown key `nmae` in [pipeline]",
-        ),
+        (pipeline_with("nmae = \"p\""), "2:1: unknown key `nmae` in [pipeline]"),
     ]);
 }

@@ -7,16 +7,12 @@ use crate::{FileFormat, FileMode, Position, SinkConnector, StdoutFormat};
 
 /// A view "v" with `sql = "SELECT 1"` (lines 7-9), then `lines` from line 10.
 fn view(lines: &str) -> String {
-    with_source(&format!(
-        "[[view]]\nname = \"v\"\nsql = \"SELECT 1\"\n{lines}"
-    ))
+    with_source(&format!("[[view]]\nname = \"v\"\nsql = \"SELECT 1\"\n{lines}"))
 }
 
 /// A sink "out" from `bid` to `connector` (lines 7-10), then `lines` from line 11.
 fn sink(connector: &str, lines: &str) -> String {
-    with_source(&format!(
-        "[[sink]]\nname = \"out\"\nfrom = \"bid\"\nconnector = \"{connector}\"\n{lines}"
-    ))
+    with_source(&format!("[[sink]]\nname = \"out\"\nfrom = \"bid\"\nconnector = \"{connector}\"\n{lines}"))
 }
 
 #[test]
@@ -31,48 +27,28 @@ fn views() {
     });
     let vw = |lines: &str| with_source(&format!("[[view]]\n{lines}"));
     let known = "known keys: name, sql, materialized";
-    let query =
-        format!("9:1: unknown key `query` in [[view]] \"v\"; {known}\n  fix: remove `query`");
-    let mat = format!(
-        "10:1: unknown key `materialised` in [[view]] \"v\"; {known}\n  fix: did you mean `materialized`?"
-    );
+    let query = format!("9:1: unknown key `query` in [[view]] \"v\"; {known}\n  fix: remove `query`");
+    let mat =
+        format!("10:1: unknown key `materialised` in [[view]] \"v\"; {known}\n  fix: did you mean `materialized`?");
     check_errors(&[
-        (
-            vw("name = \"v\""),
-            "7:1: [[view]] \"v\": missing required key `sql`\n  fix: add the query",
-        ),
-        (
-            vw("sql = \"SELECT 1\""),
-            "7:1: [[view]] #1: missing required key `name`\n  fix: add name = \"view_1\"",
-        ),
+        (vw("name = \"v\""), "7:1: [[view]] \"v\": missing required key `sql`\n  fix: add the query"),
+        (vw("sql = \"SELECT 1\""), "7:1: [[view]] #1: missing required key `name`\n  fix: add name = \"view_1\""),
         (
             vw("name = \"hot items\"\nsql = \"SELECT 1\""),
             "8:1: [[view]] #1: `name` must be a SQL identifier ([A-Za-z_][A-Za-z0-9_]*), found \"hot items\"\n  fix: use letters, digits and `_`, not starting with a digit, e.g. name = \"hot_items\"",
         ),
-        (
-            vw("name = \"v\"\nsql = \"\""),
-            "9:1: [[view]] \"v\": `sql` must be a non-empty SQL query, found \"\"",
-        ),
+        (vw("name = \"v\"\nsql = \"\""), "9:1: [[view]] \"v\": `sql` must be a non-empty SQL query, found \"\""),
         (
             vw("name = \"v\"\nsql = \"\"\"\n  \n\"\"\""),
             "9:1: [[view]] \"v\": `sql` must be a non-empty SQL query, found \"\"\" \"\"\"",
         ),
-        (
-            vw("name = \"v\"\nsql = 5"),
-            "9:1: [[view]] \"v\": `sql` must be a non-empty SQL query, found 5",
-        ),
+        (vw("name = \"v\"\nsql = 5"), "9:1: [[view]] \"v\": `sql` must be a non-empty SQL query, found 5"),
         (
             view("materialized = true"),
             "10:1: [[view]] \"v\": materialized views (queryable with `sluice query`) are not supported yet\n  fix: remove `materialized = true`",
         ),
-        (
-            view("materialized = \"no\""),
-            "10:1: [[view]] \"v\": `materialized` must be true or false, found \"no\"",
-        ),
-        (
-            vw("name = \"v\"\nquery = \"SELECT 1\"\nsql = \"SELECT 1\""),
-            &query,
-        ),
+        (view("materialized = \"no\""), "10:1: [[view]] \"v\": `materialized` must be true or false, found \"no\""),
+        (vw("name = \"v\"\nquery = \"SELECT 1\"\nsql = \"SELECT 1\""), &query),
         (view("materialised = true"), &mat),
     ]);
 }
@@ -93,13 +69,9 @@ fn multi_line_sql_positions() {
         assert_eq!(c.views[0].sql.locate(1, 8), Position::new(9, 17));
     });
     let crlf = with_source("[[view]]\r\nname = \"v\"\r\nsql = \"\"\"\r\nSELECT 1\"\"\"\r\n");
-    check_ok(&crlf, |c| {
-        assert_eq!(c.views[0].sql.position, Position::new(10, 1))
-    });
+    check_ok(&crlf, |c| assert_eq!(c.views[0].sql.position, Position::new(10, 1)));
     let indented = with_source("[[view]]\nname = \"v\"\n  sql   =   \"SELECT 1\"\n");
-    check_ok(&indented, |c| {
-        assert_eq!(c.views[0].sql.position, Position::new(9, 14))
-    });
+    check_ok(&indented, |c| assert_eq!(c.views[0].sql.position, Position::new(9, 14)));
 }
 
 #[test]
@@ -108,56 +80,30 @@ fn sinks() {
         let s = &c.sinks[0];
         assert_eq!((s.name.as_str(), s.from.as_str()), ("out", "bid"));
         assert_eq!(s.position, Position::new(7, 1));
-        assert_eq!(
-            s.connector,
-            SinkConnector::Stdout {
-                format: StdoutFormat::Pretty
-            }
-        );
+        assert_eq!(s.connector, SinkConnector::Stdout { format: StdoutFormat::Pretty });
         assert_eq!(s.connector.name(), "stdout");
     });
     check_ok(&sink("stdout", "format = \"json\""), |c| {
-        assert_eq!(
-            c.sinks[0].connector,
-            SinkConnector::Stdout {
-                format: StdoutFormat::Json
-            }
-        );
+        assert_eq!(c.sinks[0].connector, SinkConnector::Stdout { format: StdoutFormat::Json });
     });
-    check_ok(&sink("blackhole", ""), |c| {
-        assert_eq!(c.sinks[0].connector, SinkConnector::Blackhole)
-    });
+    check_ok(&sink("blackhole", ""), |c| assert_eq!(c.sinks[0].connector, SinkConnector::Blackhole));
     let file = |path: &str, format: FileFormat, mode: FileMode| SinkConnector::File {
         path: PathBuf::from(path),
         format,
         mode,
     };
     let cases = [
-        (
-            "[sink.options]\npath = \"out/\"",
-            file("out/", FileFormat::Json, FileMode::Directory),
-        ),
-        (
-            "[sink.options]\npath = \"out\"",
-            file("out", FileFormat::Json, FileMode::Directory),
-        ),
-        (
-            "[sink.options]\npath = \"out/x.json\"",
-            file("out/x.json", FileFormat::Json, FileMode::File),
-        ),
+        ("[sink.options]\npath = \"out/\"", file("out/", FileFormat::Json, FileMode::Directory)),
+        ("[sink.options]\npath = \"out\"", file("out", FileFormat::Json, FileMode::Directory)),
+        ("[sink.options]\npath = \"out/x.json\"", file("out/x.json", FileFormat::Json, FileMode::File)),
         (
             "format = \"csv\"\n[sink.options]\npath = \"o.csv\"\nmode = \"directory\"",
             file("o.csv", FileFormat::Csv, FileMode::Directory),
         ),
-        (
-            "options = { path = \"../o\", mode = \"file\" }",
-            file("../o", FileFormat::Json, FileMode::File),
-        ),
+        ("options = { path = \"../o\", mode = \"file\" }", file("../o", FileFormat::Json, FileMode::File)),
     ];
     for (lines, expected) in cases {
-        check_ok(&sink("file", lines), |c| {
-            assert_eq!(c.sinks[0].connector, expected)
-        });
+        check_ok(&sink("file", lines), |c| assert_eq!(c.sinks[0].connector, expected));
     }
 }
 
@@ -165,17 +111,10 @@ fn sinks() {
 fn sink_errors() {
     let sk = |lines: &str| with_source(&format!("[[sink]]\n{lines}"));
     let known = "known keys: name, from, connector, format, options";
-    let form = format!(
-        "11:1: unknown key `form` in [[sink]] \"out\"; {known}\n  fix: did you mean `from`?"
-    );
-    let fromat = format!(
-        "11:1: unknown key `fromat` in [[sink]] \"out\"; {known}\n  fix: did you mean `format`?"
-    );
+    let form = format!("11:1: unknown key `form` in [[sink]] \"out\"; {known}\n  fix: did you mean `from`?");
+    let fromat = format!("11:1: unknown key `fromat` in [[sink]] \"out\"; {known}\n  fix: did you mean `format`?");
     check_errors(&[
-        (
-            sk("from = \"bid\"\nconnector = \"stdout\""),
-            "7:1: [[sink]] #1: missing required key `name`",
-        ),
+        (sk("from = \"bid\"\nconnector = \"stdout\""), "7:1: [[sink]] #1: missing required key `name`"),
         (
             sk("name = \"out\"\nconnector = \"stdout\""),
             "7:1: [[sink]] \"out\": missing required key `from`\n  fix: add from = \"<table or view>\"",

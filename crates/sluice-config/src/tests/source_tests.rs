@@ -13,10 +13,7 @@ fn nexmark_options(lines: &str) -> String {
 
 /// A file source in `format` with `path = "in.csv"` (line 14), then `lines` from line 15.
 fn file_options(format: &str, lines: &str) -> String {
-    with_sink(&file_source(
-        format,
-        &format!("[source.options]\npath = \"in.csv\"\n{lines}"),
-    ))
+    with_sink(&file_source(format, &format!("[source.options]\npath = \"in.csv\"\n{lines}")))
 }
 
 #[test]
@@ -31,12 +28,7 @@ fn nexmark_defaults_and_values() {
         assert_eq!(s.on_error, OnError::Skip);
         assert_eq!(
             s.connector,
-            SourceConnector::Nexmark {
-                events: None,
-                rate: None,
-                seed: 0,
-                first_event_rate: 10_000
-            }
+            SourceConnector::Nexmark { events: None, rate: None, seed: 0, first_event_rate: 10_000 }
         );
         assert_eq!(s.tables(), ["person", "auction", "bid"]);
     });
@@ -44,18 +36,11 @@ fn nexmark_defaults_and_values() {
     check_ok(&nexmark_options(options), |c| {
         assert_eq!(
             c.sources[0].connector,
-            SourceConnector::Nexmark {
-                events: Some(1000),
-                rate: Some(2.5),
-                seed: 7,
-                first_event_rate: 50
-            }
+            SourceConnector::Nexmark { events: Some(1000), rate: Some(2.5), seed: 7, first_event_rate: 50 }
         );
     });
     check_ok(&nexmark_options("rate = 100000"), |c| {
-        assert!(
-            matches!(c.sources[0].connector, SourceConnector::Nexmark { rate: Some(r), .. } if r == 100_000.0)
-        );
+        assert!(matches!(c.sources[0].connector, SourceConnector::Nexmark { rate: Some(r), .. } if r == 100_000.0));
     });
     let timed = "event_time = \"dateTime\"\nwatermark_delay = \"4s\"\non_error = \"fail\"";
     check_ok(&with_sink(&nexmark(timed)), |c| {
@@ -83,20 +68,12 @@ fn file_defaults_and_values() {
             }
         );
     });
-    check_ok(
-        &file_options("csv", "header = false\ndelimiter = \"\\t\""),
-        |c| {
-            assert!(matches!(
-                c.sources[0].connector,
-                SourceConnector::File {
-                    format: FileFormat::Csv,
-                    header: false,
-                    delimiter: b'\t',
-                    ..
-                }
-            ));
-        },
-    );
+    check_ok(&file_options("csv", "header = false\ndelimiter = \"\\t\""), |c| {
+        assert!(matches!(
+            c.sources[0].connector,
+            SourceConnector::File { format: FileFormat::Csv, header: false, delimiter: b'\t', .. }
+        ));
+    });
     // Relative paths stay as written.
     let dir = with_sink(&file_source("csv", "options = { path = \"./data/\" }\n"));
     check_ok(&dir, |c| {
@@ -143,14 +120,8 @@ fn connector_name_and_common_keys() {
             src("name = 3\nconnector = \"nexmark\""),
             "9:1: [[source]] #1: `name` must be a SQL identifier ([A-Za-z_][A-Za-z0-9_]*), found 3",
         ),
-        (
-            n("event_time = 5"),
-            "11:1: [[source]] \"nx\": `event_time` must be a column name, found 5",
-        ),
-        (
-            n("event_time = \" \""),
-            "11:1: [[source]] \"nx\": `event_time` must be a column name, found \" \"",
-        ),
+        (n("event_time = 5"), "11:1: [[source]] \"nx\": `event_time` must be a column name, found 5"),
+        (n("event_time = \" \""), "11:1: [[source]] \"nx\": `event_time` must be a column name, found \" \""),
         (
             n("watermark_delay = \"4s\""),
             "11:1: [[source]] \"nx\": `watermark_delay` is given without `event_time`\n  fix: add event_time = \"<timestamp column>\", or remove `watermark_delay`",
@@ -171,10 +142,7 @@ fn connector_name_and_common_keys() {
             n("on_error = \"skp\""),
             "11:1: [[source]] \"nx\": `on_error` must be one of \"skip\", \"fail\", found \"skp\"\n  fix: did you mean on_error = \"skip\"?",
         ),
-        (
-            n("on_error = false"),
-            "11:1: [[source]] \"nx\": `on_error` must be one of \"skip\", \"fail\", found false",
-        ),
+        (n("on_error = false"), "11:1: [[source]] \"nx\": `on_error` must be one of \"skip\", \"fail\", found false"),
         (
             n("options = 5"),
             "11:1: [[source]] \"nx\": `options` must be a table ([source.options]), found 5\n  fix: write the options under a [source.options] header",
@@ -189,9 +157,8 @@ fn connector_name_and_common_keys() {
 #[test]
 fn unknown_source_keys() {
     let known = "known keys: name, connector, format, schema, event_time, watermark_delay, on_error, options";
-    let conector = format!(
-        "10:1: unknown key `conector` in [[source]] \"s\"; {known}\n  fix: did you mean `connector`?"
-    );
+    let conector =
+        format!("10:1: unknown key `conector` in [[source]] \"s\"; {known}\n  fix: did you mean `connector`?");
     let rate = format!(
         "11:1: unknown key `rate` in [[source]] \"nx\"; {known}\n  fix: connector options go under a [source.options] header"
     );
@@ -199,19 +166,15 @@ fn unknown_source_keys() {
     let evnets = format!(
         "12:1: unknown key `evnets` in [source.options] of [[source]] \"nx\"; {opt}\n  fix: did you mean `events`?"
     );
-    let topic = format!(
-        "12:1: unknown key `topic` in [source.options] of [[source]] \"nx\"; {opt}\n  fix: remove `topic`"
-    );
+    let topic =
+        format!("12:1: unknown key `topic` in [source.options] of [[source]] \"nx\"; {opt}\n  fix: remove `topic`");
     let fopt = "known keys: path, header, delimiter";
     let hdr = format!(
         "15:1: unknown key `headers` in [source.options] of [[source]] \"f\"; {fopt}\n  fix: did you mean `header`?"
     );
     check_errors(&[
         // The misspelt `connector` is the first error, not a missing `connector`.
-        (
-            with_sink("[[source]]\nname = \"s\"\nconector = \"nexmark\""),
-            &conector,
-        ),
+        (with_sink("[[source]]\nname = \"s\"\nconector = \"nexmark\""), &conector),
         (with_sink(&nexmark("rate = 10")), &rate),
         (nexmark_options("evnets = 10"), &evnets),
         (nexmark_options("topic = \"bids\""), &topic),
@@ -226,9 +189,7 @@ fn unknown_source_keys() {
 #[test]
 fn nexmark_bad_values() {
     let int_ge = |key: &str, min: u8, found: &str| {
-        format!(
-            "12:1: [[source]] \"nx\": `{key}` must be an integer >= {min}, found {found}\n  fix: set {key}"
-        )
+        format!("12:1: [[source]] \"nx\": `{key}` must be an integer >= {min}, found {found}\n  fix: set {key}")
     };
     let rate = |found: &str| {
         format!(
@@ -238,10 +199,7 @@ fn nexmark_bad_values() {
     let cases = [
         (nexmark_options("events = 0"), int_ge("events", 1, "0")),
         (nexmark_options("events = -5"), int_ge("events", 1, "-5")),
-        (
-            nexmark_options("events = \"many\""),
-            int_ge("events", 1, "\"many\""),
-        ),
+        (nexmark_options("events = \"many\""), int_ge("events", 1, "\"many\"")),
         (nexmark_options("events = 1e6"), int_ge("events", 1, "1e6")),
         (nexmark_options("rate = \"fast\""), rate("\"fast\"")),
         (nexmark_options("rate = 0"), rate("0")),
@@ -250,14 +208,8 @@ fn nexmark_bad_values() {
         (nexmark_options("rate = inf"), rate("inf")),
         (nexmark_options("seed = -1"), int_ge("seed", 0, "-1")),
         (nexmark_options("seed = \"x\""), int_ge("seed", 0, "\"x\"")),
-        (
-            nexmark_options("first_event_rate = 0"),
-            int_ge("first_event_rate", 1, "0"),
-        ),
-        (
-            nexmark_options("first_event_rate = 1.5"),
-            int_ge("first_event_rate", 1, "1.5"),
-        ),
+        (nexmark_options("first_event_rate = 0"), int_ge("first_event_rate", 1, "0")),
+        (nexmark_options("first_event_rate = 1.5"), int_ge("first_event_rate", 1, "1.5")),
     ];
     let cases: Vec<(String, &str)> = cases.iter().map(|(t, e)| (t.clone(), e.as_str())).collect();
     check_errors(&cases);
@@ -275,9 +227,7 @@ fn nexmark_bad_values() {
 
 #[test]
 fn exact_display() {
-    let toml = with_sink(&format!(
-        "[[source]]\nname = \"bids\"\nconnector = \"nexmark\"\n[source.options]\nrate = \"fast\""
-    ));
+    let toml = with_sink("[[source]]\nname = \"bids\"\nconnector = \"nexmark\"\n[source.options]\nrate = \"fast\"");
     match crate::parse(&toml, "pipeline.toml") {
         Ok(_) => panic!("expected an error"),
         Err(e) => assert_eq!(
@@ -291,9 +241,7 @@ fn exact_display() {
 fn file_bad_values() {
     let f = |format: &str, lines: &str| with_sink(&file_source(format, lines));
     let src = |lines: &str| {
-        with_sink(&format!(
-            "[[source]]\nname = \"f\"\nconnector = \"file\"\n{lines}\noptions.path = \"x\""
-        ))
+        with_sink(&format!("[[source]]\nname = \"f\"\nconnector = \"file\"\n{lines}\noptions.path = \"x\""))
     };
     let delim = "`delimiter` must be a single ASCII character such as \",\" or \"\\t\", found";
     let d1 = format!("15:1: [[source]] \"f\": {delim} \";;\"");
@@ -312,10 +260,7 @@ fn file_bad_values() {
             src("format = \"jsn\"\nschema = \"a INT\""),
             "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", found \"jsn\"\n  fix: did you mean format = \"json\"?",
         ),
-        (
-            src("format = \"json\""),
-            "8:1: [[source]] \"f\": missing required key `schema`\n  fix: add the columns",
-        ),
+        (src("format = \"json\""), "8:1: [[source]] \"f\": missing required key `schema`\n  fix: add the columns"),
         (
             src("format = \"json\"\nschema = \"\""),
             "12:1: [[source]] \"f\": `schema` must be a non-empty column list, found \"\"",
@@ -360,9 +305,7 @@ fn file_bad_values() {
 
 #[test]
 fn every_error_is_collected() {
-    let toml = with_sink(&nexmark(
-        "[source.options]\nevents = 0\nrate = \"fast\"\nseed = -1",
-    ));
+    let toml = with_sink(&nexmark("[source.options]\nevents = 0\nrate = \"fast\"\nseed = -1"));
     match crate::parse_all(&toml, "pipeline.toml") {
         Ok(_) => panic!("expected errors"),
         Err(errors) => {

@@ -11,9 +11,7 @@ fn chunks(input: &str, capacity: usize) -> (Vec<(String, u64)>, Vec<BadRow>) {
     let (mut chunks, mut bad) = (Vec::new(), Vec::new());
     loop {
         match chunker.next_chunk() {
-            Ok(Some((chunk, line))) => {
-                chunks.push((String::from_utf8_lossy(chunk).into_owned(), line))
-            }
+            Ok(Some((chunk, line))) => chunks.push((String::from_utf8_lossy(chunk).into_owned(), line)),
             Ok(None) => break,
             Err(error) => panic!("read: {error}"),
         }
@@ -24,10 +22,7 @@ fn chunks(input: &str, capacity: usize) -> (Vec<(String, u64)>, Vec<BadRow>) {
 }
 
 fn owned(chunks: &[(&str, u64)]) -> Vec<(String, u64)> {
-    chunks
-        .iter()
-        .map(|(text, line)| (text.to_string(), *line))
-        .collect()
+    chunks.iter().map(|(text, line)| (text.to_string(), *line)).collect()
 }
 
 #[test]
@@ -56,10 +51,7 @@ fn an_over_long_line_is_a_bad_row_and_reading_goes_on() {
     assert_eq!(bad.iter().map(|row| row.line).collect::<Vec<_>>(), [2, 4]);
     assert_eq!(bad[0].reason, "line longer than the 4-byte read buffer");
     assert_eq!(bad[0].text, "bbbb");
-    let non_empty: Vec<(String, u64)> = got
-        .into_iter()
-        .filter(|(text, _)| !text.is_empty())
-        .collect();
+    let non_empty: Vec<(String, u64)> = got.into_iter().filter(|(text, _)| !text.is_empty()).collect();
     assert_eq!(non_empty, owned(&[("a\n", 1), ("cc\n", 3), ("e", 5)]));
     // A line of exactly the buffer size plus its line break does not fit.
     let (_, bad) = chunks("abcd\nef\n", 4);
@@ -75,9 +67,7 @@ fn over_long_lines_decode_around() {
     let input = format!("1,a,\n2,{},\n3,b,\n4,c,\n", "x".repeat(100));
     let (batches, bad) = decode_chunked(CSV, &small_schema(), input.as_bytes(), 16, 8);
     assert_eq!(
-        bad.iter()
-            .map(|row| (row.line, row.reason.as_str()))
-            .collect::<Vec<_>>(),
+        bad.iter().map(|row| (row.line, row.reason.as_str())).collect::<Vec<_>>(),
         [(2, "line longer than the 16-byte read buffer")]
     );
     let expected = "
@@ -109,21 +99,12 @@ impl Read for Trickle<'_> {
 #[test]
 fn short_reads_still_give_whole_lines() {
     let input = "1,a,\n22,bb,\n333,ccc,\n";
-    let mut chunker = LineChunker::with_capacity(
-        Trickle {
-            data: input.as_bytes(),
-            step: 3,
-        },
-        64,
-    );
+    let mut chunker = LineChunker::with_capacity(Trickle { data: input.as_bytes(), step: 3 }, 64);
     let mut seen = String::new();
     let mut lines = Vec::new();
     while let Ok(Some((chunk, line))) = chunker.next_chunk() {
         let text = String::from_utf8_lossy(chunk).into_owned();
-        assert!(
-            text.ends_with('\n'),
-            "a chunk ends at a line break: {text:?}"
-        );
+        assert!(text.ends_with('\n'), "a chunk ends at a line break: {text:?}");
         seen.push_str(&text);
         lines.push(line);
     }

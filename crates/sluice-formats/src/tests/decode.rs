@@ -27,21 +27,9 @@ const ONE_ROW: &str = "
 fn csv_with_and_without_header() {
     let rows = "1,alice,2026-01-01 00:00:00.123\n2,,\n3,carol,2026-01-01 00:00:03\n";
     check(CSV, small_schema(), rows, SMALL_TABLE, &[]);
-    check(
-        CSV_HEADER,
-        small_schema(),
-        format!("id,name,ts\n{rows}"),
-        SMALL_TABLE,
-        &[],
-    );
+    check(CSV_HEADER, small_schema(), format!("id,name,ts\n{rows}"), SMALL_TABLE, &[]);
     // Line numbers count the header.
-    let bad = check(
-        CSV_HEADER,
-        small_schema(),
-        format!("id,name,ts\n{rows}x,y,z\n"),
-        SMALL_TABLE,
-        &[5],
-    );
+    let bad = check(CSV_HEADER, small_schema(), format!("id,name,ts\n{rows}x,y,z\n"), SMALL_TABLE, &[5]);
     assert_eq!(bad[0].text, "x,y,z");
 }
 
@@ -56,27 +44,9 @@ fn csv_header_only_or_empty() {
 #[test]
 fn csv_custom_delimiter() {
     let rows = "1;alice;2026-01-01 00:00:00.123\n2;;\n3;carol;2026-01-01 00:00:03\n";
-    check(
-        RowFormat::Csv {
-            header: false,
-            delimiter: b';',
-        },
-        small_schema(),
-        rows,
-        SMALL_TABLE,
-        &[],
-    );
+    check(RowFormat::Csv { header: false, delimiter: b';' }, small_schema(), rows, SMALL_TABLE, &[]);
     let rows = "1\talice\t2026-01-01 00:00:00.123\n2\t\t\n3\tcarol\t2026-01-01 00:00:03\n";
-    check(
-        RowFormat::Csv {
-            header: false,
-            delimiter: b'\t',
-        },
-        small_schema(),
-        rows,
-        SMALL_TABLE,
-        &[],
-    );
+    check(RowFormat::Csv { header: false, delimiter: b'\t' }, small_schema(), rows, SMALL_TABLE, &[]);
     // A comma is data when it is not the delimiter.
     let rows = "1|a,b|\n";
     let expected = "
@@ -85,16 +55,7 @@ fn csv_custom_delimiter() {
         +----+------+----+
         | 1  | a,b  |    |
         +----+------+----+";
-    check(
-        RowFormat::Csv {
-            header: false,
-            delimiter: b'|',
-        },
-        small_schema(),
-        rows,
-        expected,
-        &[],
-    );
+    check(RowFormat::Csv { header: false, delimiter: b'|' }, small_schema(), rows, expected, &[]);
 }
 
 #[test]
@@ -113,8 +74,7 @@ fn csv_quoted_fields() {
 
 #[test]
 fn blank_lines_are_skipped() {
-    let rows =
-        "\n1,alice,2026-01-01 00:00:00.123\n\n   \n2,,\r\n\t\n3,carol,2026-01-01 00:00:03\n\n\n";
+    let rows = "\n1,alice,2026-01-01 00:00:00.123\n\n   \n2,,\r\n\t\n3,carol,2026-01-01 00:00:03\n\n\n";
     check(CSV, small_schema(), rows, SMALL_TABLE, &[]);
     let json = "\n{\"id\":1,\"name\":\"alice\",\"ts\":\"2026-01-01 00:00:00.123\"}\n  \n\n{\"id\":2}\n\
                 {\"id\":3,\"name\":\"carol\",\"ts\":\"2026-01-01T00:00:03\"}\n\n";
@@ -127,13 +87,7 @@ fn blank_lines_are_skipped() {
 fn crlf_line_endings() {
     let rows = "1,alice,2026-01-01 00:00:00.123\r\n2,,\r\n3,carol,2026-01-01 00:00:03\r\n";
     check(CSV, small_schema(), rows, SMALL_TABLE, &[]);
-    let bad = check(
-        CSV,
-        small_schema(),
-        format!("{rows}4,x\r\n"),
-        SMALL_TABLE,
-        &[4],
-    );
+    let bad = check(CSV, small_schema(), format!("{rows}4,x\r\n"), SMALL_TABLE, &[4]);
     assert_eq!(bad[0].text, "4,x", "the line break is not part of the text");
     let json = "{\"id\":1,\"name\":\"alice\",\"ts\":\"2026-01-01 00:00:00.123\"}\r\n{\"id\":2}\r\n\
                 {\"id\":3,\"name\":\"carol\",\"ts\":\"2026-01-01 00:00:03\"}\r\n{\"id\":\r\n";
@@ -144,13 +98,7 @@ fn crlf_line_endings() {
 fn last_line_without_line_break() {
     let rows = "1,alice,2026-01-01 00:00:00.123\n2,,\n3,carol,2026-01-01 00:00:03";
     check(CSV, small_schema(), rows, SMALL_TABLE, &[]);
-    check(
-        CSV,
-        small_schema(),
-        format!("{rows}\nbad"),
-        SMALL_TABLE,
-        &[4],
-    );
+    check(CSV, small_schema(), format!("{rows}\nbad"), SMALL_TABLE, &[4]);
 }
 
 #[test]
@@ -168,13 +116,7 @@ fn csv_bad_rows_of_each_kind() {
         "3,carol,2026-01-01 00:00:03",     // 10 good
     ]
     .join("\n");
-    let bad = check(
-        CSV,
-        small_schema(),
-        &input,
-        SMALL_TABLE,
-        &[2, 4, 5, 6, 7, 8, 9],
-    );
+    let bad = check(CSV, small_schema(), &input, SMALL_TABLE, &[2, 4, 5, 6, 7, 8, 9]);
     let reasons: Vec<&str> = bad.iter().map(|row| row.reason.as_str()).collect();
     assert_eq!(
         reasons,
@@ -226,13 +168,7 @@ fn json_bad_rows_of_each_kind() {
         r#"{"id":3,"name":"carol","ts":"2026-01-01 00:00:03"}"#,     // 13 good
     ]
     .join("\n");
-    let bad = check(
-        JSON,
-        small_schema(),
-        &input,
-        SMALL_TABLE,
-        &[2, 4, 5, 6, 7, 8, 9, 10, 11, 12],
-    );
+    let bad = check(JSON, small_schema(), &input, SMALL_TABLE, &[2, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     let reasons: Vec<&str> = bad.iter().map(|row| row.reason.as_str()).collect();
     assert_eq!(
         reasons,
@@ -289,10 +225,7 @@ fn timestamps_in_each_accepted_form() {
     ];
     let csv: String = forms.iter().map(|form| format!("{form}\n")).collect();
     check(CSV, schema.clone(), &csv, expected, &[]);
-    let json: String = forms
-        .iter()
-        .map(|form| format!("{{\"ts\":\"{form}\"}}\n"))
-        .collect();
+    let json: String = forms.iter().map(|form| format!("{{\"ts\":\"{form}\"}}\n")).collect();
     check(JSON, schema.clone(), &json, expected, &[]);
     // JSON also takes epoch milliseconds; CSV does not.
     let epoch = "
@@ -303,17 +236,8 @@ fn timestamps_in_each_accepted_form() {
         +-------------------------+";
     check(JSON, schema.clone(), "{\"ts\":1767225600123}\n", epoch, &[]);
     let bad = check(CSV, schema.clone(), "1767225600123\n", "", &[1]);
-    assert_eq!(
-        bad[0].reason,
-        "column `ts`: expected TIMESTAMP(3), found \"1767225600123\""
-    );
-    check(
-        CSV,
-        schema.clone(),
-        "2026-13-01 00:00:00\n2026-01-01 25:00:00\n",
-        "",
-        &[1, 2],
-    );
+    assert_eq!(bad[0].reason, "column `ts`: expected TIMESTAMP(3), found \"1767225600123\"");
+    check(CSV, schema.clone(), "2026-13-01 00:00:00\n2026-01-01 25:00:00\n", "", &[1, 2]);
 }
 
 #[test]
@@ -332,63 +256,30 @@ fn bad_rows_amid_many_good_rows() {
         }
     }
     let (batches, bad) = decode_whole(CSV, &small_schema(), input.as_bytes(), 100);
-    assert_eq!(
-        bad.iter().map(|row| row.line).collect::<Vec<_>>(),
-        expected_bad
-    );
-    assert_eq!(
-        batches.iter().map(|batch| batch.num_rows()).sum::<usize>(),
-        good
-    );
+    assert_eq!(bad.iter().map(|row| row.line).collect::<Vec<_>>(), expected_bad);
+    assert_eq!(batches.iter().map(|batch| batch.num_rows()).sum::<usize>(), good);
     assert!(batches.iter().all(|batch| batch.num_rows() <= 100));
-    assert_eq!(
-        batches.len(),
-        good.div_ceil(100),
-        "the good rows are decoded together, in full batches"
-    );
+    assert_eq!(batches.len(), good.div_ceil(100), "the good rows are decoded together, in full batches");
 }
 
 #[test]
 fn bad_row_text_is_cut() {
-    let bad = check(
-        CSV,
-        small_schema(),
-        format!("1,{},,\n", "é".repeat(300)),
-        "",
-        &[1],
-    );
+    let bad = check(CSV, small_schema(), format!("1,{},,\n", "é".repeat(300)), "", &[1]);
     assert_eq!(bad[0].text.chars().count(), MAX_BAD_ROW_CHARS);
     assert!(bad[0].text.starts_with("1,éé"));
 }
 
 #[test]
 fn options_are_checked() {
-    let options = |format, batch_size| DecoderOptions {
-        schema: small_schema(),
-        format,
-        batch_size,
-    };
+    let options = |format, batch_size| DecoderOptions { schema: small_schema(), format, batch_size };
     let error = Decoder::new(options(CSV, 0)).err().map(|e| e.code);
     assert_eq!(error, Some("format.batch_size"));
-    let error = Decoder::new(options(
-        RowFormat::Csv {
-            header: false,
-            delimiter: b'"',
-        },
-        8,
-    ))
-    .err()
-    .map(|e| e.code);
+    let error = Decoder::new(options(RowFormat::Csv { header: false, delimiter: b'"' }, 8)).err().map(|e| e.code);
     assert_eq!(error, Some("format.csv_delimiter"));
     let list = DataType::List(Arc::new(Field::new("item", DataType::Int64, true)));
     let schema = Arc::new(Schema::new(vec![Field::new("xs", list, true)]));
-    let error = Decoder::new(DecoderOptions {
-        schema: schema.clone(),
-        format: CSV,
-        batch_size: 8,
-    })
-    .err()
-    .map(|e| e.code);
+    let error =
+        Decoder::new(DecoderOptions { schema: schema.clone(), format: CSV, batch_size: 8 }).err().map(|e| e.code);
     assert_eq!(error, Some("format.unsupported_type"));
     // JSON decodes lists.
     let expected = "
@@ -415,10 +306,7 @@ fn header_is_skipped_only_at_line_one() {
 #[test]
 fn clean_input_takes_the_fast_path() {
     let clean: [(RowFormat, &str); 4] = [
-        (
-            CSV,
-            "1,alice,2026-01-01 00:00:00.123\n\n2,,\r\n\r\n3,\"c, d\",2026-01-01T00:00:03Z",
-        ),
+        (CSV, "1,alice,2026-01-01 00:00:00.123\n\n2,,\r\n\r\n3,\"c, d\",2026-01-01T00:00:03Z"),
         (CSV_HEADER, "id,name,ts\n1,alice,\n"),
         (JSON, "{\"id\":1}\n\n{\"id\":2,\"ts\":1767225600123}\r\n"),
         (JSON, "{\"id\":1,\"more\":{\"a\":[1,2]}}"),
@@ -426,20 +314,12 @@ fn clean_input_takes_the_fast_path() {
     for (format, input) in clean {
         let mut decoder = decoder(format, &small_schema(), 2);
         let (mut out, mut bad) = (Vec::new(), Vec::new());
-        assert!(
-            decoder
-                .decode(input.as_bytes(), 1, &mut out, &mut bad)
-                .is_ok()
-        );
+        assert!(decoder.decode(input.as_bytes(), 1, &mut out, &mut bad).is_ok());
         assert!(bad.is_empty() && !out.is_empty(), "{input}");
         assert_eq!(decoder.slow_chunks(), 0, "{input}");
     }
     let mut decoder = decoder(CSV, &small_schema(), 2);
     let (mut out, mut bad) = (Vec::new(), Vec::new());
-    assert!(
-        decoder
-            .decode(b"1,a,\nx,,\n", 1, &mut out, &mut bad)
-            .is_ok()
-    );
+    assert!(decoder.decode(b"1,a,\nx,,\n", 1, &mut out, &mut bad).is_ok());
     assert_eq!(decoder.slow_chunks(), 1);
 }

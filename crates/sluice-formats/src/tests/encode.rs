@@ -24,17 +24,9 @@ fn schema() -> SchemaRef {
 fn rows() -> RecordBatch {
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from(vec![1, 2, 3])),
-        Arc::new(StringArray::from(vec![
-            Some("alice"),
-            None,
-            Some("x, \"y\""),
-        ])),
+        Arc::new(StringArray::from(vec![Some("alice"), None, Some("x, \"y\"")])),
         Arc::new(Float64Array::from(vec![Some(1.5), None, Some(2.0)])),
-        Arc::new(TimestampMillisecondArray::from(vec![
-            Some(1_767_225_610_000),
-            None,
-            Some(1_767_225_600_123),
-        ])),
+        Arc::new(TimestampMillisecondArray::from(vec![Some(1_767_225_610_000), None, Some(1_767_225_600_123)])),
     ];
     match RecordBatch::try_new(schema(), columns) {
         Ok(batch) => batch,
@@ -95,13 +87,7 @@ fn json_lines_with_the_op_column() {
         )
     );
     let inserts = encoded(OutputFormat::JsonLines, true, &[Batch::inserts(rows())]);
-    assert_eq!(
-        inserts
-            .lines()
-            .filter(|line| line.starts_with(r#"{"op":"+I","#))
-            .count(),
-        3
-    );
+    assert_eq!(inserts.lines().filter(|line| line.starts_with(r#"{"op":"+I","#)).count(), 3);
 }
 
 #[test]
@@ -119,21 +105,13 @@ fn csv_header_once() {
          3,\"x, \"\"y\"\"\",2.0,2026-01-01 00:00:00.123\n\
          1,alice,1.5,2026-01-01 00:00:10.000\n"
     );
-    let text = encoded(
-        OutputFormat::Csv { header: false },
-        false,
-        &[Batch::inserts(rows().slice(0, 1))],
-    );
+    let text = encoded(OutputFormat::Csv { header: false }, false, &[Batch::inserts(rows().slice(0, 1))]);
     assert_eq!(text, "1,alice,1.5,2026-01-01 00:00:10.000\n");
 }
 
 #[test]
 fn csv_with_the_op_column() {
-    let text = encoded(
-        OutputFormat::Csv { header: true },
-        true,
-        &[weighted(vec![-2, 1, 0])],
-    );
+    let text = encoded(OutputFormat::Csv { header: true }, true, &[weighted(vec![-2, 1, 0])]);
     assert_eq!(
         text,
         "op,id,name,price,ts\n\
@@ -145,11 +123,7 @@ fn csv_with_the_op_column() {
 
 #[test]
 fn pretty_tables() {
-    let text = encoded(
-        OutputFormat::Pretty,
-        true,
-        &[weighted(vec![1, -1, 1]), weighted(vec![0, 0, 0])],
-    );
+    let text = encoded(OutputFormat::Pretty, true, &[weighted(vec![1, -1, 1]), weighted(vec![0, 0, 0])]);
     let expected = r#"
         +----+----+--------+-------+-------------------------+
         | op | id | name   | price | ts                      |
@@ -164,11 +138,7 @@ fn pretty_tables() {
 
 #[test]
 fn weights_above_one_repeat_rows_when_not_updating() {
-    let text = encoded(
-        OutputFormat::Csv { header: false },
-        false,
-        &[weighted(vec![3, 0, 1])],
-    );
+    let text = encoded(OutputFormat::Csv { header: false }, false, &[weighted(vec![3, 0, 1])]);
     assert_eq!(
         text.lines().collect::<Vec<_>>(),
         [
@@ -193,45 +163,25 @@ fn a_batch_of_another_schema_is_an_error() {
         vec![Arc::new(StringArray::from(vec!["a"])) as ArrayRef],
     );
     let Ok(other) = other else { panic!("batch") };
-    let error = encode(OutputFormat::JsonLines, false, &[Batch::inserts(other)])
-        .err()
-        .map(|e| e.code);
+    let error = encode(OutputFormat::JsonLines, false, &[Batch::inserts(other)]).err().map(|e| e.code);
     assert_eq!(error, Some("format.schema_mismatch"));
 }
 
 #[test]
 fn microsecond_timestamps_keep_their_digits() {
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        "ts",
-        DataType::Timestamp(TimeUnit::Microsecond, None),
-        false,
-    )]));
-    let column = Arc::new(arrow::array::TimestampMicrosecondArray::from(vec![
-        1_767_225_600_123_456,
-    ])) as ArrayRef;
-    let Ok(batch) = RecordBatch::try_new(schema.clone(), vec![column]) else {
-        panic!("batch")
-    };
+    let schema = Arc::new(Schema::new(vec![Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), false)]));
+    let column = Arc::new(arrow::array::TimestampMicrosecondArray::from(vec![1_767_225_600_123_456])) as ArrayRef;
+    let Ok(batch) = RecordBatch::try_new(schema.clone(), vec![column]) else { panic!("batch") };
     let mut out = Vec::new();
-    let encoded = Encoder::new(OutputFormat::JsonLines, schema, false)
-        .encode(&Batch::inserts(batch), &mut out);
+    let encoded = Encoder::new(OutputFormat::JsonLines, schema, false).encode(&Batch::inserts(batch), &mut out);
     assert!(encoded.is_ok());
-    assert_eq!(
-        String::from_utf8_lossy(&out),
-        "{\"ts\":\"2026-01-01 00:00:00.123456\"}\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&out), "{\"ts\":\"2026-01-01 00:00:00.123456\"}\n");
 }
 
 #[test]
 fn encoded_rows_decode_back() {
     for (output, input) in [
-        (
-            OutputFormat::Csv { header: true },
-            RowFormat::Csv {
-                header: true,
-                delimiter: b',',
-            },
-        ),
+        (OutputFormat::Csv { header: true }, RowFormat::Csv { header: true, delimiter: b',' }),
         (OutputFormat::JsonLines, RowFormat::Json),
     ] {
         let text = encoded(output, false, &[Batch::inserts(rows())]);
@@ -246,15 +196,10 @@ fn zoned_timestamps_carry_their_offset() {
     let zoned = DataType::Timestamp(TimeUnit::Millisecond, Some("+01:00".into()));
     let schema = Arc::new(Schema::new(vec![Field::new("ts", zoned, false)]));
     let column = TimestampMillisecondArray::from(vec![1_767_225_610_000]).with_timezone("+01:00");
-    let Ok(batch) = RecordBatch::try_new(schema.clone(), vec![Arc::new(column) as ArrayRef]) else {
-        panic!("batch")
-    };
+    let Ok(batch) = RecordBatch::try_new(schema.clone(), vec![Arc::new(column) as ArrayRef]) else { panic!("batch") };
     let mut out = Vec::new();
-    let encoded = Encoder::new(OutputFormat::Csv { header: false }, schema, false)
-        .encode(&Batch::inserts(batch), &mut out);
+    let encoded =
+        Encoder::new(OutputFormat::Csv { header: false }, schema, false).encode(&Batch::inserts(batch), &mut out);
     assert!(encoded.is_ok());
-    assert_eq!(
-        String::from_utf8_lossy(&out),
-        "2026-01-01 01:00:10.000+01:00\n"
-    );
+    assert_eq!(String::from_utf8_lossy(&out), "2026-01-01 01:00:10.000+01:00\n");
 }

@@ -14,14 +14,8 @@ use arrow::record_batch::RecordBatch;
 
 use crate::{BadRow, Decoder, DecoderOptions, LineChunker, RowFormat};
 
-pub(crate) const CSV: RowFormat = RowFormat::Csv {
-    header: false,
-    delimiter: b',',
-};
-pub(crate) const CSV_HEADER: RowFormat = RowFormat::Csv {
-    header: true,
-    delimiter: b',',
-};
+pub(crate) const CSV: RowFormat = RowFormat::Csv { header: false, delimiter: b',' };
+pub(crate) const CSV_HEADER: RowFormat = RowFormat::Csv { header: true, delimiter: b',' };
 pub(crate) const JSON: RowFormat = RowFormat::Json;
 
 pub(crate) fn ts_ms() -> DataType {
@@ -51,11 +45,7 @@ pub(crate) fn bid_schema() -> SchemaRef {
 }
 
 pub(crate) fn decoder(format: RowFormat, schema: &SchemaRef, batch_size: usize) -> Decoder {
-    match Decoder::new(DecoderOptions {
-        schema: schema.clone(),
-        format,
-        batch_size,
-    }) {
+    match Decoder::new(DecoderOptions { schema: schema.clone(), format, batch_size }) {
         Ok(decoder) => decoder,
         Err(error) => panic!("decoder: {error}"),
     }
@@ -99,11 +89,7 @@ pub(crate) fn decode_chunked(
         }
         bad.extend(chunker.take_bad_rows());
     }
-    assert_eq!(
-        chunker.bytes_read(),
-        input.len() as u64,
-        "every byte is read"
-    );
+    assert_eq!(chunker.bytes_read(), input.len() as u64, "every byte is read");
     (out, bad)
 }
 
@@ -120,11 +106,7 @@ pub(crate) fn table(batches: &[RecordBatch]) -> String {
 
 /// `text` with each line trimmed and blank lines dropped, for indented expectations.
 pub(crate) fn unindent(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n")
+    text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join("\n")
 }
 
 /// Decodes `input` whole, and in chunks just large enough for its longest line with
@@ -139,32 +121,18 @@ pub(crate) fn check(
 ) -> Vec<BadRow> {
     let input = input.as_ref();
     let whole = decode_whole(format, &schema, input, 1024);
-    let longest = input
-        .split_inclusive(|b| *b == b'\n')
-        .map(<[u8]>::len)
-        .max()
-        .unwrap_or(1);
+    let longest = input.split_inclusive(|b| *b == b'\n').map(<[u8]>::len).max().unwrap_or(1);
     let chunked = decode_chunked(format, &schema, input, longest, 2);
     for ((batches, bad), how) in [(&whole, "whole"), (&chunked, "chunked")] {
         for batch in batches {
             assert_eq!(batch.schema(), schema, "{how}: the batch schema");
             assert!(batch.num_rows() > 0, "{how}: no empty batch");
         }
-        assert_eq!(
-            unindent(&table(batches)),
-            unindent(expected),
-            "{how}: the good rows"
-        );
+        assert_eq!(unindent(&table(batches)), unindent(expected), "{how}: the good rows");
         let lines: Vec<u64> = bad.iter().map(|row| row.line).collect();
-        assert_eq!(
-            lines, expected_bad,
-            "{how}: the bad lines; bad rows: {bad:#?}"
-        );
+        assert_eq!(lines, expected_bad, "{how}: the bad lines; bad rows: {bad:#?}");
     }
-    assert!(
-        chunked.0.iter().all(|batch| batch.num_rows() <= 2),
-        "batch size 2 is respected"
-    );
+    assert!(chunked.0.iter().all(|batch| batch.num_rows() <= 2), "batch size 2 is respected");
     assert_eq!(whole.1, chunked.1, "the same bad rows whole and in chunks");
     whole.1
 }

@@ -41,17 +41,15 @@ fn bid() -> impl Strategy<Value = Bid> {
         proptest::option::of("[a-z0-9]{1,12}"),
         0..3u8,
     )
-        .prop_map(
-            |(auction, bidder, price, channel, millis, extra, form)| Bid {
-                auction,
-                bidder,
-                price,
-                channel,
-                millis,
-                extra,
-                form,
-            },
-        )
+        .prop_map(|(auction, bidder, price, channel, millis, extra, form)| Bid {
+            auction,
+            bidder,
+            price,
+            channel,
+            millis,
+            extra,
+            form,
+        })
 }
 
 fn row() -> impl Strategy<Value = Row> {
@@ -63,9 +61,7 @@ fn row() -> impl Strategy<Value = Row> {
 }
 
 fn timestamp(bid: &Bid, json: bool) -> String {
-    let Some(time) = timestamp_ms_to_datetime(bid.millis) else {
-        panic!("timestamp {}", bid.millis)
-    };
+    let Some(time) = timestamp_ms_to_datetime(bid.millis) else { panic!("timestamp {}", bid.millis) };
     match bid.form {
         0 => time.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
         1 => time.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
@@ -81,13 +77,7 @@ fn url(bid: &Bid) -> String {
 fn csv_line(bid: &Bid, bad: Option<u8>) -> String {
     let channel = format!("\"{}\"", bid.channel.replace('"', "\"\""));
     let extra = bid.extra.clone().unwrap_or_default();
-    let (a, b, p, u, t) = (
-        bid.auction,
-        bid.bidder,
-        bid.price,
-        url(bid),
-        timestamp(bid, false),
-    );
+    let (a, b, p, u, t) = (bid.auction, bid.bidder, bid.price, url(bid), timestamp(bid, false));
     match bad {
         None => format!("{a},{b},{p},{channel},{u},{t},{extra}"),
         Some(0) => format!("{a},{b},abc,{channel},{u},{t},{extra}"),
@@ -95,20 +85,13 @@ fn csv_line(bid: &Bid, bad: Option<u8>) -> String {
         Some(2) => format!("{a},{b},{p},{channel},{u},{t},{extra},more"),
         Some(3) => format!("{a},{b},{p},{channel},{u},2026-99-01 00:00:00,{extra}"),
         Some(4) => format!("{a},,{p},{channel},{u},{t},{extra}"),
-        Some(_) => format!(
-            "{a},{b},{p},\"{},{u},{t},{extra}",
-            bid.channel.replace('"', "")
-        ),
+        Some(_) => format!("{a},{b},{p},\"{},{u},{t},{extra}", bid.channel.replace('"', "")),
     }
 }
 
 fn json_line(bid: &Bid, bad: Option<u8>) -> String {
     let time = timestamp(bid, true);
-    let time = if bid.form == 2 {
-        serde_json::json!(bid.millis)
-    } else {
-        serde_json::json!(time)
-    };
+    let time = if bid.form == 2 { serde_json::json!(bid.millis) } else { serde_json::json!(time) };
     let mut object = serde_json::json!({
         "auction": bid.auction, "bidder": bid.bidder, "price": bid.price, "channel": bid.channel,
         "url": url(bid), "dateTime": time, "extra": bid.extra, "ignored": [1, 2],
@@ -130,13 +113,9 @@ fn expected_batch(bids: &[&Bid]) -> RecordBatch {
         Arc::new(Int64Array::from_iter_values(bids.iter().map(|b| b.auction))),
         Arc::new(Int64Array::from_iter_values(bids.iter().map(|b| b.bidder))),
         Arc::new(Int64Array::from_iter_values(bids.iter().map(|b| b.price))),
-        Arc::new(StringArray::from_iter_values(
-            bids.iter().map(|b| b.channel.clone()),
-        )),
+        Arc::new(StringArray::from_iter_values(bids.iter().map(|b| b.channel.clone()))),
         Arc::new(StringArray::from_iter_values(bids.iter().map(|b| url(b)))),
-        Arc::new(TimestampMillisecondArray::from_iter_values(
-            bids.iter().map(|b| b.millis),
-        )),
+        Arc::new(TimestampMillisecondArray::from_iter_values(bids.iter().map(|b| b.millis))),
         Arc::new(StringArray::from_iter(bids.iter().map(|b| b.extra.clone()))),
     ];
     match RecordBatch::try_new(bid_schema(), columns) {
@@ -145,12 +124,7 @@ fn expected_batch(bids: &[&Bid]) -> RecordBatch {
     }
 }
 
-fn run(
-    format: RowFormat,
-    rows: &[Row],
-    slack: usize,
-    batch_size: usize,
-) -> Result<(), TestCaseError> {
+fn run(format: RowFormat, rows: &[Row], slack: usize, batch_size: usize) -> Result<(), TestCaseError> {
     let mut input = String::new();
     let mut expected_bad = Vec::new();
     let mut good = Vec::new();
@@ -175,26 +149,12 @@ fn run(
         input.push('\n');
     }
     let longest = input.split_inclusive('\n').map(str::len).max().unwrap_or(1);
-    let (batches, bad) = decode_chunked(
-        format,
-        &bid_schema(),
-        input.as_bytes(),
-        longest + slack,
-        batch_size,
-    );
+    let (batches, bad) = decode_chunked(format, &bid_schema(), input.as_bytes(), longest + slack, batch_size);
     let lines: Vec<u64> = bad.iter().map(|row| row.line).collect();
-    prop_assert_eq!(
-        lines,
-        expected_bad,
-        "bad rows: {:#?}\ninput:\n{}",
-        bad,
-        input
-    );
+    prop_assert_eq!(lines, expected_bad, "bad rows: {:#?}\ninput:\n{}", bad, input);
     prop_assert!(batches.iter().all(|batch| batch.num_rows() <= batch_size));
     let decoded = arrow::compute::concat_batches(&bid_schema(), &batches);
-    let Ok(decoded) = decoded else {
-        panic!("concat")
-    };
+    let Ok(decoded) = decoded else { panic!("concat") };
     prop_assert_eq!(decoded, expected_batch(&good));
     Ok(())
 }

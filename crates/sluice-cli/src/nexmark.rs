@@ -1,0 +1,243 @@
+//! `sluice nexmark`: generate NEXMark events to a file, and the end-to-end benchmark.
+//!
+//! The benchmark runs each query in a child process of its own (so its peak RSS is its
+//! own), from the generator or from a bid CSV file, into a blackhole sink, and prints
+//! events per second and peak memory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use clap::{Subcommand, ValueEnum};
+use sluice_formats::{Encoder, OutputFormat};
+use sluice_nexmark::{GeneratorConfig, LaneGenerator, Table, TableSet};
+use sluice_types::Batch;
+
+use crate::build::build;
+
+#[derive(Subcommand)]
+pub enum NexmarkCommand {
+    /// Write NEXMark events of one table as CSV or JSON lines.
+    Generate {
+        /// How many events to generate (all kinds count; bids are 46 of every 50).
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, value_enum, default_value_t = TableArg::Bid)]
+        table: TableArg,
+        #[arg(long, value_enum, default_value_t = FormatArg::Csv)]
+        format: FormatArg,
+        /// Output file (stdout when absent).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Run NEXMark queries into a blackhole and print events/s and peak memory per query.
+    Bench {
+        /// Events per query.
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Driver threads.
+        #[arg(long, default_value_t = 1)]
+        threads: u32,
+        /// Comma-separated: q0, q1, q2, tumble.
+        #[arg(long, default_value = "q0,q1,q2,tumble")]
+        queries: String,
+        /// Read bids from this CSV file (from `sluice nexmark generate`) instead of the generator.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+    /// Run one benchmark query in this process and print one JSON line (used by `bench`).
+    #[command(hide = true)]
+    Query {
+        query: String,
+        #[arg(long)]
+        events: u64,
+        #[arg(long)]
+        threads: u32,
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum TableArg {
+    Person,
+    Auction,
+    Bid,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    Csv,
+    Json,
+}
+
+/// The benchmark queries, in Flink's NEXMark text.
+pub fn query_sql(query: &str) -> Option<&'static str> {
+    Some(match query {
+        "q0" => "SELECT auction, bidder, price, dateTime, extra FROM bid",
+        "q1" => "SELECT auction, bidder, 0.908 * price AS price, dateTime, extra FROM bid",
+        "q2" => "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
+        "tumble" => {
+            "SELECT auction, COUNT(*) AS bids, window_start, window_end \
+             FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) \
+             GROUP BY auction, window_start, window_end"
+        }
+        _ => return None,
+    })
+}
+
+pub fn main(command: NexmarkCommand, quiet: bool) -> Result<ExitCode, String> {
+    match command {
+        NexmarkCommand::Generate { events, seed, table, format, output } => {
+            generate(events, seed, table, format, output.as_deref())
+        }
+        NexmarkCommand::Bench { events, threads, queries, csv } => {
+            bench(events, threads, &queries, csv.as_deref(), quiet)
+        }
+        NexmarkCommand::Query { query, events, threads, csv } => run_query(&query, events, threads, csv.as_deref()),
+    }
+}
+
+fn generate(
+    events: u64,
+    seed: u64,
+    table: TableArg,
+    format: FormatArg,
+    output: Option<&Path>,
+) -> Result<ExitCode, String> {
+    let table = match table {
+        TableArg::Person => Table::Person,
+        TableArg::Auction => Table::Auction,
+        TableArg::Bid => Table::Bid,
+    };
+    let config = GeneratorConfig { seed, events: Some(events), ..GeneratorConfig::default() };
+    let mut generator = LaneGenerator::new(&config, 0, 1, TableSet::only(table));
+    let format = match format {
+        FormatArg::Csv => OutputFormat::Csv { header: true },
+        FormatArg::Json => OutputFormat::JsonLines,
+    };
+    let mut encoder = Encoder::new(format, sluice_nexmark::schema(table), false);
+    let mut writer: Box<dyn Write> = match output {
+        Some(path) => Box::new(std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut buffer = Vec::new();
+    while let Some(batch) = generator.next_batch(8192) {
+        if let Some(rows) = batch.table(table) {
+            buffer.clear();
+            encoder.encode(&Batch::inserts(rows.clone()), &mut buffer).map_err(|e| e.to_string())?;
+            writer.write_all(&buffer).map_err(|e| format!("write failed: {e}"))?;
+        }
+    }
+    writer.flush().map_err(|e| format!("write failed: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The pipeline file of one benchmark query.
+fn pipeline_text(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Result<String, String> {
+    let sql = query_sql(query).ok_or_else(|| format!("unknown query `{query}`; the queries are q0, q1, q2, tumble"))?;
+    let source = match csv {
+        None => {
+            format!("[[source]]\nname = \"nexmark\"\nconnector = \"nexmark\"\n[source.options]\nevents = {events}\n")
+        }
+        Some(path) => format!(
+            "[[source]]\nname = \"bid\"\nconnector = \"file\"\nformat = \"csv\"\n\
+             schema = \"auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, dateTime TIMESTAMP(3), extra VARCHAR\"\n\
+             event_time = \"dateTime\"\n[source.options]\npath = {:?}\n",
+            path.display().to_string()
+        ),
+    };
+    Ok(format!(
+        "[pipeline]\nname = \"nexmark-{query}\"\nthreads = {threads}\n\n{source}\n[[view]]\nname = \"result\"\nsql = {sql:?}\n\n\
+         [[sink]]\nname = \"blackhole\"\nfrom = \"result\"\nconnector = \"blackhole\"\n"
+    ))
+}
+
+fn run_query(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Result<ExitCode, String> {
+    let text = pipeline_text(query, events, threads, csv)?;
+    let file = PathBuf::from(format!("<nexmark {query}>"));
+    let config = sluice_config::parse(&text, &file.display().to_string()).map_err(|e| e.to_string())?;
+    let built = build(&file, config, Path::new("."))?;
+    let started = Instant::now();
+    let report = sluice_runtime::run(&built.plan, &built.options, sluice_runtime::controller::stop_handle(), |_, _| {});
+    let seconds = started.elapsed().as_secs_f64();
+    if let sluice_runtime::RunOutcome::Failed { component, reason } = &report.outcome {
+        return Err(format!("query {query} failed in {component}: {reason}"));
+    }
+    let rows_in = report.metrics.rows_in();
+    let counted = if csv.is_some() { rows_in } else { events };
+    let line = serde_json::json!({
+        "query": query,
+        "input": if csv.is_some() { "csv" } else { "generator" },
+        "threads": threads,
+        "events": counted,
+        "rows_in": rows_in,
+        "rows_out": report.metrics.rows_out(),
+        "seconds": seconds,
+        "events_per_second": counted as f64 / seconds,
+        "events_per_second_per_thread": counted as f64 / seconds / f64::from(threads),
+        "peak_rss_mb": peak_rss_mb(),
+    });
+    println!("{line}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The process's peak resident set (VmHWM), in MiB.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn bench(events: u64, threads: u32, queries: &str, csv: Option<&Path>, quiet: bool) -> Result<ExitCode, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the sluice binary: {e}"))?;
+    if !quiet {
+        let input = csv.map_or("generator".to_string(), |p| format!("csv {}", p.display()));
+        eprintln!("sluice nexmark bench: {events} events, {threads} thread(s), input {input}");
+        println!("{:<8} {:>10} {:>14} {:>18} {:>12}", "query", "seconds", "events/s", "events/s/thread", "peak RSS MB");
+    }
+    for query in queries.split(',').map(str::trim).filter(|q| !q.is_empty()) {
+        query_sql(query).ok_or_else(|| format!("unknown query `{query}`; the queries are q0, q1, q2, tumble"))?;
+        let mut command = Command::new(&exe);
+        command.args([
+            "--quiet",
+            "nexmark",
+            "query",
+            query,
+            "--events",
+            &events.to_string(),
+            "--threads",
+            &threads.to_string(),
+        ]);
+        if let Some(csv) = csv {
+            command.arg("--csv").arg(csv);
+        }
+        let output = command.output().map_err(|e| format!("cannot run query {query}: {e}"))?;
+        if !output.status.success() {
+            return Err(format!("query {query} failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
+        }
+        let line = String::from_utf8_lossy(&output.stdout);
+        let result: serde_json::Value =
+            serde_json::from_str(line.trim()).map_err(|e| format!("query {query}: bad result line: {e}"))?;
+        if quiet {
+            println!("{}", line.trim());
+        } else {
+            println!(
+                "{:<8} {:>10.2} {:>14.0} {:>18.0} {:>12.0}",
+                query,
+                result["seconds"].as_f64().unwrap_or_default(),
+                result["events_per_second"].as_f64().unwrap_or_default(),
+                result["events_per_second_per_thread"].as_f64().unwrap_or_default(),
+                result["peak_rss_mb"].as_f64().unwrap_or_default()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,137 @@
+//! Bad configuration, bad SQL and bad rows: one clear message, exit 1, no panic.
+
+use crate::harness::{Scratch, assert_fails_with, stderr, stdout};
+
+const EVENTS_SOURCE: &str = r#"
+[pipeline]
+name = "bad"
+
+[[source]]
+name = "events"
+connector = "file"
+format = "json"
+schema = "k VARCHAR, v BIGINT, ts TIMESTAMP(3)"
+event_time = "ts"
+"#;
+
+fn pipeline(options: &str, views: &str, sink_path: &str) -> String {
+    format!(
+        "{EVENTS_SOURCE}{options}\n{views}\n[[sink]]\nname = \"out\"\nfrom = \"result\"\nconnector = \"file\"\n[sink.options]\npath = \"{sink_path}\"\n"
+    )
+}
+
+const PASS_THROUGH: &str = "[[view]]\nname = \"result\"\nsql = \"SELECT k, v FROM events\"\n";
+
+fn scratch_with(pipeline_text: &str) -> Scratch {
+    let scratch = Scratch::new();
+    scratch.write(
+        "events.jsonl",
+        "{\"k\":\"a\",\"v\":1,\"ts\":\"2026-01-01 00:00:01\"}\n{\"k\":\"a\",\"v\":oops}\n{\"k\":\"b\",\"v\":2,\"ts\":\"2026-01-01 00:00:02\"}\n",
+    );
+    scratch.write("pipeline.toml", pipeline_text);
+    scratch
+}
+
+#[test]
+fn on_error_fail_stops_at_the_bad_row_naming_it() {
+    let text = pipeline("on_error = \"fail\"\n[source.options]\npath = \"events.jsonl\"", PASS_THROUGH, "out.jsonl");
+    let scratch = scratch_with(&text);
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert_fails_with(&run, &["events.jsonl:2", "oops", "on_error = \"skip\"", "FAILED"]);
+}
+
+#[test]
+fn on_error_skip_is_the_default_and_counts_the_row() {
+    let text = pipeline("[source.options]\npath = \"events.jsonl\"", PASS_THROUGH, "out.jsonl");
+    let scratch = scratch_with(&text);
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let report = stderr(&run);
+    assert!(report.contains("2 rows in, 1 bad rows"), "{report}");
+    assert!(report.contains("events.jsonl:2"), "the first bad rows are reported in full: {report}");
+    assert_eq!(scratch.read("out.jsonl").lines().count(), 2);
+}
+
+#[test]
+fn a_missing_input_file_is_one_clear_error() {
+    let text = pipeline("[source.options]\npath = \"missing.jsonl\"", PASS_THROUGH, "out.jsonl");
+    let scratch = scratch_with(&text);
+    assert_fails_with(&scratch.sluice(&["run", "pipeline.toml"]), &["missing.jsonl"]);
+    assert_fails_with(&scratch.sluice(&["validate", "pipeline.toml"]), &["missing.jsonl"]);
+}
+
+#[test]
+fn an_unwritable_sink_path_is_one_clear_error() {
+    let text = pipeline("[source.options]\npath = \"events.jsonl\"", PASS_THROUGH, "events.jsonl/out.jsonl");
+    let scratch = scratch_with(&text);
+    for command in ["validate", "run"] {
+        assert_fails_with(&scratch.sluice(&[command, "pipeline.toml"]), &["sink", "events.jsonl", "fix:"]);
+    }
+}
+
+#[test]
+fn invalid_sql_names_the_view_and_its_line() {
+    let view = "[[view]]\nname = \"result\"\nsql = \"SELEC k FROM events\"\n";
+    let text = pipeline("[source.options]\npath = \"events.jsonl\"", view, "out.jsonl");
+    let scratch = scratch_with(&text);
+    assert_fails_with(
+        &scratch.sluice(&["validate", "pipeline.toml"]),
+        &["pipeline.toml:15:8", "view `result`", "SELEC"],
+    );
+}
+
+#[test]
+fn an_unknown_table_names_the_tables_that_exist() {
+    let view = "[[view]]\nname = \"result\"\nsql = \"SELECT k FROM evnets\"\n";
+    let text = pipeline("[source.options]\npath = \"events.jsonl\"", view, "out.jsonl");
+    let scratch = scratch_with(&text);
+    assert_fails_with(&scratch.sluice(&["validate", "pipeline.toml"]), &["evnets", "the tables are: events"]);
+}
+
+#[test]
+fn unsupported_sql_is_refused_by_name() {
+    for (sql, construct) in [
+        ("SELECT a.k FROM events a JOIN events b ON a.k = b.k", "JOIN is not supported yet"),
+        ("SELECT k, COUNT(*) FROM events GROUP BY k", "GROUP BY without window_start and window_end"),
+        ("SELECT k FROM events ORDER BY k", "ORDER BY on a stream"),
+        (
+            "SELECT COUNT(*) FROM TABLE(CUMULATE(TABLE events, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' MINUTE)) GROUP BY window_start, window_end",
+            "CUMULATE windows are not supported yet",
+        ),
+        (
+            "SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(k), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "not an event-time attribute",
+        ),
+    ] {
+        let view = format!("[[view]]\nname = \"result\"\nsql = \"{sql}\"\n");
+        let text = pipeline("[source.options]\npath = \"events.jsonl\"", &view, "out.jsonl");
+        let scratch = scratch_with(&text);
+        assert_fails_with(&scratch.sluice(&["validate", "pipeline.toml"]), &[construct]);
+    }
+}
+
+#[test]
+fn an_unknown_key_names_its_line_and_the_fix() {
+    let text = pipeline("[source.options]\npath = \"events.jsonl\"\npathh = \"x\"", PASS_THROUGH, "out.jsonl");
+    let scratch = scratch_with(&text);
+    assert_fails_with(
+        &scratch.sluice(&["validate", "pipeline.toml"]),
+        &["pipeline.toml:13", "pathh", "did you mean `path`"],
+    );
+}
+
+#[test]
+fn validate_and_explain_describe_a_good_pipeline() {
+    let view = "[[view]]\nname = \"result\"\nsql = \"SELECT k, COUNT(*) AS n, window_start FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY k, window_start, window_end\"\n";
+    let text = pipeline("[source.options]\npath = \"events.jsonl\"", view, "out.jsonl");
+    let scratch = scratch_with(&text);
+    let validate = scratch.sluice(&["validate", "pipeline.toml"]);
+    assert!(validate.status.success(), "{}", stderr(&validate));
+    assert!(stdout(&validate).contains("is valid"));
+    let explain = scratch.sluice(&["explain", "pipeline.toml"]);
+    assert!(explain.status.success(), "{}", stderr(&explain));
+    let graph = stdout(&explain);
+    for needle in ["source events", "window_assign", "exchange: hash(k", "window_aggregate", "state:", "sink out"] {
+        assert!(graph.contains(needle), "explain lacks {needle:?}:\n{graph}");
+    }
+}

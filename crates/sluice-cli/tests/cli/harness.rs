@@ -1,0 +1,68 @@
+//! Running the `sluice` binary in a scratch directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dirs");
+        }
+        std::fs::write(&path, text).expect("write file");
+        path
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_else(|e| panic!("read {name}: {e}"))
+    }
+
+    /// Runs `sluice ARGS` in the scratch directory.
+    pub fn sluice(&self, args: &[&str]) -> Output {
+        sluice_command(self.dir.path()).args(args).output().expect("run sluice")
+    }
+}
+
+pub fn sluice_command(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.current_dir(dir);
+    command
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Asserts the run failed with exit code 1 and a message containing every `needle`, and
+/// no panic or backtrace.
+pub fn assert_fails_with(output: &Output, needles: &[&str]) {
+    let text = stderr(output);
+    assert_eq!(output.status.code(), Some(1), "expected exit 1; stderr:\n{text}");
+    for needle in needles {
+        assert!(text.contains(needle), "stderr lacks {needle:?}:\n{text}");
+    }
+    assert!(!text.contains("panicked") && !text.contains("RUST_BACKTRACE"), "a panic:\n{text}");
+}
+
+/// Lines of `text`, sorted, without empty ones.
+pub fn sorted_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+    lines.sort();
+    lines
+}

@@ -1,0 +1,8 @@
+//! Integration tests that run the `sluice` binary (one test binary for all, to keep link
+//! time and disk small).
+
+mod bad_input;
+mod golden;
+mod harness;
+mod oracle;
+mod signals;

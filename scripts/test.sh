@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the whole test suite from a fresh machine: checks the toolchain, then lints and
+# tests every crate. Services needed by later test suites are started here too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "installing cargo-nextest (test runner)" >&2
+    cargo install --locked cargo-nextest
+fi
+
+echo "== format" >&2
+cargo fmt --all -- --check
+
+echo "== lint" >&2
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== tests" >&2
+cargo nextest run --workspace --no-fail-fast --failure-output final
