@@ -13,12 +13,36 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Shown after `sluice --help`: the smallest useful pipeline file.
+const PIPELINE_EXAMPLE: &str = r#"A pipeline file:
+
+  [pipeline]
+  name = "hot-auctions"
+
+  [[source]]
+  name = "nexmark"            # tables person, auction, bid
+  connector = "nexmark"       # or "file" (format, schema, event_time, [source.options] path)
+  [source.options]
+  events = 100000
+
+  [[view]]
+  name = "hot"
+  sql = """SELECT auction, COUNT(*) AS n, window_start, window_end
+           FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+           GROUP BY auction, window_start, window_end"""
+
+  [[sink]]
+  name = "out"
+  from = "hot"
+  connector = "stdout"        # or "file" ([sink.options] path) or "blackhole"
+  format = "json""#;
+
 /// Sluice: a stream processor. Describe sources, SQL views and sinks in one
 /// pipeline.toml and run it.
 ///
 /// Start with `sluice run examples/nexmark.toml`, or `sluice explain` to see the dataflow.
 #[derive(Parser)]
-#[command(name = "sluice", version, about, long_about, propagate_version = true)]
+#[command(name = "sluice", version, about, long_about, propagate_version = true, after_long_help = PIPELINE_EXAMPLE)]
 struct Cli {
     /// Log level for messages on stderr: error, warn, info, debug, trace.
     #[arg(long, global = true, default_value = "warn", value_name = "LEVEL")]

@@ -94,7 +94,8 @@ pub enum SourceConnector {
         rate: Option<f64>,
         /// Generator seed (default 0).
         seed: u64,
-        /// Event-time spacing: events per second of event time (default 10000).
+        /// Event-time spacing: events per second of event time (default: `rate` when
+        /// set, so event time keeps pace with the wall clock, else 10000).
         first_event_rate: u64,
     },
     /// A file, or every file in a directory.

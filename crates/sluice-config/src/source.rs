@@ -121,11 +121,14 @@ fn nexmark(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<C
         1..=i64::MAX,
         "set first_event_rate to events per second of event time, e.g. first_event_rate = 10000",
     );
+    let rate = rate.optional()?;
+    // With a rate limit and no explicit spacing, event time follows the wall clock.
+    let spacing = rate.map_or(DEFAULT_FIRST_EVENT_RATE, |rate| (rate.round() as u64).max(1));
     let connector = SourceConnector::Nexmark {
         events: events.optional()?,
-        rate: rate.optional()?,
+        rate,
         seed: seed.or(0)?,
-        first_event_rate: first_event_rate.or(DEFAULT_FIRST_EVENT_RATE)?,
+        first_event_rate: first_event_rate.or(spacing)?,
     };
     Some((connector, None))
 }

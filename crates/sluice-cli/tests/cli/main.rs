@@ -2,6 +2,7 @@
 //! time and disk small).
 
 mod bad_input;
+mod examples;
 mod golden;
 mod harness;
 mod oracle;

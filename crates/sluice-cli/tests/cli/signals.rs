@@ -24,7 +24,7 @@ threads = 2
 name = "nexmark"
 connector = "nexmark"
 [source.options]
-rate = 20000
+rate = 500000
 
 [[view]]
 name = "q2"
@@ -76,4 +76,83 @@ path = "out.jsonl"
     }
     assert_eq!(text.lines().count(), rows_out, "every counted row reached the file");
     assert!(rows_out > 0);
+}
+
+/// A pipeline whose stdout sink blocks as soon as the test stops reading: the drain
+/// cannot finish, which is what the two tests below need.
+const BLOCKED_STDOUT: &str = r#"
+[pipeline]
+name = "blocked"
+threads = 1
+shutdown_timeout = "SHUTDOWN"
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+
+[[sink]]
+name = "console"
+from = "bid"
+connector = "stdout"
+format = "json"
+"#;
+
+/// Starts the blocked pipeline and returns once rows are flowing to stdout (one large
+/// batch is being written, and the test reads no further).
+fn start_blocked(scratch: &Scratch, shutdown: &str) -> (std::process::Child, BufReader<std::process::ChildStderr>) {
+    scratch.write("pipeline.toml", &BLOCKED_STDOUT.replace("SHUTDOWN", shutdown));
+    let mut child = sluice_command(scratch.dir.path())
+        .args(["run", "pipeline.toml"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut stdout, &mut first).expect("rows reach stdout");
+    // Keep the pipe open but unread: the sink's next write blocks.
+    std::mem::forget(stdout);
+    let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    (child, stderr)
+}
+
+fn signal(child: &std::process::Child, name: &str) {
+    let status = std::process::Command::new("kill").args([&format!("-{name}"), &child.id().to_string()]).status();
+    assert!(status.expect("kill").success());
+}
+
+/// Reads stderr until a line contains `needle`; returns everything read.
+fn read_until(stderr: &mut BufReader<std::process::ChildStderr>, needle: &str) -> String {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let read = stderr.read_line(&mut line).expect("stderr");
+        seen.push_str(&line);
+        if read == 0 || line.contains(needle) {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn a_second_interrupt_exits_at_once_naming_what_was_abandoned() {
+    let scratch = Scratch::new();
+    let (mut child, mut stderr) = start_blocked(&scratch, "10m");
+    signal(&child, "INT");
+    let seen = read_until(&mut stderr, "stopping sources and draining");
+    assert!(seen.contains("stopping sources and draining"), "{seen}");
+    signal(&child, "INT");
+    let seen = read_until(&mut stderr, "exiting now");
+    assert!(seen.contains("second interrupt: exiting now") && seen.contains("abandoned"), "{seen}");
+    assert_eq!(child.wait().expect("wait").code(), Some(1));
+}
+
+#[test]
+fn a_drain_past_shutdown_timeout_fails_naming_the_deadline() {
+    let scratch = Scratch::new();
+    let (mut child, mut stderr) = start_blocked(&scratch, "1s");
+    signal(&child, "TERM");
+    let seen = read_until(&mut stderr, "FAILED");
+    assert!(seen.contains("still draining after shutdown_timeout = 1s"), "{seen}");
+    assert_eq!(child.wait().expect("wait").code(), Some(1));
 }

@@ -41,6 +41,8 @@ fn nexmark_defaults_and_values() {
     });
     check_ok(&nexmark_options("rate = 100000"), |c| {
         assert!(matches!(c.sources[0].connector, SourceConnector::Nexmark { rate: Some(r), .. } if r == 100_000.0));
+        // Without explicit spacing, event time keeps pace with the rate-limited wall clock.
+        assert!(matches!(c.sources[0].connector, SourceConnector::Nexmark { first_event_rate: 100_000, .. }));
     });
     let timed = "event_time = \"dateTime\"\nwatermark_delay = \"4s\"\non_error = \"fail\"";
     check_ok(&with_sink(&nexmark(timed)), |c| {
