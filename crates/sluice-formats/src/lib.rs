@@ -52,7 +52,7 @@ mod diagnose;
 pub mod encode;
 
 pub use chunker::{DEFAULT_CHUNK_BYTES, LineChunker};
-pub use decode::{BadRow, Decoder, DecoderOptions, MAX_BAD_ROW_CHARS, RowFormat};
+pub use decode::{BadRow, Decoder, DecoderOptions, MAX_BAD_ROW_CHARS, RowFormat, count_line_breaks};
 pub use encode::{Encoder, OP_COLUMN, OP_DELETE, OP_INSERT, OutputFormat, TIMESTAMP_FORMAT};
 
 #[cfg(test)]

@@ -191,14 +191,8 @@ pub(crate) fn count_line_breaks_before(path: &Path, limit: u64) -> io::Result<u6
             Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
             Err(error) => return Err(error),
         };
-        count += count_line_breaks(&buf[..read]);
+        count += sluice_formats::count_line_breaks(&buf[..read]) as u64;
     }
-}
-
-/// Counts `\n` bytes; written so the compiler vectorizes it (blocks of at most 255
-/// bytes are summed in a `u8`).
-pub(crate) fn count_line_breaks(bytes: &[u8]) -> u64 {
-    bytes.chunks(255).map(|block| u64::from(block.iter().fold(0u8, |sum, b| sum + u8::from(*b == b'\n')))).sum()
 }
 
 /// Opens `path` positioned at the first line starting in `range`; `None` if none does.
@@ -300,15 +294,6 @@ fn max_timestamp_ms(column: &ArrayRef) -> Option<TimestampMs> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn line_breaks_are_counted_across_blocks() {
-        let bytes: Vec<u8> = (0..10_000).map(|i| if i % 7 == 0 { b'\n' } else { b'x' }).collect();
-        let expected = bytes.iter().filter(|b| **b == b'\n').count() as u64;
-        assert_eq!(count_line_breaks(&bytes), expected);
-        assert_eq!(count_line_breaks(&[b'\n'; 600]), 600);
-        assert_eq!(count_line_breaks(b""), 0);
-    }
 
     #[test]
     fn timestamps_of_every_unit_become_milliseconds() {
