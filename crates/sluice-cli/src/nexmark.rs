@@ -143,7 +143,8 @@ fn generate(
 
 /// The pipeline file of one benchmark query.
 fn pipeline_text(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Result<String, String> {
-    let sql = query_sql(query).ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble"))?;
+    let sql = query_sql(query)
+        .ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble"))?;
     let source = match csv {
         None => {
             format!("[[source]]\nname = \"nexmark\"\nconnector = \"nexmark\"\n[source.options]\nevents = {events}\n")
@@ -206,7 +207,8 @@ fn bench(events: u64, threads: u32, queries: &str, csv: Option<&Path>, quiet: bo
         println!("{:<8} {:>10} {:>14} {:>18} {:>12}", "query", "seconds", "events/s", "events/s/thread", "peak RSS MB");
     }
     for query in queries.split(',').map(str::trim).filter(|q| !q.is_empty()) {
-        query_sql(query).ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble"))?;
+        query_sql(query)
+            .ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble"))?;
         let mut command = Command::new(&exe);
         command.args([
             "--quiet",
