@@ -157,7 +157,7 @@ impl SinkFactory for StdoutSink {
         SinkParallelism::Single
     }
 
-    fn open(&self, _slot: u32, _slots: u32) -> Result<Box<dyn SinkWriter>, SluiceError> {
+    fn open(&self, _slot: u32, _slots: u32, _staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
         // `Stdout` locks once per `write_all`: a batch is never interleaved with other output.
         Ok(self.writer_to(Box::new(io::stdout())))
     }
@@ -263,7 +263,7 @@ impl SinkFactory for FileSink {
         }
     }
 
-    fn open(&self, slot: u32, slots: u32) -> Result<Box<dyn SinkWriter>, SluiceError> {
+    fn open(&self, slot: u32, slots: u32, _staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
         let directory = match self.mode {
             FileMode::File => self.path.parent().map(Path::to_path_buf),
             FileMode::Directory => Some(self.path.clone()),
@@ -343,7 +343,7 @@ impl SinkFactory for BlackholeSink {
         SinkParallelism::PerThread
     }
 
-    fn open(&self, _slot: u32, _slots: u32) -> Result<Box<dyn SinkWriter>, SluiceError> {
+    fn open(&self, _slot: u32, _slots: u32, _staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
         Ok(Box::new(Blackhole))
     }
 

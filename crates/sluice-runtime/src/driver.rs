@@ -178,7 +178,7 @@ impl Driver {
                         let writer = if open {
                             Some(
                                 factory
-                                    .open(self.thread, self.threads)
+                                    .open(self.thread, self.threads, false)
                                     .map_err(|e| (format!("sink {}", factory.name()), e))?,
                             )
                         } else {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use sluice_types::{Batch, SluiceError, TimestampMs};
+use sluice_types::{Batch, Epoch, SluiceError, TimestampMs};
 
 use crate::chain::Operator;
 use crate::metrics::{Metrics, SourceMetrics};
@@ -78,18 +78,49 @@ pub enum SinkParallelism {
 }
 
 /// A sink as planned.
+///
+/// Exactly-once contract (when [`SinkFactory::exactly_once`] is true and checkpoints are
+/// on): each writer stages what it receives between two barriers and, at barrier `e`,
+/// makes it durable but invisible ([`SinkWriter::pre_commit`], which returns a record
+/// describing the staged work). Only after manifest `e` (holding every record) is
+/// durable does [`SinkFactory::commit`] make epoch `e`'s output visible. `commit` is
+/// idempotent: recovery calls it again with the records of the newest committed
+/// manifest, then [`SinkFactory::discard_after`] removes everything staged later.
+/// Epochs are committed in increasing order, never twice with different records.
 pub trait SinkFactory: Send + Sync {
     fn name(&self) -> &str;
     fn parallelism(&self) -> SinkParallelism;
     /// Opens the writer of `slot` (only slot 0 for a [`SinkParallelism::Single`] sink).
-    fn open(&self, slot: u32, slots: u32) -> Result<Box<dyn SinkWriter>, SluiceError>;
+    /// `staged` asks for exactly-once staging (checkpoints on, exactly-once guarantee).
+    fn open(&self, slot: u32, slots: u32, staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError>;
     fn describe(&self) -> String;
+    /// Whether the sink can stage and commit (file sinks); stdout and blackhole cannot.
+    fn exactly_once(&self) -> bool {
+        false
+    }
+    /// Makes the staged work of epoch `epoch` visible; `records` are every writer's
+    /// pre-commit records for that epoch. Idempotent.
+    fn commit(&self, _epoch: Epoch, _records: &[Vec<u8>]) -> Result<(), SluiceError> {
+        Ok(())
+    }
+    /// At recovery, after `commit` of the restored epoch: removes work staged for any
+    /// later epoch (it was never committed). `None`: no checkpoint, remove all staged work.
+    fn discard_after(&self, _epoch: Option<Epoch>) -> Result<(), SluiceError> {
+        Ok(())
+    }
 }
 
 /// Writes rows out. `close` is called once, after the last batch, when the input ended.
 pub trait SinkWriter: Send {
     fn write(&mut self, batch: &Batch) -> Result<(), SluiceError>;
-    /// Flushes buffered output and releases the resource.
+    /// Barrier `epoch`: everything written since the previous barrier belongs to it.
+    /// A staging writer makes it durable but invisible and returns the record that
+    /// commits it; others flush and return an empty record.
+    fn pre_commit(&mut self, _epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
+        Ok(Vec::new())
+    }
+    /// Flushes buffered output and releases the resource. A staging writer stages its
+    /// last rows as the final epoch through `pre_commit` before `close`.
     fn close(&mut self) -> Result<(), SluiceError>;
 }
 

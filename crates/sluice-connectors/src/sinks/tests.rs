@@ -113,7 +113,7 @@ fn a_file_sink_writes_one_file_creating_its_directory() {
     let sink = build(&config, dir.path(), schema(), false).expect("sink");
     assert_eq!(sink.parallelism(), SinkParallelism::Single);
     assert_eq!(sink.describe(), "file(path=out/sub/result.json, json, file)");
-    let mut writer = sink.open(0, 1).expect("open");
+    let mut writer = sink.open(0, 1, false).expect("open");
     writer.write(&Batch::inserts(rows())).expect("write");
     writer.write(&Batch::inserts(rows().slice(0, 1))).expect("write");
     writer.close().expect("close");
@@ -132,7 +132,7 @@ fn a_directory_sink_writes_one_csv_part_per_slot() {
     let sink = build(&config, dir.path(), schema(), false).expect("sink");
     assert_eq!(sink.parallelism(), SinkParallelism::PerThread);
     for slot in 0..2 {
-        let mut writer = sink.open(slot, 2).expect("open");
+        let mut writer = sink.open(slot, 2, false).expect("open");
         writer.write(&Batch::inserts(rows().slice(slot as usize, 1))).expect("write");
         writer.write(&Batch::inserts(rows().slice(0, 1))).expect("write");
         writer.close().expect("close");
@@ -148,7 +148,7 @@ fn a_directory_sink_writes_json_parts_with_the_op_column() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = file_config("parts", FileFormat::Json, FileMode::Directory);
     let sink = build(&config, dir.path(), schema(), true).expect("sink");
-    let mut writer = sink.open(3, 4).expect("open");
+    let mut writer = sink.open(3, 4, false).expect("open");
     writer.write(&Batch::with_weights(rows().slice(1, 1), Int64Array::from(vec![-1]))).expect("write");
     writer.close().expect("close");
     assert_eq!(read(&dir.path().join("parts/part-3.jsonl")), "{\"op\":\"-D\",\"id\":2,\"name\":null}\n");
@@ -165,7 +165,7 @@ fn an_unwritable_path_fails_early_with_the_path_reason_and_fix() {
         assert!(error.message.contains("blocker") && error.message.contains("not a directory"), "{}", error.message);
         assert!(error.fix.is_some());
         let sink = build(&config, dir.path(), schema(), false).expect("planned");
-        let Err(error) = sink.open(0, 1) else { panic!("opening {path} must fail") };
+        let Err(error) = sink.open(0, 1, false) else { panic!("opening {path} must fail") };
         assert_eq!(error.code, "sink.path");
         assert!(error.message.contains("blocker"), "{}", error.message);
         assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("writable")));
@@ -180,7 +180,7 @@ fn an_unwritable_path_fails_early_with_the_path_reason_and_fix() {
 fn a_blackhole_takes_everything_and_writes_nothing() {
     let sink = build(&sink_config(SinkConnector::Blackhole), Path::new("."), schema(), true).expect("sink");
     assert_eq!((sink.parallelism(), sink.describe()), (SinkParallelism::PerThread, "blackhole".to_string()));
-    let mut writer = sink.open(1, 2).expect("open");
+    let mut writer = sink.open(1, 2, false).expect("open");
     writer.write(&Batch::inserts(rows())).expect("write");
     writer.close().expect("close");
     assert!(check_sink(&sink_config(SinkConnector::Blackhole), Path::new("/nonexistent")).is_ok());
