@@ -18,5 +18,9 @@ cargo fmt --all -- --check
 echo "== lint" >&2
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+echo "== services" >&2
+# A local S3-compatible server for the checkpoint store's S3 test (tests/s3.rs starts it).
+python3 -m pip install --quiet 'moto[server]'
+
 echo "== tests" >&2
 cargo nextest run --workspace --no-fail-fast --failure-output final

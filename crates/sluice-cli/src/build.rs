@@ -14,6 +14,34 @@ pub struct Built {
     pub config: PipelineConfig,
     pub plan: Plan,
     pub options: RunOptions,
+    /// The topology fingerprint: a hash of what checkpointed state depends on (sources'
+    /// tables and schemas, event time, views' SQL, sinks, vnodes) and not of what may
+    /// change across a restart (threads, rates, timeouts, batch sizes).
+    pub fingerprint: String,
+}
+
+/// FNV-1a, 64 bits: stable across builds and platforms (the std hasher is not).
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+fn fingerprint(config: &PipelineConfig, plan: &Plan) -> String {
+    use std::fmt::Write;
+    let mut text = format!("vnodes={}\n", config.pipeline.vnodes);
+    for (source, factory) in config.sources.iter().zip(&plan.sources) {
+        let _ = write!(text, "source {} {} delay={:?}", source.name, source.connector.name(), source.watermark_delay);
+        for table in factory.tables() {
+            let _ = write!(text, " table {} {:?} time={:?}", table.name, table.schema.fields(), table.event_time);
+        }
+        text.push('\n');
+    }
+    for view in &config.views {
+        let _ = writeln!(text, "view {} {}", view.name, view.sql.value);
+    }
+    for sink in &config.sinks {
+        let _ = writeln!(text, "sink {} from {} {}", sink.name, sink.from, sink.connector.name());
+    }
+    format!("{:016x}", fnv1a(&text))
 }
 
 /// Reads and parses the pipeline file.
@@ -52,10 +80,13 @@ fn sql_position(message: &str, sql_start: Position) -> Option<Position> {
     Some(Position { line: sql_start.line + line - 1, column })
 }
 
-/// Builds the plan of a parsed pipeline.
-pub fn build(file: &Path, config: PipelineConfig, base: &Path) -> Result<Built, String> {
+/// Builds the plan of a parsed pipeline. `lane_threads` is the thread count the sources'
+/// lanes are laid out for: this run's, or, when resuming, the first run's (lanes are fixed
+/// for the life of the state; they spread over any number of threads).
+pub fn build(file: &Path, config: PipelineConfig, base: &Path, lane_threads: Option<u32>) -> Result<Built, String> {
     let section = &config.pipeline;
     let threads = section.threads;
+    let lane_threads = lane_threads.unwrap_or(threads);
     let mut planner =
         SqlPlanner::new(PlannerOptions { threads, vnodes: section.vnodes, batch_size: section.batch_size });
     let mut sources = Vec::new();
@@ -69,7 +100,7 @@ pub fn build(file: &Path, config: PipelineConfig, base: &Path) -> Result<Built, 
             }
             _ => None,
         };
-        let factory = sluice_connectors::source(source, base, threads, schema).map_err(context)?;
+        let factory = sluice_connectors::source(source, base, lane_threads, schema).map_err(context)?;
         planner.add_source(index, factory.tables()).map_err(context)?;
         sources.push(factory);
     }
@@ -94,13 +125,15 @@ pub fn build(file: &Path, config: PipelineConfig, base: &Path) -> Result<Built, 
         shutdown_timeout: section.shutdown_timeout,
         progress_interval: std::time::Duration::from_millis(500),
     };
-    Ok(Built { config, plan: Plan { sources, flows }, options })
+    let plan = Plan { sources, flows };
+    let fingerprint = fingerprint(&config, &plan);
+    Ok(Built { config, plan, options, fingerprint })
 }
 
 /// Loads and builds in one step.
 pub fn load_and_build(path: &Path, threads: Option<u32>) -> Result<Built, String> {
     let (config, base) = load(path, threads)?;
-    build(path, config, &base)
+    build(path, config, &base, None)
 }
 
 /// `sluice validate`: everything `run` checks before it starts, without running.
@@ -110,7 +143,7 @@ pub fn validate(path: &Path, threads: Option<u32>) -> Result<ExitCode, String> {
         sluice_connectors::check_sink(sink, &base)
             .map_err(|e| located(path, sink.position, e.context(format!("sink `{}`", sink.name))))?;
     }
-    let built = build(path, config, &base)?;
+    let built = build(path, config, &base, None)?;
     println!(
         "{}: pipeline \"{}\" is valid: {} source(s), {} view(s), {} sink(s)",
         path.display(),

@@ -3,6 +3,8 @@
 //! and [`nexmark`] (the generator and the benchmark).
 
 mod build;
+mod checkpointing;
+mod checkpoints_cmd;
 mod nexmark;
 mod progress;
 mod report;
@@ -72,6 +74,9 @@ enum Command {
         /// Driver threads, overriding `[pipeline] threads`.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
         threads: Option<u32>,
+        /// Discard the checkpoint store's state and start from the beginning.
+        #[arg(long)]
+        from_scratch: bool,
     },
     /// Parse, plan and type-check a pipeline without running it.
     Validate {
@@ -89,6 +94,11 @@ enum Command {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
         threads: Option<u32>,
     },
+    /// Inspect a checkpoint store: list checkpoints, verify their objects.
+    Checkpoints {
+        #[command(subcommand)]
+        command: checkpoints_cmd::CheckpointsCommand,
+    },
     /// NEXMark: generate events, or run the benchmark queries.
     Nexmark {
         #[command(subcommand)]
@@ -100,9 +110,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_level);
     let result = match cli.command {
-        Command::Run { pipeline, threads } => run::run(&pipeline, threads, cli.quiet),
+        Command::Run { pipeline, threads, from_scratch } => run::run(&pipeline, threads, from_scratch, cli.quiet),
         Command::Validate { pipeline, threads } => build::validate(&pipeline, threads),
         Command::Explain { pipeline, threads } => build::explain(&pipeline, threads),
+        Command::Checkpoints { command } => checkpoints_cmd::main(command),
         Command::Nexmark { command } => nexmark::main(command, cli.quiet),
     };
     match result {

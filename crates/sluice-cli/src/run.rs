@@ -11,21 +11,57 @@ use std::process::ExitCode;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use sluice_config::SinkConnector;
-use sluice_runtime::{RunOutcome, StopHandle, controller};
+use sluice_runtime::{Checkpointing, RunOutcome, StopHandle, controller};
 
-use crate::build::{Built, load_and_build};
+use crate::build::{Built, build, load};
+use crate::checkpointing;
 use crate::progress::Progress;
 use crate::report;
 
-pub fn run(path: &Path, threads: Option<u32>, quiet: bool) -> Result<ExitCode, String> {
-    let built = load_and_build(path, threads)?;
+pub fn run(path: &Path, threads: Option<u32>, from_scratch: bool, quiet: bool) -> Result<ExitCode, String> {
+    let (config, base) = load(path, threads)?;
+    let Some(section) = config.checkpoint.clone() else {
+        if from_scratch {
+            return Err("--from-scratch needs a [checkpoint] section (there is no state to discard)".into());
+        }
+        let built = build(path, config, &base, None)?;
+        return start(&built, None, quiet);
+    };
+    let (store, recovered) = checkpointing::open(&section, &base, from_scratch)?;
+    let lane_threads = recovered.manifest.as_ref().map(|m| m.lane_threads);
+    let built = build(path, config, &base, lane_threads)?;
+    if let Some(manifest) = &recovered.manifest {
+        checkpointing::check_fingerprint(manifest, &built.fingerprint, &section.store)?;
+        if !quiet {
+            eprintln!("sluice: resuming from checkpoint {} in {}", manifest.epoch, section.store);
+        }
+    }
+    let lane_threads = lane_threads.unwrap_or(built.options.threads);
+    let checkpointing = checkpointing::prepare(
+        &section,
+        store,
+        recovered.manifest,
+        &built.plan,
+        built.fingerprint.clone(),
+        built.options.vnodes,
+        lane_threads,
+    )?;
+    start(&built, Some(checkpointing), quiet)
+}
+
+fn start(built: &Built, checkpointing: Option<Checkpointing>, quiet: bool) -> Result<ExitCode, String> {
     let (stop, woken) = controller::stop_handle();
     install_signals(stop.clone())?;
-    Ok(execute(&built, (stop, woken), quiet))
+    Ok(execute(built, checkpointing, (stop, woken), quiet))
 }
 
 /// Runs a built pipeline and prints the report; returns the exit code.
-pub fn execute(built: &Built, stop: (StopHandle, crossbeam_stop::Woken), quiet: bool) -> ExitCode {
+pub fn execute(
+    built: &Built,
+    checkpointing: Option<Checkpointing>,
+    stop: (StopHandle, crossbeam_stop::Woken),
+    quiet: bool,
+) -> ExitCode {
     let writes_stdout = built.config.sinks.iter().any(|s| matches!(s.connector, SinkConnector::Stdout { .. }));
     let live = !quiet && std::io::stderr().is_terminal() && !(writes_stdout && std::io::stdout().is_terminal());
     let mut progress = Progress::new(live, quiet);
@@ -36,7 +72,9 @@ pub fn execute(built: &Built, stop: (StopHandle, crossbeam_stop::Woken), quiet: 
         );
     }
     let report =
-        sluice_runtime::run(&built.plan, &built.options, stop, |metrics, elapsed| progress.update(metrics, elapsed));
+        sluice_runtime::run(&built.plan, &built.options, checkpointing, stop, |metrics, elapsed| {
+            progress.update(metrics, elapsed)
+        });
     progress.finish();
     if !quiet || report.outcome != RunOutcome::Completed {
         eprint!("{}", report::render(&built.config.pipeline.name, &report));

@@ -5,14 +5,14 @@ use toml_edit::{Item, Table, Value};
 
 use crate::error::Position;
 use crate::model::{NEXMARK_TABLES, PipelineConfig, SinkConfig, SourceConfig, SourceConnector, ViewConfig};
+use crate::checkpoint::parse_checkpoint;
 use crate::pipeline::parse_pipeline;
 use crate::reader::{Ctx, Section, TOP_LEVEL, TableRef};
 use crate::sink::{parse_sink, parse_view};
 use crate::source::parse_source;
 
-const TOP_KEYS: &[&str] = &["pipeline", "source", "view", "sink"];
-const NOTES: &[(&str, &str)] =
-    &[("checkpoint", "remove the [checkpoint] section: checkpointing is not configurable yet")];
+const TOP_KEYS: &[&str] = &["pipeline", "checkpoint", "source", "view", "sink"];
+const NOTES: &[(&str, &str)] = &[];
 
 /// Reads the document's root table.
 pub(crate) fn parse_root(ctx: &mut Ctx<'_>, root: &Table) -> Option<PipelineConfig> {
@@ -33,6 +33,10 @@ pub(crate) fn parse_root(ctx: &mut Ctx<'_>, root: &Table) -> Option<PipelineConf
             None
         }
     };
+    let checkpoint = match ctx.subtable(&top, "checkpoint", "[checkpoint]", "write it as a [checkpoint] section") {
+        Some(sec) => parse_checkpoint(ctx, &sec).map(Some),
+        None => Some(None),
+    };
     let sources = items(ctx, &top, "source", true, parse_source);
     let views = items(ctx, &top, "view", false, parse_view);
     let sinks = items(ctx, &top, "sink", true, parse_sink);
@@ -40,6 +44,7 @@ pub(crate) fn parse_root(ctx: &mut Ctx<'_>, root: &Table) -> Option<PipelineConf
     check_sink_names(ctx, &sinks);
     Some(PipelineConfig {
         pipeline: pipeline?,
+        checkpoint: checkpoint?,
         sources: sources.into_iter().map(|(s, _)| s).collect(),
         views: views.into_iter().map(|(v, _)| v).collect(),
         sinks: sinks.into_iter().map(|(s, _)| s).collect(),

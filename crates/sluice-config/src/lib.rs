@@ -27,6 +27,7 @@
 //! relative path stays relative, and the caller resolves it against the directory of
 //! the pipeline file.
 
+mod checkpoint;
 mod document;
 mod error;
 mod model;
@@ -40,9 +41,13 @@ mod tests;
 
 pub use error::{ConfigError, Located, Position};
 pub use model::{
+    CheckpointSection, Guarantee,
     DEFAULT_BATCH_SIZE, DEFAULT_FIRST_EVENT_RATE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES,
     FileFormat, FileMode, NEXMARK_TABLES, OnError, PipelineConfig, PipelineSection, SinkConfig, SinkConnector,
     SourceConfig, SourceConnector, StdoutFormat, ViewConfig,
+};
+pub use checkpoint::{
+    DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_STORE, DEFAULT_MAX_FAILED_CHECKPOINTS, DEFAULT_RETAIN,
 };
 pub use pipeline::default_threads;
 

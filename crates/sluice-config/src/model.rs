@@ -26,6 +26,8 @@ pub const NEXMARK_TABLES: [&str; 3] = ["person", "auction", "bid"];
 pub struct PipelineConfig {
     /// `[pipeline]`.
     pub pipeline: PipelineSection,
+    /// `[checkpoint]`; None: no checkpoints.
+    pub checkpoint: Option<CheckpointSection>,
     /// `[[source]]`, in file order (at least one).
     pub sources: Vec<SourceConfig>,
     /// `[[view]]`, in file order (possibly none).
@@ -108,6 +110,8 @@ pub enum SourceConnector {
         header: bool,
         /// CSV: the field delimiter (default `,`).
         delimiter: u8,
+        /// Replay at most this many rows per second, over all lanes (default: full speed).
+        rate: Option<f64>,
     },
 }
 
@@ -223,4 +227,26 @@ impl FileMode {
         let has_extension = std::path::Path::new(path).extension().is_some();
         if path.ends_with('/') || !has_extension { Self::Directory } else { Self::File }
     }
+}
+
+/// `[checkpoint]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointSection {
+    pub interval: Duration,
+    /// An object-store URL; `file://./x` is relative to the pipeline file's directory.
+    pub store: String,
+    pub guarantee: Guarantee,
+    /// Committed checkpoints kept.
+    pub retain: u32,
+    /// Consecutive failed checkpoints before the pipeline fails.
+    pub max_failed_checkpoints: u32,
+}
+
+/// What a crash may do to the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guarantee {
+    /// Barriers align and sinks commit with checkpoints: output as if no crash happened.
+    ExactlyOnce,
+    /// Barriers do not align: after a crash some output may repeat, none is lost.
+    AtLeastOnce,
 }

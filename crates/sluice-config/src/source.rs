@@ -17,7 +17,7 @@ use crate::reader::{Ctx, Field, Section, TableRef};
 const KEYS: &[&str] =
     &["name", "connector", "format", "schema", "event_time", "watermark_delay", "on_error", "options"];
 const NEXMARK_OPTIONS: &[&str] = &["events", "rate", "seed", "first_event_rate"];
-const FILE_OPTIONS: &[&str] = &["path", "header", "delimiter"];
+const FILE_OPTIONS: &[&str] = &["path", "header", "delimiter", "rate"];
 const OPTION: &str = "connector options go under a [source.options] header";
 const NOTES: &[(&str, &str)] = &[
     ("events", OPTION),
@@ -175,6 +175,7 @@ fn file(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<Conn
             _ => None,
         },
     );
+    let rate = ctx.positive_number(opts, "rate", "set rate to rows per second, e.g. rate = 1000, or remove it to read at full speed");
     if format == Some(FileFormat::Json) {
         csv_only(ctx, opts, "header", header.is_present());
         csv_only(ctx, opts, "delimiter", delimiter.is_present());
@@ -184,6 +185,7 @@ fn file(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<Conn
         format: format?,
         header: header.or(true)?,
         delimiter: delimiter.or(b',')?,
+        rate: rate.optional()?,
     };
     Some((connector, Some(schema?)))
 }

@@ -110,12 +110,21 @@ impl SourceFactory for NexmarkSource {
             .map(|(_, table)| table)
             .collect();
         let throttle = self.rate.map(|rate| Throttle::new(rate / f64::from(self.lanes), context.batch_size));
+        let mut generator = LaneGenerator::new(&self.generator, context.lane, self.lanes, needed);
+        let mut watermark = None;
+        if let Some(position) = &context.start {
+            let (next_event, restored) = decode_position(position)?;
+            generator.seek(next_event);
+            watermark = restored;
+        }
         Ok(Box::new(NexmarkLane {
-            generator: LaneGenerator::new(&self.generator, context.lane, self.lanes, needed),
+            generator,
             needed,
             batch_size: context.batch_size.max(1),
             throttle,
             watermark_delay_ms: self.watermark_delay_ms,
+            watermark,
+            announce_watermark: watermark.is_some(),
         }))
     }
 
@@ -133,11 +142,35 @@ pub struct NexmarkLane {
     batch_size: usize,
     throttle: Option<Throttle>,
     watermark_delay_ms: i64,
+    /// The last watermark reported (part of the position).
+    watermark: Option<TimestampMs>,
+    /// A resumed lane first reports the watermark it had.
+    announce_watermark: bool,
+}
+
+/// A lane position: the next event number, then the last watermark (`i64::MIN` for none).
+fn encode_position(next_event: u64, watermark: Option<TimestampMs>) -> Vec<u8> {
+    let mut bytes = next_event.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&watermark.unwrap_or(i64::MIN).to_le_bytes());
+    bytes
+}
+
+fn decode_position(bytes: &[u8]) -> Result<(u64, Option<TimestampMs>), SluiceError> {
+    let (Some(next), Some(watermark)) = (bytes.get(..8), bytes.get(8..16)) else {
+        return Err(SluiceError::internal("source.position", format!("a nexmark position has 16 bytes, not {}", bytes.len())));
+    };
+    let next = u64::from_le_bytes(next.try_into().expect("8 bytes"));
+    let watermark = i64::from_le_bytes(watermark.try_into().expect("8 bytes"));
+    Ok((next, (watermark != i64::MIN).then_some(watermark)))
 }
 
 impl NexmarkLane {
     /// [`LaneReader::poll`] as of the instant `now` (the wall clock, or a test's).
     pub fn poll_at(&mut self, now: Instant) -> LanePoll {
+        if self.announce_watermark {
+            self.announce_watermark = false;
+            return LanePoll::Data { batches: Vec::new(), watermark: self.watermark };
+        }
         if self.needed.is_empty() || self.generator.is_exhausted() {
             return LanePoll::Exhausted;
         }
@@ -164,6 +197,7 @@ impl NexmarkLane {
             .filter(|(_, batch)| batch.num_rows() > 0)
             .collect();
         let watermark: TimestampMs = generated.max_event_time_ms.saturating_sub(self.watermark_delay_ms);
+        self.watermark = Some(watermark);
         LanePoll::Data { batches, watermark: Some(watermark) }
     }
 }
@@ -171,6 +205,10 @@ impl NexmarkLane {
 impl LaneReader for NexmarkLane {
     fn poll(&mut self) -> Result<LanePoll, SluiceError> {
         Ok(self.poll_at(Instant::now()))
+    }
+
+    fn position(&self) -> Vec<u8> {
+        encode_position(self.generator.next_event_number(), self.watermark)
     }
 }
 
@@ -245,6 +283,7 @@ mod tests {
             batch_size,
             tables_needed: needed.to_vec(),
             metrics: Arc::new(SourceMetrics::new("gen", source.lanes())),
+            start: None,
         };
         source.open_lane(context).expect("lane opens")
     }
@@ -319,7 +358,53 @@ mod tests {
             batch_size,
             throttle: source.rate.map(|rate| Throttle::new(rate / f64::from(lanes), batch_size)),
             watermark_delay_ms: 0,
+            watermark: None,
+            announce_watermark: false,
         }
+    }
+
+    #[test]
+    fn a_lane_resumed_from_its_position_continues_with_the_same_rows_and_watermark() {
+        let source = NexmarkSource::new(&config(Some(5_000), None), 2).expect("source");
+        let open = |start: Option<Vec<u8>>| {
+            let context = LaneContext {
+                lane: 1,
+                batch_size: 100,
+                tables_needed: vec![true, true, true],
+                metrics: Arc::new(SourceMetrics::new("gen", 2)),
+                start,
+            };
+            source.open_lane(context).expect("lane opens")
+        };
+        let mut whole = open(None);
+        let mut rows_after = Vec::new();
+        let mut position = None;
+        let mut watermark_at_position = None;
+        for poll in 0.. {
+            match whole.poll().expect("poll") {
+                LanePoll::Data { batches, watermark } => {
+                    if poll == 3 {
+                        position = Some(whole.position());
+                        watermark_at_position = watermark;
+                    } else if poll > 3 {
+                        rows_after.extend(batches.into_iter().map(|(table, batch)| (table, batch.num_rows())));
+                    }
+                }
+                LanePoll::Exhausted => break,
+                LanePoll::Wait(_) => unreachable!("no rate limit"),
+            }
+        }
+        let mut resumed = open(position);
+        let first = resumed.poll().expect("poll");
+        assert!(
+            matches!(&first, LanePoll::Data { batches, watermark } if batches.is_empty() && *watermark == watermark_at_position),
+            "a resumed lane first reports its watermark"
+        );
+        let mut resumed_rows = Vec::new();
+        while let LanePoll::Data { batches, .. } = resumed.poll().expect("poll") {
+            resumed_rows.extend(batches.into_iter().map(|(table, batch)| (table, batch.num_rows())));
+        }
+        assert_eq!(resumed_rows, rows_after);
     }
 
     fn events_of(poll: &LanePoll) -> Option<usize> {

@@ -18,6 +18,23 @@
 //! - **blackhole** ([`SinkParallelism::PerThread`]): writes nothing (the runtime counts
 //!   the rows).
 //!
+//! # Exactly-once (staged) file output
+//!
+//! The file sink is the one exactly-once sink ([`SinkFactory::exactly_once`]). Opened
+//! with `staged = true` it stages each epoch's rows in a hidden directory and makes
+//! them visible only on [`SinkFactory::commit`] (the `staging` module has the file names
+//! and the correctness argument):
+//!
+//! - `mode = "directory"`: one visible part per epoch and slot that wrote rows,
+//!   `path/part-{epoch:020}-{slot}.{ext}` (e.g. `part-00000000000000000003-1.csv`),
+//!   each CSV part with its header; staged work lives in `path/.staging/`.
+//! - `mode = "file"`: each committed epoch is appended to `path`, the CSV header once
+//!   at its start; staged work lives in `.NAME.staging/` beside it.
+//!
+//! A fresh start (`discard_after(None)`) removes staged work and the earlier run's
+//! visible output, as an unstaged run replaces it. stdout and blackhole cannot stage:
+//! opened with `staged = true` they behave as unstaged (at-least-once).
+//!
 //! When the sink's input is *updating* (it can carry retractions), every row is written
 //! with an op column first: `+I` for an insert, `-D` for a retraction
 //! (see [`sluice_formats::encode`]). An append-only input is written without it.
@@ -31,7 +48,9 @@ use arrow::datatypes::SchemaRef;
 use sluice_config::{FileFormat, FileMode, SinkConfig, SinkConnector, StdoutFormat};
 use sluice_formats::{Encoder, OutputFormat};
 use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
-use sluice_types::{Batch, SluiceError};
+use sluice_types::{Batch, Epoch, SluiceError};
+
+mod staging;
 
 /// Builds the sink of `config` (see the module docs).
 pub(crate) fn build(
@@ -157,6 +176,7 @@ impl SinkFactory for StdoutSink {
         SinkParallelism::Single
     }
 
+    /// Standard output cannot stage: `staged` is ignored (at-least-once).
     fn open(&self, _slot: u32, _slots: u32, _staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
         // `Stdout` locks once per `write_all`: a batch is never interleaved with other output.
         Ok(self.writer_to(Box::new(io::stdout())))
@@ -263,7 +283,11 @@ impl SinkFactory for FileSink {
         }
     }
 
-    fn open(&self, slot: u32, slots: u32, _staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
+    /// Unstaged: writes the file or part at once. Staged: see the `staging` module.
+    fn open(&self, slot: u32, slots: u32, staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
+        if staged {
+            return Ok(Box::new(staging::StagedWriter::open(self, slot)?));
+        }
         let directory = match self.mode {
             FileMode::File => self.path.parent().map(Path::to_path_buf),
             FileMode::Directory => Some(self.path.clone()),
@@ -298,6 +322,18 @@ impl SinkFactory for FileSink {
             FileMode::Directory => "directory",
         };
         format!("file(path={}, {format}, {mode})", self.written_path.display())
+    }
+
+    fn exactly_once(&self) -> bool {
+        true
+    }
+
+    fn commit(&self, epoch: Epoch, records: &[Vec<u8>]) -> Result<(), SluiceError> {
+        staging::commit(self, epoch, records)
+    }
+
+    fn discard_after(&self, epoch: Option<Epoch>) -> Result<(), SluiceError> {
+        staging::discard_after(self, epoch)
     }
 }
 
@@ -343,6 +379,7 @@ impl SinkFactory for BlackholeSink {
         SinkParallelism::PerThread
     }
 
+    /// Nothing to stage: `staged` is ignored.
     fn open(&self, _slot: u32, _slots: u32, _staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
         Ok(Box::new(Blackhole))
     }

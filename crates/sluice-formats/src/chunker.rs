@@ -117,6 +117,12 @@ impl<R: Read> LineChunker<R> {
         self.bytes_read
     }
 
+    /// The bytes handed out in chunks or skipped as over-long lines: the offset, from
+    /// the start of the input, of the next byte a chunk will begin with.
+    pub fn consumed(&self) -> u64 {
+        self.bytes_read - (self.end - self.start) as u64
+    }
+
     /// The number of the next line to be handed out (1 before the first chunk).
     pub fn next_line(&self) -> u64 {
         self.line

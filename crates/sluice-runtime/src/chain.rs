@@ -36,6 +36,20 @@ pub trait Operator: Send {
         out.push(Message::EndOfData);
         Ok(())
     }
+
+    /// The operator's state at the current barrier, one blob per vnode that has state
+    /// (keyed operators split their state by the vnode of each key, so a restore onto a
+    /// different number of threads gives each thread exactly its vnodes). Stateless
+    /// operators keep the default.
+    fn snapshot(&mut self) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
+        Ok(Vec::new())
+    }
+
+    /// Loads state blobs (from `snapshot`, of the vnodes this instance owns) before any
+    /// message arrives.
+    fn restore(&mut self, _blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        Ok(())
+    }
 }
 
 /// Operators fused on one thread. Messages pass through them in order.
@@ -51,6 +65,23 @@ impl Chain {
 
     pub fn is_empty(&self) -> bool {
         self.operators.is_empty()
+    }
+
+    /// Every operator's snapshot, by position in the chain.
+    pub fn snapshot(&mut self) -> Result<Vec<(usize, Vec<(u32, Vec<u8>)>)>, SluiceError> {
+        let mut states = Vec::new();
+        for (index, operator) in self.operators.iter_mut().enumerate() {
+            let blobs = operator.snapshot()?;
+            if !blobs.is_empty() {
+                states.push((index, blobs));
+            }
+        }
+        Ok(states)
+    }
+
+    /// Restores operator `index` of the chain.
+    pub fn restore(&mut self, index: usize, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        self.operators[index].restore(blobs)
     }
 
     /// Pushes `message` through every operator, appending the last one's output to `out`.

@@ -7,6 +7,7 @@
 //! driver's `Finished` until the deadline; past it the run fails, naming the threads
 //! still draining. A fatal error on one driver aborts the others at once.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -16,6 +17,8 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use sluice_types::{SluiceError, TimestampMs};
 
 use crate::chain::Chain;
+use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
+use crate::coordinator::{Completed, Coordinator};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};
 use crate::metrics::{Metrics, SinkMetrics, SourceMetrics};
@@ -96,11 +99,18 @@ pub fn stop_handle() -> (StopHandle, Receiver<()>) {
     (StopHandle { requested: Arc::new(AtomicBool::new(false)), wake }, woken)
 }
 
+/// Checkpoints for a run: how to take them, and the state restored from the last one.
+pub struct Checkpointing {
+    pub options: CheckpointOptions,
+    pub restore: Restore,
+}
+
 /// Runs `plan` to completion, failure or stop. `progress` is called every
 /// `progress_interval` with the live metrics and the elapsed time.
 pub fn run(
     plan: &Plan,
     options: &RunOptions,
+    checkpointing: Option<Checkpointing>,
     stop: (StopHandle, Receiver<()>),
     mut progress: impl FnMut(&Metrics, Duration),
 ) -> RunReport {
@@ -109,10 +119,22 @@ pub fn run(
     let started = Instant::now();
     let metrics = Arc::new(new_metrics(plan, options.threads));
     let (stop_handle, stop_woken) = stop;
-    let (events_sender, events) = bounded(options.threads as usize * 2);
+    let (events_sender, events) = bounded(options.threads as usize * 4);
     let mut controls = Vec::new();
     let mut handles: Vec<JoinHandle<()>> = Vec::new();
-    let drivers = match build_drivers(plan, options, &metrics, &events_sender) {
+    let (coordinator, restore) = match checkpointing {
+        Some(Checkpointing { options: checkpoint, restore }) => {
+            let sinks = plan.flows.iter().map(|f| Arc::clone(&f.sink)).collect();
+            (Some(Coordinator::new(checkpoint, sinks, started)), restore)
+        }
+        None => (None, Restore::default()),
+    };
+    let shape = DriverShape {
+        checkpoints: coordinator.is_some(),
+        exactly_once: coordinator.as_ref().is_none_or(Coordinator::exactly_once),
+        first_epoch: coordinator.as_ref().map_or(1, Coordinator::first_epoch),
+    };
+    let drivers = match build_drivers(plan, options, &metrics, &events_sender, &restore, &shape) {
         Ok(drivers) => drivers,
         Err((component, error)) => {
             let outcome = RunOutcome::Failed { component, reason: error.to_string() };
@@ -133,18 +155,25 @@ pub fn run(
         }
     }
     drop(events_sender);
-    let mut supervisor = Supervisor { controls, finished: 0, deadline: None, outcome: None };
+    let running = (0..options.threads).collect();
+    let mut supervisor = Supervisor { controls, running, deadline: None, outcome: None, coordinator };
     let mut next_progress = started + options.progress_interval;
     while supervisor.outcome.is_none() {
         let now = Instant::now();
-        let wake = supervisor.deadline.map_or(next_progress, |deadline| deadline.min(next_progress));
+        let mut wake = supervisor.deadline.map_or(next_progress, |deadline| deadline.min(next_progress));
+        if let Some(due) = supervisor.coordinator.as_ref().and_then(Coordinator::next_due) {
+            wake = wake.min(due);
+        }
         crossbeam_channel::select! {
-            recv(events) -> event => supervisor.on_event(event.ok(), options.threads),
+            recv(events) -> event => supervisor.on_event(event.ok()),
             recv(stop_woken) -> _ => supervisor.on_stop(options.shutdown_timeout),
             default(wake.saturating_duration_since(now)) => {}
         }
         if stop_handle.is_requested() && supervisor.deadline.is_none() {
             supervisor.on_stop(options.shutdown_timeout);
+        }
+        if let Some(coordinator) = supervisor.coordinator.as_mut() {
+            coordinator.tick(Instant::now(), &supervisor.running, &supervisor.controls);
         }
         if Instant::now() >= next_progress {
             progress(&metrics, started.elapsed());
@@ -170,19 +199,29 @@ pub fn run(
 
 struct Supervisor {
     controls: Vec<Sender<Control>>,
-    finished: u32,
+    running: BTreeSet<u32>,
     deadline: Option<Instant>,
     outcome: Option<RunOutcome>,
+    coordinator: Option<Coordinator>,
 }
 
 impl Supervisor {
-    fn on_event(&mut self, event: Option<DriverEvent>, threads: u32) {
+    fn on_event(&mut self, event: Option<DriverEvent>) {
         match event {
-            Some(DriverEvent::Finished { thread }) => {
+            Some(DriverEvent::Acked { thread, epoch, slice }) => {
+                let Some(coordinator) = self.coordinator.as_mut() else { return };
+                let completed = coordinator.on_ack(thread, epoch, slice);
+                self.after_checkpoint(completed);
+            }
+            Some(DriverEvent::Finished { thread, slice }) => {
                 tracing::debug!(thread, "driver reported finished");
-                self.finished += 1;
-                if self.finished == threads {
-                    self.outcome = Some(RunOutcome::Completed);
+                self.running.remove(&thread);
+                if let Some(coordinator) = self.coordinator.as_mut() {
+                    let completed = coordinator.on_finished(thread, slice);
+                    self.after_checkpoint(completed);
+                }
+                if self.running.is_empty() && self.outcome.is_none() {
+                    self.outcome = Some(self.final_outcome());
                 }
             }
             Some(DriverEvent::Fatal { thread, component, error }) => {
@@ -192,8 +231,7 @@ impl Supervisor {
             }
             Some(DriverEvent::Aborted { thread }) => {
                 self.abort();
-                self.outcome =
-                    Some(RunOutcome::Failed { component: format!("driver {thread}"), reason: "aborted".into() });
+                self.outcome = Some(RunOutcome::Failed { component: format!("driver {thread}"), reason: "aborted".into() });
             }
             None => {
                 self.outcome = Some(RunOutcome::Failed {
@@ -204,11 +242,48 @@ impl Supervisor {
         }
     }
 
+    /// Every driver left: with checkpoints, the last one records the end and commits.
+    fn final_outcome(&mut self) -> RunOutcome {
+        let Some(coordinator) = self.coordinator.as_mut() else { return RunOutcome::Completed };
+        match coordinator.finish() {
+            Ok(()) => RunOutcome::Completed,
+            Err(error) => RunOutcome::Failed { component: "checkpoint".into(), reason: error.to_string() },
+        }
+    }
+
+    fn after_checkpoint(&mut self, completed: Result<Completed, SluiceError>) {
+        match completed {
+            Ok(Completed::Final) => {
+                for control in &self.controls {
+                    let _ = control.try_send(Control::Exit);
+                }
+            }
+            Ok(Completed::Nothing | Completed::Checkpoint) => {
+                if let Some(coordinator) = self.coordinator.as_mut()
+                    && self.deadline.is_some()
+                {
+                    coordinator.request_stop(&self.running, &self.controls);
+                }
+            }
+            Err(error) => {
+                self.abort();
+                self.outcome = Some(RunOutcome::Failed { component: "checkpoint".into(), reason: error.to_string() });
+            }
+        }
+    }
+
     fn on_stop(&mut self, timeout: Duration) {
-        if self.deadline.is_none() {
-            self.deadline = Some(Instant::now() + timeout);
-            for control in &self.controls {
-                let _ = control.try_send(Control::Stop);
+        if self.deadline.is_some() {
+            return;
+        }
+        self.deadline = Some(Instant::now() + timeout);
+        match self.coordinator.as_mut() {
+            // Keep open windows in a final checkpoint rather than flushing them.
+            Some(coordinator) => coordinator.request_stop(&self.running, &self.controls),
+            None => {
+                for control in &self.controls {
+                    let _ = control.try_send(Control::Stop);
+                }
             }
         }
     }
@@ -221,7 +296,7 @@ impl Supervisor {
             && Instant::now() >= deadline
         {
             self.abort();
-            let draining = self.controls.len() as u32 - self.finished;
+            let draining = self.running.len();
             self.outcome = Some(RunOutcome::Failed {
                 component: "shutdown".into(),
                 reason: format!(
@@ -256,12 +331,22 @@ fn new_metrics(plan: &Plan, threads: u32) -> Metrics {
 
 type Failure = (String, SluiceError);
 
-/// Builds every driver: its lanes, its chain instances and its ends of the exchanges.
+/// How drivers take part in checkpoints.
+struct DriverShape {
+    checkpoints: bool,
+    exactly_once: bool,
+    first_epoch: u64,
+}
+
+/// Builds every driver: its lanes, its chain instances (restored from `restore`) and its
+/// ends of the exchanges.
 fn build_drivers(
     plan: &Plan,
     options: &RunOptions,
     metrics: &Arc<Metrics>,
     events: &Sender<DriverEvent>,
+    restore: &Restore,
+    shape: &DriverShape,
 ) -> Result<Vec<(Driver, Sender<Control>)>, Failure> {
     let threads = options.threads as usize;
     // flows[f][t] = the segments of flow f on thread t.
@@ -273,7 +358,7 @@ fn build_drivers(
         let lanes = plan.sources[flow.source].lanes() as usize;
         let mut idle: Vec<bool> = (0..threads).map(|thread| !(0..lanes).any(|lane| lane % threads == thread)).collect();
         let mut thread_segments: Vec<Vec<SegmentSetup>> = (0..threads).map(|_| Vec::new()).collect();
-        for segment in &flow.segments {
+        for (segment_index, segment) in flow.segments.iter().enumerate() {
             let (senders, receivers) = match &segment.output {
                 SegmentOutput::Exchange { .. } => {
                     let mesh = mesh(threads, options.queue_batches);
@@ -294,6 +379,15 @@ fn build_drivers(
                 for (line, factory) in &segment.operators {
                     operators.push(factory(&context).map_err(|e| (format!("operator {line}"), e))?);
                 }
+                let mut chain = Chain::new(operators);
+                let owned = crate::vnode_range(thread as u32, options.vnodes, options.threads);
+                for operator in 0..segment.operators.len() {
+                    let Some(blobs) = restore.states.get(&operator_id(flow_index, segment_index, operator)) else {
+                        continue;
+                    };
+                    let mine = blobs.iter().filter(|(v, _)| owned.contains(v)).map(|(_, b)| b.clone()).collect();
+                    chain.restore(operator, mine).map_err(|e| (format!("restoring {}", segment.operators[operator].0), e))?;
+                }
                 let output = match &segment.output {
                     SegmentOutput::Exchange { partitioner, .. } => {
                         let senders = senders.as_mut().and_then(Iterator::next).expect("one sender row per thread");
@@ -302,10 +396,10 @@ fn build_drivers(
                     SegmentOutput::Sink => OutputSetup::Sink { sink: flow_index },
                 };
                 let input = inputs[thread].take();
-                thread_segments[thread].push(SegmentSetup { chain: Chain::new(operators), input, output });
+                thread_segments[thread].push(SegmentSetup { chain, input, output });
                 if let Some(receivers) = receivers.as_mut() {
                     let row = receivers.next().expect("one receiver row per thread");
-                    inputs[thread] = Some(ExchangeInput::new(row, &idle));
+                    inputs[thread] = Some(ExchangeInput::new(row, &idle, shape.exactly_once));
                 }
             }
             idle.iter_mut().for_each(|idle| *idle = false);
@@ -319,6 +413,7 @@ fn build_drivers(
             });
         }
     }
+    let start_positions: Arc<HashMap<(usize, u32), Vec<u8>>> = Arc::new(restore.positions.clone());
     let mut drivers = Vec::new();
     for (thread, flows) in per_thread.into_iter().enumerate() {
         let lanes = plan
@@ -339,6 +434,10 @@ fn build_drivers(
             control,
             events: events.clone(),
             metrics: Arc::clone(metrics),
+            start_positions: Arc::clone(&start_positions),
+            staged: shape.checkpoints && shape.exactly_once,
+            checkpoints: shape.checkpoints,
+            first_epoch: shape.first_epoch,
         };
         drivers.push((driver, control_sender));
     }

@@ -19,32 +19,57 @@
 //! When a turn makes no progress, the driver waits on a `Select` over the control channel,
 //! the inputs it could read and the channels it is blocked on, until the earliest lane
 //! wake-up: it is woken by events, it does not spin.
+//!
+//! # Barriers
+//!
+//! On `Barrier(e)` the driver records every lane's position, then feeds the barrier into
+//! segment 0 of every live flow. Each segment, when the barrier reaches its input (aligned
+//! by the exchange), snapshots its chain, forwards the barrier, and (at a sink) pre-commits.
+//! When every segment that was live at injection has passed `e` (or ended), the driver
+//! acks with its slice. `FinalBarrier(e)` does the same but first pauses every lane, so
+//! nothing follows the barrier; the driver then waits for `Exit` (a stop that keeps open
+//! windows in the checkpoint instead of flushing them).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
-use sluice_types::{Batch, Message, SluiceError, TimestampMs};
+use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
+use crate::checkpoint::{LanePosition, ManifestSlice, StateBlob, operator_id};
 use crate::exchange::{ExchangeInput, ExchangeOutput};
 use crate::metrics::{Metrics, NO_WATERMARK};
 use crate::plan::{LaneContext, LanePoll, LaneReader, SinkParallelism, SinkWriter};
 
-/// Messages from the controller. `Stop` may be sent more than once; `Abort` is final.
+/// Messages from the controller. `Stop` may be sent more than once; `Abort` and `Exit`
+/// are final. `Barrier(e)` is never sent while barrier `e - 1` is unacknowledged, and
+/// never after `FinalBarrier`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Control {
-    /// Stop polling sources: every lane ends, the chains and sinks drain.
+    /// Stop polling sources: every lane ends, the chains and sinks drain (windows flush).
     Stop,
+    /// Take checkpoint `e`.
+    Barrier(Epoch),
+    /// Pause every lane, then take checkpoint `e`; wait for `Exit` afterwards.
+    FinalBarrier(Epoch),
+    /// Leave now, cleanly (after a final checkpoint was committed).
+    Exit,
     /// Leave at once, dropping everything in flight.
     Abort,
 }
 
-/// What a driver tells the controller. Each driver sends exactly one.
+/// What a driver tells the controller: any number of `Acked`, then exactly one of the
+/// others.
 #[derive(Debug)]
 pub(crate) enum DriverEvent {
-    Finished { thread: u32 },
+    /// Every live segment passed barrier `epoch`.
+    Acked { thread: u32, epoch: Epoch, slice: ManifestSlice },
+    /// Every flow ended; `slice` holds the final lane positions and the sinks' last
+    /// pre-commit records (empty when checkpoints are off).
+    Finished { thread: u32, slice: ManifestSlice },
     Fatal { thread: u32, component: String, error: SluiceError },
     Aborted { thread: u32 },
 }
@@ -89,6 +114,14 @@ pub(crate) struct Driver {
     pub control: Receiver<Control>,
     pub events: Sender<DriverEvent>,
     pub metrics: Arc<Metrics>,
+    /// Where each lane resumes, from a restored checkpoint.
+    pub start_positions: Arc<HashMap<(usize, u32), Vec<u8>>>,
+    /// Sinks stage their output per epoch (exactly-once checkpoints).
+    pub staged: bool,
+    /// Checkpoints are on: lanes report positions and sinks pre-commit at the end.
+    pub checkpoints: bool,
+    /// The first epoch this run may use (one past the restored one).
+    pub first_epoch: u64,
 }
 
 struct LaneRun {
@@ -97,6 +130,8 @@ struct LaneRun {
     reader: Box<dyn LaneReader>,
     wait_until: Option<Instant>,
     exhausted: bool,
+    /// Not polled any more, but not ended: a final barrier was taken after it.
+    paused: bool,
 }
 
 enum Output {
@@ -108,6 +143,10 @@ struct SegmentRun {
     chain: Chain,
     input: Option<ExchangeInput>,
     output: Output,
+    /// A barrier was injected that this segment has not passed yet.
+    awaiting_barrier: bool,
+    /// End-of-data passed this segment.
+    ended: bool,
 }
 
 impl SegmentRun {
@@ -137,18 +176,18 @@ impl Driver {
         let thread = self.thread;
         let events = self.events.clone();
         let event = match self.start_and_run() {
-            Ok(true) => {
+            Ok(Some(slice)) => {
                 tracing::debug!(thread, "driver finished");
-                DriverEvent::Finished { thread }
+                DriverEvent::Finished { thread, slice }
             }
-            Ok(false) => DriverEvent::Aborted { thread },
+            Ok(None) => DriverEvent::Aborted { thread },
             Err((component, error)) => DriverEvent::Fatal { thread, component, error },
         };
         // The controller outlives the drivers; if it is gone there is no one to tell.
         let _ = events.send(event);
     }
 
-    fn start_and_run(self) -> Result<bool, (String, SluiceError)> {
+    fn start_and_run(self) -> Result<Option<ManifestSlice>, (String, SluiceError)> {
         let mut lanes = Vec::new();
         for setup in &self.lanes {
             let source = &self.plan.sources[setup.source];
@@ -160,11 +199,19 @@ impl Driver {
                 batch_size: self.batch_size,
                 tables_needed,
                 metrics: Arc::clone(&self.metrics.sources[setup.source]),
+                start: self.start_positions.get(&(setup.source, setup.lane)).cloned(),
             };
             let reader = source
                 .open_lane(context)
                 .map_err(|error| (format!("source {} lane {}", source.name(), setup.lane), error))?;
-            lanes.push(LaneRun { source: setup.source, lane: setup.lane, reader, wait_until: None, exhausted: false });
+            lanes.push(LaneRun {
+                source: setup.source,
+                lane: setup.lane,
+                reader,
+                wait_until: None,
+                exhausted: false,
+                paused: false,
+            });
         }
         let mut flows = Vec::new();
         for flow in self.flows {
@@ -178,7 +225,7 @@ impl Driver {
                         let writer = if open {
                             Some(
                                 factory
-                                    .open(self.thread, self.threads, false)
+                                    .open(self.thread, self.threads, self.staged && factory.exactly_once())
                                     .map_err(|e| (format!("sink {}", factory.name()), e))?,
                             )
                         } else {
@@ -187,7 +234,13 @@ impl Driver {
                         Output::Sink { sink, writer }
                     }
                 };
-                segments.push(SegmentRun { chain: segment.chain, input: segment.input, output });
+                segments.push(SegmentRun {
+                    chain: segment.chain,
+                    input: segment.input,
+                    output,
+                    awaiting_barrier: false,
+                    ended: false,
+                });
             }
             flows.push(FlowRun {
                 source: flow.source,
@@ -199,9 +252,28 @@ impl Driver {
                 watermark: NO_WATERMARK,
             });
         }
-        let mut state = DriverState { thread: self.thread, lanes, flows, metrics: self.metrics, scratch: Vec::new() };
+        let mut state = DriverState {
+            thread: self.thread,
+            lanes,
+            flows,
+            metrics: self.metrics,
+            scratch: Vec::new(),
+            events: self.events,
+            pending: None,
+            checkpoints: self.checkpoints,
+            next_epoch: Epoch(self.first_epoch),
+            final_records: Vec::new(),
+        };
         state.run(&self.control)
     }
+}
+
+/// A barrier travelling through this driver's segments.
+struct PendingBarrier {
+    epoch: Epoch,
+    /// Segments live at injection that have not passed it yet.
+    remaining: usize,
+    slice: ManifestSlice,
 }
 
 struct DriverState {
@@ -210,27 +282,92 @@ struct DriverState {
     flows: Vec<FlowRun>,
     metrics: Arc<Metrics>,
     scratch: Vec<Message>,
+    events: Sender<DriverEvent>,
+    pending: Option<PendingBarrier>,
+    checkpoints: bool,
+    /// The epoch after the last barrier seen: what a sink pre-commits at end-of-data.
+    next_epoch: Epoch,
+    /// The sinks' pre-commit records taken at end-of-data: (flow, epoch, record).
+    final_records: Vec<(usize, u64, Vec<u8>)>,
 }
+
 
 type Failure = (String, SluiceError);
 
 impl DriverState {
-    fn run(&mut self, control: &Receiver<Control>) -> Result<bool, Failure> {
+    /// Runs the loop; returns the final slice when every flow ended (or on `Exit`), None
+    /// on an abort.
+    fn run(&mut self, control: &Receiver<Control>) -> Result<Option<ManifestSlice>, Failure> {
         self.end_sources_without_lanes()?;
         loop {
             match control.try_recv() {
                 Ok(Control::Stop) => self.stop_lanes()?,
-                Ok(Control::Abort) | Err(TryRecvError::Disconnected) => return Ok(false),
+                Ok(Control::Barrier(epoch)) => self.inject_barrier(epoch)?,
+                Ok(Control::FinalBarrier(epoch)) => {
+                    self.lanes.iter_mut().for_each(|lane| lane.paused = true);
+                    self.inject_barrier(epoch)?;
+                }
+                Ok(Control::Exit) => return Ok(Some(ManifestSlice::default())),
+                Ok(Control::Abort) | Err(TryRecvError::Disconnected) => return Ok(None),
                 Err(TryRecvError::Empty) => {}
             }
             let mut progressed = self.run_segments()?;
             progressed |= self.poll_lanes()?;
-            if self.flows.iter().all(|flow| flow.finished) && self.outboxes_empty() {
-                return Ok(true);
+            if self.flows.iter().all(|flow| flow.finished) && self.outboxes_empty() && self.pending.is_none() {
+                return Ok(Some(self.final_slice()));
             }
             if !progressed {
                 self.wait_idle(control);
             }
+        }
+    }
+
+    /// The lanes' final positions and the sinks' end-of-data records.
+    fn final_slice(&mut self) -> ManifestSlice {
+        let mut slice = ManifestSlice::default();
+        if self.checkpoints {
+            slice.positions = self.positions();
+            slice.sink_records = std::mem::take(&mut self.final_records);
+        }
+        slice
+    }
+
+    fn positions(&self) -> Vec<LanePosition> {
+        self.lanes
+            .iter()
+            .map(|lane| LanePosition { source: lane.source, lane: lane.lane, bytes: lane.reader.position() })
+            .collect()
+    }
+
+    /// Records every lane's position, then sends barrier `epoch` into every live flow.
+    fn inject_barrier(&mut self, epoch: Epoch) -> Result<(), Failure> {
+        assert!(self.pending.is_none(), "barrier {epoch:?} injected while another is in flight");
+        self.next_epoch = Epoch(epoch.0 + 1);
+        let mut remaining = 0;
+        for flow in &mut self.flows {
+            for (index, segment) in flow.segments.iter_mut().enumerate() {
+                let live = if index == 0 { !flow.input_ended } else { !segment.ended };
+                segment.awaiting_barrier = live;
+                remaining += usize::from(live);
+            }
+        }
+        let slice = ManifestSlice { positions: self.positions(), ..ManifestSlice::default() };
+        self.pending = Some(PendingBarrier { epoch, remaining, slice });
+        for index in 0..self.flows.len() {
+            if !self.flows[index].input_ended {
+                self.feed_segment(index, 0, Message::Barrier(epoch))?;
+            }
+        }
+        self.maybe_ack();
+        Ok(())
+    }
+
+    /// Sends the ack once every segment live at injection has passed the barrier.
+    fn maybe_ack(&mut self) {
+        if self.pending.as_ref().is_some_and(|pending| pending.remaining == 0) {
+            let pending = self.pending.take().expect("checked above");
+            // The controller outlives the drivers; a closed channel means it gave up.
+            let _ = self.events.send(DriverEvent::Acked { thread: self.thread, epoch: pending.epoch, slice: pending.slice });
         }
     }
 
@@ -264,30 +401,66 @@ impl DriverState {
     /// One pass over every segment, downstream first. Returns whether anything moved.
     fn run_segments(&mut self) -> Result<bool, Failure> {
         let mut progressed = false;
-        for flow in &mut self.flows {
-            for index in (0..flow.segments.len()).rev() {
-                let component = || format!("flow to {} (segment {index})", flow.name);
-                let segment = &mut flow.segments[index];
+        for flow in 0..self.flows.len() {
+            for index in (0..self.flows[flow].segments.len()).rev() {
+                let component = |name: &str| format!("flow to {name} (segment {index})");
+                let segment = &mut self.flows[flow].segments[index];
                 if let Output::Exchange(exchange) = &mut segment.output {
-                    progressed |= exchange.flush().map_err(|e| (component(), e))?;
-                }
-                if segment.input.is_none() {
-                    continue;
+                    let flushed = exchange.flush().map_err(|e| (component(&self.flows[flow].name), e))?;
+                    progressed |= flushed;
                 }
                 for _ in 0..INPUT_BURST_MESSAGES {
+                    let segment = &mut self.flows[flow].segments[index];
                     if !segment.can_accept() {
                         break;
                     }
-                    let input = segment.input.as_mut().expect("checked above");
-                    let Some(message) = input.poll().map_err(|e| (component(), e))? else { break };
+                    let Some(input) = segment.input.as_mut() else { break };
+                    let polled = input.poll().map_err(|e| (component(&self.flows[flow].name), e))?;
+                    let Some(message) = polled else { break };
                     progressed = true;
-                    let finished =
-                        feed(segment, message, &mut self.scratch, &self.metrics).map_err(|e| (component(), e))?;
-                    flow.finished |= finished;
+                    self.feed_segment(flow, index, message)?;
                 }
             }
         }
         Ok(progressed)
+    }
+
+    /// Pushes a message through segment `index` of flow `flow` and accounts for what
+    /// passed: the sink closing, end-of-data, a barrier's snapshot and record.
+    fn feed_segment(&mut self, flow: usize, index: usize, message: Message) -> Result<(), Failure> {
+        let run = &mut self.flows[flow];
+        let segment = &mut run.segments[index];
+        let is_end = matches!(message, Message::EndOfData);
+        let fed = feed(segment, message, &mut self.scratch, &self.metrics, self.checkpoints, self.next_epoch)
+            .map_err(|e| (format!("flow to {} (segment {index})", run.name), e))?;
+        run.finished |= fed.finished;
+        if fed.ended || is_end {
+            segment.ended = true;
+            if let Some(record) = fed.end_record {
+                self.final_records.push((flow, self.next_epoch.0, record));
+            }
+        }
+        let passed = fed.barrier.is_some() || (segment.ended && segment.awaiting_barrier);
+        if let Some((_, states, record)) = fed.barrier {
+            let pending = self.pending.as_mut().expect("a barrier passes only while one is pending");
+            for (operator, blobs) in states {
+                for (vnode, bytes) in blobs {
+                    pending.slice.states.push(StateBlob { operator: operator_id(flow, index, operator), vnode, bytes });
+                }
+            }
+            if let Some(record) = record {
+                pending.slice.sink_records.push((flow, pending.epoch.0, record));
+            }
+        }
+        let segment = &mut self.flows[flow].segments[index];
+        if passed && segment.awaiting_barrier {
+            segment.awaiting_barrier = false;
+            if let Some(pending) = self.pending.as_mut() {
+                pending.remaining -= 1;
+            }
+            self.maybe_ack();
+        }
+        Ok(())
     }
 
     /// Whether every message this thread produced left it (end-of-data included), so
@@ -307,7 +480,7 @@ impl DriverState {
         let mut blocked_any = false;
         for index in 0..self.lanes.len() {
             let lane = &self.lanes[index];
-            if lane.exhausted || lane.wait_until.is_some_and(|until| until > now) {
+            if lane.exhausted || lane.paused || lane.wait_until.is_some_and(|until| until > now) {
                 continue;
             }
             if self.source_blocked(lane.source) {
@@ -335,8 +508,7 @@ impl DriverState {
                 let rows: usize = batches.iter().map(|(_, batch)| batch.num_rows()).sum();
                 self.metrics.sources[source].rows.fetch_add(rows as u64, Ordering::Relaxed);
                 if let Some(watermark) = watermark {
-                    self.metrics.sources[source].lane_watermarks[lane.lane as usize]
-                        .store(watermark, Ordering::Relaxed);
+                    self.metrics.sources[source].lane_watermarks[lane.lane as usize].store(watermark, Ordering::Relaxed);
                 }
                 for (table, batch) in batches {
                     self.feed_flows(source, Some(table), Message::Data(Batch::inserts(batch)))?;
@@ -375,7 +547,7 @@ impl DriverState {
             let flow = &mut self.flows[index];
             if flow.source == source && !flow.input_ended && lowest > flow.watermark {
                 flow.watermark = lowest;
-                self.feed_flow(index, Message::Watermark(lowest))?;
+                self.feed_segment(index, 0, Message::Watermark(lowest))?;
             }
         }
         Ok(())
@@ -385,33 +557,25 @@ impl DriverState {
         for index in 0..self.flows.len() {
             if self.flows[index].source == source && !self.flows[index].input_ended {
                 self.flows[index].input_ended = true;
-                self.feed_flow(index, Message::EndOfData)?;
+                self.feed_segment(index, 0, Message::EndOfData)?;
             }
         }
         Ok(())
     }
 
     fn feed_flows(&mut self, source: usize, table: Option<usize>, message: Message) -> Result<(), Failure> {
-        let targets: Vec<usize> = (0..self.flows.len())
-            .filter(|&i| self.flows[i].source == source && table.is_none_or(|t| self.flows[i].table == t))
-            .collect();
-        for index in targets {
-            self.feed_flow(index, message.clone())?;
+        for index in 0..self.flows.len() {
+            let flow = &self.flows[index];
+            if flow.source == source && table.is_none_or(|t| flow.table == t) {
+                self.feed_segment(index, 0, message.clone())?;
+            }
         }
-        Ok(())
-    }
-
-    fn feed_flow(&mut self, index: usize, message: Message) -> Result<(), Failure> {
-        let flow = &mut self.flows[index];
-        let finished = feed(&mut flow.segments[0], message, &mut self.scratch, &self.metrics)
-            .map_err(|e| (format!("flow to {} (segment 0)", flow.name), e))?;
-        flow.finished |= finished;
         Ok(())
     }
 
     fn wait_idle(&self, control: &Receiver<Control>) {
         let now = Instant::now();
-        let wake = self.lanes.iter().filter(|lane| !lane.exhausted).filter_map(|lane| lane.wait_until).min();
+        let wake = self.lanes.iter().filter(|lane| !lane.exhausted && !lane.paused).filter_map(|lane| lane.wait_until).min();
         let timeout = wake.map_or(IDLE_WAIT_MAX, |wake| wake.saturating_duration_since(now).min(IDLE_WAIT_MAX));
         let mut select = Select::new();
         select.recv(control);
@@ -432,34 +596,68 @@ impl DriverState {
     }
 }
 
-/// Pushes one message through a segment and routes what comes out. Returns true when the
-/// segment's sink closed (the flow is done on this thread).
+/// What happened when a message went through a segment.
+#[derive(Default)]
+struct Fed {
+    /// The sink closed: the flow is done on this thread.
+    finished: bool,
+    /// End-of-data passed the segment.
+    ended: bool,
+    /// A staging sink's record for the rows since the last barrier, taken at end-of-data.
+    end_record: Option<Vec<u8>>,
+    /// A barrier passed: the chain's state by operator position, and the sink's record.
+    barrier: Option<(Epoch, ChainStates, Option<Vec<u8>>)>,
+}
+
+type ChainStates = Vec<(usize, Vec<(u32, Vec<u8>)>)>;
+
+/// Pushes one message through a segment and routes what comes out. A barrier is
+/// snapshotted at the segment's input (everything before it has been processed), then
+/// forwarded; at a sink it becomes a pre-commit. At end-of-data a sink with checkpoints
+/// pre-commits its last rows as epoch `next_epoch` before closing.
 fn feed(
     segment: &mut SegmentRun,
     message: Message,
     scratch: &mut Vec<Message>,
     metrics: &Metrics,
-) -> Result<bool, SluiceError> {
+    checkpoints: bool,
+    next_epoch: Epoch,
+) -> Result<Fed, SluiceError> {
+    let mut fed = Fed::default();
+    if let Message::Barrier(epoch) = message {
+        fed.barrier = Some((epoch, segment.chain.snapshot()?, None));
+    }
     segment.chain.push(message, scratch)?;
-    let mut finished = false;
     for message in scratch.drain(..) {
         match &mut segment.output {
-            Output::Exchange(exchange) => exchange.route(message)?,
+            Output::Exchange(exchange) => {
+                fed.ended |= matches!(message, Message::EndOfData);
+                exchange.route(message)?;
+            }
             Output::Sink { sink, writer } => match message {
                 Message::Data(batch) => {
                     let writer = writer.as_mut().expect("a single-writer sink receives rows only on thread 0");
                     writer.write(&batch)?;
                     metrics.sinks[*sink].rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
                 }
+                Message::Barrier(epoch) => {
+                    if let (Some(writer), Some(barrier)) = (writer.as_mut(), fed.barrier.as_mut()) {
+                        barrier.2 = Some(writer.pre_commit(epoch)?);
+                    }
+                }
                 Message::EndOfData => {
                     if let Some(writer) = writer.as_mut() {
+                        if checkpoints {
+                            fed.end_record = Some(writer.pre_commit(next_epoch)?);
+                        }
                         writer.close()?;
                     }
-                    finished = true;
+                    fed.finished = true;
+                    fed.ended = true;
                 }
-                Message::Watermark(_) | Message::Barrier(_) => {}
+                Message::Watermark(_) => {}
             },
         }
     }
-    Ok(finished)
+    Ok(fed)
 }

@@ -46,6 +46,7 @@ pub(crate) struct ExchangeInput {
     /// Senders whose barrier for `pending_barrier` arrived and are held back.
     aligned: Vec<bool>,
     pending_barrier: Option<Epoch>,
+    align: bool,
     emitted_watermark: TimestampMs,
     cursor: usize,
     finished: bool,
@@ -56,7 +57,10 @@ impl ExchangeInput {
     /// owns no lane of the source): it is treated as ended from the start, so whether its
     /// end-of-data arrives before or after the others' rows cannot change which rows are
     /// late. Ignored when every sender is idle.
-    pub(crate) fn new(receivers: Vec<Receiver<Message>>, idle: &[bool]) -> ExchangeInput {
+    /// `align`: hold back a sender whose barrier arrived until every sender delivered it
+    /// (exactly-once); without it (at-least-once) rows keep flowing and the barrier is
+    /// forwarded once every sender delivered it.
+    pub(crate) fn new(receivers: Vec<Receiver<Message>>, idle: &[bool], align: bool) -> ExchangeInput {
         let senders = receivers.len();
         assert_eq!(idle.len(), senders, "one idle flag per sender");
         let ended = if idle.iter().all(|i| *i) { vec![false; senders] } else { idle.to_vec() };
@@ -66,6 +70,7 @@ impl ExchangeInput {
             ended,
             aligned: vec![false; senders],
             pending_barrier: None,
+            align,
             emitted_watermark: NO_WATERMARK,
             cursor: 0,
             finished: false,
@@ -86,7 +91,7 @@ impl ExchangeInput {
         for _ in 0..senders {
             let from = self.cursor;
             self.cursor = (self.cursor + 1) % senders;
-            if self.aligned[from] {
+            if self.align && self.aligned[from] {
                 continue;
             }
             match self.receivers[from].try_recv() {
@@ -161,7 +166,7 @@ impl ExchangeInput {
     /// Registers the receivers that could deliver something, for an idle wait.
     pub(crate) fn register<'a>(&'a self, select: &mut Select<'a>) {
         for (from, receiver) in self.receivers.iter().enumerate() {
-            if !self.finished && !self.aligned[from] {
+            if !self.finished && !(self.align && self.aligned[from]) {
                 select.recv(receiver);
             }
         }
@@ -260,7 +265,7 @@ mod tests {
     #[test]
     fn watermark_is_the_minimum_and_barriers_align_and_end_waits_for_all() {
         let Mesh { senders, mut receivers } = mesh(2, 4);
-        let mut input = ExchangeInput::new(receivers.remove(0), &[false, false]);
+        let mut input = ExchangeInput::new(receivers.remove(0), &[false, false], true);
         let to_zero = |from: usize| senders[from][0].clone();
         to_zero(0).send(Message::Watermark(10)).expect("send");
         assert_eq!(describe(input.poll().expect("poll")), "none", "sender 1 has no watermark yet");
@@ -282,7 +287,7 @@ mod tests {
     #[test]
     fn an_idle_sender_never_holds_the_watermark_whenever_its_end_arrives() {
         let Mesh { senders, mut receivers } = mesh(2, 4);
-        let mut input = ExchangeInput::new(receivers.remove(0), &[false, true]);
+        let mut input = ExchangeInput::new(receivers.remove(0), &[false, true], true);
         senders[0][0].send(Message::Watermark(10)).expect("send");
         assert_eq!(describe(input.poll().expect("poll")), "wm 10", "the idle sender is not waited for");
         senders[1][0].send(Message::EndOfData).expect("send");

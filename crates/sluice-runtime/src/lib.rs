@@ -23,16 +23,23 @@
 //! full queue can never deadlock the drivers and always reaches the sources).
 
 pub mod chain;
+pub mod checkpoint;
 pub mod controller;
+mod coordinator;
 mod driver;
 mod exchange;
 pub mod metrics;
 pub mod plan;
 
 pub use chain::{Chain, Operator};
-pub use controller::{RunOptions, RunOutcome, RunReport, StopHandle, run};
+pub use controller::{Checkpointing, RunOptions, RunOutcome, RunReport, StopHandle, run};
 pub use metrics::Metrics;
 pub use plan::{
     Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner, PartitionerFactory, Plan,
     Segment, SegmentOutput, SinkFactory, SinkParallelism, SinkWriter, SourceFactory, TableDef,
 };
+
+/// The vnodes thread `thread` of `threads` owns (contiguous ranges; see `sluice_types::vnode`).
+pub(crate) fn vnode_range(thread: u32, vnodes: u32, threads: u32) -> std::ops::Range<u32> {
+    sluice_types::vnode::range_of(thread, vnodes, threads)
+}

@@ -36,6 +36,8 @@ pub struct LaneContext {
     /// Which of the source's tables some flow reads: the reader may skip the others.
     pub tables_needed: Vec<bool>,
     pub metrics: Arc<SourceMetrics>,
+    /// Where to resume (a [`LaneReader::position`] from a checkpoint); None: the start.
+    pub start: Option<Vec<u8>>,
 }
 
 /// A source as planned: its tables and how it splits into lanes.
@@ -65,7 +67,14 @@ pub enum LanePoll {
 pub trait LaneReader: Send {
     /// Produces the next rows. Bad input is handled by the reader per its error policy:
     /// skipped rows are counted in its metrics, a `fail` policy returns the error.
+    /// A lane resumed from a position first reports the watermark it had there (a
+    /// `Data` with no batch), so lateness after a restore matches an unbroken run.
     fn poll(&mut self) -> Result<LanePoll, SluiceError>;
+
+    /// The position after the last rows returned, from which a lane opened with it as
+    /// [`LaneContext::start`] continues with exactly the next rows (and the watermark
+    /// reached so far). Opaque to the runtime; stored in checkpoints.
+    fn position(&self) -> Vec<u8>;
 }
 
 /// Where a sink's writers run.

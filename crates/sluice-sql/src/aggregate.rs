@@ -105,7 +105,7 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
     );
     let factory: OperatorFactory = Arc::new(move |context| {
         let late = context.metrics.counter(&counter);
-        Ok(Box::new(WindowAggregate::new(spec.clone(), &input_schema, late)?))
+        Ok(Box::new(WindowAggregate::new(spec.clone(), &input_schema, late, context.vnodes)?))
     });
     state.operators.push((line, factory));
     state.state = Some(format!(

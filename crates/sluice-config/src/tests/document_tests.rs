@@ -17,10 +17,8 @@ fn all_errors(toml: &str) -> Vec<ConfigError> {
 
 #[test]
 fn top_level() {
-    let known = "known keys: pipeline, source, view, sink";
-    let checkpoint = format!(
-        "4:2: unknown key `checkpoint` at the top level; {known}\n  fix: remove the [checkpoint] section: checkpointing is not configurable yet"
-    );
+    let known = "known keys: pipeline, checkpoint, source, view, sink";
+    let checkpoint = "5:1: [checkpoint]: `guarantee` must be one of \"exactly-once\", \"at-least-once\"";
     let sources = format!("4:3: unknown key `sources` at the top level; {known}\n  fix: did you mean `source`?");
     let pipelin = format!("1:2: unknown key `pipelin` at the top level; {known}\n  fix: did you mean `pipeline`?");
     let stray = format!("1:1: unknown key `debug` at the top level; {known}\n  fix: remove `debug`");
@@ -33,7 +31,7 @@ fn top_level() {
         ),
         (format!("{PIPELINE}{SOURCE}"), " no [[sink]] section: a pipeline needs at least one sink"),
         (format!("source = []\n{PIPELINE}{SINK}"), "1:1: no [[source]] section: a pipeline needs at least one source"),
-        (format!("{PIPELINE}\n[checkpoint]\ninterval = \"10s\"\n{SOURCE}{SINK}"), &checkpoint),
+        (format!("{PIPELINE}\n[checkpoint]\nguarantee = \"twice\"\n{SOURCE}{SINK}"), checkpoint),
         (format!("{PIPELINE}\n[[sources]]\nname = \"nx\"\nconnector = \"nexmark\"\n{SINK}"), &sources),
         (format!("[pipelin]\nname = \"p\"\n{SOURCE}{SINK}"), &pipelin),
         (format!("debug = true\n{PIPELINE}{SOURCE}{SINK}"), &stray),
@@ -212,5 +210,30 @@ path = "out/hot_items.csv"
         assert_eq!(c.views[0].sql.position, Position::new(26, 1));
         assert_eq!(c.views[0].sql.locate(1, 27), Position::new(26, 27));
         assert_eq!(c.sinks[0].connector.name(), "file");
+    });
+}
+
+#[test]
+fn checkpoint_section_defaults_and_values() {
+    use crate::{CheckpointSection, Guarantee};
+    check_ok(&format!("{PIPELINE}{SOURCE}{SINK}"), |c| assert_eq!(c.checkpoint, None));
+    check_ok(&format!("{PIPELINE}\n[checkpoint]\n{SOURCE}{SINK}"), |c| {
+        assert_eq!(
+            c.checkpoint,
+            Some(CheckpointSection {
+                interval: std::time::Duration::from_secs(10),
+                store: "file://./sluice-state".into(),
+                guarantee: Guarantee::ExactlyOnce,
+                retain: 3,
+                max_failed_checkpoints: 3,
+            })
+        )
+    });
+    let custom = "[checkpoint]\ninterval = \"500ms\"\nstore = \"s3://b/p\"\nguarantee = \"at-least-once\"\nretain = 5\nmax_failed_checkpoints = 2\n";
+    check_ok(&format!("{PIPELINE}\n{custom}{SOURCE}{SINK}"), |c| {
+        let checkpoint = c.checkpoint.as_ref().expect("section");
+        assert_eq!(checkpoint.interval, std::time::Duration::from_millis(500));
+        assert_eq!((checkpoint.store.as_str(), checkpoint.guarantee, checkpoint.retain), ("s3://b/p", Guarantee::AtLeastOnce, 5));
+        assert_eq!(checkpoint.max_failed_checkpoints, 2);
     });
 }

@@ -66,9 +66,13 @@ fn file_defaults_and_values() {
                 path: PathBuf::from("in.csv"),
                 format: FileFormat::Json,
                 header: true,
-                delimiter: b','
+                delimiter: b',',
+                rate: None,
             }
         );
+    });
+    check_ok(&file_options("json", "rate = 250.5"), |c| {
+        assert!(matches!(c.sources[0].connector, SourceConnector::File { rate: Some(r), .. } if r == 250.5));
     });
     check_ok(&file_options("csv", "header = false\ndelimiter = \"\\t\""), |c| {
         assert!(matches!(
@@ -170,7 +174,7 @@ fn unknown_source_keys() {
     );
     let topic =
         format!("12:1: unknown key `topic` in [source.options] of [[source]] \"nx\"; {opt}\n  fix: remove `topic`");
-    let fopt = "known keys: path, header, delimiter";
+    let fopt = "known keys: path, header, delimiter, rate";
     let hdr = format!(
         "15:1: unknown key `headers` in [source.options] of [[source]] \"f\"; {fopt}\n  fix: did you mean `header`?"
     );

@@ -13,6 +13,7 @@
 //! counting the line breaks before its first line once.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -52,6 +53,38 @@ pub struct FileLane {
     /// Decoded batches not yet handed out: one per poll, each followed by its watermark,
     /// so the watermark advances batch by batch (bounded by one decoded chunk).
     pending: VecDeque<RecordBatch>,
+    /// Where the reader started (the lane's first line, or a resumed position).
+    read_start: u64,
+    /// The file offset of the chunk the pending batches come from.
+    chunk_start: u64,
+    /// Good rows of that chunk already handed out (or skipped on resume).
+    chunk_rows: u64,
+    /// Good rows still to skip after a resume.
+    skip_rows: u64,
+    /// A resumed lane first reports the watermark it had.
+    announce_watermark: bool,
+    /// With a rate: when the lane started and the rows it handed out since.
+    paced_since: Option<(Instant, u64)>,
+}
+
+/// A file lane's position: the offset of a line start, the good rows after it already
+/// handed out, and the watermark (`i64::MIN` for none). Resuming reads from the offset and
+/// skips that many good rows, so chunk boundaries need not match the first run's.
+fn encode_position(offset: u64, rows: u64, watermark: Option<TimestampMs>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(24);
+    bytes.extend_from_slice(&offset.to_le_bytes());
+    bytes.extend_from_slice(&rows.to_le_bytes());
+    bytes.extend_from_slice(&watermark.unwrap_or(i64::MIN).to_le_bytes());
+    bytes
+}
+
+fn decode_position(bytes: &[u8]) -> Result<(u64, u64, Option<TimestampMs>), SluiceError> {
+    if bytes.len() != 24 {
+        return Err(SluiceError::internal("source.position", format!("a file position has 24 bytes, not {}", bytes.len())));
+    }
+    let word = |i: usize| <[u8; 8]>::try_from(&bytes[i * 8..i * 8 + 8]).expect("8 bytes");
+    let watermark = i64::from_le_bytes(word(2));
+    Ok((u64::from_le_bytes(word(0)), u64::from_le_bytes(word(1)), (watermark != i64::MIN).then_some(watermark)))
 }
 
 impl FileLane {
@@ -66,9 +99,17 @@ impl FileLane {
             batch_size: context.batch_size.max(1),
         })?;
         let needed = context.tables_needed.first().copied().unwrap_or(false);
-        let opened = if needed { open_range(&path, &range) } else { Ok(None) };
+        let resume = context.start.as_deref().map(decode_position).transpose()?;
+        let opened = match (needed, resume) {
+            (false, _) => Ok(None),
+            (true, None) => open_range(&path, &range),
+            (true, Some((offset, _, _))) => open_at(&path, offset, range.end),
+        };
         let opened = opened.map_err(|error| read_error(&path, &error))?;
         let body_start = opened.as_ref().map_or(range.start, |reader| reader.pos);
+        let (skip_rows, max_event_time) = resume.map_or((0, None), |(_, rows, watermark)| {
+            (rows, watermark.map(|w| w.saturating_add(shared.watermark_delay_ms)))
+        });
         let chunker = opened.map(|reader| LineChunker::with_capacity(reader, shared.chunk_bytes));
         Ok(FileLane {
             lines: LineNumbers { body_start, guard: u64::from(body_start > 0), base: None },
@@ -77,8 +118,14 @@ impl FileLane {
             chunker,
             decoder,
             metrics: context.metrics,
-            max_event_time: None,
+            max_event_time,
             pending: VecDeque::new(),
+            read_start: body_start,
+            chunk_start: body_start,
+            chunk_rows: 0,
+            skip_rows,
+            announce_watermark: resume.is_some_and(|(_, _, watermark)| watermark.is_some()),
+            paced_since: None,
         })
     }
 
@@ -119,8 +166,52 @@ impl FileLane {
     }
 }
 
+impl FileLane {
+    /// With a rate: cuts the next batch to about 100 ms worth of rows, and returns the
+    /// instant to come back when the lane is ahead of its schedule.
+    fn pace(&mut self) -> Option<Instant> {
+        let rate = self.shared.lane_rate?;
+        let now = Instant::now();
+        let (start, emitted) = *self.paced_since.get_or_insert((now, 0));
+        let due = start + Duration::from_secs_f64(emitted as f64 / rate);
+        if due > now {
+            return Some(due);
+        }
+        let most = ((rate * 0.1) as usize).max(1);
+        let front = self.pending.front_mut().expect("called with a pending batch");
+        if front.num_rows() > most {
+            let rest = front.slice(most, front.num_rows() - most);
+            *front = front.slice(0, most);
+            self.pending.insert(1, rest);
+        }
+        None
+    }
+
+    /// Drops the rows a resumed lane had already handed out before the checkpoint.
+    fn skip_resumed_rows(&mut self) {
+        while self.skip_rows > 0 {
+            let Some(front) = self.pending.front_mut() else { return };
+            let rows = front.num_rows() as u64;
+            if rows <= self.skip_rows {
+                self.skip_rows -= rows;
+                self.chunk_rows += rows;
+                self.pending.pop_front();
+            } else {
+                *front = front.slice(self.skip_rows as usize, (rows - self.skip_rows) as usize);
+                self.chunk_rows += self.skip_rows;
+                self.skip_rows = 0;
+            }
+        }
+    }
+}
+
 impl LaneReader for FileLane {
     fn poll(&mut self) -> Result<LanePoll, SluiceError> {
+        if self.announce_watermark {
+            self.announce_watermark = false;
+            let watermark = self.max_event_time.map(|max| max.saturating_sub(self.shared.watermark_delay_ms));
+            return Ok(LanePoll::Data { batches: Vec::new(), watermark });
+        }
         while self.pending.is_empty() {
             let Some(chunker) = self.chunker.as_mut() else { return Ok(LanePoll::Exhausted) };
             let mut batches = Vec::new();
@@ -130,9 +221,14 @@ impl LaneReader for FileLane {
                 self.chunker = None;
                 return Ok(LanePoll::Exhausted);
             };
+            let chunk_len = chunk.len() as u64;
             self.decoder
                 .decode(chunk, chunk_line + self.lines.guard, &mut batches, &mut bad)
                 .map_err(|error| error.context(self.path.display()))?;
+            if self.skip_rows == 0 {
+                self.chunk_start = self.read_start + chunker.consumed() - chunk_len;
+                self.chunk_rows = 0;
+            }
             let too_long = chunker.take_bad_rows();
             for mut row in too_long {
                 row.line += self.lines.guard;
@@ -142,10 +238,23 @@ impl LaneReader for FileLane {
                 self.bad_row(row)?;
             }
             self.pending.extend(batches.into_iter().filter(|b| b.num_rows() > 0));
+            self.skip_resumed_rows();
+        }
+        if let Some(until) = self.pace() {
+            return Ok(LanePoll::Wait(until));
         }
         let batch = self.pending.pop_front().expect("loop ends with a pending batch");
+        self.chunk_rows += batch.num_rows() as u64;
+        if let Some((_, emitted)) = self.paced_since.as_mut() {
+            *emitted += batch.num_rows() as u64;
+        }
         let watermark = self.watermark(std::slice::from_ref(&batch));
         Ok(LanePoll::Data { batches: vec![(0, batch)], watermark })
+    }
+
+    fn position(&self) -> Vec<u8> {
+        let watermark = self.max_event_time.map(|max| max.saturating_sub(self.shared.watermark_delay_ms));
+        encode_position(self.chunk_start, self.chunk_rows + self.skip_rows, watermark)
     }
 }
 
@@ -211,6 +320,16 @@ fn open_range(path: &Path, range: &LaneRange) -> io::Result<Option<RangeReader>>
     }
     file.seek(SeekFrom::Start(body_start))?;
     Ok(Some(RangeReader { file, pos: body_start, end: range.end, done: false }))
+}
+
+/// Opens `path` at `offset`, a line start recorded in a position, reading to `end`.
+fn open_at(path: &Path, offset: u64, end: u64) -> io::Result<Option<RangeReader>> {
+    if offset >= end {
+        return Ok(None);
+    }
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
+    Ok(Some(RangeReader { file, pos: offset, end, done: false }))
 }
 
 /// The offset just after the first `\n` at or after `start - 1` and before `end`:

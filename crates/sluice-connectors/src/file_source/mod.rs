@@ -100,6 +100,8 @@ pub(crate) struct Shared {
     pub watermark_delay_ms: i64,
     pub on_error: OnError,
     pub chunk_bytes: usize,
+    /// Rows per second per lane, when the source replays at a rate.
+    pub lane_rate: Option<f64>,
 }
 
 /// A planned file source.
@@ -130,7 +132,7 @@ impl FileSource {
         schema: SchemaRef,
         tuning: Tuning,
     ) -> Result<FileSource, SluiceError> {
-        let SourceConnector::File { path, format, header, delimiter } = &config.connector else {
+        let SourceConnector::File { path, format, header, delimiter, rate } = &config.connector else {
             return Err(SluiceError::internal(
                 "source.connector",
                 format!("source `{}` is not a file source", config.name),
@@ -155,6 +157,7 @@ impl FileSource {
             watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
             on_error: config.on_error,
             chunk_bytes: tuning.chunk_bytes,
+            lane_rate: rate.map(|rate| rate / ranges.len().max(1) as f64),
         });
         let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
         Ok(FileSource { shared, tables, ranges, written_path: path.clone() })

@@ -26,7 +26,7 @@ fn schema() -> SchemaRef {
 fn config(path: &str, format: FileFormat, on_error: OnError) -> SourceConfig {
     SourceConfig {
         name: "events".into(),
-        connector: SourceConnector::File { path: path.into(), format, header: true, delimiter: b',' },
+        connector: SourceConnector::File { path: path.into(), format, header: true, delimiter: b',', rate: None },
         schema: None,
         event_time: Some("ts".into()),
         watermark_delay: Duration::from_secs(1),
@@ -51,7 +51,7 @@ fn read_all(source: &FileSource, batch_size: usize) -> Read {
     let metrics = Arc::new(SourceMetrics::new("events", source.lanes()));
     let mut read = Read::default();
     for lane in 0..source.lanes() {
-        let context = LaneContext { lane, batch_size, tables_needed: vec![true], metrics: Arc::clone(&metrics) };
+        let context = LaneContext { lane, batch_size, tables_needed: vec![true], metrics: Arc::clone(&metrics), start: None };
         let mut reader = source.open_lane(context).expect("lane opens");
         let mut watermarks = Vec::new();
         loop {
@@ -279,7 +279,7 @@ fn a_lane_of_an_unneeded_table_reads_nothing() {
     write_csv(&dir.path().join("data.csv"), 5, &[]);
     let source = csv_source(dir.path(), 1, OnError::Skip, Tuning::default());
     let metrics = Arc::new(SourceMetrics::new("events", 1));
-    let context = LaneContext { lane: 0, batch_size: 8, tables_needed: vec![false], metrics };
+    let context = LaneContext { lane: 0, batch_size: 8, tables_needed: vec![false], metrics, start: None };
     let mut lane = source.open_lane(context).expect("opens");
     assert!(matches!(lane.poll(), Ok(LanePoll::Exhausted)));
 }

@@ -24,6 +24,8 @@ use datafusion_common::hash_utils::RandomState;
 use sluice_runtime::Operator;
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
+mod state;
+
 /// The aggregate functions the window aggregate computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggregateFunction {
@@ -109,6 +111,7 @@ pub struct WindowAggregate {
     watermark: TimestampMs,
     late_rows: Arc<AtomicU64>,
     input_types: Vec<DataType>,
+    vnodes: u32,
 }
 
 fn is_float(data_type: &DataType) -> bool {
@@ -121,10 +124,12 @@ fn is_text(data_type: &DataType) -> bool {
 
 impl WindowAggregate {
     /// `input` is the schema of the rows the operator receives.
+    /// `vnodes` is the pipeline's vnode count: snapshots split state by the vnode of each key.
     pub fn new(
         spec: WindowAggregateSpec,
         input: &SchemaRef,
         late_rows: Arc<AtomicU64>,
+        vnodes: u32,
     ) -> Result<WindowAggregate, SluiceError> {
         let key_fields = spec.keys.iter().map(|&k| SortField::new(input.field(k).data_type().clone())).collect();
         let key_converter = RowConverter::new(key_fields)?;
@@ -147,6 +152,7 @@ impl WindowAggregate {
             watermark: i64::MIN,
             late_rows,
             input_types,
+            vnodes,
         })
     }
 
@@ -406,6 +412,14 @@ impl Operator for WindowAggregate {
         self.emit_until(i64::MAX, out)?;
         out.push(Message::EndOfData);
         Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
+        state::snapshot(self)
+    }
+
+    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        state::restore(self, blobs)
     }
 }
 

@@ -1,0 +1,134 @@
+//! Retention on a local directory: exactly the unreferenced objects and old manifests go.
+
+use crate::manifest::{Manifest, OperatorState};
+use crate::store::tests::{checkpoint, file, temp_store};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Every file under `dir` (relative, `/`-separated) with its size.
+fn files(dir: &Path) -> BTreeMap<String, u64> {
+    let mut found = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&next) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).expect("below").to_string_lossy().replace('\\', "/");
+                found.insert(relative, entry.metadata().expect("metadata").len());
+            }
+        }
+    }
+    found
+}
+
+const fn manifest(epoch: u64) -> &'static str {
+    match epoch {
+        1 => "manifests/epoch-00000000000000000001.manifest",
+        2 => "manifests/epoch-00000000000000000002.manifest",
+        3 => "manifests/epoch-00000000000000000003.manifest",
+        4 => "manifests/epoch-00000000000000000004.manifest",
+        _ => "manifests/epoch-00000000000000000005.manifest",
+    }
+}
+
+#[test]
+fn retention_deletes_exactly_what_no_kept_manifest_needs() {
+    let (base, store) = temp_store();
+    for epoch in 1..=3 {
+        checkpoint(&store, epoch, &["agg", "join"]);
+    }
+    // Epoch 4 reuses epoch 2's unchanged `join` state (incremental checkpoint).
+    let reused = store.load(2).expect("load").operators[1].clone();
+    let object = store.put_object(4, "agg/vnode-0", b"agg at 4".to_vec()).expect("put");
+    let mut fourth = Manifest::new(4, "fp", 8, 0);
+    fourth.operators = vec![OperatorState { id: "agg".into(), vnodes: vec![(0, object)] }, reused];
+    store.publish(&fourth).expect("publish");
+    // An abandoned checkpoint 5 (objects, a staged manifest) and files that are not ours.
+    store.put_object(5, "agg/vnode-0", b"abandoned".to_vec()).expect("put");
+    std::fs::write(file(&base, "manifests/epoch-00000000000000000005.tmp"), b"staged").expect("write");
+    std::fs::write(file(&base, "state/README"), b"not ours").expect("write");
+    std::fs::write(file(&base, "manifests/notes"), b"not ours").expect("write");
+
+    let before = files(&base.path().join("store"));
+    let deleted = store.collect_garbage(2).expect("collect");
+    let after = files(&base.path().join("store"));
+    let expected: Vec<&str> = vec![
+        "manifests/epoch-00000000000000000003.manifest",
+        "manifests/epoch-00000000000000000004.manifest",
+        "manifests/notes",
+        "state/README",
+        "state/epoch-2/join/vnode-1",
+        "state/epoch-3/agg/vnode-0",
+        "state/epoch-3/join/vnode-1",
+        "state/epoch-4/agg/vnode-0",
+    ];
+    assert_eq!(after.keys().map(String::as_str).collect::<Vec<_>>(), expected);
+    let gone: u64 = before.iter().filter(|(path, _)| !after.contains_key(*path)).map(|(_, size)| size).sum();
+    assert_eq!(deleted, gone);
+    assert!(!file(&base, "state/epoch-1").exists(), "empty epoch directories are removed");
+    assert!(!file(&base, "state/epoch-5").exists());
+    assert_eq!(store.epochs().expect("epochs"), vec![3, 4]);
+    let (latest, warnings) = store.latest_valid().expect("latest").expect("some");
+    assert_eq!((latest.epoch, warnings.len()), (4, 0));
+    assert_eq!(store.collect_garbage(2).expect("collect again"), 0);
+}
+
+#[test]
+fn a_damaged_newest_checkpoint_never_costs_the_healthy_one() {
+    let (base, store) = temp_store();
+    checkpoint(&store, 1, &["agg"]);
+    checkpoint(&store, 2, &["agg"]);
+    std::fs::remove_file(file(&base, "state/epoch-2/agg/vnode-0")).expect("damage 2");
+    std::fs::write(file(&base, "state/epoch-2/other"), b"x").expect("write");
+    store.collect_garbage(1).expect("collect");
+    let kept = files(&base.path().join("store"));
+    let expected = vec![manifest(1), manifest(2), "state/epoch-1/agg/vnode-0", "state/epoch-2/other"];
+    assert_eq!(kept.keys().map(String::as_str).collect::<Vec<_>>(), expected);
+    // Once a newer healthy checkpoint exists, the damaged one is collected.
+    checkpoint(&store, 3, &["agg"]);
+    store.collect_garbage(1).expect("collect");
+    let kept = files(&base.path().join("store"));
+    assert_eq!(kept.keys().map(String::as_str).collect::<Vec<_>>(), vec![manifest(3), "state/epoch-3/agg/vnode-0"]);
+}
+
+#[test]
+fn without_a_healthy_checkpoint_only_abandoned_work_is_collected() {
+    let (base, store) = temp_store();
+    checkpoint(&store, 1, &["agg"]);
+    std::fs::write(file(&base, manifest(1)), b"garbage").expect("damage 1");
+    store.put_object(2, "agg/vnode-0", b"abandoned".to_vec()).expect("put");
+    store.collect_garbage(3).expect("collect");
+    let kept = files(&base.path().join("store"));
+    assert_eq!(kept.keys().map(String::as_str).collect::<Vec<_>>(), vec![manifest(1), "state/epoch-1/agg/vnode-0"]);
+}
+
+#[test]
+fn a_store_without_manifests_collects_every_object() {
+    let (base, store) = temp_store();
+    assert_eq!(store.collect_garbage(1).expect("collect an empty store"), 0);
+    store.put_object(1, "agg/vnode-0", b"abc".to_vec()).expect("put");
+    assert_eq!(store.collect_garbage(1).expect("collect"), 3);
+    assert!(files(&base.path().join("store")).is_empty());
+}
+
+#[test]
+fn retaining_nothing_is_refused() {
+    let (_base, store) = temp_store();
+    assert_eq!(store.collect_garbage(0).err().map(|e| e.code), Some("checkpoint.retain"));
+}
+
+#[test]
+fn clear_deletes_the_store_and_nothing_else() {
+    let (base, store) = temp_store();
+    checkpoint(&store, 1, &["agg", "join"]);
+    store.put_object(2, "x", b"y".to_vec()).expect("put");
+    std::fs::write(base.path().join("store/pipeline.toml"), b"not ours").expect("write");
+    store.clear().expect("clear");
+    let left = files(&base.path().join("store"));
+    assert_eq!(left.keys().map(String::as_str).collect::<Vec<_>>(), vec!["pipeline.toml"]);
+    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
+    assert_eq!(store.latest_valid().expect("latest"), None);
+}

@@ -1,0 +1,208 @@
+//! Encode/decode pairing, rejection of damaged encodings, and property tests.
+
+use super::*;
+use proptest::collection::{btree_map, vec};
+use proptest::prelude::*;
+
+fn object(epoch: u64, name: &str, size: u64) -> ObjectRef {
+    ObjectRef { path: format!("state/epoch-{epoch}/{name}"), size, checksum: 0xdead_beef }
+}
+
+/// Representative manifests: empty, one of everything, several epochs' objects.
+fn samples() -> Vec<Manifest> {
+    let empty = Manifest::new(0, "", 1, 0);
+    let mut full = Manifest::new(42, "fp-0123456789abcdef", 256, 1_700_000_000_000);
+    full.sources = vec![
+        SourcePositions { name: "bids".into(), lanes: vec![vec![], vec![1, 2, 3], vec![0xff; 40]] },
+        SourcePositions { name: "auctions".into(), lanes: vec![vec![7]] },
+    ];
+    full.operators = vec![
+        OperatorState { id: "agg".into(), vnodes: vec![(0, object(42, "agg/0", 10)), (255, object(40, "agg/255", 0))] },
+        OperatorState { id: "empty".into(), vnodes: vec![] },
+    ];
+    full.sinks = vec![SinkRecords { name: "out".into(), records: vec![b"txn-1".to_vec(), vec![]] }];
+    let negative_time = Manifest { created_ms: -1, epoch: u64::MAX, vnodes: u32::MAX, ..empty.clone() };
+    vec![empty, full, negative_time]
+}
+
+#[test]
+fn representative_manifests_round_trip() {
+    for manifest in samples() {
+        let bytes = encode(&manifest);
+        assert_eq!(&bytes[..8], b"SLUICEMF");
+        assert_eq!(decode(&bytes), Ok(manifest));
+    }
+}
+
+/// Decoding `bytes` fails with `code`.
+fn check_rejected(name: &str, bytes: &[u8], code: &str) {
+    match decode(bytes) {
+        Ok(manifest) => panic!("{name}: decoded {manifest:?}, expected {code}"),
+        Err(error) => assert_eq!(error.code, code, "{name}: {error}"),
+    }
+}
+
+fn reframe(version: u32, body: &[u8]) -> Vec<u8> {
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&version.to_le_bytes());
+    bytes.extend_from_slice(body);
+    bytes.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    bytes
+}
+
+#[test]
+fn damaged_encodings_are_rejected_by_name() {
+    let manifest = samples().remove(1);
+    let good = encode(&manifest);
+    let body = postcard::to_allocvec(&manifest).expect("serializes");
+    let mut flipped = good.clone();
+    flipped[20] ^= 0x01;
+    let mut trailing = body.clone();
+    trailing.push(0);
+    let inconsistent = Manifest { vnodes: 0, ..manifest.clone() };
+    let inconsistent_body = postcard::to_allocvec(&inconsistent).expect("serializes");
+    let other_version = Manifest { version: 2, ..manifest.clone() };
+    let other_version_body = postcard::to_allocvec(&other_version).expect("serializes");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", vec![], "checkpoint.manifest_truncated"),
+        ("magic only", MAGIC.to_vec(), "checkpoint.manifest_truncated"),
+        ("half magic", MAGIC[..3].to_vec(), "checkpoint.manifest_truncated"),
+        ("wrong magic", b"NOTAMANIFEST-AT-ALL".to_vec(), "checkpoint.manifest_magic"),
+        ("json", br#"{"epoch": 3}"#.to_vec(), "checkpoint.manifest_magic"),
+        ("version 2", reframe(2, &body), "checkpoint.manifest_version"),
+        ("version 0", reframe(0, &body), "checkpoint.manifest_version"),
+        ("flipped byte", flipped, "checkpoint.manifest_checksum"),
+        ("cut in the body", good[..good.len() / 2].to_vec(), "checkpoint.manifest_checksum"),
+        ("cut checksum", good[..good.len() - 1].to_vec(), "checkpoint.manifest_checksum"),
+        ("empty body", reframe(1, &[]), "checkpoint.manifest_body"),
+        ("trailing byte", reframe(1, &trailing), "checkpoint.manifest_body"),
+        ("inconsistent", reframe(1, &inconsistent_body), "checkpoint.manifest_inconsistent"),
+        ("body version differs", reframe(1, &other_version_body), "checkpoint.manifest_inconsistent"),
+    ];
+    for (name, bytes, code) in cases {
+        check_rejected(name, &bytes, code);
+    }
+}
+
+/// `manifest` fails `check` with a message containing `needle`.
+fn check_contradiction(manifest: &Manifest, needle: &str) {
+    match manifest.check() {
+        Ok(()) => panic!("accepted, expected a contradiction about {needle:?}: {manifest:?}"),
+        Err(error) => {
+            assert_eq!(error.code, "checkpoint.manifest_inconsistent");
+            assert!(error.message.contains(needle), "{} does not mention {needle:?}", error.message);
+        }
+    }
+}
+
+#[test]
+fn contradictions_are_named() {
+    let base = samples().remove(1);
+    let with_operator = |vnodes: Vec<(u32, ObjectRef)>| {
+        let mut manifest = base.clone();
+        manifest.operators = vec![OperatorState { id: "op".into(), vnodes }];
+        manifest
+    };
+    let mut twice = base.clone();
+    twice.sources.push(twice.sources[0].clone());
+    check_contradiction(&twice, "source \"bids\" appears twice");
+    let mut sinks = base.clone();
+    sinks.sinks.push(sinks.sinks[0].clone());
+    check_contradiction(&sinks, "sink \"out\" appears twice");
+    let mut operators = base.clone();
+    operators.operators.push(operators.operators[0].clone());
+    check_contradiction(&operators, "operator \"agg\" appears twice");
+    check_contradiction(&with_operator(vec![(256, object(1, "x", 1))]), "vnode 256 of 256");
+    check_contradiction(&with_operator(vec![(3, object(1, "x", 1)), (3, object(1, "y", 1))]), "out of order");
+    check_contradiction(&with_operator(vec![(1, object(43, "x", 1))]), "later epoch 43");
+    let escape = ObjectRef { path: "../etc/passwd".into(), size: 1, checksum: 0 };
+    check_contradiction(&with_operator(vec![(1, escape)]), "not a state object path");
+    check_contradiction(&Manifest { version: 9, ..base.clone() }, "version 9");
+}
+
+fn name() -> impl Strategy<Value = String> {
+    "[a-z][a-z0-9_-]{0,8}"
+}
+
+fn bytes_vec() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    vec(vec(any::<u8>(), 0..12), 0..4)
+}
+
+fn operator(epoch: u64, vnodes: u32) -> impl Strategy<Value = Vec<(u32, ObjectRef)>> {
+    btree_map(0..vnodes, (0..=epoch, name(), any::<u64>(), any::<u32>()), 0..6).prop_map(|map| {
+        let objects = map.into_iter().map(|(vnode, (written, name, size, checksum))| {
+            (vnode, ObjectRef { path: format!("state/epoch-{written}/{name}/v{vnode}"), size, checksum })
+        });
+        objects.collect()
+    })
+}
+
+fn manifest() -> impl Strategy<Value = Manifest> {
+    (0u64..1_000_000, 1u32..1024, any::<i64>(), ".{0,20}").prop_flat_map(|(epoch, vnodes, created_ms, fingerprint)| {
+        let sources = btree_map(name(), bytes_vec(), 0..4);
+        let operators = btree_map(name(), operator(epoch, vnodes), 0..4);
+        let sinks = btree_map(name(), bytes_vec(), 0..3);
+        (sources, operators, sinks).prop_map(move |(sources, operators, sinks)| Manifest {
+            sources: sources.into_iter().map(|(name, lanes)| SourcePositions { name, lanes }).collect(),
+            operators: operators.into_iter().map(|(id, vnodes)| OperatorState { id, vnodes }).collect(),
+            sinks: sinks.into_iter().map(|(name, records)| SinkRecords { name, records }).collect(),
+            ..Manifest::new(epoch, fingerprint.clone(), vnodes, created_ms)
+        })
+    })
+}
+
+/// Whether `bytes` carries the right magic, version and a checksum matching its body.
+fn frame_is_intact(bytes: &[u8]) -> bool {
+    bytes.len() >= 16
+        && bytes[..12] == encode(&Manifest::new(0, "", 1, 0))[..12]
+        && bytes[bytes.len() - 4..] == crc32fast::hash(&bytes[12..bytes.len() - 4]).to_le_bytes()
+}
+
+proptest! {
+    #[test]
+    fn random_manifests_round_trip(manifest in manifest()) {
+        prop_assert_eq!(decode(&encode(&manifest)), Ok(manifest));
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in vec(any::<u8>(), 0..256), with_magic in any::<bool>()) {
+        let mut input = if with_magic { reframe(1, &[]) [..12].to_vec() } else { Vec::new() };
+        input.extend_from_slice(&bytes);
+        if let Ok(manifest) = decode(&input) {
+            prop_assert!(frame_is_intact(&input));
+            prop_assert!(manifest.check().is_ok());
+        }
+    }
+
+    #[test]
+    fn any_single_byte_change_or_truncation_is_rejected(
+        manifest in manifest(), index in any::<prop::sample::Index>(), xor in 1u8..=255, cut in any::<bool>(),
+    ) {
+        let good = encode(&manifest);
+        let position = index.index(good.len());
+        let damaged = if cut {
+            good[..position].to_vec()
+        } else {
+            let mut damaged = good.clone();
+            damaged[position] ^= xor;
+            damaged
+        };
+        prop_assert!(decode(&damaged).is_err());
+    }
+
+    #[test]
+    fn mutated_encodings_decode_only_with_a_matching_checksum(
+        manifest in manifest(),
+        edits in vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+    ) {
+        let mut bytes = encode(&manifest);
+        for (index, value) in edits {
+            let position = index.index(bytes.len());
+            bytes[position] = value;
+        }
+        if let Ok(decoded) = decode(&bytes) {
+            prop_assert!(frame_is_intact(&bytes));
+            prop_assert!(decoded.check().is_ok());
+        }
+    }
+}

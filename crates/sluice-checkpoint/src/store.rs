@@ -1,0 +1,363 @@
+//! The checkpoint store: immutable state objects, then one atomically published manifest.
+//!
+//! Protocol for epoch `e` (the checkpointer's side):
+//! 1. every state object is written with [`CheckpointStore::put_object`], which returns only
+//!    when the object is durable: `LocalFileSystem` (fsync enabled) writes a staged file,
+//!    fsyncs it, renames it into place and fsyncs the directories it changed; an object
+//!    store acknowledges a PUT only once the object is stored;
+//! 2. [`CheckpointStore::publish`] checks that every object the manifest names exists with
+//!    its size (one listing per epoch directory involved), then makes the manifest visible
+//!    in one atomic step, so a reader sees either no manifest `e` or all of it:
+//!    - local directory: the encoded manifest is written and fsynced as `epoch-….tmp`, then
+//!      linked to its final `.manifest` name (an atomic create that fails if the name
+//!      exists) and the staged name is removed; the directory is fsynced;
+//!    - object store: a conditional PUT (`If-None-Match: *`, `PutMode::Create`) of the final
+//!      name, because a rename there is copy + delete and not atomic; a single PUT is.
+//!
+//! Epochs are published in increasing order (publish refuses an epoch below the newest
+//! manifest, and `put_object` refuses to write into an epoch this process saw published), so
+//! the newest manifest is always the newest commit.
+//!
+//! Hence invariant 1 ("a committed manifest names only files that exist and were fully
+//! written"): objects are durable before publish starts (step 1), publish re-checks them,
+//! nothing deletes an object while a manifest naming it is kept (see `collect`), and a
+//! manifest is never overwritten (create-only publish).
+//!
+//! If `publish` returns an error, manifest `e` may or may not be committed (the failure may
+//! have come after the atomic step). The caller must treat that like a crash and recover
+//! from the store, which then decides: a committed `e` is restored, and its sinks'
+//! pre-commit records are committed by recovery.
+//!
+//! Readers trust nothing: [`CheckpointStore::load`] decodes with checksums,
+//! [`CheckpointStore::verify`] reads every object back and checks size and checksum, and
+//! [`CheckpointStore::latest_valid`] restores from the newest manifest that passes both.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::PutMode;
+use sluice_types::SluiceError;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::calls::{Calls, Failure, SizeCheck};
+use crate::layout::{self, ManifestFile};
+use crate::location;
+use crate::manifest::{self, MANIFEST_BYTES_MAX, Manifest, ObjectRef};
+
+/// How many objects `verify` reads at once.
+pub const VERIFY_CONCURRENCY: usize = 8;
+
+/// Error codes that mean "this object is damaged", as opposed to "the store is unreachable".
+const OBJECT_DAMAGE: [&str; 3] =
+    ["checkpoint.object_missing", "checkpoint.object_truncated", "checkpoint.object_checksum"];
+
+/// Error codes that mean "this manifest cannot be restored from".
+pub(crate) const MANIFEST_DAMAGE: [&str; 7] = [
+    "checkpoint.manifest_missing",
+    "checkpoint.manifest_too_large",
+    "checkpoint.manifest_truncated",
+    "checkpoint.manifest_magic",
+    "checkpoint.manifest_checksum",
+    "checkpoint.manifest_body",
+    "checkpoint.manifest_inconsistent",
+];
+
+/// A checkpoint store at one URL. Safe to share between threads; every method blocks the
+/// calling thread (which must not be inside an async task) until its I/O is done.
+#[derive(Debug)]
+pub struct CheckpointStore {
+    pub(crate) calls: Calls,
+    /// One more than the highest epoch this process saw published (0: none), to refuse
+    /// writing objects into an epoch that is already committed.
+    published_above: AtomicU64,
+}
+
+impl CheckpointStore {
+    /// Opens the store at `url` (see the crate doc for the forms); relative local paths
+    /// resolve against `base_dir`. Performs no I/O and creates nothing.
+    pub fn open(url: &str, base_dir: &Path) -> Result<CheckpointStore, SluiceError> {
+        CheckpointStore::open_with_options(url, base_dir, &[])
+    }
+
+    /// Like [`CheckpointStore::open`], with object-store options (`aws_endpoint`,
+    /// `aws_allow_http`, `aws_access_key_id`, ...: the `AWS_*` variable names in lower case)
+    /// that override the environment. Local directories take no options.
+    pub fn open_with_options(
+        url: &str,
+        base_dir: &Path,
+        options: &[(String, String)],
+    ) -> Result<CheckpointStore, SluiceError> {
+        let location = location::resolve(url, base_dir, options)?;
+        Ok(CheckpointStore { calls: Calls::new(location)?, published_above: AtomicU64::new(0) })
+    }
+
+    /// The resolved URL (local paths are absolute `file://` URLs).
+    pub fn url(&self) -> &str {
+        self.calls.url()
+    }
+
+    /// Writes the immutable object `state/epoch-{epoch}/{name}`; durable when this returns.
+    ///
+    /// `name` is `/`-separated parts of `[A-Za-z0-9._=-]`. `epoch` must be above every
+    /// published epoch (an object of a committed epoch is never rewritten); rewriting an
+    /// object of an abandoned, unpublished epoch is allowed.
+    pub fn put_object(&self, epoch: u64, name: &str, bytes: Vec<u8>) -> Result<ObjectRef, SluiceError> {
+        let path = layout::object_path(epoch, name)?;
+        if epoch < self.published_above.load(Ordering::Acquire) {
+            return Err(SluiceError::internal(
+                "checkpoint.epoch_published",
+                format!("object {path:?} belongs to epoch {epoch}, which is already published in {}", self.url()),
+            )
+            .with_fix("write each checkpoint under an epoch above every published one"));
+        }
+        let object = ObjectRef { size: bytes.len() as u64, checksum: crc32fast::hash(&bytes), path };
+        let write = self.calls.put(&object.path, Bytes::from(bytes), PutMode::Overwrite);
+        self.calls.block_on(async { write.await.map_err(|failure| self.failure("writing", &object.path, failure)) })?;
+        tracing::debug!(path = %object.path, size = object.size, "checkpoint object written");
+        Ok(object)
+    }
+
+    /// Reads an object back and checks its size and checksum.
+    pub fn get_object(&self, object: &ObjectRef) -> Result<Vec<u8>, SluiceError> {
+        self.calls.block_on(self.read_object(object))
+    }
+
+    pub(crate) async fn read_object(&self, object: &ObjectRef) -> Result<Vec<u8>, SluiceError> {
+        if layout::epoch_of_object(&object.path).is_none() {
+            let message = format!("{:?} is not a state object path", object.path);
+            return Err(SluiceError::internal("checkpoint.object_name", message));
+        }
+        let named = |code, problem: String| {
+            SluiceError::external(code, format!("state object {:?} in {}: {problem}", object.path, self.url()))
+        };
+        let bytes = match self.calls.get(&object.path, SizeCheck::Exactly(object.size)).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(actual)) => {
+                let kind = if actual < object.size { "truncated" } else { "longer than written" };
+                return Err(named(
+                    "checkpoint.object_truncated",
+                    format!("{kind}: {actual} bytes, expected {}", object.size),
+                ));
+            }
+            Err(Failure::Missing) => return Err(named("checkpoint.object_missing", "missing".to_string())),
+            Err(failure) => return Err(self.failure("reading", &object.path, failure)),
+        };
+        let checksum = crc32fast::hash(&bytes);
+        if checksum != object.checksum {
+            let problem = format!("checksum mismatch: computed {checksum:#010x}, expected {:#010x}", object.checksum);
+            return Err(named("checkpoint.object_checksum", problem));
+        }
+        Ok(bytes.to_vec())
+    }
+
+    /// Publishes `manifest` atomically (see the module doc). Every object it names must be
+    /// durable already; publishing the same manifest twice is harmless, publishing a
+    /// different manifest for a published epoch is refused.
+    pub fn publish(&self, manifest: &Manifest) -> Result<(), SluiceError> {
+        manifest.check()?;
+        let epoch = manifest.epoch;
+        self.calls.block_on(async {
+            self.check_order(epoch).await?;
+            self.check_written(manifest).await?;
+            let bytes = Bytes::from(manifest::encode(manifest));
+            let path = layout::manifest_path(epoch);
+            let outcome = match self.calls.local_root() {
+                Some(_) => self.publish_local(epoch, bytes.clone()).await,
+                None => self.calls.put(&path, bytes.clone(), PutMode::Create).await,
+            };
+            match outcome {
+                Ok(()) => Ok(()),
+                Err(Failure::Exists) => self.check_republished(epoch, &bytes).await,
+                Err(failure) => Err(self.failure("publishing", &path, failure)),
+            }
+        })?;
+        self.published_above.fetch_max(epoch.saturating_add(1), Ordering::AcqRel);
+        tracing::info!(epoch, store = self.url(), "checkpoint published");
+        Ok(())
+    }
+
+    async fn publish_local(&self, epoch: u64, bytes: Bytes) -> Result<(), Failure> {
+        let staged = layout::manifest_tmp_path(epoch);
+        self.calls.put(&staged, bytes, PutMode::Overwrite).await?;
+        let outcome = self.calls.rename_if_not_exists(&staged, &layout::manifest_path(epoch)).await;
+        if outcome.is_err() {
+            // Best effort: a leftover staged manifest is ignored and later collected.
+            let _ = self.calls.delete_all(&[staged]).await;
+        }
+        outcome
+    }
+
+    /// A manifest of `epoch` already exists: fine if it is this one (a retried publish).
+    async fn check_republished(&self, epoch: u64, bytes: &Bytes) -> Result<(), SluiceError> {
+        let path = layout::manifest_path(epoch);
+        match self.calls.get(&path, SizeCheck::AtMost(MANIFEST_BYTES_MAX)).await {
+            Ok(Ok(existing)) if existing == *bytes => Ok(()),
+            Ok(_) | Err(Failure::Exists | Failure::Missing) => Err(SluiceError::internal(
+                "checkpoint.manifest_exists",
+                format!("epoch {epoch} is already published in {} with a different manifest", self.url()),
+            )
+            .with_fix("write each checkpoint under an epoch above every published one")),
+            Err(Failure::Other(error)) => Err(error),
+        }
+    }
+
+    /// Asserts that epochs are published in increasing order, so that the newest manifest
+    /// is always the newest commit (re-publishing the newest epoch is left to the
+    /// create-only write, which accepts an identical manifest).
+    async fn check_order(&self, epoch: u64) -> Result<(), SluiceError> {
+        let newest = self.committed_epochs().await?.pop_last();
+        match newest {
+            Some(newest) if epoch < newest => Err(SluiceError::internal(
+                "checkpoint.epoch_order",
+                format!("epoch {epoch} cannot be published in {}: epoch {newest} already is", self.url()),
+            )
+            .with_fix("write each checkpoint under an epoch above every published one")),
+            Some(_) | None => Ok(()),
+        }
+    }
+
+    async fn committed_epochs(&self) -> Result<BTreeSet<u64>, SluiceError> {
+        let listed = self.calls.list(layout::MANIFEST_DIR).await?;
+        let committed = listed.iter().filter_map(|entry| match layout::classify_manifest_file(&entry.path) {
+            Some(ManifestFile::Committed(epoch)) => Some(epoch),
+            Some(ManifestFile::Leftover(_)) | None => None,
+        });
+        Ok(committed.collect())
+    }
+
+    /// Asserts the precondition of publish: every object exists with its size.
+    async fn check_written(&self, manifest: &Manifest) -> Result<(), SluiceError> {
+        let epochs: BTreeSet<u64> = manifest.objects().filter_map(|o| layout::epoch_of_object(&o.path)).collect();
+        let mut sizes = BTreeMap::new();
+        for epoch in epochs {
+            for listed in self.calls.list(&layout::epoch_dir(epoch)).await? {
+                sizes.insert(listed.path, listed.size);
+            }
+        }
+        for object in manifest.objects() {
+            let problem = match sizes.get(&object.path) {
+                Some(size) if *size == object.size => continue,
+                Some(size) => format!("has {size} bytes, the manifest says {}", object.size),
+                None => "is not in the store".to_string(),
+            };
+            return Err(SluiceError::internal(
+                "checkpoint.publish_unwritten",
+                format!("manifest of epoch {} names object {:?}, which {problem}", manifest.epoch, object.path),
+            )
+            .with_fix("publish a manifest only after put_object returned for every object it names"));
+        }
+        Ok(())
+    }
+
+    /// Committed epochs, ascending (staged `.tmp` manifests and foreign files are ignored).
+    pub fn epochs(&self) -> Result<Vec<u64>, SluiceError> {
+        let epochs = self.calls.block_on(self.committed_epochs())?;
+        if let Some(newest) = epochs.last() {
+            self.published_above.fetch_max(newest.saturating_add(1), Ordering::AcqRel);
+        }
+        Ok(epochs.into_iter().collect())
+    }
+
+    /// Reads and decodes the manifest of `epoch` (checksums, version, self-consistency).
+    pub fn load(&self, epoch: u64) -> Result<Manifest, SluiceError> {
+        self.calls.block_on(self.load_async(epoch))
+    }
+
+    pub(crate) async fn load_async(&self, epoch: u64) -> Result<Manifest, SluiceError> {
+        let path = layout::manifest_path(epoch);
+        let context = format!("checkpoint epoch {epoch} ({path} in {})", self.url());
+        let bytes = match self.calls.get(&path, SizeCheck::AtMost(MANIFEST_BYTES_MAX)).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(size)) => {
+                let message = format!("manifest has {size} bytes, more than the {MANIFEST_BYTES_MAX} allowed");
+                return Err(SluiceError::external("checkpoint.manifest_too_large", message).context(context));
+            }
+            Err(Failure::Missing) => {
+                return Err(SluiceError::user("checkpoint.manifest_missing", "no such manifest")
+                    .context(context)
+                    .with_fix("list the published epochs with `sluice checkpoints list`"));
+            }
+            Err(failure) => return Err(self.failure("reading", &path, failure)),
+        };
+        let manifest = manifest::decode(&bytes).map_err(|error| error.context(&context))?;
+        if manifest.epoch != epoch {
+            let message = format!("the manifest inside is for epoch {}", manifest.epoch);
+            return Err(SluiceError::internal("checkpoint.manifest_inconsistent", message).context(context));
+        }
+        Ok(manifest)
+    }
+
+    /// Reads every object the manifest names and checks it; returns the problems found,
+    /// each naming its object (empty: the manifest can be restored from). Fails only when
+    /// the store itself cannot be read.
+    pub fn verify(&self, manifest: &Manifest) -> Result<Vec<String>, SluiceError> {
+        if let Err(error) = manifest.check() {
+            return Ok(vec![error.message]);
+        }
+        self.calls.block_on(async {
+            let reads = futures::stream::iter(manifest.objects()).map(|object| self.read_object(object));
+            let mut outcomes = reads.buffered(VERIFY_CONCURRENCY);
+            let mut problems = Vec::new();
+            while let Some(outcome) = outcomes.next().await {
+                match outcome {
+                    Ok(_) => {}
+                    Err(error) if OBJECT_DAMAGE.contains(&error.code) => problems.push(error.message),
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(problems)
+        })
+    }
+
+    /// The newest manifest that decodes and verifies, with one warning per newer damaged
+    /// manifest (naming its epoch and the problem). `None` when the store has no manifest;
+    /// an error when it has manifests but none is valid (restoring nothing would silently
+    /// replay everything), or when the store cannot be read (a transient failure must not
+    /// make an older epoch look like the newest).
+    ///
+    /// The next checkpoint's epoch must still be above every epoch in
+    /// [`CheckpointStore::epochs`], damaged ones included.
+    pub fn latest_valid(&self) -> Result<Option<(Manifest, Vec<String>)>, SluiceError> {
+        let epochs = self.epochs()?;
+        let mut warnings = Vec::new();
+        for &epoch in epochs.iter().rev() {
+            let problems = match self.load(epoch) {
+                Ok(manifest) => {
+                    let problems = self.verify(&manifest)?;
+                    if problems.is_empty() {
+                        return Ok(Some((manifest, warnings)));
+                    }
+                    problems.join("; ")
+                }
+                Err(error) if MANIFEST_DAMAGE.contains(&error.code) => error.message,
+                Err(error) => return Err(error),
+            };
+            warnings.push(format!("checkpoint epoch {epoch} is damaged and skipped: {problems}"));
+        }
+        if epochs.is_empty() {
+            return Ok(None);
+        }
+        Err(SluiceError::external(
+            "checkpoint.no_valid_manifest",
+            format!("none of the {} checkpoints in {} is valid: {}", epochs.len(), self.url(), warnings.join(" | ")),
+        )
+        .with_fix("inspect them with `sluice checkpoints verify`, or start over with --from-scratch"))
+    }
+
+    /// Total size in bytes of the objects a manifest names.
+    pub fn size(&self, manifest: &Manifest) -> u64 {
+        manifest.objects().fold(0u64, |total, object| total.saturating_add(object.size))
+    }
+
+    pub(crate) fn failure(&self, action: &str, path: &str, failure: Failure) -> SluiceError {
+        match failure {
+            Failure::Other(error) => error,
+            Failure::Missing => self.calls.error(action, path, "not found"),
+            Failure::Exists => self.calls.error(action, path, "it already exists"),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

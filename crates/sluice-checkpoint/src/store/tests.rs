@@ -1,0 +1,246 @@
+//! The store on a local directory: writing, publishing, reading back, damage and fallback.
+
+use super::*;
+use crate::manifest::OperatorState;
+use std::path::PathBuf;
+
+/// A store at `file://./store` under a fresh temporary base directory.
+pub(crate) fn temp_store() -> (tempfile::TempDir, CheckpointStore) {
+    let base = tempfile::tempdir().expect("temp dir");
+    let store = CheckpointStore::open("file://./store", base.path()).expect("opens");
+    (base, store)
+}
+
+/// The file behind a path relative to the store root.
+pub(crate) fn file(base: &tempfile::TempDir, relative: &str) -> PathBuf {
+    base.path().join("store").join(relative)
+}
+
+/// Writes one object per operator name and publishes a manifest naming them.
+pub(crate) fn checkpoint(store: &CheckpointStore, epoch: u64, operators: &[&str]) -> Manifest {
+    let mut manifest = Manifest::new(epoch, "fp", 8, 1_000 + epoch as i64);
+    for (vnode, id) in operators.iter().enumerate() {
+        let bytes = format!("state of {id} at epoch {epoch}").into_bytes();
+        let object = store.put_object(epoch, &format!("{id}/vnode-{vnode}"), bytes).expect("put");
+        manifest.operators.push(OperatorState { id: id.to_string(), vnodes: vec![(vnode as u32, object)] });
+    }
+    store.publish(&manifest).expect("publish");
+    manifest
+}
+
+fn error_code<T: std::fmt::Debug>(result: Result<T, SluiceError>) -> &'static str {
+    match result {
+        Ok(value) => panic!("expected an error, got {value:?}"),
+        Err(error) => error.code,
+    }
+}
+
+#[test]
+fn objects_round_trip_and_carry_size_and_checksum() {
+    let (_base, store) = temp_store();
+    let object = store.put_object(3, "agg/vnode-7", b"hello".to_vec()).expect("put");
+    assert_eq!(
+        object,
+        ObjectRef { path: "state/epoch-3/agg/vnode-7".into(), size: 5, checksum: crc32fast::hash(b"hello") }
+    );
+    assert_eq!(store.get_object(&object).expect("get"), b"hello");
+    let empty = store.put_object(3, "empty", Vec::new()).expect("put");
+    assert_eq!(store.get_object(&empty).expect("get"), b"");
+}
+
+#[test]
+fn opening_creates_nothing_and_an_empty_store_has_no_checkpoint() {
+    let (base, store) = temp_store();
+    assert!(!base.path().join("store").exists());
+    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
+    assert_eq!(store.latest_valid().expect("latest"), None);
+    assert!(!base.path().join("store").exists());
+    assert_eq!(store.url(), format!("file://{}/store", base.path().display()));
+}
+
+#[test]
+fn published_manifests_are_listed_in_order_and_load_back() {
+    let (base, store) = temp_store();
+    let manifests: Vec<Manifest> = [2, 9, 10].iter().map(|e| checkpoint(&store, *e, &["agg", "join"])).collect();
+    assert_eq!(store.epochs().expect("epochs"), vec![2, 9, 10]);
+    for manifest in &manifests {
+        assert_eq!(&store.load(manifest.epoch).expect("load"), manifest);
+        assert_eq!(store.verify(manifest).expect("verify"), Vec::<String>::new());
+    }
+    assert!(file(&base, "manifests/epoch-00000000000000000002.manifest").is_file());
+    assert!(!file(&base, "manifests/epoch-00000000000000000002.tmp").exists());
+    let (latest, warnings) = store.latest_valid().expect("latest").expect("some");
+    assert_eq!((latest.epoch, warnings.len()), (10, 0));
+    let expected_size: u64 = latest.objects().map(|object| object.size).sum();
+    assert_eq!(store.size(&latest), expected_size);
+}
+
+#[test]
+fn leftover_staged_manifests_are_ignored() {
+    let (base, store) = temp_store();
+    checkpoint(&store, 1, &["agg"]);
+    std::fs::write(file(&base, "manifests/epoch-00000000000000000002.tmp"), b"half").expect("write");
+    std::fs::write(file(&base, "manifests/notes.txt"), b"mine").expect("write");
+    assert_eq!(store.epochs().expect("epochs"), vec![1]);
+    assert_eq!(store.latest_valid().expect("latest").map(|(m, w)| (m.epoch, w)), Some((1, vec![])));
+}
+
+/// How a test damages the newest checkpoint.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    FlipObjectByte,
+    TruncateObject,
+    RemoveObject,
+    TruncateManifest,
+    GarbageManifest,
+}
+
+/// Damages checkpoint 2 of {1, 2}: `verify`/`load` name the problem, `latest_valid` falls
+/// back to epoch 1 with a warning naming epoch 2 and `expected`.
+fn check_damage(damage: Damage, expected: &str) {
+    let (base, store) = temp_store();
+    checkpoint(&store, 1, &["agg"]);
+    let newest = checkpoint(&store, 2, &["agg"]);
+    let object = file(&base, "state/epoch-2/agg/vnode-0");
+    let manifest = file(&base, "manifests/epoch-00000000000000000002.manifest");
+    let mut object_bytes = std::fs::read(&object).expect("read");
+    let manifest_bytes = std::fs::read(&manifest).expect("read");
+    match damage {
+        Damage::FlipObjectByte => {
+            object_bytes[4] ^= 0x20;
+            std::fs::write(&object, object_bytes).expect("write");
+        }
+        Damage::TruncateObject => std::fs::write(&object, &object_bytes[..3]).expect("write"),
+        Damage::RemoveObject => std::fs::remove_file(&object).expect("remove"),
+        Damage::TruncateManifest => std::fs::write(&manifest, &manifest_bytes[..30]).expect("write"),
+        Damage::GarbageManifest => std::fs::write(&manifest, b"not a manifest at all").expect("write"),
+    }
+    let problems = match store.load(2) {
+        Ok(loaded) => store.verify(&loaded).expect("verify"),
+        Err(error) => vec![error.to_string()],
+    };
+    assert_eq!(problems.len(), 1, "{damage:?}: {problems:?}");
+    assert!(problems[0].contains(expected), "{damage:?}: {problems:?}");
+    if matches!(damage, Damage::FlipObjectByte | Damage::TruncateObject | Damage::RemoveObject) {
+        assert!(problems[0].contains("state/epoch-2/agg/vnode-0"), "{damage:?}: {problems:?}");
+        assert_eq!(store.verify(&newest).expect("verify"), problems);
+    }
+    let (restored, warnings) = store.latest_valid().expect("latest").expect("some");
+    assert_eq!(restored.epoch, 1, "{damage:?}");
+    assert_eq!(warnings.len(), 1, "{damage:?}: {warnings:?}");
+    assert!(warnings[0].contains("epoch 2") && warnings[0].contains(expected), "{damage:?}: {warnings:?}");
+}
+
+#[test]
+fn damaged_checkpoints_are_named_and_skipped() {
+    check_damage(Damage::FlipObjectByte, "checksum mismatch");
+    check_damage(Damage::TruncateObject, "truncated: 3 bytes");
+    check_damage(Damage::RemoveObject, "missing");
+    check_damage(Damage::TruncateManifest, "checksum mismatch over 30 bytes");
+    check_damage(Damage::GarbageManifest, "not a Sluice manifest");
+}
+
+#[test]
+fn a_store_with_only_damaged_checkpoints_is_an_error_not_an_empty_store() {
+    let (base, store) = temp_store();
+    checkpoint(&store, 1, &["agg"]);
+    std::fs::remove_file(file(&base, "state/epoch-1/agg/vnode-0")).expect("remove");
+    let error = store.latest_valid().expect_err("no valid manifest");
+    assert_eq!(error.code, "checkpoint.no_valid_manifest");
+    assert!(error.message.contains("epoch 1"), "{error}");
+}
+
+#[test]
+fn publish_refuses_manifests_naming_unwritten_objects() {
+    let (_base, store) = temp_store();
+    let mut manifest = Manifest::new(4, "fp", 8, 0);
+    let object = ObjectRef { path: "state/epoch-4/agg/vnode-0".into(), size: 3, checksum: 0 };
+    manifest.operators.push(OperatorState { id: "agg".into(), vnodes: vec![(0, object.clone())] });
+    assert_eq!(error_code(store.publish(&manifest)), "checkpoint.publish_unwritten");
+    store.put_object(4, "agg/vnode-0", b"four".to_vec()).expect("put");
+    assert_eq!(error_code(store.publish(&manifest)), "checkpoint.publish_unwritten");
+    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
+    let inconsistent = Manifest { vnodes: 0, ..Manifest::new(5, "fp", 8, 0) };
+    assert_eq!(error_code(store.publish(&inconsistent)), "checkpoint.manifest_inconsistent");
+}
+
+#[test]
+fn a_published_epoch_is_never_replaced_or_written_into() {
+    let (_base, store) = temp_store();
+    let manifest = checkpoint(&store, 1, &["agg"]);
+    store.publish(&manifest).expect("publishing the same manifest again is harmless");
+    let other = Manifest { fingerprint: "other".into(), ..manifest.clone() };
+    assert_eq!(error_code(store.publish(&other)), "checkpoint.manifest_exists");
+    assert_eq!(store.load(1).expect("load"), manifest);
+    assert_eq!(error_code(store.put_object(1, "agg/vnode-0", b"x".to_vec())), "checkpoint.epoch_published");
+    assert!(store.put_object(2, "agg/vnode-0", b"x".to_vec()).is_ok());
+    checkpoint(&store, 3, &[]);
+    assert_eq!(error_code(store.publish(&Manifest::new(2, "fp", 8, 0))), "checkpoint.epoch_order");
+}
+
+#[test]
+fn a_manifest_of_another_format_version_stops_recovery_and_collection() {
+    let (base, store) = temp_store();
+    checkpoint(&store, 1, &["agg"]);
+    let newer = checkpoint(&store, 2, &["agg"]);
+    let mut bytes = crate::manifest::encode(&newer);
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(file(&base, "manifests/epoch-00000000000000000002.manifest"), bytes).expect("write");
+    assert_eq!(error_code(store.latest_valid()), "checkpoint.manifest_version");
+    assert_eq!(error_code(store.collect_garbage(1)), "checkpoint.manifest_version");
+    assert!(file(&base, "state/epoch-1/agg/vnode-0").exists());
+}
+
+#[test]
+fn a_reopened_store_learns_the_published_epochs_from_a_listing() {
+    let (base, store) = temp_store();
+    checkpoint(&store, 5, &["agg"]);
+    let reopened = CheckpointStore::open("file://./store", base.path()).expect("opens");
+    assert_eq!(reopened.epochs().expect("epochs"), vec![5]);
+    assert_eq!(error_code(reopened.put_object(5, "agg/vnode-0", b"x".to_vec())), "checkpoint.epoch_published");
+}
+
+#[test]
+fn reads_name_what_is_wrong() {
+    let (_base, store) = temp_store();
+    assert_eq!(error_code(store.load(9)), "checkpoint.manifest_missing");
+    let outside = ObjectRef { path: "../secret".into(), size: 0, checksum: 0 };
+    assert_eq!(error_code(store.get_object(&outside)), "checkpoint.object_name");
+    let absent = ObjectRef { path: "state/epoch-1/x".into(), size: 0, checksum: 0 };
+    assert_eq!(error_code(store.get_object(&absent)), "checkpoint.object_missing");
+    assert_eq!(error_code(store.put_object(1, "../x", vec![])), "checkpoint.object_name");
+}
+
+#[test]
+fn a_manifest_under_the_wrong_name_is_refused() {
+    let (base, store) = temp_store();
+    checkpoint(&store, 1, &["agg"]);
+    let from = file(&base, "manifests/epoch-00000000000000000001.manifest");
+    std::fs::copy(from, file(&base, "manifests/epoch-00000000000000000007.manifest")).expect("copy");
+    assert_eq!(error_code(store.load(7)), "checkpoint.manifest_inconsistent");
+}
+
+#[test]
+fn calls_from_inside_an_async_task_are_refused() {
+    let (_base, store) = temp_store();
+    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let outcome = runtime.block_on(async { store.epochs() });
+    assert_eq!(error_code(outcome), "checkpoint.async_context");
+}
+
+#[test]
+fn the_store_is_shared_between_threads() {
+    let (_base, store) = temp_store();
+    std::thread::scope(|scope| {
+        for thread in 0..4 {
+            let store = &store;
+            scope.spawn(move || {
+                for vnode in 0..8 {
+                    let bytes = vec![thread as u8; vnode];
+                    let object = store.put_object(1, &format!("t{thread}/v{vnode}"), bytes.clone()).expect("put");
+                    assert_eq!(store.get_object(&object).expect("get"), bytes);
+                }
+            });
+        }
+    });
+}

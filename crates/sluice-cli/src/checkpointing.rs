@@ -1,0 +1,217 @@
+//! Checkpoints for `sluice run`: the store-backed [`Checkpointer`], and recovery (load the
+//! newest valid manifest, check its fingerprint, resolve the sinks, rebuild the restore).
+//!
+//! Mapping between the runtime's slices and the manifest:
+//! - lane positions → `sources[i].lanes[lane]` (source order of the pipeline file);
+//! - state blobs → one object per (operator, vnode) under `state/epoch-{e}/`;
+//! - sink records → `sinks[flow].records`, each prefixed with its epoch (8 bytes,
+//!   little-endian), since a manifest may carry records of earlier epochs whose own
+//!   checkpoint failed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sluice_checkpoint::{CheckpointStore, Manifest, OperatorState, SinkRecords, SourcePositions};
+use sluice_config::{CheckpointSection, Guarantee};
+use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, Restore};
+use sluice_runtime::{Checkpointing, Plan};
+use sluice_types::{Epoch, SluiceError};
+
+/// Writes checkpoints into a store.
+pub struct StoreCheckpointer {
+    store: Arc<CheckpointStore>,
+    fingerprint: String,
+    vnodes: u32,
+    lane_threads: u32,
+    retain: usize,
+    sources: Vec<(String, u32)>,
+    sinks: Vec<String>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Checkpointer for StoreCheckpointer {
+    fn checkpoint(&mut self, epoch: Epoch, slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError> {
+        let mut manifest = Manifest::new(epoch.0, self.fingerprint.clone(), self.vnodes, now_ms());
+        manifest.lane_threads = self.lane_threads;
+        manifest.sources = self
+            .sources
+            .iter()
+            .map(|(name, lanes)| SourcePositions { name: name.clone(), lanes: vec![Vec::new(); *lanes as usize] })
+            .collect();
+        for position in slice.positions {
+            manifest.sources[position.source].lanes[position.lane as usize] = position.bytes;
+        }
+        for (source, positions) in manifest.sources.iter().enumerate() {
+            if let Some(lane) = positions.lanes.iter().position(Vec::is_empty) {
+                return Err(SluiceError::internal(
+                    "checkpoint.position",
+                    format!("checkpoint {} has no position for lane {lane} of source {source}", epoch.0),
+                ));
+            }
+        }
+        let mut operators: HashMap<String, OperatorState> = HashMap::new();
+        for blob in slice.states {
+            let name = format!("{}/vnode-{}", blob.operator, blob.vnode);
+            let object = self.store.put_object(epoch.0, &name, blob.bytes)?;
+            let state = operators.entry(blob.operator.clone()).or_insert_with(|| OperatorState { id: blob.operator, vnodes: Vec::new() });
+            state.vnodes.push((blob.vnode, object));
+        }
+        let mut operators: Vec<OperatorState> = operators.into_values().collect();
+        operators.sort_by(|a, b| a.id.cmp(&b.id));
+        operators.iter_mut().for_each(|o| o.vnodes.sort_by_key(|(vnode, _)| *vnode));
+        manifest.operators = operators;
+        manifest.sinks = self.sinks.iter().map(|name| SinkRecords { name: name.clone(), records: Vec::new() }).collect();
+        for (flow, record_epoch, record) in slice.sink_records {
+            let mut bytes = record_epoch.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&record);
+            manifest.sinks[flow].records.push(bytes);
+        }
+        self.store.publish(&manifest)?;
+        if let Err(error) = self.store.collect_garbage(self.retain) {
+            tracing::warn!(%error, "old checkpoints could not be deleted; the next checkpoint tries again");
+        }
+        if final_epoch {
+            tracing::info!(epoch = epoch.0, "final checkpoint published");
+        }
+        Ok(())
+    }
+}
+
+/// What recovery found.
+pub struct Recovered {
+    pub manifest: Option<Manifest>,
+}
+
+/// Opens the store and finds the newest valid manifest (warning about damaged newer ones).
+pub fn open(section: &CheckpointSection, base: &std::path::Path, from_scratch: bool) -> Result<(Arc<CheckpointStore>, Recovered), String> {
+    let store = CheckpointStore::open(&section.store, base).map_err(|e| e.to_string())?;
+    if from_scratch {
+        store.clear().map_err(|e| format!("--from-scratch: cannot clear {}: {e}", section.store))?;
+        eprintln!("sluice: --from-scratch: cleared the checkpoint store {}", section.store);
+    }
+    let latest = store.latest_valid().map_err(|e| e.to_string())?;
+    let manifest = match latest {
+        Some((manifest, warnings)) => {
+            for warning in warnings {
+                eprintln!("sluice: warning: {warning}; falling back to an older checkpoint");
+            }
+            Some(manifest)
+        }
+        None => None,
+    };
+    Ok((Arc::new(store), Recovered { manifest }))
+}
+
+/// Refuses a manifest whose plan differs from this one.
+pub fn check_fingerprint(manifest: &Manifest, fingerprint: &str, store: &str) -> Result<(), String> {
+    if manifest.fingerprint == fingerprint {
+        return Ok(());
+    }
+    Err(format!(
+        "the checkpoint store {store} holds state of a different plan: checkpoint {} has topology fingerprint {}, \
+         this pipeline has {fingerprint} (the sources, views, sinks or vnodes changed)\n  \
+         fix: run with --from-scratch to discard that state, or set [checkpoint] store to a new location",
+        manifest.epoch, manifest.fingerprint
+    ))
+}
+
+/// Resolves every sink's staged work (commit the manifest's records, discard the rest)
+/// and builds the runtime's restore and checkpoint options.
+pub fn prepare(
+    section: &CheckpointSection,
+    store: Arc<CheckpointStore>,
+    manifest: Option<Manifest>,
+    plan: &Plan,
+    fingerprint: String,
+    vnodes: u32,
+    lane_threads: u32,
+) -> Result<Checkpointing, String> {
+    let mut restore = Restore::default();
+    if let Some(manifest) = &manifest {
+        restore_positions(manifest, plan, &mut restore)?;
+        for operator in &manifest.operators {
+            let mut blobs = Vec::with_capacity(operator.vnodes.len());
+            for (vnode, object) in &operator.vnodes {
+                let bytes = store.get_object(object).map_err(|e| format!("restoring {}: {e}", operator.id))?;
+                blobs.push((*vnode, bytes));
+            }
+            restore.states.insert(operator.id.clone(), blobs);
+        }
+    }
+    resolve_sinks(manifest.as_ref(), plan)?;
+    for flow in &plan.flows {
+        if section.guarantee == Guarantee::ExactlyOnce && !flow.sink.exactly_once() {
+            eprintln!(
+                "sluice: note: sink {} ({}) cannot stage output: after a crash its rows since the last checkpoint repeat",
+                flow.sink.name(),
+                flow.sink.describe()
+            );
+        }
+    }
+    let checkpointer = StoreCheckpointer {
+        store,
+        fingerprint,
+        vnodes,
+        lane_threads,
+        retain: section.retain as usize,
+        sources: plan.sources.iter().map(|s| (s.name().to_string(), s.lanes())).collect(),
+        sinks: plan.flows.iter().map(|f| f.sink.name().to_string()).collect(),
+    };
+    let options = CheckpointOptions {
+        interval: section.interval,
+        exactly_once: section.guarantee == Guarantee::ExactlyOnce,
+        restored_epoch: manifest.as_ref().map_or(0, |m| m.epoch),
+        max_failed: section.max_failed_checkpoints,
+        checkpointer: Box::new(checkpointer),
+    };
+    Ok(Checkpointing { options, restore })
+}
+
+fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) -> Result<(), String> {
+    for (index, source) in plan.sources.iter().enumerate() {
+        let Some(positions) = manifest.sources.iter().find(|p| p.name == source.name()) else {
+            return Err(format!("checkpoint {} has no positions for source {}", manifest.epoch, source.name()));
+        };
+        if positions.lanes.len() != source.lanes() as usize {
+            return Err(format!(
+                "checkpoint {} has {} lane(s) for source {}, the source now has {}: its input changed",
+                manifest.epoch,
+                positions.lanes.len(),
+                source.name(),
+                source.lanes()
+            ));
+        }
+        for (lane, bytes) in positions.lanes.iter().enumerate() {
+            restore.positions.insert((index, lane as u32), bytes.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Commits, epoch by epoch, the staged work a manifest names; discards anything later.
+fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan) -> Result<(), String> {
+    for flow in &plan.flows {
+        let sink = &flow.sink;
+        let mut by_epoch: Vec<(u64, Vec<u8>)> = Vec::new();
+        if let Some(records) = manifest.and_then(|m| m.sinks.iter().find(|s| s.name == sink.name())) {
+            for record in &records.records {
+                let (epoch, rest) = record.split_at_checked(8).ok_or_else(|| format!("sink {}: a damaged record", sink.name()))?;
+                by_epoch.push((u64::from_le_bytes(epoch.try_into().expect("8 bytes")), rest.to_vec()));
+            }
+        }
+        by_epoch.sort_by_key(|(epoch, _)| *epoch);
+        let mut index = 0;
+        while index < by_epoch.len() {
+            let epoch = by_epoch[index].0;
+            let group: Vec<Vec<u8>> = by_epoch[index..].iter().take_while(|(e, _)| *e == epoch).map(|(_, r)| r.clone()).collect();
+            index += group.len();
+            sink.commit(Epoch(epoch), &group).map_err(|e| format!("sink {}: recommitting epoch {epoch}: {e}", sink.name()))?;
+        }
+        sink.discard_after(manifest.map(|m| Epoch(m.epoch))).map_err(|e| format!("sink {}: {e}", sink.name()))?;
+    }
+    Ok(())
+}

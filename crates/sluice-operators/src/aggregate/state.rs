@@ -1,0 +1,243 @@
+//! Snapshots of the window aggregate's state, split by vnode.
+//!
+//! A blob holds, for one vnode, every open window's groups whose key hashes to that vnode
+//! (the same hash the exchange routes by, so after a restore onto any number of threads
+//! each group lands on the thread its future rows go to). Vnodes are computed at snapshot
+//! time from the stored keys, so the hot path pays nothing for them.
+//!
+//! Layout (little-endian): `u32 version`, `u32 windows`, then per window `i64 end`,
+//! `i64 start`, `u32 groups`, then per group the key (`u32 length` + bytes) and one
+//! accumulator value per aggregate: a tag byte, then the value (see `write_value`).
+//! Decoding checks every length against the remaining bytes and every tag against the
+//! operator's aggregates: a blob from another plan is refused, never misread.
+
+use std::collections::HashMap;
+
+use datafusion_common::hash_utils::RandomState;
+use sluice_types::{SluiceError, vnode};
+
+use super::{Accumulators, WindowAggregate, WindowGroups};
+
+const VERSION: u32 = 1;
+
+pub(super) fn snapshot(aggregate: &WindowAggregate) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
+    // vnode → (windows in the blob, encoded bytes after the header)
+    let mut blobs: HashMap<u32, (u32, Vec<u8>)> = HashMap::new();
+    let mut hashes = Vec::new();
+    for (end, window) in &aggregate.windows {
+        let vnodes = group_vnodes(aggregate, window, &mut hashes)?;
+        let mut by_vnode: HashMap<u32, Vec<usize>> = HashMap::new();
+        for (group, vnode) in vnodes.into_iter().enumerate() {
+            by_vnode.entry(vnode).or_default().push(group);
+        }
+        for (vnode, groups) in by_vnode {
+            let (windows, bytes) = blobs.entry(vnode).or_default();
+            *windows += 1;
+            bytes.extend_from_slice(&end.to_le_bytes());
+            bytes.extend_from_slice(&window.start.to_le_bytes());
+            bytes.extend_from_slice(&(groups.len() as u32).to_le_bytes());
+            for group in groups {
+                let key = &window.keys[group];
+                bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                bytes.extend_from_slice(key);
+                for accumulators in &window.accumulators {
+                    write_value(accumulators, group, bytes);
+                }
+            }
+        }
+    }
+    let mut out: Vec<(u32, Vec<u8>)> = blobs
+        .into_iter()
+        .map(|(vnode, (windows, body))| {
+            let mut blob = Vec::with_capacity(body.len() + 8);
+            blob.extend_from_slice(&VERSION.to_le_bytes());
+            blob.extend_from_slice(&windows.to_le_bytes());
+            blob.extend_from_slice(&body);
+            (vnode, blob)
+        })
+        .collect();
+    out.sort_by_key(|(vnode, _)| *vnode);
+    Ok(out)
+}
+
+/// The vnode of every group of `window`, from its key's placement hash.
+fn group_vnodes(aggregate: &WindowAggregate, window: &WindowGroups, hashes: &mut Vec<u64>) -> Result<Vec<u32>, SluiceError> {
+    if aggregate.spec.keys.is_empty() {
+        return Ok(vec![0; window.keys.len()]);
+    }
+    let parser = aggregate.key_converter.parser();
+    let columns = aggregate.key_converter.convert_rows(window.keys.iter().map(|key| parser.parse(key)))?;
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(
+        columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| arrow::datatypes::Field::new(format!("k{i}"), c.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    ));
+    let rows = arrow::record_batch::RecordBatch::try_new(schema, columns)?;
+    let keys: Vec<usize> = (0..rows.num_columns()).collect();
+    crate::partition::key_hashes(&rows, &keys, hashes)?;
+    Ok(hashes.iter().map(|hash| vnode::of_hash(*hash, aggregate.vnodes)).collect())
+}
+
+const TAG_NULL: u8 = 0;
+const TAG_INT: u8 = 1;
+const TAG_FLOAT: u8 = 2;
+const TAG_TEXT: u8 = 3;
+const TAG_AVG: u8 = 4;
+const TAG_SET: u8 = 5;
+
+fn write_value(accumulators: &Accumulators, group: usize, bytes: &mut Vec<u8>) {
+    let int = |value: Option<i64>, bytes: &mut Vec<u8>| match value {
+        Some(value) => {
+            bytes.push(TAG_INT);
+            bytes.extend_from_slice(&value.to_le_bytes());
+        }
+        None => bytes.push(TAG_NULL),
+    };
+    match accumulators {
+        Accumulators::Count(counts) => int(Some(counts[group]), bytes),
+        Accumulators::SumInt(values) | Accumulators::MinMaxInt { values, .. } => int(values[group], bytes),
+        Accumulators::SumFloat(values) | Accumulators::MinMaxFloat { values, .. } => match values[group] {
+            Some(value) => {
+                bytes.push(TAG_FLOAT);
+                bytes.extend_from_slice(&value.to_le_bytes());
+            }
+            None => bytes.push(TAG_NULL),
+        },
+        Accumulators::MinMaxString { values, .. } => match &values[group] {
+            Some(text) => {
+                bytes.push(TAG_TEXT);
+                bytes.extend_from_slice(&(text.len() as u32).to_le_bytes());
+                bytes.extend_from_slice(text.as_bytes());
+            }
+            None => bytes.push(TAG_NULL),
+        },
+        Accumulators::Avg { sums, counts } => {
+            bytes.push(TAG_AVG);
+            bytes.extend_from_slice(&sums[group].to_le_bytes());
+            bytes.extend_from_slice(&counts[group].to_le_bytes());
+        }
+        Accumulators::Distinct(sets) => {
+            bytes.push(TAG_SET);
+            bytes.extend_from_slice(&(sets[group].len() as u32).to_le_bytes());
+            let mut values: Vec<&Box<[u8]>> = sets[group].iter().collect();
+            values.sort();
+            for value in values {
+                bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                bytes.extend_from_slice(value);
+            }
+        }
+    }
+}
+
+/// A bounds-checked reader over a blob.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+fn corrupt(what: &str) -> SluiceError {
+    SluiceError::internal("state.corrupt", format!("window aggregate state is damaged or from another plan: {what}"))
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, count: usize) -> Result<&'a [u8], SluiceError> {
+        if self.bytes.len() < count {
+            return Err(corrupt("truncated"));
+        }
+        let (head, tail) = self.bytes.split_at(count);
+        self.bytes = tail;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, SluiceError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, SluiceError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn i64(&mut self) -> Result<i64, SluiceError> {
+        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn f64(&mut self) -> Result<f64, SluiceError> {
+        Ok(f64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
+        let length = self.u32()? as usize;
+        self.take(length)
+    }
+}
+
+pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+    for blob in blobs {
+        let mut reader = Reader { bytes: &blob };
+        if reader.u32()? != VERSION {
+            return Err(corrupt("unknown version"));
+        }
+        let windows = reader.u32()?;
+        for _ in 0..windows {
+            let end = reader.i64()?;
+            let start = reader.i64()?;
+            let groups = reader.u32()?;
+            if !aggregate.windows.contains_key(&end) {
+                let accumulators = aggregate.new_accumulators();
+                let index = HashMap::with_hasher(RandomState::with_seed(0));
+                aggregate.windows.insert(end, WindowGroups { start, index, keys: Vec::new(), accumulators });
+            }
+            let window = aggregate.windows.get_mut(&end).expect("inserted above");
+            for _ in 0..groups {
+                let key: Box<[u8]> = reader.bytes()?.into();
+                if window.index.contains_key(&key) {
+                    return Err(corrupt("a key appears in two vnodes"));
+                }
+                let group = window.keys.len();
+                window.index.insert(key.clone(), group as u32);
+                window.keys.push(key);
+                for accumulators in &mut window.accumulators {
+                    accumulators.push_group();
+                    read_value(accumulators, group, &mut reader)?;
+                }
+            }
+        }
+        if !reader.bytes.is_empty() {
+            return Err(corrupt("trailing bytes"));
+        }
+    }
+    Ok(())
+}
+
+fn read_value(accumulators: &mut Accumulators, group: usize, reader: &mut Reader<'_>) -> Result<(), SluiceError> {
+    let tag = reader.u8()?;
+    match (accumulators, tag) {
+        (Accumulators::Count(counts), TAG_INT) => counts[group] = reader.i64()?,
+        (Accumulators::SumInt(values) | Accumulators::MinMaxInt { values, .. }, TAG_INT) => {
+            values[group] = Some(reader.i64()?)
+        }
+        (Accumulators::SumFloat(values) | Accumulators::MinMaxFloat { values, .. }, TAG_FLOAT) => {
+            values[group] = Some(reader.f64()?)
+        }
+        (Accumulators::MinMaxString { values, .. }, TAG_TEXT) => {
+            let text = std::str::from_utf8(reader.bytes()?).map_err(|_| corrupt("text is not UTF-8"))?;
+            values[group] = Some(text.to_string());
+        }
+        (Accumulators::Avg { sums, counts }, TAG_AVG) => {
+            sums[group] = reader.f64()?;
+            counts[group] = reader.i64()?;
+        }
+        (Accumulators::Distinct(sets), TAG_SET) => {
+            let count = reader.u32()?;
+            for _ in 0..count {
+                sets[group].insert(reader.bytes()?.into());
+            }
+        }
+        (
+            Accumulators::SumInt(_)
+            | Accumulators::MinMaxInt { .. }
+            | Accumulators::SumFloat(_)
+            | Accumulators::MinMaxFloat { .. }
+            | Accumulators::MinMaxString { .. },
+            TAG_NULL,
+        ) => {}
+        _ => return Err(corrupt("an accumulator of another kind")),
+    }
+    Ok(())
+}

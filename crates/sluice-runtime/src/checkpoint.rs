@@ -1,0 +1,97 @@
+//! The runtime's side of checkpoints: what drivers report at a barrier, what the
+//! controller hands to the store, and what a restored run starts from.
+//!
+//! Protocol (DESIGN.md §2 "Checkpoints"; leader/worker-shaped even in one process):
+//! 1. The controller sends `Barrier(e)` to every driver. Each driver records the position
+//!    of every lane it owns *before* injecting the barrier into its flows, so the
+//!    positions are exactly those after the last row that precedes the barrier
+//!    (invariant 3).
+//! 2. Each segment that receives the barrier (aligned across its senders in exactly-once
+//!    mode) snapshots its operators' state per vnode; each sink writer pre-commits.
+//! 3. When every segment of a driver has passed barrier `e`, the driver acks with its
+//!    [`ManifestSlice`].
+//! 4. When every driver acked, the controller gives the slices to the [`Checkpointer`],
+//!    which writes the state objects, waits until they are durable, and only then
+//!    publishes manifest `e` (invariant 1).
+//! 5. Only after the manifest is published does the controller call each sink's
+//!    `commit(e, records)` (invariant 2).
+//!
+//! A checkpoint that fails (store error) is abandoned: nothing was published, sinks stay
+//! uncommitted, and the next interval tries a new epoch. Staged sink output of an
+//! abandoned epoch is committed with the next successful epoch's records only if the
+//! writer re-stages it; file sinks stage per epoch, so the controller commits every
+//! epoch's records up to the published one (see `Controller::commit_through`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sluice_types::{Epoch, SluiceError};
+
+/// The position of one lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LanePosition {
+    pub source: usize,
+    pub lane: u32,
+    pub bytes: Vec<u8>,
+}
+
+/// One vnode's state of one operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateBlob {
+    /// The operator's stable id in the plan: `flow/segment/operator` positions.
+    pub operator: String,
+    pub vnode: u32,
+    pub bytes: Vec<u8>,
+}
+
+/// What one driver contributes to manifest `e`.
+#[derive(Debug, Clone, Default)]
+pub struct ManifestSlice {
+    pub positions: Vec<LanePosition>,
+    pub states: Vec<StateBlob>,
+    /// (flow index, epoch, pre-commit record) of each sink writer on the driver. A
+    /// manifest may carry records of earlier epochs whose own checkpoint failed.
+    pub sink_records: Vec<(usize, u64, Vec<u8>)>,
+}
+
+impl ManifestSlice {
+    pub fn merge(&mut self, other: ManifestSlice) {
+        self.positions.extend(other.positions);
+        self.states.extend(other.states);
+        self.sink_records.extend(other.sink_records);
+    }
+}
+
+/// Persists checkpoints. Implemented above the runtime (the store lives there).
+pub trait Checkpointer: Send {
+    /// Writes the state objects of `slice` (every driver's, merged), waits until they are
+    /// durable, then publishes manifest `epoch` atomically. `final_epoch` marks the
+    /// checkpoint taken when the run stops or ends.
+    fn checkpoint(&mut self, epoch: Epoch, slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError>;
+}
+
+/// When and how checkpoints are taken.
+pub struct CheckpointOptions {
+    pub interval: Duration,
+    /// Exactly-once: segments align barriers and sinks stage; at-least-once: neither.
+    pub exactly_once: bool,
+    /// The epoch of the restored manifest (0 when starting fresh); the next is one more.
+    pub restored_epoch: u64,
+    /// Consecutive failed checkpoints before the run fails.
+    pub max_failed: u32,
+    pub checkpointer: Box<dyn Checkpointer>,
+}
+
+/// What a restored run starts from.
+#[derive(Debug, Default)]
+pub struct Restore {
+    /// (source, lane) → position.
+    pub positions: HashMap<(usize, u32), Vec<u8>>,
+    /// operator id → (vnode, blob).
+    pub states: HashMap<String, Vec<(u32, Vec<u8>)>>,
+}
+
+/// The id of operator `operator` of segment `segment` of flow `flow`.
+pub fn operator_id(flow: usize, segment: usize, operator: usize) -> String {
+    format!("flow{flow}/segment{segment}/operator{operator}")
+}

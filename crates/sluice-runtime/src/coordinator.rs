@@ -1,0 +1,223 @@
+//! The checkpoint coordinator: the controller's side of the protocol in
+//! [`crate::checkpoint`]. It decides when barrier `e` starts, collects every driver's
+//! slice, has the [`Checkpointer`](crate::checkpoint::Checkpointer) persist and publish
+//! the manifest, and only then commits the sinks.
+//!
+//! Rules it keeps:
+//! - One epoch in flight at a time; epochs strictly increase, from one past the restored
+//!   epoch.
+//! - A driver that finished (its lanes ended) still contributes its lanes' final
+//!   positions to every later manifest, and its last sink records to the next one.
+//! - Sink records of an epoch whose checkpoint failed stay uncommitted and ride along in
+//!   the next manifest, so staged output is never orphaned; they are committed, in epoch
+//!   order, right after that manifest is published.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+use sluice_types::{Epoch, SluiceError};
+
+use crate::checkpoint::{CheckpointOptions, LanePosition, ManifestSlice};
+use crate::driver::Control;
+use crate::plan::SinkFactory;
+
+struct InFlight {
+    epoch: Epoch,
+    waiting: BTreeSet<u32>,
+    slice: ManifestSlice,
+    final_epoch: bool,
+    started: Instant,
+}
+
+/// What completing a checkpoint led to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Completed {
+    Nothing,
+    /// A regular checkpoint was published (or failed and will be retried).
+    Checkpoint,
+    /// The final checkpoint was published and committed: drivers may exit.
+    Final,
+}
+
+pub(crate) struct Coordinator {
+    options: CheckpointOptions,
+    sinks: Vec<Arc<dyn SinkFactory>>,
+    next_epoch: Epoch,
+    next_due: Instant,
+    in_flight: Option<InFlight>,
+    finished_positions: Vec<LanePosition>,
+    uncommitted: Vec<(usize, u64, Vec<u8>)>,
+    failed_in_a_row: u32,
+    stopping: bool,
+    final_done: bool,
+    /// Checkpoints published, for the report.
+    pub published: u64,
+    pub failed_total: u64,
+}
+
+impl Coordinator {
+    pub(crate) fn new(options: CheckpointOptions, sinks: Vec<Arc<dyn SinkFactory>>, now: Instant) -> Coordinator {
+        let next_epoch = Epoch(options.restored_epoch + 1);
+        let next_due = now + options.interval;
+        Coordinator {
+            options,
+            sinks,
+            next_epoch,
+            next_due,
+            in_flight: None,
+            finished_positions: Vec::new(),
+            uncommitted: Vec::new(),
+            failed_in_a_row: 0,
+            stopping: false,
+            final_done: false,
+            published: 0,
+            failed_total: 0,
+        }
+    }
+
+    pub(crate) fn exactly_once(&self) -> bool {
+        self.options.exactly_once
+    }
+
+    pub(crate) fn first_epoch(&self) -> u64 {
+        self.next_epoch.0
+    }
+
+    /// When the next regular barrier is due.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        (self.in_flight.is_none() && !self.stopping).then_some(self.next_due)
+    }
+
+    /// Starts a regular checkpoint when one is due.
+    pub(crate) fn tick(&mut self, now: Instant, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
+        if self.in_flight.is_some() || self.stopping || now < self.next_due || running.is_empty() {
+            return;
+        }
+        self.start(running, controls, false, now);
+    }
+
+    fn start(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>], final_epoch: bool, now: Instant) {
+        let epoch = self.next_epoch;
+        self.next_epoch = Epoch(epoch.0 + 1);
+        for thread in running {
+            let control = if final_epoch { Control::FinalBarrier(epoch) } else { Control::Barrier(epoch) };
+            // A driver that already left will report Finished; its slot is dropped then.
+            let _ = controls[*thread as usize].send(control);
+        }
+        tracing::debug!(epoch = epoch.0, final_epoch, "checkpoint started");
+        self.in_flight =
+            Some(InFlight { epoch, waiting: running.clone(), slice: ManifestSlice::default(), final_epoch, started: now });
+    }
+
+    /// A stop was requested: the next checkpoint is the final one (pausing every lane).
+    pub(crate) fn request_stop(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        if self.in_flight.is_none() {
+            self.start(running, controls, true, Instant::now());
+        }
+    }
+
+    pub(crate) fn on_ack(&mut self, thread: u32, epoch: Epoch, slice: ManifestSlice) -> Result<Completed, SluiceError> {
+        let in_flight = self.in_flight.as_mut().expect("an ack only answers a barrier");
+        assert_eq!(in_flight.epoch, epoch, "acks arrive for the epoch in flight");
+        in_flight.waiting.remove(&thread);
+        in_flight.slice.merge(slice);
+        self.complete_if_ready()
+    }
+
+    /// A driver finished: its final positions join every later manifest, its records the
+    /// next one, and it is no longer waited for.
+    pub(crate) fn on_finished(&mut self, thread: u32, slice: ManifestSlice) -> Result<Completed, SluiceError> {
+        self.finished_positions.extend(slice.positions);
+        self.uncommitted.extend(slice.sink_records);
+        if let Some(in_flight) = self.in_flight.as_mut() {
+            in_flight.waiting.remove(&thread);
+        }
+        self.complete_if_ready()
+    }
+
+    /// Every driver ended on its own (end of input): the last checkpoint records the end
+    /// positions and commits the sinks' last rows.
+    pub(crate) fn finish(&mut self) -> Result<(), SluiceError> {
+        if self.final_done {
+            return Ok(());
+        }
+        let epoch = self.next_epoch;
+        self.next_epoch = Epoch(epoch.0 + 1);
+        self.in_flight = Some(InFlight {
+            epoch,
+            waiting: BTreeSet::new(),
+            slice: ManifestSlice::default(),
+            final_epoch: true,
+            started: Instant::now(),
+        });
+        match self.complete_if_ready()? {
+            Completed::Final => Ok(()),
+            _ => Err(SluiceError::external("checkpoint.final", "the final checkpoint could not be written")),
+        }
+    }
+
+    fn complete_if_ready(&mut self) -> Result<Completed, SluiceError> {
+        if !self.in_flight.as_ref().is_some_and(|f| f.waiting.is_empty()) {
+            return Ok(Completed::Nothing);
+        }
+        let in_flight = self.in_flight.take().expect("checked above");
+        let mut slice = in_flight.slice;
+        slice.positions.extend(self.finished_positions.iter().cloned());
+        let mut records = std::mem::take(&mut self.uncommitted);
+        records.append(&mut slice.sink_records);
+        slice.sink_records = records.clone();
+        let epoch = in_flight.epoch;
+        match self.options.checkpointer.checkpoint(epoch, slice, in_flight.final_epoch) {
+            Ok(()) => {
+                self.published += 1;
+                self.failed_in_a_row = 0;
+                tracing::info!(epoch = epoch.0, millis = in_flight.started.elapsed().as_millis() as u64, "checkpoint published");
+                self.commit(records)?;
+                self.next_due = Instant::now() + self.options.interval;
+                if in_flight.final_epoch {
+                    self.final_done = true;
+                    return Ok(Completed::Final);
+                }
+                Ok(Completed::Checkpoint)
+            }
+            Err(error) => {
+                self.failed_total += 1;
+                self.failed_in_a_row += 1;
+                self.uncommitted = records;
+                tracing::warn!(epoch = epoch.0, %error, "checkpoint failed; the next interval tries again");
+                if in_flight.final_epoch || self.failed_in_a_row >= self.options.max_failed {
+                    return Err(error.context(format!(
+                        "checkpoint {} failed ({} in a row, max_failed_checkpoints = {})",
+                        epoch.0, self.failed_in_a_row, self.options.max_failed
+                    )));
+                }
+                self.next_due = Instant::now() + self.options.interval;
+                Ok(Completed::Checkpoint)
+            }
+        }
+    }
+
+    /// Commits every record of a published manifest, epoch by epoch, sink by sink.
+    fn commit(&self, mut records: Vec<(usize, u64, Vec<u8>)>) -> Result<(), SluiceError> {
+        records.sort_by_key(|(flow, epoch, _)| (*epoch, *flow));
+        let mut index = 0;
+        while index < records.len() {
+            let (flow, epoch) = (records[index].0, records[index].1);
+            let group: Vec<Vec<u8>> = records[index..]
+                .iter()
+                .take_while(|(f, e, _)| *f == flow && *e == epoch)
+                .map(|(_, _, record)| record.clone())
+                .collect();
+            index += group.len();
+            let sink = &self.sinks[flow];
+            sink.commit(Epoch(epoch), &group).map_err(|e| e.context(format!("sink {} commit of epoch {epoch}", sink.name())))?;
+        }
+        Ok(())
+    }
+}
