@@ -57,14 +57,17 @@ impl Checkpointer for StoreCheckpointer {
         for blob in slice.states {
             let name = format!("{}/vnode-{}", blob.operator, blob.vnode);
             let object = self.store.put_object(epoch.0, &name, blob.bytes)?;
-            let state = operators.entry(blob.operator.clone()).or_insert_with(|| OperatorState { id: blob.operator, vnodes: Vec::new() });
+            let state = operators
+                .entry(blob.operator.clone())
+                .or_insert_with(|| OperatorState { id: blob.operator, vnodes: Vec::new() });
             state.vnodes.push((blob.vnode, object));
         }
         let mut operators: Vec<OperatorState> = operators.into_values().collect();
         operators.sort_by(|a, b| a.id.cmp(&b.id));
         operators.iter_mut().for_each(|o| o.vnodes.sort_by_key(|(vnode, _)| *vnode));
         manifest.operators = operators;
-        manifest.sinks = self.sinks.iter().map(|name| SinkRecords { name: name.clone(), records: Vec::new() }).collect();
+        manifest.sinks =
+            self.sinks.iter().map(|name| SinkRecords { name: name.clone(), records: Vec::new() }).collect();
         for (flow, record_epoch, record) in slice.sink_records {
             let mut bytes = record_epoch.to_le_bytes().to_vec();
             bytes.extend_from_slice(&record);
@@ -87,7 +90,11 @@ pub struct Recovered {
 }
 
 /// Opens the store and finds the newest valid manifest (warning about damaged newer ones).
-pub fn open(section: &CheckpointSection, base: &std::path::Path, from_scratch: bool) -> Result<(Arc<CheckpointStore>, Recovered), String> {
+pub fn open(
+    section: &CheckpointSection,
+    base: &std::path::Path,
+    from_scratch: bool,
+) -> Result<(Arc<CheckpointStore>, Recovered), String> {
     let store = CheckpointStore::open(&section.store, base).map_err(|e| e.to_string())?;
     if from_scratch {
         store.clear().map_err(|e| format!("--from-scratch: cannot clear {}: {e}", section.store))?;
@@ -199,7 +206,8 @@ fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan) -> Result<(), String>
         let mut by_epoch: Vec<(u64, Vec<u8>)> = Vec::new();
         if let Some(records) = manifest.and_then(|m| m.sinks.iter().find(|s| s.name == sink.name())) {
             for record in &records.records {
-                let (epoch, rest) = record.split_at_checked(8).ok_or_else(|| format!("sink {}: a damaged record", sink.name()))?;
+                let (epoch, rest) =
+                    record.split_at_checked(8).ok_or_else(|| format!("sink {}: a damaged record", sink.name()))?;
                 by_epoch.push((u64::from_le_bytes(epoch.try_into().expect("8 bytes")), rest.to_vec()));
             }
         }
@@ -207,9 +215,11 @@ fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan) -> Result<(), String>
         let mut index = 0;
         while index < by_epoch.len() {
             let epoch = by_epoch[index].0;
-            let group: Vec<Vec<u8>> = by_epoch[index..].iter().take_while(|(e, _)| *e == epoch).map(|(_, r)| r.clone()).collect();
+            let group: Vec<Vec<u8>> =
+                by_epoch[index..].iter().take_while(|(e, _)| *e == epoch).map(|(_, r)| r.clone()).collect();
             index += group.len();
-            sink.commit(Epoch(epoch), &group).map_err(|e| format!("sink {}: recommitting epoch {epoch}: {e}", sink.name()))?;
+            sink.commit(Epoch(epoch), &group)
+                .map_err(|e| format!("sink {}: recommitting epoch {epoch}: {e}", sink.name()))?;
         }
         sink.discard_after(manifest.map(|m| Epoch(m.epoch))).map_err(|e| format!("sink {}: {e}", sink.name()))?;
     }

@@ -45,7 +45,10 @@ fn list(url: &str) -> Result<ExitCode, String> {
         println!("no checkpoints in {url}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:>8}  {:<23}  {:>12}  {:>8}  {:<16}  sources (lanes: position bytes)", "epoch", "time (UTC)", "bytes", "objects", "fingerprint");
+    println!(
+        "{:>8}  {:<23}  {:>12}  {:>8}  {:<16}  sources (lanes: position bytes)",
+        "epoch", "time (UTC)", "bytes", "objects", "fingerprint"
+    );
     for epoch in epochs {
         match store.load(epoch) {
             Ok(manifest) => {
@@ -53,7 +56,14 @@ fn list(url: &str) -> Result<ExitCode, String> {
                 let sources: Vec<String> = manifest
                     .sources
                     .iter()
-                    .map(|s| format!("{} ({} lanes: {})", s.name, s.lanes.len(), s.lanes.iter().map(|l| hex(l)).collect::<Vec<_>>().join(" ")))
+                    .map(|s| {
+                        format!(
+                            "{} ({} lanes: {})",
+                            s.name,
+                            s.lanes.len(),
+                            s.lanes.iter().map(|l| hex(l)).collect::<Vec<_>>().join(" ")
+                        )
+                    })
                     .collect();
                 println!(
                     "{:>8}  {:<23}  {:>12}  {:>8}  {:<16}  {}",

@@ -168,7 +168,8 @@ fn run_query(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Resu
     let config = sluice_config::parse(&text, &file.display().to_string()).map_err(|e| e.to_string())?;
     let built = build(&file, config, Path::new("."), None)?;
     let started = Instant::now();
-    let report = sluice_runtime::run(&built.plan, &built.options, None, sluice_runtime::controller::stop_handle(), |_, _| {});
+    let report =
+        sluice_runtime::run(&built.plan, &built.options, None, sluice_runtime::controller::stop_handle(), |_, _| {});
     let seconds = started.elapsed().as_secs_f64();
     if let sluice_runtime::RunOutcome::Failed { component, reason } = &report.outcome {
         return Err(format!("query {query} failed in {component}: {reason}"));

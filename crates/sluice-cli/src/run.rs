@@ -71,10 +71,9 @@ pub fn execute(
             built.config.pipeline.name, built.options.threads
         );
     }
-    let report =
-        sluice_runtime::run(&built.plan, &built.options, checkpointing, stop, |metrics, elapsed| {
-            progress.update(metrics, elapsed)
-        });
+    let report = sluice_runtime::run(&built.plan, &built.options, checkpointing, stop, |metrics, elapsed| {
+        progress.update(metrics, elapsed)
+    });
     progress.finish();
     if !quiet || report.outcome != RunOutcome::Completed {
         eprint!("{}", report::render(&built.config.pipeline.name, &report));

@@ -19,9 +19,8 @@ pub const DEFAULT_MAX_FAILED_CHECKPOINTS: u32 = 3;
 /// Reads `[checkpoint]`.
 pub(crate) fn parse_checkpoint(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<CheckpointSection> {
     ctx.check_keys(sec, KEYS, &[]);
-    let interval = ctx
-        .duration(sec, "interval", false, "e.g. interval = \"10s\" (the default)")
-        .or(DEFAULT_CHECKPOINT_INTERVAL);
+    let interval =
+        ctx.duration(sec, "interval", false, "e.g. interval = \"10s\" (the default)").or(DEFAULT_CHECKPOINT_INTERVAL);
     let store = ctx.string(
         sec,
         "store",
@@ -31,7 +30,11 @@ pub(crate) fn parse_checkpoint(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<C
     );
     let store = store.map(|s| s.value).or_else(|| DEFAULT_CHECKPOINT_STORE.to_owned());
     let guarantee = ctx
-        .choice(sec, "guarantee", &[("exactly-once", Guarantee::ExactlyOnce), ("at-least-once", Guarantee::AtLeastOnce)])
+        .choice(
+            sec,
+            "guarantee",
+            &[("exactly-once", Guarantee::ExactlyOnce), ("at-least-once", Guarantee::AtLeastOnce)],
+        )
         .or(Guarantee::ExactlyOnce);
     let retain = ctx
         .integer(sec, "retain", 1..=1000, "set retain to how many committed checkpoints to keep, e.g. retain = 3")

@@ -3,9 +3,9 @@
 
 use toml_edit::{Item, Table, Value};
 
+use crate::checkpoint::parse_checkpoint;
 use crate::error::Position;
 use crate::model::{NEXMARK_TABLES, PipelineConfig, SinkConfig, SourceConfig, SourceConnector, ViewConfig};
-use crate::checkpoint::parse_checkpoint;
 use crate::pipeline::parse_pipeline;
 use crate::reader::{Ctx, Section, TOP_LEVEL, TableRef};
 use crate::sink::{parse_sink, parse_view};

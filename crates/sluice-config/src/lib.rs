@@ -39,15 +39,14 @@ mod source;
 #[cfg(test)]
 mod tests;
 
-pub use error::{ConfigError, Located, Position};
-pub use model::{
-    CheckpointSection, Guarantee,
-    DEFAULT_BATCH_SIZE, DEFAULT_FIRST_EVENT_RATE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES,
-    FileFormat, FileMode, NEXMARK_TABLES, OnError, PipelineConfig, PipelineSection, SinkConfig, SinkConnector,
-    SourceConfig, SourceConnector, StdoutFormat, ViewConfig,
-};
 pub use checkpoint::{
     DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_CHECKPOINT_STORE, DEFAULT_MAX_FAILED_CHECKPOINTS, DEFAULT_RETAIN,
+};
+pub use error::{ConfigError, Located, Position};
+pub use model::{
+    CheckpointSection, DEFAULT_BATCH_SIZE, DEFAULT_FIRST_EVENT_RATE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_VNODES, FileFormat, FileMode, Guarantee, NEXMARK_TABLES, OnError, PipelineConfig, PipelineSection,
+    SinkConfig, SinkConnector, SourceConfig, SourceConnector, StdoutFormat, ViewConfig,
 };
 pub use pipeline::default_threads;
 

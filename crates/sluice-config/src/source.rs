@@ -175,7 +175,11 @@ fn file(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<Conn
             _ => None,
         },
     );
-    let rate = ctx.positive_number(opts, "rate", "set rate to rows per second, e.g. rate = 1000, or remove it to read at full speed");
+    let rate = ctx.positive_number(
+        opts,
+        "rate",
+        "set rate to rows per second, e.g. rate = 1000, or remove it to read at full speed",
+    );
     if format == Some(FileFormat::Json) {
         csv_only(ctx, opts, "header", header.is_present());
         csv_only(ctx, opts, "delimiter", delimiter.is_present());

@@ -157,7 +157,10 @@ fn encode_position(next_event: u64, watermark: Option<TimestampMs>) -> Vec<u8> {
 
 fn decode_position(bytes: &[u8]) -> Result<(u64, Option<TimestampMs>), SluiceError> {
     let (Some(next), Some(watermark)) = (bytes.get(..8), bytes.get(8..16)) else {
-        return Err(SluiceError::internal("source.position", format!("a nexmark position has 16 bytes, not {}", bytes.len())));
+        return Err(SluiceError::internal(
+            "source.position",
+            format!("a nexmark position has 16 bytes, not {}", bytes.len()),
+        ));
     };
     let next = u64::from_le_bytes(next.try_into().expect("8 bytes"));
     let watermark = i64::from_le_bytes(watermark.try_into().expect("8 bytes"));

@@ -52,6 +52,9 @@ pub trait Operator: Send {
     }
 }
 
+/// A chain's state: (operator position, per-vnode blobs) for operators that have state.
+pub type ChainSnapshot = Vec<(usize, Vec<(u32, Vec<u8>)>)>;
+
 /// Operators fused on one thread. Messages pass through them in order.
 pub struct Chain {
     operators: Vec<Box<dyn Operator>>,
@@ -68,7 +71,7 @@ impl Chain {
     }
 
     /// Every operator's snapshot, by position in the chain.
-    pub fn snapshot(&mut self) -> Result<Vec<(usize, Vec<(u32, Vec<u8>)>)>, SluiceError> {
+    pub fn snapshot(&mut self) -> Result<ChainSnapshot, SluiceError> {
         let mut states = Vec::new();
         for (index, operator) in self.operators.iter_mut().enumerate() {
             let blobs = operator.snapshot()?;

@@ -231,7 +231,8 @@ impl Supervisor {
             }
             Some(DriverEvent::Aborted { thread }) => {
                 self.abort();
-                self.outcome = Some(RunOutcome::Failed { component: format!("driver {thread}"), reason: "aborted".into() });
+                self.outcome =
+                    Some(RunOutcome::Failed { component: format!("driver {thread}"), reason: "aborted".into() });
             }
             None => {
                 self.outcome = Some(RunOutcome::Failed {
@@ -386,7 +387,9 @@ fn build_drivers(
                         continue;
                     };
                     let mine = blobs.iter().filter(|(v, _)| owned.contains(v)).map(|(_, b)| b.clone()).collect();
-                    chain.restore(operator, mine).map_err(|e| (format!("restoring {}", segment.operators[operator].0), e))?;
+                    chain
+                        .restore(operator, mine)
+                        .map_err(|e| (format!("restoring {}", segment.operators[operator].0), e))?;
                 }
                 let output = match &segment.output {
                     SegmentOutput::Exchange { partitioner, .. } => {

@@ -6,8 +6,10 @@
 //! Rules it keeps:
 //! - One epoch in flight at a time; epochs strictly increase, from one past the restored
 //!   epoch.
-//! - A driver that finished (its lanes ended) still contributes its lanes' final
-//!   positions to every later manifest, and its last sink records to the next one.
+//! - A driver that finished (its lanes ended) before acking the epoch in flight
+//!   contributes its final slice to that epoch; one that had acked it contributes to the
+//!   next (its end-of-input output came after the barrier). Its lanes' final positions
+//!   join every later manifest, below any position a live driver reported.
 //! - Sink records of an epoch whose checkpoint failed stay uncommitted and ride along in
 //!   the next manifest, so staged output is never orphaned; they are committed, in epoch
 //!   order, right after that manifest is published.
@@ -27,6 +29,8 @@ struct InFlight {
     epoch: Epoch,
     waiting: BTreeSet<u32>,
     slice: ManifestSlice,
+    /// Sink records produced before this barrier but not yet in a published manifest.
+    carried: Vec<(usize, u64, Vec<u8>)>,
     final_epoch: bool,
     started: Instant,
 }
@@ -107,8 +111,15 @@ impl Coordinator {
             let _ = controls[*thread as usize].send(control);
         }
         tracing::debug!(epoch = epoch.0, final_epoch, "checkpoint started");
-        self.in_flight =
-            Some(InFlight { epoch, waiting: running.clone(), slice: ManifestSlice::default(), final_epoch, started: now });
+        let carried = std::mem::take(&mut self.uncommitted);
+        self.in_flight = Some(InFlight {
+            epoch,
+            waiting: running.clone(),
+            slice: ManifestSlice::default(),
+            carried,
+            final_epoch,
+            started: now,
+        });
     }
 
     /// A stop was requested: the next checkpoint is the final one (pausing every lane).
@@ -133,10 +144,11 @@ impl Coordinator {
     /// A driver finished: its final positions join every later manifest, its records the
     /// next one, and it is no longer waited for.
     pub(crate) fn on_finished(&mut self, thread: u32, slice: ManifestSlice) -> Result<Completed, SluiceError> {
-        self.finished_positions.extend(slice.positions);
-        self.uncommitted.extend(slice.sink_records);
-        if let Some(in_flight) = self.in_flight.as_mut() {
-            in_flight.waiting.remove(&thread);
+        self.finished_positions.extend(slice.positions.iter().cloned());
+        let awaited = self.in_flight.as_mut().is_some_and(|in_flight| in_flight.waiting.remove(&thread));
+        match self.in_flight.as_mut() {
+            Some(in_flight) if awaited => in_flight.slice.merge(slice),
+            _ => self.uncommitted.extend(slice.sink_records),
         }
         self.complete_if_ready()
     }
@@ -149,10 +161,12 @@ impl Coordinator {
         }
         let epoch = self.next_epoch;
         self.next_epoch = Epoch(epoch.0 + 1);
+        let carried = std::mem::take(&mut self.uncommitted);
         self.in_flight = Some(InFlight {
             epoch,
             waiting: BTreeSet::new(),
             slice: ManifestSlice::default(),
+            carried,
             final_epoch: true,
             started: Instant::now(),
         });
@@ -168,8 +182,12 @@ impl Coordinator {
         }
         let in_flight = self.in_flight.take().expect("checked above");
         let mut slice = in_flight.slice;
-        slice.positions.extend(self.finished_positions.iter().cloned());
-        let mut records = std::mem::take(&mut self.uncommitted);
+        for finished in &self.finished_positions {
+            if !slice.positions.iter().any(|p| p.source == finished.source && p.lane == finished.lane) {
+                slice.positions.push(finished.clone());
+            }
+        }
+        let mut records = in_flight.carried;
         records.append(&mut slice.sink_records);
         slice.sink_records = records.clone();
         let epoch = in_flight.epoch;
@@ -177,7 +195,11 @@ impl Coordinator {
             Ok(()) => {
                 self.published += 1;
                 self.failed_in_a_row = 0;
-                tracing::info!(epoch = epoch.0, millis = in_flight.started.elapsed().as_millis() as u64, "checkpoint published");
+                tracing::info!(
+                    epoch = epoch.0,
+                    millis = in_flight.started.elapsed().as_millis() as u64,
+                    "checkpoint published"
+                );
                 self.commit(records)?;
                 self.next_due = Instant::now() + self.options.interval;
                 if in_flight.final_epoch {
@@ -189,6 +211,7 @@ impl Coordinator {
             Err(error) => {
                 self.failed_total += 1;
                 self.failed_in_a_row += 1;
+                records.append(&mut self.uncommitted);
                 self.uncommitted = records;
                 tracing::warn!(epoch = epoch.0, %error, "checkpoint failed; the next interval tries again");
                 if in_flight.final_epoch || self.failed_in_a_row >= self.options.max_failed {
@@ -216,7 +239,8 @@ impl Coordinator {
                 .collect();
             index += group.len();
             let sink = &self.sinks[flow];
-            sink.commit(Epoch(epoch), &group).map_err(|e| e.context(format!("sink {} commit of epoch {epoch}", sink.name())))?;
+            sink.commit(Epoch(epoch), &group)
+                .map_err(|e| e.context(format!("sink {} commit of epoch {epoch}", sink.name())))?;
         }
         Ok(())
     }

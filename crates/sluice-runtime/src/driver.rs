@@ -66,12 +66,25 @@ pub(crate) enum Control {
 #[derive(Debug)]
 pub(crate) enum DriverEvent {
     /// Every live segment passed barrier `epoch`.
-    Acked { thread: u32, epoch: Epoch, slice: ManifestSlice },
+    Acked {
+        thread: u32,
+        epoch: Epoch,
+        slice: ManifestSlice,
+    },
     /// Every flow ended; `slice` holds the final lane positions and the sinks' last
     /// pre-commit records (empty when checkpoints are off).
-    Finished { thread: u32, slice: ManifestSlice },
-    Fatal { thread: u32, component: String, error: SluiceError },
-    Aborted { thread: u32 },
+    Finished {
+        thread: u32,
+        slice: ManifestSlice,
+    },
+    Fatal {
+        thread: u32,
+        component: String,
+        error: SluiceError,
+    },
+    Aborted {
+        thread: u32,
+    },
 }
 
 /// Most messages a segment takes from its input per turn, so one busy segment cannot
@@ -143,8 +156,8 @@ struct SegmentRun {
     chain: Chain,
     input: Option<ExchangeInput>,
     output: Output,
-    /// A barrier was injected that this segment has not passed yet.
-    awaiting_barrier: bool,
+    /// The last barrier that passed this segment.
+    barrier_passed: Option<Epoch>,
     /// End-of-data passed this segment.
     ended: bool,
 }
@@ -238,7 +251,7 @@ impl Driver {
                     chain: segment.chain,
                     input: segment.input,
                     output,
-                    awaiting_barrier: false,
+                    barrier_passed: None,
                     ended: false,
                 });
             }
@@ -268,11 +281,13 @@ impl Driver {
     }
 }
 
-/// A barrier travelling through this driver's segments.
+/// A barrier travelling through this driver's segments. It can reach a segment fed by
+/// an exchange before this driver's own `Barrier` control message arrives (another
+/// driver injected first): the pending barrier then exists before it is injected here.
 struct PendingBarrier {
     epoch: Epoch,
-    /// Segments live at injection that have not passed it yet.
-    remaining: usize,
+    /// This driver recorded its lanes' positions and injected the barrier.
+    injected: bool,
     slice: ManifestSlice,
 }
 
@@ -290,7 +305,6 @@ struct DriverState {
     /// The sinks' pre-commit records taken at end-of-data: (flow, epoch, record).
     final_records: Vec<(usize, u64, Vec<u8>)>,
 }
-
 
 type Failure = (String, SluiceError);
 
@@ -341,18 +355,12 @@ impl DriverState {
 
     /// Records every lane's position, then sends barrier `epoch` into every live flow.
     fn inject_barrier(&mut self, epoch: Epoch) -> Result<(), Failure> {
-        assert!(self.pending.is_none(), "barrier {epoch:?} injected while another is in flight");
         self.next_epoch = Epoch(epoch.0 + 1);
-        let mut remaining = 0;
-        for flow in &mut self.flows {
-            for (index, segment) in flow.segments.iter_mut().enumerate() {
-                let live = if index == 0 { !flow.input_ended } else { !segment.ended };
-                segment.awaiting_barrier = live;
-                remaining += usize::from(live);
-            }
-        }
-        let slice = ManifestSlice { positions: self.positions(), ..ManifestSlice::default() };
-        self.pending = Some(PendingBarrier { epoch, remaining, slice });
+        let positions = self.positions();
+        let pending = self.pending_for(epoch);
+        assert!(!pending.injected, "barrier {epoch:?} injected twice");
+        pending.injected = true;
+        pending.slice.positions = positions;
         for index in 0..self.flows.len() {
             if !self.flows[index].input_ended {
                 self.feed_segment(index, 0, Message::Barrier(epoch))?;
@@ -362,12 +370,33 @@ impl DriverState {
         Ok(())
     }
 
-    /// Sends the ack once every segment live at injection has passed the barrier.
+    /// The pending barrier of `epoch`, created on first sight.
+    fn pending_for(&mut self, epoch: Epoch) -> &mut PendingBarrier {
+        if let Some(pending) = &self.pending {
+            assert_eq!(pending.epoch, epoch, "one barrier in flight at a time");
+        }
+        self.pending.get_or_insert_with(|| PendingBarrier { epoch, injected: false, slice: ManifestSlice::default() })
+    }
+
+    /// Sends the ack once the barrier was injected here and every live segment passed it
+    /// (a segment that ended without it has nothing more to contribute).
     fn maybe_ack(&mut self) {
-        if self.pending.as_ref().is_some_and(|pending| pending.remaining == 0) {
+        let Some(pending) = &self.pending else { return };
+        let epoch = pending.epoch;
+        let passed = self.flows.iter().all(|flow| {
+            flow.segments.iter().enumerate().all(|(index, segment)| {
+                let live = if index == 0 { !flow.input_ended } else { !segment.ended };
+                !live || segment.barrier_passed == Some(epoch)
+            })
+        });
+        if pending.injected && passed {
             let pending = self.pending.take().expect("checked above");
             // The controller outlives the drivers; a closed channel means it gave up.
-            let _ = self.events.send(DriverEvent::Acked { thread: self.thread, epoch: pending.epoch, slice: pending.slice });
+            let _ = self.events.send(DriverEvent::Acked {
+                thread: self.thread,
+                epoch: pending.epoch,
+                slice: pending.slice,
+            });
         }
     }
 
@@ -440,9 +469,10 @@ impl DriverState {
                 self.final_records.push((flow, self.next_epoch.0, record));
             }
         }
-        let passed = fed.barrier.is_some() || (segment.ended && segment.awaiting_barrier);
-        if let Some((_, states, record)) = fed.barrier {
-            let pending = self.pending.as_mut().expect("a barrier passes only while one is pending");
+        let barrier = fed.barrier.is_some() || fed.ended || is_end;
+        if let Some((epoch, states, record)) = fed.barrier {
+            self.flows[flow].segments[index].barrier_passed = Some(epoch);
+            let pending = self.pending_for(epoch);
             for (operator, blobs) in states {
                 for (vnode, bytes) in blobs {
                     pending.slice.states.push(StateBlob { operator: operator_id(flow, index, operator), vnode, bytes });
@@ -452,12 +482,7 @@ impl DriverState {
                 pending.slice.sink_records.push((flow, pending.epoch.0, record));
             }
         }
-        let segment = &mut self.flows[flow].segments[index];
-        if passed && segment.awaiting_barrier {
-            segment.awaiting_barrier = false;
-            if let Some(pending) = self.pending.as_mut() {
-                pending.remaining -= 1;
-            }
+        if barrier {
             self.maybe_ack();
         }
         Ok(())
@@ -508,7 +533,8 @@ impl DriverState {
                 let rows: usize = batches.iter().map(|(_, batch)| batch.num_rows()).sum();
                 self.metrics.sources[source].rows.fetch_add(rows as u64, Ordering::Relaxed);
                 if let Some(watermark) = watermark {
-                    self.metrics.sources[source].lane_watermarks[lane.lane as usize].store(watermark, Ordering::Relaxed);
+                    self.metrics.sources[source].lane_watermarks[lane.lane as usize]
+                        .store(watermark, Ordering::Relaxed);
                 }
                 for (table, batch) in batches {
                     self.feed_flows(source, Some(table), Message::Data(Batch::inserts(batch)))?;
@@ -575,7 +601,8 @@ impl DriverState {
 
     fn wait_idle(&self, control: &Receiver<Control>) {
         let now = Instant::now();
-        let wake = self.lanes.iter().filter(|lane| !lane.exhausted && !lane.paused).filter_map(|lane| lane.wait_until).min();
+        let wake =
+            self.lanes.iter().filter(|lane| !lane.exhausted && !lane.paused).filter_map(|lane| lane.wait_until).min();
         let timeout = wake.map_or(IDLE_WAIT_MAX, |wake| wake.saturating_duration_since(now).min(IDLE_WAIT_MAX));
         let mut select = Select::new();
         select.recv(control);
@@ -609,7 +636,7 @@ struct Fed {
     barrier: Option<(Epoch, ChainStates, Option<Vec<u8>>)>,
 }
 
-type ChainStates = Vec<(usize, Vec<(u32, Vec<u8>)>)>;
+type ChainStates = crate::chain::ChainSnapshot;
 
 /// Pushes one message through a segment and routes what comes out. A barrier is
 /// snapshotted at the segment's input (everything before it has been processed), then

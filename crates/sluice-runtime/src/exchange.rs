@@ -166,7 +166,8 @@ impl ExchangeInput {
     /// Registers the receivers that could deliver something, for an idle wait.
     pub(crate) fn register<'a>(&'a self, select: &mut Select<'a>) {
         for (from, receiver) in self.receivers.iter().enumerate() {
-            if !self.finished && !(self.align && self.aligned[from]) {
+            let held_back = self.align && self.aligned[from];
+            if !self.finished && !held_back {
                 select.recv(receiver);
             }
         }

@@ -15,14 +15,14 @@ use std::path::Path;
 
 use crate::harness::{Scratch, sorted_lines, stderr};
 
-struct Case {
-    files: Vec<(String, String)>,
-    pipeline: String,
-    expected: Vec<(String, String)>,
-    report: Vec<String>,
+pub(crate) struct Case {
+    pub files: Vec<(String, String)>,
+    pub pipeline: String,
+    pub expected: Vec<(String, String)>,
+    pub report: Vec<String>,
 }
 
-fn parse(text: &str) -> Case {
+pub(crate) fn parse(text: &str) -> Case {
     let mut case = Case { files: Vec::new(), pipeline: String::new(), expected: Vec::new(), report: Vec::new() };
     let mut section: Option<(String, String)> = None;
     let mut body = String::new();
@@ -56,10 +56,15 @@ fn parse(text: &str) -> Case {
 }
 
 /// The sink output at `name`: a file, or every part of a directory.
-fn output(scratch: &Scratch, name: &str) -> String {
+pub(crate) fn output(scratch: &Scratch, name: &str) -> String {
     let path = scratch.path(name);
     if path.is_dir() {
-        let mut parts: Vec<_> = std::fs::read_dir(&path).expect("read dir").map(|e| e.expect("entry").path()).collect();
+        // Visible parts only: staging directories are hidden (their names start with a dot).
+        let mut parts: Vec<_> = std::fs::read_dir(&path)
+            .expect("read dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.is_file() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+            .collect();
         parts.sort();
         parts.iter().map(|p| std::fs::read_to_string(p).expect("read part")).collect()
     } else {
@@ -80,14 +85,8 @@ fn check(case_file: &Path) {
         let label = format!("{} with {threads} thread(s)", case_file.display());
         assert!(run.status.success(), "{label}: sluice failed:\n{report}");
         for (name, expected) in &case.expected {
-            let mut got = sorted_lines(&output(&scratch, name));
-            let mut want = sorted_lines(expected);
-            // A CSV header is written once per part file: compare rows only.
-            if name.ends_with(".csv") || name.ends_with('/') {
-                got.dedup();
-                want.dedup();
-            }
-            assert_eq!(got, want, "{label}: output {name} differs\nreport:\n{report}");
+            let got = comparable(name, &output(&scratch, name));
+            assert_eq!(got, comparable(name, expected), "{label}: output {name} differs\nreport:\n{report}");
         }
         for line in &case.report {
             assert!(report.contains(line.as_str()), "{label}: the report lacks {line:?}:\n{report}");
@@ -95,8 +94,8 @@ fn check(case_file: &Path) {
     }
 }
 
-#[test]
-fn golden_cases() {
+/// Every golden case file, in name order.
+pub(crate) fn case_files() -> Vec<std::path::PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let mut cases: Vec<_> = std::fs::read_dir(&dir)
         .expect("golden dir")
@@ -104,6 +103,21 @@ fn golden_cases() {
         .filter(|p| p.extension().is_some_and(|e| e == "case"))
         .collect();
     cases.sort();
+    cases
+}
+
+/// Sink output lines, sorted; a CSV header repeated per part file is kept once.
+pub(crate) fn comparable(name: &str, text: &str) -> Vec<String> {
+    let mut lines = sorted_lines(text);
+    if name.ends_with(".csv") || name.ends_with('/') {
+        lines.dedup();
+    }
+    lines
+}
+
+#[test]
+fn golden_cases() {
+    let cases = case_files();
     assert!(cases.len() >= 10, "the golden cases are missing");
     let failures: Vec<String> = cases
         .iter()

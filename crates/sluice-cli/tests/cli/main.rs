@@ -2,6 +2,8 @@
 //! time and disk small).
 
 mod bad_input;
+mod checkpoints;
+mod crash;
 mod examples;
 mod golden;
 mod harness;

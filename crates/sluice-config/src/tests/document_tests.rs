@@ -233,7 +233,10 @@ fn checkpoint_section_defaults_and_values() {
     check_ok(&format!("{PIPELINE}\n{custom}{SOURCE}{SINK}"), |c| {
         let checkpoint = c.checkpoint.as_ref().expect("section");
         assert_eq!(checkpoint.interval, std::time::Duration::from_millis(500));
-        assert_eq!((checkpoint.store.as_str(), checkpoint.guarantee, checkpoint.retain), ("s3://b/p", Guarantee::AtLeastOnce, 5));
+        assert_eq!(
+            (checkpoint.store.as_str(), checkpoint.guarantee, checkpoint.retain),
+            ("s3://b/p", Guarantee::AtLeastOnce, 5)
+        );
         assert_eq!(checkpoint.max_failed_checkpoints, 2);
     });
 }

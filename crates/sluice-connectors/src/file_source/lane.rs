@@ -13,12 +13,12 @@
 //! counting the line breaks before its first line once.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{
@@ -80,7 +80,10 @@ fn encode_position(offset: u64, rows: u64, watermark: Option<TimestampMs>) -> Ve
 
 fn decode_position(bytes: &[u8]) -> Result<(u64, u64, Option<TimestampMs>), SluiceError> {
     if bytes.len() != 24 {
-        return Err(SluiceError::internal("source.position", format!("a file position has 24 bytes, not {}", bytes.len())));
+        return Err(SluiceError::internal(
+            "source.position",
+            format!("a file position has 24 bytes, not {}", bytes.len()),
+        ));
     }
     let word = |i: usize| <[u8; 8]>::try_from(&bytes[i * 8..i * 8 + 8]).expect("8 bytes");
     let watermark = i64::from_le_bytes(word(2));

@@ -51,7 +51,8 @@ fn read_all(source: &FileSource, batch_size: usize) -> Read {
     let metrics = Arc::new(SourceMetrics::new("events", source.lanes()));
     let mut read = Read::default();
     for lane in 0..source.lanes() {
-        let context = LaneContext { lane, batch_size, tables_needed: vec![true], metrics: Arc::clone(&metrics), start: None };
+        let context =
+            LaneContext { lane, batch_size, tables_needed: vec![true], metrics: Arc::clone(&metrics), start: None };
         let mut reader = source.open_lane(context).expect("lane opens");
         let mut watermarks = Vec::new();
         loop {

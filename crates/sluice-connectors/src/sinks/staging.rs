@@ -474,7 +474,35 @@ pub(super) fn discard_after(sink: &FileSink, epoch: Option<Epoch>) -> Result<(),
             fs::remove_file(entry.path()).map_err(|error| io_error(&entry.path(), &error))?;
         }
     }
-    sync_directory(&layout.staging)
+    sync_directory(&layout.staging)?;
+    discard_visible_after(&layout, epoch)
+}
+
+/// Directory mode: removes visible parts of epochs after `epoch`. They exist only when
+/// recovery fell back past a damaged newer checkpoint whose epochs were committed; the
+/// replay from `epoch` writes those rows again. (File mode appends in place and cannot
+/// drop a committed epoch: a fallback past a committed epoch repeats its rows there.)
+fn discard_visible_after(layout: &Layout, epoch: Epoch) -> Result<(), SluiceError> {
+    let Target::Directory(directory) = &layout.target else { return Ok(()) };
+    let entries = match fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(io_error(directory, &error)),
+    };
+    let mut removed = false;
+    for entry in entries {
+        let entry = entry.map_err(|error| io_error(directory, &error))?;
+        let name = entry.file_name();
+        let visible_epoch = name.to_string_lossy().strip_prefix("part-").and_then(|rest| {
+            let digits = rest.get(..20)?;
+            digits.bytes().all(|b| b.is_ascii_digit()).then(|| digits.parse::<u64>().ok())?
+        });
+        if visible_epoch.is_some_and(|visible| visible > epoch.0) {
+            fs::remove_file(entry.path()).map_err(|error| io_error(&entry.path(), &error))?;
+            removed = true;
+        }
+    }
+    if removed { sync_directory(directory) } else { Ok(()) }
 }
 
 /// The epoch of a staged file's name (`epoch-{e:020}-part-…`).

@@ -61,7 +61,11 @@ pub(super) fn snapshot(aggregate: &WindowAggregate) -> Result<Vec<(u32, Vec<u8>)
 }
 
 /// The vnode of every group of `window`, from its key's placement hash.
-fn group_vnodes(aggregate: &WindowAggregate, window: &WindowGroups, hashes: &mut Vec<u64>) -> Result<Vec<u32>, SluiceError> {
+fn group_vnodes(
+    aggregate: &WindowAggregate,
+    window: &WindowGroups,
+    hashes: &mut Vec<u64>,
+) -> Result<Vec<u32>, SluiceError> {
     if aggregate.spec.keys.is_empty() {
         return Ok(vec![0; window.keys.len()]);
     }

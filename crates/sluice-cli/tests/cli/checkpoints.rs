@@ -1,0 +1,177 @@
+//! Checkpoint stores as a user meets them: damaged checkpoints fall back or fail clearly,
+//! a changed plan is refused with both fingerprints and the remedies, and
+//! `sluice checkpoints list/verify` inspect a store.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Scratch, assert_fails_with, sluice_command, sorted_lines, stderr, stdout};
+
+const WAIT_MAX: Duration = Duration::from_secs(60);
+
+fn pipeline(view_sql: &str) -> String {
+    format!(
+        r#"[pipeline]
+name = "stored"
+threads = 2
+
+[checkpoint]
+interval = "20ms"
+store = "file://./state"
+retain = 10
+
+[[source]]
+name = "events"
+connector = "file"
+format = "json"
+schema = "k VARCHAR, v BIGINT, ts TIMESTAMP(3)"
+event_time = "ts"
+[source.options]
+path = "events.jsonl"
+rate = 400
+
+[[view]]
+name = "sums"
+sql = "{view_sql}"
+
+[[sink]]
+name = "out"
+from = "sums"
+connector = "file"
+format = "json"
+[sink.options]
+path = "out/"
+"#
+    )
+}
+
+const SUMS: &str = "SELECT k, SUM(v) AS total, window_start FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY k, window_start, window_end";
+
+fn scratch() -> Scratch {
+    let scratch = Scratch::new();
+    let rows: String = (0..120)
+        .map(|i| format!("{{\"k\":\"k{}\",\"v\":{i},\"ts\":{}}}\n", i % 3, 1_767_225_600_000i64 + i * 250))
+        .collect();
+    scratch.write("events.jsonl", &rows);
+    scratch.write("pipeline.toml", &pipeline(SUMS));
+    scratch
+}
+
+fn manifests(scratch: &Scratch) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<_> = std::fs::read_dir(scratch.path("state/manifests"))
+        .map(|entries| {
+            entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "manifest")).collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+/// Runs until `count` checkpoints are published, then SIGKILL.
+fn crash_after(scratch: &Scratch, count: usize) {
+    let mut child = sluice_command(scratch.dir.path())
+        .args(["--quiet", "run", "pipeline.toml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let started = Instant::now();
+    while manifests(scratch).len() < count {
+        assert!(child.try_wait().expect("poll").is_none(), "the run ended before {count} checkpoints");
+        assert!(started.elapsed() < WAIT_MAX, "no checkpoints");
+        std::thread::yield_now();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn output(scratch: &Scratch) -> Vec<String> {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(scratch.path("out")).expect("out dir").flatten() {
+        if entry.path().is_file() {
+            text.push_str(&std::fs::read_to_string(entry.path()).expect("part"));
+        }
+    }
+    sorted_lines(&text)
+}
+
+fn uninterrupted() -> Vec<String> {
+    let clean = scratch();
+    let run = clean.sluice(&["run", "pipeline.toml"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    output(&clean)
+}
+
+#[test]
+fn a_damaged_newest_checkpoint_falls_back_to_the_previous_one() {
+    let expected = uninterrupted();
+    for damage in ["truncate", "garbage", "delete-object"] {
+        let crashed = scratch();
+        crash_after(&crashed, 3);
+        let newest = manifests(&crashed).pop().expect("a manifest");
+        match damage {
+            "truncate" => std::fs::write(&newest, &std::fs::read(&newest).expect("read")[..10]).expect("truncate"),
+            "garbage" => std::fs::write(&newest, b"not a manifest at all").expect("write"),
+            _ => {
+                let epoch_dirs: Vec<_> = std::fs::read_dir(crashed.path("state/state"))
+                    .expect("state")
+                    .flatten()
+                    .map(|e| e.path())
+                    .collect();
+                let newest_dir = epoch_dirs.into_iter().max().expect("state objects");
+                let object = walk(&newest_dir).into_iter().next().expect("an object");
+                std::fs::remove_file(object).expect("delete");
+            }
+        }
+        let resumed = crashed.sluice(&["run", "pipeline.toml"]);
+        let report = stderr(&resumed);
+        assert!(resumed.status.success(), "{damage}: {report}");
+        assert!(report.contains("falling back"), "{damage}: no fallback warning:\n{report}");
+        assert_eq!(output(&crashed), expected, "{damage}: output after the fallback differs");
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn a_changed_plan_is_refused_until_from_scratch() {
+    let scratch = scratch();
+    crash_after(&scratch, 1);
+    scratch.write("pipeline.toml", &pipeline(&SUMS.replace("SUM(v)", "MAX(v)")));
+    let refused = scratch.sluice(&["run", "pipeline.toml"]);
+    assert_fails_with(&refused, &["different plan", "fingerprint", "--from-scratch", "new location"]);
+    let fresh = scratch.sluice(&["run", "pipeline.toml", "--from-scratch"]);
+    assert!(fresh.status.success(), "{}", stderr(&fresh));
+}
+
+#[test]
+fn checkpoints_list_and_verify_name_what_is_damaged() {
+    let scratch = scratch();
+    crash_after(&scratch, 2);
+    let list = scratch.sluice(&["checkpoints", "list", "--store", "file://./state"]);
+    assert!(list.status.success(), "{}", stderr(&list));
+    assert!(
+        stdout(&list).contains("events (2 lanes") || stdout(&list).contains("events (1 lanes"),
+        "{}",
+        stdout(&list)
+    );
+    let verify = scratch.sluice(&["checkpoints", "verify", "--store", "file://./state"]);
+    assert!(verify.status.success(), "{}", stdout(&verify));
+    let object = walk(&scratch.path("state/state")).into_iter().next_back();
+    let Some(object) = object else { return };
+    let mut bytes = std::fs::read(&object).expect("read");
+    bytes[0] ^= 0xff;
+    std::fs::write(&object, bytes).expect("flip");
+    let verify = scratch.sluice(&["checkpoints", "verify", "--store", "file://./state"]);
+    assert_eq!(verify.status.code(), Some(1));
+    let name = object.file_name().expect("name").to_string_lossy().into_owned();
+    assert!(stdout(&verify).contains("DAMAGED") && stdout(&verify).contains(&name), "{}", stdout(&verify));
+}
