@@ -69,6 +69,13 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
     for sink in &metrics.sinks {
         let _ = writeln!(text, "  sink {}: {} rows out", sink.name, sink.rows.load(Ordering::Relaxed));
     }
+    if let Some(stats) = &report.checkpoints {
+        let _ = writeln!(
+            text,
+            "  checkpoints: {} published (last epoch {}, {} bytes of state), {} failed; longest pause {} ms, longest checkpoint {} ms",
+            stats.published, stats.last_epoch, stats.last_state_bytes, stats.failed, stats.max_pause_ms, stats.max_duration_ms
+        );
+    }
     for (name, value) in metrics.counters() {
         let _ = writeln!(text, "  {name}: {value}");
     }

@@ -18,6 +18,7 @@ use sluice_types::{SluiceError, TimestampMs};
 
 use crate::chain::Chain;
 use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
+pub use crate::coordinator::CheckpointStats;
 use crate::coordinator::{Completed, Coordinator};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};
@@ -73,6 +74,8 @@ pub struct RunReport {
     /// Whether the run ended because a stop was requested (rather than end of input).
     pub stopped: bool,
     pub metrics: Arc<Metrics>,
+    /// Checkpoint figures, when checkpoints were on.
+    pub checkpoints: Option<CheckpointStats>,
 }
 
 impl RunReport {
@@ -138,7 +141,7 @@ pub fn run(
         Ok(drivers) => drivers,
         Err((component, error)) => {
             let outcome = RunOutcome::Failed { component, reason: error.to_string() };
-            return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics };
+            return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
         }
     };
     for (driver, control) in drivers {
@@ -150,7 +153,7 @@ pub fn run(
             Err(error) => {
                 let outcome = RunOutcome::Failed { component: format!("driver {thread}"), reason: error.to_string() };
                 controls.iter().for_each(|c| _ = c.try_send(Control::Abort));
-                return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics };
+                return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
             }
         }
     }
@@ -194,7 +197,8 @@ pub fn run(
             let _ = events.recv_timeout(Duration::from_millis(20));
         }
     }
-    RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics }
+    let checkpoints = supervisor.coordinator.as_ref().map(|c| c.stats.clone());
+    RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
 }
 
 struct Supervisor {
@@ -438,7 +442,7 @@ fn build_drivers(
             events: events.clone(),
             metrics: Arc::clone(metrics),
             start_positions: Arc::clone(&start_positions),
-            staged: shape.checkpoints && shape.exactly_once,
+            staged: shape.checkpoints,
             checkpoints: shape.checkpoints,
             first_epoch: shape.first_epoch,
         };

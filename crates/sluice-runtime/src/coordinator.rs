@@ -56,9 +56,22 @@ pub(crate) struct Coordinator {
     failed_in_a_row: u32,
     stopping: bool,
     final_done: bool,
-    /// Checkpoints published, for the report.
+    pub stats: CheckpointStats,
+}
+
+/// What the report says about checkpoints.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointStats {
     pub published: u64,
-    pub failed_total: u64,
+    pub failed: u64,
+    pub last_epoch: u64,
+    /// Bytes of operator state in the last published checkpoint.
+    pub last_state_bytes: u64,
+    /// Longest time from barrier injection to the last driver's ack (alignment and
+    /// snapshots: the pause processing sees).
+    pub max_pause_ms: u64,
+    /// Longest time from barrier injection to the manifest published.
+    pub max_duration_ms: u64,
 }
 
 impl Coordinator {
@@ -76,8 +89,7 @@ impl Coordinator {
             failed_in_a_row: 0,
             stopping: false,
             final_done: false,
-            published: 0,
-            failed_total: 0,
+            stats: CheckpointStats::default(),
         }
     }
 
@@ -181,6 +193,8 @@ impl Coordinator {
             return Ok(Completed::Nothing);
         }
         let in_flight = self.in_flight.take().expect("checked above");
+        let pause_ms = in_flight.started.elapsed().as_millis() as u64;
+        let state_bytes: u64 = in_flight.slice.states.iter().map(|s| s.bytes.len() as u64).sum();
         let mut slice = in_flight.slice;
         for finished in &self.finished_positions {
             if !slice.positions.iter().any(|p| p.source == finished.source && p.lane == finished.lane) {
@@ -193,7 +207,12 @@ impl Coordinator {
         let epoch = in_flight.epoch;
         match self.options.checkpointer.checkpoint(epoch, slice, in_flight.final_epoch) {
             Ok(()) => {
-                self.published += 1;
+                self.stats.published += 1;
+                self.stats.last_epoch = epoch.0;
+                self.stats.last_state_bytes = state_bytes;
+                self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
+                let duration_ms = in_flight.started.elapsed().as_millis() as u64;
+                self.stats.max_duration_ms = self.stats.max_duration_ms.max(duration_ms);
                 self.failed_in_a_row = 0;
                 tracing::info!(
                     epoch = epoch.0,
@@ -209,7 +228,7 @@ impl Coordinator {
                 Ok(Completed::Checkpoint)
             }
             Err(error) => {
-                self.failed_total += 1;
+                self.stats.failed += 1;
                 self.failed_in_a_row += 1;
                 records.append(&mut self.uncommitted);
                 self.uncommitted = records;
