@@ -73,7 +73,12 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
         let _ = writeln!(
             text,
             "  checkpoints: {} published (last epoch {}, {} bytes of state), {} failed; longest pause {} ms, longest checkpoint {} ms",
-            stats.published, stats.last_epoch, stats.last_state_bytes, stats.failed, stats.max_pause_ms, stats.max_duration_ms
+            stats.published,
+            stats.last_epoch,
+            stats.last_state_bytes,
+            stats.failed,
+            stats.max_pause_ms,
+            stats.max_duration_ms
         );
     }
     for (name, value) in metrics.counters() {

@@ -276,6 +276,7 @@ impl Driver {
             checkpoints: self.checkpoints,
             next_epoch: Epoch(self.first_epoch),
             final_records: Vec::new(),
+            stopping: false,
         };
         state.run(&self.control)
     }
@@ -304,6 +305,9 @@ struct DriverState {
     next_epoch: Epoch,
     /// The sinks' pre-commit records taken at end-of-data: (flow, epoch, record).
     final_records: Vec<(usize, u64, Vec<u8>)>,
+    /// A final barrier was taken: drivers leave on `Exit` in any order, so a sender that
+    /// disappears without ending its output is expected, not a failure.
+    stopping: bool,
 }
 
 type Failure = (String, SluiceError);
@@ -319,6 +323,7 @@ impl DriverState {
                 Ok(Control::Barrier(epoch)) => self.inject_barrier(epoch)?,
                 Ok(Control::FinalBarrier(epoch)) => {
                     self.lanes.iter_mut().for_each(|lane| lane.paused = true);
+                    self.stopping = true;
                     self.inject_barrier(epoch)?;
                 }
                 Ok(Control::Exit) => return Ok(Some(ManifestSlice::default())),
@@ -444,7 +449,11 @@ impl DriverState {
                         break;
                     }
                     let Some(input) = segment.input.as_mut() else { break };
-                    let polled = input.poll().map_err(|e| (component(&self.flows[flow].name), e))?;
+                    let polled = match input.poll() {
+                        Err(error) if self.stopping && error.code == "exchange.lost_sender" => Ok(None),
+                        other => other,
+                    };
+                    let polled = polled.map_err(|e| (component(&self.flows[flow].name), e))?;
                     let Some(message) = polled else { break };
                     progressed = true;
                     self.feed_segment(flow, index, message)?;

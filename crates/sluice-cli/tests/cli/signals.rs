@@ -156,3 +156,72 @@ fn a_drain_past_shutdown_timeout_fails_naming_the_deadline() {
     assert!(seen.contains("still draining after shutdown_timeout = 1s"), "{seen}");
     assert_eq!(child.wait().expect("wait").code(), Some(1));
 }
+
+/// With checkpoints, SIGTERM takes a final checkpoint instead of flushing open windows:
+/// the restarted run then ends with exactly the output of a run never stopped.
+#[test]
+fn sigterm_with_checkpoints_resumes_without_duplicates() {
+    let pipeline = r#"
+[pipeline]
+name = "stoppable"
+threads = 2
+
+[checkpoint]
+interval = "50ms"
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+events = 40000
+rate = 20000
+first_event_rate = 10000
+
+[[view]]
+name = "counts"
+sql = "SELECT auction, COUNT(*) AS n, window_start FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' SECOND)) GROUP BY auction, window_start, window_end"
+
+[[sink]]
+name = "out"
+from = "counts"
+connector = "file"
+format = "json"
+[sink.options]
+path = "out/"
+"#;
+    let parts = |scratch: &Scratch| {
+        let mut text = String::new();
+        for entry in std::fs::read_dir(scratch.path("out")).expect("out").flatten() {
+            if entry.path().is_file() {
+                text.push_str(&std::fs::read_to_string(entry.path()).expect("part"));
+            }
+        }
+        crate::harness::sorted_lines(&text)
+    };
+    let clean = Scratch::new();
+    clean.write("pipeline.toml", pipeline);
+    assert!(clean.sluice(&["--quiet", "run", "pipeline.toml"]).status.success());
+
+    let stopped = Scratch::new();
+    stopped.write("pipeline.toml", pipeline);
+    let mut child = sluice_command(stopped.dir.path())
+        .args(["run", "pipeline.toml"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let manifests = stopped.path("sluice-state/manifests");
+    let started = Instant::now();
+    while std::fs::read_dir(&manifests).map(|d| d.count()).unwrap_or(0) == 0 {
+        assert!(started.elapsed() < WAIT_MAX, "no checkpoint");
+        std::thread::yield_now();
+    }
+    signal(&child, "TERM");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let seen = read_until(&mut stderr, "sluice: pipeline");
+    assert_eq!(child.wait().expect("wait").code(), Some(0), "{seen}");
+    assert!(seen.contains("stopped and drained"), "{seen}");
+    let resumed = stopped.sluice(&["run", "pipeline.toml"]);
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert_eq!(parts(&stopped), parts(&clean), "a stop and restart must not change the output");
+}
