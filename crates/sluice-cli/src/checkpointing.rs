@@ -137,6 +137,7 @@ pub fn prepare(
     vnodes: u32,
     lane_threads: u32,
 ) -> Result<Checkpointing, String> {
+    let highest_epoch = store.epochs().map_err(|e| e.to_string())?.into_iter().max().unwrap_or(0);
     let mut restore = Restore::default();
     if let Some(manifest) = &manifest {
         restore_positions(manifest, plan, &mut restore)?;
@@ -171,7 +172,9 @@ pub fn prepare(
     let options = CheckpointOptions {
         interval: section.interval,
         exactly_once: section.guarantee == Guarantee::ExactlyOnce,
-        restored_epoch: manifest.as_ref().map_or(0, |m| m.epoch),
+        // New epochs go above every published one, damaged ones included: a fallback
+        // must never write a manifest under an epoch that already exists.
+        restored_epoch: highest_epoch.max(manifest.as_ref().map_or(0, |m| m.epoch)),
         max_failed: section.max_failed_checkpoints,
         checkpointer: Box::new(checkpointer),
     };

@@ -75,7 +75,8 @@ pub struct CheckpointOptions {
     pub interval: Duration,
     /// Exactly-once: segments align barriers and sinks stage; at-least-once: neither.
     pub exactly_once: bool,
-    /// The epoch of the restored manifest (0 when starting fresh); the next is one more.
+    /// The highest epoch published in the store, the restored one or a newer damaged one
+    /// (0 when starting fresh); this run's first epoch is one more.
     pub restored_epoch: u64,
     /// Consecutive failed checkpoints before the run fails.
     pub max_failed: u32,
