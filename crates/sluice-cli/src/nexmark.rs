@@ -47,6 +47,9 @@ pub enum NexmarkCommand {
         /// Read bids from this CSV file (from `sluice nexmark generate`) instead of the generator.
         #[arg(long)]
         csv: Option<PathBuf>,
+        /// Take checkpoints at this interval (e.g. "10s") into a temporary store.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        checkpoint_interval: Option<std::time::Duration>,
     },
     /// Run one benchmark query in this process and print one JSON line (used by `bench`).
     #[command(hide = true)]
@@ -58,6 +61,8 @@ pub enum NexmarkCommand {
         threads: u32,
         #[arg(long)]
         csv: Option<PathBuf>,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        checkpoint_interval: Option<std::time::Duration>,
     },
 }
 
@@ -82,6 +87,13 @@ pub fn query_sql(query: &str) -> Option<&'static str> {
         "q0" => "SELECT auction, bidder, price, dateTime, extra FROM bid",
         "q1" => "SELECT auction, bidder, 0.908 * price AS price, dateTime, extra FROM bid",
         "q2" => "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
+        // Keyed window state that grows with the input: one group per (auction, bidder)
+        // pair in an hour-long window; used to measure checkpoints of a given state size.
+        "state" => {
+            "SELECT auction, bidder, COUNT(*) AS bids, SUM(price) AS total, window_start \
+             FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' HOUR)) \
+             GROUP BY auction, bidder, window_start, window_end"
+        }
         "tumble" => {
             "SELECT auction, COUNT(*) AS bids, window_start, window_end \
              FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) \
@@ -96,10 +108,12 @@ pub fn main(command: NexmarkCommand, quiet: bool) -> Result<ExitCode, String> {
         NexmarkCommand::Generate { events, seed, table, format, output } => {
             generate(events, seed, table, format, output.as_deref())
         }
-        NexmarkCommand::Bench { events, threads, queries, csv } => {
-            bench(events, threads, &queries, csv.as_deref(), quiet)
+        NexmarkCommand::Bench { events, threads, queries, csv, checkpoint_interval } => {
+            bench(events, threads, &queries, csv.as_deref(), checkpoint_interval, quiet)
         }
-        NexmarkCommand::Query { query, events, threads, csv } => run_query(&query, events, threads, csv.as_deref()),
+        NexmarkCommand::Query { query, events, threads, csv, checkpoint_interval } => {
+            run_query(&query, events, threads, csv.as_deref(), checkpoint_interval)
+        }
     }
 }
 
@@ -144,7 +158,7 @@ fn generate(
 /// The pipeline file of one benchmark query.
 fn pipeline_text(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Result<String, String> {
     let sql = query_sql(query)
-        .ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble"))?;
+        .ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble, state"))?;
     let source = match csv {
         None => {
             format!("[[source]]\nname = \"nexmark\"\nconnector = \"nexmark\"\n[source.options]\nevents = {events}\n")
@@ -162,15 +176,51 @@ fn pipeline_text(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> 
     ))
 }
 
-fn run_query(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Result<ExitCode, String> {
-    let text = pipeline_text(query, events, threads, csv)?;
+fn run_query(
+    query: &str,
+    events: u64,
+    threads: u32,
+    csv: Option<&Path>,
+    checkpoint_interval: Option<std::time::Duration>,
+) -> Result<ExitCode, String> {
+    let mut text = pipeline_text(query, events, threads, csv)?;
+    let store = std::env::temp_dir().join(format!("sluice-bench-state-{}", std::process::id()));
+    if let Some(interval) = checkpoint_interval {
+        let url = format!("file://{}", store.display());
+        let section = format!("\n[checkpoint]\ninterval = \"{}ms\"\nstore = {url:?}\n", interval.as_millis());
+        text = text.replacen("\n[[source]]", &format!("{section}\n[[source]]"), 1);
+    }
     let file = PathBuf::from(format!("<nexmark {query}>"));
     let config = sluice_config::parse(&text, &file.display().to_string()).map_err(|e| e.to_string())?;
+    let section = config.checkpoint.clone();
     let built = build(&file, config, Path::new("."), None)?;
+    let checkpointing = match &section {
+        Some(section) => {
+            let (store, recovered) = crate::checkpointing::open(section, Path::new("."), true)?;
+            let fingerprint = built.fingerprint.clone();
+            let vnodes = built.options.vnodes;
+            Some(crate::checkpointing::prepare(
+                section,
+                store,
+                recovered.manifest,
+                &built.plan,
+                fingerprint,
+                vnodes,
+                threads,
+            )?)
+        }
+        None => None,
+    };
     let started = Instant::now();
-    let report =
-        sluice_runtime::run(&built.plan, &built.options, None, sluice_runtime::controller::stop_handle(), |_, _| {});
+    let report = sluice_runtime::run(
+        &built.plan,
+        &built.options,
+        checkpointing,
+        sluice_runtime::controller::stop_handle(),
+        |_, _| {},
+    );
     let seconds = started.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&store);
     if let sluice_runtime::RunOutcome::Failed { component, reason } = &report.outcome {
         return Err(format!("query {query} failed in {component}: {reason}"));
     }
@@ -187,6 +237,12 @@ fn run_query(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Resu
         "events_per_second": counted as f64 / seconds,
         "events_per_second_per_thread": counted as f64 / seconds / f64::from(threads),
         "peak_rss_mb": peak_rss_mb(),
+        "checkpoints": report.checkpoints.as_ref().map(|c| serde_json::json!({
+            "published": c.published,
+            "max_state_bytes": c.max_state_bytes,
+            "max_pause_ms": c.max_pause_ms,
+            "max_duration_ms": c.max_duration_ms,
+        })),
     });
     println!("{line}");
     Ok(ExitCode::SUCCESS)
@@ -200,7 +256,14 @@ fn peak_rss_mb() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-fn bench(events: u64, threads: u32, queries: &str, csv: Option<&Path>, quiet: bool) -> Result<ExitCode, String> {
+fn bench(
+    events: u64,
+    threads: u32,
+    queries: &str,
+    csv: Option<&Path>,
+    checkpoint_interval: Option<std::time::Duration>,
+    quiet: bool,
+) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the sluice binary: {e}"))?;
     if !quiet {
         let input = csv.map_or("generator".to_string(), |p| format!("csv {}", p.display()));
@@ -209,7 +272,7 @@ fn bench(events: u64, threads: u32, queries: &str, csv: Option<&Path>, quiet: bo
     }
     for query in queries.split(',').map(str::trim).filter(|q| !q.is_empty()) {
         query_sql(query)
-            .ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble"))?;
+            .ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble, state"))?;
         let mut command = Command::new(&exe);
         command.args([
             "--quiet",
@@ -223,6 +286,9 @@ fn bench(events: u64, threads: u32, queries: &str, csv: Option<&Path>, quiet: bo
         ]);
         if let Some(csv) = csv {
             command.arg("--csv").arg(csv);
+        }
+        if let Some(interval) = checkpoint_interval {
+            command.arg("--checkpoint-interval").arg(format!("{}ms", interval.as_millis()));
         }
         let output = command.output().map_err(|e| format!("cannot run query {query}: {e}"))?;
         if !output.status.success() {
@@ -242,6 +308,16 @@ fn bench(events: u64, threads: u32, queries: &str, csv: Option<&Path>, quiet: bo
                 result["events_per_second_per_thread"].as_f64().unwrap_or_default(),
                 result["peak_rss_mb"].as_f64().unwrap_or_default()
             );
+            let checkpoints = &result["checkpoints"];
+            if !checkpoints.is_null() {
+                println!(
+                    "         checkpoints: {} published, largest state {:.1} MB, longest pause {} ms, longest checkpoint {} ms",
+                    checkpoints["published"],
+                    checkpoints["max_state_bytes"].as_f64().unwrap_or_default() / 1e6,
+                    checkpoints["max_pause_ms"],
+                    checkpoints["max_duration_ms"]
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

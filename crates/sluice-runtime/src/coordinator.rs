@@ -67,6 +67,8 @@ pub struct CheckpointStats {
     pub last_epoch: u64,
     /// Bytes of operator state in the last published checkpoint.
     pub last_state_bytes: u64,
+    /// Bytes of operator state in the largest published checkpoint.
+    pub max_state_bytes: u64,
     /// Longest time from barrier injection to the last driver's ack (alignment and
     /// snapshots: the pause processing sees).
     pub max_pause_ms: u64,
@@ -210,6 +212,7 @@ impl Coordinator {
                 self.stats.published += 1;
                 self.stats.last_epoch = epoch.0;
                 self.stats.last_state_bytes = state_bytes;
+                self.stats.max_state_bytes = self.stats.max_state_bytes.max(state_bytes);
                 self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
                 let duration_ms = in_flight.started.elapsed().as_millis() as u64;
                 self.stats.max_duration_ms = self.stats.max_duration_ms.max(duration_ms);
