@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_checkpoint::{CheckpointStore, Manifest, OperatorState, SinkRecords, SourcePositions};
 use sluice_config::{CheckpointSection, Guarantee};
-use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, Restore};
+use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, Restore, commit_in_order};
 use sluice_runtime::{Checkpointing, Plan};
 use sluice_types::{Epoch, SluiceError};
 
@@ -214,16 +214,7 @@ fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan) -> Result<(), String>
                 by_epoch.push((u64::from_le_bytes(epoch.try_into().expect("8 bytes")), rest.to_vec()));
             }
         }
-        by_epoch.sort_by_key(|(epoch, _)| *epoch);
-        let mut index = 0;
-        while index < by_epoch.len() {
-            let epoch = by_epoch[index].0;
-            let group: Vec<Vec<u8>> =
-                by_epoch[index..].iter().take_while(|(e, _)| *e == epoch).map(|(_, r)| r.clone()).collect();
-            index += group.len();
-            sink.commit(Epoch(epoch), &group)
-                .map_err(|e| format!("sink {}: recommitting epoch {epoch}: {e}", sink.name()))?;
-        }
+        commit_in_order(sink.as_ref(), by_epoch).map_err(|e| format!("recovery: {e}"))?;
         sink.discard_after(manifest.map(|m| Epoch(m.epoch))).map_err(|e| format!("sink {}: {e}", sink.name()))?;
     }
     Ok(())

@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use sluice_types::{Epoch, SluiceError};
 
+use crate::plan::SinkFactory;
+
 /// The position of one lane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LanePosition {
@@ -90,6 +92,22 @@ pub struct Restore {
     pub positions: HashMap<(usize, u32), Vec<u8>>,
     /// operator id → (vnode, blob).
     pub states: HashMap<String, Vec<(u32, Vec<u8>)>>,
+}
+
+/// Commits a sink's pre-commit records epoch by epoch, in increasing order (the order the
+/// sink contract requires, after a publish and again at recovery).
+pub fn commit_in_order(sink: &dyn SinkFactory, mut records: Vec<(u64, Vec<u8>)>) -> Result<(), SluiceError> {
+    records.sort_by_key(|(epoch, _)| *epoch);
+    let mut index = 0;
+    while index < records.len() {
+        let epoch = records[index].0;
+        let group: Vec<Vec<u8>> =
+            records[index..].iter().take_while(|(e, _)| *e == epoch).map(|(_, record)| record.clone()).collect();
+        index += group.len();
+        sink.commit(Epoch(epoch), &group)
+            .map_err(|e| e.context(format!("sink {} commit of epoch {epoch}", sink.name())))?;
+    }
+    Ok(())
 }
 
 /// The id of operator `operator` of segment `segment` of flow `flow`.

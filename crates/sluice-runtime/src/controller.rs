@@ -159,11 +159,14 @@ pub fn run(
     }
     drop(events_sender);
     let running = (0..options.threads).collect();
-    let mut supervisor = Supervisor { controls, running, deadline: None, outcome: None, coordinator };
+    let mut supervisor = Supervisor { controls, running, deadline: None, outcome: None, coordinator, echo: None };
     let mut next_progress = started + options.progress_interval;
     while supervisor.outcome.is_none() {
         let now = Instant::now();
         let mut wake = supervisor.deadline.map_or(next_progress, |deadline| deadline.min(next_progress));
+        if let Some((_, until)) = supervisor.echo {
+            wake = wake.min(until);
+        }
         if let Some(due) = supervisor.coordinator.as_ref().and_then(Coordinator::next_due) {
             wake = wake.min(due);
         }
@@ -207,7 +210,13 @@ struct Supervisor {
     deadline: Option<Instant>,
     outcome: Option<RunOutcome>,
     coordinator: Option<Coordinator>,
+    /// A failure that is only the echo of another (a peer thread vanished): reported if
+    /// no root cause arrives within [`ROOT_CAUSE_WAIT`].
+    echo: Option<(RunOutcome, Instant)>,
 }
+
+/// How long an echo failure waits for the failure that caused it.
+const ROOT_CAUSE_WAIT: Duration = Duration::from_millis(500);
 
 impl Supervisor {
     fn on_event(&mut self, event: Option<DriverEvent>) {
@@ -229,9 +238,16 @@ impl Supervisor {
                 }
             }
             Some(DriverEvent::Fatal { thread, component, error }) => {
-                self.abort();
                 tracing::debug!(thread, %component, "driver failed");
-                self.outcome = Some(RunOutcome::Failed { component, reason: error.to_string() });
+                let failed = RunOutcome::Failed { component, reason: error.to_string() };
+                // A thread that failed drops its queues before its report arrives, so a
+                // peer may report "lost sender" first: wait a little for the real cause.
+                if matches!(error.code, "exchange.lost_sender" | "exchange.lost_receiver") {
+                    self.echo.get_or_insert((failed, Instant::now() + ROOT_CAUSE_WAIT));
+                } else {
+                    self.abort();
+                    self.outcome = Some(failed);
+                }
             }
             Some(DriverEvent::Aborted { thread }) => {
                 self.abort();
@@ -295,6 +311,13 @@ impl Supervisor {
 
     fn check_deadline(&mut self, timeout: Duration) {
         if self.outcome.is_some() {
+            return;
+        }
+        if let Some((_, until)) = &self.echo
+            && Instant::now() >= *until
+        {
+            self.abort();
+            self.outcome = self.echo.take().map(|(outcome, _)| outcome);
             return;
         }
         if let Some(deadline) = self.deadline

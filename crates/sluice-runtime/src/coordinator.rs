@@ -21,7 +21,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 use sluice_types::{Epoch, SluiceError};
 
-use crate::checkpoint::{CheckpointOptions, LanePosition, ManifestSlice};
+use crate::checkpoint::{CheckpointOptions, LanePosition, ManifestSlice, commit_in_order};
 use crate::driver::Control;
 use crate::plan::SinkFactory;
 
@@ -248,21 +248,15 @@ impl Coordinator {
         }
     }
 
-    /// Commits every record of a published manifest, epoch by epoch, sink by sink.
-    fn commit(&self, mut records: Vec<(usize, u64, Vec<u8>)>) -> Result<(), SluiceError> {
-        records.sort_by_key(|(flow, epoch, _)| (*epoch, *flow));
-        let mut index = 0;
-        while index < records.len() {
-            let (flow, epoch) = (records[index].0, records[index].1);
-            let group: Vec<Vec<u8>> = records[index..]
+    /// Commits every record of a published manifest, sink by sink, epoch by epoch.
+    fn commit(&self, records: Vec<(usize, u64, Vec<u8>)>) -> Result<(), SluiceError> {
+        for (flow, sink) in self.sinks.iter().enumerate() {
+            let mine: Vec<(u64, Vec<u8>)> = records
                 .iter()
-                .take_while(|(f, e, _)| *f == flow && *e == epoch)
-                .map(|(_, _, record)| record.clone())
+                .filter(|(f, _, _)| *f == flow)
+                .map(|(_, epoch, record)| (*epoch, record.clone()))
                 .collect();
-            index += group.len();
-            let sink = &self.sinks[flow];
-            sink.commit(Epoch(epoch), &group)
-                .map_err(|e| e.context(format!("sink {} commit of epoch {epoch}", sink.name())))?;
+            commit_in_order(sink.as_ref(), mine)?;
         }
         Ok(())
     }

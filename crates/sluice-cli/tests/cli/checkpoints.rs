@@ -86,13 +86,7 @@ fn crash_after(scratch: &Scratch, count: usize) {
 }
 
 fn output(scratch: &Scratch) -> Vec<String> {
-    let mut text = String::new();
-    for entry in std::fs::read_dir(scratch.path("out")).expect("out dir").flatten() {
-        if entry.path().is_file() {
-            text.push_str(&std::fs::read_to_string(entry.path()).expect("part"));
-        }
-    }
-    sorted_lines(&text)
+    sorted_lines(&crate::golden::output(scratch, "out"))
 }
 
 fn uninterrupted() -> Vec<String> {

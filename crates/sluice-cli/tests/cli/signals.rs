@@ -189,15 +189,7 @@ format = "json"
 [sink.options]
 path = "out/"
 "#;
-    let parts = |scratch: &Scratch| {
-        let mut text = String::new();
-        for entry in std::fs::read_dir(scratch.path("out")).expect("out").flatten() {
-            if entry.path().is_file() {
-                text.push_str(&std::fs::read_to_string(entry.path()).expect("part"));
-            }
-        }
-        crate::harness::sorted_lines(&text)
-    };
+    let parts = |scratch: &Scratch| crate::harness::sorted_lines(&crate::golden::output(scratch, "out"));
     let clean = Scratch::new();
     clean.write("pipeline.toml", pipeline);
     assert!(clean.sluice(&["--quiet", "run", "pipeline.toml"]).status.success());
