@@ -129,7 +129,7 @@ pub(crate) struct Driver {
     pub metrics: Arc<Metrics>,
     /// Where each lane resumes, from a restored checkpoint.
     pub start_positions: Arc<HashMap<(usize, u32), Vec<u8>>>,
-    /// Sinks stage their output per epoch (exactly-once checkpoints).
+    /// Sinks stage their output per epoch (checkpoints are on, either guarantee).
     pub staged: bool,
     /// Checkpoints are on: lanes report positions and sinks pre-commit at the end.
     pub checkpoints: bool,
