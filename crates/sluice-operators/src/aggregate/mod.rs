@@ -22,7 +22,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_common::hash_utils::RandomState;
 use sluice_runtime::Operator;
-use sluice_types::{Batch, Message, SluiceError, TimestampMs};
+use sluice_types::{Batch, Message, SluiceError, TimestampMs, vnode};
 
 mod state;
 
@@ -99,6 +99,8 @@ struct WindowGroups {
     start: TimestampMs,
     index: HashMap<Box<[u8]>, u32, RandomState>,
     keys: Vec<Box<[u8]>>,
+    /// The vnode of each group's key, kept so a snapshot needs no rehashing.
+    vnodes: Vec<u16>,
     accumulators: Vec<Accumulators>,
 }
 
@@ -112,6 +114,8 @@ pub struct WindowAggregate {
     late_rows: Arc<AtomicU64>,
     input_types: Vec<DataType>,
     vnodes: u32,
+    /// Placement hashes of the current batch's keys (reused buffer).
+    hashes: Vec<u64>,
 }
 
 fn is_float(data_type: &DataType) -> bool {
@@ -153,6 +157,7 @@ impl WindowAggregate {
             late_rows,
             input_types,
             vnodes,
+            hashes: Vec::new(),
         })
     }
 
@@ -347,7 +352,11 @@ impl Operator for WindowAggregate {
 
     fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
         assert!(batch.is_append_only(), "the planner rejects window aggregates over updating input");
+        assert!(self.vnodes <= 1 << 16, "vnodes fit in 16 bits");
         let rows = &batch.rows;
+        if !self.spec.keys.is_empty() {
+            crate::partition::key_hashes(rows, &self.spec.keys, &mut self.hashes)?;
+        }
         let starts = rows.column(self.spec.window_start).as_primitive::<arrow::datatypes::TimestampMillisecondType>();
         let ends = rows.column(self.spec.window_end).as_primitive::<arrow::datatypes::TimestampMillisecondType>();
         let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(rows.column(k))).collect();
@@ -370,6 +379,7 @@ impl Operator for WindowAggregate {
                         start: starts.value(row),
                         index: HashMap::with_hasher(RandomState::with_seed(0)),
                         keys: Vec::new(),
+                        vnodes: Vec::new(),
                         accumulators,
                     };
                     self.windows.entry(end).or_insert(groups)
@@ -385,6 +395,9 @@ impl Operator for WindowAggregate {
                     let owned: Box<[u8]> = key.into();
                     window.index.insert(owned.clone(), group as u32);
                     window.keys.push(owned);
+                    let vnode =
+                        if self.spec.keys.is_empty() { 0 } else { vnode::of_hash(self.hashes[row], self.vnodes) };
+                    window.vnodes.push(vnode as u16);
                     window.accumulators.iter_mut().for_each(Accumulators::push_group);
                     group
                 }

@@ -21,43 +21,71 @@ use super::{Accumulators, WindowAggregate, WindowGroups};
 const VERSION: u32 = 1;
 
 pub(super) fn snapshot(aggregate: &WindowAggregate) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-    // vnode → (windows in the blob, encoded bytes after the header)
-    let mut blobs: HashMap<u32, (u32, Vec<u8>)> = HashMap::new();
-    let mut hashes = Vec::new();
+    // One buffer per vnode with state, written in a single pass over the groups.
+    let mut blobs: Vec<Option<Blob>> = (0..aggregate.vnodes).map(|_| None).collect();
+    let mut touched: Vec<usize> = Vec::new();
     for (end, window) in &aggregate.windows {
-        let vnodes = group_vnodes(aggregate, window, &mut hashes)?;
-        let mut by_vnode: HashMap<u32, Vec<usize>> = HashMap::new();
-        for (group, vnode) in vnodes.into_iter().enumerate() {
-            by_vnode.entry(vnode).or_default().push(group);
+        for group in 0..window.keys.len() {
+            let vnode = usize::from(window.vnodes[group]);
+            let blob = blobs[vnode].get_or_insert_with(Blob::default);
+            if blob.window_end != Some(*end) {
+                blob.open_window(*end, window.start);
+                touched.push(vnode);
+            }
+            blob.groups += 1;
+            let key = &window.keys[group];
+            blob.bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            blob.bytes.extend_from_slice(key);
+            for accumulators in &window.accumulators {
+                write_value(accumulators, group, &mut blob.bytes);
+            }
         }
-        for (vnode, groups) in by_vnode {
-            let (windows, bytes) = blobs.entry(vnode).or_default();
-            *windows += 1;
-            bytes.extend_from_slice(&end.to_le_bytes());
-            bytes.extend_from_slice(&window.start.to_le_bytes());
-            bytes.extend_from_slice(&(groups.len() as u32).to_le_bytes());
-            for group in groups {
-                let key = &window.keys[group];
-                bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
-                bytes.extend_from_slice(key);
-                for accumulators in &window.accumulators {
-                    write_value(accumulators, group, bytes);
-                }
+        for vnode in touched.drain(..) {
+            if let Some(blob) = blobs[vnode].as_mut() {
+                blob.close_window();
             }
         }
     }
-    let mut out: Vec<(u32, Vec<u8>)> = blobs
+    Ok(blobs
         .into_iter()
-        .map(|(vnode, (windows, body))| {
-            let mut blob = Vec::with_capacity(body.len() + 8);
-            blob.extend_from_slice(&VERSION.to_le_bytes());
-            blob.extend_from_slice(&windows.to_le_bytes());
-            blob.extend_from_slice(&body);
-            (vnode, blob)
-        })
-        .collect();
-    out.sort_by_key(|(vnode, _)| *vnode);
-    Ok(out)
+        .enumerate()
+        .filter_map(|(vnode, blob)| blob.map(|blob| (vnode as u32, blob.finish())))
+        .collect())
+}
+
+/// A vnode's blob being written: the body, and where the open window's group count goes.
+#[derive(Default)]
+struct Blob {
+    bytes: Vec<u8>,
+    windows: u32,
+    window_end: Option<i64>,
+    count_at: usize,
+    groups: u32,
+}
+
+impl Blob {
+    fn open_window(&mut self, end: i64, start: i64) {
+        if self.bytes.is_empty() {
+            self.bytes.extend_from_slice(&VERSION.to_le_bytes());
+            self.bytes.extend_from_slice(&0u32.to_le_bytes());
+        }
+        self.windows += 1;
+        self.window_end = Some(end);
+        self.bytes.extend_from_slice(&end.to_le_bytes());
+        self.bytes.extend_from_slice(&start.to_le_bytes());
+        self.count_at = self.bytes.len();
+        self.bytes.extend_from_slice(&0u32.to_le_bytes());
+        self.groups = 0;
+    }
+
+    fn close_window(&mut self) {
+        self.bytes[self.count_at..self.count_at + 4].copy_from_slice(&self.groups.to_le_bytes());
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.bytes[4..8].copy_from_slice(&self.windows.to_le_bytes());
+        self.bytes
+    }
 }
 
 /// The vnode of every group of `window`, from its key's placement hash.
@@ -185,7 +213,8 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> R
             if !aggregate.windows.contains_key(&end) {
                 let accumulators = aggregate.new_accumulators();
                 let index = HashMap::with_hasher(RandomState::with_seed(0));
-                aggregate.windows.insert(end, WindowGroups { start, index, keys: Vec::new(), accumulators });
+                let groups = WindowGroups { start, index, keys: Vec::new(), vnodes: Vec::new(), accumulators };
+                aggregate.windows.insert(end, groups);
             }
             let window = aggregate.windows.get_mut(&end).expect("inserted above");
             for _ in 0..groups {
@@ -205,6 +234,14 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> R
         if !reader.bytes.is_empty() {
             return Err(corrupt("trailing bytes"));
         }
+    }
+    // Restores are rare: recompute every group's vnode from its key.
+    let mut hashes = Vec::new();
+    let ends: Vec<i64> = aggregate.windows.keys().copied().collect();
+    for end in ends {
+        let vnodes = group_vnodes(aggregate, &aggregate.windows[&end], &mut hashes)?;
+        let window = aggregate.windows.get_mut(&end).expect("listed above");
+        window.vnodes = vnodes.into_iter().map(|v| v as u16).collect();
     }
     Ok(())
 }
