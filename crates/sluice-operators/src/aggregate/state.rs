@@ -282,3 +282,118 @@ fn read_value(accumulators: &mut Accumulators, group: usize, reader: &mut Reader
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+
+    use arrow::array::{Int64Array, StringArray, TimestampMillisecondArray};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use arrow::record_batch::RecordBatch;
+    use sluice_runtime::Operator;
+    use sluice_types::{Batch, Message};
+
+    use super::super::{AggregateFunction, AggregateSpec, GroupColumn, WindowAggregate, WindowAggregateSpec};
+
+    const VNODES: u32 = 16;
+
+    fn aggregate() -> WindowAggregate {
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let input = Arc::new(Schema::new(vec![
+            Field::new("start", ts.clone(), false),
+            Field::new("end", ts.clone(), false),
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let output = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("end", ts, false),
+            Field::new("n", DataType::Int64, false),
+            Field::new("total", DataType::Int64, true),
+            Field::new("kinds", DataType::Int64, false),
+        ]));
+        let spec = WindowAggregateSpec {
+            window_start: 0,
+            window_end: 1,
+            keys: vec![2],
+            groups: vec![GroupColumn::Key(0), GroupColumn::WindowEnd],
+            aggregates: vec![
+                AggregateSpec { function: AggregateFunction::CountRows, argument: None },
+                AggregateSpec { function: AggregateFunction::Sum, argument: Some(3) },
+                AggregateSpec { function: AggregateFunction::CountDistinct, argument: Some(3) },
+            ],
+            output,
+            batch_size: 1024,
+        };
+        WindowAggregate::new(spec, &input, Arc::new(AtomicU64::new(0)), VNODES).expect("aggregate")
+    }
+
+    fn rows(rows: &[(i64, &str, Option<i64>)]) -> Batch {
+        let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let input = Arc::new(Schema::new(vec![
+            Field::new("start", ts.clone(), false),
+            Field::new("end", ts, false),
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let starts = TimestampMillisecondArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>());
+        let ends = TimestampMillisecondArray::from(rows.iter().map(|r| r.0 + 10).collect::<Vec<_>>());
+        let keys = StringArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>());
+        let values = Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>());
+        let batch =
+            RecordBatch::try_new(input, vec![Arc::new(starts), Arc::new(ends), Arc::new(keys), Arc::new(values)]);
+        Batch::inserts(batch.expect("batch"))
+    }
+
+    /// Every output row as text, sorted.
+    fn emitted(aggregate: &mut WindowAggregate) -> Vec<String> {
+        let mut out = Vec::new();
+        aggregate.on_end(&mut out).expect("end");
+        let mut lines = Vec::new();
+        for message in out {
+            if let Message::Data(batch) = message {
+                let text = arrow::util::pretty::pretty_format_batches(&[batch.rows]).expect("format").to_string();
+                lines.extend(text.lines().filter(|l| l.starts_with("| ") && !l.contains(" k ")).map(str::to_string));
+            }
+        }
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn a_restored_aggregate_emits_what_the_original_would_split_by_vnode_across_instances() {
+        let input =
+            rows(&[(0, "a", Some(1)), (0, "b", Some(2)), (10, "a", None), (0, "a", Some(1)), (10, "c", Some(5))]);
+        let mut original = aggregate();
+        original.on_data(input.clone(), &mut Vec::new()).expect("data");
+        let blobs = original.snapshot().expect("snapshot");
+        assert!(blobs.iter().all(|(vnode, _)| *vnode < VNODES));
+        assert!(blobs.len() > 1, "three keys spread over vnodes");
+        // Restore onto two instances owning half the vnodes each, as after rescaling.
+        let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < VNODES / 2);
+        let mut first = aggregate();
+        first.restore(low.into_iter().map(|(_, b)| b).collect()).expect("restore");
+        let mut second = aggregate();
+        second.restore(high.into_iter().map(|(_, b)| b).collect()).expect("restore");
+        let mut restored = emitted(&mut first);
+        restored.extend(emitted(&mut second));
+        restored.sort();
+        assert_eq!(restored, emitted(&mut original));
+        assert_eq!(restored.len(), 4, "(a,0) (b,0) (a,10) (c,10)");
+    }
+
+    #[test]
+    fn damaged_blobs_are_refused() {
+        let mut original = aggregate();
+        original.on_data(rows(&[(0, "a", Some(1))]), &mut Vec::new()).expect("data");
+        let blob = original.snapshot().expect("snapshot").remove(0).1;
+        for cut in [0, 3, blob.len() - 1] {
+            let error = aggregate().restore(vec![blob[..cut].to_vec()]).expect_err("truncated");
+            assert_eq!(error.code, "state.corrupt");
+        }
+        let mut longer = blob.clone();
+        longer.push(0);
+        assert!(aggregate().restore(vec![longer]).is_err(), "trailing bytes");
+    }
+}
