@@ -72,10 +72,10 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
     if let Some(stats) = &report.checkpoints {
         let _ = writeln!(
             text,
-            "  checkpoints: {} published (last epoch {}, {} bytes of state), {} failed; longest pause {} ms, longest checkpoint {} ms",
+            "  checkpoints: {} published (last epoch {}, largest {} bytes of state), {} failed; longest pause {} ms, longest checkpoint {} ms",
             stats.published,
             stats.last_epoch,
-            stats.last_state_bytes,
+            stats.max_state_bytes,
             stats.failed,
             stats.max_pause_ms,
             stats.max_duration_ms

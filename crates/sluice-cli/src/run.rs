@@ -59,7 +59,7 @@ fn start(built: &Built, checkpointing: Option<Checkpointing>, quiet: bool) -> Re
 pub fn execute(
     built: &Built,
     checkpointing: Option<Checkpointing>,
-    stop: (StopHandle, crossbeam_stop::Woken),
+    stop: (StopHandle, crossbeam_channel::Receiver<()>),
     quiet: bool,
 ) -> ExitCode {
     let writes_stdout = built.config.sinks.iter().any(|s| matches!(s.connector, SinkConnector::Stdout { .. }));
@@ -82,11 +82,6 @@ pub fn execute(
         RunOutcome::Completed => ExitCode::SUCCESS,
         RunOutcome::Failed { .. } => ExitCode::FAILURE,
     }
-}
-
-/// The receiving end of a stop handle (re-exported for signatures).
-pub mod crossbeam_stop {
-    pub type Woken = crossbeam_channel::Receiver<()>;
 }
 
 fn install_signals(stop: StopHandle) -> Result<(), String> {

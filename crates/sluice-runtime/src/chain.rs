@@ -66,10 +66,6 @@ impl Chain {
         Chain { operators, scratch: Vec::new() }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.operators.is_empty()
-    }
-
     /// Every operator's snapshot, by position in the chain.
     pub fn snapshot(&mut self) -> Result<ChainSnapshot, SluiceError> {
         let mut states = Vec::new();

@@ -408,7 +408,7 @@ fn build_drivers(
                     operators.push(factory(&context).map_err(|e| (format!("operator {line}"), e))?);
                 }
                 let mut chain = Chain::new(operators);
-                let owned = crate::vnode_range(thread as u32, options.vnodes, options.threads);
+                let owned = sluice_types::vnode::range_of(thread as u32, options.vnodes, options.threads);
                 for operator in 0..segment.operators.len() {
                     let Some(blobs) = restore.states.get(&operator_id(flow_index, segment_index, operator)) else {
                         continue;

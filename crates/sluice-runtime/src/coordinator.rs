@@ -65,8 +65,6 @@ pub struct CheckpointStats {
     pub published: u64,
     pub failed: u64,
     pub last_epoch: u64,
-    /// Bytes of operator state in the last published checkpoint.
-    pub last_state_bytes: u64,
     /// Bytes of operator state in the largest published checkpoint.
     pub max_state_bytes: u64,
     /// Longest time from barrier injection to the last driver's ack (alignment and
@@ -211,7 +209,6 @@ impl Coordinator {
             Ok(()) => {
                 self.stats.published += 1;
                 self.stats.last_epoch = epoch.0;
-                self.stats.last_state_bytes = state_bytes;
                 self.stats.max_state_bytes = self.stats.max_state_bytes.max(state_bytes);
                 self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
                 let duration_ms = in_flight.started.elapsed().as_millis() as u64;

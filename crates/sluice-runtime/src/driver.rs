@@ -472,13 +472,13 @@ impl DriverState {
         let fed = feed(segment, message, &mut self.scratch, &self.metrics, self.checkpoints, self.next_epoch)
             .map_err(|e| (format!("flow to {} (segment {index})", run.name), e))?;
         run.finished |= fed.finished;
-        if fed.ended || is_end {
+        if is_end {
             segment.ended = true;
             if let Some(record) = fed.end_record {
                 self.final_records.push((flow, self.next_epoch.0, record));
             }
         }
-        let barrier = fed.barrier.is_some() || fed.ended || is_end;
+        let barrier = fed.barrier.is_some() || is_end;
         if let Some((epoch, states, record)) = fed.barrier {
             self.flows[flow].segments[index].barrier_passed = Some(epoch);
             let pending = self.pending_for(epoch);
@@ -637,8 +637,6 @@ impl DriverState {
 struct Fed {
     /// The sink closed: the flow is done on this thread.
     finished: bool,
-    /// End-of-data passed the segment.
-    ended: bool,
     /// A staging sink's record for the rows since the last barrier, taken at end-of-data.
     end_record: Option<Vec<u8>>,
     /// A barrier passed: the chain's state by operator position, and the sink's record.
@@ -667,7 +665,6 @@ fn feed(
     for message in scratch.drain(..) {
         match &mut segment.output {
             Output::Exchange(exchange) => {
-                fed.ended |= matches!(message, Message::EndOfData);
                 exchange.route(message)?;
             }
             Output::Sink { sink, writer } => match message {
@@ -689,7 +686,6 @@ fn feed(
                         writer.close()?;
                     }
                     fed.finished = true;
-                    fed.ended = true;
                 }
                 Message::Watermark(_) => {}
             },

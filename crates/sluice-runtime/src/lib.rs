@@ -38,8 +38,3 @@ pub use plan::{
     Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner, PartitionerFactory, Plan,
     Segment, SegmentOutput, SinkFactory, SinkParallelism, SinkWriter, SourceFactory, TableDef,
 };
-
-/// The vnodes thread `thread` of `threads` owns (contiguous ranges; see `sluice_types::vnode`).
-pub(crate) fn vnode_range(thread: u32, vnodes: u32, threads: u32) -> std::ops::Range<u32> {
-    sluice_types::vnode::range_of(thread, vnodes, threads)
-}
