@@ -21,6 +21,15 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== services" >&2
 # A local S3-compatible server for the checkpoint store's S3 test (tests/s3.rs starts it).
 python3 -m pip install --quiet 'moto[server]'
+# Azurite, the Azure Storage emulator, for the Azure test (tests/azure.rs starts it from here).
+azurite_dir="$HOME/.cache/sluice-tools/azurite"
+if [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "installing Node.js and npm (for Azurite)" >&2
+        apt-get install -y -qq nodejs npm >/dev/null
+    fi
+    npm install --prefix "$azurite_dir" --no-audit --no-fund --no-update-notifier --loglevel=error azurite@3 >/dev/null
+fi
 
 echo "== tests" >&2
 cargo nextest run --workspace --no-fail-fast --failure-output final

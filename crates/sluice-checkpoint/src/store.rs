@@ -80,9 +80,11 @@ impl CheckpointStore {
         CheckpointStore::open_with_options(url, base_dir, &[])
     }
 
-    /// Like [`CheckpointStore::open`], with object-store options (`aws_endpoint`,
-    /// `aws_allow_http`, `aws_access_key_id`, ...: the `AWS_*` variable names in lower case)
-    /// that override the environment. Local directories take no options.
+    /// Like [`CheckpointStore::open`], with object-store options that override the
+    /// environment: the names of the service's variables in lower case (`aws_endpoint`,
+    /// `aws_allow_http`, `azure_storage_account_name`, `azure_storage_endpoint`,
+    /// `google_service_account`, ...). An unknown option is refused; local directories take
+    /// no options.
     pub fn open_with_options(
         url: &str,
         base_dir: &Path,

@@ -12,7 +12,7 @@ use crate::report::format_timestamp;
 pub enum CheckpointsCommand {
     /// Committed checkpoints: epoch, time, size, state objects and source positions.
     List {
-        /// The store URL, as in `[checkpoint] store` (file://, s3://).
+        /// The store URL, as in `[checkpoint] store` (file://, s3://, az://, gs://).
         #[arg(long)]
         store: String,
     },

@@ -1,0 +1,144 @@
+//! What the object-store tests share: a local server the test starts and stops, a plain
+//! HTTP request for the setup the store cannot do itself (creating a bucket or container),
+//! and the checkpoint scenario every backend must pass.
+
+use sluice_checkpoint::{CheckpointStore, Manifest, OperatorState, SinkRecords, SourcePositions};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A server for a test; a server the test started is stopped when this is dropped.
+pub struct Server {
+    child: Option<Child>,
+    /// `http://host:port`, without a trailing slash.
+    pub endpoint: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Server {
+    /// The server already running at `endpoint`.
+    pub fn running(endpoint: &str) -> Server {
+        Server { child: None, endpoint: endpoint.trim_end_matches('/').to_string() }
+    }
+
+    /// Starts `program` with `args` (where `{port}` stands for a free loopback port) and waits
+    /// until it accepts connections; a program that cannot start or exits first fails the
+    /// test, naming `install`.
+    pub fn start(program: &str, args: &[&str], install: &str) -> Server {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let child = Command::new(program)
+            .args(args.iter().map(|arg| arg.replace("{port}", &port.to_string())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {program} ({error}); {install}"));
+        let mut server = Server { child: Some(child), endpoint: format!("http://127.0.0.1:{port}") };
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(child) = &mut server.child
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("{program} exited with {status} before listening; {install}");
+            }
+            assert!(Instant::now() < deadline, "{program} did not listen on port {port} within {STARTUP_TIMEOUT:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    /// Sends `PUT {path}` with `headers` and an empty body; returns the status line.
+    pub fn put_empty(&self, path: &str, headers: &[(&str, &str)]) -> String {
+        let address = self.endpoint.trim_start_matches("http://");
+        let mut stream = TcpStream::connect(address).expect("connect to the server");
+        stream.set_read_timeout(Some(HTTP_TIMEOUT)).expect("timeout");
+        let mut request =
+            format!("PUT {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("receive");
+        response.lines().next().unwrap_or_default().to_string()
+    }
+}
+
+/// Writes three state objects for `epoch` and publishes their manifest.
+fn checkpoint(store: &CheckpointStore, epoch: u64) -> Manifest {
+    let mut manifest = Manifest::new(epoch, "fingerprint", 4, 0);
+    manifest.operators.push(OperatorState { id: "agg".into(), vnodes: Vec::new() });
+    for vnode in 0..3u32 {
+        let bytes = format!("epoch {epoch} vnode {vnode}").into_bytes();
+        let object = store.put_object(epoch, &format!("agg/vnode-{vnode}"), bytes).expect("put");
+        manifest.operators[0].vnodes.push((vnode, object));
+    }
+    manifest.sources.push(SourcePositions { name: "bids".into(), lanes: vec![epoch.to_le_bytes().to_vec()] });
+    manifest.sinks.push(SinkRecords { name: "out".into(), records: vec![b"txn".to_vec()] });
+    store.publish(&manifest).expect("publish");
+    manifest
+}
+
+/// The checkpoint protocol against the store in the existing bucket or container `root`
+/// (e.g. `s3://checkpoints`), each handle opened by `open(url)`: publishing, listing,
+/// create-only manifests, verification, fallback past damage, retention, separate prefixes.
+pub fn checkpoints_round_trip(root: &str, open: impl Fn(&str) -> CheckpointStore) {
+    let url = format!("{root}/pipelines/hot-items");
+    let store = open(&url);
+    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
+    assert_eq!(store.latest_valid().expect("latest"), None);
+
+    let manifests: Vec<Manifest> = (1..=3).map(|epoch| checkpoint(&store, epoch)).collect();
+    assert_eq!(store.epochs().expect("epochs"), vec![1, 2, 3]);
+    for manifest in &manifests {
+        assert_eq!(&store.load(manifest.epoch).expect("load"), manifest);
+        assert_eq!(store.verify(manifest).expect("verify"), Vec::<String>::new());
+    }
+
+    // Publishing is create-only: the same manifest again is harmless, a different one is refused.
+    store.publish(&manifests[2]).expect("republish");
+    let different = Manifest { fingerprint: "other".into(), ..manifests[2].clone() };
+    assert_eq!(store.publish(&different).err().map(|e| e.code), Some("checkpoint.manifest_exists"));
+    assert_eq!(&store.load(3).expect("load"), &manifests[2], "the refused manifest replaced the published one");
+
+    // Damage epoch 3 through a second handle that has not seen it published yet.
+    let other = open(&url);
+    other.put_object(3, "agg/vnode-1", b"overwritten".to_vec()).expect("overwrite");
+    let problems = store.verify(&manifests[2]).expect("verify");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("state/epoch-3/agg/vnode-1"), "{problems:?}");
+    let (latest, warnings) = store.latest_valid().expect("latest").expect("some");
+    assert_eq!(latest, manifests[1]);
+    assert!(warnings.len() == 1 && warnings[0].contains("epoch 3"), "{warnings:?}");
+
+    // Retention keeps epoch 2 (healthy), leaves damaged epoch 3 for inspection, drops epoch 1.
+    let deleted = store.collect_garbage(1).expect("collect");
+    assert!(deleted > 0);
+    assert_eq!(store.epochs().expect("epochs"), vec![2, 3]);
+    let old = &manifests[0].operators[0].vnodes[0].1;
+    assert_eq!(store.get_object(old).err().map(|e| e.code), Some("checkpoint.object_missing"));
+    assert_eq!(store.verify(&manifests[1]).expect("verify"), Vec::<String>::new());
+    let fourth = checkpoint(&store, 4);
+    store.collect_garbage(1).expect("collect");
+    assert_eq!(store.epochs().expect("epochs"), vec![4]);
+    assert_eq!(store.latest_valid().expect("latest").map(|(m, w)| (m, w.len())), Some((fourth, 0)));
+
+    // Another prefix in the same bucket is a separate store.
+    let neighbour = open(&format!("{root}/pipelines/other"));
+    assert_eq!(neighbour.epochs().expect("epochs"), Vec::<u64>::new());
+    store.clear().expect("clear");
+    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
+}
