@@ -214,8 +214,10 @@ fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan) -> Result<(), String>
                 by_epoch.push((u64::from_le_bytes(epoch.try_into().expect("8 bytes")), rest.to_vec()));
             }
         }
+        let records: Vec<Vec<u8>> = by_epoch.iter().map(|(_, record)| record.clone()).collect();
         commit_in_order(sink.as_ref(), by_epoch).map_err(|e| format!("recovery: {e}"))?;
-        sink.discard_after(manifest.map(|m| Epoch(m.epoch))).map_err(|e| format!("sink {}: {e}", sink.name()))?;
+        sink.discard_after(manifest.map(|m| Epoch(m.epoch)), &records)
+            .map_err(|e| format!("sink {}: {e}", sink.name()))?;
     }
     Ok(())
 }

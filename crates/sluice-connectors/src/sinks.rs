@@ -332,8 +332,8 @@ impl SinkFactory for FileSink {
         staging::commit(self, epoch, records)
     }
 
-    fn discard_after(&self, epoch: Option<Epoch>) -> Result<(), SluiceError> {
-        staging::discard_after(self, epoch)
+    fn discard_after(&self, epoch: Option<Epoch>, records: &[Vec<u8>]) -> Result<(), SluiceError> {
+        staging::discard_after(self, epoch, records)
     }
 }
 

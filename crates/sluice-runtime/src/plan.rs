@@ -113,8 +113,11 @@ pub trait SinkFactory: Send + Sync {
         Ok(())
     }
     /// At recovery, after `commit` of the restored epoch: removes work staged for any
-    /// later epoch (it was never committed). `None`: no checkpoint, remove all staged work.
-    fn discard_after(&self, _epoch: Option<Epoch>) -> Result<(), SluiceError> {
+    /// later epoch (it was never committed), and any output of later epochs that is
+    /// visible (committed before recovery fell back past a damaged newer checkpoint).
+    /// `records` are the restored manifest's records of this sink. `None`: no
+    /// checkpoint, remove all staged work.
+    fn discard_after(&self, _epoch: Option<Epoch>, _records: &[Vec<u8>]) -> Result<(), SluiceError> {
         Ok(())
     }
 }

@@ -18,15 +18,19 @@
 //!   file a dead run left behind.
 //! - **Pre-commit** (barrier `e`): flush and fsync the in-progress file, rename it to
 //!   its *staged* name for `(e, slot)`, fsync the staging directory, and return a
-//!   [`StagedRecord`] naming the staged file and its size. An epoch without rows
-//!   returns an empty record and leaves no file.
+//!   [`StagedRecord`] naming the staged file and its size. An epoch without rows leaves
+//!   no file and returns an empty record (file mode: a length marker).
 //! - **Commit** (`e`, every writer's records): directory mode renames each staged file
 //!   to its visible part name; file mode appends the staged file to the target at the
 //!   recorded `length_before` and then removes it. Both fsync what they changed.
 //! - **Discard** (recovery, after the restored epoch was committed again): removes
-//!   every in-progress file and every staged file of a later epoch; with no restored
-//!   epoch it removes all staged work *and* the visible output of an earlier run, so a
-//!   fresh run replaces the output, as an unstaged run does.
+//!   every in-progress file and every staged file of a later epoch, and visible output
+//!   of later epochs (committed before recovery fell back past a damaged newer
+//!   checkpoint): directory mode removes their parts; file mode cuts the target back to
+//!   its length after the restored epoch, which every file-mode record carries (an epoch
+//!   without rows pre-commits a *length marker*: no file, only that length). With no
+//!   restored epoch it removes all staged work *and* the visible output of an earlier
+//!   run, so a fresh run replaces the output, as an unstaged run does.
 //!
 //! The CSV header: in directory mode each staged file, hence each visible part, starts
 //! with it; in file mode only the epoch whose bytes start the target (`length_before`
@@ -142,6 +146,21 @@ struct StagedRecord {
 }
 
 impl StagedRecord {
+    /// File mode, an epoch without rows: no file, only the target's committed length
+    /// (`file` is empty, `size` 0).
+    fn length_marker(epoch: u64, length: u64) -> StagedRecord {
+        StagedRecord { epoch, slot: 0, file: String::new(), size: 0, length_before: Some(length) }
+    }
+
+    fn is_length_marker(&self) -> bool {
+        self.file.is_empty()
+    }
+
+    /// File mode: the target's length once this record's epoch is committed.
+    fn length_after(&self) -> Option<u64> {
+        self.length_before.map(|length| length + self.size)
+    }
+
     fn encode(&self) -> Vec<u8> {
         let file = Value::from(self.file.as_str());
         let mut text = format!(
@@ -303,7 +322,14 @@ impl SinkWriter for StagedWriter {
     }
 
     fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
-        let Some(current) = self.current.take() else { return Ok(Vec::new()) };
+        let Some(current) = self.current.take() else {
+            return Ok(match self.layout.target {
+                Target::Directory(_) => Vec::new(),
+                // The target's committed length still belongs in the manifest: recovery
+                // cuts the file back to it (see `discard_after`).
+                Target::File(_) => StagedRecord::length_marker(epoch.0, self.committed_length).encode(),
+            });
+        };
         let file = current.file.into_inner().map_err(|error| self.error(error.error()))?;
         file.sync_all().map_err(|error| self.error(&error))?;
         drop(file);
@@ -341,6 +367,9 @@ pub(super) fn commit(sink: &FileSink, epoch: Epoch, records: &[Vec<u8>]) -> Resu
     for bytes in records.iter().filter(|bytes| !bytes.is_empty()) {
         let record = StagedRecord::decode(bytes)?;
         let expected = layout.staged_name(Epoch(record.epoch), record.slot);
+        if record.epoch == epoch.0 && record.is_length_marker() {
+            continue;
+        }
         if record.epoch != epoch.0 || record.file != expected {
             let message =
                 format!("commit of epoch {} got the record of {} (epoch {})", epoch.0, record.file, record.epoch);
@@ -456,10 +485,16 @@ fn commit_append(layout: &Layout, target: &Path, record: &StagedRecord) -> Resul
 }
 
 /// At recovery: removes in-progress files and the staged files of epochs after
-/// `epoch`; with `None`, all staged work and the visible output of an earlier run.
-pub(super) fn discard_after(sink: &FileSink, epoch: Option<Epoch>) -> Result<(), SluiceError> {
+/// `epoch`, and visible output of those epochs (`records`: the restored manifest's);
+/// with `None`, all staged work and the visible output of an earlier run.
+pub(super) fn discard_after(sink: &FileSink, epoch: Option<Epoch>, records: &[Vec<u8>]) -> Result<(), SluiceError> {
     let layout = Layout::of(sink)?;
     let Some(epoch) = epoch else { return discard_all(&layout) };
+    let mut committed_length = None;
+    for bytes in records.iter().filter(|bytes| !bytes.is_empty()) {
+        let record = StagedRecord::decode(bytes)?;
+        committed_length = committed_length.max(record.length_after());
+    }
     let entries = match fs::read_dir(&layout.staging) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -475,15 +510,49 @@ pub(super) fn discard_after(sink: &FileSink, epoch: Option<Epoch>) -> Result<(),
         }
     }
     sync_directory(&layout.staging)?;
-    discard_visible_after(&layout, epoch)
+    match &layout.target {
+        Target::Directory(directory) => discard_parts_after(directory, epoch),
+        Target::File(target) => match committed_length {
+            Some(length) => cut_back(target, epoch, length),
+            // A manifest from before length markers whose epoch had no rows: the length
+            // is unknown, and the target is left as it is.
+            None => Ok(()),
+        },
+    }
+}
+
+/// File mode: cuts the target back to `length`, its length once `epoch` was committed.
+/// Longer, it holds epochs after `epoch`, committed before recovery fell back past a
+/// damaged newer checkpoint; the replay from `epoch` appends their rows again.
+fn cut_back(target: &Path, epoch: Epoch, length: u64) -> Result<(), SluiceError> {
+    let Some(current) = length_of(target)? else { return Ok(()) };
+    if current < length {
+        let message = format!(
+            "{} is {current} bytes, shorter than the {length} bytes committed up to epoch {}",
+            target.display(),
+            epoch.0
+        );
+        return Err(SluiceError::external("sink.target_truncated", message)
+            .with_fix("the output file was changed outside Sluice; remove it and the checkpoints and run again"));
+    }
+    if current > length {
+        let output = File::options().write(true).open(target).map_err(|error| io_error(target, &error))?;
+        let cut = output.set_len(length).and_then(|()| output.sync_all());
+        cut.map_err(|error| io_error(target, &error))?;
+        tracing::warn!(
+            target = %target.display(),
+            epoch = epoch.0,
+            bytes = current - length,
+            "removed output of epochs after the restored checkpoint; the run writes it again"
+        );
+    }
+    Ok(())
 }
 
 /// Directory mode: removes visible parts of epochs after `epoch`. They exist only when
 /// recovery fell back past a damaged newer checkpoint whose epochs were committed; the
-/// replay from `epoch` writes those rows again. (File mode appends in place and cannot
-/// drop a committed epoch: a fallback past a committed epoch repeats its rows there.)
-fn discard_visible_after(layout: &Layout, epoch: Epoch) -> Result<(), SluiceError> {
-    let Target::Directory(directory) = &layout.target else { return Ok(()) };
+/// replay from `epoch` writes those rows again.
+fn discard_parts_after(directory: &Path, epoch: Epoch) -> Result<(), SluiceError> {
     let entries = match fs::read_dir(directory) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),

@@ -100,7 +100,7 @@ fn cut_commit(scenario: &Scenario, root: &Path, epoch: u64, records: &[Vec<u8>])
 fn crash_and_restart(scenario: &Scenario, root: &Path) -> String {
     let case = scenario.case;
     let sink = case.sink(root);
-    sink.discard_after(None).expect("fresh start");
+    sink.discard_after(None, &[]).expect("fresh start");
     let mut writers = open(&sink, scenario.writers_before);
     let mut last_records = Vec::new();
     for (index, rows) in scenario.epochs[..scenario.committed].iter().enumerate() {

@@ -200,7 +200,7 @@ pub(super) fn stage(writers: &mut [Box<dyn SinkWriter>], epoch: u64, rows: &[Vec
 /// A run that never fails: every epoch staged and committed, then the writers closed.
 pub(super) fn uninterrupted(case: Case, root: &Path, writers: u32, epochs: &[EpochRows]) -> String {
     let sink = case.sink(root);
-    sink.discard_after(None).expect("discard");
+    sink.discard_after(None, &[]).expect("discard");
     let mut open_writers = open(&sink, writers);
     for (index, rows) in epochs.iter().enumerate() {
         let epoch = index as u64 + 1;
@@ -218,7 +218,8 @@ pub(super) fn recover(sink: &Arc<dyn SinkFactory>, restored: Option<(u64, &[Vec<
     if let Some((epoch, records)) = restored {
         sink.commit(Epoch(epoch), records).expect("commit again at recovery");
     }
-    sink.discard_after(restored.map(|(epoch, _)| Epoch(epoch))).expect("discard");
+    sink.discard_after(restored.map(|(epoch, _)| Epoch(epoch)), restored.map_or(&[], |(_, records)| records))
+        .expect("discard");
 }
 
 /// A script of four epochs, one of them empty, over two slots.
@@ -268,7 +269,16 @@ fn several_epochs_with_empty_ones_commit_in_order() {
         let sink = case.sink(root.path());
         let mut writers = open(&sink, case.slots());
         let records = stage(&mut writers, 5, &[vec![], vec![]]);
-        assert!(records.iter().all(Vec::is_empty), "{case:?}: an empty epoch has empty records");
+        match case.mode {
+            FileMode::Directory => assert!(records.iter().all(Vec::is_empty), "{case:?}: empty records"),
+            FileMode::File => {
+                // Only the target's committed length, for recovery to cut back to.
+                let marker = StagedRecord::decode(&records[0]).expect("a length marker");
+                assert!(marker.is_length_marker(), "{case:?}: {marker:?}");
+                assert_eq!(marker.length_after(), Some(case.visible(root.path()).len() as u64), "{case:?}");
+                sink.commit(Epoch(5), &records).expect("a marker commits nothing");
+            }
+        }
         assert_eq!(case.staged_files(root.path()), Vec::<String>::new(), "{case:?}: and stages no file");
     }
 }
@@ -300,7 +310,7 @@ fn a_crash_leaves_the_committed_epochs_and_a_restart_completes_the_run() {
         for committed in [1, 2] {
             let root = tempfile::tempdir().expect("tempdir");
             let sink = case.sink(root.path());
-            sink.discard_after(None).expect("fresh start");
+            sink.discard_after(None, &[]).expect("fresh start");
             let mut writers = open(&sink, case.slots());
             let first = stage(&mut writers, 1, &epochs[0]);
             sink.commit(Epoch(1), &first).expect("commit 1");
@@ -331,6 +341,47 @@ fn a_crash_leaves_the_committed_epochs_and_a_restart_completes_the_run() {
             let clean = tempfile::tempdir().expect("tempdir");
             let reference = uninterrupted(case, clean.path(), case.slots(), &all);
             assert_eq!(case.visible(root.path()), reference, "{context}");
+            case.assert_one_header_per_file(root.path());
+        }
+    }
+}
+
+#[test]
+fn a_fallback_past_committed_epochs_removes_their_visible_output() {
+    // Epochs 1..=4 commit; recovery then restores epoch `restored` (a newer manifest was
+    // damaged) and replays the rest: the output must equal an uninterrupted run's. The
+    // script's epoch 2 has no rows, so restoring it relies on the file-mode length marker.
+    let epochs = script();
+    for case in CASES {
+        for restored in [1u64, 2, 3] {
+            let root = tempfile::tempdir().expect("tempdir");
+            let sink = case.sink(root.path());
+            sink.discard_after(None, &[]).expect("fresh start");
+            let mut writers = open(&sink, case.slots());
+            let mut records = Vec::new();
+            for (index, rows) in epochs.iter().enumerate() {
+                let epoch = index as u64 + 1;
+                records.push(stage(&mut writers, epoch, rows));
+                sink.commit(Epoch(epoch), records.last().expect("staged")).expect("commit");
+            }
+            drop(writers);
+
+            let context = format!("{case:?}, restored epoch {restored}");
+            recover(&sink, Some((restored, &records[restored as usize - 1])));
+            let done = &epochs[..restored as usize];
+            assert_eq!(case.visible(root.path()), case.expected(case.slots(), done), "{context}");
+            let mut writers = open(&sink, case.slots());
+            for epoch in restored + 1..=epochs.len() as u64 {
+                let records = stage(&mut writers, epoch, &epochs[epoch as usize - 1]);
+                sink.commit(Epoch(epoch), &records).expect("commit after restart");
+            }
+            writers.iter_mut().for_each(|writer| writer.close().expect("close"));
+            let clean = tempfile::tempdir().expect("tempdir");
+            assert_eq!(
+                case.visible(root.path()),
+                uninterrupted(case, clean.path(), case.slots(), &epochs),
+                "{context}"
+            );
             case.assert_one_header_per_file(root.path());
         }
     }
@@ -394,7 +445,7 @@ fn a_fresh_start_removes_staged_work_and_the_earlier_output() {
         stage(&mut writers, 2, &script()[2]);
         write_rows(&mut writers, &script()[3]);
         drop(writers);
-        sink.discard_after(None).expect("discard all");
+        sink.discard_after(None, &[]).expect("discard all");
         let left = if case.mode == FileMode::Directory { "== notes.txt\nkept" } else { "" };
         assert_eq!(case.visible(root.path()), left, "{case:?}");
         assert_eq!(case.staged_files(root.path()), Vec::<String>::new(), "{case:?}");
@@ -418,7 +469,7 @@ fn a_restarted_writer_never_writes_into_a_dead_writers_file() {
     let records = writers[0].pre_commit(Epoch(1)).expect("pre-commit");
     sink.commit(Epoch(1), &[records]).expect("commit");
     assert_eq!(case.visible(root.path()), case.expected(1, &[vec![vec![2]]]));
-    sink.discard_after(Some(Epoch(1))).expect("discard");
+    sink.discard_after(Some(Epoch(1)), &[]).expect("discard");
     assert_eq!(case.staged_files(root.path()), Vec::<String>::new());
 }
 
