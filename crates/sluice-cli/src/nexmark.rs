@@ -94,6 +94,13 @@ pub fn query_sql(query: &str) -> Option<&'static str> {
              FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' HOUR)) \
              GROUP BY auction, bidder, window_start, window_end"
         }
+        // The same over a day-long window: the state keeps growing for 864 M events of
+        // event time, so a run reaches gigabytes of state.
+        "state_day" => {
+            "SELECT auction, bidder, COUNT(*) AS bids, SUM(price) AS total, window_start \
+             FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' DAY)) \
+             GROUP BY auction, bidder, window_start, window_end"
+        }
         "tumble" => {
             "SELECT auction, COUNT(*) AS bids, window_start, window_end \
              FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) \
@@ -157,8 +164,9 @@ fn generate(
 
 /// The pipeline file of one benchmark query.
 fn pipeline_text(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Result<String, String> {
-    let sql = query_sql(query)
-        .ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble, state"))?;
+    let sql = query_sql(query).ok_or_else(|| {
+        format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble, state, state_day")
+    })?;
     let source = match csv {
         None => {
             format!("[[source]]\nname = \"nexmark\"\nconnector = \"nexmark\"\n[source.options]\nevents = {events}\n")
@@ -271,8 +279,9 @@ fn bench(
         println!("{:<8} {:>10} {:>14} {:>18} {:>12}", "query", "seconds", "events/s", "events/s/thread", "peak RSS MB");
     }
     for query in queries.split(',').map(str::trim).filter(|q| !q.is_empty()) {
-        query_sql(query)
-            .ok_or_else(|| format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble, state"))?;
+        query_sql(query).ok_or_else(|| {
+            format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble, state, state_day")
+        })?;
         let mut command = Command::new(&exe);
         command.args([
             "--quiet",

@@ -37,12 +37,14 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// The operator's state at the current barrier, one blob per vnode that has state
+    /// The operator's state at the current barrier. The operator copies what it needs
+    /// here, on the hot path, and returns a job that encodes the copy into one blob per
+    /// vnode that has state; the job runs on another thread while processing goes on
     /// (keyed operators split their state by the vnode of each key, so a restore onto a
     /// different number of threads gives each thread exactly its vnodes). Stateless
-    /// operators keep the default.
-    fn snapshot(&mut self) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-        Ok(Vec::new())
+    /// operators keep the default: no job.
+    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        Ok(None)
     }
 
     /// Loads state blobs (from `snapshot`, of the vnodes this instance owns) before any
@@ -52,8 +54,11 @@ pub trait Operator: Send {
     }
 }
 
-/// A chain's state: (operator position, per-vnode blobs) for operators that have state.
-pub type ChainSnapshot = Vec<(usize, Vec<(u32, Vec<u8>)>)>;
+/// Encodes a state copy taken at a barrier into (vnode, blob) pairs, off the hot path.
+pub type SnapshotJob = Box<dyn FnOnce() -> Result<Vec<(u32, Vec<u8>)>, SluiceError> + Send>;
+
+/// A chain's state: (operator position, snapshot job) for operators that have state.
+pub type ChainSnapshot = Vec<(usize, SnapshotJob)>;
 
 /// Operators fused on one thread. Messages pass through them in order.
 pub struct Chain {
@@ -66,13 +71,12 @@ impl Chain {
         Chain { operators, scratch: Vec::new() }
     }
 
-    /// Every operator's snapshot, by position in the chain.
+    /// Every stateful operator's snapshot job, by position in the chain.
     pub fn snapshot(&mut self) -> Result<ChainSnapshot, SluiceError> {
         let mut states = Vec::new();
         for (index, operator) in self.operators.iter_mut().enumerate() {
-            let blobs = operator.snapshot()?;
-            if !blobs.is_empty() {
-                states.push((index, blobs));
+            if let Some(job) = operator.snapshot()? {
+                states.push((index, job));
             }
         }
         Ok(states)

@@ -7,12 +7,14 @@
 //!    positions are exactly those after the last row that precedes the barrier
 //!    (invariant 3).
 //! 2. Each segment that receives the barrier (aligned across its senders in exactly-once
-//!    mode) snapshots its operators' state per vnode; each sink writer pre-commits.
+//!    mode) copies its operators' state (a [`SnapshotJob`] holds the copy); each sink
+//!    writer pre-commits. Encoding the copies per vnode happens later, off the drivers.
 //! 3. When every segment of a driver has passed barrier `e`, the driver acks with its
 //!    [`ManifestSlice`].
-//! 4. When every driver acked, the controller gives the slices to the [`Checkpointer`],
-//!    which writes the state objects, waits until they are durable, and only then
-//!    publishes manifest `e` (invariant 1).
+//! 4. When every driver acked (the pause processing saw ends here), the controller runs
+//!    the snapshot jobs and gives the slices to the [`Checkpointer`], which writes the
+//!    state objects, waits until they are durable, and only then publishes manifest `e`
+//!    (invariant 1).
 //! 5. Only after the manifest is published does the controller call each sink's
 //!    `commit(e, records)` (invariant 2).
 //!
@@ -27,6 +29,7 @@ use std::time::Duration;
 
 use sluice_types::{Epoch, SluiceError};
 
+use crate::chain::SnapshotJob;
 use crate::plan::SinkFactory;
 
 /// The position of one lane.
@@ -46,11 +49,29 @@ pub struct StateBlob {
     pub bytes: Vec<u8>,
 }
 
+/// One operator's state copy, taken at the barrier, still to be encoded.
+pub struct DeferredState {
+    /// The operator's stable id (see [`operator_id`]).
+    pub operator: String,
+    pub job: SnapshotJob,
+}
+
+impl std::fmt::Debug for DeferredState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeferredState").field("operator", &self.operator).finish_non_exhaustive()
+    }
+}
+
 /// What one driver contributes to manifest `e`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct ManifestSlice {
     pub positions: Vec<LanePosition>,
+    /// Encoded state (what a [`Checkpointer`] writes).
     pub states: Vec<StateBlob>,
+    /// State copied at the barrier and not encoded yet: drivers hand these over so the
+    /// encoding happens off their threads; [`ManifestSlice::encode_deferred`] turns them
+    /// into `states` before the checkpointer sees the slice.
+    pub deferred: Vec<DeferredState>,
     /// (flow index, epoch, pre-commit record) of each sink writer on the driver. A
     /// manifest may carry records of earlier epochs whose own checkpoint failed.
     pub sink_records: Vec<(usize, u64, Vec<u8>)>,
@@ -60,7 +81,19 @@ impl ManifestSlice {
     pub fn merge(&mut self, other: ManifestSlice) {
         self.positions.extend(other.positions);
         self.states.extend(other.states);
+        self.deferred.extend(other.deferred);
         self.sink_records.extend(other.sink_records);
+    }
+
+    /// Runs every deferred snapshot job, adding its blobs to `states`.
+    pub fn encode_deferred(&mut self) -> Result<(), SluiceError> {
+        for DeferredState { operator, job } in std::mem::take(&mut self.deferred) {
+            let blobs = job().map_err(|e| e.context(format!("encoding the state of {operator}")))?;
+            for (vnode, bytes) in blobs {
+                self.states.push(StateBlob { operator: operator.clone(), vnode, bytes });
+            }
+        }
+        Ok(())
     }
 }
 

@@ -67,8 +67,8 @@ pub struct CheckpointStats {
     pub last_epoch: u64,
     /// Bytes of operator state in the largest published checkpoint.
     pub max_state_bytes: u64,
-    /// Longest time from barrier injection to the last driver's ack (alignment and
-    /// snapshots: the pause processing sees).
+    /// Longest time from barrier injection to the last driver's ack (alignment and state
+    /// copies: the pause processing sees).
     pub max_pause_ms: u64,
     /// Longest time from barrier injection to the manifest published.
     pub max_duration_ms: u64,
@@ -193,9 +193,12 @@ impl Coordinator {
             return Ok(Completed::Nothing);
         }
         let in_flight = self.in_flight.take().expect("checked above");
+        // Every driver copied its state and went on: the pause ends here; encoding and
+        // writing overlap processing.
         let pause_ms = in_flight.started.elapsed().as_millis() as u64;
-        let state_bytes: u64 = in_flight.slice.states.iter().map(|s| s.bytes.len() as u64).sum();
         let mut slice = in_flight.slice;
+        let encoded = slice.encode_deferred();
+        let state_bytes: u64 = slice.states.iter().map(|s| s.bytes.len() as u64).sum();
         for finished in &self.finished_positions {
             if !slice.positions.iter().any(|p| p.source == finished.source && p.lane == finished.lane) {
                 slice.positions.push(finished.clone());
@@ -205,7 +208,7 @@ impl Coordinator {
         records.append(&mut slice.sink_records);
         slice.sink_records = records.clone();
         let epoch = in_flight.epoch;
-        match self.options.checkpointer.checkpoint(epoch, slice, in_flight.final_epoch) {
+        match encoded.and_then(|()| self.options.checkpointer.checkpoint(epoch, slice, in_flight.final_epoch)) {
             Ok(()) => {
                 self.stats.published += 1;
                 self.stats.last_epoch = epoch.0;

@@ -24,7 +24,8 @@
 //!
 //! On `Barrier(e)` the driver records every lane's position, then feeds the barrier into
 //! segment 0 of every live flow. Each segment, when the barrier reaches its input (aligned
-//! by the exchange), snapshots its chain, forwards the barrier, and (at a sink) pre-commits.
+//! by the exchange), copies its chain's state (encoded later, off this thread), forwards
+//! the barrier, and (at a sink) pre-commits.
 //! When every segment that was live at injection has passed `e` (or ended), the driver
 //! acks with its slice. `FinalBarrier(e)` does the same but first pauses every lane, so
 //! nothing follows the barrier; the driver then waits for `Exit` (a stop that keeps open
@@ -39,7 +40,7 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
-use crate::checkpoint::{LanePosition, ManifestSlice, StateBlob, operator_id};
+use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, operator_id};
 use crate::exchange::{ExchangeInput, ExchangeOutput};
 use crate::metrics::{Metrics, NO_WATERMARK};
 use crate::plan::{LaneContext, LanePoll, LaneReader, SinkParallelism, SinkWriter};
@@ -482,10 +483,8 @@ impl DriverState {
         if let Some((epoch, states, record)) = fed.barrier {
             self.flows[flow].segments[index].barrier_passed = Some(epoch);
             let pending = self.pending_for(epoch);
-            for (operator, blobs) in states {
-                for (vnode, bytes) in blobs {
-                    pending.slice.states.push(StateBlob { operator: operator_id(flow, index, operator), vnode, bytes });
-                }
+            for (operator, job) in states {
+                pending.slice.deferred.push(DeferredState { operator: operator_id(flow, index, operator), job });
             }
             if let Some(record) = record {
                 pending.slice.sink_records.push((flow, pending.epoch.0, record));

@@ -31,7 +31,7 @@ mod exchange;
 pub mod metrics;
 pub mod plan;
 
-pub use chain::{Chain, Operator};
+pub use chain::{Chain, Operator, SnapshotJob};
 pub use controller::{Checkpointing, RunOptions, RunOutcome, RunReport, StopHandle, run};
 pub use metrics::Metrics;
 pub use plan::{

@@ -1,9 +1,12 @@
 //! The event-time window aggregate.
 //!
 //! Input rows carry `window_start` and `window_end` (from window assignment) plus the key
-//! columns and aggregate arguments. State is, per open window (ordered by end), a hash map
-//! from the key (Arrow row format bytes) to a group index, and one accumulator column per
-//! aggregate. A window is emitted once, when the watermark reaches `window_end - 1` (the
+//! columns and aggregate arguments. State is, per open window (ordered by end), a table of
+//! group ids and the groups in flat columns ([`Groups`]): the keys (Arrow row format
+//! bytes, back to back), each key's placement hash (the exchange's, so its vnode), and one
+//! accumulator column per aggregate. Flat columns make a checkpoint's copy a handful of
+//! memory copies on the driver; encoding the copy per vnode happens on another thread
+//! (see `state`). A window is emitted once, when the watermark reaches `window_end - 1` (the
 //! window's last millisecond, as in Flink), then dropped. A row whose window was already
 //! emitted (or would be, at the current watermark) is late: counted and dropped.
 //! End of input emits every open window.
@@ -11,9 +14,9 @@
 //! Output: one row per (window, key) with the columns in `GROUP BY` order followed by the
 //! aggregates, cast to the planner's declared output types.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
 use arrow::compute::cast;
@@ -21,8 +24,9 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_common::hash_utils::RandomState;
-use sluice_runtime::Operator;
-use sluice_types::{Batch, Message, SluiceError, TimestampMs, vnode};
+use hashbrown::HashTable;
+use sluice_runtime::{Operator, SnapshotJob};
+use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 mod state;
 
@@ -74,6 +78,7 @@ pub struct WindowAggregateSpec {
 }
 
 /// One aggregate's accumulators, one slot per group of a window.
+#[derive(Clone)]
 enum Accumulators {
     Count(Vec<i64>),
     SumInt(Vec<Option<i64>>),
@@ -95,13 +100,114 @@ enum Argument {
     Encoded(arrow::row::Rows, ArrayRef),
 }
 
+/// A window's groups in flat columns, group `g` at position `g` of each: what a
+/// checkpoint copies.
+#[derive(Clone, Default)]
+struct Groups {
+    /// Keys in Arrow's row format, back to back; group `g`'s ends at `key_ends[g]`.
+    key_bytes: Vec<u8>,
+    key_ends: Vec<usize>,
+    /// Each key's placement hash (0 without keys): its vnode, and its slot in the index.
+    hashes: Vec<u64>,
+    accumulators: Vec<Accumulators>,
+}
+
+impl Groups {
+    fn len(&self) -> usize {
+        self.key_ends.len()
+    }
+
+    fn key(&self, group: usize) -> &[u8] {
+        key_of(&self.key_bytes, &self.key_ends, group)
+    }
+
+    /// Makes `self` a copy of `other`, reusing `self`'s buffers: a checkpoint copies into
+    /// the previous checkpoint's buffers, whose pages are already mapped. With `earlier`,
+    /// `self` is an earlier copy of the same window: groups are only ever appended to a
+    /// window, so its keys and hashes are a prefix of `other`'s and only the new groups'
+    /// are copied (accumulators change in place, so they are copied whole).
+    fn copy_from(&mut self, other: &Groups, earlier: bool) {
+        if earlier {
+            assert!(self.len() <= other.len(), "a window's groups are only appended");
+        } else {
+            self.key_bytes.clear();
+            self.key_ends.clear();
+            self.hashes.clear();
+        }
+        self.key_bytes.extend_from_slice(&other.key_bytes[self.key_bytes.len()..]);
+        self.key_ends.extend_from_slice(&other.key_ends[self.key_ends.len()..]);
+        self.hashes.extend_from_slice(&other.hashes[self.hashes.len()..]);
+        self.accumulators.truncate(other.accumulators.len());
+        for (index, source) in other.accumulators.iter().enumerate() {
+            match self.accumulators.get_mut(index) {
+                Some(target) => target.copy_from(source),
+                None => self.accumulators.push(source.clone()),
+            }
+        }
+    }
+}
+
+/// Grows `values`' capacity by half its length and writes the new memory once, so the
+/// operating system maps its pages now (off the driver) rather than during the next copy.
+fn warm<T: Copy + Default>(values: &mut Vec<T>) {
+    let length = values.len();
+    let target = length + length / 2;
+    if values.capacity() < target {
+        values.resize(target, T::default());
+        values.truncate(length);
+    }
+}
+
+impl Groups {
+    /// Readies a copy's buffers for the next, larger copy (see [`warm`]).
+    fn warm(&mut self) {
+        warm(&mut self.key_bytes);
+        warm(&mut self.key_ends);
+        warm(&mut self.hashes);
+        self.accumulators.iter_mut().for_each(Accumulators::warm);
+    }
+}
+
+fn key_of<'a>(bytes: &'a [u8], ends: &[usize], group: usize) -> &'a [u8] {
+    let start = if group == 0 { 0 } else { ends[group - 1] };
+    &bytes[start..ends[group]]
+}
+
+/// The index's hash of a placement hash. Placement uses the hash's high bits (vnodes are
+/// ranges of it), so on one thread those bits vary little; the table's tag bits are high
+/// bits too. Mixing spreads every bit over the high ones, keeping the low ones.
+fn table_hash(placement: u64) -> u64 {
+    (placement ^ (placement >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 struct WindowGroups {
     start: TimestampMs,
-    index: HashMap<Box<[u8]>, u32, RandomState>,
-    keys: Vec<Box<[u8]>>,
-    /// The vnode of each group's key, kept so a snapshot needs no rehashing.
-    vnodes: Vec<u16>,
-    accumulators: Vec<Accumulators>,
+    /// Group ids, hashed with `table_hash` of each group's placement hash.
+    index: HashTable<u32>,
+    groups: Groups,
+}
+
+impl WindowGroups {
+    fn new(start: TimestampMs, accumulators: Vec<Accumulators>) -> WindowGroups {
+        WindowGroups { start, index: HashTable::new(), groups: Groups { accumulators, ..Groups::default() } }
+    }
+
+    /// The group of `key` (whose placement hash is `hash`), added if new.
+    fn group_of(&mut self, key: &[u8], hash: u64) -> usize {
+        let Groups { key_bytes, key_ends, hashes, accumulators } = &mut self.groups;
+        let found = self.index.find(table_hash(hash), |&group| key_of(key_bytes, key_ends, group as usize) == key);
+        if let Some(&group) = found {
+            return group as usize;
+        }
+        let group = key_ends.len();
+        assert!(group < u32::MAX as usize, "a window holds fewer than 2^32 groups");
+        key_bytes.extend_from_slice(key);
+        key_ends.push(key_bytes.len());
+        hashes.push(hash);
+        self.index.insert_unique(table_hash(hash), group as u32, |&g| table_hash(hashes[g as usize]));
+        accumulators.iter_mut().for_each(Accumulators::push_group);
+        group
+    }
 }
 
 /// See the module documentation.
@@ -116,6 +222,9 @@ pub struct WindowAggregate {
     vnodes: u32,
     /// Placement hashes of the current batch's keys (reused buffer).
     hashes: Vec<u64>,
+    /// The copy of the previous checkpoint, handed back by its encoding job for the next
+    /// copy to reuse.
+    spare: Arc<Mutex<Vec<state::Frozen>>>,
 }
 
 fn is_float(data_type: &DataType) -> bool {
@@ -158,6 +267,7 @@ impl WindowAggregate {
             input_types,
             vnodes,
             hashes: Vec::new(),
+            spare: Arc::new(Mutex::new(Vec::new())),
         })
     }
 
@@ -219,7 +329,8 @@ impl WindowAggregate {
     }
 
     fn emit(&self, end: TimestampMs, groups: WindowGroups, out: &mut Vec<Message>) -> Result<(), SluiceError> {
-        let count = groups.keys.len();
+        let WindowGroups { start, groups, .. } = groups;
+        let count = groups.len();
         if count == 0 {
             return Ok(());
         }
@@ -227,13 +338,13 @@ impl WindowAggregate {
             Vec::new()
         } else {
             let parser = self.key_converter.parser();
-            self.key_converter.convert_rows(groups.keys.iter().map(|key| parser.parse(key)))?
+            self.key_converter.convert_rows((0..count).map(|group| parser.parse(groups.key(group))))?
         };
         let timestamp = |value: i64| -> ArrayRef { Arc::new(TimestampMillisecondArray::from(vec![value; count])) };
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.output.fields().len());
         for group in &self.spec.groups {
             columns.push(match group {
-                GroupColumn::WindowStart => timestamp(groups.start),
+                GroupColumn::WindowStart => timestamp(start),
                 GroupColumn::WindowEnd => timestamp(end),
                 GroupColumn::Key(index) => Arc::clone(&key_columns[*index]),
             });
@@ -273,6 +384,52 @@ fn finish(accumulators: Accumulators) -> ArrayRef {
 }
 
 impl Accumulators {
+    /// Makes `self` a copy of `other`, reusing its buffers when both are of one kind.
+    fn copy_from(&mut self, other: &Accumulators) {
+        fn copy<T: Copy>(target: &mut Vec<T>, source: &[T]) {
+            target.clear();
+            target.extend_from_slice(source);
+        }
+        match (self, other) {
+            (Accumulators::Count(target), Accumulators::Count(source)) => copy(target, source),
+            (Accumulators::SumInt(target), Accumulators::SumInt(source)) => copy(target, source),
+            (Accumulators::SumFloat(target), Accumulators::SumFloat(source)) => copy(target, source),
+            (
+                Accumulators::MinMaxInt { values: target, max: target_max },
+                Accumulators::MinMaxInt { values: source, max },
+            ) => {
+                copy(target, source);
+                *target_max = *max;
+            }
+            (
+                Accumulators::MinMaxFloat { values: target, max: target_max },
+                Accumulators::MinMaxFloat { values: source, max },
+            ) => {
+                copy(target, source);
+                *target_max = *max;
+            }
+            (Accumulators::Avg { sums: target_sums, counts: target_counts }, Accumulators::Avg { sums, counts }) => {
+                copy(target_sums, sums);
+                copy(target_counts, counts);
+            }
+            // Text and sets own their values: copied value by value.
+            (target, source) => *target = source.clone(),
+        }
+    }
+
+    fn warm(&mut self) {
+        match self {
+            Accumulators::Count(values) => warm(values),
+            Accumulators::SumInt(values) | Accumulators::MinMaxInt { values, .. } => warm(values),
+            Accumulators::SumFloat(values) | Accumulators::MinMaxFloat { values, .. } => warm(values),
+            Accumulators::Avg { sums, counts } => {
+                warm(sums);
+                warm(counts);
+            }
+            Accumulators::MinMaxString { .. } | Accumulators::Distinct(_) => {}
+        }
+    }
+
     fn push_group(&mut self) {
         match self {
             Accumulators::Count(counts) => counts.push(0),
@@ -352,7 +509,6 @@ impl Operator for WindowAggregate {
 
     fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
         assert!(batch.is_append_only(), "the planner rejects window aggregates over updating input");
-        assert!(self.vnodes <= 1 << 16, "vnodes fit in 16 bits");
         let rows = &batch.rows;
         if !self.spec.keys.is_empty() {
             crate::partition::key_hashes(rows, &self.spec.keys, &mut self.hashes)?;
@@ -375,34 +531,15 @@ impl Operator for WindowAggregate {
                 Some(window) => window,
                 None => {
                     let accumulators = template.take().unwrap_or_else(|| self.new_accumulators());
-                    let groups = WindowGroups {
-                        start: starts.value(row),
-                        index: HashMap::with_hasher(RandomState::with_seed(0)),
-                        keys: Vec::new(),
-                        vnodes: Vec::new(),
-                        accumulators,
-                    };
-                    self.windows.entry(end).or_insert(groups)
+                    self.windows.entry(end).or_insert(WindowGroups::new(starts.value(row), accumulators))
                 }
             };
             // Arrow's row format has no rows when there are no key columns: all rows share
-            // the empty key.
-            let key: &[u8] = if self.spec.keys.is_empty() { &[] } else { keys.row(row).data() };
-            let group = match window.index.get(key) {
-                Some(group) => *group as usize,
-                None => {
-                    let group = window.keys.len();
-                    let owned: Box<[u8]> = key.into();
-                    window.index.insert(owned.clone(), group as u32);
-                    window.keys.push(owned);
-                    let vnode =
-                        if self.spec.keys.is_empty() { 0 } else { vnode::of_hash(self.hashes[row], self.vnodes) };
-                    window.vnodes.push(vnode as u16);
-                    window.accumulators.iter_mut().for_each(Accumulators::push_group);
-                    group
-                }
-            };
-            for (accumulators, argument) in window.accumulators.iter_mut().zip(&arguments) {
+            // the empty key (and hash 0, vnode 0).
+            let (key, hash): (&[u8], u64) =
+                if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row).data(), self.hashes[row]) };
+            let group = window.group_of(key, hash);
+            for (accumulators, argument) in window.groups.accumulators.iter_mut().zip(&arguments) {
                 accumulators.update(group, argument, row);
             }
         }
@@ -427,8 +564,8 @@ impl Operator for WindowAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-        state::snapshot(self)
+    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        Ok(state::snapshot(self))
     }
 
     fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {

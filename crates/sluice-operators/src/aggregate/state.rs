@@ -1,9 +1,16 @@
 //! Snapshots of the window aggregate's state, split by vnode.
 //!
+//! At a barrier the driver only copies each open window's flat columns ([`Groups`]) into
+//! the previous snapshot's buffers (for a window the previous snapshot already copied,
+//! only the groups added since, plus the accumulators) and hands a job to the controller; the job encodes the
+//! copy into blobs, grows the buffers by half and touches the new pages (so the next copy
+//! neither reallocates nor page-faults unless state grew faster than that), and gives them
+//! back. Processing resumes right after the copy.
+//!
 //! A blob holds, for one vnode, every open window's groups whose key hashes to that vnode
 //! (the same hash the exchange routes by, so after a restore onto any number of threads
-//! each group lands on the thread its future rows go to). Vnodes are computed at snapshot
-//! time from the stored keys, so the hot path pays nothing for them.
+//! each group lands on the thread its future rows go to). Each group keeps its placement
+//! hash, so neither the copy nor the encoding rehashes keys.
 //!
 //! Layout (little-endian): `u32 version`, `u32 windows`, then per window `i64 end`,
 //! `i64 start`, `u32 groups`, then per group the key (`u32 length` + bytes) and one
@@ -11,32 +18,91 @@
 //! Decoding checks every length against the remaining bytes and every tag against the
 //! operator's aggregates: a blob from another plan is refused, never misread.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
-use datafusion_common::hash_utils::RandomState;
+use sluice_runtime::SnapshotJob;
 use sluice_types::{SluiceError, vnode};
 
-use super::{Accumulators, WindowAggregate, WindowGroups};
+use super::{Accumulators, Groups, WindowAggregate, WindowGroups, table_hash};
 
 const VERSION: u32 = 1;
 
-pub(super) fn snapshot(aggregate: &WindowAggregate) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-    // One buffer per vnode with state, written in a single pass over the groups.
-    let mut blobs: Vec<Option<Blob>> = (0..aggregate.vnodes).map(|_| None).collect();
-    let mut touched: Vec<usize> = Vec::new();
+/// One window's groups as copied at a barrier.
+#[derive(Default)]
+pub(super) struct Frozen {
+    end: i64,
+    start: i64,
+    groups: Groups,
+}
+
+/// Copies the open windows and returns the job that encodes them; None without state.
+pub(super) fn snapshot(aggregate: &mut WindowAggregate) -> Option<SnapshotJob> {
+    if aggregate.windows.is_empty() {
+        return None;
+    }
+    let mut spare = std::mem::take(&mut *aggregate.spare.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    let mut frozen: Vec<Frozen> = Vec::with_capacity(aggregate.windows.len());
+    // Windows still open since the last checkpoint continue their earlier copy (both
+    // lists are in end order); the others get the largest spare buffers left.
+    let mut unmatched: Vec<(&i64, &WindowGroups)> = Vec::new();
+    let mut leftover: Vec<Frozen> = Vec::new();
+    let mut earlier = spare.drain(..).peekable();
     for (end, window) in &aggregate.windows {
-        for group in 0..window.keys.len() {
-            let vnode = usize::from(window.vnodes[group]);
+        while let Some(copy) = earlier.next_if(|copy| copy.end < *end) {
+            leftover.push(copy);
+        }
+        match earlier.next_if(|copy| copy.end == *end && copy.start == window.start) {
+            Some(mut copy) => {
+                copy.groups.copy_from(&window.groups, true);
+                frozen.push(copy);
+            }
+            None => unmatched.push((end, window)),
+        }
+    }
+    leftover.extend(earlier);
+    leftover.sort_by_key(|copy| std::cmp::Reverse(copy.groups.key_bytes.capacity()));
+    unmatched.sort_by_key(|(_, window)| std::cmp::Reverse(window.groups.key_bytes.len()));
+    leftover.truncate(unmatched.len());
+    leftover.resize_with(unmatched.len(), Frozen::default);
+    for ((end, window), mut copy) in unmatched.into_iter().zip(leftover) {
+        copy.end = *end;
+        copy.start = window.start;
+        copy.groups.copy_from(&window.groups, false);
+        frozen.push(copy);
+    }
+    frozen.sort_by_key(|copy| copy.end);
+    let vnodes = aggregate.vnodes;
+    let spare = Arc::clone(&aggregate.spare);
+    Some(Box::new(move || {
+        let mut frozen = frozen;
+        let blobs = encode(&frozen, vnodes);
+        // State grows between checkpoints: map the next copy's memory here, not on the
+        // driver.
+        frozen.iter_mut().for_each(|copy| copy.groups.warm());
+        *spare.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = frozen;
+        Ok(blobs)
+    }))
+}
+
+/// The blobs of `windows` (in increasing end order), one per vnode with state, written in
+/// a single pass over the groups.
+fn encode(windows: &[Frozen], vnodes: u32) -> Vec<(u32, Vec<u8>)> {
+    let mut blobs: Vec<Option<Blob>> = (0..vnodes).map(|_| None).collect();
+    let mut touched: Vec<usize> = Vec::new();
+    for window in windows {
+        let groups = &window.groups;
+        for group in 0..groups.len() {
+            let vnode = vnode::of_hash(groups.hashes[group], vnodes) as usize;
             let blob = blobs[vnode].get_or_insert_with(Blob::default);
-            if blob.window_end != Some(*end) {
-                blob.open_window(*end, window.start);
+            if blob.window_end != Some(window.end) {
+                blob.open_window(window.end, window.start);
                 touched.push(vnode);
             }
             blob.groups += 1;
-            let key = &window.keys[group];
+            let key = groups.key(group);
             blob.bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
             blob.bytes.extend_from_slice(key);
-            for accumulators in &window.accumulators {
+            for accumulators in &groups.accumulators {
                 write_value(accumulators, group, &mut blob.bytes);
             }
         }
@@ -46,11 +112,7 @@ pub(super) fn snapshot(aggregate: &WindowAggregate) -> Result<Vec<(u32, Vec<u8>)
             }
         }
     }
-    Ok(blobs
-        .into_iter()
-        .enumerate()
-        .filter_map(|(vnode, blob)| blob.map(|blob| (vnode as u32, blob.finish())))
-        .collect())
+    blobs.into_iter().enumerate().filter_map(|(vnode, blob)| blob.map(|blob| (vnode as u32, blob.finish()))).collect()
 }
 
 /// A vnode's blob being written: the body, and where the open window's group count goes.
@@ -88,18 +150,14 @@ impl Blob {
     }
 }
 
-/// The vnode of every group of `window`, from its key's placement hash.
-fn group_vnodes(
-    aggregate: &WindowAggregate,
-    window: &WindowGroups,
-    hashes: &mut Vec<u64>,
-) -> Result<Vec<u32>, SluiceError> {
+/// The placement hashes of groups `from..` of `groups`, from their keys.
+fn placement_hashes(aggregate: &WindowAggregate, groups: &Groups, from: usize) -> Result<Vec<u64>, SluiceError> {
     if aggregate.spec.keys.is_empty() {
-        return Ok(vec![0; window.keys.len()]);
+        return Ok(vec![0; groups.len() - from]);
     }
     let parser = aggregate.key_converter.parser();
-    let columns = aggregate.key_converter.convert_rows(window.keys.iter().map(|key| parser.parse(key)))?;
-    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(
+    let columns = aggregate.key_converter.convert_rows((from..groups.len()).map(|g| parser.parse(groups.key(g))))?;
+    let schema = Arc::new(arrow::datatypes::Schema::new(
         columns
             .iter()
             .enumerate()
@@ -108,8 +166,9 @@ fn group_vnodes(
     ));
     let rows = arrow::record_batch::RecordBatch::try_new(schema, columns)?;
     let keys: Vec<usize> = (0..rows.num_columns()).collect();
-    crate::partition::key_hashes(&rows, &keys, hashes)?;
-    Ok(hashes.iter().map(|hash| vnode::of_hash(*hash, aggregate.vnodes)).collect())
+    let mut hashes = Vec::new();
+    crate::partition::key_hashes(&rows, &keys, &mut hashes)?;
+    Ok(hashes)
 }
 
 const TAG_NULL: u8 = 0;
@@ -209,23 +268,17 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> R
         for _ in 0..windows {
             let end = reader.i64()?;
             let start = reader.i64()?;
-            let groups = reader.u32()?;
+            let count = reader.u32()?;
             if !aggregate.windows.contains_key(&end) {
-                let accumulators = aggregate.new_accumulators();
-                let index = HashMap::with_hasher(RandomState::with_seed(0));
-                let groups = WindowGroups { start, index, keys: Vec::new(), vnodes: Vec::new(), accumulators };
-                aggregate.windows.insert(end, groups);
+                let window = WindowGroups::new(start, aggregate.new_accumulators());
+                aggregate.windows.insert(end, window);
             }
-            let window = aggregate.windows.get_mut(&end).expect("inserted above");
-            for _ in 0..groups {
-                let key: Box<[u8]> = reader.bytes()?.into();
-                if window.index.contains_key(&key) {
-                    return Err(corrupt("a key appears in two vnodes"));
-                }
-                let group = window.keys.len();
-                window.index.insert(key.clone(), group as u32);
-                window.keys.push(key);
-                for accumulators in &mut window.accumulators {
+            let groups = &mut aggregate.windows.get_mut(&end).expect("inserted above").groups;
+            for _ in 0..count {
+                let group = groups.len();
+                groups.key_bytes.extend_from_slice(reader.bytes()?);
+                groups.key_ends.push(groups.key_bytes.len());
+                for accumulators in &mut groups.accumulators {
                     accumulators.push_group();
                     read_value(accumulators, group, &mut reader)?;
                 }
@@ -235,13 +288,24 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> R
             return Err(corrupt("trailing bytes"));
         }
     }
-    // Restores are rare: recompute every group's vnode from its key.
-    let mut hashes = Vec::new();
+    // Restores are rare: recompute the new groups' placement hashes from their keys, then
+    // index them.
     let ends: Vec<i64> = aggregate.windows.keys().copied().collect();
     for end in ends {
-        let vnodes = group_vnodes(aggregate, &aggregate.windows[&end], &mut hashes)?;
+        let window = &aggregate.windows[&end];
+        let from = window.groups.hashes.len();
+        let hashes = placement_hashes(aggregate, &window.groups, from)?;
         let window = aggregate.windows.get_mut(&end).expect("listed above");
-        window.vnodes = vnodes.into_iter().map(|v| v as u16).collect();
+        window.groups.hashes.extend(hashes);
+        let WindowGroups { index, groups, .. } = window;
+        for group in from..groups.len() {
+            let hash = table_hash(groups.hashes[group]);
+            let key = groups.key(group);
+            if index.find(hash, |&g| groups.key(g as usize) == key).is_some() {
+                return Err(corrupt("a key appears twice (in two vnodes)"));
+            }
+            index.insert_unique(hash, group as u32, |&g| table_hash(groups.hashes[g as usize]));
+        }
     }
     Ok(())
 }
@@ -367,7 +431,7 @@ mod tests {
             rows(&[(0, "a", Some(1)), (0, "b", Some(2)), (10, "a", None), (0, "a", Some(1)), (10, "c", Some(5))]);
         let mut original = aggregate();
         original.on_data(input.clone(), &mut Vec::new()).expect("data");
-        let blobs = original.snapshot().expect("snapshot");
+        let blobs = original.snapshot().expect("snapshot").expect("state")().expect("encode");
         assert!(blobs.iter().all(|(vnode, _)| *vnode < VNODES));
         assert!(blobs.len() > 1, "three keys spread over vnodes");
         // Restore onto two instances owning half the vnodes each, as after rescaling.
@@ -383,11 +447,40 @@ mod tests {
         assert_eq!(restored.len(), 4, "(a,0) (b,0) (a,10) (c,10)");
     }
 
+    /// Restores `blobs` into a fresh aggregate and returns what it emits.
+    fn restored(blobs: Vec<(u32, Vec<u8>)>) -> Vec<String> {
+        let mut fresh = aggregate();
+        fresh.restore(blobs.into_iter().map(|(_, b)| b).collect()).expect("restore");
+        emitted(&mut fresh)
+    }
+
+    #[test]
+    fn a_snapshot_holds_the_state_at_the_barrier_while_processing_goes_on() {
+        let before: &[(i64, &str, Option<i64>)] = &[(0, "a", Some(1)), (0, "b", Some(2))];
+        let after: &[(i64, &str, Option<i64>)] = &[(0, "a", Some(7)), (0, "d", None), (10, "c", Some(3))];
+        let all: Vec<_> = before.iter().chain(after).copied().collect();
+        let mut original = aggregate_with(before);
+        let first = original.snapshot().expect("snapshot").expect("state");
+        // Rows after the barrier change the live state, not the copy being encoded.
+        original.on_data(rows(after), &mut Vec::new()).expect("data");
+        assert_eq!(restored(first().expect("encode")), emitted(&mut aggregate_with(before)));
+        // The next snapshot reuses the first one's buffers and sees the later rows.
+        let second = original.snapshot().expect("snapshot").expect("state")().expect("encode");
+        assert_eq!(restored(second), emitted(&mut aggregate_with(&all)));
+        assert_eq!(emitted(&mut original), emitted(&mut aggregate_with(&all)));
+    }
+
+    fn aggregate_with(input: &[(i64, &str, Option<i64>)]) -> WindowAggregate {
+        let mut aggregate = aggregate();
+        aggregate.on_data(rows(input), &mut Vec::new()).expect("data");
+        aggregate
+    }
+
     #[test]
     fn damaged_blobs_are_refused() {
         let mut original = aggregate();
         original.on_data(rows(&[(0, "a", Some(1))]), &mut Vec::new()).expect("data");
-        let blob = original.snapshot().expect("snapshot").remove(0).1;
+        let blob = original.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1;
         for cut in [0, 3, blob.len() - 1] {
             let error = aggregate().restore(vec![blob[..cut].to_vec()]).expect_err("truncated");
             assert_eq!(error.code, "state.corrupt");
