@@ -249,7 +249,13 @@ fn run_query(
             "published": c.published,
             "max_state_bytes": c.max_state_bytes,
             "max_pause_ms": c.max_pause_ms,
+            "p50_pause_ms": c.pause_percentile(50.0),
+            "p99_pause_ms": c.pause_percentile(99.0),
             "max_duration_ms": c.max_duration_ms,
+            // [epoch, MB of state, pause ms, checkpoint ms] per published checkpoint.
+            "history": c.history.iter().map(|r| serde_json::json!([
+                r.epoch, r.state_bytes as f64 / 1e6, r.pause_ms, r.duration_ms
+            ])).collect::<Vec<_>>(),
         })),
     });
     println!("{line}");
@@ -320,9 +326,12 @@ fn bench(
             let checkpoints = &result["checkpoints"];
             if !checkpoints.is_null() {
                 println!(
-                    "         checkpoints: {} published, largest state {:.1} MB, longest pause {} ms, longest checkpoint {} ms",
+                    "         checkpoints: {} published, largest state {:.1} MB, pause p50 {} / p99 {} / max {} ms, \
+                     longest checkpoint {} ms",
                     checkpoints["published"],
                     checkpoints["max_state_bytes"].as_f64().unwrap_or_default() / 1e6,
+                    checkpoints["p50_pause_ms"],
+                    checkpoints["p99_pause_ms"],
                     checkpoints["max_pause_ms"],
                     checkpoints["max_duration_ms"]
                 );

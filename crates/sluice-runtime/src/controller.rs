@@ -18,7 +18,7 @@ use sluice_types::{SluiceError, TimestampMs};
 
 use crate::chain::Chain;
 use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
-pub use crate::coordinator::CheckpointStats;
+pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Completed, Coordinator};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};

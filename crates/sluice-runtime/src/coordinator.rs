@@ -72,6 +72,30 @@ pub struct CheckpointStats {
     pub max_pause_ms: u64,
     /// Longest time from barrier injection to the manifest published.
     pub max_duration_ms: u64,
+    /// Each published checkpoint, oldest first (the first [`HISTORY_KEPT`]).
+    pub history: Vec<CheckpointRecord>,
+}
+
+/// One published checkpoint in [`CheckpointStats::history`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointRecord {
+    pub epoch: u64,
+    pub state_bytes: u64,
+    pub pause_ms: u64,
+    pub duration_ms: u64,
+}
+
+/// Most checkpoints [`CheckpointStats::history`] keeps (a day of checkpoints every 10 s).
+pub const HISTORY_KEPT: usize = 8_640;
+
+impl CheckpointStats {
+    /// The `percent`-th percentile of the recorded pauses (nearest rank), if any.
+    pub fn pause_percentile(&self, percent: f64) -> Option<u64> {
+        let mut sorted: Vec<u64> = self.history.iter().map(|record| record.pause_ms).collect();
+        sorted.sort_unstable();
+        let rank = ((percent / 100.0) * sorted.len() as f64).ceil() as usize;
+        sorted.get(rank.clamp(1, sorted.len().max(1)) - 1).copied()
+    }
 }
 
 impl Coordinator {
@@ -216,6 +240,9 @@ impl Coordinator {
                 self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
                 let duration_ms = in_flight.started.elapsed().as_millis() as u64;
                 self.stats.max_duration_ms = self.stats.max_duration_ms.max(duration_ms);
+                if self.stats.history.len() < HISTORY_KEPT {
+                    self.stats.history.push(CheckpointRecord { epoch: epoch.0, state_bytes, pause_ms, duration_ms });
+                }
                 self.failed_in_a_row = 0;
                 tracing::info!(
                     epoch = epoch.0,
@@ -259,5 +286,30 @@ impl Coordinator {
             commit_in_order(sink.as_ref(), mine)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CheckpointRecord, CheckpointStats};
+
+    fn with_pauses(pauses: impl IntoIterator<Item = u64>) -> CheckpointStats {
+        let history = pauses
+            .into_iter()
+            .enumerate()
+            .map(|(i, pause_ms)| CheckpointRecord { epoch: i as u64 + 1, state_bytes: 0, pause_ms, duration_ms: 0 })
+            .collect();
+        CheckpointStats { history, ..CheckpointStats::default() }
+    }
+
+    #[test]
+    fn pause_percentiles_take_the_nearest_rank() {
+        let hundred = with_pauses((1..=100).rev());
+        assert_eq!(hundred.pause_percentile(50.0), Some(50));
+        assert_eq!(hundred.pause_percentile(99.0), Some(99));
+        assert_eq!(hundred.pause_percentile(100.0), Some(100));
+        assert_eq!(hundred.pause_percentile(0.0), Some(1));
+        assert_eq!(with_pauses([7]).pause_percentile(99.0), Some(7));
+        assert_eq!(CheckpointStats::default().pause_percentile(99.0), None);
     }
 }

@@ -89,7 +89,7 @@ pub(crate) enum DriverEvent {
 }
 
 /// Most messages a segment takes from its input per turn, so one busy segment cannot
-/// starve the others or the control channel.
+/// starve the others (a message on the control channel ends a burst early).
 const INPUT_BURST_MESSAGES: usize = 64;
 /// Longest idle wait when nothing else bounds it; the Select wakes earlier on any event.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(100);
@@ -278,6 +278,7 @@ impl Driver {
             next_epoch: Epoch(self.first_epoch),
             final_records: Vec::new(),
             stopping: false,
+            control: self.control.clone(),
         };
         state.run(&self.control)
     }
@@ -309,6 +310,9 @@ struct DriverState {
     /// A final barrier was taken: drivers leave on `Exit` in any order, so a sender that
     /// disappears without ending its output is expected, not a failure.
     stopping: bool,
+    /// The control channel, watched during input bursts: a waiting barrier cuts the
+    /// burst short, so the pause it measures does not include a whole turn.
+    control: Receiver<Control>,
 }
 
 type Failure = (String, SluiceError);
@@ -446,7 +450,7 @@ impl DriverState {
                 }
                 for _ in 0..INPUT_BURST_MESSAGES {
                     let segment = &mut self.flows[flow].segments[index];
-                    if !segment.can_accept() {
+                    if !segment.can_accept() || !self.control.is_empty() {
                         break;
                     }
                     let Some(input) = segment.input.as_mut() else { break };
