@@ -134,9 +134,9 @@ impl Groups {
             self.key_ends.clear();
             self.hashes.clear();
         }
-        self.key_bytes.extend_from_slice(&other.key_bytes[self.key_bytes.len()..]);
-        self.key_ends.extend_from_slice(&other.key_ends[self.key_ends.len()..]);
-        self.hashes.extend_from_slice(&other.hashes[self.hashes.len()..]);
+        extend(&mut self.key_bytes, &other.key_bytes);
+        extend(&mut self.key_ends, &other.key_ends);
+        extend(&mut self.hashes, &other.hashes);
         self.accumulators.truncate(other.accumulators.len());
         for (index, source) in other.accumulators.iter().enumerate() {
             match self.accumulators.get_mut(index) {
@@ -147,15 +147,20 @@ impl Groups {
     }
 }
 
-/// Grows `values`' capacity by half its length and writes the new memory once, so the
+/// Appends what `source` holds past `target`'s length (`target` holds a prefix of it).
+fn extend<T: Copy>(target: &mut Vec<T>, source: &[T]) {
+    let rest = &source[target.len()..];
+    make_room(target, rest.len());
+    target.extend_from_slice(rest);
+}
+
+/// Writes the memory for half as many values again past `values`' length once, so the
 /// operating system maps its pages now (off the driver) rather than during the next copy.
 fn warm<T: Copy + Default>(values: &mut Vec<T>) {
     let length = values.len();
-    let target = length + length / 2;
-    if values.capacity() < target {
-        values.resize(target, T::default());
-        values.truncate(length);
-    }
+    make_room(values, length / 2);
+    values.resize(length + length / 2, T::default());
+    values.truncate(length);
 }
 
 impl Groups {
@@ -166,6 +171,36 @@ impl Groups {
         warm(&mut self.hashes);
         self.accumulators.iter_mut().for_each(Accumulators::warm);
     }
+}
+
+/// Bytes past which a column stops doubling and reserves [`JUMP_FACTOR`] times its size
+/// at once (4 MiB to 1 GiB of address space: a column moves once more only past that).
+const JUMP_BYTES: usize = 4 << 20;
+const JUMP_FACTOR: usize = 256;
+
+/// Makes room for `additional` more values. A `Vec` grows by doubling, which copies the
+/// whole column and maps as many fresh pages: at millions of groups one push stalls the
+/// driver for a second or more (and delays any barrier behind it). Past [`JUMP_BYTES`] a
+/// column instead reserves [`JUMP_FACTOR`] times its size in one step: only address
+/// space, as pages are mapped when first written, so it costs one copy of the column
+/// and no further moves for a long while. Where the reservation is refused (a system
+/// that does not overcommit), it falls back to doubling.
+fn make_room<T>(values: &mut Vec<T>, additional: usize) {
+    if values.capacity() - values.len() >= additional {
+        return;
+    }
+    if values.capacity() * size_of::<T>() >= JUMP_BYTES {
+        let target = values.capacity().saturating_mul(JUMP_FACTOR).max(values.len() + additional);
+        if values.try_reserve_exact(target - values.len()).is_ok() {
+            return;
+        }
+    }
+    values.reserve(additional);
+}
+
+fn push_value<T>(values: &mut Vec<T>, value: T) {
+    make_room(values, 1);
+    values.push(value);
 }
 
 fn key_of<'a>(bytes: &'a [u8], ends: &[usize], group: usize) -> &'a [u8] {
@@ -180,31 +215,45 @@ fn table_hash(placement: u64) -> u64 {
     (placement ^ (placement >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// The index of a window is split in this many tables by hash, so growing one rehashes
+/// a 64th of the groups (a single table of millions stalls the driver while it doubles).
+const INDEX_PARTS: usize = 64;
+
+/// The index table of a table hash: bits the tables' own bucket (low) and tag (top 7)
+/// bits do not use.
+fn index_part(table_hash: u64) -> usize {
+    (table_hash >> 40) as usize % INDEX_PARTS
+}
+
 struct WindowGroups {
     start: TimestampMs,
-    /// Group ids, hashed with `table_hash` of each group's placement hash.
-    index: HashTable<u32>,
+    /// Group ids, hashed with `table_hash` of each group's placement hash, in
+    /// [`INDEX_PARTS`] tables chosen by [`index_part`].
+    index: Vec<HashTable<u32>>,
     groups: Groups,
 }
 
 impl WindowGroups {
     fn new(start: TimestampMs, accumulators: Vec<Accumulators>) -> WindowGroups {
-        WindowGroups { start, index: HashTable::new(), groups: Groups { accumulators, ..Groups::default() } }
+        let index = (0..INDEX_PARTS).map(|_| HashTable::new()).collect();
+        WindowGroups { start, index, groups: Groups { accumulators, ..Groups::default() } }
     }
 
     /// The group of `key` (whose placement hash is `hash`), added if new.
     fn group_of(&mut self, key: &[u8], hash: u64) -> usize {
         let Groups { key_bytes, key_ends, hashes, accumulators } = &mut self.groups;
-        let found = self.index.find(table_hash(hash), |&group| key_of(key_bytes, key_ends, group as usize) == key);
-        if let Some(&group) = found {
+        let table = table_hash(hash);
+        let index = &mut self.index[index_part(table)];
+        if let Some(&group) = index.find(table, |&group| key_of(key_bytes, key_ends, group as usize) == key) {
             return group as usize;
         }
         let group = key_ends.len();
         assert!(group < u32::MAX as usize, "a window holds fewer than 2^32 groups");
+        make_room(key_bytes, key.len());
         key_bytes.extend_from_slice(key);
-        key_ends.push(key_bytes.len());
-        hashes.push(hash);
-        self.index.insert_unique(table_hash(hash), group as u32, |&g| table_hash(hashes[g as usize]));
+        push_value(key_ends, key_bytes.len());
+        push_value(hashes, hash);
+        index.insert_unique(table, group as u32, |&g| table_hash(hashes[g as usize]));
         accumulators.iter_mut().for_each(Accumulators::push_group);
         group
     }
@@ -388,7 +437,7 @@ impl Accumulators {
     fn copy_from(&mut self, other: &Accumulators) {
         fn copy<T: Copy>(target: &mut Vec<T>, source: &[T]) {
             target.clear();
-            target.extend_from_slice(source);
+            extend(target, source);
         }
         match (self, other) {
             (Accumulators::Count(target), Accumulators::Count(source)) => copy(target, source),
@@ -432,15 +481,15 @@ impl Accumulators {
 
     fn push_group(&mut self) {
         match self {
-            Accumulators::Count(counts) => counts.push(0),
-            Accumulators::SumInt(values) | Accumulators::MinMaxInt { values, .. } => values.push(None),
-            Accumulators::SumFloat(values) | Accumulators::MinMaxFloat { values, .. } => values.push(None),
-            Accumulators::MinMaxString { values, .. } => values.push(None),
+            Accumulators::Count(counts) => push_value(counts, 0),
+            Accumulators::SumInt(values) | Accumulators::MinMaxInt { values, .. } => push_value(values, None),
+            Accumulators::SumFloat(values) | Accumulators::MinMaxFloat { values, .. } => push_value(values, None),
+            Accumulators::MinMaxString { values, .. } => push_value(values, None),
             Accumulators::Avg { sums, counts } => {
-                sums.push(0.0);
-                counts.push(0);
+                push_value(sums, 0.0);
+                push_value(counts, 0);
             }
-            Accumulators::Distinct(sets) => sets.push(HashSet::with_hasher(RandomState::with_seed(0))),
+            Accumulators::Distinct(sets) => push_value(sets, HashSet::with_hasher(RandomState::with_seed(0))),
         }
     }
 
@@ -587,5 +636,40 @@ pub fn output_type(function: AggregateFunction, argument: Option<&DataType>) -> 
         (_, Some(DataType::Timestamp(unit, zone))) => DataType::Timestamp(*unit, zone.clone()),
         (_, Some(t)) => t.clone(),
         (_, None) => DataType::Timestamp(TimeUnit::Millisecond, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{INDEX_PARTS, JUMP_BYTES, JUMP_FACTOR, index_part, make_room, push_value, table_hash};
+
+    #[test]
+    fn a_large_column_reserves_far_ahead_and_keeps_its_values() {
+        let mut values: Vec<u64> = Vec::new();
+        let threshold = JUMP_BYTES / size_of::<u64>();
+        for value in 0..threshold as u64 {
+            push_value(&mut values, value);
+        }
+        assert!(values.capacity() < 2 * threshold, "small columns double as usual");
+        let before = values.capacity();
+        let beyond = before - values.len() + 1;
+        make_room(&mut values, beyond);
+        assert!(values.capacity() >= before * JUMP_FACTOR, "then reserve {JUMP_FACTOR} times at once");
+        let reserved = values.capacity();
+        for value in 0..threshold as u64 {
+            push_value(&mut values, value);
+        }
+        assert_eq!(values.capacity(), reserved, "and do not move again for a long while");
+        assert!(values.iter().take(threshold).copied().eq(0..threshold as u64));
+    }
+
+    #[test]
+    fn index_parts_spread_nearby_placement_hashes() {
+        // One thread owns a narrow range of placement hashes (vnodes are its high bits).
+        let mut counts = [0usize; INDEX_PARTS];
+        for i in 0..64_000u64 {
+            counts[index_part(table_hash((7 << 58) | i.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 6))] += 1;
+        }
+        assert!(counts.iter().all(|&count| count > 500), "{counts:?}");
     }
 }
