@@ -245,6 +245,7 @@ fn run_query(
         "events_per_second": counted as f64 / seconds,
         "events_per_second_per_thread": counted as f64 / seconds / f64::from(threads),
         "peak_rss_mb": peak_rss_mb(),
+        "longest_step_ms": report.metrics.longest_step_us() as f64 / 1e3,
         "checkpoints": report.checkpoints.as_ref().map(|c| serde_json::json!({
             "published": c.published,
             "max_state_bytes": c.max_state_bytes,

@@ -474,8 +474,11 @@ impl DriverState {
         let run = &mut self.flows[flow];
         let segment = &mut run.segments[index];
         let is_end = matches!(message, Message::EndOfData);
+        let started = Instant::now();
         let fed = feed(segment, message, &mut self.scratch, &self.metrics, self.checkpoints, self.next_epoch)
             .map_err(|e| (format!("flow to {} (segment {index})", run.name), e))?;
+        let step_us = started.elapsed().as_micros() as u64;
+        self.metrics.threads[self.thread as usize].longest_step_us.fetch_max(step_us, Ordering::Relaxed);
         run.finished |= fed.finished;
         if is_end {
             segment.ended = true;

@@ -50,6 +50,9 @@ pub struct SinkMetrics {
 pub struct ThreadMetrics {
     /// Nanoseconds during which lanes could not be polled because an output queue was full.
     pub backpressure_ns: AtomicU64,
+    /// The longest time one message took through a segment (its operators and output),
+    /// in microseconds: how long the thread was unavailable at once (e.g. to a barrier).
+    pub longest_step_us: AtomicU64,
 }
 
 /// All counters of a run.
@@ -95,6 +98,11 @@ impl Metrics {
 
     pub fn rows_out(&self) -> u64 {
         self.sinks.iter().map(|s| s.rows.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The longest single step of any thread (see [`ThreadMetrics::longest_step_us`]).
+    pub fn longest_step_us(&self) -> u64 {
+        self.threads.iter().map(|t| t.longest_step_us.load(Ordering::Relaxed)).max().unwrap_or(0)
     }
 
     pub fn backpressure_ns(&self) -> u64 {
