@@ -11,10 +11,11 @@
 //!    writer pre-commits. Encoding the copies per vnode happens later, off the drivers.
 //! 3. When every segment of a driver has passed barrier `e`, the driver acks with its
 //!    [`ManifestSlice`].
-//! 4. When every driver acked (the pause processing saw ends here), the controller runs
-//!    the snapshot jobs and gives the slices to the [`Checkpointer`], which writes the
-//!    state objects, waits until they are durable, and only then publishes manifest `e`
-//!    (invariant 1).
+//! 4. When every driver acked (the pause processing saw ends here), the controller hands
+//!    the merged slice to the checkpoint writer thread, which runs the snapshot jobs and
+//!    gives the slice to the [`Checkpointer`]; that writes the state objects, waits until
+//!    they are durable, and only then publishes manifest `e` (invariant 1). The
+//!    controller meanwhile goes on answering drivers and stop requests.
 //! 5. Only after the manifest is published does the controller call each sink's
 //!    `commit(e, records)` (invariant 2).
 //!

@@ -19,7 +19,7 @@ use sluice_types::{SluiceError, TimestampMs};
 use crate::chain::Chain;
 use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
-use crate::coordinator::{Completed, Coordinator};
+use crate::coordinator::{Completed, Coordinator, Written};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};
 use crate::metrics::{Metrics, SinkMetrics, SourceMetrics};
@@ -161,6 +161,7 @@ pub fn run(
     let running = (0..options.threads).collect();
     let mut supervisor = Supervisor { controls, running, deadline: None, outcome: None, coordinator, echo: None };
     let mut next_progress = started + options.progress_interval;
+    let written = supervisor.coordinator.as_ref().map_or_else(crossbeam_channel::never, |c| c.results().clone());
     while supervisor.outcome.is_none() {
         let now = Instant::now();
         let mut wake = supervisor.deadline.map_or(next_progress, |deadline| deadline.min(next_progress));
@@ -172,6 +173,7 @@ pub fn run(
         }
         crossbeam_channel::select! {
             recv(events) -> event => supervisor.on_event(event.ok()),
+            recv(written) -> answer => supervisor.on_written(answer.ok()),
             recv(stop_woken) -> _ => supervisor.on_stop(options.shutdown_timeout),
             default(wake.saturating_duration_since(now)) => {}
         }
@@ -261,6 +263,16 @@ impl Supervisor {
                 })
             }
         }
+    }
+
+    /// The checkpoint writer answered (None: it is gone).
+    fn on_written(&mut self, answer: Option<Written>) {
+        let Some(coordinator) = self.coordinator.as_mut() else { return };
+        let completed = match answer {
+            Some(written) => coordinator.on_written(written),
+            None => Err(SluiceError::internal("checkpoint.writer", "the checkpoint writer thread is gone")),
+        };
+        self.after_checkpoint(completed);
     }
 
     /// Every driver left: with checkpoints, the last one records the end and commits.

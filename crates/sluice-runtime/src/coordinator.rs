@@ -13,15 +13,23 @@
 //! - Sink records of an epoch whose checkpoint failed stay uncommitted and ride along in
 //!   the next manifest, so staged output is never orphaned; they are committed, in epoch
 //!   order, right after that manifest is published.
+//! - Once every driver acked, the slice goes to the *writer*, a thread of its own that
+//!   encodes the state copies and has the [`Checkpointer`](crate::checkpoint::Checkpointer)
+//!   write and publish them, so the controller keeps answering drivers, stop requests
+//!   and deadlines meanwhile. The result comes back through [`Coordinator::results`];
+//!   the next barrier starts only after it (one checkpoint at a time, from barrier to
+//!   commit).
+//! - A stop requested while a checkpoint is in flight or being written starts the final
+//!   checkpoint as soon as that one completes.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender, bounded};
 use sluice_types::{Epoch, SluiceError};
 
-use crate::checkpoint::{CheckpointOptions, LanePosition, ManifestSlice, commit_in_order};
+use crate::checkpoint::{CheckpointOptions, Checkpointer, LanePosition, ManifestSlice, commit_in_order};
 use crate::driver::Control;
 use crate::plan::SinkFactory;
 
@@ -33,6 +41,52 @@ struct InFlight {
     carried: Vec<(usize, u64, Vec<u8>)>,
     final_epoch: bool,
     started: Instant,
+}
+
+/// A checkpoint whose slice the writer has.
+struct Writing {
+    epoch: Epoch,
+    /// Every sink record in the manifest being written, committed once it is published.
+    records: Vec<(usize, u64, Vec<u8>)>,
+    final_epoch: bool,
+    started: Instant,
+    pause_ms: u64,
+}
+
+/// The writer's answer for one checkpoint: the bytes of state written, or the failure.
+pub(crate) struct Written {
+    epoch: Epoch,
+    result: Result<u64, SluiceError>,
+}
+
+struct WriteRequest {
+    epoch: Epoch,
+    slice: ManifestSlice,
+    final_epoch: bool,
+}
+
+/// The writer thread: encodes each slice's state copies, then writes and publishes it.
+/// It ends when the coordinator (the request sender) is gone.
+fn spawn_writer(mut checkpointer: Box<dyn Checkpointer>) -> (Sender<WriteRequest>, Receiver<Written>) {
+    let (requests, incoming) = bounded::<WriteRequest>(1);
+    let (answers, results) = bounded::<Written>(1);
+    let spawned = std::thread::Builder::new().name("sluice-checkpoint".into()).spawn(move || {
+        for WriteRequest { epoch, mut slice, final_epoch } in incoming {
+            let result = slice.encode_deferred().and_then(|()| {
+                let state_bytes = slice.states.iter().map(|s| s.bytes.len() as u64).sum();
+                checkpointer.checkpoint(epoch, slice, final_epoch).map(|()| state_bytes)
+            });
+            if answers.send(Written { epoch, result }).is_err() {
+                return;
+            }
+        }
+    });
+    // Without the thread every request fails at once (its channel is closed), which the
+    // coordinator reports as a failed checkpoint.
+    if let Err(error) = spawned {
+        tracing::error!(%error, "the checkpoint writer thread could not start");
+    }
+    (requests, results)
 }
 
 /// What completing a checkpoint led to.
@@ -51,10 +105,14 @@ pub(crate) struct Coordinator {
     next_epoch: Epoch,
     next_due: Instant,
     in_flight: Option<InFlight>,
+    writing: Option<Writing>,
+    requests: Sender<WriteRequest>,
+    results: Receiver<Written>,
     finished_positions: Vec<LanePosition>,
     uncommitted: Vec<(usize, u64, Vec<u8>)>,
     failed_in_a_row: u32,
     stopping: bool,
+    final_started: bool,
     final_done: bool,
     pub stats: CheckpointStats,
 }
@@ -99,22 +157,38 @@ impl CheckpointStats {
 }
 
 impl Coordinator {
-    pub(crate) fn new(options: CheckpointOptions, sinks: Vec<Arc<dyn SinkFactory>>, now: Instant) -> Coordinator {
+    pub(crate) fn new(mut options: CheckpointOptions, sinks: Vec<Arc<dyn SinkFactory>>, now: Instant) -> Coordinator {
         let next_epoch = Epoch(options.restored_epoch + 1);
         let next_due = now + options.interval;
+        let checkpointer = std::mem::replace(&mut options.checkpointer, Box::new(Unavailable));
+        let (requests, results) = spawn_writer(checkpointer);
         Coordinator {
             options,
             sinks,
             next_epoch,
             next_due,
             in_flight: None,
+            writing: None,
+            requests,
+            results,
             finished_positions: Vec::new(),
             uncommitted: Vec::new(),
             failed_in_a_row: 0,
             stopping: false,
+            final_started: false,
             final_done: false,
             stats: CheckpointStats::default(),
         }
+    }
+
+    /// The writer's answers, for the controller to wait on with its other events.
+    pub(crate) fn results(&self) -> &Receiver<Written> {
+        &self.results
+    }
+
+    /// No checkpoint between its barrier and its commit.
+    fn idle(&self) -> bool {
+        self.in_flight.is_none() && self.writing.is_none()
     }
 
     pub(crate) fn exactly_once(&self) -> bool {
@@ -127,15 +201,25 @@ impl Coordinator {
 
     /// When the next regular barrier is due.
     pub(crate) fn next_due(&self) -> Option<Instant> {
-        (self.in_flight.is_none() && !self.stopping).then_some(self.next_due)
+        (self.idle() && !self.stopping).then_some(self.next_due)
     }
 
-    /// Starts a regular checkpoint when one is due.
+    /// Starts a regular checkpoint when one is due, or the final one once a stop was
+    /// requested and no checkpoint is under way.
     pub(crate) fn tick(&mut self, now: Instant, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
-        if self.in_flight.is_some() || self.stopping || now < self.next_due || running.is_empty() {
+        if !self.idle() || running.is_empty() {
             return;
         }
-        self.start(running, controls, false, now);
+        if self.stopping {
+            if !self.final_started && !self.final_done {
+                self.final_started = true;
+                self.start(running, controls, true, now);
+            }
+            return;
+        }
+        if now >= self.next_due {
+            self.start(running, controls, false, now);
+        }
     }
 
     fn start(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>], final_epoch: bool, now: Instant) {
@@ -158,15 +242,11 @@ impl Coordinator {
         });
     }
 
-    /// A stop was requested: the next checkpoint is the final one (pausing every lane).
+    /// A stop was requested: the next checkpoint is the final one (pausing every lane),
+    /// started now or as soon as the one under way completes.
     pub(crate) fn request_stop(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
-        if self.stopping {
-            return;
-        }
         self.stopping = true;
-        if self.in_flight.is_none() {
-            self.start(running, controls, true, Instant::now());
-        }
+        self.tick(Instant::now(), running, controls);
     }
 
     pub(crate) fn on_ack(&mut self, thread: u32, epoch: Epoch, slice: ManifestSlice) -> Result<Completed, SluiceError> {
@@ -190,8 +270,9 @@ impl Coordinator {
     }
 
     /// Every driver ended on its own (end of input): the last checkpoint records the end
-    /// positions and commits the sinks' last rows.
+    /// positions and commits the sinks' last rows. Waits for the writer.
     pub(crate) fn finish(&mut self) -> Result<(), SluiceError> {
+        self.wait_for_writer()?;
         if self.final_done {
             return Ok(());
         }
@@ -206,23 +287,32 @@ impl Coordinator {
             final_epoch: true,
             started: Instant::now(),
         });
-        match self.complete_if_ready()? {
+        self.complete_if_ready()?;
+        match self.wait_for_writer()? {
             Completed::Final => Ok(()),
             _ => Err(SluiceError::external("checkpoint.final", "the final checkpoint could not be written")),
         }
     }
 
+    /// Blocks until the checkpoint being written (if any) completes.
+    fn wait_for_writer(&mut self) -> Result<Completed, SluiceError> {
+        if self.writing.is_none() {
+            return Ok(Completed::Nothing);
+        }
+        let written = self.results.recv().map_err(|_| writer_gone())?;
+        self.on_written(written)
+    }
+
+    /// All acks are in: the slice goes to the writer; the pause processing saw ends here.
     fn complete_if_ready(&mut self) -> Result<Completed, SluiceError> {
         if !self.in_flight.as_ref().is_some_and(|f| f.waiting.is_empty()) {
             return Ok(Completed::Nothing);
         }
         let in_flight = self.in_flight.take().expect("checked above");
-        // Every driver copied its state and went on: the pause ends here; encoding and
-        // writing overlap processing.
+        // Every driver copied its state and went on: encoding and writing overlap
+        // processing.
         let pause_ms = in_flight.started.elapsed().as_millis() as u64;
         let mut slice = in_flight.slice;
-        let encoded = slice.encode_deferred();
-        let state_bytes: u64 = slice.states.iter().map(|s| s.bytes.len() as u64).sum();
         for finished in &self.finished_positions {
             if !slice.positions.iter().any(|p| p.source == finished.source && p.lane == finished.lane) {
                 slice.positions.push(finished.clone());
@@ -232,26 +322,38 @@ impl Coordinator {
         records.append(&mut slice.sink_records);
         slice.sink_records = records.clone();
         let epoch = in_flight.epoch;
-        match encoded.and_then(|()| self.options.checkpointer.checkpoint(epoch, slice, in_flight.final_epoch)) {
-            Ok(()) => {
+        let final_epoch = in_flight.final_epoch;
+        self.writing = Some(Writing { epoch, records, final_epoch, started: in_flight.started, pause_ms });
+        if self.requests.send(WriteRequest { epoch, slice, final_epoch }).is_err() {
+            let written = Written { epoch, result: Err(writer_gone()) };
+            return self.on_written(written);
+        }
+        Ok(Completed::Nothing)
+    }
+
+    /// The writer finished checkpoint `epoch`: on success commit the sinks, else count the
+    /// failure and carry the records to the next checkpoint.
+    pub(crate) fn on_written(&mut self, written: Written) -> Result<Completed, SluiceError> {
+        let Written { epoch, result } = written;
+        let writing = self.writing.take().expect("an answer only follows a request");
+        assert_eq!(writing.epoch, epoch, "the writer answers the epoch it was given");
+        let Writing { mut records, final_epoch, started, pause_ms, .. } = writing;
+        match result {
+            Ok(state_bytes) => {
                 self.stats.published += 1;
                 self.stats.last_epoch = epoch.0;
                 self.stats.max_state_bytes = self.stats.max_state_bytes.max(state_bytes);
                 self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
-                let duration_ms = in_flight.started.elapsed().as_millis() as u64;
+                let duration_ms = started.elapsed().as_millis() as u64;
                 self.stats.max_duration_ms = self.stats.max_duration_ms.max(duration_ms);
                 if self.stats.history.len() < HISTORY_KEPT {
                     self.stats.history.push(CheckpointRecord { epoch: epoch.0, state_bytes, pause_ms, duration_ms });
                 }
                 self.failed_in_a_row = 0;
-                tracing::info!(
-                    epoch = epoch.0,
-                    millis = in_flight.started.elapsed().as_millis() as u64,
-                    "checkpoint published"
-                );
+                tracing::info!(epoch = epoch.0, millis = duration_ms, "checkpoint published");
                 self.commit(records)?;
                 self.next_due = Instant::now() + self.options.interval;
-                if in_flight.final_epoch {
+                if final_epoch {
                     self.final_done = true;
                     return Ok(Completed::Final);
                 }
@@ -263,7 +365,7 @@ impl Coordinator {
                 records.append(&mut self.uncommitted);
                 self.uncommitted = records;
                 tracing::warn!(epoch = epoch.0, %error, "checkpoint failed; the next interval tries again");
-                if in_flight.final_epoch || self.failed_in_a_row >= self.options.max_failed {
+                if final_epoch || self.failed_in_a_row >= self.options.max_failed {
                     return Err(error.context(format!(
                         "checkpoint {} failed ({} in a row, max_failed_checkpoints = {})",
                         epoch.0, self.failed_in_a_row, self.options.max_failed
@@ -289,9 +391,77 @@ impl Coordinator {
     }
 }
 
+fn writer_gone() -> SluiceError {
+    SluiceError::internal("checkpoint.writer", "the checkpoint writer thread is gone")
+}
+
+/// Stands in for the checkpointer once the writer thread owns it.
+struct Unavailable;
+
+impl Checkpointer for Unavailable {
+    fn checkpoint(&mut self, _epoch: Epoch, _slice: ManifestSlice, _final_epoch: bool) -> Result<(), SluiceError> {
+        Err(writer_gone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{CheckpointRecord, CheckpointStats};
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use sluice_types::{Epoch, SluiceError};
+
+    use super::{CheckpointRecord, CheckpointStats, Completed, Coordinator};
+    use crate::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice};
+    use crate::driver::Control;
+
+    /// Records the epochs it publishes.
+    struct Recording(Arc<Mutex<Vec<(u64, bool)>>>);
+
+    impl Checkpointer for Recording {
+        fn checkpoint(&mut self, epoch: Epoch, _slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError> {
+            self.0.lock().expect("lock").push((epoch.0, final_epoch));
+            Ok(())
+        }
+    }
+
+    /// Acks `epoch` for the only driver and waits for the writer's answer.
+    fn ack_and_write(coordinator: &mut Coordinator, epoch: u64) -> Completed {
+        let submitted = coordinator.on_ack(0, Epoch(epoch), ManifestSlice::default()).expect("ack");
+        assert_eq!(submitted, Completed::Nothing, "the write happens on the writer thread");
+        let written = coordinator.results().recv_timeout(Duration::from_secs(30)).expect("the writer answers");
+        coordinator.on_written(written).expect("written")
+    }
+
+    #[test]
+    fn a_stop_during_a_checkpoint_takes_the_final_one_right_after() {
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let options = CheckpointOptions {
+            interval: Duration::from_secs(3600),
+            exactly_once: true,
+            restored_epoch: 0,
+            max_failed: 3,
+            checkpointer: Box::new(Recording(Arc::clone(&published))),
+        };
+        let now = Instant::now();
+        let mut coordinator = Coordinator::new(options, Vec::new(), now);
+        let (control, controls) = crossbeam_channel::unbounded();
+        let senders = [control];
+        let running = BTreeSet::from([0]);
+        coordinator.tick(now + Duration::from_secs(3600), &running, &senders);
+        assert!(matches!(controls.try_recv(), Ok(Control::Barrier(Epoch(1)))));
+        // The stop arrives while epoch 1 is in flight: no second barrier yet.
+        coordinator.request_stop(&running, &senders);
+        assert!(controls.try_recv().is_err());
+        assert_eq!(ack_and_write(&mut coordinator, 1), Completed::Checkpoint);
+        // As soon as epoch 1 is committed, the final checkpoint starts.
+        coordinator.request_stop(&running, &senders);
+        assert!(matches!(controls.try_recv(), Ok(Control::FinalBarrier(Epoch(2)))));
+        assert_eq!(ack_and_write(&mut coordinator, 2), Completed::Final);
+        assert_eq!(*published.lock().expect("lock"), [(1, false), (2, true)]);
+        assert_eq!(coordinator.stats.published, 2);
+    }
 
     fn with_pauses(pauses: impl IntoIterator<Item = u64>) -> CheckpointStats {
         let history = pauses

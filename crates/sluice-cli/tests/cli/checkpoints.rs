@@ -133,21 +133,18 @@ fn falls_back_with_the_output_of_an_uninterrupted_run(sink_path: &str) {
         // epoch 1, past rows of later epochs that are already visible.
         crash_after(&crashed, 6);
         let mut found = manifests(&crashed);
-        let newest = found.split_off(1);
-        let mut epoch_dirs: Vec<_> =
-            std::fs::read_dir(crashed.path("state/state")).expect("state").flatten().map(|e| e.path()).collect();
-        epoch_dirs.sort();
-        let newest_dirs = epoch_dirs.split_off(1);
-        for (manifest, epoch_dir) in newest.iter().zip(&newest_dirs) {
-            match damage {
-                "truncate" => {
-                    std::fs::write(manifest, &std::fs::read(manifest).expect("read")[..10]).expect("truncate")
+        for manifest in found.split_off(1) {
+            let name = manifest.file_name().expect("a name").to_string_lossy().into_owned();
+            let epoch: u64 = name["epoch-".len()..name.len() - ".manifest".len()].parse().expect("an epoch");
+            // An epoch whose state was empty has no object to delete: its manifest is
+            // damaged instead, so every checkpoint after the first is unusable.
+            let object = walk_if_exists(&crashed.path(&format!("state/state/epoch-{epoch}"))).into_iter().next();
+            match (damage, object) {
+                ("truncate", _) => {
+                    std::fs::write(&manifest, &std::fs::read(&manifest).expect("read")[..10]).expect("truncate")
                 }
-                "garbage" => std::fs::write(manifest, b"not a manifest at all").expect("write"),
-                _ => {
-                    let object = walk(epoch_dir).into_iter().next().expect("an object");
-                    std::fs::remove_file(object).expect("delete");
-                }
+                ("delete-object", Some(object)) => std::fs::remove_file(object).expect("delete"),
+                _ => std::fs::write(&manifest, b"not a manifest at all").expect("write"),
             }
         }
         let resumed = crashed.sluice(&["run", "pipeline.toml"]);
@@ -156,6 +153,10 @@ fn falls_back_with_the_output_of_an_uninterrupted_run(sink_path: &str) {
         assert!(report.contains("falling back"), "{context}: no fallback warning:\n{report}");
         assert_eq!(output_at(&crashed, sink_path), expected, "{context}: output after the fallback differs");
     }
+}
+
+fn walk_if_exists(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    if dir.is_dir() { walk(dir) } else { Vec::new() }
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -2,10 +2,11 @@
 //!
 //! At a barrier the driver only copies each open window's flat columns ([`Groups`]) into
 //! the previous snapshot's buffers (for a window the previous snapshot already copied,
-//! only the groups added since, plus the accumulators) and hands a job to the controller; the job encodes the
-//! copy into blobs, grows the buffers by half and touches the new pages (so the next copy
-//! neither reallocates nor page-faults unless state grew faster than that), and gives them
-//! back. Processing resumes right after the copy.
+//! only the groups added since, plus the accumulators) and returns a job; the checkpoint
+//! writer thread runs it. The job encodes the copy into blobs, grows the buffers by half
+//! and touches the new pages (so the next copy neither reallocates nor page-faults unless
+//! state grew faster than that), and gives them back. Processing resumes right after the
+//! copy.
 //!
 //! A blob holds, for one vnode, every open window's groups whose key hashes to that vnode
 //! (the same hash the exchange routes by, so after a restore onto any number of threads
