@@ -79,6 +79,18 @@ pub enum FormatArg {
     Json,
 }
 
+/// The keyed-state query over a one-`$unit` tumbling window.
+macro_rules! state_query {
+    ($unit:literal) => {
+        concat!(
+            "SELECT auction, bidder, COUNT(*) AS bids, SUM(price) AS total, window_start ",
+            "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' ",
+            $unit,
+            ")) GROUP BY auction, bidder, window_start, window_end"
+        )
+    };
+}
+
 /// The benchmark queries, in Flink's NEXMark text.
 pub fn query_sql(query: &str) -> Option<&'static str> {
     Some(match query {
@@ -89,18 +101,10 @@ pub fn query_sql(query: &str) -> Option<&'static str> {
         "q2" => "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
         // Keyed window state that grows with the input: one group per (auction, bidder)
         // pair in an hour-long window; used to measure checkpoints of a given state size.
-        "state" => {
-            "SELECT auction, bidder, COUNT(*) AS bids, SUM(price) AS total, window_start \
-             FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' HOUR)) \
-             GROUP BY auction, bidder, window_start, window_end"
-        }
+        "state" => state_query!("HOUR"),
         // The same over a day-long window: the state keeps growing for 864 M events of
         // event time, so a run reaches gigabytes of state.
-        "state_day" => {
-            "SELECT auction, bidder, COUNT(*) AS bids, SUM(price) AS total, window_start \
-             FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' DAY)) \
-             GROUP BY auction, bidder, window_start, window_end"
-        }
+        "state_day" => state_query!("DAY"),
         "tumble" => {
             "SELECT auction, COUNT(*) AS bids, window_start, window_end \
              FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) \

@@ -19,7 +19,7 @@ use sluice_types::{SluiceError, TimestampMs};
 use crate::chain::Chain;
 use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
-use crate::coordinator::{Completed, Coordinator, Written};
+use crate::coordinator::{Completed, Coordinator, Written, writer_gone};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};
 use crate::metrics::{Metrics, SinkMetrics, SourceMetrics};
@@ -270,7 +270,7 @@ impl Supervisor {
         let Some(coordinator) = self.coordinator.as_mut() else { return };
         let completed = match answer {
             Some(written) => coordinator.on_written(written),
-            None => Err(SluiceError::internal("checkpoint.writer", "the checkpoint writer thread is gone")),
+            None => Err(writer_gone()),
         };
         self.after_checkpoint(completed);
     }

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use sluice_types::{Epoch, SluiceError};
@@ -100,7 +100,9 @@ pub(crate) enum Completed {
 }
 
 pub(crate) struct Coordinator {
-    options: CheckpointOptions,
+    interval: Duration,
+    exactly_once: bool,
+    max_failed: u32,
     sinks: Vec<Arc<dyn SinkFactory>>,
     next_epoch: Epoch,
     next_due: Instant,
@@ -157,16 +159,16 @@ impl CheckpointStats {
 }
 
 impl Coordinator {
-    pub(crate) fn new(mut options: CheckpointOptions, sinks: Vec<Arc<dyn SinkFactory>>, now: Instant) -> Coordinator {
-        let next_epoch = Epoch(options.restored_epoch + 1);
-        let next_due = now + options.interval;
-        let checkpointer = std::mem::replace(&mut options.checkpointer, Box::new(Unavailable));
+    pub(crate) fn new(options: CheckpointOptions, sinks: Vec<Arc<dyn SinkFactory>>, now: Instant) -> Coordinator {
+        let CheckpointOptions { interval, exactly_once, restored_epoch, max_failed, checkpointer } = options;
         let (requests, results) = spawn_writer(checkpointer);
         Coordinator {
-            options,
+            interval,
+            exactly_once,
+            max_failed,
             sinks,
-            next_epoch,
-            next_due,
+            next_epoch: Epoch(restored_epoch + 1),
+            next_due: now + interval,
             in_flight: None,
             writing: None,
             requests,
@@ -192,7 +194,7 @@ impl Coordinator {
     }
 
     pub(crate) fn exactly_once(&self) -> bool {
-        self.options.exactly_once
+        self.exactly_once
     }
 
     pub(crate) fn first_epoch(&self) -> u64 {
@@ -352,7 +354,7 @@ impl Coordinator {
                 self.failed_in_a_row = 0;
                 tracing::info!(epoch = epoch.0, millis = duration_ms, "checkpoint published");
                 self.commit(records)?;
-                self.next_due = Instant::now() + self.options.interval;
+                self.next_due = Instant::now() + self.interval;
                 if final_epoch {
                     self.final_done = true;
                     return Ok(Completed::Final);
@@ -365,13 +367,13 @@ impl Coordinator {
                 records.append(&mut self.uncommitted);
                 self.uncommitted = records;
                 tracing::warn!(epoch = epoch.0, %error, "checkpoint failed; the next interval tries again");
-                if final_epoch || self.failed_in_a_row >= self.options.max_failed {
+                if final_epoch || self.failed_in_a_row >= self.max_failed {
                     return Err(error.context(format!(
                         "checkpoint {} failed ({} in a row, max_failed_checkpoints = {})",
-                        epoch.0, self.failed_in_a_row, self.options.max_failed
+                        epoch.0, self.failed_in_a_row, self.max_failed
                     )));
                 }
-                self.next_due = Instant::now() + self.options.interval;
+                self.next_due = Instant::now() + self.interval;
                 Ok(Completed::Checkpoint)
             }
         }
@@ -391,17 +393,8 @@ impl Coordinator {
     }
 }
 
-fn writer_gone() -> SluiceError {
+pub(crate) fn writer_gone() -> SluiceError {
     SluiceError::internal("checkpoint.writer", "the checkpoint writer thread is gone")
-}
-
-/// Stands in for the checkpointer once the writer thread owns it.
-struct Unavailable;
-
-impl Checkpointer for Unavailable {
-    fn checkpoint(&mut self, _epoch: Epoch, _slice: ManifestSlice, _final_epoch: bool) -> Result<(), SluiceError> {
-        Err(writer_gone())
-    }
 }
 
 #[cfg(test)]

@@ -278,9 +278,10 @@ impl Driver {
             next_epoch: Epoch(self.first_epoch),
             final_records: Vec::new(),
             stopping: false,
-            control: self.control.clone(),
+            control: self.control,
+            longest_step_us: 0,
         };
-        state.run(&self.control)
+        state.run()
     }
 }
 
@@ -310,9 +311,11 @@ struct DriverState {
     /// A final barrier was taken: drivers leave on `Exit` in any order, so a sender that
     /// disappears without ending its output is expected, not a failure.
     stopping: bool,
-    /// The control channel, watched during input bursts: a waiting barrier cuts the
-    /// burst short, so the pause it measures does not include a whole turn.
+    /// The control channel, also watched during input bursts: a waiting barrier cuts
+    /// the burst short, so the pause it measures does not include a whole turn.
     control: Receiver<Control>,
+    /// The longest step so far, published to the metrics only when it grows.
+    longest_step_us: u64,
 }
 
 type Failure = (String, SluiceError);
@@ -320,10 +323,10 @@ type Failure = (String, SluiceError);
 impl DriverState {
     /// Runs the loop; returns the final slice when every flow ended (or on `Exit`), None
     /// on an abort.
-    fn run(&mut self, control: &Receiver<Control>) -> Result<Option<ManifestSlice>, Failure> {
+    fn run(&mut self) -> Result<Option<ManifestSlice>, Failure> {
         self.end_sources_without_lanes()?;
         loop {
-            match control.try_recv() {
+            match self.control.try_recv() {
                 Ok(Control::Stop) => self.stop_lanes()?,
                 Ok(Control::Barrier(epoch)) => self.inject_barrier(epoch)?,
                 Ok(Control::FinalBarrier(epoch)) => {
@@ -341,7 +344,7 @@ impl DriverState {
                 return Ok(Some(self.final_slice()));
             }
             if !progressed {
-                self.wait_idle(control);
+                self.wait_idle();
             }
         }
     }
@@ -478,7 +481,10 @@ impl DriverState {
         let fed = feed(segment, message, &mut self.scratch, &self.metrics, self.checkpoints, self.next_epoch)
             .map_err(|e| (format!("flow to {} (segment {index})", run.name), e))?;
         let step_us = started.elapsed().as_micros() as u64;
-        self.metrics.threads[self.thread as usize].longest_step_us.fetch_max(step_us, Ordering::Relaxed);
+        if step_us > self.longest_step_us {
+            self.longest_step_us = step_us;
+            self.metrics.threads[self.thread as usize].longest_step_us.store(step_us, Ordering::Relaxed);
+        }
         run.finished |= fed.finished;
         if is_end {
             segment.ended = true;
@@ -614,13 +620,13 @@ impl DriverState {
         Ok(())
     }
 
-    fn wait_idle(&self, control: &Receiver<Control>) {
+    fn wait_idle(&self) {
         let now = Instant::now();
         let wake =
             self.lanes.iter().filter(|lane| !lane.exhausted && !lane.paused).filter_map(|lane| lane.wait_until).min();
         let timeout = wake.map_or(IDLE_WAIT_MAX, |wake| wake.saturating_duration_since(now).min(IDLE_WAIT_MAX));
         let mut select = Select::new();
-        select.recv(control);
+        select.recv(&self.control);
         for flow in &self.flows {
             for segment in &flow.segments {
                 if let Output::Exchange(exchange) = &segment.output {

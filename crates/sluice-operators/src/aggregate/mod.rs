@@ -145,6 +145,14 @@ impl Groups {
             }
         }
     }
+
+    /// Readies a copy's buffers for the next, larger copy (see [`warm`]).
+    fn warm(&mut self) {
+        warm(&mut self.key_bytes);
+        warm(&mut self.key_ends);
+        warm(&mut self.hashes);
+        self.accumulators.iter_mut().for_each(Accumulators::warm);
+    }
 }
 
 /// Appends what `source` holds past `target`'s length (`target` holds a prefix of it).
@@ -161,16 +169,6 @@ fn warm<T: Copy + Default>(values: &mut Vec<T>) {
     make_room(values, length / 2);
     values.resize(length + length / 2, T::default());
     values.truncate(length);
-}
-
-impl Groups {
-    /// Readies a copy's buffers for the next, larger copy (see [`warm`]).
-    fn warm(&mut self) {
-        warm(&mut self.key_bytes);
-        warm(&mut self.key_ends);
-        warm(&mut self.hashes);
-        self.accumulators.iter_mut().for_each(Accumulators::warm);
-    }
 }
 
 /// Bytes past which a column stops doubling and reserves [`JUMP_FACTOR`] times its size
