@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
-use sluice_types::{SluiceError, TimestampMs};
+use sluice_types::{ErrorKind, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
 use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
@@ -244,7 +244,7 @@ impl Supervisor {
                 let failed = RunOutcome::Failed { component, reason: error.to_string() };
                 // A thread that failed drops its queues before its report arrives, so a
                 // peer may report "lost sender" first: wait a little for the real cause.
-                if matches!(error.code, "exchange.lost_sender" | "exchange.lost_receiver") {
+                if error.kind == ErrorKind::LostPeer {
                     self.echo.get_or_insert((failed, Instant::now() + ROOT_CAUSE_WAIT));
                 } else {
                     self.abort();

@@ -37,7 +37,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
-use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
+use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
 use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, operator_id};
@@ -458,7 +458,7 @@ impl DriverState {
                     }
                     let Some(input) = segment.input.as_mut() else { break };
                     let polled = match input.poll() {
-                        Err(error) if self.stopping && error.code == "exchange.lost_sender" => Ok(None),
+                        Err(error) if self.stopping && error.kind == ErrorKind::LostPeer => Ok(None),
                         other => other,
                     };
                     let polled = polled.map_err(|e| (component(&self.flows[flow].name), e))?;

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, TrySendError, bounded};
-use sluice_types::{Epoch, Message, SluiceError, TimestampMs};
+use sluice_types::{Epoch, ErrorKind, Message, SluiceError, TimestampMs};
 
 use crate::metrics::NO_WATERMARK;
 use crate::plan::Partitioner;
@@ -106,7 +106,8 @@ impl ExchangeInput {
                     return Err(SluiceError::internal(
                         "exchange.lost_sender",
                         format!("thread {from} stopped without ending its output"),
-                    ));
+                    )
+                    .with_kind(ErrorKind::LostPeer));
                 }
             }
         }
@@ -226,7 +227,8 @@ impl ExchangeOutput {
                         return Err(SluiceError::internal(
                             "exchange.lost_receiver",
                             format!("thread {slot} stopped while rows were still addressed to it"),
-                        ));
+                        )
+                        .with_kind(ErrorKind::LostPeer));
                     }
                     Err(TrySendError::Disconnected(_)) => moved = true,
                 }

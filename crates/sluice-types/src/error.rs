@@ -16,12 +16,33 @@ pub enum Domain {
     Internal,
 }
 
+/// What a caller may act on. Control flow matches these variants, never `code` strings;
+/// most failures are [`ErrorKind::Other`] and are only reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    #[default]
+    Other,
+    /// A peer thread or process went away without ending its output (often the echo of
+    /// a failure elsewhere: a supervisor waits briefly for the root cause).
+    LostPeer,
+    /// A stored object is missing, truncated or fails its checksum.
+    DamagedObject,
+    /// A stored manifest cannot be read or contradicts itself.
+    DamagedManifest,
+    /// A failure injected by a failpoint (tests).
+    Injected,
+}
+
 /// An operating failure: bad configuration, bad rows, unreachable services, lost peers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SluiceError {
-    /// A stable code, e.g. `config.unknown_key`, `sql.unsupported`, `io.sink_path`.
+    /// A stable code, e.g. `config.unknown_key`, `sql.unsupported`, `io.sink_path`: for
+    /// people and logs.
     pub code: &'static str,
     pub domain: Domain,
+    /// What control flow may act on.
+    pub kind: ErrorKind,
     /// What went wrong, naming the value at fault.
     pub message: String,
     /// How to fix it, when there is a known remedy.
@@ -30,15 +51,21 @@ pub struct SluiceError {
 
 impl SluiceError {
     pub fn user(code: &'static str, message: impl Into<String>) -> SluiceError {
-        SluiceError { code, domain: Domain::User, message: message.into(), fix: None }
+        SluiceError { code, domain: Domain::User, kind: ErrorKind::Other, message: message.into(), fix: None }
     }
 
     pub fn external(code: &'static str, message: impl Into<String>) -> SluiceError {
-        SluiceError { code, domain: Domain::External, message: message.into(), fix: None }
+        SluiceError { code, domain: Domain::External, kind: ErrorKind::Other, message: message.into(), fix: None }
     }
 
     pub fn internal(code: &'static str, message: impl Into<String>) -> SluiceError {
-        SluiceError { code, domain: Domain::Internal, message: message.into(), fix: None }
+        SluiceError { code, domain: Domain::Internal, kind: ErrorKind::Other, message: message.into(), fix: None }
+    }
+
+    /// Marks what control flow may act on.
+    pub fn with_kind(mut self, kind: ErrorKind) -> SluiceError {
+        self.kind = kind;
+        self
     }
 
     /// Adds the remedy shown after the message.

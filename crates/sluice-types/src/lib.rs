@@ -14,7 +14,7 @@ mod error;
 pub mod vnode;
 
 pub use batch::{Batch, Weights};
-pub use error::{Domain, SluiceError};
+pub use error::{Domain, ErrorKind, SluiceError};
 
 /// Milliseconds since the Unix epoch, the unit of event time and watermarks.
 pub type TimestampMs = i64;
