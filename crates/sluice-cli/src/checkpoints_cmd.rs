@@ -4,8 +4,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use sluice_checkpoint::CheckpointStore;
+use sluice_engine::EngineError;
+use sluice_engine::stores::{self, CheckpointEntry};
 
+use crate::output;
 use crate::report::format_timestamp;
 
 #[derive(Subcommand)]
@@ -27,57 +29,48 @@ pub enum CheckpointsCommand {
     },
 }
 
-pub fn main(command: CheckpointsCommand) -> Result<ExitCode, String> {
+pub fn main(command: CheckpointsCommand) -> Result<ExitCode, EngineError> {
     match command {
         CheckpointsCommand::List { store } => list(&store),
         CheckpointsCommand::Verify { store, epoch } => verify(&store, epoch),
     }
 }
 
-fn open(url: &str) -> Result<CheckpointStore, String> {
-    CheckpointStore::open(url, Path::new(".")).map_err(|e| e.to_string())
-}
-
-fn list(url: &str) -> Result<ExitCode, String> {
-    let store = open(url)?;
-    let epochs = store.epochs().map_err(|e| e.to_string())?;
-    if epochs.is_empty() {
-        println!("no checkpoints in {url}");
+fn list(url: &str) -> Result<ExitCode, EngineError> {
+    let entries = stores::list(url, Path::new("."))?;
+    if entries.is_empty() {
+        output::line(&format!("no checkpoints in {url}"));
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:>8}  {:<23}  {:>12}  {:>8}  {:<16}  sources (lanes: position bytes)",
+    let mut text = format!(
+        "{:>8}  {:<23}  {:>12}  {:>8}  {:<16}  sources (lanes: position bytes)\n",
         "epoch", "time (UTC)", "bytes", "objects", "fingerprint"
     );
-    for epoch in epochs {
-        match store.load(epoch) {
-            Ok(manifest) => {
-                let objects: usize = manifest.operators.iter().map(|o| o.vnodes.len()).sum();
-                let sources: Vec<String> = manifest
+    for entry in entries {
+        match entry {
+            CheckpointEntry::Readable(summary) => {
+                let sources: Vec<String> = summary
                     .sources
                     .iter()
-                    .map(|s| {
-                        format!(
-                            "{} ({} lanes: {})",
-                            s.name,
-                            s.lanes.len(),
-                            s.lanes.iter().map(|l| hex(l)).collect::<Vec<_>>().join(" ")
-                        )
+                    .map(|(name, lanes)| {
+                        let positions: Vec<String> = lanes.iter().map(|l| hex(l)).collect();
+                        format!("{name} ({} lanes: {})", lanes.len(), positions.join(" "))
                     })
                     .collect();
-                println!(
-                    "{:>8}  {:<23}  {:>12}  {:>8}  {:<16}  {}",
-                    epoch,
-                    format_timestamp(manifest.created_ms),
-                    store.size(&manifest),
-                    objects,
-                    manifest.fingerprint,
+                text.push_str(&format!(
+                    "{:>8}  {:<23}  {:>12}  {:>8}  {:<16}  {}\n",
+                    summary.epoch,
+                    format_timestamp(summary.created_ms),
+                    summary.bytes,
+                    summary.objects,
+                    summary.fingerprint,
                     sources.join("; ")
-                );
+                ));
             }
-            Err(error) => println!("{epoch:>8}  DAMAGED: {error}"),
+            CheckpointEntry::Damaged { epoch, problem } => text.push_str(&format!("{epoch:>8}  DAMAGED: {problem}\n")),
         }
     }
+    output::text(&text);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -85,29 +78,19 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn verify(url: &str, only: Option<u64>) -> Result<ExitCode, String> {
-    let store = open(url)?;
-    let epochs = match only {
-        Some(epoch) => vec![epoch],
-        None => store.epochs().map_err(|e| e.to_string())?,
-    };
-    if epochs.is_empty() {
-        return Err(format!("no checkpoints in {url}"));
-    }
+fn verify(url: &str, only: Option<u64>) -> Result<ExitCode, EngineError> {
     let mut damaged = false;
-    for epoch in epochs {
-        let problems = match store.load(epoch) {
-            Ok(manifest) => store.verify(&manifest).map_err(|e| e.to_string())?,
-            Err(error) => vec![error.to_string()],
-        };
-        if problems.is_empty() {
-            println!("checkpoint {epoch}: ok");
-        } else {
+    let mut text = String::new();
+    for verification in stores::verify(url, Path::new("."), only)? {
+        let epoch = verification.epoch;
+        if verification.problems.is_empty() {
+            text.push_str(&format!("checkpoint {epoch}: ok\n"));
+        }
+        for problem in verification.problems {
             damaged = true;
-            for problem in problems {
-                println!("checkpoint {epoch}: DAMAGED: {problem}");
-            }
+            text.push_str(&format!("checkpoint {epoch}: DAMAGED: {problem}\n"));
         }
     }
+    output::text(&text);
     Ok(if damaged { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

@@ -1,19 +1,21 @@
-//! `sluice`: the one binary. Parses the command line and dispatches; the work lives in
-//! [`build`] (pipeline.toml → runtime plan), [`run`] (signals, progress, exit report)
-//! and [`nexmark`] (the generator and the benchmark).
+//! `sluice`: the one binary, a thin client of the engine (`sluice-engine`): it parses
+//! the command line, calls the engine, and prints what comes back. [`run`] adds the
+//! signals, the progress line and the exit report; [`nexmark`] runs the benchmark's
+//! queries in child processes.
 
-mod build;
-mod checkpointing;
 mod checkpoints_cmd;
 mod nexmark;
+mod output;
 mod progress;
 mod report;
 mod run;
 
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use sluice_engine::{Engine, EngineError, Overrides};
 
 /// Arrow allocates a fresh buffer per column per batch; glibc's malloc maps and unmaps
 /// large ones each time, and the page faults cost ~14% of a pass-through query.
@@ -109,27 +111,51 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_level);
+    let engine = Engine::default();
     let result = match cli.command {
-        Command::Run { pipeline, threads, from_scratch } => run::run(&pipeline, threads, from_scratch, cli.quiet),
-        Command::Validate { pipeline, threads } => build::validate(&pipeline, threads),
-        Command::Explain { pipeline, threads } => build::explain(&pipeline, threads),
+        Command::Run { pipeline, threads, from_scratch } => {
+            run::run(&engine, &pipeline, Overrides { threads }, from_scratch, cli.quiet)
+        }
+        Command::Validate { pipeline, threads } => validate(&engine, &pipeline, Overrides { threads }),
+        Command::Explain { pipeline, threads } => explain(&engine, &pipeline, Overrides { threads }),
         Command::Checkpoints { command } => checkpoints_cmd::main(command),
-        Command::Nexmark { command } => nexmark::main(command, cli.quiet),
+        Command::Nexmark { command } => nexmark::main(&engine, command, cli.quiet),
     };
     match result {
         Ok(code) => code,
-        Err(message) => {
-            eprintln!("error: {message}");
+        Err(error) => {
+            for problem in &error.problems {
+                eprintln!("error: {problem}");
+            }
             ExitCode::FAILURE
         }
     }
 }
 
+/// `sluice validate`: everything `run` checks before it starts, without running.
+fn validate(engine: &Engine, path: &Path, overrides: Overrides) -> Result<ExitCode, EngineError> {
+    let validation = engine.load(path, overrides)?.validate()?;
+    output::line(&format!("{}: {validation}", path.display()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sluice explain`: the dataflow graph.
+fn explain(engine: &Engine, path: &Path, overrides: Overrides) -> Result<ExitCode, EngineError> {
+    let explanation = engine.load(path, overrides)?.explain()?;
+    output::text(&explanation.to_string());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Logs go to stderr, coloured only on a terminal.
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(format!(
-        "warn,sluice={level},sluice_connectors={level},sluice_runtime={level}"
+        "warn,sluice={level},sluice_engine={level},sluice_connectors={level},sluice_runtime={level}"
     ))
     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
 }

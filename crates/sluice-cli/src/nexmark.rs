@@ -2,7 +2,8 @@
 //!
 //! The benchmark runs each query in a child process of its own (so its peak RSS is its
 //! own), from the generator or from a bid CSV file, into a blackhole sink, and prints
-//! events per second and peak memory.
+//! events per second and peak memory. The pipelines are built by the engine
+//! (`sluice_engine::nexmark`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,11 +11,12 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
-use sluice_formats::{Encoder, OutputFormat};
-use sluice_nexmark::{GeneratorConfig, LaneGenerator, Table, TableSet};
-use sluice_types::Batch;
+use sluice_engine::nexmark::{BenchSetup, EventFormat, QUERIES, bench_config, query_sql};
+use sluice_engine::{Engine, EngineError, Job, Overrides, RunOutcome, StartOptions};
+use sluice_nexmark::Table;
+use sluice_types::SluiceError;
 
-use crate::build::build;
+use crate::output;
 
 #[derive(Subcommand)]
 pub enum NexmarkCommand {
@@ -79,42 +81,7 @@ pub enum FormatArg {
     Json,
 }
 
-/// The keyed-state query over a one-`$unit` tumbling window.
-macro_rules! state_query {
-    ($unit:literal) => {
-        concat!(
-            "SELECT auction, bidder, COUNT(*) AS bids, SUM(price) AS total, window_start ",
-            "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' ",
-            $unit,
-            ")) GROUP BY auction, bidder, window_start, window_end"
-        )
-    };
-}
-
-/// The benchmark queries, in Flink's NEXMark text.
-pub fn query_sql(query: &str) -> Option<&'static str> {
-    Some(match query {
-        // The input's ceiling: rows reach the sink untouched (no operator runs).
-        "source" => "SELECT * FROM bid",
-        "q0" => "SELECT auction, bidder, price, dateTime, extra FROM bid",
-        "q1" => "SELECT auction, bidder, 0.908 * price AS price, dateTime, extra FROM bid",
-        "q2" => "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
-        // Keyed window state that grows with the input: one group per (auction, bidder)
-        // pair in an hour-long window; used to measure checkpoints of a given state size.
-        "state" => state_query!("HOUR"),
-        // The same over a day-long window: the state keeps growing for 864 M events of
-        // event time, so a run reaches gigabytes of state.
-        "state_day" => state_query!("DAY"),
-        "tumble" => {
-            "SELECT auction, COUNT(*) AS bids, window_start, window_end \
-             FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) \
-             GROUP BY auction, window_start, window_end"
-        }
-        _ => return None,
-    })
-}
-
-pub fn main(command: NexmarkCommand, quiet: bool) -> Result<ExitCode, String> {
+pub fn main(engine: &Engine, command: NexmarkCommand, quiet: bool) -> Result<ExitCode, EngineError> {
     match command {
         NexmarkCommand::Generate { events, seed, table, format, output } => {
             generate(events, seed, table, format, output.as_deref())
@@ -123,7 +90,7 @@ pub fn main(command: NexmarkCommand, quiet: bool) -> Result<ExitCode, String> {
             bench(events, threads, &queries, csv.as_deref(), checkpoint_interval, quiet)
         }
         NexmarkCommand::Query { query, events, threads, csv, checkpoint_interval } => {
-            run_query(&query, events, threads, csv.as_deref(), checkpoint_interval)
+            run_query(engine, &query, events, threads, csv.as_deref(), checkpoint_interval)
         }
     }
 }
@@ -134,107 +101,53 @@ fn generate(
     table: TableArg,
     format: FormatArg,
     output: Option<&Path>,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, EngineError> {
     let table = match table {
         TableArg::Person => Table::Person,
         TableArg::Auction => Table::Auction,
         TableArg::Bid => Table::Bid,
     };
-    let config = GeneratorConfig { seed, events: Some(events), ..GeneratorConfig::default() };
-    let mut generator = LaneGenerator::new(&config, 0, 1, TableSet::only(table));
     let format = match format {
-        FormatArg::Csv => OutputFormat::Csv { header: true },
-        FormatArg::Json => OutputFormat::JsonLines,
+        FormatArg::Csv => EventFormat::Csv,
+        FormatArg::Json => EventFormat::JsonLines,
     };
-    let mut encoder = Encoder::new(format, sluice_nexmark::schema(table), false);
     let mut writer: Box<dyn Write> = match output {
         Some(path) => Box::new(std::io::BufWriter::with_capacity(
             1 << 20,
-            std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,
+            std::fs::File::create(path).map_err(|e| {
+                SluiceError::user("nexmark.output", format!("cannot create {}: {e}", path.display()))
+                    .with_fix("choose an output path in a writable directory")
+            })?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    let mut buffer = Vec::new();
-    while let Some(batch) = generator.next_batch(8192) {
-        if let Some(rows) = batch.table(table) {
-            buffer.clear();
-            encoder.encode(&Batch::inserts(rows.clone()), &mut buffer).map_err(|e| e.to_string())?;
-            writer.write_all(&buffer).map_err(|e| format!("write failed: {e}"))?;
-        }
+    match sluice_engine::nexmark::generate(events, seed, table, format, &mut writer) {
+        // A closed standard output (`| head`) ends the program quietly.
+        Err(error) if output.is_none() && error.kind == sluice_types::ErrorKind::OutputClosed => Ok(ExitCode::SUCCESS),
+        Err(error) => Err(error.into()),
+        Ok(()) => Ok(ExitCode::SUCCESS),
     }
-    writer.flush().map_err(|e| format!("write failed: {e}"))?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The pipeline file of one benchmark query.
-fn pipeline_text(query: &str, events: u64, threads: u32, csv: Option<&Path>) -> Result<String, String> {
-    let sql = query_sql(query).ok_or_else(|| {
-        format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble, state, state_day")
-    })?;
-    let source = match csv {
-        None => {
-            format!("[[source]]\nname = \"nexmark\"\nconnector = \"nexmark\"\n[source.options]\nevents = {events}\n")
-        }
-        Some(path) => format!(
-            "[[source]]\nname = \"bid\"\nconnector = \"file\"\nformat = \"csv\"\n\
-             schema = \"auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, dateTime TIMESTAMP(3), extra VARCHAR\"\n\
-             event_time = \"dateTime\"\n[source.options]\npath = {:?}\n",
-            path.display().to_string()
-        ),
-    };
-    Ok(format!(
-        "[pipeline]\nname = \"nexmark-{query}\"\nthreads = {threads}\n\n{source}\n[[view]]\nname = \"result\"\nsql = {sql:?}\n\n\
-         [[sink]]\nname = \"blackhole\"\nfrom = \"result\"\nconnector = \"blackhole\"\n"
-    ))
 }
 
 fn run_query(
+    engine: &Engine,
     query: &str,
     events: u64,
     threads: u32,
     csv: Option<&Path>,
     checkpoint_interval: Option<std::time::Duration>,
-) -> Result<ExitCode, String> {
-    let mut text = pipeline_text(query, events, threads, csv)?;
+) -> Result<ExitCode, EngineError> {
     let store = std::env::temp_dir().join(format!("sluice-bench-state-{}", std::process::id()));
-    if let Some(interval) = checkpoint_interval {
-        let url = format!("file://{}", store.display());
-        let section = format!("\n[checkpoint]\ninterval = \"{}ms\"\nstore = {url:?}\n", interval.as_millis());
-        text = text.replacen("\n[[source]]", &format!("{section}\n[[source]]"), 1);
-    }
-    let file = PathBuf::from(format!("<nexmark {query}>"));
-    let config = sluice_config::parse(&text, &file.display().to_string()).map_err(|e| e.to_string())?;
-    let section = config.checkpoint.clone();
-    let built = build(&file, config, Path::new("."), None)?;
-    let checkpointing = match &section {
-        Some(section) => {
-            let (store, recovered) = crate::checkpointing::open(section, Path::new("."), true)?;
-            let fingerprint = built.fingerprint.clone();
-            let vnodes = built.options.vnodes;
-            Some(crate::checkpointing::prepare(
-                section,
-                store,
-                recovered.manifest,
-                &built.plan,
-                fingerprint,
-                vnodes,
-                threads,
-            )?)
-        }
-        None => None,
-    };
+    let checkpoint = checkpoint_interval.map(|interval| (interval, format!("file://{}", store.display())));
+    let config = bench_config(&BenchSetup { query, events, threads, csv, checkpoint })?;
+    let pipeline = engine.configure(config, &format!("<nexmark {query}>"), Path::new("."), Overrides::default())?;
     let started = Instant::now();
-    let report = sluice_runtime::run(
-        &built.plan,
-        &built.options,
-        checkpointing,
-        sluice_runtime::controller::stop_handle(),
-        |_, _| {},
-    );
+    let job = Job::start(&pipeline, StartOptions { from_scratch: true })?;
+    let report = job.wait();
     let seconds = started.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&store);
-    if let sluice_runtime::RunOutcome::Failed { component, reason } = &report.outcome {
-        return Err(format!("query {query} failed in {component}: {reason}"));
+    if let RunOutcome::Failed { component, error } = &report.outcome {
+        return Err(error.clone().context(format!("query {query} failed in {component}")).into());
     }
     let rows_in = report.metrics.rows_in();
     let counted = if csv.is_some() { rows_in } else { events };
@@ -263,7 +176,7 @@ fn run_query(
             ])).collect::<Vec<_>>(),
         })),
     });
-    println!("{line}");
+    output::line(&line.to_string());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -282,17 +195,24 @@ fn bench(
     csv: Option<&Path>,
     checkpoint_interval: Option<std::time::Duration>,
     quiet: bool,
-) -> Result<ExitCode, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the sluice binary: {e}"))?;
+) -> Result<ExitCode, EngineError> {
+    let failed = |message: String| EngineError::new(SluiceError::external("bench.query", message));
+    let exe = std::env::current_exe().map_err(|e| failed(format!("cannot find the sluice binary: {e}")))?;
     if !quiet {
         let input = csv.map_or("generator".to_string(), |p| format!("csv {}", p.display()));
         eprintln!("sluice nexmark bench: {events} events, {threads} thread(s), input {input}");
-        println!("{:<8} {:>10} {:>14} {:>18} {:>12}", "query", "seconds", "events/s", "events/s/thread", "peak RSS MB");
+        output::line(&format!(
+            "{:<8} {:>10} {:>14} {:>18} {:>12}",
+            "query", "seconds", "events/s", "events/s/thread", "peak RSS MB"
+        ));
     }
     for query in queries.split(',').map(str::trim).filter(|q| !q.is_empty()) {
-        query_sql(query).ok_or_else(|| {
-            format!("unknown query `{query}`; the queries are source, q0, q1, q2, tumble, state, state_day")
-        })?;
+        if query_sql(query).is_none() {
+            return Err(EngineError::new(
+                SluiceError::user("bench.query", format!("unknown query `{query}`"))
+                    .with_fix(format!("choose among {}", QUERIES.join(", "))),
+            ));
+        }
         let mut command = Command::new(&exe);
         command.args([
             "--quiet",
@@ -310,27 +230,27 @@ fn bench(
         if let Some(interval) = checkpoint_interval {
             command.arg("--checkpoint-interval").arg(format!("{}ms", interval.as_millis()));
         }
-        let output = command.output().map_err(|e| format!("cannot run query {query}: {e}"))?;
+        let output = command.output().map_err(|e| failed(format!("cannot run query {query}: {e}")))?;
         if !output.status.success() {
-            return Err(format!("query {query} failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
+            return Err(failed(format!("query {query} failed: {}", String::from_utf8_lossy(&output.stderr).trim())));
         }
         let line = String::from_utf8_lossy(&output.stdout);
         let result: serde_json::Value =
-            serde_json::from_str(line.trim()).map_err(|e| format!("query {query}: bad result line: {e}"))?;
+            serde_json::from_str(line.trim()).map_err(|e| failed(format!("query {query}: bad result line: {e}")))?;
         if quiet {
-            println!("{}", line.trim());
+            output::line(line.trim());
         } else {
-            println!(
+            output::line(&format!(
                 "{:<8} {:>10.2} {:>14.0} {:>18.0} {:>12.0}",
                 query,
                 result["seconds"].as_f64().unwrap_or_default(),
                 result["events_per_second"].as_f64().unwrap_or_default(),
                 result["events_per_second_per_thread"].as_f64().unwrap_or_default(),
                 result["peak_rss_mb"].as_f64().unwrap_or_default()
-            );
+            ));
             let checkpoints = &result["checkpoints"];
             if !checkpoints.is_null() {
-                println!(
+                output::line(&format!(
                     "         checkpoints: {} published, largest state {:.1} MB, pause p50 {} / p99 {} / max {} ms, \
                      longest checkpoint {} ms",
                     checkpoints["published"],
@@ -339,7 +259,7 @@ fn bench(
                     checkpoints["p99_pause_ms"],
                     checkpoints["max_pause_ms"],
                     checkpoints["max_duration_ms"]
-                );
+                ));
             }
         }
     }

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use sluice_runtime::Metrics;
+use sluice_engine::Metrics;
 
 /// Between two plain (non-terminal) progress lines.
 const PLAIN_INTERVAL: Duration = Duration::from_secs(10);

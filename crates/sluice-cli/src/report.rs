@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use sluice_runtime::{RunOutcome, RunReport};
+use sluice_engine::{RunOutcome, RunReport};
 use sluice_types::TimestampMs;
 
 /// `2026-01-01 00:00:10.000` (UTC).
@@ -44,9 +44,9 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
             let how = if report.stopped { "stopped and drained" } else { "completed (end of input)" };
             let _ = writeln!(text, "sluice: pipeline \"{pipeline}\" {how} in {seconds:.2}s");
         }
-        RunOutcome::Failed { component, reason } => {
+        RunOutcome::Failed { component, error } => {
             let _ =
-                writeln!(text, "sluice: pipeline \"{pipeline}\" FAILED after {seconds:.2}s in {component}: {reason}");
+                writeln!(text, "sluice: pipeline \"{pipeline}\" FAILED after {seconds:.2}s in {component}: {error}");
         }
     }
     let metrics = &report.metrics;

@@ -1,91 +1,83 @@
-//! `sluice run`: signals, the run itself, progress and the exit report.
+//! `sluice run`: the job, the signals, the progress line and the exit report.
 //!
-//! Signals: the first Ctrl-C / SIGTERM asks the run to stop its sources and drain
+//! Signals: the first Ctrl-C / SIGTERM asks the job to stop its sources and drain
 //! (bounded by `shutdown_timeout`); a second one exits at once with status 1, naming
 //! what was abandoned.
 
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use sluice_config::SinkConnector;
-use sluice_runtime::{Checkpointing, RunOutcome, StopHandle, controller};
+use sluice_engine::{Engine, EngineError, Job, Overrides, RunOutcome, StartOptions, StopHandle};
+use sluice_types::{ErrorKind, SluiceError};
 
-use crate::build::{Built, build, load};
-use crate::checkpointing;
 use crate::progress::Progress;
 use crate::report;
 
-pub fn run(path: &Path, threads: Option<u32>, from_scratch: bool, quiet: bool) -> Result<ExitCode, String> {
-    let (config, base) = load(path, threads)?;
-    let Some(section) = config.checkpoint.clone() else {
-        if from_scratch {
-            return Err("--from-scratch needs a [checkpoint] section (there is no state to discard)".into());
-        }
-        let built = build(path, config, &base, None)?;
-        return start(&built, None, quiet);
-    };
-    let (store, recovered) = checkpointing::open(&section, &base, from_scratch)?;
-    let lane_threads = recovered.manifest.as_ref().map(|m| m.lane_threads);
-    let built = build(path, config, &base, lane_threads)?;
-    if let Some(manifest) = &recovered.manifest {
-        checkpointing::check_fingerprint(manifest, &built.fingerprint, &section.store)?;
-        if !quiet {
-            eprintln!("sluice: resuming from checkpoint {} in {}", manifest.epoch, section.store);
+/// How often the progress line is redrawn.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
+
+pub fn run(
+    engine: &Engine,
+    path: &Path,
+    overrides: Overrides,
+    from_scratch: bool,
+    quiet: bool,
+) -> Result<ExitCode, EngineError> {
+    let pipeline = engine.load(path, overrides)?;
+    let job = Job::start(&pipeline, StartOptions { from_scratch })?;
+    for notice in job.notices() {
+        if !quiet || notice.starts_with("warning") {
+            eprintln!("sluice: {notice}");
         }
     }
-    let lane_threads = lane_threads.unwrap_or(built.options.threads);
-    let checkpointing = checkpointing::prepare(
-        &section,
-        store,
-        recovered.manifest,
-        &built.plan,
-        built.fingerprint.clone(),
-        built.options.vnodes,
-        lane_threads,
-    )?;
-    start(&built, Some(checkpointing), quiet)
-}
-
-fn start(built: &Built, checkpointing: Option<Checkpointing>, quiet: bool) -> Result<ExitCode, String> {
-    let (stop, woken) = controller::stop_handle();
-    install_signals(stop.clone())?;
-    Ok(execute(built, checkpointing, (stop, woken), quiet))
-}
-
-/// Runs a built pipeline and prints the report; returns the exit code.
-pub fn execute(
-    built: &Built,
-    checkpointing: Option<Checkpointing>,
-    stop: (StopHandle, crossbeam_channel::Receiver<()>),
-    quiet: bool,
-) -> ExitCode {
-    let writes_stdout = built.config.sinks.iter().any(|s| matches!(s.connector, SinkConnector::Stdout { .. }));
+    install_signals(job.stop_handle())?;
+    let writes_stdout = pipeline.writes_stdout();
     let live = !quiet && std::io::stderr().is_terminal() && !(writes_stdout && std::io::stdout().is_terminal());
-    let mut progress = Progress::new(live, quiet);
     if !quiet {
         eprintln!(
             "sluice: running pipeline \"{}\" on {} thread(s); Ctrl-C stops and drains",
-            built.config.pipeline.name, built.options.threads
+            job.name(),
+            job.threads()
         );
     }
-    let report = sluice_runtime::run(&built.plan, &built.options, checkpointing, stop, |metrics, elapsed| {
-        progress.update(metrics, elapsed)
-    });
-    progress.finish();
-    if !quiet || report.outcome != RunOutcome::Completed {
-        eprint!("{}", report::render(&built.config.pipeline.name, &report));
+    let mut progress = Progress::new(live, quiet);
+    let metrics = job.metrics();
+    let started = Instant::now();
+    let mut changes = job.subscribe();
+    loop {
+        let changed = changes.next_timeout(PROGRESS_INTERVAL);
+        if changed.is_some_and(|status| status.state.is_final()) {
+            break;
+        }
+        progress.update(&metrics, started.elapsed());
     }
-    match report.outcome {
+    let name = job.name().to_string();
+    let report = job.wait();
+    progress.finish();
+    if let RunOutcome::Failed { error, .. } = &report.outcome
+        && error.kind == ErrorKind::OutputClosed
+    {
+        // The reader of the output went away (`| head`): quietly done, as other tools.
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !quiet || report.outcome != RunOutcome::Completed {
+        eprint!("{}", report::render(&name, &report));
+    }
+    Ok(match report.outcome {
         RunOutcome::Completed => ExitCode::SUCCESS,
         RunOutcome::Failed { .. } => ExitCode::FAILURE,
-    }
+    })
 }
 
-fn install_signals(stop: StopHandle) -> Result<(), String> {
-    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+fn install_signals(stop: StopHandle) -> Result<(), EngineError> {
+    let failed = |e: std::io::Error| {
+        EngineError::new(SluiceError::external("run.signals", format!("cannot install signal handlers: {e}")))
+    };
+    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(failed)?;
     std::thread::Builder::new()
         .name("sluice-signals".into())
         .spawn(move || {
@@ -101,6 +93,6 @@ fn install_signals(stop: StopHandle) -> Result<(), String> {
                 stop.stop();
             }
         })
-        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+        .map_err(failed)?;
     Ok(())
 }

@@ -19,18 +19,20 @@
 //! SQL layer to parse; it reports its errors with [`ConfigError::new`] so they look
 //! the same.
 //!
-//! A nexmark source provides the tables `person`, `auction` and `bid` (whatever its
-//! `name`, which only names it in reports); a file source provides one table named
-//! after the source. Source and view names share one namespace.
+//! This crate knows no connector: `connector`, `format`, `schema` and the
+//! `[source.options]` / `[sink.options]` tables are kept as written ([`Options`]), and
+//! the connector named validates them through an [`OptionsReader`], whose errors look
+//! like the parser's. Source and view names share one namespace (tables a connector
+//! provides under other names are checked by the engine).
 //!
-//! Paths (`[source.options] path`, `[sink.options] path`) are kept as written: a
-//! relative path stays relative, and the caller resolves it against the directory of
-//! the pipeline file.
+//! Paths inside options are kept as written: a relative path stays relative, and the
+//! connector resolves it against the directory of the pipeline file.
 
 mod checkpoint;
 mod document;
 mod error;
 mod model;
+mod options;
 mod pipeline;
 mod reader;
 mod sink;
@@ -44,11 +46,13 @@ pub use checkpoint::{
 };
 pub use error::{ConfigError, Located, Position};
 pub use model::{
-    CheckpointSection, DEFAULT_BATCH_SIZE, DEFAULT_FIRST_EVENT_RATE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT,
-    DEFAULT_VNODES, FileFormat, FileMode, Guarantee, NEXMARK_TABLES, OnError, PipelineConfig, PipelineSection,
-    SinkConfig, SinkConnector, SourceConfig, SourceConnector, StdoutFormat, ViewConfig,
+    CheckpointSection, DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES,
+    DEFAULT_WINDOWS_PER_ROW_MAX, Guarantee, OnError, PipelineConfig, PipelineSection, SinkConfig, SourceConfig,
+    ViewConfig,
 };
+pub use options::{Options, OptionsReader};
 pub use pipeline::default_threads;
+pub use reader::{Field, suggest};
 
 use reader::Ctx;
 
@@ -64,19 +68,27 @@ pub fn parse(text: &str, file_name: &str) -> Result<PipelineConfig, ConfigError>
 /// errors about the file as a whole (no position) come first. A TOML syntax error
 /// stops parsing, so it is reported alone.
 pub fn parse_all(text: &str, file_name: &str) -> Result<PipelineConfig, Vec<ConfigError>> {
+    match parse_partial(text, file_name) {
+        (Some(config), errors) if errors.is_empty() => Ok(config),
+        (_, errors) if errors.is_empty() => Err(vec![ConfigError::new(file_name, None, "invalid pipeline file", None)]),
+        (_, errors) => Err(errors),
+    }
+}
+
+/// Like [`parse_all`], but also returns what could be read despite the errors: the
+/// configuration without the items that were invalid (None when `[pipeline]` or
+/// `[checkpoint]` is unusable, or on a TOML syntax error). A later layer can go on
+/// checking what is there (connector options) and report every problem at once.
+pub fn parse_partial(text: &str, file_name: &str) -> (Option<PipelineConfig>, Vec<ConfigError>) {
     let mut ctx = Ctx::new(text, file_name);
     let document = match toml_edit::ImDocument::parse(text) {
         Ok(document) => document,
-        Err(e) => return Err(vec![syntax_error(&ctx, &e)]),
+        Err(e) => return (None, vec![syntax_error(&ctx, &e)]),
     };
     let config = document::parse_root(&mut ctx, document.as_table());
     let mut errors = std::mem::take(&mut ctx.errors);
     errors.sort_by_key(|e| e.position);
-    match config {
-        Some(config) if errors.is_empty() => Ok(config),
-        _ if errors.is_empty() => Err(vec![ConfigError::new(file_name, None, "invalid pipeline file", None)]),
-        _ => Err(errors),
-    }
+    (config, errors)
 }
 
 fn syntax_error(ctx: &Ctx<'_>, e: &toml_edit::TomlError) -> ConfigError {

@@ -1,12 +1,14 @@
 //! The typed, validated form of `pipeline.toml`.
 //!
-//! Paths are kept exactly as written: a relative path stays relative, and the caller
-//! resolves it against the directory of the pipeline file.
+//! Connector-specific parts (`connector`, `format`, `schema`, `[source.options]`,
+//! `[sink.options]`) are kept as written, with their positions, for the connector to
+//! validate; paths inside options stay relative, and the connector resolves them against
+//! the directory of the pipeline file.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Located, Position};
+use crate::options::Options;
 
 /// Default `[pipeline] vnodes`.
 pub const DEFAULT_VNODES: u32 = 256;
@@ -16,13 +18,12 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_BATCH_SIZE: usize = 8192;
 /// Default `[pipeline] queue_batches` (capacity of each exchange queue, in batches).
 pub const DEFAULT_QUEUE_BATCHES: usize = 16;
-/// Default nexmark `first_event_rate` (events per second of event time).
-pub const DEFAULT_FIRST_EVENT_RATE: u64 = 10_000;
-/// The tables a nexmark source provides to SQL, whatever the source's name.
-pub const NEXMARK_TABLES: [&str; 3] = ["person", "auction", "bid"];
+/// Default `[pipeline] windows_per_row_max`: the most windows one row may fall into
+/// (a HOP window's size / slide).
+pub const DEFAULT_WINDOWS_PER_ROW_MAX: u32 = 1000;
 
 /// A whole pipeline file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct PipelineConfig {
     /// `[pipeline]`.
     pub pipeline: PipelineSection,
@@ -51,18 +52,37 @@ pub struct PipelineSection {
     pub batch_size: usize,
     /// Capacity, in batches, of each exchange queue.
     pub queue_batches: usize,
+    /// The most windows one row may fall into (a HOP window's size / slide).
+    pub windows_per_row_max: u32,
+}
+
+impl PipelineSection {
+    /// The defaults, with `name` (a pipeline built in code).
+    pub fn named(name: &str) -> PipelineSection {
+        PipelineSection {
+            name: name.to_owned(),
+            threads: crate::pipeline::default_threads(),
+            vnodes: DEFAULT_VNODES,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            batch_size: DEFAULT_BATCH_SIZE,
+            queue_batches: DEFAULT_QUEUE_BATCHES,
+            windows_per_row_max: DEFAULT_WINDOWS_PER_ROW_MAX,
+        }
+    }
 }
 
 /// One `[[source]]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct SourceConfig {
-    /// The source's name: a SQL identifier. For a file source it is the SQL table
-    /// name; for a nexmark source it is only its name in reports (see [`Self::tables`]).
+    /// The source's name: a SQL identifier. For most connectors it is also the SQL
+    /// table name; a connector may provide other tables (nexmark provides three).
     pub name: String,
-    /// The connector and its validated options.
-    pub connector: SourceConnector,
-    /// The column list of a file source, e.g. `"id BIGINT, ts TIMESTAMP(3)"`,
-    /// unparsed; `None` for nexmark (fixed schemas).
+    /// The connector's name as written, e.g. `file`, at its key; the connector registry
+    /// knows it.
+    pub connector: Located<String>,
+    /// `format`, for connectors that decode bytes (e.g. `json`, `csv`), at its key.
+    pub format: Option<Located<String>>,
+    /// The declared column list, e.g. `"id BIGINT, ts TIMESTAMP(3)"`, unparsed.
     pub schema: Option<Located<String>>,
     /// The event-time column, if any.
     pub event_time: Option<String>,
@@ -70,68 +90,27 @@ pub struct SourceConfig {
     pub watermark_delay: Duration,
     /// What to do with a malformed input row.
     pub on_error: OnError,
+    /// `[source.options]`, validated by the connector.
+    pub options: Options,
     /// Position of the `[[source]]` header.
     pub position: Position,
 }
 
 impl SourceConfig {
-    /// The SQL tables this source provides: `person`, `auction` and `bid` for a
-    /// nexmark source, its own name for a file source.
-    pub fn tables(&self) -> Vec<&str> {
-        match self.connector {
-            SourceConnector::Nexmark { .. } => NEXMARK_TABLES.to_vec(),
-            SourceConnector::File { .. } => vec![self.name.as_str()],
+    /// A source built in code: `connector` with empty options and no schema.
+    pub fn new(name: &str, connector: &str) -> SourceConfig {
+        SourceConfig {
+            name: name.to_owned(),
+            connector: Located::new(connector.to_owned(), Position::new(1, 1)),
+            format: None,
+            schema: None,
+            event_time: None,
+            watermark_delay: Duration::ZERO,
+            on_error: OnError::Skip,
+            options: Options::new("source", name),
+            position: Position::new(1, 1),
         }
     }
-}
-
-/// A source connector with its options.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SourceConnector {
-    /// The NEXMark generator. Provides tables `person`, `auction` and `bid`.
-    Nexmark {
-        /// Stop after this many events; `None`: unbounded.
-        events: Option<u64>,
-        /// Wall-clock rate limit in events per second; `None`: as fast as possible.
-        rate: Option<f64>,
-        /// Generator seed (default 0).
-        seed: u64,
-        /// Event-time spacing: events per second of event time (default: `rate` when
-        /// set, so event time keeps pace with the wall clock, else 10000).
-        first_event_rate: u64,
-    },
-    /// A file, or every file in a directory.
-    File {
-        /// As written; relative paths are relative to the pipeline file's directory.
-        path: PathBuf,
-        /// How rows are encoded.
-        format: FileFormat,
-        /// CSV: the first line is a header (default true).
-        header: bool,
-        /// CSV: the field delimiter (default `,`).
-        delimiter: u8,
-        /// Replay at most this many rows per second, over all lanes (default: full speed).
-        rate: Option<f64>,
-    },
-}
-
-impl SourceConnector {
-    /// The connector's name as written in the file.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Nexmark { .. } => "nexmark",
-            Self::File { .. } => "file",
-        }
-    }
-}
-
-/// Row encoding of a file source or sink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FileFormat {
-    /// One JSON object per line.
-    Json,
-    /// Comma-separated (or another delimiter) values.
-    Csv,
 }
 
 /// What a source does with a row it cannot decode.
@@ -157,75 +136,33 @@ pub struct ViewConfig {
 }
 
 /// One `[[sink]]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SinkConfig {
     /// The sink's name, unique among sinks.
     pub name: String,
     /// The table or view it writes (its existence is checked by the SQL layer).
     pub from: String,
-    /// The connector and its options.
-    pub connector: SinkConnector,
+    /// The connector's name as written, e.g. `stdout`.
+    pub connector: Located<String>,
+    /// `format`, for connectors that encode rows.
+    pub format: Option<Located<String>>,
+    /// `[sink.options]`, validated by the connector.
+    pub options: Options,
     /// Position of the `[[sink]]` header.
     pub position: Position,
 }
 
-/// A sink connector with its options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SinkConnector {
-    /// Standard output.
-    Stdout {
-        /// How rows are printed (default pretty).
-        format: StdoutFormat,
-    },
-    /// A file, or a directory of files.
-    File {
-        /// As written; relative paths are relative to the pipeline file's directory.
-        path: PathBuf,
-        /// How rows are encoded (default json).
-        format: FileFormat,
-        /// One file, or a directory of files.
-        mode: FileMode,
-    },
-    /// Discards everything (for benchmarks).
-    Blackhole,
-}
-
-impl SinkConnector {
-    /// The connector's name as written in the file.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Stdout { .. } => "stdout",
-            Self::File { .. } => "file",
-            Self::Blackhole => "blackhole",
+impl SinkConfig {
+    /// A sink built in code: `connector` writing `from`, with empty options.
+    pub fn new(name: &str, from: &str, connector: &str) -> SinkConfig {
+        SinkConfig {
+            name: name.to_owned(),
+            from: from.to_owned(),
+            connector: Located::new(connector.to_owned(), Position::new(1, 1)),
+            format: None,
+            options: Options::new("sink", name),
+            position: Position::new(1, 1),
         }
-    }
-}
-
-/// How the stdout sink prints rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum StdoutFormat {
-    /// Aligned tables, for people.
-    #[default]
-    Pretty,
-    /// One JSON object per line, for programs.
-    Json,
-}
-
-/// Whether a file sink's path is one file or a directory of files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FileMode {
-    /// Everything goes to the one file at `path`.
-    File,
-    /// Files are written inside the directory at `path`.
-    Directory,
-}
-
-impl FileMode {
-    /// The default for a path: a directory if it ends with `/` or has no extension,
-    /// a file otherwise.
-    pub fn default_for(path: &str) -> Self {
-        let has_extension = std::path::Path::new(path).extension().is_some();
-        if path.ends_with('/') || !has_extension { Self::Directory } else { Self::File }
     }
 }
 

@@ -2,11 +2,13 @@
 
 use crate::error::{Located, Position};
 use crate::model::{
-    DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES, PipelineSection,
+    DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES, DEFAULT_WINDOWS_PER_ROW_MAX,
+    PipelineSection,
 };
 use crate::reader::{Ctx, Field, Section, TableRef, is_identifier};
 
-const KEYS: &[&str] = &["name", "threads", "vnodes", "shutdown_timeout", "batch_size", "queue_batches"];
+const KEYS: &[&str] =
+    &["name", "threads", "vnodes", "shutdown_timeout", "batch_size", "queue_batches", "windows_per_row_max"];
 
 /// Reads `[pipeline]`.
 pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<PipelineSection> {
@@ -56,6 +58,15 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
              e.g. queue_batches = 16 (the default)",
         )
         .or(DEFAULT_QUEUE_BATCHES);
+    let windows_per_row_max = ctx
+        .integer(
+            sec,
+            "windows_per_row_max",
+            1..=1_000_000,
+            "set windows_per_row_max to the most windows one row may fall into (a HOP window's size / slide), \
+             e.g. windows_per_row_max = 1000 (the default)",
+        )
+        .or(DEFAULT_WINDOWS_PER_ROW_MAX);
     Some(PipelineSection {
         name: name?.value,
         threads: threads?,
@@ -63,6 +74,7 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         shutdown_timeout: shutdown_timeout?,
         batch_size: batch_size?,
         queue_batches: queue_batches?,
+        windows_per_row_max: windows_per_row_max?,
     })
 }
 

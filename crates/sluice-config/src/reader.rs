@@ -97,7 +97,7 @@ impl<'a> Section<'a> {
 
 /// The outcome of reading an optional key.
 #[derive(Debug, Clone)]
-pub(crate) enum Field<T> {
+pub enum Field<T> {
     Absent,
     /// Present but wrong; the error is recorded.
     Invalid,
@@ -106,7 +106,7 @@ pub(crate) enum Field<T> {
 }
 
 impl<T> Field<T> {
-    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Field<U> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Field<U> {
         match self {
             Self::Absent => Field::Absent,
             Self::Invalid => Field::Invalid,
@@ -115,11 +115,11 @@ impl<T> Field<T> {
     }
 
     /// The value, or `default` when absent; `None` when invalid.
-    pub(crate) fn or(self, default: T) -> Option<T> {
+    pub fn or(self, default: T) -> Option<T> {
         self.or_else(|| default)
     }
 
-    pub(crate) fn or_else(self, default: impl FnOnce() -> T) -> Option<T> {
+    pub fn or_else(self, default: impl FnOnce() -> T) -> Option<T> {
         match self {
             Self::Absent => Some(default()),
             Self::Invalid => None,
@@ -128,11 +128,11 @@ impl<T> Field<T> {
     }
 
     /// `Some(Some(v))` present, `Some(None)` absent, `None` invalid.
-    pub(crate) fn optional(self) -> Option<Option<T>> {
+    pub fn optional(self) -> Option<Option<T>> {
         self.map(Some).or(None)
     }
 
-    pub(crate) fn is_present(&self) -> bool {
+    pub fn is_present(&self) -> bool {
         matches!(self, Self::Present(..))
     }
 }
@@ -153,6 +153,11 @@ impl<'t> Ctx<'t> {
     pub(crate) fn new(text: &'t str, file: &'t str) -> Self {
         let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
         Self { file, text, line_starts, errors: Vec::new(), suggested: Vec::new() }
+    }
+
+    /// The text being read.
+    pub(crate) fn text(&self) -> &'t str {
+        self.text
     }
 
     /// The 1-based line and column of a byte offset.
@@ -427,7 +432,7 @@ pub(crate) fn quoted_list(names: &[&str]) -> String {
 
 /// The closest candidate within edit distance 2, if any. A candidate of 4 characters
 /// or fewer must be within distance 1 (`rate` is not a misspelt `name`).
-pub(crate) fn suggest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
+pub fn suggest<'c>(word: &str, candidates: &[&'c str]) -> Option<&'c str> {
     let word = word.to_ascii_lowercase();
     candidates
         .iter()

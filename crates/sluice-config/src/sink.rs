@@ -1,19 +1,15 @@
-//! `[[view]]`, and `[[sink]]` with its connector-specific `[sink.options]`.
-
-use std::path::PathBuf;
-
-use toml_edit::Table;
+//! `[[view]]`, and `[[sink]]`: the keys every sink has; `[sink.options]` is kept as
+//! [`crate::Options`] for the connector to validate.
 
 use crate::error::Position;
-use crate::model::{FileFormat, FileMode, SinkConfig, SinkConnector, StdoutFormat, ViewConfig};
+use crate::model::{SinkConfig, ViewConfig};
 use crate::pipeline::named;
-use crate::reader::{Ctx, Field, Section, TableRef, is_identifier};
-use crate::source::{FILE_FORMATS, options_section};
+use crate::reader::{Ctx, Field, TableRef, is_identifier};
+use crate::source::{at_key, connector, options};
 
 const VIEW_KEYS: &[&str] = &["name", "sql", "materialized"];
 const SINK_KEYS: &[&str] = &["name", "from", "connector", "format", "options"];
-const FILE_OPTIONS: &[&str] = &["path", "mode"];
-const OPTION: &str = "connector options go under a [sink.options] header";
+const OPTION: &str = "connector options go under a [sink.options] header; remove it here or move it there";
 const NOTES: &[(&str, &str)] = &[("path", OPTION), ("mode", OPTION)];
 
 /// Reads the `index`-th (0-based) `[[view]]`; also returns the position of its name.
@@ -52,13 +48,6 @@ pub(crate) fn parse_view(
     Some((config, item.name_position))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Stdout,
-    File,
-    Blackhole,
-}
-
 /// Reads the `index`-th (0-based) `[[sink]]`; also returns the position of its name.
 pub(crate) fn parse_sink(
     ctx: &mut Ctx<'_>,
@@ -76,48 +65,19 @@ pub(crate) fn parse_sink(
         is_identifier,
     );
     let from = ctx.required(sec, "from", from, "add from = \"<table or view>\"");
-    let kind =
-        ctx.choice(sec, "connector", &[("stdout", Kind::Stdout), ("file", Kind::File), ("blackhole", Kind::Blackhole)]);
-    let kind = ctx.required(sec, "connector", kind, "add connector = \"stdout\", \"file\" or \"blackhole\"");
-    let empty = Table::new();
-    let opts = options_section(ctx, "sink", &item, &empty);
-    let connector = match kind? {
-        Kind::Stdout => {
-            ctx.check_keys(&opts, &[], &[]);
-            let formats = [("pretty", StdoutFormat::Pretty), ("json", StdoutFormat::Json)];
-            let format = ctx.choice(sec, "format", &formats).or(StdoutFormat::Pretty);
-            SinkConnector::Stdout { format: format? }
-        }
-        Kind::File => file(ctx, sec, &opts)?,
-        Kind::Blackhole => {
-            ctx.check_keys(&opts, &[], &[]);
-            ctx.forbid(sec, "format", "the blackhole connector discards rows", "remove `format`");
-            SinkConnector::Blackhole
-        }
+    let connector = connector(ctx, sec, "sink");
+    let format =
+        at_key(ctx.string(sec, "format", "a format name such as \"json\"", "e.g. format = \"json\"", |s| {
+            !s.trim().is_empty()
+        }));
+    let options = options(ctx, "sink", &item);
+    let config = SinkConfig {
+        name: item.name?.value,
+        from: from?.value,
+        connector: connector?,
+        format: format.optional()?,
+        options: options?,
+        position: sec.position,
     };
-    let config = SinkConfig { name: item.name?.value, from: from?.value, connector, position: sec.position };
     Some((config, item.name_position))
-}
-
-fn file(ctx: &mut Ctx<'_>, sec: &Section<'_>, opts: &Section<'_>) -> Option<SinkConnector> {
-    let format = ctx.choice(sec, "format", FILE_FORMATS).or(FileFormat::Json);
-    ctx.check_keys(opts, FILE_OPTIONS, &[]);
-    let path = ctx.string(
-        opts,
-        "path",
-        "a non-empty file or directory path",
-        "set path to a file or a directory, e.g. path = \"out/hot_items\"",
-        |s| !s.is_empty(),
-    );
-    let path = ctx.required(
-        opts,
-        "path",
-        path,
-        "add path = \"<file or directory>\" under [sink.options] \
-         (relative paths are relative to the pipeline file)",
-    );
-    let mode = ctx.choice(opts, "mode", &[("file", FileMode::File), ("directory", FileMode::Directory)]);
-    let path = path?;
-    let mode = mode.or_else(|| FileMode::default_for(&path.value))?;
-    Some(SinkConnector::File { path: PathBuf::from(path.value), format: format?, mode })
 }

@@ -1,11 +1,12 @@
 //! Sources and sinks that need nothing else running: the NEXMark generator and files
 //! in, standard output, files and a blackhole out.
 //!
-//! [`source`] turns a `[[source]]` of `pipeline.toml` into a
-//! [`SourceFactory`](sluice_runtime::SourceFactory) (its tables and its lanes);
-//! [`sink`] turns a `[[sink]]` into a [`SinkFactory`](sluice_runtime::SinkFactory).
-//! [`check_sink`] is what `sluice validate` runs to know a sink can write where it is
-//! told to, without writing anything.
+//! Every connector is registered in the [`Registry`] (see [`registry`] for the two
+//! steps, configure and build): it validates its own options and becomes the runtime's
+//! [`SourceFactory`](sluice_runtime::SourceFactory) or
+//! [`SinkFactory`](sluice_runtime::SinkFactory). A configured file sink's `check` is
+//! what `sluice validate` runs to know it can write where it is told to, without
+//! writing anything.
 //!
 //! Relative paths in the configuration are resolved against `base_dir`, the directory
 //! of the pipeline file, so a pipeline behaves the same from any working directory.
@@ -22,58 +23,26 @@
 //! column first (`+I` / `-D`, see [`sluice_formats::encode`]); an append-only input is
 //! written as plain rows.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use arrow::datatypes::SchemaRef;
-use sluice_config::{SinkConfig, SourceConfig, SourceConnector};
-use sluice_runtime::{SinkFactory, SourceFactory};
-use sluice_types::SluiceError;
-
 pub mod file_source;
 pub mod nexmark;
+pub mod registry;
 pub mod sinks;
 
-pub use file_source::FileSource;
-pub use nexmark::NexmarkSource;
-pub use sinks::{BlackholeSink, FileSink, StdoutSink, check_sink};
+pub use file_source::{FileConnector, FileOptions, FileSource};
+pub use nexmark::{NexmarkConnector, NexmarkOptions, NexmarkSource};
+pub use registry::{
+    ConfiguredSink, ConfiguredSource, OptionDoc, Registry, SinkConnector, SinkContext, SourceConnector, SourceContext,
+};
+pub use sinks::{BlackholeSink, FileMode, FileSink, FileSinkOptions, StdoutFormat, StdoutSink};
 
-/// Builds the source of `config`.
-///
-/// `threads` is the number of driver threads (the nexmark source has one lane per
-/// thread; a file source splits its files into about that many lanes). `schema` is
-/// the Arrow schema of a file source, parsed from its `schema` string by the SQL
-/// layer (ignored by nexmark, whose schemas are fixed).
-pub fn source(
-    config: &SourceConfig,
-    base_dir: &Path,
-    threads: u32,
-    schema: Option<SchemaRef>,
-) -> Result<Arc<dyn SourceFactory>, SluiceError> {
-    match &config.connector {
-        SourceConnector::Nexmark { .. } => Ok(Arc::new(NexmarkSource::new(config, threads)?)),
-        SourceConnector::File { .. } => {
-            let schema = schema.ok_or_else(|| {
-                SluiceError::user("source.schema_missing", "a file source needs a `schema`")
-                    .with_fix("add `schema = \"col TYPE, ...\"` to the [[source]]")
-            })?;
-            Ok(Arc::new(FileSource::new(config, base_dir, threads, schema)?))
-        }
-    }
+/// Row encoding of a file source or sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileFormat {
+    /// One JSON object per line.
+    Json,
+    /// Comma-separated (or another delimiter) values.
+    Csv,
 }
 
-/// Builds the sink of `config`, writing rows of `schema`; `updating` means the input
-/// can carry retractions, which are then written with an op column.
-pub fn sink(
-    config: &SinkConfig,
-    base_dir: &Path,
-    schema: SchemaRef,
-    updating: bool,
-) -> Result<Arc<dyn SinkFactory>, SluiceError> {
-    sinks::build(config, base_dir, schema, updating)
-}
-
-/// `path` resolved against `base_dir` unless it is absolute.
-pub(crate) fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() { path.to_path_buf() } else { base_dir.join(path) }
-}
+/// `format = "…"` of file sources and sinks.
+pub(crate) const FILE_FORMATS: &[(&str, FileFormat)] = &[("json", FileFormat::Json), ("csv", FileFormat::Csv)];

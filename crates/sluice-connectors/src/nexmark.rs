@@ -19,16 +19,154 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_config::{SourceConfig, SourceConnector};
+use std::sync::Arc;
+
+use sluice_config::{ConfigError, SourceConfig};
 use sluice_nexmark::{GeneratorConfig, LaneGenerator, Table, TableSet};
 use sluice_runtime::{LaneContext, LanePoll, LaneReader, SourceFactory, TableDef};
 use sluice_types::{SluiceError, TimestampMs};
 
+use crate::registry::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, forbid_item};
+
 /// The event-time column of every nexmark table.
 pub const EVENT_TIME_COLUMN: &str = "dateTime";
 
+/// The tables a nexmark source provides to SQL, whatever the source's name.
+pub const NEXMARK_TABLES: [&str; 3] = ["person", "auction", "bid"];
+/// Default `first_event_rate` (events per second of event time) without a `rate`.
+pub const DEFAULT_FIRST_EVENT_RATE: u64 = 10_000;
+
 /// How much wall-clock time one rate-limited batch covers at most.
 const RATE_BATCH_SPAN: Duration = Duration::from_millis(100);
+
+/// `[source.options]` of a nexmark source.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NexmarkOptions {
+    /// Stop after this many events; `None`: unbounded.
+    pub events: Option<u64>,
+    /// Wall-clock rate limit in events per second; `None`: as fast as possible.
+    pub rate: Option<f64>,
+    /// Generator seed (default 0).
+    pub seed: u64,
+    /// Event-time spacing: events per second of event time (default: `rate` when set,
+    /// so event time keeps pace with the wall clock, else 10000).
+    pub first_event_rate: u64,
+}
+
+impl Default for NexmarkOptions {
+    fn default() -> NexmarkOptions {
+        NexmarkOptions { events: None, rate: None, seed: 0, first_event_rate: DEFAULT_FIRST_EVENT_RATE }
+    }
+}
+
+const OPTIONS: &[OptionDoc] = &[
+    OptionDoc { key: "events", kind: "integer >= 1", default: "unbounded", doc: "stop after this many events" },
+    OptionDoc {
+        key: "rate",
+        kind: "number > 0",
+        default: "unlimited",
+        doc: "events per second of wall clock, for the whole source",
+    },
+    OptionDoc { key: "seed", kind: "integer >= 0", default: "0", doc: "the generator's seed" },
+    OptionDoc {
+        key: "first_event_rate",
+        kind: "integer >= 1",
+        default: "rate, else 10000",
+        doc: "events per second of event time",
+    },
+];
+
+/// The `nexmark` connector: the NEXMark generator, tables person, auction and bid.
+#[derive(Debug, Clone, Copy)]
+pub struct NexmarkConnector;
+
+impl SourceConnector for NexmarkConnector {
+    fn name(&self) -> &'static str {
+        "nexmark"
+    }
+
+    fn options(&self) -> &'static [OptionDoc] {
+        OPTIONS
+    }
+
+    fn configure(&self, config: &SourceConfig) -> Result<Box<dyn ConfiguredSource>, Vec<ConfigError>> {
+        Ok(Box::new(ConfiguredNexmark { options: options_of(config)? }))
+    }
+}
+
+/// The validated options of a `connector = "nexmark"` source, or every problem.
+pub fn options_of(config: &SourceConfig) -> Result<NexmarkOptions, Vec<ConfigError>> {
+    let options = &config.options;
+    let mut errors = Vec::new();
+    let format = config.format.as_ref().map(|f| format!("\"{}\"", f.value)).unwrap_or_default();
+    forbid_item(
+        config.format.as_ref(),
+        "format",
+        &format,
+        options,
+        "the nexmark connector generates its events itself",
+        "remove `format`",
+        &mut errors,
+    );
+    let schema = config.schema.as_ref().map(|s| format!("\"{}\"", s.value)).unwrap_or_default();
+    forbid_item(
+        config.schema.as_ref(),
+        "schema",
+        &schema,
+        options,
+        "nexmark tables person, auction and bid have fixed schemas",
+        "remove `schema`",
+        &mut errors,
+    );
+    let mut reader = options.read();
+    reader.check_keys(&["events", "rate", "seed", "first_event_rate"]);
+    let events = reader.integer(
+        "events",
+        1..=i64::MAX,
+        "set events to the number of events to generate, e.g. events = 1000000, \
+         or remove it for an unbounded stream",
+    );
+    let rate = reader.positive_number("rate", "set rate to events per second, e.g. rate = 100000");
+    let seed = reader.integer("seed", 0..=i64::MAX, "set seed to an integer, e.g. seed = 42");
+    let first_event_rate = reader.integer(
+        "first_event_rate",
+        1..=i64::MAX,
+        "set first_event_rate to events per second of event time, e.g. first_event_rate = 10000",
+    );
+    let parsed = (|| {
+        let rate = rate.optional()?;
+        // With a rate limit and no explicit spacing, event time follows the wall clock.
+        let spacing = rate.map_or(DEFAULT_FIRST_EVENT_RATE, |rate| (rate.round() as u64).max(1));
+        Some(NexmarkOptions {
+            events: events.optional()?,
+            rate,
+            seed: seed.or(0)?,
+            first_event_rate: first_event_rate.or(spacing)?,
+        })
+    })();
+    crate::registry::finish(reader, errors)?;
+    Ok(parsed.expect("every option was valid"))
+}
+
+/// A validated nexmark source.
+#[derive(Debug, Clone)]
+pub struct ConfiguredNexmark {
+    pub options: NexmarkOptions,
+}
+
+impl ConfiguredSource for ConfiguredNexmark {
+    fn tables(&self) -> Vec<String> {
+        NEXMARK_TABLES.iter().map(|t| t.to_string()).collect()
+    }
+
+    fn reads_declared_schema(&self) -> bool {
+        false
+    }
+
+    fn build(&self, context: &SourceContext<'_>) -> Result<Arc<dyn SourceFactory>, SluiceError> {
+        Ok(Arc::new(NexmarkSource::new(context.config, &self.options, context.lane_threads)?))
+    }
+}
 
 /// A planned nexmark source.
 #[derive(Debug)]
@@ -43,13 +181,8 @@ pub struct NexmarkSource {
 
 impl NexmarkSource {
     /// The source of a `connector = "nexmark"` config, with one lane per thread.
-    pub fn new(config: &SourceConfig, threads: u32) -> Result<NexmarkSource, SluiceError> {
-        let SourceConnector::Nexmark { events, rate, seed, first_event_rate } = &config.connector else {
-            return Err(SluiceError::internal(
-                "source.connector",
-                format!("source `{}` is not a nexmark source", config.name),
-            ));
-        };
+    pub fn new(config: &SourceConfig, options: &NexmarkOptions, threads: u32) -> Result<NexmarkSource, SluiceError> {
+        let NexmarkOptions { events, rate, seed, first_event_rate } = options;
         let generator = GeneratorConfig {
             seed: *seed,
             events: *events,
@@ -263,21 +396,16 @@ mod tests {
 
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::TimestampMillisecondType;
-    use sluice_config::{OnError, Position};
     use sluice_runtime::metrics::SourceMetrics;
 
     use super::*;
 
-    fn config(events: Option<u64>, rate: Option<f64>) -> SourceConfig {
-        SourceConfig {
-            name: "gen".into(),
-            connector: SourceConnector::Nexmark { events, rate, seed: 7, first_event_rate: 10_000 },
-            schema: None,
-            event_time: None,
-            watermark_delay: Duration::from_millis(500),
-            on_error: OnError::Skip,
-            position: Position::new(1, 1),
-        }
+    /// A nexmark source "gen" (seed 7, watermark delay 500 ms) with `lanes` lanes.
+    fn nexmark_source(events: Option<u64>, rate: Option<f64>, lanes: u32) -> Result<NexmarkSource, SluiceError> {
+        let mut config = SourceConfig::new("gen", "nexmark");
+        config.watermark_delay = Duration::from_millis(500);
+        let options = NexmarkOptions { events, rate, seed: 7, first_event_rate: 10_000 };
+        NexmarkSource::new(&config, &options, lanes)
     }
 
     fn open(source: &NexmarkSource, lane: u32, batch_size: usize, needed: [bool; 3]) -> Box<dyn LaneReader> {
@@ -321,7 +449,7 @@ mod tests {
 
     #[test]
     fn lanes_together_produce_every_event_once_in_the_standard_mix() {
-        let source = NexmarkSource::new(&config(Some(10_000), None), 3).expect("source");
+        let source = nexmark_source(Some(10_000), None, 3).expect("source");
         assert_eq!(source.lanes(), 3);
         let mut total = [0; 3];
         for lane in 0..3 {
@@ -338,7 +466,7 @@ mod tests {
 
     #[test]
     fn only_needed_tables_are_produced() {
-        let source = NexmarkSource::new(&config(Some(1_000), None), 1).expect("source");
+        let source = nexmark_source(Some(1_000), None, 1).expect("source");
         let mut reader = open(&source, 0, 100, [false, false, true]);
         let (rows, _) = drain(reader.as_mut());
         assert_eq!(rows, [0, 0, 920]);
@@ -348,13 +476,13 @@ mod tests {
 
     #[test]
     fn a_lane_without_events_is_exhausted() {
-        let source = NexmarkSource::new(&config(Some(2), None), 4).expect("source");
+        let source = nexmark_source(Some(2), None, 4).expect("source");
         let mut reader = open(&source, 3, 100, [true; 3]);
         assert!(matches!(reader.poll().expect("poll"), LanePoll::Exhausted));
     }
 
     fn nexmark_lane(rate: f64, lanes: u32, batch_size: usize) -> NexmarkLane {
-        let source = NexmarkSource::new(&config(None, Some(rate)), lanes).expect("source");
+        let source = nexmark_source(None, Some(rate), lanes).expect("source");
         NexmarkLane {
             generator: LaneGenerator::new(&source.generator, 0, lanes, TableSet::all()),
             needed: TableSet::all(),
@@ -368,7 +496,7 @@ mod tests {
 
     #[test]
     fn a_lane_resumed_from_its_position_continues_with_the_same_rows_and_watermark() {
-        let source = NexmarkSource::new(&config(Some(5_000), None), 2).expect("source");
+        let source = nexmark_source(Some(5_000), None, 2).expect("source");
         let open = |start: Option<Vec<u8>>| {
             let context = LaneContext {
                 lane: 1,
@@ -452,9 +580,9 @@ mod tests {
 
     #[test]
     fn describe_names_the_options() {
-        let source = NexmarkSource::new(&config(Some(1_000_000), None), 2).expect("source");
+        let source = nexmark_source(Some(1_000_000), None, 2).expect("source");
         assert_eq!(source.describe(), "nexmark(events=1000000, rate=unlimited, seed=7)");
-        let source = NexmarkSource::new(&config(None, Some(5000.0)), 2).expect("source");
+        let source = nexmark_source(None, Some(5000.0), 2).expect("source");
         assert_eq!(source.describe(), "nexmark(events=unbounded, rate=5000, seed=7)");
         assert_eq!(source.tables()[2].name, "bid");
         assert_eq!(source.tables()[0].event_time.as_deref(), Some("dateTime"));
@@ -462,7 +590,7 @@ mod tests {
 
     #[test]
     fn a_bad_rate_is_a_user_error() {
-        let error = NexmarkSource::new(&config(None, Some(0.0)), 1).expect_err("rejected");
+        let error = nexmark_source(None, Some(0.0), 1).expect_err("rejected");
         assert_eq!(error.code, "source.nexmark_rate");
         assert!(error.fix.is_some());
     }

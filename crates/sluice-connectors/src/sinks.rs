@@ -45,42 +45,234 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use sluice_config::{FileFormat, FileMode, SinkConfig, SinkConnector, StdoutFormat};
+use sluice_config::{ConfigError, SinkConfig};
 use sluice_formats::{Encoder, OutputFormat};
 use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
-use sluice_types::{Batch, Epoch, SluiceError};
+use sluice_types::{Batch, Epoch, ErrorKind, SluiceError};
+
+use crate::FileFormat;
+use crate::registry::{ConfiguredSink, OptionDoc, SinkConnector, SinkContext, forbid_item, format_choice, resolve};
 
 mod staging;
 
-/// Builds the sink of `config` (see the module docs).
-pub(crate) fn build(
-    config: &SinkConfig,
-    base_dir: &Path,
-    schema: SchemaRef,
-    updating: bool,
-) -> Result<Arc<dyn SinkFactory>, SluiceError> {
-    let name = config.name.clone();
-    Ok(match &config.connector {
-        SinkConnector::Stdout { format } => Arc::new(StdoutSink { name, format: *format, schema, updating }),
-        SinkConnector::File { path, format, mode } => Arc::new(FileSink {
-            name,
-            written_path: path.clone(),
-            path: crate::resolve(base_dir, path),
-            format: *format,
-            mode: *mode,
-            schema,
-            updating,
-        }),
-        SinkConnector::Blackhole => Arc::new(BlackholeSink { name }),
-    })
+/// How the stdout sink prints rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum StdoutFormat {
+    /// Aligned tables, for people.
+    #[default]
+    Pretty,
+    /// One JSON object per line, for programs.
+    Json,
 }
 
-/// Checks that the sink of `config` can write where it is told to, creating nothing:
-/// for a file sink, the output's directory must exist or be creatable, and be
-/// writable. Other sinks always pass.
-pub fn check_sink(config: &SinkConfig, base_dir: &Path) -> Result<(), SluiceError> {
-    let SinkConnector::File { path, mode, .. } = &config.connector else { return Ok(()) };
-    let resolved = crate::resolve(base_dir, path);
+/// Whether a file sink's path is one file or a directory of files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileMode {
+    /// Everything goes to the one file at `path`.
+    File,
+    /// Files are written inside the directory at `path`.
+    Directory,
+}
+
+impl FileMode {
+    /// The default for a path: a directory if it ends with `/` or has no extension,
+    /// a file otherwise.
+    pub fn default_for(path: &str) -> Self {
+        let has_extension = Path::new(path).extension().is_some();
+        if path.ends_with('/') || !has_extension { Self::Directory } else { Self::File }
+    }
+}
+
+/// `[sink.options]` of a file sink, and its `format`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSinkOptions {
+    /// As written; relative paths are relative to the pipeline file's directory.
+    pub path: PathBuf,
+    /// How rows are encoded (default json).
+    pub format: FileFormat,
+    /// One file, or a directory of files (default: from the path's shape).
+    pub mode: FileMode,
+}
+
+/// The `stdout` sink connector.
+#[derive(Debug, Clone, Copy)]
+pub struct StdoutConnector;
+
+impl SinkConnector for StdoutConnector {
+    fn name(&self) -> &'static str {
+        "stdout"
+    }
+
+    fn options(&self) -> &'static [OptionDoc] {
+        &[]
+    }
+
+    fn configure(&self, config: &SinkConfig) -> Result<Box<dyn ConfiguredSink>, Vec<ConfigError>> {
+        Ok(Box::new(ConfiguredStdout { format: stdout_format_of(config)? }))
+    }
+}
+
+/// The validated format of a `connector = "stdout"` sink, or every problem.
+pub fn stdout_format_of(config: &SinkConfig) -> Result<StdoutFormat, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let formats = [("pretty", StdoutFormat::Pretty), ("json", StdoutFormat::Json)];
+    let format = format_choice(config.format.as_ref(), &config.options, &formats, false, &mut errors);
+    let mut reader = config.options.read();
+    reader.check_keys(&[]);
+    crate::registry::finish(reader, errors)?;
+    Ok(format.unwrap_or_default())
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ConfiguredStdout {
+    format: StdoutFormat,
+}
+
+impl ConfiguredSink for ConfiguredStdout {
+    fn writes_stdout(&self) -> bool {
+        true
+    }
+
+    fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
+        Ok(Arc::new(StdoutSink {
+            name: context.config.name.clone(),
+            format: self.format,
+            schema: Arc::clone(&context.schema),
+            updating: context.updating,
+        }))
+    }
+}
+
+const FILE_OPTIONS: &[OptionDoc] = &[
+    OptionDoc { key: "path", kind: "string", default: "required", doc: "a file, or a directory of parts" },
+    OptionDoc {
+        key: "mode",
+        kind: "\"file\" or \"directory\"",
+        default: "directory when the path ends with / or has no extension",
+        doc: "one file, or one part per thread and epoch",
+    },
+];
+
+/// The `file` sink connector.
+#[derive(Debug, Clone, Copy)]
+pub struct FileSinkConnector;
+
+impl SinkConnector for FileSinkConnector {
+    fn name(&self) -> &'static str {
+        "file"
+    }
+
+    fn options(&self) -> &'static [OptionDoc] {
+        FILE_OPTIONS
+    }
+
+    fn configure(&self, config: &SinkConfig) -> Result<Box<dyn ConfiguredSink>, Vec<ConfigError>> {
+        Ok(Box::new(ConfiguredFileSink { options: file_options_of(config)? }))
+    }
+}
+
+/// The validated options of a `connector = "file"` sink, or every problem.
+pub fn file_options_of(config: &SinkConfig) -> Result<FileSinkOptions, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    let format = format_choice(config.format.as_ref(), &config.options, crate::FILE_FORMATS, false, &mut errors);
+    let mut reader = config.options.read();
+    reader.check_keys(&["path", "mode"]);
+    let path = reader.string(
+        "path",
+        "a non-empty file or directory path",
+        "set path to a file or a directory, e.g. path = \"out/hot_items\"",
+        |s| !s.is_empty(),
+    );
+    let path = reader.required(
+        "path",
+        path,
+        "add path = \"<file or directory>\" under [sink.options] \
+         (relative paths are relative to the pipeline file)",
+    );
+    let mode = reader.choice("mode", &[("file", FileMode::File), ("directory", FileMode::Directory)]);
+    let format_valid = config.format.is_none() || format.is_some();
+    let parsed = (|| {
+        let path = path?;
+        let mode = mode.or_else(|| FileMode::default_for(&path.value))?;
+        format_valid.then_some(())?;
+        Some(FileSinkOptions { path: PathBuf::from(path.value), format: format.unwrap_or(FileFormat::Json), mode })
+    })();
+    crate::registry::finish(reader, errors)?;
+    Ok(parsed.expect("every option was valid"))
+}
+
+/// A validated file sink.
+#[derive(Debug, Clone)]
+pub struct ConfiguredFileSink {
+    pub options: FileSinkOptions,
+}
+
+impl ConfiguredSink for ConfiguredFileSink {
+    fn output_paths(&self, base_dir: &Path) -> Vec<PathBuf> {
+        vec![resolve(base_dir, &self.options.path)]
+    }
+
+    fn check(&self, base_dir: &Path) -> Result<(), SluiceError> {
+        check_sink(&self.options, base_dir)
+    }
+
+    fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
+        Ok(Arc::new(FileSink::new(
+            &context.config.name,
+            &self.options,
+            context.base_dir,
+            &context.schema,
+            context.updating,
+        )))
+    }
+}
+
+/// The `blackhole` sink connector.
+#[derive(Debug, Clone, Copy)]
+pub struct BlackholeConnector;
+
+impl SinkConnector for BlackholeConnector {
+    fn name(&self) -> &'static str {
+        "blackhole"
+    }
+
+    fn options(&self) -> &'static [OptionDoc] {
+        &[]
+    }
+
+    fn configure(&self, config: &SinkConfig) -> Result<Box<dyn ConfiguredSink>, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let found = config.format.as_ref().map(|f| format!("\"{}\"", f.value)).unwrap_or_default();
+        forbid_item(
+            config.format.as_ref(),
+            "format",
+            &found,
+            &config.options,
+            "the blackhole connector discards rows",
+            "remove `format`",
+            &mut errors,
+        );
+        let mut reader = config.options.read();
+        reader.check_keys(&[]);
+        crate::registry::finish(reader, errors)?;
+        Ok(Box::new(ConfiguredBlackhole))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ConfiguredBlackhole;
+
+impl ConfiguredSink for ConfiguredBlackhole {
+    fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
+        Ok(Arc::new(BlackholeSink { name: context.config.name.clone() }))
+    }
+}
+
+/// Checks that a file sink can write where it is told to, creating nothing: the
+/// output's directory must exist or be creatable, and be writable.
+pub fn check_sink(options: &FileSinkOptions, base_dir: &Path) -> Result<(), SluiceError> {
+    let FileSinkOptions { path, mode, .. } = options;
+    let resolved = resolve(base_dir, path);
     let directory = match mode {
         FileMode::File => {
             if resolved.is_dir() {
@@ -203,6 +395,7 @@ impl StreamWriter {
         if error.kind() == io::ErrorKind::BrokenPipe {
             SluiceError::external("sink.stdout_closed", "standard output was closed by its reader (broken pipe)")
                 .with_fix("keep the reader of the output running, or write to a file sink")
+                .with_kind(ErrorKind::OutputClosed)
         } else {
             write_error("standard output", error)
         }
@@ -239,6 +432,19 @@ pub struct FileSink {
 }
 
 impl FileSink {
+    /// The file sink named `name` writing rows of `schema` as `options` say.
+    pub fn new(name: &str, options: &FileSinkOptions, base_dir: &Path, schema: &SchemaRef, updating: bool) -> FileSink {
+        FileSink {
+            name: name.to_owned(),
+            written_path: options.path.clone(),
+            path: resolve(base_dir, &options.path),
+            format: options.format,
+            mode: options.mode,
+            schema: Arc::clone(schema),
+            updating,
+        }
+    }
+
     fn extension(&self) -> &'static str {
         match self.format {
             FileFormat::Json => "jsonl",

@@ -22,7 +22,7 @@ pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Completed, Coordinator, Written, writer_gone};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};
-use crate::metrics::{Metrics, SinkMetrics, SourceMetrics};
+use crate::metrics::Metrics;
 use crate::plan::{OperatorContext, Plan, SegmentOutput};
 
 /// How to run a plan.
@@ -35,8 +35,18 @@ pub struct RunOptions {
     pub queue_batches: usize,
     /// How long the drain may take after a stop request.
     pub shutdown_timeout: Duration,
-    /// How often the progress callback runs.
-    pub progress_interval: Duration,
+}
+
+/// What the controller tells its caller while a run goes on (a status, not a log: the
+/// caller keeps the latest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEvent {
+    /// Every driver thread started.
+    Started,
+    /// A stop was requested: the sources stop (or the final checkpoint starts).
+    Stopping,
+    /// Checkpoint `epoch` was published and every sink committed it.
+    Committed { epoch: u64 },
 }
 
 /// Requests a graceful stop of a running plan from another thread (a signal handler).
@@ -63,7 +73,11 @@ impl StopHandle {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunOutcome {
     Completed,
-    Failed { component: String, reason: String },
+    /// `component` (a thread, a source lane, a sink, `checkpoint`, `shutdown`) failed.
+    Failed {
+        component: String,
+        error: SluiceError,
+    },
 }
 
 /// The exit report.
@@ -108,19 +122,20 @@ pub struct Checkpointing {
     pub restore: Restore,
 }
 
-/// Runs `plan` to completion, failure or stop. `progress` is called every
-/// `progress_interval` with the live metrics and the elapsed time.
+/// Runs `plan` to completion, failure or stop, counting into `metrics` (made with
+/// [`Metrics::for_plan`]); `observe` hears of the run's state changes as they happen.
 pub fn run(
     plan: &Plan,
     options: &RunOptions,
     checkpointing: Option<Checkpointing>,
     stop: (StopHandle, Receiver<()>),
-    mut progress: impl FnMut(&Metrics, Duration),
+    metrics: Arc<Metrics>,
+    observe: &mut dyn FnMut(RunEvent),
 ) -> RunReport {
     plan.assert_well_formed();
     assert!(options.threads > 0, "at least one driver thread");
+    assert_eq!(metrics.threads.len(), options.threads as usize, "metrics made for this plan and thread count");
     let started = Instant::now();
-    let metrics = Arc::new(new_metrics(plan, options.threads));
     let (stop_handle, stop_woken) = stop;
     let (events_sender, events) = bounded(options.threads as usize * 4);
     let mut controls = Vec::new();
@@ -140,7 +155,7 @@ pub fn run(
     let drivers = match build_drivers(plan, options, &metrics, &events_sender, &restore, &shape) {
         Ok(drivers) => drivers,
         Err((component, error)) => {
-            let outcome = RunOutcome::Failed { component, reason: error.to_string() };
+            let outcome = RunOutcome::Failed { component, error };
             return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
         }
     };
@@ -151,20 +166,32 @@ pub fn run(
         match spawned {
             Ok(handle) => handles.push(handle),
             Err(error) => {
-                let outcome = RunOutcome::Failed { component: format!("driver {thread}"), reason: error.to_string() };
+                let outcome = RunOutcome::Failed {
+                    component: format!("driver {thread}"),
+                    error: SluiceError::external("run.thread", error.to_string()),
+                };
                 controls.iter().for_each(|c| _ = c.try_send(Control::Abort));
                 return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
             }
         }
     }
     drop(events_sender);
+    observe(RunEvent::Started);
     let running = (0..options.threads).collect();
-    let mut supervisor = Supervisor { controls, running, deadline: None, outcome: None, coordinator, echo: None };
-    let mut next_progress = started + options.progress_interval;
+    let mut supervisor = Supervisor {
+        controls,
+        running,
+        deadline: None,
+        outcome: None,
+        coordinator,
+        echo: None,
+        observe,
+        reported_epoch: None,
+    };
     let written = supervisor.coordinator.as_ref().map_or_else(crossbeam_channel::never, |c| c.results().clone());
     while supervisor.outcome.is_none() {
         let now = Instant::now();
-        let mut wake = supervisor.deadline.map_or(next_progress, |deadline| deadline.min(next_progress));
+        let mut wake = supervisor.deadline.unwrap_or(now + IDLE_WAKE);
         if let Some((_, until)) = supervisor.echo {
             wake = wake.min(until);
         }
@@ -182,10 +209,6 @@ pub fn run(
         }
         if let Some(coordinator) = supervisor.coordinator.as_mut() {
             coordinator.tick(Instant::now(), &supervisor.running, &supervisor.controls);
-        }
-        if Instant::now() >= next_progress {
-            progress(&metrics, started.elapsed());
-            next_progress += options.progress_interval;
         }
         supervisor.check_deadline(options.shutdown_timeout);
     }
@@ -206,7 +229,10 @@ pub fn run(
     RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
 }
 
-struct Supervisor {
+/// The longest the controller sleeps when nothing is due (it wakes on every event).
+const IDLE_WAKE: Duration = Duration::from_millis(500);
+
+struct Supervisor<'o> {
     controls: Vec<Sender<Control>>,
     running: BTreeSet<u32>,
     deadline: Option<Instant>,
@@ -215,12 +241,15 @@ struct Supervisor {
     /// A failure that is only the echo of another (a peer thread vanished): reported if
     /// no root cause arrives within [`ROOT_CAUSE_WAIT`].
     echo: Option<(RunOutcome, Instant)>,
+    observe: &'o mut dyn FnMut(RunEvent),
+    /// The last commit told to `observe`.
+    reported_epoch: Option<u64>,
 }
 
 /// How long an echo failure waits for the failure that caused it.
 const ROOT_CAUSE_WAIT: Duration = Duration::from_millis(500);
 
-impl Supervisor {
+impl Supervisor<'_> {
     fn on_event(&mut self, event: Option<DriverEvent>) {
         match event {
             Some(DriverEvent::Acked { thread, epoch, slice }) => {
@@ -241,10 +270,11 @@ impl Supervisor {
             }
             Some(DriverEvent::Fatal { thread, component, error }) => {
                 tracing::debug!(thread, %component, "driver failed");
-                let failed = RunOutcome::Failed { component, reason: error.to_string() };
+                let lost_peer = error.kind == ErrorKind::LostPeer;
+                let failed = RunOutcome::Failed { component, error };
                 // A thread that failed drops its queues before its report arrives, so a
                 // peer may report "lost sender" first: wait a little for the real cause.
-                if error.kind == ErrorKind::LostPeer {
+                if lost_peer {
                     self.echo.get_or_insert((failed, Instant::now() + ROOT_CAUSE_WAIT));
                 } else {
                     self.abort();
@@ -253,13 +283,15 @@ impl Supervisor {
             }
             Some(DriverEvent::Aborted { thread }) => {
                 self.abort();
-                self.outcome =
-                    Some(RunOutcome::Failed { component: format!("driver {thread}"), reason: "aborted".into() });
+                self.outcome = Some(RunOutcome::Failed {
+                    component: format!("driver {thread}"),
+                    error: SluiceError::internal("run.aborted", "aborted"),
+                });
             }
             None => {
                 self.outcome = Some(RunOutcome::Failed {
                     component: "runtime".into(),
-                    reason: "every driver thread exited without reporting (a panic)".into(),
+                    error: SluiceError::internal("run.panic", "every driver thread exited without reporting (a panic)"),
                 })
             }
         }
@@ -278,13 +310,26 @@ impl Supervisor {
     /// Every driver left: with checkpoints, the last one records the end and commits.
     fn final_outcome(&mut self) -> RunOutcome {
         let Some(coordinator) = self.coordinator.as_mut() else { return RunOutcome::Completed };
-        match coordinator.finish() {
+        let finished = coordinator.finish();
+        self.report_commit();
+        match finished {
             Ok(()) => RunOutcome::Completed,
-            Err(error) => RunOutcome::Failed { component: "checkpoint".into(), reason: error.to_string() },
+            Err(error) => RunOutcome::Failed { component: "checkpoint".into(), error },
+        }
+    }
+
+    /// Tells the observer of a newly committed checkpoint.
+    fn report_commit(&mut self) {
+        let Some(coordinator) = self.coordinator.as_ref() else { return };
+        let epoch = coordinator.stats.last_epoch;
+        if coordinator.stats.published > 0 && self.reported_epoch != Some(epoch) {
+            self.reported_epoch = Some(epoch);
+            (self.observe)(RunEvent::Committed { epoch });
         }
     }
 
     fn after_checkpoint(&mut self, completed: Result<Completed, SluiceError>) {
+        self.report_commit();
         match completed {
             Ok(Completed::Final) => {
                 for control in &self.controls {
@@ -300,7 +345,7 @@ impl Supervisor {
             }
             Err(error) => {
                 self.abort();
-                self.outcome = Some(RunOutcome::Failed { component: "checkpoint".into(), reason: error.to_string() });
+                self.outcome = Some(RunOutcome::Failed { component: "checkpoint".into(), error });
             }
         }
     }
@@ -309,6 +354,7 @@ impl Supervisor {
         if self.deadline.is_some() {
             return;
         }
+        (self.observe)(RunEvent::Stopping);
         self.deadline = Some(Instant::now() + timeout);
         match self.coordinator.as_mut() {
             // Keep open windows in a final checkpoint rather than flushing them.
@@ -339,10 +385,15 @@ impl Supervisor {
             let draining = self.running.len();
             self.outcome = Some(RunOutcome::Failed {
                 component: "shutdown".into(),
-                reason: format!(
-                    "{draining} thread(s) still draining after shutdown_timeout = {}; their in-flight rows were abandoned",
-                    humanize(timeout)
-                ),
+                error: SluiceError::external(
+                    "run.shutdown_timeout",
+                    format!(
+                        "{draining} thread(s) still draining after shutdown_timeout = {}; their in-flight rows were \
+                         abandoned",
+                        humanize(timeout)
+                    ),
+                )
+                .with_fix("raise [pipeline] shutdown_timeout, or find the sink that does not drain"),
             });
         }
     }
@@ -360,13 +411,6 @@ fn humanize(duration: Duration) -> String {
     } else {
         format!("{}ms", duration.as_millis())
     }
-}
-
-fn new_metrics(plan: &Plan, threads: u32) -> Metrics {
-    let sources = plan.sources.iter().map(|s| SourceMetrics::new(s.name(), s.lanes())).collect();
-    let sinks =
-        plan.flows.iter().map(|f| SinkMetrics { name: f.sink.name().to_string(), rows: Default::default() }).collect();
-    Metrics::new(sources, sinks, threads)
 }
 
 type Failure = (String, SluiceError);

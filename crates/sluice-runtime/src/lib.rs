@@ -32,7 +32,7 @@ pub mod metrics;
 pub mod plan;
 
 pub use chain::{Chain, Operator, SnapshotJob};
-pub use controller::{Checkpointing, RunOptions, RunOutcome, RunReport, StopHandle, run};
+pub use controller::{Checkpointing, RunEvent, RunOptions, RunOutcome, RunReport, StopHandle, run, stop_handle};
 pub use metrics::Metrics;
 pub use plan::{
     Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner, PartitionerFactory, Plan,

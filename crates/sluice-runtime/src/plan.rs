@@ -204,46 +204,4 @@ impl Plan {
             }
         }
     }
-
-    /// The text of `sluice explain`.
-    pub fn explain(&self, threads: u32, vnodes: u32) -> String {
-        use std::fmt::Write;
-        let mut text = String::new();
-        let _ = writeln!(text, "threads: {threads}, vnodes: {vnodes}");
-        for source in &self.sources {
-            let tables: Vec<&str> = source.tables().iter().map(|t| t.name.as_str()).collect();
-            let _ = writeln!(
-                text,
-                "source {}: {} → tables [{}], {} lane(s) over {} thread(s)",
-                source.name(),
-                source.describe(),
-                tables.join(", "),
-                source.lanes(),
-                threads.min(source.lanes().max(1)),
-            );
-        }
-        for flow in &self.flows {
-            let source = &self.sources[flow.source];
-            let _ = writeln!(text, "\nflow → sink {} ({})", flow.sink.name(), flow.sink.describe());
-            let _ = writeln!(text, "  scan {}.{}", source.name(), source.tables()[flow.table].name);
-            for (position, segment) in flow.segments.iter().enumerate() {
-                let _ = writeln!(text, "  segment {position} (parallelism {threads}, operators fused)");
-                for (line, _) in &segment.operators {
-                    let _ = writeln!(text, "    {line}");
-                }
-                if let Some(state) = &segment.state {
-                    let _ = writeln!(text, "    state: {state}, by vnode");
-                }
-                match &segment.output {
-                    SegmentOutput::Exchange { description, .. } => {
-                        let _ = writeln!(text, "  exchange: {description}");
-                    }
-                    SegmentOutput::Sink => {
-                        let _ = writeln!(text, "  sink {}", flow.sink.name());
-                    }
-                }
-            }
-        }
-        text
-    }
 }

@@ -32,6 +32,8 @@ pub enum ErrorKind {
     DamagedManifest,
     /// A failure injected by a failpoint (tests).
     Injected,
+    /// The reader of an output went away (a closed pipe): the consumer is done.
+    OutputClosed,
 }
 
 /// An operating failure: bad configuration, bad rows, unreachable services, lost peers.

@@ -7,10 +7,13 @@
 //!   end-of-data).
 //! - [`SluiceError`]: the typed error for operating failures, with a stable code, a
 //!   domain and the fix.
+//! - [`key`]: the project's own encoding of key values and the key hash (versioned,
+//!   pinned by golden vectors): what state blobs store and placement hashes.
 //! - [`vnode`]: how a key hash maps to a virtual node, and vnodes to threads.
 
 mod batch;
 mod error;
+pub mod key;
 pub mod vnode;
 
 pub use batch::{Batch, Weights};

@@ -90,15 +90,12 @@ fn example_parses() {
     check_ok(crate::example(), |c| {
         assert_eq!(c.pipeline.name, "hot-auctions");
         assert_eq!(c.sources.len(), 1);
-        assert!(matches!(
-            c.sources[0].connector,
-            crate::SourceConnector::Nexmark { events: Some(100_000), rate: None, .. }
-        ));
-        assert_eq!(c.sources[0].tables(), ["person", "auction", "bid"]);
+        assert_eq!(c.sources[0].connector.value, "nexmark");
+        assert_eq!(c.sources[0].options.keys(), ["events"]);
         assert_eq!(c.views.len(), 1);
         assert!(c.views[0].sql.value.starts_with("SELECT auction, COUNT(*) AS bids"));
         assert!(c.views[0].sql.value.contains("TUMBLE(TABLE bid, DESCRIPTOR(dateTime)"));
         assert_eq!(c.sinks[0].from, "bids_per_auction");
-        assert_eq!(c.sinks[0].connector, crate::SinkConnector::Stdout { format: crate::StdoutFormat::Pretty });
+        assert_eq!(c.sinks[0].connector.value, "stdout");
     });
 }

@@ -41,10 +41,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
-use sluice_config::{FileFormat, OnError, SourceConfig, SourceConnector};
+use sluice_config::{ConfigError, OnError, SourceConfig};
 use sluice_formats::{Decoder, DecoderOptions, RowFormat};
 use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
 use sluice_types::SluiceError;
+
+use crate::FileFormat;
+use crate::registry::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, format_choice, resolve};
 
 mod lane;
 
@@ -104,6 +107,138 @@ pub(crate) struct Shared {
     pub lane_rate: Option<f64>,
 }
 
+/// `[source.options]` of a file source, and its `format`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileOptions {
+    /// As written; relative paths are relative to the pipeline file's directory.
+    pub path: PathBuf,
+    pub format: FileFormat,
+    /// CSV: the first line of each file is a header (default false, as in Flink).
+    pub header: bool,
+    /// CSV: the field delimiter (default `,`).
+    pub delimiter: u8,
+    /// Replay at most this many rows per second, over all lanes (default: full speed).
+    pub rate: Option<f64>,
+}
+
+impl FileOptions {
+    /// `path` in `format` with the defaults.
+    pub fn new(path: impl Into<PathBuf>, format: FileFormat) -> FileOptions {
+        FileOptions { path: path.into(), format, header: false, delimiter: b',', rate: None }
+    }
+}
+
+const OPTIONS: &[OptionDoc] = &[
+    OptionDoc { key: "path", kind: "string", default: "required", doc: "a file or a directory of files" },
+    OptionDoc { key: "header", kind: "boolean", default: "false", doc: "csv: the first line names the columns" },
+    OptionDoc { key: "delimiter", kind: "one ASCII character", default: "\",\"", doc: "csv: the field delimiter" },
+    OptionDoc { key: "rate", kind: "number > 0", default: "unlimited", doc: "rows per second, over all lanes" },
+];
+
+/// The `file` source connector.
+#[derive(Debug, Clone, Copy)]
+pub struct FileConnector;
+
+impl SourceConnector for FileConnector {
+    fn name(&self) -> &'static str {
+        "file"
+    }
+
+    fn options(&self) -> &'static [OptionDoc] {
+        OPTIONS
+    }
+
+    fn configure(&self, config: &SourceConfig) -> Result<Box<dyn ConfiguredSource>, Vec<ConfigError>> {
+        Ok(Box::new(ConfiguredFile { table: config.name.clone(), options: options_of(config)? }))
+    }
+}
+
+/// The validated options of a `connector = "file"` source, or every problem.
+pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>> {
+    let options = &config.options;
+    let mut errors = Vec::new();
+    let format = format_choice(config.format.as_ref(), options, crate::FILE_FORMATS, true, &mut errors);
+    if config.schema.is_none() {
+        errors.push(options.item_error(
+            config.position,
+            "missing required key `schema`",
+            "add the columns and their SQL types, e.g. schema = \"id BIGINT, name VARCHAR\"",
+        ));
+    }
+    let mut reader = options.read();
+    reader.check_keys(&["path", "header", "delimiter", "rate"]);
+    let path = reader.string(
+        "path",
+        "a non-empty file or directory path",
+        "set path to a file or a directory, e.g. path = \"data/bids.json\"",
+        |s| !s.is_empty(),
+    );
+    let path = reader.required(
+        "path",
+        path,
+        "add path = \"<file or directory>\" under [source.options] \
+         (relative paths are relative to the pipeline file)",
+    );
+    let header = reader.boolean("header", "set header = true or header = false");
+    let delimiter =
+        reader.value("delimiter", "a single ASCII character such as \",\" or \"\\t\"", "e.g. delimiter = \";\"", |v| {
+            match v.as_str()?.as_bytes() {
+                [b] if b.is_ascii() && !matches!(b, b'\n' | b'\r' | b'"') => Some(*b),
+                _ => None,
+            }
+        });
+    let rate = reader
+        .positive_number("rate", "set rate to rows per second, e.g. rate = 1000, or remove it to read at full speed");
+    if format == Some(FileFormat::Json) {
+        for key in ["header", "delimiter"] {
+            let fix = format!("remove `{key}`, or set format = \"csv\"");
+            reader.forbid(key, "it applies to csv files only, and format is \"json\"", &fix);
+        }
+    }
+    let parsed = (|| {
+        Some(FileOptions {
+            path: PathBuf::from(path?.value),
+            format: format?,
+            header: header.or(false)?,
+            delimiter: delimiter.or(b',')?,
+            rate: rate.optional()?,
+        })
+    })();
+    crate::registry::finish(reader, errors)?;
+    Ok(parsed.expect("every option was valid"))
+}
+
+/// A validated file source.
+#[derive(Debug, Clone)]
+pub struct ConfiguredFile {
+    /// The table it provides: the source's name.
+    pub table: String,
+    pub options: FileOptions,
+}
+
+impl ConfiguredSource for ConfiguredFile {
+    fn tables(&self) -> Vec<String> {
+        vec![self.table.clone()]
+    }
+
+    fn reads_declared_schema(&self) -> bool {
+        true
+    }
+
+    fn input_paths(&self, base_dir: &Path) -> Vec<PathBuf> {
+        vec![resolve(base_dir, &self.options.path)]
+    }
+
+    fn build(&self, context: &SourceContext<'_>) -> Result<Arc<dyn SourceFactory>, SluiceError> {
+        let schema = context.schema.clone().ok_or_else(|| {
+            SluiceError::user("source.schema_missing", "a file source needs a `schema`")
+                .with_fix("add `schema = \"col TYPE, ...\"` to the [[source]]")
+        })?;
+        let source = FileSource::new(context.config, &self.options, context.base_dir, context.lane_threads, schema)?;
+        Ok(Arc::new(source))
+    }
+}
+
 /// A planned file source.
 #[derive(Debug)]
 pub struct FileSource {
@@ -118,33 +253,30 @@ impl FileSource {
     /// The source of a `connector = "file"` config, reading rows of `schema`.
     pub fn new(
         config: &SourceConfig,
+        options: &FileOptions,
         base_dir: &Path,
         threads: u32,
         schema: SchemaRef,
     ) -> Result<FileSource, SluiceError> {
-        Self::with_tuning(config, base_dir, threads, schema, Tuning::default())
+        Self::with_tuning(config, options, base_dir, threads, schema, Tuning::default())
     }
 
     pub(crate) fn with_tuning(
         config: &SourceConfig,
+        options: &FileOptions,
         base_dir: &Path,
         threads: u32,
         schema: SchemaRef,
         tuning: Tuning,
     ) -> Result<FileSource, SluiceError> {
-        let SourceConnector::File { path, format, header, delimiter, rate } = &config.connector else {
-            return Err(SluiceError::internal(
-                "source.connector",
-                format!("source `{}` is not a file source", config.name),
-            ));
-        };
+        let FileOptions { path, format, header, delimiter, rate } = options;
         let format = match format {
             FileFormat::Json => RowFormat::Json,
             FileFormat::Csv => RowFormat::Csv { header: *header, delimiter: *delimiter },
         };
         Decoder::new(DecoderOptions { schema: schema.clone(), format, batch_size: CHECK_BATCH_SIZE })?;
         let event_time = event_time_index(config, &schema)?;
-        let resolved = crate::resolve(base_dir, path);
+        let resolved = resolve(base_dir, path);
         let files = list_files(path, &resolved)?;
         let sizes = files.iter().map(|file| file_size(file)).collect::<Result<Vec<u64>, SluiceError>>()?;
         let ranges = split(&sizes, threads, tuning);

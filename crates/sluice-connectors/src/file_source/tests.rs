@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use arrow::array::AsArray;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
-use sluice_config::{FileFormat, OnError, Position, SourceConfig, SourceConnector};
+use sluice_config::{OnError, SourceConfig};
 use sluice_runtime::metrics::SourceMetrics;
 use sluice_runtime::{LaneContext, LanePoll, SourceFactory};
 use sluice_types::{SluiceError, TimestampMs};
 
-use super::{FileSource, LaneRange, Tuning, split};
+use super::{FileOptions, FileSource, LaneRange, Tuning, split};
+use crate::FileFormat;
 
 /// Splits anything above 64 bytes into pieces of at least 16, reading 256-byte chunks.
 const TINY: Tuning = Tuning { split_above_bytes: 64, min_piece_bytes: 16, chunk_bytes: 256 };
@@ -23,16 +24,15 @@ fn schema() -> SchemaRef {
     ]))
 }
 
-fn config(path: &str, format: FileFormat, on_error: OnError) -> SourceConfig {
-    SourceConfig {
-        name: "events".into(),
-        connector: SourceConnector::File { path: path.into(), format, header: true, delimiter: b',', rate: None },
-        schema: None,
-        event_time: Some("ts".into()),
-        watermark_delay: Duration::from_secs(1),
-        on_error,
-        position: Position::new(1, 1),
-    }
+/// The source "events" (event time `ts`, watermark delay 1 s) reading `path` in
+/// `format` (CSV with a header line).
+fn config(path: &str, format: FileFormat, on_error: OnError) -> (SourceConfig, FileOptions) {
+    let mut config = SourceConfig::new("events", "file");
+    config.event_time = Some("ts".into());
+    config.watermark_delay = Duration::from_secs(1);
+    config.on_error = on_error;
+    let options = FileOptions { header: true, ..FileOptions::new(path, format) };
+    (config, options)
 }
 
 /// What reading every lane of a source gave.
@@ -100,8 +100,8 @@ fn write_csv(path: &Path, rows: i64, bad: &[i64]) {
 }
 
 fn csv_source(dir: &Path, threads: u32, on_error: OnError, tuning: Tuning) -> FileSource {
-    let config = config("data.csv", FileFormat::Csv, on_error);
-    FileSource::with_tuning(&config, dir, threads, schema(), tuning).expect("source")
+    let (config, options) = config("data.csv", FileFormat::Csv, on_error);
+    FileSource::with_tuning(&config, &options, dir, threads, schema(), tuning).expect("source")
 }
 
 /// The 1-based line holding byte `offset` of the file.
@@ -135,8 +135,8 @@ fn a_directory_of_json_files_is_read_once_in_name_order() {
     std::fs::write(data.join(".hidden.json"), file(100..110)).expect("write");
     std::fs::write(data.join("nested/d.json"), file(200..210)).expect("write");
 
-    let config = config("data", FileFormat::Json, OnError::Fail);
-    let source = FileSource::new(&config, dir.path(), 2, schema()).expect("source");
+    let (config, options) = config("data", FileFormat::Json, OnError::Fail);
+    let source = FileSource::new(&config, &options, dir.path(), 2, schema()).expect("source");
     let names: Vec<String> =
         source.files().iter().map(|f| f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string()).collect();
     assert_eq!(names, ["a.json", "b.json", "c.jsonl"]);
@@ -245,8 +245,8 @@ fn skipped_rows_are_counted_and_the_rest_kept() {
 #[test]
 fn a_missing_path_or_an_empty_directory_is_a_user_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = config("nowhere/data.csv", FileFormat::Csv, OnError::Skip);
-    let error = FileSource::new(&config, dir.path(), 1, schema()).expect_err("missing");
+    let (config, options) = config("nowhere/data.csv", FileFormat::Csv, OnError::Skip);
+    let error = FileSource::new(&config, &options, dir.path(), 1, schema()).expect_err("missing");
     assert_eq!(error.code, "source.path");
     assert!(
         error.message.contains("nowhere/data.csv") && error.message.contains("does not exist"),
@@ -257,8 +257,8 @@ fn a_missing_path_or_an_empty_directory_is_a_user_error() {
 
     std::fs::create_dir(dir.path().join("empty")).expect("mkdir");
     std::fs::write(dir.path().join("empty/.keep"), "").expect("write");
-    let config = self::config("empty", FileFormat::Json, OnError::Skip);
-    let error = FileSource::new(&config, dir.path(), 1, schema()).expect_err("empty");
+    let (config, options) = self::config("empty", FileFormat::Json, OnError::Skip);
+    let error = FileSource::new(&config, &options, dir.path(), 1, schema()).expect_err("empty");
     assert!(error.message.contains("holds no data file"), "{}", error.message);
 }
 
@@ -266,12 +266,12 @@ fn a_missing_path_or_an_empty_directory_is_a_user_error() {
 fn an_event_time_that_is_not_a_timestamp_column_is_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_csv(&dir.path().join("data.csv"), 1, &[]);
-    let mut config = config("data.csv", FileFormat::Csv, OnError::Skip);
+    let (mut config, options) = config("data.csv", FileFormat::Csv, OnError::Skip);
     config.event_time = Some("id".into());
-    let error = FileSource::new(&config, dir.path(), 1, schema()).expect_err("not a timestamp");
+    let error = FileSource::new(&config, &options, dir.path(), 1, schema()).expect_err("not a timestamp");
     assert_eq!(error.code, "source.event_time");
     config.event_time = Some("nope".into());
-    assert!(FileSource::new(&config, dir.path(), 1, schema()).is_err());
+    assert!(FileSource::new(&config, &options, dir.path(), 1, schema()).is_err());
 }
 
 #[test]

@@ -71,8 +71,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::FileFormat;
+use crate::sinks::FileMode;
 use serde_json::Value;
-use sluice_config::{FileFormat, FileMode};
 use sluice_formats::{Encoder, OutputFormat};
 use sluice_runtime::SinkWriter;
 use sluice_types::{Batch, Epoch, SluiceError};

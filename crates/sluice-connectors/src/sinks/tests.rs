@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex};
 use arrow::array::{Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use sluice_config::{FileFormat, FileMode, Position, SinkConfig, SinkConnector, StdoutFormat};
 use sluice_runtime::{SinkFactory, SinkParallelism};
 use sluice_types::{Batch, Domain};
 
-use super::{StdoutSink, build, check_sink};
+use super::{BlackholeSink, FileMode, FileSink, FileSinkOptions, StdoutFormat, StdoutSink, check_sink};
+use crate::FileFormat;
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)]))
@@ -21,12 +21,13 @@ fn rows() -> RecordBatch {
     RecordBatch::try_new(schema(), vec![Arc::new(ids), Arc::new(names)]).expect("batch")
 }
 
-fn sink_config(connector: SinkConnector) -> SinkConfig {
-    SinkConfig { name: "out".into(), from: "v".into(), connector, position: Position::new(1, 1) }
+fn file_config(path: &str, format: FileFormat, mode: FileMode) -> FileSinkOptions {
+    FileSinkOptions { path: path.into(), format, mode }
 }
 
-fn file_config(path: &str, format: FileFormat, mode: FileMode) -> SinkConfig {
-    sink_config(SinkConnector::File { path: path.into(), format, mode })
+/// The file sink "out" of `options`, relative to `base`.
+fn build(options: &FileSinkOptions, base: &Path, updating: bool) -> Arc<dyn SinkFactory> {
+    Arc::new(FileSink::new("out", options, base, &schema(), updating))
 }
 
 /// A byte stream shared with the test.
@@ -110,7 +111,7 @@ fn a_file_sink_writes_one_file_creating_its_directory() {
     let config = file_config("out/sub/result.json", FileFormat::Json, FileMode::File);
     check_sink(&config, dir.path()).expect("writable");
     assert!(!dir.path().join("out").exists(), "checking creates nothing");
-    let sink = build(&config, dir.path(), schema(), false).expect("sink");
+    let sink = build(&config, dir.path(), false);
     assert_eq!(sink.parallelism(), SinkParallelism::Single);
     assert_eq!(sink.describe(), "file(path=out/sub/result.json, json, file)");
     let mut writer = sink.open(0, 1, false).expect("open");
@@ -129,7 +130,7 @@ fn a_directory_sink_writes_one_csv_part_per_slot() {
     std::fs::write(parts.join("part-5.csv"), "stale").expect("write");
     std::fs::write(parts.join("notes.txt"), "kept").expect("write");
     let config = file_config("parts", FileFormat::Csv, FileMode::Directory);
-    let sink = build(&config, dir.path(), schema(), false).expect("sink");
+    let sink = build(&config, dir.path(), false);
     assert_eq!(sink.parallelism(), SinkParallelism::PerThread);
     for slot in 0..2 {
         let mut writer = sink.open(slot, 2, false).expect("open");
@@ -147,7 +148,7 @@ fn a_directory_sink_writes_one_csv_part_per_slot() {
 fn a_directory_sink_writes_json_parts_with_the_op_column() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = file_config("parts", FileFormat::Json, FileMode::Directory);
-    let sink = build(&config, dir.path(), schema(), true).expect("sink");
+    let sink = build(&config, dir.path(), true);
     let mut writer = sink.open(3, 4, false).expect("open");
     writer.write(&Batch::with_weights(rows().slice(1, 1), Int64Array::from(vec![-1]))).expect("write");
     writer.close().expect("close");
@@ -164,7 +165,7 @@ fn an_unwritable_path_fails_early_with_the_path_reason_and_fix() {
         assert_eq!(error.code, "sink.path");
         assert!(error.message.contains("blocker") && error.message.contains("not a directory"), "{}", error.message);
         assert!(error.fix.is_some());
-        let sink = build(&config, dir.path(), schema(), false).expect("planned");
+        let sink = build(&config, dir.path(), false);
         let Err(error) = sink.open(0, 1, false) else { panic!("opening {path} must fail") };
         assert_eq!(error.code, "sink.path");
         assert!(error.message.contains("blocker"), "{}", error.message);
@@ -178,10 +179,17 @@ fn an_unwritable_path_fails_early_with_the_path_reason_and_fix() {
 
 #[test]
 fn a_blackhole_takes_everything_and_writes_nothing() {
-    let sink = build(&sink_config(SinkConnector::Blackhole), Path::new("."), schema(), true).expect("sink");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = BlackholeSink { name: "void".into() };
     assert_eq!((sink.parallelism(), sink.describe()), (SinkParallelism::PerThread, "blackhole".to_string()));
-    let mut writer = sink.open(1, 2, false).expect("open");
-    writer.write(&Batch::inserts(rows())).expect("write");
-    writer.close().expect("close");
-    assert!(check_sink(&sink_config(SinkConnector::Blackhole), Path::new("/nonexistent")).is_ok());
+    let before = std::env::current_dir().expect("cwd");
+    for staged in [false, true] {
+        let mut writer = sink.open(1, 2, staged).expect("open");
+        writer.write(&Batch::inserts(rows())).expect("write");
+        assert_eq!(writer.pre_commit(sluice_types::Epoch(1)).expect("pre-commit"), Vec::<u8>::new());
+        writer.close().expect("close");
+    }
+    assert_eq!(std::env::current_dir().expect("cwd"), before);
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "nothing was written");
+    assert!(!sink.exactly_once(), "a blackhole cannot stage");
 }

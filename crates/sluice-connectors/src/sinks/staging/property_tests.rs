@@ -12,7 +12,7 @@ use std::fs;
 use std::io::Write as _;
 use std::path::Path;
 
-use sluice_config::FileMode;
+use crate::sinks::FileMode;
 use sluice_types::Epoch;
 
 use super::tests::{CASES, Case, EpochRows, open, recover, stage, uninterrupted, write_rows};

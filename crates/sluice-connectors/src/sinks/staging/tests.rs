@@ -9,15 +9,15 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::FileFormat;
+use crate::sinks::{BlackholeSink, FileMode, FileSink, FileSinkOptions, StdoutFormat, StdoutSink};
 use arrow::array::{Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use sluice_config::{FileFormat, FileMode, Position, SinkConfig, SinkConnector, StdoutFormat};
 use sluice_runtime::{SinkFactory, SinkWriter};
 use sluice_types::{Batch, Domain, Epoch};
 
 use super::StagedRecord;
-use crate::sinks::build;
 
 /// The rows of one epoch, by slot: slot `s`'s rows go to writer `s % writers`.
 pub(super) type EpochRows = Vec<Vec<i64>>;
@@ -76,9 +76,8 @@ impl Case {
 
     /// A new sink instance (as a restarted process builds it).
     pub(super) fn sink(self, root: &Path) -> Arc<dyn SinkFactory> {
-        let connector = SinkConnector::File { path: self.path().into(), format: self.format, mode: self.mode };
-        let config = SinkConfig { name: "out".into(), from: "v".into(), connector, position: Position::new(1, 1) };
-        build(&config, root, schema(), false).expect("sink")
+        let options = FileSinkOptions { path: self.path().into(), format: self.format, mode: self.mode };
+        Arc::new(FileSink::new("out", &options, root, &schema(), false))
     }
 
     /// The target file (file mode) or directory.
@@ -519,11 +518,10 @@ fn records_round_trip_and_foreign_records_are_refused() {
 fn only_the_file_sink_is_exactly_once() {
     let root = tempfile::tempdir().expect("tempdir");
     assert!(CASES[0].sink(root.path()).exactly_once());
-    let config =
-        |connector| SinkConfig { name: "o".into(), from: "v".into(), connector, position: Position::new(1, 1) };
-    let stdout = build(&config(SinkConnector::Stdout { format: StdoutFormat::Json }), root.path(), schema(), false);
-    let blackhole = build(&config(SinkConnector::Blackhole), root.path(), schema(), false);
-    for sink in [stdout.expect("stdout"), blackhole.expect("blackhole")] {
+    let stdout: Arc<dyn SinkFactory> =
+        Arc::new(StdoutSink { name: "o".into(), format: StdoutFormat::Json, schema: schema(), updating: false });
+    let blackhole: Arc<dyn SinkFactory> = Arc::new(BlackholeSink { name: "o".into() });
+    for sink in [stdout, blackhole] {
         assert!(!sink.exactly_once(), "{}", sink.name());
         let mut writer = sink.open(0, 1, true).expect("staged is ignored");
         assert_eq!(writer.pre_commit(Epoch(1)).expect("pre-commit"), Vec::<u8>::new());

@@ -1,5 +1,6 @@
-//! Checkpoints for `sluice run`: the store-backed [`Checkpointer`], and recovery (load the
-//! newest valid manifest, check its fingerprint, resolve the sinks, rebuild the restore).
+//! Checkpoints of a job: the store-backed [`Checkpointer`], and recovery (load the newest
+//! valid manifest, check that it belongs to this plan, resolve the sinks' staged work,
+//! rebuild the runtime's restore).
 //!
 //! Mapping between the runtime's slices and the manifest:
 //! - lane positions → `sources[i].lanes[lane]` (source order of the pipeline file);
@@ -9,6 +10,7 @@
 //!   checkpoint failed.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -18,10 +20,13 @@ use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice,
 use sluice_runtime::{Checkpointing, Plan};
 use sluice_types::{Epoch, SluiceError};
 
+use crate::compile::CompiledPipeline;
+use crate::fingerprint::Fingerprint;
+
 /// Writes checkpoints into a store.
-pub struct StoreCheckpointer {
+struct StoreCheckpointer {
     store: Arc<CheckpointStore>,
-    fingerprint: String,
+    fingerprint: Fingerprint,
     vnodes: u32,
     lane_threads: u32,
     retain: usize,
@@ -35,7 +40,7 @@ fn now_ms() -> i64 {
 
 impl Checkpointer for StoreCheckpointer {
     fn checkpoint(&mut self, epoch: Epoch, slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError> {
-        let mut manifest = Manifest::new(epoch.0, self.fingerprint.clone(), self.vnodes, now_ms());
+        let mut manifest = Manifest::new(epoch.0, self.fingerprint.to_string(), self.vnodes, now_ms());
         manifest.lane_threads = self.lane_threads;
         manifest.sources = self
             .sources
@@ -53,19 +58,7 @@ impl Checkpointer for StoreCheckpointer {
                 ));
             }
         }
-        let mut operators: HashMap<String, OperatorState> = HashMap::new();
-        for blob in slice.states {
-            let name = format!("{}/vnode-{}", blob.operator, blob.vnode);
-            let object = self.store.put_object(epoch.0, &name, blob.bytes)?;
-            let state = operators
-                .entry(blob.operator.clone())
-                .or_insert_with(|| OperatorState { id: blob.operator, vnodes: Vec::new() });
-            state.vnodes.push((blob.vnode, object));
-        }
-        let mut operators: Vec<OperatorState> = operators.into_values().collect();
-        operators.sort_by(|a, b| a.id.cmp(&b.id));
-        operators.iter_mut().for_each(|o| o.vnodes.sort_by_key(|(vnode, _)| *vnode));
-        manifest.operators = operators;
+        manifest.operators = self.write_states(epoch, slice.states)?;
         manifest.sinks =
             self.sinks.iter().map(|name| SinkRecords { name: name.clone(), records: Vec::new() }).collect();
         for (flow, record_epoch, record) in slice.sink_records {
@@ -84,67 +77,90 @@ impl Checkpointer for StoreCheckpointer {
     }
 }
 
-/// What recovery found.
-pub struct Recovered {
-    pub manifest: Option<Manifest>,
+impl StoreCheckpointer {
+    /// Writes every state blob as an object; returns the operators' entries, sorted.
+    fn write_states(
+        &self,
+        epoch: Epoch,
+        states: Vec<sluice_runtime::checkpoint::StateBlob>,
+    ) -> Result<Vec<OperatorState>, SluiceError> {
+        let mut operators: HashMap<String, OperatorState> = HashMap::new();
+        for blob in states {
+            let name = format!("{}/vnode-{}", blob.operator, blob.vnode);
+            let object = self.store.put_object(epoch.0, &name, blob.bytes)?;
+            let state = operators
+                .entry(blob.operator.clone())
+                .or_insert_with(|| OperatorState { id: blob.operator, vnodes: Vec::new() });
+            state.vnodes.push((blob.vnode, object));
+        }
+        let mut operators: Vec<OperatorState> = operators.into_values().collect();
+        operators.sort_by(|a, b| a.id.cmp(&b.id));
+        operators.iter_mut().for_each(|o| o.vnodes.sort_by_key(|(vnode, _)| *vnode));
+        Ok(operators)
+    }
 }
 
-/// Opens the store and finds the newest valid manifest (warning about damaged newer ones).
-pub fn open(
-    section: &CheckpointSection,
-    base: &std::path::Path,
-    from_scratch: bool,
-) -> Result<(Arc<CheckpointStore>, Recovered), String> {
-    let store = CheckpointStore::open(&section.store, base).map_err(|e| e.to_string())?;
+/// An opened store and what recovery found in it.
+pub(crate) struct Recovered {
+    pub store: Arc<CheckpointStore>,
+    pub manifest: Option<Manifest>,
+    /// What the user should read (fallbacks past damaged checkpoints, a cleared store).
+    pub notices: Vec<String>,
+}
+
+/// Opens the store and finds the newest valid manifest.
+pub(crate) fn open(section: &CheckpointSection, base: &Path, from_scratch: bool) -> Result<Recovered, SluiceError> {
+    let store = CheckpointStore::open(&section.store, base)?;
+    let mut notices = Vec::new();
     if from_scratch {
-        store.clear().map_err(|e| format!("--from-scratch: cannot clear {}: {e}", section.store))?;
-        eprintln!("sluice: --from-scratch: cleared the checkpoint store {}", section.store);
+        store.clear().map_err(|e| e.context(format!("--from-scratch: cannot clear {}", section.store)))?;
+        notices.push(format!("--from-scratch: cleared the checkpoint store {}", section.store));
     }
-    let latest = store.latest_valid().map_err(|e| e.to_string())?;
-    let manifest = match latest {
+    let manifest = match store.latest_valid()? {
         Some((manifest, warnings)) => {
-            for warning in warnings {
-                eprintln!("sluice: warning: {warning}; falling back to an older checkpoint");
-            }
+            notices.extend(warnings.into_iter().map(|w| format!("warning: {w}; falling back to an older checkpoint")));
             Some(manifest)
         }
         None => None,
     };
-    Ok((Arc::new(store), Recovered { manifest }))
+    Ok(Recovered { store: Arc::new(store), manifest, notices })
 }
 
 /// Refuses a manifest whose plan differs from this one.
-pub fn check_fingerprint(manifest: &Manifest, fingerprint: &str, store: &str) -> Result<(), String> {
-    if manifest.fingerprint == fingerprint {
+pub(crate) fn check_fingerprint(manifest: &Manifest, fingerprint: Fingerprint, store: &str) -> Result<(), SluiceError> {
+    if manifest.fingerprint == fingerprint.to_string() {
         return Ok(());
     }
-    Err(format!(
-        "the checkpoint store {store} holds state of a different plan: checkpoint {} has topology fingerprint {}, \
-         this pipeline has {fingerprint} (the sources, views, sinks or vnodes changed)\n  \
-         fix: run with --from-scratch to discard that state, or set [checkpoint] store to a new location",
-        manifest.epoch, manifest.fingerprint
-    ))
+    Err(SluiceError::user(
+        "checkpoint.fingerprint",
+        format!(
+            "the checkpoint store {store} holds state of a different plan: checkpoint {} has topology fingerprint {}, \
+             this pipeline has {fingerprint} (the sources, views, sinks or vnodes changed)",
+            manifest.epoch, manifest.fingerprint
+        ),
+    )
+    .with_fix("run with --from-scratch to discard that state, or set [checkpoint] store to a new location"))
 }
 
 /// Resolves every sink's staged work (commit the manifest's records, discard the rest)
-/// and builds the runtime's restore and checkpoint options.
-pub fn prepare(
+/// and builds the runtime's restore and checkpoint options. Notes about sinks that
+/// cannot stage go to `notices`.
+pub(crate) fn prepare(
     section: &CheckpointSection,
-    store: Arc<CheckpointStore>,
-    manifest: Option<Manifest>,
-    plan: &Plan,
-    fingerprint: String,
-    vnodes: u32,
-    lane_threads: u32,
-) -> Result<Checkpointing, String> {
-    let highest_epoch = store.epochs().map_err(|e| e.to_string())?.into_iter().max().unwrap_or(0);
+    recovered: Recovered,
+    compiled: &CompiledPipeline,
+    notices: &mut Vec<String>,
+) -> Result<Checkpointing, SluiceError> {
+    let Recovered { store, manifest, .. } = recovered;
+    let plan = &compiled.plan;
+    let highest_epoch = store.epochs()?.into_iter().max().unwrap_or(0);
     let mut restore = Restore::default();
     if let Some(manifest) = &manifest {
         restore_positions(manifest, plan, &mut restore)?;
         for operator in &manifest.operators {
             let mut blobs = Vec::with_capacity(operator.vnodes.len());
             for (vnode, object) in &operator.vnodes {
-                let bytes = store.get_object(object).map_err(|e| format!("restoring {}: {e}", operator.id))?;
+                let bytes = store.get_object(object).map_err(|e| e.context(format!("restoring {}", operator.id)))?;
                 blobs.push((*vnode, bytes));
             }
             restore.states.insert(operator.id.clone(), blobs);
@@ -153,18 +169,18 @@ pub fn prepare(
     resolve_sinks(manifest.as_ref(), plan)?;
     for flow in &plan.flows {
         if section.guarantee == Guarantee::ExactlyOnce && !flow.sink.exactly_once() {
-            eprintln!(
-                "sluice: note: sink {} ({}) cannot stage output: after a crash its rows since the last checkpoint repeat",
+            notices.push(format!(
+                "note: sink {} ({}) cannot stage output: after a crash its rows since the last checkpoint repeat",
                 flow.sink.name(),
                 flow.sink.describe()
-            );
+            ));
         }
     }
     let checkpointer = StoreCheckpointer {
         store,
-        fingerprint,
-        vnodes,
-        lane_threads,
+        fingerprint: compiled.fingerprint,
+        vnodes: compiled.options.vnodes,
+        lane_threads: compiled.lane_threads,
         retain: section.retain as usize,
         sources: plan.sources.iter().map(|s| (s.name().to_string(), s.lanes())).collect(),
         sinks: plan.flows.iter().map(|f| f.sink.name().to_string()).collect(),
@@ -181,19 +197,26 @@ pub fn prepare(
     Ok(Checkpointing { options, restore })
 }
 
-fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) -> Result<(), String> {
+fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) -> Result<(), SluiceError> {
     for (index, source) in plan.sources.iter().enumerate() {
         let Some(positions) = manifest.sources.iter().find(|p| p.name == source.name()) else {
-            return Err(format!("checkpoint {} has no positions for source {}", manifest.epoch, source.name()));
+            return Err(SluiceError::internal(
+                "checkpoint.positions",
+                format!("checkpoint {} has no positions for source {}", manifest.epoch, source.name()),
+            ));
         };
         if positions.lanes.len() != source.lanes() as usize {
-            return Err(format!(
-                "checkpoint {} has {} lane(s) for source {}, the source now has {}: its input changed",
-                manifest.epoch,
-                positions.lanes.len(),
-                source.name(),
-                source.lanes()
-            ));
+            return Err(SluiceError::user(
+                "checkpoint.lanes",
+                format!(
+                    "checkpoint {} has {} lane(s) for source {}, the source now has {}: its input changed",
+                    manifest.epoch,
+                    positions.lanes.len(),
+                    source.name(),
+                    source.lanes()
+                ),
+            )
+            .with_fix("restore the input as it was, or start over with --from-scratch"));
         }
         for (lane, bytes) in positions.lanes.iter().enumerate() {
             restore.positions.insert((index, lane as u32), bytes.clone());
@@ -203,21 +226,22 @@ fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) ->
 }
 
 /// Commits, epoch by epoch, the staged work a manifest names; discards anything later.
-fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan) -> Result<(), String> {
+fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan) -> Result<(), SluiceError> {
     for flow in &plan.flows {
         let sink = &flow.sink;
         let mut by_epoch: Vec<(u64, Vec<u8>)> = Vec::new();
         if let Some(records) = manifest.and_then(|m| m.sinks.iter().find(|s| s.name == sink.name())) {
             for record in &records.records {
-                let (epoch, rest) =
-                    record.split_at_checked(8).ok_or_else(|| format!("sink {}: a damaged record", sink.name()))?;
+                let (epoch, rest) = record.split_at_checked(8).ok_or_else(|| {
+                    SluiceError::internal("checkpoint.sink_record", format!("sink {}: a damaged record", sink.name()))
+                })?;
                 by_epoch.push((u64::from_le_bytes(epoch.try_into().expect("8 bytes")), rest.to_vec()));
             }
         }
         let records: Vec<Vec<u8>> = by_epoch.iter().map(|(_, record)| record.clone()).collect();
-        commit_in_order(sink.as_ref(), by_epoch).map_err(|e| format!("recovery: {e}"))?;
+        commit_in_order(sink.as_ref(), by_epoch).map_err(|e| e.context("recovery"))?;
         sink.discard_after(manifest.map(|m| Epoch(m.epoch)), &records)
-            .map_err(|e| format!("sink {}: {e}", sink.name()))?;
+            .map_err(|e| e.context(format!("sink {}", sink.name())))?;
     }
     Ok(())
 }

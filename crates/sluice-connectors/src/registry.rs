@@ -1,0 +1,266 @@
+//! The connector registry: how `connector = "…"` in a pipeline file becomes a source or a
+//! sink.
+//!
+//! A connector is registered once, by name, as a [`SourceConnector`] or a
+//! [`SinkConnector`]. Using one takes two steps:
+//!
+//! 1. **configure** (no I/O): the connector validates its part of the item —
+//!    `[source.options]` / `[sink.options]` through an
+//!    [`OptionsReader`](sluice_config::OptionsReader), and the item-level keys whose
+//!    meaning is its own (`format`, `schema`) — and returns every problem as a positioned
+//!    [`ConfigError`] with a fix. Its option schema ([`OptionDoc`]) lists what it accepts.
+//! 2. **build** (planning, may look at files): the configured connector becomes the
+//!    runtime's [`SourceFactory`] or [`SinkFactory`], given what only planning knows (the
+//!    declared schema parsed by the SQL layer, the lane layout, the sink's input schema).
+//!
+//! Adding a connector (Kafka, PostgreSQL, …) means writing these two traits and one
+//! [`Registry::add_source`] / [`Registry::add_sink`] call; nothing else in the workspace
+//! enumerates connectors.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use sluice_config::{ConfigError, Located, Options, SinkConfig, SourceConfig, suggest};
+use sluice_runtime::{SinkFactory, SourceFactory};
+use sluice_types::SluiceError;
+
+/// One option a connector accepts, for documentation and messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionDoc {
+    pub key: &'static str,
+    /// The value's type, e.g. `integer >= 1`, `string`, `duration`.
+    pub kind: &'static str,
+    /// The default, or `required`.
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+/// A source connector, registered by name.
+pub trait SourceConnector: Send + Sync {
+    /// The name written as `connector = "…"`.
+    fn name(&self) -> &'static str;
+    /// The options it accepts under `[source.options]`.
+    fn options(&self) -> &'static [OptionDoc];
+    /// Validates a `[[source]]` naming this connector, without I/O.
+    fn configure(&self, config: &SourceConfig) -> Result<Box<dyn ConfiguredSource>, Vec<ConfigError>>;
+}
+
+/// A validated source, ready to be planned.
+pub trait ConfiguredSource: Send + Sync {
+    /// The SQL tables it provides (most sources: one, named after the source).
+    fn tables(&self) -> Vec<String>;
+    /// Whether it reads rows of the declared `schema` (which the SQL layer parses).
+    fn reads_declared_schema(&self) -> bool;
+    /// The local paths it reads, resolved against `base_dir` (for overlap checks).
+    fn input_paths(&self, _base_dir: &Path) -> Vec<PathBuf> {
+        Vec::new()
+    }
+    /// The runtime's source. `lane_threads` is the thread count its lanes are laid out
+    /// for; `schema` is the declared schema when [`Self::reads_declared_schema`].
+    fn build(&self, context: &SourceContext<'_>) -> Result<Arc<dyn SourceFactory>, SluiceError>;
+}
+
+/// What building a source needs beyond its configuration.
+#[derive(Debug, Clone)]
+pub struct SourceContext<'a> {
+    pub config: &'a SourceConfig,
+    /// The directory of the pipeline file: relative paths start there.
+    pub base_dir: &'a Path,
+    pub lane_threads: u32,
+    pub schema: Option<SchemaRef>,
+}
+
+/// A sink connector, registered by name.
+pub trait SinkConnector: Send + Sync {
+    /// The name written as `connector = "…"`.
+    fn name(&self) -> &'static str;
+    /// The options it accepts under `[sink.options]`.
+    fn options(&self) -> &'static [OptionDoc];
+    /// Validates a `[[sink]]` naming this connector, without I/O.
+    fn configure(&self, config: &SinkConfig) -> Result<Box<dyn ConfiguredSink>, Vec<ConfigError>>;
+}
+
+/// A validated sink, ready to be planned.
+pub trait ConfiguredSink: Send + Sync {
+    /// The local paths it writes, resolved against `base_dir` (for overlap checks).
+    fn output_paths(&self, _base_dir: &Path) -> Vec<PathBuf> {
+        Vec::new()
+    }
+    /// Whether it writes to this process's standard output.
+    fn writes_stdout(&self) -> bool {
+        false
+    }
+    /// Checks, creating nothing, that it can write where it is told to (`validate`).
+    fn check(&self, _base_dir: &Path) -> Result<(), SluiceError> {
+        Ok(())
+    }
+    /// The runtime's sink for rows of `schema`; `updating`: rows may be retractions.
+    fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError>;
+}
+
+/// What building a sink needs beyond its configuration.
+#[derive(Debug, Clone)]
+pub struct SinkContext<'a> {
+    pub config: &'a SinkConfig,
+    pub base_dir: &'a Path,
+    pub schema: SchemaRef,
+    pub updating: bool,
+}
+
+/// Every connector a pipeline may name.
+pub struct Registry {
+    sources: Vec<Box<dyn SourceConnector>>,
+    sinks: Vec<Box<dyn SinkConnector>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("sources", &self.source_names()).field("sinks", &self.sink_names()).finish()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry::builtin()
+    }
+}
+
+impl Registry {
+    /// No connector at all.
+    pub fn empty() -> Registry {
+        Registry { sources: Vec::new(), sinks: Vec::new() }
+    }
+
+    /// The connectors of this crate: sources `nexmark` and `file`; sinks `stdout`,
+    /// `file` and `blackhole`.
+    pub fn builtin() -> Registry {
+        let mut registry = Registry::empty();
+        registry.add_source(Box::new(crate::nexmark::NexmarkConnector));
+        registry.add_source(Box::new(crate::file_source::FileConnector));
+        registry.add_sink(Box::new(crate::sinks::StdoutConnector));
+        registry.add_sink(Box::new(crate::sinks::FileSinkConnector));
+        registry.add_sink(Box::new(crate::sinks::BlackholeConnector));
+        registry
+    }
+
+    /// Registers a source connector; a name registered twice is a programmer error.
+    pub fn add_source(&mut self, connector: Box<dyn SourceConnector>) {
+        assert!(self.find_source(connector.name()).is_none(), "source connector {} registered twice", connector.name());
+        self.sources.push(connector);
+    }
+
+    /// Registers a sink connector; a name registered twice is a programmer error.
+    pub fn add_sink(&mut self, connector: Box<dyn SinkConnector>) {
+        assert!(self.find_sink(connector.name()).is_none(), "sink connector {} registered twice", connector.name());
+        self.sinks.push(connector);
+    }
+
+    pub fn source_names(&self) -> Vec<&'static str> {
+        self.sources.iter().map(|c| c.name()).collect()
+    }
+
+    pub fn sink_names(&self) -> Vec<&'static str> {
+        self.sinks.iter().map(|c| c.name()).collect()
+    }
+
+    fn find_source(&self, name: &str) -> Option<&dyn SourceConnector> {
+        self.sources.iter().find(|c| c.name() == name).map(|c| c.as_ref())
+    }
+
+    fn find_sink(&self, name: &str) -> Option<&dyn SinkConnector> {
+        self.sinks.iter().find(|c| c.name() == name).map(|c| c.as_ref())
+    }
+
+    /// Configures a `[[source]]` with the connector it names.
+    pub fn configure_source(&self, config: &SourceConfig) -> Result<Box<dyn ConfiguredSource>, Vec<ConfigError>> {
+        match self.find_source(&config.connector.value) {
+            Some(connector) => connector.configure(config),
+            None => Err(vec![unknown(&config.options, &config.connector, "source", &self.source_names())]),
+        }
+    }
+
+    /// Configures a `[[sink]]` with the connector it names.
+    pub fn configure_sink(&self, config: &SinkConfig) -> Result<Box<dyn ConfiguredSink>, Vec<ConfigError>> {
+        match self.find_sink(&config.connector.value) {
+            Some(connector) => connector.configure(config),
+            None => Err(vec![unknown(&config.options, &config.connector, "sink", &self.sink_names())]),
+        }
+    }
+}
+
+fn quoted(names: &[&str]) -> String {
+    names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
+}
+
+fn unknown(options: &Options, connector: &Located<String>, kind: &str, known: &[&str]) -> ConfigError {
+    let list = quoted(known);
+    let fix = match suggest(&connector.value, known) {
+        Some(close) => format!("did you mean connector = \"{close}\"?"),
+        None => format!("set connector to one of {list}"),
+    };
+    let message =
+        format!("`connector` must be one of {list}, found \"{}\" (no {kind} connector has that name)", connector.value);
+    options.item_error(connector.position, &message, &fix)
+}
+
+/// Reads the item-level `format` key as one of `choices`: None with an error when it is
+/// missing (and `required`) or unknown.
+pub fn format_choice<T: Copy>(
+    format: Option<&Located<String>>,
+    options: &Options,
+    choices: &[(&str, T)],
+    required: bool,
+    errors: &mut Vec<ConfigError>,
+) -> Option<T> {
+    let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+    let list = quoted(&names);
+    let Some(format) = format else {
+        if required {
+            let fix =
+                format!("add format = {}", names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(" or "));
+            errors.push(options.item_error(options.position(), "missing required key `format`", &fix));
+        }
+        return None;
+    };
+    if let Some((_, value)) = choices.iter().find(|(name, _)| *name == format.value) {
+        return Some(*value);
+    }
+    let fix = match suggest(&format.value, &names) {
+        Some(close) => format!("did you mean format = \"{close}\"?"),
+        None => format!("set format to one of {list}"),
+    };
+    let message = format!("`format` must be one of {list}, found \"{}\"", format.value);
+    errors.push(options.item_error(format.position, &message, &fix));
+    None
+}
+
+/// Records an error when an item-level key the connector does not use is present.
+pub fn forbid_item<T>(
+    value: Option<&Located<T>>,
+    key: &str,
+    found: &str,
+    options: &Options,
+    why: &str,
+    fix: &str,
+    errors: &mut Vec<ConfigError>,
+) {
+    if let Some(value) = value {
+        let message = format!("`{key}` is not allowed here ({why}), found {found}");
+        errors.push(options.item_error(value.position, &message, fix));
+    }
+}
+
+/// `path` resolved against `base_dir` unless it is absolute.
+pub(crate) fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() { path.to_path_buf() } else { base_dir.join(path) }
+}
+
+/// Merges the errors of an options reader with those found beside it.
+pub fn finish(reader: sluice_config::OptionsReader<'_>, mut errors: Vec<ConfigError>) -> Result<(), Vec<ConfigError>> {
+    if let Err(found) = reader.finish() {
+        errors.extend(found);
+    }
+    errors.sort_by_key(|e| e.position);
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
+}

@@ -1,0 +1,222 @@
+//! From a validated [`Pipeline`] to a runnable [`CompiledPipeline`]: sources built,
+//! views planned by the SQL layer, sinks attached, the topology fingerprinted.
+//!
+//! Compiling touches the file system (file sources list and measure their files) but
+//! writes nothing. It also refuses pipelines that would destroy their own input: a sink
+//! writing where a source reads (directly, through `..` or a symbolic link), or two
+//! sinks writing one path.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use sluice_config::Position;
+use sluice_connectors::{SinkContext, SourceContext};
+use sluice_runtime::{Plan, RunOptions};
+use sluice_sql::{PlannerOptions, SqlPlanner};
+use sluice_types::SluiceError;
+
+use crate::error::EngineError;
+use crate::fingerprint::{Fingerprint, fingerprint};
+use crate::load::Pipeline;
+
+/// A pipeline ready to run.
+pub struct CompiledPipeline {
+    /// `[pipeline] name`.
+    pub name: String,
+    pub plan: Plan,
+    /// What checkpointed state depends on (see [`crate::fingerprint`]).
+    pub fingerprint: Fingerprint,
+    pub options: RunOptions,
+    /// The thread count the sources' lanes are laid out for.
+    pub lane_threads: u32,
+}
+
+impl std::fmt::Debug for CompiledPipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledPipeline")
+            .field("name", &self.name)
+            .field("fingerprint", &self.fingerprint)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// Compiles the pipeline. `lane_threads` is the thread count the sources' lanes are
+    /// laid out for: this run's (None), or, when resuming, the first run's (lanes are
+    /// fixed for the life of the state; they spread over any number of threads).
+    pub fn compile(&self, lane_threads: Option<u32>) -> Result<CompiledPipeline, EngineError> {
+        self.check_paths()?;
+        let section = &self.config.pipeline;
+        let threads = section.threads;
+        let lane_threads = lane_threads.unwrap_or(threads);
+        let mut planner =
+            SqlPlanner::new(PlannerOptions { threads, vnodes: section.vnodes, batch_size: section.batch_size });
+        let mut sources = Vec::new();
+        for (index, (source, configured)) in self.config.sources.iter().zip(&self.sources).enumerate() {
+            let at =
+                |error: SluiceError| self.problem(source.position, error.context(format!("source `{}`", source.name)));
+            let schema = match (&source.schema, configured.reads_declared_schema()) {
+                (Some(schema), true) => Some(
+                    sluice_sql::parse_schema(&schema.value, source.event_time.as_deref())
+                        .map_err(|e| self.problem(schema.position, e.context(format!("source `{}`", source.name))))?,
+                ),
+                _ => None,
+            };
+            let context = SourceContext { config: source, base_dir: &self.base_dir, lane_threads, schema };
+            let factory = configured.build(&context).map_err(at)?;
+            planner.add_source(index, factory.tables()).map_err(at)?;
+            sources.push(factory);
+        }
+        for view in &self.config.views {
+            planner.add_view(&view.name, &view.sql.value).map_err(|e| {
+                let position = sql_position(&e.message, view.sql.position).unwrap_or(view.position);
+                self.problem(position, e)
+            })?;
+        }
+        let mut flows = Vec::new();
+        for (sink, configured) in self.config.sinks.iter().zip(&self.sinks) {
+            let stream = planner.plan_stream(&sink.from, &sink.name).map_err(|e| self.problem(sink.position, e))?;
+            let context = SinkContext {
+                config: sink,
+                base_dir: &self.base_dir,
+                schema: Arc::clone(&stream.schema),
+                updating: stream.updating,
+            };
+            let factory = configured
+                .build(&context)
+                .map_err(|e| self.problem(sink.position, e.context(format!("sink `{}`", sink.name))))?;
+            flows.push(stream.into_flow(factory, threads));
+        }
+        let options = RunOptions {
+            threads,
+            vnodes: section.vnodes,
+            batch_size: section.batch_size,
+            queue_batches: section.queue_batches,
+            shutdown_timeout: section.shutdown_timeout,
+        };
+        let plan = Plan { sources, flows };
+        let fingerprint = fingerprint(&self.config, &plan).map_err(EngineError::new)?;
+        Ok(CompiledPipeline { name: section.name.clone(), plan, fingerprint, options, lane_threads })
+    }
+
+    /// Refuses a sink that writes where a source reads, or where another sink writes.
+    fn check_paths(&self) -> Result<(), EngineError> {
+        let inputs: Vec<(&str, PathBuf)> = self
+            .config
+            .sources
+            .iter()
+            .zip(&self.sources)
+            .flat_map(|(source, c)| c.input_paths(&self.base_dir).into_iter().map(|p| (source.name.as_str(), p)))
+            .collect();
+        let mut outputs: Vec<(&str, Position, PathBuf)> = Vec::new();
+        for (sink, configured) in self.config.sinks.iter().zip(&self.sinks) {
+            for path in configured.output_paths(&self.base_dir) {
+                let path = normalized(&path);
+                for (source, input) in &inputs {
+                    if overlap(&path, &normalized(input)) {
+                        return Err(self.problem(sink.position, destroys_input(&sink.name, &path, source, input)));
+                    }
+                }
+                if let Some((other, line, _)) = outputs.iter().find(|(_, _, o)| overlap(o, &path)) {
+                    let error = SluiceError::user(
+                        "sink.shared_path",
+                        format!(
+                            "sink `{}` writes {}, where sink `{other}` (line {}) writes too: their rows would interleave",
+                            sink.name,
+                            path.display(),
+                            line.line
+                        ),
+                    )
+                    .with_fix("give every sink its own path");
+                    return Err(self.problem(sink.position, error));
+                }
+                outputs.push((sink.name.as_str(), sink.position, path));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn destroys_input(sink: &str, output: &Path, source: &str, input: &Path) -> SluiceError {
+    SluiceError::user(
+        "sink.overwrites_input",
+        format!(
+            "sink `{sink}` writes {}, which overlaps the input of source `{source}` ({}): the run would \
+             overwrite or delete what it reads",
+            output.display(),
+            input.display()
+        ),
+    )
+    .with_fix("write the output outside the source's file or directory")
+}
+
+/// Whether one path is the other or inside it.
+fn overlap(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// `path` absolute, with `.` and `..` resolved and symbolic links followed as far as the
+/// path exists (the rest, not created yet, is resolved by its names).
+pub(crate) fn normalized(path: &Path) -> PathBuf {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")).join(path)
+    };
+    let components: Vec<Component<'_>> = absolute.components().collect();
+    // The longest prefix that exists is resolved by the file system (links, `..`).
+    for cut in (1..=components.len()).rev() {
+        let existing: PathBuf = components[..cut].iter().collect();
+        if let Ok(mut result) = std::fs::canonicalize(&existing) {
+            for component in &components[cut..] {
+                push_lexically(&mut result, *component);
+            }
+            return result;
+        }
+    }
+    let mut result = PathBuf::from("/");
+    for component in components {
+        push_lexically(&mut result, component);
+    }
+    result
+}
+
+fn push_lexically(path: &mut PathBuf, component: Component<'_>) {
+    match component {
+        Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        Component::ParentDir => {
+            path.pop();
+        }
+        Component::Normal(name) => path.push(name),
+    }
+}
+
+/// Maps the SQL parser's "at Line: L, Column: C" (within the SQL text) into the file.
+fn sql_position(message: &str, sql_start: Position) -> Option<Position> {
+    let rest = &message[message.find("at Line: ")? + "at Line: ".len()..];
+    let (line, rest) = rest.split_once(", Column: ")?;
+    let line: usize = line.trim().parse().ok()?;
+    let column: usize = rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    let column = if line == 1 { sql_start.column + column - 1 } else { column };
+    Some(Position { line: sql_start.line + line - 1, column })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_normalized_through_dots_and_links() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        std::fs::create_dir(root.join("data")).expect("mkdir");
+        std::fs::write(root.join("data/in.csv"), "1\n").expect("write");
+        std::os::unix::fs::symlink(root.join("data"), root.join("link")).expect("symlink");
+        assert_eq!(normalized(&root.join("out/../data/in.csv")), root.join("data/in.csv"));
+        assert_eq!(normalized(&root.join("link/in.csv")), root.join("data/in.csv"));
+        assert_eq!(normalized(&root.join("link/new/../x.json")), root.join("data/x.json"));
+        assert!(overlap(&root.join("data"), &root.join("data/in.csv")));
+        assert!(!overlap(&root.join("data2"), &root.join("data/in.csv")));
+    }
+}

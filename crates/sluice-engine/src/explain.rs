@@ -1,0 +1,179 @@
+//! What `validate` and `explain` answer, as data (the CLI prints it; an HTTP API can
+//! serve it).
+
+use std::fmt;
+
+use sluice_runtime::{Plan, SegmentOutput};
+
+use crate::compile::CompiledPipeline;
+use crate::error::EngineError;
+use crate::fingerprint::Fingerprint;
+use crate::load::Pipeline;
+
+/// A pipeline that passed every check `run` makes before it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Validation {
+    pub pipeline: String,
+    pub sources: usize,
+    pub views: usize,
+    pub sinks: usize,
+    pub fingerprint: Fingerprint,
+}
+
+impl fmt::Display for Validation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pipeline \"{}\" is valid: {} source(s), {} view(s), {} sink(s)",
+            self.pipeline, self.sources, self.views, self.sinks
+        )
+    }
+}
+
+/// The dataflow of a compiled pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    pub pipeline: String,
+    pub threads: u32,
+    pub vnodes: u32,
+    pub sources: Vec<SourceNode>,
+    pub flows: Vec<FlowNode>,
+}
+
+/// A source and its lanes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceNode {
+    pub name: String,
+    /// e.g. `nexmark(events=1000, rate=unlimited, seed=0)`.
+    pub describe: String,
+    pub tables: Vec<String>,
+    pub lanes: u32,
+    /// Threads its lanes run on.
+    pub threads: u32,
+}
+
+/// From one table of one source to one sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowNode {
+    pub sink: String,
+    pub sink_describe: String,
+    /// `source.table`.
+    pub scan: String,
+    pub segments: Vec<SegmentNode>,
+}
+
+/// Fused operators between two exchanges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentNode {
+    pub parallelism: u32,
+    /// One line per operator, e.g. `filter: auction % 123 = 0`.
+    pub operators: Vec<String>,
+    /// Keyed state held here, e.g. `windows by auction`.
+    pub state: Option<String>,
+    /// Where rows go next: an exchange (described) or the sink (None).
+    pub exchange: Option<String>,
+}
+
+impl Pipeline {
+    /// Everything `run` checks before it starts, and that sinks can write where they are
+    /// told to (creating nothing).
+    pub fn validate(&self) -> Result<Validation, EngineError> {
+        for (sink, configured) in self.config.sinks.iter().zip(&self.sinks) {
+            configured
+                .check(&self.base_dir)
+                .map_err(|e| self.problem(sink.position, e.context(format!("sink `{}`", sink.name))))?;
+        }
+        let compiled = self.compile(None)?;
+        Ok(Validation {
+            pipeline: self.config.pipeline.name.clone(),
+            sources: self.config.sources.len(),
+            views: self.config.views.len(),
+            sinks: self.config.sinks.len(),
+            fingerprint: compiled.fingerprint,
+        })
+    }
+
+    /// The dataflow graph.
+    pub fn explain(&self) -> Result<Explanation, EngineError> {
+        Ok(explain(&self.compile(None)?))
+    }
+}
+
+/// The dataflow graph of a compiled pipeline.
+pub fn explain(compiled: &CompiledPipeline) -> Explanation {
+    let threads = compiled.options.threads;
+    let plan: &Plan = &compiled.plan;
+    let sources = plan
+        .sources
+        .iter()
+        .map(|source| SourceNode {
+            name: source.name().to_string(),
+            describe: source.describe(),
+            tables: source.tables().iter().map(|t| t.name.clone()).collect(),
+            lanes: source.lanes(),
+            threads: threads.min(source.lanes().max(1)),
+        })
+        .collect();
+    let flows = plan
+        .flows
+        .iter()
+        .map(|flow| {
+            let source = &plan.sources[flow.source];
+            FlowNode {
+                sink: flow.sink.name().to_string(),
+                sink_describe: flow.sink.describe(),
+                scan: format!("{}.{}", source.name(), source.tables()[flow.table].name),
+                segments: flow
+                    .segments
+                    .iter()
+                    .map(|segment| SegmentNode {
+                        parallelism: threads,
+                        operators: segment.operators.iter().map(|(line, _)| line.clone()).collect(),
+                        state: segment.state.clone(),
+                        exchange: match &segment.output {
+                            SegmentOutput::Exchange { description, .. } => Some(description.clone()),
+                            SegmentOutput::Sink => None,
+                        },
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Explanation { pipeline: compiled.name.clone(), threads, vnodes: compiled.options.vnodes, sources, flows }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "pipeline \"{}\"", self.pipeline)?;
+        writeln!(f, "threads: {}, vnodes: {}", self.threads, self.vnodes)?;
+        for source in &self.sources {
+            writeln!(
+                f,
+                "source {}: {} → tables [{}], {} lane(s) over {} thread(s)",
+                source.name,
+                source.describe,
+                source.tables.join(", "),
+                source.lanes,
+                source.threads
+            )?;
+        }
+        for flow in &self.flows {
+            writeln!(f, "\nflow → sink {} ({})", flow.sink, flow.sink_describe)?;
+            writeln!(f, "  scan {}", flow.scan)?;
+            for (position, segment) in flow.segments.iter().enumerate() {
+                writeln!(f, "  segment {position} (parallelism {}, operators fused)", segment.parallelism)?;
+                for line in &segment.operators {
+                    writeln!(f, "    {line}")?;
+                }
+                if let Some(state) = &segment.state {
+                    writeln!(f, "    state: {state}, by vnode")?;
+                }
+                match &segment.exchange {
+                    Some(description) => writeln!(f, "  exchange: {description}")?,
+                    None => writeln!(f, "  sink {}", flow.sink)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}

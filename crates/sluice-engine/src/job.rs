@@ -1,0 +1,193 @@
+//! A running pipeline: [`Job::start`] recovers from the checkpoint store (if any),
+//! compiles, and runs the plan on a controller thread of its own; the handle stops it,
+//! reports its status and live metrics, and returns its report.
+//!
+//! Start order: open the store → find the newest valid checkpoint (falling back past
+//! damaged ones) → compile with that checkpoint's lane layout → refuse a different
+//! topology → resolve the sinks' staged work → start the drivers. Anything that fails
+//! before the drivers start is an [`EngineError`]; anything after is in the report.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sluice_runtime::{Metrics, RunEvent, RunOutcome, RunReport, StopHandle};
+use sluice_types::SluiceError;
+
+use crate::checkpointing;
+use crate::compile::CompiledPipeline;
+use crate::error::EngineError;
+use crate::load::Pipeline;
+use crate::status::{JobState, Status, StatusCell, StatusStream};
+
+/// How to start a job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    /// Discard the checkpoint store's state first.
+    pub from_scratch: bool,
+}
+
+/// A running pipeline.
+pub struct Job {
+    name: String,
+    threads: u32,
+    metrics: Arc<Metrics>,
+    stop: StopHandle,
+    status: Arc<StatusCell>,
+    notices: Vec<String>,
+    controller: Option<JoinHandle<RunReport>>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("name", &self.name).field("status", &self.status()).finish_non_exhaustive()
+    }
+}
+
+impl Job {
+    /// Recovers, compiles and starts `pipeline` (see the module docs).
+    pub fn start(pipeline: &Pipeline, options: StartOptions) -> Result<Job, EngineError> {
+        let Some(section) = &pipeline.config.checkpoint else {
+            if options.from_scratch {
+                return Err(EngineError::new(
+                    SluiceError::user("run.from_scratch", "--from-scratch needs a [checkpoint] section")
+                        .with_fix("there is no state to discard: remove --from-scratch"),
+                ));
+            }
+            return Job::spawn(pipeline.compile(None)?, None, Vec::new(), None);
+        };
+        let recovered = checkpointing::open(section, &pipeline.base_dir, options.from_scratch)?;
+        let mut notices = recovered.notices.clone();
+        let lane_threads = recovered.manifest.as_ref().map(|m| m.lane_threads);
+        let compiled = pipeline.compile(lane_threads)?;
+        let resumed_from = recovered.manifest.as_ref().map(|m| m.epoch);
+        if let Some(manifest) = &recovered.manifest {
+            checkpointing::check_fingerprint(manifest, compiled.fingerprint, &section.store)?;
+            notices.push(format!("resuming from checkpoint {} in {}", manifest.epoch, section.store));
+        }
+        let checkpointing = checkpointing::prepare(section, recovered, &compiled, &mut notices)?;
+        Job::spawn(compiled, Some(checkpointing), notices, resumed_from)
+    }
+
+    fn spawn(
+        compiled: CompiledPipeline,
+        checkpointing: Option<sluice_runtime::Checkpointing>,
+        notices: Vec<String>,
+        resumed_from: Option<u64>,
+    ) -> Result<Job, EngineError> {
+        let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
+        let status = StatusCell::new(Status::starting(resumed_from));
+        let (stop, woken) = sluice_runtime::stop_handle();
+        let name = compiled.name.clone();
+        let threads = compiled.options.threads;
+        let controller = {
+            let metrics = Arc::clone(&metrics);
+            let status = Arc::clone(&status);
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("sluice-controller".into())
+                .spawn(move || run(compiled, checkpointing, (stop, woken), metrics, &status))
+                .map_err(|e| {
+                    EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
+                })?
+        };
+        Ok(Job { name, threads, metrics, stop, status, notices, controller: Some(controller) })
+    }
+
+    /// `[pipeline] name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Driver threads.
+    pub fn threads(&self) -> u32 {
+        self.threads
+    }
+
+    /// What recovery found worth telling (a resume, a fallback past damaged checkpoints).
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+
+    /// Asks the job to stop its sources and drain (or take its final checkpoint).
+    /// Idempotent; returns at once.
+    pub fn stop(&self) {
+        self.stop.stop();
+    }
+
+    /// A handle that stops the job from another thread (a signal handler).
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    pub fn status(&self) -> Status {
+        self.status.get()
+    }
+
+    /// The changes of the status from now on, the current status first.
+    pub fn subscribe(&self) -> StatusStream {
+        StatusStream::new(Arc::clone(&self.status))
+    }
+
+    /// The live counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// Waits for the end and returns the report.
+    pub fn wait(mut self) -> RunReport {
+        let controller = self.controller.take().expect("a job is waited for once");
+        match controller.join() {
+            Ok(report) => report,
+            Err(panic) => {
+                let reason = panic_message(&*panic);
+                let error = SluiceError::internal("run.panic", format!("the controller thread panicked: {reason}"));
+                let outcome = RunOutcome::Failed { component: "controller".into(), error };
+                self.status.update(|s| {
+                    s.state = JobState::Failed;
+                    s.failure = Some(format!("controller: {reason}"));
+                });
+                RunReport {
+                    outcome,
+                    elapsed: Duration::ZERO,
+                    stopped: self.stop.is_requested(),
+                    metrics: Arc::clone(&self.metrics),
+                    checkpoints: None,
+                }
+            }
+        }
+    }
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+/// The controller thread: runs the plan, keeping the status up to date.
+fn run(
+    compiled: CompiledPipeline,
+    checkpointing: Option<sluice_runtime::Checkpointing>,
+    stop: (StopHandle, crossbeam_channel::Receiver<()>),
+    metrics: Arc<Metrics>,
+    status: &StatusCell,
+) -> RunReport {
+    let mut observe = |event: RunEvent| match event {
+        RunEvent::Started => status.update(|s| s.state = JobState::Running),
+        RunEvent::Stopping => status.update(|s| s.state = JobState::Stopping),
+        RunEvent::Committed { epoch } => status.update(|s| s.last_committed_epoch = Some(epoch)),
+    };
+    let report = sluice_runtime::run(&compiled.plan, &compiled.options, checkpointing, stop, metrics, &mut observe);
+    status.update(|s| match &report.outcome {
+        RunOutcome::Completed => s.state = JobState::Completed,
+        RunOutcome::Failed { component, error } => {
+            s.state = JobState::Failed;
+            s.failure = Some(format!("{component}: {error}"));
+        }
+    });
+    report
+}
