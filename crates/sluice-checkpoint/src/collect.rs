@@ -21,13 +21,13 @@
 //! of a newer epoch (their objects would look abandoned). The checkpointer collects after
 //! `publish(e)` returns and before it writes objects of the next epoch, or at startup.
 
-use sluice_types::SluiceError;
+use sluice_types::{ErrorKind, SluiceError};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::calls::Listed;
 use crate::layout::{self, ManifestFile};
 use crate::manifest::Manifest;
-use crate::store::{CheckpointStore, MANIFEST_DAMAGE};
+use crate::store::CheckpointStore;
 
 /// What one collection deletes.
 #[derive(Debug, Default)]
@@ -115,7 +115,7 @@ impl CheckpointStore {
                     }
                     Some(problem) => problem,
                 },
-                Err(error) if MANIFEST_DAMAGE.contains(&error.code) => error.message,
+                Err(error) if error.kind == ErrorKind::DamagedManifest => error.message,
                 Err(error) => return Err(error),
             };
             tracing::warn!(epoch, store = self.url(), %problem, "damaged checkpoint is not retained");

@@ -23,7 +23,7 @@
 //! - the encoder asserts the inverse pairing: `decode(encode(m)) == m` (debug builds).
 
 use serde::{Deserialize, Serialize};
-use sluice_types::SluiceError;
+use sluice_types::{ErrorKind, SluiceError};
 use std::collections::BTreeSet;
 
 use crate::layout;
@@ -189,32 +189,39 @@ pub fn encode(manifest: &Manifest) -> Vec<u8> {
 }
 
 /// Decodes and checks a manifest; never panics. Errors name what is wrong:
-/// `checkpoint.manifest_truncated`, `checkpoint.manifest_magic`, `checkpoint.manifest_version`,
-/// `checkpoint.manifest_checksum`, `checkpoint.manifest_body`, `checkpoint.manifest_inconsistent`.
+/// `checkpoint.manifest_truncated`, `checkpoint.manifest_magic`, `checkpoint.manifest_checksum`,
+/// `checkpoint.manifest_body` and `checkpoint.manifest_inconsistent` are damage
+/// ([`ErrorKind::DamagedManifest`]: a reader may fall back to an older manifest);
+/// `checkpoint.manifest_version` is not ([`ErrorKind::Other`]: the store was written by another
+/// Sluice, and falling back past it would silently restore older state).
 pub fn decode(bytes: &[u8]) -> Result<Manifest, SluiceError> {
     let (version, body) = split_frame(bytes)?;
-    let manifest = decode_body(body)?;
+    let manifest = decode_body(body).map_err(damaged)?;
     if manifest.version != version {
-        return Err(SluiceError::internal(
+        return Err(damaged(SluiceError::internal(
             "checkpoint.manifest_inconsistent",
             format!("manifest header says version {version} but its body says {}", manifest.version),
-        ));
+        )));
     }
-    manifest.check()?;
+    manifest.check().map_err(damaged)?;
     Ok(manifest)
+}
+
+fn damaged(error: SluiceError) -> SluiceError {
+    error.with_kind(ErrorKind::DamagedManifest)
 }
 
 /// Checks magic, version and checksum; returns the version and the body.
 fn split_frame(bytes: &[u8]) -> Result<(u32, &[u8]), SluiceError> {
     let magic_len = MAGIC.len().min(bytes.len());
     if bytes[..magic_len] != MAGIC[..magic_len] {
-        return Err(SluiceError::external(
+        return Err(damaged(SluiceError::external(
             "checkpoint.manifest_magic",
             format!("not a Sluice manifest: it starts with {:?}, not {:?}", escaped(&bytes[..magic_len]), "SLUICEMF"),
-        ));
+        )));
     }
     if bytes.len() < HEADER_BYTES + CHECKSUM_BYTES {
-        return Err(truncated(bytes.len()));
+        return Err(damaged(truncated(bytes.len())));
     }
     let (header, rest) = bytes.split_at(HEADER_BYTES);
     let version = u32::from_le_bytes(le_word(&header[MAGIC.len()..]));
@@ -229,14 +236,14 @@ fn split_frame(bytes: &[u8]) -> Result<(u32, &[u8]), SluiceError> {
     let stored = u32::from_le_bytes(le_word(trailer));
     let computed = crc32fast::hash(body);
     if stored != computed {
-        return Err(SluiceError::external(
+        return Err(damaged(SluiceError::external(
             "checkpoint.manifest_checksum",
             format!(
                 "manifest checksum mismatch over {} bytes (stored {stored:#010x}, computed {computed:#010x}): \
                  it is damaged or truncated",
                 bytes.len()
             ),
-        ));
+        )));
     }
     Ok((version, body))
 }

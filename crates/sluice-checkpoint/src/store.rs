@@ -35,7 +35,7 @@
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::PutMode;
-use sluice_types::SluiceError;
+use sluice_types::{ErrorKind, SluiceError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,21 +47,6 @@ use crate::manifest::{self, MANIFEST_BYTES_MAX, Manifest, ObjectRef};
 
 /// How many objects `verify` reads at once.
 pub const VERIFY_CONCURRENCY: usize = 8;
-
-/// Error codes that mean "this object is damaged", as opposed to "the store is unreachable".
-const OBJECT_DAMAGE: [&str; 3] =
-    ["checkpoint.object_missing", "checkpoint.object_truncated", "checkpoint.object_checksum"];
-
-/// Error codes that mean "this manifest cannot be restored from".
-pub(crate) const MANIFEST_DAMAGE: [&str; 7] = [
-    "checkpoint.manifest_missing",
-    "checkpoint.manifest_too_large",
-    "checkpoint.manifest_truncated",
-    "checkpoint.manifest_magic",
-    "checkpoint.manifest_checksum",
-    "checkpoint.manifest_body",
-    "checkpoint.manifest_inconsistent",
-];
 
 /// A checkpoint store at one URL. Safe to share between threads; every method blocks the
 /// calling thread (which must not be inside an async task) until its I/O is done.
@@ -130,8 +115,11 @@ impl CheckpointStore {
             let message = format!("{:?} is not a state object path", object.path);
             return Err(SluiceError::internal("checkpoint.object_name", message));
         }
+        // Every failure named here is damage to this object ([`ErrorKind::DamagedObject`]),
+        // as opposed to a store that cannot be reached.
         let named = |code, problem: String| {
             SluiceError::external(code, format!("state object {:?} in {}: {problem}", object.path, self.url()))
+                .with_kind(ErrorKind::DamagedObject)
         };
         let bytes = match self.calls.get(&object.path, SizeCheck::Exactly(object.size)).await {
             Ok(Ok(bytes)) => bytes,
@@ -273,10 +261,13 @@ impl CheckpointStore {
             Ok(Ok(bytes)) => bytes,
             Ok(Err(size)) => {
                 let message = format!("manifest has {size} bytes, more than the {MANIFEST_BYTES_MAX} allowed");
-                return Err(SluiceError::external("checkpoint.manifest_too_large", message).context(context));
+                return Err(SluiceError::external("checkpoint.manifest_too_large", message)
+                    .with_kind(ErrorKind::DamagedManifest)
+                    .context(context));
             }
             Err(Failure::Missing) => {
                 return Err(SluiceError::user("checkpoint.manifest_missing", "no such manifest")
+                    .with_kind(ErrorKind::DamagedManifest)
                     .context(context)
                     .with_fix("list the published epochs with `sluice checkpoints list`"));
             }
@@ -285,7 +276,9 @@ impl CheckpointStore {
         let manifest = manifest::decode(&bytes).map_err(|error| error.context(&context))?;
         if manifest.epoch != epoch {
             let message = format!("the manifest inside is for epoch {}", manifest.epoch);
-            return Err(SluiceError::internal("checkpoint.manifest_inconsistent", message).context(context));
+            return Err(SluiceError::internal("checkpoint.manifest_inconsistent", message)
+                .with_kind(ErrorKind::DamagedManifest)
+                .context(context));
         }
         Ok(manifest)
     }
@@ -304,7 +297,7 @@ impl CheckpointStore {
             while let Some(outcome) = outcomes.next().await {
                 match outcome {
                     Ok(_) => {}
-                    Err(error) if OBJECT_DAMAGE.contains(&error.code) => problems.push(error.message),
+                    Err(error) if error.kind == ErrorKind::DamagedObject => problems.push(error.message),
                     Err(error) => return Err(error),
                 }
             }
@@ -332,7 +325,7 @@ impl CheckpointStore {
                     }
                     problems.join("; ")
                 }
-                Err(error) if MANIFEST_DAMAGE.contains(&error.code) => error.message,
+                Err(error) if error.kind == ErrorKind::DamagedManifest => error.message,
                 Err(error) => return Err(error),
             };
             warnings.push(format!("checkpoint epoch {epoch} is damaged and skipped: {problems}"));
