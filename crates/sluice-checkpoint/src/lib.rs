@@ -60,6 +60,7 @@
 
 mod calls;
 mod collect;
+mod frame;
 mod layout;
 mod location;
 mod manifest;

@@ -191,7 +191,7 @@ fn a_manifest_of_another_format_version_stops_recovery_and_collection() {
     checkpoint(&store, 1, &["agg"]);
     let newer = checkpoint(&store, 2, &["agg"]);
     let mut bytes = crate::manifest::encode(&newer);
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&(crate::manifest::FORMAT_VERSION + 1).to_le_bytes());
     std::fs::write(file(&base, "manifests/epoch-00000000000000000002.manifest"), bytes).expect("write");
     assert_eq!(error_kind(store.latest_valid()), ("checkpoint.manifest_version", ErrorKind::Other));
     assert_eq!(error_kind(store.collect_garbage(1)), ("checkpoint.manifest_version", ErrorKind::Other));

@@ -86,7 +86,9 @@ fn checkpoint(store: &CheckpointStore, epoch: u64) -> Manifest {
         let object = store.put_object(epoch, &format!("agg/vnode-{vnode}"), bytes).expect("put");
         manifest.operators[0].vnodes.push((vnode, object));
     }
-    manifest.sources.push(SourcePositions { name: "bids".into(), lanes: vec![epoch.to_le_bytes().to_vec()] });
+    manifest.encodings.insert("key".into(), 1);
+    let (layout, lanes) = (b"bids.csv".to_vec(), vec![epoch.to_le_bytes().to_vec()]);
+    manifest.sources.push(SourcePositions { name: "bids".into(), layout, lanes });
     manifest.sinks.push(SinkRecords { name: "out".into(), records: vec![b"txn".to_vec()] });
     store.publish(&manifest).expect("publish");
     manifest
