@@ -14,6 +14,10 @@
 //!    - object store: a conditional PUT (`If-None-Match: *`, `PutMode::Create`) of the final
 //!      name, because a rename there is copy + delete and not atomic; a single PUT is.
 //!
+//! Every publish is fenced by the store's lease (see `lease`): it reads the lease just
+//! before the atomic step and refuses (`checkpoint.lease_lost`) unless this handle's run
+//! still holds it, so a run whose lease was broken never writes a manifest.
+//!
 //! Epochs are published in increasing order (publish refuses an epoch below the newest
 //! manifest, and `put_object` refuses to write into an epoch this process saw published), so
 //! the newest manifest is always the newest commit.
@@ -38,10 +42,12 @@ use object_store::PutMode;
 use sluice_types::{ErrorKind, SluiceError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::calls::{Calls, Failure, SizeCheck};
 use crate::layout::{self, ManifestFile};
+use crate::lease::LeaseSlot;
 use crate::location;
 use crate::manifest::{self, MANIFEST_BYTES_MAX, Manifest, ObjectRef};
 
@@ -52,10 +58,12 @@ pub const VERIFY_CONCURRENCY: usize = 8;
 /// calling thread (which must not be inside an async task) until its I/O is done.
 #[derive(Debug)]
 pub struct CheckpointStore {
-    pub(crate) calls: Calls,
+    pub(crate) calls: Arc<Calls>,
     /// One more than the highest epoch this process saw published (0: none), to refuse
     /// writing objects into an epoch that is already committed.
     published_above: AtomicU64,
+    /// The lease this handle acquired, if any (see `lease`).
+    pub(crate) lease: Arc<LeaseSlot>,
 }
 
 impl CheckpointStore {
@@ -76,7 +84,8 @@ impl CheckpointStore {
         options: &[(String, String)],
     ) -> Result<CheckpointStore, SluiceError> {
         let location = location::resolve(url, base_dir, options)?;
-        Ok(CheckpointStore { calls: Calls::new(location)?, published_above: AtomicU64::new(0) })
+        let calls = Arc::new(Calls::new(location)?);
+        Ok(CheckpointStore { calls, published_above: AtomicU64::new(0), lease: Arc::default() })
     }
 
     /// The resolved URL (local paths are absolute `file://` URLs).
@@ -143,13 +152,15 @@ impl CheckpointStore {
 
     /// Publishes `manifest` atomically (see the module doc). Every object it names must be
     /// durable already; publishing the same manifest twice is harmless, publishing a
-    /// different manifest for a published epoch is refused.
+    /// different manifest for a published epoch is refused. Needs the store's lease
+    /// (`checkpoint.lease_missing`, `checkpoint.lease_lost` otherwise).
     pub fn publish(&self, manifest: &Manifest) -> Result<(), SluiceError> {
         manifest.check()?;
         let epoch = manifest.epoch;
         self.calls.block_on(async {
             self.check_order(epoch).await?;
             self.check_written(manifest).await?;
+            self.check_lease(&format!("publishing epoch {epoch}")).await?;
             let bytes = Bytes::from(manifest::encode(manifest));
             let path = layout::manifest_path(epoch);
             let outcome = match self.calls.local_root() {

@@ -86,5 +86,12 @@ fn open(server: &Server, url: &str) -> CheckpointStore {
 fn checkpoints_round_trip_through_azure() {
     let server = server();
     create_container(&server, "checkpoints");
-    common::checkpoints_round_trip("az://checkpoints", |url| open(&server, url));
+    common::scenarios::checkpoints_round_trip("az://checkpoints", |url| open(&server, url));
+}
+
+#[test]
+fn one_run_at_a_time_holds_an_azure_store() {
+    let server = server();
+    create_container(&server, "leases");
+    common::scenarios::lease_round_trip("az://leases", |url| open(&server, url));
 }

@@ -42,5 +42,13 @@ fn checkpoints_round_trip_through_s3() {
     // moto accepts an unsigned bucket creation.
     let status = server.put_empty("/checkpoints", &[]);
     assert!(status.contains(" 200 "), "creating bucket checkpoints: {status}");
-    common::checkpoints_round_trip("s3://checkpoints", |url| open(&server, url));
+    common::scenarios::checkpoints_round_trip("s3://checkpoints", |url| open(&server, url));
+}
+
+#[test]
+fn one_run_at_a_time_holds_an_s3_store() {
+    let server = server();
+    let status = server.put_empty("/leases", &[]);
+    assert!(status.contains(" 200 "), "creating bucket leases: {status}");
+    common::scenarios::lease_round_trip("s3://leases", |url| open(&server, url));
 }

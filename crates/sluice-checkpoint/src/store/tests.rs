@@ -1,13 +1,16 @@
 //! The store on a local directory: writing, publishing, reading back, damage and fallback.
 
 use super::*;
+use crate::lease::Holder;
 use crate::manifest::OperatorState;
 use std::path::PathBuf;
 
-/// A store at `file://./store` under a fresh temporary base directory.
+/// A store at `file://./store` under a fresh temporary base directory, holding the lease
+/// (the handle keeps it after the returned `Lease` is dropped).
 pub(crate) fn temp_store() -> (tempfile::TempDir, CheckpointStore) {
     let base = tempfile::tempdir().expect("temp dir");
     let store = CheckpointStore::open("file://./store", base.path()).expect("opens");
+    store.acquire_lease(Holder::this_process("test")).expect("lease");
     (base, store)
 }
 
@@ -57,7 +60,8 @@ fn objects_round_trip_and_carry_size_and_checksum() {
 
 #[test]
 fn opening_creates_nothing_and_an_empty_store_has_no_checkpoint() {
-    let (base, store) = temp_store();
+    let base = tempfile::tempdir().expect("temp dir");
+    let store = CheckpointStore::open("file://./store", base.path()).expect("opens");
     assert!(!base.path().join("store").exists());
     assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
     assert_eq!(store.latest_valid().expect("latest"), None);

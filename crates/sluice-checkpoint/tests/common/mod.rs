@@ -1,18 +1,20 @@
 //! What the object-store tests share: a local server the test starts and stops, a plain
 //! HTTP request for the setup the store cannot do itself (creating a bucket or container),
-//! and the checkpoint scenario every backend must pass.
+//! and the scenarios every backend must pass (`scenarios`, which `tests/local.rs` runs on a
+//! local directory).
 //!
 //! A server is started on port 0, so the kernel picks a free port at bind time (no window
 //! in which another process could take a port chosen beforehand), and the test learns the
 //! port from the address the server prints. Waiting for it is driven by its output lines,
 //! bounded by [`STARTUP_TIMEOUT`]; its exit ends the wait at once.
 
-use sluice_checkpoint::{CheckpointStore, Manifest, OperatorState, SinkRecords, SourcePositions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
+
+pub mod scenarios;
 
 /// The longest a server may take to print its address.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -151,72 +153,4 @@ fn announced_endpoint(line: &str, ready: &str) -> Option<String> {
     let url = after.split_whitespace().next()?.trim_end_matches('/');
     let address = url.strip_prefix("http://")?;
     address.parse::<SocketAddr>().ok().map(|_| url.to_string())
-}
-
-/// Writes three state objects for `epoch` and publishes their manifest.
-fn checkpoint(store: &CheckpointStore, epoch: u64) -> Manifest {
-    let mut manifest = Manifest::new(epoch, "fingerprint", 4, 0);
-    manifest.operators.push(OperatorState { id: "agg".into(), vnodes: Vec::new() });
-    for vnode in 0..3u32 {
-        let bytes = format!("epoch {epoch} vnode {vnode}").into_bytes();
-        let object = store.put_object(epoch, &format!("agg/vnode-{vnode}"), bytes).expect("put");
-        manifest.operators[0].vnodes.push((vnode, object));
-    }
-    manifest.encodings.insert("key".into(), 1);
-    let (layout, lanes) = (b"bids.csv".to_vec(), vec![epoch.to_le_bytes().to_vec()]);
-    manifest.sources.push(SourcePositions { name: "bids".into(), layout, lanes });
-    manifest.sinks.push(SinkRecords { name: "out".into(), records: vec![b"txn".to_vec()] });
-    store.publish(&manifest).expect("publish");
-    manifest
-}
-
-/// The checkpoint protocol against the store in the existing bucket or container `root`
-/// (e.g. `s3://checkpoints`), each handle opened by `open(url)`: publishing, listing,
-/// create-only manifests, verification, fallback past damage, retention, separate prefixes.
-pub fn checkpoints_round_trip(root: &str, open: impl Fn(&str) -> CheckpointStore) {
-    let url = format!("{root}/pipelines/hot-items");
-    let store = open(&url);
-    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
-    assert_eq!(store.latest_valid().expect("latest"), None);
-
-    let manifests: Vec<Manifest> = (1..=3).map(|epoch| checkpoint(&store, epoch)).collect();
-    assert_eq!(store.epochs().expect("epochs"), vec![1, 2, 3]);
-    for manifest in &manifests {
-        assert_eq!(&store.load(manifest.epoch).expect("load"), manifest);
-        assert_eq!(store.verify(manifest).expect("verify"), Vec::<String>::new());
-    }
-
-    // Publishing is create-only: the same manifest again is harmless, a different one is refused.
-    store.publish(&manifests[2]).expect("republish");
-    let different = Manifest { fingerprint: "other".into(), ..manifests[2].clone() };
-    assert_eq!(store.publish(&different).err().map(|e| e.code), Some("checkpoint.manifest_exists"));
-    assert_eq!(&store.load(3).expect("load"), &manifests[2], "the refused manifest replaced the published one");
-
-    // Damage epoch 3 through a second handle that has not seen it published yet.
-    let other = open(&url);
-    other.put_object(3, "agg/vnode-1", b"overwritten".to_vec()).expect("overwrite");
-    let problems = store.verify(&manifests[2]).expect("verify");
-    assert_eq!(problems.len(), 1, "{problems:?}");
-    assert!(problems[0].contains("state/epoch-3/agg/vnode-1"), "{problems:?}");
-    let (latest, warnings) = store.latest_valid().expect("latest").expect("some");
-    assert_eq!(latest, manifests[1]);
-    assert!(warnings.len() == 1 && warnings[0].contains("epoch 3"), "{warnings:?}");
-
-    // Retention keeps epoch 2 (healthy), leaves damaged epoch 3 for inspection, drops epoch 1.
-    let deleted = store.collect_garbage(1).expect("collect");
-    assert!(deleted > 0);
-    assert_eq!(store.epochs().expect("epochs"), vec![2, 3]);
-    let old = &manifests[0].operators[0].vnodes[0].1;
-    assert_eq!(store.get_object(old).err().map(|e| e.code), Some("checkpoint.object_missing"));
-    assert_eq!(store.verify(&manifests[1]).expect("verify"), Vec::<String>::new());
-    let fourth = checkpoint(&store, 4);
-    store.collect_garbage(1).expect("collect");
-    assert_eq!(store.epochs().expect("epochs"), vec![4]);
-    assert_eq!(store.latest_valid().expect("latest").map(|(m, w)| (m, w.len())), Some((fourth, 0)));
-
-    // Another prefix in the same bucket is a separate store.
-    let neighbour = open(&format!("{root}/pipelines/other"));
-    assert_eq!(neighbour.epochs().expect("epochs"), Vec::<u64>::new());
-    store.clear().expect("clear");
-    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
 }
