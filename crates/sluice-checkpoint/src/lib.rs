@@ -60,8 +60,9 @@
 //! header (the client fails every write), it ignores `x-goog-if-generation-match: 0` (a
 //! create-only PUT overwrites), and listing (`GET /bucket?list-type=2`) and deletion answer
 //! 501. The GCS path is therefore covered only by the unit tests of URL and option
-//! handling. The manifest decoder has a fuzz target (needs a nightly toolchain and
-//! cargo-fuzz): `cd crates/sluice-checkpoint/fuzz && cargo +nightly fuzz run decode_manifest`.
+//! handling. The manifest and lease decoders have fuzz targets (need a nightly toolchain and
+//! cargo-fuzz): `cd crates/sluice-checkpoint/fuzz && cargo +nightly fuzz run decode_manifest`
+//! (or `decode_lease`).
 
 mod calls;
 mod collect;
