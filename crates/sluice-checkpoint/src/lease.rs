@@ -11,7 +11,9 @@
 //!    `lease` at the store root, holding the [`Holder`] (host, boot id, pid namespace, pid,
 //!    process start time, a random run id, the pipeline, the time). It is atomic on every
 //!    backend, as the manifest publish is: a hard link on a local directory,
-//!    `If-None-Match: *` on S3 and Azure, `x-goog-if-generation-match: 0` on GCS.
+//!    `If-None-Match: *` on S3 and Azure, `x-goog-if-generation-match: 0` on GCS. A lease
+//!    found with this run's own id (the client retried a PUT whose answer was lost) counts
+//!    as acquired.
 //! 2. If a lease exists, it is judged ([`judge`]). It is **stale** only when it is certain
 //!    that its holder no longer runs: same host name, and either the host restarted since
 //!    (another boot id), or, in the same pid namespace, its pid is not running (or is a
@@ -20,8 +22,9 @@
 //!    ([`Lease::warnings`]). Otherwise acquiring is refused with `checkpoint.store_leased`,
 //!    naming the holder and how to break a lease whose holder is gone:
 //!    `sluice checkpoints unlock --store URL`, which calls [`CheckpointStore::break_lease`].
-//!    A lease that cannot be read (damaged, or of another format version) is refused the
-//!    same way. At most [`ACQUIRE_ATTEMPTS_MAX`] rounds are tried.
+//!    A lease that cannot be read is refused too (`checkpoint.lease_damaged`, or
+//!    `checkpoint.lease_version` for another format version), with the same way out. At most
+//!    [`ACQUIRE_ATTEMPTS_MAX`] rounds are tried (`checkpoint.lease_contended` after that).
 //! 3. **Fencing**: [`CheckpointStore::publish`], [`CheckpointStore::collect_garbage`] and
 //!    [`CheckpointStore::clear`] first read the lease (one GET) and go on only if it carries
 //!    this handle's run id; otherwise they fail with `checkpoint.lease_lost` (a run whose lease
