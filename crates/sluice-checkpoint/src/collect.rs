@@ -20,14 +20,16 @@
 //! Ordering constraint: collection must not run concurrently with `put_object`/`publish`
 //! of a newer epoch (their objects would look abandoned). The checkpointer collects after
 //! `publish(e)` returns and before it writes objects of the next epoch, or at startup.
+//! Collection and `clear` need the store's lease and check it first (see `lease`), so a run
+//! whose lease was broken deletes nothing of the run that holds it now.
 
-use sluice_types::SluiceError;
+use sluice_types::{ErrorKind, SluiceError};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::calls::Listed;
 use crate::layout::{self, ManifestFile};
 use crate::manifest::Manifest;
-use crate::store::{CheckpointStore, MANIFEST_DAMAGE};
+use crate::store::CheckpointStore;
 
 /// What one collection deletes.
 #[derive(Debug, Default)]
@@ -47,7 +49,7 @@ struct ManifestFiles {
 
 impl CheckpointStore {
     /// Keeps the newest `retain` (≥ 1) healthy manifests and deletes what no kept manifest
-    /// needs (see the module doc). Returns the number of bytes deleted.
+    /// needs (see the module doc). Returns the number of bytes deleted. Needs the lease.
     pub fn collect_garbage(&self, retain: usize) -> Result<u64, SluiceError> {
         if retain == 0 {
             return Err(SluiceError::internal("checkpoint.retain", "retaining 0 checkpoints would delete them all")
@@ -59,6 +61,7 @@ impl CheckpointStore {
     }
 
     async fn collect_async(&self, retain: usize) -> Result<u64, SluiceError> {
+        self.check_lease("collecting old checkpoints").await?;
         let files = manifest_files(self.calls.list(layout::MANIFEST_DIR).await?);
         let objects = self.calls.list(layout::STATE_DIR).await?;
         let sizes: BTreeMap<&str, u64> = objects.iter().map(|o| (o.path.as_str(), o.size)).collect();
@@ -115,7 +118,7 @@ impl CheckpointStore {
                     }
                     Some(problem) => problem,
                 },
-                Err(error) if MANIFEST_DAMAGE.contains(&error.code) => error.message,
+                Err(error) if error.kind == ErrorKind::DamagedManifest => error.message,
                 Err(error) => return Err(error),
             };
             tracing::warn!(epoch, store = self.url(), %problem, "damaged checkpoint is not retained");
@@ -125,9 +128,11 @@ impl CheckpointStore {
     }
 
     /// Deletes every manifest and state object (for starting over). Files outside
-    /// `manifests/` and `state/` are not the store's and are left alone.
+    /// `manifests/` and `state/` are not the store's and are left alone, and so is the lease:
+    /// `clear` needs it (acquire first, then clear), and the run keeps holding it.
     pub fn clear(&self) -> Result<(), SluiceError> {
         self.calls.block_on(async {
+            self.check_lease("clearing the store").await?;
             let manifests = self.calls.list(layout::MANIFEST_DIR).await?;
             let objects = self.calls.list(layout::STATE_DIR).await?;
             let manifests: Vec<String> = manifests.into_iter().map(|listed| listed.path).collect();

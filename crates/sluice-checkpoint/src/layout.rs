@@ -4,6 +4,7 @@
 //! <store>/manifests/epoch-00000000000000000042.manifest   committed manifest of epoch 42
 //! <store>/manifests/epoch-00000000000000000043.tmp        a publish in progress (or abandoned)
 //! <store>/state/epoch-42/<name>                            immutable state object written at epoch 42
+//! <store>/lease                                             the lease of the run that writes the store
 //! ```
 //!
 //! Manifest names are zero-padded to 20 digits so that the lexical order of a listing is the
@@ -17,6 +18,9 @@ use sluice_types::SluiceError;
 pub(crate) const MANIFEST_DIR: &str = "manifests";
 /// The directory of state objects, relative to the store root.
 pub(crate) const STATE_DIR: &str = "state";
+/// The lease object, relative to the store root: outside both directories, so that neither
+/// garbage collection nor `clear` touches it.
+pub(crate) const LEASE_PATH: &str = "lease";
 /// The longest object name a caller may pass to `put_object`.
 pub(crate) const OBJECT_NAME_BYTES_MAX: usize = 512;
 

@@ -10,12 +10,14 @@
 //! (with size and checksum), the source positions and the sinks' pre-commit records. The
 //! manifest is published last and atomically; an epoch is committed exactly when its
 //! manifest exists. See `store` for the protocol and its correctness argument, `collect`
-//! for retention, and `manifest` for the encoding.
+//! for retention, `manifest` for the encoding, and `lease` for how one run at a time
+//! writes a store (publishing, collecting and clearing need its lease; reading does not).
 //!
 //! ```no_run
-//! use sluice_checkpoint::{CheckpointStore, Manifest, OperatorState};
+//! use sluice_checkpoint::{CheckpointStore, Holder, Manifest, OperatorState};
 //! # fn main() -> Result<(), sluice_types::SluiceError> {
 //! let store = CheckpointStore::open("file://./sluice-state", std::path::Path::new("."))?;
+//! let lease = store.acquire_lease(Holder::this_process("hot-items"))?;
 //! let object = store.put_object(7, "window/vnode-3", b"state".to_vec())?;
 //! let mut manifest = Manifest::new(7, "fingerprint", 256, 1_700_000_000_000);
 //! manifest.operators.push(OperatorState { id: "window".into(), vnodes: vec![(3, object)] });
@@ -23,6 +25,7 @@
 //! let (restored, warnings) = store.latest_valid()?.expect("one checkpoint");
 //! assert!(warnings.is_empty() && restored == manifest);
 //! store.collect_garbage(2)?;
+//! lease.release()?;
 //! # Ok(())
 //! # }
 //! ```
@@ -45,27 +48,33 @@
 //! [`REQUEST_TIMEOUT`] per request with at most [`RETRIES_MAX`] retries of transient
 //! failures, backing off exponentially from [`BACKOFF_INITIAL`] to [`BACKOFF_MAX`].
 //!
-//! Testing: unit and property tests run with `cargo test -p sluice-checkpoint`; the S3 test
-//! (`tests/s3.rs`) needs `moto_server` (`python3 -m pip install 'moto[server]'`), the Azure
-//! test (`tests/azure.rs`) needs Azurite's `azurite-blob` (`npm install --prefix
-//! ~/.cache/sluice-tools/azurite azurite@3`); `scripts/test.sh` installs both, and each test
-//! starts and stops its server. `gs://` has no server test: the Python
+//! Testing: unit and property tests run with `cargo test -p sluice-checkpoint`. The
+//! scenarios every backend must pass (`tests/common/scenarios.rs`: checkpoints and the
+//! lease) run on a local directory (`tests/local.rs`), on S3 (`tests/s3.rs`, needs
+//! `moto_server`: `python3 -m pip install 'moto[server]'`) and on Azure (`tests/azure.rs`,
+//! needs Azurite's `azurite-blob`: `npm install --prefix ~/.cache/sluice-tools/azurite
+//! azurite@3`); `scripts/test.sh` installs both, and each test starts its own server on a
+//! port the kernel picks, and stops it. `gs://` has no server test: the Python
 //! `gcp-storage-emulator` (tried at version 2026.7.19) does not implement the XML API that
 //! `object_store`'s GCS client speaks well enough. Its object PUT answers without an `ETag`
 //! header (the client fails every write), it ignores `x-goog-if-generation-match: 0` (a
 //! create-only PUT overwrites), and listing (`GET /bucket?list-type=2`) and deletion answer
 //! 501. The GCS path is therefore covered only by the unit tests of URL and option
-//! handling. The manifest decoder has a fuzz target (needs a nightly toolchain and
-//! cargo-fuzz): `cd crates/sluice-checkpoint/fuzz && cargo +nightly fuzz run decode_manifest`.
+//! handling. The manifest and lease decoders have fuzz targets (need a nightly toolchain and
+//! cargo-fuzz): `cd crates/sluice-checkpoint/fuzz && cargo +nightly fuzz run decode_manifest`
+//! (or `decode_lease`).
 
 mod calls;
 mod collect;
+mod frame;
 mod layout;
+mod lease;
 mod location;
 mod manifest;
 mod store;
 
 pub use calls::{CALL_TIMEOUT, DELETE_BATCH};
+pub use lease::{ACQUIRE_ATTEMPTS_MAX, BrokenLease, Holder, LEASE_BYTES_MAX, LEASE_FORMAT_VERSION, LEASE_MAGIC, Lease};
 pub use location::{BACKOFF_INITIAL, BACKOFF_MAX, CONNECT_TIMEOUT, REQUEST_TIMEOUT, RETRIES_MAX, RETRY_WINDOW};
 pub use manifest::{
     FORMAT_VERSION, MAGIC, MANIFEST_BYTES_MAX, Manifest, ObjectRef, OperatorState, SinkRecords, SourcePositions,

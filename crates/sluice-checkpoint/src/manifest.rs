@@ -1,43 +1,119 @@
 //! The manifest: what one committed epoch consists of, and its byte encoding.
 //!
-//! A manifest names, for epoch `e`, the topology it belongs to (fingerprint, vnodes), every
-//! source's position per lane, every operator's state object per vnode and every sink's
-//! pre-commit records. State objects are opaque bytes to this crate; a manifest refers to
-//! them by [`ObjectRef`] (path, size, checksum) so that a reader can prove it got the bytes
-//! the writer wrote.
+//! A manifest names, for epoch `e`, the topology it belongs to (fingerprint, vnodes), the
+//! versions of the encodings its state depends on, every source's lane layout and position
+//! per lane, every operator's state object per vnode and every sink's pre-commit records.
+//! State objects, layouts and positions are opaque bytes to this crate; a manifest refers
+//! to objects by [`ObjectRef`] (path, size, checksum) so that a reader can prove it got the
+//! bytes the writer wrote.
 //!
-//! Encoding (all integers little-endian):
+//! # Encoding, format version 2
+//!
+//! This section is the complete specification: a decoder can be written from it alone. The
+//! golden vectors in `manifest/tests.rs` pin it; a change of these bytes (by a change here
+//! or by a dependency upgrade) fails them, and needs a new format version.
+//!
+//! ## The frame
 //!
 //! ```text
-//! "SLUICEMF" | u32 format version | postcard body | u32 CRC-32 of the body
+//! offset  bytes  content
+//! 0       8      magic: ASCII "SLUICEMF" = 53 4c 55 49 43 45 4d 46
+//! 8       4      format version, u32 little-endian: 02 00 00 00
+//! 12      n      body: the manifest in postcard (below); n = total length - 16
+//! 12+n    4      CRC-32 of the body only, u32 little-endian
 //! ```
 //!
-//! Correctness argument for [`decode`], which reads bytes from outside the process:
-//! - it never panics and never allocates more than its input justifies: every length is
-//!   checked against the remaining input before use (postcard bounds sequence lengths by
-//!   the input, and serde caps pre-allocation);
-//! - a manifest is accepted only if the magic, the version and the checksum match, the body
-//!   is consumed exactly, and the decoded value passes [`Manifest::check`]. CRC-32 detects
-//!   every error burst of up to 32 bits, so a single damaged byte or a truncation is always
-//!   rejected; other damage is rejected except with probability 2^-32;
-//! - the encoder asserts the inverse pairing: `decode(encode(m)) == m` (debug builds).
+//! The body has no length field: it runs to 4 bytes before the end. The checksum is the
+//! CRC-32 of zlib, gzip and PNG (IEEE 802.3: reflected polynomial `0xEDB88320`, initial
+//! value and final XOR `0xFFFFFFFF`; the CRC of ASCII `123456789` is `0xCBF43926`). The lease
+//! (see `lease`) uses the same frame with its own magic.
+//!
+//! ## The body: postcard's wire rules
+//!
+//! The body is the [`Manifest`] serialized by postcard 1.x, which writes:
+//! - **varint** (every `u32` and `u64`): unsigned LEB128, 7 bits per byte, least significant
+//!   group first; every byte but the last has its high bit (`0x80`) set. A `u32` takes 1 to 5
+//!   bytes (the 5th at most `0x0f`), a `u64` 1 to 10 (the 10th at most `0x01`). Examples:
+//!   0 = `00`, 127 = `7f`, 128 = `80 01`, 300 = `ac 02`, `u32::MAX` = `ff ff ff ff 0f`.
+//! - **zigzag** (every `i64`): `(n << 1) ^ (n >> 63)` (arithmetic shift) as a `u64`, then its
+//!   varint: 0 = `00`, -1 = `01`, 1 = `02`, -2 = `03`, 1 700 000 000 000 = `80 a0 ab fe f9 62`.
+//! - **string**: the byte length as a varint, then that many bytes of UTF-8.
+//! - **bytes** (a `Vec<u8>`): the length as a varint, then the bytes, one per element.
+//! - **seq** of `T`: the element count as a varint, then the elements.
+//! - **map** of `K` to `V`: the entry count as a varint, then key, value, key, value, ...
+//! - **struct** and **tuple**: the fields in the order below, with nothing between them (no
+//!   tags, names or lengths).
+//!
+//! ## The body: fields in order
+//!
+//! ```text
+//! Manifest
+//!   version        varint u32     equal to the frame's version (2)
+//!   epoch          varint u64
+//!   fingerprint    string         the topology fingerprint
+//!   created_ms     zigzag i64     milliseconds since the Unix epoch
+//!   vnodes         varint u32     at least 1
+//!   lane_threads   varint u32
+//!   encodings      map of string to varint u32   encoding name -> version
+//!   sources        seq of SourcePositions
+//!   operators      seq of OperatorState
+//!   sinks          seq of SinkRecords
+//! SourcePositions  name: string, layout: bytes, lanes: seq of bytes (one position per lane)
+//! OperatorState    id: string, vnodes: seq of (vnode: varint u32, object: ObjectRef)
+//! ObjectRef        path: string, size: varint u64, checksum: varint u32 (CRC-32 as above)
+//! SinkRecords      name: string, records: seq of bytes
+//! ```
+//!
+//! Example, the golden vector of `Manifest::new(0, "", 1, 0)` (no encodings, sources,
+//! operators or sinks): frame `53 4c 55 49 43 45 4d 46 02 00 00 00`, body
+//! `02 00 00 00 01 01 00 00 00 00` (version 2, epoch 0, fingerprint "", created_ms 0,
+//! vnodes 1, lane_threads 1, four empty collections), checksum `5e 42 43 11`.
+//!
+//! ## What a decoder accepts
+//!
+//! A manifest is accepted only if all of these hold, checked in this order:
+//! 1. the magic matches (else `checkpoint.manifest_magic`), there are at least 16 bytes (else
+//!    `checkpoint.manifest_truncated`), the frame's version is [`FORMAT_VERSION`] (else
+//!    `checkpoint.manifest_version`, the only refusal that is not damage), and the checksum
+//!    matches (else `checkpoint.manifest_checksum`);
+//! 2. the body decodes, is consumed exactly and is canonical: every varint in its shortest
+//!    form, `encodings` in ascending byte order of the names, each name once; there is
+//!    exactly one encoding of every manifest (else `checkpoint.manifest_body`);
+//! 3. the body's version equals the frame's, and the manifest passes [`Manifest::check`]
+//!    (else `checkpoint.manifest_inconsistent`).
+//!
+//! ## Versions
+//!
+//! - 1: the fields above without `encodings` and without `SourcePositions::layout`. A store
+//!   of version 1 is refused with `checkpoint.manifest_version`: its state cannot be matched
+//!   to the encodings it depends on.
+//! - 2: adds `encodings` (after `lane_threads`) and each source's `layout` (after its name).
+//!
+//! # Correctness argument for [`decode`], which reads bytes from outside the process
+//!
+//! - It never panics and never allocates more than its input justifies: every length is
+//!   checked against the remaining input before use (postcard bounds sequence lengths by the
+//!   input, and serde caps pre-allocation).
+//! - It accepts only what the rules above accept. CRC-32 detects every error burst of up to
+//!   32 bits, so a single damaged byte or a truncation is always rejected; other damage is
+//!   rejected except with probability 2^-32.
+//! - Encoding and decoding are paired: [`encode`] asserts `decode(encode(m)) == m` (debug
+//!   builds), and the canonical-form rule makes `encode(decode(b)) == b` for every accepted
+//!   `b`.
 
 use serde::{Deserialize, Serialize};
-use sluice_types::SluiceError;
-use std::collections::BTreeSet;
+use sluice_types::{ErrorKind, SluiceError};
+use std::collections::{BTreeMap, BTreeSet};
 
+use crate::frame::{self, Problem};
 use crate::layout;
 
-/// The manifest format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The manifest format this build writes and reads (see the module doc for the history).
+pub const FORMAT_VERSION: u32 = 2;
 /// The first bytes of every encoded manifest.
 pub const MAGIC: [u8; 8] = *b"SLUICEMF";
 /// The largest encoded manifest a store reads; larger ones are refused as damaged.
 pub const MANIFEST_BYTES_MAX: u64 = 64 * 1024 * 1024;
-
-const VERSION_BYTES: usize = 4;
-const HEADER_BYTES: usize = MAGIC.len() + VERSION_BYTES;
-const CHECKSUM_BYTES: usize = 4;
 
 /// Where an object lives and how to check it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,11 +126,15 @@ pub struct ObjectRef {
     pub checksum: u32,
 }
 
-/// A source's position per lane, opaque to the store (an offset, a byte range, a seed).
+/// A source's lane layout and its position per lane, both opaque to the store.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourcePositions {
     pub name: String,
-    /// One position per lane; the lane count is fixed by the first run.
+    /// How the source laid out its lanes in the first run (for a file source: its files,
+    /// their identities and byte ranges), for a resumed run to compare with its own.
+    pub layout: Vec<u8>,
+    /// One position per lane (an offset, a byte range, a seed); the lane count is fixed by
+    /// the first run.
     pub lanes: Vec<Vec<u8>>,
 }
 
@@ -87,6 +167,10 @@ pub struct Manifest {
     /// The thread count the sources' lanes were laid out for in the first run: lanes are
     /// fixed for the life of the state, and a resumed run lays them out the same way.
     pub lane_threads: u32,
+    /// The versions of the encodings the state depends on, by name ("key", "key_hash",
+    /// "window_state", "fingerprint", ...). The store carries them without interpreting
+    /// them; a resumed run compares them with its own.
+    pub encodings: BTreeMap<String, u32>,
     pub sources: Vec<SourcePositions>,
     pub operators: Vec<OperatorState>,
     pub sinks: Vec<SinkRecords>,
@@ -102,6 +186,7 @@ impl Manifest {
             created_ms,
             vnodes,
             lane_threads: 1,
+            encodings: BTreeMap::new(),
             sources: Vec::new(),
             operators: Vec::new(),
             sinks: Vec::new(),
@@ -114,8 +199,9 @@ impl Manifest {
     }
 
     /// Checks that the manifest does not contradict itself: a known version, at least one
-    /// vnode, unique names, vnodes ascending and in range, object paths inside the store and
-    /// written no later than this epoch. Fails with `checkpoint.manifest_inconsistent`.
+    /// vnode, no empty encoding name, unique names, vnodes ascending and in range, object
+    /// paths inside the store and written no later than this epoch. Fails with
+    /// `checkpoint.manifest_inconsistent`.
     pub fn check(&self) -> Result<(), SluiceError> {
         self.find_contradiction().map_or(Ok(()), |problem| {
             Err(SluiceError::internal(
@@ -131,6 +217,9 @@ impl Manifest {
         }
         if self.vnodes == 0 {
             return Some("vnodes is 0".to_string());
+        }
+        if self.encodings.contains_key("") {
+            return Some("an encoding has an empty name".to_string());
         }
         duplicate(self.sources.iter().map(|s| s.name.as_str()))
             .map(|name| format!("source {name:?} appears twice"))
@@ -177,99 +266,59 @@ fn duplicate<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
 /// caller ([`crate::CheckpointStore::publish`] checks first and returns an error).
 pub fn encode(manifest: &Manifest) -> Vec<u8> {
     debug_assert!(manifest.check().is_ok(), "encoding an inconsistent manifest: {:?}", manifest.check());
-    // Serializing plain structs into a vector fails only on allocation failure, which aborts.
-    let body = postcard::to_allocvec(manifest).expect("postcard serializes plain structs into a Vec");
-    let mut bytes = Vec::with_capacity(HEADER_BYTES + body.len() + CHECKSUM_BYTES);
-    bytes.extend_from_slice(&MAGIC);
-    bytes.extend_from_slice(&manifest.version.to_le_bytes());
-    bytes.extend_from_slice(&body);
-    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    let bytes = frame::seal(MAGIC, manifest.version, &frame::encode_body(manifest));
     debug_assert_eq!(decode(&bytes).ok().as_ref(), Some(manifest), "manifest encoding does not round-trip");
     bytes
 }
 
 /// Decodes and checks a manifest; never panics. Errors name what is wrong:
-/// `checkpoint.manifest_truncated`, `checkpoint.manifest_magic`, `checkpoint.manifest_version`,
-/// `checkpoint.manifest_checksum`, `checkpoint.manifest_body`, `checkpoint.manifest_inconsistent`.
+/// `checkpoint.manifest_truncated`, `checkpoint.manifest_magic`, `checkpoint.manifest_checksum`,
+/// `checkpoint.manifest_body` and `checkpoint.manifest_inconsistent` are damage
+/// ([`ErrorKind::DamagedManifest`]: a reader may fall back to an older manifest);
+/// `checkpoint.manifest_version` is not ([`ErrorKind::Other`]: the store was written by another
+/// Sluice, and falling back past it would silently restore older state).
 pub fn decode(bytes: &[u8]) -> Result<Manifest, SluiceError> {
-    let (version, body) = split_frame(bytes)?;
-    let manifest = decode_body(body)?;
-    if manifest.version != version {
-        return Err(SluiceError::internal(
+    let body = frame::open(bytes, MAGIC, FORMAT_VERSION).map_err(frame_error)?;
+    let manifest: Manifest = frame::decode_body(body).map_err(|problem| {
+        damaged(SluiceError::internal("checkpoint.manifest_body", format!("manifest body does not decode: {problem}")))
+    })?;
+    if manifest.version != FORMAT_VERSION {
+        return Err(damaged(SluiceError::internal(
             "checkpoint.manifest_inconsistent",
-            format!("manifest header says version {version} but its body says {}", manifest.version),
-        ));
+            format!("manifest header says version {FORMAT_VERSION} but its body says {}", manifest.version),
+        )));
     }
-    manifest.check()?;
+    manifest.check().map_err(damaged)?;
     Ok(manifest)
 }
 
-/// Checks magic, version and checksum; returns the version and the body.
-fn split_frame(bytes: &[u8]) -> Result<(u32, &[u8]), SluiceError> {
-    let magic_len = MAGIC.len().min(bytes.len());
-    if bytes[..magic_len] != MAGIC[..magic_len] {
-        return Err(SluiceError::external(
+fn damaged(error: SluiceError) -> SluiceError {
+    error.with_kind(ErrorKind::DamagedManifest)
+}
+
+fn frame_error(problem: Problem) -> SluiceError {
+    match problem {
+        Problem::Magic { found } => damaged(SluiceError::external(
             "checkpoint.manifest_magic",
-            format!("not a Sluice manifest: it starts with {:?}, not {:?}", escaped(&bytes[..magic_len]), "SLUICEMF"),
-        ));
-    }
-    if bytes.len() < HEADER_BYTES + CHECKSUM_BYTES {
-        return Err(truncated(bytes.len()));
-    }
-    let (header, rest) = bytes.split_at(HEADER_BYTES);
-    let version = u32::from_le_bytes(le_word(&header[MAGIC.len()..]));
-    if version != FORMAT_VERSION {
-        return Err(SluiceError::user(
+            format!("not a Sluice manifest: it starts with {found:?}, not {:?}", "SLUICEMF"),
+        )),
+        Problem::Truncated { len } => damaged(SluiceError::external(
+            "checkpoint.manifest_truncated",
+            format!("manifest is truncated: {len} bytes, fewer than the {} of an empty frame", frame::FRAME_BYTES),
+        )),
+        Problem::Version { found } => SluiceError::user(
             "checkpoint.manifest_version",
-            format!("manifest format version {version} is not supported (this build reads version {FORMAT_VERSION})"),
+            format!("manifest format version {found} is not supported (this build reads version {FORMAT_VERSION})"),
         )
-        .with_fix("run the Sluice version that wrote this store, or start over with --from-scratch"));
-    }
-    let (body, trailer) = rest.split_at(rest.len() - CHECKSUM_BYTES);
-    let stored = u32::from_le_bytes(le_word(trailer));
-    let computed = crc32fast::hash(body);
-    if stored != computed {
-        return Err(SluiceError::external(
+        .with_fix("run the Sluice version that wrote this store, or start over with --from-scratch"),
+        Problem::Checksum { len, stored, computed } => damaged(SluiceError::external(
             "checkpoint.manifest_checksum",
             format!(
-                "manifest checksum mismatch over {} bytes (stored {stored:#010x}, computed {computed:#010x}): \
-                 it is damaged or truncated",
-                bytes.len()
+                "manifest checksum mismatch over {len} bytes (stored {stored:#010x}, computed {computed:#010x}): \
+                 it is damaged or truncated"
             ),
-        ));
+        )),
     }
-    Ok((version, body))
-}
-
-fn decode_body(body: &[u8]) -> Result<Manifest, SluiceError> {
-    let body_error = |detail: String| {
-        SluiceError::internal("checkpoint.manifest_body", format!("manifest body does not decode: {detail}"))
-    };
-    match postcard::take_from_bytes::<Manifest>(body) {
-        Ok((manifest, [])) => Ok(manifest),
-        Ok((_, rest)) => Err(body_error(format!("{} bytes follow the manifest", rest.len()))),
-        Err(error) => Err(body_error(error.to_string())),
-    }
-}
-
-fn truncated(len: usize) -> SluiceError {
-    SluiceError::external(
-        "checkpoint.manifest_truncated",
-        format!(
-            "manifest is truncated: {len} bytes, fewer than the {} of an empty frame",
-            HEADER_BYTES + CHECKSUM_BYTES
-        ),
-    )
-}
-
-fn le_word(bytes: &[u8]) -> [u8; 4] {
-    let mut word = [0u8; 4];
-    word.copy_from_slice(&bytes[..4]);
-    word
-}
-
-fn escaped(bytes: &[u8]) -> String {
-    bytes.escape_ascii().to_string()
 }
 
 #[cfg(test)]

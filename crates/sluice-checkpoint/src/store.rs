@@ -14,6 +14,10 @@
 //!    - object store: a conditional PUT (`If-None-Match: *`, `PutMode::Create`) of the final
 //!      name, because a rename there is copy + delete and not atomic; a single PUT is.
 //!
+//! Every publish is fenced by the store's lease (see `lease`): it reads the lease just
+//! before the atomic step and refuses (`checkpoint.lease_lost`) unless this handle's run
+//! still holds it, so a run whose lease was broken never writes a manifest.
+//!
 //! Epochs are published in increasing order (publish refuses an epoch below the newest
 //! manifest, and `put_object` refuses to write into an epoch this process saw published), so
 //! the newest manifest is always the newest commit.
@@ -35,42 +39,31 @@
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::PutMode;
-use sluice_types::SluiceError;
+use sluice_types::{ErrorKind, SluiceError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::calls::{Calls, Failure, SizeCheck};
 use crate::layout::{self, ManifestFile};
+use crate::lease::LeaseSlot;
 use crate::location;
 use crate::manifest::{self, MANIFEST_BYTES_MAX, Manifest, ObjectRef};
 
 /// How many objects `verify` reads at once.
 pub const VERIFY_CONCURRENCY: usize = 8;
 
-/// Error codes that mean "this object is damaged", as opposed to "the store is unreachable".
-const OBJECT_DAMAGE: [&str; 3] =
-    ["checkpoint.object_missing", "checkpoint.object_truncated", "checkpoint.object_checksum"];
-
-/// Error codes that mean "this manifest cannot be restored from".
-pub(crate) const MANIFEST_DAMAGE: [&str; 7] = [
-    "checkpoint.manifest_missing",
-    "checkpoint.manifest_too_large",
-    "checkpoint.manifest_truncated",
-    "checkpoint.manifest_magic",
-    "checkpoint.manifest_checksum",
-    "checkpoint.manifest_body",
-    "checkpoint.manifest_inconsistent",
-];
-
 /// A checkpoint store at one URL. Safe to share between threads; every method blocks the
 /// calling thread (which must not be inside an async task) until its I/O is done.
 #[derive(Debug)]
 pub struct CheckpointStore {
-    pub(crate) calls: Calls,
+    pub(crate) calls: Arc<Calls>,
     /// One more than the highest epoch this process saw published (0: none), to refuse
     /// writing objects into an epoch that is already committed.
     published_above: AtomicU64,
+    /// The lease this handle acquired, if any (see `lease`).
+    pub(crate) lease: Arc<LeaseSlot>,
 }
 
 impl CheckpointStore {
@@ -91,7 +84,8 @@ impl CheckpointStore {
         options: &[(String, String)],
     ) -> Result<CheckpointStore, SluiceError> {
         let location = location::resolve(url, base_dir, options)?;
-        Ok(CheckpointStore { calls: Calls::new(location)?, published_above: AtomicU64::new(0) })
+        let calls = Arc::new(Calls::new(location)?);
+        Ok(CheckpointStore { calls, published_above: AtomicU64::new(0), lease: Arc::default() })
     }
 
     /// The resolved URL (local paths are absolute `file://` URLs).
@@ -130,8 +124,11 @@ impl CheckpointStore {
             let message = format!("{:?} is not a state object path", object.path);
             return Err(SluiceError::internal("checkpoint.object_name", message));
         }
+        // Every failure named here is damage to this object ([`ErrorKind::DamagedObject`]),
+        // as opposed to a store that cannot be reached.
         let named = |code, problem: String| {
             SluiceError::external(code, format!("state object {:?} in {}: {problem}", object.path, self.url()))
+                .with_kind(ErrorKind::DamagedObject)
         };
         let bytes = match self.calls.get(&object.path, SizeCheck::Exactly(object.size)).await {
             Ok(Ok(bytes)) => bytes,
@@ -155,13 +152,15 @@ impl CheckpointStore {
 
     /// Publishes `manifest` atomically (see the module doc). Every object it names must be
     /// durable already; publishing the same manifest twice is harmless, publishing a
-    /// different manifest for a published epoch is refused.
+    /// different manifest for a published epoch is refused. Needs the store's lease
+    /// (`checkpoint.lease_missing`, `checkpoint.lease_lost` otherwise).
     pub fn publish(&self, manifest: &Manifest) -> Result<(), SluiceError> {
         manifest.check()?;
         let epoch = manifest.epoch;
         self.calls.block_on(async {
             self.check_order(epoch).await?;
             self.check_written(manifest).await?;
+            self.check_lease(&format!("publishing epoch {epoch}")).await?;
             let bytes = Bytes::from(manifest::encode(manifest));
             let path = layout::manifest_path(epoch);
             let outcome = match self.calls.local_root() {
@@ -273,10 +272,13 @@ impl CheckpointStore {
             Ok(Ok(bytes)) => bytes,
             Ok(Err(size)) => {
                 let message = format!("manifest has {size} bytes, more than the {MANIFEST_BYTES_MAX} allowed");
-                return Err(SluiceError::external("checkpoint.manifest_too_large", message).context(context));
+                return Err(SluiceError::external("checkpoint.manifest_too_large", message)
+                    .with_kind(ErrorKind::DamagedManifest)
+                    .context(context));
             }
             Err(Failure::Missing) => {
                 return Err(SluiceError::user("checkpoint.manifest_missing", "no such manifest")
+                    .with_kind(ErrorKind::DamagedManifest)
                     .context(context)
                     .with_fix("list the published epochs with `sluice checkpoints list`"));
             }
@@ -285,7 +287,9 @@ impl CheckpointStore {
         let manifest = manifest::decode(&bytes).map_err(|error| error.context(&context))?;
         if manifest.epoch != epoch {
             let message = format!("the manifest inside is for epoch {}", manifest.epoch);
-            return Err(SluiceError::internal("checkpoint.manifest_inconsistent", message).context(context));
+            return Err(SluiceError::internal("checkpoint.manifest_inconsistent", message)
+                .with_kind(ErrorKind::DamagedManifest)
+                .context(context));
         }
         Ok(manifest)
     }
@@ -304,7 +308,7 @@ impl CheckpointStore {
             while let Some(outcome) = outcomes.next().await {
                 match outcome {
                     Ok(_) => {}
-                    Err(error) if OBJECT_DAMAGE.contains(&error.code) => problems.push(error.message),
+                    Err(error) if error.kind == ErrorKind::DamagedObject => problems.push(error.message),
                     Err(error) => return Err(error),
                 }
             }
@@ -332,7 +336,7 @@ impl CheckpointStore {
                     }
                     problems.join("; ")
                 }
-                Err(error) if MANIFEST_DAMAGE.contains(&error.code) => error.message,
+                Err(error) if error.kind == ErrorKind::DamagedManifest => error.message,
                 Err(error) => return Err(error),
             };
             warnings.push(format!("checkpoint epoch {epoch} is damaged and skipped: {problems}"));

@@ -1,7 +1,7 @@
 //! The checkpoint store through `az://` against Azurite, the Azure Storage emulator.
 //!
-//! The test starts `azurite-blob` itself on a free loopback port, keeping its data in
-//! memory. It runs the program named by `SLUICE_AZURITE`, else the one installed by
+//! The test starts `azurite-blob` itself on a loopback port the kernel picks, keeping its
+//! data in memory. It runs the program named by `SLUICE_AZURITE`, else the one installed by
 //! `scripts/test.sh` under `~/.cache/sluice-tools/azurite`, else `azurite-blob` from the
 //! `PATH`; or it uses the Azurite at `SLUICE_TEST_AZURE` (`http://host:port`) when that is
 //! set. A missing emulator fails the test: it is never skipped silently.
@@ -23,13 +23,13 @@ const INSTALL: &str = "install it with: npm install --prefix ~/.cache/sluice-too
 const ACCOUNT: &str = "devstoreaccount1";
 const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
-/// Blob service only, on the test's port, data in memory, no telemetry, any API version
-/// object_store asks for.
+/// Blob service only, on a port the kernel picks (Azurite prints it), data in memory, no
+/// telemetry, any API version object_store asks for.
 const AZURITE_ARGS: [&str; 8] = [
     "--blobHost",
     "127.0.0.1",
     "--blobPort",
-    "{port}",
+    "0",
     "--inMemoryPersistence",
     "--disableTelemetry",
     "--skipApiVersionCheck",
@@ -52,7 +52,8 @@ fn server() -> Server {
     if let Ok(endpoint) = std::env::var("SLUICE_TEST_AZURE") {
         return Server::running(&endpoint);
     }
-    Server::start(&azurite(), &AZURITE_ARGS, INSTALL)
+    // Azurite prints "Azurite Blob service successfully listens on http://127.0.0.1:PORT".
+    Server::start(&azurite(), &AZURITE_ARGS, "successfully listens on ", INSTALL)
 }
 
 /// Creates `container` (the store only reads and writes blobs) with a request signed by the
@@ -85,5 +86,12 @@ fn open(server: &Server, url: &str) -> CheckpointStore {
 fn checkpoints_round_trip_through_azure() {
     let server = server();
     create_container(&server, "checkpoints");
-    common::checkpoints_round_trip("az://checkpoints", |url| open(&server, url));
+    common::scenarios::checkpoints_round_trip("az://checkpoints", |url| open(&server, url));
+}
+
+#[test]
+fn one_run_at_a_time_holds_an_azure_store() {
+    let server = server();
+    create_container(&server, "leases");
+    common::scenarios::lease_round_trip("az://leases", |url| open(&server, url));
 }

@@ -1,6 +1,6 @@
 //! The checkpoint store through `s3://` against a local S3-compatible server.
 //!
-//! The test starts `moto_server` itself on a free loopback port (install it with
+//! The test starts `moto_server` itself on a loopback port the kernel picks (install it with
 //! `python3 -m pip install 'moto[server]'`), or uses the server at `SLUICE_TEST_S3`
 //! (`http://host:port`) when that is set. A missing server fails the test: it is never
 //! skipped silently.
@@ -17,7 +17,8 @@ const INSTALL: &str = "install it with: python3 -m pip install 'moto[server]' \
 fn server() -> Server {
     match std::env::var("SLUICE_TEST_S3") {
         Ok(endpoint) => Server::running(&endpoint),
-        Err(_) => Server::start("moto_server", &["-H", "127.0.0.1", "-p", "{port}"], INSTALL),
+        // moto prints " * Running on http://127.0.0.1:PORT" once it listens.
+        Err(_) => Server::start("moto_server", &["-H", "127.0.0.1", "-p", "0"], "Running on ", INSTALL),
     }
 }
 
@@ -41,5 +42,13 @@ fn checkpoints_round_trip_through_s3() {
     // moto accepts an unsigned bucket creation.
     let status = server.put_empty("/checkpoints", &[]);
     assert!(status.contains(" 200 "), "creating bucket checkpoints: {status}");
-    common::checkpoints_round_trip("s3://checkpoints", |url| open(&server, url));
+    common::scenarios::checkpoints_round_trip("s3://checkpoints", |url| open(&server, url));
+}
+
+#[test]
+fn one_run_at_a_time_holds_an_s3_store() {
+    let server = server();
+    let status = server.put_empty("/leases", &[]);
+    assert!(status.contains(" 200 "), "creating bucket leases: {status}");
+    common::scenarios::lease_round_trip("s3://leases", |url| open(&server, url));
 }

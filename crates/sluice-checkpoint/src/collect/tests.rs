@@ -56,6 +56,7 @@ fn retention_deletes_exactly_what_no_kept_manifest_needs() {
     let deleted = store.collect_garbage(2).expect("collect");
     let after = files(&base.path().join("store"));
     let expected: Vec<&str> = vec![
+        "lease",
         "manifests/epoch-00000000000000000003.manifest",
         "manifests/epoch-00000000000000000004.manifest",
         "manifests/notes",
@@ -85,13 +86,14 @@ fn a_damaged_newest_checkpoint_never_costs_the_healthy_one() {
     std::fs::write(file(&base, "state/epoch-2/other"), b"x").expect("write");
     store.collect_garbage(1).expect("collect");
     let kept = files(&base.path().join("store"));
-    let expected = vec![manifest(1), manifest(2), "state/epoch-1/agg/vnode-0", "state/epoch-2/other"];
+    let expected = vec!["lease", manifest(1), manifest(2), "state/epoch-1/agg/vnode-0", "state/epoch-2/other"];
     assert_eq!(kept.keys().map(String::as_str).collect::<Vec<_>>(), expected);
     // Once a newer healthy checkpoint exists, the damaged one is collected.
     checkpoint(&store, 3, &["agg"]);
     store.collect_garbage(1).expect("collect");
     let kept = files(&base.path().join("store"));
-    assert_eq!(kept.keys().map(String::as_str).collect::<Vec<_>>(), vec![manifest(3), "state/epoch-3/agg/vnode-0"]);
+    let expected = vec!["lease", manifest(3), "state/epoch-3/agg/vnode-0"];
+    assert_eq!(kept.keys().map(String::as_str).collect::<Vec<_>>(), expected);
 }
 
 #[test]
@@ -102,7 +104,8 @@ fn without_a_healthy_checkpoint_only_abandoned_work_is_collected() {
     store.put_object(2, "agg/vnode-0", b"abandoned".to_vec()).expect("put");
     store.collect_garbage(3).expect("collect");
     let kept = files(&base.path().join("store"));
-    assert_eq!(kept.keys().map(String::as_str).collect::<Vec<_>>(), vec![manifest(1), "state/epoch-1/agg/vnode-0"]);
+    let expected = vec!["lease", manifest(1), "state/epoch-1/agg/vnode-0"];
+    assert_eq!(kept.keys().map(String::as_str).collect::<Vec<_>>(), expected);
 }
 
 #[test]
@@ -111,7 +114,7 @@ fn a_store_without_manifests_collects_every_object() {
     assert_eq!(store.collect_garbage(1).expect("collect an empty store"), 0);
     store.put_object(1, "agg/vnode-0", b"abc".to_vec()).expect("put");
     assert_eq!(store.collect_garbage(1).expect("collect"), 3);
-    assert!(files(&base.path().join("store")).is_empty());
+    assert_eq!(files(&base.path().join("store")).into_keys().collect::<Vec<_>>(), vec!["lease"]);
 }
 
 #[test]
@@ -120,6 +123,8 @@ fn retaining_nothing_is_refused() {
     assert_eq!(store.collect_garbage(0).err().map(|e| e.code), Some("checkpoint.retain"));
 }
 
+/// `clear` keeps the lease: the run that cleared the store (for --from-scratch) goes on
+/// holding it.
 #[test]
 fn clear_deletes_the_store_and_nothing_else() {
     let (base, store) = temp_store();
@@ -128,7 +133,7 @@ fn clear_deletes_the_store_and_nothing_else() {
     std::fs::write(base.path().join("store/pipeline.toml"), b"not ours").expect("write");
     store.clear().expect("clear");
     let left = files(&base.path().join("store"));
-    assert_eq!(left.keys().map(String::as_str).collect::<Vec<_>>(), vec!["pipeline.toml"]);
+    assert_eq!(left.keys().map(String::as_str).collect::<Vec<_>>(), vec!["lease", "pipeline.toml"]);
     assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
     assert_eq!(store.latest_valid().expect("latest"), None);
 }

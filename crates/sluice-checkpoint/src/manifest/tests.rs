@@ -1,6 +1,8 @@
-//! Encode/decode pairing, rejection of damaged encodings, and property tests.
+//! Golden vectors of the encoding, encode/decode pairing, rejection of damaged encodings,
+//! and property tests.
 
 use super::*;
+use crate::frame::tests::unhex;
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 
@@ -12,9 +14,14 @@ fn object(epoch: u64, name: &str, size: u64) -> ObjectRef {
 fn samples() -> Vec<Manifest> {
     let empty = Manifest::new(0, "", 1, 0);
     let mut full = Manifest::new(42, "fp-0123456789abcdef", 256, 1_700_000_000_000);
+    full.encodings = [("key".to_string(), 1), ("window_state".to_string(), u32::MAX)].into();
     full.sources = vec![
-        SourcePositions { name: "bids".into(), lanes: vec![vec![], vec![1, 2, 3], vec![0xff; 40]] },
-        SourcePositions { name: "auctions".into(), lanes: vec![vec![7]] },
+        SourcePositions {
+            name: "bids".into(),
+            layout: b"a.csv".to_vec(),
+            lanes: vec![vec![], vec![1, 2, 3], vec![0xff; 40]],
+        },
+        SourcePositions { name: "auctions".into(), layout: vec![], lanes: vec![vec![7]] },
     ];
     full.operators = vec![
         OperatorState { id: "agg".into(), vnodes: vec![(0, object(42, "agg/0", 10)), (255, object(40, "agg/255", 0))] },
@@ -23,6 +30,90 @@ fn samples() -> Vec<Manifest> {
     full.sinks = vec![SinkRecords { name: "out".into(), records: vec![b"txn-1".to_vec(), vec![]] }];
     let negative_time = Manifest { created_ms: -1, epoch: u64::MAX, vnodes: u32::MAX, ..empty.clone() };
     vec![empty, full, negative_time]
+}
+
+/// `manifest` encodes to exactly `fields` (hex), and those bytes decode back to it. A failure
+/// here means the encoding changed: that needs a new format version, never a new vector.
+fn check_golden(manifest: &Manifest, fields: &[&str]) {
+    let expected = unhex(fields);
+    let encoded = encode(manifest);
+    assert_eq!(encoded, expected, "encoding changed: got {}", encoded.escape_ascii());
+    assert_eq!(decode(&expected).as_ref(), Ok(manifest));
+}
+
+/// The frame's magic and version 2.
+const FRAME: &str = "53 4c 55 49 43 45 4d 46  02 00 00 00";
+
+#[test]
+fn golden_vector_of_an_empty_manifest() {
+    let body = ["02", "00", "00", "00", "01", "01", "00", "00", "00", "00"];
+    let checksum = "5e 42 43 11";
+    check_golden(&Manifest::new(0, "", 1, 0), &[&[FRAME][..], &body[..], &[checksum][..]].concat());
+}
+
+/// One of every field, with multi-byte varints.
+fn golden_manifest() -> Manifest {
+    let mut manifest = Manifest::new(300, "fp-7", 256, 1_700_000_000_000);
+    manifest.lane_threads = 2;
+    manifest.encodings = [("window_state".to_string(), 2), ("key".to_string(), 1)].into();
+    manifest.sources =
+        vec![SourcePositions { name: "bids".into(), layout: b"f1".to_vec(), lanes: vec![vec![1], vec![]] }];
+    let object = ObjectRef { path: "state/epoch-300/agg/v200".into(), size: 1000, checksum: 0xdead_beef };
+    manifest.operators = vec![OperatorState { id: "agg".into(), vnodes: vec![(200, object)] }];
+    manifest.sinks = vec![SinkRecords { name: "out".into(), records: vec![b"t1".to_vec(), vec![]] }];
+    manifest
+}
+
+#[test]
+fn golden_vector_of_a_manifest_with_every_field() {
+    let fields = [
+        FRAME,
+        "02",                      // version 2
+        "ac 02",                   // epoch 300
+        "04 66 70 2d 37",          // fingerprint "fp-7"
+        "80 a0 ab fe f9 62",       // created_ms 1_700_000_000_000, zigzag
+        "80 02",                   // vnodes 256
+        "02",                      // lane_threads 2
+        "02",                      // 2 encodings, ascending by name:
+        "03 6b 65 79 01",          //   "key" -> 1
+        "0c 77 69 6e 64 6f 77 5f", //   12 bytes: "window_"
+        "73 74 61 74 65 02",       //   "state" -> 2
+        "01",                      // 1 source:
+        "04 62 69 64 73",          //   name "bids"
+        "02 66 31",                //   layout "f1"
+        "02 01 01 00",             //   2 lanes: [01], []
+        "01",                      // 1 operator:
+        "03 61 67 67",             //   id "agg"
+        "01 c8 01",                //   1 vnode: 200
+        "18 73 74 61 74 65 2f",    //   path, 24 bytes: "state/"
+        "65 70 6f 63 68 2d 33",    //   "epoch-3"
+        "30 30 2f 61 67 67 2f",    //   "00/agg/"
+        "76 32 30 30",             //   "v200"
+        "e8 07",                   //   size 1000
+        "ef fd b6 f5 0d",          //   checksum 0xdeadbeef
+        "01",                      // 1 sink:
+        "03 6f 75 74",             //   name "out"
+        "02 02 74 31 00",          //   2 records: "t1", []
+        "c3 e0 4e 34",             // CRC-32 of the body
+    ];
+    check_golden(&golden_manifest(), &fields);
+}
+
+#[test]
+fn a_version_1_manifest_is_refused_with_the_fix() {
+    // The golden manifest as version 1 wrote it: no encodings, no source layout.
+    let version_1 = [
+        "53 4c 55 49 43 45 4d 46  01 00 00 00",
+        "01 ac 02 04 66 70 2d 37 80 a0 ab fe f9 62 80 02 02",
+        "01 04 62 69 64 73 02 01 01 00",
+        "01 03 61 67 67 01 c8 01 18 73 74 61 74 65 2f 65 70 6f 63 68 2d 33 30 30 2f 61 67 67 2f 76 32 30 30",
+        "e8 07 ef fd b6 f5 0d 01 03 6f 75 74 02 02 74 31 00",
+        "2f e1 63 52",
+    ];
+    let error = decode(&unhex(&version_1)).expect_err("version 1 is refused");
+    assert_eq!((error.code, error.kind), ("checkpoint.manifest_version", ErrorKind::Other));
+    assert_eq!(error.message, "manifest format version 1 is not supported (this build reads version 2)");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("--from-scratch")), "{error}");
 }
 
 #[test]
@@ -34,11 +125,13 @@ fn representative_manifests_round_trip() {
     }
 }
 
-/// Decoding `bytes` fails with `code`.
+/// Decoding `bytes` fails with `code`, of kind `DamagedManifest` except for another format
+/// version (which is not damage: recovery must stop rather than fall back past it).
 fn check_rejected(name: &str, bytes: &[u8], code: &str) {
+    let kind = if code == "checkpoint.manifest_version" { ErrorKind::Other } else { ErrorKind::DamagedManifest };
     match decode(bytes) {
         Ok(manifest) => panic!("{name}: decoded {manifest:?}, expected {code}"),
-        Err(error) => assert_eq!(error.code, code, "{name}: {error}"),
+        Err(error) => assert_eq!((error.code, error.kind), (code, kind), "{name}: {error}"),
     }
 }
 
@@ -61,7 +154,7 @@ fn damaged_encodings_are_rejected_by_name() {
     trailing.push(0);
     let inconsistent = Manifest { vnodes: 0, ..manifest.clone() };
     let inconsistent_body = postcard::to_allocvec(&inconsistent).expect("serializes");
-    let other_version = Manifest { version: 2, ..manifest.clone() };
+    let other_version = Manifest { version: 1, ..manifest.clone() };
     let other_version_body = postcard::to_allocvec(&other_version).expect("serializes");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty", vec![], "checkpoint.manifest_truncated"),
@@ -69,18 +162,38 @@ fn damaged_encodings_are_rejected_by_name() {
         ("half magic", MAGIC[..3].to_vec(), "checkpoint.manifest_truncated"),
         ("wrong magic", b"NOTAMANIFEST-AT-ALL".to_vec(), "checkpoint.manifest_magic"),
         ("json", br#"{"epoch": 3}"#.to_vec(), "checkpoint.manifest_magic"),
-        ("version 2", reframe(2, &body), "checkpoint.manifest_version"),
+        ("version 1", reframe(1, &body), "checkpoint.manifest_version"),
+        ("version 3", reframe(3, &body), "checkpoint.manifest_version"),
         ("version 0", reframe(0, &body), "checkpoint.manifest_version"),
         ("flipped byte", flipped, "checkpoint.manifest_checksum"),
         ("cut in the body", good[..good.len() / 2].to_vec(), "checkpoint.manifest_checksum"),
         ("cut checksum", good[..good.len() - 1].to_vec(), "checkpoint.manifest_checksum"),
-        ("empty body", reframe(1, &[]), "checkpoint.manifest_body"),
-        ("trailing byte", reframe(1, &trailing), "checkpoint.manifest_body"),
-        ("inconsistent", reframe(1, &inconsistent_body), "checkpoint.manifest_inconsistent"),
-        ("body version differs", reframe(1, &other_version_body), "checkpoint.manifest_inconsistent"),
+        ("empty body", reframe(2, &[]), "checkpoint.manifest_body"),
+        ("trailing byte", reframe(2, &trailing), "checkpoint.manifest_body"),
+        ("inconsistent", reframe(2, &inconsistent_body), "checkpoint.manifest_inconsistent"),
+        ("body version differs", reframe(2, &other_version_body), "checkpoint.manifest_inconsistent"),
     ];
     for (name, bytes, code) in cases {
         check_rejected(name, &bytes, code);
+    }
+}
+
+#[test]
+fn only_the_canonical_body_is_accepted() {
+    // The empty manifest's body with its encodings replaced (the bytes between the
+    // lane_threads and the sources): canonical encodings decode, anything else is refused.
+    let with_encodings = |encodings: &str| reframe(2, &unhex(&["02 00 00 00 01 01", encodings, "00 00 00"]));
+    let two = Manifest { encodings: [("a".into(), 1), ("b".into(), 2)].into(), ..Manifest::new(0, "", 1, 0) };
+    assert_eq!(decode(&with_encodings("02 01 61 01 01 62 02")), Ok(two));
+    let cases: [(&str, &str, &str); 5] = [
+        ("names out of order", "02 01 62 02 01 61 01", "checkpoint.manifest_body"),
+        ("a name twice", "02 01 61 01 01 61 02", "checkpoint.manifest_body"),
+        ("a longer varint than needed", "02 01 61 81 00 01 62 02", "checkpoint.manifest_body"),
+        ("a longer count than needed", "82 00 01 61 01 01 62 02", "checkpoint.manifest_body"),
+        ("an empty name", "01 00 01", "checkpoint.manifest_inconsistent"),
+    ];
+    for (name, encodings, code) in cases {
+        check_rejected(name, &with_encodings(encodings), code);
     }
 }
 
@@ -118,6 +231,9 @@ fn contradictions_are_named() {
     let escape = ObjectRef { path: "../etc/passwd".into(), size: 1, checksum: 0 };
     check_contradiction(&with_operator(vec![(1, escape)]), "not a state object path");
     check_contradiction(&Manifest { version: 9, ..base.clone() }, "version 9");
+    let mut unnamed = base.clone();
+    unnamed.encodings.insert(String::new(), 1);
+    check_contradiction(&unnamed, "an encoding has an empty name");
 }
 
 fn name() -> impl Strategy<Value = String> {
@@ -139,11 +255,16 @@ fn operator(epoch: u64, vnodes: u32) -> impl Strategy<Value = Vec<(u32, ObjectRe
 
 fn manifest() -> impl Strategy<Value = Manifest> {
     (0u64..1_000_000, 1u32..1024, any::<i64>(), ".{0,20}").prop_flat_map(|(epoch, vnodes, created_ms, fingerprint)| {
-        let sources = btree_map(name(), bytes_vec(), 0..4);
+        let encodings = btree_map(name(), any::<u32>(), 0..4);
+        let sources = btree_map(name(), (vec(any::<u8>(), 0..12), bytes_vec()), 0..4);
         let operators = btree_map(name(), operator(epoch, vnodes), 0..4);
         let sinks = btree_map(name(), bytes_vec(), 0..3);
-        (sources, operators, sinks).prop_map(move |(sources, operators, sinks)| Manifest {
-            sources: sources.into_iter().map(|(name, lanes)| SourcePositions { name, lanes }).collect(),
+        (encodings, sources, operators, sinks).prop_map(move |(encodings, sources, operators, sinks)| Manifest {
+            encodings,
+            sources: sources
+                .into_iter()
+                .map(|(name, (layout, lanes))| SourcePositions { name, layout, lanes })
+                .collect(),
             operators: operators.into_iter().map(|(id, vnodes)| OperatorState { id, vnodes }).collect(),
             sinks: sinks.into_iter().map(|(name, records)| SinkRecords { name, records }).collect(),
             ..Manifest::new(epoch, fingerprint.clone(), vnodes, created_ms)
@@ -166,7 +287,7 @@ proptest! {
 
     #[test]
     fn random_bytes_never_panic(bytes in vec(any::<u8>(), 0..256), with_magic in any::<bool>()) {
-        let mut input = if with_magic { reframe(1, &[]) [..12].to_vec() } else { Vec::new() };
+        let mut input = if with_magic { reframe(FORMAT_VERSION, &[])[..12].to_vec() } else { Vec::new() };
         input.extend_from_slice(&bytes);
         if let Ok(manifest) = decode(&input) {
             prop_assert!(frame_is_intact(&input));

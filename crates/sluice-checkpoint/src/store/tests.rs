@@ -1,13 +1,16 @@
 //! The store on a local directory: writing, publishing, reading back, damage and fallback.
 
 use super::*;
+use crate::lease::Holder;
 use crate::manifest::OperatorState;
 use std::path::PathBuf;
 
-/// A store at `file://./store` under a fresh temporary base directory.
+/// A store at `file://./store` under a fresh temporary base directory, holding the lease
+/// (the handle keeps it after the returned `Lease` is dropped).
 pub(crate) fn temp_store() -> (tempfile::TempDir, CheckpointStore) {
     let base = tempfile::tempdir().expect("temp dir");
     let store = CheckpointStore::open("file://./store", base.path()).expect("opens");
+    store.acquire_lease(Holder::this_process("test")).expect("lease");
     (base, store)
 }
 
@@ -35,6 +38,13 @@ fn error_code<T: std::fmt::Debug>(result: Result<T, SluiceError>) -> &'static st
     }
 }
 
+fn error_kind<T: std::fmt::Debug>(result: Result<T, SluiceError>) -> (&'static str, ErrorKind) {
+    match result {
+        Ok(value) => panic!("expected an error, got {value:?}"),
+        Err(error) => (error.code, error.kind),
+    }
+}
+
 #[test]
 fn objects_round_trip_and_carry_size_and_checksum() {
     let (_base, store) = temp_store();
@@ -50,7 +60,8 @@ fn objects_round_trip_and_carry_size_and_checksum() {
 
 #[test]
 fn opening_creates_nothing_and_an_empty_store_has_no_checkpoint() {
-    let (base, store) = temp_store();
+    let base = tempfile::tempdir().expect("temp dir");
+    let store = CheckpointStore::open("file://./store", base.path()).expect("opens");
     assert!(!base.path().join("store").exists());
     assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
     assert_eq!(store.latest_valid().expect("latest"), None);
@@ -184,10 +195,10 @@ fn a_manifest_of_another_format_version_stops_recovery_and_collection() {
     checkpoint(&store, 1, &["agg"]);
     let newer = checkpoint(&store, 2, &["agg"]);
     let mut bytes = crate::manifest::encode(&newer);
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&(crate::manifest::FORMAT_VERSION + 1).to_le_bytes());
     std::fs::write(file(&base, "manifests/epoch-00000000000000000002.manifest"), bytes).expect("write");
-    assert_eq!(error_code(store.latest_valid()), "checkpoint.manifest_version");
-    assert_eq!(error_code(store.collect_garbage(1)), "checkpoint.manifest_version");
+    assert_eq!(error_kind(store.latest_valid()), ("checkpoint.manifest_version", ErrorKind::Other));
+    assert_eq!(error_kind(store.collect_garbage(1)), ("checkpoint.manifest_version", ErrorKind::Other));
     assert!(file(&base, "state/epoch-1/agg/vnode-0").exists());
 }
 
@@ -203,11 +214,16 @@ fn a_reopened_store_learns_the_published_epochs_from_a_listing() {
 #[test]
 fn reads_name_what_is_wrong() {
     let (_base, store) = temp_store();
-    assert_eq!(error_code(store.load(9)), "checkpoint.manifest_missing");
+    assert_eq!(error_kind(store.load(9)), ("checkpoint.manifest_missing", ErrorKind::DamagedManifest));
     let outside = ObjectRef { path: "../secret".into(), size: 0, checksum: 0 };
-    assert_eq!(error_code(store.get_object(&outside)), "checkpoint.object_name");
+    assert_eq!(error_kind(store.get_object(&outside)), ("checkpoint.object_name", ErrorKind::Other));
     let absent = ObjectRef { path: "state/epoch-1/x".into(), size: 0, checksum: 0 };
-    assert_eq!(error_code(store.get_object(&absent)), "checkpoint.object_missing");
+    assert_eq!(error_kind(store.get_object(&absent)), ("checkpoint.object_missing", ErrorKind::DamagedObject));
+    let written = store.put_object(1, "y", b"four".to_vec()).expect("put");
+    let longer = ObjectRef { size: 5, ..written.clone() };
+    assert_eq!(error_kind(store.get_object(&longer)), ("checkpoint.object_truncated", ErrorKind::DamagedObject));
+    let other = ObjectRef { checksum: written.checksum ^ 1, ..written };
+    assert_eq!(error_kind(store.get_object(&other)), ("checkpoint.object_checksum", ErrorKind::DamagedObject));
     assert_eq!(error_code(store.put_object(1, "../x", vec![])), "checkpoint.object_name");
 }
 

@@ -1,15 +1,30 @@
 //! What the object-store tests share: a local server the test starts and stops, a plain
 //! HTTP request for the setup the store cannot do itself (creating a bucket or container),
-//! and the checkpoint scenario every backend must pass.
+//! and the scenarios every backend must pass (`scenarios`, which `tests/local.rs` runs on a
+//! local directory).
+//!
+//! A server is started on port 0, so the kernel picks a free port at bind time (no window
+//! in which another process could take a port chosen beforehand), and the test learns the
+//! port from the address the server prints. Waiting for it is driven by its output lines,
+//! bounded by [`STARTUP_TIMEOUT`]; its exit ends the wait at once.
 
-use sluice_checkpoint::{CheckpointStore, Manifest, OperatorState, SinkRecords, SourcePositions};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
+pub mod scenarios;
+
+/// The longest a server may take to print its address.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest one setup request may take (connect, send, receive).
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Output lines buffered between a server's pipes and the test, and kept for a failure
+/// message.
+const OUTPUT_LINES_MAX: usize = 64;
+/// The longest output line read as one (longer lines are split).
+const LINE_BYTES_MAX: u64 = 4096;
 
 /// A server for a test; a server the test started is stopped when this is dropped.
 pub struct Server {
@@ -33,37 +48,72 @@ impl Server {
         Server { child: None, endpoint: endpoint.trim_end_matches('/').to_string() }
     }
 
-    /// Starts `program` with `args` (where `{port}` stands for a free loopback port) and waits
-    /// until it accepts connections; a program that cannot start or exits first fails the
-    /// test, naming `install`.
-    pub fn start(program: &str, args: &[&str], install: &str) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-        let child = Command::new(program)
-            .args(args.iter().map(|arg| arg.replace("{port}", &port.to_string())))
+    /// Starts `program` with `args`, which must make it listen on port 0 and print the
+    /// address it got as `{ready}http://host:port` on its standard output or error; returns
+    /// once it has printed that line (it listens by then). A program that cannot start,
+    /// exits first or stays silent for [`STARTUP_TIMEOUT`] fails the test, naming `install`
+    /// and its last output lines.
+    pub fn start(program: &str, args: &[&str], ready: &str, install: &str) -> Server {
+        let mut child = Command::new(program)
+            .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|error| panic!("cannot start {program} ({error}); {install}"));
-        let mut server = Server { child: Some(child), endpoint: format!("http://127.0.0.1:{port}") };
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(child) = &mut server.child
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!("{program} exited with {status} before listening; {install}");
-            }
-            assert!(Instant::now() < deadline, "{program} did not listen on port {port} within {STARTUP_TIMEOUT:?}");
-            std::thread::sleep(Duration::from_millis(50));
+        let (sender, lines) = sync_channel(OUTPUT_LINES_MAX);
+        if let Some(stdout) = child.stdout.take() {
+            forward_lines(stdout, sender.clone());
+        }
+        if let Some(stderr) = child.stderr.take() {
+            forward_lines(stderr, sender);
+        }
+        let mut server = Server { child: Some(child), endpoint: String::new() };
+        match server.wait_for_address(&lines, ready) {
+            Ok(endpoint) => server.endpoint = endpoint,
+            Err(problem) => panic!("{program} {problem}; {install}"),
         }
         server
+    }
+
+    /// Reads output lines until one announces the address; the problem otherwise.
+    fn wait_for_address(&mut self, lines: &Receiver<String>, ready: &str) -> Result<String, String> {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        let mut seen: Vec<String> = Vec::new();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let line = match lines.recv_timeout(remaining) {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!("printed no address within {STARTUP_TIMEOUT:?}; output: {seen:?}"));
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Both pipes closed: the server exited (or closed its outputs, so stop it).
+                    let status = self.child.as_mut().map(|child| {
+                        let _ = child.kill();
+                        child.wait().map_or_else(|error| error.to_string(), |status| status.to_string())
+                    });
+                    let status = status.unwrap_or_default();
+                    return Err(format!("ended before listening ({status}); output: {seen:?}"));
+                }
+            };
+            if let Some(endpoint) = announced_endpoint(&line, ready) {
+                return Ok(endpoint);
+            }
+            if seen.len() == OUTPUT_LINES_MAX {
+                seen.remove(0);
+            }
+            seen.push(line);
+        }
     }
 
     /// Sends `PUT {path}` with `headers` and an empty body; returns the status line.
     pub fn put_empty(&self, path: &str, headers: &[(&str, &str)]) -> String {
         let address = self.endpoint.trim_start_matches("http://");
-        let mut stream = TcpStream::connect(address).expect("connect to the server");
+        let socket: SocketAddr = address.parse().unwrap_or_else(|error| panic!("endpoint {address}: {error}"));
+        let mut stream = TcpStream::connect_timeout(&socket, HTTP_TIMEOUT).expect("connect to the server");
         stream.set_read_timeout(Some(HTTP_TIMEOUT)).expect("timeout");
+        stream.set_write_timeout(Some(HTTP_TIMEOUT)).expect("timeout");
         let mut request =
             format!("PUT {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n");
         for (name, value) in headers {
@@ -77,68 +127,30 @@ impl Server {
     }
 }
 
-/// Writes three state objects for `epoch` and publishes their manifest.
-fn checkpoint(store: &CheckpointStore, epoch: u64) -> Manifest {
-    let mut manifest = Manifest::new(epoch, "fingerprint", 4, 0);
-    manifest.operators.push(OperatorState { id: "agg".into(), vnodes: Vec::new() });
-    for vnode in 0..3u32 {
-        let bytes = format!("epoch {epoch} vnode {vnode}").into_bytes();
-        let object = store.put_object(epoch, &format!("agg/vnode-{vnode}"), bytes).expect("put");
-        manifest.operators[0].vnodes.push((vnode, object));
-    }
-    manifest.sources.push(SourcePositions { name: "bids".into(), lanes: vec![epoch.to_le_bytes().to_vec()] });
-    manifest.sinks.push(SinkRecords { name: "out".into(), records: vec![b"txn".to_vec()] });
-    store.publish(&manifest).expect("publish");
-    manifest
+/// Sends each line of `output` to `lines` until the receiver is gone, then discards the
+/// rest, so the server never blocks on a full pipe; ends when the pipe closes.
+fn forward_lines(output: impl Read + Send + 'static, lines: SyncSender<String>) {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(output);
+        let mut line = Vec::new();
+        let mut forwarding = true;
+        loop {
+            line.clear();
+            match reader.by_ref().take(LINE_BYTES_MAX).read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if forwarding => {
+                    forwarding = lines.send(String::from_utf8_lossy(&line).trim_end().to_string()).is_ok();
+                }
+                Ok(_) => {}
+            }
+        }
+    });
 }
 
-/// The checkpoint protocol against the store in the existing bucket or container `root`
-/// (e.g. `s3://checkpoints`), each handle opened by `open(url)`: publishing, listing,
-/// create-only manifests, verification, fallback past damage, retention, separate prefixes.
-pub fn checkpoints_round_trip(root: &str, open: impl Fn(&str) -> CheckpointStore) {
-    let url = format!("{root}/pipelines/hot-items");
-    let store = open(&url);
-    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
-    assert_eq!(store.latest_valid().expect("latest"), None);
-
-    let manifests: Vec<Manifest> = (1..=3).map(|epoch| checkpoint(&store, epoch)).collect();
-    assert_eq!(store.epochs().expect("epochs"), vec![1, 2, 3]);
-    for manifest in &manifests {
-        assert_eq!(&store.load(manifest.epoch).expect("load"), manifest);
-        assert_eq!(store.verify(manifest).expect("verify"), Vec::<String>::new());
-    }
-
-    // Publishing is create-only: the same manifest again is harmless, a different one is refused.
-    store.publish(&manifests[2]).expect("republish");
-    let different = Manifest { fingerprint: "other".into(), ..manifests[2].clone() };
-    assert_eq!(store.publish(&different).err().map(|e| e.code), Some("checkpoint.manifest_exists"));
-    assert_eq!(&store.load(3).expect("load"), &manifests[2], "the refused manifest replaced the published one");
-
-    // Damage epoch 3 through a second handle that has not seen it published yet.
-    let other = open(&url);
-    other.put_object(3, "agg/vnode-1", b"overwritten".to_vec()).expect("overwrite");
-    let problems = store.verify(&manifests[2]).expect("verify");
-    assert_eq!(problems.len(), 1, "{problems:?}");
-    assert!(problems[0].contains("state/epoch-3/agg/vnode-1"), "{problems:?}");
-    let (latest, warnings) = store.latest_valid().expect("latest").expect("some");
-    assert_eq!(latest, manifests[1]);
-    assert!(warnings.len() == 1 && warnings[0].contains("epoch 3"), "{warnings:?}");
-
-    // Retention keeps epoch 2 (healthy), leaves damaged epoch 3 for inspection, drops epoch 1.
-    let deleted = store.collect_garbage(1).expect("collect");
-    assert!(deleted > 0);
-    assert_eq!(store.epochs().expect("epochs"), vec![2, 3]);
-    let old = &manifests[0].operators[0].vnodes[0].1;
-    assert_eq!(store.get_object(old).err().map(|e| e.code), Some("checkpoint.object_missing"));
-    assert_eq!(store.verify(&manifests[1]).expect("verify"), Vec::<String>::new());
-    let fourth = checkpoint(&store, 4);
-    store.collect_garbage(1).expect("collect");
-    assert_eq!(store.epochs().expect("epochs"), vec![4]);
-    assert_eq!(store.latest_valid().expect("latest").map(|(m, w)| (m, w.len())), Some((fourth, 0)));
-
-    // Another prefix in the same bucket is a separate store.
-    let neighbour = open(&format!("{root}/pipelines/other"));
-    assert_eq!(neighbour.epochs().expect("epochs"), Vec::<u64>::new());
-    store.clear().expect("clear");
-    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
+/// `http://host:port` from a line `...{ready}http://host:port...`.
+fn announced_endpoint(line: &str, ready: &str) -> Option<String> {
+    let (_, after) = line.split_once(ready)?;
+    let url = after.split_whitespace().next()?.trim_end_matches('/');
+    let address = url.strip_prefix("http://")?;
+    address.parse::<SocketAddr>().ok().map(|_| url.to_string())
 }
