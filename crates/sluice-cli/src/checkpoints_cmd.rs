@@ -1,4 +1,5 @@
-//! `sluice checkpoints list|verify --store URL`: inspect a checkpoint store.
+//! `sluice checkpoints list|verify|unlock --store URL`: inspect a checkpoint store, or
+//! break the lease of a run that is gone.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -27,12 +28,26 @@ pub enum CheckpointsCommand {
         #[arg(long)]
         epoch: Option<u64>,
     },
+    /// Break the store's lease, held by a run that is gone (it crashed on another host or
+    /// in a container; a crash on this host is noticed by the next run by itself). A run
+    /// that still holds the lease fails at its next checkpoint.
+    Unlock {
+        #[arg(long)]
+        store: String,
+    },
 }
 
 pub fn main(command: CheckpointsCommand) -> Result<ExitCode, EngineError> {
     match command {
         CheckpointsCommand::List { store } => list(&store),
         CheckpointsCommand::Verify { store, epoch } => verify(&store, epoch),
+        CheckpointsCommand::Unlock { store } => {
+            match stores::unlock(&store, Path::new("."))? {
+                Some(broken) => output::line(&format!("broke {broken}")),
+                None => output::line(&format!("{store} has no lease")),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

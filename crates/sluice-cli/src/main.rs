@@ -111,6 +111,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_level);
+    // Fault injection for tests: nothing happens unless SLUICE_FAILPOINTS is set.
+    if let Err(error) = sluice_types::failpoint::setup_from_env() {
+        eprintln!("error: {error}");
+        return ExitCode::FAILURE;
+    }
     let engine = Engine::default();
     let result = match cli.command {
         Command::Run { pipeline, threads, from_scratch } => {

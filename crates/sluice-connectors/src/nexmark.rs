@@ -340,6 +340,7 @@ impl NexmarkLane {
 
 impl LaneReader for NexmarkLane {
     fn poll(&mut self) -> Result<LanePoll, SluiceError> {
+        sluice_types::failpoint!("source.poll");
         Ok(self.poll_at(Instant::now()))
     }
 

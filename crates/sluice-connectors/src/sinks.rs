@@ -559,6 +559,7 @@ impl FileWriter {
 
 impl SinkWriter for FileWriter {
     fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
+        sluice_types::failpoint!("sink.write");
         self.buffer.clear();
         self.encoder.encode(batch, &mut self.buffer)?;
         self.file.write_all(&self.buffer).map_err(|error| self.error(&error))

@@ -9,19 +9,33 @@
 //!   little-endian), since a manifest may carry records of earlier epochs whose own
 //!   checkpoint failed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sluice_checkpoint::{CheckpointStore, Manifest, OperatorState, SinkRecords, SourcePositions};
+use sluice_checkpoint::{CheckpointStore, Holder, Lease, Manifest, OperatorState, SinkRecords, SourcePositions};
 use sluice_config::{CheckpointSection, Guarantee};
 use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, Restore, commit_in_order};
 use sluice_runtime::{Checkpointing, Plan};
 use sluice_types::{Epoch, SluiceError};
 
 use crate::compile::CompiledPipeline;
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{FINGERPRINT_VERSION, Fingerprint};
+
+/// The versions of the encodings checkpointed state depends on, recorded in every
+/// manifest: a restore refuses state written with any other version.
+pub(crate) fn encodings() -> BTreeMap<String, u32> {
+    [
+        ("fingerprint", FINGERPRINT_VERSION),
+        ("key", sluice_types::key::KEY_ENCODING_VERSION),
+        ("key_hash", sluice_types::key::KEY_HASH_VERSION),
+        ("window_state", sluice_operators::aggregate::WINDOW_STATE_VERSION),
+    ]
+    .into_iter()
+    .map(|(name, version)| (name.to_string(), version))
+    .collect()
+}
 
 /// Writes checkpoints into a store.
 struct StoreCheckpointer {
@@ -30,7 +44,8 @@ struct StoreCheckpointer {
     vnodes: u32,
     lane_threads: u32,
     retain: usize,
-    sources: Vec<(String, u32)>,
+    /// Each source's name, lane count and layout.
+    sources: Vec<(String, u32, Vec<u8>)>,
     sinks: Vec<String>,
 }
 
@@ -42,10 +57,15 @@ impl Checkpointer for StoreCheckpointer {
     fn checkpoint(&mut self, epoch: Epoch, slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError> {
         let mut manifest = Manifest::new(epoch.0, self.fingerprint.to_string(), self.vnodes, now_ms());
         manifest.lane_threads = self.lane_threads;
+        manifest.encodings = encodings();
         manifest.sources = self
             .sources
             .iter()
-            .map(|(name, lanes)| SourcePositions { name: name.clone(), lanes: vec![Vec::new(); *lanes as usize] })
+            .map(|(name, lanes, layout)| SourcePositions {
+                name: name.clone(),
+                layout: layout.clone(),
+                lanes: vec![Vec::new(); *lanes as usize],
+            })
             .collect();
         for position in slice.positions {
             manifest.sources[position.source].lanes[position.lane as usize] = position.bytes;
@@ -59,6 +79,7 @@ impl Checkpointer for StoreCheckpointer {
             }
         }
         manifest.operators = self.write_states(epoch, slice.states)?;
+        sluice_types::failpoint!("checkpoint.after_state_written");
         manifest.sinks =
             self.sinks.iter().map(|name| SinkRecords { name: name.clone(), records: Vec::new() }).collect();
         for (flow, record_epoch, record) in slice.sink_records {
@@ -103,14 +124,24 @@ impl StoreCheckpointer {
 /// An opened store and what recovery found in it.
 pub(crate) struct Recovered {
     pub store: Arc<CheckpointStore>,
+    /// This run's lease on the store, released when the run ends.
+    pub lease: Lease,
     pub manifest: Option<Manifest>,
     /// What the user should read (fallbacks past damaged checkpoints, a cleared store).
     pub notices: Vec<String>,
 }
 
-/// Opens the store and finds the newest valid manifest.
-pub(crate) fn open(section: &CheckpointSection, base: &Path, from_scratch: bool) -> Result<Recovered, SluiceError> {
+/// Opens the store, takes its lease (a second run on one store is refused, naming the
+/// holder) and finds the newest valid manifest.
+pub(crate) fn open(
+    section: &CheckpointSection,
+    base: &Path,
+    pipeline: &str,
+    from_scratch: bool,
+) -> Result<Recovered, SluiceError> {
     let store = CheckpointStore::open(&section.store, base)?;
+    // A stale lease broken here is logged by the store.
+    let lease = store.acquire_lease(Holder::this_process(pipeline))?;
     let mut notices = Vec::new();
     if from_scratch {
         store.clear().map_err(|e| e.context(format!("--from-scratch: cannot clear {}", section.store)))?;
@@ -123,7 +154,28 @@ pub(crate) fn open(section: &CheckpointSection, base: &Path, from_scratch: bool)
         }
         None => None,
     };
-    Ok(Recovered { store: Arc::new(store), manifest, notices })
+    Ok(Recovered { store: Arc::new(store), lease, manifest, notices })
+}
+
+/// Refuses a manifest whose state was written with encodings other than this build's.
+pub(crate) fn check_encodings(manifest: &Manifest, store: &str) -> Result<(), SluiceError> {
+    let ours = encodings();
+    if manifest.encodings == ours {
+        return Ok(());
+    }
+    let show = |map: &BTreeMap<String, u32>| {
+        map.iter().map(|(name, version)| format!("{name} v{version}")).collect::<Vec<_>>().join(", ")
+    };
+    Err(SluiceError::user(
+        "checkpoint.encodings",
+        format!(
+            "checkpoint {} in {store} was written with encodings [{}]; this build reads [{}]",
+            manifest.epoch,
+            show(&manifest.encodings),
+            show(&ours)
+        ),
+    )
+    .with_fix("run the Sluice build that wrote this state, or start over with --from-scratch (or a new store)"))
 }
 
 /// Refuses a manifest whose plan differs from this one.
@@ -147,11 +199,11 @@ pub(crate) fn check_fingerprint(manifest: &Manifest, fingerprint: Fingerprint, s
 /// cannot stage go to `notices`.
 pub(crate) fn prepare(
     section: &CheckpointSection,
-    recovered: Recovered,
+    store: Arc<CheckpointStore>,
+    manifest: Option<Manifest>,
     compiled: &CompiledPipeline,
     notices: &mut Vec<String>,
 ) -> Result<Checkpointing, SluiceError> {
-    let Recovered { store, manifest, .. } = recovered;
     let plan = &compiled.plan;
     let highest_epoch = store.epochs()?.into_iter().max().unwrap_or(0);
     let mut restore = Restore::default();
@@ -166,7 +218,9 @@ pub(crate) fn prepare(
             restore.states.insert(operator.id.clone(), blobs);
         }
     }
+    sluice_types::failpoint!("recovery.before_resolve");
     resolve_sinks(manifest.as_ref(), plan)?;
+    sluice_types::failpoint!("recovery.after_resolve");
     for flow in &plan.flows {
         if section.guarantee == Guarantee::ExactlyOnce && !flow.sink.exactly_once() {
             notices.push(format!(
@@ -182,7 +236,7 @@ pub(crate) fn prepare(
         vnodes: compiled.options.vnodes,
         lane_threads: compiled.lane_threads,
         retain: section.retain as usize,
-        sources: plan.sources.iter().map(|s| (s.name().to_string(), s.lanes())).collect(),
+        sources: plan.sources.iter().map(|s| (s.name().to_string(), s.lanes(), s.layout())).collect(),
         sinks: plan.flows.iter().map(|f| f.sink.name().to_string()).collect(),
     };
     let options = CheckpointOptions {

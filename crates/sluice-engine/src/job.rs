@@ -14,7 +14,9 @@ use std::time::Duration;
 use sluice_runtime::{Metrics, RunEvent, RunOutcome, RunReport, StopHandle};
 use sluice_types::SluiceError;
 
-use crate::checkpointing;
+use sluice_checkpoint::Lease;
+
+use crate::checkpointing::{self, Recovered};
 use crate::compile::CompiledPipeline;
 use crate::error::EngineError;
 use crate::load::Pipeline;
@@ -54,19 +56,34 @@ impl Job {
                         .with_fix("there is no state to discard: remove --from-scratch"),
                 ));
             }
-            return Job::spawn(pipeline.compile(None)?, None, Vec::new(), None);
+            return Job::spawn(pipeline.compile(None)?, None, Vec::new(), None, None);
         };
-        let recovered = checkpointing::open(section, &pipeline.base_dir, options.from_scratch)?;
-        let mut notices = recovered.notices.clone();
-        let lane_threads = recovered.manifest.as_ref().map(|m| m.lane_threads);
-        let compiled = pipeline.compile(lane_threads)?;
-        let resumed_from = recovered.manifest.as_ref().map(|m| m.epoch);
-        if let Some(manifest) = &recovered.manifest {
-            checkpointing::check_fingerprint(manifest, compiled.fingerprint, &section.store)?;
-            notices.push(format!("resuming from checkpoint {} in {}", manifest.epoch, section.store));
+        let name = &pipeline.config.pipeline.name;
+        let Recovered { store, lease, manifest, mut notices } =
+            checkpointing::open(section, &pipeline.base_dir, name, options.from_scratch)?;
+        let prepared = (|| {
+            let compiled = pipeline.compile(manifest.as_ref().map(|m| m.lane_threads))?;
+            if let Some(manifest) = &manifest {
+                checkpointing::check_encodings(manifest, &section.store)?;
+                checkpointing::check_fingerprint(manifest, compiled.fingerprint, &section.store)?;
+                notices.push(format!("resuming from checkpoint {} in {}", manifest.epoch, section.store));
+            }
+            let resumed_from = manifest.as_ref().map(|m| m.epoch);
+            let checkpointing = checkpointing::prepare(section, store, manifest, &compiled, &mut notices)?;
+            Ok::<_, EngineError>((compiled, checkpointing, resumed_from))
+        })();
+        match prepared {
+            Ok((compiled, checkpointing, resumed_from)) => {
+                Job::spawn(compiled, Some(checkpointing), notices, resumed_from, Some(lease))
+            }
+            Err(error) => {
+                // Nothing runs: the next run must not find this one's lease.
+                if let Err(release) = lease.release() {
+                    tracing::warn!(%release, "the store's lease could not be released");
+                }
+                Err(error)
+            }
         }
-        let checkpointing = checkpointing::prepare(section, recovered, &compiled, &mut notices)?;
-        Job::spawn(compiled, Some(checkpointing), notices, resumed_from)
     }
 
     fn spawn(
@@ -74,6 +91,7 @@ impl Job {
         checkpointing: Option<sluice_runtime::Checkpointing>,
         notices: Vec<String>,
         resumed_from: Option<u64>,
+        lease: Option<Lease>,
     ) -> Result<Job, EngineError> {
         let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
         let status = StatusCell::new(Status::starting(resumed_from));
@@ -86,7 +104,14 @@ impl Job {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name("sluice-controller".into())
-                .spawn(move || run(compiled, checkpointing, (stop, woken), metrics, &status))
+                .spawn(move || {
+                    let report = run(compiled, checkpointing, (stop, woken), metrics, &status);
+                    // The run is over, cleanly or not: the next run may take the store.
+                    if let Some(Err(error)) = lease.map(Lease::release) {
+                        tracing::warn!(%error, "the store's lease could not be released");
+                    }
+                    report
+                })
                 .map_err(|e| {
                     EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
                 })?

@@ -40,6 +40,13 @@ fn open(url: &str, base_dir: &Path) -> Result<CheckpointStore, SluiceError> {
     CheckpointStore::open(url, base_dir)
 }
 
+/// Breaks the store's lease whoever holds it (its holder is gone: a crash on another
+/// host, or a container); returns a description of what was broken, None when the store
+/// had no lease. A run that still held it fails at its next checkpoint.
+pub fn unlock(url: &str, base_dir: &Path) -> Result<Option<String>, SluiceError> {
+    Ok(open(url, base_dir)?.break_lease()?.map(|broken| broken.to_string()))
+}
+
 /// Every checkpoint in the store at `url`, oldest first.
 pub fn list(url: &str, base_dir: &Path) -> Result<Vec<CheckpointEntry>, SluiceError> {
     let store = open(url, base_dir)?;

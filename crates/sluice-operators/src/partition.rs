@@ -1,38 +1,46 @@
 //! Exchange routing: by key hash (→ vnode → thread), or everything to one thread.
+//!
+//! The key hash is the project's own ([`sluice_types::key`]: the canonical key encoding,
+//! hashed with XXH3-64): placement must be the same in every process, every run and
+//! every build, since state is stored by vnode.
 
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::take;
 use arrow::record_batch::RecordBatch;
-use datafusion_common::hash_utils::{RandomState, create_hashes};
 use sluice_runtime::Partitioner;
+use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, SluiceError, Weights, vnode};
-
-/// The hash seed of key placement. Fixed: placement must be the same in every process
-/// and every run, since state is stored by vnode.
-const PLACEMENT_SEED: u64 = 0x511c_e5ee_d000_0001;
 
 /// Hashes rows by their key columns, maps the hash to a vnode and the vnode to a slot.
 pub struct HashPartitioner {
     keys: Vec<usize>,
     vnodes: u32,
-    hashes: Vec<u64>,
+    /// Made for the key columns' types at the first batch.
+    encoder: Option<KeyEncoder>,
+    rows: KeyRows,
     indices: Vec<Vec<u32>>,
 }
 
 impl HashPartitioner {
     pub fn new(keys: Vec<usize>, vnodes: u32) -> HashPartitioner {
-        HashPartitioner { keys, vnodes, hashes: Vec::new(), indices: Vec::new() }
+        HashPartitioner { keys, vnodes, encoder: None, rows: KeyRows::default(), indices: Vec::new() }
     }
 }
 
-/// The hash of each row's key, as placement uses it.
-pub fn key_hashes(rows: &RecordBatch, keys: &[usize], hashes: &mut Vec<u64>) -> Result<(), SluiceError> {
-    hashes.clear();
-    hashes.resize(rows.num_rows(), 0);
-    let columns: Vec<&ArrayRef> = keys.iter().map(|&k| rows.column(k)).collect();
-    create_hashes(columns, &RandomState::with_seed(PLACEMENT_SEED), hashes)
-        .map_err(|e| SluiceError::internal("exchange.hash", e.to_string()))?;
-    Ok(())
+/// Encodes the key columns `keys` of `rows` into `out` (with each key's placement hash),
+/// making `encoder` for their types on first use.
+pub fn encode_keys(
+    rows: &RecordBatch,
+    keys: &[usize],
+    encoder: &mut Option<KeyEncoder>,
+    out: &mut KeyRows,
+) -> Result<(), SluiceError> {
+    let columns: Vec<ArrayRef> = keys.iter().map(|&k| std::sync::Arc::clone(rows.column(k))).collect();
+    let encoder = match encoder {
+        Some(encoder) => encoder,
+        None => encoder.insert(KeyEncoder::new(columns.iter().map(|c| c.data_type().clone()).collect())?),
+    };
+    encoder.encode(&columns, out)
 }
 
 impl Partitioner for HashPartitioner {
@@ -41,9 +49,9 @@ impl Partitioner for HashPartitioner {
             out.push((0, batch));
             return Ok(());
         }
-        key_hashes(&batch.rows, &self.keys, &mut self.hashes)?;
+        encode_keys(&batch.rows, &self.keys, &mut self.encoder, &mut self.rows)?;
         self.indices.resize_with(slots as usize, Vec::new);
-        for (row, hash) in self.hashes.iter().enumerate() {
+        for (row, hash) in self.rows.hashes().iter().enumerate() {
             let slot = vnode::slot_of(vnode::of_hash(*hash, self.vnodes), self.vnodes, slots);
             self.indices[slot as usize].push(row as u32);
         }

@@ -73,6 +73,7 @@ fn spawn_writer(mut checkpointer: Box<dyn Checkpointer>) -> (Sender<WriteRequest
     let spawned = std::thread::Builder::new().name("sluice-checkpoint".into()).spawn(move || {
         for WriteRequest { epoch, mut slice, final_epoch } in incoming {
             let result = slice.encode_deferred().and_then(|()| {
+                sluice_types::failpoint!("checkpoint.after_encode");
                 let state_bytes = slice.states.iter().map(|s| s.bytes.len() as u64).sum();
                 checkpointer.checkpoint(epoch, slice, final_epoch).map(|()| state_bytes)
             });
@@ -353,7 +354,9 @@ impl Coordinator {
                 }
                 self.failed_in_a_row = 0;
                 tracing::info!(epoch = epoch.0, millis = duration_ms, "checkpoint published");
+                sluice_types::failpoint!("checkpoint.after_publish");
                 self.commit(records)?;
+                sluice_types::failpoint!("checkpoint.after_commit");
                 self.next_due = Instant::now() + self.interval;
                 if final_epoch {
                     self.final_done = true;
@@ -388,6 +391,7 @@ impl Coordinator {
                 .map(|(_, epoch, record)| (*epoch, record.clone()))
                 .collect();
             commit_in_order(sink.as_ref(), mine)?;
+            sluice_types::failpoint!("checkpoint.after_sink_commit");
         }
         Ok(())
     }

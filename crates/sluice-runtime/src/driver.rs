@@ -37,7 +37,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
-use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs};
+use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs, failpoint};
 
 use crate::chain::Chain;
 use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, operator_id};
@@ -146,6 +146,10 @@ struct LaneRun {
     exhausted: bool,
     /// Not polled any more, but not ended: a final barrier was taken after it.
     paused: bool,
+    /// Not polled until this driver injects the next barrier (the
+    /// `source.barrier_after_batch` failpoint: one epoch per batch, for crash tests whose
+    /// number of checkpoints must not depend on timing).
+    held: bool,
 }
 
 enum Output {
@@ -225,6 +229,7 @@ impl Driver {
                 wait_until: None,
                 exhausted: false,
                 paused: false,
+                held: false,
             });
         }
         let mut flows = Vec::new();
@@ -369,6 +374,7 @@ impl DriverState {
     /// Records every lane's position, then sends barrier `epoch` into every live flow.
     fn inject_barrier(&mut self, epoch: Epoch) -> Result<(), Failure> {
         self.next_epoch = Epoch(epoch.0 + 1);
+        self.lanes.iter_mut().for_each(|lane| lane.held = false);
         let positions = self.positions();
         let pending = self.pending_for(epoch);
         assert!(!pending.injected, "barrier {epoch:?} injected twice");
@@ -526,7 +532,7 @@ impl DriverState {
         let mut blocked_any = false;
         for index in 0..self.lanes.len() {
             let lane = &self.lanes[index];
-            if lane.exhausted || lane.paused || lane.wait_until.is_some_and(|until| until > now) {
+            if lane.exhausted || lane.paused || lane.held || lane.wait_until.is_some_and(|until| until > now) {
                 continue;
             }
             if self.source_blocked(lane.source) {
@@ -553,6 +559,7 @@ impl DriverState {
                 lane.wait_until = None;
                 let rows: usize = batches.iter().map(|(_, batch)| batch.num_rows()).sum();
                 self.metrics.sources[source].rows.fetch_add(rows as u64, Ordering::Relaxed);
+                lane.held = rows > 0 && self.checkpoints && failpoint::triggered("source.barrier_after_batch");
                 if let Some(watermark) = watermark {
                     self.metrics.sources[source].lane_watermarks[lane.lane as usize]
                         .store(watermark, Ordering::Relaxed);
@@ -622,8 +629,12 @@ impl DriverState {
 
     fn wait_idle(&self) {
         let now = Instant::now();
-        let wake =
-            self.lanes.iter().filter(|lane| !lane.exhausted && !lane.paused).filter_map(|lane| lane.wait_until).min();
+        let wake = self
+            .lanes
+            .iter()
+            .filter(|lane| !lane.exhausted && !lane.paused && !lane.held)
+            .filter_map(|lane| lane.wait_until)
+            .min();
         let timeout = wake.map_or(IDLE_WAIT_MAX, |wake| wake.saturating_duration_since(now).min(IDLE_WAIT_MAX));
         let mut select = Select::new();
         select.recv(&self.control);

@@ -50,6 +50,12 @@ pub trait SourceFactory: Send + Sync {
     fn open_lane(&self, context: LaneContext) -> Result<Box<dyn LaneReader>, SluiceError>;
     /// One line for `explain`, e.g. `nexmark(events=1000000, lanes=2)`.
     fn describe(&self) -> String;
+    /// How the lanes are laid out (for a file source: its files, their identities and
+    /// byte ranges), recorded in every manifest beside the lanes' positions; opaque to
+    /// the runtime. Empty when the source's lanes need no description.
+    fn layout(&self) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 /// The answer of one poll of a lane.

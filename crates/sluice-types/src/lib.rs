@@ -7,12 +7,14 @@
 //!   end-of-data).
 //! - [`SluiceError`]: the typed error for operating failures, with a stable code, a
 //!   domain and the fix.
+//! - [`failpoint`]: named failpoints for deterministic fault injection in tests.
 //! - [`key`]: the project's own encoding of key values and the key hash (versioned,
 //!   pinned by golden vectors): what state blobs store and placement hashes.
 //! - [`vnode`]: how a key hash maps to a virtual node, and vnodes to threads.
 
 mod batch;
 mod error;
+pub mod failpoint;
 pub mod key;
 pub mod vnode;
 

@@ -1,44 +1,66 @@
-//! Exactly-once through crashes: every golden case, run with checkpoints, killed with
-//! SIGKILL at a random point after at least one checkpoint was published, restarted
-//! (with a different thread count every other time), must produce the same sink output as
-//! an uninterrupted run, which must in turn equal the golden expectation.
+//! Exactly-once through crashes: every golden case, run with checkpoints, is killed with
+//! SIGKILL at an exact point of the checkpoint protocol, a sink or a source (a failpoint,
+//! see `sluice_types::failpoint`), restarted (with a different thread count every other
+//! time, and killed again during recovery), and must end with the same sink output as an
+//! uninterrupted run, which must in turn equal the golden expectation.
 //!
-//! The golden inputs are replayed at a rate (rows/s) so a run lasts long enough to be
-//! interrupted; checkpoints are taken every 20 ms. Pacing cuts the input into smaller
-//! batches, which moves the watermark more often than in the golden run (so more rows can
-//! be late): the crash run is compared with an uninterrupted run paced the same way, and a
-//! checkpointed run without pacing is compared with the golden expectation.
+//! Nothing here depends on timing. The `source.barrier_after_batch` failpoint holds each
+//! lane after every batch until the next checkpoint barrier, so a run takes at least one
+//! checkpoint per batch of its largest lane, whatever the machine's load; a crash point
+//! is chosen among the evaluations that are therefore certain to happen, and the test
+//! asserts that the process did die there.
 
+use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
 use crate::golden::{Case, case_files, comparable, output, parse};
 use crate::harness::{Scratch, sluice_command, stderr};
 
-/// Upper bound for waiting on an event (a manifest appearing, a process ending).
-const WAIT_MAX: Duration = Duration::from_secs(60);
+/// Rows per batch in these runs: small, so that there are several batches, hence
+/// several checkpoints, to crash among.
+const BATCH_ROWS: usize = 1;
 
-/// The case's pipeline with checkpoints on and, unless `rate` is 0, its file sources paced.
-fn checkpointed(pipeline: &str, rate: u32) -> String {
-    let with_checkpoint = pipeline.replacen(
-        "\n[[source]]",
-        "\n[checkpoint]\ninterval = \"20ms\"\nstore = \"file://./state\"\n\n[[source]]",
-        1,
-    );
-    if rate == 0 {
-        return with_checkpoint;
-    }
-    with_checkpoint.replace("[source.options]\n", &format!("[source.options]\nrate = {rate}\n"))
+/// A place to die: failpoint `point` at its `skip + 1`-th evaluation.
+#[derive(Debug, Clone, Copy)]
+struct Crash {
+    point: &'static str,
+    skip: u32,
 }
 
-fn prepare(case: &Case, rate: u32) -> Scratch {
+/// Failpoints evaluated once per checkpoint (at least three per run here: every case has
+/// at least three input rows, each its own batch and checkpoint).
+const CHECKPOINT_POINTS: [&str; 5] = [
+    "checkpoint.after_encode",
+    "checkpoint.after_state_written",
+    "checkpoint.after_publish",
+    "checkpoint.after_sink_commit",
+    "checkpoint.after_commit",
+];
+
+/// The case's pipeline with checkpoints every 10 ms and, if given, `batch_rows` rows per
+/// batch (unless the case sets its own: its expectation depends on it).
+fn checkpointed(pipeline: &str, batch_rows: Option<usize>) -> String {
+    let with_checkpoints = pipeline.replacen(
+        "\n[[source]]",
+        "\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n[[source]]",
+        1,
+    );
+    match batch_rows {
+        Some(rows) if !pipeline.contains("\nbatch_size") => {
+            with_checkpoints.replacen("[pipeline]\n", &format!("[pipeline]\nbatch_size = {rows}\n"), 1)
+        }
+        _ => with_checkpoints,
+    }
+}
+
+fn prepare(case: &Case, batch_rows: Option<usize>) -> Scratch {
     let scratch = Scratch::new();
     for (name, text) in &case.files {
         scratch.write(name, text);
     }
-    scratch.write("pipeline.toml", &checkpointed(&case.pipeline, rate));
+    scratch.write("pipeline.toml", &checkpointed(&case.pipeline, batch_rows));
     scratch
 }
 
@@ -49,6 +71,46 @@ fn run_to_end(scratch: &Scratch, threads: u32) -> String {
     report
 }
 
+/// Runs the pipeline with one epoch per batch until `crash` kills it; fails the test if
+/// the run ended any other way.
+fn run_until_crash(scratch: &Scratch, threads: u32, crash: Crash, label: &str) {
+    let failpoints = format!("source.barrier_after_batch=return;{}={}*off->return(kill)", crash.point, crash.skip);
+    let run = sluice_command(scratch.dir.path())
+        .args(["--quiet", "run", "pipeline.toml", "--threads", &threads.to_string()])
+        .env("SLUICE_FAILPOINTS", failpoints)
+        .stdout(Stdio::null())
+        .output()
+        .expect("run sluice");
+    assert_eq!(
+        run.status.signal(),
+        Some(9),
+        "{label}: the run was to die at {crash:?} but ended with {}:\n{}",
+        run.status,
+        stderr(&run)
+    );
+}
+
+/// Crashes a run at each of `crashes` in turn (the second and later during their
+/// recovery or run), then resumes to the end; the output must equal an uninterrupted
+/// run's.
+fn check_crashes(case: &Case, label: &str, crashes: &[Crash], threads: (u32, u32), batch_rows: usize) {
+    let uninterrupted = prepare(case, Some(batch_rows));
+    run_to_end(&uninterrupted, threads.0);
+    let crashed = prepare(case, Some(batch_rows));
+    for (index, crash) in crashes.iter().enumerate() {
+        let threads = if index % 2 == 0 { threads.0 } else { threads.1 };
+        run_until_crash(&crashed, threads, *crash, label);
+    }
+    let published = has_manifest(&crashed);
+    let resumed = run_to_end(&crashed, threads.1);
+    assert_eq!(resumed.contains("resuming from checkpoint"), published, "{label}: {crashes:?}\n{resumed}");
+    for (name, _) in &case.expected {
+        let want = comparable(name, &output(&uninterrupted, name));
+        let got = comparable(name, &output(&crashed, name));
+        assert_eq!(got, want, "{label}: output {name} after crashes at {crashes:?} differs\n{resumed}");
+    }
+}
+
 /// Whether the store holds a published manifest.
 fn has_manifest(scratch: &Scratch) -> bool {
     std::fs::read_dir(scratch.path("state/manifests"))
@@ -56,83 +118,71 @@ fn has_manifest(scratch: &Scratch) -> bool {
         .unwrap_or(false)
 }
 
-/// Starts the pipeline, waits until a checkpoint is published, waits `extra` more, then
-/// kills the process with SIGKILL. Returns false when the run ended before a checkpoint.
-fn crash_after_checkpoint(scratch: &Scratch, threads: u32, extra: Duration) -> bool {
-    let mut child = sluice_command(scratch.dir.path())
-        .args(["--quiet", "run", "pipeline.toml", "--threads", &threads.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sluice");
-    let started = Instant::now();
-    while !has_manifest(scratch) {
-        if child.try_wait().expect("poll child").is_some() {
-            return false;
-        }
-        assert!(started.elapsed() < WAIT_MAX, "no checkpoint was published");
-        std::thread::yield_now();
+fn check_case(file: &std::path::Path, index: usize) {
+    let case = parse(&std::fs::read_to_string(file).expect("read case"));
+    let (first, second) = if index % 2 == 0 { (1, 2) } else { (2, 1) };
+    let label = format!("{} ({first} → {second} threads)", file.display());
+    // With checkpoints and the default batch size, the output is the golden one.
+    let golden = prepare(&case, None);
+    let report = run_to_end(&golden, first);
+    for (name, expected) in &case.expected {
+        let got = comparable(name, &output(&golden, name));
+        assert_eq!(
+            got,
+            comparable(name, expected),
+            "{label}: a checkpointed run differs from the golden output\n{report}"
+        );
     }
-    std::thread::sleep(extra);
-    let _ = child.kill();
-    let _ = child.wait();
-    true
-}
-
-/// `golden`: the case's expected output applies (its batch size is the golden one).
-fn check_case(case: &Case, label: &str, extra: Duration, threads: (u32, u32), golden: bool) {
-    let (first_threads, second_threads) = threads;
-    if golden {
-        let unpaced = prepare(case, 0);
-        let report = run_to_end(&unpaced, first_threads);
-        for (name, expected) in &case.expected {
-            let got = comparable(name, &output(&unpaced, name));
-            assert_eq!(
-                got,
-                comparable(name, expected),
-                "{label}: a checkpointed run differs from the golden output\n{report}"
-            );
-        }
-    }
-    let uninterrupted = prepare(case, 40);
-    run_to_end(&uninterrupted, first_threads);
-    let crashed = prepare(case, 40);
-    let interrupted = crash_after_checkpoint(&crashed, first_threads, extra);
-    let resumed = run_to_end(&crashed, second_threads);
-    assert!(interrupted, "{label}: the run ended before its first checkpoint");
-    assert!(resumed.contains("resuming from checkpoint"), "{label}: no resume:\n{resumed}");
-    for (name, _) in &case.expected {
-        let want = comparable(name, &output(&uninterrupted, name));
-        let got = comparable(name, &output(&crashed, name));
-        assert_eq!(got, want, "{label}: output {name} after a crash and restart differs\n{resumed}");
-    }
+    let point = CHECKPOINT_POINTS[index % CHECKPOINT_POINTS.len()];
+    let crashes = [
+        Crash { point, skip: (index % 3) as u32 },
+        Crash { point: "recovery.after_resolve", skip: 0 },
+        Crash { point: "source.poll", skip: 0 },
+    ];
+    check_crashes(&case, &label, &crashes, (first, second), BATCH_ROWS);
 }
 
 #[test]
-fn every_golden_case_survives_sigkill_and_a_restart_with_other_threads() {
+fn every_golden_case_survives_sigkill_at_checkpoint_steps_recovery_and_sources() {
     let mut failures = Vec::new();
     for (index, file) in case_files().iter().enumerate() {
-        let case = parse(&std::fs::read_to_string(file).expect("read case"));
-        let (first, second) = if index % 2 == 0 { (1, 2) } else { (2, 1) };
-        let extra = Duration::from_millis(10 * (index as u64 % 5));
-        let label = format!("{} ({first} → {second} threads)", file.display());
-        if std::panic::catch_unwind(|| check_case(&case, &label, extra, (first, second), true)).is_err() {
-            failures.push(label);
+        if std::panic::catch_unwind(|| check_case(file, index)).is_err() {
+            failures.push(file.display().to_string());
         }
     }
     assert!(failures.is_empty(), "failing cases (messages above): {failures:?}");
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+/// Every crash point the property test picks from, with the most evaluations that are
+/// certain (batches of three or more rows give at least three checkpoints).
+fn crash_points() -> Vec<(&'static str, u32)> {
+    let mut points: Vec<(&'static str, u32)> = CHECKPOINT_POINTS.iter().map(|p| (*p, 3)).collect();
+    // The tumble case emits its windows at the end: its sink sees rows only then.
+    points.extend([("sink.write", 1), ("sink.file.after_pre_commit", 1), ("source.poll", 3)]);
+    points
+}
 
-    /// Random crash points and random batch boundaries, on the tumbling-window case.
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    /// Random crash points, counts, batch sizes and thread counts, on the tumbling-window
+    /// case; a failure replays from its seed.
     #[test]
-    fn random_crash_points_and_batch_sizes(extra_ms in 0u64..150, batch_size in 1usize..4, threads in 1u32..3) {
+    fn random_crash_points_and_batch_sizes(
+        point in 0usize..8,
+        skip in 0u32..3,
+        batch_rows in 1usize..3,
+        threads in 1u32..3,
+        again in any::<bool>(),
+    ) {
         let file = case_files().into_iter().find(|f| f.ends_with("02_tumble_edges.case")).expect("case");
-        let mut case = parse(&std::fs::read_to_string(&file).expect("read case"));
-        case.pipeline = case.pipeline.replacen("[pipeline]\n", &format!("[pipeline]\nbatch_size = {batch_size}\n"), 1);
-        let label = format!("tumble, batch {batch_size}, kill +{extra_ms} ms, {threads} → {} threads", 3 - threads);
-        check_case(&case, &label, Duration::from_millis(extra_ms), (threads, 3 - threads), false);
+        let case = parse(&std::fs::read_to_string(&file).expect("read case"));
+        let (name, evaluations) = crash_points()[point];
+        let mut crashes = vec![Crash { point: name, skip: skip.min(evaluations - 1) }];
+        if again {
+            crashes.push(Crash { point: "recovery.before_resolve", skip: 0 });
+        }
+        let label = format!("tumble, batches of {batch_rows}, {threads} → {} threads", 3 - threads);
+        check_crashes(&case, &label, &crashes, (threads, 3 - threads), batch_rows);
     }
 }

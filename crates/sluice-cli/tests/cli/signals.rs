@@ -3,12 +3,8 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use crate::harness::{Scratch, sluice_command};
-
-/// Upper bound for every wait below; the waits end on events well before it.
-const WAIT_MAX: Duration = Duration::from_secs(60);
 
 #[test]
 fn sigterm_drains_and_reports() {
@@ -41,21 +37,15 @@ path = "out.jsonl"
     );
     let mut child = sluice_command(scratch.dir.path())
         .args(["run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", "sink.write=1*return(note)")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn sluice");
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read the first line");
-    assert!(line.contains("running pipeline"), "{line}");
-    // Wait until rows reach the sink file: the run is genuinely mid-stream.
-    let out = scratch.path("out.jsonl");
-    let started = Instant::now();
-    while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) == 0 {
-        assert!(started.elapsed() < WAIT_MAX, "no output appeared");
-        std::thread::yield_now();
-    }
+    // The first rows are being written: the run is genuinely mid-stream.
+    let seen = read_until(&mut stderr, "failpoint sink.write reached");
+    assert!(seen.contains("running pipeline") && seen.contains("sink.write reached"), "{seen}");
     let status = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
     assert!(status.success());
     let mut rest = String::new();
@@ -198,18 +188,16 @@ path = "out/"
     stopped.write("pipeline.toml", pipeline);
     let mut child = sluice_command(stopped.dir.path())
         .args(["run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", "checkpoint.after_commit=1*return(note)")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn");
-    let manifests = stopped.path("sluice-state/manifests");
-    let started = Instant::now();
-    while std::fs::read_dir(&manifests).map(|d| d.count()).unwrap_or(0) == 0 {
-        assert!(started.elapsed() < WAIT_MAX, "no checkpoint");
-        std::thread::yield_now();
-    }
-    signal(&child, "TERM");
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    // A checkpoint was committed; the stop comes mid-stream.
+    let seen = read_until(&mut stderr, "failpoint checkpoint.after_commit reached");
+    assert!(seen.contains("after_commit reached"), "{seen}");
+    signal(&child, "TERM");
     let seen = read_until(&mut stderr, "sluice: pipeline");
     assert_eq!(child.wait().expect("wait").code(), Some(0), "{seen}");
     assert!(seen.contains("stopped and drained"), "{seen}");

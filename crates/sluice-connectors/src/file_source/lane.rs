@@ -210,6 +210,7 @@ impl FileLane {
 
 impl LaneReader for FileLane {
     fn poll(&mut self) -> Result<LanePoll, SluiceError> {
+        sluice_types::failpoint!("source.poll");
         if self.announce_watermark {
             self.announce_watermark = false;
             let watermark = self.max_event_time.map(|max| max.saturating_sub(self.shared.watermark_delay_ms));

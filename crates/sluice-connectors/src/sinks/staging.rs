@@ -308,6 +308,7 @@ impl SinkWriter for StagedWriter {
         if batch.num_rows() == 0 {
             return Ok(());
         }
+        sluice_types::failpoint!("sink.write");
         let mut current = match self.current.take() {
             Some(current) => current,
             None => self.start_epoch()?,
@@ -338,6 +339,7 @@ impl SinkWriter for StagedWriter {
         let staged = self.layout.staging.join(&name);
         fs::rename(&self.in_progress, &staged).map_err(|error| self.error(&error))?;
         sync_directory(&self.layout.staging)?;
+        sluice_types::failpoint!("sink.file.after_pre_commit");
         let length_before = match self.layout.target {
             Target::Directory(_) => None,
             Target::File(_) => Some(self.committed_length),
@@ -425,6 +427,7 @@ fn commit_parts(layout: &Layout, directory: &Path, epoch: Epoch, records: &[Stag
             Some(length) => {
                 check_staged_size(&staged, record, length)?;
                 fs::rename(&staged, &visible).map_err(|error| io_error(&visible, &error))?;
+                sluice_types::failpoint!("sink.file.mid_commit");
             }
             None => match length_of(&visible)? {
                 Some(length) if length == record.size => {}

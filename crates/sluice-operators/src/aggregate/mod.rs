@@ -2,8 +2,9 @@
 //!
 //! Input rows carry `window_start` and `window_end` (from window assignment) plus the key
 //! columns and aggregate arguments. State is, per open window (ordered by end), a table of
-//! group ids and the groups in flat columns ([`Groups`]): the keys (Arrow row format
-//! bytes, back to back), each key's placement hash (the exchange's, so its vnode), and one
+//! group ids and the groups in flat columns ([`Groups`]): the keys (in the project's key
+//! encoding, [`sluice_types::key`], back to back), each key's placement hash (the
+//! exchange's, so its vnode), and one
 //! accumulator column per aggregate. Flat columns make a checkpoint's copy a handful of
 //! memory copies on the driver; encoding the copy per vnode happens on another thread
 //! (see `state`). A window is emitted once, when the watermark reaches `window_end - 1` (the
@@ -22,13 +23,15 @@ use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, StringArr
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, SortField};
 use datafusion_common::hash_utils::RandomState;
 use hashbrown::HashTable;
 use sluice_runtime::{Operator, SnapshotJob};
+use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 mod state;
+
+pub use state::WINDOW_STATE_VERSION;
 
 /// The aggregate functions the window aggregate computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,15 +99,15 @@ enum Argument {
     Int(Int64Array),
     Float(Float64Array),
     Text(StringArray),
-    /// Row-format encodings, and the column (for its validity).
-    Encoded(arrow::row::Rows, ArrayRef),
+    /// Key encodings of the values, and the column (for its validity).
+    Encoded(KeyRows, ArrayRef),
 }
 
 /// A window's groups in flat columns, group `g` at position `g` of each: what a
 /// checkpoint copies.
 #[derive(Clone, Default)]
 struct Groups {
-    /// Keys in Arrow's row format, back to back; group `g`'s ends at `key_ends[g]`.
+    /// Keys in the key encoding, back to back; group `g`'s ends at `key_ends[g]`.
     key_bytes: Vec<u8>,
     key_ends: Vec<usize>,
     /// Each key's placement hash (0 without keys): its vnode, and its slot in the index.
@@ -260,15 +263,16 @@ impl WindowGroups {
 /// See the module documentation.
 pub struct WindowAggregate {
     spec: WindowAggregateSpec,
-    key_converter: RowConverter,
-    distinct_converters: Vec<Option<RowConverter>>,
+    key_encoder: KeyEncoder,
+    /// The current batch's keys (reused buffer).
+    key_rows: KeyRows,
+    /// For each aggregate, the encoder of a COUNT(DISTINCT) argument's values.
+    distinct_encoders: Vec<Option<KeyEncoder>>,
     windows: BTreeMap<TimestampMs, WindowGroups>,
     watermark: TimestampMs,
     late_rows: Arc<AtomicU64>,
     input_types: Vec<DataType>,
     vnodes: u32,
-    /// Placement hashes of the current batch's keys (reused buffer).
-    hashes: Vec<u64>,
     /// The copy of the previous checkpoint, handed back by its encoding job for the next
     /// copy to reuse.
     spare: Arc<Mutex<Vec<state::Frozen>>>,
@@ -291,29 +295,28 @@ impl WindowAggregate {
         late_rows: Arc<AtomicU64>,
         vnodes: u32,
     ) -> Result<WindowAggregate, SluiceError> {
-        let key_fields = spec.keys.iter().map(|&k| SortField::new(input.field(k).data_type().clone())).collect();
-        let key_converter = RowConverter::new(key_fields)?;
-        let mut distinct_converters = Vec::new();
+        let key_encoder = KeyEncoder::new(spec.keys.iter().map(|&k| input.field(k).data_type().clone()).collect())?;
+        let mut distinct_encoders = Vec::new();
         for aggregate in &spec.aggregates {
-            let converter = match (aggregate.function, aggregate.argument) {
+            let encoder = match (aggregate.function, aggregate.argument) {
                 (AggregateFunction::CountDistinct, Some(column)) => {
-                    Some(RowConverter::new(vec![SortField::new(input.field(column).data_type().clone())])?)
+                    Some(KeyEncoder::new(vec![input.field(column).data_type().clone()])?)
                 }
                 _ => None,
             };
-            distinct_converters.push(converter);
+            distinct_encoders.push(encoder);
         }
         let input_types = input.fields().iter().map(|f| f.data_type().clone()).collect();
         Ok(WindowAggregate {
             spec,
-            key_converter,
-            distinct_converters,
+            key_encoder,
+            key_rows: KeyRows::default(),
+            distinct_encoders,
             windows: BTreeMap::new(),
             watermark: i64::MIN,
             late_rows,
             input_types,
             vnodes,
-            hashes: Vec::new(),
             spare: Arc::new(Mutex::new(Vec::new())),
         })
     }
@@ -347,8 +350,10 @@ impl WindowAggregate {
                 continue;
             };
             let array = rows.column(column);
-            let argument = if let Some(converter) = &self.distinct_converters[index] {
-                Argument::Encoded(converter.convert_columns(std::slice::from_ref(array))?, Arc::clone(array))
+            let argument = if let Some(encoder) = &self.distinct_encoders[index] {
+                let mut values = KeyRows::default();
+                encoder.encode(std::slice::from_ref(array), &mut values)?;
+                Argument::Encoded(values, Arc::clone(array))
             } else if aggregate.function == AggregateFunction::Count {
                 Argument::Int(Int64Array::from_iter((0..array.len()).map(|i| array.is_valid(i).then_some(1))))
             } else if is_float(array.data_type()) || aggregate.function == AggregateFunction::Avg {
@@ -384,8 +389,7 @@ impl WindowAggregate {
         let key_columns = if self.spec.keys.is_empty() {
             Vec::new()
         } else {
-            let parser = self.key_converter.parser();
-            self.key_converter.convert_rows((0..count).map(|group| parser.parse(groups.key(group))))?
+            self.key_encoder.decode((0..count).map(|group| groups.key(group)))?
         };
         let timestamp = |value: i64| -> ArrayRef { Arc::new(TimestampMillisecondArray::from(vec![value; count])) };
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.output.fields().len());
@@ -538,10 +542,10 @@ impl Accumulators {
                 counts[group] += 1;
             }
             // A NULL argument is not counted (COUNT(DISTINCT) skips NULLs).
-            (Accumulators::Distinct(sets), Argument::Encoded(rows, column)) if column.is_valid(row) => {
-                let value = rows.row(row);
-                if !sets[group].contains(value.as_ref()) {
-                    sets[group].insert(value.as_ref().into());
+            (Accumulators::Distinct(sets), Argument::Encoded(values, column)) if column.is_valid(row) => {
+                let value = values.row(row);
+                if !sets[group].contains(value) {
+                    sets[group].insert(value.into());
                 }
             }
             _ => {}
@@ -557,13 +561,11 @@ impl Operator for WindowAggregate {
     fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
         assert!(batch.is_append_only(), "the planner rejects window aggregates over updating input");
         let rows = &batch.rows;
-        if !self.spec.keys.is_empty() {
-            crate::partition::key_hashes(rows, &self.spec.keys, &mut self.hashes)?;
-        }
         let starts = rows.column(self.spec.window_start).as_primitive::<arrow::datatypes::TimestampMillisecondType>();
         let ends = rows.column(self.spec.window_end).as_primitive::<arrow::datatypes::TimestampMillisecondType>();
         let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(rows.column(k))).collect();
-        let keys = self.key_converter.convert_columns(&key_columns)?;
+        let mut keys = std::mem::take(&mut self.key_rows);
+        self.key_encoder.encode(&key_columns, &mut keys)?;
         let arguments = self.arguments(rows)?;
         let mut late = 0u64;
         let template = self.new_accumulators();
@@ -581,15 +583,15 @@ impl Operator for WindowAggregate {
                     self.windows.entry(end).or_insert(WindowGroups::new(starts.value(row), accumulators))
                 }
             };
-            // Arrow's row format has no rows when there are no key columns: all rows share
-            // the empty key (and hash 0, vnode 0).
+            // Without key columns all rows share the empty key (and hash 0, vnode 0).
             let (key, hash): (&[u8], u64) =
-                if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row).data(), self.hashes[row]) };
+                if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
             let group = window.group_of(key, hash);
             for (accumulators, argument) in window.groups.accumulators.iter_mut().zip(&arguments) {
                 accumulators.update(group, argument, row);
             }
         }
+        self.key_rows = keys;
         if late > 0 {
             self.late_rows.fetch_add(late, Ordering::Relaxed);
         }

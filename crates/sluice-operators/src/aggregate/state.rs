@@ -13,9 +13,11 @@
 //! each group lands on the thread its future rows go to). Each group keeps its placement
 //! hash, so neither the copy nor the encoding rehashes keys.
 //!
-//! Layout (little-endian): `u32 version`, `u32 windows`, then per window `i64 end`,
-//! `i64 start`, `u32 groups`, then per group the key (`u32 length` + bytes) and one
-//! accumulator value per aggregate: a tag byte, then the value (see `write_value`).
+//! Layout, version [`WINDOW_STATE_VERSION`] (little-endian): `u32 version`, `u32 windows`,
+//! then per window `i64 end`, `i64 start`, `u32 groups`, then per group the key (`u32
+//! length` + its bytes in the key encoding of [`sluice_types::key`]) and one accumulator
+//! value per aggregate: a tag byte, then the value (see `write_value`; a COUNT(DISTINCT)
+//! set holds its values in the key encoding too).
 //! Decoding checks every length against the remaining bytes and every tag against the
 //! operator's aggregates: a blob from another plan is refused, never misread.
 
@@ -26,7 +28,11 @@ use sluice_types::{SluiceError, vnode};
 
 use super::{Accumulators, Groups, WindowAggregate, WindowGroups, index_part, table_hash};
 
-const VERSION: u32 = 1;
+/// The blob layout this build writes and reads. Version 2: keys and COUNT(DISTINCT)
+/// values in the project's key encoding ([`sluice_types::key`]); version 1 held Arrow's
+/// row format.
+pub const WINDOW_STATE_VERSION: u32 = 2;
+const VERSION: u32 = WINDOW_STATE_VERSION;
 
 /// One window's groups as copied at a barrier.
 #[derive(Default)]
@@ -151,27 +157,6 @@ impl Blob {
     }
 }
 
-/// The placement hashes of groups `from..` of `groups`, from their keys.
-fn placement_hashes(aggregate: &WindowAggregate, groups: &Groups, from: usize) -> Result<Vec<u64>, SluiceError> {
-    if aggregate.spec.keys.is_empty() {
-        return Ok(vec![0; groups.len() - from]);
-    }
-    let parser = aggregate.key_converter.parser();
-    let columns = aggregate.key_converter.convert_rows((from..groups.len()).map(|g| parser.parse(groups.key(g))))?;
-    let schema = Arc::new(arrow::datatypes::Schema::new(
-        columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| arrow::datatypes::Field::new(format!("k{i}"), c.data_type().clone(), true))
-            .collect::<Vec<_>>(),
-    ));
-    let rows = arrow::record_batch::RecordBatch::try_new(schema, columns)?;
-    let keys: Vec<usize> = (0..rows.num_columns()).collect();
-    let mut hashes = Vec::new();
-    crate::partition::key_hashes(&rows, &keys, &mut hashes)?;
-    Ok(hashes)
-}
-
 const TAG_NULL: u8 = 0;
 const TAG_INT: u8 = 1;
 const TAG_FLOAT: u8 = 2;
@@ -289,15 +274,14 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> R
             return Err(corrupt("trailing bytes"));
         }
     }
-    // Restores are rare: recompute the new groups' placement hashes from their keys, then
-    // index them.
-    let ends: Vec<i64> = aggregate.windows.keys().copied().collect();
-    for end in ends {
-        let window = &aggregate.windows[&end];
+    // The new groups' placement hashes are their keys' hashes; then they are indexed.
+    let no_keys = aggregate.spec.keys.is_empty();
+    for window in aggregate.windows.values_mut() {
         let from = window.groups.hashes.len();
-        let hashes = placement_hashes(aggregate, &window.groups, from)?;
-        let window = aggregate.windows.get_mut(&end).expect("listed above");
-        window.groups.hashes.extend(hashes);
+        for group in from..window.groups.len() {
+            let hash = if no_keys { 0 } else { sluice_types::key::hash(window.groups.key(group)) };
+            window.groups.hashes.push(hash);
+        }
         let WindowGroups { index, groups, .. } = window;
         for group in from..groups.len() {
             let hash = table_hash(groups.hashes[group]);
@@ -512,5 +496,38 @@ mod tests {
         let mut longer = blob.clone();
         longer.push(0);
         assert!(aggregate().restore(vec![longer]).is_err(), "trailing bytes");
+    }
+
+    /// A golden vector: state blobs are persisted, so their layout (and the key encoding
+    /// and hash inside) must not change silently; a change fails here and bumps
+    /// `WINDOW_STATE_VERSION`.
+    #[test]
+    fn a_snapshot_blob_is_pinned_byte_for_byte() {
+        let mut aggregate = aggregate();
+        aggregate.on_data(rows(&[(100, "ab", Some(5)), (100, "ab", Some(5))]), &mut Vec::new()).expect("data");
+        let job = super::snapshot(&mut aggregate).expect("state");
+        let blobs = job().expect("encode");
+        let [(vnode, bytes)] = blobs.as_slice() else { panic!("one vnode holds the one group: {blobs:?}") };
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let expected = concat!(
+            "02000000",
+            "01000000", // version 2, 1 window
+            "6e00000000000000",
+            "6400000000000000", // end 110, start 100
+            "01000000",         // 1 group
+            "07000000",
+            "06020000006162", // key: 7 bytes, VARCHAR "ab"
+            "01",
+            "0200000000000000", // COUNT(*) = 2
+            "01",
+            "0a00000000000000", // SUM(v) = 10
+            "05",
+            "01000000",
+            "09000000",
+            "020500000000000000", // COUNT(DISTINCT v): {5}
+        );
+        assert_eq!(hex, expected);
+        let hash = sluice_types::key::hash(&[0x06, 2, 0, 0, 0, b'a', b'b']);
+        assert_eq!(*vnode, sluice_types::vnode::of_hash(hash, VNODES));
     }
 }
