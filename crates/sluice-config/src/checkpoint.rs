@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::model::{CheckpointSection, Guarantee};
 use crate::reader::{Ctx, Section};
 
-const KEYS: &[&str] = &["interval", "store", "guarantee", "retain", "max_failed_checkpoints"];
+const KEYS: &[&str] = &["interval", "store", "guarantee", "retain", "max_failed_checkpoints", "timeout"];
 
 /// Default checkpoint interval.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
@@ -15,6 +15,9 @@ pub const DEFAULT_CHECKPOINT_STORE: &str = "file://./sluice-state";
 pub const DEFAULT_RETAIN: u32 = 3;
 /// Default consecutive failed checkpoints before the pipeline fails.
 pub const DEFAULT_MAX_FAILED_CHECKPOINTS: u32 = 3;
+/// Default time a checkpoint's barrier may take to be acknowledged by every thread (as
+/// Flink's `execution.checkpointing.timeout`).
+pub const DEFAULT_CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Reads `[checkpoint]`.
 pub(crate) fn parse_checkpoint(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<CheckpointSection> {
@@ -47,8 +50,17 @@ pub(crate) fn parse_checkpoint(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<C
             "set max_failed_checkpoints to how many failures in a row stop the pipeline, e.g. 3",
         )
         .or(DEFAULT_MAX_FAILED_CHECKPOINTS);
+    let timeout = ctx
+        .duration(
+            sec,
+            "timeout",
+            false,
+            "set how long every thread may take to acknowledge a checkpoint, e.g. timeout = \"10m\" (the default)",
+        )
+        .or(DEFAULT_CHECKPOINT_TIMEOUT);
     Some(CheckpointSection {
         interval: interval?,
+        timeout: timeout?,
         store: store?,
         guarantee: guarantee?,
         retain: retain?,

@@ -170,6 +170,9 @@ impl SinkConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckpointSection {
     pub interval: Duration,
+    /// How long every thread may take to acknowledge a checkpoint's barrier before that
+    /// checkpoint fails (and counts toward `max_failed_checkpoints`).
+    pub timeout: Duration,
     /// An object-store URL; `file://./x` is relative to the pipeline file's directory.
     pub store: String,
     pub guarantee: Guarantee,

@@ -241,6 +241,7 @@ pub(crate) fn prepare(
     };
     let options = CheckpointOptions {
         interval: section.interval,
+        timeout: section.timeout,
         exactly_once: section.guarantee == Guarantee::ExactlyOnce,
         // New epochs go above every published one, damaged ones included: a fallback
         // must never write a manifest under an epoch that already exists.

@@ -98,6 +98,7 @@ pub fn bench_config(setup: &BenchSetup<'_>) -> Result<PipelineConfig, SluiceErro
     pipeline.threads = setup.threads;
     let checkpoint = setup.checkpoint.as_ref().map(|(interval, store)| CheckpointSection {
         interval: *interval,
+        timeout: sluice_config::DEFAULT_CHECKPOINT_TIMEOUT,
         store: store.clone(),
         guarantee: Guarantee::ExactlyOnce,
         retain: DEFAULT_RETAIN,

@@ -82,6 +82,14 @@ impl Chain {
         Ok(states)
     }
 
+    /// The operators' names, e.g. `project → window_aggregate` (`-` for none).
+    pub fn describe(&self) -> String {
+        if self.operators.is_empty() {
+            return "-".to_string();
+        }
+        self.operators.iter().map(|operator| operator.name()).collect::<Vec<_>>().join(" → ")
+    }
+
     /// Restores operator `index` of the chain.
     pub fn restore(&mut self, index: usize, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
         self.operators[index].restore(blobs)

@@ -20,10 +20,12 @@
 //!    `commit(e, records)` (invariant 2).
 //!
 //! A checkpoint that fails (store error) is abandoned: nothing was published, sinks stay
-//! uncommitted, and the next interval tries a new epoch. Staged sink output of an
-//! abandoned epoch is committed with the next successful epoch's records only if the
-//! writer re-stages it; file sinks stage per epoch, so the controller commits every
-//! epoch's records up to the published one (see `Controller::commit_through`).
+//! uncommitted, and the next interval tries a new epoch. Its sinks' pre-commit records
+//! ride along in the next manifest and are committed, epoch by epoch, once that one is
+//! published (see `Coordinator::on_written`). A checkpoint whose barrier is not
+//! acknowledged by every driver within `timeout` fails the same way; the next barrier
+//! still waits for the late acknowledgements (one barrier at a time), and each further
+//! `timeout` without them counts as one more failure.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -109,6 +111,10 @@ pub trait Checkpointer: Send {
 /// When and how checkpoints are taken.
 pub struct CheckpointOptions {
     pub interval: Duration,
+    /// How long every driver may take to acknowledge a barrier before that checkpoint
+    /// fails (and counts toward `max_failed`); the message names each thread that did not
+    /// answer and where its barrier waits.
+    pub timeout: Duration,
     /// Exactly-once: segments align barriers and sinks stage; at-least-once: neither.
     pub exactly_once: bool,
     /// The highest epoch published in the store, the restored one or a newer damaged one

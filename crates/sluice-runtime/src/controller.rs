@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use sluice_types::{ErrorKind, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
@@ -22,6 +22,7 @@ pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Completed, Coordinator, Written, writer_gone};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};
+use crate::mailbox::post;
 use crate::metrics::Metrics;
 use crate::plan::{OperatorContext, Plan, SegmentOutput};
 
@@ -60,7 +61,11 @@ impl StopHandle {
     /// Asks the run to stop its sources and drain. Idempotent.
     pub fn stop(&self) {
         if !self.requested.swap(true, Ordering::SeqCst) {
-            let _ = self.wake.try_send(());
+            // The flag is the request; the channel only wakes the controller. Full: a
+            // wake-up is already pending. Closed: the run is over. Either way nothing is lost.
+            match self.wake.try_send(()) {
+                Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+            }
         }
     }
 
@@ -137,13 +142,13 @@ pub fn run(
     assert_eq!(metrics.threads.len(), options.threads as usize, "metrics made for this plan and thread count");
     let started = Instant::now();
     let (stop_handle, stop_woken) = stop;
-    let (events_sender, events) = bounded(options.threads as usize * 4);
+    let (events_sender, events) = bounded(options.threads as usize * EVENTS_PER_DRIVER);
     let mut controls = Vec::new();
     let mut handles: Vec<JoinHandle<()>> = Vec::new();
     let (coordinator, restore) = match checkpointing {
         Some(Checkpointing { options: checkpoint, restore }) => {
             let sinks = plan.flows.iter().map(|f| Arc::clone(&f.sink)).collect();
-            (Some(Coordinator::new(checkpoint, sinks, started)), restore)
+            (Some(Coordinator::new(checkpoint, sinks, Arc::clone(&metrics), started)), restore)
         }
         None => (None, Restore::default()),
     };
@@ -170,7 +175,10 @@ pub fn run(
                     component: format!("driver {thread}"),
                     error: SluiceError::external("run.thread", error.to_string()),
                 };
-                controls.iter().for_each(|c| _ = c.try_send(Control::Abort));
+                for control in &controls {
+                    // A driver that already ended needs no abort.
+                    let _gone = post(control, Control::Abort, CONTROL_ARGUMENT);
+                }
                 return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
             }
         }
@@ -187,6 +195,7 @@ pub fn run(
         echo: None,
         observe,
         reported_epoch: None,
+        shutdown_timeout: options.shutdown_timeout,
     };
     let written = supervisor.coordinator.as_ref().map_or_else(crossbeam_channel::never, |c| c.results().clone());
     while supervisor.outcome.is_none() {
@@ -198,6 +207,9 @@ pub fn run(
         if let Some(due) = supervisor.coordinator.as_ref().and_then(Coordinator::next_due) {
             wake = wake.min(due);
         }
+        if let Some(due) = supervisor.coordinator.as_ref().and_then(Coordinator::next_timeout) {
+            wake = wake.min(due);
+        }
         crossbeam_channel::select! {
             recv(events) -> event => supervisor.on_event(event.ok()),
             recv(written) -> answer => supervisor.on_written(answer.ok()),
@@ -207,9 +219,7 @@ pub fn run(
         if stop_handle.is_requested() && supervisor.deadline.is_none() {
             supervisor.on_stop(options.shutdown_timeout);
         }
-        if let Some(coordinator) = supervisor.coordinator.as_mut() {
-            coordinator.tick(Instant::now(), &supervisor.running, &supervisor.controls);
-        }
+        supervisor.tick();
         supervisor.check_deadline(options.shutdown_timeout);
     }
     let outcome = supervisor.outcome.take().expect("loop ends with an outcome");
@@ -229,6 +239,21 @@ pub fn run(
     RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
 }
 
+/// Capacity of each driver's control channel. Enough because at most three messages can
+/// wait in it: one barrier (`Barrier` or `FinalBarrier`: the next is sent only after the
+/// driver acked the previous or finished), at most one `Stop` (sent once, and only without
+/// checkpoints), one `Exit` (sent once, after the final checkpoint the driver acked) and
+/// one `Abort` (the run's outcome is then set, and nothing more is sent).
+pub(crate) const CONTROL_CAPACITY: usize = 4;
+pub(crate) const CONTROL_ARGUMENT: &str =
+    "a driver's control channel holds at most one barrier, one stop, one exit and one abort";
+
+/// Room per driver in the events channel. Enough because a driver has at most two events
+/// outstanding: the ack of the one barrier in flight (the next barrier comes only after
+/// the controller handled it) and its one final event (`Finished`, `Fatal` or `Aborted`).
+pub(crate) const EVENTS_PER_DRIVER: usize = 4;
+pub(crate) const EVENTS_ARGUMENT: &str = "a driver has at most one ack and one final event outstanding";
+
 /// The longest the controller sleeps when nothing is due (it wakes on every event).
 const IDLE_WAKE: Duration = Duration::from_millis(500);
 
@@ -244,6 +269,8 @@ struct Supervisor<'o> {
     observe: &'o mut dyn FnMut(RunEvent),
     /// The last commit told to `observe`.
     reported_epoch: Option<u64>,
+    /// Bounds the drain after a stop, and the final checkpoint at the end of input.
+    shutdown_timeout: Duration,
 }
 
 /// How long an echo failure waits for the failure that caused it.
@@ -310,11 +337,24 @@ impl Supervisor<'_> {
     /// Every driver left: with checkpoints, the last one records the end and commits.
     fn final_outcome(&mut self) -> RunOutcome {
         let Some(coordinator) = self.coordinator.as_mut() else { return RunOutcome::Completed };
-        let finished = coordinator.finish();
+        let finished = coordinator.finish(self.shutdown_timeout);
         self.report_commit();
         match finished {
             Ok(()) => RunOutcome::Completed,
             Err(error) => RunOutcome::Failed { component: "checkpoint".into(), error },
+        }
+    }
+
+    /// Lets the coordinator start a due checkpoint or time out the one in flight.
+    fn tick(&mut self) {
+        if self.outcome.is_some() {
+            return;
+        }
+        if let Some(coordinator) = self.coordinator.as_mut() {
+            let ticked = coordinator.tick(Instant::now(), &self.running, &self.controls);
+            if ticked != Ok(Completed::Nothing) {
+                self.after_checkpoint(ticked);
+            }
         }
     }
 
@@ -333,7 +373,8 @@ impl Supervisor<'_> {
         match completed {
             Ok(Completed::Final) => {
                 for control in &self.controls {
-                    let _ = control.try_send(Control::Exit);
+                    // A driver that already ended needs no exit.
+                    let _gone = post(control, Control::Exit, CONTROL_ARGUMENT);
                 }
             }
             Ok(Completed::Nothing | Completed::Checkpoint) => {
@@ -361,7 +402,8 @@ impl Supervisor<'_> {
             Some(coordinator) => coordinator.request_stop(&self.running, &self.controls),
             None => {
                 for control in &self.controls {
-                    let _ = control.try_send(Control::Stop);
+                    // A driver that already ended has nothing to stop.
+                    let _gone = post(control, Control::Stop, CONTROL_ARGUMENT);
                 }
             }
         }
@@ -383,29 +425,34 @@ impl Supervisor<'_> {
         {
             self.abort();
             let draining = self.running.len();
+            let waiting = match self.coordinator.as_ref().and_then(Coordinator::pending_work) {
+                Some(work) => format!("{work}; "),
+                None => String::new(),
+            };
             self.outcome = Some(RunOutcome::Failed {
                 component: "shutdown".into(),
                 error: SluiceError::external(
                     "run.shutdown_timeout",
                     format!(
-                        "{draining} thread(s) still draining after shutdown_timeout = {}; their in-flight rows were \
-                         abandoned",
+                        "{waiting}{draining} thread(s) still draining after shutdown_timeout = {}; their in-flight \
+                         rows were abandoned",
                         humanize(timeout)
                     ),
                 )
-                .with_fix("raise [pipeline] shutdown_timeout, or find the sink that does not drain"),
+                .with_fix("raise [pipeline] shutdown_timeout, or find the sink or store that does not answer"),
             });
         }
     }
 
     fn abort(&self) {
         for control in &self.controls {
-            let _ = control.try_send(Control::Abort);
+            // A driver that already ended needs no abort.
+            let _gone = post(control, Control::Abort, CONTROL_ARGUMENT);
         }
     }
 }
 
-fn humanize(duration: Duration) -> String {
+pub(crate) fn humanize(duration: Duration) -> String {
     if duration.subsec_millis() == 0 {
         format!("{}s", duration.as_secs())
     } else {
@@ -509,7 +556,7 @@ fn build_drivers(
             .flat_map(|(source, factory)| (0..factory.lanes()).map(move |lane| LaneSetup { source, lane }))
             .filter(|setup| setup.lane as usize % threads == thread)
             .collect();
-        let (control_sender, control) = bounded(4);
+        let (control_sender, control) = bounded(CONTROL_CAPACITY);
         let driver = Driver {
             thread: thread as u32,
             threads: options.threads,

@@ -27,10 +27,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
-use sluice_types::{Epoch, SluiceError};
+use sluice_types::{Epoch, ErrorKind, SluiceError, panic_message};
 
 use crate::checkpoint::{CheckpointOptions, Checkpointer, LanePosition, ManifestSlice, commit_in_order};
+use crate::controller::CONTROL_ARGUMENT;
 use crate::driver::Control;
+use crate::mailbox::{Posted, post};
+use crate::metrics::Metrics;
 use crate::plan::SinkFactory;
 
 struct InFlight {
@@ -41,6 +44,11 @@ struct InFlight {
     carried: Vec<(usize, u64, Vec<u8>)>,
     final_epoch: bool,
     started: Instant,
+    /// When the next `timeout` without every ack expires.
+    deadline: Instant,
+    /// The barrier was not acknowledged in time: the checkpoint failed, and is dropped
+    /// (its sink records carried on) once the late acks are in.
+    timed_out: bool,
 }
 
 /// A checkpoint whose slice the writer has.
@@ -54,16 +62,23 @@ struct Writing {
 }
 
 /// The writer's answer for one checkpoint: the bytes of state written, or the failure.
+#[derive(Debug)]
 pub(crate) struct Written {
     epoch: Epoch,
     result: Result<u64, SluiceError>,
 }
 
+#[derive(Debug)]
 struct WriteRequest {
     epoch: Epoch,
     slice: ManifestSlice,
     final_epoch: bool,
 }
+
+/// Why the writer's two channels (capacity 1) never fill: a request is sent only when no
+/// checkpoint is being written (`Coordinator::writing` is empty), and the writer answers
+/// each request once, before taking the next.
+const WRITER_ARGUMENT: &str = "one checkpoint is written at a time";
 
 /// The writer thread: encodes each slice's state copies, then writes and publishes it.
 /// It ends when the coordinator (the request sender) is gone.
@@ -72,12 +87,21 @@ fn spawn_writer(mut checkpointer: Box<dyn Checkpointer>) -> (Sender<WriteRequest
     let (answers, results) = bounded::<Written>(1);
     let spawned = std::thread::Builder::new().name("sluice-checkpoint".into()).spawn(move || {
         for WriteRequest { epoch, mut slice, final_epoch } in incoming {
-            let result = slice.encode_deferred().and_then(|()| {
-                sluice_types::failpoint!("checkpoint.after_encode");
-                let state_bytes = slice.states.iter().map(|s| s.bytes.len() as u64).sum();
-                checkpointer.checkpoint(epoch, slice, final_epoch).map(|()| state_bytes)
+            // A panic (a bug in a snapshot job or the checkpointer) fails the run with its
+            // message, never leaves the controller waiting for an answer.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                slice.encode_deferred().and_then(|()| {
+                    sluice_types::failpoint!("checkpoint.after_encode");
+                    let state_bytes = slice.states.iter().map(|s| s.bytes.len() as u64).sum();
+                    checkpointer.checkpoint(epoch, slice, final_epoch).map(|()| state_bytes)
+                })
+            }))
+            .unwrap_or_else(|panic| {
+                let message = format!("the checkpoint writer panicked: {}", panic_message(&*panic));
+                Err(SluiceError::internal("run.panic", message).with_kind(ErrorKind::Panic))
             });
-            if answers.send(Written { epoch, result }).is_err() {
+            // One checkpoint at a time: the answer channel holds the one answer.
+            if post(&answers, Written { epoch, result }, WRITER_ARGUMENT) == Posted::ReceiverGone {
                 return;
             }
         }
@@ -102,6 +126,9 @@ pub(crate) enum Completed {
 
 pub(crate) struct Coordinator {
     interval: Duration,
+    timeout: Duration,
+    /// Where each driver's barrier waits, for the timeout's message.
+    metrics: Arc<Metrics>,
     exactly_once: bool,
     max_failed: u32,
     sinks: Vec<Arc<dyn SinkFactory>>,
@@ -160,11 +187,18 @@ impl CheckpointStats {
 }
 
 impl Coordinator {
-    pub(crate) fn new(options: CheckpointOptions, sinks: Vec<Arc<dyn SinkFactory>>, now: Instant) -> Coordinator {
-        let CheckpointOptions { interval, exactly_once, restored_epoch, max_failed, checkpointer } = options;
+    pub(crate) fn new(
+        options: CheckpointOptions,
+        sinks: Vec<Arc<dyn SinkFactory>>,
+        metrics: Arc<Metrics>,
+        now: Instant,
+    ) -> Coordinator {
+        let CheckpointOptions { interval, timeout, exactly_once, restored_epoch, max_failed, checkpointer } = options;
         let (requests, results) = spawn_writer(checkpointer);
         Coordinator {
             interval,
+            timeout,
+            metrics,
             exactly_once,
             max_failed,
             sinks,
@@ -207,9 +241,29 @@ impl Coordinator {
         (self.idle() && !self.stopping).then_some(self.next_due)
     }
 
+    /// When the barrier in flight times out, if one is in flight.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        self.in_flight.as_ref().map(|in_flight| in_flight.deadline)
+    }
+
     /// Starts a regular checkpoint when one is due, or the final one once a stop was
-    /// requested and no checkpoint is under way.
-    pub(crate) fn tick(&mut self, now: Instant, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
+    /// requested and no checkpoint is under way; fails the checkpoint in flight when its
+    /// barrier was not acknowledged within `timeout`.
+    pub(crate) fn tick(
+        &mut self,
+        now: Instant,
+        running: &BTreeSet<u32>,
+        controls: &[Sender<Control>],
+    ) -> Result<Completed, SluiceError> {
+        if self.in_flight.as_ref().is_some_and(|in_flight| now >= in_flight.deadline) {
+            return self.time_out(now);
+        }
+        self.start_due(now, running, controls);
+        Ok(Completed::Nothing)
+    }
+
+    /// Starts the checkpoint that is due, if no checkpoint is under way.
+    fn start_due(&mut self, now: Instant, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
         if !self.idle() || running.is_empty() {
             return;
         }
@@ -218,11 +272,42 @@ impl Coordinator {
                 self.final_started = true;
                 self.start(running, controls, true, now);
             }
-            return;
-        }
-        if now >= self.next_due {
+        } else if now >= self.next_due {
             self.start(running, controls, false, now);
         }
+    }
+
+    /// The barrier in flight was not acknowledged within `timeout`: the checkpoint fails,
+    /// naming every thread that did not answer and where its barrier waits.
+    fn time_out(&mut self, now: Instant) -> Result<Completed, SluiceError> {
+        let in_flight = self.in_flight.as_mut().expect("a timeout needs a barrier in flight");
+        in_flight.timed_out = true;
+        in_flight.deadline = now + self.timeout;
+        self.stats.failed += 1;
+        self.failed_in_a_row += 1;
+        let waiting: Vec<String> = in_flight
+            .waiting
+            .iter()
+            .map(|&thread| format!("thread {thread} {}", self.metrics.threads[thread as usize].barrier_at()))
+            .collect();
+        let error = SluiceError::external(
+            "checkpoint.timeout",
+            format!(
+                "checkpoint {} was not acknowledged within timeout = {}: {}",
+                in_flight.epoch.0,
+                crate::controller::humanize(self.timeout),
+                waiting.join("; ")
+            ),
+        )
+        .with_fix("find what holds that thread back (a slow sink, a long step), or raise [checkpoint] timeout");
+        tracing::warn!(%error, "checkpoint timed out; the next one waits for its late acknowledgements");
+        if in_flight.final_epoch || self.failed_in_a_row >= self.max_failed {
+            return Err(error.context(format!(
+                "{} checkpoint(s) failed in a row (max_failed_checkpoints = {})",
+                self.failed_in_a_row, self.max_failed
+            )));
+        }
+        Ok(Completed::Checkpoint)
     }
 
     fn start(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>], final_epoch: bool, now: Instant) {
@@ -230,8 +315,8 @@ impl Coordinator {
         self.next_epoch = Epoch(epoch.0 + 1);
         for thread in running {
             let control = if final_epoch { Control::FinalBarrier(epoch) } else { Control::Barrier(epoch) };
-            // A driver that already left will report Finished; its slot is dropped then.
-            let _ = controls[*thread as usize].send(control);
+            // A driver that already left reports Finished; it is no longer waited for then.
+            let _gone = post(&controls[*thread as usize], control, CONTROL_ARGUMENT);
         }
         tracing::debug!(epoch = epoch.0, final_epoch, "checkpoint started");
         let carried = std::mem::take(&mut self.uncommitted);
@@ -242,6 +327,8 @@ impl Coordinator {
             carried,
             final_epoch,
             started: now,
+            deadline: now + self.timeout,
+            timed_out: false,
         });
     }
 
@@ -249,7 +336,7 @@ impl Coordinator {
     /// started now or as soon as the one under way completes.
     pub(crate) fn request_stop(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
         self.stopping = true;
-        self.tick(Instant::now(), running, controls);
+        self.start_due(Instant::now(), running, controls);
     }
 
     pub(crate) fn on_ack(&mut self, thread: u32, epoch: Epoch, slice: ManifestSlice) -> Result<Completed, SluiceError> {
@@ -274,36 +361,64 @@ impl Coordinator {
 
     /// Every driver ended on its own (end of input): the last checkpoint records the end
     /// positions and commits the sinks' last rows. Waits for the writer.
-    pub(crate) fn finish(&mut self) -> Result<(), SluiceError> {
-        self.wait_for_writer()?;
+    pub(crate) fn finish(&mut self, timeout: Duration) -> Result<(), SluiceError> {
+        let deadline = Instant::now() + timeout;
+        self.wait_for_writer(deadline, timeout)?;
         if self.final_done {
             return Ok(());
         }
         let epoch = self.next_epoch;
         self.next_epoch = Epoch(epoch.0 + 1);
         let carried = std::mem::take(&mut self.uncommitted);
+        let now = Instant::now();
         self.in_flight = Some(InFlight {
             epoch,
             waiting: BTreeSet::new(),
             slice: ManifestSlice::default(),
             carried,
             final_epoch: true,
-            started: Instant::now(),
+            started: now,
+            deadline: now + self.timeout,
+            timed_out: false,
         });
         self.complete_if_ready()?;
-        match self.wait_for_writer()? {
+        match self.wait_for_writer(deadline, timeout)? {
             Completed::Final => Ok(()),
             _ => Err(SluiceError::external("checkpoint.final", "the final checkpoint could not be written")),
         }
     }
 
-    /// Blocks until the checkpoint being written (if any) completes.
-    fn wait_for_writer(&mut self) -> Result<Completed, SluiceError> {
-        if self.writing.is_none() {
-            return Ok(Completed::Nothing);
-        }
-        let written = self.results.recv().map_err(|_| writer_gone())?;
+    /// Waits, until `deadline` at most, for the checkpoint being written (if any).
+    fn wait_for_writer(&mut self, deadline: Instant, timeout: Duration) -> Result<Completed, SluiceError> {
+        let Some(writing) = &self.writing else { return Ok(Completed::Nothing) };
+        let epoch = writing.epoch.0;
+        let written = self.results.recv_deadline(deadline).map_err(|error| match error {
+            crossbeam_channel::RecvTimeoutError::Timeout => SluiceError::external(
+                "checkpoint.final_timeout",
+                format!(
+                    "the final checkpoint (epoch {epoch}) was not written within shutdown_timeout = {}",
+                    crate::controller::humanize(timeout)
+                ),
+            )
+            .with_fix("check that the checkpoint store answers, or raise [pipeline] shutdown_timeout"),
+            crossbeam_channel::RecvTimeoutError::Disconnected => writer_gone(),
+        })?;
         self.on_written(written)
+    }
+
+    /// What a run that is stopping still waits for, for the shutdown deadline's message.
+    pub(crate) fn pending_work(&self) -> Option<String> {
+        if let Some(in_flight) = &self.in_flight {
+            let threads: Vec<String> = in_flight.waiting.iter().map(u32::to_string).collect();
+            return Some(format!(
+                "checkpoint {} waits for the barrier acknowledgement of thread(s) {}",
+                in_flight.epoch.0,
+                threads.join(", ")
+            ));
+        }
+        self.writing
+            .as_ref()
+            .map(|writing| format!("checkpoint {} is still being written to the store", writing.epoch.0))
     }
 
     /// All acks are in: the slice goes to the writer; the pause processing saw ends here.
@@ -312,6 +427,14 @@ impl Coordinator {
             return Ok(Completed::Nothing);
         }
         let in_flight = self.in_flight.take().expect("checked above");
+        if in_flight.timed_out {
+            // Already counted as failed: its state is dropped, its sinks' records ride
+            // along with the next checkpoint (sorted by epoch when committed).
+            self.uncommitted.extend(in_flight.carried);
+            self.uncommitted.extend(in_flight.slice.sink_records);
+            self.next_due = Instant::now() + self.interval;
+            return Ok(Completed::Checkpoint);
+        }
         // Every driver copied its state and went on: encoding and writing overlap
         // processing.
         let pause_ms = in_flight.started.elapsed().as_millis() as u64;
@@ -327,7 +450,7 @@ impl Coordinator {
         let epoch = in_flight.epoch;
         let final_epoch = in_flight.final_epoch;
         self.writing = Some(Writing { epoch, records, final_epoch, started: in_flight.started, pause_ms });
-        if self.requests.send(WriteRequest { epoch, slice, final_epoch }).is_err() {
+        if post(&self.requests, WriteRequest { epoch, slice, final_epoch }, WRITER_ARGUMENT) == Posted::ReceiverGone {
             let written = Written { epoch, result: Err(writer_gone()) };
             return self.on_written(written);
         }
@@ -364,6 +487,7 @@ impl Coordinator {
                 }
                 Ok(Completed::Checkpoint)
             }
+            Err(error) if error.kind == ErrorKind::Panic => Err(error),
             Err(error) => {
                 self.stats.failed += 1;
                 self.failed_in_a_row += 1;
@@ -431,22 +555,64 @@ mod tests {
         coordinator.on_written(written).expect("written")
     }
 
-    #[test]
-    fn a_stop_during_a_checkpoint_takes_the_final_one_right_after() {
-        let published = Arc::new(Mutex::new(Vec::new()));
+    /// A coordinator of one driver thread, checkpointing every hour (ticks decide).
+    fn coordinator(published: &Arc<Mutex<Vec<(u64, bool)>>>, max_failed: u32, now: Instant) -> Coordinator {
         let options = CheckpointOptions {
             interval: Duration::from_secs(3600),
+            timeout: Duration::from_secs(60),
             exactly_once: true,
             restored_epoch: 0,
-            max_failed: 3,
-            checkpointer: Box::new(Recording(Arc::clone(&published))),
+            max_failed,
+            checkpointer: Box::new(Recording(Arc::clone(published))),
         };
+        let metrics = Arc::new(crate::metrics::Metrics::new(Vec::new(), Vec::new(), 1));
+        Coordinator::new(options, Vec::new(), metrics, now)
+    }
+
+    #[test]
+    fn a_barrier_not_acknowledged_in_time_fails_the_checkpoint_naming_the_thread_and_where_it_waits() {
+        let published = Arc::new(Mutex::new(Vec::new()));
         let now = Instant::now();
-        let mut coordinator = Coordinator::new(options, Vec::new(), now);
+        let mut coordinator = coordinator(&published, 2, now);
         let (control, controls) = crossbeam_channel::unbounded();
         let senders = [control];
         let running = BTreeSet::from([0]);
-        coordinator.tick(now + Duration::from_secs(3600), &running, &senders);
+        let due = now + Duration::from_secs(3600);
+        assert_eq!(coordinator.tick(due, &running, &senders), Ok(Completed::Nothing));
+        assert!(matches!(controls.try_recv(), Ok(Control::Barrier(Epoch(1)))));
+        coordinator.metrics.threads[0].set_barrier_at(Some("waits at flow to sink `out`, segment 1 (slow)".into()));
+        // Before the timeout nothing happens; at it the checkpoint fails, once.
+        assert_eq!(coordinator.tick(due + Duration::from_secs(59), &running, &senders), Ok(Completed::Nothing));
+        assert_eq!(coordinator.tick(due + Duration::from_secs(60), &running, &senders), Ok(Completed::Checkpoint));
+        assert_eq!((coordinator.stats.failed, coordinator.stats.published), (1, 0));
+        assert!(controls.try_recv().is_err(), "no second barrier while the first is unanswered");
+        // The late ack completes nothing: the checkpoint was abandoned, its records carried on.
+        let mut slice = ManifestSlice::default();
+        slice.sink_records.push((0, 1, b"record".to_vec()));
+        assert_eq!(coordinator.on_ack(0, Epoch(1), slice).expect("late ack"), Completed::Checkpoint);
+        assert_eq!(coordinator.uncommitted, [(0, 1, b"record".to_vec())]);
+        assert!(published.lock().expect("lock").is_empty());
+        // A second barrier that is never answered reaches max_failed_checkpoints = 2.
+        let later = Instant::now() + Duration::from_secs(7200);
+        assert_eq!(coordinator.tick(later, &running, &senders), Ok(Completed::Nothing));
+        assert!(matches!(controls.try_recv(), Ok(Control::Barrier(Epoch(2)))));
+        let error = coordinator.tick(later + Duration::from_secs(60), &running, &senders).expect_err("fails the run");
+        assert_eq!(error.code, "checkpoint.timeout");
+        let text = error.to_string();
+        assert!(text.contains("checkpoint 2 was not acknowledged within timeout = 60s"), "{text}");
+        assert!(text.contains("thread 0 waits at flow to sink `out`, segment 1 (slow)"), "{text}");
+        assert!(text.contains("max_failed_checkpoints = 2") && text.contains("fix:"), "{text}");
+    }
+
+    #[test]
+    fn a_stop_during_a_checkpoint_takes_the_final_one_right_after() {
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let now = Instant::now();
+        let mut coordinator = coordinator(&published, 3, now);
+        let (control, controls) = crossbeam_channel::unbounded();
+        let senders = [control];
+        let running = BTreeSet::from([0]);
+        assert_eq!(coordinator.tick(now + Duration::from_secs(3600), &running, &senders), Ok(Completed::Nothing));
         assert!(matches!(controls.try_recv(), Ok(Control::Barrier(Epoch(1)))));
         // The stop arrives while epoch 1 is in flight: no second barrier yet.
         coordinator.request_stop(&running, &senders);

@@ -37,11 +37,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
-use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs, failpoint};
+use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs, failpoint, panic_message};
 
 use crate::chain::Chain;
 use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, operator_id};
+use crate::controller::EVENTS_ARGUMENT;
 use crate::exchange::{ExchangeInput, ExchangeOutput};
+use crate::mailbox::post;
 use crate::metrics::{Metrics, NO_WATERMARK};
 use crate::plan::{LaneContext, LanePoll, LaneReader, SinkParallelism, SinkWriter};
 
@@ -190,19 +192,28 @@ struct FlowRun {
 
 impl Driver {
     /// Runs until every flow finished, a failure, or an abort; reports exactly one event.
+    /// A panic (a bug in an operator, a connector or here) is caught and reported as a
+    /// fatal error with its message: the run fails at once instead of going on without
+    /// this thread.
     pub(crate) fn run(self) {
         let thread = self.thread;
         let events = self.events.clone();
-        let event = match self.start_and_run() {
-            Ok(Some(slice)) => {
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.start_and_run()));
+        let event = match ran {
+            Ok(Ok(Some(slice))) => {
                 tracing::debug!(thread, "driver finished");
                 DriverEvent::Finished { thread, slice }
             }
-            Ok(None) => DriverEvent::Aborted { thread },
-            Err((component, error)) => DriverEvent::Fatal { thread, component, error },
+            Ok(Ok(None)) => DriverEvent::Aborted { thread },
+            Ok(Err((component, error))) => DriverEvent::Fatal { thread, component, error },
+            Err(panic) => {
+                let message = format!("driver thread {thread} panicked: {}", panic_message(&*panic));
+                let error = SluiceError::internal("run.panic", message).with_kind(ErrorKind::Panic);
+                DriverEvent::Fatal { thread, component: format!("driver {thread}"), error }
+            }
         };
         // The controller outlives the drivers; if it is gone there is no one to tell.
-        let _ = events.send(event);
+        let _gone = post(&events, event, EVENTS_ARGUMENT);
     }
 
     fn start_and_run(self) -> Result<Option<ManifestSlice>, (String, SluiceError)> {
@@ -408,15 +419,38 @@ impl DriverState {
                 !live || segment.barrier_passed == Some(epoch)
             })
         });
+        let metrics = &self.metrics.threads[self.thread as usize];
+        if !(pending.injected && passed) {
+            metrics.set_barrier_at(Some(self.barrier_location(epoch, pending.injected)));
+        }
         if pending.injected && passed {
+            metrics.set_barrier_at(None);
             let pending = self.pending.take().expect("checked above");
             // The controller outlives the drivers; a closed channel means it gave up.
-            let _ = self.events.send(DriverEvent::Acked {
-                thread: self.thread,
-                epoch: pending.epoch,
-                slice: pending.slice,
-            });
+            let acked = DriverEvent::Acked { thread: self.thread, epoch: pending.epoch, slice: pending.slice };
+            let _gone = post(&self.events, acked, EVENTS_ARGUMENT);
         }
+    }
+
+    /// Where barrier `epoch` waits on this thread, in words, for a timeout's message.
+    fn barrier_location(&self, epoch: Epoch, injected: bool) -> String {
+        if !injected {
+            return format!("has not injected barrier {} into its lanes yet", epoch.0);
+        }
+        for flow in &self.flows {
+            for (index, segment) in flow.segments.iter().enumerate() {
+                let live = if index == 0 { !flow.input_ended } else { !segment.ended };
+                if live && segment.barrier_passed != Some(epoch) {
+                    let what = if index == 0 { "its lanes' output" } else { "an exchange (a sender not aligned)" };
+                    return format!(
+                        "waits at flow to sink `{}`, segment {index} ({}), fed by {what}",
+                        flow.name,
+                        segment.chain.describe()
+                    );
+                }
+            }
+        }
+        "passed every segment".to_string()
     }
 
     /// Flows whose source has no lane on this thread end at once, so they hold back no

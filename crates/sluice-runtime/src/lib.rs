@@ -28,6 +28,7 @@ pub mod controller;
 mod coordinator;
 mod driver;
 mod exchange;
+mod mailbox;
 pub mod metrics;
 pub mod plan;
 

@@ -53,6 +53,22 @@ pub struct ThreadMetrics {
     /// The longest time one message took through a segment (its operators and output),
     /// in microseconds: how long the thread was unavailable at once (e.g. to a barrier).
     pub longest_step_us: AtomicU64,
+    /// Where this thread's barrier in flight waits (set by the driver at barrier events
+    /// only), for the message of a checkpoint that times out.
+    pub barrier_waits_at: Mutex<Option<String>>,
+}
+
+impl ThreadMetrics {
+    /// Where the thread's barrier waits, in words: "has not taken barrier 7 yet (busy)",
+    /// or "waits at flow to sink `out`, segment 1 (window_aggregate)".
+    pub fn barrier_at(&self) -> String {
+        let at = self.barrier_waits_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        at.clone().unwrap_or_else(|| "has not taken the barrier yet (busy in a step, or blocked)".to_string())
+    }
+
+    pub(crate) fn set_barrier_at(&self, at: Option<String>) {
+        *self.barrier_waits_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = at;
+    }
 }
 
 /// All counters of a run.

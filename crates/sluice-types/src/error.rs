@@ -34,6 +34,8 @@ pub enum ErrorKind {
     Injected,
     /// The reader of an output went away (a closed pipe): the consumer is done.
     OutputClosed,
+    /// A thread panicked (a bug): the run fails, nothing retries.
+    Panic,
 }
 
 /// An operating failure: bad configuration, bad rows, unreachable services, lost peers.
@@ -86,6 +88,15 @@ impl SluiceError {
     pub fn is_retryable(&self) -> bool {
         self.domain == Domain::External
     }
+}
+
+/// The text of a panic's payload (what `panic!` was given).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 impl fmt::Display for SluiceError {

@@ -19,7 +19,7 @@ pub mod key;
 pub mod vnode;
 
 pub use batch::{Batch, Weights};
-pub use error::{Domain, ErrorKind, SluiceError};
+pub use error::{Domain, ErrorKind, SluiceError, panic_message};
 
 /// Milliseconds since the Unix epoch, the unit of event time and watermarks.
 pub type TimestampMs = i64;

@@ -98,7 +98,7 @@ fn check_crashes(case: &Case, label: &str, crashes: &[Crash], threads: (u32, u32
     run_to_end(&uninterrupted, threads.0);
     let crashed = prepare(case, Some(batch_rows));
     for (index, crash) in crashes.iter().enumerate() {
-        let threads = if index % 2 == 0 { threads.0 } else { threads.1 };
+        let threads = if index.is_multiple_of(2) { threads.0 } else { threads.1 };
         run_until_crash(&crashed, threads, *crash, label);
     }
     let published = has_manifest(&crashed);
@@ -120,7 +120,7 @@ fn has_manifest(scratch: &Scratch) -> bool {
 
 fn check_case(file: &std::path::Path, index: usize) {
     let case = parse(&std::fs::read_to_string(file).expect("read case"));
-    let (first, second) = if index % 2 == 0 { (1, 2) } else { (2, 1) };
+    let (first, second) = if index.is_multiple_of(2) { (1, 2) } else { (2, 1) };
     let label = format!("{} ({first} → {second} threads)", file.display());
     // With checkpoints and the default batch size, the output is the golden one.
     let golden = prepare(&case, None);

@@ -7,5 +7,6 @@ mod crash;
 mod examples;
 mod golden;
 mod harness;
+mod liveness;
 mod oracle;
 mod signals;

@@ -197,6 +197,7 @@ fn checkpoint_section_defaults_and_values() {
             c.checkpoint,
             Some(CheckpointSection {
                 interval: std::time::Duration::from_secs(10),
+                timeout: std::time::Duration::from_secs(600),
                 store: "file://./sluice-state".into(),
                 guarantee: Guarantee::ExactlyOnce,
                 retain: 3,
