@@ -69,6 +69,13 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
     for sink in &metrics.sinks {
         let _ = writeln!(text, "  sink {}: {} rows out", sink.name, sink.rows.load(Ordering::Relaxed));
     }
+    let blocked: Vec<String> = metrics
+        .threads
+        .iter()
+        .enumerate()
+        .map(|(thread, t)| format!("thread {thread} {:.2} s", t.backpressure_ns.load(Ordering::Relaxed) as f64 / 1e9))
+        .collect();
+    let _ = writeln!(text, "  backpressure (time blocked on full output queues): {}", blocked.join(", "));
     if let Some(stats) = &report.checkpoints {
         let _ = writeln!(
             text,

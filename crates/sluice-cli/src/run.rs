@@ -1,8 +1,9 @@
 //! `sluice run`: the job, the signals, the progress line and the exit report.
 //!
-//! Signals: the first Ctrl-C / SIGTERM asks the job to stop its sources and drain
-//! (bounded by `shutdown_timeout`); a second one exits at once with status 1, naming
-//! what was abandoned.
+//! Signals: the first Ctrl-C / SIGTERM asks the job to stop its sources and drain, or,
+//! with checkpoints, to take a final checkpoint that keeps open windows (bounded by
+//! `shutdown_timeout`); a second one exits at once with status 1, naming what was
+//! abandoned.
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -34,15 +35,13 @@ pub fn run(
             eprintln!("sluice: {notice}");
         }
     }
-    install_signals(job.stop_handle())?;
+    let checkpoints = pipeline.config.checkpoint.is_some();
+    install_signals(job.stop_handle(), checkpoints)?;
     let writes_stdout = pipeline.writes_stdout();
     let live = !quiet && std::io::stderr().is_terminal() && !(writes_stdout && std::io::stdout().is_terminal());
     if !quiet {
-        eprintln!(
-            "sluice: running pipeline \"{}\" on {} thread(s); Ctrl-C stops and drains",
-            job.name(),
-            job.threads()
-        );
+        let stop = if checkpoints { "stops with a final checkpoint" } else { "stops and drains" };
+        eprintln!("sluice: running pipeline \"{}\" on {} thread(s); Ctrl-C {stop}", job.name(), job.threads());
     }
     let mut progress = Progress::new(live, quiet);
     let metrics = job.metrics();
@@ -73,7 +72,9 @@ pub fn run(
     })
 }
 
-fn install_signals(stop: StopHandle) -> Result<(), EngineError> {
+/// The first Ctrl-C / SIGTERM stops the job (a final checkpoint when `checkpoints`, else a
+/// drain that flushes open windows); a second exits at once.
+fn install_signals(stop: StopHandle, checkpoints: bool) -> Result<(), EngineError> {
     let failed = |e: std::io::Error| {
         EngineError::new(SluiceError::external("run.signals", format!("cannot install signal handlers: {e}")))
     };
@@ -89,7 +90,12 @@ fn install_signals(stop: StopHandle) -> Result<(), EngineError> {
                     );
                     std::process::exit(1);
                 }
-                eprintln!("\nsluice: {name}: stopping sources and draining (again to exit at once)");
+                let what = if checkpoints {
+                    "stopping sources and taking a final checkpoint"
+                } else {
+                    "stopping sources and draining"
+                };
+                eprintln!("\nsluice: {name}: {what} (again to exit at once)");
                 stop.stop();
             }
         })

@@ -82,10 +82,10 @@ impl Checkpointer for StoreCheckpointer {
         sluice_types::failpoint!("checkpoint.after_state_written");
         manifest.sinks =
             self.sinks.iter().map(|name| SinkRecords { name: name.clone(), records: Vec::new() }).collect();
-        for (flow, record_epoch, record) in slice.sink_records {
-            let mut bytes = record_epoch.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&record);
-            manifest.sinks[flow].records.push(bytes);
+        for sink_record in slice.sink_records {
+            let mut bytes = sink_record.epoch.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&sink_record.record);
+            manifest.sinks[sink_record.flow].records.push(bytes);
         }
         self.store.publish(&manifest)?;
         if let Err(error) = self.store.collect_garbage(self.retain) {

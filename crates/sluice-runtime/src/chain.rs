@@ -5,7 +5,7 @@
 //! thread with no queue between them (operator fusion): it is how every segment of a
 //! flow runs.
 //!
-//! Contract: an operator sees messages in edge order (DESIGN.md §2 "In-band messages");
+//! Contract: an operator sees the in-band messages of its input in edge order;
 //! the default handlers forward watermarks, barriers and end-of-data unchanged, so a
 //! stateless operator only implements [`Operator::on_data`].
 

@@ -1,7 +1,7 @@
 //! The runtime's side of checkpoints: what drivers report at a barrier, what the
 //! controller hands to the store, and what a restored run starts from.
 //!
-//! Protocol (DESIGN.md §2 "Checkpoints"; leader/worker-shaped even in one process):
+//! Protocol (leader/worker-shaped even in one process):
 //! 1. The controller sends `Barrier(e)` to every driver. Each driver records the position
 //!    of every lane it owns *before* injecting the barrier into its flows, so the
 //!    positions are exactly those after the last row that precedes the barrier
@@ -65,6 +65,17 @@ impl std::fmt::Debug for DeferredState {
     }
 }
 
+/// A sink writer's pre-commit record for one epoch, and how many rows it stages (which
+/// become visible, and count as "rows out", only when the epoch is committed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkRecord {
+    /// The flow (hence the sink) of the writer.
+    pub flow: usize,
+    pub epoch: u64,
+    pub record: Vec<u8>,
+    pub rows: u64,
+}
+
 /// What one driver contributes to manifest `e`.
 #[derive(Debug, Default)]
 pub struct ManifestSlice {
@@ -75,9 +86,9 @@ pub struct ManifestSlice {
     /// encoding happens off their threads; [`ManifestSlice::encode_deferred`] turns them
     /// into `states` before the checkpointer sees the slice.
     pub deferred: Vec<DeferredState>,
-    /// (flow index, epoch, pre-commit record) of each sink writer on the driver. A
-    /// manifest may carry records of earlier epochs whose own checkpoint failed.
-    pub sink_records: Vec<(usize, u64, Vec<u8>)>,
+    /// The pre-commit record of each sink writer on the driver. A manifest may carry
+    /// records of earlier epochs whose own checkpoint failed.
+    pub sink_records: Vec<SinkRecord>,
 }
 
 impl ManifestSlice {

@@ -1,11 +1,14 @@
-//! The controller: starts the drivers, owns the shutdown deadline, reports progress, and
-//! turns the drivers' events into one [`RunReport`].
+//! The controller: starts the drivers, owns the shutdown deadline, tells its caller of
+//! the run's state changes ([`RunEvent`]), and turns the drivers' events into one
+//! [`RunReport`].
 //!
-//! Shutdown order (DESIGN.md §2 "Shutdown"): a stop request sends `Stop` to every driver,
+//! Shutdown order: without checkpoints a stop request sends `Stop` to every driver,
 //! which ends its lanes; end-of-data then flows through every chain and exchange, windows
-//! flush, and each sink closes when its input ended. The controller waits for every
-//! driver's `Finished` until the deadline; past it the run fails, naming the threads
-//! still draining. A fatal error on one driver aborts the others at once.
+//! flush, and each sink closes when its input ended. With checkpoints a stop takes a final
+//! checkpoint instead (`FinalBarrier`: every lane pauses, open windows stay in the
+//! checkpoint, sinks commit), then sends `Exit`. Either way the controller waits for every
+//! driver until `shutdown_timeout`; past it the run fails, naming what it still waited
+//! for. A fatal error on one driver aborts the others at once.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

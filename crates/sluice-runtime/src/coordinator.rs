@@ -24,12 +24,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use sluice_types::{Epoch, ErrorKind, SluiceError, panic_message};
 
-use crate::checkpoint::{CheckpointOptions, Checkpointer, LanePosition, ManifestSlice, commit_in_order};
+use crate::checkpoint::{CheckpointOptions, Checkpointer, LanePosition, ManifestSlice, SinkRecord, commit_in_order};
 use crate::controller::CONTROL_ARGUMENT;
 use crate::driver::Control;
 use crate::mailbox::{Posted, post};
@@ -41,7 +42,7 @@ struct InFlight {
     waiting: BTreeSet<u32>,
     slice: ManifestSlice,
     /// Sink records produced before this barrier but not yet in a published manifest.
-    carried: Vec<(usize, u64, Vec<u8>)>,
+    carried: Vec<SinkRecord>,
     final_epoch: bool,
     started: Instant,
     /// When the next `timeout` without every ack expires.
@@ -55,7 +56,7 @@ struct InFlight {
 struct Writing {
     epoch: Epoch,
     /// Every sink record in the manifest being written, committed once it is published.
-    records: Vec<(usize, u64, Vec<u8>)>,
+    records: Vec<SinkRecord>,
     final_epoch: bool,
     started: Instant,
     pause_ms: u64,
@@ -139,7 +140,7 @@ pub(crate) struct Coordinator {
     requests: Sender<WriteRequest>,
     results: Receiver<Written>,
     finished_positions: Vec<LanePosition>,
-    uncommitted: Vec<(usize, u64, Vec<u8>)>,
+    uncommitted: Vec<SinkRecord>,
     failed_in_a_row: u32,
     stopping: bool,
     final_started: bool,
@@ -507,14 +508,14 @@ impl Coordinator {
     }
 
     /// Commits every record of a published manifest, sink by sink, epoch by epoch.
-    fn commit(&self, records: Vec<(usize, u64, Vec<u8>)>) -> Result<(), SluiceError> {
+    /// The rows of the committed records become visible: they count as rows out now.
+    fn commit(&self, records: Vec<SinkRecord>) -> Result<(), SluiceError> {
         for (flow, sink) in self.sinks.iter().enumerate() {
-            let mine: Vec<(u64, Vec<u8>)> = records
-                .iter()
-                .filter(|(f, _, _)| *f == flow)
-                .map(|(_, epoch, record)| (*epoch, record.clone()))
-                .collect();
+            let mine: Vec<(u64, Vec<u8>)> =
+                records.iter().filter(|r| r.flow == flow).map(|r| (r.epoch, r.record.clone())).collect();
             commit_in_order(sink.as_ref(), mine)?;
+            let rows: u64 = records.iter().filter(|r| r.flow == flow).map(|r| r.rows).sum();
+            self.metrics.sinks[flow].rows.fetch_add(rows, Ordering::Relaxed);
             sluice_types::failpoint!("checkpoint.after_sink_commit");
         }
         Ok(())
@@ -534,7 +535,7 @@ mod tests {
     use sluice_types::{Epoch, SluiceError};
 
     use super::{CheckpointRecord, CheckpointStats, Completed, Coordinator};
-    use crate::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice};
+    use crate::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, SinkRecord};
     use crate::driver::Control;
 
     /// Records the epochs it publishes.
@@ -588,9 +589,10 @@ mod tests {
         assert!(controls.try_recv().is_err(), "no second barrier while the first is unanswered");
         // The late ack completes nothing: the checkpoint was abandoned, its records carried on.
         let mut slice = ManifestSlice::default();
-        slice.sink_records.push((0, 1, b"record".to_vec()));
+        let record = SinkRecord { flow: 0, epoch: 1, record: b"record".to_vec(), rows: 3 };
+        slice.sink_records.push(record.clone());
         assert_eq!(coordinator.on_ack(0, Epoch(1), slice).expect("late ack"), Completed::Checkpoint);
-        assert_eq!(coordinator.uncommitted, [(0, 1, b"record".to_vec())]);
+        assert_eq!(coordinator.uncommitted, [record]);
         assert!(published.lock().expect("lock").is_empty());
         // A second barrier that is never answered reaches max_failed_checkpoints = 2.
         let later = Instant::now() + Duration::from_secs(7200);

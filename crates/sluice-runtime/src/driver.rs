@@ -40,7 +40,7 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs, failpoint, panic_message};
 
 use crate::chain::Chain;
-use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, operator_id};
+use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, SinkRecord, operator_id};
 use crate::controller::EVENTS_ARGUMENT;
 use crate::exchange::{ExchangeInput, ExchangeOutput};
 use crate::mailbox::post;
@@ -156,7 +156,14 @@ struct LaneRun {
 
 enum Output {
     Exchange(ExchangeOutput),
-    Sink { sink: usize, writer: Option<Box<dyn SinkWriter>> },
+    Sink {
+        sink: usize,
+        writer: Option<Box<dyn SinkWriter>>,
+        /// The writer stages its output per epoch: its rows count as out when committed.
+        staged: bool,
+        /// Rows written since the writer's last pre-commit (staged writers only).
+        staged_rows: u64,
+    },
 }
 
 struct SegmentRun {
@@ -252,16 +259,17 @@ impl Driver {
                     OutputSetup::Sink { sink } => {
                         let factory = &self.plan.flows[sink].sink;
                         let open = factory.parallelism() == SinkParallelism::PerThread || self.thread == 0;
+                        let staged = self.staged && factory.exactly_once();
                         let writer = if open {
                             Some(
                                 factory
-                                    .open(self.thread, self.threads, self.staged && factory.exactly_once())
+                                    .open(self.thread, self.threads, staged)
                                     .map_err(|e| (format!("sink {}", factory.name()), e))?,
                             )
                         } else {
                             None
                         };
-                        Output::Sink { sink, writer }
+                        Output::Sink { sink, writer, staged, staged_rows: 0 }
                     }
                 };
                 segments.push(SegmentRun {
@@ -322,8 +330,8 @@ struct DriverState {
     checkpoints: bool,
     /// The epoch after the last barrier seen: what a sink pre-commits at end-of-data.
     next_epoch: Epoch,
-    /// The sinks' pre-commit records taken at end-of-data: (flow, epoch, record).
-    final_records: Vec<(usize, u64, Vec<u8>)>,
+    /// The sinks' pre-commit records taken at end-of-data.
+    final_records: Vec<SinkRecord>,
     /// A final barrier was taken: drivers leave on `Exit` in any order, so a sender that
     /// disappears without ending its output is expected, not a failure.
     stopping: bool,
@@ -529,7 +537,12 @@ impl DriverState {
         if is_end {
             segment.ended = true;
             if let Some(record) = fed.end_record {
-                self.final_records.push((flow, self.next_epoch.0, record));
+                self.final_records.push(SinkRecord {
+                    flow,
+                    epoch: self.next_epoch.0,
+                    record: record.0,
+                    rows: record.1,
+                });
             }
         }
         let barrier = fed.barrier.is_some() || is_end;
@@ -540,7 +553,8 @@ impl DriverState {
                 pending.slice.deferred.push(DeferredState { operator: operator_id(flow, index, operator), job });
             }
             if let Some(record) = record {
-                pending.slice.sink_records.push((flow, pending.epoch.0, record));
+                let (record, rows) = record;
+                pending.slice.sink_records.push(SinkRecord { flow, epoch: pending.epoch.0, record, rows });
             }
         }
         if barrier {
@@ -562,23 +576,16 @@ impl DriverState {
     fn poll_lanes(&mut self) -> Result<bool, Failure> {
         let mut progressed = false;
         let now = Instant::now();
-        let started = Instant::now();
-        let mut blocked_any = false;
         for index in 0..self.lanes.len() {
             let lane = &self.lanes[index];
             if lane.exhausted || lane.paused || lane.held || lane.wait_until.is_some_and(|until| until > now) {
                 continue;
             }
             if self.source_blocked(lane.source) {
-                blocked_any = true;
                 continue;
             }
             progressed = true;
             self.poll_lane(index)?;
-        }
-        if blocked_any {
-            let elapsed = started.elapsed().as_nanos() as u64;
-            self.metrics.threads[self.thread as usize].backpressure_ns.fetch_add(elapsed.max(1), Ordering::Relaxed);
         }
         Ok(progressed)
     }
@@ -685,7 +692,15 @@ impl DriverState {
                 }
             }
         }
+        // Waiting while an output queue is full is backpressure: this thread is blocked by
+        // a slower consumer downstream (time waiting for input or a rate limit is not).
+        let blocked = !self.outboxes_empty();
+        let started = Instant::now();
         let _ = select.ready_timeout(timeout);
+        if blocked {
+            let waited = started.elapsed().as_nanos() as u64;
+            self.metrics.threads[self.thread as usize].backpressure_ns.fetch_add(waited, Ordering::Relaxed);
+        }
     }
 }
 
@@ -694,10 +709,12 @@ impl DriverState {
 struct Fed {
     /// The sink closed: the flow is done on this thread.
     finished: bool,
-    /// A staging sink's record for the rows since the last barrier, taken at end-of-data.
-    end_record: Option<Vec<u8>>,
-    /// A barrier passed: the chain's state by operator position, and the sink's record.
-    barrier: Option<(Epoch, ChainStates, Option<Vec<u8>>)>,
+    /// A staging sink's record for the rows since the last barrier, taken at end-of-data,
+    /// with the number of rows it stages.
+    end_record: Option<(Vec<u8>, u64)>,
+    /// A barrier passed: the chain's state by operator position, and the sink's record
+    /// with the number of rows it stages.
+    barrier: Option<(Epoch, ChainStates, Option<(Vec<u8>, u64)>)>,
 }
 
 type ChainStates = crate::chain::ChainSnapshot;
@@ -724,21 +741,26 @@ fn feed(
             Output::Exchange(exchange) => {
                 exchange.route(message)?;
             }
-            Output::Sink { sink, writer } => match message {
+            Output::Sink { sink, writer, staged, staged_rows } => match message {
                 Message::Data(batch) => {
                     let writer = writer.as_mut().expect("a single-writer sink receives rows only on thread 0");
                     writer.write(&batch)?;
-                    metrics.sinks[*sink].rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                    let rows = batch.num_rows() as u64;
+                    if *staged {
+                        *staged_rows += rows;
+                    } else {
+                        metrics.sinks[*sink].rows.fetch_add(rows, Ordering::Relaxed);
+                    }
                 }
                 Message::Barrier(epoch) => {
                     if let (Some(writer), Some(barrier)) = (writer.as_mut(), fed.barrier.as_mut()) {
-                        barrier.2 = Some(writer.pre_commit(epoch)?);
+                        barrier.2 = Some((writer.pre_commit(epoch)?, std::mem::take(staged_rows)));
                     }
                 }
                 Message::EndOfData => {
                     if let Some(writer) = writer.as_mut() {
                         if checkpoints {
-                            fed.end_record = Some(writer.pre_commit(next_epoch)?);
+                            fed.end_record = Some((writer.pre_commit(next_epoch)?, std::mem::take(staged_rows)));
                         }
                         writer.close()?;
                     }

@@ -6,7 +6,7 @@
 //! [`plan::Plan`] (sources, and one [`plan::Flow`] per sink made of segments separated by
 //! exchanges), and [`controller::run`] executes it.
 //!
-//! Thread anatomy (DESIGN.md §2 "Threads"):
+//! Thread anatomy:
 //!
 //! ```text
 //! controller (caller's thread)        driver 0..N (std threads)

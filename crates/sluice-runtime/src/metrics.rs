@@ -48,7 +48,8 @@ pub struct SinkMetrics {
 /// The counters of one driver thread.
 #[derive(Debug, Default)]
 pub struct ThreadMetrics {
-    /// Nanoseconds during which lanes could not be polled because an output queue was full.
+    /// Nanoseconds this thread spent blocked, waiting for room in a full output queue
+    /// (its consumer downstream is slower): time it could not work at all.
     pub backpressure_ns: AtomicU64,
     /// The longest time one message took through a segment (its operators and output),
     /// in microseconds: how long the thread was unavailable at once (e.g. to a barrier).

@@ -2,7 +2,7 @@
 //! on nothing of Sluice's.
 //!
 //! - [`Batch`]: an Arrow record batch whose rows each carry a weight (+1 insert, -1
-//!   retract; DESIGN.md §2). The common append-only case stores no weight column.
+//!   retract). The common append-only case stores no weight column.
 //! - [`Message`]: the one in-band enum that travels every edge (data, watermark, barrier,
 //!   end-of-data).
 //! - [`SluiceError`]: the typed error for operating failures, with a stable code, a

@@ -2,7 +2,8 @@
 //! vnodes are split into contiguous ranges over the slots (threads) that run an operator.
 //!
 //! Placement is a pure function of (vnodes, slots), so every thread (and, later, every
-//! worker) derives the same assignment without being told (DESIGN.md §2, invariant 4).
+//! worker) derives the same assignment without being told (ARCHITECTURE.md, "Architecture
+//! invariants").
 
 /// The vnode of a key hash.
 pub fn of_hash(hash: u64, vnodes: u32) -> u32 {

@@ -8,5 +8,6 @@ mod examples;
 mod golden;
 mod harness;
 mod liveness;
+mod new_user;
 mod oracle;
 mod signals;

@@ -1,0 +1,205 @@
+//! Defects found by using Sluice as a new user would, each with the test that failed
+//! before its fix: paths that destroy their own input, two runs on one store, a closed
+//! pipe, colours in logs, a header line taken for data, a report that counted rows nobody
+//! could see, and a backpressure figure that measured the wrong thing.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::Stdio;
+
+use crate::harness::{Scratch, assert_fails_with, sluice_command, stderr, stdout};
+
+/// A file source reading `input` and a JSON file sink writing `output`.
+fn copy_pipeline(input: &str, output: &str) -> String {
+    format!(
+        r#"[pipeline]
+name = "copy"
+
+[[source]]
+name = "events"
+connector = "file"
+format = "json"
+schema = "k VARCHAR, v BIGINT"
+[source.options]
+path = "{input}"
+
+[[sink]]
+name = "out"
+from = "events"
+connector = "file"
+format = "json"
+[sink.options]
+path = "{output}"
+"#
+    )
+}
+
+fn events(scratch: &Scratch, name: &str) {
+    scratch.write(name, "{\"k\":\"a\",\"v\":1}\n{\"k\":\"b\",\"v\":2}\n");
+}
+
+#[test]
+fn a_sink_over_its_own_input_is_refused_by_validate_and_run() {
+    for (input, output) in [
+        ("data/in.jsonl", "data/in.jsonl"),
+        ("data/in.jsonl", "data/../data/in.jsonl"),
+        ("data/in.jsonl", "link/in.jsonl"),
+        ("data", "data/out.jsonl"),
+        ("data/in.jsonl", "data"),
+    ] {
+        let scratch = Scratch::new();
+        events(&scratch, "data/in.jsonl");
+        std::os::unix::fs::symlink(scratch.path("data"), scratch.path("link")).expect("symlink");
+        scratch.write("pipeline.toml", &copy_pipeline(input, output));
+        for command in ["validate", "run"] {
+            let run = scratch.sluice(&[command, "pipeline.toml"]);
+            assert_fails_with(&run, &["pipeline.toml:12:1", "overlaps the input of source `events`", "fix:"]);
+        }
+        assert_eq!(scratch.read("data/in.jsonl").lines().count(), 2, "{input} → {output}: the input is intact");
+    }
+}
+
+#[test]
+fn two_sinks_writing_one_path_are_refused() {
+    let scratch = Scratch::new();
+    events(&scratch, "in.jsonl");
+    let second = "\n[[sink]]\nname = \"again\"\nfrom = \"events\"\nconnector = \"file\"\n[sink.options]\npath = \"out/../out.jsonl\"\n";
+    scratch.write("pipeline.toml", &format!("{}{second}", copy_pipeline("in.jsonl", "out.jsonl")));
+    let run = scratch.sluice(&["validate", "pipeline.toml"]);
+    assert_fails_with(&run, &["sink `again` writes", "where sink `out` (line 12) writes too", "own path"]);
+}
+
+#[test]
+fn a_second_run_on_one_store_is_refused_naming_the_holder_and_how_to_unlock() {
+    let scratch = Scratch::new();
+    let endless = "[pipeline]\nname = \"held\"\n[checkpoint]\ninterval = \"50ms\"\n\
+                   [[source]]\nname = \"nx\"\nconnector = \"nexmark\"\n[source.options]\nrate = 1000\n\
+                   [[sink]]\nname = \"o\"\nfrom = \"bid\"\nconnector = \"blackhole\"\n";
+    scratch.write("pipeline.toml", endless);
+    let mut first = sluice_command(scratch.dir.path())
+        .args(["run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", "checkpoint.after_commit=1*return(note)")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(first.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    while !seen.contains("after_commit reached") {
+        assert!(lines.read_line(&mut seen).expect("stderr") > 0, "the first run ended:\n{seen}");
+    }
+    let second = scratch.sluice(&["run", "pipeline.toml"]);
+    let pid = first.id().to_string();
+    assert_fails_with(&second, &["is in use", "pipeline \"held\"", &format!("pid {pid}"), "checkpoints unlock"]);
+    let unlock = scratch.sluice(&["checkpoints", "unlock", "--store", "file://./sluice-state"]);
+    assert!(unlock.status.success() && stdout(&unlock).contains(&format!("pid {pid}")), "{}", stdout(&unlock));
+    // The first run no longer holds the store: its next checkpoint is refused.
+    let _ = first.wait();
+    let mut rest = String::new();
+    lines.read_to_string(&mut rest).expect("stderr");
+    assert!(rest.contains("FAILED") && rest.contains("lease"), "{rest}");
+}
+
+#[test]
+fn a_closed_stdout_ends_every_command_quietly() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "pipeline.toml",
+        "[pipeline]\nname = \"p\"\n[[source]]\nname = \"nx\"\nconnector = \"nexmark\"\n\
+         [[sink]]\nname = \"o\"\nfrom = \"bid\"\nconnector = \"stdout\"\nformat = \"json\"\n",
+    );
+    for args in [
+        vec!["run", "pipeline.toml"],
+        vec!["nexmark", "generate", "--events", "1000000"],
+        vec!["explain", "pipeline.toml"],
+    ] {
+        let mut child = sluice_command(scratch.dir.path())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut first = [0u8; 1];
+        child.stdout.take().expect("stdout").read_exact(&mut first).expect("some output");
+        // The reader is gone (as `| head -c 1` leaves it).
+        let output = child.wait_with_output().expect("wait");
+        let text = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {text}");
+        assert!(!text.contains("panicked") && !text.contains("error"), "{args:?}: {text}");
+    }
+}
+
+#[test]
+fn logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let scratch = Scratch::new();
+    events(&scratch, "in.jsonl");
+    scratch.write("pipeline.toml", &copy_pipeline("in.jsonl", "out.jsonl"));
+    let run = scratch.sluice(&["--log-level", "debug", "run", "pipeline.toml"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stderr(&run).contains("DEBUG"), "debug logs are on: {}", stderr(&run));
+    assert!(!stderr(&run).contains('\u{1b}'), "no ANSI escape: {:?}", stderr(&run));
+}
+
+#[test]
+fn a_csv_without_a_header_line_loses_no_row() {
+    let scratch = Scratch::new();
+    scratch.write("in.csv", "a,1\nb,2\nc,3\n");
+    let pipeline =
+        copy_pipeline("in.csv", "out.jsonl").replace("format = \"json\"\nschema", "format = \"csv\"\nschema");
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stderr(&run).contains("3 rows in, 0 bad rows"), "{}", stderr(&run));
+    assert_eq!(scratch.read("out.jsonl").lines().count(), 3);
+}
+
+#[test]
+fn rows_out_counts_only_rows_made_visible() {
+    let scratch = Scratch::new();
+    let rows: String = (0..500).map(|i| format!("{{\"k\":\"k{i}\",\"v\":{i}}}\n")).collect();
+    scratch.write("in.jsonl", &rows);
+    let pipeline = copy_pipeline("in.jsonl", "out/")
+        .replace("[[source]]", "[checkpoint]\ninterval = \"10ms\"\nmax_failed_checkpoints = 1\n\n[[source]]");
+    scratch.write("pipeline.toml", &pipeline);
+    // The store accepts no checkpoint: nothing is ever committed, nothing becomes visible.
+    let run = sluice_command(scratch.dir.path())
+        .args(["run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", "checkpoint.after_state_written=return(the store is read-only)")
+        .output()
+        .expect("run");
+    let report = stderr(&run);
+    assert_eq!(run.status.code(), Some(1), "{report}");
+    assert!(report.contains("the store is read-only"), "{report}");
+    assert!(report.contains("sink out: 0 rows out"), "{report}");
+    let visible = crate::golden::output(&scratch, "out");
+    assert_eq!(visible, "", "no part is visible");
+}
+
+#[test]
+fn backpressure_is_the_time_a_thread_is_blocked_by_a_slow_sink() {
+    let scratch = Scratch::new();
+    // Two threads; a one-file sink gathers every row to thread 0, whose writes are slow:
+    // thread 1 waits for room in its queue to thread 0.
+    scratch.write(
+        "pipeline.toml",
+        "[pipeline]\nname = \"slow\"\nthreads = 2\nbatch_size = 100\nqueue_batches = 1\n\
+         [[source]]\nname = \"nx\"\nconnector = \"nexmark\"\n[source.options]\nevents = 4000\n\
+         [[sink]]\nname = \"o\"\nfrom = \"bid\"\nconnector = \"file\"\n[sink.options]\npath = \"bids.jsonl\"\n",
+    );
+    let run = sluice_command(scratch.dir.path())
+        .args(["run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", "sink.write=sleep(20)")
+        .output()
+        .expect("run");
+    let report = stderr(&run);
+    assert!(run.status.success(), "{report}");
+    // 3680 bids in batches of at most 100: at least 37 writes of 20 ms, about half of them
+    // of thread 1's rows, which it cannot send while thread 0 sleeps.
+    let line = report.lines().find(|l| l.contains("backpressure")).expect("a backpressure line");
+    let thread1: f64 = line
+        .split("thread 1 ")
+        .nth(1)
+        .and_then(|rest| rest.split(" s").next())
+        .and_then(|seconds| seconds.parse().ok())
+        .unwrap_or_else(|| panic!("no figure for thread 1: {line}"));
+    assert!(thread1 >= 0.1, "thread 1 was blocked for {thread1} s only: {line}");
+}
