@@ -709,15 +709,15 @@ impl DriverState {
 struct Fed {
     /// The sink closed: the flow is done on this thread.
     finished: bool,
-    /// A staging sink's record for the rows since the last barrier, taken at end-of-data,
-    /// with the number of rows it stages.
-    end_record: Option<(Vec<u8>, u64)>,
-    /// A barrier passed: the chain's state by operator position, and the sink's record
-    /// with the number of rows it stages.
-    barrier: Option<(Epoch, ChainStates, Option<(Vec<u8>, u64)>)>,
+    /// A staging sink's record for the rows since the last barrier, taken at end-of-data.
+    end_record: Option<Staged>,
+    /// A barrier passed: the chain's state by operator position, and the sink's record.
+    barrier: Option<(Epoch, ChainStates, Option<Staged>)>,
 }
 
 type ChainStates = crate::chain::ChainSnapshot;
+/// A sink writer's pre-commit record and the number of rows it stages.
+type Staged = (Vec<u8>, u64);
 
 /// Pushes one message through a segment and routes what comes out. A barrier is
 /// snapshotted at the segment's input (everything before it has been processed), then
