@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
+# The build goes where `cargo run` puts it (target/, or CARGO_TARGET_DIR when set), so the
+# README's two commands share one build.
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 if ! cargo nextest --version >/dev/null 2>&1; then
