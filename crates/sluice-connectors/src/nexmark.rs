@@ -448,6 +448,32 @@ mod tests {
         assert!(times.values().iter().all(|t| *t - 500 <= watermark));
     }
 
+    /// Every row of every table, as text, sorted: what a set of lanes produced.
+    fn all_rows(source: &NexmarkSource) -> [Vec<String>; 3] {
+        let mut rows: [Vec<String>; 3] = Default::default();
+        for lane in 0..source.lanes() {
+            let mut reader = open(source, lane, 777, [true; 3]);
+            loop {
+                match reader.poll().expect("poll") {
+                    LanePoll::Data { batches, .. } => {
+                        for (table, batch) in batches {
+                            for row in 0..batch.num_rows() {
+                                let cells = batch.columns().iter().map(|column| {
+                                    arrow::util::display::array_value_to_string(column, row).expect("a value")
+                                });
+                                rows[table].push(cells.collect::<Vec<_>>().join("|"));
+                            }
+                        }
+                    }
+                    LanePoll::Wait(_) => panic!("an unlimited lane never waits"),
+                    LanePoll::Exhausted => break,
+                }
+            }
+        }
+        rows.iter_mut().for_each(|table| table.sort());
+        rows
+    }
+
     #[test]
     fn lanes_together_produce_every_event_once_in_the_standard_mix() {
         let source = nexmark_source(Some(10_000), None, 3).expect("source");
@@ -463,6 +489,20 @@ mod tests {
             }
         }
         assert_eq!(total, [200, 600, 9_200]);
+        // Not only as many rows: the very rows one lane generates alone, none twice.
+        let single = nexmark_source(Some(10_000), None, 1).expect("source");
+        let (split, whole) = (all_rows(&source), all_rows(&single));
+        for table in 0..3 {
+            assert_eq!(
+                split[table].len(),
+                whole[table].len(),
+                "table {table}: {} rows in three lanes, {} in one",
+                split[table].len(),
+                whole[table].len()
+            );
+            assert!(split[table] == whole[table], "table {table}: three lanes differ from one");
+            assert!(whole[table].windows(2).all(|pair| pair[0] != pair[1]), "table {table}: a row twice");
+        }
     }
 
     #[test]

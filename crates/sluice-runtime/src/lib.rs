@@ -32,6 +32,9 @@ mod mailbox;
 pub mod metrics;
 pub mod plan;
 
+#[cfg(test)]
+mod tests;
+
 pub use chain::{Chain, Operator, SnapshotJob};
 pub use controller::{Checkpointing, RunEvent, RunOptions, RunOutcome, RunReport, StopHandle, run, stop_handle};
 pub use metrics::Metrics;
