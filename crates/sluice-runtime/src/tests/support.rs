@@ -272,8 +272,11 @@ pub(crate) fn run(
     (report, events)
 }
 
+/// One published checkpoint: its epoch, its (source, lane, position)s, whether final.
+pub(crate) type Published = (u64, Vec<(usize, u32, Vec<u8>)>, bool);
+
 /// A checkpointer that records each epoch's positions and whether it was the final one.
-pub(crate) struct Recording(pub Arc<Mutex<Vec<(u64, Vec<(usize, u32, Vec<u8>)>, bool)>>>);
+pub(crate) struct Recording(pub Arc<Mutex<Vec<Published>>>);
 
 impl Checkpointer for Recording {
     fn checkpoint(&mut self, epoch: Epoch, slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError> {
