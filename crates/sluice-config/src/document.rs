@@ -43,8 +43,10 @@ pub(crate) fn parse_root(ctx: &mut Ctx<'_>, root: &Table) -> Option<PipelineConf
     check_names(ctx, &sources, &views);
     check_sink_names(ctx, &sinks);
     Some(PipelineConfig {
-        pipeline: pipeline?,
-        checkpoint: checkpoint?,
+        // Without a usable [pipeline] or [checkpoint] the configuration stands only to let
+        // later layers check the rest (parse_partial); parse_all reports the errors.
+        pipeline: pipeline.unwrap_or_else(|| crate::model::PipelineSection::named("")),
+        checkpoint: checkpoint.flatten(),
         sources: sources.into_iter().map(|(s, _)| s).collect(),
         views: views.into_iter().map(|(v, _)| v).collect(),
         sinks: sinks.into_iter().map(|(s, _)| s).collect(),

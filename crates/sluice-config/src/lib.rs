@@ -77,9 +77,10 @@ pub fn parse_all(text: &str, file_name: &str) -> Result<PipelineConfig, Vec<Conf
 }
 
 /// Like [`parse_all`], but also returns what could be read despite the errors: the
-/// configuration without the items that were invalid (None when `[pipeline]` or
-/// `[checkpoint]` is unusable, or on a TOML syntax error). A later layer can go on
-/// checking what is there (connector options) and report every problem at once.
+/// configuration without the items that were invalid (an unusable `[pipeline]` stands in
+/// with defaults, an unusable `[checkpoint]` is left out; None on a TOML syntax error).
+/// A later layer can go on checking what is there (connector options) and report every
+/// problem at once; the configuration is only for that while errors are non-empty.
 pub fn parse_partial(text: &str, file_name: &str) -> (Option<PipelineConfig>, Vec<ConfigError>) {
     let mut ctx = Ctx::new(text, file_name);
     let document = match toml_edit::ImDocument::parse(text) {

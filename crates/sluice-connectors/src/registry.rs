@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use sluice_config::{ConfigError, Located, Options, SinkConfig, SourceConfig, suggest};
+use sluice_config::{ConfigError, Located, Options, Position, SinkConfig, SourceConfig, suggest};
 use sluice_runtime::{SinkFactory, SourceFactory};
 use sluice_types::SluiceError;
 
@@ -205,10 +205,11 @@ fn unknown(options: &Options, connector: &Located<String>, kind: &str, known: &[
 }
 
 /// Reads the item-level `format` key as one of `choices`: None with an error when it is
-/// missing (and `required`) or unknown.
+/// missing (and `required`: reported at the item's header, `item`) or unknown.
 pub fn format_choice<T: Copy>(
     format: Option<&Located<String>>,
     options: &Options,
+    item: Position,
     choices: &[(&str, T)],
     required: bool,
     errors: &mut Vec<ConfigError>,
@@ -219,7 +220,7 @@ pub fn format_choice<T: Copy>(
         if required {
             let fix =
                 format!("add format = {}", names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(" or "));
-            errors.push(options.item_error(options.position(), "missing required key `format`", &fix));
+            errors.push(options.item_error(item, "missing required key `format`", &fix));
         }
         return None;
     };

@@ -116,7 +116,7 @@ impl SinkConnector for StdoutConnector {
 pub fn stdout_format_of(config: &SinkConfig) -> Result<StdoutFormat, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let formats = [("pretty", StdoutFormat::Pretty), ("json", StdoutFormat::Json)];
-    let format = format_choice(config.format.as_ref(), &config.options, &formats, false, &mut errors);
+    let format = format_choice(config.format.as_ref(), &config.options, config.position, &formats, false, &mut errors);
     let mut reader = config.options.read();
     reader.check_keys(&[]);
     crate::registry::finish(reader, errors)?;
@@ -174,7 +174,14 @@ impl SinkConnector for FileSinkConnector {
 /// The validated options of a `connector = "file"` sink, or every problem.
 pub fn file_options_of(config: &SinkConfig) -> Result<FileSinkOptions, Vec<ConfigError>> {
     let mut errors = Vec::new();
-    let format = format_choice(config.format.as_ref(), &config.options, crate::FILE_FORMATS, false, &mut errors);
+    let format = format_choice(
+        config.format.as_ref(),
+        &config.options,
+        config.position,
+        crate::FILE_FORMATS,
+        false,
+        &mut errors,
+    );
     let mut reader = config.options.read();
     reader.check_keys(&["path", "mode"]);
     let path = reader.string(

@@ -35,6 +35,9 @@ pub mod nexmark;
 mod status;
 pub mod stores;
 
+#[cfg(test)]
+mod tests;
+
 pub use compile::CompiledPipeline;
 pub use error::{EngineError, Problem};
 pub use explain::{Explanation, FlowNode, SegmentNode, SourceNode, Validation, explain};

@@ -157,7 +157,8 @@ impl SourceConnector for FileConnector {
 pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>> {
     let options = &config.options;
     let mut errors = Vec::new();
-    let format = format_choice(config.format.as_ref(), options, crate::FILE_FORMATS, true, &mut errors);
+    let format =
+        format_choice(config.format.as_ref(), options, config.position, crate::FILE_FORMATS, true, &mut errors);
     if config.schema.is_none() {
         errors.push(options.item_error(
             config.position,

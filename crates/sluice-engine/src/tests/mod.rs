@@ -5,6 +5,7 @@
 //! The templates below put the part under test at a known line, so each expected error
 //! starts with its `line:column`.
 
+mod job_tests;
 mod namespace_tests;
 mod sink_tests;
 mod source_tests;
@@ -47,7 +48,9 @@ pub(crate) fn check_errors(cases: &[(String, &str)]) {
 fn error_case(toml: &str, expected: &str) -> Result<(), String> {
     let expected = format!("{FILE}:{expected}");
     match load(toml) {
-        Ok(pipeline) => Err(format!("expected error containing\n{expected}\ngot success: {pipeline:#?}\n--- input ---\n{toml}")),
+        Ok(pipeline) => {
+            Err(format!("expected error containing\n{expected}\ngot success: {pipeline:#?}\n--- input ---\n{toml}"))
+        }
         Err(e) if e.to_string().contains(&expected) => Ok(()),
         Err(e) => Err(format!("expected error containing\n{expected}\ngot\n{e}\n--- input ---\n{toml}")),
     }

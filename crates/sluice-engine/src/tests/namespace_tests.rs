@@ -22,9 +22,12 @@ fn tables_provided_under_other_names_collide_with_views_and_sources() {
     check_errors(&[
         (
             with_source(&view("bid")),
-            "8:1: [[view]] \"bid\": name \"bid\" is a table of source \"nx\" (line 4)\n  fix: choose another name",
+            "7:1: [[view]] \"bid\": name \"bid\" is a table of source \"nx\" (line 4)\n  fix: choose another name",
         ),
-        (with_source(&file("Person")), "8:1: [[source]] \"Person\": name \"Person\" is a table of source \"nx\" (line 4)"),
+        (
+            with_source(&file("Person")),
+            "7:1: [[source]] \"Person\": name \"Person\" is a table of source \"nx\" (line 4)",
+        ),
         (
             two(&nexmark(""), &nexmark("").replace("\"nx\"", "\"nx2\"")),
             "12:1: [[source]] \"nx2\": name \"person\" is a table of source \"nx\" (line 8)",

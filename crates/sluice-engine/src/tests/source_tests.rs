@@ -227,7 +227,7 @@ fn nexmark_bad_values() {
         ),
         (
             with_sink(&nexmark("schema = \"a INT\"")),
-            "11:1: [[source]] \"nx\": `schema` is not allowed here (nexmark tables person, auction and bid have fixed schemas), found \"a INT\"\n  fix: remove `schema`",
+            "11:11: [[source]] \"nx\": `schema` is not allowed here (nexmark tables person, auction and bid have fixed schemas), found \"a INT\"\n  fix: remove `schema`",
         ),
     ]);
 }

@@ -100,3 +100,19 @@ fn damaged_keys_and_unsupported_types_are_refused() {
             .expect_err("lists are not keys");
     assert_eq!(error.code, "key.type");
 }
+
+#[test]
+fn the_fixed_width_path_writes_what_the_general_path_writes() {
+    // Without NULLs integer keys take the fixed path; one NULL anywhere takes the other.
+    let a: ArrayRef = Arc::new(Int64Array::from(vec![1, -2, i64::MAX, 0]));
+    let b: ArrayRef = Arc::new(Int32Array::from(vec![7, 8, i32::MIN, 9]));
+    let fast = encode(vec![Arc::clone(&a), Arc::clone(&b)]);
+    let b_with_null: ArrayRef = Arc::new(Int32Array::from(vec![Some(7), Some(8), Some(i32::MIN), None]));
+    let general = encode(vec![a, b_with_null]);
+    for row in 0..3 {
+        assert_eq!(fast.row(row), general.row(row), "row {row}");
+        assert_eq!(fast.hash(row), general.hash(row), "row {row}");
+    }
+    assert_eq!(hex(general.row(3)), "02000000000000000000", "BIGINT 0, then NULL");
+    assert_eq!(fast.len(), 4);
+}
