@@ -69,6 +69,10 @@ pub struct SourceContext<'a> {
     pub base_dir: &'a Path,
     pub lane_threads: u32,
     pub schema: Option<SchemaRef>,
+    /// The layout a checkpoint recorded for this source (its `SourceFactory::layout`),
+    /// when the run resumes from one: the source must lay its lanes out the same way, or
+    /// refuse with the reason.
+    pub layout: Option<Vec<u8>>,
 }
 
 /// A sink connector, registered by name.

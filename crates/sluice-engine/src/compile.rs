@@ -19,6 +19,16 @@ use crate::error::EngineError;
 use crate::fingerprint::{Fingerprint, fingerprint};
 use crate::load::Pipeline;
 
+/// What a restore fixes about the sources, from the checkpoint it resumes: lanes are
+/// laid out as in the first run, whatever the input looks like now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Restoring {
+    /// The thread count the first run laid the lanes out for.
+    pub lane_threads: u32,
+    /// Each source's recorded layout, by source name (see `SourceFactory::layout`).
+    pub layouts: std::collections::BTreeMap<String, Vec<u8>>,
+}
+
 /// A pipeline ready to run.
 pub struct CompiledPipeline {
     /// `[pipeline] name`.
@@ -42,14 +52,14 @@ impl std::fmt::Debug for CompiledPipeline {
 }
 
 impl Pipeline {
-    /// Compiles the pipeline. `lane_threads` is the thread count the sources' lanes are
-    /// laid out for: this run's (None), or, when resuming, the first run's (lanes are
-    /// fixed for the life of the state; they spread over any number of threads).
-    pub fn compile(&self, lane_threads: Option<u32>) -> Result<CompiledPipeline, EngineError> {
+    /// Compiles the pipeline, its sources' lanes laid out for this run (None), or, when
+    /// resuming, as the checkpoint recorded them (lanes are fixed for the life of the
+    /// state; they spread over any number of threads).
+    pub fn compile(&self, restoring: Option<&Restoring>) -> Result<CompiledPipeline, EngineError> {
         self.check_paths()?;
         let section = &self.config.pipeline;
         let threads = section.threads;
-        let lane_threads = lane_threads.unwrap_or(threads);
+        let lane_threads = restoring.map_or(threads, |r| r.lane_threads);
         let mut planner =
             SqlPlanner::new(PlannerOptions { threads, vnodes: section.vnodes, batch_size: section.batch_size });
         let mut sources = Vec::new();
@@ -63,7 +73,14 @@ impl Pipeline {
                 ),
                 _ => None,
             };
-            let context = SourceContext { config: source, base_dir: &self.base_dir, lane_threads, schema };
+            let layout = restoring.and_then(|r| r.layouts.get(&source.name)).filter(|l| !l.is_empty());
+            let context = SourceContext {
+                config: source,
+                base_dir: &self.base_dir,
+                lane_threads,
+                schema,
+                layout: layout.cloned(),
+            };
             let factory = configured.build(&context).map_err(at)?;
             planner.add_source(index, factory.tables()).map_err(at)?;
             sources.push(factory);

@@ -17,7 +17,7 @@ use sluice_types::SluiceError;
 use sluice_checkpoint::Lease;
 
 use crate::checkpointing::{self, Recovered};
-use crate::compile::CompiledPipeline;
+use crate::compile::{CompiledPipeline, Restoring};
 use crate::error::EngineError;
 use crate::load::Pipeline;
 use crate::status::{JobState, Status, StatusCell, StatusStream};
@@ -62,7 +62,11 @@ impl Job {
         let Recovered { store, lease, manifest, mut notices } =
             checkpointing::open(section, &pipeline.base_dir, name, options.from_scratch)?;
         let prepared = (|| {
-            let compiled = pipeline.compile(manifest.as_ref().map(|m| m.lane_threads))?;
+            let restoring = manifest.as_ref().map(|m| Restoring {
+                lane_threads: m.lane_threads,
+                layouts: m.sources.iter().map(|s| (s.name.clone(), s.layout.clone())).collect(),
+            });
+            let compiled = pipeline.compile(restoring.as_ref())?;
             if let Some(manifest) = &manifest {
                 checkpointing::check_encodings(manifest, &section.store)?;
                 checkpointing::check_fingerprint(manifest, compiled.fingerprint, &section.store)?;

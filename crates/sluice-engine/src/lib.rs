@@ -38,7 +38,7 @@ pub mod stores;
 #[cfg(test)]
 mod tests;
 
-pub use compile::CompiledPipeline;
+pub use compile::{CompiledPipeline, Restoring};
 pub use error::{EngineError, Problem};
 pub use explain::{Explanation, FlowNode, SegmentNode, SourceNode, Validation, explain};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint};
