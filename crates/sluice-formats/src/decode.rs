@@ -1,30 +1,34 @@
-//! Decoding chunks of whole lines into Arrow record batches, isolating bad rows.
+//! Decoding chunks of whole records into Arrow record batches, isolating bad rows.
 //!
-//! The fast path hands a whole chunk to Arrow's CSV or JSON decoder and checks that it
-//! produced one row per line. Only when that fails is the chunk decoded again: blocks
-//! of lines first, and the lines of a failing block one by one, so that each bad row is
-//! reported with its line number and a reason while the good rows are kept. The good
-//! lines are then decoded together, so a chunk's batches are always full-size.
+//! A record is a line of JSON lines, or a CSV record as RFC 4180 defines it (a quoted
+//! field may hold line breaks, see [`crate::csv_records`]). The fast path hands a whole
+//! chunk to Arrow's CSV or JSON decoder and checks that it produced one row per
+//! non-blank record. Only when that fails is the chunk decoded again: blocks of records
+//! first, and the records of a failing block one by one, so that each bad row is
+//! reported with the line number of its record's first line and a reason while the good
+//! rows are kept. The good records are then decoded together, so a chunk's batches are
+//! always full-size.
 
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
-use crate::diagnose;
+use crate::{diagnose, records};
 
 /// The text of a [`BadRow`] is cut to this many characters.
 pub const MAX_BAD_ROW_CHARS: usize = 200;
 
-/// Lines validated together on the slow path before going line by line.
-const BLOCK_LINES: usize = 64;
+/// Records validated together on the slow path before going one by one.
+const BLOCK_RECORDS: usize = 64;
 
 /// The syntax of the rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowFormat {
     /// One JSON object per line.
     Json,
-    /// One CSV record per line; `header` means line 1 of the file names the columns.
+    /// CSV records (RFC 4180: a quoted field may span lines); `header` means the first
+    /// record of the file names the columns.
     Csv { header: bool, delimiter: u8 },
 }
 
@@ -42,7 +46,8 @@ pub struct DecoderOptions {
 /// A row that could not be decoded; it is skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadRow {
-    /// The 1-based line number in the file.
+    /// The 1-based line number in the file (of the first line of a CSV record that
+    /// spans several lines).
     pub line: u64,
     /// Why, e.g. ``column `price`: expected BIGINT, found "abc"``.
     pub reason: String,
@@ -51,13 +56,13 @@ pub struct BadRow {
 }
 
 impl BadRow {
-    /// A bad row from the raw bytes of its line (the line break is dropped).
+    /// A bad row from the raw bytes of its record (the final line break is dropped).
     pub fn new(line: u64, reason: impl Into<String>, bytes: &[u8]) -> BadRow {
         BadRow { line, reason: reason.into(), text: row_text(bytes) }
     }
 }
 
-/// The printable text of a line: without its line break, lossy UTF-8, cut to
+/// The printable text of a record: without its final line break, lossy UTF-8, cut to
 /// [`MAX_BAD_ROW_CHARS`] characters.
 pub(crate) fn row_text(bytes: &[u8]) -> String {
     let bytes = trim_line_break(bytes);
@@ -72,13 +77,13 @@ pub(crate) fn trim_line_break(bytes: &[u8]) -> &[u8] {
     bytes.strip_suffix(b"\r").unwrap_or(bytes)
 }
 
-/// Decodes chunks of whole lines into record batches of one schema.
+/// Decodes chunks of whole records into record batches of one schema.
 ///
 /// Each decode builds Arrow's decoder afresh (which costs little next to a chunk): a
 /// decoder that failed, or stopped inside a quoted field, is never reused.
 pub struct Decoder {
     options: DecoderOptions,
-    /// Chunks that took the line-by-line path.
+    /// Chunks that took the record-by-record path.
     slow_chunks: u64,
 }
 
@@ -116,8 +121,8 @@ impl Decoder {
         Ok(Decoder { options, slow_chunks: 0 })
     }
 
-    /// How many chunks were decoded again line by line: those with a bad row, a
-    /// whitespace-only line or two records on one line. A clean input keeps it at 0.
+    /// How many chunks were decoded again record by record: those with a bad row or two
+    /// records on one line. A clean input keeps it at 0.
     pub fn slow_chunks(&self) -> u64 {
         self.slow_chunks
     }
@@ -127,12 +132,13 @@ impl Decoder {
         &self.options
     }
 
-    /// Decodes a chunk of whole lines (the chunk ends at a line boundary, or at the end
-    /// of the file), whose first line is line `first_line` of its file.
+    /// Decodes a chunk of whole records (the chunk starts at a record start and ends at
+    /// a record end, or at the end of the file), whose first line is line `first_line`
+    /// of its file.
     ///
     /// Good rows are appended to `out` as batches of at most `batch_size` rows with
     /// exactly the schema; bad rows are appended to `bad`, in line order, and skipped;
-    /// the header line of a CSV file (`first_line == 1` with a header) is skipped.
+    /// the header record of a CSV file (`first_line == 1` with a header) is skipped.
     pub fn decode(
         &mut self,
         chunk: &[u8],
@@ -141,14 +147,17 @@ impl Decoder {
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
         let (chunk, first_line) = match self.options.format {
-            RowFormat::Csv { header: true, .. } if first_line == 1 => skip_first_line(chunk),
+            RowFormat::Csv { header: true, .. } if first_line == 1 => {
+                let (length, line_breaks) = records::first_record(chunk, self.options.format);
+                (&chunk[length..], 1 + line_breaks)
+            }
             _ => (chunk, first_line),
         };
         if chunk.is_empty() {
             return Ok(());
         }
         if !chunk.ends_with(b"\n") {
-            // The last line of a file without a final line break.
+            // The last record of a file without a final line break.
             let mut owned = Vec::with_capacity(chunk.len() + 1);
             owned.extend_from_slice(chunk);
             owned.push(b'\n');
@@ -165,31 +174,31 @@ impl Decoder {
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
-        let lines = count_line_breaks(chunk);
+        let records = records::count_records(chunk, self.options.format);
         let start = out.len();
         match self.run(chunk, self.options.batch_size, out) {
-            // One row per line but empty ones (which both decoders skip): no bad row, no
-            // record over two lines. Empty lines are counted only when needed.
-            Ok(rows) if rows == lines || rows + count_empty_lines(chunk) == lines => return Ok(()),
+            // One row per non-blank record (both decoders skip blank ones, and a blank
+            // record never yields a row): no bad row, no two records on one line.
+            Ok(rows) if rows == records => return Ok(()),
             Ok(_) | Err(_) => out.truncate(start),
         }
         self.slow_chunks += 1;
-        self.decode_line_by_line(chunk, first_line, out, bad)
+        self.decode_record_by_record(chunk, first_line, out, bad)
     }
 
-    /// The slow path: finds the bad lines, then decodes the good ones together.
-    fn decode_line_by_line(
+    /// The slow path: finds the bad records, then decodes the good ones together.
+    fn decode_record_by_record(
         &self,
         chunk: &[u8],
         first_line: u64,
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
-        let lines = split_lines(chunk, first_line);
+        let records = records::split_records(chunk, first_line, self.options.format);
         let mut good = Vec::with_capacity(chunk.len());
         let mut good_rows = 0;
         let mut scratch = Vec::new();
-        for block in lines.chunks(BLOCK_LINES) {
+        for block in records.chunks(BLOCK_RECORDS) {
             let (Some(first), Some(last)) = (block.first(), block.last()) else {
                 continue;
             };
@@ -199,8 +208,8 @@ impl Decoder {
                 good_rows += block.len();
                 continue;
             }
-            for line in block {
-                let bytes = &chunk[line.start..line.end];
+            for record in block {
+                let bytes = &chunk[record.start..record.end];
                 match self.validate(bytes, 1, &mut scratch) {
                     Ok(()) => {
                         good.extend_from_slice(bytes);
@@ -208,7 +217,7 @@ impl Decoder {
                     }
                     Err(arrow_reason) => {
                         let reason = diagnose::reason(&self.options, bytes, &arrow_reason);
-                        bad.push(BadRow::new(line.number, reason, bytes));
+                        bad.push(BadRow::new(record.number, reason, bytes));
                     }
                 }
             }
@@ -224,7 +233,7 @@ impl Decoder {
                 };
                 Err(SluiceError::internal(
                     "format.revalidate",
-                    format!("the good lines from line {first_line} on decoded alone but not together: {detail}"),
+                    format!("the good records from line {first_line} on decoded alone but not together: {detail}"),
                 ))
             }
         }
@@ -236,12 +245,12 @@ impl Decoder {
         // Batches of `rows` rows: the decoder buffers no more than needed.
         match self.run(bytes, rows.max(1), scratch) {
             Ok(decoded) if decoded == rows => Ok(()),
-            Ok(decoded) => Err(format!("the line holds {decoded} records")),
+            Ok(decoded) => Err(format!("the record holds {decoded} rows")),
             Err(error) => Err(error.to_string()),
         }
     }
 
-    /// Decodes `bytes` (whole lines) into batches of at most `batch_size` rows appended
+    /// Decodes `bytes` (whole records) into batches of at most `batch_size` rows appended
     /// to `out`; returns the number of rows. On error, some batches may have been
     /// appended.
     fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, ArrowError> {
@@ -249,51 +258,10 @@ impl Decoder {
     }
 }
 
-/// The chunk without its first line, and the number of the line after it.
-fn skip_first_line(chunk: &[u8]) -> (&[u8], u64) {
-    match chunk.iter().position(|b| *b == b'\n') {
-        Some(end) => (&chunk[end + 1..], 2),
-        None => (&[], 2),
-    }
-}
-
 /// The number of `\n` bytes in `bytes`.
 pub fn count_line_breaks(bytes: &[u8]) -> usize {
     // memchr's SIMD search: a plain filter-count was 12% of a CSV pass-through query.
     memchr::memchr_iter(b'\n', bytes).count()
-}
-
-/// The number of lines of `chunk` that are `\n` or `\r\n` alone.
-fn count_empty_lines(chunk: &[u8]) -> usize {
-    chunk.split(|b| *b == b'\n').filter(|line| line.is_empty() || *line == b"\r").count()
-        // The split after the final line break is not a line.
-        - usize::from(chunk.ends_with(b"\n"))
-}
-
-/// A line with only whitespace, which is skipped.
-fn is_blank(line: &[u8]) -> bool {
-    line.iter().all(u8::is_ascii_whitespace)
-}
-
-/// A non-blank line of a chunk: its byte range (with its line break) and its number.
-struct Line {
-    start: usize,
-    end: usize,
-    number: u64,
-}
-
-/// The non-blank lines of `chunk`, which ends with a line break.
-fn split_lines(chunk: &[u8], first_line: u64) -> Vec<Line> {
-    let mut lines = Vec::new();
-    let mut start = 0;
-    for (index, line) in chunk.split_inclusive(|b| *b == b'\n').enumerate() {
-        let end = start + line.len();
-        if !is_blank(line) {
-            lines.push(Line { start, end, number: first_line + index as u64 });
-        }
-        start = end;
-    }
-    lines
 }
 
 /// Arrow's push decoder of the configured format.
@@ -333,7 +301,7 @@ impl ArrowDecoder {
         }
     }
 
-    /// Decodes all of `bytes` (whole lines) into `out`; returns the number of rows.
+    /// Decodes all of `bytes` (whole records) into `out`; returns the number of rows.
     fn decode_all(&mut self, bytes: &[u8], out: &mut Vec<RecordBatch>) -> Result<usize, ArrowError> {
         let mut rest = bytes;
         let mut rows = 0;
@@ -392,25 +360,6 @@ fn csv_supports(data_type: &DataType) -> bool {
         Time64(unit) => matches!(unit, TimeUnit::Microsecond | TimeUnit::Nanosecond),
         Dictionary(key, value) => key.is_dictionary_key_type() && **value == Utf8,
         _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn empty_lines_are_counted() {
-        assert_eq!(count_empty_lines(b"a\n"), 0);
-        assert_eq!(count_empty_lines(b"\n"), 1);
-        assert_eq!(count_empty_lines(b"\na\n\r\n\nb\n \n"), 3);
-    }
-
-    #[test]
-    fn lines_are_numbered_and_blank_ones_dropped() {
-        let lines = split_lines(b"a\n\n  \nbb\r\n", 7);
-        let found: Vec<(usize, usize, u64)> = lines.iter().map(|l| (l.start, l.end, l.number)).collect();
-        assert_eq!(found, [(0, 2, 7), (6, 10, 10)]);
     }
 }
 

@@ -12,11 +12,18 @@
 //! larger files are split into contiguous byte ranges `[start, end)` so that there
 //! are about `max(threads, files)` lanes in all (never pieces under 1 MiB).
 //!
-//! A lane reads exactly the lines that *start* inside its range: one that does not
-//! start at byte 0 seeks to `start - 1` and skips through the first line break, and
-//! every lane reads past `end` to finish its last line. So every line is read by
-//! exactly one lane whatever the split. A CSV header is only line 1 of a file, read
-//! (and skipped) by the lane starting at byte 0.
+//! A lane reads exactly the records that *start* inside its range, so every record is
+//! read by exactly one lane whatever the split:
+//! - a CSV record may span lines (a quoted field may hold line breaks), so planning
+//!   moves the split points of a CSV file read by several lanes to record starts (a
+//!   scan of the file's quotes from its start, see [`csv_plan`]), and each lane reads
+//!   exactly its range;
+//! - a JSON record is a line: a lane that does not start at byte 0 seeks to
+//!   `start - 1` and skips through the first line break, and every lane reads past
+//!   `end` to finish its last line.
+//!
+//! A CSV header is only the first record of a file, read (and skipped) by the lane
+//! starting at byte 0.
 //!
 //! Line numbers are those of the file: a lane that starts mid-file counts the line
 //! breaks before its first line, once, the first time it needs a line number (to
@@ -46,6 +53,7 @@ use sluice_formats::{Decoder, DecoderOptions, RowFormat};
 use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
 use sluice_types::SluiceError;
 
+mod csv_plan;
 mod lane;
 
 #[cfg(test)]
@@ -65,6 +73,7 @@ const CHECK_BATCH_SIZE: usize = 1024;
 pub struct LaneRange {
     /// Index into the source's file list.
     pub file: usize,
+    /// For CSV, 0 or the start of a record.
     pub start: u64,
     /// Exclusive; the file's size for its last range.
     pub end: u64,
@@ -148,6 +157,10 @@ impl FileSource {
         let files = list_files(path, &resolved)?;
         let sizes = files.iter().map(|file| file_size(file)).collect::<Result<Vec<u64>, SluiceError>>()?;
         let ranges = split(&sizes, threads, tuning);
+        let ranges = match format {
+            RowFormat::Csv { delimiter, .. } => csv_plan::align_to_record_starts(&files, ranges, delimiter)?,
+            RowFormat::Json => ranges,
+        };
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             files,

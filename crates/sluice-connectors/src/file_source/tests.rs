@@ -196,7 +196,7 @@ fn bad_rows_near_lane_boundaries_report_their_file_line() {
 }
 
 #[test]
-fn a_line_longer_than_the_buffer_in_a_mid_file_lane_reports_its_line() {
+fn a_record_longer_than_the_buffer_in_a_mid_file_lane_reports_its_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("data.csv");
     let mut text = String::from("id,name,ts\n");
@@ -211,7 +211,7 @@ fn a_line_longer_than_the_buffer_in_a_mid_file_lane_reports_its_line() {
     let source = csv_source(dir.path(), 3, OnError::Fail, TINY);
     assert_eq!(source.lanes(), 3);
     let error = read_all(&source, 16).error.expect("fails");
-    assert!(error.message.contains(&format!("{}:81: line longer than", path.display())), "{}", error.message);
+    assert!(error.message.contains(&format!("{}:81: record longer than", path.display())), "{}", error.message);
 }
 
 #[test]
@@ -300,4 +300,37 @@ fn large_files_are_split_until_threads_are_used() {
     assert_eq!(split(&[8 * mib, 100], 16, tuning).len(), 2);
     // Pieces never go below the minimum.
     assert_eq!(split(&[9 * mib], 64, tuning).len(), 9);
+}
+
+/// A CSV file of `rows` rows whose `name` is quoted and spans three lines, with a
+/// delimiter and doubled quotes in it: most bytes are inside quotes.
+fn write_multi_line_csv(path: &Path, rows: i64) {
+    let mut text = String::from("id,name,ts\n");
+    for id in 1..=rows {
+        let seconds = id % 60;
+        text.push_str(&format!(
+            "{id},\"n{id}\nsecond line, with a comma\r\nthird \"\"quoted\"\" line\",2026-01-01 00:00:{seconds:02}.000\n"
+        ));
+    }
+    std::fs::write(path, text).expect("write csv");
+}
+
+#[test]
+fn a_split_csv_file_never_starts_a_lane_inside_a_quoted_field_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data.csv");
+    write_multi_line_csv(&path, 300);
+    let bytes = std::fs::read(&path).expect("read back");
+    for threads in [2, 3, 5, 8, 16] {
+        let source = csv_source(dir.path(), threads, OnError::Fail, TINY);
+        assert_eq!(source.lanes(), threads);
+        for range in source.ranges().iter().filter(|range| range.start > 0) {
+            let before = &bytes[..range.start as usize];
+            let quotes = before.iter().filter(|b| **b == b'"').count();
+            assert!(before.ends_with(b"\n") && quotes % 2 == 0, "{threads} lanes: {range:?} starts inside a record");
+        }
+        let read = read_all(&source, 16);
+        assert!(read.error.is_none(), "{threads} lanes: {:?}", read.error);
+        assert_eq!(read.ids, (1..=300).collect::<Vec<_>>(), "{threads} lanes read every row exactly once");
+    }
 }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
 
 use super::*;
 use crate::MAX_BAD_ROW_CHARS;
@@ -72,6 +73,70 @@ fn csv_quoted_fields() {
     check(CSV, small_schema(), rows, expected, &[]);
 }
 
+/// The `id` and `name` columns of `batches`, with `name` in Rust's escaped form.
+fn ids_and_names(batches: &[RecordBatch]) -> Vec<(i64, String)> {
+    use arrow::array::AsArray;
+    let mut rows = Vec::new();
+    for batch in batches {
+        let ids = batch.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+        let names = batch.column(1).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            rows.push((ids.value(row), format!("{:?}", names.value(row))));
+        }
+    }
+    rows
+}
+
+#[test]
+fn csv_quoted_line_breaks_stay_in_their_field_regression() {
+    let rows = "1,a,\n2,\"two\nlines\",\n3,\"\"\"q\"\",\n x\",2026-01-01 00:00:00\n\
+                4,\"crlf\r\n\r\n\"\"\"\"\",\r\n5,e,\n";
+    let expected =
+        [(1, r#""a""#), (2, r#""two\nlines""#), (3, r#""\"q\",\n x""#), (4, r#""crlf\r\n\r\n\"\"""#), (5, r#""e""#)];
+    let expected: Vec<(i64, String)> = expected.iter().map(|(id, name)| (*id, name.to_string())).collect();
+    let with_header = format!("id,name,ts\n{rows}");
+    for (format, input) in [(CSV, rows.to_string()), (CSV_HEADER, with_header)] {
+        let longest = longest_record(format, input.as_bytes());
+        for (batches, bad) in [
+            decode_whole(format, &small_schema(), input.as_bytes(), 1024),
+            decode_chunked(format, &small_schema(), input.as_bytes(), longest, 2),
+        ] {
+            assert!(bad.is_empty(), "{bad:?}");
+            assert_eq!(ids_and_names(&batches), expected);
+        }
+    }
+    // Line numbers count the line breaks inside quotes; a bad record is numbered by
+    // its first line, and a good one after it is kept.
+    let input = format!("{rows}x,\"y\nz\",\n6,f,\nw,,\n");
+    let longest = longest_record(CSV, input.as_bytes());
+    let (batches, bad) = decode_chunked(CSV, &small_schema(), input.as_bytes(), longest, 2);
+    assert_eq!(bad.iter().map(|row| row.line).collect::<Vec<_>>(), [10, 13]);
+    assert_eq!(bad[0].text, "x,\"y\nz\",");
+    assert_eq!(bad[0].reason, "column `id`: expected BIGINT, found \"x\"");
+    assert_eq!(ids_and_names(&batches).len(), 6, "rows in: every good record, once");
+    assert_eq!(decode_whole(CSV, &small_schema(), input.as_bytes(), 1024).1, bad);
+}
+
+#[test]
+fn csv_quotes_inside_unquoted_fields_are_data() {
+    // As Arrow's decoder reads them: only a quote at the start of a field opens one.
+    let expected = r#"
+        +----+-----------+----+
+        | id | name      | ts |
+        +----+-----------+----+
+        | 1  | 5" screen |    |
+        | 2  | b         |    |
+        +----+-----------+----+"#;
+    check(CSV, small_schema(), "1,5\" screen,\n2,b,\n", expected, &[]);
+}
+
+#[test]
+fn csv_an_unterminated_quote_runs_to_the_end() {
+    let bad = check(CSV, small_schema(), "1,a,\n2,\"b,\n3,c,\n", ONE_ROW, &[2]);
+    assert_eq!(bad[0].reason, "unterminated quoted field opened at column 3");
+    assert_eq!(bad[0].text, "2,\"b,\n3,c,");
+}
+
 #[test]
 fn blank_lines_are_skipped() {
     let rows = "\n1,alice,2026-01-01 00:00:00.123\n\n   \n2,,\r\n\t\n3,carol,2026-01-01 00:00:03\n\n\n";
@@ -111,12 +176,12 @@ fn csv_bad_rows_of_each_kind() {
         "5,eve,,extra",                    // 5 too many fields
         ",frank,",                         // 6 empty NOT NULL
         "7,gina,yesterday",                // 7 bad timestamp
-        "8,\"hal,",                        // 8 unterminated quote
-        "9.5,ivan,",                       // 9 a float in BIGINT
-        "3,carol,2026-01-01 00:00:03",     // 10 good
+        "9.5,ivan,",                       // 8 a float in BIGINT
+        "3,carol,2026-01-01 00:00:03",     // 9 good
+        "8,\"hal,",                        // 10 unterminated quote (it runs to the end)
     ]
     .join("\n");
-    let bad = check(CSV, small_schema(), &input, SMALL_TABLE, &[2, 4, 5, 6, 7, 8, 9]);
+    let bad = check(CSV, small_schema(), &input, SMALL_TABLE, &[2, 4, 5, 6, 7, 8, 10]);
     let reasons: Vec<&str> = bad.iter().map(|row| row.reason.as_str()).collect();
     assert_eq!(
         reasons,
@@ -126,8 +191,8 @@ fn csv_bad_rows_of_each_kind() {
             "expected 3 fields, found 4",
             "missing required column `id` (empty field)",
             "column `ts`: expected TIMESTAMP(3), found \"yesterday\"",
-            "unterminated quoted field opened at column 3",
             "column `id`: expected BIGINT, found \"9.5\"",
+            "unterminated quoted field opened at column 3",
         ]
     );
     assert_eq!(bad[0].text, "abc,bob,");
