@@ -14,6 +14,7 @@ use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
+use crate::header::check_csv_header;
 use crate::{diagnose, records};
 
 /// The text of a [`BadRow`] is cut to this many characters.
@@ -137,8 +138,10 @@ impl Decoder {
     /// of its file.
     ///
     /// Good rows are appended to `out` as batches of at most `batch_size` rows with
-    /// exactly the schema; bad rows are appended to `bad`, in line order, and skipped;
-    /// the header record of a CSV file (`first_line == 1` with a header) is skipped.
+    /// exactly the schema; bad rows are appended to `bad`, in line order, and skipped.
+    /// The header record of a CSV file (`first_line == 1` with a header) is checked
+    /// against the schema ([`check_csv_header`]: a mismatch fails the decode) and
+    /// skipped.
     pub fn decode(
         &mut self,
         chunk: &[u8],
@@ -147,8 +150,9 @@ impl Decoder {
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
         let (chunk, first_line) = match self.options.format {
-            RowFormat::Csv { header: true, .. } if first_line == 1 => {
+            RowFormat::Csv { header: true, delimiter } if first_line == 1 && !chunk.is_empty() => {
                 let (length, line_breaks) = records::first_record(chunk, self.options.format);
+                check_csv_header(&chunk[..length], &self.options.schema, delimiter)?;
                 (&chunk[length..], 1 + line_breaks)
             }
             _ => (chunk, first_line),

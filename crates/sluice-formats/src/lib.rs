@@ -27,6 +27,9 @@
 //! - a line holding more than one record (two JSON objects on one line);
 //! - a record longer than the [`LineChunker`]'s buffer.
 //!
+//! A CSV file with a header has its header record checked against the schema
+//! ([`check_csv_header`]): the names must be the schema's, in order.
+//!
 //! JSON rows may carry extra keys (ignored) and omit nullable columns (NULL). As in
 //! Flink, a JSON string holding a number is accepted for a numeric column (`"42"` for
 //! BIGINT), and a fractional number for an integer column is truncated toward zero.
@@ -55,12 +58,14 @@ pub mod csv_records;
 pub mod decode;
 mod diagnose;
 pub mod encode;
+mod header;
 mod records;
 
 pub use chunker::{DEFAULT_CHUNK_BYTES, LineChunker};
 pub use csv_records::CsvRecordFinder;
 pub use decode::{BadRow, Decoder, DecoderOptions, MAX_BAD_ROW_CHARS, RowFormat, count_line_breaks};
 pub use encode::{Encoder, OP_COLUMN, OP_DELETE, OP_INSERT, OutputFormat, TIMESTAMP_FORMAT};
+pub use header::{UTF8_BOM, check_csv_header};
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,13 @@
-//! Planning a CSV file source: lane ranges that start at record starts.
+//! Planning a CSV file source: the header of each file, and lane ranges that start at
+//! record starts.
+//!
+//! # Headers
+//!
+//! With `header = true`, the first record of every file is read at planning time and
+//! checked against the schema ([`check_csv_header`]): a file whose header names other
+//! columns, or whose first line is a data row (which would be skipped as the header),
+//! fails planning with `source.csv_header`, naming the file and the column. An empty
+//! file passes: it has no row to lose.
 //!
 //! # Record starts
 //!
@@ -36,7 +45,8 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use sluice_formats::CsvRecordFinder;
+use arrow::datatypes::Schema;
+use sluice_formats::{CsvRecordFinder, check_csv_header};
 use sluice_types::SluiceError;
 
 use super::{LaneRange, read_error};
@@ -45,7 +55,57 @@ use super::{LaneRange, read_error};
 const SCAN_BYTES: usize = 1 << 20;
 
 /// The UTF-8 byte order mark.
-pub(crate) const BOM: &[u8] = b"\xEF\xBB\xBF";
+pub(crate) const BOM: &[u8] = sluice_formats::UTF8_BOM;
+
+/// Checks the header record of each of `files` against `schema`; reads at most
+/// `limit_bytes` of each.
+pub(crate) fn check_headers(
+    files: &[PathBuf],
+    schema: &Schema,
+    delimiter: u8,
+    limit_bytes: usize,
+) -> Result<(), SluiceError> {
+    for path in files {
+        let header = first_record(path, delimiter, limit_bytes).map_err(|error| read_error(path, &error))?;
+        match header {
+            Some(header) if header.is_empty() => Ok(()),
+            Some(header) => check_csv_header(&header, schema, delimiter),
+            None => Err(SluiceError::user(
+                "source.csv_header",
+                format!("line 1 is longer than {limit_bytes} bytes, so it is no header"),
+            )
+            .with_fix("set header = false if the file has no header line")),
+        }
+        .map_err(|error| error.context(path.display()))?;
+    }
+    Ok(())
+}
+
+/// The first record of the file at `path` (after a byte order mark), empty for an
+/// empty file; `None` when it is longer than `limit_bytes`.
+fn first_record(path: &Path, delimiter: u8, limit_bytes: usize) -> io::Result<Option<Vec<u8>>> {
+    let mut file = File::open(path)?;
+    let skip = bom_length(&mut file)?;
+    file.seek(SeekFrom::Start(skip))?;
+    let mut finder = CsvRecordFinder::new(delimiter);
+    let mut record = Vec::new();
+    let mut piece = vec![0u8; limit_bytes.clamp(1, 64 << 10)];
+    while record.len() < limit_bytes {
+        let wanted = piece.len().min(limit_bytes - record.len());
+        let read = match file.read(&mut piece[..wanted]) {
+            Ok(0) => return Ok(Some(record)),
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if let Some(length) = finder.find_record_end(&piece[..read]) {
+            record.extend_from_slice(&piece[..length]);
+            return Ok(Some(record));
+        }
+        record.extend_from_slice(&piece[..read]);
+    }
+    Ok(None)
+}
 
 /// Moves every split point of a file read by several lanes to the first record start
 /// at or after it. `ranges` are the contiguous ranges of [`super::split`], grouped by

@@ -23,7 +23,8 @@
 //!   `end` to finish its last line.
 //!
 //! A CSV header is only the first record of a file, read (and skipped) by the lane
-//! starting at byte 0.
+//! starting at byte 0. With `header = true`, every file's header is checked against
+//! the schema at planning time (see [`csv_plan`]).
 //!
 //! Line numbers are those of the file: a lane that starts mid-file counts the line
 //! breaks before its first line, once, the first time it needs a line number (to
@@ -157,6 +158,9 @@ impl FileSource {
         let files = list_files(path, &resolved)?;
         let sizes = files.iter().map(|file| file_size(file)).collect::<Result<Vec<u64>, SluiceError>>()?;
         let ranges = split(&sizes, threads, tuning);
+        if let RowFormat::Csv { header: true, delimiter } = format {
+            csv_plan::check_headers(&files, &schema, delimiter, tuning.chunk_bytes)?;
+        }
         let ranges = match format {
             RowFormat::Csv { delimiter, .. } => csv_plan::align_to_record_starts(&files, ranges, delimiter)?,
             RowFormat::Json => ranges,

@@ -334,3 +334,65 @@ fn a_split_csv_file_never_starts_a_lane_inside_a_quoted_field_regression() {
         assert_eq!(read.ids, (1..=300).collect::<Vec<_>>(), "{threads} lanes read every row exactly once");
     }
 }
+
+/// Planning a CSV source with a header over `dir`, expecting a `source.csv_header` error.
+fn header_error(dir: &Path, path: &str) -> SluiceError {
+    let config = config(path, FileFormat::Csv, OnError::Skip);
+    let error = FileSource::new(&config, dir, 4, schema()).expect_err("the header does not match");
+    assert_eq!(error.code, "source.csv_header");
+    assert_eq!(error.domain, sluice_types::Domain::User);
+    let fix = error.fix.clone().expect("a fix");
+    assert_eq!(fix, "rename the column in `schema`, or set header = false if the file has no header line");
+    error
+}
+
+#[test]
+fn a_csv_header_that_does_not_match_the_schema_fails_planning_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data.csv");
+    std::fs::write(&path, "id,nme,ts\n1,a,2026-01-01 00:00:00\n").expect("write");
+    let error = header_error(dir.path(), "data.csv");
+    let expected = format!(
+        "{}: the CSV header does not match the schema: line 1 names column 2 \"nme\", the schema names it \"name\"",
+        path.display()
+    );
+    assert!(error.message.starts_with(&expected), "{}", error.message);
+    // One bad file of a directory fails the source and is named.
+    let data = dir.path().join("dir");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("a.csv"), "id,name,ts\n1,a,2026-01-01 00:00:00\n").expect("write");
+    std::fs::write(data.join("b.csv"), "id,name\n1,a\n").expect("write");
+    let error = header_error(dir.path(), "dir");
+    assert!(
+        error.message.contains("b.csv: ") && error.message.contains("column 3 \"ts\" is missing"),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
+fn a_data_row_where_the_csv_header_should_be_fails_planning_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("data.csv"), csv_row(1, false) + &csv_row(2, false)).expect("write");
+    let error = header_error(dir.path(), "data.csv");
+    assert!(
+        error.message.contains("line 1 names column 1 \"000001\", the schema names it \"id\""),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
+fn csv_headers_with_quotes_spaces_a_byte_order_mark_or_no_rows_pass() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("a.csv"), format!(" \"id\" , name ,ts\r\n{}", csv_row(1, false))).expect("write");
+    std::fs::write(data.join("b.csv"), format!("\u{feff}id,name,ts\n{}", csv_row(2, false))).expect("write");
+    std::fs::write(data.join("c.csv"), "").expect("write");
+    let config = config("data", FileFormat::Csv, OnError::Fail);
+    let source = FileSource::new(&config, dir.path(), 1, schema()).expect("the headers match");
+    let read = read_all(&source, 8);
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!(read.ids, [1, 2]);
+}
