@@ -15,7 +15,8 @@ use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
 use crate::header::check_csv_header;
-use crate::{diagnose, records};
+use crate::json_numbers::NumberAudit;
+use crate::{diagnose, records, temporal};
 
 /// The text of a [`BadRow`] is cut to this many characters.
 pub const MAX_BAD_ROW_CHARS: usize = 200;
@@ -84,6 +85,10 @@ pub(crate) fn trim_line_break(bytes: &[u8]) -> &[u8] {
 /// decoder that failed, or stopped inside a quoted field, is never reused.
 pub struct Decoder {
     options: DecoderOptions,
+    /// JSON: checks the numbers of columns Arrow would round (see [`crate::json_numbers`]).
+    audit: Option<NumberAudit>,
+    /// The timestamp columns, whose values must lie in the years 0000-9999.
+    timestamp_columns: Vec<usize>,
     /// Chunks that took the record-by-record path.
     slow_chunks: u64,
 }
@@ -119,7 +124,15 @@ impl Decoder {
         ArrowDecoder::build(&options, options.batch_size).map_err(|error| {
             SluiceError::user("format.unsupported_type", format!("cannot decode the schema: {error}"))
         })?;
-        Ok(Decoder { options, slow_chunks: 0 })
+        let audit = match options.format {
+            RowFormat::Json => NumberAudit::new(&options.schema),
+            RowFormat::Csv { .. } => None,
+        };
+        let timestamp_columns = (options.schema.fields().iter().enumerate())
+            .filter(|(_, field)| matches!(field.data_type(), DataType::Timestamp(_, _)))
+            .map(|(index, _)| index)
+            .collect();
+        Ok(Decoder { options, audit, timestamp_columns, slow_chunks: 0 })
     }
 
     /// How many chunks were decoded again record by record: those with a bad row or two
@@ -233,7 +246,7 @@ impl Decoder {
                 out.truncate(start);
                 let detail = match outcome {
                     Ok(rows) => format!("{rows} rows instead of {good_rows}"),
-                    Err(error) => error.to_string(),
+                    Err(reason) => reason,
                 };
                 Err(SluiceError::internal(
                     "format.revalidate",
@@ -243,22 +256,38 @@ impl Decoder {
         }
     }
 
-    /// Whether `bytes` decodes into exactly `rows` rows; on failure, Arrow's reason.
+    /// Whether `bytes` decodes into exactly `rows` rows; on failure, the reason.
     fn validate(&self, bytes: &[u8], rows: usize, scratch: &mut Vec<RecordBatch>) -> Result<(), String> {
         scratch.clear();
         // Batches of `rows` rows: the decoder buffers no more than needed.
         match self.run(bytes, rows.max(1), scratch) {
             Ok(decoded) if decoded == rows => Ok(()),
             Ok(decoded) => Err(format!("the record holds {decoded} rows")),
-            Err(error) => Err(error.to_string()),
+            Err(reason) => Err(reason),
         }
     }
 
     /// Decodes `bytes` (whole records) into batches of at most `batch_size` rows appended
-    /// to `out`; returns the number of rows. On error, some batches may have been
-    /// appended.
-    fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, ArrowError> {
-        ArrowDecoder::build(&self.options, batch_size)?.decode_all(bytes, out)
+    /// to `out`; returns the number of rows. Fails on what Arrow rejects, and on what it
+    /// would accept changed: a JSON number that does not fit its column, a timestamp
+    /// outside the years 0000-9999. On error, some batches may have been appended.
+    fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, String> {
+        if let Some(reason) = self.audit.as_ref().and_then(|audit| audit.first_misfit(bytes)) {
+            return Err(reason);
+        }
+        let start = out.len();
+        let rows = ArrowDecoder::build(&self.options, batch_size)
+            .and_then(|mut decoder| decoder.decode_all(bytes, out))
+            .map_err(|error| error.to_string())?;
+        for batch in &out[start..] {
+            for &index in &self.timestamp_columns {
+                if let Some((_, value)) = temporal::first_outside_years(batch.column(index)) {
+                    let name = self.options.schema.field(index).name();
+                    return Err(format!("column `{name}`: timestamp {value} is outside the years 0000-9999"));
+                }
+            }
+        }
+        Ok(rows)
     }
 }
 

@@ -25,16 +25,23 @@
 //!   field);
 //! - a CSV row with the wrong number of fields;
 //! - a line holding more than one record (two JSON objects on one line);
-//! - a record longer than the [`LineChunker`]'s buffer.
+//! - a record longer than the [`LineChunker`]'s buffer;
+//! - a number that does not fit its column exactly: a fraction or an out-of-range value
+//!   for an integer column (`5.5` or `1e30` for BIGINT, `300` for TINYINT), more
+//!   decimal places than a DECIMAL's scale, a JSON number for a timestamp that is not a
+//!   whole number of its unit; a value is never rounded or truncated
+//!   (the `json_numbers` module explains why Arrow alone would);
+//! - a timestamp outside the years 0000-9999 (UTC), as a number or as text.
 //!
 //! A CSV file with a header has its header record checked against the schema
 //! ([`check_csv_header`]): the names must be the schema's, in order.
 //!
 //! JSON rows may carry extra keys (ignored) and omit nullable columns (NULL). As in
 //! Flink, a JSON string holding a number is accepted for a numeric column (`"42"` for
-//! BIGINT), and a fractional number for an integer column is truncated toward zero.
-//! A CSV empty field is NULL. CSV fields may be quoted with `"` (a quote inside a quoted
-//! field is doubled); a quoted field may contain line breaks.
+//! BIGINT); a number written with a fraction or an exponent fits an integer column when
+//! its value is an integer (`42.0`, `4.2e1`). A CSV empty field is NULL. CSV fields may
+//! be quoted with `"` (a quote inside a quoted field is doubled); a quoted field may
+//! contain line breaks.
 //!
 //! Timestamp columns accept, in both formats:
 //!
@@ -46,7 +53,8 @@
 //! ```
 //!
 //! and, in JSON only, an integer number counted in the column's unit since the Unix
-//! epoch: epoch milliseconds for a `TIMESTAMP(3)` (Timestamp(Millisecond)) column.
+//! epoch: epoch milliseconds for a `TIMESTAMP(3)` (Timestamp(Millisecond)) column. Either
+//! way the timestamp must lie within the years 0000-9999 (UTC).
 //!
 //! # Encoding
 //!
@@ -59,7 +67,9 @@ pub mod decode;
 mod diagnose;
 pub mod encode;
 mod header;
+mod json_numbers;
 mod records;
+mod temporal;
 
 pub use chunker::{DEFAULT_CHUNK_BYTES, LineChunker};
 pub use csv_records::CsvRecordFinder;

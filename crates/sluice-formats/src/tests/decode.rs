@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
 use super::*;
@@ -262,8 +262,97 @@ fn json_numeric_leniency() {
         | 42 |      |    |
         +----+------+----+";
     check(JSON, small_schema(), "{\"id\":\"42\"}\n", expected, &[]);
-    // A fraction in an integer column is truncated toward zero, as Arrow's decoder does.
-    check(JSON, small_schema(), "{\"id\":42.9}\n", expected, &[]);
+    // A number written with a fraction or an exponent fits when its value is an integer.
+    for id in ["42.0", "4.2e1", "420e-1", "0.42E2"] {
+        check(JSON, small_schema(), format!("{{\"id\":{id}}}\n"), expected, &[]);
+    }
+}
+
+/// `i BIGINT, t TINYINT, s SMALLINT, u INT UNSIGNED, d DECIMAL(10, 2), ts TIMESTAMP(3)`,
+/// all nullable.
+fn numbers_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("i", DataType::Int64, true),
+        Field::new("t", DataType::Int8, true),
+        Field::new("s", DataType::Int16, true),
+        Field::new("u", DataType::UInt32, true),
+        Field::new("d", DataType::Decimal128(10, 2), true),
+        Field::new("ts", ts_ms(), true),
+    ]))
+}
+
+#[test]
+fn json_numbers_that_do_not_fit_their_column_are_bad_rows_regression() {
+    let input = [
+        r#"{"i":5,"t":-128,"s":32767,"u":4294967295,"d":1.5,"ts":253402300799999}"#, // 1 good
+        r#"{"i":5.5}"#,                                                              // 2
+        r#"{"i":1e30}"#,                                                             // 3
+        r#"{"i":"5.5"}"#,                                                            // 4
+        r#"{"i":-9223372036854775809}"#,                                             // 5
+        r#"{"i":9223372036854775807.5}"#,                                            // 6
+        r#"{"t":300}"#,                                                              // 7
+        r#"{"t":-128.4}"#,                                                           // 8
+        r#"{"s":70000}"#,                                                            // 9
+        r#"{"u":-1}"#,                                                               // 10
+        r#"{"d":1.234}"#,                                                            // 11
+        r#"{"ts":253402300800000}"#,                                                 // 12
+        r#"{"ts":-62167219200001}"#,                                                 // 13
+        r#"{"ts":1767225600123.5}"#,                                                 // 14
+        r#"{"ts":1e300}"#,                                                           // 15
+        r#"{"ts":"0000-01-01T00:00:00+01:00"}"#,                                     // 16
+        r#"{"ts":"9999-12-31T23:00:00-02:00"}"#,                                     // 17
+        r#"{"i":-9223372036854775808,"t":"12","ts":-62167219200000}"#,               // 18 good
+    ]
+    .join("\n");
+    let expected = "
+        +----------------------+------+-------+------------+------+-------------------------+
+        | i                    | t    | s     | u          | d    | ts                      |
+        +----------------------+------+-------+------------+------+-------------------------+
+        | 5                    | -128 | 32767 | 4294967295 | 1.50 | 9999-12-31T23:59:59.999 |
+        | -9223372036854775808 | 12   |       |            |      | 0000-01-01T00:00:00     |
+        +----------------------+------+-------+------------+------+-------------------------+";
+    let bad = check(JSON, numbers_schema(), &input, expected, &(2..=17).collect::<Vec<u64>>());
+    let reasons: Vec<&str> = bad.iter().map(|row| row.reason.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "column `i`: expected BIGINT, found 5.5 (not an integer)",
+            "column `i`: expected BIGINT, found 1e30 (out of range)",
+            "column `i`: expected BIGINT, found \"5.5\" (not an integer)",
+            "column `i`: expected BIGINT, found -9223372036854775809 (out of range)",
+            "column `i`: expected BIGINT, found 9223372036854775807.5 (not an integer)",
+            "column `t`: expected TINYINT, found 300 (out of range)",
+            "column `t`: expected TINYINT, found -128.4 (not an integer)",
+            "column `s`: expected SMALLINT, found 70000 (out of range)",
+            "column `u`: expected INT UNSIGNED, found -1 (out of range)",
+            "column `d`: expected DECIMAL(10, 2), found 1.234 (more than 2 decimal places)",
+            "column `ts`: expected TIMESTAMP(3), found 253402300800000 (outside the years 0000-9999)",
+            "column `ts`: expected TIMESTAMP(3), found -62167219200001 (outside the years 0000-9999)",
+            "column `ts`: expected TIMESTAMP(3), found 1767225600123.5 (not an integer)",
+            "column `ts`: expected TIMESTAMP(3), found 1e300 (outside the years 0000-9999)",
+            "column `ts`: expected TIMESTAMP(3), found \"0000-01-01T00:00:00+01:00\" (outside the years 0000-9999)",
+            "column `ts`: expected TIMESTAMP(3), found \"9999-12-31T23:00:00-02:00\" (outside the years 0000-9999)",
+        ]
+    );
+}
+
+#[test]
+fn csv_timestamps_outside_the_years_0000_to_9999_are_bad_rows_regression() {
+    let schema = Arc::new(Schema::new(vec![Field::new("ts", ts_ms(), false)]));
+    let input =
+        "0000-01-01T00:00:00Z\n0000-01-01T00:00:00+01:00\n9999-12-31T23:59:59.999Z\n9999-12-31T23:00:00-02:00\n";
+    let expected = "
+        +-------------------------+
+        | ts                      |
+        +-------------------------+
+        | 0000-01-01T00:00:00     |
+        | 9999-12-31T23:59:59.999 |
+        +-------------------------+";
+    let bad = check(CSV, schema, input, expected, &[2, 4]);
+    assert_eq!(
+        bad[0].reason,
+        "column `ts`: expected TIMESTAMP(3), found \"0000-01-01T00:00:00+01:00\" (outside the years 0000-9999)"
+    );
 }
 
 #[test]
