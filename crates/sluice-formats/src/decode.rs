@@ -89,6 +89,8 @@ pub struct Decoder {
     audit: Option<NumberAudit>,
     /// The timestamp columns, whose values must lie in the years 0000-9999.
     timestamp_columns: Vec<usize>,
+    /// JSON: the columns whose i64::MIN or i64::MAX calls for the exact audit.
+    extreme_columns: Vec<usize>,
     /// Chunks that took the record-by-record path.
     slow_chunks: u64,
 }
@@ -132,7 +134,14 @@ impl Decoder {
             .filter(|(_, field)| matches!(field.data_type(), DataType::Timestamp(_, _)))
             .map(|(index, _)| index)
             .collect();
-        Ok(Decoder { options, audit, timestamp_columns, slow_chunks: 0 })
+        let extreme_columns = match audit {
+            Some(_) => (options.schema.fields().iter().enumerate())
+                .filter(|(_, field)| NumberAudit::checks_extremes(field.data_type()))
+                .map(|(index, _)| index)
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(Decoder { options, audit, timestamp_columns, extreme_columns, slow_chunks: 0 })
     }
 
     /// How many chunks were decoded again record by record: those with a bad row or two
@@ -272,14 +281,23 @@ impl Decoder {
     /// would accept changed: a JSON number that does not fit its column, a timestamp
     /// outside the years 0000-9999. On error, some batches may have been appended.
     fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, String> {
-        if let Some(reason) = self.audit.as_ref().and_then(|audit| audit.first_misfit(bytes)) {
+        let audit = self.audit.as_ref();
+        if let Some(reason) = audit.filter(|audit| audit.may_misfit(bytes)).and_then(|audit| audit.first_misfit(bytes))
+        {
             return Err(reason);
         }
         let start = out.len();
         let rows = ArrowDecoder::build(&self.options, batch_size)
             .and_then(|mut decoder| decoder.decode_all(bytes, out))
             .map_err(|error| error.to_string())?;
-        for batch in &out[start..] {
+        let batches = &out[start..];
+        if let Some(audit) = audit
+            && batches.iter().any(|batch| self.holds_extreme(batch))
+            && let Some(reason) = audit.first_misfit(bytes)
+        {
+            return Err(reason);
+        }
+        for batch in batches {
             for &index in &self.timestamp_columns {
                 if let Some((_, value)) = temporal::first_outside_years(batch.column(index)) {
                     let name = self.options.schema.field(index).name();
@@ -288,6 +306,12 @@ impl Decoder {
             }
         }
         Ok(rows)
+    }
+
+    /// Whether a BIGINT or timestamp column of `batch` holds i64::MIN or i64::MAX,
+    /// which Arrow's JSON decoder also produces by rounding or saturating.
+    fn holds_extreme(&self, batch: &RecordBatch) -> bool {
+        self.extreme_columns.iter().any(|index| temporal::holds_i64_extreme(batch.column(*index)))
     }
 }
 

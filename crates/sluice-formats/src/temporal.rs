@@ -50,6 +50,26 @@ pub(crate) fn first_outside_years(column: &ArrayRef) -> Option<(usize, i64)> {
     }
 }
 
+/// Whether an Int64 or timestamp `column` holds i64::MIN or i64::MAX.
+pub(crate) fn holds_i64_extreme(column: &ArrayRef) -> bool {
+    let extreme = |min: Option<i64>, max: Option<i64>| min == Some(i64::MIN) || max == Some(i64::MAX);
+    macro_rules! check {
+        ($type:ty) => {
+            column
+                .as_primitive_opt::<$type>()
+                .is_some_and(|values| extreme(arrow::compute::min(values), arrow::compute::max(values)))
+        };
+    }
+    match column.data_type() {
+        DataType::Int64 => check!(arrow::datatypes::Int64Type),
+        DataType::Timestamp(TimeUnit::Second, _) => check!(TimestampSecondType),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => check!(TimestampMillisecondType),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => check!(TimestampMicrosecondType),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => check!(TimestampNanosecondType),
+        _ => false,
+    }
+}
+
 /// The first row of a date or time `column` that cannot be formatted, and its value.
 pub(crate) fn first_unformattable(column: &ArrayRef) -> Option<(usize, i64)> {
     match column.data_type() {

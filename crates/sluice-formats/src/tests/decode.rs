@@ -337,6 +337,24 @@ fn json_numbers_that_do_not_fit_their_column_are_bad_rows_regression() {
 }
 
 #[test]
+fn json_extremes_rounded_or_saturated_by_arrow_are_bad_rows_regression() {
+    // No fraction or exponent: only the decoded extreme reveals these.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("i", DataType::Int64, true),
+        Field::new("ns", DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, None), true),
+    ]));
+    let input = "{\"i\":-9223372036854775809}\n{\"ns\":9223372036854775808}\n{\"i\":-9223372036854775808,\"ns\":9223372036854775807}\n";
+    let expected = "
+        +----------------------+-------------------------------+
+        | i                    | ns                            |
+        +----------------------+-------------------------------+
+        | -9223372036854775808 | 2262-04-11T23:47:16.854775807 |
+        +----------------------+-------------------------------+";
+    let bad = check(JSON, schema, input, expected, &[1, 2]);
+    assert_eq!(bad[1].reason, "column `ns`: expected TIMESTAMP(9), found 9223372036854775808 (out of range)");
+}
+
+#[test]
 fn csv_timestamps_outside_the_years_0000_to_9999_are_bad_rows_regression() {
     let schema = Arc::new(Schema::new(vec![Field::new("ts", ts_ms(), false)]));
     let input =
