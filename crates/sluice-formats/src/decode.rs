@@ -14,7 +14,7 @@ use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
-use crate::header::check_csv_header;
+use crate::header::{UTF8_BOM, check_csv_header};
 use crate::json_numbers::NumberAudit;
 use crate::{diagnose, records, temporal};
 
@@ -161,6 +161,8 @@ impl Decoder {
     ///
     /// Good rows are appended to `out` as batches of at most `batch_size` rows with
     /// exactly the schema; bad rows are appended to `bad`, in line order, and skipped.
+    /// A UTF-8 byte order mark at the start of line 1 is skipped; anywhere else it makes
+    /// its row bad.
     /// The header record of a CSV file (`first_line == 1` with a header) is checked
     /// against the schema ([`check_csv_header`]: a mismatch fails the decode) and
     /// skipped.
@@ -171,6 +173,11 @@ impl Decoder {
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
+        // A byte order mark at the start of the file is no part of its first record.
+        let chunk = match first_line {
+            1 => chunk.strip_prefix(UTF8_BOM).unwrap_or(chunk),
+            _ => chunk,
+        };
         let (chunk, first_line) = match self.options.format {
             RowFormat::Csv { header: true, delimiter } if first_line == 1 && !chunk.is_empty() => {
                 let (length, line_breaks) = records::first_record(chunk, self.options.format);
@@ -281,6 +288,9 @@ impl Decoder {
     /// would accept changed: a JSON number that does not fit its column, a timestamp
     /// outside the years 0000-9999. On error, some batches may have been appended.
     fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, String> {
+        if memchr::memmem::find(bytes, UTF8_BOM).is_some() {
+            return Err(diagnose::BOM_REASON.to_string());
+        }
         let audit = self.audit.as_ref();
         if let Some(reason) = audit.filter(|audit| audit.may_misfit(bytes)).and_then(|audit| audit.first_misfit(bytes))
         {

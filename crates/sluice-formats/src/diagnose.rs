@@ -13,20 +13,59 @@ use arrow::record_batch::RecordBatch;
 use serde_json::Value;
 
 use crate::decode::{DecoderOptions, RowFormat, trim_line_break};
+use crate::header::UTF8_BOM;
 use crate::json_numbers::{Misfit, NumberAudit};
 use crate::temporal;
 
 /// A value quoted in a reason is cut to this many characters.
 const MAX_VALUE_CHARS: usize = 60;
 
+/// What a byte order mark is called in reasons.
+pub(crate) const BOM_REASON: &str = "a UTF-8 byte order mark (U+FEFF)";
+
 /// The reason `line` is bad; `arrow_reason` is Arrow's own message for it.
 pub(crate) fn reason(options: &DecoderOptions, line: &[u8], arrow_reason: &str) -> String {
     let line = trim_line_break(line);
+    if let Some(at) = memchr::memmem::find(line, UTF8_BOM) {
+        return bom_reason(options, line, at);
+    }
     let found = match options.format {
         RowFormat::Csv { delimiter, .. } => csv_reason(&options.schema, delimiter, line),
         RowFormat::Json => json_reason(&options.schema, line),
     };
     found.unwrap_or_else(|| arrow_reason.to_string())
+}
+
+/// Where the byte order mark at byte `at` of `line` is, in words: which CSV column, and
+/// whether it comes before the value (invisible in most editors, it still makes the
+/// value unreadable).
+fn bom_reason(options: &DecoderOptions, line: &[u8], at: usize) -> String {
+    let column = String::from_utf8_lossy(&line[..at]).chars().count() + 1;
+    let RowFormat::Csv { delimiter, .. } = options.format else {
+        let before = line[..at].iter().all(u8::is_ascii_whitespace);
+        return match before {
+            true => format!("{BOM_REASON} before the JSON object"),
+            false => format!("{BOM_REASON} at column {column}"),
+        };
+    };
+    // The field holding it: delimiters outside quotes before it.
+    let (mut field, mut in_quotes, mut field_start) = (0, false, 0);
+    for (index, byte) in line[..at].iter().enumerate() {
+        if *byte == b'"' {
+            in_quotes = !in_quotes;
+        } else if *byte == delimiter && !in_quotes {
+            field += 1;
+            field_start = index + 1;
+        }
+    }
+    let place = match line[field_start..at].iter().all(|b| *b == b'"') {
+        true => "before the value",
+        false => "inside the value",
+    };
+    match options.schema.fields().get(field) {
+        Some(column) => format!("column `{}`: {BOM_REASON} {place}", column.name()),
+        None => format!("{BOM_REASON} at column {column}"),
+    }
 }
 
 /// The SQL name of a column type, as the SQL layer spells it.

@@ -31,7 +31,9 @@
 //!   decimal places than a DECIMAL's scale, a JSON number for a timestamp that is not a
 //!   whole number of its unit; a value is never rounded or truncated
 //!   (the `json_numbers` module explains why Arrow alone would);
-//! - a timestamp outside the years 0000-9999 (UTC), as a number or as text.
+//! - a timestamp outside the years 0000-9999 (UTC), as a number or as text;
+//! - a UTF-8 byte order mark (U+FEFF) anywhere but at the start of the file, where it
+//!   is skipped.
 //!
 //! A CSV file with a header has its header record checked against the schema
 //! ([`check_csv_header`]): the names must be the schema's, in order.

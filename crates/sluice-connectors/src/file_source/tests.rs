@@ -396,3 +396,35 @@ fn csv_headers_with_quotes_spaces_a_byte_order_mark_or_no_rows_pass() {
     assert!(read.error.is_none(), "{:?}", read.error);
     assert_eq!(read.ids, [1, 2]);
 }
+
+#[test]
+fn a_byte_order_mark_at_the_start_of_a_file_is_skipped_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let row = |id: i64| format!("{{\"id\":{id},\"name\":\"n{id}\",\"ts\":\"2026-01-01 00:00:{:02}\"}}\n", id % 60);
+    let text: String = std::iter::once("\u{feff}".to_string()).chain((1..=40).map(row)).collect();
+    std::fs::write(dir.path().join("data.json"), text).expect("write");
+    let json = config("data.json", FileFormat::Json, OnError::Fail);
+    for (threads, tuning) in [(1, Tuning::default()), (4, TINY)] {
+        let source = FileSource::with_tuning(&json, dir.path(), threads, schema(), tuning).expect("source");
+        assert_eq!(source.lanes(), threads);
+        let read = read_all(&source, 8);
+        assert!(read.error.is_none(), "{threads} lanes: {:?}", read.error);
+        assert_eq!(read.ids, (1..=40).collect::<Vec<_>>());
+    }
+    // A CSV file without a header, split at its first record after the mark.
+    std::fs::write(
+        dir.path().join("data.csv"),
+        format!("\u{feff}{}", (1..=40).map(|id| csv_row(id, false)).collect::<String>()),
+    )
+    .expect("write");
+    let mut csv = config("data.csv", FileFormat::Csv, OnError::Fail);
+    if let SourceConnector::File { header, .. } = &mut csv.connector {
+        *header = false;
+    }
+    for threads in [1, 3, 16] {
+        let source = FileSource::with_tuning(&csv, dir.path(), threads, schema(), TINY).expect("source");
+        let read = read_all(&source, 8);
+        assert!(read.error.is_none(), "{threads} lanes: {:?}", read.error);
+        assert_eq!(read.ids, (1..=40).collect::<Vec<_>>(), "{threads} lanes");
+    }
+}

@@ -495,3 +495,39 @@ fn clean_input_takes_the_fast_path() {
     assert!(decoder.decode(b"1,a,\nx,,\n", 1, &mut out, &mut bad).is_ok());
     assert_eq!(decoder.slow_chunks(), 1);
 }
+
+#[test]
+fn a_byte_order_mark_starts_a_file_or_makes_its_row_bad_regression() {
+    let rows = "1,alice,2026-01-01 00:00:00.123\n2,,\n3,carol,2026-01-01 00:00:03\n";
+    check(CSV, small_schema(), format!("\u{feff}{rows}"), SMALL_TABLE, &[]);
+    check(CSV_HEADER, small_schema(), format!("\u{feff}id,name,ts\n{rows}"), SMALL_TABLE, &[]);
+    let json = "{\"id\":1,\"name\":\"alice\",\"ts\":\"2026-01-01 00:00:00.123\"}\n{\"id\":2}\n\
+                {\"id\":3,\"name\":\"carol\",\"ts\":\"2026-01-01T00:00:03\"}\n";
+    check(JSON, small_schema(), format!("\u{feff}{json}"), SMALL_TABLE, &[]);
+    // Anywhere else, the row is bad, and the reason names the mark.
+    let bad = check(
+        CSV,
+        small_schema(),
+        format!("{rows}\u{feff}4,d,\n5,\"\u{feff}e\",\n6,f\u{feff},\n"),
+        SMALL_TABLE,
+        &[4, 5, 6],
+    );
+    let reasons: Vec<&str> = bad.iter().map(|row| row.reason.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "column `id`: a UTF-8 byte order mark (U+FEFF) before the value",
+            "column `name`: a UTF-8 byte order mark (U+FEFF) before the value",
+            "column `name`: a UTF-8 byte order mark (U+FEFF) inside the value",
+        ]
+    );
+    let bad = check(
+        JSON,
+        small_schema(),
+        format!("{json}\u{feff}{{\"id\":4}}\n{{\"id\":5,\"name\":\"x\u{feff}\"}}\n"),
+        SMALL_TABLE,
+        &[4, 5],
+    );
+    assert_eq!(bad[0].reason, "a UTF-8 byte order mark (U+FEFF) before the JSON object");
+    assert_eq!(bad[1].reason, "a UTF-8 byte order mark (U+FEFF) at column 18");
+}
