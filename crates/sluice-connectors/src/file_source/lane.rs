@@ -13,6 +13,10 @@
 //!
 //! The lane reading byte 0 starts after a UTF-8 byte order mark, if the file has one.
 //!
+//! A file that is not regular (a pipe, a device) is read by one lane from its start to
+//! its end of file, without seeking ([`LaneInput::Stream`]); such a lane cannot resume
+//! from a position.
+//!
 //! Line numbers: the chunker numbers a lane's lines from 1. A lane starting at the
 //! file's first record uses those numbers as they are. A lane starting mid-file hands
 //! the decoder its numbers plus one (so no mid-file line is ever taken for the CSV
@@ -39,7 +43,7 @@ use sluice_runtime::metrics::SourceMetrics;
 use sluice_runtime::{LaneContext, LanePoll, LaneReader};
 use sluice_types::{SluiceError, TimestampMs};
 
-use super::csv_plan::bom_length;
+use super::csv_plan::{BOM, bom_length};
 use super::{LaneRange, Shared, read_error};
 
 /// Bad rows of one source logged in full; later ones are only counted.
@@ -53,7 +57,7 @@ pub struct FileLane {
     shared: Arc<Shared>,
     path: PathBuf,
     /// `None` once the lane is exhausted (or when it has nothing to read).
-    chunker: Option<LineChunker<RangeReader>>,
+    chunker: Option<LineChunker<LaneInput>>,
     decoder: Decoder,
     lines: LineNumbers,
     metrics: Arc<SourceMetrics>,
@@ -111,13 +115,26 @@ impl FileLane {
         })?;
         let needed = context.tables_needed.first().copied().unwrap_or(false);
         let resume = context.start.as_deref().map(decode_position).transpose()?;
+        let streaming = shared.streaming.get(range.file).copied().unwrap_or(false);
+        if streaming && resume.is_some() {
+            return Err(SluiceError::user(
+                "source.not_resumable",
+                format!(
+                    "source `{}` reads {}, which is not a regular file (a pipe or a device): it cannot resume from a checkpoint",
+                    shared.name,
+                    path.display()
+                ),
+            )
+            .with_fix("start the pipeline without restoring the checkpoint, or read a regular file"));
+        }
         let opened = match (needed, resume) {
             (false, _) => Ok(None),
+            (true, None) if streaming => open_stream(&path),
             (true, None) => open_range(&path, &range, shared.format),
             (true, Some((offset, _, _))) => open_at(&path, offset, range.end),
         };
         let opened = opened.map_err(|error| read_error(&path, &error))?;
-        let body_start = opened.as_ref().map_or(range.start, |(reader, _)| reader.pos);
+        let body_start = opened.as_ref().map_or(range.start, |(input, _)| input.start());
         let first_record = opened.as_ref().is_some_and(|(_, first_record)| *first_record);
         let (skip_rows, max_event_time) = resume.map_or((0, None), |(_, rows, watermark)| {
             (rows, watermark.map(|w| w.saturating_add(shared.watermark_delay_ms)))
@@ -316,8 +333,58 @@ pub(crate) fn count_line_breaks_before(path: &Path, limit: u64) -> io::Result<u6
     }
 }
 
-/// A lane's reader and whether it starts at the file's first record.
-type Opened = Option<(RangeReader, bool)>;
+/// A lane's input and whether it starts at the file's first record.
+type Opened = Option<(LaneInput, bool)>;
+
+/// What a lane reads: a byte range of a regular file, or a whole streaming file.
+pub(crate) enum LaneInput {
+    Range(RangeReader),
+    /// A file that is not regular, read from its start (`start` bytes of it skipped: a
+    /// byte order mark) to its end of file; `head` holds bytes read while looking for
+    /// the mark that are data.
+    Stream {
+        head: io::Cursor<Vec<u8>>,
+        file: File,
+        start: u64,
+    },
+}
+
+impl LaneInput {
+    /// The file offset where the lane's first record starts.
+    fn start(&self) -> u64 {
+        match self {
+            LaneInput::Range(reader) => reader.pos,
+            LaneInput::Stream { start, .. } => *start,
+        }
+    }
+}
+
+impl Read for LaneInput {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            LaneInput::Range(reader) => reader.read(buf),
+            LaneInput::Stream { head, file, .. } => match head.read(buf)? {
+                0 => file.read(buf),
+                read => Ok(read),
+            },
+        }
+    }
+}
+
+/// Opens a file that is not regular for reading from its start, without seeking: a
+/// byte order mark is skipped, other first bytes kept.
+fn open_stream(path: &Path) -> io::Result<Opened> {
+    let mut file = File::open(path)?;
+    let mut head = Vec::with_capacity(BOM.len());
+    (&mut file).take(BOM.len() as u64).read_to_end(&mut head)?;
+    let start = if head == BOM {
+        head.clear();
+        BOM.len() as u64
+    } else {
+        0
+    };
+    Ok(Some((LaneInput::Stream { head: io::Cursor::new(head), file, start }, true)))
+}
 
 /// Opens `path` positioned at the first record starting in `range`; `None` if none
 /// does.
@@ -338,7 +405,8 @@ fn open_range(path: &Path, range: &LaneRange, format: RowFormat) -> io::Result<O
         return Ok(None);
     }
     file.seek(SeekFrom::Start(body_start))?;
-    Ok(Some((RangeReader { file, pos: body_start, end: range.end, done: false }, range.start == 0)))
+    let reader = RangeReader { file, pos: body_start, end: range.end, done: false };
+    Ok(Some((LaneInput::Range(reader), range.start == 0)))
 }
 
 /// Fails unless the byte before `start` is a line break: planning put a CSV lane's
@@ -364,7 +432,7 @@ fn open_at(path: &Path, offset: u64, end: u64) -> io::Result<Opened> {
     // The first record starts after a byte order mark.
     let first_record = offset == 0 || offset == bom_length(&mut file)?;
     file.seek(SeekFrom::Start(offset))?;
-    Ok(Some((RangeReader { file, pos: offset, end, done: false }, first_record)))
+    Ok(Some((LaneInput::Range(RangeReader { file, pos: offset, end, done: false }), first_record)))
 }
 
 /// The offset just after the first `\n` at or after `start - 1` and before `end`:

@@ -428,3 +428,58 @@ fn a_byte_order_mark_at_the_start_of_a_file_is_skipped_regression() {
         assert_eq!(read.ids, (1..=40).collect::<Vec<_>>(), "{threads} lanes");
     }
 }
+
+/// Makes a named pipe at `path` with the `mkfifo` program.
+fn make_fifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().expect("run mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Writes `text` into the pipe at `path` from a thread: the write blocks until a reader
+/// opens the pipe, and the reader sees the end of file when the thread is done.
+fn feed(path: &Path, text: String) -> std::thread::JoinHandle<std::io::Result<()>> {
+    let path = path.to_path_buf();
+    std::thread::spawn(move || std::fs::write(path, text))
+}
+
+#[test]
+fn a_named_pipe_is_read_as_one_streaming_lane_to_its_end_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("events.csv");
+    make_fifo(&fifo);
+    // More than a pipe holds (64 KiB), after a byte order mark and a header.
+    let rows: String = (1..=5000).map(|id| csv_row(id, false)).collect();
+    let config = config("events.csv", FileFormat::Csv, OnError::Fail);
+    let source = FileSource::with_tuning(&config, dir.path(), 4, schema(), TINY).expect("planning reads nothing");
+    assert!(source.is_streaming());
+    assert_eq!(source.ranges(), [LaneRange { file: 0, start: 0, end: u64::MAX }]);
+    assert_eq!(source.describe(), "file(path=events.csv, csv, 1 file, streaming)");
+    let writer = feed(&fifo, format!("\u{feff}id,name,ts\n{rows}"));
+    let read = read_all(&source, 64);
+    assert!(writer.join().expect("writer").is_ok());
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!(read.ids, (1..=5000).collect::<Vec<_>>(), "every row, once");
+
+    // A streaming lane cannot resume from a position.
+    let metrics = Arc::new(SourceMetrics::new("events", 1));
+    let start = Some(vec![0u8; 24]);
+    let context = LaneContext { lane: 0, batch_size: 8, tables_needed: vec![true], metrics, start };
+    let error = source.open_lane(context).err().expect("no resume");
+    assert_eq!(error.code, "source.not_resumable");
+    assert!(error.message.contains("events.csv") && error.message.contains("not a regular file"), "{}", error.message);
+
+    // Its CSV header is checked when the lane reads it.
+    let writer = feed(&fifo, format!("id,nom,ts\n{rows}"));
+    let read = read_all(&source, 64);
+    let _ = writer.join();
+    let error = read.error.expect("the header does not match");
+    assert_eq!(error.code, "source.csv_header");
+    assert!(error.message.contains("events.csv") && error.message.contains("\"nom\""), "{}", error.message);
+}
+
+#[test]
+fn a_regular_file_is_not_streaming() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_csv(&dir.path().join("data.csv"), 5, &[]);
+    assert!(!csv_source(dir.path(), 2, OnError::Skip, Tuning::default()).is_streaming());
+}
