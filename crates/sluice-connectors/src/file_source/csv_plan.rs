@@ -58,14 +58,16 @@ const SCAN_BYTES: usize = 1 << 20;
 pub(crate) const BOM: &[u8] = sluice_formats::UTF8_BOM;
 
 /// Checks the header record of each of `files` against `schema`; reads at most
-/// `limit_bytes` of each.
+/// `limit_bytes` of each. A streaming file (a pipe) is skipped: reading ahead would
+/// take its data; its header is checked when its lane reads it.
 pub(crate) fn check_headers(
     files: &[PathBuf],
+    streaming: &[bool],
     schema: &Schema,
     delimiter: u8,
     limit_bytes: usize,
 ) -> Result<(), SluiceError> {
-    for path in files {
+    for (path, _) in files.iter().zip(streaming).filter(|(_, streaming)| !**streaming) {
         let header = first_record(path, delimiter, limit_bytes).map_err(|error| read_error(path, &error))?;
         match header {
             Some(header) if header.is_empty() => Ok(()),

@@ -168,14 +168,10 @@ impl FileSource {
         let files = list_files(path, &resolved)?;
         let extents = files.iter().map(|file| file_extent(file)).collect::<Result<Vec<Option<u64>>, SluiceError>>()?;
         let streaming: Vec<bool> = extents.iter().map(Option::is_none).collect();
-        let ranges = plan_ranges(&files, &extents, format, threads, tuning)?;
         if let RowFormat::Csv { header: true, delimiter } = format {
-            let regular: Vec<PathBuf> = (files.iter().zip(&streaming))
-                .filter(|(_, streaming)| !**streaming)
-                .map(|(file, _)| file.clone())
-                .collect();
-            csv_plan::check_headers(&regular, &schema, delimiter, tuning.chunk_bytes)?;
+            csv_plan::check_headers(&files, &streaming, &schema, delimiter, tuning.chunk_bytes)?;
         }
+        let ranges = plan_ranges(&files, &extents, format, threads, tuning)?;
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             files,
