@@ -189,6 +189,13 @@ impl<R: Read> LineChunker<R> {
                     self.last_end = Some(self.scanned + index + 1);
                 }
             }
+            // Without a quote, every line break outside a quoted field ends a record.
+            Cuts::CsvRecords(finder) if !finder.in_quotes() && memchr::memchr(b'"', bytes).is_none() => {
+                if let Some(index) = memchr::memrchr(b'\n', bytes) {
+                    self.last_end = Some(self.scanned + index + 1);
+                }
+                finder.skip(bytes);
+            }
             Cuts::CsvRecords(finder) => {
                 let mut at = 0;
                 while let Some(length) = finder.find_record_end(&bytes[at..]) {
