@@ -36,6 +36,10 @@
 //!
 //! A decimal column parses strings and numbers alike, cutting extra decimal places, so
 //! a schema with a decimal column always runs the exact scan.
+//!
+//! Cost, counted with cachegrind on the decode bench's 200,000 NEXMark bids as JSON
+//! (`benches/decode.rs`): 6,950 instructions per row decoded against 5,810 before the
+//! audit (+20%), most of it the quick test; the exact scan alone would add 2,250.
 
 use arrow::datatypes::{DataType, Schema};
 
