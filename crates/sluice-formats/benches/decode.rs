@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sluice_formats::{Decoder, DecoderOptions, LineChunker, RowFormat};
+use sluice_formats::{DEFAULT_CHUNK_BYTES, Decoder, DecoderOptions, LineChunker, RowFormat};
 
 const ROWS: u64 = 200_000;
 const CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
@@ -85,7 +85,7 @@ fn json_input() -> Vec<u8> {
 fn decode_all(format: RowFormat, input: &[u8]) -> usize {
     let options = DecoderOptions { schema: bid_schema(), format, batch_size: 8192 };
     let Ok(mut decoder) = Decoder::new(options) else { panic!("decoder") };
-    let mut chunker = LineChunker::new(input);
+    let mut chunker = LineChunker::for_format(input, DEFAULT_CHUNK_BYTES, format);
     let (mut out, mut bad) = (Vec::new(), Vec::new());
     let mut rows = 0;
     while let Ok(Some((chunk, first_line))) = chunker.next_chunk() {

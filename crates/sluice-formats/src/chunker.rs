@@ -1,18 +1,33 @@
-//! Reading a file in chunks of whole lines, with a bounded buffer.
+//! Reading a file in chunks of whole records, with a bounded buffer.
 //!
 //! A [`LineChunker`] reads into one fixed buffer and hands out the longest run of whole
-//! lines it holds, with the number of the first one, ready for
-//! [`Decoder::decode`](crate::Decoder::decode). A line longer than the buffer is skipped
-//! and reported as a [`BadRow`]: memory stays bounded whatever the input.
+//! records it holds, with the line number of the first one, ready for
+//! [`Decoder::decode`](crate::Decoder::decode). A record is a line, or for CSV (see
+//! [`LineChunker::for_format`]) a record as RFC 4180 defines it, which may span several
+//! lines when a quoted field holds line breaks (see [`crate::csv_records`]). A record
+//! longer than the buffer is skipped and reported as a [`BadRow`] numbered by its first
+//! line: memory stays bounded whatever the input.
+//!
+//! Line numbers count every line break of the input, inside quotes or not, so they are
+//! the file's line numbers.
 
 use std::io::{self, Read};
 
-use crate::decode::{BadRow, count_line_breaks, row_text};
+use crate::csv_records::CsvRecordFinder;
+use crate::decode::{BadRow, RowFormat, count_line_breaks, row_text};
 
 /// The default buffer size: 4 MiB.
 pub const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
 
-/// Cuts a byte stream into chunks of whole lines, tracking line numbers.
+/// Where the chunker may cut: after any line break, or only after one that ends a CSV
+/// record.
+#[derive(Debug, Clone)]
+enum Cuts {
+    Lines,
+    CsvRecords(CsvRecordFinder),
+}
+
+/// Cuts a byte stream into chunks of whole records, tracking line numbers.
 ///
 /// ```text
 /// while let Some((chunk, first_line)) = chunker.next_chunk()? {
@@ -24,10 +39,15 @@ pub struct LineChunker<R: Read> {
     reader: R,
     /// The buffer; its length is the bound and never changes.
     buf: Vec<u8>,
-    /// `buf[start..end]` is read and not yet handed out: a partial line, or whole lines
-    /// left after an over-long line.
+    /// `buf[start..end]` is read and not yet handed out: a partial record, or whole
+    /// records left after an over-long record.
     start: usize,
     end: usize,
+    cuts: Cuts,
+    /// `buf[..scanned]` has been searched for record ends (and fed to the CSV finder).
+    scanned: usize,
+    /// Just after the last record end found in `buf[start..scanned]`.
+    last_end: Option<usize>,
     /// The number of the line starting at `buf[start]`.
     line: u64,
     bytes_read: u64,
@@ -39,6 +59,7 @@ impl<R: Read> std::fmt::Debug for LineChunker<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LineChunker")
             .field("capacity", &self.buf.len())
+            .field("cuts", &self.cuts)
             .field("line", &self.line)
             .field("bytes_read", &self.bytes_read)
             .finish_non_exhaustive()
@@ -46,13 +67,13 @@ impl<R: Read> std::fmt::Debug for LineChunker<R> {
 }
 
 impl<R: Read> LineChunker<R> {
-    /// A chunker with a [`DEFAULT_CHUNK_BYTES`] buffer.
+    /// A chunker of lines with a [`DEFAULT_CHUNK_BYTES`] buffer.
     pub fn new(reader: R) -> Self {
         Self::with_capacity(reader, DEFAULT_CHUNK_BYTES)
     }
 
-    /// A chunker whose buffer holds `capacity` bytes: no line longer than that (with its
-    /// line break) is decoded.
+    /// A chunker of lines whose buffer holds `capacity` bytes: no line longer than that
+    /// (with its line break) is decoded.
     pub fn with_capacity(reader: R, capacity: usize) -> Self {
         assert!(capacity > 0, "a line chunker needs a buffer of at least one byte");
         LineChunker {
@@ -60,6 +81,9 @@ impl<R: Read> LineChunker<R> {
             buf: vec![0; capacity],
             start: 0,
             end: 0,
+            cuts: Cuts::Lines,
+            scanned: 0,
+            last_end: None,
             line: 1,
             bytes_read: 0,
             eof: false,
@@ -67,27 +91,42 @@ impl<R: Read> LineChunker<R> {
         }
     }
 
-    /// The next chunk of whole lines and the number of its first line; `None` at the end.
+    /// A chunker of the records of `format`, reading from the start of a record (of a
+    /// file, or a record start found by [`CsvRecordFinder`]): lines for JSON, RFC 4180
+    /// records for CSV.
+    pub fn for_format(reader: R, capacity: usize, format: RowFormat) -> Self {
+        let mut chunker = Self::with_capacity(reader, capacity);
+        if let RowFormat::Csv { delimiter, .. } = format {
+            chunker.cuts = Cuts::CsvRecords(CsvRecordFinder::new(delimiter));
+        }
+        chunker
+    }
+
+    /// The next chunk of whole records and the number of its first line; `None` at the
+    /// end.
     ///
-    /// The last line of the input may lack its line break. A chunk may be empty: after
-    /// an over-long line was skipped, [`Self::take_bad_rows`] then yields it before any
-    /// later line is handed out.
+    /// The last record of the input may lack its line break. A chunk may be empty:
+    /// after an over-long record was skipped, [`Self::take_bad_rows`] then yields it
+    /// before any later record is handed out.
     pub fn next_chunk(&mut self) -> io::Result<Option<(&[u8], u64)>> {
+        debug_assert!(self.last_end.is_none_or(|end| end <= self.start), "the last chunk ended at the last cut");
         self.buf.copy_within(self.start..self.end, 0);
         self.end -= self.start;
+        self.scanned -= self.start;
         self.start = 0;
+        self.last_end = None;
         self.fill()?;
         if self.end == 0 {
             return Ok(None);
         }
+        self.scan();
         let first_line = self.line;
-        let filled = &self.buf[..self.end];
-        let length = match filled.iter().rposition(|b| *b == b'\n') {
-            Some(last_break) => last_break + 1,
+        let length = match self.last_end {
+            Some(length) => length,
             None if self.eof => self.end,
             None => {
-                // The buffer is full with no line break: unless the input ends right
-                // here, the line is longer than the buffer.
+                // The buffer is full with no record end: unless the input ends right
+                // here, the record is longer than the buffer.
                 let mut probe = [0u8; 1];
                 let read = read_retrying(&mut self.reader, &mut probe)?;
                 self.bytes_read += read as u64;
@@ -95,7 +134,7 @@ impl<R: Read> LineChunker<R> {
                     self.eof = true;
                     self.end
                 } else {
-                    self.skip_long_line(probe[0] == b'\n')?;
+                    self.skip_long_record(probe[0])?;
                     return Ok(Some((&self.buf[..0], self.line)));
                 }
             }
@@ -107,7 +146,7 @@ impl<R: Read> LineChunker<R> {
         Ok(Some((chunk, first_line)))
     }
 
-    /// The lines skipped for being longer than the buffer, since the last call.
+    /// The records skipped for being longer than the buffer, since the last call.
     pub fn take_bad_rows(&mut self) -> Vec<BadRow> {
         std::mem::take(&mut self.bad)
     }
@@ -117,7 +156,7 @@ impl<R: Read> LineChunker<R> {
         self.bytes_read
     }
 
-    /// The bytes handed out in chunks or skipped as over-long lines: the offset, from
+    /// The bytes handed out in chunks or skipped as over-long records: the offset, from
     /// the start of the input, of the next byte a chunk will begin with.
     pub fn consumed(&self) -> u64 {
         self.bytes_read - (self.end - self.start) as u64
@@ -128,18 +167,53 @@ impl<R: Read> LineChunker<R> {
         self.line
     }
 
-    /// Reads until the buffer holds a line break, is full, or the input ends.
+    /// Reads until the buffer holds a record end, is full, or the input ends.
     fn fill(&mut self) -> io::Result<()> {
-        let mut scanned = 0;
         while !self.eof && self.end < self.buf.len() {
-            if self.buf[scanned..self.end].contains(&b'\n') {
+            self.scan();
+            if self.last_end.is_some() {
                 break;
             }
-            scanned = self.end;
             let read = self.read_at(self.end)?;
             self.end += read;
         }
         Ok(())
+    }
+
+    /// Searches `buf[scanned..end]` for record ends, updating `last_end`.
+    fn scan(&mut self) {
+        let bytes = &self.buf[self.scanned..self.end];
+        match &mut self.cuts {
+            Cuts::Lines => {
+                if let Some(index) = memchr::memrchr(b'\n', bytes) {
+                    self.last_end = Some(self.scanned + index + 1);
+                }
+            }
+            // Without a quote, every line break outside a quoted field ends a record.
+            Cuts::CsvRecords(finder) if !finder.in_quotes() && memchr::memchr(b'"', bytes).is_none() => {
+                if let Some(index) = memchr::memrchr(b'\n', bytes) {
+                    self.last_end = Some(self.scanned + index + 1);
+                }
+                finder.skip(bytes);
+            }
+            Cuts::CsvRecords(finder) => {
+                let mut at = 0;
+                while let Some(length) = finder.find_record_end(&bytes[at..]) {
+                    at += length;
+                    self.last_end = Some(self.scanned + at);
+                }
+            }
+        }
+        self.scanned = self.end;
+    }
+
+    /// Feeds `bytes`, which follow all bytes scanned so far, up to the first record end;
+    /// returns the index just after it.
+    fn find_end(cuts: &mut Cuts, bytes: &[u8]) -> Option<usize> {
+        match cuts {
+            Cuts::Lines => memchr::memchr(b'\n', bytes).map(|index| index + 1),
+            Cuts::CsvRecords(finder) => finder.find_record_end(bytes),
+        }
     }
 
     /// One read into `buf[at..]`; sets `eof` on a read of zero bytes.
@@ -150,27 +224,42 @@ impl<R: Read> LineChunker<R> {
         Ok(read)
     }
 
-    /// Reports the line filling the whole buffer as bad and discards it up to its line
-    /// break (already read when `ended`), keeping what follows.
-    fn skip_long_line(&mut self, ended: bool) -> io::Result<()> {
-        let reason = format!("line longer than the {}-byte read buffer", self.buf.len());
+    /// Reports the record filling the whole (scanned) buffer as bad and discards it up
+    /// to its end, `probe` being the byte read after the buffer; keeps what follows.
+    fn skip_long_record(&mut self, probe: u8) -> io::Result<()> {
+        let unit = if matches!(self.cuts, Cuts::Lines) { "line" } else { "record" };
+        let reason = format!("{unit} longer than the {}-byte read buffer", self.buf.len());
         self.bad.push(BadRow { line: self.line, reason, text: row_text(&self.buf) });
-        self.line += 1;
+        let mut lines = count_line_breaks(&self.buf) as u64;
         self.start = 0;
         self.end = 0;
-        if ended {
-            return Ok(());
+        self.scanned = 0;
+        let ended = Self::find_end(&mut self.cuts, &[probe]).is_some();
+        lines += u64::from(probe == b'\n');
+        if !ended {
+            lines += self.discard_to_record_end()?;
         }
+        // The next record starts on the line after the last line break skipped.
+        self.line += lines.max(1);
+        Ok(())
+    }
+
+    /// Reads and discards up to the end of the record in progress, keeping what follows
+    /// it in the buffer; returns the line breaks discarded.
+    fn discard_to_record_end(&mut self) -> io::Result<u64> {
+        let mut lines = 0;
         loop {
             let read = self.read_at(0)?;
             if read == 0 {
-                return Ok(());
+                return Ok(lines);
             }
-            if let Some(line_break) = self.buf[..read].iter().position(|b| *b == b'\n') {
-                self.start = line_break + 1;
+            if let Some(length) = Self::find_end(&mut self.cuts, &self.buf[..read]) {
+                self.start = length;
                 self.end = read;
-                return Ok(());
+                self.scanned = length;
+                return Ok(lines + count_line_breaks(&self.buf[..length]) as u64);
             }
+            lines += count_line_breaks(&self.buf[..read]) as u64;
         }
     }
 }

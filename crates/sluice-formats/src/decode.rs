@@ -1,30 +1,36 @@
-//! Decoding chunks of whole lines into Arrow record batches, isolating bad rows.
+//! Decoding chunks of whole records into Arrow record batches, isolating bad rows.
 //!
-//! The fast path hands a whole chunk to Arrow's CSV or JSON decoder and checks that it
-//! produced one row per line. Only when that fails is the chunk decoded again: blocks
-//! of lines first, and the lines of a failing block one by one, so that each bad row is
-//! reported with its line number and a reason while the good rows are kept. The good
-//! lines are then decoded together, so a chunk's batches are always full-size.
+//! A record is a line of JSON lines, or a CSV record as RFC 4180 defines it (a quoted
+//! field may hold line breaks, see [`crate::csv_records`]). The fast path hands a whole
+//! chunk to Arrow's CSV or JSON decoder and checks that it produced one row per
+//! non-blank record. Only when that fails is the chunk decoded again: blocks of records
+//! first, and the records of a failing block one by one, so that each bad row is
+//! reported with the line number of its record's first line and a reason while the good
+//! rows are kept. The good records are then decoded together, so a chunk's batches are
+//! always full-size.
 
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
-use crate::diagnose;
+use crate::header::{UTF8_BOM, check_csv_header};
+use crate::json_numbers::NumberAudit;
+use crate::{diagnose, records, temporal};
 
 /// The text of a [`BadRow`] is cut to this many characters.
 pub const MAX_BAD_ROW_CHARS: usize = 200;
 
-/// Lines validated together on the slow path before going line by line.
-const BLOCK_LINES: usize = 64;
+/// Records validated together on the slow path before going one by one.
+const BLOCK_RECORDS: usize = 64;
 
 /// The syntax of the rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowFormat {
     /// One JSON object per line.
     Json,
-    /// One CSV record per line; `header` means line 1 of the file names the columns.
+    /// CSV records (RFC 4180: a quoted field may span lines); `header` means the first
+    /// record of the file names the columns.
     Csv { header: bool, delimiter: u8 },
 }
 
@@ -42,7 +48,8 @@ pub struct DecoderOptions {
 /// A row that could not be decoded; it is skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadRow {
-    /// The 1-based line number in the file.
+    /// The 1-based line number in the file (of the first line of a CSV record that
+    /// spans several lines).
     pub line: u64,
     /// Why, e.g. ``column `price`: expected BIGINT, found "abc"``.
     pub reason: String,
@@ -51,13 +58,13 @@ pub struct BadRow {
 }
 
 impl BadRow {
-    /// A bad row from the raw bytes of its line (the line break is dropped).
+    /// A bad row from the raw bytes of its record (the final line break is dropped).
     pub fn new(line: u64, reason: impl Into<String>, bytes: &[u8]) -> BadRow {
         BadRow { line, reason: reason.into(), text: row_text(bytes) }
     }
 }
 
-/// The printable text of a line: without its line break, lossy UTF-8, cut to
+/// The printable text of a record: without its final line break, lossy UTF-8, cut to
 /// [`MAX_BAD_ROW_CHARS`] characters.
 pub(crate) fn row_text(bytes: &[u8]) -> String {
     let bytes = trim_line_break(bytes);
@@ -72,13 +79,19 @@ pub(crate) fn trim_line_break(bytes: &[u8]) -> &[u8] {
     bytes.strip_suffix(b"\r").unwrap_or(bytes)
 }
 
-/// Decodes chunks of whole lines into record batches of one schema.
+/// Decodes chunks of whole records into record batches of one schema.
 ///
 /// Each decode builds Arrow's decoder afresh (which costs little next to a chunk): a
 /// decoder that failed, or stopped inside a quoted field, is never reused.
 pub struct Decoder {
     options: DecoderOptions,
-    /// Chunks that took the line-by-line path.
+    /// JSON: checks the numbers of columns Arrow would round (see [`crate::json_numbers`]).
+    audit: Option<NumberAudit>,
+    /// The timestamp columns, whose values must lie in the years 0000-9999.
+    timestamp_columns: Vec<usize>,
+    /// JSON: the columns whose i64::MIN or i64::MAX calls for the exact audit.
+    extreme_columns: Vec<usize>,
+    /// Chunks that took the record-by-record path.
     slow_chunks: u64,
 }
 
@@ -113,11 +126,26 @@ impl Decoder {
         ArrowDecoder::build(&options, options.batch_size).map_err(|error| {
             SluiceError::user("format.unsupported_type", format!("cannot decode the schema: {error}"))
         })?;
-        Ok(Decoder { options, slow_chunks: 0 })
+        let audit = match options.format {
+            RowFormat::Json => NumberAudit::new(&options.schema),
+            RowFormat::Csv { .. } => None,
+        };
+        let timestamp_columns = (options.schema.fields().iter().enumerate())
+            .filter(|(_, field)| matches!(field.data_type(), DataType::Timestamp(_, _)))
+            .map(|(index, _)| index)
+            .collect();
+        let extreme_columns = match audit {
+            Some(_) => (options.schema.fields().iter().enumerate())
+                .filter(|(_, field)| NumberAudit::checks_extremes(field.data_type()))
+                .map(|(index, _)| index)
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(Decoder { options, audit, timestamp_columns, extreme_columns, slow_chunks: 0 })
     }
 
-    /// How many chunks were decoded again line by line: those with a bad row, a
-    /// whitespace-only line or two records on one line. A clean input keeps it at 0.
+    /// How many chunks were decoded again record by record: those with a bad row or two
+    /// records on one line. A clean input keeps it at 0.
     pub fn slow_chunks(&self) -> u64 {
         self.slow_chunks
     }
@@ -127,12 +155,17 @@ impl Decoder {
         &self.options
     }
 
-    /// Decodes a chunk of whole lines (the chunk ends at a line boundary, or at the end
-    /// of the file), whose first line is line `first_line` of its file.
+    /// Decodes a chunk of whole records (the chunk starts at a record start and ends at
+    /// a record end, or at the end of the file), whose first line is line `first_line`
+    /// of its file.
     ///
     /// Good rows are appended to `out` as batches of at most `batch_size` rows with
-    /// exactly the schema; bad rows are appended to `bad`, in line order, and skipped;
-    /// the header line of a CSV file (`first_line == 1` with a header) is skipped.
+    /// exactly the schema; bad rows are appended to `bad`, in line order, and skipped.
+    /// A UTF-8 byte order mark at the start of line 1 is skipped; anywhere else it makes
+    /// its row bad.
+    /// The header record of a CSV file (`first_line == 1` with a header) is checked
+    /// against the schema ([`check_csv_header`]: a mismatch fails the decode) and
+    /// skipped.
     pub fn decode(
         &mut self,
         chunk: &[u8],
@@ -140,15 +173,24 @@ impl Decoder {
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
+        // A byte order mark at the start of the file is no part of its first record.
+        let chunk = match first_line {
+            1 => chunk.strip_prefix(UTF8_BOM).unwrap_or(chunk),
+            _ => chunk,
+        };
         let (chunk, first_line) = match self.options.format {
-            RowFormat::Csv { header: true, .. } if first_line == 1 => skip_first_line(chunk),
+            RowFormat::Csv { header: true, delimiter } if first_line == 1 && !chunk.is_empty() => {
+                let (length, line_breaks) = records::first_record(chunk, self.options.format);
+                check_csv_header(&chunk[..length], &self.options.schema, delimiter)?;
+                (&chunk[length..], 1 + line_breaks)
+            }
             _ => (chunk, first_line),
         };
         if chunk.is_empty() {
             return Ok(());
         }
         if !chunk.ends_with(b"\n") {
-            // The last line of a file without a final line break.
+            // The last record of a file without a final line break.
             let mut owned = Vec::with_capacity(chunk.len() + 1);
             owned.extend_from_slice(chunk);
             owned.push(b'\n');
@@ -165,31 +207,31 @@ impl Decoder {
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
-        let lines = count_line_breaks(chunk);
+        let records = records::count_records(chunk, self.options.format);
         let start = out.len();
         match self.run(chunk, self.options.batch_size, out) {
-            // One row per line but empty ones (which both decoders skip): no bad row, no
-            // record over two lines. Empty lines are counted only when needed.
-            Ok(rows) if rows == lines || rows + count_empty_lines(chunk) == lines => return Ok(()),
+            // One row per non-blank record (both decoders skip blank ones, and a blank
+            // record never yields a row): no bad row, no two records on one line.
+            Ok(rows) if rows == records => return Ok(()),
             Ok(_) | Err(_) => out.truncate(start),
         }
         self.slow_chunks += 1;
-        self.decode_line_by_line(chunk, first_line, out, bad)
+        self.decode_record_by_record(chunk, first_line, out, bad)
     }
 
-    /// The slow path: finds the bad lines, then decodes the good ones together.
-    fn decode_line_by_line(
+    /// The slow path: finds the bad records, then decodes the good ones together.
+    fn decode_record_by_record(
         &self,
         chunk: &[u8],
         first_line: u64,
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
-        let lines = split_lines(chunk, first_line);
+        let records = records::split_records(chunk, first_line, self.options.format);
         let mut good = Vec::with_capacity(chunk.len());
         let mut good_rows = 0;
         let mut scratch = Vec::new();
-        for block in lines.chunks(BLOCK_LINES) {
+        for block in records.chunks(BLOCK_RECORDS) {
             let (Some(first), Some(last)) = (block.first(), block.last()) else {
                 continue;
             };
@@ -199,8 +241,8 @@ impl Decoder {
                 good_rows += block.len();
                 continue;
             }
-            for line in block {
-                let bytes = &chunk[line.start..line.end];
+            for record in block {
+                let bytes = &chunk[record.start..record.end];
                 match self.validate(bytes, 1, &mut scratch) {
                     Ok(()) => {
                         good.extend_from_slice(bytes);
@@ -208,7 +250,7 @@ impl Decoder {
                     }
                     Err(arrow_reason) => {
                         let reason = diagnose::reason(&self.options, bytes, &arrow_reason);
-                        bad.push(BadRow::new(line.number, reason, bytes));
+                        bad.push(BadRow::new(record.number, reason, bytes));
                     }
                 }
             }
@@ -220,40 +262,66 @@ impl Decoder {
                 out.truncate(start);
                 let detail = match outcome {
                     Ok(rows) => format!("{rows} rows instead of {good_rows}"),
-                    Err(error) => error.to_string(),
+                    Err(reason) => reason,
                 };
                 Err(SluiceError::internal(
                     "format.revalidate",
-                    format!("the good lines from line {first_line} on decoded alone but not together: {detail}"),
+                    format!("the good records from line {first_line} on decoded alone but not together: {detail}"),
                 ))
             }
         }
     }
 
-    /// Whether `bytes` decodes into exactly `rows` rows; on failure, Arrow's reason.
+    /// Whether `bytes` decodes into exactly `rows` rows; on failure, the reason.
     fn validate(&self, bytes: &[u8], rows: usize, scratch: &mut Vec<RecordBatch>) -> Result<(), String> {
         scratch.clear();
         // Batches of `rows` rows: the decoder buffers no more than needed.
         match self.run(bytes, rows.max(1), scratch) {
             Ok(decoded) if decoded == rows => Ok(()),
-            Ok(decoded) => Err(format!("the line holds {decoded} records")),
-            Err(error) => Err(error.to_string()),
+            Ok(decoded) => Err(format!("the record holds {decoded} rows")),
+            Err(reason) => Err(reason),
         }
     }
 
-    /// Decodes `bytes` (whole lines) into batches of at most `batch_size` rows appended
-    /// to `out`; returns the number of rows. On error, some batches may have been
-    /// appended.
-    fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, ArrowError> {
-        ArrowDecoder::build(&self.options, batch_size)?.decode_all(bytes, out)
+    /// Decodes `bytes` (whole records) into batches of at most `batch_size` rows appended
+    /// to `out`; returns the number of rows. Fails on what Arrow rejects, and on what it
+    /// would accept changed: a JSON number that does not fit its column, a timestamp
+    /// outside the years 0000-9999. On error, some batches may have been appended.
+    fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, String> {
+        if memchr::memmem::find(bytes, UTF8_BOM).is_some() {
+            return Err(diagnose::BOM_REASON.to_string());
+        }
+        let audit = self.audit.as_ref();
+        if let Some(reason) = audit.filter(|audit| audit.may_misfit(bytes)).and_then(|audit| audit.first_misfit(bytes))
+        {
+            return Err(reason);
+        }
+        let start = out.len();
+        let rows = ArrowDecoder::build(&self.options, batch_size)
+            .and_then(|mut decoder| decoder.decode_all(bytes, out))
+            .map_err(|error| error.to_string())?;
+        let batches = &out[start..];
+        if let Some(audit) = audit
+            && batches.iter().any(|batch| self.holds_extreme(batch))
+            && let Some(reason) = audit.first_misfit(bytes)
+        {
+            return Err(reason);
+        }
+        for batch in batches {
+            for &index in &self.timestamp_columns {
+                if let Some((_, value)) = temporal::first_outside_years(batch.column(index)) {
+                    let name = self.options.schema.field(index).name();
+                    return Err(format!("column `{name}`: timestamp {value} is outside the years 0000-9999"));
+                }
+            }
+        }
+        Ok(rows)
     }
-}
 
-/// The chunk without its first line, and the number of the line after it.
-fn skip_first_line(chunk: &[u8]) -> (&[u8], u64) {
-    match chunk.iter().position(|b| *b == b'\n') {
-        Some(end) => (&chunk[end + 1..], 2),
-        None => (&[], 2),
+    /// Whether a BIGINT or timestamp column of `batch` holds i64::MIN or i64::MAX,
+    /// which Arrow's JSON decoder also produces by rounding or saturating.
+    fn holds_extreme(&self, batch: &RecordBatch) -> bool {
+        self.extreme_columns.iter().any(|index| temporal::holds_i64_extreme(batch.column(*index)))
     }
 }
 
@@ -261,39 +329,6 @@ fn skip_first_line(chunk: &[u8]) -> (&[u8], u64) {
 pub fn count_line_breaks(bytes: &[u8]) -> usize {
     // memchr's SIMD search: a plain filter-count was 12% of a CSV pass-through query.
     memchr::memchr_iter(b'\n', bytes).count()
-}
-
-/// The number of lines of `chunk` that are `\n` or `\r\n` alone.
-fn count_empty_lines(chunk: &[u8]) -> usize {
-    chunk.split(|b| *b == b'\n').filter(|line| line.is_empty() || *line == b"\r").count()
-        // The split after the final line break is not a line.
-        - usize::from(chunk.ends_with(b"\n"))
-}
-
-/// A line with only whitespace, which is skipped.
-fn is_blank(line: &[u8]) -> bool {
-    line.iter().all(u8::is_ascii_whitespace)
-}
-
-/// A non-blank line of a chunk: its byte range (with its line break) and its number.
-struct Line {
-    start: usize,
-    end: usize,
-    number: u64,
-}
-
-/// The non-blank lines of `chunk`, which ends with a line break.
-fn split_lines(chunk: &[u8], first_line: u64) -> Vec<Line> {
-    let mut lines = Vec::new();
-    let mut start = 0;
-    for (index, line) in chunk.split_inclusive(|b| *b == b'\n').enumerate() {
-        let end = start + line.len();
-        if !is_blank(line) {
-            lines.push(Line { start, end, number: first_line + index as u64 });
-        }
-        start = end;
-    }
-    lines
 }
 
 /// Arrow's push decoder of the configured format.
@@ -333,7 +368,7 @@ impl ArrowDecoder {
         }
     }
 
-    /// Decodes all of `bytes` (whole lines) into `out`; returns the number of rows.
+    /// Decodes all of `bytes` (whole records) into `out`; returns the number of rows.
     fn decode_all(&mut self, bytes: &[u8], out: &mut Vec<RecordBatch>) -> Result<usize, ArrowError> {
         let mut rest = bytes;
         let mut rows = 0;
@@ -392,25 +427,6 @@ fn csv_supports(data_type: &DataType) -> bool {
         Time64(unit) => matches!(unit, TimeUnit::Microsecond | TimeUnit::Nanosecond),
         Dictionary(key, value) => key.is_dictionary_key_type() && **value == Utf8,
         _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn empty_lines_are_counted() {
-        assert_eq!(count_empty_lines(b"a\n"), 0);
-        assert_eq!(count_empty_lines(b"\n"), 1);
-        assert_eq!(count_empty_lines(b"\na\n\r\n\nb\n \n"), 3);
-    }
-
-    #[test]
-    fn lines_are_numbered_and_blank_ones_dropped() {
-        let lines = split_lines(b"a\n\n  \nbb\r\n", 7);
-        let found: Vec<(usize, usize, u64)> = lines.iter().map(|l| (l.start, l.end, l.number)).collect();
-        assert_eq!(found, [(0, 2, 7), (6, 10, 10)]);
     }
 }
 

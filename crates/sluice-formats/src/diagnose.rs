@@ -1,28 +1,71 @@
 //! Why a line failed to decode, in words that name the column and the value at fault.
 //!
-//! Runs only for lines Arrow's decoder already rejected, so it may be slow. It
-//! re-checks the line piece by piece (the syntax, the field count, each column alone
-//! with Arrow's own decoder); when no piece explains the failure, Arrow's message is
-//! the reason.
+//! Runs only for records the decoder already rejected, so it may be slow. It re-checks
+//! the record piece by piece (the syntax, the field count, each column alone with
+//! Arrow's own decoder and the range checks); when no piece explains the failure, the
+//! decoder's message is the reason (for a JSON number that does not fit its column,
+//! the audit's, which names the number as written).
 
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, FieldRef, Schema, SchemaRef, TimeUnit};
+use arrow::record_batch::RecordBatch;
 use serde_json::Value;
 
 use crate::decode::{DecoderOptions, RowFormat, trim_line_break};
+use crate::header::UTF8_BOM;
+use crate::json_numbers::{Misfit, NumberAudit};
+use crate::temporal;
 
 /// A value quoted in a reason is cut to this many characters.
 const MAX_VALUE_CHARS: usize = 60;
 
+/// What a byte order mark is called in reasons.
+pub(crate) const BOM_REASON: &str = "a UTF-8 byte order mark (U+FEFF)";
+
 /// The reason `line` is bad; `arrow_reason` is Arrow's own message for it.
 pub(crate) fn reason(options: &DecoderOptions, line: &[u8], arrow_reason: &str) -> String {
     let line = trim_line_break(line);
+    if let Some(at) = memchr::memmem::find(line, UTF8_BOM) {
+        return bom_reason(options, line, at);
+    }
     let found = match options.format {
         RowFormat::Csv { delimiter, .. } => csv_reason(&options.schema, delimiter, line),
         RowFormat::Json => json_reason(&options.schema, line),
     };
     found.unwrap_or_else(|| arrow_reason.to_string())
+}
+
+/// Where the byte order mark at byte `at` of `line` is, in words: which CSV column, and
+/// whether it comes before the value (invisible in most editors, it still makes the
+/// value unreadable).
+fn bom_reason(options: &DecoderOptions, line: &[u8], at: usize) -> String {
+    let column = String::from_utf8_lossy(&line[..at]).chars().count() + 1;
+    let RowFormat::Csv { delimiter, .. } = options.format else {
+        let before = line[..at].iter().all(u8::is_ascii_whitespace);
+        return match before {
+            true => format!("{BOM_REASON} before the JSON object"),
+            false => format!("{BOM_REASON} at column {column}"),
+        };
+    };
+    // The field holding it: delimiters outside quotes before it.
+    let (mut field, mut in_quotes, mut field_start) = (0, false, 0);
+    for (index, byte) in line[..at].iter().enumerate() {
+        if *byte == b'"' {
+            in_quotes = !in_quotes;
+        } else if *byte == delimiter && !in_quotes {
+            field += 1;
+            field_start = index + 1;
+        }
+    }
+    let place = match line[field_start..at].iter().all(|b| *b == b'"') {
+        true => "before the value",
+        false => "inside the value",
+    };
+    match options.schema.fields().get(field) {
+        Some(column) => format!("column `{}`: {BOM_REASON} {place}", column.name()),
+        None => format!("{BOM_REASON} at column {column}"),
+    }
 }
 
 /// The SQL name of a column type, as the SQL layer spells it.
@@ -64,8 +107,37 @@ fn type_mismatch(field: &FieldRef, found: &str) -> String {
     format!("column `{}`: expected {}, found {}", field.name(), sql_type(field.data_type()), found)
 }
 
+/// How one value fails its column: it does not parse, or it parses to a value outside
+/// the column's range.
+enum ValueFailure {
+    Parse,
+    OutsideYears,
+}
+
+impl ValueFailure {
+    fn reason(self, field: &FieldRef, found: &str) -> String {
+        match self {
+            ValueFailure::Parse => type_mismatch(field, found),
+            ValueFailure::OutsideYears => {
+                format!("{} ({})", type_mismatch(field, found), Misfit::OutsideYears.describe())
+            }
+        }
+    }
+}
+
+/// Decodes all of `bytes` with `decoder` and checks the decoded timestamps' years.
+fn decoded_fits<D>(bytes: &[u8], mut decode: D) -> Result<(), ValueFailure>
+where
+    D: FnMut(&[u8]) -> Result<Option<RecordBatch>, arrow::error::ArrowError>,
+{
+    let batch = decode(bytes).map_err(|_| ValueFailure::Parse)?;
+    let outside =
+        batch.iter().flat_map(|batch| batch.columns()).any(|column| temporal::first_outside_years(column).is_some());
+    if outside { Err(ValueFailure::OutsideYears) } else { Ok(()) }
+}
+
 /// `text` cut to [`MAX_VALUE_CHARS`] characters, with `...` when cut.
-fn cut(text: &str) -> String {
+pub(crate) fn cut(text: &str) -> String {
     match text.char_indices().nth(MAX_VALUE_CHARS) {
         Some((end, _)) => format!("{}...", &text[..end]),
         None => text.to_string(),
@@ -93,15 +165,15 @@ fn csv_reason(schema: &SchemaRef, delimiter: u8, line: &[u8]) -> Option<String> 
             }
             continue;
         }
-        if !csv_column_parses(schema, delimiter, index, line) {
-            return Some(type_mismatch(field, &cut(&format!("{value:?}"))));
+        if let Err(failure) = csv_column_fits(schema, delimiter, index, line) {
+            return Some(failure.reason(field, &cut(&format!("{value:?}"))));
         }
     }
     None
 }
 
-/// Whether column `index` of `line` parses with Arrow's CSV decoder.
-fn csv_column_parses(schema: &SchemaRef, delimiter: u8, index: usize, line: &[u8]) -> bool {
+/// Whether column `index` of `line` decodes with Arrow's CSV decoder, in range.
+fn csv_column_fits(schema: &SchemaRef, delimiter: u8, index: usize, line: &[u8]) -> Result<(), ValueFailure> {
     let mut decoder = arrow::csv::ReaderBuilder::new(schema.clone())
         .with_header(false)
         .with_delimiter(delimiter)
@@ -110,7 +182,10 @@ fn csv_column_parses(schema: &SchemaRef, delimiter: u8, index: usize, line: &[u8
         .build_decoder();
     let mut bytes = line.to_vec();
     bytes.push(b'\n');
-    decoder.decode(&bytes).is_ok() && decoder.flush().is_ok()
+    decoded_fits(&bytes, |bytes| {
+        decoder.decode(bytes)?;
+        decoder.flush()
+    })
 }
 
 /// The fields of one CSV line, unquoted as the CSV decoder does: a field that starts
@@ -167,6 +242,11 @@ fn json_reason(schema: &SchemaRef, line: &[u8]) -> Option<String> {
     let Value::Object(object) = value else {
         return Some(format!("expected a JSON object, found {}", json_kind(&value)));
     };
+    // A number that does not fit its column, named as written (serde_json's `Value`
+    // has rounded it).
+    if let Some(reason) = NumberAudit::new(schema).and_then(|audit| audit.first_misfit(line)) {
+        return Some(reason);
+    }
     for field in schema.fields() {
         match object.get(field.name()) {
             None if !field.is_nullable() => {
@@ -177,8 +257,8 @@ fn json_reason(schema: &SchemaRef, line: &[u8]) -> Option<String> {
             }
             None | Some(Value::Null) => {}
             Some(value) => {
-                if !json_value_parses(field, value) {
-                    return Some(type_mismatch(field, &cut(&value.to_string())));
+                if let Err(failure) = json_value_fits(field, value) {
+                    return Some(failure.reason(field, &cut(&value.to_string())));
                 }
             }
         }
@@ -208,18 +288,21 @@ fn json_kind(value: &Value) -> &'static str {
     }
 }
 
-/// Whether `value` alone decodes into `field` with Arrow's JSON decoder.
-fn json_value_parses(field: &FieldRef, value: &Value) -> bool {
+/// Whether `value` alone decodes into `field` with Arrow's JSON decoder, in range.
+fn json_value_fits(field: &FieldRef, value: &Value) -> Result<(), ValueFailure> {
     let schema = Arc::new(Schema::new(vec![field.clone()]));
     let Ok(mut decoder) = arrow::json::ReaderBuilder::new(schema).build_decoder() else {
-        return true;
+        return Ok(());
     };
     let mut object = serde_json::Map::new();
     object.insert(field.name().clone(), value.clone());
     let Ok(bytes) = serde_json::to_vec(&Value::Object(object)) else {
-        return true;
+        return Ok(());
     };
-    decoder.decode(&bytes).is_ok() && decoder.flush().is_ok()
+    decoded_fits(&bytes, |bytes| {
+        decoder.decode(bytes)?;
+        decoder.flush()
+    })
 }
 
 #[cfg(test)]

@@ -18,6 +18,10 @@
 //! (`2026-01-01 01:00:10.000+01:00`). When the schema holds a microsecond or
 //! nanosecond timestamp, every timestamp is written with 6 or 9 fraction digits.
 //!
+//! A date or time value that cannot be formatted (outside the dates chrono represents,
+//! or a time of day past midnight, which a query can compute) fails the batch with
+//! `format.value_out_of_range` before anything of it is written.
+//!
 //! # The op column of an updating stream
 //!
 //! A stream that can carry retractions is encoded with `updating = true`: each row then
@@ -41,6 +45,9 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use arrow::util::display::FormatOptions;
 use sluice_types::{Batch, SluiceError, Weights};
+
+use crate::diagnose::sql_type;
+use crate::temporal;
 
 /// How a millisecond timestamp is written: `2026-01-01 00:00:10.000`.
 pub const TIMESTAMP_FORMAT: &str = "%Y-%m-%d %H:%M:%S%.3f";
@@ -93,8 +100,11 @@ impl Encoder {
 
     /// Appends the encoded rows of `batch` to `out`.
     ///
-    /// Panics on a negative weight when the encoder is not updating.
+    /// Fails with `format.value_out_of_range`, writing nothing, when a date or time value
+    /// cannot be formatted (see [`crate::temporal`]). Panics on a negative weight when
+    /// the encoder is not updating.
     pub fn encode(&mut self, batch: &Batch, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+        check_formattable(&batch.rows)?;
         let rows = self.expand(batch)?;
         match self.format {
             OutputFormat::JsonLines => self.write_json(&rows, out),
@@ -171,6 +181,42 @@ impl Encoder {
             .with_timestamp_tz_format(Some(self.timestamp_tz_format));
         let table = arrow::util::pretty::pretty_format_batches_with_options(std::slice::from_ref(rows), &options)?;
         writeln!(out, "{table}").map_err(|error| arrow::error::ArrowError::IoError(error.to_string(), error))
+    }
+}
+
+/// Fails on the first date or time value of `rows` that cannot be formatted: Arrow's
+/// JSON and table writers would write `ERROR: Cast error...` in its place, and its CSV
+/// writer would fail halfway through the batch.
+fn check_formattable(rows: &RecordBatch) -> Result<(), SluiceError> {
+    for (field, column) in rows.schema().fields().iter().zip(rows.columns()) {
+        let Some((row, value)) = temporal::first_unformattable(column) else { continue };
+        let unit = match field.data_type() {
+            DataType::Timestamp(unit, _) => format!("{} since 1970-01-01", unit_name(*unit)),
+            DataType::Date32 => "days since 1970-01-01".to_string(),
+            DataType::Date64 => "milliseconds since 1970-01-01".to_string(),
+            DataType::Time32(unit) | DataType::Time64(unit) => format!("{} since midnight", unit_name(*unit)),
+            other => other.to_string(),
+        };
+        return Err(SluiceError::user(
+            "format.value_out_of_range",
+            format!(
+                "column `{}`, row {} of a batch: {} value {value} ({unit}) cannot be written as a date or time",
+                field.name(),
+                row + 1,
+                sql_type(field.data_type()),
+            ),
+        )
+        .with_fix("filter out such rows, or bring the value into range, in the query that feeds the sink"));
+    }
+    Ok(())
+}
+
+fn unit_name(unit: TimeUnit) -> &'static str {
+    match unit {
+        TimeUnit::Second => "seconds",
+        TimeUnit::Millisecond => "milliseconds",
+        TimeUnit::Microsecond => "microseconds",
+        TimeUnit::Nanosecond => "nanoseconds",
     }
 }
 

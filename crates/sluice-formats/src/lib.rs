@@ -2,32 +2,48 @@
 //!
 //! # Decoding
 //!
-//! A [`Decoder`] turns chunks of whole lines (JSON lines or CSV) into record batches
+//! A [`Decoder`] turns chunks of whole records (JSON lines or CSV) into record batches
 //! with exactly the configured schema. A [`LineChunker`] cuts a file into such chunks
 //! with a bounded buffer and tracks line numbers.
 //!
-//! Each record is one line. A bad row never fails the stream: it is reported as a
-//! [`BadRow`] (its 1-based line number, the reason, its text cut to 200 characters) and
-//! skipped, and the good rows around it are kept. A clean chunk is decoded in one pass
-//! by Arrow's own CSV or JSON decoder; only a chunk that fails is decoded again line by
-//! line to isolate its bad rows. Blank lines (empty or only whitespace) are skipped and
-//! are not bad rows.
+//! A JSON record is one line. A CSV record follows RFC 4180: it ends at a line break
+//! outside quotes, so a quoted field may hold line breaks (LF or CRLF), delimiters and
+//! doubled quotes, and a record may span several lines ([`csv_records`] says exactly
+//! which quotes count). A bad row never fails the stream: it is reported as a
+//! [`BadRow`] (the 1-based line number of its record's first line, the reason, its text
+//! cut to 200 characters) and skipped, and the good rows around it are kept. A clean
+//! chunk is decoded in one pass by Arrow's own CSV or JSON decoder; only a chunk that
+//! fails is decoded again record by record to isolate its bad rows. Blank lines (empty
+//! or only whitespace) are skipped and are not bad rows.
 //!
 //! What makes a row bad:
-//! - malformed syntax (invalid JSON, an unterminated CSV quote, invalid UTF-8);
+//! - malformed syntax (invalid JSON, invalid UTF-8, an unterminated CSV quote, which
+//!   runs to the end of the file or of the chunker's buffer);
 //! - a value that does not parse as its column's type (`"abc"` in a BIGINT column, an
 //!   unparseable timestamp, a number in a VARCHAR column of a JSON row);
 //! - a missing or NULL value in a NOT NULL column (a missing JSON key, an empty CSV
 //!   field);
 //! - a CSV row with the wrong number of fields;
 //! - a line holding more than one record (two JSON objects on one line);
-//! - a line longer than the [`LineChunker`]'s buffer.
+//! - a record longer than the [`LineChunker`]'s buffer;
+//! - a number that does not fit its column exactly: a fraction or an out-of-range value
+//!   for an integer column (`5.5` or `1e30` for BIGINT, `300` for TINYINT), more
+//!   decimal places than a DECIMAL's scale, a JSON number for a timestamp that is not a
+//!   whole number of its unit; a value is never rounded or truncated
+//!   (the `json_numbers` module explains why Arrow alone would);
+//! - a timestamp outside the years 0000-9999 (UTC), as a number or as text;
+//! - a UTF-8 byte order mark (U+FEFF) anywhere but at the start of the file, where it
+//!   is skipped.
+//!
+//! A CSV file with a header has its header record checked against the schema
+//! ([`check_csv_header`]): the names must be the schema's, in order.
 //!
 //! JSON rows may carry extra keys (ignored) and omit nullable columns (NULL). As in
 //! Flink, a JSON string holding a number is accepted for a numeric column (`"42"` for
-//! BIGINT), and a fractional number for an integer column is truncated toward zero.
-//! A CSV empty field is NULL. CSV fields may be quoted with `"` (a quote inside a quoted
-//! field is doubled); a quoted field must not contain a line break.
+//! BIGINT); a number written with a fraction or an exponent fits an integer column when
+//! its value is an integer (`42.0`, `4.2e1`). A CSV empty field is NULL. CSV fields may
+//! be quoted with `"` (a quote inside a quoted field is doubled); a quoted field may
+//! contain line breaks.
 //!
 //! Timestamp columns accept, in both formats:
 //!
@@ -39,7 +55,8 @@
 //! ```
 //!
 //! and, in JSON only, an integer number counted in the column's unit since the Unix
-//! epoch: epoch milliseconds for a `TIMESTAMP(3)` (Timestamp(Millisecond)) column.
+//! epoch: epoch milliseconds for a `TIMESTAMP(3)` (Timestamp(Millisecond)) column. Either
+//! way the timestamp must lie within the years 0000-9999 (UTC).
 //!
 //! # Encoding
 //!
@@ -47,13 +64,20 @@
 //! lines, CSV or a pretty table; see the [`encode`] module for the exact output.
 
 pub mod chunker;
+pub mod csv_records;
 pub mod decode;
 mod diagnose;
 pub mod encode;
+mod header;
+mod json_numbers;
+mod records;
+mod temporal;
 
 pub use chunker::{DEFAULT_CHUNK_BYTES, LineChunker};
+pub use csv_records::CsvRecordFinder;
 pub use decode::{BadRow, Decoder, DecoderOptions, MAX_BAD_ROW_CHARS, RowFormat, count_line_breaks};
 pub use encode::{Encoder, OP_COLUMN, OP_DELETE, OP_INSERT, OutputFormat, TIMESTAMP_FORMAT};
+pub use header::{UTF8_BOM, check_csv_header};
 
 #[cfg(test)]
 mod tests;

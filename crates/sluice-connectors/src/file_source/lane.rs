@@ -1,16 +1,27 @@
-//! One lane of a file source: the lines that start inside one byte range of one file.
+//! One lane of a file source: the records that start inside one byte range of one file.
 //!
-//! The byte-range rule (see the [parent module](super)): a lane whose range starts at
-//! `start > 0` seeks to `start - 1` and skips through the first line break (so a line
-//! starting exactly at `start` is kept, and a line that began before it is left to the
-//! previous lane); it then reads up to `end` and on through the next line break, to
-//! finish the last line that started before `end`.
+//! The byte-range rule (see the [parent module](super)):
+//! - CSV: planning moved every range start to a record start
+//!   ([`csv_plan`](super::csv_plan)), so a lane reads exactly `[start, end)`, `end`
+//!   being the next lane's start (a line break that ends a record precedes it) or the
+//!   file's end. The lane checks that the byte before its start is a line break.
+//! - JSON lines: a lane whose range starts at `start > 0` seeks to `start - 1` and
+//!   skips through the first line break (so a line starting exactly at `start` is kept,
+//!   and a line that began before it is left to the previous lane); it then reads up to
+//!   `end` and on through the next line break, to finish the last line that started
+//!   before `end`.
 //!
-//! Line numbers: the chunker numbers a lane's lines from 1. A lane starting at byte 0
-//! uses those numbers as they are. A lane starting mid-file hands the decoder its
-//! numbers plus one (so no mid-file line is ever taken for the CSV header, which is
-//! line 1), and turns them into file line numbers only when it reports a bad row, by
-//! counting the line breaks before its first line once.
+//! The lane reading byte 0 starts after a UTF-8 byte order mark, if the file has one.
+//!
+//! A file that is not regular (a pipe, a device) is read by one lane from its start to
+//! its end of file, without seeking ([`LaneInput::Stream`]); such a lane cannot resume
+//! from a position.
+//!
+//! Line numbers: the chunker numbers a lane's lines from 1. A lane starting at the
+//! file's first record uses those numbers as they are. A lane starting mid-file hands
+//! the decoder its numbers plus one (so no mid-file line is ever taken for the CSV
+//! header, which is line 1), and turns them into file line numbers only when it reports
+//! a bad row, by counting the line breaks before its first line once.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -27,11 +38,12 @@ use arrow::datatypes::{
 };
 use arrow::record_batch::RecordBatch;
 use sluice_config::OnError;
-use sluice_formats::{BadRow, Decoder, DecoderOptions, LineChunker};
+use sluice_formats::{BadRow, Decoder, DecoderOptions, LineChunker, RowFormat};
 use sluice_runtime::metrics::SourceMetrics;
 use sluice_runtime::{LaneContext, LanePoll, LaneReader};
 use sluice_types::{SluiceError, TimestampMs};
 
+use super::csv_plan::{BOM, bom_length};
 use super::{LaneRange, Shared, read_error};
 
 /// Bad rows of one source logged in full; later ones are only counted.
@@ -45,7 +57,7 @@ pub struct FileLane {
     shared: Arc<Shared>,
     path: PathBuf,
     /// `None` once the lane is exhausted (or when it has nothing to read).
-    chunker: Option<LineChunker<RangeReader>>,
+    chunker: Option<LineChunker<LaneInput>>,
     decoder: Decoder,
     lines: LineNumbers,
     metrics: Arc<SourceMetrics>,
@@ -103,19 +115,33 @@ impl FileLane {
         })?;
         let needed = context.tables_needed.first().copied().unwrap_or(false);
         let resume = context.start.as_deref().map(decode_position).transpose()?;
+        let streaming = shared.streaming.get(range.file).copied().unwrap_or(false);
+        if streaming && resume.is_some() {
+            return Err(SluiceError::user(
+                "source.not_resumable",
+                format!(
+                    "source `{}` reads {}, which is not a regular file (a pipe or a device): it cannot resume from a checkpoint",
+                    shared.name,
+                    path.display()
+                ),
+            )
+            .with_fix("start the pipeline without restoring the checkpoint, or read a regular file"));
+        }
         let opened = match (needed, resume) {
             (false, _) => Ok(None),
-            (true, None) => open_range(&path, &range),
+            (true, None) if streaming => open_stream(&path),
+            (true, None) => open_range(&path, &range, shared.format),
             (true, Some((offset, _, _))) => open_at(&path, offset, range.end),
         };
         let opened = opened.map_err(|error| read_error(&path, &error))?;
-        let body_start = opened.as_ref().map_or(range.start, |reader| reader.pos);
+        let body_start = opened.as_ref().map_or(range.start, |(input, _)| input.start());
+        let first_record = opened.as_ref().is_some_and(|(_, first_record)| *first_record);
         let (skip_rows, max_event_time) = resume.map_or((0, None), |(_, rows, watermark)| {
             (rows, watermark.map(|w| w.saturating_add(shared.watermark_delay_ms)))
         });
-        let chunker = opened.map(|reader| LineChunker::with_capacity(reader, shared.chunk_bytes));
+        let chunker = opened.map(|(reader, _)| LineChunker::for_format(reader, shared.chunk_bytes, shared.format));
         Ok(FileLane {
-            lines: LineNumbers { body_start, guard: u64::from(body_start > 0), base: None },
+            lines: LineNumbers { body_start, guard: u64::from(!first_record), base: None },
             shared,
             path,
             chunker,
@@ -308,11 +334,68 @@ pub(crate) fn count_line_breaks_before(path: &Path, limit: u64) -> io::Result<u6
     }
 }
 
-/// Opens `path` positioned at the first line starting in `range`; `None` if none does.
-fn open_range(path: &Path, range: &LaneRange) -> io::Result<Option<RangeReader>> {
+/// A lane's input and whether it starts at the file's first record.
+type Opened = Option<(LaneInput, bool)>;
+
+/// What a lane reads: a byte range of a regular file, or a whole streaming file.
+pub(crate) enum LaneInput {
+    Range(RangeReader),
+    /// A file that is not regular, read from its start (`start` bytes of it skipped: a
+    /// byte order mark) to its end of file; `head` holds bytes read while looking for
+    /// the mark that are data.
+    Stream {
+        head: io::Cursor<Vec<u8>>,
+        file: File,
+        start: u64,
+    },
+}
+
+impl LaneInput {
+    /// The file offset where the lane's first record starts.
+    fn start(&self) -> u64 {
+        match self {
+            LaneInput::Range(reader) => reader.pos,
+            LaneInput::Stream { start, .. } => *start,
+        }
+    }
+}
+
+impl Read for LaneInput {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            LaneInput::Range(reader) => reader.read(buf),
+            LaneInput::Stream { head, file, .. } => match head.read(buf)? {
+                0 => file.read(buf),
+                read => Ok(read),
+            },
+        }
+    }
+}
+
+/// Opens a file that is not regular for reading from its start, without seeking: a
+/// byte order mark is skipped, other first bytes kept.
+fn open_stream(path: &Path) -> io::Result<Opened> {
+    let mut file = File::open(path)?;
+    let mut head = Vec::with_capacity(BOM.len());
+    (&mut file).take(BOM.len() as u64).read_to_end(&mut head)?;
+    let start = if head == BOM {
+        head.clear();
+        BOM.len() as u64
+    } else {
+        0
+    };
+    Ok(Some((LaneInput::Stream { head: io::Cursor::new(head), file, start }, true)))
+}
+
+/// Opens `path` positioned at the first record starting in `range`; `None` if none
+/// does.
+fn open_range(path: &Path, range: &LaneRange, format: RowFormat) -> io::Result<Opened> {
     let mut file = File::open(path)?;
     let body_start = if range.start == 0 {
-        0
+        bom_length(&mut file)?
+    } else if let RowFormat::Csv { .. } = format {
+        check_record_start(&mut file, range.start)?;
+        range.start
     } else {
         match first_line_start(&mut file, range.start, range.end)? {
             Some(start) => start,
@@ -323,17 +406,34 @@ fn open_range(path: &Path, range: &LaneRange) -> io::Result<Option<RangeReader>>
         return Ok(None);
     }
     file.seek(SeekFrom::Start(body_start))?;
-    Ok(Some(RangeReader { file, pos: body_start, end: range.end, done: false }))
+    let reader = RangeReader { file, pos: body_start, end: range.end, done: false };
+    Ok(Some((LaneInput::Range(reader), range.start == 0)))
 }
 
-/// Opens `path` at `offset`, a line start recorded in a position, reading to `end`.
-fn open_at(path: &Path, offset: u64, end: u64) -> io::Result<Option<RangeReader>> {
+/// Fails unless the byte before `start` is a line break: planning put a CSV lane's
+/// start at a record start, and the file changed since, or the plan is wrong.
+fn check_record_start(file: &mut File, start: u64) -> io::Result<()> {
+    let mut before = [0u8; 1];
+    file.seek(SeekFrom::Start(start - 1))?;
+    file.read_exact(&mut before)?;
+    if before[0] == b'\n' {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "byte {start} is not the start of a CSV record as planned (the file changed while the pipeline started?)"
+    )))
+}
+
+/// Opens `path` at `offset`, a record start recorded in a position, reading to `end`.
+fn open_at(path: &Path, offset: u64, end: u64) -> io::Result<Opened> {
     if offset >= end {
         return Ok(None);
     }
     let mut file = File::open(path)?;
+    // The first record starts after a byte order mark.
+    let first_record = offset == 0 || offset == bom_length(&mut file)?;
     file.seek(SeekFrom::Start(offset))?;
-    Ok(Some(RangeReader { file, pos: offset, end, done: false }))
+    Ok(Some((LaneInput::Range(RangeReader { file, pos: offset, end, done: false }), first_record)))
 }
 
 /// The offset just after the first `\n` at or after `start - 1` and before `end`:

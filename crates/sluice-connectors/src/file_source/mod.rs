@@ -6,17 +6,32 @@
 //! start with `.`; not subdirectories) are read, in name order. A missing path or an
 //! empty directory is an error at planning time that names the resolved path.
 //!
+//! A `path` that is not a regular file (a named pipe, `/dev/stdin`, a device) has no
+//! size and cannot seek: it is read as one *streaming* lane, from its start to its end
+//! of file, and planning reads nothing from it (its CSV header is checked when the lane
+//! reads it). A position in it cannot be resumed after a restart:
+//! [`FileSource::is_streaming`] tells, so that checkpoints of such a source can be
+//! refused, and a streaming lane refuses to resume from a position.
+//!
 //! # Lanes
 //!
 //! A file of at most 8 MiB is one lane. When there are fewer files than threads, the
 //! larger files are split into contiguous byte ranges `[start, end)` so that there
 //! are about `max(threads, files)` lanes in all (never pieces under 1 MiB).
 //!
-//! A lane reads exactly the lines that *start* inside its range: one that does not
-//! start at byte 0 seeks to `start - 1` and skips through the first line break, and
-//! every lane reads past `end` to finish its last line. So every line is read by
-//! exactly one lane whatever the split. A CSV header is only line 1 of a file, read
-//! (and skipped) by the lane starting at byte 0.
+//! A lane reads exactly the records that *start* inside its range, so every record is
+//! read by exactly one lane whatever the split:
+//! - a CSV record may span lines (a quoted field may hold line breaks), so planning
+//!   moves the split points of a CSV file read by several lanes to record starts (a
+//!   scan of the file's quotes from its start, see [`csv_plan`]), and each lane reads
+//!   exactly its range;
+//! - a JSON record is a line: a lane that does not start at byte 0 seeks to
+//!   `start - 1` and skips through the first line break, and every lane reads past
+//!   `end` to finish its last line.
+//!
+//! A CSV header is only the first record of a file, read (and skipped) by the lane
+//! starting at byte 0. With `header = true`, every file's header is checked against
+//! the schema at planning time (see [`csv_plan`]).
 //!
 //! Line numbers are those of the file: a lane that starts mid-file counts the line
 //! breaks before its first line, once, the first time it needs a line number (to
@@ -49,6 +64,7 @@ use sluice_types::SluiceError;
 use crate::FileFormat;
 use crate::registry::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, format_choice, resolve};
 
+mod csv_plan;
 mod lane;
 
 #[cfg(test)]
@@ -68,6 +84,7 @@ const CHECK_BATCH_SIZE: usize = 1024;
 pub struct LaneRange {
     /// Index into the source's file list.
     pub file: usize,
+    /// For CSV, 0 or the start of a record.
     pub start: u64,
     /// Exclusive; the file's size for its last range.
     pub end: u64,
@@ -105,6 +122,9 @@ pub(crate) struct Shared {
     pub chunk_bytes: usize,
     /// Rows per second per lane, when the source replays at a rate.
     pub lane_rate: Option<f64>,
+    /// For each file, whether it is not a regular file (a pipe, a device): read whole,
+    /// without seeking, by one lane.
+    pub streaming: Vec<bool>,
 }
 
 /// `[source.options]` of a file source, and its `format`.
@@ -279,8 +299,12 @@ impl FileSource {
         let event_time = event_time_index(config, &schema)?;
         let resolved = resolve(base_dir, path);
         let files = list_files(path, &resolved)?;
-        let sizes = files.iter().map(|file| file_size(file)).collect::<Result<Vec<u64>, SluiceError>>()?;
-        let ranges = split(&sizes, threads, tuning);
+        let extents = files.iter().map(|file| file_extent(file)).collect::<Result<Vec<Option<u64>>, SluiceError>>()?;
+        let streaming: Vec<bool> = extents.iter().map(Option::is_none).collect();
+        if let RowFormat::Csv { header: true, delimiter } = format {
+            csv_plan::check_headers(&files, &streaming, &schema, delimiter, tuning.chunk_bytes)?;
+        }
+        let ranges = plan_ranges(&files, &extents, format, threads, tuning)?;
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             files,
@@ -291,6 +315,7 @@ impl FileSource {
             on_error: config.on_error,
             chunk_bytes: tuning.chunk_bytes,
             lane_rate: rate.map(|rate| rate / ranges.len().max(1) as f64),
+            streaming,
         });
         let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
         Ok(FileSource { shared, tables, ranges, written_path: path.clone() })
@@ -301,9 +326,16 @@ impl FileSource {
         &self.shared.files
     }
 
-    /// The byte range of each lane.
+    /// The byte range of each lane (`[0, u64::MAX)` for a streaming file).
     pub fn ranges(&self) -> &[LaneRange] {
         &self.ranges
+    }
+
+    /// Whether a file of the source is not a regular file (a pipe, `/dev/stdin`, a
+    /// device): it is read as it streams, and a position in it cannot be resumed after
+    /// a restart, so a checkpoint of this source cannot be restored.
+    pub fn is_streaming(&self) -> bool {
+        self.shared.streaming.iter().any(|streaming| *streaming)
     }
 }
 
@@ -337,7 +369,8 @@ impl SourceFactory for FileSource {
         };
         let files = self.shared.files.len();
         let noun = if files == 1 { "file" } else { "files" };
-        format!("file(path={}, {format}, {files} {noun})", self.written_path.display())
+        let streaming = if self.is_streaming() { ", streaming" } else { "" };
+        format!("file(path={}, {format}, {files} {noun}{streaming})", self.written_path.display())
     }
 }
 
@@ -399,14 +432,40 @@ fn list_files(written: &Path, resolved: &Path) -> Result<Vec<PathBuf>, SluiceErr
     Ok(files)
 }
 
-fn file_size(file: &Path) -> Result<u64, SluiceError> {
-    std::fs::metadata(file).map(|m| m.len()).map_err(|error| read_error(file, &error))
+/// The size of a regular file; `None` for a file that is not regular (a pipe, a device),
+/// whose size is not known before it is read.
+fn file_extent(file: &Path) -> Result<Option<u64>, SluiceError> {
+    let metadata = std::fs::metadata(file).map_err(|error| read_error(file, &error))?;
+    Ok(metadata.is_file().then_some(metadata.len()))
 }
 
 /// An I/O failure on `path`.
 pub(crate) fn read_error(path: &Path, error: &std::io::Error) -> SluiceError {
     SluiceError::external("source.io", format!("cannot read {}: {error}", path.display()))
         .with_fix("check that the file exists and is readable")
+}
+
+/// The lane ranges of `files`: regular files split by [`split`] (CSV split points moved
+/// to record starts), a streaming file (no extent) one range `[0, u64::MAX)`.
+fn plan_ranges(
+    files: &[PathBuf],
+    extents: &[Option<u64>],
+    format: RowFormat,
+    threads: u32,
+    tuning: Tuning,
+) -> Result<Vec<LaneRange>, SluiceError> {
+    // A streaming file counts as empty, so it is never split.
+    let sizes: Vec<u64> = extents.iter().map(|extent| extent.unwrap_or(0)).collect();
+    let mut ranges = split(&sizes, threads, tuning);
+    if let RowFormat::Csv { delimiter, .. } = format {
+        ranges = csv_plan::align_to_record_starts(files, ranges, delimiter)?;
+    }
+    for range in &mut ranges {
+        if extents[range.file].is_none() {
+            range.end = u64::MAX;
+        }
+    }
+    Ok(ranges)
 }
 
 /// Splits files of the given sizes into about `max(threads, files)` lane ranges.

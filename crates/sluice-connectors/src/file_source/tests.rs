@@ -196,7 +196,7 @@ fn bad_rows_near_lane_boundaries_report_their_file_line() {
 }
 
 #[test]
-fn a_line_longer_than_the_buffer_in_a_mid_file_lane_reports_its_line() {
+fn a_record_longer_than_the_buffer_in_a_mid_file_lane_reports_its_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("data.csv");
     let mut text = String::from("id,name,ts\n");
@@ -211,7 +211,7 @@ fn a_line_longer_than_the_buffer_in_a_mid_file_lane_reports_its_line() {
     let source = csv_source(dir.path(), 3, OnError::Fail, TINY);
     assert_eq!(source.lanes(), 3);
     let error = read_all(&source, 16).error.expect("fails");
-    assert!(error.message.contains(&format!("{}:81: line longer than", path.display())), "{}", error.message);
+    assert!(error.message.contains(&format!("{}:81: record longer than", path.display())), "{}", error.message);
 }
 
 #[test]
@@ -300,4 +300,186 @@ fn large_files_are_split_until_threads_are_used() {
     assert_eq!(split(&[8 * mib, 100], 16, tuning).len(), 2);
     // Pieces never go below the minimum.
     assert_eq!(split(&[9 * mib], 64, tuning).len(), 9);
+}
+
+/// A CSV file of `rows` rows whose `name` is quoted and spans three lines, with a
+/// delimiter and doubled quotes in it: most bytes are inside quotes.
+fn write_multi_line_csv(path: &Path, rows: i64) {
+    let mut text = String::from("id,name,ts\n");
+    for id in 1..=rows {
+        let seconds = id % 60;
+        text.push_str(&format!(
+            "{id},\"n{id}\nsecond line, with a comma\r\nthird \"\"quoted\"\" line\",2026-01-01 00:00:{seconds:02}.000\n"
+        ));
+    }
+    std::fs::write(path, text).expect("write csv");
+}
+
+#[test]
+fn a_split_csv_file_never_starts_a_lane_inside_a_quoted_field_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data.csv");
+    write_multi_line_csv(&path, 300);
+    let bytes = std::fs::read(&path).expect("read back");
+    for threads in [2, 3, 5, 8, 16] {
+        let source = csv_source(dir.path(), threads, OnError::Fail, TINY);
+        assert_eq!(source.lanes(), threads);
+        for range in source.ranges().iter().filter(|range| range.start > 0) {
+            let before = &bytes[..range.start as usize];
+            let quotes = before.iter().filter(|b| **b == b'"').count();
+            assert!(before.ends_with(b"\n") && quotes % 2 == 0, "{threads} lanes: {range:?} starts inside a record");
+        }
+        let read = read_all(&source, 16);
+        assert!(read.error.is_none(), "{threads} lanes: {:?}", read.error);
+        assert_eq!(read.ids, (1..=300).collect::<Vec<_>>(), "{threads} lanes read every row exactly once");
+    }
+}
+
+/// Planning a CSV source with a header over `dir`, expecting a `source.csv_header` error.
+fn header_error(dir: &Path, path: &str) -> SluiceError {
+    let (config, options) = config(path, FileFormat::Csv, OnError::Skip);
+    let error = FileSource::new(&config, &options, dir, 4, schema()).expect_err("the header does not match");
+    assert_eq!(error.code, "source.csv_header");
+    assert_eq!(error.domain, sluice_types::Domain::User);
+    let fix = error.fix.clone().expect("a fix");
+    assert_eq!(fix, "rename the column in `schema`, or set header = false if the file has no header line");
+    error
+}
+
+#[test]
+fn a_csv_header_that_does_not_match_the_schema_fails_planning_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data.csv");
+    std::fs::write(&path, "id,nme,ts\n1,a,2026-01-01 00:00:00\n").expect("write");
+    let error = header_error(dir.path(), "data.csv");
+    let expected = format!(
+        "{}: the CSV header does not match the schema: line 1 names column 2 \"nme\", the schema names it \"name\"",
+        path.display()
+    );
+    assert!(error.message.starts_with(&expected), "{}", error.message);
+    // One bad file of a directory fails the source and is named.
+    let data = dir.path().join("dir");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("a.csv"), "id,name,ts\n1,a,2026-01-01 00:00:00\n").expect("write");
+    std::fs::write(data.join("b.csv"), "id,name\n1,a\n").expect("write");
+    let error = header_error(dir.path(), "dir");
+    assert!(
+        error.message.contains("b.csv: ") && error.message.contains("column 3 \"ts\" is missing"),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
+fn a_data_row_where_the_csv_header_should_be_fails_planning_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("data.csv"), csv_row(1, false) + &csv_row(2, false)).expect("write");
+    let error = header_error(dir.path(), "data.csv");
+    assert!(
+        error.message.contains("line 1 names column 1 \"000001\", the schema names it \"id\""),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
+fn csv_headers_with_quotes_spaces_a_byte_order_mark_or_no_rows_pass() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("a.csv"), format!(" \"id\" , name ,ts\r\n{}", csv_row(1, false))).expect("write");
+    std::fs::write(data.join("b.csv"), format!("\u{feff}id,name,ts\n{}", csv_row(2, false))).expect("write");
+    std::fs::write(data.join("c.csv"), "").expect("write");
+    let (config, options) = config("data", FileFormat::Csv, OnError::Fail);
+    let source = FileSource::new(&config, &options, dir.path(), 1, schema()).expect("the headers match");
+    let read = read_all(&source, 8);
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!(read.ids, [1, 2]);
+}
+
+#[test]
+fn a_byte_order_mark_at_the_start_of_a_file_is_skipped_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let row = |id: i64| format!("{{\"id\":{id},\"name\":\"n{id}\",\"ts\":\"2026-01-01 00:00:{:02}\"}}\n", id % 60);
+    let text: String = std::iter::once("\u{feff}".to_string()).chain((1..=40).map(row)).collect();
+    std::fs::write(dir.path().join("data.json"), text).expect("write");
+    let (json, json_options) = config("data.json", FileFormat::Json, OnError::Fail);
+    for (threads, tuning) in [(1, Tuning::default()), (4, TINY)] {
+        let source =
+            FileSource::with_tuning(&json, &json_options, dir.path(), threads, schema(), tuning).expect("source");
+        assert_eq!(source.lanes(), threads);
+        let read = read_all(&source, 8);
+        assert!(read.error.is_none(), "{threads} lanes: {:?}", read.error);
+        assert_eq!(read.ids, (1..=40).collect::<Vec<_>>());
+    }
+    // A CSV file without a header, split at its first record after the mark.
+    std::fs::write(
+        dir.path().join("data.csv"),
+        format!("\u{feff}{}", (1..=40).map(|id| csv_row(id, false)).collect::<String>()),
+    )
+    .expect("write");
+    let (csv, mut csv_options) = config("data.csv", FileFormat::Csv, OnError::Fail);
+    csv_options.header = false;
+    for threads in [1, 3, 16] {
+        let source = FileSource::with_tuning(&csv, &csv_options, dir.path(), threads, schema(), TINY).expect("source");
+        let read = read_all(&source, 8);
+        assert!(read.error.is_none(), "{threads} lanes: {:?}", read.error);
+        assert_eq!(read.ids, (1..=40).collect::<Vec<_>>(), "{threads} lanes");
+    }
+}
+
+/// Makes a named pipe at `path` with the `mkfifo` program.
+fn make_fifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().expect("run mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Writes `text` into the pipe at `path` from a thread: the write blocks until a reader
+/// opens the pipe, and the reader sees the end of file when the thread is done.
+fn feed(path: &Path, text: String) -> std::thread::JoinHandle<std::io::Result<()>> {
+    let path = path.to_path_buf();
+    std::thread::spawn(move || std::fs::write(path, text))
+}
+
+#[test]
+fn a_named_pipe_is_read_as_one_streaming_lane_to_its_end_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("events.csv");
+    make_fifo(&fifo);
+    // More than a pipe holds (64 KiB), after a byte order mark and a header.
+    let rows: String = (1..=5000).map(|id| csv_row(id, false)).collect();
+    let (config, options) = config("events.csv", FileFormat::Csv, OnError::Fail);
+    let source =
+        FileSource::with_tuning(&config, &options, dir.path(), 4, schema(), TINY).expect("planning reads nothing");
+    assert!(source.is_streaming());
+    assert_eq!(source.ranges(), [LaneRange { file: 0, start: 0, end: u64::MAX }]);
+    assert_eq!(source.describe(), "file(path=events.csv, csv, 1 file, streaming)");
+    let writer = feed(&fifo, format!("\u{feff}id,name,ts\n{rows}"));
+    let read = read_all(&source, 64);
+    assert!(writer.join().expect("writer").is_ok());
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!(read.ids, (1..=5000).collect::<Vec<_>>(), "every row, once");
+
+    // A streaming lane cannot resume from a position.
+    let metrics = Arc::new(SourceMetrics::new("events", 1));
+    let start = Some(vec![0u8; 24]);
+    let context = LaneContext { lane: 0, batch_size: 8, tables_needed: vec![true], metrics, start };
+    let error = source.open_lane(context).err().expect("no resume");
+    assert_eq!(error.code, "source.not_resumable");
+    assert!(error.message.contains("events.csv") && error.message.contains("not a regular file"), "{}", error.message);
+
+    // Its CSV header is checked when the lane reads it.
+    let writer = feed(&fifo, format!("id,nom,ts\n{rows}"));
+    let read = read_all(&source, 64);
+    let _ = writer.join();
+    let error = read.error.expect("the header does not match");
+    assert_eq!(error.code, "source.csv_header");
+    assert!(error.message.contains("events.csv") && error.message.contains("\"nom\""), "{}", error.message);
+}
+
+#[test]
+fn a_regular_file_is_not_streaming() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_csv(&dir.path().join("data.csv"), 5, &[]);
+    assert!(!csv_source(dir.path(), 2, OnError::Skip, Tuning::default()).is_streaming());
 }

@@ -1,4 +1,5 @@
-//! The line chunker: whole lines, line numbers across chunks, over-long lines.
+//! The line chunker: whole lines or CSV records, line numbers across chunks, over-long
+//! lines and records.
 
 use std::io::Read;
 
@@ -7,7 +8,12 @@ use super::*;
 /// The chunks of `input` with a `capacity`-byte buffer, as text, with their first lines,
 /// and the over-long lines reported after each.
 fn chunks(input: &str, capacity: usize) -> (Vec<(String, u64)>, Vec<BadRow>) {
-    let mut chunker = LineChunker::with_capacity(input.as_bytes(), capacity);
+    format_chunks(JSON, input, capacity)
+}
+
+/// [`chunks`] of the records of `format`.
+fn format_chunks(format: RowFormat, input: &str, capacity: usize) -> (Vec<(String, u64)>, Vec<BadRow>) {
+    let mut chunker = LineChunker::for_format(input.as_bytes(), capacity, format);
     let (mut chunks, mut bad) = (Vec::new(), Vec::new());
     loop {
         match chunker.next_chunk() {
@@ -68,7 +74,7 @@ fn over_long_lines_decode_around() {
     let (batches, bad) = decode_chunked(CSV, &small_schema(), input.as_bytes(), 16, 8);
     assert_eq!(
         bad.iter().map(|row| (row.line, row.reason.as_str())).collect::<Vec<_>>(),
-        [(2, "line longer than the 16-byte read buffer")]
+        [(2, "record longer than the 16-byte read buffer")]
     );
     let expected = "
         +----+------+----+
@@ -79,6 +85,34 @@ fn over_long_lines_decode_around() {
         | 4  | c    |    |
         +----+------+----+";
     assert_eq!(unindent(&table(&batches)), unindent(expected));
+}
+
+#[test]
+fn csv_chunks_end_only_at_record_ends_regression() {
+    let input = "1,\"a\nb\"\n2,c\n3,\"d\r\ne\r\nf\"\r\n4,g\n";
+    let (got, bad) = format_chunks(CSV, input, 13);
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(got, owned(&[("1,\"a\nb\"\n2,c\n", 1), ("3,\"d\r\ne\r\nf\"\r\n", 4), ("4,g\n", 7)]));
+    // Line chunks would cut inside the quoted field.
+    let (got, _) = chunks(input, 6);
+    assert_eq!(got[0], ("1,\"a\n".to_string(), 1));
+}
+
+#[test]
+fn an_over_long_csv_record_is_one_bad_row_and_later_lines_keep_their_numbers() {
+    let input = "1,a\n2,\"bbbb\nbbbb\nbbbb\nbb\"\n3,c\n4,\"d\nd\"\n";
+    let (got, bad) = format_chunks(CSV, input, 10);
+    assert_eq!(
+        bad.iter().map(|row| (row.line, row.reason.as_str())).collect::<Vec<_>>(),
+        [(2, "record longer than the 10-byte read buffer")]
+    );
+    assert_eq!(bad[0].text, "2,\"bbbb\nbb");
+    let non_empty: Vec<(String, u64)> = got.into_iter().filter(|(text, _)| !text.is_empty()).collect();
+    assert_eq!(non_empty, owned(&[("1,a\n", 1), ("3,c\n", 6), ("4,\"d\nd\"\n", 7)]));
+    // The quoted line break right after the buffer is not the record's end.
+    let (got, bad) = format_chunks(CSV, "\"abcdefgh\nx\"\ny\n", 10);
+    assert_eq!(bad.iter().map(|row| row.line).collect::<Vec<_>>(), [1]);
+    assert_eq!(got.into_iter().filter(|(text, _)| !text.is_empty()).collect::<Vec<_>>(), owned(&[("y\n", 3)]));
 }
 
 /// A reader that hands out at most `step` bytes per read, like a pipe.

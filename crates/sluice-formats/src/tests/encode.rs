@@ -203,3 +203,48 @@ fn zoned_timestamps_carry_their_offset() {
     assert!(encoded.is_ok());
     assert_eq!(String::from_utf8_lossy(&out), "2026-01-01 01:00:10.000+01:00\n");
 }
+
+#[test]
+fn a_value_that_cannot_be_formatted_is_a_typed_error_not_error_text_regression() {
+    let columns: Vec<(DataType, ArrayRef, &str)> = vec![
+        (
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            Arc::new(TimestampMillisecondArray::from(vec![0, i64::MAX])),
+            "TIMESTAMP(3) value 9223372036854775807 (milliseconds since 1970-01-01)",
+        ),
+        (
+            DataType::Timestamp(TimeUnit::Second, Some("+01:00".into())),
+            Arc::new(arrow::array::TimestampSecondArray::from(vec![0, i64::MIN]).with_timezone("+01:00")),
+            "TIMESTAMP_LTZ(0) value -9223372036854775808 (seconds since 1970-01-01)",
+        ),
+        (
+            DataType::Date32,
+            Arc::new(arrow::array::Date32Array::from(vec![0, i32::MAX])),
+            "DATE value 2147483647 (days since 1970-01-01)",
+        ),
+        (
+            DataType::Time32(TimeUnit::Second),
+            Arc::new(arrow::array::Time32SecondArray::from(vec![0, 86_400])),
+            "Time32(s) value 86400 (seconds since midnight)",
+        ),
+    ];
+    for (data_type, column, expected) in columns {
+        let schema = Arc::new(Schema::new(vec![Field::new("when", data_type, false)]));
+        let Ok(batch) = RecordBatch::try_new(schema.clone(), vec![column]) else { panic!("batch") };
+        for format in [OutputFormat::JsonLines, OutputFormat::Csv { header: true }, OutputFormat::Pretty] {
+            let mut out = Vec::new();
+            let result = Encoder::new(format, schema.clone(), false).encode(&Batch::inserts(batch.clone()), &mut out);
+            let text = String::from_utf8_lossy(&out);
+            assert!(!text.contains("ERROR"), "{format:?} wrote {text}");
+            let Err(error) = result else { panic!("{format:?} wrote {text}") };
+            assert_eq!(error.code, "format.value_out_of_range", "{format:?}: {error}");
+            assert_eq!(error.domain, sluice_types::Domain::User);
+            assert_eq!(
+                error.message,
+                format!("column `when`, row 2 of a batch: {expected} cannot be written as a date or time")
+            );
+            assert!(error.fix.is_some_and(|fix| fix.contains("query")));
+            assert!(out.is_empty(), "{format:?}: nothing is written for a batch that fails");
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! Tests of the crate, data-driven through [`check`]: decode an input whole and again
 //! through a [`LineChunker`] cutting it into many chunks, and compare the good rows (as
 //! a pretty table) and the bad line numbers with the expected ones.
+//!
+//! Tests named after a defect they pin down (`..._regression`) failed before its fix.
 
 mod chunker;
 mod decode;
@@ -66,7 +68,7 @@ pub(crate) fn decode_whole(
     (out, bad)
 }
 
-/// Decodes `input` through a [`LineChunker`] with a `capacity`-byte buffer.
+/// Decodes `input` through a [`LineChunker`] of `format` with a `capacity`-byte buffer.
 pub(crate) fn decode_chunked(
     format: RowFormat,
     schema: &SchemaRef,
@@ -75,7 +77,7 @@ pub(crate) fn decode_chunked(
     batch_size: usize,
 ) -> (Vec<RecordBatch>, Vec<BadRow>) {
     let mut decoder = decoder(format, schema, batch_size);
-    let mut chunker = LineChunker::with_capacity(input, capacity);
+    let mut chunker = LineChunker::for_format(input, capacity, format);
     let (mut out, mut bad) = (Vec::new(), Vec::new());
     loop {
         match chunker.next_chunk() {
@@ -109,7 +111,18 @@ pub(crate) fn unindent(text: &str) -> String {
     text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join("\n")
 }
 
-/// Decodes `input` whole, and in chunks just large enough for its longest line with
+/// The length of the longest record of `input` (at least 1).
+pub(crate) fn longest_record(format: RowFormat, input: &[u8]) -> usize {
+    match format {
+        RowFormat::Csv { delimiter, .. } => {
+            crate::csv_records::csv_record_ranges(input, delimiter).iter().map(|range| range.len()).max()
+        }
+        RowFormat::Json => input.split_inclusive(|b| *b == b'\n').map(<[u8]>::len).max(),
+    }
+    .unwrap_or(1)
+}
+
+/// Decodes `input` whole, and in chunks just large enough for its longest record with
 /// batches of 2 rows; both must give the `expected` table and the `expected_bad` lines,
 /// with batches of exactly `schema`.
 pub(crate) fn check(
@@ -121,7 +134,7 @@ pub(crate) fn check(
 ) -> Vec<BadRow> {
     let input = input.as_ref();
     let whole = decode_whole(format, &schema, input, 1024);
-    let longest = input.split_inclusive(|b| *b == b'\n').map(<[u8]>::len).max().unwrap_or(1);
+    let longest = longest_record(format, input);
     let chunked = decode_chunked(format, &schema, input, longest, 2);
     for ((batches, bad), how) in [(&whole, "whole"), (&chunked, "chunked")] {
         for batch in batches {
