@@ -82,6 +82,16 @@ impl Pipeline {
                 layout: layout.cloned(),
             };
             let factory = configured.build(&context).map_err(at)?;
+            if self.config.checkpoint.is_some() && !factory.resumable() {
+                return Err(at(SluiceError::user(
+                    "source.not_resumable",
+                    format!(
+                        "{} reads a pipe or a device, which cannot be read again from a checkpoint's position",
+                        factory.describe()
+                    ),
+                )
+                .with_fix("remove the [checkpoint] section, or read a regular file")));
+            }
             planner.add_source(index, factory.tables()).map_err(at)?;
             sources.push(factory);
         }

@@ -56,6 +56,11 @@ pub trait SourceFactory: Send + Sync {
     fn layout(&self) -> Vec<u8> {
         Vec::new()
     }
+    /// Whether a lane can resume from a position after a restart (false for a pipe or a
+    /// device): the engine refuses checkpoints of a pipeline with a source that cannot.
+    fn resumable(&self) -> bool {
+        true
+    }
 }
 
 /// The answer of one poll of a lane.

@@ -203,3 +203,79 @@ fn backpressure_is_the_time_a_thread_is_blocked_by_a_slow_sink() {
         .unwrap_or_else(|| panic!("no figure for thread 1: {line}"));
     assert!(thread1 >= 0.1, "thread 1 was blocked for {thread1} s only: {line}");
 }
+
+/// The copy pipeline with checkpoints, two threads and small lanes.
+fn checkpointed_copy(input: &str) -> String {
+    copy_pipeline(input, "out/")
+        .replace("name = \"copy\"", "name = \"copy\"\nthreads = 2\nbatch_size = 5")
+        .replace("[[source]]", "[checkpoint]\ninterval = \"10ms\"\n\n[[source]]")
+        .replace("path = \"in.jsonl\"", "path = \"in.jsonl\"\nsplit_bytes = 64")
+}
+
+fn rows(ids: std::ops::Range<i64>) -> String {
+    ids.map(|i| format!("{{\"k\":\"k{i}\",\"v\":{i}}}\n")).collect()
+}
+
+/// Runs until the second checkpoint is published, then dies (SIGKILL).
+fn crash_after_two_checkpoints(scratch: &Scratch) {
+    use std::os::unix::process::ExitStatusExt;
+    let run = sluice_command(scratch.dir.path())
+        .args(["--quiet", "run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;checkpoint.after_publish=1*off->return(kill)")
+        .output()
+        .expect("run");
+    assert_eq!(run.status.signal(), Some(9), "{}", stderr(&run));
+}
+
+#[test]
+fn an_input_grown_between_a_crash_and_the_restart_resumes_with_exactly_its_new_rows() {
+    let scratch = Scratch::new();
+    scratch.write("in.jsonl", &rows(0..40));
+    scratch.write("pipeline.toml", &checkpointed_copy("in.jsonl"));
+    crash_after_two_checkpoints(&scratch);
+    let mut input = std::fs::OpenOptions::new().append(true).open(scratch.path("in.jsonl")).expect("open");
+    std::io::Write::write_all(&mut input, rows(40..55).as_bytes()).expect("append");
+    let resumed = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    let mut values: Vec<i64> = crate::golden::output(&scratch, "out")
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("json")["v"].as_i64().expect("v"))
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, (0..55).collect::<Vec<_>>(), "every row once, the appended ones included");
+}
+
+#[test]
+fn an_input_rewritten_between_a_crash_and_the_restart_is_refused() {
+    let scratch = Scratch::new();
+    scratch.write("in.jsonl", &rows(0..40));
+    scratch.write("pipeline.toml", &checkpointed_copy("in.jsonl"));
+    crash_after_two_checkpoints(&scratch);
+    scratch.write("in.jsonl", &rows(100..140));
+    let resumed = scratch.sluice(&["run", "pipeline.toml"]);
+    assert_fails_with(&resumed, &["in.jsonl was rewritten", "appending rows to a file is fine", "--from-scratch"]);
+}
+
+#[test]
+fn standard_input_is_read_to_its_end_and_refused_with_checkpoints() {
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &copy_pipeline("/dev/stdin", "out.jsonl"));
+    let mut child = sluice_command(scratch.dir.path())
+        .args(["run", "pipeline.toml"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, rows(0..7).as_bytes()).expect("feed");
+    drop(stdin);
+    let run = child.wait_with_output().expect("wait");
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stderr(&run).contains("7 rows in"), "{}", stderr(&run));
+    assert_eq!(scratch.read("out.jsonl").lines().count(), 7);
+    let text = copy_pipeline("/dev/stdin", "out.jsonl").replace("[[source]]", "[checkpoint]\n\n[[source]]");
+    scratch.write("pipeline.toml", &text);
+    let refused = scratch.sluice(&["validate", "pipeline.toml"]);
+    assert_fails_with(&refused, &["reads a pipe or a device", "remove the [checkpoint] section"]);
+}

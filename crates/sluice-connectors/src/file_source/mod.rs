@@ -15,9 +15,12 @@
 //!
 //! # Lanes
 //!
-//! A file of at most 8 MiB is one lane. When there are fewer files than threads, the
-//! larger files are split into contiguous byte ranges `[start, end)` so that there
-//! are about `max(threads, files)` lanes in all (never pieces under 1 MiB).
+//! A file of at most `split_bytes` (8 MiB) is one lane. When there are fewer files than
+//! threads, the larger files are split into contiguous byte ranges `[start, end)` so
+//! that there are about `max(threads, files)` lanes in all (never pieces under an eighth
+//! of `split_bytes`). The layout (files, their identities, ranges) is recorded in every
+//! checkpoint, and a resumed run lays its lanes out the same way, refusing an input that
+//! changed other than by appending (see the `layout` module).
 //!
 //! A lane reads exactly the records that *start* inside its range, so every record is
 //! read by exactly one lane whatever the split:
@@ -66,6 +69,7 @@ use crate::registry::{ConfiguredSource, OptionDoc, SourceConnector, SourceContex
 
 mod csv_plan;
 mod lane;
+mod layout;
 
 #[cfg(test)]
 mod tests;
@@ -139,12 +143,15 @@ pub struct FileOptions {
     pub delimiter: u8,
     /// Replay at most this many rows per second, over all lanes (default: full speed).
     pub rate: Option<f64>,
+    /// Files larger than this are split into several lanes (pieces of at least an eighth
+    /// of it) when there are threads to spare (default 8 MiB).
+    pub split_bytes: Option<u64>,
 }
 
 impl FileOptions {
     /// `path` in `format` with the defaults.
     pub fn new(path: impl Into<PathBuf>, format: FileFormat) -> FileOptions {
-        FileOptions { path: path.into(), format, header: false, delimiter: b',', rate: None }
+        FileOptions { path: path.into(), format, header: false, delimiter: b',', rate: None, split_bytes: None }
     }
 }
 
@@ -153,6 +160,12 @@ const OPTIONS: &[OptionDoc] = &[
     OptionDoc { key: "header", kind: "boolean", default: "false", doc: "csv: the first line names the columns" },
     OptionDoc { key: "delimiter", kind: "one ASCII character", default: "\",\"", doc: "csv: the field delimiter" },
     OptionDoc { key: "rate", kind: "number > 0", default: "unlimited", doc: "rows per second, over all lanes" },
+    OptionDoc {
+        key: "split_bytes",
+        kind: "integer >= 1",
+        default: "8388608 (8 MiB)",
+        doc: "files larger than this are read by several lanes when there are threads to spare",
+    },
 ];
 
 /// The `file` source connector.
@@ -187,7 +200,7 @@ pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>
         ));
     }
     let mut reader = options.read();
-    reader.check_keys(&["path", "header", "delimiter", "rate"]);
+    reader.check_keys(&["path", "header", "delimiter", "rate", "split_bytes"]);
     let path = reader.string(
         "path",
         "a non-empty file or directory path",
@@ -210,6 +223,11 @@ pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>
         });
     let rate = reader
         .positive_number("rate", "set rate to rows per second, e.g. rate = 1000, or remove it to read at full speed");
+    let split_bytes = reader.integer(
+        "split_bytes",
+        1..=i64::MAX,
+        "set split_bytes to the file size above which a file is read by several lanes, e.g. split_bytes = 8388608",
+    );
     if format == Some(FileFormat::Json) {
         for key in ["header", "delimiter"] {
             let fix = format!("remove `{key}`, or set format = \"csv\"");
@@ -223,6 +241,7 @@ pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>
             header: header.or(false)?,
             delimiter: delimiter.or(b',')?,
             rate: rate.optional()?,
+            split_bytes: split_bytes.optional()?,
         })
     })();
     crate::registry::finish(reader, errors)?;
@@ -255,7 +274,14 @@ impl ConfiguredSource for ConfiguredFile {
             SluiceError::user("source.schema_missing", "a file source needs a `schema`")
                 .with_fix("add `schema = \"col TYPE, ...\"` to the [[source]]")
         })?;
-        let source = FileSource::new(context.config, &self.options, context.base_dir, context.lane_threads, schema)?;
+        let source = FileSource::new(
+            context.config,
+            &self.options,
+            context.base_dir,
+            context.lane_threads,
+            schema,
+            context.layout.as_deref(),
+        )?;
         Ok(Arc::new(source))
     }
 }
@@ -266,20 +292,30 @@ pub struct FileSource {
     shared: Arc<Shared>,
     tables: Vec<TableDef>,
     ranges: Vec<LaneRange>,
+    /// The files' identities, recorded with the ranges in every checkpoint.
+    identities: Vec<layout::Identity>,
     /// `path` as written, for `describe`.
     written_path: PathBuf,
 }
 
 impl FileSource {
-    /// The source of a `connector = "file"` config, reading rows of `schema`.
+    /// The source of a `connector = "file"` config, reading rows of `schema`, its lanes
+    /// laid out for `threads`, or as `recorded` (the layout of the checkpoint a run
+    /// resumes, see the `layout` module: the files must be those it read, or grown).
     pub fn new(
         config: &SourceConfig,
         options: &FileOptions,
         base_dir: &Path,
         threads: u32,
         schema: SchemaRef,
+        recorded: Option<&[u8]>,
     ) -> Result<FileSource, SluiceError> {
-        Self::with_tuning(config, options, base_dir, threads, schema, Tuning::default())
+        let mut tuning = Tuning::default();
+        if let Some(bytes) = options.split_bytes {
+            tuning.split_above_bytes = bytes;
+            tuning.min_piece_bytes = (bytes / 8).max(1);
+        }
+        Self::with_tuning(config, options, base_dir, threads, schema, tuning, recorded)
     }
 
     pub(crate) fn with_tuning(
@@ -289,8 +325,9 @@ impl FileSource {
         threads: u32,
         schema: SchemaRef,
         tuning: Tuning,
+        recorded: Option<&[u8]>,
     ) -> Result<FileSource, SluiceError> {
-        let FileOptions { path, format, header, delimiter, rate } = options;
+        let FileOptions { path, format, header, delimiter, rate, .. } = options;
         let format = match format {
             FileFormat::Json => RowFormat::Json,
             FileFormat::Csv => RowFormat::Csv { header: *header, delimiter: *delimiter },
@@ -304,7 +341,13 @@ impl FileSource {
         if let RowFormat::Csv { header: true, delimiter } = format {
             csv_plan::check_headers(&files, &streaming, &schema, delimiter, tuning.chunk_bytes)?;
         }
-        let ranges = plan_ranges(&files, &extents, format, threads, tuning)?;
+        let ranges = match recorded {
+            Some(bytes) => {
+                layout::resume(&config.name, &layout::Layout::decode(&config.name, bytes)?, &files, &extents)?
+            }
+            None => plan_ranges(&files, &extents, format, threads, tuning)?,
+        };
+        let identities = layout::identify(&files, &extents)?;
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             files,
@@ -318,7 +361,7 @@ impl FileSource {
             streaming,
         });
         let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
-        Ok(FileSource { shared, tables, ranges, written_path: path.clone() })
+        Ok(FileSource { shared, tables, ranges, identities, written_path: path.clone() })
     }
 
     /// The files read, in order.
@@ -360,6 +403,16 @@ impl SourceFactory for FileSource {
             )
         })?;
         Ok(Box::new(FileLane::open(Arc::clone(&self.shared), range.clone(), context)?))
+    }
+
+    /// The files' identities and the lanes' ranges (see the `layout` module).
+    fn layout(&self) -> Vec<u8> {
+        layout::Layout { files: self.identities.clone(), ranges: self.ranges.clone() }.encode()
+    }
+
+    /// A pipe or a device cannot be read again from a position after a restart.
+    fn resumable(&self) -> bool {
+        !self.is_streaming()
     }
 
     fn describe(&self) -> String {

@@ -101,7 +101,7 @@ fn write_csv(path: &Path, rows: i64, bad: &[i64]) {
 
 fn csv_source(dir: &Path, threads: u32, on_error: OnError, tuning: Tuning) -> FileSource {
     let (config, options) = config("data.csv", FileFormat::Csv, on_error);
-    FileSource::with_tuning(&config, &options, dir, threads, schema(), tuning).expect("source")
+    FileSource::with_tuning(&config, &options, dir, threads, schema(), tuning, None).expect("source")
 }
 
 /// The 1-based line holding byte `offset` of the file.
@@ -136,7 +136,7 @@ fn a_directory_of_json_files_is_read_once_in_name_order() {
     std::fs::write(data.join("nested/d.json"), file(200..210)).expect("write");
 
     let (config, options) = config("data", FileFormat::Json, OnError::Fail);
-    let source = FileSource::new(&config, &options, dir.path(), 2, schema()).expect("source");
+    let source = FileSource::new(&config, &options, dir.path(), 2, schema(), None).expect("source");
     let names: Vec<String> =
         source.files().iter().map(|f| f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string()).collect();
     assert_eq!(names, ["a.json", "b.json", "c.jsonl"]);
@@ -246,7 +246,7 @@ fn skipped_rows_are_counted_and_the_rest_kept() {
 fn a_missing_path_or_an_empty_directory_is_a_user_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (config, options) = config("nowhere/data.csv", FileFormat::Csv, OnError::Skip);
-    let error = FileSource::new(&config, &options, dir.path(), 1, schema()).expect_err("missing");
+    let error = FileSource::new(&config, &options, dir.path(), 1, schema(), None).expect_err("missing");
     assert_eq!(error.code, "source.path");
     assert!(
         error.message.contains("nowhere/data.csv") && error.message.contains("does not exist"),
@@ -258,7 +258,7 @@ fn a_missing_path_or_an_empty_directory_is_a_user_error() {
     std::fs::create_dir(dir.path().join("empty")).expect("mkdir");
     std::fs::write(dir.path().join("empty/.keep"), "").expect("write");
     let (config, options) = self::config("empty", FileFormat::Json, OnError::Skip);
-    let error = FileSource::new(&config, &options, dir.path(), 1, schema()).expect_err("empty");
+    let error = FileSource::new(&config, &options, dir.path(), 1, schema(), None).expect_err("empty");
     assert!(error.message.contains("holds no data file"), "{}", error.message);
 }
 
@@ -268,10 +268,10 @@ fn an_event_time_that_is_not_a_timestamp_column_is_rejected() {
     write_csv(&dir.path().join("data.csv"), 1, &[]);
     let (mut config, options) = config("data.csv", FileFormat::Csv, OnError::Skip);
     config.event_time = Some("id".into());
-    let error = FileSource::new(&config, &options, dir.path(), 1, schema()).expect_err("not a timestamp");
+    let error = FileSource::new(&config, &options, dir.path(), 1, schema(), None).expect_err("not a timestamp");
     assert_eq!(error.code, "source.event_time");
     config.event_time = Some("nope".into());
-    assert!(FileSource::new(&config, &options, dir.path(), 1, schema()).is_err());
+    assert!(FileSource::new(&config, &options, dir.path(), 1, schema(), None).is_err());
 }
 
 #[test]
@@ -338,7 +338,7 @@ fn a_split_csv_file_never_starts_a_lane_inside_a_quoted_field_regression() {
 /// Planning a CSV source with a header over `dir`, expecting a `source.csv_header` error.
 fn header_error(dir: &Path, path: &str) -> SluiceError {
     let (config, options) = config(path, FileFormat::Csv, OnError::Skip);
-    let error = FileSource::new(&config, &options, dir, 4, schema()).expect_err("the header does not match");
+    let error = FileSource::new(&config, &options, dir, 4, schema(), None).expect_err("the header does not match");
     assert_eq!(error.code, "source.csv_header");
     assert_eq!(error.domain, sluice_types::Domain::User);
     let fix = error.fix.clone().expect("a fix");
@@ -391,7 +391,7 @@ fn csv_headers_with_quotes_spaces_a_byte_order_mark_or_no_rows_pass() {
     std::fs::write(data.join("b.csv"), format!("\u{feff}id,name,ts\n{}", csv_row(2, false))).expect("write");
     std::fs::write(data.join("c.csv"), "").expect("write");
     let (config, options) = config("data", FileFormat::Csv, OnError::Fail);
-    let source = FileSource::new(&config, &options, dir.path(), 1, schema()).expect("the headers match");
+    let source = FileSource::new(&config, &options, dir.path(), 1, schema(), None).expect("the headers match");
     let read = read_all(&source, 8);
     assert!(read.error.is_none(), "{:?}", read.error);
     assert_eq!(read.ids, [1, 2]);
@@ -406,7 +406,7 @@ fn a_byte_order_mark_at_the_start_of_a_file_is_skipped_regression() {
     let (json, json_options) = config("data.json", FileFormat::Json, OnError::Fail);
     for (threads, tuning) in [(1, Tuning::default()), (4, TINY)] {
         let source =
-            FileSource::with_tuning(&json, &json_options, dir.path(), threads, schema(), tuning).expect("source");
+            FileSource::with_tuning(&json, &json_options, dir.path(), threads, schema(), tuning, None).expect("source");
         assert_eq!(source.lanes(), threads);
         let read = read_all(&source, 8);
         assert!(read.error.is_none(), "{threads} lanes: {:?}", read.error);
@@ -421,7 +421,8 @@ fn a_byte_order_mark_at_the_start_of_a_file_is_skipped_regression() {
     let (csv, mut csv_options) = config("data.csv", FileFormat::Csv, OnError::Fail);
     csv_options.header = false;
     for threads in [1, 3, 16] {
-        let source = FileSource::with_tuning(&csv, &csv_options, dir.path(), threads, schema(), TINY).expect("source");
+        let source =
+            FileSource::with_tuning(&csv, &csv_options, dir.path(), threads, schema(), TINY, None).expect("source");
         let read = read_all(&source, 8);
         assert!(read.error.is_none(), "{threads} lanes: {:?}", read.error);
         assert_eq!(read.ids, (1..=40).collect::<Vec<_>>(), "{threads} lanes");
@@ -449,8 +450,8 @@ fn a_named_pipe_is_read_as_one_streaming_lane_to_its_end_regression() {
     // More than a pipe holds (64 KiB), after a byte order mark and a header.
     let rows: String = (1..=5000).map(|id| csv_row(id, false)).collect();
     let (config, options) = config("events.csv", FileFormat::Csv, OnError::Fail);
-    let source =
-        FileSource::with_tuning(&config, &options, dir.path(), 4, schema(), TINY).expect("planning reads nothing");
+    let source = FileSource::with_tuning(&config, &options, dir.path(), 4, schema(), TINY, None)
+        .expect("planning reads nothing");
     assert!(source.is_streaming());
     assert_eq!(source.ranges(), [LaneRange { file: 0, start: 0, end: u64::MAX }]);
     assert_eq!(source.describe(), "file(path=events.csv, csv, 1 file, streaming)");
@@ -482,4 +483,119 @@ fn a_regular_file_is_not_streaming() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_csv(&dir.path().join("data.csv"), 5, &[]);
     assert!(!csv_source(dir.path(), 2, OnError::Skip, Tuning::default()).is_streaming());
+}
+
+/// A source over `data.jsonl` of one-row-per-line JSON with ids, 4-byte pieces when split.
+mod resume {
+    use super::*;
+
+    const SPLIT: Tuning = Tuning { split_above_bytes: 16, min_piece_bytes: 4, chunk_bytes: 256 };
+
+    fn lines(ids: std::ops::Range<i64>) -> String {
+        ids.map(|id| format!("{{\"id\":{id},\"name\":\"n\",\"ts\":{}}}\n", 1_767_225_600_000 + id)).collect()
+    }
+
+    fn source(dir: &Path, recorded: Option<&[u8]>) -> Result<FileSource, SluiceError> {
+        let (config, options) = config("data.jsonl", FileFormat::Json, OnError::Fail);
+        FileSource::with_tuning(&config, &options, dir, 3, schema(), SPLIT, recorded)
+    }
+
+    /// Reads every lane from the positions of `first` after it read everything, i.e. what
+    /// a resumed run reads.
+    fn ids_after_the_end_of(first: &FileSource, resumed: &FileSource) -> Vec<i64> {
+        let metrics = Arc::new(SourceMetrics::new("events", first.lanes()));
+        let mut ids = Vec::new();
+        for lane in 0..first.lanes() {
+            let context = LaneContext {
+                lane,
+                batch_size: 100,
+                tables_needed: vec![true],
+                metrics: Arc::clone(&metrics),
+                start: None,
+            };
+            let mut reader = first.open_lane(context).expect("lane");
+            while let LanePoll::Data { .. } = reader.poll().expect("poll") {}
+            let start = Some(reader.position());
+            let context =
+                LaneContext { lane, batch_size: 100, tables_needed: vec![true], metrics: Arc::clone(&metrics), start };
+            let mut reader = resumed.open_lane(context).expect("lane");
+            loop {
+                match reader.poll().expect("poll") {
+                    LanePoll::Data { batches, .. } => {
+                        for (_, batch) in batches {
+                            ids.extend(batch.column(0).as_primitive::<Int64Type>().values().iter().copied());
+                        }
+                    }
+                    LanePoll::Wait(_) => panic!("no rate"),
+                    LanePoll::Exhausted => break,
+                }
+            }
+        }
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn an_appended_file_resumes_with_exactly_the_new_rows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("data.jsonl");
+        std::fs::write(&file, lines(0..30)).expect("write");
+        let first = source(dir.path(), None).expect("source");
+        assert!(first.lanes() > 1, "the file is read by several lanes");
+        let recorded = first.layout();
+        let mut more = std::fs::OpenOptions::new().append(true).open(&file).expect("open");
+        std::io::Write::write_all(&mut more, lines(30..45).as_bytes()).expect("append");
+        let resumed = source(dir.path(), Some(&recorded)).expect("an append resumes");
+        assert_eq!(resumed.ranges().len(), first.ranges().len(), "the lanes are the recorded ones");
+        assert_eq!(ids_after_the_end_of(&first, &resumed), (30..45).collect::<Vec<_>>());
+        assert_ne!(resumed.layout(), recorded, "the new layout records the grown file");
+    }
+
+    #[test]
+    fn a_rewritten_shrunk_or_new_input_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("data.jsonl");
+        std::fs::write(&file, lines(0..30)).expect("write");
+        let recorded = source(dir.path(), None).expect("source").layout();
+        let refused = |what: &str| {
+            let error = source(dir.path(), Some(&recorded)).expect_err(what);
+            assert_eq!(error.code, "source.input_changed", "{what}: {error}");
+            assert!(error.message.contains("data.jsonl") && error.fix.is_some(), "{what}: {error}");
+            error.message
+        };
+        std::fs::write(&file, lines(100..130)).expect("rewrite");
+        assert!(refused("a rewrite of the same size").contains("rewritten"));
+        std::fs::write(&file, lines(0..10)).expect("shrink");
+        assert!(refused("a shorter file").contains("shrank"));
+        let mut grown = lines(0..30);
+        grown.insert_str(0, "{\"id\":-1,\"name\":\"n\",\"ts\":1}\n");
+        std::fs::write(&file, grown).expect("prepend");
+        assert!(refused("rows put before the old ones").contains("rewritten"));
+        let mut incomplete = lines(0..30);
+        incomplete.pop();
+        std::fs::write(&file, &incomplete).expect("write");
+        let cut = source(dir.path(), None).expect("source").layout();
+        std::fs::write(&file, incomplete + "\n" + &lines(30..31)).expect("complete the line");
+        let error = source(dir.path(), Some(&cut)).expect_err("an incomplete line grew");
+        assert!(error.message.contains("incomplete"), "{error}");
+    }
+
+    #[test]
+    fn a_new_or_removed_file_of_a_directory_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("data")).expect("mkdir");
+        std::fs::write(dir.path().join("data/a.jsonl"), lines(0..5)).expect("write");
+        let (config, options) = config("data", FileFormat::Json, OnError::Fail);
+        let plan = |recorded: Option<&[u8]>| {
+            FileSource::with_tuning(&config, &options, dir.path(), 1, schema(), SPLIT, recorded)
+        };
+        let recorded = plan(None).expect("source").layout();
+        std::fs::write(dir.path().join("data/b.jsonl"), lines(5..9)).expect("write");
+        let error = plan(Some(&recorded)).expect_err("a new file");
+        assert!(error.message.contains("b.jsonl") && error.message.contains("appeared"), "{error}");
+        std::fs::remove_file(dir.path().join("data/b.jsonl")).expect("rm");
+        assert!(plan(Some(&recorded)).is_ok(), "as recorded again");
+        let damaged = plan(Some(&recorded[..recorded.len() - 3])).expect_err("a damaged layout");
+        assert_eq!(damaged.code, "source.layout");
+    }
 }

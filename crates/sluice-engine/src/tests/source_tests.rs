@@ -76,6 +76,7 @@ fn file_defaults_and_values() {
                 header: false,
                 delimiter: b',',
                 rate: None,
+                split_bytes: None,
             }
         );
     });
