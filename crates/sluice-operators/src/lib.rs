@@ -7,11 +7,13 @@
 //! - [`aggregate`]: the event-time window aggregate: keyed state per window, emitted once
 //!   when the watermark passes the window's end; rows for an emitted window are late.
 //! - [`partition`]: key hash → vnode → thread routing for the exchange.
+//! - [`counter`]: named run counters registered on first use.
 //!
 //! May depend on: sluice-types, sluice-runtime, arrow, DataFusion's expression crates.
 //! Never on connectors, SQL planning or the CLI.
 
 pub mod aggregate;
+pub mod counter;
 pub mod expr;
 pub mod partition;
 pub mod window;

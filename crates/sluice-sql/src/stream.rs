@@ -20,6 +20,7 @@ use datafusion_expr::simplify::SimplifyContext;
 use datafusion_expr::{Expr, LogicalPlan};
 use datafusion_optimizer::simplify_expressions::ExprSimplifier;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
+use sluice_operators::counter::LazyCounter;
 use sluice_operators::expr::{Filter, Project};
 use sluice_operators::partition::{GatherPartitioner, HashPartitioner};
 use sluice_operators::window::{WindowAssign, WindowKind};
@@ -221,12 +222,14 @@ impl StreamPlanner<'_> {
                 let kind = *kind;
                 let output = Arc::clone(schema);
                 let counter = format!("{}: rows without event time", self.context);
+                let outside = format!("{}: rows outside the window range", self.context);
                 let factory: OperatorFactory = Arc::new(move |context| {
                     Ok(Box::new(WindowAssign::new(
                         time_index,
                         kind,
                         Arc::clone(&output),
                         context.metrics.counter(&counter),
+                        LazyCounter::new(Arc::clone(&context.metrics), outside.clone()),
                     )))
                 });
                 let shape = match kind {
