@@ -26,6 +26,8 @@ use datafusion_common::DataFusionError;
 use datafusion_expr::LogicalPlan;
 use datafusion_optimizer::Analyzer;
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use sluice_config::OnError;
+use sluice_operators::row_errors::OnRowError;
 use sluice_runtime::{Flow, SinkFactory, SinkParallelism, TableDef};
 use sluice_types::SluiceError;
 use sqlparser::ast::Statement;
@@ -75,8 +77,14 @@ impl SqlPlanner {
         SqlPlanner { catalog: Catalog::new(), options, windows: 0 }
     }
 
-    /// Makes a source's tables visible to queries.
-    pub fn add_source(&mut self, source: usize, tables: &[TableDef]) -> Result<(), SluiceError> {
+    /// Makes a source's tables visible to queries. `on_error` is the source's policy for
+    /// rows on which a view's expression fails at run time (division by zero, a failing
+    /// CAST): skip (drop and count) or fail (stop the pipeline).
+    pub fn add_source(&mut self, source: usize, tables: &[TableDef], on_error: OnError) -> Result<(), SluiceError> {
+        let on_error = match on_error {
+            OnError::Skip => OnRowError::Skip,
+            OnError::Fail => OnRowError::Fail,
+        };
         for (index, table) in tables.iter().enumerate() {
             if self.catalog.tables.contains_key(&table.name) {
                 return Err(SluiceError::user(
@@ -90,6 +98,7 @@ impl SqlPlanner {
                 table: index,
                 schema: Arc::clone(&table.schema),
                 event_time: table.event_time.clone(),
+                on_error,
             };
             self.catalog.tables.insert(table.name.clone(), entry);
         }
@@ -142,10 +151,10 @@ impl SqlPlanner {
         Ok(PlannedStream { state, schema, updating: false })
     }
 
-    fn stream_planner(&self, context: &str) -> StreamPlanner<'_> {
+    fn stream_planner(&self, view: &str) -> StreamPlanner<'_> {
         StreamPlanner {
             catalog: &self.catalog,
-            context: format!("view {context}"),
+            view: view.to_string(),
             vnodes: self.options.vnodes,
             batch_size: self.options.batch_size,
         }

@@ -23,6 +23,7 @@ use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 use sluice_operators::counter::LazyCounter;
 use sluice_operators::expr::{Filter, Project};
 use sluice_operators::partition::{GatherPartitioner, HashPartitioner};
+use sluice_operators::row_errors::{OnRowError, RowErrors};
 use sluice_operators::window::{WindowAssign, WindowKind};
 use sluice_runtime::{OperatorFactory, Segment, SegmentOutput};
 use sluice_types::SluiceError;
@@ -48,6 +49,8 @@ pub(crate) struct StreamState {
     pub state: Option<String>,
     pub schema: DFSchemaRef,
     pub tags: Vec<Tag>,
+    /// The policy of the flow's source for rows on which an expression fails.
+    pub on_error: OnRowError,
 }
 
 impl StreamState {
@@ -109,8 +112,9 @@ pub(crate) fn physical(expr: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn Phys
 /// Plans logical plans into streams over a catalog.
 pub(crate) struct StreamPlanner<'a> {
     pub catalog: &'a Catalog,
-    /// Names counters (late rows) after the view being planned.
-    pub context: String,
+    /// The view being planned: counters (late rows) and run-time errors name it. A view
+    /// read by this one is planned by a planner named after it.
+    pub view: String,
     pub vnodes: u32,
     pub batch_size: usize,
 }
@@ -158,8 +162,14 @@ impl StreamPlanner<'_> {
             LogicalPlan::Filter(filter) => {
                 let mut state = self.plan(&filter.input)?;
                 let predicate = physical(&filter.predicate, &state.schema)?;
-                let factory: OperatorFactory = Arc::new(move |_| Ok(Box::new(Filter::new(Arc::clone(&predicate)))));
-                state.operators.push((format!("filter: {}", display(&filter.predicate)), factory));
+                let text = display(&filter.predicate);
+                let (view, on_error) = (self.view.clone(), state.on_error);
+                let line = format!("filter: {text}");
+                let factory: OperatorFactory = Arc::new(move |context| {
+                    let errors = RowErrors::new(view.clone(), on_error, Arc::clone(&context.metrics));
+                    Ok(Box::new(Filter::new(Arc::clone(&predicate), text.clone(), errors)))
+                });
+                state.operators.push((line, factory));
                 Ok(state)
             }
             LogicalPlan::SubqueryAlias(alias) => {
@@ -178,7 +188,7 @@ impl StreamPlanner<'_> {
             return Err(SluiceError::internal("sql.catalog", format!("table `{name}` vanished from the catalog")));
         };
         match entry {
-            TableEntry::Source { source, table, schema, event_time } => {
+            TableEntry::Source { source, table, schema, event_time, on_error } => {
                 let df_schema =
                     DFSchema::try_from_qualified_schema(name, schema).map_err(|e| crate::df_error("sql.schema", e))?;
                 let tags = schema
@@ -194,9 +204,10 @@ impl StreamPlanner<'_> {
                     state: None,
                     schema: Arc::new(df_schema),
                     tags,
+                    on_error: *on_error,
                 })
             }
-            TableEntry::View { plan, .. } => self.plan(plan),
+            TableEntry::View { plan, .. } => self.for_view(name).plan(plan),
             TableEntry::Window { input, time_column, kind, schema } => {
                 let mut state = self.plan_table(input)?;
                 let input_schema = state.arrow_schema();
@@ -221,8 +232,8 @@ impl StreamPlanner<'_> {
                 }
                 let kind = *kind;
                 let output = Arc::clone(schema);
-                let counter = format!("{}: rows without event time", self.context);
-                let outside = format!("{}: rows outside the window range", self.context);
+                let counter = format!("view {}: rows without event time", self.view);
+                let outside = format!("view {}: rows outside the window range", self.view);
                 let factory: OperatorFactory = Arc::new(move |context| {
                     Ok(Box::new(WindowAssign::new(
                         time_index,
@@ -255,11 +266,25 @@ impl StreamPlanner<'_> {
         line: &str,
     ) -> Result<(), SluiceError> {
         let physical_exprs = exprs.iter().map(|e| physical(e, &state.schema)).collect::<Result<Vec<_>, _>>()?;
+        let texts: Vec<String> = exprs.iter().map(expression_text).collect();
         let schema: SchemaRef = Arc::new(Schema::new(output.as_arrow().fields().clone()));
-        let factory: OperatorFactory =
-            Arc::new(move |_| Ok(Box::new(Project::new(physical_exprs.clone(), Arc::clone(&schema)))));
+        let (view, on_error) = (self.view.clone(), state.on_error);
+        let factory: OperatorFactory = Arc::new(move |context| {
+            let errors = RowErrors::new(view.clone(), on_error, Arc::clone(&context.metrics));
+            Ok(Box::new(Project::new(physical_exprs.clone(), texts.clone(), Arc::clone(&schema), errors)))
+        });
         state.operators.push((format!("project: {line}"), factory));
         Ok(())
+    }
+
+    /// A planner for view `view`, which this one reads.
+    fn for_view(&self, view: &str) -> StreamPlanner<'_> {
+        StreamPlanner {
+            catalog: self.catalog,
+            view: view.to_string(),
+            vnodes: self.vnodes,
+            batch_size: self.batch_size,
+        }
     }
 
     pub fn hash_exchange(&self, state: &mut StreamState, keys: Vec<usize>, description: String) {
@@ -267,6 +292,15 @@ impl StreamPlanner<'_> {
         let partitioner: sluice_runtime::PartitionerFactory =
             Arc::new(move |_| Box::new(HashPartitioner::new(keys.clone(), vnodes)));
         state.cut(SegmentOutput::Exchange { partitioner, description });
+    }
+}
+
+/// An expression as run-time errors show it: as written, without the planner's own
+/// aliases (`__c0`, …).
+fn expression_text(expr: &Expr) -> String {
+    match expr {
+        Expr::Alias(alias) if alias.name.starts_with("__") => display(&alias.expr),
+        _ => display(expr),
     }
 }
 
