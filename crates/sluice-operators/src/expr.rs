@@ -5,7 +5,10 @@
 //! row, and each failing row follows the source's `on_error` policy through
 //! [`RowErrors`]: skipped rows are dropped and counted, `fail` stops the pipeline with the
 //! view, the expression text and the row's values. Batches that evaluate are untouched.
-
+//!
+//! Stack: evaluating an expression recurses once per level of nesting, so the thread
+//! that evaluates needs a stack that grows with the planner's expression depth limit
+//! (measured in `crates/sluice-sql/src/stack.rs`).
 
 use std::sync::Arc;
 

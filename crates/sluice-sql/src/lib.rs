@@ -4,18 +4,24 @@
 //! not know connectors: the caller registers each source's tables and turns each planned
 //! stream into a flow with a sink it built.
 //!
-//! Steps for a view (in file order, so a view may read the sources and earlier views):
+//! Steps for a view (in file order, so a view may read the sources and earlier views),
+//! each on a thread with a stack sized for the deepest expression allowed ([`stack`]):
 //! 1. [`tvf::rewrite`] replaces Flink's window table functions with synthetic tables;
-//! 2. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
+//! 2. [`ast`] parses the query and checks it before DataFusion sees it: the nesting depth
+//!    of expressions, constructs refused by name (window functions, subqueries in
+//!    expressions, joins and set operations);
+//! 3. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
 //!    and its analyzer coerces types;
-//! 3. [`stream`] turns the logical plan into segments of fused operators and exchanges,
+//! 4. [`stream`] turns the logical plan into segments of fused operators and exchanges,
 //!    refusing, with the construct's name, anything whose streaming meaning is not
 //!    implemented.
 
 mod aggregate;
+mod ast;
 mod catalog;
 mod functions;
 mod schema;
+pub mod stack;
 mod stream;
 pub mod tvf;
 
@@ -30,14 +36,13 @@ use sluice_config::OnError;
 use sluice_operators::row_errors::OnRowError;
 use sluice_runtime::{Flow, SinkFactory, SinkParallelism, TableDef};
 use sluice_types::SluiceError;
-use sqlparser::ast::Statement;
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
+pub use ast::EXPRESSION_DEPTH_MAX;
 pub use schema::parse_schema;
 
 use catalog::{Catalog, TableEntry};
 use stream::{StreamPlanner, StreamState};
+use tvf::WindowCall;
 
 /// Sizes the planner bakes into operators.
 #[derive(Debug, Clone, Copy)]
@@ -112,8 +117,19 @@ impl SqlPlanner {
 
     /// Plans view `name` and registers it; its errors name the construct at fault.
     pub fn add_view(&mut self, name: &str, sql: &str) -> Result<(), SluiceError> {
+        stack::on_planning_stack(|| self.plan_view(name, sql))?
+    }
+
+    /// The stream of table or view `table`, for a sink named `sink`.
+    pub fn plan_stream(&self, table: &str, sink: &str) -> Result<PlannedStream, SluiceError> {
+        stack::on_planning_stack(|| self.plan_stream_here(table, sink))?
+    }
+
+    fn plan_view(&mut self, name: &str, sql: &str) -> Result<(), SluiceError> {
         let context = |e: SluiceError| e.context(format!("view `{name}`"));
-        let plan = self.plan_query(sql).map_err(context)?;
+        let (rewritten, calls) = tvf::rewrite(sql, self.windows).map_err(context)?;
+        ast::check(&rewritten).map_err(context)?;
+        let plan = self.plan_query(&rewritten, calls).map_err(context)?;
         let planner = self.stream_planner(name);
         planner.plan(&plan).map_err(context)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
@@ -121,8 +137,7 @@ impl SqlPlanner {
         Ok(())
     }
 
-    /// The stream of table or view `table`, for a sink named `sink`.
-    pub fn plan_stream(&self, table: &str, sink: &str) -> Result<PlannedStream, SluiceError> {
+    fn plan_stream_here(&self, table: &str, sink: &str) -> Result<PlannedStream, SluiceError> {
         let Some(entry) = self.catalog.tables.get(table) else {
             return Err(SluiceError::user(
                 "sql.unknown_table",
@@ -160,9 +175,9 @@ impl SqlPlanner {
         }
     }
 
-    /// Rewrites window calls, registers their synthetic tables, parses, plans, analyzes.
-    fn plan_query(&mut self, sql: &str) -> Result<LogicalPlan, SluiceError> {
-        let (rewritten, calls) = tvf::rewrite(sql, self.windows)?;
+    /// Registers the window calls' synthetic tables, then lets DataFusion parse, plan and
+    /// analyze the rewritten (and already checked) query.
+    fn plan_query(&mut self, rewritten: &str, calls: Vec<WindowCall>) -> Result<LogicalPlan, SluiceError> {
         self.windows += calls.len();
         for call in calls {
             let Some(input) = self.catalog.tables.get(&call.input) else {
@@ -180,22 +195,7 @@ impl SqlPlanner {
                 TableEntry::Window { input: call.input, time_column: call.time_column, kind: call.kind, schema };
             self.catalog.tables.insert(call.table, entry);
         }
-        let statements = Parser::new(&GenericDialect {})
-            .try_with_sql(&rewritten)
-            .and_then(|mut parser| parser.parse_statements())
-            .map_err(|e| SluiceError::user("sql.syntax", format!("SQL syntax error: {e}")))?;
-        let statement = match <[Statement; 1]>::try_from(statements) {
-            Ok([statement @ Statement::Query(_)]) => statement,
-            Ok([other]) => {
-                return Err(SluiceError::user("sql.not_a_query", format!("a view is one SELECT query, not `{other}`")));
-            }
-            Err(statements) => {
-                return Err(SluiceError::user(
-                    "sql.not_a_query",
-                    format!("a view is exactly one SELECT query; found {} statements", statements.len()),
-                ));
-            }
-        };
+        let statement = ast::parse(rewritten)?;
         let parser_options = ParserOptions { enable_ident_normalization: false, ..ParserOptions::new() };
         let plan = SqlToRel::new_with_options(&self.catalog, parser_options)
             .sql_statement_to_plan(statement)
@@ -222,3 +222,6 @@ pub(crate) fn df_error(code: &'static str, error: DataFusionError) -> SluiceErro
     }
     error
 }
+
+#[cfg(test)]
+mod tests;
