@@ -14,6 +14,8 @@
 //!   expressions (`IN (SELECT …)`, `EXISTS (…)`, scalar subqueries), and joins and set
 //!   operations (`UNION`, …), whose planning by DataFusion alone grows quadratically
 //!   (minutes and a gigabyte for 5000 joins) (`sql.unsupported`).
+//! - **The tables read**, so the planner can tell a view that reads a view defined below
+//!   it (see `views.rs`).
 //!
 //! The walk uses no recursion that grows with the input: sqlparser's visitor recurses
 //! once per level, so the walk cuts every expression subtree [`CUT_LEVELS`] below where
@@ -30,7 +32,9 @@
 use std::ops::ControlFlow;
 
 use sluice_types::SluiceError;
-use sqlparser::ast::{Expr, FunctionArguments, Query, SetExpr, Statement, Value, Values, VisitMut, VisitorMut};
+use sqlparser::ast::{
+    Expr, FunctionArguments, ObjectName, ObjectNamePart, Query, SetExpr, Statement, Value, Values, VisitMut, VisitorMut,
+};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
 
@@ -48,6 +52,15 @@ pub const PARSER_RECURSION_MAX: usize = EXPRESSION_DEPTH_MAX + 16;
 /// How many expression levels the checking visitor descends before it sets a subtree
 /// aside (its recursion bound).
 const CUT_LEVELS: usize = 32;
+
+/// What the check learned of a query.
+#[derive(Debug, Default)]
+pub(crate) struct QueryShape {
+    /// Every table name the query reads (the last part of each name), in order, once.
+    pub relations: Vec<String>,
+    /// Names the query's `WITH` clauses define (they shadow tables).
+    pub ctes: Vec<String>,
+}
 
 /// Parses a view's SQL as exactly one query.
 pub(crate) fn parse(sql: &str) -> Result<Statement, SluiceError> {
@@ -70,15 +83,20 @@ pub(crate) fn parse(sql: &str) -> Result<Statement, SluiceError> {
 }
 
 /// Parses and checks `sql` (see the module doc); the tree is consumed.
-pub(crate) fn check(sql: &str) -> Result<(), SluiceError> {
+pub(crate) fn check(sql: &str) -> Result<QueryShape, SluiceError> {
     let walk = walk(sql)?;
     if walk.deepest > EXPRESSION_DEPTH_MAX {
         return Err(too_deep(Some(walk.deepest)));
     }
     match walk.refused {
         Some(error) => Err(error),
-        None => Ok(()),
+        None => Ok(walk.shape),
     }
+}
+
+/// The tables `sql` reads, whatever else the check would refuse.
+pub(crate) fn shape(sql: &str) -> Result<QueryShape, SluiceError> {
+    Ok(walk(sql)?.shape)
 }
 
 fn walk(sql: &str) -> Result<Walk, SluiceError> {
@@ -130,6 +148,7 @@ struct Walk {
     /// Set operations taken out of their query, to split.
     set_operations: Vec<SetExpr>,
     refused: Option<SluiceError>,
+    shape: QueryShape,
 }
 
 impl Walk {
@@ -143,6 +162,9 @@ impl VisitorMut for Walk {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        for cte in query.with.iter().flat_map(|with| &with.cte_tables) {
+            self.shape.ctes.push(cte.alias.name.value.clone());
+        }
         match query.body.as_ref() {
             SetExpr::SetOperation { op, .. } => {
                 self.refuse(unsupported(&op.to_string(), "use one view per input"));
@@ -158,6 +180,15 @@ impl VisitorMut for Walk {
                 ));
             }
             _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<()> {
+        if let Some(ObjectNamePart::Identifier(name)) = relation.0.last()
+            && !self.shape.relations.contains(&name.value)
+        {
+            self.shape.relations.push(name.value.clone());
         }
         ControlFlow::Continue(())
     }
@@ -254,5 +285,12 @@ mod tests {
         assert_eq!(error.to_string(), "UNION is not supported yet\n  fix: use one view per input");
         let error = check("SELECT 1 FROM t INTERSECT SELECT 1 FROM t").expect_err("refused");
         assert!(error.message.starts_with("INTERSECT"), "{error}");
+    }
+
+    #[test]
+    fn relations_and_ctes_are_collected() {
+        let shape = shape("WITH w AS (SELECT * FROM a) SELECT * FROM w, b WHERE x IN (1, 2)").expect("parses");
+        assert_eq!(shape.relations, ["a", "w", "b"]);
+        assert_eq!(shape.ctes, ["w"]);
     }
 }

@@ -9,7 +9,8 @@
 //! 1. [`tvf::rewrite`] replaces Flink's window table functions with synthetic tables;
 //! 2. [`ast`] parses the query and checks it before DataFusion sees it: the nesting depth
 //!    of expressions, constructs refused by name (window functions, subqueries in
-//!    expressions, joins and set operations);
+//!    expressions, joins, set operations), and views read before they are defined
+//!    ([`views`]);
 //! 3. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
 //!    and its analyzer coerces types;
 //! 4. [`stream`] turns the logical plan into segments of fused operators and exchanges,
@@ -24,6 +25,7 @@ mod schema;
 pub mod stack;
 mod stream;
 pub mod tvf;
+mod views;
 
 use std::sync::Arc;
 
@@ -39,6 +41,7 @@ use sluice_types::SluiceError;
 
 pub use ast::EXPRESSION_DEPTH_MAX;
 pub use schema::parse_schema;
+pub use views::ViewDeclaration;
 
 use catalog::{Catalog, TableEntry};
 use stream::{StreamPlanner, StreamState};
@@ -57,6 +60,7 @@ pub struct SqlPlanner {
     catalog: Catalog,
     options: PlannerOptions,
     windows: usize,
+    declared: views::DeclaredViews,
 }
 
 /// A planned stream, ready to be ended by a sink.
@@ -79,7 +83,14 @@ impl PlannedStream {
 
 impl SqlPlanner {
     pub fn new(options: PlannerOptions) -> SqlPlanner {
-        SqlPlanner { catalog: Catalog::new(), options, windows: 0 }
+        SqlPlanner { catalog: Catalog::new(), options, windows: 0, declared: views::DeclaredViews::default() }
+    }
+
+    /// Declares every view of the pipeline, in file order, before the first
+    /// [`Self::add_view`], so that a view reading a view defined below it, or a cycle of
+    /// views, is reported as such (with the location texts) rather than as an unknown table.
+    pub fn declare_views(&mut self, views: impl IntoIterator<Item = ViewDeclaration>) {
+        self.declared.declare(views);
     }
 
     /// Makes a source's tables visible to queries. `on_error` is the source's policy for
@@ -128,7 +139,16 @@ impl SqlPlanner {
     fn plan_view(&mut self, name: &str, sql: &str) -> Result<(), SluiceError> {
         let context = |e: SluiceError| e.context(format!("view `{name}`"));
         let (rewritten, calls) = tvf::rewrite(sql, self.windows).map_err(context)?;
-        ast::check(&rewritten).map_err(context)?;
+        let shape = ast::check(&rewritten).map_err(context)?;
+        let inputs = calls.iter().map(|call| &call.input);
+        for read in inputs.chain(&shape.relations) {
+            if self.catalog.tables.contains_key(read) || shape.ctes.contains(read) {
+                continue;
+            }
+            if let Some(error) = self.declared.misordered(name, read) {
+                return Err(error);
+            }
+        }
         let plan = self.plan_query(&rewritten, calls).map_err(context)?;
         let planner = self.stream_planner(name);
         planner.plan(&plan).map_err(context)?;

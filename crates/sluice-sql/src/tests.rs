@@ -1,7 +1,7 @@
 //! The planner end to end: pipeline views in, messages or evaluated rows out.
 //!
 //! One source table `t (a BIGINT, b BIGINT, s VARCHAR, ts TIMESTAMP(3))` with event time
-//! `ts`; [`plan`] adds views as the CLI does, [`run`] plans a view's stream and
+//! `ts`; [`plan`] declares and adds views as the CLI does, [`run`] plans a view's stream and
 //! pushes one batch through its operators (exchanges pass rows through: one thread).
 
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use sluice_runtime::{Metrics, OperatorContext, TableDef};
 use sluice_types::{Batch, Message, SluiceError};
 
 use crate::stack::EVALUATION_STACK_BYTES;
-use crate::{EXPRESSION_DEPTH_MAX, PlannerOptions, SqlPlanner};
+use crate::{EXPRESSION_DEPTH_MAX, PlannerOptions, SqlPlanner, ViewDeclaration};
 
 fn source_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
@@ -24,13 +24,18 @@ fn source_schema() -> Arc<Schema> {
     ]))
 }
 
-/// A planner over `t` with every view of `views` added in order: the first error, or
-/// the planner.
+/// A planner over `t` with every view of `views` declared (`line N` for the Nth) and
+/// added in order: the first error, or the planner.
 fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
     let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024 };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
     planner.add_source(0, &[table], on_error)?;
+    planner.declare_views(views.iter().enumerate().map(|(index, (name, sql))| ViewDeclaration {
+        name: name.to_string(),
+        sql: sql.to_string(),
+        location: format!("line {}", index + 1),
+    }));
     for (name, sql) in views {
         planner.add_view(name, sql)?;
     }
@@ -105,6 +110,28 @@ fn int_column(batches: &[Batch], column: usize) -> Vec<Option<i64>> {
         values.extend((0..array.len()).map(|row| array.is_valid(row).then(|| array.value(row))));
     }
     values
+}
+
+#[test]
+fn a_view_reading_a_view_below_it_or_a_cycle_is_told_so() {
+    check_error(
+        &[("a", "SELECT * FROM b"), ("b", "SELECT * FROM t")],
+        &["view `a` (line 1) reads view `b`, which is defined below it (line 2)", "fix: move view `b` above view `a`"],
+    );
+    check_error(
+        &[("a", "SELECT * FROM TABLE(TUMBLE(TABLE b, DESCRIPTOR(ts), INTERVAL '1' SECOND))"), ("b", "SELECT * FROM t")],
+        &["view `a` (line 1) reads view `b`, which is defined below it (line 2)"],
+    );
+    check_error(&[("a", "SELECT * FROM a")], &["view `a` (line 1) reads itself", "a cycle of views cannot be planned"]);
+    check_error(
+        &[("a", "SELECT * FROM b"), ("b", "SELECT * FROM c"), ("c", "SELECT a FROM a")],
+        &[
+            "views read each other in a cycle: `a` (line 1) reads `b` (line 2), which reads `c` (line 3), which reads `a`",
+            "a cycle of views cannot be planned",
+        ],
+    );
+    check_error(&[("a", "SELECT * FROM nowhere")], &["table `nowhere` does not exist; the tables are: t"]);
+    check_error(&[("a", "WITH b AS (SELECT * FROM t) SELECT * FROM b"), ("b", "SELECT * FROM t")], &["no error"]);
 }
 
 #[test]
