@@ -47,12 +47,20 @@ use catalog::{Catalog, TableEntry};
 use stream::{StreamPlanner, StreamState};
 use tvf::WindowCall;
 
-/// Sizes the planner bakes into operators.
+/// The default of [`PlannerOptions::windows_per_row_max`].
+pub const WINDOWS_PER_ROW_MAX_DEFAULT: u64 = 1000;
+
+/// Sizes the planner bakes into operators, and the limits it enforces.
 #[derive(Debug, Clone, Copy)]
 pub struct PlannerOptions {
     pub threads: u32,
     pub vnodes: u32,
     pub batch_size: usize,
+    /// The most windows a HOP window table function may put one row in (size / slide,
+    /// rounded up): each row is copied once per window, so a small slide against a large
+    /// size multiplies the rows (and memory) without bound. Default
+    /// [`WINDOWS_PER_ROW_MAX_DEFAULT`].
+    pub windows_per_row_max: u64,
 }
 
 /// Registers tables and views, then plans the stream behind any of them.
@@ -192,6 +200,7 @@ impl SqlPlanner {
             view: view.to_string(),
             vnodes: self.options.vnodes,
             batch_size: self.options.batch_size,
+            windows_per_row_max: self.options.windows_per_row_max,
         }
     }
 
@@ -200,6 +209,7 @@ impl SqlPlanner {
     fn plan_query(&mut self, rewritten: &str, calls: Vec<WindowCall>) -> Result<LogicalPlan, SluiceError> {
         self.windows += calls.len();
         for call in calls {
+            self.check_windows_per_row(&call)?;
             let Some(input) = self.catalog.tables.get(&call.input) else {
                 return Err(SluiceError::user(
                     "sql.unknown_table",
@@ -221,6 +231,28 @@ impl SqlPlanner {
             .sql_statement_to_plan(statement)
             .map_err(|e| df_error("sql.plan", e))?;
         Analyzer::new().execute_and_check(plan, self.catalog.options(), |_, _| {}).map_err(|e| df_error("sql.plan", e))
+    }
+
+    /// Refuses a HOP that puts a row in more than `windows_per_row_max` windows.
+    fn check_windows_per_row(&self, call: &WindowCall) -> Result<(), SluiceError> {
+        let windows = call.kind.windows_per_row();
+        let limit = self.options.windows_per_row_max;
+        if windows <= limit {
+            return Ok(());
+        }
+        let (size, slide) = (call.kind.size_ms(), call.kind.slide_ms());
+        let slide_min = size.unsigned_abs().div_ceil(limit.max(1));
+        Err(SluiceError::user(
+            "sql.windows_per_row",
+            format!(
+                "{} puts each row in {windows} windows (size {size} ms / slide {slide} ms); the limit is {limit} \
+                 windows per row (each row is copied once per window)",
+                call.text
+            ),
+        )
+        .with_fix(format!(
+            "use a slide of at least {slide_min} ms (size / {limit}), or raise `windows_per_row_max` in [pipeline]"
+        )))
     }
 }
 

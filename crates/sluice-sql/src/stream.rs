@@ -51,6 +51,9 @@ pub(crate) struct StreamState {
     pub tags: Vec<Tag>,
     /// The policy of the flow's source for rows on which an expression fails.
     pub on_error: OnRowError,
+    /// How many rows each source row has become through window assignments (HOP
+    /// copies a row once per window): bounded by `windows_per_row_max`.
+    pub windows_per_row: u64,
 }
 
 impl StreamState {
@@ -117,6 +120,8 @@ pub(crate) struct StreamPlanner<'a> {
     pub view: String,
     pub vnodes: u32,
     pub batch_size: usize,
+    /// See `PlannerOptions::windows_per_row_max`.
+    pub windows_per_row_max: u64,
 }
 
 impl StreamPlanner<'_> {
@@ -205,57 +210,82 @@ impl StreamPlanner<'_> {
                     schema: Arc::new(df_schema),
                     tags,
                     on_error: *on_error,
+                    windows_per_row: 1,
                 })
             }
             TableEntry::View { plan, .. } => self.for_view(name).plan(plan),
             TableEntry::Window { input, time_column, kind, schema } => {
-                let mut state = self.plan_table(input)?;
-                let input_schema = state.arrow_schema();
-                let Some(time_index) = input_schema.fields().iter().position(|f| f.name() == time_column) else {
-                    let names: Vec<&str> = input_schema.fields().iter().map(|f| f.name().as_str()).collect();
-                    return Err(SluiceError::user(
-                        "sql.descriptor",
-                        format!(
-                            "DESCRIPTOR({time_column}): `{input}` has no such column (columns: {})",
-                            names.join(", ")
-                        ),
-                    ));
-                };
-                if state.tags[time_index] != Tag::EventTime {
-                    return Err(SluiceError::user(
-                        "sql.descriptor",
-                        format!(
-                            "DESCRIPTOR({time_column}): `{time_column}` of `{input}` is not an event-time attribute"
-                        ),
-                    )
-                    .with_fix(format!("declare `event_time = \"{time_column}\"` on the source that `{input}` reads")));
-                }
-                let kind = *kind;
-                let output = Arc::clone(schema);
-                let counter = format!("view {}: rows without event time", self.view);
-                let outside = format!("view {}: rows outside the window range", self.view);
-                let factory: OperatorFactory = Arc::new(move |context| {
-                    Ok(Box::new(WindowAssign::new(
-                        time_index,
-                        kind,
-                        Arc::clone(&output),
-                        context.metrics.counter(&counter),
-                        LazyCounter::new(Arc::clone(&context.metrics), outside.clone()),
-                    )))
-                });
-                let shape = match kind {
-                    WindowKind::Tumble { size_ms } => format!("TUMBLE(size {size_ms} ms)"),
-                    WindowKind::Hop { slide_ms, size_ms } => format!("HOP(slide {slide_ms} ms, size {size_ms} ms)"),
-                };
-                state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
-                state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
-                state.schema = Arc::new(
-                    DFSchema::try_from_qualified_schema(input.as_str(), schema)
-                        .map_err(|e| crate::df_error("sql.schema", e))?,
-                );
-                Ok(state)
+                self.plan_window(input, time_column, *kind, schema)
             }
         }
+    }
+
+    /// The stream of `input` followed by window assignment.
+    fn plan_window(
+        &self,
+        input: &str,
+        time_column: &str,
+        kind: WindowKind,
+        schema: &SchemaRef,
+    ) -> Result<StreamState, SluiceError> {
+        let mut state = self.plan_table(input)?;
+        state.windows_per_row = self.windows_per_row(&state, input, kind)?;
+        let input_schema = state.arrow_schema();
+        let Some(time_index) = input_schema.fields().iter().position(|f| f.name() == time_column) else {
+            let names: Vec<&str> = input_schema.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(SluiceError::user(
+                "sql.descriptor",
+                format!("DESCRIPTOR({time_column}): `{input}` has no such column (columns: {})", names.join(", ")),
+            ));
+        };
+        if state.tags[time_index] != Tag::EventTime {
+            return Err(SluiceError::user(
+                "sql.descriptor",
+                format!("DESCRIPTOR({time_column}): `{time_column}` of `{input}` is not an event-time attribute"),
+            )
+            .with_fix(format!("declare `event_time = \"{time_column}\"` on the source that `{input}` reads")));
+        }
+        let output = Arc::clone(schema);
+        let counter = format!("view {}: rows without event time", self.view);
+        let outside = format!("view {}: rows outside the window range", self.view);
+        let factory: OperatorFactory = Arc::new(move |context| {
+            Ok(Box::new(WindowAssign::new(
+                time_index,
+                kind,
+                Arc::clone(&output),
+                context.metrics.counter(&counter),
+                LazyCounter::new(Arc::clone(&context.metrics), outside.clone()),
+            )))
+        });
+        let shape = match kind {
+            WindowKind::Tumble { size_ms } => format!("TUMBLE(size {size_ms} ms)"),
+            WindowKind::Hop { slide_ms, size_ms } => format!("HOP(slide {slide_ms} ms, size {size_ms} ms)"),
+        };
+        state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
+        state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
+        state.schema =
+            Arc::new(DFSchema::try_from_qualified_schema(input, schema).map_err(|e| crate::df_error("sql.schema", e))?);
+        Ok(state)
+    }
+
+    /// The windows per source row after `kind` on a stream of `input`: the product over
+    /// the window assignments on the way, refused past `windows_per_row_max`.
+    fn windows_per_row(&self, state: &StreamState, input: &str, kind: WindowKind) -> Result<u64, SluiceError> {
+        let windows = state.windows_per_row.saturating_mul(kind.windows_per_row());
+        if windows <= self.windows_per_row_max {
+            return Ok(windows);
+        }
+        Err(SluiceError::user(
+            "sql.windows_per_row",
+            format!(
+                "`{input}` already puts each source row in {} windows, and this window table function puts each of \
+                 those in {}: {windows} windows per source row; the limit is {} (each row is copied once per window)",
+                state.windows_per_row,
+                kind.windows_per_row(),
+                self.windows_per_row_max
+            ),
+        )
+        .with_fix("window the rows once, use larger slides, or raise `windows_per_row_max` in [pipeline]"))
     }
 
     pub fn push_projection(
@@ -279,12 +309,7 @@ impl StreamPlanner<'_> {
 
     /// A planner for view `view`, which this one reads.
     fn for_view(&self, view: &str) -> StreamPlanner<'_> {
-        StreamPlanner {
-            catalog: self.catalog,
-            view: view.to_string(),
-            vnodes: self.vnodes,
-            batch_size: self.batch_size,
-        }
+        StreamPlanner { view: view.to_string(), ..*self }
     }
 
     pub fn hash_exchange(&self, state: &mut StreamState, keys: Vec<usize>, description: String) {

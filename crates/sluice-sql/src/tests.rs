@@ -13,7 +13,7 @@ use sluice_runtime::{Metrics, OperatorContext, TableDef};
 use sluice_types::{Batch, Message, SluiceError};
 
 use crate::stack::EVALUATION_STACK_BYTES;
-use crate::{EXPRESSION_DEPTH_MAX, PlannerOptions, SqlPlanner, ViewDeclaration};
+use crate::{EXPRESSION_DEPTH_MAX, PlannerOptions, SqlPlanner, ViewDeclaration, WINDOWS_PER_ROW_MAX_DEFAULT};
 
 fn source_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
@@ -27,7 +27,7 @@ fn source_schema() -> Arc<Schema> {
 /// A planner over `t` with every view of `views` declared (`line N` for the Nth) and
 /// added in order: the first error, or the planner.
 fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
-    let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024 };
+    let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000 };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
     planner.add_source(0, &[table], on_error)?;
@@ -205,6 +205,34 @@ fn expressions_at_the_depth_limit_plan_and_evaluate() {
     assert_eq!(int_column(&output, 0), [Some(2 * EXPRESSION_DEPTH_MAX as i64)]);
     assert_eq!((wraps + 1) % 2, 0, "an even count of b");
     assert_eq!(int_column(&output, 1), [Some(0)], "b - (b - (… - b)) with an even count of b is 0");
+}
+
+#[test]
+fn hop_windows_per_row_are_bounded() {
+    check_error(
+        &[("v", "SELECT * FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MILLISECOND, INTERVAL '1' DAY))")],
+        &[
+            "view `v`: HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MILLISECOND, INTERVAL '1' DAY) puts each row in \
+             86400000 windows (size 86400000 ms / slide 1 ms); the limit is 1000 windows per row",
+            "fix: use a slide of at least 86400 ms (size / 1000), or raise `windows_per_row_max` in [pipeline]",
+        ],
+    );
+    let at_limit = "SELECT * FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1000' SECOND))";
+    assert_eq!(plan_error(&[("v", at_limit)]), "no error");
+    let hop = |table: &str| {
+        format!(
+            "SELECT a, ts FROM TABLE(HOP(TABLE {table}, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '100' SECOND))"
+        )
+    };
+    check_error(
+        &[("first", &hop("t")), ("second", &hop("first"))],
+        &[
+            "view `second`: `first` already puts each source row in 100 windows, and this window table function \
+             puts each of those in 100: 10000 windows per source row; the limit is 1000",
+            "raise `windows_per_row_max` in [pipeline]",
+        ],
+    );
+    assert_eq!(WINDOWS_PER_ROW_MAX_DEFAULT, 1000);
 }
 
 #[test]
