@@ -41,8 +41,15 @@ impl DeclaredViews {
     }
 
     /// The error for view `reader` reading `read`, which is not planned yet; None when
-    /// `read` is not a declared view (DataFusion then names the unknown table).
+    /// `read` is not a declared view, or one declared above `reader` (a view that failed
+    /// to plan): DataFusion then names the unknown table.
     pub fn misordered(&self, reader: &str, read: &str) -> Option<SluiceError> {
+        let position = |name: &str| self.views.iter().position(|view| view.name == name);
+        if let (Some(reader_at), Some(read_at)) = (position(reader), position(read))
+            && read_at < reader_at
+        {
+            return None;
+        }
         let read_view = self.get(read)?;
         let at = |name: &str| self.get(name).map_or(String::new(), |view| format!(" ({})", view.location));
         if read == reader {
@@ -165,5 +172,6 @@ mod tests {
              view `a`: a view reads only sources and views defined above it",
         );
         assert!(declared(&views).misordered("a", "src").is_none(), "not a view: DataFusion's message");
+        assert!(declared(&views).misordered("e", "a").is_none(), "above: it failed to plan, not misordered");
     }
 }
