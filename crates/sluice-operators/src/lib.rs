@@ -7,18 +7,15 @@
 //! - [`aggregate`]: the event-time window aggregate: keyed state per window, emitted once
 //!   when the watermark passes the window's end; rows for an emitted window are late.
 //! - [`partition`]: key hash → vnode → thread routing for the exchange.
+//! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
+//! - [`counter`]: named run counters registered on first use.
 //!
 //! May depend on: sluice-types, sluice-runtime, arrow, DataFusion's expression crates.
 //! Never on connectors, SQL planning or the CLI.
 
 pub mod aggregate;
+pub mod counter;
 pub mod expr;
 pub mod partition;
+pub mod row_errors;
 pub mod window;
-
-use sluice_types::SluiceError;
-
-/// Turns a DataFusion error raised while evaluating rows into Sluice's error.
-pub(crate) fn evaluation_error(operator: &str, error: datafusion_common::DataFusionError) -> SluiceError {
-    SluiceError::user("sql.evaluation", format!("{operator}: {error}"))
-}

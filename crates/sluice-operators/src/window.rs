@@ -9,6 +9,17 @@
 //!
 //! Windows are aligned to the Unix epoch. Rows without an event time (NULL) belong to no
 //! window and are counted under `rows without event time`.
+//!
+//! Range: window bounds are computed in 128-bit integers, so no event time (from
+//! `i64::MIN` to `i64::MAX` milliseconds) can overflow, wrap or panic. A row any of whose
+//! windows has a bound outside `i64` milliseconds (e.g. `ts = i64::MAX`: its window ends
+//! after it) is counted under `rows outside the window range` and dropped. Hence every
+//! emitted window has `i64::MIN <= window_start < window_end <= i64::MAX`, so
+//! `window_end > i64::MIN` and `window_time = window_end - 1` never overflows.
+//!
+//! Bound: a row is copied once per window it joins, at most [`WindowKind::windows_per_row`]
+//! times; the SQL planner refuses HOP windows whose size / slide exceeds its
+//! `windows_per_row_max`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +31,9 @@ use arrow::record_batch::RecordBatch;
 use sluice_runtime::Operator;
 use sluice_types::{Batch, Message, SluiceError};
 
-/// A window table function's shape, in milliseconds.
+use crate::counter::LazyCounter;
+
+/// A window table function's shape, in milliseconds (both positive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowKind {
     Tumble { size_ms: i64 },
@@ -34,21 +47,38 @@ impl WindowKind {
         }
     }
 
-    fn slide_ms(&self) -> i64 {
+    pub fn slide_ms(&self) -> i64 {
         match *self {
             WindowKind::Tumble { size_ms } => size_ms,
             WindowKind::Hop { slide_ms, .. } => slide_ms,
         }
     }
 
-    /// The start of every window containing `ts`, latest first.
-    pub fn starts(&self, ts: i64, mut each: impl FnMut(i64)) {
-        let slide = self.slide_ms();
+    /// The most windows a row joins: size / slide rounded up (1 for TUMBLE).
+    pub fn windows_per_row(&self) -> u64 {
+        let (size, slide) = (self.size_ms().unsigned_abs(), self.slide_ms().unsigned_abs().max(1));
+        size.div_ceil(slide)
+    }
+
+    /// Appends `(start, end)` of every window containing `ts`, latest first. Returns
+    /// false, appending nothing, when a bound of one of them is outside `i64`.
+    pub fn windows(&self, ts: i64, out: &mut Vec<(i64, i64)>) -> bool {
+        let (ts, slide, size) = (i128::from(ts), i128::from(self.slide_ms()), i128::from(self.size_ms()));
+        assert!(slide > 0 && size > 0, "window size and slide are positive");
+        let first = out.len();
         let mut start = ts - ts.rem_euclid(slide);
-        while start > ts - self.size_ms() {
-            each(start);
+        // At most windows_per_row() iterations: `start` falls by `slide` each time.
+        while start + size > ts {
+            match (i64::try_from(start), i64::try_from(start + size)) {
+                (Ok(start), Ok(end)) => out.push((start, end)),
+                _ => {
+                    out.truncate(first);
+                    return false;
+                }
+            }
             start -= slide;
         }
+        true
     }
 
     /// The columns the assignment appends.
@@ -68,18 +98,77 @@ pub struct WindowAssign {
     kind: WindowKind,
     schema: SchemaRef,
     rows_without_time: Arc<AtomicU64>,
+    rows_outside_range: LazyCounter,
+    /// Scratch: the windows of one row.
+    bounds: Vec<(i64, i64)>,
 }
 
 impl WindowAssign {
-    /// `schema` is the input schema followed by [`WindowKind::output_fields`].
+    /// `schema` is the input schema followed by [`WindowKind::output_fields`];
+    /// `rows_outside_range` counts rows dropped because a window bound is not an `i64`.
     pub fn new(
         time_column: usize,
         kind: WindowKind,
         schema: SchemaRef,
         rows_without_time: Arc<AtomicU64>,
+        rows_outside_range: LazyCounter,
     ) -> WindowAssign {
         assert!(kind.size_ms() > 0 && kind.slide_ms() > 0, "window size and slide are positive");
-        WindowAssign { time_column, kind, schema, rows_without_time }
+        WindowAssign { time_column, kind, schema, rows_without_time, rows_outside_range, bounds: Vec::new() }
+    }
+
+    /// TUMBLE over rows that all have an event time and a representable window: the
+    /// bounds without copying rows. None when some row needs the general path.
+    fn tumble_bounds(&self, times: &TimestampMillisecondArray) -> Option<(Vec<i64>, Vec<i64>)> {
+        let WindowKind::Tumble { size_ms: size } = self.kind else { return None };
+        if times.null_count() > 0 {
+            return None;
+        }
+        let mut starts = Vec::with_capacity(times.len());
+        let mut ends = Vec::with_capacity(times.len());
+        for &ts in times.values() {
+            let start = ts.checked_sub(ts.rem_euclid(size))?;
+            ends.push(start.checked_add(size)?);
+            starts.push(start);
+        }
+        Some((starts, ends))
+    }
+
+    /// Any kind, any rows: each row once per window; rows without a time or with a window
+    /// out of range are counted and dropped.
+    fn general_bounds(
+        &mut self,
+        batch: &Batch,
+        times: &TimestampMillisecondArray,
+    ) -> Result<(Batch, Vec<i64>, Vec<i64>), SluiceError> {
+        let mut indices = Vec::with_capacity(times.len());
+        let mut starts = Vec::with_capacity(times.len());
+        let mut ends = Vec::with_capacity(times.len());
+        let (mut without_time, mut outside_range) = (0, 0);
+        for row in 0..times.len() {
+            if times.is_null(row) {
+                without_time += 1;
+                continue;
+            }
+            self.bounds.clear();
+            if !self.kind.windows(times.value(row), &mut self.bounds) {
+                outside_range += 1;
+                continue;
+            }
+            for &(start, end) in &self.bounds {
+                indices.push(row as u32);
+                starts.push(start);
+                ends.push(end);
+            }
+        }
+        if without_time > 0 {
+            self.rows_without_time.fetch_add(without_time, Ordering::Relaxed);
+        }
+        if outside_range > 0 {
+            self.rows_outside_range.add(outside_range);
+        }
+        let rows = crate::partition::take_rows(batch, &UInt32Array::from(indices))?;
+        Ok((rows, starts, ends))
     }
 }
 
@@ -90,32 +179,17 @@ impl Operator for WindowAssign {
 
     fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         let times = cast(batch.rows.column(self.time_column), &DataType::Timestamp(TimeUnit::Millisecond, None))?;
-        let times = times.as_any().downcast_ref::<TimestampMillisecondArray>().expect("cast to ms timestamps");
-        let one_window_each = matches!(self.kind, WindowKind::Tumble { .. }) && times.null_count() == 0;
-        let (batch, starts) = if one_window_each {
-            let size = self.kind.size_ms();
-            let starts: Vec<i64> = times.values().iter().map(|ts| ts - ts.rem_euclid(size)).collect();
-            (batch, starts)
-        } else {
-            let mut indices = Vec::with_capacity(times.len());
-            let mut starts = Vec::with_capacity(times.len());
-            for row in 0..times.len() {
-                if times.is_null(row) {
-                    self.rows_without_time.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                self.kind.starts(times.value(row), |start| {
-                    indices.push(row as u32);
-                    starts.push(start);
-                });
-            }
-            (crate::partition::take_rows(&batch, &UInt32Array::from(indices))?, starts)
+        let Some(times) = times.as_any().downcast_ref::<TimestampMillisecondArray>() else {
+            return Err(SluiceError::internal("window.time_type", format!("event time cast to {}", times.data_type())));
+        };
+        let (batch, starts, ends) = match self.tumble_bounds(times) {
+            Some((starts, ends)) => (batch, starts, ends),
+            None => self.general_bounds(&batch, times)?,
         };
         if starts.is_empty() {
             return Ok(());
         }
-        let size = self.kind.size_ms();
-        let ends: Vec<i64> = starts.iter().map(|start| start + size).collect();
+        // window_end > i64::MIN (see the module doc), so `end - 1` cannot overflow.
         let row_times: Vec<i64> = ends.iter().map(|end| end - 1).collect();
         let mut columns: Vec<ArrayRef> = batch.rows.columns().to_vec();
         columns.push(Arc::new(TimestampMillisecondArray::from(starts)));
@@ -130,11 +204,14 @@ impl Operator for WindowAssign {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::datatypes::Schema;
+    use proptest::prelude::*;
 
     fn starts(kind: WindowKind, ts: i64) -> Vec<i64> {
         let mut all = Vec::new();
-        kind.starts(ts, |start| all.push(start));
-        all
+        assert!(kind.windows(ts, &mut all), "windows of {ts} are representable");
+        assert!(all.iter().all(|&(start, end)| end - start == kind.size_ms()));
+        all.into_iter().map(|(start, _)| start).collect()
     }
 
     #[test]
@@ -147,5 +224,96 @@ mod tests {
         assert_eq!(starts(WindowKind::Hop { slide_ms: 5, size_ms: 10 }, 10), [10, 5]);
         assert_eq!(starts(WindowKind::Hop { slide_ms: 4, size_ms: 10 }, 9), [8, 4, 0]);
         assert_eq!(starts(WindowKind::Hop { slide_ms: 10, size_ms: 5 }, 7), Vec::<i64>::new(), "a gap between windows");
+    }
+
+    const DAY_MS: i64 = 86_400_000;
+    /// 0001-01-01 00:00:00 and 9999-12-31 23:59:59.999 UTC.
+    const YEAR_1_MS: i64 = -62_135_596_800_000;
+    const YEAR_9999_MS: i64 = 253_402_300_799_999;
+
+    #[test]
+    fn windows_near_the_limits_of_i64_are_refused_not_wrapped() {
+        let tumble = WindowKind::Tumble { size_ms: DAY_MS };
+        let hop = WindowKind::Hop { slide_ms: DAY_MS / 4, size_ms: DAY_MS };
+        assert_eq!(starts(tumble, YEAR_1_MS), [YEAR_1_MS]);
+        assert_eq!(starts(tumble, YEAR_9999_MS), [YEAR_9999_MS + 1 - DAY_MS]);
+        assert_eq!(starts(hop, -1).len(), 4);
+        let mut bounds = Vec::new();
+        for kind in [tumble, hop, WindowKind::Tumble { size_ms: 10 }, WindowKind::Hop { slide_ms: 1, size_ms: 3 }] {
+            assert!(!kind.windows(i64::MAX, &mut bounds), "{kind:?}: a window after i64::MAX");
+            assert!(!kind.windows(i64::MIN + 1, &mut bounds), "{kind:?}: a window before i64::MIN");
+            assert!(bounds.is_empty(), "a refused row appends nothing");
+        }
+        let one_ms = WindowKind::Tumble { size_ms: 1 };
+        assert_eq!(starts(one_ms, i64::MIN), [i64::MIN], "[MIN, MIN + 1) is representable");
+        assert!(!one_ms.windows(i64::MAX, &mut bounds), "[MAX, MAX + 1) is not");
+        let huge = WindowKind::Tumble { size_ms: i64::MAX };
+        assert_eq!(starts(huge, 0), [0]);
+        assert_eq!(starts(huge, -1), [i64::MIN + 1]);
+        assert!(!huge.windows(i64::MIN, &mut bounds), "its window would start before i64::MIN");
+    }
+
+    proptest! {
+        #[test]
+        fn windows_are_exactly_those_containing_the_time(
+            ts in any::<i64>(),
+            slide in 1i64..1_000_000_000_000,
+            windows in 1i64..20,
+            extra in 0i64..1_000,
+        ) {
+            let size = slide.saturating_mul(windows).saturating_add(extra % slide);
+            let kind = WindowKind::Hop { slide_ms: slide, size_ms: size };
+            let mut bounds = Vec::new();
+            let representable = kind.windows(ts, &mut bounds);
+            let (ts, slide, size) = (i128::from(ts), i128::from(slide), i128::from(size));
+            let mut expected = Vec::new();
+            let mut start = ts - ts.rem_euclid(slide);
+            while start + size > ts {
+                expected.push((start, start + size));
+                start -= slide;
+            }
+            let fits = |v: i128| i64::try_from(v).is_ok();
+            prop_assert_eq!(representable, expected.iter().all(|&(s, e)| fits(s) && fits(e)));
+            if representable {
+                let got: Vec<(i128, i128)> = bounds.iter().map(|&(s, e)| (i128::from(s), i128::from(e))).collect();
+                prop_assert_eq!(got, expected);
+                prop_assert!(bounds.len() as u64 <= kind.windows_per_row());
+            } else {
+                prop_assert!(bounds.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn rows_at_the_limits_of_i64_are_counted_and_dropped() {
+        let input =
+            Arc::new(Schema::new(vec![Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true)]));
+        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(WindowKind::output_fields());
+        let output = Arc::new(Schema::new(fields));
+        let times = TimestampMillisecondArray::from(vec![
+            Some(i64::MIN),
+            Some(YEAR_1_MS),
+            Some(-1),
+            None,
+            Some(YEAR_9999_MS),
+            Some(i64::MAX),
+        ]);
+        let rows = RecordBatch::try_new(input, vec![Arc::new(times)]).expect("batch");
+        for kind in [WindowKind::Tumble { size_ms: DAY_MS }, WindowKind::Hop { slide_ms: DAY_MS / 2, size_ms: DAY_MS }]
+        {
+            let metrics = Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1));
+            let counter = LazyCounter::new(Arc::clone(&metrics), "view v: rows outside the window range");
+            let without_time = metrics.counter("view v: rows without event time");
+            let mut assign = WindowAssign::new(0, kind, Arc::clone(&output), without_time, counter);
+            let mut out = Vec::new();
+            assign.on_data(Batch::inserts(rows.clone()), &mut out).expect("no error");
+            let Some(Message::Data(batch)) = out.pop() else { panic!("{kind:?}: rows expected") };
+            let per_row = kind.windows_per_row() as usize;
+            assert_eq!(batch.num_rows(), 3 * per_row, "{kind:?}: year 1, -1 and year 9999 are kept");
+            let counters = metrics.counters();
+            assert!(counters.contains(&("view v: rows outside the window range".to_string(), 2)), "{counters:?}");
+            assert!(counters.contains(&("view v: rows without event time".to_string(), 1)), "{counters:?}");
+        }
     }
 }

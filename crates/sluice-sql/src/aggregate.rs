@@ -96,7 +96,7 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
         output: Arc::new(aggregate.schema.as_arrow().clone()),
         batch_size: planner.batch_size,
     };
-    let counter = format!("{}: late rows", planner.context);
+    let counter = format!("view {}: late rows", planner.view);
     let names: Vec<String> = aggregate.aggr_expr.iter().map(display).collect();
     let line = format!(
         "window_aggregate: [{}] by window{}",

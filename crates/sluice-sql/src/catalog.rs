@@ -13,14 +13,30 @@ use datafusion_common::{Result as DfResult, TableReference, plan_err};
 use datafusion_expr::logical_plan::builder::LogicalTableSource;
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
 use datafusion_expr::{AggregateUDF, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF};
+use sluice_operators::row_errors::OnRowError;
 use sluice_operators::window::WindowKind;
 
 /// What a table name refers to.
 #[derive(Clone)]
 pub enum TableEntry {
-    Source { source: usize, table: usize, schema: SchemaRef, event_time: Option<String> },
-    View { plan: Arc<LogicalPlan>, schema: SchemaRef },
-    Window { input: String, time_column: String, kind: WindowKind, schema: SchemaRef },
+    /// `on_error`: the source's policy for rows on which an expression fails.
+    Source {
+        source: usize,
+        table: usize,
+        schema: SchemaRef,
+        event_time: Option<String>,
+        on_error: OnRowError,
+    },
+    View {
+        plan: Arc<LogicalPlan>,
+        schema: SchemaRef,
+    },
+    Window {
+        input: String,
+        time_column: String,
+        kind: WindowKind,
+        schema: SchemaRef,
+    },
 }
 
 impl TableEntry {

@@ -4,20 +4,28 @@
 //! not know connectors: the caller registers each source's tables and turns each planned
 //! stream into a flow with a sink it built.
 //!
-//! Steps for a view (in file order, so a view may read the sources and earlier views):
+//! Steps for a view (in file order, so a view may read the sources and earlier views),
+//! each on a thread with a stack sized for the deepest expression allowed ([`stack`]):
 //! 1. [`tvf::rewrite`] replaces Flink's window table functions with synthetic tables;
-//! 2. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
+//! 2. [`ast`] parses the query and checks it before DataFusion sees it: the nesting depth
+//!    of expressions, constructs refused by name (window functions, subqueries in
+//!    expressions, joins, set operations), and views read before they are defined
+//!    ([`views`]);
+//! 3. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
 //!    and its analyzer coerces types;
-//! 3. [`stream`] turns the logical plan into segments of fused operators and exchanges,
+//! 4. [`stream`] turns the logical plan into segments of fused operators and exchanges,
 //!    refusing, with the construct's name, anything whose streaming meaning is not
 //!    implemented.
 
 mod aggregate;
+mod ast;
 mod catalog;
 mod functions;
 mod schema;
+pub mod stack;
 mod stream;
 pub mod tvf;
+mod views;
 
 use std::sync::Arc;
 
@@ -26,23 +34,33 @@ use datafusion_common::DataFusionError;
 use datafusion_expr::LogicalPlan;
 use datafusion_optimizer::Analyzer;
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use sluice_config::OnError;
+use sluice_operators::row_errors::OnRowError;
 use sluice_runtime::{Flow, SinkFactory, SinkParallelism, TableDef};
 use sluice_types::SluiceError;
-use sqlparser::ast::Statement;
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
 
+pub use ast::EXPRESSION_DEPTH_MAX;
 pub use schema::parse_schema;
+pub use views::ViewDeclaration;
 
 use catalog::{Catalog, TableEntry};
 use stream::{StreamPlanner, StreamState};
+use tvf::WindowCall;
 
-/// Sizes the planner bakes into operators.
+/// The default of [`PlannerOptions::windows_per_row_max`].
+pub const WINDOWS_PER_ROW_MAX_DEFAULT: u64 = 1000;
+
+/// Sizes the planner bakes into operators, and the limits it enforces.
 #[derive(Debug, Clone, Copy)]
 pub struct PlannerOptions {
     pub threads: u32,
     pub vnodes: u32,
     pub batch_size: usize,
+    /// The most windows a HOP window table function may put one row in (size / slide,
+    /// rounded up): each row is copied once per window, so a small slide against a large
+    /// size multiplies the rows (and memory) without bound. Default
+    /// [`WINDOWS_PER_ROW_MAX_DEFAULT`].
+    pub windows_per_row_max: u64,
 }
 
 /// Registers tables and views, then plans the stream behind any of them.
@@ -50,6 +68,7 @@ pub struct SqlPlanner {
     catalog: Catalog,
     options: PlannerOptions,
     windows: usize,
+    declared: views::DeclaredViews,
 }
 
 /// A planned stream, ready to be ended by a sink.
@@ -72,11 +91,24 @@ impl PlannedStream {
 
 impl SqlPlanner {
     pub fn new(options: PlannerOptions) -> SqlPlanner {
-        SqlPlanner { catalog: Catalog::new(), options, windows: 0 }
+        SqlPlanner { catalog: Catalog::new(), options, windows: 0, declared: views::DeclaredViews::default() }
     }
 
-    /// Makes a source's tables visible to queries.
-    pub fn add_source(&mut self, source: usize, tables: &[TableDef]) -> Result<(), SluiceError> {
+    /// Declares every view of the pipeline, in file order, before the first
+    /// [`Self::add_view`], so that a view reading a view defined below it, or a cycle of
+    /// views, is reported as such (with the location texts) rather than as an unknown table.
+    pub fn declare_views(&mut self, views: impl IntoIterator<Item = ViewDeclaration>) {
+        self.declared.declare(views);
+    }
+
+    /// Makes a source's tables visible to queries. `on_error` is the source's policy for
+    /// rows on which a view's expression fails at run time (division by zero, a failing
+    /// CAST): skip (drop and count) or fail (stop the pipeline).
+    pub fn add_source(&mut self, source: usize, tables: &[TableDef], on_error: OnError) -> Result<(), SluiceError> {
+        let on_error = match on_error {
+            OnError::Skip => OnRowError::Skip,
+            OnError::Fail => OnRowError::Fail,
+        };
         for (index, table) in tables.iter().enumerate() {
             if self.catalog.tables.contains_key(&table.name) {
                 return Err(SluiceError::user(
@@ -90,6 +122,7 @@ impl SqlPlanner {
                 table: index,
                 schema: Arc::clone(&table.schema),
                 event_time: table.event_time.clone(),
+                on_error,
             };
             self.catalog.tables.insert(table.name.clone(), entry);
         }
@@ -103,8 +136,28 @@ impl SqlPlanner {
 
     /// Plans view `name` and registers it; its errors name the construct at fault.
     pub fn add_view(&mut self, name: &str, sql: &str) -> Result<(), SluiceError> {
+        stack::on_planning_stack(|| self.plan_view(name, sql))?
+    }
+
+    /// The stream of table or view `table`, for a sink named `sink`.
+    pub fn plan_stream(&self, table: &str, sink: &str) -> Result<PlannedStream, SluiceError> {
+        stack::on_planning_stack(|| self.plan_stream_here(table, sink))?
+    }
+
+    fn plan_view(&mut self, name: &str, sql: &str) -> Result<(), SluiceError> {
         let context = |e: SluiceError| e.context(format!("view `{name}`"));
-        let plan = self.plan_query(sql).map_err(context)?;
+        let (rewritten, calls) = tvf::rewrite(sql, self.windows).map_err(context)?;
+        let shape = ast::check(&rewritten).map_err(context)?;
+        let inputs = calls.iter().map(|call| &call.input);
+        for read in inputs.chain(&shape.relations) {
+            if self.catalog.tables.contains_key(read) || shape.ctes.contains(read) {
+                continue;
+            }
+            if let Some(error) = self.declared.misordered(name, read) {
+                return Err(error);
+            }
+        }
+        let plan = self.plan_query(&rewritten, calls).map_err(context)?;
         let planner = self.stream_planner(name);
         planner.plan(&plan).map_err(context)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
@@ -112,8 +165,7 @@ impl SqlPlanner {
         Ok(())
     }
 
-    /// The stream of table or view `table`, for a sink named `sink`.
-    pub fn plan_stream(&self, table: &str, sink: &str) -> Result<PlannedStream, SluiceError> {
+    fn plan_stream_here(&self, table: &str, sink: &str) -> Result<PlannedStream, SluiceError> {
         let Some(entry) = self.catalog.tables.get(table) else {
             return Err(SluiceError::user(
                 "sql.unknown_table",
@@ -142,20 +194,22 @@ impl SqlPlanner {
         Ok(PlannedStream { state, schema, updating: false })
     }
 
-    fn stream_planner(&self, context: &str) -> StreamPlanner<'_> {
+    fn stream_planner(&self, view: &str) -> StreamPlanner<'_> {
         StreamPlanner {
             catalog: &self.catalog,
-            context: format!("view {context}"),
+            view: view.to_string(),
             vnodes: self.options.vnodes,
             batch_size: self.options.batch_size,
+            windows_per_row_max: self.options.windows_per_row_max,
         }
     }
 
-    /// Rewrites window calls, registers their synthetic tables, parses, plans, analyzes.
-    fn plan_query(&mut self, sql: &str) -> Result<LogicalPlan, SluiceError> {
-        let (rewritten, calls) = tvf::rewrite(sql, self.windows)?;
+    /// Registers the window calls' synthetic tables, then lets DataFusion parse, plan and
+    /// analyze the rewritten (and already checked) query.
+    fn plan_query(&mut self, rewritten: &str, calls: Vec<WindowCall>) -> Result<LogicalPlan, SluiceError> {
         self.windows += calls.len();
         for call in calls {
+            self.check_windows_per_row(&call)?;
             let Some(input) = self.catalog.tables.get(&call.input) else {
                 return Err(SluiceError::user(
                     "sql.unknown_table",
@@ -171,27 +225,34 @@ impl SqlPlanner {
                 TableEntry::Window { input: call.input, time_column: call.time_column, kind: call.kind, schema };
             self.catalog.tables.insert(call.table, entry);
         }
-        let statements = Parser::new(&GenericDialect {})
-            .try_with_sql(&rewritten)
-            .and_then(|mut parser| parser.parse_statements())
-            .map_err(|e| SluiceError::user("sql.syntax", format!("SQL syntax error: {e}")))?;
-        let statement = match <[Statement; 1]>::try_from(statements) {
-            Ok([statement @ Statement::Query(_)]) => statement,
-            Ok([other]) => {
-                return Err(SluiceError::user("sql.not_a_query", format!("a view is one SELECT query, not `{other}`")));
-            }
-            Err(statements) => {
-                return Err(SluiceError::user(
-                    "sql.not_a_query",
-                    format!("a view is exactly one SELECT query; found {} statements", statements.len()),
-                ));
-            }
-        };
+        let statement = ast::parse(rewritten)?;
         let parser_options = ParserOptions { enable_ident_normalization: false, ..ParserOptions::new() };
         let plan = SqlToRel::new_with_options(&self.catalog, parser_options)
             .sql_statement_to_plan(statement)
             .map_err(|e| df_error("sql.plan", e))?;
         Analyzer::new().execute_and_check(plan, self.catalog.options(), |_, _| {}).map_err(|e| df_error("sql.plan", e))
+    }
+
+    /// Refuses a HOP that puts a row in more than `windows_per_row_max` windows.
+    fn check_windows_per_row(&self, call: &WindowCall) -> Result<(), SluiceError> {
+        let windows = call.kind.windows_per_row();
+        let limit = self.options.windows_per_row_max;
+        if windows <= limit {
+            return Ok(());
+        }
+        let (size, slide) = (call.kind.size_ms(), call.kind.slide_ms());
+        let slide_min = size.unsigned_abs().div_ceil(limit.max(1));
+        Err(SluiceError::user(
+            "sql.windows_per_row",
+            format!(
+                "{} puts each row in {windows} windows (size {size} ms / slide {slide} ms); the limit is {limit} \
+                 windows per row (each row is copied once per window)",
+                call.text
+            ),
+        )
+        .with_fix(format!(
+            "use a slide of at least {slide_min} ms (size / {limit}), or raise `windows_per_row_max` in [pipeline]"
+        )))
     }
 }
 
@@ -213,3 +274,6 @@ pub(crate) fn df_error(code: &'static str, error: DataFusionError) -> SluiceErro
     }
     error
 }
+
+#[cfg(test)]
+mod tests;

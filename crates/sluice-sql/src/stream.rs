@@ -20,8 +20,10 @@ use datafusion_expr::simplify::SimplifyContext;
 use datafusion_expr::{Expr, LogicalPlan};
 use datafusion_optimizer::simplify_expressions::ExprSimplifier;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
+use sluice_operators::counter::LazyCounter;
 use sluice_operators::expr::{Filter, Project};
 use sluice_operators::partition::{GatherPartitioner, HashPartitioner};
+use sluice_operators::row_errors::{OnRowError, RowErrors};
 use sluice_operators::window::{WindowAssign, WindowKind};
 use sluice_runtime::{OperatorFactory, Segment, SegmentOutput};
 use sluice_types::SluiceError;
@@ -47,6 +49,11 @@ pub(crate) struct StreamState {
     pub state: Option<String>,
     pub schema: DFSchemaRef,
     pub tags: Vec<Tag>,
+    /// The policy of the flow's source for rows on which an expression fails.
+    pub on_error: OnRowError,
+    /// How many rows each source row has become through window assignments (HOP
+    /// copies a row once per window): bounded by `windows_per_row_max`.
+    pub windows_per_row: u64,
 }
 
 impl StreamState {
@@ -108,10 +115,13 @@ pub(crate) fn physical(expr: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn Phys
 /// Plans logical plans into streams over a catalog.
 pub(crate) struct StreamPlanner<'a> {
     pub catalog: &'a Catalog,
-    /// Names counters (late rows) after the view being planned.
-    pub context: String,
+    /// The view being planned: counters (late rows) and run-time errors name it. A view
+    /// read by this one is planned by a planner named after it.
+    pub view: String,
     pub vnodes: u32,
     pub batch_size: usize,
+    /// See `PlannerOptions::windows_per_row_max`.
+    pub windows_per_row_max: u64,
 }
 
 impl StreamPlanner<'_> {
@@ -157,8 +167,14 @@ impl StreamPlanner<'_> {
             LogicalPlan::Filter(filter) => {
                 let mut state = self.plan(&filter.input)?;
                 let predicate = physical(&filter.predicate, &state.schema)?;
-                let factory: OperatorFactory = Arc::new(move |_| Ok(Box::new(Filter::new(Arc::clone(&predicate)))));
-                state.operators.push((format!("filter: {}", display(&filter.predicate)), factory));
+                let text = display(&filter.predicate);
+                let (view, on_error) = (self.view.clone(), state.on_error);
+                let line = format!("filter: {text}");
+                let factory: OperatorFactory = Arc::new(move |context| {
+                    let errors = RowErrors::new(view.clone(), on_error, Arc::clone(&context.metrics));
+                    Ok(Box::new(Filter::new(Arc::clone(&predicate), text.clone(), errors)))
+                });
+                state.operators.push((line, factory));
                 Ok(state)
             }
             LogicalPlan::SubqueryAlias(alias) => {
@@ -177,7 +193,7 @@ impl StreamPlanner<'_> {
             return Err(SluiceError::internal("sql.catalog", format!("table `{name}` vanished from the catalog")));
         };
         match entry {
-            TableEntry::Source { source, table, schema, event_time } => {
+            TableEntry::Source { source, table, schema, event_time, on_error } => {
                 let df_schema =
                     DFSchema::try_from_qualified_schema(name, schema).map_err(|e| crate::df_error("sql.schema", e))?;
                 let tags = schema
@@ -193,55 +209,83 @@ impl StreamPlanner<'_> {
                     state: None,
                     schema: Arc::new(df_schema),
                     tags,
+                    on_error: *on_error,
+                    windows_per_row: 1,
                 })
             }
-            TableEntry::View { plan, .. } => self.plan(plan),
+            TableEntry::View { plan, .. } => self.for_view(name).plan(plan),
             TableEntry::Window { input, time_column, kind, schema } => {
-                let mut state = self.plan_table(input)?;
-                let input_schema = state.arrow_schema();
-                let Some(time_index) = input_schema.fields().iter().position(|f| f.name() == time_column) else {
-                    let names: Vec<&str> = input_schema.fields().iter().map(|f| f.name().as_str()).collect();
-                    return Err(SluiceError::user(
-                        "sql.descriptor",
-                        format!(
-                            "DESCRIPTOR({time_column}): `{input}` has no such column (columns: {})",
-                            names.join(", ")
-                        ),
-                    ));
-                };
-                if state.tags[time_index] != Tag::EventTime {
-                    return Err(SluiceError::user(
-                        "sql.descriptor",
-                        format!(
-                            "DESCRIPTOR({time_column}): `{time_column}` of `{input}` is not an event-time attribute"
-                        ),
-                    )
-                    .with_fix(format!("declare `event_time = \"{time_column}\"` on the source that `{input}` reads")));
-                }
-                let kind = *kind;
-                let output = Arc::clone(schema);
-                let counter = format!("{}: rows without event time", self.context);
-                let factory: OperatorFactory = Arc::new(move |context| {
-                    Ok(Box::new(WindowAssign::new(
-                        time_index,
-                        kind,
-                        Arc::clone(&output),
-                        context.metrics.counter(&counter),
-                    )))
-                });
-                let shape = match kind {
-                    WindowKind::Tumble { size_ms } => format!("TUMBLE(size {size_ms} ms)"),
-                    WindowKind::Hop { slide_ms, size_ms } => format!("HOP(slide {slide_ms} ms, size {size_ms} ms)"),
-                };
-                state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
-                state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
-                state.schema = Arc::new(
-                    DFSchema::try_from_qualified_schema(input.as_str(), schema)
-                        .map_err(|e| crate::df_error("sql.schema", e))?,
-                );
-                Ok(state)
+                self.plan_window(input, time_column, *kind, schema)
             }
         }
+    }
+
+    /// The stream of `input` followed by window assignment.
+    fn plan_window(
+        &self,
+        input: &str,
+        time_column: &str,
+        kind: WindowKind,
+        schema: &SchemaRef,
+    ) -> Result<StreamState, SluiceError> {
+        let mut state = self.plan_table(input)?;
+        state.windows_per_row = self.windows_per_row(&state, input, kind)?;
+        let input_schema = state.arrow_schema();
+        let Some(time_index) = input_schema.fields().iter().position(|f| f.name() == time_column) else {
+            let names: Vec<&str> = input_schema.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(SluiceError::user(
+                "sql.descriptor",
+                format!("DESCRIPTOR({time_column}): `{input}` has no such column (columns: {})", names.join(", ")),
+            ));
+        };
+        if state.tags[time_index] != Tag::EventTime {
+            return Err(SluiceError::user(
+                "sql.descriptor",
+                format!("DESCRIPTOR({time_column}): `{time_column}` of `{input}` is not an event-time attribute"),
+            )
+            .with_fix(format!("declare `event_time = \"{time_column}\"` on the source that `{input}` reads")));
+        }
+        let output = Arc::clone(schema);
+        let counter = format!("view {}: rows without event time", self.view);
+        let outside = format!("view {}: rows outside the window range", self.view);
+        let factory: OperatorFactory = Arc::new(move |context| {
+            Ok(Box::new(WindowAssign::new(
+                time_index,
+                kind,
+                Arc::clone(&output),
+                context.metrics.counter(&counter),
+                LazyCounter::new(Arc::clone(&context.metrics), outside.clone()),
+            )))
+        });
+        let shape = match kind {
+            WindowKind::Tumble { size_ms } => format!("TUMBLE(size {size_ms} ms)"),
+            WindowKind::Hop { slide_ms, size_ms } => format!("HOP(slide {slide_ms} ms, size {size_ms} ms)"),
+        };
+        state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
+        state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
+        state.schema =
+            Arc::new(DFSchema::try_from_qualified_schema(input, schema).map_err(|e| crate::df_error("sql.schema", e))?);
+        Ok(state)
+    }
+
+    /// The windows per source row after `kind` on a stream of `input`: the product over
+    /// the window assignments on the way, refused past `windows_per_row_max`.
+    fn windows_per_row(&self, state: &StreamState, input: &str, kind: WindowKind) -> Result<u64, SluiceError> {
+        let windows = state.windows_per_row.saturating_mul(kind.windows_per_row());
+        if windows <= self.windows_per_row_max {
+            return Ok(windows);
+        }
+        Err(SluiceError::user(
+            "sql.windows_per_row",
+            format!(
+                "`{input}` already puts each source row in {} windows, and this window table function puts each of \
+                 those in {}: {windows} windows per source row; the limit is {} (each row is copied once per window)",
+                state.windows_per_row,
+                kind.windows_per_row(),
+                self.windows_per_row_max
+            ),
+        )
+        .with_fix("window the rows once, use larger slides, or raise `windows_per_row_max` in [pipeline]"))
     }
 
     pub fn push_projection(
@@ -252,11 +296,20 @@ impl StreamPlanner<'_> {
         line: &str,
     ) -> Result<(), SluiceError> {
         let physical_exprs = exprs.iter().map(|e| physical(e, &state.schema)).collect::<Result<Vec<_>, _>>()?;
+        let texts: Vec<String> = exprs.iter().map(expression_text).collect();
         let schema: SchemaRef = Arc::new(Schema::new(output.as_arrow().fields().clone()));
-        let factory: OperatorFactory =
-            Arc::new(move |_| Ok(Box::new(Project::new(physical_exprs.clone(), Arc::clone(&schema)))));
+        let (view, on_error) = (self.view.clone(), state.on_error);
+        let factory: OperatorFactory = Arc::new(move |context| {
+            let errors = RowErrors::new(view.clone(), on_error, Arc::clone(&context.metrics));
+            Ok(Box::new(Project::new(physical_exprs.clone(), texts.clone(), Arc::clone(&schema), errors)))
+        });
         state.operators.push((format!("project: {line}"), factory));
         Ok(())
+    }
+
+    /// A planner for view `view`, which this one reads.
+    fn for_view(&self, view: &str) -> StreamPlanner<'_> {
+        StreamPlanner { view: view.to_string(), ..*self }
     }
 
     pub fn hash_exchange(&self, state: &mut StreamState, keys: Vec<usize>, description: String) {
@@ -264,6 +317,15 @@ impl StreamPlanner<'_> {
         let partitioner: sluice_runtime::PartitionerFactory =
             Arc::new(move |_| Box::new(HashPartitioner::new(keys.clone(), vnodes)));
         state.cut(SegmentOutput::Exchange { partitioner, description });
+    }
+}
+
+/// An expression as run-time errors show it: as written, without the planner's own
+/// aliases (`__c0`, …).
+fn expression_text(expr: &Expr) -> String {
+    match expr {
+        Expr::Alias(alias) if alias.name.starts_with("__") => display(&alias.expr),
+        _ => display(expr),
     }
 }
 

@@ -25,6 +25,8 @@ pub struct WindowCall {
     pub input: String,
     pub time_column: String,
     pub kind: WindowKind,
+    /// The call as written (whitespace collapsed), for messages.
+    pub text: String,
 }
 
 /// The query with every window call replaced, and the calls in order.
@@ -92,8 +94,24 @@ fn match_call(tokens: &[Token], index: usize, number: usize) -> Result<Option<(W
     if tokens.get(close) != Some(&Token::RParen) {
         return Err(syntax(&function, "expected `)` closing `TABLE(`"));
     }
-    let call = build_call(&function, arguments, number)?;
+    let mut call = build_call(&function, arguments, number)?;
+    call.text = call_text(&tokens[name_at..args_close + 1]);
     Ok(Some((call, close + 1)))
+}
+
+/// Tokens as text, each run of whitespace shown as one space.
+fn call_text(tokens: &[Token]) -> String {
+    let mut text = String::new();
+    for token in tokens {
+        if is_space(token) {
+            if !text.ends_with(' ') {
+                text.push(' ');
+            }
+        } else {
+            text.push_str(&token.to_string());
+        }
+    }
+    text
 }
 
 fn syntax(function: &str, message: &str) -> SluiceError {
@@ -173,17 +191,18 @@ fn build_call(function: &str, arguments: Vec<Vec<Token>>, number: usize) -> Resu
         }
         _ => return Err(syntax(function, "the time argument must be `DESCRIPTOR(column)`")),
     };
-    let size_ms = interval_ms(function, "size", take("SIZE"))?;
     let kind = if function == "HOP" {
         let slide_ms = interval_ms(function, "slide", take("SLIDE"))?;
-        WindowKind::Hop { slide_ms, size_ms }
+        WindowKind::Hop { slide_ms, size_ms: interval_ms(function, "size", take("SIZE"))? }
     } else {
-        WindowKind::Tumble { size_ms }
+        WindowKind::Tumble { size_ms: interval_ms(function, "size", take("SIZE"))? }
     };
-    Ok(WindowCall { table: format!("__window_{number}"), input, time_column, kind })
+    Ok(WindowCall { table: format!("__window_{number}"), input, time_column, kind, text: String::new() })
 }
 
 /// `INTERVAL '10' SECOND`, `INTERVAL '10' SECONDS`, `INTERVAL '10 seconds'` → milliseconds.
+/// Months and years have no fixed length, so they are refused; so is a length of more
+/// than `i64::MAX` milliseconds (about 292 million years).
 fn interval_ms(function: &str, what: &str, tokens: Option<&[Token]>) -> Result<i64, SluiceError> {
     let bad =
         || syntax(function, &format!("the {what} must be a positive INTERVAL literal such as INTERVAL '10' SECOND"));
@@ -199,19 +218,42 @@ fn interval_ms(function: &str, what: &str, tokens: Option<&[Token]>) -> Result<i
         }
         _ => return Err(bad()),
     };
-    let unit_ms = match unit.to_ascii_uppercase().trim_end_matches('S') {
+    let unit = unit.to_ascii_uppercase();
+    let unit_ms = match unit.trim_end_matches('S') {
         "MILLISECOND" => 1,
         "SECOND" => 1_000,
         "MINUTE" => 60_000,
         "HOUR" => 3_600_000,
         "DAY" => 86_400_000,
+        "MONTH" | "YEAR" => {
+            return Err(SluiceError::user(
+                "sql.window_interval",
+                format!(
+                    "{function}(...): the {what} INTERVAL '{value}' {unit} has no fixed length (months and years vary)"
+                ),
+            )
+            .with_fix("give the length in days, e.g. INTERVAL '30' DAY or INTERVAL '365' DAY"));
+        }
         _ => return Err(bad()),
     };
-    let value: i64 = value.parse().map_err(|_| bad())?;
+    let too_large = || {
+        SluiceError::user(
+            "sql.window_interval",
+            format!(
+                "{function}(...): the {what} INTERVAL '{value}' {unit} is longer than Sluice's timestamps can span"
+            ),
+        )
+        .with_fix(format!("give a {what} of at most {} days", i64::MAX / 86_400_000))
+    };
+    let value: i64 = match value.parse() {
+        Ok(value) => value,
+        Err(_) if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => return Err(too_large()),
+        Err(_) => return Err(bad()),
+    };
     if value <= 0 {
         return Err(bad());
     }
-    Ok(value * unit_ms)
+    value.checked_mul(unit_ms).ok_or_else(too_large)
 }
 
 #[cfg(test)]
@@ -265,5 +307,47 @@ mod tests {
         check_error("SELECT * FROM TABLE(TUMBLE(TABLE t, ts, INTERVAL '1' SECOND))", "DESCRIPTOR(column)");
         check_error("SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), 10))", "INTERVAL literal");
         check_error("SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '0' SECOND))", "positive INTERVAL");
+    }
+
+    #[test]
+    fn months_and_years_are_refused_for_their_varying_length() {
+        for (interval, shown) in [
+            ("INTERVAL '1' MONTH", "the size INTERVAL '1' MONTH has no fixed length (months and years vary)"),
+            ("INTERVAL '2' YEARS", "the size INTERVAL '2' YEARS has no fixed length"),
+            ("INTERVAL '1 month'", "the size INTERVAL '1' MONTH has no fixed length"),
+        ] {
+            let sql = format!("SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), {interval}))");
+            let error = rewrite(&sql, 0).expect_err("refused");
+            assert!(error.message.contains(shown), "{}", error.message);
+            assert_eq!(
+                error.fix.as_deref(),
+                Some("give the length in days, e.g. INTERVAL '30' DAY or INTERVAL '365' DAY")
+            );
+        }
+        check_error(
+            "SELECT * FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' YEAR, INTERVAL '2' YEAR))",
+            "HOP(...): the slide INTERVAL '1' YEAR has no fixed length",
+        );
+    }
+
+    #[test]
+    fn huge_intervals_are_refused_not_wrapped() {
+        for value in ["106751991168", "9223372036854775807", "99999999999999999999999"] {
+            let sql = format!("SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '{value}' DAY))");
+            let error = rewrite(&sql, 0).expect_err("too large");
+            assert!(error.message.contains("is longer than Sluice's timestamps can span"), "{}", error.message);
+        }
+        check(
+            "SELECT 1 FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '106751991167' DAY))",
+            "SELECT 1 FROM __window_0",
+            &[("t", "ts", WindowKind::Tumble { size_ms: 106_751_991_167 * 86_400_000 })],
+        );
+    }
+
+    #[test]
+    fn a_call_keeps_its_text_for_messages() {
+        let sql = "SELECT * FROM TABLE(HOP(TABLE bid,\n   DESCRIPTOR(ts), INTERVAL '1' MILLISECOND, INTERVAL '1' DAY))";
+        let (_, calls) = rewrite(sql, 0).expect("rewrite");
+        assert_eq!(calls[0].text, "HOP(TABLE bid, DESCRIPTOR(ts), INTERVAL '1' MILLISECOND, INTERVAL '1' DAY)");
     }
 }

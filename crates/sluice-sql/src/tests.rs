@@ -1,0 +1,275 @@
+//! The planner end to end: pipeline views in, messages or evaluated rows out.
+//!
+//! One source table `t (a BIGINT, b BIGINT, s VARCHAR, ts TIMESTAMP(3))` with event time
+//! `ts`; [`plan`] declares and adds views as the CLI does, [`run`] plans a view's stream and
+//! pushes one batch through its operators (exchanges pass rows through: one thread).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use sluice_config::OnError;
+use sluice_runtime::{Metrics, OperatorContext, TableDef};
+use sluice_types::{Batch, Message, SluiceError};
+
+use crate::stack::EVALUATION_STACK_BYTES;
+use crate::{EXPRESSION_DEPTH_MAX, PlannerOptions, SqlPlanner, ViewDeclaration, WINDOWS_PER_ROW_MAX_DEFAULT};
+
+fn source_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Int64, true),
+        Field::new("b", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+    ]))
+}
+
+/// A planner over `t` with every view of `views` declared (`line N` for the Nth) and
+/// added in order: the first error, or the planner.
+fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
+    let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000 };
+    let mut planner = SqlPlanner::new(options);
+    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
+    planner.add_source(0, &[table], on_error)?;
+    planner.declare_views(views.iter().enumerate().map(|(index, (name, sql))| ViewDeclaration {
+        name: name.to_string(),
+        sql: sql.to_string(),
+        location: format!("line {}", index + 1),
+    }));
+    for (name, sql) in views {
+        planner.add_view(name, sql)?;
+    }
+    Ok(planner)
+}
+
+/// The error planning `views` gives, as the user sees it.
+fn plan_error(views: &[(&str, &str)]) -> String {
+    plan(views, OnError::Skip).err().map_or_else(|| "no error".to_string(), |error| error.to_string())
+}
+
+fn check_error(views: &[(&str, &str)], expected: &[&str]) {
+    let error = plan_error(views);
+    for part in expected {
+        assert!(error.contains(part), "expected {part:?} in:\n{error}");
+    }
+}
+
+/// Rows of `t`: `a`, `b`, `s` and `ts` per row.
+fn rows(values: &[(i64, i64, &str, i64)]) -> Batch {
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(values.iter().map(|v| v.0))),
+        Arc::new(Int64Array::from_iter_values(values.iter().map(|v| v.1))),
+        Arc::new(StringArray::from_iter_values(values.iter().map(|v| v.2))),
+        Arc::new(TimestampMillisecondArray::from_iter_values(values.iter().map(|v| v.3))),
+    ];
+    Batch::inserts(RecordBatch::try_new(source_schema(), columns).expect("batch"))
+}
+
+/// What a run gave: the output batches (or the error) and the run's counters.
+struct Ran {
+    output: Result<Vec<Batch>, SluiceError>,
+    counters: Vec<(String, u64)>,
+}
+
+/// Plans `view` of `planner` and runs `batch` through it, then end of input, on a thread
+/// with the stack the runtime's drivers are to have.
+fn run(planner: &SqlPlanner, view: &str, batch: Batch) -> Ran {
+    let stream = planner.plan_stream(view, "sink").expect("plan_stream");
+    let metrics = Arc::new(Metrics::new(Vec::new(), Vec::new(), 1));
+    let context = OperatorContext { thread: 0, threads: 1, vnodes: 16, metrics: Arc::clone(&metrics) };
+    let state = stream.state;
+    let factories: Vec<_> =
+        state.segments.iter().flat_map(|segment| &segment.operators).chain(&state.operators).collect();
+    let output = std::thread::scope(|scope| {
+        let driver = std::thread::Builder::new().stack_size(EVALUATION_STACK_BYTES).spawn_scoped(scope, || {
+            let mut messages = vec![Message::Data(batch), Message::EndOfData];
+            for (_, factory) in &factories {
+                let mut operator = factory(&context)?;
+                let mut out = Vec::new();
+                for message in messages {
+                    match message {
+                        Message::Data(batch) => operator.on_data(batch, &mut out)?,
+                        Message::EndOfData => operator.on_end(&mut out)?,
+                        other => out.push(other),
+                    }
+                }
+                messages = out;
+            }
+            let batches = messages.into_iter().filter_map(|m| if let Message::Data(b) = m { Some(b) } else { None });
+            Ok(batches.collect())
+        });
+        driver.expect("driver thread").join().expect("no panic")
+    });
+    Ran { output, counters: metrics.counters() }
+}
+
+fn int_column(batches: &[Batch], column: usize) -> Vec<Option<i64>> {
+    let mut values = Vec::new();
+    for batch in batches {
+        let array = batch.rows.column(column).as_any().downcast_ref::<Int64Array>().expect("BIGINT column");
+        values.extend((0..array.len()).map(|row| array.is_valid(row).then(|| array.value(row))));
+    }
+    values
+}
+
+#[test]
+fn a_view_reading_a_view_below_it_or_a_cycle_is_told_so() {
+    check_error(
+        &[("a", "SELECT * FROM b"), ("b", "SELECT * FROM t")],
+        &["view `a` (line 1) reads view `b`, which is defined below it (line 2)", "fix: move view `b` above view `a`"],
+    );
+    check_error(
+        &[("a", "SELECT * FROM TABLE(TUMBLE(TABLE b, DESCRIPTOR(ts), INTERVAL '1' SECOND))"), ("b", "SELECT * FROM t")],
+        &["view `a` (line 1) reads view `b`, which is defined below it (line 2)"],
+    );
+    check_error(&[("a", "SELECT * FROM a")], &["view `a` (line 1) reads itself", "a cycle of views cannot be planned"]);
+    check_error(
+        &[("a", "SELECT * FROM b"), ("b", "SELECT * FROM c"), ("c", "SELECT a FROM a")],
+        &[
+            "views read each other in a cycle: `a` (line 1) reads `b` (line 2), which reads `c` (line 3), which reads `a`",
+            "a cycle of views cannot be planned",
+        ],
+    );
+    check_error(&[("a", "SELECT * FROM nowhere")], &["table `nowhere` does not exist; the tables are: t"]);
+    check_error(&[("a", "WITH b AS (SELECT * FROM t) SELECT * FROM b"), ("b", "SELECT * FROM t")], &["no error"]);
+}
+
+#[test]
+fn window_functions_are_refused_by_name() {
+    for (sql, name) in [
+        ("SELECT RANK() OVER (PARTITION BY a ORDER BY ts) FROM t", "RANK(…) OVER (…)"),
+        ("SELECT a FROM t WHERE ROW_NUMBER() OVER (ORDER BY ts) <= 3", "ROW_NUMBER(…) OVER (…)"),
+        ("SELECT SUM(a) OVER (PARTITION BY b) FROM t", "SUM(…) OVER (…)"),
+    ] {
+        check_error(
+            &[("v", sql)],
+            &[
+                &format!("view `v`: {name}: window functions (OVER) are not supported yet"),
+                "fix: aggregate over a window table function",
+            ],
+        );
+    }
+}
+
+#[test]
+fn subqueries_in_expressions_are_refused_by_name() {
+    for (sql, construct) in [
+        ("SELECT a FROM t WHERE a IN (SELECT b FROM t)", "a subquery in an expression (`IN (SELECT …)`)"),
+        ("SELECT a FROM t WHERE a NOT IN (SELECT b FROM t)", "a subquery in an expression (`NOT IN (SELECT …)`)"),
+        ("SELECT a FROM t WHERE EXISTS (SELECT 1 FROM t)", "a subquery in an expression (`EXISTS (SELECT …)`)"),
+        ("SELECT (SELECT MAX(b) FROM t) AS m FROM t", "a scalar subquery in an expression (`(SELECT …)`)"),
+    ] {
+        check_error(&[("v", sql)], &[&format!("view `v`: {construct}"), "is not supported yet", "x IN (1, 2, 3)"]);
+    }
+}
+
+#[test]
+fn months_and_years_are_no_window_size() {
+    check_error(
+        &[("v", "SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MONTH))")],
+        &["view `v`: TUMBLE(...): the size INTERVAL '1' MONTH has no fixed length", "INTERVAL '30' DAY"],
+    );
+}
+
+#[test]
+fn an_expression_of_5000_terms_is_too_deep() {
+    let sql = format!("SELECT {} AS x FROM t", vec!["a"; 5000].join(" + "));
+    check_error(
+        &[("huge", &sql)],
+        &[
+            &format!(
+                "view `huge`: an expression is nested 5000 levels deep; the limit is {EXPRESSION_DEPTH_MAX} levels"
+            ),
+            "fix: split the expression",
+        ],
+    );
+    let parens = format!("SELECT {}a{} AS x FROM t", "(".repeat(5000), ")".repeat(5000));
+    check_error(&[("parens", &parens)], &["view `parens`: the query is nested deeper than the parser allows"]);
+}
+
+#[test]
+fn expressions_at_the_depth_limit_plan_and_evaluate() {
+    // Depth: n terms of a chain are n levels; each `b - (…)` is 2 (the operator and the
+    // parentheses); `… > 0` adds 1.
+    let chain = |terms: usize| vec!["a"; terms].join(" + ");
+    let wraps = (EXPRESSION_DEPTH_MAX - 1) / 2;
+    let nested = (0..wraps).fold("b".to_string(), |inner, _| format!("b - ({inner})"));
+    let sql = format!(
+        "SELECT {} AS x, {nested} AS y FROM t WHERE {} > 0",
+        chain(EXPRESSION_DEPTH_MAX),
+        chain(EXPRESSION_DEPTH_MAX - 1)
+    );
+    let planner = plan(&[("deep", &sql)], OnError::Fail).expect("plans");
+    let ran = run(&planner, "deep", rows(&[(2, 3, "", 0)]));
+    let output = ran.output.expect("evaluates");
+    assert_eq!(int_column(&output, 0), [Some(2 * EXPRESSION_DEPTH_MAX as i64)]);
+    assert_eq!((wraps + 1) % 2, 0, "an even count of b");
+    assert_eq!(int_column(&output, 1), [Some(0)], "b - (b - (… - b)) with an even count of b is 0");
+}
+
+#[test]
+fn hop_windows_per_row_are_bounded() {
+    check_error(
+        &[("v", "SELECT * FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MILLISECOND, INTERVAL '1' DAY))")],
+        &[
+            "view `v`: HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MILLISECOND, INTERVAL '1' DAY) puts each row in \
+             86400000 windows (size 86400000 ms / slide 1 ms); the limit is 1000 windows per row",
+            "fix: use a slide of at least 86400 ms (size / 1000), or raise `windows_per_row_max` in [pipeline]",
+        ],
+    );
+    let at_limit = "SELECT * FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1000' SECOND))";
+    assert_eq!(plan_error(&[("v", at_limit)]), "no error");
+    let hop = |table: &str| {
+        format!(
+            "SELECT a, ts FROM TABLE(HOP(TABLE {table}, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '100' SECOND))"
+        )
+    };
+    check_error(
+        &[("first", &hop("t")), ("second", &hop("first"))],
+        &[
+            "view `second`: `first` already puts each source row in 100 windows, and this window table function \
+             puts each of those in 100: 10000 windows per source row; the limit is 1000",
+            "raise `windows_per_row_max` in [pipeline]",
+        ],
+    );
+    assert_eq!(WINDOWS_PER_ROW_MAX_DEFAULT, 1000);
+}
+
+#[test]
+fn rows_whose_window_cannot_be_represented_are_counted() {
+    let sql = "SELECT a, window_end FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' DAY))";
+    let planner = plan(&[("days", sql)], OnError::Fail).expect("plans");
+    let ran = run(&planner, "days", rows(&[(1, 0, "", i64::MIN), (2, 0, "", 0), (3, 0, "", i64::MAX)]));
+    assert_eq!(int_column(&ran.output.expect("runs"), 0), [Some(2)]);
+    assert!(ran.counters.contains(&("view days: rows outside the window range".to_string(), 2)), "{:?}", ran.counters);
+}
+
+#[test]
+fn rows_failing_an_expression_follow_the_source_policy() {
+    let views = [("ratios", "SELECT a / b AS q, CAST(s AS BIGINT) AS n FROM t WHERE a / b < 10")];
+    let input = rows(&[(10, 2, "1", 0), (10, 0, "2", 0), (12, 3, "three", 0), (40, 1, "4", 0), (9, 3, "5", 0)]);
+    let skip = plan(&views, OnError::Skip).expect("plans");
+    let ran = run(&skip, "ratios", input.clone());
+    let output = ran.output.expect("skip goes on");
+    assert_eq!(int_column(&output, 0), [Some(5), Some(3)], "10/0 and CAST('three') are dropped, 40 filtered out");
+    assert!(ran.counters.contains(&("view ratios: rows failing an expression".to_string(), 2)), "{:?}", ran.counters);
+
+    let fail = plan(&views, OnError::Fail).expect("plans");
+    let error = run(&fail, "ratios", input).output.expect_err("fail stops").to_string();
+    for part in [
+        "view `ratios`: the expression `t.a / t.b < Int64(10)` failed on the row (a = 10, b = 0, s = 2, ts = 1970-01-01T00:00:00)",
+        "Divide by zero",
+        "fix: make the expression defined for every row",
+        "on_error = \"skip\"",
+    ] {
+        assert!(error.contains(part), "expected {part:?} in:\n{error}");
+    }
+}
+
+#[test]
+fn a_failing_row_names_the_view_that_holds_the_expression() {
+    let views = [("inner", "SELECT a / b AS q FROM t"), ("outer", "SELECT q + 1 AS r FROM inner")];
+    let planner = plan(&views, OnError::Fail).expect("plans");
+    let error = run(&planner, "outer", rows(&[(1, 0, "", 0)])).output.expect_err("fails").to_string();
+    assert!(error.starts_with("view `inner`: the expression `t.a / t.b AS q`"), "{error}");
+}
