@@ -60,8 +60,12 @@ impl Pipeline {
         let section = &self.config.pipeline;
         let threads = section.threads;
         let lane_threads = restoring.map_or(threads, |r| r.lane_threads);
-        let mut planner =
-            SqlPlanner::new(PlannerOptions { threads, vnodes: section.vnodes, batch_size: section.batch_size });
+        let mut planner = SqlPlanner::new(PlannerOptions {
+            threads,
+            vnodes: section.vnodes,
+            batch_size: section.batch_size,
+            windows_per_row_max: u64::from(section.windows_per_row_max),
+        });
         let mut sources = Vec::new();
         for (index, (source, configured)) in self.config.sources.iter().zip(&self.sources).enumerate() {
             let at =
@@ -92,9 +96,14 @@ impl Pipeline {
                 )
                 .with_fix("remove the [checkpoint] section, or read a regular file")));
             }
-            planner.add_source(index, factory.tables()).map_err(at)?;
+            planner.add_source(index, factory.tables(), source.on_error).map_err(at)?;
             sources.push(factory);
         }
+        planner.declare_views(self.config.views.iter().map(|view| sluice_sql::ViewDeclaration {
+            name: view.name.clone(),
+            sql: view.sql.value.clone(),
+            location: format!("line {}", view.position.line),
+        }));
         for view in &self.config.views {
             planner.add_view(&view.name, &view.sql.value).map_err(|e| {
                 let position = sql_position(&e.message, view.sql.position).unwrap_or(view.position);

@@ -170,7 +170,10 @@ pub fn run(
     for (driver, control) in drivers {
         let thread = driver.thread;
         controls.push(control);
-        let spawned = std::thread::Builder::new().name(format!("sluice-driver-{thread}")).spawn(move || driver.run());
+        let spawned = std::thread::Builder::new()
+            .name(format!("sluice-driver-{thread}"))
+            .stack_size(DRIVER_STACK_BYTES)
+            .spawn(move || driver.run());
         match spawned {
             Ok(handle) => handles.push(handle),
             Err(error) => {
@@ -241,6 +244,12 @@ pub fn run(
     let checkpoints = supervisor.coordinator.as_ref().map(|c| c.stats.clone());
     RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
 }
+
+/// The stack of each driver thread: evaluating an expression as deep as the SQL layer
+/// allows takes up to 2 MiB (measured in a debug build, see crates/sluice-sql/src/stack.rs,
+/// whose `EVALUATION_STACK_BYTES` this mirrors: the runtime does not depend on the SQL
+/// layer), a default thread's whole stack.
+pub(crate) const DRIVER_STACK_BYTES: usize = 8 << 20;
 
 /// Capacity of each driver's control channel. Enough because at most three messages can
 /// wait in it: one barrier (`Barrier` or `FinalBarrier`: the next is sent only after the

@@ -176,7 +176,7 @@ fn unknown_source_keys() {
     );
     let topic =
         format!("12:1: unknown key `topic` in [source.options] of [[source]] \"nx\"; {opt}\n  fix: remove `topic`");
-    let fopt = "known keys: path, header, delimiter, rate";
+    let fopt = "known keys: path, header, delimiter, rate, split_bytes";
     let hdr = format!(
         "15:1: unknown key `headers` in [source.options] of [[source]] \"f\"; {fopt}\n  fix: did you mean `header`?"
     );
