@@ -135,3 +135,63 @@ fn validate_and_explain_describe_a_good_pipeline() {
         assert!(graph.contains(needle), "explain lacks {needle:?}:\n{graph}");
     }
 }
+
+/// A view named `result` with `sql`, over the events file.
+fn with_view(sql: &str) -> Scratch {
+    let view = format!("[[view]]\nname = \"result\"\nsql = \"\"\"{sql}\"\"\"\n");
+    scratch_with(&pipeline("[source.options]\npath = \"events.jsonl\"", &view, "out.jsonl"))
+}
+
+#[test]
+fn a_view_with_thousands_of_terms_is_refused_not_a_crash() {
+    let deep = format!("SELECT {} AS total FROM events", vec!["v"; 5000].join(" + "));
+    let scratch = with_view(&deep);
+    for command in ["validate", "explain", "run"] {
+        let run = scratch.sluice(&[command, "pipeline.toml"]);
+        assert_fails_with(&run, &["view `result`", "deep", "500"]);
+    }
+    // A wide expression within the limit plans and runs.
+    let wide = format!("SELECT {} AS total FROM events", vec!["v"; 400].join(" + "));
+    let run = with_view(&wide).sluice(&["run", "pipeline.toml"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+}
+
+#[test]
+fn sql_that_is_not_supported_or_misordered_is_named() {
+    let windows = "TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '1' MONTH))";
+    for (sql, needles) in [
+        ("SELECT k, RANK() OVER (PARTITION BY k ORDER BY ts) AS r FROM events", vec!["OVER", "not supported"]),
+        ("SELECT k FROM events WHERE v IN (SELECT v FROM events)", vec!["subquer", "not supported"]),
+        (&*format!("SELECT COUNT(*) AS n FROM {windows} GROUP BY window_start, window_end"), vec!["MONTH", "DAY"]),
+        (
+            "SELECT COUNT(*) AS n FROM TABLE(HOP(TABLE events, DESCRIPTOR(ts), INTERVAL '1' MILLISECOND, INTERVAL '1' DAY)) GROUP BY window_start, window_end",
+            vec!["windows_per_row_max", "86400000"],
+        ),
+    ] {
+        assert_fails_with(&with_view(sql).sluice(&["validate", "pipeline.toml"]), &needles);
+    }
+    let views = "[[view]]\nname = \"result\"\nsql = \"SELECT k FROM later\"\n\n[[view]]\nname = \"later\"\nsql = \"SELECT k FROM events\"\n";
+    let scratch = scratch_with(&pipeline("[source.options]\npath = \"events.jsonl\"", views, "out.jsonl"));
+    assert_fails_with(&scratch.sluice(&["validate", "pipeline.toml"]), &["later", "below", "line 17"]);
+}
+
+#[test]
+fn a_division_by_zero_follows_on_error_naming_the_view_expression_and_row() {
+    let sql = "SELECT k, 10 / v AS q FROM events";
+    let view = format!("[[view]]\nname = \"result\"\nsql = \"{sql}\"\n");
+    let rows = "{\"k\":\"a\",\"v\":2,\"ts\":\"2026-01-01 00:00:01\"}\n{\"k\":\"zero\",\"v\":0,\"ts\":\"2026-01-01 00:00:02\"}\n{\"k\":\"b\",\"v\":5,\"ts\":\"2026-01-01 00:00:03\"}\n";
+    for (on_error, succeeds) in [("skip", true), ("fail", false)] {
+        let scratch = Scratch::new();
+        scratch.write("events.jsonl", rows);
+        let options = format!("on_error = \"{on_error}\"\n[source.options]\npath = \"events.jsonl\"");
+        scratch.write("pipeline.toml", &pipeline(&options, &view, "out.jsonl"));
+        let run = scratch.sluice(&["run", "pipeline.toml"]);
+        if succeeds {
+            assert!(run.status.success(), "{}", stderr(&run));
+            assert_eq!(scratch.read("out.jsonl").lines().count(), 2, "the failing row is skipped");
+            assert!(stderr(&run).contains("view result: rows failing an expression: 1"), "{}", stderr(&run));
+        } else {
+            assert_fails_with(&run, &["view `result`", "zero", "Divide by zero"]);
+        }
+    }
+}
