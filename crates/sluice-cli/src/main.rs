@@ -101,6 +101,8 @@ enum Command {
         #[command(subcommand)]
         command: checkpoints_cmd::CheckpointsCommand,
     },
+    /// The connectors a pipeline may name, with the options each takes.
+    Connectors,
     /// NEXMark: generate events, or run the benchmark queries.
     Nexmark {
         #[command(subcommand)]
@@ -124,6 +126,7 @@ fn main() -> ExitCode {
         Command::Validate { pipeline, threads } => validate(&engine, &pipeline, Overrides { threads }),
         Command::Explain { pipeline, threads } => explain(&engine, &pipeline, Overrides { threads }),
         Command::Checkpoints { command } => checkpoints_cmd::main(command),
+        Command::Connectors => connectors(&engine),
         Command::Nexmark { command } => nexmark::main(&engine, command, cli.quiet),
     };
     match result {
@@ -148,6 +151,28 @@ fn validate(engine: &Engine, path: &Path, overrides: Overrides) -> Result<ExitCo
 fn explain(engine: &Engine, path: &Path, overrides: Overrides) -> Result<ExitCode, EngineError> {
     let explanation = engine.load(path, overrides)?.explain()?;
     output::text(&explanation.to_string());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sluice connectors`: each connector's options, from the registry.
+fn connectors(engine: &Engine) -> Result<ExitCode, EngineError> {
+    let registry = engine.registry();
+    let mut text = String::new();
+    for (kind, list) in [("source", registry.source_options()), ("sink", registry.sink_options())] {
+        for (name, options) in list {
+            text.push_str(&format!("{kind} connector = \"{name}\"\n"));
+            if options.is_empty() {
+                text.push_str("  (no options)\n");
+            }
+            for option in options {
+                text.push_str(&format!(
+                    "  {:<18} {:<26} default {:<24} {}\n",
+                    option.key, option.kind, option.default, option.doc
+                ));
+            }
+        }
+    }
+    output::text(&text);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -168,6 +168,16 @@ impl Registry {
         self.sinks.iter().map(|c| c.name()).collect()
     }
 
+    /// Every source connector's name and option schema, in registration order.
+    pub fn source_options(&self) -> Vec<(&'static str, &'static [OptionDoc])> {
+        self.sources.iter().map(|c| (c.name(), c.options())).collect()
+    }
+
+    /// Every sink connector's name and option schema, in registration order.
+    pub fn sink_options(&self) -> Vec<(&'static str, &'static [OptionDoc])> {
+        self.sinks.iter().map(|c| (c.name(), c.options())).collect()
+    }
+
     fn find_source(&self, name: &str) -> Option<&dyn SourceConnector> {
         self.sources.iter().find(|c| c.name() == name).map(|c| c.as_ref())
     }
@@ -268,4 +278,38 @@ pub fn finish(reader: sluice_config::OptionsReader<'_>, mut errors: Vec<ConfigEr
     }
     errors.sort_by_key(|e| e.position);
     if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Registry;
+
+    /// Every connector's documented options are exactly the keys it accepts: an unknown
+    /// key's message lists them.
+    #[test]
+    fn the_option_schemas_are_the_keys_each_connector_accepts() {
+        let registry = Registry::builtin();
+        let sinks = registry.sink_options().into_iter().map(|(name, docs)| ("sink", name, docs));
+        for (kind, name, docs) in registry.source_options().into_iter().map(|(n, d)| ("source", n, d)).chain(sinks) {
+            let from = if kind == "sink" { "from = \"t\"\n" } else { "" };
+            let text = format!(
+                "[pipeline]\nname = \"p\"\n[[{kind}]]\nname = \"x\"\nconnector = \"{name}\"\n{from}[{kind}.options]\nzzz_unknown = 1\n"
+            );
+            let (config, _) = sluice_config::parse_partial(&text, "p.toml");
+            let config = config.expect("the item parses");
+            let errors = match kind {
+                "source" => registry.configure_source(&config.sources[0]).err(),
+                _ => registry.configure_sink(&config.sinks[0]).err(),
+            }
+            .expect("an unknown key is refused");
+            let message = errors.iter().map(|e| e.to_string()).find(|m| m.contains("zzz_unknown")).expect("named");
+            let keys: Vec<&str> = docs.iter().map(|doc| doc.key).collect();
+            let expected = if keys.is_empty() {
+                "this connector takes no options".to_string()
+            } else {
+                format!("known keys: {}", keys.join(", "))
+            };
+            assert!(message.contains(&expected), "{kind} {name}: {message}");
+        }
+    }
 }
