@@ -11,7 +11,7 @@ use sluice_config::{ConfigError, PipelineConfig, Position};
 use sluice_connectors::{ConfiguredSink, ConfiguredSource, Registry};
 use sluice_types::SluiceError;
 
-use crate::error::{EngineError, Problem};
+use crate::error::EngineError;
 
 /// The largest pipeline file read (a pipeline is a page of TOML, not a data file).
 pub const PIPELINE_BYTES_MAX: u64 = 16 << 20;
@@ -236,10 +236,4 @@ fn dedupe_by_position(problems: Vec<ConfigError>) -> Vec<ConfigError> {
         }
     }
     kept
-}
-
-impl From<Problem> for EngineError {
-    fn from(problem: Problem) -> EngineError {
-        EngineError { problems: vec![problem] }
-    }
 }
