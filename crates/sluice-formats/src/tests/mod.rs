@@ -7,6 +7,7 @@
 mod chunker;
 mod decode;
 mod encode;
+mod exact;
 mod props;
 
 use std::sync::Arc;
