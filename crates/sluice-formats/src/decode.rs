@@ -15,7 +15,7 @@ use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
 use crate::csv_audit::CsvAudit;
-use crate::header::{UTF8_BOM, check_csv_header};
+use crate::header::{UTF8_BOM, check_csv_first_row, check_csv_header};
 use crate::json_numbers::NumberAudit;
 use crate::{diagnose, records, temporal};
 
@@ -166,7 +166,9 @@ impl Decoder {
     /// its row bad.
     /// The header record of a CSV file (`first_line == 1` with a header) is checked
     /// against the schema ([`check_csv_header`]: a mismatch fails the decode) and
-    /// skipped.
+    /// skipped. Without a header, a first record that is exactly the column names
+    /// fails the decode ([`check_csv_first_row`]): the file has a header the options
+    /// do not declare.
     pub fn decode(
         &mut self,
         chunk: &[u8],
@@ -184,6 +186,11 @@ impl Decoder {
                 let (length, line_breaks) = records::first_record(chunk, self.options.format);
                 check_csv_header(&chunk[..length], &self.options.schema, delimiter)?;
                 (&chunk[length..], 1 + line_breaks)
+            }
+            RowFormat::Csv { header: false, delimiter } if first_line == 1 && !chunk.is_empty() => {
+                let (length, _) = records::first_record(chunk, self.options.format);
+                check_csv_first_row(&chunk[..length], &self.options.schema, delimiter)?;
+                (chunk, first_line)
             }
             _ => (chunk, first_line),
         };

@@ -40,7 +40,10 @@
 //!   is skipped.
 //!
 //! A CSV file with a header has its header record checked against the schema
-//! ([`check_csv_header`]): the names must be the schema's, in order.
+//! ([`check_csv_header`]): the names must be the schema's, in order. A CSV file read
+//! without a header (the default, as in Flink) whose first record is exactly the
+//! schema's names has a header the options do not declare: the decode fails with
+//! `source.csv_header` ([`check_csv_first_row`]) rather than reading it as a row.
 //!
 //! JSON rows may carry extra keys (ignored) and omit nullable columns (NULL). As in
 //! Flink, a JSON string holding a number is accepted for a numeric column (`"42"` for
@@ -93,7 +96,7 @@ pub use chunker::{DEFAULT_CHUNK_BYTES, LineChunker};
 pub use csv_records::CsvRecordFinder;
 pub use decode::{BadRow, Decoder, DecoderOptions, MAX_BAD_ROW_CHARS, RowFormat, count_line_breaks};
 pub use encode::{Encoder, OP_COLUMN, OP_DELETE, OP_INSERT, OutputFormat, TIMESTAMP_FORMAT};
-pub use header::{UTF8_BOM, check_csv_header};
+pub use header::{UTF8_BOM, check_csv_first_row, check_csv_header};
 
 #[cfg(test)]
 mod tests;
