@@ -89,6 +89,8 @@ pub mod encode;
 mod exact;
 mod header;
 mod json_numbers;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod properties;
 mod records;
 mod temporal;
 
