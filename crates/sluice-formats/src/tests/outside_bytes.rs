@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use crate::properties::{check_chunker, check_csv_records, check_decoder};
-use crate::RowFormat;
+use crate::{RowFormat, UTF8_BOM};
 
 const CSV_TOKENS: &[&[u8]] = &[
     b",",
@@ -198,4 +198,13 @@ proptest! {
     ) {
         check_decoder(RowFormat::Json, &bytes, capacity, batch_size);
     }
+}
+
+#[test]
+fn a_byte_order_mark_before_a_quoted_first_field_regression() {
+    // The decoder skips the mark; the chunker must read the quote after it as the start
+    // of a quoted field too, or it cuts the record at its quoted line break.
+    let input = [UTF8_BOM, b"\"a\nb\",,,\n2,x,,\n"].concat();
+    check_chunker(csv(b',', false), &input, 8, 3);
+    check_decoder(csv(b',', false), &input, 64, 4);
 }
