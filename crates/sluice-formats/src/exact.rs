@@ -83,6 +83,16 @@ fn exact(text: &[u8]) -> Option<Exact<'_>> {
     Some(Exact { negative, digits, exponent })
 }
 
+/// Whether the numbers `a` and `b` (as [`exact`] reads them) are equal: `-0.0` is `0`.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn same_number(a: &[u8], b: &[u8]) -> bool {
+    match (exact(a), exact(b)) {
+        (Some(a), Some(b)) if a.digits.is_empty() => b.digits.is_empty(),
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
 /// An exponent's digits with an optional sign, saturating far beyond any real range.
 fn parse_exponent(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text.first()? {
@@ -259,6 +269,8 @@ mod tests {
             ("-1.239", Misfit::DecimalPlaces(2)),
             ("-123456789.50", Misfit::WholeDigits(8)),
             ("e5", Misfit::NotANumber),
+            ("+.", Misfit::NotANumber),
+            ("-.", Misfit::NotANumber),
             ("", Misfit::NotANumber),
             ("1.5e", Misfit::NotANumber),
         ] {

@@ -10,8 +10,9 @@
 //!   the records longer than its buffer, each as one bad row.
 //! - [`check_decoder`]: the [`Decoder`] never fails and never panics on any bytes
 //!   (short of a CSV header it must refuse); every non-blank record is one good row or
-//!   one bad row, in line order, in batches of exactly the schema; and it gives the
-//!   same rows and bad rows whole as through a chunker whose buffer holds every record.
+//!   one bad row, in line order, in batches of exactly the schema; a good CSV row holds
+//!   its decimal and its timestamp exactly as written; and the decoder gives the same
+//!   rows and bad rows whole as through a chunker whose buffer holds every record.
 //!
 //! Compiled for the crate's tests and with the `fuzzing` feature.
 
@@ -19,10 +20,13 @@ use std::io::Read;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::array::{Array, AsArray};
+use arrow::compute::kernels::cast_utils::string_to_datetime;
+use arrow::datatypes::{DataType, Decimal128Type, Field, Schema, SchemaRef, TimeUnit, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
 
 use crate::csv_records::{CsvRecordFinder, csv_record_ranges};
+use crate::exact::{fraction_misfit, same_number};
 use crate::header::UTF8_BOM;
 use crate::records::is_blank;
 use crate::{BadRow, Decoder, DecoderOptions, LineChunker, RowFormat};
@@ -208,12 +212,102 @@ pub fn check_decoder(format: RowFormat, bytes: &[u8], capacity: usize, batch_siz
         assert!(lines.windows(2).all(|pair| pair[0] < pair[1]), "{how}: bad rows in line order: {lines:?}");
     }
     assert_eq!(rows(&whole.0) + whole.1.len(), records(&|_| true), "whole: a row or a bad row per record");
+    if let RowFormat::Csv { delimiter, .. } = format {
+        check_exact_values(&good_records(&input, &ranges, header, &whole.1), delimiter, &concat(&whole.0));
+    }
     let fits = |range: &Range<usize>| range.len() <= capacity;
     assert_eq!(rows(&chunked.0) + chunked.1.len(), records(&fits), "chunked: over-long records are bad rows");
     if ranges.iter().all(fits) {
         assert_eq!(concat(&whole.0), concat(&chunked.0), "the same rows whole and in chunks");
         assert_eq!(whole.1, chunked.1, "the same bad rows whole and in chunks");
     }
+}
+
+/// The records of `input` decoded into rows (neither blank, nor the header, nor bad), in
+/// order, without a leading byte order mark.
+fn good_records<'a>(input: &'a [u8], ranges: &[Range<usize>], header: bool, bad: &[BadRow]) -> Vec<&'a [u8]> {
+    let line_of = |offset: usize| 1 + crate::count_line_breaks(&input[..offset]) as u64;
+    (ranges.iter().enumerate())
+        .filter(|(index, range)| (!header || *index > 0) && !blank(input, *index, range))
+        .filter(|(_, range)| !bad.iter().any(|row| row.line == line_of(range.start)))
+        .map(|(index, range)| {
+            let bytes = &input[range.clone()];
+            if index == 0 { bytes.strip_prefix(UTF8_BOM).unwrap_or(bytes) } else { bytes }
+        })
+        .collect()
+}
+
+/// Each of the good CSV `records` is a row of `batch` holding its decimal and its
+/// timestamp exactly as written: never rounded or truncated.
+fn check_exact_values(records: &[&[u8]], delimiter: u8, batch: &RecordBatch) {
+    assert_eq!(batch.num_rows(), records.len(), "a row per good record");
+    if records.is_empty() {
+        return;
+    }
+    let mut text = Vec::new();
+    for record in records {
+        text.extend_from_slice(record);
+        if !record.ends_with(b"\n") {
+            text.push(b'\n');
+        }
+    }
+    let texts = csv_texts(&text, delimiter, records.len());
+    let (written_times, written_decimals) = (texts.column(2).as_string::<i32>(), texts.column(3).as_string::<i32>());
+    let times = batch.column(2).as_primitive::<TimestampMillisecondType>();
+    let decimals = batch.column(3).as_primitive::<Decimal128Type>();
+    for row in 0..batch.num_rows() {
+        assert_eq!(
+            written_decimals.is_null(row),
+            decimals.is_null(row),
+            "row {row}: a NULL decimal from an empty field"
+        );
+        if written_decimals.is_valid(row) {
+            let (written, read) = (written_decimals.value(row), decimals.value_as_string(row));
+            assert!(same_number(written.as_bytes(), read.as_bytes()), "{written:?} was read as {read}");
+        }
+        assert_eq!(written_times.is_null(row), times.is_null(row), "row {row}: a NULL timestamp from an empty field");
+        if written_times.is_valid(row) {
+            let written = written_times.value(row);
+            let parsed = string_to_datetime(&utc(), written).unwrap_or_else(|error| panic!("{written:?}: {error}"));
+            let nanos = i128::from(parsed.timestamp()) * 1_000_000_000 + i128::from(parsed.timestamp_subsec_nanos());
+            let read = i128::from(times.value(row)) * 1_000_000;
+            let exact = read == nanos && fraction_misfit(written.as_bytes(), 9).is_none();
+            assert!(exact, "{written:?} was read as {read} ns since the epoch");
+        }
+    }
+}
+
+/// The UTC time zone of Arrow's parser.
+fn utc() -> arrow::array::timezone::Tz {
+    "+00:00".parse().unwrap_or_else(|error| panic!("the UTC offset: {error}"))
+}
+
+/// The fields of `rows` CSV records as text, read by Arrow's CSV decoder.
+fn csv_texts(text: &[u8], delimiter: u8, rows: usize) -> RecordBatch {
+    let fields: Vec<Field> =
+        schema().fields().iter().map(|field| Field::new(field.name(), DataType::Utf8, true)).collect();
+    let text_schema = Arc::new(Schema::new(fields));
+    let mut decoder = arrow::csv::ReaderBuilder::new(text_schema.clone())
+        .with_header(false)
+        .with_delimiter(delimiter)
+        .with_batch_size(rows)
+        .build_decoder();
+    let mut batches = Vec::new();
+    let mut rest = text;
+    // Arrow's decoder stops when a batch is full, before a blank record after it.
+    while !rest.is_empty() || batches.is_empty() {
+        let read = decoder.decode(rest).unwrap_or_else(|error| panic!("good records as text: {error}"));
+        rest = &rest[read..];
+        match decoder.flush() {
+            Ok(Some(batch)) => batches.push(batch),
+            Ok(None) => assert!(read > 0, "the good records are read whole"),
+            Err(error) => panic!("good records as text: {error}"),
+        }
+    }
+    let batch =
+        arrow::compute::concat_batches(&text_schema, &batches).unwrap_or_else(|error| panic!("concat: {error}"));
+    assert_eq!(batch.num_rows(), rows, "the good records as text");
+    batch
 }
 
 fn rows(batches: &[RecordBatch]) -> usize {

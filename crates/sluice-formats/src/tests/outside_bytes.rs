@@ -108,7 +108,7 @@ const CSV_TIMESTAMPS: &[&str] = &[
     "yesterday",
     "2026-01-01",
 ];
-const CSV_DECIMALS: &[&str] = &["", "1.5", "1.239", "1.230", "e5", "123456789", "-0.001", "1e2", "\"2.50\""];
+const CSV_DECIMALS: &[&str] = &["", "1.5", "1.239", "1.230", "e5", "+.", "123456789", "-0.001", "1e2", "\"2.50\""];
 
 /// A CSV record of mostly four fields, each good or bad for its column.
 fn csv_record() -> BoxedStrategy<String> {
@@ -139,7 +139,8 @@ const JSON_TIMESTAMPS: &[&str] = &[
     "1e300",
     "null",
 ];
-const JSON_DECIMALS: &[&str] = &["1.5", "1.239", "\"1.239\"", "\"e5\"", "123456789", "1.230", "null", "\"1\\u002e5\""];
+const JSON_DECIMALS: &[&str] =
+    &["1.5", "1.239", "\"1.239\"", "\"e5\"", "\"-.\"", "123456789", "1.230", "null", "\"1\\u002e5\""];
 
 /// A JSON line: an object with some of the columns, good or bad, and other keys.
 fn json_record() -> BoxedStrategy<String> {
