@@ -10,11 +10,16 @@
 //!
 //! Line numbers count every line break of the input, inside quotes or not, so they are
 //! the file's line numbers.
+//!
+//! The decoder skips a UTF-8 byte order mark at the start of line 1, so a CSV chunker
+//! reads the input's first record from after such a mark: a quote right after it opens
+//! a quoted field, whose line breaks do not end the record.
 
 use std::io::{self, Read};
 
 use crate::csv_records::CsvRecordFinder;
 use crate::decode::{BadRow, RowFormat, count_line_breaks, row_text};
+use crate::header::UTF8_BOM;
 
 /// The default buffer size: 4 MiB.
 pub const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
@@ -50,6 +55,9 @@ pub struct LineChunker<R: Read> {
     last_end: Option<usize>,
     /// The number of the line starting at `buf[start]`.
     line: u64,
+    /// CSV: whether a byte order mark at the start of the input is still to be looked
+    /// for (see the module doc).
+    mark_pending: bool,
     bytes_read: u64,
     eof: bool,
     bad: Vec<BadRow>,
@@ -85,6 +93,7 @@ impl<R: Read> LineChunker<R> {
             scanned: 0,
             last_end: None,
             line: 1,
+            mark_pending: false,
             bytes_read: 0,
             eof: false,
             bad: Vec::new(),
@@ -98,6 +107,7 @@ impl<R: Read> LineChunker<R> {
         let mut chunker = Self::with_capacity(reader, capacity);
         if let RowFormat::Csv { delimiter, .. } = format {
             chunker.cuts = Cuts::CsvRecords(CsvRecordFinder::new(delimiter));
+            chunker.mark_pending = true;
         }
         chunker
     }
@@ -182,6 +192,9 @@ impl<R: Read> LineChunker<R> {
 
     /// Searches `buf[scanned..end]` for record ends, updating `last_end`.
     fn scan(&mut self) {
+        if self.mark_pending && !self.skip_byte_order_mark() {
+            return;
+        }
         let bytes = &self.buf[self.scanned..self.end];
         match &mut self.cuts {
             Cuts::Lines => {
@@ -205,6 +218,24 @@ impl<R: Read> LineChunker<R> {
             }
         }
         self.scanned = self.end;
+    }
+
+    /// CSV, before the first scan: feeds a byte order mark at the start of the input to
+    /// the finder as one (see the module doc). Returns `false` while the buffer holds
+    /// a part of one and may hold more.
+    fn skip_byte_order_mark(&mut self) -> bool {
+        debug_assert!(self.scanned == 0 && self.start == 0, "the buffer starts at the start of the input");
+        let head = &self.buf[..self.end];
+        let may_grow = !self.eof && self.end < self.buf.len();
+        if head.len() < UTF8_BOM.len() && UTF8_BOM.starts_with(head) && may_grow {
+            return false;
+        }
+        self.mark_pending = false;
+        if let (true, Cuts::CsvRecords(finder)) = (head.starts_with(UTF8_BOM), &mut self.cuts) {
+            finder.skip_byte_order_mark();
+            self.scanned = UTF8_BOM.len();
+        }
+        true
     }
 
     /// Feeds `bytes`, which follow all bytes scanned so far, up to the first record end;

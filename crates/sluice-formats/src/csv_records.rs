@@ -49,6 +49,13 @@ impl CsvRecordFinder {
         CsvRecordFinder { delimiter, quoting: Quoting::Outside, offset: 0, previous: b'\n' }
     }
 
+    /// Feeds a UTF-8 byte order mark at the start of a file. The decoder skips it, so it
+    /// is no part of a field: a quote right after it opens a quoted field.
+    pub(crate) fn skip_byte_order_mark(&mut self) {
+        debug_assert_eq!(self.offset, 0, "a byte order mark is skipped only at the start of a file");
+        self.offset += crate::UTF8_BOM.len() as u64;
+    }
+
     /// The bytes fed so far.
     pub fn offset(&self) -> u64 {
         self.offset

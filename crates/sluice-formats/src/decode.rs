@@ -14,7 +14,8 @@ use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
-use crate::header::{UTF8_BOM, check_csv_header};
+use crate::csv_audit::CsvAudit;
+use crate::header::{UTF8_BOM, check_csv_first_row, check_csv_header};
 use crate::json_numbers::NumberAudit;
 use crate::{diagnose, records, temporal};
 
@@ -85,8 +86,8 @@ pub(crate) fn trim_line_break(bytes: &[u8]) -> &[u8] {
 /// decoder that failed, or stopped inside a quoted field, is never reused.
 pub struct Decoder {
     options: DecoderOptions,
-    /// JSON: checks the numbers of columns Arrow would round (see [`crate::json_numbers`]).
-    audit: Option<NumberAudit>,
+    /// Checks the values of the columns Arrow would read changed.
+    audit: Option<ValueAudit>,
     /// The timestamp columns, whose values must lie in the years 0000-9999.
     timestamp_columns: Vec<usize>,
     /// JSON: the columns whose i64::MIN or i64::MAX calls for the exact audit.
@@ -127,19 +128,19 @@ impl Decoder {
             SluiceError::user("format.unsupported_type", format!("cannot decode the schema: {error}"))
         })?;
         let audit = match options.format {
-            RowFormat::Json => NumberAudit::new(&options.schema),
-            RowFormat::Csv { .. } => None,
+            RowFormat::Json => NumberAudit::new(&options.schema).map(ValueAudit::Json),
+            RowFormat::Csv { delimiter, .. } => CsvAudit::new(&options.schema, delimiter).map(ValueAudit::Csv),
         };
         let timestamp_columns = (options.schema.fields().iter().enumerate())
             .filter(|(_, field)| matches!(field.data_type(), DataType::Timestamp(_, _)))
             .map(|(index, _)| index)
             .collect();
-        let extreme_columns = match audit {
-            Some(_) => (options.schema.fields().iter().enumerate())
+        let extreme_columns = match &audit {
+            Some(ValueAudit::Json(_)) => (options.schema.fields().iter().enumerate())
                 .filter(|(_, field)| NumberAudit::checks_extremes(field.data_type()))
                 .map(|(index, _)| index)
                 .collect(),
-            None => Vec::new(),
+            Some(ValueAudit::Csv(_)) | None => Vec::new(),
         };
         Ok(Decoder { options, audit, timestamp_columns, extreme_columns, slow_chunks: 0 })
     }
@@ -165,7 +166,9 @@ impl Decoder {
     /// its row bad.
     /// The header record of a CSV file (`first_line == 1` with a header) is checked
     /// against the schema ([`check_csv_header`]: a mismatch fails the decode) and
-    /// skipped.
+    /// skipped. Without a header, a first record that is exactly the column names
+    /// fails the decode ([`check_csv_first_row`]): the file has a header the options
+    /// do not declare.
     pub fn decode(
         &mut self,
         chunk: &[u8],
@@ -183,6 +186,11 @@ impl Decoder {
                 let (length, line_breaks) = records::first_record(chunk, self.options.format);
                 check_csv_header(&chunk[..length], &self.options.schema, delimiter)?;
                 (&chunk[length..], 1 + line_breaks)
+            }
+            RowFormat::Csv { header: false, delimiter } if first_line == 1 && !chunk.is_empty() => {
+                let (length, _) = records::first_record(chunk, self.options.format);
+                check_csv_first_row(&chunk[..length], &self.options.schema, delimiter)?;
+                (chunk, first_line)
             }
             _ => (chunk, first_line),
         };
@@ -285,8 +293,9 @@ impl Decoder {
 
     /// Decodes `bytes` (whole records) into batches of at most `batch_size` rows appended
     /// to `out`; returns the number of rows. Fails on what Arrow rejects, and on what it
-    /// would accept changed: a JSON number that does not fit its column, a timestamp
-    /// outside the years 0000-9999. On error, some batches may have been appended.
+    /// would accept changed: a value that does not fit its column exactly (see
+    /// [`ValueAudit`]), a timestamp outside the years 0000-9999. On error, some batches
+    /// may have been appended.
     fn run(&self, bytes: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Result<usize, String> {
         if memchr::memmem::find(bytes, UTF8_BOM).is_some() {
             return Err(diagnose::BOM_REASON.to_string());
@@ -301,7 +310,7 @@ impl Decoder {
             .and_then(|mut decoder| decoder.decode_all(bytes, out))
             .map_err(|error| error.to_string())?;
         let batches = &out[start..];
-        if let Some(audit) = audit
+        if let Some(ValueAudit::Json(audit)) = audit
             && batches.iter().any(|batch| self.holds_extreme(batch))
             && let Some(reason) = audit.first_misfit(bytes)
         {
@@ -322,6 +331,32 @@ impl Decoder {
     /// which Arrow's JSON decoder also produces by rounding or saturating.
     fn holds_extreme(&self, batch: &RecordBatch) -> bool {
         self.extreme_columns.iter().any(|index| temporal::holds_i64_extreme(batch.column(*index)))
+    }
+}
+
+/// The check of the values Arrow would read changed, per format: JSON numbers and
+/// timestamp strings ([`crate::json_numbers`]), CSV decimal and timestamp fields
+/// ([`crate::csv_audit`]).
+enum ValueAudit {
+    Json(NumberAudit),
+    Csv(CsvAudit),
+}
+
+impl ValueAudit {
+    /// The quick, complete test: `false` when no value of `bytes` can be misread.
+    fn may_misfit(&self, bytes: &[u8]) -> bool {
+        match self {
+            ValueAudit::Json(audit) => audit.may_misfit(bytes),
+            ValueAudit::Csv(audit) => audit.may_misfit(bytes),
+        }
+    }
+
+    /// The reason of a value of `bytes` that does not fit its column, if any.
+    fn first_misfit(&self, bytes: &[u8]) -> Option<String> {
+        match self {
+            ValueAudit::Json(audit) => audit.first_misfit(bytes),
+            ValueAudit::Csv(audit) => audit.first_misfit(bytes),
+        }
     }
 }
 

@@ -13,8 +13,9 @@ use arrow::record_batch::RecordBatch;
 use serde_json::Value;
 
 use crate::decode::{DecoderOptions, RowFormat, trim_line_break};
+use crate::exact::{Misfit, text_misfit};
 use crate::header::UTF8_BOM;
-use crate::json_numbers::{Misfit, NumberAudit};
+use crate::json_numbers::NumberAudit;
 use crate::temporal;
 
 /// A value quoted in a reason is cut to this many characters.
@@ -107,6 +108,13 @@ fn type_mismatch(field: &FieldRef, found: &str) -> String {
     format!("column `{}`: expected {}, found {}", field.name(), sql_type(field.data_type()), found)
 }
 
+/// The reason of a value `found` (as written in the row) of column `name` that does
+/// not fit its type exactly, e.g. ``column `d`: expected DECIMAL(10, 2), found 1.239
+/// (more than 2 decimal places)``.
+pub(crate) fn misfit_reason(name: &str, data_type: &DataType, found: &str, misfit: Misfit) -> String {
+    format!("column `{name}`: expected {}, found {} ({})", sql_type(data_type), cut(found), misfit.describe())
+}
+
 /// How one value fails its column: it does not parse, or it parses to a value outside
 /// the column's range.
 enum ValueFailure {
@@ -164,6 +172,9 @@ fn csv_reason(schema: &SchemaRef, delimiter: u8, line: &[u8]) -> Option<String> 
                 return Some(format!("missing required column `{}` (empty field)", field.name()));
             }
             continue;
+        }
+        if let Some(misfit) = text_misfit(field.data_type(), value.as_bytes()) {
+            return Some(misfit_reason(field.name(), field.data_type(), &format!("{value:?}"), misfit));
         }
         if let Err(failure) = csv_column_fits(schema, delimiter, index, line) {
             return Some(failure.reason(field, &cut(&format!("{value:?}"))));

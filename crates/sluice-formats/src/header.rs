@@ -6,6 +6,11 @@
 //! surrounding whitespace and CSV quotes; the header must have as many names as the
 //! schema has columns. A mismatch is the user error `source.csv_header`, naming the
 //! first column that differs (its position, the expected and the found name).
+//!
+//! The other way round, a file read without a header (`header = false`, the default)
+//! whose first record is exactly the column names (compared the same way) has a header
+//! the options do not declare: read as data, it would be a bad row, or with VARCHAR
+//! columns a silent data row. [`check_csv_first_row`] refuses it with the same code.
 
 use arrow::datatypes::Schema;
 use sluice_types::SluiceError;
@@ -20,6 +25,9 @@ const MAX_NAME_CHARS: usize = 60;
 
 /// The fix of every header mismatch.
 const HEADER_FIX: &str = "rename the column in `schema`, or set header = false if the file has no header line";
+
+/// The fix of a header read as data.
+const FORGOTTEN_HEADER_FIX: &str = "set header = true; if that line really is data, rename a column in `schema`";
 
 /// Checks the header record of a CSV file (its first record, with or without its line
 /// break and a byte order mark) against `schema`. Callers add the file with
@@ -64,6 +72,26 @@ pub fn check_csv_header(header: &[u8], schema: &Schema, delimiter: u8) -> Result
         )));
     }
     Ok(())
+}
+
+/// Checks the first record of a CSV file read without a header (with or without its
+/// line break and a byte order mark): it must not be exactly the column names of
+/// `schema`, as [`check_csv_header`] compares them. Callers add the file with
+/// [`SluiceError::context`].
+pub fn check_csv_first_row(record: &[u8], schema: &Schema, delimiter: u8) -> Result<(), SluiceError> {
+    if check_csv_header(record, schema, delimiter).is_err() {
+        return Ok(());
+    }
+    let names: Vec<&str> = schema.fields().iter().map(|field| field.name().as_str()).collect();
+    let names = names.join(&char::from(delimiter).to_string());
+    Err(SluiceError::user(
+        "source.csv_header",
+        format!(
+            "line 1 is a header, the column names of the schema ({}), but header = false reads it as a data row",
+            quoted(&names)
+        ),
+    )
+    .with_fix(FORGOTTEN_HEADER_FIX))
 }
 
 fn mismatch(message: String) -> SluiceError {
@@ -173,6 +201,24 @@ mod tests {
             Err(r#"line 1 names column 1 "", the schema names it "id" (a header of 1 names, a schema of 3 columns)"#
                 .into())
         );
+    }
+
+    #[test]
+    fn a_header_read_as_data_is_refused() {
+        let refused = |record: &str| check_csv_first_row(record.as_bytes(), &schema(), b',').err();
+        let error = refused("id,full name,ts\n").expect("the names");
+        assert_eq!(error.code, "source.csv_header");
+        assert_eq!(error.domain, sluice_types::Domain::User);
+        assert_eq!(error.fix.as_deref(), Some(FORGOTTEN_HEADER_FIX));
+        assert_eq!(
+            error.message,
+            r#"line 1 is a header, the column names of the schema ("id,full name,ts"), but header = false reads it as a data row"#
+        );
+        assert!(refused("\u{feff} \"id\",full name , ts\r\n").is_some());
+        for data in ["1,full name,ts\n", "id,full name\n", "id,full name,ts,x\n", ""] {
+            assert!(refused(data).is_none(), "{data:?}");
+        }
+        assert!(check_csv_first_row(b"\xff,full name,ts\n", &schema(), b',').is_ok());
     }
 
     #[test]

@@ -6,13 +6,17 @@
 //! in a TINYINT, `-9223372036854775809` becomes the smallest BIGINT; `1767225600123.5`
 //! becomes a whole millisecond in a TIMESTAMP(3) and `1e300` the largest timestamp; a
 //! DECIMAL(10, 2) keeps two of the decimals of `1.234`. It also reads a numeric string
-//! (`"5.5"`) the same way for an integer or decimal column.
+//! (`"5.5"`) the same way for an integer or decimal column, and keeps the digits of its
+//! unit from the fraction of a timestamp string (`"2026-01-01 00:00:00.1239"` is
+//! `.123` in a TIMESTAMP(3)).
 //!
 //! So a [`NumberAudit`] checks the values of the columns at risk (integers, decimals,
 //! timestamps) from their text, exactly ([`NumberAudit::first_misfit`]): an integer
 //! column takes an integral value in its type's range (`42.0` and `4.2e1` are 42), a
-//! decimal column at most its scale of decimal places, a timestamp column an integral
-//! value of its unit within the years 0000-9999 (see [`crate::temporal`]). The first
+//! decimal column at most its scale of decimal places and its precision of digits, a
+//! timestamp column an integral number of its unit within the years 0000-9999 (see
+//! [`crate::temporal`]) or text with no finer fraction than its unit (see
+//! [`crate::exact`], which reads every value's text). The first
 //! value that does not fit sends the chunk to the decoder's record-by-record path, where
 //! the audit of each record names it. The scan lexes the chunk (strings are skipped
 //! eight bytes at a time) and looks at top-level keys only, which is where the decoder
@@ -34,16 +38,24 @@
 //!   smallest or largest i64; so a decoded BIGINT or timestamp of exactly i64::MIN or
 //!   i64::MAX also runs the exact scan ([`NumberAudit::checks_extremes`]).
 //!
+//! A timestamp string can only be cut when its fraction has more digits than the
+//! column's unit holds, so a chunk with a timestamp column also runs the exact scan
+//! when some `.` in it is followed by more digits than that (`exact::has_long_fraction`;
+//! a chunk whose timestamps have three digits, and no other long fraction, passes).
+//!
 //! A decimal column parses strings and numbers alike, cutting extra decimal places, so
 //! a schema with a decimal column always runs the exact scan.
 //!
 //! Cost, counted with cachegrind on the decode bench's 200,000 NEXMark bids as JSON
 //! (`benches/decode.rs`): 6,950 instructions per row decoded against 5,810 before the
-//! audit (+20%), most of it the quick test; the exact scan alone would add 2,250.
+//! audit (+20%), most of it the quick test; the exact scan alone would add 2,250. (Counted
+//! before the test for long timestamp fractions, one more memchr pass for `.`, was
+//! added.)
 
 use arrow::datatypes::{DataType, Schema};
 
-use crate::diagnose::sql_type;
+use crate::diagnose::misfit_reason;
+use crate::exact::{Misfit, decimal_misfit, fraction_digits, fraction_misfit, has_long_fraction, integer_misfit};
 use crate::temporal::timestamp_bounds;
 
 /// What a column at risk accepts.
@@ -51,10 +63,12 @@ use crate::temporal::timestamp_bounds;
 enum Fit {
     /// An integral value in `[min, max]`; also read from a numeric string.
     Integer { min: i128, max: i128 },
-    /// At most `scale` decimal places; also read from a numeric string.
-    Decimal { scale: i8 },
-    /// An integral number in `[min, max]` (units since the epoch); strings are dates.
-    Timestamp { min: i64, max: i64 },
+    /// At most `scale` decimal places and `precision` digits; also read from a numeric
+    /// string.
+    Decimal { precision: u8, scale: i8 },
+    /// An integral number in `[min, max]` (units since the epoch), or a string whose
+    /// fraction of seconds has at most `digits` digits (beyond trailing zeros).
+    Timestamp { min: i64, max: i64, digits: u8 },
 }
 
 #[derive(Debug)]
@@ -62,7 +76,7 @@ struct AuditedColumn {
     name: String,
     /// The first eight bytes of the name as a little-endian word (zero-padded).
     name_word: u64,
-    sql_type: String,
+    data_type: DataType,
     fit: Fit,
 }
 
@@ -72,6 +86,8 @@ pub(crate) struct NumberAudit {
     columns: Vec<AuditedColumn>,
     /// A decimal column is at risk from any value: the quick test does not apply.
     has_decimal: bool,
+    /// The fewest digits of fractional seconds a timestamp column holds, if any.
+    fraction_digits: Option<u8>,
     /// Bit `n` is set when a column's name is `n` bytes long (`n < 64`), or bit 63 for
     /// longer names: most keys are rejected by their length alone.
     name_lengths: u64,
@@ -87,18 +103,26 @@ impl NumberAudit {
                 let fit = fit_of(field.data_type())?;
                 let name = field.name().clone();
                 let name_word = word_of(name.as_bytes());
-                Some(AuditedColumn { name, name_word, sql_type: sql_type(field.data_type()), fit })
+                Some(AuditedColumn { name, name_word, data_type: field.data_type().clone(), fit })
             })
             .collect();
         let name_lengths = columns.iter().fold(0u64, |mask, column| mask | length_bit(column.name.len()));
         let has_decimal = columns.iter().any(|column| matches!(column.fit, Fit::Decimal { .. }));
-        (!columns.is_empty()).then_some(NumberAudit { columns, has_decimal, name_lengths })
+        let fraction_digits = (columns.iter())
+            .filter_map(|column| match column.fit {
+                Fit::Timestamp { digits, .. } => Some(digits),
+                _ => None,
+            })
+            .min();
+        (!columns.is_empty()).then_some(NumberAudit { columns, has_decimal, fraction_digits, name_lengths })
     }
 
     /// The quick, complete test: `false` when no value of `bytes` can be changed by
     /// Arrow's decoder, short of a decoded extreme (see the module doc).
     pub(crate) fn may_misfit(&self, bytes: &[u8]) -> bool {
-        self.has_decimal || has_fractional_value(bytes)
+        self.has_decimal
+            || has_fractional_value(bytes)
+            || self.fraction_digits.is_some_and(|digits| has_long_fraction(bytes, digits))
     }
 
     /// Whether a decoded value of `data_type` equal to i64::MIN or i64::MAX may have
@@ -123,7 +147,7 @@ impl NumberAudit {
                         expect_key = false;
                         pending = self.column(content, word_at(bytes, at + 1, content.len()), has_escape);
                     } else if let Some(column) = pending.take()
-                        && let Some(reason) = column.check_string(content)
+                        && let Some(reason) = column.check_string(content, has_escape)
                     {
                         return Some(reason);
                     }
@@ -165,11 +189,7 @@ impl NumberAudit {
     /// `key_word` and which holds escapes when `has_escape`.
     fn column(&self, key: &[u8], key_word: u64, has_escape: bool) -> Option<&AuditedColumn> {
         if has_escape {
-            let mut quoted = Vec::with_capacity(key.len() + 2);
-            quoted.push(b'"');
-            quoted.extend_from_slice(key);
-            quoted.push(b'"');
-            let key: String = serde_json::from_slice(&quoted).ok()?;
+            let key = unescape(key)?;
             return self.columns.iter().find(|column| column.name == key);
         }
         if self.name_lengths & length_bit(key.len()) == 0 {
@@ -187,9 +207,9 @@ impl AuditedColumn {
     fn check_number(&self, text: &[u8]) -> Option<String> {
         let why = match self.fit {
             Fit::Integer { min, max } => integer_misfit(text, min, max),
-            Fit::Decimal { scale } => decimal_misfit(text, scale),
+            Fit::Decimal { precision, scale } => decimal_misfit(text, precision, scale),
             // Nanoseconds in an i64 span only the years 1677-2262: their bound is the i64's.
-            Fit::Timestamp { min, max } => match integer_misfit(text, i128::from(min), i128::from(max)) {
+            Fit::Timestamp { min, max, .. } => match integer_misfit(text, i128::from(min), i128::from(max)) {
                 Some(Misfit::OutOfRange) if (min, max) != (i64::MIN, i64::MAX) => Some(Misfit::OutsideYears),
                 other => other,
             },
@@ -197,39 +217,28 @@ impl AuditedColumn {
         Some(self.reason(&String::from_utf8_lossy(text), why))
     }
 
-    fn check_string(&self, content: &[u8]) -> Option<String> {
+    /// Checks the raw content of a string value, which holds escapes when `has_escape`.
+    fn check_string(&self, content: &[u8], has_escape: bool) -> Option<String> {
+        let unescaped;
+        let text = match has_escape {
+            // A string that does not unescape is one Arrow rejects.
+            true => {
+                unescaped = unescape(content)?;
+                unescaped.as_bytes()
+            }
+            false => content,
+        };
         let why = match self.fit {
-            Fit::Integer { min, max } => integer_misfit(content, min, max),
-            Fit::Decimal { scale } => decimal_misfit(content, scale),
-            // Timestamp text is checked on the decoded value (`crate::temporal`).
-            Fit::Timestamp { .. } => None,
+            Fit::Integer { min, max } => integer_misfit(text, min, max),
+            Fit::Decimal { precision, scale } => decimal_misfit(text, precision, scale),
+            // The years of timestamp text are checked on the decoded value (`crate::temporal`).
+            Fit::Timestamp { digits, .. } => fraction_misfit(text, digits),
         }?;
-        Some(self.reason(&format!("{:?}", String::from_utf8_lossy(content)), why))
+        Some(self.reason(&format!("{:?}", String::from_utf8_lossy(text)), why))
     }
 
     fn reason(&self, found: &str, why: Misfit) -> String {
-        let found = crate::diagnose::cut(found);
-        format!("column `{}`: expected {}, found {found} ({})", self.name, self.sql_type, why.describe())
-    }
-}
-
-/// How a number fails to fit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Misfit {
-    NotAnInteger,
-    OutOfRange,
-    OutsideYears,
-    DecimalPlaces(i8),
-}
-
-impl Misfit {
-    pub(crate) fn describe(self) -> String {
-        match self {
-            Misfit::NotAnInteger => "not an integer".to_string(),
-            Misfit::OutOfRange => "out of range".to_string(),
-            Misfit::OutsideYears => "outside the years 0000-9999".to_string(),
-            Misfit::DecimalPlaces(scale) => format!("more than {scale} decimal places"),
-        }
+        misfit_reason(&self.name, &self.data_type, found, why)
     }
 }
 
@@ -244,16 +253,26 @@ fn fit_of(data_type: &DataType) -> Option<Fit> {
         DataType::UInt16 => integer(0, u16::MAX.into()),
         DataType::UInt32 => integer(0, u32::MAX.into()),
         DataType::UInt64 => integer(0, u64::MAX.into()),
-        DataType::Decimal32(_, scale)
-        | DataType::Decimal64(_, scale)
-        | DataType::Decimal128(_, scale)
-        | DataType::Decimal256(_, scale) => Some(Fit::Decimal { scale: *scale }),
+        DataType::Decimal32(precision, scale)
+        | DataType::Decimal64(precision, scale)
+        | DataType::Decimal128(precision, scale)
+        | DataType::Decimal256(precision, scale) => Some(Fit::Decimal { precision: *precision, scale: *scale }),
         DataType::Timestamp(unit, _) => {
             let (min, max) = timestamp_bounds(*unit);
-            Some(Fit::Timestamp { min, max })
+            Some(Fit::Timestamp { min, max, digits: fraction_digits(*unit) })
         }
         _ => None,
     }
+}
+
+/// The text of the raw content of a JSON string that holds escapes; `None` when it is
+/// not a valid string.
+fn unescape(content: &[u8]) -> Option<String> {
+    let mut quoted = Vec::with_capacity(content.len() + 2);
+    quoted.push(b'"');
+    quoted.extend_from_slice(content);
+    quoted.push(b'"');
+    serde_json::from_slice(&quoted).ok()
 }
 
 /// The bit of [`NumberAudit::name_lengths`] for a name of `length` bytes.
@@ -386,153 +405,11 @@ fn number_end(bytes: &[u8], from: usize) -> usize {
     at
 }
 
-/// A decimal number read exactly: `±digits × 10^exponent`, `digits` without leading or
-/// trailing zeros (empty for zero).
-#[derive(Debug, PartialEq, Eq)]
-struct Exact<'a> {
-    negative: bool,
-    digits: Vec<&'a u8>,
-    exponent: i64,
-}
-
-/// Reads `text` as a decimal number (JSON's syntax, also with a leading `+`, a bare
-/// `.5` or `5.`); `None` when it is not one (the decoder then rejects it itself).
-fn exact(text: &[u8]) -> Option<Exact<'_>> {
-    let (negative, rest) = match text.first()? {
-        b'-' => (true, &text[1..]),
-        b'+' => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let mantissa_end = rest.iter().position(|b| matches!(b, b'e' | b'E')).unwrap_or(rest.len());
-    let (mantissa, exponent_text) = rest.split_at(mantissa_end);
-    let (whole, fraction) = match mantissa.iter().position(|b| *b == b'.') {
-        Some(point) => (&mantissa[..point], &mantissa[point + 1..]),
-        None => (mantissa, &mantissa[mantissa.len()..]),
-    };
-    let all_digits = |part: &[u8]| part.iter().all(u8::is_ascii_digit);
-    if whole.len() + fraction.len() == 0 || !all_digits(whole) || !all_digits(fraction) {
-        return None;
-    }
-    let mut exponent = match exponent_text.get(1..) {
-        None => 0i64,
-        Some(exponent) => parse_exponent(exponent)?,
-    };
-    exponent = exponent.saturating_sub(fraction.len() as i64);
-    let mut digits: Vec<&u8> = whole.iter().chain(fraction).skip_while(|b| **b == b'0').collect();
-    while digits.last() == Some(&&b'0') {
-        digits.pop();
-        exponent = exponent.saturating_add(1);
-    }
-    Some(Exact { negative, digits, exponent })
-}
-
-/// An exponent's digits with an optional sign, saturating far beyond any real range.
-fn parse_exponent(text: &[u8]) -> Option<i64> {
-    let (negative, digits) = match text.first()? {
-        b'-' => (true, &text[1..]),
-        b'+' => (false, &text[1..]),
-        _ => (false, text),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let value =
-        digits.iter().fold(0i64, |value, digit| value.saturating_mul(10).saturating_add(i64::from(digit - b'0')));
-    Some(if negative { -value } else { value })
-}
-
-/// How `text` fails to be an integer in `[min, max]`, if it is a number at all.
-pub(crate) fn integer_misfit(text: &[u8], min: i128, max: i128) -> Option<Misfit> {
-    if let Some(value) = plain_integer(text) {
-        return (value < min || value > max).then_some(Misfit::OutOfRange);
-    }
-    let number = exact(text)?;
-    if number.digits.is_empty() {
-        return (min > 0 || max < 0).then_some(Misfit::OutOfRange);
-    }
-    if number.exponent < 0 {
-        return Some(Misfit::NotAnInteger);
-    }
-    // i128 holds 38 digits; every column type's range is narrower.
-    if (number.digits.len() as i64).saturating_add(number.exponent) > 38 {
-        return Some(Misfit::OutOfRange);
-    }
-    let mut value: i128 = 0;
-    for digit in &number.digits {
-        value = value * 10 + i128::from(**digit - b'0');
-    }
-    value *= 10i128.pow(number.exponent as u32);
-    let value = if number.negative { -value } else { value };
-    (value < min || value > max).then_some(Misfit::OutOfRange)
-}
-
-/// The value of `text` when it is a plain integer of at most 18 digits (the common
-/// case, read in one pass without allocating).
-fn plain_integer(text: &[u8]) -> Option<i128> {
-    let (negative, digits) = match text.split_first()? {
-        (b'-', digits) => (true, digits),
-        _ => (false, text),
-    };
-    if digits.is_empty() || digits.len() > 18 {
-        return None;
-    }
-    let mut value: u64 = 0;
-    for digit in digits {
-        let digit = digit.wrapping_sub(b'0');
-        if digit > 9 {
-            return None;
-        }
-        value = value * 10 + u64::from(digit);
-    }
-    let value = i128::from(value);
-    Some(if negative { -value } else { value })
-}
-
-/// Whether `text` has more decimal places than `scale` (beyond trailing zeros).
-fn decimal_misfit(text: &[u8], scale: i8) -> Option<Misfit> {
-    if scale >= 0 && !text.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
-        return None;
-    }
-    let number = exact(text)?;
-    (!number.digits.is_empty() && number.exponent < -i64::from(scale)).then_some(Misfit::DecimalPlaces(scale))
-}
-
 #[cfg(test)]
 mod tests {
     use arrow::datatypes::Field;
 
     use super::*;
-
-    #[test]
-    fn numbers_are_read_exactly() {
-        let bigint = |text: &str| integer_misfit(text.as_bytes(), i64::MIN.into(), i64::MAX.into());
-        for fits in
-            ["0", "-0", "0.0", "5", "5.0", "5.", "+5", "4.2e1", "420E-1", "0.00e5", "-9223372036854775808", "1e18"]
-        {
-            assert_eq!(bigint(fits), None, "{fits}");
-        }
-        for (text, misfit) in [
-            ("5.5", Misfit::NotAnInteger),
-            (".5", Misfit::NotAnInteger),
-            ("1e-1", Misfit::NotAnInteger),
-            ("9223372036854775807.5", Misfit::NotAnInteger),
-            ("9223372036854775808", Misfit::OutOfRange),
-            ("-9223372036854775809", Misfit::OutOfRange),
-            ("1e30", Misfit::OutOfRange),
-            ("1e999999999999999999999", Misfit::OutOfRange),
-            ("123456789012345678901234567890123456789012", Misfit::OutOfRange),
-        ] {
-            assert_eq!(bigint(text), Some(misfit), "{text}");
-        }
-        for not_a_number in ["", "-", "abc", "1e", "1.2.3", "0x10", "1e+", "."] {
-            assert_eq!(bigint(not_a_number), None, "{not_a_number:?} is left to the decoder");
-        }
-        assert_eq!(integer_misfit(b"256", 0, 255), Some(Misfit::OutOfRange));
-        assert_eq!(integer_misfit(b"0", 1, 2), Some(Misfit::OutOfRange));
-        assert_eq!(decimal_misfit(b"1.230", 2), None);
-        assert_eq!(decimal_misfit(b"1.231", 2), Some(Misfit::DecimalPlaces(2)));
-        assert_eq!(decimal_misfit(b"1231e-3", 2), Some(Misfit::DecimalPlaces(2)));
-    }
 
     #[test]
     fn strings_end_at_their_first_unescaped_quote() {

@@ -28,15 +28,22 @@
 //! - a record longer than the [`LineChunker`]'s buffer;
 //! - a number that does not fit its column exactly: a fraction or an out-of-range value
 //!   for an integer column (`5.5` or `1e30` for BIGINT, `300` for TINYINT), more
-//!   decimal places than a DECIMAL's scale, a JSON number for a timestamp that is not a
-//!   whole number of its unit; a value is never rounded or truncated
-//!   (the `json_numbers` module explains why Arrow alone would);
+//!   decimal places than a DECIMAL's scale (`1.239` for DECIMAL(10, 2); `1.230` fits)
+//!   or more digits before the decimal point than its precision minus its scale
+//!   (`123456789` for DECIMAL(10, 2)), text that is no number for a DECIMAL, a JSON
+//!   number for a timestamp that is not a whole number of its unit; a value is never
+//!   rounded or truncated (the `json_numbers`, `csv_audit` and `exact` modules explain
+//!   why Arrow alone would);
+//! - timestamp text with a finer fraction of seconds than its column holds (see below);
 //! - a timestamp outside the years 0000-9999 (UTC), as a number or as text;
 //! - a UTF-8 byte order mark (U+FEFF) anywhere but at the start of the file, where it
 //!   is skipped.
 //!
 //! A CSV file with a header has its header record checked against the schema
-//! ([`check_csv_header`]): the names must be the schema's, in order.
+//! ([`check_csv_header`]): the names must be the schema's, in order. A CSV file read
+//! without a header (the default, as in Flink) whose first record is exactly the
+//! schema's names has a header the options do not declare: the decode fails with
+//! `source.csv_header` ([`check_csv_first_row`]) rather than reading it as a row.
 //!
 //! JSON rows may carry extra keys (ignored) and omit nullable columns (NULL). As in
 //! Flink, a JSON string holding a number is accepted for a numeric column (`"42"` for
@@ -58,18 +65,32 @@
 //! epoch: epoch milliseconds for a `TIMESTAMP(3)` (Timestamp(Millisecond)) column. Either
 //! way the timestamp must lie within the years 0000-9999 (UTC).
 //!
+//! The fraction of seconds may have any number of digits, but no finer one than the
+//! column's precision: into a `TIMESTAMP(p)` (`p` = 0, 3, 6 or 9 for seconds,
+//! milliseconds, microseconds, nanoseconds), every digit after the `p`-th must be `0`.
+//! `2026-01-01 00:00:00.1230` fits a `TIMESTAMP(3)`; `2026-01-01 00:00:00.1239` is a bad
+//! row whose reason names the precision (`more than 3 digits of fractional seconds`),
+//! as is `.1234567891` in a `TIMESTAMP(9)`. Flink's CSV and JSON formats do not hold
+//! the fraction to the column's precision (and its `CAST` to `TIMESTAMP(p)` truncates
+//! it); here that would be a silently changed value, so the rule is the one of decimal
+//! places.
+//!
 //! # Encoding
 //!
 //! An [`Encoder`] appends the rows of a [`sluice_types::Batch`] to a byte buffer as JSON
 //! lines, CSV or a pretty table; see the [`encode`] module for the exact output.
 
 pub mod chunker;
+mod csv_audit;
 pub mod csv_records;
 pub mod decode;
 mod diagnose;
 pub mod encode;
+mod exact;
 mod header;
 mod json_numbers;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod properties;
 mod records;
 mod temporal;
 
@@ -77,7 +98,7 @@ pub use chunker::{DEFAULT_CHUNK_BYTES, LineChunker};
 pub use csv_records::CsvRecordFinder;
 pub use decode::{BadRow, Decoder, DecoderOptions, MAX_BAD_ROW_CHARS, RowFormat, count_line_breaks};
 pub use encode::{Encoder, OP_COLUMN, OP_DELETE, OP_INSERT, OutputFormat, TIMESTAMP_FORMAT};
-pub use header::{UTF8_BOM, check_csv_header};
+pub use header::{UTF8_BOM, check_csv_first_row, check_csv_header};
 
 #[cfg(test)]
 mod tests;

@@ -3,11 +3,14 @@
 //!
 //! # Headers
 //!
-//! With `header = true`, the first record of every file is read at planning time and
-//! checked against the schema ([`check_csv_header`]): a file whose header names other
-//! columns, or whose first line is a data row (which would be skipped as the header),
-//! fails planning with `source.csv_header`, naming the file and the column. An empty
-//! file passes: it has no row to lose.
+//! The first record of every file is read at planning time ([`check_first_records`]).
+//! With `header = true`, it is checked against the schema ([`check_csv_header`]): a
+//! file whose header names other columns, or whose first line is a data row (which
+//! would be skipped as the header), fails planning with `source.csv_header`, naming the
+//! file and the column. With `header = false` (the default), a first record that is
+//! exactly the column names ([`check_csv_first_row`]) fails planning with the same
+//! code: the user forgot `header = true`, and the line would be read as a bad row (or,
+//! with VARCHAR columns, as data). An empty file passes: it has no row to lose.
 //!
 //! # Record starts
 //!
@@ -46,7 +49,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use arrow::datatypes::Schema;
-use sluice_formats::{CsvRecordFinder, check_csv_header};
+use sluice_formats::{CsvRecordFinder, check_csv_first_row, check_csv_header};
 use sluice_types::SluiceError;
 
 use super::{LaneRange, read_error};
@@ -57,21 +60,26 @@ const SCAN_BYTES: usize = 1 << 20;
 /// The UTF-8 byte order mark.
 pub(crate) const BOM: &[u8] = sluice_formats::UTF8_BOM;
 
-/// Checks the header record of each of `files` against `schema`; reads at most
-/// `limit_bytes` of each. A streaming file (a pipe) is skipped: reading ahead would
-/// take its data; its header is checked when its lane reads it.
-pub(crate) fn check_headers(
+/// Checks the first record of each of `files`: the header against `schema` when
+/// `header`, else that it is not the column names; reads at most `limit_bytes` of each.
+/// A streaming file (a pipe) is skipped: reading ahead would take its data; its first
+/// record is checked when its lane reads it (by the decoder).
+pub(crate) fn check_first_records(
     files: &[PathBuf],
     streaming: &[bool],
     schema: &Schema,
+    header: bool,
     delimiter: u8,
     limit_bytes: usize,
 ) -> Result<(), SluiceError> {
     for (path, _) in files.iter().zip(streaming).filter(|(_, streaming)| !**streaming) {
-        let header = first_record(path, delimiter, limit_bytes).map_err(|error| read_error(path, &error))?;
-        match header {
-            Some(header) if header.is_empty() => Ok(()),
-            Some(header) => check_csv_header(&header, schema, delimiter),
+        let record = first_record(path, delimiter, limit_bytes).map_err(|error| read_error(path, &error))?;
+        match record {
+            Some(record) if record.is_empty() => Ok(()),
+            Some(record) if header => check_csv_header(&record, schema, delimiter),
+            Some(record) => check_csv_first_row(&record, schema, delimiter),
+            // A record this long is data, not the names of the columns.
+            None if !header => Ok(()),
             None => Err(SluiceError::user(
                 "source.csv_header",
                 format!("line 1 is longer than {limit_bytes} bytes, so it is no header"),

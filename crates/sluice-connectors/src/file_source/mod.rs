@@ -33,8 +33,10 @@
 //!   `end` to finish its last line.
 //!
 //! A CSV header is only the first record of a file, read (and skipped) by the lane
-//! starting at byte 0. With `header = true`, every file's header is checked against
-//! the schema at planning time (see [`csv_plan`]).
+//! starting at byte 0. At planning time, every file's first record is checked (see
+//! [`csv_plan`]): with `header = true`, the header against the schema; with
+//! `header = false`, that it is not exactly the column names (a forgotten
+//! `header = true`).
 //!
 //! Line numbers are those of the file: a lane that starts mid-file counts the line
 //! breaks before its first line, once, the first time it needs a line number (to
@@ -338,8 +340,8 @@ impl FileSource {
         let files = list_files(path, &resolved)?;
         let extents = files.iter().map(|file| file_extent(file)).collect::<Result<Vec<Option<u64>>, SluiceError>>()?;
         let streaming: Vec<bool> = extents.iter().map(Option::is_none).collect();
-        if let RowFormat::Csv { header: true, delimiter } = format {
-            csv_plan::check_headers(&files, &streaming, &schema, delimiter, tuning.chunk_bytes)?;
+        if let RowFormat::Csv { header, delimiter } = format {
+            csv_plan::check_first_records(&files, &streaming, &schema, header, delimiter, tuning.chunk_bytes)?;
         }
         let ranges = match recorded {
             Some(bytes) => {

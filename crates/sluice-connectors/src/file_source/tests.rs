@@ -382,6 +382,57 @@ fn a_data_row_where_the_csv_header_should_be_fails_planning_regression() {
     );
 }
 
+/// The fix of a header line read as data (`header = false`).
+const FORGOTTEN_HEADER_FIX: &str = "set header = true; if that line really is data, rename a column in `schema`";
+
+#[test]
+fn a_csv_header_read_as_data_fails_planning_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::write(data.join("a.csv"), csv_row(1, false)).expect("write");
+    std::fs::write(data.join("b.csv"), format!("\u{feff}id, name ,\"ts\"\r\n{}", csv_row(2, false))).expect("write");
+    let (mut config, mut options) = config("data", FileFormat::Csv, OnError::Skip);
+    options.header = false;
+    config.event_time = None;
+    let varchar = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("ts", DataType::Utf8, false),
+    ]));
+    // A bad row with the declared types, a silent data row with VARCHAR columns.
+    for schema in [schema(), varchar] {
+        let error = FileSource::new(&config, &options, dir.path(), 4, schema, None).expect_err("a header read as data");
+        assert_eq!(error.code, "source.csv_header");
+        assert_eq!(error.domain, sluice_types::Domain::User);
+        assert_eq!(error.fix.as_deref(), Some(FORGOTTEN_HEADER_FIX));
+        let file = format!("{}: ", data.join("b.csv").display());
+        assert!(error.message.starts_with(&file) && error.message.contains("header = false"), "{}", error.message);
+    }
+    std::fs::write(data.join("b.csv"), csv_row(2, false)).expect("write");
+    let source = FileSource::new(&config, &options, dir.path(), 4, schema(), None).expect("only data rows");
+    let read = read_all(&source, 8);
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!(read.ids, [1, 2]);
+}
+
+#[test]
+fn a_csv_header_read_as_data_from_a_pipe_fails_its_lane_regression() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("events.csv");
+    make_fifo(&fifo);
+    let (config, mut options) = config("events.csv", FileFormat::Csv, OnError::Skip);
+    options.header = false;
+    let source = FileSource::new(&config, &options, dir.path(), 1, schema(), None).expect("planning reads nothing");
+    let writer = feed(&fifo, format!("id,name,ts\n{}", csv_row(1, false)));
+    let read = read_all(&source, 8);
+    let _ = writer.join();
+    let error = read.error.expect("the header line is refused");
+    assert_eq!(error.code, "source.csv_header");
+    assert_eq!(error.fix.as_deref(), Some(FORGOTTEN_HEADER_FIX));
+    assert!(error.message.contains("events.csv"), "{}", error.message);
+}
+
 #[test]
 fn csv_headers_with_quotes_spaces_a_byte_order_mark_or_no_rows_pass() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -531,3 +531,43 @@ fn a_byte_order_mark_starts_a_file_or_makes_its_row_bad_regression() {
     assert_eq!(bad[0].reason, "a UTF-8 byte order mark (U+FEFF) before the JSON object");
     assert_eq!(bad[1].reason, "a UTF-8 byte order mark (U+FEFF) at column 18");
 }
+
+#[test]
+fn a_csv_header_read_as_data_fails_the_decode_regression() {
+    // With header = false, a first record that is exactly the column names is a header
+    // the user forgot to declare: neither a bad row nor (all VARCHAR) a data row.
+    let text =
+        Arc::new(Schema::new(vec![Field::new("a", DataType::Utf8, true), Field::new("b", DataType::Utf8, true)]));
+    for (schema, input) in [
+        (small_schema(), "id,name,ts\n1,a,\n"),
+        (small_schema(), "\u{feff}\"id\", name ,ts\r\n1,a,\n"),
+        (text.clone(), "a,b\nx,y\n"),
+    ] {
+        let mut decoder = decoder(CSV, &schema, 16);
+        let (mut out, mut bad) = (Vec::new(), Vec::new());
+        let Err(error) = decoder.decode(input.as_bytes(), 1, &mut out, &mut bad) else {
+            panic!("{input:?} decoded: {out:?} {bad:?}");
+        };
+        assert_eq!(error.code, "source.csv_header");
+        assert_eq!(
+            error.fix.as_deref(),
+            Some("set header = true; if that line really is data, rename a column in `schema`")
+        );
+    }
+    // Elsewhere than line 1, or when it differs from the names, it is a row like any other.
+    let two_rows = "
+        +---+---+
+        | a | b |
+        +---+---+
+        | x | y |
+        | a | b |
+        +---+---+";
+    check(CSV, text.clone(), "x,y\na,b\n", two_rows, &[]);
+    let one_row = "
+        +---+-----+
+        | a | b   |
+        +---+-----+
+        | a | b,c |
+        +---+-----+";
+    check(CSV, text, "a,\"b,c\"\n", one_row, &[]);
+}

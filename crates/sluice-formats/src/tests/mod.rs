@@ -7,6 +7,8 @@
 mod chunker;
 mod decode;
 mod encode;
+mod exact;
+mod outside_bytes;
 mod props;
 
 use std::sync::Arc;
