@@ -279,3 +279,35 @@ fn standard_input_is_read_to_its_end_and_refused_with_checkpoints() {
     let refused = scratch.sluice(&["validate", "pipeline.toml"]);
     assert_fails_with(&refused, &["reads a pipe or a device", "remove the [checkpoint] section"]);
 }
+
+/// The benchmark command as BENCHMARKS.md runs it: each query in a child process, with
+/// and without checkpoints, from the generator and from a generated CSV file.
+#[test]
+fn the_benchmark_commands_run_every_query() {
+    let scratch = Scratch::new();
+    let run = |args: &[&str]| {
+        let output = sluice_command(scratch.dir.path()).args(args).output().expect("run sluice");
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        stdout(&output)
+    };
+    let events = "20000";
+    let lines = run(&["--quiet", "nexmark", "bench", "--events", events]);
+    let results: Vec<serde_json::Value> =
+        lines.lines().map(|line| serde_json::from_str(line).expect("one JSON line per query")).collect();
+    let queries: Vec<&str> = results.iter().map(|r| r["query"].as_str().expect("query")).collect();
+    assert_eq!(queries, ["source", "q0", "q1", "q2", "tumble"]);
+    for result in &results {
+        assert_eq!(result["events"], 20000, "{result}");
+        assert!(result["rows_out"].as_u64().expect("rows_out") > 0, "{result}");
+    }
+
+    let lines = run(&["--quiet", "nexmark", "bench", "--events", events, "--queries", "tumble", "--checkpoint-interval", "50ms"]);
+    let result: serde_json::Value = serde_json::from_str(lines.trim()).expect("JSON line");
+    assert!(result["checkpoints"]["published"].as_u64().expect("published") >= 1, "{result}");
+
+    run(&["nexmark", "generate", "--events", events, "--output", "bids.csv"]);
+    let csv = scratch.dir.path().join("bids.csv");
+    let lines = run(&["--quiet", "nexmark", "bench", "--csv", csv.to_str().expect("utf-8"), "--queries", "q2", "--threads", "2"]);
+    let result: serde_json::Value = serde_json::from_str(lines.trim()).expect("JSON line");
+    assert_eq!(result["input"], "csv", "{result}");
+}
