@@ -301,13 +301,33 @@ fn the_benchmark_commands_run_every_query() {
         assert!(result["rows_out"].as_u64().expect("rows_out") > 0, "{result}");
     }
 
-    let lines = run(&["--quiet", "nexmark", "bench", "--events", events, "--queries", "tumble", "--checkpoint-interval", "50ms"]);
+    let lines = run(&[
+        "--quiet",
+        "nexmark",
+        "bench",
+        "--events",
+        events,
+        "--queries",
+        "tumble",
+        "--checkpoint-interval",
+        "50ms",
+    ]);
     let result: serde_json::Value = serde_json::from_str(lines.trim()).expect("JSON line");
     assert!(result["checkpoints"]["published"].as_u64().expect("published") >= 1, "{result}");
 
     run(&["nexmark", "generate", "--events", events, "--output", "bids.csv"]);
     let csv = scratch.dir.path().join("bids.csv");
-    let lines = run(&["--quiet", "nexmark", "bench", "--csv", csv.to_str().expect("utf-8"), "--queries", "q2", "--threads", "2"]);
+    let lines = run(&[
+        "--quiet",
+        "nexmark",
+        "bench",
+        "--csv",
+        csv.to_str().expect("utf-8"),
+        "--queries",
+        "q2",
+        "--threads",
+        "2",
+    ]);
     let result: serde_json::Value = serde_json::from_str(lines.trim()).expect("JSON line");
     assert_eq!(result["input"], "csv", "{result}");
 }
