@@ -695,11 +695,16 @@ impl DriverState {
         // Waiting while an output queue is full is backpressure: this thread is blocked by
         // a slower consumer downstream (time waiting for input or a rate limit is not).
         let blocked = !self.outboxes_empty();
+        let metrics = &self.metrics.threads[self.thread as usize];
+        if blocked {
+            metrics.blocked.store(true, Ordering::Relaxed);
+        }
         let started = Instant::now();
         let _ = select.ready_timeout(timeout);
         if blocked {
             let waited = started.elapsed().as_nanos() as u64;
-            self.metrics.threads[self.thread as usize].backpressure_ns.fetch_add(waited, Ordering::Relaxed);
+            metrics.backpressure_ns.fetch_add(waited, Ordering::Relaxed);
+            metrics.blocked.store(false, Ordering::Relaxed);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! Everything here is an atomic updated with relaxed ordering: the values are reports, not
 //! synchronisation. Registration (named counters) happens while operators are built.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sluice_types::TimestampMs;
@@ -51,6 +51,9 @@ pub struct ThreadMetrics {
     /// Nanoseconds this thread spent blocked, waiting for room in a full output queue
     /// (its consumer downstream is slower): time it could not work at all.
     pub backpressure_ns: AtomicU64,
+    /// Whether the thread is blocked right now, waiting for room in a full output queue
+    /// (`backpressure_ns` counts such a wait only once it ends).
+    pub blocked: AtomicBool,
     /// The longest time one message took through a segment (its operators and output),
     /// in microseconds: how long the thread was unavailable at once (e.g. to a barrier).
     pub longest_step_us: AtomicU64,

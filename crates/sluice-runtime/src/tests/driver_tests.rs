@@ -3,11 +3,11 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::{CheckpointOptions, Restore};
 use crate::plan::SinkParallelism;
-use crate::{Checkpointing, RunOutcome, stop_handle};
+use crate::{Checkpointing, Metrics, RunOutcome, stop_handle};
 
 use super::support::{CollectSink, Recording, VecSource, options, plan, run};
 
@@ -40,15 +40,27 @@ fn a_full_queue_stops_the_lanes_that_feed_it_until_the_consumer_makes_room() {
     source.watching = Some(Arc::clone(&collected));
     let seen_at_polls = Arc::clone(&source.seen_at_polls);
     let plan = plan(source, Arc::new(sink), true);
-    // The tokens come late (a slow consumer): how late changes only how much the bound
-    // below is exercised, never whether it holds.
+    // A slow consumer, paced by events: each token waits until thread 0 is blocked on the
+    // full queue with three batches the sink has not written (one held by the sink, one
+    // queued, one that cannot be sent), or until the lane has handed out every batch.
+    let metrics = Arc::new(Metrics::for_plan(&plan, 2));
+    let (pace_polls, pace_metrics) = (Arc::clone(&seen_at_polls), Arc::clone(&metrics));
     let releaser = std::thread::spawn(move || {
-        for _ in 0..40 {
-            std::thread::sleep(Duration::from_millis(5));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        for sent in 0..40 {
+            loop {
+                let polls = pace_polls.lock().expect("lock").len();
+                let blocked = pace_metrics.threads[0].blocked.load(Ordering::Relaxed);
+                if polls >= 40 || (polls >= sent + 3 && blocked) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "thread 0 stopped at {polls} polls with {sent} tokens given");
+                std::thread::yield_now();
+            }
             tokens.send(()).expect("token");
         }
     });
-    let (report, _) = run(&plan, &options(2, 1), None, stop_handle());
+    let report = crate::run(&plan, &options(2, 1), None, stop_handle(), metrics, &mut |_| {});
     releaser.join().expect("releaser");
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!(collected.written.lock().expect("lock").len(), 40, "nothing was dropped");
