@@ -91,7 +91,20 @@ fn check(case_file: &Path) {
         for line in &case.report {
             assert!(report.contains(line.as_str()), "{label}: the report lacks {line:?}:\n{report}");
         }
+        // Nothing else was written: no stray file (a blackhole sink writes nowhere) and
+        // nothing on standard output (no case has a stdout sink).
+        let mut expected: Vec<&str> = case.files.iter().chain(&case.expected).map(|(name, _)| top(name)).collect();
+        expected.push("pipeline.toml");
+        expected.sort_unstable();
+        expected.dedup();
+        assert_eq!(scratch.entries(), expected, "{label}: the files after the run");
+        assert!(run.stdout.is_empty(), "{label}: unexpected output: {}", String::from_utf8_lossy(&run.stdout));
     }
+}
+
+/// The first component of a relative path: the entry it makes in the scratch directory.
+fn top(name: &str) -> &str {
+    name.split('/').next().unwrap_or(name)
 }
 
 /// The case's pipeline; with two threads its file sources are split into lanes of a few

@@ -30,6 +30,16 @@ impl Scratch {
     }
 
     /// Runs `sluice ARGS` in the scratch directory.
+    /// The names in the scratch directory, sorted.
+    pub fn entries(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.path())
+            .expect("read scratch dir")
+            .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     pub fn sluice(&self, args: &[&str]) -> Output {
         sluice_command(self.dir.path()).args(args).output().expect("run sluice")
     }
