@@ -104,7 +104,12 @@ fn positions_in_a_checkpoint_are_those_of_the_rows_before_its_barrier() {
     epochs.dedup();
     assert_eq!(epochs.len(), published.len(), "each epoch once");
     assert!(epochs.windows(2).all(|pair| pair[0] < pair[1]), "epochs increase: {epochs:?}");
-    let commits = collected.commits.lock().expect("lock");
-    assert_eq!(commits.last().map(|(epoch, _)| *epoch), epochs.last().copied(), "the final epoch was committed");
+    // A record is labelled with the epoch its writer was in; a thread that ends before a
+    // barrier reaches it labels its last record with that barrier's epoch, so the final
+    // checkpoint may commit an earlier label, or nothing when it carries no record.
+    let committed: Vec<u64> = collected.commits.lock().expect("lock").iter().map(|(epoch, _)| *epoch).collect();
+    assert!(!committed.is_empty(), "the staged rows were committed");
+    assert!(committed.windows(2).all(|pair| pair[0] <= pair[1]), "commits in epoch order: {committed:?}");
+    assert!(committed.last() <= epochs.last(), "nothing committed past the last publish: {committed:?} {epochs:?}");
     assert_eq!(report.metrics.rows_out(), 21, "every staged row counted once, at its commit");
 }
