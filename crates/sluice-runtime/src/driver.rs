@@ -638,11 +638,14 @@ impl DriverState {
         if lowest == NO_WATERMARK {
             return Ok(());
         }
+        // Lanes promise nothing below their watermark; the stream's watermark promises
+        // nothing at or below it (plan.rs, `LanePoll::Data`).
+        let watermark = lowest.saturating_sub(1);
         for index in 0..self.flows.len() {
             let flow = &mut self.flows[index];
-            if flow.source == source && !flow.input_ended && lowest > flow.watermark {
-                flow.watermark = lowest;
-                self.feed_segment(index, 0, Message::Watermark(lowest))?;
+            if flow.source == source && !flow.input_ended && watermark > flow.watermark {
+                flow.watermark = watermark;
+                self.feed_segment(index, 0, Message::Watermark(watermark))?;
             }
         }
         Ok(())

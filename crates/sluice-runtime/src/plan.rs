@@ -66,7 +66,11 @@ pub trait SourceFactory: Send + Sync {
 /// The answer of one poll of a lane.
 pub enum LanePoll {
     /// Rows for some tables (by index into [`SourceFactory::tables`]), and the lane's
-    /// watermark after them, if the source has event time.
+    /// watermark after them, if the source has event time: no row with an event time
+    /// *below* it will follow from this lane (rows at it may: the newest rows' time
+    /// minus a delay). The driver makes the stream's watermark one millisecond lower
+    /// ([`sluice_types::Message::Watermark`] excludes rows at it), so a row sharing
+    /// the newest time of the batch before it is never late, wherever batches split.
     Data { batches: Vec<(usize, RecordBatch)>, watermark: Option<TimestampMs> },
     /// Nothing now (a rate limit, an idle input); poll again at the instant.
     Wait(Instant),

@@ -36,7 +36,8 @@ pub struct Epoch(pub u64);
 pub enum Message {
     /// Rows with their weights.
     Data(Batch),
-    /// No row with an event time below this value will follow on this edge.
+    /// No row with an event time at or below this value will follow on this edge
+    /// (Flink's meaning: a window ending at `end` is complete at `end - 1`).
     Watermark(TimestampMs),
     /// Everything before this message belongs to epoch `e` and earlier.
     Barrier(Epoch),

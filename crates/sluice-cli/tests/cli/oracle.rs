@@ -3,8 +3,10 @@
 //! counts, random watermark delays and both window kinds.
 //!
 //! The oracle replays the source's contract: rows arrive in file order in batches of
-//! `batch_size`, and after each batch the watermark becomes max(event time) - delay; a row
-//! whose window already ended at the current watermark (end - 1 <= watermark) is late.
+//! `batch_size`, and after each batch the watermark becomes max(event time) - delay - 1 (a
+//! lane promises nothing below its newest time minus the delay; the stream's watermark
+//! excludes rows at it); a row whose window already ended at the current watermark
+//! (end - 1 <= watermark) is late.
 
 use std::collections::BTreeMap;
 
@@ -87,7 +89,7 @@ fn oracle(rows: &[(u8, i64, i64)], batch_size: usize, delay: i64, kind: Kind) ->
             }
         }
         let batch_max = batch.iter().map(|r| r.2).max().expect("non-empty batch");
-        watermark = watermark.max(batch_max - delay);
+        watermark = watermark.max(batch_max - delay - 1);
     }
     let expected = groups
         .into_iter()
