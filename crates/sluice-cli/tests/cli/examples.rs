@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::harness::{Scratch, stderr, stdout};
 
 fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+    crate::harness::crate_dir().join("../../examples")
 }
 
 /// Copies the examples to a scratch directory, so runs never write into the source tree.

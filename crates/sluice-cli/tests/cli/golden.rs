@@ -119,7 +119,7 @@ pub(crate) fn lanes(pipeline: &str, threads: &str) -> String {
 
 /// Every golden case file, in name order.
 pub(crate) fn case_files() -> Vec<std::path::PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let dir = crate::harness::crate_dir().join("tests/golden");
     let mut cases: Vec<_> = std::fs::read_dir(&dir)
         .expect("golden dir")
         .map(|e| e.expect("entry").path())

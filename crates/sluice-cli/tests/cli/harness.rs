@@ -45,6 +45,16 @@ impl Scratch {
     }
 }
 
+/// This crate's directory, read when the test runs: cargo and nextest set
+/// `CARGO_MANIFEST_DIR` for the test process. The value compiled in is only the
+/// fallback, since it goes stale when a target directory is shared by clones at
+/// different paths (cargo reuses the test binary when the sources did not change).
+pub fn crate_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 pub fn sluice_command(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
     command.current_dir(dir);
