@@ -79,6 +79,8 @@ enum Command {
         /// Discard the checkpoint store's state and start from the beginning.
         #[arg(long)]
         from_scratch: bool,
+        #[command(flatten)]
+        cluster: run::ClusterArgs,
     },
     /// Parse, plan and type-check a pipeline without running it.
     Validate {
@@ -120,8 +122,8 @@ fn main() -> ExitCode {
     }
     let engine = Engine::default();
     let result = match cli.command {
-        Command::Run { pipeline, threads, from_scratch } => {
-            run::run(&engine, &pipeline, Overrides { threads }, from_scratch, cli.quiet)
+        Command::Run { pipeline, threads, from_scratch, cluster } => {
+            run::run(&engine, &pipeline, Overrides { threads }, from_scratch, &cluster, cli.quiet)
         }
         Command::Validate { pipeline, threads } => validate(&engine, &pipeline, Overrides { threads }),
         Command::Explain { pipeline, threads } => explain(&engine, &pipeline, Overrides { threads }),

@@ -6,13 +6,17 @@
 //! abandoned.
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use sluice_engine::{Engine, EngineError, Job, Overrides, RunOutcome, StartOptions, StopHandle};
+use sluice_engine::{
+    ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, Listening, Overrides, RunOutcome, Secret,
+    StartOptions, StopHandle,
+};
 use sluice_types::{ErrorKind, SluiceError};
 
 use crate::progress::Progress;
@@ -21,15 +25,100 @@ use crate::report;
 /// How often the progress line is redrawn.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Running on several workers (hosts), each with the same pipeline file.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterArgs {
+    /// Lead a cluster of N workers (this one included); prints the command the others run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024), conflicts_with = "join")]
+    workers: Option<u32>,
+    /// Join the cluster whose leader listens at HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    join: Option<String>,
+    /// Where the leader listens for joining workers.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7400", conflicts_with = "join")]
+    control_bind: SocketAddr,
+    /// Where this worker listens for the other workers' data links (port 0: any free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    exchange_bind: SocketAddr,
+    /// The HOST:PORT other workers dial to reach this worker's data links, when it is not
+    /// the --exchange-bind address (a wildcard bind, a NAT).
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise: Option<String>,
+    /// A file holding the cluster's shared secret (else the SLUICE_CLUSTER_SECRET variable):
+    /// every worker proves it knows it, and it never crosses the network.
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<PathBuf>,
+    /// Let the leader listen on a non-loopback address without a secret (anyone who can
+    /// reach the port could then join the cluster and receive its data).
+    #[arg(long)]
+    insecure: bool,
+    /// How long the leader waits for every worker to join, and a worker for the leader.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    join_timeout: Duration,
+}
+
+impl ClusterArgs {
+    /// The engine's cluster options, or None for a run on this worker alone.
+    fn options(&self) -> Result<Option<ClusterOptions>, EngineError> {
+        let role = match (&self.join, self.workers) {
+            (Some(leader), _) => ClusterRole::Join { leader: leader.clone() },
+            (None, Some(workers)) if workers > 1 => {
+                ClusterRole::Lead { workers: workers as usize, control_bind: self.control_bind }
+            }
+            (None, _) => return Ok(None),
+        };
+        let secret = Secret::resolve(self.secret_file.as_deref()).map_err(EngineError::new)?;
+        Ok(Some(ClusterOptions {
+            role,
+            exchange_bind: self.exchange_bind,
+            advertise: self.advertise.clone(),
+            secret,
+            insecure: self.insecure,
+            join_timeout: self.join_timeout,
+            control: ControlSettings::default(),
+        }))
+    }
+}
+
 pub fn run(
     engine: &Engine,
     path: &Path,
     overrides: Overrides,
     from_scratch: bool,
+    cluster: &ClusterArgs,
     quiet: bool,
 ) -> Result<ExitCode, EngineError> {
     let pipeline = engine.load(path, overrides)?;
-    let job = Job::start(&pipeline, StartOptions { from_scratch })?;
+    let job = match cluster.options()? {
+        None => Job::start(&pipeline, StartOptions { from_scratch })?,
+        Some(options) => {
+            if from_scratch {
+                return Err(EngineError::new(
+                    SluiceError::user(
+                        "run.from_scratch",
+                        "--from-scratch needs a [checkpoint] section, which a cluster run cannot have yet",
+                    )
+                    .with_fix("remove --from-scratch"),
+                ));
+            }
+            let secret_hint = if options.secret.is_some() { " (with the same secret)" } else { "" };
+            let mut announce = |listening: &Listening| {
+                eprintln!(
+                    "sluice: leading a cluster of {} workers; waiting for {} to join. On each, run{secret_hint}:\n  sluice run {} --join {}",
+                    listening.workers,
+                    listening.workers - 1,
+                    path.display(),
+                    listening.control_addr
+                );
+            };
+            if let ClusterRole::Join { leader } = &options.role
+                && !quiet
+            {
+                eprintln!("sluice: joining the cluster led by {leader}");
+            }
+            Job::start_cluster(&pipeline, &options, &mut announce)?
+        }
+    };
     for notice in job.notices() {
         if !quiet || notice.starts_with("warning") {
             eprintln!("sluice: {notice}");

@@ -56,9 +56,14 @@ impl Pipeline {
     /// resuming, as the checkpoint recorded them (lanes are fixed for the life of the
     /// state; they spread over any number of threads).
     pub fn compile(&self, restoring: Option<&Restoring>) -> Result<CompiledPipeline, EngineError> {
+        self.compile_on(self.config.pipeline.threads, restoring)
+    }
+
+    /// [`Pipeline::compile`] for `threads` slots in all (a cluster's every worker's
+    /// threads) instead of `[pipeline] threads`.
+    pub fn compile_on(&self, threads: u32, restoring: Option<&Restoring>) -> Result<CompiledPipeline, EngineError> {
         self.check_paths()?;
         let section = &self.config.pipeline;
-        let threads = section.threads;
         let lane_threads = restoring.map_or(threads, |r| r.lane_threads);
         let mut planner = SqlPlanner::new(PlannerOptions {
             threads,

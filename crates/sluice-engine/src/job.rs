@@ -11,12 +11,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use sluice_runtime::{Metrics, RunEvent, RunOutcome, RunReport, StopHandle};
+use sluice_runtime::{ClusterRun, Metrics, RunEvent, RunOutcome, RunReport, StopHandle};
 use sluice_types::SluiceError;
 
 use sluice_checkpoint::Lease;
 
 use crate::checkpointing::{self, Recovered};
+use crate::cluster::{self, ClusterOptions, Formed, Listening};
 use crate::compile::{CompiledPipeline, Restoring};
 use crate::error::EngineError;
 use crate::load::Pipeline;
@@ -109,11 +110,78 @@ impl Job {
             std::thread::Builder::new()
                 .name("sluice-controller".into())
                 .spawn(move || {
-                    let report = run(compiled, checkpointing, (stop, woken), metrics, &status);
+                    let report = run(compiled, checkpointing, None, (stop, woken), metrics, &status);
+                    finish(&status, &report);
                     // The run is over, cleanly or not: the next run may take the store.
                     if let Some(Err(error)) = lease.map(Lease::release) {
                         tracing::warn!(%error, "the store's lease could not be released");
                     }
+                    report
+                })
+                .map_err(|e| {
+                    EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
+                })?
+        };
+        Ok(Job { name, threads, metrics, stop, status, notices, controller: Some(controller) })
+    }
+
+    /// Forms a cluster and starts this worker's part of `pipeline` in it (see
+    /// [`crate::cluster`]). Blocks for the rendezvous; `announce` hears the leader's
+    /// control address as soon as it listens. The job's report fails if any worker
+    /// failed or was lost.
+    pub fn start_cluster(
+        pipeline: &Pipeline,
+        options: &ClusterOptions,
+        announce: &mut dyn FnMut(&Listening),
+    ) -> Result<Job, EngineError> {
+        let Formed { compiled, part, control, membership } = cluster::form(pipeline, options, announce)?;
+        let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
+        let status = StatusCell::new(Status::starting(None));
+        let (stop, woken) = sluice_runtime::stop_handle();
+        let name = compiled.name.clone();
+        let threads = part.layout.slots_of(part.worker).len() as u32;
+        let workers = membership.len();
+        let me = membership.member(membership.me).map_or_else(String::new, |m| m.exchange_addr.clone());
+        let notices = vec![format!(
+            "worker {} of {workers} (exchange {me}), {threads} of the cluster's {} threads",
+            membership.me,
+            part.layout.slots()
+        )];
+        let shutdown_timeout = compiled.options.shutdown_timeout;
+        let controller = {
+            let metrics = Arc::clone(&metrics);
+            let status = Arc::clone(&status);
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("sluice-controller".into())
+                .spawn(move || {
+                    let (done, local_done) = crossbeam_channel::bounded(1);
+                    let supervisor = {
+                        let stop = stop.clone();
+                        std::thread::Builder::new()
+                            .name("sluice-cluster-control".into())
+                            .spawn(move || cluster::supervise(control, stop, local_done, workers, shutdown_timeout))
+                    };
+                    let mut report = run(compiled, None, Some(part), (stop, woken), metrics, &status);
+                    let local = match &report.outcome {
+                        RunOutcome::Completed => Ok(()),
+                        RunOutcome::Failed { component, error } => Err(format!("{component}: {error}")),
+                    };
+                    // Capacity one, sent once.
+                    let _ = done.send(local);
+                    let failure = match supervisor.map(|thread| thread.join()) {
+                        Ok(Ok(failure)) => failure,
+                        Ok(Err(panic)) => {
+                            Some(("cluster control".into(), SluiceError::internal("run.panic", panic_message(&*panic))))
+                        }
+                        Err(error) => {
+                            Some(("cluster control".into(), SluiceError::external("run.thread", error.to_string())))
+                        }
+                    };
+                    if let (RunOutcome::Completed, Some((component, error))) = (&report.outcome, failure) {
+                        report.outcome = RunOutcome::Failed { component, error };
+                    }
+                    finish(&status, &report);
                     report
                 })
                 .map_err(|e| {
@@ -197,10 +265,12 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
-/// The controller thread: runs the plan, keeping the status up to date.
+/// The controller thread: runs the plan (this worker's part of it in a cluster),
+/// keeping the status up to date until the final state, which the caller sets.
 fn run(
     compiled: CompiledPipeline,
     checkpointing: Option<sluice_runtime::Checkpointing>,
+    part: Option<ClusterRun>,
     stop: (StopHandle, crossbeam_channel::Receiver<()>),
     metrics: Arc<Metrics>,
     status: &StatusCell,
@@ -210,7 +280,11 @@ fn run(
         RunEvent::Stopping => status.update(|s| s.state = JobState::Stopping),
         RunEvent::Committed { epoch } => status.update(|s| s.last_committed_epoch = Some(epoch)),
     };
-    let report = sluice_runtime::run(&compiled.plan, &compiled.options, checkpointing, stop, metrics, &mut observe);
+    sluice_runtime::run_part(&compiled.plan, &compiled.options, checkpointing, part, stop, metrics, &mut observe)
+}
+
+/// Publishes the report's outcome as the final state.
+fn finish(status: &StatusCell, report: &RunReport) {
     status.update(|s| match &report.outcome {
         RunOutcome::Completed => s.state = JobState::Completed,
         RunOutcome::Failed { component, error } => {
@@ -218,5 +292,4 @@ fn run(
             s.failure = Some(format!("{component}: {error}"));
         }
     });
-    report
 }

@@ -25,6 +25,7 @@
 //!   generator's files and the benchmark's pipelines.
 
 mod checkpointing;
+pub mod cluster;
 mod compile;
 mod error;
 mod explain;
@@ -38,6 +39,7 @@ pub mod stores;
 #[cfg(test)]
 mod tests;
 
+pub use cluster::{ClusterOptions, ClusterRole, Listening};
 pub use compile::{CompiledPipeline, Restoring};
 pub use error::{EngineError, Problem};
 pub use explain::{Explanation, FlowNode, SegmentNode, SourceNode, Validation, explain};
@@ -46,6 +48,8 @@ pub use job::{Job, StartOptions};
 pub use load::{Engine, Overrides, PIPELINE_BYTES_MAX, Pipeline};
 pub use status::{JobState, Status, StatusStream};
 
+pub use sluice_cluster::auth::Secret;
+pub use sluice_cluster::rendezvous::ControlSettings;
 pub use sluice_config as config;
 pub use sluice_connectors::Registry;
 pub use sluice_runtime::{Metrics, RunOutcome, RunReport, StopHandle};

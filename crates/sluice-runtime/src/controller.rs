@@ -24,10 +24,12 @@ use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Completed, Coordinator, Written, writer_gone};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
-use crate::exchange::{ExchangeInput, ExchangeOutput, mesh};
+use crate::exchange::{ExchangeInput, ExchangeOutput, cluster_mesh};
 use crate::mailbox::post;
 use crate::metrics::Metrics;
 use crate::plan::{OperatorContext, Plan, SegmentOutput};
+use sluice_cluster::link::{Network, NetworkBuilder};
+use sluice_types::vnode::SlotLayout;
 
 /// How to run a plan.
 #[derive(Debug, Clone)]
@@ -124,6 +126,18 @@ pub fn stop_handle() -> (StopHandle, Receiver<()>) {
     (StopHandle { requested: Arc::new(AtomicBool::new(false)), wake }, woken)
 }
 
+/// This worker's part of a cluster run: the slots of every worker, which of them are
+/// this worker's, and the links to the others.
+pub struct ClusterRun {
+    pub layout: SlotLayout,
+    pub worker: u32,
+    /// The peers, with no channel registered yet: the run registers every remote
+    /// channel of the plan on it, then opens the links with `connect`.
+    pub network: NetworkBuilder,
+    /// Opens the links (the caller holds the exchange listener and the secret).
+    pub connect: Box<dyn FnOnce(NetworkBuilder) -> Result<Network, SluiceError> + Send>,
+}
+
 /// Checkpoints for a run: how to take them, and the state restored from the last one.
 pub struct Checkpointing {
     pub options: CheckpointOptions,
@@ -140,12 +154,38 @@ pub fn run(
     metrics: Arc<Metrics>,
     observe: &mut dyn FnMut(RunEvent),
 ) -> RunReport {
+    run_part(plan, options, checkpointing, None, stop, metrics, observe)
+}
+
+/// Runs this worker's part of `plan`: its slots' drivers, whose exchanges reach the
+/// other workers' slots through `cluster`'s links. `options.threads` is the cluster's
+/// slot count, and `metrics` are made for it (the other workers' slots stay at zero).
+/// Checkpoints across workers are not supported yet: the engine refuses them.
+pub fn run_part(
+    plan: &Plan,
+    options: &RunOptions,
+    checkpointing: Option<Checkpointing>,
+    cluster: Option<ClusterRun>,
+    stop: (StopHandle, Receiver<()>),
+    metrics: Arc<Metrics>,
+    observe: &mut dyn FnMut(RunEvent),
+) -> RunReport {
     plan.assert_well_formed();
     assert!(options.threads > 0, "at least one driver thread");
     assert_eq!(metrics.threads.len(), options.threads as usize, "metrics made for this plan and thread count");
+    let (layout, worker, mut network, connect) = match cluster {
+        Some(ClusterRun { layout, worker, network, connect }) => (layout, worker, Some(network), Some(connect)),
+        None => (SlotLayout::solo(options.threads), 0, None, None),
+    };
+    assert_eq!(layout.slots(), options.threads, "options.threads counts every worker's slots");
+    assert!(
+        layout.workers() == 1 || checkpointing.is_none(),
+        "checkpoints across workers are refused before a cluster run starts"
+    );
+    let local = layout.slots_of(worker);
     let started = Instant::now();
     let (stop_handle, stop_woken) = stop;
-    let (events_sender, events) = bounded(options.threads as usize * EVENTS_PER_DRIVER);
+    let (events_sender, events) = bounded(local.len() * EVENTS_PER_DRIVER);
     let mut controls = Vec::new();
     let mut handles: Vec<JoinHandle<()>> = Vec::new();
     let (coordinator, restore) = match checkpointing {
@@ -160,12 +200,25 @@ pub fn run(
         exactly_once: coordinator.as_ref().is_none_or(Coordinator::exactly_once),
         first_epoch: coordinator.as_ref().map_or(1, Coordinator::first_epoch),
     };
-    let drivers = match build_drivers(plan, options, &metrics, &events_sender, &restore, &shape) {
-        Ok(drivers) => drivers,
-        Err((component, error)) => {
-            let outcome = RunOutcome::Failed { component, error };
-            return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
-        }
+    let place = Placement { layout: &layout, worker };
+    let drivers =
+        match build_drivers(plan, options, &place, network.as_mut(), &metrics, &events_sender, &restore, &shape) {
+            Ok(drivers) => drivers,
+            Err((component, error)) => {
+                let outcome = RunOutcome::Failed { component, error };
+                return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
+            }
+        };
+    // Every remote channel is registered: open the links before any driver sends.
+    let network = match (network, connect) {
+        (Some(network), Some(connect)) => match connect(network) {
+            Ok(network) => Some(network),
+            Err(error) => {
+                let outcome = RunOutcome::Failed { component: "exchange links".into(), error };
+                return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
+            }
+        },
+        _ => None,
     };
     for (driver, control) in drivers {
         let thread = driver.thread;
@@ -191,7 +244,7 @@ pub fn run(
     }
     drop(events_sender);
     observe(RunEvent::Started);
-    let running = (0..options.threads).collect();
+    let running = local.clone().collect();
     let mut supervisor = Supervisor {
         controls,
         running,
@@ -228,10 +281,17 @@ pub fn run(
         supervisor.tick();
         supervisor.check_deadline(options.shutdown_timeout);
     }
-    let outcome = supervisor.outcome.take().expect("loop ends with an outcome");
+    let mut outcome = supervisor.outcome.take().expect("loop ends with an outcome");
     if outcome == RunOutcome::Completed {
         for handle in handles {
             let _ = handle.join();
+        }
+        // The local drivers ended every channel they send on; wait until the links
+        // delivered those ends and the peers ended theirs.
+        if let Some(network) = &network
+            && let Err(error) = network.drain(options.shutdown_timeout)
+        {
+            outcome = RunOutcome::Failed { component: "exchange links".into(), error };
         }
     } else {
         // Aborted drivers leave promptly; wait a little so their sinks close, but never
@@ -481,39 +541,59 @@ struct DriverShape {
     first_epoch: u64,
 }
 
-/// Builds every driver: its lanes, its chain instances (restored from `restore`) and its
-/// ends of the exchanges.
+/// Which slots of which layout this worker runs.
+struct Placement<'a> {
+    layout: &'a SlotLayout,
+    worker: u32,
+}
+
+/// Builds this worker's drivers: their lanes, their chain instances (restored from
+/// `restore`) and their ends of the exchanges (registering remote ends on `network`).
+#[allow(clippy::too_many_arguments)]
 fn build_drivers(
     plan: &Plan,
     options: &RunOptions,
+    place: &Placement<'_>,
+    mut network: Option<&mut NetworkBuilder>,
     metrics: &Arc<Metrics>,
     events: &Sender<DriverEvent>,
     restore: &Restore,
     shape: &DriverShape,
 ) -> Result<Vec<(Driver, Sender<Control>)>, Failure> {
     let threads = options.threads as usize;
-    // flows[f][t] = the segments of flow f on thread t.
-    let mut per_thread: Vec<Vec<FlowSetup>> = (0..threads).map(|_| Vec::new()).collect();
+    let local = place.layout.slots_of(place.worker);
+    let local_count = local.len();
+    // per_thread[t - local.start] = the flows of local slot t.
+    let mut per_thread: Vec<Vec<FlowSetup>> = (0..local_count).map(|_| Vec::new()).collect();
+    let mut exchange = 0u32;
     for (flow_index, flow) in plan.flows.iter().enumerate() {
-        let mut inputs: Vec<Option<ExchangeInput>> = (0..threads).map(|_| None).collect();
-        // Threads owning no lane of the flow's source never send rows into the first
-        // exchange (every later exchange may receive rows from any thread).
+        let mut inputs: Vec<Option<ExchangeInput>> = (0..local_count).map(|_| None).collect();
+        // Slots owning no lane of the flow's source never send rows into the first
+        // exchange (every later exchange may receive rows from any slot).
         let lanes = plan.sources[flow.source].lanes() as usize;
         let mut idle: Vec<bool> = (0..threads).map(|thread| !(0..lanes).any(|lane| lane % threads == thread)).collect();
-        let mut thread_segments: Vec<Vec<SegmentSetup>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut thread_segments: Vec<Vec<SegmentSetup>> = (0..local_count).map(|_| Vec::new()).collect();
         for (segment_index, segment) in flow.segments.iter().enumerate() {
             let (senders, receivers) = match &segment.output {
                 SegmentOutput::Exchange { .. } => {
-                    let mesh = mesh(threads, options.queue_batches);
+                    let mesh = cluster_mesh(
+                        place.layout,
+                        place.worker,
+                        exchange,
+                        options.queue_batches,
+                        network.as_deref_mut(),
+                    );
+                    exchange += 1;
                     (Some(mesh.senders), Some(mesh.receivers))
                 }
                 SegmentOutput::Sink => (None, None),
             };
             let mut senders = senders.map(|s| s.into_iter());
             let mut receivers = receivers.map(|r| r.into_iter());
-            for thread in 0..threads {
+            for thread in local.clone() {
+                let index = (thread - local.start) as usize;
                 let context = OperatorContext {
-                    thread: thread as u32,
+                    thread,
                     threads: options.threads,
                     vnodes: options.vnodes,
                     metrics: Arc::clone(metrics),
@@ -523,7 +603,7 @@ fn build_drivers(
                     operators.push(factory(&context).map_err(|e| (format!("operator {line}"), e))?);
                 }
                 let mut chain = Chain::new(operators);
-                let owned = sluice_types::vnode::range_of(thread as u32, options.vnodes, options.threads);
+                let owned = sluice_types::vnode::range_of(thread, options.vnodes, options.threads);
                 for operator in 0..segment.operators.len() {
                     let Some(blobs) = restore.states.get(&operator_id(flow_index, segment_index, operator)) else {
                         continue;
@@ -535,22 +615,22 @@ fn build_drivers(
                 }
                 let output = match &segment.output {
                     SegmentOutput::Exchange { partitioner, .. } => {
-                        let senders = senders.as_mut().and_then(Iterator::next).expect("one sender row per thread");
+                        let senders = senders.as_mut().and_then(Iterator::next).expect("one sender row per local slot");
                         OutputSetup::Exchange(ExchangeOutput::new(partitioner(&context), senders))
                     }
                     SegmentOutput::Sink => OutputSetup::Sink { sink: flow_index },
                 };
-                let input = inputs[thread].take();
-                thread_segments[thread].push(SegmentSetup { chain, input, output });
+                let input = inputs[index].take();
+                thread_segments[index].push(SegmentSetup { chain, input, output });
                 if let Some(receivers) = receivers.as_mut() {
-                    let row = receivers.next().expect("one receiver row per thread");
-                    inputs[thread] = Some(ExchangeInput::new(row, &idle, shape.exactly_once));
+                    let row = receivers.next().expect("one receiver row per local slot");
+                    inputs[index] = Some(ExchangeInput::new(row, &idle, shape.exactly_once));
                 }
             }
             idle.iter_mut().for_each(|idle| *idle = false);
         }
-        for (thread, segments) in thread_segments.into_iter().enumerate() {
-            per_thread[thread].push(FlowSetup {
+        for (index, segments) in thread_segments.into_iter().enumerate() {
+            per_thread[index].push(FlowSetup {
                 source: flow.source,
                 table: flow.table,
                 name: flow.sink.name().to_string(),
@@ -560,7 +640,8 @@ fn build_drivers(
     }
     let start_positions: Arc<HashMap<(usize, u32), Vec<u8>>> = Arc::new(restore.positions.clone());
     let mut drivers = Vec::new();
-    for (thread, flows) in per_thread.into_iter().enumerate() {
+    for (index, flows) in per_thread.into_iter().enumerate() {
+        let thread = local.start as usize + index;
         let lanes = plan
             .sources
             .iter()

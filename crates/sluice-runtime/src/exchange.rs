@@ -1,4 +1,9 @@
-//! The in-process exchange: one bounded channel per (sender thread, receiver thread) pair.
+//! The exchange: one bounded channel per (sender slot, receiver slot) pair. A slot is a
+//! driver thread; in a cluster the slots are every worker's threads
+//! ([`sluice_types::vnode::SlotLayout`]), and a channel between slots of two workers is
+//! carried by their link (`sluice_cluster::link`): the sender's end is a bounded local
+//! queue the link drains under the receiver's credit, the receiver's end an inbox that
+//! returns credit as messages are taken.
 //!
 //! Receiving side ([`ExchangeInput`]): merges its senders into one ordered input for the
 //! segment: data as it comes (round robin over senders), the watermark as the minimum of
@@ -11,36 +16,114 @@
 //! outbox drains (that is how backpressure travels upstream, see `driver`).
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, TrySendError, bounded};
+use sluice_cluster::frame::ChannelId;
+use sluice_cluster::link::{NetworkBuilder, RemoteInbox};
+use sluice_types::vnode::SlotLayout;
 use sluice_types::{Epoch, ErrorKind, Message, SluiceError, TimestampMs};
 
 use crate::metrics::NO_WATERMARK;
 use crate::plan::Partitioner;
 
-/// The channels of one exchange: `senders[from][to]` and `receivers[to][from]`.
-pub(crate) struct Mesh {
-    pub senders: Vec<Vec<Sender<Message>>>,
-    pub receivers: Vec<Vec<Receiver<Message>>>,
+/// Where one sender's messages arrive.
+pub(crate) enum Inbound {
+    /// From a thread of this worker.
+    Local(Receiver<Message>),
+    /// From a thread of another worker, over the link to it.
+    Remote(RemoteInbox),
 }
 
-pub(crate) fn mesh(threads: usize, capacity: usize) -> Mesh {
-    assert!(capacity > 0, "exchange queues need room for at least one batch");
-    let mut senders: Vec<Vec<Sender<Message>>> = (0..threads).map(|_| Vec::with_capacity(threads)).collect();
-    let mut receivers: Vec<Vec<Receiver<Message>>> = (0..threads).map(|_| Vec::with_capacity(threads)).collect();
-    for from_senders in senders.iter_mut() {
-        for to_receivers in receivers.iter_mut() {
-            let (sender, receiver) = bounded(capacity);
-            from_senders.push(sender);
-            to_receivers.push(receiver);
+impl Inbound {
+    fn try_recv(&self) -> Result<Message, TryRecvError> {
+        match self {
+            Inbound::Local(receiver) => receiver.try_recv(),
+            Inbound::Remote(inbox) => inbox.messages.try_recv().map(|(message, bytes)| {
+                // Taking the message is what grants its sender more credit.
+                inbox.consumed(bytes);
+                message
+            }),
         }
     }
-    Mesh { senders, receivers }
+
+    fn register<'a>(&'a self, select: &mut Select<'a>) {
+        match self {
+            Inbound::Local(receiver) => select.recv(receiver),
+            Inbound::Remote(inbox) => select.recv(&inbox.messages),
+        };
+    }
+}
+
+/// The channels of one exchange as seen by one worker: `senders[from - local.start][to]`
+/// for every local sender slot and every receiver slot, `receivers[to - local.start][from]`
+/// for every local receiver slot and every sender slot.
+pub(crate) struct Mesh {
+    pub senders: Vec<Vec<Sender<Message>>>,
+    pub receivers: Vec<Vec<Inbound>>,
+}
+
+/// The in-process mesh of `threads` slots.
+#[cfg(test)]
+pub(crate) fn mesh(threads: usize, capacity: usize) -> Mesh {
+    let layout = SlotLayout::solo(threads as u32);
+    cluster_mesh(&layout, 0, 0, capacity, None)
+}
+
+/// The mesh of exchange number `exchange` (counted over the plan, the same on every
+/// worker) as seen by `worker`. Channels between two local slots are in-process; the
+/// others are registered on `network`, which every layout of more than one worker needs.
+pub(crate) fn cluster_mesh(
+    layout: &SlotLayout,
+    worker: u32,
+    exchange: u32,
+    capacity: usize,
+    mut network: Option<&mut NetworkBuilder>,
+) -> Mesh {
+    assert!(capacity > 0, "exchange queues need room for at least one batch");
+    let slots = layout.slots();
+    let local: Range<u32> = layout.slots_of(worker);
+    let mut senders: Vec<Vec<Option<Sender<Message>>>> =
+        local.clone().map(|_| (0..slots).map(|_| None).collect()).collect();
+    let mut receivers: Vec<Vec<Option<Inbound>>> = local.clone().map(|_| (0..slots).map(|_| None).collect()).collect();
+    for from in 0..slots {
+        for to in 0..slots {
+            let (from_here, to_here) = (local.contains(&from), local.contains(&to));
+            let id = channel_id(exchange, from, to, slots);
+            if from_here && to_here {
+                let (sender, receiver) = bounded(capacity);
+                senders[(from - local.start) as usize][to as usize] = Some(sender);
+                receivers[(to - local.start) as usize][from as usize] = Some(Inbound::Local(receiver));
+            } else if from_here {
+                let network = network.as_deref_mut().expect("a cluster run has a network");
+                senders[(from - local.start) as usize][to as usize] = Some(network.outgoing(layout.worker_of(to), id));
+            } else if to_here {
+                let network = network.as_deref_mut().expect("a cluster run has a network");
+                let inbox = network.incoming(layout.worker_of(from), id, None);
+                receivers[(to - local.start) as usize][from as usize] = Some(Inbound::Remote(inbox));
+            }
+        }
+    }
+    Mesh {
+        senders: senders.into_iter().map(complete).collect(),
+        receivers: receivers.into_iter().map(complete).collect(),
+    }
+}
+
+fn complete<T>(row: Vec<Option<T>>) -> Vec<T> {
+    row.into_iter().map(|channel| channel.expect("every channel of a local slot is set")).collect()
+}
+
+/// The stable id of the channel from slot `from` to slot `to` of exchange `exchange`:
+/// both workers of a remote channel derive it from the plan alone.
+pub(crate) fn channel_id(exchange: u32, from: u32, to: u32, slots: u32) -> ChannelId {
+    let id = (u64::from(exchange) * u64::from(slots) + u64::from(from)) * u64::from(slots) + u64::from(to);
+    ChannelId::try_from(id).expect("fewer than 2^32 exchange channels (exchanges x slots x slots)")
 }
 
 /// The merged input of one segment instance.
 pub(crate) struct ExchangeInput {
-    receivers: Vec<Receiver<Message>>,
+    receivers: Vec<Inbound>,
     watermarks: Vec<TimestampMs>,
     ended: Vec<bool>,
     /// Senders whose barrier for `pending_barrier` arrived and are held back.
@@ -60,7 +143,7 @@ impl ExchangeInput {
     /// `align`: hold back a sender whose barrier arrived until every sender delivered it
     /// (exactly-once); without it (at-least-once) rows keep flowing and the barrier is
     /// forwarded once every sender delivered it.
-    pub(crate) fn new(receivers: Vec<Receiver<Message>>, idle: &[bool], align: bool) -> ExchangeInput {
+    pub(crate) fn new(receivers: Vec<Inbound>, idle: &[bool], align: bool) -> ExchangeInput {
         let senders = receivers.len();
         assert_eq!(idle.len(), senders, "one idle flag per sender");
         let ended = if idle.iter().all(|i| *i) { vec![false; senders] } else { idle.to_vec() };
@@ -169,7 +252,7 @@ impl ExchangeInput {
         for (from, receiver) in self.receivers.iter().enumerate() {
             let held_back = self.align && self.aligned[from];
             if !self.finished && !held_back {
-                select.recv(receiver);
+                receiver.register(select);
             }
         }
     }

@@ -36,7 +36,9 @@ pub mod plan;
 mod tests;
 
 pub use chain::{Chain, Operator, SnapshotJob};
-pub use controller::{Checkpointing, RunEvent, RunOptions, RunOutcome, RunReport, StopHandle, run, stop_handle};
+pub use controller::{
+    Checkpointing, ClusterRun, RunEvent, RunOptions, RunOutcome, RunReport, StopHandle, run, run_part, stop_handle,
+};
 pub use metrics::Metrics;
 pub use plan::{
     Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner, PartitionerFactory, Plan,

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod checkpoints;
+mod cluster;
 mod crash;
 mod examples;
 mod golden;

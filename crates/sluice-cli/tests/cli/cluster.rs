@@ -1,0 +1,213 @@
+//! Clusters of `sluice` processes on loopback: the leader prints the command the others
+//! run, the workers join, rows cross processes through the exchange links, and the
+//! output equals a run on one worker with as many threads. Mismatched workers are
+//! refused on both sides; what a cluster cannot do yet is refused by name.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStderr, Stdio};
+
+use crate::golden::output;
+use crate::harness::{Scratch, sluice_command, sorted_lines, stderr};
+
+const NEXMARK: &str = r#"
+[pipeline]
+name = "cluster"
+threads = THREADS
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+events = 60000
+
+[[view]]
+name = "counts"
+sql = "SELECT auction, COUNT(*) AS n, window_start FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' SECOND)) GROUP BY auction, window_start, window_end"
+
+[[sink]]
+name = "out"
+from = "counts"
+connector = "file"
+format = "json"
+[sink.options]
+path = "out/"
+"#;
+
+const FILES: &str = r#"
+[pipeline]
+name = "cluster-files"
+threads = THREADS
+
+[[source]]
+name = "events"
+connector = "file"
+format = "json"
+schema = "k VARCHAR, v BIGINT, ts TIMESTAMP(3)"
+event_time = "ts"
+[source.options]
+path = "events.jsonl"
+split_bytes = 4096
+
+[[view]]
+name = "sums"
+sql = "SELECT k, COUNT(*) AS n, SUM(v) AS total, window_start FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY k, window_start, window_end"
+
+[[sink]]
+name = "out"
+from = "sums"
+connector = "file"
+format = "json"
+[sink.options]
+path = "out/"
+"#;
+
+/// A worker process and its stderr.
+struct Worker {
+    child: Child,
+    stderr: BufReader<ChildStderr>,
+    seen: String,
+}
+
+impl Worker {
+    fn start(scratch: &Scratch, args: &[&str]) -> Worker {
+        let mut child = sluice_command(scratch.dir.path())
+            .args(["run", "pipeline.toml"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice");
+        let stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        Worker { child, stderr, seen: String::new() }
+    }
+
+    /// Reads stderr until a line contains `needle` (or it ends); returns that line.
+    fn until(&mut self, needle: &str) -> String {
+        loop {
+            let mut line = String::new();
+            let read = self.stderr.read_line(&mut line).expect("stderr");
+            self.seen.push_str(&line);
+            if read == 0 || line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    /// Waits for the exit; returns the code and everything written to stderr.
+    fn finish(mut self) -> (Option<i32>, String) {
+        self.until("\u{0}");
+        (self.child.wait().expect("wait").code(), self.seen)
+    }
+}
+
+/// Starts a leader of `workers` on an ephemeral control port; returns it and the
+/// address its printed join command names.
+fn lead(scratch: &Scratch, workers: usize, extra: &[&str]) -> (Worker, String) {
+    let count = workers.to_string();
+    let mut args = vec!["--workers", &count, "--control-bind", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let mut leader = Worker::start(scratch, &args);
+    let line = leader.until("--join ");
+    let address = line
+        .split("--join ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no join command in:\n{}", leader.seen))
+        .trim()
+        .to_string();
+    (leader, address)
+}
+
+/// Runs `pipeline` on `workers` workers of `threads` threads each, each in its own
+/// directory holding `files`; returns the merged output of every worker.
+fn cluster_output(pipeline: &str, workers: usize, threads: u32, files: &[(&str, &str)]) -> Vec<String> {
+    let scratches: Vec<Scratch> = (0..workers).map(|_| Scratch::new()).collect();
+    for scratch in &scratches {
+        scratch.write("pipeline.toml", &pipeline.replace("THREADS", &threads.to_string()));
+        for (name, text) in files {
+            scratch.write(name, text);
+        }
+    }
+    let (leader, address) = lead(&scratches[0], workers, &[]);
+    let joiners: Vec<Worker> = scratches[1..].iter().map(|s| Worker::start(s, &["--join", &address])).collect();
+    for (index, worker) in std::iter::once(leader).chain(joiners).enumerate() {
+        let (code, seen) = worker.finish();
+        assert_eq!(code, Some(0), "worker {index}:\n{seen}");
+    }
+    let mut lines: Vec<String> = scratches.iter().flat_map(|s| sorted_lines(&output(s, "out"))).collect();
+    lines.sort();
+    lines
+}
+
+/// The same pipeline on one worker with `threads` threads.
+fn solo_output(pipeline: &str, threads: u32, files: &[(&str, &str)]) -> Vec<String> {
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &pipeline.replace("THREADS", &threads.to_string()));
+    for (name, text) in files {
+        scratch.write(name, text);
+    }
+    let run = scratch.sluice(&["--quiet", "run", "pipeline.toml"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    sorted_lines(&output(&scratch, "out"))
+}
+
+fn events() -> String {
+    (0..6000)
+        .map(|i| {
+            let millis = i * 3;
+            format!(
+                "{{\"k\": \"k{}\", \"v\": {i}, \"ts\": \"2026-01-01 00:00:{:02}.{:03}\"}}\n",
+                i % 17,
+                millis / 1000,
+                millis % 1000
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn two_workers_of_nexmark_write_what_one_worker_with_two_threads_writes() {
+    let solo = solo_output(NEXMARK, 2, &[]);
+    assert!(solo.len() > 1000, "a real workload: {} windows", solo.len());
+    assert_eq!(cluster_output(NEXMARK, 2, 1, &[]), solo);
+}
+
+#[test]
+fn three_workers_of_file_lanes_write_what_one_worker_with_three_threads_writes() {
+    let events = events();
+    let files = [("events.jsonl", events.as_str())];
+    let solo = solo_output(FILES, 3, &files);
+    assert!(solo.len() > 300, "{} windows", solo.len());
+    assert_eq!(cluster_output(FILES, 3, 1, &files), solo);
+}
+
+#[test]
+fn a_worker_with_another_pipeline_is_refused_by_both_sides() {
+    let (leading, joining) = (Scratch::new(), Scratch::new());
+    leading.write("pipeline.toml", &NEXMARK.replace("THREADS", "1"));
+    joining
+        .write("pipeline.toml", &NEXMARK.replace("THREADS", "1").replace("INTERVAL '1' SECOND", "INTERVAL '2' SECOND"));
+    let (mut leader, address) = lead(&leading, 2, &["--join-timeout", "20s"]);
+    let joiner = Worker::start(&joining, &["--join", &address]);
+    let (code, seen) = joiner.finish();
+    assert_eq!(code, Some(1), "{seen}");
+    assert!(
+        seen.contains("fingerprint") && seen.contains("pipeline.toml"),
+        "the joiner names the mismatch and the fix:\n{seen}"
+    );
+    leader.until("fingerprint");
+    let (code, seen) = leader.finish();
+    assert_eq!(code, Some(1), "{seen}");
+    assert!(seen.contains("fingerprint"), "the leader logs the refusal:\n{seen}");
+    assert!(seen.contains("1 of 2 workers are missing"), "then gives up naming who is missing:\n{seen}");
+}
+
+#[test]
+fn checkpoints_across_workers_are_refused_by_name() {
+    let scratch = Scratch::new();
+    let pipeline = format!("{}\n[checkpoint]\ninterval = \"1s\"\n", NEXMARK.replace("THREADS", "1"));
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml", "--workers", "2", "--control-bind", "127.0.0.1:0"]);
+    assert_eq!(run.status.code(), Some(1));
+    let text = stderr(&run);
+    assert!(text.contains("checkpoints across workers are not supported yet"), "{text}");
+}

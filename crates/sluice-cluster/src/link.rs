@@ -1,0 +1,829 @@
+//! The exchange mesh between workers: one TCP link per worker pair carrying every
+//! exchange channel between the two, each with credit-based flow control.
+//!
+//! ## Setup
+//!
+//! Every worker binds its exchange listener before the rendezvous (so its address is in
+//! the member set). After the rendezvous, each worker registers the channels it sends and
+//! receives on every peer ([`NetworkBuilder::outgoing`], [`NetworkBuilder::incoming`]);
+//! both sides derive the same [`ChannelId`]s from the plan. Then [`NetworkBuilder::connect`]
+//! opens the links: a worker *connects* to every peer with a lower id and *accepts* from
+//! every peer with a higher id; the connecting side's preamble names both ids and the run
+//! (see [`crate::frame`]), so one listener sorts its incoming links and refuses strays
+//! (another program, another run, a peer already linked) without stopping. The
+//! shared-secret proof runs on every link right after the preamble.
+//!
+//! ## Flow control
+//!
+//! A channel's sender never has more bytes in flight than its receiver granted: the
+//! receiver grants `window_bytes` when the link starts, and grants again only as the
+//! consuming operator takes messages out of its [`RemoteInbox`] (not when the socket is
+//! read), in steps of a quarter window. A frame is at most half a window (bigger batches
+//! are split by rows), so a sender whose consumer has taken everything always has room
+//! for its next frame: credit never deadlocks. A sender without credit leaves messages in
+//! its bounded local queue; the driver's outbox then fills and the driver stops polling
+//! its lanes, so a slow operator on one host pauses the sources on every host, while the
+//! other channels of the same link keep flowing (each has its own credit).
+//!
+//! Bounds: a sender's queue holds `queue_messages` messages; a receiver's inbox holds at
+//! most `window_bytes` of frames (a peer that sends past its credit is a protocol error);
+//! the writer coalesces frames up to [`COALESCE_BYTES`] per write; the wake-up channels
+//! have capacity one and are only ever nudged (`try_send`, a full channel already means
+//! "look again").
+//!
+//! ## Threads and failure
+//!
+//! Per link, a writer thread (encodes queued messages, sends credits) and a reader thread
+//! (decodes frames into inboxes, applies credits). A read or write failure, or an end of
+//! stream while some incoming channel has not ended, reports [`LinkEvent::Lost`] once and
+//! drops that link's inboxes, so the exchange reading them fails with a lost peer instead
+//! of waiting forever. Writes time out after `io_timeout`.
+
+use std::collections::HashMap;
+use std::io::{BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use arrow::datatypes::SchemaRef;
+use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, bounded, unbounded};
+use sluice_types::{ErrorKind, Message, SluiceError};
+
+use crate::frame::{
+    ChannelDecoder, ChannelEncoder, ChannelId, DATA_VERSION, Frame, PREAMBLE_BYTES, Preamble, encode_credit,
+    read_answer, read_frame, write_answer,
+};
+
+/// Frames are gathered into one write up to this many bytes.
+pub const COALESCE_BYTES: usize = 256 << 10;
+
+/// How the mesh behaves.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// Bytes a receiver grants each channel: what may be in flight on it.
+    pub window_bytes: u64,
+    /// Messages a sender queues locally per channel before its driver feels backpressure.
+    pub queue_messages: usize,
+    /// How long opening the mesh may take, and how long one write may block.
+    pub io_timeout: Duration,
+}
+
+impl Default for LinkConfig {
+    fn default() -> LinkConfig {
+        LinkConfig { window_bytes: 16 << 20, queue_messages: 8, io_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Proves the shared secret on a freshly opened link; `initiator` is the connecting side.
+pub type Authenticator = Arc<dyn Fn(&mut TcpStream, bool) -> Result<(), SluiceError> + Send + Sync>;
+
+/// What happened to a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The link to `peer` failed; its incoming channels were closed.
+    Lost { peer: u32, reason: String },
+    /// Both directions of the link to `peer` ended cleanly: every channel ended and was
+    /// delivered, and both sides closed their sending half.
+    Closed { peer: u32 },
+}
+
+/// Counters of one link.
+#[derive(Debug, Default)]
+pub struct LinkMetrics {
+    pub bytes_sent: AtomicU64,
+    pub bytes_received: AtomicU64,
+    /// Times a channel had a message ready and no credit for it.
+    pub credit_stalls: AtomicU64,
+}
+
+/// Where an incoming channel's messages arrive. The consumer reports each message it
+/// takes with [`RemoteInbox::consumed`]: that is what grants the sender more credit.
+pub struct RemoteInbox {
+    pub messages: Receiver<(Message, u32)>,
+    state: Arc<InState>,
+    wake: Sender<()>,
+}
+
+impl std::fmt::Debug for RemoteInbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteInbox").field("channel", &self.state.channel).finish()
+    }
+}
+
+impl RemoteInbox {
+    /// The consumer took a message of `bytes` wire bytes.
+    pub fn consumed(&self, bytes: u32) {
+        let before = self.state.consumed.fetch_add(u64::from(bytes), Ordering::AcqRel);
+        if before < self.state.grant_step && before + u64::from(bytes) >= self.state.grant_step {
+            // Capacity one: a full channel already holds a wake-up.
+            let _ = self.wake.try_send(());
+        }
+    }
+}
+
+/// The receiving state of one channel, shared by its inbox and the link's threads.
+struct InState {
+    channel: ChannelId,
+    /// Bytes taken by the consumer and not yet granted back.
+    consumed: AtomicU64,
+    /// Bytes granted to the sender in total (the writer adds before it sends a grant, so
+    /// the reader never sees bytes the grant did not yet cover).
+    granted: AtomicU64,
+    grant_step: u64,
+    /// The channel's end arrived: it needs no more credit.
+    ended: AtomicBool,
+}
+
+struct OutChannel {
+    id: ChannelId,
+    queue: Receiver<Message>,
+    encoder: ChannelEncoder,
+    /// Bytes granted by the receiver in total (added by the reader thread).
+    granted: Arc<AtomicU64>,
+    sent: u64,
+    /// Frames encoded but not yet covered by credit.
+    pending: Vec<u8>,
+    ended: bool,
+}
+
+struct InChannel {
+    id: ChannelId,
+    inbox: Sender<(Message, u32)>,
+    decoder: ChannelDecoder,
+    state: Arc<InState>,
+}
+
+#[derive(Default)]
+struct PeerChannels {
+    outgoing: Vec<OutChannel>,
+    incoming: Vec<InChannel>,
+}
+
+/// Registers channels, then opens the links.
+pub struct NetworkBuilder {
+    me: u32,
+    run: u64,
+    peers: HashMap<u32, SocketAddr>,
+    config: LinkConfig,
+    channels: HashMap<u32, PeerChannels>,
+    wakes: HashMap<u32, (Sender<()>, Receiver<()>)>,
+}
+
+impl NetworkBuilder {
+    /// `peers`: every other worker's id and exchange address; `run`: a token both sides
+    /// share (the topology fingerprint's hash).
+    pub fn new(
+        me: u32,
+        run: u64,
+        peers: impl IntoIterator<Item = (u32, SocketAddr)>,
+        config: LinkConfig,
+    ) -> NetworkBuilder {
+        assert!(config.window_bytes >= 1024, "an exchange window below 1 KiB cannot carry a batch");
+        assert!(config.queue_messages > 0, "a sender queue needs room for one message");
+        let peers: HashMap<u32, SocketAddr> = peers.into_iter().collect();
+        assert!(!peers.contains_key(&me), "a worker is not its own peer");
+        let wakes = peers.keys().map(|peer| (*peer, bounded(1))).collect();
+        NetworkBuilder { me, run, peers, config, channels: HashMap::new(), wakes }
+    }
+
+    /// The largest frame body a sender emits: half a window, so credit never deadlocks.
+    pub fn max_frame_bytes(&self) -> u32 {
+        (self.config.window_bytes / 2).min(u64::from(crate::frame::MAX_FRAME_BODY_BYTES)) as u32
+    }
+
+    /// A channel this worker sends to `peer` on; the returned sender's queue is bounded.
+    pub fn outgoing(&mut self, peer: u32, channel: ChannelId) -> Sender<Message> {
+        assert!(self.peers.contains_key(&peer), "worker {peer} is not a peer");
+        let (sender, queue) = bounded(self.config.queue_messages);
+        let out = OutChannel {
+            id: channel,
+            queue,
+            encoder: ChannelEncoder::default(),
+            granted: Arc::new(AtomicU64::new(0)),
+            sent: 0,
+            pending: Vec::new(),
+            ended: false,
+        };
+        let entry = self.channels.entry(peer).or_default();
+        assert!(entry.outgoing.iter().all(|c| c.id != channel), "channel {channel} to worker {peer} registered twice");
+        entry.outgoing.push(out);
+        sender
+    }
+
+    /// A channel this worker receives from `peer` on; `schema`, when known, is checked
+    /// against every batch.
+    pub fn incoming(&mut self, peer: u32, channel: ChannelId, schema: Option<SchemaRef>) -> RemoteInbox {
+        assert!(self.peers.contains_key(&peer), "worker {peer} is not a peer");
+        let (inbox, messages) = unbounded();
+        let state = Arc::new(InState {
+            channel,
+            consumed: AtomicU64::new(0),
+            granted: AtomicU64::new(self.config.window_bytes),
+            grant_step: (self.config.window_bytes / 4).max(1),
+            ended: AtomicBool::new(false),
+        });
+        let wake = self.wakes[&peer].0.clone();
+        let entry = self.channels.entry(peer).or_default();
+        assert!(
+            entry.incoming.iter().all(|c| c.id != channel),
+            "channel {channel} from worker {peer} registered twice"
+        );
+        entry.incoming.push(InChannel {
+            id: channel,
+            inbox,
+            decoder: ChannelDecoder::new(schema),
+            state: state.clone(),
+        });
+        RemoteInbox { messages, state, wake }
+    }
+
+    /// Opens one link to every peer (connecting to lower ids, accepting higher ids on
+    /// `listener`) and starts its threads. Every wait ends by `config.io_timeout`.
+    pub fn connect(mut self, listener: &TcpListener, authenticate: Authenticator) -> Result<Network, SluiceError> {
+        let deadline = Instant::now() + self.config.io_timeout;
+        let mut streams: HashMap<u32, TcpStream> = HashMap::new();
+        let mut lower: Vec<u32> = self.peers.keys().copied().filter(|peer| *peer < self.me).collect();
+        lower.sort_unstable();
+        for peer in lower {
+            let stream = self.connect_to(peer, deadline, &authenticate)?;
+            streams.insert(peer, stream);
+        }
+        let higher = self.peers.keys().filter(|peer| **peer > self.me).count();
+        self.accept_from(listener, higher, deadline, &authenticate, &mut streams)?;
+
+        let (events_tx, events) = unbounded();
+        let mut links = Vec::new();
+        for (peer, stream) in streams {
+            let channels = self.channels.remove(&peer).unwrap_or_default();
+            let (wake_tx, wake_rx) = self.wakes.remove(&peer).expect("one wake channel per peer");
+            links.push(Link::start(
+                peer,
+                stream,
+                channels,
+                wake_tx,
+                wake_rx,
+                &self.config,
+                self.max_frame_bytes(),
+                events_tx.clone(),
+            )?);
+        }
+        Ok(Network { links, events })
+    }
+
+    fn connect_to(&self, peer: u32, deadline: Instant, authenticate: &Authenticator) -> Result<TcpStream, SluiceError> {
+        let address = self.peers[&peer];
+        let mut backoff = Duration::from_millis(10);
+        let mut stream = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match TcpStream::connect_timeout(&address, left.max(Duration::from_millis(1))) {
+                Ok(stream) => break stream,
+                Err(error) if Instant::now() + backoff < deadline => {
+                    tracing::debug!(peer, %address, %error, "exchange connect retry");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                Err(error) => {
+                    return Err(SluiceError::external(
+                        "cluster.link_connect",
+                        format!("could not open the exchange link to worker {peer} at {address}: {error}"),
+                    )
+                    .with_kind(ErrorKind::LostPeer)
+                    .with_fix(
+                        "check that the worker runs and that its --advertise address is reachable from this host",
+                    ));
+                }
+            }
+        };
+        configure(&stream, self.config.io_timeout)?;
+        let preamble = Preamble { version: DATA_VERSION, run: self.run, from: self.me, to: peer };
+        let io = |error: std::io::Error| link_error(peer, &format!("opening the link failed: {error}"));
+        stream.write_all(&preamble.encode()).map_err(io)?;
+        if let Some(reason) = read_answer(&mut stream).map_err(io)? {
+            return Err(SluiceError::external(
+                "cluster.link_refused",
+                format!("worker {peer} at {address} refused the exchange link: {reason}"),
+            )
+            .with_fix("every worker must run the same sluice build and pipeline, joined to the same leader"));
+        }
+        authenticate(&mut stream, true)?;
+        Ok(stream)
+    }
+
+    fn accept_from(
+        &self,
+        listener: &TcpListener,
+        expected: usize,
+        deadline: Instant,
+        authenticate: &Authenticator,
+        streams: &mut HashMap<u32, TcpStream>,
+    ) -> Result<(), SluiceError> {
+        let accepted_before = streams.len();
+        listener
+            .set_nonblocking(true)
+            .map_err(|error| link_error(self.me, &format!("the exchange listener: {error}")))?;
+        while streams.len() - accepted_before < expected {
+            if Instant::now() >= deadline {
+                let mut missing: Vec<u32> =
+                    self.peers.keys().copied().filter(|p| *p > self.me && !streams.contains_key(p)).collect();
+                missing.sort_unstable();
+                return Err(SluiceError::external(
+                    "cluster.link_accept",
+                    format!(
+                        "workers {missing:?} did not open their exchange links within {:?}",
+                        self.config.io_timeout
+                    ),
+                )
+                .with_kind(ErrorKind::LostPeer)
+                .with_fix("check that those workers run and can reach this worker's --advertise address"));
+            }
+            match listener.accept() {
+                Ok((stream, from)) => match self.admit(stream, streams, authenticate) {
+                    Ok((peer, stream)) => {
+                        streams.insert(peer, stream);
+                    }
+                    Err(error) => tracing::warn!(%from, "refused an exchange connection: {error}"),
+                },
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(error) => tracing::warn!("accepting an exchange connection failed: {error}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and checks one incoming preamble; answers it.
+    fn admit(
+        &self,
+        mut stream: TcpStream,
+        linked: &HashMap<u32, TcpStream>,
+        authenticate: &Authenticator,
+    ) -> Result<(u32, TcpStream), SluiceError> {
+        stream.set_nonblocking(false).map_err(|error| link_error(self.me, &error.to_string()))?;
+        configure(&stream, self.config.io_timeout)?;
+        let mut bytes = [0u8; PREAMBLE_BYTES];
+        stream.read_exact(&mut bytes).map_err(|error| link_error(self.me, &format!("reading a preamble: {error}")))?;
+        let preamble = Preamble::decode(&bytes)?;
+        let refusal = if preamble.version != DATA_VERSION {
+            Some(format!(
+                "it speaks exchange version {}, this worker {DATA_VERSION}; run the same sluice build on every worker",
+                preamble.version
+            ))
+        } else if preamble.run != self.run {
+            Some(format!(
+                "it belongs to run {:016x}, this worker to run {:016x}; join both to the same leader",
+                preamble.run, self.run
+            ))
+        } else if preamble.to != self.me {
+            Some(format!("it addressed worker {}, this is worker {}", preamble.to, self.me))
+        } else if preamble.from <= self.me || !self.peers.contains_key(&preamble.from) {
+            Some(format!(
+                "worker {} does not connect to worker {} (only higher ids connect to lower ones)",
+                preamble.from, self.me
+            ))
+        } else if linked.contains_key(&preamble.from) {
+            Some(format!("worker {} is already linked", preamble.from))
+        } else {
+            None
+        };
+        let answer = write_answer(&mut stream, refusal.as_deref());
+        if let Some(reason) = refusal {
+            return Err(SluiceError::external("cluster.link_refused", reason));
+        }
+        answer.map_err(|error| link_error(preamble.from, &error.to_string()))?;
+        authenticate(&mut stream, false)?;
+        Ok((preamble.from, stream))
+    }
+}
+
+fn configure(stream: &TcpStream, io_timeout: Duration) -> Result<(), SluiceError> {
+    let io = |error: std::io::Error| {
+        SluiceError::external("cluster.link_socket", format!("configuring an exchange socket failed: {error}"))
+    };
+    stream.set_nodelay(true).map_err(io)?;
+    stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
+    // Reads on an established link wait for data as long as the run lasts (an idle
+    // pipeline sends nothing); a lost peer is found by the control heartbeats, which
+    // then shut the link down. The timeout bounds only the handshake.
+    stream.set_read_timeout(Some(io_timeout)).map_err(io)
+}
+
+fn link_error(peer: u32, message: &str) -> SluiceError {
+    SluiceError::external("cluster.link_lost", format!("the exchange link to worker {peer}: {message}"))
+        .with_kind(ErrorKind::LostPeer)
+}
+
+/// The open mesh. Dropping it shuts every link down.
+pub struct Network {
+    links: Vec<Link>,
+    events: Receiver<LinkEvent>,
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network").field("links", &self.links.len()).finish()
+    }
+}
+
+impl Network {
+    /// Lost links, as they happen.
+    pub fn events(&self) -> &Receiver<LinkEvent> {
+        &self.events
+    }
+
+    /// Waits until every link closed cleanly (every channel in both directions ended
+    /// and was delivered) or `timeout` passes. Call it once the local drivers finished:
+    /// closing a link earlier could cut off an end of data still on its way.
+    pub fn drain(&self, timeout: Duration) -> Result<(), SluiceError> {
+        let deadline = Instant::now() + timeout;
+        let mut open: std::collections::BTreeSet<u32> = self.links.iter().map(|link| link.peer).collect();
+        while let Some(first) = open.first().copied() {
+            match self.events.recv_deadline(deadline) {
+                Ok(LinkEvent::Closed { peer }) => {
+                    open.remove(&peer);
+                }
+                Ok(LinkEvent::Lost { peer, reason }) => return Err(link_error(peer, &reason)),
+                Err(_) => {
+                    return Err(SluiceError::external(
+                        "cluster.drain_timeout",
+                        format!("the exchange links to workers {open:?} did not close within {timeout:?} (first: worker {first})"),
+                    )
+                    .with_kind(ErrorKind::LostPeer)
+                    .with_fix("check that every worker is still running; one may be stuck or cut off"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each peer's link counters.
+    pub fn metrics(&self) -> Vec<(u32, Arc<LinkMetrics>)> {
+        self.links.iter().map(|link| (link.peer, link.metrics.clone())).collect()
+    }
+
+    /// Closes every link and waits for its threads.
+    pub fn shutdown(mut self) {
+        self.close();
+    }
+
+    fn close(&mut self) {
+        for link in &mut self.links {
+            link.close();
+        }
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The two halves of a link ending cleanly: the reader saw the peer's end of stream
+/// after every incoming channel ended, the writer sent everything and closed its half.
+/// Whichever finishes second reports [`LinkEvent::Closed`].
+#[derive(Default)]
+struct Halves {
+    finished: std::sync::atomic::AtomicU8,
+}
+
+impl Halves {
+    fn finish(&self, events: &Sender<LinkEvent>, peer: u32) {
+        if self.finished.fetch_add(1, Ordering::AcqRel) == 1 {
+            let _ = events.send(LinkEvent::Closed { peer });
+        }
+    }
+}
+
+struct Link {
+    peer: u32,
+    stream: TcpStream,
+    stop: Arc<AtomicBool>,
+    wake: Sender<()>,
+    metrics: Arc<LinkMetrics>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Link {
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        peer: u32,
+        stream: TcpStream,
+        channels: PeerChannels,
+        wake: Sender<()>,
+        wakes: Receiver<()>,
+        config: &LinkConfig,
+        max_frame_bytes: u32,
+        events: Sender<LinkEvent>,
+    ) -> Result<Link, SluiceError> {
+        let clone = |stream: &TcpStream| stream.try_clone().map_err(|error| link_error(peer, &error.to_string()));
+        let read_half = clone(&stream)?;
+        read_half.set_read_timeout(None).map_err(|error| link_error(peer, &error.to_string()))?;
+        let write_half = clone(&stream)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let metrics = Arc::new(LinkMetrics::default());
+        let granted: HashMap<ChannelId, Arc<AtomicU64>> =
+            channels.outgoing.iter().map(|c| (c.id, c.granted.clone())).collect();
+        let in_states: Vec<Arc<InState>> = channels.incoming.iter().map(|c| c.state.clone()).collect();
+        let closed = Arc::new(Halves::default());
+        let reader = Reader {
+            peer,
+            closed: closed.clone(),
+            channels: channels.incoming.into_iter().map(|c| (c.id, c)).collect(),
+            granted,
+            wake: wake.clone(),
+            stop: stop.clone(),
+            metrics: metrics.clone(),
+            events: events.clone(),
+        };
+        let writer = Writer {
+            peer,
+            closed,
+            stream: write_half,
+            channels: channels.outgoing,
+            in_states,
+            window_bytes: config.window_bytes,
+            max_frame_bytes,
+            wakes,
+            stop: stop.clone(),
+            metrics: metrics.clone(),
+            events,
+            buffer: Vec::with_capacity(COALESCE_BYTES),
+        };
+        let spawn = |name: String, body: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name).spawn(body).map_err(|error| {
+                SluiceError::external("cluster.thread", format!("starting a link thread failed: {error}"))
+            })
+        };
+        let threads = vec![
+            spawn(format!("link-{peer}-read"), Box::new(move || reader.run(read_half)))?,
+            spawn(format!("link-{peer}-write"), Box::new(move || writer.run()))?,
+        ];
+        Ok(Link { peer, stream, stop, wake, metrics, threads })
+    }
+
+    fn close(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.wake.try_send(());
+        let _ = self.stream.shutdown(Shutdown::Both);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+struct Reader {
+    peer: u32,
+    closed: Arc<Halves>,
+    channels: HashMap<ChannelId, InChannel>,
+    granted: HashMap<ChannelId, Arc<AtomicU64>>,
+    wake: Sender<()>,
+    stop: Arc<AtomicBool>,
+    metrics: Arc<LinkMetrics>,
+    events: Sender<LinkEvent>,
+}
+
+impl Reader {
+    fn run(mut self, stream: TcpStream) {
+        let mut stream = BufReader::with_capacity(COALESCE_BYTES, stream);
+        let mut ended = 0usize;
+        // Per channel: bytes received, to check the peer against the credit granted.
+        let mut received: HashMap<ChannelId, u64> = HashMap::new();
+        let outcome = loop {
+            match read_frame(&mut stream) {
+                Ok(None) if ended == self.channels.len() => break Ok(()),
+                Ok(None) => {
+                    break Err(format!(
+                        "worker {} closed the link before ending {} channels",
+                        self.peer,
+                        self.channels.len() - ended
+                    ));
+                }
+                Ok(Some(Frame::Credit { channel, bytes })) => match self.granted.get(&channel) {
+                    Some(granted) => {
+                        granted.fetch_add(bytes, Ordering::AcqRel);
+                        let _ = self.wake.try_send(());
+                    }
+                    None => {
+                        break Err(format!(
+                            "worker {} granted credit on channel {channel}, which this worker does not send on",
+                            self.peer
+                        ));
+                    }
+                },
+                Ok(Some(Frame::Message { channel, kind, body })) => {
+                    let bytes = (body.len() + crate::frame::HEADER_BYTES) as u64;
+                    self.metrics.bytes_received.fetch_add(bytes, Ordering::Relaxed);
+                    match self.deliver(channel, kind, body, bytes, &mut received) {
+                        Ok(true) => ended += 1,
+                        Ok(false) => {}
+                        Err(error) => break Err(error),
+                    }
+                }
+                Err(error) => break Err(error.message),
+            }
+        };
+        match outcome {
+            Ok(()) => self.closed.finish(&self.events, self.peer),
+            Err(reason) if !self.stop.load(Ordering::Acquire) => {
+                tracing::warn!(peer = self.peer, "exchange link lost: {reason}");
+                let _ = self.events.send(LinkEvent::Lost { peer: self.peer, reason });
+            }
+            Err(_) => {}
+        }
+        // Dropping the inboxes' senders tells their readers the peer is gone.
+    }
+
+    /// Decodes one message into its inbox; true when it was the channel's end.
+    fn deliver(
+        &mut self,
+        channel: ChannelId,
+        kind: u8,
+        body: Vec<u8>,
+        bytes: u64,
+        received: &mut HashMap<ChannelId, u64>,
+    ) -> Result<bool, String> {
+        let Some(input) = self.channels.get_mut(&channel) else {
+            return Err(format!(
+                "worker {} sent on channel {channel}, which this worker does not receive on",
+                self.peer
+            ));
+        };
+        let total = received.entry(channel).or_default();
+        *total += bytes;
+        let granted = input.state.granted.load(Ordering::Acquire);
+        if *total > granted {
+            return Err(format!(
+                "worker {} sent {} bytes on channel {channel}, past the {granted} bytes granted",
+                self.peer, *total
+            ));
+        }
+        let message = input.decoder.decode_message(channel, kind, body).map_err(|error| error.message)?;
+        let end = matches!(message, Message::EndOfData);
+        if end {
+            input.state.ended.store(true, Ordering::Release);
+            // The writer may be waiting for every incoming channel to end.
+            let _ = self.wake.try_send(());
+        }
+        // A consumer that went away (its run is ending) needs nothing more.
+        let _ = input.inbox.send((message, bytes as u32));
+        Ok(end)
+    }
+}
+
+struct Writer {
+    peer: u32,
+    closed: Arc<Halves>,
+    stream: TcpStream,
+    channels: Vec<OutChannel>,
+    in_states: Vec<Arc<InState>>,
+    window_bytes: u64,
+    max_frame_bytes: u32,
+    wakes: Receiver<()>,
+    stop: Arc<AtomicBool>,
+    metrics: Arc<LinkMetrics>,
+    events: Sender<LinkEvent>,
+    buffer: Vec<u8>,
+}
+
+impl Writer {
+    fn run(mut self) {
+        // The initial grant of every incoming channel.
+        for state in &self.in_states {
+            encode_credit(state.channel, self.window_bytes, &mut self.buffer);
+        }
+        if let Err(reason) = self.serve()
+            && !self.stop.load(Ordering::Acquire)
+        {
+            tracing::warn!(peer = self.peer, "exchange link lost: {reason}");
+            let _ = self.events.send(LinkEvent::Lost { peer: self.peer, reason });
+            let _ = self.stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn serve(&mut self) -> Result<(), String> {
+        while !self.stop.load(Ordering::Acquire) {
+            self.return_credit();
+            let moved = self.fill()?;
+            if !self.buffer.is_empty() {
+                self.flush()?;
+                continue;
+            }
+            if self.done() {
+                // Everything is sent and nothing more is needed from this side: close
+                // the sending half, so the peer reads to a clean end of stream.
+                self.stream
+                    .shutdown(Shutdown::Write)
+                    .map_err(|error| format!("closing the link to worker {}: {error}", self.peer))?;
+                self.closed.finish(&self.events, self.peer);
+                return Ok(());
+            }
+            if !moved {
+                self.wait();
+            }
+        }
+        Ok(())
+    }
+
+    /// Every outgoing channel ended and went out, and every incoming channel ended (so
+    /// the peer needs no more credit).
+    fn done(&self) -> bool {
+        self.channels.iter().all(|c| c.ended && c.pending.is_empty())
+            && self.in_states.iter().all(|state| state.ended.load(Ordering::Acquire))
+    }
+
+    /// Grants back what consumers took, in quarter-window steps.
+    fn return_credit(&mut self) {
+        for state in &self.in_states {
+            let consumed = state.consumed.load(Ordering::Acquire);
+            if consumed >= state.grant_step && !state.ended.load(Ordering::Acquire) {
+                state.consumed.fetch_sub(consumed, Ordering::AcqRel);
+                state.granted.fetch_add(consumed, Ordering::AcqRel);
+                encode_credit(state.channel, consumed, &mut self.buffer);
+            }
+        }
+    }
+
+    /// Moves queued messages into the write buffer while credit allows. Returns whether
+    /// anything moved.
+    fn fill(&mut self) -> Result<bool, String> {
+        let mut moved = false;
+        for channel in &mut self.channels {
+            loop {
+                if self.buffer.len() >= COALESCE_BYTES {
+                    return Ok(true);
+                }
+                let available = channel.granted.load(Ordering::Acquire).saturating_sub(channel.sent);
+                if !channel.pending.is_empty() {
+                    // A split batch is several frames: each goes as soon as its own
+                    // credit is there (one frame is at most half a window).
+                    let frame = next_frame_bytes(&channel.pending);
+                    if frame as u64 > available {
+                        self.metrics.credit_stalls.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    channel.sent += frame as u64;
+                    self.buffer.extend(channel.pending.drain(..frame));
+                    moved = true;
+                    continue;
+                }
+                if channel.ended || available == 0 {
+                    break;
+                }
+                match channel.queue.try_recv() {
+                    Ok(message) => {
+                        channel.ended = matches!(message, Message::EndOfData);
+                        channel
+                            .encoder
+                            .encode(channel.id, &message, self.max_frame_bytes, &mut channel.pending)
+                            .map_err(|error| error.message)?;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        channel.ended = true;
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        self.stream
+            .write_all(&self.buffer)
+            .map_err(|error| format!("writing to worker {} failed: {error}", self.peer))?;
+        self.metrics.bytes_sent.fetch_add(self.buffer.len() as u64, Ordering::Relaxed);
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// Waits for a queued message on a channel with credit, a credit, or a consumer's
+    /// grant (bounded, so a stop is seen within a second at worst).
+    fn wait(&self) {
+        let mut select = Select::new();
+        select.recv(&self.wakes);
+        for channel in &self.channels {
+            let available = channel.granted.load(Ordering::Acquire).saturating_sub(channel.sent);
+            if !channel.ended && channel.pending.is_empty() && available > 0 {
+                select.recv(&channel.queue);
+            }
+        }
+        if let Ok(0) = select.ready_timeout(Duration::from_secs(1)) {
+            let _ = self.wakes.try_recv();
+        }
+    }
+}
+
+/// The length of the first frame (header and body) in a buffer of whole frames we encoded.
+fn next_frame_bytes(frames: &[u8]) -> usize {
+    let header: &[u8; crate::frame::HEADER_BYTES] =
+        frames[..crate::frame::HEADER_BYTES].try_into().expect("a whole header");
+    let length = u32::from_le_bytes([header[5], header[6], header[7], header[8]]) as usize;
+    crate::frame::HEADER_BYTES + length
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,329 @@
+//! A job on several workers: every worker runs the same binary with the same pipeline;
+//! the leader is one of them.
+//!
+//! Forming the cluster ([`form`]): bind this worker's exchange listener (its address is
+//! what peers dial) → compile once for the topology fingerprint → rendezvous (the leader
+//! waits for every worker; both sides refuse another wire version, fingerprint or
+//! secret) → compile again for the cluster's slots (every worker's threads, in member
+//! order, `sluice_types::vnode::SlotLayout`) → register the plan's remote channels and
+//! open one link per peer when the run starts.
+//!
+//! During the run ([`supervise`]) the control session carries what is not data: the
+//! leader's `Stop` (a stop requested on the leader drains the whole cluster), each
+//! worker's `Finished` or `Failed` at its end, and heartbeats; a lost peer stops the
+//! local part and fails the run, naming the peer. The leader's outcome covers every
+//! worker: it completes only if every worker finished.
+//!
+//! Not yet: checkpoints across workers (refused before anything starts), rejoining after
+//! a lost worker, and a leader's report that sums every worker's counters.
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use sluice_cluster::auth::{Role, Secret, authenticate, check_control_bind};
+use sluice_cluster::link::{Authenticator, LinkConfig, NetworkBuilder};
+use sluice_cluster::rendezvous::{
+    self, ControlEvent, ControlSettings, LeaderControl, Membership, ToLeader, ToWorker, WorkerControl, WorkerInfo,
+};
+use sluice_runtime::{ClusterRun, StopHandle};
+use sluice_types::vnode::SlotLayout;
+use sluice_types::{ErrorKind, SluiceError};
+
+use crate::compile::CompiledPipeline;
+use crate::error::EngineError;
+use crate::load::Pipeline;
+
+/// Whether this worker leads or joins.
+#[derive(Debug, Clone)]
+pub enum ClusterRole {
+    /// Lead a cluster of `workers` workers (this one included), listening for joins on
+    /// `control_bind`.
+    Lead { workers: usize, control_bind: SocketAddr },
+    /// Join the leader at `leader` (`host:port`).
+    Join { leader: String },
+}
+
+/// How this worker takes part in a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub role: ClusterRole,
+    /// Where this worker listens for exchange links.
+    pub exchange_bind: SocketAddr,
+    /// The address peers dial to reach that listener, when it differs from the bound one
+    /// (a wildcard bind, a NAT).
+    pub advertise: Option<String>,
+    pub secret: Option<Secret>,
+    /// Lead on a non-loopback control address without a secret.
+    pub insecure: bool,
+    /// How long the rendezvous may take.
+    pub join_timeout: Duration,
+    pub control: ControlSettings,
+}
+
+/// What the leader tells its caller once it listens (to print the command the others run).
+#[derive(Debug, Clone)]
+pub struct Listening {
+    pub control_addr: SocketAddr,
+    pub workers: usize,
+}
+
+/// A formed cluster, ready to run.
+pub(crate) struct Formed {
+    pub compiled: CompiledPipeline,
+    pub part: ClusterRun,
+    pub control: Control,
+    pub membership: Membership,
+}
+
+/// This worker's control session.
+pub(crate) enum Control {
+    Leader(LeaderControl),
+    Worker(WorkerControl),
+}
+
+pub(crate) fn form(
+    pipeline: &Pipeline,
+    options: &ClusterOptions,
+    announce: &mut dyn FnMut(&Listening),
+) -> Result<Formed, EngineError> {
+    if pipeline.config.checkpoint.is_some() {
+        return Err(EngineError::new(
+            SluiceError::user(
+                "cluster.checkpoints",
+                "checkpoints across workers are not supported yet: a cluster run would not be exactly-once",
+            )
+            .with_fix("run this pipeline on one worker, or remove its [checkpoint] section to run it on several"),
+        ));
+    }
+    let threads = pipeline.config.pipeline.threads;
+    let local = pipeline.compile(None)?;
+    let fingerprint = local.fingerprint.to_string();
+    let listener = TcpListener::bind(options.exchange_bind).map_err(|error| {
+        EngineError::new(
+            SluiceError::external(
+                "cluster.exchange_bind",
+                format!("cannot listen on {}: {error}", options.exchange_bind),
+            )
+            .with_fix("choose a free address with --exchange-bind"),
+        )
+    })?;
+    let exchange_addr = advertised(&listener, options.advertise.as_deref())?;
+    let me = WorkerInfo::new(exchange_addr, threads, fingerprint.clone());
+    let secret = options.secret.as_ref();
+    let (membership, control) = match &options.role {
+        ClusterRole::Lead { workers, control_bind } => {
+            check_control_bind(*control_bind, secret, options.insecure).map_err(EngineError::new)?;
+            let control = TcpListener::bind(control_bind).map_err(|error| {
+                EngineError::new(
+                    SluiceError::external("cluster.control_bind", format!("cannot listen on {control_bind}: {error}"))
+                        .with_fix("choose a free address with --control-bind"),
+                )
+            })?;
+            let control_addr = control.local_addr().map_err(|e| EngineError::new(io("cluster.control_bind", &e)))?;
+            announce(&Listening { control_addr, workers: *workers });
+            let (membership, session) =
+                rendezvous::lead_with(control, me, *workers, secret, options.join_timeout, &options.control)
+                    .map_err(EngineError::new)?;
+            (membership, Control::Leader(session))
+        }
+        ClusterRole::Join { leader } => {
+            let (membership, session) =
+                rendezvous::join_with(leader, me, secret, options.join_timeout, &options.control)
+                    .map_err(EngineError::new)?;
+            (membership, Control::Worker(session))
+        }
+    };
+    let layout = SlotLayout::new(&membership.members.iter().map(|m| m.threads).collect::<Vec<_>>());
+    let compiled = pipeline.compile_on(layout.slots(), None)?;
+    assert_eq!(compiled.fingerprint.to_string(), fingerprint, "the fingerprint does not depend on the thread count");
+    let run = run_token(&membership);
+    let mut peers = Vec::new();
+    for member in membership.members.iter().filter(|m| m.id != membership.me) {
+        peers.push((member.id, resolve(&member.exchange_addr)?));
+    }
+    let network = NetworkBuilder::new(membership.me, run, peers, LinkConfig::default());
+    let secret = options.secret.clone();
+    let authenticator: Authenticator =
+        Arc::new(move |stream, initiator| authenticate(stream, secret.as_ref(), Role::of_initiator(initiator)));
+    let connect = Box::new(move |builder: NetworkBuilder| builder.connect(&listener, authenticator));
+    let part = ClusterRun { layout, worker: membership.me, network, connect };
+    Ok(Formed { compiled, part, control, membership })
+}
+
+/// The address peers dial: `advertise`, or the bound one unless it is a wildcard.
+fn advertised(listener: &TcpListener, advertise: Option<&str>) -> Result<String, EngineError> {
+    let bound = listener.local_addr().map_err(|e| EngineError::new(io("cluster.exchange_bind", &e)))?;
+    match advertise {
+        Some(address) => {
+            resolve(address)?;
+            Ok(address.to_string())
+        }
+        None if bound.ip().is_unspecified() => Err(EngineError::new(
+            SluiceError::user(
+                "cluster.advertise",
+                format!("the exchange listens on {bound}, an address other workers cannot dial"),
+            )
+            .with_fix("give the address they reach this host on with --advertise HOST:PORT"),
+        )),
+        None => Ok(bound.to_string()),
+    }
+}
+
+fn resolve(address: &str) -> Result<SocketAddr, EngineError> {
+    let unresolved = |detail: String| {
+        EngineError::new(
+            SluiceError::external(
+                "cluster.address",
+                format!("cannot resolve the worker address `{address}`: {detail}"),
+            )
+            .with_fix("give --advertise as HOST:PORT that every worker can resolve"),
+        )
+    };
+    address
+        .to_socket_addrs()
+        .map_err(|e| unresolved(e.to_string()))?
+        .next()
+        .ok_or_else(|| unresolved("no address".into()))
+}
+
+fn io(code: &'static str, error: &std::io::Error) -> SluiceError {
+    SluiceError::external(code, error.to_string())
+}
+
+/// A token both ends of every link share: this run's fingerprint and members (a link
+/// from another cluster, even of the same pipeline, is refused).
+fn run_token(membership: &Membership) -> u64 {
+    let mut canonical = membership.fingerprint.clone();
+    for member in &membership.members {
+        canonical.push_str(&format!("\n{} {} {}", member.id, member.exchange_addr, member.threads));
+    }
+    twox_hash::XxHash3_64::oneshot(canonical.as_bytes())
+}
+
+/// How the local part ended, as the control thread is told.
+pub(crate) type LocalOutcome = Result<(), String>;
+
+/// Runs the control session while the local part runs; returns the cluster's failure,
+/// if any (a lost peer, a worker that failed, a worker that never reported).
+pub(crate) fn supervise(
+    control: Control,
+    stop: StopHandle,
+    local_done: Receiver<LocalOutcome>,
+    workers: usize,
+    shutdown_timeout: Duration,
+) -> Option<(String, SluiceError)> {
+    match control {
+        Control::Leader(session) => lead(&session, &stop, &local_done, workers, shutdown_timeout),
+        Control::Worker(session) => follow(&session, &stop, &local_done),
+    }
+}
+
+/// The leader: forwards a stop, collects every worker's end.
+fn lead(
+    session: &LeaderControl,
+    stop: &StopHandle,
+    local_done: &Receiver<LocalOutcome>,
+    workers: usize,
+    shutdown_timeout: Duration,
+) -> Option<(String, SluiceError)> {
+    let mut stop_sent = false;
+    let mut ended = std::collections::BTreeSet::new();
+    let mut failure = None;
+    let mut deadline: Option<Instant> = None;
+    while ended.len() + 1 < workers {
+        if stop.is_requested() && !stop_sent {
+            stop_sent = true;
+            if let Err(error) = session.broadcast(&ToWorker::Stop) {
+                tracing::warn!(%error, "the stop could not reach every worker");
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            let missing: Vec<u32> = session.workers().filter(|w| !ended.contains(w)).collect();
+            return failure.or(Some((
+                "cluster".into(),
+                SluiceError::external(
+                    "cluster.unfinished",
+                    format!("workers {missing:?} did not report their end within shutdown_timeout after the leader's"),
+                )
+                .with_kind(ErrorKind::LostPeer)
+                .with_fix(
+                    "look at those workers' output; raise [pipeline] shutdown_timeout if they were still draining",
+                ),
+            )));
+        }
+        crossbeam_channel::select! {
+            recv(session.events()) -> event => match event {
+                Ok(ControlEvent::Received { peer, message: ToLeader::Finished { .. } }) => {
+                    ended.insert(peer);
+                }
+                Ok(ControlEvent::Received { peer, message: ToLeader::Failed { message } }) => {
+                    ended.insert(peer);
+                    failure.get_or_insert((format!("worker {peer}"), SluiceError::external("cluster.worker_failed", message)));
+                    stop.stop();
+                }
+                Ok(ControlEvent::Received { peer, message }) => tracing::debug!(peer, ?message, "unexpected control message"),
+                // A worker closes its session once it reported its end.
+                Ok(ControlEvent::Lost { peer, error }) => {
+                    if ended.insert(peer) {
+                        failure.get_or_insert((format!("worker {peer}"), error));
+                        stop.stop();
+                    }
+                }
+                Err(_) => return failure,
+            },
+            recv(local_done) -> outcome => {
+                if let Ok(Err(message)) = outcome {
+                    let _ = session.broadcast(&ToWorker::Abort { reason: message });
+                }
+                deadline.get_or_insert(Instant::now() + shutdown_timeout);
+            },
+            default(Duration::from_millis(200)) => {}
+        }
+    }
+    failure
+}
+
+/// A worker: obeys the leader's stop, reports its end.
+fn follow(
+    session: &WorkerControl,
+    stop: &StopHandle,
+    local_done: &Receiver<LocalOutcome>,
+) -> Option<(String, SluiceError)> {
+    let mut failure = None;
+    let never = crossbeam_channel::never();
+    let mut events = session.events();
+    loop {
+        crossbeam_channel::select! {
+            recv(events) -> event => match event {
+                Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => stop.stop(),
+                Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
+                    failure.get_or_insert(("leader".into(), SluiceError::external("cluster.leader_failed", reason)));
+                    stop.stop();
+                }
+                Ok(ControlEvent::Received { message, .. }) => tracing::debug!(?message, "unexpected control message"),
+                Ok(ControlEvent::Lost { error, .. }) => {
+                    let error = SluiceError::external("cluster.leader_lost", format!("lost the leader: {}", error.message))
+                        .with_kind(ErrorKind::LostPeer)
+                        .with_fix("restart every worker with the same command (the leader first)");
+                    failure.get_or_insert(("leader".into(), error));
+                    stop.stop();
+                }
+                // The session ended (its loss was reported above): wait for the local end.
+                Err(_) => events = &never,
+            },
+            recv(local_done) -> outcome => {
+                let report = match outcome {
+                    Ok(Ok(())) => ToLeader::Finished { report: Vec::new() },
+                    Ok(Err(message)) => ToLeader::Failed { message },
+                    Err(_) => ToLeader::Failed { message: "the local run ended without an outcome".into() },
+                };
+                if let Err(error) = session.send(&report) {
+                    tracing::warn!(%error, "the leader did not hear this worker's end");
+                }
+                return failure;
+            },
+        }
+    }
+}
