@@ -102,6 +102,8 @@ pub struct LinkMetrics {
 /// takes with [`RemoteInbox::consumed`]: that is what grants the sender more credit.
 pub struct RemoteInbox {
     pub messages: Receiver<(Message, u32)>,
+    /// The worker the messages come from.
+    pub peer: u32,
     state: Arc<InState>,
     wake: Sender<()>,
 }
@@ -236,7 +238,7 @@ impl NetworkBuilder {
             decoder: ChannelDecoder::new(schema),
             state: state.clone(),
         });
-        RemoteInbox { messages, state, wake }
+        RemoteInbox { messages, peer, state, wake }
     }
 
     /// Opens one link to every peer (connecting to lower ids, accepting higher ids on

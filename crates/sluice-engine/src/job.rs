@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sluice_runtime::{ClusterRun, Metrics, RunEvent, RunOutcome, RunReport, StopHandle};
-use sluice_types::SluiceError;
+use sluice_types::{ErrorKind, SluiceError};
 
 use sluice_checkpoint::Lease;
 
@@ -178,7 +178,13 @@ impl Job {
                             Some(("cluster control".into(), SluiceError::external("run.thread", error.to_string())))
                         }
                     };
-                    if let (RunOutcome::Completed, Some((component, error))) = (&report.outcome, failure) {
+                    // The cluster's failure names the lost or failed worker; a local
+                    // failure that only echoes it (a link that closed) yields to it.
+                    let echo = match &report.outcome {
+                        RunOutcome::Completed => true,
+                        RunOutcome::Failed { error, .. } => error.kind == ErrorKind::LostPeer,
+                    };
+                    if let (true, Some((component, error))) = (echo, failure) {
                         report.outcome = RunOutcome::Failed { component, error };
                     }
                     finish(&status, &report);

@@ -387,11 +387,19 @@ impl Supervisor<'_> {
                     error: SluiceError::internal("run.aborted", "aborted"),
                 });
             }
+            // Every driver is gone. One that failed because a peer went away (another
+            // worker, whose own report is elsewhere) reported that: it is the outcome.
             None => {
-                self.outcome = Some(RunOutcome::Failed {
-                    component: "runtime".into(),
-                    error: SluiceError::internal("run.panic", "every driver thread exited without reporting (a panic)"),
-                })
+                self.outcome = Some(self.echo.take().map_or_else(
+                    || RunOutcome::Failed {
+                        component: "runtime".into(),
+                        error: SluiceError::internal(
+                            "run.panic",
+                            "every driver thread exited without reporting (a panic)",
+                        ),
+                    },
+                    |(echo, _)| echo,
+                ))
             }
         }
     }

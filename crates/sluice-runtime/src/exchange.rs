@@ -186,11 +186,20 @@ impl ExchangeInput {
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) if self.ended[from] => {}
                 Err(TryRecvError::Disconnected) => {
-                    return Err(SluiceError::internal(
-                        "exchange.lost_sender",
-                        format!("thread {from} stopped without ending its output"),
-                    )
-                    .with_kind(ErrorKind::LostPeer));
+                    let error = match &self.receivers[from] {
+                        Inbound::Local(_) => SluiceError::internal(
+                            "exchange.lost_sender",
+                            format!("thread {from} stopped without ending its output"),
+                        ),
+                        Inbound::Remote(inbox) => SluiceError::external(
+                            "exchange.lost_worker",
+                            format!(
+                                "the link to worker {} closed before its thread (slot {from}) ended its output: the worker stopped or the network failed",
+                                inbox.peer
+                            ),
+                        ),
+                    };
+                    return Err(error.with_kind(ErrorKind::LostPeer));
                 }
             }
         }

@@ -211,3 +211,49 @@ fn checkpoints_across_workers_are_refused_by_name() {
     let text = stderr(&run);
     assert!(text.contains("checkpoints across workers are not supported yet"), "{text}");
 }
+
+/// An endless pipeline (a rate-limited source without an event count).
+fn endless() -> String {
+    NEXMARK.replace("THREADS", "1").replace("events = 60000", "rate = 2000")
+}
+
+/// Starts a leader and one joiner of `endless()`, both running.
+fn running_pair() -> (Scratch, Scratch, Worker, Worker) {
+    let (leading, joining) = (Scratch::new(), Scratch::new());
+    leading.write("pipeline.toml", &endless());
+    joining.write("pipeline.toml", &endless());
+    let (mut leader, address) = lead(&leading, 2, &[]);
+    let mut joiner = Worker::start(&joining, &["--join", &address]);
+    leader.until("running pipeline");
+    joiner.until("running pipeline");
+    (leading, joining, leader, joiner)
+}
+
+fn kill(worker: &Worker) {
+    let status = std::process::Command::new("kill").args(["-KILL", &worker.child.id().to_string()]).status();
+    assert!(status.expect("kill").success());
+}
+
+#[test]
+fn a_killed_worker_fails_the_leader_naming_it() {
+    let (_leading, _joining, leader, joiner) = running_pair();
+    kill(&joiner);
+    let (code, seen) = leader.finish();
+    assert_eq!(code, Some(1), "{seen}");
+    assert!(
+        seen.contains("in worker 1:") && seen.contains("lost"),
+        "the leader's outcome names the lost worker:\n{seen}"
+    );
+    assert!(!seen.contains("panic"), "a lost peer is no panic:\n{seen}");
+    let _ = joiner.finish();
+}
+
+#[test]
+fn a_killed_leader_fails_every_worker_saying_how_to_restart() {
+    let (_leading, _joining, leader, joiner) = running_pair();
+    kill(&leader);
+    let (code, seen) = joiner.finish();
+    assert_eq!(code, Some(1), "{seen}");
+    assert!(seen.contains("lost the leader") && seen.contains("restart"), "{seen}");
+    let _ = leader.finish();
+}
