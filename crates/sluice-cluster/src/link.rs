@@ -171,9 +171,27 @@ pub struct NetworkBuilder {
     config: LinkConfig,
     channels: HashMap<u32, PeerChannels>,
     wakes: HashMap<u32, (Sender<()>, Receiver<()>)>,
+    cancelled: Arc<AtomicBool>,
 }
 
 impl NetworkBuilder {
+    /// A flag that, once set, makes [`NetworkBuilder::connect`] give up at once (a peer
+    /// was lost while the links opened: waiting for it would only run out the timeout).
+    pub fn canceller(&self) -> Arc<AtomicBool> {
+        self.cancelled.clone()
+    }
+
+    fn check_cancelled(&self) -> Result<(), SluiceError> {
+        if self.cancelled.load(Ordering::Acquire) {
+            return Err(SluiceError::external(
+                "cluster.link_cancelled",
+                "the exchange links were not opened: the cluster is stopping",
+            )
+            .with_kind(ErrorKind::LostPeer));
+        }
+        Ok(())
+    }
+
     /// `peers`: every other worker's id and exchange address; `run`: a token both sides
     /// share (the topology fingerprint's hash).
     pub fn new(
@@ -187,7 +205,7 @@ impl NetworkBuilder {
         let peers: HashMap<u32, SocketAddr> = peers.into_iter().collect();
         assert!(!peers.contains_key(&me), "a worker is not its own peer");
         let wakes = peers.keys().map(|peer| (*peer, bounded(1))).collect();
-        NetworkBuilder { me, run, peers, config, channels: HashMap::new(), wakes }
+        NetworkBuilder { me, run, peers, config, channels: HashMap::new(), wakes, cancelled: Arc::default() }
     }
 
     /// The largest frame body a sender emits: half a window, so credit never deadlocks.
@@ -279,6 +297,7 @@ impl NetworkBuilder {
         let mut backoff = Duration::from_millis(10);
         let mut stream = loop {
             let left = deadline.saturating_duration_since(Instant::now());
+            self.check_cancelled()?;
             match TcpStream::connect_timeout(&address, left.max(Duration::from_millis(1))) {
                 Ok(stream) => break stream,
                 Err(error) if Instant::now() + backoff < deadline => {
@@ -326,6 +345,7 @@ impl NetworkBuilder {
             .set_nonblocking(true)
             .map_err(|error| link_error(self.me, &format!("the exchange listener: {error}")))?;
         while streams.len() - accepted_before < expected {
+            self.check_cancelled()?;
             if Instant::now() >= deadline {
                 let mut missing: Vec<u32> =
                     self.peers.keys().copied().filter(|p| *p > self.me && !streams.contains_key(p)).collect();

@@ -19,6 +19,7 @@
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -75,6 +76,8 @@ pub(crate) struct Formed {
     pub part: ClusterRun,
     pub control: Control,
     pub membership: Membership,
+    /// Set when a peer is lost: opening the links then gives up at once.
+    pub cancel_links: Arc<AtomicBool>,
 }
 
 /// This worker's control session.
@@ -144,12 +147,13 @@ pub(crate) fn form(
         peers.push((member.id, resolve(&member.exchange_addr)?));
     }
     let network = NetworkBuilder::new(membership.me, run, peers, LinkConfig::default());
+    let cancel_links = network.canceller();
     let secret = options.secret.clone();
     let authenticator: Authenticator =
         Arc::new(move |stream, initiator| authenticate(stream, secret.as_ref(), Role::of_initiator(initiator)));
     let connect = Box::new(move |builder: NetworkBuilder| builder.connect(&listener, authenticator));
     let part = ClusterRun { layout, worker: membership.me, network, connect };
-    Ok(Formed { compiled, part, control, membership })
+    Ok(Formed { compiled, part, control, membership, cancel_links })
 }
 
 /// The address peers dial: `advertise`, or the bound one unless it is a wildcard.
@@ -202,21 +206,27 @@ fn run_token(membership: &Membership) -> u64 {
     twox_hash::XxHash3_64::oneshot(canonical.as_bytes())
 }
 
-/// How the local part ended, as the control thread is told.
-pub(crate) type LocalOutcome = Result<(), String>;
+/// How the local part ended, as the control thread is told: the failure's text, and
+/// whether it was a lost peer (then the session's account of which peer usually follows).
+pub(crate) type LocalOutcome = Result<(), (String, bool)>;
+
+/// How long a worker whose part failed for a lost peer waits for its session to say
+/// which (the leader, usually), before reporting what it has.
+const CAUSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs the control session while the local part runs; returns the cluster's failure,
 /// if any (a lost peer, a worker that failed, a worker that never reported).
 pub(crate) fn supervise(
     control: Control,
     stop: StopHandle,
+    cancel_links: Arc<AtomicBool>,
     local_done: Receiver<LocalOutcome>,
     workers: usize,
     shutdown_timeout: Duration,
 ) -> Option<(String, SluiceError)> {
     match control {
-        Control::Leader(session) => lead(&session, &stop, &local_done, workers, shutdown_timeout),
-        Control::Worker(session) => follow(&session, &stop, &local_done),
+        Control::Leader(session) => lead(&session, &stop, &cancel_links, &local_done, workers, shutdown_timeout),
+        Control::Worker(session) => follow(&session, &stop, &cancel_links, &local_done),
     }
 }
 
@@ -224,6 +234,7 @@ pub(crate) fn supervise(
 fn lead(
     session: &LeaderControl,
     stop: &StopHandle,
+    cancel_links: &AtomicBool,
     local_done: &Receiver<LocalOutcome>,
     workers: usize,
     shutdown_timeout: Duration,
@@ -261,6 +272,7 @@ fn lead(
                 Ok(ControlEvent::Received { peer, message: ToLeader::Failed { message } }) => {
                     ended.insert(peer);
                     failure.get_or_insert((format!("worker {peer}"), SluiceError::external("cluster.worker_failed", message)));
+                    cancel_links.store(true, Ordering::Release);
                     stop.stop();
                 }
                 Ok(ControlEvent::Received { peer, message }) => tracing::debug!(peer, ?message, "unexpected control message"),
@@ -268,13 +280,14 @@ fn lead(
                 Ok(ControlEvent::Lost { peer, error }) => {
                     if ended.insert(peer) {
                         failure.get_or_insert((format!("worker {peer}"), error));
+                        cancel_links.store(true, Ordering::Release);
                         stop.stop();
                     }
                 }
                 Err(_) => return failure,
             },
             recv(local_done) -> outcome => {
-                if let Ok(Err(message)) = outcome {
+                if let Ok(Err((message, _))) = outcome {
                     let _ = session.broadcast(&ToWorker::Abort { reason: message });
                 }
                 deadline.get_or_insert(Instant::now() + shutdown_timeout);
@@ -289,6 +302,7 @@ fn lead(
 fn follow(
     session: &WorkerControl,
     stop: &StopHandle,
+    cancel_links: &AtomicBool,
     local_done: &Receiver<LocalOutcome>,
 ) -> Option<(String, SluiceError)> {
     let mut failure = None;
@@ -300,14 +314,13 @@ fn follow(
                 Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => stop.stop(),
                 Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
                     failure.get_or_insert(("leader".into(), SluiceError::external("cluster.leader_failed", reason)));
+                    cancel_links.store(true, Ordering::Release);
                     stop.stop();
                 }
                 Ok(ControlEvent::Received { message, .. }) => tracing::debug!(?message, "unexpected control message"),
                 Ok(ControlEvent::Lost { error, .. }) => {
-                    let error = SluiceError::external("cluster.leader_lost", format!("lost the leader: {}", error.message))
-                        .with_kind(ErrorKind::LostPeer)
-                        .with_fix("restart every worker with the same command (the leader first)");
-                    failure.get_or_insert(("leader".into(), error));
+                    failure.get_or_insert(("leader".into(), leader_lost(&error)));
+                    cancel_links.store(true, Ordering::Release);
                     stop.stop();
                 }
                 // The session ended (its loss was reported above): wait for the local end.
@@ -316,7 +329,12 @@ fn follow(
             recv(local_done) -> outcome => {
                 let report = match outcome {
                     Ok(Ok(())) => ToLeader::Finished { report: Vec::new() },
-                    Ok(Err(message)) => ToLeader::Failed { message },
+                    Ok(Err((message, lost_peer))) => {
+                        if lost_peer && failure.is_none() {
+                            failure = cause(events);
+                        }
+                        ToLeader::Failed { message }
+                    }
                     Err(_) => ToLeader::Failed { message: "the local run ended without an outcome".into() },
                 };
                 if let Err(error) = session.send(&report) {
@@ -326,4 +344,26 @@ fn follow(
             },
         }
     }
+}
+
+/// The leader's account of why this worker's links closed, if it comes within
+/// [`CAUSE_WAIT`]: its loss, or its abort.
+fn cause(events: &Receiver<ControlEvent<ToWorker>>) -> Option<(String, SluiceError)> {
+    let deadline = Instant::now() + CAUSE_WAIT;
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(ControlEvent::Lost { error, .. }) => return Some(("leader".into(), leader_lost(&error))),
+            Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
+                return Some(("leader".into(), SluiceError::external("cluster.leader_failed", reason)));
+            }
+            Ok(ControlEvent::Received { .. }) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+fn leader_lost(error: &SluiceError) -> SluiceError {
+    SluiceError::external("cluster.leader_lost", format!("lost the leader: {}", error.message))
+        .with_kind(ErrorKind::LostPeer)
+        .with_fix("restart every worker with the same command (the leader first)")
 }

@@ -134,7 +134,7 @@ impl Job {
         options: &ClusterOptions,
         announce: &mut dyn FnMut(&Listening),
     ) -> Result<Job, EngineError> {
-        let Formed { compiled, part, control, membership } = cluster::form(pipeline, options, announce)?;
+        let Formed { compiled, part, control, membership, cancel_links } = cluster::form(pipeline, options, announce)?;
         let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
         let status = StatusCell::new(Status::starting(None));
         let (stop, woken) = sluice_runtime::stop_handle();
@@ -158,14 +158,16 @@ impl Job {
                     let (done, local_done) = crossbeam_channel::bounded(1);
                     let supervisor = {
                         let stop = stop.clone();
-                        std::thread::Builder::new()
-                            .name("sluice-cluster-control".into())
-                            .spawn(move || cluster::supervise(control, stop, local_done, workers, shutdown_timeout))
+                        std::thread::Builder::new().name("sluice-cluster-control".into()).spawn(move || {
+                            cluster::supervise(control, stop, cancel_links, local_done, workers, shutdown_timeout)
+                        })
                     };
                     let mut report = run(compiled, None, Some(part), (stop, woken), metrics, &status);
                     let local = match &report.outcome {
                         RunOutcome::Completed => Ok(()),
-                        RunOutcome::Failed { component, error } => Err(format!("{component}: {error}")),
+                        RunOutcome::Failed { component, error } => {
+                            Err((format!("{component}: {error}"), error.kind == ErrorKind::LostPeer))
+                        }
                     };
                     // Capacity one, sent once.
                     let _ = done.send(local);
