@@ -272,16 +272,14 @@ fn lead(
                 Ok(ControlEvent::Received { peer, message: ToLeader::Failed { message } }) => {
                     ended.insert(peer);
                     failure.get_or_insert((format!("worker {peer}"), SluiceError::external("cluster.worker_failed", message)));
-                    cancel_links.store(true, Ordering::Release);
-                    stop.stop();
+                    end_now(stop, cancel_links);
                 }
                 Ok(ControlEvent::Received { peer, message }) => tracing::debug!(peer, ?message, "unexpected control message"),
                 // A worker closes its session once it reported its end.
                 Ok(ControlEvent::Lost { peer, error }) => {
                     if ended.insert(peer) {
                         failure.get_or_insert((format!("worker {peer}"), error));
-                        cancel_links.store(true, Ordering::Release);
-                        stop.stop();
+                        end_now(stop, cancel_links);
                     }
                 }
                 Err(_) => return failure,
@@ -314,14 +312,12 @@ fn follow(
                 Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => stop.stop(),
                 Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
                     failure.get_or_insert(("leader".into(), SluiceError::external("cluster.leader_failed", reason)));
-                    cancel_links.store(true, Ordering::Release);
-                    stop.stop();
+                    end_now(stop, cancel_links);
                 }
                 Ok(ControlEvent::Received { message, .. }) => tracing::debug!(?message, "unexpected control message"),
                 Ok(ControlEvent::Lost { error, .. }) => {
                     failure.get_or_insert(("leader".into(), leader_lost(&error)));
-                    cancel_links.store(true, Ordering::Release);
-                    stop.stop();
+                    end_now(stop, cancel_links);
                 }
                 // The session ended (its loss was reported above): wait for the local end.
                 Err(_) => events = &never,
@@ -344,6 +340,16 @@ fn follow(
             },
         }
     }
+}
+
+/// A peer is gone or failed: no drain can complete (its channels will never end), so
+/// the local part ends at once, and so does opening the links.
+fn end_now(stop: &StopHandle, cancel_links: &AtomicBool) {
+    cancel_links.store(true, Ordering::Release);
+    stop.abort(
+        SluiceError::external("cluster.peer_lost", "stopped at once: another worker was lost or failed")
+            .with_kind(ErrorKind::LostPeer),
+    );
 }
 
 /// The leader's account of why this worker's links closed, if it comes within

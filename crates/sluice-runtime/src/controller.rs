@@ -59,6 +59,8 @@ pub enum RunEvent {
 #[derive(Clone)]
 pub struct StopHandle {
     requested: Arc<AtomicBool>,
+    /// Why the run must end now, without draining (a lost peer: its data is gone).
+    aborted: Arc<std::sync::Mutex<Option<SluiceError>>>,
     wake: Sender<()>,
 }
 
@@ -76,6 +78,20 @@ impl StopHandle {
 
     pub fn is_requested(&self) -> bool {
         self.requested.load(Ordering::SeqCst)
+    }
+
+    /// Ends the run at once, without draining: every driver is aborted and the run fails
+    /// with `error` (a peer worker was lost, so no drain could complete). Idempotent: the
+    /// first reason wins.
+    pub fn abort(&self, error: SluiceError) {
+        self.aborted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(error);
+        match self.wake.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+
+    fn abort_reason(&self) -> Option<SluiceError> {
+        self.aborted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
@@ -123,7 +139,7 @@ impl RunReport {
 /// Creates the handle before the run starts, so a signal handler can hold it.
 pub fn stop_handle() -> (StopHandle, Receiver<()>) {
     let (wake, woken) = bounded(1);
-    (StopHandle { requested: Arc::new(AtomicBool::new(false)), wake }, woken)
+    (StopHandle { requested: Arc::new(AtomicBool::new(false)), aborted: Arc::default(), wake }, woken)
 }
 
 /// This worker's part of a cluster run: the slots of every worker, which of them are
@@ -274,6 +290,13 @@ pub fn run_part(
             recv(written) -> answer => supervisor.on_written(answer.ok()),
             recv(stop_woken) -> _ => supervisor.on_stop(options.shutdown_timeout),
             default(wake.saturating_duration_since(now)) => {}
+        }
+        if let Some(error) = stop_handle.abort_reason()
+            && supervisor.outcome.is_none()
+        {
+            supervisor.abort();
+            supervisor.outcome = Some(RunOutcome::Failed { component: "run".into(), error });
+            break;
         }
         if stop_handle.is_requested() && supervisor.deadline.is_none() {
             supervisor.on_stop(options.shutdown_timeout);

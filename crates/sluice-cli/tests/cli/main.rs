@@ -9,6 +9,7 @@ mod examples;
 mod golden;
 mod harness;
 mod liveness;
+mod netns;
 mod new_user;
 mod oracle;
 mod signals;
