@@ -19,6 +19,10 @@ use arrow::record_batch::RecordBatch;
 use sluice_cluster::link::{Authenticator, LinkConfig, NetworkBuilder};
 use sluice_types::{Batch, Message};
 
+/// The sluice binary's allocator, so buffer reuse is what it would be there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const RAW_BYTES: u64 = 8 << 30;
 const BATCHES: u64 = 20_000;
 const ROWS: usize = 8192;

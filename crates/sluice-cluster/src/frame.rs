@@ -27,7 +27,7 @@
 //!
 //! | kind | message | body |
 //! |---|---|---|
-//! | 1 | data | flags u8: bit 0 set when a weight column follows (u32 LE row count, then one i64 LE per row; clear: every row +1), bit 7 set when the frame starts a new Arrow IPC stream (the schema message comes first, the receiver starts a fresh decoder; always set on a channel's first frame); then Arrow IPC stream messages: the schema when bit 7 is set, dictionaries when needed, one record batch |
+//! | 1 | data | flags u8 (bit 0: a weight column follows; clear: every row +1; bit 7: the frame starts a new Arrow IPC stream, the schema message comes first and the receiver starts a fresh decoder, always set on a channel's first frame), 3 zero bytes, u32 LE row count of the weights (0 without them), one i64 LE per row when bit 0 is set; then Arrow IPC stream messages: the schema when bit 7 is set, dictionaries when needed, one record batch. The 8-byte prefix keeps the IPC messages 8-byte aligned in the body, so the receiver decodes them in place. |
 //! | 2 | watermark | i64 LE, milliseconds |
 //! | 3 | barrier | u64 LE, the epoch |
 //! | 4 | end of data | empty |
@@ -51,7 +51,7 @@ use arrow::record_batch::RecordBatch;
 use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, Weights};
 
 /// The data connection's encoding version (preamble and frames).
-pub const DATA_VERSION: u16 = 1;
+pub const DATA_VERSION: u16 = 2;
 /// The preamble's magic.
 pub const DATA_MAGIC: [u8; 4] = *b"SLCD";
 /// The preamble's length in bytes.
@@ -220,6 +220,8 @@ pub fn read_frame(stream: &mut impl Read) -> Result<Option<Frame>, SluiceError> 
         }
     }
     let header = Header::decode(&header)?;
+    // One read_exact of the whole body: a buffered reader hands a read this large
+    // straight to the socket instead of copying it through its own buffer.
     let mut body = vec![0u8; header.length as usize];
     stream.read_exact(&mut body).map_err(lost)?;
     if header.kind == KIND_CREDIT {
@@ -312,16 +314,16 @@ impl ChannelEncoder {
         out.extend_from_slice(&[0u8; HEADER_BYTES]);
         let new_stream = if self.writer.is_none() { FLAG_NEW_STREAM } else { 0 };
         match &batch.weights {
-            Weights::Inserts => out.push(new_stream),
+            Weights::Inserts => out.extend_from_slice(&[new_stream, 0, 0, 0, 0, 0, 0, 0]),
             Weights::Column(weights) => {
-                out.push(new_stream | FLAG_WEIGHTS);
+                out.extend_from_slice(&[new_stream | FLAG_WEIGHTS, 0, 0, 0]);
                 out.extend_from_slice(&(weights.len() as u32).to_le_bytes());
                 for weight in weights.values().iter() {
                     out.extend_from_slice(&weight.to_le_bytes());
                 }
             }
         }
-        self.append_ipc(&batch.rows, out)?;
+        self.append_ipc(&batch.rows, out, start)?;
         let length = out.len() - start - HEADER_BYTES;
         if length <= max_body_bytes as usize {
             let header = Header { kind: KIND_DATA, channel, length: length as u32 };
@@ -354,7 +356,11 @@ impl ChannelEncoder {
         Ok(())
     }
 
-    fn append_ipc(&mut self, rows: &RecordBatch, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+    /// Appends the IPC messages of `rows` to the frame that starts at `out[start]`. The
+    /// IPC writer encodes into its own buffer; the frame's head moves there first, so
+    /// when `out` holds nothing else (the usual case) the two buffers swap instead of
+    /// copying the batch.
+    fn append_ipc(&mut self, rows: &RecordBatch, out: &mut Vec<u8>, start: usize) -> Result<(), SluiceError> {
         let ipc = |error: arrow::error::ArrowError| {
             SluiceError::internal("cluster.ipc_encode", format!("encoding a batch as Arrow IPC failed: {error}"))
         };
@@ -362,8 +368,19 @@ impl ChannelEncoder {
             self.writer = Some(StreamWriter::try_new(Vec::new(), &rows.schema()).map_err(ipc)?);
         }
         let writer = self.writer.as_mut().expect("the writer was just created");
+        // The writer's buffer holds the schema message when the stream is new.
+        let schema = std::mem::take(writer.get_mut());
+        let buffer = writer.get_mut();
+        buffer.extend_from_slice(&out[start..]);
+        buffer.extend_from_slice(&schema);
+        out.truncate(start);
         writer.write(rows).map_err(ipc)?;
-        out.append(writer.get_mut());
+        if out.is_empty() {
+            std::mem::swap(out, writer.get_mut());
+        } else {
+            out.append(writer.get_mut());
+        }
+        writer.get_mut().clear();
         Ok(())
     }
 }
@@ -420,13 +437,21 @@ impl ChannelDecoder {
         if flags & !(FLAG_WEIGHTS | FLAG_NEW_STREAM) != 0 {
             return Err(corrupt(format!("a data frame on channel {channel} has unknown flags {flags:#04x}")));
         }
+        let prefix = body.get(..8).ok_or_else(short)?;
+        if prefix[1..4] != [0, 0, 0] {
+            return Err(corrupt(format!("a data frame on channel {channel} has non-zero padding")));
+        }
+        let count = u32::from_le_bytes([prefix[4], prefix[5], prefix[6], prefix[7]]) as usize;
         let (weights, ipc_start) = if flags & FLAG_WEIGHTS == 0 {
-            (None, 1)
+            if count != 0 {
+                return Err(corrupt(format!(
+                    "a data frame on channel {channel} counts {count} weights it does not carry"
+                )));
+            }
+            (None, 8)
         } else {
-            let count = body.get(1..5).ok_or_else(short)?;
-            let count = u32::from_le_bytes([count[0], count[1], count[2], count[3]]) as usize;
-            let end = count.checked_mul(8).and_then(|bytes| bytes.checked_add(5)).ok_or_else(short)?;
-            let raw = body.get(5..end).ok_or_else(short)?;
+            let end = count.checked_mul(8).and_then(|bytes| bytes.checked_add(8)).ok_or_else(short)?;
+            let raw = body.get(8..end).ok_or_else(short)?;
             let values: Vec<i64> =
                 raw.chunks_exact(8).map(|w| i64::from_le_bytes(w.try_into().expect("chunks of 8"))).collect();
             (Some(Int64Array::from(values)), end)

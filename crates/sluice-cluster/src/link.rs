@@ -787,7 +787,16 @@ impl Writer {
                         break;
                     }
                     channel.sent += frame as u64;
-                    self.buffer.extend(channel.pending.drain(..frame));
+                    if frame >= DIRECT_WRITE_BYTES {
+                        // A big frame goes to the socket from where it was encoded,
+                        // after what was gathered before it (no copy into the buffer).
+                        write(&mut self.stream, &self.buffer, self.peer, &self.metrics)?;
+                        self.buffer.clear();
+                        write(&mut self.stream, &channel.pending[..frame], self.peer, &self.metrics)?;
+                        channel.pending.drain(..frame);
+                    } else {
+                        self.buffer.extend(channel.pending.drain(..frame));
+                    }
                     moved = true;
                     continue;
                 }
@@ -814,10 +823,7 @@ impl Writer {
     }
 
     fn flush(&mut self) -> Result<(), String> {
-        self.stream
-            .write_all(&self.buffer)
-            .map_err(|error| format!("writing to worker {} failed: {error}", self.peer))?;
-        self.metrics.bytes_sent.fetch_add(self.buffer.len() as u64, Ordering::Relaxed);
+        write(&mut self.stream, &self.buffer, self.peer, &self.metrics)?;
         self.buffer.clear();
         Ok(())
     }
@@ -837,6 +843,18 @@ impl Writer {
             let _ = self.wakes.try_recv();
         }
     }
+}
+
+/// Frames at least this long are written from where they were encoded, not gathered.
+const DIRECT_WRITE_BYTES: usize = 64 << 10;
+
+fn write(stream: &mut TcpStream, bytes: &[u8], peer: u32, metrics: &LinkMetrics) -> Result<(), String> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    stream.write_all(bytes).map_err(|error| format!("writing to worker {peer} failed: {error}"))?;
+    metrics.bytes_sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// The length of the first frame (header and body) in a buffer of whole frames we encoded.

@@ -39,7 +39,7 @@ fn golden_preamble_header_and_control_frames() {
     // Pinned bytes: a change here breaks every worker of an older build. Bump
     // DATA_VERSION and update these vectors together.
     let preamble = Preamble { version: DATA_VERSION, run: 0x0102_0304_0506_0708, from: 2, to: 1 };
-    assert_eq!(preamble.encode(), [b'S', b'L', b'C', b'D', 1, 0, 8, 7, 6, 5, 4, 3, 2, 1, 2, 0, 0, 0, 1, 0, 0, 0]);
+    assert_eq!(preamble.encode(), [b'S', b'L', b'C', b'D', 2, 0, 8, 7, 6, 5, 4, 3, 2, 1, 2, 0, 0, 0, 1, 0, 0, 0]);
     assert_eq!(Preamble::decode(&preamble.encode()).expect("decode"), preamble);
 
     let mut out = Vec::new();
@@ -87,13 +87,17 @@ fn golden_data_frame_prefix() {
     assert_eq!(out[0], 1, "kind: data");
     assert_eq!(&out[1..5], &[4, 0, 0, 0], "channel");
     assert_eq!(u32::from_le_bytes(out[5..9].try_into().unwrap()) as usize, out.len() - HEADER_BYTES, "body length");
-    assert_eq!(&out[9..14], &[0x81, 2, 0, 0, 0], "flags (a new IPC stream, weights follow) and row count");
     assert_eq!(
-        &out[14..30],
+        &out[9..17],
+        &[0x81, 0, 0, 0, 2, 0, 0, 0],
+        "flags (a new IPC stream, weights follow), padding, row count"
+    );
+    assert_eq!(
+        &out[17..33],
         &[1, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
         "weights +1, -1"
     );
-    assert_eq!(&out[30..34], &[0xff; 4], "Arrow IPC continuation marker");
+    assert_eq!(&out[33..37], &[0xff; 4], "Arrow IPC continuation marker");
 }
 
 #[test]
@@ -163,7 +167,15 @@ fn bad_frames_are_errors_that_name_the_problem() {
     assert_eq!(read_frame(&mut &[][..]).expect("clean end"), None);
 
     let mut decoder = ChannelDecoder::new(None);
-    for body in [vec![], vec![7], vec![1, 9, 0, 0, 0], vec![0, 1, 2, 3], vec![0], vec![0x80]] {
+    for body in [
+        vec![],
+        vec![7],
+        vec![1, 0, 0, 0, 9, 0, 0, 0],
+        vec![0, 1, 2, 3, 0, 0, 0, 0],
+        vec![0],
+        vec![0x80, 0, 0, 0, 0, 0, 0, 0],
+        vec![0, 0, 0, 0, 1, 0, 0, 0],
+    ] {
         assert!(decoder.decode_message(3, 1, body.clone()).is_err(), "{body:?} is not a data body");
     }
     assert!(decoder.decode_message(3, 4, vec![1]).is_err(), "an end with a body");
