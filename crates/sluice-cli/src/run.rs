@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use sluice_engine::{
-    ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, Listening, Overrides, RunOutcome, Secret,
-    StartOptions, StopHandle,
+    ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, Listening, Overrides, RendezvousEvent,
+    RunOutcome, Secret, StartOptions, StopHandle,
 };
 use sluice_types::{ErrorKind, SluiceError};
 
@@ -75,9 +75,34 @@ impl ClusterArgs {
             secret,
             insecure: self.insecure,
             join_timeout: self.join_timeout,
-            control: ControlSettings::default(),
+            control: ControlSettings { events: Some(rendezvous_printer()), ..ControlSettings::default() },
         }))
     }
+}
+
+/// Prints the leader's rendezvous as it goes (who joined, who was refused and why), on
+/// a thread of its own; the returned sender is what the rendezvous reports to.
+fn rendezvous_printer() -> crossbeam_channel::Sender<RendezvousEvent> {
+    // Bounded: the rendezvous never blocks on it (events that do not fit are dropped).
+    let (events, printed) = crossbeam_channel::bounded(256);
+    let spawned = std::thread::Builder::new().name("sluice-rendezvous-log".into()).spawn(move || {
+        for event in printed {
+            match event {
+                RendezvousEvent::Joined { exchange_addr, host, present, workers, .. } => {
+                    eprintln!("sluice: worker {exchange_addr} (host {host}) joined: {present} of {workers} present");
+                }
+                RendezvousEvent::Refused { peer, error } => eprintln!("sluice: refused a join from {peer}: {error}"),
+                RendezvousEvent::Left { exchange_addr, .. } => {
+                    eprintln!("sluice: worker {exchange_addr} left before the cluster formed");
+                }
+                RendezvousEvent::Formed { members } => eprintln!("sluice: all {} workers joined", members.len()),
+            }
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "the rendezvous will not be shown");
+    }
+    events
 }
 
 pub fn run(

@@ -49,7 +49,7 @@ pub use load::{Engine, Overrides, PIPELINE_BYTES_MAX, Pipeline};
 pub use status::{JobState, Status, StatusStream};
 
 pub use sluice_cluster::auth::Secret;
-pub use sluice_cluster::rendezvous::ControlSettings;
+pub use sluice_cluster::rendezvous::{ControlSettings, RendezvousEvent};
 pub use sluice_config as config;
 pub use sluice_connectors::Registry;
 pub use sluice_runtime::{Metrics, RunOutcome, RunReport, StopHandle};

@@ -117,17 +117,18 @@ fn lead(scratch: &Scratch, workers: usize, extra: &[&str]) -> (Worker, String) {
     (leader, address)
 }
 
-/// Runs `pipeline` on `workers` workers of `threads` threads each, each in its own
-/// directory holding `files`; returns the merged output of every worker.
-fn cluster_output(pipeline: &str, workers: usize, threads: u32, files: &[(&str, &str)]) -> Vec<String> {
-    let scratches: Vec<Scratch> = (0..workers).map(|_| Scratch::new()).collect();
-    for scratch in &scratches {
+/// Runs `pipeline` on one worker per entry of `threads` (worker i with `threads[i]`
+/// threads, as hosts with different cores), each in its own directory holding `files`;
+/// returns the merged output of every worker.
+fn cluster_output(pipeline: &str, threads: &[u32], files: &[(&str, &str)]) -> Vec<String> {
+    let scratches: Vec<Scratch> = threads.iter().map(|_| Scratch::new()).collect();
+    for (scratch, threads) in scratches.iter().zip(threads) {
         scratch.write("pipeline.toml", &pipeline.replace("THREADS", &threads.to_string()));
         for (name, text) in files {
             scratch.write(name, text);
         }
     }
-    let (leader, address) = lead(&scratches[0], workers, &[]);
+    let (leader, address) = lead(&scratches[0], threads.len(), &[]);
     let joiners: Vec<Worker> = scratches[1..].iter().map(|s| Worker::start(s, &["--join", &address])).collect();
     for (index, worker) in std::iter::once(leader).chain(joiners).enumerate() {
         let (code, seen) = worker.finish();
@@ -168,7 +169,7 @@ fn events() -> String {
 fn two_workers_of_nexmark_write_what_one_worker_with_two_threads_writes() {
     let solo = solo_output(NEXMARK, 2, &[]);
     assert!(solo.len() > 1000, "a real workload: {} windows", solo.len());
-    assert_eq!(cluster_output(NEXMARK, 2, 1, &[]), solo);
+    assert_eq!(cluster_output(NEXMARK, &[1, 1], &[]), solo);
 }
 
 #[test]
@@ -177,7 +178,16 @@ fn three_workers_of_file_lanes_write_what_one_worker_with_three_threads_writes()
     let files = [("events.jsonl", events.as_str())];
     let solo = solo_output(FILES, 3, &files);
     assert!(solo.len() > 300, "{} windows", solo.len());
-    assert_eq!(cluster_output(FILES, 3, 1, &files), solo);
+    assert_eq!(cluster_output(FILES, &[1, 1, 1], &files), solo);
+}
+
+#[test]
+fn workers_with_different_thread_counts_write_what_one_worker_with_all_their_threads_writes() {
+    let events = events();
+    let files = [("events.jsonl", events.as_str())];
+    let solo = solo_output(FILES, 4, &files);
+    assert_eq!(cluster_output(FILES, &[1, 3], &files), solo);
+    assert_eq!(cluster_output(NEXMARK, &[3, 1], &[]), solo_output(NEXMARK, 4, &[]));
 }
 
 #[test]
