@@ -267,3 +267,90 @@ fn a_killed_leader_fails_every_worker_saying_how_to_restart() {
     assert!(seen.contains("lost the leader") && seen.contains("restart"), "{seen}");
     let _ = leader.finish();
 }
+
+const DEADLINE_SECONDS: u64 = 60;
+
+/// Backpressure across hosts: the leader's sink (stdout, which runs on the leader and
+/// gathers every row) stops being read, so the leader stops taking rows from the link;
+/// the joiner's credit runs out, its queues fill, and its driver stops polling its lane.
+/// The joiner notes every poll of its lane (a failpoint); an unthrottled NEXMark lane
+/// that is still polled is polled many times a second, so a whole second without a poll
+/// means the lane paused. A lane that never pauses fails at the deadline (checked: with
+/// the leader's stdout read, the test fails). The joiner's memory is measured then.
+#[test]
+fn a_blocked_sink_on_the_leader_pauses_the_other_workers_lanes_within_bounded_memory() {
+    let pipeline = NEXMARK
+        .replace("THREADS", "1")
+        .replace("events = 60000", "first_event_rate = 1000000")
+        .replace(
+            "sql = \"SELECT auction, COUNT(*) AS n, window_start FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' SECOND)) GROUP BY auction, window_start, window_end\"",
+            "sql = \"SELECT auction, price FROM bid\"",
+        )
+        .replace("connector = \"file\"", "connector = \"stdout\"")
+        .replace("[sink.options]\npath = \"out/\"\n", "");
+    let (leading, joining) = (Scratch::new(), Scratch::new());
+    leading.write("pipeline.toml", &pipeline);
+    joining.write("pipeline.toml", &pipeline);
+    let mut leader = sluice_command(leading.dir.path())
+        .args(["run", "pipeline.toml", "--workers", "2", "--control-bind", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the leader");
+    let mut leader_err = BufReader::new(leader.stderr.take().expect("stderr"));
+    let address = loop {
+        let mut line = String::new();
+        assert!(leader_err.read_line(&mut line).expect("stderr") > 0, "the leader ended before printing its address");
+        if let Some(address) = line.split("--join ").nth(1) {
+            break address.trim().to_string();
+        }
+    };
+    let mut joiner = sluice_command(joining.dir.path())
+        .args(["run", "pipeline.toml", "--join", &address])
+        .env("SLUICE_FAILPOINTS", "source.poll=return(note)")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the joiner");
+    // Rows reach the leader's stdout; from now on nobody reads it.
+    let mut stdout = BufReader::new(leader.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("a row");
+    assert!(first.contains("auction"), "{first:?}");
+    let polls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = std::sync::Arc::clone(&polls);
+    let joiner_err = joiner.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(joiner_err).lines().map_while(Result::ok) {
+            if line.contains("failpoint source.poll reached") {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    // Paused: a second without a single poll (an unthrottled lane that is polled at all
+    // is polled many times a second). Never pausing fails at the deadline.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(DEADLINE_SECONDS);
+    let mut last = polls.load(std::sync::atomic::Ordering::Relaxed);
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let now = polls.load(std::sync::atomic::Ordering::Relaxed);
+        if now == last && now > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the joiner kept polling its lane while the leader's sink was blocked: {now} polls"
+        );
+        last = now;
+    }
+    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{}/status", joiner.id()))
+        .expect("the joiner's status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .expect("VmRSS");
+    let _ = leader.kill();
+    let _ = joiner.kill();
+    let _ = (leader.wait(), joiner.wait());
+
+    assert!(rss_kib < 512 * 1024, "the joiner's memory grew to {} MiB", rss_kib / 1024);
+}
