@@ -148,6 +148,7 @@ impl Job {
             part.layout.slots()
         )];
         let shutdown_timeout = compiled.options.shutdown_timeout;
+        let local_slots = part.layout.slots_of(part.worker);
         let controller = {
             let metrics = Arc::clone(&metrics);
             let status = Arc::clone(&status);
@@ -156,12 +157,18 @@ impl Job {
                 .name("sluice-controller".into())
                 .spawn(move || {
                     let (done, local_done) = crossbeam_channel::bounded(1);
-                    let supervisor = {
-                        let stop = stop.clone();
-                        std::thread::Builder::new().name("sluice-cluster-control".into()).spawn(move || {
-                            cluster::supervise(control, stop, cancel_links, local_done, workers, shutdown_timeout)
-                        })
+                    let supervised = cluster::Supervised {
+                        stop: stop.clone(),
+                        cancel_links,
+                        local_done,
+                        metrics: Arc::clone(&metrics),
+                        local: local_slots,
+                        workers,
+                        shutdown_timeout,
                     };
+                    let supervisor = std::thread::Builder::new()
+                        .name("sluice-cluster-control".into())
+                        .spawn(move || cluster::supervise(control, supervised));
                     let mut report = run(compiled, None, Some(part), (stop, woken), metrics, &status);
                     let local = match &report.outcome {
                         RunOutcome::Completed => Ok(()),

@@ -18,6 +18,7 @@
 //! a lost worker, and a leader's report that sums every worker's counters.
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,11 +29,13 @@ use sluice_cluster::link::{Authenticator, LinkConfig, NetworkBuilder};
 use sluice_cluster::rendezvous::{
     self, ControlEvent, ControlSettings, LeaderControl, Membership, ToLeader, ToWorker, WorkerControl, WorkerInfo,
 };
-use sluice_runtime::{ClusterRun, StopHandle};
+use sluice_runtime::{ClusterRun, Metrics, StopHandle};
 use sluice_types::vnode::SlotLayout;
 use sluice_types::{ErrorKind, SluiceError};
 
 use crate::compile::CompiledPipeline;
+
+mod report;
 use crate::error::EngineError;
 use crate::load::Pipeline;
 
@@ -216,29 +219,30 @@ const CAUSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs the control session while the local part runs; returns the cluster's failure,
 /// if any (a lost peer, a worker that failed, a worker that never reported).
-pub(crate) fn supervise(
-    control: Control,
-    stop: StopHandle,
-    cancel_links: Arc<AtomicBool>,
-    local_done: Receiver<LocalOutcome>,
-    workers: usize,
-    shutdown_timeout: Duration,
-) -> Option<(String, SluiceError)> {
+/// What the control thread needs of the run.
+pub(crate) struct Supervised {
+    pub stop: StopHandle,
+    pub cancel_links: Arc<AtomicBool>,
+    pub local_done: Receiver<LocalOutcome>,
+    /// The job's counters: a worker reports its slots' part, the leader adds every
+    /// worker's report to its own.
+    pub metrics: Arc<Metrics>,
+    pub local: Range<u32>,
+    pub workers: usize,
+    pub shutdown_timeout: Duration,
+}
+
+pub(crate) fn supervise(control: Control, run: Supervised) -> Option<(String, SluiceError)> {
     match control {
-        Control::Leader(session) => lead(&session, &stop, &cancel_links, &local_done, workers, shutdown_timeout),
-        Control::Worker(session) => follow(&session, &stop, &cancel_links, &local_done),
+        Control::Leader(session) => lead(&session, &run),
+        Control::Worker(session) => follow(&session, &run),
     }
 }
 
 /// The leader: forwards a stop, collects every worker's end.
-fn lead(
-    session: &LeaderControl,
-    stop: &StopHandle,
-    cancel_links: &AtomicBool,
-    local_done: &Receiver<LocalOutcome>,
-    workers: usize,
-    shutdown_timeout: Duration,
-) -> Option<(String, SluiceError)> {
+fn lead(session: &LeaderControl, run: &Supervised) -> Option<(String, SluiceError)> {
+    let Supervised { stop, cancel_links, local_done, workers, shutdown_timeout, .. } = run;
+    let (workers, shutdown_timeout) = (*workers, *shutdown_timeout);
     let mut stop_sent = false;
     let mut ended = std::collections::BTreeSet::new();
     let mut failure = None;
@@ -266,8 +270,11 @@ fn lead(
         }
         crossbeam_channel::select! {
             recv(session.events()) -> event => match event {
-                Ok(ControlEvent::Received { peer, message: ToLeader::Finished { .. } }) => {
+                Ok(ControlEvent::Received { peer, message: ToLeader::Finished { report } }) => {
                     ended.insert(peer);
+                    if let Err(error) = report::merge(&run.metrics, &report, peer) {
+                        tracing::warn!(%error, "the exit report leaves out worker {peer}'s counters");
+                    }
                 }
                 Ok(ControlEvent::Received { peer, message: ToLeader::Failed { message } }) => {
                     ended.insert(peer);
@@ -297,12 +304,8 @@ fn lead(
 }
 
 /// A worker: obeys the leader's stop, reports its end.
-fn follow(
-    session: &WorkerControl,
-    stop: &StopHandle,
-    cancel_links: &AtomicBool,
-    local_done: &Receiver<LocalOutcome>,
-) -> Option<(String, SluiceError)> {
+fn follow(session: &WorkerControl, run: &Supervised) -> Option<(String, SluiceError)> {
+    let Supervised { stop, cancel_links, local_done, .. } = run;
     let mut failure = None;
     let never = crossbeam_channel::never();
     let mut events = session.events();
@@ -324,7 +327,7 @@ fn follow(
             },
             recv(local_done) -> outcome => {
                 let report = match outcome {
-                    Ok(Ok(())) => ToLeader::Finished { report: Vec::new() },
+                    Ok(Ok(())) => ToLeader::Finished { report: report::encode(&run.metrics, run.local.clone()) },
                     Ok(Err((message, lost_peer))) => {
                         if lost_peer && failure.is_none() {
                             failure = cause(events);
