@@ -94,14 +94,21 @@ fn connect(leader: &str, deadline: Instant, timeout: Duration) -> Result<TcpStre
     }
     let mut backoff = FIRST_BACKOFF;
     let mut attempts = 0u32;
+    let mut last_error = String::new();
     loop {
         attempts += 1;
-        let last_error = match attempt(leader, deadline) {
+        match attempt(leader, deadline) {
             Ok(stream) => return Ok(stream),
-            Err(error) => error,
-        };
+            // An attempt cut short by the deadline tried nothing: keep what the one
+            // before it saw.
+            Err(error) if !error.is_empty() => last_error = error,
+            Err(_) => {}
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
+            if last_error.is_empty() {
+                last_error = "no attempt finished before the deadline".to_string();
+            }
             return Err(SluiceError::external(
                 "cluster.leader_unreachable",
                 format!(
@@ -122,7 +129,7 @@ fn connect(leader: &str, deadline: Instant, timeout: Duration) -> Result<TcpStre
 /// One attempt at every address `leader` resolves to.
 fn attempt(leader: &str, deadline: Instant) -> Result<TcpStream, String> {
     let addresses: Vec<SocketAddr> = leader.to_socket_addrs().map_err(|error| error.to_string())?.collect();
-    let mut last_error = format!("{leader} resolves to no address");
+    let mut last_error = if addresses.is_empty() { format!("{leader} resolves to no address") } else { String::new() };
     for address in addresses {
         let remaining = deadline.saturating_duration_since(Instant::now()).min(MAX_CONNECT_ATTEMPT);
         if remaining.is_zero() {
