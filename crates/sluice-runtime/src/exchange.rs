@@ -179,6 +179,21 @@ impl ExchangeInput {
             }
             match self.receivers[from].try_recv() {
                 Ok(message) => {
+                    if let (Message::Data(_), Inbound::Remote(inbox), true) =
+                        (&message, &self.receivers[from], self.ended[from])
+                    {
+                        // Another worker's plan must agree with this one's (the
+                        // fingerprint): rows from a slot that has none to send are its
+                        // fault, an error here, not a panic.
+                        return Err(SluiceError::external(
+                            "exchange.unexpected_rows",
+                            format!(
+                                "worker {} sent rows from slot {from}, which owns no lane of this input",
+                                inbox.peer
+                            ),
+                        )
+                        .with_fix("every worker must run the same sluice build and pipeline"));
+                    }
                     if let Some(message) = self.accept(from, message) {
                         return Ok(Some(message));
                     }

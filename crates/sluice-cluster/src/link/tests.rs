@@ -208,3 +208,31 @@ fn a_lost_peer_is_reported_once_and_closes_its_inboxes() {
     );
     assert!(workers[0].network.events().try_recv().is_err(), "reported once");
 }
+
+#[test]
+fn a_peer_that_sends_after_ending_a_channel_is_lost_not_a_panic() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let unused = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut zero = NetworkBuilder::new(0, 42, [(1, unused.local_addr().unwrap())], LinkConfig::default());
+    let inbox = zero.incoming(1, 3, None);
+    let address = listener.local_addr().unwrap();
+    // A hand-made worker 1: the right preamble, then frames past the channel's end.
+    let impostor = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream.write_all(&Preamble { version: DATA_VERSION, run: 42, from: 1, to: 0 }.encode()).unwrap();
+        assert_eq!(read_answer(&mut stream).unwrap(), None);
+        let mut frames = Vec::new();
+        let mut encoder = ChannelEncoder::default();
+        encoder.encode(3, &Message::EndOfData, 1 << 20, &mut frames).unwrap();
+        encoder.encode(3, &Message::Watermark(5), 1 << 20, &mut frames).unwrap();
+        stream.write_all(&frames).unwrap();
+        stream
+    });
+    let no_secret: Authenticator = Arc::new(|_, _| Ok(()));
+    let network = zero.connect(&listener, no_secret).expect("the link opens");
+    let _stream = impostor.join().unwrap();
+    assert!(matches!(inbox.messages.recv_timeout(PATIENCE).unwrap().0, Message::EndOfData));
+    let event = network.events().recv_timeout(PATIENCE).expect("a lost link");
+    let LinkEvent::Lost { peer: 1, reason } = event else { panic!("expected worker 1 lost, got {event:?}") };
+    assert!(reason.contains("after ending it"), "{reason}");
+}

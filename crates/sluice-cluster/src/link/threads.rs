@@ -82,6 +82,9 @@ impl Reader {
                 self.peer
             ));
         };
+        if input.state.ended.load(Ordering::Acquire) {
+            return Err(format!("worker {} sent on channel {channel} after ending it", self.peer));
+        }
         let total = received.entry(channel).or_default();
         *total += bytes;
         let granted = input.state.granted.load(Ordering::Acquire);
