@@ -146,6 +146,9 @@ pub struct SinkConfig {
     pub connector: Located<String>,
     /// `format`, for connectors that encode rows.
     pub format: Option<Located<String>>,
+    /// `worker`: in a cluster, the worker that runs this sink when it has one writer
+    /// (0, the leader, by default).
+    pub worker: Option<u32>,
     /// `[sink.options]`, validated by the connector.
     pub options: Options,
     /// Position of the `[[sink]]` header.
@@ -160,6 +163,7 @@ impl SinkConfig {
             from: from.to_owned(),
             connector: Located::new(connector.to_owned(), Position::new(1, 1)),
             format: None,
+            worker: None,
             options: Options::new("sink", name),
             position: Position::new(1, 1),
         }

@@ -8,7 +8,7 @@ use crate::reader::{Ctx, Field, TableRef, is_identifier};
 use crate::source::{at_key, connector, options};
 
 const VIEW_KEYS: &[&str] = &["name", "sql", "materialized"];
-const SINK_KEYS: &[&str] = &["name", "from", "connector", "format", "options"];
+const SINK_KEYS: &[&str] = &["name", "from", "connector", "format", "worker", "options"];
 const OPTION: &str = "connector options go under a [sink.options] header; remove it here or move it there";
 const NOTES: &[(&str, &str)] = &[("path", OPTION), ("mode", OPTION)];
 
@@ -70,12 +70,21 @@ pub(crate) fn parse_sink(
         at_key(ctx.string(sec, "format", "a format name such as \"json\"", "e.g. format = \"json\"", |s| {
             !s.trim().is_empty()
         }));
+    let worker = ctx
+        .integer::<u32>(
+            sec,
+            "worker",
+            0..=1023,
+            "set worker to the id of the worker that runs this sink (0 is the leader)",
+        )
+        .optional();
     let options = options(ctx, "sink", &item);
     let config = SinkConfig {
         name: item.name?.value,
         from: from?.value,
         connector: connector?,
         format: format.optional()?,
+        worker: worker?,
         options: options?,
         position: sec.position,
     };

@@ -9,11 +9,12 @@
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use sluice_config::Position;
+use sluice_config::{Position, SinkConfig};
 use sluice_connectors::{SinkContext, SourceContext};
-use sluice_runtime::{Plan, RunOptions};
+use sluice_runtime::{Plan, RunOptions, SinkParallelism};
 use sluice_sql::{PlannerOptions, SqlPlanner};
 use sluice_types::SluiceError;
+use sluice_types::vnode::SlotLayout;
 
 use crate::error::EngineError;
 use crate::fingerprint::{Fingerprint, fingerprint};
@@ -55,14 +56,23 @@ impl Pipeline {
     /// Compiles the pipeline, its sources' lanes laid out for this run (None), or, when
     /// resuming, as the checkpoint recorded them (lanes are fixed for the life of the
     /// state; they spread over any number of threads).
+    /// A sink's `worker` is a cluster's business: here every single-writer sink runs on
+    /// thread 0.
     pub fn compile(&self, restoring: Option<&Restoring>) -> Result<CompiledPipeline, EngineError> {
-        self.compile_on(self.config.pipeline.threads, restoring)
+        self.compile_on(&SlotLayout::solo(self.config.pipeline.threads), restoring)
     }
 
-    /// [`Pipeline::compile`] for `threads` slots in all (a cluster's every worker's
-    /// threads) instead of `[pipeline] threads`.
-    pub fn compile_on(&self, threads: u32, restoring: Option<&Restoring>) -> Result<CompiledPipeline, EngineError> {
+    /// [`Pipeline::compile`] for the slots of `layout` (a cluster's every worker's
+    /// threads) instead of `[pipeline] threads`; a single-writer sink with `worker = N`
+    /// runs on worker N's first slot (N must be one of the layout's workers, unless the
+    /// layout is one worker's, as for `validate`).
+    pub fn compile_on(
+        &self,
+        layout: &SlotLayout,
+        restoring: Option<&Restoring>,
+    ) -> Result<CompiledPipeline, EngineError> {
         self.check_paths()?;
+        let threads = layout.slots();
         let section = &self.config.pipeline;
         let lane_threads = restoring.map_or(threads, |r| r.lane_threads);
         let mut planner = SqlPlanner::new(PlannerOptions {
@@ -127,7 +137,8 @@ impl Pipeline {
             let factory = configured
                 .build(&context)
                 .map_err(|e| self.problem(sink.position, e.context(format!("sink `{}`", sink.name))))?;
-            flows.push(stream.into_flow(factory, threads));
+            let slot = self.sink_slot(sink, factory.parallelism(), layout)?;
+            flows.push(stream.into_flow(factory, threads, slot));
         }
         let options = RunOptions {
             threads,
@@ -139,6 +150,43 @@ impl Pipeline {
         let plan = Plan { sources, flows };
         let fingerprint = fingerprint(&self.config, &plan).map_err(EngineError::new)?;
         Ok(CompiledPipeline { name: section.name.clone(), plan, fingerprint, options, lane_threads })
+    }
+
+    /// Where a single-writer sink runs: its `worker`'s first slot (the leader's by default).
+    fn sink_slot(
+        &self,
+        sink: &SinkConfig,
+        parallelism: SinkParallelism,
+        layout: &SlotLayout,
+    ) -> Result<u32, EngineError> {
+        let Some(worker) = sink.worker else { return Ok(0) };
+        if parallelism != SinkParallelism::Single {
+            let error = SluiceError::user(
+                "sink.worker",
+                format!(
+                    "sink `{}` has `worker = {worker}`, but it writes from every worker (one part per thread)",
+                    sink.name
+                ),
+            )
+            .with_fix("remove `worker`: it places only sinks with one writer (a file sink with a file path, stdout)");
+            return Err(self.problem(sink.position, error));
+        }
+        if layout.workers() == 1 {
+            return Ok(0);
+        }
+        if worker >= layout.workers() {
+            let error = SluiceError::user(
+                "sink.worker",
+                format!(
+                    "sink `{}` runs on worker {worker}, but the cluster has {} workers (0 is the leader)",
+                    sink.name,
+                    layout.workers()
+                ),
+            )
+            .with_fix(format!("set worker to 0..={}", layout.workers() - 1));
+            return Err(self.problem(sink.position, error));
+        }
+        Ok(layout.slots_of(worker).start)
     }
 
     /// Refuses a sink that writes where a source reads, or where another sink writes.

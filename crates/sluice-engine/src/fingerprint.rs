@@ -3,7 +3,7 @@
 //!
 //! It covers the sources (name, connector, watermark delay, every table's name,
 //! event-time column and columns with their SQL types), the views (name and SQL text),
-//! the sinks (name, input, connector) and the vnode count; not what may change across a
+//! the sinks (name, input, connector, and `worker` where set) and the vnode count; not what may change across a
 //! restart (threads, rates, paths, timeouts, batch sizes).
 //!
 //! # Canonical form, version 1 ([`FINGERPRINT_VERSION`])
@@ -18,7 +18,7 @@
 //! table <name> event_time <column, or 0: for none>
 //! column <name> <SQL type> <null|not null>
 //! view <name> sql <text>
-//! sink <name> from <table or view> connector <connector>
+//! sink <name> from <table or view> connector <connector>[ worker <n>]
 //! ```
 //!
 //! in file order (each `table` line after its source, each `column` after its table).
@@ -80,13 +80,19 @@ pub fn canonical_form(config: &PipelineConfig, plan: &Plan) -> Result<String, Sl
         let _ = writeln!(form, "view {} sql {}", text(&view.name), text(&view.sql.value));
     }
     for sink in &config.sinks {
-        let _ = writeln!(
+        let _ = write!(
             form,
             "sink {} from {} connector {}",
             text(&sink.name),
             text(&sink.from),
             text(&sink.connector.value)
         );
+        // Where a single-writer sink runs (its staged output lives there); written only
+        // when set, so pipelines without it keep their fingerprint.
+        if let Some(worker) = sink.worker {
+            let _ = write!(form, " worker {worker}");
+        }
+        form.push('\n');
     }
     Ok(form)
 }

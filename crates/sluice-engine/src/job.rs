@@ -50,6 +50,16 @@ impl std::fmt::Debug for Job {
 impl Job {
     /// Recovers, compiles and starts `pipeline` (see the module docs).
     pub fn start(pipeline: &Pipeline, options: StartOptions) -> Result<Job, EngineError> {
+        if let Some(sink) = pipeline.config.sinks.iter().find(|sink| sink.worker.is_some_and(|worker| worker > 0)) {
+            let worker = sink.worker.unwrap_or_default();
+            return Err(EngineError::new(
+                SluiceError::user(
+                    "sink.worker",
+                    format!("sink `{}` runs on worker {worker}, but this run is one worker (worker 0)", sink.name),
+                )
+                .with_fix("run it in a cluster of more workers (--workers N), or remove `worker`"),
+            ));
+        }
         let Some(section) = &pipeline.config.checkpoint else {
             if options.from_scratch {
                 return Err(EngineError::new(

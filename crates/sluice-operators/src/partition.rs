@@ -71,12 +71,13 @@ impl Partitioner for HashPartitioner {
     }
 }
 
-/// Sends every row to slot 0 (a single-writer sink, a global aggregate).
-pub struct GatherPartitioner;
+/// Sends every row to one slot (a single-writer sink's).
+pub struct GatherPartitioner(pub u32);
 
 impl Partitioner for GatherPartitioner {
-    fn partition(&mut self, batch: Batch, _slots: u32, out: &mut Vec<(u32, Batch)>) -> Result<(), SluiceError> {
-        out.push((0, batch));
+    fn partition(&mut self, batch: Batch, slots: u32, out: &mut Vec<(u32, Batch)>) -> Result<(), SluiceError> {
+        assert!(self.0 < slots, "gathering to slot {} of {slots}", self.0);
+        out.push((self.0, batch));
         Ok(())
     }
 }

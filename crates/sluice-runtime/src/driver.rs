@@ -258,7 +258,8 @@ impl Driver {
                     OutputSetup::Exchange(exchange) => Output::Exchange(exchange),
                     OutputSetup::Sink { sink } => {
                         let factory = &self.plan.flows[sink].sink;
-                        let open = factory.parallelism() == SinkParallelism::PerThread || self.thread == 0;
+                        let open = factory.parallelism() == SinkParallelism::PerThread
+                            || self.thread == self.plan.flows[sink].sink_slot;
                         let staged = self.staged && factory.exactly_once();
                         let writer = if open {
                             Some(

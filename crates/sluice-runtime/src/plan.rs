@@ -196,6 +196,9 @@ pub struct Flow {
     pub table: usize,
     pub segments: Vec<Segment>,
     pub sink: Arc<dyn SinkFactory>,
+    /// The slot whose thread runs a [`SinkParallelism::Single`] sink's writer (the plan
+    /// gathers the rows there).
+    pub sink_slot: u32,
 }
 
 /// Everything a run executes.

@@ -81,11 +81,13 @@ pub struct PlannedStream {
 }
 
 impl PlannedStream {
-    /// Ends the stream at `sink`, gathering to one thread first if the sink has one writer.
-    pub fn into_flow(self, sink: Arc<dyn SinkFactory>, threads: u32) -> Flow {
-        let gather = sink.parallelism() == SinkParallelism::Single && threads > 1;
+    /// Ends the stream at `sink`, gathering to one thread first if the sink has one writer;
+    /// that writer runs on slot `sink_slot` (0 unless a cluster places it elsewhere).
+    pub fn into_flow(self, sink: Arc<dyn SinkFactory>, threads: u32, sink_slot: u32) -> Flow {
+        assert!(sink_slot < threads.max(1), "sink slot {sink_slot} of {threads}");
+        let gather = (sink.parallelism() == SinkParallelism::Single && threads > 1).then_some(sink_slot);
         let (source, table, segments) = self.state.finish(gather);
-        Flow { source, table, segments, sink }
+        Flow { source, table, segments, sink, sink_slot }
     }
 }
 

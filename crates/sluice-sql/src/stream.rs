@@ -68,13 +68,14 @@ impl StreamState {
         self.segments.push(Segment { operators, state, output });
     }
 
-    /// Ends the stream at a sink; a single-writer sink on several threads is gathered first.
-    pub fn finish(mut self, gather: bool) -> (usize, usize, Vec<Segment>) {
-        if gather {
-            let partitioner: sluice_runtime::PartitionerFactory = Arc::new(|_| Box::new(GatherPartitioner));
+    /// Ends the stream at a sink; a single-writer sink on several threads is gathered first
+    /// (to `gather`, the slot that runs it).
+    pub fn finish(mut self, gather: Option<u32>) -> (usize, usize, Vec<Segment>) {
+        if let Some(slot) = gather {
+            let partitioner: sluice_runtime::PartitionerFactory = Arc::new(move |_| Box::new(GatherPartitioner(slot)));
             self.cut(SegmentOutput::Exchange {
                 partitioner,
-                description: "gather → thread 0 (single-writer sink)".into(),
+                description: format!("gather → thread {slot} (single-writer sink)"),
             });
         }
         self.cut(SegmentOutput::Sink);

@@ -367,3 +367,37 @@ fn a_blocked_sink_on_the_leader_pauses_the_other_workers_lanes_within_bounded_me
 
     assert!(rss_kib < 512 * 1024, "the joiner's memory grew to {} MiB", rss_kib / 1024);
 }
+
+#[test]
+fn a_single_writer_sink_runs_on_the_worker_it_names() {
+    let pipeline = NEXMARK
+        .replace("THREADS", "1")
+        .replace("path = \"out/\"", "path = \"out.jsonl\"")
+        .replace("connector = \"file\"\nformat = \"json\"", "connector = \"file\"\nformat = \"json\"\nworker = 1");
+    assert!(pipeline.contains("worker = 1"), "{pipeline}");
+    let (leading, joining) = (Scratch::new(), Scratch::new());
+    leading.write("pipeline.toml", &pipeline);
+    joining.write("pipeline.toml", &pipeline);
+    let (leader, address) = lead(&leading, 2, &[]);
+    let joiner = Worker::start(&joining, &["--join", &address]);
+    for (name, worker) in [("leader", leader), ("joiner", joiner)] {
+        let (code, seen) = worker.finish();
+        assert_eq!(code, Some(0), "{name}:\n{seen}");
+    }
+    assert!(!leading.path("out.jsonl").exists(), "the leader writes nothing");
+    let written = sorted_lines(&joining.read("out.jsonl"));
+    let solo = Scratch::new();
+    solo.write("pipeline.toml", &NEXMARK.replace("THREADS", "2").replace("path = \"out/\"", "path = \"out.jsonl\""));
+    assert!(solo.sluice(&["--quiet", "run", "pipeline.toml"]).status.success());
+    assert_eq!(written, sorted_lines(&solo.read("out.jsonl")), "worker 1 wrote every row");
+
+    // One worker has no worker 1; a sink with one part per thread cannot be placed.
+    let alone = Scratch::new();
+    alone.write("pipeline.toml", &pipeline);
+    let run = alone.sluice(&["run", "pipeline.toml"]);
+    crate::harness::assert_fails_with(&run, &["sink `out` runs on worker 1", "--workers"]);
+    let sharded = Scratch::new();
+    sharded.write("pipeline.toml", &pipeline.replace("path = \"out.jsonl\"", "path = \"out/\""));
+    let run = sharded.sluice(&["validate", "pipeline.toml"]);
+    crate::harness::assert_fails_with(&run, &["`worker = 1`", "one part per thread"]);
+}

@@ -45,7 +45,7 @@ fn top_level() {
         ),
         (
             format!("{PIPELINE}{SOURCE}{SINK}view = \"v\"\n"),
-            "10:1: unknown key `view` in [[sink]] \"out\"; known keys: name, from, connector, format, options",
+            "10:1: unknown key `view` in [[sink]] \"out\"; known keys: name, from, connector, format, worker, options",
         ),
         (
             format!("view = [1]\n{PIPELINE}{SOURCE}{SINK}"),

@@ -142,7 +142,7 @@ pub(crate) fn form(
         }
     };
     let layout = SlotLayout::new(&membership.members.iter().map(|m| m.threads).collect::<Vec<_>>());
-    let compiled = pipeline.compile_on(layout.slots(), None)?;
+    let compiled = pipeline.compile_on(&layout, None)?;
     assert_eq!(compiled.fingerprint.to_string(), fingerprint, "the fingerprint does not depend on the thread count");
     let run = run_token(&membership);
     let mut peers = Vec::new();

@@ -47,7 +47,7 @@ fn sinks() {
 #[test]
 fn sink_errors() {
     let sk = |lines: &str| with_source(&format!("[[sink]]\n{lines}"));
-    let known = "known keys: name, from, connector, format, options";
+    let known = "known keys: name, from, connector, format, worker, options";
     let form = format!("11:1: unknown key `form` in [[sink]] \"out\"; {known}\n  fix: did you mean `from`?");
     let fromat = format!("11:1: unknown key `fromat` in [[sink]] \"out\"; {known}\n  fix: did you mean `format`?");
     check_errors(&[
@@ -88,7 +88,7 @@ fn sink_errors() {
         (sink("stdout", "fromat = \"json\""), &fromat),
         (
             sink("stdout", "path = \"x\""),
-            "11:1: unknown key `path` in [[sink]] \"out\"; known keys: name, from, connector, format, options\n  fix: connector options go under a [sink.options] header; remove it here or move it there",
+            "11:1: unknown key `path` in [[sink]] \"out\"; known keys: name, from, connector, format, worker, options\n  fix: connector options go under a [sink.options] header; remove it here or move it there",
         ),
     ]);
 }
