@@ -340,7 +340,10 @@ impl ChannelEncoder {
                 "cluster.row_too_large",
                 format!("one row encodes to {length} bytes, above the exchange frame limit of {max_body_bytes} bytes"),
             )
-            .with_fix("raise the exchange window (frames are at most half of it) or shrink the row"));
+            .with_fix(
+                "a row that crosses between workers must encode to at most half the exchange window (8 MiB of \
+                 16 MiB): shrink the row, or run the pipeline on one worker",
+            ));
         }
         let half = rows / 2;
         for (offset, count) in [(0, half), (half, rows - half)] {
