@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use sluice_engine::{
-    ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, Listening, Overrides, RendezvousEvent,
-    RunOutcome, Secret, StartOptions, StopHandle,
+    ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, JobState, Listening, Overrides,
+    RendezvousEvent, RunOutcome, Secret, StartOptions, StopHandle,
 };
 use sluice_types::{ErrorKind, SluiceError};
 
@@ -114,6 +114,9 @@ pub fn run(
     quiet: bool,
 ) -> Result<ExitCode, EngineError> {
     let pipeline = engine.load(path, overrides)?;
+    let checkpoints = pipeline.config.checkpoint.is_some();
+    let writes_stdout = pipeline.writes_stdout();
+    let clustered = cluster.join.is_some() || cluster.workers.is_some_and(|workers| workers > 1);
     let job = match cluster.options()? {
         None => Job::start(&pipeline, StartOptions { from_scratch })?,
         Some(options) => {
@@ -141,7 +144,7 @@ pub fn run(
             {
                 eprintln!("sluice: joining the cluster led by {leader}");
             }
-            Job::start_cluster(&pipeline, &options, &mut announce)?
+            Job::start_cluster(pipeline, options, &mut announce)?
         }
     };
     for notice in job.notices() {
@@ -149,28 +152,54 @@ pub fn run(
             eprintln!("sluice: {notice}");
         }
     }
-    let checkpoints = pipeline.config.checkpoint.is_some();
     install_signals(job.stop_handle(), checkpoints)?;
-    let writes_stdout = pipeline.writes_stdout();
     let live = !quiet && std::io::stderr().is_terminal() && !(writes_stdout && std::io::stdout().is_terminal());
-    if !quiet {
-        let stop = if checkpoints { "stops with a final checkpoint" } else { "stops and drains" };
-        eprintln!("sluice: running pipeline \"{}\" on {} thread(s); Ctrl-C {stop}", job.name(), job.threads());
+    let stop = if checkpoints { "stops with a final checkpoint" } else { "stops and drains" };
+    let running = |worker: Option<(u32, usize)>| {
+        if quiet {
+            return;
+        }
+        let place = worker.map_or_else(String::new, |(me, workers)| format!(" as worker {me} of {workers}"));
+        eprintln!("sluice: running pipeline \"{}\"{place} on {} thread(s); Ctrl-C {stop}", job.name(), job.threads());
+    };
+    if !clustered {
+        running(None);
     }
     let mut progress = Progress::new(live, quiet);
-    let metrics = job.metrics();
+    let mut metrics = job.metrics();
     let started = Instant::now();
     let mut changes = job.subscribe();
+    // A cluster job waits in `coordination` until every worker joined.
+    let mut formed = !clustered;
     loop {
         let changed = changes.next_timeout(PROGRESS_INTERVAL);
+        if let Some(status) = &changed
+            && !formed
+            && status.state != JobState::Coordination
+        {
+            formed = true;
+            metrics = job.metrics();
+            if !status.state.is_final() {
+                running(status.worker);
+            }
+        }
         if changed.is_some_and(|status| status.state.is_final()) {
             break;
         }
-        progress.update(&metrics, started.elapsed());
+        if formed {
+            progress.update(&metrics, started.elapsed());
+        }
     }
     let name = job.name().to_string();
     let report = job.wait();
     progress.finish();
+    if let RunOutcome::Failed { component, error } = &report.outcome
+        && component == "cluster"
+    {
+        // The cluster never formed (a refusal, a timeout): an error, not a run's report.
+        eprintln!("error: {error}");
+        return Ok(ExitCode::FAILURE);
+    }
     if let RunOutcome::Failed { error, .. } = &report.outcome
         && error.kind == ErrorKind::OutputClosed
     {

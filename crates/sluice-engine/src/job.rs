@@ -7,7 +7,7 @@
 //! topology → resolve the sinks' staged work → start the drivers. Anything that fails
 //! before the drivers start is an [`EngineError`]; anything after is in the report.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -34,7 +34,9 @@ pub struct StartOptions {
 pub struct Job {
     name: String,
     threads: u32,
-    metrics: Arc<Metrics>,
+    /// The live counters: a cluster job's are replaced once the cluster formed (their
+    /// shape depends on every worker's threads).
+    metrics: Arc<Mutex<Arc<Metrics>>>,
     stop: StopHandle,
     status: Arc<StatusCell>,
     notices: Vec<String>,
@@ -132,7 +134,15 @@ impl Job {
                     EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
                 })?
         };
-        Ok(Job { name, threads, metrics, stop, status, notices, controller: Some(controller) })
+        Ok(Job {
+            name,
+            threads,
+            metrics: Arc::new(Mutex::new(metrics)),
+            stop,
+            status,
+            notices,
+            controller: Some(controller),
+        })
     }
 
     /// Forms a cluster and starts this worker's part of `pipeline` in it (see
@@ -140,25 +150,18 @@ impl Job {
     /// control address as soon as it listens. The job's report fails if any worker
     /// failed or was lost.
     pub fn start_cluster(
-        pipeline: &Pipeline,
-        options: &ClusterOptions,
+        pipeline: Pipeline,
+        options: ClusterOptions,
         announce: &mut dyn FnMut(&Listening),
     ) -> Result<Job, EngineError> {
-        let Formed { compiled, part, control, membership, cancel_links } = cluster::form(pipeline, options, announce)?;
-        let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
-        let status = StatusCell::new(Status::starting(None));
+        let prepared = cluster::prepare(&pipeline, &options, announce)?;
+        let name = prepared.local.name.clone();
+        let threads = pipeline.config.pipeline.threads;
+        let local_metrics = Arc::new(Metrics::for_plan(&prepared.local.plan, prepared.local.options.threads));
+        let metrics = Arc::new(Mutex::new(Arc::clone(&local_metrics)));
+        let status = StatusCell::new(Status::coordination());
         let (stop, woken) = sluice_runtime::stop_handle();
-        let name = compiled.name.clone();
-        let threads = part.layout.slots_of(part.worker).len() as u32;
-        let workers = membership.len();
-        let me = membership.member(membership.me).map_or_else(String::new, |m| m.exchange_addr.clone());
-        let notices = vec![format!(
-            "worker {} of {workers} (exchange {me}), {threads} of the cluster's {} threads",
-            membership.me,
-            part.layout.slots()
-        )];
-        let shutdown_timeout = compiled.options.shutdown_timeout;
-        let local_slots = part.layout.slots_of(part.worker);
+        let started = std::time::Instant::now();
         let controller = {
             let metrics = Arc::clone(&metrics);
             let status = Arc::clone(&status);
@@ -166,46 +169,17 @@ impl Job {
             std::thread::Builder::new()
                 .name("sluice-controller".into())
                 .spawn(move || {
-                    let (done, local_done) = crossbeam_channel::bounded(1);
-                    let supervised = cluster::Supervised {
-                        stop: stop.clone(),
-                        cancel_links,
-                        local_done,
-                        metrics: Arc::clone(&metrics),
-                        local: local_slots,
-                        workers,
-                        shutdown_timeout,
+                    let formed = cluster::form(prepared, &pipeline, &options);
+                    let report = match formed {
+                        Ok(formed) => run_in_cluster(formed, (stop, woken), &metrics, &status),
+                        Err(error) => RunReport {
+                            outcome: RunOutcome::Failed { component: "cluster".into(), error },
+                            elapsed: started.elapsed(),
+                            stopped: stop.is_requested(),
+                            metrics: local_metrics,
+                            checkpoints: None,
+                        },
                     };
-                    let supervisor = std::thread::Builder::new()
-                        .name("sluice-cluster-control".into())
-                        .spawn(move || cluster::supervise(control, supervised));
-                    let mut report = run(compiled, None, Some(part), (stop, woken), metrics, &status);
-                    let local = match &report.outcome {
-                        RunOutcome::Completed => Ok(()),
-                        RunOutcome::Failed { component, error } => {
-                            Err((format!("{component}: {error}"), error.kind == ErrorKind::LostPeer))
-                        }
-                    };
-                    // Capacity one, sent once.
-                    let _ = done.send(local);
-                    let failure = match supervisor.map(|thread| thread.join()) {
-                        Ok(Ok(failure)) => failure,
-                        Ok(Err(panic)) => {
-                            Some(("cluster control".into(), SluiceError::internal("run.panic", panic_message(&*panic))))
-                        }
-                        Err(error) => {
-                            Some(("cluster control".into(), SluiceError::external("run.thread", error.to_string())))
-                        }
-                    };
-                    // The cluster's failure names the lost or failed worker; a local
-                    // failure that only echoes it (a link that closed) yields to it.
-                    let echo = match &report.outcome {
-                        RunOutcome::Completed => true,
-                        RunOutcome::Failed { error, .. } => error.kind == ErrorKind::LostPeer,
-                    };
-                    if let (true, Some((component, error))) = (echo, failure) {
-                        report.outcome = RunOutcome::Failed { component, error };
-                    }
                     finish(&status, &report);
                     report
                 })
@@ -213,7 +187,7 @@ impl Job {
                     EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
                 })?
         };
-        Ok(Job { name, threads, metrics, stop, status, notices, controller: Some(controller) })
+        Ok(Job { name, threads, metrics, stop, status, notices: Vec::new(), controller: Some(controller) })
     }
 
     /// `[pipeline] name`.
@@ -251,9 +225,10 @@ impl Job {
         StatusStream::new(Arc::clone(&self.status))
     }
 
-    /// The live counters.
+    /// The live counters (ask again after the state leaves `coordination`: a cluster's
+    /// counters are made once it formed).
     pub fn metrics(&self) -> Arc<Metrics> {
-        Arc::clone(&self.metrics)
+        Arc::clone(&self.metrics.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Waits for the end and returns the report.
@@ -273,12 +248,68 @@ impl Job {
                     outcome,
                     elapsed: Duration::ZERO,
                     stopped: self.stop.is_requested(),
-                    metrics: Arc::clone(&self.metrics),
+                    metrics: self.metrics(),
                     checkpoints: None,
                 }
             }
         }
     }
+}
+
+/// This worker's part of a formed cluster, with the control session supervised beside
+/// it; the report fails if any worker failed or was lost.
+fn run_in_cluster(
+    formed: Formed,
+    stop: (StopHandle, crossbeam_channel::Receiver<()>),
+    metrics_cell: &Mutex<Arc<Metrics>>,
+    status: &StatusCell,
+) -> RunReport {
+    let Formed { compiled, part, control, membership, cancel_links } = formed;
+    let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
+    *metrics_cell.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&metrics);
+    let workers = membership.len();
+    status.update(|s| {
+        s.state = JobState::Starting;
+        s.worker = Some((membership.me, workers));
+    });
+    let (stop, woken) = stop;
+    let (done, local_done) = crossbeam_channel::bounded(1);
+    let supervised = cluster::Supervised {
+        stop: stop.clone(),
+        cancel_links,
+        local_done,
+        metrics: Arc::clone(&metrics),
+        local: part.layout.slots_of(part.worker),
+        workers,
+        shutdown_timeout: compiled.options.shutdown_timeout,
+    };
+    let supervisor = std::thread::Builder::new()
+        .name("sluice-cluster-control".into())
+        .spawn(move || cluster::supervise(control, supervised));
+    let mut report = run(compiled, None, Some(part), (stop, woken), metrics, status);
+    let local = match &report.outcome {
+        RunOutcome::Completed => Ok(()),
+        RunOutcome::Failed { component, error } => {
+            Err((format!("{component}: {error}"), error.kind == ErrorKind::LostPeer))
+        }
+    };
+    // Capacity one, sent once.
+    let _ = done.send(local);
+    let failure = match supervisor.map(|thread| thread.join()) {
+        Ok(Ok(failure)) => failure,
+        Ok(Err(panic)) => Some(("cluster control".into(), SluiceError::internal("run.panic", panic_message(&*panic)))),
+        Err(error) => Some(("cluster control".into(), SluiceError::external("run.thread", error.to_string()))),
+    };
+    // The cluster's failure names the lost or failed worker; a local failure that only
+    // echoes it (a link that closed) yields to it.
+    let echo = match &report.outcome {
+        RunOutcome::Completed => true,
+        RunOutcome::Failed { error, .. } => error.kind == ErrorKind::LostPeer,
+    };
+    if let (true, Some((component, error))) = (echo, failure) {
+        report.outcome = RunOutcome::Failed { component, error };
+    }
+    report
 }
 
 /// The text of a panic's payload.

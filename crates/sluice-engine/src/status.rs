@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobState {
+    /// Waiting for every worker of its cluster to join (the leader), or for the leader's
+    /// welcome (a worker).
+    Coordination,
     /// Recovering and starting its threads.
     Starting,
     Running,
@@ -31,6 +34,7 @@ impl JobState {
     /// The lowercase name, e.g. `running`.
     pub fn name(self) -> &'static str {
         match self {
+            JobState::Coordination => "coordination",
             JobState::Starting => "starting",
             JobState::Running => "running",
             JobState::Stopping => "stopping",
@@ -50,11 +54,17 @@ pub struct Status {
     pub resumed_from: Option<u64>,
     /// Why the job failed: the component and the reason.
     pub failure: Option<String>,
+    /// In a cluster, once it formed: this worker's id and the number of workers.
+    pub worker: Option<(u32, usize)>,
 }
 
 impl Status {
     pub(crate) fn starting(resumed_from: Option<u64>) -> Status {
-        Status { state: JobState::Starting, last_committed_epoch: None, resumed_from, failure: None }
+        Status { state: JobState::Starting, last_committed_epoch: None, resumed_from, failure: None, worker: None }
+    }
+
+    pub(crate) fn coordination() -> Status {
+        Status { state: JobState::Coordination, ..Status::starting(None) }
     }
 }
 

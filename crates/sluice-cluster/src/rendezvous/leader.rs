@@ -430,7 +430,8 @@ fn gather(
         }
         if now >= deadline {
             let error = registry.timeout_error(join_timeout, &door.join_address());
-            tracing::warn!(address = %door.address, "{}", error.message);
+            // Returned to the caller, which reports it.
+            tracing::debug!(address = %door.address, "{}", error.message);
             return Err(error);
         }
         let Some(arrival) = door.next(deadline.min(now + ACCEPT_POLL)) else { continue };
@@ -463,7 +464,12 @@ fn admit(registry: &mut Registry, registration: Registration, version: u16, sett
 }
 
 fn report_refused(peer: SocketAddr, error: SluiceError, settings: &ControlSettings) {
-    tracing::warn!(%peer, code = error.code, "refused a control connection: {}", error.message);
+    // A caller that takes the events shows them itself: the log would say it twice.
+    if settings.events.is_some() {
+        tracing::debug!(%peer, code = error.code, "refused a control connection: {}", error.message);
+    } else {
+        tracing::warn!(%peer, code = error.code, "refused a control connection: {}", error.message);
+    }
     settings.emit(RendezvousEvent::Refused { peer, error });
 }
 

@@ -89,11 +89,24 @@ pub(crate) enum Control {
     Worker(WorkerControl),
 }
 
-pub(crate) fn form(
+/// What forming a cluster needs, ready before any peer is waited for: the listeners are
+/// bound (so a busy port is an error at once) and the leader has announced itself.
+pub(crate) struct Prepared {
+    /// The pipeline compiled for this worker's threads alone (for the fingerprint, and
+    /// the counters' shape while the cluster forms).
+    pub local: CompiledPipeline,
+    me: WorkerInfo,
+    exchange: TcpListener,
+    /// The leader's control listener.
+    control: Option<TcpListener>,
+}
+
+/// The synchronous part of forming a cluster: everything that can fail without a peer.
+pub(crate) fn prepare(
     pipeline: &Pipeline,
     options: &ClusterOptions,
     announce: &mut dyn FnMut(&Listening),
-) -> Result<Formed, EngineError> {
+) -> Result<Prepared, EngineError> {
     if pipeline.config.checkpoint.is_some() {
         return Err(EngineError::new(
             SluiceError::user(
@@ -105,8 +118,7 @@ pub(crate) fn form(
     }
     let threads = pipeline.config.pipeline.threads;
     let local = pipeline.compile(None)?;
-    let fingerprint = local.fingerprint.to_string();
-    let listener = TcpListener::bind(options.exchange_bind).map_err(|error| {
+    let exchange = TcpListener::bind(options.exchange_bind).map_err(|error| {
         EngineError::new(
             SluiceError::external(
                 "cluster.exchange_bind",
@@ -115,12 +127,11 @@ pub(crate) fn form(
             .with_fix("choose a free address with --exchange-bind"),
         )
     })?;
-    let exchange_addr = advertised(&listener, options.advertise.as_deref())?;
-    let me = WorkerInfo::new(exchange_addr, threads, fingerprint.clone());
-    let secret = options.secret.as_ref();
-    let (membership, control) = match &options.role {
+    let exchange_addr = advertised(&exchange, options.advertise.as_deref())?;
+    let me = WorkerInfo::new(exchange_addr, threads, local.fingerprint.to_string());
+    let control = match &options.role {
         ClusterRole::Lead { workers, control_bind } => {
-            check_control_bind(*control_bind, secret, options.insecure).map_err(EngineError::new)?;
+            check_control_bind(*control_bind, options.secret.as_ref(), options.insecure).map_err(EngineError::new)?;
             let control = TcpListener::bind(control_bind).map_err(|error| {
                 EngineError::new(
                     SluiceError::external("cluster.control_bind", format!("cannot listen on {control_bind}: {error}"))
@@ -129,34 +140,63 @@ pub(crate) fn form(
             })?;
             let control_addr = control.local_addr().map_err(|e| EngineError::new(io("cluster.control_bind", &e)))?;
             announce(&Listening { control_addr, workers: *workers });
+            Some(control)
+        }
+        ClusterRole::Join { .. } => None,
+    };
+    Ok(Prepared { local, me, exchange, control })
+}
+
+/// Waits for the rendezvous, then compiles the pipeline for the cluster's slots (on the
+/// job's controller thread, while the job's state is `coordination`).
+pub(crate) fn form(prepared: Prepared, pipeline: &Pipeline, options: &ClusterOptions) -> Result<Formed, SluiceError> {
+    let Prepared { local, me, exchange, control } = prepared;
+    let fingerprint = local.fingerprint.to_string();
+    let secret = options.secret.as_ref();
+    let (membership, control) = match (&options.role, control) {
+        (ClusterRole::Lead { workers, .. }, Some(listener)) => {
             let (membership, session) =
-                rendezvous::lead_with(control, me, *workers, secret, options.join_timeout, &options.control)
-                    .map_err(EngineError::new)?;
+                rendezvous::lead_with(listener, me, *workers, secret, options.join_timeout, &options.control)?;
             (membership, Control::Leader(session))
         }
-        ClusterRole::Join { leader } => {
+        (ClusterRole::Join { leader }, _) => {
             let (membership, session) =
-                rendezvous::join_with(leader, me, secret, options.join_timeout, &options.control)
-                    .map_err(EngineError::new)?;
+                rendezvous::join_with(leader, me, secret, options.join_timeout, &options.control)?;
             (membership, Control::Worker(session))
         }
+        (ClusterRole::Lead { .. }, None) => unreachable!("a leader's control listener is bound in prepare"),
     };
     let layout = SlotLayout::new(&membership.members.iter().map(|m| m.threads).collect::<Vec<_>>());
-    let compiled = pipeline.compile_on(&layout, None)?;
+    let compiled = pipeline.compile_on(&layout, None).map_err(first_problem)?;
     assert_eq!(compiled.fingerprint.to_string(), fingerprint, "the fingerprint does not depend on the thread count");
     let run = run_token(&membership);
     let mut peers = Vec::new();
     for member in membership.members.iter().filter(|m| m.id != membership.me) {
-        peers.push((member.id, resolve(&member.exchange_addr)?));
+        peers.push((member.id, resolve(&member.exchange_addr).map_err(first_problem)?));
     }
     let network = NetworkBuilder::new(membership.me, run, peers, LinkConfig::default());
     let cancel_links = network.canceller();
     let secret = options.secret.clone();
     let authenticator: Authenticator =
         Arc::new(move |stream, initiator| authenticate(stream, secret.as_ref(), Role::of_initiator(initiator)));
-    let connect = Box::new(move |builder: NetworkBuilder| builder.connect(&listener, authenticator));
+    let connect = Box::new(move |builder: NetworkBuilder| builder.connect(&exchange, authenticator));
     let part = ClusterRun { layout, worker: membership.me, network, connect };
     Ok(Formed { compiled, part, control, membership, cancel_links })
+}
+
+/// An engine error's first problem as one error, its place in the file in the message.
+fn first_problem(error: EngineError) -> SluiceError {
+    let Some(problem) = error.problems.into_iter().next() else {
+        return SluiceError::internal("cluster.compile", "compiling for the cluster failed without a reason");
+    };
+    let place = match (&problem.file, problem.position) {
+        (Some(file), Some(position)) => format!("{file}:{position}: "),
+        (Some(file), None) => format!("{file}: "),
+        (None, _) => String::new(),
+    };
+    let mut error = problem.error;
+    error.message = format!("{place}{}", error.message);
+    error
 }
 
 /// The address peers dial: `advertise`, or the bound one unless it is a wildcard.

@@ -5,6 +5,7 @@
 //! The templates below put the part under test at a known line, so each expected error
 //! starts with its `line:column`.
 
+mod cluster_tests;
 mod job_tests;
 mod namespace_tests;
 mod sink_tests;
