@@ -212,6 +212,18 @@ impl Job {
     }
 
     /// A handle that stops the job from another thread (a signal handler).
+    /// A handle other threads (an HTTP API) keep to watch and stop the job while its
+    /// owner waits for it.
+    pub fn handle(&self) -> JobHandle {
+        JobHandle {
+            name: self.name.clone(),
+            threads: self.threads,
+            metrics: Arc::clone(&self.metrics),
+            stop: self.stop.clone(),
+            status: Arc::clone(&self.status),
+        }
+    }
+
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
     }
@@ -310,6 +322,53 @@ fn run_in_cluster(
         report.outcome = RunOutcome::Failed { component, error };
     }
     report
+}
+
+/// What [`Job::handle`] gives: the job's name, status, counters and stop, shareable
+/// across threads.
+#[derive(Clone)]
+pub struct JobHandle {
+    name: String,
+    threads: u32,
+    metrics: Arc<Mutex<Arc<Metrics>>>,
+    stop: StopHandle,
+    status: Arc<StatusCell>,
+}
+
+impl std::fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobHandle").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl JobHandle {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This worker's driver threads.
+    pub fn threads(&self) -> u32 {
+        self.threads
+    }
+
+    pub fn status(&self) -> Status {
+        self.status.get()
+    }
+
+    /// The changes of the status from now on, the current status first.
+    pub fn subscribe(&self) -> StatusStream {
+        StatusStream::new(Arc::clone(&self.status))
+    }
+
+    /// The live counters (see [`Job::metrics`]).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Asks the job to stop (see [`Job::stop`]).
+    pub fn stop(&self) {
+        self.stop.stop();
+    }
 }
 
 /// The text of a panic's payload.

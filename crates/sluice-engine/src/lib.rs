@@ -44,7 +44,7 @@ pub use compile::{CompiledPipeline, Restoring};
 pub use error::{EngineError, Problem};
 pub use explain::{Explanation, FlowNode, SegmentNode, SourceNode, Validation, explain};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint};
-pub use job::{Job, StartOptions};
+pub use job::{Job, JobHandle, StartOptions};
 pub use load::{Engine, Overrides, PIPELINE_BYTES_MAX, Pipeline};
 pub use status::{JobState, Status, StatusStream};
 
