@@ -401,3 +401,22 @@ fn a_single_writer_sink_runs_on_the_worker_it_names() {
     let run = sharded.sluice(&["validate", "pipeline.toml"]);
     crate::harness::assert_fails_with(&run, &["`worker = 1`", "one part per thread"]);
 }
+
+#[test]
+fn a_worker_reading_another_input_file_is_refused() {
+    let (leading, joining) = (Scratch::new(), Scratch::new());
+    for scratch in [&leading, &joining] {
+        scratch.write("pipeline.toml", &FILES.replace("THREADS", "1"));
+    }
+    let events = events();
+    leading.write("events.jsonl", &events);
+    joining.write("events.jsonl", &events.replacen("\"v\": 0,", "\"v\": 1,", 1));
+    let (mut leader, address) = lead(&leading, 2, &["--join-timeout", "20s"]);
+    let joiner = Worker::start(&joining, &["--join", &address]);
+    let (code, seen) = joiner.finish();
+    assert_eq!(code, Some(1), "{seen}");
+    assert!(seen.contains("inputs") && seen.contains("the same input files"), "{seen}");
+    leader.until("refused");
+    let _ = leader.child.kill();
+    let _ = leader.finish();
+}

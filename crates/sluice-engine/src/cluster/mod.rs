@@ -128,7 +128,10 @@ pub(crate) fn prepare(
         )
     })?;
     let exchange_addr = advertised(&exchange, options.advertise.as_deref())?;
-    let me = WorkerInfo::new(exchange_addr, threads, local.fingerprint.to_string());
+    // Workers agree on the topology and on their input files (each reads its own copy:
+    // different files would split into different lanes).
+    let agreement = format!("{} inputs {:016x}", local.fingerprint, inputs_identity(pipeline)?);
+    let me = WorkerInfo::new(exchange_addr, threads, agreement);
     let control = match &options.role {
         ClusterRole::Lead { workers, control_bind } => {
             check_control_bind(*control_bind, options.secret.as_ref(), options.insecure).map_err(EngineError::new)?;
@@ -152,6 +155,7 @@ pub(crate) fn prepare(
 pub(crate) fn form(prepared: Prepared, pipeline: &Pipeline, options: &ClusterOptions) -> Result<Formed, SluiceError> {
     let Prepared { local, me, exchange, control } = prepared;
     let fingerprint = local.fingerprint.to_string();
+    let agreement = me.fingerprint.clone();
     let secret = options.secret.as_ref();
     let (membership, control) = match (&options.role, control) {
         (ClusterRole::Lead { workers, .. }, Some(listener)) => {
@@ -169,6 +173,7 @@ pub(crate) fn form(prepared: Prepared, pipeline: &Pipeline, options: &ClusterOpt
     let layout = SlotLayout::new(&membership.members.iter().map(|m| m.threads).collect::<Vec<_>>());
     let compiled = pipeline.compile_on(&layout, None).map_err(first_problem)?;
     assert_eq!(compiled.fingerprint.to_string(), fingerprint, "the fingerprint does not depend on the thread count");
+    assert_eq!(membership.fingerprint, agreement, "the rendezvous checked every worker's agreement");
     let run = run_token(&membership);
     let mut peers = Vec::new();
     for member in membership.members.iter().filter(|m| m.id != membership.me) {
@@ -182,6 +187,41 @@ pub(crate) fn form(prepared: Prepared, pipeline: &Pipeline, options: &ClusterOpt
     let connect = Box::new(move |builder: NetworkBuilder| builder.connect(&exchange, authenticator));
     let part = ClusterRun { layout, worker: membership.me, network, connect };
     Ok(Formed { compiled, part, control, membership, cancel_links })
+}
+
+/// The identity of every input file the pipeline reads: each file's path as written,
+/// size, and an XXH3 of its first and last 64 KiB (a pipe or device counts by path only).
+fn inputs_identity(pipeline: &Pipeline) -> Result<u64, EngineError> {
+    const EDGE_BYTES: u64 = 64 << 10;
+    let mut identity = String::new();
+    for configured in &pipeline.sources {
+        for path in configured.input_paths(&pipeline.base_dir) {
+            identity.push_str(&format!("{}\n", path.display()));
+            let Ok(metadata) = std::fs::metadata(&path) else { continue };
+            if !metadata.is_file() {
+                continue;
+            }
+            let unreadable = |error: std::io::Error| {
+                EngineError::new(SluiceError::external(
+                    "cluster.input",
+                    format!("cannot read the input file {}: {error}", path.display()),
+                ))
+            };
+            let mut file = std::fs::File::open(&path).map_err(unreadable)?;
+            let size = metadata.len();
+            let mut edges = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, EDGE_BYTES), &mut edges)
+                .map_err(unreadable)?;
+            if size > EDGE_BYTES {
+                std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(size - EDGE_BYTES.min(size)))
+                    .map_err(unreadable)?;
+                std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, EDGE_BYTES), &mut edges)
+                    .map_err(unreadable)?;
+            }
+            identity.push_str(&format!("{size} {:016x}\n", twox_hash::XxHash3_64::oneshot(&edges)));
+        }
+    }
+    Ok(twox_hash::XxHash3_64::oneshot(identity.as_bytes()))
 }
 
 /// An engine error's first problem as one error, its place in the file in the message.
