@@ -81,6 +81,8 @@ enum Command {
         from_scratch: bool,
         #[command(flatten)]
         cluster: run::ClusterArgs,
+        #[command(flatten)]
+        admin: run::AdminArgs,
     },
     /// Parse, plan and type-check a pipeline without running it.
     Validate {
@@ -122,8 +124,9 @@ fn main() -> ExitCode {
     }
     let engine = Engine::default();
     let result = match cli.command {
-        Command::Run { pipeline, threads, from_scratch, cluster } => {
-            run::run(&engine, &pipeline, Overrides { threads }, from_scratch, &cluster, cli.quiet)
+        Command::Run { pipeline, threads, from_scratch, cluster, admin } => {
+            let options = run::RunOptions { from_scratch, cluster: &cluster, admin: &admin, quiet: cli.quiet };
+            run::run(&engine, &pipeline, Overrides { threads }, options)
         }
         Command::Validate { pipeline, threads } => validate(&engine, &pipeline, Overrides { threads }),
         Command::Explain { pipeline, threads } => explain(&engine, &pipeline, Overrides { threads }),

@@ -1,4 +1,5 @@
-//! `sluice run`: the job, the signals, the progress line and the exit report.
+//! `sluice run`: the job, the signals, the admin API, the progress line and the exit
+//! report.
 //!
 //! Signals: the first Ctrl-C / SIGTERM asks the job to stop its sources and drain, or,
 //! with checkpoints, to take a final checkpoint that keeps open windows (bounded by
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
+use sluice_admin::AdminServer;
 use sluice_engine::{
     ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, JobState, Listening, Overrides,
     RendezvousEvent, RunOutcome, Secret, StartOptions, StopHandle,
@@ -80,6 +82,77 @@ impl ClusterArgs {
     }
 }
 
+/// The admin HTTP API of the run (crates/sluice-admin).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdminArgs {
+    /// Where the admin HTTP API listens (port 0: any free port), or `off`. Off loopback
+    /// it requires a token (--admin-token-file or SLUICE_ADMIN_TOKEN).
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:0")]
+    admin_bind: String,
+    /// A file holding the admin API's bearer token (else the SLUICE_ADMIN_TOKEN variable):
+    /// callers send it as `Authorization: Bearer <token>`.
+    #[arg(long, value_name = "PATH")]
+    admin_token_file: Option<PathBuf>,
+}
+
+/// The admin API's settings, checked before the job starts.
+struct AdminSettings {
+    bind: SocketAddr,
+    token: Option<String>,
+}
+
+impl AdminArgs {
+    /// The address and token, or None for `--admin-bind off`.
+    fn settings(&self) -> Result<Option<AdminSettings>, EngineError> {
+        if self.admin_bind.eq_ignore_ascii_case("off") {
+            return Ok(None);
+        }
+        let bind: SocketAddr = self.admin_bind.parse().map_err(|_| {
+            EngineError::new(
+                SluiceError::user("run.admin_bind", format!("--admin-bind {:?} is not an address", self.admin_bind))
+                    .with_fix("give IP:PORT (e.g. 127.0.0.1:9400, port 0: any free port), or `off`"),
+            )
+        })?;
+        let token = self.token()?;
+        sluice_admin::check_access(bind, token.as_deref()).map_err(EngineError::new)?;
+        Ok(Some(AdminSettings { bind, token }))
+    }
+
+    /// The token from --admin-token-file (trimmed), else SLUICE_ADMIN_TOKEN, else None.
+    fn token(&self) -> Result<Option<String>, EngineError> {
+        let Some(path) = &self.admin_token_file else {
+            return Ok(std::env::var("SLUICE_ADMIN_TOKEN").ok());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            EngineError::new(
+                SluiceError::user("run.admin_token_file", format!("cannot read {}: {e}", path.display()))
+                    .with_fix("give a readable file holding the token with --admin-token-file"),
+            )
+        })?;
+        Ok(Some(text.trim().to_string()))
+    }
+}
+
+/// What `sluice run` was asked besides the pipeline.
+pub struct RunOptions<'a> {
+    pub from_scratch: bool,
+    pub cluster: &'a ClusterArgs,
+    pub admin: &'a AdminArgs,
+    pub quiet: bool,
+}
+
+/// Starts the admin API for `job`; a failure stops the job (it has not run for anyone).
+fn serve_admin(job: &Job, settings: Option<AdminSettings>, quiet: bool) -> Result<Option<AdminServer>, SluiceError> {
+    let Some(AdminSettings { bind, token }) = settings else {
+        return Ok(None);
+    };
+    let server = sluice_admin::serve(job.handle(), bind, token)?;
+    if !quiet {
+        eprintln!("sluice: admin API on http://{}", server.addr());
+    }
+    Ok(Some(server))
+}
+
 /// Prints the leader's rendezvous as it goes (who joined, who was refused and why), on
 /// a thread of its own; the returned sender is what the rendezvous reports to.
 fn rendezvous_printer() -> crossbeam_channel::Sender<RendezvousEvent> {
@@ -105,15 +178,10 @@ fn rendezvous_printer() -> crossbeam_channel::Sender<RendezvousEvent> {
     events
 }
 
-pub fn run(
-    engine: &Engine,
-    path: &Path,
-    overrides: Overrides,
-    from_scratch: bool,
-    cluster: &ClusterArgs,
-    quiet: bool,
-) -> Result<ExitCode, EngineError> {
+pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptions) -> Result<ExitCode, EngineError> {
+    let RunOptions { from_scratch, cluster, admin, quiet } = options;
     let pipeline = engine.load(path, overrides)?;
+    let admin = admin.settings()?;
     let checkpoints = pipeline.config.checkpoint.is_some();
     let writes_stdout = pipeline.writes_stdout();
     let clustered = cluster.join.is_some() || cluster.workers.is_some_and(|workers| workers > 1);
@@ -153,6 +221,14 @@ pub fn run(
         }
     }
     install_signals(job.stop_handle(), checkpoints)?;
+    let admin = match serve_admin(&job, admin, quiet) {
+        Ok(admin) => admin,
+        Err(error) => {
+            job.stop();
+            job.wait();
+            return Err(EngineError::new(error));
+        }
+    };
     let live = !quiet && std::io::stderr().is_terminal() && !(writes_stdout && std::io::stdout().is_terminal());
     let stop = if checkpoints { "stops with a final checkpoint" } else { "stops and drains" };
     let running = |worker: Option<(u32, usize)>| {
@@ -192,6 +268,10 @@ pub fn run(
     }
     let name = job.name().to_string();
     let report = job.wait();
+    // The run is over: open status streams have had their final line.
+    if let Some(admin) = admin {
+        admin.shutdown();
+    }
     progress.finish();
     if let RunOutcome::Failed { component, error } = &report.outcome
         && component == "cluster"

@@ -1,6 +1,7 @@
 //! Integration tests that run the `sluice` binary (one test binary for all, to keep link
 //! time and disk small).
 
+mod admin;
 mod bad_input;
 mod checkpoints;
 mod cluster;

@@ -1,0 +1,23 @@
+//! The admin HTTP API of one running job (`GET /healthz`, `/readyz`, `/status`,
+//! `/status/stream`, `/metrics`; `POST /stop`), served on a thread of its own by
+//! [`serve`]. It serves one worker's job (a cluster's workers each serve their own);
+//! nothing here changes the run but `POST /stop`, which asks for the same ordered drain
+//! as Ctrl-C.
+//!
+//! Access: on a loopback address anyone local may call it; elsewhere a bearer token is
+//! required (the `access` module). Bounds: see each module; nothing queues per client.
+
+mod access;
+mod metrics;
+mod server;
+mod status;
+mod stream;
+
+pub use server::{AdminServer, GRACE, serve};
+pub use stream::{HEARTBEAT, MAX_STREAMS};
+
+/// Checks the access settings before anything starts: a non-loopback `bind` needs a
+/// `token`, and a token is never empty ([`serve`] checks the same).
+pub fn check_access(bind: std::net::SocketAddr, token: Option<&str>) -> Result<(), sluice_types::SluiceError> {
+    access::settle(bind, token.map(str::to_string)).map(|_| ())
+}

@@ -1,0 +1,201 @@
+//! `/metrics`: the job's live counters in the Prometheus text exposition format, version
+//! 0.0.4 (`# HELP` and `# TYPE` once per metric, then its samples; label values escaped).
+//!
+//! Bounds: one sample per source, sink, lane, thread and named counter; made from
+//! atomics read once per request.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use sluice_engine::{JobHandle, Metrics, Status};
+
+/// The content type of the exposition format.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A lane without a watermark yet (`sluice_runtime::metrics::NO_WATERMARK`, in
+/// crates/sluice-runtime/src/metrics.rs).
+const NO_WATERMARK: i64 = i64::MIN;
+
+/// One metric family: its name, help, type and samples (labels, value).
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    samples: Vec<(Vec<(&'static str, String)>, String)>,
+}
+
+/// The whole exposition for `job` in state `status`.
+pub(crate) fn render(job: &JobHandle, status: &Status) -> String {
+    let metrics = job.metrics();
+    let mut families = vec![job_state(status), last_epoch(status)];
+    families.extend(source_families(&metrics));
+    families.push(sink_rows(&metrics));
+    families.extend(thread_families(&metrics));
+    families.push(named_counters(&metrics));
+    let mut text = String::new();
+    for family in &families {
+        write_family(&mut text, family);
+    }
+    text
+}
+
+fn job_state(status: &Status) -> Family {
+    Family {
+        name: "sluice_job_state",
+        help: "1 for the job's current state (coordination, starting, running, stopping, completed, failed).",
+        kind: "gauge",
+        samples: vec![(vec![("state", status.state.name().to_string())], "1".into())],
+    }
+}
+
+fn last_epoch(status: &Status) -> Family {
+    Family {
+        name: "sluice_last_committed_epoch",
+        help: "The epoch of the last checkpoint committed by this run.",
+        kind: "gauge",
+        samples: status.last_committed_epoch.map(|epoch| (Vec::new(), epoch.to_string())).into_iter().collect(),
+    }
+}
+
+fn source_families(metrics: &Metrics) -> Vec<Family> {
+    let per_source = |read: fn(&sluice_engine::Metrics, usize) -> u64| {
+        (0..metrics.sources.len())
+            .map(|i| (vec![("source", metrics.sources[i].name.clone())], read(metrics, i).to_string()))
+            .collect()
+    };
+    let mut watermarks = Vec::new();
+    for source in &metrics.sources {
+        for (lane, watermark) in source.lane_watermarks.iter().enumerate() {
+            let value = watermark.load(Ordering::Relaxed);
+            if value != NO_WATERMARK {
+                watermarks.push((vec![("source", source.name.clone()), ("lane", lane.to_string())], value.to_string()));
+            }
+        }
+    }
+    vec![
+        Family {
+            name: "sluice_source_rows_total",
+            help: "Rows read from the source.",
+            kind: "counter",
+            samples: per_source(|m, i| m.sources[i].rows.load(Ordering::Relaxed)),
+        },
+        Family {
+            name: "sluice_source_bad_rows_total",
+            help: "Rows of the source that could not be decoded (bad rows).",
+            kind: "counter",
+            samples: per_source(|m, i| m.sources[i].bad_rows.load(Ordering::Relaxed)),
+        },
+        Family {
+            name: "sluice_lane_watermark_milliseconds",
+            help: "The last watermark of each lane of the source, in milliseconds since the epoch (absent before the first).",
+            kind: "gauge",
+            samples: watermarks,
+        },
+    ]
+}
+
+fn sink_rows(metrics: &Metrics) -> Family {
+    Family {
+        name: "sluice_sink_rows_total",
+        help: "Rows written to the sink.",
+        kind: "counter",
+        samples: metrics
+            .sinks
+            .iter()
+            .map(|sink| (vec![("sink", sink.name.clone())], sink.rows.load(Ordering::Relaxed).to_string()))
+            .collect(),
+    }
+}
+
+fn thread_families(metrics: &Metrics) -> Vec<Family> {
+    let label = |thread: usize| vec![("thread", thread.to_string())];
+    vec![
+        Family {
+            name: "sluice_thread_backpressure_seconds_total",
+            help: "Time the driver thread spent blocked on a full output queue (waits that ended).",
+            kind: "counter",
+            samples: metrics
+                .threads
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (label(i), seconds(t.backpressure_ns.load(Ordering::Relaxed))))
+                .collect(),
+        },
+        Family {
+            name: "sluice_thread_blocked",
+            help: "1 while the driver thread is blocked on a full output queue.",
+            kind: "gauge",
+            samples: metrics
+                .threads
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (label(i), u8::from(t.blocked.load(Ordering::Relaxed)).to_string()))
+                .collect(),
+        },
+    ]
+}
+
+fn named_counters(metrics: &Metrics) -> Family {
+    Family {
+        name: "sluice_counter_total",
+        help: "The job's named counters, e.g. `view NAME: late rows`.",
+        kind: "counter",
+        samples: metrics
+            .counters()
+            .into_iter()
+            .map(|(name, value)| (vec![("name", name)], value.to_string()))
+            .collect(),
+    }
+}
+
+fn seconds(nanoseconds: u64) -> String {
+    format!("{:.9}", nanoseconds as f64 / 1e9)
+}
+
+fn write_family(text: &mut String, family: &Family) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(text, "# HELP {} {}", family.name, escape_help(family.help));
+    let _ = writeln!(text, "# TYPE {} {}", family.name, family.kind);
+    for (labels, value) in &family.samples {
+        let _ = writeln!(text, "{}{} {value}", family.name, render_labels(labels));
+    }
+}
+
+fn render_labels(labels: &[(&'static str, String)]) -> String {
+    if labels.is_empty() {
+        return String::new();
+    }
+    let pairs: Vec<String> = labels.iter().map(|(name, value)| format!("{name}=\"{}\"", escape_label(value))).collect();
+    format!("{{{}}}", pairs.join(","))
+}
+
+/// A label value: backslash, double quote and line feed escaped.
+pub(crate) fn escape_label(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+/// A help text: backslash and line feed escaped.
+fn escape_help(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_escape_backslash_quote_and_newline() {
+        assert_eq!(escape_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+        assert_eq!(render_labels(&[("source", "x\"y".into()), ("lane", "0".into())]), "{source=\"x\\\"y\",lane=\"0\"}");
+        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
+    }
+}

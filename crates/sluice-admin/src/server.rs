@@ -1,0 +1,180 @@
+//! The server: the routes, and the thread that runs them on a tokio runtime of its own
+//! (the rest of Sluice is std threads).
+//!
+//! Bounds: one current-thread runtime; the status stream's waits on the blocking pool
+//! (at most [`crate::stream::MAX_STREAMS`]); shutdown waits at most [`GRACE`] for open
+//! requests, then drops them.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use sluice_engine::JobHandle;
+use sluice_types::SluiceError;
+use tokio::sync::{Semaphore, watch};
+
+use crate::{access, metrics, status, stream};
+
+/// How long shutdown waits for open requests (status streams) before dropping them.
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) job: JobHandle,
+    pub(crate) token: Option<Arc<str>>,
+    streams: Arc<Semaphore>,
+}
+
+/// A running admin server. Dropping it (or [`AdminServer::shutdown`]) stops it.
+#[derive(Debug)]
+pub struct AdminServer {
+    addr: SocketAddr,
+    stop: Option<watch::Sender<bool>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AdminServer {
+    /// The address it listens on (the port chosen when port 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, lets open requests finish for at most [`GRACE`], and waits for
+    /// the server's thread.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // No receiver left means the server already ended.
+            let _ = stop.send(true);
+        }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::warn!("the admin API's thread panicked");
+        }
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+/// Serves the admin API of `job` on `bind` (port 0: any free port) from a thread of its
+/// own. Off loopback, `token` is required (see [`crate::access`]).
+pub fn serve(job: JobHandle, bind: SocketAddr, token: Option<String>) -> Result<AdminServer, SluiceError> {
+    let token = access::settle(bind, token)?;
+    let listener = TcpListener::bind(bind).map_err(|e| {
+        SluiceError::external("admin.bind", format!("the admin API cannot listen on {bind}: {e}"))
+            .with_fix("choose another address or port with --admin-bind (port 0: any free port), or --admin-bind off")
+    })?;
+    let addr = listener.local_addr().map_err(|e| thread_error(format!("its address: {e}")))?;
+    listener.set_nonblocking(true).map_err(|e| thread_error(format!("a non-blocking socket: {e}")))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(stream::MAX_STREAMS + 1)
+        .build()
+        .map_err(|e| thread_error(format!("a runtime: {e}")))?;
+    let shared = Shared { job, token: token.map(Arc::from), streams: Arc::new(Semaphore::new(stream::MAX_STREAMS)) };
+    let (stop, stopped) = watch::channel(false);
+    let thread = std::thread::Builder::new()
+        .name("sluice-admin".into())
+        .spawn(move || run(runtime, listener, router(shared), stopped))
+        .map_err(|e| thread_error(format!("a thread: {e}")))?;
+    Ok(AdminServer { addr, stop: Some(stop), thread: Some(thread) })
+}
+
+fn thread_error(what: String) -> SluiceError {
+    SluiceError::external("admin.start", format!("the admin API cannot start: cannot get {what}"))
+        .with_fix("check the process's limits (threads, open files); or run with --admin-bind off")
+}
+
+/// The server's thread: serves until asked to stop, then at most [`GRACE`] more.
+fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, app: Router, stopped: watch::Receiver<bool>) {
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::warn!(%error, "the admin API cannot listen");
+                return;
+            }
+        };
+        let server = axum::serve(listener, app).with_graceful_shutdown(asked(stopped.clone()));
+        let deadline = async {
+            asked(stopped).await;
+            tokio::time::sleep(GRACE).await;
+        };
+        tokio::select! {
+            served = server => if let Err(error) = served {
+                tracing::warn!(%error, "the admin API stopped");
+            },
+            () = deadline => {}
+        }
+    });
+    // Waits still going on the blocking pool end within their heartbeat; nobody reads them.
+    runtime.shutdown_background();
+}
+
+/// Resolves once a stop was asked for (or the handle is gone).
+async fn asked(mut stopped: watch::Receiver<bool>) {
+    // An error means the sender was dropped: stop as well.
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status_document))
+        .route("/status/stream", get(status_stream))
+        .route("/metrics", get(metrics_text))
+        .route("/stop", post(stop))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
+        .with_state(shared)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(shared): State<Shared>) -> Response {
+    let status = shared.job.status();
+    match status::not_ready(&status) {
+        None => (StatusCode::OK, axum::Json(serde_json::json!({ "ready": true, "state": "running" }))).into_response(),
+        Some(body) => (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response(),
+    }
+}
+
+async fn status_document(State(shared): State<Shared>) -> Response {
+    let status = shared.job.status();
+    axum::Json(status::document(&shared.job, &status)).into_response()
+}
+
+async fn status_stream(State(shared): State<Shared>) -> Response {
+    let permit = Arc::clone(&shared.streams).try_acquire_owned().ok();
+    stream::respond(shared.job.clone(), permit)
+}
+
+async fn metrics_text(State(shared): State<Shared>) -> Response {
+    let status = shared.job.status();
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&shared.job, &status)).into_response()
+}
+
+async fn stop(State(shared): State<Shared>) -> Response {
+    shared.job.stop();
+    let state = shared.job.status().state;
+    let body = serde_json::json!({ "stopping": true, "state": state.name() });
+    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
+}

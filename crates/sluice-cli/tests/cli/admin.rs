@@ -1,0 +1,170 @@
+//! `sluice run`'s admin API: the line that names its address, requests to it while a
+//! rate-limited pipeline runs, `POST /stop` ending the run cleanly, and the refusals.
+//! Every wait has a deadline and waits on an event (a line on stderr, a response).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Scratch, assert_fails_with, sluice_command, stderr};
+
+const PIPELINE: &str = r#"
+[pipeline]
+name = "watched"
+threads = 1
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+rate = 1000
+
+[[sink]]
+name = "out"
+from = "bid"
+connector = "blackhole"
+"#;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A `sluice run` child whose stderr lines arrive on a channel (read on a thread).
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(scratch: &Scratch, args: &[&str]) -> Running {
+        let mut child = sluice_command(scratch.dir.path())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice");
+        let err = child.stderr.take().expect("stderr");
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Running { child, lines, seen: Vec::new() }
+    }
+
+    /// The next stderr line, None at its end; panics past the deadline.
+    fn next_line(&mut self, deadline: Instant) -> Option<String> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.lines.recv_timeout(left) {
+            Ok(line) => {
+                self.seen.push(line.clone());
+                Some(line)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("no line in time; stderr so far:\n{}", self.seen.join("\n")),
+        }
+    }
+
+    /// The address from `sluice: admin API on http://ADDR`.
+    fn admin_addr(&mut self) -> SocketAddr {
+        let deadline = Instant::now() + DEADLINE;
+        while let Some(line) = self.next_line(deadline) {
+            if let Some(addr) = line.strip_prefix("sluice: admin API on http://") {
+                return addr.parse().expect("an address");
+            }
+        }
+        panic!("no admin line; stderr:\n{}", self.seen.join("\n"));
+    }
+
+    /// Reads stderr to its end, then the exit code.
+    fn finish(mut self) -> (Option<i32>, String) {
+        let deadline = Instant::now() + DEADLINE;
+        while self.next_line(deadline).is_some() {}
+        let status = self.child.wait().expect("wait");
+        (status.code(), self.seen.join("\n"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // A failed test must not leave an endless run behind.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request (`Connection: close`); the status code and the raw rest.
+fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut stream = open(addr, method, path);
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let code = response.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("{response}"));
+    (code, response)
+}
+
+fn open(addr: SocketAddr, method: &str, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("send");
+    stream
+}
+
+/// Reads the status stream's lines until one has `"state":"running"` (chunk-size lines
+/// of the chunked framing are skipped: they are never JSON).
+fn wait_running(addr: SocketAddr) {
+    let reader = BufReader::new(open(addr, "GET", "/status/stream"));
+    for line in reader.lines() {
+        let line = line.expect("a line of the status stream");
+        if line.contains("\"state\":\"running\"") {
+            return;
+        }
+        assert!(!line.contains("\"state\":\"failed\""), "{line}");
+    }
+    panic!("the status stream ended before the run was running");
+}
+
+#[test]
+fn run_serves_the_admin_api_and_post_stop_ends_the_run_cleanly() {
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", PIPELINE);
+    let mut run = Running::start(&scratch, &["run", "pipeline.toml"]);
+    let addr = run.admin_addr();
+    assert!(addr.ip().is_loopback(), "loopback by default: {addr}");
+    let (code, health) = request(addr, "GET", "/healthz");
+    assert_eq!(code, 200, "{health}");
+    wait_running(addr);
+    let (code, status) = request(addr, "GET", "/status");
+    assert_eq!(code, 200, "{status}");
+    assert!(status.contains("\"state\":\"running\"") && status.contains("\"rows_in\""), "{status}");
+    let (code, metrics) = request(addr, "GET", "/metrics");
+    assert_eq!(code, 200, "{metrics}");
+    assert!(metrics.contains("sluice_source_rows_total{source=\"nexmark\"}"), "{metrics}");
+    let (code, stop) = request(addr, "POST", "/stop");
+    assert_eq!(code, 202, "{stop}");
+    let (exit, text) = run.finish();
+    assert_eq!(exit, Some(0), "stderr:\n{text}");
+    assert!(text.contains("stopped and drained"), "{text}");
+}
+
+#[test]
+fn a_non_loopback_admin_address_without_a_token_is_refused_before_the_run() {
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", PIPELINE);
+    let run = scratch.sluice(&["run", "pipeline.toml", "--admin-bind", "0.0.0.0:0"]);
+    assert_fails_with(&run, &["0.0.0.0:0", "--admin-token-file"]);
+    assert!(!stderr(&run).contains("running pipeline"), "{}", stderr(&run));
+}
+
+#[test]
+fn admin_off_prints_no_admin_line() {
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &PIPELINE.replace("rate = 1000", "events = 100"));
+    let run = scratch.sluice(&["run", "pipeline.toml", "--admin-bind", "off"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert!(!stderr(&run).contains("admin API"), "{}", stderr(&run));
+}
