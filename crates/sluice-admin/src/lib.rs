@@ -14,6 +14,9 @@ mod status;
 mod stream;
 
 pub use server::{AdminServer, GRACE, serve};
+
+#[cfg(test)]
+mod tests;
 pub use stream::{HEARTBEAT, MAX_STREAMS};
 
 /// Checks the access settings before anything starts: a non-loopback `bind` needs a

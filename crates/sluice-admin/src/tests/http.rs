@@ -88,6 +88,15 @@ pub struct Lines {
     ended: bool,
 }
 
+/// Opens a GET that may stream: the status code, and the line reader when the body is
+/// streamed (a refusal, such as a 503, is not).
+pub fn try_stream(addr: SocketAddr, path: &str) -> (u16, Option<Lines>) {
+    let mut reader = connect(addr, "GET", path, &[]);
+    let (code, headers) = read_head(&mut reader);
+    let lines = is_chunked(&headers).then(|| Lines { reader, pending: Vec::new(), ended: false });
+    (code, lines)
+}
+
 /// Opens a streamed GET; the status code and the line reader.
 pub fn stream(addr: SocketAddr, path: &str) -> (u16, Lines) {
     let mut reader = connect(addr, "GET", path, &[]);
