@@ -32,20 +32,15 @@ pub struct StartOptions {
 
 /// A running pipeline.
 pub struct Job {
-    name: String,
-    threads: u32,
-    /// The live counters: a cluster job's are replaced once the cluster formed (their
-    /// shape depends on every worker's threads).
-    metrics: Arc<Mutex<Arc<Metrics>>>,
-    stop: StopHandle,
-    status: Arc<StatusCell>,
+    /// Its name, status, counters and stop (what other threads may share).
+    handle: JobHandle,
     notices: Vec<String>,
     controller: Option<JoinHandle<RunReport>>,
 }
 
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("name", &self.name).field("status", &self.status()).finish_non_exhaustive()
+        f.debug_struct("Job").field("name", &self.handle.name).field("status", &self.status()).finish_non_exhaustive()
     }
 }
 
@@ -134,15 +129,9 @@ impl Job {
                     EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
                 })?
         };
-        Ok(Job {
-            name,
-            threads,
-            metrics: Arc::new(Mutex::new(metrics)),
-            stop,
-            status,
-            notices,
-            controller: Some(controller),
-        })
+        let metrics = Arc::new(Mutex::new(metrics));
+        let handle = JobHandle { name, threads, metrics, stop, status };
+        Ok(Job { handle, notices, controller: Some(controller) })
     }
 
     /// Forms a cluster and starts this worker's part of `pipeline` in it (see
@@ -187,17 +176,18 @@ impl Job {
                     EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
                 })?
         };
-        Ok(Job { name, threads, metrics, stop, status, notices: Vec::new(), controller: Some(controller) })
+        let handle = JobHandle { name, threads, metrics, stop, status };
+        Ok(Job { handle, notices: Vec::new(), controller: Some(controller) })
     }
 
     /// `[pipeline] name`.
     pub fn name(&self) -> &str {
-        &self.name
+        self.handle.name()
     }
 
     /// Driver threads.
     pub fn threads(&self) -> u32 {
-        self.threads
+        self.handle.threads()
     }
 
     /// What recovery found worth telling (a resume, a fallback past damaged checkpoints).
@@ -208,39 +198,33 @@ impl Job {
     /// Asks the job to stop its sources and drain (or take its final checkpoint).
     /// Idempotent; returns at once.
     pub fn stop(&self) {
-        self.stop.stop();
+        self.handle.stop();
     }
 
-    /// A handle that stops the job from another thread (a signal handler).
     /// A handle other threads (an HTTP API) keep to watch and stop the job while its
     /// owner waits for it.
     pub fn handle(&self) -> JobHandle {
-        JobHandle {
-            name: self.name.clone(),
-            threads: self.threads,
-            metrics: Arc::clone(&self.metrics),
-            stop: self.stop.clone(),
-            status: Arc::clone(&self.status),
-        }
+        self.handle.clone()
     }
 
+    /// A handle that stops the job from another thread (a signal handler).
     pub fn stop_handle(&self) -> StopHandle {
-        self.stop.clone()
+        self.handle.stop.clone()
     }
 
     pub fn status(&self) -> Status {
-        self.status.get()
+        self.handle.status()
     }
 
     /// The changes of the status from now on, the current status first.
     pub fn subscribe(&self) -> StatusStream {
-        StatusStream::new(Arc::clone(&self.status))
+        self.handle.subscribe()
     }
 
     /// The live counters (ask again after the state leaves `coordination`: a cluster's
     /// counters are made once it formed).
     pub fn metrics(&self) -> Arc<Metrics> {
-        Arc::clone(&self.metrics.lock().unwrap_or_else(PoisonError::into_inner))
+        self.handle.metrics()
     }
 
     /// Waits for the end and returns the report.
@@ -252,14 +236,14 @@ impl Job {
                 let reason = panic_message(&*panic);
                 let error = SluiceError::internal("run.panic", format!("the controller thread panicked: {reason}"));
                 let outcome = RunOutcome::Failed { component: "controller".into(), error };
-                self.status.update(|s| {
+                self.handle.status.update(|s| {
                     s.state = JobState::Failed;
                     s.failure = Some(format!("controller: {reason}"));
                 });
                 RunReport {
                     outcome,
                     elapsed: Duration::ZERO,
-                    stopped: self.stop.is_requested(),
+                    stopped: self.handle.stop.is_requested(),
                     metrics: self.metrics(),
                     checkpoints: None,
                 }
@@ -330,6 +314,8 @@ fn run_in_cluster(
 pub struct JobHandle {
     name: String,
     threads: u32,
+    /// The live counters: a cluster job's are replaced once the cluster formed (their
+    /// shape depends on every worker's threads).
     metrics: Arc<Mutex<Arc<Metrics>>>,
     stop: StopHandle,
     status: Arc<StatusCell>,
