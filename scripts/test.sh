@@ -32,5 +32,10 @@ if [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ]; then
     npm install --prefix "$azurite_dir" --no-audit --no-fund --no-update-notifier --loglevel=error azurite@3 >/dev/null
 fi
 
+echo "== deployment manifests" >&2
+# Checked offline against the Kubernetes schemas the package bundles (no cluster needed).
+python3 -m pip install --quiet kubernetes-validate
+kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
+
 echo "== tests" >&2
 cargo nextest run --workspace --no-fail-fast --failure-output final

@@ -1,5 +1,7 @@
 //! Who may call the admin API: anyone who can reach a loopback address; elsewhere, only
-//! a caller presenting the bearer token (`Authorization: Bearer <token>`).
+//! a caller presenting the bearer token (`Authorization: Bearer <token>`), except for the
+//! health probes (`/healthz`, `/readyz`), which say only whether the job lives and runs:
+//! a probe (Kubernetes' kubelet) cannot read a secret into its request.
 //!
 //! Bounds: the comparison takes time depending only on the lengths, never on where the
 //! presented token first differs; a header is read once per request, nothing is kept.
@@ -63,8 +65,9 @@ fn presents(headers: &HeaderMap, token: &str) -> bool {
 /// The middleware: passes the request on when no token is required or the right one is
 /// presented; else 401 with a JSON body saying how to authenticate.
 pub(crate) async fn require_token(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
     match &shared.token {
-        Some(token) if !presents(request.headers(), token) => unauthorized(),
+        Some(token) if !probe && !presents(request.headers(), token) => unauthorized(),
         _ => next.run(request).await,
     }
 }

@@ -205,9 +205,11 @@ fn with_a_token_only_the_right_bearer_gets_in() {
     assert_eq!(short.code, 401, "a prefix of the token");
     let state = served.job().status().state;
     assert!(!matches!(state, JobState::Stopping | JobState::Completed), "not stopped: {state:?}");
+    assert_eq!(http::get(addr, "/healthz").code, 200, "probes need no token");
+    assert!(matches!(http::get(addr, "/readyz").code, 200 | 503), "probes need no token");
     let right = http::request(addr, "GET", "/status", &[("Authorization", "Bearer s3cret-token")]);
     assert_eq!(right.code, 200, "{}", right.body);
-    let basic = http::request(addr, "GET", "/healthz", &[("Authorization", "Basic s3cret-token")]);
+    let basic = http::request(addr, "GET", "/metrics", &[("Authorization", "Basic s3cret-token")]);
     assert_eq!(basic.code, 401, "another scheme");
 }
 

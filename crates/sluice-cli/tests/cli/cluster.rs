@@ -420,3 +420,20 @@ fn a_worker_reading_another_input_file_is_refused() {
     let _ = leader.child.kill();
     let _ = leader.finish();
 }
+
+#[test]
+fn the_kubernetes_manifests_pipeline_is_valid() {
+    let manifest = std::fs::read_to_string(crate::harness::crate_dir().join("../../deploy/kubernetes/sluice.yaml"))
+        .expect("deploy/kubernetes/sluice.yaml");
+    let block = manifest.split("pipeline.toml: |\n").nth(1).expect("the ConfigMap's pipeline").split("\n---").next();
+    let pipeline: String = block
+        .expect("a block")
+        .lines()
+        .map(|line| format!("{}\n", line.strip_prefix("    ").unwrap_or(line)))
+        .collect();
+    assert!(pipeline.contains("[pipeline]"), "{pipeline}");
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &pipeline);
+    let validated = scratch.sluice(&["validate", "pipeline.toml"]);
+    assert!(validated.status.success(), "{}", stderr(&validated));
+}
