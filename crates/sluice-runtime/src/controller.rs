@@ -303,6 +303,12 @@ pub fn run_part(
         }
         supervisor.tick();
         supervisor.check_deadline(options.shutdown_timeout);
+        if let Some(network) = &network {
+            publish_link_counters(network, &metrics, worker);
+        }
+    }
+    if let Some(network) = &network {
+        publish_link_counters(network, &metrics, worker);
     }
     let mut outcome = supervisor.outcome.take().expect("loop ends with an outcome");
     if outcome == RunOutcome::Completed {
@@ -326,6 +332,22 @@ pub fn run_part(
     }
     let checkpoints = supervisor.coordinator.as_ref().map(|c| c.stats.clone());
     RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
+}
+
+/// Copies each link's counters into the run's named counters (the exit report and the
+/// admin API show those), named by direction so that the leader's report, which adds
+/// every worker's counters, keeps them apart: bytes sent and credit stalls (times a
+/// channel had a message and no credit) from this worker to each peer.
+fn publish_link_counters(network: &Network, metrics: &Metrics, me: u32) {
+    for (peer, link) in network.metrics() {
+        let figures = [
+            ("bytes sent", link.bytes_sent.load(Ordering::Relaxed)),
+            ("credit stalls", link.credit_stalls.load(Ordering::Relaxed)),
+        ];
+        for (what, value) in figures {
+            metrics.counter(&format!("exchange worker {me} to {peer}: {what}")).store(value, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The stack of each driver thread: evaluating an expression as deep as the SQL layer

@@ -183,6 +183,13 @@ fn two_workers_of_nexmark_write_what_one_worker_with_two_threads_writes() {
     // 60000 events hold 55200 bids; the leader's report adds the joiner's counts.
     assert!(report.contains("source nexmark: 55200 rows in"), "{report}");
     assert!(report.contains(&format!("sink out: {} rows out", solo.len())), "{report}");
+    // Rows crossed the link both ways (the joiner's direction comes in its report).
+    for direction in ["exchange worker 0 to 1: bytes sent: ", "exchange worker 1 to 0: bytes sent: "] {
+        let line =
+            report.lines().find(|line| line.contains(direction)).unwrap_or_else(|| panic!("{direction}\n{report}"));
+        let bytes: u64 = line.rsplit(": ").next().and_then(|n| n.trim().parse().ok()).expect("a count");
+        assert!(bytes > 0, "{line}");
+    }
 }
 
 #[test]
