@@ -56,6 +56,13 @@ pub trait SourceFactory: Send + Sync {
     fn layout(&self) -> Vec<u8> {
         Vec::new()
     }
+    /// What every worker of a cluster must agree on about the input, each reading its
+    /// own copy (for a file source: each file's size and the hashes of its first and
+    /// last bytes, not its path or time, which differ between hosts). Empty when the
+    /// source reads no local input.
+    fn content_identity(&self) -> Vec<u8> {
+        Vec::new()
+    }
     /// Whether a lane can resume from a position after a restart (false for a pipe or a
     /// device): the engine refuses checkpoints of a pipeline with a source that cannot.
     fn resumable(&self) -> bool {

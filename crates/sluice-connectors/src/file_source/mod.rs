@@ -412,6 +412,16 @@ impl SourceFactory for FileSource {
         layout::Layout { files: self.identities.clone(), ranges: self.ranges.clone() }.encode()
     }
 
+    fn content_identity(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(self.identities.len() * 24);
+        for identity in &self.identities {
+            for value in [identity.size, identity.head, identity.tail] {
+                bytes.extend_from_slice(&value.to_le_bytes());
+            }
+        }
+        bytes
+    }
+
     /// A pipe or a device cannot be read again from a position after a restart.
     fn resumable(&self) -> bool {
         !self.is_streaming()

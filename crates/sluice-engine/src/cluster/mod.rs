@@ -130,7 +130,7 @@ pub(crate) fn prepare(
     let exchange_addr = advertised(&exchange, options.advertise.as_deref())?;
     // Workers agree on the topology and on their input files (each reads its own copy:
     // different files would split into different lanes).
-    let agreement = format!("{} inputs {:016x}", local.fingerprint, inputs_identity(pipeline)?);
+    let agreement = format!("{} inputs {:016x}", local.fingerprint, inputs_identity(&local));
     let me = WorkerInfo::new(exchange_addr, threads, agreement);
     let control = match &options.role {
         ClusterRole::Lead { workers, control_bind } => {
@@ -189,39 +189,16 @@ pub(crate) fn form(prepared: Prepared, pipeline: &Pipeline, options: &ClusterOpt
     Ok(Formed { compiled, part, control, membership, cancel_links })
 }
 
-/// The identity of every input file the pipeline reads: each file's path as written,
-/// size, and an XXH3 of its first and last 64 KiB (a pipe or device counts by path only).
-fn inputs_identity(pipeline: &Pipeline) -> Result<u64, EngineError> {
-    const EDGE_BYTES: u64 = 64 << 10;
-    let mut identity = String::new();
-    for configured in &pipeline.sources {
-        for path in configured.input_paths(&pipeline.base_dir) {
-            identity.push_str(&format!("{}\n", path.display()));
-            let Ok(metadata) = std::fs::metadata(&path) else { continue };
-            if !metadata.is_file() {
-                continue;
-            }
-            let unreadable = |error: std::io::Error| {
-                EngineError::new(SluiceError::external(
-                    "cluster.input",
-                    format!("cannot read the input file {}: {error}", path.display()),
-                ))
-            };
-            let mut file = std::fs::File::open(&path).map_err(unreadable)?;
-            let size = metadata.len();
-            let mut edges = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, EDGE_BYTES), &mut edges)
-                .map_err(unreadable)?;
-            if size > EDGE_BYTES {
-                std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(size - EDGE_BYTES.min(size)))
-                    .map_err(unreadable)?;
-                std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, EDGE_BYTES), &mut edges)
-                    .map_err(unreadable)?;
-            }
-            identity.push_str(&format!("{size} {:016x}\n", twox_hash::XxHash3_64::oneshot(&edges)));
-        }
+/// The identity of every input the pipeline reads (each source's
+/// `SourceFactory::content_identity`: for files, their sizes and edge hashes).
+fn inputs_identity(compiled: &CompiledPipeline) -> u64 {
+    let mut identity = Vec::new();
+    for source in &compiled.plan.sources {
+        let content = source.content_identity();
+        identity.extend_from_slice(&(content.len() as u64).to_le_bytes());
+        identity.extend_from_slice(&content);
     }
-    Ok(twox_hash::XxHash3_64::oneshot(identity.as_bytes()))
+    twox_hash::XxHash3_64::oneshot(&identity)
 }
 
 /// An engine error's first problem as one error, its place in the file in the message.
