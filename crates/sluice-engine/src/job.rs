@@ -110,34 +110,28 @@ impl Job {
         let (stop, woken) = sluice_runtime::stop_handle();
         let name = compiled.name.clone();
         let threads = compiled.options.threads;
-        let controller = {
-            let metrics = Arc::clone(&metrics);
-            let status = Arc::clone(&status);
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("sluice-controller".into())
-                .spawn(move || {
-                    let report = run(compiled, checkpointing, None, (stop, woken), metrics, &status);
-                    finish(&status, &report);
-                    // The run is over, cleanly or not: the next run may take the store.
-                    if let Some(Err(error)) = lease.map(Lease::release) {
-                        tracing::warn!(%error, "the store's lease could not be released");
-                    }
-                    report
-                })
-                .map_err(|e| {
-                    EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
-                })?
+        let handle = JobHandle {
+            name,
+            threads,
+            metrics: Arc::new(Mutex::new(Arc::clone(&metrics))),
+            stop: stop.clone(),
+            status,
         };
-        let metrics = Arc::new(Mutex::new(metrics));
-        let handle = JobHandle { name, threads, metrics, stop, status };
-        Ok(Job { handle, notices, controller: Some(controller) })
+        let status = Arc::clone(&handle.status);
+        launch(handle, notices, move || {
+            let report = run(compiled, checkpointing, None, (stop, woken), metrics, &status);
+            // The run is over, cleanly or not: the next run may take the store.
+            if let Some(Err(error)) = lease.map(Lease::release) {
+                tracing::warn!(%error, "the store's lease could not be released");
+            }
+            report
+        })
     }
 
     /// Forms a cluster and starts this worker's part of `pipeline` in it (see
-    /// [`crate::cluster`]). Blocks for the rendezvous; `announce` hears the leader's
-    /// control address as soon as it listens. The job's report fails if any worker
-    /// failed or was lost.
+    /// [`crate::cluster`]). Returns once the listeners are bound (`announce` hears the
+    /// leader's control address then), with the job in `coordination` until the cluster
+    /// formed. The job's report fails if any worker failed or was lost.
     pub fn start_cluster(
         pipeline: Pipeline,
         options: ClusterOptions,
@@ -151,33 +145,18 @@ impl Job {
         let status = StatusCell::new(Status::coordination());
         let (stop, woken) = sluice_runtime::stop_handle();
         let started = std::time::Instant::now();
-        let controller = {
-            let metrics = Arc::clone(&metrics);
-            let status = Arc::clone(&status);
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("sluice-controller".into())
-                .spawn(move || {
-                    let formed = cluster::form(prepared, &pipeline, &options);
-                    let report = match formed {
-                        Ok(formed) => run_in_cluster(formed, (stop, woken), &metrics, &status),
-                        Err(error) => RunReport {
-                            outcome: RunOutcome::Failed { component: "cluster".into(), error },
-                            elapsed: started.elapsed(),
-                            stopped: stop.is_requested(),
-                            metrics: local_metrics,
-                            checkpoints: None,
-                        },
-                    };
-                    finish(&status, &report);
-                    report
-                })
-                .map_err(|e| {
-                    EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}")))
-                })?
-        };
-        let handle = JobHandle { name, threads, metrics, stop, status };
-        Ok(Job { handle, notices: Vec::new(), controller: Some(controller) })
+        let handle = JobHandle { name, threads, metrics: Arc::clone(&metrics), stop: stop.clone(), status };
+        let status = Arc::clone(&handle.status);
+        launch(handle, Vec::new(), move || match cluster::form(prepared, &pipeline, &options) {
+            Ok(formed) => run_in_cluster(formed, (stop, woken), &metrics, &status),
+            Err(error) => RunReport {
+                outcome: RunOutcome::Failed { component: "cluster".into(), error },
+                elapsed: started.elapsed(),
+                stopped: stop.is_requested(),
+                metrics: local_metrics,
+                checkpoints: None,
+            },
+        })
     }
 
     /// `[pipeline] name`.
@@ -382,6 +361,25 @@ fn run(
         RunEvent::Committed { epoch } => status.update(|s| s.last_committed_epoch = Some(epoch)),
     };
     sluice_runtime::run_part(&compiled.plan, &compiled.options, checkpointing, part, stop, metrics, &mut observe)
+}
+
+/// Starts the job's controller thread on `body`, which runs it and returns its report;
+/// the report's outcome then becomes the job's final state.
+fn launch(
+    handle: JobHandle,
+    notices: Vec<String>,
+    body: impl FnOnce() -> RunReport + Send + 'static,
+) -> Result<Job, EngineError> {
+    let status = Arc::clone(&handle.status);
+    let controller = std::thread::Builder::new()
+        .name("sluice-controller".into())
+        .spawn(move || {
+            let report = body();
+            finish(&status, &report);
+            report
+        })
+        .map_err(|e| EngineError::new(SluiceError::external("run.thread", format!("cannot start a thread: {e}"))))?;
+    Ok(Job { handle, notices, controller: Some(controller) })
 }
 
 /// Publishes the report's outcome as the final state.
