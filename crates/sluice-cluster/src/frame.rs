@@ -496,11 +496,5 @@ impl ChannelDecoder {
     }
 }
 
-/// The encoded size a message occupies on the wire (its frames' bodies and headers):
-/// what credits count.
-pub fn wire_bytes(frames: &[u8]) -> u64 {
-    frames.len() as u64
-}
-
 #[cfg(test)]
 mod tests;

@@ -485,11 +485,7 @@ impl Network {
         self.links.iter().map(|link| (link.peer, link.metrics.clone())).collect()
     }
 
-    /// Closes every link and waits for its threads.
-    pub fn shutdown(mut self) {
-        self.close();
-    }
-
+    /// Closes every link and waits for its threads (on drop).
     fn close(&mut self) {
         for link in &mut self.links {
             link.close();
