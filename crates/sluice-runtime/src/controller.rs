@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,7 @@ use crate::exchange::{ExchangeInput, ExchangeOutput, cluster_mesh};
 use crate::mailbox::post;
 use crate::metrics::Metrics;
 use crate::plan::{OperatorContext, Plan, SegmentOutput};
-use sluice_cluster::link::{Network, NetworkBuilder};
+use sluice_cluster::link::{LinkMetrics, Network, NetworkBuilder};
 use sluice_types::vnode::SlotLayout;
 
 /// How to run a plan.
@@ -236,6 +236,7 @@ pub fn run_part(
         },
         _ => None,
     };
+    let link_counters = link_counters(network.as_ref(), &metrics, worker);
     for (driver, control) in drivers {
         let thread = driver.thread;
         controls.push(control);
@@ -303,13 +304,9 @@ pub fn run_part(
         }
         supervisor.tick();
         supervisor.check_deadline(options.shutdown_timeout);
-        if let Some(network) = &network {
-            publish_link_counters(network, &metrics, worker);
-        }
+        publish_link_counters(&link_counters);
     }
-    if let Some(network) = &network {
-        publish_link_counters(network, &metrics, worker);
-    }
+    publish_link_counters(&link_counters);
     let mut outcome = supervisor.outcome.take().expect("loop ends with an outcome");
     if outcome == RunOutcome::Completed {
         for handle in handles {
@@ -334,19 +331,26 @@ pub fn run_part(
     RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
 }
 
-/// Copies each link's counters into the run's named counters (the exit report and the
-/// admin API show those), named by direction so that the leader's report, which adds
-/// every worker's counters, keeps them apart: bytes sent and credit stalls (times a
-/// channel had a message and no credit) from this worker to each peer.
-fn publish_link_counters(network: &Network, metrics: &Metrics, me: u32) {
-    for (peer, link) in network.metrics() {
-        let figures = [
-            ("bytes sent", link.bytes_sent.load(Ordering::Relaxed)),
-            ("credit stalls", link.credit_stalls.load(Ordering::Relaxed)),
-        ];
-        for (what, value) in figures {
-            metrics.counter(&format!("exchange worker {me} to {peer}: {what}")).store(value, Ordering::Relaxed);
-        }
+/// Each link's counters with the run's named counters they are copied to (the exit
+/// report and the admin API show those), named by direction so that the leader's report,
+/// which adds every worker's counters, keeps them apart: bytes sent and credit stalls
+/// (times a channel had a message and no credit) from this worker to each peer.
+type LinkCounters = Vec<(Arc<LinkMetrics>, Arc<AtomicU64>, Arc<AtomicU64>)>;
+
+fn link_counters(network: Option<&Network>, metrics: &Metrics, me: u32) -> LinkCounters {
+    let Some(network) = network else { return Vec::new() };
+    let named = |peer: u32, what: &str| metrics.counter(&format!("exchange worker {me} to {peer}: {what}"));
+    network
+        .metrics()
+        .into_iter()
+        .map(|(peer, link)| (link, named(peer, "bytes sent"), named(peer, "credit stalls")))
+        .collect()
+}
+
+fn publish_link_counters(counters: &LinkCounters) {
+    for (link, bytes_sent, credit_stalls) in counters {
+        bytes_sent.store(link.bytes_sent.load(Ordering::Relaxed), Ordering::Relaxed);
+        credit_stalls.store(link.credit_stalls.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 }
 
