@@ -627,8 +627,11 @@ fn build_drivers(
         let mut inputs: Vec<Option<ExchangeInput>> = (0..local_count).map(|_| None).collect();
         // Slots owning no lane of the flow's source never send rows into the first
         // exchange (every later exchange may receive rows from any slot).
-        let lanes = plan.sources[flow.source].lanes() as usize;
-        let mut idle: Vec<bool> = (0..threads).map(|thread| !(0..lanes).any(|lane| lane % threads == thread)).collect();
+        let lanes = plan.sources[flow.source].lanes();
+        let mut idle = vec![true; threads];
+        for lane in 0..lanes {
+            idle[place.layout.slot_of_lane(lane) as usize] = false;
+        }
         let mut thread_segments: Vec<Vec<SegmentSetup>> = (0..local_count).map(|_| Vec::new()).collect();
         for (segment_index, segment) in flow.segments.iter().enumerate() {
             let (senders, receivers) = match &segment.output {
@@ -698,17 +701,17 @@ fn build_drivers(
     let start_positions: Arc<HashMap<(usize, u32), Vec<u8>>> = Arc::new(restore.positions.clone());
     let mut drivers = Vec::new();
     for (index, flows) in per_thread.into_iter().enumerate() {
-        let thread = local.start as usize + index;
+        let thread = local.start + index as u32;
         let lanes = plan
             .sources
             .iter()
             .enumerate()
             .flat_map(|(source, factory)| (0..factory.lanes()).map(move |lane| LaneSetup { source, lane }))
-            .filter(|setup| setup.lane as usize % threads == thread)
+            .filter(|setup| place.layout.slot_of_lane(setup.lane) == thread)
             .collect();
         let (control_sender, control) = bounded(CONTROL_CAPACITY);
         let driver = Driver {
-            thread: thread as u32,
+            thread,
             threads: options.threads,
             batch_size: options.batch_size,
             plan: plan.clone(),
