@@ -54,13 +54,21 @@
 //!            host: string, pid: varint u32, build: string
 //! Welcome    members: seq of Member, you: varint u32, fingerprint: string
 //! Member     id: varint u32, exchange_addr: string, threads: varint u32
-//! ToWorker   0 Barrier { epoch: varint u64 } | 1 Commit { epoch: varint u64 } | 2 Stop
-//!            | 3 Abort { reason: string } | 4 Heartbeat
-//! ToLeader   0 Acked { epoch: varint u64, slice: bytes } | 1 Finished { report: bytes }
-//!            | 2 Failed { message: string } | 3 Heartbeat
+//! ToWorker   0 Barrier { epoch: varint u64, final_epoch: bool } | 1 Commit { epoch: varint u64,
+//!            final_epoch: bool } | 2 Stop | 3 Abort { reason: string } | 4 Heartbeat
+//!            | 5 Resume { restored_epoch: varint u64, first_epoch: varint u64 }
+//! ToLeader   0 Acked { epoch: varint u64, part: bytes } | 1 Finished { report: bytes }
+//!            | 2 Failed { message: string } | 3 Heartbeat | 4 DriversFinished | 5 StopRequested
 //! ```
 //!
-//! Example: `ToWorker::Barrier { epoch: 300 }` is `53 4c 43 43 01 00 03 03 00 00 00 00 ac 02`.
+//! A `bool` is one byte, `00` or `01` (any other byte is refused).
+//!
+//! Example: `ToWorker::Barrier { epoch: 300, final_epoch: false }` is
+//! `53 4c 43 43 02 00 03 04 00 00 00 00 ac 02 00`.
+//!
+//! History: version 1 had no `final_epoch`, no `Resume`, `DriversFinished` or
+//! `StopRequested` (clusters did not checkpoint); version 2 is the distributed epochs of
+//! `sluice-runtime`'s coordinator.
 //!
 //! A body must be consumed exactly (trailing bytes are refused). Bodies are not required
 //! to be canonical (postcard also accepts over-long varints): a control message is never
@@ -87,7 +95,7 @@ use serde::{Deserialize, Serialize};
 use sluice_types::SluiceError;
 
 /// The control encoding this build speaks.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 /// The first bytes of every control frame.
 pub const CONTROL_MAGIC: [u8; 4] = *b"SLCC";
 /// The header's length: magic, version, kind, body length.
@@ -164,33 +172,50 @@ pub struct Welcome {
     pub fingerprint: String,
 }
 
-/// The leader's commands during the run.
+/// The leader's commands during the run. Ordering (the leader keeps it, a worker checks
+/// it): `Resume` once, first, when the pipeline checkpoints; then per epoch one `Barrier`,
+/// and a `Commit` of that epoch only after every worker acked it and its manifest was
+/// published; the next `Barrier` only after the previous epoch was committed or failed.
+/// After a `Commit` with `final_epoch` nothing but `Abort` follows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToWorker {
-    /// Inject the barrier of `epoch` into every source lane.
-    Barrier { epoch: u64 },
-    /// Every worker acked `epoch` and its manifest is published: commit its sinks.
-    Commit { epoch: u64 },
+    /// Inject the barrier of `epoch` into every source lane (`final_epoch`: pause every
+    /// lane, this is the last checkpoint of the run).
+    Barrier { epoch: u64, final_epoch: bool },
+    /// Every worker acked `epoch` and its manifest is published: commit the sinks' records
+    /// of `epoch` and of every earlier epoch not committed yet (`final_epoch`: then leave).
+    Commit { epoch: u64, final_epoch: bool },
     /// Stop the sources, drain, and report.
     Stop,
     /// Stop at once: the run failed (`reason` says where).
     Abort { reason: String },
     /// Nothing to say; proves the leader is alive.
     Heartbeat,
+    /// Restore from checkpoint `restored_epoch` (0: start fresh) and number the run's
+    /// epochs from `first_epoch`.
+    Resume { restored_epoch: u64, first_epoch: u64 },
 }
 
-/// A worker's reports during the run.
+/// A worker's reports during the run: at most one `Acked` per `Barrier`, then one
+/// `DriversFinished` (every local driver ended its input) and at most one
+/// `StopRequested`, then one `Finished` or `Failed` last.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToLeader {
-    /// Every driver of this worker passed the barrier of `epoch`; `slice` is this worker's
-    /// part of the checkpoint (opaque bytes the engine encodes).
-    Acked { epoch: u64, slice: Vec<u8> },
+    /// Every driver of this worker passed the barrier of `epoch`, and its state objects
+    /// are durable; `part` is this worker's part of the manifest (bytes the engine
+    /// encodes).
+    Acked { epoch: u64, part: Vec<u8> },
     /// The worker's run ended; `report` is its final report (opaque bytes).
     Finished { report: Vec<u8> },
     /// The worker's run failed.
     Failed { message: String },
     /// Nothing to say; proves the worker is alive.
     Heartbeat,
+    /// Every driver of this worker reached the end of its input: the leader may take the
+    /// last checkpoint once every worker said so.
+    DriversFinished,
+    /// A stop was requested on this worker (a signal): the leader stops the cluster.
+    StopRequested,
 }
 
 /// Any control frame, decoded.

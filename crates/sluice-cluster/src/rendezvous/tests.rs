@@ -161,25 +161,25 @@ fn three_workers_settle_the_same_membership_and_run_a_checkpoint_round_trip() {
     assert_eq!(control.workers().collect::<Vec<_>>(), [1, 2]);
 
     let workers = [(1u32, &first_control), (2, &second_control)];
-    control.broadcast(&ToWorker::Barrier { epoch: 1 }).expect("barrier sent");
+    control.broadcast(&ToWorker::Barrier { epoch: 1, final_epoch: false }).expect("barrier sent");
     for (id, worker) in workers {
-        let barrier = ControlEvent::Received { peer: 0, message: ToWorker::Barrier { epoch: 1 } };
+        let barrier = ControlEvent::Received { peer: 0, message: ToWorker::Barrier { epoch: 1, final_epoch: false } };
         assert_eq!(next_control(worker.events()), barrier);
-        worker.send(&ToLeader::Acked { epoch: 1, slice: vec![id as u8; 3] }).expect("ack sent");
+        worker.send(&ToLeader::Acked { epoch: 1, part: vec![id as u8; 3] }).expect("ack sent");
     }
     let mut acks = BTreeSet::new();
     for _ in 0..2 {
         match next_control(control.events()) {
-            ControlEvent::Received { peer, message: ToLeader::Acked { epoch: 1, slice } } => acks.insert((peer, slice)),
+            ControlEvent::Received { peer, message: ToLeader::Acked { epoch: 1, part } } => acks.insert((peer, part)),
             other => panic!("expected an ack, got {other:?}"),
         };
     }
     assert_eq!(acks, BTreeSet::from([(1, vec![1; 3]), (2, vec![2; 3])]));
     for (id, worker) in workers {
-        control.send(id, &ToWorker::Commit { epoch: 1 }).expect("commit sent");
+        control.send(id, &ToWorker::Commit { epoch: 1, final_epoch: false }).expect("commit sent");
         assert_eq!(
             next_control(worker.events()),
-            ControlEvent::Received { peer: 0, message: ToWorker::Commit { epoch: 1 } }
+            ControlEvent::Received { peer: 0, message: ToWorker::Commit { epoch: 1, final_epoch: false } }
         );
     }
     control.broadcast(&ToWorker::Stop).expect("stop sent");
@@ -240,25 +240,28 @@ fn settings_are_checked() {
 
 #[test]
 fn a_wire_version_mismatch_is_refused_by_both_sides() {
-    // A joiner on version 2, a leader on 1: the leader refuses, names both, keeps waiting.
+    let (ours, newer) = (WIRE_VERSION, WIRE_VERSION + 1);
+    let speaks = |version: u16| format!("speaks version {version}");
+    let leader_speaks = |version: u16| format!("the leader speaks version {version}");
+    // A joiner on a newer version: the leader refuses, names both, keeps waiting.
     let leading = start_leader(2, None, settings());
-    let newer = start_joiner_as(&leading.address, WorkerInfo::new("127.0.0.1:7001", 1, FINGERPRINT), None, 2);
-    let error = refused(&newer);
+    let joining = start_joiner_as(&leading.address, WorkerInfo::new("127.0.0.1:7001", 1, FINGERPRINT), None, newer);
+    let error = refused(&joining);
     assert_eq!(error.code, "cluster.refused");
-    contains_all(&error, &["speaks version 2", "the leader speaks version 1", "same sluice version"]);
+    contains_all(&error, &[&speaks(newer), &leader_speaks(ours), "same sluice version"]);
     let (_, error) = next_refusal(&leading.events);
     assert_eq!(error.code, "cluster.wire_version");
-    contains_all(&error, &["the joining worker at 127.0.0.1:", "speaks version 2", "the leader speaks version 1"]);
+    contains_all(&error, &["the joining worker at 127.0.0.1:", &speaks(newer), &leader_speaks(ours)]);
     let good = start_joiner(&leading.address, "127.0.0.1:7001", 1);
     let (membership, _control) = led(&leading);
     assert_eq!(joined(&good).0.members, membership.members);
 
-    // A leader on version 2, a joiner on 1.
-    let leading = start_leader_on(bind(), 2, None, settings(), WAIT, 2);
+    // A leader on a newer version, a joiner on this build's.
+    let leading = start_leader_on(bind(), 2, None, settings(), WAIT, newer);
     let error = refused(&start_joiner(&leading.address, "127.0.0.1:7001", 1));
-    contains_all(&error, &["speaks version 1", "the leader speaks version 2"]);
+    contains_all(&error, &[&speaks(ours), &leader_speaks(newer)]);
     let (_, error) = next_refusal(&leading.events);
-    contains_all(&error, &["speaks version 1", "the leader speaks version 2"]);
+    contains_all(&error, &[&speaks(ours), &leader_speaks(newer)]);
 }
 
 /// A leader that authenticates (no secret), reads a registration, answers with
@@ -290,14 +293,18 @@ fn welcome_for(register: &Register, fingerprint: &str) -> Welcome {
 
 #[test]
 fn a_joiner_checks_the_welcome_and_tells_the_leader_why_it_refuses() {
-    let (address, reply) = fake_leader(|register| frame_of(&welcome_for(register, FINGERPRINT), 3).expect("frame"));
+    let newer = WIRE_VERSION + 1;
+    let (address, reply) =
+        fake_leader(move |register| frame_of(&welcome_for(register, FINGERPRINT), newer).expect("frame"));
     let error = refused(&start_joiner(&address, "127.0.0.1:7001", 1));
     assert_eq!(error.code, "cluster.wire_version");
-    contains_all(&error, &["the leader at", "speaks version 3", "this joining worker speaks version 1"]);
+    let (theirs, ours) = (format!("speaks version {newer}"), format!("speaks version {WIRE_VERSION}"));
+    contains_all(&error, &["the leader at", &theirs, &format!("this joining worker {ours}")]);
     let ControlMessage::Refusal(text) = wait(&reply, "the joiner's refusal") else { panic!("not a refusal") };
-    assert!(text.contains("speaks version 3") && text.contains("speaks version 1"), "{text}");
+    assert!(text.contains(&theirs) && text.contains(&ours), "{text}");
 
-    let (address, reply) = fake_leader(|register| frame_of(&welcome_for(register, "fp-9"), 1).expect("frame"));
+    let (address, reply) =
+        fake_leader(|register| frame_of(&welcome_for(register, "fp-9"), WIRE_VERSION).expect("frame"));
     let error = refused(&start_joiner(&address, "127.0.0.1:7001", 1));
     assert_eq!(error.code, "cluster.fingerprint_mismatch");
     contains_all(&error, &["has fingerprint fp-9", "has fp-1", "same pipeline.toml"]);
@@ -307,7 +314,7 @@ fn a_joiner_checks_the_welcome_and_tells_the_leader_why_it_refuses() {
     let (address, _reply) = fake_leader(|register| {
         let mut welcome = welcome_for(register, FINGERPRINT);
         welcome.you = 0;
-        frame_of(&welcome, 1).expect("frame")
+        frame_of(&welcome, WIRE_VERSION).expect("frame")
     });
     let error = refused(&start_joiner(&address, "127.0.0.1:7001", 1));
     assert_eq!(error.code, "cluster.bad_welcome");
@@ -552,10 +559,10 @@ fn a_dropped_worker_is_lost_exactly_once() {
         other => panic!("expected worker 1's loss, got {other:?}"),
     }
     assert_eq!(control.send(1, &ToWorker::Stop).expect_err("lost").kind, ErrorKind::LostPeer);
-    assert!(control.broadcast(&ToWorker::Barrier { epoch: 2 }).is_err(), "worker 1 is lost");
+    assert!(control.broadcast(&ToWorker::Barrier { epoch: 2, final_epoch: false }).is_err(), "worker 1 is lost");
     assert_eq!(
         next_control(second_control.events()),
-        ControlEvent::Received { peer: 0, message: ToWorker::Barrier { epoch: 2 } }
+        ControlEvent::Received { peer: 0, message: ToWorker::Barrier { epoch: 2, final_epoch: false } }
     );
     assert_no_more_losses(&mut control, 1);
 }

@@ -37,7 +37,7 @@ fn golden_vector_of_a_register() {
     };
     let fields = [
         "53 4c 43 43",                               // magic "SLCC"
-        "01 00",                                     // wire version 1
+        "02 00",                                     // wire version 2
         "01",                                        // kind: register
         "23 00 00 00",                               // body: 35 bytes
         "0d 31 30 2e 30 2e 30 2e 32 3a 37 30 30 30", // exchange_addr "10.0.0.2:7000"
@@ -57,7 +57,7 @@ fn golden_vector_of_a_welcome() {
         Member { id: 1, exchange_addr: "127.0.0.1:7001".into(), threads: 3 },
     ];
     let fields = [
-        "53 4c 43 43 01 00",                                  // magic, version 1
+        "53 4c 43 43 02 00",                                  // magic, version 2
         "02",                                                 // kind: welcome
         "29 00 00 00",                                        // body: 41 bytes
         "02",                                                 // 2 members
@@ -71,53 +71,67 @@ fn golden_vector_of_a_welcome() {
 
 #[test]
 fn golden_vectors_of_the_leaders_commands() {
-    let cases: [(ToWorker, &[&str]); 6] = [
-        (ToWorker::Barrier { epoch: 300 }, &["03 00 00 00", "00 ac 02"]),
-        (ToWorker::Commit { epoch: 1 }, &["02 00 00 00", "01 01"]),
-        (ToWorker::Commit { epoch: u64::MAX }, &["0b 00 00 00", "01 ff ff ff ff ff ff ff ff ff 01"]),
+    let cases: [(ToWorker, &[&str]); 8] = [
+        (ToWorker::Barrier { epoch: 300, final_epoch: false }, &["04 00 00 00", "00 ac 02 00"]),
+        (ToWorker::Barrier { epoch: 2, final_epoch: true }, &["03 00 00 00", "00 02 01"]),
+        (ToWorker::Commit { epoch: 1, final_epoch: false }, &["03 00 00 00", "01 01 00"]),
+        (
+            ToWorker::Commit { epoch: u64::MAX, final_epoch: true },
+            &["0c 00 00 00", "01 ff ff ff ff ff ff ff ff ff 01 01"],
+        ),
         (ToWorker::Stop, &["01 00 00 00", "02"]),
         (ToWorker::Abort { reason: "disk full".into() }, &["0b 00 00 00", "03 09 64 69 73 6b 20 66 75 6c 6c"]),
         (ToWorker::Heartbeat, &["01 00 00 00", "04"]),
+        (ToWorker::Resume { restored_epoch: 128, first_epoch: 129 }, &["05 00 00 00", "05 80 01 81 01"]),
     ];
     for (command, fields) in cases {
-        // magic, version 1, kind 3 (to-worker), then the length and the body.
-        let fields = [&["53 4c 43 43 01 00 03"], fields].concat();
+        // magic, version 2, kind 3 (to-worker), then the length and the body.
+        let fields = [&["53 4c 43 43 02 00 03"], fields].concat();
         check_golden(ControlMessage::ToWorker(command), &fields);
     }
 }
 
 #[test]
 fn golden_vectors_of_the_workers_reports() {
-    let cases: [(ToLeader, &[&str]); 4] = [
-        (ToLeader::Acked { epoch: 7, slice: vec![1, 2, 3] }, &["06 00 00 00", "00 07 03 01 02 03"]),
+    let cases: [(ToLeader, &[&str]); 6] = [
+        (ToLeader::Acked { epoch: 7, part: vec![1, 2, 3] }, &["06 00 00 00", "00 07 03 01 02 03"]),
         (ToLeader::Finished { report: Vec::new() }, &["02 00 00 00", "01 00"]),
         (ToLeader::Failed { message: "boom".into() }, &["06 00 00 00", "02 04 62 6f 6f 6d"]),
         (ToLeader::Heartbeat, &["01 00 00 00", "03"]),
+        (ToLeader::DriversFinished, &["01 00 00 00", "04"]),
+        (ToLeader::StopRequested, &["01 00 00 00", "05"]),
     ];
     for (report, fields) in cases {
-        // magic, version 1, kind 4 (to-leader), then the length and the body.
-        let fields = [&["53 4c 43 43 01 00 04"], fields].concat();
+        // magic, version 2, kind 4 (to-leader), then the length and the body.
+        let fields = [&["53 4c 43 43 02 00 04"], fields].concat();
         check_golden(ControlMessage::ToLeader(report), &fields);
     }
 }
 
 #[test]
 fn golden_vector_of_a_refusal() {
-    // magic, version 1, kind 0, 2 bytes, "no"
-    check_golden(ControlMessage::Refusal("no".into()), &["53 4c 43 43 01 00 00 02 00 00 00 6e 6f"]);
+    // magic, version 2, kind 0, 2 bytes, "no"
+    check_golden(ControlMessage::Refusal("no".into()), &["53 4c 43 43 02 00 00 02 00 00 00 6e 6f"]);
 }
 
 #[test]
 fn a_refusal_of_any_version_decodes_and_other_frames_of_another_version_do_not() {
-    for version in [0, 2, 0xbeef, u16::MAX] {
-        let frame = encode_as(&ControlMessage::Refusal("you are on v1".into()), version).expect("encodes");
-        assert_eq!(decode(&frame), Ok(ControlMessage::Refusal("you are on v1".into())), "version {version}");
+    for version in [0, 1, 3, 0xbeef, u16::MAX] {
+        let frame = encode_as(&ControlMessage::Refusal("you are on another version".into()), version).expect("encodes");
+        assert_eq!(
+            decode(&frame),
+            Ok(ControlMessage::Refusal("you are on another version".into())),
+            "version {version}"
+        );
         let frame = encode_as(&ControlMessage::ToWorker(ToWorker::Stop), version).expect("encodes");
-        assert_eq!(decode_prefix(&frame, WIRE_VERSION), Err(Problem::Version { found: version, expected: 1 }));
+        assert_eq!(
+            decode_prefix(&frame, WIRE_VERSION),
+            Err(Problem::Version { found: version, expected: WIRE_VERSION })
+        );
         let error = decode(&frame).expect_err("another version");
         assert_eq!(error.code, "cluster.wire_version");
         assert!(error.message.contains(&format!("version {version}")), "{error}");
-        assert!(error.message.contains("speaks 1"), "{error}");
+        assert!(error.message.contains("speaks 2"), "{error}");
     }
     // Invalid UTF-8 in a refusal is shown, never an error.
     let frame = [&CONTROL_MAGIC[..], &[7, 0, 0, 2, 0, 0, 0, 0xff, b'x']].concat();
@@ -159,8 +173,8 @@ fn every_problem_is_named() {
 
 #[test]
 fn an_oversized_message_is_refused_when_encoding() {
-    let slice = vec![0u8; MAX_CONTROL_BODY_BYTES as usize];
-    let error = encode(&ControlMessage::ToLeader(ToLeader::Acked { epoch: 1, slice })).expect_err("too large");
+    let part = vec![0u8; MAX_CONTROL_BODY_BYTES as usize];
+    let error = encode(&ControlMessage::ToLeader(ToLeader::Acked { epoch: 1, part })).expect_err("too large");
     assert_eq!(error.code, "cluster.wire_too_large");
     // A refusal is cut to the bound instead, at a character boundary.
     let text = "é".repeat(MAX_CONTROL_BODY_BYTES as usize);
@@ -208,7 +222,8 @@ fn read_all(source: &mut Chunks, reader: &mut FrameReader) -> (Vec<ControlMessag
 #[test]
 fn a_frame_reader_refuses_a_huge_length_before_reading_its_body() {
     let mut header = CONTROL_MAGIC.to_vec();
-    header.extend_from_slice(&[1, 0, 3, 0xff, 0xff, 0xff, 0xff]);
+    header.extend_from_slice(&WIRE_VERSION.to_le_bytes());
+    header.extend_from_slice(&[3, 0xff, 0xff, 0xff, 0xff]);
     let mut source = Chunks(VecDeque::from([header, vec![0; 4096]]));
     let mut reader = FrameReader::new(WIRE_VERSION);
     let (messages, outcome) = read_all(&mut source, &mut reader);
@@ -239,18 +254,22 @@ fn message() -> impl Strategy<Value = ControlMessage> {
     let welcome = (vec(member, 0..6), any::<u32>(), text())
         .prop_map(|(members, you, fingerprint)| ControlMessage::Welcome(Welcome { members, you, fingerprint }));
     let to_worker = prop_oneof![
-        any::<u64>().prop_map(|epoch| ToWorker::Barrier { epoch }),
-        any::<u64>().prop_map(|epoch| ToWorker::Commit { epoch }),
+        (any::<u64>(), any::<bool>()).prop_map(|(epoch, final_epoch)| ToWorker::Barrier { epoch, final_epoch }),
+        (any::<u64>(), any::<bool>()).prop_map(|(epoch, final_epoch)| ToWorker::Commit { epoch, final_epoch }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(restored_epoch, first_epoch)| ToWorker::Resume { restored_epoch, first_epoch }),
         Just(ToWorker::Stop),
         text().prop_map(|reason| ToWorker::Abort { reason }),
         Just(ToWorker::Heartbeat),
     ]
     .prop_map(ControlMessage::ToWorker);
     let to_leader = prop_oneof![
-        (any::<u64>(), vec(any::<u8>(), 0..64)).prop_map(|(epoch, slice)| ToLeader::Acked { epoch, slice }),
+        (any::<u64>(), vec(any::<u8>(), 0..64)).prop_map(|(epoch, part)| ToLeader::Acked { epoch, part }),
         vec(any::<u8>(), 0..64).prop_map(|report| ToLeader::Finished { report }),
         text().prop_map(|message| ToLeader::Failed { message }),
         Just(ToLeader::Heartbeat),
+        Just(ToLeader::DriversFinished),
+        Just(ToLeader::StopRequested),
     ]
     .prop_map(ControlMessage::ToLeader);
     prop_oneof![text().prop_map(ControlMessage::Refusal), register, welcome, to_worker, to_leader]
