@@ -510,7 +510,7 @@ pub(super) fn discard_after(sink: &FileSink, epoch: Option<Epoch>, records: &[Ve
         let name = name.to_string_lossy();
         let later = staged_epoch(&name).is_some_and(|staged| staged > epoch.0);
         if later || name.ends_with(IN_PROGRESS_SUFFIX) {
-            fs::remove_file(entry.path()).map_err(|error| io_error(&entry.path(), &error))?;
+            remove_if_present(&entry.path())?;
         }
     }
     sync_directory(&layout.staging)?;
@@ -571,7 +571,7 @@ fn discard_parts_after(directory: &Path, epoch: Epoch) -> Result<(), SluiceError
             digits.bytes().all(|b| b.is_ascii_digit()).then(|| digits.parse::<u64>().ok())?
         });
         if visible_epoch.is_some_and(|visible| visible > epoch.0) {
-            fs::remove_file(entry.path()).map_err(|error| io_error(&entry.path(), &error))?;
+            remove_if_present(&entry.path())?;
             removed = true;
         }
     }
@@ -584,12 +584,33 @@ fn staged_epoch(name: &str) -> Option<u64> {
     digits.bytes().all(|b| b.is_ascii_digit()).then(|| digits.parse().ok())?
 }
 
-/// A fresh start: removes the staging directory and the visible output.
+/// Removes a file another worker sharing the directory may have removed first (every
+/// worker of a cluster discards before any of them writes: see the engine's recovery).
+fn remove_if_present(path: &Path) -> Result<(), SluiceError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(io_error(path, &error)),
+    }
+}
+
+/// A fresh start: removes the staging directory and the visible output. Workers sharing
+/// the directory may remove the same entries at once: a removal that fails while the
+/// directory is still there is tried again, a bounded number of times.
 fn discard_all(layout: &Layout) -> Result<(), SluiceError> {
-    match fs::remove_dir_all(&layout.staging) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(error) => return Err(io_error(&layout.staging, &error)),
+    const ATTEMPTS: u32 = 3;
+    for attempt in 1..=ATTEMPTS {
+        match fs::remove_dir_all(&layout.staging) {
+            Ok(()) => break,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => break,
+            Err(error) if attempt == ATTEMPTS || !layout.staging.exists() => {
+                if layout.staging.exists() {
+                    return Err(io_error(&layout.staging, &error));
+                }
+                break;
+            }
+            Err(_) => {}
+        }
     }
     let (directory, removed) = match &layout.target {
         Target::File(target) => {
@@ -622,7 +643,7 @@ fn remove_visible_parts(directory: &Path, extension: &str) -> Result<bool, Sluic
         };
         let numbers: Vec<&str> = middle.split('-').collect();
         if numbers.len() <= 2 && numbers.iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
-            fs::remove_file(entry.path()).map_err(|error| io_error(&entry.path(), &error))?;
+            remove_if_present(&entry.path())?;
             removed = true;
         }
     }
