@@ -61,7 +61,7 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     /// The engine's cluster options, or None for a run on this worker alone.
-    fn options(&self) -> Result<Option<ClusterOptions>, EngineError> {
+    fn options(&self, from_scratch: bool) -> Result<Option<ClusterOptions>, EngineError> {
         let role = match (&self.join, self.workers) {
             (Some(leader), _) => ClusterRole::Join { leader: leader.clone() },
             (None, Some(workers)) if workers > 1 => {
@@ -78,6 +78,7 @@ impl ClusterArgs {
             insecure: self.insecure,
             join_timeout: self.join_timeout,
             control: ControlSettings { events: Some(rendezvous_printer()), ..ControlSettings::default() },
+            from_scratch,
         }))
     }
 }
@@ -185,16 +186,13 @@ pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptio
     let checkpoints = pipeline.config.checkpoint.is_some();
     let writes_stdout = pipeline.writes_stdout();
     let clustered = cluster.join.is_some() || cluster.workers.is_some_and(|workers| workers > 1);
-    let job = match cluster.options()? {
+    let job = match cluster.options(from_scratch)? {
         None => Job::start(&pipeline, StartOptions { from_scratch })?,
         Some(options) => {
-            if from_scratch {
+            if from_scratch && !checkpoints {
                 return Err(EngineError::new(
-                    SluiceError::user(
-                        "run.from_scratch",
-                        "--from-scratch needs a [checkpoint] section, which a cluster run cannot have yet",
-                    )
-                    .with_fix("remove --from-scratch"),
+                    SluiceError::user("run.from_scratch", "--from-scratch needs a [checkpoint] section")
+                        .with_fix("there is no state to discard: remove --from-scratch"),
                 ));
             }
             let secret_hint = if options.secret.is_some() { " (with the same secret)" } else { "" };
@@ -236,6 +234,9 @@ pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptio
             return;
         }
         let place = worker.map_or_else(String::new, |(me, workers)| format!(" as worker {me} of {workers}"));
+        if let Some(epoch) = job.status().resumed_from.filter(|_| clustered) {
+            eprintln!("sluice: resuming from checkpoint {epoch}");
+        }
         eprintln!("sluice: running pipeline \"{}\"{place} on {} thread(s); Ctrl-C {stop}", job.name(), job.threads());
     };
     if !clustered {

@@ -2,12 +2,29 @@
 //! valid manifest, check that it belongs to this plan, resolve the sinks' staged work,
 //! rebuild the runtime's restore).
 //!
-//! Mapping between the runtime's slices and the manifest:
+//! Mapping between the runtime's slices and the manifest (through each worker's
+//! [`part::Part`]: every worker writes its own state objects, the leader publishes):
 //! - lane positions → `sources[i].lanes[lane]` (source order of the pipeline file);
-//! - state blobs → one object per (operator, vnode) under `state/epoch-{e}/`;
+//! - state blobs → one object per (operator, vnode) under `state/epoch-{e}/` (each vnode
+//!   belongs to one slot, hence one worker: the names never collide);
 //! - sink records → `sinks[flow].records`, each prefixed with its epoch (8 bytes,
-//!   little-endian), since a manifest may carry records of earlier epochs whose own
-//!   checkpoint failed.
+//!   little-endian; a manifest may carry records of earlier epochs whose own checkpoint
+//!   failed) and the id of the worker that staged it (4 bytes, little-endian): the
+//!   encoding `sink_record` version 2 in the manifest's encodings (version 1 had no
+//!   worker).
+//!
+//! Recovery in a cluster: every worker restores the state of the vnodes its slots own
+//! and the positions of its lanes, and commits the records it staged (the leader also
+//! those of workers that are no longer members: after a restore onto fewer workers, a
+//! file sink's staged files must then be reachable from the leader, a shared
+//! directory). A worker with a writer of a sink discards that sink's later staged work.
+//! Every worker recovers before its links open, so before any worker's drivers run.
+
+mod part;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use part::Part;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -17,7 +34,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sluice_checkpoint::{CheckpointStore, Holder, Lease, Manifest, OperatorState, SinkRecords, SourcePositions};
 use sluice_config::{CheckpointSection, Guarantee};
 use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, Restore, commit_in_order};
-use sluice_runtime::{Checkpointing, Plan};
+use sluice_runtime::{Checkpointing, Plan, SinkParallelism};
+use sluice_types::vnode::SlotLayout;
 use sluice_types::{Epoch, SluiceError};
 
 use crate::compile::CompiledPipeline;
@@ -31,14 +49,20 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("key", sluice_types::key::KEY_ENCODING_VERSION),
         ("key_hash", sluice_types::key::KEY_HASH_VERSION),
         ("window_state", sluice_operators::aggregate::WINDOW_STATE_VERSION),
+        ("sink_record", SINK_RECORD_VERSION),
     ]
     .into_iter()
     .map(|(name, version)| (name.to_string(), version))
     .collect()
 }
 
+/// How a manifest's sink records are prefixed (see the module doc).
+pub(crate) const SINK_RECORD_VERSION: u32 = 2;
+
 /// Writes checkpoints into a store.
 struct StoreCheckpointer {
+    /// This worker's id (0 alone).
+    worker: u32,
     store: Arc<CheckpointStore>,
     fingerprint: Fingerprint,
     vnodes: u32,
@@ -54,7 +78,20 @@ fn now_ms() -> i64 {
 }
 
 impl Checkpointer for StoreCheckpointer {
-    fn checkpoint(&mut self, epoch: Epoch, slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError> {
+    fn write_part(&mut self, epoch: Epoch, slice: ManifestSlice) -> Result<Vec<u8>, SluiceError> {
+        let mut part = Part::new(self.worker);
+        part.positions = slice.positions.into_iter().map(|p| (p.source as u32, p.lane, p.bytes)).collect();
+        for blob in slice.states {
+            let name = format!("{}/vnode-{}", blob.operator, blob.vnode);
+            let object = self.store.put_object(epoch.0, &name, blob.bytes)?;
+            part.objects.push((blob.operator, blob.vnode, object));
+        }
+        part.records = slice.sink_records.into_iter().map(|r| (r.flow as u32, r.epoch, r.record)).collect();
+        sluice_types::failpoint!("checkpoint.after_state_written");
+        part.encode()
+    }
+
+    fn publish(&mut self, epoch: Epoch, parts: Vec<Vec<u8>>, final_epoch: bool) -> Result<u64, SluiceError> {
         let mut manifest = Manifest::new(epoch.0, self.fingerprint.to_string(), self.vnodes, now_ms());
         manifest.lane_threads = self.lane_threads;
         manifest.encodings = encodings();
@@ -67,8 +104,13 @@ impl Checkpointer for StoreCheckpointer {
                 lanes: vec![Vec::new(); *lanes as usize],
             })
             .collect();
-        for position in slice.positions {
-            manifest.sources[position.source].lanes[position.lane as usize] = position.bytes;
+        manifest.sinks =
+            self.sinks.iter().map(|name| SinkRecords { name: name.clone(), records: Vec::new() }).collect();
+        let mut operators: HashMap<String, OperatorState> = HashMap::new();
+        let mut state_bytes = 0;
+        for bytes in &parts {
+            let part = Part::decode(bytes)?;
+            self.add_part(&mut manifest, &mut operators, part, &mut state_bytes)?;
         }
         for (source, positions) in manifest.sources.iter().enumerate() {
             if let Some(lane) = positions.lanes.iter().position(Vec::is_empty) {
@@ -78,15 +120,10 @@ impl Checkpointer for StoreCheckpointer {
                 ));
             }
         }
-        manifest.operators = self.write_states(epoch, slice.states)?;
-        sluice_types::failpoint!("checkpoint.after_state_written");
-        manifest.sinks =
-            self.sinks.iter().map(|name| SinkRecords { name: name.clone(), records: Vec::new() }).collect();
-        for sink_record in slice.sink_records {
-            let mut bytes = sink_record.epoch.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&sink_record.record);
-            manifest.sinks[sink_record.flow].records.push(bytes);
-        }
+        let mut operators: Vec<OperatorState> = operators.into_values().collect();
+        operators.sort_by(|a, b| a.id.cmp(&b.id));
+        operators.iter_mut().for_each(|o| o.vnodes.sort_by_key(|(vnode, _)| *vnode));
+        manifest.operators = operators;
         self.store.publish(&manifest)?;
         if let Err(error) = self.store.collect_garbage(self.retain) {
             tracing::warn!(%error, "old checkpoints could not be deleted; the next checkpoint tries again");
@@ -94,30 +131,47 @@ impl Checkpointer for StoreCheckpointer {
         if final_epoch {
             tracing::info!(epoch = epoch.0, "final checkpoint published");
         }
-        Ok(())
+        Ok(state_bytes)
     }
 }
 
 impl StoreCheckpointer {
-    /// Writes every state blob as an object; returns the operators' entries, sorted.
-    fn write_states(
+    /// Adds one worker's part to the manifest being built (every index checked: a part
+    /// crossed the network).
+    fn add_part(
         &self,
-        epoch: Epoch,
-        states: Vec<sluice_runtime::checkpoint::StateBlob>,
-    ) -> Result<Vec<OperatorState>, SluiceError> {
-        let mut operators: HashMap<String, OperatorState> = HashMap::new();
-        for blob in states {
-            let name = format!("{}/vnode-{}", blob.operator, blob.vnode);
-            let object = self.store.put_object(epoch.0, &name, blob.bytes)?;
-            let state = operators
-                .entry(blob.operator.clone())
-                .or_insert_with(|| OperatorState { id: blob.operator, vnodes: Vec::new() });
-            state.vnodes.push((blob.vnode, object));
+        manifest: &mut Manifest,
+        operators: &mut HashMap<String, OperatorState>,
+        part: Part,
+        state_bytes: &mut u64,
+    ) -> Result<(), SluiceError> {
+        let worker = part.worker;
+        let out_of_range = |what: String| {
+            SluiceError::internal("checkpoint.part", format!("worker {worker}'s manifest part names {what}"))
+                .with_fix("run the same sluice build and pipeline.toml on every worker")
+        };
+        for (source, lane, position) in part.positions {
+            let lanes = manifest.sources.get_mut(source as usize).map(|s| &mut s.lanes);
+            let slot = lanes.and_then(|lanes| lanes.get_mut(lane as usize));
+            *slot.ok_or_else(|| out_of_range(format!("lane {lane} of source {source}")))? = position;
         }
-        let mut operators: Vec<OperatorState> = operators.into_values().collect();
-        operators.sort_by(|a, b| a.id.cmp(&b.id));
-        operators.iter_mut().for_each(|o| o.vnodes.sort_by_key(|(vnode, _)| *vnode));
-        Ok(operators)
+        for (operator, vnode, object) in part.objects {
+            if vnode >= self.vnodes {
+                return Err(out_of_range(format!("vnode {vnode} of {} vnodes", self.vnodes)));
+            }
+            *state_bytes += object.size;
+            let state =
+                operators.entry(operator.clone()).or_insert_with(|| OperatorState { id: operator, vnodes: Vec::new() });
+            state.vnodes.push((vnode, object));
+        }
+        for (flow, epoch, record) in part.records {
+            let sink = manifest.sinks.get_mut(flow as usize).ok_or_else(|| out_of_range(format!("sink {flow}")))?;
+            let mut bytes = epoch.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&worker.to_le_bytes());
+            bytes.extend_from_slice(&record);
+            sink.records.push(bytes);
+        }
+        Ok(())
     }
 }
 
@@ -157,6 +211,23 @@ pub(crate) fn open(
     Ok(Recovered { store: Arc::new(store), lease, manifest, notices })
 }
 
+/// Opens the store a leader holds, to load the manifest it restores (`epoch`, 0: none):
+/// a follower neither takes the lease nor clears anything.
+pub(crate) fn open_shared(
+    section: &CheckpointSection,
+    base: &Path,
+    epoch: u64,
+) -> Result<(Arc<CheckpointStore>, Option<Manifest>), SluiceError> {
+    let store = CheckpointStore::open(&section.store, base)?;
+    let manifest = match epoch {
+        0 => None,
+        epoch => {
+            Some(store.load(epoch).map_err(|e| e.context(format!("loading checkpoint {epoch}, as the leader said")))?)
+        }
+    };
+    Ok((Arc::new(store), manifest))
+}
+
 /// Refuses a manifest whose state was written with encodings other than this build's.
 pub(crate) fn check_encodings(manifest: &Manifest, store: &str) -> Result<(), SluiceError> {
     let ours = encodings();
@@ -194,6 +265,14 @@ pub(crate) fn check_fingerprint(manifest: &Manifest, fingerprint: Fingerprint, s
     .with_fix("run with --from-scratch to discard that state, or set [checkpoint] store to a new location"))
 }
 
+/// Which worker recovers: its id and the cluster's slots (one worker of its threads
+/// alone), and, on a follower, the epoch the leader numbers this run's epochs after.
+pub(crate) struct Recovering<'a> {
+    pub me: u32,
+    pub layout: &'a SlotLayout,
+    pub restored_epoch: Option<u64>,
+}
+
 /// Resolves every sink's staged work (commit the manifest's records, discard the rest)
 /// and builds the runtime's restore and checkpoint options. Notes about sinks that
 /// cannot stage go to `notices`.
@@ -202,16 +281,19 @@ pub(crate) fn prepare(
     store: Arc<CheckpointStore>,
     manifest: Option<Manifest>,
     compiled: &CompiledPipeline,
+    recovering: &Recovering<'_>,
     notices: &mut Vec<String>,
 ) -> Result<Checkpointing, SluiceError> {
     let plan = &compiled.plan;
-    let highest_epoch = store.epochs()?.into_iter().max().unwrap_or(0);
+    let vnodes = compiled.options.vnodes;
+    let mine = recovering.layout.vnodes_of(recovering.me, vnodes);
     let mut restore = Restore::default();
     if let Some(manifest) = &manifest {
         restore_positions(manifest, plan, &mut restore)?;
         for operator in &manifest.operators {
             let mut blobs = Vec::with_capacity(operator.vnodes.len());
-            for (vnode, object) in &operator.vnodes {
+            // Each worker reads only the state of the vnodes its slots own.
+            for (vnode, object) in operator.vnodes.iter().filter(|(vnode, _)| mine.contains(vnode)) {
                 let bytes = store.get_object(object).map_err(|e| e.context(format!("restoring {}", operator.id)))?;
                 blobs.push((*vnode, bytes));
             }
@@ -219,7 +301,7 @@ pub(crate) fn prepare(
         }
     }
     sluice_types::failpoint!("recovery.before_resolve");
-    resolve_sinks(manifest.as_ref(), plan)?;
+    resolve_sinks(manifest.as_ref(), plan, recovering)?;
     sluice_types::failpoint!("recovery.after_resolve");
     for flow in &plan.flows {
         if section.guarantee == Guarantee::ExactlyOnce && !flow.sink.exactly_once() {
@@ -230,10 +312,18 @@ pub(crate) fn prepare(
             ));
         }
     }
+    // New epochs go above every published one, damaged ones included: a fallback must
+    // never write a manifest under an epoch that already exists. A follower takes the
+    // leader's numbers.
+    let restored_epoch = match recovering.restored_epoch {
+        Some(epoch) => epoch,
+        None => restored_epoch(&store, manifest.as_ref())?,
+    };
     let checkpointer = StoreCheckpointer {
+        worker: recovering.me,
         store,
         fingerprint: compiled.fingerprint,
-        vnodes: compiled.options.vnodes,
+        vnodes,
         lane_threads: compiled.lane_threads,
         retain: section.retain as usize,
         sources: plan.sources.iter().map(|s| (s.name().to_string(), s.lanes(), s.layout())).collect(),
@@ -243,13 +333,16 @@ pub(crate) fn prepare(
         interval: section.interval,
         timeout: section.timeout,
         exactly_once: section.guarantee == Guarantee::ExactlyOnce,
-        // New epochs go above every published one, damaged ones included: a fallback
-        // must never write a manifest under an epoch that already exists.
-        restored_epoch: highest_epoch.max(manifest.as_ref().map_or(0, |m| m.epoch)),
+        restored_epoch,
         max_failed: section.max_failed_checkpoints,
         checkpointer: Box::new(checkpointer),
     };
     Ok(Checkpointing { options, restore })
+}
+
+/// The epoch this run's epochs start after, on the worker that decides them.
+pub(crate) fn restored_epoch(store: &CheckpointStore, manifest: Option<&Manifest>) -> Result<u64, SluiceError> {
+    Ok(store.epochs()?.into_iter().max().unwrap_or(0).max(manifest.map_or(0, |m| m.epoch)))
 }
 
 fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) -> Result<(), SluiceError> {
@@ -280,23 +373,39 @@ fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) ->
     Ok(())
 }
 
-/// Commits, epoch by epoch, the staged work a manifest names; discards anything later.
-fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan) -> Result<(), SluiceError> {
+/// Commits, epoch by epoch, the staged work a manifest names that this worker staged
+/// (the leader also that of workers no longer members); a worker with a writer of the
+/// sink then discards anything later.
+fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan, recovering: &Recovering<'_>) -> Result<(), SluiceError> {
+    let (me, workers) = (recovering.me, recovering.layout.workers());
     for flow in &plan.flows {
         let sink = &flow.sink;
         let mut by_epoch: Vec<(u64, Vec<u8>)> = Vec::new();
-        if let Some(records) = manifest.and_then(|m| m.sinks.iter().find(|s| s.name == sink.name())) {
-            for record in &records.records {
-                let (epoch, rest) = record.split_at_checked(8).ok_or_else(|| {
+        let mut records = Vec::new();
+        if let Some(stored) = manifest.and_then(|m| m.sinks.iter().find(|s| s.name == sink.name())) {
+            for record in &stored.records {
+                let damaged = || {
                     SluiceError::internal("checkpoint.sink_record", format!("sink {}: a damaged record", sink.name()))
-                })?;
-                by_epoch.push((u64::from_le_bytes(epoch.try_into().expect("8 bytes")), rest.to_vec()));
+                };
+                let (epoch, rest) = record.split_at_checked(8).ok_or_else(damaged)?;
+                let (worker, rest) = rest.split_at_checked(4).ok_or_else(damaged)?;
+                let epoch = u64::from_le_bytes(epoch.try_into().expect("8 bytes"));
+                let worker = u32::from_le_bytes(worker.try_into().expect("4 bytes"));
+                if worker == me || (me == 0 && worker >= workers) {
+                    by_epoch.push((epoch, rest.to_vec()));
+                }
+                records.push(rest.to_vec());
             }
         }
-        let records: Vec<Vec<u8>> = by_epoch.iter().map(|(_, record)| record.clone()).collect();
         commit_in_order(sink.as_ref(), by_epoch).map_err(|e| e.context("recovery"))?;
-        sink.discard_after(manifest.map(|m| Epoch(m.epoch)), &records)
-            .map_err(|e| e.context(format!("sink {}", sink.name())))?;
+        let writes_here = match sink.parallelism() {
+            SinkParallelism::PerThread => true,
+            SinkParallelism::Single => recovering.layout.worker_of(flow.sink_slot) == me,
+        };
+        if writes_here {
+            sink.discard_after(manifest.map(|m| Epoch(m.epoch)), &records)
+                .map_err(|e| e.context(format!("sink {}", sink.name())))?;
+        }
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sluice_runtime::{ClusterRun, Metrics, RunEvent, RunOutcome, RunReport, StopHandle};
+use sluice_types::vnode::SlotLayout;
 use sluice_types::{ErrorKind, SluiceError};
 
 use sluice_checkpoint::Lease;
@@ -81,7 +82,9 @@ impl Job {
                 notices.push(format!("resuming from checkpoint {} in {}", manifest.epoch, section.store));
             }
             let resumed_from = manifest.as_ref().map(|m| m.epoch);
-            let checkpointing = checkpointing::prepare(section, store, manifest, &compiled, &mut notices)?;
+            let layout = SlotLayout::solo(compiled.options.threads);
+            let recovering = checkpointing::Recovering { me: 0, layout: &layout, restored_epoch: None };
+            let checkpointing = checkpointing::prepare(section, store, manifest, &compiled, &recovering, &mut notices)?;
             Ok::<_, EngineError>((compiled, checkpointing, resumed_from))
         })();
         match prepared {
@@ -147,15 +150,25 @@ impl Job {
         let started = std::time::Instant::now();
         let handle = JobHandle { name, threads, metrics: Arc::clone(&metrics), stop: stop.clone(), status };
         let status = Arc::clone(&handle.status);
-        launch(handle, Vec::new(), move || match cluster::form(prepared, &pipeline, &options) {
-            Ok(formed) => run_in_cluster(formed, (stop, woken), &metrics, &status),
-            Err(error) => RunReport {
-                outcome: RunOutcome::Failed { component: "cluster".into(), error },
-                elapsed: started.elapsed(),
-                stopped: stop.is_requested(),
-                metrics: local_metrics,
-                checkpoints: None,
-            },
+        launch(handle, Vec::new(), move || {
+            let mut notices = Vec::new();
+            match cluster::form(prepared, &pipeline, &options, &mut notices) {
+                Ok(formed) => {
+                    // The job started before these were known: they go to the log, and the
+                    // resumed epoch to the status.
+                    for notice in &notices {
+                        tracing::warn!("{notice}");
+                    }
+                    run_in_cluster(formed, (stop, woken), &metrics, &status)
+                }
+                Err(error) => RunReport {
+                    outcome: RunOutcome::Failed { component: "cluster".into(), error },
+                    elapsed: started.elapsed(),
+                    stopped: stop.is_requested(),
+                    metrics: local_metrics,
+                    checkpoints: None,
+                },
+            }
         })
     }
 
@@ -239,13 +252,15 @@ fn run_in_cluster(
     metrics_cell: &Mutex<Arc<Metrics>>,
     status: &StatusCell,
 ) -> RunReport {
-    let Formed { compiled, part, control, membership, cancel_links } = formed;
+    let Formed { compiled, part, control, membership, cancel_links, checkpointing, route, lease, resumed_from } =
+        formed;
     let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
     *metrics_cell.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&metrics);
     let workers = membership.len();
     status.update(|s| {
         s.state = JobState::Starting;
         s.worker = Some((membership.me, workers));
+        s.resumed_from = resumed_from;
     });
     let (stop, woken) = stop;
     let (done, local_done) = crossbeam_channel::bounded(1);
@@ -257,11 +272,12 @@ fn run_in_cluster(
         local: part.layout.slots_of(part.worker),
         workers,
         shutdown_timeout: compiled.options.shutdown_timeout,
+        route,
     };
     let supervisor = std::thread::Builder::new()
         .name("sluice-cluster-control".into())
         .spawn(move || cluster::supervise(control, supervised));
-    let mut report = run(compiled, None, Some(part), (stop, woken), metrics, status);
+    let mut report = run(compiled, checkpointing, Some(part), (stop, woken), metrics, status);
     let local = match &report.outcome {
         RunOutcome::Completed => Ok(()),
         RunOutcome::Failed { component, error } => {
@@ -283,6 +299,10 @@ fn run_in_cluster(
     };
     if let (true, Some((component, error))) = (echo, failure) {
         report.outcome = RunOutcome::Failed { component, error };
+    }
+    // Every worker reported its end (or was lost): the next run may take the store.
+    if let Some(Err(error)) = lease.map(Lease::release) {
+        tracing::warn!(%error, "the store's lease could not be released");
     }
     report
 }
@@ -371,10 +391,26 @@ fn launch(
     body: impl FnOnce() -> RunReport + Send + 'static,
 ) -> Result<Job, EngineError> {
     let status = Arc::clone(&handle.status);
+    let watched = handle.clone();
     let controller = std::thread::Builder::new()
         .name("sluice-controller".into())
         .spawn(move || {
-            let report = body();
+            // A panic (a bug) still ends the job in a final state, so that whoever
+            // watches its status sees the failure instead of waiting forever.
+            let started = std::time::Instant::now();
+            let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or_else(|panic| {
+                let error = SluiceError::internal(
+                    "run.panic",
+                    format!("the controller thread panicked: {}", panic_message(&*panic)),
+                );
+                RunReport {
+                    outcome: RunOutcome::Failed { component: "controller".into(), error },
+                    elapsed: started.elapsed(),
+                    stopped: watched.stop.is_requested(),
+                    metrics: watched.metrics(),
+                    checkpoints: None,
+                }
+            });
             finish(&status, &report);
             report
         })

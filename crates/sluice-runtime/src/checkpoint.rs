@@ -19,6 +19,14 @@
 //! 5. Only after the manifest is published does the controller call each sink's
 //!    `commit(e, records)` (invariant 2).
 //!
+//! In a cluster (see `crate::peers`) the leader's controller sends `Barrier(e)` to the
+//! other workers as well; each of them runs steps 1-4 for its own drivers but only
+//! writes its state objects (`Checkpointer::write_part`) and sends its part to the
+//! leader. The leader publishes manifest `e` once it has every worker's part and its
+//! own, commits its sinks, and sends `Commit(e)`, on which each worker commits its own
+//! sinks. So a manifest names only objects that are durable on every worker, and no
+//! sink anywhere commits an epoch before its manifest is published.
+//!
 //! A checkpoint that fails (store error) is abandoned: nothing was published, sinks stay
 //! uncommitted, and the next interval tries a new epoch. Its sinks' pre-commit records
 //! ride along in the next manifest and are committed, epoch by epoch, once that one is
@@ -112,11 +120,22 @@ impl ManifestSlice {
 }
 
 /// Persists checkpoints. Implemented above the runtime (the store lives there).
+///
+/// A checkpoint is written in two steps, so that in a cluster every worker writes its
+/// own state and only the leader publishes: [`Checkpointer::write_part`] (every worker,
+/// for its own slice) and [`Checkpointer::publish`] (the leader, with every worker's
+/// part). One worker alone does both, in that order.
 pub trait Checkpointer: Send {
-    /// Writes the state objects of `slice` (every driver's, merged), waits until they are
-    /// durable, then publishes manifest `epoch` atomically. `final_epoch` marks the
-    /// checkpoint taken when the run stops or ends.
-    fn checkpoint(&mut self, epoch: Epoch, slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError>;
+    /// Writes the state objects of `slice` (this worker's drivers, merged), waits until
+    /// they are durable, and returns this worker's part of manifest `epoch`: its lane
+    /// positions, the objects it wrote and its sinks' records, in an encoding of the
+    /// implementer's (it crosses to the leader).
+    fn write_part(&mut self, epoch: Epoch, slice: ManifestSlice) -> Result<Vec<u8>, SluiceError>;
+
+    /// Publishes manifest `epoch` atomically from every worker's part (each written by
+    /// `write_part` for this epoch and durable); returns the bytes of state it names.
+    /// `final_epoch` marks the checkpoint taken when the run stops or ends.
+    fn publish(&mut self, epoch: Epoch, parts: Vec<Vec<u8>>, final_epoch: bool) -> Result<u64, SluiceError>;
 }
 
 /// When and how checkpoints are taken.

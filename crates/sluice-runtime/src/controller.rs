@@ -16,18 +16,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, never};
 use sluice_types::{ErrorKind, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
 use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
-use crate::coordinator::{Completed, Coordinator, Written, writer_gone};
+use crate::coordinator::{Cluster, Completed, Coordinator};
 use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, cluster_mesh};
 use crate::mailbox::post;
 use crate::metrics::Metrics;
+use crate::peers::Peers;
 use crate::plan::{OperatorContext, Plan, SegmentOutput};
+use crate::writer::{Written, writer_gone};
 use sluice_cluster::link::{LinkMetrics, Network, NetworkBuilder};
 use sluice_types::vnode::SlotLayout;
 
@@ -152,6 +154,8 @@ pub struct ClusterRun {
     pub network: NetworkBuilder,
     /// Opens the links (the caller holds the exchange listener and the secret).
     pub connect: Box<dyn FnOnce(NetworkBuilder) -> Result<Network, SluiceError> + Send>,
+    /// The other workers' side of checkpoints (when the run checkpoints).
+    pub peers: Option<Peers>,
 }
 
 /// Checkpoints for a run: how to take them, and the state restored from the last one.
@@ -176,7 +180,7 @@ pub fn run(
 /// Runs this worker's part of `plan`: its slots' drivers, whose exchanges reach the
 /// other workers' slots through `cluster`'s links. `options.threads` is the cluster's
 /// slot count, and `metrics` are made for it (the other workers' slots stay at zero).
-/// Checkpoints across workers are not supported yet: the engine refuses them.
+/// With checkpoints, `cluster.peers` carries the epochs between the workers.
 pub fn run_part(
     plan: &Plan,
     options: &RunOptions,
@@ -189,15 +193,22 @@ pub fn run_part(
     plan.assert_well_formed();
     assert!(options.threads > 0, "at least one driver thread");
     assert_eq!(metrics.threads.len(), options.threads as usize, "metrics made for this plan and thread count");
-    let (layout, worker, mut network, connect) = match cluster {
-        Some(ClusterRun { layout, worker, network, connect }) => (layout, worker, Some(network), Some(connect)),
-        None => (SlotLayout::solo(options.threads), 0, None, None),
+    let (layout, worker, mut network, connect, peers) = match cluster {
+        Some(ClusterRun { layout, worker, network, connect, peers }) => {
+            (layout, worker, Some(network), Some(connect), peers)
+        }
+        None => (SlotLayout::solo(options.threads), 0, None, None, None),
     };
     assert_eq!(layout.slots(), options.threads, "options.threads counts every worker's slots");
     assert!(
-        layout.workers() == 1 || checkpointing.is_none(),
-        "checkpoints across workers are refused before a cluster run starts"
+        layout.workers() == 1 || checkpointing.is_none() || peers.is_some(),
+        "checkpoints across workers need the peers' channels"
     );
+    let (cluster_role, lead_events, follow_events) = match peers {
+        Some(Peers::Lead { others, send, events }) => (Some(Cluster::Lead { others, send }), events, never()),
+        Some(Peers::Follow { send, events }) => (Some(Cluster::Follow { send }), never(), events),
+        None => (None, never(), never()),
+    };
     let local = layout.slots_of(worker);
     let started = Instant::now();
     let (stop_handle, stop_woken) = stop;
@@ -207,7 +218,10 @@ pub fn run_part(
     let (coordinator, restore) = match checkpointing {
         Some(Checkpointing { options: checkpoint, restore }) => {
             let sinks = plan.flows.iter().map(|f| Arc::clone(&f.sink)).collect();
-            (Some(Coordinator::new(checkpoint, sinks, Arc::clone(&metrics), started)), restore)
+            (
+                Some(Coordinator::new(checkpoint, sinks, Arc::clone(&metrics), started, cluster_role, local.start)),
+                restore,
+            )
         }
         None => (None, Restore::default()),
     };
@@ -273,7 +287,8 @@ pub fn run_part(
         reported_epoch: None,
         shutdown_timeout: options.shutdown_timeout,
     };
-    let written = supervisor.coordinator.as_ref().map_or_else(crossbeam_channel::never, |c| c.results().clone());
+    let written = supervisor.coordinator.as_ref().map_or_else(never, |c| c.results().clone());
+    let no_events = never();
     while supervisor.outcome.is_none() {
         let now = Instant::now();
         let mut wake = supervisor.deadline.unwrap_or(now + IDLE_WAKE);
@@ -286,9 +301,14 @@ pub fn run_part(
         if let Some(due) = supervisor.coordinator.as_ref().and_then(Coordinator::next_timeout) {
             wake = wake.min(due);
         }
+        // Once every local driver left, their channel only says so; the run may still
+        // wait for the writer or the other workers.
+        let driver_events = if supervisor.running.is_empty() { &no_events } else { &events };
         crossbeam_channel::select! {
-            recv(events) -> event => supervisor.on_event(event.ok()),
+            recv(driver_events) -> event => supervisor.on_event(event.ok()),
             recv(written) -> answer => supervisor.on_written(answer.ok()),
+            recv(lead_events) -> report => supervisor.on_worker(report.ok()),
+            recv(follow_events) -> command => supervisor.on_leader(command.ok()),
             recv(stop_woken) -> _ => supervisor.on_stop(options.shutdown_timeout),
             default(wake.saturating_duration_since(now)) => {}
         }
@@ -303,6 +323,7 @@ pub fn run_part(
             supervisor.on_stop(options.shutdown_timeout);
         }
         supervisor.tick();
+        supervisor.check_end();
         supervisor.check_deadline(options.shutdown_timeout);
         publish_link_counters(&link_counters);
     }
@@ -412,9 +433,7 @@ impl Supervisor<'_> {
                     let completed = coordinator.on_finished(thread, slice);
                     self.after_checkpoint(completed);
                 }
-                if self.running.is_empty() && self.outcome.is_none() {
-                    self.outcome = Some(self.final_outcome());
-                }
+                self.check_end();
             }
             Some(DriverEvent::Fatal { thread, component, error }) => {
                 tracing::debug!(thread, %component, "driver failed");
@@ -463,15 +482,38 @@ impl Supervisor<'_> {
         self.after_checkpoint(completed);
     }
 
-    /// Every driver left: with checkpoints, the last one records the end and commits.
-    fn final_outcome(&mut self) -> RunOutcome {
-        let Some(coordinator) = self.coordinator.as_mut() else { return RunOutcome::Completed };
-        let finished = coordinator.finish(self.shutdown_timeout);
-        self.report_commit();
-        match finished {
-            Ok(()) => RunOutcome::Completed,
-            Err(error) => RunOutcome::Failed { component: "checkpoint".into(), error },
+    /// Every local driver left: without checkpoints the run is complete; with them the
+    /// last checkpoint records the end and commits (alone or leading, once every other
+    /// worker's drivers left too; a follower waits for the leader's final commit). Bounded
+    /// by `shutdown_timeout`.
+    fn check_end(&mut self) {
+        if !self.running.is_empty() || self.outcome.is_some() {
+            return;
         }
+        let Some(coordinator) = self.coordinator.as_mut() else {
+            self.outcome = Some(RunOutcome::Completed);
+            return;
+        };
+        if !coordinator.others_finished() {
+            return;
+        }
+        self.deadline.get_or_insert_with(|| Instant::now() + self.shutdown_timeout);
+        let completed = coordinator.end_of_input(Instant::now());
+        self.after_checkpoint(completed);
+    }
+
+    /// Another worker reported (None: the engine's session ended; its loss aborts the run).
+    fn on_worker(&mut self, report: Option<(u32, sluice_cluster::wire::ToLeader)>) {
+        let (Some((worker, report)), Some(coordinator)) = (report, self.coordinator.as_mut()) else { return };
+        let completed = coordinator.on_worker(worker, report);
+        self.after_checkpoint(completed);
+    }
+
+    /// The leader's command (None: the session ended; its loss aborts the run).
+    fn on_leader(&mut self, command: Option<sluice_cluster::wire::ToWorker>) {
+        let (Some(command), Some(coordinator)) = (command, self.coordinator.as_mut()) else { return };
+        let completed = coordinator.on_leader(command, &self.running, &self.controls);
+        self.after_checkpoint(completed);
     }
 
     /// Lets the coordinator start a due checkpoint or time out the one in flight.
@@ -500,6 +542,12 @@ impl Supervisor<'_> {
     fn after_checkpoint(&mut self, completed: Result<Completed, SluiceError>) {
         self.report_commit();
         match completed {
+            // Every driver already left (the end of input): the run is complete.
+            Ok(Completed::Final) if self.running.is_empty() => {
+                if self.outcome.is_none() {
+                    self.outcome = Some(RunOutcome::Completed);
+                }
+            }
             Ok(Completed::Final) => {
                 for control in &self.controls {
                     // A driver that already ended needs no exit.
@@ -553,22 +601,20 @@ impl Supervisor<'_> {
             && Instant::now() >= deadline
         {
             self.abort();
-            let draining = self.running.len();
-            let waiting = match self.coordinator.as_ref().and_then(Coordinator::pending_work) {
-                Some(work) => format!("{work}; "),
-                None => String::new(),
-            };
+            let mut waiting: Vec<String> =
+                self.coordinator.as_ref().and_then(Coordinator::pending_work).into_iter().collect();
+            let limit = humanize(timeout);
+            waiting.push(match self.running.len() {
+                0 => format!("not done after shutdown_timeout = {limit}"),
+                draining => format!(
+                    "{draining} thread(s) still draining after shutdown_timeout = {limit}; their in-flight rows were \
+                     abandoned"
+                ),
+            });
             self.outcome = Some(RunOutcome::Failed {
                 component: "shutdown".into(),
-                error: SluiceError::external(
-                    "run.shutdown_timeout",
-                    format!(
-                        "{waiting}{draining} thread(s) still draining after shutdown_timeout = {}; their in-flight \
-                         rows were abandoned",
-                        humanize(timeout)
-                    ),
-                )
-                .with_fix("raise [pipeline] shutdown_timeout, or find the sink or store that does not answer"),
+                error: SluiceError::external("run.shutdown_timeout", waiting.join("; "))
+                    .with_fix("raise [pipeline] shutdown_timeout, or find the sink or store that does not answer"),
             });
         }
     }

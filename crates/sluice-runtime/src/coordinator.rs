@@ -1,46 +1,58 @@
 //! The checkpoint coordinator: the controller's side of the protocol in
-//! [`crate::checkpoint`]. It decides when barrier `e` starts, collects every driver's
-//! slice, has the [`Checkpointer`](crate::checkpoint::Checkpointer) persist and publish
-//! the manifest, and only then commits the sinks.
+//! [`crate::checkpoint`]. Alone or leading a cluster, it decides when barrier `e`
+//! starts, collects every driver's slice (and every other worker's part), has the
+//! [`Checkpointer`](crate::checkpoint::Checkpointer) persist and publish the manifest,
+//! and only then commits the sinks (and tells the other workers to commit theirs).
+//! Following a leader, it takes each barrier and commit from the leader instead and
+//! sends its part back (see [`crate::peers`]).
 //!
 //! Rules it keeps:
 //! - One epoch in flight at a time; epochs strictly increase, from one past the restored
-//!   epoch.
+//!   epoch (a follower takes the leader's numbers).
 //! - A driver that finished (its lanes ended) before acking the epoch in flight
 //!   contributes its final slice to that epoch; one that had acked it contributes to the
 //!   next (its end-of-input output came after the barrier). Its lanes' final positions
-//!   join every later manifest, below any position a live driver reported.
+//!   join every later manifest, below any position a live driver reported. A worker whose
+//!   drivers all finished still acks every barrier (with those positions and its records).
 //! - Sink records of an epoch whose checkpoint failed stay uncommitted and ride along in
 //!   the next manifest, so staged output is never orphaned; they are committed, in epoch
-//!   order, right after that manifest is published.
-//! - Once every driver acked, the slice goes to the *writer*, a thread of its own that
-//!   encodes the state copies and has the [`Checkpointer`](crate::checkpoint::Checkpointer)
-//!   write and publish them, so the controller keeps answering drivers, stop requests
-//!   and deadlines meanwhile. The result comes back through [`Coordinator::results`];
-//!   the next barrier starts only after it (one checkpoint at a time, from barrier to
+//!   order, right after that manifest is published. A follower keeps every record it has
+//!   not committed in each part it sends, and commits on the leader's `Commit(e)` every
+//!   record of epoch `e` or earlier.
+//! - Once every driver (and every other worker) acked, the slice goes to the *writer*
+//!   (`crate::writer`), so the controller keeps answering drivers, stop requests and
+//!   deadlines meanwhile. The result comes back through [`Coordinator::results`]; the
+//!   next barrier starts only after it (one checkpoint at a time, from barrier to
 //!   commit).
 //! - A stop requested while a checkpoint is in flight or being written starts the final
-//!   checkpoint as soon as that one completes.
+//!   checkpoint as soon as that one completes; so does the end of every worker's input.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded};
-use sluice_types::{Epoch, ErrorKind, SluiceError, panic_message};
+use crossbeam_channel::{Receiver, Sender};
+use sluice_cluster::wire::{ToLeader, ToWorker};
+use sluice_types::{Epoch, ErrorKind, SluiceError};
 
-use crate::checkpoint::{CheckpointOptions, Checkpointer, LanePosition, ManifestSlice, SinkRecord, commit_in_order};
+use crate::checkpoint::{CheckpointOptions, LanePosition, ManifestSlice, SinkRecord, commit_in_order};
 use crate::controller::CONTROL_ARGUMENT;
 use crate::driver::Control;
 use crate::mailbox::{Posted, post};
 use crate::metrics::Metrics;
+use crate::peers::{SendToLeader, SendToWorker};
 use crate::plan::SinkFactory;
+use crate::writer::{WRITER_ARGUMENT, WriteOutcome, WriteRequest, Written, spawn_writer, writer_gone};
 
 struct InFlight {
     epoch: Epoch,
     waiting: BTreeSet<u32>,
+    /// Other workers whose part of this epoch has not arrived (leader only).
+    waiting_workers: BTreeSet<u32>,
     slice: ManifestSlice,
+    /// The other workers' parts that arrived.
+    parts: Vec<Vec<u8>>,
     /// Sink records produced before this barrier but not yet in a published manifest.
     carried: Vec<SinkRecord>,
     final_epoch: bool,
@@ -62,59 +74,6 @@ struct Writing {
     pause_ms: u64,
 }
 
-/// The writer's answer for one checkpoint: the bytes of state written, or the failure.
-#[derive(Debug)]
-pub(crate) struct Written {
-    epoch: Epoch,
-    result: Result<u64, SluiceError>,
-}
-
-#[derive(Debug)]
-struct WriteRequest {
-    epoch: Epoch,
-    slice: ManifestSlice,
-    final_epoch: bool,
-}
-
-/// Why the writer's two channels (capacity 1) never fill: a request is sent only when no
-/// checkpoint is being written (`Coordinator::writing` is empty), and the writer answers
-/// each request once, before taking the next.
-const WRITER_ARGUMENT: &str = "one checkpoint is written at a time";
-
-/// The writer thread: encodes each slice's state copies, then writes and publishes it.
-/// It ends when the coordinator (the request sender) is gone.
-fn spawn_writer(mut checkpointer: Box<dyn Checkpointer>) -> (Sender<WriteRequest>, Receiver<Written>) {
-    let (requests, incoming) = bounded::<WriteRequest>(1);
-    let (answers, results) = bounded::<Written>(1);
-    let spawned = std::thread::Builder::new().name("sluice-checkpoint".into()).spawn(move || {
-        for WriteRequest { epoch, mut slice, final_epoch } in incoming {
-            // A panic (a bug in a snapshot job or the checkpointer) fails the run with its
-            // message, never leaves the controller waiting for an answer.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                slice.encode_deferred().and_then(|()| {
-                    sluice_types::failpoint!("checkpoint.after_encode");
-                    let state_bytes = slice.states.iter().map(|s| s.bytes.len() as u64).sum();
-                    checkpointer.checkpoint(epoch, slice, final_epoch).map(|()| state_bytes)
-                })
-            }))
-            .unwrap_or_else(|panic| {
-                let message = format!("the checkpoint writer panicked: {}", panic_message(&*panic));
-                Err(SluiceError::internal("run.panic", message).with_kind(ErrorKind::Panic))
-            });
-            // One checkpoint at a time: the answer channel holds the one answer.
-            if post(&answers, Written { epoch, result }, WRITER_ARGUMENT) == Posted::ReceiverGone {
-                return;
-            }
-        }
-    });
-    // Without the thread every request fails at once (its channel is closed), which the
-    // coordinator reports as a failed checkpoint.
-    if let Err(error) = spawned {
-        tracing::error!(%error, "the checkpoint writer thread could not start");
-    }
-    (requests, results)
-}
-
 /// What completing a checkpoint led to.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Completed {
@@ -125,6 +84,19 @@ pub(crate) enum Completed {
     Final,
 }
 
+/// Who decides the epochs.
+enum Role {
+    /// This worker: alone (`others` is empty) or leading `others`.
+    Lead {
+        others: Vec<u32>,
+        /// Other workers whose drivers have not all finished.
+        running: BTreeSet<u32>,
+        send: Option<SendToWorker>,
+    },
+    /// The leader, whose commands arrive through [`Coordinator::on_leader`].
+    Follow { send: SendToLeader, drivers_finished_sent: bool, stop_sent: bool },
+}
+
 pub(crate) struct Coordinator {
     interval: Duration,
     timeout: Duration,
@@ -133,6 +105,9 @@ pub(crate) struct Coordinator {
     exactly_once: bool,
     max_failed: u32,
     sinks: Vec<Arc<dyn SinkFactory>>,
+    role: Role,
+    /// This worker's first slot: `controls[t - first_slot]` reaches the driver of slot `t`.
+    first_slot: u32,
     next_epoch: Epoch,
     next_due: Instant,
     in_flight: Option<InFlight>,
@@ -187,15 +162,30 @@ impl CheckpointStats {
     }
 }
 
+/// A cluster's side of a coordinator: lead `others`, or follow the leader.
+pub(crate) enum Cluster {
+    Lead { others: Vec<u32>, send: SendToWorker },
+    Follow { send: SendToLeader },
+}
+
 impl Coordinator {
     pub(crate) fn new(
         options: CheckpointOptions,
         sinks: Vec<Arc<dyn SinkFactory>>,
         metrics: Arc<Metrics>,
         now: Instant,
+        cluster: Option<Cluster>,
+        first_slot: u32,
     ) -> Coordinator {
         let CheckpointOptions { interval, timeout, exactly_once, restored_epoch, max_failed, checkpointer } = options;
         let (requests, results) = spawn_writer(checkpointer);
+        let role = match cluster {
+            None => Role::Lead { others: Vec::new(), running: BTreeSet::new(), send: None },
+            Some(Cluster::Lead { others, send }) => {
+                Role::Lead { running: others.iter().copied().collect(), others, send: Some(send) }
+            }
+            Some(Cluster::Follow { send }) => Role::Follow { send, drivers_finished_sent: false, stop_sent: false },
+        };
         Coordinator {
             interval,
             timeout,
@@ -203,6 +193,8 @@ impl Coordinator {
             exactly_once,
             max_failed,
             sinks,
+            role,
+            first_slot,
             next_epoch: Epoch(restored_epoch + 1),
             next_due: now + interval,
             in_flight: None,
@@ -229,6 +221,10 @@ impl Coordinator {
         self.in_flight.is_none() && self.writing.is_none()
     }
 
+    fn follows(&self) -> bool {
+        matches!(self.role, Role::Follow { .. })
+    }
+
     pub(crate) fn exactly_once(&self) -> bool {
         self.exactly_once
     }
@@ -237,14 +233,24 @@ impl Coordinator {
         self.next_epoch.0
     }
 
-    /// When the next regular barrier is due.
+    /// When the next regular barrier is due (a follower's come from the leader).
     pub(crate) fn next_due(&self) -> Option<Instant> {
-        (self.idle() && !self.stopping).then_some(self.next_due)
+        (self.idle() && !self.stopping && !self.follows()).then_some(self.next_due)
     }
 
-    /// When the barrier in flight times out, if one is in flight.
+    /// When the barrier in flight times out, if one is in flight (the leader's timeout
+    /// covers a follower's drivers).
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        self.in_flight.as_ref().map(|in_flight| in_flight.deadline)
+        self.in_flight.as_ref().filter(|_| !self.follows()).map(|in_flight| in_flight.deadline)
+    }
+
+    /// Whether every other worker's drivers finished (true alone and for a follower,
+    /// whose leader decides).
+    pub(crate) fn others_finished(&self) -> bool {
+        match &self.role {
+            Role::Lead { running, .. } => running.is_empty(),
+            Role::Follow { .. } => true,
+        }
     }
 
     /// Starts a regular checkpoint when one is due, or the final one once a stop was
@@ -256,6 +262,9 @@ impl Coordinator {
         running: &BTreeSet<u32>,
         controls: &[Sender<Control>],
     ) -> Result<Completed, SluiceError> {
+        if self.follows() {
+            return Ok(Completed::Nothing);
+        }
         if self.in_flight.as_ref().is_some_and(|in_flight| now >= in_flight.deadline) {
             return self.time_out(now);
         }
@@ -265,7 +274,7 @@ impl Coordinator {
 
     /// Starts the checkpoint that is due, if no checkpoint is under way.
     fn start_due(&mut self, now: Instant, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
-        if !self.idle() || running.is_empty() {
+        if !self.idle() || self.follows() || (running.is_empty() && self.others_finished()) {
             return;
         }
         if self.stopping {
@@ -279,18 +288,21 @@ impl Coordinator {
     }
 
     /// The barrier in flight was not acknowledged within `timeout`: the checkpoint fails,
-    /// naming every thread that did not answer and where its barrier waits.
+    /// naming every thread (and worker) that did not answer and where its barrier waits.
     fn time_out(&mut self, now: Instant) -> Result<Completed, SluiceError> {
         let in_flight = self.in_flight.as_mut().expect("a timeout needs a barrier in flight");
         in_flight.timed_out = true;
         in_flight.deadline = now + self.timeout;
         self.stats.failed += 1;
         self.failed_in_a_row += 1;
-        let waiting: Vec<String> = in_flight
+        let mut waiting: Vec<String> = in_flight
             .waiting
             .iter()
             .map(|&thread| format!("thread {thread} {}", self.metrics.threads[thread as usize].barrier_at()))
             .collect();
+        waiting.extend(in_flight.waiting_workers.iter().map(|worker| {
+            format!("worker {worker} (its drivers have not all passed the barrier, or its state is not written yet)")
+        }));
         let error = SluiceError::external(
             "checkpoint.timeout",
             format!(
@@ -317,14 +329,31 @@ impl Coordinator {
         for thread in running {
             let control = if final_epoch { Control::FinalBarrier(epoch) } else { Control::Barrier(epoch) };
             // A driver that already left reports Finished; it is no longer waited for then.
-            let _gone = post(&controls[*thread as usize], control, CONTROL_ARGUMENT);
+            let _gone = post(&controls[(*thread - self.first_slot) as usize], control, CONTROL_ARGUMENT);
+        }
+        let mut waiting_workers = BTreeSet::new();
+        if let Role::Lead { others, send: Some(send), .. } = &self.role {
+            for &worker in others {
+                // An unreachable worker is reported lost by the control session, which
+                // ends the run; until then its ack is simply missing.
+                if let Err(error) = send(worker, ToWorker::Barrier { epoch: epoch.0, final_epoch }) {
+                    tracing::warn!(worker, %error, "a barrier did not reach a worker");
+                }
+                waiting_workers.insert(worker);
+            }
         }
         tracing::debug!(epoch = epoch.0, final_epoch, "checkpoint started");
-        let carried = std::mem::take(&mut self.uncommitted);
+        // A follower keeps every record until the leader says it is committed.
+        let carried = match self.role {
+            Role::Lead { .. } => std::mem::take(&mut self.uncommitted),
+            Role::Follow { .. } => self.uncommitted.clone(),
+        };
         self.in_flight = Some(InFlight {
             epoch,
             waiting: running.clone(),
+            waiting_workers,
             slice: ManifestSlice::default(),
+            parts: Vec::new(),
             carried,
             final_epoch,
             started: now,
@@ -334,9 +363,19 @@ impl Coordinator {
     }
 
     /// A stop was requested: the next checkpoint is the final one (pausing every lane),
-    /// started now or as soon as the one under way completes.
+    /// started now or as soon as the one under way completes. A follower asks the
+    /// leader, which stops every worker.
     pub(crate) fn request_stop(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>]) {
         self.stopping = true;
+        if let Role::Follow { send, stop_sent, .. } = &mut self.role {
+            if !*stop_sent {
+                *stop_sent = true;
+                if let Err(error) = send(ToLeader::StopRequested) {
+                    tracing::warn!(%error, "the stop request did not reach the leader");
+                }
+            }
+            return;
+        }
         self.start_due(Instant::now(), running, controls);
     }
 
@@ -360,78 +399,141 @@ impl Coordinator {
         self.complete_if_ready()
     }
 
-    /// Every driver ended on its own (end of input): the last checkpoint records the end
-    /// positions and commits the sinks' last rows. Waits for the writer.
-    pub(crate) fn finish(&mut self, timeout: Duration) -> Result<(), SluiceError> {
-        let deadline = Instant::now() + timeout;
-        self.wait_for_writer(deadline, timeout)?;
-        if self.final_done {
-            return Ok(());
-        }
-        let epoch = self.next_epoch;
-        self.next_epoch = Epoch(epoch.0 + 1);
-        let carried = std::mem::take(&mut self.uncommitted);
-        let now = Instant::now();
-        self.in_flight = Some(InFlight {
-            epoch,
-            waiting: BTreeSet::new(),
-            slice: ManifestSlice::default(),
-            carried,
-            final_epoch: true,
-            started: now,
-            deadline: now + self.timeout,
-            timed_out: false,
-        });
-        self.complete_if_ready()?;
-        match self.wait_for_writer(deadline, timeout)? {
-            Completed::Final => Ok(()),
-            _ => Err(SluiceError::external("checkpoint.final", "the final checkpoint could not be written")),
+    /// Another worker reported (leader only; anything out of order breaks the protocol).
+    pub(crate) fn on_worker(&mut self, worker: u32, report: ToLeader) -> Result<Completed, SluiceError> {
+        let Role::Lead { running, .. } = &mut self.role else {
+            return Err(protocol(format!("worker {worker} reported to a worker that does not lead")));
+        };
+        match report {
+            ToLeader::DriversFinished => {
+                running.remove(&worker);
+                Ok(Completed::Nothing)
+            }
+            ToLeader::Acked { epoch, part } => {
+                let Some(in_flight) = self.in_flight.as_mut().filter(|f| f.epoch.0 == epoch) else {
+                    return Err(protocol(format!("worker {worker} acknowledged checkpoint {epoch}, not in flight")));
+                };
+                if !in_flight.waiting_workers.remove(&worker) {
+                    return Err(protocol(format!("worker {worker} acknowledged checkpoint {epoch} twice")));
+                }
+                in_flight.parts.push(part);
+                self.complete_if_ready()
+            }
+            other => Err(protocol(format!("worker {worker} sent {other:?} to the checkpoint coordinator"))),
         }
     }
 
-    /// Waits, until `deadline` at most, for the checkpoint being written (if any).
-    fn wait_for_writer(&mut self, deadline: Instant, timeout: Duration) -> Result<Completed, SluiceError> {
-        let Some(writing) = &self.writing else { return Ok(Completed::Nothing) };
-        let epoch = writing.epoch.0;
-        let written = self.results.recv_deadline(deadline).map_err(|error| match error {
-            crossbeam_channel::RecvTimeoutError::Timeout => SluiceError::external(
-                "checkpoint.final_timeout",
-                format!(
-                    "the final checkpoint (epoch {epoch}) was not written within shutdown_timeout = {}",
-                    crate::controller::humanize(timeout)
-                ),
-            )
-            .with_fix("check that the checkpoint store answers, or raise [pipeline] shutdown_timeout"),
-            crossbeam_channel::RecvTimeoutError::Disconnected => writer_gone(),
-        })?;
-        self.on_written(written)
+    /// The leader's command (follower only; anything out of order breaks the protocol).
+    pub(crate) fn on_leader(
+        &mut self,
+        command: ToWorker,
+        running: &BTreeSet<u32>,
+        controls: &[Sender<Control>],
+    ) -> Result<Completed, SluiceError> {
+        if !self.follows() {
+            return Err(protocol(format!("the leader's {command:?} reached the leader")));
+        }
+        match command {
+            ToWorker::Barrier { epoch, final_epoch } => {
+                if !self.idle() || epoch < self.next_epoch.0 {
+                    return Err(protocol(format!(
+                        "the leader started checkpoint {epoch} while this worker {}",
+                        match &self.in_flight {
+                            Some(in_flight) => format!("still takes checkpoint {}", in_flight.epoch.0),
+                            None => format!("expected checkpoint {} or later", self.next_epoch.0),
+                        }
+                    )));
+                }
+                self.next_epoch = Epoch(epoch);
+                self.final_started |= final_epoch;
+                self.start(running, controls, final_epoch, Instant::now());
+                self.complete_if_ready()
+            }
+            ToWorker::Commit { epoch, final_epoch } => self.commit_as_told(epoch, final_epoch),
+            other => Err(protocol(format!("the leader sent {other:?} to the checkpoint coordinator"))),
+        }
+    }
+
+    /// A follower commits every record of `epoch` or earlier.
+    fn commit_as_told(&mut self, epoch: u64, final_epoch: bool) -> Result<Completed, SluiceError> {
+        if epoch >= self.next_epoch.0 {
+            return Err(protocol(format!("the leader committed checkpoint {epoch}, which this worker never acked")));
+        }
+        let (now, later): (Vec<SinkRecord>, Vec<SinkRecord>) =
+            std::mem::take(&mut self.uncommitted).into_iter().partition(|record| record.epoch <= epoch);
+        self.uncommitted = later;
+        self.stats.published += 1;
+        self.stats.last_epoch = epoch;
+        self.commit(now)?;
+        if final_epoch {
+            self.final_done = true;
+            return Ok(Completed::Final);
+        }
+        Ok(Completed::Checkpoint)
+    }
+
+    /// Every local driver ended on its own (end of input). Alone or leading, once every
+    /// other worker's drivers ended too, the last checkpoint records the end positions
+    /// and commits the sinks' last rows: it starts now, or as soon as the checkpoint under
+    /// way completes ([`Completed::Final`] follows from the writer). A follower tells
+    /// the leader, once, and waits for its final commit.
+    pub(crate) fn end_of_input(&mut self, now: Instant) -> Result<Completed, SluiceError> {
+        if self.final_done {
+            return Ok(Completed::Final);
+        }
+        if let Role::Follow { send, drivers_finished_sent, .. } = &mut self.role {
+            if !*drivers_finished_sent {
+                *drivers_finished_sent = true;
+                send(ToLeader::DriversFinished).map_err(|e| e.context("telling the leader the input ended"))?;
+            }
+            return Ok(Completed::Nothing);
+        }
+        if !self.idle() || self.final_started || !self.others_finished() {
+            return Ok(Completed::Nothing);
+        }
+        self.final_started = true;
+        self.start(&BTreeSet::new(), &[], true, now);
+        self.complete_if_ready()
     }
 
     /// What a run that is stopping still waits for, for the shutdown deadline's message.
     pub(crate) fn pending_work(&self) -> Option<String> {
         if let Some(in_flight) = &self.in_flight {
-            let threads: Vec<String> = in_flight.waiting.iter().map(u32::to_string).collect();
+            let mut waiting: Vec<String> = in_flight.waiting.iter().map(|t| format!("thread {t}")).collect();
+            waiting.extend(in_flight.waiting_workers.iter().map(|w| format!("worker {w}")));
             return Some(format!(
-                "checkpoint {} waits for the barrier acknowledgement of thread(s) {}",
+                "checkpoint {} waits for the barrier acknowledgement of {}",
                 in_flight.epoch.0,
-                threads.join(", ")
+                waiting.join(", ")
             ));
         }
-        self.writing
-            .as_ref()
-            .map(|writing| format!("checkpoint {} is still being written to the store", writing.epoch.0))
+        if let Some(writing) = &self.writing {
+            return Some(format!("checkpoint {} is still being written to the store", writing.epoch.0));
+        }
+        match &self.role {
+            Role::Follow { drivers_finished_sent: true, .. } | Role::Follow { stop_sent: true, .. } => {
+                Some("this worker waits for the leader's final commit".to_string())
+            }
+            Role::Lead { running, .. } if !running.is_empty() => {
+                let workers: Vec<String> = running.iter().map(u32::to_string).collect();
+                Some(format!("worker(s) {} have not finished their input", workers.join(", ")))
+            }
+            _ => None,
+        }
     }
 
     /// All acks are in: the slice goes to the writer; the pause processing saw ends here.
     fn complete_if_ready(&mut self) -> Result<Completed, SluiceError> {
-        if !self.in_flight.as_ref().is_some_and(|f| f.waiting.is_empty()) {
+        if !self.in_flight.as_ref().is_some_and(|f| f.waiting.is_empty() && f.waiting_workers.is_empty()) {
             return Ok(Completed::Nothing);
         }
         let in_flight = self.in_flight.take().expect("checked above");
         if in_flight.timed_out {
             // Already counted as failed: its state is dropped, its sinks' records ride
             // along with the next checkpoint (sorted by epoch when committed).
-            self.uncommitted.extend(in_flight.carried);
+            if !self.follows() {
+                self.uncommitted.extend(in_flight.carried);
+            }
             self.uncommitted.extend(in_flight.slice.sink_records);
             self.next_due = Instant::now() + self.interval;
             return Ok(Completed::Checkpoint);
@@ -445,28 +547,42 @@ impl Coordinator {
                 slice.positions.push(finished.clone());
             }
         }
+        if self.follows() {
+            // Kept until the leader's commit says they are visible.
+            self.uncommitted.extend(slice.sink_records.iter().cloned());
+        }
         let mut records = in_flight.carried;
         records.append(&mut slice.sink_records);
         slice.sink_records = records.clone();
         let epoch = in_flight.epoch;
         let final_epoch = in_flight.final_epoch;
+        let publish = (!self.follows()).then_some(in_flight.parts);
         self.writing = Some(Writing { epoch, records, final_epoch, started: in_flight.started, pause_ms });
-        if post(&self.requests, WriteRequest { epoch, slice, final_epoch }, WRITER_ARGUMENT) == Posted::ReceiverGone {
+        let request = WriteRequest { epoch, slice, final_epoch, publish };
+        if post(&self.requests, request, WRITER_ARGUMENT) == Posted::ReceiverGone {
             let written = Written { epoch, result: Err(writer_gone()) };
             return self.on_written(written);
         }
         Ok(Completed::Nothing)
     }
 
-    /// The writer finished checkpoint `epoch`: on success commit the sinks, else count the
-    /// failure and carry the records to the next checkpoint.
+    /// The writer finished checkpoint `epoch`: on success commit the sinks (a follower
+    /// sends its part to the leader instead), else count the failure and carry the
+    /// records to the next checkpoint.
     pub(crate) fn on_written(&mut self, written: Written) -> Result<Completed, SluiceError> {
         let Written { epoch, result } = written;
         let writing = self.writing.take().expect("an answer only follows a request");
         assert_eq!(writing.epoch, epoch, "the writer answers the epoch it was given");
         let Writing { mut records, final_epoch, started, pause_ms, .. } = writing;
         match result {
-            Ok(state_bytes) => {
+            Ok(WriteOutcome::Part(part)) => {
+                let Role::Follow { send, .. } = &self.role else { unreachable!("only a follower writes a part alone") };
+                self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
+                // A failure here is the leader's loss, which the control session reports.
+                send(ToLeader::Acked { epoch: epoch.0, part }).map_err(|e| e.context("sending a checkpoint's part"))?;
+                Ok(Completed::Nothing)
+            }
+            Ok(WriteOutcome::Published { state_bytes }) => {
                 self.stats.published += 1;
                 self.stats.last_epoch = epoch.0;
                 self.stats.max_state_bytes = self.stats.max_state_bytes.max(state_bytes);
@@ -480,6 +596,7 @@ impl Coordinator {
                 tracing::info!(epoch = epoch.0, millis = duration_ms, "checkpoint published");
                 sluice_types::failpoint!("checkpoint.after_publish");
                 self.commit(records)?;
+                self.tell_others_to_commit(epoch, final_epoch);
                 sluice_types::failpoint!("checkpoint.after_commit");
                 self.next_due = Instant::now() + self.interval;
                 if final_epoch {
@@ -492,10 +609,14 @@ impl Coordinator {
             Err(error) => {
                 self.stats.failed += 1;
                 self.failed_in_a_row += 1;
-                records.append(&mut self.uncommitted);
-                self.uncommitted = records;
+                if !self.follows() {
+                    records.append(&mut self.uncommitted);
+                    self.uncommitted = records;
+                }
                 tracing::warn!(epoch = epoch.0, %error, "checkpoint failed; the next interval tries again");
-                if final_epoch || self.failed_in_a_row >= self.max_failed {
+                // A follower that cannot write its part fails the cluster's run at once
+                // (the leader would otherwise wait out its timeout, more than once).
+                if final_epoch || self.failed_in_a_row >= self.max_failed || self.follows() {
                     return Err(error.context(format!(
                         "checkpoint {} failed ({} in a row, max_failed_checkpoints = {})",
                         epoch.0, self.failed_in_a_row, self.max_failed
@@ -503,6 +624,20 @@ impl Coordinator {
                 }
                 self.next_due = Instant::now() + self.interval;
                 Ok(Completed::Checkpoint)
+            }
+        }
+    }
+
+    /// The leader's manifest `epoch` is published and its own sinks committed: every
+    /// other worker commits its own.
+    fn tell_others_to_commit(&self, epoch: Epoch, final_epoch: bool) {
+        if let Role::Lead { others, send: Some(send), .. } = &self.role {
+            for &worker in others {
+                // A worker that cannot be told is lost; its records are in the manifest,
+                // and recovery commits them.
+                if let Err(error) = send(worker, ToWorker::Commit { epoch: epoch.0, final_epoch }) {
+                    tracing::warn!(worker, %error, "a commit did not reach a worker");
+                }
             }
         }
     }
@@ -522,8 +657,10 @@ impl Coordinator {
     }
 }
 
-pub(crate) fn writer_gone() -> SluiceError {
-    SluiceError::internal("checkpoint.writer", "the checkpoint writer thread is gone")
+/// A peer broke the checkpoint protocol (a bug, or a worker of another build).
+fn protocol(message: String) -> SluiceError {
+    SluiceError::internal("cluster.checkpoint_protocol", message)
+        .with_fix("run the same sluice build on every worker; report this if they are")
 }
 
 #[cfg(test)]
@@ -542,9 +679,14 @@ mod tests {
     struct Recording(Arc<Mutex<Vec<(u64, bool)>>>);
 
     impl Checkpointer for Recording {
-        fn checkpoint(&mut self, epoch: Epoch, _slice: ManifestSlice, final_epoch: bool) -> Result<(), SluiceError> {
+        fn write_part(&mut self, _epoch: Epoch, _slice: ManifestSlice) -> Result<Vec<u8>, SluiceError> {
+            Ok(Vec::new())
+        }
+
+        fn publish(&mut self, epoch: Epoch, parts: Vec<Vec<u8>>, final_epoch: bool) -> Result<u64, SluiceError> {
+            assert_eq!(parts, [Vec::<u8>::new()], "one worker's part");
             self.0.lock().expect("lock").push((epoch.0, final_epoch));
-            Ok(())
+            Ok(0)
         }
     }
 
@@ -567,7 +709,7 @@ mod tests {
             checkpointer: Box::new(Recording(Arc::clone(published))),
         };
         let metrics = Arc::new(crate::metrics::Metrics::new(Vec::new(), Vec::new(), 1));
-        Coordinator::new(options, Vec::new(), metrics, now)
+        Coordinator::new(options, Vec::new(), metrics, now, None, 0)
     }
 
     #[test]

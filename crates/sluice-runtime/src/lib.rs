@@ -30,7 +30,9 @@ mod driver;
 mod exchange;
 mod mailbox;
 pub mod metrics;
+pub mod peers;
 pub mod plan;
+mod writer;
 
 #[cfg(test)]
 mod tests;
@@ -40,6 +42,7 @@ pub use controller::{
     Checkpointing, ClusterRun, RunEvent, RunOptions, RunOutcome, RunReport, StopHandle, run, run_part, stop_handle,
 };
 pub use metrics::Metrics;
+pub use peers::Peers;
 pub use plan::{
     Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner, PartitionerFactory, Plan,
     Segment, SegmentOutput, SinkFactory, SinkParallelism, SinkWriter, SourceFactory, TableDef,

@@ -14,8 +14,15 @@
 //! local part and fails the run, naming the peer. The leader's outcome covers every
 //! worker: it completes only if every worker finished.
 //!
-//! Not yet: checkpoints across workers (refused before anything starts), rejoining after
-//! a lost worker, and a leader's report that sums every worker's counters.
+//! Checkpoints (`[checkpoint]`): only the leader takes the store's lease and decides
+//! the epochs; it tells every worker which checkpoint to restore (`Resume`), each worker
+//! restores its own slots' state and lanes, writes its own state objects at each
+//! barrier and sends the leader its part; the leader publishes the manifest, then every
+//! worker commits its own sinks (`sluice_runtime::peers`). The store must be one that
+//! every worker reaches (an object store, or a directory they share).
+//!
+//! Not yet: rejoining after a lost worker (a loss fails the run everywhere; restarting
+//! every worker resumes from the last checkpoint).
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::ops::Range;
@@ -23,17 +30,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use sluice_checkpoint::{CheckpointStore, Lease, Manifest};
 use sluice_cluster::auth::{Role, Secret, authenticate, check_control_bind};
 use sluice_cluster::link::{Authenticator, LinkConfig, NetworkBuilder};
 use sluice_cluster::rendezvous::{
-    self, ControlEvent, ControlSettings, LeaderControl, Membership, ToLeader, ToWorker, WorkerControl, WorkerInfo,
+    self, ControlEvent, ControlSettings, LeaderControl, Membership, WorkerControl, WorkerInfo,
 };
+use sluice_cluster::wire::{ToLeader, ToWorker};
+use sluice_runtime::Checkpointing;
+use sluice_runtime::peers::{FOLLOWER_EVENTS, LEADER_EVENTS_PER_WORKER, Peers, SendToLeader, SendToWorker};
 use sluice_runtime::{ClusterRun, Metrics, StopHandle};
 use sluice_types::vnode::SlotLayout;
 use sluice_types::{ErrorKind, SluiceError};
 
-use crate::compile::CompiledPipeline;
+use crate::checkpointing::{self, Recovered, Recovering};
+use crate::compile::{CompiledPipeline, Restoring};
 
 mod report;
 use crate::error::EngineError;
@@ -64,6 +76,8 @@ pub struct ClusterOptions {
     /// How long the rendezvous may take.
     pub join_timeout: Duration,
     pub control: ControlSettings,
+    /// Discard the checkpoint store's state first (the leader's option).
+    pub from_scratch: bool,
 }
 
 /// What the leader tells its caller once it listens (to print the command the others run).
@@ -81,12 +95,29 @@ pub(crate) struct Formed {
     pub membership: Membership,
     /// Set when a peer is lost: opening the links then gives up at once.
     pub cancel_links: Arc<AtomicBool>,
+    /// The run's checkpoints, restored state first, when the pipeline checkpoints.
+    pub checkpointing: Option<Checkpointing>,
+    /// Where the control session delivers what belongs to the checkpoints.
+    pub route: Route,
+    /// The store's lease (the leader's).
+    pub lease: Option<Lease>,
+    /// The checkpoint this run resumed from.
+    pub resumed_from: Option<u64>,
 }
 
-/// This worker's control session.
+/// This worker's control session (shared with the controller, which sends the
+/// checkpoints' messages on it).
 pub(crate) enum Control {
-    Leader(LeaderControl),
-    Worker(WorkerControl),
+    Leader(Arc<LeaderControl>),
+    Worker(Arc<WorkerControl>),
+}
+
+/// Where the control thread puts the checkpoints' messages for the controller (see
+/// `sluice_runtime::peers` for why the channels' room suffices).
+pub(crate) enum Route {
+    None,
+    Lead(Sender<(u32, ToLeader)>),
+    Follow(Sender<ToWorker>),
 }
 
 /// What forming a cluster needs, ready before any peer is waited for: the listeners are
@@ -99,6 +130,8 @@ pub(crate) struct Prepared {
     exchange: TcpListener,
     /// The leader's control listener.
     control: Option<TcpListener>,
+    /// The leader's opened checkpoint store (with its lease) and what recovery found.
+    recovered: Option<Recovered>,
 }
 
 /// The synchronous part of forming a cluster: everything that can fail without a peer.
@@ -107,13 +140,11 @@ pub(crate) fn prepare(
     options: &ClusterOptions,
     announce: &mut dyn FnMut(&Listening),
 ) -> Result<Prepared, EngineError> {
-    if pipeline.config.checkpoint.is_some() {
+    let leads = matches!(options.role, ClusterRole::Lead { .. });
+    if options.from_scratch && !leads {
         return Err(EngineError::new(
-            SluiceError::user(
-                "cluster.checkpoints",
-                "checkpoints across workers are not supported yet: a cluster run would not be exactly-once",
-            )
-            .with_fix("run this pipeline on one worker, or remove its [checkpoint] section to run it on several"),
+            SluiceError::user("cluster.from_scratch", "--from-scratch clears the store, which only the leader does")
+                .with_fix("pass --from-scratch to the leader, not to a joining worker"),
         ));
     }
     let threads = pipeline.config.pipeline.threads;
@@ -128,9 +159,13 @@ pub(crate) fn prepare(
         )
     })?;
     let exchange_addr = advertised(&exchange, options.advertise.as_deref())?;
-    // Workers agree on the topology and on their input files (each reads its own copy:
-    // different files would split into different lanes).
-    let agreement = format!("{} inputs {:016x}", local.fingerprint, inputs_identity(&local));
+    // Workers agree on the topology, on their input files (each reads its own copy:
+    // different files would split into different lanes) and on the checkpoints.
+    let checkpoints = match &pipeline.config.checkpoint {
+        Some(section) => format!("{:?} to {}", section.guarantee, section.store),
+        None => "off".to_string(),
+    };
+    let agreement = format!("{} inputs {:016x} checkpoints {checkpoints}", local.fingerprint, inputs_identity(&local));
     let me = WorkerInfo::new(exchange_addr, threads, agreement);
     let control = match &options.role {
         ClusterRole::Lead { workers, control_bind } => {
@@ -147,13 +182,27 @@ pub(crate) fn prepare(
         }
         ClusterRole::Join { .. } => None,
     };
-    Ok(Prepared { local, me, exchange, control })
+    // The leader takes the store (a second leader on it is refused) before any worker
+    // joins; the others read it only once the leader said what to restore.
+    let recovered = match (&pipeline.config.checkpoint, leads) {
+        (Some(section), true) => Some(
+            checkpointing::open(section, &pipeline.base_dir, &pipeline.config.pipeline.name, options.from_scratch)
+                .map_err(EngineError::new)?,
+        ),
+        _ => None,
+    };
+    Ok(Prepared { local, me, exchange, control, recovered })
 }
 
 /// Waits for the rendezvous, then compiles the pipeline for the cluster's slots (on the
 /// job's controller thread, while the job's state is `coordination`).
-pub(crate) fn form(prepared: Prepared, pipeline: &Pipeline, options: &ClusterOptions) -> Result<Formed, SluiceError> {
-    let Prepared { local, me, exchange, control } = prepared;
+pub(crate) fn form(
+    prepared: Prepared,
+    pipeline: &Pipeline,
+    options: &ClusterOptions,
+    notices: &mut Vec<String>,
+) -> Result<Formed, SluiceError> {
+    let Prepared { local, me, exchange, control, recovered } = prepared;
     let fingerprint = local.fingerprint.to_string();
     let agreement = me.fingerprint.clone();
     let secret = options.secret.as_ref();
@@ -161,32 +210,145 @@ pub(crate) fn form(prepared: Prepared, pipeline: &Pipeline, options: &ClusterOpt
         (ClusterRole::Lead { workers, .. }, Some(listener)) => {
             let (membership, session) =
                 rendezvous::lead_with(listener, me, *workers, secret, options.join_timeout, &options.control)?;
-            (membership, Control::Leader(session))
+            (membership, Control::Leader(Arc::new(session)))
         }
         (ClusterRole::Join { leader }, _) => {
             let (membership, session) =
                 rendezvous::join_with(leader, me, secret, options.join_timeout, &options.control)?;
-            (membership, Control::Worker(session))
+            (membership, Control::Worker(Arc::new(session)))
         }
         (ClusterRole::Lead { .. }, None) => unreachable!("a leader's control listener is bound in prepare"),
     };
-    let layout = SlotLayout::new(&membership.members.iter().map(|m| m.threads).collect::<Vec<_>>());
-    let compiled = pipeline.compile_on(&layout, None).map_err(first_problem)?;
-    assert_eq!(compiled.fingerprint.to_string(), fingerprint, "the fingerprint does not depend on the thread count");
     assert_eq!(membership.fingerprint, agreement, "the rendezvous checked every worker's agreement");
+    let layout = SlotLayout::new(&membership.members.iter().map(|m| m.threads).collect::<Vec<_>>());
+    let resumed = resume(&control, recovered, pipeline, options, notices)?;
+    let restoring = resumed.manifest.as_ref().map(|m| Restoring {
+        lane_threads: m.lane_threads,
+        layouts: m.sources.iter().map(|s| (s.name.clone(), s.layout.clone())).collect(),
+    });
+    let compiled = pipeline.compile_on(&layout, restoring.as_ref()).map_err(first_problem)?;
+    assert_eq!(compiled.fingerprint.to_string(), fingerprint, "the fingerprint does not depend on the thread count");
+    let resumed_from = resumed.manifest.as_ref().map(|m| m.epoch);
+    let checkpointing = match (&pipeline.config.checkpoint, resumed.store) {
+        (Some(section), Some(store)) => {
+            if let Some(manifest) = &resumed.manifest {
+                checkpointing::check_encodings(manifest, &section.store)?;
+                checkpointing::check_fingerprint(manifest, compiled.fingerprint, &section.store)?;
+                notices.push(format!("resuming from checkpoint {} in {}", manifest.epoch, section.store));
+            }
+            let recovering =
+                Recovering { me: membership.me, layout: &layout, restored_epoch: Some(resumed.first_epoch - 1) };
+            Some(checkpointing::prepare(section, store, resumed.manifest, &compiled, &recovering, notices)?)
+        }
+        _ => None,
+    };
+    let (peers, route) = match (&control, checkpointing.is_some()) {
+        (_, false) => (None, Route::None),
+        (Control::Leader(session), true) => {
+            let others: Vec<u32> = session.workers().collect();
+            let (route, events) = bounded(others.len() * LEADER_EVENTS_PER_WORKER);
+            let session = Arc::clone(session);
+            let send: SendToWorker = Box::new(move |worker, message| session.send(worker, &message));
+            (Some(Peers::Lead { others, send, events }), Route::Lead(route))
+        }
+        (Control::Worker(session), true) => {
+            let (route, events) = bounded(FOLLOWER_EVENTS);
+            let session = Arc::clone(session);
+            let send: SendToLeader = Box::new(move |message| session.send(&message));
+            (Some(Peers::Follow { send, events }), Route::Follow(route))
+        }
+    };
     let run = run_token(&membership);
-    let mut peers = Vec::new();
+    let mut peers_addresses = Vec::new();
     for member in membership.members.iter().filter(|m| m.id != membership.me) {
-        peers.push((member.id, resolve(&member.exchange_addr).map_err(first_problem)?));
+        peers_addresses.push((member.id, resolve(&member.exchange_addr).map_err(first_problem)?));
     }
-    let network = NetworkBuilder::new(membership.me, run, peers, LinkConfig::default());
+    let network = NetworkBuilder::new(membership.me, run, peers_addresses, LinkConfig::default());
     let cancel_links = network.canceller();
     let secret = options.secret.clone();
     let authenticator: Authenticator =
         Arc::new(move |stream, initiator| authenticate(stream, secret.as_ref(), Role::of_initiator(initiator)));
     let connect = Box::new(move |builder: NetworkBuilder| builder.connect(&exchange, authenticator));
-    let part = ClusterRun { layout, worker: membership.me, network, connect };
-    Ok(Formed { compiled, part, control, membership, cancel_links })
+    let part = ClusterRun { layout, worker: membership.me, network, connect, peers };
+    Ok(Formed {
+        compiled,
+        part,
+        control,
+        membership,
+        cancel_links,
+        checkpointing,
+        route,
+        lease: resumed.lease,
+        resumed_from,
+    })
+}
+
+/// What a worker restores, as the leader decided.
+struct Resumed {
+    store: Option<Arc<CheckpointStore>>,
+    manifest: Option<Manifest>,
+    lease: Option<Lease>,
+    /// The run's first epoch.
+    first_epoch: u64,
+}
+
+/// The leader tells every worker which checkpoint to restore and where the run's epochs
+/// start (`Resume`); a joining worker waits for that, then loads the same manifest.
+fn resume(
+    control: &Control,
+    recovered: Option<Recovered>,
+    pipeline: &Pipeline,
+    options: &ClusterOptions,
+    notices: &mut Vec<String>,
+) -> Result<Resumed, SluiceError> {
+    let Some(section) = &pipeline.config.checkpoint else {
+        return Ok(Resumed { store: None, manifest: None, lease: None, first_epoch: 1 });
+    };
+    match control {
+        Control::Leader(session) => {
+            let Recovered { store, lease, manifest, notices: found } =
+                recovered.expect("the leader opened the store in prepare");
+            notices.extend(found);
+            let first_epoch = checkpointing::restored_epoch(&store, manifest.as_ref())? + 1;
+            let restored_epoch = manifest.as_ref().map_or(0, |m| m.epoch);
+            session.broadcast(&ToWorker::Resume { restored_epoch, first_epoch })?;
+            Ok(Resumed { store: Some(store), manifest, lease: Some(lease), first_epoch })
+        }
+        Control::Worker(session) => {
+            let deadline = Instant::now() + options.join_timeout;
+            let (restored_epoch, first_epoch) = loop {
+                match session.events().recv_deadline(deadline) {
+                    Ok(ControlEvent::Received {
+                        message: ToWorker::Resume { restored_epoch, first_epoch }, ..
+                    }) => {
+                        break (restored_epoch, first_epoch);
+                    }
+                    Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
+                        return Err(SluiceError::external("cluster.leader_failed", reason));
+                    }
+                    Ok(ControlEvent::Received { message, .. }) => {
+                        tracing::debug!(?message, "a command before the leader said what to restore");
+                    }
+                    Ok(ControlEvent::Lost { error, .. }) => return Err(leader_lost(&error)),
+                    Err(_) => {
+                        return Err(SluiceError::external(
+                            "cluster.resume_timeout",
+                            "the leader did not say which checkpoint to restore within --join-timeout",
+                        )
+                        .with_fix("look at the leader's output: it may not reach its checkpoint store"));
+                    }
+                }
+            };
+            if first_epoch <= restored_epoch {
+                return Err(SluiceError::internal(
+                    "cluster.resume",
+                    format!("the leader numbers epochs from {first_epoch}, not above checkpoint {restored_epoch}"),
+                ));
+            }
+            let (store, manifest) = checkpointing::open_shared(section, &pipeline.base_dir, restored_epoch)?;
+            Ok(Resumed { store: Some(store), manifest, lease: None, first_epoch })
+        }
+    }
 }
 
 /// The identity of every input the pipeline reads (each source's
@@ -287,6 +449,8 @@ pub(crate) struct Supervised {
     pub local: Range<u32>,
     pub workers: usize,
     pub shutdown_timeout: Duration,
+    /// Where the checkpoints' messages go.
+    pub route: Route,
 }
 
 pub(crate) fn supervise(control: Control, run: Supervised) -> Option<(String, SluiceError)> {
@@ -333,6 +497,13 @@ fn lead(session: &LeaderControl, run: &Supervised) -> Option<(String, SluiceErro
                         tracing::warn!(%error, "the exit report leaves out worker {peer}'s counters");
                     }
                 }
+                Ok(ControlEvent::Received { message: ToLeader::StopRequested, .. }) => stop.stop(),
+                Ok(ControlEvent::Received { peer, message: message @ (ToLeader::Acked { .. } | ToLeader::DriversFinished) }) => {
+                    if let Err(error) = route_to_leader(&run.route, peer, message) {
+                        failure.get_or_insert((format!("worker {peer}"), error));
+                        end_now(stop, cancel_links);
+                    }
+                }
                 Ok(ControlEvent::Received { peer, message: ToLeader::Failed { message } }) => {
                     ended.insert(peer);
                     failure.get_or_insert((format!("worker {peer}"), SluiceError::external("cluster.worker_failed", message)));
@@ -370,6 +541,12 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Option<(String, SluiceEr
         crossbeam_channel::select! {
             recv(events) -> event => match event {
                 Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => stop.stop(),
+                Ok(ControlEvent::Received { message: message @ (ToWorker::Barrier { .. } | ToWorker::Commit { .. }), .. }) => {
+                    if let Err(error) = route_to_worker(&run.route, message) {
+                        failure.get_or_insert(("leader".into(), error));
+                        end_now(stop, cancel_links);
+                    }
+                }
                 Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
                     failure.get_or_insert(("leader".into(), SluiceError::external("cluster.leader_failed", reason)));
                     end_now(stop, cancel_links);
@@ -400,6 +577,39 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Option<(String, SluiceEr
             },
         }
     }
+}
+
+/// Hands a worker's checkpoint report to the leader's controller.
+fn route_to_leader(route: &Route, peer: u32, message: ToLeader) -> Result<(), SluiceError> {
+    let Route::Lead(sender) = route else {
+        return Err(broken(format!("worker {peer} sent {message:?}, but this run takes no checkpoints")));
+    };
+    match sender.try_send((peer, message)) {
+        // The controller ended: the run is over and nothing waits for this.
+        Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
+        Err(TrySendError::Full((_, message))) => {
+            Err(broken(format!("worker {peer} sent {message:?} with more checkpoint reports unread than allowed")))
+        }
+    }
+}
+
+/// Hands the leader's checkpoint command to this worker's controller.
+fn route_to_worker(route: &Route, message: ToWorker) -> Result<(), SluiceError> {
+    let Route::Follow(sender) = route else {
+        return Err(broken(format!("the leader sent {message:?}, but this run takes no checkpoints")));
+    };
+    match sender.try_send(message) {
+        Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
+        Err(TrySendError::Full(message)) => {
+            Err(broken(format!("the leader sent {message:?} with more checkpoint commands unread than allowed")))
+        }
+    }
+}
+
+fn broken(message: String) -> SluiceError {
+    SluiceError::internal("cluster.checkpoint_protocol", message)
+        .with_kind(ErrorKind::LostPeer)
+        .with_fix("run the same sluice build and pipeline.toml on every worker")
 }
 
 /// A peer is gone or failed: no drain can complete (its channels will never end), so

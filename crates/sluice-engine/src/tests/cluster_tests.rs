@@ -37,6 +37,7 @@ fn options(role: ClusterRole, join_timeout: Duration) -> ClusterOptions {
         insecure: false,
         join_timeout,
         control: ControlSettings::default(),
+        from_scratch: false,
     }
 }
 

@@ -35,7 +35,7 @@ fn two_workers_exchange_rows_and_each_row_lands_once_on_its_slot() {
         parts.push(std::thread::spawn(move || {
             let no_secret: Authenticator = Arc::new(|_, _| Ok(()));
             let connect = Box::new(move |builder: NetworkBuilder| builder.connect(&listener, no_secret));
-            let cluster = ClusterRun { layout, worker, network, connect };
+            let cluster = ClusterRun { layout, worker, network, connect, peers: None };
             let options = options(4, 2);
             let metrics = Arc::new(Metrics::for_plan(&plan, options.threads));
             crate::run_part(&plan, &options, None, Some(cluster), stop_handle(), metrics, &mut |_| {})

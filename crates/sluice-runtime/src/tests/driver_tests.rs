@@ -86,7 +86,7 @@ fn positions_in_a_checkpoint_are_those_of_the_rows_before_its_barrier() {
             exactly_once: true,
             restored_epoch: 0,
             max_failed: 3,
-            checkpointer: Box::new(Recording(Arc::clone(&published))),
+            checkpointer: Box::new(Recording::new(Arc::clone(&published))),
         },
         restore: Restore::default(),
     };
