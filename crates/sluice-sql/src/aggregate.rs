@@ -64,7 +64,7 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
             arguments.push(argument);
             2 + keys.len() + arguments.len() - 1
         });
-        aggregates.push(AggregateSpec { function, argument });
+        aggregates.push(AggregateSpec { function, argument, filter: None });
     }
     let mut pre_exprs = vec![start, end];
     pre_exprs.extend(keys.iter().cloned());
