@@ -36,8 +36,10 @@
 //! opened with `staged = true` they behave as unstaged (at-least-once).
 //!
 //! When the sink's input is *updating* (it can carry retractions), every row is written
-//! with an op column first: `+I` for an insert, `-D` for a retraction
-//! (see [`sluice_formats::encode`]). An append-only input is written without it.
+//! with an op column first, Flink's changelog: `+I` for an insert, `-D` for a
+//! retraction, and `-U`/`+U` for the old and new version of a row whose upsert key
+//! the stream has (see [`sluice_formats::encode`]). An append-only input is written
+//! without it.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -139,6 +141,7 @@ impl ConfiguredSink for ConfiguredStdout {
             format: self.format,
             schema: Arc::clone(&context.schema),
             updating: context.updating,
+            upsert_key: context.upsert_key.clone(),
         }))
     }
 }
@@ -224,13 +227,10 @@ impl ConfiguredSink for ConfiguredFileSink {
     }
 
     fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
-        Ok(Arc::new(FileSink::new(
-            &context.config.name,
-            &self.options,
-            context.base_dir,
-            &context.schema,
-            context.updating,
-        )))
+        Ok(Arc::new(
+            FileSink::new(&context.config.name, &self.options, context.base_dir, &context.schema, context.updating)
+                .with_upsert_key(context.upsert_key.clone()),
+        ))
     }
 }
 
@@ -349,6 +349,8 @@ pub struct StdoutSink {
     format: StdoutFormat,
     schema: SchemaRef,
     updating: bool,
+    /// The stream's upsert key: a change of one row is written `-U`/`+U`.
+    upsert_key: Option<Vec<usize>>,
 }
 
 impl StdoutSink {
@@ -360,7 +362,8 @@ impl StdoutSink {
         };
         Box::new(StreamWriter {
             target,
-            encoder: Encoder::new(format, self.schema.clone(), self.updating),
+            encoder: Encoder::new(format, self.schema.clone(), self.updating)
+                .with_upsert_key(self.upsert_key.as_deref()),
             buffer: Vec::new(),
         })
     }
@@ -436,6 +439,8 @@ pub struct FileSink {
     mode: FileMode,
     schema: SchemaRef,
     updating: bool,
+    /// The stream's upsert key: a change of one row is written `-U`/`+U`.
+    upsert_key: Option<Vec<usize>>,
 }
 
 impl FileSink {
@@ -449,7 +454,14 @@ impl FileSink {
             mode: options.mode,
             schema: Arc::clone(schema),
             updating,
+            upsert_key: None,
         }
+    }
+
+    /// Writes a change of one row of the stream keyed by `upsert_key` as `-U`/`+U`.
+    pub fn with_upsert_key(mut self, upsert_key: Option<Vec<usize>>) -> FileSink {
+        self.upsert_key = upsert_key;
+        self
     }
 
     fn extension(&self) -> &'static str {
@@ -520,7 +532,8 @@ impl SinkFactory for FileSink {
         Ok(Box::new(FileWriter {
             path,
             file: BufWriter::with_capacity(1 << 20, file),
-            encoder: Encoder::new(format, self.schema.clone(), self.updating),
+            encoder: Encoder::new(format, self.schema.clone(), self.updating)
+                .with_upsert_key(self.upsert_key.as_deref()),
             buffer: Vec::new(),
         }))
     }

@@ -31,6 +31,7 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("key", sluice_types::key::KEY_ENCODING_VERSION),
         ("key_hash", sluice_types::key::KEY_HASH_VERSION),
         ("window_state", sluice_operators::aggregate::WINDOW_STATE_VERSION),
+        ("group_state", sluice_operators::aggregate::GROUP_STATE_VERSION),
     ]
     .into_iter()
     .map(|(name, version)| (name.to_string(), version))

@@ -2,7 +2,8 @@
 //!
 //! Three kinds: a source's table, a view (planned earlier, in file order) and the
 //! synthetic table of a window call (see [`crate::tvf`]). Functions are DataFusion's
-//! default scalar and aggregate functions.
+//! default scalar and aggregate functions, and Flink's where they differ
+//! ([`crate::functions`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,7 +73,8 @@ impl Catalog {
             scalars.insert(function.name().to_ascii_lowercase(), function);
         }
         let mut aggregates = BTreeMap::new();
-        for function in datafusion_functions_aggregate::all_default_aggregate_functions() {
+        let functions = datafusion_functions_aggregate::all_default_aggregate_functions();
+        for function in functions.into_iter().chain(crate::functions::flink_aggregates()) {
             for alias in function.aliases() {
                 aggregates.insert(alias.to_ascii_lowercase(), Arc::clone(&function));
             }

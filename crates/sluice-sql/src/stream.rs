@@ -4,8 +4,17 @@
 //! plan); projections and filters become fused operators evaluating DataFusion physical
 //! expressions; a window call's scan adds window assignment; an `Aggregate` grouped by a
 //! window's `window_start` and `window_end` becomes a key-hash exchange followed by the
-//! window aggregate. Each column carries a [`Tag`] so the planner knows which columns are
-//! the event time and the window bounds wherever they are renamed or re-qualified.
+//! window aggregate; any other `Aggregate` becomes a key-hash exchange followed by the
+//! updating group aggregate. Each column carries a [`Tag`] so the planner knows which
+//! columns are the event time and the window bounds wherever they are renamed or
+//! re-qualified.
+//!
+//! Each stream also carries its [`Changelog`]: sources are append-only; projections and
+//! filters keep the mode (a projection keeps the upsert key only if it keeps every key
+//! column as it is); a window aggregate needs an append-only input and stays
+//! append-only; a group aggregate is updating, its `GROUP BY` columns the upsert key.
+//! Window table functions and window aggregates over an updating stream are refused (a
+//! window emitted once cannot take back what it emitted).
 //!
 //! Anything else is refused with an error naming the construct: the planner never runs a
 //! query whose streaming meaning it does not implement.
@@ -26,7 +35,7 @@ use sluice_operators::partition::{GatherPartitioner, HashPartitioner};
 use sluice_operators::row_errors::{OnRowError, RowErrors};
 use sluice_operators::window::{WindowAssign, WindowKind};
 use sluice_runtime::{OperatorFactory, Segment, SegmentOutput};
-use sluice_types::SluiceError;
+use sluice_types::{Changelog, SluiceError};
 
 use crate::catalog::{Catalog, TableEntry};
 
@@ -54,6 +63,8 @@ pub(crate) struct StreamState {
     /// How many rows each source row has become through window assignments (HOP
     /// copies a row once per window): bounded by `windows_per_row_max`.
     pub windows_per_row: u64,
+    /// Append-only or updating (with the upsert key's column positions).
+    pub changelog: Changelog,
 }
 
 impl StreamState {
@@ -140,6 +151,7 @@ impl StreamPlanner<'_> {
                     let tags = projection.iter().map(|&i| state.tags[i]).collect();
                     self.push_projection(&mut state, &exprs, Arc::clone(&scan.projected_schema), "scan projection")?;
                     state.tags = tags;
+                    state.changelog = project_changelog(&state.changelog, |i| projection.iter().position(|&p| p == i));
                 }
                 state.schema = Arc::clone(&scan.projected_schema);
                 Ok(state)
@@ -161,6 +173,12 @@ impl StreamPlanner<'_> {
                         &names.join(", "),
                     )?;
                 }
+                let input = Arc::clone(&state.schema);
+                state.changelog = project_changelog(&state.changelog, |i| {
+                    projection.expr.iter().position(
+                        |e| matches!(e.clone().unalias(), Expr::Column(c) if input.index_of_column(&c).ok() == Some(i)),
+                    )
+                });
                 state.schema = Arc::clone(&projection.schema);
                 state.tags = tags;
                 Ok(state)
@@ -212,6 +230,7 @@ impl StreamPlanner<'_> {
                     tags,
                     on_error: *on_error,
                     windows_per_row: 1,
+                    changelog: Changelog::AppendOnly,
                 })
             }
             TableEntry::View { plan, .. } => self.for_view(name).plan(plan),
@@ -230,6 +249,13 @@ impl StreamPlanner<'_> {
         schema: &SchemaRef,
     ) -> Result<StreamState, SluiceError> {
         let mut state = self.plan_table(input)?;
+        if state.changelog.is_updating() {
+            return Err(unsupported(
+                &format!("a window table function over `{input}`, an updating stream (its rows change)"),
+                "window the rows before they are aggregated: apply the window function to the source, then GROUP BY \
+                 window_start, window_end and the keys",
+            ));
+        }
         state.windows_per_row = self.windows_per_row(&state, input, kind)?;
         let input_schema = state.arrow_schema();
         let Some(time_index) = input_schema.fields().iter().position(|f| f.name() == time_column) else {
@@ -318,6 +344,17 @@ impl StreamPlanner<'_> {
         let partitioner: sluice_runtime::PartitionerFactory =
             Arc::new(move |_| Box::new(HashPartitioner::new(keys.clone(), vnodes)));
         state.cut(SegmentOutput::Exchange { partitioner, description });
+    }
+}
+
+/// The changelog after a projection: `position(i)` is where input column `i` went
+/// unchanged, if it did. The upsert key survives only if every key column does.
+fn project_changelog(changelog: &Changelog, position: impl Fn(usize) -> Option<usize>) -> Changelog {
+    match changelog {
+        Changelog::AppendOnly => Changelog::AppendOnly,
+        Changelog::Updating { upsert_key } => Changelog::Updating {
+            upsert_key: upsert_key.as_ref().and_then(|key| key.iter().map(|&i| position(i)).collect()),
+        },
     }
 }
 

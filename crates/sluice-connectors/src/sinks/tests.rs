@@ -53,7 +53,7 @@ impl Captured {
 
 /// Writes `batches` through a stdout sink into memory.
 fn stdout_output(format: StdoutFormat, updating: bool, batches: &[Batch]) -> String {
-    let sink = StdoutSink { name: "out".into(), format, schema: schema(), updating };
+    let sink = StdoutSink { name: "out".into(), format, schema: schema(), updating, upsert_key: None };
     assert_eq!(sink.parallelism(), SinkParallelism::Single);
     let captured = Captured::default();
     let mut writer = sink.writer_to(Box::new(captured.clone()));
@@ -95,7 +95,13 @@ impl Write for ClosedPipe {
 
 #[test]
 fn a_closed_stdout_is_an_external_error() {
-    let sink = StdoutSink { name: "out".into(), format: StdoutFormat::Json, schema: schema(), updating: false };
+    let sink = StdoutSink {
+        name: "out".into(),
+        format: StdoutFormat::Json,
+        schema: schema(),
+        updating: false,
+        upsert_key: None,
+    };
     let mut writer = sink.writer_to(Box::new(ClosedPipe));
     let error = writer.write(&Batch::inserts(rows())).expect_err("broken pipe");
     assert_eq!((error.code, error.domain), ("sink.stdout_closed", Domain::External));

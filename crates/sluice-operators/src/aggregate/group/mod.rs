@@ -31,7 +31,6 @@ mod state;
 mod tests;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
 use arrow::compute::cast;
@@ -43,6 +42,7 @@ use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError};
 
 use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
+use crate::counter::LazyCounter;
 use accumulator::{Accumulator, Argument, Value, ValueKind};
 
 pub use state::GROUP_STATE_VERSION;
@@ -98,7 +98,7 @@ pub struct GroupAggregate {
     /// Whether each group id was touched by the current batch (reused buffer).
     touched_flags: Vec<bool>,
     /// Retractions of rows a group did not hold, ignored.
-    ignored_retractions: Arc<AtomicU64>,
+    ignored_retractions: LazyCounter,
     vnodes: u32,
 }
 
@@ -108,7 +108,7 @@ impl GroupAggregate {
     pub fn new(
         spec: GroupAggregateSpec,
         input: &SchemaRef,
-        ignored_retractions: Arc<AtomicU64>,
+        ignored_retractions: LazyCounter,
         vnodes: u32,
     ) -> Result<GroupAggregate, SluiceError> {
         let key_encoder = KeyEncoder::new(spec.keys.iter().map(|&k| input.field(k).data_type().clone()).collect())?;
@@ -321,7 +321,7 @@ impl Operator for GroupAggregate {
         }
         self.key_rows = keys;
         if ignored > 0 {
-            self.ignored_retractions.fetch_add(ignored, Ordering::Relaxed);
+            self.ignored_retractions.add(ignored);
         }
         if let Some(changes) = self.changes(touched)? {
             out.push(Message::Data(changes));

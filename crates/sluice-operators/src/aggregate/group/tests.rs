@@ -3,17 +3,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
-use sluice_runtime::Operator;
+use sluice_runtime::{Metrics, Operator};
 use sluice_types::{Batch, Message, vnode};
 
 use super::{GroupAggregate, GroupAggregateSpec};
 use crate::aggregate::{AggregateFunction, AggregateSpec};
+use crate::counter::LazyCounter;
 
 const VNODES: u32 = 16;
 
@@ -62,7 +62,8 @@ fn aggregate(with_key: bool) -> GroupAggregate {
             .collect(),
         output: Arc::new(Schema::new(fields)),
     };
-    GroupAggregate::new(spec, &input_schema(), Arc::new(AtomicU64::new(0)), VNODES).expect("aggregate")
+    let ignored = LazyCounter::new(Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)), "ignored retractions");
+    GroupAggregate::new(spec, &input_schema(), ignored, VNODES).expect("aggregate")
 }
 
 /// A row of input: key, value, text, weight.
@@ -135,7 +136,7 @@ fn a_retraction_of_what_was_never_inserted_is_ignored_and_counted() {
     let mut out = Vec::new();
     operator.on_data(batch(&[("z", Some(1), None, -1), ("a", Some(1), None, 1)]), &mut out).expect("data");
     assert_eq!(lines(&out), ["+1 a,1,1,1,1,1,1,1,∅,1"]);
-    assert_eq!(operator.ignored_retractions.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(operator.ignored_retractions.add(0), 1);
     assert_eq!(operator.groups.iter().flatten().count(), 1, "no group is left for z");
 }
 
