@@ -188,6 +188,7 @@ fn plan_group_aggregate(
         keys: key_columns.clone(),
         aggregates,
         output: Arc::new(aggregate.schema.as_arrow().clone()),
+        append_only_input: !state.changelog.is_updating(),
     };
     let counter = format!("view {}: ignored retractions", planner.view);
     let names: Vec<String> = aggregate.aggr_expr.iter().map(display).collect();

@@ -146,6 +146,27 @@ impl Accumulator {
         }
     }
 
+    /// Over an append-only input nothing is retracted, so MIN and MAX keep only the
+    /// extreme value (the multiset of one entry); other accumulators are unchanged.
+    pub fn keep_only_extreme(&mut self) {
+        fn trim<K: Ord>(map: &mut BTreeMap<K, i64>, max: bool) {
+            while map.len() > 1 {
+                if max {
+                    map.pop_first()
+                } else {
+                    map.pop_last()
+                };
+            }
+        }
+        if let Accumulator::Extreme { values, max } = self {
+            match values {
+                Multiset::Int(map) => trim(map, *max),
+                Multiset::Float(map) => trim(map, *max),
+                Multiset::Text(map) => trim(map, *max),
+            }
+        }
+    }
+
     /// Adds row `row` of `argument` with `weight` (negative: a retraction). A NULL
     /// argument changes nothing (COUNT(*) counts every row).
     pub fn update(&mut self, argument: &Argument, row: usize, weight: i64) {

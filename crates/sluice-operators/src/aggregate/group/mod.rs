@@ -18,6 +18,9 @@
 //!   by the new row with weight +1, the pair a sink writes as `-U`/`+U`;
 //! - a group whose result did not change: nothing.
 //!
+//! Over an input the planner knows to be append-only, MIN and MAX keep only the extreme
+//! (nothing can retract it).
+//!
 //! A retraction of more rows than a group holds (input that retracts what it never
 //! inserted, which a consistent upstream never sends) is ignored and counted.
 //!
@@ -55,6 +58,9 @@ pub struct GroupAggregateSpec {
     pub aggregates: Vec<AggregateSpec>,
     /// The keys, then the aggregates.
     pub output: SchemaRef,
+    /// The input never retracts (the planner knows): MIN and MAX then keep only their
+    /// extreme instead of every value.
+    pub append_only_input: bool,
 }
 
 /// One group's state.
@@ -283,6 +289,10 @@ impl Operator for GroupAggregate {
     }
 
     fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(
+            !self.spec.append_only_input || batch.is_append_only(),
+            "the planner declared this aggregate's input append-only"
+        );
         let rows = &batch.rows;
         let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(rows.column(k))).collect();
         let mut keys = std::mem::take(&mut self.key_rows);
@@ -316,6 +326,9 @@ impl Operator for GroupAggregate {
                 let counted = filters[index].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row));
                 if counted {
                     accumulator.update(&arguments[index], row, weight);
+                    if self.spec.append_only_input {
+                        accumulator.keep_only_extreme();
+                    }
                 }
             }
         }

@@ -61,6 +61,7 @@ fn aggregate(with_key: bool) -> GroupAggregate {
             })
             .collect(),
         output: Arc::new(Schema::new(fields)),
+        append_only_input: false,
     };
     let ignored = LazyCounter::new(Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)), "ignored retractions");
     GroupAggregate::new(spec, &input_schema(), ignored, VNODES).expect("aggregate")
@@ -392,4 +393,25 @@ fn a_global_aggregate_keeps_its_one_group_in_vnode_zero() {
     let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
     assert_eq!(blobs.len(), 1);
     assert_eq!(blobs[0].0, vnode::of_hash(0, VNODES));
+}
+
+#[test]
+fn over_an_append_only_input_min_and_max_keep_only_the_extreme() {
+    let mut operator = aggregate(true);
+    operator.spec.append_only_input = true;
+    let mut out = Vec::new();
+    let input = [("a", Some(3), Some("x"), 1), ("a", Some(9), Some("z"), 1), ("a", Some(5), Some("y"), 1)];
+    operator.on_data(batch(&input), &mut out).expect("data");
+    assert_eq!(lines(&out), ["+1 a,3,3,3,17,3,9,5,z,17"]);
+    let group = operator.groups.iter().flatten().next().expect("a group");
+    for accumulator in &group.accumulators {
+        if let super::accumulator::Accumulator::Extreme { values, .. } = accumulator {
+            let entries = match values {
+                super::accumulator::Multiset::Int(map) => map.len(),
+                super::accumulator::Multiset::Float(map) => map.len(),
+                super::accumulator::Multiset::Text(map) => map.len(),
+            };
+            assert_eq!(entries, 1, "{accumulator:?}");
+        }
+    }
 }
