@@ -283,11 +283,11 @@ pub struct WindowAggregate {
     spare: Arc<Mutex<Vec<state::Frozen>>>,
 }
 
-fn is_float(data_type: &DataType) -> bool {
+pub(crate) fn is_float(data_type: &DataType) -> bool {
     matches!(data_type, DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Decimal128(..))
 }
 
-fn is_text(data_type: &DataType) -> bool {
+pub(crate) fn is_text(data_type: &DataType) -> bool {
     matches!(data_type, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
