@@ -5,16 +5,20 @@
 //!   type (`AVG` of `BIGINT` is `BIGINT`, the quotient truncated toward zero), a float
 //!   `DOUBLE`, a decimal DataFusion's decimal. Sluice's aggregate operators compute it;
 //!   DataFusion only plans it.
+//! - `ROW_NUMBER()`, the one window function (for TopN: `ROW_NUMBER() OVER (PARTITION
+//!   BY … ORDER BY …)` filtered by `<= N`), of type `BIGINT UNSIGNED`; Sluice's TopN
+//!   operator computes it, DataFusion only plans it.
 
 use std::sync::Arc;
 
 use arrow::compute::kernels::numeric::rem;
 use arrow::datatypes::DataType;
+use arrow::datatypes::{Field, FieldRef};
 use datafusion_common::{Result, plan_err};
-use datafusion_expr::function::AccumulatorArgs;
+use datafusion_expr::function::{AccumulatorArgs, PartitionEvaluatorArgs, WindowUDFFieldArgs};
 use datafusion_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, Coercion, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, TypeSignature, TypeSignatureClass, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, Coercion, ColumnarValue, PartitionEvaluator, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, TypeSignatureClass, Volatility, WindowUDF, WindowUDFImpl,
 };
 
 /// `MOD(a, b)` over integers or floats.
@@ -89,4 +93,34 @@ pub fn flink_aggregates() -> Vec<Arc<AggregateUDF>> {
         Volatility::Immutable,
     );
     vec![Arc::new(AggregateUDF::from(FlinkAvg { signature, aliases: vec!["mean".to_string()] }))]
+}
+
+/// `ROW_NUMBER()`, planned only (see the module documentation).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RowNumber {
+    signature: Signature,
+}
+
+impl WindowUDFImpl for RowNumber {
+    fn name(&self) -> &str {
+        "row_number"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn partition_evaluator(&self, _args: PartitionEvaluatorArgs) -> Result<Box<dyn PartitionEvaluator>> {
+        plan_err!("ROW_NUMBER is computed by Sluice's TopN operator, not by DataFusion")
+    }
+
+    fn field(&self, field_args: WindowUDFFieldArgs) -> Result<FieldRef> {
+        Ok(Arc::new(Field::new(field_args.name(), DataType::UInt64, false)))
+    }
+}
+
+/// The window functions a query may name.
+pub fn flink_window_functions() -> Vec<Arc<WindowUDF>> {
+    let signature = Signature::nullary(Volatility::Immutable);
+    vec![Arc::new(WindowUDF::from(RowNumber { signature }))]
 }

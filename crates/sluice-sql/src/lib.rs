@@ -25,6 +25,7 @@ mod functions;
 mod schema;
 pub mod stack;
 mod stream;
+mod topn;
 pub mod tvf;
 mod views;
 

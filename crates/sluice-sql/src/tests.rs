@@ -144,7 +144,7 @@ fn a_view_reading_a_view_below_it_or_a_cycle_is_told_so() {
 fn window_functions_are_refused_by_name() {
     for (sql, name) in [
         ("SELECT RANK() OVER (PARTITION BY a ORDER BY ts) FROM t", "RANK(…) OVER (…)"),
-        ("SELECT a FROM t WHERE ROW_NUMBER() OVER (ORDER BY ts) <= 3", "ROW_NUMBER(…) OVER (…)"),
+        ("SELECT a, LAG(a) OVER (ORDER BY ts) FROM t", "LAG(…) OVER (…)"),
         ("SELECT SUM(a) OVER (PARTITION BY b) FROM t", "SUM(…) OVER (…)"),
     ] {
         check_error(
@@ -370,5 +370,57 @@ fn windows_over_an_updating_stream_are_refused_by_name() {
             ("windowed", "SELECT * FROM TABLE(TUMBLE(TABLE counts, DESCRIPTOR(ts), INTERVAL '1' SECOND))"),
         ],
         &["view `windowed`: a window table function over `counts`, an updating stream", "is not supported yet"],
+    );
+}
+
+#[test]
+fn topn_ranks_per_partition_and_updates_shifted_ranks() {
+    let sql = "SELECT * FROM (SELECT s, a, ROW_NUMBER() OVER (PARTITION BY s ORDER BY a DESC) AS rn FROM t) \
+               WHERE rn <= 2";
+    let planner = plan(&[("top2", sql)], OnError::Fail).expect("plans");
+    let batches = vec![rows(&[(5, 0, "x", 0), (3, 0, "x", 0), (1, 0, "y", 0)]), rows(&[(4, 0, "x", 0)])];
+    let output = run_batches(&planner, "top2", batches).output.expect("runs");
+    assert_eq!(changes(&output), ["+1 x,5,1", "+1 x,3,2", "+1 y,1,1", "-1 x,3,2", "+1 x,4,2"]);
+    let stream = planner.plan_stream("top2", "sink").expect("plan_stream");
+    assert_eq!(stream.changelog, Changelog::Updating { upsert_key: Some(vec![0, 2]) }, "(partition, rank)");
+}
+
+#[test]
+fn deduplication_keeps_the_first_row_per_key() {
+    let sql = "SELECT s, a FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY s ORDER BY ts) AS rn FROM t) \
+               WHERE rn = 1 AND a > 0";
+    let planner = plan(&[("first", sql)], OnError::Fail).expect("plans");
+    let batches = vec![rows(&[(5, 0, "x", 10), (3, 0, "x", 20)]), rows(&[(7, 0, "x", 5), (0, 0, "y", 1)])];
+    let output = run_batches(&planner, "first", batches).output.expect("runs");
+    // An earlier row of x arrives late and replaces the first; y's only row fails a > 0.
+    assert_eq!(changes(&output), ["+1 x,5", "-1 x,5", "+1 x,7"]);
+    let stream = planner.plan_stream("first", "sink").expect("plan_stream");
+    assert_eq!(stream.changelog, Changelog::Updating { upsert_key: Some(vec![0]) });
+}
+
+#[test]
+fn row_number_outside_topn_is_refused_by_name() {
+    let over = "ROW_NUMBER() OVER (PARTITION BY s ORDER BY a)";
+    for (sql, expected) in [
+        (format!("SELECT a, {over} AS rn FROM t"), "ROW_NUMBER() OVER (…) without a filter `rn <= N`"),
+        (format!("SELECT * FROM (SELECT a, {over} AS rn FROM t) WHERE rn = 2"), "a filter on ROW_NUMBER() other than"),
+        (
+            "SELECT * FROM (SELECT a, ROW_NUMBER() OVER (PARTITION BY s ORDER BY a + 1) AS rn FROM t) WHERE rn <= 2"
+                .to_string(),
+            "ORDER BY an expression",
+        ),
+        (
+            format!("SELECT * FROM (SELECT a, {over} AS rn FROM t) WHERE rn <= 100001"),
+            "TopN keeps 100001 rows per partition",
+        ),
+    ] {
+        check_error(&[("v", &sql)], &[expected]);
+    }
+    check_error(
+        &[
+            ("counts", "SELECT s, COUNT(*) AS n FROM t GROUP BY s"),
+            ("top", "SELECT * FROM (SELECT s, n, ROW_NUMBER() OVER (ORDER BY n DESC) AS rn FROM counts) WHERE rn <= 3"),
+        ],
+        &["view `top`: TopN (ROW_NUMBER) over an updating stream is not supported yet"],
     );
 }
