@@ -337,6 +337,22 @@ fn open_error(path: &Path, error: &io::Error) -> SluiceError {
 }
 
 /// A failure writing to `what` after it was opened.
+/// How `describe` says that a sink writes a changelog: `, changelog (op column, upsert
+/// key auction)`; nothing for an append-only input.
+fn changelog_note(updating: bool, upsert_key: Option<&[usize]>, schema: &SchemaRef) -> String {
+    if !updating {
+        return String::new();
+    }
+    match upsert_key {
+        Some(key) if !key.is_empty() => {
+            let names: Vec<&str> = key.iter().map(|&c| schema.field(c).name().as_str()).collect();
+            format!(", changelog (op column, upsert key {})", names.join(", "))
+        }
+        Some(_) => ", changelog (op column, one row)".to_string(),
+        None => ", changelog (op column)".to_string(),
+    }
+}
+
 fn write_error(what: &str, error: &io::Error) -> SluiceError {
     SluiceError::external("sink.io", format!("cannot write {what}: {error}"))
         .with_fix("check the free space and the health of the file system")
@@ -389,7 +405,7 @@ impl SinkFactory for StdoutSink {
             StdoutFormat::Pretty => "pretty",
             StdoutFormat::Json => "json",
         };
-        format!("stdout({format})")
+        format!("stdout({format}{})", changelog_note(self.updating, self.upsert_key.as_deref(), &self.schema))
     }
 }
 
@@ -547,7 +563,8 @@ impl SinkFactory for FileSink {
             FileMode::File => "file",
             FileMode::Directory => "directory",
         };
-        format!("file(path={}, {format}, {mode})", self.written_path.display())
+        let changelog = changelog_note(self.updating, self.upsert_key.as_deref(), &self.schema);
+        format!("file(path={}, {format}, {mode}{changelog})", self.written_path.display())
     }
 
     fn exactly_once(&self) -> bool {
