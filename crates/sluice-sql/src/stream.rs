@@ -308,6 +308,7 @@ impl StreamPlanner<'_> {
         let shape = match kind {
             WindowKind::Tumble { size_ms } => format!("TUMBLE(size {size_ms} ms)"),
             WindowKind::Hop { slide_ms, size_ms } => format!("HOP(slide {slide_ms} ms, size {size_ms} ms)"),
+            WindowKind::Cumulate { step_ms, size_ms } => format!("CUMULATE(step {step_ms} ms, size {size_ms} ms)"),
         };
         state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
         state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
