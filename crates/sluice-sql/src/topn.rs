@@ -25,6 +25,7 @@
 use std::sync::Arc;
 
 use datafusion_common::ScalarValue;
+use datafusion_expr::expr::WindowFunctionParams;
 use datafusion_expr::logical_plan::{Filter, Projection, Window};
 use datafusion_expr::utils::{conjunction, split_conjunction};
 use datafusion_expr::{BinaryExpr, Expr, LogicalPlan, Operator as BinaryOperator};
@@ -163,33 +164,7 @@ pub(crate) fn plan_topn(
         )
         .with_fix(format!("filter by rn <= N with N between 1 and {TOPN_LIMIT_MAX}")));
     }
-    let column_of = |expr: &Expr| match expr.clone().unalias() {
-        Expr::Column(column) => window.input.schema().index_of_column(&column).ok(),
-        _ => None,
-    };
-    let partition = function
-        .params
-        .partition_by
-        .iter()
-        .map(column_of)
-        .collect::<Option<Vec<usize>>>()
-        .ok_or_else(|| refuse("PARTITION BY an expression"))?;
-    let order = function
-        .params
-        .order_by
-        .iter()
-        .map(|sort| {
-            column_of(&sort.expr).map(|column| SortColumn {
-                column,
-                descending: !sort.asc,
-                nulls_first: sort.nulls_first,
-            })
-        })
-        .collect::<Option<Vec<SortColumn>>>()
-        .ok_or_else(|| refuse("ORDER BY an expression"))?;
-    if order.is_empty() {
-        return Err(refuse("ROW_NUMBER() without ORDER BY"));
-    }
+    let (partition, order) = columns(window, &function.params, &refuse)?;
     let mut state = planner.plan(&window.input)?;
     if state.changelog.is_updating() {
         return Err(unsupported(
@@ -209,6 +184,40 @@ pub(crate) fn plan_topn(
         planner.push_filter(&mut state, &residual)?;
     }
     Ok(Some(state))
+}
+
+/// The input columns of `PARTITION BY` and `ORDER BY` (each must name a column).
+fn columns(
+    window: &Window,
+    params: &WindowFunctionParams,
+    refuse: &dyn Fn(&str) -> SluiceError,
+) -> Result<(Vec<usize>, Vec<SortColumn>), SluiceError> {
+    let column_of = |expr: &Expr| match expr.clone().unalias() {
+        Expr::Column(column) => window.input.schema().index_of_column(&column).ok(),
+        _ => None,
+    };
+    let partition = params
+        .partition_by
+        .iter()
+        .map(column_of)
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| refuse("PARTITION BY an expression"))?;
+    let order = params
+        .order_by
+        .iter()
+        .map(|sort| {
+            column_of(&sort.expr).map(|column| SortColumn {
+                column,
+                descending: !sort.asc,
+                nulls_first: sort.nulls_first,
+            })
+        })
+        .collect::<Option<Vec<SortColumn>>>()
+        .ok_or_else(|| refuse("ORDER BY an expression"))?;
+    if order.is_empty() {
+        return Err(refuse("ROW_NUMBER() without ORDER BY"));
+    }
+    Ok((partition, order))
 }
 
 /// The exchange by the partition columns and the TopN operator, on a stream of the
