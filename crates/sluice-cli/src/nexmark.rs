@@ -43,7 +43,8 @@ pub enum NexmarkCommand {
         /// Driver threads.
         #[arg(long, default_value_t = 1)]
         threads: u32,
-        /// Comma-separated: source (the input alone: generator or CSV parser), q0, q1, q2, tumble.
+        /// Comma-separated: source (the input alone: generator or CSV parser), q0, q1, q2, tumble,
+        /// running (a non-windowed, updating GROUP BY), state, state_day.
         #[arg(long, default_value = "source,q0,q1,q2,tumble")]
         queries: String,
         /// Read bids from this CSV file (from `sluice nexmark generate`) instead of the generator.

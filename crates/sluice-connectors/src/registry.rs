@@ -109,7 +109,11 @@ pub struct SinkContext<'a> {
     pub config: &'a SinkConfig,
     pub base_dir: &'a Path,
     pub schema: SchemaRef,
+    /// Whether rows may be retractions (the stream is updating).
     pub updating: bool,
+    /// The columns of `schema` identifying a live row of an updating stream, when known:
+    /// a change of one row arrives as its retraction directly followed by its new version.
+    pub upsert_key: Option<Vec<usize>>,
 }
 
 /// Every connector a pipeline may name.

@@ -36,8 +36,10 @@
 //! opened with `staged = true` they behave as unstaged (at-least-once).
 //!
 //! When the sink's input is *updating* (it can carry retractions), every row is written
-//! with an op column first: `+I` for an insert, `-D` for a retraction
-//! (see [`sluice_formats::encode`]). An append-only input is written without it.
+//! with an op column first, Flink's changelog: `+I` for an insert, `-D` for a
+//! retraction, and `-U`/`+U` for the old and new version of a row whose upsert key
+//! the stream has (see [`sluice_formats::encode`]). An append-only input is written
+//! without it.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -139,6 +141,7 @@ impl ConfiguredSink for ConfiguredStdout {
             format: self.format,
             schema: Arc::clone(&context.schema),
             updating: context.updating,
+            upsert_key: context.upsert_key.clone(),
         }))
     }
 }
@@ -224,13 +227,10 @@ impl ConfiguredSink for ConfiguredFileSink {
     }
 
     fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
-        Ok(Arc::new(FileSink::new(
-            &context.config.name,
-            &self.options,
-            context.base_dir,
-            &context.schema,
-            context.updating,
-        )))
+        Ok(Arc::new(
+            FileSink::new(&context.config.name, &self.options, context.base_dir, &context.schema, context.updating)
+                .with_upsert_key(context.upsert_key.clone()),
+        ))
     }
 }
 
@@ -337,6 +337,22 @@ fn open_error(path: &Path, error: &io::Error) -> SluiceError {
 }
 
 /// A failure writing to `what` after it was opened.
+/// How `describe` says that a sink writes a changelog: `, changelog (op column, upsert
+/// key auction)`; nothing for an append-only input.
+fn changelog_note(updating: bool, upsert_key: Option<&[usize]>, schema: &SchemaRef) -> String {
+    if !updating {
+        return String::new();
+    }
+    match upsert_key {
+        Some(key) if !key.is_empty() => {
+            let names: Vec<&str> = key.iter().map(|&c| schema.field(c).name().as_str()).collect();
+            format!(", changelog (op column, upsert key {})", names.join(", "))
+        }
+        Some(_) => ", changelog (op column, one row)".to_string(),
+        None => ", changelog (op column)".to_string(),
+    }
+}
+
 fn write_error(what: &str, error: &io::Error) -> SluiceError {
     SluiceError::external("sink.io", format!("cannot write {what}: {error}"))
         .with_fix("check the free space and the health of the file system")
@@ -349,6 +365,8 @@ pub struct StdoutSink {
     format: StdoutFormat,
     schema: SchemaRef,
     updating: bool,
+    /// The stream's upsert key: a change of one row is written `-U`/`+U`.
+    upsert_key: Option<Vec<usize>>,
 }
 
 impl StdoutSink {
@@ -360,7 +378,8 @@ impl StdoutSink {
         };
         Box::new(StreamWriter {
             target,
-            encoder: Encoder::new(format, self.schema.clone(), self.updating),
+            encoder: Encoder::new(format, self.schema.clone(), self.updating)
+                .with_upsert_key(self.upsert_key.as_deref()),
             buffer: Vec::new(),
         })
     }
@@ -386,7 +405,7 @@ impl SinkFactory for StdoutSink {
             StdoutFormat::Pretty => "pretty",
             StdoutFormat::Json => "json",
         };
-        format!("stdout({format})")
+        format!("stdout({format}{})", changelog_note(self.updating, self.upsert_key.as_deref(), &self.schema))
     }
 }
 
@@ -436,6 +455,8 @@ pub struct FileSink {
     mode: FileMode,
     schema: SchemaRef,
     updating: bool,
+    /// The stream's upsert key: a change of one row is written `-U`/`+U`.
+    upsert_key: Option<Vec<usize>>,
 }
 
 impl FileSink {
@@ -449,7 +470,14 @@ impl FileSink {
             mode: options.mode,
             schema: Arc::clone(schema),
             updating,
+            upsert_key: None,
         }
+    }
+
+    /// Writes a change of one row of the stream keyed by `upsert_key` as `-U`/`+U`.
+    pub fn with_upsert_key(mut self, upsert_key: Option<Vec<usize>>) -> FileSink {
+        self.upsert_key = upsert_key;
+        self
     }
 
     fn extension(&self) -> &'static str {
@@ -520,7 +548,8 @@ impl SinkFactory for FileSink {
         Ok(Box::new(FileWriter {
             path,
             file: BufWriter::with_capacity(1 << 20, file),
-            encoder: Encoder::new(format, self.schema.clone(), self.updating),
+            encoder: Encoder::new(format, self.schema.clone(), self.updating)
+                .with_upsert_key(self.upsert_key.as_deref()),
             buffer: Vec::new(),
         }))
     }
@@ -534,7 +563,8 @@ impl SinkFactory for FileSink {
             FileMode::File => "file",
             FileMode::Directory => "directory",
         };
-        format!("file(path={}, {format}, {mode})", self.written_path.display())
+        let changelog = changelog_note(self.updating, self.upsert_key.as_deref(), &self.schema);
+        format!("file(path={}, {format}, {mode}{changelog})", self.written_path.display())
     }
 
     fn exactly_once(&self) -> bool {

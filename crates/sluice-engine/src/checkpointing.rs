@@ -50,6 +50,8 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("key_hash", sluice_types::key::KEY_HASH_VERSION),
         ("window_state", sluice_operators::aggregate::WINDOW_STATE_VERSION),
         ("sink_record", SINK_RECORD_VERSION),
+        ("group_state", sluice_operators::aggregate::GROUP_STATE_VERSION),
+        ("topn_state", sluice_operators::topn::TOPN_STATE_VERSION),
     ]
     .into_iter()
     .map(|(name, version)| (name.to_string(), version))

@@ -133,6 +133,7 @@ impl Pipeline {
                 base_dir: &self.base_dir,
                 schema: Arc::clone(&stream.schema),
                 updating: stream.updating,
+                upsert_key: stream.changelog.upsert_key().map(<[usize]>::to_vec),
             };
             let factory = configured
                 .build(&context)

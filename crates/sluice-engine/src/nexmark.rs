@@ -14,7 +14,7 @@ use sluice_nexmark::{GeneratorConfig, LaneGenerator, Table, TableSet};
 use sluice_types::{Batch, ErrorKind, SluiceError};
 
 /// The benchmark's queries.
-pub const QUERIES: &[&str] = &["source", "q0", "q1", "q2", "tumble", "state", "state_day"];
+pub const QUERIES: &[&str] = &["source", "q0", "q1", "q2", "tumble", "running", "state", "state_day"];
 
 /// The keyed-state query over a one-`$unit` tumbling window.
 macro_rules! state_query {
@@ -47,6 +47,9 @@ pub fn query_sql(query: &str) -> Option<&'static str> {
              FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) \
              GROUP BY auction, window_start, window_end"
         }
+        // A running (updating) aggregate: every auction's bid count and highest price,
+        // kept up to date as bids arrive (the changelog of a non-windowed GROUP BY).
+        "running" => "SELECT auction, COUNT(*) AS bids, MAX(price) AS top FROM bid GROUP BY auction",
         _ => return None,
     })
 }

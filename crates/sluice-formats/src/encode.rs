@@ -31,8 +31,16 @@
 //! ```text
 //! {"op":"+I","auction":1,"price":100}     weight +1: an insert
 //! {"op":"-D","auction":1,"price":100}     weight -1: a retraction (delete)
+//! {"op":"-U","auction":2,"price":100}     weight -1, then weight +1 with the same
+//! {"op":"+U","auction":2,"price":150}     upsert key: an update (before, after)
 //! ```
 //!
+//! A stream with an upsert key ([`Encoder::with_upsert_key`]) sends a row's change as
+//! its retraction immediately followed by its new version; a retraction (weight -1)
+//! directly followed in the same batch by an insert (weight +1) of the same key is
+//! written as `-U` then `+U`. Every other retraction is `-D`, every other insert `+I`
+//! (so a stream without an upsert key, or a change split by a filter, writes only those;
+//! integrating the changelog gives the same table either way).
 //! A row of weight `w` with `|w| > 1` is written `|w|` times; weight 0 writes nothing.
 //! With `updating = false` no op column is written, a row of weight `w > 1` is written
 //! `w` times, and a negative weight is a bug upstream (an assertion).
@@ -58,6 +66,10 @@ pub const OP_COLUMN: &str = "op";
 pub const OP_INSERT: &str = "+I";
 /// The op of a row of negative weight.
 pub const OP_DELETE: &str = "-D";
+/// The op of the retracted version of a changed row (weight -1, its new version follows).
+pub const OP_UPDATE_BEFORE: &str = "-U";
+/// The op of the new version of a changed row (weight +1, after its `-U`).
+pub const OP_UPDATE_AFTER: &str = "+U";
 
 /// The byte format of a sink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +86,8 @@ pub struct Encoder {
     /// The schema written: the sink's, after the op column when updating.
     schema: SchemaRef,
     updating: bool,
+    /// The upsert key's columns (of the sink's schema), when the stream has one.
+    upsert_key: Option<Vec<usize>>,
     header_written: bool,
     timestamp_format: &'static str,
     timestamp_tz_format: &'static str,
@@ -90,7 +104,22 @@ impl Encoder {
         } else {
             schema
         };
-        Encoder { format, schema, updating, header_written: false, timestamp_format, timestamp_tz_format }
+        Encoder {
+            format,
+            schema,
+            updating,
+            upsert_key: None,
+            header_written: false,
+            timestamp_format,
+            timestamp_tz_format,
+        }
+    }
+
+    /// Writes a change of one row (a retraction directly followed by an insert with the
+    /// same `key` columns, of the sink's schema) as `-U`/`+U`; see the module docs.
+    pub fn with_upsert_key(mut self, key: Option<&[usize]>) -> Self {
+        self.upsert_key = key.map(<[usize]>::to_vec);
+        self
     }
 
     /// The schema of the rows written, with the op column first when updating.
@@ -122,7 +151,10 @@ impl Encoder {
                     self.updating || weights.values().iter().all(|w| *w >= 0),
                     "a retraction reached an encoder that is not updating"
                 );
-                let (indices, ops) = repeat_by_weight(weights.values());
+                let (indices, mut ops) = repeat_by_weight(weights.values());
+                if let (true, Some(key)) = (self.updating, &self.upsert_key) {
+                    mark_updates(&batch.rows, key, weights.values(), &mut ops)?;
+                }
                 (Some(indices), ops)
             }
             _ => (None, vec![OP_INSERT; batch.num_rows()]),
@@ -235,6 +267,37 @@ fn repeat_by_weight(weights: &[i64]) -> (UInt32Array, Vec<&'static str>) {
         }
     }
     (UInt32Array::from(indices), ops)
+}
+
+/// Turns each retraction (weight -1) directly followed by an insert (weight +1) of the
+/// same `key` into `-U`, `+U`. `ops` holds one op per written row (see
+/// [`repeat_by_weight`]).
+fn mark_updates(
+    rows: &RecordBatch,
+    key: &[usize],
+    weights: &[i64],
+    ops: &mut [&'static str],
+) -> Result<(), SluiceError> {
+    let comparators = key
+        .iter()
+        .map(|&column| {
+            let column = rows.column(column);
+            arrow::array::make_comparator(column.as_ref(), column.as_ref(), arrow::compute::SortOptions::default())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut written = 0;
+    for row in 0..weights.len() {
+        let next = row + 1;
+        if weights[row] == -1
+            && weights.get(next) == Some(&1)
+            && comparators.iter().all(|compare| compare(row, next).is_eq())
+        {
+            ops[written] = OP_UPDATE_BEFORE;
+            ops[written + 1] = OP_UPDATE_AFTER;
+        }
+        written += weights[row].unsigned_abs() as usize;
+    }
+    Ok(())
 }
 
 /// The timestamp formats (without and with a time zone) for the finest timestamp unit

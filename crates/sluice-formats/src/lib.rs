@@ -97,7 +97,9 @@ mod temporal;
 pub use chunker::{DEFAULT_CHUNK_BYTES, LineChunker};
 pub use csv_records::CsvRecordFinder;
 pub use decode::{BadRow, Decoder, DecoderOptions, MAX_BAD_ROW_CHARS, RowFormat, count_line_breaks};
-pub use encode::{Encoder, OP_COLUMN, OP_DELETE, OP_INSERT, OutputFormat, TIMESTAMP_FORMAT};
+pub use encode::{
+    Encoder, OP_COLUMN, OP_DELETE, OP_INSERT, OP_UPDATE_AFTER, OP_UPDATE_BEFORE, OutputFormat, TIMESTAMP_FORMAT,
+};
 pub use header::{UTF8_BOM, check_csv_first_row, check_csv_header};
 
 #[cfg(test)]

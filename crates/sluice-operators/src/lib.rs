@@ -6,6 +6,8 @@
 //!   and `window_time` to each row (a hop row joins several windows).
 //! - [`aggregate`]: the event-time window aggregate: keyed state per window, emitted once
 //!   when the watermark passes the window's end; rows for an emitted window are late.
+//!   [`aggregate::group`]: the non-windowed, updating group aggregate.
+//! - [`topn`]: TopN and deduplication (`ROW_NUMBER() … <= N`) over an append-only input.
 //! - [`partition`]: key hash → vnode → thread routing for the exchange.
 //! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
 //! - [`counter`]: named run counters registered on first use.
@@ -18,4 +20,5 @@ pub mod counter;
 pub mod expr;
 pub mod partition;
 pub mod row_errors;
+pub mod topn;
 pub mod window;

@@ -3,7 +3,10 @@
 //! `TUMBLE(TABLE t, DESCRIPTOR(ts), size)` puts each row in the one window
 //! `[floor(ts / size) * size, … + size)`; `HOP(TABLE t, DESCRIPTOR(ts), slide, size)` puts
 //! it in every window of length `size` starting at a multiple of `slide` that contains
-//! `ts` (size / slide windows when slide divides size). The output is the input row
+//! `ts` (size / slide windows when slide divides size); `CUMULATE(TABLE t, DESCRIPTOR(ts),
+//! step, size)` puts it in every window `[S, S + k * step)` (k = 1 … size / step) that
+//! contains `ts`, where `S = floor(ts / size) * size` (the windows grow by `step` within
+//! each `size`, as Flink's; size is a multiple of step). The output is the input row
 //! followed by `window_start`, `window_end` and `window_time` (= `window_end` - 1 ms, the
 //! row time of the window, as in Flink), all `TIMESTAMP(3)`.
 //!
@@ -36,14 +39,26 @@ use crate::counter::LazyCounter;
 /// A window table function's shape, in milliseconds (both positive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowKind {
-    Tumble { size_ms: i64 },
-    Hop { slide_ms: i64, size_ms: i64 },
+    Tumble {
+        size_ms: i64,
+    },
+    Hop {
+        slide_ms: i64,
+        size_ms: i64,
+    },
+    /// `size_ms` is a multiple of `step_ms` (the SQL planner checks it).
+    Cumulate {
+        step_ms: i64,
+        size_ms: i64,
+    },
 }
 
 impl WindowKind {
     pub fn size_ms(&self) -> i64 {
         match *self {
-            WindowKind::Tumble { size_ms } | WindowKind::Hop { size_ms, .. } => size_ms,
+            WindowKind::Tumble { size_ms } | WindowKind::Hop { size_ms, .. } | WindowKind::Cumulate { size_ms, .. } => {
+                size_ms
+            }
         }
     }
 
@@ -51,10 +66,11 @@ impl WindowKind {
         match *self {
             WindowKind::Tumble { size_ms } => size_ms,
             WindowKind::Hop { slide_ms, .. } => slide_ms,
+            WindowKind::Cumulate { step_ms, .. } => step_ms,
         }
     }
 
-    /// The most windows a row joins: size / slide rounded up (1 for TUMBLE).
+    /// The most windows a row joins: size / slide (or step) rounded up (1 for TUMBLE).
     pub fn windows_per_row(&self) -> u64 {
         let (size, slide) = (self.size_ms().unsigned_abs(), self.slide_ms().unsigned_abs().max(1));
         size.div_ceil(slide)
@@ -66,6 +82,22 @@ impl WindowKind {
         let (ts, slide, size) = (i128::from(ts), i128::from(self.slide_ms()), i128::from(self.size_ms()));
         assert!(slide > 0 && size > 0, "window size and slide are positive");
         let first = out.len();
+        if let WindowKind::Cumulate { .. } = self {
+            let start = ts - ts.rem_euclid(size);
+            // The ends S + k * step above ts, latest first: at most size / step of them.
+            let mut end = start + size;
+            while end > ts {
+                match (i64::try_from(start), i64::try_from(end)) {
+                    (Ok(start), Ok(end)) => out.push((start, end)),
+                    _ => {
+                        out.truncate(first);
+                        return false;
+                    }
+                }
+                end -= slide;
+            }
+            return true;
+        }
         let mut start = ts - ts.rem_euclid(slide);
         // At most windows_per_row() iterations: `start` falls by `slide` each time.
         while start + size > ts {
@@ -206,6 +238,23 @@ mod tests {
     use super::*;
     use arrow::datatypes::Schema;
     use proptest::prelude::*;
+
+    #[test]
+    fn cumulate_windows_grow_by_step_within_each_size() {
+        let kind = WindowKind::Cumulate { step_ms: 10, size_ms: 30 };
+        let windows = |ts: i64| {
+            let mut all = Vec::new();
+            assert!(kind.windows(ts, &mut all));
+            all
+        };
+        assert_eq!(windows(0), [(0, 30), (0, 20), (0, 10)]);
+        assert_eq!(windows(15), [(0, 30), (0, 20)]);
+        assert_eq!(windows(29), [(0, 30)]);
+        assert_eq!(windows(30), [(30, 60), (30, 50), (30, 40)]);
+        assert_eq!(windows(-1), [(-30, 0)]);
+        assert!(!kind.windows(i64::MAX, &mut Vec::new()), "its window ends past i64");
+        assert_eq!(kind.windows_per_row(), 3);
+    }
 
     fn starts(kind: WindowKind, ts: i64) -> Vec<i64> {
         let mut all = Vec::new();

@@ -1,26 +1,33 @@
-//! Planning `GROUP BY window_start, window_end, keys…` into exchange + window aggregate.
+//! Planning `GROUP BY` into an exchange followed by an aggregate operator.
 //!
-//! The rows are first projected to `[window_start, window_end, keys…, arguments…]`, so
-//! keys and arguments may be any expression; the exchange hashes the keys to vnodes; the
-//! window aggregate then works on column positions. A `GROUP BY` without both window
-//! bounds would be an updating (retracting) aggregate, which is refused for now.
+//! - `GROUP BY window_start, window_end, keys…` (both bounds of one window table
+//!   function): the event-time window aggregate, append-only, over an append-only input.
+//! - Any other `GROUP BY keys…` (or none): the updating group aggregate, over any input;
+//!   its output is updating with the keys as upsert key.
+//!
+//! The rows are first projected to `[group columns…, arguments…]`, where the arguments
+//! are each aggregate's argument and `FILTER (WHERE …)` condition, so keys, arguments and
+//! conditions may be any expression; the exchange hashes the keys to vnodes; the
+//! aggregate then works on column positions.
 
 use std::sync::Arc;
 
-use datafusion_common::DFSchema;
+use datafusion_common::{DFSchema, DFSchemaRef};
 use datafusion_expr::expr::AggregateFunction as DfAggregate;
 use datafusion_expr::logical_plan::Aggregate;
 use datafusion_expr::{Expr, ExprSchemable};
 use sluice_operators::aggregate::{
-    AggregateFunction, AggregateSpec, GroupColumn, WindowAggregate, WindowAggregateSpec,
+    AggregateFunction, AggregateSpec, GroupAggregate, GroupAggregateSpec, GroupColumn, WindowAggregate,
+    WindowAggregateSpec,
 };
+use sluice_operators::counter::LazyCounter;
 use sluice_runtime::OperatorFactory;
-use sluice_types::SluiceError;
+use sluice_types::{Changelog, SluiceError};
 
 use crate::stream::{StreamPlanner, StreamState, Tag, column_tag, display, unsupported};
 
 pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate) -> Result<StreamState, SluiceError> {
-    let mut state = planner.plan(&aggregate.input)?;
+    let state = planner.plan(&aggregate.input)?;
     let mut bounds: [Option<Expr>; 2] = [None, None];
     let mut keys = Vec::new();
     let mut groups = Vec::new();
@@ -43,15 +50,22 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
             }
         }
     }
-    let [Some(start), Some(end)] = bounds else {
-        return Err(unsupported(
-            "GROUP BY without window_start and window_end (a non-windowed, updating aggregate)",
-            "aggregate over a window table function: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) \
-             … GROUP BY window_start, window_end, …",
-        ));
-    };
-    let mut aggregates = Vec::new();
+    match bounds {
+        [Some(start), Some(end)] => plan_window_aggregate(planner, aggregate, state, [start, end], keys, groups),
+        // Without both bounds a window column is an ordinary key (as in Flink).
+        _ => plan_group_aggregate(planner, aggregate, state),
+    }
+}
+
+/// The aggregates' specs and the expressions of their arguments and conditions, which
+/// are projected after the `first_column` group columns.
+fn aggregate_specs(aggregate: &Aggregate, first_column: usize) -> Result<(Vec<AggregateSpec>, Vec<Expr>), SluiceError> {
+    let mut specs = Vec::new();
     let mut arguments = Vec::new();
+    let column_of = |expr: Expr, arguments: &mut Vec<Expr>| {
+        arguments.push(expr);
+        first_column + arguments.len() - 1
+    };
     for expr in &aggregate.aggr_expr {
         let Expr::AggregateFunction(function) = expr.clone().unalias() else {
             return Err(SluiceError::internal(
@@ -59,33 +73,64 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
                 format!("aggregate expression {expr} is not a function call"),
             ));
         };
-        let (function, argument) = aggregate_spec(&function)?;
-        let argument = argument.map(|argument| {
-            arguments.push(argument);
-            2 + keys.len() + arguments.len() - 1
-        });
-        aggregates.push(AggregateSpec { function, argument });
+        let (kind, argument) = aggregate_spec(&function)?;
+        let argument = argument.map(|argument| column_of(argument, &mut arguments));
+        let filter = function.params.filter.as_deref().cloned().map(|condition| column_of(condition, &mut arguments));
+        specs.push(AggregateSpec { function: kind, argument, filter });
     }
-    let mut pre_exprs = vec![start, end];
-    pre_exprs.extend(keys.iter().cloned());
-    pre_exprs.extend(arguments);
-    let pre_exprs: Vec<Expr> = pre_exprs.into_iter().enumerate().map(|(i, e)| e.alias(format!("__c{i}"))).collect();
-    let pre_fields = pre_exprs
+    Ok((specs, arguments))
+}
+
+/// Projects `exprs` (named `__c0`, `__c1`, …) onto the stream: the aggregate's input.
+fn project_inputs(
+    planner: &StreamPlanner<'_>,
+    state: &mut StreamState,
+    exprs: Vec<Expr>,
+    line: &str,
+) -> Result<DFSchemaRef, SluiceError> {
+    let exprs: Vec<Expr> = exprs.into_iter().enumerate().map(|(i, e)| e.alias(format!("__c{i}"))).collect();
+    let fields = exprs
         .iter()
         .map(|e| e.to_field(&state.schema).map_err(|e| crate::df_error("sql.aggregate", e)))
         .collect::<Result<Vec<_>, _>>()?;
-    let pre_schema = Arc::new(
-        DFSchema::new_with_metadata(pre_fields, Default::default()).map_err(|e| crate::df_error("sql.aggregate", e))?,
+    let schema = Arc::new(
+        DFSchema::new_with_metadata(fields, Default::default()).map_err(|e| crate::df_error("sql.aggregate", e))?,
     );
-    let key_names: Vec<String> = keys.iter().map(display).collect();
-    planner.push_projection(&mut state, &pre_exprs, Arc::clone(&pre_schema), "window, keys and aggregate arguments")?;
-    let key_columns: Vec<usize> = (2..2 + keys.len()).collect();
-    let description = if keys.is_empty() {
+    planner.push_projection(state, &exprs, Arc::clone(&schema), line)?;
+    Ok(schema)
+}
+
+/// The exchange's line in `explain`.
+fn exchange_line(planner: &StreamPlanner<'_>, key_names: &[String]) -> String {
+    if key_names.is_empty() {
         "all rows → one vnode (no key)".to_string()
     } else {
         format!("hash({}) → {} vnodes", key_names.join(", "), planner.vnodes)
-    };
-    planner.hash_exchange(&mut state, key_columns.clone(), description);
+    }
+}
+
+fn plan_window_aggregate(
+    planner: &StreamPlanner<'_>,
+    aggregate: &Aggregate,
+    mut state: StreamState,
+    [start, end]: [Expr; 2],
+    keys: Vec<Expr>,
+    groups: Vec<GroupColumn>,
+) -> Result<StreamState, SluiceError> {
+    if state.changelog.is_updating() {
+        return Err(unsupported(
+            "a window aggregate over an updating stream",
+            "aggregate the source's rows in windows; a window is emitted once and cannot take back rows",
+        ));
+    }
+    let (aggregates, arguments) = aggregate_specs(aggregate, 2 + keys.len())?;
+    let mut pre_exprs = vec![start, end];
+    pre_exprs.extend(keys.iter().cloned());
+    pre_exprs.extend(arguments);
+    let pre_schema = project_inputs(planner, &mut state, pre_exprs, "window, keys and aggregate arguments")?;
+    let key_names: Vec<String> = keys.iter().map(display).collect();
+    let key_columns: Vec<usize> = (2..2 + keys.len()).collect();
+    planner.hash_exchange(&mut state, key_columns.clone(), exchange_line(planner, &key_names));
     let input_schema = Arc::new(pre_schema.as_arrow().clone());
     let spec = WindowAggregateSpec {
         window_start: 0,
@@ -125,13 +170,52 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
     Ok(state)
 }
 
+fn plan_group_aggregate(
+    planner: &StreamPlanner<'_>,
+    aggregate: &Aggregate,
+    mut state: StreamState,
+) -> Result<StreamState, SluiceError> {
+    let keys = &aggregate.group_expr;
+    let (aggregates, arguments) = aggregate_specs(aggregate, keys.len())?;
+    let mut pre_exprs = keys.clone();
+    pre_exprs.extend(arguments);
+    let pre_schema = project_inputs(planner, &mut state, pre_exprs, "keys and aggregate arguments")?;
+    let key_names: Vec<String> = keys.iter().map(display).collect();
+    let key_columns: Vec<usize> = (0..keys.len()).collect();
+    planner.hash_exchange(&mut state, key_columns.clone(), exchange_line(planner, &key_names));
+    let input_schema = Arc::new(pre_schema.as_arrow().clone());
+    let spec = GroupAggregateSpec {
+        keys: key_columns.clone(),
+        aggregates,
+        output: Arc::new(aggregate.schema.as_arrow().clone()),
+        append_only_input: !state.changelog.is_updating(),
+    };
+    let counter = format!("view {}: ignored retractions", planner.view);
+    let names: Vec<String> = aggregate.aggr_expr.iter().map(display).collect();
+    let line = format!(
+        "group_aggregate (updating): [{}]{}",
+        names.join(", "),
+        if keys.is_empty() { String::new() } else { format!(" by {}", key_names.join(", ")) }
+    );
+    let factory: OperatorFactory = Arc::new(move |context| {
+        let ignored = LazyCounter::new(Arc::clone(&context.metrics), counter.clone());
+        Ok(Box::new(GroupAggregate::new(spec.clone(), &input_schema, ignored, context.vnodes)?))
+    });
+    state.operators.push((line, factory));
+    state.state = Some(format!(
+        "groups ({}), with each MIN/MAX's values and COUNT(DISTINCT)'s",
+        if keys.is_empty() { "one, no key".to_string() } else { key_names.join(", ") }
+    ));
+    state.schema = Arc::clone(&aggregate.schema);
+    state.tags = vec![Tag::Plain; aggregate.schema.fields().len()];
+    state.changelog = Changelog::Updating { upsert_key: Some(key_columns) };
+    Ok(state)
+}
+
 /// Maps a DataFusion aggregate call to ours, with the argument expression to project.
 fn aggregate_spec(call: &DfAggregate) -> Result<(AggregateFunction, Option<Expr>), SluiceError> {
     let params = &call.params;
     let name = call.func.name().to_ascii_lowercase();
-    if params.filter.is_some() {
-        return Err(unsupported("FILTER (WHERE …) on an aggregate", "filter the rows in a WHERE clause of a view"));
-    }
     if !params.order_by.is_empty() {
         return Err(unsupported("ORDER BY inside an aggregate", "remove the ORDER BY"));
     }

@@ -10,7 +10,8 @@
 //!   subqueries); chains of infix operators are built by a loop, so the tree they make is
 //!   measured: every expression's nesting depth must be at most [`EXPRESSION_DEPTH_MAX`]
 //!   (`sql.too_deep`).
-//! - **Constructs refused by name**: window functions (`… OVER (…)`), subqueries in
+//! - **Constructs refused by name**: window functions (`… OVER (…)`) other than
+//!   `ROW_NUMBER()` (TopN's, whose shape the stream planner checks), subqueries in
 //!   expressions (`IN (SELECT …)`, `EXISTS (…)`, scalar subqueries), and joins and set
 //!   operations (`UNION`, …), whose planning by DataFusion alone grows quadratically
 //!   (minutes and a gigabyte for 5000 joins) (`sql.unsupported`).
@@ -217,7 +218,10 @@ fn refusal(expr: &Expr) -> Option<SluiceError> {
     let subquery_fix = "remove the subquery: a view cannot read a second table yet (joins arrive in a later \
                         version); for a fixed list of values write `x IN (1, 2, 3)`";
     let refused = match expr {
-        Expr::Function(function) if function.over.is_some() => {
+        // ROW_NUMBER() OVER (…) is TopN's; the stream planner checks its shape.
+        Expr::Function(function)
+            if function.over.is_some() && !function.name.to_string().eq_ignore_ascii_case("row_number") =>
+        {
             return Some(
                 SluiceError::user(
                     "sql.unsupported",
@@ -225,7 +229,8 @@ fn refusal(expr: &Expr) -> Option<SluiceError> {
                 )
                 .with_fix(
                     "aggregate over a window table function instead: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), \
-                     INTERVAL '10' SECOND)) … GROUP BY window_start, window_end (Top-N with ROW_NUMBER arrives later)",
+                     INTERVAL '10' SECOND)) … GROUP BY window_start, window_end; for TopN, filter ROW_NUMBER() \
+                     OVER (PARTITION BY … ORDER BY …) by <= N in the enclosing query",
                 ),
             );
         }

@@ -2,7 +2,8 @@
 //!
 //! Three kinds: a source's table, a view (planned earlier, in file order) and the
 //! synthetic table of a window call (see [`crate::tvf`]). Functions are DataFusion's
-//! default scalar and aggregate functions.
+//! default scalar and aggregate functions, and Flink's where they differ
+//! ([`crate::functions`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,6 +56,7 @@ pub struct Catalog {
     options: ConfigOptions,
     scalars: BTreeMap<String, Arc<ScalarUDF>>,
     aggregates: BTreeMap<String, Arc<AggregateUDF>>,
+    windows: BTreeMap<String, Arc<WindowUDF>>,
     planners: Vec<Arc<dyn ExprPlanner>>,
 }
 
@@ -72,7 +74,8 @@ impl Catalog {
             scalars.insert(function.name().to_ascii_lowercase(), function);
         }
         let mut aggregates = BTreeMap::new();
-        for function in datafusion_functions_aggregate::all_default_aggregate_functions() {
+        let functions = datafusion_functions_aggregate::all_default_aggregate_functions();
+        for function in functions.into_iter().chain(crate::functions::flink_aggregates()) {
             for alias in function.aliases() {
                 aggregates.insert(alias.to_ascii_lowercase(), Arc::clone(&function));
             }
@@ -84,7 +87,9 @@ impl Catalog {
             Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
             Arc::new(datafusion_functions_aggregate::planner::AggregateFunctionPlanner),
         ];
-        Catalog { tables: BTreeMap::new(), options, scalars, aggregates, planners }
+        let windows =
+            crate::functions::flink_window_functions().into_iter().map(|f| (f.name().to_string(), f)).collect();
+        Catalog { tables: BTreeMap::new(), options, scalars, aggregates, windows, planners }
     }
 
     pub fn options(&self) -> &ConfigOptions {
@@ -135,8 +140,8 @@ impl ContextProvider for Catalog {
         self.aggregates.get(&name.to_ascii_lowercase()).cloned()
     }
 
-    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
-        None
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.windows.get(&name.to_ascii_lowercase()).cloned()
     }
 
     fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
@@ -160,6 +165,6 @@ impl ContextProvider for Catalog {
     }
 
     fn udwf_names(&self) -> Vec<String> {
-        Vec::new()
+        self.windows.keys().cloned().collect()
     }
 }

@@ -14,8 +14,9 @@
 //! 3. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
 //!    and its analyzer coerces types;
 //! 4. [`stream`] turns the logical plan into segments of fused operators and exchanges,
-//!    refusing, with the construct's name, anything whose streaming meaning is not
-//!    implemented.
+//!    knowing for each stream whether it is append-only or updating (and its upsert
+//!    key), and refusing, with the construct's name, anything whose streaming meaning is
+//!    not implemented.
 
 mod aggregate;
 mod ast;
@@ -24,6 +25,7 @@ mod functions;
 mod schema;
 pub mod stack;
 mod stream;
+mod topn;
 pub mod tvf;
 mod views;
 
@@ -37,7 +39,7 @@ use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use sluice_config::OnError;
 use sluice_operators::row_errors::OnRowError;
 use sluice_runtime::{Flow, SinkFactory, SinkParallelism, TableDef};
-use sluice_types::SluiceError;
+use sluice_types::{Changelog, SluiceError};
 
 pub use ast::EXPRESSION_DEPTH_MAX;
 pub use schema::parse_schema;
@@ -78,6 +80,8 @@ pub struct PlannedStream {
     pub schema: SchemaRef,
     /// Whether rows can be retractions (weight -1): the sink then writes an op column.
     pub updating: bool,
+    /// Append-only or updating, with the upsert key's columns when known.
+    pub changelog: Changelog,
 }
 
 impl PlannedStream {
@@ -193,7 +197,8 @@ impl SqlPlanner {
             }
         };
         let schema = state.arrow_schema();
-        Ok(PlannedStream { state, schema, updating: false })
+        let changelog = state.changelog.clone();
+        Ok(PlannedStream { state, schema, updating: changelog.is_updating(), changelog })
     }
 
     fn stream_planner(&self, view: &str) -> StreamPlanner<'_> {

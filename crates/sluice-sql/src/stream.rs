@@ -4,8 +4,19 @@
 //! plan); projections and filters become fused operators evaluating DataFusion physical
 //! expressions; a window call's scan adds window assignment; an `Aggregate` grouped by a
 //! window's `window_start` and `window_end` becomes a key-hash exchange followed by the
-//! window aggregate. Each column carries a [`Tag`] so the planner knows which columns are
-//! the event time and the window bounds wherever they are renamed or re-qualified.
+//! window aggregate; any other `Aggregate` becomes a key-hash exchange followed by the
+//! updating group aggregate; a filter `rn <= N` over `ROW_NUMBER() OVER (…) AS rn`
+//! becomes a key-hash exchange followed by TopN ([`crate::topn`]). Each column carries a [`Tag`] so the planner knows which
+//! columns are the event time and the window bounds wherever they are renamed or
+//! re-qualified.
+//!
+//! Each stream also carries its [`Changelog`]: sources are append-only; projections and
+//! filters keep the mode (a projection keeps the upsert key only if it keeps every key
+//! column as it is); a window aggregate needs an append-only input and stays
+//! append-only; a group aggregate is updating, its `GROUP BY` columns the upsert key;
+//! TopN needs an append-only input and is updating.
+//! Window table functions and window aggregates over an updating stream are refused (a
+//! window emitted once cannot take back what it emitted).
 //!
 //! Anything else is refused with an error naming the construct: the planner never runs a
 //! query whose streaming meaning it does not implement.
@@ -15,6 +26,7 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use datafusion_common::{DFSchema, DFSchemaRef};
 use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::logical_plan::{Projection, SubqueryAlias};
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_expr::simplify::SimplifyContext;
 use datafusion_expr::{Expr, LogicalPlan};
@@ -26,7 +38,7 @@ use sluice_operators::partition::{GatherPartitioner, HashPartitioner};
 use sluice_operators::row_errors::{OnRowError, RowErrors};
 use sluice_operators::window::{WindowAssign, WindowKind};
 use sluice_runtime::{OperatorFactory, Segment, SegmentOutput};
-use sluice_types::SluiceError;
+use sluice_types::{Changelog, SluiceError};
 
 use crate::catalog::{Catalog, TableEntry};
 
@@ -54,6 +66,8 @@ pub(crate) struct StreamState {
     /// How many rows each source row has become through window assignments (HOP
     /// copies a row once per window): bounded by `windows_per_row_max`.
     pub windows_per_row: u64,
+    /// Append-only or updating (with the upsert key's column positions).
+    pub changelog: Changelog,
 }
 
 impl StreamState {
@@ -140,52 +154,77 @@ impl StreamPlanner<'_> {
                     let tags = projection.iter().map(|&i| state.tags[i]).collect();
                     self.push_projection(&mut state, &exprs, Arc::clone(&scan.projected_schema), "scan projection")?;
                     state.tags = tags;
+                    state.changelog = project_changelog(&state.changelog, |i| projection.iter().position(|&p| p == i));
                 }
                 state.schema = Arc::clone(&scan.projected_schema);
                 Ok(state)
             }
             LogicalPlan::Projection(projection) => {
-                let mut state = self.plan(&projection.input)?;
-                let tags = projection.expr.iter().map(|e| column_tag(e, &state)).collect();
-                let identity =
-                    projection.expr.len() == state.schema.fields().len()
-                        && projection.expr.iter().enumerate().all(
-                            |(i, e)| matches!(e, Expr::Column(c) if state.schema.index_of_column(c).ok() == Some(i)),
-                        );
-                if !identity {
-                    let names: Vec<String> = projection.expr.iter().map(display).collect();
-                    self.push_projection(
-                        &mut state,
-                        &projection.expr,
-                        Arc::clone(&projection.schema),
-                        &names.join(", "),
-                    )?;
-                }
-                state.schema = Arc::clone(&projection.schema);
-                state.tags = tags;
-                Ok(state)
+                let state = match crate::topn::plan_under_projection(self, projection)? {
+                    Some(state) => state,
+                    None => self.plan(&projection.input)?,
+                };
+                self.project(state, projection)
             }
             LogicalPlan::Filter(filter) => {
+                if let Some(state) = crate::topn::plan_topn(self, filter, true)? {
+                    return Ok(state);
+                }
                 let mut state = self.plan(&filter.input)?;
-                let predicate = physical(&filter.predicate, &state.schema)?;
-                let text = display(&filter.predicate);
-                let (view, on_error) = (self.view.clone(), state.on_error);
-                let line = format!("filter: {text}");
-                let factory: OperatorFactory = Arc::new(move |context| {
-                    let errors = RowErrors::new(view.clone(), on_error, Arc::clone(&context.metrics));
-                    Ok(Box::new(Filter::new(Arc::clone(&predicate), text.clone(), errors)))
-                });
-                state.operators.push((line, factory));
+                self.push_filter(&mut state, &filter.predicate)?;
                 Ok(state)
             }
             LogicalPlan::SubqueryAlias(alias) => {
-                let mut state = self.plan(&alias.input)?;
-                state.schema = Arc::clone(&alias.schema);
-                Ok(state)
+                let state = self.plan(&alias.input)?;
+                Ok(Self::alias(state, alias))
             }
             LogicalPlan::Aggregate(aggregate) => crate::aggregate::plan_aggregate(self, aggregate),
             other => Err(refuse(other)),
         }
+    }
+
+    /// `projection` applied to `state`, a stream of its input.
+    pub fn project(&self, mut state: StreamState, projection: &Projection) -> Result<StreamState, SluiceError> {
+        let tags = projection.expr.iter().map(|e| column_tag(e, &state)).collect();
+        let identity = projection.expr.len() == state.schema.fields().len()
+            && projection
+                .expr
+                .iter()
+                .enumerate()
+                .all(|(i, e)| matches!(e, Expr::Column(c) if state.schema.index_of_column(c).ok() == Some(i)));
+        if !identity {
+            let names: Vec<String> = projection.expr.iter().map(display).collect();
+            self.push_projection(&mut state, &projection.expr, Arc::clone(&projection.schema), &names.join(", "))?;
+        }
+        let input = Arc::clone(&state.schema);
+        state.changelog = project_changelog(&state.changelog, |i| {
+            projection.expr.iter().position(
+                |e| matches!(e.clone().unalias(), Expr::Column(c) if input.index_of_column(&c).ok() == Some(i)),
+            )
+        });
+        state.schema = Arc::clone(&projection.schema);
+        state.tags = tags;
+        Ok(state)
+    }
+
+    /// `alias` applied to `state`, a stream of its input: the columns' qualifier changes.
+    pub fn alias(mut state: StreamState, alias: &SubqueryAlias) -> StreamState {
+        state.schema = Arc::clone(&alias.schema);
+        state
+    }
+
+    /// Adds a filter by `predicate` (over the stream's schema); weights are kept.
+    pub fn push_filter(&self, state: &mut StreamState, predicate: &Expr) -> Result<(), SluiceError> {
+        let physical_predicate = physical(predicate, &state.schema)?;
+        let text = display(predicate);
+        let (view, on_error) = (self.view.clone(), state.on_error);
+        let line = format!("filter: {text}");
+        let factory: OperatorFactory = Arc::new(move |context| {
+            let errors = RowErrors::new(view.clone(), on_error, Arc::clone(&context.metrics));
+            Ok(Box::new(Filter::new(Arc::clone(&physical_predicate), text.clone(), errors)))
+        });
+        state.operators.push((line, factory));
+        Ok(())
     }
 
     /// A stream reading a named table from its start.
@@ -212,6 +251,7 @@ impl StreamPlanner<'_> {
                     tags,
                     on_error: *on_error,
                     windows_per_row: 1,
+                    changelog: Changelog::AppendOnly,
                 })
             }
             TableEntry::View { plan, .. } => self.for_view(name).plan(plan),
@@ -230,6 +270,13 @@ impl StreamPlanner<'_> {
         schema: &SchemaRef,
     ) -> Result<StreamState, SluiceError> {
         let mut state = self.plan_table(input)?;
+        if state.changelog.is_updating() {
+            return Err(unsupported(
+                &format!("a window table function over `{input}`, an updating stream (its rows change)"),
+                "window the rows before they are aggregated: apply the window function to the source, then GROUP BY \
+                 window_start, window_end and the keys",
+            ));
+        }
         state.windows_per_row = self.windows_per_row(&state, input, kind)?;
         let input_schema = state.arrow_schema();
         let Some(time_index) = input_schema.fields().iter().position(|f| f.name() == time_column) else {
@@ -261,6 +308,7 @@ impl StreamPlanner<'_> {
         let shape = match kind {
             WindowKind::Tumble { size_ms } => format!("TUMBLE(size {size_ms} ms)"),
             WindowKind::Hop { slide_ms, size_ms } => format!("HOP(slide {slide_ms} ms, size {size_ms} ms)"),
+            WindowKind::Cumulate { step_ms, size_ms } => format!("CUMULATE(step {step_ms} ms, size {size_ms} ms)"),
         };
         state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
         state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
@@ -321,6 +369,17 @@ impl StreamPlanner<'_> {
     }
 }
 
+/// The changelog after a projection: `position(i)` is where input column `i` went
+/// unchanged, if it did. The upsert key survives only if every key column does.
+fn project_changelog(changelog: &Changelog, position: impl Fn(usize) -> Option<usize>) -> Changelog {
+    match changelog {
+        Changelog::AppendOnly => Changelog::AppendOnly,
+        Changelog::Updating { upsert_key } => Changelog::Updating {
+            upsert_key: upsert_key.as_ref().and_then(|key| key.iter().map(|&i| position(i)).collect()),
+        },
+    }
+}
+
 /// An expression as run-time errors show it: as written, without the planner's own
 /// aliases (`__c0`, …).
 fn expression_text(expr: &Expr) -> String {
@@ -346,7 +405,11 @@ fn refuse(plan: &LogicalPlan) -> SluiceError {
         LogicalPlan::Sort(_) => ("ORDER BY on a stream", "remove ORDER BY (TopN via ROW_NUMBER arrives later)"),
         LogicalPlan::Limit(_) => ("LIMIT on a stream", "remove LIMIT"),
         LogicalPlan::Union(_) => ("UNION", "use one view per input"),
-        LogicalPlan::Window(_) => ("OVER (window functions)", "use a window table function with GROUP BY"),
+        LogicalPlan::Window(_) => (
+            "ROW_NUMBER() OVER (…) without a filter `rn <= N` (or `rn = 1`) on it in the enclosing query",
+            "write TopN as Flink does: SELECT … FROM (SELECT …, ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) AS rn \
+             FROM t) WHERE rn <= 3",
+        ),
         LogicalPlan::Distinct(_) => ("SELECT DISTINCT", "use GROUP BY window_start, window_end and the columns"),
         LogicalPlan::Values(_) => ("VALUES", "read rows from a source"),
         LogicalPlan::EmptyRelation(_) => ("SELECT without FROM", "select from a source table or view"),

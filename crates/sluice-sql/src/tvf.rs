@@ -7,9 +7,10 @@
 //! stream planner later turns a scan of that table into the input's stream followed by
 //! window assignment. Everything else in the query is left exactly as written.
 //!
-//! Supported: `TUMBLE(data, timecol, size)` and `HOP(data, timecol, slide, size)`, with
-//! positional or named (`DATA =>`, `TIMECOL =>`, `SIZE =>`, `SLIDE =>`) arguments.
-//! `CUMULATE`, `SESSION` and an `OFFSET` argument are reported as not supported yet.
+//! Supported: `TUMBLE(data, timecol, size)`, `HOP(data, timecol, slide, size)` and
+//! `CUMULATE(data, timecol, step, size)` (size a multiple of step), with positional or
+//! named (`DATA =>`, `TIMECOL =>`, `SIZE =>`, `SLIDE =>`, `STEP =>`) arguments.
+//! `SESSION` and an `OFFSET` argument are reported as not supported yet.
 
 use sluice_operators::window::WindowKind;
 use sluice_types::SluiceError;
@@ -81,9 +82,9 @@ fn match_call(tokens: &[Token], index: usize, number: usize) -> Result<Option<(W
     if !matches!(function.as_str(), "TUMBLE" | "HOP" | "CUMULATE" | "SESSION") {
         return Ok(None);
     }
-    if function == "CUMULATE" || function == "SESSION" {
+    if function == "SESSION" {
         return Err(SluiceError::user("sql.unsupported", format!("{function} windows are not supported yet"))
-            .with_fix("use TUMBLE or HOP"));
+            .with_fix("use TUMBLE, HOP or CUMULATE"));
     }
     let args_open = skip(tokens, name_at + 1);
     if tokens.get(args_open) != Some(&Token::LParen) {
@@ -117,7 +118,7 @@ fn call_text(tokens: &[Token]) -> String {
 fn syntax(function: &str, message: &str) -> SluiceError {
     SluiceError::user("sql.window_syntax", format!("{function}(...): {message}")).with_fix(format!(
         "write {function}(TABLE t, DESCRIPTOR(ts), {}INTERVAL '10' SECOND)",
-        if function == "HOP" { "INTERVAL '5' SECOND, " } else { "" }
+        if function == "HOP" || function == "CUMULATE" { "INTERVAL '5' SECOND, " } else { "" }
     ))
 }
 
@@ -155,8 +156,11 @@ fn split_arguments(tokens: &[Token], open: usize) -> Result<(Vec<Vec<Token>>, us
 }
 
 fn build_call(function: &str, arguments: Vec<Vec<Token>>, number: usize) -> Result<WindowCall, SluiceError> {
-    let positional =
-        if function == "HOP" { ["DATA", "TIMECOL", "SLIDE", "SIZE"].as_slice() } else { &["DATA", "TIMECOL", "SIZE"] };
+    let positional = match function {
+        "HOP" => ["DATA", "TIMECOL", "SLIDE", "SIZE"].as_slice(),
+        "CUMULATE" => &["DATA", "TIMECOL", "STEP", "SIZE"],
+        _ => &["DATA", "TIMECOL", "SIZE"],
+    };
     let mut named: Vec<(String, Vec<Token>)> = Vec::new();
     for (position, mut argument) in arguments.into_iter().enumerate() {
         let name = if argument.len() > 2 && matches!(argument[1], Token::RArrow) {
@@ -191,11 +195,24 @@ fn build_call(function: &str, arguments: Vec<Vec<Token>>, number: usize) -> Resu
         }
         _ => return Err(syntax(function, "the time argument must be `DESCRIPTOR(column)`")),
     };
-    let kind = if function == "HOP" {
-        let slide_ms = interval_ms(function, "slide", take("SLIDE"))?;
-        WindowKind::Hop { slide_ms, size_ms: interval_ms(function, "size", take("SIZE"))? }
-    } else {
-        WindowKind::Tumble { size_ms: interval_ms(function, "size", take("SIZE"))? }
+    let kind = match function {
+        "HOP" => {
+            let slide_ms = interval_ms(function, "slide", take("SLIDE"))?;
+            WindowKind::Hop { slide_ms, size_ms: interval_ms(function, "size", take("SIZE"))? }
+        }
+        "CUMULATE" => {
+            let step_ms = interval_ms(function, "step", take("STEP"))?;
+            let size_ms = interval_ms(function, "size", take("SIZE"))?;
+            if size_ms % step_ms != 0 {
+                return Err(SluiceError::user(
+                    "sql.window_interval",
+                    format!("CUMULATE(...): the size ({size_ms} ms) is not a multiple of the step ({step_ms} ms)"),
+                )
+                .with_fix("choose a size that is a whole number of steps, as Flink requires"));
+            }
+            WindowKind::Cumulate { step_ms, size_ms }
+        }
+        _ => WindowKind::Tumble { size_ms: interval_ms(function, "size", take("SIZE"))? },
     };
     Ok(WindowCall { table: format!("__window_{number}"), input, time_column, kind, text: String::new() })
 }
@@ -290,14 +307,19 @@ mod tests {
             "SELECT 1 FROM __window_0",
             &[("t", "ts", WindowKind::Tumble { size_ms: 300_000 })],
         );
+        check(
+            "SELECT * FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' MINUTE))",
+            "SELECT * FROM __window_0",
+            &[("t", "ts", WindowKind::Cumulate { step_ms: 1_000, size_ms: 60_000 })],
+        );
         check("SELECT a FROM t WHERE x = 'TABLE(TUMBLE('", "SELECT a FROM t WHERE x = 'TABLE(TUMBLE('", &[]);
     }
 
     #[test]
     fn unsupported_forms_are_named() {
         check_error(
-            "SELECT * FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' MINUTE))",
-            "CUMULATE windows are not supported yet",
+            "SELECT * FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '5' SECOND))",
+            "CUMULATE(...): the size (5000 ms) is not a multiple of the step (2000 ms)",
         );
         check_error("SELECT * FROM TABLE(SESSION(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))", "SESSION windows");
         check_error(

@@ -3,6 +3,7 @@
 //!
 //! - [`Batch`]: an Arrow record batch whose rows each carry a weight (+1 insert, -1
 //!   retract). The common append-only case stores no weight column.
+//! - [`Changelog`]: whether a stream is append-only or updating, with its upsert key.
 //! - [`Message`]: the one in-band enum that travels every edge (data, watermark, barrier,
 //!   end-of-data).
 //! - [`SluiceError`]: the typed error for operating failures, with a stable code, a
@@ -13,12 +14,14 @@
 //! - [`vnode`]: how a key hash maps to a virtual node, and vnodes to threads.
 
 mod batch;
+mod changelog;
 mod error;
 pub mod failpoint;
 pub mod key;
 pub mod vnode;
 
 pub use batch::{Batch, Weights};
+pub use changelog::Changelog;
 pub use error::{Domain, ErrorKind, SluiceError, panic_message};
 
 /// Milliseconds since the Unix epoch, the unit of event time and watermarks.

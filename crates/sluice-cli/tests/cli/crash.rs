@@ -15,7 +15,7 @@ use std::process::Stdio;
 
 use proptest::prelude::*;
 
-use crate::golden::{Case, case_files, comparable, output, parse};
+use crate::golden::{Case, case_files, comparable, integrated, output, parse};
 use crate::harness::{Scratch, sluice_command, stderr};
 
 /// Rows per batch in these runs: small, so that there are several batches, hence
@@ -109,6 +109,15 @@ fn check_crashes(case: &Case, label: &str, crashes: &[Crash], threads: (u32, u32
         let got = comparable(name, &output(&crashed, name));
         assert_eq!(got, want, "{label}: output {name} after crashes at {crashes:?} differs\n{resumed}");
     }
+    // A changelog whose rows depend on lane interleaving: the tables must agree.
+    for (name, _) in &case.tables {
+        let want = integrated(&output(&uninterrupted, name));
+        let got = integrated(&output(&crashed, name));
+        assert_eq!(
+            got, want,
+            "{label}: changelog {name} after crashes at {crashes:?} integrates differently\n{resumed}"
+        );
+    }
 }
 
 /// Whether the store holds a published manifest.
@@ -131,6 +140,14 @@ fn check_case(file: &std::path::Path, index: usize) {
             got,
             comparable(name, expected),
             "{label}: a checkpointed run differs from the golden output\n{report}"
+        );
+    }
+    for (name, expected) in &case.tables {
+        let got = integrated(&output(&golden, name));
+        assert_eq!(
+            got,
+            crate::harness::sorted_lines(expected),
+            "{label}: a checkpointed run's table differs\n{report}"
         );
     }
     let point = CHECKPOINT_POINTS[index % CHECKPOINT_POINTS.len()];
@@ -180,6 +197,7 @@ fn several_lanes_survive_sigkill_at_every_checkpoint_step() {
         files: vec![("events.jsonl".into(), rows)],
         pipeline: pipeline.into(),
         expected: vec![("out".into(), String::new())],
+        tables: Vec::new(),
         report: Vec::new(),
     };
     for (index, point) in CHECKPOINT_POINTS.iter().enumerate() {

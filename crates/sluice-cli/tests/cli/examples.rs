@@ -1,5 +1,6 @@
 //! The shipped examples validate and run, and the README's first command's pipeline
-//! produces windows.
+//! produces windows; the updating example writes changelogs that integrate to one row
+//! per auction.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +18,7 @@ fn copy_examples(scratch: &Scratch) {
     std::fs::create_dir_all(scratch.path("data")).expect("data dir");
     copy(&examples().join("nexmark.toml"), "nexmark.toml");
     copy(&examples().join("file.toml"), "file.toml");
+    copy(&examples().join("running.toml"), "running.toml");
     copy(&examples().join("data/clicks.jsonl"), "data/clicks.jsonl");
 }
 
@@ -49,4 +51,28 @@ fn the_file_example_skips_its_bad_row_and_writes_csv() {
     let views: i64 =
         csv.lines().skip(1).map(|l| l.split(',').nth(2).expect("views").parse::<i64>().expect("int")).sum();
     assert_eq!(views, 300, "every good row is counted in exactly one window");
+}
+
+#[test]
+fn the_running_example_writes_changelogs() {
+    let scratch = Scratch::new();
+    copy_examples(&scratch);
+    let run = scratch.sluice(&["run", "running.toml"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let counts = scratch.read("out/bids_per_auction.jsonl");
+    for op in ["+I", "-U", "+U"] {
+        assert!(counts.contains(&format!("{{\"op\":\"{op}\"")), "no {op} row in:\n{counts}");
+    }
+    let table = crate::golden::integrated(&counts);
+    let auctions: std::collections::BTreeSet<i64> = table
+        .iter()
+        .map(|row| serde_json::from_str::<serde_json::Value>(row).expect("row")["auction"].as_i64().expect("auction"))
+        .collect();
+    assert_eq!(auctions.len(), table.len(), "one row per auction once integrated");
+    let top = crate::golden::integrated(&scratch.read("out/top_bids.jsonl"));
+    assert!(!top.is_empty());
+    for row in &top {
+        let rank = serde_json::from_str::<serde_json::Value>(row).expect("row")["rownum"].as_u64().expect("rank");
+        assert!((1..=3).contains(&rank), "{row}");
+    }
 }

@@ -8,8 +8,15 @@
 //! --- file input.jsonl      a file written to the scratch directory
 //! --- pipeline              pipeline.toml
 //! --- expect out.jsonl      the file the sink must produce (or a directory: all parts)
+//! --- expect-table out.jsonl the table an updating sink's changelog (JSON lines with
+//!                           an op column) integrates to: every +I/+U row added, every
+//!                           -U/-D row removed (it must be there), rows without the op
 //! --- report                lines the exit report must contain
 //! ```
+//!
+//! An updating stream's changelog depends on how rows were batched and how lanes
+//! interleaved (a group changed by two rows of one batch changes once); the table it
+//! integrates to does not, so cases whose changelog is not determined compare tables.
 
 use std::path::Path;
 
@@ -19,11 +26,19 @@ pub(crate) struct Case {
     pub files: Vec<(String, String)>,
     pub pipeline: String,
     pub expected: Vec<(String, String)>,
+    /// `expect-table` sections: (sink output, integrated rows).
+    pub tables: Vec<(String, String)>,
     pub report: Vec<String>,
 }
 
 pub(crate) fn parse(text: &str) -> Case {
-    let mut case = Case { files: Vec::new(), pipeline: String::new(), expected: Vec::new(), report: Vec::new() };
+    let mut case = Case {
+        files: Vec::new(),
+        pipeline: String::new(),
+        expected: Vec::new(),
+        tables: Vec::new(),
+        report: Vec::new(),
+    };
     let mut section: Option<(String, String)> = None;
     let mut body = String::new();
     let flush = |section: Option<(String, String)>, body: &mut String, case: &mut Case| {
@@ -34,6 +49,7 @@ pub(crate) fn parse(text: &str) -> Case {
                 "file" => case.files.push((name, text)),
                 "pipeline" => case.pipeline = text,
                 "expect" => case.expected.push((name, text)),
+                "expect-table" => case.tables.push((name, text)),
                 "report" => case.report.extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string)),
                 other => panic!("unknown section {other}"),
             },
@@ -88,12 +104,21 @@ fn check(case_file: &Path) {
             let got = comparable(name, &output(&scratch, name));
             assert_eq!(got, comparable(name, expected), "{label}: output {name} differs\nreport:\n{report}");
         }
+        for (name, expected) in &case.tables {
+            let got = integrated(&output(&scratch, name));
+            assert_eq!(
+                got,
+                sorted_lines(expected),
+                "{label}: the changelog {name} integrates to another table\nreport:\n{report}"
+            );
+        }
         for line in &case.report {
             assert!(report.contains(line.as_str()), "{label}: the report lacks {line:?}:\n{report}");
         }
         // Nothing else was written: no stray file (a blackhole sink writes nowhere) and
         // nothing on standard output (no case has a stdout sink).
-        let mut expected: Vec<&str> = case.files.iter().chain(&case.expected).map(|(name, _)| top(name)).collect();
+        let mut expected: Vec<&str> =
+            case.files.iter().chain(&case.expected).chain(&case.tables).map(|(name, _)| top(name)).collect();
         expected.push("pipeline.toml");
         expected.sort_unstable();
         expected.dedup();
@@ -127,6 +152,33 @@ pub(crate) fn case_files() -> Vec<std::path::PathBuf> {
         .collect();
     cases.sort();
     cases
+}
+
+/// The table a changelog in JSON lines (`{"op":"+I",…}` per row, in order) integrates
+/// to, sorted, each row without its op; panics on a retraction of a row not there.
+pub(crate) fn integrated(changelog: &str) -> Vec<String> {
+    let mut table: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for line in changelog.lines().filter(|l| !l.trim().is_empty()) {
+        let (op, rest) = line
+            .strip_prefix("{\"op\":\"")
+            .and_then(|rest| rest.split_at_checked(2))
+            .unwrap_or_else(|| panic!("not a changelog row: {line}"));
+        let row = format!("{{{}", rest.strip_prefix("\",").unwrap_or_else(|| panic!("no op column: {line}")));
+        let count = table.entry(row.clone()).or_insert(0);
+        match op {
+            "+I" | "+U" => *count += 1,
+            "-U" | "-D" => {
+                assert!(*count > 0, "{op} of a row not in the table: {line}");
+                *count -= 1;
+            }
+            other => panic!("unknown op {other}: {line}"),
+        }
+    }
+    let mut rows = Vec::new();
+    for (row, count) in table {
+        rows.extend(std::iter::repeat_n(row, count as usize));
+    }
+    rows
 }
 
 /// Sink output lines, sorted; a CSV header repeated per part file is kept once.

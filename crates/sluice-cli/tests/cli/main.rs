@@ -14,3 +14,4 @@ mod netns;
 mod new_user;
 mod oracle;
 mod signals;
+mod updating;

@@ -1,6 +1,6 @@
 //! Oracle test: the window aggregate's output through the whole binary, compared with a
 //! from-scratch computation, over random rows, random batch boundaries, random thread
-//! counts, random watermark delays and both window kinds.
+//! counts, random watermark delays and every window kind (TUMBLE, HOP, CUMULATE).
 //!
 //! The oracle replays the source's contract: rows arrive in file order in batches of
 //! `batch_size`, and after each batch the watermark becomes max(event time) - delay - 1 (a
@@ -19,27 +19,27 @@ use crate::harness::{Scratch, stderr};
 enum Kind {
     Tumble { size: i64 },
     Hop { slide: i64, size: i64 },
+    Cumulate { step: i64, size: i64 },
 }
 
 impl Kind {
-    fn starts(self, ts: i64) -> Vec<i64> {
+    /// `(start, end)` of every window holding `ts`.
+    fn windows(self, ts: i64) -> Vec<(i64, i64)> {
         let (slide, size) = match self {
             Kind::Tumble { size } => (size, size),
             Kind::Hop { slide, size } => (slide, size),
+            Kind::Cumulate { step, size } => {
+                let start = ts - ts.rem_euclid(size);
+                return (1..=size / step).map(|k| (start, start + k * step)).filter(|(_, end)| *end > ts).collect();
+            }
         };
         let mut start = ts - ts.rem_euclid(slide);
-        let mut starts = Vec::new();
+        let mut windows = Vec::new();
         while start > ts - size {
-            starts.push(start);
+            windows.push((start, start + size));
             start -= slide;
         }
-        starts
-    }
-
-    fn size(self) -> i64 {
-        match self {
-            Kind::Tumble { size } | Kind::Hop { size, .. } => size,
-        }
+        windows
     }
 
     fn sql(self) -> String {
@@ -50,6 +50,9 @@ impl Kind {
                     "HOP(TABLE events, DESCRIPTOR(ts), INTERVAL '{slide}' MILLISECOND, INTERVAL '{size}' MILLISECOND)"
                 )
             }
+            Kind::Cumulate { step, size } => format!(
+                "CUMULATE(TABLE events, DESCRIPTOR(ts), INTERVAL '{step}' MILLISECOND, INTERVAL '{size}' MILLISECOND)"
+            ),
         }
     }
 }
@@ -70,17 +73,17 @@ fn format_ms(ms: i64) -> String {
 
 /// The expected output rows and late count.
 fn oracle(rows: &[(u8, i64, i64)], batch_size: usize, delay: i64, kind: Kind) -> (Vec<Value>, u64) {
-    let mut groups: BTreeMap<(i64, u8), Group> = BTreeMap::new();
+    let mut groups: BTreeMap<(i64, i64, u8), Group> = BTreeMap::new();
     let mut watermark = i64::MIN;
     let mut late = 0;
     for batch in rows.chunks(batch_size) {
         for &(key, value, ts) in batch {
-            for start in kind.starts(ts) {
-                if start + kind.size() - 1 <= watermark {
+            for (start, end) in kind.windows(ts) {
+                if end - 1 <= watermark {
                     late += 1;
                     continue;
                 }
-                let group = groups.entry((start, key)).or_default();
+                let group = groups.entry((start, end, key)).or_default();
                 group.count += 1;
                 group.sum += value;
                 group.min = Some(group.min.map_or(value, |m| m.min(value)));
@@ -93,10 +96,10 @@ fn oracle(rows: &[(u8, i64, i64)], batch_size: usize, delay: i64, kind: Kind) ->
     }
     let expected = groups
         .into_iter()
-        .map(|((start, key), g)| {
+        .map(|((start, end, key), g)| {
             json!({
                 "k": format!("k{key}"), "c": g.count, "s": g.sum, "mn": g.min, "mx": g.max,
-                "d": g.distinct.len(), "window_start": format_ms(start), "window_end": format_ms(start + kind.size()),
+                "d": g.distinct.len(), "window_start": format_ms(start), "window_end": format_ms(end),
             })
         })
         .collect();
@@ -150,6 +153,7 @@ fn kinds() -> impl Strategy<Value = Kind> {
     prop_oneof![
         (1i64..4).prop_map(|s| Kind::Tumble { size: s * 5_000 }),
         (1i64..3).prop_map(|s| Kind::Hop { slide: s * 2_500, size: 10_000 }),
+        (1i64..4).prop_map(|s| Kind::Cumulate { step: 2_500, size: s * 5_000 }),
     ]
 }
 

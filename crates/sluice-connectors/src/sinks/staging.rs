@@ -244,6 +244,7 @@ pub(super) struct StagedWriter {
     format: FileFormat,
     schema: arrow::datatypes::SchemaRef,
     updating: bool,
+    upsert_key: Option<Vec<usize>>,
     current: Option<EpochFile>,
     /// File mode: the target's length once every epoch pre-committed so far is committed.
     committed_length: u64,
@@ -276,6 +277,7 @@ impl StagedWriter {
             format: sink.format,
             schema: sink.schema.clone(),
             updating: sink.updating,
+            upsert_key: sink.upsert_key.clone(),
             current: None,
             committed_length,
             buffer: Vec::new(),
@@ -294,7 +296,8 @@ impl StagedWriter {
             FileFormat::Json => OutputFormat::JsonLines,
             FileFormat::Csv => OutputFormat::Csv { header },
         };
-        let encoder = Encoder::new(format, self.schema.clone(), self.updating);
+        let encoder =
+            Encoder::new(format, self.schema.clone(), self.updating).with_upsert_key(self.upsert_key.as_deref());
         Ok(EpochFile { file: BufWriter::with_capacity(1 << 20, file), encoder, size: 0 })
     }
 

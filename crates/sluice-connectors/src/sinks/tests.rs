@@ -53,7 +53,7 @@ impl Captured {
 
 /// Writes `batches` through a stdout sink into memory.
 fn stdout_output(format: StdoutFormat, updating: bool, batches: &[Batch]) -> String {
-    let sink = StdoutSink { name: "out".into(), format, schema: schema(), updating };
+    let sink = StdoutSink { name: "out".into(), format, schema: schema(), updating, upsert_key: None };
     assert_eq!(sink.parallelism(), SinkParallelism::Single);
     let captured = Captured::default();
     let mut writer = sink.writer_to(Box::new(captured.clone()));
@@ -80,6 +80,28 @@ fn an_updating_stream_is_written_with_its_op_column() {
     assert_eq!(json, "{\"op\":\"+I\",\"id\":1,\"name\":\"a\"}\n{\"op\":\"-D\",\"id\":2,\"name\":null}\n");
 }
 
+#[test]
+fn a_change_of_one_row_of_a_keyed_stream_is_written_as_an_update_pair() {
+    let batch = Batch::with_weights(rows(), Int64Array::from(vec![-1, 1]));
+    let sink = StdoutSink {
+        name: "out".into(),
+        format: StdoutFormat::Json,
+        schema: schema(),
+        updating: true,
+        upsert_key: Some(Vec::new()),
+    };
+    assert_eq!(sink.describe(), "stdout(json, changelog (op column, one row))");
+    let captured = Captured::default();
+    let mut writer = sink.writer_to(Box::new(captured.clone()));
+    writer.write(&batch).expect("write");
+    writer.close().expect("close");
+    assert_eq!(captured.text(), "{\"op\":\"-U\",\"id\":1,\"name\":\"a\"}\n{\"op\":\"+U\",\"id\":2,\"name\":null}\n");
+    let options = file_config("out.jsonl", FileFormat::Json, FileMode::File);
+    let keyed = FileSink::new("out", &options, Path::new("/tmp"), &schema(), true).with_upsert_key(Some(vec![0]));
+    assert_eq!(keyed.describe(), "file(path=out.jsonl, json, file, changelog (op column, upsert key id))");
+    assert_eq!(build(&options, Path::new("/tmp"), false).describe(), "file(path=out.jsonl, json, file)");
+}
+
 /// A reader that went away.
 struct ClosedPipe;
 
@@ -95,7 +117,13 @@ impl Write for ClosedPipe {
 
 #[test]
 fn a_closed_stdout_is_an_external_error() {
-    let sink = StdoutSink { name: "out".into(), format: StdoutFormat::Json, schema: schema(), updating: false };
+    let sink = StdoutSink {
+        name: "out".into(),
+        format: StdoutFormat::Json,
+        schema: schema(),
+        updating: false,
+        upsert_key: None,
+    };
     let mut writer = sink.writer_to(Box::new(ClosedPipe));
     let error = writer.write(&Batch::inserts(rows())).expect_err("broken pipe");
     assert_eq!((error.code, error.domain), ("sink.stdout_closed", Domain::External));

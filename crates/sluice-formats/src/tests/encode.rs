@@ -90,6 +90,36 @@ fn json_lines_with_the_op_column() {
     assert_eq!(inserts.lines().filter(|line| line.starts_with(r#"{"op":"+I","#)).count(), 3);
 }
 
+/// Rows keyed by `name`: a change of `k` (-1 then +1), a lone retraction of `k`, an
+/// insert of `j`, a retraction of `k` followed by an insert of another key `j`, and an
+/// insert of `k`.
+fn changes() -> Batch {
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5, 6, 7])),
+        Arc::new(StringArray::from(vec!["k", "k", "k", "j", "k", "j", "k"])),
+        Arc::new(Float64Array::from(vec![None::<f64>; 7])),
+        Arc::new(TimestampMillisecondArray::from(vec![None::<i64>; 7])),
+    ];
+    let rows = RecordBatch::try_new(schema(), columns).expect("batch");
+    Batch::with_weights(rows, Int64Array::from(vec![-1, 1, -1, 1, -1, 1, 1]))
+}
+
+#[test]
+fn a_retraction_directly_followed_by_an_insert_of_its_key_is_an_update() {
+    let ops = |key: Option<&[usize]>| -> Vec<String> {
+        let mut encoder = Encoder::new(OutputFormat::Csv { header: false }, schema(), true).with_upsert_key(key);
+        let mut out = Vec::new();
+        encoder.encode(&changes(), &mut out).expect("encode");
+        String::from_utf8(out).expect("utf-8").lines().map(|l| l[..l.find(',').expect("op")].to_string()).collect()
+    };
+    assert_eq!(ops(Some(&[1])), ["-U", "+U", "-D", "+I", "-D", "+I", "+I"]);
+    // Keyed by `id`, no two adjacent rows share a key; without a key nothing pairs.
+    assert_eq!(ops(Some(&[0])), ["-D", "+I", "-D", "+I", "-D", "+I", "+I"]);
+    assert_eq!(ops(None), ["-D", "+I", "-D", "+I", "-D", "+I", "+I"]);
+    // An empty key (a stream of one row): every adjacent retraction and insert pair.
+    assert_eq!(ops(Some(&[])), ["-U", "+U", "-U", "+U", "-U", "+U", "+I"]);
+}
+
 #[test]
 fn csv_header_once() {
     let text = encoded(

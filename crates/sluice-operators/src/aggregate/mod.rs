@@ -1,4 +1,4 @@
-//! The event-time window aggregate.
+//! The event-time window aggregate; the non-windowed, updating aggregate is in [`group`].
 //!
 //! Input rows carry `window_start` and `window_end` (from window assignment) plus the key
 //! columns and aggregate arguments. State is, per open window (ordered by end), a table of
@@ -29,8 +29,10 @@ use sluice_runtime::{Operator, SnapshotJob};
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
+pub mod group;
 mod state;
 
+pub use group::{GROUP_STATE_VERSION, GroupAggregate, GroupAggregateSpec};
 pub use state::WINDOW_STATE_VERSION;
 
 /// The aggregate functions the window aggregate computes.
@@ -53,6 +55,9 @@ pub struct AggregateSpec {
     pub function: AggregateFunction,
     /// The input column of the argument (None for `COUNT(*)`).
     pub argument: Option<usize>,
+    /// The input column (BOOLEAN) of its `FILTER (WHERE …)` condition: only rows where
+    /// it is true count. None: every row counts.
+    pub filter: Option<usize>,
 }
 
 /// One output column of the `GROUP BY` part.
@@ -278,11 +283,11 @@ pub struct WindowAggregate {
     spare: Arc<Mutex<Vec<state::Frozen>>>,
 }
 
-fn is_float(data_type: &DataType) -> bool {
+pub(crate) fn is_float(data_type: &DataType) -> bool {
     matches!(data_type, DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Decimal128(..))
 }
 
-fn is_text(data_type: &DataType) -> bool {
+pub(crate) fn is_text(data_type: &DataType) -> bool {
     matches!(data_type, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
@@ -567,6 +572,8 @@ impl Operator for WindowAggregate {
         let mut keys = std::mem::take(&mut self.key_rows);
         self.key_encoder.encode(&key_columns, &mut keys)?;
         let arguments = self.arguments(rows)?;
+        let filters: Vec<Option<arrow::array::BooleanArray>> =
+            self.spec.aggregates.iter().map(|a| a.filter.map(|f| rows.column(f).as_boolean().clone())).collect();
         let mut late = 0u64;
         let template = self.new_accumulators();
         let mut template = Some(template);
@@ -587,8 +594,12 @@ impl Operator for WindowAggregate {
             let (key, hash): (&[u8], u64) =
                 if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
             let group = window.group_of(key, hash);
-            for (accumulators, argument) in window.groups.accumulators.iter_mut().zip(&arguments) {
-                accumulators.update(group, argument, row);
+            for ((accumulators, argument), filter) in
+                window.groups.accumulators.iter_mut().zip(&arguments).zip(&filters)
+            {
+                if filter.as_ref().is_none_or(|f| f.is_valid(row) && f.value(row)) {
+                    accumulators.update(group, argument, row);
+                }
             }
         }
         self.key_rows = keys;

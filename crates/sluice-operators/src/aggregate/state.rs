@@ -369,9 +369,9 @@ mod tests {
             keys: vec![2],
             groups: vec![GroupColumn::Key(0), GroupColumn::WindowEnd],
             aggregates: vec![
-                AggregateSpec { function: AggregateFunction::CountRows, argument: None },
-                AggregateSpec { function: AggregateFunction::Sum, argument: Some(3) },
-                AggregateSpec { function: AggregateFunction::CountDistinct, argument: Some(3) },
+                AggregateSpec { function: AggregateFunction::CountRows, argument: None, filter: None },
+                AggregateSpec { function: AggregateFunction::Sum, argument: Some(3), filter: None },
+                AggregateSpec { function: AggregateFunction::CountDistinct, argument: Some(3), filter: None },
             ],
             output,
             batch_size: 1024,

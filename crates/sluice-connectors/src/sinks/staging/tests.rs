@@ -518,8 +518,13 @@ fn records_round_trip_and_foreign_records_are_refused() {
 fn only_the_file_sink_is_exactly_once() {
     let root = tempfile::tempdir().expect("tempdir");
     assert!(CASES[0].sink(root.path()).exactly_once());
-    let stdout: Arc<dyn SinkFactory> =
-        Arc::new(StdoutSink { name: "o".into(), format: StdoutFormat::Json, schema: schema(), updating: false });
+    let stdout: Arc<dyn SinkFactory> = Arc::new(StdoutSink {
+        name: "o".into(),
+        format: StdoutFormat::Json,
+        schema: schema(),
+        updating: false,
+        upsert_key: None,
+    });
     let blackhole: Arc<dyn SinkFactory> = Arc::new(BlackholeSink { name: "o".into() });
     for sink in [stdout, blackhole] {
         assert!(!sink.exactly_once(), "{}", sink.name());

@@ -1,0 +1,352 @@
+//! The non-windowed (updating) group aggregate: `GROUP BY keys` without a window.
+//!
+//! Input rows carry the key columns, the aggregate arguments and each aggregate's
+//! `FILTER (WHERE …)` condition (a boolean column), and a weight: +1 inserts, -1
+//! retractions (any other value is a multiplicity), so the input may itself be updating.
+//! State is one entry per group: its key (in the project's key encoding,
+//! [`sluice_types::key`]), the key's placement hash (the exchange's, so its vnode), the
+//! weighted count of its rows, and one retractable accumulator per aggregate
+//! ([`accumulator`]).
+//!
+//! Output is a changelog, emitted per input batch (a mini-batch: a group touched by
+//! several rows of one batch changes once): for each group the batch touched, in the
+//! order first touched,
+//! - a group that appeared: its row with weight +1 (`+I`);
+//! - a group whose rows were all retracted: its previous row with weight -1 (`-D`), and
+//!   the group is dropped (a later row starts it afresh, as in Flink);
+//! - a group whose result changed: the previous row with weight -1 immediately followed
+//!   by the new row with weight +1, the pair a sink writes as `-U`/`+U`;
+//! - a group whose result did not change: nothing.
+//!
+//! Over an input the planner knows to be append-only, MIN and MAX keep only the extreme
+//! (nothing can retract it).
+//!
+//! A retraction of more rows than a group holds (input that retracts what it never
+//! inserted, which a consistent upstream never sends) is ignored and counted.
+//!
+//! Output columns: the keys in `GROUP BY` order, then the aggregates, cast to the
+//! planner's declared output types. One input batch gives at most two rows per input
+//! row, in one output batch.
+
+mod accumulator;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use hashbrown::HashTable;
+use sluice_runtime::{Operator, SnapshotJob};
+use sluice_types::key::{KeyEncoder, KeyRows};
+use sluice_types::{Batch, Message, SluiceError};
+
+use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
+use crate::counter::LazyCounter;
+use accumulator::{Accumulator, Argument, Value, ValueKind};
+
+pub use state::GROUP_STATE_VERSION;
+
+/// Everything the operator needs, built by the planner.
+#[derive(Debug, Clone)]
+pub struct GroupAggregateSpec {
+    /// Input columns of the `GROUP BY` keys, in order.
+    pub keys: Vec<usize>,
+    pub aggregates: Vec<AggregateSpec>,
+    /// The keys, then the aggregates.
+    pub output: SchemaRef,
+    /// The input never retracts (the planner knows): MIN and MAX then keep only their
+    /// extreme instead of every value.
+    pub append_only_input: bool,
+}
+
+/// One group's state.
+#[derive(Debug, Clone, PartialEq)]
+struct Group {
+    key: Box<[u8]>,
+    /// The key's placement hash (0 without keys).
+    hash: u64,
+    /// The weighted count of the group's rows: the group exists while it is positive.
+    rows: i64,
+    accumulators: Vec<Accumulator>,
+}
+
+impl Group {
+    fn values(&self) -> Vec<Value> {
+        self.accumulators.iter().map(Accumulator::value).collect()
+    }
+}
+
+/// A group the current batch touched, with its row before the batch (None: it did not
+/// exist).
+struct Touched {
+    group: u32,
+    before: Option<Vec<Value>>,
+}
+
+/// See the module documentation.
+pub struct GroupAggregate {
+    spec: GroupAggregateSpec,
+    key_encoder: KeyEncoder,
+    key_rows: KeyRows,
+    /// Per aggregate: how its argument is read (None for COUNT(*)), and the encoder of
+    /// a COUNT(DISTINCT) argument's values.
+    kinds: Vec<Option<ValueKind>>,
+    distinct_encoders: Vec<Option<KeyEncoder>>,
+    /// Groups by id; a dropped group's slot is reused (`free`).
+    groups: Vec<Option<Group>>,
+    free: Vec<u32>,
+    /// Group ids, hashed with `table_hash` of each group's placement hash.
+    index: HashTable<u32>,
+    /// Whether each group id was touched by the current batch (reused buffer).
+    touched_flags: Vec<bool>,
+    /// Retractions of rows a group did not hold, ignored.
+    ignored_retractions: LazyCounter,
+    vnodes: u32,
+}
+
+impl GroupAggregate {
+    /// `input` is the schema of the rows the operator receives; `vnodes` the pipeline's
+    /// vnode count (snapshots split state by the vnode of each key).
+    pub fn new(
+        spec: GroupAggregateSpec,
+        input: &SchemaRef,
+        ignored_retractions: LazyCounter,
+        vnodes: u32,
+    ) -> Result<GroupAggregate, SluiceError> {
+        let key_encoder = KeyEncoder::new(spec.keys.iter().map(|&k| input.field(k).data_type().clone()).collect())?;
+        let mut kinds = Vec::new();
+        let mut distinct_encoders = Vec::new();
+        for aggregate in &spec.aggregates {
+            let data_type = aggregate.argument.map(|column| input.field(column).data_type());
+            kinds.push(data_type.map(|t| {
+                if is_float(t) {
+                    ValueKind::Float
+                } else if is_text(t) {
+                    ValueKind::Text
+                } else {
+                    ValueKind::Int
+                }
+            }));
+            distinct_encoders.push(match (aggregate.function, data_type) {
+                (AggregateFunction::CountDistinct, Some(t)) => Some(KeyEncoder::new(vec![t.clone()])?),
+                _ => None,
+            });
+        }
+        Ok(GroupAggregate {
+            spec,
+            key_encoder,
+            key_rows: KeyRows::default(),
+            kinds,
+            distinct_encoders,
+            groups: Vec::new(),
+            free: Vec::new(),
+            index: HashTable::new(),
+            touched_flags: Vec::new(),
+            ignored_retractions,
+            vnodes,
+        })
+    }
+
+    fn new_accumulators(&self) -> Vec<Accumulator> {
+        self.spec.aggregates.iter().zip(&self.kinds).map(|(a, kind)| Accumulator::new(a.function, *kind)).collect()
+    }
+
+    /// Each aggregate's argument column of `rows`, cast once.
+    fn arguments(&self, rows: &RecordBatch) -> Result<Vec<Argument>, SluiceError> {
+        let mut arguments = Vec::with_capacity(self.spec.aggregates.len());
+        for (index, aggregate) in self.spec.aggregates.iter().enumerate() {
+            let Some(column) = aggregate.argument else {
+                arguments.push(Argument::None);
+                continue;
+            };
+            let array = rows.column(column);
+            let argument = if let Some(encoder) = &self.distinct_encoders[index] {
+                let mut values = KeyRows::default();
+                encoder.encode(std::slice::from_ref(array), &mut values)?;
+                Argument::Encoded(values, Arc::clone(array))
+            } else if aggregate.function == AggregateFunction::Count {
+                Argument::Present(Arc::clone(array))
+            } else {
+                match self.kinds[index] {
+                    Some(ValueKind::Float) => {
+                        Argument::Float(cast(array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
+                    }
+                    Some(ValueKind::Text) => Argument::Text(cast(array, &DataType::Utf8)?.as_string::<i32>().clone()),
+                    _ => Argument::Int(cast(array, &DataType::Int64)?.as_primitive::<Int64Type>().clone()),
+                }
+            };
+            arguments.push(argument);
+        }
+        Ok(arguments)
+    }
+
+    /// Each aggregate's FILTER condition of `rows` (None: every row counts).
+    fn filters(&self, rows: &RecordBatch) -> Vec<Option<BooleanArray>> {
+        self.spec.aggregates.iter().map(|a| a.filter.map(|column| rows.column(column).as_boolean().clone())).collect()
+    }
+
+    /// The id of the group of `key` (placement hash `hash`), added empty if new.
+    fn group_of(&mut self, key: &[u8], hash: u64) -> u32 {
+        let table = table_hash(hash);
+        let groups = &self.groups;
+        let found = self.index.find(table, |&id| groups[id as usize].as_ref().is_some_and(|g| &*g.key == key));
+        if let Some(&id) = found {
+            return id;
+        }
+        let group = Group { key: key.into(), hash, rows: 0, accumulators: self.new_accumulators() };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.groups[id as usize] = Some(group);
+                id
+            }
+            None => {
+                assert!(self.groups.len() < u32::MAX as usize, "fewer than 2^32 groups per thread");
+                self.groups.push(Some(group));
+                self.touched_flags.push(false);
+                (self.groups.len() - 1) as u32
+            }
+        };
+        let groups = &self.groups;
+        self.index.insert_unique(table, id, |&g| table_hash(groups[g as usize].as_ref().map_or(0, |g| g.hash)));
+        id
+    }
+
+    /// Drops group `id` (its rows were all retracted).
+    fn drop_group(&mut self, id: u32) {
+        let group = self.groups[id as usize].take().expect("a live group");
+        let table = table_hash(group.hash);
+        let entry = self.index.find_entry(table, |&g| g == id).expect("an indexed group");
+        entry.remove();
+        self.free.push(id);
+    }
+
+    /// The changes of the touched groups as one batch (None when nothing changed).
+    fn changes(&mut self, touched: Vec<Touched>) -> Result<Option<Batch>, SluiceError> {
+        let mut keys: Vec<u32> = Vec::new();
+        let mut rows: Vec<Vec<Value>> = Vec::new();
+        let mut weights: Vec<i64> = Vec::new();
+        let mut dropped: Vec<u32> = Vec::new();
+        let mut emit = |group: u32, values: Vec<Value>, weight: i64| {
+            keys.push(group);
+            rows.push(values);
+            weights.push(weight);
+        };
+        for Touched { group: id, before } in touched {
+            self.touched_flags[id as usize] = false;
+            let group = self.groups[id as usize].as_ref().expect("a touched group lives until emitted");
+            let after = (group.rows > 0).then(|| group.values());
+            if after.is_none() {
+                dropped.push(id);
+            }
+            match (before, after) {
+                (None, None) => {}
+                (None, Some(after)) => emit(id, after, 1),
+                (Some(before), None) => emit(id, before, -1),
+                (Some(before), Some(after)) => {
+                    if !before.iter().zip(&after).all(|(b, a)| b.same(a)) {
+                        emit(id, before, -1);
+                        emit(id, after, 1);
+                    }
+                }
+            }
+        }
+        let batch = if weights.is_empty() { None } else { Some(self.build(&keys, &rows, weights)?) };
+        for id in dropped {
+            self.drop_group(id);
+        }
+        Ok(batch)
+    }
+
+    /// Output rows: the keys of groups `ids` and the aggregate values `rows`.
+    fn build(&self, ids: &[u32], rows: &[Vec<Value>], weights: Vec<i64>) -> Result<Batch, SluiceError> {
+        let group = |id: &u32| self.groups[*id as usize].as_ref().expect("a group being emitted");
+        let mut columns: Vec<ArrayRef> = if self.spec.keys.is_empty() {
+            Vec::new()
+        } else {
+            self.key_encoder.decode(ids.iter().map(|id| &*group(id).key))?
+        };
+        let template = self.new_accumulators();
+        for (index, accumulator) in template.iter().enumerate() {
+            columns.push(accumulator::column(accumulator.result_kind(), rows.iter().map(|row| &row[index])));
+        }
+        for (column, field) in columns.iter_mut().zip(self.spec.output.fields()) {
+            if column.data_type() != field.data_type() {
+                *column = cast(column, field.data_type())?;
+            }
+        }
+        let rows = RecordBatch::try_new(Arc::clone(&self.spec.output), columns)?;
+        Ok(Batch::with_weights(rows, Int64Array::from(weights)))
+    }
+}
+
+impl Operator for GroupAggregate {
+    fn name(&self) -> &str {
+        "group_aggregate"
+    }
+
+    fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(
+            !self.spec.append_only_input || batch.is_append_only(),
+            "the planner declared this aggregate's input append-only"
+        );
+        let rows = &batch.rows;
+        let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(rows.column(k))).collect();
+        let mut keys = std::mem::take(&mut self.key_rows);
+        self.key_encoder.encode(&key_columns, &mut keys)?;
+        let arguments = self.arguments(rows)?;
+        let filters = self.filters(rows);
+        let mut touched: Vec<Touched> = Vec::new();
+        let mut ignored = 0u64;
+        for row in 0..rows.num_rows() {
+            let weight = batch.weight(row);
+            if weight == 0 {
+                continue;
+            }
+            let (key, hash): (&[u8], u64) =
+                if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
+            let id = self.group_of(key, hash);
+            let group = self.groups[id as usize].as_mut().expect("group_of returns a live group");
+            if group.rows + weight < 0 {
+                ignored += weight.unsigned_abs();
+                if group.rows == 0 && !self.touched_flags[id as usize] {
+                    self.drop_group(id);
+                }
+                continue;
+            }
+            if !self.touched_flags[id as usize] {
+                self.touched_flags[id as usize] = true;
+                touched.push(Touched { group: id, before: (group.rows > 0).then(|| group.values()) });
+            }
+            group.rows += weight;
+            for (index, accumulator) in group.accumulators.iter_mut().enumerate() {
+                let counted = filters[index].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row));
+                if counted {
+                    accumulator.update(&arguments[index], row, weight);
+                    if self.spec.append_only_input {
+                        accumulator.keep_only_extreme();
+                    }
+                }
+            }
+        }
+        self.key_rows = keys;
+        if ignored > 0 {
+            self.ignored_retractions.add(ignored);
+        }
+        if let Some(changes) = self.changes(touched)? {
+            out.push(Message::Data(changes));
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        Ok(state::snapshot(self))
+    }
+
+    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        state::restore(self, blobs)
+    }
+}

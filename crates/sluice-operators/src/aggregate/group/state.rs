@@ -1,0 +1,267 @@
+//! Snapshots of the group aggregate's state, split by vnode.
+//!
+//! At a barrier the driver clones the live groups (keys, placement hashes, row counts
+//! and accumulators) and returns a job; the checkpoint writer thread encodes the copy
+//! into one blob per vnode that holds groups, the vnode of each group's placement hash
+//! (the hash the exchange routes by), so a restore onto any number of threads gives each
+//! group to the thread its future rows go to. Rows after the barrier change the live
+//! groups, never the copy.
+//!
+//! Layout, version [`GROUP_STATE_VERSION`] (little-endian): `u32 version`, `u32 groups`,
+//! then per group, in increasing key order: the key (`u32 length` + its bytes in the key
+//! encoding of [`sluice_types::key`]), `i64 rows` (the weighted row count), and one
+//! accumulator per aggregate: a tag byte, then
+//! - `TAG_COUNT`: `i64 count`;
+//! - `TAG_SUM_INT`, `TAG_AVG_INT`: `i64 sum`, `i64 count`;
+//! - `TAG_SUM_FLOAT`, `TAG_AVG_FLOAT`: `f64 sum`, `i64 count`;
+//! - `TAG_MIN_*`, `TAG_MAX_*` (INT, FLOAT, TEXT): `u32 entries`, then per entry in
+//!   increasing value order the value (`i64`, `f64`, or `u32 length` + UTF-8) and its
+//!   `i64 count`;
+//! - `TAG_DISTINCT`: `u32 entries`, then per entry in increasing byte order the value in
+//!   the key encoding (`u32 length` + bytes) and its `i64 count`.
+//!
+//! Decoding checks every length against the remaining bytes and every tag against the
+//! operator's aggregates: a blob from another plan is refused, never misread.
+
+use std::collections::BTreeMap;
+
+use sluice_runtime::SnapshotJob;
+use sluice_types::{SluiceError, vnode};
+
+use super::accumulator::{Accumulator, Multiset, OrderedFloat};
+use super::{Group, GroupAggregate};
+
+/// The blob layout this build writes and reads.
+pub const GROUP_STATE_VERSION: u32 = 1;
+const VERSION: u32 = GROUP_STATE_VERSION;
+
+const TAG_COUNT: u8 = 1;
+const TAG_SUM_INT: u8 = 2;
+const TAG_SUM_FLOAT: u8 = 3;
+const TAG_AVG_INT: u8 = 4;
+const TAG_AVG_FLOAT: u8 = 5;
+const TAG_MIN_INT: u8 = 6;
+const TAG_MAX_INT: u8 = 7;
+const TAG_MIN_FLOAT: u8 = 8;
+const TAG_MAX_FLOAT: u8 = 9;
+const TAG_MIN_TEXT: u8 = 10;
+const TAG_MAX_TEXT: u8 = 11;
+const TAG_DISTINCT: u8 = 12;
+
+/// Copies the live groups and returns the job that encodes them; None without state.
+pub(super) fn snapshot(aggregate: &GroupAggregate) -> Option<SnapshotJob> {
+    let copy: Vec<Group> = aggregate.groups.iter().flatten().cloned().collect();
+    if copy.is_empty() {
+        return None;
+    }
+    let vnodes = aggregate.vnodes;
+    Some(Box::new(move || Ok(encode(copy, vnodes))))
+}
+
+/// One blob per vnode holding groups, in vnode order.
+fn encode(mut groups: Vec<Group>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
+    groups.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut blobs: BTreeMap<u32, (u32, Vec<u8>)> = BTreeMap::new();
+    for group in &groups {
+        let vnode = vnode::of_hash(group.hash, vnodes);
+        let (count, bytes) = blobs.entry(vnode).or_insert_with(|| {
+            let mut bytes = VERSION.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&0u32.to_le_bytes());
+            (0, bytes)
+        });
+        *count += 1;
+        write_bytes(bytes, &group.key);
+        bytes.extend_from_slice(&group.rows.to_le_bytes());
+        for accumulator in &group.accumulators {
+            write_accumulator(accumulator, bytes);
+        }
+    }
+    blobs
+        .into_iter()
+        .map(|(vnode, (count, mut bytes))| {
+            bytes[4..8].copy_from_slice(&count.to_le_bytes());
+            (vnode, bytes)
+        })
+        .collect()
+}
+
+fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
+    let length = u32::try_from(value.len()).expect("a key or value shorter than 4 GiB");
+    bytes.extend_from_slice(&length.to_le_bytes());
+    bytes.extend_from_slice(value);
+}
+
+fn write_entries<K>(bytes: &mut Vec<u8>, map: &BTreeMap<K, i64>, mut write: impl FnMut(&K, &mut Vec<u8>)) {
+    let entries = u32::try_from(map.len()).expect("fewer than 2^32 distinct values in a group");
+    bytes.extend_from_slice(&entries.to_le_bytes());
+    for (value, count) in map {
+        write(value, bytes);
+        bytes.extend_from_slice(&count.to_le_bytes());
+    }
+}
+
+fn write_accumulator(accumulator: &Accumulator, bytes: &mut Vec<u8>) {
+    let pair = |tag: u8, first: [u8; 8], count: i64, bytes: &mut Vec<u8>| {
+        bytes.push(tag);
+        bytes.extend_from_slice(&first);
+        bytes.extend_from_slice(&count.to_le_bytes());
+    };
+    match accumulator {
+        Accumulator::Count(count) => {
+            bytes.push(TAG_COUNT);
+            bytes.extend_from_slice(&count.to_le_bytes());
+        }
+        Accumulator::SumInt { sum, count } => pair(TAG_SUM_INT, sum.to_le_bytes(), *count, bytes),
+        Accumulator::AvgInt { sum, count } => pair(TAG_AVG_INT, sum.to_le_bytes(), *count, bytes),
+        Accumulator::SumFloat { sum, count } => pair(TAG_SUM_FLOAT, sum.to_le_bytes(), *count, bytes),
+        Accumulator::AvgFloat { sum, count } => pair(TAG_AVG_FLOAT, sum.to_le_bytes(), *count, bytes),
+        Accumulator::Extreme { values, max } => match values {
+            Multiset::Int(map) => {
+                bytes.push(if *max { TAG_MAX_INT } else { TAG_MIN_INT });
+                write_entries(bytes, map, |v, b| b.extend_from_slice(&v.to_le_bytes()));
+            }
+            Multiset::Float(map) => {
+                bytes.push(if *max { TAG_MAX_FLOAT } else { TAG_MIN_FLOAT });
+                write_entries(bytes, map, |v, b| b.extend_from_slice(&v.0.to_le_bytes()));
+            }
+            Multiset::Text(map) => {
+                bytes.push(if *max { TAG_MAX_TEXT } else { TAG_MIN_TEXT });
+                write_entries(bytes, map, |v, b| write_bytes(b, v.as_bytes()));
+            }
+        },
+        Accumulator::Distinct(map) => {
+            bytes.push(TAG_DISTINCT);
+            write_entries(bytes, map, |v, b| write_bytes(b, v));
+        }
+    }
+}
+
+fn corrupt(what: &str) -> SluiceError {
+    SluiceError::internal("state.corrupt", format!("group aggregate state is damaged or from another plan: {what}"))
+}
+
+/// A bounds-checked reader over a blob.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, count: usize) -> Result<&'a [u8], SluiceError> {
+        if self.bytes.len() < count {
+            return Err(corrupt("truncated"));
+        }
+        let (head, tail) = self.bytes.split_at(count);
+        self.bytes = tail;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, SluiceError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, SluiceError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn i64(&mut self) -> Result<i64, SluiceError> {
+        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn f64(&mut self) -> Result<f64, SluiceError> {
+        Ok(f64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
+        let length = self.u32()? as usize;
+        self.take(length)
+    }
+    /// `u32 entries` then each entry's value (read by `value`) and count. Every entry
+    /// takes at least 9 bytes, so a count the blob cannot hold is refused before any
+    /// allocation.
+    fn entries<K: Ord>(
+        &mut self,
+        mut value: impl FnMut(&mut Self) -> Result<K, SluiceError>,
+    ) -> Result<BTreeMap<K, i64>, SluiceError> {
+        let entries = self.u32()? as usize;
+        if entries > self.bytes.len() / 9 {
+            return Err(corrupt("more entries than bytes"));
+        }
+        let mut map = BTreeMap::new();
+        for _ in 0..entries {
+            let key = value(self)?;
+            let count = self.i64()?;
+            if count == 0 || map.insert(key, count).is_some() {
+                return Err(corrupt("an entry of count 0, or a value twice"));
+            }
+        }
+        Ok(map)
+    }
+}
+
+/// Reads one accumulator into `accumulator` (an empty one of the expected kind).
+fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> Result<(), SluiceError> {
+    let tag = reader.u8()?;
+    let text = |reader: &mut Reader<'_>| -> Result<Box<str>, SluiceError> {
+        std::str::from_utf8(reader.bytes()?).map(Into::into).map_err(|_| corrupt("text is not UTF-8"))
+    };
+    match (accumulator, tag) {
+        (Accumulator::Count(count), TAG_COUNT) => *count = reader.i64()?,
+        (Accumulator::SumInt { sum, count }, TAG_SUM_INT) | (Accumulator::AvgInt { sum, count }, TAG_AVG_INT) => {
+            *sum = reader.i64()?;
+            *count = reader.i64()?;
+        }
+        (Accumulator::SumFloat { sum, count }, TAG_SUM_FLOAT)
+        | (Accumulator::AvgFloat { sum, count }, TAG_AVG_FLOAT) => {
+            *sum = reader.f64()?;
+            *count = reader.i64()?;
+        }
+        (Accumulator::Extreme { values: Multiset::Int(map), max }, TAG_MIN_INT | TAG_MAX_INT)
+            if *max == (tag == TAG_MAX_INT) =>
+        {
+            *map = reader.entries(Reader::i64)?;
+        }
+        (Accumulator::Extreme { values: Multiset::Float(map), max }, TAG_MIN_FLOAT | TAG_MAX_FLOAT)
+            if *max == (tag == TAG_MAX_FLOAT) =>
+        {
+            *map = reader.entries(|r| r.f64().map(OrderedFloat))?;
+        }
+        (Accumulator::Extreme { values: Multiset::Text(map), max }, TAG_MIN_TEXT | TAG_MAX_TEXT)
+            if *max == (tag == TAG_MAX_TEXT) =>
+        {
+            *map = reader.entries(text)?;
+        }
+        (Accumulator::Distinct(map), TAG_DISTINCT) => *map = reader.entries(|r| r.bytes().map(Into::into))?,
+        _ => return Err(corrupt("an accumulator of another kind")),
+    }
+    Ok(())
+}
+
+/// Loads the groups of `blobs` (of the vnodes this instance owns) into `aggregate`.
+pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+    let no_keys = aggregate.spec.keys.is_empty();
+    for blob in blobs {
+        let mut reader = Reader { bytes: &blob };
+        if reader.u32()? != VERSION {
+            return Err(corrupt("unknown version"));
+        }
+        let count = reader.u32()?;
+        for _ in 0..count {
+            let key: Box<[u8]> = reader.bytes()?.into();
+            let rows = reader.i64()?;
+            if rows <= 0 {
+                return Err(corrupt("a group without rows"));
+            }
+            let mut accumulators = aggregate.new_accumulators();
+            for accumulator in &mut accumulators {
+                read_accumulator(accumulator, &mut reader)?;
+            }
+            let hash = if no_keys { 0 } else { sluice_types::key::hash(&key) };
+            let id = aggregate.group_of(&key, hash);
+            let group = aggregate.groups[id as usize].as_mut().expect("group_of returns a live group");
+            if group.rows != 0 {
+                return Err(corrupt("a key appears twice (in two vnodes)"));
+            }
+            group.rows = rows;
+            group.accumulators = accumulators;
+        }
+        if !reader.bytes.is_empty() {
+            return Err(corrupt("trailing bytes"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,417 @@
+//! The group aggregate: its changelog row by row, an oracle over random weighted input
+//! (with a snapshot and a restore onto two instances in the middle), and its state blobs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use proptest::prelude::*;
+use sluice_runtime::{Metrics, Operator};
+use sluice_types::{Batch, Message, vnode};
+
+use super::{GroupAggregate, GroupAggregateSpec};
+use crate::aggregate::{AggregateFunction, AggregateSpec};
+use crate::counter::LazyCounter;
+
+const VNODES: u32 = 16;
+
+/// Input: key `k`, value `v`, text `s`, filter condition `f` (`v > 0`, computed by the
+/// planner's projection in a real plan).
+fn input_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, true),
+        Field::new("f", DataType::Boolean, true),
+    ]))
+}
+
+/// The aggregates every test computes, by output column name.
+const AGGREGATES: [(&str, AggregateFunction, Option<usize>, Option<usize>); 9] = [
+    ("n", AggregateFunction::CountRows, None, None),
+    ("nv", AggregateFunction::Count, Some(1), None),
+    ("d", AggregateFunction::CountDistinct, Some(1), None),
+    ("total", AggregateFunction::Sum, Some(1), None),
+    ("low", AggregateFunction::Min, Some(1), None),
+    ("high", AggregateFunction::Max, Some(1), None),
+    ("mean", AggregateFunction::Avg, Some(1), None),
+    ("last_s", AggregateFunction::Max, Some(2), None),
+    ("positive", AggregateFunction::Sum, Some(1), Some(3)),
+];
+
+fn aggregate(with_key: bool) -> GroupAggregate {
+    let mut fields = Vec::new();
+    if with_key {
+        fields.push(Field::new("k", DataType::Utf8, false));
+    }
+    for (name, function, _, _) in AGGREGATES {
+        let data_type = if name == "last_s" { DataType::Utf8 } else { DataType::Int64 };
+        fields.push(Field::new(name, data_type, !matches!(function, AggregateFunction::CountRows)));
+    }
+    let spec = GroupAggregateSpec {
+        keys: if with_key { vec![0] } else { Vec::new() },
+        aggregates: AGGREGATES
+            .iter()
+            .map(|(_, function, argument, filter)| AggregateSpec {
+                function: *function,
+                argument: *argument,
+                filter: *filter,
+            })
+            .collect(),
+        output: Arc::new(Schema::new(fields)),
+        append_only_input: false,
+    };
+    let ignored = LazyCounter::new(Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)), "ignored retractions");
+    GroupAggregate::new(spec, &input_schema(), ignored, VNODES).expect("aggregate")
+}
+
+/// A row of input: key, value, text, weight.
+type Row = (&'static str, Option<i64>, Option<&'static str>, i64);
+
+fn batch(rows: &[Row]) -> Batch {
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.1))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.2))),
+        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| r.1.map(|v| v > 0)))),
+    ];
+    let rows_batch = RecordBatch::try_new(input_schema(), columns).expect("batch");
+    Batch::with_weights(rows_batch, Int64Array::from_iter_values(rows.iter().map(|r| r.3)))
+}
+
+/// Each output row as `±weight cell,cell,…` in output order.
+fn lines(out: &[Message]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for message in out {
+        let Message::Data(batch) = message else { continue };
+        for row in 0..batch.num_rows() {
+            let cells: Vec<String> = batch
+                .rows
+                .columns()
+                .iter()
+                .map(|c| arrow::util::display::array_value_to_string(c, row).expect("format"))
+                .map(|cell| if cell.is_empty() { "∅".into() } else { cell })
+                .collect();
+            lines.push(format!("{:+} {}", batch.weight(row), cells.join(",")));
+        }
+    }
+    lines
+}
+
+fn check(batches: &[&[Row]], expected: &[&[&str]]) {
+    let mut operator = aggregate(true);
+    for (input, expected) in batches.iter().zip(expected) {
+        let mut out = Vec::new();
+        operator.on_data(batch(input), &mut out).expect("data");
+        assert_eq!(lines(&out), *expected, "after input {input:?}");
+    }
+}
+
+#[test]
+fn groups_appear_update_in_pairs_and_disappear() {
+    check(
+        &[
+            &[("a", Some(5), Some("x"), 1), ("a", Some(-2), Some("y"), 1), ("b", None, None, 1)],
+            &[("a", Some(7), Some("x"), 1)],
+            &[("a", Some(7), Some("x"), -1), ("b", None, None, -1)],
+            &[("a", Some(5), Some("x"), 1), ("a", Some(5), Some("x"), -1)],
+        ],
+        &[
+            // One row per group per batch: a group touched twice changes once.
+            &["+1 a,2,2,2,3,-2,5,1,y,5", "+1 b,1,0,0,∅,∅,∅,∅,∅,∅"],
+            &["-1 a,2,2,2,3,-2,5,1,y,5", "+1 a,3,3,3,10,-2,7,3,y,12"],
+            // Retracting the maximum 7 brings back 5 (the multiset, not the extreme);
+            // b's only row is retracted: b disappears.
+            &["-1 a,3,3,3,10,-2,7,3,y,12", "+1 a,2,2,2,3,-2,5,1,y,5", "-1 b,1,0,0,∅,∅,∅,∅,∅,∅"],
+            // An insert and its retraction in one batch change nothing.
+            &[],
+        ],
+    );
+}
+
+#[test]
+fn a_retraction_of_what_was_never_inserted_is_ignored_and_counted() {
+    let mut operator = aggregate(true);
+    let mut out = Vec::new();
+    operator.on_data(batch(&[("z", Some(1), None, -1), ("a", Some(1), None, 1)]), &mut out).expect("data");
+    assert_eq!(lines(&out), ["+1 a,1,1,1,1,1,1,1,∅,1"]);
+    assert_eq!(operator.ignored_retractions.add(0), 1);
+    assert_eq!(operator.groups.iter().flatten().count(), 1, "no group is left for z");
+}
+
+#[test]
+fn avg_of_bigint_is_the_truncated_integer_quotient() {
+    let mut operator = aggregate(false);
+    let mut out = Vec::new();
+    operator.on_data(batch(&[("a", Some(-7), None, 1), ("b", Some(2), None, 1)]), &mut out).expect("data");
+    // AVG(-7, 2) = -2.5 → -2 (toward zero, Java's long division).
+    assert_eq!(lines(&out), ["+1 2,2,2,-5,-7,2,-2,∅,2"]);
+}
+
+/// An input row of the oracle's multiset: key, value, text.
+type LiveRow = (String, Option<i64>, Option<String>);
+
+/// A from-scratch computation of every group's row over the live input multiset.
+fn recompute(live: &BTreeMap<LiveRow, i64>) -> BTreeSet<String> {
+    let mut groups: BTreeMap<&str, Vec<&LiveRow>> = BTreeMap::new();
+    for (row, count) in live {
+        for _ in 0..*count {
+            groups.entry(&row.0).or_default().push(row);
+        }
+    }
+    let show = |v: Option<i64>| v.map_or("∅".to_string(), |v| v.to_string());
+    groups
+        .into_iter()
+        .map(|(key, rows)| {
+            let values: Vec<i64> = rows.iter().filter_map(|r| r.1).collect();
+            let distinct: BTreeSet<i64> = values.iter().copied().collect();
+            let sum = (!values.is_empty()).then(|| values.iter().sum::<i64>());
+            let positive: Vec<i64> = values.iter().copied().filter(|v| *v > 0).collect();
+            let cells = [
+                rows.len().to_string(),
+                values.len().to_string(),
+                distinct.len().to_string(),
+                show(sum),
+                show(values.iter().copied().min()),
+                show(values.iter().copied().max()),
+                show(sum.map(|s| s / values.len() as i64)),
+                rows.iter().filter_map(|r| r.2.clone()).max().unwrap_or_else(|| "∅".into()),
+                show((!positive.is_empty()).then(|| positive.iter().sum())),
+            ];
+            format!("{key},{}", cells.join(","))
+        })
+        .collect()
+}
+
+/// Applies output lines to the integrated table, asserting every retraction removes a
+/// row that is there.
+fn integrate(table: &mut BTreeMap<String, i64>, lines: Vec<String>) {
+    for line in lines {
+        let (weight, row) = line.split_once(' ').expect("weight and row");
+        let weight: i64 = weight.parse().expect("weight");
+        let count = table.entry(row.to_string()).or_insert(0);
+        *count += weight;
+        assert!(*count >= 0, "a retraction of a row not in the output: {row}");
+        if *count == 0 {
+            table.remove(row);
+        }
+    }
+}
+
+const KEYS: [&str; 4] = ["a", "b", "c", "d"];
+const TEXTS: [&str; 3] = ["x", "y", "z"];
+
+/// One step of random input: insert a new row, or retract a live one.
+#[derive(Debug, Clone)]
+enum Step {
+    Insert { key: usize, value: Option<i64>, text: Option<usize> },
+    Retract { pick: usize },
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let insert = (0..KEYS.len(), prop::option::weighted(0.8, -20i64..20), prop::option::of(0..TEXTS.len()))
+        .prop_map(|(key, value, text)| Step::Insert { key, value, text });
+    let retract = any::<usize>().prop_map(|pick| Step::Retract { pick });
+    prop::collection::vec(prop_oneof![3 => insert, 2 => retract], 1..120)
+}
+
+/// The input rows of `steps` (retractions of rows inserted before).
+fn rows_of(steps: &[Step]) -> Vec<Row> {
+    let mut live: Vec<Row> = Vec::new();
+    let mut rows = Vec::new();
+    for step in steps {
+        match step {
+            Step::Insert { key, value, text } => {
+                let row = (KEYS[*key], *value, text.map(|t| TEXTS[t]), 1);
+                live.push(row);
+                rows.push(row);
+            }
+            Step::Retract { pick } if !live.is_empty() => {
+                let row = live.swap_remove(pick % live.len());
+                rows.push((row.0, row.1, row.2, -1));
+            }
+            Step::Retract { .. } => {}
+        }
+    }
+    rows
+}
+
+/// The vnode of a row's key, as the exchange computes it.
+fn vnode_of(key: &str) -> u32 {
+    let mut rows = sluice_types::key::KeyRows::default();
+    let encoder = sluice_types::key::KeyEncoder::new(vec![DataType::Utf8]).expect("encoder");
+    let column: ArrayRef = Arc::new(StringArray::from(vec![key]));
+    encoder.encode(&[column], &mut rows).expect("encode");
+    vnode::of_hash(rows.hash(0), VNODES)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// After every batch the integrated changelog equals a from-scratch computation over
+    /// the input so far; halfway, the state is snapshotted and restored onto two
+    /// instances that split the vnodes, as after a restart with two threads.
+    #[test]
+    fn the_integrated_changelog_equals_a_recomputation(
+        steps in steps(),
+        batch_rows in 1usize..8,
+        restore_after in 0usize..20,
+        split in 1u32..VNODES,
+    ) {
+        let rows = rows_of(&steps);
+        let mut instances = vec![aggregate(true)];
+        let mut table = BTreeMap::new();
+        let mut live = BTreeMap::new();
+        for (index, chunk) in rows.chunks(batch_rows).enumerate() {
+            if index == restore_after {
+                let job = instances[0].snapshot().expect("snapshot");
+                let blobs = job.map(|job| job().expect("encode")).unwrap_or_default();
+                let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < split);
+                instances = vec![aggregate(true), aggregate(true)];
+                instances[0].restore(low.into_iter().map(|(_, b)| b).collect()).expect("restore");
+                instances[1].restore(high.into_iter().map(|(_, b)| b).collect()).expect("restore");
+            }
+            let parts: Vec<Vec<Row>> = if instances.len() == 1 {
+                vec![chunk.to_vec()]
+            } else {
+                let (low, high) = chunk.iter().partition(|row| vnode_of(row.0) < split);
+                vec![low, high]
+            };
+            for (instance, part) in instances.iter_mut().zip(parts) {
+                if part.is_empty() {
+                    continue;
+                }
+                let mut out = Vec::new();
+                instance.on_data(batch(&part), &mut out).expect("data");
+                integrate(&mut table, lines(&out));
+            }
+            for row in chunk {
+                let entry = live.entry((row.0.to_string(), row.1, row.2.map(str::to_string))).or_insert(0);
+                *entry += row.3;
+                if *entry == 0 {
+                    live.remove(&(row.0.to_string(), row.1, row.2.map(str::to_string)));
+                }
+            }
+            let got: BTreeSet<String> = table.keys().map(|row| row.replacen("+1 ", "", 1)).collect();
+            prop_assert!(table.values().all(|count| *count == 1), "one row per group: {:?}", table);
+            prop_assert_eq!(got, recompute(&live));
+        }
+    }
+}
+
+#[test]
+fn a_snapshot_holds_the_state_at_the_barrier() {
+    let mut operator = aggregate(true);
+    operator.on_data(batch(&[("a", Some(1), None, 1)]), &mut Vec::new()).expect("data");
+    let job = operator.snapshot().expect("snapshot").expect("state");
+    operator.on_data(batch(&[("a", Some(9), None, 1), ("b", Some(2), None, 1)]), &mut Vec::new()).expect("data");
+    let mut restored = aggregate(true);
+    restored.restore(job().expect("encode").into_iter().map(|(_, b)| b).collect()).expect("restore");
+    let mut out = Vec::new();
+    restored.on_data(batch(&[("a", Some(3), None, 1)]), &mut out).expect("data");
+    assert_eq!(lines(&out), ["-1 a,1,1,1,1,1,1,1,∅,1", "+1 a,2,2,2,4,1,3,2,∅,4"]);
+}
+
+#[test]
+fn damaged_blobs_are_refused() {
+    let mut operator = aggregate(true);
+    operator.on_data(batch(&[("a", Some(1), Some("x"), 1)]), &mut Vec::new()).expect("data");
+    let blob = operator.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1;
+    for cut in [0, 3, 9, blob.len() - 1] {
+        let error = aggregate(true).restore(vec![blob[..cut].to_vec()]).expect_err("truncated");
+        assert_eq!(error.code, "state.corrupt");
+    }
+    let mut longer = blob.clone();
+    longer.push(0);
+    assert!(aggregate(true).restore(vec![longer]).is_err(), "trailing bytes");
+    assert!(aggregate(true).restore(vec![blob.clone(), blob.clone()]).is_err(), "a key twice");
+    let mut other = blob;
+    other[0] = 9;
+    assert!(aggregate(true).restore(vec![other]).is_err(), "another version");
+}
+
+/// A golden vector: state blobs are persisted, so their layout (and the key encoding
+/// and hash inside) must not change silently; a change fails here and bumps
+/// `GROUP_STATE_VERSION`.
+#[test]
+fn a_snapshot_blob_is_pinned_byte_for_byte() {
+    let mut operator = aggregate(true);
+    let input = [("ab", Some(5), Some("x"), 1), ("ab", Some(5), Some("x"), 1), ("ab", None, None, 1)];
+    operator.on_data(batch(&input), &mut Vec::new()).expect("data");
+    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
+    let [(vnode, bytes)] = blobs.as_slice() else { panic!("one vnode holds the one group: {blobs:?}") };
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let expected = concat!(
+        "01000000",         // version 1
+        "01000000",         // 1 group
+        "07000000",         // key: 7 bytes,
+        "06020000006162",   // VARCHAR "ab"
+        "0300000000000000", // 3 rows
+        "01",
+        "0300000000000000", // COUNT(*) = 3
+        "01",
+        "0200000000000000", // COUNT(v) = 2
+        "0c",
+        "01000000",
+        "09000000",
+        "020500000000000000",
+        "0200000000000000", // COUNT(DISTINCT v): {5: 2}
+        "02",
+        "0a00000000000000",
+        "0200000000000000", // SUM(v): 10 over 2
+        "06",
+        "01000000",
+        "0500000000000000",
+        "0200000000000000", // MIN(v): {5: 2}
+        "07",
+        "01000000",
+        "0500000000000000",
+        "0200000000000000", // MAX(v): {5: 2}
+        "04",
+        "0a00000000000000",
+        "0200000000000000", // AVG(v): 10 over 2
+        "0b",
+        "01000000",
+        "01000000",
+        "78",
+        "0200000000000000", // MAX(s): {"x": 2}
+        "02",
+        "0a00000000000000",
+        "0200000000000000", // SUM(v) FILTER (WHERE v > 0): 10 over 2
+    );
+    assert_eq!(hex, expected);
+    let hash = sluice_types::key::hash(&[0x06, 2, 0, 0, 0, b'a', b'b']);
+    assert_eq!(*vnode, vnode::of_hash(hash, VNODES));
+}
+
+#[test]
+fn a_global_aggregate_keeps_its_one_group_in_vnode_zero() {
+    let mut operator = aggregate(false);
+    operator.on_data(batch(&[("a", Some(1), None, 1)]), &mut Vec::new()).expect("data");
+    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
+    assert_eq!(blobs.len(), 1);
+    assert_eq!(blobs[0].0, vnode::of_hash(0, VNODES));
+}
+
+#[test]
+fn over_an_append_only_input_min_and_max_keep_only_the_extreme() {
+    let mut operator = aggregate(true);
+    operator.spec.append_only_input = true;
+    let mut out = Vec::new();
+    let input = [("a", Some(3), Some("x"), 1), ("a", Some(9), Some("z"), 1), ("a", Some(5), Some("y"), 1)];
+    operator.on_data(batch(&input), &mut out).expect("data");
+    assert_eq!(lines(&out), ["+1 a,3,3,3,17,3,9,5,z,17"]);
+    let group = operator.groups.iter().flatten().next().expect("a group");
+    for accumulator in &group.accumulators {
+        if let super::accumulator::Accumulator::Extreme { values, .. } = accumulator {
+            let entries = match values {
+                super::accumulator::Multiset::Int(map) => map.len(),
+                super::accumulator::Multiset::Float(map) => map.len(),
+                super::accumulator::Multiset::Text(map) => map.len(),
+            };
+            assert_eq!(entries, 1, "{accumulator:?}");
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! TopN and deduplication: `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) <= N`.
+//!
+//! Over an append-only input (the planner refuses an updating one) a row that falls out
+//! of its partition's first N can never come back, so the state per partition is just
+//! its first N rows, in order: each with its order values, its arrival number (ties in
+//! the order are broken by arrival, the earlier first, as Flink's ROW_NUMBER does) and
+//! the whole row in the project's key encoding ([`sluice_types::key`], which also makes
+//! it persistable; floats are kept with -0.0 as 0.0 and one NaN).
+//!
+//! Output rows are the input's columns followed by the rank (BIGINT UNSIGNED, 1 for the
+//! first), emitted per input batch for each partition the batch changed, comparing its
+//! first N before and after the batch:
+//! - when the rank is visible downstream (`rank_in_output`): for each rank whose row
+//!   changed, the old row with that rank (weight -1) directly followed by the new one
+//!   (+1), a `-U`/`+U` pair of the upsert key (partition, rank); a rank that appears is
+//!   `+I`, one that disappears cannot (append-only input never shrinks a partition);
+//! - otherwise: each row that left the first N (-1), then each row that entered (+1); a
+//!   deduplication (N = 1) thus sends a change of the partition's row as a pair, whose
+//!   upsert key is the partition.
+
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt64Array};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use hashbrown::HashTable;
+use sluice_runtime::{Operator, SnapshotJob};
+use sluice_types::key::{KeyEncoder, KeyRows};
+use sluice_types::{Batch, Message, SluiceError};
+
+pub use state::TOPN_STATE_VERSION;
+
+/// The most rows a TopN keeps per partition (N); larger limits are refused when planned.
+pub const TOPN_LIMIT_MAX: usize = 100_000;
+
+/// One `ORDER BY` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortColumn {
+    pub column: usize,
+    pub descending: bool,
+    pub nulls_first: bool,
+}
+
+/// Everything the operator needs, built by the planner.
+#[derive(Debug, Clone)]
+pub struct TopNSpec {
+    /// Input columns of `PARTITION BY`.
+    pub partition: Vec<usize>,
+    pub order: Vec<SortColumn>,
+    /// N: the rows kept per partition (1..=[`TOPN_LIMIT_MAX`]).
+    pub limit: usize,
+    /// The input's columns, then the rank.
+    pub output: SchemaRef,
+    /// Whether the rank is read downstream (see the module documentation).
+    pub rank_in_output: bool,
+}
+
+/// A value of an `ORDER BY` column, as compared.
+#[derive(Debug, Clone, PartialEq)]
+enum SortValue {
+    Null,
+    Int(i64),
+    Float(f64),
+    Text(Box<str>),
+}
+
+/// One kept row.
+#[derive(Debug, Clone)]
+struct Entry {
+    order: Vec<SortValue>,
+    /// Arrival number on this operator: ties in the order go to the earlier row.
+    arrival: u64,
+    /// The whole input row in the key encoding.
+    row: Box<[u8]>,
+}
+
+/// One partition's first N rows, in rank order.
+#[derive(Debug, Clone)]
+struct Partition {
+    key: Box<[u8]>,
+    hash: u64,
+    rows: Vec<Entry>,
+}
+
+/// See the module documentation.
+pub struct TopN {
+    spec: TopNSpec,
+    partition_encoder: KeyEncoder,
+    row_encoder: KeyEncoder,
+    partitions: Vec<Partition>,
+    index: HashTable<u32>,
+    next_arrival: u64,
+    vnodes: u32,
+}
+
+/// How an `ORDER BY` column is read: cast once per batch.
+enum SortColumnValues {
+    Int(Int64Array),
+    Float(arrow::array::Float64Array),
+    Text(arrow::array::StringArray),
+}
+
+fn compare_values(left: &SortValue, right: &SortValue, column: &SortColumn) -> Ordering {
+    let ordering = match (left, right) {
+        (SortValue::Null, SortValue::Null) => return Ordering::Equal,
+        (SortValue::Null, _) => return if column.nulls_first { Ordering::Less } else { Ordering::Greater },
+        (_, SortValue::Null) => return if column.nulls_first { Ordering::Greater } else { Ordering::Less },
+        (SortValue::Int(a), SortValue::Int(b)) => a.cmp(b),
+        (SortValue::Float(a), SortValue::Float(b)) => a.total_cmp(b),
+        (SortValue::Text(a), SortValue::Text(b)) => a.cmp(b),
+        _ => unreachable!("one column holds one kind of value"),
+    };
+    if column.descending { ordering.reverse() } else { ordering }
+}
+
+/// The mixing of a placement hash for the index (see the window aggregate's).
+fn table_hash(placement: u64) -> u64 {
+    (placement ^ (placement >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl TopN {
+    /// `input` is the schema of the rows the operator receives; `vnodes` the pipeline's.
+    pub fn new(spec: TopNSpec, input: &SchemaRef, vnodes: u32) -> Result<TopN, SluiceError> {
+        assert!((1..=TOPN_LIMIT_MAX).contains(&spec.limit), "the planner bounds N");
+        let types = |columns: &mut dyn Iterator<Item = usize>| -> Vec<DataType> {
+            columns.map(|c| input.field(c).data_type().clone()).collect()
+        };
+        let partition_encoder = KeyEncoder::new(types(&mut spec.partition.iter().copied()))?;
+        let row_encoder = KeyEncoder::new(types(&mut (0..input.fields().len())))?;
+        Ok(TopN {
+            spec,
+            partition_encoder,
+            row_encoder,
+            partitions: Vec::new(),
+            index: HashTable::new(),
+            next_arrival: 0,
+            vnodes,
+        })
+    }
+
+    /// The `ORDER BY` columns of the input columns `columns`, read for comparing.
+    fn order_columns(&self, columns: &[ArrayRef]) -> Result<Vec<SortColumnValues>, SluiceError> {
+        let mut order = Vec::with_capacity(self.spec.order.len());
+        for sort in &self.spec.order {
+            let array = &columns[sort.column];
+            order.push(match array.data_type() {
+                t if super::aggregate::is_float(t) => {
+                    SortColumnValues::Float(cast(array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
+                }
+                t if super::aggregate::is_text(t) => {
+                    SortColumnValues::Text(cast(array, &DataType::Utf8)?.as_string::<i32>().clone())
+                }
+                _ => SortColumnValues::Int(cast(array, &DataType::Int64)?.as_primitive::<Int64Type>().clone()),
+            });
+        }
+        Ok(order)
+    }
+
+    /// Row `row`'s order values.
+    fn order_of(columns: &[SortColumnValues], row: usize) -> Vec<SortValue> {
+        columns
+            .iter()
+            .map(|column| match column {
+                SortColumnValues::Int(values) if values.is_valid(row) => SortValue::Int(values.value(row)),
+                SortColumnValues::Float(values) if values.is_valid(row) => SortValue::Float(values.value(row)),
+                SortColumnValues::Text(values) if values.is_valid(row) => SortValue::Text(values.value(row).into()),
+                _ => SortValue::Null,
+            })
+            .collect()
+    }
+
+    fn compare(&self, left: &Entry, right: &Entry) -> Ordering {
+        for ((a, b), column) in left.order.iter().zip(&right.order).zip(&self.spec.order) {
+            let ordering = compare_values(a, b, column);
+            if ordering != Ordering::Equal {
+                return ordering;
+            }
+        }
+        left.arrival.cmp(&right.arrival)
+    }
+
+    /// The index of the partition of `key` (placement hash `hash`), added empty if new.
+    fn partition_of(&mut self, key: &[u8], hash: u64) -> usize {
+        let table = table_hash(hash);
+        let partitions = &self.partitions;
+        if let Some(&id) = self.index.find(table, |&id| &*partitions[id as usize].key == key) {
+            return id as usize;
+        }
+        assert!(self.partitions.len() < u32::MAX as usize, "fewer than 2^32 partitions per thread");
+        self.partitions.push(Partition { key: key.into(), hash, rows: Vec::new() });
+        let id = (self.partitions.len() - 1) as u32;
+        let partitions = &self.partitions;
+        self.index.insert_unique(table, id, |&p| table_hash(partitions[p as usize].hash));
+        id as usize
+    }
+
+    /// Puts `entry` in its partition if it ranks among the first N.
+    fn insert(&mut self, partition: usize, entry: Entry) {
+        let rows = &self.partitions[partition].rows;
+        let position = rows.partition_point(|kept| self.compare(kept, &entry) == Ordering::Less);
+        if position >= self.spec.limit {
+            return;
+        }
+        let rows = &mut self.partitions[partition].rows;
+        rows.insert(position, entry);
+        rows.truncate(self.spec.limit);
+    }
+
+    /// The changes of one partition between `before` and its rows now, as (row, rank,
+    /// weight) in emission order.
+    fn diff<'a>(&self, before: &'a [Entry], after: &'a [Entry], out: &mut Vec<(&'a [u8], u64, i64)>) {
+        if self.spec.rank_in_output {
+            for rank in 0..before.len().max(after.len()) {
+                let (old, new) = (before.get(rank), after.get(rank));
+                if old.map(|e| e.arrival) == new.map(|e| e.arrival) {
+                    continue;
+                }
+                if let Some(old) = old {
+                    out.push((&old.row, rank as u64 + 1, -1));
+                }
+                if let Some(new) = new {
+                    out.push((&new.row, rank as u64 + 1, 1));
+                }
+            }
+            return;
+        }
+        let kept = |rows: &[Entry], entry: &Entry| rows.iter().any(|e| e.arrival == entry.arrival);
+        for (rank, old) in before.iter().enumerate() {
+            if !kept(after, old) {
+                out.push((&old.row, rank as u64 + 1, -1));
+            }
+        }
+        for (rank, new) in after.iter().enumerate() {
+            if !kept(before, new) {
+                out.push((&new.row, rank as u64 + 1, 1));
+            }
+        }
+    }
+
+    /// Output rows: the decoded input rows and their ranks.
+    fn build(&self, changes: &[(&[u8], u64, i64)]) -> Result<Batch, SluiceError> {
+        let mut columns: Vec<ArrayRef> = self.row_encoder.decode(changes.iter().map(|(row, _, _)| *row))?;
+        columns.push(Arc::new(UInt64Array::from_iter_values(changes.iter().map(|(_, rank, _)| *rank))));
+        for (column, field) in columns.iter_mut().zip(self.spec.output.fields()) {
+            if column.data_type() != field.data_type() {
+                *column = cast(column, field.data_type())?;
+            }
+        }
+        let rows = RecordBatch::try_new(Arc::clone(&self.spec.output), columns)?;
+        Ok(Batch::with_weights(rows, Int64Array::from_iter_values(changes.iter().map(|(_, _, weight)| *weight))))
+    }
+}
+
+impl Operator for TopN {
+    fn name(&self) -> &str {
+        "topn"
+    }
+
+    fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(batch.is_append_only(), "the planner refuses TopN over an updating stream");
+        let rows = &batch.rows;
+        let partition_columns: Vec<ArrayRef> =
+            self.spec.partition.iter().map(|&c| Arc::clone(rows.column(c))).collect();
+        let mut keys = KeyRows::default();
+        self.partition_encoder.encode(&partition_columns, &mut keys)?;
+        let mut encoded = KeyRows::default();
+        self.row_encoder.encode(rows.columns(), &mut encoded)?;
+        let order = self.order_columns(rows.columns())?;
+        // Each partition the batch touches, with its rows before the batch.
+        let mut touched: Vec<(usize, Vec<Entry>)> = Vec::new();
+        let mut touched_ids: std::collections::HashSet<usize> = std::collections::HashSet::new();
+        for row in 0..rows.num_rows() {
+            let (key, hash): (&[u8], u64) =
+                if self.spec.partition.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
+            let partition = self.partition_of(key, hash);
+            if touched_ids.insert(partition) {
+                touched.push((partition, self.partitions[partition].rows.clone()));
+            }
+            for _ in 0..batch.weight(row) {
+                let order = Self::order_of(&order, row);
+                let entry = Entry { order, arrival: self.next_arrival, row: encoded.row(row).into() };
+                self.next_arrival += 1;
+                self.insert(partition, entry);
+            }
+        }
+        let mut changes = Vec::new();
+        for (partition, before) in &touched {
+            self.diff(before, &self.partitions[*partition].rows, &mut changes);
+        }
+        if !changes.is_empty() {
+            out.push(Message::Data(self.build(&changes)?));
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        Ok(state::snapshot(self))
+    }
+
+    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        state::restore(self, blobs)
+    }
+}

@@ -1,0 +1,142 @@
+//! Snapshots of the TopN operator's state, split by vnode.
+//!
+//! At a barrier the driver clones the partitions (their keys, placement hashes and first
+//! N rows) and returns a job; the checkpoint writer thread encodes the copy into one blob
+//! per vnode holding partitions, the vnode of each partition key's placement hash (the
+//! exchange's), so a restore onto any number of threads gives each partition to the
+//! thread its future rows go to.
+//!
+//! Layout, version [`TOPN_STATE_VERSION`] (little-endian): `u32 version`, `u32
+//! partitions`, then per partition, in increasing key order: the key (`u32 length` + its
+//! bytes in the key encoding of [`sluice_types::key`]), `u32 rows`, then per row in rank
+//! order `u64 arrival` and the whole row (`u32 length` + its bytes in the key encoding,
+//! the input's columns in order). The order values are recomputed from the rows when
+//! restored. Decoding checks every length against the remaining bytes, and every row
+//! must decode as a row of the operator's input: a blob from another plan is refused.
+
+use std::collections::BTreeMap;
+
+use sluice_runtime::SnapshotJob;
+use sluice_types::{SluiceError, vnode};
+
+use super::{Entry, Partition, TopN};
+
+/// The blob layout this build writes and reads.
+pub const TOPN_STATE_VERSION: u32 = 1;
+const VERSION: u32 = TOPN_STATE_VERSION;
+
+/// Copies the partitions and returns the job that encodes them; None without state.
+pub(super) fn snapshot(topn: &TopN) -> Option<SnapshotJob> {
+    let copy: Vec<Partition> = topn.partitions.iter().filter(|p| !p.rows.is_empty()).cloned().collect();
+    if copy.is_empty() {
+        return None;
+    }
+    let vnodes = topn.vnodes;
+    Some(Box::new(move || Ok(encode(copy, vnodes))))
+}
+
+fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
+    let length = u32::try_from(value.len()).expect("a key or row shorter than 4 GiB");
+    bytes.extend_from_slice(&length.to_le_bytes());
+    bytes.extend_from_slice(value);
+}
+
+fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
+    partitions.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut blobs: BTreeMap<u32, (u32, Vec<u8>)> = BTreeMap::new();
+    for partition in &partitions {
+        let (count, bytes) = blobs.entry(vnode::of_hash(partition.hash, vnodes)).or_insert_with(|| {
+            let mut bytes = VERSION.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&0u32.to_le_bytes());
+            (0, bytes)
+        });
+        *count += 1;
+        write_bytes(bytes, &partition.key);
+        let rows = u32::try_from(partition.rows.len()).expect("N is bounded");
+        bytes.extend_from_slice(&rows.to_le_bytes());
+        for entry in &partition.rows {
+            bytes.extend_from_slice(&entry.arrival.to_le_bytes());
+            write_bytes(bytes, &entry.row);
+        }
+    }
+    blobs
+        .into_iter()
+        .map(|(vnode, (count, mut bytes))| {
+            bytes[4..8].copy_from_slice(&count.to_le_bytes());
+            (vnode, bytes)
+        })
+        .collect()
+}
+
+fn corrupt(what: &str) -> SluiceError {
+    SluiceError::internal("state.corrupt", format!("TopN state is damaged or from another plan: {what}"))
+}
+
+/// A bounds-checked reader over a blob.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, count: usize) -> Result<&'a [u8], SluiceError> {
+        if self.bytes.len() < count {
+            return Err(corrupt("truncated"));
+        }
+        let (head, tail) = self.bytes.split_at(count);
+        self.bytes = tail;
+        Ok(head)
+    }
+    fn u32(&mut self) -> Result<u32, SluiceError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64, SluiceError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
+        let length = self.u32()? as usize;
+        self.take(length)
+    }
+}
+
+/// Loads the partitions of `blobs` (of the vnodes this instance owns) into `topn`.
+pub(super) fn restore(topn: &mut TopN, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+    let no_keys = topn.spec.partition.is_empty();
+    for blob in blobs {
+        let mut reader = Reader { bytes: &blob };
+        if reader.u32()? != VERSION {
+            return Err(corrupt("unknown version"));
+        }
+        for _ in 0..reader.u32()? {
+            let key = reader.bytes()?;
+            let count = reader.u32()? as usize;
+            if count == 0 || count > topn.spec.limit {
+                return Err(corrupt("a partition with no rows or more than N"));
+            }
+            let mut arrivals = Vec::with_capacity(count);
+            let mut rows: Vec<&[u8]> = Vec::with_capacity(count);
+            for _ in 0..count {
+                arrivals.push(reader.u64()?);
+                rows.push(reader.bytes()?);
+            }
+            let columns =
+                topn.row_encoder.decode(rows.iter().copied()).map_err(|_| corrupt("a row of another plan"))?;
+            let order = topn.order_columns(&columns)?;
+            let mut entries: Vec<Entry> = (0..count)
+                .map(|row| Entry { order: TopN::order_of(&order, row), arrival: arrivals[row], row: rows[row].into() })
+                .collect();
+            entries.sort_by(|a, b| topn.compare(a, b));
+            let hash = if no_keys { 0 } else { sluice_types::key::hash(key) };
+            let partition = topn.partition_of(key, hash);
+            if !topn.partitions[partition].rows.is_empty() {
+                return Err(corrupt("a partition appears twice (in two vnodes)"));
+            }
+            let newest = entries.iter().map(|e| e.arrival).max().unwrap_or(0);
+            topn.next_arrival = topn.next_arrival.max(newest + 1);
+            topn.partitions[partition].rows = entries;
+        }
+        if !reader.bytes.is_empty() {
+            return Err(corrupt("trailing bytes"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! TopN: its changes row by row, an oracle over random input (with a snapshot restored
+//! onto two instances in the middle), and its state blobs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use proptest::prelude::*;
+use sluice_runtime::Operator;
+use sluice_types::{Batch, Message, vnode};
+
+use super::{SortColumn, TopN, TopNSpec};
+
+const VNODES: u32 = 16;
+
+/// Input: partition `p`, order value `v` (nullable), payload `s`.
+fn input_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("p", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, false),
+    ]))
+}
+
+/// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY v DESC NULLS LAST) <= limit`.
+fn topn(limit: usize, rank_in_output: bool) -> TopN {
+    let mut fields: Vec<Field> = input_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("rn", DataType::UInt64, false));
+    let spec = TopNSpec {
+        partition: vec![0],
+        order: vec![SortColumn { column: 1, descending: true, nulls_first: false }],
+        limit,
+        output: Arc::new(Schema::new(fields)),
+        rank_in_output,
+    };
+    TopN::new(spec, &input_schema(), VNODES).expect("topn")
+}
+
+type Row = (&'static str, Option<i64>, String);
+
+fn batch(rows: &[Row]) -> Batch {
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.1))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2.as_str()))),
+    ];
+    Batch::inserts(RecordBatch::try_new(input_schema(), columns).expect("batch"))
+}
+
+fn row(p: &'static str, v: Option<i64>, s: &str) -> Row {
+    (p, v, s.to_string())
+}
+
+/// Each output row as `±weight p,v,s,rank`.
+fn lines(out: &[Message]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for message in out {
+        let Message::Data(batch) = message else { continue };
+        for index in 0..batch.num_rows() {
+            let cells: Vec<String> = batch
+                .rows
+                .columns()
+                .iter()
+                .map(|c| arrow::util::display::array_value_to_string(c, index).expect("format"))
+                .collect();
+            lines.push(format!("{:+} {}", batch.weight(index), cells.join(",")));
+        }
+    }
+    lines
+}
+
+fn step(operator: &mut TopN, rows: &[Row]) -> Vec<String> {
+    let mut out = Vec::new();
+    operator.on_data(batch(rows), &mut out).expect("data");
+    lines(&out)
+}
+
+#[test]
+fn ranks_shift_as_rows_enter_and_each_changed_rank_is_a_pair() {
+    let mut operator = topn(2, true);
+    assert_eq!(step(&mut operator, &[row("a", Some(5), "x"), row("b", Some(1), "y")]), ["+1 a,5,x,1", "+1 b,1,y,1"]);
+    // 7 enters first: rank 1 changes from 5 to 7, rank 2 appears with 5.
+    assert_eq!(step(&mut operator, &[row("a", Some(7), "z")]), ["-1 a,5,x,1", "+1 a,7,z,1", "+1 a,5,x,2"]);
+    // 6 enters second, pushing 5 out; NULL ranks last and does not enter; a tie with 7
+    // ranks after the earlier 7.
+    assert_eq!(step(&mut operator, &[row("a", Some(6), "w"), row("a", None, "n")]), ["-1 a,5,x,2", "+1 a,6,w,2"]);
+    assert_eq!(step(&mut operator, &[row("a", Some(7), "t")]), ["-1 a,6,w,2", "+1 a,7,t,2"]);
+    assert_eq!(step(&mut operator, &[row("a", Some(1), "low")]), Vec::<String>::new());
+}
+
+#[test]
+fn without_the_rank_only_rows_that_leave_or_enter_are_sent() {
+    let mut operator = topn(2, false);
+    assert_eq!(step(&mut operator, &[row("a", Some(5), "x"), row("a", Some(3), "y")]), ["+1 a,5,x,1", "+1 a,3,y,2"]);
+    assert_eq!(step(&mut operator, &[row("a", Some(7), "z")]), ["-1 a,3,y,2", "+1 a,7,z,1"]);
+    // Deduplication keeping the greatest: a change is a retraction directly followed by
+    // its replacement.
+    let mut dedup = topn(1, false);
+    assert_eq!(step(&mut dedup, &[row("a", Some(5), "x"), row("a", Some(3), "y")]), ["+1 a,5,x,1"]);
+    assert_eq!(step(&mut dedup, &[row("a", Some(8), "z")]), ["-1 a,5,x,1", "+1 a,8,z,1"]);
+}
+
+/// The first `limit` rows of each partition by (v descending, NULLs last, arrival).
+fn recompute(rows: &[Row], limit: usize, rank_in_output: bool) -> BTreeMap<String, i64> {
+    let mut partitions: BTreeMap<&str, Vec<(usize, &Row)>> = BTreeMap::new();
+    for (arrival, row) in rows.iter().enumerate() {
+        partitions.entry(row.0).or_default().push((arrival, row));
+    }
+    let mut table = BTreeMap::new();
+    for (_, mut kept) in partitions {
+        kept.sort_by(|(a_arrival, a), (b_arrival, b)| {
+            let key = |v: Option<i64>| (v.is_none(), std::cmp::Reverse(v));
+            key(a.1).cmp(&key(b.1)).then(a_arrival.cmp(b_arrival))
+        });
+        for (rank, (_, row)) in kept.iter().take(limit).enumerate() {
+            let v = row.1.map_or(String::new(), |v| v.to_string());
+            let rank = if rank_in_output { (rank + 1).to_string() } else { "*".to_string() };
+            *table.entry(format!("{},{v},{},{rank}", row.0, row.2)).or_insert(0) += 1;
+        }
+    }
+    table
+}
+
+fn integrate(table: &mut BTreeMap<String, i64>, lines: Vec<String>, rank_in_output: bool) {
+    for line in lines {
+        let (weight, row) = line.split_once(' ').expect("weight and row");
+        let row = if rank_in_output { row.to_string() } else { format!("{},*", &row[..row.rfind(',').expect("rank")]) };
+        let count = table.entry(row.clone()).or_insert(0);
+        *count += weight.parse::<i64>().expect("weight");
+        assert!(*count >= 0, "a retraction of a row not in the output: {row}");
+        if *count == 0 {
+            table.remove(&row);
+        }
+    }
+}
+
+const PARTITIONS: [&str; 3] = ["a", "b", "c"];
+
+fn partition_vnode(key: &str) -> u32 {
+    let mut rows = sluice_types::key::KeyRows::default();
+    let encoder = sluice_types::key::KeyEncoder::new(vec![DataType::Utf8]).expect("encoder");
+    let column: ArrayRef = Arc::new(StringArray::from(vec![key]));
+    encoder.encode(&[column], &mut rows).expect("encode");
+    vnode::of_hash(rows.hash(0), VNODES)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// After every batch the integrated changes equal a from-scratch TopN of the input
+    /// so far; at a random batch the state is restored onto two instances splitting the
+    /// vnodes.
+    #[test]
+    fn the_integrated_changes_equal_a_recomputation(
+        input in prop::collection::vec((0..PARTITIONS.len(), prop::option::weighted(0.9, 0i64..6)), 1..60),
+        batch_rows in 1usize..6,
+        limit in 1usize..4,
+        rank_in_output in any::<bool>(),
+        restore_after in 0usize..15,
+        split in 1u32..VNODES,
+    ) {
+        let rows: Vec<Row> =
+            input.iter().enumerate().map(|(i, (p, v))| (PARTITIONS[*p], *v, format!("r{i}"))).collect();
+        let mut instances = vec![topn(limit, rank_in_output)];
+        let mut table = BTreeMap::new();
+        for (index, chunk) in rows.chunks(batch_rows).enumerate() {
+            if index == restore_after {
+                let blobs = instances[0].snapshot().expect("snapshot").map(|job| job().expect("encode")).unwrap_or_default();
+                let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < split);
+                instances = vec![topn(limit, rank_in_output), topn(limit, rank_in_output)];
+                instances[0].restore(low.into_iter().map(|(_, b)| b).collect()).expect("restore");
+                instances[1].restore(high.into_iter().map(|(_, b)| b).collect()).expect("restore");
+            }
+            let parts: Vec<Vec<Row>> = if instances.len() == 1 {
+                vec![chunk.to_vec()]
+            } else {
+                let (low, high) = chunk.iter().cloned().partition(|row| partition_vnode(row.0) < split);
+                vec![low, high]
+            };
+            for (instance, part) in instances.iter_mut().zip(parts) {
+                if !part.is_empty() {
+                    integrate(&mut table, step(instance, &part), rank_in_output);
+                }
+            }
+            let seen = &rows[..(index * batch_rows + chunk.len())];
+            prop_assert_eq!(&table, &recompute(seen, limit, rank_in_output));
+        }
+    }
+}
+
+#[test]
+fn damaged_blobs_are_refused() {
+    let mut operator = topn(2, true);
+    step(&mut operator, &[row("a", Some(1), "x")]);
+    let blob = operator.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1;
+    for cut in [0, 3, 9, blob.len() - 1] {
+        let error = topn(2, true).restore(vec![blob[..cut].to_vec()]).expect_err("truncated");
+        assert_eq!(error.code, "state.corrupt");
+    }
+    assert!(topn(2, true).restore(vec![blob.clone(), blob.clone()]).is_err(), "a partition twice");
+    assert!(topn(1, true).restore(vec![blob.clone()]).is_ok(), "one row fits N = 1");
+    let mut longer = blob;
+    longer.push(0);
+    assert!(topn(2, true).restore(vec![longer]).is_err(), "trailing bytes");
+}
+
+/// A golden vector: the blob layout (and the key encoding inside) must not change
+/// silently; a change fails here and bumps `TOPN_STATE_VERSION`.
+#[test]
+fn a_snapshot_blob_is_pinned_byte_for_byte() {
+    let mut operator = topn(2, true);
+    step(&mut operator, &[row("ab", Some(5), "x"), row("ab", Some(9), "y"), row("ab", Some(1), "z")]);
+    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
+    let [(vnode, bytes)] = blobs.as_slice() else { panic!("one vnode holds the one partition: {blobs:?}") };
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let expected = concat!(
+        "01000000",       // version 1
+        "01000000",       // 1 partition
+        "07000000",       // key: 7 bytes,
+        "06020000006162", // VARCHAR "ab"
+        "02000000",       // 2 rows, in rank order:
+        "0100000000000000",
+        "16000000",
+        "06020000006162",
+        "020900000000000000",
+        "060100000079", // arrival 1: ("ab", 9, "y")
+        "0000000000000000",
+        "16000000",
+        "06020000006162",
+        "020500000000000000",
+        "060100000078", // arrival 0: ("ab", 5, "x")
+    );
+    assert_eq!(hex, expected);
+    let hash = sluice_types::key::hash(&[0x06, 2, 0, 0, 0, b'a', b'b']);
+    assert_eq!(*vnode, vnode::of_hash(hash, VNODES));
+    let mut restored = topn(2, true);
+    restored.restore(vec![bytes.clone()]).expect("restore");
+    assert_eq!(step(&mut restored, &[row("ab", Some(6), "w")]), ["-1 ab,5,x,2", "+1 ab,6,w,2"]);
+}
