@@ -30,6 +30,8 @@ pub const QUEUED_KBYTES_PER_PARTITION: u32 = 4096;
 pub const QUEUED_MESSAGES_MIN: u32 = 10_000;
 /// The most bytes of one fetch response (`fetch.max.bytes`).
 pub const FETCH_BYTES_MAX: u32 = 8 << 20;
+/// The group id of a consumer without `group_id` (never joined, never committed to).
+const UNCOMMITTED_GROUP: &str = "sluice-uncommitted";
 /// Client log lines forwarded per client; later ones are counted, not logged.
 const LOGGED_LINES_MAX: u64 = 200;
 
@@ -131,9 +133,9 @@ pub fn consumer_config(brokers: &str, group_id: Option<&str>, client: &[(String,
     config.set("queued.max.messages.kbytes", QUEUED_KBYTES_PER_PARTITION.to_string());
     config.set("queued.min.messages", QUEUED_MESSAGES_MIN.to_string());
     config.set("fetch.max.bytes", FETCH_BYTES_MAX.to_string());
-    if let Some(group) = group_id {
-        config.set("group.id", group);
-    }
+    // librdkafka adds partitions to an assignment only with a group id; without the
+    // user's, a fixed one that nothing ever commits to or joins.
+    config.set("group.id", group_id.unwrap_or(UNCOMMITTED_GROUP));
     for (key, value) in client {
         config.set(key, value);
     }

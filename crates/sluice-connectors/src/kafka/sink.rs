@@ -148,6 +148,8 @@ struct TransactionalProducer {
     producer: SinkProducer,
     state: Mutex<TransactionState>,
     changed: Condvar,
+    /// Messages sent in the transaction open or prepared now, for the commit's log line.
+    messages: AtomicU64,
 }
 
 /// A planned `connector = "kafka"` sink.
@@ -241,6 +243,7 @@ impl KafkaSink {
             producer,
             state: Mutex::new(TransactionState::Idle),
             changed: Condvar::new(),
+            messages: AtomicU64::new(0),
         });
         self.producers.lock().map_err(|_| poisoned(&self.name))?.insert(id, Arc::clone(&shared));
         Ok(shared)
@@ -317,7 +320,8 @@ impl SinkFactory for KafkaSink {
                         .producer
                         .commit_transaction(FLUSH_TIMEOUT)
                         .map_err(|e| transaction_error(&self.options.brokers, &shared.id, "commit", &e))?;
-                    tracing::info!(sink = %self.name, epoch = epoch.0, "kafka sink: committed transaction {}", shared.id);
+                    let messages = shared.messages.swap(0, Ordering::Relaxed);
+                    tracing::info!(sink = %self.name, epoch = epoch.0, messages, "kafka sink: committed transaction {}", shared.id);
                     *state = TransactionState::Idle;
                     shared.changed.notify_all();
                 }
@@ -503,9 +507,13 @@ impl SinkWriter for TransactionalWriter {
         if !self.open {
             self.begin()?;
         }
-        let producer = &self.producers[self.current].producer;
+        let shared = &self.producers[self.current];
         let topic = self.output.topic.clone();
-        self.output.messages(batch, |value, key| Output::send(producer, &topic, value, key))
+        self.output.messages(batch, |value, key| {
+            Output::send(&shared.producer, &topic, value, key)?;
+            shared.messages.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
     }
 
     fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {

@@ -154,6 +154,7 @@ fn end_offsets(probe: &SourceConsumer, brokers: &str, partitions: &[(String, i32
         let (_, high) = probe
             .fetch_watermarks(topic, *partition, METADATA_TIMEOUT)
             .map_err(|e| client::unreachable(brokers, &e).context(format!("end offset of {topic}/{partition}")))?;
+        tracing::debug!(topic = %topic, partition, high, "kafka: end offset of a bounded read");
         ends.push(high);
     }
     Ok(ends)
