@@ -120,12 +120,11 @@ impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((error, _)) = result {
-            if self.failed.fetch_add(1, Ordering::Relaxed) == 0
-                && let Ok(mut first) = self.first_failure.lock()
-            {
-                *first = Some(error.to_string());
-            }
+        if let Err((error, _)) = result
+            && self.failed.fetch_add(1, Ordering::Relaxed) == 0
+            && let Ok(mut first) = self.first_failure.lock()
+        {
+            *first = Some(error.to_string());
         }
     }
 }
