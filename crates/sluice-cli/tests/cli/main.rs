@@ -9,6 +9,7 @@ mod crash;
 mod examples;
 mod golden;
 mod harness;
+mod kafka;
 mod liveness;
 mod netns;
 mod new_user;

@@ -498,7 +498,7 @@ impl Read for RangeReader {
 }
 
 /// The largest value of a timestamp column, in ms; `None` when it has no value.
-fn max_timestamp_ms(column: &ArrayRef) -> Option<TimestampMs> {
+pub(crate) fn max_timestamp_ms(column: &ArrayRef) -> Option<TimestampMs> {
     let DataType::Timestamp(unit, _) = column.data_type() else { return None };
     if column.len() == column.null_count() {
         return None;

@@ -77,6 +77,7 @@ mod layout;
 mod tests;
 
 pub use lane::FileLane;
+pub(crate) use lane::{LOGGED_BAD_ROWS, max_timestamp_ms};
 
 /// Files larger than this are split into several lanes when there are threads to spare.
 pub const SPLIT_ABOVE_BYTES: u64 = 8 << 20;
@@ -440,7 +441,7 @@ impl SourceFactory for FileSource {
 }
 
 /// The index of the event-time column, which must be a timestamp.
-fn event_time_index(config: &SourceConfig, schema: &SchemaRef) -> Result<Option<usize>, SluiceError> {
+pub(crate) fn event_time_index(config: &SourceConfig, schema: &SchemaRef) -> Result<Option<usize>, SluiceError> {
     let Some(column) = &config.event_time else { return Ok(None) };
     let index = schema.index_of(column).map_err(|_| {
         SluiceError::user("source.event_time", format!("event_time = \"{column}\" is not a column of its schema"))

@@ -101,12 +101,12 @@ fn an_unknown_connector_is_named_with_the_known_ones() {
     let src = |lines: &str| with_sink(&format!("[[source]]\n{lines}"));
     check_errors(&[
         (
-            src("name = \"s\"\nconnector = \"kafka\""),
-            "10:1: [[source]] \"s\": `connector` must be one of \"nexmark\", \"file\", found \"kafka\" (no source connector has that name)\n  fix: set connector to one of \"nexmark\", \"file\"",
+            src("name = \"s\"\nconnector = \"postgres\""),
+            "10:1: [[source]] \"s\": `connector` must be one of \"nexmark\", \"file\", \"kafka\", found \"postgres\" (no source connector has that name)\n  fix: set connector to one of \"nexmark\", \"file\", \"kafka\"",
         ),
         (
             src("name = \"s\"\nconnector = \"nexmrk\""),
-            "10:1: [[source]] \"s\": `connector` must be one of \"nexmark\", \"file\", found \"nexmrk\" (no source connector has that name)\n  fix: did you mean connector = \"nexmark\"?",
+            "10:1: [[source]] \"s\": `connector` must be one of \"nexmark\", \"file\", \"kafka\", found \"nexmrk\" (no source connector has that name)\n  fix: did you mean connector = \"nexmark\"?",
         ),
     ]);
 }

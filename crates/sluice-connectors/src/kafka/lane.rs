@@ -1,0 +1,309 @@
+//! One lane of a Kafka source: one partition, read through its own queue of the
+//! source's consumer.
+//!
+//! - **Start.** A lane resumed from a checkpoint seeks to the recorded next offset; a
+//!   fresh lane starts per `start` (`earliest`, `latest`, `committed`, a timestamp).
+//! - **Poll.** Takes what the partition queue holds now, at most `batch_size`
+//!   messages, without blocking; an empty queue answers `Wait` for
+//!   [`EMPTY_POLL_WAIT`]. The rows are built by [`RowBuilder`]; bad messages are
+//!   counted, logged (the first [`LOGGED_BAD_ROWS`] of the source) or fatal per
+//!   `on_error`, named by topic, partition and offset.
+//! - **Bounded.** The lane ends once it handed out the record before the end offset
+//!   planning saw (at once for an empty partition).
+//! - **Watermark.** The largest event time read minus `watermark_delay`. A lane silent
+//!   for `idle_timeout` (or ended) is *idle*: while idle it reports the lowest watermark
+//!   of the source's lanes in this process that are not idle, so it does not hold the
+//!   stream back (Flink's `source.idle-timeout`); its first record ends the idleness.
+//! - **Brokers lost.** librdkafka reconnects on its own; a lane that has seen the
+//!   brokers down (the client's "all brokers down" error) for [`BROKER_LOST_AFTER`]
+//!   without reading anything checks them with a metadata request and fails with
+//!   `kafka.broker_lost` if they still do not answer.
+//! - **Group offsets.** With a `group_id`, each time the runtime takes the lane's
+//!   position for a checkpoint, the position taken the time before (whose checkpoint has
+//!   completed or failed by then) is committed to the group, asynchronously: lag tools
+//!   see progress; the checkpoint, not the group, is what a restore reads.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rdkafka::Message as _;
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use sluice_config::OnError;
+use sluice_runtime::metrics::{NO_WATERMARK, SourceMetrics};
+use sluice_runtime::{LaneContext, LanePoll, LaneReader};
+use sluice_types::{SluiceError, TimestampMs};
+
+use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
+use super::options::StartAt;
+use super::position::Position;
+use super::rows::{BadMessage, Message, RowBuilder};
+use super::source::{EMPTY_POLL_WAIT, Shared, SourceConsumer};
+use crate::file_source::{LOGGED_BAD_ROWS, max_timestamp_ms};
+
+/// How long the brokers may stay down before a lane checks them and gives up.
+pub const BROKER_LOST_AFTER: Duration = Duration::from_secs(60);
+/// The check of brokers believed down.
+const BROKER_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A lane reading one partition.
+pub struct KafkaLane {
+    shared: Arc<Shared>,
+    lane: usize,
+    topic: String,
+    partition: i32,
+    consumer: Arc<SourceConsumer>,
+    queue: PartitionQueue<SluiceClientContext>,
+    rows: RowBuilder,
+    metrics: Arc<SourceMetrics>,
+    batch_size: usize,
+    /// The offset of the next record to hand out (`None`: not known before the first).
+    next_offset: Option<i64>,
+    /// Bounded: the offset the lane ends at.
+    end: Option<i64>,
+    max_event_time: Option<TimestampMs>,
+    announce_watermark: bool,
+    last_record: Instant,
+    /// The position taken for the previous checkpoint, committed to the group at the next.
+    previous_position: std::cell::Cell<Option<i64>>,
+}
+
+impl KafkaLane {
+    pub(crate) fn open(
+        shared: Arc<Shared>,
+        topic: String,
+        partition: i32,
+        end: Option<i64>,
+        context: LaneContext,
+    ) -> Result<KafkaLane, SluiceError> {
+        let resume = context.start.as_deref().map(|bytes| Position::decode(&shared.name, bytes)).transpose()?;
+        let consumer = shared.consumer()?;
+        let brokers = shared.options.brokers.clone();
+        let start = match resume.and_then(|p| p.next_offset) {
+            Some(offset) => Offset::Offset(offset),
+            None => start_offset(&consumer, &shared.options.start, &topic, partition, &brokers)?,
+        };
+        let queue = consumer.split_partition_queue(&topic, partition).ok_or_else(|| {
+            SluiceError::internal("source.kafka", format!("cannot split the queue of {topic}/{partition}"))
+        })?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&topic, partition, start)
+            .map_err(|e| SluiceError::internal("source.kafka", format!("{topic}/{partition}: {e}")))?;
+        consumer
+            .incremental_assign(&assignment)
+            .map_err(|e| client::unreachable(&brokers, &e).context(format!("assigning {topic}/{partition}")))?;
+        let watermark = resume.and_then(|p| p.watermark);
+        let rows = RowBuilder::new(Arc::clone(&shared.schema), shared.options.format, &topic, context.batch_size)?;
+        Ok(KafkaLane {
+            lane: context.lane as usize,
+            max_event_time: watermark.map(|w| w.saturating_add(shared.watermark_delay_ms)),
+            announce_watermark: watermark.is_some(),
+            next_offset: match start {
+                Offset::Offset(offset) => Some(offset),
+                _ => None,
+            },
+            shared,
+            topic,
+            partition,
+            consumer,
+            queue,
+            rows,
+            metrics: context.metrics,
+            batch_size: context.batch_size.max(1),
+            end,
+            last_record: Instant::now(),
+            previous_position: std::cell::Cell::new(None),
+        })
+    }
+
+    fn watermark(&self) -> Option<TimestampMs> {
+        self.max_event_time.map(|max| max.saturating_sub(self.shared.watermark_delay_ms))
+    }
+
+    fn set_idle(&self, idle: bool) {
+        self.shared.idle[self.lane].store(idle, Ordering::Relaxed);
+    }
+
+    /// Whether the lane reached the end of a bounded read.
+    fn at_end(&self) -> bool {
+        match (self.end, self.next_offset) {
+            (Some(end), Some(next)) => next >= end,
+            (Some(end), None) => end <= 0,
+            (None, _) => false,
+        }
+    }
+
+    /// Takes what the queue holds now, at most a batch (and not past a bounded end).
+    fn take_messages(&mut self) -> Result<Vec<Message>, SluiceError> {
+        let mut messages = Vec::new();
+        while messages.len() < self.batch_size && !self.at_end() {
+            let Some(result) = self.queue.poll(Duration::ZERO) else { break };
+            let message = match result {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::warn!(source = %self.shared.name, topic = %self.topic, partition = self.partition,
+                        "kafka: reading the partition failed (the client retries): {error}");
+                    break;
+                }
+            };
+            if self.end.is_some_and(|end| message.offset() >= end) {
+                self.next_offset = Some(message.offset());
+                break;
+            }
+            messages.push(Message {
+                value: message.payload().map(<[u8]>::to_vec),
+                key: message.key().map(<[u8]>::to_vec),
+                partition: message.partition(),
+                offset: message.offset(),
+                timestamp: message.timestamp().to_millis(),
+            });
+            self.next_offset = Some(message.offset() + 1);
+        }
+        Ok(messages)
+    }
+
+    fn bad_messages(&self, bad: Vec<BadMessage>) -> Result<(), SluiceError> {
+        for message in bad {
+            let previous = self.metrics.bad_rows.fetch_add(1, Ordering::Relaxed);
+            let at = format!("{}/{}@{}", self.topic, self.partition, message.offset);
+            match self.shared.on_error {
+                OnError::Skip => {
+                    if previous < LOGGED_BAD_ROWS {
+                        tracing::warn!(source = %self.shared.name, "{at}: {}: {}", message.reason, message.text);
+                    }
+                }
+                OnError::Fail => {
+                    return Err(SluiceError::user(
+                        "source.bad_row",
+                        format!("bad message at {at} (topic/partition@offset): {}: {}", message.reason, message.text),
+                    )
+                    .with_fix("fix the producer, or set on_error = \"skip\" to count and skip bad messages"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An idle lane's watermark: the lowest of the lanes that are not idle (its own
+    /// when every lane is idle), never below its own.
+    fn idle_watermark(&self) -> Option<TimestampMs> {
+        let active = (self.metrics.lane_watermarks.iter().enumerate())
+            .filter(|(lane, _)| !self.shared.idle[*lane].load(Ordering::Relaxed))
+            .map(|(_, w)| w.load(Ordering::Relaxed))
+            .filter(|w| *w != NO_WATERMARK)
+            .min();
+        match (active, self.watermark()) {
+            (Some(active), Some(own)) => Some(active.max(own)),
+            (active, own) => active.or(own),
+        }
+    }
+
+    /// Nothing to read: checks for lost brokers, then goes idle or waits.
+    fn nothing_read(&mut self) -> Result<LanePoll, SluiceError> {
+        let context = self.consumer.context();
+        if let Some(since) = context.down_since_ms() {
+            let waited = Duration::from_millis(client::now_ms().saturating_sub(since));
+            if waited >= BROKER_LOST_AFTER {
+                match self.consumer.fetch_metadata(Some(&self.topic), BROKER_CHECK_TIMEOUT) {
+                    Ok(_) => context.mark_up(),
+                    Err(_) => return Err(client::lost(&self.shared.options.brokers, waited, context.last_error())),
+                }
+            }
+        }
+        let idle_after = self.shared.options.idle_timeout;
+        if self.shared.event_time.is_some() && idle_after.is_some_and(|after| self.last_record.elapsed() >= after) {
+            self.set_idle(true);
+            let watermark = self.idle_watermark();
+            if watermark.is_some() && watermark != self.watermark() {
+                self.max_event_time = watermark.map(|w| w.saturating_add(self.shared.watermark_delay_ms));
+                return Ok(LanePoll::Data { batches: Vec::new(), watermark });
+            }
+        }
+        Ok(LanePoll::Wait(Instant::now() + EMPTY_POLL_WAIT))
+    }
+}
+
+/// The offset a fresh lane starts at, per `start`.
+fn start_offset(
+    consumer: &SourceConsumer,
+    start: &StartAt,
+    topic: &str,
+    partition: i32,
+    brokers: &str,
+) -> Result<Offset, SluiceError> {
+    let mut list = TopicPartitionList::new();
+    let at = |e: &rdkafka::error::KafkaError| client::unreachable(brokers, e).context(format!("{topic}/{partition}"));
+    match start {
+        StartAt::Earliest => {
+            let (low, _) = consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT).map_err(|e| at(&e))?;
+            Ok(Offset::Offset(low.max(0)))
+        }
+        StartAt::Latest => Ok(Offset::End),
+        StartAt::Committed => {
+            list.add_partition(topic, partition);
+            let committed = consumer.committed_offsets(list, METADATA_TIMEOUT).map_err(|e| at(&e))?;
+            match committed.find_partition(topic, partition).map(|p| p.offset()) {
+                Some(Offset::Offset(offset)) if offset >= 0 => Ok(Offset::Offset(offset)),
+                _ => Ok(Offset::Beginning),
+            }
+        }
+        StartAt::Timestamp(ms) => {
+            list.add_partition_offset(topic, partition, Offset::Offset(*ms)).map_err(|e| at(&e))?;
+            let found = consumer.offsets_for_times(list, METADATA_TIMEOUT).map_err(|e| at(&e))?;
+            match found.find_partition(topic, partition).map(|p| p.offset()) {
+                Some(Offset::Offset(offset)) if offset >= 0 => Ok(Offset::Offset(offset)),
+                _ => Ok(Offset::End),
+            }
+        }
+    }
+}
+
+impl LaneReader for KafkaLane {
+    fn poll(&mut self) -> Result<LanePoll, SluiceError> {
+        sluice_types::failpoint!("source.poll");
+        if self.announce_watermark {
+            self.announce_watermark = false;
+            return Ok(LanePoll::Data { batches: Vec::new(), watermark: self.watermark() });
+        }
+        // Serves the client's events (errors, logs); messages never arrive here, every
+        // assigned partition having its own queue.
+        if let Some(Err(error)) = self.consumer.poll(Duration::ZERO) {
+            tracing::debug!(source = %self.shared.name, "kafka client event: {error}");
+        }
+        if self.at_end() {
+            self.set_idle(true);
+            return Ok(LanePoll::Exhausted);
+        }
+        let messages = self.take_messages()?;
+        if messages.is_empty() {
+            return self.nothing_read();
+        }
+        self.consumer.context().mark_up();
+        self.last_record = Instant::now();
+        self.set_idle(false);
+        let (batch, bad) = self.rows.build(&messages)?;
+        self.bad_messages(bad)?;
+        let Some(batch) = batch else {
+            return Ok(LanePoll::Data { batches: Vec::new(), watermark: self.watermark() });
+        };
+        if let Some(column) = self.shared.event_time {
+            self.max_event_time = self.max_event_time.max(max_timestamp_ms(batch.column(column)));
+        }
+        Ok(LanePoll::Data { batches: vec![(0, batch)], watermark: self.watermark() })
+    }
+
+    fn position(&self) -> Vec<u8> {
+        if let (Some(group), Some(previous)) = (&self.shared.options.group_id, self.previous_position.get()) {
+            let mut offsets = TopicPartitionList::new();
+            let added = offsets.add_partition_offset(&self.topic, self.partition, Offset::Offset(previous));
+            if let Err(error) = added.and_then(|()| self.consumer.commit(&offsets, CommitMode::Async)) {
+                tracing::warn!(source = %self.shared.name, group = %group, "kafka: committing offsets failed: {error}");
+            }
+        }
+        self.previous_position.set(self.next_offset);
+        Position { next_offset: self.next_offset, watermark: self.watermark() }.encode()
+    }
+}

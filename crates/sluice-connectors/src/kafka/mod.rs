@@ -1,0 +1,112 @@
+//! The Kafka source and sink (`connector = "kafka"`), over librdkafka.
+//!
+//! - [`source`] and [`lane`]: one lane per partition of each topic (the runtime spreads
+//!   lanes over threads and, in a cluster, over workers by its placement function);
+//!   positions are next offsets, stored in checkpoints ([`position`]) and sought on
+//!   restore; bounded reads; per-partition watermarks with `idle_timeout`.
+//! - [`rows`]: messages into rows of the declared schema, with the metadata columns
+//!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`.
+//! - [`sink`]: one message per row; at-least-once through the idempotent producer,
+//!   exactly-once through Kafka transactions.
+//! - [`client`]: the clients' settings (and why a partition not polled holds bounded
+//!   memory), logs and errors.
+//! - [`options`]: what a pipeline file may say, validated without I/O.
+
+pub mod client;
+pub mod lane;
+pub mod options;
+pub mod position;
+pub mod rows;
+pub mod sink;
+pub mod source;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use sluice_config::{ConfigError, SinkConfig, SourceConfig};
+use sluice_runtime::{SinkFactory, SourceFactory};
+use sluice_types::SluiceError;
+
+use crate::registry::{
+    ConfiguredSink, ConfiguredSource, OptionDoc, SinkConnector, SinkContext, SourceConnector, SourceContext,
+};
+pub use options::{KafkaFormat, KafkaSinkOptions, KafkaSourceOptions, StartAt, sink_options_of, source_options_of};
+pub use sink::KafkaSink;
+pub use source::KafkaSource;
+
+/// The `kafka` source connector.
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaSourceConnector;
+
+impl SourceConnector for KafkaSourceConnector {
+    fn name(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn options(&self) -> &'static [OptionDoc] {
+        options::SOURCE_OPTIONS
+    }
+
+    fn configure(&self, config: &SourceConfig) -> Result<Box<dyn ConfiguredSource>, Vec<ConfigError>> {
+        Ok(Box::new(ConfiguredKafkaSource { table: config.name.clone(), options: source_options_of(config)? }))
+    }
+}
+
+/// A validated Kafka source.
+#[derive(Debug, Clone)]
+pub struct ConfiguredKafkaSource {
+    pub table: String,
+    pub options: KafkaSourceOptions,
+}
+
+impl ConfiguredSource for ConfiguredKafkaSource {
+    fn tables(&self) -> Vec<String> {
+        vec![self.table.clone()]
+    }
+
+    fn reads_declared_schema(&self) -> bool {
+        true
+    }
+
+    fn build(&self, context: &SourceContext<'_>) -> Result<Arc<dyn SourceFactory>, SluiceError> {
+        let schema = context.schema.clone().ok_or_else(|| {
+            SluiceError::user("source.schema_missing", "a kafka source needs a `schema`")
+                .with_fix("add `schema = \"col TYPE, ...\"` to the [[source]]")
+        })?;
+        Ok(Arc::new(KafkaSource::new(context.config, &self.options, schema, context.layout.as_deref())?))
+    }
+}
+
+/// The `kafka` sink connector.
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaSinkConnector;
+
+impl SinkConnector for KafkaSinkConnector {
+    fn name(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn options(&self) -> &'static [OptionDoc] {
+        options::SINK_OPTIONS
+    }
+
+    fn configure(&self, config: &SinkConfig) -> Result<Box<dyn ConfiguredSink>, Vec<ConfigError>> {
+        Ok(Box::new(ConfiguredKafkaSink { options: sink_options_of(config)? }))
+    }
+}
+
+/// A validated Kafka sink.
+#[derive(Debug, Clone)]
+pub struct ConfiguredKafkaSink {
+    pub options: KafkaSinkOptions,
+}
+
+impl ConfiguredSink for ConfiguredKafkaSink {
+    fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
+        let sink =
+            KafkaSink::new(context.pipeline, &context.config.name, &self.options, &context.schema, context.updating)?;
+        Ok(Arc::new(sink))
+    }
+}

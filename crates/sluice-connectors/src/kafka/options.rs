@@ -1,0 +1,242 @@
+//! The options of the Kafka source and sink, validated without I/O.
+//!
+//! Both read `brokers` and a `client` table of librdkafka settings passed through as
+//! written (`[source.options.client]` / `[sink.options.client]`, values strings, integers
+//! or booleans). The settings the connector owns (`bootstrap.servers`, `group.id`,
+//! `enable.auto.commit`, `transactional.id`, …) are refused there, naming the option to
+//! use instead.
+
+use std::time::Duration;
+
+use sluice_config::{ConfigError, Located, OptionsReader, SinkConfig, SourceConfig};
+
+use crate::registry::{OptionDoc, format_choice};
+
+/// The row format of Kafka message values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaFormat {
+    /// One JSON object per message.
+    Json,
+    /// One CSV record per message (comma separated, no header).
+    Csv,
+    /// The value as text, into the schema's one value column (VARCHAR).
+    Raw,
+}
+
+/// Where a partition starts when no checkpoint gives its offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// The oldest retained record.
+    Earliest,
+    /// The end: only records produced after the start are read.
+    Latest,
+    /// The group's committed offset (`group_id` required); the oldest record when the
+    /// group has none.
+    Committed,
+    /// The first record whose timestamp is at or after this many ms since the epoch.
+    Timestamp(i64),
+}
+
+/// `[source.options]` of a Kafka source, and its `format`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSourceOptions {
+    /// `host:port[,host:port…]`.
+    pub brokers: String,
+    /// One or several topics, read in this order (lanes are numbered topic by topic).
+    pub topics: Vec<String>,
+    pub group_id: Option<String>,
+    pub start: StartAt,
+    pub format: KafkaFormat,
+    /// Read each partition up to the end offset seen at start, then end.
+    pub bounded: bool,
+    /// A partition without a record for this long stops holding the watermark back.
+    pub idle_timeout: Option<Duration>,
+    /// librdkafka settings, as written.
+    pub client: Vec<(String, String)>,
+}
+
+/// `[sink.options]` of a Kafka sink, and its `format`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSinkOptions {
+    pub brokers: String,
+    pub topic: String,
+    /// The column whose value (as text) is each message's key; no key without it.
+    pub key: Option<String>,
+    /// Json or Csv (raw is refused for sinks).
+    pub format: KafkaFormat,
+    pub client: Vec<(String, String)>,
+}
+
+pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
+    OptionDoc { key: "brokers", kind: "string", default: "required", doc: "bootstrap brokers, host:port[,host:port]" },
+    OptionDoc { key: "topic", kind: "string or array of strings", default: "required", doc: "the topics read" },
+    OptionDoc {
+        key: "group_id",
+        kind: "string",
+        default: "none",
+        doc: "consumer group: offsets are committed to it after checkpoints; needed by start = \"committed\"",
+    },
+    OptionDoc {
+        key: "start",
+        kind: "\"earliest\", \"latest\", \"committed\" or integer ms since the epoch",
+        default: "\"earliest\"",
+        doc: "where partitions start when no checkpoint is restored",
+    },
+    OptionDoc {
+        key: "bounded",
+        kind: "boolean",
+        default: "false",
+        doc: "read each partition to the end offset seen at start, then end",
+    },
+    OptionDoc {
+        key: "idle_timeout",
+        kind: "duration",
+        default: "none",
+        doc: "a partition silent this long stops holding the watermark back",
+    },
+    OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
+];
+
+pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
+    OptionDoc { key: "brokers", kind: "string", default: "required", doc: "bootstrap brokers, host:port[,host:port]" },
+    OptionDoc { key: "topic", kind: "string", default: "required", doc: "the topic written" },
+    OptionDoc { key: "key", kind: "string", default: "none", doc: "the column whose value keys each message" },
+    OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
+];
+
+const SOURCE_FORMATS: &[(&str, KafkaFormat)] =
+    &[("json", KafkaFormat::Json), ("csv", KafkaFormat::Csv), ("raw", KafkaFormat::Raw)];
+const SINK_FORMATS: &[(&str, KafkaFormat)] = &[("json", KafkaFormat::Json), ("csv", KafkaFormat::Csv)];
+
+/// librdkafka settings the connector sets itself, with the option that replaces each.
+const OWNED_SETTINGS: &[(&str, &str)] = &[
+    ("bootstrap.servers", "set `brokers` instead"),
+    ("metadata.broker.list", "set `brokers` instead"),
+    ("group.id", "set `group_id` instead"),
+    ("enable.auto.commit", "offsets are committed after checkpoints"),
+    ("enable.auto.offset.store", "offsets are committed after checkpoints"),
+    ("transactional.id", "it is derived from the pipeline, sink and slot"),
+    ("enable.idempotence", "the sink always uses the idempotent producer"),
+];
+
+fn client_fix(key: &str) -> String {
+    format!("remove it from [{key}.options.client]")
+}
+
+/// Reads `client`: librdkafka settings, none of those the connector owns.
+fn client(reader: &mut OptionsReader<'_>, kind: &str) -> Option<Vec<(String, String)>> {
+    let owned: Vec<&str> = OWNED_SETTINGS.iter().map(|(name, _)| *name).collect();
+    let expect = format!(
+        "the connector sets {} itself ({})",
+        owned.join(", "),
+        OWNED_SETTINGS.iter().map(|(n, why)| format!("{n}: {why}")).collect::<Vec<_>>().join("; ")
+    );
+    reader.string_table("client", &expect, &client_fix(kind), |name| !owned.contains(&name)).or(Vec::new())
+}
+
+fn brokers(reader: &mut OptionsReader<'_>, kind: &str) -> Option<String> {
+    let field =
+        reader.string("brokers", "a non-empty list host:port[,host:port]", "e.g. brokers = \"localhost:9092\"", |s| {
+            !s.trim().is_empty()
+        });
+    let fix = format!("add brokers = \"host:port\" under [{kind}.options]");
+    reader.required("brokers", field, &fix).map(|b: Located<String>| b.value)
+}
+
+/// The validated options of a `connector = "kafka"` source, or every problem.
+pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Vec<ConfigError>> {
+    let options = &config.options;
+    let mut errors = Vec::new();
+    let format = format_choice(config.format.as_ref(), options, config.position, SOURCE_FORMATS, true, &mut errors);
+    if config.schema.is_none() {
+        errors.push(options.item_error(
+            config.position,
+            "missing required key `schema`",
+            "add the columns of the message values, e.g. schema = \"id BIGINT, name VARCHAR\" \
+             (and metadata columns such as `_offset BIGINT`)",
+        ));
+    }
+    let mut reader = options.read();
+    reader.check_keys(&["brokers", "topic", "group_id", "start", "bounded", "idle_timeout", "client"]);
+    let brokers = brokers(&mut reader, "source");
+    let topics = reader.value(
+        "topic",
+        "a topic name or an array of topic names",
+        "e.g. topic = \"bids\" or topic = [\"bids\", \"asks\"]",
+        |value| {
+            let names: Vec<String> = match value.as_str() {
+                Some(name) => vec![name.to_owned()],
+                None => value.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<_>>()?,
+            };
+            let valid = !names.is_empty() && names.iter().all(|n| !n.is_empty());
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            (valid && unique.len() == names.len()).then_some(names)
+        },
+    );
+    let topics = reader.required("topic", topics, "add topic = \"<name>\" under [source.options]");
+    let group_id =
+        reader.string("group_id", "a non-empty group id", "e.g. group_id = \"sluice-bids\"", |s| !s.is_empty());
+    let start = reader.value(
+        "start",
+        "\"earliest\", \"latest\", \"committed\" or a timestamp in ms since the epoch",
+        "e.g. start = \"earliest\" or start = 1767225600000",
+        |value| match value.as_str() {
+            Some("earliest") => Some(StartAt::Earliest),
+            Some("latest") => Some(StartAt::Latest),
+            Some("committed") => Some(StartAt::Committed),
+            Some(_) => None,
+            None => value.as_integer().filter(|ms| *ms >= 0).map(StartAt::Timestamp),
+        },
+    );
+    let bounded = reader.boolean("bounded", "set bounded = true or bounded = false");
+    let idle_timeout = reader.duration("idle_timeout", false, "e.g. idle_timeout = \"10s\"");
+    let client = client(&mut reader, "source");
+    let group_id = group_id.optional();
+    let start = start.or(StartAt::Earliest);
+    if start == Some(StartAt::Committed) && matches!(group_id, Some(None)) {
+        reader.error("start", "start = \"committed\" needs a consumer group", "add group_id = \"<group>\"");
+    }
+    let parsed = (|| {
+        Some(KafkaSourceOptions {
+            brokers: brokers?,
+            topics: topics?,
+            group_id: group_id?.map(|g| g.value),
+            start: start?,
+            format: format?,
+            bounded: bounded.or(false)?,
+            idle_timeout: idle_timeout.optional()?,
+            client: client?,
+        })
+    })();
+    crate::registry::finish(reader, errors)?;
+    Ok(parsed.expect("every option was valid"))
+}
+
+/// The validated options of a `connector = "kafka"` sink, or every problem.
+pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<ConfigError>> {
+    let options = &config.options;
+    let mut errors = Vec::new();
+    let format = format_choice(config.format.as_ref(), options, config.position, SINK_FORMATS, false, &mut errors);
+    let format_valid = config.format.is_none() || format.is_some();
+    let mut reader = options.read();
+    reader.check_keys(&["brokers", "topic", "key", "client"]);
+    let brokers = brokers(&mut reader, "sink");
+    let topic = reader.string("topic", "a non-empty topic name", "e.g. topic = \"hot_items\"", |s| !s.is_empty());
+    let topic = reader.required("topic", topic, "add topic = \"<name>\" under [sink.options]");
+    let key = reader.string("key", "a column name", "e.g. key = \"auction\"", |s| !s.is_empty());
+    let client = client(&mut reader, "sink");
+    let parsed = (|| {
+        format_valid.then_some(())?;
+        Some(KafkaSinkOptions {
+            brokers: brokers?,
+            topic: topic?.value,
+            key: key.optional()?.map(|k| k.value),
+            format: format.unwrap_or(KafkaFormat::Json),
+            client: client?,
+        })
+    })();
+    crate::registry::finish(reader, errors)?;
+    Ok(parsed.expect("every option was valid"))
+}

@@ -1,0 +1,195 @@
+//! The encodings a Kafka source leaves in checkpoints: a lane's position and the
+//! source's layout. Both are versioned, little-endian, and pinned by golden vectors.
+//!
+//! # Position (one per lane = partition), version 1, 17 bytes
+//!
+//! ```text
+//! u8  version = 1
+//! i64 next offset: the offset of the first record not yet handed out, or -1 when no
+//!     record was handed out and the start rule (`start`) was not resolved to an offset
+//! i64 watermark in ms, i64::MIN for none
+//! ```
+//!
+//! # Layout, version 1
+//!
+//! ```text
+//! u8  version = 1
+//! u32 topics, then per topic: u32 name length, the name (UTF-8), u32 partitions
+//! ```
+//!
+//! Lanes are numbered topic by topic in the layout's order, partitions ascending. A
+//! resumed run must find the same topics with the same partition counts: a topic that
+//! gained partitions would otherwise have lanes the checkpoint knows nothing of.
+
+use sluice_types::{SluiceError, TimestampMs};
+
+const POSITION_VERSION: u8 = 1;
+const POSITION_BYTES: usize = 17;
+const LAYOUT_VERSION: u8 = 1;
+/// The longest topic name Kafka allows.
+const TOPIC_NAME_BYTES_MAX: usize = 249;
+
+/// Where a lane stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The next offset to read; `None`: not resolved yet (apply the start rule).
+    pub next_offset: Option<i64>,
+    pub watermark: Option<TimestampMs>,
+}
+
+impl Position {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(POSITION_BYTES);
+        bytes.push(POSITION_VERSION);
+        bytes.extend_from_slice(&self.next_offset.unwrap_or(-1).to_le_bytes());
+        bytes.extend_from_slice(&self.watermark.unwrap_or(i64::MIN).to_le_bytes());
+        debug_assert_eq!(bytes.len(), POSITION_BYTES);
+        bytes
+    }
+
+    pub fn decode(source: &str, bytes: &[u8]) -> Result<Position, SluiceError> {
+        let damaged = |why: String| {
+            SluiceError::internal("source.position", format!("source `{source}`: a damaged Kafka position: {why}"))
+        };
+        if bytes.len() != POSITION_BYTES {
+            return Err(damaged(format!("{} bytes, not {POSITION_BYTES}", bytes.len())));
+        }
+        if bytes[0] != POSITION_VERSION {
+            return Err(damaged(format!("version {}, this build reads {POSITION_VERSION}", bytes[0])));
+        }
+        let word = |at: usize| i64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let (offset, watermark) = (word(1), word(9));
+        if offset < -1 {
+            return Err(damaged(format!("offset {offset}")));
+        }
+        Ok(Position {
+            next_offset: (offset >= 0).then_some(offset),
+            watermark: (watermark != i64::MIN).then_some(watermark),
+        })
+    }
+}
+
+/// The topics of a source and their partition counts, in lane order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub topics: Vec<(String, u32)>,
+}
+
+impl Layout {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![LAYOUT_VERSION];
+        bytes.extend_from_slice(&u32::try_from(self.topics.len()).expect("few topics").to_le_bytes());
+        for (name, partitions) in &self.topics {
+            assert!(name.len() <= TOPIC_NAME_BYTES_MAX, "a topic name is at most {TOPIC_NAME_BYTES_MAX} bytes");
+            bytes.extend_from_slice(&u32::try_from(name.len()).expect("short name").to_le_bytes());
+            bytes.extend_from_slice(name.as_bytes());
+            bytes.extend_from_slice(&partitions.to_le_bytes());
+        }
+        bytes
+    }
+
+    pub fn decode(source: &str, bytes: &[u8]) -> Result<Layout, SluiceError> {
+        let damaged = |why: &str| {
+            SluiceError::internal("source.layout", format!("source `{source}`: a damaged Kafka layout: {why}"))
+        };
+        let (&version, mut rest) = bytes.split_first().ok_or_else(|| damaged("empty"))?;
+        if version != LAYOUT_VERSION {
+            return Err(damaged(&format!("version {version}, this build reads {LAYOUT_VERSION}")));
+        }
+        let take_u32 = |rest: &mut &[u8]| -> Result<u32, SluiceError> {
+            let (head, tail) = rest.split_at_checked(4).ok_or_else(|| damaged("truncated"))?;
+            *rest = tail;
+            Ok(u32::from_le_bytes(head.try_into().expect("4 bytes")))
+        };
+        let count = take_u32(&mut rest)?;
+        let mut topics = Vec::new();
+        for _ in 0..count {
+            let length = take_u32(&mut rest)? as usize;
+            if length > TOPIC_NAME_BYTES_MAX {
+                return Err(damaged("a topic name is too long"));
+            }
+            let (name, tail) = rest.split_at_checked(length).ok_or_else(|| damaged("truncated"))?;
+            rest = tail;
+            let name = std::str::from_utf8(name).map_err(|_| damaged("a topic name is not UTF-8"))?.to_owned();
+            topics.push((name, take_u32(&mut rest)?));
+        }
+        if !rest.is_empty() {
+            return Err(damaged("trailing bytes"));
+        }
+        Ok(Layout { topics })
+    }
+
+    /// Checks that the topics found now are those recorded.
+    pub fn check_resume(&self, source: &str, found: &Layout) -> Result<(), SluiceError> {
+        if self == found {
+            return Ok(());
+        }
+        let show = |layout: &Layout| {
+            layout
+                .topics
+                .iter()
+                .map(|(name, count)| format!("{name} ({count} partitions)"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Err(SluiceError::user(
+            "source.layout_changed",
+            format!(
+                "source `{source}`: the checkpoint was taken reading {}, the brokers now have {}",
+                show(self),
+                show(found)
+            ),
+        )
+        .with_fix("restore the topics as they were, or start over with --from-scratch"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_are_pinned_by_golden_vectors() {
+        let position = Position { next_offset: Some(258), watermark: Some(-2) };
+        let golden = [1, 2, 1, 0, 0, 0, 0, 0, 0, 254, 255, 255, 255, 255, 255, 255, 255];
+        assert_eq!(position.encode(), golden);
+        assert_eq!(Position::decode("s", &golden).expect("decodes"), position);
+        let unresolved = Position { next_offset: None, watermark: None };
+        let golden = [1, 255, 255, 255, 255, 255, 255, 255, 255, 0, 0, 0, 0, 0, 0, 0, 128];
+        assert_eq!(unresolved.encode(), golden);
+        assert_eq!(Position::decode("s", &golden).expect("decodes"), unresolved);
+    }
+
+    #[test]
+    fn damaged_positions_are_refused() {
+        let good = Position { next_offset: Some(7), watermark: None }.encode();
+        for bad in [&good[..16], &[2u8; 17][..], &[]] {
+            let error = Position::decode("bids", bad).expect_err("refused");
+            assert!(error.message.contains("bids"), "{error:?}");
+        }
+        let mut negative = good.clone();
+        negative[1..9].copy_from_slice(&(-5i64).to_le_bytes());
+        assert!(Position::decode("bids", &negative).is_err());
+    }
+
+    #[test]
+    fn layouts_are_pinned_by_golden_vectors() {
+        let layout = Layout { topics: vec![("ab".to_owned(), 3), ("c".to_owned(), 1)] };
+        let golden = [1, 2, 0, 0, 0, 2, 0, 0, 0, b'a', b'b', 3, 0, 0, 0, 1, 0, 0, 0, b'c', 1, 0, 0, 0];
+        assert_eq!(layout.encode(), golden);
+        assert_eq!(Layout::decode("s", &golden).expect("decodes"), layout);
+        for cut in 0..golden.len() {
+            assert!(Layout::decode("s", &golden[..cut]).is_err(), "a layout cut at {cut} is refused");
+        }
+    }
+
+    #[test]
+    fn a_topic_that_gained_partitions_is_refused_on_resume() {
+        let recorded = Layout { topics: vec![("bids".to_owned(), 2)] };
+        let found = Layout { topics: vec![("bids".to_owned(), 4)] };
+        let error = recorded.check_resume("s", &found).expect_err("refused");
+        assert_eq!(error.code, "source.layout_changed");
+        assert!(error.message.contains("bids (2 partitions)") && error.message.contains("bids (4 partitions)"));
+        recorded.check_resume("s", &recorded.clone()).expect("the same layout resumes");
+    }
+}

@@ -1,0 +1,358 @@
+//! Kafka messages into rows of the declared schema: the value decoded by
+//! `sluice-formats` (JSON, CSV) or taken as text (raw), the metadata columns filled from
+//! the message.
+//!
+//! # Metadata columns
+//!
+//! A declared column with one of these names is filled from the message, not from its
+//! value, and must have exactly this type:
+//!
+//! | column | type | value |
+//! |---|---|---|
+//! | `_topic` | VARCHAR | the topic |
+//! | `_partition` | INT | the partition |
+//! | `_offset` | BIGINT | the offset in the partition |
+//! | `_timestamp` | TIMESTAMP(3) | the record's timestamp (NULL when it has none) |
+//! | `_key` | VARCHAR | the key as text (NULL without a key; bad row if not UTF-8) |
+//!
+//! The other columns are the value's: JSON keys by name, CSV fields by position (in the
+//! order declared, metadata columns left out), or, for `raw`, the one value column
+//! (VARCHAR) holding the whole value as text.
+//!
+//! # One message, one row
+//!
+//! The messages of one poll are decoded together as one chunk (one line per JSON
+//! message, whose line breaks, which JSON allows only as whitespace, become spaces; one
+//! record per CSV message), so the fast path of the decoder runs once per poll. A
+//! message that is empty (a tombstone included), is not one CSV record, or that the
+//! decoder finds bad, is a bad row named by topic, partition and offset; its neighbours
+//! are kept. Should the rows decoded ever not match the good messages one to one, the
+//! poll is decoded again message by message, so metadata never shifts onto another row.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray, TimestampMillisecondArray};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use sluice_formats::{BadRow, CsvRecordFinder, Decoder, DecoderOptions, RowFormat};
+use sluice_types::SluiceError;
+
+use super::options::KafkaFormat;
+
+/// The first line number handed to the decoder: never 1, so no message is taken for a
+/// CSV header (line numbers are otherwise unused here).
+const FIRST_LINE: u64 = 2;
+
+/// What fills one declared column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Column {
+    /// Column `i` of the decoded value.
+    Value(usize),
+    Topic,
+    Partition,
+    Offset,
+    Timestamp,
+    Key,
+}
+
+const METADATA: &[(&str, Column)] = &[
+    ("_topic", Column::Topic),
+    ("_partition", Column::Partition),
+    ("_offset", Column::Offset),
+    ("_timestamp", Column::Timestamp),
+    ("_key", Column::Key),
+];
+
+fn metadata_type(column: Column) -> DataType {
+    match column {
+        Column::Topic | Column::Key => DataType::Utf8,
+        Column::Partition => DataType::Int32,
+        Column::Offset => DataType::Int64,
+        Column::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, None),
+        Column::Value(_) => unreachable!("a value column has its declared type"),
+    }
+}
+
+fn sql_type(column: Column) -> &'static str {
+    match column {
+        Column::Topic | Column::Key => "VARCHAR",
+        Column::Partition => "INT",
+        Column::Offset => "BIGINT",
+        Column::Timestamp => "TIMESTAMP(3)",
+        Column::Value(_) => "",
+    }
+}
+
+/// One message as read: its value and metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub value: Option<Vec<u8>>,
+    pub key: Option<Vec<u8>>,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: Option<i64>,
+}
+
+/// A message that made no row, with the reason and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadMessage {
+    pub offset: i64,
+    pub reason: String,
+    pub text: String,
+}
+
+/// Turns the messages of one partition into batches of the declared schema.
+pub struct RowBuilder {
+    schema: SchemaRef,
+    columns: Vec<Column>,
+    format: KafkaFormat,
+    /// The value decoder (JSON and CSV).
+    decoder: Option<Decoder>,
+    value_schema: SchemaRef,
+    topic: Arc<str>,
+}
+
+impl RowBuilder {
+    /// A builder for messages of `topic` into `schema`; fails when a metadata column has
+    /// the wrong type, or the value columns do not suit the format.
+    pub fn new(schema: SchemaRef, format: KafkaFormat, topic: &str, batch_size: usize) -> Result<Self, SluiceError> {
+        let mut columns = Vec::new();
+        let mut value_fields = Vec::new();
+        for field in schema.fields() {
+            match METADATA.iter().find(|(name, _)| name == field.name()) {
+                Some((name, column)) => {
+                    if field.data_type() != &metadata_type(*column) {
+                        return Err(SluiceError::user(
+                            "source.metadata_column",
+                            format!(
+                                "metadata column `{name}` is declared {}, not {}",
+                                field.data_type(),
+                                sql_type(*column)
+                            ),
+                        )
+                        .with_fix(format!("declare it as `{name} {}`", sql_type(*column))));
+                    }
+                    columns.push(*column);
+                }
+                None => {
+                    columns.push(Column::Value(value_fields.len()));
+                    value_fields.push(Arc::clone(field));
+                }
+            }
+        }
+        let value_schema = Arc::new(Schema::new(value_fields));
+        let decoder = match format {
+            KafkaFormat::Raw => {
+                let is_one_text =
+                    value_schema.fields().len() == 1 && value_schema.field(0).data_type() == &DataType::Utf8;
+                if !is_one_text {
+                    return Err(SluiceError::user(
+                        "source.raw_schema",
+                        "format = \"raw\" needs exactly one value column of type VARCHAR (beside metadata columns)",
+                    )
+                    .with_fix("declare e.g. schema = \"line VARCHAR, _offset BIGINT\""));
+                }
+                None
+            }
+            KafkaFormat::Json | KafkaFormat::Csv => {
+                let format = match format {
+                    KafkaFormat::Json => RowFormat::Json,
+                    _ => RowFormat::Csv { header: false, delimiter: b',' },
+                };
+                let options =
+                    DecoderOptions { schema: Arc::clone(&value_schema), format, batch_size: batch_size.max(1) };
+                Some(Decoder::new(options)?)
+            }
+        };
+        Ok(RowBuilder { schema, columns, format, decoder, value_schema, topic: Arc::from(topic) })
+    }
+
+    /// The rows of `messages` (at most one batch) and the messages that made none.
+    pub fn build(&mut self, messages: &[Message]) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
+        let mut bad = Vec::new();
+        let mut included = Vec::with_capacity(messages.len());
+        for (index, message) in messages.iter().enumerate() {
+            match self.precheck(message) {
+                Ok(()) => included.push(index),
+                Err(reason) => bad.push(bad_message(message, reason)),
+            }
+        }
+        let (values, good) = match self.format {
+            KafkaFormat::Raw => self.raw_values(messages, &included, &mut bad),
+            _ => self.decode_values(messages, &included, &mut bad)?,
+        };
+        bad.sort_by_key(|b| b.offset);
+        if good.is_empty() {
+            return Ok((None, bad));
+        }
+        let good: Vec<&Message> = good.iter().map(|i| &messages[*i]).collect();
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+        for column in &self.columns {
+            arrays.push(match column {
+                Column::Value(i) => Arc::clone(values.column(*i)),
+                Column::Topic => Arc::new(StringArray::from(vec![&*self.topic; good.len()])),
+                Column::Partition => Arc::new(Int32Array::from_iter_values(good.iter().map(|m| m.partition))),
+                Column::Offset => Arc::new(Int64Array::from_iter_values(good.iter().map(|m| m.offset))),
+                Column::Timestamp => Arc::new(TimestampMillisecondArray::from_iter(good.iter().map(|m| m.timestamp))),
+                Column::Key => {
+                    let keys = good.iter().map(|m| m.key.as_deref().map(|k| String::from_utf8_lossy(k).into_owned()));
+                    Arc::new(StringArray::from_iter(keys))
+                }
+            });
+        }
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)
+            .map_err(|e| SluiceError::internal("source.kafka_rows", format!("assembling rows: {e}")))?;
+        Ok((Some(batch), bad))
+    }
+
+    /// Why a message cannot make a row before decoding, if it cannot.
+    fn precheck(&self, message: &Message) -> Result<(), String> {
+        if let Some(key) = &message.key
+            && self.columns.contains(&Column::Key)
+            && std::str::from_utf8(key).is_err()
+        {
+            return Err("the key is not UTF-8 (column `_key` is VARCHAR)".to_owned());
+        }
+        let Some(value) = message.value.as_deref() else {
+            return Err("the message has no value (a tombstone)".to_owned());
+        };
+        if self.format != KafkaFormat::Raw && value.iter().all(u8::is_ascii_whitespace) {
+            return Err("the message value is empty".to_owned());
+        }
+        if self.format == KafkaFormat::Csv {
+            let body = trim_line_break(value);
+            let mut finder = CsvRecordFinder::new(b',');
+            let one_record = finder.find_record_end(body).is_none() && finder.find_record_end(b"\n") == Some(1);
+            if !one_record {
+                return Err("the message is not exactly one CSV record".to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    /// Raw: the value as text.
+    fn raw_values(
+        &self,
+        messages: &[Message],
+        included: &[usize],
+        bad: &mut Vec<BadMessage>,
+    ) -> (RecordBatch, Vec<usize>) {
+        let mut good = Vec::with_capacity(included.len());
+        let mut texts = Vec::with_capacity(included.len());
+        for &index in included {
+            let value = messages[index].value.as_deref().unwrap_or_default();
+            match std::str::from_utf8(value) {
+                Ok(text) => {
+                    good.push(index);
+                    texts.push(text);
+                }
+                Err(_) => bad.push(bad_message(&messages[index], "the value is not UTF-8".to_owned())),
+            }
+        }
+        let array: ArrayRef = Arc::new(StringArray::from(texts));
+        let batch = RecordBatch::try_new(Arc::clone(&self.value_schema), vec![array]).expect("one text column");
+        (batch, good)
+    }
+
+    /// JSON and CSV: every included message in one chunk; message by message when the
+    /// rows do not match the good messages one to one.
+    fn decode_values(
+        &mut self,
+        messages: &[Message],
+        included: &[usize],
+        bad: &mut Vec<BadMessage>,
+    ) -> Result<(RecordBatch, Vec<usize>), SluiceError> {
+        let mut chunk = Vec::new();
+        let mut first_lines = Vec::with_capacity(included.len());
+        let mut line = FIRST_LINE;
+        for &index in included {
+            first_lines.push(line);
+            line += self.append(&mut chunk, messages[index].value.as_deref().unwrap_or_default());
+        }
+        let (batches, bad_rows) = self.decode(&chunk)?;
+        let mut bad_indexes = Vec::new();
+        for row in bad_rows {
+            let at = first_lines.partition_point(|first| *first <= row.line).saturating_sub(1);
+            bad_indexes.push(included[at]);
+            bad.push(bad_message(&messages[included[at]], row.reason));
+        }
+        let good: Vec<usize> = included.iter().copied().filter(|i| !bad_indexes.contains(i)).collect();
+        let values = self.concat(&batches)?;
+        if values.num_rows() == good.len() {
+            return Ok((values, good));
+        }
+        bad.retain(|b| !bad_indexes.iter().any(|i| messages[*i].offset == b.offset));
+        self.decode_one_by_one(messages, included, bad)
+    }
+
+    fn decode_one_by_one(
+        &mut self,
+        messages: &[Message],
+        included: &[usize],
+        bad: &mut Vec<BadMessage>,
+    ) -> Result<(RecordBatch, Vec<usize>), SluiceError> {
+        let mut good = Vec::new();
+        let mut rows = Vec::new();
+        for &index in included {
+            let mut chunk = Vec::new();
+            self.append(&mut chunk, messages[index].value.as_deref().unwrap_or_default());
+            let (batches, bad_rows) = self.decode(&chunk)?;
+            let count: usize = batches.iter().map(RecordBatch::num_rows).sum();
+            match (bad_rows.into_iter().next(), count) {
+                (Some(row), _) => bad.push(bad_message(&messages[index], row.reason)),
+                (None, 1) => {
+                    good.push(index);
+                    rows.extend(batches);
+                }
+                (None, count) => {
+                    bad.push(bad_message(&messages[index], format!("the message holds {count} rows, not one")));
+                }
+            }
+        }
+        Ok((self.concat(&rows)?, good))
+    }
+
+    /// Appends one message as one record; returns the lines it takes.
+    fn append(&self, chunk: &mut Vec<u8>, value: &[u8]) -> u64 {
+        let body = trim_line_break(value);
+        match self.format {
+            KafkaFormat::Json => {
+                chunk.extend(body.iter().map(|b| if matches!(b, b'\n' | b'\r') { b' ' } else { *b }));
+                chunk.push(b'\n');
+                1
+            }
+            _ => {
+                chunk.extend_from_slice(body);
+                chunk.push(b'\n');
+                1 + sluice_formats::count_line_breaks(body) as u64
+            }
+        }
+    }
+
+    fn decode(&mut self, chunk: &[u8]) -> Result<(Vec<RecordBatch>, Vec<BadRow>), SluiceError> {
+        let mut batches = Vec::new();
+        let mut bad = Vec::new();
+        if !chunk.is_empty() {
+            let decoder = self.decoder.as_mut().expect("json and csv have a decoder");
+            decoder.decode(chunk, FIRST_LINE, &mut batches, &mut bad)?;
+        }
+        Ok((batches, bad))
+    }
+
+    fn concat(&self, batches: &[RecordBatch]) -> Result<RecordBatch, SluiceError> {
+        concat_batches(&self.value_schema, batches)
+            .map_err(|e| SluiceError::internal("source.kafka_rows", format!("joining decoded rows: {e}")))
+    }
+}
+
+fn bad_message(message: &Message, reason: String) -> BadMessage {
+    let text = BadRow::new(0, "", message.value.as_deref().unwrap_or_default()).text;
+    BadMessage { offset: message.offset, reason, text }
+}
+
+/// `bytes` without one trailing `\n` or `\r\n`.
+fn trim_line_break(bytes: &[u8]) -> &[u8] {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    bytes.strip_suffix(b"\r").unwrap_or(bytes)
+}

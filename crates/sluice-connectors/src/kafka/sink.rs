@@ -1,0 +1,560 @@
+//! The Kafka sink: one message per row (JSON or CSV, the key from a column), one
+//! writer per thread.
+//!
+//! # At-least-once (no checkpoints, or `guarantee = "at-least-once"`)
+//!
+//! Each writer owns an idempotent producer (`enable.idempotence`: no duplicates from
+//! the client's own retries, order kept per partition). At a barrier it flushes, so a
+//! checkpoint's positions never pass a row the brokers have not acknowledged; a
+//! delivery that failed fails the barrier.
+//!
+//! # Exactly-once (checkpoints with `guarantee = "exactly-once"`)
+//!
+//! Each writer owns two transactional producers whose ids are stable across restarts:
+//! `sluice-{pipeline}-{sink}-{slot}-{0|1}`. Opening one calls `init_transactions`,
+//! which fences any earlier producer with that id (a zombie of a crashed run) and
+//! aborts its open transaction. Epoch `e` is written in a transaction of producer
+//! `e mod 2` (the writer alternates at each barrier):
+//!
+//! - **pre-commit** (barrier `e`): flush, check every delivery, and return a record
+//!   naming the transactional id ([`TransactionRecord`]); the transaction stays open;
+//! - **commit(e)** (after manifest `e` is published): `commit_transaction` on that
+//!   producer. The runtime starts barrier `e + 1` only after commit(e), so when the
+//!   writer needs producer `e mod 2` again (for epoch `e + 2`) its transaction is
+//!   committed; should a failed checkpoint leave it pending, the writer waits at most
+//!   [`PENDING_WAIT`] and then fails with `sink.kafka_transaction_pending`;
+//! - **recovery**: a transaction that a crashed run left open is aborted by the
+//!   fencing above, and the source replays from the restored positions.
+//!
+//! What librdkafka cannot do: commit a transaction prepared by another process (it
+//! cannot resume a producer id and epoch). If a run dies after manifest `e` was
+//! published and before commit(e) returned, the restart cannot commit epoch `e`'s
+//! transaction; it logs `kafka sink …: cannot commit the transaction … of epoch e` at
+//! error level, and those rows are lost. See ARCHITECTURE.md.
+//!
+//! # Updating streams
+//!
+//! An updating input is written in Flink's changelog convention: every message carries
+//! the op column first (`{"op":"-D",...}`), as the file sink writes it. Upsert
+//! semantics (a tombstone for a delete) are not offered.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, SchemaRef};
+use rdkafka::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use sluice_formats::{CsvRecordFinder, Encoder, OutputFormat};
+use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
+use sluice_types::{Batch, Epoch, SluiceError};
+
+use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
+use super::options::{KafkaFormat, KafkaSinkOptions};
+
+/// The longest a flush, `init_transactions` or a transaction commit may take.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest a writer waits for the commit of its producer's previous transaction.
+pub const PENDING_WAIT: Duration = Duration::from_secs(60);
+/// The longest a send waits for room in the producer's queue.
+const SEND_WAIT: Duration = Duration::from_secs(60);
+const RECORD_VERSION: u8 = 1;
+
+/// A pre-commit record: which transaction holds an epoch's rows. Version 1 layout:
+/// `u8 version = 1, u64 epoch, u32 id length, the transactional id (UTF-8)`, little
+/// endian.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionRecord {
+    pub epoch: u64,
+    pub transactional_id: String,
+}
+
+impl TransactionRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![RECORD_VERSION];
+        bytes.extend_from_slice(&self.epoch.to_le_bytes());
+        bytes.extend_from_slice(&u32::try_from(self.transactional_id.len()).expect("short id").to_le_bytes());
+        bytes.extend_from_slice(self.transactional_id.as_bytes());
+        bytes
+    }
+
+    pub fn decode(sink: &str, bytes: &[u8]) -> Result<TransactionRecord, SluiceError> {
+        let damaged = || SluiceError::internal("sink.record", format!("sink `{sink}`: a damaged Kafka sink record"));
+        let (&version, rest) = bytes.split_first().ok_or_else(damaged)?;
+        if version != RECORD_VERSION || rest.len() < 12 {
+            return Err(damaged());
+        }
+        let epoch = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes"));
+        let length = u32::from_le_bytes(rest[8..12].try_into().expect("4 bytes")) as usize;
+        let id = rest.get(12..).filter(|id| id.len() == length).ok_or_else(damaged)?;
+        let transactional_id = String::from_utf8(id.to_vec()).map_err(|_| damaged())?;
+        Ok(TransactionRecord { epoch, transactional_id })
+    }
+}
+
+/// The client context of a producer: logs like every client, and counts failed
+/// deliveries.
+#[derive(Debug)]
+pub struct DeliveryContext {
+    client: SluiceClientContext,
+    failed: AtomicU64,
+    first_failure: Mutex<Option<String>>,
+}
+
+impl ClientContext for DeliveryContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        self.client.log(level, facility, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.client.error(error, reason);
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = result
+            && self.failed.fetch_add(1, Ordering::Relaxed) == 0
+            && let Ok(mut first) = self.first_failure.lock()
+        {
+            *first = Some(error.to_string());
+        }
+    }
+}
+
+type SinkProducer = ThreadedProducer<DeliveryContext>;
+
+/// Where a transactional producer stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TransactionState {
+    /// No transaction open: ready to begin one.
+    Idle,
+    Open,
+    /// Flushed at barrier `epoch`, waiting for commit(epoch).
+    Prepared(u64),
+}
+
+/// A transactional producer, shared by its writer and the sink's commit.
+struct TransactionalProducer {
+    id: String,
+    producer: SinkProducer,
+    state: Mutex<TransactionState>,
+    changed: Condvar,
+    /// Messages sent in the transaction open or prepared now, for the commit's log line.
+    messages: AtomicU64,
+}
+
+/// A planned `connector = "kafka"` sink.
+pub struct KafkaSink {
+    name: String,
+    pipeline: String,
+    options: KafkaSinkOptions,
+    schema: SchemaRef,
+    updating: bool,
+    key: Option<usize>,
+    /// The transactional producers of this process, by id.
+    producers: Mutex<HashMap<String, Arc<TransactionalProducer>>>,
+}
+
+impl KafkaSink {
+    /// The sink `name` of `pipeline`, writing rows of `schema`.
+    pub fn new(
+        pipeline: &str,
+        name: &str,
+        options: &KafkaSinkOptions,
+        schema: &SchemaRef,
+        updating: bool,
+    ) -> Result<KafkaSink, SluiceError> {
+        let key = match &options.key {
+            None => None,
+            Some(column) => Some(schema.index_of(column).map_err(|_| {
+                let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                SluiceError::user("sink.kafka_key", format!("key = \"{column}\" is not a column of the sink's input"))
+                    .with_fix(format!("set key to one of {}", columns.join(", ")))
+            })?),
+        };
+        Ok(KafkaSink {
+            name: name.to_owned(),
+            pipeline: pipeline.to_owned(),
+            options: options.clone(),
+            schema: Arc::clone(schema),
+            updating,
+            key,
+            producers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The transactional id of producer `index` (0 or 1) of `slot`.
+    pub fn transactional_id(&self, slot: u32, index: u32) -> String {
+        format!("sluice-{}-{}-{slot}-{index}", self.pipeline, self.name)
+    }
+
+    fn producer(&self, transactional_id: Option<&str>) -> Result<SinkProducer, SluiceError> {
+        let brokers = &self.options.brokers;
+        let mut config = client::base_config(brokers, &self.options.client);
+        config.set("enable.idempotence", "true");
+        if let Some(id) = transactional_id {
+            config.set("transactional.id", id);
+        }
+        let context = DeliveryContext {
+            client: SluiceClientContext::new(brokers),
+            failed: AtomicU64::new(0),
+            first_failure: Mutex::new(None),
+        };
+        let producer: SinkProducer =
+            config.create_with_context(context).map_err(|e| client::create_error(brokers, &e))?;
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(&self.options.topic), METADATA_TIMEOUT)
+            .map_err(|e| client::unreachable(brokers, &e))?;
+        let topic = metadata.topics().iter().find(|t| t.name() == self.options.topic);
+        if let Some(error) = topic.map_or(Some(None), |t| t.error().map(Some)) {
+            let detail =
+                error.map_or_else(|| "not in the metadata".to_owned(), |e| RDKafkaErrorCode::from(e).to_string());
+            return Err(client::missing_topic(brokers, &self.options.topic, &detail));
+        }
+        Ok(producer)
+    }
+
+    fn encoder(&self) -> Encoder {
+        let format = match self.options.format {
+            KafkaFormat::Csv => OutputFormat::Csv { header: false },
+            _ => OutputFormat::JsonLines,
+        };
+        Encoder::new(format, Arc::clone(&self.schema), self.updating)
+    }
+
+    fn transactional(&self, slot: u32, index: u32) -> Result<Arc<TransactionalProducer>, SluiceError> {
+        let id = self.transactional_id(slot, index);
+        let producer = self.producer(Some(&id))?;
+        producer
+            .init_transactions(FLUSH_TIMEOUT)
+            .map_err(|e| transaction_error(&self.options.brokers, &id, "init", &e))?;
+        let shared = Arc::new(TransactionalProducer {
+            id: id.clone(),
+            producer,
+            state: Mutex::new(TransactionState::Idle),
+            changed: Condvar::new(),
+            messages: AtomicU64::new(0),
+        });
+        self.producers.lock().map_err(|_| poisoned(&self.name))?.insert(id, Arc::clone(&shared));
+        Ok(shared)
+    }
+}
+
+fn poisoned(sink: &str) -> SluiceError {
+    SluiceError::internal("sink.kafka", format!("sink `{sink}`: a writer panicked holding the producers"))
+}
+
+fn transaction_error(brokers: &str, id: &str, step: &str, error: &KafkaError) -> SluiceError {
+    SluiceError::external(
+        "sink.kafka_transaction",
+        format!("Kafka transaction {id} ({step}) on brokers {brokers} failed: {error}"),
+    )
+    .with_fix("check that the brokers are running and support transactions; the run can be restarted from its last checkpoint")
+}
+
+impl SinkFactory for KafkaSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn parallelism(&self) -> SinkParallelism {
+        SinkParallelism::PerThread
+    }
+
+    fn open(&self, slot: u32, _slots: u32, staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
+        let output = Output {
+            sink: self.name.clone(),
+            brokers: self.options.brokers.clone(),
+            topic: self.options.topic.clone(),
+            encoder: self.encoder(),
+            csv: self.options.format == KafkaFormat::Csv,
+            key: self.key,
+            updating: self.updating,
+            buffer: Vec::new(),
+        };
+        if !staged {
+            return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
+        }
+        let producers = [self.transactional(slot, 0)?, self.transactional(slot, 1)?];
+        Ok(Box::new(TransactionalWriter { output, producers, current: 0, open: false }))
+    }
+
+    fn describe(&self) -> String {
+        let format = if self.options.format == KafkaFormat::Csv { "csv" } else { "json" };
+        let key = self.options.key.as_deref().map(|k| format!(", key={k}")).unwrap_or_default();
+        format!("kafka(topic={}, {format}{key})", self.options.topic)
+    }
+
+    fn exactly_once(&self) -> bool {
+        true
+    }
+
+    fn commit(&self, epoch: Epoch, records: &[Vec<u8>]) -> Result<(), SluiceError> {
+        for bytes in records.iter().filter(|r| !r.is_empty()) {
+            let record = TransactionRecord::decode(&self.name, bytes)?;
+            let found = self.producers.lock().map_err(|_| poisoned(&self.name))?.get(&record.transactional_id).cloned();
+            let Some(shared) = found else {
+                tracing::error!(
+                    sink = %self.name,
+                    "kafka sink `{}`: cannot commit the transaction {} of epoch {}: an earlier run prepared it, \
+                     and librdkafka cannot resume another process's transaction; its rows are lost \
+                     (the restarted producer aborts it)",
+                    self.name, record.transactional_id, epoch.0
+                );
+                continue;
+            };
+            let mut state = shared.state.lock().map_err(|_| poisoned(&self.name))?;
+            match *state {
+                TransactionState::Prepared(prepared) if prepared == record.epoch => {
+                    shared
+                        .producer
+                        .commit_transaction(FLUSH_TIMEOUT)
+                        .map_err(|e| transaction_error(&self.options.brokers, &shared.id, "commit", &e))?;
+                    let messages = shared.messages.swap(0, Ordering::Relaxed);
+                    tracing::info!(sink = %self.name, epoch = epoch.0, messages, "kafka sink: committed transaction {}", shared.id);
+                    *state = TransactionState::Idle;
+                    shared.changed.notify_all();
+                }
+                // Committed before (commit is repeated at recovery).
+                TransactionState::Idle | TransactionState::Open | TransactionState::Prepared(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Encoding rows as messages, shared by both writers.
+struct Output {
+    sink: String,
+    brokers: String,
+    topic: String,
+    encoder: Encoder,
+    csv: bool,
+    key: Option<usize>,
+    updating: bool,
+    buffer: Vec<u8>,
+}
+
+impl Output {
+    /// Encodes `batch` and hands each message to `send`.
+    fn messages(
+        &mut self,
+        batch: &Batch,
+        mut send: impl FnMut(&[u8], Option<&str>) -> Result<(), SluiceError>,
+    ) -> Result<(), SluiceError> {
+        self.buffer.clear();
+        self.encoder.encode(batch, &mut self.buffer)?;
+        let keys = match self.key {
+            Some(column) => Some(
+                arrow::compute::cast(batch.rows.column(column), &DataType::Utf8)
+                    .map_err(|e| SluiceError::internal("sink.kafka_key", format!("key as text: {e}")))?,
+            ),
+            None => None,
+        };
+        let keys = keys.as_ref().map(|k| k.as_string::<i32>());
+        let mut start = 0;
+        let buffer = std::mem::take(&mut self.buffer);
+        let mut finder = CsvRecordFinder::new(b',');
+        for row in 0..batch.num_rows() {
+            let weight = batch.weight(row);
+            let copies = if self.updating { weight.unsigned_abs() } else { weight.max(0) as u64 };
+            let key = keys.and_then(|k| k.is_valid(row).then(|| k.value(row)));
+            for _ in 0..copies {
+                let end = match self.csv {
+                    true => finder.find_record_end(&buffer[start..]).map(|length| start + length),
+                    false => memchr::memchr(b'\n', &buffer[start..]).map(|at| start + at + 1),
+                };
+                let end = end.ok_or_else(|| {
+                    SluiceError::internal("sink.kafka", "the encoder wrote fewer records than the rows' weights")
+                })?;
+                send(&buffer[start..end - 1], key)?;
+                start = end;
+            }
+        }
+        self.buffer = buffer;
+        Ok(())
+    }
+
+    /// Sends one message, waiting (at most [`SEND_WAIT`]) while the producer's queue is
+    /// full.
+    fn send(producer: &SinkProducer, topic: &str, value: &[u8], key: Option<&str>) -> Result<(), SluiceError> {
+        let deadline = Instant::now() + SEND_WAIT;
+        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                    if Instant::now() < deadline =>
+                {
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((error, _)) => {
+                    return Err(SluiceError::external("sink.kafka_send", format!("cannot send to {topic}: {error}"))
+                        .with_fix("check that the brokers are running and the topic accepts writes"));
+                }
+            }
+        }
+    }
+
+    /// Flushes and checks that every delivery since the last check succeeded.
+    fn flush(&self, producer: &SinkProducer) -> Result<(), SluiceError> {
+        producer.flush(FLUSH_TIMEOUT).map_err(|e| {
+            SluiceError::external(
+                "sink.kafka_flush",
+                format!(
+                    "sink `{}`: the brokers {} did not acknowledge within {}s: {e}",
+                    self.sink,
+                    self.brokers,
+                    FLUSH_TIMEOUT.as_secs()
+                ),
+            )
+            .with_fix("check that the brokers are running; restart from the last checkpoint")
+        })?;
+        let context = producer.context();
+        if context.failed.swap(0, Ordering::Relaxed) > 0 {
+            let first = context.first_failure.lock().map(|f| f.clone()).unwrap_or_default().unwrap_or_default();
+            return Err(SluiceError::external(
+                "sink.kafka_delivery",
+                format!("sink `{}`: messages to {} were not delivered: {first}", self.sink, self.topic),
+            )
+            .with_fix("check the topic and the brokers; restart from the last checkpoint"));
+        }
+        Ok(())
+    }
+}
+
+/// The at-least-once writer.
+struct IdempotentWriter {
+    output: Output,
+    producer: SinkProducer,
+}
+
+impl SinkWriter for IdempotentWriter {
+    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
+        sluice_types::failpoint!("sink.write");
+        let (producer, topic) = (&self.producer, self.output.topic.clone());
+        self.output.messages(batch, |value, key| Output::send(producer, &topic, value, key))
+    }
+
+    fn pre_commit(&mut self, _epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
+        self.output.flush(&self.producer)?;
+        Ok(Vec::new())
+    }
+
+    fn close(&mut self) -> Result<(), SluiceError> {
+        self.output.flush(&self.producer)
+    }
+}
+
+/// The exactly-once writer: two transactional producers, alternating per epoch.
+struct TransactionalWriter {
+    output: Output,
+    producers: [Arc<TransactionalProducer>; 2],
+    current: usize,
+    /// Whether the current producer has a transaction open.
+    open: bool,
+}
+
+impl TransactionalWriter {
+    /// Begins a transaction on the current producer once its previous one is committed.
+    fn begin(&mut self) -> Result<(), SluiceError> {
+        let shared = &self.producers[self.current];
+        let deadline = Instant::now() + PENDING_WAIT;
+        let mut state = shared.state.lock().map_err(|_| poisoned(&self.output.sink))?;
+        while *state != TransactionState::Idle {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(SluiceError::external(
+                    "sink.kafka_transaction_pending",
+                    format!(
+                        "sink `{}`: transaction {} is still waiting for its commit after {}s (a checkpoint failed?)",
+                        self.output.sink,
+                        shared.id,
+                        PENDING_WAIT.as_secs()
+                    ),
+                )
+                .with_fix("check the checkpoint store and the brokers; restart from the last checkpoint"));
+            }
+            state = shared.changed.wait_timeout(state, remaining).map_err(|_| poisoned(&self.output.sink))?.0;
+        }
+        shared
+            .producer
+            .begin_transaction()
+            .map_err(|e| transaction_error(&self.output.brokers, &shared.id, "begin", &e))?;
+        *state = TransactionState::Open;
+        self.open = true;
+        Ok(())
+    }
+}
+
+impl SinkWriter for TransactionalWriter {
+    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
+        sluice_types::failpoint!("sink.write");
+        if !self.open {
+            self.begin()?;
+        }
+        let shared = &self.producers[self.current];
+        let topic = self.output.topic.clone();
+        self.output.messages(batch, |value, key| {
+            Output::send(&shared.producer, &topic, value, key)?;
+            shared.messages.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
+        if !self.open {
+            return Ok(Vec::new());
+        }
+        let shared = Arc::clone(&self.producers[self.current]);
+        self.output.flush(&shared.producer)?;
+        *shared.state.lock().map_err(|_| poisoned(&self.output.sink))? = TransactionState::Prepared(epoch.0);
+        self.open = false;
+        self.current = 1 - self.current;
+        Ok(TransactionRecord { epoch: epoch.0, transactional_id: shared.id.clone() }.encode())
+    }
+
+    /// The runtime pre-commits the last rows before closing; a transaction still open
+    /// here holds rows no epoch owns, and is aborted.
+    fn close(&mut self) -> Result<(), SluiceError> {
+        if self.open {
+            let shared = &self.producers[self.current];
+            shared
+                .producer
+                .abort_transaction(FLUSH_TIMEOUT)
+                .map_err(|e| transaction_error(&self.output.brokers, &shared.id, "abort", &e))?;
+            *shared.state.lock().map_err(|_| poisoned(&self.output.sink))? = TransactionState::Idle;
+            self.open = false;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TransactionRecord;
+
+    #[test]
+    fn transaction_records_are_pinned_by_a_golden_vector() {
+        let record = TransactionRecord { epoch: 3, transactional_id: "ab".to_owned() };
+        let golden = [1, 3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, b'a', b'b'];
+        assert_eq!(record.encode(), golden);
+        assert_eq!(TransactionRecord::decode("s", &golden).expect("decodes"), record);
+        for cut in 0..golden.len() {
+            assert!(TransactionRecord::decode("s", &golden[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The planned Kafka source: its lanes (one per partition of each topic), the one
+//! consumer its lanes share in this process, and the offsets a bounded read ends at.
+//!
+//! Planning asks the brokers for the topics' partitions (bounded by
+//! [`METADATA_TIMEOUT`]; an unknown broker or a missing topic fails here, with the
+//! fix). The consumer is created when the first lane opens; each lane splits its
+//! partition's queue off it and adds its partition to the assignment, so the lanes of
+//! a thread, of several threads, or of one worker of a cluster share one client.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use sluice_config::{OnError, SourceConfig};
+use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
+use sluice_types::SluiceError;
+
+use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
+use super::lane::KafkaLane;
+use super::options::{KafkaFormat, KafkaSourceOptions};
+use super::position::Layout;
+use super::rows::RowBuilder;
+use arrow::datatypes::SchemaRef;
+
+pub(crate) type SourceConsumer = BaseConsumer<SluiceClientContext>;
+
+/// What every lane of one source shares.
+pub(crate) struct Shared {
+    pub name: String,
+    pub options: KafkaSourceOptions,
+    pub schema: SchemaRef,
+    pub event_time: Option<usize>,
+    pub watermark_delay_ms: i64,
+    pub on_error: OnError,
+    /// The consumer of this process, created by the first lane opened.
+    consumer: Mutex<Option<Arc<SourceConsumer>>>,
+    /// Per lane: whether it is idle (silent for `idle_timeout`, or ended), so that idle
+    /// lanes follow the others' watermark.
+    pub idle: Vec<AtomicBool>,
+}
+
+impl Shared {
+    /// The consumer of this process, created on first use.
+    pub fn consumer(&self) -> Result<Arc<SourceConsumer>, SluiceError> {
+        let mut slot = self.consumer.lock().map_err(|_| poisoned(&self.name))?;
+        if let Some(consumer) = slot.as_ref() {
+            return Ok(Arc::clone(consumer));
+        }
+        let options = &self.options;
+        let config = client::consumer_config(&options.brokers, options.group_id.as_deref(), &options.client);
+        let context = SluiceClientContext::new(&options.brokers);
+        let consumer: SourceConsumer =
+            config.create_with_context(context).map_err(|e| client::create_error(&options.brokers, &e))?;
+        let consumer = Arc::new(consumer);
+        *slot = Some(Arc::clone(&consumer));
+        Ok(consumer)
+    }
+}
+
+fn poisoned(source: &str) -> SluiceError {
+    SluiceError::internal("source.kafka", format!("source `{source}`: a lane panicked while opening the consumer"))
+}
+
+/// A planned `connector = "kafka"` source.
+pub struct KafkaSource {
+    shared: Arc<Shared>,
+    tables: Vec<TableDef>,
+    layout: Layout,
+    /// (topic, partition) of each lane.
+    partitions: Vec<(String, i32)>,
+    /// Bounded: the end offset of each lane, read at planning.
+    ends: Option<Vec<i64>>,
+}
+
+impl KafkaSource {
+    /// Plans the source: asks the brokers for the topics' partitions (and, when
+    /// bounded, their end offsets); with `recorded` (a checkpoint's layout) the topics
+    /// must have the partitions they had.
+    pub fn new(
+        config: &SourceConfig,
+        options: &KafkaSourceOptions,
+        schema: SchemaRef,
+        recorded: Option<&[u8]>,
+    ) -> Result<KafkaSource, SluiceError> {
+        for topic in &options.topics {
+            RowBuilder::new(Arc::clone(&schema), options.format, topic, 1)?;
+        }
+        let event_time = crate::file_source::event_time_index(config, &schema)?;
+        let probe = client::consumer_config(&options.brokers, options.group_id.as_deref(), &options.client);
+        let probe: SourceConsumer = probe
+            .create_with_context(SluiceClientContext::new(&options.brokers))
+            .map_err(|e| client::create_error(&options.brokers, &e))?;
+        let layout = find_layout(&probe, options)?;
+        if let Some(recorded) = recorded {
+            Layout::decode(&config.name, recorded)?.check_resume(&config.name, &layout)?;
+        }
+        let partitions: Vec<(String, i32)> = (layout.topics.iter())
+            .flat_map(|(topic, count)| (0..*count).map(move |p| (topic.clone(), p as i32)))
+            .collect();
+        let ends = match options.bounded {
+            true => Some(end_offsets(&probe, &options.brokers, &partitions)?),
+            false => None,
+        };
+        let shared = Arc::new(Shared {
+            name: config.name.clone(),
+            options: options.clone(),
+            schema: Arc::clone(&schema),
+            event_time,
+            watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
+            on_error: config.on_error,
+            consumer: Mutex::new(None),
+            idle: partitions.iter().map(|_| AtomicBool::new(false)).collect(),
+        });
+        let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
+        Ok(KafkaSource { shared, tables, layout, partitions, ends })
+    }
+
+    /// (topic, partition) of each lane.
+    pub fn partitions(&self) -> &[(String, i32)] {
+        &self.partitions
+    }
+}
+
+/// The partition count of every topic, as the brokers know them.
+fn find_layout(probe: &SourceConsumer, options: &KafkaSourceOptions) -> Result<Layout, SluiceError> {
+    let brokers = &options.brokers;
+    let mut topics = Vec::new();
+    for topic in &options.topics {
+        let metadata =
+            probe.fetch_metadata(Some(topic), METADATA_TIMEOUT).map_err(|e| client::unreachable(brokers, &e))?;
+        let found = metadata.topics().iter().find(|t| t.name() == topic);
+        let Some(found) = found else {
+            return Err(client::missing_topic(brokers, topic, "not in the metadata"));
+        };
+        if let Some(error) = found.error() {
+            let code = RDKafkaErrorCode::from(error);
+            return Err(client::missing_topic(brokers, topic, &code.to_string()));
+        }
+        if found.partitions().is_empty() {
+            return Err(client::missing_topic(brokers, topic, "it has no partition"));
+        }
+        let count = u32::try_from(found.partitions().len()).expect("few partitions");
+        topics.push((topic.clone(), count));
+    }
+    Ok(Layout { topics })
+}
+
+/// The end offset of every partition now.
+fn end_offsets(probe: &SourceConsumer, brokers: &str, partitions: &[(String, i32)]) -> Result<Vec<i64>, SluiceError> {
+    let mut ends = Vec::with_capacity(partitions.len());
+    for (topic, partition) in partitions {
+        let (_, high) = probe
+            .fetch_watermarks(topic, *partition, METADATA_TIMEOUT)
+            .map_err(|e| client::unreachable(brokers, &e).context(format!("end offset of {topic}/{partition}")))?;
+        tracing::debug!(topic = %topic, partition, high, "kafka: end offset of a bounded read");
+        ends.push(high);
+    }
+    Ok(ends)
+}
+
+impl SourceFactory for KafkaSource {
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn tables(&self) -> &[TableDef] {
+        &self.tables
+    }
+
+    fn lanes(&self) -> u32 {
+        u32::try_from(self.partitions.len()).unwrap_or(u32::MAX)
+    }
+
+    fn open_lane(&self, context: LaneContext) -> Result<Box<dyn LaneReader>, SluiceError> {
+        let lane = context.lane as usize;
+        let (topic, partition) = self.partitions.get(lane).cloned().ok_or_else(|| {
+            SluiceError::internal(
+                "source.lane",
+                format!("source `{}` has {} lanes, not lane {lane}", self.shared.name, self.partitions.len()),
+            )
+        })?;
+        let end = self.ends.as_ref().map(|ends| ends[lane]);
+        Ok(Box::new(KafkaLane::open(Arc::clone(&self.shared), topic, partition, end, context)?))
+    }
+
+    fn describe(&self) -> String {
+        let format = match self.shared.options.format {
+            KafkaFormat::Json => "json",
+            KafkaFormat::Csv => "csv",
+            KafkaFormat::Raw => "raw",
+        };
+        let bounded = if self.ends.is_some() { ", bounded" } else { "" };
+        format!(
+            "kafka(topic={}, {format}, {} partitions{bounded})",
+            self.shared.options.topics.join(","),
+            self.partitions.len()
+        )
+    }
+
+    /// The topics and their partition counts (see the `position` module).
+    fn layout(&self) -> Vec<u8> {
+        self.layout.encode()
+    }
+}
+
+/// How long a lane waits before polling an empty partition again.
+pub(crate) const EMPTY_POLL_WAIT: Duration = Duration::from_millis(20);

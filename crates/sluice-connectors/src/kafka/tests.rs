@@ -1,0 +1,179 @@
+//! Tests of the Kafka connectors that need no broker: options, and messages into rows
+//! (the broker tests are in the CLI's integration tests, `tests/cli/kafka.rs`).
+
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use sluice_config::parse_partial;
+
+use super::options::{KafkaFormat, StartAt, sink_options_of, source_options_of};
+use super::rows::{Message, RowBuilder};
+
+fn source(options: &str) -> Result<super::KafkaSourceOptions, String> {
+    let text = format!(
+        "[pipeline]\nname = \"p\"\n[[source]]\nname = \"s\"\nconnector = \"kafka\"\nformat = \"json\"\nschema = \"a BIGINT\"\n[source.options]\n{options}"
+    );
+    let (config, _) = parse_partial(&text, "p.toml");
+    let config = config.expect("parses");
+    source_options_of(&config.sources[0])
+        .map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))
+}
+
+#[test]
+fn source_options_are_read_with_their_defaults() {
+    let options = source("brokers = \"b:9092\"\ntopic = [\"x\", \"y\"]\n").expect("valid");
+    assert_eq!(options.topics, ["x", "y"]);
+    assert_eq!((options.start, options.bounded, options.group_id), (StartAt::Earliest, false, None));
+    assert_eq!(options.format, KafkaFormat::Json);
+    let options = source(
+        "brokers = \"b:9092\"\ntopic = \"x\"\nstart = 1767225600000\nbounded = true\nidle_timeout = \"5s\"\n[source.options.client]\n\"fetch.min.bytes\" = 1\n\"check.crcs\" = true\n",
+    )
+    .expect("valid");
+    assert_eq!(options.start, StartAt::Timestamp(1_767_225_600_000));
+    assert_eq!(
+        options.client,
+        [("fetch.min.bytes".to_owned(), "1".to_owned()), ("check.crcs".to_owned(), "true".to_owned())]
+    );
+    assert_eq!(options.idle_timeout, Some(std::time::Duration::from_secs(5)));
+}
+
+#[test]
+fn bad_source_options_are_each_named_with_a_fix() {
+    let check = |options: &str, needles: &[&str]| {
+        let message = source(options).expect_err("refused");
+        for needle in needles {
+            assert!(message.contains(needle), "{options:?}: {needle:?} not in {message}");
+        }
+    };
+    check("topic = \"x\"\n", &["brokers", "add brokers"]);
+    check("brokers = \"b:1\"\n", &["topic"]);
+    check("brokers = \"b:1\"\ntopic = [\"x\", \"x\"]\n", &["`topic` must be"]);
+    check("brokers = \"b:1\"\ntopic = \"x\"\nstart = \"committed\"\n", &["needs a consumer group", "group_id"]);
+    check("brokers = \"b:1\"\ntopic = \"x\"\nstart = \"newest\"\n", &["`start` must be"]);
+    check(
+        "brokers = \"b:1\"\ntopic = \"x\"\n[source.options.client]\n\"group.id\" = \"g\"\n",
+        &["client.group.id", "group_id"],
+    );
+}
+
+#[test]
+fn sink_options_refuse_raw_and_default_to_json() {
+    let sink = |format: &str| {
+        let text = format!(
+            "[pipeline]\nname = \"p\"\n[[sink]]\nname = \"k\"\nfrom = \"t\"\nconnector = \"kafka\"\n{format}[sink.options]\nbrokers = \"b:1\"\ntopic = \"out\"\nkey = \"a\"\n"
+        );
+        let (config, _) = parse_partial(&text, "p.toml");
+        sink_options_of(&config.expect("parses").sinks[0])
+    };
+    let options = sink("").expect("valid");
+    assert_eq!((options.format, options.key.as_deref()), (KafkaFormat::Json, Some("a")));
+    assert!(sink("format = \"raw\"\n").is_err());
+}
+
+fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
+    Arc::new(Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>()))
+}
+
+fn message(offset: i64, value: Option<&str>, key: Option<&str>) -> Message {
+    Message {
+        value: value.map(|v| v.as_bytes().to_vec()),
+        key: key.map(|k| k.as_bytes().to_vec()),
+        partition: 3,
+        offset,
+        timestamp: Some(1000 + offset),
+    }
+}
+
+/// Builds the rows of `messages`; returns them as text lines and the bad offsets.
+fn check(format: KafkaFormat, schema: SchemaRef, messages: &[Message]) -> (Vec<String>, Vec<i64>) {
+    let mut builder = RowBuilder::new(schema, format, "t", 100).expect("builder");
+    let (batch, bad) = builder.build(messages).expect("builds");
+    let lines = batch.map(|b| rows_text(&b)).unwrap_or_default();
+    (lines, bad.iter().map(|b| b.offset).collect())
+}
+
+fn rows_text(batch: &RecordBatch) -> Vec<String> {
+    let options = arrow::util::display::FormatOptions::default().with_null("NULL");
+    let formatters: Vec<_> = batch
+        .columns()
+        .iter()
+        .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
+        .collect();
+    (0..batch.num_rows())
+        .map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect::<Vec<_>>().join("|"))
+        .collect()
+}
+
+#[test]
+fn metadata_columns_follow_their_own_message_around_bad_ones() {
+    let schema = schema(&[
+        ("_offset", DataType::Int64),
+        ("a", DataType::Int64),
+        ("_key", DataType::Utf8),
+        ("_partition", DataType::Int32),
+        ("_timestamp", DataType::Timestamp(TimeUnit::Millisecond, None)),
+        ("_topic", DataType::Utf8),
+    ]);
+    let messages = [
+        message(10, Some("{\"a\":1}"), Some("k1")),
+        message(11, Some("{\"a\":\"x\"}"), None),
+        message(12, None, Some("tombstone")),
+        message(13, Some("{\n \"a\": 4\n}\n"), None),
+        message(14, Some("   "), None),
+        message(15, Some("{\"a\":6}{\"a\":7}"), None),
+        message(16, Some("{\"a\":8}"), Some("k8")),
+    ];
+    let (rows, bad) = check(KafkaFormat::Json, schema, &messages);
+    assert_eq!(
+        rows,
+        [
+            "10|1|k1|3|1970-01-01T00:00:01.010|t",
+            "13|4|NULL|3|1970-01-01T00:00:01.013|t",
+            "16|8|k8|3|1970-01-01T00:00:01.016|t"
+        ]
+    );
+    assert_eq!(bad, [11, 12, 14, 15]);
+}
+
+#[test]
+fn csv_messages_are_one_record_each() {
+    let schema = schema(&[("a", DataType::Int64), ("b", DataType::Utf8), ("_offset", DataType::Int64)]);
+    let messages = [
+        message(0, Some("1,x\n"), None),
+        message(1, Some("2,\"multi\nline\""), None),
+        message(2, Some("3,y\n4,z"), None),
+        message(3, Some("q,r"), None),
+        message(4, Some("5,\"open"), None),
+        message(5, Some("a,b"), None),
+    ];
+    let (rows, bad) = check(KafkaFormat::Csv, schema, &messages);
+    assert_eq!(rows, ["1|x|0", "2|multi\nline|1"]);
+    assert_eq!(bad, [2, 3, 4, 5]);
+}
+
+#[test]
+fn raw_values_are_text_and_need_one_text_column() {
+    let raw = schema(&[("line", DataType::Utf8), ("_offset", DataType::Int64)]);
+    let mut messages = vec![message(0, Some("hello, world"), None), message(1, Some(""), None)];
+    messages.push(Message { value: Some(vec![0xff, 0xfe]), ..message(2, None, None) });
+    let (rows, bad) = check(KafkaFormat::Raw, raw, &messages);
+    assert_eq!(rows, ["hello, world|0", "|1"]);
+    assert_eq!(bad, [2]);
+    let two = schema(&[("a", DataType::Utf8), ("b", DataType::Utf8)]);
+    let error = RowBuilder::new(two, KafkaFormat::Raw, "t", 10).err().expect("refused");
+    assert_eq!(error.code, "source.raw_schema");
+}
+
+#[test]
+fn a_metadata_column_of_the_wrong_type_is_refused_with_the_right_one() {
+    let wrong = schema(&[("_offset", DataType::Utf8)]);
+    let error = RowBuilder::new(wrong, KafkaFormat::Json, "t", 10).err().expect("refused");
+    assert!(error.fix.as_deref().is_some_and(|f| f.contains("_offset BIGINT")), "{error:?}");
+    let keys = schema(&[("_key", DataType::Utf8)]);
+    let mut builder = RowBuilder::new(keys, KafkaFormat::Json, "t", 10).expect("builder");
+    let bad_key = Message { key: Some(vec![0xff]), ..message(0, Some("{}"), None) };
+    let (batch, bad) = builder.build(&[bad_key, message(1, Some("{}"), Some("ok"))]).expect("builds");
+    assert_eq!(bad.len(), 1);
+    assert_eq!(batch.expect("one row").column(0).as_string::<i32>().value(0), "ok");
+}
