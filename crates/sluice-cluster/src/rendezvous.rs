@@ -252,6 +252,16 @@ pub fn join_with(
     joiner::join(leader, me, secret, timeout, settings, wire::WIRE_VERSION)
 }
 
+/// Words every refusal of a joiner by a cluster that already formed carries. Such a
+/// refusal can clear (the cluster re-forms after losing a worker), so a joining worker
+/// may try again while its join timeout lasts ([`is_already_formed`]).
+pub const ALREADY_FORMED: &str = "already formed";
+
+/// Whether `error` is a joiner's refusal by a cluster that already formed.
+pub fn is_already_formed(error: &SluiceError) -> bool {
+    error.code == "cluster.refused" && error.message.contains(ALREADY_FORMED)
+}
+
 /// `1 s`, `1.5 s`, `250 ms`: a duration for messages.
 fn seconds(duration: Duration) -> String {
     if duration < Duration::from_secs(1) {

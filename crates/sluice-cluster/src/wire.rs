@@ -57,6 +57,7 @@
 //! ToWorker   0 Barrier { epoch: varint u64, final_epoch: bool } | 1 Commit { epoch: varint u64,
 //!            final_epoch: bool } | 2 Stop | 3 Abort { reason: string } | 4 Heartbeat
 //!            | 5 Resume { restored_epoch: varint u64, first_epoch: varint u64 }
+//!            | 6 Rejoin { reason: string }
 //! ToLeader   0 Acked { epoch: varint u64, part: bytes } | 1 Finished { report: bytes }
 //!            | 2 Failed { message: string } | 3 Heartbeat | 4 DriversFinished | 5 StopRequested
 //! ```
@@ -67,8 +68,9 @@
 //! `53 4c 43 43 02 00 03 04 00 00 00 00 ac 02 00`.
 //!
 //! History: version 1 had no `final_epoch`, no `Resume`, `DriversFinished` or
-//! `StopRequested` (clusters did not checkpoint); version 2 is the distributed epochs of
-//! `sluice-runtime`'s coordinator.
+//! `StopRequested` and no `Rejoin` (clusters did not checkpoint); version 2 is the
+//! distributed epochs of `sluice-runtime`'s coordinator and the re-forming of a cluster
+//! after a lost worker.
 //!
 //! A body must be consumed exactly (trailing bytes are refused). Bodies are not required
 //! to be canonical (postcard also accepts over-long varints): a control message is never
@@ -194,6 +196,9 @@ pub enum ToWorker {
     /// Restore from checkpoint `restored_epoch` (0: start fresh) and number the run's
     /// epochs from `first_epoch`.
     Resume { restored_epoch: u64, first_epoch: u64 },
+    /// Stop at once and join this leader again once it closed this session: a worker was
+    /// lost (`reason`), and the cluster re-forms to resume from its last checkpoint.
+    Rejoin { reason: String },
 }
 
 /// A worker's reports during the run: at most one `Acked` per `Barrier`, then one

@@ -151,23 +151,43 @@ impl Job {
         let handle = JobHandle { name, threads, metrics: Arc::clone(&metrics), stop: stop.clone(), status };
         let status = Arc::clone(&handle.status);
         launch(handle, Vec::new(), move || {
-            let mut notices = Vec::new();
-            match cluster::form(prepared, &pipeline, &options, &mut notices) {
-                Ok(formed) => {
-                    // The job started before these were known: they go to the log, and the
-                    // resumed epoch to the status.
-                    for notice in &notices {
-                        tracing::warn!("{notice}");
-                    }
-                    run_in_cluster(formed, (stop, woken), &metrics, &status)
+            let failed = |error: SluiceError, metrics: Arc<Metrics>| RunReport {
+                outcome: RunOutcome::Failed { component: "cluster".into(), error },
+                elapsed: started.elapsed(),
+                stopped: stop.is_requested(),
+                metrics,
+                checkpoints: None,
+            };
+            let mut prepared = prepared;
+            let mut round = 1;
+            loop {
+                let mut notices = Vec::new();
+                let formed = match cluster::form(prepared, &pipeline, &options, &mut notices) {
+                    Ok(formed) => formed,
+                    Err(error) => return failed(error, Arc::clone(&local_metrics)),
+                };
+                // The job started before these were known: they go to the log, and the
+                // resumed epoch to the status.
+                for notice in &notices {
+                    tracing::warn!("{notice}");
                 }
-                Err(error) => RunReport {
-                    outcome: RunOutcome::Failed { component: "cluster".into(), error },
-                    elapsed: started.elapsed(),
-                    stopped: stop.is_requested(),
-                    metrics: local_metrics,
-                    checkpoints: None,
-                },
+                let (mut formed, mut control_listener) = (formed, None);
+                std::mem::swap(&mut formed.control_listener, &mut control_listener);
+                let (report, rejoin) = run_in_cluster(formed, (stop.clone(), woken.clone()), &metrics, &status);
+                if !rejoin || round == cluster::MAX_ROUNDS {
+                    return report;
+                }
+                round += 1;
+                // The lost worker aborted this round; the next starts clean (a wake-up
+                // left by the abort is not a stop request).
+                stop.rearm();
+                while woken.try_recv().is_ok() {}
+                status.update(|s| s.state = JobState::Coordination);
+                tracing::warn!(round, "forming the cluster again (a worker was lost)");
+                prepared = match cluster::prepare_again(&pipeline, &options, control_listener) {
+                    Ok(prepared) => prepared,
+                    Err(error) => return failed(error, report.metrics),
+                };
             }
         })
     }
@@ -245,15 +265,17 @@ impl Job {
 }
 
 /// This worker's part of a formed cluster, with the control session supervised beside
-/// it; the report fails if any worker failed or was lost.
+/// it; the report fails if any worker failed or was lost, and the flag says whether the
+/// cluster re-forms (a lost worker, with checkpoints).
 fn run_in_cluster(
     formed: Formed,
     stop: (StopHandle, crossbeam_channel::Receiver<()>),
     metrics_cell: &Mutex<Arc<Metrics>>,
     status: &StatusCell,
-) -> RunReport {
-    let Formed { compiled, part, control, membership, cancel_links, checkpointing, route, lease, resumed_from } =
+) -> (RunReport, bool) {
+    let Formed { compiled, part, control, membership, cancel_links, checkpointing, route, lease, resumed_from, .. } =
         formed;
+    let rejoin = checkpointing.is_some();
     let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
     *metrics_cell.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&metrics);
     let workers = membership.len();
@@ -273,11 +295,12 @@ fn run_in_cluster(
         workers,
         shutdown_timeout: compiled.options.shutdown_timeout,
         route,
+        rejoin,
     };
     let supervisor = std::thread::Builder::new()
         .name("sluice-cluster-control".into())
         .spawn(move || cluster::supervise(control, supervised));
-    let mut report = run(compiled, checkpointing, Some(part), (stop, woken), metrics, status);
+    let mut report = run(compiled, checkpointing, Some(part), (stop.clone(), woken), metrics, status);
     let local = match &report.outcome {
         RunOutcome::Completed => Ok(()),
         RunOutcome::Failed { component, error } => {
@@ -286,10 +309,12 @@ fn run_in_cluster(
     };
     // Capacity one, sent once.
     let _ = done.send(local);
-    let failure = match supervisor.map(|thread| thread.join()) {
-        Ok(Ok(failure)) => failure,
-        Ok(Err(panic)) => Some(("cluster control".into(), SluiceError::internal("run.panic", panic_message(&*panic)))),
-        Err(error) => Some(("cluster control".into(), SluiceError::external("run.thread", error.to_string()))),
+    let (failure, rejoin) = match supervisor.map(|thread| thread.join()) {
+        Ok(Ok(supervision)) => (supervision.failure, supervision.rejoin),
+        Ok(Err(panic)) => {
+            (Some(("cluster control".into(), SluiceError::internal("run.panic", panic_message(&*panic)))), false)
+        }
+        Err(error) => (Some(("cluster control".into(), SluiceError::external("run.thread", error.to_string()))), false),
     };
     // The cluster's failure names the lost or failed worker; a local failure that only
     // echoes it (a link that closed) yields to it.
@@ -304,7 +329,8 @@ fn run_in_cluster(
     if let Some(Err(error)) = lease.map(Lease::release) {
         tracing::warn!(%error, "the store's lease could not be released");
     }
-    report
+    // A stop requested meanwhile ends the job instead.
+    (report, rejoin && !stop.is_requested())
 }
 
 /// What [`Job::handle`] gives: the job's name, status, counters and stop, shareable

@@ -92,6 +92,12 @@ impl StopHandle {
         }
     }
 
+    /// Forgets the reason of an abort, so that the handle serves a new run (a cluster
+    /// that re-forms after losing a worker); a stop request stays.
+    pub fn rearm(&self) {
+        self.aborted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    }
+
     fn abort_reason(&self) -> Option<SluiceError> {
         self.aborted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
@@ -309,7 +315,10 @@ pub fn run_part(
             recv(written) -> answer => supervisor.on_written(answer.ok()),
             recv(lead_events) -> report => supervisor.on_worker(report.ok()),
             recv(follow_events) -> command => supervisor.on_leader(command.ok()),
-            recv(stop_woken) -> _ => supervisor.on_stop(options.shutdown_timeout),
+            // The wake-up also comes with an abort, which is no stop request (handled below).
+            recv(stop_woken) -> _ => if stop_handle.is_requested() {
+                supervisor.on_stop(options.shutdown_timeout)
+            },
             default(wake.saturating_duration_since(now)) => {}
         }
         if let Some(error) = stop_handle.abort_reason()

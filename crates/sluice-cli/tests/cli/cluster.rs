@@ -351,24 +351,60 @@ fn a_cluster_resumes_exactly_once_after_its_leader_dies_between_publish_and_comm
 }
 
 /// A joining worker dies after writing its state for checkpoint 100, before the leader
-/// could publish it; the leader fails naming it. Both restart and resume from
-/// checkpoint 99 (the part of 100 that the lost worker wrote is never named by a manifest),
-/// exactly once.
+/// could publish it. The leader waits for it to come back; restarted with the same
+/// command, it joins, both resume from checkpoint 99 (the part of 100 that the lost
+/// worker wrote is never named by a manifest) and the output is exactly once.
 #[test]
 fn a_cluster_resumes_exactly_once_after_a_worker_dies_while_writing_its_state() {
     let reference = checkpointed_reference();
     let shared = Scratch::new();
     let (leading, joining) = (checkpointed_worker(&shared), checkpointed_worker(&shared));
     let crash = failpoints(Some("checkpoint.after_state_written=99*off->return(kill)"));
-    let (leader, joiner) = start_pair(&leading, &failpoints(None), &joining, &crash);
+    let (mut leader, joiner) = start_pair(&leading, &failpoints(None), &joining, &crash);
+    let address =
+        leader.seen.split("--join ").nth(1).expect("a join command").lines().next().unwrap_or("").trim().to_string();
     killed(joiner, "joining worker");
-    let (code, seen) = leader.finish();
-    assert_eq!(code, Some(1), "{seen}");
-    assert!(seen.contains("in worker 1:"), "the leader names the lost worker:\n{seen}");
+    leader.until("forming the cluster again");
+    let joiner = Worker::start_with(&joining, &["--join", &address], &failpoints(None));
+    let (leader_code, leader_seen) = leader.finish();
+    let (joiner_code, joiner_seen) = joiner.finish();
+    let both = format!("leader:\n{leader_seen}\njoiner:\n{joiner_seen}");
+    assert_eq!((leader_code, joiner_code), (Some(0), Some(0)), "{both}");
+    assert!(leader_seen.contains("worker 1 was lost"), "the leader names the lost worker:\n{both}");
+    assert!(joiner_seen.contains("resuming from checkpoint 99"), "{both}");
+    assert_eq!(sorted_lines(&output(&shared, "out")), reference);
+}
 
-    let (leader_seen, joiner_seen) = resume_pair(&leading, &joining);
-    assert!(leader_seen.contains("resuming from checkpoint 99"), "{leader_seen}");
-    assert!(joiner_seen.contains("resuming from checkpoint 99"), "{joiner_seen}");
+/// Three workers; one dies while writing its state for checkpoint 100. The leader tells
+/// the other to stop and join again, forms the cluster anew once the dead worker is
+/// restarted with the same command, and all three resume from checkpoint 99 and run to
+/// the end: the output equals an uninterrupted run's, and every process exits 0.
+#[test]
+fn a_lost_worker_restarted_with_the_same_command_rejoins_and_the_cluster_resumes() {
+    let reference = checkpointed_reference();
+    let shared = Scratch::new();
+    let workers: Vec<Scratch> = (0..3).map(|_| checkpointed_worker(&shared)).collect();
+    let mut leader =
+        Worker::start_with(&workers[0], &["--workers", "3", "--control-bind", "127.0.0.1:0"], &failpoints(None));
+    let line = leader.until("--join ");
+    let address = line.split("--join ").nth(1).expect("a join command").trim().to_string();
+    let survivor = Worker::start_with(&workers[1], &["--join", &address], &failpoints(None));
+    let crash = failpoints(Some("checkpoint.after_state_written=99*off->return(kill)"));
+    let doomed = Worker::start_with(&workers[2], &["--join", &address], &crash);
+    killed(doomed, "third worker");
+    leader.until("forming the cluster again");
+    let restarted = Worker::start_with(&workers[2], &["--join", &address], &failpoints(None));
+    let mut seen = Vec::new();
+    let mut codes = Vec::new();
+    for worker in [leader, survivor, restarted] {
+        let (code, text) = worker.finish();
+        codes.push(code);
+        seen.push(text);
+    }
+    let all = seen.join("\n-----\n");
+    assert_eq!(codes, [Some(0), Some(0), Some(0)], "{all}");
+    assert!(seen[0].contains("was lost"), "the leader says which worker it lost:\n{all}");
+    assert!(seen[2].contains("resuming from checkpoint 99"), "{all}");
     assert_eq!(sorted_lines(&output(&shared, "out")), reference);
 }
 

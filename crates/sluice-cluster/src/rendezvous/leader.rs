@@ -561,8 +561,9 @@ fn spawn_doorman(mut door: Door, members: &[Member], settings: &ControlSettings)
     let stopped = Arc::clone(&stop);
     let settings = settings.clone();
     let summary = format!(
-        "the cluster led at {} already formed with {} workers ({})",
+        "the cluster led at {} {} with {} workers ({})",
         door.address,
+        super::ALREADY_FORMED,
         members.len(),
         members.iter().map(|m| m.exchange_addr.as_str()).collect::<Vec<_>>().join(", ")
     );

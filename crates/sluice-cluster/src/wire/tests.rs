@@ -71,7 +71,7 @@ fn golden_vector_of_a_welcome() {
 
 #[test]
 fn golden_vectors_of_the_leaders_commands() {
-    let cases: [(ToWorker, &[&str]); 8] = [
+    let cases: [(ToWorker, &[&str]); 9] = [
         (ToWorker::Barrier { epoch: 300, final_epoch: false }, &["04 00 00 00", "00 ac 02 00"]),
         (ToWorker::Barrier { epoch: 2, final_epoch: true }, &["03 00 00 00", "00 02 01"]),
         (ToWorker::Commit { epoch: 1, final_epoch: false }, &["03 00 00 00", "01 01 00"]),
@@ -83,6 +83,7 @@ fn golden_vectors_of_the_leaders_commands() {
         (ToWorker::Abort { reason: "disk full".into() }, &["0b 00 00 00", "03 09 64 69 73 6b 20 66 75 6c 6c"]),
         (ToWorker::Heartbeat, &["01 00 00 00", "04"]),
         (ToWorker::Resume { restored_epoch: 128, first_epoch: 129 }, &["05 00 00 00", "05 80 01 81 01"]),
+        (ToWorker::Rejoin { reason: "lost".into() }, &["06 00 00 00", "06 04 6c 6f 73 74"]),
     ];
     for (command, fields) in cases {
         // magic, version 2, kind 3 (to-worker), then the length and the body.
@@ -258,6 +259,7 @@ fn message() -> impl Strategy<Value = ControlMessage> {
         (any::<u64>(), any::<bool>()).prop_map(|(epoch, final_epoch)| ToWorker::Commit { epoch, final_epoch }),
         (any::<u64>(), any::<u64>())
             .prop_map(|(restored_epoch, first_epoch)| ToWorker::Resume { restored_epoch, first_epoch }),
+        text().prop_map(|reason| ToWorker::Rejoin { reason }),
         Just(ToWorker::Stop),
         text().prop_map(|reason| ToWorker::Abort { reason }),
         Just(ToWorker::Heartbeat),

@@ -25,12 +25,11 @@
 //! every worker resumes from the last checkpoint).
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use crossbeam_channel::{Sender, bounded};
 use sluice_checkpoint::{CheckpointStore, Lease, Manifest};
 use sluice_cluster::auth::{Role, Secret, authenticate, check_control_bind};
 use sluice_cluster::link::{Authenticator, LinkConfig, NetworkBuilder};
@@ -39,8 +38,8 @@ use sluice_cluster::rendezvous::{
 };
 use sluice_cluster::wire::{ToLeader, ToWorker};
 use sluice_runtime::Checkpointing;
+use sluice_runtime::ClusterRun;
 use sluice_runtime::peers::{FOLLOWER_EVENTS, LEADER_EVENTS_PER_WORKER, Peers, SendToLeader, SendToWorker};
-use sluice_runtime::{ClusterRun, Metrics, StopHandle};
 use sluice_types::vnode::SlotLayout;
 use sluice_types::{ErrorKind, SluiceError};
 
@@ -48,8 +47,10 @@ use crate::checkpointing::{self, Recovered, Recovering};
 use crate::compile::{CompiledPipeline, Restoring};
 
 mod report;
+mod supervise;
 use crate::error::EngineError;
 use crate::load::Pipeline;
+pub(crate) use supervise::{Supervised, supervise};
 
 /// Whether this worker leads or joins.
 #[derive(Debug, Clone)]
@@ -103,6 +104,9 @@ pub(crate) struct Formed {
     pub lease: Option<Lease>,
     /// The checkpoint this run resumed from.
     pub resumed_from: Option<u64>,
+    /// The leader's control listener, kept for a later round (its joiners know its
+    /// address, and a join arriving between rounds waits in its queue).
+    pub control_listener: Option<TcpListener>,
 }
 
 /// This worker's control session (shared with the controller, which sends the
@@ -134,10 +138,36 @@ pub(crate) struct Prepared {
     recovered: Option<Recovered>,
 }
 
+/// How many times one job forms its cluster: the first time, then after each lost
+/// worker (with checkpoints); past it the run fails.
+pub(crate) const MAX_ROUNDS: u32 = 16;
+
 /// The synchronous part of forming a cluster: everything that can fail without a peer.
 pub(crate) fn prepare(
     pipeline: &Pipeline,
     options: &ClusterOptions,
+    announce: &mut dyn FnMut(&Listening),
+) -> Result<Prepared, EngineError> {
+    prepare_round(pipeline, options, None, announce)
+}
+
+/// Prepares the next round of a cluster that lost a worker: the leader keeps its control
+/// listener (its joiners know its address), the exchange listener is bound again, and
+/// the store's lease is taken anew.
+pub(crate) fn prepare_again(
+    pipeline: &Pipeline,
+    options: &ClusterOptions,
+    control_listener: Option<TcpListener>,
+) -> Result<Prepared, SluiceError> {
+    let options = ClusterOptions { from_scratch: false, ..options.clone() };
+    prepare_round(pipeline, &options, control_listener, &mut |_| {}).map_err(first_problem)
+}
+
+/// [`prepare`]; in later rounds the leader keeps `control_listener`, the previous round's.
+fn prepare_round(
+    pipeline: &Pipeline,
+    options: &ClusterOptions,
+    control_listener: Option<TcpListener>,
     announce: &mut dyn FnMut(&Listening),
 ) -> Result<Prepared, EngineError> {
     let leads = matches!(options.role, ClusterRole::Lead { .. });
@@ -170,12 +200,18 @@ pub(crate) fn prepare(
     let control = match &options.role {
         ClusterRole::Lead { workers, control_bind } => {
             check_control_bind(*control_bind, options.secret.as_ref(), options.insecure).map_err(EngineError::new)?;
-            let control = TcpListener::bind(control_bind).map_err(|error| {
-                EngineError::new(
-                    SluiceError::external("cluster.control_bind", format!("cannot listen on {control_bind}: {error}"))
+            let control = match control_listener {
+                Some(listener) => listener,
+                None => TcpListener::bind(control_bind).map_err(|error| {
+                    EngineError::new(
+                        SluiceError::external(
+                            "cluster.control_bind",
+                            format!("cannot listen on {control_bind}: {error}"),
+                        )
                         .with_fix("choose a free address with --control-bind"),
-                )
-            })?;
+                    )
+                })?,
+            };
             let control_addr = control.local_addr().map_err(|e| EngineError::new(io("cluster.control_bind", &e)))?;
             announce(&Listening { control_addr, workers: *workers });
             Some(control)
@@ -206,16 +242,16 @@ pub(crate) fn form(
     let fingerprint = local.fingerprint.to_string();
     let agreement = me.fingerprint.clone();
     let secret = options.secret.as_ref();
-    let (membership, control) = match (&options.role, control) {
+    let (membership, control, control_listener) = match (&options.role, control) {
         (ClusterRole::Lead { workers, .. }, Some(listener)) => {
+            let serving = listener.try_clone().map_err(|e| io("cluster.control_bind", &e))?;
             let (membership, session) =
-                rendezvous::lead_with(listener, me, *workers, secret, options.join_timeout, &options.control)?;
-            (membership, Control::Leader(Arc::new(session)))
+                rendezvous::lead_with(serving, me, *workers, secret, options.join_timeout, &options.control)?;
+            (membership, Control::Leader(Arc::new(session)), Some(listener))
         }
         (ClusterRole::Join { leader }, _) => {
-            let (membership, session) =
-                rendezvous::join_with(leader, me, secret, options.join_timeout, &options.control)?;
-            (membership, Control::Worker(Arc::new(session)))
+            let (membership, session) = join_retrying(leader, me, options)?;
+            (membership, Control::Worker(Arc::new(session)), None)
         }
         (ClusterRole::Lead { .. }, None) => unreachable!("a leader's control listener is bound in prepare"),
     };
@@ -280,6 +316,7 @@ pub(crate) fn form(
         route,
         lease: resumed.lease,
         resumed_from,
+        control_listener,
     })
 }
 
@@ -350,6 +387,40 @@ fn resume(
         }
     }
 }
+
+/// Joins the leader, trying again while it refuses because its cluster already formed
+/// (it re-forms after losing a worker), until the join timeout.
+fn join_retrying(
+    leader: &str,
+    me: WorkerInfo,
+    options: &ClusterOptions,
+) -> Result<(Membership, WorkerControl), SluiceError> {
+    let deadline = Instant::now() + options.join_timeout;
+    let mut told = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rendezvous::join_with(leader, me.clone(), options.secret.as_ref(), left, &options.control) {
+            Err(error) if may_clear(&error) && Instant::now() + JOIN_RETRY < deadline => {
+                if !std::mem::replace(&mut told, true) {
+                    tracing::warn!("{}; trying again until --join-timeout (it may be re-forming)", error.message);
+                }
+                std::thread::sleep(JOIN_RETRY);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether a failed join may succeed later: a formed cluster's refusal, or a connection
+/// the leader dropped before a byte of the handshake (its previous round was closing).
+fn may_clear(error: &SluiceError) -> bool {
+    let dropped =
+        matches!(error.code, "cluster.auth_closed" | "cluster.auth_io") && error.message.contains("after 0 bytes");
+    rendezvous::is_already_formed(error) || dropped
+}
+
+/// The wait between two joins a formed cluster refused.
+const JOIN_RETRY: Duration = Duration::from_millis(500);
 
 /// The identity of every input the pipeline reads (each source's
 /// `SourceFactory::content_identity`: for files, their sizes and edge hashes).
@@ -428,217 +499,7 @@ fn run_token(membership: &Membership) -> u64 {
     twox_hash::XxHash3_64::oneshot(canonical.as_bytes())
 }
 
-/// How the local part ended, as the control thread is told: the failure's text, and
-/// whether it was a lost peer (then the session's account of which peer usually follows).
-pub(crate) type LocalOutcome = Result<(), (String, bool)>;
-
-/// How long a worker whose part failed for a lost peer waits for its session to say
-/// which (the leader, usually), before reporting what it has.
-const CAUSE_WAIT: Duration = Duration::from_secs(2);
-
-/// Runs the control session while the local part runs; returns the cluster's failure,
-/// if any (a lost peer, a worker that failed, a worker that never reported).
-/// What the control thread needs of the run.
-pub(crate) struct Supervised {
-    pub stop: StopHandle,
-    pub cancel_links: Arc<AtomicBool>,
-    pub local_done: Receiver<LocalOutcome>,
-    /// The job's counters: a worker reports its slots' part, the leader adds every
-    /// worker's report to its own.
-    pub metrics: Arc<Metrics>,
-    pub local: Range<u32>,
-    pub workers: usize,
-    pub shutdown_timeout: Duration,
-    /// Where the checkpoints' messages go.
-    pub route: Route,
-}
-
-pub(crate) fn supervise(control: Control, run: Supervised) -> Option<(String, SluiceError)> {
-    match control {
-        Control::Leader(session) => lead(&session, &run),
-        Control::Worker(session) => follow(&session, &run),
-    }
-}
-
-/// The leader: forwards a stop, collects every worker's end.
-fn lead(session: &LeaderControl, run: &Supervised) -> Option<(String, SluiceError)> {
-    let Supervised { stop, cancel_links, local_done, workers, shutdown_timeout, .. } = run;
-    let (workers, shutdown_timeout) = (*workers, *shutdown_timeout);
-    let mut stop_sent = false;
-    let mut ended = std::collections::BTreeSet::new();
-    let mut failure = None;
-    let mut deadline: Option<Instant> = None;
-    while ended.len() + 1 < workers {
-        if stop.is_requested() && !stop_sent {
-            stop_sent = true;
-            if let Err(error) = session.broadcast(&ToWorker::Stop) {
-                tracing::warn!(%error, "the stop could not reach every worker");
-            }
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            let missing: Vec<u32> = session.workers().filter(|w| !ended.contains(w)).collect();
-            return failure.or(Some((
-                "cluster".into(),
-                SluiceError::external(
-                    "cluster.unfinished",
-                    format!("workers {missing:?} did not report their end within shutdown_timeout after the leader's"),
-                )
-                .with_kind(ErrorKind::LostPeer)
-                .with_fix(
-                    "look at those workers' output; raise [pipeline] shutdown_timeout if they were still draining",
-                ),
-            )));
-        }
-        crossbeam_channel::select! {
-            recv(session.events()) -> event => match event {
-                Ok(ControlEvent::Received { peer, message: ToLeader::Finished { report } }) => {
-                    ended.insert(peer);
-                    if let Err(error) = report::merge(&run.metrics, &report, peer) {
-                        tracing::warn!(%error, "the exit report leaves out worker {peer}'s counters");
-                    }
-                }
-                Ok(ControlEvent::Received { message: ToLeader::StopRequested, .. }) => stop.stop(),
-                Ok(ControlEvent::Received { peer, message: message @ (ToLeader::Acked { .. } | ToLeader::DriversFinished) }) => {
-                    if let Err(error) = route_to_leader(&run.route, peer, message) {
-                        failure.get_or_insert((format!("worker {peer}"), error));
-                        end_now(stop, cancel_links);
-                    }
-                }
-                Ok(ControlEvent::Received { peer, message: ToLeader::Failed { message } }) => {
-                    ended.insert(peer);
-                    failure.get_or_insert((format!("worker {peer}"), SluiceError::external("cluster.worker_failed", message)));
-                    end_now(stop, cancel_links);
-                }
-                Ok(ControlEvent::Received { peer, message }) => tracing::debug!(peer, ?message, "unexpected control message"),
-                // A worker closes its session once it reported its end.
-                Ok(ControlEvent::Lost { peer, error }) => {
-                    if ended.insert(peer) {
-                        failure.get_or_insert((format!("worker {peer}"), error));
-                        end_now(stop, cancel_links);
-                    }
-                }
-                Err(_) => return failure,
-            },
-            recv(local_done) -> outcome => {
-                if let Ok(Err((message, _))) = outcome {
-                    let _ = session.broadcast(&ToWorker::Abort { reason: message });
-                }
-                deadline.get_or_insert(Instant::now() + shutdown_timeout);
-            },
-            default(Duration::from_millis(200)) => {}
-        }
-    }
-    failure
-}
-
-/// A worker: obeys the leader's stop, reports its end.
-fn follow(session: &WorkerControl, run: &Supervised) -> Option<(String, SluiceError)> {
-    let Supervised { stop, cancel_links, local_done, .. } = run;
-    let mut failure = None;
-    let never = crossbeam_channel::never();
-    let mut events = session.events();
-    loop {
-        crossbeam_channel::select! {
-            recv(events) -> event => match event {
-                Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => stop.stop(),
-                Ok(ControlEvent::Received { message: message @ (ToWorker::Barrier { .. } | ToWorker::Commit { .. }), .. }) => {
-                    if let Err(error) = route_to_worker(&run.route, message) {
-                        failure.get_or_insert(("leader".into(), error));
-                        end_now(stop, cancel_links);
-                    }
-                }
-                Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
-                    failure.get_or_insert(("leader".into(), SluiceError::external("cluster.leader_failed", reason)));
-                    end_now(stop, cancel_links);
-                }
-                Ok(ControlEvent::Received { message, .. }) => tracing::debug!(?message, "unexpected control message"),
-                Ok(ControlEvent::Lost { error, .. }) => {
-                    failure.get_or_insert(("leader".into(), leader_lost(&error)));
-                    end_now(stop, cancel_links);
-                }
-                // The session ended (its loss was reported above): wait for the local end.
-                Err(_) => events = &never,
-            },
-            recv(local_done) -> outcome => {
-                let report = match outcome {
-                    Ok(Ok(())) => ToLeader::Finished { report: report::encode(&run.metrics, run.local.clone()) },
-                    Ok(Err((message, lost_peer))) => {
-                        if lost_peer && failure.is_none() {
-                            failure = cause(events);
-                        }
-                        ToLeader::Failed { message }
-                    }
-                    Err(_) => ToLeader::Failed { message: "the local run ended without an outcome".into() },
-                };
-                if let Err(error) = session.send(&report) {
-                    tracing::warn!(%error, "the leader did not hear this worker's end");
-                }
-                return failure;
-            },
-        }
-    }
-}
-
-/// Hands a worker's checkpoint report to the leader's controller.
-fn route_to_leader(route: &Route, peer: u32, message: ToLeader) -> Result<(), SluiceError> {
-    let Route::Lead(sender) = route else {
-        return Err(broken(format!("worker {peer} sent {message:?}, but this run takes no checkpoints")));
-    };
-    match sender.try_send((peer, message)) {
-        // The controller ended: the run is over and nothing waits for this.
-        Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
-        Err(TrySendError::Full((_, message))) => {
-            Err(broken(format!("worker {peer} sent {message:?} with more checkpoint reports unread than allowed")))
-        }
-    }
-}
-
-/// Hands the leader's checkpoint command to this worker's controller.
-fn route_to_worker(route: &Route, message: ToWorker) -> Result<(), SluiceError> {
-    let Route::Follow(sender) = route else {
-        return Err(broken(format!("the leader sent {message:?}, but this run takes no checkpoints")));
-    };
-    match sender.try_send(message) {
-        Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
-        Err(TrySendError::Full(message)) => {
-            Err(broken(format!("the leader sent {message:?} with more checkpoint commands unread than allowed")))
-        }
-    }
-}
-
-fn broken(message: String) -> SluiceError {
-    SluiceError::internal("cluster.checkpoint_protocol", message)
-        .with_kind(ErrorKind::LostPeer)
-        .with_fix("run the same sluice build and pipeline.toml on every worker")
-}
-
-/// A peer is gone or failed: no drain can complete (its channels will never end), so
-/// the local part ends at once, and so does opening the links.
-fn end_now(stop: &StopHandle, cancel_links: &AtomicBool) {
-    cancel_links.store(true, Ordering::Release);
-    stop.abort(
-        SluiceError::external("cluster.peer_lost", "stopped at once: another worker was lost or failed")
-            .with_kind(ErrorKind::LostPeer),
-    );
-}
-
-/// The leader's account of why this worker's links closed, if it comes within
-/// [`CAUSE_WAIT`]: its loss, or its abort.
-fn cause(events: &Receiver<ControlEvent<ToWorker>>) -> Option<(String, SluiceError)> {
-    let deadline = Instant::now() + CAUSE_WAIT;
-    loop {
-        match events.recv_deadline(deadline) {
-            Ok(ControlEvent::Lost { error, .. }) => return Some(("leader".into(), leader_lost(&error))),
-            Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
-                return Some(("leader".into(), SluiceError::external("cluster.leader_failed", reason)));
-            }
-            Ok(ControlEvent::Received { .. }) => {}
-            Err(_) => return None,
-        }
-    }
-}
-
-fn leader_lost(error: &SluiceError) -> SluiceError {
+pub(crate) fn leader_lost(error: &SluiceError) -> SluiceError {
     SluiceError::external("cluster.leader_lost", format!("lost the leader: {}", error.message))
         .with_kind(ErrorKind::LostPeer)
         .with_fix("restart every worker with the same command (the leader first)")

@@ -1,0 +1,284 @@
+//! Supervising a cluster's run: the control session beside the local part. The leader
+//! forwards a stop, routes the workers' checkpoint reports to its controller and collects
+//! every worker's end; a worker obeys the leader's stop, abort and rejoin, routes the
+//! leader's checkpoint commands to its controller and reports its end.
+//!
+//! Losing a worker, when the pipeline checkpoints: the leader tells the others to stop
+//! and join it again (`Rejoin`); once every survivor reported its end, the round ends,
+//! and the job forms the cluster again (the lost worker restarted with the same
+//! command, the survivors on their own) and resumes from the last checkpoint. Without
+//! checkpoints, or when the leader is lost, the run fails everywhere.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, TrySendError};
+use sluice_cluster::rendezvous::{ControlEvent, LeaderControl, ToLeader, ToWorker, WorkerControl};
+use sluice_runtime::{Metrics, StopHandle};
+use sluice_types::{ErrorKind, SluiceError};
+
+use super::{Control, Route, leader_lost, report};
+
+/// How the local part ended, as the control thread is told: the failure's text, and
+/// whether it was a lost peer (then the session's account of which peer usually follows).
+pub(crate) type LocalOutcome = Result<(), (String, bool)>;
+
+/// How long a worker whose part failed for a lost peer waits for its session to say
+/// which (the leader, usually), before reporting what it has.
+const CAUSE_WAIT: Duration = Duration::from_secs(2);
+
+/// What the control thread needs of the run.
+pub(crate) struct Supervised {
+    pub stop: StopHandle,
+    pub cancel_links: Arc<AtomicBool>,
+    pub local_done: Receiver<LocalOutcome>,
+    /// The job's counters: a worker reports its slots' part, the leader adds every
+    /// worker's report to its own.
+    pub metrics: Arc<Metrics>,
+    pub local: Range<u32>,
+    pub workers: usize,
+    pub shutdown_timeout: Duration,
+    /// Where the checkpoints' messages go.
+    pub route: Route,
+    /// Whether a lost worker makes the cluster re-form (the pipeline checkpoints).
+    pub rejoin: bool,
+}
+
+/// How the cluster's part of a run ended.
+#[derive(Debug, Default)]
+pub(crate) struct Supervision {
+    /// The cluster's failure, if any: a lost peer, a worker that failed, a worker that
+    /// never reported.
+    pub failure: Option<(String, SluiceError)>,
+    /// The cluster re-forms: this worker takes part in the next round.
+    pub rejoin: bool,
+}
+
+/// Runs the control session while the local part runs; see the module doc.
+pub(crate) fn supervise(control: Control, run: Supervised) -> Supervision {
+    match control {
+        Control::Leader(session) => lead(&session, &run),
+        Control::Worker(session) => follow(&session, &run),
+    }
+}
+
+/// The leader: forwards a stop, collects every worker's end.
+fn lead(session: &LeaderControl, run: &Supervised) -> Supervision {
+    let Supervised { stop, cancel_links, local_done, workers, shutdown_timeout, .. } = run;
+    let (workers, shutdown_timeout) = (*workers, *shutdown_timeout);
+    let mut stop_sent = false;
+    let mut ended = std::collections::BTreeSet::new();
+    let mut failure = None;
+    let mut rejoin = false;
+    let mut deadline: Option<Instant> = None;
+    while ended.len() + 1 < workers {
+        if stop.is_requested() && !stop_sent {
+            stop_sent = true;
+            if let Err(error) = session.broadcast(&ToWorker::Stop) {
+                tracing::warn!(%error, "the stop could not reach every worker");
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            let missing: Vec<u32> = session.workers().filter(|w| !ended.contains(w)).collect();
+            let failure = failure.or(Some((
+                "cluster".into(),
+                SluiceError::external(
+                    "cluster.unfinished",
+                    format!("workers {missing:?} did not report their end within shutdown_timeout after the leader's"),
+                )
+                .with_kind(ErrorKind::LostPeer)
+                .with_fix(
+                    "look at those workers' output; raise [pipeline] shutdown_timeout if they were still draining",
+                ),
+            )));
+            return Supervision { failure, rejoin };
+        }
+        crossbeam_channel::select! {
+            recv(session.events()) -> event => match event {
+                Ok(ControlEvent::Received { peer, message: ToLeader::Finished { report } }) => {
+                    ended.insert(peer);
+                    if let Err(error) = report::merge(&run.metrics, &report, peer) {
+                        tracing::warn!(%error, "the exit report leaves out worker {peer}'s counters");
+                    }
+                }
+                Ok(ControlEvent::Received { message: ToLeader::StopRequested, .. }) => stop.stop(),
+                Ok(ControlEvent::Received { peer, message: message @ (ToLeader::Acked { .. } | ToLeader::DriversFinished) }) => {
+                    if let Err(error) = route_to_leader(&run.route, peer, message) {
+                        failure.get_or_insert((format!("worker {peer}"), error));
+                        end_now(stop, cancel_links);
+                    }
+                }
+                Ok(ControlEvent::Received { peer, message: ToLeader::Failed { message } }) => {
+                    ended.insert(peer);
+                    failure.get_or_insert((format!("worker {peer}"), SluiceError::external("cluster.worker_failed", message)));
+                    end_now(stop, cancel_links);
+                }
+                Ok(ControlEvent::Received { peer, message }) => tracing::debug!(peer, ?message, "unexpected control message"),
+                // A worker closes its session once it reported its end.
+                Ok(ControlEvent::Lost { peer, error }) => {
+                    if ended.insert(peer) {
+                        if run.rejoin && failure.is_none() && !stop.is_requested() {
+                            rejoin = true;
+                            let reason = format!("worker {peer} was lost: {}", error.message);
+                            tracing::warn!("{reason}; the cluster stops and re-forms to resume from its last checkpoint");
+                            // Unreachable workers are lost too; the others hear it.
+                            let _ = session.broadcast(&ToWorker::Rejoin { reason });
+                        }
+                        failure.get_or_insert((format!("worker {peer}"), error));
+                        end_now(stop, cancel_links);
+                    }
+                }
+                Err(_) => return Supervision { failure, rejoin },
+            },
+            recv(local_done) -> outcome => {
+                if let Ok(Err((message, _))) = outcome
+                    && !rejoin
+                {
+                    let _ = session.broadcast(&ToWorker::Abort { reason: message });
+                }
+                deadline.get_or_insert(Instant::now() + shutdown_timeout);
+            },
+            default(Duration::from_millis(200)) => {}
+        }
+    }
+    Supervision { failure, rejoin }
+}
+
+/// A worker: obeys the leader's stop, reports its end.
+fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
+    let Supervised { stop, cancel_links, local_done, .. } = run;
+    let mut failure = None;
+    let mut rejoin = false;
+    let never = crossbeam_channel::never();
+    let mut events = session.events();
+    loop {
+        crossbeam_channel::select! {
+            recv(events) -> event => match event {
+                Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => stop.stop(),
+                Ok(ControlEvent::Received { message: message @ (ToWorker::Barrier { .. } | ToWorker::Commit { .. }), .. }) => {
+                    if let Err(error) = route_to_worker(&run.route, message) {
+                        failure.get_or_insert(("leader".into(), error));
+                        end_now(stop, cancel_links);
+                    }
+                }
+                Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
+                    failure.get_or_insert(("leader".into(), SluiceError::external("cluster.leader_failed", reason)));
+                    end_now(stop, cancel_links);
+                }
+                Ok(ControlEvent::Received { message: ToWorker::Rejoin { reason }, .. }) => {
+                    rejoin |= failure.is_none();
+                    failure.get_or_insert(("leader".into(), rejoining(reason)));
+                    end_now(stop, cancel_links);
+                }
+                Ok(ControlEvent::Received { message, .. }) => tracing::debug!(?message, "unexpected control message"),
+                Ok(ControlEvent::Lost { error, .. }) => {
+                    failure.get_or_insert(("leader".into(), leader_lost(&error)));
+                    end_now(stop, cancel_links);
+                }
+                // The session ended (its loss was reported above): wait for the local end.
+                Err(_) => events = &never,
+            },
+            recv(local_done) -> outcome => {
+                let report = match outcome {
+                    Ok(Ok(())) => ToLeader::Finished { report: report::encode(&run.metrics, run.local.clone()) },
+                    Ok(Err((message, lost_peer))) => {
+                        if lost_peer && failure.is_none() {
+                            (failure, rejoin) = cause(events);
+                        }
+                        ToLeader::Failed { message }
+                    }
+                    Err(_) => ToLeader::Failed { message: "the local run ended without an outcome".into() },
+                };
+                if let Err(error) = session.send(&report) {
+                    tracing::warn!(%error, "the leader did not hear this worker's end");
+                }
+                if rejoin {
+                    // The leader closes this session when its round ends; joining again
+                    // before that would be refused as one worker too many.
+                    wait_for_close(events, run.shutdown_timeout);
+                }
+                return Supervision { failure, rejoin };
+            },
+        }
+    }
+}
+
+/// The leader's request to rejoin, as this round's outcome.
+fn rejoining(reason: String) -> SluiceError {
+    SluiceError::external("cluster.rejoin", format!("{reason}; joining the leader again"))
+        .with_kind(ErrorKind::LostPeer)
+}
+
+/// Waits, at most `timeout`, until the leader closed the session.
+fn wait_for_close(events: &Receiver<ControlEvent<ToWorker>>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while let Ok(event) = events.recv_deadline(deadline) {
+        if matches!(event, ControlEvent::Lost { .. }) {
+            return;
+        }
+    }
+}
+
+/// Hands a worker's checkpoint report to the leader's controller.
+fn route_to_leader(route: &Route, peer: u32, message: ToLeader) -> Result<(), SluiceError> {
+    let Route::Lead(sender) = route else {
+        return Err(broken(format!("worker {peer} sent {message:?}, but this run takes no checkpoints")));
+    };
+    match sender.try_send((peer, message)) {
+        // The controller ended: the run is over and nothing waits for this.
+        Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
+        Err(TrySendError::Full((_, message))) => {
+            Err(broken(format!("worker {peer} sent {message:?} with more checkpoint reports unread than allowed")))
+        }
+    }
+}
+
+/// Hands the leader's checkpoint command to this worker's controller.
+fn route_to_worker(route: &Route, message: ToWorker) -> Result<(), SluiceError> {
+    let Route::Follow(sender) = route else {
+        return Err(broken(format!("the leader sent {message:?}, but this run takes no checkpoints")));
+    };
+    match sender.try_send(message) {
+        Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
+        Err(TrySendError::Full(message)) => {
+            Err(broken(format!("the leader sent {message:?} with more checkpoint commands unread than allowed")))
+        }
+    }
+}
+
+fn broken(message: String) -> SluiceError {
+    SluiceError::internal("cluster.checkpoint_protocol", message)
+        .with_kind(ErrorKind::LostPeer)
+        .with_fix("run the same sluice build and pipeline.toml on every worker")
+}
+
+/// A peer is gone or failed: no drain can complete (its channels will never end), so
+/// the local part ends at once, and so does opening the links.
+fn end_now(stop: &StopHandle, cancel_links: &AtomicBool) {
+    cancel_links.store(true, Ordering::Release);
+    stop.abort(
+        SluiceError::external("cluster.peer_lost", "stopped at once: another worker was lost or failed")
+            .with_kind(ErrorKind::LostPeer),
+    );
+}
+
+/// The leader's account of why this worker's links closed, if it comes within
+/// [`CAUSE_WAIT`]: its loss, its abort, or its request to rejoin (then true).
+fn cause(events: &Receiver<ControlEvent<ToWorker>>) -> (Option<(String, SluiceError)>, bool) {
+    let deadline = Instant::now() + CAUSE_WAIT;
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(ControlEvent::Lost { error, .. }) => return (Some(("leader".into(), leader_lost(&error))), false),
+            Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
+                return (Some(("leader".into(), SluiceError::external("cluster.leader_failed", reason))), false);
+            }
+            Ok(ControlEvent::Received { message: ToWorker::Rejoin { reason }, .. }) => {
+                return (Some(("leader".into(), rejoining(reason))), true);
+            }
+            Ok(ControlEvent::Received { .. }) => {}
+            Err(_) => return (None, false),
+        }
+    }
+}
