@@ -1,5 +1,5 @@
 //! A cluster across two network namespaces, each a "host" with its own address on a veth
-//! pair the test creates (10.213.x.1 and 10.213.x.2, x from the test's process id) and
+//! pair the test creates (10.21N.x.1 and 10.21N.x.2, N per test, x from the test's process id) and
 //! removes even when it fails. The workers bind non-loopback addresses, so they prove a
 //! shared secret. Skipped, with the reason printed, where namespaces cannot be created
 //! (not root, no `ip`).
@@ -22,6 +22,7 @@ impl Hosts {
         let links = [format!("sl{tag}{id}a"), format!("sl{tag}{id}b")];
         let subnet = match tag {
             "o" => 213,
+            "r" => 215,
             _ => 214,
         };
         let addresses = [format!("10.{subnet}.{id}.1"), format!("10.{subnet}.{id}.2")];
@@ -63,9 +64,18 @@ impl Hosts {
 
     /// Cuts host `index`'s end of the link.
     fn cut(&self, index: usize) {
+        self.set_link(index, "down");
+    }
+
+    /// Restores host `index`'s end of the link.
+    fn restore(&self, index: usize) {
+        self.set_link(index, "up");
+    }
+
+    fn set_link(&self, index: usize, state: &str) {
         let status =
-            Command::new("ip").args(["-n", &self.names[index], "link", "set", &self.links[index], "down"]).status();
-        assert!(status.expect("ip").success(), "cutting the link");
+            Command::new("ip").args(["-n", &self.names[index], "link", "set", &self.links[index], state]).status();
+        assert!(status.expect("ip").success(), "setting the link {state}");
     }
 }
 
@@ -145,18 +155,30 @@ impl Drop for Workers {
 }
 
 fn spawn(hosts: &Hosts, scratches: &[Scratch; 2]) -> Workers {
+    let leading = leader_command(hosts, &scratches[0]);
+    let joining = joiner_command(hosts, &scratches[1]);
+    Workers([Some(piped(leading)), Some(piped(joining))])
+}
+
+fn piped(mut command: Command) -> std::process::Child {
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn")
+}
+
+fn leader_command(hosts: &Hosts, scratch: &Scratch) -> Command {
     let leader = format!("{}:7400", hosts.addresses[0]);
-    let exchange = |index: usize| format!("{}:0", hosts.addresses[index]);
-    let (leader_exchange, joiner_exchange) = (exchange(0), exchange(1));
-    let common = ["--secret-file", "secret"];
-    let mut leading = hosts.sluice(0, scratches[0].dir.path(), &["run", "pipeline.toml", "--workers", "2"]);
-    leading.args(["--control-bind", &leader, "--exchange-bind", &leader_exchange]).args(common);
-    let mut joining = hosts.sluice(1, scratches[1].dir.path(), &["run", "pipeline.toml", "--join", &leader]);
-    joining.args(["--exchange-bind", &joiner_exchange]).args(common);
-    let piped = |command: &mut Command| {
-        command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn")
-    };
-    Workers([Some(piped(&mut leading)), Some(piped(&mut joining))])
+    let exchange = format!("{}:0", hosts.addresses[0]);
+    let mut leading = hosts.sluice(0, scratch.dir.path(), &["run", "pipeline.toml", "--workers", "2"]);
+    leading.args(["--control-bind", &leader, "--exchange-bind", &exchange, "--secret-file", "secret"]);
+    leading
+}
+
+/// The joining worker's command: the same every time it is (re)started.
+fn joiner_command(hosts: &Hosts, scratch: &Scratch) -> Command {
+    let leader = format!("{}:7400", hosts.addresses[0]);
+    let exchange = format!("{}:0", hosts.addresses[1]);
+    let mut joining = hosts.sluice(1, scratch.dir.path(), &["run", "pipeline.toml", "--join", &leader]);
+    joining.args(["--exchange-bind", &exchange, "--secret-file", "secret"]);
+    joining
 }
 
 #[test]
@@ -208,4 +230,85 @@ fn a_cut_link_is_detected_on_both_hosts_by_the_heartbeats() {
     let (code, seen) = workers.finish(1);
     assert_eq!(code, Some(1), "{seen}");
     assert!(seen.contains("lost the leader"), "the worker says it lost the leader:\n{seen}");
+}
+
+/// Reads `reader` until a line contains `needle` (or it ends); returns everything read.
+fn read_until(reader: &mut impl std::io::BufRead, needle: &str) -> String {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).expect("stderr") == 0 || line.contains(needle) {
+            seen.push_str(&line);
+            return seen;
+        }
+        seen.push_str(&line);
+    }
+}
+
+/// With checkpoints into a store both hosts reach (their namespaces share the file
+/// system), the joining worker is killed mid-checkpoint and restarted with the same
+/// command, then its link is cut until the leader and it both notice, restored, and the
+/// worker restarted again: the leader re-forms the cluster each time, and the output
+/// equals one host's uninterrupted run.
+#[test]
+fn a_killed_worker_and_a_cut_link_are_each_restored_and_the_output_is_exactly_once() {
+    let Some(hosts) = hosts_or_skip("r") else { return };
+    let shared = Scratch::new();
+    let pipeline = PIPELINE
+        .replace("EVENTS", "events = 20000")
+        .replacen("[pipeline]\n", "[pipeline]\nbatch_size = 50\n", 1)
+        .replacen(
+            "\n[[source]]",
+            &format!(
+                "\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://{}\"\n\n[[source]]",
+                shared.path("state").display()
+            ),
+            1,
+        )
+        .replace("path = \"out/\"", &format!("path = \"{}/\"", shared.path("out").display()));
+    let reference = Scratch::new();
+    reference.write(
+        "pipeline.toml",
+        &pipeline.replace(&shared.path("").display().to_string(), &reference.path("").display().to_string()),
+    );
+    let run = reference.sluice(&["--quiet", "run", "pipeline.toml"]);
+    assert!(run.status.success(), "{}", crate::harness::stderr(&run));
+    let scratches = prepare("");
+    for scratch in &scratches {
+        scratch.write("pipeline.toml", &pipeline);
+    }
+    let barriers = "source.barrier_after_batch=return";
+    let mut leading = leader_command(&hosts, &scratches[0]);
+    leading.env("SLUICE_FAILPOINTS", barriers);
+    // Both killed on drop: a failing test leaves nothing running.
+    let mut workers = Workers([Some(piped(leading)), None]);
+    let mut leader_err = std::io::BufReader::new(workers.child(0).stderr.take().expect("stderr"));
+    let mut joining = joiner_command(&hosts, &scratches[1]);
+    joining.env("SLUICE_FAILPOINTS", format!("{barriers};checkpoint.after_state_written=29*off->return(kill)"));
+    let killed = piped(joining).wait_with_output().expect("wait");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&killed.status), Some(9), "killed at its failpoint");
+    let mut seen = read_until(&mut leader_err, "forming the cluster again");
+
+    let mut joining = joiner_command(&hosts, &scratches[1]);
+    joining.env("SLUICE_FAILPOINTS", barriers);
+    workers.0[1] = Some(piped(joining));
+    let mut joiner_err = std::io::BufReader::new(workers.child(1).stderr.take().expect("stderr"));
+    let joined = read_until(&mut joiner_err, "running pipeline");
+
+    assert!(joined.contains("resuming from checkpoint"), "{joined}");
+    hosts.cut(1);
+    seen.push_str(&read_until(&mut leader_err, "forming the cluster again"));
+    let isolated = std::io::read_to_string(&mut joiner_err).expect("stderr");
+    assert_eq!(workers.child(1).wait().expect("wait").code(), Some(1), "{isolated}");
+    assert!(isolated.contains("lost the leader"), "{isolated}");
+    hosts.restore(1);
+
+    let restarted = joiner_command(&hosts, &scratches[1]).output().expect("run");
+    let text = crate::harness::stderr(&restarted);
+    assert!(restarted.status.success(), "{text}");
+    seen.push_str(&std::io::read_to_string(&mut leader_err).expect("stderr"));
+    assert_eq!(workers.child(0).wait().expect("wait").code(), Some(0), "{seen}");
+    let lines = |dir: &Scratch| crate::harness::sorted_lines(&crate::golden::output(dir, "out"));
+    assert!(lines(&reference).len() > 1000);
+    assert_eq!(lines(&shared), lines(&reference));
 }
