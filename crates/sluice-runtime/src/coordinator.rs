@@ -257,7 +257,7 @@ impl Coordinator {
         self.in_flight.is_none() && self.writing.is_none()
     }
 
-    fn follows(&self) -> bool {
+    pub(crate) fn follows(&self) -> bool {
         matches!(self.role, Role::Follow { .. })
     }
 
@@ -281,8 +281,13 @@ impl Coordinator {
     }
 
     /// Whether every other worker's drivers finished (true alone and for a follower,
-    /// whose leader decides).
+    /// whose leader decides). True as well once the final checkpoint is committed: then
+    /// every worker leaves, also one whose input had not ended (a stop paused it, and it
+    /// never reports `DriversFinished`), so the leader must not wait for it.
     pub(crate) fn others_finished(&self) -> bool {
+        if self.final_done {
+            return true;
+        }
         match &self.role {
             Role::Lead { running, .. } => running.is_empty(),
             Role::Follow { .. } => true,
