@@ -8,4 +8,5 @@ mod cluster_tests;
 mod controller_tests;
 mod coordinator_tests;
 mod driver_tests;
+mod simulation;
 mod support;
