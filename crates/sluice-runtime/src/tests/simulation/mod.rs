@@ -33,10 +33,11 @@
 //! - `SLUICE_SIM_SEEDS=100000 cargo nextest run -p sluice-runtime simulation` is the
 //!   long run (seeds 0 to 99 999; `SLUICE_SIM_FIRST_SEED` moves the start).
 //!
-//! What it leaves out: rendezvous (registering, `Welcome`, `Resume`) and rejoining a lost
-//! worker (a loss fails the run everywhere; the simulation restarts every worker, as an
-//! operator would), the data exchange between workers, and the real drivers and
-//! controller thread. Each simulated driver owns one lane and one single-segment flow
+//! Each run ends everywhere when a worker is lost; the next run restores the newest
+//! manifest on every worker, which is what the engine's rejoin round does (the leader
+//! sends `Rejoin`, the cluster re-forms) and what restarting every worker does. What it
+//! leaves out: the rendezvous itself (registering, `Welcome`, `Resume`), the data
+//! exchange between workers, and the real drivers and controller thread. Each simulated driver owns one lane and one single-segment flow
 //! (so a barrier never reaches its sink through an exchange before the driver injects
 //! it), and the controller's loop is a mirror of `Supervisor` in `run`: a change there
 //! must be made in both places.

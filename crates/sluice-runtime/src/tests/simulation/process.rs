@@ -1,8 +1,9 @@
 //! A simulated worker process: its local part ([`Run`]) and what the engine's control
 //! thread does around it (`sluice_engine::cluster::supervise`): it routes the
 //! checkpoint messages to the controller, turns a stop into `Stop` for every worker (the
-//! leader) or `StopRequested` (a worker), and treats a lost peer, a worker's `Failed`
-//! or the leader's `Abort` as the end of the run everywhere (`end_now`). A worker
+//! leader) or `StopRequested` (a worker), and treats a lost peer, a worker's `Failed`,
+//! the leader's `Abort` or `Rejoin` as the end of the run everywhere (`end_now`); the
+//! leader that lost a worker tells the others to `Rejoin`. A worker
 //! reports its end and exits; the leader exits once every worker reported its end, or
 //! `shutdown_timeout` after its own part ended. A crash ends the process at once.
 
@@ -69,6 +70,8 @@ pub(super) struct Process {
     failure: Option<String>,
     /// Workers whose end the leader heard of (a report or their loss).
     ended_peers: BTreeSet<u32>,
+    /// The leader told the others to rejoin (a worker was lost).
+    rejoin: bool,
     shutdown_ms: u64,
 }
 
@@ -85,6 +88,7 @@ impl Process {
             abort: None,
             failure: None,
             ended_peers: BTreeSet::new(),
+            rejoin: false,
             shutdown_ms,
         }
     }
@@ -170,6 +174,10 @@ impl Process {
                 self.failure.get_or_insert(format!("the leader failed: {reason}"));
                 self.end_now();
             }
+            ToWorker::Rejoin { reason } => {
+                self.failure.get_or_insert(format!("rejoining: {reason}"));
+                self.end_now();
+            }
             ToWorker::Heartbeat | ToWorker::Resume { .. } => {}
         }
         false
@@ -199,6 +207,12 @@ impl Process {
             self.failure.get_or_insert("lost the leader".into());
             self.end_now();
         } else if self.ended_peers.insert(peer) {
+            // The engine's rejoin round: the others stop, and every worker restores the
+            // newest manifest in the next run (here, the next generation).
+            if self.failure.is_none() && !self.stop_requested {
+                self.rejoin = true;
+                self.broadcast(&ToWorker::Rejoin { reason: format!("worker {peer} was lost") });
+            }
             self.failure.get_or_insert(format!("lost worker {peer}"));
             self.end_now();
         }
@@ -253,7 +267,9 @@ impl Process {
             let _lost = outbox(&self.outbox).send(0, Frame::ToLeader(report));
             self.exit();
         } else {
-            if let Outcome::Failed(reason) = outcome {
+            if let Outcome::Failed(reason) = outcome
+                && !self.rejoin
+            {
                 self.broadcast(&ToWorker::Abort { reason });
             }
             self.life = Life::Waiting { until_ms: now_ms + self.shutdown_ms };
