@@ -2,9 +2,9 @@
 //! a failure or a stop): the event loop on the simulated clock, which decides, from one
 //! seeded [`Rng`], when each driver reads rows and answers, when each frame arrives,
 //! when the writer is done and how, and which faults strike (crashes, resets,
-//! partitions, slow links, stop signals, store failures). It ends when every process
-//! exited or crashed; a run that has not ended by [`RUN_LIMIT_MS`] of simulated time is
-//! a hang and fails the seed.
+//! partitions, slow links, stop signals, store and sink failures). It ends when every
+//! process exited or crashed; a run that has not ended by [`RUN_LIMIT_MS`] of simulated
+//! time, or within [`RUN_EVENTS_MAX`] events, is a hang and fails the seed.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -23,6 +23,9 @@ use super::world::{Shared, WriteFate, lock};
 /// Longest a run may take in simulated time before it counts as a hang: far beyond
 /// every bound the protocol keeps (input, timeouts, loss detection, shutdown).
 pub(super) const RUN_LIMIT_MS: u64 = 30 * 60 * 1000;
+
+/// Most events a run may take: a run that spins without its clock moving is a hang too.
+const RUN_EVENTS_MAX: u64 = 1_000_000;
 
 /// What stays the same across the runs of one seed.
 #[derive(Debug, Clone)]
@@ -180,7 +183,7 @@ impl<'w> Cluster<'w> {
             let Some(((at, _), event)) = self.queue.pop_first() else {
                 self.hang("nothing more can happen");
             };
-            if at > RUN_LIMIT_MS {
+            if at > RUN_LIMIT_MS || self.events == RUN_EVENTS_MAX {
                 self.hang("the run did not end in time");
             }
             self.now_ms = at;
