@@ -494,7 +494,10 @@ impl Supervisor<'_> {
     /// Every local driver left: without checkpoints the run is complete; with them the
     /// last checkpoint records the end and commits (alone or leading, once every other
     /// worker's drivers left too; a follower waits for the leader's final commit). Bounded
-    /// by `shutdown_timeout`.
+    /// by `shutdown_timeout` alone or leading. A follower's own end sets no deadline: the
+    /// other workers may read on for longer than that, and a deadline would turn its next
+    /// checkpoint into a stop request for the whole cluster (`after_checkpoint`); the
+    /// leader's deadline bounds the final checkpoint, and the leader's loss ends the run.
     fn check_end(&mut self) {
         if !self.running.is_empty() || self.outcome.is_some() {
             return;
@@ -506,7 +509,9 @@ impl Supervisor<'_> {
         if !coordinator.others_finished() {
             return;
         }
-        self.deadline.get_or_insert_with(|| Instant::now() + self.shutdown_timeout);
+        if !coordinator.follows() {
+            self.deadline.get_or_insert_with(|| Instant::now() + self.shutdown_timeout);
+        }
         let completed = coordinator.end_of_input(Instant::now());
         self.after_checkpoint(completed);
     }

@@ -168,6 +168,26 @@ pub(crate) enum Cluster {
     Follow { send: SendToLeader },
 }
 
+/// The writer's two ends, as [`Coordinator::with_writer`] starts it.
+pub(crate) type WriterEnds = (Sender<WriteRequest>, Receiver<Written>);
+
+/// The coordinator's clock: the system's, except where the simulation tests
+/// (`crate::tests::simulation`) set a simulated time for their thread, so that a seed
+/// replays exactly. Production code has no such override.
+fn now() -> Instant {
+    #[cfg(test)]
+    if let Some(now) = SIMULATED_NOW.get() {
+        return now;
+    }
+    Instant::now()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The simulated time of this thread's coordinators, when a simulation runs it.
+    pub(crate) static SIMULATED_NOW: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
 impl Coordinator {
     pub(crate) fn new(
         options: CheckpointOptions,
@@ -177,8 +197,24 @@ impl Coordinator {
         cluster: Option<Cluster>,
         first_slot: u32,
     ) -> Coordinator {
+        Coordinator::with_writer(options, sinks, metrics, now, cluster, first_slot, spawn_writer)
+    }
+
+    /// [`Coordinator::new`] with the checkpoint writer started by `writer`, which takes the
+    /// checkpointer and returns the writer's ends. Production starts the writer's thread
+    /// (`spawn_writer`); the simulation tests keep the checkpointer and answer each
+    /// request themselves, inline, at its simulated time, so a seed replays exactly.
+    pub(crate) fn with_writer(
+        options: CheckpointOptions,
+        sinks: Vec<Arc<dyn SinkFactory>>,
+        metrics: Arc<Metrics>,
+        now: Instant,
+        cluster: Option<Cluster>,
+        first_slot: u32,
+        writer: impl FnOnce(Box<dyn crate::checkpoint::Checkpointer>) -> WriterEnds,
+    ) -> Coordinator {
         let CheckpointOptions { interval, timeout, exactly_once, restored_epoch, max_failed, checkpointer } = options;
-        let (requests, results) = spawn_writer(checkpointer);
+        let (requests, results) = writer(checkpointer);
         let role = match cluster {
             None => Role::Lead { others: Vec::new(), running: BTreeSet::new(), send: None },
             Some(Cluster::Lead { others, send }) => {
@@ -221,7 +257,7 @@ impl Coordinator {
         self.in_flight.is_none() && self.writing.is_none()
     }
 
-    fn follows(&self) -> bool {
+    pub(crate) fn follows(&self) -> bool {
         matches!(self.role, Role::Follow { .. })
     }
 
@@ -245,8 +281,13 @@ impl Coordinator {
     }
 
     /// Whether every other worker's drivers finished (true alone and for a follower,
-    /// whose leader decides).
+    /// whose leader decides). True as well once the final checkpoint is committed: then
+    /// every worker leaves, also one whose input had not ended (a stop paused it, and it
+    /// never reports `DriversFinished`), so the leader must not wait for it.
     pub(crate) fn others_finished(&self) -> bool {
+        if self.final_done {
+            return true;
+        }
         match &self.role {
             Role::Lead { running, .. } => running.is_empty(),
             Role::Follow { .. } => true,
@@ -376,7 +417,7 @@ impl Coordinator {
             }
             return;
         }
-        self.start_due(Instant::now(), running, controls);
+        self.start_due(now(), running, controls);
     }
 
     pub(crate) fn on_ack(&mut self, thread: u32, epoch: Epoch, slice: ManifestSlice) -> Result<Completed, SluiceError> {
@@ -446,7 +487,7 @@ impl Coordinator {
                 }
                 self.next_epoch = Epoch(epoch);
                 self.final_started |= final_epoch;
-                self.start(running, controls, final_epoch, Instant::now());
+                self.start(running, controls, final_epoch, now());
                 self.complete_if_ready()
             }
             ToWorker::Commit { epoch, final_epoch } => self.commit_as_told(epoch, final_epoch),
@@ -535,12 +576,12 @@ impl Coordinator {
                 self.uncommitted.extend(in_flight.carried);
             }
             self.uncommitted.extend(in_flight.slice.sink_records);
-            self.next_due = Instant::now() + self.interval;
+            self.next_due = now() + self.interval;
             return Ok(Completed::Checkpoint);
         }
         // Every driver copied its state and went on: encoding and writing overlap
         // processing.
-        let pause_ms = in_flight.started.elapsed().as_millis() as u64;
+        let pause_ms = now().saturating_duration_since(in_flight.started).as_millis() as u64;
         let mut slice = in_flight.slice;
         for finished in &self.finished_positions {
             if !slice.positions.iter().any(|p| p.source == finished.source && p.lane == finished.lane) {
@@ -587,7 +628,7 @@ impl Coordinator {
                 self.stats.last_epoch = epoch.0;
                 self.stats.max_state_bytes = self.stats.max_state_bytes.max(state_bytes);
                 self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
-                let duration_ms = started.elapsed().as_millis() as u64;
+                let duration_ms = now().saturating_duration_since(started).as_millis() as u64;
                 self.stats.max_duration_ms = self.stats.max_duration_ms.max(duration_ms);
                 if self.stats.history.len() < HISTORY_KEPT {
                     self.stats.history.push(CheckpointRecord { epoch: epoch.0, state_bytes, pause_ms, duration_ms });
@@ -598,7 +639,7 @@ impl Coordinator {
                 self.commit(records)?;
                 self.tell_others_to_commit(epoch, final_epoch);
                 sluice_types::failpoint!("checkpoint.after_commit");
-                self.next_due = Instant::now() + self.interval;
+                self.next_due = now() + self.interval;
                 if final_epoch {
                     self.final_done = true;
                     return Ok(Completed::Final);
@@ -622,7 +663,7 @@ impl Coordinator {
                         epoch.0, self.failed_in_a_row, self.max_failed
                     )));
                 }
-                self.next_due = Instant::now() + self.interval;
+                self.next_due = now() + self.interval;
                 Ok(Completed::Checkpoint)
             }
         }

@@ -69,7 +69,9 @@ pub(crate) fn spawn_writer(mut checkpointer: Box<dyn Checkpointer>) -> (Sender<W
     (requests, results)
 }
 
-fn write(checkpointer: &mut dyn Checkpointer, request: WriteRequest) -> Result<WriteOutcome, SluiceError> {
+/// Writes one checkpoint: this worker's part, then the manifest if it publishes. (The
+/// simulation tests call it inline, in place of the thread.)
+pub(crate) fn write(checkpointer: &mut dyn Checkpointer, request: WriteRequest) -> Result<WriteOutcome, SluiceError> {
     let WriteRequest { epoch, mut slice, final_epoch, publish } = request;
     slice.encode_deferred()?;
     sluice_types::failpoint!("checkpoint.after_encode");
