@@ -29,6 +29,7 @@
 pub mod file_source;
 pub mod kafka;
 pub mod nexmark;
+pub mod postgres;
 pub mod registry;
 pub mod sinks;
 

@@ -144,7 +144,7 @@ impl Registry {
     }
 
     /// The connectors of this crate: sources `nexmark`, `file` and `kafka`; sinks
-    /// `stdout`, `file`, `blackhole` and `kafka`.
+    /// `stdout`, `file`, `blackhole`, `kafka` and `postgres`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::empty();
         registry.add_source(Box::new(crate::nexmark::NexmarkConnector));
@@ -154,6 +154,7 @@ impl Registry {
         registry.add_sink(Box::new(crate::sinks::FileSinkConnector));
         registry.add_sink(Box::new(crate::sinks::BlackholeConnector));
         registry.add_sink(Box::new(crate::kafka::KafkaSinkConnector));
+        registry.add_sink(Box::new(crate::postgres::PostgresSinkConnector));
         registry
     }
 
