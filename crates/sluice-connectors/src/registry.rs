@@ -117,6 +117,10 @@ pub struct SinkContext<'a> {
     /// The columns of `schema` identifying a live row of an updating stream, when known:
     /// a change of one row arrives as its retraction directly followed by its new version.
     pub upsert_key: Option<Vec<usize>>,
+    /// Whether the run asks for exactly-once output (checkpoints with `guarantee =
+    /// "exactly-once"`); a sink whose staging costs something (a PostgreSQL prepared
+    /// transaction) stages only then.
+    pub exactly_once: bool,
 }
 
 /// Every connector a pipeline may name.

@@ -78,7 +78,8 @@ impl ConfiguredSink for ConfiguredPostgresSink {
     fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
         let name = &context.config.name;
         let (mode, key) = resolve_mode(name, &self.options, context)?;
-        let sink = PostgresSink::new(context.pipeline, name, &self.options, &context.schema, mode, key)?;
+        let sink = PostgresSink::new(context.pipeline, name, &self.options, &context.schema, mode, key)?
+            .with_exactly_once(context.exactly_once);
         Ok(Arc::new(sink))
     }
 }

@@ -107,6 +107,8 @@ pub struct PostgresSink {
     /// `sluice/pipeline/sink/`.
     gid_prefix: String,
     control: Mutex<Control>,
+    /// Whether the run asks for exactly-once output: only then are epochs prepared.
+    exactly_once: bool,
 }
 
 impl PostgresSink {
@@ -142,7 +144,15 @@ impl PostgresSink {
             bookkeeping_sink: format!("{pipeline}/{name}"),
             gid_prefix,
             control: Mutex::new(Control::default()),
+            exactly_once: true,
         })
+    }
+
+    /// Stages (prepares epochs) only when `exactly_once`: an at-least-once run needs no
+    /// two-phase commit from the server.
+    pub fn with_exactly_once(mut self, exactly_once: bool) -> PostgresSink {
+        self.exactly_once = exactly_once;
+        self
     }
 
     fn control(&self) -> Result<MutexGuard<'_, Control>, SluiceError> {
@@ -386,7 +396,7 @@ impl SinkFactory for PostgresSink {
     }
 
     fn exactly_once(&self) -> bool {
-        true
+        self.exactly_once
     }
 
     fn commit(&self, _epoch: Epoch, records: &[Vec<u8>]) -> Result<(), SluiceError> {

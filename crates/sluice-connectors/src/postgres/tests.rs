@@ -86,6 +86,7 @@ fn resolve(text: &str, updating: bool, upsert_key: Option<Vec<usize>>) -> Result
         schema: schema(),
         updating,
         upsert_key,
+        exactly_once: true,
     };
     resolve_mode("out", &options, &context).map_err(|e| e.to_string())
 }
