@@ -28,7 +28,9 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(60);
 /// How to reach the server: the client's configuration with the password applied.
 #[derive(Clone)]
 pub struct Server {
+    /// Without the password, which is read when connecting.
     config: Config,
+    password_env: Option<String>,
     /// `host:port/database as user`, for messages.
     pub description: String,
 }
@@ -40,14 +42,24 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// The server of `options`, reading the password variable if one is named.
+    /// The server of `options` (connecting to nothing).
     pub fn new(sink: &str, options: &PostgresSinkOptions) -> Result<Server, SluiceError> {
         let ConnectionUrl(url) = &options.url;
         let mut config = Config::from_str(url).map_err(|e| {
             SluiceError::user("sink.postgres_url", format!("sink `{sink}`: `url` is not a connection string: {e}"))
                 .with_fix("e.g. url = \"postgres://USER@HOST:PORT/DATABASE\"")
         })?;
-        if let Some(variable) = &options.password_env {
+        config.connect_timeout(options.connect_timeout);
+        config.application_name("sluice");
+        let description = describe(&config);
+        Ok(Server { config, password_env: options.password_env.clone(), description })
+    }
+
+    /// The configuration with the password from `password_env`, read when connecting
+    /// (so that `sluice validate` needs no secret).
+    fn config(&self, sink: &str) -> Result<Config, SluiceError> {
+        let mut config = self.config.clone();
+        if let Some(variable) = &self.password_env {
             let password = std::env::var(variable).map_err(|_| {
                 SluiceError::user(
                     "sink.postgres_password",
@@ -57,19 +69,17 @@ impl Server {
             })?;
             config.password(password);
         }
-        config.connect_timeout(options.connect_timeout);
-        config.application_name("sluice");
-        let description = describe(&config);
-        Ok(Server { config, description })
+        Ok(config)
     }
 
     /// A new session, after at most [`CONNECT_ATTEMPTS`] attempts for a server that
     /// cannot be reached.
     pub fn connect(&self, sink: &str) -> Result<Client, SluiceError> {
+        let config = self.config(sink)?;
         let mut pause = RETRY_PAUSE;
         let mut attempt = 1;
         loop {
-            match self.config.connect(NoTls) {
+            match config.connect(NoTls) {
                 Ok(client) => return Ok(client),
                 Err(error) if error.as_db_error().is_none() && attempt < CONNECT_ATTEMPTS => {
                     tracing::warn!(sink, server = %self.description, attempt, "cannot connect to PostgreSQL ({error}); retrying");

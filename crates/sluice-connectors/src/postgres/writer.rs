@@ -29,12 +29,13 @@
 
 use std::collections::HashMap;
 
+use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, Statement};
 use sluice_runtime::SinkWriter;
 use sluice_types::{Batch, Epoch, SluiceError};
 
-use super::client::{Server, db_text};
+use super::client::{LOCK_TIMEOUT, Server, db_text};
 use super::rows::{Pending, TextRow, parameters, show_row};
 use super::sink::PreparedRecord;
 use super::table::{BOOKKEEPING_TABLE, Statements};
@@ -156,6 +157,20 @@ impl PostgresWriter {
             return self.server.error(&self.sink, &format!("writing to table {}", self.table), error);
         };
         let code = db.code().code();
+        if db.code() == &SqlState::LOCK_NOT_AVAILABLE {
+            return SluiceError::external(
+                "sink.postgres_lock_timeout",
+                format!(
+                    "sink `{}`: a write to table {} waited {}s for rows locked by another transaction, such as \
+                     the prepared transaction of an epoch whose checkpoint failed: {}",
+                    self.sink,
+                    self.table,
+                    LOCK_TIMEOUT.as_secs(),
+                    db_text(db)
+                ),
+            )
+            .with_fix("check the checkpoint store and pg_prepared_xacts; restart the run from its last checkpoint");
+        }
         if !(code.starts_with("22") || code.starts_with("23")) {
             return self.server.error(&self.sink, &format!("writing to table {}", self.table), error);
         }
