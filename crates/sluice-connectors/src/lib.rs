@@ -1,5 +1,5 @@
 //! Sources and sinks: the NEXMark generator, files and Kafka in; standard output, files,
-//! Kafka and a blackhole out.
+//! Kafka, PostgreSQL and a blackhole out.
 //!
 //! Every connector is registered in the [`Registry`] (see [`registry`] for the two
 //! steps, configure and build): it validates its own options and becomes the runtime's
@@ -21,6 +21,8 @@
 //!   transactions).
 //! - [`sinks`]: `stdout` (pretty tables or JSON lines), `file` (one file, or a
 //!   directory with one part per thread; JSON lines or CSV), `blackhole`.
+//! - [`postgres`]: rows into a table (appended, or upserted and deleted by key);
+//!   exactly-once through prepared transactions (two-phase commit).
 //!
 //! An *updating* sink input (one that can carry retractions) is written with an op
 //! column first (`+I` / `-D`, see [`sluice_formats::encode`]); an append-only input is
@@ -29,6 +31,7 @@
 pub mod file_source;
 pub mod kafka;
 pub mod nexmark;
+pub mod postgres;
 pub mod registry;
 pub mod sinks;
 

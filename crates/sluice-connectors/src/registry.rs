@@ -117,6 +117,10 @@ pub struct SinkContext<'a> {
     /// The columns of `schema` identifying a live row of an updating stream, when known:
     /// a change of one row arrives as its retraction directly followed by its new version.
     pub upsert_key: Option<Vec<usize>>,
+    /// Whether the run asks for exactly-once output (checkpoints with `guarantee =
+    /// "exactly-once"`); a sink whose staging costs something (a PostgreSQL prepared
+    /// transaction) stages only then.
+    pub exactly_once: bool,
 }
 
 /// Every connector a pipeline may name.
@@ -144,7 +148,7 @@ impl Registry {
     }
 
     /// The connectors of this crate: sources `nexmark`, `file` and `kafka`; sinks
-    /// `stdout`, `file`, `blackhole` and `kafka`.
+    /// `stdout`, `file`, `blackhole`, `kafka` and `postgres`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::empty();
         registry.add_source(Box::new(crate::nexmark::NexmarkConnector));
@@ -154,6 +158,7 @@ impl Registry {
         registry.add_sink(Box::new(crate::sinks::FileSinkConnector));
         registry.add_sink(Box::new(crate::sinks::BlackholeConnector));
         registry.add_sink(Box::new(crate::kafka::KafkaSinkConnector));
+        registry.add_sink(Box::new(crate::postgres::PostgresSinkConnector));
         registry
     }
 

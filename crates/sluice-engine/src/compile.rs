@@ -135,6 +135,11 @@ impl Pipeline {
                 schema: Arc::clone(&stream.schema),
                 updating: stream.updating,
                 upsert_key: stream.changelog.upsert_key().map(<[usize]>::to_vec),
+                exactly_once: self
+                    .config
+                    .checkpoint
+                    .as_ref()
+                    .is_some_and(|c| c.guarantee == sluice_config::Guarantee::ExactlyOnce),
             };
             let factory = configured
                 .build(&context)

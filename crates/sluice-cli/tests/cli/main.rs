@@ -14,5 +14,6 @@ mod liveness;
 mod netns;
 mod new_user;
 mod oracle;
+mod postgres;
 mod signals;
 mod updating;

@@ -65,8 +65,8 @@ fn sink_errors() {
             "7:1: [[sink]] \"out\": missing required key `connector`\n  fix: add connector = \"stdout\", \"file\" or \"blackhole\"",
         ),
         (
-            sink("postgres", ""),
-            "10:1: [[sink]] \"out\": `connector` must be one of \"stdout\", \"file\", \"blackhole\", \"kafka\", found \"postgres\" (no sink connector has that name)\n  fix: set connector to one of \"stdout\", \"file\", \"blackhole\", \"kafka\"",
+            sink("http", ""),
+            "10:1: [[sink]] \"out\": `connector` must be one of \"stdout\", \"file\", \"blackhole\", \"kafka\", \"postgres\", found \"http\" (no sink connector has that name)\n  fix: set connector to one of \"stdout\", \"file\", \"blackhole\", \"kafka\", \"postgres\"",
         ),
         (
             sink("stdout", "format = \"csv\""),
