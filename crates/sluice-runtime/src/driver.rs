@@ -526,8 +526,15 @@ impl DriverState {
         let run = &mut self.flows[flow];
         let segment = &mut run.segments[index];
         let is_end = matches!(message, Message::EndOfData);
+        // The epoch a sink's last rows are staged under: after every barrier this
+        // segment passed. A barrier can pass it before this driver took that barrier from
+        // its controller (its own input ended, so the exchange aligned on the others'
+        // barriers); `next_epoch` alone would then stage the last rows under an epoch the
+        // sink already pre-committed, and a file sink's second staged file of that epoch
+        // would replace the first.
+        let end_epoch = Epoch(self.next_epoch.0.max(segment.barrier_passed.map_or(0, |passed| passed.0 + 1)));
         let started = Instant::now();
-        let fed = feed(segment, message, &mut self.scratch, &self.metrics, self.checkpoints, self.next_epoch)
+        let fed = feed(segment, message, &mut self.scratch, &self.metrics, self.checkpoints, end_epoch)
             .map_err(|e| (format!("flow to {} (segment {index})", run.name), e))?;
         let step_us = started.elapsed().as_micros() as u64;
         if step_us > self.longest_step_us {
@@ -538,12 +545,7 @@ impl DriverState {
         if is_end {
             segment.ended = true;
             if let Some(record) = fed.end_record {
-                self.final_records.push(SinkRecord {
-                    flow,
-                    epoch: self.next_epoch.0,
-                    record: record.0,
-                    rows: record.1,
-                });
+                self.final_records.push(SinkRecord { flow, epoch: end_epoch.0, record: record.0, rows: record.1 });
             }
         }
         let barrier = fed.barrier.is_some() || is_end;
