@@ -430,6 +430,28 @@ fn a_cluster_checkpoint_resumes_on_fewer_workers() {
     assert_eq!(sorted_lines(&output(&shared, "out")), reference);
 }
 
+/// One worker alone dies right after publishing checkpoint 100; the pipeline resumes on
+/// two workers (more than wrote the checkpoint): each restores the vnodes and lanes its
+/// slots now own, the leader commits the staged output of checkpoint 100, and the output
+/// equals an uninterrupted run's.
+#[test]
+fn a_solo_checkpoint_resumes_on_more_workers() {
+    let reference = checkpointed_reference();
+    let shared = Scratch::new();
+    let (leading, joining) = (checkpointed_worker(&shared), checkpointed_worker(&shared));
+    let crashed = sluice_command(leading.dir.path())
+        .args(["run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", failpoints(Some("checkpoint.after_publish=99*off->return(kill)")))
+        .stdout(Stdio::null())
+        .output()
+        .expect("run sluice");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&crashed.status), Some(9), "{}", stderr(&crashed));
+    let (leader_seen, joiner_seen) = resume_pair(&leading, &joining);
+    assert!(leader_seen.contains("resuming from checkpoint 100"), "{leader_seen}");
+    assert!(joiner_seen.contains("resuming from checkpoint 100"), "{joiner_seen}");
+    assert_eq!(sorted_lines(&output(&shared, "out")), reference);
+}
+
 /// An endless pipeline (a rate-limited source without an event count).
 fn endless() -> String {
     NEXMARK.replace("THREADS", "1").replace("events = 60000", "rate = 2000")
