@@ -273,8 +273,19 @@ fn run_in_cluster(
     metrics_cell: &Mutex<Arc<Metrics>>,
     status: &StatusCell,
 ) -> (RunReport, bool) {
-    let Formed { compiled, part, control, membership, cancel_links, checkpointing, route, lease, resumed_from, .. } =
-        formed;
+    let Formed {
+        compiled,
+        part,
+        control,
+        membership,
+        cancel_links,
+        checkpointing,
+        route,
+        lease,
+        resumed_from,
+        loss_timeout,
+        ..
+    } = formed;
     let rejoin = checkpointing.is_some();
     let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
     *metrics_cell.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&metrics);
@@ -296,6 +307,7 @@ fn run_in_cluster(
         shutdown_timeout: compiled.options.shutdown_timeout,
         route,
         rejoin,
+        loss_timeout,
     };
     let supervisor = std::thread::Builder::new()
         .name("sluice-cluster-control".into())

@@ -101,15 +101,25 @@ impl Broker {
         panic!("no broker could create the topics in {START_ATTEMPTS} attempts: {failures:?}");
     }
 
+    /// Creates a topic. A broker that printed `listening on` may still refuse
+    /// connections for a moment on a loaded machine: refused connections are tried again
+    /// until [`WAIT`] passed.
     fn create_topic(&self, name: &str, partitions: u32) -> Result<(), String> {
-        let output = Command::new(&self.binary)
-            .args(["topic", "create", name, "--partitions", &partitions.to_string()])
-            .args(["--broker", &format!("tcp://{}", self.address)])
-            .output()
-            .expect("run tansu topic create");
-        match output.status.success() {
-            true => Ok(()),
-            false => Err(format!("creating topic {name}: {}", String::from_utf8_lossy(&output.stderr))),
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let output = Command::new(&self.binary)
+                .args(["topic", "create", name, "--partitions", &partitions.to_string()])
+                .args(["--broker", &format!("tcp://{}", self.address)])
+                .output()
+                .expect("run tansu topic create");
+            if output.status.success() {
+                return Ok(());
+            }
+            let error = String::from_utf8_lossy(&output.stderr).into_owned();
+            if !error.contains("ConnectionRefused") || Instant::now() >= deadline {
+                return Err(format!("creating topic {name}: {error}"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 

@@ -107,6 +107,8 @@ pub(crate) struct Formed {
     /// The leader's control listener, kept for a later round (its joiners know its
     /// address, and a join arriving between rounds waits in its queue).
     pub control_listener: Option<TcpListener>,
+    /// The control sessions' loss timeout.
+    pub loss_timeout: Duration,
 }
 
 /// This worker's control session (shared with the controller, which sends the
@@ -317,6 +319,7 @@ pub(crate) fn form(
         lease: resumed.lease,
         resumed_from,
         control_listener,
+        loss_timeout: options.control.loss_timeout,
     })
 }
 

@@ -44,6 +44,8 @@ pub(crate) struct Supervised {
     pub route: Route,
     /// Whether a lost worker makes the cluster re-form (the pipeline checkpoints).
     pub rejoin: bool,
+    /// The control sessions' loss timeout: within it the leader is heard from or lost.
+    pub loss_timeout: Duration,
 }
 
 /// How the cluster's part of a run ended.
@@ -73,7 +75,15 @@ fn lead(session: &LeaderControl, run: &Supervised) -> Supervision {
     let mut failure = None;
     let mut rejoin = false;
     let mut deadline: Option<Instant> = None;
+    // The abort held back while a worker's loss may still be reported, and until when.
+    let mut abort_later: Option<(String, Instant)> = None;
     while ended.len() + 1 < workers {
+        if rejoin {
+            abort_later = None;
+        }
+        if let Some((reason, _)) = abort_later.take_if(|(_, until)| Instant::now() >= *until) {
+            let _ = session.broadcast(&ToWorker::Abort { reason });
+        }
         if stop.is_requested() && !stop_sent {
             stop_sent = true;
             if let Err(error) = session.broadcast(&ToWorker::Stop) {
@@ -133,10 +143,16 @@ fn lead(session: &LeaderControl, run: &Supervised) -> Supervision {
                 Err(_) => return Supervision { failure, rejoin },
             },
             recv(local_done) -> outcome => {
-                if let Ok(Err((message, _))) = outcome
+                if let Ok(Err((message, lost_peer))) = outcome
                     && !rejoin
                 {
-                    let _ = session.broadcast(&ToWorker::Abort { reason: message });
+                    if lost_peer && run.rejoin {
+                        // A link to a lost worker closed before its session said so: the
+                        // loss (a rejoin) is likely what comes next, not an abort.
+                        abort_later = Some((message, Instant::now() + run.loss_timeout + CAUSE_WAIT));
+                    } else {
+                        let _ = session.broadcast(&ToWorker::Abort { reason: message });
+                    }
                 }
                 deadline.get_or_insert(Instant::now() + shutdown_timeout);
             },
@@ -185,7 +201,10 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
                     Ok(Ok(())) => ToLeader::Finished { report: report::encode(&run.metrics, run.local.clone()) },
                     Ok(Err((message, lost_peer))) => {
                         if lost_peer && failure.is_none() {
-                            (failure, rejoin) = cause(events);
+                            // With checkpoints the leader's word decides whether this
+                            // worker rejoins: wait for it, or for the leader's loss.
+                            let wait = if run.rejoin { run.loss_timeout + CAUSE_WAIT } else { CAUSE_WAIT };
+                            (failure, rejoin) = cause(events, wait);
                         }
                         ToLeader::Failed { message }
                     }
@@ -265,9 +284,9 @@ fn end_now(stop: &StopHandle, cancel_links: &AtomicBool) {
 }
 
 /// The leader's account of why this worker's links closed, if it comes within
-/// [`CAUSE_WAIT`]: its loss, its abort, or its request to rejoin (then true).
-fn cause(events: &Receiver<ControlEvent<ToWorker>>) -> (Option<(String, SluiceError)>, bool) {
-    let deadline = Instant::now() + CAUSE_WAIT;
+/// `wait`: its loss, its abort, or its request to rejoin (then true).
+fn cause(events: &Receiver<ControlEvent<ToWorker>>, wait: Duration) -> (Option<(String, SluiceError)>, bool) {
+    let deadline = Instant::now() + wait;
     loop {
         match events.recv_deadline(deadline) {
             Ok(ControlEvent::Lost { error, .. }) => return (Some(("leader".into(), leader_lost(&error))), false),
