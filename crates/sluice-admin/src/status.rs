@@ -9,10 +9,17 @@ use std::sync::atomic::Ordering;
 use serde_json::{Value, json};
 use sluice_engine::{JobHandle, JobState, Metrics, Status};
 
+use crate::sampler::Sampler;
+
 /// `/status`: the state, checkpoints, failure, cluster place and per source and sink
 /// counters.
-pub(crate) fn document(job: &JobHandle, status: &Status) -> Value {
+pub(crate) fn document(job: &JobHandle, sampler: &Sampler, status: &Status) -> Value {
     let metrics = job.metrics();
+    let checkpoints: Vec<Value> = sampler
+        .commits()
+        .iter()
+        .map(|c| json!({ "epoch": c.epoch, "seen_at_ms": c.seen_at_ms, "since_previous_ms": c.since_previous_ms }))
+        .collect();
     json!({
         "pipeline": job.name(),
         "state": status.state.name(),
@@ -23,6 +30,7 @@ pub(crate) fn document(job: &JobHandle, status: &Status) -> Value {
         "threads": job.threads(),
         "sources": sources(&metrics),
         "sinks": sinks(&metrics),
+        "checkpoints": checkpoints,
     })
 }
 
