@@ -44,6 +44,10 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     apt-get install -y -qq postgresql >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
 fi
 
+# Schemathesis, which fuzzes the admin API against its OpenAPI document
+# (crates/sluice-cli/tests/cli/openapi.rs).
+python3 -m pip install --quiet schemathesis
+
 echo "== deployment manifests" >&2
 # Checked offline against the Kubernetes schemas the package bundles (no cluster needed).
 python3 -m pip install --quiet kubernetes-validate

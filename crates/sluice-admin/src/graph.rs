@@ -14,16 +14,17 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 use sluice_engine::{JobHandle, Metrics, Status};
+use utoipa::ToSchema;
 
 use crate::sampler::{Rates, now_ms};
 
 /// The whole graph.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Graph {
     /// `[pipeline] name`.
     pub(crate) pipeline: String,
     /// The job's state (see `/status`).
-    pub(crate) state: String,
+    pub(crate) state: crate::status::State,
     /// Driver threads of this worker.
     pub(crate) threads: u32,
     /// Virtual nodes keyed state is spread over.
@@ -37,7 +38,7 @@ pub(crate) struct Graph {
 }
 
 /// What a node is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum NodeKind {
     Source,
@@ -46,7 +47,7 @@ pub(crate) enum NodeKind {
 }
 
 /// A source, a segment of operators, or a sink.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Node {
     /// Unique in the graph: `source:NAME`, `flow:I:segment:J`, `sink:NAME`.
     pub(crate) id: String,
@@ -74,7 +75,7 @@ pub(crate) struct Node {
 }
 
 /// What an edge carries rows through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum EdgeKind {
     /// In the same thread (a scan, a sink's input).
@@ -84,7 +85,7 @@ pub(crate) enum EdgeKind {
 }
 
 /// From one node to another.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Edge {
     pub(crate) from: String,
     pub(crate) to: String,
@@ -94,7 +95,7 @@ pub(crate) struct Edge {
 }
 
 /// One driver thread's backpressure.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ThreadPressure {
     pub(crate) thread: u32,
     /// Blocked on a full output queue right now.
@@ -135,7 +136,7 @@ pub(crate) fn build(job: &JobHandle, status: &Status, rates: &Rates) -> Graph {
     }
     Graph {
         pipeline: explanation.pipeline.clone(),
-        state: status.state.name().to_string(),
+        state: status.state.into(),
         threads: explanation.threads,
         vnodes: explanation.vnodes,
         rate_interval_ms: rates.interval_ms,

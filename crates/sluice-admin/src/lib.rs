@@ -10,6 +10,8 @@
 mod access;
 mod graph;
 mod metrics;
+mod openapi;
+mod routes;
 mod sampler;
 mod server;
 mod status;

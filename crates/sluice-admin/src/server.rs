@@ -10,17 +10,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use sluice_engine::JobHandle;
 use sluice_types::SluiceError;
 use tokio::sync::{Semaphore, watch};
 
 use crate::sampler::{self, Sampler};
-use crate::{access, graph, metrics, status, stream};
+use crate::{access, routes, stream};
 
 /// How long shutdown waits for open requests (status streams) before dropping them.
 pub const GRACE: Duration = Duration::from_secs(1);
@@ -30,7 +25,7 @@ pub const GRACE: Duration = Duration::from_secs(1);
 pub(crate) struct Shared {
     pub(crate) job: JobHandle,
     pub(crate) token: Option<Arc<str>>,
-    streams: Arc<Semaphore>,
+    pub(crate) streams: Arc<Semaphore>,
     /// The latest rates and the checkpoint history, kept by the sampling task.
     pub(crate) sampler: Arc<Sampler>,
 }
@@ -121,7 +116,7 @@ fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, shared: Shared, 
                 return;
             }
         };
-        let server = axum::serve(listener, router(shared)).with_graceful_shutdown(asked(stopped.clone()));
+        let server = axum::serve(listener, routes::router(shared)).with_graceful_shutdown(asked(stopped.clone()));
         let deadline = async {
             asked(stopped).await;
             tokio::time::sleep(GRACE).await;
@@ -151,56 +146,4 @@ async fn sample(job: JobHandle, sampler: Arc<Sampler>) {
 async fn asked(mut stopped: watch::Receiver<bool>) {
     // An error means the sender was dropped: stop as well.
     let _ = stopped.wait_for(|stop| *stop).await;
-}
-
-fn router(shared: Shared) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/status", get(status_document))
-        .route("/status/stream", get(status_stream))
-        .route("/metrics", get(metrics_text))
-        .route("/graph", get(graph_document))
-        .route("/stop", post(stop))
-        .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
-        .with_state(shared)
-}
-
-async fn healthz() -> &'static str {
-    "ok\n"
-}
-
-async fn readyz(State(shared): State<Shared>) -> Response {
-    let status = shared.job.status();
-    match status::not_ready(&status) {
-        None => (StatusCode::OK, axum::Json(serde_json::json!({ "ready": true, "state": "running" }))).into_response(),
-        Some(body) => (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response(),
-    }
-}
-
-async fn status_document(State(shared): State<Shared>) -> Response {
-    let status = shared.job.status();
-    axum::Json(status::document(&shared.job, &shared.sampler, &status)).into_response()
-}
-
-async fn status_stream(State(shared): State<Shared>) -> Response {
-    let permit = Arc::clone(&shared.streams).try_acquire_owned().ok();
-    stream::respond(shared.job.clone(), Arc::clone(&shared.sampler), permit)
-}
-
-async fn metrics_text(State(shared): State<Shared>) -> Response {
-    let status = shared.job.status();
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&shared.job, &status)).into_response()
-}
-
-async fn graph_document(State(shared): State<Shared>) -> Response {
-    let status = shared.job.status();
-    axum::Json(graph::build(&shared.job, &status, &shared.sampler.rates())).into_response()
-}
-
-async fn stop(State(shared): State<Shared>) -> Response {
-    shared.job.stop();
-    let state = shared.job.status().state;
-    let body = serde_json::json!({ "stopping": true, "state": state.name() });
-    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
 }

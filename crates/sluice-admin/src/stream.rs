@@ -41,10 +41,10 @@ struct Watch {
 /// The response: a body that yields a line per change until a final state.
 pub(crate) fn respond(job: JobHandle, sampler: Arc<Sampler>, permit: Option<OwnedSemaphorePermit>) -> Response {
     let Some(permit) = permit else {
-        let body = serde_json::json!({
-            "error": "too many status streams",
-            "fix": format!("close one of the {MAX_STREAMS} open streams, or poll GET /status"),
-        });
+        let body = crate::routes::ErrorBody {
+            error: "too many status streams".into(),
+            fix: format!("close one of the {MAX_STREAMS} open streams, or poll GET /status"),
+        };
         return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     };
     let changes = Some(job.subscribe());
@@ -74,7 +74,8 @@ async fn next_line(mut watch: Watch) -> Option<(Result<Bytes, std::io::Error>, W
             if !status.state.is_final() {
                 watch.changes = Some(changes);
             }
-            let mut line = status::document(&watch.job, &watch.sampler, &status).to_string();
+            let document = status::document(&watch.job, &watch.sampler, &status);
+            let mut line = serde_json::to_string(&document).unwrap_or_default();
             line.push('\n');
             line
         }

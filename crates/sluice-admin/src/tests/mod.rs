@@ -4,6 +4,7 @@
 
 mod graph;
 mod http;
+mod openapi;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
