@@ -48,6 +48,12 @@ fi
 # (crates/sluice-cli/tests/cli/openapi.rs).
 python3 -m pip install --quiet schemathesis
 
+# Chromium and chromedriver for the admin page's browser test
+# (crates/sluice-cli/tests/cli/page.rs); headless, nothing fetched by the browser.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
 echo "== deployment manifests" >&2
 # Checked offline against the Kubernetes schemas the package bundles (no cluster needed).
 python3 -m pip install --quiet kubernetes-validate

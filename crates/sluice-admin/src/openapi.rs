@@ -26,6 +26,7 @@ use crate::status::{CheckpointSeen, Readiness, SinkStatus, SourceStatus, State, 
         routes::graph_document,
         routes::stop,
         routes::openapi_document,
+        routes::page,
     ),
     components(schemas(
         StatusDocument, State, WorkerPlace, SourceStatus, SinkStatus, CheckpointSeen, Readiness,

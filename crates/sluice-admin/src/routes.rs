@@ -3,7 +3,8 @@
 //! document is made from the same code that answers.
 //!
 //! Bounds: every handler answers from values read once (see `status`, `graph`,
-//! `metrics`); only `/status/stream` stays open (see `stream`).
+//! `metrics`); only `/status/stream` stays open (see `stream`). The page is static: its
+//! script reads `/graph` and `/status` like any client.
 
 use std::sync::Arc;
 
@@ -46,6 +47,7 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/graph", get(graph_document))
         .route("/stop", post(stop))
         .route("/openapi.json", get(openapi_document))
+        .route("/", get(page))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
         .with_state(shared)
 }
@@ -114,6 +116,17 @@ pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
     let state = shared.job.status().state.into();
     (StatusCode::ACCEPTED, axum::Json(Stopping { stopping: true, state })).into_response()
 }
+
+/// The live page: the dataflow with its rates, backpressure, watermarks and the
+/// checkpoints (one file of HTML, CSS, JavaScript and SVG shipped in the binary).
+#[utoipa::path(get, path = "/", tag = "meta", security(()),
+    responses((status = 200, description = "The page", body = String, content_type = "text/html; charset=utf-8")))]
+pub(crate) async fn page() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
+}
+
+/// The page's text (`src/page/index.html`).
+const PAGE: &str = include_str!("page/index.html");
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "meta", security(()),

@@ -23,6 +23,7 @@ fn the_document_describes_every_route_and_needs_no_token() {
         ("/graph", "get"),
         ("/stop", "post"),
         ("/openapi.json", "get"),
+        ("/", "get"),
     ] {
         let operation = &paths.get(path).unwrap_or_else(|| panic!("{path} missing: {document}"))[method];
         assert!(operation["responses"].is_object(), "{path} {method}: {operation}");
@@ -32,7 +33,7 @@ fn the_document_describes_every_route_and_needs_no_token() {
             assert!([200, 503].contains(&answer.code), "{path}: {answer:?}");
         }
     }
-    assert_eq!(paths.len(), 8, "no route undocumented or extra: {:?}", paths.keys());
+    assert_eq!(paths.len(), 9, "no route undocumented or extra: {:?}", paths.keys());
     let scheme = &document["components"]["securitySchemes"]["bearer"];
     assert_eq!((scheme["type"].as_str(), scheme["scheme"].as_str()), (Some("http"), Some("bearer")), "{document}");
     for schema in ["StatusDocument", "Graph", "Node", "Edge", "Readiness", "ErrorBody"] {

@@ -15,6 +15,7 @@ mod netns;
 mod new_user;
 mod openapi;
 mod oracle;
+mod page;
 mod postgres;
 mod signals;
 mod updating;
