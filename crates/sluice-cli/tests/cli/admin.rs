@@ -32,6 +32,7 @@ pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 /// A `sluice run` child whose stderr lines arrive on a channel (read on a thread).
 pub(crate) struct Running {
     child: Child,
+    addr: Option<SocketAddr>,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
@@ -53,7 +54,7 @@ impl Running {
                 }
             }
         });
-        Running { child, lines, seen: Vec::new() }
+        Running { child, addr: None, lines, seen: Vec::new() }
     }
 
     /// The next stderr line, None at its end; panics past the deadline.
@@ -74,10 +75,17 @@ impl Running {
         let deadline = Instant::now() + DEADLINE;
         while let Some(line) = self.next_line(deadline) {
             if let Some(addr) = line.strip_prefix("sluice: admin API on http://") {
-                return addr.parse().expect("an address");
+                let addr = addr.parse().expect("an address");
+                self.addr = Some(addr);
+                return addr;
             }
         }
         panic!("no admin line; stderr:\n{}", self.seen.join("\n"));
+    }
+
+    /// The address [`Running::admin_addr`] read.
+    pub(crate) fn admin_addr_known(&self) -> SocketAddr {
+        self.addr.expect("admin_addr was read first")
     }
 
     /// Reads stderr to its end, then the exit code.

@@ -18,4 +18,5 @@ mod oracle;
 mod page;
 mod postgres;
 mod signals;
+mod status;
 mod updating;
