@@ -51,7 +51,10 @@ python3 -m pip install --quiet schemathesis
 # Chromium and chromedriver for the admin page's browser test
 # (crates/sluice-cli/tests/cli/page.rs); headless, nothing fetched by the browser.
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-    apt-get install -y -qq chromium chromium-driver >/dev/null
+    echo "installing Chromium and chromedriver" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 fi
 
 echo "== deployment manifests" >&2
