@@ -44,6 +44,19 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     apt-get install -y -qq postgresql >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
 fi
 
+# Schemathesis, which fuzzes the admin API against its OpenAPI document
+# (crates/sluice-cli/tests/cli/openapi.rs).
+python3 -m pip install --quiet schemathesis
+
+# Chromium and chromedriver for the admin page's browser test
+# (crates/sluice-cli/tests/cli/page.rs); headless, nothing fetched by the browser.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    echo "installing Chromium and chromedriver" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
+fi
+
 echo "== deployment manifests" >&2
 # Checked offline against the Kubernetes schemas the package bundles (no cluster needed).
 python3 -m pip install --quiet kubernetes-validate

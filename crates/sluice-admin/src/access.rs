@@ -1,7 +1,9 @@
 //! Who may call the admin API: anyone who can reach a loopback address; elsewhere, only
 //! a caller presenting the bearer token (`Authorization: Bearer <token>`), except for the
-//! health probes (`/healthz`, `/readyz`), which say only whether the job lives and runs:
-//! a probe (Kubernetes' kubelet) cannot read a secret into its request.
+//! health probes (`/healthz`, `/readyz`), which say only whether the job lives and runs
+//! (a probe, e.g. Kubernetes' kubelet, cannot read a secret into its request), the
+//! API's description (`/openapi.json`) and the page's static text (`/`), which are the
+//! same for every job (the page asks for the token to read the rest).
 //!
 //! Bounds: the comparison takes time depending only on the lengths, never on where the
 //! presented token first differs; a header is read once per request, nothing is kept.
@@ -65,7 +67,7 @@ fn presents(headers: &HeaderMap, token: &str) -> bool {
 /// The middleware: passes the request on when no token is required or the right one is
 /// presented; else 401 with a JSON body saying how to authenticate.
 pub(crate) async fn require_token(State(shared): State<Shared>, request: Request, next: Next) -> Response {
-    let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
+    let probe = matches!(request.uri().path(), "/healthz" | "/readyz" | "/openapi.json" | "/");
     match &shared.token {
         Some(token) if !probe && !presents(request.headers(), token) => unauthorized(),
         _ => next.run(request).await,

@@ -10,16 +10,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use sluice_engine::JobHandle;
 use sluice_types::SluiceError;
 use tokio::sync::{Semaphore, watch};
 
-use crate::{access, metrics, status, stream};
+use crate::sampler::{self, Sampler};
+use crate::{access, routes, stream};
 
 /// How long shutdown waits for open requests (status streams) before dropping them.
 pub const GRACE: Duration = Duration::from_secs(1);
@@ -29,7 +25,9 @@ pub const GRACE: Duration = Duration::from_secs(1);
 pub(crate) struct Shared {
     pub(crate) job: JobHandle,
     pub(crate) token: Option<Arc<str>>,
-    streams: Arc<Semaphore>,
+    pub(crate) streams: Arc<Semaphore>,
+    /// The latest rates and the checkpoint history, kept by the sampling task.
+    pub(crate) sampler: Arc<Sampler>,
 }
 
 /// A running admin server. Dropping it (or [`AdminServer::shutdown`]) stops it.
@@ -87,11 +85,16 @@ pub fn serve(job: JobHandle, bind: SocketAddr, token: Option<String>) -> Result<
         .max_blocking_threads(stream::MAX_STREAMS + 1)
         .build()
         .map_err(|e| thread_error(format!("a runtime: {e}")))?;
-    let shared = Shared { job, token: token.map(Arc::from), streams: Arc::new(Semaphore::new(stream::MAX_STREAMS)) };
+    let shared = Shared {
+        job,
+        token: token.map(Arc::from),
+        streams: Arc::new(Semaphore::new(stream::MAX_STREAMS)),
+        sampler: Arc::new(Sampler::default()),
+    };
     let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()
         .name("sluice-admin".into())
-        .spawn(move || run(runtime, listener, router(shared), stopped))
+        .spawn(move || run(runtime, listener, shared, stopped))
         .map_err(|e| thread_error(format!("a thread: {e}")))?;
     Ok(AdminServer { addr, stop: Some(stop), thread: Some(thread) })
 }
@@ -102,8 +105,10 @@ fn thread_error(what: String) -> SluiceError {
 }
 
 /// The server's thread: serves until asked to stop, then at most [`GRACE`] more.
-fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, app: Router, stopped: watch::Receiver<bool>) {
+fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, shared: Shared, stopped: watch::Receiver<bool>) {
     runtime.block_on(async move {
+        // Ends with the runtime.
+        tokio::spawn(sample(shared.job.clone(), Arc::clone(&shared.sampler)));
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => listener,
             Err(error) => {
@@ -111,7 +116,7 @@ fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, app: Router, sto
                 return;
             }
         };
-        let server = axum::serve(listener, app).with_graceful_shutdown(asked(stopped.clone()));
+        let server = axum::serve(listener, routes::router(shared)).with_graceful_shutdown(asked(stopped.clone()));
         let deadline = async {
             asked(stopped).await;
             tokio::time::sleep(GRACE).await;
@@ -127,54 +132,18 @@ fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, app: Router, sto
     runtime.shutdown_background();
 }
 
+/// Reads the job's counters every [`sampler::SAMPLE_EVERY`], forever.
+async fn sample(job: JobHandle, sampler: Arc<Sampler>) {
+    let mut ticks = tokio::time::interval(sampler::SAMPLE_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        sampler.sample(&job.metrics(), &job.status(), std::time::Instant::now(), sampler::now_ms());
+    }
+}
+
 /// Resolves once a stop was asked for (or the handle is gone).
 async fn asked(mut stopped: watch::Receiver<bool>) {
     // An error means the sender was dropped: stop as well.
     let _ = stopped.wait_for(|stop| *stop).await;
-}
-
-fn router(shared: Shared) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/status", get(status_document))
-        .route("/status/stream", get(status_stream))
-        .route("/metrics", get(metrics_text))
-        .route("/stop", post(stop))
-        .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
-        .with_state(shared)
-}
-
-async fn healthz() -> &'static str {
-    "ok\n"
-}
-
-async fn readyz(State(shared): State<Shared>) -> Response {
-    let status = shared.job.status();
-    match status::not_ready(&status) {
-        None => (StatusCode::OK, axum::Json(serde_json::json!({ "ready": true, "state": "running" }))).into_response(),
-        Some(body) => (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response(),
-    }
-}
-
-async fn status_document(State(shared): State<Shared>) -> Response {
-    let status = shared.job.status();
-    axum::Json(status::document(&shared.job, &status)).into_response()
-}
-
-async fn status_stream(State(shared): State<Shared>) -> Response {
-    let permit = Arc::clone(&shared.streams).try_acquire_owned().ok();
-    stream::respond(shared.job.clone(), permit)
-}
-
-async fn metrics_text(State(shared): State<Shared>) -> Response {
-    let status = shared.job.status();
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&shared.job, &status)).into_response()
-}
-
-async fn stop(State(shared): State<Shared>) -> Response {
-    shared.job.stop();
-    let state = shared.job.status().state;
-    let body = serde_json::json!({ "stopping": true, "state": state.name() });
-    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
 }

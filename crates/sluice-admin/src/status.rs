@@ -1,65 +1,184 @@
 //! The JSON documents of `/status`, `/readyz` and each `/status/stream` line, made from
-//! the engine's [`Status`] and live [`Metrics`].
+//! the engine's [`Status`], live [`Metrics`] and the sampler's rates and history. Each
+//! is a type, so that the OpenAPI document describes exactly what is sent.
 //!
-//! Bounds: a document is as large as the job's sources and sinks; it is built from
-//! atomics read once, never locking the run.
+//! Bounds: a document is as large as the job's sources and sinks plus at most
+//! [`crate::HISTORY`] checkpoints; it is built from atomics read once, never locking the
+//! run.
 
 use std::sync::atomic::Ordering;
 
-use serde_json::{Value, json};
+use serde::Serialize;
 use sluice_engine::{JobHandle, JobState, Metrics, Status};
+use utoipa::ToSchema;
+
+use crate::sampler::{Rates, Sampler};
+
+/// The job's state, its checkpoints, its place in a cluster and its counters.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StatusDocument {
+    /// `[pipeline] name`.
+    pub(crate) pipeline: String,
+    pub(crate) state: State,
+    /// The epoch of the last checkpoint committed by this run.
+    pub(crate) last_committed_epoch: Option<u64>,
+    /// The checkpoint this run resumed from.
+    pub(crate) resumed_from: Option<u64>,
+    /// Why the job failed: the component and the reason.
+    pub(crate) failure: Option<String>,
+    /// This worker's place in its cluster (absent when it runs alone, or before the
+    /// cluster formed).
+    pub(crate) worker: Option<WorkerPlace>,
+    /// Driver threads of this worker.
+    pub(crate) threads: u32,
+    pub(crate) sources: Vec<SourceStatus>,
+    pub(crate) sinks: Vec<SinkStatus>,
+    /// The checkpoints committed that this API saw (sampled every second; the last
+    /// [`crate::HISTORY`]), oldest first.
+    pub(crate) checkpoints: Vec<CheckpointSeen>,
+}
+
+/// A job's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum State {
+    Coordination,
+    Starting,
+    Running,
+    Stopping,
+    Completed,
+    Failed,
+}
+
+impl From<JobState> for State {
+    fn from(state: JobState) -> State {
+        match state {
+            JobState::Coordination => State::Coordination,
+            JobState::Starting => State::Starting,
+            JobState::Running => State::Running,
+            JobState::Stopping => State::Stopping,
+            JobState::Completed => State::Completed,
+            JobState::Failed => State::Failed,
+        }
+    }
+}
+
+/// A worker of a cluster.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct WorkerPlace {
+    /// This worker's id (0 is the leader).
+    pub(crate) id: u32,
+    /// Workers in the cluster.
+    pub(crate) workers: u64,
+}
+
+/// One source's counters.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SourceStatus {
+    pub(crate) name: String,
+    pub(crate) rows_in: u64,
+    /// Rows per second over the last sampling interval (absent before two samples).
+    pub(crate) rows_per_second: Option<f64>,
+    pub(crate) bad_rows: u64,
+    /// The source's watermark (its slowest lane), in milliseconds since the Unix epoch.
+    pub(crate) watermark: Option<i64>,
+}
+
+/// One sink's counters.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SinkStatus {
+    pub(crate) name: String,
+    pub(crate) rows_out: u64,
+    /// Rows per second over the last sampling interval (absent before two samples).
+    pub(crate) rows_per_second: Option<f64>,
+}
+
+/// A committed checkpoint as this API saw it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CheckpointSeen {
+    pub(crate) epoch: u64,
+    /// When it was first seen committed, in milliseconds since the Unix epoch.
+    pub(crate) seen_at_ms: i64,
+    /// Milliseconds since the previous one was seen (absent for the first).
+    pub(crate) since_previous_ms: Option<u64>,
+}
+
+/// `/readyz`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Readiness {
+    pub(crate) ready: bool,
+    pub(crate) state: State,
+    /// Why it is not ready (absent when ready).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+    /// Why the job failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) failure: Option<String>,
+}
 
 /// `/status`: the state, checkpoints, failure, cluster place and per source and sink
 /// counters.
-pub(crate) fn document(job: &JobHandle, status: &Status) -> Value {
+pub(crate) fn document(job: &JobHandle, sampler: &Sampler, status: &Status) -> StatusDocument {
     let metrics = job.metrics();
-    json!({
-        "pipeline": job.name(),
-        "state": status.state.name(),
-        "last_committed_epoch": status.last_committed_epoch,
-        "resumed_from": status.resumed_from,
-        "failure": status.failure,
-        "worker": status.worker.map(|(id, workers)| json!({ "id": id, "workers": workers })),
-        "threads": job.threads(),
-        "sources": sources(&metrics),
-        "sinks": sinks(&metrics),
-    })
+    let rates = sampler.rates();
+    let checkpoints = sampler
+        .commits()
+        .iter()
+        .map(|c| CheckpointSeen { epoch: c.epoch, seen_at_ms: c.seen_at_ms, since_previous_ms: c.since_previous_ms })
+        .collect();
+    StatusDocument {
+        pipeline: job.name().to_string(),
+        state: status.state.into(),
+        last_committed_epoch: status.last_committed_epoch,
+        resumed_from: status.resumed_from,
+        failure: status.failure.clone(),
+        worker: status.worker.map(|(id, workers)| WorkerPlace { id, workers: workers as u64 }),
+        threads: job.threads(),
+        sources: sources(&metrics, &rates),
+        sinks: sinks(&metrics, &rates),
+        checkpoints,
+    }
 }
 
-fn sources(metrics: &Metrics) -> Vec<Value> {
+fn sources(metrics: &Metrics, rates: &Rates) -> Vec<SourceStatus> {
     metrics
         .sources
         .iter()
-        .map(|source| {
-            json!({
-                "name": source.name,
-                "rows_in": source.rows.load(Ordering::Relaxed),
-                "bad_rows": source.bad_rows.load(Ordering::Relaxed),
-                "watermark": source.watermark(),
-            })
+        .enumerate()
+        .map(|(i, source)| SourceStatus {
+            name: source.name.clone(),
+            rows_in: source.rows.load(Ordering::Relaxed),
+            rows_per_second: rates.sources.get(i).copied(),
+            bad_rows: source.bad_rows.load(Ordering::Relaxed),
+            watermark: source.watermark(),
         })
         .collect()
 }
 
-fn sinks(metrics: &Metrics) -> Vec<Value> {
+fn sinks(metrics: &Metrics, rates: &Rates) -> Vec<SinkStatus> {
     metrics
         .sinks
         .iter()
-        .map(|sink| json!({ "name": sink.name, "rows_out": sink.rows.load(Ordering::Relaxed) }))
+        .enumerate()
+        .map(|(i, sink)| SinkStatus {
+            name: sink.name.clone(),
+            rows_out: sink.rows.load(Ordering::Relaxed),
+            rows_per_second: rates.sinks.get(i).copied(),
+        })
         .collect()
 }
 
-/// `/readyz`: None when the job runs (ready), else the state and why it is not ready.
-pub(crate) fn not_ready(status: &Status) -> Option<Value> {
+/// `/readyz`: ready when the job runs, else the state and why it is not ready.
+pub(crate) fn readiness(status: &Status) -> Readiness {
     let reason = match status.state {
-        JobState::Running => return None,
-        JobState::Coordination => "waiting for every worker of the cluster to join".to_string(),
-        JobState::Starting => "recovering and starting its threads".to_string(),
-        JobState::Stopping => "a stop was requested: sources stopped, the job drains".to_string(),
-        JobState::Completed => "the job has ended".to_string(),
+        JobState::Running => None,
+        JobState::Coordination => Some("waiting for every worker of the cluster to join".to_string()),
+        JobState::Starting => Some("recovering and starting its threads".to_string()),
+        JobState::Stopping => Some("a stop was requested: sources stopped, the job drains".to_string()),
+        JobState::Completed => Some("the job has ended".to_string()),
         JobState::Failed => {
-            format!("the job failed: {}", status.failure.as_deref().unwrap_or("no reason was recorded"))
+            Some(format!("the job failed: {}", status.failure.as_deref().unwrap_or("no reason was recorded")))
         }
     };
-    Some(json!({ "ready": false, "state": status.state.name(), "reason": reason, "failure": status.failure }))
+    Readiness { ready: reason.is_none(), state: status.state.into(), reason, failure: status.failure.clone() }
 }

@@ -8,6 +8,7 @@
 //! [`MAX_STREAMS`] streams are open at once (more get 503), each waiting on one blocking
 //! thread for at most [`HEARTBEAT`] at a time.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -16,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use sluice_engine::{JobHandle, StatusStream};
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::sampler::Sampler;
 use crate::status;
 
 /// How long a stream stays silent before a heartbeat line.
@@ -30,22 +32,23 @@ const HEARTBEAT_LINE: &str = "{\"heartbeat\":true}\n";
 /// Where one client's stream is.
 struct Watch {
     job: JobHandle,
+    sampler: Arc<Sampler>,
     changes: Option<StatusStream>,
     /// Held while the stream lives.
     _permit: OwnedSemaphorePermit,
 }
 
 /// The response: a body that yields a line per change until a final state.
-pub(crate) fn respond(job: JobHandle, permit: Option<OwnedSemaphorePermit>) -> Response {
+pub(crate) fn respond(job: JobHandle, sampler: Arc<Sampler>, permit: Option<OwnedSemaphorePermit>) -> Response {
     let Some(permit) = permit else {
-        let body = serde_json::json!({
-            "error": "too many status streams",
-            "fix": format!("close one of the {MAX_STREAMS} open streams, or poll GET /status"),
-        });
+        let body = crate::routes::ErrorBody {
+            error: "too many status streams".into(),
+            fix: format!("close one of the {MAX_STREAMS} open streams, or poll GET /status"),
+        };
         return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     };
     let changes = Some(job.subscribe());
-    let watch = Watch { job, changes, _permit: permit };
+    let watch = Watch { job, sampler, changes, _permit: permit };
     let lines = futures::stream::unfold(watch, next_line);
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response()
 }
@@ -71,7 +74,8 @@ async fn next_line(mut watch: Watch) -> Option<(Result<Bytes, std::io::Error>, W
             if !status.state.is_final() {
                 watch.changes = Some(changes);
             }
-            let mut line = status::document(&watch.job, &status).to_string();
+            let document = status::document(&watch.job, &watch.sampler, &status);
+            let mut line = serde_json::to_string(&document).unwrap_or_default();
             line.push('\n');
             line
         }

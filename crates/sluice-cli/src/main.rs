@@ -4,11 +4,13 @@
 //! queries in child processes.
 
 mod checkpoints_cmd;
+mod http;
 mod nexmark;
 mod output;
 mod progress;
 mod report;
 mod run;
+mod status_cmd;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -105,6 +107,10 @@ enum Command {
         #[command(subcommand)]
         command: checkpoints_cmd::CheckpointsCommand,
     },
+    /// Watch a running job through its admin API: state, members, last checkpoint, rows,
+    /// rates and watermarks, live (a line per change when not on a terminal). Ends with the
+    /// job (exit 0 when it completed, 1 when it failed) or on Ctrl-C.
+    Status(status_cmd::StatusArgs),
     /// The connectors a pipeline may name, with the options each takes.
     Connectors,
     /// NEXMark: generate events, or run the benchmark queries.
@@ -131,6 +137,7 @@ fn main() -> ExitCode {
         Command::Validate { pipeline, threads } => validate(&engine, &pipeline, Overrides { threads }),
         Command::Explain { pipeline, threads } => explain(&engine, &pipeline, Overrides { threads }),
         Command::Checkpoints { command } => checkpoints_cmd::main(command),
+        Command::Status(args) => status_cmd::main(&args),
         Command::Connectors => connectors(&engine),
         Command::Nexmark { command } => nexmark::main(&engine, command, cli.quiet),
     };

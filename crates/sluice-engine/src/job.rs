@@ -119,6 +119,7 @@ impl Job {
             metrics: Arc::new(Mutex::new(Arc::clone(&metrics))),
             stop: stop.clone(),
             status,
+            explanation: Arc::new(crate::explain::explain(&compiled)),
         };
         let status = Arc::clone(&handle.status);
         launch(handle, notices, move || {
@@ -148,7 +149,9 @@ impl Job {
         let status = StatusCell::new(Status::coordination());
         let (stop, woken) = sluice_runtime::stop_handle();
         let started = std::time::Instant::now();
-        let handle = JobHandle { name, threads, metrics: Arc::clone(&metrics), stop: stop.clone(), status };
+        let explanation = Arc::new(crate::explain::explain(&prepared.local));
+        let handle =
+            JobHandle { name, threads, metrics: Arc::clone(&metrics), stop: stop.clone(), status, explanation };
         let status = Arc::clone(&handle.status);
         launch(handle, Vec::new(), move || {
             let failed = |error: SluiceError, metrics: Arc<Metrics>| RunReport {
@@ -356,6 +359,8 @@ pub struct JobHandle {
     metrics: Arc<Mutex<Arc<Metrics>>>,
     stop: StopHandle,
     status: Arc<StatusCell>,
+    /// The dataflow it runs (this worker's compilation of it).
+    explanation: Arc<crate::explain::Explanation>,
 }
 
 impl std::fmt::Debug for JobHandle {
@@ -391,6 +396,11 @@ impl JobHandle {
     /// Asks the job to stop (see [`Job::stop`]).
     pub fn stop(&self) {
         self.stop.stop();
+    }
+
+    /// The dataflow graph it runs, as `sluice explain` shows it.
+    pub fn explanation(&self) -> Arc<crate::explain::Explanation> {
+        Arc::clone(&self.explanation)
     }
 }
 

@@ -2,7 +2,9 @@
 //! source into a blackhole, served on 127.0.0.1:0, called with a hand-written HTTP/1.1
 //! client. Every wait waits on an event (a status change, a response) with a deadline.
 
+mod graph;
 mod http;
+mod openapi;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -37,8 +39,12 @@ struct Served {
 
 impl Served {
     fn start(token: Option<&str>) -> Served {
+        Served::start_pipeline(PIPELINE, token)
+    }
+
+    fn start_pipeline(text: &str, token: Option<&str>) -> Served {
         let dir = tempfile::tempdir().expect("tempdir");
-        let pipeline = Engine::default().parse(PIPELINE, "p.toml", dir.path(), Overrides::default()).expect("valid");
+        let pipeline = Engine::default().parse(text, "p.toml", dir.path(), Overrides::default()).expect("valid");
         let job = Job::start(&pipeline, StartOptions::default()).expect("starts");
         let bind: SocketAddr = "127.0.0.1:0".parse().expect("addr");
         let server = crate::serve(job.handle(), bind, token.map(str::to_string)).expect("serves");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{Scratch, assert_fails_with, sluice_command, stderr};
 
-const PIPELINE: &str = r#"
+pub(crate) const PIPELINE: &str = r#"
 [pipeline]
 name = "watched"
 threads = 1
@@ -27,17 +27,18 @@ from = "bid"
 connector = "blackhole"
 "#;
 
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 /// A `sluice run` child whose stderr lines arrive on a channel (read on a thread).
-struct Running {
+pub(crate) struct Running {
     child: Child,
+    addr: Option<SocketAddr>,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
 
 impl Running {
-    fn start(scratch: &Scratch, args: &[&str]) -> Running {
+    pub(crate) fn start(scratch: &Scratch, args: &[&str]) -> Running {
         let mut child = sluice_command(scratch.dir.path())
             .args(args)
             .stdout(Stdio::null())
@@ -53,7 +54,7 @@ impl Running {
                 }
             }
         });
-        Running { child, lines, seen: Vec::new() }
+        Running { child, addr: None, lines, seen: Vec::new() }
     }
 
     /// The next stderr line, None at its end; panics past the deadline.
@@ -70,18 +71,25 @@ impl Running {
     }
 
     /// The address from `sluice: admin API on http://ADDR`.
-    fn admin_addr(&mut self) -> SocketAddr {
+    pub(crate) fn admin_addr(&mut self) -> SocketAddr {
         let deadline = Instant::now() + DEADLINE;
         while let Some(line) = self.next_line(deadline) {
             if let Some(addr) = line.strip_prefix("sluice: admin API on http://") {
-                return addr.parse().expect("an address");
+                let addr = addr.parse().expect("an address");
+                self.addr = Some(addr);
+                return addr;
             }
         }
         panic!("no admin line; stderr:\n{}", self.seen.join("\n"));
     }
 
+    /// The address [`Running::admin_addr`] read.
+    pub(crate) fn admin_addr_known(&self) -> SocketAddr {
+        self.addr.expect("admin_addr was read first")
+    }
+
     /// Reads stderr to its end, then the exit code.
-    fn finish(mut self) -> (Option<i32>, String) {
+    pub(crate) fn finish(mut self) -> (Option<i32>, String) {
         let deadline = Instant::now() + DEADLINE;
         while self.next_line(deadline).is_some() {}
         let status = self.child.wait().expect("wait");
@@ -98,26 +106,33 @@ impl Drop for Running {
 }
 
 /// One HTTP/1.1 request (`Connection: close`); the status code and the raw rest.
-fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut stream = open(addr, method, path);
+pub(crate) fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    request_with(addr, method, path, None)
+}
+
+/// [`request`] with `Authorization: Bearer TOKEN` when `token` is given.
+pub(crate) fn request_with(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = open(addr, method, path, token);
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("response");
     let code = response.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("{response}"));
     (code, response)
 }
 
-fn open(addr: SocketAddr, method: &str, path: &str) -> TcpStream {
+fn open(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> TcpStream {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    let request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    let auth = token.map_or_else(String::new, |token| format!("Authorization: Bearer {token}\r\n"));
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\nContent-Length: 0\r\n\r\n");
     stream.write_all(request.as_bytes()).expect("send");
     stream
 }
 
 /// Reads the status stream's lines until one has `"state":"running"` (chunk-size lines
 /// of the chunked framing are skipped: they are never JSON).
-fn wait_running(addr: SocketAddr) {
-    let reader = BufReader::new(open(addr, "GET", "/status/stream"));
+pub(crate) fn wait_running(addr: SocketAddr) {
+    let reader = BufReader::new(open(addr, "GET", "/status/stream", None));
     for line in reader.lines() {
         let line = line.expect("a line of the status stream");
         if line.contains("\"state\":\"running\"") {

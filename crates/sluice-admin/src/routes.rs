@@ -1,0 +1,136 @@
+//! The routes and their handlers. Each handler carries its OpenAPI description
+//! (`utoipa::path`), which the `openapi` module gathers into `/openapi.json`: the
+//! document is made from the same code that answers.
+//!
+//! Bounds: every handler answers from values read once (see `status`, `graph`,
+//! `metrics`); only `/status/stream` stays open (see `stream`). The page is static: its
+//! script reads `/graph` and `/status` like any client.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::graph::{self, Graph};
+use crate::server::Shared;
+use crate::status::{self, Readiness, State as JobStateName, StatusDocument};
+use crate::{access, metrics, openapi, stream};
+
+/// An error: what went wrong and how to fix it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    pub(crate) error: String,
+    pub(crate) fix: String,
+}
+
+/// `POST /stop`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Stopping {
+    /// Always true: the stop was asked for (it is idempotent).
+    pub(crate) stopping: bool,
+    /// The state right after asking.
+    pub(crate) state: JobStateName,
+}
+
+pub(crate) fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status_document))
+        .route("/status/stream", get(status_stream))
+        .route("/metrics", get(metrics_text))
+        .route("/graph", get(graph_document))
+        .route("/stop", post(stop))
+        .route("/openapi.json", get(openapi_document))
+        .route("/", get(page))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
+        .with_state(shared)
+}
+
+/// Whether the process lives.
+#[utoipa::path(get, path = "/healthz", tag = "probes", security(()),
+    responses((status = 200, description = "The process lives", body = String, content_type = "text/plain")))]
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Whether the job runs (every source and sink started, the cluster formed).
+#[utoipa::path(get, path = "/readyz", tag = "probes", security(()), responses(
+    (status = 200, description = "The job runs", body = Readiness),
+    (status = 503, description = "Not running: the state and why", body = Readiness)))]
+pub(crate) async fn readyz(State(shared): State<Shared>) -> Response {
+    let readiness = status::readiness(&shared.job.status());
+    let code = if readiness.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, axum::Json(readiness)).into_response()
+}
+
+/// The job's state, checkpoints, place in its cluster, and counters.
+#[utoipa::path(get, path = "/status", tag = "job", responses(
+    (status = 200, description = "The status", body = StatusDocument),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody)))]
+pub(crate) async fn status_document(State(shared): State<Shared>) -> Response {
+    let status = shared.job.status();
+    axum::Json(status::document(&shared.job, &shared.sampler, &status)).into_response()
+}
+
+/// The status as NDJSON: the current one, then a line per change (each a `Status`),
+/// `{"heartbeat":true}` after 5 s without one; ends after a final state.
+#[utoipa::path(get, path = "/status/stream", tag = "job", responses(
+    (status = 200, description = "Lines of JSON, kept open", body = String, content_type = "application/x-ndjson"),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 503, description = "Too many streams open", body = ErrorBody)))]
+pub(crate) async fn status_stream(State(shared): State<Shared>) -> Response {
+    let permit = Arc::clone(&shared.streams).try_acquire_owned().ok();
+    stream::respond(shared.job.clone(), Arc::clone(&shared.sampler), permit)
+}
+
+/// The counters in the Prometheus text format 0.0.4.
+#[utoipa::path(get, path = "/metrics", tag = "job", responses(
+    (status = 200, description = "Prometheus text", body = String, content_type = "text/plain; version=0.0.4; charset=utf-8"),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody)))]
+pub(crate) async fn metrics_text(State(shared): State<Shared>) -> Response {
+    let status = shared.job.status();
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&shared.job, &status)).into_response()
+}
+
+/// The dataflow: nodes (sources, segments of operators, sinks), edges, live rates.
+#[utoipa::path(get, path = "/graph", tag = "job", responses(
+    (status = 200, description = "The graph", body = Graph),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody)))]
+pub(crate) async fn graph_document(State(shared): State<Shared>) -> Response {
+    let status = shared.job.status();
+    axum::Json(graph::build(&shared.job, &status, &shared.sampler.rates())).into_response()
+}
+
+/// Stops the sources and drains (with checkpoints: takes a final one), as Ctrl-C.
+#[utoipa::path(post, path = "/stop", tag = "job", responses(
+    (status = 202, description = "The stop was asked for", body = Stopping),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody)))]
+pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
+    shared.job.stop();
+    let state = shared.job.status().state.into();
+    (StatusCode::ACCEPTED, axum::Json(Stopping { stopping: true, state })).into_response()
+}
+
+/// The live page: the dataflow with its rates, backpressure, watermarks and the
+/// checkpoints (one file of HTML, CSS, JavaScript and SVG shipped in the binary).
+#[utoipa::path(get, path = "/", tag = "meta", security(()),
+    responses((status = 200, description = "The page", body = String, content_type = "text/html; charset=utf-8")))]
+pub(crate) async fn page() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
+}
+
+/// The page's text (`src/page/index.html`).
+const PAGE: &str = include_str!("page/index.html");
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta", security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
+pub(crate) async fn openapi_document() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], openapi::json()).into_response()
+}
