@@ -46,7 +46,7 @@ fi
 
 # Schemathesis, which fuzzes the admin API against its OpenAPI document
 # (crates/sluice-cli/tests/cli/openapi.rs).
-python3 -m pip install --quiet schemathesis
+python3 -m pip install --quiet 'schemathesis==4.32.5'
 
 # Chromium and chromedriver for the admin page's browser test
 # (crates/sluice-cli/tests/cli/page.rs); headless, nothing fetched by the browser.
