@@ -11,7 +11,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::graph::{Edge, EdgeKind, Graph, Node, NodeKind, ThreadPressure};
-use crate::routes::{self, ErrorBody, Stopping};
+use crate::routes::{self, CheckpointTaken, ErrorBody, Stopping};
 use crate::status::{CheckpointSeen, Readiness, SinkStatus, SourceStatus, State, StatusDocument, WorkerPlace};
 
 #[derive(OpenApi)]
@@ -25,12 +25,13 @@ use crate::status::{CheckpointSeen, Readiness, SinkStatus, SourceStatus, State, 
         routes::metrics_text,
         routes::graph_document,
         routes::stop,
+        routes::checkpoint,
         routes::openapi_document,
         routes::page,
     ),
     components(schemas(
         StatusDocument, State, WorkerPlace, SourceStatus, SinkStatus, CheckpointSeen, Readiness,
-        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, ErrorBody, Stopping,
+        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, ErrorBody, Stopping, CheckpointTaken,
     )),
     modifiers(&Bearer),
     security(("bearer" = [])),

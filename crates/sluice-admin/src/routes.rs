@@ -28,6 +28,16 @@ pub(crate) struct ErrorBody {
     pub(crate) fix: String,
 }
 
+/// `POST /checkpoint`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CheckpointTaken {
+    /// The committed checkpoint's epoch (the first that started after the request).
+    pub(crate) epoch: u64,
+}
+
+/// How long `POST /checkpoint` waits for its checkpoint to be committed.
+const CHECKPOINT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// `POST /stop`'s answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Stopping {
@@ -46,6 +56,7 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/graph", get(graph_document))
         .route("/stop", post(stop))
+        .route("/checkpoint", post(checkpoint))
         .route("/openapi.json", get(openapi_document))
         .route("/", get(page))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
@@ -115,6 +126,33 @@ pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
     shared.job.stop();
     let state = shared.job.status().state.into();
     (StatusCode::ACCEPTED, axum::Json(Stopping { stopping: true, state })).into_response()
+}
+
+/// Takes a checkpoint now and answers once it is committed (at most 5 minutes), with
+/// its epoch. Only where checkpoints are decided: alone, or on a cluster's leader.
+#[utoipa::path(post, path = "/checkpoint", tag = "job", responses(
+    (status = 200, description = "The checkpoint is committed", body = CheckpointTaken),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 409, description = "No checkpoint here: the job takes none, this worker follows a leader, or the job \
+        ended first", body = ErrorBody),
+    (status = 503, description = "Too many checkpoint requests wait", body = ErrorBody),
+    (status = 504, description = "Not committed within 5 minutes", body = ErrorBody)))]
+pub(crate) async fn checkpoint(State(shared): State<Shared>) -> Response {
+    let job = shared.job.clone();
+    let taken = tokio::task::spawn_blocking(move || job.checkpoint(CHECKPOINT_WAIT)).await;
+    let error = match taken {
+        Ok(Ok(epoch)) => return (StatusCode::OK, axum::Json(CheckpointTaken { epoch })).into_response(),
+        Ok(Err(error)) => error,
+        Err(join) => sluice_types::SluiceError::internal("admin.checkpoint", join.to_string()),
+    };
+    let code = match error.code {
+        "checkpoint.requests_busy" => StatusCode::SERVICE_UNAVAILABLE,
+        "checkpoint.request_timeout" => StatusCode::GATEWAY_TIMEOUT,
+        "admin.checkpoint" => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::CONFLICT,
+    };
+    let body = ErrorBody { error: error.message.clone(), fix: error.fix.clone().unwrap_or_default() };
+    (code, axum::Json(body)).into_response()
 }
 
 /// The live page: the dataflow with its rates, backpressure, watermarks and the

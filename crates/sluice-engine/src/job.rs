@@ -120,6 +120,7 @@ impl Job {
             stop: stop.clone(),
             status,
             explanation: Arc::new(crate::explain::explain(&compiled)),
+            checkpoints: checkpointing.is_some(),
         };
         let status = Arc::clone(&handle.status);
         launch(handle, notices, move || {
@@ -150,8 +151,16 @@ impl Job {
         let (stop, woken) = sluice_runtime::stop_handle();
         let started = std::time::Instant::now();
         let explanation = Arc::new(crate::explain::explain(&prepared.local));
-        let handle =
-            JobHandle { name, threads, metrics: Arc::clone(&metrics), stop: stop.clone(), status, explanation };
+        let checkpoints = pipeline.config.checkpoint.is_some();
+        let handle = JobHandle {
+            name,
+            threads,
+            metrics: Arc::clone(&metrics),
+            stop: stop.clone(),
+            status,
+            explanation,
+            checkpoints,
+        };
         let status = Arc::clone(&handle.status);
         launch(handle, Vec::new(), move || {
             let failed = |error: SluiceError, metrics: Arc<Metrics>| RunReport {
@@ -361,6 +370,8 @@ pub struct JobHandle {
     status: Arc<StatusCell>,
     /// The dataflow it runs (this worker's compilation of it).
     explanation: Arc<crate::explain::Explanation>,
+    /// Whether it takes checkpoints (a `[checkpoint]` section).
+    checkpoints: bool,
 }
 
 impl std::fmt::Debug for JobHandle {
@@ -402,6 +413,65 @@ impl JobHandle {
     pub fn explanation(&self) -> Arc<crate::explain::Explanation> {
         Arc::clone(&self.explanation)
     }
+
+    /// Takes a checkpoint now and waits, at most `timeout`, until it is committed;
+    /// returns its epoch (the first that started after the request). Refused without a
+    /// `[checkpoint]` section, on a worker that follows a leader, when too many requests
+    /// wait, and when the job ends first.
+    pub fn checkpoint(&self, timeout: Duration) -> Result<u64, SluiceError> {
+        if !self.checkpoints {
+            return Err(SluiceError::user("checkpoint.unavailable", "this job takes no checkpoints")
+                .with_fix("add a [checkpoint] section to the pipeline and run it again"));
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let mut changes = self.subscribe();
+        let answer = self.stop.request_checkpoint().ok_or_else(|| {
+            SluiceError::external(
+                "checkpoint.requests_busy",
+                format!("{} checkpoint requests already wait", sluice_runtime::controller::MAX_CHECKPOINT_REQUESTS),
+            )
+            .with_fix("wait for them to be answered, then ask again")
+        })?;
+        let follower = |status: &Status| status.worker.is_some_and(|(me, _)| me != 0);
+        let epoch = loop {
+            match answer.recv_timeout(Duration::from_millis(100)) {
+                Ok(epoch) => break epoch,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) if std::time::Instant::now() < deadline => {}
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Err(request_timeout(timeout)),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) if follower(&self.status()) => {
+                    return Err(SluiceError::user(
+                        "checkpoint.not_leader",
+                        "this worker follows its cluster's leader, which decides the checkpoints",
+                    )
+                    .with_fix("ask the leader's admin API (worker 0)"));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(ended_before(None)),
+            }
+        };
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let Some(status) = changes.next_timeout(left) else { return Err(request_timeout(timeout)) };
+            if status.last_committed_epoch.is_some_and(|committed| committed >= epoch) {
+                return Ok(epoch);
+            }
+            if status.state.is_final() {
+                return Err(ended_before(Some(epoch)));
+            }
+        }
+    }
+}
+
+fn request_timeout(timeout: Duration) -> SluiceError {
+    SluiceError::external(
+        "checkpoint.request_timeout",
+        format!("the checkpoint was not committed within {} s", timeout.as_secs()),
+    )
+    .with_fix("see the job's log for failed checkpoints; ask again later")
+}
+
+fn ended_before(epoch: Option<u64>) -> SluiceError {
+    let what = epoch.map_or_else(|| "the checkpoint".to_string(), |epoch| format!("checkpoint {epoch}"));
+    SluiceError::external("checkpoint.job_ended", format!("the job ended before {what} was committed"))
 }
 
 /// The text of a panic's payload.

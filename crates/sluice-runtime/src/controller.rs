@@ -63,8 +63,14 @@ pub struct StopHandle {
     requested: Arc<AtomicBool>,
     /// Why the run must end now, without draining (a lost peer: its data is gone).
     aborted: Arc<std::sync::Mutex<Option<SluiceError>>>,
+    /// Checkpoint requests waiting for the controller, each answered with the epoch
+    /// whose commit satisfies it (at most [`MAX_CHECKPOINT_REQUESTS`]).
+    checkpoints: Arc<std::sync::Mutex<Vec<Sender<u64>>>>,
     wake: Sender<()>,
 }
+
+/// Most checkpoint requests that may wait for the controller at once.
+pub const MAX_CHECKPOINT_REQUESTS: usize = 64;
 
 impl StopHandle {
     /// Asks the run to stop its sources and drain. Idempotent.
@@ -90,6 +96,29 @@ impl StopHandle {
         match self.wake.try_send(()) {
             Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
         }
+    }
+
+    /// Asks for a checkpoint now (an operator's request). The receiver gets the epoch
+    /// whose commit answers it (the first that starts after the request), or is closed
+    /// without an answer when the run takes no checkpoints, follows a leader, or ended.
+    /// None when [`MAX_CHECKPOINT_REQUESTS`] requests already wait.
+    pub fn request_checkpoint(&self) -> Option<Receiver<u64>> {
+        let (answer, answered) = bounded(1);
+        {
+            let mut waiting = self.checkpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if waiting.len() >= MAX_CHECKPOINT_REQUESTS {
+                return None;
+            }
+            waiting.push(answer);
+        }
+        match self.wake.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+        }
+        Some(answered)
+    }
+
+    fn take_checkpoint_requests(&self) -> Vec<Sender<u64>> {
+        std::mem::take(&mut *self.checkpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// Forgets the reason of an abort, so that the handle serves a new run (a cluster
@@ -147,7 +176,13 @@ impl RunReport {
 /// Creates the handle before the run starts, so a signal handler can hold it.
 pub fn stop_handle() -> (StopHandle, Receiver<()>) {
     let (wake, woken) = bounded(1);
-    (StopHandle { requested: Arc::new(AtomicBool::new(false)), aborted: Arc::default(), wake }, woken)
+    let handle = StopHandle {
+        requested: Arc::new(AtomicBool::new(false)),
+        aborted: Arc::default(),
+        checkpoints: Arc::default(),
+        wake,
+    };
+    (handle, woken)
 }
 
 /// This worker's part of a cluster run: the slots of every worker, which of them are
@@ -331,12 +366,21 @@ pub fn run_part(
         if stop_handle.is_requested() && supervisor.deadline.is_none() {
             supervisor.on_stop(options.shutdown_timeout);
         }
+        for answer in stop_handle.take_checkpoint_requests() {
+            // Without a coordinator that decides, the request is dropped: the requester
+            // sees its answer channel closed.
+            if let Some(epoch) = supervisor.coordinator.as_mut().and_then(|c| c.request_now(Instant::now())) {
+                let _ = answer.try_send(epoch);
+            }
+        }
         supervisor.tick();
         supervisor.check_end();
         supervisor.check_deadline(options.shutdown_timeout);
         publish_link_counters(&link_counters);
     }
     publish_link_counters(&link_counters);
+    // Requests that came too late are closed unanswered.
+    drop(stop_handle.take_checkpoint_requests());
     let mut outcome = supervisor.outcome.take().expect("loop ends with an outcome");
     if outcome == RunOutcome::Completed {
         for handle in handles {

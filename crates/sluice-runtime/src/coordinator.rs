@@ -120,6 +120,8 @@ pub(crate) struct Coordinator {
     stopping: bool,
     final_started: bool,
     final_done: bool,
+    /// A checkpoint was asked for (`request_now`) and has not started yet.
+    asked: bool,
     pub stats: CheckpointStats,
 }
 
@@ -243,6 +245,7 @@ impl Coordinator {
             stopping: false,
             final_started: false,
             final_done: false,
+            asked: false,
             stats: CheckpointStats::default(),
         }
     }
@@ -365,6 +368,7 @@ impl Coordinator {
     }
 
     fn start(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>], final_epoch: bool, now: Instant) {
+        self.asked = false;
         let epoch = self.next_epoch;
         self.next_epoch = Epoch(epoch.0 + 1);
         for thread in running {
@@ -401,6 +405,25 @@ impl Coordinator {
             deadline: now + self.timeout,
             timed_out: false,
         });
+    }
+
+    /// A checkpoint was asked for (an operator's request): the next one is due now, or as
+    /// soon as the one under way completes. Returns the epoch whose commit answers the
+    /// request (the first that starts from now on); None for a follower, whose leader
+    /// decides.
+    pub(crate) fn request_now(&mut self, at: Instant) -> Option<u64> {
+        if self.follows() {
+            return None;
+        }
+        self.asked = true;
+        self.next_due = self.next_due.min(at);
+        Some(self.next_epoch.0)
+    }
+
+    /// After a checkpoint: the next is due an interval from now, or at once if one was
+    /// asked for meanwhile.
+    fn schedule_next(&mut self) {
+        self.next_due = if self.asked { now() } else { now() + self.interval };
     }
 
     /// A stop was requested: the next checkpoint is the final one (pausing every lane),
@@ -576,7 +599,7 @@ impl Coordinator {
                 self.uncommitted.extend(in_flight.carried);
             }
             self.uncommitted.extend(in_flight.slice.sink_records);
-            self.next_due = now() + self.interval;
+            self.schedule_next();
             return Ok(Completed::Checkpoint);
         }
         // Every driver copied its state and went on: encoding and writing overlap
@@ -639,7 +662,7 @@ impl Coordinator {
                 self.commit(records)?;
                 self.tell_others_to_commit(epoch, final_epoch);
                 sluice_types::failpoint!("checkpoint.after_commit");
-                self.next_due = now() + self.interval;
+                self.schedule_next();
                 if final_epoch {
                     self.final_done = true;
                     return Ok(Completed::Final);
@@ -663,7 +686,7 @@ impl Coordinator {
                         epoch.0, self.failed_in_a_row, self.max_failed
                     )));
                 }
-                self.next_due = now() + self.interval;
+                self.schedule_next();
                 Ok(Completed::Checkpoint)
             }
         }

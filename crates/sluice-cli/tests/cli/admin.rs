@@ -183,3 +183,43 @@ fn admin_off_prints_no_admin_line() {
     assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
     assert!(!stderr(&run).contains("admin API"), "{}", stderr(&run));
 }
+
+/// `POST /checkpoint` takes a checkpoint at once (the interval is an hour) and answers
+/// once it is committed, with its epoch; `/status` then shows it committed. Without a
+/// `[checkpoint]` section the answer is 409 with the fix.
+#[test]
+fn post_checkpoint_answers_with_the_committed_epoch() {
+    let scratch = Scratch::new();
+    let pipeline = PIPELINE.replacen(
+        "\n[[source]]",
+        "\n[checkpoint]\ninterval = \"1h\"\nstore = \"file://./state\"\n\n[[source]]",
+        1,
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let mut running = Running::start(&scratch, &["run", "pipeline.toml"]);
+    let addr = running.admin_addr();
+    let epoch = |response: &str| -> u64 {
+        let body = response.split("\r\n\r\n").nth(1).expect("a body");
+        let json: serde_json::Value = serde_json::from_str(body).expect("json");
+        json["epoch"].as_u64().unwrap_or_else(|| panic!("no epoch in {body}"))
+    };
+    let (code, first) = request(addr, "POST", "/checkpoint");
+    assert_eq!(code, 200, "{first}");
+    let (code, second) = request(addr, "POST", "/checkpoint");
+    assert_eq!(code, 200, "{second}");
+    assert!(epoch(&second) > epoch(&first), "a later request is answered by a later checkpoint");
+    let (_, status) = request(addr, "GET", "/status");
+    assert!(status.contains(&format!("\"last_committed_epoch\":{}", epoch(&second))), "{status}");
+    let (code, stopped) = request(addr, "POST", "/stop");
+    assert_eq!(code, 202, "{stopped}");
+    let (code, seen) = running.finish();
+    assert_eq!(code, Some(0), "{seen}");
+
+    let plain = Scratch::new();
+    plain.write("pipeline.toml", PIPELINE);
+    let mut running = Running::start(&plain, &["run", "pipeline.toml"]);
+    let addr = running.admin_addr();
+    let (code, refused) = request(addr, "POST", "/checkpoint");
+    assert_eq!(code, 409, "{refused}");
+    assert!(refused.contains("takes no checkpoints") && refused.contains("[checkpoint]"), "{refused}");
+}
