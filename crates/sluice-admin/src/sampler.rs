@@ -41,6 +41,8 @@ pub(crate) struct Commit {
     pub(crate) seen_at_ms: i64,
     /// Milliseconds since the previous commit was seen (None for the first).
     pub(crate) since_previous_ms: Option<u64>,
+    /// Its figures, where this worker published it.
+    pub(crate) record: Option<sluice_engine::CheckpointRecord>,
 }
 
 /// One reading of the cumulative counters.
@@ -106,7 +108,8 @@ impl Sampler {
         if inner.commits.len() == HISTORY {
             inner.commits.pop_front();
         }
-        inner.commits.push_back(Commit { epoch, seen_at_ms: now_ms, since_previous_ms });
+        let record = status.last_checkpoint.filter(|record| record.epoch == epoch);
+        inner.commits.push_back(Commit { epoch, seen_at_ms: now_ms, since_previous_ms, record });
         inner.last_commit_at = Some(at);
     }
 
@@ -165,7 +168,14 @@ mod tests {
 
     fn status(epoch: Option<u64>) -> Status {
         let state = sluice_engine::JobState::Running;
-        Status { state, last_committed_epoch: epoch, resumed_from: None, failure: None, worker: None }
+        Status {
+            state,
+            last_committed_epoch: epoch,
+            last_checkpoint: None,
+            resumed_from: None,
+            failure: None,
+            worker: None,
+        }
     }
 
     #[test]
@@ -200,8 +210,8 @@ mod tests {
         }
         let commits = sampler.commits();
         assert_eq!(commits.len(), HISTORY / 2 + 5);
-        assert_eq!(commits[0], Commit { epoch: 1, seen_at_ms: 0, since_previous_ms: None });
-        assert_eq!(commits[1], Commit { epoch: 2, seen_at_ms: 2000, since_previous_ms: Some(2000) });
+        assert_eq!(commits[0], Commit { epoch: 1, seen_at_ms: 0, since_previous_ms: None, record: None });
+        assert_eq!(commits[1], Commit { epoch: 2, seen_at_ms: 2000, since_previous_ms: Some(2000), record: None });
         for tick in 0..(HISTORY as u64) {
             let at = start + Duration::from_secs(1000 + tick);
             sampler.sample(&metrics, &status(Some(1000 + tick)), at, 0);

@@ -101,6 +101,13 @@ pub(crate) struct CheckpointSeen {
     pub(crate) seen_at_ms: i64,
     /// Milliseconds since the previous one was seen (absent for the first).
     pub(crate) since_previous_ms: Option<u64>,
+    /// From its barrier to its manifest published, in milliseconds (where this worker
+    /// published it: alone, or leading a cluster).
+    pub(crate) duration_ms: Option<u64>,
+    /// The pause processing saw: from its barrier to the last driver's acknowledgement.
+    pub(crate) pause_ms: Option<u64>,
+    /// Bytes of operator state its manifest names.
+    pub(crate) state_bytes: Option<u64>,
 }
 
 /// `/readyz`'s answer.
@@ -124,7 +131,14 @@ pub(crate) fn document(job: &JobHandle, sampler: &Sampler, status: &Status) -> S
     let checkpoints = sampler
         .commits()
         .iter()
-        .map(|c| CheckpointSeen { epoch: c.epoch, seen_at_ms: c.seen_at_ms, since_previous_ms: c.since_previous_ms })
+        .map(|c| CheckpointSeen {
+            epoch: c.epoch,
+            seen_at_ms: c.seen_at_ms,
+            since_previous_ms: c.since_previous_ms,
+            duration_ms: c.record.map(|r| r.duration_ms),
+            pause_ms: c.record.map(|r| r.pause_ms),
+            state_bytes: c.record.map(|r| r.state_bytes),
+        })
         .collect();
     StatusDocument {
         pipeline: job.name().to_string(),

@@ -496,7 +496,10 @@ fn run(
     let mut observe = |event: RunEvent| match event {
         RunEvent::Started => status.update(|s| s.state = JobState::Running),
         RunEvent::Stopping => status.update(|s| s.state = JobState::Stopping),
-        RunEvent::Committed { epoch } => status.update(|s| s.last_committed_epoch = Some(epoch)),
+        RunEvent::Committed { epoch, record } => status.update(|s| {
+            s.last_committed_epoch = Some(epoch);
+            s.last_checkpoint = record;
+        }),
     };
     sluice_runtime::run_part(&compiled.plan, &compiled.options, checkpointing, part, stop, metrics, &mut observe)
 }

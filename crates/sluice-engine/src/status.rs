@@ -50,6 +50,9 @@ pub struct Status {
     pub state: JobState,
     /// The epoch of the last checkpoint committed by this run.
     pub last_committed_epoch: Option<u64>,
+    /// That checkpoint's figures (state bytes, pause, duration), where this worker
+    /// published it (alone, or leading a cluster).
+    pub last_checkpoint: Option<sluice_runtime::controller::CheckpointRecord>,
     /// The checkpoint this run resumed from.
     pub resumed_from: Option<u64>,
     /// Why the job failed: the component and the reason.
@@ -60,7 +63,14 @@ pub struct Status {
 
 impl Status {
     pub(crate) fn starting(resumed_from: Option<u64>) -> Status {
-        Status { state: JobState::Starting, last_committed_epoch: None, resumed_from, failure: None, worker: None }
+        Status {
+            state: JobState::Starting,
+            last_committed_epoch: None,
+            last_checkpoint: None,
+            resumed_from,
+            failure: None,
+            worker: None,
+        }
     }
 
     pub(crate) fn coordination() -> Status {

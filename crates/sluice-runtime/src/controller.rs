@@ -53,8 +53,9 @@ pub enum RunEvent {
     Started,
     /// A stop was requested: the sources stop (or the final checkpoint starts).
     Stopping,
-    /// Checkpoint `epoch` was published and every sink committed it.
-    Committed { epoch: u64 },
+    /// Checkpoint `epoch` was published and every sink committed it; `record` has its
+    /// figures where this worker published it (alone, or leading a cluster).
+    Committed { epoch: u64, record: Option<CheckpointRecord> },
 }
 
 /// Requests a graceful stop of a running plan from another thread (a signal handler).
@@ -593,7 +594,8 @@ impl Supervisor<'_> {
         let epoch = coordinator.stats.last_epoch;
         if coordinator.stats.published > 0 && self.reported_epoch != Some(epoch) {
             self.reported_epoch = Some(epoch);
-            (self.observe)(RunEvent::Committed { epoch });
+            let record = coordinator.stats.last.filter(|record| record.epoch == epoch);
+            (self.observe)(RunEvent::Committed { epoch, record });
         }
     }
 

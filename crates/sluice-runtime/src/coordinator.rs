@@ -140,6 +140,8 @@ pub struct CheckpointStats {
     pub max_duration_ms: u64,
     /// Each published checkpoint, oldest first (the first [`HISTORY_KEPT`]).
     pub history: Vec<CheckpointRecord>,
+    /// The last published checkpoint.
+    pub last: Option<CheckpointRecord>,
 }
 
 /// One published checkpoint in [`CheckpointStats::history`].
@@ -653,9 +655,11 @@ impl Coordinator {
                 self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
                 let duration_ms = now().saturating_duration_since(started).as_millis() as u64;
                 self.stats.max_duration_ms = self.stats.max_duration_ms.max(duration_ms);
+                let record = CheckpointRecord { epoch: epoch.0, state_bytes, pause_ms, duration_ms };
                 if self.stats.history.len() < HISTORY_KEPT {
-                    self.stats.history.push(CheckpointRecord { epoch: epoch.0, state_bytes, pause_ms, duration_ms });
+                    self.stats.history.push(record);
                 }
+                self.stats.last = Some(record);
                 self.failed_in_a_row = 0;
                 tracing::info!(epoch = epoch.0, millis = duration_ms, "checkpoint published");
                 sluice_types::failpoint!("checkpoint.after_publish");

@@ -22,6 +22,7 @@ fn the_document_describes_every_route_and_needs_no_token() {
         ("/metrics", "get"),
         ("/graph", "get"),
         ("/stop", "post"),
+        ("/checkpoint", "post"),
         ("/openapi.json", "get"),
         ("/", "get"),
     ] {
@@ -33,10 +34,10 @@ fn the_document_describes_every_route_and_needs_no_token() {
             assert!([200, 503].contains(&answer.code), "{path}: {answer:?}");
         }
     }
-    assert_eq!(paths.len(), 9, "no route undocumented or extra: {:?}", paths.keys());
+    assert_eq!(paths.len(), 10, "no route undocumented or extra: {:?}", paths.keys());
     let scheme = &document["components"]["securitySchemes"]["bearer"];
     assert_eq!((scheme["type"].as_str(), scheme["scheme"].as_str()), (Some("http"), Some("bearer")), "{document}");
-    for schema in ["StatusDocument", "Graph", "Node", "Edge", "Readiness", "ErrorBody"] {
+    for schema in ["StatusDocument", "Graph", "Node", "Edge", "Readiness", "ErrorBody", "CheckpointTaken"] {
         assert!(document["components"]["schemas"][schema].is_object(), "{schema} missing: {document}");
     }
 }

@@ -210,6 +210,22 @@ fn post_checkpoint_answers_with_the_committed_epoch() {
     assert!(epoch(&second) > epoch(&first), "a later request is answered by a later checkpoint");
     let (_, status) = request(addr, "GET", "/status");
     assert!(status.contains(&format!("\"last_committed_epoch\":{}", epoch(&second))), "{status}");
+    // The history (sampled every second) shows the checkpoint with its figures.
+    let deadline = Instant::now() + DEADLINE;
+    let wanted = format!("\"epoch\":{},", epoch(&second));
+    let history = loop {
+        let (_, status) = request(addr, "GET", "/status");
+        let body = status.split("\r\n\r\n").nth(1).expect("a body").to_string();
+        let json: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let seen = json["checkpoints"].as_array().cloned().unwrap_or_default();
+        if let Some(seen) = seen.into_iter().find(|c| c["epoch"].as_u64() == Some(epoch(&second))) {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "checkpoint {wanted} never in the history: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(history["duration_ms"].is_u64() && history["pause_ms"].is_u64(), "{history}");
+    assert!(history["state_bytes"].is_u64(), "{history}");
     let (code, stopped) = request(addr, "POST", "/stop");
     assert_eq!(code, 202, "{stopped}");
     let (code, seen) = running.finish();
