@@ -255,7 +255,7 @@ fn a_killed_worker_and_a_cut_link_are_each_restored_and_the_output_is_exactly_on
     let Some(hosts) = hosts_or_skip("r") else { return };
     let shared = Scratch::new();
     let pipeline = PIPELINE
-        .replace("EVENTS", "events = 20000")
+        .replace("EVENTS", "events = 6000")
         .replacen("[pipeline]\n", "[pipeline]\nbatch_size = 50\n", 1)
         .replacen(
             "\n[[source]]",
@@ -309,6 +309,6 @@ fn a_killed_worker_and_a_cut_link_are_each_restored_and_the_output_is_exactly_on
     seen.push_str(&std::io::read_to_string(&mut leader_err).expect("stderr"));
     assert_eq!(workers.child(0).wait().expect("wait").code(), Some(0), "{seen}");
     let lines = |dir: &Scratch| crate::harness::sorted_lines(&crate::golden::output(dir, "out"));
-    assert!(lines(&reference).len() > 1000);
+    assert!(lines(&reference).len() > 300, "a real workload");
     assert_eq!(lines(&shared), lines(&reference));
 }
