@@ -11,7 +11,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::graph::{Edge, EdgeKind, Graph, Node, NodeKind, ThreadPressure};
-use crate::routes::{self, CheckpointTaken, ErrorBody, Stopping};
+use crate::routes::{self, CheckpointTaken, ErrorBody, Paused, Stopping};
 use crate::status::{CheckpointSeen, Readiness, SinkStatus, SourceStatus, State, StatusDocument, WorkerPlace};
 
 #[derive(OpenApi)]
@@ -26,12 +26,14 @@ use crate::status::{CheckpointSeen, Readiness, SinkStatus, SourceStatus, State, 
         routes::graph_document,
         routes::stop,
         routes::checkpoint,
+        routes::pause,
+        routes::resume,
         routes::openapi_document,
         routes::page,
     ),
     components(schemas(
         StatusDocument, State, WorkerPlace, SourceStatus, SinkStatus, CheckpointSeen, Readiness,
-        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, ErrorBody, Stopping, CheckpointTaken,
+        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, ErrorBody, Stopping, CheckpointTaken, Paused,
     )),
     modifiers(&Bearer),
     security(("bearer" = [])),

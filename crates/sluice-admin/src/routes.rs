@@ -28,6 +28,15 @@ pub(crate) struct ErrorBody {
     pub(crate) fix: String,
 }
 
+/// `POST /pause`'s and `POST /resume`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Paused {
+    /// Whether the sources are paused now.
+    pub(crate) paused: bool,
+    /// The state right after asking.
+    pub(crate) state: JobStateName,
+}
+
 /// `POST /checkpoint`'s answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct CheckpointTaken {
@@ -57,6 +66,8 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/graph", get(graph_document))
         .route("/stop", post(stop))
         .route("/checkpoint", post(checkpoint))
+        .route("/pause", post(pause))
+        .route("/resume", post(resume))
         .route("/openapi.json", get(openapi_document))
         .route("/", get(page))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
@@ -126,6 +137,35 @@ pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
     shared.job.stop();
     let state = shared.job.status().state.into();
     (StatusCode::ACCEPTED, axum::Json(Stopping { stopping: true, state })).into_response()
+}
+
+/// Pauses the sources: no lane is read until `POST /resume`; rows in flight drain and
+/// checkpoints go on. Idempotent. Not for a cluster's job yet.
+#[utoipa::path(post, path = "/pause", tag = "job", responses(
+    (status = 200, description = "The sources are paused", body = Paused),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 409, description = "A cluster's job, or a job that ended", body = ErrorBody)))]
+pub(crate) async fn pause(State(shared): State<Shared>) -> Response {
+    paused_answer(shared.job.pause(), true)
+}
+
+/// Reads the sources again after `POST /pause`. Idempotent.
+#[utoipa::path(post, path = "/resume", tag = "job", responses(
+    (status = 200, description = "The sources are read again", body = Paused),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 409, description = "A cluster's job, or a job that ended", body = ErrorBody)))]
+pub(crate) async fn resume(State(shared): State<Shared>) -> Response {
+    paused_answer(shared.job.resume(), false)
+}
+
+fn paused_answer(state: Result<sluice_engine::JobState, sluice_types::SluiceError>, paused: bool) -> Response {
+    match state {
+        Ok(state) => (StatusCode::OK, axum::Json(Paused { paused, state: state.into() })).into_response(),
+        Err(error) => {
+            let body = ErrorBody { error: error.message.clone(), fix: error.fix.clone().unwrap_or_default() };
+            (StatusCode::CONFLICT, axum::Json(body)).into_response()
+        }
+    }
 }
 
 /// Takes a checkpoint now and answers once it is committed (at most 5 minutes), with

@@ -45,6 +45,7 @@ pub(crate) enum State {
     Coordination,
     Starting,
     Running,
+    Paused,
     Stopping,
     Completed,
     Failed,
@@ -56,6 +57,7 @@ impl From<JobState> for State {
             JobState::Coordination => State::Coordination,
             JobState::Starting => State::Starting,
             JobState::Running => State::Running,
+            JobState::Paused => State::Paused,
             JobState::Stopping => State::Stopping,
             JobState::Completed => State::Completed,
             JobState::Failed => State::Failed,
@@ -185,7 +187,8 @@ fn sinks(metrics: &Metrics, rates: &Rates) -> Vec<SinkStatus> {
 /// `/readyz`: ready when the job runs, else the state and why it is not ready.
 pub(crate) fn readiness(status: &Status) -> Readiness {
     let reason = match status.state {
-        JobState::Running => None,
+        // Paused by an operator: alive and connected, only not reading its sources.
+        JobState::Running | JobState::Paused => None,
         JobState::Coordination => Some("waiting for every worker of the cluster to join".to_string()),
         JobState::Starting => Some("recovering and starting its threads".to_string()),
         JobState::Stopping => Some("a stop was requested: sources stopped, the job drains".to_string()),

@@ -414,6 +414,46 @@ impl JobHandle {
         Arc::clone(&self.explanation)
     }
 
+    /// Pauses the sources: no lane is read until [`JobHandle::resume`]; rows in flight
+    /// drain and checkpoints go on. Refused for a cluster (not yet supported: each worker
+    /// would pause alone) and for a job that ended; idempotent otherwise. Returns the
+    /// state after it.
+    pub fn pause(&self) -> Result<JobState, SluiceError> {
+        self.set_paused(true)
+    }
+
+    /// Reads the sources again after [`JobHandle::pause`]; refused as `pause` is.
+    pub fn resume(&self) -> Result<JobState, SluiceError> {
+        self.set_paused(false)
+    }
+
+    fn set_paused(&self, paused: bool) -> Result<JobState, SluiceError> {
+        let status = self.status();
+        if status.worker.is_some() || status.state == JobState::Coordination {
+            return Err(SluiceError::user("job.pause_cluster", "pausing a cluster's job is not supported yet")
+                .with_fix("stop the cluster (POST /stop on the leader) and start it again later: it resumes from its last checkpoint"));
+        }
+        if status.state.is_final() {
+            return Err(SluiceError::user("job.ended", format!("the job has {}", status.state.name()))
+                .with_fix("start it again"));
+        }
+        if paused {
+            self.stop.pause()
+        } else {
+            self.stop.resume()
+        }
+        let mut state = status.state;
+        self.status.update(|s| {
+            s.state = match (s.state, paused) {
+                (JobState::Running, true) => JobState::Paused,
+                (JobState::Paused, false) => JobState::Running,
+                (other, _) => other,
+            };
+            state = s.state;
+        });
+        Ok(state)
+    }
+
     /// Takes a checkpoint now and waits, at most `timeout`, until it is committed;
     /// returns its epoch (the first that started after the request). Refused without a
     /// `[checkpoint]` section, on a worker that follows a leader, when too many requests
@@ -493,8 +533,12 @@ fn run(
     metrics: Arc<Metrics>,
     status: &StatusCell,
 ) -> RunReport {
+    let paused = stop.0.clone();
     let mut observe = |event: RunEvent| match event {
-        RunEvent::Started => status.update(|s| s.state = JobState::Running),
+        // A pause asked for while the job started holds from its first poll.
+        RunEvent::Started => status.update(|s| {
+            s.state = if paused.is_paused() { JobState::Paused } else { JobState::Running };
+        }),
         RunEvent::Stopping => status.update(|s| s.state = JobState::Stopping),
         RunEvent::Committed { epoch, record } => status.update(|s| {
             s.last_committed_epoch = Some(epoch);

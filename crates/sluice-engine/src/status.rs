@@ -18,6 +18,9 @@ pub enum JobState {
     /// Recovering and starting its threads.
     Starting,
     Running,
+    /// An operator paused its sources (`JobHandle::pause`): no lane is read until it
+    /// resumes; rows in flight drain and checkpoints go on.
+    Paused,
     /// A stop was requested: sources stop, chains drain (or the final checkpoint runs).
     Stopping,
     /// Ended cleanly: end of input, or a stop that drained.
@@ -37,6 +40,7 @@ impl JobState {
             JobState::Coordination => "coordination",
             JobState::Starting => "starting",
             JobState::Running => "running",
+            JobState::Paused => "paused",
             JobState::Stopping => "stopping",
             JobState::Completed => "completed",
             JobState::Failed => "failed",

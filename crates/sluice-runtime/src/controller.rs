@@ -67,6 +67,8 @@ pub struct StopHandle {
     /// Checkpoint requests waiting for the controller, each answered with the epoch
     /// whose commit satisfies it (at most [`MAX_CHECKPOINT_REQUESTS`]).
     checkpoints: Arc<std::sync::Mutex<Vec<Sender<u64>>>>,
+    /// While set, the drivers poll no lane (see [`StopHandle::pause`]).
+    paused: Arc<AtomicBool>,
     wake: Sender<()>,
 }
 
@@ -120,6 +122,22 @@ impl StopHandle {
 
     fn take_checkpoint_requests(&self) -> Vec<Sender<u64>> {
         std::mem::take(&mut *self.checkpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Pauses the sources: no lane is polled until [`StopHandle::resume`]; rows in flight
+    /// still reach the sinks and checkpoints go on. Idempotent; noticed within a
+    /// driver's idle wait.
+    pub fn pause(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// Polls the lanes again after [`StopHandle::pause`]. Idempotent.
+    pub fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
     }
 
     /// Forgets the reason of an abort, so that the handle serves a new run (a cluster
@@ -181,6 +199,7 @@ pub fn stop_handle() -> (StopHandle, Receiver<()>) {
         requested: Arc::new(AtomicBool::new(false)),
         aborted: Arc::default(),
         checkpoints: Arc::default(),
+        paused: Arc::default(),
         wake,
     };
     (handle, woken)
@@ -271,6 +290,7 @@ pub fn run_part(
         checkpoints: coordinator.is_some(),
         exactly_once: coordinator.as_ref().is_none_or(Coordinator::exactly_once),
         first_epoch: coordinator.as_ref().map_or(1, Coordinator::first_epoch),
+        paused: Arc::clone(&stop_handle.paused),
     };
     let place = Placement { layout: &layout, worker };
     let drivers =
@@ -702,6 +722,7 @@ struct DriverShape {
     checkpoints: bool,
     exactly_once: bool,
     first_epoch: u64,
+    paused: Arc<AtomicBool>,
 }
 
 /// Which slots of which layout this worker runs.
@@ -830,6 +851,7 @@ fn build_drivers(
             staged: shape.checkpoints,
             checkpoints: shape.checkpoints,
             first_epoch: shape.first_epoch,
+            paused: Arc::clone(&shape.paused),
         };
         drivers.push((driver, control_sender));
     }

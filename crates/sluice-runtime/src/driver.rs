@@ -138,6 +138,9 @@ pub(crate) struct Driver {
     pub checkpoints: bool,
     /// The first epoch this run may use (one past the restored one).
     pub first_epoch: u64,
+    /// While set, no lane is polled (an operator paused the job); rows in flight still
+    /// drain and barriers still pass.
+    pub paused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct LaneRun {
@@ -305,6 +308,7 @@ impl Driver {
             stopping: false,
             control: self.control,
             longest_step_us: 0,
+            paused: self.paused,
         };
         state.run()
     }
@@ -321,6 +325,8 @@ struct PendingBarrier {
 }
 
 struct DriverState {
+    /// Set while the job is paused: lanes are not polled.
+    paused: Arc<std::sync::atomic::AtomicBool>,
     thread: u32,
     lanes: Vec<LaneRun>,
     flows: Vec<FlowRun>,
@@ -577,6 +583,10 @@ impl DriverState {
     }
 
     fn poll_lanes(&mut self) -> Result<bool, Failure> {
+        if self.paused.load(Ordering::Relaxed) {
+            // Resuming is noticed within an idle wait (bounded).
+            return Ok(false);
+        }
         let mut progressed = false;
         let now = Instant::now();
         for index in 0..self.lanes.len() {

@@ -23,6 +23,8 @@ fn the_document_describes_every_route_and_needs_no_token() {
         ("/graph", "get"),
         ("/stop", "post"),
         ("/checkpoint", "post"),
+        ("/pause", "post"),
+        ("/resume", "post"),
         ("/openapi.json", "get"),
         ("/", "get"),
     ] {
@@ -34,7 +36,7 @@ fn the_document_describes_every_route_and_needs_no_token() {
             assert!([200, 503].contains(&answer.code), "{path}: {answer:?}");
         }
     }
-    assert_eq!(paths.len(), 10, "no route undocumented or extra: {:?}", paths.keys());
+    assert_eq!(paths.len(), 12, "no route undocumented or extra: {:?}", paths.keys());
     let scheme = &document["components"]["securitySchemes"]["bearer"];
     assert_eq!((scheme["type"].as_str(), scheme["scheme"].as_str()), (Some("http"), Some("bearer")), "{document}");
     for schema in ["StatusDocument", "Graph", "Node", "Edge", "Readiness", "ErrorBody", "CheckpointTaken"] {

@@ -239,3 +239,44 @@ fn post_checkpoint_answers_with_the_committed_epoch() {
     assert_eq!(code, 409, "{refused}");
     assert!(refused.contains("takes no checkpoints") && refused.contains("[checkpoint]"), "{refused}");
 }
+
+/// `POST /pause` stops reading the sources: once a checkpoint taken after it is
+/// committed, the rows read stay the same through another checkpoint; `POST /resume`
+/// reads them again. Both answer with the state.
+#[test]
+fn post_pause_holds_the_sources_until_post_resume() {
+    let scratch = Scratch::new();
+    let pipeline = PIPELINE.replacen(
+        "\n[[source]]",
+        "\n[checkpoint]\ninterval = \"1h\"\nstore = \"file://./state\"\n\n[[source]]",
+        1,
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let mut running = Running::start(&scratch, &["run", "pipeline.toml"]);
+    let addr = running.admin_addr();
+    let rows_in = || -> u64 {
+        let (_, status) = request(addr, "GET", "/status");
+        let body = status.split("\r\n\r\n").nth(1).expect("a body");
+        let json: serde_json::Value = serde_json::from_str(body).expect("json");
+        json["sources"][0]["rows_in"].as_u64().unwrap_or_else(|| panic!("no rows in {body}"))
+    };
+    let (code, paused) = request(addr, "POST", "/pause");
+    assert_eq!(code, 200, "{paused}");
+    assert!(paused.contains("\"paused\":true") && paused.contains("\"state\":\"paused\""), "{paused}");
+    // Every driver took this checkpoint's barrier after the pause: no lane is read since.
+    assert_eq!(request(addr, "POST", "/checkpoint").0, 200);
+    let held = rows_in();
+    assert_eq!(request(addr, "POST", "/checkpoint").0, 200);
+    assert_eq!(rows_in(), held, "no row is read while paused");
+    let (code, resumed) = request(addr, "POST", "/resume");
+    assert_eq!(code, 200, "{resumed}");
+    assert!(resumed.contains("\"state\":\"running\""), "{resumed}");
+    let deadline = Instant::now() + DEADLINE;
+    while rows_in() == held {
+        assert!(Instant::now() < deadline, "no row read after the resume");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(request(addr, "POST", "/stop").0, 202);
+    let (code, seen) = running.finish();
+    assert_eq!(code, Some(0), "{seen}");
+}
