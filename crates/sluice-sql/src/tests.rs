@@ -26,7 +26,7 @@ fn source_schema() -> Arc<Schema> {
 
 /// A planner over `t` with every view of `views` declared (`line N` for the Nth) and
 /// added in order: the first error, or the planner.
-fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
+pub(crate) fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
     let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000 };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
@@ -43,7 +43,7 @@ fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceE
 }
 
 /// The error planning `views` gives, as the user sees it.
-fn plan_error(views: &[(&str, &str)]) -> String {
+pub(crate) fn plan_error(views: &[(&str, &str)]) -> String {
     plan(views, OnError::Skip).err().map_or_else(|| "no error".to_string(), |error| error.to_string())
 }
 
@@ -55,7 +55,7 @@ fn check_error(views: &[(&str, &str)], expected: &[&str]) {
 }
 
 /// Rows of `t`: `a`, `b`, `s` and `ts` per row.
-fn rows(values: &[(i64, i64, &str, i64)]) -> Batch {
+pub(crate) fn rows(values: &[(i64, i64, &str, i64)]) -> Batch {
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from_iter_values(values.iter().map(|v| v.0))),
         Arc::new(Int64Array::from_iter_values(values.iter().map(|v| v.1))),
@@ -66,14 +66,14 @@ fn rows(values: &[(i64, i64, &str, i64)]) -> Batch {
 }
 
 /// What a run gave: the output batches (or the error) and the run's counters.
-struct Ran {
-    output: Result<Vec<Batch>, SluiceError>,
+pub(crate) struct Ran {
+    pub output: Result<Vec<Batch>, SluiceError>,
     counters: Vec<(String, u64)>,
 }
 
 /// Plans `view` of `planner` and runs `batch` through it, then end of input, on a thread
 /// with the stack the runtime's drivers are to have.
-fn run(planner: &SqlPlanner, view: &str, batch: Batch) -> Ran {
+pub(crate) fn run(planner: &SqlPlanner, view: &str, batch: Batch) -> Ran {
     run_batches(planner, view, vec![batch])
 }
 

@@ -44,11 +44,22 @@ pub fn rewrite(sql: &str, first_index: usize) -> Result<(String, Vec<WindowCall>
             calls.push(call);
             index = next;
         } else {
-            output.push_str(&tokens[index].to_string());
+            output.push_str(&token_text(&tokens[index]));
             index += 1;
         }
     }
     Ok((output, calls))
+}
+
+/// A token as SQL text. The tokenizer's `Display` writes a quoted string or identifier
+/// without doubling the quotes inside it (`'it''s'` would come back as `'it's'`).
+fn token_text(token: &Token) -> String {
+    match token {
+        Token::SingleQuotedString(text) => format!("'{}'", text.replace('\'', "''")),
+        Token::Word(word) if word.quote_style == Some('"') => format!("\"{}\"", word.value.replace('"', "\"\"")),
+        Token::Word(word) if word.quote_style == Some('`') => format!("`{}`", word.value.replace('`', "``")),
+        other => other.to_string(),
+    }
 }
 
 fn is_word(token: &Token, keyword: &str) -> bool {
@@ -313,6 +324,7 @@ mod tests {
             &[("t", "ts", WindowKind::Cumulate { step_ms: 1_000, size_ms: 60_000 })],
         );
         check("SELECT a FROM t WHERE x = 'TABLE(TUMBLE('", "SELECT a FROM t WHERE x = 'TABLE(TUMBLE('", &[]);
+        check("SELECT 'it''s', \"a\"\"b\" FROM t", "SELECT 'it''s', \"a\"\"b\" FROM t", &[]);
     }
 
     #[test]
