@@ -6,7 +6,9 @@
 //! `ts` (size / slide windows when slide divides size); `CUMULATE(TABLE t, DESCRIPTOR(ts),
 //! step, size)` puts it in every window `[S, S + k * step)` (k = 1 … size / step) that
 //! contains `ts`, where `S = floor(ts / size) * size` (the windows grow by `step` within
-//! each `size`, as Flink's; size is a multiple of step). The output is the input row
+//! each `size`, as Flink's; size is a multiple of step); `SESSION(TABLE t, DESCRIPTOR(ts),
+//! gap)` puts it in its proto-window `[ts, ts + gap)`, which the session aggregate merges
+//! with the key's others into sessions. The output is the input row
 //! followed by `window_start`, `window_end` and `window_time` (= `window_end` - 1 ms, the
 //! row time of the window, as in Flink), all `TIMESTAMP(3)`.
 //!
@@ -51,6 +53,11 @@ pub enum WindowKind {
         step_ms: i64,
         size_ms: i64,
     },
+    /// A session window's proto-window: each row gets `[ts, ts + gap)`; the session
+    /// aggregate merges them per key ([`crate::aggregate::session`]).
+    Session {
+        gap_ms: i64,
+    },
 }
 
 impl WindowKind {
@@ -59,6 +66,7 @@ impl WindowKind {
             WindowKind::Tumble { size_ms } | WindowKind::Hop { size_ms, .. } | WindowKind::Cumulate { size_ms, .. } => {
                 size_ms
             }
+            WindowKind::Session { gap_ms } => gap_ms,
         }
     }
 
@@ -67,6 +75,7 @@ impl WindowKind {
             WindowKind::Tumble { size_ms } => size_ms,
             WindowKind::Hop { slide_ms, .. } => slide_ms,
             WindowKind::Cumulate { step_ms, .. } => step_ms,
+            WindowKind::Session { gap_ms } => gap_ms,
         }
     }
 
@@ -82,6 +91,16 @@ impl WindowKind {
         let (ts, slide, size) = (i128::from(ts), i128::from(self.slide_ms()), i128::from(self.size_ms()));
         assert!(slide > 0 && size > 0, "window size and slide are positive");
         let first = out.len();
+        if let WindowKind::Session { .. } = self {
+            // `size` is the gap: the row's own proto-window.
+            return match (i64::try_from(ts), i64::try_from(ts + size)) {
+                (Ok(start), Ok(end)) => {
+                    out.push((start, end));
+                    true
+                }
+                _ => false,
+            };
+        }
         if let WindowKind::Cumulate { .. } = self {
             let start = ts - ts.rem_euclid(size);
             // The ends S + k * step above ts, latest first: at most size / step of them.

@@ -36,6 +36,8 @@ pub enum TableEntry {
         input: String,
         time_column: String,
         kind: WindowKind,
+        /// A SESSION's `PARTITION BY` columns.
+        partition: Vec<String>,
         schema: SchemaRef,
     },
 }

@@ -165,7 +165,7 @@ impl SqlPlanner {
         }
         let plan = self.plan_query(&rewritten, calls).map_err(context)?;
         let planner = self.stream_planner(name);
-        planner.plan(&plan).map_err(context)?;
+        planner.plan(&plan).and_then(stream::unaggregated_session).map_err(context)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         self.catalog.tables.insert(name.to_string(), TableEntry::View { plan: Arc::new(plan), schema });
         Ok(())
@@ -228,8 +228,13 @@ impl SqlPlanner {
                 ));
             };
             let schema = Catalog::window_schema(&input.schema());
-            let entry =
-                TableEntry::Window { input: call.input, time_column: call.time_column, kind: call.kind, schema };
+            let entry = TableEntry::Window {
+                input: call.input,
+                time_column: call.time_column,
+                kind: call.kind,
+                partition: call.partition,
+                schema,
+            };
             self.catalog.tables.insert(call.table, entry);
         }
         let statement = ast::parse(rewritten)?;

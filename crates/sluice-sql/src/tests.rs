@@ -424,3 +424,63 @@ fn row_number_outside_topn_is_refused_by_name() {
         &["view `top`: TopN (ROW_NUMBER) over an updating stream is not supported yet"],
     );
 }
+
+const SESSION_BY_S: &str = "TABLE(SESSION(TABLE t PARTITION BY s, DESCRIPTOR(ts), INTERVAL '10' SECOND))";
+
+#[test]
+fn session_windows_merge_rows_per_partition_key() {
+    let sql = format!(
+        "SELECT s, window_start, window_end, COUNT(*) AS n, SUM(a) AS total FROM {SESSION_BY_S} \
+         GROUP BY window_start, window_end, s"
+    );
+    let planner = plan(&[("v", &sql)], OnError::Fail).expect("plan");
+    // x: 0 s, 10 s (touching: one session), 30 s; y: 5 s.
+    let input = rows(&[(1, 0, "x", 0), (2, 0, "x", 10_000), (4, 0, "x", 30_000), (8, 0, "y", 5_000)]);
+    let output = run(&planner, "v", input).output.expect("run");
+    let mut got: Vec<String> = Vec::new();
+    for batch in &output {
+        let text = arrow::util::pretty::pretty_format_batches(std::slice::from_ref(&batch.rows)).expect("format");
+        got.extend(text.to_string().lines().filter(|l| l.starts_with("| ") && !l.contains(" s ")).map(str::to_string));
+    }
+    let got: Vec<String> = got.iter().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    let mut got = got;
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "| x | 1970-01-01T00:00:00 | 1970-01-01T00:00:20 | 2 | 3 |",
+            "| x | 1970-01-01T00:00:30 | 1970-01-01T00:00:40 | 1 | 4 |",
+            "| y | 1970-01-01T00:00:05 | 1970-01-01T00:00:15 | 1 | 8 |",
+        ]
+    );
+    let stream = planner.plan_stream("v", "sink").expect("stream");
+    assert_eq!(stream.changelog, Changelog::AppendOnly);
+}
+
+#[test]
+fn session_bounds_are_refused_anywhere_but_their_group_by() {
+    check_error(
+        &[("v", &format!("SELECT * FROM {SESSION_BY_S}"))],
+        &["a SESSION window table function whose rows are not aggregated by GROUP BY window_start, window_end"],
+    );
+    check_error(
+        &[(
+            "v",
+            &format!(
+                "SELECT s, COUNT(*) FROM {SESSION_BY_S} WHERE window_end > ts GROUP BY window_start, window_end, s"
+            ),
+        )],
+        &["reads a SESSION window's window_start or window_end before its GROUP BY"],
+    );
+    check_error(
+        &[("v", &format!("SELECT a, COUNT(*) FROM {SESSION_BY_S} GROUP BY window_start, window_end, a"))],
+        &["a SESSION window PARTITION BY s grouped by the keys [a]", "exactly the PARTITION BY columns"],
+    );
+    check_error(
+        &[("v", &format!("SELECT s, COUNT(*) FROM {SESSION_BY_S} GROUP BY s"))],
+        &["a SESSION window grouped without both its window_start and window_end"],
+    );
+    let unpartitioned = "SELECT a, window_end, COUNT(*) FROM TABLE(SESSION(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND)) \
+                         GROUP BY window_start, window_end, a";
+    check_error(&[("v", unpartitioned)], &["no error"]);
+}
