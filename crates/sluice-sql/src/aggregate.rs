@@ -55,7 +55,7 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
         }
     }
     if let Some(partition) = state.session.clone() {
-        check_session_grouping(&state, &bounds, &keys, &partition)?;
+        check_session_grouping(aggregate, &state, &bounds, &keys, &partition)?;
         let [Some(start), Some(end)] = bounds else { unreachable!("checked above") };
         return plan_window_aggregate(planner, aggregate, state, [start, end], keys, groups);
     }
@@ -70,6 +70,7 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
 /// columns when it has them (sessions are per partition, so another key would split or
 /// merge them otherwise than Flink does).
 fn check_session_grouping(
+    aggregate: &Aggregate,
     state: &StreamState,
     bounds: &[Option<Expr>; 2],
     keys: &[Expr],
@@ -83,6 +84,9 @@ fn check_session_grouping(
             "a SESSION window grouped without both its window_start and window_end",
             "GROUP BY window_start, window_end and the session's keys",
         ));
+    }
+    for expr in keys.iter().chain(aggregate.aggr_expr.iter()) {
+        crate::stream::refuse_session_bounds(expr, state)?;
     }
     if partition.is_empty() {
         return Ok(());

@@ -54,11 +54,13 @@ pub(crate) enum Tag {
     /// to the session aggregate that merges them, so nothing else may read them.
     SessionStart,
     SessionEnd,
+    /// A SESSION window's `window_time` before its aggregate (`ts + gap - 1` per row).
+    SessionTime,
 }
 
 impl Tag {
     fn is_session(self) -> bool {
-        matches!(self, Tag::SessionStart | Tag::SessionEnd)
+        matches!(self, Tag::SessionStart | Tag::SessionEnd | Tag::SessionTime)
     }
 }
 
@@ -278,7 +280,7 @@ impl StreamPlanner<'_> {
                 let mut state = self.plan_window(input, time_column, *kind, schema)?;
                 if let WindowKind::Session { .. } = kind {
                     let width = state.tags.len();
-                    state.tags[width - 3..width - 1].copy_from_slice(&[Tag::SessionStart, Tag::SessionEnd]);
+                    state.tags[width - 3..].copy_from_slice(&[Tag::SessionStart, Tag::SessionEnd, Tag::SessionTime]);
                     state.session = Some(partition.clone());
                 }
                 Ok(state)
@@ -433,7 +435,7 @@ pub(crate) fn refuse_session_bounds(expr: &Expr, state: &StreamState) -> Result<
     if reads_bounds {
         return Err(unsupported(
             &format!(
-                "`{}`, which reads a SESSION window's window_start or window_end before its GROUP BY",
+                "`{}`, which reads a SESSION window's window_start, window_end or window_time outside its GROUP BY",
                 display(expr)
             ),
             "aggregate the SESSION window first (GROUP BY window_start, window_end, …), then compute on the bounds \

@@ -470,7 +470,11 @@ fn session_bounds_are_refused_anywhere_but_their_group_by() {
                 "SELECT s, COUNT(*) FROM {SESSION_BY_S} WHERE window_end > ts GROUP BY window_start, window_end, s"
             ),
         )],
-        &["reads a SESSION window's window_start or window_end before its GROUP BY"],
+        &["reads a SESSION window's window_start, window_end or window_time outside its GROUP BY"],
+    );
+    check_error(
+        &[("v", &format!("SELECT s, MAX(window_time) FROM {SESSION_BY_S} GROUP BY window_start, window_end, s"))],
+        &["`max(window_time)`, which reads a SESSION window's"],
     );
     check_error(
         &[("v", &format!("SELECT a, COUNT(*) FROM {SESSION_BY_S} GROUP BY window_start, window_end, a"))],
