@@ -223,29 +223,38 @@ impl SessionAggregate {
         if merged_end - 1 <= self.watermark {
             return false;
         }
-        let sessions = &mut self.keys.entry(key.into()).or_insert_with(|| KeySessions { hash, sessions: Vec::new() });
-        let mut merged = Session { start: merged_start, end: merged_end, partials: self.empty.clone() };
-        let mut kept = Vec::with_capacity(sessions.sessions.len());
-        for session in std::mem::take(&mut sessions.sessions) {
-            if !touching(&session) {
-                kept.push(session);
-                continue;
-            }
-            self.due.remove(&(session.end, Box::from(key)));
-            for ((partial, other), max) in merged.partials.iter_mut().zip(session.partials).zip(&self.maxes) {
-                partial.merge(*max, other);
+        // One allocation per row: the key's copy in the due set (and in the map when new).
+        let mut owned: Box<[u8]> = key.into();
+        if !self.keys.contains_key(key) {
+            self.keys.insert(owned.clone(), KeySessions { hash, sessions: Vec::new() });
+        }
+        let sessions = &mut self.keys.get_mut(key).expect("inserted above").sessions;
+        let mut merged: Option<Session> = None;
+        while let Some(index) = sessions.iter().position(touching) {
+            let session = sessions.remove(index);
+            let probe = (session.end, owned);
+            self.due.remove(&probe);
+            owned = probe.1;
+            match &mut merged {
+                None => merged = Some(session),
+                Some(merged) => {
+                    for ((partial, other), max) in merged.partials.iter_mut().zip(session.partials).zip(&self.maxes) {
+                        partial.merge(*max, other);
+                    }
+                }
             }
         }
+        let mut merged = merged.unwrap_or_else(|| Session { start, end, partials: self.empty.clone() });
+        (merged.start, merged.end) = (merged_start, merged_end);
         for (index, partial) in merged.partials.iter_mut().enumerate() {
             // A row its FILTER (WHERE …) rejects is not counted by that aggregate.
             if inputs.filters[index].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row)) {
                 partial.update(self.maxes[index], &inputs.arguments[index], row);
             }
         }
-        self.due.insert((merged.end, key.into()));
-        kept.push(merged);
-        kept.sort_by_key(|session| session.start);
-        sessions.sessions = kept;
+        self.due.insert((merged.end, owned));
+        let at = sessions.partition_point(|session| session.start < merged.start);
+        sessions.insert(at, merged);
         true
     }
 
