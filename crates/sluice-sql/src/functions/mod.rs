@@ -11,18 +11,22 @@
 //!   `REGEXP_EXTRACT(s, regex[, group])` (Rust's `regex` syntax: no look-around or
 //!   back-references), `IF(condition, then, else)`, `CONCAT` with Flink's NULL rule (NULL if
 //!   any argument is), and `YEAR`, `MONTH`, `DAYOFMONTH`, `HOUR`, `MINUTE`, `SECOND` of a
-//!   timestamp as BIGINT. DataFusion's own `LOWER`, `UPPER`, `CHAR_LENGTH` (INT),
-//!   `INSTR` (INT, 0 when absent), `CASE` and `EXTRACT` already match Flink's meaning.
+//!   timestamp as BIGINT, and `EXTRACT(field FROM ts)` as BIGINT too ([`extract`];
+//!   DataFusion's gives INT). DataFusion's own `LOWER`, `UPPER`, `CHAR_LENGTH` (INT),
+//!   `INSTR` (INT, 0 when absent) and `CASE` already match Flink's meaning.
 //! - `ROW_NUMBER()`, the one window function (for TopN: `ROW_NUMBER() OVER (PARTITION
 //!   BY … ORDER BY …)` filtered by `<= N`), of type `BIGINT UNSIGNED`; Sluice's TopN
 //!   operator computes it, DataFusion only plans it.
 
 mod date_format;
+mod extract;
 mod scalar;
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
+
+pub(crate) use extract::FlinkExtractPlanner;
 
 use arrow::compute::kernels::numeric::rem;
 use arrow::datatypes::DataType;
@@ -64,6 +68,7 @@ pub fn flink_functions() -> Vec<Arc<ScalarUDF>> {
     let signature = Signature::uniform(2, vec![DataType::Int64, DataType::Float64], Volatility::Immutable);
     let mut functions = vec![Arc::new(ScalarUDF::from(Mod { signature }))];
     functions.extend(scalar::all());
+    functions.push(Arc::new(ScalarUDF::from(extract::FlinkDatePart::new())));
     functions
 }
 

@@ -132,7 +132,9 @@ fn time_fields_are_bigint() {
             ("DAYOFMONTH(ts)", "14", big.clone()),
             ("HOUR(ts)", "22", big.clone()),
             ("MINUTE(ts)", "13", big.clone()),
-            ("SECOND(ts)", "20", big),
+            ("SECOND(ts)", "20", big.clone()),
+            ("EXTRACT(HOUR FROM ts)", "22", big.clone()),
+            ("EXTRACT(MINUTE FROM ts)", "13", big),
         ],
     );
 }
