@@ -455,6 +455,19 @@ fn session_windows_merge_rows_per_partition_key() {
     );
     let stream = planner.plan_stream("v", "sink").expect("stream");
     assert_eq!(stream.changelog, Changelog::AppendOnly);
+    let lines: Vec<&str> = stream
+        .state
+        .segments
+        .iter()
+        .flat_map(|s| &s.operators)
+        .chain(&stream.state.operators)
+        .map(|(line, _)| line.as_str())
+        .collect();
+    assert!(lines.iter().any(|l| l.starts_with("window_assign: SESSION(gap 10000 ms")), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("session_aggregate: [count(Int64(1)), sum(a)] by session, s")),
+        "{lines:?}"
+    );
 }
 
 #[test]
