@@ -52,6 +52,7 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("sink_record", SINK_RECORD_VERSION),
         ("group_state", sluice_operators::aggregate::GROUP_STATE_VERSION),
         ("topn_state", sluice_operators::topn::TOPN_STATE_VERSION),
+        ("session_state", sluice_operators::aggregate::SESSION_STATE_VERSION),
     ]
     .into_iter()
     .map(|(name, version)| (name.to_string(), version))

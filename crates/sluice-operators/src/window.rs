@@ -6,7 +6,9 @@
 //! `ts` (size / slide windows when slide divides size); `CUMULATE(TABLE t, DESCRIPTOR(ts),
 //! step, size)` puts it in every window `[S, S + k * step)` (k = 1 … size / step) that
 //! contains `ts`, where `S = floor(ts / size) * size` (the windows grow by `step` within
-//! each `size`, as Flink's; size is a multiple of step). The output is the input row
+//! each `size`, as Flink's; size is a multiple of step); `SESSION(TABLE t, DESCRIPTOR(ts),
+//! gap)` puts it in its proto-window `[ts, ts + gap)`, which the session aggregate merges
+//! with the key's others into sessions. The output is the input row
 //! followed by `window_start`, `window_end` and `window_time` (= `window_end` - 1 ms, the
 //! row time of the window, as in Flink), all `TIMESTAMP(3)`.
 //!
@@ -51,6 +53,11 @@ pub enum WindowKind {
         step_ms: i64,
         size_ms: i64,
     },
+    /// A session window's proto-window: each row gets `[ts, ts + gap)`; the session
+    /// aggregate merges them per key ([`crate::aggregate::session`]).
+    Session {
+        gap_ms: i64,
+    },
 }
 
 impl WindowKind {
@@ -59,6 +66,7 @@ impl WindowKind {
             WindowKind::Tumble { size_ms } | WindowKind::Hop { size_ms, .. } | WindowKind::Cumulate { size_ms, .. } => {
                 size_ms
             }
+            WindowKind::Session { gap_ms } => gap_ms,
         }
     }
 
@@ -67,6 +75,7 @@ impl WindowKind {
             WindowKind::Tumble { size_ms } => size_ms,
             WindowKind::Hop { slide_ms, .. } => slide_ms,
             WindowKind::Cumulate { step_ms, .. } => step_ms,
+            WindowKind::Session { gap_ms } => gap_ms,
         }
     }
 
@@ -82,6 +91,16 @@ impl WindowKind {
         let (ts, slide, size) = (i128::from(ts), i128::from(self.slide_ms()), i128::from(self.size_ms()));
         assert!(slide > 0 && size > 0, "window size and slide are positive");
         let first = out.len();
+        if let WindowKind::Session { .. } = self {
+            // `size` is the gap: the row's own proto-window.
+            return match (i64::try_from(ts), i64::try_from(ts + size)) {
+                (Ok(start), Ok(end)) => {
+                    out.push((start, end));
+                    true
+                }
+                _ => false,
+            };
+        }
         if let WindowKind::Cumulate { .. } = self {
             let start = ts - ts.rem_euclid(size);
             // The ends S + k * step above ts, latest first: at most size / step of them.
@@ -149,17 +168,22 @@ impl WindowAssign {
         WindowAssign { time_column, kind, schema, rows_without_time, rows_outside_range, bounds: Vec::new() }
     }
 
-    /// TUMBLE over rows that all have an event time and a representable window: the
-    /// bounds without copying rows. None when some row needs the general path.
-    fn tumble_bounds(&self, times: &TimestampMillisecondArray) -> Option<(Vec<i64>, Vec<i64>)> {
-        let WindowKind::Tumble { size_ms: size } = self.kind else { return None };
+    /// TUMBLE or SESSION (one window per row) over rows that all have an event time and
+    /// a representable window: the bounds without copying rows. None when some row needs
+    /// the general path.
+    fn single_bounds(&self, times: &TimestampMillisecondArray) -> Option<(Vec<i64>, Vec<i64>)> {
+        let (size, session) = match self.kind {
+            WindowKind::Tumble { size_ms } => (size_ms, false),
+            WindowKind::Session { gap_ms } => (gap_ms, true),
+            _ => return None,
+        };
         if times.null_count() > 0 {
             return None;
         }
         let mut starts = Vec::with_capacity(times.len());
         let mut ends = Vec::with_capacity(times.len());
         for &ts in times.values() {
-            let start = ts.checked_sub(ts.rem_euclid(size))?;
+            let start = if session { ts } else { ts.checked_sub(ts.rem_euclid(size))? };
             ends.push(start.checked_add(size)?);
             starts.push(start);
         }
@@ -214,7 +238,7 @@ impl Operator for WindowAssign {
         let Some(times) = times.as_any().downcast_ref::<TimestampMillisecondArray>() else {
             return Err(SluiceError::internal("window.time_type", format!("event time cast to {}", times.data_type())));
         };
-        let (batch, starts, ends) = match self.tumble_bounds(times) {
+        let (batch, starts, ends) = match self.single_bounds(times) {
             Some((starts, ends)) => (batch, starts, ends),
             None => self.general_bounds(&batch, times)?,
         };
@@ -330,6 +354,47 @@ mod tests {
             } else {
                 prop_assert!(bounds.is_empty());
             }
+        }
+    }
+
+    #[test]
+    fn a_session_row_gets_its_own_proto_window() {
+        let kind = WindowKind::Session { gap_ms: 10 };
+        let mut bounds = Vec::new();
+        assert!(kind.windows(-3, &mut bounds));
+        assert_eq!(bounds, [(-3, 7)]);
+        assert!(!kind.windows(i64::MAX - 5, &mut bounds), "its end is past i64");
+        assert_eq!(bounds.len(), 1, "a refused row appends nothing");
+        assert_eq!(kind.windows_per_row(), 1);
+    }
+
+    #[test]
+    fn session_rows_get_their_proto_windows_on_either_path() {
+        let input =
+            Arc::new(Schema::new(vec![Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true)]));
+        let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(WindowKind::output_fields());
+        let output = Arc::new(Schema::new(fields));
+        // The first batch takes the fast path; the second (a NULL, a row whose window ends
+        // past i64) the general one.
+        for (times, kept, outside) in [
+            (vec![Some(5), Some(-7)], vec![(5, 15), (-7, 3)], 0),
+            (vec![Some(5), None, Some(i64::MAX - 1)], vec![(5, 15)], 1),
+        ] {
+            let metrics = Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1));
+            let counter = LazyCounter::new(Arc::clone(&metrics), "outside");
+            let without_time = metrics.counter("without time");
+            let mut assign =
+                WindowAssign::new(0, WindowKind::Session { gap_ms: 10 }, Arc::clone(&output), without_time, counter);
+            let rows = RecordBatch::try_new(Arc::clone(&input), vec![Arc::new(TimestampMillisecondArray::from(times))]);
+            let mut out = Vec::new();
+            assign.on_data(Batch::inserts(rows.expect("batch")), &mut out).expect("no error");
+            let Some(Message::Data(batch)) = out.pop() else { panic!("rows expected") };
+            let column = |i: usize| batch.rows.column(i).as_any().downcast_ref::<TimestampMillisecondArray>().cloned();
+            let (starts, ends) = (column(1).expect("start"), column(2).expect("end"));
+            let got: Vec<(i64, i64)> = starts.values().iter().copied().zip(ends.values().iter().copied()).collect();
+            assert_eq!(got, kept);
+            assert_eq!(metrics.counters().contains(&("outside".to_string(), 1)), outside == 1);
         }
     }
 

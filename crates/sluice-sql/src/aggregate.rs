@@ -2,6 +2,10 @@
 //!
 //! - `GROUP BY window_start, window_end, keys…` (both bounds of one window table
 //!   function): the event-time window aggregate, append-only, over an append-only input.
+//! - `GROUP BY window_start, window_end, keys…` of a SESSION window table function: the
+//!   session aggregate, which merges each row's proto-window into its key's sessions. The
+//!   keys are the session's partition: with `PARTITION BY`, they must be exactly its
+//!   columns; without, sessions are per group key (as Flink's group-window `SESSION`).
 //! - Any other `GROUP BY keys…` (or none): the updating group aggregate, over any input;
 //!   its output is updating with the keys as upsert key.
 //!
@@ -17,8 +21,8 @@ use datafusion_expr::expr::AggregateFunction as DfAggregate;
 use datafusion_expr::logical_plan::Aggregate;
 use datafusion_expr::{Expr, ExprSchemable};
 use sluice_operators::aggregate::{
-    AggregateFunction, AggregateSpec, GroupAggregate, GroupAggregateSpec, GroupColumn, WindowAggregate,
-    WindowAggregateSpec,
+    AggregateFunction, AggregateSpec, GroupAggregate, GroupAggregateSpec, GroupColumn, SessionAggregate,
+    WindowAggregate, WindowAggregateSpec,
 };
 use sluice_operators::counter::LazyCounter;
 use sluice_runtime::OperatorFactory;
@@ -36,11 +40,11 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
             return Err(unsupported("GROUPING SETS, ROLLUP and CUBE", "group by one list of columns"));
         }
         match column_tag(expr, &state) {
-            Tag::WindowStart if bounds[0].is_none() => {
+            Tag::WindowStart | Tag::SessionStart if bounds[0].is_none() => {
                 bounds[0] = Some(expr.clone());
                 groups.push(GroupColumn::WindowStart);
             }
-            Tag::WindowEnd if bounds[1].is_none() => {
+            Tag::WindowEnd | Tag::SessionEnd if bounds[1].is_none() => {
                 bounds[1] = Some(expr.clone());
                 groups.push(GroupColumn::WindowEnd);
             }
@@ -50,11 +54,64 @@ pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate)
             }
         }
     }
+    if let Some(partition) = state.session.clone() {
+        check_session_grouping(aggregate, &state, &bounds, &keys, &partition)?;
+        let [Some(start), Some(end)] = bounds else { unreachable!("checked above") };
+        return plan_window_aggregate(planner, aggregate, state, [start, end], keys, groups);
+    }
     match bounds {
         [Some(start), Some(end)] => plan_window_aggregate(planner, aggregate, state, [start, end], keys, groups),
         // Without both bounds a window column is an ordinary key (as in Flink).
         _ => plan_group_aggregate(planner, aggregate, state),
     }
+}
+
+/// A SESSION window is grouped by both of its bounds, and by exactly its `PARTITION BY`
+/// columns when it has them (sessions are per partition, so another key would split or
+/// merge them otherwise than Flink does).
+fn check_session_grouping(
+    aggregate: &Aggregate,
+    state: &StreamState,
+    bounds: &[Option<Expr>; 2],
+    keys: &[Expr],
+    partition: &[String],
+) -> Result<(), SluiceError> {
+    let session_bound = |bound: &Option<Expr>| {
+        bound.as_ref().is_some_and(|expr| matches!(column_tag(expr, state), Tag::SessionStart | Tag::SessionEnd))
+    };
+    if !bounds.iter().all(session_bound) {
+        return Err(unsupported(
+            "a SESSION window grouped without both its window_start and window_end",
+            "GROUP BY window_start, window_end and the session's keys",
+        ));
+    }
+    for expr in keys.iter().chain(aggregate.aggr_expr.iter()) {
+        crate::stream::refuse_session_bounds(expr, state)?;
+    }
+    if partition.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<String> = keys
+        .iter()
+        .map(|key| match key.clone().unalias() {
+            Expr::Column(column) => column.name,
+            other => display(&other),
+        })
+        .collect();
+    let mut expected = partition.to_vec();
+    names.sort();
+    expected.sort();
+    if names != expected {
+        return Err(unsupported(
+            &format!(
+                "a SESSION window PARTITION BY {} grouped by the keys [{}]",
+                partition.join(", "),
+                names.join(", ")
+            ),
+            &format!("GROUP BY window_start, window_end, {} (exactly the PARTITION BY columns)", partition.join(", ")),
+        ));
+    }
+    Ok(())
 }
 
 /// The aggregates' specs and the expressions of their arguments and conditions, which
@@ -143,18 +200,25 @@ fn plan_window_aggregate(
     };
     let counter = format!("view {}: late rows", planner.view);
     let names: Vec<String> = aggregate.aggr_expr.iter().map(display).collect();
+    let session = state.session.take().is_some();
+    let (operator, unit) = if session { ("session_aggregate", "session") } else { ("window_aggregate", "window") };
     let line = format!(
-        "window_aggregate: [{}] by window{}",
+        "{operator}: [{}] by {unit}{}",
         names.join(", "),
         if keys.is_empty() { String::new() } else { format!(", {}", key_names.join(", ")) }
     );
     let factory: OperatorFactory = Arc::new(move |context| {
         let late = context.metrics.counter(&counter);
-        Ok(Box::new(WindowAggregate::new(spec.clone(), &input_schema, late, context.vnodes)?))
+        let (spec, vnodes) = (spec.clone(), context.vnodes);
+        if session {
+            Ok(Box::new(SessionAggregate::new(spec, &input_schema, late, vnodes)?))
+        } else {
+            Ok(Box::new(WindowAggregate::new(spec, &input_schema, late, vnodes)?))
+        }
     });
     state.operators.push((line, factory));
     state.state = Some(format!(
-        "open windows × keys ({})",
+        "open {unit}s × keys ({})",
         if keys.is_empty() { "no key".to_string() } else { key_names.join(", ") }
     ));
     state.schema = Arc::clone(&aggregate.schema);

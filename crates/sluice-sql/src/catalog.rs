@@ -36,6 +36,8 @@ pub enum TableEntry {
         input: String,
         time_column: String,
         kind: WindowKind,
+        /// A SESSION's `PARTITION BY` columns.
+        partition: Vec<String>,
         schema: SchemaRef,
     },
 }
@@ -83,7 +85,7 @@ impl Catalog {
         }
         let planners: Vec<Arc<dyn ExprPlanner>> = vec![
             Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
-            Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+            Arc::new(crate::functions::FlinkExtractPlanner::default()),
             Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
             Arc::new(datafusion_functions_aggregate::planner::AggregateFunctionPlanner),
         ];

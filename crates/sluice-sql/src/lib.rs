@@ -6,7 +6,9 @@
 //!
 //! Steps for a view (in file order, so a view may read the sources and earlier views),
 //! each on a thread with a stack sized for the deepest expression allowed ([`stack`]):
-//! 1. [`tvf::rewrite`] replaces Flink's window table functions with synthetic tables;
+//! 1. [`tvf::rewrite`] replaces Flink's window table functions with synthetic tables, and
+//!    [`group_window`] rewrites the legacy group windows (`GROUP BY TUMBLE(ts, …)`) into
+//!    the same synthetic tables;
 //! 2. [`ast`] parses the query and checks it before DataFusion sees it: the nesting depth
 //!    of expressions, constructs refused by name (window functions, subqueries in
 //!    expressions, joins, set operations), and views read before they are defined
@@ -22,6 +24,7 @@ mod aggregate;
 mod ast;
 mod catalog;
 mod functions;
+mod group_window;
 mod schema;
 pub mod stack;
 mod stream;
@@ -152,7 +155,8 @@ impl SqlPlanner {
 
     fn plan_view(&mut self, name: &str, sql: &str) -> Result<(), SluiceError> {
         let context = |e: SluiceError| e.context(format!("view `{name}`"));
-        let (rewritten, calls) = tvf::rewrite(sql, self.windows).map_err(context)?;
+        let (rewritten, mut calls) = tvf::rewrite(sql, self.windows).map_err(context)?;
+        let rewritten = group_window::rewrite(rewritten, &mut calls, self.windows).map_err(context)?;
         let shape = ast::check(&rewritten).map_err(context)?;
         let inputs = calls.iter().map(|call| &call.input);
         for read in inputs.chain(&shape.relations) {
@@ -165,7 +169,7 @@ impl SqlPlanner {
         }
         let plan = self.plan_query(&rewritten, calls).map_err(context)?;
         let planner = self.stream_planner(name);
-        planner.plan(&plan).map_err(context)?;
+        planner.plan(&plan).and_then(stream::unaggregated_session).map_err(context)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         self.catalog.tables.insert(name.to_string(), TableEntry::View { plan: Arc::new(plan), schema });
         Ok(())
@@ -228,8 +232,13 @@ impl SqlPlanner {
                 ));
             };
             let schema = Catalog::window_schema(&input.schema());
-            let entry =
-                TableEntry::Window { input: call.input, time_column: call.time_column, kind: call.kind, schema };
+            let entry = TableEntry::Window {
+                input: call.input,
+                time_column: call.time_column,
+                kind: call.kind,
+                partition: call.partition,
+                schema,
+            };
             self.catalog.tables.insert(call.table, entry);
         }
         let statement = ast::parse(rewritten)?;
@@ -273,10 +282,12 @@ pub(crate) fn df_error(code: &'static str, error: DataFusionError) -> SluiceErro
     }
     let lower = message.to_ascii_lowercase();
     let error = SluiceError::user(code, message);
-    if ["'tumble'", "'hop'", "'session'", "tumble_start", "hop_start"].iter().any(|f| lower.contains(f)) {
+    let group_window_names = ["'tumble", "'hop", "'session", "tumble_", "hop_", "session_"];
+    if group_window_names.iter().any(|f| lower.contains(f)) {
         return error.with_fix(
-            "group-window functions are not supported yet; use the window table function: \
-             FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) … GROUP BY window_start, window_end",
+            "group windows and their functions (TUMBLE_START, …) go in a query whose GROUP BY has the window: \
+             SELECT k, TUMBLE_START(ts, INTERVAL '10' SECOND), COUNT(*) FROM t GROUP BY TUMBLE(ts, INTERVAL '10' \
+             SECOND), k",
         );
     }
     error

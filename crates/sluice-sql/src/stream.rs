@@ -50,6 +50,18 @@ pub(crate) enum Tag {
     EventTime,
     WindowStart,
     WindowEnd,
+    /// A SESSION window's proto-window bounds (`[ts, ts + gap)` per row): meaningful only
+    /// to the session aggregate that merges them, so nothing else may read them.
+    SessionStart,
+    SessionEnd,
+    /// A SESSION window's `window_time` before its aggregate (`ts + gap - 1` per row).
+    SessionTime,
+}
+
+impl Tag {
+    fn is_session(self) -> bool {
+        matches!(self, Tag::SessionStart | Tag::SessionEnd | Tag::SessionTime)
+    }
 }
 
 /// A stream being planned: the finished segments and the operators of the open one.
@@ -68,6 +80,8 @@ pub(crate) struct StreamState {
     pub windows_per_row: u64,
     /// Append-only or updating (with the upsert key's column positions).
     pub changelog: Changelog,
+    /// A SESSION window not yet aggregated: its `PARTITION BY` columns (maybe none).
+    pub session: Option<Vec<String>>,
 }
 
 impl StreamState {
@@ -185,6 +199,11 @@ impl StreamPlanner<'_> {
 
     /// `projection` applied to `state`, a stream of its input.
     pub fn project(&self, mut state: StreamState, projection: &Projection) -> Result<StreamState, SluiceError> {
+        for expr in &projection.expr {
+            if !matches!(expr.clone().unalias(), Expr::Column(_)) {
+                refuse_session_bounds(expr, &state)?;
+            }
+        }
         let tags = projection.expr.iter().map(|e| column_tag(e, &state)).collect();
         let identity = projection.expr.len() == state.schema.fields().len()
             && projection
@@ -215,6 +234,7 @@ impl StreamPlanner<'_> {
 
     /// Adds a filter by `predicate` (over the stream's schema); weights are kept.
     pub fn push_filter(&self, state: &mut StreamState, predicate: &Expr) -> Result<(), SluiceError> {
+        refuse_session_bounds(predicate, state)?;
         let physical_predicate = physical(predicate, &state.schema)?;
         let text = display(predicate);
         let (view, on_error) = (self.view.clone(), state.on_error);
@@ -252,11 +272,18 @@ impl StreamPlanner<'_> {
                     on_error: *on_error,
                     windows_per_row: 1,
                     changelog: Changelog::AppendOnly,
+                    session: None,
                 })
             }
             TableEntry::View { plan, .. } => self.for_view(name).plan(plan),
-            TableEntry::Window { input, time_column, kind, schema } => {
-                self.plan_window(input, time_column, *kind, schema)
+            TableEntry::Window { input, time_column, kind, partition, schema } => {
+                let mut state = self.plan_window(input, time_column, *kind, schema)?;
+                if let WindowKind::Session { .. } = kind {
+                    let width = state.tags.len();
+                    state.tags[width - 3..].copy_from_slice(&[Tag::SessionStart, Tag::SessionEnd, Tag::SessionTime]);
+                    state.session = Some(partition.clone());
+                }
+                Ok(state)
             }
         }
     }
@@ -309,6 +336,7 @@ impl StreamPlanner<'_> {
             WindowKind::Tumble { size_ms } => format!("TUMBLE(size {size_ms} ms)"),
             WindowKind::Hop { slide_ms, size_ms } => format!("HOP(slide {slide_ms} ms, size {size_ms} ms)"),
             WindowKind::Cumulate { step_ms, size_ms } => format!("CUMULATE(step {step_ms} ms, size {size_ms} ms)"),
+            WindowKind::Session { gap_ms } => format!("SESSION(gap {gap_ms} ms; each row's [ts, ts + gap))"),
         };
         state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
         state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
@@ -395,6 +423,38 @@ pub(crate) fn column_tag(expr: &Expr, state: &StreamState) -> Tag {
         Expr::Column(column) => state.schema.index_of_column(&column).map_or(Tag::Plain, |i| state.tags[i]),
         _ => Tag::Plain,
     }
+}
+
+/// Refuses `expr` if it reads a SESSION window's bounds before the aggregate that makes
+/// them sessions' (each row's bounds are only its own `[ts, ts + gap)` until then).
+pub(crate) fn refuse_session_bounds(expr: &Expr, state: &StreamState) -> Result<(), SluiceError> {
+    let reads_bounds = expr
+        .column_refs()
+        .into_iter()
+        .any(|column| state.schema.index_of_column(column).is_ok_and(|i| state.tags[i].is_session()));
+    if reads_bounds {
+        return Err(unsupported(
+            &format!(
+                "`{}`, which reads a SESSION window's window_start, window_end or window_time outside its GROUP BY",
+                display(expr)
+            ),
+            "aggregate the SESSION window first (GROUP BY window_start, window_end, …), then compute on the bounds \
+             in an outer query or a view",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a view's stream that still holds a SESSION window no aggregate merged.
+pub(crate) fn unaggregated_session(state: StreamState) -> Result<StreamState, SluiceError> {
+    if state.session.is_some() {
+        return Err(unsupported(
+            "a SESSION window table function whose rows are not aggregated by GROUP BY window_start, window_end",
+            "aggregate it: SELECT window_start, window_end, k, COUNT(*) FROM TABLE(SESSION(TABLE t PARTITION BY k, \
+             DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, k",
+        ));
+    }
+    Ok(state)
 }
 
 fn refuse(plan: &LogicalPlan) -> SluiceError {

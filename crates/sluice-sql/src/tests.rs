@@ -26,7 +26,7 @@ fn source_schema() -> Arc<Schema> {
 
 /// A planner over `t` with every view of `views` declared (`line N` for the Nth) and
 /// added in order: the first error, or the planner.
-fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
+pub(crate) fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
     let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000 };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
@@ -43,7 +43,7 @@ fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceE
 }
 
 /// The error planning `views` gives, as the user sees it.
-fn plan_error(views: &[(&str, &str)]) -> String {
+pub(crate) fn plan_error(views: &[(&str, &str)]) -> String {
     plan(views, OnError::Skip).err().map_or_else(|| "no error".to_string(), |error| error.to_string())
 }
 
@@ -55,7 +55,7 @@ fn check_error(views: &[(&str, &str)], expected: &[&str]) {
 }
 
 /// Rows of `t`: `a`, `b`, `s` and `ts` per row.
-fn rows(values: &[(i64, i64, &str, i64)]) -> Batch {
+pub(crate) fn rows(values: &[(i64, i64, &str, i64)]) -> Batch {
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from_iter_values(values.iter().map(|v| v.0))),
         Arc::new(Int64Array::from_iter_values(values.iter().map(|v| v.1))),
@@ -66,14 +66,14 @@ fn rows(values: &[(i64, i64, &str, i64)]) -> Batch {
 }
 
 /// What a run gave: the output batches (or the error) and the run's counters.
-struct Ran {
-    output: Result<Vec<Batch>, SluiceError>,
+pub(crate) struct Ran {
+    pub output: Result<Vec<Batch>, SluiceError>,
     counters: Vec<(String, u64)>,
 }
 
 /// Plans `view` of `planner` and runs `batch` through it, then end of input, on a thread
 /// with the stack the runtime's drivers are to have.
-fn run(planner: &SqlPlanner, view: &str, batch: Batch) -> Ran {
+pub(crate) fn run(planner: &SqlPlanner, view: &str, batch: Batch) -> Ran {
     run_batches(planner, view, vec![batch])
 }
 
@@ -423,4 +423,81 @@ fn row_number_outside_topn_is_refused_by_name() {
         ],
         &["view `top`: TopN (ROW_NUMBER) over an updating stream is not supported yet"],
     );
+}
+
+const SESSION_BY_S: &str = "TABLE(SESSION(TABLE t PARTITION BY s, DESCRIPTOR(ts), INTERVAL '10' SECOND))";
+
+#[test]
+fn session_windows_merge_rows_per_partition_key() {
+    let sql = format!(
+        "SELECT s, window_start, window_end, COUNT(*) AS n, SUM(a) AS total FROM {SESSION_BY_S} \
+         GROUP BY window_start, window_end, s"
+    );
+    let planner = plan(&[("v", &sql)], OnError::Fail).expect("plan");
+    // x: 0 s, 10 s (touching: one session), 30 s; y: 5 s.
+    let input = rows(&[(1, 0, "x", 0), (2, 0, "x", 10_000), (4, 0, "x", 30_000), (8, 0, "y", 5_000)]);
+    let output = run(&planner, "v", input).output.expect("run");
+    let mut got: Vec<String> = Vec::new();
+    for batch in &output {
+        let text = arrow::util::pretty::pretty_format_batches(std::slice::from_ref(&batch.rows)).expect("format");
+        got.extend(text.to_string().lines().filter(|l| l.starts_with("| ") && !l.contains(" s ")).map(str::to_string));
+    }
+    let got: Vec<String> = got.iter().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    let mut got = got;
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "| x | 1970-01-01T00:00:00 | 1970-01-01T00:00:20 | 2 | 3 |",
+            "| x | 1970-01-01T00:00:30 | 1970-01-01T00:00:40 | 1 | 4 |",
+            "| y | 1970-01-01T00:00:05 | 1970-01-01T00:00:15 | 1 | 8 |",
+        ]
+    );
+    let stream = planner.plan_stream("v", "sink").expect("stream");
+    assert_eq!(stream.changelog, Changelog::AppendOnly);
+    let lines: Vec<&str> = stream
+        .state
+        .segments
+        .iter()
+        .flat_map(|s| &s.operators)
+        .chain(&stream.state.operators)
+        .map(|(line, _)| line.as_str())
+        .collect();
+    assert!(lines.iter().any(|l| l.starts_with("window_assign: SESSION(gap 10000 ms")), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("session_aggregate: [count(Int64(1)), sum(a)] by session, s")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn session_bounds_are_refused_anywhere_but_their_group_by() {
+    check_error(
+        &[("v", &format!("SELECT * FROM {SESSION_BY_S}"))],
+        &["a SESSION window table function whose rows are not aggregated by GROUP BY window_start, window_end"],
+    );
+    check_error(
+        &[(
+            "v",
+            &format!(
+                "SELECT s, COUNT(*) FROM {SESSION_BY_S} WHERE window_end > ts GROUP BY window_start, window_end, s"
+            ),
+        )],
+        &["reads a SESSION window's window_start, window_end or window_time outside its GROUP BY"],
+    );
+    check_error(
+        &[("v", &format!("SELECT s, MAX(window_time) FROM {SESSION_BY_S} GROUP BY window_start, window_end, s"))],
+        &["`max(window_time)`, which reads a SESSION window's"],
+    );
+    check_error(
+        &[("v", &format!("SELECT a, COUNT(*) FROM {SESSION_BY_S} GROUP BY window_start, window_end, a"))],
+        &["a SESSION window PARTITION BY s grouped by the keys [a]", "exactly the PARTITION BY columns"],
+    );
+    check_error(
+        &[("v", &format!("SELECT s, COUNT(*) FROM {SESSION_BY_S} GROUP BY s"))],
+        &["a SESSION window grouped without both its window_start and window_end"],
+    );
+    let unpartitioned = "SELECT a, window_end, COUNT(*) FROM TABLE(SESSION(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND)) \
+                         GROUP BY window_start, window_end, a";
+    check_error(&[("v", unpartitioned)], &["no error"]);
 }

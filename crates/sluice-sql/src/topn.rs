@@ -165,7 +165,7 @@ pub(crate) fn plan_topn(
         .with_fix(format!("filter by rn <= N with N between 1 and {TOPN_LIMIT_MAX}")));
     }
     let (partition, order) = columns(window, &function.params, &refuse)?;
-    let mut state = planner.plan(&window.input)?;
+    let mut state = planner.plan(&window.input).and_then(crate::stream::unaggregated_session)?;
     if state.changelog.is_updating() {
         return Err(unsupported(
             "TopN (ROW_NUMBER) over an updating stream",

@@ -7,10 +7,12 @@
 //! stream planner later turns a scan of that table into the input's stream followed by
 //! window assignment. Everything else in the query is left exactly as written.
 //!
-//! Supported: `TUMBLE(data, timecol, size)`, `HOP(data, timecol, slide, size)` and
-//! `CUMULATE(data, timecol, step, size)` (size a multiple of step), with positional or
-//! named (`DATA =>`, `TIMECOL =>`, `SIZE =>`, `SLIDE =>`, `STEP =>`) arguments.
-//! `SESSION` and an `OFFSET` argument are reported as not supported yet.
+//! Supported: `TUMBLE(data, timecol, size)`, `HOP(data, timecol, slide, size)`,
+//! `CUMULATE(data, timecol, step, size)` (size a multiple of step) and `SESSION(data,
+//! timecol, gap)`, where a SESSION's data may be `TABLE t PARTITION BY k` or `TABLE t
+//! PARTITION BY (k1, k2)`; with positional or named (`DATA =>`, `TIMECOL =>`, `SIZE =>`,
+//! `SLIDE =>`, `STEP =>`, `GAP =>`) arguments. An `OFFSET` argument is reported as not
+//! supported yet.
 
 use sluice_operators::window::WindowKind;
 use sluice_types::SluiceError;
@@ -26,6 +28,8 @@ pub struct WindowCall {
     pub input: String,
     pub time_column: String,
     pub kind: WindowKind,
+    /// A SESSION's `PARTITION BY` columns (empty: none given).
+    pub partition: Vec<String>,
     /// The call as written (whitespace collapsed), for messages.
     pub text: String,
 }
@@ -44,11 +48,22 @@ pub fn rewrite(sql: &str, first_index: usize) -> Result<(String, Vec<WindowCall>
             calls.push(call);
             index = next;
         } else {
-            output.push_str(&tokens[index].to_string());
+            output.push_str(&token_text(&tokens[index]));
             index += 1;
         }
     }
     Ok((output, calls))
+}
+
+/// A token as SQL text. The tokenizer's `Display` writes a quoted string or identifier
+/// without doubling the quotes inside it (`'it''s'` would come back as `'it's'`).
+fn token_text(token: &Token) -> String {
+    match token {
+        Token::SingleQuotedString(text) => format!("'{}'", text.replace('\'', "''")),
+        Token::Word(word) if word.quote_style == Some('"') => format!("\"{}\"", word.value.replace('"', "\"\"")),
+        Token::Word(word) if word.quote_style == Some('`') => format!("`{}`", word.value.replace('`', "``")),
+        other => other.to_string(),
+    }
 }
 
 fn is_word(token: &Token, keyword: &str) -> bool {
@@ -81,10 +96,6 @@ fn match_call(tokens: &[Token], index: usize, number: usize) -> Result<Option<(W
     let function = name.value.to_ascii_uppercase();
     if !matches!(function.as_str(), "TUMBLE" | "HOP" | "CUMULATE" | "SESSION") {
         return Ok(None);
-    }
-    if function == "SESSION" {
-        return Err(SluiceError::user("sql.unsupported", format!("{function} windows are not supported yet"))
-            .with_fix("use TUMBLE, HOP or CUMULATE"));
     }
     let args_open = skip(tokens, name_at + 1);
     if tokens.get(args_open) != Some(&Token::LParen) {
@@ -159,6 +170,7 @@ fn build_call(function: &str, arguments: Vec<Vec<Token>>, number: usize) -> Resu
     let positional = match function {
         "HOP" => ["DATA", "TIMECOL", "SLIDE", "SIZE"].as_slice(),
         "CUMULATE" => &["DATA", "TIMECOL", "STEP", "SIZE"],
+        "SESSION" => &["DATA", "TIMECOL", "GAP"],
         _ => &["DATA", "TIMECOL", "SIZE"],
     };
     let mut named: Vec<(String, Vec<Token>)> = Vec::new();
@@ -185,8 +197,10 @@ fn build_call(function: &str, arguments: Vec<Vec<Token>>, number: usize) -> Resu
         )
         .with_fix("remove the offset; windows align to the Unix epoch"));
     }
-    let input = match take("DATA") {
-        Some([table, Token::Word(name)]) if is_word(table, "TABLE") => name.value.clone(),
+    let (input, partition) = match take("DATA") {
+        Some([table, Token::Word(name), rest @ ..]) if is_word(table, "TABLE") => {
+            (name.value.clone(), partition_by(function, rest)?)
+        }
         _ => return Err(syntax(function, "the first argument must be `TABLE name`")),
     };
     let time_column = match take("TIMECOL") {
@@ -212,9 +226,44 @@ fn build_call(function: &str, arguments: Vec<Vec<Token>>, number: usize) -> Resu
             }
             WindowKind::Cumulate { step_ms, size_ms }
         }
+        "SESSION" => WindowKind::Session { gap_ms: interval_ms(function, "gap", take("GAP"))? },
         _ => WindowKind::Tumble { size_ms: interval_ms(function, "size", take("SIZE"))? },
     };
-    Ok(WindowCall { table: format!("__window_{number}"), input, time_column, kind, text: String::new() })
+    Ok(WindowCall { table: format!("__window_{number}"), input, time_column, kind, partition, text: String::new() })
+}
+
+/// The columns of `PARTITION BY k` or `PARTITION BY (k1, k2)` after `TABLE name` (none
+/// when nothing follows); only a SESSION takes them.
+fn partition_by(function: &str, tokens: &[Token]) -> Result<Vec<String>, SluiceError> {
+    let bad = || syntax(function, "after `TABLE name` only `PARTITION BY column` or `PARTITION BY (a, b)` may follow");
+    let columns = match tokens {
+        [] => return Ok(Vec::new()),
+        [partition, by, rest @ ..] if is_word(partition, "PARTITION") && is_word(by, "BY") => rest,
+        _ => return Err(bad()),
+    };
+    let columns = match columns {
+        [Token::LParen, inner @ .., Token::RParen] => inner,
+        single => single,
+    };
+    let mut names = Vec::new();
+    for (index, token) in columns.iter().enumerate() {
+        match token {
+            Token::Word(word) if index % 2 == 0 => names.push(word.value.clone()),
+            Token::Comma if index % 2 == 1 => {}
+            _ => return Err(bad()),
+        }
+    }
+    if names.is_empty() || columns.len() % 2 == 0 {
+        return Err(bad());
+    }
+    if function != "SESSION" {
+        return Err(SluiceError::user(
+            "sql.unsupported",
+            format!("{function}(TABLE … PARTITION BY …): only SESSION windows take PARTITION BY"),
+        )
+        .with_fix("remove PARTITION BY; GROUP BY the columns instead"));
+    }
+    Ok(names)
 }
 
 /// `INTERVAL '10' SECOND`, `INTERVAL '10' SECONDS`, `INTERVAL '10 seconds'` → milliseconds.
@@ -312,7 +361,18 @@ mod tests {
             "SELECT * FROM __window_0",
             &[("t", "ts", WindowKind::Cumulate { step_ms: 1_000, size_ms: 60_000 })],
         );
+        check(
+            "SELECT 1 FROM TABLE(SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '10' SECOND))",
+            "SELECT 1 FROM __window_0",
+            &[("t", "ts", WindowKind::Session { gap_ms: 10_000 })],
+        );
+        check(
+            "SELECT 1 FROM TABLE(SESSION(DATA => TABLE t, TIMECOL => DESCRIPTOR(ts), GAP => INTERVAL '1' MINUTE))",
+            "SELECT 1 FROM __window_0",
+            &[("t", "ts", WindowKind::Session { gap_ms: 60_000 })],
+        );
         check("SELECT a FROM t WHERE x = 'TABLE(TUMBLE('", "SELECT a FROM t WHERE x = 'TABLE(TUMBLE('", &[]);
+        check("SELECT 'it''s', \"a\"\"b\" FROM t", "SELECT 'it''s', \"a\"\"b\" FROM t", &[]);
     }
 
     #[test]
@@ -321,7 +381,14 @@ mod tests {
             "SELECT * FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '5' SECOND))",
             "CUMULATE(...): the size (5000 ms) is not a multiple of the step (2000 ms)",
         );
-        check_error("SELECT * FROM TABLE(SESSION(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))", "SESSION windows");
+        check_error(
+            "SELECT * FROM TABLE(TUMBLE(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            "only SESSION windows take PARTITION BY",
+        );
+        check_error(
+            "SELECT * FROM TABLE(SESSION(TABLE t PARTITION k, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            "PARTITION BY column",
+        );
         check_error(
             "SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '1' SECOND))",
             "OFFSET",
@@ -363,6 +430,21 @@ mod tests {
             "SELECT 1 FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '106751991167' DAY))",
             "SELECT 1 FROM __window_0",
             &[("t", "ts", WindowKind::Tumble { size_ms: 106_751_991_167 * 86_400_000 })],
+        );
+    }
+
+    #[test]
+    fn session_partition_columns_are_read() {
+        let partition = |sql: &str| rewrite(sql, 0).expect("rewrite").1.remove(0).partition;
+        let sql = "SELECT 1 FROM TABLE(SESSION(TABLE t PARTITION BY (a, b), DESCRIPTOR(ts), INTERVAL '1' SECOND))";
+        assert_eq!(partition(sql), ["a", "b"]);
+        let sql = "SELECT 1 FROM TABLE(SESSION(TABLE t PARTITION BY a, DESCRIPTOR(ts), INTERVAL '1' SECOND))";
+        assert_eq!(partition(sql), ["a"]);
+        let sql = "SELECT 1 FROM TABLE(SESSION(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))";
+        assert!(partition(sql).is_empty());
+        check_error(
+            "SELECT 1 FROM TABLE(SESSION(TABLE t PARTITION BY (a b), DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            "PARTITION BY (a, b)",
         );
     }
 

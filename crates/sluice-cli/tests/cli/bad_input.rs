@@ -95,8 +95,12 @@ fn unsupported_sql_is_refused_by_name() {
         ("SELECT k, LAST_VALUE(k) FROM events GROUP BY k", "the aggregate function LAST_VALUE is not supported yet"),
         ("SELECT k FROM events ORDER BY k", "ORDER BY on a stream"),
         (
-            "SELECT COUNT(*) FROM TABLE(SESSION(TABLE events, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
-            "SESSION windows are not supported yet",
+            "SELECT * FROM TABLE(SESSION(TABLE events, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            "a SESSION window table function whose rows are not aggregated by GROUP BY window_start, window_end",
+        ),
+        (
+            "SELECT TUMBLE_PROCTIME(ts, INTERVAL '1' SECOND) FROM events GROUP BY TUMBLE(ts, INTERVAL '1' SECOND)",
+            "TUMBLE_PROCTIME(…) (processing time) is not supported yet",
         ),
         (
             "SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(k), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",

@@ -1,4 +1,5 @@
-//! The event-time window aggregate; the non-windowed, updating aggregate is in [`group`].
+//! The event-time window aggregate; the non-windowed, updating aggregate is in [`group`],
+//! the session window aggregate (windows that merge) in [`session`].
 //!
 //! Input rows carry `window_start` and `window_end` (from window assignment) plus the key
 //! columns and aggregate arguments. State is, per open window (ordered by end), a table of
@@ -30,9 +31,11 @@ use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 pub mod group;
+pub mod session;
 mod state;
 
 pub use group::{GROUP_STATE_VERSION, GroupAggregate, GroupAggregateSpec};
+pub use session::{SESSION_STATE_VERSION, SessionAggregate};
 pub use state::WINDOW_STATE_VERSION;
 
 /// The aggregate functions the window aggregate computes.
@@ -301,16 +304,7 @@ impl WindowAggregate {
         vnodes: u32,
     ) -> Result<WindowAggregate, SluiceError> {
         let key_encoder = KeyEncoder::new(spec.keys.iter().map(|&k| input.field(k).data_type().clone()).collect())?;
-        let mut distinct_encoders = Vec::new();
-        for aggregate in &spec.aggregates {
-            let encoder = match (aggregate.function, aggregate.argument) {
-                (AggregateFunction::CountDistinct, Some(column)) => {
-                    Some(KeyEncoder::new(vec![input.field(column).data_type().clone()])?)
-                }
-                _ => None,
-            };
-            distinct_encoders.push(encoder);
-        }
+        let distinct_encoders = distinct_encoders(&spec.aggregates, input)?;
         let input_types = input.fields().iter().map(|f| f.data_type().clone()).collect();
         Ok(WindowAggregate {
             spec,
@@ -348,29 +342,7 @@ impl WindowAggregate {
     }
 
     fn arguments(&self, rows: &RecordBatch) -> Result<Vec<Argument>, SluiceError> {
-        let mut arguments = Vec::with_capacity(self.spec.aggregates.len());
-        for (index, aggregate) in self.spec.aggregates.iter().enumerate() {
-            let Some(column) = aggregate.argument else {
-                arguments.push(Argument::None);
-                continue;
-            };
-            let array = rows.column(column);
-            let argument = if let Some(encoder) = &self.distinct_encoders[index] {
-                let mut values = KeyRows::default();
-                encoder.encode(std::slice::from_ref(array), &mut values)?;
-                Argument::Encoded(values, Arc::clone(array))
-            } else if aggregate.function == AggregateFunction::Count {
-                Argument::Int(Int64Array::from_iter((0..array.len()).map(|i| array.is_valid(i).then_some(1))))
-            } else if is_float(array.data_type()) || aggregate.function == AggregateFunction::Avg {
-                Argument::Float(cast(array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
-            } else if is_text(array.data_type()) {
-                Argument::Text(cast(array, &DataType::Utf8)?.as_string::<i32>().clone())
-            } else {
-                Argument::Int(cast(array, &DataType::Int64)?.as_primitive::<Int64Type>().clone())
-            };
-            arguments.push(argument);
-        }
-        Ok(arguments)
+        read_arguments(&self.spec.aggregates, &self.distinct_encoders, rows)
     }
 
     fn emit_until(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
@@ -422,6 +394,52 @@ impl WindowAggregate {
         }
         Ok(())
     }
+}
+
+/// For each aggregate, the encoder of a COUNT(DISTINCT) argument's values.
+fn distinct_encoders(aggregates: &[AggregateSpec], input: &SchemaRef) -> Result<Vec<Option<KeyEncoder>>, SluiceError> {
+    let mut encoders = Vec::new();
+    for aggregate in aggregates {
+        let encoder = match (aggregate.function, aggregate.argument) {
+            (AggregateFunction::CountDistinct, Some(column)) => {
+                Some(KeyEncoder::new(vec![input.field(column).data_type().clone()])?)
+            }
+            _ => None,
+        };
+        encoders.push(encoder);
+    }
+    Ok(encoders)
+}
+
+/// Each aggregate's argument column of `rows`, cast once for the batch.
+fn read_arguments(
+    aggregates: &[AggregateSpec],
+    distinct_encoders: &[Option<KeyEncoder>],
+    rows: &RecordBatch,
+) -> Result<Vec<Argument>, SluiceError> {
+    let mut arguments = Vec::with_capacity(aggregates.len());
+    for (index, aggregate) in aggregates.iter().enumerate() {
+        let Some(column) = aggregate.argument else {
+            arguments.push(Argument::None);
+            continue;
+        };
+        let array = rows.column(column);
+        let argument = if let Some(encoder) = &distinct_encoders[index] {
+            let mut values = KeyRows::default();
+            encoder.encode(std::slice::from_ref(array), &mut values)?;
+            Argument::Encoded(values, Arc::clone(array))
+        } else if aggregate.function == AggregateFunction::Count {
+            Argument::Int(Int64Array::from_iter((0..array.len()).map(|i| array.is_valid(i).then_some(1))))
+        } else if is_float(array.data_type()) || aggregate.function == AggregateFunction::Avg {
+            Argument::Float(cast(array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
+        } else if is_text(array.data_type()) {
+            Argument::Text(cast(array, &DataType::Utf8)?.as_string::<i32>().clone())
+        } else {
+            Argument::Int(cast(array, &DataType::Int64)?.as_primitive::<Int64Type>().clone())
+        };
+        arguments.push(argument);
+    }
+    Ok(arguments)
 }
 
 fn finish(accumulators: Accumulators) -> ArrayRef {

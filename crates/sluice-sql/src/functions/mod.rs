@@ -5,11 +5,28 @@
 //!   type (`AVG` of `BIGINT` is `BIGINT`, the quotient truncated toward zero), a float
 //!   `DOUBLE`, a decimal DataFusion's decimal. Sluice's aggregate operators compute it;
 //!   DataFusion only plans it.
+//! - Scalar functions NEXMark and Flink users call ([`scalar`]): `DATE_FORMAT(ts,
+//!   pattern)` with Java `SimpleDateFormat` patterns ([`date_format`]; an unsupported
+//!   letter is refused at planning), `SPLIT_INDEX(s, separator, index)`,
+//!   `REGEXP_EXTRACT(s, regex[, group])` (Rust's `regex` syntax: no look-around or
+//!   back-references), `IF(condition, then, else)`, `CONCAT` with Flink's NULL rule (NULL if
+//!   any argument is), and `YEAR`, `MONTH`, `DAYOFMONTH`, `HOUR`, `MINUTE`, `SECOND` of a
+//!   timestamp as BIGINT, and `EXTRACT(field FROM ts)` as BIGINT too ([`extract`];
+//!   DataFusion's gives INT). DataFusion's own `LOWER`, `UPPER`, `CHAR_LENGTH` (INT),
+//!   `INSTR` (INT, 0 when absent) and `CASE` already match Flink's meaning.
 //! - `ROW_NUMBER()`, the one window function (for TopN: `ROW_NUMBER() OVER (PARTITION
 //!   BY … ORDER BY …)` filtered by `<= N`), of type `BIGINT UNSIGNED`; Sluice's TopN
 //!   operator computes it, DataFusion only plans it.
 
+mod date_format;
+mod extract;
+mod scalar;
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
+
+pub(crate) use extract::FlinkExtractPlanner;
 
 use arrow::compute::kernels::numeric::rem;
 use arrow::datatypes::DataType;
@@ -49,7 +66,10 @@ impl ScalarUDFImpl for Mod {
 /// The functions this module adds, to register beside DataFusion's.
 pub fn flink_functions() -> Vec<Arc<ScalarUDF>> {
     let signature = Signature::uniform(2, vec![DataType::Int64, DataType::Float64], Volatility::Immutable);
-    vec![Arc::new(ScalarUDF::from(Mod { signature }))]
+    let mut functions = vec![Arc::new(ScalarUDF::from(Mod { signature }))];
+    functions.extend(scalar::all());
+    functions.push(Arc::new(ScalarUDF::from(extract::FlinkDatePart::new())));
+    functions
 }
 
 /// `AVG(x)` typed as Flink types it (see the module documentation).

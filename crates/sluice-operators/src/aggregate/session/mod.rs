@@ -1,0 +1,406 @@
+//! The session window aggregate: Flink's `SESSION` windows, merged per key as rows arrive.
+//!
+//! Input rows carry a proto-window `[ts, ts + gap)` in `window_start` / `window_end` (from
+//! window assignment), the key columns and the aggregate arguments. Per key the operator
+//! keeps its open sessions, disjoint intervals each with one partial result per aggregate.
+//! A row's proto-window merges with every open session of its key that it intersects
+//! (touching counts: `start <= other.end && end >= other.start`, so rows exactly `gap`
+//! apart share a session, as in Flink); the merged session takes the union of the
+//! intervals and the merge of the partial results. A session is emitted once, when the
+//! watermark reaches its `window_end - 1`, and then forgotten; end of input emits every
+//! open session.
+//!
+//! Late rows: a row whose merged session would already be due (`end - 1 <=` the
+//! watermark) is counted and dropped; a row older than the watermark that still merges
+//! into a session not yet due is taken (it changes nothing already emitted).
+//!
+//! Bound: state is the open sessions; each is freed when the watermark passes its end.
+//!
+//! State is per key, placed by the key's hash (the exchange's) in its vnode: see `state`.
+
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMillisecondArray,
+};
+use arrow::compute::cast;
+use arrow::datatypes::{SchemaRef, TimestampMillisecondType};
+use arrow::record_batch::RecordBatch;
+use sluice_runtime::{Operator, SnapshotJob};
+use sluice_types::key::{KeyEncoder, KeyRows};
+use sluice_types::{Batch, Message, SluiceError, TimestampMs};
+
+use super::{AggregateFunction, Argument, GroupColumn, WindowAggregateSpec, is_float, is_text};
+
+pub use state::SESSION_STATE_VERSION;
+
+/// One aggregate's partial result over the rows of one session.
+#[derive(Debug, Clone, PartialEq)]
+enum Partial {
+    Count(i64),
+    SumInt(Option<i64>),
+    SumFloat(Option<f64>),
+    ExtremeInt(Option<i64>),
+    ExtremeFloat(Option<f64>),
+    ExtremeText(Option<String>),
+    Avg(f64, i64),
+    Distinct(BTreeSet<Box<[u8]>>),
+}
+
+/// The better of two optional values for MIN (`max` false) or MAX.
+fn extreme<T: PartialOrd>(current: Option<T>, value: Option<T>, max: bool) -> Option<T> {
+    match (current, value) {
+        (Some(current), Some(value)) => {
+            let replace = if max { value > current } else { value < current };
+            Some(if replace { value } else { current })
+        }
+        (current, value) => current.or(value),
+    }
+}
+
+impl Partial {
+    /// Adds row `row` of `argument`.
+    fn update(&mut self, max: bool, argument: &Argument, row: usize) {
+        match (self, argument) {
+            (Partial::Count(count), Argument::None) => *count += 1,
+            (Partial::Count(count), Argument::Int(values)) => *count += i64::from(values.is_valid(row)),
+            (Partial::SumInt(sum), Argument::Int(values)) if values.is_valid(row) => {
+                *sum = Some(sum.unwrap_or(0).wrapping_add(values.value(row)));
+            }
+            (Partial::SumFloat(sum), Argument::Float(values)) if values.is_valid(row) => {
+                *sum = Some(sum.unwrap_or(0.0) + values.value(row));
+            }
+            (Partial::ExtremeInt(slot), Argument::Int(values)) if values.is_valid(row) => {
+                *slot = extreme(*slot, Some(values.value(row)), max);
+            }
+            (Partial::ExtremeFloat(slot), Argument::Float(values)) if values.is_valid(row) => {
+                *slot = extreme(*slot, Some(values.value(row)), max);
+            }
+            (Partial::ExtremeText(slot), Argument::Text(values)) if values.is_valid(row) => {
+                *slot = extreme(slot.take(), Some(values.value(row).to_string()), max);
+            }
+            (Partial::Avg(sum, count), Argument::Float(values)) if values.is_valid(row) => {
+                *sum += values.value(row);
+                *count += 1;
+            }
+            (Partial::Distinct(set), Argument::Encoded(values, column)) if column.is_valid(row) => {
+                let value = values.row(row);
+                if !set.contains(value) {
+                    set.insert(value.into());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes in `other`, the same aggregate's partial result over other rows.
+    fn merge(&mut self, max: bool, other: Partial) {
+        match (self, other) {
+            (Partial::Count(a), Partial::Count(b)) => *a += b,
+            (Partial::SumInt(a), Partial::SumInt(b)) => {
+                *a = match (*a, b) {
+                    (Some(a), Some(b)) => Some(a.wrapping_add(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+            (Partial::SumFloat(a), Partial::SumFloat(b)) => {
+                *a = match (*a, b) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                }
+            }
+            (Partial::ExtremeInt(a), Partial::ExtremeInt(b)) => *a = extreme(*a, b, max),
+            (Partial::ExtremeFloat(a), Partial::ExtremeFloat(b)) => *a = extreme(*a, b, max),
+            (Partial::ExtremeText(a), Partial::ExtremeText(b)) => *a = extreme(a.take(), b, max),
+            (Partial::Avg(sum, count), Partial::Avg(other_sum, other_count)) => {
+                *sum += other_sum;
+                *count += other_count;
+            }
+            (Partial::Distinct(a), Partial::Distinct(b)) => a.extend(b),
+            (a, b) => unreachable!("one aggregate's partials are of one kind: {a:?} and {b:?}"),
+        }
+    }
+}
+
+/// A batch's aggregate arguments and `FILTER (WHERE …)` conditions, one per aggregate.
+struct Inputs {
+    arguments: Vec<Argument>,
+    filters: Vec<Option<BooleanArray>>,
+}
+
+/// One open session of a key: `[start, end)` and a partial result per aggregate.
+#[derive(Debug, Clone, PartialEq)]
+struct Session {
+    start: TimestampMs,
+    end: TimestampMs,
+    partials: Vec<Partial>,
+}
+
+/// A key's open sessions (disjoint, not touching) and its placement hash.
+#[derive(Debug, Clone, Default)]
+struct KeySessions {
+    hash: u64,
+    sessions: Vec<Session>,
+}
+
+/// See the module documentation. Its spec is the window aggregate's.
+pub struct SessionAggregate {
+    spec: WindowAggregateSpec,
+    key_encoder: KeyEncoder,
+    key_rows: KeyRows,
+    distinct_encoders: Vec<Option<sluice_types::key::KeyEncoder>>,
+    /// For each aggregate, whether it is MAX (MIN otherwise; unused by the others).
+    maxes: Vec<bool>,
+    /// The partials of an empty session.
+    empty: Vec<Partial>,
+    keys: HashMap<Box<[u8]>, KeySessions>,
+    /// Every open session by `(end, key)`: the order they become due.
+    due: BTreeSet<(TimestampMs, Box<[u8]>)>,
+    watermark: TimestampMs,
+    late_rows: Arc<AtomicU64>,
+    vnodes: u32,
+}
+
+impl SessionAggregate {
+    /// `input` is the schema of the rows the operator receives; `vnodes` the pipeline's.
+    pub fn new(
+        spec: WindowAggregateSpec,
+        input: &SchemaRef,
+        late_rows: Arc<AtomicU64>,
+        vnodes: u32,
+    ) -> Result<SessionAggregate, SluiceError> {
+        let key_encoder = KeyEncoder::new(spec.keys.iter().map(|&k| input.field(k).data_type().clone()).collect())?;
+        let distinct_encoders = super::distinct_encoders(&spec.aggregates, input)?;
+        let maxes = spec.aggregates.iter().map(|a| a.function == AggregateFunction::Max).collect();
+        let empty = spec
+            .aggregates
+            .iter()
+            .map(|aggregate| {
+                let argument = aggregate.argument.map(|column| input.field(column).data_type());
+                match (aggregate.function, argument) {
+                    (AggregateFunction::CountRows | AggregateFunction::Count, _) => Partial::Count(0),
+                    (AggregateFunction::CountDistinct, _) => Partial::Distinct(BTreeSet::new()),
+                    (AggregateFunction::Avg, _) => Partial::Avg(0.0, 0),
+                    (AggregateFunction::Sum, Some(t)) if is_float(t) => Partial::SumFloat(None),
+                    (AggregateFunction::Sum, _) => Partial::SumInt(None),
+                    (_, Some(t)) if is_float(t) => Partial::ExtremeFloat(None),
+                    (_, Some(t)) if is_text(t) => Partial::ExtremeText(None),
+                    _ => Partial::ExtremeInt(None),
+                }
+            })
+            .collect();
+        Ok(SessionAggregate {
+            spec,
+            key_encoder,
+            key_rows: KeyRows::default(),
+            distinct_encoders,
+            maxes,
+            empty,
+            keys: HashMap::new(),
+            due: BTreeSet::new(),
+            watermark: i64::MIN,
+            late_rows,
+            vnodes,
+        })
+    }
+
+    /// Adds one row, whose proto-window is `[start, end)`, to the sessions of `key`.
+    /// Returns false when the row is late (see the module documentation).
+    fn add_row(&mut self, key: &[u8], hash: u64, [start, end]: [i64; 2], inputs: &Inputs, row: usize) -> bool {
+        let entry = self.keys.get(key);
+        let touching = |session: &Session| session.start <= end && session.end >= start;
+        let (mut merged_start, mut merged_end) = (start, end);
+        for session in entry.iter().flat_map(|e| &e.sessions).filter(|s| touching(s)) {
+            merged_start = merged_start.min(session.start);
+            merged_end = merged_end.max(session.end);
+        }
+        if merged_end - 1 <= self.watermark {
+            return false;
+        }
+        // One allocation per row: the key's copy in the due set (and in the map when new).
+        let mut owned: Box<[u8]> = key.into();
+        if !self.keys.contains_key(key) {
+            self.keys.insert(owned.clone(), KeySessions { hash, sessions: Vec::new() });
+        }
+        let sessions = &mut self.keys.get_mut(key).expect("inserted above").sessions;
+        let mut merged: Option<Session> = None;
+        while let Some(index) = sessions.iter().position(touching) {
+            let session = sessions.remove(index);
+            let probe = (session.end, owned);
+            self.due.remove(&probe);
+            owned = probe.1;
+            match &mut merged {
+                None => merged = Some(session),
+                Some(merged) => {
+                    for ((partial, other), max) in merged.partials.iter_mut().zip(session.partials).zip(&self.maxes) {
+                        partial.merge(*max, other);
+                    }
+                }
+            }
+        }
+        let mut merged = merged.unwrap_or_else(|| Session { start, end, partials: self.empty.clone() });
+        (merged.start, merged.end) = (merged_start, merged_end);
+        for (index, partial) in merged.partials.iter_mut().enumerate() {
+            // A row its FILTER (WHERE …) rejects is not counted by that aggregate.
+            if inputs.filters[index].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row)) {
+                partial.update(self.maxes[index], &inputs.arguments[index], row);
+            }
+        }
+        self.due.insert((merged.end, owned));
+        let at = sessions.partition_point(|session| session.start < merged.start);
+        sessions.insert(at, merged);
+        true
+    }
+
+    /// Emits, in end order, every session due at `watermark`.
+    fn emit_until(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let mut emitted: Vec<(Box<[u8]>, Session)> = Vec::new();
+        while let Some((end, _)) = self.due.first() {
+            if end - 1 > watermark {
+                break;
+            }
+            let (end, key) = self.due.pop_first().expect("checked above");
+            let Some(entry) = self.keys.get_mut(&key) else {
+                return Err(SluiceError::internal("session.state", "a due session's key has no sessions"));
+            };
+            let Some(position) = entry.sessions.iter().position(|s| s.end == end) else {
+                return Err(SluiceError::internal(
+                    "session.state",
+                    format!("no open session of its key ends at {end}"),
+                ));
+            };
+            let session = entry.sessions.remove(position);
+            if entry.sessions.is_empty() {
+                self.keys.remove(&key);
+            }
+            emitted.push((key, session));
+        }
+        for chunk in emitted.chunks(self.spec.batch_size.max(1)) {
+            out.push(Message::Data(Batch::inserts(self.rows(chunk)?)));
+        }
+        Ok(())
+    }
+
+    /// The output rows of `sessions`.
+    fn rows(&self, sessions: &[(Box<[u8]>, Session)]) -> Result<RecordBatch, SluiceError> {
+        let key_columns = if self.spec.keys.is_empty() {
+            Vec::new()
+        } else {
+            self.key_encoder.decode(sessions.iter().map(|(key, _)| &key[..]))?
+        };
+        let times = |bound: fn(&Session) -> i64| -> ArrayRef {
+            Arc::new(TimestampMillisecondArray::from_iter_values(sessions.iter().map(|(_, s)| bound(s))))
+        };
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.output.fields().len());
+        for group in &self.spec.groups {
+            columns.push(match group {
+                GroupColumn::WindowStart => times(|s| s.start),
+                GroupColumn::WindowEnd => times(|s| s.end),
+                GroupColumn::Key(index) => Arc::clone(&key_columns[*index]),
+            });
+        }
+        for index in 0..self.spec.aggregates.len() {
+            columns.push(finish(sessions.iter().map(|(_, s)| &s.partials[index]), &self.empty[index]));
+        }
+        for (column, field) in columns.iter_mut().zip(self.spec.output.fields()) {
+            if column.data_type() != field.data_type() {
+                *column = cast(column, field.data_type())?;
+            }
+        }
+        Ok(RecordBatch::try_new(Arc::clone(&self.spec.output), columns)?)
+    }
+}
+
+/// One aggregate's results, a row per session; `kind` is an empty partial of it.
+fn finish<'a>(partials: impl Iterator<Item = &'a Partial>, kind: &Partial) -> ArrayRef {
+    let ints = |partials: &mut dyn Iterator<Item = &'a Partial>| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(partials.map(|partial| match partial {
+            Partial::Count(count) => Some(*count),
+            Partial::SumInt(value) | Partial::ExtremeInt(value) => *value,
+            Partial::Distinct(set) => Some(set.len() as i64),
+            _ => None,
+        })))
+    };
+    let mut partials = partials;
+    match kind {
+        Partial::Count(_) | Partial::SumInt(_) | Partial::ExtremeInt(_) | Partial::Distinct(_) => ints(&mut partials),
+        Partial::SumFloat(_) | Partial::ExtremeFloat(_) | Partial::Avg(..) => {
+            Arc::new(Float64Array::from_iter(partials.map(|partial| match partial {
+                Partial::SumFloat(value) | Partial::ExtremeFloat(value) => *value,
+                Partial::Avg(sum, count) => (*count > 0).then(|| sum / *count as f64),
+                _ => None,
+            })))
+        }
+        Partial::ExtremeText(_) => Arc::new(StringArray::from_iter(partials.map(|partial| match partial {
+            Partial::ExtremeText(value) => value.clone(),
+            _ => None,
+        }))),
+    }
+}
+
+impl Operator for SessionAggregate {
+    fn name(&self) -> &str {
+        "session_aggregate"
+    }
+
+    fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(batch.is_append_only(), "the planner refuses session windows over updating input");
+        let rows = &batch.rows;
+        let starts = rows.column(self.spec.window_start).as_primitive::<TimestampMillisecondType>().clone();
+        let ends = rows.column(self.spec.window_end).as_primitive::<TimestampMillisecondType>().clone();
+        let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(rows.column(k))).collect();
+        let mut keys = std::mem::take(&mut self.key_rows);
+        self.key_encoder.encode(&key_columns, &mut keys)?;
+        let inputs = Inputs {
+            arguments: super::read_arguments(&self.spec.aggregates, &self.distinct_encoders, rows)?,
+            filters: self
+                .spec
+                .aggregates
+                .iter()
+                .map(|a| a.filter.map(|f| rows.column(f).as_boolean().clone()))
+                .collect(),
+        };
+        let mut late = 0u64;
+        for row in 0..rows.num_rows() {
+            let (key, hash): (&[u8], u64) =
+                if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
+            if !self.add_row(key, hash, [starts.value(row), ends.value(row)], &inputs, row) {
+                late += 1;
+            }
+        }
+        self.key_rows = keys;
+        if late > 0 {
+            self.late_rows.fetch_add(late, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.emit_until(watermark, out)?;
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.emit_until(i64::MAX, out)?;
+        out.push(Message::EndOfData);
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        Ok(state::snapshot(self))
+    }
+
+    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        state::restore(self, blobs)
+    }
+}
