@@ -260,6 +260,12 @@ fn post_pause_holds_the_sources_until_post_resume() {
         let json: serde_json::Value = serde_json::from_str(body).expect("json");
         json["sources"][0]["rows_in"].as_u64().unwrap_or_else(|| panic!("no rows in {body}"))
     };
+    // Running first (a pause asked for while starting holds too, but answers `starting`).
+    let deadline = Instant::now() + DEADLINE;
+    while request(addr, "GET", "/readyz").0 != 200 {
+        assert!(Instant::now() < deadline, "the job never became ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (code, paused) = request(addr, "POST", "/pause");
     assert_eq!(code, 200, "{paused}");
     assert!(paused.contains("\"paused\":true") && paused.contains("\"state\":\"paused\""), "{paused}");
