@@ -298,7 +298,10 @@ impl NetworkBuilder {
         let mut stream = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             self.check_cancelled()?;
-            match TcpStream::connect_timeout(&address, left.max(Duration::from_millis(1))) {
+            // Short attempts: a cancel (a peer lost meanwhile) is seen between them,
+            // where one long attempt to an unreachable host would hold the whole wait.
+            let attempt = left.min(CONNECT_ATTEMPT).max(Duration::from_millis(1));
+            match TcpStream::connect_timeout(&address, attempt) {
                 Ok(stream) => break stream,
                 Err(error) if Instant::now() + backoff < deadline => {
                     tracing::debug!(peer, %address, %error, "exchange connect retry");
@@ -420,6 +423,13 @@ impl NetworkBuilder {
     }
 }
 
+/// The longest one connection attempt of a link takes (attempts repeat until the mesh's
+/// `io_timeout`).
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(1);
+/// The longest a handshake read waits: a peer cut off while the links open is given up
+/// after this, not after the whole `io_timeout`.
+const HANDSHAKE_READ: Duration = Duration::from_secs(10);
+
 fn configure(stream: &TcpStream, io_timeout: Duration) -> Result<(), SluiceError> {
     let io = |error: std::io::Error| {
         SluiceError::external("cluster.link_socket", format!("configuring an exchange socket failed: {error}"))
@@ -429,7 +439,7 @@ fn configure(stream: &TcpStream, io_timeout: Duration) -> Result<(), SluiceError
     // Reads on an established link wait for data as long as the run lasts (an idle
     // pipeline sends nothing); a lost peer is found by the control heartbeats, which
     // then shut the link down. The timeout bounds only the handshake.
-    stream.set_read_timeout(Some(io_timeout)).map_err(io)
+    stream.set_read_timeout(Some(io_timeout.min(HANDSHAKE_READ))).map_err(io)
 }
 
 fn link_error(peer: u32, message: &str) -> SluiceError {
