@@ -331,7 +331,7 @@ impl NetworkBuilder {
             )
             .with_fix("every worker must run the same sluice build and pipeline, joined to the same leader"));
         }
-        authenticate(&mut stream, true)?;
+        authenticate(&mut stream, true).map_err(silent_peer_is_lost)?;
         Ok(stream)
     }
 
@@ -418,8 +418,18 @@ impl NetworkBuilder {
             return Err(SluiceError::external("cluster.link_refused", reason));
         }
         answer.map_err(|error| link_error(preamble.from, &error.to_string()))?;
-        authenticate(&mut stream, false)?;
+        authenticate(&mut stream, false).map_err(silent_peer_is_lost)?;
         Ok((preamble.from, stream))
+    }
+}
+
+/// A peer that went silent or away during the handshake (a cut link, a dead process) is
+/// a lost peer: the control session's account of it, which names the worker, is the
+/// cause to report. A refusal (another secret) stays what it is.
+fn silent_peer_is_lost(error: SluiceError) -> SluiceError {
+    match error.code {
+        "cluster.auth_timeout" | "cluster.auth_io" | "cluster.auth_closed" => error.with_kind(ErrorKind::LostPeer),
+        _ => error,
     }
 }
 
