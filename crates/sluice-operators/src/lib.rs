@@ -16,6 +16,7 @@
 //! Never on connectors, SQL planning or the CLI.
 
 pub mod aggregate;
+mod blob;
 pub mod counter;
 pub mod expr;
 pub mod partition;

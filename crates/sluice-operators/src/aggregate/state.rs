@@ -26,6 +26,8 @@ use std::sync::Arc;
 use sluice_runtime::SnapshotJob;
 use sluice_types::{SluiceError, vnode};
 
+use crate::blob::Reader;
+
 use super::{Accumulators, Groups, WindowAggregate, WindowGroups, index_part, table_hash};
 
 /// The blob layout this build writes and reads. Version 2: keys and COUNT(DISTINCT)
@@ -208,45 +210,16 @@ fn write_value(accumulators: &Accumulators, group: usize, bytes: &mut Vec<u8>) {
     }
 }
 
-/// A bounds-checked reader over a blob.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
 fn corrupt(what: &str) -> SluiceError {
-    SluiceError::internal("state.corrupt", format!("window aggregate state is damaged or from another plan: {what}"))
+    crate::blob::corrupt(STATE, what)
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, count: usize) -> Result<&'a [u8], SluiceError> {
-        if self.bytes.len() < count {
-            return Err(corrupt("truncated"));
-        }
-        let (head, tail) = self.bytes.split_at(count);
-        self.bytes = tail;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, SluiceError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, SluiceError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn i64(&mut self) -> Result<i64, SluiceError> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn f64(&mut self) -> Result<f64, SluiceError> {
-        Ok(f64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
-        let length = self.u32()? as usize;
-        self.take(length)
-    }
-}
+/// The state's name in errors.
+const STATE: &str = "window aggregate";
 
 pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
     for blob in blobs {
-        let mut reader = Reader { bytes: &blob };
+        let mut reader = Reader::new(&blob, STATE);
         if reader.u32()? != VERSION {
             return Err(corrupt("unknown version"));
         }
@@ -270,9 +243,7 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> R
                 }
             }
         }
-        if !reader.bytes.is_empty() {
-            return Err(corrupt("trailing bytes"));
-        }
+        reader.finish()?;
     }
     // The new groups' placement hashes are their keys' hashes; then they are indexed.
     let no_keys = aggregate.spec.keys.is_empty();

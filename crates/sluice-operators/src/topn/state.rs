@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use sluice_runtime::SnapshotJob;
 use sluice_types::{SluiceError, vnode};
 
+use crate::blob::Reader;
+
 use super::{Entry, Partition, TopN};
 
 /// The blob layout this build writes and reads.
@@ -69,40 +71,17 @@ fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
 }
 
 fn corrupt(what: &str) -> SluiceError {
-    SluiceError::internal("state.corrupt", format!("TopN state is damaged or from another plan: {what}"))
+    crate::blob::corrupt(STATE, what)
 }
 
-/// A bounds-checked reader over a blob.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, count: usize) -> Result<&'a [u8], SluiceError> {
-        if self.bytes.len() < count {
-            return Err(corrupt("truncated"));
-        }
-        let (head, tail) = self.bytes.split_at(count);
-        self.bytes = tail;
-        Ok(head)
-    }
-    fn u32(&mut self) -> Result<u32, SluiceError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self) -> Result<u64, SluiceError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
-        let length = self.u32()? as usize;
-        self.take(length)
-    }
-}
+/// The state's name in errors.
+const STATE: &str = "TopN";
 
 /// Loads the partitions of `blobs` (of the vnodes this instance owns) into `topn`.
 pub(super) fn restore(topn: &mut TopN, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
     let no_keys = topn.spec.partition.is_empty();
     for blob in blobs {
-        let mut reader = Reader { bytes: &blob };
+        let mut reader = Reader::new(&blob, STATE);
         if reader.u32()? != VERSION {
             return Err(corrupt("unknown version"));
         }
@@ -134,9 +113,7 @@ pub(super) fn restore(topn: &mut TopN, blobs: Vec<Vec<u8>>) -> Result<(), Sluice
             topn.next_arrival = topn.next_arrival.max(newest + 1);
             topn.partitions[partition].rows = entries;
         }
-        if !reader.bytes.is_empty() {
-            return Err(corrupt("trailing bytes"));
-        }
+        reader.finish()?;
     }
     Ok(())
 }

@@ -28,6 +28,8 @@ use std::collections::BTreeMap;
 use sluice_runtime::SnapshotJob;
 use sluice_types::{SluiceError, vnode};
 
+use crate::blob::Reader;
+
 use super::accumulator::{Accumulator, Multiset, OrderedFloat};
 use super::{Group, GroupAggregate};
 
@@ -137,60 +139,32 @@ fn write_accumulator(accumulator: &Accumulator, bytes: &mut Vec<u8>) {
 }
 
 fn corrupt(what: &str) -> SluiceError {
-    SluiceError::internal("state.corrupt", format!("group aggregate state is damaged or from another plan: {what}"))
+    crate::blob::corrupt(STATE, what)
 }
 
-/// A bounds-checked reader over a blob.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
+/// The state's name in errors.
+const STATE: &str = "group aggregate";
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, count: usize) -> Result<&'a [u8], SluiceError> {
-        if self.bytes.len() < count {
-            return Err(corrupt("truncated"));
+/// `u32 entries` then each entry's value (read by `value`) and count. Every entry
+/// takes at least 9 bytes, so a count the blob cannot hold is refused before any
+/// allocation.
+fn entries<'a, K: Ord>(
+    reader: &mut Reader<'a>,
+    mut value: impl FnMut(&mut Reader<'a>) -> Result<K, SluiceError>,
+) -> Result<BTreeMap<K, i64>, SluiceError> {
+    let entries = reader.u32()? as usize;
+    if entries > reader.remaining() / 9 {
+        return Err(corrupt("more entries than bytes"));
+    }
+    let mut map = BTreeMap::new();
+    for _ in 0..entries {
+        let key = value(reader)?;
+        let count = reader.i64()?;
+        if count == 0 || map.insert(key, count).is_some() {
+            return Err(corrupt("an entry of count 0, or a value twice"));
         }
-        let (head, tail) = self.bytes.split_at(count);
-        self.bytes = tail;
-        Ok(head)
     }
-    fn u8(&mut self) -> Result<u8, SluiceError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, SluiceError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn i64(&mut self) -> Result<i64, SluiceError> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn f64(&mut self) -> Result<f64, SluiceError> {
-        Ok(f64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
-        let length = self.u32()? as usize;
-        self.take(length)
-    }
-    /// `u32 entries` then each entry's value (read by `value`) and count. Every entry
-    /// takes at least 9 bytes, so a count the blob cannot hold is refused before any
-    /// allocation.
-    fn entries<K: Ord>(
-        &mut self,
-        mut value: impl FnMut(&mut Self) -> Result<K, SluiceError>,
-    ) -> Result<BTreeMap<K, i64>, SluiceError> {
-        let entries = self.u32()? as usize;
-        if entries > self.bytes.len() / 9 {
-            return Err(corrupt("more entries than bytes"));
-        }
-        let mut map = BTreeMap::new();
-        for _ in 0..entries {
-            let key = value(self)?;
-            let count = self.i64()?;
-            if count == 0 || map.insert(key, count).is_some() {
-                return Err(corrupt("an entry of count 0, or a value twice"));
-            }
-        }
-        Ok(map)
-    }
+    Ok(map)
 }
 
 /// Reads one accumulator into `accumulator` (an empty one of the expected kind).
@@ -213,19 +187,19 @@ fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> R
         (Accumulator::Extreme { values: Multiset::Int(map), max }, TAG_MIN_INT | TAG_MAX_INT)
             if *max == (tag == TAG_MAX_INT) =>
         {
-            *map = reader.entries(Reader::i64)?;
+            *map = entries(reader, Reader::i64)?;
         }
         (Accumulator::Extreme { values: Multiset::Float(map), max }, TAG_MIN_FLOAT | TAG_MAX_FLOAT)
             if *max == (tag == TAG_MAX_FLOAT) =>
         {
-            *map = reader.entries(|r| r.f64().map(OrderedFloat))?;
+            *map = entries(reader, |r| r.f64().map(OrderedFloat))?;
         }
         (Accumulator::Extreme { values: Multiset::Text(map), max }, TAG_MIN_TEXT | TAG_MAX_TEXT)
             if *max == (tag == TAG_MAX_TEXT) =>
         {
-            *map = reader.entries(text)?;
+            *map = entries(reader, text)?;
         }
-        (Accumulator::Distinct(map), TAG_DISTINCT) => *map = reader.entries(|r| r.bytes().map(Into::into))?,
+        (Accumulator::Distinct(map), TAG_DISTINCT) => *map = entries(reader, |r| r.bytes().map(Into::into))?,
         _ => return Err(corrupt("an accumulator of another kind")),
     }
     Ok(())
@@ -235,7 +209,7 @@ fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> R
 pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
     let no_keys = aggregate.spec.keys.is_empty();
     for blob in blobs {
-        let mut reader = Reader { bytes: &blob };
+        let mut reader = Reader::new(&blob, STATE);
         if reader.u32()? != VERSION {
             return Err(corrupt("unknown version"));
         }
@@ -259,9 +233,7 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Re
             group.rows = rows;
             group.accumulators = accumulators;
         }
-        if !reader.bytes.is_empty() {
-            return Err(corrupt("trailing bytes"));
-        }
+        reader.finish()?;
     }
     Ok(())
 }

@@ -20,6 +20,8 @@ use std::collections::BTreeSet;
 use sluice_runtime::SnapshotJob;
 use sluice_types::{SluiceError, vnode};
 
+use crate::blob::Reader;
+
 use super::{KeySessions, Partial, Session, SessionAggregate};
 
 /// The blob layout this build writes and reads.
@@ -117,44 +119,15 @@ fn write_partial(partial: &Partial, bytes: &mut Vec<u8>) {
 }
 
 fn corrupt(what: &str) -> SluiceError {
-    SluiceError::internal("state.corrupt", format!("session aggregate state is damaged or from another plan: {what}"))
+    crate::blob::corrupt(STATE, what)
 }
 
-/// A bounds-checked reader over a blob.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, count: usize) -> Result<&'a [u8], SluiceError> {
-        if self.bytes.len() < count {
-            return Err(corrupt("truncated"));
-        }
-        let (head, tail) = self.bytes.split_at(count);
-        self.bytes = tail;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, SluiceError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, SluiceError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn i64(&mut self) -> Result<i64, SluiceError> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn f64(&mut self) -> Result<f64, SluiceError> {
-        Ok(f64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
-        let length = self.u32()? as usize;
-        self.take(length)
-    }
-}
+/// The state's name in errors.
+const STATE: &str = "session aggregate";
 
 pub(super) fn restore(aggregate: &mut SessionAggregate, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
     for blob in blobs {
-        let mut reader = Reader { bytes: &blob };
+        let mut reader = Reader::new(&blob, STATE);
         if reader.u32()? != SESSION_STATE_VERSION {
             return Err(corrupt("unknown version"));
         }
@@ -180,9 +153,7 @@ pub(super) fn restore(aggregate: &mut SessionAggregate, blobs: Vec<Vec<u8>>) -> 
                 return Err(corrupt("a key appears twice (in two vnodes)"));
             }
         }
-        if !reader.bytes.is_empty() {
-            return Err(corrupt("trailing bytes"));
-        }
+        reader.finish()?;
     }
     Ok(())
 }

@@ -1,0 +1,68 @@
+//! Reading the state blobs operators write at a barrier (window and group aggregates,
+//! sessions, TopN): every read is bounds-checked, so a damaged blob or one of another
+//! plan is a typed `state.corrupt` error naming the state, never a panic. Each
+//! operator's module documents its own layout; this is only the cursor over it.
+
+use sluice_types::SluiceError;
+
+/// The error of a damaged blob of `state` (e.g. "window aggregate").
+pub(crate) fn corrupt(state: &str, what: &str) -> SluiceError {
+    SluiceError::internal("state.corrupt", format!("{state} state is damaged or from another plan: {what}"))
+}
+
+/// A bounds-checked, little-endian cursor over one blob of `state`.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    state: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8], state: &'static str) -> Reader<'a> {
+        Reader { bytes, state }
+    }
+
+    /// The bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Refuses bytes after the last value.
+    pub(crate) fn finish(&self) -> Result<(), SluiceError> {
+        if self.bytes.is_empty() { Ok(()) } else { Err(corrupt(self.state, "trailing bytes")) }
+    }
+
+    pub(crate) fn take(&mut self, count: usize) -> Result<&'a [u8], SluiceError> {
+        if self.bytes.len() < count {
+            return Err(corrupt(self.state, "truncated"));
+        }
+        let (head, tail) = self.bytes.split_at(count);
+        self.bytes = tail;
+        Ok(head)
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, SluiceError> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, SluiceError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, SluiceError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    pub(crate) fn i64(&mut self) -> Result<i64, SluiceError> {
+        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    pub(crate) fn f64(&mut self) -> Result<f64, SluiceError> {
+        Ok(f64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    /// A `u32` length, then that many bytes.
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
+        let length = self.u32()? as usize;
+        self.take(length)
+    }
+}
