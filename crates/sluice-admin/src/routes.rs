@@ -28,6 +28,12 @@ pub(crate) struct ErrorBody {
     pub(crate) fix: String,
 }
 
+impl From<sluice_types::SluiceError> for ErrorBody {
+    fn from(error: sluice_types::SluiceError) -> ErrorBody {
+        ErrorBody { error: error.message, fix: error.fix.unwrap_or_default() }
+    }
+}
+
 /// `POST /pause`'s and `POST /resume`'s answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Paused {
@@ -161,10 +167,7 @@ pub(crate) async fn resume(State(shared): State<Shared>) -> Response {
 fn paused_answer(state: Result<sluice_engine::JobState, sluice_types::SluiceError>, paused: bool) -> Response {
     match state {
         Ok(state) => (StatusCode::OK, axum::Json(Paused { paused, state: state.into() })).into_response(),
-        Err(error) => {
-            let body = ErrorBody { error: error.message.clone(), fix: error.fix.clone().unwrap_or_default() };
-            (StatusCode::CONFLICT, axum::Json(body)).into_response()
-        }
+        Err(error) => (StatusCode::CONFLICT, axum::Json(ErrorBody::from(error))).into_response(),
     }
 }
 
@@ -191,8 +194,7 @@ pub(crate) async fn checkpoint(State(shared): State<Shared>) -> Response {
         "admin.checkpoint" => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::CONFLICT,
     };
-    let body = ErrorBody { error: error.message.clone(), fix: error.fix.clone().unwrap_or_default() };
-    (code, axum::Json(body)).into_response()
+    (code, axum::Json(ErrorBody::from(error))).into_response()
 }
 
 /// The live page: the dataflow with its rates, backpressure, watermarks and the

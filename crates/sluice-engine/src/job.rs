@@ -174,7 +174,7 @@ impl Job {
             let mut round = 1;
             loop {
                 let mut notices = Vec::new();
-                let formed = match cluster::form(prepared, &pipeline, &options, &mut notices) {
+                let mut formed = match cluster::form(prepared, &pipeline, &options, &mut notices) {
                     Ok(formed) => formed,
                     Err(error) => return failed(error, Arc::clone(&local_metrics)),
                 };
@@ -183,8 +183,7 @@ impl Job {
                 for notice in &notices {
                     tracing::warn!("{notice}");
                 }
-                let (mut formed, mut control_listener) = (formed, None);
-                std::mem::swap(&mut formed.control_listener, &mut control_listener);
+                let control_listener = formed.control_listener.take();
                 let (report, rejoin) = run_in_cluster(formed, (stop.clone(), woken.clone()), &metrics, &status);
                 if !rejoin || round == cluster::MAX_ROUNDS {
                     return report;
