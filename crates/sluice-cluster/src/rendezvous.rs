@@ -252,6 +252,12 @@ pub fn join_with(
     joiner::join(leader, me, secret, timeout, settings, wire::WIRE_VERSION)
 }
 
+/// The fix both sides give when a joiner's agreement (its fingerprint) differs from the
+/// leader's.
+pub(crate) const AGREEMENT_FIX: &str = "run every worker with the same pipeline.toml and the same vnodes, the same \
+     input files where it reads files (the part after `inputs`), the same [checkpoint] guarantee and store URL (the \
+     part after `checkpoints`), and the same sluice version";
+
 /// Words every refusal of a joiner by a cluster that already formed carries. Such a
 /// refusal can clear (the cluster re-forms after losing a worker), so a joining worker
 /// may try again while its join timeout lasts ([`is_already_formed`]).

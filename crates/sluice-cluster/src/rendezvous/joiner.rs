@@ -71,10 +71,7 @@ pub(crate) fn join(
                 welcome.fingerprint, me.exchange_addr, me.fingerprint
             ),
         )
-        .with_fix(
-            "run every worker with the same pipeline.toml and the same vnodes, the same input files where it reads \
-             files (the part after `inputs`), and the same sluice version",
-        );
+        .with_fix(super::AGREEMENT_FIX);
         return Err(refuse_leader(stream, version, error));
     }
     let membership = match Membership::from_welcome(welcome, &me) {

@@ -274,10 +274,7 @@ fn check_register(register: &Register, peer: SocketAddr, facts: &Facts) -> Resul
                 facts.fingerprint
             ),
         )
-        .with_fix(
-            "run every worker with the same pipeline.toml and the same vnodes, the same input files where it reads \
-             files (the part after `inputs`), and the same sluice version",
-        ));
+        .with_fix(super::AGREEMENT_FIX));
     }
     if register.threads == 0 || register.exchange_addr.trim().is_empty() {
         return Err(SluiceError::user(

@@ -200,9 +200,9 @@ fn prepare_round(
     let agreement = format!("{} inputs {:016x} checkpoints {checkpoints}", local.fingerprint, inputs_identity(&local));
     let me = WorkerInfo::new(exchange_addr, threads, agreement);
     let control = match &options.role {
-        ClusterRole::Lead { workers, control_bind } => {
+        ClusterRole::Lead { control_bind, .. } => {
             check_control_bind(*control_bind, options.secret.as_ref(), options.insecure).map_err(EngineError::new)?;
-            let control = match control_listener {
+            Some(match control_listener {
                 Some(listener) => listener,
                 None => TcpListener::bind(control_bind).map_err(|error| {
                     EngineError::new(
@@ -213,15 +213,16 @@ fn prepare_round(
                         .with_fix("choose a free address with --control-bind"),
                     )
                 })?,
-            };
-            let control_addr = control.local_addr().map_err(|e| EngineError::new(io("cluster.control_bind", &e)))?;
-            announce(&Listening { control_addr, workers: *workers });
-            Some(control)
+            })
         }
         ClusterRole::Join { .. } => None,
     };
-    // The leader takes the store (a second leader on it is refused) before any worker
-    // joins; the others read it only once the leader said what to restore.
+    let control_addr = control.as_ref().map(TcpListener::local_addr).transpose();
+    let control_addr = control_addr.map_err(|e| EngineError::new(io("cluster.control_bind", &e)))?;
+    // The leader takes the store (a second leader on it is refused) before it announces
+    // itself, so no worker joins a leader that cannot run; the others read the store only
+    // once the leader said what to restore. Nothing after this can fail, so the lease is
+    // never left behind.
     let recovered = match (&pipeline.config.checkpoint, leads) {
         (Some(section), true) => Some(
             checkpointing::open(section, &pipeline.base_dir, &pipeline.config.pipeline.name, options.from_scratch)
@@ -229,6 +230,9 @@ fn prepare_round(
         ),
         _ => None,
     };
+    if let (ClusterRole::Lead { workers, .. }, Some(control_addr)) = (&options.role, control_addr) {
+        announce(&Listening { control_addr, workers: *workers });
+    }
     Ok(Prepared { local, me, exchange, control, recovered })
 }
 
