@@ -19,6 +19,17 @@ pub trait Operator: Send {
     /// Rows arrived.
     fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError>;
 
+    /// Rows arrived on input `port` of an operator with several inputs (a join: 0 is
+    /// the left input, 1 the right; a union: one port per input). Every batch reaches
+    /// an operator through this method; the default serves single-input operators. Only the first
+    /// operator of a segment fed by several inputs receives a port other than 0; the
+    /// watermark, barriers and end-of-data it sees are already merged over every port
+    /// (the lowest watermark, aligned barriers, the end once every input ended).
+    fn on_port_data(&mut self, port: usize, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert_eq!(port, 0, "{} has a single input but received rows on port {port}", self.name());
+        self.on_data(batch, out)
+    }
+
     /// The input's watermark advanced (it never decreases).
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         out.push(Message::Watermark(watermark));
@@ -97,7 +108,14 @@ impl Chain {
 
     /// Pushes `message` through every operator, appending the last one's output to `out`.
     pub fn push(&mut self, message: Message, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.push_from(0, message, out)
+    }
+
+    /// Pushes `message`, which arrived on input `port` of the chain's first operator
+    /// (see [`Operator::on_port_data`]), through every operator.
+    pub fn push_from(&mut self, port: usize, message: Message, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         if self.operators.is_empty() {
+            assert_eq!(port, 0, "a chain without operators has a single input");
             out.push(message);
             return Ok(());
         }
@@ -105,8 +123,9 @@ impl Chain {
         let last = self.operators.len() - 1;
         for (index, operator) in self.operators.iter_mut().enumerate() {
             let target = if index == last { &mut *out } else { &mut self.scratch };
+            let port = if index == 0 { port } else { 0 };
             for message in input.drain(..) {
-                dispatch(operator.as_mut(), message, target)?;
+                dispatch(operator.as_mut(), port, message, target)?;
             }
             if index != last {
                 std::mem::swap(&mut input, &mut self.scratch);
@@ -116,13 +135,18 @@ impl Chain {
     }
 }
 
-fn dispatch(operator: &mut dyn Operator, message: Message, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+fn dispatch(
+    operator: &mut dyn Operator,
+    port: usize,
+    message: Message,
+    out: &mut Vec<Message>,
+) -> Result<(), SluiceError> {
     match message {
         Message::Data(batch) => {
             if batch.num_rows() == 0 {
                 return Ok(());
             }
-            operator.on_data(batch, out)
+            operator.on_port_data(port, batch, out)
         }
         Message::Watermark(watermark) => operator.on_watermark(watermark, out),
         Message::Barrier(epoch) => operator.on_barrier(epoch, out),
