@@ -166,24 +166,27 @@ fn flow_nodes(
         let id = format!("flow:{i}:segment:{j}");
         let (from, kind, description) = previous;
         edges.push(Edge { from, to: id.clone(), kind, description });
-        nodes.push(Node {
-            id: id.clone(),
-            kind: NodeKind::Segment,
-            name: format!("segment {j}"),
-            describe: None,
-            operators: segment.operators.clone(),
-            parallelism: segment.parallelism,
-            keyed_state: segment.state.clone(),
-            rows: None,
-            rows_per_second: None,
-            watermark_ms: None,
-            watermark_lag_ms: None,
-            bad_rows: None,
-        });
+        nodes.push(segment_node(&id, j, segment));
         previous = match &segment.exchange {
             Some(exchange) => (id, EdgeKind::Exchange, exchange.clone()),
             None => (id, EdgeKind::Forward, "write".to_string()),
         };
+    }
+    let mut number = flow.segments.len();
+    for side in &flow.sides {
+        let (source, table) = side.scan.split_once('.').unwrap_or((side.scan.as_str(), ""));
+        let mut previous = (source_id(source), EdgeKind::Forward, format!("scan {table}"));
+        for segment in &side.segments {
+            let id = format!("flow:{i}:segment:{number}");
+            let (from, kind, description) = previous;
+            edges.push(Edge { from, to: id.clone(), kind, description });
+            nodes.push(segment_node(&id, number, segment));
+            previous = (id, EdgeKind::Exchange, segment.exchange.clone().unwrap_or_default());
+            number += 1;
+        }
+        let (from, kind, description) = previous;
+        let to = format!("flow:{i}:segment:{}", side.into);
+        edges.push(Edge { from, to, kind, description: format!("{description} (input {})", side.port) });
     }
     let sink_id = format!("sink:{}", flow.sink);
     let (from, kind, description) = previous;
@@ -203,6 +206,23 @@ fn flow_nodes(
         watermark_lag_ms: None,
         bad_rows: None,
     });
+}
+
+fn segment_node(id: &str, number: usize, segment: &sluice_engine::SegmentNode) -> Node {
+    Node {
+        id: id.to_string(),
+        kind: NodeKind::Segment,
+        name: format!("segment {number}"),
+        describe: None,
+        operators: segment.operators.clone(),
+        parallelism: segment.parallelism,
+        keyed_state: segment.state.clone(),
+        rows: None,
+        rows_per_second: None,
+        watermark_ms: None,
+        watermark_lag_ms: None,
+        bad_rows: None,
+    }
 }
 
 fn pressure(metrics: &Metrics, rates: &Rates) -> Vec<ThreadPressure> {

@@ -60,6 +60,20 @@ pub struct FlowNode {
     /// `source.table`.
     pub scan: String,
     pub segments: Vec<SegmentNode>,
+    /// Further inputs (a join's other side), each entering a trunk segment.
+    pub sides: Vec<SideNode>,
+}
+
+/// Another input of a flow: a table through segments of its own into segment `into` of
+/// the trunk, as its input port `port`. Its segments are numbered after the trunk's and
+/// the sides' before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SideNode {
+    /// `source.table`.
+    pub scan: String,
+    pub segments: Vec<SegmentNode>,
+    pub into: usize,
+    pub port: usize,
 }
 
 /// Fused operators between two exchanges.
@@ -117,29 +131,59 @@ pub fn explain(compiled: &CompiledPipeline) -> Explanation {
     let flows = plan
         .flows
         .iter()
-        .map(|flow| {
-            let source = &plan.sources[flow.source];
-            FlowNode {
-                sink: flow.sink.name().to_string(),
-                sink_describe: flow.sink.describe(),
-                scan: format!("{}.{}", source.name(), source.tables()[flow.table].name),
-                segments: flow
-                    .segments
-                    .iter()
-                    .map(|segment| SegmentNode {
-                        parallelism: threads,
-                        operators: segment.operators.iter().map(|(line, _)| line.clone()).collect(),
-                        state: segment.state.clone(),
-                        exchange: match &segment.output {
-                            SegmentOutput::Exchange { description, .. } => Some(description.clone()),
-                            SegmentOutput::Sink => None,
-                        },
-                    })
-                    .collect(),
-            }
+        .map(|flow| FlowNode {
+            sink: flow.sink.name().to_string(),
+            sink_describe: flow.sink.describe(),
+            scan: scan(plan, flow.source, flow.table),
+            segments: segment_nodes(&flow.segments, threads),
+            sides: flow
+                .sides
+                .iter()
+                .map(|side| SideNode {
+                    scan: scan(plan, side.source, side.table),
+                    segments: segment_nodes(&side.segments, threads),
+                    into: side.into,
+                    port: side.port,
+                })
+                .collect(),
         })
         .collect();
     Explanation { pipeline: compiled.name.clone(), threads, vnodes: compiled.options.vnodes, sources, flows }
+}
+
+/// `source.table`.
+fn scan(plan: &Plan, source: usize, table: usize) -> String {
+    let source = &plan.sources[source];
+    format!("{}.{}", source.name(), source.tables()[table].name)
+}
+
+fn segment_nodes(segments: &[sluice_runtime::Segment], threads: u32) -> Vec<SegmentNode> {
+    segments
+        .iter()
+        .map(|segment| SegmentNode {
+            parallelism: threads,
+            operators: segment.operators.iter().map(|(line, _)| line.clone()).collect(),
+            state: segment.state.clone(),
+            exchange: match &segment.output {
+                SegmentOutput::Exchange { description, .. } => Some(description.clone()),
+                SegmentOutput::Sink => None,
+            },
+        })
+        .collect()
+}
+
+fn write_segment(f: &mut fmt::Formatter<'_>, number: usize, segment: &SegmentNode, sink: &str) -> fmt::Result {
+    writeln!(f, "  segment {number} (parallelism {}, operators fused)", segment.parallelism)?;
+    for line in &segment.operators {
+        writeln!(f, "    {line}")?;
+    }
+    if let Some(state) = &segment.state {
+        writeln!(f, "    state: {state}, by vnode")?;
+    }
+    match &segment.exchange {
+        Some(description) => writeln!(f, "  exchange: {description}"),
+        None => writeln!(f, "  sink {sink}"),
+    }
 }
 
 impl fmt::Display for Explanation {
@@ -161,16 +205,18 @@ impl fmt::Display for Explanation {
             writeln!(f, "\nflow → sink {} ({})", flow.sink, flow.sink_describe)?;
             writeln!(f, "  scan {}", flow.scan)?;
             for (position, segment) in flow.segments.iter().enumerate() {
-                writeln!(f, "  segment {position} (parallelism {}, operators fused)", segment.parallelism)?;
-                for line in &segment.operators {
-                    writeln!(f, "    {line}")?;
+                for side in flow.sides.iter().filter(|side| side.into == position) {
+                    writeln!(f, "  (input {} joins here from {})", side.port, side.scan)?;
                 }
-                if let Some(state) = &segment.state {
-                    writeln!(f, "    state: {state}, by vnode")?;
-                }
-                match &segment.exchange {
-                    Some(description) => writeln!(f, "  exchange: {description}")?,
-                    None => writeln!(f, "  sink {}", flow.sink)?,
+                write_segment(f, position, segment, &flow.sink)?;
+            }
+            let mut number = flow.segments.len();
+            for side in &flow.sides {
+                writeln!(f, "  input {} of segment {}:", side.port, side.into)?;
+                writeln!(f, "  scan {}", side.scan)?;
+                for segment in &side.segments {
+                    write_segment(f, number, segment, &flow.sink)?;
+                    number += 1;
                 }
             }
         }

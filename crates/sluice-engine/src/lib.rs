@@ -42,7 +42,7 @@ mod tests;
 pub use cluster::{ClusterOptions, ClusterRole, Listening};
 pub use compile::{CompiledPipeline, Restoring};
 pub use error::{EngineError, Problem};
-pub use explain::{Explanation, FlowNode, SegmentNode, SourceNode, Validation, explain};
+pub use explain::{Explanation, FlowNode, SegmentNode, SideNode, SourceNode, Validation, explain};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 pub use job::{Job, JobHandle, StartOptions};
 pub use load::{Engine, Overrides, PIPELINE_BYTES_MAX, Pipeline};

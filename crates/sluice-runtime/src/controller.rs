@@ -23,7 +23,7 @@ use crate::chain::Chain;
 use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Cluster, Completed, Coordinator};
-use crate::driver::{Control, Driver, DriverEvent, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
+use crate::driver::{Control, Driver, DriverEvent, EntrySetup, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
 use crate::exchange::{ExchangeInput, ExchangeOutput, cluster_mesh};
 use crate::mailbox::post;
 use crate::metrics::Metrics;
@@ -744,85 +744,44 @@ fn build_drivers(
     restore: &Restore,
     shape: &DriverShape,
 ) -> Result<Vec<(Driver, Sender<Control>)>, Failure> {
-    let threads = options.threads as usize;
     let local = place.layout.slots_of(place.worker);
     let local_count = local.len();
     // per_thread[t - local.start] = the flows of local slot t.
     let mut per_thread: Vec<Vec<FlowSetup>> = (0..local_count).map(|_| Vec::new()).collect();
     let mut exchange = 0u32;
     for (flow_index, flow) in plan.flows.iter().enumerate() {
-        let mut inputs: Vec<Option<ExchangeInput>> = (0..local_count).map(|_| None).collect();
-        // Slots owning no lane of the flow's source never send rows into the first
-        // exchange (every later exchange may receive rows from any slot).
-        let lanes = plan.sources[flow.source].lanes();
-        let mut idle = vec![true; threads];
-        for lane in 0..lanes {
-            idle[place.layout.slot_of_lane(lane) as usize] = false;
+        let mut builder = PathBuilder {
+            plan,
+            options,
+            place,
+            network: network.as_deref_mut(),
+            metrics,
+            restore,
+            shape,
+            flow: flow_index,
+            exchange: &mut exchange,
+        };
+        // Sides first: their last exchanges feed trunk segments as further ports. Every
+        // worker numbers exchanges and segments the same way (the plan's order).
+        let mut side_segments: Vec<Vec<Vec<SegmentSetup>>> = Vec::new();
+        let mut side_tails = Vec::new();
+        let mut number = flow.segments.len();
+        for side in &flow.sides {
+            let (segments, tail) = builder.path(side.source, &side.segments, number, Vec::new())?;
+            number += side.segments.len();
+            side_segments.push(segments);
+            side_tails.push((side.into, tail.expect("a side ends in an exchange")));
         }
-        let mut thread_segments: Vec<Vec<SegmentSetup>> = (0..local_count).map(|_| Vec::new()).collect();
-        for (segment_index, segment) in flow.segments.iter().enumerate() {
-            let (senders, receivers) = match &segment.output {
-                SegmentOutput::Exchange { .. } => {
-                    let mesh = cluster_mesh(
-                        place.layout,
-                        place.worker,
-                        exchange,
-                        options.queue_batches,
-                        network.as_deref_mut(),
-                    );
-                    exchange += 1;
-                    (Some(mesh.senders), Some(mesh.receivers))
-                }
-                SegmentOutput::Sink => (None, None),
-            };
-            let mut senders = senders.map(|s| s.into_iter());
-            let mut receivers = receivers.map(|r| r.into_iter());
-            for thread in local.clone() {
-                let index = (thread - local.start) as usize;
-                let context = OperatorContext {
-                    thread,
-                    threads: options.threads,
-                    vnodes: options.vnodes,
-                    metrics: Arc::clone(metrics),
-                };
-                let mut operators = Vec::new();
-                for (line, factory) in &segment.operators {
-                    operators.push(factory(&context).map_err(|e| (format!("operator {line}"), e))?);
-                }
-                let mut chain = Chain::new(operators);
-                let owned = sluice_types::vnode::range_of(thread, options.vnodes, options.threads);
-                for operator in 0..segment.operators.len() {
-                    let Some(blobs) = restore.states.get(&operator_id(flow_index, segment_index, operator)) else {
-                        continue;
-                    };
-                    let mine = blobs.iter().filter(|(v, _)| owned.contains(v)).map(|(_, b)| b.clone()).collect();
-                    chain
-                        .restore(operator, mine)
-                        .map_err(|e| (format!("restoring {}", segment.operators[operator].0), e))?;
-                }
-                let output = match &segment.output {
-                    SegmentOutput::Exchange { partitioner, .. } => {
-                        let senders = senders.as_mut().and_then(Iterator::next).expect("one sender row per local slot");
-                        OutputSetup::Exchange(ExchangeOutput::new(partitioner(&context), senders))
-                    }
-                    SegmentOutput::Sink => OutputSetup::Sink { sink: flow_index },
-                };
-                let input = inputs[index].take();
-                thread_segments[index].push(SegmentSetup { chain, input, output });
-                if let Some(receivers) = receivers.as_mut() {
-                    let row = receivers.next().expect("one receiver row per local slot");
-                    inputs[index] = Some(ExchangeInput::new(row, &idle, shape.exactly_once));
-                }
+        let (trunk, _sink) = builder.path(flow.source, &flow.segments, 0, side_tails)?;
+        for (index, mut segments) in trunk.into_iter().enumerate() {
+            let mut entries = vec![EntrySetup { source: flow.source, table: flow.table, segment: 0 }];
+            let mut first = flow.segments.len();
+            for (side, built) in flow.sides.iter().zip(side_segments.iter_mut()) {
+                entries.push(EntrySetup { source: side.source, table: side.table, segment: first });
+                first += side.segments.len();
+                segments.append(&mut built[index]);
             }
-            idle.iter_mut().for_each(|idle| *idle = false);
-        }
-        for (index, segments) in thread_segments.into_iter().enumerate() {
-            per_thread[index].push(FlowSetup {
-                source: flow.source,
-                table: flow.table,
-                name: flow.sink.name().to_string(),
-                segments,
-            });
+            per_thread[index].push(FlowSetup { entries, name: flow.sink.name().to_string(), segments });
         }
     }
     let start_positions: Arc<HashMap<(usize, u32), Vec<u8>>> = Arc::new(restore.positions.clone());
@@ -856,4 +815,115 @@ fn build_drivers(
         drivers.push((driver, control_sender));
     }
     Ok(drivers)
+}
+
+/// The receivers of one exchange on this worker (a row per local slot) and which sender
+/// slots never send rows into it.
+type Tail = (Vec<Vec<crate::exchange::Inbound>>, Vec<bool>);
+
+/// Builds the chain instances and exchange ends of one path of a flow (its trunk or a
+/// side) for this worker's slots.
+struct PathBuilder<'a, 'n> {
+    plan: &'a Plan,
+    options: &'a RunOptions,
+    place: &'a Placement<'a>,
+    network: Option<&'n mut NetworkBuilder>,
+    metrics: &'a Arc<Metrics>,
+    restore: &'a Restore,
+    shape: &'a DriverShape,
+    flow: usize,
+    exchange: &'a mut u32,
+}
+
+impl PathBuilder<'_, '_> {
+    /// `segments`, numbered from `first`, fed by the lanes of `source`; `joins` are the
+    /// sides' last exchanges, each entering segment `into` as its next port. Returns the
+    /// segments per local slot and the receivers of the path's last exchange, if it ends
+    /// in one.
+    fn path(
+        &mut self,
+        source: usize,
+        segments: &[crate::plan::Segment],
+        first: usize,
+        mut joins: Vec<(usize, Tail)>,
+    ) -> Result<(Vec<Vec<SegmentSetup>>, Option<Tail>), Failure> {
+        let threads = self.options.threads as usize;
+        let local = self.place.layout.slots_of(self.place.worker);
+        let local_count = local.len();
+        let mut inputs: Vec<Option<ExchangeInput>> = (0..local_count).map(|_| None).collect();
+        // Slots owning no lane of the source never send rows into the path's first
+        // exchange (every later exchange may receive rows from any slot).
+        let mut idle = vec![true; threads];
+        for lane in 0..self.plan.sources[source].lanes() {
+            idle[self.place.layout.slot_of_lane(lane) as usize] = false;
+        }
+        let mut built: Vec<Vec<SegmentSetup>> = (0..local_count).map(|_| Vec::new()).collect();
+        let mut pending: Option<Tail> = None;
+        for (position, segment) in segments.iter().enumerate() {
+            let segment_index = first + position;
+            // This segment's input: the previous exchange (port 0) and any sides joining here.
+            if let Some((receivers, previous_idle)) = pending.take() {
+                let mut ports: Vec<Vec<(Vec<crate::exchange::Inbound>, Vec<bool>)>> =
+                    receivers.into_iter().map(|row| vec![(row, previous_idle.clone())]).collect();
+                for (_, (side_receivers, side_idle)) in joins.extract_if(.., |(into, _)| *into == position) {
+                    for (row, side_row) in ports.iter_mut().zip(side_receivers) {
+                        row.push((side_row, side_idle.clone()));
+                    }
+                }
+                for (index, row) in ports.into_iter().enumerate() {
+                    inputs[index] = Some(ExchangeInput::merged(row, self.shape.exactly_once));
+                }
+            }
+            let mut senders = match &segment.output {
+                SegmentOutput::Exchange { .. } => {
+                    let mesh = cluster_mesh(
+                        self.place.layout,
+                        self.place.worker,
+                        *self.exchange,
+                        self.options.queue_batches,
+                        self.network.as_deref_mut(),
+                    );
+                    *self.exchange += 1;
+                    pending = Some((mesh.receivers, idle.clone()));
+                    Some(mesh.senders.into_iter())
+                }
+                SegmentOutput::Sink => None,
+            };
+            for thread in local.clone() {
+                let index = (thread - local.start) as usize;
+                let context = OperatorContext {
+                    thread,
+                    threads: self.options.threads,
+                    vnodes: self.options.vnodes,
+                    metrics: Arc::clone(self.metrics),
+                };
+                let mut operators = Vec::new();
+                for (line, factory) in &segment.operators {
+                    operators.push(factory(&context).map_err(|e| (format!("operator {line}"), e))?);
+                }
+                let mut chain = Chain::new(operators);
+                let owned = sluice_types::vnode::range_of(thread, self.options.vnodes, self.options.threads);
+                for operator in 0..segment.operators.len() {
+                    let Some(blobs) = self.restore.states.get(&operator_id(self.flow, segment_index, operator)) else {
+                        continue;
+                    };
+                    let mine = blobs.iter().filter(|(v, _)| owned.contains(v)).map(|(_, b)| b.clone()).collect();
+                    chain
+                        .restore(operator, mine)
+                        .map_err(|e| (format!("restoring {}", segment.operators[operator].0), e))?;
+                }
+                let output = match &segment.output {
+                    SegmentOutput::Exchange { partitioner, .. } => {
+                        let senders = senders.as_mut().and_then(Iterator::next).expect("one sender row per local slot");
+                        OutputSetup::Exchange(ExchangeOutput::new(partitioner(&context), senders))
+                    }
+                    SegmentOutput::Sink => OutputSetup::Sink { sink: self.flow },
+                };
+                built[index].push(SegmentSetup { chain, input: inputs[index].take(), output });
+            }
+            idle.iter_mut().for_each(|idle| *idle = false);
+        }
+        assert!(joins.is_empty(), "every side enters a segment of the trunk fed by an exchange");
+        Ok((built, pending))
+    }
 }

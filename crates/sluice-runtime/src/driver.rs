@@ -112,9 +112,17 @@ pub(crate) struct SegmentSetup {
     pub output: OutputSetup,
 }
 
-pub(crate) struct FlowSetup {
+/// An input of a flow: the segment that reads one table's rows from the lanes.
+pub(crate) struct EntrySetup {
     pub source: usize,
     pub table: usize,
+    pub segment: usize,
+}
+
+/// One thread's instance of a flow: every segment (numbered as in `plan::Flow`) and the
+/// entries, the trunk's first.
+pub(crate) struct FlowSetup {
+    pub entries: Vec<EntrySetup>,
     pub name: String,
     pub segments: Vec<SegmentSetup>,
 }
@@ -170,6 +178,8 @@ enum Output {
 }
 
 struct SegmentRun {
+    /// The flow's entry this segment reads from the lanes (None: fed by an exchange).
+    entry: Option<usize>,
     chain: Chain,
     input: Option<ExchangeInput>,
     output: Output,
@@ -188,16 +198,35 @@ impl SegmentRun {
     }
 }
 
-struct FlowRun {
+/// An input of a flow on this thread.
+struct Entry {
     source: usize,
     table: usize,
+    /// The segment its rows enter.
+    segment: usize,
+    /// The segment received end-of-data from the lanes.
+    input_ended: bool,
+    watermark: TimestampMs,
+}
+
+struct FlowRun {
     name: String,
     segments: Vec<SegmentRun>,
-    /// Segment 0 received end-of-data.
-    input_ended: bool,
+    entries: Vec<Entry>,
     /// The sink's writer closed: this flow is done on this thread.
     finished: bool,
-    watermark: TimestampMs,
+}
+
+impl FlowRun {
+    /// Whether segment `index` may still take part in a barrier: an entry segment until
+    /// its lanes ended, any other until end-of-data passed it.
+    fn is_live(&self, index: usize) -> bool {
+        let segment = &self.segments[index];
+        match segment.entry {
+            Some(entry) => !self.entries[entry].input_ended,
+            None => !segment.ended,
+        }
+    }
 }
 
 impl Driver {
@@ -231,7 +260,9 @@ impl Driver {
         for setup in &self.lanes {
             let source = &self.plan.sources[setup.source];
             let tables_needed = (0..source.tables().len())
-                .map(|table| self.flows.iter().any(|f| f.source == setup.source && f.table == table))
+                .map(|table| {
+                    self.flows.iter().flat_map(|f| &f.entries).any(|e| e.source == setup.source && e.table == table)
+                })
                 .collect();
             let context = LaneContext {
                 lane: setup.lane,
@@ -256,7 +287,7 @@ impl Driver {
         let mut flows = Vec::new();
         for flow in self.flows {
             let mut segments = Vec::new();
-            for segment in flow.segments {
+            for (index, segment) in flow.segments.into_iter().enumerate() {
                 let output = match segment.output {
                     OutputSetup::Exchange(exchange) => Output::Exchange(exchange),
                     OutputSetup::Sink { sink } => {
@@ -277,6 +308,7 @@ impl Driver {
                     }
                 };
                 segments.push(SegmentRun {
+                    entry: flow.entries.iter().position(|entry| entry.segment == index),
                     chain: segment.chain,
                     input: segment.input,
                     output,
@@ -284,15 +316,18 @@ impl Driver {
                     ended: false,
                 });
             }
-            flows.push(FlowRun {
-                source: flow.source,
-                table: flow.table,
-                name: flow.name,
-                segments,
-                input_ended: false,
-                finished: false,
-                watermark: NO_WATERMARK,
-            });
+            let entries = flow
+                .entries
+                .iter()
+                .map(|entry| Entry {
+                    source: entry.source,
+                    table: entry.table,
+                    segment: entry.segment,
+                    input_ended: false,
+                    watermark: NO_WATERMARK,
+                })
+                .collect();
+            flows.push(FlowRun { name: flow.name, segments, entries, finished: false });
         }
         let mut state = DriverState {
             thread: self.thread,
@@ -407,8 +442,12 @@ impl DriverState {
         pending.injected = true;
         pending.slice.positions = positions;
         for index in 0..self.flows.len() {
-            if !self.flows[index].input_ended {
-                self.feed_segment(index, 0, Message::Barrier(epoch))?;
+            for entry in 0..self.flows[index].entries.len() {
+                let entry = &self.flows[index].entries[entry];
+                if !entry.input_ended {
+                    let segment = entry.segment;
+                    self.feed_segment(index, segment, 0, Message::Barrier(epoch))?;
+                }
             }
         }
         self.maybe_ack();
@@ -429,10 +468,10 @@ impl DriverState {
         let Some(pending) = &self.pending else { return };
         let epoch = pending.epoch;
         let passed = self.flows.iter().all(|flow| {
-            flow.segments.iter().enumerate().all(|(index, segment)| {
-                let live = if index == 0 { !flow.input_ended } else { !segment.ended };
-                !live || segment.barrier_passed == Some(epoch)
-            })
+            flow.segments
+                .iter()
+                .enumerate()
+                .all(|(index, segment)| !flow.is_live(index) || segment.barrier_passed == Some(epoch))
         });
         let metrics = &self.metrics.threads[self.thread as usize];
         if !(pending.injected && passed) {
@@ -454,9 +493,12 @@ impl DriverState {
         }
         for flow in &self.flows {
             for (index, segment) in flow.segments.iter().enumerate() {
-                let live = if index == 0 { !flow.input_ended } else { !segment.ended };
-                if live && segment.barrier_passed != Some(epoch) {
-                    let what = if index == 0 { "its lanes' output" } else { "an exchange (a sender not aligned)" };
+                if flow.is_live(index) && segment.barrier_passed != Some(epoch) {
+                    let what = if segment.entry.is_some() {
+                        "its lanes' output"
+                    } else {
+                        "an exchange (a sender not aligned)"
+                    };
                     return format!(
                         "waits at flow to sink `{}`, segment {index} ({}), fed by {what}",
                         flow.name,
@@ -471,7 +513,9 @@ impl DriverState {
     /// Flows whose source has no lane on this thread end at once, so they hold back no
     /// watermark and the exchanges after them see this thread's end-of-data.
     fn end_sources_without_lanes(&mut self) -> Result<(), Failure> {
-        let sources: Vec<usize> = self.flows.iter().map(|f| f.source).collect();
+        let mut sources: Vec<usize> = self.flows.iter().flat_map(|f| &f.entries).map(|e| e.source).collect();
+        sources.sort_unstable();
+        sources.dedup();
         for source in sources {
             if !self.lanes.iter().any(|lane| lane.source == source) {
                 self.end_source(source)?;
@@ -488,6 +532,7 @@ impl DriverState {
                 sources.push(lane.source);
             }
         }
+        sources.sort_unstable();
         sources.dedup();
         for source in sources {
             self.end_source(source)?;
@@ -517,18 +562,19 @@ impl DriverState {
                         other => other,
                     };
                     let polled = polled.map_err(|e| (component(&self.flows[flow].name), e))?;
-                    let Some(message) = polled else { break };
+                    let Some((port, message)) = polled else { break };
                     progressed = true;
-                    self.feed_segment(flow, index, message)?;
+                    self.feed_segment(flow, index, port, message)?;
                 }
             }
         }
         Ok(progressed)
     }
 
-    /// Pushes a message through segment `index` of flow `flow` and accounts for what
-    /// passed: the sink closing, end-of-data, a barrier's snapshot and record.
-    fn feed_segment(&mut self, flow: usize, index: usize, message: Message) -> Result<(), Failure> {
+    /// Pushes a message, from input `port`, through segment `index` of flow `flow` and
+    /// accounts for what passed: the sink closing, end-of-data, a barrier's snapshot and
+    /// record.
+    fn feed_segment(&mut self, flow: usize, index: usize, port: usize, message: Message) -> Result<(), Failure> {
         let run = &mut self.flows[flow];
         let segment = &mut run.segments[index];
         let is_end = matches!(message, Message::EndOfData);
@@ -540,7 +586,7 @@ impl DriverState {
         // would replace the first.
         let end_epoch = Epoch(self.next_epoch.0.max(segment.barrier_passed.map_or(0, |passed| passed.0 + 1)));
         let started = Instant::now();
-        let fed = feed(segment, message, &mut self.scratch, &self.metrics, self.checkpoints, end_epoch)
+        let fed = feed(segment, port, message, &mut self.scratch, &self.metrics, self.checkpoints, end_epoch)
             .map_err(|e| (format!("flow to {} (segment {index})", run.name), e))?;
         let step_us = started.elapsed().as_micros() as u64;
         if step_us > self.longest_step_us {
@@ -579,7 +625,9 @@ impl DriverState {
     }
 
     fn source_blocked(&self, source: usize) -> bool {
-        self.flows.iter().any(|flow| flow.source == source && !flow.segments[0].can_accept())
+        self.flows.iter().any(|flow| {
+            flow.entries.iter().any(|entry| entry.source == source && !flow.segments[entry.segment].can_accept())
+        })
     }
 
     fn poll_lanes(&mut self) -> Result<bool, Failure> {
@@ -655,10 +703,13 @@ impl DriverState {
         // nothing at or below it (plan.rs, `LanePoll::Data`).
         let watermark = lowest.saturating_sub(1);
         for index in 0..self.flows.len() {
-            let flow = &mut self.flows[index];
-            if flow.source == source && !flow.input_ended && watermark > flow.watermark {
-                flow.watermark = watermark;
-                self.feed_segment(index, 0, Message::Watermark(watermark))?;
+            for entry in 0..self.flows[index].entries.len() {
+                let entry = &mut self.flows[index].entries[entry];
+                if entry.source == source && !entry.input_ended && watermark > entry.watermark {
+                    entry.watermark = watermark;
+                    let segment = entry.segment;
+                    self.feed_segment(index, segment, 0, Message::Watermark(watermark))?;
+                }
             }
         }
         Ok(())
@@ -666,9 +717,13 @@ impl DriverState {
 
     fn end_source(&mut self, source: usize) -> Result<(), Failure> {
         for index in 0..self.flows.len() {
-            if self.flows[index].source == source && !self.flows[index].input_ended {
-                self.flows[index].input_ended = true;
-                self.feed_segment(index, 0, Message::EndOfData)?;
+            for entry in 0..self.flows[index].entries.len() {
+                let entry = &mut self.flows[index].entries[entry];
+                if entry.source == source && !entry.input_ended {
+                    entry.input_ended = true;
+                    let segment = entry.segment;
+                    self.feed_segment(index, segment, 0, Message::EndOfData)?;
+                }
             }
         }
         Ok(())
@@ -676,9 +731,12 @@ impl DriverState {
 
     fn feed_flows(&mut self, source: usize, table: Option<usize>, message: Message) -> Result<(), Failure> {
         for index in 0..self.flows.len() {
-            let flow = &self.flows[index];
-            if flow.source == source && table.is_none_or(|t| flow.table == t) {
-                self.feed_segment(index, 0, message.clone())?;
+            for entry in 0..self.flows[index].entries.len() {
+                let entry = &self.flows[index].entries[entry];
+                if entry.source == source && table.is_none_or(|t| entry.table == t) {
+                    let segment = entry.segment;
+                    self.feed_segment(index, segment, 0, message.clone())?;
+                }
             }
         }
         Ok(())
@@ -746,6 +804,7 @@ type Staged = (Vec<u8>, u64);
 /// pre-commits its last rows as epoch `next_epoch` before closing.
 fn feed(
     segment: &mut SegmentRun,
+    port: usize,
     message: Message,
     scratch: &mut Vec<Message>,
     metrics: &Metrics,
@@ -756,7 +815,7 @@ fn feed(
     if let Message::Barrier(epoch) = message {
         fed.barrier = Some((epoch, segment.chain.snapshot()?, None));
     }
-    segment.chain.push(message, scratch)?;
+    segment.chain.push_from(port, message, scratch)?;
     for message in scratch.drain(..) {
         match &mut segment.output {
             Output::Exchange(exchange) => {

@@ -121,9 +121,14 @@ pub(crate) fn channel_id(exchange: u32, from: u32, to: u32, slots: u32) -> Chann
     ChannelId::try_from(id).expect("fewer than 2^32 exchange channels (exchanges x slots x slots)")
 }
 
-/// The merged input of one segment instance.
+/// The merged input of one segment instance: one exchange's senders, or (for a segment
+/// fed by several inputs, a join's) the senders of one exchange per input port. Rows keep
+/// their port; watermarks, barriers and end-of-data are merged over every sender of
+/// every port.
 pub(crate) struct ExchangeInput {
     receivers: Vec<Inbound>,
+    /// The input port of each sender.
+    ports: Vec<usize>,
     watermarks: Vec<TimestampMs>,
     ended: Vec<bool>,
     /// Senders whose barrier for `pending_barrier` arrived and are held back.
@@ -143,12 +148,29 @@ impl ExchangeInput {
     /// `align`: hold back a sender whose barrier arrived until every sender delivered it
     /// (exactly-once); without it (at-least-once) rows keep flowing and the barrier is
     /// forwarded once every sender delivered it.
+    #[cfg(test)]
     pub(crate) fn new(receivers: Vec<Inbound>, idle: &[bool], align: bool) -> ExchangeInput {
+        ExchangeInput::merged(vec![(receivers, idle.to_vec())], align)
+    }
+
+    /// The input of a segment fed by several exchanges: `ports[p]` holds port `p`'s
+    /// receivers (one per sender slot) and idle flags (as in [`ExchangeInput::new`],
+    /// per port).
+    pub(crate) fn merged(ports: Vec<(Vec<Inbound>, Vec<bool>)>, align: bool) -> ExchangeInput {
+        let mut receivers = Vec::new();
+        let mut ended = Vec::new();
+        let mut port_of = Vec::new();
+        for (port, (inbound, idle)) in ports.into_iter().enumerate() {
+            assert_eq!(idle.len(), inbound.len(), "one idle flag per sender");
+            let all_idle = idle.iter().all(|i| *i);
+            ended.extend(idle.iter().map(|i| *i && !all_idle));
+            port_of.extend(std::iter::repeat_n(port, inbound.len()));
+            receivers.extend(inbound);
+        }
         let senders = receivers.len();
-        assert_eq!(idle.len(), senders, "one idle flag per sender");
-        let ended = if idle.iter().all(|i| *i) { vec![false; senders] } else { idle.to_vec() };
         ExchangeInput {
             receivers,
+            ports: port_of,
             watermarks: vec![NO_WATERMARK; senders],
             ended,
             aligned: vec![false; senders],
@@ -165,8 +187,9 @@ impl ExchangeInput {
         self.finished
     }
 
-    /// The next message for the segment, or None when no sender has one ready.
-    pub(crate) fn poll(&mut self) -> Result<Option<Message>, SluiceError> {
+    /// The next message for the segment and the input port it came from (data only;
+    /// merged control messages say port 0), or None when no sender has one ready.
+    pub(crate) fn poll(&mut self) -> Result<Option<(usize, Message)>, SluiceError> {
         if self.finished {
             return Ok(None);
         }
@@ -195,7 +218,8 @@ impl ExchangeInput {
                         .with_fix("every worker must run the same sluice build and pipeline"));
                     }
                     if let Some(message) = self.accept(from, message) {
-                        return Ok(Some(message));
+                        let port = if matches!(message, Message::Data(_)) { self.ports[from] } else { 0 };
+                        return Ok(Some((port, message)));
                     }
                 }
                 Err(TryRecvError::Empty) => {}
@@ -362,8 +386,8 @@ impl ExchangeOutput {
 mod tests {
     use super::*;
 
-    fn describe(message: Option<Message>) -> String {
-        match message {
+    fn describe(message: Option<(usize, Message)>) -> String {
+        match message.map(|(_, message)| message) {
             None => "none".into(),
             Some(Message::Data(_)) => "data".into(),
             Some(Message::Watermark(w)) => format!("wm {w}"),

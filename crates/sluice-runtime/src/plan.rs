@@ -196,16 +196,50 @@ pub struct Segment {
     pub output: SegmentOutput,
 }
 
-/// From one table of one source to one sink.
+/// From one table of one source to one sink, joined or merged with other tables on the
+/// way ([`SideInput`]).
+///
+/// Segments are numbered (for checkpoints' operator ids and `explain`) trunk first,
+/// then each side's in order: side `i`'s segment `j` is number
+/// `segments.len() + (segments of sides before i) + j` ([`Flow::segment_count`]).
 #[derive(Clone)]
 pub struct Flow {
     pub source: usize,
     pub table: usize,
+    /// The trunk: from the flow's own table to the sink.
     pub segments: Vec<Segment>,
+    /// Further inputs, each entering a trunk segment through an exchange.
+    pub sides: Vec<SideInput>,
     pub sink: Arc<dyn SinkFactory>,
     /// The slot whose thread runs a [`SinkParallelism::Single`] sink's writer (the plan
     /// gathers the rows there).
     pub sink_slot: u32,
+}
+
+/// Another input of a flow (a join's right side, a union's further input): rows of one
+/// table through segments of their own, the last of which routes them through an
+/// exchange into trunk segment `into`, as input port `port` of that segment's first
+/// operator (port 0 is the trunk's own previous segment; the sides entering one segment
+/// take ports 1, 2, … in order).
+#[derive(Clone)]
+pub struct SideInput {
+    pub source: usize,
+    pub table: usize,
+    pub segments: Vec<Segment>,
+    pub into: usize,
+    pub port: usize,
+}
+
+impl Flow {
+    /// Every segment of the flow: the trunk's, then each side's (see [`Flow`]).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len() + self.sides.iter().map(|side| side.segments.len()).sum::<usize>()
+    }
+
+    /// The inputs of the flow as (source, table): the trunk's, then each side's.
+    pub fn inputs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        std::iter::once((self.source, self.table)).chain(self.sides.iter().map(|side| (side.source, side.table)))
+    }
 }
 
 /// Everything a run executes.
@@ -226,6 +260,25 @@ impl Plan {
             for (position, segment) in flow.segments.iter().enumerate() {
                 let is_sink = matches!(segment.output, SegmentOutput::Sink);
                 assert_eq!(is_sink, position == last, "flow {index}: only the last segment writes the sink");
+            }
+            for (number, side) in flow.sides.iter().enumerate() {
+                assert!(side.source < self.sources.len(), "flow {index} side {number} reads an unknown source");
+                assert!(
+                    side.table < self.sources[side.source].tables().len(),
+                    "flow {index} side {number} reads an unknown table"
+                );
+                assert!(!side.segments.is_empty(), "flow {index} side {number} has no segment");
+                assert!(
+                    side.segments.iter().all(|segment| matches!(segment.output, SegmentOutput::Exchange { .. })),
+                    "flow {index} side {number}: every segment of a side ends in an exchange"
+                );
+                assert!(
+                    (1..flow.segments.len()).contains(&side.into),
+                    "flow {index} side {number} enters segment {} (not one fed by an exchange)",
+                    side.into
+                );
+                let before = flow.sides[..number].iter().filter(|other| other.into == side.into).count();
+                assert_eq!(side.port, before + 1, "flow {index} side {number}: ports are numbered in order from 1");
             }
         }
     }

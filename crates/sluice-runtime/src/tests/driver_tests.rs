@@ -113,3 +113,99 @@ fn positions_in_a_checkpoint_are_those_of_the_rows_before_its_barrier() {
     assert!(committed.last() <= epochs.last(), "nothing committed past the last publish: {committed:?} {epochs:?}");
     assert_eq!(report.metrics.rows_out(), 21, "every staged row counted once, at its commit");
 }
+
+/// Adds a million to the rows of port 1, so a test sees which input each row came from.
+struct MarkPort;
+
+impl crate::Operator for MarkPort {
+    fn name(&self) -> &str {
+        "mark_port"
+    }
+
+    fn on_data(
+        &mut self,
+        batch: sluice_types::Batch,
+        out: &mut Vec<sluice_types::Message>,
+    ) -> Result<(), sluice_types::SluiceError> {
+        self.on_port_data(0, batch, out)
+    }
+
+    fn on_port_data(
+        &mut self,
+        port: usize,
+        batch: sluice_types::Batch,
+        out: &mut Vec<sluice_types::Message>,
+    ) -> Result<(), sluice_types::SluiceError> {
+        let offset = if port == 1 { 1_000_000 } else { 0 };
+        let values: Vec<i64> = super::support::values(&batch).iter().map(|v| v + offset).collect();
+        out.push(sluice_types::Message::Data(sluice_types::Batch::inserts(super::support::batch(&values))));
+        Ok(())
+    }
+}
+
+/// Two sources into one flow: `left` is the trunk, `right` a side entering the trunk's
+/// second segment as port 1; both routed by value.
+fn two_input_plan(left: VecSource, right: VecSource, sink: Arc<dyn crate::SinkFactory>) -> crate::Plan {
+    use crate::plan::{Flow, PartitionerFactory, Segment, SegmentOutput, SideInput};
+    let by_value = || {
+        let partitioner: PartitionerFactory = Arc::new(|_| Box::new(super::support::ByValue));
+        SegmentOutput::Exchange { partitioner, description: "by value".into() }
+    };
+    let mark: crate::OperatorFactory = Arc::new(|_| Ok(Box::new(MarkPort)));
+    let trunk = vec![
+        Segment { operators: Vec::new(), state: None, output: by_value() },
+        Segment { operators: vec![("mark".into(), mark)], state: None, output: SegmentOutput::Sink },
+    ];
+    let side = SideInput {
+        source: 1,
+        table: 0,
+        segments: vec![Segment { operators: Vec::new(), state: None, output: by_value() }],
+        into: 1,
+        port: 1,
+    };
+    let flow = Flow { source: 0, table: 0, segments: trunk, sides: vec![side], sink, sink_slot: 0 };
+    let plan = crate::Plan { sources: vec![Arc::new(left), Arc::new(right)], flows: vec![flow] };
+    plan.assert_well_formed();
+    plan
+}
+
+#[test]
+fn a_flow_with_two_inputs_gets_each_row_on_its_port_and_checkpoints_across_both() {
+    // The right source has one lane: the second thread sends it nothing (an idle sender
+    // of port 1 that must not hold back the end or the barriers).
+    let left = VecSource::new(vec![(0..30).map(|i| vec![2 * i]).collect(), vec![vec![1, 3], vec![5]]]);
+    let right = VecSource::new(vec![(0..25).map(|i| vec![i, i + 100]).collect()]);
+    let published = Arc::new(Mutex::new(Vec::new()));
+    let mut sink = CollectSink::new(SinkParallelism::PerThread);
+    sink.exactly_once = true;
+    let collected = Arc::clone(&sink.collected);
+    let plan = two_input_plan(left, right, Arc::new(sink));
+    let checkpointing = Checkpointing {
+        options: CheckpointOptions {
+            interval: Duration::from_millis(1),
+            timeout: Duration::from_secs(60),
+            exactly_once: true,
+            restored_epoch: 0,
+            max_failed: 3,
+            checkpointer: Box::new(Recording::new(Arc::clone(&published))),
+        },
+        restore: Restore::default(),
+    };
+    let (report, _) = run(&plan, &options(2, 2), Some(checkpointing), stop_handle());
+    assert_eq!(report.outcome, RunOutcome::Completed, "{report:?}");
+    let mut written: Vec<i64> = collected.written.lock().expect("lock").iter().map(|(_, v)| *v).collect();
+    written.sort_unstable();
+    let mut expected: Vec<i64> = (0..30).map(|i| 2 * i).chain([1, 3, 5]).collect();
+    expected.extend((0..25).flat_map(|i| [1_000_000 + i, 1_000_100 + i]));
+    expected.sort_unstable();
+    assert_eq!(written, expected, "every row of both inputs once, marked by its port");
+    let published = published.lock().expect("lock");
+    let (_, positions, final_epoch) = published.last().expect("a final checkpoint");
+    assert!(*final_epoch);
+    let batches = |source: usize, lane: u32| {
+        let bytes = &positions.iter().find(|(s, l, _)| (*s, *l) == (source, lane)).expect("every lane's position").2;
+        u64::from_le_bytes(bytes.as_slice().try_into().expect("8 bytes"))
+    };
+    assert_eq!((batches(0, 0), batches(0, 1), batches(1, 0)), (30, 2, 25), "positions of both sources' lanes");
+    assert_eq!(report.metrics.rows_out(), 83);
+}

@@ -252,7 +252,10 @@ pub(crate) fn plan(source: VecSource, sink: Arc<dyn SinkFactory>, exchange: bool
         segments.push(Segment { operators: Vec::new(), state: None, output });
     }
     segments.push(Segment { operators: Vec::new(), state: None, output: SegmentOutput::Sink });
-    Plan { sources: vec![Arc::new(source)], flows: vec![Flow { source: 0, table: 0, segments, sink, sink_slot: 0 }] }
+    Plan {
+        sources: vec![Arc::new(source)],
+        flows: vec![Flow { source: 0, table: 0, segments, sides: Vec::new(), sink, sink_slot: 0 }],
+    }
 }
 
 pub(crate) fn options(threads: u32, queue_batches: usize) -> RunOptions {
