@@ -318,16 +318,18 @@ fn apply<R: Ord + Clone>(table: &mut Table<R>, row: &R, weight: i64) {
 
 const TEXTS: [&str; 2] = ["x", "y"];
 
-/// One step of random input: a new row on a side, or the retraction of a live row.
+/// One step of random input: `weight` copies of a new row on a side, or the
+/// retraction of an earlier insert (all its copies).
 #[derive(Debug, Clone)]
 enum Step {
-    Insert { side: usize, key: Option<i64>, value: i64, text: Option<usize> },
+    Insert { side: usize, key: Option<i64>, value: i64, text: Option<usize>, weight: i64 },
     Retract { side: usize, pick: usize },
 }
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
-    let insert = (0..2usize, prop::option::weighted(0.85, 0..4i64), 0..5i64, prop::option::of(0..TEXTS.len()))
-        .prop_map(|(side, key, value, text)| Step::Insert { side, key, value, text });
+    let weight = prop_oneof![4 => Just(1i64), 1 => Just(2i64)];
+    let insert = (0..2usize, prop::option::weighted(0.85, 0..4i64), 0..5i64, prop::option::of(0..TEXTS.len()), weight)
+        .prop_map(|(side, key, value, text, weight)| Step::Insert { side, key, value, text, weight });
     let retract = (0..2usize, any::<usize>()).prop_map(|(side, pick)| Step::Retract { side, pick });
     prop::collection::vec(prop_oneof![3 => insert, 2 => retract], 1..80)
 }
@@ -357,27 +359,27 @@ impl Event {
 
 /// The input events of `steps` (retractions of rows inserted before on that side).
 fn events(steps: &[Step]) -> Vec<Event> {
-    let mut live_left: Vec<LeftRow> = Vec::new();
-    let mut live_right: Vec<RightRow> = Vec::new();
+    let mut live_left: Vec<(LeftRow, i64)> = Vec::new();
+    let mut live_right: Vec<(RightRow, i64)> = Vec::new();
     let mut events = Vec::new();
     for step in steps {
         match *step {
-            Step::Insert { side: 0, key, value, .. } => {
-                live_left.push((key, value));
-                events.push(Event::Left((key, value), 1));
+            Step::Insert { side: 0, key, value, weight, .. } => {
+                live_left.push(((key, value), weight));
+                events.push(Event::Left((key, value), weight));
             }
-            Step::Insert { key, value, text, .. } => {
+            Step::Insert { key, value, text, weight, .. } => {
                 let row = (key, value, text.map(|t| TEXTS[t]));
-                live_right.push(row);
-                events.push(Event::Right(row, 1));
+                live_right.push((row, weight));
+                events.push(Event::Right(row, weight));
             }
             Step::Retract { side: 0, pick } if !live_left.is_empty() => {
-                let row = live_left.swap_remove(pick % live_left.len());
-                events.push(Event::Left(row, -1));
+                let (row, weight) = live_left.swap_remove(pick % live_left.len());
+                events.push(Event::Left(row, -weight));
             }
             Step::Retract { side: 1, pick } if !live_right.is_empty() => {
-                let row = live_right.swap_remove(pick % live_right.len());
-                events.push(Event::Right(row, -1));
+                let (row, weight) = live_right.swap_remove(pick % live_right.len());
+                events.push(Event::Right(row, -weight));
             }
             Step::Retract { .. } => {}
         }
