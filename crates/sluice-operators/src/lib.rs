@@ -7,6 +7,8 @@
 //! - [`aggregate`]: the event-time window aggregate: keyed state per window, emitted once
 //!   when the watermark passes the window's end; rows for an emitted window are late.
 //!   [`aggregate::group`]: the non-windowed, updating group aggregate.
+//! - [`join`]: the regular (non-windowed) join of two updating inputs: inner, left,
+//!   right and full, on equality keys with an optional residual condition.
 //! - [`topn`]: TopN and deduplication (`ROW_NUMBER() … <= N`) over an append-only input.
 //! - [`partition`]: key hash → vnode → thread routing for the exchange.
 //! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
@@ -19,6 +21,7 @@ pub mod aggregate;
 mod blob;
 pub mod counter;
 pub mod expr;
+pub mod join;
 pub mod partition;
 pub mod row_errors;
 pub mod topn;

@@ -1,0 +1,388 @@
+//! The regular (non-windowed) streaming join: `INNER`, `LEFT`, `RIGHT` and `FULL` joins
+//! on equality keys, with an optional residual predicate, over weighted changelogs on
+//! both inputs (Flink SQL's regular join, computed incrementally).
+//!
+//! Rows arrive on two ports (0: left, 1: right; [`Operator::on_port_data`]), both
+//! routed to threads by the hash of their join key columns, so equal keys of both sides
+//! meet on one thread. Each side's state is the multiset of its rows so far
+//! ([`store`]): equal rows accumulate their weights, a row whose weight reaches 0 is
+//! dropped. Each stored row also carries its match count: the summed weights of the
+//! other side's rows with the same key for which the residual is true.
+//!
+//! Output is the change of the join's result, one batch per input batch. For each input
+//! row `q` of weight `w`, in batch order, against the other side's stored rows `r` (of
+//! weight `m`) with the same key (a NULL in any key column matches nothing):
+//! - for each `r` for which the residual holds, the joined row with weight `w × m`; if
+//!   the other side is preserved (outer) and `r` had no match before, its NULL-padded
+//!   row is first retracted (`-m`); if `r` has no match left after, its padded row is
+//!   emitted again (`+m`) after the joined row's retraction;
+//! - if this side is preserved and `q` matches nothing, the NULL-padded `q` with
+//!   weight `w`;
+//! - then `q` is applied to this side's state.
+//!
+//! So within one output a retraction always precedes the row that replaces it. The
+//! output's integral (the sum of weights per row) is always the join of the integrals
+//! of the inputs: the state is a multiset with integer weights, which also keeps a
+//! retraction arriving before its insert consistent (the row is held with a negative
+//! weight until its insert cancels it).
+//!
+//! Work per batch is vectorized where it matters: keys and rows are encoded per batch,
+//! every candidate pair's other-side row is decoded in one go, the residual is evaluated
+//! once over all candidate pairs, and the output columns are gathered with `take`.
+//!
+//! Stored rows are held in the project's key encoding ([`sluice_types::key`]), so every
+//! column of both inputs must be of a key type (integers, decimals, floats, booleans,
+//! strings, binaries, dates, times, timestamps, durations); floats are kept with -0.0
+//! as 0.0 and a single NaN, as in TopN. Snapshots: [`state`].
+
+mod state;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array, new_null_array};
+use arrow::buffer::NullBuffer;
+use arrow::compute::{cast, take};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion_physical_expr::PhysicalExpr;
+use sluice_runtime::{Operator, OperatorContext, SnapshotJob};
+use sluice_types::key::{KeyEncoder, KeyRows, is_key_type};
+use sluice_types::{Batch, Message, SluiceError};
+
+use crate::partition::encode_keys;
+use store::{RowRef, Store};
+
+pub use state::JOIN_STATE_VERSION;
+
+/// Which sides of the join are preserved (padded with NULLs when unmatched).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+}
+
+impl JoinKind {
+    /// Whether unmatched rows of `side` (0: left, 1: right) are emitted padded.
+    fn preserves(self, side: usize) -> bool {
+        match self {
+            JoinKind::Inner => false,
+            JoinKind::Left => side == 0,
+            JoinKind::Right => side == 1,
+            JoinKind::Full => true,
+        }
+    }
+}
+
+/// Whether a join's output is append-only: only an inner join of two append-only
+/// inputs (an outer join retracts its padded rows; a retraction on either input
+/// retracts joined rows).
+pub fn output_is_append_only(kind: JoinKind, left_append_only: bool, right_append_only: bool) -> bool {
+    kind == JoinKind::Inner && left_append_only && right_append_only
+}
+
+/// Everything the operator needs, built by the planner.
+#[derive(Debug, Clone)]
+pub struct JoinSpec {
+    pub kind: JoinKind,
+    pub left_schema: SchemaRef,
+    pub right_schema: SchemaRef,
+    /// The left fields, then the right fields (the non-preserved side's nullable).
+    pub output_schema: SchemaRef,
+    /// Equality keys: `left_keys[i]` of the left input equals `right_keys[i]` of the
+    /// right (of equal types); the inputs are routed by these columns' key hash.
+    pub left_keys: Vec<usize>,
+    pub right_keys: Vec<usize>,
+    /// A condition on joined rows besides the keys, over `output_schema`; a pair joins
+    /// when it is true (NULL counts as false).
+    pub residual: Option<Arc<dyn PhysicalExpr>>,
+    /// The pipeline's vnode count (state is split by the vnode of each row's key).
+    pub vnodes: u32,
+}
+
+/// One input's encoders and stored rows.
+struct Side {
+    schema: SchemaRef,
+    keys: Vec<usize>,
+    /// The key columns' encoder, made at the first batch (as the exchange does).
+    key_encoder: Option<KeyEncoder>,
+    /// Encodes whole rows of this side.
+    row_encoder: KeyEncoder,
+    store: Store,
+}
+
+/// See the module documentation.
+pub struct JoinOperator {
+    kind: JoinKind,
+    output: SchemaRef,
+    residual: Option<Arc<dyn PhysicalExpr>>,
+    sides: [Side; 2],
+    vnodes: u32,
+    /// Reused per batch.
+    key_rows: KeyRows,
+    row_rows: KeyRows,
+}
+
+fn invalid(message: String) -> SluiceError {
+    SluiceError::internal("join.spec", message)
+}
+
+impl JoinOperator {
+    pub fn new(spec: JoinSpec, context: &OperatorContext) -> Result<JoinOperator, SluiceError> {
+        if spec.vnodes != context.vnodes {
+            return Err(invalid(format!("the join plans {} vnodes, the pipeline has {}", spec.vnodes, context.vnodes)));
+        }
+        if spec.left_keys.is_empty() || spec.left_keys.len() != spec.right_keys.len() {
+            return Err(invalid(format!(
+                "a join needs as many left keys as right keys, at least one: {:?} and {:?}",
+                spec.left_keys, spec.right_keys
+            )));
+        }
+        let (left_width, right_width) = (spec.left_schema.fields().len(), spec.right_schema.fields().len());
+        if spec.output_schema.fields().len() != left_width + right_width {
+            return Err(invalid("the join's output is the left columns then the right columns".into()));
+        }
+        for (&l, &r) in spec.left_keys.iter().zip(&spec.right_keys) {
+            let (Some(left), Some(right)) = (spec.left_schema.fields().get(l), spec.right_schema.fields().get(r))
+            else {
+                return Err(invalid(format!("join key column {l} or {r} is not an input column")));
+            };
+            if left.data_type() != right.data_type() {
+                return Err(invalid(format!(
+                    "join keys {} and {} have different types: {} and {}",
+                    left.name(),
+                    right.name(),
+                    left.data_type(),
+                    right.data_type()
+                )));
+            }
+        }
+        for field in spec.left_schema.fields().iter().chain(spec.right_schema.fields().iter()) {
+            if !is_key_type(field.data_type()) {
+                return Err(SluiceError::user(
+                    "join.column_type",
+                    format!("a join cannot hold column {} of type {} in its state", field.name(), field.data_type()),
+                )
+                .with_fix("CAST the column to a scalar type (integer, decimal, float, boolean, string, date or timestamp) before the join, or leave it out"));
+            }
+        }
+        let side = |schema: &SchemaRef, keys: &[usize]| -> Result<Side, SluiceError> {
+            Ok(Side {
+                schema: Arc::clone(schema),
+                keys: keys.to_vec(),
+                key_encoder: None,
+                row_encoder: KeyEncoder::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())?,
+                store: Store::default(),
+            })
+        };
+        Ok(JoinOperator {
+            kind: spec.kind,
+            sides: [side(&spec.left_schema, &spec.left_keys)?, side(&spec.right_schema, &spec.right_keys)?],
+            output: spec.output_schema,
+            residual: spec.residual,
+            vnodes: spec.vnodes,
+            key_rows: KeyRows::default(),
+            row_rows: KeyRows::default(),
+        })
+    }
+
+    /// Distinct rows held in state, over both sides.
+    pub fn state_rows(&self) -> usize {
+        self.sides.iter().map(|s| s.store.len()).sum()
+    }
+
+    /// Output columns from this side's and the other side's columns, in output order.
+    fn output_columns(&self, this: usize, this_columns: Vec<ArrayRef>, other_columns: Vec<ArrayRef>) -> Vec<ArrayRef> {
+        if this == 0 {
+            this_columns.into_iter().chain(other_columns).collect()
+        } else {
+            other_columns.into_iter().chain(this_columns).collect()
+        }
+    }
+
+    /// A batch of the output schema (columns cast to its types where they differ).
+    fn output_batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch, SluiceError> {
+        let columns =
+            columns
+                .into_iter()
+                .zip(self.output.fields())
+                .map(|(column, field)| {
+                    if column.data_type() == field.data_type() { Ok(column) } else { cast(&column, field.data_type()) }
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+        Ok(RecordBatch::try_new(Arc::clone(&self.output), columns)?)
+    }
+
+    /// Whether each candidate pair satisfies the residual (None: every pair does).
+    fn residual_mask(
+        &self,
+        this: usize,
+        rows: &RecordBatch,
+        probes: &[u32],
+        others: &[ArrayRef],
+    ) -> Result<Option<BooleanArray>, SluiceError> {
+        let Some(residual) = &self.residual else { return Ok(None) };
+        if probes.is_empty() {
+            return Ok(None);
+        }
+        let indices = UInt32Array::from(probes.to_vec());
+        let this_columns =
+            rows.columns().iter().map(|c| take(c.as_ref(), &indices, None)).collect::<Result<Vec<_>, _>>()?;
+        let pairs = self.output_batch(self.output_columns(this, this_columns, others.to_vec()))?;
+        let value = residual.evaluate(&pairs).and_then(|v| v.into_array(pairs.num_rows())).map_err(|error| {
+            SluiceError::user("join.residual", format!("the join condition failed: {error}"))
+                .with_fix("make the join's condition total over its inputs (e.g. guard divisions with CASE)")
+        })?;
+        let Some(mask) = value.as_boolean_opt() else {
+            return Err(SluiceError::internal("join.residual", format!("the join condition is {}", value.data_type())));
+        };
+        Ok(Some(mask.clone()))
+    }
+}
+
+/// `array`'s values at `indices` (None: NULL).
+fn gather(array: &ArrayRef, indices: &UInt32Array) -> Result<ArrayRef, SluiceError> {
+    if array.is_empty() {
+        return Ok(new_null_array(array.data_type(), indices.len()));
+    }
+    Ok(take(array.as_ref(), indices, None)?)
+}
+
+/// Which rows have a NULL in any of `columns` (None: no row does).
+fn null_keys(rows: &RecordBatch, keys: &[usize]) -> Option<NullBuffer> {
+    let mut combined: Option<NullBuffer> = None;
+    for &key in keys {
+        combined = NullBuffer::union(combined.as_ref(), rows.column(key).logical_nulls().as_ref());
+    }
+    combined.filter(|nulls| nulls.null_count() > 0)
+}
+
+impl Operator for JoinOperator {
+    fn name(&self) -> &str {
+        "join"
+    }
+
+    fn on_data(&mut self, _batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        Err(SluiceError::internal("join.port", "a join takes rows from its two inputs only, by port"))
+    }
+
+    fn on_port_data(&mut self, port: usize, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        if port > 1 {
+            return Err(SluiceError::internal("join.port", format!("a join has two inputs, not port {port}")));
+        }
+        let (this, other) = (port, 1 - port);
+        let rows = &batch.rows;
+        let count = rows.num_rows();
+        let mut keys = std::mem::take(&mut self.key_rows);
+        let mut row_bytes = std::mem::take(&mut self.row_rows);
+        {
+            let side = &mut self.sides[this];
+            encode_keys(rows, &side.keys, &mut side.key_encoder, &mut keys)?;
+            side.row_encoder.encode(rows.columns(), &mut row_bytes)?;
+        }
+        let nulls = null_keys(rows, &self.sides[this].keys);
+
+        // The candidate pairs: each input row with every stored row of its key.
+        let mut probes: Vec<u32> = Vec::new();
+        let mut candidates: Vec<u32> = Vec::new();
+        let mut ends: Vec<usize> = Vec::with_capacity(count);
+        for row in 0..count {
+            let matchable = batch.weight(row) != 0 && nulls.as_ref().is_none_or(|n| n.is_valid(row));
+            if matchable {
+                let slots = self.sides[other].store.bucket(keys.row(row), keys.hash(row));
+                candidates.extend_from_slice(slots);
+                probes.extend(std::iter::repeat_n(row as u32, slots.len()));
+            }
+            ends.push(candidates.len());
+        }
+        let other_side = &self.sides[other];
+        let others = other_side.row_encoder.decode(candidates.iter().map(|&s| &*other_side.store.get(s).row))?;
+        let mask = self.residual_mask(this, rows, &probes, &others)?;
+
+        // Output rows, as positions in the batch (this side) and among the candidates
+        // (the other side), None for NULL padding.
+        let mut this_rows: Vec<Option<u32>> = Vec::new();
+        let mut other_rows: Vec<Option<u32>> = Vec::new();
+        let mut weights: Vec<i64> = Vec::new();
+        let mut emit = |this_row: Option<u32>, other_row: Option<usize>, weight: i64| {
+            this_rows.push(this_row);
+            other_rows.push(other_row.map(|c| c as u32));
+            weights.push(weight);
+        };
+        let (this_preserved, other_preserved) = (self.kind.preserves(this), self.kind.preserves(other));
+        let mut start = 0;
+        for (row, &end) in ends.iter().enumerate() {
+            let weight = batch.weight(row);
+            if weight == 0 {
+                start = end;
+                continue;
+            }
+            let mut matches: i64 = 0;
+            for (candidate, &slot) in candidates.iter().enumerate().take(end).skip(start) {
+                if mask.as_ref().is_some_and(|m| !(m.is_valid(candidate) && m.value(candidate))) {
+                    continue;
+                }
+                let stored = self.sides[other].store.get_mut(slot);
+                matches += stored.weight;
+                let before = stored.matches;
+                stored.matches += weight;
+                let after = stored.matches;
+                let multiplicity = stored.weight;
+                if other_preserved && before == 0 && after != 0 {
+                    emit(None, Some(candidate), -multiplicity);
+                }
+                let joined = weight.checked_mul(multiplicity).ok_or_else(|| {
+                    SluiceError::internal(
+                        "join.weight",
+                        format!("a joined row's weight {weight} × {multiplicity} overflows"),
+                    )
+                })?;
+                emit(Some(row as u32), Some(candidate), joined);
+                if other_preserved && before != 0 && after == 0 {
+                    emit(None, Some(candidate), multiplicity);
+                }
+            }
+            start = end;
+            if this_preserved && matches == 0 {
+                emit(Some(row as u32), None, weight);
+            }
+            let row_ref = RowRef {
+                row: row_bytes.row(row),
+                row_hash: row_bytes.hash(row),
+                key: keys.row(row),
+                key_hash: keys.hash(row),
+            };
+            self.sides[this].store.apply(&row_ref, weight, matches);
+        }
+        self.key_rows = keys;
+        self.row_rows = row_bytes;
+        if weights.is_empty() {
+            return Ok(());
+        }
+
+        let this_indices = UInt32Array::from(this_rows);
+        let other_indices = UInt32Array::from(other_rows);
+        let this_columns = rows.columns().iter().map(|c| gather(c, &this_indices)).collect::<Result<Vec<_>, _>>()?;
+        let other_columns = others.iter().map(|c| gather(c, &other_indices)).collect::<Result<Vec<_>, _>>()?;
+        let output = self.output_batch(self.output_columns(this, this_columns, other_columns))?;
+        let batch = if weights.iter().all(|&w| w == 1) {
+            Batch::inserts(output)
+        } else {
+            Batch::with_weights(output, Int64Array::from(weights))
+        };
+        out.push(Message::Data(batch));
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        Ok(state::snapshot(self))
+    }
+
+    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        state::restore(self, blobs)
+    }
+}

@@ -1,0 +1,167 @@
+//! Snapshots of the join's state, split by vnode.
+//!
+//! At a barrier the driver copies the stored rows of both sides (each row's bytes are
+//! shared, not copied: a reference count per row) with their weights, match counts and
+//! key hashes, and returns a job; the checkpoint writer thread encodes the copy into one
+//! blob per vnode holding rows, the vnode of each row's join key hash (the hash the
+//! exchange routes both inputs by), so a restore onto any number of threads gives each
+//! row to the thread its key's future rows go to. Rows after the barrier change the
+//! live state, never the copy.
+//!
+//! Layout, version [`JOIN_STATE_VERSION`] (little-endian): `u32 version`, `u32 rows`,
+//! then per distinct row, ordered by side and then by the row's bytes:
+//! - `u8 side`: 0 left, 1 right;
+//! - the row: `u32 length` + the side's columns, in order, in the key encoding of
+//!   [`sluice_types::key`];
+//! - `i64 weight`: its multiplicity, never 0;
+//! - `i64 matches`: the summed weights of the other side's rows it joins with.
+//!
+//! The join key and its hash are recomputed from the row when restored. Decoding checks
+//! every length against the remaining bytes, every row must decode as a row of its
+//! side's schema and encode back to the same bytes, and no row may appear twice: a
+//! blob from another plan or a damaged one is refused, never misread, and never panics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use sluice_runtime::SnapshotJob;
+use sluice_types::key::KeyRows;
+use sluice_types::{SluiceError, vnode};
+
+use super::JoinOperator;
+use crate::blob::Reader;
+use crate::partition::encode_keys;
+
+/// The blob layout this build writes and reads.
+pub const JOIN_STATE_VERSION: u32 = 1;
+const VERSION: u32 = JOIN_STATE_VERSION;
+
+/// The fewest bytes one row takes: side, length, weight, matches.
+const MIN_ROW_BYTES: usize = 1 + 4 + 8 + 8;
+
+/// One stored row, as copied at a barrier.
+struct Copied {
+    side: u8,
+    key_hash: u64,
+    row: Arc<[u8]>,
+    weight: i64,
+    matches: i64,
+}
+
+/// Copies the stored rows and returns the job that encodes them; None without state.
+pub(super) fn snapshot(join: &JoinOperator) -> Option<SnapshotJob> {
+    let mut copy = Vec::with_capacity(join.state_rows());
+    for (side, state) in join.sides.iter().enumerate() {
+        copy.extend(state.store.rows().map(|stored| Copied {
+            side: side as u8,
+            key_hash: stored.key_hash,
+            row: Arc::clone(&stored.row),
+            weight: stored.weight,
+            matches: stored.matches,
+        }));
+    }
+    if copy.is_empty() {
+        return None;
+    }
+    let vnodes = join.vnodes;
+    Some(Box::new(move || Ok(encode(copy, vnodes))))
+}
+
+/// One blob per vnode holding rows, in vnode order.
+fn encode(mut rows: Vec<Copied>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
+    rows.sort_by(|a, b| (a.side, &*a.row).cmp(&(b.side, &*b.row)));
+    let mut blobs: BTreeMap<u32, (u32, Vec<u8>)> = BTreeMap::new();
+    for row in &rows {
+        let (count, bytes) = blobs.entry(vnode::of_hash(row.key_hash, vnodes)).or_insert_with(|| {
+            let mut bytes = VERSION.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&0u32.to_le_bytes());
+            (0, bytes)
+        });
+        *count += 1;
+        bytes.push(row.side);
+        let length = u32::try_from(row.row.len()).expect("a row shorter than 4 GiB");
+        bytes.extend_from_slice(&length.to_le_bytes());
+        bytes.extend_from_slice(&row.row);
+        bytes.extend_from_slice(&row.weight.to_le_bytes());
+        bytes.extend_from_slice(&row.matches.to_le_bytes());
+    }
+    blobs
+        .into_iter()
+        .map(|(vnode, (count, mut bytes))| {
+            bytes[4..8].copy_from_slice(&count.to_le_bytes());
+            (vnode, bytes)
+        })
+        .collect()
+}
+
+fn corrupt(what: &str) -> SluiceError {
+    crate::blob::corrupt(STATE, what)
+}
+
+/// The state's name in errors.
+const STATE: &str = "join";
+
+/// A row read from a blob: bytes, weight, matches.
+type ReadRow<'a> = (&'a [u8], i64, i64);
+
+/// Loads the rows of `blobs` (of the vnodes this instance owns) into `join`.
+pub(super) fn restore(join: &mut JoinOperator, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+    for blob in blobs {
+        let mut reader = Reader::new(&blob, STATE);
+        if reader.u32()? != VERSION {
+            return Err(corrupt("unknown version"));
+        }
+        let count = reader.u32()? as usize;
+        if count > reader.remaining() / MIN_ROW_BYTES {
+            return Err(corrupt("more rows than bytes"));
+        }
+        let mut sides: [Vec<ReadRow<'_>>; 2] = [Vec::new(), Vec::new()];
+        for _ in 0..count {
+            let side = reader.u8()?;
+            let row = reader.bytes()?;
+            let weight = reader.i64()?;
+            let matches = reader.i64()?;
+            if weight == 0 {
+                return Err(corrupt("a row of weight 0"));
+            }
+            sides
+                .get_mut(side as usize)
+                .ok_or_else(|| corrupt("a side other than left or right"))?
+                .push((row, weight, matches));
+        }
+        reader.finish()?;
+        for (side, rows) in sides.iter().enumerate() {
+            load(join, side, rows)?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds `rows` of one blob to side `side`'s store, after checking they are rows of its
+/// schema in their canonical encoding.
+fn load(join: &mut JoinOperator, side: usize, rows: &[ReadRow<'_>]) -> Result<(), SluiceError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let state = &mut join.sides[side];
+    let another_plan = |_| corrupt("a row of another plan");
+    let columns = state.row_encoder.decode(rows.iter().map(|r| r.0)).map_err(another_plan)?;
+    let batch =
+        RecordBatch::try_new(Arc::clone(&state.schema), columns).map_err(|_| corrupt("a row of another plan"))?;
+    let mut encoded = KeyRows::default();
+    state.row_encoder.encode(batch.columns(), &mut encoded).map_err(another_plan)?;
+    let mut keys = KeyRows::default();
+    encode_keys(&batch, &state.keys, &mut state.key_encoder, &mut keys).map_err(another_plan)?;
+    for (index, &(row, weight, matches)) in rows.iter().enumerate() {
+        if encoded.row(index) != row {
+            return Err(corrupt("a row not in its canonical encoding"));
+        }
+        let row_hash = encoded.hash(index);
+        if state.store.find(row, row_hash).is_some() {
+            return Err(corrupt("a row appears twice"));
+        }
+        state.store.insert(Arc::from(row), row_hash, keys.row(index), keys.hash(index), weight, matches);
+    }
+    Ok(())
+}
