@@ -43,11 +43,13 @@ pub enum NexmarkCommand {
         /// Driver threads.
         #[arg(long, default_value_t = 1)]
         threads: u32,
-        /// Comma-separated: source (the input alone: generator or CSV parser), q0, q1, q2, tumble,
-        /// running (a non-windowed, updating GROUP BY), state, state_day.
+        /// Comma-separated: source (the input alone: generator or CSV parser); NEXMark's q0-q5,
+        /// q7-q9, q11, q15-q22 (Flink's text); tumble, running (a non-windowed, updating GROUP
+        /// BY), state, state_day.
         #[arg(long, default_value = "source,q0,q1,q2,tumble")]
         queries: String,
-        /// Read bids from this CSV file (from `sluice nexmark generate`) instead of the generator.
+        /// Read bids from this CSV file (from `sluice nexmark generate`) instead of the generator,
+        /// or from a directory holding person.csv, auction.csv and bid.csv.
         #[arg(long)]
         csv: Option<PathBuf>,
         /// Take checkpoints at this interval (e.g. "10s") into a temporary store.

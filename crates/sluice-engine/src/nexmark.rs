@@ -13,8 +13,34 @@ use sluice_formats::{Encoder, OutputFormat};
 use sluice_nexmark::{GeneratorConfig, LaneGenerator, Table, TableSet};
 use sluice_types::{Batch, ErrorKind, SluiceError};
 
-/// The benchmark's queries.
-pub const QUERIES: &[&str] = &["source", "q0", "q1", "q2", "tumble", "running", "state", "state_day"];
+/// The benchmark's queries: NEXMark's, as Flink's NEXMark repository writes them (all
+/// but q6's OVER window, q10's partitioned file sink, q12's processing time, q13's side
+/// input file and q14's user-defined function), and a few of Sluice's own.
+pub const QUERIES: &[&str] = &[
+    "source",
+    "q0",
+    "q1",
+    "q2",
+    "q3",
+    "q4",
+    "q5",
+    "q7",
+    "q8",
+    "q9",
+    "q11",
+    "q15",
+    "q16",
+    "q17",
+    "q18",
+    "q19",
+    "q20",
+    "q21",
+    "q22",
+    "tumble",
+    "running",
+    "state",
+    "state_day",
+];
 
 /// The keyed-state query over a one-`$unit` tumbling window.
 macro_rules! state_query {
@@ -50,13 +76,222 @@ pub fn query_sql(query: &str) -> Option<&'static str> {
         // A running (updating) aggregate: every auction's bid count and highest price,
         // kept up to date as bids arrive (the changelog of a non-windowed GROUP BY).
         "running" => "SELECT auction, COUNT(*) AS bids, MAX(price) AS top FROM bid GROUP BY auction",
+        "q3" => Q3,
+        "q4" => Q4,
+        "q5" => Q5,
+        "q7" => Q7,
+        "q8" => Q8,
+        "q9" => Q9,
+        "q11" => Q11,
+        "q15" => Q15,
+        "q16" => Q16,
+        "q17" => Q17,
+        "q18" => Q18,
+        "q19" => Q19,
+        "q20" => Q20,
+        "q21" => Q21,
+        "q22" => Q22,
         _ => return None,
     })
 }
 
-/// The columns of a bid CSV written by [`generate`].
-pub const BID_CSV_SCHEMA: &str =
-    "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, dateTime TIMESTAMP(3), extra VARCHAR";
+/// The tables a query reads (the CSV mode needs a file of each).
+pub fn query_tables(query: &str) -> Vec<Table> {
+    let Some(sql) = query_sql(query) else { return Vec::new() };
+    let words: Vec<String> =
+        sql.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').map(str::to_ascii_lowercase).collect();
+    [(Table::Person, "person"), (Table::Auction, "auction"), (Table::Bid, "bid")]
+        .into_iter()
+        .filter(|(_, name)| words.iter().any(|word| word == name))
+        .map(|(table, _)| table)
+        .collect()
+}
+
+// NEXMark's queries, their SELECT text as in Flink's NEXMark repository
+// (`nexmark-flink/src/main/resources/queries/qN.sql`, the statement after `INSERT INTO`).
+
+const Q3: &str = "SELECT
+    P.name, P.city, P.state, A.id
+FROM
+    auction AS A INNER JOIN person AS P on A.seller = P.id
+WHERE
+    A.category = 10 and (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')";
+
+const Q4: &str = "SELECT
+    Q.category,
+    AVG(Q.final)
+FROM (
+    SELECT MAX(B.price) AS final, A.category
+    FROM auction A, bid B
+    WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires
+    GROUP BY A.id, A.category
+) Q
+GROUP BY Q.category";
+
+const Q5: &str = "SELECT AuctionBids.auction, AuctionBids.num
+ FROM (
+   SELECT
+     auction,
+     count(*) AS num,
+     window_start AS starttime,
+     window_end AS endtime
+     FROM TABLE(
+             HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+     GROUP BY auction, window_start, window_end
+ ) AS AuctionBids
+ JOIN (
+   SELECT
+     max(CountBids.num) AS maxn,
+     CountBids.starttime,
+     CountBids.endtime
+   FROM (
+     SELECT
+       count(*) AS num,
+       window_start AS starttime,
+       window_end AS endtime
+     FROM TABLE(
+                HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+     GROUP BY auction, window_start, window_end
+     ) AS CountBids
+   GROUP BY CountBids.starttime, CountBids.endtime
+ ) AS MaxBids
+ ON AuctionBids.starttime = MaxBids.starttime AND
+    AuctionBids.endtime = MaxBids.endtime AND
+    AuctionBids.num >= MaxBids.maxn";
+
+const Q7: &str = "SELECT B.auction, B.price, B.bidder, B.`dateTime`, B.extra
+from bid B
+JOIN (
+  SELECT MAX(price) AS maxprice, window_end as `dateTime`
+  FROM TABLE(
+          TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+  GROUP BY window_start, window_end
+) B1
+ON B.price = B1.maxprice
+WHERE B.`dateTime` BETWEEN B1.`dateTime`  - INTERVAL '10' SECOND AND B1.`dateTime`";
+
+const Q8: &str = "SELECT P.id, P.name, P.starttime
+FROM (
+  SELECT id, name,
+        window_start AS starttime,
+        window_end AS endtime
+  FROM TABLE(
+            TUMBLE(TABLE person, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+  GROUP BY id, name, window_start, window_end
+) P
+JOIN (
+  SELECT seller,
+        window_start AS starttime,
+        window_end AS endtime
+  FROM TABLE(
+        TUMBLE(TABLE auction, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+  GROUP BY seller, window_start, window_end
+) A
+ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime";
+
+const Q9: &str = "SELECT
+    id, itemName, description, initialBid, reserve, `dateTime`, expires, seller, category, extra,
+    auction, bidder, price, bid_dateTime, bid_extra
+FROM (
+   SELECT A.*, B.auction, B.bidder, B.price, B.`dateTime` AS bid_dateTime, B.extra AS bid_extra,
+     ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.`dateTime` ASC) AS rownum
+   FROM auction A, bid B
+   WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires
+)
+WHERE rownum <= 1";
+
+const Q11: &str = "SELECT
+    B.bidder,
+    count(*) as bid_count,
+    SESSION_START(B.`dateTime`, INTERVAL '10' SECOND) as starttime,
+    SESSION_END(B.`dateTime`, INTERVAL '10' SECOND) as endtime
+FROM bid B
+GROUP BY B.bidder, SESSION(B.`dateTime`, INTERVAL '10' SECOND)";
+
+const Q15: &str = "SELECT
+     DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') as `day`,
+     count(*) AS total_bids,
+     count(*) filter (where price < 10000) AS rank1_bids,
+     count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+     count(*) filter (where price >= 1000000) AS rank3_bids,
+     count(distinct bidder) AS total_bidders,
+     count(distinct bidder) filter (where price < 10000) AS rank1_bidders,
+     count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,
+     count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,
+     count(distinct auction) AS total_auctions,
+     count(distinct auction) filter (where price < 10000) AS rank1_auctions,
+     count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,
+     count(distinct auction) filter (where price >= 1000000) AS rank3_auctions
+FROM bid
+GROUP BY DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')";
+
+const Q16: &str = "SELECT
+    channel,
+    DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') as `day`,
+    max(DATE_FORMAT(`dateTime`, 'HH:mm')) as `minute`,
+    count(*) AS total_bids,
+    count(*) filter (where price < 10000) AS rank1_bids,
+    count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+    count(*) filter (where price >= 1000000) AS rank3_bids,
+    count(distinct bidder) AS total_bidders,
+    count(distinct bidder) filter (where price < 10000) AS rank1_bidders,
+    count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,
+    count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,
+    count(distinct auction) AS total_auctions,
+    count(distinct auction) filter (where price < 10000) AS rank1_auctions,
+    count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,
+    count(distinct auction) filter (where price >= 1000000) AS rank3_auctions
+FROM bid
+GROUP BY channel, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')";
+
+const Q17: &str = "SELECT
+     auction,
+     DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') as `day`,
+     count(*) AS total_bids,
+     count(*) filter (where price < 10000) AS rank1_bids,
+     count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+     count(*) filter (where price >= 1000000) AS rank3_bids,
+     min(price) AS min_price,
+     max(price) AS max_price,
+     avg(price) AS avg_price,
+     sum(price) AS sum_price
+FROM bid
+GROUP BY auction, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')";
+
+const Q18: &str = "SELECT auction, bidder, price, channel, url, `dateTime`, extra
+ FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY `dateTime` DESC) AS rank_number
+       FROM bid)
+ WHERE rank_number <= 1";
+
+const Q19: &str = "SELECT * FROM
+(SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number FROM bid)
+WHERE rank_number <= 10";
+
+const Q20: &str = "SELECT
+    auction, bidder, price, channel, url, B.`dateTime`, B.extra,
+    itemName, description, initialBid, reserve, A.`dateTime`, expires, seller, category, A.extra
+FROM
+    bid AS B INNER JOIN auction AS A on B.auction = A.id
+WHERE A.category = 10";
+
+const Q21: &str = "SELECT
+    auction, bidder, price, channel,
+    CASE
+        WHEN lower(channel) = 'apple' THEN '0'
+        WHEN lower(channel) = 'google' THEN '1'
+        WHEN lower(channel) = 'facebook' THEN '2'
+        WHEN lower(channel) = 'baidu' THEN '3'
+        ELSE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)
+        END
+    AS channel_id FROM bid
+    where REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) is not null or
+          lower(channel) in ('apple', 'google', 'facebook', 'baidu')";
+
+const Q22: &str = "SELECT
+    auction, bidder, price, channel,
+    SPLIT_INDEX(url, '/', 3) as dir1,
+    SPLIT_INDEX(url, '/', 4) as dir2,
+    SPLIT_INDEX(url, '/', 5) as dir3 FROM bid";
 
 /// What a benchmark run reads and how it checkpoints.
 #[derive(Debug, Clone)]
@@ -64,7 +299,8 @@ pub struct BenchSetup<'a> {
     pub query: &'a str,
     pub events: u64,
     pub threads: u32,
-    /// Read bids from this CSV file (with a header line) instead of the generator.
+    /// Read bids from this CSV file (with a header line) instead of the generator; a
+    /// directory holds `person.csv`, `auction.csv` and `bid.csv` (those the query reads).
     pub csv: Option<&'a Path>,
     /// Checkpoints at this interval into the store at this URL.
     pub checkpoint: Option<(Duration, String)>,
@@ -81,20 +317,28 @@ pub fn bench_config(setup: &BenchSetup<'_>) -> Result<PipelineConfig, SluiceErro
         SluiceError::user("bench.query", format!("unknown query `{}`", setup.query))
             .with_fix(format!("choose among {}", QUERIES.join(", ")))
     })?;
-    let source = match setup.csv {
+    let sources = match setup.csv {
         None => {
             let mut source = SourceConfig::new("nexmark", "nexmark");
             let events = i64::try_from(setup.events).unwrap_or(i64::MAX);
             source.options.set("events", events);
-            source
+            vec![source]
         }
+        Some(path) if path.is_dir() => query_tables(setup.query)
+            .into_iter()
+            .map(|table| csv_source(table, &path.join(format!("{}.csv", table_name(table)))))
+            .collect::<Result<Vec<_>, _>>()?,
         Some(path) => {
-            let mut source = SourceConfig::new("bid", "file");
-            source.format = Some(Located::new("csv".into(), at()));
-            source.schema = Some(Located::new(BID_CSV_SCHEMA.into(), at()));
-            source.event_time = Some("dateTime".into());
-            source.options.set("path", path.display().to_string()).set("header", true);
-            source
+            let others: Vec<&str> =
+                query_tables(setup.query).into_iter().filter(|t| *t != Table::Bid).map(table_name).collect();
+            if !others.is_empty() {
+                return Err(SluiceError::user(
+                    "bench.csv",
+                    format!("query {} reads {} besides bid; {} is one file", setup.query, others.join(" and "), path.display()),
+                )
+                .with_fix("give --csv a directory holding person.csv, auction.csv and bid.csv (`sluice nexmark generate --table …`)"));
+            }
+            vec![csv_source(Table::Bid, path)?]
         }
     };
     let mut pipeline = PipelineSection::named(&format!("nexmark-{}", setup.query));
@@ -110,10 +354,33 @@ pub fn bench_config(setup: &BenchSetup<'_>) -> Result<PipelineConfig, SluiceErro
     Ok(PipelineConfig {
         pipeline,
         checkpoint,
-        sources: vec![source],
+        sources,
         views: vec![ViewConfig { name: "result".into(), sql: Located::new(sql.into(), at()), position: at() }],
         sinks: vec![SinkConfig::new("blackhole", "result", "blackhole")],
     })
+}
+
+fn table_name(table: Table) -> &'static str {
+    match table {
+        Table::Person => "person",
+        Table::Auction => "auction",
+        Table::Bid => "bid",
+    }
+}
+
+/// A file source named after `table`, reading its CSV (with a header line) at `path`.
+fn csv_source(table: Table, path: &Path) -> Result<SourceConfig, SluiceError> {
+    let columns = sluice_nexmark::schema(table)
+        .fields()
+        .iter()
+        .map(|field| Ok(format!("{} {}", field.name(), crate::fingerprint::canonical_type(field.data_type())?)))
+        .collect::<Result<Vec<_>, SluiceError>>()?;
+    let mut source = SourceConfig::new(table_name(table), "file");
+    source.format = Some(Located::new("csv".into(), at()));
+    source.schema = Some(Located::new(columns.join(", "), at()));
+    source.event_time = Some("dateTime".into());
+    source.options.set("path", path.display().to_string()).set("header", true);
+    Ok(source)
 }
 
 /// How generated events are written.

@@ -158,7 +158,7 @@ fn project_inputs(
 }
 
 /// The exchange's line in `explain`.
-fn exchange_line(planner: &StreamPlanner<'_>, key_names: &[String]) -> String {
+pub(crate) fn exchange_line(planner: &StreamPlanner<'_>, key_names: &[String]) -> String {
     if key_names.is_empty() {
         "all rows → one vnode (no key)".to_string()
     } else {

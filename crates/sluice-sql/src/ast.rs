@@ -12,9 +12,10 @@
 //!   (`sql.too_deep`).
 //! - **Constructs refused by name**: window functions (`… OVER (…)`) other than
 //!   `ROW_NUMBER()` (TopN's, whose shape the stream planner checks), subqueries in
-//!   expressions (`IN (SELECT …)`, `EXISTS (…)`, scalar subqueries), and joins and set
-//!   operations (`UNION`, …), whose planning by DataFusion alone grows quadratically
-//!   (minutes and a gigabyte for 5000 joins) (`sql.unsupported`).
+//!   expressions (`IN (SELECT …)`, `EXISTS (…)`, scalar subqueries), and set
+//!   operations (`UNION`, …) (`sql.unsupported`).
+//! - **Joins** at most [`JOINS_MAX`] per view: DataFusion's planning of joins alone grows
+//!   quadratically (minutes and a gigabyte for 5000 joins) (`sql.too_many_joins`).
 //! - **The tables read**, so the planner can tell a view that reads a view defined below
 //!   it (see `views.rs`).
 //!
@@ -53,6 +54,9 @@ pub const PARSER_RECURSION_MAX: usize = EXPRESSION_DEPTH_MAX + 16;
 /// How many expression levels the checking visitor descends before it sets a subtree
 /// aside (its recursion bound).
 const CUT_LEVELS: usize = 32;
+
+/// The most joins one view may hold (over all its subqueries; `FROM a, b` is one).
+pub const JOINS_MAX: usize = 8;
 
 /// What the check learned of a query.
 #[derive(Debug, Default)]
@@ -148,6 +152,7 @@ struct Walk {
     set_aside: Vec<(Expr, usize)>,
     /// Set operations taken out of their query, to split.
     set_operations: Vec<SetExpr>,
+    joins: usize,
     refused: Option<SluiceError>,
     shape: QueryShape,
 }
@@ -172,13 +177,18 @@ impl VisitorMut for Walk {
                 let empty = SetExpr::Values(Values { explicit_row: false, value_keyword: false, rows: Vec::new() });
                 self.set_operations.push(std::mem::replace(query.body.as_mut(), empty));
             }
-            SetExpr::Select(select)
-                if select.from.len() > 1 || select.from.iter().any(|from| !from.joins.is_empty()) =>
-            {
-                self.refuse(unsupported(
-                    "JOIN",
-                    "joins arrive in a later version; pre-join the data or use one table per view",
-                ));
+            SetExpr::Select(select) => {
+                let tables: usize = select.from.iter().map(|from| 1 + from.joins.len()).sum();
+                self.joins += tables.saturating_sub(1);
+                if self.joins > JOINS_MAX {
+                    self.refuse(
+                        SluiceError::user(
+                            "sql.too_many_joins",
+                            format!("the view joins more than {JOINS_MAX} times; the limit is {JOINS_MAX} joins"),
+                        )
+                        .with_fix("split the joins over several views, each reading the one before"),
+                    );
+                }
             }
             _ => {}
         }
@@ -215,8 +225,8 @@ impl VisitorMut for Walk {
 
 /// The error for an expression refused by name, if it is one.
 fn refusal(expr: &Expr) -> Option<SluiceError> {
-    let subquery_fix = "remove the subquery: a view cannot read a second table yet (joins arrive in a later \
-                        version); for a fixed list of values write `x IN (1, 2, 3)`";
+    let subquery_fix = "join the other table instead (`FROM a JOIN b ON a.k = b.k`); for a fixed list of values \
+                        write `x IN (1, 2, 3)`";
     let refused = match expr {
         // ROW_NUMBER() OVER (…) is TopN's; the stream planner checks its shape.
         Expr::Function(function)
@@ -282,9 +292,16 @@ mod tests {
     }
 
     #[test]
-    fn joins_and_set_operations_are_refused_before_datafusion() {
-        assert_eq!(code("SELECT * FROM a JOIN b ON a.k = b.k"), "sql.unsupported");
-        assert_eq!(code("SELECT * FROM a, b"), "sql.unsupported");
+    fn many_joins_and_set_operations_are_refused_before_datafusion() {
+        assert!(check("SELECT * FROM a JOIN b ON a.k = b.k").is_ok());
+        assert!(check("SELECT * FROM a, b").is_ok());
+        let tables: Vec<String> = (0..=JOINS_MAX).map(|i| format!("t{i}")).collect();
+        assert!(check(&format!("SELECT * FROM {}", tables.join(", "))).is_ok(), "{JOINS_MAX} joins are allowed");
+        let many = format!("SELECT * FROM {} JOIN u ON u.k = t0.k", tables.join(", "));
+        assert_eq!(code(&many), "sql.too_many_joins");
+        let nested =
+            format!("SELECT * FROM ({}) AS x JOIN u ON u.k = x.k", format!("SELECT * FROM {}", tables.join(", ")));
+        assert_eq!(code(&nested), "sql.too_many_joins", "joins in subqueries count too");
         let unions = vec!["SELECT a FROM t"; 20_000].join(" UNION ALL ");
         let error = crate::stack::on_planning_stack(|| check(&unions)).expect("thread").expect_err("refused");
         assert_eq!(error.to_string(), "UNION is not supported yet\n  fix: use one view per input");

@@ -25,6 +25,7 @@ mod ast;
 mod catalog;
 mod functions;
 mod group_window;
+mod join;
 mod schema;
 pub mod stack;
 mod stream;
@@ -93,8 +94,8 @@ impl PlannedStream {
     pub fn into_flow(self, sink: Arc<dyn SinkFactory>, threads: u32, sink_slot: u32) -> Flow {
         assert!(sink_slot < threads.max(1), "sink slot {sink_slot} of {threads}");
         let gather = (sink.parallelism() == SinkParallelism::Single && threads > 1).then_some(sink_slot);
-        let (source, table, segments) = self.state.finish(gather);
-        Flow { source, table, segments, sides: Vec::new(), sink, sink_slot }
+        let (source, table, segments, sides) = self.state.finish(gather);
+        Flow { source, table, segments, sides, sink, sink_slot }
     }
 }
 

@@ -37,7 +37,7 @@ use sluice_operators::expr::{Filter, Project};
 use sluice_operators::partition::{GatherPartitioner, HashPartitioner};
 use sluice_operators::row_errors::{OnRowError, RowErrors};
 use sluice_operators::window::{WindowAssign, WindowKind};
-use sluice_runtime::{OperatorFactory, Segment, SegmentOutput};
+use sluice_runtime::{OperatorFactory, Segment, SegmentOutput, SideInput};
 use sluice_types::{Changelog, SluiceError};
 
 use crate::catalog::{Catalog, TableEntry};
@@ -69,6 +69,8 @@ pub(crate) struct StreamState {
     pub source: usize,
     pub table: usize,
     pub segments: Vec<Segment>,
+    /// Further inputs joined into the stream's segments (a join's right side).
+    pub sides: Vec<SideInput>,
     pub operators: Vec<(String, OperatorFactory)>,
     pub state: Option<String>,
     pub schema: DFSchemaRef,
@@ -98,7 +100,7 @@ impl StreamState {
 
     /// Ends the stream at a sink; a single-writer sink on several threads is gathered first
     /// (to `gather`, the slot that runs it).
-    pub fn finish(mut self, gather: Option<u32>) -> (usize, usize, Vec<Segment>) {
+    pub fn finish(mut self, gather: Option<u32>) -> (usize, usize, Vec<Segment>, Vec<SideInput>) {
         if let Some(slot) = gather {
             let partitioner: sluice_runtime::PartitionerFactory = Arc::new(move |_| Box::new(GatherPartitioner(slot)));
             self.cut(SegmentOutput::Exchange {
@@ -107,7 +109,7 @@ impl StreamState {
             });
         }
         self.cut(SegmentOutput::Sink);
-        (self.source, self.table, self.segments)
+        (self.source, self.table, self.segments, self.sides)
     }
 }
 
@@ -184,6 +186,11 @@ impl StreamPlanner<'_> {
                 if let Some(state) = crate::topn::plan_topn(self, filter, true)? {
                     return Ok(state);
                 }
+                if let LogicalPlan::Join(join) = filter.input.as_ref()
+                    && join.join_type == datafusion_expr::JoinType::Inner
+                {
+                    return crate::join::plan_join(self, join, Some(&filter.predicate));
+                }
                 let mut state = self.plan(&filter.input)?;
                 self.push_filter(&mut state, &filter.predicate)?;
                 Ok(state)
@@ -193,6 +200,7 @@ impl StreamPlanner<'_> {
                 Ok(Self::alias(state, alias))
             }
             LogicalPlan::Aggregate(aggregate) => crate::aggregate::plan_aggregate(self, aggregate),
+            LogicalPlan::Join(join) => crate::join::plan_join(self, join, None),
             other => Err(refuse(other)),
         }
     }
@@ -265,6 +273,7 @@ impl StreamPlanner<'_> {
                     source: *source,
                     table: *table,
                     segments: Vec::new(),
+                    sides: Vec::new(),
                     operators: Vec::new(),
                     state: None,
                     schema: Arc::new(df_schema),
@@ -459,9 +468,6 @@ pub(crate) fn unaggregated_session(state: StreamState) -> Result<StreamState, Sl
 
 fn refuse(plan: &LogicalPlan) -> SluiceError {
     let (construct, fix) = match plan {
-        LogicalPlan::Join(_) => {
-            ("JOIN", "joins arrive in a later version; pre-join the data or use one table per view")
-        }
         LogicalPlan::Sort(_) => ("ORDER BY on a stream", "remove ORDER BY (TopN via ROW_NUMBER arrives later)"),
         LogicalPlan::Limit(_) => ("LIMIT on a stream", "remove LIMIT"),
         LogicalPlan::Union(_) => ("UNION", "use one view per input"),

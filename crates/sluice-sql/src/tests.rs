@@ -501,3 +501,34 @@ fn session_bounds_are_refused_anywhere_but_their_group_by() {
                          GROUP BY window_start, window_end, a";
     check_error(&[("v", unpartitioned)], &["no error"]);
 }
+
+#[test]
+fn a_join_plans_both_inputs_by_key_into_one_segment_and_refuses_what_it_cannot_mean() {
+    let planner =
+        plan(&[("j", "SELECT x.a, y.s FROM t x JOIN t y ON x.a = y.b AND x.ts < y.ts")], OnError::Skip).expect("plans");
+    let stream = planner.plan_stream("j", "sink").expect("plan_stream");
+    assert!(!stream.updating, "an inner join of append-only inputs is append-only");
+    let state = &stream.state;
+    assert_eq!(state.sides.len(), 1, "the right input is a side");
+    let side = &state.sides[0];
+    assert_eq!((side.into, side.port), (state.segments.len(), 1), "it enters the join's segment as port 1");
+    let lines: Vec<&str> = state.operators.iter().map(|(line, _)| line.as_str()).collect();
+    assert_eq!(lines[0], "join: INNER ON x.a = y.b AND x.ts < y.ts", "{lines:?}");
+
+    let outer = plan(&[("j", "SELECT x.a, y.s FROM t x LEFT JOIN t y ON x.a = y.a")], OnError::Skip).expect("plans");
+    assert!(outer.plan_stream("j", "sink").expect("plan_stream").updating, "an outer join retracts padded rows");
+
+    check_error(&[("j", "SELECT * FROM t x, t y")], &["a join without an equality between a column of each input"]);
+    check_error(&[("j", "SELECT * FROM t x JOIN t y ON x.a + 1 = y.a")], &["the join key", "an expression"]);
+    check_error(
+        &[("j", "SELECT x.a FROM t x JOIN (SELECT y.a FROM t y JOIN t z ON y.a = z.a) w ON x.a = w.a")],
+        &["right input is itself a join", "left-deep"],
+    );
+    check_error(
+        &[
+            ("j", "SELECT x.a, x.ts FROM t x JOIN t y ON x.a = y.a"),
+            ("w", "SELECT * FROM TABLE(TUMBLE(TABLE j, DESCRIPTOR(ts), INTERVAL '1' SECOND))"),
+        ],
+        &["not an event-time attribute"],
+    );
+}
