@@ -577,6 +577,7 @@ fn the_golden_blob_decodes_to_its_state() {
     let mut operator = join(JoinKind::Full, false);
     operator.restore(vec![unhex(GOLDEN)]).expect("restore");
     assert_eq!(operator.state_rows(), 2);
+    assert_eq!(operator.state_bytes(), 18 + 24);
     // The right row goes: both left copies lose their only match and are padded.
     assert_eq!(right(&mut operator, &[((Some(1), 20, Some("x")), -1)]), ["-2 1,10,1,20,x", "+2 1,10,∅,∅,∅"]);
     // A new left row meets nothing.
