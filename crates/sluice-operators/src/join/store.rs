@@ -48,6 +48,8 @@ pub(super) struct Store {
     free_buckets: Vec<u32>,
     by_key: HashTable<u32>,
     live: usize,
+    /// The encoded rows' bytes.
+    bytes: usize,
 }
 
 /// A row to apply to a store: its bytes and hashes, as encoded for one batch.
@@ -62,6 +64,11 @@ impl Store {
     /// Distinct rows held.
     pub(super) fn len(&self) -> usize {
         self.live
+    }
+
+    /// The bytes of the distinct rows held, in their encoding (the indexes not counted).
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// The slots of the rows whose join key is `key` (placement hash `hash`).
@@ -137,6 +144,7 @@ impl Store {
         let slots = &self.slots;
         self.by_row.insert_unique(row_hash, slot, |&s| slots[s as usize].as_ref().map_or(0, |s| s.row_hash));
         self.live += 1;
+        self.bytes += self.slots[slot as usize].as_ref().map_or(0, |s| s.row.len());
     }
 
     /// The bucket of `key`, added empty if new.
@@ -165,6 +173,7 @@ impl Store {
         let stored = self.slots[slot as usize].take().expect("a live slot");
         self.free_slots.push(slot);
         self.live -= 1;
+        self.bytes -= stored.row.len();
         self.by_row.find_entry(stored.row_hash, |&s| s == slot).expect("an indexed row").remove();
         let bucket = self.buckets[stored.bucket as usize].as_mut().expect("a live bucket");
         bucket.slots.swap_remove(stored.position as usize);
@@ -196,6 +205,7 @@ mod tests {
         store.apply(&row(b"a1", b"a"), 1, 0);
         store.apply(&row(b"b1", b"b"), 1, 0);
         assert_eq!(store.len(), 3);
+        assert_eq!(store.bytes(), 6);
         let weights = |store: &Store, key: &[u8]| -> Vec<(Vec<u8>, i64)> {
             let mut rows: Vec<_> = store
                 .bucket(key, sluice_types::key::hash(key))
@@ -211,6 +221,7 @@ mod tests {
         store.apply(&row(b"a2", b"a"), -2, 0);
         assert!(weights(&store, b"a").is_empty());
         assert_eq!(store.len(), 1);
+        assert_eq!(store.bytes(), 2);
         // Slots and buckets are reused.
         store.apply(&row(b"c1", b"c"), 1, 0);
         assert_eq!(store.slots.len(), 3);

@@ -577,6 +577,7 @@ fn the_golden_blob_decodes_to_its_state() {
     let mut operator = join(JoinKind::Full, false);
     operator.restore(vec![unhex(GOLDEN)]).expect("restore");
     assert_eq!(operator.state_rows(), 2);
+    assert_eq!(operator.state_bytes(), 18 + 24);
     // The right row goes: both left copies lose their only match and are padded.
     assert_eq!(right(&mut operator, &[((Some(1), 20, Some("x")), -1)]), ["-2 1,10,1,20,x", "+2 1,10,∅,∅,∅"]);
     // A new left row meets nothing.
@@ -640,6 +641,93 @@ proptest! {
             let mut out = Vec::new();
             let _ = operator.on_port_data(1, right_batch(&[((Some(1), 20, Some("x")), 1)]), &mut out);
             let _ = operator.on_port_data(0, left_batch(&[((Some(1), 10), 1)]), &mut out);
+        }
+    }
+}
+
+#[test]
+fn a_failing_residual_is_an_error_not_a_panic() {
+    // `lv / (rv - rv) = lv`: a division by zero on every pair.
+    let zero = Arc::new(BinaryExpr::new(
+        Arc::new(Column::new("rv", 3)),
+        BinaryOperator::Minus,
+        Arc::new(Column::new("rv", 3)),
+    ));
+    let quotient = Arc::new(BinaryExpr::new(Arc::new(Column::new("lv", 1)), BinaryOperator::Divide, zero));
+    let mut failing = spec(JoinKind::Inner, false);
+    failing.residual = Some(Arc::new(BinaryExpr::new(quotient, BinaryOperator::Eq, Arc::new(Column::new("lv", 1)))));
+    let mut operator = JoinOperator::new(failing, &context()).expect("join");
+    left(&mut operator, &[((Some(1), 10), 1)]);
+    let error = operator.on_port_data(1, right_batch(&[((Some(1), 20, None), 1)]), &mut Vec::new()).expect_err("fails");
+    assert_eq!(error.code, "join.residual");
+}
+
+/// A composite key of a narrow integer and a string: rows meet by both columns, and
+/// the state of a key lives in the vnode the exchange routes the key's rows to.
+#[test]
+fn composite_keys_join_and_are_placed_as_the_exchange_routes_them() {
+    use crate::partition::HashPartitioner;
+    use arrow::array::Int32Array;
+    use sluice_runtime::Partitioner;
+
+    let left_schema = Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Int32, false),
+        Field::new("b", DataType::Utf8, false),
+        Field::new("l", DataType::Int64, false),
+    ]));
+    let right_schema = Arc::new(Schema::new(vec![
+        Field::new("r", DataType::Int64, false),
+        Field::new("b", DataType::Utf8, false),
+        Field::new("a", DataType::Int32, false),
+    ]));
+    let fields: Vec<Field> =
+        left_schema.fields().iter().chain(right_schema.fields().iter()).map(|f| f.as_ref().clone()).collect();
+    let spec = JoinSpec {
+        kind: JoinKind::Inner,
+        left_schema: Arc::clone(&left_schema),
+        right_schema: Arc::clone(&right_schema),
+        output_schema: Arc::new(Schema::new(fields)),
+        left_keys: vec![0, 1],
+        right_keys: vec![2, 1],
+        residual: None,
+        vnodes: VNODES,
+    };
+    let mut operator = JoinOperator::new(spec, &context()).expect("join");
+    let left_rows = RecordBatch::try_new(
+        Arc::clone(&left_schema),
+        vec![
+            Arc::new(Int32Array::from(vec![1, 1, 2])),
+            Arc::new(StringArray::from(vec!["p", "q", "p"])),
+            Arc::new(Int64Array::from(vec![10, 11, 12])),
+        ],
+    )
+    .expect("left");
+    let right_rows = RecordBatch::try_new(
+        Arc::clone(&right_schema),
+        vec![
+            Arc::new(Int64Array::from(vec![20, 21])),
+            Arc::new(StringArray::from(vec!["q", "p"])),
+            Arc::new(Int32Array::from(vec![1, 1])),
+        ],
+    )
+    .expect("right");
+    operator.on_port_data(0, Batch::inserts(left_rows.clone()), &mut Vec::new()).expect("left rows");
+    let mut out = Vec::new();
+    operator.on_port_data(1, Batch::inserts(right_rows), &mut out).expect("right rows");
+    assert_eq!(lines(&out), ["+1 1,q,11,20,q,1", "+1 1,p,10,21,p,1"]);
+
+    // With as many slots as vnodes, the exchange's slot of a row is its vnode.
+    let mut routed = Vec::new();
+    HashPartitioner::new(vec![0, 1], VNODES).partition(Batch::inserts(left_rows), VNODES, &mut routed).expect("route");
+    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
+    for (slot, part) in routed {
+        for row in 0..part.num_rows() {
+            let l = part.rows.column(2).as_any().downcast_ref::<Int64Array>().expect("l").value(row);
+            let (vnode, _) = blobs
+                .iter()
+                .find(|(_, blob)| blob.windows(9).any(|w| w == [&[0x02][..], &l.to_le_bytes()].concat()))
+                .expect("a blob holds the row");
+            assert_eq!(*vnode, slot, "left row l = {l}");
         }
     }
 }
