@@ -53,6 +53,7 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("group_state", sluice_operators::aggregate::GROUP_STATE_VERSION),
         ("topn_state", sluice_operators::topn::TOPN_STATE_VERSION),
         ("session_state", sluice_operators::aggregate::SESSION_STATE_VERSION),
+        ("join_state", sluice_operators::join::JOIN_STATE_VERSION),
     ]
     .into_iter()
     .map(|(name, version)| (name.to_string(), version))
