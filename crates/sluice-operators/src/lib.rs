@@ -9,6 +9,7 @@
 //!   [`aggregate::group`]: the non-windowed, updating group aggregate.
 //! - [`join`]: the regular (non-windowed) join of two updating inputs: inner, left,
 //!   right and full, on equality keys with an optional residual condition.
+//! - [`union`]: `UNION ALL`: the rows of every input, under the union's schema.
 //! - [`topn`]: TopN and deduplication (`ROW_NUMBER() … <= N`) over an append-only input.
 //! - [`partition`]: key hash → vnode → thread routing for the exchange.
 //! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
@@ -25,4 +26,5 @@ pub mod join;
 pub mod partition;
 pub mod row_errors;
 pub mod topn;
+pub mod union;
 pub mod window;

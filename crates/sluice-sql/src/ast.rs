@@ -13,7 +13,8 @@
 //! - **Constructs refused by name**: window functions (`… OVER (…)`) other than
 //!   `ROW_NUMBER()` (TopN's, whose shape the stream planner checks), subqueries in
 //!   expressions (`IN (SELECT …)`, `EXISTS (…)`, scalar subqueries), and set
-//!   operations (`UNION`, …) (`sql.unsupported`).
+//!   operations other than `UNION ALL` (`UNION`, `INTERSECT`, `EXCEPT`) (`sql.unsupported`).
+//! - **`UNION ALL`** of at most [`UNION_INPUTS_MAX`] inputs per view (`sql.too_many_unions`).
 //! - **Joins** at most [`JOINS_MAX`] per view: DataFusion's planning of joins alone grows
 //!   quadratically (minutes and a gigabyte for 5000 joins) (`sql.too_many_joins`).
 //! - **The tables read**, so the planner can tell a view that reads a view defined below
@@ -35,7 +36,8 @@ use std::ops::ControlFlow;
 
 use sluice_types::SluiceError;
 use sqlparser::ast::{
-    Expr, FunctionArguments, ObjectName, ObjectNamePart, Query, SetExpr, Statement, Value, Values, VisitMut, VisitorMut,
+    Expr, FunctionArguments, ObjectName, ObjectNamePart, Query, SetExpr, SetOperator, SetQuantifier, Statement, Value,
+    Values, VisitMut, VisitorMut,
 };
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
@@ -57,6 +59,9 @@ const CUT_LEVELS: usize = 32;
 
 /// The most joins one view may hold (over all its subqueries; `FROM a, b` is one).
 pub const JOINS_MAX: usize = 8;
+
+/// The most inputs the `UNION ALL`s of one view may have together.
+pub const UNION_INPUTS_MAX: usize = 16;
 
 /// What the check learned of a query.
 #[derive(Debug, Default)]
@@ -114,7 +119,12 @@ fn walk(sql: &str) -> Result<Walk, SluiceError> {
             let _ = subtree.visit(&mut walk);
         } else if let Some(body) = walk.set_operations.pop() {
             match body {
-                SetExpr::SetOperation { left, right, .. } => walk.set_operations.extend([*left, *right]),
+                SetExpr::SetOperation { left, right, .. } => {
+                    for side in [*left, *right] {
+                        walk.set_operation(&side);
+                        walk.set_operations.push(side);
+                    }
+                }
                 mut other => {
                     walk.above = 0;
                     let _ = other.visit(&mut walk);
@@ -153,11 +163,41 @@ struct Walk {
     /// Set operations taken out of their query, to split.
     set_operations: Vec<SetExpr>,
     joins: usize,
+    /// `UNION ALL`s seen (each adds one input).
+    unions: usize,
     refused: Option<SluiceError>,
     shape: QueryShape,
 }
 
 impl Walk {
+    /// Checks one link of a chain of set operations: only `UNION ALL`, and not too many.
+    fn set_operation(&mut self, body: &SetExpr) {
+        let SetExpr::SetOperation { op, set_quantifier, .. } = body else { return };
+        if !matches!((op, set_quantifier), (SetOperator::Union, SetQuantifier::All)) {
+            let name = match set_quantifier {
+                SetQuantifier::None => op.to_string(),
+                quantifier => format!("{op} {quantifier}"),
+            };
+            self.refuse(unsupported(
+                &name,
+                "use UNION ALL (and GROUP BY every column to drop duplicates), or one view per input",
+            ));
+            return;
+        }
+        self.unions += 1;
+        if self.unions + 1 > UNION_INPUTS_MAX {
+            self.refuse(
+                SluiceError::user(
+                    "sql.too_many_unions",
+                    format!(
+                        "the view's UNION ALL has more than {UNION_INPUTS_MAX} inputs; the limit is {UNION_INPUTS_MAX}"
+                    ),
+                )
+                .with_fix("union fewer inputs per view: union views of unions"),
+            );
+        }
+    }
+
     /// Keeps the first refusal.
     fn refuse(&mut self, error: SluiceError) {
         self.refused.get_or_insert(error);
@@ -172,8 +212,8 @@ impl VisitorMut for Walk {
             self.shape.ctes.push(cte.alias.name.value.clone());
         }
         match query.body.as_ref() {
-            SetExpr::SetOperation { op, .. } => {
-                self.refuse(unsupported(&op.to_string(), "use one view per input"));
+            SetExpr::SetOperation { .. } => {
+                self.set_operation(query.body.as_ref());
                 let empty = SetExpr::Values(Values { explicit_row: false, value_keyword: false, rows: Vec::new() });
                 self.set_operations.push(std::mem::replace(query.body.as_mut(), empty));
             }
@@ -299,12 +339,17 @@ mod tests {
         assert!(check(&format!("SELECT * FROM {}", tables.join(", "))).is_ok(), "{JOINS_MAX} joins are allowed");
         let many = format!("SELECT * FROM {} JOIN u ON u.k = t0.k", tables.join(", "));
         assert_eq!(code(&many), "sql.too_many_joins");
-        let nested =
-            format!("SELECT * FROM ({}) AS x JOIN u ON u.k = x.k", format!("SELECT * FROM {}", tables.join(", ")));
+        let nested = format!("SELECT * FROM (SELECT * FROM {}) AS x JOIN u ON u.k = x.k", tables.join(", "));
         assert_eq!(code(&nested), "sql.too_many_joins", "joins in subqueries count too");
         let unions = vec!["SELECT a FROM t"; 20_000].join(" UNION ALL ");
         let error = crate::stack::on_planning_stack(|| check(&unions)).expect("thread").expect_err("refused");
-        assert_eq!(error.to_string(), "UNION is not supported yet\n  fix: use one view per input");
+        assert_eq!(error.code, "sql.too_many_unions", "{error}");
+        let allowed = vec!["SELECT a FROM t"; UNION_INPUTS_MAX].join(" UNION ALL ");
+        assert!(check(&allowed).is_ok());
+        let error = check("SELECT a FROM t UNION SELECT a FROM u").expect_err("refused");
+        assert!(error.message.starts_with("UNION is not supported"), "{error}");
+        let error = check("SELECT a FROM t UNION ALL (SELECT a FROM u UNION SELECT a FROM v)").expect_err("refused");
+        assert!(error.message.starts_with("UNION is not supported"), "a nested UNION is found too: {error}");
         let error = check("SELECT 1 FROM t INTERSECT SELECT 1 FROM t").expect_err("refused");
         assert!(error.message.starts_with("INTERSECT"), "{error}");
     }

@@ -31,6 +31,7 @@ pub mod stack;
 mod stream;
 mod topn;
 pub mod tvf;
+mod union;
 mod views;
 
 use std::sync::Arc;

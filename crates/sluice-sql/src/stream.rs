@@ -201,6 +201,7 @@ impl StreamPlanner<'_> {
             }
             LogicalPlan::Aggregate(aggregate) => crate::aggregate::plan_aggregate(self, aggregate),
             LogicalPlan::Join(join) => crate::join::plan_join(self, join, None),
+            LogicalPlan::Union(union) => crate::union::plan_union(self, union),
             other => Err(refuse(other)),
         }
     }
@@ -470,7 +471,6 @@ fn refuse(plan: &LogicalPlan) -> SluiceError {
     let (construct, fix) = match plan {
         LogicalPlan::Sort(_) => ("ORDER BY on a stream", "remove ORDER BY (TopN via ROW_NUMBER arrives later)"),
         LogicalPlan::Limit(_) => ("LIMIT on a stream", "remove LIMIT"),
-        LogicalPlan::Union(_) => ("UNION", "use one view per input"),
         LogicalPlan::Window(_) => (
             "ROW_NUMBER() OVER (…) without a filter `rn <= N` (or `rn = 1`) on it in the enclosing query",
             "write TopN as Flink does: SELECT … FROM (SELECT …, ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) AS rn \

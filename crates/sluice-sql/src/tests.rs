@@ -532,3 +532,26 @@ fn a_join_plans_both_inputs_by_key_into_one_segment_and_refuses_what_it_cannot_m
         &["not an event-time attribute"],
     );
 }
+
+#[test]
+fn a_union_all_merges_its_inputs_in_one_segment_and_keeps_a_shared_event_time() {
+    let planner = plan(
+        &[
+            ("u", "SELECT a, ts FROM t WHERE a > 1 UNION ALL SELECT b, ts FROM t UNION ALL SELECT a + b, ts FROM t"),
+            ("w", "SELECT window_start, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE u, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY window_start, window_end"),
+        ],
+        OnError::Skip,
+    )
+    .expect("plans: the union keeps ts an event-time attribute");
+    let stream = planner.plan_stream("u", "sink").expect("plan_stream");
+    assert!(!stream.updating);
+    let state = &stream.state;
+    let ports: Vec<(usize, usize)> = state.sides.iter().map(|side| (side.into, side.port)).collect();
+    assert_eq!(ports, [(1, 1), (1, 2)], "the second and third inputs enter the union's segment");
+    assert_eq!(state.operators[0].0, "union all: 3 inputs");
+    check_error(&[("u", "SELECT a FROM t UNION SELECT b FROM t")], &["UNION is not supported"]);
+    let updating =
+        plan(&[("u", "SELECT s, COUNT(*) AS n FROM t GROUP BY s UNION ALL SELECT s, a FROM t")], OnError::Skip)
+            .expect("plans");
+    assert!(updating.plan_stream("u", "sink").expect("plan_stream").updating);
+}
