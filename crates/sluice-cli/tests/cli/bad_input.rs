@@ -91,7 +91,11 @@ fn an_unknown_table_names_the_tables_that_exist() {
 #[test]
 fn unsupported_sql_is_refused_by_name() {
     for (sql, construct) in [
-        ("SELECT a.k FROM events a JOIN events b ON a.k = b.k", "JOIN is not supported yet"),
+        (
+            "SELECT a.k FROM events a JOIN events b ON a.k <> b.k",
+            "a join without an equality between a column of each input (a cross join) is not supported yet",
+        ),
+        ("SELECT k FROM events UNION SELECT k FROM events", "UNION is not supported yet"),
         ("SELECT k, LAST_VALUE(k) FROM events GROUP BY k", "the aggregate function LAST_VALUE is not supported yet"),
         ("SELECT k FROM events ORDER BY k", "ORDER BY on a stream"),
         (
