@@ -98,11 +98,10 @@ pub fn query_sql(query: &str) -> Option<&'static str> {
 /// The tables a query reads (the CSV mode needs a file of each).
 pub fn query_tables(query: &str) -> Vec<Table> {
     let Some(sql) = query_sql(query) else { return Vec::new() };
-    let words: Vec<String> =
-        sql.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').map(str::to_ascii_lowercase).collect();
+    let read = sluice_sql::tables_read(sql).unwrap_or_default();
     [(Table::Person, "person"), (Table::Auction, "auction"), (Table::Bid, "bid")]
         .into_iter()
-        .filter(|(_, name)| words.iter().any(|word| word == name))
+        .filter(|(_, name)| read.iter().any(|table| table.eq_ignore_ascii_case(name)))
         .map(|(table, _)| table)
         .collect()
 }
@@ -420,4 +419,18 @@ pub fn generate(
         }
     }
     out.flush().map_err(write_error)
+}
+
+#[cfg(test)]
+mod query_tests {
+    use super::*;
+
+    #[test]
+    fn each_query_reads_the_tables_in_its_from_clauses_not_columns_named_alike() {
+        assert_eq!(query_tables("q2"), [Table::Bid], "`auction` is a column of bid there");
+        assert_eq!(query_tables("q3"), [Table::Person, Table::Auction], "in the order of the three tables");
+        assert_eq!(query_tables("q8"), [Table::Person, Table::Auction]);
+        assert_eq!(query_tables("q9"), [Table::Auction, Table::Bid]);
+        assert!(QUERIES.iter().all(|q| !query_tables(q).is_empty()), "every query reads a table");
+    }
 }

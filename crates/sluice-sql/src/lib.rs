@@ -47,6 +47,12 @@ use sluice_runtime::{Flow, SinkFactory, SinkParallelism, TableDef};
 use sluice_types::{Changelog, SluiceError};
 
 pub use ast::EXPRESSION_DEPTH_MAX;
+
+/// The names of the tables (or views) a query reads, window table functions' inputs
+/// included; names its `WITH` clauses define are left out. Empty when it does not parse.
+pub fn tables_read(sql: &str) -> Result<Vec<String>, SluiceError> {
+    stack::on_planning_stack(|| views::reads(sql))
+}
 pub use schema::parse_schema;
 pub use views::ViewDeclaration;
 

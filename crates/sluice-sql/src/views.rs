@@ -112,7 +112,7 @@ impl DeclaredViews {
 }
 
 /// The tables and views a view's SQL reads (nothing when it does not parse).
-fn reads(sql: &str) -> Vec<String> {
+pub(crate) fn reads(sql: &str) -> Vec<String> {
     let Ok((rewritten, calls)) = tvf::rewrite(sql, 0) else { return Vec::new() };
     let Ok(shape) = ast::shape(&rewritten) else { return Vec::new() };
     let mut reads: Vec<String> = calls.into_iter().map(|call| call.input).collect();

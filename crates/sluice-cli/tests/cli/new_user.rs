@@ -330,4 +330,27 @@ fn the_benchmark_commands_run_every_query() {
     ]);
     let result: serde_json::Value = serde_json::from_str(lines.trim()).expect("JSON line");
     assert_eq!(result["input"], "csv", "{result}");
+
+    // A join reads two tables: one file will not do, a directory of the three will, and
+    // it gives the generator's answer (the files hold the same events).
+    let joined = run(&["--quiet", "nexmark", "bench", "--events", events, "--queries", "q3"]);
+    let refused = sluice_command(scratch.dir.path())
+        .args(["nexmark", "bench", "--csv", csv.to_str().expect("utf-8"), "--queries", "q3"])
+        .output()
+        .expect("run sluice");
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("reads person and auction besides bid"), "{}", stderr(&refused));
+    std::fs::create_dir(scratch.dir.path().join("tables")).expect("mkdir");
+    for table in ["person", "auction", "bid"] {
+        let path = format!("tables/{table}.csv");
+        run(&["nexmark", "generate", "--events", events, "--table", table, "--output", &path]);
+    }
+    let dir = scratch.dir.path().join("tables");
+    let from_files = run(&["--quiet", "nexmark", "bench", "--csv", dir.to_str().expect("utf-8"), "--queries", "q3"]);
+    let rows = |lines: &str| {
+        let result: serde_json::Value = serde_json::from_str(lines.trim()).expect("JSON line");
+        result["rows_out"].as_u64().expect("rows_out")
+    };
+    assert!(rows(&joined) > 0, "{joined}");
+    assert_eq!(rows(&from_files), rows(&joined), "the same events from files and from the generator");
 }
