@@ -69,6 +69,10 @@ pub enum NexmarkCommand {
         #[arg(long, value_parser = humantime::parse_duration)]
         checkpoint_interval: Option<std::time::Duration>,
     },
+    /// Print one benchmark query's SQL exactly as the engine runs it (the NEXMark oracle
+    /// script feeds this very text to the reference engine).
+    #[command(hide = true)]
+    Sql { query: String },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -95,6 +99,7 @@ pub fn main(engine: &Engine, command: NexmarkCommand, quiet: bool) -> Result<Exi
         NexmarkCommand::Query { query, events, threads, csv, checkpoint_interval } => {
             run_query(engine, &query, events, threads, csv.as_deref(), checkpoint_interval)
         }
+        NexmarkCommand::Sql { query } => print_sql(&query),
     }
 }
 
@@ -130,6 +135,17 @@ fn generate(
         Err(error) => Err(error.into()),
         Ok(()) => Ok(ExitCode::SUCCESS),
     }
+}
+
+fn print_sql(query: &str) -> Result<ExitCode, EngineError> {
+    let sql = query_sql(query).ok_or_else(|| {
+        EngineError::new(
+            SluiceError::user("bench.query", format!("unknown query `{query}`"))
+                .with_fix(format!("choose among {}", QUERIES.join(", "))),
+        )
+    })?;
+    output::line(sql);
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_query(

@@ -13,6 +13,7 @@ mod kafka;
 mod liveness;
 mod netns;
 mod new_user;
+mod nexmark_oracle;
 mod openapi;
 mod oracle;
 mod page;
