@@ -59,8 +59,8 @@ pub fn query_sql(query: &str) -> Option<&'static str> {
     Some(match query {
         // The input's ceiling: rows reach the sink untouched (no operator runs).
         "source" => "SELECT * FROM bid",
-        "q0" => "SELECT auction, bidder, price, dateTime, extra FROM bid",
-        "q1" => "SELECT auction, bidder, 0.908 * price AS price, dateTime, extra FROM bid",
+        "q0" => "SELECT auction, bidder, price, `dateTime`, extra FROM bid",
+        "q1" => Q1,
         "q2" => "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
         // Keyed window state that grows with the input: one group per (auction, bidder)
         // pair in an hour-long window; used to measure checkpoints of a given state size.
@@ -108,6 +108,14 @@ pub fn query_tables(query: &str) -> Vec<Table> {
 
 // NEXMark's queries, their SELECT text as in Flink's NEXMark repository
 // (`nexmark-flink/src/main/resources/queries/qN.sql`, the statement after `INSERT INTO`).
+
+const Q1: &str = "SELECT
+    auction,
+    bidder,
+    0.908 * price as price, -- convert dollar to euro
+    `dateTime`,
+    extra
+FROM bid";
 
 const Q3: &str = "SELECT
     P.name, P.city, P.state, A.id

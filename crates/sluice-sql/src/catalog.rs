@@ -66,6 +66,7 @@ impl Catalog {
     pub fn new() -> Catalog {
         let mut options = ConfigOptions::new();
         options.sql_parser.enable_ident_normalization = false;
+        options.sql_parser.parse_float_as_decimal = true;
         let mut scalars = BTreeMap::new();
         for function in
             datafusion_functions::all_default_functions().into_iter().chain(crate::functions::flink_functions())

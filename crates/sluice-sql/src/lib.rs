@@ -250,7 +250,9 @@ impl SqlPlanner {
             self.catalog.tables.insert(call.table, entry);
         }
         let statement = ast::parse(rewritten)?;
-        let parser_options = ParserOptions { enable_ident_normalization: false, ..ParserOptions::new() };
+        // Flink's literals: `0.908` is an exact DECIMAL(3, 3), not a DOUBLE.
+        let parser_options =
+            ParserOptions { enable_ident_normalization: false, parse_float_as_decimal: true, ..ParserOptions::new() };
         let plan = SqlToRel::new_with_options(&self.catalog, parser_options)
             .sql_statement_to_plan(statement)
             .map_err(|e| df_error("sql.plan", e))?;

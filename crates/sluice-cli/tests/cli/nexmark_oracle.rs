@@ -97,14 +97,7 @@ const TOP_N: &[TopN] = &[
 
 /// Queries whose answer in Sluice is not Flink's, and how (the exact rows are in the
 /// failure message when the test is run with the query removed from this list).
-const KNOWN_DIFFERENT: &[(&str, &str)] = &[(
-    "q1",
-    // Flink types the literal 0.908 as DECIMAL(4, 3), so `0.908 * price` is DECIMAL(23, 3),
-    // exact; Sluice computes it as a DOUBLE, and for 3989 of the 18400 bids the double's
-    // text is not the exact product: Flink 98.064, Sluice 98.06400000000001 (bid 1000 of
-    // bidder 1000 at 00:00:00.043, price 108); 327705.372 against 327705.37200000003.
-    "0.908 * price is a DOUBLE in Sluice, an exact DECIMAL(23, 3) in Flink",
-)];
+const KNOWN_DIFFERENT: &[(&str, &str)] = &[];
 
 fn oracle_dir() -> PathBuf {
     crate_dir().join("tests").join("nexmark-oracle")

