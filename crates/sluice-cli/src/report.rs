@@ -87,6 +87,11 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
             stats.max_pause_ms,
             stats.max_duration_ms
         );
+        if let Some((epoch, operators)) = &stats.state_by_operator {
+            for (operator, bytes) in operators {
+                let _ = writeln!(text, "  state at checkpoint {epoch}: {operator}: {bytes} bytes");
+            }
+        }
     }
     for (name, value) in metrics.counters() {
         let _ = writeln!(text, "  {name}: {value}");

@@ -75,6 +75,8 @@ struct StoreCheckpointer {
     /// Each source's name, lane count and layout.
     sources: Vec<(String, u32, Vec<u8>)>,
     sinks: Vec<String>,
+    /// Bytes of state per operator id in the last manifest published.
+    published_by_operator: Vec<(String, u64)>,
 }
 
 fn now_ms() -> i64 {
@@ -127,8 +129,11 @@ impl Checkpointer for StoreCheckpointer {
         let mut operators: Vec<OperatorState> = operators.into_values().collect();
         operators.sort_by(|a, b| a.id.cmp(&b.id));
         operators.iter_mut().for_each(|o| o.vnodes.sort_by_key(|(vnode, _)| *vnode));
+        let by_operator =
+            operators.iter().map(|o| (o.id.clone(), o.vnodes.iter().map(|(_, object)| object.size).sum())).collect();
         manifest.operators = operators;
         self.store.publish(&manifest)?;
+        self.published_by_operator = by_operator;
         if let Err(error) = self.store.collect_garbage(self.retain) {
             tracing::warn!(%error, "old checkpoints could not be deleted; the next checkpoint tries again");
         }
@@ -136,6 +141,10 @@ impl Checkpointer for StoreCheckpointer {
             tracing::info!(epoch = epoch.0, "final checkpoint published");
         }
         Ok(state_bytes)
+    }
+
+    fn published_by_operator(&self) -> Vec<(String, u64)> {
+        self.published_by_operator.clone()
     }
 }
 
@@ -332,6 +341,7 @@ pub(crate) fn prepare(
         retain: section.retain as usize,
         sources: plan.sources.iter().map(|s| (s.name().to_string(), s.lanes(), s.layout())).collect(),
         sinks: plan.flows.iter().map(|f| f.sink.name().to_string()).collect(),
+        published_by_operator: Vec::new(),
     };
     let options = CheckpointOptions {
         interval: section.interval,

@@ -136,6 +136,12 @@ pub trait Checkpointer: Send {
     /// `write_part` for this epoch and durable); returns the bytes of state it names.
     /// `final_epoch` marks the checkpoint taken when the run stops or ends.
     fn publish(&mut self, epoch: Epoch, parts: Vec<Vec<u8>>, final_epoch: bool) -> Result<u64, SluiceError>;
+
+    /// The bytes of state of each operator (by [`operator_id`]) in the manifest the last
+    /// `publish` made, over every worker; empty when the checkpointer does not know.
+    fn published_by_operator(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
 }
 
 /// When and how checkpoints are taken.
@@ -183,4 +189,13 @@ pub fn commit_in_order(sink: &dyn SinkFactory, mut records: Vec<(u64, Vec<u8>)>)
 /// The id of operator `operator` of segment `segment` of flow `flow`.
 pub fn operator_id(flow: usize, segment: usize, operator: usize) -> String {
     format!("flow{flow}/segment{segment}/operator{operator}")
+}
+
+/// The (flow, segment, operator) of an [`operator_id`].
+pub fn parse_operator_id(id: &str) -> Option<(usize, usize, usize)> {
+    let mut parts = id.split('/');
+    let flow = parts.next()?.strip_prefix("flow")?.parse().ok()?;
+    let segment = parts.next()?.strip_prefix("segment")?.parse().ok()?;
+    let operator = parts.next()?.strip_prefix("operator")?.parse().ok()?;
+    parts.next().is_none().then_some((flow, segment, operator))
 }

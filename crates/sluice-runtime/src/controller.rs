@@ -422,7 +422,16 @@ pub fn run_part(
             let _ = events.recv_timeout(Duration::from_millis(20));
         }
     }
-    let checkpoints = supervisor.coordinator.as_ref().map(|c| c.stats.clone());
+    let checkpoints = supervisor.coordinator.as_ref().map(|c| {
+        let mut stats = c.stats.clone();
+        // Operator ids become the operators as `explain` shows them.
+        for (id, _) in stats.state_by_operator.iter_mut().flat_map(|(_, operators)| operators) {
+            if let Some(name) = plan.operator_name(id) {
+                *id = name;
+            }
+        }
+        stats
+    });
     RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
 }
 

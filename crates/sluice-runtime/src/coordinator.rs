@@ -142,6 +142,9 @@ pub struct CheckpointStats {
     pub history: Vec<CheckpointRecord>,
     /// The last published checkpoint.
     pub last: Option<CheckpointRecord>,
+    /// The last published checkpoint that held state (its epoch), and the bytes of state
+    /// of each operator (by operator id) in it, when the checkpointer tells.
+    pub state_by_operator: Option<(u64, Vec<(String, u64)>)>,
 }
 
 /// One published checkpoint in [`CheckpointStats::history`].
@@ -648,7 +651,10 @@ impl Coordinator {
                 send(ToLeader::Acked { epoch: epoch.0, part }).map_err(|e| e.context("sending a checkpoint's part"))?;
                 Ok(Completed::Nothing)
             }
-            Ok(WriteOutcome::Published { state_bytes }) => {
+            Ok(WriteOutcome::Published { state_bytes, by_operator }) => {
+                if !by_operator.is_empty() {
+                    self.stats.state_by_operator = Some((epoch.0, by_operator));
+                }
                 self.stats.published += 1;
                 self.stats.last_epoch = epoch.0;
                 self.stats.max_state_bytes = self.stats.max_state_bytes.max(state_bytes);

@@ -231,6 +231,18 @@ pub struct SideInput {
 }
 
 impl Flow {
+    /// Segment `number` (numbered as in [`Flow`]).
+    pub fn segment(&self, number: usize) -> Option<&Segment> {
+        let mut rest = number;
+        for segments in std::iter::once(&self.segments).chain(self.sides.iter().map(|side| &side.segments)) {
+            if rest < segments.len() {
+                return Some(&segments[rest]);
+            }
+            rest -= segments.len();
+        }
+        None
+    }
+
     /// Every segment of the flow: the trunk's, then each side's (see [`Flow`]).
     pub fn segment_count(&self) -> usize {
         self.segments.len() + self.sides.iter().map(|side| side.segments.len()).sum::<usize>()
@@ -250,6 +262,15 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The operator an [`crate::checkpoint::operator_id`] names, as `explain` shows it:
+    /// `sink NAME, segment S: LINE`.
+    pub fn operator_name(&self, id: &str) -> Option<String> {
+        let (flow, segment, operator) = crate::checkpoint::parse_operator_id(id)?;
+        let flow = self.flows.get(flow)?;
+        let (line, _) = flow.segment(segment)?.operators.get(operator)?;
+        Some(format!("sink {}, segment {segment}: {line}", flow.sink.name()))
+    }
+
     /// Checks the shape the runtime relies on (a programmer error if it does not hold).
     pub fn assert_well_formed(&self) {
         for (index, flow) in self.flows.iter().enumerate() {

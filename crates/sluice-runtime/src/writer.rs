@@ -23,8 +23,9 @@ pub(crate) struct WriteRequest {
 /// What the writer did with one checkpoint.
 #[derive(Debug)]
 pub(crate) enum WriteOutcome {
-    /// The manifest is published; it names this many bytes of state.
-    Published { state_bytes: u64 },
+    /// The manifest is published; it names this many bytes of state, this many per
+    /// operator id.
+    Published { state_bytes: u64, by_operator: Vec<(String, u64)> },
     /// This worker's part is durable; the leader publishes it.
     Part(Vec<u8>),
 }
@@ -81,7 +82,7 @@ pub(crate) fn write(checkpointer: &mut dyn Checkpointer, request: WriteRequest) 
         Some(mut parts) => {
             parts.insert(0, part);
             let state_bytes = checkpointer.publish(epoch, parts, final_epoch)?;
-            Ok(WriteOutcome::Published { state_bytes })
+            Ok(WriteOutcome::Published { state_bytes, by_operator: checkpointer.published_by_operator() })
         }
     }
 }

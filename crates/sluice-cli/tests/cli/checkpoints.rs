@@ -227,3 +227,31 @@ fn at_least_once_loses_nothing_across_a_crash() {
         assert!(seen.iter().any(|total| total >= &want[0]), "window {key:?}: {seen:?} < {want:?}");
     }
 }
+
+#[test]
+fn the_exit_report_gives_each_operators_state_at_the_last_checkpoint_holding_state() {
+    let scratch = scratch();
+    scratch.write("pipeline.toml", &pipeline("SELECT k, SUM(v) AS total FROM events GROUP BY k"));
+    // One checkpoint per batch: some are taken while the groups hold state (the one at
+    // the end of input holds none: nothing is left to resume).
+    let run = sluice_command(scratch.dir.path())
+        .args(["run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return")
+        .stdout(Stdio::null())
+        .output()
+        .expect("run sluice");
+    assert!(run.status.success(), "{}", stderr(&run));
+    let report = stderr(&run);
+    let line = report
+        .lines()
+        .find(|line| line.contains("state at checkpoint") && line.contains("group_aggregate"))
+        .unwrap_or_else(|| panic!("no state line for the aggregate in:\n{report}"));
+    assert!(line.contains("sink out, segment 1: "), "{line}");
+    let bytes: u64 = line
+        .trim_end_matches(" bytes")
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no byte count in {line}"));
+    assert!(bytes > 0, "three groups hold state: {line}");
+}
