@@ -136,6 +136,8 @@ pub(crate) fn plan_join(
         right_keys,
         residual,
         vnodes: planner.vnodes,
+        expiry: [None, None],
+        late_rows: format!("view {}: late rows", planner.view),
     };
     let pairs: Vec<String> = key_names.0.iter().zip(&key_names.1).map(|(l, r)| format!("{l} = {r}")).collect();
     let mut line = format!("join: {} ON {}", kind_name(kind), pairs.join(" AND "));
