@@ -236,10 +236,7 @@ struct Expiries {
 fn expiry(left: &StreamState, right: &StreamState, keys: (&[usize], &[usize]), residual: &[Expr]) -> Expiries {
     let sides = [left, right];
     let is_time = |side: usize, column: usize| {
-        matches!(
-            sides[side].schema.field(column).data_type(),
-            DataType::Timestamp(TimeUnit::Millisecond, _)
-        )
+        matches!(sides[side].schema.field(column).data_type(), DataType::Timestamp(TimeUnit::Millisecond, _))
     };
     let bound_pair = |tag: Tag| {
         keys.0.iter().zip(keys.1).find(|&(&l, &r)| left.tags[l] == tag && right.tags[r] == tag).map(|(&l, &r)| (l, r))

@@ -583,17 +583,18 @@ fn interval_bounds_between_event_times_free_each_side_they_bound() {
         let sql = format!("SELECT x.a, y.b FROM t x JOIN t y ON x.a = y.a AND {condition}");
         let line = join_line(&[("j", &sql)]);
         let shown = line.split_once(" (interval join: ").map(|(_, shown)| shown.to_string());
-        shown.map(|shown| shown.strip_prefix("state kept until the watermark passes ").unwrap_or(&shown).to_string())
+        shown
+            .map(|shown| shown.strip_prefix("state kept until the watermark passes ").unwrap_or(&shown).to_string())
             .map(|shown| shown[..shown.len() - 1].to_string())
     };
     let cases = [
         ("y.ts BETWEEN x.ts AND x.ts + INTERVAL '10' SECOND", "x.ts + 10000 ms / y.ts + 0 ms"),
-        (
-            "x.ts BETWEEN y.ts - INTERVAL '5' SECOND AND y.ts + INTERVAL '2' SECOND",
-            "x.ts + 5000 ms / y.ts + 2000 ms",
-        ),
+        ("x.ts BETWEEN y.ts - INTERVAL '5' SECOND AND y.ts + INTERVAL '2' SECOND", "x.ts + 5000 ms / y.ts + 2000 ms"),
         // Strict comparisons, either side first, the interval on either time.
-        ("x.ts > y.ts - INTERVAL '1' MINUTE AND y.ts + INTERVAL '30' SECOND >= x.ts", "x.ts + 60000 ms / y.ts + 30000 ms"),
+        (
+            "x.ts > y.ts - INTERVAL '1' MINUTE AND y.ts + INTERVAL '30' SECOND >= x.ts",
+            "x.ts + 60000 ms / y.ts + 30000 ms",
+        ),
         ("y.ts < x.ts + INTERVAL '1' HOUR AND x.ts < y.ts", "x.ts + 3600000 ms / y.ts + 0 ms"),
         // One bound frees one side.
         ("x.ts <= y.ts", "right rows kept until the watermark passes y.ts + 0 ms; left rows kept (no bound)"),
@@ -614,10 +615,7 @@ fn interval_bounds_between_event_times_free_each_side_they_bound() {
         // A right row can match only left rows at least 5 s older: it is still kept
         // until the watermark passes its own time (so it is never late while the
         // watermark allows it).
-        (
-            "y.ts BETWEEN x.ts + INTERVAL '5' SECOND AND x.ts + INTERVAL '10' SECOND",
-            "x.ts + 10000 ms / y.ts + 0 ms",
-        ),
+        ("y.ts BETWEEN x.ts + INTERVAL '5' SECOND AND x.ts + INTERVAL '10' SECOND", "x.ts + 10000 ms / y.ts + 0 ms"),
     ];
     for (condition, expected) in cases {
         assert_eq!(expiry(condition).as_deref(), Some(expected), "{condition}");
@@ -632,9 +630,15 @@ fn interval_bounds_between_event_times_free_each_side_they_bound() {
         assert_eq!(expiry(condition), None, "{condition}");
     }
     // The conditions stay in the residual, and the explain line says what is freed.
-    let line = join_line(&[("j", "SELECT x.a FROM t x, t y WHERE x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND")]);
+    let line = join_line(&[(
+        "j",
+        "SELECT x.a FROM t x, t y WHERE x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND",
+    )]);
     assert!(line.starts_with("join: INNER ON x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + "), "{line}");
-    assert!(line.ends_with("(interval join: state kept until the watermark passes x.ts + 1000 ms / y.ts + 0 ms)"), "{line}");
+    assert!(
+        line.ends_with("(interval join: state kept until the watermark passes x.ts + 1000 ms / y.ts + 0 ms)"),
+        "{line}"
+    );
 
     // A time without event time (computed in a view), and outer joins, keep every row.
     let plain_time = join_line(&[
@@ -685,7 +689,10 @@ fn window_joins_free_a_window_as_the_watermark_passes_its_end_and_keep_its_bound
          JOIN TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND)) y \
          ON x.a = y.a AND x.window_start = y.window_start AND x.window_end = y.window_end",
     )]);
-    assert!(tvf.ends_with("(window join: state kept until the watermark passes x.window_end - 1 ms / y.window_end - 1 ms)"), "{tvf}");
+    assert!(
+        tvf.ends_with("(window join: state kept until the watermark passes x.window_end - 1 ms / y.window_end - 1 ms)"),
+        "{tvf}"
+    );
     // Only one bound: a regular join.
     let one_bound = join_line(&[
         ("p", TEN_SECOND_COUNTS),
@@ -720,7 +727,8 @@ ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime";
     let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000 };
     let mut planner = SqlPlanner::new(options);
     let time = || Field::new("dateTime", DataType::Timestamp(TimeUnit::Millisecond, None), false);
-    let person = Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true), time()]);
+    let person =
+        Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true), time()]);
     let auction = Schema::new(vec![Field::new("seller", DataType::Int64, false), time()]);
     let tables = [
         TableDef { name: "person".into(), schema: Arc::new(person), event_time: Some("dateTime".into()) },

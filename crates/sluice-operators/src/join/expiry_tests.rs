@@ -67,10 +67,7 @@ fn spec(kind: JoinKind) -> JoinSpec {
         right_keys: vec![0],
         residual: Some(residual),
         vnodes: VNODES,
-        expiry: [
-            Some(Expiry { column: 1, offset_ms: RIGHT_AFTER }),
-            Some(Expiry { column: 1, offset_ms: LEFT_AFTER }),
-        ],
+        expiry: [Some(Expiry { column: 1, offset_ms: RIGHT_AFTER }), Some(Expiry { column: 1, offset_ms: LEFT_AFTER })],
         late_rows: LATE.into(),
     }
 }
@@ -220,8 +217,11 @@ enum Step {
 }
 
 fn steps() -> impl Strategy<Value = Vec<Step>> {
-    let row = (0..2usize, prop::option::weighted(0.9, 0..3i64), 1..16i64)
-        .prop_map(|(side, key, ahead)| Step::Row { side, key, ahead });
+    let row = (0..2usize, prop::option::weighted(0.9, 0..3i64), 1..16i64).prop_map(|(side, key, ahead)| Step::Row {
+        side,
+        key,
+        ahead,
+    });
     let watermark = (0..8i64).prop_map(|advance| Step::Watermark { advance });
     prop::collection::vec(prop_oneof![3 => row, 1 => watermark], 1..120)
 }

@@ -51,10 +51,10 @@
 //! The watermark is not part of a snapshot: after a restore it starts unknown, and the
 //! restored rows are freed as the first watermark passes them.
 
-mod state;
-mod store;
 #[cfg(test)]
 mod expiry_tests;
+mod state;
+mod store;
 #[cfg(test)]
 mod tests;
 
@@ -380,8 +380,8 @@ impl Operator for JoinOperator {
         let mut probes: Vec<u32> = Vec::new();
         let mut candidates: Vec<u32> = Vec::new();
         let mut ends: Vec<usize> = Vec::with_capacity(count);
-        for row in 0..count {
-            let matchable = weights_in[row] != 0 && nulls.as_ref().is_none_or(|n| n.is_valid(row));
+        for (row, &weight) in weights_in.iter().enumerate() {
+            let matchable = weight != 0 && nulls.as_ref().is_none_or(|n| n.is_valid(row));
             if matchable {
                 let slots = self.sides[other].store.bucket(keys.row(row), keys.hash(row));
                 candidates.extend_from_slice(slots);
