@@ -15,6 +15,32 @@
 //! a join can emit rows older than the watermark, so its time columns are plain
 //! timestamps (window functions over a join's output are refused, as in Flink).
 //!
+//! Interval and window joins: an INNER join of two append-only inputs whose rows can only
+//! match within a bounded time frees its rows as the watermark passes ([`expiry`]):
+//! - an **interval join** bounds the event times (tag [`Tag::EventTime`]) of both
+//!   inputs against each other with constant intervals, among its conditions:
+//!   `l.t BETWEEN r.t - INTERVAL x AND r.t + INTERVAL y`, `l.t >= r.t - …`, `l.t < r.t +
+//!   …` (`<`, `<=`, `>`, `>=`), either side first, either input's time in the middle. A
+//!   bound `r.t <= l.t + a` means a left row can match no right row later than `l.t + a`:
+//!   the left rows expire at `l.t + max(a, 0)` (never before their own time, so a row the
+//!   watermark allows is never late); the other direction frees the right rows. One
+//!   bound alone frees one side; the other side is kept as in a regular join;
+//! - a **window join** has `window_start` and `window_end` of both inputs (tags
+//!   [`Tag::WindowStart`]/[`Tag::WindowEnd`]: window table functions or window
+//!   aggregates) among its equality keys: a window's rows on either side come before
+//!   that side's watermark passes `window_end - 1`, so rows expire at `window_end - 1`.
+//!
+//! The conditions stay in the residual: they still decide every match. With an expiry,
+//! a row arriving already expired is late (it could only match rows already freed):
+//! counted in `view NAME: late rows` and dropped, where a regular join joins it. Outer
+//! joins stay regular joins (Flink emits the padded row when an unmatched row expires;
+//! Sluice does not yet), and so do joins over updating inputs (a retraction could come
+//! after its row was freed). An interval join's output has no event time either, as any
+//! join's. A window join's output keeps its inputs' window bounds (tags) as window bounds:
+//! every joined row of a window is emitted when its later input row arrives, before the
+//! join's watermark passes `window_end - 1` (a row arriving after is late), so a window
+//! aggregate after the join sees a window's rows before the watermark closes it.
+//!
 //! Refused by name: joins without an equality between a column of each side (a cross
 //! join), keys that are expressions rather than columns, keys of different types, SEMI
 //! and ANTI joins (`IN`/`EXISTS` subqueries), a join whose right input is itself a join
@@ -23,11 +49,12 @@
 
 use std::sync::Arc;
 
-use datafusion_common::{Column, DFSchemaRef, NullEquality};
+use arrow::datatypes::{DataType, TimeUnit};
+use datafusion_common::{Column, DFSchemaRef, NullEquality, ScalarValue};
 use datafusion_expr::logical_plan::{Join, JoinType};
 use datafusion_expr::utils::split_conjunction;
-use datafusion_expr::{BinaryExpr, Expr, Operator};
-use sluice_operators::join::{JoinKind, JoinOperator, JoinSpec, output_is_append_only};
+use datafusion_expr::{Between, BinaryExpr, Expr, Operator};
+use sluice_operators::join::{Expiry, JoinKind, JoinOperator, JoinSpec, output_is_append_only};
 use sluice_runtime::{OperatorFactory, SideInput};
 use sluice_types::{Changelog, SluiceError};
 
@@ -119,6 +146,11 @@ pub(crate) fn plan_join(
         ));
     }
     let output_schema: DFSchemaRef = Arc::clone(&join.schema);
+    let expiry = if kind == JoinKind::Inner && !left.changelog.is_updating() && !right.changelog.is_updating() {
+        expiry(&left, &right, (&left_keys, &right_keys), &residual)
+    } else {
+        Expiries::default()
+    };
     let residual_text = residual.iter().map(display).collect::<Vec<_>>().join(" AND ");
     let residual = match residual.into_iter().reduce(Expr::and) {
         Some(predicate) => Some(physical(&predicate, &output_schema)?),
@@ -136,22 +168,174 @@ pub(crate) fn plan_join(
         right_keys,
         residual,
         vnodes: planner.vnodes,
+        expiry: expiry.sides,
+        late_rows: format!("view {}: late rows", planner.view),
     };
     let pairs: Vec<String> = key_names.0.iter().zip(&key_names.1).map(|(l, r)| format!("{l} = {r}")).collect();
     let mut line = format!("join: {} ON {}", kind_name(kind), pairs.join(" AND "));
     if !residual_text.is_empty() {
         line.push_str(&format!(" AND {residual_text}"));
     }
+    let expires = expiry.sides.iter().any(Option::is_some);
+    if expires {
+        let shown: Vec<Option<String>> = expiry
+            .sides
+            .iter()
+            .zip([&left_schema, &right_schema])
+            .map(|(side, schema)| {
+                let Expiry { column, offset_ms } = side.as_ref()?;
+                let column = display(&Expr::Column(Column::from(schema.qualified_field(*column))));
+                let sign = if *offset_ms < 0 { '-' } else { '+' };
+                Some(format!("{column} {sign} {} ms", offset_ms.unsigned_abs()))
+            })
+            .collect();
+        let what = if expiry.window { "window join" } else { "interval join" };
+        let kept = match (&shown[0], &shown[1]) {
+            (Some(l), Some(r)) => format!("state kept until the watermark passes {l} / {r}"),
+            (Some(l), None) => format!("left rows kept until the watermark passes {l}; right rows kept (no bound)"),
+            (None, Some(r)) => format!("right rows kept until the watermark passes {r}; left rows kept (no bound)"),
+            (None, None) => unreachable!("a side expires"),
+        };
+        line.push_str(&format!(" ({what}: {kept})"));
+    }
     let factory: OperatorFactory = Arc::new(move |context| Ok(Box::new(JoinOperator::new(spec.clone(), context)?)));
     let into = left.segments.len();
     left.sides.push(SideInput { source: right.source, table: right.table, segments: right.segments, into, port: 1 });
     left.operators.push((line, factory));
-    left.state = Some(format!("rows of both inputs by key ({})", pairs.join(", ")));
+    left.state = Some(format!(
+        "rows of both inputs by key ({}){}",
+        pairs.join(", "),
+        if expires { ", each freed once the watermark passes its expiry" } else { "" }
+    ));
     left.tags = vec![Tag::Plain; output_schema.fields().len()];
+    // A window join's bounds stay window bounds (see the module documentation).
+    let left_width = left_schema.fields().len();
+    for &(l, r, tag) in &expiry.window_bounds {
+        left.tags[l] = tag;
+        left.tags[left_width + r] = tag;
+    }
     left.schema = output_schema;
     left.windows_per_row = left.windows_per_row.max(right.windows_per_row);
     left.changelog = if append_only { Changelog::AppendOnly } else { Changelog::Updating { upsert_key: None } };
     Ok(left)
+}
+
+/// When each side's rows expire, for an interval or a window join.
+#[derive(Default)]
+struct Expiries {
+    sides: [Option<Expiry>; 2],
+    /// A window join (its expiry from the window bounds).
+    window: bool,
+    /// A window join's key pairs of window bounds (left and right column), with their
+    /// tag, kept in the output.
+    window_bounds: Vec<(usize, usize, Tag)>,
+}
+
+/// The expiry of each side of an inner join of append-only `left` and `right` (see the
+/// module documentation): a window join's, else an interval join's.
+fn expiry(left: &StreamState, right: &StreamState, keys: (&[usize], &[usize]), residual: &[Expr]) -> Expiries {
+    let sides = [left, right];
+    let is_time = |side: usize, column: usize| {
+        matches!(sides[side].schema.field(column).data_type(), DataType::Timestamp(TimeUnit::Millisecond, _))
+    };
+    let bound_pair = |tag: Tag| {
+        keys.0.iter().zip(keys.1).find(|&(&l, &r)| left.tags[l] == tag && right.tags[r] == tag).map(|(&l, &r)| (l, r))
+    };
+    if let (Some(start), Some(end)) = (bound_pair(Tag::WindowStart), bound_pair(Tag::WindowEnd))
+        && is_time(0, end.0)
+        && is_time(1, end.1)
+    {
+        return Expiries {
+            sides: [Some(Expiry { column: end.0, offset_ms: -1 }), Some(Expiry { column: end.1, offset_ms: -1 })],
+            window: true,
+            window_bounds: vec![(start.0, start.1, Tag::WindowStart), (end.0, end.1, Tag::WindowEnd)],
+        };
+    }
+    let mut expiries = Expiries::default();
+    let time_column = |expr: &Expr| -> Option<(usize, usize)> {
+        let Expr::Column(column) = expr else { return None };
+        let found: Vec<(usize, usize)> = sides
+            .iter()
+            .enumerate()
+            .filter_map(|(side, state)| state.schema.index_of_column(column).ok().map(|index| (side, index)))
+            .collect();
+        match found.as_slice() {
+            [(side, index)] if sides[*side].tags[*index] == Tag::EventTime && is_time(*side, *index) => {
+                Some((*side, *index))
+            }
+            _ => None,
+        }
+    };
+    for condition in residual {
+        for (side, column, offset_ms) in time_bounds(condition, &time_column) {
+            let offset_ms = offset_ms.max(0);
+            let kept = &mut expiries.sides[side];
+            if kept.is_none_or(|kept| offset_ms < kept.offset_ms) {
+                *kept = Some(Expiry { column, offset_ms });
+            }
+        }
+    }
+    expiries
+}
+
+/// The bounds `condition` puts on the event times of both inputs, each as (side, column,
+/// offset): side `side`'s rows can match only rows of the other side whose time is at
+/// most `column + offset`. `time_column` finds an event-time column's (side, position).
+fn time_bounds(condition: &Expr, time_column: &dyn Fn(&Expr) -> Option<(usize, usize)>) -> Vec<(usize, usize, i64)> {
+    // `a <= b`: a's time is at most b's plus the difference of their offsets, which bounds
+    // how much later than b's row a's may be.
+    let at_most = |a: &Expr, b: &Expr| -> Option<(usize, usize, i64)> {
+        let (a_side, _, a_offset) = time_term(a, time_column)?;
+        let (b_side, b_column, b_offset) = time_term(b, time_column)?;
+        (a_side != b_side).then_some(())?;
+        Some((b_side, b_column, b_offset.checked_sub(a_offset)?))
+    };
+    let bounds = match condition {
+        Expr::Between(Between { expr, negated: false, low, high }) => vec![at_most(low, expr), at_most(expr, high)],
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Lt | Operator::LtEq, right }) => vec![at_most(left, right)],
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Gt | Operator::GtEq, right }) => vec![at_most(right, left)],
+        _ => Vec::new(),
+    };
+    bounds.into_iter().flatten().collect()
+}
+
+/// `expr` as an event-time column plus a constant: (side, column, offset in ms).
+fn time_term(expr: &Expr, time_column: &dyn Fn(&Expr) -> Option<(usize, usize)>) -> Option<(usize, usize, i64)> {
+    match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Plus, right }) => {
+            if let Some((side, column, offset)) = time_term(left, time_column) {
+                Some((side, column, offset.checked_add(interval_ms(right)?)?))
+            } else {
+                let (side, column, offset) = time_term(right, time_column)?;
+                Some((side, column, offset.checked_add(interval_ms(left)?)?))
+            }
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Minus, right }) => {
+            let (side, column, offset) = time_term(left, time_column)?;
+            Some((side, column, offset.checked_sub(interval_ms(right)?)?))
+        }
+        _ => time_column(expr).map(|(side, column)| (side, column, 0)),
+    }
+}
+
+/// A constant interval of fixed length, in whole milliseconds (months and years have
+/// none).
+fn interval_ms(expr: &Expr) -> Option<i64> {
+    const DAY_MS: i64 = 86_400_000;
+    match expr {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(value)), _) => {
+            if value.months != 0 || value.nanoseconds % 1_000_000 != 0 {
+                return None;
+            }
+            i64::from(value.days).checked_mul(DAY_MS)?.checked_add(value.nanoseconds / 1_000_000)
+        }
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(value)), _) => {
+            i64::from(value.days).checked_mul(DAY_MS)?.checked_add(i64::from(value.milliseconds))
+        }
+        Expr::Literal(ScalarValue::DurationMillisecond(Some(ms)), _) => Some(*ms),
+        Expr::Literal(ScalarValue::DurationSecond(Some(s)), _) => s.checked_mul(1000),
+        _ => None,
+    }
 }
 
 fn kind_name(kind: JoinKind) -> &'static str {

@@ -513,7 +513,12 @@ fn a_join_plans_both_inputs_by_key_into_one_segment_and_refuses_what_it_cannot_m
     let side = &state.sides[0];
     assert_eq!((side.into, side.port), (state.segments.len(), 1), "it enters the join's segment as port 1");
     let lines: Vec<&str> = state.operators.iter().map(|(line, _)| line.as_str()).collect();
-    assert_eq!(lines[0], "join: INNER ON x.a = y.b AND x.ts < y.ts", "{lines:?}");
+    assert_eq!(
+        lines[0],
+        "join: INNER ON x.a = y.b AND x.ts < y.ts (interval join: right rows kept until the watermark passes y.ts + \
+         0 ms; left rows kept (no bound))",
+        "{lines:?}"
+    );
 
     let outer = plan(&[("j", "SELECT x.a, y.s FROM t x LEFT JOIN t y ON x.a = y.a")], OnError::Skip).expect("plans");
     assert!(outer.plan_stream("j", "sink").expect("plan_stream").updating, "an outer join retracts padded rows");
@@ -554,4 +559,188 @@ fn a_union_all_merges_its_inputs_in_one_segment_and_keeps_a_shared_event_time() 
         plan(&[("u", "SELECT s, COUNT(*) AS n FROM t GROUP BY s UNION ALL SELECT s, a FROM t")], OnError::Skip)
             .expect("plans");
     assert!(updating.plan_stream("u", "sink").expect("plan_stream").updating);
+}
+
+/// Every operator line of `view`'s stream, segments first.
+fn operator_lines(planner: &SqlPlanner, view: &str) -> Vec<String> {
+    let stream = planner.plan_stream(view, "sink").expect("plan_stream");
+    let state = &stream.state;
+    let segments = state.segments.iter().flat_map(|segment| &segment.operators);
+    segments.chain(&state.operators).map(|(line, _)| line.clone()).collect()
+}
+
+/// The join line of the last view of `views` (over `t`).
+fn join_line(views: &[(&str, &str)]) -> String {
+    let planner = plan(views, OnError::Skip).expect("plans");
+    let (view, _) = views.last().expect("a view");
+    let lines = operator_lines(&planner, view);
+    lines.into_iter().find(|line| line.starts_with("join: ")).expect("a join line")
+}
+
+#[test]
+fn interval_bounds_between_event_times_free_each_side_they_bound() {
+    let expiry = |condition: &str| {
+        let sql = format!("SELECT x.a, y.b FROM t x JOIN t y ON x.a = y.a AND {condition}");
+        let line = join_line(&[("j", &sql)]);
+        let shown = line.split_once(" (interval join: ").map(|(_, shown)| shown.to_string());
+        shown
+            .map(|shown| shown.strip_prefix("state kept until the watermark passes ").unwrap_or(&shown).to_string())
+            .map(|shown| shown[..shown.len() - 1].to_string())
+    };
+    let cases = [
+        ("y.ts BETWEEN x.ts AND x.ts + INTERVAL '10' SECOND", "x.ts + 10000 ms / y.ts + 0 ms"),
+        ("x.ts BETWEEN y.ts - INTERVAL '5' SECOND AND y.ts + INTERVAL '2' SECOND", "x.ts + 5000 ms / y.ts + 2000 ms"),
+        // Strict comparisons, either side first, the interval on either time.
+        (
+            "x.ts > y.ts - INTERVAL '1' MINUTE AND y.ts + INTERVAL '30' SECOND >= x.ts",
+            "x.ts + 60000 ms / y.ts + 30000 ms",
+        ),
+        ("y.ts < x.ts + INTERVAL '1' HOUR AND x.ts < y.ts", "x.ts + 3600000 ms / y.ts + 0 ms"),
+        // One bound frees one side.
+        ("x.ts <= y.ts", "right rows kept until the watermark passes y.ts + 0 ms; left rows kept (no bound)"),
+        (
+            "y.ts <= x.ts + INTERVAL '2' SECOND",
+            "left rows kept until the watermark passes x.ts + 2000 ms; right rows kept (no bound)",
+        ),
+        // Months have no fixed length: only the other bound counts.
+        (
+            "y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' MONTH",
+            "right rows kept until the watermark passes y.ts + 0 ms; left rows kept (no bound)",
+        ),
+        // The tightest bound wins.
+        (
+            "y.ts <= x.ts + INTERVAL '10' SECOND AND y.ts < x.ts + INTERVAL '3' SECOND AND y.ts >= x.ts",
+            "x.ts + 3000 ms / y.ts + 0 ms",
+        ),
+        // A right row can match only left rows at least 5 s older: it is still kept
+        // until the watermark passes its own time (so it is never late while the
+        // watermark allows it).
+        ("y.ts BETWEEN x.ts + INTERVAL '5' SECOND AND x.ts + INTERVAL '10' SECOND", "x.ts + 10000 ms / y.ts + 0 ms"),
+    ];
+    for (condition, expected) in cases {
+        assert_eq!(expiry(condition).as_deref(), Some(expected), "{condition}");
+    }
+    for condition in [
+        // Not event times.
+        "x.a BETWEEN y.b AND y.b + 10",
+        // Both times of one input.
+        "x.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND",
+        "y.ts <> x.ts",
+    ] {
+        assert_eq!(expiry(condition), None, "{condition}");
+    }
+    // The conditions stay in the residual, and the explain line says what is freed.
+    let line = join_line(&[(
+        "j",
+        "SELECT x.a FROM t x, t y WHERE x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND",
+    )]);
+    assert!(line.starts_with("join: INNER ON x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + "), "{line}");
+    assert!(
+        line.ends_with("(interval join: state kept until the watermark passes x.ts + 1000 ms / y.ts + 0 ms)"),
+        "{line}"
+    );
+
+    // A time without event time (computed in a view), and outer joins, keep every row.
+    let plain_time = join_line(&[
+        ("v", "SELECT a, CAST(ts AS TIMESTAMP(3)) AS ts FROM t"),
+        ("j", "SELECT v.a FROM v JOIN t y ON v.a = y.a AND y.ts BETWEEN v.ts AND v.ts + INTERVAL '1' SECOND"),
+    ]);
+    assert!(!plain_time.contains("state kept"), "{plain_time}");
+    let outer = join_line(&[(
+        "j",
+        "SELECT x.a FROM t x LEFT JOIN t y ON x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND",
+    )]);
+    assert!(!outer.contains("state kept"), "{outer}");
+    // Nor does a join over an updating input.
+    let updating = join_line(&[
+        ("u", "SELECT a, MAX(ts) AS ts FROM t GROUP BY a"),
+        ("j", "SELECT x.a FROM t x JOIN u ON x.a = u.a AND u.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND"),
+    ]);
+    assert!(!updating.contains("state kept"), "{updating}");
+}
+
+const TEN_SECOND_COUNTS: &str = "SELECT a, window_start AS ws, window_end AS we, COUNT(*) AS n \
+     FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY a, window_start, window_end";
+
+#[test]
+fn window_joins_free_a_window_as_the_watermark_passes_its_end_and_keep_its_bounds() {
+    let views = [
+        ("p", TEN_SECOND_COUNTS),
+        ("q", TEN_SECOND_COUNTS),
+        ("j", "SELECT p.a, p.ws, p.we, p.n, q.n AS m FROM p JOIN q ON p.a = q.a AND p.ws = q.ws AND p.we = q.we"),
+        ("c", "SELECT ws, we, COUNT(*) AS keys, SUM(n) AS n FROM j GROUP BY ws, we"),
+    ];
+    assert_eq!(
+        join_line(&views[..3]),
+        "join: INNER ON p.a = q.a AND p.ws = q.ws AND p.we = q.we (window join: state kept until the watermark \
+         passes p.we - 1 ms / q.we - 1 ms)"
+    );
+    // The bounds stay window bounds: a window aggregate over the join is a window
+    // aggregate (append-only), not an updating group aggregate.
+    let planner = plan(&views, OnError::Skip).expect("plans");
+    let lines = operator_lines(&planner, "c");
+    assert!(lines.iter().any(|line| line.starts_with("window_aggregate: ")), "{lines:?}");
+    assert!(!planner.plan_stream("c", "sink").expect("plan_stream").updating);
+
+    // Two window table functions joined on their bounds.
+    let tvf = join_line(&[(
+        "j",
+        "SELECT x.a, y.b FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND)) x \
+         JOIN TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND)) y \
+         ON x.a = y.a AND x.window_start = y.window_start AND x.window_end = y.window_end",
+    )]);
+    assert!(
+        tvf.ends_with("(window join: state kept until the watermark passes x.window_end - 1 ms / y.window_end - 1 ms)"),
+        "{tvf}"
+    );
+    // Only one bound: a regular join.
+    let one_bound = join_line(&[
+        ("p", TEN_SECOND_COUNTS),
+        ("q", TEN_SECOND_COUNTS),
+        ("j", "SELECT p.a FROM p JOIN q ON p.a = q.a AND p.we = q.we"),
+    ]);
+    assert!(!one_bound.contains("state kept"), "{one_bound}");
+}
+
+/// NEXMark q8 (the bench's text, `sluice_engine::nexmark`) over tables shaped like its
+/// `person` and `auction`: the join of two window aggregates is a window join.
+#[test]
+fn nexmark_q8_is_a_window_join() {
+    const Q8: &str = "SELECT P.id, P.name, P.starttime
+FROM (
+  SELECT id, name,
+        window_start AS starttime,
+        window_end AS endtime
+  FROM TABLE(
+            TUMBLE(TABLE person, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+  GROUP BY id, name, window_start, window_end
+) P
+JOIN (
+  SELECT seller,
+        window_start AS starttime,
+        window_end AS endtime
+  FROM TABLE(
+        TUMBLE(TABLE auction, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+  GROUP BY seller, window_start, window_end
+) A
+ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime";
+    let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000 };
+    let mut planner = SqlPlanner::new(options);
+    let time = || Field::new("dateTime", DataType::Timestamp(TimeUnit::Millisecond, None), false);
+    let person =
+        Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true), time()]);
+    let auction = Schema::new(vec![Field::new("seller", DataType::Int64, false), time()]);
+    let tables = [
+        TableDef { name: "person".into(), schema: Arc::new(person), event_time: Some("dateTime".into()) },
+        TableDef { name: "auction".into(), schema: Arc::new(auction), event_time: Some("dateTime".into()) },
+    ];
+    planner.add_source(0, &tables, OnError::Skip).expect("tables");
+    planner.declare_views([ViewDeclaration { name: "q8".into(), sql: Q8.into(), location: "line 1".into() }]);
+    planner.add_view("q8", Q8).expect("q8 plans");
+    let lines = operator_lines(&planner, "q8");
+    let join = lines.iter().find(|line| line.starts_with("join: ")).expect("a join");
+    assert!(
+        join.ends_with("(window join: state kept until the watermark passes P.endtime - 1 ms / A.endtime - 1 ms)"),
+        "{join}"
+    );
 }

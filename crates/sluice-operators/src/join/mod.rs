@@ -34,26 +34,45 @@
 //! column of both inputs must be of a key type (integers, decimals, floats, booleans,
 //! strings, binaries, dates, times, timestamps, durations); floats are kept with -0.0
 //! as 0.0 and a single NaN, as in TopN. Snapshots: [`state`].
+//!
+//! **Expiry** (interval and window joins, inner joins only). A side may carry an
+//! [`Expiry`]: its rows can match only rows of the other side whose time is at most
+//! `column + offset_ms` of the row (the planner derives it from the join's time bounds or
+//! window bounds, which stay in the residual and still decide every match). As the
+//! watermark `w` (already the lower of both inputs') reaches a row's expiry, no row that
+//! may still come can match it ("no row at or below the watermark follows"), so
+//! [`Operator::on_watermark`] frees it, through an ordered index by expiry time, in work
+//! proportional to the rows freed. Freed rows are not retracted: an inner join has
+//! nothing to retract, so its output stays append-only. A row arriving with its expiry
+//! already at or below the watermark could only have matched rows already freed: it is
+//! late, counted in `view NAME: late rows` and dropped (never joined, never stored),
+//! unlike a regular join, which joins every row however late. A row whose time is NULL
+//! matches nothing through the time condition and is dropped without being counted.
+//! The watermark is not part of a snapshot: after a restore it starts unknown, and the
+//! restored rows are freed as the first watermark passes them.
 
+#[cfg(test)]
+mod expiry_tests;
 mod state;
 mod store;
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array, new_null_array};
 use arrow::buffer::NullBuffer;
 use arrow::compute::{cast, take};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
 use sluice_runtime::{Operator, OperatorContext, SnapshotJob};
 use sluice_types::key::{KeyEncoder, KeyRows, is_key_type};
-use sluice_types::{Batch, Message, SluiceError};
+use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 use crate::partition::encode_keys;
-use store::{RowRef, Store};
+use store::{NEVER, RowRef, Store};
 
 pub use state::JOIN_STATE_VERSION;
 
@@ -85,6 +104,15 @@ pub fn output_is_append_only(kind: JoinKind, left_append_only: bool, right_appen
     kind == JoinKind::Inner && left_append_only && right_append_only
 }
 
+/// When a side's rows expire: a row with time `t` in `column` (an Arrow
+/// `Timestamp(Millisecond)`) can match only rows of the other side whose time is at most
+/// `t + offset_ms`, so it is freed once the watermark is at or above `t + offset_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    pub column: usize,
+    pub offset_ms: i64,
+}
+
 /// Everything the operator needs, built by the planner.
 #[derive(Debug, Clone)]
 pub struct JoinSpec {
@@ -102,6 +130,12 @@ pub struct JoinSpec {
     pub residual: Option<Arc<dyn PhysicalExpr>>,
     /// The pipeline's vnode count (state is split by the vnode of each row's key).
     pub vnodes: u32,
+    /// Per side (0: left, 1: right), when its rows expire (None: kept as long as they
+    /// live). Only for inner joins.
+    pub expiry: [Option<Expiry>; 2],
+    /// The counter of late rows (`view NAME: late rows`), registered only for a join
+    /// with an expiry.
+    pub late_rows: String,
 }
 
 /// One input's encoders and stored rows.
@@ -113,6 +147,7 @@ struct Side {
     /// Encodes whole rows of this side.
     row_encoder: KeyEncoder,
     store: Store,
+    expiry: Option<Expiry>,
 }
 
 /// See the module documentation.
@@ -122,6 +157,10 @@ pub struct JoinOperator {
     residual: Option<Arc<dyn PhysicalExpr>>,
     sides: [Side; 2],
     vnodes: u32,
+    /// The highest watermark seen (`i64::MIN` before the first).
+    watermark: TimestampMs,
+    /// Rows dropped as late (a join with an expiry only).
+    late_rows: Option<Arc<AtomicU64>>,
     /// Reused per batch.
     key_rows: KeyRows,
     row_rows: KeyRows,
@@ -170,21 +209,41 @@ impl JoinOperator {
                 .with_fix("CAST the column to a scalar type (integer, decimal, float, boolean, string, date or timestamp) before the join, or leave it out"));
             }
         }
-        let side = |schema: &SchemaRef, keys: &[usize]| -> Result<Side, SluiceError> {
+        let expires = spec.expiry.iter().any(Option::is_some);
+        if expires && spec.kind != JoinKind::Inner {
+            return Err(invalid(format!("only an inner join frees rows as the watermark passes, not {:?}", spec.kind)));
+        }
+        for (expiry, schema) in spec.expiry.iter().zip([&spec.left_schema, &spec.right_schema]) {
+            let Some(expiry) = expiry else { continue };
+            let data_type = schema.fields().get(expiry.column).map(|f| f.data_type());
+            if !matches!(data_type, Some(DataType::Timestamp(TimeUnit::Millisecond, _))) {
+                return Err(invalid(format!(
+                    "a row's expiry reads column {}, which is no millisecond timestamp ({data_type:?})",
+                    expiry.column
+                )));
+            }
+        }
+        let side = |schema: &SchemaRef, keys: &[usize], expiry: Option<Expiry>| -> Result<Side, SluiceError> {
             Ok(Side {
                 schema: Arc::clone(schema),
                 keys: keys.to_vec(),
                 key_encoder: None,
                 row_encoder: KeyEncoder::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())?,
                 store: Store::default(),
+                expiry,
             })
         };
         Ok(JoinOperator {
             kind: spec.kind,
-            sides: [side(&spec.left_schema, &spec.left_keys)?, side(&spec.right_schema, &spec.right_keys)?],
+            sides: [
+                side(&spec.left_schema, &spec.left_keys, spec.expiry[0])?,
+                side(&spec.right_schema, &spec.right_keys, spec.expiry[1])?,
+            ],
             output: spec.output_schema,
             residual: spec.residual,
             vnodes: spec.vnodes,
+            watermark: TimestampMs::MIN,
+            late_rows: expires.then(|| context.metrics.counter(&spec.late_rows)),
             key_rows: KeyRows::default(),
             row_rows: KeyRows::default(),
         })
@@ -250,6 +309,14 @@ impl JoinOperator {
     }
 }
 
+/// When each row of `rows` expires under `expiry` (None for a row whose time is NULL);
+/// None without an expiry.
+fn expiry_times(rows: &RecordBatch, expiry: Option<Expiry>) -> Option<Vec<Option<i64>>> {
+    let expiry = expiry?;
+    let times = rows.column(expiry.column).as_primitive::<TimestampMillisecondType>();
+    Some(times.iter().map(|time| time.map(|t| t.saturating_add(expiry.offset_ms))).collect())
+}
+
 /// `array`'s values at `indices` (None: NULL).
 fn gather(array: &ArrayRef, indices: &UInt32Array) -> Result<ArrayRef, SluiceError> {
     if array.is_empty() {
@@ -291,13 +358,30 @@ impl Operator for JoinOperator {
             side.row_encoder.encode(rows.columns(), &mut row_bytes)?;
         }
         let nulls = null_keys(rows, &self.sides[this].keys);
+        // With an expiry: rows that could only match freed rows (late) and rows without
+        // a time are dropped, as if their weight were 0.
+        let expires = expiry_times(rows, self.sides[this].expiry);
+        let mut late = 0u64;
+        let weights_in: Vec<i64> = (0..count)
+            .map(|row| match expires.as_ref().map(|e| e[row]) {
+                Some(Some(time)) if time <= self.watermark => {
+                    late += u64::from(batch.weight(row) != 0);
+                    0
+                }
+                Some(None) => 0,
+                _ => batch.weight(row),
+            })
+            .collect();
+        if let (Some(counter), true) = (&self.late_rows, late > 0) {
+            counter.fetch_add(late, Ordering::Relaxed);
+        }
 
         // The candidate pairs: each input row with every stored row of its key.
         let mut probes: Vec<u32> = Vec::new();
         let mut candidates: Vec<u32> = Vec::new();
         let mut ends: Vec<usize> = Vec::with_capacity(count);
-        for row in 0..count {
-            let matchable = batch.weight(row) != 0 && nulls.as_ref().is_none_or(|n| n.is_valid(row));
+        for (row, &weight) in weights_in.iter().enumerate() {
+            let matchable = weight != 0 && nulls.as_ref().is_none_or(|n| n.is_valid(row));
             if matchable {
                 let slots = self.sides[other].store.bucket(keys.row(row), keys.hash(row));
                 candidates.extend_from_slice(slots);
@@ -322,7 +406,7 @@ impl Operator for JoinOperator {
         let (this_preserved, other_preserved) = (self.kind.preserves(this), self.kind.preserves(other));
         let mut start = 0;
         for (row, &end) in ends.iter().enumerate() {
-            let weight = batch.weight(row);
+            let weight = weights_in[row];
             if weight == 0 {
                 start = end;
                 continue;
@@ -362,7 +446,8 @@ impl Operator for JoinOperator {
                 key: keys.row(row),
                 key_hash: keys.hash(row),
             };
-            self.sides[this].store.apply(&row_ref, weight, matches);
+            let expires = expires.as_ref().map_or(NEVER, |e| e[row].unwrap_or(NEVER));
+            self.sides[this].store.apply(&row_ref, weight, matches, expires);
         }
         self.key_rows = keys;
         self.row_rows = row_bytes;
@@ -381,6 +466,19 @@ impl Operator for JoinOperator {
             Batch::with_weights(output, Int64Array::from(weights))
         };
         out.push(Message::Data(batch));
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            for side in &mut self.sides {
+                if side.expiry.is_some() {
+                    side.store.expire(watermark);
+                }
+            }
+        }
+        out.push(Message::Watermark(watermark));
         Ok(())
     }
 

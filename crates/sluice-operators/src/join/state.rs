@@ -16,7 +16,9 @@
 //! - `i64 weight`: its multiplicity, never 0;
 //! - `i64 matches`: the summed weights of the other side's rows it joins with.
 //!
-//! The join key and its hash are recomputed from the row when restored. Decoding checks
+//! The join key and its hash are recomputed from the row when restored, and so is a
+//! row's expiry (an interval or window join's time index: the expiry's column is one
+//! of the row's), so expiry needed no change of the layout. Decoding checks
 //! every length against the remaining bytes, every row must decode as a row of its
 //! side's schema and encode back to the same bytes, and no row may appear twice: a
 //! blob from another plan or a damaged one is refused, never misread, and never panics.
@@ -29,7 +31,8 @@ use sluice_runtime::SnapshotJob;
 use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
-use super::JoinOperator;
+use super::store::NEVER;
+use super::{JoinOperator, expiry_times};
 use crate::blob::Reader;
 use crate::partition::encode_keys;
 
@@ -153,6 +156,9 @@ fn load(join: &mut JoinOperator, side: usize, rows: &[ReadRow<'_>]) -> Result<()
     state.row_encoder.encode(batch.columns(), &mut encoded).map_err(another_plan)?;
     let mut keys = KeyRows::default();
     encode_keys(&batch, &state.keys, &mut state.key_encoder, &mut keys).map_err(another_plan)?;
+    // The time index is rebuilt from the rows (a row without a time, never stored by a
+    // join with an expiry, goes at the first watermark).
+    let expires = expiry_times(&batch, state.expiry);
     for (index, &(row, weight, matches)) in rows.iter().enumerate() {
         if encoded.row(index) != row {
             return Err(corrupt("a row not in its canonical encoding"));
@@ -161,7 +167,8 @@ fn load(join: &mut JoinOperator, side: usize, rows: &[ReadRow<'_>]) -> Result<()
         if state.store.find(row, row_hash).is_some() {
             return Err(corrupt("a row appears twice"));
         }
-        state.store.insert(Arc::from(row), row_hash, keys.row(index), keys.hash(index), weight, matches);
+        let expires = expires.as_ref().map_or(NEVER, |e| e[index].unwrap_or(i64::MIN));
+        state.store.insert(Arc::from(row), row_hash, keys.row(index), keys.hash(index), weight, matches, expires);
     }
     Ok(())
 }

@@ -7,7 +7,14 @@
 //! per batch (the key's placement hash, the row's XXH3), so nothing is hashed twice and
 //! no bucket is ever scanned to find an equal row: a key with millions of rows costs the
 //! same per insert as a key with one.
+//!
+//! A side whose rows expire (an interval or window join) also indexes its rows by the
+//! time they expire (`by_time`, ordered), so freeing the rows a watermark passed touches
+//! only those rows, never the rest of the state. An entry of that index may outlive its
+//! row (a retraction removed it, or its slot was reused): freeing checks the slot still
+//! holds a row that expires by then.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -25,6 +32,9 @@ pub(super) struct Stored {
     pub(super) weight: i64,
     /// The summed weights of the other side's rows it matches (same key, residual true).
     pub(super) matches: i64,
+    /// When the row can be freed: once the watermark is at or above it (`NEVER` for a
+    /// side whose rows do not expire).
+    pub(super) expires: i64,
     bucket: u32,
     /// Where the slot is in its bucket's list.
     position: u32,
@@ -38,6 +48,9 @@ struct Bucket {
     slots: Vec<u32>,
 }
 
+/// The expiry of a row that never expires.
+pub(super) const NEVER: i64 = i64::MAX;
+
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub(super) struct Store {
@@ -47,6 +60,8 @@ pub(super) struct Store {
     buckets: Vec<Option<Bucket>>,
     free_buckets: Vec<u32>,
     by_key: HashTable<u32>,
+    /// Expiry time → the slots of rows expiring then (rows that never expire are not here).
+    by_time: BTreeMap<i64, Vec<u32>>,
     live: usize,
     /// The encoded rows' bytes.
     bytes: usize,
@@ -101,8 +116,9 @@ impl Store {
     }
 
     /// Adds `weight` copies of `row` (a negative weight removes copies); a row whose
-    /// weight reaches 0 is dropped. A new row starts with `matches`.
-    pub(super) fn apply(&mut self, row: &RowRef<'_>, weight: i64, matches: i64) {
+    /// weight reaches 0 is dropped. A new row starts with `matches` and expires at
+    /// `expires` (a function of the row, so equal rows expire together).
+    pub(super) fn apply(&mut self, row: &RowRef<'_>, weight: i64, matches: i64, expires: i64) {
         if weight == 0 {
             return;
         }
@@ -114,10 +130,11 @@ impl Store {
             }
             return;
         }
-        self.insert(Arc::from(row.row), row.row_hash, row.key, row.key_hash, weight, matches);
+        self.insert(Arc::from(row.row), row.row_hash, row.key, row.key_hash, weight, matches, expires);
     }
 
     /// Adds a row that is not stored yet.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn insert(
         &mut self,
         row: Arc<[u8]>,
@@ -126,6 +143,7 @@ impl Store {
         key_hash: u64,
         weight: i64,
         matches: i64,
+        expires: i64,
     ) {
         debug_assert!(weight != 0 && self.find(&row, row_hash).is_none());
         let bucket = self.bucket_of(key, key_hash);
@@ -140,7 +158,11 @@ impl Store {
         let slots_of_bucket = &mut self.buckets[bucket as usize].as_mut().expect("a live bucket").slots;
         let position = slots_of_bucket.len() as u32;
         slots_of_bucket.push(slot);
-        self.slots[slot as usize] = Some(Stored { row, row_hash, key_hash, weight, matches, bucket, position });
+        self.slots[slot as usize] =
+            Some(Stored { row, row_hash, key_hash, weight, matches, expires, bucket, position });
+        if expires != NEVER {
+            self.by_time.entry(expires).or_default().push(slot);
+        }
         let slots = &self.slots;
         self.by_row.insert_unique(row_hash, slot, |&s| slots[s as usize].as_ref().map_or(0, |s| s.row_hash));
         self.live += 1;
@@ -167,6 +189,27 @@ impl Store {
         let buckets = &self.buckets;
         self.by_key.insert_unique(hash, id, |&b| buckets[b as usize].as_ref().map_or(0, |b| b.hash));
         id
+    }
+
+    /// Drops every row expiring at or before `watermark`; returns how many went. The
+    /// work is proportional to the rows freed (and stale index entries passed).
+    pub(super) fn expire(&mut self, watermark: i64) -> usize {
+        let due = match watermark.checked_add(1) {
+            Some(after) => {
+                let kept = self.by_time.split_off(&after);
+                std::mem::replace(&mut self.by_time, kept)
+            }
+            None => std::mem::take(&mut self.by_time),
+        };
+        let mut freed = 0;
+        for slot in due.into_values().flatten() {
+            let stored = self.slots[slot as usize].as_ref();
+            if stored.is_some_and(|s| s.expires <= watermark) {
+                self.remove(slot);
+                freed += 1;
+            }
+        }
+        freed
     }
 
     fn remove(&mut self, slot: u32) {
@@ -200,10 +243,10 @@ mod tests {
     #[test]
     fn equal_rows_accumulate_and_leave_at_zero() {
         let mut store = Store::default();
-        store.apply(&row(b"a1", b"a"), 1, 0);
-        store.apply(&row(b"a2", b"a"), 2, 0);
-        store.apply(&row(b"a1", b"a"), 1, 0);
-        store.apply(&row(b"b1", b"b"), 1, 0);
+        store.apply(&row(b"a1", b"a"), 1, 0, NEVER);
+        store.apply(&row(b"a2", b"a"), 2, 0, NEVER);
+        store.apply(&row(b"a1", b"a"), 1, 0, NEVER);
+        store.apply(&row(b"b1", b"b"), 1, 0, NEVER);
         assert_eq!(store.len(), 3);
         assert_eq!(store.bytes(), 6);
         let weights = |store: &Store, key: &[u8]| -> Vec<(Vec<u8>, i64)> {
@@ -216,17 +259,36 @@ mod tests {
             rows
         };
         assert_eq!(weights(&store, b"a"), [(b"a1".to_vec(), 2), (b"a2".to_vec(), 2)]);
-        store.apply(&row(b"a1", b"a"), -2, 0);
+        store.apply(&row(b"a1", b"a"), -2, 0, NEVER);
         assert_eq!(weights(&store, b"a"), [(b"a2".to_vec(), 2)]);
-        store.apply(&row(b"a2", b"a"), -2, 0);
+        store.apply(&row(b"a2", b"a"), -2, 0, NEVER);
         assert!(weights(&store, b"a").is_empty());
         assert_eq!(store.len(), 1);
         assert_eq!(store.bytes(), 2);
         // Slots and buckets are reused.
-        store.apply(&row(b"c1", b"c"), 1, 0);
+        store.apply(&row(b"c1", b"c"), 1, 0, NEVER);
         assert_eq!(store.slots.len(), 3);
         assert_eq!(store.buckets.len(), 2);
         assert_eq!(weights(&store, b"c"), [(b"c1".to_vec(), 1)]);
         assert_eq!(weights(&store, b"b"), [(b"b1".to_vec(), 1)]);
+    }
+
+    #[test]
+    fn rows_expire_by_time_and_stale_index_entries_are_skipped() {
+        let mut store = Store::default();
+        store.apply(&row(b"a1", b"a"), 1, 0, 10);
+        store.apply(&row(b"a2", b"a"), 1, 0, 20);
+        store.apply(&row(b"b1", b"b"), 1, 0, NEVER);
+        // a1 is retracted; its slot is reused by a row expiring later.
+        store.apply(&row(b"a1", b"a"), -1, 0, 10);
+        store.apply(&row(b"c1", b"c"), 1, 0, 30);
+        assert_eq!(store.expire(9), 0);
+        assert_eq!(store.expire(10), 0, "a1's stale entry leaves c1, now in its slot, alone");
+        assert_eq!(store.len(), 3);
+        assert_eq!(store.expire(25), 1);
+        assert!(store.bucket(b"a", sluice_types::key::hash(b"a")).is_empty());
+        assert_eq!(store.expire(i64::MAX), 1);
+        assert_eq!(store.len(), 1, "b1 never expires");
+        assert!(store.by_time.is_empty());
     }
 }

@@ -1,6 +1,7 @@
 //! The join: its changes row by row for each kind, an oracle (a nested-loop join of the
 //! integrated inputs) over random weighted input on both sides with snapshots and
-//! restores onto split and merged instances, and its state blobs.
+//! restores onto split and merged instances, and its state blobs. Expiry (interval and
+//! window joins) in `expiry_tests`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use sluice_types::{Batch, Message, Weights, vnode};
 
 use super::{JoinKind, JoinOperator, JoinSpec, output_is_append_only};
 
-const VNODES: u32 = 16;
+pub(super) const VNODES: u32 = 16;
 const KINDS: [JoinKind; 4] = [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full];
 
 /// Left input: key `lk`, value `lv`.
@@ -63,10 +64,12 @@ fn spec(kind: JoinKind, residual: bool) -> JoinSpec {
         right_keys: vec![0],
         residual: residual.then(less_than),
         vnodes: VNODES,
+        expiry: [None, None],
+        late_rows: "view j: late rows".into(),
     }
 }
 
-fn context() -> OperatorContext {
+pub(super) fn context() -> OperatorContext {
     OperatorContext {
         thread: 0,
         threads: 1,
@@ -102,7 +105,7 @@ fn right_batch(rows: &[(RightRow, i64)]) -> Batch {
 }
 
 /// Each output row as `±weight cell,cell,…` in output order.
-fn lines(out: &[Message]) -> Vec<String> {
+pub(super) fn lines(out: &[Message]) -> Vec<String> {
     let mut lines = Vec::new();
     for message in out {
         let Message::Data(batch) = message else { continue };
@@ -246,7 +249,7 @@ fn specs_the_join_cannot_run_are_refused() {
 // The oracle.
 
 /// An integrated input: row → multiplicity (no zero entries).
-type Table<R> = BTreeMap<R, i64>;
+pub(super) type Table<R> = BTreeMap<R, i64>;
 
 fn show(value: Option<i64>) -> String {
     value.map_or("∅".to_string(), |v| v.to_string())
@@ -294,7 +297,7 @@ fn reference(kind: JoinKind, residual: bool, lefts: &Table<LeftRow>, rights: &Ta
 
 /// Applies output lines to the integrated output, asserting that no row's count ever
 /// goes below zero (a retraction comes after what it retracts).
-fn integrate(table: &mut Table<String>, lines: Vec<String>) -> Result<(), TestCaseError> {
+pub(super) fn integrate(table: &mut Table<String>, lines: Vec<String>) -> Result<(), TestCaseError> {
     for line in lines {
         let (weight, row) = line.split_once(' ').expect("weight and row");
         let weight: i64 = weight.parse().expect("weight");
@@ -400,7 +403,7 @@ fn batches(events: &[Event], size: usize) -> Vec<Vec<Event>> {
 }
 
 /// The vnode of a key, as the exchange computes it for either input.
-fn vnode_of(key: Option<i64>) -> u32 {
+pub(super) fn vnode_of(key: Option<i64>) -> u32 {
     let mut rows = sluice_types::key::KeyRows::default();
     let encoder = sluice_types::key::KeyEncoder::new(vec![DataType::Int64]).expect("encoder");
     let column: ArrayRef = Arc::new(Int64Array::from(vec![key]));
@@ -691,6 +694,8 @@ fn composite_keys_join_and_are_placed_as_the_exchange_routes_them() {
         right_keys: vec![2, 1],
         residual: None,
         vnodes: VNODES,
+        expiry: [None, None],
+        late_rows: "view j: late rows".into(),
     };
     let mut operator = JoinOperator::new(spec, &context()).expect("join");
     let left_rows = RecordBatch::try_new(
