@@ -20,7 +20,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, never};
 use sluice_types::{ErrorKind, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
-use crate::checkpoint::{CheckpointOptions, Restore, operator_id};
+use crate::checkpoint::{CheckpointOptions, Restore, SegmentPlace, operator_id};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Cluster, Completed, Coordinator};
 use crate::driver::{Control, Driver, DriverEvent, EntrySetup, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
@@ -774,14 +774,12 @@ fn build_drivers(
         // worker numbers exchanges and segments the same way (the plan's order).
         let mut side_segments: Vec<Vec<Vec<SegmentSetup>>> = Vec::new();
         let mut side_tails = Vec::new();
-        let mut number = flow.segments.len();
-        for side in &flow.sides {
-            let (segments, tail) = builder.path(side.source, &side.segments, number, Vec::new())?;
-            number += side.segments.len();
+        for (number, side) in flow.sides.iter().enumerate() {
+            let (segments, tail) = builder.path(side.source, &side.segments, Some(number), Vec::new())?;
             side_segments.push(segments);
             side_tails.push((side.into, tail.expect("a side ends in an exchange")));
         }
-        let (trunk, _sink) = builder.path(flow.source, &flow.segments, 0, side_tails)?;
+        let (trunk, _sink) = builder.path(flow.source, &flow.segments, None, side_tails)?;
         for (index, mut segments) in trunk.into_iter().enumerate() {
             let mut entries = vec![EntrySetup { source: flow.source, table: flow.table, segment: 0 }];
             let mut first = flow.segments.len();
@@ -845,7 +843,7 @@ struct PathBuilder<'a, 'n> {
 }
 
 impl PathBuilder<'_, '_> {
-    /// `segments`, numbered from `first`, fed by the lanes of `source`; `joins` are the
+    /// `segments` of the trunk (`side` None) or of side input `side`, fed by the lanes of `source`; `joins` are the
     /// sides' last exchanges, each entering segment `into` as its next port. Returns the
     /// segments per local slot and the receivers of the path's last exchange, if it ends
     /// in one.
@@ -853,7 +851,7 @@ impl PathBuilder<'_, '_> {
         &mut self,
         source: usize,
         segments: &[crate::plan::Segment],
-        first: usize,
+        side: Option<usize>,
         mut joins: Vec<(usize, Tail)>,
     ) -> Result<(Vec<Vec<SegmentSetup>>, Option<Tail>), Failure> {
         let threads = self.options.threads as usize;
@@ -869,7 +867,7 @@ impl PathBuilder<'_, '_> {
         let mut built: Vec<Vec<SegmentSetup>> = (0..local_count).map(|_| Vec::new()).collect();
         let mut pending: Option<Tail> = None;
         for (position, segment) in segments.iter().enumerate() {
-            let segment_index = first + position;
+            let place = SegmentPlace { flow: self.flow, side, segment: position };
             // This segment's input: the previous exchange (port 0) and any sides joining here.
             if let Some((receivers, previous_idle)) = pending.take() {
                 let mut ports: Vec<Vec<(Vec<crate::exchange::Inbound>, Vec<bool>)>> =
@@ -913,7 +911,7 @@ impl PathBuilder<'_, '_> {
                 let mut chain = Chain::new(operators);
                 let owned = sluice_types::vnode::range_of(thread, self.options.vnodes, self.options.threads);
                 for operator in 0..segment.operators.len() {
-                    let Some(blobs) = self.restore.states.get(&operator_id(self.flow, segment_index, operator)) else {
+                    let Some(blobs) = self.restore.states.get(&operator_id(place, operator)) else {
                         continue;
                     };
                     let mine = blobs.iter().filter(|(v, _)| owned.contains(v)).map(|(_, b)| b.clone()).collect();
@@ -928,7 +926,7 @@ impl PathBuilder<'_, '_> {
                     }
                     SegmentOutput::Sink => OutputSetup::Sink { sink: self.flow },
                 };
-                built[index].push(SegmentSetup { chain, input: inputs[index].take(), output });
+                built[index].push(SegmentSetup { place, chain, input: inputs[index].take(), output });
             }
             idle.iter_mut().for_each(|idle| *idle = false);
         }

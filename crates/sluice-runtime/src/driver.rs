@@ -40,7 +40,7 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs, failpoint, panic_message};
 
 use crate::chain::Chain;
-use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, SinkRecord, operator_id};
+use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, SegmentPlace, SinkRecord, operator_id};
 use crate::controller::EVENTS_ARGUMENT;
 use crate::exchange::{ExchangeInput, ExchangeOutput};
 use crate::mailbox::post;
@@ -107,6 +107,8 @@ pub(crate) enum OutputSetup {
 }
 
 pub(crate) struct SegmentSetup {
+    /// Where the segment sits in the plan (its operators' state ids).
+    pub place: SegmentPlace,
     pub chain: Chain,
     pub input: Option<ExchangeInput>,
     pub output: OutputSetup,
@@ -178,6 +180,7 @@ enum Output {
 }
 
 struct SegmentRun {
+    place: SegmentPlace,
     /// The flow's entry this segment reads from the lanes (None: fed by an exchange).
     entry: Option<usize>,
     chain: Chain,
@@ -308,6 +311,7 @@ impl Driver {
                     }
                 };
                 segments.push(SegmentRun {
+                    place: segment.place,
                     entry: flow.entries.iter().position(|entry| entry.segment == index),
                     chain: segment.chain,
                     input: segment.input,
@@ -603,9 +607,10 @@ impl DriverState {
         let barrier = fed.barrier.is_some() || is_end;
         if let Some((epoch, states, record)) = fed.barrier {
             self.flows[flow].segments[index].barrier_passed = Some(epoch);
+            let place = self.flows[flow].segments[index].place;
             let pending = self.pending_for(epoch);
             for (operator, job) in states {
-                pending.slice.deferred.push(DeferredState { operator: operator_id(flow, index, operator), job });
+                pending.slice.deferred.push(DeferredState { operator: operator_id(place, operator), job });
             }
             if let Some(record) = record {
                 let (record, rows) = record;

@@ -265,10 +265,18 @@ impl Plan {
     /// The operator an [`crate::checkpoint::operator_id`] names, as `explain` shows it:
     /// `sink NAME, segment S: LINE`.
     pub fn operator_name(&self, id: &str) -> Option<String> {
-        let (flow, segment, operator) = crate::checkpoint::parse_operator_id(id)?;
-        let flow = self.flows.get(flow)?;
-        let (line, _) = flow.segment(segment)?.operators.get(operator)?;
-        Some(format!("sink {}, segment {segment}: {line}", flow.sink.name()))
+        let (place, operator) = crate::checkpoint::parse_operator_id(id)?;
+        let flow = self.flows.get(place.flow)?;
+        // Numbered as `explain` numbers segments: the trunk's, then each side's.
+        let number = match place.side {
+            None => place.segment,
+            Some(side) => {
+                flow.sides.get(side)?;
+                flow.segments.len() + flow.sides[..side].iter().map(|s| s.segments.len()).sum::<usize>() + place.segment
+            }
+        };
+        let (line, _) = flow.segment(number)?.operators.get(operator)?;
+        Some(format!("sink {}, segment {number}: {line}", flow.sink.name()))
     }
 
     /// Checks the shape the runtime relies on (a programmer error if it does not hold).

@@ -232,3 +232,22 @@ proptest! {
         check_crashes(&case, &label, &crashes, (threads, 3 - threads), batch_rows);
     }
 }
+
+/// A stateful operator in a join's right input (a window aggregate) keeps its state when
+/// a checkpoint taken on one thread resumes on two, where single-writer sinks add a
+/// gather segment to the trunk: side segments are numbered within their side, so the
+/// added segment does not renumber them. Killed after the fifth checkpoint, the side's
+/// aggregate holds the clicks of an open window (user 3's at 00:00:10).
+#[test]
+fn state_in_a_joins_right_input_survives_a_restore_on_another_thread_count() {
+    let file = crate::golden::case_files()
+        .into_iter()
+        .find(|file| file.ends_with("23_joins_of_aggregates.case"))
+        .expect("the case of joins of aggregates");
+    let case = parse(&std::fs::read_to_string(&file).expect("read case"));
+    let crashes = [Crash { point: "checkpoint.after_publish", skip: 4 }];
+    for threads in [(1, 2), (2, 1)] {
+        let label = format!("{} ({} → {} threads)", file.display(), threads.0, threads.1);
+        check_crashes(&case, &label, &crashes, threads, BATCH_ROWS);
+    }
+}
