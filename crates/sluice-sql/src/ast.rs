@@ -275,9 +275,9 @@ fn refusal(expr: &Expr) -> Option<SluiceError> {
     let refused = match expr {
         // ROW_NUMBER() OVER (…) is TopN's and aggregates OVER (…) the OVER aggregate's; the
         // stream planner checks their shapes.
-        Expr::Function(function) if function.over.is_some() && !OVER_FUNCTIONS.iter().any(|name| {
-            function.name.to_string().eq_ignore_ascii_case(name)
-        }) =>
+        Expr::Function(function)
+            if function.over.is_some()
+                && !OVER_FUNCTIONS.iter().any(|name| function.name.to_string().eq_ignore_ascii_case(name)) =>
         {
             return Some(
                 SluiceError::user(

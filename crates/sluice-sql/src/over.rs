@@ -82,7 +82,9 @@ fn frame(window: &datafusion_expr::WindowFrame) -> Result<OverFrame, SluiceError
             if rows > OVER_ROWS_MAX as u64 {
                 return Err(SluiceError::user(
                     "sql.over_rows",
-                    format!("ROWS BETWEEN {rows} PRECEDING keeps {rows} rows per partition; the limit is {OVER_ROWS_MAX}"),
+                    format!(
+                        "ROWS BETWEEN {rows} PRECEDING keeps {rows} rows per partition; the limit is {OVER_ROWS_MAX}"
+                    ),
                 )
                 .with_fix(format!("use at most {OVER_ROWS_MAX} PRECEDING, or a RANGE frame")));
             }
@@ -95,7 +97,9 @@ fn frame(window: &datafusion_expr::WindowFrame) -> Result<OverFrame, SluiceError
                 ScalarValue::IntervalMonthDayNano(Some(interval))
                     if interval.months == 0 && interval.nanoseconds % 1_000_000 == 0 =>
                 {
-                    i64::from(interval.days).checked_mul(86_400_000).and_then(|d| d.checked_add(interval.nanoseconds / 1_000_000))
+                    i64::from(interval.days)
+                        .checked_mul(86_400_000)
+                        .and_then(|d| d.checked_add(interval.nanoseconds / 1_000_000))
                 }
                 ScalarValue::IntervalDayTime(Some(interval)) => i64::from(interval.days)
                     .checked_mul(86_400_000)
@@ -105,7 +109,9 @@ fn frame(window: &datafusion_expr::WindowFrame) -> Result<OverFrame, SluiceError
             match millis {
                 Some(millis) if millis >= 0 => Ok(OverFrame::Range(Some(millis))),
                 _ => Err(unsupported(
-                    &format!("RANGE BETWEEN {value} PRECEDING (an interval of days, hours, minutes, seconds or milliseconds)"),
+                    &format!(
+                        "RANGE BETWEEN {value} PRECEDING (an interval of days, hours, minutes, seconds or milliseconds)"
+                    ),
                     FIX,
                 )),
             }
@@ -180,10 +186,7 @@ pub(crate) fn plan_over(planner: &StreamPlanner<'_>, window: &Window) -> Result<
     };
     let Some(time) = time.filter(|&index| state.tags[index] == Tag::EventTime) else {
         return Err(unsupported(
-            &format!(
-                "an OVER aggregate ORDER BY `{}`, which is not an event-time attribute",
-                display(&order.expr)
-            ),
+            &format!("an OVER aggregate ORDER BY `{}`, which is not an event-time attribute", display(&order.expr)),
             &format!("{FIX}; declare `event_time` on the source"),
         ));
     };

@@ -212,7 +212,10 @@ fn over_aggregates_compute_rows_and_range_frames_in_event_time_order() {
     // RANGE 1 s: [ts - 1 s, ts], rows of equal time are peers.
     let output = run_batches(&planner, "range", input()).output.expect("runs");
     assert_eq!(changes(&output), ["+1 1,1", "+1 2,3", "+1 -3,7", "+1 7,7", "+1 5,9"]);
-    assert!(operator_lines(&planner, "range").contains(&"over_aggregate: [SUM(a)] ORDER BY ts RANGE 1000 ms PRECEDING".to_string()));
+    assert!(
+        operator_lines(&planner, "range")
+            .contains(&"over_aggregate: [SUM(a)] ORDER BY ts RANGE 1000 ms PRECEDING".to_string())
+    );
     // No frame: RANGE UNBOUNDED PRECEDING; the partition and argument are expressions.
     let output = run_batches(&planner, "running", input()).output.expect("runs");
     assert_eq!(int_column(&output, 1), [Some(3), Some(6), Some(6), Some(6), Some(4)]);

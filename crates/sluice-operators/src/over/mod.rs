@@ -111,7 +111,10 @@ impl Kind {
     fn admits(self, value: &Value) -> bool {
         matches!(
             (self, value),
-            (_, Value::Null) | (Kind::Int, Value::Int(_)) | (Kind::Float, Value::Float(_)) | (Kind::Text, Value::Text(_))
+            (_, Value::Null)
+                | (Kind::Int, Value::Int(_))
+                | (Kind::Float, Value::Float(_))
+                | (Kind::Text, Value::Text(_))
         )
     }
 }
@@ -143,9 +146,27 @@ impl Accumulator {
                 let max = function == AggregateFunction::Max;
                 let replace = match (&self.best, value) {
                     (Value::Null, _) => true,
-                    (Value::Int(current), Value::Int(new)) => if max { new > current } else { new < current },
-                    (Value::Float(current), Value::Float(new)) => if max { new > current } else { new < current },
-                    (Value::Text(current), Value::Text(new)) => if max { new > current } else { new < current },
+                    (Value::Int(current), Value::Int(new)) => {
+                        if max {
+                            new > current
+                        } else {
+                            new < current
+                        }
+                    }
+                    (Value::Float(current), Value::Float(new)) => {
+                        if max {
+                            new > current
+                        } else {
+                            new < current
+                        }
+                    }
+                    (Value::Text(current), Value::Text(new)) => {
+                        if max {
+                            new > current
+                        } else {
+                            new < current
+                        }
+                    }
                     _ => false,
                 };
                 if replace {
@@ -194,6 +215,9 @@ struct Partition {
     running: Vec<Accumulator>,
 }
 
+/// A row the watermark released: its time and the whole row in the key encoding.
+type Ready = (TimestampMs, Box<[u8]>);
+
 /// See the module documentation.
 pub struct OverAggregate {
     spec: OverSpec,
@@ -231,7 +255,13 @@ impl Column {
     fn value(&self, row: usize) -> Value {
         match self {
             Column::None => Value::Null,
-            Column::Count(array) => if array.is_valid(row) { Value::Int(1) } else { Value::Null },
+            Column::Count(array) => {
+                if array.is_valid(row) {
+                    Value::Int(1)
+                } else {
+                    Value::Null
+                }
+            }
             Column::Int(values) if values.is_valid(row) => Value::Int(values.value(row)),
             Column::Float(values) if values.is_valid(row) => Value::Float(values.value(row)),
             Column::Text(values) if values.is_valid(row) => Value::Text(values.value(row).into()),
@@ -265,7 +295,10 @@ impl OverAggregate {
             kinds.push(match (aggregate.function, argument) {
                 (AggregateFunction::CountRows, _) | (_, None) => Kind::None,
                 (AggregateFunction::CountDistinct, _) => {
-                    return Err(SluiceError::internal("over.aggregate", "COUNT(DISTINCT) OVER is refused when planned"));
+                    return Err(SluiceError::internal(
+                        "over.aggregate",
+                        "COUNT(DISTINCT) OVER is refused when planned",
+                    ));
                 }
                 (AggregateFunction::Count, _) => Kind::Int,
                 (_, Some(t)) if is_float(t) => Kind::Float,
@@ -324,18 +357,10 @@ impl OverAggregate {
         if let Some(&id) = found {
             return id;
         }
-        let running = if self.spec.frame.unbounded() {
-            vec![Accumulator::EMPTY; self.spec.aggregates.len()]
-        } else {
-            Vec::new()
-        };
-        let partition = Partition {
-            key: key.into(),
-            hash,
-            pending: BTreeMap::new(),
-            history: VecDeque::new(),
-            running,
-        };
+        let running =
+            if self.spec.frame.unbounded() { vec![Accumulator::EMPTY; self.spec.aggregates.len()] } else { Vec::new() };
+        let partition =
+            Partition { key: key.into(), hash, pending: BTreeMap::new(), history: VecDeque::new(), running };
         let id = match self.free.pop() {
             Some(id) => {
                 self.partitions[id as usize] = Some(partition);
@@ -386,7 +411,7 @@ impl OverAggregate {
         ids.sort_unstable();
         ids.dedup();
         // Each partition's ready rows, in time then arrival order.
-        let mut ready: Vec<(u32, Vec<(TimestampMs, Box<[u8]>)>)> = Vec::new();
+        let mut ready: Vec<(u32, Vec<Ready>)> = Vec::new();
         for &id in &ids {
             let Some(partition) = self.partitions[id as usize].as_mut() else { continue };
             let rest = match watermark.and_then(|w| w.checked_add(1)) {
@@ -442,7 +467,12 @@ impl OverAggregate {
     }
 
     /// Output batches: the decoded rows' passthrough columns and the aggregates.
-    fn build(&self, decoded: Vec<ArrayRef>, results: Vec<Vec<Value>>, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+    fn build(
+        &self,
+        decoded: Vec<ArrayRef>,
+        results: Vec<Vec<Value>>,
+        out: &mut Vec<Message>,
+    ) -> Result<(), SluiceError> {
         let mut columns: Vec<ArrayRef> = decoded.into_iter().take(self.spec.passthrough).collect();
         for (values, kind) in results.into_iter().zip(&self.kinds) {
             let column: ArrayRef = match kind {

@@ -126,11 +126,15 @@ fn rows_wait_for_the_watermark_and_see_the_n_rows_before_them() {
 #[test]
 fn range_peers_see_each_other_and_rows_ties_go_by_arrival() {
     let late = Arc::new(AtomicU64::new(0));
-    let rows = [row("a", 1, Some(1), "x"), row("a", 2, Some(2), "y"), row("a", 2, Some(3), "z"), row("a", 4, Some(4), "w")];
+    let rows =
+        [row("a", 1, Some(1), "x"), row("a", 2, Some(2), "y"), row("a", 2, Some(3), "z"), row("a", 4, Some(4), "w")];
     let mut range = over(OverFrame::Range(Some(1)), false, &late);
     data(&mut range, &rows);
     // RANGE 1: [ts - 1, ts]; y and z are peers.
-    assert_eq!(watermark(&mut range, 9), ["x: 1,1,1,1,1,1", "y: 3,3,6,1,3,2", "z: 3,3,6,1,3,2", "w: 1,1,4,4,4,4", "wm 9"]);
+    assert_eq!(
+        watermark(&mut range, 9),
+        ["x: 1,1,1,1,1,1", "y: 3,3,6,1,3,2", "z: 3,3,6,1,3,2", "w: 1,1,4,4,4,4", "wm 9"]
+    );
     let mut unbounded = over(OverFrame::Range(None), false, &late);
     data(&mut unbounded, &rows);
     assert_eq!(watermark(&mut unbounded, 9)[1..3], ["y: 3,3,6,1,3,2", "z: 3,3,6,1,3,2"]);
@@ -409,21 +413,24 @@ fn snapshot_blobs_are_pinned_byte_for_byte() {
     let (vnode, bytes) = blob_of(&mut running);
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let accumulator = |count: &str, int: &str, best: &str| {
-        format!("{count}00000000000000{int}{}0000000000000000{best}", if int == "00" { "0".repeat(30) } else { "ff".repeat(15) })
+        format!(
+            "{count}00000000000000{int}{}0000000000000000{best}",
+            if int == "00" { "0".repeat(30) } else { "ff".repeat(15) }
+        )
     };
     let expected = [
-        "01000000".to_string(), // version 1
-        "01000000".to_string(), // 1 partition
-        "00000000".to_string(), // the empty key (no PARTITION BY)
-        "00000000".to_string(), // no pending rows
-        "00000000".to_string(), // no history
-        "01".to_string(),       // running accumulators:
-        accumulator("01", "00", "00"), // COUNT(*) 1
-        accumulator("01", "00", "00"), // COUNT(v) 1
-        accumulator("01", "fd", "00"), // SUM: -3 as i128
+        "01000000".to_string(),                        // version 1
+        "01000000".to_string(),                        // 1 partition
+        "00000000".to_string(),                        // the empty key (no PARTITION BY)
+        "00000000".to_string(),                        // no pending rows
+        "00000000".to_string(),                        // no history
+        "01".to_string(),                              // running accumulators:
+        accumulator("01", "00", "00"),                 // COUNT(*) 1
+        accumulator("01", "00", "00"),                 // COUNT(v) 1
+        accumulator("01", "fd", "00"),                 // SUM: -3 as i128
         accumulator("00", "00", "01fdffffffffffffff"), // MIN: -3
         accumulator("00", "00", "01fdffffffffffffff"), // MAX: -3
-        accumulator("01", "fd", "00"), // AVG
+        accumulator("01", "fd", "00"),                 // AVG
     ]
     .concat();
     assert_eq!(hex, expected);
