@@ -54,6 +54,7 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("topn_state", sluice_operators::topn::TOPN_STATE_VERSION),
         ("session_state", sluice_operators::aggregate::SESSION_STATE_VERSION),
         ("join_state", sluice_operators::join::JOIN_STATE_VERSION),
+        ("over_state", sluice_operators::over::OVER_STATE_VERSION),
     ]
     .into_iter()
     .map(|(name, version)| (name.to_string(), version))

@@ -10,6 +10,8 @@
 //! - [`join`]: the regular (non-windowed) join of two updating inputs: inner, left,
 //!   right and full, on equality keys with an optional residual condition.
 //! - [`union`]: `UNION ALL`: the rows of every input, under the union's schema.
+//! - [`over`]: OVER aggregates over event time (`ROWS`/`RANGE … PRECEDING AND CURRENT
+//!   ROW`), each row emitted once the watermark passes it.
 //! - [`topn`]: TopN and deduplication (`ROW_NUMBER() … <= N`) over an append-only input.
 //! - [`partition`]: key hash → vnode → thread routing for the exchange.
 //! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
@@ -23,6 +25,7 @@ mod blob;
 pub mod counter;
 pub mod expr;
 pub mod join;
+pub mod over;
 pub mod partition;
 pub mod row_errors;
 pub mod topn;

@@ -279,17 +279,30 @@ fn plan_group_aggregate(
 /// Maps a DataFusion aggregate call to ours, with the argument expression to project.
 fn aggregate_spec(call: &DfAggregate) -> Result<(AggregateFunction, Option<Expr>), SluiceError> {
     let params = &call.params;
-    let name = call.func.name().to_ascii_lowercase();
     if !params.order_by.is_empty() {
         return Err(unsupported("ORDER BY inside an aggregate", "remove the ORDER BY"));
     }
-    let argument = match params.args.as_slice() {
+    function_of(call.func.name(), &params.args, params.distinct)
+}
+
+/// The aggregate function `name` over `args` (DISTINCT or not), with the argument
+/// expression to project; shared with OVER aggregates.
+pub(crate) fn function_of(
+    name: &str,
+    args: &[Expr],
+    distinct: bool,
+) -> Result<(AggregateFunction, Option<Expr>), SluiceError> {
+    let name = name.to_ascii_lowercase();
+    let argument = match args {
         [] => None,
         [argument] => Some(argument.clone()),
         _ => return Err(unsupported(&format!("{name} with several arguments"), "use one argument")),
     };
-    let is_literal = matches!(&argument, Some(Expr::Literal(value, _)) if !value.is_null());
-    let function = match (name.as_str(), params.distinct) {
+    // `COUNT(*)` reaches OVER aggregates as a wildcard argument.
+    #[allow(deprecated)]
+    let is_literal = matches!(&argument, Some(Expr::Literal(value, _)) if !value.is_null())
+        || matches!(&argument, Some(Expr::Wildcard { .. }));
+    let function = match (name.as_str(), distinct) {
         ("count", false) if argument.is_none() || is_literal => return Ok((AggregateFunction::CountRows, None)),
         ("count", false) => AggregateFunction::Count,
         ("count", true) => AggregateFunction::CountDistinct,

@@ -11,7 +11,8 @@
 //!   measured: every expression's nesting depth must be at most [`EXPRESSION_DEPTH_MAX`]
 //!   (`sql.too_deep`).
 //! - **Constructs refused by name**: window functions (`… OVER (…)`) other than
-//!   `ROW_NUMBER()` (TopN's, whose shape the stream planner checks), subqueries in
+//!   `ROW_NUMBER()` (TopN's) and the aggregates COUNT, SUM, MIN, MAX, AVG (OVER
+//!   aggregates), whose shapes the stream planner checks; subqueries in
 //!   expressions (`IN (SELECT …)`, `EXISTS (…)`, scalar subqueries), and set
 //!   operations other than `UNION ALL` (`UNION`, `INTERSECT`, `EXCEPT`) (`sql.unsupported`).
 //! - **`UNION ALL`** of at most [`UNION_INPUTS_MAX`] inputs per view (`sql.too_many_unions`).
@@ -263,24 +264,36 @@ impl VisitorMut for Walk {
     }
 }
 
+/// The functions a query may call with `OVER (…)`: TopN's ROW_NUMBER and the
+/// aggregates of OVER aggregates.
+const OVER_FUNCTIONS: [&str; 7] = ["row_number", "count", "sum", "min", "max", "avg", "mean"];
+
 /// The error for an expression refused by name, if it is one.
 fn refusal(expr: &Expr) -> Option<SluiceError> {
     let subquery_fix = "join the other table instead (`FROM a JOIN b ON a.k = b.k`); for a fixed list of values \
                         write `x IN (1, 2, 3)`";
     let refused = match expr {
-        // ROW_NUMBER() OVER (…) is TopN's; the stream planner checks its shape.
+        // ROW_NUMBER() OVER (…) is TopN's and aggregates OVER (…) the OVER aggregate's; the
+        // stream planner checks their shapes.
         Expr::Function(function)
-            if function.over.is_some() && !function.name.to_string().eq_ignore_ascii_case("row_number") =>
+            if function.over.is_some()
+                && !OVER_FUNCTIONS.iter().any(|name| function.name.to_string().eq_ignore_ascii_case(name)) =>
         {
             return Some(
                 SluiceError::user(
                     "sql.unsupported",
-                    format!("{}(…) OVER (…): window functions (OVER) are not supported yet", function.name),
+                    format!(
+                        "{}(…) OVER (…): window functions other than COUNT, SUM, MIN, MAX, AVG and TopN's \
+                         ROW_NUMBER are not supported yet",
+                        function.name
+                    ),
                 )
                 .with_fix(
-                    "aggregate over a window table function instead: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), \
-                     INTERVAL '10' SECOND)) … GROUP BY window_start, window_end; for TopN, filter ROW_NUMBER() \
-                     OVER (PARTITION BY … ORDER BY …) by <= N in the enclosing query",
+                    "aggregate over a window: COUNT, SUM, MIN, MAX or AVG OVER (PARTITION BY … ORDER BY ts ROWS \
+                     BETWEEN 10 PRECEDING AND CURRENT ROW), or over a window table function: FROM \
+                     TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) … GROUP BY window_start, \
+                     window_end; for TopN, filter ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) by <= N in the \
+                     enclosing query",
                 ),
             );
         }

@@ -10,7 +10,8 @@
 //!    [`group_window`] rewrites the legacy group windows (`GROUP BY TUMBLE(ts, …)`) into
 //!    the same synthetic tables;
 //! 2. [`ast`] parses the query and checks it before DataFusion sees it: the nesting depth
-//!    of expressions, constructs refused by name (window functions, subqueries in
+//!    of expressions, constructs refused by name (window functions other than aggregates
+//!    and ROW_NUMBER, subqueries in
 //!    expressions, joins, set operations), and views read before they are defined
 //!    ([`views`]);
 //! 3. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
@@ -26,6 +27,7 @@ mod catalog;
 mod functions;
 mod group_window;
 mod join;
+mod over;
 mod schema;
 pub mod stack;
 mod stream;

@@ -6,7 +6,8 @@
 //! window's `window_start` and `window_end` becomes a key-hash exchange followed by the
 //! window aggregate; any other `Aggregate` becomes a key-hash exchange followed by the
 //! updating group aggregate; a filter `rn <= N` over `ROW_NUMBER() OVER (…) AS rn`
-//! becomes a key-hash exchange followed by TopN ([`crate::topn`]). Each column carries a [`Tag`] so the planner knows which
+//! becomes a key-hash exchange followed by TopN ([`crate::topn`]); a `Window` of aggregates
+//! (`AGG(x) OVER (…)`) a key-hash exchange followed by the OVER aggregate ([`crate::over`]). Each column carries a [`Tag`] so the planner knows which
 //! columns are the event time and the window bounds wherever they are renamed or
 //! re-qualified.
 //!
@@ -14,7 +15,8 @@
 //! filters keep the mode (a projection keeps the upsert key only if it keeps every key
 //! column as it is); a window aggregate needs an append-only input and stays
 //! append-only; a group aggregate is updating, its `GROUP BY` columns the upsert key;
-//! TopN needs an append-only input and is updating.
+//! TopN needs an append-only input and is updating; an OVER aggregate needs an
+//! append-only input, is append-only and keeps the input's event time.
 //! Window table functions and window aggregates over an updating stream are refused (a
 //! window emitted once cannot take back what it emitted).
 //!
@@ -202,6 +204,9 @@ impl StreamPlanner<'_> {
             LogicalPlan::Aggregate(aggregate) => crate::aggregate::plan_aggregate(self, aggregate),
             LogicalPlan::Join(join) => crate::join::plan_join(self, join, None),
             LogicalPlan::Union(union) => crate::union::plan_union(self, union),
+            LogicalPlan::Window(window) if crate::over::is_over_aggregate(window) => {
+                crate::over::plan_over(self, window)
+            }
             other => Err(refuse(other)),
         }
     }

@@ -131,6 +131,9 @@ pub(crate) fn plan_topn(
 ) -> Result<Option<StreamState>, SluiceError> {
     let Some(shape) = shape(filter) else { return Ok(None) };
     let window = shape.window;
+    if crate::over::is_over_aggregate(window) {
+        return Ok(None);
+    }
     let input_width = window.input.schema().fields().len();
     let refuse = |what: &str| {
         unsupported(

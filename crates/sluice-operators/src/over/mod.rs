@@ -1,0 +1,637 @@
+//! OVER aggregates over event time: `AGG(x) OVER (PARTITION BY k ORDER BY ts ROWS|RANGE
+//! BETWEEN … PRECEDING AND CURRENT ROW)`, as Flink's event-time over aggregate computes
+//! them.
+//!
+//! Every input row is emitted exactly once, with one value per aggregate appended, when
+//! the watermark reaches its event time: until then it waits in its partition's pending
+//! rows (ordered by time, then arrival). When the watermark `w` arrives, each partition
+//! with pending rows at or below `w` takes them in that order and computes each row's
+//! frame:
+//! - `ROWS n PRECEDING`: the row and the `n` rows before it in the partition (ties in time
+//!   in arrival order); `ROWS UNBOUNDED PRECEDING`: every row up to it.
+//! - `RANGE d PRECEDING`: the rows whose time is in `[ts - d, ts]`, rows of equal time
+//!   being peers: each sees all of them, itself included; `RANGE UNBOUNDED PRECEDING`:
+//!   every row whose time is at most `ts`.
+//!
+//! A row whose time is at or below the watermark when it arrives (or NULL) is late:
+//! counted and dropped. End of input emits every pending row, in the same order.
+//!
+//! Output rows are emitted before the watermark that released them is forwarded, and
+//! each has a time above the previous watermark forwarded (rows at or below it were
+//! emitted then, or were late on arrival): the output keeps the input's event time.
+//!
+//! State per partition (keyed by the PARTITION BY columns in the project's key
+//! encoding, [`sluice_types::key`], and placed by its hash as the exchange places rows):
+//! the pending rows (whole rows in the key encoding), and what later frames still need:
+//! for `ROWS n` the argument values of the last `n` rows, for `RANGE d` those of the rows
+//! within `d` of the newest time any future row can have (freed as the watermark moves,
+//! through an expiry entry per partition), for `UNBOUNDED` one running accumulator per
+//! aggregate (no retractions, so MIN/MAX keep a single value). A bounded frame's
+//! aggregates are recomputed over the frame for each row (each group of peers), exactly,
+//! so a restored run computes the same values as one that was never interrupted.
+//! Snapshots and their encoding: `state`.
+
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, StringArray};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use hashbrown::HashTable;
+use sluice_runtime::{Operator, SnapshotJob};
+use sluice_types::key::{KeyEncoder, KeyRows};
+use sluice_types::{Batch, Message, SluiceError, TimestampMs};
+
+use crate::aggregate::{AggregateFunction, AggregateSpec, is_float, is_text};
+
+pub use state::OVER_STATE_VERSION;
+
+/// The largest `n` of `ROWS n PRECEDING`; larger frames are refused when planned.
+pub const OVER_ROWS_MAX: usize = 100_000;
+
+/// The frame of every aggregate of one OVER window (`… AND CURRENT ROW`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverFrame {
+    /// `ROWS BETWEEN n PRECEDING` (None: `UNBOUNDED PRECEDING`).
+    Rows(Option<usize>),
+    /// `RANGE BETWEEN d PRECEDING`, `d` in milliseconds (None: `UNBOUNDED PRECEDING`).
+    Range(Option<i64>),
+}
+
+impl OverFrame {
+    fn unbounded(self) -> bool {
+        matches!(self, OverFrame::Rows(None) | OverFrame::Range(None))
+    }
+}
+
+/// Everything the operator needs, built by the planner.
+#[derive(Debug, Clone)]
+pub struct OverSpec {
+    /// The input column of the event time (a TIMESTAMP).
+    pub time: usize,
+    /// Input columns of `PARTITION BY` (none: one partition).
+    pub partition: Vec<usize>,
+    /// The first `passthrough` input columns are the output's first columns.
+    pub passthrough: usize,
+    /// COUNT(*), COUNT, SUM, MIN, MAX or AVG, without FILTER.
+    pub aggregates: Vec<AggregateSpec>,
+    pub frame: OverFrame,
+    /// The passthrough columns, then one column per aggregate.
+    pub output: SchemaRef,
+    /// Most rows per output batch.
+    pub batch_size: usize,
+}
+
+/// An argument value, as aggregated.
+#[derive(Debug, Clone, PartialEq)]
+enum Value {
+    Null,
+    Int(i64),
+    Float(f64),
+    Text(Box<str>),
+}
+
+/// How an aggregate's argument is read (and what its values may be).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// COUNT(*): no value.
+    None,
+    Int,
+    Float,
+    Text,
+}
+
+impl Kind {
+    fn admits(self, value: &Value) -> bool {
+        matches!(
+            (self, value),
+            (_, Value::Null)
+                | (Kind::Int, Value::Int(_))
+                | (Kind::Float, Value::Float(_))
+                | (Kind::Text, Value::Text(_))
+        )
+    }
+}
+
+/// One aggregate's accumulator; the fields a function does not use stay at their start.
+#[derive(Debug, Clone, PartialEq)]
+struct Accumulator {
+    /// Rows (COUNT(*)), non-null values (COUNT, SUM, AVG).
+    count: i64,
+    /// The sum of integer values (SUM and AVG of integers; SUM wraps as a BIGINT).
+    int: i128,
+    /// The sum of float values.
+    float: f64,
+    /// MIN or MAX so far.
+    best: Value,
+}
+
+impl Accumulator {
+    const EMPTY: Accumulator = Accumulator { count: 0, int: 0, float: 0.0, best: Value::Null };
+
+    fn update(&mut self, function: AggregateFunction, value: &Value) {
+        match (function, value) {
+            (AggregateFunction::CountRows, _) => self.count = self.count.saturating_add(1),
+            (_, Value::Null) => {}
+            (AggregateFunction::Count | AggregateFunction::CountDistinct, _) => {
+                self.count = self.count.saturating_add(1);
+            }
+            (AggregateFunction::Min | AggregateFunction::Max, value) => {
+                let max = function == AggregateFunction::Max;
+                let replace = match (&self.best, value) {
+                    (Value::Null, _) => true,
+                    (Value::Int(current), Value::Int(new)) => {
+                        if max {
+                            new > current
+                        } else {
+                            new < current
+                        }
+                    }
+                    (Value::Float(current), Value::Float(new)) => {
+                        if max {
+                            new > current
+                        } else {
+                            new < current
+                        }
+                    }
+                    (Value::Text(current), Value::Text(new)) => {
+                        if max {
+                            new > current
+                        } else {
+                            new < current
+                        }
+                    }
+                    _ => false,
+                };
+                if replace {
+                    self.best = value.clone();
+                }
+            }
+            (_, value) => {
+                self.count = self.count.saturating_add(1);
+                match value {
+                    Value::Int(v) => self.int = self.int.wrapping_add(i128::from(*v)),
+                    Value::Float(v) => self.float += v,
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn finish(&self, function: AggregateFunction, kind: Kind) -> Value {
+        match function {
+            AggregateFunction::CountRows | AggregateFunction::Count | AggregateFunction::CountDistinct => {
+                Value::Int(self.count)
+            }
+            AggregateFunction::Min | AggregateFunction::Max => self.best.clone(),
+            _ if self.count <= 0 => Value::Null,
+            AggregateFunction::Sum if kind == Kind::Float => Value::Float(self.float),
+            // SUM of integers wraps as a BIGINT does.
+            AggregateFunction::Sum => Value::Int(self.int as i64),
+            AggregateFunction::Avg if kind == Kind::Float => Value::Float(self.float / self.count as f64),
+            // AVG of integers is an integer, truncated toward zero (Flink's).
+            AggregateFunction::Avg => Value::Int((self.int / i128::from(self.count)) as i64),
+        }
+    }
+}
+
+/// One partition's rows and frame state.
+#[derive(Debug, Clone)]
+struct Partition {
+    key: Box<[u8]>,
+    hash: u64,
+    /// Rows not emitted yet, by (time, arrival): whole rows in the key encoding.
+    pending: BTreeMap<(TimestampMs, u64), Box<[u8]>>,
+    /// Bounded frames: emitted rows a later frame may still hold, oldest first, as
+    /// (time, one argument value per aggregate).
+    history: VecDeque<(TimestampMs, Vec<Value>)>,
+    /// Unbounded frames: one running accumulator per aggregate (empty otherwise).
+    running: Vec<Accumulator>,
+}
+
+/// A row the watermark released: its time and the whole row in the key encoding.
+type Ready = (TimestampMs, Box<[u8]>);
+
+/// See the module documentation.
+pub struct OverAggregate {
+    spec: OverSpec,
+    kinds: Vec<Kind>,
+    partition_encoder: KeyEncoder,
+    row_encoder: KeyEncoder,
+    /// Partitions by id; a freed id is reused.
+    partitions: Vec<Option<Partition>>,
+    free: Vec<u32>,
+    index: HashTable<u32>,
+    /// (time, partition) for each pending row's time, and for a RANGE frame's oldest
+    /// history row the time past which it expires: the partitions a watermark concerns.
+    due: BTreeSet<(TimestampMs, u32)>,
+    next_arrival: u64,
+    watermark: TimestampMs,
+    late_rows: Arc<AtomicU64>,
+    vnodes: u32,
+}
+
+/// The index's hash of a placement hash (see the window aggregate's).
+fn table_hash(placement: u64) -> u64 {
+    (placement ^ (placement >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Values of one argument column of a batch, cast once.
+enum Column {
+    None,
+    Count(ArrayRef),
+    Int(Int64Array),
+    Float(arrow::array::Float64Array),
+    Text(StringArray),
+}
+
+impl Column {
+    fn value(&self, row: usize) -> Value {
+        match self {
+            Column::None => Value::Null,
+            Column::Count(array) => {
+                if array.is_valid(row) {
+                    Value::Int(1)
+                } else {
+                    Value::Null
+                }
+            }
+            Column::Int(values) if values.is_valid(row) => Value::Int(values.value(row)),
+            Column::Float(values) if values.is_valid(row) => Value::Float(values.value(row)),
+            Column::Text(values) if values.is_valid(row) => Value::Text(values.value(row).into()),
+            _ => Value::Null,
+        }
+    }
+}
+
+/// The event times of `column` in milliseconds.
+fn times(column: &ArrayRef) -> Result<Int64Array, SluiceError> {
+    let millis = cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+    Ok(cast(&millis, &DataType::Int64)?.as_primitive::<Int64Type>().clone())
+}
+
+impl OverAggregate {
+    /// `input` is the schema of the rows the operator receives; `vnodes` the pipeline's.
+    pub fn new(
+        spec: OverSpec,
+        input: &SchemaRef,
+        late_rows: Arc<AtomicU64>,
+        vnodes: u32,
+    ) -> Result<OverAggregate, SluiceError> {
+        if let OverFrame::Rows(Some(n)) = spec.frame {
+            assert!(n <= OVER_ROWS_MAX, "the planner bounds ROWS n PRECEDING");
+        }
+        assert!(spec.passthrough <= input.fields().len(), "passthrough columns are input columns");
+        let mut kinds = Vec::with_capacity(spec.aggregates.len());
+        for aggregate in &spec.aggregates {
+            assert!(aggregate.filter.is_none(), "the planner refuses FILTER in OVER aggregates");
+            let argument = aggregate.argument.map(|c| input.field(c).data_type());
+            kinds.push(match (aggregate.function, argument) {
+                (AggregateFunction::CountRows, _) | (_, None) => Kind::None,
+                (AggregateFunction::CountDistinct, _) => {
+                    return Err(SluiceError::internal(
+                        "over.aggregate",
+                        "COUNT(DISTINCT) OVER is refused when planned",
+                    ));
+                }
+                (AggregateFunction::Count, _) => Kind::Int,
+                (_, Some(t)) if is_float(t) => Kind::Float,
+                (AggregateFunction::Min | AggregateFunction::Max, Some(t)) if is_text(t) => Kind::Text,
+                _ => Kind::Int,
+            });
+        }
+        let types = |columns: &mut dyn Iterator<Item = usize>| -> Vec<DataType> {
+            columns.map(|c| input.field(c).data_type().clone()).collect()
+        };
+        let partition_encoder = KeyEncoder::new(types(&mut spec.partition.iter().copied()))?;
+        let row_encoder = KeyEncoder::new(types(&mut (0..input.fields().len())))?;
+        Ok(OverAggregate {
+            spec,
+            kinds,
+            partition_encoder,
+            row_encoder,
+            partitions: Vec::new(),
+            free: Vec::new(),
+            index: HashTable::new(),
+            due: BTreeSet::new(),
+            next_arrival: 0,
+            watermark: i64::MIN,
+            late_rows,
+            vnodes,
+        })
+    }
+
+    /// Each aggregate's argument column of `columns` (the input's), read as aggregated.
+    fn argument_columns(&self, columns: &[ArrayRef]) -> Result<Vec<Column>, SluiceError> {
+        let mut read = Vec::with_capacity(self.spec.aggregates.len());
+        for (aggregate, kind) in self.spec.aggregates.iter().zip(&self.kinds) {
+            let Some(column) = aggregate.argument else {
+                read.push(Column::None);
+                continue;
+            };
+            let array = &columns[column];
+            read.push(match (aggregate.function, kind) {
+                (AggregateFunction::CountRows, _) | (_, Kind::None) => Column::None,
+                (AggregateFunction::Count, _) => Column::Count(Arc::clone(array)),
+                (_, Kind::Float) => {
+                    Column::Float(cast(array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
+                }
+                (_, Kind::Text) => Column::Text(cast(array, &DataType::Utf8)?.as_string::<i32>().clone()),
+                (_, Kind::Int) => Column::Int(cast(array, &DataType::Int64)?.as_primitive::<Int64Type>().clone()),
+            });
+        }
+        Ok(read)
+    }
+
+    /// The id of the partition of `key` (placement hash `hash`), added empty if new.
+    fn partition_of(&mut self, key: &[u8], hash: u64) -> u32 {
+        let table = table_hash(hash);
+        let partitions = &self.partitions;
+        let found = self.index.find(table, |&id| partitions[id as usize].as_ref().is_some_and(|p| &*p.key == key));
+        if let Some(&id) = found {
+            return id;
+        }
+        let running =
+            if self.spec.frame.unbounded() { vec![Accumulator::EMPTY; self.spec.aggregates.len()] } else { Vec::new() };
+        let partition =
+            Partition { key: key.into(), hash, pending: BTreeMap::new(), history: VecDeque::new(), running };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.partitions[id as usize] = Some(partition);
+                id
+            }
+            None => {
+                assert!(self.partitions.len() < u32::MAX as usize, "fewer than 2^32 partitions per thread");
+                self.partitions.push(Some(partition));
+                (self.partitions.len() - 1) as u32
+            }
+        };
+        let partitions = &self.partitions;
+        self.index.insert_unique(table, id, |&p| {
+            table_hash(partitions[p as usize].as_ref().expect("indexed partitions exist").hash)
+        });
+        id
+    }
+
+    /// Frees partition `id`: it holds nothing a later row needs.
+    fn remove(&mut self, id: u32) {
+        let Some(partition) = self.partitions[id as usize].take() else { return };
+        let table = table_hash(partition.hash);
+        if let Ok(entry) = self.index.find_entry(table, |&p| p == id) {
+            entry.remove();
+        }
+        self.free.push(id);
+    }
+
+    /// Emits every pending row at or below `watermark` (all of them for None), and frees
+    /// RANGE history the watermark expired.
+    fn emit_until(&mut self, watermark: Option<TimestampMs>, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let mut ids: Vec<u32> = Vec::new();
+        match watermark {
+            None => ids.extend(self.due.iter().map(|(_, id)| *id)),
+            Some(watermark) => {
+                while let Some(&(time, id)) = self.due.first() {
+                    if time > watermark {
+                        break;
+                    }
+                    self.due.pop_first();
+                    ids.push(id);
+                }
+            }
+        }
+        if watermark.is_none() {
+            self.due.clear();
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        // Each partition's ready rows, in time then arrival order.
+        let mut ready: Vec<(u32, Vec<Ready>)> = Vec::new();
+        for &id in &ids {
+            let Some(partition) = self.partitions[id as usize].as_mut() else { continue };
+            let rest = match watermark.and_then(|w| w.checked_add(1)) {
+                Some(next) => partition.pending.split_off(&(next, 0)),
+                None => BTreeMap::new(),
+            };
+            let taken = std::mem::replace(&mut partition.pending, rest);
+            ready.push((id, taken.into_iter().map(|((time, _), row)| (time, row)).collect()));
+        }
+        let count: usize = ready.iter().map(|(_, rows)| rows.len()).sum();
+        let mut results: Vec<Vec<Value>> = vec![Vec::with_capacity(count); self.spec.aggregates.len()];
+        let mut columns = Vec::new();
+        if count > 0 {
+            columns = self.row_encoder.decode(ready.iter().flat_map(|(_, rows)| rows.iter().map(|(_, row)| &**row)))?;
+            let arguments = self.argument_columns(&columns)?;
+            let mut offset = 0;
+            for (id, rows) in &ready {
+                let values: Vec<Vec<Value>> = (offset..offset + rows.len())
+                    .map(|row| arguments.iter().map(|column| column.value(row)).collect())
+                    .collect();
+                let times: Vec<TimestampMs> = rows.iter().map(|(time, _)| *time).collect();
+                let partition = self.partitions[*id as usize].as_mut().expect("ready partitions exist");
+                compute(&self.spec, &self.kinds, partition, &times, values, &mut results);
+                offset += rows.len();
+            }
+        }
+        // Free what no later row needs; a RANGE partition's oldest row expires later.
+        for &id in &ids {
+            let Some(partition) = self.partitions[id as usize].as_mut() else { continue };
+            if let (OverFrame::Range(Some(preceding)), Some(watermark)) = (self.spec.frame, watermark) {
+                // Rows still to come have times above the watermark.
+                let oldest_needed = watermark.saturating_add(1).saturating_sub(preceding);
+                while partition.history.front().is_some_and(|(time, _)| *time < oldest_needed) {
+                    partition.history.pop_front();
+                }
+            }
+            if watermark.is_none() {
+                partition.history.clear();
+            }
+            if let (OverFrame::Range(Some(preceding)), Some((oldest, _))) = (self.spec.frame, partition.history.front())
+            {
+                self.due.insert((oldest.saturating_add(preceding), id));
+            }
+            let idle = partition.pending.is_empty() && partition.history.is_empty();
+            if idle && !self.spec.frame.unbounded() {
+                self.remove(id);
+            }
+        }
+        if count > 0 {
+            self.build(columns, results, out)?;
+        }
+        Ok(())
+    }
+
+    /// Output batches: the decoded rows' passthrough columns and the aggregates.
+    fn build(
+        &self,
+        decoded: Vec<ArrayRef>,
+        results: Vec<Vec<Value>>,
+        out: &mut Vec<Message>,
+    ) -> Result<(), SluiceError> {
+        let mut columns: Vec<ArrayRef> = decoded.into_iter().take(self.spec.passthrough).collect();
+        for (values, kind) in results.into_iter().zip(&self.kinds) {
+            let column: ArrayRef = match kind {
+                Kind::Text => Arc::new(StringArray::from_iter(values.iter().map(|v| match v {
+                    Value::Text(text) => Some(&**text),
+                    _ => None,
+                }))),
+                Kind::Float => Arc::new(Float64Array::from_iter(values.iter().map(|v| match v {
+                    Value::Float(value) => Some(*value),
+                    _ => None,
+                }))),
+                _ => Arc::new(Int64Array::from_iter(values.iter().map(|v| match v {
+                    Value::Int(value) => Some(*value),
+                    _ => None,
+                }))),
+            };
+            columns.push(column);
+        }
+        for (column, field) in columns.iter_mut().zip(self.spec.output.fields()) {
+            if column.data_type() != field.data_type() {
+                *column = cast(column, field.data_type())?;
+            }
+        }
+        let rows = RecordBatch::try_new(Arc::clone(&self.spec.output), columns)?;
+        let count = rows.num_rows();
+        let mut offset = 0;
+        while offset < count {
+            let length = self.spec.batch_size.max(1).min(count - offset);
+            out.push(Message::Data(Batch::inserts(rows.slice(offset, length))));
+            offset += length;
+        }
+        Ok(())
+    }
+}
+
+/// The aggregates of one partition's ready rows (`times` ascending, ties in arrival
+/// order; `values` one argument value per aggregate per row), appended to `results`
+/// (one list per aggregate); updates the partition's history or running accumulators.
+fn compute(
+    spec: &OverSpec,
+    kinds: &[Kind],
+    partition: &mut Partition,
+    times: &[TimestampMs],
+    values: Vec<Vec<Value>>,
+    results: &mut [Vec<Value>],
+) {
+    let functions: Vec<AggregateFunction> = spec.aggregates.iter().map(|a| a.function).collect();
+    let finish = |accumulators: &[Accumulator], results: &mut [Vec<Value>], copies: usize| {
+        for ((accumulator, (function, kind)), result) in
+            accumulators.iter().zip(functions.iter().zip(kinds)).zip(results.iter_mut())
+        {
+            let value = accumulator.finish(*function, *kind);
+            result.extend(std::iter::repeat_n(value, copies));
+        }
+    };
+    let fold = |history: &VecDeque<(TimestampMs, Vec<Value>)>| -> Vec<Accumulator> {
+        let mut accumulators = vec![Accumulator::EMPTY; functions.len()];
+        for (_, row) in history {
+            for ((accumulator, function), value) in accumulators.iter_mut().zip(&functions).zip(row) {
+                accumulator.update(*function, value);
+            }
+        }
+        accumulators
+    };
+    // Rows of equal time: one group for RANGE (peers), one row each for ROWS.
+    let peers = matches!(spec.frame, OverFrame::Range(_));
+    let mut rows = values.into_iter().zip(times.iter().copied()).peekable();
+    while let Some((first, time)) = rows.next() {
+        let mut group = vec![first];
+        while peers && rows.peek().is_some_and(|(_, next)| *next == time) {
+            group.push(rows.next().expect("peeked").0);
+        }
+        let copies = group.len();
+        match spec.frame {
+            OverFrame::Rows(None) | OverFrame::Range(None) => {
+                for row in &group {
+                    for ((accumulator, function), value) in partition.running.iter_mut().zip(&functions).zip(row) {
+                        accumulator.update(*function, value);
+                    }
+                }
+                finish(&partition.running, results, copies);
+            }
+            OverFrame::Rows(Some(preceding)) => {
+                partition.history.extend(group.into_iter().map(|row| (time, row)));
+                finish(&fold(&partition.history), results, copies);
+                while partition.history.len() > preceding {
+                    partition.history.pop_front();
+                }
+            }
+            OverFrame::Range(Some(preceding)) => {
+                partition.history.extend(group.into_iter().map(|row| (time, row)));
+                let oldest = time.saturating_sub(preceding);
+                while partition.history.front().is_some_and(|(t, _)| *t < oldest) {
+                    partition.history.pop_front();
+                }
+                finish(&fold(&partition.history), results, copies);
+            }
+        }
+    }
+}
+
+impl Operator for OverAggregate {
+    fn name(&self) -> &str {
+        "over_aggregate"
+    }
+
+    fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(batch.is_append_only(), "the planner refuses OVER aggregates over an updating stream");
+        let rows = &batch.rows;
+        let times = times(rows.column(self.spec.time))?;
+        let partition_columns: Vec<ArrayRef> =
+            self.spec.partition.iter().map(|&c| Arc::clone(rows.column(c))).collect();
+        let mut keys = KeyRows::default();
+        self.partition_encoder.encode(&partition_columns, &mut keys)?;
+        let mut encoded = KeyRows::default();
+        self.row_encoder.encode(rows.columns(), &mut encoded)?;
+        let mut late = 0u64;
+        for row in 0..rows.num_rows() {
+            if !times.is_valid(row) || times.value(row) <= self.watermark {
+                late += 1;
+                continue;
+            }
+            let time = times.value(row);
+            // Without PARTITION BY all rows share the empty key (hash 0, vnode 0).
+            let (key, hash): (&[u8], u64) =
+                if self.spec.partition.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
+            let id = self.partition_of(key, hash);
+            let arrival = self.next_arrival;
+            self.next_arrival = self.next_arrival.saturating_add(1);
+            let partition = self.partitions[id as usize].as_mut().expect("just found");
+            partition.pending.insert((time, arrival), encoded.row(row).into());
+            self.due.insert((time, id));
+        }
+        if late > 0 {
+            self.late_rows.fetch_add(late, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        if watermark > self.watermark {
+            self.watermark = watermark;
+            self.emit_until(Some(watermark), out)?;
+        }
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
+    fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.emit_until(None, out)?;
+        out.push(Message::EndOfData);
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        Ok(state::snapshot(self))
+    }
+
+    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        state::restore(self, blobs)
+    }
+}
