@@ -45,6 +45,7 @@ use sluice_runtime::{Flow, SinkFactory, SinkParallelism, TableDef};
 use sluice_types::{Changelog, SluiceError};
 
 pub use ast::EXPRESSION_DEPTH_MAX;
+pub use functions::flink_functions;
 pub use schema::parse_schema;
 pub use views::ViewDeclaration;
 
