@@ -418,9 +418,10 @@ struct MaterializeWriter {
 
 impl SinkWriter for MaterializeWriter {
     fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
-        let rows = self.converter.convert_columns(batch.rows.columns()).map_err(|e| {
-            SluiceError::internal("materialize.encode", format!("table `{}`: {e}", self.table.name))
-        })?;
+        let rows = self
+            .converter
+            .convert_columns(batch.rows.columns())
+            .map_err(|e| SluiceError::internal("materialize.encode", format!("table `{}`: {e}", self.table.name)))?;
         for index in 0..batch.num_rows() {
             let row = rows.row(index);
             let weight = batch.weight(index);
@@ -474,12 +475,14 @@ pub(crate) fn add_flows(
     }
     let mut streams = Vec::new();
     for (name, at) in &marked {
-        let stream = planner.plan_stream(name, &format!("materialized:{name}")).map_err(|e| pipeline.problem(*at, e))?;
+        let stream =
+            planner.plan_stream(name, &format!("materialized:{name}")).map_err(|e| pipeline.problem(*at, e))?;
         // Checked now rather than at the first row.
         converter(&stream.schema).map_err(|e| pipeline.problem(*at, e.context(format!("table `{name}`"))))?;
         streams.push((name.clone(), stream));
     }
-    let specs = streams.iter().map(|(name, s)| TableSpec { name: name.clone(), schema: Arc::clone(&s.schema) }).collect();
+    let specs =
+        streams.iter().map(|(name, s)| TableSpec { name: name.clone(), schema: Arc::clone(&s.schema) }).collect();
     let others = planner.table_names().into_iter().filter(|n| !marked.iter().any(|(m, _)| m == n)).map(String::from);
     let registry = Materialized::new(specs, others.collect(), threads);
     for (name, stream) in streams {

@@ -61,8 +61,11 @@ impl QueryLimits {
             None => MAX_ROWS_DEFAULT,
             Some(rows) if rows >= 1 && rows <= MAX_ROWS_LIMIT as u64 => rows as usize,
             Some(rows) => {
-                return Err(SluiceError::user("query.limits", format!("max_rows = {rows} is not in 1..={MAX_ROWS_LIMIT}"))
-                    .with_fix(format!("ask for at most {MAX_ROWS_LIMIT} rows; aggregate or filter in SQL for fewer")));
+                return Err(SluiceError::user(
+                    "query.limits",
+                    format!("max_rows = {rows} is not in 1..={MAX_ROWS_LIMIT}"),
+                )
+                .with_fix(format!("ask for at most {MAX_ROWS_LIMIT} rows; aggregate or filter in SQL for fewer")));
             }
         };
         let timeout = match timeout_ms {
@@ -105,8 +108,8 @@ impl QueryFormat {
 /// A query's rows, all read at one checkpoint.
 #[derive(Debug)]
 pub struct QueryAnswer {
-    /// The checkpoint every table was read at.
-    pub epoch: u64,
+    /// The checkpoint every table was read at (None when the query reads no table).
+    pub epoch: Option<u64>,
     pub schema: SchemaRef,
     pub batches: Vec<RecordBatch>,
 }
@@ -156,7 +159,8 @@ fn unencodable(error: SluiceError) -> SluiceError {
 /// A query checked and holding its lease, ready to run.
 pub struct PreparedQuery {
     registry: Arc<Materialized>,
-    lease: Arc<Lease>,
+    /// None for a query that reads no table.
+    lease: Option<Arc<Lease>>,
     statement: Statement,
     tables: Vec<Arc<Table>>,
     limits: QueryLimits,
@@ -184,8 +188,8 @@ pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> 
         .with_fix("run with --from-scratch (or a new checkpoint store) to query materialized tables"));
     }
     let context = session()?;
-    let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
-        .map_err(|e| bad_sql(registry, e.to_string()))?;
+    let mut statements =
+        DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| bad_sql(registry, e.to_string()))?;
     if statements.len() != 1 {
         return Err(bad_sql(registry, format!("{} statements; one query is expected", statements.len())));
     }
@@ -200,9 +204,8 @@ pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> 
     let mut tables: Vec<Arc<Table>> = Vec::new();
     for reference in references {
         let name = reference.table();
-        let known = (reference.schema().is_none() && reference.catalog().is_none())
-            .then(|| registry.table(name))
-            .flatten();
+        let known =
+            (reference.schema().is_none() && reference.catalog().is_none()).then(|| registry.table(name)).flatten();
         match known {
             Some(table) if !tables.iter().any(|t| t.name == table.name) => tables.push(Arc::clone(table)),
             Some(_) => {}
@@ -226,33 +229,43 @@ pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> 
         }
     }
     let wait = deadline.saturating_duration_since(Instant::now());
-    let lease = registry.lease(wait, limits.timeout).ok_or_else(|| {
-        SluiceError::external(
+    // A query that reads no table (`SELECT 1`) needs no epoch.
+    let wait = if tables.is_empty() { Duration::ZERO } else { wait };
+    let lease = registry.lease(wait, limits.timeout);
+    let lease =
+        match lease {
+            None if tables.is_empty() => None,
+            lease => {
+                Some(lease.ok_or_else(|| {
+                    SluiceError::external(
             "query.no_checkpoint",
             format!("no checkpoint was committed within {} ms: materialized tables are read at one", wait.as_millis()),
         )
         .with_fix("wait for the job's first checkpoint (GET /status: last_committed_epoch), or give a longer timeout")
-    })?;
+                })?)
+            }
+        };
     Ok(PreparedQuery { registry: Arc::clone(registry), lease, statement, tables, limits, deadline, context })
 }
 
 impl PreparedQuery {
-    /// The checkpoint the query reads.
-    pub fn epoch(&self) -> u64 {
-        self.lease.epoch
+    /// The checkpoint the query reads (None when it reads no table).
+    pub fn epoch(&self) -> Option<u64> {
+        self.lease.as_ref().map(|lease| lease.epoch)
     }
 
     /// Its lease, to release it from elsewhere (a client that went away).
-    pub fn lease(&self) -> Arc<Lease> {
-        Arc::clone(&self.lease)
+    pub fn lease(&self) -> Option<Arc<Lease>> {
+        self.lease.clone()
     }
 
     /// Reads the tables at the lease's epoch and runs the query.
     pub fn run(self) -> Result<QueryAnswer, SluiceError> {
         sluice_types::failpoint!("query.leased");
-        let epoch = self.lease.epoch;
-        for table in &self.tables {
-            let batches = self.registry.read(table, &self.lease, 8192)?;
+        let epoch = self.epoch();
+        for (table, lease) in self.tables.iter().zip(std::iter::repeat(&self.lease)) {
+            let Some(lease) = lease else { break };
+            let batches = self.registry.read(table, lease, 8192)?;
             let memory = MemTable::try_new(Arc::clone(&table.schema), vec![batches])
                 .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
             self.context
@@ -260,7 +273,9 @@ impl PreparedQuery {
                 .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
         }
         // Every table is copied: the epoch is no longer needed.
-        self.lease.release();
+        if let Some(lease) = &self.lease {
+            lease.release();
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -317,8 +332,7 @@ fn session() -> Result<SessionContext, SluiceError> {
 /// What tables a query may name, for messages.
 fn listing(registry: &Materialized) -> String {
     let materialized = registry.names();
-    let materialized =
-        if materialized.is_empty() { "none".to_string() } else { materialized.join(", ") };
+    let materialized = if materialized.is_empty() { "none".to_string() } else { materialized.join(", ") };
     let others = registry.others();
     if others.is_empty() {
         format!("the materialized tables are: {materialized}")

@@ -17,6 +17,7 @@ mod openapi;
 mod oracle;
 mod page;
 mod postgres;
+mod query;
 mod signals;
 mod status;
 mod updating;
