@@ -342,7 +342,8 @@ fn listing(registry: &Materialized) -> String {
 }
 
 fn bad_sql(registry: &Materialized, message: String) -> SluiceError {
-    let message = message.strip_prefix("SQL error: ").unwrap_or(&message).to_string();
+    let message = message.strip_prefix("SQL error: ").unwrap_or(&message);
+    let message = message.strip_prefix("ParserError(\"").and_then(|m| m.strip_suffix("\")")).unwrap_or(message);
     SluiceError::user("query.sql", format!("the SQL cannot be read: {message}"))
         .with_fix(format!("write one SELECT over the materialized tables; {}", listing(registry)))
 }
