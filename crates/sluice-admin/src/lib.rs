@@ -1,5 +1,5 @@
 //! The admin HTTP API of one running job (`GET /healthz`, `/readyz`, `/status`,
-//! `/status/stream`, `/metrics`, `/graph`; `POST /stop`), served on a thread of its own by
+//! `/status/stream`, `/metrics`, `/graph`; `POST /stop`, `POST /query`), served on a thread of its own by
 //! [`serve`]. It serves one worker's job (a cluster's workers each serve their own);
 //! nothing here changes the run but `POST /stop`, which asks for the same ordered drain
 //! as Ctrl-C.
@@ -11,12 +11,14 @@ mod access;
 mod graph;
 mod metrics;
 mod openapi;
+mod query;
 mod routes;
 mod sampler;
 mod server;
 mod status;
 mod stream;
 
+pub use query::MAX_QUERIES;
 pub use sampler::{HISTORY, SAMPLE_EVERY};
 pub use server::{AdminServer, GRACE, serve};
 

@@ -32,6 +32,12 @@ pub(crate) fn render(job: &JobHandle, status: &Status) -> String {
     families.push(sink_rows(&metrics));
     families.extend(thread_families(&metrics));
     families.push(named_counters(&metrics));
+    families.push(Family {
+        name: "sluice_query_leases",
+        help: "Query leases held now, each keeping one committed checkpoint of the materialized tables.",
+        kind: "gauge",
+        samples: vec![(Vec::new(), job.query_leases().to_string())],
+    });
     let mut text = String::new();
     for family in &families {
         write_family(&mut text, family);

@@ -74,6 +74,7 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/checkpoint", post(checkpoint))
         .route("/pause", post(pause))
         .route("/resume", post(resume))
+        .route("/query", post(crate::query::query))
         .route("/openapi.json", get(openapi_document))
         .route("/", get(page))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))

@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     pub(crate) job: JobHandle,
     pub(crate) token: Option<Arc<str>>,
     pub(crate) streams: Arc<Semaphore>,
+    /// Queries running now (at most [`crate::query::MAX_QUERIES`]).
+    pub(crate) queries: Arc<Semaphore>,
     /// The latest rates and the checkpoint history, kept by the sampling task.
     pub(crate) sampler: Arc<Sampler>,
 }
@@ -82,13 +84,14 @@ pub fn serve(job: JobHandle, bind: SocketAddr, token: Option<String>) -> Result<
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
-        .max_blocking_threads(stream::MAX_STREAMS + 1)
+        .max_blocking_threads(stream::MAX_STREAMS + crate::query::MAX_QUERIES + 1)
         .build()
         .map_err(|e| thread_error(format!("a runtime: {e}")))?;
     let shared = Shared {
         job,
         token: token.map(Arc::from),
         streams: Arc::new(Semaphore::new(stream::MAX_STREAMS)),
+        queries: Arc::new(Semaphore::new(crate::query::MAX_QUERIES)),
         sampler: Arc::new(Sampler::default()),
     };
     let (stop, stopped) = watch::channel(false);

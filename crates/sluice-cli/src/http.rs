@@ -1,4 +1,5 @@
-//! A small HTTP/1.1 client for the admin API (`sluice status`): one GET per connection
+//! A small HTTP/1.1 client for the admin API (`sluice status`, `sluice query`): one
+//! request (a GET, or a POST of a JSON body) per connection
 //! (`Connection: close`), an optional bearer token, and a reader of a chunked body line
 //! by line (the status stream). No TLS: the admin API is plain HTTP, reached on a
 //! loopback address or through a tunnel.
@@ -24,6 +25,8 @@ pub const MAX_BODY: u64 = 16 << 20;
 pub struct Answer {
     pub code: u16,
     chunked: bool,
+    /// Header names (lower case) and values.
+    pub headers: Vec<(String, String)>,
     body: BufReader<TcpStream>,
     /// Bytes left in the current chunk.
     left: usize,
@@ -31,6 +34,21 @@ pub struct Answer {
 
 /// Sends `GET path` to `addr` (HOST:PORT), with `Authorization: Bearer token` if given.
 pub fn get(addr: &str, path: &str, token: Option<&str>) -> Result<Answer, SluiceError> {
+    request(addr, "GET", path, token, None)
+}
+
+/// Sends `POST path` with a JSON `body` to `addr`, as [`get`].
+pub fn post_json(addr: &str, path: &str, token: Option<&str>, body: &[u8]) -> Result<Answer, SluiceError> {
+    request(addr, "POST", path, token, Some(body))
+}
+
+fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    content: Option<&[u8]>,
+) -> Result<Answer, SluiceError> {
     let unreachable = |e: std::io::Error| {
         SluiceError::external("status.connect", format!("cannot reach the admin API at {addr}: {e}"))
             .with_fix("give the address `sluice run` printed (`sluice: admin API on http://ADDR`) with --addr")
@@ -43,8 +61,12 @@ pub fn get(addr: &str, path: &str, token: Option<&str>) -> Result<Answer, Sluice
     let mut stream = TcpStream::connect_timeout(&target, READ_TIMEOUT).map_err(unreachable)?;
     stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(unreachable)?;
     let auth = token.map_or_else(String::new, |token| format!("Authorization: Bearer {token}\r\n"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    let length = content.map_or_else(String::new, |content| {
+        format!("Content-Type: application/json\r\nContent-Length: {}\r\n", content.len())
+    });
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{length}Connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).map_err(unreachable)?;
+    stream.write_all(content.unwrap_or_default()).map_err(unreachable)?;
     let mut body = BufReader::new(stream);
     let mut status = String::new();
     body.read_line(&mut status).map_err(unreachable)?;
@@ -53,6 +75,7 @@ pub fn get(addr: &str, path: &str, token: Option<&str>) -> Result<Answer, Sluice
             .with_fix("check that --addr names the admin API, not another port")
     })?;
     let mut chunked = false;
+    let mut headers = Vec::new();
     loop {
         let mut line = String::new();
         body.read_line(&mut line).map_err(unreachable)?;
@@ -62,12 +85,25 @@ pub fn get(addr: &str, path: &str, token: Option<&str>) -> Result<Answer, Sluice
         }
         if let Some((name, value)) = line.split_once(':') {
             chunked |= name.eq_ignore_ascii_case("transfer-encoding") && value.trim().eq_ignore_ascii_case("chunked");
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
         }
     }
-    Ok(Answer { code, chunked, body, left: 0 })
+    Ok(Answer { code, chunked, headers, body, left: 0 })
 }
 
 impl Answer {
+    /// The value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, value)| value.as_str())
+    }
+
+    /// The whole body of an answer that is not chunked (at most [`MAX_BODY`] bytes).
+    pub fn bytes(self) -> Result<Vec<u8>, SluiceError> {
+        let mut bytes = Vec::new();
+        self.body.take(MAX_BODY).read_to_end(&mut bytes).map_err(broken)?;
+        Ok(bytes)
+    }
+
     /// The whole body as text (at most [`MAX_BODY`] bytes).
     pub fn text(mut self) -> Result<String, SluiceError> {
         let mut text = String::new();

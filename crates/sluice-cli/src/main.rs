@@ -8,6 +8,7 @@ mod http;
 mod nexmark;
 mod output;
 mod progress;
+mod query_cmd;
 mod report;
 mod run;
 mod status_cmd;
@@ -111,6 +112,10 @@ enum Command {
     /// rates and watermarks, live (a line per change when not on a terminal). Ends with the
     /// job (exit 0 when it completed, 1 when it failed) or on Ctrl-C.
     Status(status_cmd::StatusArgs),
+    /// Run ad-hoc SQL over a running job's materialized tables, all read at one committed
+    /// checkpoint, through its admin API; prints the rows as a table (or JSON lines, CSV,
+    /// Arrow IPC).
+    Query(query_cmd::QueryArgs),
     /// The connectors a pipeline may name, with the options each takes.
     Connectors,
     /// NEXMark: generate events, or run the benchmark queries.
@@ -138,6 +143,7 @@ fn main() -> ExitCode {
         Command::Explain { pipeline, threads } => explain(&engine, &pipeline, Overrides { threads }),
         Command::Checkpoints { command } => checkpoints_cmd::main(command),
         Command::Status(args) => status_cmd::main(&args),
+        Command::Query(args) => query_cmd::main(&args),
         Command::Connectors => connectors(&engine),
         Command::Nexmark { command } => nexmark::main(&engine, command, cli.quiet),
     };

@@ -96,7 +96,12 @@ pub fn main(args: &StatusArgs) -> Result<ExitCode, EngineError> {
 
 /// The token from --token-file (trimmed), else SLUICE_ADMIN_TOKEN, else None.
 fn token(args: &StatusArgs) -> Result<Option<String>, SluiceError> {
-    let Some(path) = &args.token_file else {
+    token_from(args.token_file.as_deref())
+}
+
+/// The bearer token: read from `file`, else the SLUICE_ADMIN_TOKEN variable.
+pub(crate) fn token_from(file: Option<&std::path::Path>) -> Result<Option<String>, SluiceError> {
+    let Some(path) = file else {
         return Ok(std::env::var("SLUICE_ADMIN_TOKEN").ok());
     };
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -120,7 +125,7 @@ fn current(addr: &str, token: Option<&str>) -> Result<Value, SluiceError> {
     })
 }
 
-fn refused(addr: &str, path: &str, body: &str) -> SluiceError {
+pub(crate) fn refused(addr: &str, path: &str, body: &str) -> SluiceError {
     let answer: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let error = answer["error"].as_str().unwrap_or(body.trim());
     let fix = match answer["error"].as_str() {

@@ -41,6 +41,9 @@ pub(crate) fn parse_root(ctx: &mut Ctx<'_>, root: &Table) -> Option<PipelineConf
     let views = items(ctx, &top, "view", false, parse_view);
     let sinks = items(ctx, &top, "sink", true, parse_sink);
     check_names(ctx, &sources, &views);
+    if let Some(checkpoint) = &checkpoint {
+        check_materialized(ctx, checkpoint.as_ref(), &sources, &views);
+    }
     check_sink_names(ctx, &sinks);
     Some(PipelineConfig {
         // Without a usable [pipeline] or [checkpoint] the configuration stands only to let
@@ -90,6 +93,45 @@ fn items<T>(
         ctx.error(Some(entry.position), missing, &fix);
     }
     tables.into_iter().enumerate().filter_map(|(index, table)| parse(ctx, index, table, entry.position)).collect()
+}
+
+/// A materialized table is read at committed checkpoints, the only points at which
+/// every table (on every thread and worker) reflects the same input: a pipeline
+/// without checkpoints has no such point, and one without aligned barriers
+/// (at-least-once) has none that is exact. Both are refused rather than answered
+/// inconsistently.
+fn check_materialized(
+    ctx: &mut Ctx<'_>,
+    checkpoint: Option<&crate::model::CheckpointSection>,
+    sources: &[(SourceConfig, Position)],
+    views: &[(ViewConfig, Position)],
+) {
+    let marked = sources
+        .iter()
+        .filter_map(|(s, _)| s.materialized.map(|at| (format!("[[source]] \"{}\"", s.name), at)))
+        .chain(views.iter().filter_map(|(v, _)| v.materialized.map(|at| (format!("[[view]] \"{}\"", v.name), at))));
+    for (label, at) in marked {
+        match checkpoint {
+            None => ctx.error(
+                Some(at),
+                format!(
+                    "{label}: `materialized = true` needs a [checkpoint] section: queries read materialized tables \
+                     at committed checkpoints, the only points where every table reflects the same input"
+                ),
+                "add a [checkpoint] section, e.g. [checkpoint] interval = \"1s\" and store = \"file://./state\"; \
+                 or remove `materialized`",
+            ),
+            Some(c) if c.guarantee != crate::model::Guarantee::ExactlyOnce => ctx.error(
+                Some(at),
+                format!(
+                    "{label}: `materialized = true` needs guarantee = \"exactly-once\": at-least-once checkpoints \
+                     do not align their barriers, so tables read at one checkpoint could disagree"
+                ),
+                "set guarantee = \"exactly-once\" in [checkpoint], or remove `materialized`",
+            ),
+            Some(_) => {}
+        }
+    }
 }
 
 /// A name claimed in the SQL namespace.

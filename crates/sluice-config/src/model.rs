@@ -92,6 +92,9 @@ pub struct SourceConfig {
     pub on_error: OnError,
     /// `[source.options]`, validated by the connector.
     pub options: Options,
+    /// Where `materialized = true` is written, if it is: every table of the source keeps
+    /// its rows, for ad-hoc queries at committed checkpoints.
+    pub materialized: Option<Position>,
     /// Position of the `[[source]]` header.
     pub position: Position,
 }
@@ -108,6 +111,7 @@ impl SourceConfig {
             watermark_delay: Duration::ZERO,
             on_error: OnError::Skip,
             options: Options::new("source", name),
+            materialized: None,
             position: Position::new(1, 1),
         }
     }
@@ -131,6 +135,9 @@ pub struct ViewConfig {
     /// The query; its position is the first character of the SQL text, so SQL errors
     /// can point into the file with [`Located::locate`].
     pub sql: Located<String>,
+    /// Where `materialized = true` is written, if it is: the view's rows are kept (its
+    /// changes integrated), for ad-hoc queries at committed checkpoints.
+    pub materialized: Option<Position>,
     /// Position of the `[[view]]` header.
     pub position: Position,
 }

@@ -34,18 +34,24 @@ pub(crate) fn parse_view(
         sql,
         "add the query, e.g. sql = \"SELECT * FROM bid\" (use \"\"\"...\"\"\" for several lines)",
     );
-    let materialized = ctx.boolean(sec, "materialized", "set materialized = false or remove it");
-    if let Field::Present(true, at) = materialized {
-        ctx.error_in(
-            sec,
-            at,
-            "materialized views (queryable with `sluice query`) are not supported yet",
-            "remove `materialized = true`",
-        );
-        return None;
-    }
-    let config = ViewConfig { name: item.name?.value, sql: sql?, position: sec.position };
+    let materialized = ctx.boolean(sec, "materialized", "set materialized = true or false, or remove it");
+    let config = ViewConfig {
+        name: item.name?.value,
+        sql: sql?,
+        materialized: materialized_at(materialized)?,
+        position: sec.position,
+    };
     Some((config, item.name_position))
+}
+
+/// Where `materialized = true` is written (None for false or absent); None twice when
+/// the value is not a boolean (already reported).
+pub(crate) fn materialized_at(field: Field<bool>) -> Option<Option<Position>> {
+    match field {
+        Field::Present(true, at) => Some(Some(at)),
+        Field::Present(false, _) | Field::Absent => Some(None),
+        Field::Invalid => None,
+    }
 }
 
 /// Reads the `index`-th (0-based) `[[sink]]`; also returns the position of its name.

@@ -12,7 +12,7 @@ use crate::pipeline::{Named, named};
 use crate::reader::{Ctx, Field, Section, TableRef};
 
 const KEYS: &[&str] =
-    &["name", "connector", "format", "schema", "event_time", "watermark_delay", "on_error", "options"];
+    &["name", "connector", "format", "schema", "event_time", "watermark_delay", "on_error", "materialized", "options"];
 /// Keys often written at the item level by mistake: they belong to a connector.
 const OPTION_NOTE: &str = "connector options go under a [source.options] header; remove it here or move it there";
 const NOTES: &[(&str, &str)] = &[
@@ -68,6 +68,7 @@ pub(crate) fn parse_source(
         );
     }
     let on_error = ctx.choice(sec, "on_error", &[("skip", OnError::Skip), ("fail", OnError::Fail)]);
+    let materialized = ctx.boolean(sec, "materialized", "set materialized = true or false, or remove it");
     let options = options(ctx, "source", &item);
     let config = SourceConfig {
         name: item.name?.value,
@@ -78,6 +79,7 @@ pub(crate) fn parse_source(
         watermark_delay: watermark_delay.or(Duration::ZERO)?,
         on_error: on_error.or(OnError::Skip)?,
         options: options?,
+        materialized: crate::sink::materialized_at(materialized)?,
         position: sec.position,
     };
     Some((config, item.name_position))

@@ -40,6 +40,8 @@ pub struct CompiledPipeline {
     pub options: RunOptions,
     /// The thread count the sources' lanes are laid out for.
     pub lane_threads: u32,
+    /// The materialized tables, filled by the run, read by queries.
+    pub materialized: Arc<crate::materialize::Materialized>,
 }
 
 impl std::fmt::Debug for CompiledPipeline {
@@ -147,6 +149,7 @@ impl Pipeline {
             let slot = self.sink_slot(sink, factory.parallelism(), layout)?;
             flows.push(stream.into_flow(factory, threads, slot));
         }
+        let materialized = crate::materialize::add_flows(self, &sources, &planner, threads, &mut flows)?;
         let options = RunOptions {
             threads,
             vnodes: section.vnodes,
@@ -156,7 +159,7 @@ impl Pipeline {
         };
         let plan = Plan { sources, flows };
         let fingerprint = fingerprint(&self.config, &plan).map_err(EngineError::new)?;
-        Ok(CompiledPipeline { name: section.name.clone(), plan, fingerprint, options, lane_threads })
+        Ok(CompiledPipeline { name: section.name.clone(), plan, fingerprint, options, lane_threads, materialized })
     }
 
     /// Where a single-writer sink runs: its `worker`'s first slot (the leader's by default).

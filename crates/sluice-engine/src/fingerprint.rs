@@ -61,12 +61,15 @@ pub fn canonical_form(config: &PipelineConfig, plan: &Plan) -> Result<String, Sl
     let mut form = format!("sluice-topology {FINGERPRINT_VERSION}\nvnodes {}\n", config.pipeline.vnodes);
     for (source, factory) in config.sources.iter().zip(&plan.sources) {
         let delay = source.watermark_delay.as_millis();
-        let _ = writeln!(
+        let _ = write!(
             form,
             "source {} connector {} watermark_delay_ms {delay}",
             text(&source.name),
             text(&source.connector.value)
         );
+        // A materialized table adds flows (with their operators' state) after the sinks'
+        // ones; written only when set, so pipelines without it keep their fingerprint.
+        form.push_str(if source.materialized.is_some() { " materialized\n" } else { "\n" });
         for table in factory.tables() {
             let event_time = table.event_time.as_deref().unwrap_or("");
             let _ = writeln!(form, "table {} event_time {}", text(&table.name), text(event_time));
@@ -77,7 +80,8 @@ pub fn canonical_form(config: &PipelineConfig, plan: &Plan) -> Result<String, Sl
         }
     }
     for view in &config.views {
-        let _ = writeln!(form, "view {} sql {}", text(&view.name), text(&view.sql.value));
+        let _ = write!(form, "view {} sql {}", text(&view.name), text(&view.sql.value));
+        form.push_str(if view.materialized.is_some() { " materialized\n" } else { "\n" });
     }
     for sink in &config.sinks {
         let _ = write!(

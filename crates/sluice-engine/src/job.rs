@@ -79,6 +79,7 @@ impl Job {
             if let Some(manifest) = &manifest {
                 checkpointing::check_encodings(manifest, &section.store)?;
                 checkpointing::check_fingerprint(manifest, compiled.fingerprint, &section.store)?;
+                compiled.materialized.set_resumed_from(manifest.epoch);
                 notices.push(format!("resuming from checkpoint {} in {}", manifest.epoch, section.store));
             }
             let resumed_from = manifest.as_ref().map(|m| m.epoch);
@@ -121,6 +122,7 @@ impl Job {
             status,
             explanation: Arc::new(crate::explain::explain(&compiled)),
             checkpoints: checkpointing.is_some(),
+            materialized: Some(Arc::clone(&compiled.materialized)),
         };
         let status = Arc::clone(&handle.status);
         launch(handle, notices, move || {
@@ -160,6 +162,7 @@ impl Job {
             status,
             explanation,
             checkpoints,
+            materialized: None,
         };
         let status = Arc::clone(&handle.status);
         launch(handle, Vec::new(), move || {
@@ -371,6 +374,8 @@ pub struct JobHandle {
     explanation: Arc<crate::explain::Explanation>,
     /// Whether it takes checkpoints (a `[checkpoint]` section).
     checkpoints: bool,
+    /// Its materialized tables; None for a cluster's job (queries not supported there yet).
+    materialized: Option<Arc<crate::materialize::Materialized>>,
 }
 
 impl std::fmt::Debug for JobHandle {
@@ -497,6 +502,45 @@ impl JobHandle {
                 return Err(ended_before(Some(epoch)));
             }
         }
+    }
+}
+
+impl JobHandle {
+    /// Checks `sql` against the materialized tables and takes a lease on the newest
+    /// checkpoint committed on all of them (see [`crate::query`]); run it with
+    /// [`PreparedQuery::run`](crate::query::PreparedQuery::run).
+    pub fn prepare_query(
+        &self,
+        sql: &str,
+        limits: crate::query::QueryLimits,
+    ) -> Result<crate::query::PreparedQuery, SluiceError> {
+        let Some(materialized) = &self.materialized else {
+            return Err(SluiceError::user(
+                "query.cluster",
+                "queries over a cluster's materialized tables are not supported yet (each worker holds only its slice)",
+            )
+            .with_fix("run the pipeline as one process (without --workers or --join) to query it"));
+        };
+        crate::query::prepare(materialized, sql, limits)
+    }
+
+    /// Prepares and runs `sql` (see [`JobHandle::prepare_query`]).
+    pub fn query(
+        &self,
+        sql: &str,
+        limits: crate::query::QueryLimits,
+    ) -> Result<crate::query::QueryAnswer, SluiceError> {
+        self.prepare_query(sql, limits)?.run()
+    }
+
+    /// Query leases live now.
+    pub fn query_leases(&self) -> usize {
+        self.materialized.as_ref().map_or(0, |m| m.leases())
+    }
+
+    /// The materialized tables' names.
+    pub fn materialized_tables(&self) -> Vec<String> {
+        self.materialized.as_ref().map_or_else(Vec::new, |m| m.names().into_iter().map(String::from).collect())
     }
 }
 

@@ -32,7 +32,9 @@ mod explain;
 pub mod fingerprint;
 mod job;
 mod load;
+pub mod materialize;
 pub mod nexmark;
+pub mod query;
 mod status;
 pub mod stores;
 

@@ -362,7 +362,12 @@ pub fn bench_config(setup: &BenchSetup<'_>) -> Result<PipelineConfig, SluiceErro
         pipeline,
         checkpoint,
         sources,
-        views: vec![ViewConfig { name: "result".into(), sql: Located::new(sql.into(), at()), position: at() }],
+        views: vec![ViewConfig {
+            name: "result".into(),
+            sql: Located::new(sql.into(), at()),
+            materialized: None,
+            position: at(),
+        }],
         sinks: vec![SinkConfig::new("blackhole", "result", "blackhole")],
     })
 }

@@ -55,6 +55,7 @@ pub use ast::EXPRESSION_DEPTH_MAX;
 pub fn tables_read(sql: &str) -> Result<Vec<String>, SluiceError> {
     stack::on_planning_stack(|| views::reads(sql))
 }
+pub use functions::flink_functions;
 pub use schema::parse_schema;
 pub use views::ViewDeclaration;
 

@@ -684,14 +684,6 @@ fn a_union_all_merges_its_inputs_in_one_segment_and_keeps_a_shared_event_time() 
     assert!(updating.plan_stream("u", "sink").expect("plan_stream").updating);
 }
 
-/// Every operator line of `view`'s stream, segments first.
-fn operator_lines(planner: &SqlPlanner, view: &str) -> Vec<String> {
-    let stream = planner.plan_stream(view, "sink").expect("plan_stream");
-    let state = &stream.state;
-    let segments = state.segments.iter().flat_map(|segment| &segment.operators);
-    segments.chain(&state.operators).map(|(line, _)| line.clone()).collect()
-}
-
 /// The join line of the last view of `views` (over `t`).
 fn join_line(views: &[(&str, &str)]) -> String {
     let planner = plan(views, OnError::Skip).expect("plans");

@@ -25,6 +25,7 @@ fn the_document_describes_every_route_and_needs_no_token() {
         ("/checkpoint", "post"),
         ("/pause", "post"),
         ("/resume", "post"),
+        ("/query", "post"),
         ("/openapi.json", "get"),
         ("/", "get"),
     ] {
@@ -36,10 +37,12 @@ fn the_document_describes_every_route_and_needs_no_token() {
             assert!([200, 503].contains(&answer.code), "{path}: {answer:?}");
         }
     }
-    assert_eq!(paths.len(), 12, "no route undocumented or extra: {:?}", paths.keys());
+    assert_eq!(paths.len(), 13, "no route undocumented or extra: {:?}", paths.keys());
     let scheme = &document["components"]["securitySchemes"]["bearer"];
     assert_eq!((scheme["type"].as_str(), scheme["scheme"].as_str()), (Some("http"), Some("bearer")), "{document}");
-    for schema in ["StatusDocument", "Graph", "Node", "Edge", "Readiness", "ErrorBody", "CheckpointTaken"] {
+    for schema in
+        ["StatusDocument", "Graph", "Node", "Edge", "Readiness", "ErrorBody", "CheckpointTaken", "QueryRequest"]
+    {
         assert!(document["components"]["schemas"][schema].is_object(), "{schema} missing: {document}");
     }
 }

@@ -39,8 +39,14 @@ pub(crate) struct Running {
 
 impl Running {
     pub(crate) fn start(scratch: &Scratch, args: &[&str]) -> Running {
+        Running::start_with(scratch, args, &[])
+    }
+
+    /// [`Running::start`] with environment variables set.
+    pub(crate) fn start_with(scratch: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Running {
         let mut child = sluice_command(scratch.dir.path())
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

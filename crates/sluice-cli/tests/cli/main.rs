@@ -18,6 +18,7 @@ mod openapi;
 mod oracle;
 mod page;
 mod postgres;
+mod query;
 mod signals;
 mod status;
 mod updating;

@@ -1,7 +1,7 @@
 //! The admin API's live page in a real headless browser (Debian's chromium, driven by
 //! chromedriver over the WebDriver HTTP protocol with a few plain requests): it loads,
 //! its graph shows every node of the running pipeline's `/graph`, the numbers on it
-//! move, and a screenshot is a PNG (`SLUICE_PAGE_SCREENSHOT=PATH` keeps it: the one in
+//! move, its query box answers with rows of a materialized view, and a screenshot is a PNG (`SLUICE_PAGE_SCREENSHOT=PATH` keeps it: the one in
 //! docs/ was made so). `scripts/test.sh` installs both; without them the test says so
 //! and passes. Every wait is on an event: chromedriver's line, a render of the page.
 
@@ -32,6 +32,7 @@ SELECT auction, COUNT(*) AS bids, MAX(price) AS top_price, window_start, window_
 FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' SECOND))
 GROUP BY auction, window_start, window_end
 """
+materialized = true
 
 [[sink]]
 name = "all_bids"
@@ -64,6 +65,13 @@ const FLAGS: [&str; 8] = [
 const NEXT_RENDER: &str = "const done = arguments[arguments.length - 1];
 window.addEventListener('sluice:rendered', () => done(Array.from(document.querySelectorAll('g.node'))
   .map(n => [n.dataset.id, n.dataset.rows])), { once: true });";
+
+/// Runs the query box's SQL and answers, once shown, the rows and the note above them.
+const QUERY: &str = "const done = arguments[arguments.length - 1];
+window.addEventListener('sluice:queried', e => done([e.detail, document.getElementById('query-note').textContent]),
+  { once: true });
+document.getElementById('query-sql').value = 'SELECT auction, bids FROM per_auction ORDER BY bids DESC LIMIT 5';
+document.getElementById('query-run').click();";
 
 /// chromedriver, stopped when dropped.
 struct Driver {
@@ -212,6 +220,17 @@ fn the_page_shows_every_node_of_the_running_graph_with_moving_numbers() {
         text.as_str().is_some_and(|t| t.contains("rows/s") && !t.contains("measuring"))
     });
     assert!(rate_shown, "no rate on the page");
+    // The first windows close after a second of events: ask until the view has rows.
+    let mut answers = Vec::new();
+    let answered = (0..60).any(|_| {
+        let answer =
+            driver.call("POST", &format!("/session/{id}/execute/async"), Some(json!({ "script": QUERY, "args": [] })));
+        let shown = answer[0].as_u64().unwrap_or(0);
+        let note = answer[1].as_str().unwrap_or_default().to_string();
+        answers.push(note.clone());
+        shown > 0 && note.contains("at checkpoint")
+    });
+    assert!(answered, "the query box showed no rows: {answers:?}");
 
     let screenshot = driver.call("GET", &format!("/session/{id}/screenshot"), None);
     let png = base64(screenshot.as_str().expect("base64"));

@@ -216,3 +216,23 @@ fn checkpoint_section_defaults_and_values() {
         assert_eq!(checkpoint.max_failed_checkpoints, 2);
     });
 }
+
+#[test]
+fn materialized_tables_need_exactly_once_checkpoints() {
+    let source = "[[source]]\nname = \"nx\"\nconnector = \"nexmark\"\nmaterialized = true\n";
+    let view = "[[view]]\nname = \"v\"\nsql = \"SELECT * FROM bid\"\nmaterialized = true\n";
+    let sink = "[[sink]]\nname = \"out\"\nfrom = \"v\"\nconnector = \"stdout\"\n";
+    let checkpoint = "[checkpoint]\ninterval = \"1s\"\n";
+    check_ok(&format!("[pipeline]\nname = \"p\"\n{checkpoint}{source}{view}{sink}"), |c| {
+        assert_eq!(c.sources[0].materialized, Some(crate::Position::new(8, 1)));
+        assert_eq!(c.views[0].materialized, Some(crate::Position::new(12, 1)));
+    });
+    check_error(
+        &format!("[pipeline]\nname = \"p\"\n{source}{sink}"),
+        "6:1: [[source]] \"nx\": `materialized = true` needs a [checkpoint] section",
+    );
+    check_error(
+        &format!("[pipeline]\nname = \"p\"\n{checkpoint}guarantee = \"at-least-once\"\n{source}{view}{sink}"),
+        "9:1: [[source]] \"nx\": `materialized = true` needs guarantee = \"exactly-once\"",
+    );
+}

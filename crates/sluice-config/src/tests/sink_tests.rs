@@ -43,7 +43,7 @@ fn views() {
         (vw("name = \"v\"\nsql = 5"), "9:1: [[view]] \"v\": `sql` must be a non-empty SQL query, found 5"),
         (
             view("materialized = true"),
-            "10:1: [[view]] \"v\": materialized views (queryable with `sluice query`) are not supported yet\n  fix: remove `materialized = true`",
+            "10:1: [[view]] \"v\": `materialized = true` needs a [checkpoint] section: queries read materialized tables at committed checkpoints, the only points where every table reflects the same input\n  fix: add a [checkpoint] section, e.g. [checkpoint] interval = \"1s\" and store = \"file://./state\"; or remove `materialized`",
         ),
         (view("materialized = \"no\""), "10:1: [[view]] \"v\": `materialized` must be true or false, found \"no\""),
         (vw("name = \"v\"\nquery = \"SELECT 1\"\nsql = \"SELECT 1\""), &query),

@@ -99,7 +99,8 @@ fn bad_common_keys() {
 
 #[test]
 fn unknown_source_keys() {
-    let known = "known keys: name, connector, format, schema, event_time, watermark_delay, on_error, options";
+    let known =
+        "known keys: name, connector, format, schema, event_time, watermark_delay, on_error, materialized, options";
     let conector =
         format!("10:1: unknown key `conector` in [[source]] \"s\"; {known}\n  fix: did you mean `connector`?");
     let rate = format!(

@@ -1,0 +1,159 @@
+//! `POST /query`: ad-hoc SQL over the job's materialized tables, all read at one
+//! committed checkpoint (see `sluice_engine::query`).
+//!
+//! The lease on that checkpoint belongs to the request: it ends when the answer is made,
+//! and when the client goes away first (the connection closes, the request's future is
+//! dropped, and with it the guard that releases the lease), or at the query's timeout.
+//!
+//! Bounds: at most [`MAX_QUERIES`] at once (503 beyond), each on the blocking pool;
+//! rows, time and working memory per query as the engine bounds them; the request body
+//! at most [`BODY_MAX`] bytes.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use sluice_engine::materialize::Lease;
+use sluice_engine::query::{QueryFormat, QueryLimits};
+use sluice_types::SluiceError;
+use utoipa::ToSchema;
+
+use crate::routes::ErrorBody;
+use crate::server::Shared;
+
+/// Queries that may run at once.
+pub const MAX_QUERIES: usize = 4;
+/// The largest request body.
+pub const BODY_MAX: usize = 1 << 20;
+
+/// `POST /query`'s body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QueryRequest {
+    /// One SQL query (DataFusion's dialect; identifiers case-sensitive) over the
+    /// materialized tables.
+    pub(crate) sql: String,
+    /// How the rows are written (default `json`: JSON lines).
+    #[serde(default)]
+    pub(crate) format: Option<QueryFormatName>,
+    /// The most rows the answer may have (default 10000, at most 1000000); a query
+    /// with more is refused.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub(crate) max_rows: Option<u64>,
+    /// How long the query may take, waiting for the first checkpoint included (default
+    /// 30000, at most 300000).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 300000)]
+    pub(crate) timeout_ms: Option<u64>,
+}
+
+/// An answer's format.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum QueryFormatName {
+    /// JSON lines: one object per row.
+    Json,
+    /// CSV with a header.
+    Csv,
+    /// An Arrow IPC stream.
+    Arrow,
+}
+
+impl From<QueryFormatName> for QueryFormat {
+    fn from(name: QueryFormatName) -> QueryFormat {
+        match name {
+            QueryFormatName::Json => QueryFormat::JsonLines,
+            QueryFormatName::Csv => QueryFormat::Csv,
+            QueryFormatName::Arrow => QueryFormat::ArrowIpc,
+        }
+    }
+}
+
+/// Releases a lease when dropped: the request ended, or its client went away.
+struct Release(Option<Arc<Lease>>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if let Some(lease) = &self.0 {
+            lease.release();
+        }
+    }
+}
+
+/// Runs one SQL query over the materialized tables, every table read at the newest
+/// checkpoint committed on all of them (the `Sluice-Epoch` header names it). The rows
+/// come as JSON lines, CSV or an Arrow IPC stream. Errors name the problem and list
+/// the tables that exist.
+#[utoipa::path(post, path = "/query", tag = "query", request_body = QueryRequest, responses(
+    (status = 200, description = "The rows, in the format asked for; headers `Sluice-Epoch` (the checkpoint read, \
+        absent when the query reads no table) and `Sluice-Rows`",
+        content((String = "application/x-ndjson"), (String = "text/csv"), (String = "application/vnd.apache.arrow.stream"))),
+    (status = 400, description = "Bad SQL, an unknown table, a table not materialized (each listing the tables), \
+        limits out of range, or too many rows", body = ErrorBody),
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 409, description = "Not answerable here: a cluster's job, or a job resumed from a checkpoint", body = ErrorBody),
+    (status = 503, description = "No checkpoint committed in time, a lease that ended, or too many queries at once", body = ErrorBody),
+    (status = 504, description = "The query took longer than its timeout", body = ErrorBody)))]
+pub(crate) async fn query(State(shared): State<Shared>, body: Bytes) -> Response {
+    match answer(shared, body).await {
+        Ok(response) => response,
+        Err(error) => failure(error),
+    }
+}
+
+async fn answer(shared: Shared, body: Bytes) -> Result<Response, SluiceError> {
+    if body.len() > BODY_MAX {
+        return Err(SluiceError::user("query.body", format!("the request body exceeds {BODY_MAX} bytes"))
+            .with_fix("send a shorter query"));
+    }
+    let request: QueryRequest = serde_json::from_slice(&body).map_err(|e| {
+        SluiceError::user("query.body", format!("the body is not a query request: {e}"))
+            .with_fix(r#"send JSON such as {"sql": "SELECT * FROM counts", "format": "json"}"#)
+    })?;
+    let format: QueryFormat = request.format.unwrap_or(QueryFormatName::Json).into();
+    let limits = QueryLimits::new(request.max_rows, request.timeout_ms)?;
+    let _permit = Arc::clone(&shared.queries).try_acquire_owned().map_err(|_| {
+        SluiceError::external("query.busy", format!("{MAX_QUERIES} queries are running")).with_fix("ask again soon")
+    })?;
+    let job = shared.job.clone();
+    let sql = request.sql;
+    let prepared = tokio::task::spawn_blocking(move || job.prepare_query(&sql, limits)).await.map_err(joined)??;
+    // From here on, a client that goes away drops this future, and the guard ends the lease.
+    let _release = Release(prepared.lease());
+    let (answer, bytes) = tokio::task::spawn_blocking(move || {
+        let answer = prepared.run()?;
+        let bytes = answer.encode(format)?;
+        Ok::<_, SluiceError>((answer, bytes))
+    })
+    .await
+    .map_err(joined)??;
+    let mut response = ([(header::CONTENT_TYPE, format.content_type())], bytes).into_response();
+    let headers = response.headers_mut();
+    if let Some(epoch) = answer.epoch {
+        headers.insert("sluice-epoch", HeaderValue::from(epoch));
+    }
+    headers.insert("sluice-rows", HeaderValue::from(answer.rows() as u64));
+    Ok(response)
+}
+
+fn joined(error: tokio::task::JoinError) -> SluiceError {
+    SluiceError::internal("admin.query", format!("the query's task failed: {error}"))
+}
+
+fn failure(error: SluiceError) -> Response {
+    let code = match error.code {
+        "query.cluster" | "query.resumed" => StatusCode::CONFLICT,
+        "query.no_checkpoint" | "query.lease_expired" | "query.busy" => StatusCode::SERVICE_UNAVAILABLE,
+        "query.timeout" => StatusCode::GATEWAY_TIMEOUT,
+        _ => match error.domain {
+            sluice_types::Domain::User => StatusCode::BAD_REQUEST,
+            sluice_types::Domain::External => StatusCode::SERVICE_UNAVAILABLE,
+            sluice_types::Domain::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        },
+    };
+    (code, axum::Json(ErrorBody::from(error))).into_response()
+}

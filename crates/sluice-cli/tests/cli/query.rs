@@ -1,0 +1,233 @@
+//! Ad-hoc queries over materialized views of a running pipeline (`POST /query`,
+//! `sluice query`): the three formats, the errors that list what exists, two views of
+//! one input that never disagree at any checkpoint, and a lease that ends when its
+//! client goes away. Every wait is on an event (a line, an answer) with a deadline.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::admin::{DEADLINE, Running, request, wait_running};
+use crate::harness::Scratch;
+
+/// Two running aggregates of the same bids, both materialized, and the source itself
+/// not: every checkpoint must show the same number of bids in both.
+const PIPELINE: &str = r#"
+[pipeline]
+name = "queried"
+threads = 2
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+rate = 20000
+
+[[view]]
+name = "by_auction"
+sql = "SELECT auction, COUNT(*) AS bids, SUM(price) AS volume FROM bid GROUP BY auction"
+materialized = true
+
+[[view]]
+name = "by_bidder"
+sql = "SELECT bidder, COUNT(*) AS bids, SUM(price) AS volume FROM bid GROUP BY bidder"
+materialized = true
+
+[[sink]]
+name = "out"
+from = "bid"
+connector = "blackhole"
+
+[checkpoint]
+interval = "100ms"
+store = "file://./state"
+"#;
+
+/// An answer: status code, headers (lower-case names) and body.
+struct Answer {
+    code: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
+    }
+}
+
+/// Sends `POST /query` with `body`; the connection is left open for the caller.
+fn send(addr: SocketAddr, body: &Value) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let body = body.to_string();
+    let head = format!(
+        "POST /query HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body.as_bytes())).expect("send");
+    stream
+}
+
+fn query(addr: SocketAddr, body: &Value) -> Answer {
+    let mut stream = send(addr, body);
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("answer");
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Answer { code, headers, body: raw[split + 4..].to_vec() }
+}
+
+/// Asks `sql` as JSON lines until its answer has a row (the first windows and
+/// checkpoints take a moment); returns the rows.
+fn rows_eventually(addr: SocketAddr, sql: &str) -> Vec<Value> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let answer = query(addr, &json!({ "sql": sql }));
+        assert_eq!(answer.code, 200, "{}", answer.text());
+        let rows: Vec<Value> = answer.text().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+        if !rows.is_empty() {
+            return rows;
+        }
+        assert!(Instant::now() < deadline, "no rows in time");
+    }
+}
+
+fn start(scratch: &Scratch, env: &[(&str, &str)]) -> (Running, SocketAddr) {
+    scratch.write("pipeline.toml", PIPELINE);
+    let mut run = Running::start_with(scratch, &["run", "pipeline.toml", "--admin-bind", "127.0.0.1:0"], env);
+    let addr = run.admin_addr();
+    wait_running(addr);
+    (run, addr)
+}
+
+fn stop(run: Running, addr: SocketAddr) {
+    let (code, answer) = request(addr, "POST", "/stop");
+    assert_eq!(code, 202, "{answer}");
+    let (exit, text) = run.finish();
+    assert_eq!(exit, Some(0), "{text}");
+}
+
+#[test]
+fn queries_answer_in_three_formats_and_errors_list_the_tables() {
+    let scratch = Scratch::new();
+    let (run, addr) = start(&scratch, &[]);
+    let sql = "SELECT auction, bids FROM by_auction ORDER BY auction LIMIT 5";
+    let rows = rows_eventually(addr, sql);
+    assert!(rows.len() <= 5 && rows[0]["auction"].is_i64() && rows[0]["bids"].is_i64(), "{rows:?}");
+
+    let csv = query(addr, &json!({ "sql": sql, "format": "csv" }));
+    assert_eq!(csv.code, 200, "{}", csv.text());
+    assert!(csv.header("content-type").is_some_and(|t| t.starts_with("text/csv")));
+    let text = csv.text();
+    assert_eq!(text.lines().next(), Some("auction,bids"), "{text}");
+    assert!(csv.header("sluice-epoch").is_some_and(|e| e.parse::<u64>().is_ok()), "{:?}", csv.headers);
+
+    let arrow = query(addr, &json!({ "sql": sql, "format": "arrow" }));
+    assert_eq!(arrow.code, 200, "{}", arrow.text());
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(arrow.body), None).expect("IPC");
+    let names: Vec<String> = reader.schema().fields().iter().map(|f| f.name().clone()).collect();
+    assert_eq!(names, ["auction", "bids"]);
+    let decoded: usize = reader.map(|b| b.expect("a batch").num_rows()).sum();
+    assert!((1..=5).contains(&decoded), "{decoded}");
+
+    // `sluice query` prints a table.
+    let addr_text = addr.to_string();
+    let output = scratch.sluice(&["query", "--addr", &addr_text, "SELECT COUNT(*) AS groups FROM by_bidder"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("| groups |") && stdout.contains("+--------+"), "{stdout}");
+    assert!(stderr.contains("1 row at checkpoint "), "{stderr}");
+
+    let tables = "the materialized tables are: by_auction, by_bidder (not materialized: ";
+    for (sql, code, needles) in [
+        ("SELECT * FROM nope", 400, vec!["no table `nope`", tables, "bid"]),
+        ("SELECT * FROM bid", 400, vec!["table `bid` is not materialized", tables, "materialized = true"]),
+        ("SELEC auction FROM by_auction", 400, vec!["the SQL cannot be read", "by_auction, by_bidder"]),
+        ("DROP TABLE by_auction", 400, vec!["only queries are answered"]),
+        ("SELECT no_such_column FROM by_auction", 400, vec!["no_such_column"]),
+    ] {
+        let answer = query(addr, &json!({ "sql": sql }));
+        assert_eq!(answer.code, code, "{sql}: {}", answer.text());
+        let body = answer.json();
+        let said = format!("{} {}", body["error"].as_str().unwrap_or(""), body["fix"].as_str().unwrap_or(""));
+        for needle in needles {
+            assert!(said.contains(needle), "{sql}: {needle:?} not in {said}");
+        }
+    }
+    let output = scratch.sluice(&["query", "--addr", &addr_text, "SELECT * FROM nope"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no table `nope`"));
+    stop(run, addr);
+}
+
+#[test]
+fn two_materialized_views_of_one_input_never_disagree() {
+    let scratch = Scratch::new();
+    let (run, addr) = start(&scratch, &[]);
+    let sql = "SELECT a.n AS a_bids, b.n AS b_bids, a.v AS a_volume, b.v AS b_volume FROM \
+               (SELECT COALESCE(SUM(bids), 0) AS n, COALESCE(SUM(volume), 0) AS v FROM by_auction) a CROSS JOIN \
+               (SELECT COALESCE(SUM(bids), 0) AS n, COALESCE(SUM(volume), 0) AS v FROM by_bidder) b";
+    let mut epochs = std::collections::BTreeSet::new();
+    let mut most = 0;
+    for _ in 0..300 {
+        let answer = query(addr, &json!({ "sql": sql }));
+        assert_eq!(answer.code, 200, "{}", answer.text());
+        let epoch: u64 = answer.header("sluice-epoch").expect("an epoch").parse().expect("a number");
+        let row: Value = serde_json::from_str(answer.text().trim()).expect("one row");
+        assert_eq!(row["a_bids"], row["b_bids"], "checkpoint {epoch}: {row}");
+        assert_eq!(row["a_volume"], row["b_volume"], "checkpoint {epoch}: {row}");
+        most = most.max(row["a_bids"].as_i64().unwrap_or(0));
+        epochs.insert(epoch);
+    }
+    assert!(epochs.len() > 1, "the pipeline moved on while queried: {epochs:?}");
+    assert!(most > 0, "the views had rows");
+    stop(run, addr);
+}
+
+#[test]
+fn a_lease_ends_when_its_client_goes_away() {
+    let scratch = Scratch::new();
+    // The first query holds its lease and stops at the failpoint (forever); later ones pass.
+    let (run, addr) = start(&scratch, &[("SLUICE_FAILPOINTS", "query.leased=1*pause")]);
+    let leases = || {
+        let (code, text) = request(addr, "GET", "/metrics");
+        assert_eq!(code, 200, "{text}");
+        text.lines().find_map(|l| l.strip_prefix("sluice_query_leases ")).map(|n| n.trim().parse::<u64>().expect("n"))
+    };
+    let wait_for = |want: u64| {
+        let deadline = Instant::now() + DEADLINE;
+        while leases() != Some(want) {
+            assert!(Instant::now() < deadline, "leases never became {want}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    assert_eq!(leases(), Some(0));
+    let client = send(addr, &json!({ "sql": "SELECT COUNT(*) FROM by_auction" }));
+    wait_for(1);
+    // The client vanishes: its connection closes while the query holds the lease.
+    drop(client);
+    wait_for(0);
+    // Later queries still get answers.
+    let rows = rows_eventually(addr, "SELECT COUNT(*) AS n FROM by_auction");
+    assert!(rows[0]["n"].is_i64(), "{rows:?}");
+    stop(run, addr);
+}

@@ -1,0 +1,496 @@
+//! Materialized tables: the rows of sources and views marked `materialized = true`, kept
+//! as they stand at each committed checkpoint, for ad-hoc queries ([`crate::query`]).
+//!
+//! Each materialized table ends a flow of its own at a hidden per-thread sink
+//! ([`MaterializeSink`]). Its writer integrates the weighted rows it receives into a
+//! multiset (row → weight, a row whose weight reaches 0 is gone): rows since the last
+//! barrier in an open delta, sealed at `pre_commit(e)` as epoch `e`'s delta. Each thread's
+//! slice is a base (the multiset at some epoch) and the sealed deltas after it; a delta
+//! is folded into the base once its epoch is committed on every table and no lease reads
+//! an older epoch. The state at epoch `e` of a slice is the base plus the deltas up to
+//! `e`, readable while the base is not past `e`.
+//!
+//! Consistency: barriers are aligned (materialization requires exactly-once
+//! checkpoints, see `sluice-config`), so at barrier `e` every writer of every table has
+//! received exactly the rows that the input up to checkpoint `e`'s positions produce.
+//! A query reads every table at one epoch committed on all of them.
+//!
+//! Leases: a query takes a [`Lease`] on the newest epoch committed on every table; while
+//! it lives, no slice folds past that epoch. It ends when released (the query ended, its
+//! HTTP client went away) or at its deadline; an expired lease no longer holds anything
+//! back, and a read that comes too late fails rather than answering from another epoch.
+//!
+//! Bounds: a slice's deltas wait for folding only while a lease or a read holds them (both
+//! bounded in time by the query's deadline); rows are encoded once with Arrow's row
+//! format. Not kept across a restart: a job resumed from a checkpoint refuses queries
+//! (see [`Materialized::resumed_from`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
+use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
+use sluice_types::{Batch, Epoch, SluiceError};
+
+/// One row in Arrow's row format, and its weight.
+type Multiset = HashMap<Box<[u8]>, i64>;
+
+/// Every materialized table of a job, their committed epochs and the leases on them.
+pub struct Materialized {
+    tables: Vec<Arc<Table>>,
+    /// The names of the tables and views that are not materialized, for messages.
+    others: Vec<String>,
+    epochs: Mutex<Epochs>,
+    committed: Condvar,
+    /// Set when the job resumed from a checkpoint: the tables restarted empty.
+    resumed_from: Mutex<Option<u64>>,
+}
+
+impl std::fmt::Debug for Materialized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Materialized").field("tables", &self.names()).finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Epochs {
+    /// The newest committed epoch of each table.
+    committed: Vec<Option<u64>>,
+    /// Live leases: id → (epoch, deadline).
+    leases: HashMap<u64, (u64, Instant)>,
+    next_lease: u64,
+}
+
+impl Epochs {
+    /// The newest epoch committed on every table.
+    fn readable(&self) -> Option<u64> {
+        self.committed.iter().copied().min().flatten()
+    }
+
+    /// The newest epoch a slice may fold into its base.
+    fn floor(&self, now: Instant) -> Option<u64> {
+        let leased = self.leases.values().filter(|(_, deadline)| *deadline > now).map(|(epoch, _)| *epoch).min();
+        match (self.readable(), leased) {
+            (Some(readable), Some(leased)) => Some(readable.min(leased)),
+            (readable, _) => readable,
+        }
+    }
+}
+
+/// One materialized table: its schema and one slice per thread.
+pub struct Table {
+    pub name: String,
+    pub schema: SchemaRef,
+    index: usize,
+    slices: Vec<Mutex<Slice>>,
+    /// Rows folded or sealed since the start, for the metrics.
+    rows_integrated: AtomicU64,
+}
+
+/// One thread's part of a table.
+#[derive(Default)]
+struct Slice {
+    base: Arc<Multiset>,
+    /// The newest epoch folded into `base`.
+    base_epoch: Option<u64>,
+    /// Sealed deltas after `base_epoch`, in increasing epochs.
+    sealed: VecDeque<(u64, Arc<Multiset>)>,
+}
+
+impl Slice {
+    /// Folds the sealed deltas up to `floor` into the base, unless a read still holds
+    /// the base (it is folded later).
+    fn fold(&mut self, floor: Option<u64>) {
+        let Some(floor) = floor else { return };
+        while self.sealed.front().is_some_and(|(epoch, _)| *epoch <= floor) {
+            let Some(base) = Arc::get_mut(&mut self.base) else { return };
+            let Some((epoch, delta)) = self.sealed.pop_front() else { return };
+            integrate(base, &delta);
+            self.base_epoch = Some(epoch);
+        }
+    }
+}
+
+/// Adds `delta`'s weights to `into`, removing rows whose weight becomes 0.
+fn integrate(into: &mut Multiset, delta: &Multiset) {
+    for (row, weight) in delta {
+        match into.get_mut(row) {
+            Some(existing) => {
+                *existing += weight;
+                if *existing == 0 {
+                    into.remove(row);
+                }
+            }
+            None if *weight != 0 => {
+                into.insert(row.clone(), *weight);
+            }
+            None => {}
+        }
+    }
+}
+
+/// A materialized table as it declares itself, before the run.
+#[derive(Debug, Clone)]
+pub struct TableSpec {
+    pub name: String,
+    pub schema: SchemaRef,
+}
+
+impl Materialized {
+    /// The registry of `tables`, each with `threads` slices; `others` are the names of
+    /// the tables and views that are not materialized.
+    pub fn new(tables: Vec<TableSpec>, others: Vec<String>, threads: u32) -> Arc<Materialized> {
+        let count = tables.len();
+        let tables = tables
+            .into_iter()
+            .enumerate()
+            .map(|(index, spec)| {
+                Arc::new(Table {
+                    name: spec.name,
+                    schema: spec.schema,
+                    index,
+                    slices: (0..threads.max(1)).map(|_| Mutex::new(Slice::default())).collect(),
+                    rows_integrated: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        Arc::new(Materialized {
+            tables,
+            others,
+            epochs: Mutex::new(Epochs { committed: vec![None; count], ..Epochs::default() }),
+            committed: Condvar::new(),
+            resumed_from: Mutex::new(None),
+        })
+    }
+
+    /// No table materialized.
+    pub fn none() -> Arc<Materialized> {
+        Materialized::new(Vec::new(), Vec::new(), 1)
+    }
+
+    /// The materialized tables' names, in declaration order.
+    pub fn names(&self) -> Vec<&str> {
+        self.tables.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    /// The tables and views that are not materialized.
+    pub fn others(&self) -> &[String] {
+        &self.others
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+
+    /// The materialized table `name`.
+    pub fn table(&self, name: &str) -> Option<&Arc<Table>> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// The hidden sink that keeps table `name`'s rows.
+    pub fn sink(self: &Arc<Materialized>, name: &str) -> Option<Arc<dyn SinkFactory>> {
+        let table = Arc::clone(self.table(name)?);
+        Some(Arc::new(MaterializeSink { registry: Arc::clone(self), table, name: format!("materialized:{name}") }))
+    }
+
+    /// Records that the job resumed from checkpoint `epoch`: the tables restarted empty
+    /// while the operators before them restored their state, so they no longer match.
+    pub fn set_resumed_from(&self, epoch: u64) {
+        *lock(&self.resumed_from) = Some(epoch);
+    }
+
+    /// See [`Materialized::set_resumed_from`].
+    pub fn resumed_from(&self) -> Option<u64> {
+        *lock(&self.resumed_from)
+    }
+
+    /// The newest epoch committed on every table.
+    pub fn readable(&self) -> Option<u64> {
+        lock(&self.epochs).readable()
+    }
+
+    /// Leases live now (expired ones not counted).
+    pub fn leases(&self) -> usize {
+        let now = Instant::now();
+        lock(&self.epochs).leases.values().filter(|(_, deadline)| *deadline > now).count()
+    }
+
+    /// Takes a lease on the newest epoch committed on every table, waiting at most
+    /// `wait` for the first one; it expires after `lifetime`. None when no epoch was
+    /// committed in time.
+    pub fn lease(self: &Arc<Materialized>, wait: Duration, lifetime: Duration) -> Option<Arc<Lease>> {
+        let deadline = Instant::now() + wait;
+        let mut epochs = lock(&self.epochs);
+        loop {
+            if let Some(epoch) = epochs.readable() {
+                let now = Instant::now();
+                epochs.leases.retain(|_, (_, until)| *until > now);
+                let id = epochs.next_lease;
+                epochs.next_lease += 1;
+                epochs.leases.insert(id, (epoch, now + lifetime));
+                return Some(Arc::new(Lease { registry: Arc::clone(self), id, epoch }));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            epochs = self.committed.wait_timeout(epochs, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+
+    fn floor(&self) -> Option<u64> {
+        lock(&self.epochs).floor(Instant::now())
+    }
+
+    /// Epoch `epoch` of `table` is committed.
+    fn commit(&self, table: &Table, epoch: u64) {
+        {
+            let mut epochs = lock(&self.epochs);
+            let committed = &mut epochs.committed[table.index];
+            *committed = Some(committed.map_or(epoch, |c| c.max(epoch)));
+        }
+        self.committed.notify_all();
+        let floor = self.floor();
+        for slice in &table.slices {
+            lock(slice).fold(floor);
+        }
+    }
+
+    /// The rows of `table` at the lease's epoch, in batches of at most `batch_rows`.
+    pub fn read(&self, table: &Table, lease: &Lease, batch_rows: usize) -> Result<Vec<RecordBatch>, SluiceError> {
+        let converter = converter(&table.schema)?;
+        let mut batches = Vec::new();
+        for slice in &table.slices {
+            // The state at the epoch: the base and the deltas up to it (shared, not copied).
+            let (base, deltas) = {
+                let slice = lock(slice);
+                if !lease.is_live() || slice.base_epoch.is_some_and(|folded| folded > lease.epoch) {
+                    return Err(lease_expired(lease.epoch));
+                }
+                let deltas: Vec<Arc<Multiset>> =
+                    slice.sealed.iter().take_while(|(e, _)| *e <= lease.epoch).map(|(_, d)| Arc::clone(d)).collect();
+                (Arc::clone(&slice.base), deltas)
+            };
+            let mut changed: HashMap<&[u8], i64> = HashMap::new();
+            for delta in &deltas {
+                for (row, weight) in delta.iter() {
+                    *changed.entry(row).or_default() += weight;
+                }
+            }
+            // A row of weight w is w equal rows (a view may hold duplicates).
+            let mut rows: Vec<&[u8]> = Vec::new();
+            for (row, weight) in base.iter() {
+                let weight = weight + changed.remove(row.as_ref()).unwrap_or(0);
+                rows.extend(std::iter::repeat_n(row.as_ref(), weight.max(0) as usize));
+            }
+            for (row, weight) in changed {
+                rows.extend(std::iter::repeat_n(row, weight.max(0) as usize));
+            }
+            let parser = converter.parser();
+            for chunk in rows.chunks(batch_rows.max(1)) {
+                let columns = converter
+                    .convert_rows(chunk.iter().map(|row| parser.parse(row)))
+                    .map_err(|e| SluiceError::internal("query.decode", format!("table `{}`: {e}", table.name)))?;
+                let batch = RecordBatch::try_new(Arc::clone(&table.schema), columns)
+                    .map_err(|e| SluiceError::internal("query.decode", format!("table `{}`: {e}", table.name)))?;
+                batches.push(batch);
+            }
+        }
+        Ok(batches)
+    }
+
+    /// Rows integrated into every table so far (sealed at barriers).
+    pub fn rows_integrated(&self) -> u64 {
+        self.tables.iter().map(|t| t.rows_integrated.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// A hold on one committed epoch of every materialized table: no slice folds past it
+/// while it lives (until [`Lease::release`], its drop, or its deadline).
+pub struct Lease {
+    registry: Arc<Materialized>,
+    id: u64,
+    pub epoch: u64,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("id", &self.id).field("epoch", &self.epoch).finish()
+    }
+}
+
+impl Lease {
+    /// Ends the lease (idempotent): reads through it fail from now on.
+    pub fn release(&self) {
+        lock(&self.registry.epochs).leases.remove(&self.id);
+    }
+
+    /// Whether it still holds its epoch (not released, not expired).
+    pub fn is_live(&self) -> bool {
+        lock(&self.registry.epochs).leases.get(&self.id).is_some_and(|(_, deadline)| *deadline > Instant::now())
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn lease_expired(epoch: u64) -> SluiceError {
+    SluiceError::external(
+        "query.lease_expired",
+        format!("the lease on checkpoint {epoch} ended before every table was read (released, or past its deadline)"),
+    )
+    .with_fix("ask again; give the query a longer timeout if it reads much")
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn converter(schema: &SchemaRef) -> Result<RowConverter, SluiceError> {
+    RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect()).map_err(|e| {
+        SluiceError::user("materialize.type", format!("a column type cannot be materialized: {e}"))
+            .with_fix("cast the column to another type in the view")
+    })
+}
+
+/// The hidden sink of one materialized table: one writer per thread.
+struct MaterializeSink {
+    registry: Arc<Materialized>,
+    table: Arc<Table>,
+    name: String,
+}
+
+impl SinkFactory for MaterializeSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn parallelism(&self) -> SinkParallelism {
+        SinkParallelism::PerThread
+    }
+
+    fn open(&self, slot: u32, _slots: u32, _staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
+        if slot as usize >= self.table.slices.len() {
+            return Err(SluiceError::internal(
+                "materialize.slot",
+                format!("table `{}` has {} slices, not slot {slot}", self.table.name, self.table.slices.len()),
+            ));
+        }
+        Ok(Box::new(MaterializeWriter {
+            registry: Arc::clone(&self.registry),
+            table: Arc::clone(&self.table),
+            slot: slot as usize,
+            converter: converter(&self.table.schema)?,
+            open: Multiset::new(),
+        }))
+    }
+
+    fn describe(&self) -> String {
+        format!("materialized table `{}` (kept in memory for queries)", self.table.name)
+    }
+
+    /// Staged: rows count as out when their epoch is committed, as they become readable.
+    fn exactly_once(&self) -> bool {
+        true
+    }
+
+    fn commit(&self, epoch: Epoch, _records: &[Vec<u8>]) -> Result<(), SluiceError> {
+        self.registry.commit(&self.table, epoch.0);
+        Ok(())
+    }
+}
+
+struct MaterializeWriter {
+    registry: Arc<Materialized>,
+    table: Arc<Table>,
+    slot: usize,
+    converter: RowConverter,
+    /// Rows since the last barrier, consolidated.
+    open: Multiset,
+}
+
+impl SinkWriter for MaterializeWriter {
+    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
+        let rows = self
+            .converter
+            .convert_columns(batch.rows.columns())
+            .map_err(|e| SluiceError::internal("materialize.encode", format!("table `{}`: {e}", self.table.name)))?;
+        for index in 0..batch.num_rows() {
+            let row = rows.row(index);
+            let weight = batch.weight(index);
+            match self.open.get_mut(row.as_ref()) {
+                Some(existing) => *existing += weight,
+                None => {
+                    self.open.insert(row.as_ref().into(), weight);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
+        let mut delta = std::mem::take(&mut self.open);
+        delta.retain(|_, weight| *weight != 0);
+        self.table.rows_integrated.fetch_add(delta.len() as u64, Ordering::Relaxed);
+        let floor = self.registry.floor();
+        let mut slice = lock(&self.table.slices[self.slot]);
+        slice.sealed.push_back((epoch.0, Arc::new(delta)));
+        slice.fold(floor);
+        // Not empty, so that the coordinator commits it; nothing to decode.
+        Ok(b"materialized".to_vec())
+    }
+
+    fn close(&mut self) -> Result<(), SluiceError> {
+        Ok(())
+    }
+}
+
+/// Plans one flow per materialized table (every table of a materialized source, every
+/// materialized view), each ending at the table's hidden sink, and returns their
+/// registry (empty when nothing is materialized).
+pub(crate) fn add_flows(
+    pipeline: &crate::load::Pipeline,
+    sources: &[Arc<dyn sluice_runtime::SourceFactory>],
+    planner: &sluice_sql::SqlPlanner,
+    threads: u32,
+    flows: &mut Vec<sluice_runtime::Flow>,
+) -> Result<Arc<Materialized>, crate::EngineError> {
+    let config = &pipeline.config;
+    let mut marked = Vec::new();
+    for (source, factory) in config.sources.iter().zip(sources) {
+        if let Some(at) = source.materialized {
+            marked.extend(factory.tables().iter().map(|table| (table.name.clone(), at)));
+        }
+    }
+    marked.extend(config.views.iter().filter_map(|view| view.materialized.map(|at| (view.name.clone(), at))));
+    if marked.is_empty() {
+        return Ok(Materialized::none());
+    }
+    let mut streams = Vec::new();
+    for (name, at) in &marked {
+        let stream =
+            planner.plan_stream(name, &format!("materialized:{name}")).map_err(|e| pipeline.problem(*at, e))?;
+        // Checked now rather than at the first row.
+        converter(&stream.schema).map_err(|e| pipeline.problem(*at, e.context(format!("table `{name}`"))))?;
+        streams.push((name.clone(), stream));
+    }
+    let specs =
+        streams.iter().map(|(name, s)| TableSpec { name: name.clone(), schema: Arc::clone(&s.schema) }).collect();
+    let others = planner.table_names().into_iter().filter(|n| !marked.iter().any(|(m, _)| m == n)).map(String::from);
+    let registry = Materialized::new(specs, others.collect(), threads);
+    for (name, stream) in streams {
+        let sink = registry.sink(&name).expect("registered above");
+        flows.push(stream.into_flow(sink, threads, 0));
+    }
+    Ok(registry)
+}
+
+#[cfg(test)]
+mod tests;

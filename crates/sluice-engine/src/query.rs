@@ -1,0 +1,368 @@
+//! Ad-hoc SQL over the materialized tables ([`crate::materialize`]), all read at one
+//! committed checkpoint, run by DataFusion.
+//!
+//! Steps: [`prepare`] parses the one statement (a query; nothing that writes, creates or
+//! sets anything), finds the tables it names (each must be materialized: the errors list
+//! what exists) and takes a lease on the newest epoch committed on every table (waiting
+//! for the first checkpoint, within the query's timeout); [`PreparedQuery::run`] reads
+//! every named table's slices at that epoch into in-memory tables, plans the query with
+//! DataFusion (identifiers case-sensitive, as in Flink; Flink's scalar functions
+//! registered) and collects the answer. The lease ends when the prepared query or its
+//! lease is dropped, or at the deadline.
+//!
+//! Bounds: rows per answer ([`QueryLimits::max_rows`], at most [`MAX_ROWS_LIMIT`]), time
+//! ([`QueryLimits::timeout`], at most [`TIMEOUT_LIMIT`]: the lease's lifetime, and the
+//! execution is dropped at its deadline), DataFusion's working memory
+//! ([`WORKING_MEMORY`]). The tables read are copied once into the query's memory.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::datasource::MemTable;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use sluice_types::{Batch, SluiceError};
+
+use crate::materialize::{Lease, Materialized, Table};
+
+/// Rows an answer may have unless the request says otherwise.
+pub const MAX_ROWS_DEFAULT: usize = 10_000;
+/// The most rows a request may ask for.
+pub const MAX_ROWS_LIMIT: usize = 1_000_000;
+/// How long a query may take (waiting for the first checkpoint included) unless the
+/// request says otherwise; also its lease's lifetime.
+pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// The longest timeout a request may ask for.
+pub const TIMEOUT_LIMIT: Duration = Duration::from_secs(300);
+/// DataFusion's memory pool per query (sorts, joins, aggregations).
+pub const WORKING_MEMORY: usize = 512 << 20;
+
+/// What a query may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryLimits {
+    pub max_rows: usize,
+    pub timeout: Duration,
+}
+
+impl Default for QueryLimits {
+    fn default() -> QueryLimits {
+        QueryLimits { max_rows: MAX_ROWS_DEFAULT, timeout: TIMEOUT_DEFAULT }
+    }
+}
+
+impl QueryLimits {
+    /// The limits asked for, refused beyond [`MAX_ROWS_LIMIT`] and [`TIMEOUT_LIMIT`].
+    pub fn new(max_rows: Option<u64>, timeout_ms: Option<u64>) -> Result<QueryLimits, SluiceError> {
+        let max_rows = match max_rows {
+            None => MAX_ROWS_DEFAULT,
+            Some(rows) if rows >= 1 && rows <= MAX_ROWS_LIMIT as u64 => rows as usize,
+            Some(rows) => {
+                return Err(SluiceError::user(
+                    "query.limits",
+                    format!("max_rows = {rows} is not in 1..={MAX_ROWS_LIMIT}"),
+                )
+                .with_fix(format!("ask for at most {MAX_ROWS_LIMIT} rows; aggregate or filter in SQL for fewer")));
+            }
+        };
+        let timeout = match timeout_ms {
+            None => TIMEOUT_DEFAULT,
+            Some(ms) if ms >= 1 && ms <= TIMEOUT_LIMIT.as_millis() as u64 => Duration::from_millis(ms),
+            Some(ms) => {
+                return Err(SluiceError::user(
+                    "query.limits",
+                    format!("timeout_ms = {ms} is not in 1..={}", TIMEOUT_LIMIT.as_millis()),
+                )
+                .with_fix(format!("give a timeout of at most {} s", TIMEOUT_LIMIT.as_secs())));
+            }
+        };
+        Ok(QueryLimits { max_rows, timeout })
+    }
+}
+
+/// How an answer is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryFormat {
+    /// One JSON object per row (as sinks write them).
+    JsonLines,
+    /// CSV with a header.
+    Csv,
+    /// An Arrow IPC stream.
+    ArrowIpc,
+}
+
+impl QueryFormat {
+    /// The HTTP content type.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            QueryFormat::JsonLines => "application/x-ndjson",
+            QueryFormat::Csv => "text/csv; charset=utf-8",
+            QueryFormat::ArrowIpc => "application/vnd.apache.arrow.stream",
+        }
+    }
+}
+
+/// A query's rows, all read at one checkpoint.
+#[derive(Debug)]
+pub struct QueryAnswer {
+    /// The checkpoint every table was read at (None when the query reads no table).
+    pub epoch: Option<u64>,
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+impl QueryAnswer {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// The rows in `format`.
+    pub fn encode(&self, format: QueryFormat) -> Result<Vec<u8>, SluiceError> {
+        let mut out = Vec::new();
+        match format {
+            QueryFormat::ArrowIpc => {
+                let failed = |e: arrow::error::ArrowError| SluiceError::internal("query.encode", e.to_string());
+                let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &self.schema).map_err(failed)?;
+                for batch in &self.batches {
+                    writer.write(batch).map_err(failed)?;
+                }
+                writer.finish().map_err(failed)?;
+            }
+            QueryFormat::JsonLines | QueryFormat::Csv => {
+                let text = match format {
+                    QueryFormat::Csv => sluice_formats::OutputFormat::Csv { header: true },
+                    _ => sluice_formats::OutputFormat::JsonLines,
+                };
+                let mut encoder = sluice_formats::Encoder::new(text, Arc::clone(&self.schema), false);
+                if self.batches.is_empty() && format == QueryFormat::Csv {
+                    // The header alone.
+                    let empty = RecordBatch::new_empty(Arc::clone(&self.schema));
+                    encoder.encode(&Batch::inserts(empty), &mut out).map_err(unencodable)?;
+                }
+                for batch in &self.batches {
+                    encoder.encode(&Batch::inserts(batch.clone()), &mut out).map_err(unencodable)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn unencodable(error: SluiceError) -> SluiceError {
+    SluiceError::user("query.encode", format!("the answer cannot be written as text: {}", error.message))
+        .with_fix("ask for format \"arrow\", or CAST the column to VARCHAR")
+}
+
+/// A query checked and holding its lease, ready to run.
+pub struct PreparedQuery {
+    registry: Arc<Materialized>,
+    /// None for a query that reads no table.
+    lease: Option<Arc<Lease>>,
+    statement: Statement,
+    tables: Vec<Arc<Table>>,
+    limits: QueryLimits,
+    deadline: Instant,
+    context: SessionContext,
+}
+
+impl std::fmt::Debug for PreparedQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedQuery").field("lease", &self.lease).finish_non_exhaustive()
+    }
+}
+
+/// Checks `sql` against the materialized tables of `registry` and takes its lease.
+pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> Result<PreparedQuery, SluiceError> {
+    let deadline = Instant::now() + limits.timeout;
+    if let Some(epoch) = registry.resumed_from() {
+        return Err(SluiceError::user(
+            "query.resumed",
+            format!(
+                "this job resumed from checkpoint {epoch}; materialized tables are not kept in checkpoints yet, so \
+                 they would miss the rows before it"
+            ),
+        )
+        .with_fix("run with --from-scratch (or a new checkpoint store) to query materialized tables"));
+    }
+    let context = session()?;
+    let mut statements =
+        DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| bad_sql(registry, e.to_string()))?;
+    if statements.len() != 1 {
+        return Err(bad_sql(registry, format!("{} statements; one query is expected", statements.len())));
+    }
+    let statement = statements.pop_front().expect("one statement");
+    let is_query = matches!(&statement, Statement::Statement(inner) if matches!(**inner, datafusion::sql::sqlparser::ast::Statement::Query(_)));
+    if !is_query {
+        return Err(SluiceError::user("query.statement", format!("only queries are answered, not `{statement}`"))
+            .with_fix("write a SELECT (or WITH … SELECT) over the materialized tables"));
+    }
+    let references =
+        context.state().resolve_table_references(&statement).map_err(|e| bad_sql(registry, df_message(&e)))?;
+    let mut tables: Vec<Arc<Table>> = Vec::new();
+    for reference in references {
+        let name = reference.table();
+        let known =
+            (reference.schema().is_none() && reference.catalog().is_none()).then(|| registry.table(name)).flatten();
+        match known {
+            Some(table) if !tables.iter().any(|t| t.name == table.name) => tables.push(Arc::clone(table)),
+            Some(_) => {}
+            None if registry.others().iter().any(|other| other == name) => {
+                return Err(SluiceError::user(
+                    "query.not_materialized",
+                    format!("table `{name}` is not materialized; {}", listing(registry)),
+                )
+                .with_fix(format!(
+                    "add materialized = true to the [[view]] (or [[source]]) that defines `{name}`, and run the \
+                     pipeline again"
+                )));
+            }
+            None => {
+                return Err(SluiceError::user(
+                    "query.unknown_table",
+                    format!("no table `{reference}`; {}", listing(registry)),
+                )
+                .with_fix("name a materialized table (names are case-sensitive)"));
+            }
+        }
+    }
+    let wait = deadline.saturating_duration_since(Instant::now());
+    // A query that reads no table (`SELECT 1`) needs no epoch.
+    let wait = if tables.is_empty() { Duration::ZERO } else { wait };
+    let lease = registry.lease(wait, limits.timeout);
+    let lease =
+        match lease {
+            None if tables.is_empty() => None,
+            lease => {
+                Some(lease.ok_or_else(|| {
+                    SluiceError::external(
+            "query.no_checkpoint",
+            format!("no checkpoint was committed within {} ms: materialized tables are read at one", wait.as_millis()),
+        )
+        .with_fix("wait for the job's first checkpoint (GET /status: last_committed_epoch), or give a longer timeout")
+                })?)
+            }
+        };
+    Ok(PreparedQuery { registry: Arc::clone(registry), lease, statement, tables, limits, deadline, context })
+}
+
+impl PreparedQuery {
+    /// The checkpoint the query reads (None when it reads no table).
+    pub fn epoch(&self) -> Option<u64> {
+        self.lease.as_ref().map(|lease| lease.epoch)
+    }
+
+    /// Its lease, to release it from elsewhere (a client that went away).
+    pub fn lease(&self) -> Option<Arc<Lease>> {
+        self.lease.clone()
+    }
+
+    /// Reads the tables at the lease's epoch and runs the query.
+    pub fn run(self) -> Result<QueryAnswer, SluiceError> {
+        sluice_types::failpoint!("query.leased");
+        let epoch = self.epoch();
+        for (table, lease) in self.tables.iter().zip(std::iter::repeat(&self.lease)) {
+            let Some(lease) = lease else { break };
+            let batches = self.registry.read(table, lease, 8192)?;
+            let memory = MemTable::try_new(Arc::clone(&table.schema), vec![batches])
+                .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
+            self.context
+                .register_table(table.name.as_str(), Arc::new(memory))
+                .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
+        }
+        // Every table is copied: the epoch is no longer needed.
+        if let Some(lease) = &self.lease {
+            lease.release();
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| SluiceError::external("query.runtime", format!("cannot start the query's runtime: {e}")))?;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let max_rows = self.limits.max_rows;
+        let context = self.context;
+        let statement = self.statement;
+        let work = async move {
+            let state = context.state();
+            let plan = state.statement_to_plan(statement).await.map_err(|e| query_error(&e))?;
+            datafusion::execution::context::SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_dml(false)
+                .with_allow_statements(false)
+                .verify_plan(&plan)
+                .map_err(|e| query_error(&e))?;
+            let frame = datafusion::dataframe::DataFrame::new(state, plan);
+            let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+            let frame = frame.limit(0, Some(max_rows + 1)).map_err(|e| query_error(&e))?;
+            let batches = frame.collect().await.map_err(|e| query_error(&e))?;
+            Ok::<_, SluiceError>((schema, batches))
+        };
+        let (schema, batches) = runtime.block_on(tokio::time::timeout(left, work)).map_err(|_| {
+            SluiceError::external("query.timeout", format!("the query took longer than {} ms", left.as_millis()))
+                .with_fix("give a longer timeout (timeout_ms), or read less")
+        })??;
+        let answer = QueryAnswer { epoch, schema, batches };
+        if answer.rows() > max_rows {
+            return Err(SluiceError::user("query.too_many_rows", format!("the answer has more than {max_rows} rows"))
+                .with_fix(format!(
+                    "add a LIMIT or a narrower WHERE, or ask for more rows (max_rows, at most {MAX_ROWS_LIMIT})"
+                )));
+        }
+        Ok(answer)
+    }
+}
+
+/// A session that only reads the tables registered in it.
+fn session() -> Result<SessionContext, SluiceError> {
+    let mut config = SessionConfig::new().with_target_partitions(1).with_information_schema(false);
+    config.options_mut().sql_parser.enable_ident_normalization = false;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(WORKING_MEMORY, 1.0)
+        .build_arc()
+        .map_err(|e| SluiceError::internal("query.session", df_message(&e)))?;
+    let context = SessionContext::new_with_config_rt(config, runtime);
+    for function in sluice_sql::flink_functions() {
+        context.register_udf((*function).clone());
+    }
+    Ok(context)
+}
+
+/// What tables a query may name, for messages.
+fn listing(registry: &Materialized) -> String {
+    let materialized = registry.names();
+    let materialized = if materialized.is_empty() { "none".to_string() } else { materialized.join(", ") };
+    let others = registry.others();
+    if others.is_empty() {
+        format!("the materialized tables are: {materialized}")
+    } else {
+        format!("the materialized tables are: {materialized} (not materialized: {})", others.join(", "))
+    }
+}
+
+fn bad_sql(registry: &Materialized, message: String) -> SluiceError {
+    let message = message.strip_prefix("SQL error: ").unwrap_or(&message);
+    let message = message.strip_prefix("ParserError(\"").and_then(|m| m.strip_suffix("\")")).unwrap_or(message);
+    SluiceError::user("query.sql", format!("the SQL cannot be read: {message}"))
+        .with_fix(format!("write one SELECT over the materialized tables; {}", listing(registry)))
+}
+
+/// An error of planning or running the query: the user's SQL, as DataFusion words it.
+fn query_error(error: &datafusion::error::DataFusionError) -> SluiceError {
+    match error {
+        datafusion::error::DataFusionError::ResourcesExhausted(_) => SluiceError::user(
+            "query.memory",
+            format!("the query needs more than {} MiB of working memory: {}", WORKING_MEMORY >> 20, df_message(error)),
+        )
+        .with_fix("aggregate or filter more before sorting or joining"),
+        _ => SluiceError::user("query.sql", df_message(error)).with_fix("correct the query"),
+    }
+}
+
+fn df_message(error: &datafusion::error::DataFusionError) -> String {
+    let message = error.strip_backtrace();
+    ["Error during planning: ", "Schema error: ", "This feature is not implemented: ", "SQL error: "]
+        .iter()
+        .fold(message, |message, prefix| message.strip_prefix(prefix).map(str::to_string).unwrap_or(message))
+}
