@@ -1,9 +1,47 @@
-//! Reading the state blobs operators write at a barrier (window and group aggregates,
-//! sessions, TopN): every read is bounds-checked, so a damaged blob or one of another
+//! Writing and reading the state blobs operators write at a barrier (window and group aggregates,
+//! sessions, TopN, joins, OVER aggregates): every read is bounds-checked, so a damaged blob or one of another
 //! plan is a typed `state.corrupt` error naming the state, never a panic. Each
 //! operator's module documents its own layout; this is only the cursor over it.
 
+use std::collections::BTreeMap;
+
 use sluice_types::SluiceError;
+
+/// Per-vnode blobs being written, each laid out as `u32 version, u32 entries` (LE) then
+/// the entries, in the order they were added: the header the keyed states share.
+pub(crate) struct BlobWriter {
+    version: u32,
+    blobs: BTreeMap<u32, (u32, Vec<u8>)>,
+}
+
+impl BlobWriter {
+    pub(crate) fn new(version: u32) -> BlobWriter {
+        BlobWriter { version, blobs: BTreeMap::new() }
+    }
+
+    /// The bytes of `vnode`'s blob with one more entry counted: append the entry to them.
+    pub(crate) fn entry(&mut self, vnode: u32) -> &mut Vec<u8> {
+        let version = self.version;
+        let (count, bytes) = self.blobs.entry(vnode).or_insert_with(|| {
+            let mut bytes = version.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&0u32.to_le_bytes());
+            (0, bytes)
+        });
+        *count += 1;
+        bytes
+    }
+
+    /// The (vnode, blob) pairs, by vnode, each with its entry count written.
+    pub(crate) fn finish(self) -> Vec<(u32, Vec<u8>)> {
+        self.blobs
+            .into_iter()
+            .map(|(vnode, (count, mut bytes))| {
+                bytes[4..8].copy_from_slice(&count.to_le_bytes());
+                (vnode, bytes)
+            })
+            .collect()
+    }
+}
 
 /// The error of a damaged blob of `state` (e.g. "window aggregate").
 pub(crate) fn corrupt(state: &str, what: &str) -> SluiceError {

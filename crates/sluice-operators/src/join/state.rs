@@ -23,7 +23,6 @@
 //! side's schema and encode back to the same bytes, and no row may appear twice: a
 //! blob from another plan or a damaged one is refused, never misread, and never panics.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
@@ -33,7 +32,7 @@ use sluice_types::{SluiceError, vnode};
 
 use super::store::NEVER;
 use super::{JoinOperator, expiry_times};
-use crate::blob::Reader;
+use crate::blob::{BlobWriter, Reader};
 use crate::partition::encode_keys;
 
 /// The blob layout this build writes and reads.
@@ -74,14 +73,9 @@ pub(super) fn snapshot(join: &JoinOperator) -> Option<SnapshotJob> {
 /// One blob per vnode holding rows, in vnode order.
 fn encode(mut rows: Vec<Copied>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
     rows.sort_by(|a, b| (a.side, &*a.row).cmp(&(b.side, &*b.row)));
-    let mut blobs: BTreeMap<u32, (u32, Vec<u8>)> = BTreeMap::new();
+    let mut blobs = BlobWriter::new(VERSION);
     for row in &rows {
-        let (count, bytes) = blobs.entry(vnode::of_hash(row.key_hash, vnodes)).or_insert_with(|| {
-            let mut bytes = VERSION.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&0u32.to_le_bytes());
-            (0, bytes)
-        });
-        *count += 1;
+        let bytes = blobs.entry(vnode::of_hash(row.key_hash, vnodes));
         bytes.push(row.side);
         let length = u32::try_from(row.row.len()).expect("a row shorter than 4 GiB");
         bytes.extend_from_slice(&length.to_le_bytes());
@@ -89,13 +83,7 @@ fn encode(mut rows: Vec<Copied>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
         bytes.extend_from_slice(&row.weight.to_le_bytes());
         bytes.extend_from_slice(&row.matches.to_le_bytes());
     }
-    blobs
-        .into_iter()
-        .map(|(vnode, (count, mut bytes))| {
-            bytes[4..8].copy_from_slice(&count.to_le_bytes());
-            (vnode, bytes)
-        })
-        .collect()
+    blobs.finish()
 }
 
 fn corrupt(what: &str) -> SluiceError {

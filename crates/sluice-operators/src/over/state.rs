@@ -30,7 +30,7 @@ use arrow::array::Array;
 use sluice_runtime::SnapshotJob;
 use sluice_types::{SluiceError, vnode};
 
-use crate::blob::Reader;
+use crate::blob::{BlobWriter, Reader};
 
 use super::{Accumulator, Kind, OverAggregate, OverFrame, Partition, Value};
 
@@ -86,14 +86,9 @@ fn write_value(bytes: &mut Vec<u8>, value: &Value) {
 
 fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
     partitions.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut blobs: BTreeMap<u32, (u32, Vec<u8>)> = BTreeMap::new();
+    let mut blobs = BlobWriter::new(VERSION);
     for partition in &partitions {
-        let (count, bytes) = blobs.entry(vnode::of_hash(partition.hash, vnodes)).or_insert_with(|| {
-            let mut bytes = VERSION.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&0u32.to_le_bytes());
-            (0, bytes)
-        });
-        *count += 1;
+        let bytes = blobs.entry(vnode::of_hash(partition.hash, vnodes));
         write_bytes(bytes, &partition.key);
         write_count(bytes, partition.pending.len());
         for ((_, arrival), row) in &partition.pending {
@@ -113,13 +108,7 @@ fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
             write_value(bytes, &accumulator.best);
         }
     }
-    blobs
-        .into_iter()
-        .map(|(vnode, (count, mut bytes))| {
-            bytes[4..8].copy_from_slice(&count.to_le_bytes());
-            (vnode, bytes)
-        })
-        .collect()
+    blobs.finish()
 }
 
 fn corrupt(what: &str) -> SluiceError {

@@ -14,12 +14,10 @@
 //! restored. Decoding checks every length against the remaining bytes, and every row
 //! must decode as a row of the operator's input: a blob from another plan is refused.
 
-use std::collections::BTreeMap;
-
 use sluice_runtime::SnapshotJob;
 use sluice_types::{SluiceError, vnode};
 
-use crate::blob::Reader;
+use crate::blob::{BlobWriter, Reader};
 
 use super::{Entry, Partition, TopN};
 
@@ -45,14 +43,9 @@ fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
 
 fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
     partitions.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut blobs: BTreeMap<u32, (u32, Vec<u8>)> = BTreeMap::new();
+    let mut blobs = BlobWriter::new(VERSION);
     for partition in &partitions {
-        let (count, bytes) = blobs.entry(vnode::of_hash(partition.hash, vnodes)).or_insert_with(|| {
-            let mut bytes = VERSION.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&0u32.to_le_bytes());
-            (0, bytes)
-        });
-        *count += 1;
+        let bytes = blobs.entry(vnode::of_hash(partition.hash, vnodes));
         write_bytes(bytes, &partition.key);
         let rows = u32::try_from(partition.rows.len()).expect("N is bounded");
         bytes.extend_from_slice(&rows.to_le_bytes());
@@ -61,13 +54,7 @@ fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
             write_bytes(bytes, &entry.row);
         }
     }
-    blobs
-        .into_iter()
-        .map(|(vnode, (count, mut bytes))| {
-            bytes[4..8].copy_from_slice(&count.to_le_bytes());
-            (vnode, bytes)
-        })
-        .collect()
+    blobs.finish()
 }
 
 fn corrupt(what: &str) -> SluiceError {

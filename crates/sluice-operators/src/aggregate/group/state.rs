@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use sluice_runtime::SnapshotJob;
 use sluice_types::{SluiceError, vnode};
 
-use crate::blob::Reader;
+use crate::blob::{BlobWriter, Reader};
 
 use super::accumulator::{Accumulator, Multiset, OrderedFloat};
 use super::{Group, GroupAggregate};
@@ -63,28 +63,17 @@ pub(super) fn snapshot(aggregate: &GroupAggregate) -> Option<SnapshotJob> {
 /// One blob per vnode holding groups, in vnode order.
 fn encode(mut groups: Vec<Group>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
     groups.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut blobs: BTreeMap<u32, (u32, Vec<u8>)> = BTreeMap::new();
+    let mut blobs = BlobWriter::new(VERSION);
     for group in &groups {
         let vnode = vnode::of_hash(group.hash, vnodes);
-        let (count, bytes) = blobs.entry(vnode).or_insert_with(|| {
-            let mut bytes = VERSION.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&0u32.to_le_bytes());
-            (0, bytes)
-        });
-        *count += 1;
+        let bytes = blobs.entry(vnode);
         write_bytes(bytes, &group.key);
         bytes.extend_from_slice(&group.rows.to_le_bytes());
         for accumulator in &group.accumulators {
             write_accumulator(accumulator, bytes);
         }
     }
-    blobs
-        .into_iter()
-        .map(|(vnode, (count, mut bytes))| {
-            bytes[4..8].copy_from_slice(&count.to_le_bytes());
-            (vnode, bytes)
-        })
-        .collect()
+    blobs.finish()
 }
 
 fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
