@@ -169,12 +169,6 @@ pub(crate) fn plan_topn(
     }
     let (partition, order) = columns(window, &function.params, &refuse)?;
     let mut state = planner.plan(&window.input).and_then(crate::stream::unaggregated_session)?;
-    if state.changelog.is_updating() {
-        return Err(unsupported(
-            "TopN (ROW_NUMBER) over an updating stream",
-            "rank the source's rows, before they are aggregated",
-        ));
-    }
     push_topn(planner, &mut state, window, partition, order, limit as usize, rank_needed)?;
     for node in shape.between.iter().rev() {
         state = match node {
@@ -261,14 +255,29 @@ fn push_topn(
         (false, 1) => Some(partition.clone()),
         (false, _) => None,
     };
-    let spec = TopNSpec { partition, order, limit, output: Arc::new(window.schema.as_arrow().clone()), rank_in_output };
-    let factory: OperatorFactory =
-        Arc::new(move |context| Ok(Box::new(TopN::new(spec.clone(), &input_schema, context.vnodes)?)));
+    // Over an updating input a retraction lets the next row in: every row is kept.
+    let retracting = state.changelog.is_updating();
+    let spec = TopNSpec {
+        partition,
+        order,
+        limit,
+        output: Arc::new(window.schema.as_arrow().clone()),
+        rank_in_output,
+        retracting,
+    };
+    let ignored = format!("view {}: ignored retractions", planner.view);
+    let factory: OperatorFactory = Arc::new(move |context| {
+        let topn = TopN::new(spec.clone(), &input_schema, context.vnodes)?;
+        Ok(Box::new(if retracting { topn.with_ignored_counter(context.metrics.counter(&ignored)) } else { topn }))
+    });
+    let line = if retracting { format!("{line} (updating input: every row kept)") } else { line };
     state.operators.push((line, factory));
-    state.state = Some(format!(
-        "the first {limit} rows per partition ({})",
-        if partition_names.is_empty() { "one, no key".to_string() } else { partition_names.join(", ") }
-    ));
+    let partitions = if partition_names.is_empty() { "one, no key".to_string() } else { partition_names.join(", ") };
+    state.state = Some(if retracting {
+        format!("every row per partition ({partitions}), the first {limit} emitted")
+    } else {
+        format!("the first {limit} rows per partition ({partitions})")
+    });
     state.schema = Arc::clone(&window.schema);
     state.tags = state.tags.iter().copied().take(width).chain([Tag::Plain]).collect();
     state.changelog = Changelog::Updating { upsert_key };

@@ -1,11 +1,19 @@
 //! TopN and deduplication: `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) <= N`.
 //!
-//! Over an append-only input (the planner refuses an updating one) a row that falls out
-//! of its partition's first N can never come back, so the state per partition is just
-//! its first N rows, in order: each with its order values, its arrival number (ties in
-//! the order are broken by arrival, the earlier first, as Flink's ROW_NUMBER does) and
-//! the whole row in the project's key encoding ([`sluice_types::key`], which also makes
-//! it persistable; floats are kept with -0.0 as 0.0 and one NaN).
+//! Over an append-only input a row that falls out of its partition's first N can never
+//! come back, so the state per partition is just its first N rows, in order: each with
+//! its order values, its arrival number (ties in the order are broken by arrival, the
+//! earlier first, as Flink's ROW_NUMBER does) and the whole row in the project's key
+//! encoding ([`sluice_types::key`], which also makes it persistable; floats are kept with
+//! -0.0 as 0.0 and one NaN).
+//!
+//! Over an updating input ([`TopNSpec::retracting`]) a retraction of a row in the first N
+//! lets the next row in, so every row of the partition is kept (as Flink's retracting
+//! TopN does; state grows with the input like a group aggregate's): a row with weight
+//! `w > 0` is inserted `w` times, one with `w < 0` removes `-w` copies of itself (a
+//! retraction of a row that is not held is ignored and counted in `view NAME: ignored
+//! retractions`). A re-inserted row (an update's `+U`) arrives anew: among ties it ranks
+//! after the rows that were there before it.
 //!
 //! Output rows are the input's columns followed by the rank (BIGINT UNSIGNED, 1 for the
 //! first), emitted per input batch for each partition the batch changed, comparing its
@@ -59,6 +67,8 @@ pub struct TopNSpec {
     pub output: SchemaRef,
     /// Whether the rank is read downstream (see the module documentation).
     pub rank_in_output: bool,
+    /// The input is updating: keep every row, take retractions (see the module doc).
+    pub retracting: bool,
 }
 
 /// A value of an `ORDER BY` column, as compared.
@@ -97,6 +107,8 @@ pub struct TopN {
     index: HashTable<u32>,
     next_arrival: u64,
     vnodes: u32,
+    /// Retractions of rows not held (updating input only).
+    ignored: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// How an `ORDER BY` column is read: cast once per batch.
@@ -141,7 +153,14 @@ impl TopN {
             index: HashTable::new(),
             next_arrival: 0,
             vnodes,
+            ignored: None,
         })
+    }
+
+    /// Counts retractions of rows not held in `counter` (updating input).
+    pub fn with_ignored_counter(mut self, counter: Arc<std::sync::atomic::AtomicU64>) -> TopN {
+        self.ignored = Some(counter);
+        self
     }
 
     /// The `ORDER BY` columns of the input columns `columns`, read for comparing.
@@ -200,16 +219,46 @@ impl TopN {
         id as usize
     }
 
-    /// Puts `entry` in its partition if it ranks among the first N.
+    /// Puts `entry` in its partition: anywhere when retracting, else only if it ranks
+    /// among the first N.
     fn insert(&mut self, partition: usize, entry: Entry) {
         let rows = &self.partitions[partition].rows;
         let position = rows.partition_point(|kept| self.compare(kept, &entry) == Ordering::Less);
-        if position >= self.spec.limit {
+        if !self.spec.retracting && position >= self.spec.limit {
             return;
         }
         let rows = &mut self.partitions[partition].rows;
         rows.insert(position, entry);
-        rows.truncate(self.spec.limit);
+        if !self.spec.retracting {
+            rows.truncate(self.spec.limit);
+        }
+    }
+
+    /// Removes one copy of the row `row` (order values `order`) from its partition;
+    /// false if none is held.
+    fn remove(&mut self, partition: usize, order: &[SortValue], row: &[u8]) -> bool {
+        let equal_order = |entry: &Entry| {
+            entry.order.iter().zip(order).zip(&self.spec.order).all(|((a, b), c)| compare_values(a, b, c).is_eq())
+        };
+        let rows = &self.partitions[partition].rows;
+        let less = |entry: &Entry| {
+            for ((a, b), column) in entry.order.iter().zip(order).zip(&self.spec.order) {
+                let ordering = compare_values(a, b, column);
+                if ordering != Ordering::Equal {
+                    return ordering == Ordering::Less;
+                }
+            }
+            false
+        };
+        let start = rows.partition_point(less);
+        let found = rows[start..].iter().take_while(|entry| equal_order(entry)).position(|entry| &*entry.row == row);
+        match found {
+            Some(offset) => {
+                self.partitions[partition].rows.remove(start + offset);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The changes of one partition between `before` and its rows now, as (row, rank,
@@ -263,7 +312,7 @@ impl Operator for TopN {
     }
 
     fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
-        assert!(batch.is_append_only(), "the planner refuses TopN over an updating stream");
+        assert!(self.spec.retracting || batch.is_append_only(), "the planner marks TopN over an updating stream");
         let rows = &batch.rows;
         let partition_columns: Vec<ArrayRef> =
             self.spec.partition.iter().map(|&c| Arc::clone(rows.column(c))).collect();
@@ -280,18 +329,32 @@ impl Operator for TopN {
                 if self.spec.partition.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
             let partition = self.partition_of(key, hash);
             if touched_ids.insert(partition) {
-                touched.push((partition, self.partitions[partition].rows.clone()));
+                // Only the first N can change what is emitted.
+                let rows = &self.partitions[partition].rows;
+                touched.push((partition, rows[..rows.len().min(self.spec.limit)].to_vec()));
             }
-            for _ in 0..batch.weight(row) {
+            let weight = batch.weight(row);
+            for _ in 0..weight {
                 let order = Self::order_of(&order, row);
                 let entry = Entry { order, arrival: self.next_arrival, row: encoded.row(row).into() };
                 self.next_arrival += 1;
                 self.insert(partition, entry);
             }
+            if weight < 0 {
+                let values = Self::order_of(&order, row);
+                for _ in 0..weight.unsigned_abs() {
+                    if !self.remove(partition, &values, encoded.row(row))
+                        && let Some(ignored) = &self.ignored
+                    {
+                        ignored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
         }
         let mut changes = Vec::new();
         for (partition, before) in &touched {
-            self.diff(before, &self.partitions[*partition].rows, &mut changes);
+            let rows = &self.partitions[*partition].rows;
+            self.diff(before, &rows[..rows.len().min(self.spec.limit)], &mut changes);
         }
         if !changes.is_empty() {
             out.push(Message::Data(self.build(&changes)?));

@@ -47,7 +47,7 @@ fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
     for partition in &partitions {
         let bytes = blobs.entry(vnode::of_hash(partition.hash, vnodes));
         write_bytes(bytes, &partition.key);
-        let rows = u32::try_from(partition.rows.len()).expect("N is bounded");
+        let rows = u32::try_from(partition.rows.len()).expect("fewer than 2^32 rows per partition");
         bytes.extend_from_slice(&rows.to_le_bytes());
         for entry in &partition.rows {
             bytes.extend_from_slice(&entry.arrival.to_le_bytes());
@@ -75,7 +75,7 @@ pub(super) fn restore(topn: &mut TopN, blobs: Vec<Vec<u8>>) -> Result<(), Sluice
         for _ in 0..reader.u32()? {
             let key = reader.bytes()?;
             let count = reader.u32()? as usize;
-            if count == 0 || count > topn.spec.limit {
+            if count == 0 || (count > topn.spec.limit && !topn.spec.retracting) {
                 return Err(corrupt("a partition with no rows or more than N"));
             }
             let mut arrivals = Vec::with_capacity(count);

@@ -26,6 +26,11 @@ fn input_schema() -> Arc<Schema> {
 
 /// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY v DESC NULLS LAST) <= limit`.
 fn topn(limit: usize, rank_in_output: bool) -> TopN {
+    topn_over(limit, rank_in_output, false)
+}
+
+/// [`topn`] over an updating input when `retracting`.
+fn topn_over(limit: usize, rank_in_output: bool, retracting: bool) -> TopN {
     let mut fields: Vec<Field> = input_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new("rn", DataType::UInt64, false));
     let spec = TopNSpec {
@@ -34,6 +39,7 @@ fn topn(limit: usize, rank_in_output: bool) -> TopN {
         limit,
         output: Arc::new(Schema::new(fields)),
         rank_in_output,
+        retracting,
     };
     TopN::new(spec, &input_schema(), VNODES).expect("topn")
 }
@@ -238,4 +244,105 @@ fn a_snapshot_blob_is_pinned_byte_for_byte() {
     let mut restored = topn(2, true);
     restored.restore(vec![bytes.clone()]).expect("restore");
     assert_eq!(step(&mut restored, &[row("ab", Some(6), "w")]), ["-1 ab,5,x,2", "+1 ab,6,w,2"]);
+}
+
+/// `rows` with a weight each.
+fn weighted(rows: &[(Row, i64)]) -> Batch {
+    let plain: Vec<Row> = rows.iter().map(|(row, _)| row.clone()).collect();
+    let weights = Int64Array::from_iter_values(rows.iter().map(|(_, weight)| *weight));
+    Batch::with_weights(batch(&plain).rows, weights)
+}
+
+fn step_weighted(operator: &mut TopN, rows: &[(Row, i64)]) -> Vec<String> {
+    let mut out = Vec::new();
+    operator.on_data(weighted(rows), &mut out).expect("data");
+    lines(&out)
+}
+
+#[test]
+fn over_an_updating_input_a_retracted_top_row_lets_the_next_one_in() {
+    let mut top = topn_over(2, true, true);
+    let (x, y, z) = (row("a", Some(5), "x"), row("a", Some(3), "y"), row("a", Some(1), "z"));
+    assert_eq!(
+        step_weighted(&mut top, &[(x.clone(), 1), (y.clone(), 1), (z.clone(), 1)]),
+        ["+1 a,5,x,1", "+1 a,3,y,2"]
+    );
+    // x leaves: y moves up to rank 1 and z, kept though it was third, takes rank 2.
+    assert_eq!(step_weighted(&mut top, &[(x.clone(), -1)]), ["-1 a,5,x,1", "+1 a,3,y,1", "-1 a,3,y,2", "+1 a,1,z,2"]);
+    // An update of y to 0 (-U/+U): z moves up.
+    let y0 = row("a", Some(0), "y");
+    assert_eq!(
+        step_weighted(&mut top, &[(y.clone(), -1), (y0.clone(), 1)]),
+        ["-1 a,3,y,1", "+1 a,1,z,1", "-1 a,1,z,2", "+1 a,0,y,2"]
+    );
+    // Retracting what is not held changes nothing.
+    assert!(step_weighted(&mut top, &[(x, -1)]).is_empty());
+    assert_eq!(step_weighted(&mut top, &[(z, -1), (y0, -1)]), ["-1 a,1,z,1", "-1 a,0,y,2"]);
+}
+
+/// One event of the updating-input property test: the row, its weight, and the rows
+/// live after it (with their insertion numbers).
+type Step = (Row, i64, Vec<(usize, Row)>);
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Over an updating input (inserts and retractions of rows inserted before), after
+    /// every batch the integrated changes equal a TopN of the rows live so far, ties
+    /// going to the earlier insertion; at a random batch the state is restored onto two
+    /// instances splitting the vnodes.
+    #[test]
+    fn over_an_updating_input_the_integrated_changes_equal_a_recomputation(
+        events in prop::collection::vec(
+            (0..PARTITIONS.len(), prop::option::weighted(0.9, 0i64..6), 0usize..4),
+            1..60,
+        ),
+        batch_rows in 1usize..6,
+        limit in 1usize..4,
+        rank_in_output in any::<bool>(),
+        restore_after in 0usize..15,
+        split in 1u32..VNODES,
+    ) {
+        // Each event inserts a new row, or (choice 0, when any is live) retracts one.
+        let mut live: Vec<(usize, Row)> = Vec::new();
+        let mut steps: Vec<Step> = Vec::new();
+        for (index, (p, v, choice)) in events.iter().enumerate() {
+            let (row, weight) = if *choice == 0 && !live.is_empty() {
+                let (_, row) = live.remove(index % live.len());
+                (row, -1)
+            } else {
+                let row = (PARTITIONS[*p], *v, format!("r{index}"));
+                live.push((index, row.clone()));
+                (row, 1)
+            };
+            steps.push((row, weight, live.clone()));
+        }
+        let mut instances = vec![topn_over(limit, rank_in_output, true)];
+        let mut table = BTreeMap::new();
+        for (index, chunk) in steps.chunks(batch_rows).enumerate() {
+            if index == restore_after {
+                let blobs = instances[0].snapshot().expect("snapshot").map(|job| job().expect("encode")).unwrap_or_default();
+                let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < split);
+                instances = vec![topn_over(limit, rank_in_output, true), topn_over(limit, rank_in_output, true)];
+                instances[0].restore(low.into_iter().map(|(_, b)| b).collect()).expect("restore");
+                instances[1].restore(high.into_iter().map(|(_, b)| b).collect()).expect("restore");
+            }
+            let rows: Vec<(Row, i64)> = chunk.iter().map(|(row, weight, _)| (row.clone(), *weight)).collect();
+            let parts: Vec<Vec<(Row, i64)>> = if instances.len() == 1 {
+                vec![rows]
+            } else {
+                let (low, high) = rows.into_iter().partition(|(row, _)| partition_vnode(row.0) < split);
+                vec![low, high]
+            };
+            for (instance, part) in instances.iter_mut().zip(parts) {
+                if !part.is_empty() {
+                    integrate(&mut table, step_weighted(instance, &part), rank_in_output);
+                }
+            }
+            let (_, _, live) = chunk.last().expect("a chunk has rows");
+            // The live rows in insertion order: ties go to the earlier insertion.
+            let rows: Vec<Row> = live.iter().map(|(_, row)| row.clone()).collect();
+            prop_assert_eq!(&table, &recompute(&rows, limit, rank_in_output));
+        }
+    }
 }
