@@ -54,6 +54,10 @@ pub struct PipelineSection {
     pub queue_batches: usize,
     /// The most windows one row may fall into (a HOP window's size / slide).
     pub windows_per_row_max: u32,
+    /// State time-to-live of every view's regular joins, running aggregates and TopN
+    /// (Flink's `table.exec.state.ttl`): a key (a join row, a group, a partition) not
+    /// touched for this long may be dropped. None: kept forever.
+    pub state_ttl: Option<Duration>,
 }
 
 impl PipelineSection {
@@ -67,6 +71,7 @@ impl PipelineSection {
             batch_size: DEFAULT_BATCH_SIZE,
             queue_batches: DEFAULT_QUEUE_BATCHES,
             windows_per_row_max: DEFAULT_WINDOWS_PER_ROW_MAX,
+            state_ttl: None,
         }
     }
 }
@@ -138,6 +143,8 @@ pub struct ViewConfig {
     /// Where `materialized = true` is written, if it is: the view's rows are kept (its
     /// changes integrated), for ad-hoc queries at committed checkpoints.
     pub materialized: Option<Position>,
+    /// This view's state time-to-live, in place of `[pipeline] state_ttl`.
+    pub state_ttl: Option<Duration>,
     /// Position of the `[[view]]` header.
     pub position: Position,
 }

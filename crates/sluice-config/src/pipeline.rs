@@ -7,8 +7,16 @@ use crate::model::{
 };
 use crate::reader::{Ctx, Field, Section, TableRef, is_identifier};
 
-const KEYS: &[&str] =
-    &["name", "threads", "vnodes", "shutdown_timeout", "batch_size", "queue_batches", "windows_per_row_max"];
+const KEYS: &[&str] = &[
+    "name",
+    "threads",
+    "vnodes",
+    "shutdown_timeout",
+    "batch_size",
+    "queue_batches",
+    "windows_per_row_max",
+    "state_ttl",
+];
 
 /// Reads `[pipeline]`.
 pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<PipelineSection> {
@@ -67,6 +75,7 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
              e.g. windows_per_row_max = 1000 (the default)",
         )
         .or(DEFAULT_WINDOWS_PER_ROW_MAX);
+    let state_ttl = ctx.duration(sec, "state_ttl", false, STATE_TTL_FIX).optional();
     Some(PipelineSection {
         name: name?.value,
         threads: threads?,
@@ -75,8 +84,13 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         batch_size: batch_size?,
         queue_batches: queue_batches?,
         windows_per_row_max: windows_per_row_max?,
+        state_ttl: state_ttl?,
     })
 }
+
+/// The fix for a bad `state_ttl`, in `[pipeline]` or a `[[view]]`.
+pub(crate) const STATE_TTL_FIX: &str =
+    "e.g. state_ttl = \"1h\": keys not touched for that long may be dropped (remove it to keep state forever)";
 
 /// The number of cores, within 1..=1024.
 pub fn default_threads() -> u32 {

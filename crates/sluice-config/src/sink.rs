@@ -7,7 +7,7 @@ use crate::pipeline::named;
 use crate::reader::{Ctx, Field, TableRef, is_identifier};
 use crate::source::{at_key, connector, options};
 
-const VIEW_KEYS: &[&str] = &["name", "sql", "materialized"];
+const VIEW_KEYS: &[&str] = &["name", "sql", "materialized", "state_ttl"];
 const SINK_KEYS: &[&str] = &["name", "from", "connector", "format", "worker", "options"];
 const OPTION: &str = "connector options go under a [sink.options] header; remove it here or move it there";
 const NOTES: &[(&str, &str)] = &[("path", OPTION), ("mode", OPTION)];
@@ -35,10 +35,12 @@ pub(crate) fn parse_view(
         "add the query, e.g. sql = \"SELECT * FROM bid\" (use \"\"\"...\"\"\" for several lines)",
     );
     let materialized = ctx.boolean(sec, "materialized", "set materialized = true or false, or remove it");
+    let state_ttl = ctx.duration(sec, "state_ttl", false, crate::pipeline::STATE_TTL_FIX).optional();
     let config = ViewConfig {
         name: item.name?.value,
         sql: sql?,
         materialized: materialized_at(materialized)?,
+        state_ttl: state_ttl?,
         position: sec.position,
     };
     Some((config, item.name_position))

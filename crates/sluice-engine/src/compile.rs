@@ -82,7 +82,13 @@ impl Pipeline {
             vnodes: section.vnodes,
             batch_size: section.batch_size,
             windows_per_row_max: u64::from(section.windows_per_row_max),
+            state_ttl: section.state_ttl,
         });
+        for view in &self.config.views {
+            if let Some(ttl) = view.state_ttl {
+                planner.set_state_ttl(&view.name, ttl);
+            }
+        }
         let mut sources = Vec::new();
         for (index, (source, configured)) in self.config.sources.iter().zip(&self.sources).enumerate() {
             let at =

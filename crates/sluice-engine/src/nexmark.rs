@@ -366,6 +366,7 @@ pub fn bench_config(setup: &BenchSetup<'_>) -> Result<PipelineConfig, SluiceErro
             name: "result".into(),
             sql: Located::new(sql.into(), at()),
             materialized: None,
+            state_ttl: None,
             position: at(),
         }],
         sinks: vec![SinkConfig::new("blackhole", "result", "blackhole")],

@@ -16,6 +16,7 @@
 //! - [`partition`]: key hash → vnode → thread routing for the exchange.
 //! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
 //! - [`counter`]: named run counters registered on first use.
+//! - [`ttl`]: state time-to-live: keys not written for a while, dropped.
 //!
 //! May depend on: sluice-types, sluice-runtime, arrow, DataFusion's expression crates.
 //! Never on connectors, SQL planning or the CLI.
@@ -29,5 +30,6 @@ pub mod over;
 pub mod partition;
 pub mod row_errors;
 pub mod topn;
+pub mod ttl;
 pub mod union;
 pub mod window;

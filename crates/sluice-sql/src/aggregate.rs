@@ -25,6 +25,7 @@ use sluice_operators::aggregate::{
     WindowAggregate, WindowAggregateSpec,
 };
 use sluice_operators::counter::LazyCounter;
+use sluice_operators::ttl::{Clock, Ttl};
 use sluice_runtime::OperatorFactory;
 use sluice_types::{Changelog, SluiceError};
 
@@ -256,14 +257,20 @@ fn plan_group_aggregate(
     };
     let counter = format!("view {}: ignored retractions", planner.view);
     let names: Vec<String> = aggregate.aggr_expr.iter().map(display).collect();
+    let ttl = planner.state_ttl();
     let line = format!(
-        "group_aggregate (updating): [{}]{}",
+        "group_aggregate (updating): [{}]{}{}",
         names.join(", "),
-        if keys.is_empty() { String::new() } else { format!(" by {}", key_names.join(", ")) }
+        if keys.is_empty() { String::new() } else { format!(" by {}", key_names.join(", ")) },
+        crate::stream::ttl_note(ttl)
     );
     let factory: OperatorFactory = Arc::new(move |context| {
         let ignored = LazyCounter::new(Arc::clone(&context.metrics), counter.clone());
-        Ok(Box::new(GroupAggregate::new(spec.clone(), &input_schema, ignored, context.vnodes)?))
+        let aggregate = GroupAggregate::new(spec.clone(), &input_schema, ignored, context.vnodes)?;
+        Ok(Box::new(match ttl {
+            Some(ttl) => aggregate.with_ttl(Ttl::new(ttl, Clock::system())),
+            None => aggregate,
+        }))
     });
     state.operators.push((line, factory));
     state.state = Some(format!(

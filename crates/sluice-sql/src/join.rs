@@ -55,6 +55,7 @@ use datafusion_expr::logical_plan::{Join, JoinType};
 use datafusion_expr::utils::split_conjunction;
 use datafusion_expr::{Between, BinaryExpr, Expr, Operator};
 use sluice_operators::join::{Expiry, JoinKind, JoinOperator, JoinSpec, output_is_append_only};
+use sluice_operators::ttl::Clock;
 use sluice_runtime::{OperatorFactory, SideInput};
 use sluice_types::{Changelog, SluiceError};
 
@@ -198,7 +199,20 @@ pub(crate) fn plan_join(
         };
         line.push_str(&format!(" ({what}: {kept})"));
     }
-    let factory: OperatorFactory = Arc::new(move |context| Ok(Box::new(JoinOperator::new(spec.clone(), context)?)));
+    // A state TTL drops an inner join's rows not written for a while; an outer join's
+    // NULL padding depends on every row of the other side, so it keeps its rows.
+    let ttl = planner.state_ttl().filter(|_| kind == JoinKind::Inner);
+    match (planner.state_ttl(), ttl) {
+        (Some(_), None) => line.push_str(" (outer join: no state TTL)"),
+        _ => line.push_str(&crate::stream::ttl_note(ttl)),
+    }
+    let factory: OperatorFactory = Arc::new(move |context| {
+        let join = JoinOperator::new(spec.clone(), context)?;
+        Ok(Box::new(match ttl {
+            Some(ttl) => join.with_ttl(ttl, Clock::system()),
+            None => join,
+        }))
+    });
     let into = left.segments.len();
     left.sides.push(SideInput { source: right.source, table: right.table, segments: right.segments, into, port: 1 });
     left.operators.push((line, factory));

@@ -77,12 +77,18 @@ pub struct PlannerOptions {
     /// size multiplies the rows (and memory) without bound. Default
     /// [`WINDOWS_PER_ROW_MAX_DEFAULT`].
     pub windows_per_row_max: u64,
+    /// The state time-to-live of every view without its own (see
+    /// [`SqlPlanner::set_state_ttl`]): regular joins, running aggregates and TopN drop a
+    /// key not touched for this long. None: state is kept.
+    pub state_ttl: Option<std::time::Duration>,
 }
 
 /// Registers tables and views, then plans the stream behind any of them.
 pub struct SqlPlanner {
     catalog: Catalog,
     options: PlannerOptions,
+    /// Views with a state time-to-live of their own.
+    view_ttls: std::collections::HashMap<String, std::time::Duration>,
     windows: usize,
     declared: views::DeclaredViews,
 }
@@ -111,7 +117,13 @@ impl PlannedStream {
 
 impl SqlPlanner {
     pub fn new(options: PlannerOptions) -> SqlPlanner {
-        SqlPlanner { catalog: Catalog::new(), options, windows: 0, declared: views::DeclaredViews::default() }
+        SqlPlanner {
+            catalog: Catalog::new(),
+            options,
+            view_ttls: std::collections::HashMap::new(),
+            windows: 0,
+            declared: views::DeclaredViews::default(),
+        }
     }
 
     /// Declares every view of the pipeline, in file order, before the first
@@ -223,7 +235,14 @@ impl SqlPlanner {
             vnodes: self.options.vnodes,
             batch_size: self.options.batch_size,
             windows_per_row_max: self.options.windows_per_row_max,
+            view_ttls: &self.view_ttls,
+            default_ttl: self.options.state_ttl,
         }
+    }
+
+    /// Gives view `view` a state time-to-live of its own (over the pipeline's).
+    pub fn set_state_ttl(&mut self, view: &str, ttl: std::time::Duration) {
+        self.view_ttls.insert(view.to_string(), ttl);
     }
 
     /// Registers the window calls' synthetic tables, then lets DataFusion parse, plan and

@@ -115,6 +115,19 @@ impl StreamState {
     }
 }
 
+/// ` (state TTL 1h)` for an operator whose keys expire (`explain`), or nothing.
+pub(crate) fn ttl_note(ttl: Option<std::time::Duration>) -> String {
+    let Some(ttl) = ttl else { return String::new() };
+    let ms = ttl.as_millis();
+    let text = match ms {
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        _ => format!("{ms}ms"),
+    };
+    format!(" (state TTL {text})")
+}
+
 /// An expression as `explain` shows it: without the synthetic window tables' qualifiers.
 pub(crate) fn display(expr: &Expr) -> String {
     let text = expr.to_string();
@@ -155,9 +168,17 @@ pub(crate) struct StreamPlanner<'a> {
     pub batch_size: usize,
     /// See `PlannerOptions::windows_per_row_max`.
     pub windows_per_row_max: u64,
+    /// Views with a state time-to-live of their own, and everyone else's.
+    pub view_ttls: &'a std::collections::HashMap<String, std::time::Duration>,
+    pub default_ttl: Option<std::time::Duration>,
 }
 
 impl StreamPlanner<'_> {
+    /// The state time-to-live of the view being planned (its own, or the pipeline's).
+    pub fn state_ttl(&self) -> Option<std::time::Duration> {
+        self.view_ttls.get(&self.view).copied().or(self.default_ttl)
+    }
+
     pub fn plan(&self, plan: &LogicalPlan) -> Result<StreamState, SluiceError> {
         match plan {
             LogicalPlan::TableScan(scan) => {

@@ -27,7 +27,8 @@ fn source_schema() -> Arc<Schema> {
 /// A planner over `t` with every view of `views` declared (`line N` for the Nth) and
 /// added in order: the first error, or the planner.
 pub(crate) fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
-    let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000 };
+    let options =
+        PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000, state_ttl: None };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
     planner.add_source(0, &[table], on_error)?;
@@ -843,7 +844,8 @@ JOIN (
   GROUP BY seller, window_start, window_end
 ) A
 ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime";
-    let options = PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000 };
+    let options =
+        PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000, state_ttl: None };
     let mut planner = SqlPlanner::new(options);
     let time = || Field::new("dateTime", DataType::Timestamp(TimeUnit::Millisecond, None), false);
     let person =
@@ -862,4 +864,43 @@ ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime";
         join.ends_with("(window join: state kept until the watermark passes P.endtime - 1 ms / A.endtime - 1 ms)"),
         "{join}"
     );
+}
+
+#[test]
+fn a_state_ttl_reaches_joins_running_aggregates_and_topn_and_a_view_may_have_its_own() {
+    let options = PlannerOptions {
+        threads: 1,
+        vnodes: 16,
+        batch_size: 1024,
+        windows_per_row_max: 1000,
+        state_ttl: Some(std::time::Duration::from_secs(3600)),
+    };
+    let mut planner = SqlPlanner::new(options);
+    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
+    planner.add_source(0, &[table], OnError::Skip).expect("source");
+    let views = [
+        ("counts", "SELECT s, COUNT(*) AS n FROM t GROUP BY s"),
+        ("top", "SELECT * FROM (SELECT s, n, ROW_NUMBER() OVER (ORDER BY n DESC) AS rn FROM counts) WHERE rn <= 3"),
+        ("inner_join", "SELECT x.a, y.b FROM t x JOIN t y ON x.a = y.a"),
+        ("outer_join", "SELECT x.a, y.b FROM t x LEFT JOIN t y ON x.a = y.a"),
+    ];
+    planner.declare_views(views.iter().enumerate().map(|(index, (name, sql))| ViewDeclaration {
+        name: name.to_string(),
+        sql: sql.to_string(),
+        location: format!("line {}", index + 1),
+    }));
+    planner.set_state_ttl("top", std::time::Duration::from_secs(600));
+    for (name, sql) in views {
+        planner.add_view(name, sql).expect("view");
+    }
+    let line = |view: &str, prefix: &str| {
+        let lines = operator_lines(&planner, view);
+        lines.into_iter().find(|line| line.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {view}"))
+    };
+    assert!(line("counts", "group_aggregate").ends_with("(state TTL 1h)"));
+    // `top` reads `counts`: its aggregate is planned as `counts` (1 h), its TopN as `top`.
+    assert!(line("top", "group_aggregate").ends_with("(state TTL 1h)"));
+    assert!(line("top", "topn").ends_with("(state TTL 10m)"));
+    assert!(line("inner_join", "join").ends_with("(state TTL 1h)"));
+    assert!(line("outer_join", "join").ends_with("(outer join: no state TTL)"));
 }

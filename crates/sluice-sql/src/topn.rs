@@ -30,6 +30,7 @@ use datafusion_expr::logical_plan::{Filter, Projection, Window};
 use datafusion_expr::utils::{conjunction, split_conjunction};
 use datafusion_expr::{BinaryExpr, Expr, LogicalPlan, Operator as BinaryOperator};
 use sluice_operators::topn::{SortColumn, TOPN_LIMIT_MAX, TopN, TopNSpec};
+use sluice_operators::ttl::{Clock, Ttl};
 use sluice_runtime::OperatorFactory;
 use sluice_types::{Changelog, SluiceError};
 
@@ -266,11 +267,19 @@ fn push_topn(
         retracting,
     };
     let ignored = format!("view {}: ignored retractions", planner.view);
+    let ttl = planner.state_ttl();
     let factory: OperatorFactory = Arc::new(move |context| {
-        let topn = TopN::new(spec.clone(), &input_schema, context.vnodes)?;
-        Ok(Box::new(if retracting { topn.with_ignored_counter(context.metrics.counter(&ignored)) } else { topn }))
+        let mut topn = TopN::new(spec.clone(), &input_schema, context.vnodes)?;
+        if retracting {
+            topn = topn.with_ignored_counter(context.metrics.counter(&ignored));
+        }
+        if let Some(ttl) = ttl {
+            topn = topn.with_ttl(Ttl::new(ttl, Clock::system()));
+        }
+        Ok(Box::new(topn))
     });
     let line = if retracting { format!("{line} (updating input: every row kept)") } else { line };
+    let line = format!("{line}{}", crate::stream::ttl_note(ttl));
     state.operators.push((line, factory));
     let partitions = if partition_names.is_empty() { "one, no key".to_string() } else { partition_names.join(", ") };
     state.state = Some(if retracting {

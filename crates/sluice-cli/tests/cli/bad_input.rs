@@ -203,3 +203,21 @@ fn a_division_by_zero_follows_on_error_naming_the_view_expression_and_row() {
         }
     }
 }
+
+#[test]
+fn explain_shows_the_state_ttl_of_each_view_and_a_bad_one_is_refused() {
+    let views = "[[view]]\nname = \"counts\"\nsql = \"SELECT k, COUNT(*) AS n FROM events GROUP BY k\"\nstate_ttl = \"10m\"\n\
+                 [[view]]\nname = \"result\"\nsql = \"SELECT k, SUM(v) AS total FROM events GROUP BY k\"\n";
+    let text = pipeline("[source.options]\npath = \"events.jsonl\"", views, "out.jsonl").replacen(
+        "[pipeline]\n",
+        "[pipeline]\nstate_ttl = \"1h\"\n",
+        1,
+    );
+    let scratch = scratch_with(&text);
+    let explain = scratch.sluice(&["explain", "pipeline.toml"]);
+    assert!(explain.status.success(), "{}", stderr(&explain));
+    let shown = stdout(&explain);
+    assert!(shown.contains("group_aggregate (updating): [sum(events.v)] by events.k (state TTL 1h)"), "{shown}");
+    let bad = scratch_with(&text.replacen("state_ttl = \"1h\"", "state_ttl = \"-1s\"", 1));
+    assert_fails_with(&bad.sluice(&["validate", "pipeline.toml"]), &["state_ttl", "a duration > 0"]);
+}

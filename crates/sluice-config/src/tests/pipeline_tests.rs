@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{check_errors, check_ok, pipeline_with};
+use super::{check_error, check_errors, check_ok, pipeline_with};
 use crate::default_threads;
 
 #[test]
@@ -92,7 +92,7 @@ fn durations_and_names() {
 
 #[test]
 fn unknown_and_missing_keys() {
-    let known = "known keys: name, threads, vnodes, shutdown_timeout, batch_size, queue_batches, windows_per_row_max";
+    let known = "known keys: name, threads, vnodes, shutdown_timeout, batch_size, queue_batches, windows_per_row_max, state_ttl";
     let thread = format!("3:1: unknown key `thread` in [pipeline]; {known}\n  fix: did you mean `threads`?");
     let timeout =
         format!("3:1: unknown key `shutdown_timout` in [pipeline]; {known}\n  fix: did you mean `shutdown_timeout`?");
@@ -110,4 +110,25 @@ fn unknown_and_missing_keys() {
         // A misspelt required key is reported as misspelt, not also as missing.
         (pipeline_with("nmae = \"p\""), "2:1: unknown key `nmae` in [pipeline]"),
     ]);
+}
+
+#[test]
+fn state_ttl_is_a_positive_duration_for_the_pipeline_and_each_view() {
+    let toml = format!(
+        "{}\n[[view]]\nname = \"counts\"\nsql = \"SELECT 1\"\nstate_ttl = \"10m\"\n",
+        pipeline_with("name = \"p\"\nstate_ttl = \"1h\"")
+    );
+    check_ok(&toml, |config| {
+        assert_eq!(config.pipeline.state_ttl, Some(std::time::Duration::from_secs(3600)));
+        assert_eq!(config.views[0].state_ttl, Some(std::time::Duration::from_secs(600)));
+    });
+    check_ok(&pipeline_with("name = \"p\""), |config| assert_eq!(config.pipeline.state_ttl, None));
+    check_error(
+        &pipeline_with("name = \"p\"\nstate_ttl = \"0s\""),
+        "3:1: [pipeline]: `state_ttl` must be a duration > 0",
+    );
+    check_error(
+        &pipeline_with("name = \"p\"\nstate_ttl = \"soon\""),
+        "3:1: [pipeline]: `state_ttl` must be a duration > 0",
+    );
 }

@@ -24,7 +24,7 @@ fn views() {
         assert_eq!(v.sql.position, Position::new(9, 8));
     });
     let vw = |lines: &str| with_source(&format!("[[view]]\n{lines}"));
-    let known = "known keys: name, sql, materialized";
+    let known = "known keys: name, sql, materialized, state_ttl";
     let query = format!("9:1: unknown key `query` in [[view]] \"v\"; {known}\n  fix: remove `query`");
     let mat =
         format!("10:1: unknown key `materialised` in [[view]] \"v\"; {known}\n  fix: did you mean `materialized`?");

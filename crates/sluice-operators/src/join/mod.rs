@@ -249,6 +249,16 @@ impl JoinOperator {
         })
     }
 
+    /// Drops rows of either side not written for the TTL (`crate::ttl`): an inner join
+    /// only (an outer join's NULL padding depends on every row of the other side).
+    pub fn with_ttl(mut self, ttl: std::time::Duration, clock: crate::ttl::Clock) -> JoinOperator {
+        assert_eq!(self.kind, JoinKind::Inner, "the planner gives a state TTL to inner joins only");
+        for side in &mut self.sides {
+            side.store.set_ttl(crate::ttl::Ttl::new(ttl, clock.clone()));
+        }
+        self
+    }
+
     /// Distinct rows held in state, over both sides.
     pub fn state_rows(&self) -> usize {
         self.sides.iter().map(|s| s.store.len()).sum()
@@ -348,6 +358,9 @@ impl Operator for JoinOperator {
             return Err(SluiceError::internal("join.port", format!("a join has two inputs, not port {port}")));
         }
         let (this, other) = (port, 1 - port);
+        for side in &mut self.sides {
+            side.store.expire_ttl();
+        }
         let rows = &batch.rows;
         let count = rows.num_rows();
         let mut keys = std::mem::take(&mut self.key_rows);
@@ -470,6 +483,9 @@ impl Operator for JoinOperator {
     }
 
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        for side in &mut self.sides {
+            side.store.expire_ttl();
+        }
         if watermark > self.watermark {
             self.watermark = watermark;
             for side in &mut self.sides {

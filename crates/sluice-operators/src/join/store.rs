@@ -65,6 +65,8 @@ pub(super) struct Store {
     live: usize,
     /// The encoded rows' bytes.
     bytes: usize,
+    /// Rows not written for a while are dropped (see `crate::ttl`), by slot.
+    ttl: Option<crate::ttl::Ttl>,
 }
 
 /// A row to apply to a store: its bytes and hashes, as encoded for one batch.
@@ -76,6 +78,25 @@ pub(super) struct RowRef<'a> {
 }
 
 impl Store {
+    /// Drops rows not written (inserted, or their weight changed) for the TTL.
+    pub(super) fn set_ttl(&mut self, ttl: crate::ttl::Ttl) {
+        self.ttl = Some(ttl);
+    }
+
+    /// Drops the rows whose TTL passed; returns how many went.
+    pub(super) fn expire_ttl(&mut self) -> usize {
+        let Some(ttl) = self.ttl.as_mut() else { return 0 };
+        let expired = ttl.expired();
+        let mut freed = 0;
+        for slot in expired {
+            if self.slots[slot as usize].is_some() {
+                self.remove(slot);
+                freed += 1;
+            }
+        }
+        freed
+    }
+
     /// Distinct rows held.
     pub(super) fn len(&self) -> usize {
         self.live
@@ -127,6 +148,8 @@ impl Store {
             stored.weight += weight;
             if stored.weight == 0 {
                 self.remove(slot);
+            } else if let Some(ttl) = self.ttl.as_mut() {
+                ttl.written(slot);
             }
             return;
         }
@@ -167,6 +190,9 @@ impl Store {
         self.by_row.insert_unique(row_hash, slot, |&s| slots[s as usize].as_ref().map_or(0, |s| s.row_hash));
         self.live += 1;
         self.bytes += self.slots[slot as usize].as_ref().map_or(0, |s| s.row.len());
+        if let Some(ttl) = self.ttl.as_mut() {
+            ttl.written(slot);
+        }
     }
 
     /// The bucket of `key`, added empty if new.
@@ -215,6 +241,9 @@ impl Store {
     fn remove(&mut self, slot: u32) {
         let stored = self.slots[slot as usize].take().expect("a live slot");
         self.free_slots.push(slot);
+        if let Some(ttl) = self.ttl.as_mut() {
+            ttl.forget(slot);
+        }
         self.live -= 1;
         self.bytes -= stored.row.len();
         self.by_row.find_entry(stored.row_hash, |&s| s == slot).expect("an indexed row").remove();

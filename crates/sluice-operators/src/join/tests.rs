@@ -736,3 +736,22 @@ fn composite_keys_join_and_are_placed_as_the_exchange_routes_them() {
         }
     }
 }
+
+#[test]
+fn an_inner_joins_rows_not_written_for_the_ttl_are_dropped_and_match_no_more() {
+    let (clock, now) = crate::ttl::manual_clock(0);
+    let mut operator = join(JoinKind::Inner, false).with_ttl(std::time::Duration::from_secs(10), clock);
+    let at = |ms: u64| now.store(ms, std::sync::atomic::Ordering::Relaxed);
+    assert!(left(&mut operator, &[((Some(1), 10), 1), ((Some(2), 20), 1)]).is_empty());
+    at(6_000);
+    // A second copy of (2, 20) is a write: its clock starts again.
+    assert!(left(&mut operator, &[((Some(2), 20), 1)]).is_empty());
+    at(12_000);
+    // (1, 10) was last written at 0: gone; (2, 20) twice, written at 6 s: kept.
+    assert_eq!(right(&mut operator, &[((Some(1), 5, Some("x")), 1), ((Some(2), 6, Some("y")), 1)]), ["+2 2,20,2,6,y"]);
+    assert_eq!(operator.state_rows(), 3);
+    at(22_000);
+    let mut out = Vec::new();
+    operator.on_watermark(0, &mut out).expect("watermark");
+    assert_eq!(operator.state_rows(), 0, "every row expired, the right ones (written at 12 s) too");
+}

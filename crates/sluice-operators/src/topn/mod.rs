@@ -109,6 +109,8 @@ pub struct TopN {
     vnodes: u32,
     /// Retractions of rows not held (updating input only).
     ignored: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// Partitions not written for a while are dropped (see `crate::ttl`).
+    ttl: Option<crate::ttl::Ttl>,
 }
 
 /// How an `ORDER BY` column is read: cast once per batch.
@@ -154,7 +156,35 @@ impl TopN {
             next_arrival: 0,
             vnodes,
             ignored: None,
+            ttl: None,
         })
+    }
+
+    /// Drops partitions not written for the TTL (`crate::ttl`): their rows stay downstream.
+    pub fn with_ttl(mut self, ttl: crate::ttl::Ttl) -> TopN {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Drops the partitions whose TTL passed. The last partition takes a dropped one's
+    /// place (ids stay dense), in the index and in the TTL schedule.
+    fn expire(&mut self) {
+        let Some(ttl) = self.ttl.as_mut() else { return };
+        let mut expired = ttl.expired();
+        // Highest ids first: moving the last partition never moves one about to go.
+        expired.sort_unstable_by(|a, b| b.cmp(a));
+        for id in expired {
+            let removed = self.partitions.swap_remove(id as usize);
+            let entry = self.index.find_entry(table_hash(removed.hash), |&p| p == id).expect("an indexed partition");
+            entry.remove();
+            let last = self.partitions.len() as u32;
+            if id != last {
+                let moved = &self.partitions[id as usize];
+                let slot = self.index.find_mut(table_hash(moved.hash), |&p| p == last).expect("an indexed partition");
+                *slot = id;
+                self.ttl.as_mut().expect("checked above").moved(last, id);
+            }
+        }
     }
 
     /// Counts retractions of rows not held in `counter` (updating input).
@@ -324,6 +354,7 @@ impl Operator for TopN {
         // Each partition the batch touches, with its rows before the batch.
         let mut touched: Vec<(usize, Vec<Entry>)> = Vec::new();
         let mut touched_ids: std::collections::HashSet<usize> = std::collections::HashSet::new();
+        self.expire();
         for row in 0..rows.num_rows() {
             let (key, hash): (&[u8], u64) =
                 if self.spec.partition.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
@@ -334,6 +365,9 @@ impl Operator for TopN {
                 touched.push((partition, rows[..rows.len().min(self.spec.limit)].to_vec()));
             }
             let weight = batch.weight(row);
+            if let Some(ttl) = self.ttl.as_mut() {
+                ttl.written(partition as u32);
+            }
             for _ in 0..weight {
                 let order = Self::order_of(&order, row);
                 let entry = Entry { order, arrival: self.next_arrival, row: encoded.row(row).into() };
@@ -362,11 +396,26 @@ impl Operator for TopN {
         Ok(())
     }
 
+    fn on_watermark(
+        &mut self,
+        watermark: sluice_types::TimestampMs,
+        out: &mut Vec<Message>,
+    ) -> Result<(), SluiceError> {
+        self.expire();
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
     fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
         Ok(state::snapshot(self))
     }
 
     fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        state::restore(self, blobs)
+        state::restore(self, blobs)?;
+        // Write times are not checkpointed: every restored partition gets a full TTL.
+        if let Some(ttl) = self.ttl.as_mut() {
+            (0..self.partitions.len() as u32).for_each(|id| ttl.written(id));
+        }
+        Ok(())
     }
 }

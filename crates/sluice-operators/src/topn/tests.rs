@@ -346,3 +346,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_partition_not_written_for_the_ttl_is_dropped_and_starts_again_empty() {
+    let (clock, now) = crate::ttl::manual_clock(0);
+    let ttl = crate::ttl::Ttl::new(std::time::Duration::from_secs(10), clock);
+    let mut top = topn(1, true).with_ttl(ttl);
+    let at = |ms: u64| now.store(ms, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        step(&mut top, &[row("a", Some(5), "x"), row("b", Some(1), "y"), row("c", Some(2), "z")]),
+        ["+1 a,5,x,1", "+1 b,1,y,1", "+1 c,2,z,1"]
+    );
+    at(6_000);
+    assert_eq!(step(&mut top, &[row("c", Some(3), "w")]), ["-1 c,2,z,1", "+1 c,3,w,1"]);
+    // At 12 s a and b (written at 0) are gone; c (last in the partitions, moved into
+    // a's place) keeps its row and its clock.
+    at(12_000);
+    assert_eq!(step(&mut top, &[row("a", Some(1), "v"), row("c", Some(1), "u")]), ["+1 a,1,v,1"]);
+    assert_eq!(step(&mut top, &[row("c", Some(9), "t")]), ["-1 c,3,w,1", "+1 c,9,t,1"]);
+    at(22_001);
+    let mut out = Vec::new();
+    top.on_watermark(0, &mut out).expect("watermark");
+    assert!(top.partitions.is_empty(), "every partition expired");
+    assert_eq!(step(&mut top, &[row("b", Some(4), "s")]), ["+1 b,4,s,1"]);
+}

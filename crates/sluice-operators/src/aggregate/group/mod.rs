@@ -42,7 +42,7 @@ use arrow::record_batch::RecordBatch;
 use hashbrown::HashTable;
 use sluice_runtime::{Operator, SnapshotJob};
 use sluice_types::key::{KeyEncoder, KeyRows};
-use sluice_types::{Batch, Message, SluiceError};
+use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
 use crate::counter::LazyCounter;
@@ -106,6 +106,8 @@ pub struct GroupAggregate {
     /// Retractions of rows a group did not hold, ignored.
     ignored_retractions: LazyCounter,
     vnodes: u32,
+    /// Groups not written for a while are dropped (see `crate::ttl`).
+    ttl: Option<crate::ttl::Ttl>,
 }
 
 impl GroupAggregate {
@@ -148,7 +150,24 @@ impl GroupAggregate {
             touched_flags: Vec::new(),
             ignored_retractions,
             vnodes,
+            ttl: None,
         })
+    }
+
+    /// Drops groups not written for the TTL (`crate::ttl`): their rows stay downstream.
+    pub fn with_ttl(mut self, ttl: crate::ttl::Ttl) -> GroupAggregate {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Drops the groups whose TTL passed.
+    fn expire(&mut self) {
+        let Some(ttl) = self.ttl.as_mut() else { return };
+        for id in ttl.expired() {
+            if self.groups[id as usize].is_some() {
+                self.drop_group(id);
+            }
+        }
     }
 
     fn new_accumulators(&self) -> Vec<Accumulator> {
@@ -222,6 +241,9 @@ impl GroupAggregate {
         let entry = self.index.find_entry(table, |&g| g == id).expect("an indexed group");
         entry.remove();
         self.free.push(id);
+        if let Some(ttl) = self.ttl.as_mut() {
+            ttl.forget(id);
+        }
     }
 
     /// The changes of the touched groups as one batch (None when nothing changed).
@@ -293,6 +315,7 @@ impl Operator for GroupAggregate {
             !self.spec.append_only_input || batch.is_append_only(),
             "the planner declared this aggregate's input append-only"
         );
+        self.expire();
         let rows = &batch.rows;
         let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(rows.column(k))).collect();
         let mut keys = std::mem::take(&mut self.key_rows);
@@ -322,6 +345,9 @@ impl Operator for GroupAggregate {
                 touched.push(Touched { group: id, before: (group.rows > 0).then(|| group.values()) });
             }
             group.rows += weight;
+            if let Some(ttl) = self.ttl.as_mut() {
+                ttl.written(id);
+            }
             for (index, accumulator) in group.accumulators.iter_mut().enumerate() {
                 let counted = filters[index].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row));
                 if counted {
@@ -342,11 +368,26 @@ impl Operator for GroupAggregate {
         Ok(())
     }
 
+    fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.expire();
+        out.push(Message::Watermark(watermark));
+        Ok(())
+    }
+
     fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
         Ok(state::snapshot(self))
     }
 
     fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        state::restore(self, blobs)
+        state::restore(self, blobs)?;
+        // Write times are not checkpointed: every restored group gets a full TTL.
+        if let Some(ttl) = self.ttl.as_mut() {
+            for (id, group) in self.groups.iter().enumerate() {
+                if group.is_some() {
+                    ttl.written(id as u32);
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -415,3 +415,32 @@ fn over_an_append_only_input_min_and_max_keep_only_the_extreme() {
         }
     }
 }
+
+#[test]
+fn a_group_not_written_for_the_ttl_is_dropped_and_starts_again_from_nothing() {
+    let (clock, now) = crate::ttl::manual_clock(0);
+    let mut operator = aggregate(true).with_ttl(crate::ttl::Ttl::new(std::time::Duration::from_secs(10), clock));
+    let mut step = |rows: &[Row]| {
+        let mut out = Vec::new();
+        operator.on_data(batch(rows), &mut out).expect("data");
+        lines(&out)
+    };
+    assert_eq!(
+        step(&[("a", Some(5), None, 1), ("b", Some(1), None, 1)]),
+        ["+1 a,1,1,1,5,5,5,5,∅,5", "+1 b,1,1,1,1,1,1,1,∅,1"]
+    );
+    now.store(6_000, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(step(&[("b", Some(2), None, 1)]), ["-1 b,1,1,1,1,1,1,1,∅,1", "+1 b,2,2,2,3,1,2,1,∅,3"]);
+    // At 12 s, a (last written at 0) is dropped, b (written at 6 s) is kept; a's old row
+    // is not retracted, and a new row of a starts a new group.
+    now.store(12_000, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        step(&[("a", Some(1), None, 1), ("b", Some(3), None, 1)]),
+        ["+1 a,1,1,1,1,1,1,1,∅,1", "-1 b,2,2,2,3,1,2,1,∅,3", "+1 b,3,3,3,6,1,3,2,∅,6"]
+    );
+    // Nothing is written after 12 s: both go at 22 s, on a watermark as well as on rows.
+    now.store(22_000, std::sync::atomic::Ordering::Relaxed);
+    let mut out = Vec::new();
+    operator.on_watermark(1, &mut out).expect("watermark");
+    assert_eq!(operator.groups.iter().flatten().count(), 0, "every group expired");
+}
