@@ -654,3 +654,37 @@ fn the_kubernetes_manifests_pipeline_is_valid() {
     let validated = scratch.sluice(&["validate", "pipeline.toml"]);
     assert!(validated.status.success(), "{}", stderr(&validated));
 }
+
+/// A join across workers: both inputs are routed by the key's hash to the worker that
+/// owns its vnode, each through its own exchange, so the rows of a key meet wherever
+/// they were read.
+const NEXMARK_JOIN: &str = r#"
+[pipeline]
+name = "cluster-join"
+threads = THREADS
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+events = 60000
+
+[[view]]
+name = "sellers"
+sql = "SELECT P.name, P.city, A.id, A.category FROM auction AS A INNER JOIN person AS P ON A.seller = P.id WHERE A.category < 12"
+
+[[sink]]
+name = "out"
+from = "sellers"
+connector = "file"
+format = "json"
+[sink.options]
+path = "out/"
+"#;
+
+#[test]
+fn two_workers_join_what_one_worker_with_two_threads_joins() {
+    let solo = solo_output(NEXMARK_JOIN, 2, &[]);
+    assert!(solo.len() > 1000, "a real workload: {} joined rows", solo.len());
+    assert_eq!(cluster_output(NEXMARK_JOIN, &[1, 1], &[]), solo);
+}
