@@ -258,6 +258,13 @@ fn push_topn(
     };
     // Over an updating input a retraction lets the next row in: every row is kept.
     let retracting = state.changelog.is_updating();
+    // A window TopN (partitioned by a window's bounds, over append-only input) frees a
+    // window's partitions once the watermark passes its end.
+    let tagged = |tag: Tag| partition.iter().copied().find(|&c| state.tags.get(c) == Some(&tag));
+    let window_end = match (tagged(Tag::WindowStart), tagged(Tag::WindowEnd)) {
+        (Some(_), Some(end)) if !retracting => Some(end),
+        _ => None,
+    };
     let spec = TopNSpec {
         partition,
         order,
@@ -265,8 +272,10 @@ fn push_topn(
         output: Arc::new(window.schema.as_arrow().clone()),
         rank_in_output,
         retracting,
+        window_end,
     };
     let ignored = format!("view {}: ignored retractions", planner.view);
+    let late = format!("view {}: late rows", planner.view);
     let ttl = planner.state_ttl();
     let factory: OperatorFactory = Arc::new(move |context| {
         let mut topn = TopN::new(spec.clone(), &input_schema, context.vnodes)?;
@@ -276,10 +285,18 @@ fn push_topn(
         if let Some(ttl) = ttl {
             topn = topn.with_ttl(Ttl::new(ttl, Clock::system()));
         }
+        if window_end.is_some() {
+            topn = topn.with_late_counter(context.metrics.counter(&late));
+        }
         Ok(Box::new(topn))
     });
     let line = if retracting { format!("{line} (updating input: every row kept)") } else { line };
     let line = format!("{line}{}", crate::stream::ttl_note(ttl));
+    let line = if window_end.is_some() {
+        format!("{line} (window TopN: freed as the watermark passes each window)")
+    } else {
+        line
+    };
     state.operators.push((line, factory));
     let partitions = if partition_names.is_empty() { "one, no key".to_string() } else { partition_names.join(", ") };
     state.state = Some(if retracting {

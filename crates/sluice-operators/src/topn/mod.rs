@@ -7,6 +7,11 @@
 //! encoding ([`sluice_types::key`], which also makes it persistable; floats are kept with
 //! -0.0 as 0.0 and one NaN).
 //!
+//! A window TopN ([`TopNSpec::window_end`]: the partition includes a window's bounds, over
+//! an append-only input, as Flink's window TopN) frees a window's partitions once the
+//! watermark passes its end (`window_end - 1`): no row of that window can follow. A row
+//! of a window already freed is late: counted (`view NAME: late rows`) and dropped.
+//!
 //! Over an updating input ([`TopNSpec::retracting`]) a retraction of a row in the first N
 //! lets the next row in, so every row of the partition is kept (as Flink's retracting
 //! TopN does; state grows with the input like a group aggregate's): a row with weight
@@ -69,6 +74,9 @@ pub struct TopNSpec {
     pub rank_in_output: bool,
     /// The input is updating: keep every row, take retractions (see the module doc).
     pub retracting: bool,
+    /// The input column of the window end among the partition columns (a window TopN):
+    /// partitions are freed as the watermark passes it (see the module doc).
+    pub window_end: Option<usize>,
 }
 
 /// A value of an `ORDER BY` column, as compared.
@@ -111,6 +119,11 @@ pub struct TopN {
     ignored: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// Partitions not written for a while are dropped (see `crate::ttl`).
     ttl: Option<crate::ttl::Ttl>,
+    /// A window TopN: window end → the keys of its partitions, freed in `on_watermark`;
+    /// the watermark so far; rows of freed windows.
+    windows: std::collections::BTreeMap<i64, Vec<Box<[u8]>>>,
+    watermark: sluice_types::TimestampMs,
+    late: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// How an `ORDER BY` column is read: cast once per batch.
@@ -157,7 +170,55 @@ impl TopN {
             vnodes,
             ignored: None,
             ttl: None,
+            windows: std::collections::BTreeMap::new(),
+            watermark: i64::MIN,
+            late: None,
         })
+    }
+
+    /// Counts the rows of windows already freed in `late` (a window TopN).
+    pub fn with_late_counter(mut self, late: Arc<std::sync::atomic::AtomicU64>) -> TopN {
+        self.late = Some(late);
+        self
+    }
+
+    /// The window end of each input row (a window TopN), as milliseconds.
+    fn window_ends(&self, rows: &RecordBatch) -> Result<Option<Int64Array>, SluiceError> {
+        let Some(column) = self.spec.window_end else { return Ok(None) };
+        Ok(Some(cast(rows.column(column), &DataType::Int64)?.as_primitive::<Int64Type>().clone()))
+    }
+
+    /// Frees the partitions of windows that ended at or before the watermark.
+    fn free_windows(&mut self, watermark: sluice_types::TimestampMs) {
+        let kept = self.windows.split_off(&watermark.saturating_add(2));
+        for key in std::mem::replace(&mut self.windows, kept).into_values().flatten() {
+            let hash = sluice_types::key::hash(&key);
+            let partitions = &self.partitions;
+            let found = self.index.find(table_hash(hash), |&p| *partitions[p as usize].key == *key).copied();
+            if let Some(id) = found {
+                self.remove_partition(id);
+            }
+        }
+    }
+
+    /// Removes partition `id`; the last partition takes its place (ids stay dense), in
+    /// the index and in the TTL schedule.
+    fn remove_partition(&mut self, id: u32) {
+        let removed = self.partitions.swap_remove(id as usize);
+        let entry = self.index.find_entry(table_hash(removed.hash), |&p| p == id).expect("an indexed partition");
+        entry.remove();
+        if let Some(ttl) = self.ttl.as_mut() {
+            ttl.forget(id);
+        }
+        let last = self.partitions.len() as u32;
+        if id != last {
+            let moved = &self.partitions[id as usize];
+            let slot = self.index.find_mut(table_hash(moved.hash), |&p| p == last).expect("an indexed partition");
+            *slot = id;
+            if let Some(ttl) = self.ttl.as_mut() {
+                ttl.moved(last, id);
+            }
+        }
     }
 
     /// Drops partitions not written for the TTL (`crate::ttl`): their rows stay downstream.
@@ -174,16 +235,7 @@ impl TopN {
         // Highest ids first: moving the last partition never moves one about to go.
         expired.sort_unstable_by(|a, b| b.cmp(a));
         for id in expired {
-            let removed = self.partitions.swap_remove(id as usize);
-            let entry = self.index.find_entry(table_hash(removed.hash), |&p| p == id).expect("an indexed partition");
-            entry.remove();
-            let last = self.partitions.len() as u32;
-            if id != last {
-                let moved = &self.partitions[id as usize];
-                let slot = self.index.find_mut(table_hash(moved.hash), |&p| p == last).expect("an indexed partition");
-                *slot = id;
-                self.ttl.as_mut().expect("checked above").moved(last, id);
-            }
+            self.remove_partition(id);
         }
     }
 
@@ -355,9 +407,25 @@ impl Operator for TopN {
         let mut touched: Vec<(usize, Vec<Entry>)> = Vec::new();
         let mut touched_ids: std::collections::HashSet<usize> = std::collections::HashSet::new();
         self.expire();
+        let window_ends = self.window_ends(rows)?;
+        let mut late = 0u64;
         for row in 0..rows.num_rows() {
             let (key, hash): (&[u8], u64) =
                 if self.spec.partition.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
+            if let Some(ends) = &window_ends
+                && ends.is_valid(row)
+            {
+                let end = ends.value(row);
+                // The window is complete once the watermark reaches its end - 1.
+                if end.saturating_sub(1) <= self.watermark {
+                    late += 1;
+                    continue;
+                }
+                let partitions = &self.partitions;
+                if self.index.find(table_hash(hash), |&p| *partitions[p as usize].key == *key).is_none() {
+                    self.windows.entry(end).or_default().push(key.into());
+                }
+            }
             let partition = self.partition_of(key, hash);
             if touched_ids.insert(partition) {
                 // Only the first N can change what is emitted.
@@ -385,6 +453,9 @@ impl Operator for TopN {
                 }
             }
         }
+        if let (Some(counter), true) = (&self.late, late > 0) {
+            counter.fetch_add(late, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut changes = Vec::new();
         for (partition, before) in &touched {
             let rows = &self.partitions[*partition].rows;
@@ -402,6 +473,10 @@ impl Operator for TopN {
         out: &mut Vec<Message>,
     ) -> Result<(), SluiceError> {
         self.expire();
+        if self.spec.window_end.is_some() && watermark > self.watermark {
+            self.watermark = watermark;
+            self.free_windows(watermark);
+        }
         out.push(Message::Watermark(watermark));
         Ok(())
     }
@@ -412,6 +487,18 @@ impl Operator for TopN {
 
     fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
         state::restore(self, blobs)?;
+        // A window TopN frees each restored window's partitions as the watermark passes.
+        if let Some(column) = self.spec.window_end {
+            for partition in &self.partitions {
+                let Some(entry) = partition.rows.first() else { continue };
+                let columns = self.row_encoder.decode(std::iter::once(&*entry.row))?;
+                let ends = cast(&columns[column], &DataType::Int64)?;
+                let ends = ends.as_primitive::<Int64Type>();
+                if ends.is_valid(0) {
+                    self.windows.entry(ends.value(0)).or_default().push(partition.key.clone());
+                }
+            }
+        }
         // Write times are not checkpointed: every restored partition gets a full TTL.
         if let Some(ttl) = self.ttl.as_mut() {
             (0..self.partitions.len() as u32).for_each(|id| ttl.written(id));

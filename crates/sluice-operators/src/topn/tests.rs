@@ -40,6 +40,7 @@ fn topn_over(limit: usize, rank_in_output: bool, retracting: bool) -> TopN {
         output: Arc::new(Schema::new(fields)),
         rank_in_output,
         retracting,
+        window_end: None,
     };
     TopN::new(spec, &input_schema(), VNODES).expect("topn")
 }
@@ -369,4 +370,57 @@ fn a_partition_not_written_for_the_ttl_is_dropped_and_starts_again_empty() {
     top.on_watermark(0, &mut out).expect("watermark");
     assert!(top.partitions.is_empty(), "every partition expired");
     assert_eq!(step(&mut top, &[row("b", Some(4), "s")]), ["+1 b,4,s,1"]);
+}
+
+#[test]
+fn a_window_topn_frees_each_window_as_the_watermark_passes_and_drops_its_late_rows() {
+    // Input p, v, s and the window end `we`; the first row per (p, we) by v descending.
+    let input = Arc::new(Schema::new(vec![
+        Field::new("p", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, false),
+        Field::new("we", DataType::Int64, false),
+    ]));
+    let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("rn", DataType::UInt64, false));
+    let spec = TopNSpec {
+        partition: vec![0, 3],
+        order: vec![SortColumn { column: 1, descending: true, nulls_first: false }],
+        limit: 1,
+        output: Arc::new(Schema::new(fields)),
+        rank_in_output: false,
+        retracting: false,
+        window_end: Some(3),
+    };
+    let late = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut top = TopN::new(spec, &input, VNODES).expect("topn").with_late_counter(Arc::clone(&late));
+    let step = |top: &mut TopN, rows: &[(&str, i64, &str, i64)]| {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.3))),
+        ];
+        let mut out = Vec::new();
+        top.on_data(Batch::inserts(RecordBatch::try_new(Arc::clone(&input), columns).expect("batch")), &mut out)
+            .expect("data");
+        lines(&out)
+    };
+    assert_eq!(
+        step(&mut top, &[("a", 5, "x", 10), ("a", 7, "y", 10), ("a", 1, "z", 20)]),
+        ["+1 a,7,y,10,1", "+1 a,1,z,20,1"]
+    );
+    let mut out = Vec::new();
+    top.on_watermark(8, &mut out).expect("watermark");
+    assert_eq!(top.partitions.len(), 2, "window 10 is complete only at watermark 9");
+    top.on_watermark(9, &mut out).expect("watermark");
+    assert_eq!(top.partitions.len(), 1, "window 10's partition is freed");
+    assert_eq!(step(&mut top, &[("a", 9, "w", 10), ("a", 2, "q", 20)]), ["-1 a,1,z,20,1", "+1 a,2,q,20,1"]);
+    assert_eq!(late.load(std::sync::atomic::Ordering::Relaxed), 1, "the row of the freed window");
+    // A restore registers the restored windows for freeing too.
+    let blobs = top.snapshot().expect("snapshot").map(|job| job().expect("encode")).unwrap_or_default();
+    let mut restored = TopN::new(top.spec.clone(), &input, VNODES).expect("topn");
+    restored.restore(blobs.into_iter().map(|(_, blob)| blob).collect()).expect("restore");
+    restored.on_watermark(19, &mut out).expect("watermark");
+    assert!(restored.partitions.is_empty(), "window 20 freed after the restore");
 }
