@@ -22,3 +22,4 @@ mod query;
 mod signals;
 mod status;
 mod updating;
+mod updating_oracle;
