@@ -248,6 +248,24 @@ impl Materialized {
         }
     }
 
+    /// Waits at most `wait` until `epoch` is committed on every table.
+    fn wait_readable(&self, epoch: u64, wait: Duration) -> Result<(), SluiceError> {
+        let deadline = Instant::now() + wait;
+        let mut epochs = lock(&self.epochs);
+        while epochs.readable().is_none_or(|readable| readable < epoch) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SluiceError::external(
+                    "query.epoch_not_committed",
+                    format!("checkpoint {epoch} was not committed here within {} ms", wait.as_millis()),
+                )
+                .with_fix("ask again; give the query a longer timeout"));
+            }
+            epochs = self.committed.wait_timeout(epochs, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        Ok(())
+    }
+
     fn floor(&self) -> Option<u64> {
         lock(&self.epochs).floor(Instant::now())
     }
@@ -268,16 +286,39 @@ impl Materialized {
 
     /// The rows of `table` at the lease's epoch, in batches of at most `batch_rows`.
     pub fn read(&self, table: &Table, lease: &Lease, batch_rows: usize) -> Result<Vec<RecordBatch>, SluiceError> {
+        self.read_at(table, lease, lease.epoch, Duration::ZERO, batch_rows)
+    }
+
+    /// The rows of `table` at `epoch`, which may be newer than the lease's: the lease
+    /// keeps every slice's base at or before its own epoch, so every later epoch stays
+    /// readable too, once committed here (waited for at most `wait`). Several processes
+    /// read one epoch this way: each leases its newest committed epoch, and all read at
+    /// the newest of those, which none has folded past.
+    pub fn read_at(
+        &self,
+        table: &Table,
+        lease: &Lease,
+        epoch: u64,
+        wait: Duration,
+        batch_rows: usize,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
+        if epoch < lease.epoch {
+            return Err(SluiceError::internal(
+                "query.epoch",
+                format!("checkpoint {epoch} is older than the lease's {}: it may be folded already", lease.epoch),
+            ));
+        }
+        self.wait_readable(epoch, wait)?;
         let mut batches = Vec::new();
         for slice in &table.slices {
             // The state at the epoch: the base and the deltas up to it (shared, not copied).
             let (base, deltas) = {
                 let slice = lock(slice);
-                if !lease.is_live() || slice.base_epoch.is_some_and(|folded| folded > lease.epoch) {
+                if !lease.is_live() || slice.base_epoch.is_some_and(|folded| folded > epoch) {
                     return Err(lease_expired(lease.epoch));
                 }
                 let deltas: Vec<Arc<Multiset>> =
-                    slice.sealed.iter().take_while(|(e, _)| *e <= lease.epoch).map(|(_, d)| Arc::clone(d)).collect();
+                    slice.sealed.iter().take_while(|(e, _)| *e <= epoch).map(|(_, d)| Arc::clone(d)).collect();
                 (Arc::clone(&slice.base), deltas)
             };
             let mut changed: HashMap<&[u8], i64> = HashMap::new();
