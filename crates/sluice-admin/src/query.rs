@@ -95,7 +95,7 @@ impl Drop for Release {
     (status = 400, description = "Bad SQL, an unknown table, a table not materialized (each listing the tables), \
         limits out of range, or too many rows", body = ErrorBody),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
-    (status = 409, description = "Not answerable here: a cluster's job, or a job resumed from a checkpoint", body = ErrorBody),
+    (status = 409, description = "Not answerable here: a cluster's job", body = ErrorBody),
     (status = 503, description = "No checkpoint committed in time, a lease that ended, or too many queries at once", body = ErrorBody),
     (status = 504, description = "The query took longer than its timeout", body = ErrorBody)))]
 pub(crate) async fn query(State(shared): State<Shared>, body: Bytes) -> Response {
@@ -146,7 +146,7 @@ fn joined(error: tokio::task::JoinError) -> SluiceError {
 
 fn failure(error: SluiceError) -> Response {
     let code = match error.code {
-        "query.cluster" | "query.resumed" => StatusCode::CONFLICT,
+        "query.cluster" => StatusCode::CONFLICT,
         "query.no_checkpoint" | "query.lease_expired" | "query.busy" => StatusCode::SERVICE_UNAVAILABLE,
         "query.timeout" => StatusCode::GATEWAY_TIMEOUT,
         _ => match error.domain {

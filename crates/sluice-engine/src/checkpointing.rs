@@ -55,6 +55,7 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("session_state", sluice_operators::aggregate::SESSION_STATE_VERSION),
         ("join_state", sluice_operators::join::JOIN_STATE_VERSION),
         ("over_state", sluice_operators::over::OVER_STATE_VERSION),
+        ("materialized_state", crate::materialize::state::MATERIALIZED_STATE_VERSION),
     ]
     .into_iter()
     .map(|(name, version)| (name.to_string(), version))

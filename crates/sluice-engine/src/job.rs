@@ -79,7 +79,6 @@ impl Job {
             if let Some(manifest) = &manifest {
                 checkpointing::check_encodings(manifest, &section.store)?;
                 checkpointing::check_fingerprint(manifest, compiled.fingerprint, &section.store)?;
-                compiled.materialized.set_resumed_from(manifest.epoch);
                 notices.push(format!("resuming from checkpoint {} in {}", manifest.epoch, section.store));
             }
             let resumed_from = manifest.as_ref().map(|m| m.epoch);

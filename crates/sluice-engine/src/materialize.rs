@@ -1,14 +1,24 @@
 //! Materialized tables: the rows of sources and views marked `materialized = true`, kept
 //! as they stand at each committed checkpoint, for ad-hoc queries ([`crate::query`]).
 //!
-//! Each materialized table ends a flow of its own at a hidden per-thread sink
-//! ([`MaterializeSink`]). Its writer integrates the weighted rows it receives into a
-//! multiset (row → weight, a row whose weight reaches 0 is gone): rows since the last
-//! barrier in an open delta, sealed at `pre_commit(e)` as epoch `e`'s delta. Each thread's
-//! slice is a base (the multiset at some epoch) and the sealed deltas after it; a delta
-//! is folded into the base once its epoch is committed on every table and no lease reads
-//! an older epoch. The state at epoch `e` of a slice is the base plus the deltas up to
-//! `e`, readable while the base is not past `e`.
+//! Each materialized table ends a flow of its own: an exchange by the hash of the whole
+//! row (every column, in the key encoding of `sluice_types::key`), then the [`Integrate`]
+//! operator, then a hidden per-thread sink ([`MaterializeSink`]). The operator integrates
+//! the weighted rows it receives into a multiset (row → weight, a row whose weight
+//! reaches 0 is gone): rows since the last barrier in an open delta, handed to its
+//! thread's slice at the barrier (or at the end of the input) and sealed there by the
+//! sink's writer at `pre_commit(e)` as epoch `e`'s delta. Each thread's slice is a base
+//! (the multiset at some epoch) and the sealed deltas after it; a delta is folded into
+//! the base once its epoch is committed on every table and no lease reads an older
+//! epoch. The state at epoch `e` of a slice is the base plus the deltas up to `e`,
+//! readable while the base is not past `e`.
+//!
+//! Checkpoints: equal rows always reach the same thread (the exchange places a row by
+//! its hash's vnode), so the operator's state at a barrier splits into one blob per
+//! vnode ([`state`]); a restore, on any number of threads, gives each thread the rows
+//! of its vnodes as its slice's base. A restored job's tables become readable at the
+//! first checkpoint committed after the restore (the restored rows plus what came
+//! since), exactly as a job that never stopped would have them at that checkpoint.
 //!
 //! Consistency: barriers are aligned (materialization requires exactly-once
 //! checkpoints, see `sluice-config`), so at barrier `e` every writer of every table has
@@ -20,10 +30,11 @@
 //! HTTP client went away) or at its deadline; an expired lease no longer holds anything
 //! back, and a read that comes too late fails rather than answering from another epoch.
 //!
-//! Bounds: a slice's deltas wait for folding only while a lease or a read holds them (both
-//! bounded in time by the query's deadline); rows are encoded once with Arrow's row
-//! format. Not kept across a restart: a job resumed from a checkpoint refuses queries
-//! (see [`Materialized::resumed_from`]).
+//! Bounds: a slice's deltas wait for folding only while a lease, a read or a snapshot
+//! holds them (bounded in time by the query's deadline, or the checkpoint's encoding);
+//! rows are encoded once, in the key encoding (so a materialized table's columns must
+//! be of types a key may have: numbers, decimals, booleans, strings, binary, dates,
+//! times, timestamps).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,11 +43,13 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow::row::{RowConverter, SortField};
-use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
-use sluice_types::{Batch, Epoch, SluiceError};
+use sluice_runtime::{Operator, OperatorContext, SinkFactory, SinkParallelism, SinkWriter, SnapshotJob};
+use sluice_types::key::{KeyEncoder, KeyRows};
+use sluice_types::{Batch, Epoch, Message, SluiceError};
 
-/// One row in Arrow's row format, and its weight.
+pub(crate) mod state;
+
+/// One row in the key encoding (every column, in order), and its weight.
 type Multiset = HashMap<Box<[u8]>, i64>;
 
 /// Every materialized table of a job, their committed epochs and the leases on them.
@@ -46,8 +59,6 @@ pub struct Materialized {
     others: Vec<String>,
     epochs: Mutex<Epochs>,
     committed: Condvar,
-    /// Set when the job resumed from a checkpoint: the tables restarted empty.
-    resumed_from: Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for Materialized {
@@ -86,6 +97,8 @@ pub struct Table {
     pub name: String,
     pub schema: SchemaRef,
     index: usize,
+    /// Encodes (and decodes) the whole rows.
+    encoder: KeyEncoder,
     slices: Vec<Mutex<Slice>>,
     /// Rows folded or sealed since the start, for the metrics.
     rows_integrated: AtomicU64,
@@ -99,6 +112,9 @@ struct Slice {
     base_epoch: Option<u64>,
     /// Sealed deltas after `base_epoch`, in increasing epochs.
     sealed: VecDeque<(u64, Arc<Multiset>)>,
+    /// Rows the operator handed over at a barrier (or the end of its input), sealed by
+    /// the sink's next `pre_commit`, which knows the epoch.
+    handed: Option<Arc<Multiset>>,
 }
 
 impl Slice {
@@ -142,34 +158,35 @@ pub struct TableSpec {
 
 impl Materialized {
     /// The registry of `tables`, each with `threads` slices; `others` are the names of
-    /// the tables and views that are not materialized.
-    pub fn new(tables: Vec<TableSpec>, others: Vec<String>, threads: u32) -> Arc<Materialized> {
+    /// the tables and views that are not materialized. Fails on a column type that
+    /// cannot be materialized.
+    pub fn new(tables: Vec<TableSpec>, others: Vec<String>, threads: u32) -> Result<Arc<Materialized>, SluiceError> {
         let count = tables.len();
         let tables = tables
             .into_iter()
             .enumerate()
             .map(|(index, spec)| {
-                Arc::new(Table {
+                Ok(Arc::new(Table {
+                    encoder: encoder(&spec.schema)?,
                     name: spec.name,
                     schema: spec.schema,
                     index,
                     slices: (0..threads.max(1)).map(|_| Mutex::new(Slice::default())).collect(),
                     rows_integrated: AtomicU64::new(0),
-                })
+                }))
             })
-            .collect();
-        Arc::new(Materialized {
+            .collect::<Result<_, SluiceError>>()?;
+        Ok(Arc::new(Materialized {
             tables,
             others,
             epochs: Mutex::new(Epochs { committed: vec![None; count], ..Epochs::default() }),
             committed: Condvar::new(),
-            resumed_from: Mutex::new(None),
-        })
+        }))
     }
 
     /// No table materialized.
     pub fn none() -> Arc<Materialized> {
-        Materialized::new(Vec::new(), Vec::new(), 1)
+        Materialized::new(Vec::new(), Vec::new(), 1).expect("no table, no type to refuse")
     }
 
     /// The materialized tables' names, in declaration order.
@@ -195,17 +212,6 @@ impl Materialized {
     pub fn sink(self: &Arc<Materialized>, name: &str) -> Option<Arc<dyn SinkFactory>> {
         let table = Arc::clone(self.table(name)?);
         Some(Arc::new(MaterializeSink { registry: Arc::clone(self), table, name: format!("materialized:{name}") }))
-    }
-
-    /// Records that the job resumed from checkpoint `epoch`: the tables restarted empty
-    /// while the operators before them restored their state, so they no longer match.
-    pub fn set_resumed_from(&self, epoch: u64) {
-        *lock(&self.resumed_from) = Some(epoch);
-    }
-
-    /// See [`Materialized::set_resumed_from`].
-    pub fn resumed_from(&self) -> Option<u64> {
-        *lock(&self.resumed_from)
     }
 
     /// The newest epoch committed on every table.
@@ -242,6 +248,24 @@ impl Materialized {
         }
     }
 
+    /// Waits at most `wait` until `epoch` is committed on every table.
+    fn wait_readable(&self, epoch: u64, wait: Duration) -> Result<(), SluiceError> {
+        let deadline = Instant::now() + wait;
+        let mut epochs = lock(&self.epochs);
+        while epochs.readable().is_none_or(|readable| readable < epoch) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(SluiceError::external(
+                    "query.epoch_not_committed",
+                    format!("checkpoint {epoch} was not committed here within {} ms", wait.as_millis()),
+                )
+                .with_fix("ask again; give the query a longer timeout"));
+            }
+            epochs = self.committed.wait_timeout(epochs, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        Ok(())
+    }
+
     fn floor(&self) -> Option<u64> {
         lock(&self.epochs).floor(Instant::now())
     }
@@ -262,17 +286,39 @@ impl Materialized {
 
     /// The rows of `table` at the lease's epoch, in batches of at most `batch_rows`.
     pub fn read(&self, table: &Table, lease: &Lease, batch_rows: usize) -> Result<Vec<RecordBatch>, SluiceError> {
-        let converter = converter(&table.schema)?;
+        self.read_at(table, lease, lease.epoch, Duration::ZERO, batch_rows)
+    }
+
+    /// The rows of `table` at `epoch`, which may be newer than the lease's: the lease
+    /// keeps every slice's base at or before its own epoch, so every later epoch stays
+    /// readable too, once committed here (waited for at most `wait`). Several processes
+    /// read one epoch this way: each leases its newest committed epoch, and all read at
+    /// the newest of those, which none has folded past.
+    pub fn read_at(
+        &self,
+        table: &Table,
+        lease: &Lease,
+        epoch: u64,
+        wait: Duration,
+        batch_rows: usize,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
+        if epoch < lease.epoch {
+            return Err(SluiceError::internal(
+                "query.epoch",
+                format!("checkpoint {epoch} is older than the lease's {}: it may be folded already", lease.epoch),
+            ));
+        }
+        self.wait_readable(epoch, wait)?;
         let mut batches = Vec::new();
         for slice in &table.slices {
             // The state at the epoch: the base and the deltas up to it (shared, not copied).
             let (base, deltas) = {
                 let slice = lock(slice);
-                if !lease.is_live() || slice.base_epoch.is_some_and(|folded| folded > lease.epoch) {
+                if !lease.is_live() || slice.base_epoch.is_some_and(|folded| folded > epoch) {
                     return Err(lease_expired(lease.epoch));
                 }
                 let deltas: Vec<Arc<Multiset>> =
-                    slice.sealed.iter().take_while(|(e, _)| *e <= lease.epoch).map(|(_, d)| Arc::clone(d)).collect();
+                    slice.sealed.iter().take_while(|(e, _)| *e <= epoch).map(|(_, d)| Arc::clone(d)).collect();
                 (Arc::clone(&slice.base), deltas)
             };
             let mut changed: HashMap<&[u8], i64> = HashMap::new();
@@ -290,10 +336,10 @@ impl Materialized {
             for (row, weight) in changed {
                 rows.extend(std::iter::repeat_n(row, weight.max(0) as usize));
             }
-            let parser = converter.parser();
             for chunk in rows.chunks(batch_rows.max(1)) {
-                let columns = converter
-                    .convert_rows(chunk.iter().map(|row| parser.parse(row)))
+                let columns = table
+                    .encoder
+                    .decode(chunk.iter().copied())
                     .map_err(|e| SluiceError::internal("query.decode", format!("table `{}`: {e}", table.name)))?;
                 let batch = RecordBatch::try_new(Arc::clone(&table.schema), columns)
                     .map_err(|e| SluiceError::internal("query.decode", format!("table `{}`: {e}", table.name)))?;
@@ -353,11 +399,19 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn converter(schema: &SchemaRef) -> Result<RowConverter, SluiceError> {
-    RowConverter::new(schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect()).map_err(|e| {
-        SluiceError::user("materialize.type", format!("a column type cannot be materialized: {e}"))
-            .with_fix("cast the column to another type in the view")
-    })
+/// The encoder of a table's whole rows: every column must be of a key type.
+fn encoder(schema: &SchemaRef) -> Result<KeyEncoder, SluiceError> {
+    if let Some(field) = schema.fields().iter().find(|f| !sluice_types::key::is_key_type(f.data_type())) {
+        return Err(SluiceError::user(
+            "materialize.type",
+            format!("column `{}` of type {} cannot be materialized", field.name(), field.data_type()),
+        )
+        .with_fix(
+            "materialized columns are numbers, decimals, booleans, strings, binary, dates, times or timestamps: CAST \
+             the column in a view",
+        ));
+    }
+    KeyEncoder::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())
 }
 
 /// The hidden sink of one materialized table: one writer per thread.
@@ -377,18 +431,10 @@ impl SinkFactory for MaterializeSink {
     }
 
     fn open(&self, slot: u32, _slots: u32, _staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
-        if slot as usize >= self.table.slices.len() {
-            return Err(SluiceError::internal(
-                "materialize.slot",
-                format!("table `{}` has {} slices, not slot {slot}", self.table.name, self.table.slices.len()),
-            ));
-        }
         Ok(Box::new(MaterializeWriter {
             registry: Arc::clone(&self.registry),
             table: Arc::clone(&self.table),
-            slot: slot as usize,
-            converter: converter(&self.table.schema)?,
-            open: Multiset::new(),
+            slot: self.table.slot(slot)?,
         }))
     }
 
@@ -407,47 +453,168 @@ impl SinkFactory for MaterializeSink {
     }
 }
 
+/// Seals, at each `pre_commit`, the rows its thread's [`Integrate`] handed over.
 struct MaterializeWriter {
     registry: Arc<Materialized>,
     table: Arc<Table>,
     slot: usize,
-    converter: RowConverter,
-    /// Rows since the last barrier, consolidated.
-    open: Multiset,
 }
 
 impl SinkWriter for MaterializeWriter {
-    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
-        let rows = self
-            .converter
-            .convert_columns(batch.rows.columns())
-            .map_err(|e| SluiceError::internal("materialize.encode", format!("table `{}`: {e}", self.table.name)))?;
-        for index in 0..batch.num_rows() {
-            let row = rows.row(index);
-            let weight = batch.weight(index);
-            match self.open.get_mut(row.as_ref()) {
-                Some(existing) => *existing += weight,
-                None => {
-                    self.open.insert(row.as_ref().into(), weight);
-                }
-            }
-        }
+    /// Nothing arrives: the operator before it keeps the rows.
+    fn write(&mut self, _batch: &Batch) -> Result<(), SluiceError> {
         Ok(())
     }
 
     fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
-        let mut delta = std::mem::take(&mut self.open);
-        delta.retain(|_, weight| *weight != 0);
-        self.table.rows_integrated.fetch_add(delta.len() as u64, Ordering::Relaxed);
         let floor = self.registry.floor();
         let mut slice = lock(&self.table.slices[self.slot]);
-        slice.sealed.push_back((epoch.0, Arc::new(delta)));
+        let delta = slice.handed.take().unwrap_or_default();
+        self.table.rows_integrated.fetch_add(delta.len() as u64, Ordering::Relaxed);
+        slice.sealed.push_back((epoch.0, delta));
         slice.fold(floor);
         // Not empty, so that the coordinator commits it; nothing to decode.
         Ok(b"materialized".to_vec())
     }
 
     fn close(&mut self) -> Result<(), SluiceError> {
+        Ok(())
+    }
+}
+
+impl Table {
+    /// The slice of thread `slot`.
+    fn slot(&self, slot: u32) -> Result<usize, SluiceError> {
+        if slot as usize >= self.slices.len() {
+            return Err(SluiceError::internal(
+                "materialize.slot",
+                format!("table `{}` has {} slices, not slot {slot}", self.name, self.slices.len()),
+            ));
+        }
+        Ok(slot as usize)
+    }
+}
+
+/// The operator that keeps one thread's part of a materialized table: it integrates the
+/// rows it receives (placed by the whole row's hash) into an open delta, hands it to its
+/// slice at each barrier, and snapshots the slice's multiset per vnode (see the module
+/// docs). It sends no rows on.
+pub(crate) struct Integrate {
+    table: Arc<Table>,
+    slot: usize,
+    vnodes: u32,
+    /// Rows since the last barrier, consolidated.
+    open: Multiset,
+    /// The open delta as the last snapshot took it, handed over at its barrier.
+    snapshotted: Option<Arc<Multiset>>,
+    rows: KeyRows,
+}
+
+impl Integrate {
+    pub(crate) fn new(table: Arc<Table>, context: &OperatorContext) -> Result<Integrate, SluiceError> {
+        Ok(Integrate {
+            slot: table.slot(context.thread)?,
+            table,
+            vnodes: context.vnodes,
+            open: Multiset::new(),
+            snapshotted: None,
+            rows: KeyRows::default(),
+        })
+    }
+
+    /// The open delta without its rows of weight 0.
+    fn take_open(&mut self) -> Arc<Multiset> {
+        let mut delta = std::mem::take(&mut self.open);
+        delta.retain(|_, weight| *weight != 0);
+        Arc::new(delta)
+    }
+
+    /// Gives the rows since the last barrier to the slice, for the sink to seal.
+    fn hand_over(&mut self) {
+        let delta = match self.snapshotted.take() {
+            Some(taken) if self.open.is_empty() => taken,
+            Some(taken) => {
+                let mut merged = Multiset::clone(&taken);
+                integrate(&mut merged, &self.take_open());
+                Arc::new(merged)
+            }
+            None => self.take_open(),
+        };
+        let mut slice = lock(&self.table.slices[self.slot]);
+        match &mut slice.handed {
+            Some(handed) => integrate(Arc::make_mut(handed), &delta),
+            None => slice.handed = Some(delta),
+        }
+    }
+}
+
+impl Operator for Integrate {
+    fn name(&self) -> &str {
+        "materialize"
+    }
+
+    fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.table.encoder.encode(batch.rows.columns(), &mut self.rows)?;
+        for index in 0..self.rows.len() {
+            let row = self.rows.row(index);
+            let weight = batch.weight(index);
+            match self.open.get_mut(row) {
+                Some(existing) => *existing += weight,
+                None => {
+                    self.open.insert(row.into(), weight);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_barrier(&mut self, epoch: Epoch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.hand_over();
+        out.push(Message::Barrier(epoch));
+        Ok(())
+    }
+
+    fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.hand_over();
+        out.push(Message::EndOfData);
+        Ok(())
+    }
+
+    /// The slice's rows as of this barrier: the base, every delta after it (sealed or
+    /// handed over) and the open one, shared rather than copied; the job merges and
+    /// encodes them.
+    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        let open = self.take_open();
+        if let Some(earlier) = self.snapshotted.take() {
+            // Two snapshots without a barrier between them: keep both deltas' rows.
+            let mut merged = Multiset::clone(&earlier);
+            integrate(&mut merged, &open);
+            self.snapshotted = Some(Arc::new(merged));
+        } else {
+            self.snapshotted = Some(open);
+        }
+        let (base, mut deltas) = {
+            let slice = lock(&self.table.slices[self.slot]);
+            let deltas: Vec<Arc<Multiset>> =
+                slice.sealed.iter().map(|(_, d)| Arc::clone(d)).chain(slice.handed.clone()).collect();
+            (Arc::clone(&slice.base), deltas)
+        };
+        deltas.extend(self.snapshotted.clone());
+        if base.is_empty() && deltas.iter().all(|d| d.is_empty()) {
+            return Ok(None);
+        }
+        let vnodes = self.vnodes;
+        Ok(Some(Box::new(move || Ok(state::encode(&base, &deltas, vnodes)))))
+    }
+
+    /// The rows of this thread's vnodes become its slice's base.
+    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+        let mut restored = Multiset::new();
+        for blob in &blobs {
+            state::decode(blob, &self.table.encoder, &mut restored)?;
+        }
+        let mut slice = lock(&self.table.slices[self.slot]);
+        integrate(Arc::make_mut(&mut slice.base), &restored);
         Ok(())
     }
 }
@@ -478,14 +645,20 @@ pub(crate) fn add_flows(
         let stream =
             planner.plan_stream(name, &format!("materialized:{name}")).map_err(|e| pipeline.problem(*at, e))?;
         // Checked now rather than at the first row.
-        converter(&stream.schema).map_err(|e| pipeline.problem(*at, e.context(format!("table `{name}`"))))?;
+        encoder(&stream.schema).map_err(|e| pipeline.problem(*at, e.context(format!("table `{name}`"))))?;
         streams.push((name.clone(), stream));
     }
     let specs =
         streams.iter().map(|(name, s)| TableSpec { name: name.clone(), schema: Arc::clone(&s.schema) }).collect();
     let others = planner.table_names().into_iter().filter(|n| !marked.iter().any(|(m, _)| m == n)).map(String::from);
-    let registry = Materialized::new(specs, others.collect(), threads);
-    for (name, stream) in streams {
+    let registry = Materialized::new(specs, others.collect(), threads).map_err(crate::EngineError::new)?;
+    for (name, mut stream) in streams {
+        let table = Arc::clone(registry.table(&name).expect("registered above"));
+        let factory: sluice_runtime::OperatorFactory = Arc::new(move |context: &OperatorContext| {
+            Ok(Box::new(Integrate::new(Arc::clone(&table), context)?) as Box<dyn Operator>)
+        });
+        let operator = (format!("materialize: keep the rows of `{name}` per checkpoint"), factory);
+        planner.push_keyed_by_row(&mut stream, operator, format!("the rows of `{name}` (by the whole row)"));
         let sink = registry.sink(&name).expect("registered above");
         flows.push(stream.into_flow(sink, threads, 0));
     }

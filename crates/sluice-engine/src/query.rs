@@ -177,16 +177,6 @@ impl std::fmt::Debug for PreparedQuery {
 /// Checks `sql` against the materialized tables of `registry` and takes its lease.
 pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> Result<PreparedQuery, SluiceError> {
     let deadline = Instant::now() + limits.timeout;
-    if let Some(epoch) = registry.resumed_from() {
-        return Err(SluiceError::user(
-            "query.resumed",
-            format!(
-                "this job resumed from checkpoint {epoch}; materialized tables are not kept in checkpoints yet, so \
-                 they would miss the rows before it"
-            ),
-        )
-        .with_fix("run with --from-scratch (or a new checkpoint store) to query materialized tables"));
-    }
     let context = session()?;
     let mut statements =
         DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| bad_sql(registry, e.to_string()))?;

@@ -171,6 +171,23 @@ impl SqlPlanner {
         stack::on_planning_stack(|| self.plan_view(name, sql))?
     }
 
+    /// Ends `stream` with an operator keyed by the whole row: an exchange by the hash of
+    /// every column (the key encoding's placement hash, as for GROUP BY keys), then
+    /// `operator`, whose state can therefore be split by each row's vnode. `state`
+    /// describes that state for `explain`.
+    pub fn push_keyed_by_row(
+        &self,
+        stream: &mut PlannedStream,
+        operator: (String, sluice_runtime::OperatorFactory),
+        state: String,
+    ) {
+        let columns = stream.schema.fields().len();
+        let description = format!("hash(every column) → {} vnodes", self.options.vnodes);
+        self.stream_planner("").hash_exchange(&mut stream.state, (0..columns).collect(), description);
+        stream.state.operators.push(operator);
+        stream.state.state = Some(state);
+    }
+
     /// The stream of table or view `table`, for a sink named `sink`.
     pub fn plan_stream(&self, table: &str, sink: &str) -> Result<PlannedStream, SluiceError> {
         stack::on_planning_stack(|| self.plan_stream_here(table, sink))?

@@ -231,3 +231,116 @@ fn a_lease_ends_when_its_client_goes_away() {
     assert!(rows[0]["n"].is_i64(), "{rows:?}");
     stop(run, addr);
 }
+
+/// Rows of `(k, v)` from a file, counted in eleven groups, one row per batch, a checkpoint
+/// every 10 ms. The view's union with nexmark bids that never pass its filter keeps its
+/// flow open once the file is read (a table whose input ends is readable only up to the
+/// checkpoint before its end while the job runs on).
+const RESTORED: &str = r#"
+[pipeline]
+name = "restored"
+threads = 2
+batch_size = 1
+
+[[source]]
+name = "bids"
+connector = "file"
+format = "json"
+schema = "k VARCHAR, v BIGINT"
+[source.options]
+path = "bids.jsonl"
+
+[[source]]
+name = "ticks"
+connector = "nexmark"
+[source.options]
+rate = 20
+
+[[view]]
+name = "totals"
+sql = """
+SELECT k, COUNT(*) AS n, SUM(v) AS total FROM (
+  SELECT k, v FROM bids
+  UNION ALL
+  SELECT CAST(bidder AS VARCHAR) AS k, price AS v FROM bid WHERE price < 0
+) GROUP BY k
+"""
+materialized = true
+
+[[sink]]
+name = "out"
+from = "bid"
+connector = "blackhole"
+
+[checkpoint]
+interval = "10ms"
+store = "file://./state"
+"#;
+
+const RESTORED_ROWS: i64 = 60;
+
+fn restored_scratch() -> Scratch {
+    let scratch = Scratch::new();
+    // The first rows' groups get no row later: only the restored state has them.
+    let key = |i: i64| if i < 3 { format!("early{i}") } else { format!("k{}", i % 8) };
+    let rows: String = (0..RESTORED_ROWS).map(|i| format!("{{\"k\": \"{}\", \"v\": {}}}\n", key(i), i * 7)).collect();
+    scratch.write("bids.jsonl", &rows);
+    scratch.write("pipeline.toml", RESTORED);
+    scratch
+}
+
+/// The table `totals` once it holds every row of the file (fails on more), sorted.
+fn complete_totals(addr: SocketAddr) -> Vec<Value> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let rows = rows_eventually(addr, "SELECT COALESCE(SUM(n), 0) AS rows FROM totals");
+        let seen = rows[0]["rows"].as_i64().expect("a count");
+        assert!(seen <= RESTORED_ROWS, "{seen} rows counted, more than the file's {RESTORED_ROWS}");
+        if seen == RESTORED_ROWS {
+            return rows_eventually(addr, "SELECT k, n, total FROM totals ORDER BY k");
+        }
+        assert!(Instant::now() < deadline, "the table never held every row: {seen} of {RESTORED_ROWS}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Runs `scratch`'s pipeline with the admin API on `threads` threads until its table is
+/// complete; returns the table and the run's stderr.
+fn run_and_read(scratch: &Scratch, threads: &str) -> (Vec<Value>, String) {
+    let args = ["run", "pipeline.toml", "--threads", threads, "--admin-bind", "127.0.0.1:0"];
+    let mut run = Running::start(scratch, &args);
+    let addr = run.admin_addr();
+    wait_running(addr);
+    let table = complete_totals(addr);
+    let (code, answer) = request(addr, "POST", "/stop");
+    assert_eq!(code, 202, "{answer}");
+    let (exit, text) = run.finish();
+    assert_eq!(exit, Some(0), "{text}");
+    (table, text)
+}
+
+#[test]
+fn a_job_resumed_on_another_thread_count_answers_with_the_restored_rows() {
+    let uninterrupted = restored_scratch();
+    let (want, _) = run_and_read(&uninterrupted, "2");
+    assert_eq!(want.len(), 11, "{want:?}");
+
+    // Killed after its 21st committed checkpoint, at most one row per checkpoint:
+    // mid-file, past the first rows (whose groups the restore alone brings back).
+    let crashed = restored_scratch();
+    let killed = crate::harness::sluice_command(crashed.dir.path())
+        .args(["--quiet", "run", "pipeline.toml", "--threads", "2"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;checkpoint.after_commit=20*off->return(kill)")
+        .stdout(std::process::Stdio::null())
+        .output()
+        .expect("run sluice");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&killed.status),
+        Some(9),
+        "{}",
+        crate::harness::stderr(&killed)
+    );
+    let (got, text) = run_and_read(&crashed, "3");
+    assert!(text.contains("resuming from checkpoint"), "{text}");
+    assert_eq!(got, want, "the resumed job's table differs from an uninterrupted run's\n{text}");
+}

@@ -1,13 +1,59 @@
-//! Integration of weighted rows, versions per epoch, and leases.
+//! Integration of weighted rows, versions per epoch, leases, and the state that
+//! checkpoints keep of it (restored onto another number of threads).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use sluice_types::{Batch, Epoch};
+use sluice_runtime::{Metrics, Operator, OperatorContext, SinkFactory, SinkWriter};
+use sluice_types::{Batch, Epoch, SluiceError};
 
-use super::{Materialized, TableSpec};
+use super::{Integrate, Materialized, TableSpec};
+
+const VNODES: u32 = 16;
+
+/// One thread's part of a table's flow, fed as a driver feeds it: the operator, then
+/// the hidden sink's writer.
+struct Thread {
+    operator: Integrate,
+    writer: Box<dyn SinkWriter>,
+}
+
+impl Thread {
+    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
+        self.operator.on_data(batch.clone(), &mut Vec::new())
+    }
+
+    /// A barrier: the snapshot at the segment's input, the operator, the sink.
+    fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
+        let _ = self.operator.snapshot()?;
+        self.operator.on_barrier(epoch, &mut Vec::new())?;
+        self.writer.pre_commit(epoch)
+    }
+
+    /// Like `pre_commit`, returning the snapshot's blobs.
+    fn checkpoint(&mut self, epoch: Epoch) -> Vec<(u32, Vec<u8>)> {
+        let blobs = self.operator.snapshot().expect("snapshot").map_or_else(Vec::new, |job| job().expect("encode"));
+        self.operator.on_barrier(epoch, &mut Vec::new()).expect("barrier");
+        self.writer.pre_commit(epoch).expect("seal");
+        blobs
+    }
+}
+
+fn open(registry: &Arc<Materialized>, sink: &Arc<dyn SinkFactory>, name: &str, slot: u32, slots: u32) -> Thread {
+    let table = Arc::clone(registry.table(name).expect("table"));
+    let context = OperatorContext {
+        thread: slot,
+        threads: slots,
+        vnodes: VNODES,
+        metrics: Arc::new(Metrics::new(Vec::new(), Vec::new(), slots)),
+    };
+    Thread {
+        operator: Integrate::new(table, &context).expect("operator"),
+        writer: sink.open(slot, slots, true).expect("writer"),
+    }
+}
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -17,7 +63,7 @@ fn schema() -> arrow::datatypes::SchemaRef {
 
 fn registry(tables: &[&str], threads: u32) -> Arc<Materialized> {
     let specs = tables.iter().map(|name| TableSpec { name: name.to_string(), schema: schema() }).collect();
-    Materialized::new(specs, vec!["raw".into()], threads)
+    Materialized::new(specs, vec!["raw".into()], threads).expect("registry")
 }
 
 /// Rows `(k, v, weight)`.
@@ -50,8 +96,8 @@ fn pairs(rows: &[(&str, i64)]) -> Vec<(String, i64)> {
 fn weighted_rows_integrate_into_a_multiset_per_committed_epoch() {
     let registry = registry(&["t"], 2);
     let sink = registry.sink("t").expect("sink");
-    let mut first = sink.open(0, 2, true).expect("writer");
-    let mut second = sink.open(1, 2, true).expect("writer");
+    let mut first = open(&registry, &sink, "t", 0, 2);
+    let mut second = open(&registry, &sink, "t", 1, 2);
     assert!(registry.lease(Duration::ZERO, LONG).is_none(), "nothing is readable before a commit");
     first.write(&batch(&[("a", 1, 1), ("b", 2, 1), ("a", 1, 1)])).expect("write");
     second.write(&batch(&[("c", 3, 1), ("c", 3, -1), ("d", 4, 2)])).expect("write");
@@ -79,7 +125,7 @@ fn weighted_rows_integrate_into_a_multiset_per_committed_epoch() {
 fn a_lease_keeps_its_epoch_while_newer_ones_commit() {
     let registry = registry(&["t"], 1);
     let sink = registry.sink("t").expect("sink");
-    let mut writer = sink.open(0, 1, true).expect("writer");
+    let mut writer = open(&registry, &sink, "t", 0, 1);
     writer.write(&batch(&[("a", 1, 1)])).expect("write");
     writer.pre_commit(Epoch(1)).expect("seal");
     sink.commit(Epoch(1), &[]).expect("commit");
@@ -113,7 +159,7 @@ fn a_lease_keeps_its_epoch_while_newer_ones_commit() {
 fn an_expired_lease_holds_nothing_back() {
     let registry = registry(&["t"], 1);
     let sink = registry.sink("t").expect("sink");
-    let mut writer = sink.open(0, 1, true).expect("writer");
+    let mut writer = open(&registry, &sink, "t", 0, 1);
     writer.write(&batch(&[("a", 1, 1)])).expect("write");
     writer.pre_commit(Epoch(1)).expect("seal");
     sink.commit(Epoch(1), &[]).expect("commit");
@@ -128,8 +174,8 @@ fn an_expired_lease_holds_nothing_back() {
 fn the_readable_epoch_is_committed_on_every_table() {
     let registry = registry(&["a", "b"], 1);
     let (sink_a, sink_b) = (registry.sink("a").expect("a"), registry.sink("b").expect("b"));
-    let mut a = sink_a.open(0, 1, true).expect("writer");
-    let mut b = sink_b.open(0, 1, true).expect("writer");
+    let mut a = open(&registry, &sink_a, "a", 0, 1);
+    let mut b = open(&registry, &sink_b, "b", 0, 1);
     for epoch in 1..=2 {
         a.write(&batch(&[("x", epoch, 1)])).expect("write");
         b.write(&batch(&[("x", epoch, 1)])).expect("write");
@@ -154,7 +200,7 @@ fn the_readable_epoch_is_committed_on_every_table() {
 fn a_lease_waits_for_the_first_commit() {
     let registry = registry(&["t"], 1);
     let sink = registry.sink("t").expect("sink");
-    let mut writer = sink.open(0, 1, true).expect("writer");
+    let mut writer = open(&registry, &sink, "t", 0, 1);
     writer.pre_commit(Epoch(3)).expect("seal");
     let waiting = {
         let registry = Arc::clone(&registry);
@@ -162,4 +208,160 @@ fn a_lease_waits_for_the_first_commit() {
     };
     sink.commit(Epoch(3), &[]).expect("commit");
     assert_eq!(waiting.join().expect("thread"), Some(3));
+}
+
+/// The rows of `batch` in the table's key encoding.
+fn encoded(registry: &Materialized, rows: &Batch) -> Vec<Vec<u8>> {
+    let mut keys = sluice_types::key::KeyRows::default();
+    registry.table("t").expect("table").encoder.encode(rows.rows.columns(), &mut keys).expect("encode");
+    (0..keys.len()).map(|i| keys.row(i).to_vec()).collect()
+}
+
+/// The thread of `slots` that the exchange before the operator sends row `(k, v)` to.
+fn thread_of(registry: &Materialized, k: &str, v: i64, slots: u32) -> usize {
+    let row = encoded(registry, &batch(&[(k, v, 1)])).remove(0);
+    let vnode = sluice_types::vnode::of_hash(sluice_types::key::hash(&row), VNODES);
+    sluice_types::vnode::slot_of(vnode, VNODES, slots) as usize
+}
+
+#[test]
+fn a_checkpoint_restores_the_table_at_its_epoch_onto_another_number_of_threads() {
+    let before = registry(&["t"], 1);
+    let sink = before.sink("t").expect("sink");
+    let mut thread = open(&before, &sink, "t", 0, 1);
+    let inserts: Vec<(String, i64)> = (0..40).map(|i| (format!("k{i}"), i)).collect();
+    let rows: Vec<(&str, i64, i64)> = inserts.iter().map(|(k, v)| (k.as_str(), *v, 1)).collect();
+    thread.write(&batch(&rows)).expect("write");
+    thread.pre_commit(Epoch(1)).expect("seal");
+    sink.commit(Epoch(1), &[]).expect("commit");
+    // Epoch 2: a retraction, a duplicate, a row in and out again, all in the open delta.
+    thread.write(&batch(&[("k0", 0, -1), ("k1", 1, 1), ("gone", 7, 1), ("gone", 7, -1)])).expect("write");
+    let blobs = thread.checkpoint(Epoch(2));
+    sink.commit(Epoch(2), &[]).expect("commit");
+    // After the checkpoint: not in it.
+    thread.write(&batch(&[("late", 9, 1)])).expect("write");
+    let lease = before.lease(Duration::ZERO, LONG).expect("lease");
+    assert_eq!(lease.epoch, 2);
+    let want = read(&before, "t", &lease);
+    assert_eq!(want.len(), 40, "39 rows and a duplicate: {want:?}");
+    assert!(blobs.len() > 1, "the rows spread over several vnodes");
+
+    let after = registry(&["t"], 3);
+    let sink = after.sink("t").expect("sink");
+    let mut threads: Vec<Thread> = (0..3).map(|slot| open(&after, &sink, "t", slot, 3)).collect();
+    for (slot, thread) in threads.iter_mut().enumerate() {
+        let owned = sluice_types::vnode::range_of(slot as u32, VNODES, 3);
+        let mine = blobs.iter().filter(|(v, _)| owned.contains(v)).map(|(_, b)| b.clone()).collect();
+        thread.operator.restore(mine).expect("restore");
+    }
+    assert!(after.lease(Duration::ZERO, LONG).is_none(), "readable from the first checkpoint after the restore");
+    // Retractions reach the thread of their row, where the restored row is.
+    threads[thread_of(&after, "k2", 2, 3)].write(&batch(&[("k2", 2, -1)])).expect("write");
+    threads[thread_of(&after, "k1", 1, 3)].write(&batch(&[("k1", 1, -1)])).expect("write");
+    for thread in &mut threads {
+        thread.pre_commit(Epoch(3)).expect("seal");
+    }
+    sink.commit(Epoch(3), &[]).expect("commit");
+    let lease = after.lease(Duration::ZERO, LONG).expect("lease");
+    assert_eq!(lease.epoch, 3);
+    let mut want = want;
+    for gone in [("k1".to_string(), 1), ("k2".to_string(), 2)] {
+        let at = want.iter().position(|row| *row == gone).expect("present");
+        want.remove(at);
+    }
+    assert_eq!(read(&after, "t", &lease), want);
+}
+
+/// A golden vector: the blob layout (and the key encoding inside) must not change
+/// without a new MATERIALIZED_STATE_VERSION.
+#[test]
+fn a_snapshot_blob_is_pinned_byte_for_byte() {
+    let registry = registry(&["t"], 1);
+    let rows = encoded(&registry, &batch(&[("a", 1, 1), ("b", -2, 1)]));
+    let mut base = super::Multiset::new();
+    base.insert(rows[0].clone().into(), 2);
+    let delta: super::Multiset = [(rows[1].clone().into(), -1), (rows[0].clone().into(), -1)].into_iter().collect();
+    let blobs = super::state::encode(&base, &[Arc::new(delta)], 1);
+    let expected: Vec<u8> = [
+        &[1, 0, 0, 0][..],                                                    // version
+        &[2, 0, 0, 0],                                                        // rows
+        &[15, 0, 0, 0, 0x06, 1, 0, 0, 0, b'a', 0x02, 1, 0, 0, 0, 0, 0, 0, 0], // ("a", 1)
+        &[1, 0, 0, 0, 0, 0, 0, 0],                                            // weight 1
+        &[15, 0, 0, 0, 0x06, 1, 0, 0, 0, b'b', 0x02],                         // ("b", -2)
+        &(-2i64).to_le_bytes(),
+        &(-1i64).to_le_bytes(), // weight -1
+    ]
+    .concat();
+    assert_eq!(blobs, vec![(0, expected)]);
+}
+
+#[test]
+fn damaged_blobs_are_refused() {
+    let registry = registry(&["t"], 1);
+    let encoder = &registry.table("t").expect("table").encoder;
+    let rows = encoded(&registry, &batch(&[("a", 1, 1)]));
+    let mut base = super::Multiset::new();
+    base.insert(rows[0].clone().into(), 1);
+    let (_, good) = super::state::encode(&base, &[], 1).remove(0);
+    let mut into = super::Multiset::new();
+    super::state::decode(&good, encoder, &mut into).expect("a good blob");
+    assert_eq!(into.len(), 1);
+    let mut version = good.clone();
+    version[0] = 9;
+    let mut weight = good.clone();
+    let at = weight.len() - 8;
+    weight[at..].copy_from_slice(&0i64.to_le_bytes());
+    let mut tag = good.clone();
+    tag[18] = 0x06; // the integer column written as a string
+    let mut count = good.clone();
+    count[4] = 200;
+    let trailing = [good.clone(), vec![0]].concat();
+    for (what, blob) in [
+        ("version", version),
+        ("weight", weight),
+        ("tag", tag),
+        ("count", count),
+        ("trailing", trailing),
+        ("truncated", good[..good.len() - 1].to_vec()),
+    ] {
+        let error = super::state::decode(&blob, encoder, &mut super::Multiset::new()).expect_err(what);
+        assert_eq!(error.code, "state.corrupt", "{what}: {error}");
+    }
+}
+
+/// Two processes, one epoch: each leases its newest committed epoch, both read at the
+/// newest of those; the one behind waits for it, and has not folded past its own.
+#[test]
+fn a_lease_reads_a_later_epoch_once_committed() {
+    let registry = registry(&["t"], 1);
+    let sink = registry.sink("t").expect("sink");
+    let mut thread = open(&registry, &sink, "t", 0, 1);
+    for epoch in 1..=3 {
+        thread.write(&batch(&[("a", epoch, 1)])).expect("write");
+        thread.pre_commit(Epoch(epoch as u64)).expect("seal");
+        sink.commit(Epoch(epoch as u64), &[]).expect("commit");
+    }
+    let lease = registry.lease(Duration::ZERO, LONG).expect("lease");
+    assert_eq!(lease.epoch, 3);
+    let table = registry.table("t").expect("table");
+    thread.write(&batch(&[("a", 4, 1)])).expect("write");
+    thread.pre_commit(Epoch(4)).expect("seal");
+    // Epoch 4 is sealed, not committed: bounded wait, then a typed error.
+    let error = registry.read_at(table, &lease, 4, Duration::from_millis(10), 10).expect_err("not committed");
+    assert_eq!(error.code, "query.epoch_not_committed");
+    let reading = {
+        let registry = Arc::clone(&registry);
+        let lease = Arc::clone(&lease);
+        std::thread::spawn(move || {
+            let table = registry.table("t").expect("table");
+            registry
+                .read_at(table, &lease, 4, LONG, 10)
+                .map(|batches| batches.iter().map(|b| b.num_rows()).sum::<usize>())
+        })
+    };
+    sink.commit(Epoch(4), &[]).expect("commit");
+    assert_eq!(reading.join().expect("thread").expect("read"), 4usize);
+    // Older than the lease: refused (it may be folded).
+    assert_eq!(registry.read_at(table, &lease, 2, Duration::ZERO, 10).expect_err("older").code, "query.epoch");
+    assert_eq!(read(&registry, "t", &lease).len(), 3, "the lease's own epoch is still kept");
 }
