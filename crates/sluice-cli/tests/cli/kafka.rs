@@ -175,6 +175,42 @@ impl Broker {
     }
 }
 
+/// A record as read back: partition, key and value (`None`: a tombstone).
+type Record = (i32, Option<String>, Option<String>);
+
+impl Broker {
+    /// Reads every partition of `topic` from the start until no record came for
+    /// [`QUIET`] (the writer ended before: everything it wrote is there); returns each
+    /// record in offset order per partition.
+    fn consume_all(&self, topic: &str, partitions: i32) -> Vec<Record> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .set("enable.partition.eof", "false")
+            .set("group.id", "test-reader")
+            .create()
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
+        }
+        consumer.assign(&assignment).expect("assign");
+        let mut found = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        let mut last = Instant::now();
+        while Instant::now() < deadline && (found.is_empty() || last.elapsed() < QUIET) {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
+                found.push((message.partition(), text(message.key()), text(message.payload())));
+                last = Instant::now();
+            }
+        }
+        found
+    }
+}
+
+/// How long a topic read to its end stays silent.
+const QUIET: Duration = Duration::from_secs(3);
+
 fn forward_lines(stream: impl std::io::Read + Send + 'static) -> Receiver<String> {
     let (sender, receiver) = sync_channel(64);
     std::thread::spawn(move || {
@@ -365,4 +401,76 @@ fn committed_messages(log: &str) -> usize {
 fn price_of(value: &str) -> usize {
     let parsed: serde_json::Value = serde_json::from_str(value).expect("json");
     parsed["price"].as_u64().expect("price") as usize
+}
+
+/// Upsert-kafka: an updating aggregate whose HAVING drops groups is written as keyed
+/// upserts and tombstones; the topic read back as a table (last value per key, a
+/// tombstone removes its key) is the query's final answer.
+#[test]
+fn an_updating_aggregate_in_upsert_mode_reads_back_as_its_table() {
+    let broker = Broker::with_topics(&[("bids", 2), ("counts", 2)]);
+    // Auctions 0 and 1 get 11 bids, 2 and 3 get 10: HAVING keeps 2 and 3 only, and
+    // removes 0 and 1 (present until their eleventh bid) with a tombstone each.
+    let input = bids(42, 2);
+    produce_bids(&broker, "bids", &input);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\nbatch_size = 4\n\n{}\n[[view]]\nname = \"counts\"\n\
+         sql = \"SELECT auction, COUNT(*) AS bids, SUM(price) AS total FROM bids GROUP BY auction HAVING COUNT(*) <= 10\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"counts\"\nmode = \"upsert\"\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml", "--threads", "2"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let records = broker.consume_all("counts", 2);
+    let mut table: BTreeMap<String, String> = BTreeMap::new();
+    let mut tombstones = Vec::new();
+    for (_, key, value) in &records {
+        let key = key.clone().expect("every upsert message is keyed");
+        match value {
+            Some(value) => {
+                assert!(!value.contains("\"op\""), "upserts carry no op column: {value}");
+                table.insert(key, value.clone());
+            }
+            None => {
+                table.remove(&key);
+                tombstones.push(key);
+            }
+        }
+    }
+    let expected: BTreeMap<String, String> = (2..4)
+        .map(|a| {
+            let total: usize = (0..42).filter(|i| i % 4 == a).sum();
+            (format!("{{\"auction\":{a}}}"), format!("{{\"auction\":{a},\"bids\":10,\"total\":{total}}}"))
+        })
+        .collect();
+    assert_eq!(table, expected, "read from {records:?}");
+    tombstones.sort();
+    tombstones.dedup();
+    assert_eq!(tombstones, ["{\"auction\":0}", "{\"auction\":1}"], "the removed groups' tombstones");
+    // A key's messages share a partition, so their order is the stream's.
+    let mut partition_of: BTreeMap<&str, i32> = BTreeMap::new();
+    for (partition, key, _) in &records {
+        let first = *partition_of.entry(key.as_deref().expect("keyed")).or_insert(*partition);
+        assert_eq!(first, *partition, "every message of {key:?} in one partition");
+    }
+}
+
+/// Upsert mode over a stream without a key is refused before anything runs, naming the
+/// fix.
+#[test]
+fn upsert_mode_over_an_append_only_stream_without_key_is_refused() {
+    let scratch = Scratch::new();
+    scratch.write("bids.csv", "1,5\n");
+    let pipeline = "[pipeline]\nname = \"p\"\n\n[[source]]\nname = \"bids\"\nconnector = \"file\"\nformat = \"csv\"\nschema = \"auction BIGINT, price BIGINT\"\n\
+         [source.options]\npath = \"bids.csv\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"bids\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"127.0.0.1:1\"\ntopic = \"t\"\nmode = \"upsert\"\n";
+    scratch.write("pipeline.toml", pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(!run.status.success());
+    let report = stderr(&run);
+    assert!(report.contains("mode = \"upsert\"") && report.contains("append-only"), "{report}");
+    assert!(report.contains("key = ["), "the fix is named: {report}");
 }

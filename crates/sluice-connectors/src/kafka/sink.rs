@@ -1,5 +1,5 @@
-//! The Kafka sink: one message per row (JSON or CSV, the key from a column), one
-//! writer per thread.
+//! The Kafka sink: one message per row or change (JSON or CSV, the key from columns),
+//! one writer per thread.
 //!
 //! # At-least-once (no checkpoints, or `guarantee = "at-least-once"`)
 //!
@@ -32,19 +32,40 @@
 //! transaction; it logs `kafka sink …: cannot commit the transaction … of epoch e` at
 //! error level, and those rows are lost. See ARCHITECTURE.md.
 //!
-//! # Updating streams
+//! # Keys
 //!
-//! An updating input is written in Flink's changelog convention: every message carries
-//! the op column first (`{"op":"-D",...}`), as the file sink writes it. Upsert
-//! semantics (a tombstone for a delete) are not offered.
+//! With `key` (one or several columns), each message's key is those columns encoded in
+//! the sink's format: a JSON object of them in `format = "json"`
+//! (`{"auction":7,"bidder":3}`, keys in the order `key` names them), a CSV record of
+//! them in `format = "csv"` (`7,3`). Without `key`, and outside upsert mode, messages
+//! have no key.
+//!
+//! # Changelog and upsert (`mode`)
+//!
+//! - `mode = "changelog"` (the default): one message per row. An append-only input is
+//!   written as it is; an updating input in Flink's changelog convention, every message
+//!   carrying the op column first (`{"op":"-U",...}`), as the file sink writes it.
+//! - `mode = "upsert"` (upsert-kafka): every message is keyed, by `key` or else the
+//!   stream's upsert key (a stream without one, or whose key is empty as a global
+//!   aggregate's, is refused). A row of positive weight (`+I`, `+U`) is written as its
+//!   value (every column, no op column); a retraction (`-D`, or a `-U` whose `+U` is not
+//!   in the same batch) as a tombstone, the key with no value. A retraction followed
+//!   later in its batch by a new version of the same key is not written: the new
+//!   version replaces the value anyway. Reading the topic and keeping the last value per
+//!   key, dropping a key at its tombstone (what log compaction does), gives the
+//!   stream's table. An append-only input in upsert mode writes every row as an upsert
+//!   of its key (`key` required). Messages of one key go to one partition (librdkafka's
+//!   partitioner hashes the key) from one writer (the plan routes the rows of a key to
+//!   one thread), so their order is kept.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::datatypes::SchemaRef;
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -55,7 +76,7 @@ use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
 use sluice_types::{Batch, Epoch, SluiceError};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
-use super::options::{KafkaFormat, KafkaSinkOptions};
+use super::options::{KafkaFormat, KafkaSinkMode, KafkaSinkOptions};
 
 /// The longest a flush, `init_transactions` or a transaction commit may take.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -158,27 +179,65 @@ pub struct KafkaSink {
     options: KafkaSinkOptions,
     schema: SchemaRef,
     updating: bool,
-    key: Option<usize>,
+    mode: KafkaSinkMode,
+    /// The key columns (of `schema`), if messages are keyed.
+    key: Option<Vec<usize>>,
+    /// The stream's upsert key, for the changelog's `-U`/`+U`.
+    upsert_key: Option<Vec<usize>>,
     /// The transactional producers of this process, by id.
     producers: Mutex<HashMap<String, Arc<TransactionalProducer>>>,
 }
 
 impl KafkaSink {
-    /// The sink `name` of `pipeline`, writing rows of `schema`.
+    /// The sink `name` of `pipeline`, writing rows of `schema` (an updating stream when
+    /// `updating`, with `upsert_key` when known).
     pub fn new(
         pipeline: &str,
         name: &str,
         options: &KafkaSinkOptions,
         schema: &SchemaRef,
         updating: bool,
+        upsert_key: Option<&[usize]>,
     ) -> Result<KafkaSink, SluiceError> {
-        let key = match &options.key {
-            None => None,
-            Some(column) => Some(schema.index_of(column).map_err(|_| {
-                let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                SluiceError::user("sink.kafka_key", format!("key = \"{column}\" is not a column of the sink's input"))
-                    .with_fix(format!("set key to one of {}", columns.join(", ")))
-            })?),
+        let mode = options.mode.unwrap_or(KafkaSinkMode::Changelog);
+        let columns = || schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ");
+        let key = match (&options.key, mode) {
+            (Some(names), _) => Some(
+                names
+                    .iter()
+                    .map(|column| {
+                        schema.index_of(column).map_err(|_| {
+                            SluiceError::user(
+                                "sink.kafka_key",
+                                format!("sink `{name}`: key column `{column}` is not a column of the sink's input"),
+                            )
+                            .with_fix(format!("set key to columns of the input: {}", columns()))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            (None, KafkaSinkMode::Upsert) => match upsert_key {
+                Some(key) if !key.is_empty() => Some(key.to_vec()),
+                found => {
+                    let why = match (updating, found) {
+                        (true, Some(_)) => {
+                            "its input holds one row at a time (a global aggregate), which has no key columns"
+                        }
+                        (true, None) => "its input is an updating stream without a known upsert key",
+                        (false, _) => "its input is append-only, which has no upsert key",
+                    };
+                    return Err(SluiceError::user(
+                        "sink.kafka_key",
+                        format!("sink `{name}` has mode = \"upsert\", and {why}: upsert messages need a key"),
+                    )
+                    .with_fix(format!(
+                        "set key = [\"…\"] to the columns identifying a row, among: {}; or write the changelog \
+                         (mode = \"changelog\")",
+                        columns()
+                    )));
+                }
+            },
+            (None, KafkaSinkMode::Changelog) => None,
         };
         Ok(KafkaSink {
             name: name.to_owned(),
@@ -186,7 +245,9 @@ impl KafkaSink {
             options: options.clone(),
             schema: Arc::clone(schema),
             updating,
+            mode,
             key,
+            upsert_key: upsert_key.map(<[usize]>::to_vec),
             producers: Mutex::new(HashMap::new()),
         })
     }
@@ -223,12 +284,26 @@ impl KafkaSink {
         Ok(producer)
     }
 
-    fn encoder(&self) -> Encoder {
-        let format = match self.options.format {
+    fn output_format(&self) -> OutputFormat {
+        match self.options.format {
             KafkaFormat::Csv => OutputFormat::Csv { header: false },
             _ => OutputFormat::JsonLines,
-        };
-        Encoder::new(format, Arc::clone(&self.schema), self.updating)
+        }
+    }
+
+    /// The encoder of message values: the changelog's op column only for an updating
+    /// input in changelog mode.
+    fn encoder(&self) -> Encoder {
+        let changelog = self.updating && self.mode == KafkaSinkMode::Changelog;
+        Encoder::new(self.output_format(), Arc::clone(&self.schema), changelog)
+            .with_upsert_key(self.upsert_key.as_deref().filter(|_| changelog))
+    }
+
+    /// The encoder of message keys: the key columns alone, in the sink's format.
+    fn key_encoder(&self) -> Option<KeyEncoder> {
+        let columns = self.key.clone()?;
+        let schema = Arc::new(self.schema.project(&columns).expect("key columns are columns of the schema"));
+        Some(KeyEncoder { columns, encoder: Encoder::new(self.output_format(), schema, false) })
     }
 
     fn transactional(&self, slot: u32, index: u32) -> Result<Arc<TransactionalProducer>, SluiceError> {
@@ -276,10 +351,12 @@ impl SinkFactory for KafkaSink {
             brokers: self.options.brokers.clone(),
             topic: self.options.topic.clone(),
             encoder: self.encoder(),
+            keys: self.key_encoder(),
             csv: self.options.format == KafkaFormat::Csv,
-            key: self.key,
+            upsert: self.mode == KafkaSinkMode::Upsert,
             updating: self.updating,
             buffer: Vec::new(),
+            key_buffer: Vec::new(),
         };
         if !staged {
             return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
@@ -290,8 +367,15 @@ impl SinkFactory for KafkaSink {
 
     fn describe(&self) -> String {
         let format = if self.options.format == KafkaFormat::Csv { "csv" } else { "json" };
-        let key = self.options.key.as_deref().map(|k| format!(", key={k}")).unwrap_or_default();
-        format!("kafka(topic={}, {format}{key})", self.options.topic)
+        let mode = if self.mode == KafkaSinkMode::Upsert { ", upsert" } else { "" };
+        let key = match &self.key {
+            Some(columns) => {
+                let names: Vec<&str> = columns.iter().map(|c| self.schema.field(*c).name().as_str()).collect();
+                format!(", key={}", names.join(","))
+            }
+            None => String::new(),
+        };
+        format!("kafka(topic={}, {format}{mode}{key})", self.options.topic)
     }
 
     fn exactly_once(&self) -> bool {
@@ -332,63 +416,138 @@ impl SinkFactory for KafkaSink {
     }
 }
 
+/// The key columns of a sink and their encoder.
+struct KeyEncoder {
+    columns: Vec<usize>,
+    encoder: Encoder,
+}
+
 /// Encoding rows as messages, shared by both writers.
 struct Output {
     sink: String,
     brokers: String,
     topic: String,
     encoder: Encoder,
+    keys: Option<KeyEncoder>,
     csv: bool,
-    key: Option<usize>,
+    upsert: bool,
     updating: bool,
     buffer: Vec<u8>,
+    key_buffer: Vec<u8>,
+}
+
+/// The byte ranges of the records of `buffer`: JSON lines, or CSV records (either
+/// without its line end); fails unless there are exactly `expected`.
+fn records(buffer: &[u8], csv: bool, expected: usize) -> Result<Vec<Range<usize>>, SluiceError> {
+    let mut ranges = Vec::with_capacity(expected);
+    let mut start = 0;
+    let mut finder = CsvRecordFinder::new(b',');
+    while start < buffer.len() {
+        let end = match csv {
+            true => finder.find_record_end(&buffer[start..]).map(|length| start + length),
+            false => memchr::memchr(b'\n', &buffer[start..]).map(|at| start + at + 1),
+        };
+        let end = end.ok_or_else(|| SluiceError::internal("sink.kafka", "the encoder wrote an unfinished record"))?;
+        ranges.push(start..end - 1);
+        start = end;
+    }
+    if ranges.len() != expected {
+        return Err(SluiceError::internal(
+            "sink.kafka",
+            format!("the encoder wrote {} records for {expected} messages", ranges.len()),
+        ));
+    }
+    Ok(ranges)
+}
+
+/// What upsert mode writes for the rows of one batch, in order: `(row, true)` the row
+/// as the value of its key, `(row, false)` a tombstone of its key. A retraction is
+/// dropped when a later row of the batch with the same key has a positive weight (that
+/// row's value replaces it); a row of weight 0 writes nothing, and a row of weight
+/// `w > 1` one upsert (its key has one value).
+pub(crate) fn upsert_actions(weights: &[i64], keys: &[&[u8]]) -> Vec<(usize, bool)> {
+    let mut last_upsert: HashMap<&[u8], usize> = HashMap::new();
+    for (row, key) in keys.iter().enumerate() {
+        if weights[row] > 0 {
+            last_upsert.insert(key, row);
+        }
+    }
+    (0..weights.len())
+        .filter_map(|row| match weights[row] {
+            w if w > 0 => Some((row, true)),
+            w if w < 0 => (!last_upsert.get(keys[row]).is_some_and(|later| *later > row)).then_some((row, false)),
+            _ => None,
+        })
+        .collect()
 }
 
 impl Output {
-    /// Encodes `batch` and hands each message to `send`.
+    /// The encoded key of every row of `rows`, into `key_buffer`; empty without keys.
+    fn keys(&mut self, rows: &RecordBatch) -> Result<Vec<Range<usize>>, SluiceError> {
+        self.key_buffer.clear();
+        let Some(keys) = &mut self.keys else { return Ok(Vec::new()) };
+        let projected = rows
+            .project(&keys.columns)
+            .map_err(|e| SluiceError::internal("sink.kafka_key", format!("key columns: {e}")))?;
+        keys.encoder.encode(&Batch::inserts(projected), &mut self.key_buffer)?;
+        records(&self.key_buffer, self.csv, rows.num_rows())
+    }
+
+    /// Encodes `batch` and hands each message (value, key) to `send`; a tombstone has
+    /// no value.
     fn messages(
         &mut self,
         batch: &Batch,
-        mut send: impl FnMut(&[u8], Option<&str>) -> Result<(), SluiceError>,
+        mut send: impl FnMut(Option<&[u8]>, Option<&[u8]>) -> Result<(), SluiceError>,
     ) -> Result<(), SluiceError> {
+        let keys = self.keys(&batch.rows)?;
+        let key_of = |row: usize| keys.get(row).map(|range| &self.key_buffer[range.clone()]);
         self.buffer.clear();
-        self.encoder.encode(batch, &mut self.buffer)?;
-        let keys = match self.key {
-            Some(column) => Some(
-                arrow::compute::cast(batch.rows.column(column), &DataType::Utf8)
-                    .map_err(|e| SluiceError::internal("sink.kafka_key", format!("key as text: {e}")))?,
-            ),
-            None => None,
-        };
-        let keys = keys.as_ref().map(|k| k.as_string::<i32>());
-        let mut start = 0;
-        let buffer = std::mem::take(&mut self.buffer);
-        let mut finder = CsvRecordFinder::new(b',');
-        for row in 0..batch.num_rows() {
-            let weight = batch.weight(row);
-            let copies = if self.updating { weight.unsigned_abs() } else { weight.max(0) as u64 };
-            let key = keys.and_then(|k| k.is_valid(row).then(|| k.value(row)));
-            for _ in 0..copies {
-                let end = match self.csv {
-                    true => finder.find_record_end(&buffer[start..]).map(|length| start + length),
-                    false => memchr::memchr(b'\n', &buffer[start..]).map(|at| start + at + 1),
+        if self.upsert {
+            let weights: Vec<i64> = (0..batch.num_rows()).map(|row| batch.weight(row)).collect();
+            let key_bytes: Vec<&[u8]> = (0..batch.num_rows()).map(|row| key_of(row).unwrap_or_default()).collect();
+            let actions = upsert_actions(&weights, &key_bytes);
+            let upserted: Vec<u32> = actions.iter().filter(|(_, upsert)| *upsert).map(|(row, _)| *row as u32).collect();
+            let rows = arrow::compute::take_record_batch(&batch.rows, &UInt32Array::from(upserted.clone()))
+                .map_err(|e| SluiceError::internal("sink.kafka", format!("upserted rows: {e}")))?;
+            self.encoder.encode(&Batch::inserts(rows), &mut self.buffer)?;
+            let values = records(&self.buffer, self.csv, upserted.len())?;
+            let mut values = values.into_iter();
+            for (row, upsert) in actions {
+                let value = match upsert {
+                    true => Some(&self.buffer[values.next().expect("one value per upsert")]),
+                    false => None,
                 };
-                let end = end.ok_or_else(|| {
-                    SluiceError::internal("sink.kafka", "the encoder wrote fewer records than the rows' weights")
-                })?;
-                send(&buffer[start..end - 1], key)?;
-                start = end;
+                send(value, key_of(row))?;
+            }
+            return Ok(());
+        }
+        self.encoder.encode(batch, &mut self.buffer)?;
+        let copies: Vec<u64> = (0..batch.num_rows())
+            .map(|row| {
+                let weight = batch.weight(row);
+                if self.updating { weight.unsigned_abs() } else { weight.max(0) as u64 }
+            })
+            .collect();
+        let values = records(&self.buffer, self.csv, copies.iter().sum::<u64>() as usize)?;
+        let mut values = values.into_iter();
+        for (row, copies) in copies.into_iter().enumerate() {
+            for _ in 0..copies {
+                let value = values.next().expect("counted above");
+                send(Some(&self.buffer[value]), key_of(row))?;
             }
         }
-        self.buffer = buffer;
         Ok(())
     }
 
     /// Sends one message, waiting (at most [`SEND_WAIT`]) while the producer's queue is
     /// full.
-    fn send(producer: &SinkProducer, topic: &str, value: &[u8], key: Option<&str>) -> Result<(), SluiceError> {
+    fn send(producer: &SinkProducer, topic: &str, value: Option<&[u8]>, key: Option<&[u8]>) -> Result<(), SluiceError> {
         let deadline = Instant::now() + SEND_WAIT;
-        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value);
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
         if let Some(key) = key {
             record = record.key(key);
         }
