@@ -474,3 +474,51 @@ fn upsert_mode_over_an_append_only_stream_without_key_is_refused() {
     assert!(report.contains("mode = \"upsert\"") && report.contains("append-only"), "{report}");
     assert!(report.contains("key = ["), "the fix is named: {report}");
 }
+
+/// Headers: a sink writes constant headers and a column's JSON object as headers
+/// (leaving the column out of the value); a source reads them back in `_headers`.
+#[test]
+fn headers_are_written_from_options_and_a_column_and_read_back() {
+    let broker = Broker::with_topics(&[("bids", 1), ("tagged", 1)]);
+    produce_bids(&broker, "bids", &bids(3, 1));
+    let scratch = Scratch::new();
+    let write = format!(
+        "[pipeline]\nname = \"w\"\n\n{}\n[[view]]\nname = \"tagged\"\n\
+         sql = '''SELECT auction, price, '{{\"trace\":\"t-' || CAST(price AS VARCHAR) || '\",\"empty\":null}}' AS hdrs FROM bids'''\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"tagged\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"tagged\"\n\
+         headers_column = \"hdrs\"\n[sink.options.headers]\norigin = \"sluice\"\n\
+         [sink.options.client]\n\"batch.num.messages\" = 1\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    // One record per batch, for this broker's end offsets (see `Broker::produce`).
+    scratch.write("write.toml", &write);
+    let run = scratch.sluice(&["run", "write.toml"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let read = format!(
+        "[pipeline]\nname = \"r\"\n\n[[source]]\nname = \"tagged\"\nconnector = \"kafka\"\nformat = \"raw\"\n\
+         schema = \"value VARCHAR, _headers VARCHAR\"\n[source.options]\nbrokers = \"{}\"\ntopic = \"tagged\"\nbounded = true\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"tagged\"\nconnector = \"file\"\n[sink.options]\npath = \"out.jsonl\"\n",
+        broker.address
+    );
+    scratch.write("read.toml", &read);
+    let run = scratch.sluice(&["run", "read.toml"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let rows: Vec<serde_json::Value> =
+        scratch.read("out.jsonl").lines().map(|line| serde_json::from_str(line).expect("json")).collect();
+    let found: Vec<(String, String)> = rows
+        .iter()
+        .map(|row| {
+            (row["value"].as_str().expect("value").to_owned(), row["_headers"].as_str().expect("headers").to_owned())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            (
+                format!("{{\"auction\":{i},\"price\":{i}}}"),
+                format!("{{\"empty\":null,\"origin\":\"sluice\",\"trace\":\"t-{i}\"}}"),
+            )
+        })
+        .collect();
+    assert_eq!(found, expected);
+}

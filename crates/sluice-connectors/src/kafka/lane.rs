@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use rdkafka::Message as _;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::message::Headers as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_config::OnError;
 use sluice_runtime::metrics::{NO_WATERMARK, SourceMetrics};
@@ -159,6 +160,12 @@ impl KafkaLane {
                 partition: message.partition(),
                 offset: message.offset(),
                 timestamp: message.timestamp().to_millis(),
+                headers: match (self.rows.wants_headers(), message.headers()) {
+                    (true, Some(headers)) => {
+                        headers.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect()
+                    }
+                    _ => Vec::new(),
+                },
             });
             self.next_offset = Some(message.offset() + 1);
         }

@@ -5,10 +5,11 @@
 //!   positions are next offsets, stored in checkpoints ([`position`]) and sought on
 //!   restore; bounded reads; per-partition watermarks with `idle_timeout`.
 //! - [`rows`]: messages into rows of the declared schema, with the metadata columns
-//!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`.
+//!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`, `_headers`.
 //! - [`sink`]: one message per row (Flink's changelog for an updating stream) or, in
-//!   upsert mode, keyed upserts and tombstones; at-least-once through the idempotent
-//!   producer, exactly-once through Kafka transactions.
+//!   upsert mode, keyed upserts and tombstones, with headers from options or a column;
+//!   at-least-once through the idempotent producer, exactly-once through Kafka
+//!   transactions.
 //! - [`client`]: the clients' settings (and why a partition not polled holds bounded
 //!   memory), logs and errors.
 //! - [`options`]: what a pipeline file may say, validated without I/O.

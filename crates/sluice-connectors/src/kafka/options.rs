@@ -76,6 +76,11 @@ pub struct KafkaSinkOptions {
     /// The columns encoded (in the sink's format) as each message's key; in upsert mode
     /// the default is the stream's upsert key, otherwise no key.
     pub key: Option<Vec<String>>,
+    /// Headers every message carries, as written.
+    pub headers: Vec<(String, String)>,
+    /// A VARCHAR column holding a JSON object whose entries are a message's headers (the
+    /// column is not part of the value).
+    pub headers_column: Option<String>,
     /// Json or Csv (raw is refused for sinks).
     pub format: KafkaFormat,
     pub client: Vec<(String, String)>,
@@ -125,6 +130,18 @@ pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
         kind: "string or array of strings",
         default: "the stream's upsert key in upsert mode, else none",
         doc: "the columns that key each message, encoded in the sink's format (a JSON object, a CSV record)",
+    },
+    OptionDoc {
+        key: "headers",
+        kind: "table",
+        default: "empty",
+        doc: "headers every message carries (name = \"value\")",
+    },
+    OptionDoc {
+        key: "headers_column",
+        kind: "string",
+        default: "none",
+        doc: "a VARCHAR column holding a JSON object of each message's headers, left out of the value",
     },
     OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
 ];
@@ -246,7 +263,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
     let format = format_choice(config.format.as_ref(), options, config.position, SINK_FORMATS, false, &mut errors);
     let format_valid = config.format.is_none() || format.is_some();
     let mut reader = options.read();
-    reader.check_keys(&["brokers", "topic", "mode", "key", "client"]);
+    reader.check_keys(&["brokers", "topic", "mode", "key", "headers", "headers_column", "client"]);
     let brokers = brokers(&mut reader, "sink");
     let topic = reader.string("topic", "a non-empty topic name", "e.g. topic = \"hot_items\"", |s| !s.is_empty());
     let topic = reader.required("topic", topic, "add topic = \"<name>\" under [sink.options]");
@@ -266,6 +283,12 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
             (!names.is_empty() && names.iter().all(|n| !n.is_empty()) && unique.len() == names.len()).then_some(names)
         },
     );
+    let headers =
+        reader.string_table("headers", "a header name", "e.g. [sink.options.headers] source = \"sluice\"", |name| {
+            !name.is_empty()
+        });
+    let headers_column =
+        reader.string("headers_column", "a column name", "e.g. headers_column = \"headers\"", |s| !s.is_empty());
     let client = client(&mut reader, "sink");
     let parsed = (|| {
         format_valid.then_some(())?;
@@ -274,6 +297,8 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
             topic: topic?.value,
             mode: mode.optional()?,
             key: key.optional()?,
+            headers: headers.or(Vec::new())?,
+            headers_column: headers_column.optional()?.map(|c| c.value),
             format: format.unwrap_or(KafkaFormat::Json),
             client: client?,
         })

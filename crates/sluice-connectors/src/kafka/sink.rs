@@ -40,6 +40,16 @@
 //! them in `format = "csv"` (`7,3`). Without `key`, and outside upsert mode, messages
 //! have no key.
 //!
+//! # Headers
+//!
+//! `[sink.options.headers]` gives headers every message carries (`name = "value"`).
+//! `headers_column` names a VARCHAR column holding a JSON object whose entries become a
+//! message's headers after those (`{"trace":"t-1"}`; a string value is the header's
+//! text, `null` a header without value, any other value its JSON text; a NULL column no
+//! headers); that column is left out of the value, and a value that is not a JSON
+//! object fails the write naming the column. The source's `_headers` column reads them
+//! back in the same shape.
+//!
 //! # Changelog and upsert (`mode`)
 //!
 //! - `mode = "changelog"` (the default): one message per row. An append-only input is
@@ -64,12 +74,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow::array::{RecordBatch, UInt32Array};
-use arrow::datatypes::SchemaRef;
+use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use arrow::datatypes::{DataType, SchemaRef};
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::DeliveryResult;
+use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use sluice_formats::{CsvRecordFinder, Encoder, OutputFormat};
 use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
@@ -184,6 +194,8 @@ pub struct KafkaSink {
     key: Option<Vec<usize>>,
     /// The stream's upsert key, for the changelog's `-U`/`+U`.
     upsert_key: Option<Vec<usize>>,
+    /// The column of each message's headers (`headers_column`).
+    headers_column: Option<usize>,
     /// The transactional producers of this process, by id.
     producers: Mutex<HashMap<String, Arc<TransactionalProducer>>>,
 }
@@ -209,7 +221,7 @@ impl KafkaSink {
                         schema.index_of(column).map_err(|_| {
                             SluiceError::user(
                                 "sink.kafka_key",
-                                format!("sink `{name}`: key column `{column}` is not a column of the sink's input"),
+                                format!("key column `{column}` is not a column of the sink's input"),
                             )
                             .with_fix(format!("set key to columns of the input: {}", columns()))
                         })
@@ -239,6 +251,27 @@ impl KafkaSink {
             },
             (None, KafkaSinkMode::Changelog) => None,
         };
+        let headers_column = match &options.headers_column {
+            None => None,
+            Some(column) => {
+                let index = schema.index_of(column).map_err(|_| {
+                    SluiceError::user(
+                        "sink.kafka_headers",
+                        format!("headers_column `{column}` is not a column of the sink's input"),
+                    )
+                    .with_fix(format!("set headers_column to a VARCHAR column of the input: {}", columns()))
+                })?;
+                if !matches!(schema.field(index).data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+                {
+                    return Err(SluiceError::user(
+                        "sink.kafka_headers",
+                        format!("headers_column `{column}` is {}, not VARCHAR", schema.field(index).data_type()),
+                    )
+                    .with_fix("give it a VARCHAR column holding a JSON object, e.g. '{\"trace\":\"t-1\"}'"));
+                }
+                Some(index)
+            }
+        };
         Ok(KafkaSink {
             name: name.to_owned(),
             pipeline: pipeline.to_owned(),
@@ -248,6 +281,7 @@ impl KafkaSink {
             mode,
             key,
             upsert_key: upsert_key.map(<[usize]>::to_vec),
+            headers_column,
             producers: Mutex::new(HashMap::new()),
         })
     }
@@ -291,12 +325,22 @@ impl KafkaSink {
         }
     }
 
+    /// The columns of message values: every column but `headers_column`'s.
+    fn value_columns(&self) -> Vec<usize> {
+        (0..self.schema.fields().len()).filter(|c| Some(*c) != self.headers_column).collect()
+    }
+
     /// The encoder of message values: the changelog's op column only for an updating
     /// input in changelog mode.
     fn encoder(&self) -> Encoder {
         let changelog = self.updating && self.mode == KafkaSinkMode::Changelog;
-        Encoder::new(self.output_format(), Arc::clone(&self.schema), changelog)
-            .with_upsert_key(self.upsert_key.as_deref().filter(|_| changelog))
+        let columns = self.value_columns();
+        let schema = Arc::new(self.schema.project(&columns).expect("value columns are columns of the schema"));
+        // The upsert key as positions among the value columns (none if it holds the
+        // headers column).
+        let key = (self.upsert_key.as_ref().filter(|_| changelog))
+            .and_then(|key| key.iter().map(|k| columns.iter().position(|c| c == k)).collect::<Option<Vec<_>>>());
+        Encoder::new(self.output_format(), schema, changelog).with_upsert_key(key.as_deref())
     }
 
     /// The encoder of message keys: the key columns alone, in the sink's format.
@@ -352,6 +396,9 @@ impl SinkFactory for KafkaSink {
             topic: self.options.topic.clone(),
             encoder: self.encoder(),
             keys: self.key_encoder(),
+            value_columns: self.headers_column.map(|_| self.value_columns()),
+            headers: self.options.headers.clone(),
+            headers_column: self.headers_column,
             csv: self.options.format == KafkaFormat::Csv,
             upsert: self.mode == KafkaSinkMode::Upsert,
             updating: self.updating,
@@ -429,6 +476,11 @@ struct Output {
     topic: String,
     encoder: Encoder,
     keys: Option<KeyEncoder>,
+    /// The columns of values, when not all (`headers_column` is left out).
+    value_columns: Option<Vec<usize>>,
+    /// Headers of every message.
+    headers: Vec<(String, String)>,
+    headers_column: Option<usize>,
     csv: bool,
     upsert: bool,
     updating: bool,
@@ -493,58 +545,134 @@ impl Output {
         records(&self.key_buffer, self.csv, rows.num_rows())
     }
 
-    /// Encodes `batch` and hands each message (value, key) to `send`; a tombstone has
-    /// no value.
+    /// The value columns of `rows`.
+    fn values(&self, rows: &RecordBatch) -> Result<RecordBatch, SluiceError> {
+        match &self.value_columns {
+            Some(columns) => {
+                rows.project(columns).map_err(|e| SluiceError::internal("sink.kafka", format!("value columns: {e}")))
+            }
+            None => Ok(rows.clone()),
+        }
+    }
+
+    /// The `headers_column` of `rows` as text, if the sink has one.
+    fn header_texts(&self, rows: &RecordBatch) -> Result<Option<arrow::array::ArrayRef>, SluiceError> {
+        let Some(column) = self.headers_column else { return Ok(None) };
+        let texts = arrow::compute::cast(rows.column(column), &DataType::Utf8)
+            .map_err(|e| SluiceError::internal("sink.kafka_headers", format!("headers as text: {e}")))?;
+        Ok(Some(texts))
+    }
+
+    /// The headers of the message of `row`: the constant ones, then those of the row's
+    /// `texts` (its `headers_column`).
+    fn headers_of(
+        &self,
+        texts: Option<&arrow::array::ArrayRef>,
+        row: usize,
+    ) -> Result<Option<OwnedHeaders>, SluiceError> {
+        let from_row = match texts {
+            Some(texts) if texts.is_valid(row) => {
+                let text = texts.as_string::<i32>().value(row);
+                match serde_json::from_str::<serde_json::Value>(text) {
+                    Ok(serde_json::Value::Object(object)) => Some(object),
+                    _ => {
+                        return Err(SluiceError::user(
+                            "sink.kafka_headers",
+                            format!("sink `{}`: its headers_column holds {text:?}, not a JSON object", self.sink),
+                        )
+                        .with_fix(
+                            "make the column a JSON object of header names and values, e.g. '{\"trace\":\"t-1\"}'",
+                        ));
+                    }
+                }
+            }
+            _ => None,
+        };
+        if self.headers.is_empty() && from_row.as_ref().is_none_or(|o| o.is_empty()) {
+            return Ok(None);
+        }
+        let mut headers = OwnedHeaders::new_with_capacity(self.headers.len());
+        for (name, value) in &self.headers {
+            headers = headers.insert(Header { key: name, value: Some(value.as_bytes()) });
+        }
+        for (name, value) in from_row.iter().flatten() {
+            let text = match value {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(text) => Some(text.clone()),
+                other => Some(other.to_string()),
+            };
+            headers = headers.insert(Header { key: name, value: text.as_deref().map(str::as_bytes) });
+        }
+        Ok(Some(headers))
+    }
+
+    /// Encodes `batch` and hands each message (value, key, headers) to `send`; a
+    /// tombstone has no value.
     fn messages(
         &mut self,
         batch: &Batch,
-        mut send: impl FnMut(Option<&[u8]>, Option<&[u8]>) -> Result<(), SluiceError>,
+        mut send: impl FnMut(Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>) -> Result<(), SluiceError>,
     ) -> Result<(), SluiceError> {
         let keys = self.keys(&batch.rows)?;
+        let texts = self.header_texts(&batch.rows)?;
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.clear();
         let key_of = |row: usize| keys.get(row).map(|range| &self.key_buffer[range.clone()]);
-        self.buffer.clear();
         if self.upsert {
             let weights: Vec<i64> = (0..batch.num_rows()).map(|row| batch.weight(row)).collect();
             let key_bytes: Vec<&[u8]> = (0..batch.num_rows()).map(|row| key_of(row).unwrap_or_default()).collect();
             let actions = upsert_actions(&weights, &key_bytes);
             let upserted: Vec<u32> = actions.iter().filter(|(_, upsert)| *upsert).map(|(row, _)| *row as u32).collect();
-            let rows = arrow::compute::take_record_batch(&batch.rows, &UInt32Array::from(upserted.clone()))
-                .map_err(|e| SluiceError::internal("sink.kafka", format!("upserted rows: {e}")))?;
-            self.encoder.encode(&Batch::inserts(rows), &mut self.buffer)?;
-            let values = records(&self.buffer, self.csv, upserted.len())?;
+            let rows =
+                arrow::compute::take_record_batch(&self.values(&batch.rows)?, &UInt32Array::from(upserted.clone()))
+                    .map_err(|e| SluiceError::internal("sink.kafka", format!("upserted rows: {e}")))?;
+            self.encoder.encode(&Batch::inserts(rows), &mut buffer)?;
+            let values = records(&buffer, self.csv, upserted.len())?;
             let mut values = values.into_iter();
             for (row, upsert) in actions {
                 let value = match upsert {
-                    true => Some(&self.buffer[values.next().expect("one value per upsert")]),
+                    true => Some(&buffer[values.next().expect("one value per upsert")]),
                     false => None,
                 };
-                send(value, key_of(row))?;
+                send(value, key_of(row), self.headers_of(texts.as_ref(), row)?)?;
             }
-            return Ok(());
-        }
-        self.encoder.encode(batch, &mut self.buffer)?;
-        let copies: Vec<u64> = (0..batch.num_rows())
-            .map(|row| {
-                let weight = batch.weight(row);
-                if self.updating { weight.unsigned_abs() } else { weight.max(0) as u64 }
-            })
-            .collect();
-        let values = records(&self.buffer, self.csv, copies.iter().sum::<u64>() as usize)?;
-        let mut values = values.into_iter();
-        for (row, copies) in copies.into_iter().enumerate() {
-            for _ in 0..copies {
-                let value = values.next().expect("counted above");
-                send(Some(&self.buffer[value]), key_of(row))?;
+        } else {
+            let values = Batch { rows: self.values(&batch.rows)?, weights: batch.weights.clone() };
+            self.encoder.encode(&values, &mut buffer)?;
+            let copies: Vec<u64> = (0..batch.num_rows())
+                .map(|row| {
+                    let weight = batch.weight(row);
+                    if self.updating { weight.unsigned_abs() } else { weight.max(0) as u64 }
+                })
+                .collect();
+            let values = records(&buffer, self.csv, copies.iter().sum::<u64>() as usize)?;
+            let mut values = values.into_iter();
+            for (row, copies) in copies.into_iter().enumerate() {
+                let headers = if copies > 0 { self.headers_of(texts.as_ref(), row)? } else { None };
+                for _ in 0..copies {
+                    let value = values.next().expect("counted above");
+                    send(Some(&buffer[value]), key_of(row), headers.clone())?;
+                }
             }
         }
+        self.buffer = buffer;
         Ok(())
     }
 
     /// Sends one message, waiting (at most [`SEND_WAIT`]) while the producer's queue is
     /// full.
-    fn send(producer: &SinkProducer, topic: &str, value: Option<&[u8]>, key: Option<&[u8]>) -> Result<(), SluiceError> {
+    fn send(
+        producer: &SinkProducer,
+        topic: &str,
+        value: Option<&[u8]>,
+        key: Option<&[u8]>,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<(), SluiceError> {
         let deadline = Instant::now() + SEND_WAIT;
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        if let Some(headers) = headers {
+            record = record.headers(headers);
+        }
         if let Some(value) = value {
             record = record.payload(value);
         }
@@ -605,7 +733,7 @@ impl SinkWriter for IdempotentWriter {
     fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
         sluice_types::failpoint!("sink.write");
         let (producer, topic) = (&self.producer, self.output.topic.clone());
-        self.output.messages(batch, |value, key| Output::send(producer, &topic, value, key))
+        self.output.messages(batch, |value, key, headers| Output::send(producer, &topic, value, key, headers))
     }
 
     fn pre_commit(&mut self, _epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
@@ -667,8 +795,8 @@ impl SinkWriter for TransactionalWriter {
         }
         let shared = &self.producers[self.current];
         let topic = self.output.topic.clone();
-        self.output.messages(batch, |value, key| {
-            Output::send(&shared.producer, &topic, value, key)?;
+        self.output.messages(batch, |value, key, headers| {
+            Output::send(&shared.producer, &topic, value, key, headers)?;
             shared.messages.fetch_add(1, Ordering::Relaxed);
             Ok(())
         })

@@ -95,6 +95,11 @@ fn sink_modes_and_keys_are_read() {
     assert_eq!((options.mode, options.key), (Some(KafkaSinkMode::Changelog), None));
     assert!(sink_options("mode = \"upsrt\"\n").expect_err("refused").contains("upsert"));
     assert!(sink_options("key = [\"a\", \"a\"]\n").expect_err("refused").contains("`key` must be"));
+    let options = sink_options("headers_column = \"b\"\n[sink.options.headers]\norigin = \"sluice\"\n").expect("valid");
+    assert_eq!(options.headers, [("origin".to_owned(), "sluice".to_owned())]);
+    assert_eq!(options.headers_column.as_deref(), Some("b"));
+    let error = kafka_sink("headers_column = \"a\"\n", false, None).err().expect("a BIGINT column is refused");
+    assert!(error.message.contains("not VARCHAR"), "{error:?}");
 }
 
 /// The sink over `a BIGINT, b VARCHAR` with `options`, for an input that is updating
@@ -151,6 +156,7 @@ fn message(offset: i64, value: Option<&str>, key: Option<&str>) -> Message {
         partition: 3,
         offset,
         timestamp: Some(1000 + offset),
+        headers: Vec::new(),
     }
 }
 
@@ -245,4 +251,20 @@ fn a_metadata_column_of_the_wrong_type_is_refused_with_the_right_one() {
     let (batch, bad) = builder.build(&[bad_key, message(1, Some("{}"), Some("ok"))]).expect("builds");
     assert_eq!(bad.len(), 1);
     assert_eq!(batch.expect("one row").column(0).as_string::<i32>().value(0), "ok");
+}
+
+#[test]
+fn headers_are_a_json_object_of_text() {
+    let schema = schema(&[("_headers", DataType::Utf8), ("a", DataType::Int64)]);
+    let with = |headers: Vec<(&str, Option<&[u8]>)>| Message {
+        headers: headers.into_iter().map(|(n, v)| (n.to_owned(), v.map(<[u8]>::to_vec))).collect(),
+        ..message(0, Some("{\"a\":1}"), None)
+    };
+    let messages = [
+        with(vec![("trace", Some(b"t-1")), ("empty", None), ("trace", Some(b"t-2")), ("bin", Some(&[0xff, b'x']))]),
+        with(Vec::new()),
+    ];
+    let (rows, bad) = check(KafkaFormat::Json, schema, &messages);
+    assert_eq!(rows, ["{\"bin\":\"\u{fffd}x\",\"empty\":null,\"trace\":\"t-2\"}|1", "{}|1"]);
+    assert!(bad.is_empty());
 }
