@@ -208,6 +208,28 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// The offsets `group` committed for each partition of `topic` (-1: none).
+    fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .set("group.id", group)
+            .create()
+            .expect("consumer");
+        let mut list = TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition(topic, partition);
+        }
+        let committed = consumer.committed_offsets(list, WAIT).expect("committed offsets");
+        (0..partitions)
+            .map(|p| match committed.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(offset)) => offset,
+                _ => -1,
+            })
+            .collect()
+    }
+}
+
 /// How long a topic read to its end stays silent.
 const QUIET: Duration = Duration::from_secs(3);
 
@@ -521,4 +543,55 @@ fn headers_are_written_from_options_and_a_column_and_read_back() {
         })
         .collect();
     assert_eq!(found, expected);
+}
+
+/// At-least-once with a consumer group: offsets reach the group only after the sinks
+/// acknowledged the rows before them. A run killed mid-write and restarted without its
+/// checkpoint (`--from-scratch`, `start = "committed"`) resumes from the group and
+/// loses nothing; a finished run leaves its end offsets in the group.
+#[test]
+fn at_least_once_group_offsets_follow_the_sinks_across_a_kill() {
+    let broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
+    let input = bids(12, 2);
+    produce_bids(&broker, "bids", &input);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\nbatch_size = 2\n\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\nguarantee = \"at-least-once\"\n\n{}\
+         group_id = \"copier\"\nstart = \"committed\"\n\n\
+         [[view]]\nname = \"copies\"\nsql = \"SELECT price FROM bids\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"copies\"\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    // One batch per checkpoint; killed as the fifth batch reaches the sink, after some
+    // checkpoints committed their offsets.
+    let crashed = sluice_command(scratch.dir.path())
+        .args(["--log-level", "debug", "run", "pipeline.toml", "--threads", "1"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;sink.write=4*off->return(kill)")
+        .output()
+        .expect("run sluice");
+    assert_eq!(crashed.status.signal(), Some(9), "killed at the failpoint:\n{}", stderr(&crashed));
+    let before = broker.committed("copier", "bids", 2);
+    assert!(before.iter().any(|o| *o > 0), "some offsets were committed before the kill: {before:?}");
+    let written_before = broker.consume_all("copies", 1).len();
+    let restarted = sluice_command(scratch.dir.path())
+        .args(["--log-level", "debug", "run", "pipeline.toml", "--threads", "1", "--from-scratch"])
+        .output()
+        .expect("run sluice");
+    assert!(restarted.status.success(), "restart failed:\n{}", stderr(&restarted));
+    let found = broker.consume_all("copies", 1);
+    let mut prices: Vec<usize> = found.iter().map(|(_, _, v)| price_of(v.as_deref().expect("a value"))).collect();
+    prices.sort_unstable();
+    let copies = prices.len();
+    prices.dedup();
+    assert_eq!(prices, (0..input.len()).collect::<Vec<_>>(), "every row reached the sink");
+    let resumed_from: i64 = before.iter().map(|o| o.max(&0)).sum();
+    assert_eq!(
+        copies - written_before,
+        input.len() - resumed_from as usize,
+        "the restart read from the group's offsets {before:?} on ({written_before} rows before):\n{}",
+        stderr(&restarted)
+    );
+    assert_eq!(broker.committed("copier", "bids", 2), [6, 6], "the end offsets are committed at the end");
 }

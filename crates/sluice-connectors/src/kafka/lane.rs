@@ -18,18 +18,16 @@
 //!   brokers down (the client's "all brokers down" error) for [`BROKER_LOST_AFTER`]
 //!   without reading anything checks them with a metadata request and fails with
 //!   `kafka.broker_lost` if they still do not answer.
-//! - **Group offsets.** With a `group_id`, each time the runtime takes the lane's
-//!   position for a checkpoint, the position taken the time before (whose checkpoint has
-//!   completed or failed by then) is committed to the group, asynchronously: lag tools
-//!   see progress; the checkpoint, not the group, is what a restore reads.
+//! - **Group offsets.** Committed by the source once a checkpoint is committed (see
+//!   `source`), never from here.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::Message as _;
+use rdkafka::consumer::Consumer;
 use rdkafka::consumer::base_consumer::PartitionQueue;
-use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Headers as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_config::OnError;
@@ -67,8 +65,6 @@ pub struct KafkaLane {
     max_event_time: Option<TimestampMs>,
     announce_watermark: bool,
     last_record: Instant,
-    /// The position taken for the previous checkpoint, committed to the group at the next.
-    previous_position: std::cell::Cell<Option<i64>>,
 }
 
 impl KafkaLane {
@@ -116,7 +112,6 @@ impl KafkaLane {
             batch_size: context.batch_size.max(1),
             end,
             last_record: Instant::now(),
-            previous_position: std::cell::Cell::new(None),
         })
     }
 
@@ -303,14 +298,6 @@ impl LaneReader for KafkaLane {
     }
 
     fn position(&self) -> Vec<u8> {
-        if let (Some(group), Some(previous)) = (&self.shared.options.group_id, self.previous_position.get()) {
-            let mut offsets = TopicPartitionList::new();
-            let added = offsets.add_partition_offset(&self.topic, self.partition, Offset::Offset(previous));
-            if let Err(error) = added.and_then(|()| self.consumer.commit(&offsets, CommitMode::Async)) {
-                tracing::warn!(source = %self.shared.name, group = %group, "kafka: committing offsets failed: {error}");
-            }
-        }
-        self.previous_position.set(self.next_offset);
         Position { next_offset: self.next_offset, watermark: self.watermark() }.encode()
     }
 }

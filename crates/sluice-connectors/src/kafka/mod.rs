@@ -116,7 +116,8 @@ impl ConfiguredSink for ConfiguredKafkaSink {
             &context.schema,
             context.updating,
             context.upsert_key.as_deref(),
-        )?;
+        )?
+        .with_exactly_once(context.exactly_once);
         Ok(Arc::new(sink))
     }
 }

@@ -196,6 +196,9 @@ pub struct KafkaSink {
     upsert_key: Option<Vec<usize>>,
     /// The column of each message's headers (`headers_column`).
     headers_column: Option<usize>,
+    /// Whether the run asks for exactly-once output: only then do staged writers use
+    /// transactions (at-least-once checkpoints stage too, and flush at barriers).
+    exactly_once: bool,
     /// The transactional producers of this process, by id.
     producers: Mutex<HashMap<String, Arc<TransactionalProducer>>>,
 }
@@ -282,8 +285,16 @@ impl KafkaSink {
             key,
             upsert_key: upsert_key.map(<[usize]>::to_vec),
             headers_column,
+            exactly_once: true,
             producers: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether checkpoints of this run are exactly-once (the default) or at-least-once,
+    /// where the idempotent writer serves.
+    pub fn with_exactly_once(mut self, exactly_once: bool) -> KafkaSink {
+        self.exactly_once = exactly_once;
+        self
     }
 
     /// The transactional id of producer `index` (0 or 1) of `slot`.
@@ -405,7 +416,7 @@ impl SinkFactory for KafkaSink {
             buffer: Vec::new(),
             key_buffer: Vec::new(),
         };
-        if !staged {
+        if !staged || !self.exactly_once {
             return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
         }
         let producers = [self.transactional(slot, 0)?, self.transactional(slot, 1)?];
