@@ -538,7 +538,7 @@ pub(crate) fn upsert_actions(weights: &[i64], keys: &[&[u8]]) -> Vec<(usize, boo
     (0..weights.len())
         .filter_map(|row| match weights[row] {
             w if w > 0 => Some((row, true)),
-            w if w < 0 => (!last_upsert.get(keys[row]).is_some_and(|later| *later > row)).then_some((row, false)),
+            w if w < 0 => last_upsert.get(keys[row]).is_none_or(|later| *later <= row).then_some((row, false)),
             _ => None,
         })
         .collect()
