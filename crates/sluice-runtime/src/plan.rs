@@ -105,6 +105,11 @@ pub trait LaneReader: Send {
     /// [`LaneContext::start`] continues with exactly the next rows (and the watermark
     /// reached so far). Opaque to the runtime; stored in checkpoints.
     fn position(&self) -> Vec<u8>;
+
+    /// The driver skipped polling the lane because its downstream is full (called at
+    /// every skipped turn, on the lane's thread, until the next [`LaneReader::poll`]).
+    /// A reader may stop prefetching meanwhile; the next poll comes when there is room.
+    fn blocked(&mut self) {}
 }
 
 /// Where a sink's writers run.
