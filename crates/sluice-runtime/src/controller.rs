@@ -280,7 +280,10 @@ pub fn run_part(
         Some(Checkpointing { options: checkpoint, restore }) => {
             let sinks = plan.flows.iter().map(|f| Arc::clone(&f.sink)).collect();
             (
-                Some(Coordinator::new(checkpoint, sinks, Arc::clone(&metrics), started, cluster_role, local.start)),
+                Some(
+                    Coordinator::new(checkpoint, sinks, Arc::clone(&metrics), started, cluster_role, local.start)
+                        .with_sources(plan.sources.clone()),
+                ),
                 restore,
             )
         }

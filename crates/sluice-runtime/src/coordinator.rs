@@ -42,7 +42,7 @@ use crate::driver::Control;
 use crate::mailbox::{Posted, post};
 use crate::metrics::Metrics;
 use crate::peers::{SendToLeader, SendToWorker};
-use crate::plan::SinkFactory;
+use crate::plan::{SinkFactory, SourceFactory};
 use crate::writer::{WRITER_ARGUMENT, WriteOutcome, WriteRequest, Written, spawn_writer, writer_gone};
 
 struct InFlight {
@@ -69,6 +69,8 @@ struct Writing {
     epoch: Epoch,
     /// Every sink record in the manifest being written, committed once it is published.
     records: Vec<SinkRecord>,
+    /// This worker's lane positions in it, told to the sources once it is committed.
+    positions: Vec<LanePosition>,
     final_epoch: bool,
     started: Instant,
     pause_ms: u64,
@@ -105,6 +107,10 @@ pub(crate) struct Coordinator {
     exactly_once: bool,
     max_failed: u32,
     sinks: Vec<Arc<dyn SinkFactory>>,
+    /// The sources, told of each committed checkpoint's positions.
+    sources: Vec<Arc<dyn SourceFactory>>,
+    /// A follower's positions of the epochs it acked, until the leader commits them.
+    acked_positions: Vec<(u64, Vec<LanePosition>)>,
     role: Role,
     /// This worker's first slot: `controls[t - first_slot]` reaches the driver of slot `t`.
     first_slot: u32,
@@ -236,6 +242,8 @@ impl Coordinator {
             exactly_once,
             max_failed,
             sinks,
+            sources: Vec::new(),
+            acked_positions: Vec::new(),
             role,
             first_slot,
             next_epoch: Epoch(restored_epoch + 1),
@@ -252,6 +260,24 @@ impl Coordinator {
             final_done: false,
             asked: false,
             stats: CheckpointStats::default(),
+        }
+    }
+
+    /// Tells `sources` of every committed checkpoint (see
+    /// [`SourceFactory::checkpoint_committed`]).
+    pub(crate) fn with_sources(mut self, sources: Vec<Arc<dyn SourceFactory>>) -> Coordinator {
+        self.sources = sources;
+        self
+    }
+
+    /// Tells each source the positions of its lanes in committed checkpoint `epoch`.
+    fn tell_sources(&self, epoch: u64, positions: &[LanePosition]) {
+        for (index, source) in self.sources.iter().enumerate() {
+            let mine: Vec<(u32, &[u8])> =
+                positions.iter().filter(|p| p.source == index).map(|p| (p.lane, p.bytes.as_slice())).collect();
+            if !mine.is_empty() {
+                source.checkpoint_committed(Epoch(epoch), &mine);
+            }
         }
     }
 
@@ -534,6 +560,12 @@ impl Coordinator {
         self.stats.published += 1;
         self.stats.last_epoch = epoch;
         self.commit(now)?;
+        let (committed, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.acked_positions).into_iter().partition(|(acked, _)| *acked <= epoch);
+        self.acked_positions = later;
+        for (acked, positions) in committed {
+            self.tell_sources(acked, &positions);
+        }
         if final_epoch {
             self.final_done = true;
             return Ok(Completed::Final);
@@ -626,7 +658,8 @@ impl Coordinator {
         let epoch = in_flight.epoch;
         let final_epoch = in_flight.final_epoch;
         let publish = (!self.follows()).then_some(in_flight.parts);
-        self.writing = Some(Writing { epoch, records, final_epoch, started: in_flight.started, pause_ms });
+        let positions = slice.positions.clone();
+        self.writing = Some(Writing { epoch, records, positions, final_epoch, started: in_flight.started, pause_ms });
         let request = WriteRequest { epoch, slice, final_epoch, publish };
         if post(&self.requests, request, WRITER_ARGUMENT) == Posted::ReceiverGone {
             let written = Written { epoch, result: Err(writer_gone()) };
@@ -642,11 +675,12 @@ impl Coordinator {
         let Written { epoch, result } = written;
         let writing = self.writing.take().expect("an answer only follows a request");
         assert_eq!(writing.epoch, epoch, "the writer answers the epoch it was given");
-        let Writing { mut records, final_epoch, started, pause_ms, .. } = writing;
+        let Writing { mut records, positions, final_epoch, started, pause_ms, .. } = writing;
         match result {
             Ok(WriteOutcome::Part(part)) => {
                 let Role::Follow { send, .. } = &self.role else { unreachable!("only a follower writes a part alone") };
                 self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
+                self.acked_positions.push((epoch.0, positions));
                 // A failure here is the leader's loss, which the control session reports.
                 send(ToLeader::Acked { epoch: epoch.0, part }).map_err(|e| e.context("sending a checkpoint's part"))?;
                 Ok(Completed::Nothing)
@@ -670,6 +704,7 @@ impl Coordinator {
                 tracing::info!(epoch = epoch.0, millis = duration_ms, "checkpoint published");
                 sluice_types::failpoint!("checkpoint.after_publish");
                 self.commit(records)?;
+                self.tell_sources(epoch.0, &positions);
                 self.tell_others_to_commit(epoch, final_epoch);
                 sluice_types::failpoint!("checkpoint.after_commit");
                 self.schedule_next();

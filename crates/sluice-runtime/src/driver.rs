@@ -648,6 +648,7 @@ impl DriverState {
                 continue;
             }
             if self.source_blocked(lane.source) {
+                self.lanes[index].reader.blocked();
                 continue;
             }
             progressed = true;

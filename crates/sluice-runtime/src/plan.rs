@@ -68,6 +68,14 @@ pub trait SourceFactory: Send + Sync {
     fn resumable(&self) -> bool {
         true
     }
+    /// Checkpoint `epoch`, holding `positions` (lane, [`LaneReader::position`]) of this
+    /// process's lanes of the source, is published and its sinks committed: every row
+    /// read before those positions is acknowledged by every sink (exactly-once sinks made
+    /// it visible, the others flushed it at the barrier). A source may tell its upstream
+    /// (a Kafka source commits the offsets to its consumer group). Called once per
+    /// checkpoint, in epoch order, on the controller's thread; a failure is the
+    /// source's to log (the checkpoint stands).
+    fn checkpoint_committed(&self, _epoch: Epoch, _positions: &[(u32, &[u8])]) {}
 }
 
 /// The answer of one poll of a lane.
@@ -97,6 +105,11 @@ pub trait LaneReader: Send {
     /// [`LaneContext::start`] continues with exactly the next rows (and the watermark
     /// reached so far). Opaque to the runtime; stored in checkpoints.
     fn position(&self) -> Vec<u8>;
+
+    /// The driver skipped polling the lane because its downstream is full (called at
+    /// every skipped turn, on the lane's thread, until the next [`LaneReader::poll`]).
+    /// A reader may stop prefetching meanwhile; the next poll comes when there is room.
+    fn blocked(&mut self) {}
 }
 
 /// Where a sink's writers run.

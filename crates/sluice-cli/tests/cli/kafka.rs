@@ -175,6 +175,64 @@ impl Broker {
     }
 }
 
+/// A record as read back: partition, key and value (`None`: a tombstone).
+type Record = (i32, Option<String>, Option<String>);
+
+impl Broker {
+    /// Reads every partition of `topic` from the start until no record came for
+    /// [`QUIET`] (the writer ended before: everything it wrote is there); returns each
+    /// record in offset order per partition.
+    fn consume_all(&self, topic: &str, partitions: i32) -> Vec<Record> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .set("enable.partition.eof", "false")
+            .set("group.id", "test-reader")
+            .create()
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
+        }
+        consumer.assign(&assignment).expect("assign");
+        let mut found = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        let mut last = Instant::now();
+        while Instant::now() < deadline && (found.is_empty() || last.elapsed() < QUIET) {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
+                found.push((message.partition(), text(message.key()), text(message.payload())));
+                last = Instant::now();
+            }
+        }
+        found
+    }
+}
+
+impl Broker {
+    /// The offsets `group` committed for each partition of `topic` (-1: none).
+    fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .set("group.id", group)
+            .create()
+            .expect("consumer");
+        let mut list = TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition(topic, partition);
+        }
+        let committed = consumer.committed_offsets(list, WAIT).expect("committed offsets");
+        (0..partitions)
+            .map(|p| match committed.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(offset)) => offset,
+                _ => -1,
+            })
+            .collect()
+    }
+}
+
+/// How long a topic read to its end stays silent.
+const QUIET: Duration = Duration::from_secs(3);
+
 fn forward_lines(stream: impl std::io::Read + Send + 'static) -> Receiver<String> {
     let (sender, receiver) = sync_channel(64);
     std::thread::spawn(move || {
@@ -365,4 +423,212 @@ fn committed_messages(log: &str) -> usize {
 fn price_of(value: &str) -> usize {
     let parsed: serde_json::Value = serde_json::from_str(value).expect("json");
     parsed["price"].as_u64().expect("price") as usize
+}
+
+/// Upsert-kafka: an updating aggregate whose HAVING drops groups is written as keyed
+/// upserts and tombstones; the topic read back as a table (last value per key, a
+/// tombstone removes its key) is the query's final answer.
+#[test]
+fn an_updating_aggregate_in_upsert_mode_reads_back_as_its_table() {
+    let broker = Broker::with_topics(&[("bids", 2), ("counts", 2)]);
+    // Auctions 0 and 1 get 11 bids, 2 and 3 get 10: HAVING keeps 2 and 3 only, and
+    // removes 0 and 1 (present until their eleventh bid) with a tombstone each.
+    let input = bids(42, 2);
+    produce_bids(&broker, "bids", &input);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\nbatch_size = 4\n\n{}\n[[view]]\nname = \"counts\"\n\
+         sql = \"SELECT auction, COUNT(*) AS bids, SUM(price) AS total FROM bids GROUP BY auction HAVING COUNT(*) <= 10\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"counts\"\nmode = \"upsert\"\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml", "--threads", "2"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let records = broker.consume_all("counts", 2);
+    let mut table: BTreeMap<String, String> = BTreeMap::new();
+    let mut tombstones = Vec::new();
+    for (_, key, value) in &records {
+        let key = key.clone().expect("every upsert message is keyed");
+        match value {
+            Some(value) => {
+                assert!(!value.contains("\"op\""), "upserts carry no op column: {value}");
+                table.insert(key, value.clone());
+            }
+            None => {
+                table.remove(&key);
+                tombstones.push(key);
+            }
+        }
+    }
+    let expected: BTreeMap<String, String> = (2..4)
+        .map(|a| {
+            let total: usize = (0..42).filter(|i| i % 4 == a).sum();
+            (format!("{{\"auction\":{a}}}"), format!("{{\"auction\":{a},\"bids\":10,\"total\":{total}}}"))
+        })
+        .collect();
+    assert_eq!(table, expected, "read from {records:?}");
+    tombstones.sort();
+    tombstones.dedup();
+    assert_eq!(tombstones, ["{\"auction\":0}", "{\"auction\":1}"], "the removed groups' tombstones");
+    // A key's messages share a partition, so their order is the stream's.
+    let mut partition_of: BTreeMap<&str, i32> = BTreeMap::new();
+    for (partition, key, _) in &records {
+        let first = *partition_of.entry(key.as_deref().expect("keyed")).or_insert(*partition);
+        assert_eq!(first, *partition, "every message of {key:?} in one partition");
+    }
+}
+
+/// Upsert mode over a stream without a key is refused before anything runs, naming the
+/// fix.
+#[test]
+fn upsert_mode_over_an_append_only_stream_without_key_is_refused() {
+    let scratch = Scratch::new();
+    scratch.write("bids.csv", "1,5\n");
+    let pipeline = "[pipeline]\nname = \"p\"\n\n[[source]]\nname = \"bids\"\nconnector = \"file\"\nformat = \"csv\"\nschema = \"auction BIGINT, price BIGINT\"\n\
+         [source.options]\npath = \"bids.csv\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"bids\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"127.0.0.1:1\"\ntopic = \"t\"\nmode = \"upsert\"\n";
+    scratch.write("pipeline.toml", pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(!run.status.success());
+    let report = stderr(&run);
+    assert!(report.contains("mode = \"upsert\"") && report.contains("append-only"), "{report}");
+    assert!(report.contains("key = ["), "the fix is named: {report}");
+}
+
+/// Headers: a sink writes constant headers and a column's JSON object as headers
+/// (leaving the column out of the value); a source reads them back in `_headers`.
+#[test]
+fn headers_are_written_from_options_and_a_column_and_read_back() {
+    let broker = Broker::with_topics(&[("bids", 1), ("tagged", 1)]);
+    produce_bids(&broker, "bids", &bids(3, 1));
+    let scratch = Scratch::new();
+    let write = format!(
+        "[pipeline]\nname = \"w\"\n\n{}\n[[view]]\nname = \"tagged\"\n\
+         sql = '''SELECT auction, price, '{{\"trace\":\"t-' || CAST(price AS VARCHAR) || '\",\"empty\":null}}' AS hdrs FROM bids'''\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"tagged\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"tagged\"\n\
+         headers_column = \"hdrs\"\n[sink.options.headers]\norigin = \"sluice\"\n\
+         [sink.options.client]\n\"batch.num.messages\" = 1\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    // One record per batch, for this broker's end offsets (see `Broker::produce`).
+    scratch.write("write.toml", &write);
+    let run = scratch.sluice(&["run", "write.toml"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let read = format!(
+        "[pipeline]\nname = \"r\"\n\n[[source]]\nname = \"tagged\"\nconnector = \"kafka\"\nformat = \"raw\"\n\
+         schema = \"value VARCHAR, _headers VARCHAR\"\n[source.options]\nbrokers = \"{}\"\ntopic = \"tagged\"\nbounded = true\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"tagged\"\nconnector = \"file\"\n[sink.options]\npath = \"out.jsonl\"\n",
+        broker.address
+    );
+    scratch.write("read.toml", &read);
+    let run = scratch.sluice(&["run", "read.toml"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let rows: Vec<serde_json::Value> =
+        scratch.read("out.jsonl").lines().map(|line| serde_json::from_str(line).expect("json")).collect();
+    let found: Vec<(String, String)> = rows
+        .iter()
+        .map(|row| {
+            (row["value"].as_str().expect("value").to_owned(), row["_headers"].as_str().expect("headers").to_owned())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            (
+                format!("{{\"auction\":{i},\"price\":{i}}}"),
+                format!("{{\"empty\":null,\"origin\":\"sluice\",\"trace\":\"t-{i}\"}}"),
+            )
+        })
+        .collect();
+    assert_eq!(found, expected);
+}
+
+/// At-least-once with a consumer group: offsets reach the group only after the sinks
+/// acknowledged the rows before them. A run killed mid-write and restarted without its
+/// checkpoint (`--from-scratch`, `start = "committed"`) resumes from the group and
+/// loses nothing; a finished run leaves its end offsets in the group.
+#[test]
+fn at_least_once_group_offsets_follow_the_sinks_across_a_kill() {
+    let broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
+    let input = bids(12, 2);
+    produce_bids(&broker, "bids", &input);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\nbatch_size = 2\n\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\nguarantee = \"at-least-once\"\n\n{}\
+         group_id = \"copier\"\nstart = \"committed\"\n\n\
+         [[view]]\nname = \"copies\"\nsql = \"SELECT price FROM bids\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"copies\"\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    // One batch per checkpoint; killed as the fifth batch reaches the sink, after some
+    // checkpoints committed their offsets.
+    let crashed = sluice_command(scratch.dir.path())
+        .args(["--log-level", "debug", "run", "pipeline.toml", "--threads", "1"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;sink.write=4*off->return(kill)")
+        .output()
+        .expect("run sluice");
+    assert_eq!(crashed.status.signal(), Some(9), "killed at the failpoint:\n{}", stderr(&crashed));
+    let before = broker.committed("copier", "bids", 2);
+    assert!(before.iter().any(|o| *o > 0), "some offsets were committed before the kill: {before:?}");
+    let written_before = broker.consume_all("copies", 1).len();
+    let restarted = sluice_command(scratch.dir.path())
+        .args(["--log-level", "debug", "run", "pipeline.toml", "--threads", "1", "--from-scratch"])
+        .output()
+        .expect("run sluice");
+    assert!(restarted.status.success(), "restart failed:\n{}", stderr(&restarted));
+    let found = broker.consume_all("copies", 1);
+    let mut prices: Vec<usize> = found.iter().map(|(_, _, v)| price_of(v.as_deref().expect("a value"))).collect();
+    prices.sort_unstable();
+    let copies = prices.len();
+    prices.dedup();
+    assert_eq!(prices, (0..input.len()).collect::<Vec<_>>(), "every row reached the sink");
+    let resumed_from: i64 = before.iter().map(|o| o.max(&0)).sum();
+    assert_eq!(
+        copies - written_before,
+        input.len() - resumed_from as usize,
+        "the restart read from the group's offsets {before:?} on ({written_before} rows before):\n{}",
+        stderr(&restarted)
+    );
+    assert_eq!(broker.committed("copier", "bids", 2), [6, 6], "the end offsets are committed at the end");
+}
+
+/// Backpressure reaches the client: a lane held back by a slow sink (every write sleeps)
+/// pauses its partition, resumes it when polled again, and the output is still every
+/// row exactly once (the folded changelog is the exact count per auction).
+#[test]
+fn a_partition_held_back_by_a_slow_sink_is_paused_and_resumed_without_loss() {
+    let broker = Broker::with_topics(&[("bids", 2)]);
+    let input = bids(100, 2);
+    produce_bids(&broker, "bids", &input);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\nbatch_size = 5\nqueue_batches = 1\n\n{}\n[[view]]\nname = \"counts\"\n\
+         sql = \"SELECT auction, COUNT(*) AS bids FROM bids GROUP BY auction\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"file\"\n[sink.options]\npath = \"out.jsonl\"\n",
+        source(&broker, "bids", "")
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let run = sluice_command(scratch.dir.path())
+        .args(["--log-level", "debug", "run", "pipeline.toml", "--threads", "2"])
+        .env("SLUICE_FAILPOINTS", "sink.write=sleep(250)")
+        .output()
+        .expect("run sluice");
+    let log = stderr(&run);
+    assert!(run.status.success(), "sluice failed:\n{log}");
+    assert!(log.contains("kafka: paused the partition"), "a partition was paused:\n{log}");
+    assert!(log.contains("kafka: resumed the partition"), "and resumed:\n{log}");
+    let mut table: BTreeMap<u64, u64> = BTreeMap::new();
+    for line in scratch.read("out.jsonl").lines() {
+        let row: serde_json::Value = serde_json::from_str(line).expect("json");
+        let (auction, bids) = (row["auction"].as_u64().expect("auction"), row["bids"].as_u64().expect("bids"));
+        match row["op"].as_str().expect("op") {
+            "+I" | "+U" => table.insert(auction, bids),
+            _ => table.remove(&auction),
+        };
+    }
+    assert_eq!(table, (0..4).map(|a| (a, 25)).collect::<BTreeMap<_, _>>());
 }

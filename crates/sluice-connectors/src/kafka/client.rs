@@ -8,7 +8,8 @@
 //! until it holds [`QUEUED_KBYTES_PER_PARTITION`] KiB (`queued.max.messages.kbytes`,
 //! which applies per partition once its queue is split) or [`QUEUED_MESSAGES_MIN`]
 //! messages, then stops fetching that partition until the lane drains it. A lane the
-//! driver does not poll (its downstream is full) therefore holds at most that much, and
+//! driver does not poll (its downstream is full) therefore holds at most that much (and,
+//! skipped for longer than `lane::PAUSE_AFTER`, pauses its partition, which drops it), and
 //! a fetch response is at most [`FETCH_BYTES_MAX`]: the consumer's memory is bounded by
 //! about `partitions × 4 MiB + 8 MiB`. Both can be changed under `client`.
 

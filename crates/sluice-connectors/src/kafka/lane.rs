@@ -18,18 +18,22 @@
 //!   brokers down (the client's "all brokers down" error) for [`BROKER_LOST_AFTER`]
 //!   without reading anything checks them with a metadata request and fails with
 //!   `kafka.broker_lost` if they still do not answer.
-//! - **Group offsets.** With a `group_id`, each time the runtime takes the lane's
-//!   position for a checkpoint, the position taken the time before (whose checkpoint has
-//!   completed or failed by then) is committed to the group, asynchronously: lag tools
-//!   see progress; the checkpoint, not the group, is what a restore reads.
+//! - **Paused while blocked.** A lane the driver skips because its downstream is full
+//!   ([`LaneReader::blocked`]) for [`PAUSE_AFTER`] pauses its partition in the consumer,
+//!   so librdkafka stops fetching it (and drops what it prefetched); its next poll
+//!   resumes it, and fetching starts again at the next offset the lane hands out. A
+//!   short stall does not pause, so a busy pipeline does not refetch at every turn.
+//! - **Group offsets.** Committed by the source once a checkpoint is committed (see
+//!   `source`), never from here.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::Message as _;
+use rdkafka::consumer::Consumer;
 use rdkafka::consumer::base_consumer::PartitionQueue;
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::message::Headers as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_config::OnError;
 use sluice_runtime::metrics::{NO_WATERMARK, SourceMetrics};
@@ -45,6 +49,8 @@ use crate::file_source::{LOGGED_BAD_ROWS, max_timestamp_ms};
 
 /// How long the brokers may stay down before a lane checks them and gives up.
 pub const BROKER_LOST_AFTER: Duration = Duration::from_secs(60);
+/// How long a lane stays unpolled for a full downstream before its partition is paused.
+pub const PAUSE_AFTER: Duration = Duration::from_millis(200);
 /// The check of brokers believed down.
 const BROKER_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -66,8 +72,10 @@ pub struct KafkaLane {
     max_event_time: Option<TimestampMs>,
     announce_watermark: bool,
     last_record: Instant,
-    /// The position taken for the previous checkpoint, committed to the group at the next.
-    previous_position: std::cell::Cell<Option<i64>>,
+    /// Since when the driver skips the lane for a full downstream.
+    blocked_since: Option<Instant>,
+    /// Whether the partition is paused in the consumer.
+    paused: bool,
 }
 
 impl KafkaLane {
@@ -115,8 +123,28 @@ impl KafkaLane {
             batch_size: context.batch_size.max(1),
             end,
             last_record: Instant::now(),
-            previous_position: std::cell::Cell::new(None),
+            blocked_since: None,
+            paused: false,
         })
+    }
+
+    /// Pauses or resumes fetching the lane's partition.
+    fn set_paused(&mut self, paused: bool) {
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&self.topic, self.partition);
+        let done = match paused {
+            true => self.consumer.pause(&list),
+            false => self.consumer.resume(&list),
+        };
+        match done {
+            Ok(()) => {
+                self.paused = paused;
+                tracing::debug!(source = %self.shared.name, topic = %self.topic, partition = self.partition,
+                    "kafka: {} the partition", if paused { "paused" } else { "resumed" });
+            }
+            Err(error) => tracing::warn!(source = %self.shared.name, topic = %self.topic, partition = self.partition,
+                "kafka: cannot {} the partition: {error}", if paused { "pause" } else { "resume" }),
+        }
     }
 
     fn watermark(&self) -> Option<TimestampMs> {
@@ -159,6 +187,12 @@ impl KafkaLane {
                 partition: message.partition(),
                 offset: message.offset(),
                 timestamp: message.timestamp().to_millis(),
+                headers: match (self.rows.wants_headers(), message.headers()) {
+                    (true, Some(headers)) => {
+                        headers.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect()
+                    }
+                    _ => Vec::new(),
+                },
             });
             self.next_offset = Some(message.offset() + 1);
         }
@@ -264,6 +298,10 @@ fn start_offset(
 impl LaneReader for KafkaLane {
     fn poll(&mut self) -> Result<LanePoll, SluiceError> {
         sluice_types::failpoint!("source.poll");
+        self.blocked_since = None;
+        if self.paused {
+            self.set_paused(false);
+        }
         if self.announce_watermark {
             self.announce_watermark = false;
             return Ok(LanePoll::Data { batches: Vec::new(), watermark: self.watermark() });
@@ -295,15 +333,14 @@ impl LaneReader for KafkaLane {
         Ok(LanePoll::Data { batches: vec![(0, batch)], watermark: self.watermark() })
     }
 
-    fn position(&self) -> Vec<u8> {
-        if let (Some(group), Some(previous)) = (&self.shared.options.group_id, self.previous_position.get()) {
-            let mut offsets = TopicPartitionList::new();
-            let added = offsets.add_partition_offset(&self.topic, self.partition, Offset::Offset(previous));
-            if let Err(error) = added.and_then(|()| self.consumer.commit(&offsets, CommitMode::Async)) {
-                tracing::warn!(source = %self.shared.name, group = %group, "kafka: committing offsets failed: {error}");
-            }
+    fn blocked(&mut self) {
+        let since = *self.blocked_since.get_or_insert_with(Instant::now);
+        if !self.paused && !self.at_end() && since.elapsed() >= PAUSE_AFTER {
+            self.set_paused(true);
         }
-        self.previous_position.set(self.next_offset);
+    }
+
+    fn position(&self) -> Vec<u8> {
         Position { next_offset: self.next_offset, watermark: self.watermark() }.encode()
     }
 }

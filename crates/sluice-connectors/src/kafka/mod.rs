@@ -5,9 +5,11 @@
 //!   positions are next offsets, stored in checkpoints ([`position`]) and sought on
 //!   restore; bounded reads; per-partition watermarks with `idle_timeout`.
 //! - [`rows`]: messages into rows of the declared schema, with the metadata columns
-//!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`.
-//! - [`sink`]: one message per row; at-least-once through the idempotent producer,
-//!   exactly-once through Kafka transactions.
+//!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`, `_headers`.
+//! - [`sink`]: one message per row (Flink's changelog for an updating stream) or, in
+//!   upsert mode, keyed upserts and tombstones, with headers from options or a column;
+//!   at-least-once through the idempotent producer, exactly-once through Kafka
+//!   transactions.
 //! - [`client`]: the clients' settings (and why a partition not polled holds bounded
 //!   memory), logs and errors.
 //! - [`options`]: what a pipeline file may say, validated without I/O.
@@ -32,7 +34,9 @@ use sluice_types::SluiceError;
 use crate::registry::{
     ConfiguredSink, ConfiguredSource, OptionDoc, SinkConnector, SinkContext, SourceConnector, SourceContext,
 };
-pub use options::{KafkaFormat, KafkaSinkOptions, KafkaSourceOptions, StartAt, sink_options_of, source_options_of};
+pub use options::{
+    KafkaFormat, KafkaSinkMode, KafkaSinkOptions, KafkaSourceOptions, StartAt, sink_options_of, source_options_of,
+};
 pub use sink::KafkaSink;
 pub use source::KafkaSource;
 
@@ -105,8 +109,15 @@ pub struct ConfiguredKafkaSink {
 
 impl ConfiguredSink for ConfiguredKafkaSink {
     fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
-        let sink =
-            KafkaSink::new(context.pipeline, &context.config.name, &self.options, &context.schema, context.updating)?;
+        let sink = KafkaSink::new(
+            context.pipeline,
+            &context.config.name,
+            &self.options,
+            &context.schema,
+            context.updating,
+            context.upsert_key.as_deref(),
+        )?
+        .with_exactly_once(context.exactly_once);
         Ok(Arc::new(sink))
     }
 }

@@ -55,13 +55,32 @@ pub struct KafkaSourceOptions {
     pub client: Vec<(String, String)>,
 }
 
+/// How a Kafka sink writes the changes of its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaSinkMode {
+    /// One message per row: an append-only stream's rows as they are, an updating
+    /// stream's rows after Flink's op column (`+I`, `-U`, `+U`, `-D`).
+    Changelog,
+    /// Upsert-kafka: every message keyed by the key columns; an insert or new version is
+    /// the row as the value, a delete a tombstone (no value).
+    Upsert,
+}
+
 /// `[sink.options]` of a Kafka sink, and its `format`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KafkaSinkOptions {
     pub brokers: String,
     pub topic: String,
-    /// The column whose value (as text) is each message's key; no key without it.
-    pub key: Option<String>,
+    /// `None`: changelog, or upsert when asked; see [`KafkaSinkMode`].
+    pub mode: Option<KafkaSinkMode>,
+    /// The columns encoded (in the sink's format) as each message's key; in upsert mode
+    /// the default is the stream's upsert key, otherwise no key.
+    pub key: Option<Vec<String>>,
+    /// Headers every message carries, as written.
+    pub headers: Vec<(String, String)>,
+    /// A VARCHAR column holding a JSON object whose entries are a message's headers (the
+    /// column is not part of the value).
+    pub headers_column: Option<String>,
     /// Json or Csv (raw is refused for sinks).
     pub format: KafkaFormat,
     pub client: Vec<(String, String)>,
@@ -100,7 +119,30 @@ pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
 pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
     OptionDoc { key: "brokers", kind: "string", default: "required", doc: "bootstrap brokers, host:port[,host:port]" },
     OptionDoc { key: "topic", kind: "string", default: "required", doc: "the topic written" },
-    OptionDoc { key: "key", kind: "string", default: "none", doc: "the column whose value keys each message" },
+    OptionDoc {
+        key: "mode",
+        kind: "\"changelog\" or \"upsert\"",
+        default: "\"changelog\"",
+        doc: "one message per row (an updating stream's with the op column), or upsert-kafka: keyed upserts and tombstones",
+    },
+    OptionDoc {
+        key: "key",
+        kind: "string or array of strings",
+        default: "the stream's upsert key in upsert mode, else none",
+        doc: "the columns that key each message, encoded in the sink's format (a JSON object, a CSV record)",
+    },
+    OptionDoc {
+        key: "headers",
+        kind: "table",
+        default: "empty",
+        doc: "headers every message carries (name = \"value\")",
+    },
+    OptionDoc {
+        key: "headers_column",
+        kind: "string",
+        default: "none",
+        doc: "a VARCHAR column holding a JSON object of each message's headers, left out of the value",
+    },
     OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
 ];
 
@@ -221,18 +263,42 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
     let format = format_choice(config.format.as_ref(), options, config.position, SINK_FORMATS, false, &mut errors);
     let format_valid = config.format.is_none() || format.is_some();
     let mut reader = options.read();
-    reader.check_keys(&["brokers", "topic", "key", "client"]);
+    reader.check_keys(&["brokers", "topic", "mode", "key", "headers", "headers_column", "client"]);
     let brokers = brokers(&mut reader, "sink");
     let topic = reader.string("topic", "a non-empty topic name", "e.g. topic = \"hot_items\"", |s| !s.is_empty());
     let topic = reader.required("topic", topic, "add topic = \"<name>\" under [sink.options]");
-    let key = reader.string("key", "a column name", "e.g. key = \"auction\"", |s| !s.is_empty());
+    let mode = reader.choice("mode", &[("changelog", KafkaSinkMode::Changelog), ("upsert", KafkaSinkMode::Upsert)]);
+    let key = reader.value(
+        "key",
+        "a column name or an array of distinct column names",
+        "e.g. key = \"auction\" or key = [\"auction\", \"bidder\"]",
+        |value| {
+            let names: Vec<String> = match value.as_str() {
+                Some(name) => vec![name.to_owned()],
+                None => value.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<_>>()?,
+            };
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            (!names.is_empty() && names.iter().all(|n| !n.is_empty()) && unique.len() == names.len()).then_some(names)
+        },
+    );
+    let headers =
+        reader.string_table("headers", "a header name", "e.g. [sink.options.headers] source = \"sluice\"", |name| {
+            !name.is_empty()
+        });
+    let headers_column =
+        reader.string("headers_column", "a column name", "e.g. headers_column = \"headers\"", |s| !s.is_empty());
     let client = client(&mut reader, "sink");
     let parsed = (|| {
         format_valid.then_some(())?;
         Some(KafkaSinkOptions {
             brokers: brokers?,
             topic: topic?.value,
-            key: key.optional()?.map(|k| k.value),
+            mode: mode.optional()?,
+            key: key.optional()?,
+            headers: headers.or(Vec::new())?,
+            headers_column: headers_column.optional()?.map(|c| c.value),
             format: format.unwrap_or(KafkaFormat::Json),
             client: client?,
         })

@@ -14,6 +14,10 @@
 //! | `_offset` | BIGINT | the offset in the partition |
 //! | `_timestamp` | TIMESTAMP(3) | the record's timestamp (NULL when it has none) |
 //! | `_key` | VARCHAR | the key as text (NULL without a key; bad row if not UTF-8) |
+//! | `_headers` | VARCHAR | the headers as a JSON object of text values (`{}` without headers) |
+//!
+//! In `_headers`, a header without a value is `null`, a value that is not UTF-8 has its
+//! bad bytes replaced by U+FFFD, and of a name repeated the last value is kept.
 //!
 //! The other columns are the value's: JSON keys by name, CSV fields by position (in the
 //! order declared, metadata columns left out), or, for `raw`, the one value column
@@ -54,6 +58,7 @@ enum Column {
     Offset,
     Timestamp,
     Key,
+    Headers,
 }
 
 const METADATA: &[(&str, Column)] = &[
@@ -62,11 +67,12 @@ const METADATA: &[(&str, Column)] = &[
     ("_offset", Column::Offset),
     ("_timestamp", Column::Timestamp),
     ("_key", Column::Key),
+    ("_headers", Column::Headers),
 ];
 
 fn metadata_type(column: Column) -> DataType {
     match column {
-        Column::Topic | Column::Key => DataType::Utf8,
+        Column::Topic | Column::Key | Column::Headers => DataType::Utf8,
         Column::Partition => DataType::Int32,
         Column::Offset => DataType::Int64,
         Column::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, None),
@@ -76,7 +82,7 @@ fn metadata_type(column: Column) -> DataType {
 
 fn sql_type(column: Column) -> &'static str {
     match column {
-        Column::Topic | Column::Key => "VARCHAR",
+        Column::Topic | Column::Key | Column::Headers => "VARCHAR",
         Column::Partition => "INT",
         Column::Offset => "BIGINT",
         Column::Timestamp => "TIMESTAMP(3)",
@@ -92,6 +98,8 @@ pub struct Message {
     pub partition: i32,
     pub offset: i64,
     pub timestamp: Option<i64>,
+    /// The headers, in order (read only when `_headers` is declared).
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// A message that made no row, with the reason and its text.
@@ -168,6 +176,11 @@ impl RowBuilder {
         Ok(RowBuilder { schema, columns, format, decoder, value_schema, topic: Arc::from(topic) })
     }
 
+    /// Whether the rows hold the messages' headers (`_headers` is declared).
+    pub fn wants_headers(&self) -> bool {
+        self.columns.contains(&Column::Headers)
+    }
+
     /// The rows of `messages` (at most one batch) and the messages that made none.
     pub fn build(&mut self, messages: &[Message]) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
         let mut bad = Vec::new();
@@ -199,6 +212,7 @@ impl RowBuilder {
                     let keys = good.iter().map(|m| m.key.as_deref().map(|k| String::from_utf8_lossy(k).into_owned()));
                     Arc::new(StringArray::from_iter(keys))
                 }
+                Column::Headers => Arc::new(StringArray::from_iter_values(good.iter().map(|m| headers_json(m)))),
             });
         }
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)
@@ -344,6 +358,19 @@ impl RowBuilder {
         concat_batches(&self.value_schema, batches)
             .map_err(|e| SluiceError::internal("source.kafka_rows", format!("joining decoded rows: {e}")))
     }
+}
+
+/// The headers of `message` as a JSON object (see the module docs).
+fn headers_json(message: &Message) -> String {
+    let mut object = serde_json::Map::new();
+    for (name, value) in &message.headers {
+        let value = match value {
+            Some(bytes) => serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned()),
+            None => serde_json::Value::Null,
+        };
+        object.insert(name.clone(), value);
+    }
+    serde_json::Value::Object(object).to_string()
 }
 
 fn bad_message(message: &Message, reason: String) -> BadMessage {

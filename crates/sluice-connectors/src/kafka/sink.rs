@@ -1,5 +1,5 @@
-//! The Kafka sink: one message per row (JSON or CSV, the key from a column), one
-//! writer per thread.
+//! The Kafka sink: one message per row or change (JSON or CSV, the key from columns),
+//! one writer per thread.
 //!
 //! # At-least-once (no checkpoints, or `guarantee = "at-least-once"`)
 //!
@@ -32,30 +32,61 @@
 //! transaction; it logs `kafka sink …: cannot commit the transaction … of epoch e` at
 //! error level, and those rows are lost. See ARCHITECTURE.md.
 //!
-//! # Updating streams
+//! # Keys
 //!
-//! An updating input is written in Flink's changelog convention: every message carries
-//! the op column first (`{"op":"-D",...}`), as the file sink writes it. Upsert
-//! semantics (a tombstone for a delete) are not offered.
+//! With `key` (one or several columns), each message's key is those columns encoded in
+//! the sink's format: a JSON object of them in `format = "json"`
+//! (`{"auction":7,"bidder":3}`, keys in the order `key` names them), a CSV record of
+//! them in `format = "csv"` (`7,3`). Without `key`, and outside upsert mode, messages
+//! have no key.
+//!
+//! # Headers
+//!
+//! `[sink.options.headers]` gives headers every message carries (`name = "value"`).
+//! `headers_column` names a VARCHAR column holding a JSON object whose entries become a
+//! message's headers after those (`{"trace":"t-1"}`; a string value is the header's
+//! text, `null` a header without value, any other value its JSON text; a NULL column no
+//! headers); that column is left out of the value, and a value that is not a JSON
+//! object fails the write naming the column. The source's `_headers` column reads them
+//! back in the same shape.
+//!
+//! # Changelog and upsert (`mode`)
+//!
+//! - `mode = "changelog"` (the default): one message per row. An append-only input is
+//!   written as it is; an updating input in Flink's changelog convention, every message
+//!   carrying the op column first (`{"op":"-U",...}`), as the file sink writes it.
+//! - `mode = "upsert"` (upsert-kafka): every message is keyed, by `key` or else the
+//!   stream's upsert key (a stream without one, or whose key is empty as a global
+//!   aggregate's, is refused). A row of positive weight (`+I`, `+U`) is written as its
+//!   value (every column, no op column); a retraction (`-D`, or a `-U` whose `+U` is not
+//!   in the same batch) as a tombstone, the key with no value. A retraction followed
+//!   later in its batch by a new version of the same key is not written: the new
+//!   version replaces the value anyway. Reading the topic and keeping the last value per
+//!   key, dropping a key at its tombstone (what log compaction does), gives the
+//!   stream's table. An append-only input in upsert mode writes every row as an upsert
+//!   of its key (`key` required). Messages of one key go to one partition (librdkafka's
+//!   partitioner hashes the key) from one writer (the plan routes the rows of a key to
+//!   one thread), so their order is kept.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, SchemaRef};
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::DeliveryResult;
+use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use sluice_formats::{CsvRecordFinder, Encoder, OutputFormat};
 use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
 use sluice_types::{Batch, Epoch, SluiceError};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
-use super::options::{KafkaFormat, KafkaSinkOptions};
+use super::options::{KafkaFormat, KafkaSinkMode, KafkaSinkOptions};
 
 /// The longest a flush, `init_transactions` or a transaction commit may take.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -158,27 +189,91 @@ pub struct KafkaSink {
     options: KafkaSinkOptions,
     schema: SchemaRef,
     updating: bool,
-    key: Option<usize>,
+    mode: KafkaSinkMode,
+    /// The key columns (of `schema`), if messages are keyed.
+    key: Option<Vec<usize>>,
+    /// The stream's upsert key, for the changelog's `-U`/`+U`.
+    upsert_key: Option<Vec<usize>>,
+    /// The column of each message's headers (`headers_column`).
+    headers_column: Option<usize>,
+    /// Whether the run asks for exactly-once output: only then do staged writers use
+    /// transactions (at-least-once checkpoints stage too, and flush at barriers).
+    exactly_once: bool,
     /// The transactional producers of this process, by id.
     producers: Mutex<HashMap<String, Arc<TransactionalProducer>>>,
 }
 
 impl KafkaSink {
-    /// The sink `name` of `pipeline`, writing rows of `schema`.
+    /// The sink `name` of `pipeline`, writing rows of `schema` (an updating stream when
+    /// `updating`, with `upsert_key` when known).
     pub fn new(
         pipeline: &str,
         name: &str,
         options: &KafkaSinkOptions,
         schema: &SchemaRef,
         updating: bool,
+        upsert_key: Option<&[usize]>,
     ) -> Result<KafkaSink, SluiceError> {
-        let key = match &options.key {
+        let mode = options.mode.unwrap_or(KafkaSinkMode::Changelog);
+        let columns = || schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ");
+        let key = match (&options.key, mode) {
+            (Some(names), _) => Some(
+                names
+                    .iter()
+                    .map(|column| {
+                        schema.index_of(column).map_err(|_| {
+                            SluiceError::user(
+                                "sink.kafka_key",
+                                format!("key column `{column}` is not a column of the sink's input"),
+                            )
+                            .with_fix(format!("set key to columns of the input: {}", columns()))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            (None, KafkaSinkMode::Upsert) => match upsert_key {
+                Some(key) if !key.is_empty() => Some(key.to_vec()),
+                found => {
+                    let why = match (updating, found) {
+                        (true, Some(_)) => {
+                            "its input holds one row at a time (a global aggregate), which has no key columns"
+                        }
+                        (true, None) => "its input is an updating stream without a known upsert key",
+                        (false, _) => "its input is append-only, which has no upsert key",
+                    };
+                    return Err(SluiceError::user(
+                        "sink.kafka_key",
+                        format!("sink `{name}` has mode = \"upsert\", and {why}: upsert messages need a key"),
+                    )
+                    .with_fix(format!(
+                        "set key = [\"…\"] to the columns identifying a row, among: {}; or write the changelog \
+                         (mode = \"changelog\")",
+                        columns()
+                    )));
+                }
+            },
+            (None, KafkaSinkMode::Changelog) => None,
+        };
+        let headers_column = match &options.headers_column {
             None => None,
-            Some(column) => Some(schema.index_of(column).map_err(|_| {
-                let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                SluiceError::user("sink.kafka_key", format!("key = \"{column}\" is not a column of the sink's input"))
-                    .with_fix(format!("set key to one of {}", columns.join(", ")))
-            })?),
+            Some(column) => {
+                let index = schema.index_of(column).map_err(|_| {
+                    SluiceError::user(
+                        "sink.kafka_headers",
+                        format!("headers_column `{column}` is not a column of the sink's input"),
+                    )
+                    .with_fix(format!("set headers_column to a VARCHAR column of the input: {}", columns()))
+                })?;
+                if !matches!(schema.field(index).data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+                {
+                    return Err(SluiceError::user(
+                        "sink.kafka_headers",
+                        format!("headers_column `{column}` is {}, not VARCHAR", schema.field(index).data_type()),
+                    )
+                    .with_fix("give it a VARCHAR column holding a JSON object, e.g. '{\"trace\":\"t-1\"}'"));
+                }
+                Some(index)
+            }
         };
         Ok(KafkaSink {
             name: name.to_owned(),
@@ -186,9 +281,20 @@ impl KafkaSink {
             options: options.clone(),
             schema: Arc::clone(schema),
             updating,
+            mode,
             key,
+            upsert_key: upsert_key.map(<[usize]>::to_vec),
+            headers_column,
+            exactly_once: true,
             producers: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether checkpoints of this run are exactly-once (the default) or at-least-once,
+    /// where the idempotent writer serves.
+    pub fn with_exactly_once(mut self, exactly_once: bool) -> KafkaSink {
+        self.exactly_once = exactly_once;
+        self
     }
 
     /// The transactional id of producer `index` (0 or 1) of `slot`.
@@ -223,12 +329,36 @@ impl KafkaSink {
         Ok(producer)
     }
 
-    fn encoder(&self) -> Encoder {
-        let format = match self.options.format {
+    fn output_format(&self) -> OutputFormat {
+        match self.options.format {
             KafkaFormat::Csv => OutputFormat::Csv { header: false },
             _ => OutputFormat::JsonLines,
-        };
-        Encoder::new(format, Arc::clone(&self.schema), self.updating)
+        }
+    }
+
+    /// The columns of message values: every column but `headers_column`'s.
+    fn value_columns(&self) -> Vec<usize> {
+        (0..self.schema.fields().len()).filter(|c| Some(*c) != self.headers_column).collect()
+    }
+
+    /// The encoder of message values: the changelog's op column only for an updating
+    /// input in changelog mode.
+    fn encoder(&self) -> Encoder {
+        let changelog = self.updating && self.mode == KafkaSinkMode::Changelog;
+        let columns = self.value_columns();
+        let schema = Arc::new(self.schema.project(&columns).expect("value columns are columns of the schema"));
+        // The upsert key as positions among the value columns (none if it holds the
+        // headers column).
+        let key = (self.upsert_key.as_ref().filter(|_| changelog))
+            .and_then(|key| key.iter().map(|k| columns.iter().position(|c| c == k)).collect::<Option<Vec<_>>>());
+        Encoder::new(self.output_format(), schema, changelog).with_upsert_key(key.as_deref())
+    }
+
+    /// The encoder of message keys: the key columns alone, in the sink's format.
+    fn key_encoder(&self) -> Option<KeyEncoder> {
+        let columns = self.key.clone()?;
+        let schema = Arc::new(self.schema.project(&columns).expect("key columns are columns of the schema"));
+        Some(KeyEncoder { columns, encoder: Encoder::new(self.output_format(), schema, false) })
     }
 
     fn transactional(&self, slot: u32, index: u32) -> Result<Arc<TransactionalProducer>, SluiceError> {
@@ -276,12 +406,17 @@ impl SinkFactory for KafkaSink {
             brokers: self.options.brokers.clone(),
             topic: self.options.topic.clone(),
             encoder: self.encoder(),
+            keys: self.key_encoder(),
+            value_columns: self.headers_column.map(|_| self.value_columns()),
+            headers: self.options.headers.clone(),
+            headers_column: self.headers_column,
             csv: self.options.format == KafkaFormat::Csv,
-            key: self.key,
+            upsert: self.mode == KafkaSinkMode::Upsert,
             updating: self.updating,
             buffer: Vec::new(),
+            key_buffer: Vec::new(),
         };
-        if !staged {
+        if !staged || !self.exactly_once {
             return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
         }
         let producers = [self.transactional(slot, 0)?, self.transactional(slot, 1)?];
@@ -290,8 +425,15 @@ impl SinkFactory for KafkaSink {
 
     fn describe(&self) -> String {
         let format = if self.options.format == KafkaFormat::Csv { "csv" } else { "json" };
-        let key = self.options.key.as_deref().map(|k| format!(", key={k}")).unwrap_or_default();
-        format!("kafka(topic={}, {format}{key})", self.options.topic)
+        let mode = if self.mode == KafkaSinkMode::Upsert { ", upsert" } else { "" };
+        let key = match &self.key {
+            Some(columns) => {
+                let names: Vec<&str> = columns.iter().map(|c| self.schema.field(*c).name().as_str()).collect();
+                format!(", key={}", names.join(","))
+            }
+            None => String::new(),
+        };
+        format!("kafka(topic={}, {format}{mode}{key})", self.options.topic)
     }
 
     fn exactly_once(&self) -> bool {
@@ -332,52 +474,196 @@ impl SinkFactory for KafkaSink {
     }
 }
 
+/// The key columns of a sink and their encoder.
+struct KeyEncoder {
+    columns: Vec<usize>,
+    encoder: Encoder,
+}
+
 /// Encoding rows as messages, shared by both writers.
 struct Output {
     sink: String,
     brokers: String,
     topic: String,
     encoder: Encoder,
+    keys: Option<KeyEncoder>,
+    /// The columns of values, when not all (`headers_column` is left out).
+    value_columns: Option<Vec<usize>>,
+    /// Headers of every message.
+    headers: Vec<(String, String)>,
+    headers_column: Option<usize>,
     csv: bool,
-    key: Option<usize>,
+    upsert: bool,
     updating: bool,
     buffer: Vec<u8>,
+    key_buffer: Vec<u8>,
+}
+
+/// The byte ranges of the records of `buffer`: JSON lines, or CSV records (either
+/// without its line end); fails unless there are exactly `expected`.
+fn records(buffer: &[u8], csv: bool, expected: usize) -> Result<Vec<Range<usize>>, SluiceError> {
+    let mut ranges = Vec::with_capacity(expected);
+    let mut start = 0;
+    let mut finder = CsvRecordFinder::new(b',');
+    while start < buffer.len() {
+        let end = match csv {
+            true => finder.find_record_end(&buffer[start..]).map(|length| start + length),
+            false => memchr::memchr(b'\n', &buffer[start..]).map(|at| start + at + 1),
+        };
+        let end = end.ok_or_else(|| SluiceError::internal("sink.kafka", "the encoder wrote an unfinished record"))?;
+        ranges.push(start..end - 1);
+        start = end;
+    }
+    if ranges.len() != expected {
+        return Err(SluiceError::internal(
+            "sink.kafka",
+            format!("the encoder wrote {} records for {expected} messages", ranges.len()),
+        ));
+    }
+    Ok(ranges)
+}
+
+/// What upsert mode writes for the rows of one batch, in order: `(row, true)` the row
+/// as the value of its key, `(row, false)` a tombstone of its key. A retraction is
+/// dropped when a later row of the batch with the same key has a positive weight (that
+/// row's value replaces it); a row of weight 0 writes nothing, and a row of weight
+/// `w > 1` one upsert (its key has one value).
+pub(crate) fn upsert_actions(weights: &[i64], keys: &[&[u8]]) -> Vec<(usize, bool)> {
+    let mut last_upsert: HashMap<&[u8], usize> = HashMap::new();
+    for (row, key) in keys.iter().enumerate() {
+        if weights[row] > 0 {
+            last_upsert.insert(key, row);
+        }
+    }
+    (0..weights.len())
+        .filter_map(|row| match weights[row] {
+            w if w > 0 => Some((row, true)),
+            w if w < 0 => last_upsert.get(keys[row]).is_none_or(|later| *later <= row).then_some((row, false)),
+            _ => None,
+        })
+        .collect()
 }
 
 impl Output {
-    /// Encodes `batch` and hands each message to `send`.
+    /// The encoded key of every row of `rows`, into `key_buffer`; empty without keys.
+    fn keys(&mut self, rows: &RecordBatch) -> Result<Vec<Range<usize>>, SluiceError> {
+        self.key_buffer.clear();
+        let Some(keys) = &mut self.keys else { return Ok(Vec::new()) };
+        let projected = rows
+            .project(&keys.columns)
+            .map_err(|e| SluiceError::internal("sink.kafka_key", format!("key columns: {e}")))?;
+        keys.encoder.encode(&Batch::inserts(projected), &mut self.key_buffer)?;
+        records(&self.key_buffer, self.csv, rows.num_rows())
+    }
+
+    /// The value columns of `rows`.
+    fn values(&self, rows: &RecordBatch) -> Result<RecordBatch, SluiceError> {
+        match &self.value_columns {
+            Some(columns) => {
+                rows.project(columns).map_err(|e| SluiceError::internal("sink.kafka", format!("value columns: {e}")))
+            }
+            None => Ok(rows.clone()),
+        }
+    }
+
+    /// The `headers_column` of `rows` as text, if the sink has one.
+    fn header_texts(&self, rows: &RecordBatch) -> Result<Option<arrow::array::ArrayRef>, SluiceError> {
+        let Some(column) = self.headers_column else { return Ok(None) };
+        let texts = arrow::compute::cast(rows.column(column), &DataType::Utf8)
+            .map_err(|e| SluiceError::internal("sink.kafka_headers", format!("headers as text: {e}")))?;
+        Ok(Some(texts))
+    }
+
+    /// The headers of the message of `row`: the constant ones, then those of the row's
+    /// `texts` (its `headers_column`).
+    fn headers_of(
+        &self,
+        texts: Option<&arrow::array::ArrayRef>,
+        row: usize,
+    ) -> Result<Option<OwnedHeaders>, SluiceError> {
+        let from_row = match texts {
+            Some(texts) if texts.is_valid(row) => {
+                let text = texts.as_string::<i32>().value(row);
+                match serde_json::from_str::<serde_json::Value>(text) {
+                    Ok(serde_json::Value::Object(object)) => Some(object),
+                    _ => {
+                        return Err(SluiceError::user(
+                            "sink.kafka_headers",
+                            format!("sink `{}`: its headers_column holds {text:?}, not a JSON object", self.sink),
+                        )
+                        .with_fix(
+                            "make the column a JSON object of header names and values, e.g. '{\"trace\":\"t-1\"}'",
+                        ));
+                    }
+                }
+            }
+            _ => None,
+        };
+        if self.headers.is_empty() && from_row.as_ref().is_none_or(|o| o.is_empty()) {
+            return Ok(None);
+        }
+        let mut headers = OwnedHeaders::new_with_capacity(self.headers.len());
+        for (name, value) in &self.headers {
+            headers = headers.insert(Header { key: name, value: Some(value.as_bytes()) });
+        }
+        for (name, value) in from_row.iter().flatten() {
+            let text = match value {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(text) => Some(text.clone()),
+                other => Some(other.to_string()),
+            };
+            headers = headers.insert(Header { key: name, value: text.as_deref().map(str::as_bytes) });
+        }
+        Ok(Some(headers))
+    }
+
+    /// Encodes `batch` and hands each message (value, key, headers) to `send`; a
+    /// tombstone has no value.
     fn messages(
         &mut self,
         batch: &Batch,
-        mut send: impl FnMut(&[u8], Option<&str>) -> Result<(), SluiceError>,
+        mut send: impl FnMut(Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>) -> Result<(), SluiceError>,
     ) -> Result<(), SluiceError> {
-        self.buffer.clear();
-        self.encoder.encode(batch, &mut self.buffer)?;
-        let keys = match self.key {
-            Some(column) => Some(
-                arrow::compute::cast(batch.rows.column(column), &DataType::Utf8)
-                    .map_err(|e| SluiceError::internal("sink.kafka_key", format!("key as text: {e}")))?,
-            ),
-            None => None,
-        };
-        let keys = keys.as_ref().map(|k| k.as_string::<i32>());
-        let mut start = 0;
-        let buffer = std::mem::take(&mut self.buffer);
-        let mut finder = CsvRecordFinder::new(b',');
-        for row in 0..batch.num_rows() {
-            let weight = batch.weight(row);
-            let copies = if self.updating { weight.unsigned_abs() } else { weight.max(0) as u64 };
-            let key = keys.and_then(|k| k.is_valid(row).then(|| k.value(row)));
-            for _ in 0..copies {
-                let end = match self.csv {
-                    true => finder.find_record_end(&buffer[start..]).map(|length| start + length),
-                    false => memchr::memchr(b'\n', &buffer[start..]).map(|at| start + at + 1),
+        let keys = self.keys(&batch.rows)?;
+        let texts = self.header_texts(&batch.rows)?;
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.clear();
+        let key_of = |row: usize| keys.get(row).map(|range| &self.key_buffer[range.clone()]);
+        if self.upsert {
+            let weights: Vec<i64> = (0..batch.num_rows()).map(|row| batch.weight(row)).collect();
+            let key_bytes: Vec<&[u8]> = (0..batch.num_rows()).map(|row| key_of(row).unwrap_or_default()).collect();
+            let actions = upsert_actions(&weights, &key_bytes);
+            let upserted: Vec<u32> = actions.iter().filter(|(_, upsert)| *upsert).map(|(row, _)| *row as u32).collect();
+            let rows =
+                arrow::compute::take_record_batch(&self.values(&batch.rows)?, &UInt32Array::from(upserted.clone()))
+                    .map_err(|e| SluiceError::internal("sink.kafka", format!("upserted rows: {e}")))?;
+            self.encoder.encode(&Batch::inserts(rows), &mut buffer)?;
+            let values = records(&buffer, self.csv, upserted.len())?;
+            let mut values = values.into_iter();
+            for (row, upsert) in actions {
+                let value = match upsert {
+                    true => Some(&buffer[values.next().expect("one value per upsert")]),
+                    false => None,
                 };
-                let end = end.ok_or_else(|| {
-                    SluiceError::internal("sink.kafka", "the encoder wrote fewer records than the rows' weights")
-                })?;
-                send(&buffer[start..end - 1], key)?;
-                start = end;
+                send(value, key_of(row), self.headers_of(texts.as_ref(), row)?)?;
+            }
+        } else {
+            let values = Batch { rows: self.values(&batch.rows)?, weights: batch.weights.clone() };
+            self.encoder.encode(&values, &mut buffer)?;
+            let copies: Vec<u64> = (0..batch.num_rows())
+                .map(|row| {
+                    let weight = batch.weight(row);
+                    if self.updating { weight.unsigned_abs() } else { weight.max(0) as u64 }
+                })
+                .collect();
+            let values = records(&buffer, self.csv, copies.iter().sum::<u64>() as usize)?;
+            let mut values = values.into_iter();
+            for (row, copies) in copies.into_iter().enumerate() {
+                let headers = if copies > 0 { self.headers_of(texts.as_ref(), row)? } else { None };
+                for _ in 0..copies {
+                    let value = values.next().expect("counted above");
+                    send(Some(&buffer[value]), key_of(row), headers.clone())?;
+                }
             }
         }
         self.buffer = buffer;
@@ -386,9 +672,21 @@ impl Output {
 
     /// Sends one message, waiting (at most [`SEND_WAIT`]) while the producer's queue is
     /// full.
-    fn send(producer: &SinkProducer, topic: &str, value: &[u8], key: Option<&str>) -> Result<(), SluiceError> {
+    fn send(
+        producer: &SinkProducer,
+        topic: &str,
+        value: Option<&[u8]>,
+        key: Option<&[u8]>,
+        headers: Option<OwnedHeaders>,
+    ) -> Result<(), SluiceError> {
         let deadline = Instant::now() + SEND_WAIT;
-        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value);
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        if let Some(headers) = headers {
+            record = record.headers(headers);
+        }
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
         if let Some(key) = key {
             record = record.key(key);
         }
@@ -446,7 +744,7 @@ impl SinkWriter for IdempotentWriter {
     fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
         sluice_types::failpoint!("sink.write");
         let (producer, topic) = (&self.producer, self.output.topic.clone());
-        self.output.messages(batch, |value, key| Output::send(producer, &topic, value, key))
+        self.output.messages(batch, |value, key, headers| Output::send(producer, &topic, value, key, headers))
     }
 
     fn pre_commit(&mut self, _epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
@@ -508,8 +806,8 @@ impl SinkWriter for TransactionalWriter {
         }
         let shared = &self.producers[self.current];
         let topic = self.output.topic.clone();
-        self.output.messages(batch, |value, key| {
-            Output::send(&shared.producer, &topic, value, key)?;
+        self.output.messages(batch, |value, key, headers| {
+            Output::send(&shared.producer, &topic, value, key, headers)?;
             shared.messages.fetch_add(1, Ordering::Relaxed);
             Ok(())
         })

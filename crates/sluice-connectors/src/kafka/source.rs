@@ -6,21 +6,35 @@
 //! fix). The consumer is created when the first lane opens; each lane splits its
 //! partition's queue off it and adds its partition to the assignment, so the lanes of
 //! a thread, of several threads, or of one worker of a cluster share one client.
+//!
+//! # Group offsets
+//!
+//! With a `group_id`, the offsets of a checkpoint's positions are committed to the group
+//! once that checkpoint is committed ([`SourceFactory::checkpoint_committed`]): by then
+//! every sink acknowledged every row read before them (an at-least-once sink flushed
+//! them at the barrier, an exactly-once sink committed them), so a run restarted from
+//! the group (`start = "committed"` without a checkpoint to restore) loses no row that
+//! left a stateless pipeline. (Rows an aggregate or a join still held at the checkpoint
+//! are in its state, not in the sinks: only a restore from the checkpoint keeps them.)
+//! The commit is asynchronous; the last one is repeated synchronously when the source is
+//! dropped at the end of the run, so the group holds the final positions. Without
+//! checkpoints nothing is committed.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_config::{OnError, SourceConfig};
 use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
-use sluice_types::SluiceError;
+use sluice_types::{Epoch, SluiceError};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::lane::KafkaLane;
 use super::options::{KafkaFormat, KafkaSourceOptions};
-use super::position::Layout;
+use super::position::{Layout, Position};
 use super::rows::RowBuilder;
 use arrow::datatypes::SchemaRef;
 
@@ -39,6 +53,8 @@ pub(crate) struct Shared {
     /// Per lane: whether it is idle (silent for `idle_timeout`, or ended), so that idle
     /// lanes follow the others' watermark.
     pub idle: Vec<AtomicBool>,
+    /// The offsets last committed to the group, committed again synchronously on drop.
+    last_commit: Mutex<Option<TopicPartitionList>>,
 }
 
 impl Shared {
@@ -56,6 +72,18 @@ impl Shared {
         let consumer = Arc::new(consumer);
         *slot = Some(Arc::clone(&consumer));
         Ok(consumer)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let consumer = self.consumer.get_mut().ok().and_then(|c| c.take());
+        let last = self.last_commit.get_mut().ok().and_then(|l| l.take());
+        if let (Some(consumer), Some(offsets), Some(group)) = (consumer, last, &self.options.group_id)
+            && let Err(error) = consumer.commit(&offsets, CommitMode::Sync)
+        {
+            tracing::warn!(source = %self.name, group = %group, "kafka: committing the last offsets failed: {error}");
+        }
     }
 }
 
@@ -112,6 +140,7 @@ impl KafkaSource {
             on_error: config.on_error,
             consumer: Mutex::new(None),
             idle: partitions.iter().map(|_| AtomicBool::new(false)).collect(),
+            last_commit: Mutex::new(None),
         });
         let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
         Ok(KafkaSource { shared, tables, layout, partitions, ends })
@@ -197,6 +226,32 @@ impl SourceFactory for KafkaSource {
             self.shared.options.topics.join(","),
             self.partitions.len()
         )
+    }
+
+    /// Commits the checkpoint's offsets to the group (see the module docs).
+    fn checkpoint_committed(&self, epoch: Epoch, positions: &[(u32, &[u8])]) {
+        let Some(group) = &self.shared.options.group_id else { return };
+        let Ok(Some(consumer)) = self.shared.consumer.lock().map(|c| c.clone()) else { return };
+        let mut offsets = TopicPartitionList::new();
+        for (lane, bytes) in positions {
+            let Some((topic, partition)) = self.partitions.get(*lane as usize) else { continue };
+            let Ok(Position { next_offset: Some(next), .. }) = Position::decode(&self.shared.name, bytes) else {
+                continue;
+            };
+            if let Err(error) = offsets.add_partition_offset(topic, *partition, Offset::Offset(next)) {
+                tracing::warn!(source = %self.shared.name, "kafka: offset of {topic}/{partition}: {error}");
+            }
+        }
+        if offsets.count() == 0 {
+            return;
+        }
+        tracing::debug!(source = %self.shared.name, group = %group, epoch = epoch.0, "kafka: committing offsets {offsets:?}");
+        if let Err(error) = consumer.commit(&offsets, CommitMode::Async) {
+            tracing::warn!(source = %self.shared.name, group = %group, "kafka: committing offsets failed: {error}");
+        }
+        if let Ok(mut last) = self.shared.last_commit.lock() {
+            *last = Some(offsets);
+        }
     }
 
     /// The topics and their partition counts (see the `position` module).

@@ -7,8 +7,12 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use sluice_config::parse_partial;
 
-use super::options::{KafkaFormat, StartAt, sink_options_of, source_options_of};
+use sluice_runtime::SinkFactory;
+use sluice_types::SluiceError;
+
+use super::options::{KafkaFormat, KafkaSinkMode, StartAt, sink_options_of, source_options_of};
 use super::rows::{Message, RowBuilder};
+use super::sink::{KafkaSink, upsert_actions};
 
 fn source(options: &str) -> Result<super::KafkaSourceOptions, String> {
     let text = format!(
@@ -67,8 +71,78 @@ fn sink_options_refuse_raw_and_default_to_json() {
         sink_options_of(&config.expect("parses").sinks[0])
     };
     let options = sink("").expect("valid");
-    assert_eq!((options.format, options.key.as_deref()), (KafkaFormat::Json, Some("a")));
+    assert_eq!(
+        (options.format, options.key.clone(), options.mode),
+        (KafkaFormat::Json, Some(vec!["a".to_owned()]), None)
+    );
     assert!(sink("format = \"raw\"\n").is_err());
+}
+
+fn sink_options(options: &str) -> Result<super::KafkaSinkOptions, String> {
+    let text = format!(
+        "[pipeline]\nname = \"p\"\n[[sink]]\nname = \"k\"\nfrom = \"t\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"b:1\"\ntopic = \"out\"\n{options}"
+    );
+    let (config, _) = parse_partial(&text, "p.toml");
+    sink_options_of(&config.expect("parses").sinks[0])
+        .map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))
+}
+
+#[test]
+fn sink_modes_and_keys_are_read() {
+    let options = sink_options("mode = \"upsert\"\nkey = [\"a\", \"b\"]\n").expect("valid");
+    assert_eq!((options.mode, options.key), (Some(KafkaSinkMode::Upsert), Some(vec!["a".to_owned(), "b".to_owned()])));
+    let options = sink_options("mode = \"changelog\"\n").expect("valid");
+    assert_eq!((options.mode, options.key), (Some(KafkaSinkMode::Changelog), None));
+    assert!(sink_options("mode = \"upsrt\"\n").expect_err("refused").contains("upsert"));
+    assert!(sink_options("key = [\"a\", \"a\"]\n").expect_err("refused").contains("`key` must be"));
+    let options = sink_options("headers_column = \"b\"\n[sink.options.headers]\norigin = \"sluice\"\n").expect("valid");
+    assert_eq!(options.headers, [("origin".to_owned(), "sluice".to_owned())]);
+    assert_eq!(options.headers_column.as_deref(), Some("b"));
+    let error = kafka_sink("headers_column = \"a\"\n", false, None).err().expect("a BIGINT column is refused");
+    assert!(error.message.contains("not VARCHAR"), "{error:?}");
+}
+
+/// The sink over `a BIGINT, b VARCHAR` with `options`, for an input that is updating
+/// or not, with an upsert key or not.
+fn kafka_sink(options: &str, updating: bool, upsert_key: Option<&[usize]>) -> Result<KafkaSink, SluiceError> {
+    let schema = schema(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
+    KafkaSink::new("p", "k", &sink_options(options).expect("valid"), &schema, updating, upsert_key)
+}
+
+#[test]
+fn upsert_mode_needs_a_key_and_takes_the_streams_by_default() {
+    let sink = kafka_sink("mode = \"upsert\"\n", true, Some(&[0])).expect("keyed by the upsert key");
+    assert_eq!(sink.describe(), "kafka(topic=out, json, upsert, key=a)");
+    let sink = kafka_sink("mode = \"upsert\"\nkey = \"b\"\n", false, None).expect("an append-only stream keyed by b");
+    assert_eq!(sink.describe(), "kafka(topic=out, json, upsert, key=b)");
+    for (updating, key, why) in [
+        (true, None, "without a known upsert key"),
+        (true, Some(&[][..]), "global aggregate"),
+        (false, None, "append-only"),
+    ] {
+        let error = kafka_sink("mode = \"upsert\"\n", updating, key).err().expect("refused");
+        assert_eq!(error.code, "sink.kafka_key");
+        assert!(error.message.contains(why) && error.message.contains("need a key"), "{error:?}");
+        assert!(error.fix.as_deref().is_some_and(|f| f.contains("key = [")), "{error:?}");
+    }
+    let error = kafka_sink("key = [\"a\", \"c\"]\n", false, None).err().expect("refused");
+    assert!(error.message.contains("`c`") && error.fix.as_deref().is_some_and(|f| f.contains("a, b")), "{error:?}");
+    let sink = kafka_sink("", true, Some(&[0])).expect("the changelog needs no key");
+    assert_eq!(sink.describe(), "kafka(topic=out, json)");
+}
+
+#[test]
+fn upsert_actions_drop_a_retraction_whose_key_gets_a_later_value() {
+    let (k1, k2) = (&b"{\"a\":1}"[..], &b"{\"a\":2}"[..]);
+    // -U k1, +U k1: one upsert. -D k2: a tombstone. +I k2 then -D k2: an upsert, then
+    // the tombstone that removes it.
+    assert_eq!(upsert_actions(&[-1, 1, -1], &[k1, k1, k2]), [(1, true), (2, false)]);
+    assert_eq!(upsert_actions(&[1, -1], &[k2, k2]), [(0, true), (1, false)]);
+    // A retraction, another key's change, then the new version: still one upsert.
+    assert_eq!(upsert_actions(&[-1, 1, 1], &[k1, k2, k1]), [(1, true), (2, true)]);
+    // Weight 0 writes nothing, weight 2 one upsert; a retraction after the last upsert
+    // of its key stays.
+    assert_eq!(upsert_actions(&[0, 2, -1, 1, -1], &[k1, k1, k2, k2, k2]), [(1, true), (3, true), (4, false)]);
 }
 
 fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
@@ -82,6 +156,7 @@ fn message(offset: i64, value: Option<&str>, key: Option<&str>) -> Message {
         partition: 3,
         offset,
         timestamp: Some(1000 + offset),
+        headers: Vec::new(),
     }
 }
 
@@ -176,4 +251,20 @@ fn a_metadata_column_of_the_wrong_type_is_refused_with_the_right_one() {
     let (batch, bad) = builder.build(&[bad_key, message(1, Some("{}"), Some("ok"))]).expect("builds");
     assert_eq!(bad.len(), 1);
     assert_eq!(batch.expect("one row").column(0).as_string::<i32>().value(0), "ok");
+}
+
+#[test]
+fn headers_are_a_json_object_of_text() {
+    let schema = schema(&[("_headers", DataType::Utf8), ("a", DataType::Int64)]);
+    let with = |headers: Vec<(&str, Option<&[u8]>)>| Message {
+        headers: headers.into_iter().map(|(n, v)| (n.to_owned(), v.map(<[u8]>::to_vec))).collect(),
+        ..message(0, Some("{\"a\":1}"), None)
+    };
+    let messages = [
+        with(vec![("trace", Some(b"t-1")), ("empty", None), ("trace", Some(b"t-2")), ("bin", Some(&[0xff, b'x']))]),
+        with(Vec::new()),
+    ];
+    let (rows, bad) = check(KafkaFormat::Json, schema, &messages);
+    assert_eq!(rows, ["{\"bin\":\"\u{fffd}x\",\"empty\":null,\"trace\":\"t-2\"}|1", "{}|1"]);
+    assert!(bad.is_empty());
 }
