@@ -2,7 +2,8 @@
 //! `/status/stream`, `/metrics`, `/graph`; `POST /stop`, `POST /query`), served on a thread of its own by
 //! [`serve`]. It serves one worker's job (a cluster's workers each serve their own);
 //! nothing here changes the run but `POST /stop`, which asks for the same ordered drain
-//! as Ctrl-C.
+//! as Ctrl-C. In a cluster, `POST /query` on any worker answers for the whole pipeline:
+//! it gathers the other workers' slices through their internal endpoints (`slices`).
 //!
 //! Access: on a loopback address anyone local may call it; elsewhere a bearer token is
 //! required (the `access` module). Bounds: see each module; nothing queues per client.
@@ -15,12 +16,14 @@ mod query;
 mod routes;
 mod sampler;
 mod server;
+mod slices;
 mod status;
 mod stream;
 
 pub use query::MAX_QUERIES;
 pub use sampler::{HISTORY, SAMPLE_EVERY};
-pub use server::{AdminServer, GRACE, serve};
+pub use server::{AdminListener, AdminServer, GRACE, serve};
+pub use slices::MAX_SLICE_LEASES;
 
 #[cfg(test)]
 mod tests;

@@ -85,7 +85,9 @@ impl Drop for Release {
 }
 
 /// Runs one SQL query over the materialized tables, every table read at the newest
-/// checkpoint committed on all of them (the `Sluice-Epoch` header names it). The rows
+/// checkpoint committed on all of them (the `Sluice-Epoch` header names it). In a
+/// cluster, any worker answers for the whole pipeline: it gathers every worker's slice
+/// at one checkpoint, or fails naming a worker it cannot reach. The rows
 /// come as JSON lines, CSV or an Arrow IPC stream. Errors name the problem and list
 /// the tables that exist.
 #[utoipa::path(post, path = "/query", tag = "query", request_body = QueryRequest, responses(
@@ -95,8 +97,8 @@ impl Drop for Release {
     (status = 400, description = "Bad SQL, an unknown table, a table not materialized (each listing the tables), \
         limits out of range, or too many rows", body = ErrorBody),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
-    (status = 409, description = "Not answerable here: a cluster's job", body = ErrorBody),
-    (status = 503, description = "No checkpoint committed in time, a lease that ended, or too many queries at once", body = ErrorBody),
+    (status = 503, description = "No checkpoint committed in time, a lease that ended, too many queries at once, \
+        or (in a cluster) a worker that cannot be reached or a cluster forming again", body = ErrorBody),
     (status = 504, description = "The query took longer than its timeout", body = ErrorBody)))]
 pub(crate) async fn query(State(shared): State<Shared>, body: Bytes) -> Response {
     match answer(shared, body).await {
@@ -120,12 +122,13 @@ async fn answer(shared: Shared, body: Bytes) -> Result<Response, SluiceError> {
         SluiceError::external("query.busy", format!("{MAX_QUERIES} queries are running")).with_fix("ask again soon")
     })?;
     let job = shared.job.clone();
+    let gather = crate::slices::HttpGather { token: shared.token.clone() };
     let sql = request.sql;
     let prepared = tokio::task::spawn_blocking(move || job.prepare_query(&sql, limits)).await.map_err(joined)??;
     // From here on, a client that goes away drops this future, and the guard ends the lease.
     let _release = Release(prepared.lease());
     let (answer, bytes) = tokio::task::spawn_blocking(move || {
-        let answer = prepared.run()?;
+        let answer = prepared.run_gathering(Some(&gather))?;
         let bytes = answer.encode(format)?;
         Ok::<_, SluiceError>((answer, bytes))
     })
@@ -146,7 +149,6 @@ fn joined(error: tokio::task::JoinError) -> SluiceError {
 
 fn failure(error: SluiceError) -> Response {
     let code = match error.code {
-        "query.cluster" => StatusCode::CONFLICT,
         "query.no_checkpoint" | "query.lease_expired" | "query.busy" => StatusCode::SERVICE_UNAVAILABLE,
         "query.timeout" => StatusCode::GATEWAY_TIMEOUT,
         _ => match error.domain {

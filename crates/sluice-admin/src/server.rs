@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) queries: Arc<Semaphore>,
     /// The latest rates and the checkpoint history, kept by the sampling task.
     pub(crate) sampler: Arc<Sampler>,
+    /// The leases other workers of a cluster hold here for their queries.
+    pub(crate) slices: Arc<std::sync::Mutex<crate::slices::SliceLeases>>,
 }
 
 /// A running admin server. Dropping it (or [`AdminServer::shutdown`]) stops it.
@@ -74,17 +76,53 @@ impl Drop for AdminServer {
 /// Serves the admin API of `job` on `bind` (port 0: any free port) from a thread of its
 /// own. Off loopback, `token` is required (see [`crate::access`]).
 pub fn serve(job: JobHandle, bind: SocketAddr, token: Option<String>) -> Result<AdminServer, SluiceError> {
-    let token = access::settle(bind, token)?;
-    let listener = TcpListener::bind(bind).map_err(|e| {
-        SluiceError::external("admin.bind", format!("the admin API cannot listen on {bind}: {e}"))
-            .with_fix("choose another address or port with --admin-bind (port 0: any free port), or --admin-bind off")
-    })?;
-    let addr = listener.local_addr().map_err(|e| thread_error(format!("its address: {e}")))?;
+    AdminListener::bind(bind, token)?.serve(job)
+}
+
+/// The admin API's listener, bound before its job starts: a cluster's worker announces
+/// its address to the others while the cluster forms.
+#[derive(Debug)]
+pub struct AdminListener {
+    listener: TcpListener,
+    addr: SocketAddr,
+    token: Option<String>,
+}
+
+impl AdminListener {
+    /// Checks the access settings and binds `bind` (port 0: any free port).
+    pub fn bind(bind: SocketAddr, token: Option<String>) -> Result<AdminListener, SluiceError> {
+        let token = access::settle(bind, token)?;
+        let listener = TcpListener::bind(bind).map_err(|e| {
+            SluiceError::external("admin.bind", format!("the admin API cannot listen on {bind}: {e}")).with_fix(
+                "choose another address or port with --admin-bind (port 0: any free port), or --admin-bind off",
+            )
+        })?;
+        let addr = listener.local_addr().map_err(|e| thread_error(format!("its address: {e}")))?;
+        Ok(AdminListener { listener, addr, token })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves the admin API of `job` on it (see [`serve`]).
+    pub fn serve(self, job: JobHandle) -> Result<AdminServer, SluiceError> {
+        start(job, self.listener, self.addr, self.token)
+    }
+}
+
+fn start(
+    job: JobHandle,
+    listener: TcpListener,
+    addr: SocketAddr,
+    token: Option<String>,
+) -> Result<AdminServer, SluiceError> {
     listener.set_nonblocking(true).map_err(|e| thread_error(format!("a non-blocking socket: {e}")))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
-        .max_blocking_threads(stream::MAX_STREAMS + crate::query::MAX_QUERIES + 1)
+        .max_blocking_threads(stream::MAX_STREAMS + 2 * crate::query::MAX_QUERIES + 1)
         .build()
         .map_err(|e| thread_error(format!("a runtime: {e}")))?;
     let shared = Shared {
@@ -93,6 +131,7 @@ pub fn serve(job: JobHandle, bind: SocketAddr, token: Option<String>) -> Result<
         streams: Arc::new(Semaphore::new(stream::MAX_STREAMS)),
         queries: Arc::new(Semaphore::new(crate::query::MAX_QUERIES)),
         sampler: Arc::new(Sampler::default()),
+        slices: crate::slices::leases(),
     };
     let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use sluice_admin::AdminServer;
+use sluice_admin::{AdminListener, AdminServer};
 use sluice_engine::{
     ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, JobState, Listening, Overrides,
     RendezvousEvent, RunOutcome, Secret, StartOptions, StopHandle,
@@ -61,7 +61,7 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     /// The engine's cluster options, or None for a run on this worker alone.
-    fn options(&self, from_scratch: bool) -> Result<Option<ClusterOptions>, EngineError> {
+    fn options(&self, from_scratch: bool, admin: Option<SocketAddr>) -> Result<Option<ClusterOptions>, EngineError> {
         let role = match (&self.join, self.workers) {
             (Some(leader), _) => ClusterRole::Join { leader: leader.clone() },
             (None, Some(workers)) if workers > 1 => {
@@ -79,7 +79,18 @@ impl ClusterArgs {
             join_timeout: self.join_timeout,
             control: ControlSettings { events: Some(rendezvous_printer()), ..ControlSettings::default() },
             from_scratch,
+            admin_addr: admin.map(|admin| self.admin_addr(admin)),
         }))
+    }
+
+    /// The address other workers reach this worker's admin API on: the bound one, or on
+    /// a wildcard bind, the --advertise host with the admin port.
+    fn admin_addr(&self, admin: SocketAddr) -> String {
+        let host = self.advertise.as_deref().and_then(|advertise| advertise.rsplit_once(':')).map(|(host, _)| host);
+        match host {
+            Some(host) if admin.ip().is_unspecified() => format!("{host}:{}", admin.port()),
+            _ => admin.to_string(),
+        }
     }
 }
 
@@ -142,12 +153,13 @@ pub struct RunOptions<'a> {
     pub quiet: bool,
 }
 
-/// Starts the admin API for `job`; a failure stops the job (it has not run for anyone).
-fn serve_admin(job: &Job, settings: Option<AdminSettings>, quiet: bool) -> Result<Option<AdminServer>, SluiceError> {
-    let Some(AdminSettings { bind, token }) = settings else {
+/// Starts the admin API for `job` on its listener; a failure stops the job (it has not
+/// run for anyone).
+fn serve_admin(job: &Job, listener: Option<AdminListener>, quiet: bool) -> Result<Option<AdminServer>, SluiceError> {
+    let Some(listener) = listener else {
         return Ok(None);
     };
-    let server = sluice_admin::serve(job.handle(), bind, token)?;
+    let server = listener.serve(job.handle())?;
     if !quiet {
         eprintln!("sluice: admin API on http://{}", server.addr());
     }
@@ -182,11 +194,15 @@ fn rendezvous_printer() -> crossbeam_channel::Sender<RendezvousEvent> {
 pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptions) -> Result<ExitCode, EngineError> {
     let RunOptions { from_scratch, cluster, admin, quiet } = options;
     let pipeline = engine.load(path, overrides)?;
-    let admin = admin.settings()?;
+    // Bound before the job starts: a cluster's worker announces its address to the others.
+    let admin = match admin.settings()? {
+        Some(AdminSettings { bind, token }) => Some(AdminListener::bind(bind, token).map_err(EngineError::new)?),
+        None => None,
+    };
     let checkpoints = pipeline.config.checkpoint.is_some();
     let writes_stdout = pipeline.writes_stdout();
     let clustered = cluster.join.is_some() || cluster.workers.is_some_and(|workers| workers > 1);
-    let job = match cluster.options(from_scratch)? {
+    let job = match cluster.options(from_scratch, admin.as_ref().map(AdminListener::addr))? {
         None => Job::start(&pipeline, StartOptions { from_scratch })?,
         Some(options) => {
             if from_scratch && !checkpoints {

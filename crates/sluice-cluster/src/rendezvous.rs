@@ -9,7 +9,8 @@
 //! 1. **Authenticate** (`auth`): both directions prove the shared secret, or both have
 //!    none; anything else is refused by both sides.
 //! 2. **Register** (joiner → leader): a [`Register`] frame (`wire`) with the joiner's
-//!    exchange address, threads, topology fingerprint, host, pid and build.
+//!    exchange address, threads, topology fingerprint, host, pid, build and admin API
+//!    address (every member learns every worker's, for queries over the whole cluster).
 //! 3. The leader **checks** it, each check refusing with a refusal frame (plain text,
 //!    readable by any wire version) and a message naming both values and the remedy:
 //!    the frame's wire version must equal the leader's; the fingerprint must equal the
@@ -86,6 +87,8 @@ pub struct WorkerInfo {
     pub host: String,
     pub pid: u32,
     pub build: String,
+    /// Where its admin API listens (`host:port`), empty when it has none.
+    pub admin_addr: String,
 }
 
 impl WorkerInfo {
@@ -98,7 +101,13 @@ impl WorkerInfo {
             host: host_name(),
             pid: std::process::id(),
             build: env!("CARGO_PKG_VERSION").to_string(),
+            admin_addr: String::new(),
         }
+    }
+
+    /// The same worker, announcing its admin API at `admin_addr`.
+    pub fn with_admin(self, admin_addr: impl Into<String>) -> WorkerInfo {
+        WorkerInfo { admin_addr: admin_addr.into(), ..self }
     }
 
     fn register(&self) -> Register {
@@ -109,6 +118,7 @@ impl WorkerInfo {
             host: self.host.clone(),
             pid: self.pid,
             build: self.build.clone(),
+            admin_addr: self.admin_addr.clone(),
         }
     }
 }

@@ -51,9 +51,9 @@
 //!
 //! ```text
 //! Register   exchange_addr: string, threads: varint u32, fingerprint: string,
-//!            host: string, pid: varint u32, build: string
+//!            host: string, pid: varint u32, build: string, admin_addr: string
 //! Welcome    members: seq of Member, you: varint u32, fingerprint: string
-//! Member     id: varint u32, exchange_addr: string, threads: varint u32
+//! Member     id: varint u32, exchange_addr: string, threads: varint u32, admin_addr: string
 //! ToWorker   0 Barrier { epoch: varint u64, final_epoch: bool } | 1 Commit { epoch: varint u64,
 //!            final_epoch: bool } | 2 Stop | 3 Abort { reason: string } | 4 Heartbeat
 //!            | 5 Resume { restored_epoch: varint u64, first_epoch: varint u64 }
@@ -65,12 +65,13 @@
 //! A `bool` is one byte, `00` or `01` (any other byte is refused).
 //!
 //! Example: `ToWorker::Barrier { epoch: 300, final_epoch: false }` is
-//! `53 4c 43 43 02 00 03 04 00 00 00 00 ac 02 00`.
+//! `53 4c 43 43 03 00 03 04 00 00 00 00 ac 02 00`.
 //!
 //! History: version 1 had no `final_epoch`, no `Resume`, `DriversFinished` or
 //! `StopRequested` and no `Rejoin` (clusters did not checkpoint); version 2 is the
 //! distributed epochs of `sluice-runtime`'s coordinator and the re-forming of a cluster
-//! after a lost worker.
+//! after a lost worker; version 3 adds each worker's admin API address to `Register` and
+//! `Member` (a cluster's query reads every worker's slice through it).
 //!
 //! A body must be consumed exactly (trailing bytes are refused). Bodies are not required
 //! to be canonical (postcard also accepts over-long varints): a control message is never
@@ -97,7 +98,7 @@ use serde::{Deserialize, Serialize};
 use sluice_types::SluiceError;
 
 /// The control encoding this build speaks.
-pub const WIRE_VERSION: u16 = 2;
+pub const WIRE_VERSION: u16 = 3;
 /// The first bytes of every control frame.
 pub const CONTROL_MAGIC: [u8; 4] = *b"SLCC";
 /// The header's length: magic, version, kind, body length.
@@ -153,6 +154,9 @@ pub struct Register {
     pub host: String,
     pub pid: u32,
     pub build: String,
+    /// Where its admin HTTP API listens (`host:port`), or empty when it has none: a
+    /// query on any worker reads every worker's slice of the materialized tables there.
+    pub admin_addr: String,
 }
 
 /// One worker of the cluster as every worker sees it.
@@ -162,6 +166,8 @@ pub struct Member {
     pub id: u32,
     pub exchange_addr: String,
     pub threads: u32,
+    /// Its admin API's address (empty: none); see [`Register::admin_addr`].
+    pub admin_addr: String,
 }
 
 /// The leader's answer once every worker registered: the member set.

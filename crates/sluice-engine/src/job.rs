@@ -22,6 +22,7 @@ use crate::cluster::{self, ClusterOptions, Formed, Listening};
 use crate::compile::{CompiledPipeline, Restoring};
 use crate::error::EngineError;
 use crate::load::Pipeline;
+use crate::materialize::Materialized;
 use crate::status::{JobState, Status, StatusCell, StatusStream};
 
 /// How to start a job.
@@ -121,7 +122,7 @@ impl Job {
             status,
             explanation: Arc::new(crate::explain::explain(&compiled)),
             checkpoints: checkpointing.is_some(),
-            materialized: Some(Arc::clone(&compiled.materialized)),
+            queries: Arc::new(Mutex::new(QueryScope::Solo(Arc::clone(&compiled.materialized)))),
         };
         let status = Arc::clone(&handle.status);
         launch(handle, notices, move || {
@@ -161,9 +162,10 @@ impl Job {
             status,
             explanation,
             checkpoints,
-            materialized: None,
+            queries: Arc::new(Mutex::new(QueryScope::Forming { why: None })),
         };
         let status = Arc::clone(&handle.status);
+        let queries = Arc::clone(&handle.queries);
         launch(handle, Vec::new(), move || {
             let failed = |error: SluiceError, metrics: Arc<Metrics>| RunReport {
                 outcome: RunOutcome::Failed { component: "cluster".into(), error },
@@ -186,7 +188,13 @@ impl Job {
                     tracing::warn!("{notice}");
                 }
                 let control_listener = formed.control_listener.take();
-                let (report, rejoin) = run_in_cluster(formed, (stop.clone(), woken.clone()), &metrics, &status);
+                let (report, rejoin) =
+                    run_in_cluster(formed, (stop.clone(), woken.clone()), &metrics, &status, &queries);
+                let why = match &report.outcome {
+                    RunOutcome::Failed { component, error } => format!("{component}: {}", error.message),
+                    RunOutcome::Completed => "the run ended".to_string(),
+                };
+                *queries.lock().unwrap_or_else(PoisonError::into_inner) = QueryScope::Forming { why: Some(why) };
                 if !rejoin || round == cluster::MAX_ROUNDS {
                     return report;
                 }
@@ -285,6 +293,7 @@ fn run_in_cluster(
     stop: (StopHandle, crossbeam_channel::Receiver<()>),
     metrics_cell: &Mutex<Arc<Metrics>>,
     status: &StatusCell,
+    queries: &Mutex<QueryScope>,
 ) -> (RunReport, bool) {
     let Formed {
         compiled,
@@ -302,6 +311,14 @@ fn run_in_cluster(
     let rejoin = checkpointing.is_some();
     let metrics = Arc::new(Metrics::for_plan(&compiled.plan, compiled.options.threads));
     *metrics_cell.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&metrics);
+    let peers = membership
+        .members
+        .iter()
+        .filter(|m| m.id != membership.me)
+        .map(|m| crate::query::Peer { id: m.id, admin_addr: m.admin_addr.clone() })
+        .collect();
+    *queries.lock().unwrap_or_else(PoisonError::into_inner) =
+        QueryScope::Cluster { registry: Arc::clone(&compiled.materialized), peers };
     let workers = membership.len();
     status.update(|s| {
         s.state = JobState::Starting;
@@ -373,8 +390,20 @@ pub struct JobHandle {
     explanation: Arc<crate::explain::Explanation>,
     /// Whether it takes checkpoints (a `[checkpoint]` section).
     checkpoints: bool,
-    /// Its materialized tables; None for a cluster's job (queries not supported there yet).
-    materialized: Option<Arc<crate::materialize::Materialized>>,
+    /// What a query reads: a cluster's job changes it as its rounds start and end.
+    queries: Arc<Mutex<QueryScope>>,
+}
+
+/// What a query received by a job reads.
+#[derive(Clone)]
+enum QueryScope {
+    /// A job on one worker: its tables hold every row.
+    Solo(Arc<Materialized>),
+    /// A cluster's job before a round runs: while it forms, or forms again after
+    /// `why` (a lost worker).
+    Forming { why: Option<String> },
+    /// A cluster's round: this worker's slices, and the other workers to gather from.
+    Cluster { registry: Arc<Materialized>, peers: Vec<crate::query::Peer> },
 }
 
 impl std::fmt::Debug for JobHandle {
@@ -513,14 +542,42 @@ impl JobHandle {
         sql: &str,
         limits: crate::query::QueryLimits,
     ) -> Result<crate::query::PreparedQuery, SluiceError> {
-        let Some(materialized) = &self.materialized else {
-            return Err(SluiceError::user(
-                "query.cluster",
-                "queries over a cluster's materialized tables are not supported yet (each worker holds only its slice)",
-            )
-            .with_fix("run the pipeline as one process (without --workers or --join) to query it"));
+        match self.query_scope() {
+            QueryScope::Solo(registry) => crate::query::prepare(&registry, sql, limits),
+            QueryScope::Cluster { registry, peers } => {
+                Ok(crate::query::prepare(&registry, sql, limits)?.with_peers(peers))
+            }
+            QueryScope::Forming { why } => Err(forming(why)),
+        }
+    }
+
+    fn query_scope(&self) -> QueryScope {
+        self.queries.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// This worker's materialized tables (its slices, in a cluster).
+    fn registry(&self) -> Option<Arc<Materialized>> {
+        match self.query_scope() {
+            QueryScope::Solo(registry) | QueryScope::Cluster { registry, .. } => Some(registry),
+            QueryScope::Forming { .. } => None,
+        }
+    }
+
+    /// Takes a lease on this worker's newest committed epoch (waiting at most `timeout`
+    /// for the first), ending after `timeout`: another worker of the cluster gathering
+    /// this worker's slices for a query ([`crate::materialize::Lease::read_slice`]).
+    pub fn lease_slices(&self, timeout: Duration) -> Result<Arc<crate::materialize::Lease>, SluiceError> {
+        let registry = match self.query_scope() {
+            QueryScope::Solo(registry) | QueryScope::Cluster { registry, .. } => registry,
+            QueryScope::Forming { why } => return Err(forming(why)),
         };
-        crate::query::prepare(materialized, sql, limits)
+        registry.lease(timeout, timeout).ok_or_else(|| {
+            SluiceError::external(
+                "query.no_checkpoint",
+                format!("no checkpoint was committed on this worker within {} ms", timeout.as_millis()),
+            )
+            .with_fix("wait for the job's first checkpoint, or give a longer timeout")
+        })
     }
 
     /// Prepares and runs `sql` (see [`JobHandle::prepare_query`]).
@@ -534,13 +591,23 @@ impl JobHandle {
 
     /// Query leases live now.
     pub fn query_leases(&self) -> usize {
-        self.materialized.as_ref().map_or(0, |m| m.leases())
+        self.registry().map_or(0, |m| m.leases())
     }
 
     /// The materialized tables' names.
     pub fn materialized_tables(&self) -> Vec<String> {
-        self.materialized.as_ref().map_or_else(Vec::new, |m| m.names().into_iter().map(String::from).collect())
+        self.registry().map_or_else(Vec::new, |m| m.names().into_iter().map(String::from).collect())
     }
+}
+
+/// A cluster's job between rounds answers no query.
+fn forming(why: Option<String>) -> SluiceError {
+    let message = match why {
+        None => "the cluster is forming: queries are answered once every worker runs".to_string(),
+        Some(why) => format!("the cluster is not running a round (it forms again, or ended) after: {why}"),
+    };
+    SluiceError::external("query.cluster_forming", message)
+        .with_fix("ask again once GET /status says running; restart a lost worker with the same command")
 }
 
 fn request_timeout(timeout: Duration) -> SluiceError {

@@ -375,6 +375,22 @@ impl Lease {
         lock(&self.registry.epochs).leases.remove(&self.id);
     }
 
+    /// This process's slice of table `name` at `epoch` (at or after the lease's; waited
+    /// for at most `wait`), for a cluster's query gathering it on another worker.
+    pub fn read_slice(
+        &self,
+        name: &str,
+        epoch: u64,
+        wait: Duration,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), SluiceError> {
+        let table = self.registry.table(name).ok_or_else(|| {
+            SluiceError::user("query.unknown_table", format!("no materialized table `{name}` on this worker"))
+                .with_fix("run the same pipeline on every worker")
+        })?;
+        let batches = self.registry.read_at(table, self, epoch, wait, 8192)?;
+        Ok((Arc::clone(&table.schema), batches))
+    }
+
     /// Whether it still holds its epoch (not released, not expired).
     pub fn is_live(&self) -> bool {
         lock(&self.registry.epochs).leases.get(&self.id).is_some_and(|(_, deadline)| *deadline > Instant::now())

@@ -14,6 +14,18 @@
 //! ([`QueryLimits::timeout`], at most [`TIMEOUT_LIMIT`]: the lease's lifetime, and the
 //! execution is dropped at its deadline), DataFusion's working memory
 //! ([`WORKING_MEMORY`]). The tables read are copied once into the query's memory.
+//!
+//! In a cluster every worker holds a slice of each table (the rows its threads keep), and
+//! the worker that receives the query gathers the others' through a [`Gather`] (the admin
+//! API implements it over HTTP, each worker announcing its admin address in the
+//! membership). Consistency: the receiver's lease is on its newest committed epoch
+//! `r_0`; it takes a lease on every other worker's newest, `r_i`, and every slice is read
+//! at `e = max(r_i)`: no worker folds past its own lease, so each still has `e`
+//! (waiting, within the deadline, for those that have not committed it yet; see
+//! `Materialized::read_at`). Every remote lease is released when the tables are read, or
+//! on any failure. Bounds: rows gathered ([`GATHER_ROWS_LIMIT`]), bytes received
+//! ([`GATHER_BYTES_LIMIT`]) and the query's deadline; a worker that cannot be reached
+//! fails the query with a typed error naming it, never an answer from some of the slices.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +52,71 @@ pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 pub const TIMEOUT_LIMIT: Duration = Duration::from_secs(300);
 /// DataFusion's memory pool per query (sorts, joins, aggregations).
 pub const WORKING_MEMORY: usize = 512 << 20;
+/// The most rows a cluster's query gathers from every worker's slices together.
+pub const GATHER_ROWS_LIMIT: usize = 10_000_000;
+/// The most bytes a cluster's query receives from the other workers together.
+pub const GATHER_BYTES_LIMIT: usize = 512 << 20;
+
+/// Another worker of the cluster, whose slices a query gathers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub id: u32,
+    /// Its admin API's address (`host:port`), empty when it runs without one.
+    pub admin_addr: String,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.admin_addr.is_empty() {
+            write!(f, "worker {} (no admin API)", self.id)
+        } else {
+            write!(f, "worker {} (admin API at {})", self.id, self.admin_addr)
+        }
+    }
+}
+
+/// A lease another worker holds for this query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteLease {
+    /// The other worker's name for it.
+    pub id: u64,
+    /// The newest epoch committed there when it was taken.
+    pub epoch: u64,
+}
+
+/// Reaches the other workers' slices (see the module docs). Every call ends by
+/// `deadline`; errors name the worker.
+pub trait Gather {
+    /// Takes a lease on `peer`'s newest committed epoch.
+    fn lease(&self, peer: &Peer, deadline: Instant) -> Result<RemoteLease, SluiceError>;
+    /// `peer`'s slice of `table` at `epoch` (at or after the lease's), at most
+    /// `max_bytes` received.
+    fn slice(
+        &self,
+        peer: &Peer,
+        lease: RemoteLease,
+        table: &Table,
+        epoch: u64,
+        deadline: Instant,
+        max_bytes: usize,
+    ) -> Result<Vec<RecordBatch>, SluiceError>;
+    /// Ends the lease (best effort: it also ends at its deadline).
+    fn release(&self, peer: &Peer, lease: RemoteLease);
+}
+
+/// Remote leases, released when dropped.
+struct Held<'a> {
+    gather: &'a dyn Gather,
+    leases: Vec<(&'a Peer, RemoteLease)>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for (peer, lease) in &self.leases {
+            self.gather.release(peer, *lease);
+        }
+    }
+}
 
 /// What a query may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +243,8 @@ pub struct PreparedQuery {
     limits: QueryLimits,
     deadline: Instant,
     context: SessionContext,
+    /// The other workers of a cluster, whose slices are gathered.
+    peers: Vec<Peer>,
 }
 
 impl std::fmt::Debug for PreparedQuery {
@@ -235,7 +314,16 @@ pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> 
                 })?)
             }
         };
-    Ok(PreparedQuery { registry: Arc::clone(registry), lease, statement, tables, limits, deadline, context })
+    Ok(PreparedQuery {
+        registry: Arc::clone(registry),
+        lease,
+        statement,
+        tables,
+        limits,
+        deadline,
+        context,
+        peers: Vec::new(),
+    })
 }
 
 impl PreparedQuery {
@@ -249,19 +337,24 @@ impl PreparedQuery {
         self.lease.clone()
     }
 
-    /// Reads the tables at the lease's epoch and runs the query.
+    /// The same query, gathering the slices of `peers` too (a cluster's other workers).
+    pub fn with_peers(self, peers: Vec<Peer>) -> PreparedQuery {
+        PreparedQuery { peers, ..self }
+    }
+
+    /// Reads the tables at the lease's epoch and runs the query (on one worker).
     pub fn run(self) -> Result<QueryAnswer, SluiceError> {
+        self.run_gathering(None)
+    }
+
+    /// Reads the tables, every worker's slices through `gather` in a cluster, and runs
+    /// the query.
+    pub fn run_gathering(self, gather: Option<&dyn Gather>) -> Result<QueryAnswer, SluiceError> {
         sluice_types::failpoint!("query.leased");
-        let epoch = self.epoch();
-        for (table, lease) in self.tables.iter().zip(std::iter::repeat(&self.lease)) {
-            let Some(lease) = lease else { break };
-            let batches = self.registry.read(table, lease, 8192)?;
-            let memory = MemTable::try_new(Arc::clone(&table.schema), vec![batches])
-                .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
-            self.context
-                .register_table(table.name.as_str(), Arc::new(memory))
-                .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
-        }
+        let epoch = match &self.lease {
+            Some(lease) => Some(self.read_tables(lease, gather)?),
+            None => None,
+        };
         // Every table is copied: the epoch is no longer needed.
         if let Some(lease) = &self.lease {
             lease.release();
@@ -289,10 +382,11 @@ impl PreparedQuery {
             let batches = frame.collect().await.map_err(|e| query_error(&e))?;
             Ok::<_, SluiceError>((schema, batches))
         };
-        let (schema, batches) = runtime.block_on(tokio::time::timeout(left, work)).map_err(|_| {
-            SluiceError::external("query.timeout", format!("the query took longer than {} ms", left.as_millis()))
-                .with_fix("give a longer timeout (timeout_ms), or read less")
-        })??;
+        let (schema, batches) =
+            runtime.block_on(async move { tokio::time::timeout(left, work).await }).map_err(|_| {
+                SluiceError::external("query.timeout", format!("the query took longer than {} ms", left.as_millis()))
+                    .with_fix("give a longer timeout (timeout_ms), or read less")
+            })??;
         let answer = QueryAnswer { epoch, schema, batches };
         if answer.rows() > max_rows {
             return Err(SluiceError::user("query.too_many_rows", format!("the answer has more than {max_rows} rows"))
@@ -302,6 +396,62 @@ impl PreparedQuery {
         }
         Ok(answer)
     }
+}
+
+impl PreparedQuery {
+    /// Reads every named table at one epoch (this worker's slices, and in a cluster the
+    /// other workers' through `gather`) into the session; returns the epoch.
+    fn read_tables(&self, lease: &Lease, gather: Option<&dyn Gather>) -> Result<u64, SluiceError> {
+        let mut held = None;
+        let mut epoch = lease.epoch;
+        if !self.peers.is_empty() {
+            let gather = gather.ok_or_else(|| {
+                SluiceError::internal("query.gather", "a cluster's query was run without a way to reach the workers")
+            })?;
+            let held = held.insert(Held { gather, leases: Vec::with_capacity(self.peers.len()) });
+            for peer in &self.peers {
+                let remote = gather.lease(peer, self.deadline)?;
+                held.leases.push((peer, remote));
+                epoch = epoch.max(remote.epoch);
+            }
+        }
+        let (mut rows, mut bytes) = (0usize, 0usize);
+        for table in &self.tables {
+            let wait = self.deadline.saturating_duration_since(Instant::now());
+            let mut batches = self.registry.read_at(table, lease, epoch, wait, 8192)?;
+            if let Some(held) = &held {
+                for (peer, remote) in &held.leases {
+                    let left = GATHER_BYTES_LIMIT.saturating_sub(bytes);
+                    let slice = held.gather.slice(peer, *remote, table, epoch, self.deadline, left)?;
+                    bytes += slice.iter().map(RecordBatch::get_array_memory_size).sum::<usize>();
+                    batches.extend(slice);
+                }
+            }
+            rows += batches.iter().map(RecordBatch::num_rows).sum::<usize>();
+            if rows > GATHER_ROWS_LIMIT || bytes > GATHER_BYTES_LIMIT {
+                return Err(too_large());
+            }
+            let memory = MemTable::try_new(Arc::clone(&table.schema), vec![batches])
+                .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
+            self.context
+                .register_table(table.name.as_str(), Arc::new(memory))
+                .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
+        }
+        // Every table is copied: `held` releases the other workers' leases as it drops.
+        Ok(epoch)
+    }
+}
+
+/// The tables a query reads hold more than it may gather.
+pub fn too_large() -> SluiceError {
+    SluiceError::user(
+        "query.gather_too_large",
+        format!(
+            "the tables the query reads hold more than {GATHER_ROWS_LIMIT} rows or {} MiB across the workers",
+            GATHER_BYTES_LIMIT >> 20
+        ),
+    )
+    .with_fix("materialize a smaller view (aggregate or filter in the pipeline) and query that")
 }
 
 /// A session that only reads the tables registered in it.

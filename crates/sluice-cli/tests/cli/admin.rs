@@ -89,6 +89,23 @@ impl Running {
         panic!("no admin line; stderr:\n{}", self.seen.join("\n"));
     }
 
+    /// Reads stderr lines until one contains `needle`; returns it.
+    pub(crate) fn until(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        while let Some(line) = self.next_line(deadline) {
+            if line.contains(needle) {
+                return line;
+            }
+        }
+        panic!("no line with {needle:?}; stderr:\n{}", self.seen.join("\n"));
+    }
+
+    /// Kills the process (SIGKILL) and waits for its end.
+    pub(crate) fn kill(&mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("wait");
+    }
+
     /// The address [`Running::admin_addr`] read.
     pub(crate) fn admin_addr_known(&self) -> SocketAddr {
         self.addr.expect("admin_addr was read first")

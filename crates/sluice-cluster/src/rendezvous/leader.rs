@@ -508,9 +508,12 @@ fn form(
     me: &WorkerInfo,
     settings: &ControlSettings,
 ) -> Result<(Membership, LeaderControl), SluiceError> {
-    let others: Vec<(String, u32)> =
-        registry.registered.values().map(|held| (held.register.exchange_addr.clone(), held.register.threads)).collect();
-    let members = Membership::settle((&me.exchange_addr, me.threads), &others);
+    let others: Vec<(String, u32, String)> = registry
+        .registered
+        .values()
+        .map(|held| (held.register.exchange_addr.clone(), held.register.threads, held.register.admin_addr.clone()))
+        .collect();
+    let members = Membership::settle((&me.exchange_addr, me.threads, &me.admin_addr), &others);
     let version = door.facts.version;
     let events = unbounded();
     let mut sessions = Vec::new();

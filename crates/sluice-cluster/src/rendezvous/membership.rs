@@ -22,16 +22,19 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// The members of a cluster of the leader (`leader`: exchange address and threads) and
-    /// `others`: the leader id 0, then the others by exchange address, ids 1..N.
-    pub fn settle(leader: (&str, u32), others: &[(String, u32)]) -> Vec<Member> {
-        let mut sorted: Vec<&(String, u32)> = others.iter().collect();
+    /// The members of a cluster of the leader (`leader`: exchange address, threads and
+    /// admin address) and `others`: the leader id 0, then the others by exchange address,
+    /// ids 1..N.
+    pub fn settle(leader: (&str, u32, &str), others: &[(String, u32, String)]) -> Vec<Member> {
+        let mut sorted: Vec<&(String, u32, String)> = others.iter().collect();
         sorted.sort();
-        let first = Member { id: 0, exchange_addr: leader.0.to_string(), threads: leader.1 };
-        let rest = sorted.into_iter().zip(1u32..).map(|((exchange_addr, threads), id)| Member {
+        let first =
+            Member { id: 0, exchange_addr: leader.0.to_string(), threads: leader.1, admin_addr: leader.2.to_string() };
+        let rest = sorted.into_iter().zip(1u32..).map(|((exchange_addr, threads, admin_addr), id)| Member {
             id,
             exchange_addr: exchange_addr.clone(),
             threads: *threads,
+            admin_addr: admin_addr.clone(),
         });
         std::iter::once(first).chain(rest).collect()
     }
@@ -39,7 +42,7 @@ impl Membership {
     /// A cluster of one: this worker leads alone.
     pub fn solo(me: &WorkerInfo) -> Membership {
         Membership {
-            members: Membership::settle((&me.exchange_addr, me.threads), &[]),
+            members: Membership::settle((&me.exchange_addr, me.threads, &me.admin_addr), &[]),
             me: 0,
             fingerprint: me.fingerprint.clone(),
         }
@@ -71,8 +74,9 @@ impl Membership {
         let Some((leader, others)) = members.split_first() else {
             return Err("it lists no members".to_string());
         };
-        let pairs: Vec<(String, u32)> = others.iter().map(|m| (m.exchange_addr.clone(), m.threads)).collect();
-        if Membership::settle((&leader.exchange_addr, leader.threads), &pairs) != members {
+        let pairs: Vec<(String, u32, String)> =
+            others.iter().map(|m| (m.exchange_addr.clone(), m.threads, m.admin_addr.clone())).collect();
+        if Membership::settle((&leader.exchange_addr, leader.threads, &leader.admin_addr), &pairs) != members {
             return Err("its members are not numbered from the leader (0) then by exchange address".to_string());
         }
         let addresses = members.iter().map(|m| m.exchange_addr.as_str());
@@ -80,7 +84,12 @@ impl Membership {
             return Err("two members have the same exchange address".to_string());
         }
         match members.get(you as usize) {
-            Some(member) if you != 0 && member.exchange_addr == me.exchange_addr && member.threads == me.threads => {
+            Some(member)
+                if you != 0
+                    && member.exchange_addr == me.exchange_addr
+                    && member.threads == me.threads
+                    && member.admin_addr == me.admin_addr =>
+            {
                 Ok(Membership { members, me: you, fingerprint })
             }
             _ => Err(format!(
@@ -101,10 +110,15 @@ mod tests {
 
     #[test]
     fn settling_is_a_pure_function_of_the_registered_set() {
-        let one = [("b:1".to_string(), 2), ("a:9".to_string(), 3), ("c:0".to_string(), 1)];
+        let one = [
+            ("b:1".to_string(), 2, "b:2".to_string()),
+            ("a:9".to_string(), 3, String::new()),
+            ("c:0".to_string(), 1, "c:1".to_string()),
+        ];
         let other_order = [one[2].clone(), one[0].clone(), one[1].clone()];
-        let members = Membership::settle(("z:0", 4), &one);
-        assert_eq!(members, Membership::settle(("z:0", 4), &other_order));
+        let members = Membership::settle(("z:0", 4, ""), &one);
+        assert_eq!(members, Membership::settle(("z:0", 4, ""), &other_order));
+        assert_eq!(members[2].admin_addr, "b:2", "each member keeps its admin address");
         let expected = [(0, "z:0", 4), (1, "a:9", 3), (2, "b:1", 2), (3, "c:0", 1)];
         let got: Vec<(u32, &str, u32)> = members.iter().map(|m| (m.id, m.exchange_addr.as_str(), m.threads)).collect();
         assert_eq!(got, expected);
@@ -113,7 +127,10 @@ mod tests {
 
     #[test]
     fn a_joiner_checks_its_welcome() {
-        let members = Membership::settle(("l:0", 1), &[("a:1".to_string(), 2), ("b:1".to_string(), 3)]);
+        let members = Membership::settle(
+            ("l:0", 1, ""),
+            &[("a:1".to_string(), 2, String::new()), ("b:1".to_string(), 3, String::new())],
+        );
         let welcome = |members: Vec<Member>, you| Welcome { members, you, fingerprint: "fp".into() };
         let me = worker("b:1", 3);
         let settled = Membership::from_welcome(welcome(members.clone(), 2), &me).expect("valid");

@@ -55,7 +55,7 @@ pub enum ControlEvent<M> {
 /// A message this side receives.
 pub(crate) trait Inbound: Sized + Send + 'static {
     /// The message, or the frame it was not.
-    fn from_message(message: ControlMessage) -> Result<Self, ControlMessage>;
+    fn from_message(message: ControlMessage) -> Result<Self, Box<ControlMessage>>;
     fn is_heartbeat(&self) -> bool;
 }
 
@@ -65,10 +65,10 @@ pub(crate) trait Outbound: Body + Send + Sync + 'static {
 }
 
 impl Inbound for ToLeader {
-    fn from_message(message: ControlMessage) -> Result<ToLeader, ControlMessage> {
+    fn from_message(message: ControlMessage) -> Result<ToLeader, Box<ControlMessage>> {
         match message {
             ControlMessage::ToLeader(message) => Ok(message),
-            other => Err(other),
+            other => Err(Box::new(other)),
         }
     }
 
@@ -78,10 +78,10 @@ impl Inbound for ToLeader {
 }
 
 impl Inbound for ToWorker {
-    fn from_message(message: ControlMessage) -> Result<ToWorker, ControlMessage> {
+    fn from_message(message: ControlMessage) -> Result<ToWorker, Box<ControlMessage>> {
         match message {
             ControlMessage::ToWorker(message) => Ok(message),
-            other => Err(other),
+            other => Err(Box::new(other)),
         }
     }
 
@@ -298,7 +298,7 @@ impl<I: Inbound, O: Outbound> Session<I, O> {
 
     /// Hands one message to the owner; false once the session ended.
     fn deliver(&self, message: ControlMessage, max_queued: usize) -> bool {
-        let message = match I::from_message(message) {
+        let message = match I::from_message(message).map_err(|other| *other) {
             Ok(message) if message.is_heartbeat() => return true,
             Ok(message) => message,
             Err(ControlMessage::Refusal(text)) => {

@@ -287,8 +287,8 @@ fn fake_leader(answer: impl FnOnce(&Register) -> Vec<u8> + Send + 'static) -> (S
 }
 
 fn welcome_for(register: &Register, fingerprint: &str) -> Welcome {
-    let others = [(register.exchange_addr.clone(), register.threads)];
-    Welcome { members: Membership::settle((LEADER_EXCHANGE, 2), &others), you: 1, fingerprint: fingerprint.into() }
+    let others = [(register.exchange_addr.clone(), register.threads, register.admin_addr.clone())];
+    Welcome { members: Membership::settle((LEADER_EXCHANGE, 2, ""), &others), you: 1, fingerprint: fingerprint.into() }
 }
 
 #[test]

@@ -34,18 +34,20 @@ fn golden_vector_of_a_register() {
         host: "node-2".into(),
         pid: 4242,
         build: "0.1.0".into(),
+        admin_addr: "10.0.0.2:9400".into(),
     };
     let fields = [
         "53 4c 43 43",                               // magic "SLCC"
-        "02 00",                                     // wire version 2
+        "03 00",                                     // wire version 3
         "01",                                        // kind: register
-        "23 00 00 00",                               // body: 35 bytes
+        "31 00 00 00",                               // body: 49 bytes
         "0d 31 30 2e 30 2e 30 2e 32 3a 37 30 30 30", // exchange_addr "10.0.0.2:7000"
         "04",                                        // threads 4
         "04 66 70 2d 31",                            // fingerprint "fp-1"
         "06 6e 6f 64 65 2d 32",                      // host "node-2"
         "92 21",                                     // pid 4242
         "05 30 2e 31 2e 30",                         // build "0.1.0"
+        "0d 31 30 2e 30 2e 30 2e 32 3a 39 34 30 30", // admin_addr "10.0.0.2:9400"
     ];
     check_golden(ControlMessage::Register(register), &fields);
 }
@@ -53,16 +55,18 @@ fn golden_vector_of_a_register() {
 #[test]
 fn golden_vector_of_a_welcome() {
     let members = vec![
-        Member { id: 0, exchange_addr: "127.0.0.1:7000".into(), threads: 2 },
-        Member { id: 1, exchange_addr: "127.0.0.1:7001".into(), threads: 3 },
+        Member { id: 0, exchange_addr: "127.0.0.1:7000".into(), threads: 2, admin_addr: "a:1".into() },
+        Member { id: 1, exchange_addr: "127.0.0.1:7001".into(), threads: 3, admin_addr: String::new() },
     ];
     let fields = [
-        "53 4c 43 43 02 00",                                  // magic, version 2
+        "53 4c 43 43 03 00",                                  // magic, version 3
         "02",                                                 // kind: welcome
-        "29 00 00 00",                                        // body: 41 bytes
+        "2e 00 00 00",                                        // body: 46 bytes
         "02",                                                 // 2 members
         "00 0e 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 30 02", // id 0, "127.0.0.1:7000", threads 2
+        "03 61 3a 31",                                        // admin_addr "a:1"
         "01 0e 31 32 37 2e 30 2e 30 2e 31 3a 37 30 30 31 03", // id 1, "127.0.0.1:7001", threads 3
+        "00",                                                 // admin_addr "" (no admin API)
         "01",                                                 // you: 1
         "04 66 70 2d 31",                                     // fingerprint "fp-1"
     ];
@@ -86,8 +90,8 @@ fn golden_vectors_of_the_leaders_commands() {
         (ToWorker::Rejoin { reason: "lost".into() }, &["06 00 00 00", "06 04 6c 6f 73 74"]),
     ];
     for (command, fields) in cases {
-        // magic, version 2, kind 3 (to-worker), then the length and the body.
-        let fields = [&["53 4c 43 43 02 00 03"], fields].concat();
+        // magic, version 3, kind 3 (to-worker), then the length and the body.
+        let fields = [&["53 4c 43 43 03 00 03"], fields].concat();
         check_golden(ControlMessage::ToWorker(command), &fields);
     }
 }
@@ -103,21 +107,21 @@ fn golden_vectors_of_the_workers_reports() {
         (ToLeader::StopRequested, &["01 00 00 00", "05"]),
     ];
     for (report, fields) in cases {
-        // magic, version 2, kind 4 (to-leader), then the length and the body.
-        let fields = [&["53 4c 43 43 02 00 04"], fields].concat();
+        // magic, version 3, kind 4 (to-leader), then the length and the body.
+        let fields = [&["53 4c 43 43 03 00 04"], fields].concat();
         check_golden(ControlMessage::ToLeader(report), &fields);
     }
 }
 
 #[test]
 fn golden_vector_of_a_refusal() {
-    // magic, version 2, kind 0, 2 bytes, "no"
-    check_golden(ControlMessage::Refusal("no".into()), &["53 4c 43 43 02 00 00 02 00 00 00 6e 6f"]);
+    // magic, version 3, kind 0, 2 bytes, "no"
+    check_golden(ControlMessage::Refusal("no".into()), &["53 4c 43 43 03 00 00 02 00 00 00 6e 6f"]);
 }
 
 #[test]
 fn a_refusal_of_any_version_decodes_and_other_frames_of_another_version_do_not() {
-    for version in [0, 1, 3, 0xbeef, u16::MAX] {
+    for version in [0, 1, 2, 4, 0xbeef, u16::MAX] {
         let frame = encode_as(&ControlMessage::Refusal("you are on another version".into()), version).expect("encodes");
         assert_eq!(
             decode(&frame),
@@ -132,7 +136,7 @@ fn a_refusal_of_any_version_decodes_and_other_frames_of_another_version_do_not()
         let error = decode(&frame).expect_err("another version");
         assert_eq!(error.code, "cluster.wire_version");
         assert!(error.message.contains(&format!("version {version}")), "{error}");
-        assert!(error.message.contains("speaks 2"), "{error}");
+        assert!(error.message.contains("speaks 3"), "{error}");
     }
     // Invalid UTF-8 in a refusal is shown, never an error.
     let frame = [&CONTROL_MAGIC[..], &[7, 0, 0, 2, 0, 0, 0, 0xff, b'x']].concat();
@@ -242,16 +246,13 @@ fn text() -> impl Strategy<Value = String> {
 }
 
 fn message() -> impl Strategy<Value = ControlMessage> {
-    let register = (text(), any::<u32>(), text(), text(), any::<u32>(), text()).prop_map(
-        |(exchange_addr, threads, fingerprint, host, pid, build)| {
-            ControlMessage::Register(Register { exchange_addr, threads, fingerprint, host, pid, build })
+    let register = (text(), any::<u32>(), text(), text(), any::<u32>(), text(), text()).prop_map(
+        |(exchange_addr, threads, fingerprint, host, pid, build, admin_addr)| {
+            ControlMessage::Register(Register { exchange_addr, threads, fingerprint, host, pid, build, admin_addr })
         },
     );
-    let member = (any::<u32>(), text(), any::<u32>()).prop_map(|(id, exchange_addr, threads)| Member {
-        id,
-        exchange_addr,
-        threads,
-    });
+    let member = (any::<u32>(), text(), any::<u32>(), text())
+        .prop_map(|(id, exchange_addr, threads, admin_addr)| Member { id, exchange_addr, threads, admin_addr });
     let welcome = (vec(member, 0..6), any::<u32>(), text())
         .prop_map(|(members, you, fingerprint)| ControlMessage::Welcome(Welcome { members, you, fingerprint }));
     let to_worker = prop_oneof![

@@ -79,6 +79,9 @@ pub struct ClusterOptions {
     pub control: ControlSettings,
     /// Discard the checkpoint store's state first (the leader's option).
     pub from_scratch: bool,
+    /// Where this worker's admin API listens (`host:port`, announced to every worker: a
+    /// query on any worker reads this worker's slices there); None without one.
+    pub admin_addr: Option<String>,
 }
 
 /// What the leader tells its caller once it listens (to print the command the others run).
@@ -198,7 +201,8 @@ fn prepare_round(
         None => "off".to_string(),
     };
     let agreement = format!("{} inputs {:016x} checkpoints {checkpoints}", local.fingerprint, inputs_identity(&local));
-    let me = WorkerInfo::new(exchange_addr, threads, agreement);
+    let me =
+        WorkerInfo::new(exchange_addr, threads, agreement).with_admin(options.admin_addr.clone().unwrap_or_default());
     let control = match &options.role {
         ClusterRole::Lead { control_bind, .. } => {
             check_control_bind(*control_bind, options.secret.as_ref(), options.insecure).map_err(EngineError::new)?;

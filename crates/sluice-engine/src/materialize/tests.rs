@@ -365,3 +365,97 @@ fn a_lease_reads_a_later_epoch_once_committed() {
     assert_eq!(registry.read_at(table, &lease, 2, Duration::ZERO, 10).expect_err("older").code, "query.epoch");
     assert_eq!(read(&registry, "t", &lease).len(), 3, "the lease's own epoch is still kept");
 }
+
+/// Worker B's side of a cluster's query, reached in-process: leases and slices as its
+/// admin API serves them. `catch_up` commits an epoch on B before its first slice (B
+/// behind the receiver, as after a slower commit).
+struct InProcess {
+    registry: Arc<Materialized>,
+    leases: std::sync::Mutex<Vec<Arc<super::Lease>>>,
+    catch_up: Option<(Arc<dyn SinkFactory>, u64)>,
+    unreachable: bool,
+}
+
+impl crate::query::Gather for InProcess {
+    fn lease(
+        &self,
+        peer: &crate::query::Peer,
+        _: std::time::Instant,
+    ) -> Result<crate::query::RemoteLease, SluiceError> {
+        if self.unreachable {
+            return Err(SluiceError::external("query.worker_unreachable", format!("{peer} cannot be reached")));
+        }
+        let lease = self.registry.lease(Duration::ZERO, LONG).expect("B committed");
+        let mut leases = self.leases.lock().expect("lock");
+        leases.push(Arc::clone(&lease));
+        Ok(crate::query::RemoteLease { id: leases.len() as u64 - 1, epoch: lease.epoch })
+    }
+
+    fn slice(
+        &self,
+        _: &crate::query::Peer,
+        lease: crate::query::RemoteLease,
+        table: &super::Table,
+        epoch: u64,
+        _: std::time::Instant,
+        _: usize,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
+        if let Some((sink, epoch)) = &self.catch_up {
+            sink.commit(Epoch(*epoch), &[])?;
+        }
+        let lease = Arc::clone(&self.leases.lock().expect("lock")[lease.id as usize]);
+        Ok(lease.read_slice(&table.name, epoch, Duration::ZERO)?.1)
+    }
+
+    fn release(&self, _: &crate::query::Peer, lease: crate::query::RemoteLease) {
+        self.leases.lock().expect("lock")[lease.id as usize].release();
+    }
+}
+
+/// A cluster's query on worker A: every worker's slice, read at the newest of their
+/// leased epochs (A's 3, B's 2: B is read at 3), and B's lease released after.
+#[test]
+fn a_query_gathers_every_workers_slice_at_one_epoch() {
+    // Two workers of one thread each: slot 0 on A, slot 1 on B.
+    let (a, b) = (registry(&["t"], 2), registry(&["t"], 2));
+    let (a_sink, b_sink) = (a.sink("t").expect("sink"), b.sink("t").expect("sink"));
+    let mut on_a = open(&a, &a_sink, "t", 0, 2);
+    let mut on_b = open(&b, &b_sink, "t", 1, 2);
+    for epoch in 1..=3u64 {
+        on_a.write(&batch(&[("a", epoch as i64, 1)])).expect("write");
+        on_b.write(&batch(&[("b", epoch as i64, 1)])).expect("write");
+        on_a.pre_commit(Epoch(epoch)).expect("seal");
+        on_b.pre_commit(Epoch(epoch)).expect("seal");
+        a_sink.commit(Epoch(epoch), &[]).expect("commit");
+        if epoch < 3 {
+            b_sink.commit(Epoch(epoch), &[]).expect("commit");
+        }
+    }
+    let peers = vec![crate::query::Peer { id: 1, admin_addr: "b:1".into() }];
+    let gather = InProcess {
+        registry: Arc::clone(&b),
+        leases: std::sync::Mutex::new(Vec::new()),
+        catch_up: Some((Arc::clone(&b_sink), 3)),
+        unreachable: false,
+    };
+    let sql = "SELECT k, COUNT(*) AS n, MAX(v) AS newest FROM t GROUP BY k ORDER BY k";
+    let limits = crate::query::QueryLimits::default();
+    let prepared = crate::query::prepare(&a, sql, limits).expect("prepared").with_peers(peers.clone());
+    let answer = prepared.run_gathering(Some(&gather)).expect("answer");
+    assert_eq!(answer.epoch, Some(3));
+    let text = String::from_utf8(answer.encode(crate::query::QueryFormat::Csv).expect("csv")).expect("utf-8");
+    assert_eq!(text, "k,n,newest\na,3,3\nb,3,3\n", "both slices, both at epoch 3");
+    assert_eq!((a.leases(), b.leases()), (0, 0), "every lease ends with the query");
+
+    // Without a way to reach B, or with B unreachable: an error, never A's slice alone.
+    let alone = crate::query::prepare(&a, sql, limits).expect("prepared").with_peers(peers.clone());
+    assert_eq!(alone.run().expect_err("no gather").code, "query.gather");
+    let gone = InProcess { unreachable: true, catch_up: None, ..gather };
+    let error = crate::query::prepare(&a, sql, limits)
+        .expect("prepared")
+        .with_peers(peers)
+        .run_gathering(Some(&gone))
+        .expect_err("unreachable");
+    assert_eq!(error.code, "query.worker_unreachable");
+    assert!(error.message.contains("worker 1 (admin API at b:1)"), "{error}");
+}

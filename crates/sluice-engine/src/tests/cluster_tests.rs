@@ -38,6 +38,7 @@ fn options(role: ClusterRole, join_timeout: Duration) -> ClusterOptions {
         join_timeout,
         control: ControlSettings::default(),
         from_scratch: false,
+        admin_addr: None,
     }
 }
 

@@ -1,0 +1,337 @@
+//! A cluster's query across workers: the internal endpoints through which the worker
+//! that received `POST /query` leases and reads this worker's slices of the materialized
+//! tables, and [`HttpGather`], its side of them (see `sluice_engine::query` for the
+//! protocol: every worker leases its newest committed epoch, all are read at the newest
+//! of those).
+//!
+//! - `POST /internal/lease` `{"timeout_ms": N}` → `{"lease": ID, "epoch": E}`: a lease on
+//!   this worker's newest committed epoch, held here until released or for `timeout_ms`.
+//! - `POST /internal/slice` `{"lease": ID, "table": NAME, "epoch": E, "wait_ms": N}` →
+//!   this worker's slice of `NAME` at `E` as an Arrow IPC stream.
+//! - `POST /internal/release` `{"lease": ID}` → 204.
+//!
+//! They sit behind the same bearer token as the rest of the API (every worker of a
+//! cluster is given the same token, and sends it to the others). They are left out of
+//! the OpenAPI document on purpose: they serve the cluster's workers, not its users, and
+//! their contract changes with the workers' version (all run one).
+//!
+//! Bounds: at most [`MAX_SLICE_LEASES`] leases held at once (503 beyond; expired ones
+//! are forgotten first); every request of [`HttpGather`] ends by the query's deadline
+//! (connect, write and every read), and reads at most the bytes left in the query's
+//! budget; a body must announce its length.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use sluice_engine::materialize::{Lease, Table};
+use sluice_engine::query::{Gather, Peer, QueryFormat, QueryLimits, RemoteLease, TIMEOUT_LIMIT};
+use sluice_types::SluiceError;
+
+use crate::routes::ErrorBody;
+use crate::server::Shared;
+
+/// Leases other workers may hold here at once.
+pub const MAX_SLICE_LEASES: usize = 64;
+
+/// The leases other workers hold here, by id.
+#[derive(Default)]
+pub(crate) struct SliceLeases {
+    held: HashMap<u64, Arc<Lease>>,
+    next: u64,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseRequest {
+    timeout_ms: u64,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct LeaseAnswer {
+    lease: u64,
+    epoch: u64,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct SliceRequest {
+    lease: u64,
+    table: String,
+    epoch: u64,
+    wait_ms: u64,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseRequest {
+    lease: u64,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, SluiceError> {
+    serde_json::from_slice(body)
+        .map_err(|e| SluiceError::user("query.internal_body", format!("not an internal query request: {e}")))
+}
+
+fn held(shared: &Shared) -> std::sync::MutexGuard<'_, SliceLeases> {
+    shared.slices.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `POST /internal/lease`.
+pub(crate) async fn lease(State(shared): State<Shared>, body: Bytes) -> Response {
+    let taken = async {
+        let request: LeaseRequest = parse(&body)?;
+        let timeout = QueryLimits::new(None, Some(request.timeout_ms))?.timeout;
+        let job = shared.job.clone();
+        let lease = tokio::task::spawn_blocking(move || job.lease_slices(timeout)).await.map_err(joined)??;
+        let mut leases = held(&shared);
+        leases.held.retain(|_, lease| lease.is_live());
+        if leases.held.len() >= MAX_SLICE_LEASES {
+            return Err(SluiceError::external("query.busy", format!("{MAX_SLICE_LEASES} leases are held here"))
+                .with_fix("ask again soon"));
+        }
+        let id = leases.next;
+        leases.next += 1;
+        let epoch = lease.epoch;
+        leases.held.insert(id, lease);
+        Ok(axum::Json(LeaseAnswer { lease: id, epoch }).into_response())
+    };
+    taken.await.unwrap_or_else(failure)
+}
+
+/// `POST /internal/slice`.
+pub(crate) async fn slice(State(shared): State<Shared>, body: Bytes) -> Response {
+    let read = async {
+        let request: SliceRequest = parse(&body)?;
+        let lease = held(&shared).held.get(&request.lease).cloned().ok_or_else(|| {
+            SluiceError::external("query.lease_expired", format!("no lease {} is held here", request.lease))
+                .with_fix("ask again; give the query a longer timeout")
+        })?;
+        let wait = Duration::from_millis(request.wait_ms).min(TIMEOUT_LIMIT);
+        tokio::task::spawn_blocking(move || {
+            let (schema, batches) = lease.read_slice(&request.table, request.epoch, wait)?;
+            let answer = sluice_engine::query::QueryAnswer { epoch: Some(request.epoch), schema, batches };
+            answer.encode(QueryFormat::ArrowIpc)
+        })
+        .await
+        .map_err(joined)?
+    };
+    match read.await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, QueryFormat::ArrowIpc.content_type())], bytes).into_response(),
+        Err(error) => failure(error),
+    }
+}
+
+/// `POST /internal/release`.
+pub(crate) async fn release(State(shared): State<Shared>, body: Bytes) -> Response {
+    match parse::<ReleaseRequest>(&body) {
+        Ok(request) => {
+            if let Some(lease) = held(&shared).held.remove(&request.lease) {
+                lease.release();
+            }
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(error) => failure(error),
+    }
+}
+
+fn joined(error: tokio::task::JoinError) -> SluiceError {
+    SluiceError::internal("admin.query", format!("the task failed: {error}"))
+}
+
+fn failure(error: SluiceError) -> Response {
+    let code = match error.domain {
+        sluice_types::Domain::User => StatusCode::BAD_REQUEST,
+        sluice_types::Domain::External => StatusCode::SERVICE_UNAVAILABLE,
+        sluice_types::Domain::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (code, axum::Json(ErrorBody::from(error))).into_response()
+}
+
+/// The receiving worker's side: the other workers' endpoints over HTTP/1.1, one request
+/// per connection, with the token this worker's API requires (the cluster shares it).
+pub(crate) struct HttpGather {
+    pub(crate) token: Option<Arc<str>>,
+}
+
+/// The longest a connection attempt waits, within the query's deadline.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest answer to a lease or a release (JSON, or an error).
+const SMALL_BODY: usize = 64 << 10;
+
+impl HttpGather {
+    /// `POST path` with a JSON body to `peer`: the status and at most `max_bytes` of body.
+    fn post(
+        &self,
+        peer: &Peer,
+        path: &str,
+        body: &impl Serialize,
+        deadline: Instant,
+        max_bytes: usize,
+    ) -> Result<(u16, Vec<u8>), SluiceError> {
+        if peer.admin_addr.is_empty() {
+            return Err(SluiceError::user(
+                "query.worker_without_admin",
+                format!("{peer} runs without an admin API, so its slice cannot be read"),
+            )
+            .with_fix("run every worker with an admin API (--admin-bind ADDR, not off)"));
+        }
+        let unreachable = |detail: String| {
+            SluiceError::external(
+                "query.worker_unreachable",
+                format!("{peer} cannot be reached: {detail}; no answer is made from the other workers' slices alone"),
+            )
+            .with_fix("check that the worker runs (GET /status on the leader); ask again once it is back")
+        };
+        let left = || {
+            let left = deadline.saturating_duration_since(Instant::now());
+            (!left.is_zero()).then_some(left).ok_or_else(|| unreachable("the query's time ran out".into()))
+        };
+        let target = peer
+            .admin_addr
+            .to_socket_addrs()
+            .map_err(|e| unreachable(e.to_string()))?
+            .next()
+            .ok_or_else(|| unreachable("its address resolves to nothing".into()))?;
+        let stream = TcpStream::connect_timeout(&target, left()?.min(CONNECT_TIMEOUT))
+            .map_err(|e| unreachable(format!("connecting: {e}")))?;
+        let content = serde_json::to_vec(body).map_err(|e| SluiceError::internal("query.gather", e.to_string()))?;
+        let auth = self.token.as_deref().map_or_else(String::new, |token| format!("Authorization: Bearer {token}\r\n"));
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            peer.admin_addr,
+            content.len()
+        );
+        let io = |e: std::io::Error| unreachable(format!("the request broke off: {e}"));
+        stream.set_write_timeout(Some(left()?)).map_err(io)?;
+        (&stream).write_all(head.as_bytes()).map_err(io)?;
+        (&stream).write_all(&content).map_err(io)?;
+        let mut reader = BufReader::new(&stream);
+        let mut line = String::new();
+        let read_line = |reader: &mut BufReader<&TcpStream>, line: &mut String| {
+            stream.set_read_timeout(Some(left()?)).map_err(io)?;
+            line.clear();
+            reader.by_ref().take(8 << 10).read_line(line).map_err(io)
+        };
+        read_line(&mut reader, &mut line)?;
+        let code: u16 = line
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| unreachable(format!("it did not answer HTTP: {:?}", line.trim_end())))?;
+        let mut length = None;
+        for _ in 0..100 {
+            read_line(&mut reader, &mut line)?;
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse::<usize>().ok();
+            }
+        }
+        let length = match length {
+            Some(length) if length <= max_bytes => length,
+            Some(_) => return Err(sluice_engine::query::too_large()),
+            None if code == 204 => 0,
+            None => return Err(unreachable("its answer gives no length".into())),
+        };
+        let mut bytes = vec![0u8; length];
+        let mut filled = 0;
+        while filled < length {
+            stream.set_read_timeout(Some(left()?)).map_err(io)?;
+            match reader.read(&mut bytes[filled..]).map_err(io)? {
+                0 => return Err(unreachable(format!("its answer ended after {filled} of {length} bytes"))),
+                read => filled += read,
+            }
+        }
+        Ok((code, bytes))
+    }
+
+    /// The worker's error (its JSON body), as this worker's.
+    fn refused(peer: &Peer, code: u16, body: &[u8]) -> SluiceError {
+        let said = serde_json::from_slice::<serde_json::Value>(body).ok();
+        let error = said.as_ref().and_then(|v| v["error"].as_str()).unwrap_or("no reason given").to_string();
+        let fix = said.as_ref().and_then(|v| v["fix"].as_str()).unwrap_or("ask again").to_string();
+        let message = format!("{peer} refused its slice (HTTP {code}): {error}");
+        match code {
+            401 => SluiceError::user("query.worker_token", message)
+                .with_fix("give every worker of the cluster the same admin token"),
+            _ => SluiceError::external("query.worker_failed", message).with_fix(fix),
+        }
+    }
+}
+
+impl Gather for HttpGather {
+    fn lease(&self, peer: &Peer, deadline: Instant) -> Result<RemoteLease, SluiceError> {
+        let timeout_ms = deadline.saturating_duration_since(Instant::now()).as_millis().max(1) as u64;
+        let (code, body) = self.post(peer, "/internal/lease", &LeaseRequest { timeout_ms }, deadline, SMALL_BODY)?;
+        if code != 200 {
+            return Err(HttpGather::refused(peer, code, &body));
+        }
+        let answer: LeaseAnswer = serde_json::from_slice(&body)
+            .map_err(|e| SluiceError::external("query.worker_failed", format!("{peer} answered a lease with {e}")))?;
+        Ok(RemoteLease { id: answer.lease, epoch: answer.epoch })
+    }
+
+    fn slice(
+        &self,
+        peer: &Peer,
+        lease: RemoteLease,
+        table: &Table,
+        epoch: u64,
+        deadline: Instant,
+        max_bytes: usize,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
+        let wait_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64;
+        let request = SliceRequest { lease: lease.id, table: table.name.clone(), epoch, wait_ms };
+        let (code, body) = self.post(peer, "/internal/slice", &request, deadline, max_bytes)?;
+        if code != 200 {
+            return Err(HttpGather::refused(peer, code, &body));
+        }
+        let bad = |e: arrow::error::ArrowError| {
+            SluiceError::external("query.worker_failed", format!("{peer} sent a slice that does not decode: {e}"))
+        };
+        let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None).map_err(bad)?;
+        if reader.schema().fields() != table.schema.fields() {
+            return Err(SluiceError::external(
+                "query.worker_failed",
+                format!("{peer} sent table `{}` with other columns: {}", table.name, reader.schema()),
+            )
+            .with_fix("run the same pipeline and sluice version on every worker"));
+        }
+        let batches = reader.collect::<Result<Vec<_>, _>>().map_err(bad)?;
+        // The schema's metadata may differ; the columns do not.
+        batches
+            .into_iter()
+            .map(|b| RecordBatch::try_new(Arc::clone(&table.schema), b.columns().to_vec()))
+            .collect::<Result<_, _>>()
+            .map_err(bad)
+    }
+
+    fn release(&self, peer: &Peer, lease: RemoteLease) {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        if let Err(error) =
+            self.post(peer, "/internal/release", &ReleaseRequest { lease: lease.id }, deadline, SMALL_BODY)
+        {
+            // Its deadline ends it anyway.
+            tracing::debug!(%error, "a lease on another worker was not released");
+        }
+    }
+}
+
+/// A mutex-held lease table, for the server's shared state.
+pub(crate) fn leases() -> Arc<Mutex<SliceLeases>> {
+    Arc::new(Mutex::new(SliceLeases::default()))
+}
