@@ -351,6 +351,7 @@ pub fn run_part(
         observe,
         reported_epoch: None,
         shutdown_timeout: options.shutdown_timeout,
+        exited: false,
     };
     let written = supervisor.coordinator.as_ref().map_or_else(never, |c| c.results().clone());
     let no_events = never();
@@ -411,8 +412,12 @@ pub fn run_part(
             let _ = handle.join();
         }
         // The local drivers ended every channel they send on; wait until the links
-        // delivered those ends and the peers ended theirs.
+        // delivered those ends and the peers ended theirs. After a stop's final
+        // checkpoint the drivers left on `Exit` instead: every row before the final
+        // barrier was processed and committed, nothing followed it, so the links are
+        // simply closed (on drop).
         if let Some(network) = &network
+            && !supervisor.exited
             && let Err(error) = network.drain(options.shutdown_timeout)
         {
             outcome = RunOutcome::Failed { component: "exchange links".into(), error };
@@ -499,6 +504,10 @@ struct Supervisor<'o> {
     reported_epoch: Option<u64>,
     /// Bounds the drain after a stop, and the final checkpoint at the end of input.
     shutdown_timeout: Duration,
+    /// The drivers were told to `Exit` after a stop's final checkpoint: they leave
+    /// without ending their outputs (nothing follows the final barrier), so the links
+    /// have nothing left to deliver and are closed without a drain.
+    exited: bool,
 }
 
 /// How long an echo failure waits for the failure that caused it.
@@ -641,6 +650,7 @@ impl Supervisor<'_> {
                 }
             }
             Ok(Completed::Final) => {
+                self.exited = true;
                 for control in &self.controls {
                     // A driver that already ended needs no exit.
                     let _gone = post(control, Control::Exit, CONTROL_ARGUMENT);

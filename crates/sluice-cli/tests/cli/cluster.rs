@@ -688,3 +688,36 @@ fn two_workers_join_what_one_worker_with_two_threads_joins() {
     assert!(solo.len() > 1000, "a real workload: {} joined rows", solo.len());
     assert_eq!(cluster_output(NEXMARK_JOIN, &[1, 1], &[]), solo);
 }
+
+/// A stop of a checkpointed cluster, asked of either worker: every worker takes the final
+/// checkpoint and leaves cleanly (its drivers exit without ending their outputs, so the
+/// links are closed rather than drained; a drain waited out the shutdown timeout and
+/// failed the run).
+#[test]
+fn a_stopped_checkpointed_cluster_exits_cleanly_on_every_worker() {
+    for stopped in ["leader", "joiner"] {
+        let shared = Scratch::new();
+        let pipeline = endless().replacen(
+            "\n[[source]]",
+            &format!(
+                "\n[checkpoint]\ninterval = \"50ms\"\nstore = \"file://{}\"\n\n[[source]]",
+                shared.path("state").display()
+            ),
+            1,
+        );
+        let (leading, joining) = (Scratch::new(), Scratch::new());
+        leading.write("pipeline.toml", &pipeline);
+        joining.write("pipeline.toml", &pipeline);
+        let (mut leader, mut joiner) = start_pair(&leading, "", &joining, "");
+        leader.until("running pipeline");
+        joiner.until("running pipeline");
+        let target = if stopped == "leader" { &leader } else { &joiner };
+        let status = std::process::Command::new("kill").args(["-TERM", &target.child.id().to_string()]).status();
+        assert!(status.expect("kill").success());
+        let (leader_code, leader_seen) = leader.finish();
+        let (joiner_code, joiner_seen) = joiner.finish();
+        let both = format!("{stopped} stopped\nleader:\n{leader_seen}\njoiner:\n{joiner_seen}");
+        assert_eq!((leader_code, joiner_code), (Some(0), Some(0)), "{both}");
+        assert!(leader_seen.contains("stopped and drained") && joiner_seen.contains("stopped and drained"), "{both}");
+    }
+}
