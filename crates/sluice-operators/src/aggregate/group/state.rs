@@ -120,7 +120,7 @@ fn write_accumulator(accumulator: &Accumulator, bytes: &mut Vec<u8>) {
                 write_entries(bytes, map, |v, b| write_bytes(b, v.as_bytes()));
             }
         },
-        Accumulator::Distinct(map) => {
+        Accumulator::Distinct { values: map, .. } => {
             bytes.push(TAG_DISTINCT);
             write_entries(bytes, map, |v, b| write_bytes(b, v));
         }
@@ -188,7 +188,10 @@ fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> R
         {
             *map = entries(reader, text)?;
         }
-        (Accumulator::Distinct(map), TAG_DISTINCT) => *map = entries(reader, |r| r.bytes().map(Into::into))?,
+        (Accumulator::Distinct { values, positive }, TAG_DISTINCT) => {
+            *values = entries(reader, |r| r.bytes().map(Into::into))?;
+            *positive = values.values().filter(|count| **count > 0).count() as i64;
+        }
         _ => return Err(corrupt("an accumulator of another kind")),
     }
     Ok(())
