@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use sluice_config::{ConfigError, Located, Options, Position, SinkConfig, SourceConfig, suggest};
+use sluice_config::{ConfigError, Field, Located, Options, OptionsReader, Position, SinkConfig, SourceConfig, suggest};
 use sluice_runtime::{SinkFactory, SourceFactory};
 use sluice_types::SluiceError;
 
@@ -278,6 +278,25 @@ pub fn forbid_item<T>(
         let message = format!("`{key}` is not allowed here ({why}), found {found}");
         errors.push(options.item_error(value.position, &message, fix));
     }
+}
+
+/// A sink's `key` option: one column name, or an array of distinct column names.
+pub(crate) fn key_columns(reader: &mut OptionsReader<'_>) -> Field<Vec<String>> {
+    reader.value(
+        "key",
+        "a column name or an array of distinct column names",
+        "e.g. key = \"auction\" or key = [\"auction\", \"bidder\"]",
+        |value| {
+            let names: Vec<String> = match value.as_str() {
+                Some(name) => vec![name.to_owned()],
+                None => value.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<_>>()?,
+            };
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            (!names.is_empty() && names.iter().all(|n| !n.is_empty()) && unique.len() == names.len()).then_some(names)
+        },
+    )
 }
 
 /// `path` resolved against `base_dir` unless it is absolute.

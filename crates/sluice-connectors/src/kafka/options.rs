@@ -268,21 +268,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
     let topic = reader.string("topic", "a non-empty topic name", "e.g. topic = \"hot_items\"", |s| !s.is_empty());
     let topic = reader.required("topic", topic, "add topic = \"<name>\" under [sink.options]");
     let mode = reader.choice("mode", &[("changelog", KafkaSinkMode::Changelog), ("upsert", KafkaSinkMode::Upsert)]);
-    let key = reader.value(
-        "key",
-        "a column name or an array of distinct column names",
-        "e.g. key = \"auction\" or key = [\"auction\", \"bidder\"]",
-        |value| {
-            let names: Vec<String> = match value.as_str() {
-                Some(name) => vec![name.to_owned()],
-                None => value.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<_>>()?,
-            };
-            let mut unique = names.clone();
-            unique.sort();
-            unique.dedup();
-            (!names.is_empty() && names.iter().all(|n| !n.is_empty()) && unique.len() == names.len()).then_some(names)
-        },
-    );
+    let key = crate::registry::key_columns(&mut reader);
     let headers =
         reader.string_table("headers", "a header name", "e.g. [sink.options.headers] source = \"sluice\"", |name| {
             !name.is_empty()

@@ -181,21 +181,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<PostgresSinkOptions, Vec<C
     );
     let table = reader.required("table", table, "add table = \"<name>\" under [sink.options]");
     let mode = reader.choice("mode", &[("append", WriteMode::Append), ("upsert", WriteMode::Upsert)]);
-    let key = reader.value(
-        "key",
-        "a column name or an array of distinct column names",
-        "e.g. key = \"auction\" or key = [\"auction\", \"bidder\"]",
-        |value| {
-            let names: Vec<String> = match value.as_str() {
-                Some(name) => vec![name.to_owned()],
-                None => value.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<_>>()?,
-            };
-            let mut unique = names.clone();
-            unique.sort();
-            unique.dedup();
-            (!names.is_empty() && names.iter().all(|n| !n.is_empty()) && unique.len() == names.len()).then_some(names)
-        },
-    );
+    let key = crate::registry::key_columns(&mut reader);
     let create_table = reader.boolean("create_table", "set create_table = true or create_table = false");
     let batch_rows = reader.integer::<usize>("batch_rows", 1..=BATCH_ROWS_MAX, "e.g. batch_rows = 1000");
     let connect_timeout = reader.duration("connect_timeout", false, "e.g. connect_timeout = \"10s\"");
