@@ -447,4 +447,21 @@ mod query_tests {
         assert_eq!(query_tables("q9"), [Table::Auction, Table::Bid]);
         assert!(QUERIES.iter().all(|q| !query_tables(q).is_empty()), "every query reads a table");
     }
+
+    /// q8 joins two window aggregates on their bounds: planned as a window join, whose
+    /// rows are freed as the watermark passes each window's end.
+    #[test]
+    fn q8_is_planned_as_a_window_join() {
+        let setup = BenchSetup { query: "q8", events: 1000, threads: 1, csv: None, checkpoint: None };
+        let config = bench_config(&setup).expect("config");
+        let pipeline = crate::Engine::default()
+            .configure(config, "<nexmark q8>", Path::new("."), crate::load::Overrides::default())
+            .expect("q8 plans");
+        let explained = pipeline.explain().expect("explain").to_string();
+        assert!(
+            explained
+                .contains("(window join: state kept until the watermark passes P.endtime - 1 ms / A.endtime - 1 ms)"),
+            "{explained}"
+        );
+    }
 }

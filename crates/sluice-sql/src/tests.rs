@@ -822,50 +822,6 @@ fn window_joins_free_a_window_as_the_watermark_passes_its_end_and_keep_its_bound
     assert!(!one_bound.contains("state kept"), "{one_bound}");
 }
 
-/// NEXMark q8 (the bench's text, `sluice_engine::nexmark`) over tables shaped like its
-/// `person` and `auction`: the join of two window aggregates is a window join.
-#[test]
-fn nexmark_q8_is_a_window_join() {
-    const Q8: &str = "SELECT P.id, P.name, P.starttime
-FROM (
-  SELECT id, name,
-        window_start AS starttime,
-        window_end AS endtime
-  FROM TABLE(
-            TUMBLE(TABLE person, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
-  GROUP BY id, name, window_start, window_end
-) P
-JOIN (
-  SELECT seller,
-        window_start AS starttime,
-        window_end AS endtime
-  FROM TABLE(
-        TUMBLE(TABLE auction, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
-  GROUP BY seller, window_start, window_end
-) A
-ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime";
-    let options =
-        PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000, state_ttl: None };
-    let mut planner = SqlPlanner::new(options);
-    let time = || Field::new("dateTime", DataType::Timestamp(TimeUnit::Millisecond, None), false);
-    let person =
-        Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true), time()]);
-    let auction = Schema::new(vec![Field::new("seller", DataType::Int64, false), time()]);
-    let tables = [
-        TableDef { name: "person".into(), schema: Arc::new(person), event_time: Some("dateTime".into()) },
-        TableDef { name: "auction".into(), schema: Arc::new(auction), event_time: Some("dateTime".into()) },
-    ];
-    planner.add_source(0, &tables, OnError::Skip).expect("tables");
-    planner.declare_views([ViewDeclaration { name: "q8".into(), sql: Q8.into(), location: "line 1".into() }]);
-    planner.add_view("q8", Q8).expect("q8 plans");
-    let lines = operator_lines(&planner, "q8");
-    let join = lines.iter().find(|line| line.starts_with("join: ")).expect("a join");
-    assert!(
-        join.ends_with("(window join: state kept until the watermark passes P.endtime - 1 ms / A.endtime - 1 ms)"),
-        "{join}"
-    );
-}
-
 #[test]
 fn a_state_ttl_reaches_joins_running_aggregates_and_topn_and_a_view_may_have_its_own() {
     let options = PlannerOptions {
