@@ -31,6 +31,8 @@ pub(crate) fn render(job: &JobHandle, status: &Status) -> String {
     families.extend(source_families(&metrics));
     families.push(sink_rows(&metrics));
     families.extend(thread_families(&metrics));
+    families.extend(operator_families(&metrics));
+    families.extend(checkpoint_families(&metrics));
     families.push(named_counters(&metrics));
     families.push(Family {
         name: "sluice_query_leases",
@@ -70,7 +72,15 @@ fn source_families(metrics: &Metrics) -> Vec<Family> {
             .collect()
     };
     let mut watermarks = Vec::new();
+    let mut lags = Vec::new();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     for source in &metrics.sources {
+        if let Some(watermark) = source.watermark() {
+            lags.push((
+                vec![("source", source.name.clone())],
+                format!("{:.3}", now.saturating_sub(watermark) as f64 / 1e3),
+            ));
+        }
         for (lane, watermark) in source.lane_watermarks.iter().enumerate() {
             let value = watermark.load(Ordering::Relaxed);
             if value != NO_WATERMARK {
@@ -97,6 +107,12 @@ fn source_families(metrics: &Metrics) -> Vec<Family> {
             kind: "gauge",
             samples: watermarks,
         },
+        Family {
+            name: "sluice_source_watermark_lag_seconds",
+            help: "Wall-clock time now minus the source's watermark (its lowest lane's; absent until every lane has one).",
+            kind: "gauge",
+            samples: lags,
+        },
     ]
 }
 
@@ -111,6 +127,77 @@ fn sink_rows(metrics: &Metrics) -> Family {
             .map(|sink| (vec![("sink", sink.name.clone())], sink.rows.load(Ordering::Relaxed).to_string()))
             .collect(),
     }
+}
+
+fn operator_families(metrics: &Metrics) -> Vec<Family> {
+    let operators = metrics.operators();
+    let per_operator = |read: fn(&sluice_engine::OperatorMetrics) -> u64| {
+        operators
+            .iter()
+            .map(|operator| (vec![("operator", operator.name.clone())], read(operator).to_string()))
+            .collect()
+    };
+    vec![
+        Family {
+            name: "sluice_operator_rows_in_total",
+            help: "Rows of the data batches the operator was given, on every thread of this worker.",
+            kind: "counter",
+            samples: per_operator(|o| o.rows_in.load(Ordering::Relaxed)),
+        },
+        Family {
+            name: "sluice_operator_rows_out_total",
+            help: "Rows of the data batches the operator emitted, on every thread of this worker.",
+            kind: "counter",
+            samples: per_operator(|o| o.rows_out.load(Ordering::Relaxed)),
+        },
+        Family {
+            name: "sluice_operator_state_bytes",
+            help: "Bytes of the operator's encoded state in the last published checkpoint that held state (known where checkpoints are published: alone, or on a cluster's leader for every worker).",
+            kind: "gauge",
+            samples: per_operator(|o| o.state_bytes.load(Ordering::Relaxed)),
+        },
+    ]
+}
+
+fn checkpoint_families(metrics: &Metrics) -> Vec<Family> {
+    let checkpoints = &metrics.checkpoints;
+    let published = checkpoints.published.load(Ordering::Relaxed);
+    let last = |value: &std::sync::atomic::AtomicU64, scale: f64| {
+        if published == 0 {
+            Vec::new()
+        } else {
+            vec![(Vec::new(), format!("{}", value.load(Ordering::Relaxed) as f64 / scale))]
+        }
+    };
+    vec![
+        Family {
+            name: "sluice_checkpoints_total",
+            help: "Checkpoints this worker published, and those that failed.",
+            kind: "counter",
+            samples: vec![
+                (vec![("outcome", "published".to_string())], published.to_string()),
+                (vec![("outcome", "failed".to_string())], checkpoints.failed.load(Ordering::Relaxed).to_string()),
+            ],
+        },
+        Family {
+            name: "sluice_checkpoint_duration_seconds",
+            help: "The last published checkpoint's time from its barrier to its manifest published.",
+            kind: "gauge",
+            samples: last(&checkpoints.last_duration_ms, 1e3),
+        },
+        Family {
+            name: "sluice_checkpoint_pause_seconds",
+            help: "The last published checkpoint's time from its barrier to the last thread's acknowledgement (alignment and state copies).",
+            kind: "gauge",
+            samples: last(&checkpoints.last_pause_ms, 1e3),
+        },
+        Family {
+            name: "sluice_checkpoint_state_bytes",
+            help: "Bytes of operator state in the last published checkpoint.",
+            kind: "gauge",
+            samples: last(&checkpoints.last_state_bytes, 1.0),
+        },
+    ]
 }
 
 fn thread_families(metrics: &Metrics) -> Vec<Family> {

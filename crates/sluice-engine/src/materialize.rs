@@ -477,7 +477,7 @@ struct MaterializeWriter {
 }
 
 impl SinkWriter for MaterializeWriter {
-    /// Nothing arrives: the operator before it keeps the rows.
+    /// The rows the operator before it kept: only counted (by the runtime).
     fn write(&mut self, _batch: &Batch) -> Result<(), SluiceError> {
         Ok(())
     }
@@ -569,7 +569,9 @@ impl Operator for Integrate {
         "materialize"
     }
 
-    fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
+    /// Keeps the rows, and passes them on to the sink, which only counts them (its rows
+    /// out, once their checkpoint is committed).
+    fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         self.table.encoder.encode(batch.rows.columns(), &mut self.rows)?;
         for index in 0..self.rows.len() {
             let row = self.rows.row(index);
@@ -581,6 +583,7 @@ impl Operator for Integrate {
                 }
             }
         }
+        out.push(Message::Data(batch));
         Ok(())
     }
 

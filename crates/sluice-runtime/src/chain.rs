@@ -9,7 +9,12 @@
 //! the default handlers forward watermarks, barriers and end-of-data unchanged, so a
 //! stateless operator only implements [`Operator::on_data`].
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
 use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
+
+use crate::metrics::OperatorMetrics;
 
 /// One step of a dataflow: a filter, a projection, a window aggregate...
 pub trait Operator: Send {
@@ -75,11 +80,21 @@ pub type ChainSnapshot = Vec<(usize, SnapshotJob)>;
 pub struct Chain {
     operators: Vec<Box<dyn Operator>>,
     scratch: Vec<Message>,
+    /// Each operator's row counters, when counted ([`Chain::counted`]).
+    counters: Vec<Arc<OperatorMetrics>>,
 }
 
 impl Chain {
     pub fn new(operators: Vec<Box<dyn Operator>>) -> Chain {
-        Chain { operators, scratch: Vec::new() }
+        Chain { operators, scratch: Vec::new(), counters: Vec::new() }
+    }
+
+    /// The chain, counting each operator's rows in and out in `counters` (one per
+    /// operator, in order): two relaxed additions per operator and batch.
+    pub fn counted(mut self, counters: Vec<Arc<OperatorMetrics>>) -> Chain {
+        assert_eq!(counters.len(), self.operators.len(), "one counter set per operator");
+        self.counters = counters;
+        self
     }
 
     /// Every stateful operator's snapshot job, by position in the chain.
@@ -124,8 +139,16 @@ impl Chain {
         for (index, operator) in self.operators.iter_mut().enumerate() {
             let target = if index == last { &mut *out } else { &mut self.scratch };
             let port = if index == 0 { port } else { 0 };
+            let counters = self.counters.get(index);
+            let before = target.len();
+            if let Some(counters) = counters {
+                counters.rows_in.fetch_add(data_rows(&input), Ordering::Relaxed);
+            }
             for message in input.drain(..) {
                 dispatch(operator.as_mut(), port, message, target)?;
+            }
+            if let Some(counters) = counters {
+                counters.rows_out.fetch_add(data_rows(&target[before..]), Ordering::Relaxed);
             }
             if index != last {
                 std::mem::swap(&mut input, &mut self.scratch);
@@ -133,6 +156,12 @@ impl Chain {
         }
         Ok(())
     }
+}
+
+/// Rows of the data messages among `messages`.
+fn data_rows(messages: &[Message]) -> u64 {
+    let rows: usize = messages.iter().map(|m| if let Message::Data(batch) = m { batch.num_rows() } else { 0 }).sum();
+    rows as u64
 }
 
 fn dispatch(

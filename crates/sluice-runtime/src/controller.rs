@@ -349,6 +349,7 @@ pub fn run_part(
         coordinator,
         echo: None,
         observe,
+        metrics: Arc::clone(&metrics),
         reported_epoch: None,
         shutdown_timeout: options.shutdown_timeout,
         exited: false,
@@ -500,6 +501,8 @@ struct Supervisor<'o> {
     /// no root cause arrives within [`ROOT_CAUSE_WAIT`].
     echo: Option<(RunOutcome, Instant)>,
     observe: &'o mut dyn FnMut(RunEvent),
+    /// The run's counters, whose checkpoint figures the supervisor keeps.
+    metrics: Arc<Metrics>,
     /// The last commit told to `observe`.
     reported_epoch: Option<u64>,
     /// Bounds the drain after a stop, and the final checkpoint at the end of input.
@@ -629,9 +632,24 @@ impl Supervisor<'_> {
         }
     }
 
-    /// Tells the observer of a newly committed checkpoint.
+    /// Tells the observer of a newly committed checkpoint, and the metrics of every
+    /// published or failed one.
     fn report_commit(&mut self) {
         let Some(coordinator) = self.coordinator.as_ref() else { return };
+        let stats = &coordinator.stats;
+        let checkpoints = &self.metrics.checkpoints;
+        checkpoints.failed.store(stats.failed, Ordering::Relaxed);
+        if checkpoints.published.swap(stats.published, Ordering::Relaxed) != stats.published {
+            if let Some(last) = stats.last {
+                checkpoints.last_epoch.store(last.epoch, Ordering::Relaxed);
+                checkpoints.last_duration_ms.store(last.duration_ms, Ordering::Relaxed);
+                checkpoints.last_pause_ms.store(last.pause_ms, Ordering::Relaxed);
+                checkpoints.last_state_bytes.store(last.state_bytes, Ordering::Relaxed);
+            }
+            if let Some((_, by_operator)) = &stats.state_by_operator {
+                self.metrics.set_state_bytes(by_operator);
+            }
+        }
         let epoch = coordinator.stats.last_epoch;
         if coordinator.stats.published > 0 && self.reported_epoch != Some(epoch) {
             self.reported_epoch = Some(epoch);
@@ -921,7 +939,14 @@ impl PathBuilder<'_, '_> {
                 for (line, factory) in &segment.operators {
                     operators.push(factory(&context).map_err(|e| (format!("operator {line}"), e))?);
                 }
-                let mut chain = Chain::new(operators);
+                let counters = (0..segment.operators.len())
+                    .map(|operator| {
+                        let id = operator_id(place, operator);
+                        let name = self.plan.operator_name(&id).unwrap_or_else(|| id.clone());
+                        self.metrics.operator(&id, &name)
+                    })
+                    .collect();
+                let mut chain = Chain::new(operators).counted(counters);
                 let owned = sluice_types::vnode::range_of(thread, self.options.vnodes, self.options.threads);
                 for operator in 0..segment.operators.len() {
                     let Some(blobs) = self.restore.states.get(&operator_id(place, operator)) else {

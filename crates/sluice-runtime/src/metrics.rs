@@ -45,6 +45,36 @@ pub struct SinkMetrics {
     pub rows: AtomicU64,
 }
 
+/// The counters of one operator of the plan, shared by its instances on every thread.
+#[derive(Debug)]
+pub struct OperatorMetrics {
+    /// Its checkpoint id (`flow{F}/segment{S}/operator{O}`, see `crate::checkpoint`).
+    pub id: String,
+    /// As `explain` shows it: `sink NAME, segment S: LINE`.
+    pub name: String,
+    /// Rows of the data batches it was given (every weight counts once).
+    pub rows_in: AtomicU64,
+    /// Rows of the data batches it emitted.
+    pub rows_out: AtomicU64,
+    /// Bytes of its encoded state in the last published checkpoint that held state, on
+    /// every worker (only the publisher knows: alone, or leading a cluster; 0 before
+    /// the first, and on a cluster's followers).
+    pub state_bytes: AtomicU64,
+}
+
+/// The checkpoints this worker published or failed (a cluster's leader publishes them;
+/// a follower's stay 0).
+#[derive(Debug, Default)]
+pub struct CheckpointMetrics {
+    pub published: AtomicU64,
+    pub failed: AtomicU64,
+    /// The last published checkpoint's figures.
+    pub last_epoch: AtomicU64,
+    pub last_duration_ms: AtomicU64,
+    pub last_pause_ms: AtomicU64,
+    pub last_state_bytes: AtomicU64,
+}
+
 /// The counters of one driver thread.
 #[derive(Debug, Default)]
 pub struct ThreadMetrics {
@@ -81,7 +111,10 @@ pub struct Metrics {
     pub sources: Vec<Arc<SourceMetrics>>,
     pub sinks: Vec<SinkMetrics>,
     pub threads: Vec<ThreadMetrics>,
+    pub checkpoints: CheckpointMetrics,
     counters: Mutex<Vec<(String, Arc<AtomicU64>)>>,
+    /// Registered as the chains are built, in plan order.
+    operators: Mutex<Vec<Arc<OperatorMetrics>>>,
 }
 
 impl Metrics {
@@ -90,7 +123,9 @@ impl Metrics {
             sources: sources.into_iter().map(Arc::new).collect(),
             sinks,
             threads: (0..threads).map(|_| ThreadMetrics::default()).collect(),
+            checkpoints: CheckpointMetrics::default(),
             counters: Mutex::new(Vec::new()),
+            operators: Mutex::new(Vec::new()),
         }
     }
 
@@ -121,6 +156,38 @@ impl Metrics {
     pub fn counters(&self) -> Vec<(String, u64)> {
         let counters = self.counters.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         counters.iter().map(|(name, value)| (name.clone(), value.load(Ordering::Relaxed))).collect()
+    }
+
+    /// The counters of operator `id` (named `name`), registered the first time; every
+    /// thread's instance of it shares them.
+    pub fn operator(&self, id: &str, name: &str) -> Arc<OperatorMetrics> {
+        let mut operators = self.operators.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(found) = operators.iter().find(|operator| operator.id == id) {
+            return Arc::clone(found);
+        }
+        let operator = Arc::new(OperatorMetrics {
+            id: id.to_string(),
+            name: name.to_string(),
+            rows_in: AtomicU64::new(0),
+            rows_out: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
+        });
+        operators.push(Arc::clone(&operator));
+        operator
+    }
+
+    /// Every registered operator's counters, in plan order.
+    pub fn operators(&self) -> Vec<Arc<OperatorMetrics>> {
+        self.operators.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Sets each operator's state bytes from a published checkpoint's (by operator id);
+    /// an operator it does not name held no state in it.
+    pub fn set_state_bytes(&self, by_operator: &[(String, u64)]) {
+        for operator in self.operators() {
+            let bytes = by_operator.iter().find(|(id, _)| *id == operator.id).map_or(0, |(_, bytes)| *bytes);
+            operator.state_bytes.store(bytes, Ordering::Relaxed);
+        }
     }
 
     pub fn rows_in(&self) -> u64 {

@@ -263,6 +263,87 @@ fn post_checkpoint_answers_with_the_committed_epoch() {
     assert!(refused.contains("takes no checkpoints") && refused.contains("[checkpoint]"), "{refused}");
 }
 
+/// `/metrics` shows each operator's rows and, once a checkpoint is published, its state
+/// bytes and the checkpoint's figures.
+#[test]
+fn metrics_show_each_operators_rows_and_state_and_the_checkpoints() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "pipeline.toml",
+        r#"
+[pipeline]
+name = "metered"
+threads = 2
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+rate = 20000
+
+[[view]]
+name = "by_auction"
+sql = "SELECT auction, COUNT(*) AS bids FROM bid GROUP BY auction"
+
+[[sink]]
+name = "out"
+from = "by_auction"
+connector = "blackhole"
+
+[checkpoint]
+interval = "1h"
+store = "file://./state"
+"#,
+    );
+    let mut running = Running::start(&scratch, &["run", "pipeline.toml"]);
+    let addr = running.admin_addr();
+    wait_running(addr);
+    // Rows have reached the aggregate once its state is not empty: checkpoint until so.
+    let deadline = Instant::now() + DEADLINE;
+    let (samples, text) = loop {
+        assert_eq!(request(addr, "POST", "/checkpoint").0, 200);
+        let (code, text) = request(addr, "GET", "/metrics");
+        assert_eq!(code, 200, "{text}");
+        let samples: Vec<(String, f64)> = text
+            .lines()
+            .filter(|line| line.starts_with("sluice_"))
+            .filter_map(|line| {
+                line.rsplit_once(' ').map(|(series, value)| (series.to_string(), value.parse().unwrap_or(-1.0)))
+            })
+            .collect();
+        let state = samples.iter().find(|(series, _)| {
+            series.starts_with("sluice_operator_state_bytes{operator=\"sink out, segment ")
+                && series.contains("group_aggregate")
+        });
+        if state.is_some_and(|(_, bytes)| *bytes > 0.0) {
+            break (samples, text);
+        }
+        assert!(Instant::now() < deadline, "the aggregate's state never showed:\n{text}");
+    };
+    let value = |wanted: &dyn Fn(&str) -> bool| {
+        samples
+            .iter()
+            .find(|(series, _)| wanted(series))
+            .map(|(_, value)| *value)
+            .unwrap_or_else(|| panic!("missing in:\n{text}"))
+    };
+    let aggregate = |family: &str| {
+        let prefix = format!("{family}{{operator=\"sink out, segment ");
+        value(&|series: &str| series.starts_with(&prefix) && series.contains("group_aggregate"))
+    };
+    assert!(aggregate("sluice_operator_rows_in_total") > 0.0, "{text}");
+    assert!(aggregate("sluice_operator_rows_out_total") > 0.0, "{text}");
+    assert!(value(&|s: &str| s == "sluice_checkpoints_total{outcome=\"published\"}") >= 1.0, "{text}");
+    assert_eq!(value(&|s: &str| s == "sluice_checkpoints_total{outcome=\"failed\"}"), 0.0, "{text}");
+    assert!(value(&|s: &str| s == "sluice_checkpoint_state_bytes") > 0.0, "{text}");
+    assert!(value(&|s: &str| s == "sluice_checkpoint_duration_seconds") >= 0.0, "{text}");
+    assert!(text.contains("# TYPE sluice_source_watermark_lag_seconds gauge"), "{text}");
+    let (code, stopped) = request(addr, "POST", "/stop");
+    assert_eq!(code, 202, "{stopped}");
+    let (code, seen) = running.finish();
+    assert_eq!(code, Some(0), "{seen}");
+}
+
 /// `POST /pause` stops reading the sources: once a checkpoint taken after it is
 /// committed, the rows read stay the same through another checkpoint; `POST /resume`
 /// reads them again. Both answer with the state.

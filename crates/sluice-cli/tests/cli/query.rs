@@ -184,6 +184,14 @@ fn two_materialized_views_of_one_input_never_disagree() {
     let scratch = Scratch::new();
     let (run, addr) = start(&scratch, &[]);
     views_never_disagree(addr, addr, 300);
+    // The committed changes each table took count as its sink's rows out.
+    let (code, metrics) = request(addr, "GET", "/metrics");
+    assert_eq!(code, 200, "{metrics}");
+    let rows = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("sluice_sink_rows_total{sink=\"materialized:by_auction\"} "))
+        .and_then(|value| value.parse::<u64>().ok());
+    assert!(rows.is_some_and(|rows| rows > 0), "{metrics}");
     stop(run, addr);
 }
 
