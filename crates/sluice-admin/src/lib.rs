@@ -12,6 +12,7 @@ mod access;
 mod graph;
 mod metrics;
 mod openapi;
+mod peer_http;
 mod query;
 mod routes;
 mod sampler;

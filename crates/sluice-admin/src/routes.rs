@@ -150,11 +150,12 @@ pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
 }
 
 /// Pauses the sources: no lane is read until `POST /resume`; rows in flight drain and
-/// checkpoints go on. Idempotent. Not for a cluster's job yet.
+/// checkpoints go on. Idempotent. In a cluster, asked of any worker, every worker's
+/// sources pause (the others' once the leader's word reaches them).
 #[utoipa::path(post, path = "/pause", tag = "job", responses(
     (status = 200, description = "The sources are paused", body = Paused),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
-    (status = 409, description = "A cluster's job, or a job that ended", body = ErrorBody)))]
+    (status = 409, description = "The job ended", body = ErrorBody)))]
 pub(crate) async fn pause(State(shared): State<Shared>) -> Response {
     paused_answer(shared.job.pause(), true)
 }
@@ -163,7 +164,7 @@ pub(crate) async fn pause(State(shared): State<Shared>) -> Response {
 #[utoipa::path(post, path = "/resume", tag = "job", responses(
     (status = 200, description = "The sources are read again", body = Paused),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
-    (status = 409, description = "A cluster's job, or a job that ended", body = ErrorBody)))]
+    (status = 409, description = "The job ended", body = ErrorBody)))]
 pub(crate) async fn resume(State(shared): State<Shared>) -> Response {
     paused_answer(shared.job.resume(), false)
 }
@@ -176,20 +177,27 @@ fn paused_answer(state: Result<sluice_engine::JobState, sluice_types::SluiceErro
 }
 
 /// Takes a checkpoint now and answers once it is committed (at most 5 minutes), with
-/// its epoch. Only where checkpoints are decided: alone, or on a cluster's leader.
+/// its epoch. On a cluster's follower, the leader (which decides checkpoints) is asked,
+/// and its answer relayed.
 #[utoipa::path(post, path = "/checkpoint", tag = "job", responses(
     (status = 200, description = "The checkpoint is committed", body = CheckpointTaken),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
-    (status = 409, description = "No checkpoint here: the job takes none, this worker follows a leader, or the job \
-        ended first", body = ErrorBody),
-    (status = 503, description = "Too many checkpoint requests wait", body = ErrorBody),
+    (status = 409, description = "No checkpoint: the job takes none, or it ended first", body = ErrorBody),
+    (status = 503, description = "Too many checkpoint requests wait, or the cluster's leader cannot be reached",
+        body = ErrorBody),
     (status = 504, description = "Not committed within 5 minutes", body = ErrorBody)))]
 pub(crate) async fn checkpoint(State(shared): State<Shared>) -> Response {
     let job = shared.job.clone();
-    let taken = tokio::task::spawn_blocking(move || job.checkpoint(CHECKPOINT_WAIT)).await;
+    let token = shared.token.clone();
+    let taken = tokio::task::spawn_blocking(move || match job.leader() {
+        Some(leader) => Err(Box::new(ask_leader(&leader, token.as_deref()))),
+        None => Ok(job.checkpoint(CHECKPOINT_WAIT)),
+    })
+    .await;
     let error = match taken {
-        Ok(Ok(epoch)) => return (StatusCode::OK, axum::Json(CheckpointTaken { epoch })).into_response(),
-        Ok(Err(error)) => error,
+        Ok(Ok(Ok(epoch))) => return (StatusCode::OK, axum::Json(CheckpointTaken { epoch })).into_response(),
+        Ok(Ok(Err(error))) => error,
+        Ok(Err(relayed)) => return *relayed,
         Err(join) => sluice_types::SluiceError::internal("admin.checkpoint", join.to_string()),
     };
     let code = match error.code {
@@ -199,6 +207,35 @@ pub(crate) async fn checkpoint(State(shared): State<Shared>) -> Response {
         _ => StatusCode::CONFLICT,
     };
     (code, axum::Json(ErrorBody::from(error))).into_response()
+}
+
+/// The largest answer of the leader to a checkpoint request (its epoch, or an error).
+const RELAYED_BYTES: usize = 64 << 10;
+
+/// `POST /checkpoint` asked of the cluster's `leader`: its answer as it gave it, or 503
+/// naming it when it cannot be reached.
+fn ask_leader(leader: &sluice_engine::query::Peer, token: Option<&str>) -> Response {
+    let unreachable = |detail: String| {
+        let error = sluice_types::SluiceError::external(
+            "checkpoint.leader_unreachable",
+            format!("the cluster's leader decides checkpoints, and {leader} cannot be reached: {detail}"),
+        )
+        .with_fix("check that the leader runs with an admin API; ask again once it is back");
+        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(ErrorBody::from(error))).into_response()
+    };
+    if leader.admin_addr.is_empty() {
+        return unreachable("it runs without an admin API (--admin-bind off)".into());
+    }
+    // A little longer than the leader's own wait, so that its answer (even a 504) arrives.
+    let deadline = std::time::Instant::now() + CHECKPOINT_WAIT + std::time::Duration::from_secs(10);
+    match crate::peer_http::post(&leader.admin_addr, token, "/checkpoint", b"", deadline, RELAYED_BYTES) {
+        Ok((code, body)) => {
+            let code = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
+            (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Err(crate::peer_http::PostError::Unreachable(detail)) => unreachable(detail),
+        Err(crate::peer_http::PostError::TooLarge) => unreachable("its answer was too long".into()),
+    }
 }
 
 /// The live page: the dataflow with its rates, backpressure, watermarks and the

@@ -21,8 +21,6 @@
 //! budget; a body must announce its length.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -162,8 +160,8 @@ pub(crate) struct HttpGather {
     pub(crate) token: Option<Arc<str>>,
 }
 
-/// The longest a connection attempt waits, within the query's deadline.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a release waits.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest answer to a lease or a release (JSON, or an error).
 const SMALL_BODY: usize = 64 << 10;
 
@@ -191,72 +189,13 @@ impl HttpGather {
             )
             .with_fix("check that the worker runs (GET /status on the leader); ask again once it is back")
         };
-        let left = || {
-            let left = deadline.saturating_duration_since(Instant::now());
-            (!left.is_zero()).then_some(left).ok_or_else(|| unreachable("the query's time ran out".into()))
-        };
-        let target = peer
-            .admin_addr
-            .to_socket_addrs()
-            .map_err(|e| unreachable(e.to_string()))?
-            .next()
-            .ok_or_else(|| unreachable("its address resolves to nothing".into()))?;
-        let stream = TcpStream::connect_timeout(&target, left()?.min(CONNECT_TIMEOUT))
-            .map_err(|e| unreachable(format!("connecting: {e}")))?;
         let content = serde_json::to_vec(body).map_err(|e| SluiceError::internal("query.gather", e.to_string()))?;
-        let auth = self.token.as_deref().map_or_else(String::new, |token| format!("Authorization: Bearer {token}\r\n"));
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n",
-            peer.admin_addr,
-            content.len()
-        );
-        let io = |e: std::io::Error| unreachable(format!("the request broke off: {e}"));
-        stream.set_write_timeout(Some(left()?)).map_err(io)?;
-        (&stream).write_all(head.as_bytes()).map_err(io)?;
-        (&stream).write_all(&content).map_err(io)?;
-        let mut reader = BufReader::new(&stream);
-        let mut line = String::new();
-        let read_line = |reader: &mut BufReader<&TcpStream>, line: &mut String| {
-            stream.set_read_timeout(Some(left()?)).map_err(io)?;
-            line.clear();
-            reader.by_ref().take(8 << 10).read_line(line).map_err(io)
-        };
-        read_line(&mut reader, &mut line)?;
-        let code: u16 = line
-            .split(' ')
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .ok_or_else(|| unreachable(format!("it did not answer HTTP: {:?}", line.trim_end())))?;
-        let mut length = None;
-        for _ in 0..100 {
-            read_line(&mut reader, &mut line)?;
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse::<usize>().ok();
-            }
-        }
-        let length = match length {
-            Some(length) if length <= max_bytes => length,
-            Some(_) => return Err(sluice_engine::query::too_large()),
-            None if code == 204 => 0,
-            None => return Err(unreachable("its answer gives no length".into())),
-        };
-        let mut bytes = vec![0u8; length];
-        let mut filled = 0;
-        while filled < length {
-            stream.set_read_timeout(Some(left()?)).map_err(io)?;
-            match reader.read(&mut bytes[filled..]).map_err(io)? {
-                0 => return Err(unreachable(format!("its answer ended after {filled} of {length} bytes"))),
-                read => filled += read,
-            }
-        }
-        Ok((code, bytes))
+        crate::peer_http::post(&peer.admin_addr, self.token.as_deref(), path, &content, deadline, max_bytes).map_err(
+            |error| match error {
+                crate::peer_http::PostError::Unreachable(detail) => unreachable(detail),
+                crate::peer_http::PostError::TooLarge => sluice_engine::query::too_large(),
+            },
+        )
     }
 
     /// The worker's error (its JSON body), as this worker's.
@@ -321,7 +260,7 @@ impl Gather for HttpGather {
     }
 
     fn release(&self, peer: &Peer, lease: RemoteLease) {
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let deadline = Instant::now() + RELEASE_TIMEOUT;
         if let Err(error) =
             self.post(peer, "/internal/release", &ReleaseRequest { lease: lease.id }, deadline, SMALL_BODY)
         {

@@ -57,21 +57,23 @@
 //! ToWorker   0 Barrier { epoch: varint u64, final_epoch: bool } | 1 Commit { epoch: varint u64,
 //!            final_epoch: bool } | 2 Stop | 3 Abort { reason: string } | 4 Heartbeat
 //!            | 5 Resume { restored_epoch: varint u64, first_epoch: varint u64 }
-//!            | 6 Rejoin { reason: string }
+//!            | 6 Rejoin { reason: string } | 7 Pause { paused: bool }
 //! ToLeader   0 Acked { epoch: varint u64, part: bytes } | 1 Finished { report: bytes }
 //!            | 2 Failed { message: string } | 3 Heartbeat | 4 DriversFinished | 5 StopRequested
+//!            | 6 PauseRequested { paused: bool }
 //! ```
 //!
 //! A `bool` is one byte, `00` or `01` (any other byte is refused).
 //!
 //! Example: `ToWorker::Barrier { epoch: 300, final_epoch: false }` is
-//! `53 4c 43 43 03 00 03 04 00 00 00 00 ac 02 00`.
+//! `53 4c 43 43 04 00 03 04 00 00 00 00 ac 02 00`.
 //!
 //! History: version 1 had no `final_epoch`, no `Resume`, `DriversFinished` or
 //! `StopRequested` and no `Rejoin` (clusters did not checkpoint); version 2 is the
 //! distributed epochs of `sluice-runtime`'s coordinator and the re-forming of a cluster
 //! after a lost worker; version 3 adds each worker's admin API address to `Register` and
-//! `Member` (a cluster's query reads every worker's slice through it).
+//! `Member` (a cluster's query reads every worker's slice through it); version 4 adds
+//! `Pause` and `PauseRequested` (pausing the sources of every worker from any of them).
 //!
 //! A body must be consumed exactly (trailing bytes are refused). Bodies are not required
 //! to be canonical (postcard also accepts over-long varints): a control message is never
@@ -98,7 +100,7 @@ use serde::{Deserialize, Serialize};
 use sluice_types::SluiceError;
 
 /// The control encoding this build speaks.
-pub const WIRE_VERSION: u16 = 3;
+pub const WIRE_VERSION: u16 = 4;
 /// The first bytes of every control frame.
 pub const CONTROL_MAGIC: [u8; 4] = *b"SLCC";
 /// The header's length: magic, version, kind, body length.
@@ -205,6 +207,10 @@ pub enum ToWorker {
     /// Stop at once and join this leader again once it closed this session: a worker was
     /// lost (`reason`), and the cluster re-forms to resume from its last checkpoint.
     Rejoin { reason: String },
+    /// Stop polling the sources' lanes (`paused`), or poll them again: the whole
+    /// cluster's sources pause and resume together. Sent whenever the leader's own flag
+    /// changes, and once at the start of a round in which it is paused.
+    Pause { paused: bool },
 }
 
 /// A worker's reports during the run: at most one `Acked` per `Barrier`, then one
@@ -227,6 +233,9 @@ pub enum ToLeader {
     DriversFinished,
     /// A stop was requested on this worker (a signal): the leader stops the cluster.
     StopRequested,
+    /// A pause (`paused`) or a resume was asked of this worker (its admin API): the
+    /// leader applies it to itself and tells every worker (`ToWorker::Pause`).
+    PauseRequested { paused: bool },
 }
 
 /// Any control frame, decoded.

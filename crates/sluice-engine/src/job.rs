@@ -292,7 +292,7 @@ fn run_in_cluster(
     formed: Formed,
     stop: (StopHandle, crossbeam_channel::Receiver<()>),
     metrics_cell: &Mutex<Arc<Metrics>>,
-    status: &StatusCell,
+    status: &Arc<StatusCell>,
     queries: &Mutex<QueryScope>,
 ) -> (RunReport, bool) {
     let Formed {
@@ -338,6 +338,7 @@ fn run_in_cluster(
         route,
         rejoin,
         loss_timeout,
+        status: Arc::clone(status),
     };
     let supervisor = std::thread::Builder::new()
         .name("sluice-cluster-control".into())
@@ -375,6 +376,21 @@ fn run_in_cluster(
     (report, rejoin && !stop.is_requested())
 }
 
+/// Shows the sources paused (`paused`) or read again in the state, and returns the state:
+/// `running` becomes `paused` and back; any other state stays.
+pub(crate) fn show_paused(status: &StatusCell, paused: bool) -> JobState {
+    let mut state = JobState::Running;
+    status.update(|s| {
+        s.state = match (s.state, paused) {
+            (JobState::Running, true) => JobState::Paused,
+            (JobState::Paused, false) => JobState::Running,
+            (other, _) => other,
+        };
+        state = s.state;
+    });
+    state
+}
+
 /// What [`Job::handle`] gives: the job's name, status, counters and stop, shareable
 /// across threads.
 #[derive(Clone)]
@@ -393,6 +409,9 @@ pub struct JobHandle {
     /// What a query reads: a cluster's job changes it as its rounds start and end.
     queries: Arc<Mutex<QueryScope>>,
 }
+
+/// The leader's id in a cluster's membership (the joiners are numbered from 1).
+const LEADER_ID: u32 = 0;
 
 /// What a query received by a job reads.
 #[derive(Clone)]
@@ -447,9 +466,10 @@ impl JobHandle {
     }
 
     /// Pauses the sources: no lane is read until [`JobHandle::resume`]; rows in flight
-    /// drain and checkpoints go on. Refused for a cluster (not yet supported: each worker
-    /// would pause alone) and for a job that ended; idempotent otherwise. Returns the
-    /// state after it.
+    /// drain and checkpoints go on. In a cluster, asked of any worker, every worker's
+    /// sources pause (this one's at once, the others' once the leader's word reaches
+    /// them). Refused for a job that ended; idempotent otherwise. Returns the state
+    /// after it (this worker's).
     pub fn pause(&self) -> Result<JobState, SluiceError> {
         self.set_paused(true)
     }
@@ -461,29 +481,18 @@ impl JobHandle {
 
     fn set_paused(&self, paused: bool) -> Result<JobState, SluiceError> {
         let status = self.status();
-        if status.worker.is_some() || status.state == JobState::Coordination {
-            return Err(SluiceError::user("job.pause_cluster", "pausing a cluster's job is not supported yet")
-                .with_fix("stop the cluster (POST /stop on the leader) and start it again later: it resumes from its last checkpoint"));
-        }
         if status.state.is_final() {
             return Err(SluiceError::user("job.ended", format!("the job has {}", status.state.name()))
                 .with_fix("start it again"));
         }
+        // In a cluster the control session carries the flag to (or through) the leader,
+        // which tells every worker (see `cluster::supervise`).
         if paused {
             self.stop.pause()
         } else {
             self.stop.resume()
         }
-        let mut state = status.state;
-        self.status.update(|s| {
-            s.state = match (s.state, paused) {
-                (JobState::Running, true) => JobState::Paused,
-                (JobState::Paused, false) => JobState::Running,
-                (other, _) => other,
-            };
-            state = s.state;
-        });
-        Ok(state)
+        Ok(show_paused(&self.status, paused))
     }
 
     /// Takes a checkpoint now and waits, at most `timeout`, until it is committed;
@@ -548,6 +557,15 @@ impl JobHandle {
                 Ok(crate::query::prepare(&registry, sql, limits)?.with_peers(peers))
             }
             QueryScope::Forming { why } => Err(forming(why)),
+        }
+    }
+
+    /// The leader of the cluster this worker follows, once it formed (None alone, on
+    /// the leader, and while the cluster forms).
+    pub fn leader(&self) -> Option<crate::query::Peer> {
+        match self.query_scope() {
+            QueryScope::Cluster { peers, .. } => peers.into_iter().find(|peer| peer.id == LEADER_ID),
+            QueryScope::Solo(_) | QueryScope::Forming { .. } => None,
         }
     }
 

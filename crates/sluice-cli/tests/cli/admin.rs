@@ -344,6 +344,79 @@ store = "file://./state"
     assert_eq!(code, Some(0), "{seen}");
 }
 
+/// In a cluster, `POST /checkpoint` asked of the follower is the leader's checkpoint, and
+/// `POST /pause` asked of the follower pauses every worker's sources until `POST
+/// /resume`, asked of the leader, reads them again everywhere.
+#[test]
+fn a_clusters_follower_takes_checkpoints_and_pauses_every_worker() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "pipeline.toml",
+        r#"
+[pipeline]
+name = "paused-cluster"
+threads = 1
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+rate = 5000
+
+[[sink]]
+name = "out"
+from = "bid"
+connector = "blackhole"
+
+[checkpoint]
+interval = "1h"
+store = "file://./state"
+"#,
+    );
+    let (leader, leader_addr, follower, follower_addr) = crate::query::start_cluster(&scratch);
+    let body = |response: &str| -> serde_json::Value {
+        let body = response.split("\r\n\r\n").nth(1).expect("a body");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    };
+    let checkpoint = |addr: SocketAddr| -> u64 {
+        let (code, answer) = request(addr, "POST", "/checkpoint");
+        assert_eq!(code, 200, "{answer}");
+        body(&answer)["epoch"].as_u64().unwrap_or_else(|| panic!("no epoch: {answer}"))
+    };
+    let first = checkpoint(follower_addr);
+    assert!(checkpoint(leader_addr) > first, "the follower's checkpoint was the leader's");
+    let status = |addr: SocketAddr| body(&request(addr, "GET", "/status").1);
+    let rows_in = |addr: SocketAddr| status(addr)["sources"][0]["rows_in"].as_u64().expect("rows_in");
+    let wait_for_state = |addr: SocketAddr, wanted: &str| {
+        let deadline = Instant::now() + DEADLINE;
+        while status(addr)["state"] != wanted {
+            assert!(Instant::now() < deadline, "{addr} never {wanted}: {}", status(addr));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    let (code, paused) = request(follower_addr, "POST", "/pause");
+    assert_eq!(code, 200, "{paused}");
+    wait_for_state(leader_addr, "paused");
+    wait_for_state(follower_addr, "paused");
+    // Both paused before this checkpoint's barrier: no lane is read since, on either.
+    checkpoint(follower_addr);
+    let held = (rows_in(leader_addr), rows_in(follower_addr));
+    checkpoint(leader_addr);
+    assert_eq!((rows_in(leader_addr), rows_in(follower_addr)), held, "no row is read while paused");
+
+    let (code, resumed) = request(leader_addr, "POST", "/resume");
+    assert_eq!(code, 200, "{resumed}");
+    wait_for_state(follower_addr, "running");
+    let deadline = Instant::now() + DEADLINE;
+    while rows_in(follower_addr) == held.1 || rows_in(leader_addr) == held.0 {
+        assert!(Instant::now() < deadline, "the sources were not read again after the resume");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Dropping them kills both: the stop of a cluster is tested elsewhere.
+    drop((leader, follower));
+}
+
 /// `POST /pause` stops reading the sources: once a checkpoint taken after it is
 /// committed, the rows read stay the same through another checkpoint; `POST /resume`
 /// reads them again. Both answer with the state.

@@ -368,7 +368,7 @@ fn a_job_resumed_on_another_thread_count_answers_with_the_restored_rows() {
 /// A cluster of two workers of `pipeline`, both in `scratch` (one pipeline file, one
 /// checkpoint store, one input), each with its admin API; once both run, the leader's
 /// and the follower's admin addresses.
-fn start_cluster(scratch: &Scratch) -> (Running, SocketAddr, Running, SocketAddr) {
+pub(crate) fn start_cluster(scratch: &Scratch) -> (Running, SocketAddr, Running, SocketAddr) {
     let admin = ["--admin-bind", "127.0.0.1:0"];
     let mut leader = Running::start(
         scratch,

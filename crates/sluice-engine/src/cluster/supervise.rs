@@ -3,6 +3,15 @@
 //! every worker's end; a worker obeys the leader's stop, abort and rejoin, routes the
 //! leader's checkpoint commands to its controller and reports its end.
 //!
+//! Pausing the sources: every worker's `StopHandle` holds a paused flag its drivers read
+//! before polling lanes. The leader's flag is the cluster's: whenever it differs from
+//! what the leader last told the workers (checked at every event and at least every
+//! [`PAUSE_POLL`]), it sends `Pause` to all. A pause or resume asked of a worker sets its
+//! own flag at once and, when that differs from what the leader last said, asks the
+//! leader (`PauseRequested`); the leader applies it to its flag, which then reaches
+//! everyone. So after any sequence of requests, every worker ends with the leader's flag,
+//! the last request the leader heard.
+//!
 //! Losing a worker, when the pipeline checkpoints: the leader tells the others to stop
 //! and join it again (`Rejoin`); once every survivor reported its end, the round ends,
 //! and the job forms the cluster again (the lost worker restarted with the same
@@ -20,6 +29,8 @@ use sluice_runtime::{Metrics, StopHandle};
 use sluice_types::{ErrorKind, SluiceError};
 
 use super::{Control, Route, leader_lost, report};
+use crate::job::show_paused;
+use crate::status::StatusCell;
 
 /// How the local part ended, as the control thread is told: the failure's text, and
 /// whether it was a lost peer (then the session's account of which peer usually follows).
@@ -28,6 +39,9 @@ pub(crate) type LocalOutcome = Result<(), (String, bool)>;
 /// How long a worker whose part failed for a lost peer waits for its session to say
 /// which (the leader, usually), before reporting what it has.
 const CAUSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The longest a change of the paused flag waits to be sent on.
+const PAUSE_POLL: Duration = Duration::from_millis(200);
 
 /// What the control thread needs of the run.
 pub(crate) struct Supervised {
@@ -46,6 +60,8 @@ pub(crate) struct Supervised {
     pub rejoin: bool,
     /// The control sessions' loss timeout: within it the leader is heard from or lost.
     pub loss_timeout: Duration,
+    /// The job's status, whose state shows the sources paused.
+    pub status: Arc<StatusCell>,
 }
 
 /// How the cluster's part of a run ended.
@@ -77,9 +93,18 @@ fn lead(session: &LeaderControl, run: &Supervised) -> Supervision {
     let mut deadline: Option<Instant> = None;
     // The abort held back while a worker's loss may still be reported, and until when.
     let mut abort_later: Option<(String, Instant)> = None;
+    // What the workers were last told of the paused flag (they start unpaused).
+    let mut told_paused = false;
     while ended.len() + 1 < workers {
         if rejoin {
             abort_later = None;
+        }
+        let paused = stop.is_paused();
+        if paused != told_paused {
+            told_paused = paused;
+            if let Err(error) = session.broadcast(&ToWorker::Pause { paused }) {
+                tracing::warn!(%error, "the pause could not reach every worker");
+            }
         }
         if let Some((reason, _)) = abort_later.take_if(|(_, until)| Instant::now() >= *until) {
             let _ = session.broadcast(&ToWorker::Abort { reason });
@@ -114,6 +139,10 @@ fn lead(session: &LeaderControl, run: &Supervised) -> Supervision {
                     }
                 }
                 Ok(ControlEvent::Received { message: ToLeader::StopRequested, .. }) => stop.stop(),
+                Ok(ControlEvent::Received { peer, message: ToLeader::PauseRequested { paused } }) => {
+                    tracing::info!(worker = peer, paused, "a worker asked to pause or resume the sources");
+                    set_paused(stop, &run.status, paused);
+                }
                 Ok(ControlEvent::Received { peer, message: message @ (ToLeader::Acked { .. } | ToLeader::DriversFinished) }) => {
                     if let Err(error) = route_to_leader(&run.route, peer, message) {
                         failure.get_or_insert((format!("worker {peer}"), error));
@@ -156,10 +185,20 @@ fn lead(session: &LeaderControl, run: &Supervised) -> Supervision {
                 }
                 deadline.get_or_insert(Instant::now() + shutdown_timeout);
             },
-            default(Duration::from_millis(200)) => {}
+            default(PAUSE_POLL) => {}
         }
     }
     Supervision { failure, rejoin }
+}
+
+/// Sets this worker's paused flag and shows it in the status.
+fn set_paused(stop: &StopHandle, status: &StatusCell, paused: bool) {
+    if paused {
+        stop.pause();
+    } else {
+        stop.resume();
+    }
+    show_paused(status, paused);
 }
 
 /// A worker: obeys the leader's stop, reports its end.
@@ -169,10 +208,25 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
     let mut rejoin = false;
     let never = crossbeam_channel::never();
     let mut events = session.events();
+    // The leader's paused flag as it last said (workers start unpaused).
+    let mut leader_paused = false;
     loop {
+        let paused = stop.is_paused();
+        if paused != leader_paused {
+            // Asked of this worker: the leader decides for every worker. Sent once per
+            // change; the leader's answer (a `Pause`) settles it.
+            leader_paused = paused;
+            if let Err(error) = session.send(&ToLeader::PauseRequested { paused }) {
+                tracing::warn!(%error, "the leader did not hear this worker's pause or resume");
+            }
+        }
         crossbeam_channel::select! {
             recv(events) -> event => match event {
                 Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => stop.stop(),
+                Ok(ControlEvent::Received { message: ToWorker::Pause { paused }, .. }) => {
+                    leader_paused = paused;
+                    set_paused(stop, &run.status, paused);
+                }
                 Ok(ControlEvent::Received { message: message @ (ToWorker::Barrier { .. } | ToWorker::Commit { .. }), .. }) => {
                     if let Err(error) = route_to_worker(&run.route, message) {
                         failure.get_or_insert(("leader".into(), error));
@@ -220,6 +274,7 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
                 }
                 return Supervision { failure, rejoin };
             },
+            default(PAUSE_POLL) => {}
         }
     }
 }

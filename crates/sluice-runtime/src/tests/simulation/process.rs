@@ -161,7 +161,8 @@ impl Process {
                 self.failure.get_or_insert(format!("worker {peer} failed: {message}"));
                 self.end_now();
             }
-            ToLeader::Heartbeat => {}
+            // The simulation never pauses.
+            ToLeader::Heartbeat | ToLeader::PauseRequested { .. } => {}
         }
         false
     }
@@ -178,7 +179,7 @@ impl Process {
                 self.failure.get_or_insert(format!("rejoining: {reason}"));
                 self.end_now();
             }
-            ToWorker::Heartbeat | ToWorker::Resume { .. } => {}
+            ToWorker::Heartbeat | ToWorker::Resume { .. } | ToWorker::Pause { .. } => {}
         }
         false
     }
