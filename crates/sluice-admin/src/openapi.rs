@@ -12,7 +12,9 @@ use utoipa::{Modify, OpenApi};
 
 use crate::graph::{Edge, EdgeKind, Graph, Node, NodeKind, ThreadPressure};
 use crate::routes::{self, CheckpointTaken, ErrorBody, Paused, Stopping};
-use crate::status::{CheckpointSeen, Readiness, SinkStatus, SourceStatus, State, StatusDocument, WorkerPlace};
+use crate::status::{
+    CheckpointSeen, MemberStatus, Readiness, SinkStatus, SourceStatus, State, StatusDocument, WorkerPlace,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -33,7 +35,7 @@ use crate::status::{CheckpointSeen, Readiness, SinkStatus, SourceStatus, State, 
         routes::page,
     ),
     components(schemas(
-        StatusDocument, State, WorkerPlace, SourceStatus, SinkStatus, CheckpointSeen, Readiness,
+        StatusDocument, State, WorkerPlace, MemberStatus, SourceStatus, SinkStatus, CheckpointSeen, Readiness,
         Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, ErrorBody, Stopping, CheckpointTaken, Paused,
         crate::query::QueryRequest, crate::query::QueryFormatName,
     )),

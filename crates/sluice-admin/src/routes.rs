@@ -78,6 +78,7 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/internal/lease", post(crate::slices::lease))
         .route("/internal/slice", post(crate::slices::slice))
         .route("/internal/release", post(crate::slices::release))
+        .route("/internal/status", post(internal_status))
         .route("/openapi.json", get(openapi_document))
         .route("/", get(page))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
@@ -106,6 +107,61 @@ pub(crate) async fn readyz(State(shared): State<Shared>) -> Response {
     (status = 200, description = "The status", body = StatusDocument),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody)))]
 pub(crate) async fn status_document(State(shared): State<Shared>) -> Response {
+    let status = shared.job.status();
+    let mut document = status::document(&shared.job, &shared.sampler, &status);
+    let peers = shared.job.peers();
+    if !peers.is_empty() {
+        let token = shared.token.clone();
+        let asked = tokio::task::spawn_blocking(move || ask_members(peers, token.as_deref())).await;
+        let mut members = asked.unwrap_or_default();
+        members.push(status::MemberStatus::of_this_worker(&document, shared.admin_addr.clone()));
+        members.sort_by_key(|member| member.id);
+        document.members = members;
+    }
+    axum::Json(document).into_response()
+}
+
+/// How long `/status` waits for the other workers' answers.
+const MEMBER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// The largest answer of a worker to `/internal/status`.
+const MEMBER_BYTES: usize = 1 << 20;
+
+/// Every other worker's own status, asked in parallel, each answer within [`MEMBER_WAIT`].
+fn ask_members(peers: Vec<sluice_engine::query::Peer>, token: Option<&str>) -> Vec<status::MemberStatus> {
+    let deadline = std::time::Instant::now() + MEMBER_WAIT;
+    std::thread::scope(|scope| {
+        let asked: Vec<_> = peers
+            .into_iter()
+            .map(|peer| {
+                scope.spawn(move || {
+                    let answer = if peer.admin_addr.is_empty() {
+                        Err("it runs without an admin API".to_string())
+                    } else {
+                        match crate::peer_http::post(
+                            &peer.admin_addr,
+                            token,
+                            "/internal/status",
+                            b"",
+                            deadline,
+                            MEMBER_BYTES,
+                        ) {
+                            Ok((200, body)) => serde_json::from_slice(&body).map_err(|e| format!("its answer: {e}")),
+                            Ok((code, _)) => Err(format!("it answered HTTP {code}")),
+                            Err(crate::peer_http::PostError::Unreachable(detail)) => Err(detail),
+                            Err(crate::peer_http::PostError::TooLarge) => Err("its answer was too long".to_string()),
+                        }
+                    };
+                    status::MemberStatus::of_answer(peer.id, peer.admin_addr, answer)
+                })
+            })
+            .collect();
+        asked.into_iter().filter_map(|handle| handle.join().ok()).collect()
+    })
+}
+
+/// `POST /internal/status`: this worker's own status, for another worker's `/status`
+/// (left out of the OpenAPI document, as every internal endpoint).
+pub(crate) async fn internal_status(State(shared): State<Shared>) -> Response {
     let status = shared.job.status();
     axum::Json(status::document(&shared.job, &shared.sampler, &status)).into_response()
 }

@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) sampler: Arc<Sampler>,
     /// The leases other workers of a cluster hold here for their queries.
     pub(crate) slices: Arc<std::sync::Mutex<crate::slices::SliceLeases>>,
+    /// The address this API listens on.
+    pub(crate) admin_addr: Option<String>,
 }
 
 /// A running admin server. Dropping it (or [`AdminServer::shutdown`]) stops it.
@@ -132,6 +134,7 @@ fn start(
         queries: Arc::new(Semaphore::new(crate::query::MAX_QUERIES)),
         sampler: Arc::new(Sampler::default()),
         slices: crate::slices::leases(),
+        admin_addr: Some(addr.to_string()),
     };
     let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sluice_engine::{JobHandle, JobState, Metrics, Status};
 use utoipa::ToSchema;
 
@@ -36,10 +36,32 @@ pub(crate) struct StatusDocument {
     /// The checkpoints committed that this API saw (sampled every second; the last
     /// [`crate::HISTORY`]), oldest first.
     pub(crate) checkpoints: Vec<CheckpointSeen>,
+    /// In a cluster, every worker (this one too) by id, as each answered just now; empty
+    /// when it runs alone, and in a stream's lines.
+    pub(crate) members: Vec<MemberStatus>,
+}
+
+/// One worker of a cluster as `/status` found it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct MemberStatus {
+    pub(crate) id: u32,
+    /// Its admin API's address (absent when it runs without one).
+    pub(crate) admin_addr: Option<String>,
+    /// Whether it is the worker that answered.
+    pub(crate) this_worker: bool,
+    /// Its state (absent when it could not be asked).
+    pub(crate) state: Option<State>,
+    /// The last checkpoint it committed.
+    pub(crate) last_committed_epoch: Option<u64>,
+    /// Rows its sources read and its sinks wrote (its part of the pipeline's).
+    pub(crate) rows_in: Option<u64>,
+    pub(crate) rows_out: Option<u64>,
+    /// Why it could not be asked.
+    pub(crate) error: Option<String>,
 }
 
 /// A job's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum State {
     Coordination,
@@ -153,6 +175,50 @@ pub(crate) fn document(job: &JobHandle, sampler: &Sampler, status: &Status) -> S
         sources: sources(&metrics, &rates),
         sinks: sinks(&metrics, &rates),
         checkpoints,
+        members: Vec::new(),
+    }
+}
+
+impl MemberStatus {
+    /// This worker, from its own document.
+    pub(crate) fn of_this_worker(document: &StatusDocument, admin_addr: Option<String>) -> MemberStatus {
+        MemberStatus {
+            id: document.worker.as_ref().map_or(0, |place| place.id),
+            admin_addr,
+            this_worker: true,
+            state: Some(document.state),
+            last_committed_epoch: document.last_committed_epoch,
+            rows_in: Some(document.sources.iter().map(|s| s.rows_in).sum()),
+            rows_out: Some(document.sinks.iter().map(|s| s.rows_out).sum()),
+            error: None,
+        }
+    }
+
+    /// Another worker, from its answer to `/internal/status` (its own document as JSON).
+    pub(crate) fn of_answer(id: u32, admin_addr: String, answer: Result<serde_json::Value, String>) -> MemberStatus {
+        let sum = |document: &serde_json::Value, list: &str, field: &str| -> Option<u64> {
+            document[list].as_array()?.iter().map(|item| item[field].as_u64()).sum()
+        };
+        let mut member = MemberStatus {
+            id,
+            admin_addr: (!admin_addr.is_empty()).then_some(admin_addr),
+            this_worker: false,
+            state: None,
+            last_committed_epoch: None,
+            rows_in: None,
+            rows_out: None,
+            error: None,
+        };
+        match answer {
+            Ok(document) => {
+                member.state = serde_json::from_value(document["state"].clone()).ok();
+                member.last_committed_epoch = document["last_committed_epoch"].as_u64();
+                member.rows_in = sum(&document, "sources", "rows_in");
+                member.rows_out = sum(&document, "sinks", "rows_out");
+            }
+            Err(error) => member.error = Some(error),
+        }
+        member
     }
 }
 

@@ -569,6 +569,14 @@ impl JobHandle {
         }
     }
 
+    /// The other workers of this worker's cluster, once it formed (none alone).
+    pub fn peers(&self) -> Vec<crate::query::Peer> {
+        match self.query_scope() {
+            QueryScope::Cluster { peers, .. } => peers,
+            QueryScope::Solo(_) | QueryScope::Forming { .. } => Vec::new(),
+        }
+    }
+
     fn query_scope(&self) -> QueryScope {
         self.queries.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }

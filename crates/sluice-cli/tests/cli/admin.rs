@@ -395,10 +395,22 @@ store = "file://./state"
         }
     };
 
+    // Either worker's /status lists both, each with its own state and counters.
+    let members = status(follower_addr)["members"].clone();
+    assert_eq!(members.as_array().map(Vec::len), Some(2), "{members}");
+    assert_eq!((members[0]["id"].as_u64(), members[0]["this_worker"].as_bool()), (Some(0), Some(false)), "{members}");
+    assert_eq!((members[1]["id"].as_u64(), members[1]["this_worker"].as_bool()), (Some(1), Some(true)), "{members}");
+    for member in [&members[0], &members[1]] {
+        assert_eq!(member["state"], "running", "{members}");
+        assert!(member["rows_in"].as_u64().is_some_and(|rows| rows > 0), "{members}");
+    }
+
     let (code, paused) = request(follower_addr, "POST", "/pause");
     assert_eq!(code, 200, "{paused}");
     wait_for_state(leader_addr, "paused");
     wait_for_state(follower_addr, "paused");
+    let members = status(leader_addr)["members"].clone();
+    assert!(members.as_array().into_iter().flatten().all(|m| m["state"] == "paused"), "{members}");
     // Both paused before this checkpoint's barrier: no lane is read since, on either.
     checkpoint(follower_addr);
     let held = (rows_in(leader_addr), rows_in(follower_addr));

@@ -443,5 +443,13 @@ fn a_killed_worker_makes_a_query_fail_naming_it() {
     // Unreachable, or (once the leader noticed the loss) a cluster forming again after it.
     assert!(said.contains("worker 1"), "{error}");
     assert!(said.contains("cannot be reached") || said.contains("lost"), "{error}");
+    // The leader's /status names the worker it could not ask, if the cluster has not
+    // noticed the loss yet (then it lists no members: it forms again).
+    let (code, status) = request(leader_addr, "GET", "/status");
+    assert_eq!(code, 200, "{status}");
+    let body: Value = serde_json::from_str(status.split("\r\n\r\n").nth(1).expect("a body")).expect("json");
+    if let Some(gone) = body["members"].as_array().and_then(|members| members.iter().find(|m| m["id"] == 1)) {
+        assert!(gone["state"].is_null() && gone["error"].is_string(), "{body}");
+    }
     drop(leader);
 }
