@@ -89,10 +89,15 @@ impl Checkpointer for StoreCheckpointer {
     fn write_part(&mut self, epoch: Epoch, slice: ManifestSlice) -> Result<Vec<u8>, SluiceError> {
         let mut part = Part::new(self.worker);
         part.positions = slice.positions.into_iter().map(|p| (p.source as u32, p.lane, p.bytes)).collect();
+        let mut places = Vec::with_capacity(slice.states.len());
+        let mut writes = Vec::with_capacity(slice.states.len());
         for blob in slice.states {
-            let name = format!("{}/vnode-{}", blob.operator, blob.vnode);
-            let object = self.store.put_object(epoch.0, &name, blob.bytes)?;
-            part.objects.push((blob.operator, blob.vnode, object));
+            writes.push((format!("{}/vnode-{}", blob.operator, blob.vnode), blob.bytes));
+            places.push((blob.operator, blob.vnode));
+        }
+        let objects = self.store.put_objects(epoch.0, writes)?;
+        for ((operator, vnode), object) in places.into_iter().zip(objects) {
+            part.objects.push((operator, vnode, object));
         }
         part.records = slice.sink_records.into_iter().map(|r| (r.flow as u32, r.epoch, r.record)).collect();
         sluice_types::failpoint!("checkpoint.after_state_written");
@@ -306,12 +311,11 @@ pub(crate) fn prepare(
     if let Some(manifest) = &manifest {
         restore_positions(manifest, plan, &mut restore)?;
         for operator in &manifest.operators {
-            let mut blobs = Vec::with_capacity(operator.vnodes.len());
             // Each worker reads only the state of the vnodes its slots own.
-            for (vnode, object) in operator.vnodes.iter().filter(|(vnode, _)| mine.contains(vnode)) {
-                let bytes = store.get_object(object).map_err(|e| e.context(format!("restoring {}", operator.id)))?;
-                blobs.push((*vnode, bytes));
-            }
+            let owned: Vec<_> = operator.vnodes.iter().filter(|(vnode, _)| mine.contains(vnode)).collect();
+            let objects: Vec<_> = owned.iter().map(|(_, object)| object).collect();
+            let read = store.get_objects(&objects).map_err(|e| e.context(format!("restoring {}", operator.id)))?;
+            let blobs = owned.iter().map(|(vnode, _)| *vnode).zip(read).collect();
             restore.states.insert(operator.id.clone(), blobs);
         }
     }
