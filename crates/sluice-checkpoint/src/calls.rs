@@ -11,9 +11,10 @@
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as StorePath;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{GetOptions, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use sluice_types::SluiceError;
 use std::future::Future;
+use std::ops::Range;
 use std::time::Duration;
 
 use crate::location::Location;
@@ -107,24 +108,49 @@ impl Calls {
     }
 
     pub(crate) async fn put(&self, relative: &str, bytes: Bytes, mode: PutMode) -> Result<(), Failure> {
+        self.put_payload(relative, PutPayload::from_bytes(bytes), mode).await
+    }
+
+    /// Writes `payload` (its parts one after the other) as one object.
+    pub(crate) async fn put_payload(&self, relative: &str, payload: PutPayload, mode: PutMode) -> Result<(), Failure> {
         let key = self.key(relative);
         let options = PutOptions { mode, ..PutOptions::default() };
-        let call = self.location.store.put_opts(&key, PutPayload::from_bytes(bytes), options);
+        let call = self.location.store.put_opts(&key, payload, options);
         bounded(call).await.map(drop).map_err(|error| self.failure("writing", relative, error))
     }
 
-    /// Reads an object whose size must be `expected_size` (`Err(actual)` without reading the
-    /// body otherwise), or at most `size_max` bytes when no size is expected.
-    pub(crate) async fn get(&self, relative: &str, size: SizeCheck) -> Result<Result<Bytes, u64>, Failure> {
+    /// Reads the bytes `range` of an object (`Err(actual size)` when the object ends
+    /// before the range does).
+    pub(crate) async fn get_range(&self, relative: &str, range: Range<u64>) -> Result<Result<Bytes, u64>, Failure> {
+        let key = self.key(relative);
+        let call = async {
+            if range.is_empty() {
+                let meta = self.location.store.head(&key).await?;
+                return Ok(if meta.size < range.end { Err(meta.size) } else { Ok(Bytes::new()) });
+            }
+            let options = GetOptions::default().with_range(Some(range.clone()));
+            match self.location.store.get_opts(&key, options).await {
+                Ok(result) if result.meta.size < range.end => Ok(Err(result.meta.size)),
+                Ok(result) => result.bytes().await.map(Ok),
+                Err(error @ object_store::Error::NotFound { .. }) => Err(error),
+                // Backends refuse a range that starts past the end: tell it by the size.
+                Err(error) => match self.location.store.head(&key).await {
+                    Ok(meta) if meta.size < range.end => Ok(Err(meta.size)),
+                    _ => Err(error),
+                },
+            }
+        };
+        bounded(call).await.map_err(|error| self.failure("reading", relative, error))
+    }
+
+    /// Reads an object of at most `size_max` bytes (`Err(actual)` without reading the body
+    /// of a larger one).
+    pub(crate) async fn get(&self, relative: &str, size_max: u64) -> Result<Result<Bytes, u64>, Failure> {
         let key = self.key(relative);
         let call = async {
             let result = self.location.store.get(&key).await?;
             let actual = result.meta.size;
-            let acceptable = match size {
-                SizeCheck::Exactly(expected) => actual == expected,
-                SizeCheck::AtMost(size_max) => actual <= size_max,
-            };
-            if !acceptable {
+            if actual > size_max {
                 return Ok(Err(actual));
             }
             result.bytes().await.map(Ok)
@@ -169,13 +195,6 @@ impl Calls {
         }
         Ok(())
     }
-}
-
-/// What size an object read must have.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum SizeCheck {
-    Exactly(u64),
-    AtMost(u64),
 }
 
 /// Bounds a backend call by [`CALL_TIMEOUT`].

@@ -1,7 +1,8 @@
 //! Retention: which manifests and state objects may be deleted, and deleting them.
 //!
 //! A manifest is *healthy* for retention when it decodes and every object it names is in
-//! the store's listing with its size (a listing, not a full read: a flipped byte is only
+//! the store's listing, long enough for every range it names in it (a listing, not a full
+//! read: a flipped byte is only
 //! found by `verify`, so keep `retain` at 2 or more where that matters). Collection keeps
 //! the newest `retain` healthy manifests and:
 //! - deletes older manifests, damaged manifests older than the newest kept one, and every
@@ -184,11 +185,16 @@ fn manifest_files(listed: Vec<Listed>) -> ManifestFiles {
     files
 }
 
-/// The first object of `manifest` that is not in the listing with its size, described.
+/// The first object of `manifest` that is not in the listing, or ends before a range the
+/// manifest names in it, described.
 fn missing_object(manifest: &Manifest, sizes: &BTreeMap<&str, u64>) -> Option<String> {
     manifest.objects().find_map(|object| match sizes.get(object.path.as_str()) {
-        Some(size) if *size == object.size => None,
-        Some(size) => Some(format!("object {:?} has {size} bytes, expected {}", object.path, object.size)),
+        Some(size) if object.range().is_some_and(|range| *size >= range.end) => None,
+        Some(size) => Some(format!(
+            "object {:?} has {size} bytes, expected at least {}",
+            object.path,
+            object.offset.saturating_add(object.size)
+        )),
         None => Some(format!("object {:?} is missing", object.path)),
     })
 }

@@ -98,7 +98,7 @@ use sluice_types::SluiceError;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::calls::{Calls, Failure, SizeCheck};
+use crate::calls::{Calls, Failure};
 use crate::frame::{self, Problem};
 use crate::layout::LEASE_PATH;
 use crate::store::CheckpointStore;
@@ -297,7 +297,7 @@ enum Found {
 }
 
 async fn read_lease(calls: &Calls) -> Result<Found, SluiceError> {
-    match calls.get(LEASE_PATH, SizeCheck::AtMost(LEASE_BYTES_MAX)).await {
+    match calls.get(LEASE_PATH, LEASE_BYTES_MAX).await {
         Ok(Ok(bytes)) => Ok(Holder::decode(&bytes).map_or_else(Found::Unreadable, Found::Held)),
         Ok(Err(size)) => Ok(Found::Unreadable(damaged(format!("{size} bytes, more than the {LEASE_BYTES_MAX}")))),
         Err(Failure::Missing) => Ok(Found::Absent),

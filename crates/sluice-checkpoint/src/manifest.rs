@@ -2,12 +2,14 @@
 //!
 //! A manifest names, for epoch `e`, the topology it belongs to (fingerprint, vnodes), the
 //! versions of the encodings its state depends on, every source's lane layout and position
-//! per lane, every operator's state object per vnode and every sink's pre-commit records.
+//! per lane, every operator's state per vnode and every sink's pre-commit records.
 //! State objects, layouts and positions are opaque bytes to this crate; a manifest refers
-//! to objects by [`ObjectRef`] (path, size, checksum) so that a reader can prove it got the
-//! bytes the writer wrote.
+//! to each vnode's state by [`ObjectRef`] (path, offset, size, checksum) so that a reader
+//! can prove it got the bytes the writer wrote. Several vnodes' states may lie one after
+//! another in one object (a writer packs each operator's vnodes into one object per
+//! worker: one write per operator rather than one per vnode).
 //!
-//! # Encoding, format version 2
+//! # Encoding, format version 3
 //!
 //! This section is the complete specification: a decoder can be written from it alone. The
 //! golden vectors in `manifest/tests.rs` pin it; a change of these bytes (by a change here
@@ -18,7 +20,7 @@
 //! ```text
 //! offset  bytes  content
 //! 0       8      magic: ASCII "SLUICEMF" = 53 4c 55 49 43 45 4d 46
-//! 8       4      format version, u32 little-endian: 02 00 00 00
+//! 8       4      format version, u32 little-endian: 03 00 00 00
 //! 12      n      body: the manifest in postcard (below); n = total length - 16
 //! 12+n    4      CRC-32 of the body only, u32 little-endian
 //! ```
@@ -48,7 +50,7 @@
 //!
 //! ```text
 //! Manifest
-//!   version        varint u32     equal to the frame's version (2)
+//!   version        varint u32     equal to the frame's version (3)
 //!   epoch          varint u64
 //!   fingerprint    string         the topology fingerprint
 //!   created_ms     zigzag i64     milliseconds since the Unix epoch
@@ -60,22 +62,23 @@
 //!   sinks          seq of SinkRecords
 //! SourcePositions  name: string, layout: bytes, lanes: seq of bytes (one position per lane)
 //! OperatorState    id: string, vnodes: seq of (vnode: varint u32, object: ObjectRef)
-//! ObjectRef        path: string, size: varint u64, checksum: varint u32 (CRC-32 as above)
+//! ObjectRef        path: string, offset: varint u64, size: varint u64,
+//!                  checksum: varint u32 (CRC-32 as above of the `size` bytes at `offset`)
 //! SinkRecords      name: string, records: seq of bytes
 //! ```
 //!
 //! Example, the golden vector of `Manifest::new(0, "", 1, 0)` (no encodings, sources,
-//! operators or sinks): frame `53 4c 55 49 43 45 4d 46 02 00 00 00`, body
-//! `02 00 00 00 01 01 00 00 00 00` (version 2, epoch 0, fingerprint "", created_ms 0,
-//! vnodes 1, lane_threads 1, four empty collections), checksum `5e 42 43 11`.
+//! operators or sinks): frame `53 4c 55 49 43 45 4d 46 03 00 00 00`, body
+//! `03 00 00 00 01 01 00 00 00 00` (version 3, epoch 0, fingerprint "", created_ms 0,
+//! vnodes 1, lane_threads 1, four empty collections), checksum `60 29 81 fe`.
 //!
 //! ## What a decoder accepts
 //!
 //! A manifest is accepted only if all of these hold, checked in this order:
 //! 1. the magic matches (else `checkpoint.manifest_magic`), there are at least 16 bytes (else
-//!    `checkpoint.manifest_truncated`), the frame's version is [`FORMAT_VERSION`] (else
-//!    `checkpoint.manifest_version`, the only refusal that is not damage), and the checksum
-//!    matches (else `checkpoint.manifest_checksum`);
+//!    `checkpoint.manifest_truncated`), the frame's version is [`FORMAT_VERSION`] or 2
+//!    (else `checkpoint.manifest_version`, the only refusal that is not damage), and the
+//!    checksum matches (else `checkpoint.manifest_checksum`);
 //! 2. the body decodes, is consumed exactly and is canonical: every varint in its shortest
 //!    form, `encodings` in ascending byte order of the names, each name once; there is
 //!    exactly one encoding of every manifest (else `checkpoint.manifest_body`);
@@ -88,6 +91,9 @@
 //!   of version 1 is refused with `checkpoint.manifest_version`: its state cannot be matched
 //!   to the encodings it depends on.
 //! - 2: adds `encodings` (after `lane_threads`) and each source's `layout` (after its name).
+//!   Still read: its objects are whole (offset 0); it decodes into a version 3 manifest.
+//! - 3: adds `ObjectRef::offset` (after its path): vnodes' states packed into shared
+//!   objects.
 //!
 //! # Correctness argument for [`decode`], which reads bytes from outside the process
 //!
@@ -99,7 +105,7 @@
 //!   rejected except with probability 2^-32.
 //! - Encoding and decoding are paired: [`encode`] asserts `decode(encode(m)) == m` (debug
 //!   builds), and the canonical-form rule makes `encode(decode(b)) == b` for every accepted
-//!   `b`.
+//!   `b` of version 3 (one of version 2 re-encodes as version 3).
 
 use serde::{Deserialize, Serialize};
 use sluice_types::{ErrorKind, SluiceError};
@@ -109,21 +115,33 @@ use crate::frame::{self, Problem};
 use crate::layout;
 
 /// The manifest format this build writes and reads (see the module doc for the history).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The older format this build still reads (see the module doc).
+const FORMAT_VERSION_2: u32 = 2;
 /// The first bytes of every encoded manifest.
 pub const MAGIC: [u8; 8] = *b"SLUICEMF";
 /// The largest encoded manifest a store reads; larger ones are refused as damaged.
 pub const MANIFEST_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
-/// Where an object lives and how to check it.
+/// Where a state lives and how to check it: `size` bytes at `offset` of the object at
+/// `path` (which may hold other states before and after them).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectRef {
     /// Relative to the store root: `state/epoch-{e}/{name}`.
     pub path: String,
+    /// Where the bytes start in the object.
+    pub offset: u64,
     /// Length in bytes.
     pub size: u64,
     /// CRC-32 (IEEE) of the bytes.
     pub checksum: u32,
+}
+
+impl ObjectRef {
+    /// The bytes of the object it covers (None when `offset + size` overflows).
+    pub fn range(&self) -> Option<std::ops::Range<u64>> {
+        Some(self.offset..self.offset.checked_add(self.size)?)
+    }
 }
 
 /// A source's lane layout and its position per lane, both opaque to the store.
@@ -243,6 +261,9 @@ impl Manifest {
                 return Some(format!("operator {:?} lists vnode {vnode} out of order or twice", operator.id));
             }
             previous = Some(*vnode);
+            if object.range().is_none() {
+                return Some(format!("object {:?} has a range past 2^64 bytes", object.path));
+            }
             match layout::epoch_of_object(&object.path) {
                 Some(written) if written <= self.epoch => {}
                 Some(written) => {
@@ -278,18 +299,90 @@ pub fn encode(manifest: &Manifest) -> Vec<u8> {
 /// `checkpoint.manifest_version` is not ([`ErrorKind::Other`]: the store was written by another
 /// Sluice, and falling back past it would silently restore older state).
 pub fn decode(bytes: &[u8]) -> Result<Manifest, SluiceError> {
-    let body = frame::open(bytes, MAGIC, FORMAT_VERSION).map_err(frame_error)?;
-    let manifest: Manifest = frame::decode_body(body).map_err(|problem| {
+    let body_error = |problem| {
         damaged(SluiceError::internal("checkpoint.manifest_body", format!("manifest body does not decode: {problem}")))
-    })?;
-    if manifest.version != FORMAT_VERSION {
+    };
+    let (framed, manifest) = match frame::open(bytes, MAGIC, FORMAT_VERSION) {
+        Ok(body) => (FORMAT_VERSION, frame::decode_body::<Manifest>(body).map_err(body_error)?),
+        Err(Problem::Version { found: FORMAT_VERSION_2 }) => {
+            let body = frame::open(bytes, MAGIC, FORMAT_VERSION_2).map_err(frame_error)?;
+            let old: v2::Manifest = frame::decode_body(body).map_err(body_error)?;
+            (FORMAT_VERSION_2, old.into_current())
+        }
+        Err(problem) => return Err(frame_error(problem)),
+    };
+    if manifest.version != framed {
         return Err(damaged(SluiceError::internal(
             "checkpoint.manifest_inconsistent",
-            format!("manifest header says version {FORMAT_VERSION} but its body says {}", manifest.version),
+            format!("manifest header says version {framed} but its body says {}", manifest.version),
         )));
     }
+    // A version 2 manifest is read as the version 3 manifest it amounts to.
+    let manifest = Manifest { version: FORMAT_VERSION, ..manifest };
     manifest.check().map_err(damaged)?;
     Ok(manifest)
+}
+
+/// The body of format version 2, read only: its objects are whole (offset 0).
+mod v2 {
+    use serde::Deserialize;
+    use std::collections::BTreeMap;
+
+    #[derive(Deserialize, serde::Serialize)]
+    pub(super) struct ObjectRef {
+        path: String,
+        size: u64,
+        checksum: u32,
+    }
+
+    #[derive(Deserialize, serde::Serialize)]
+    pub(super) struct OperatorState {
+        id: String,
+        vnodes: Vec<(u32, ObjectRef)>,
+    }
+
+    #[derive(Deserialize, serde::Serialize)]
+    pub(super) struct Manifest {
+        version: u32,
+        epoch: u64,
+        fingerprint: String,
+        created_ms: i64,
+        vnodes: u32,
+        lane_threads: u32,
+        encodings: BTreeMap<String, u32>,
+        sources: Vec<super::SourcePositions>,
+        operators: Vec<OperatorState>,
+        sinks: Vec<super::SinkRecords>,
+    }
+
+    impl Manifest {
+        /// The same manifest in this build's types, still saying version 2.
+        pub(super) fn into_current(self) -> super::Manifest {
+            let operators = self.operators.into_iter().map(|operator| super::OperatorState {
+                id: operator.id,
+                vnodes: operator
+                    .vnodes
+                    .into_iter()
+                    .map(|(vnode, object)| {
+                        let ObjectRef { path, size, checksum } = object;
+                        (vnode, super::ObjectRef { path, offset: 0, size, checksum })
+                    })
+                    .collect(),
+            });
+            super::Manifest {
+                version: self.version,
+                epoch: self.epoch,
+                fingerprint: self.fingerprint,
+                created_ms: self.created_ms,
+                vnodes: self.vnodes,
+                lane_threads: self.lane_threads,
+                encodings: self.encodings,
+                sources: self.sources,
+                operators: operators.collect(),
+                sinks: self.sinks,
+            }
+        }
+    }
 }
 
 fn damaged(error: SluiceError) -> SluiceError {

@@ -38,14 +38,14 @@
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::PutMode;
+use object_store::{PutMode, PutPayload};
 use sluice_types::{ErrorKind, SluiceError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::calls::{Calls, Failure, SizeCheck};
+use crate::calls::{Calls, Failure};
 use crate::layout::{self, ManifestFile};
 use crate::lease::LeaseSlot;
 use crate::location;
@@ -53,10 +53,9 @@ use crate::manifest::{self, MANIFEST_BYTES_MAX, Manifest, ObjectRef};
 
 /// How many objects `verify` reads at once.
 pub const VERIFY_CONCURRENCY: usize = 8;
-/// How many objects `put_objects` writes at once: a checkpoint writes one object per
-/// operator and vnode, and one at a time each waited for its own durable write (a local
-/// file's fsyncs, a remote store's round trip), which made a checkpoint of 1 MB of state
-/// take over a second.
+/// How many objects `put_packs` writes at once (a worker writes one per operator with
+/// state: each waits for its own durable write, a local file's fsyncs or a remote
+/// store's round trip).
 pub const PUT_CONCURRENCY: usize = 16;
 
 /// A checkpoint store at one URL. Safe to share between threads; every method blocks the
@@ -112,18 +111,23 @@ impl CheckpointStore {
             )
             .with_fix("write each checkpoint under an epoch above every published one"));
         }
-        let object = ObjectRef { size: bytes.len() as u64, checksum: crc32fast::hash(&bytes), path };
+        let object = ObjectRef { offset: 0, size: bytes.len() as u64, checksum: crc32fast::hash(&bytes), path };
         let write = self.calls.put(&object.path, Bytes::from(bytes), PutMode::Overwrite);
         self.calls.block_on(async { write.await.map_err(|failure| self.failure("writing", &object.path, failure)) })?;
         tracing::debug!(path = %object.path, size = object.size, "checkpoint object written");
         Ok(object)
     }
 
-    /// Writes several objects of `epoch` at once (at most [`PUT_CONCURRENCY`] writes in
-    /// flight), each as [`CheckpointStore::put_object`] does; returns their references in
-    /// the order given. The first failure fails the whole (objects already written are
-    /// unreferenced, and collected as garbage later).
-    pub fn put_objects(&self, epoch: u64, objects: Vec<(String, Vec<u8>)>) -> Result<Vec<ObjectRef>, SluiceError> {
+    /// Writes packs of `epoch` at once (at most [`PUT_CONCURRENCY`] writes in flight):
+    /// each `(name, states)` is one object holding its states one after the other, and
+    /// each state gets its own reference (its offset, size and checksum in that object),
+    /// in the order given. Durable as [`CheckpointStore::put_object`]. The first failure
+    /// fails the whole (objects already written are unreferenced, collected later).
+    pub fn put_packs(
+        &self,
+        epoch: u64,
+        packs: Vec<(String, Vec<Vec<u8>>)>,
+    ) -> Result<Vec<Vec<ObjectRef>>, SluiceError> {
         if epoch < self.published_above.load(Ordering::Acquire) {
             return Err(SluiceError::internal(
                 "checkpoint.epoch_published",
@@ -131,31 +135,39 @@ impl CheckpointStore {
             )
             .with_fix("write each checkpoint under an epoch above every published one"));
         }
-        let mut writes = Vec::with_capacity(objects.len());
-        for (name, bytes) in objects {
+        let mut writes = Vec::with_capacity(packs.len());
+        for (name, states) in packs {
             let path = layout::object_path(epoch, &name)?;
-            let object = ObjectRef { size: bytes.len() as u64, checksum: crc32fast::hash(&bytes), path };
-            writes.push((object, Bytes::from(bytes)));
+            let mut offset = 0;
+            let mut objects = Vec::with_capacity(states.len());
+            let mut parts = Vec::with_capacity(states.len());
+            for state in states {
+                let size = state.len() as u64;
+                objects.push(ObjectRef { path: path.clone(), offset, size, checksum: crc32fast::hash(&state) });
+                offset += size;
+                parts.push(Bytes::from(state));
+            }
+            writes.push((path, offset, objects, PutPayload::from_iter(parts)));
         }
         self.calls.block_on(async {
-            let puts = futures::stream::iter(writes).map(|(object, bytes)| async move {
+            let puts = futures::stream::iter(writes).map(|(path, size, objects, payload)| async move {
                 self.calls
-                    .put(&object.path, bytes, PutMode::Overwrite)
+                    .put_payload(&path, payload, PutMode::Overwrite)
                     .await
-                    .map_err(|failure| self.failure("writing", &object.path, failure))?;
-                tracing::debug!(path = %object.path, size = object.size, "checkpoint object written");
-                Ok::<_, SluiceError>(object)
+                    .map_err(|failure| self.failure("writing", &path, failure))?;
+                tracing::debug!(%path, size, states = objects.len(), "checkpoint object written");
+                Ok::<_, SluiceError>(objects)
             });
             puts.buffered(PUT_CONCURRENCY).try_collect().await
         })
     }
 
-    /// Reads an object back and checks its size and checksum.
+    /// Reads a state back (its range of its object) and checks its size and checksum.
     pub fn get_object(&self, object: &ObjectRef) -> Result<Vec<u8>, SluiceError> {
         self.calls.block_on(self.read_object(object))
     }
 
-    /// Reads several objects back at once (at most [`VERIFY_CONCURRENCY`] reads in
+    /// Reads several states back at once (at most [`VERIFY_CONCURRENCY`] reads in
     /// flight), each checked as [`CheckpointStore::get_object`] does, in the order given.
     pub fn get_objects(&self, objects: &[&ObjectRef]) -> Result<Vec<Vec<u8>>, SluiceError> {
         self.calls.block_on(async {
@@ -175,13 +187,19 @@ impl CheckpointStore {
             SluiceError::external(code, format!("state object {:?} in {}: {problem}", object.path, self.url()))
                 .with_kind(ErrorKind::DamagedObject)
         };
-        let bytes = match self.calls.get(&object.path, SizeCheck::Exactly(object.size)).await {
-            Ok(Ok(bytes)) => bytes,
+        let Some(range) = object.range() else {
+            return Err(named("checkpoint.object_range", format!("its range overflows: {object:?}")));
+        };
+        let bytes = match self.calls.get_range(&object.path, range.clone()).await {
+            Ok(Ok(bytes)) if bytes.len() as u64 == object.size => bytes,
+            Ok(Ok(bytes)) => {
+                let problem = format!("{} bytes read at {}, expected {}", bytes.len(), object.offset, object.size);
+                return Err(named("checkpoint.object_truncated", problem));
+            }
             Ok(Err(actual)) => {
-                let kind = if actual < object.size { "truncated" } else { "longer than written" };
                 return Err(named(
                     "checkpoint.object_truncated",
-                    format!("{kind}: {actual} bytes, expected {}", object.size),
+                    format!("truncated: {actual} bytes, expected at least {}", range.end),
                 ));
             }
             Err(Failure::Missing) => return Err(named("checkpoint.object_missing", "missing".to_string())),
@@ -237,7 +255,7 @@ impl CheckpointStore {
     /// A manifest of `epoch` already exists: fine if it is this one (a retried publish).
     async fn check_republished(&self, epoch: u64, bytes: &Bytes) -> Result<(), SluiceError> {
         let path = layout::manifest_path(epoch);
-        match self.calls.get(&path, SizeCheck::AtMost(MANIFEST_BYTES_MAX)).await {
+        match self.calls.get(&path, MANIFEST_BYTES_MAX).await {
             Ok(Ok(existing)) if existing == *bytes => Ok(()),
             Ok(_) | Err(Failure::Exists | Failure::Missing) => Err(SluiceError::internal(
                 "checkpoint.manifest_exists",
@@ -272,7 +290,8 @@ impl CheckpointStore {
         Ok(committed.collect())
     }
 
-    /// Asserts the precondition of publish: every object exists with its size.
+    /// Asserts the precondition of publish: every object exists, and holds every range
+    /// the manifest names in it.
     async fn check_written(&self, manifest: &Manifest) -> Result<(), SluiceError> {
         let epochs: BTreeSet<u64> = manifest.objects().filter_map(|o| layout::epoch_of_object(&o.path)).collect();
         let mut sizes = BTreeMap::new();
@@ -282,9 +301,10 @@ impl CheckpointStore {
             }
         }
         for object in manifest.objects() {
+            let end = object.range().map_or(u64::MAX, |range| range.end);
             let problem = match sizes.get(&object.path) {
-                Some(size) if *size == object.size => continue,
-                Some(size) => format!("has {size} bytes, the manifest says {}", object.size),
+                Some(size) if *size >= end => continue,
+                Some(size) => format!("has {size} bytes, the manifest names bytes up to {end}"),
                 None => "is not in the store".to_string(),
             };
             return Err(SluiceError::internal(
@@ -313,7 +333,7 @@ impl CheckpointStore {
     pub(crate) async fn load_async(&self, epoch: u64) -> Result<Manifest, SluiceError> {
         let path = layout::manifest_path(epoch);
         let context = format!("checkpoint epoch {epoch} ({path} in {})", self.url());
-        let bytes = match self.calls.get(&path, SizeCheck::AtMost(MANIFEST_BYTES_MAX)).await {
+        let bytes = match self.calls.get(&path, MANIFEST_BYTES_MAX).await {
             Ok(Ok(bytes)) => bytes,
             Ok(Err(size)) => {
                 let message = format!("manifest has {size} bytes, more than the {MANIFEST_BYTES_MAX} allowed");

@@ -5,8 +5,9 @@
 //! Mapping between the runtime's slices and the manifest (through each worker's
 //! [`part::Part`]: every worker writes its own state objects, the leader publishes):
 //! - lane positions → `sources[i].lanes[lane]` (source order of the pipeline file);
-//! - state blobs → one object per (operator, vnode) under `state/epoch-{e}/` (each vnode
-//!   belongs to one slot, hence one worker: the names never collide);
+//! - state blobs → one object per operator and worker, `state/epoch-{e}/{operator}/worker-{w}`,
+//!   holding that worker's vnodes' states one after another; the manifest refers to each
+//!   vnode's range of it (a worker's names are its own: they never collide);
 //! - sink records → `sinks[flow].records`, each prefixed with its epoch (8 bytes,
 //!   little-endian; a manifest may carry records of earlier epochs whose own checkpoint
 //!   failed) and the id of the worker that staged it (4 bytes, little-endian): the
@@ -89,15 +90,24 @@ impl Checkpointer for StoreCheckpointer {
     fn write_part(&mut self, epoch: Epoch, slice: ManifestSlice) -> Result<Vec<u8>, SluiceError> {
         let mut part = Part::new(self.worker);
         part.positions = slice.positions.into_iter().map(|p| (p.source as u32, p.lane, p.bytes)).collect();
-        let mut places = Vec::with_capacity(slice.states.len());
-        let mut writes = Vec::with_capacity(slice.states.len());
+        // One object per operator on this worker: its vnodes' states one after another.
+        let mut packs: BTreeMap<String, (Vec<u32>, Vec<Vec<u8>>)> = BTreeMap::new();
         for blob in slice.states {
-            writes.push((format!("{}/vnode-{}", blob.operator, blob.vnode), blob.bytes));
-            places.push((blob.operator, blob.vnode));
+            let (vnodes, states) = packs.entry(blob.operator).or_default();
+            vnodes.push(blob.vnode);
+            states.push(blob.bytes);
         }
-        let objects = self.store.put_objects(epoch.0, writes)?;
-        for ((operator, vnode), object) in places.into_iter().zip(objects) {
-            part.objects.push((operator, vnode, object));
+        let mut places = Vec::with_capacity(packs.len());
+        let mut writes = Vec::with_capacity(packs.len());
+        for (operator, (vnodes, states)) in packs {
+            writes.push((format!("{operator}/worker-{}", self.worker), states));
+            places.push((operator, vnodes));
+        }
+        let written = self.store.put_packs(epoch.0, writes)?;
+        for ((operator, vnodes), objects) in places.into_iter().zip(written) {
+            for (vnode, object) in vnodes.into_iter().zip(objects) {
+                part.objects.push((operator.clone(), vnode, object));
+            }
         }
         part.records = slice.sink_records.into_iter().map(|r| (r.flow as u32, r.epoch, r.record)).collect();
         sluice_types::failpoint!("checkpoint.after_state_written");

@@ -7,7 +7,7 @@ use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 
 fn object(epoch: u64, name: &str, size: u64) -> ObjectRef {
-    ObjectRef { path: format!("state/epoch-{epoch}/{name}"), size, checksum: 0xdead_beef }
+    ObjectRef { path: format!("state/epoch-{epoch}/{name}"), offset: 0, size, checksum: 0xdead_beef }
 }
 
 /// Representative manifests: empty, one of everything, several epochs' objects.
@@ -41,13 +41,13 @@ fn check_golden(manifest: &Manifest, fields: &[&str]) {
     assert_eq!(decode(&expected).as_ref(), Ok(manifest));
 }
 
-/// The frame's magic and version 2.
-const FRAME: &str = "53 4c 55 49 43 45 4d 46  02 00 00 00";
+/// The frame's magic and version 3.
+const FRAME: &str = "53 4c 55 49 43 45 4d 46  03 00 00 00";
 
 #[test]
 fn golden_vector_of_an_empty_manifest() {
-    let body = ["02", "00", "00", "00", "01", "01", "00", "00", "00", "00"];
-    let checksum = "5e 42 43 11";
+    let body = ["03", "00", "00", "00", "01", "01", "00", "00", "00", "00"];
+    let checksum = "60 29 81 fe";
     check_golden(&Manifest::new(0, "", 1, 0), &[&[FRAME][..], &body[..], &[checksum][..]].concat());
 }
 
@@ -58,7 +58,7 @@ fn golden_manifest() -> Manifest {
     manifest.encodings = [("window_state".to_string(), 2), ("key".to_string(), 1)].into();
     manifest.sources =
         vec![SourcePositions { name: "bids".into(), layout: b"f1".to_vec(), lanes: vec![vec![1], vec![]] }];
-    let object = ObjectRef { path: "state/epoch-300/agg/v200".into(), size: 1000, checksum: 0xdead_beef };
+    let object = ObjectRef { path: "state/epoch-300/agg/v200".into(), offset: 1024, size: 1000, checksum: 0xdead_beef };
     manifest.operators = vec![OperatorState { id: "agg".into(), vnodes: vec![(200, object)] }];
     manifest.sinks = vec![SinkRecords { name: "out".into(), records: vec![b"t1".to_vec(), vec![]] }];
     manifest
@@ -68,7 +68,7 @@ fn golden_manifest() -> Manifest {
 fn golden_vector_of_a_manifest_with_every_field() {
     let fields = [
         FRAME,
-        "02",                      // version 2
+        "03",                      // version 3
         "ac 02",                   // epoch 300
         "04 66 70 2d 37",          // fingerprint "fp-7"
         "80 a0 ab fe f9 62",       // created_ms 1_700_000_000_000, zigzag
@@ -89,14 +89,35 @@ fn golden_vector_of_a_manifest_with_every_field() {
         "65 70 6f 63 68 2d 33",    //   "epoch-3"
         "30 30 2f 61 67 67 2f",    //   "00/agg/"
         "76 32 30 30",             //   "v200"
+        "80 08",                   //   offset 1024
         "e8 07",                   //   size 1000
         "ef fd b6 f5 0d",          //   checksum 0xdeadbeef
         "01",                      // 1 sink:
         "03 6f 75 74",             //   name "out"
         "02 02 74 31 00",          //   2 records: "t1", []
-        "c3 e0 4e 34",             // CRC-32 of the body
+        "49 5f ca 72",             // CRC-32 of the body
     ];
     check_golden(&golden_manifest(), &fields);
+}
+
+/// A store written by the previous format is still read: the golden manifest as version
+/// 2 wrote it (no offsets) decodes into the version 3 manifest it amounts to.
+#[test]
+fn a_version_2_manifest_is_read_with_whole_objects() {
+    let version_2 = [
+        "53 4c 55 49 43 45 4d 46  02 00 00 00",
+        "02 ac 02 04 66 70 2d 37 80 a0 ab fe f9 62 80 02 02",
+        "02 03 6b 65 79 01 0c 77 69 6e 64 6f 77 5f 73 74 61 74 65 02",
+        "01 04 62 69 64 73 02 66 31 02 01 01 00",
+        "01 03 61 67 67 01 c8 01 18 73 74 61 74 65 2f 65 70 6f 63 68 2d 33 30 30 2f 61 67 67 2f 76 32 30 30",
+        "e8 07 ef fd b6 f5 0d 01 03 6f 75 74 02 02 74 31 00",
+        "c3 e0 4e 34",
+    ];
+    let mut expected = golden_manifest();
+    expected.operators[0].vnodes[0].1.offset = 0;
+    assert_eq!(decode(&unhex(&version_2)), Ok(expected.clone()));
+    // It is written back in this build's format.
+    assert_eq!(&encode(&expected)[8..12], &[3, 0, 0, 0]);
 }
 
 #[test]
@@ -112,7 +133,7 @@ fn a_version_1_manifest_is_refused_with_the_fix() {
     ];
     let error = decode(&unhex(&version_1)).expect_err("version 1 is refused");
     assert_eq!((error.code, error.kind), ("checkpoint.manifest_version", ErrorKind::Other));
-    assert_eq!(error.message, "manifest format version 1 is not supported (this build reads version 2)");
+    assert_eq!(error.message, "manifest format version 1 is not supported (this build reads version 3)");
     assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("--from-scratch")), "{error}");
 }
 
@@ -163,15 +184,15 @@ fn damaged_encodings_are_rejected_by_name() {
         ("wrong magic", b"NOTAMANIFEST-AT-ALL".to_vec(), "checkpoint.manifest_magic"),
         ("json", br#"{"epoch": 3}"#.to_vec(), "checkpoint.manifest_magic"),
         ("version 1", reframe(1, &body), "checkpoint.manifest_version"),
-        ("version 3", reframe(3, &body), "checkpoint.manifest_version"),
+        ("version 4", reframe(4, &body), "checkpoint.manifest_version"),
         ("version 0", reframe(0, &body), "checkpoint.manifest_version"),
         ("flipped byte", flipped, "checkpoint.manifest_checksum"),
         ("cut in the body", good[..good.len() / 2].to_vec(), "checkpoint.manifest_checksum"),
         ("cut checksum", good[..good.len() - 1].to_vec(), "checkpoint.manifest_checksum"),
-        ("empty body", reframe(2, &[]), "checkpoint.manifest_body"),
-        ("trailing byte", reframe(2, &trailing), "checkpoint.manifest_body"),
-        ("inconsistent", reframe(2, &inconsistent_body), "checkpoint.manifest_inconsistent"),
-        ("body version differs", reframe(2, &other_version_body), "checkpoint.manifest_inconsistent"),
+        ("empty body", reframe(3, &[]), "checkpoint.manifest_body"),
+        ("trailing byte", reframe(3, &trailing), "checkpoint.manifest_body"),
+        ("inconsistent", reframe(3, &inconsistent_body), "checkpoint.manifest_inconsistent"),
+        ("body version differs", reframe(3, &other_version_body), "checkpoint.manifest_inconsistent"),
     ];
     for (name, bytes, code) in cases {
         check_rejected(name, &bytes, code);
@@ -226,9 +247,11 @@ fn contradictions_are_named() {
     operators.operators.push(operators.operators[0].clone());
     check_contradiction(&operators, "operator \"agg\" appears twice");
     check_contradiction(&with_operator(vec![(256, object(1, "x", 1))]), "vnode 256 of 256");
+    let past_the_end = ObjectRef { offset: u64::MAX, ..object(1, "x", 2) };
+    check_contradiction(&with_operator(vec![(0, past_the_end)]), "a range past 2^64 bytes");
     check_contradiction(&with_operator(vec![(3, object(1, "x", 1)), (3, object(1, "y", 1))]), "out of order");
     check_contradiction(&with_operator(vec![(1, object(43, "x", 1))]), "later epoch 43");
-    let escape = ObjectRef { path: "../etc/passwd".into(), size: 1, checksum: 0 };
+    let escape = ObjectRef { path: "../etc/passwd".into(), offset: 0, size: 1, checksum: 0 };
     check_contradiction(&with_operator(vec![(1, escape)]), "not a state object path");
     check_contradiction(&Manifest { version: 9, ..base.clone() }, "version 9");
     let mut unnamed = base.clone();
@@ -245,9 +268,10 @@ fn bytes_vec() -> impl Strategy<Value = Vec<Vec<u8>>> {
 }
 
 fn operator(epoch: u64, vnodes: u32) -> impl Strategy<Value = Vec<(u32, ObjectRef)>> {
-    btree_map(0..vnodes, (0..=epoch, name(), any::<u64>(), any::<u32>()), 0..6).prop_map(|map| {
-        let objects = map.into_iter().map(|(vnode, (written, name, size, checksum))| {
-            (vnode, ObjectRef { path: format!("state/epoch-{written}/{name}/v{vnode}"), size, checksum })
+    btree_map(0..vnodes, (0..=epoch, name(), any::<u32>(), any::<u64>(), any::<u32>()), 0..6).prop_map(|map| {
+        let objects = map.into_iter().map(|(vnode, (written, name, offset, size, checksum))| {
+            let path = format!("state/epoch-{written}/{name}/v{vnode}");
+            (vnode, ObjectRef { path, offset: u64::from(offset), size: size >> 1, checksum })
         });
         objects.collect()
     })

@@ -51,7 +51,7 @@ fn objects_round_trip_and_carry_size_and_checksum() {
     let object = store.put_object(3, "agg/vnode-7", b"hello".to_vec()).expect("put");
     assert_eq!(
         object,
-        ObjectRef { path: "state/epoch-3/agg/vnode-7".into(), size: 5, checksum: crc32fast::hash(b"hello") }
+        ObjectRef { path: "state/epoch-3/agg/vnode-7".into(), offset: 0, size: 5, checksum: crc32fast::hash(b"hello") }
     );
     assert_eq!(store.get_object(&object).expect("get"), b"hello");
     let empty = store.put_object(3, "empty", Vec::new()).expect("put");
@@ -165,9 +165,10 @@ fn a_store_with_only_damaged_checkpoints_is_an_error_not_an_empty_store() {
 fn publish_refuses_manifests_naming_unwritten_objects() {
     let (_base, store) = temp_store();
     let mut manifest = Manifest::new(4, "fp", 8, 0);
-    let object = ObjectRef { path: "state/epoch-4/agg/vnode-0".into(), size: 3, checksum: 0 };
+    let object = ObjectRef { path: "state/epoch-4/agg/vnode-0".into(), offset: 2, size: 3, checksum: 0 };
     manifest.operators.push(OperatorState { id: "agg".into(), vnodes: vec![(0, object.clone())] });
     assert_eq!(error_code(store.publish(&manifest)), "checkpoint.publish_unwritten");
+    // Bytes 2..5 of an object of 4 bytes: past its end.
     store.put_object(4, "agg/vnode-0", b"four".to_vec()).expect("put");
     assert_eq!(error_code(store.publish(&manifest)), "checkpoint.publish_unwritten");
     assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
@@ -215,9 +216,9 @@ fn a_reopened_store_learns_the_published_epochs_from_a_listing() {
 fn reads_name_what_is_wrong() {
     let (_base, store) = temp_store();
     assert_eq!(error_kind(store.load(9)), ("checkpoint.manifest_missing", ErrorKind::DamagedManifest));
-    let outside = ObjectRef { path: "../secret".into(), size: 0, checksum: 0 };
+    let outside = ObjectRef { path: "../secret".into(), offset: 0, size: 0, checksum: 0 };
     assert_eq!(error_kind(store.get_object(&outside)), ("checkpoint.object_name", ErrorKind::Other));
-    let absent = ObjectRef { path: "state/epoch-1/x".into(), size: 0, checksum: 0 };
+    let absent = ObjectRef { path: "state/epoch-1/x".into(), offset: 0, size: 0, checksum: 0 };
     assert_eq!(error_kind(store.get_object(&absent)), ("checkpoint.object_missing", ErrorKind::DamagedObject));
     let written = store.put_object(1, "y", b"four".to_vec()).expect("put");
     let longer = ObjectRef { size: 5, ..written.clone() };
@@ -225,6 +226,35 @@ fn reads_name_what_is_wrong() {
     let other = ObjectRef { checksum: written.checksum ^ 1, ..written };
     assert_eq!(error_kind(store.get_object(&other)), ("checkpoint.object_checksum", ErrorKind::DamagedObject));
     assert_eq!(error_code(store.put_object(1, "../x", vec![])), "checkpoint.object_name");
+}
+
+/// A pack holds several states one after another, each read back alone by its range;
+/// damage to one state's bytes is found in that state only, a cut pack in the states
+/// past the cut.
+#[test]
+fn packed_states_are_read_by_their_ranges_and_damage_is_found_per_state() {
+    let (base, store) = temp_store();
+    let states = vec![b"first".to_vec(), Vec::new(), b"third state".to_vec()];
+    let written = store
+        .put_packs(2, vec![("agg/worker-0".into(), states.clone()), ("join/worker-0".into(), vec![b"j".to_vec()])])
+        .expect("put");
+    let agg = &written[0];
+    let offsets: Vec<(u64, u64)> = agg.iter().map(|object| (object.offset, object.size)).collect();
+    assert_eq!(offsets, [(0, 5), (5, 0), (5, 11)]);
+    assert!(agg.iter().all(|object| object.path == "state/epoch-2/agg/worker-0"), "{agg:?}");
+    let wanted: Vec<&ObjectRef> = agg.iter().chain(&written[1]).collect();
+    let read = store.get_objects(&wanted).expect("read");
+    assert_eq!(read, [states.clone(), vec![b"j".to_vec()]].concat());
+
+    let path = file(&base, "state/epoch-2/agg/worker-0");
+    let mut bytes = std::fs::read(&path).expect("read the pack");
+    bytes[7] ^= 0xff; // inside "third state"
+    std::fs::write(&path, &bytes).expect("damage it");
+    assert_eq!(store.get_object(&agg[0]).expect("the first state is intact"), b"first");
+    assert_eq!(error_kind(store.get_object(&agg[2])), ("checkpoint.object_checksum", ErrorKind::DamagedObject));
+    std::fs::write(&path, &bytes[..3]).expect("cut it");
+    assert_eq!(error_kind(store.get_object(&agg[0])), ("checkpoint.object_truncated", ErrorKind::DamagedObject));
+    assert_eq!(error_kind(store.get_object(&agg[2])), ("checkpoint.object_truncated", ErrorKind::DamagedObject));
 }
 
 #[test]

@@ -4,21 +4,22 @@
 //! its encoding is the project's: versioned by [`PART_VERSION`], pinned by the golden
 //! vector in `checkpointing/tests.rs`.
 //!
-//! # Encoding, version 1
+//! # Encoding, version 2
 //!
 //! postcard 1.x (the rules are in `sluice-cluster/src/wire.rs`: varints, strings and
 //! byte strings with their length first, sequences with their count first, structs as
 //! their fields in order):
 //!
 //! ```text
-//! Part      version: varint u32 (= 1), worker: varint u32,
+//! Part      version: varint u32 (= 2), worker: varint u32,
 //!           positions: seq of (source: varint u32, lane: varint u32, position: bytes),
 //!           objects: seq of (operator: string, vnode: varint u32, object: ObjectRef),
 //!           records: seq of (flow: varint u32, epoch: varint u64, record: bytes)
-//! ObjectRef path: string, size: varint u64, checksum: u32 as varint (CRC-32 of the bytes)
+//! ObjectRef path: string, offset: varint u64, size: varint u64,
+//!           checksum: u32 as varint (CRC-32 of the `size` bytes at `offset` of the object)
 //! ```
 //!
-//! A part of another version is refused by name (workers of one cluster run one build:
+//! Version 1 had no `offset` (one object per vnode). A part of another version is refused by name (workers of one cluster run one build:
 //! the rendezvous checked the wire version, which changes with this one).
 
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,7 @@ use sluice_checkpoint::ObjectRef;
 use sluice_types::SluiceError;
 
 /// The part encoding this build writes and reads.
-pub(crate) const PART_VERSION: u32 = 1;
+pub(crate) const PART_VERSION: u32 = 2;
 
 /// One worker's part of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,16 +14,16 @@ fn hex(bytes: &[u8]) -> String {
 fn golden_vector_of_a_part() {
     let mut part = Part::new(2);
     part.positions.push((0, 3, vec![0xaa]));
-    part.objects.push(("f0/s1/o0".into(), 300, ObjectRef { path: "p".into(), size: 5, checksum: 1 }));
+    part.objects.push(("f0/s1/o0".into(), 300, ObjectRef { path: "p".into(), offset: 300, size: 5, checksum: 1 }));
     part.records.push((1, 7, vec![0x62]));
     let fields = [
-        "01",                         // version 1
+        "02",                         // version 2
         "02",                         // worker 2
         "01 00 03 01 aa",             // 1 position: source 0, lane 3, 1 byte aa
         "01",                         // 1 object
         "08 66 30 2f 73 31 2f 6f 30", // operator "f0/s1/o0"
         "ac 02",                      // vnode 300
-        "01 70 05 01",                // path "p", size 5, checksum 1
+        "01 70 ac 02 05 01",          // path "p", offset 300, size 5, checksum 1
         "01 01 07 01 62",             // 1 record: flow 1, epoch 7, 1 byte "b"
     ];
     let encoded = part.encode().expect("encodes");
