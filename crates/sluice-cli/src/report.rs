@@ -76,7 +76,14 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
         .map(|(thread, t)| format!("thread {thread} {:.2} s", t.backpressure_ns.load(Ordering::Relaxed) as f64 / 1e9))
         .collect();
     let _ = writeln!(text, "  backpressure (time blocked on full output queues): {}", blocked.join(", "));
-    if let Some(stats) = &report.checkpoints {
+    if let Some(stats) = report.checkpoints.as_ref().filter(|stats| stats.followed) {
+        let _ = writeln!(
+            text,
+            "  checkpoints: {} committed as the leader published them (last epoch {}), {} failed; longest pause {} ms \
+             (the leader's report has their sizes and durations)",
+            stats.published, stats.last_epoch, stats.failed, stats.max_pause_ms,
+        );
+    } else if let Some(stats) = &report.checkpoints {
         let _ = writeln!(
             text,
             "  checkpoints: {} published (last epoch {}, largest {} bytes of state), {} failed; longest pause {} ms, longest checkpoint {} ms",

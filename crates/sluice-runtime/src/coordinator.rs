@@ -134,7 +134,11 @@ pub(crate) struct Coordinator {
 /// What the report says about checkpoints.
 #[derive(Debug, Clone, Default)]
 pub struct CheckpointStats {
+    /// Checkpoints published (on a follower of a cluster: committed as the leader told).
     pub published: u64,
+    /// This worker followed a leader: it committed checkpoints the leader published, and
+    /// knows neither their state size nor their duration.
+    pub followed: bool,
     pub failed: u64,
     pub last_epoch: u64,
     /// Bytes of operator state in the largest published checkpoint.
@@ -558,6 +562,7 @@ impl Coordinator {
             std::mem::take(&mut self.uncommitted).into_iter().partition(|record| record.epoch <= epoch);
         self.uncommitted = later;
         self.stats.published += 1;
+        self.stats.followed = true;
         self.stats.last_epoch = epoch;
         self.commit(now)?;
         let (committed, later): (Vec<_>, Vec<_>) =

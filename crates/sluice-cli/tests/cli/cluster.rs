@@ -719,5 +719,8 @@ fn a_stopped_checkpointed_cluster_exits_cleanly_on_every_worker() {
         let both = format!("{stopped} stopped\nleader:\n{leader_seen}\njoiner:\n{joiner_seen}");
         assert_eq!((leader_code, joiner_code), (Some(0), Some(0)), "{both}");
         assert!(leader_seen.contains("stopped and drained") && joiner_seen.contains("stopped and drained"), "{both}");
+        // The leader publishes (it knows the sizes); the joiner only committed.
+        assert!(leader_seen.contains(" published (last epoch "), "{both}");
+        assert!(joiner_seen.contains(" committed as the leader published them (last epoch "), "{both}");
     }
 }
