@@ -32,6 +32,7 @@ pub(crate) fn render(job: &JobHandle, status: &Status) -> String {
     families.push(sink_rows(&metrics));
     families.extend(thread_families(&metrics));
     families.extend(operator_families(&metrics));
+    families.extend(queue_families(&metrics));
     families.extend(checkpoint_families(&metrics));
     families.push(named_counters(&metrics));
     families.push(Family {
@@ -155,6 +156,27 @@ fn operator_families(metrics: &Metrics) -> Vec<Family> {
             help: "Bytes of the operator's encoded state in the last published checkpoint that held state (known where checkpoints are published: alone, or on a cluster's leader for every worker).",
             kind: "gauge",
             samples: per_operator(|o| o.state_bytes.load(Ordering::Relaxed)),
+        },
+    ]
+}
+
+fn queue_families(metrics: &Metrics) -> Vec<Family> {
+    let queues = metrics.queues();
+    let label = |queue: &sluice_engine::QueueMetrics| {
+        vec![("segment", queue.segment.clone()), ("thread", queue.thread.to_string())]
+    };
+    vec![
+        Family {
+            name: "sluice_exchange_queued_messages",
+            help: "Messages waiting for the segment's instance on a thread, in its input channels from every sender (sampled as it polls them).",
+            kind: "gauge",
+            samples: queues.iter().map(|q| (label(q), q.queued.load(Ordering::Relaxed).to_string())).collect(),
+        },
+        Family {
+            name: "sluice_exchange_queue_capacity_messages",
+            help: "How many messages the instance's input channels from this worker's threads hold at most (channels from other workers are bounded by credit in bytes instead).",
+            kind: "gauge",
+            samples: queues.iter().map(|q| (label(q), q.capacity.to_string())).collect(),
         },
     ]
 }

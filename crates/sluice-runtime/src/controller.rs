@@ -908,8 +908,12 @@ impl PathBuilder<'_, '_> {
                         row.push((side_row, side_idle.clone()));
                     }
                 }
+                let segment = self.plan.segment_name(place).unwrap_or_else(|| format!("{place:?}"));
                 for (index, row) in ports.into_iter().enumerate() {
-                    inputs[index] = Some(ExchangeInput::merged(row, self.shape.exactly_once));
+                    let thread = local.start + index as u32;
+                    let input = ExchangeInput::merged(row, self.shape.exactly_once)
+                        .gauged(self.options.queue_batches, |capacity| self.metrics.queue(&segment, thread, capacity));
+                    inputs[index] = Some(input);
                 }
             }
             let mut senders = match &segment.output {

@@ -17,6 +17,8 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, TrySendError, bounded};
 use sluice_cluster::frame::ChannelId;
@@ -24,7 +26,7 @@ use sluice_cluster::link::{NetworkBuilder, RemoteInbox};
 use sluice_types::vnode::SlotLayout;
 use sluice_types::{Epoch, ErrorKind, Message, SluiceError, TimestampMs};
 
-use crate::metrics::NO_WATERMARK;
+use crate::metrics::{NO_WATERMARK, QueueMetrics};
 use crate::plan::Partitioner;
 
 /// Where one sender's messages arrive.
@@ -52,6 +54,18 @@ impl Inbound {
             Inbound::Local(receiver) => select.recv(receiver),
             Inbound::Remote(inbox) => select.recv(&inbox.messages),
         };
+    }
+
+    /// Messages waiting in it.
+    fn len(&self) -> usize {
+        match self {
+            Inbound::Local(receiver) => receiver.len(),
+            Inbound::Remote(inbox) => inbox.messages.len(),
+        }
+    }
+
+    fn is_local(&self) -> bool {
+        matches!(self, Inbound::Local(_))
     }
 }
 
@@ -138,6 +152,8 @@ pub(crate) struct ExchangeInput {
     emitted_watermark: TimestampMs,
     cursor: usize,
     finished: bool,
+    /// Where the messages waiting in its channels are counted, when they are.
+    gauge: Option<Arc<QueueMetrics>>,
 }
 
 impl ExchangeInput {
@@ -179,7 +195,17 @@ impl ExchangeInput {
             emitted_watermark: NO_WATERMARK,
             cursor: 0,
             finished: false,
+            gauge: None,
         }
+    }
+
+    /// The input, counting the messages waiting in its channels in a gauge made by
+    /// `make(capacity)` (the capacity of its channels from local threads, `per_channel`
+    /// messages each).
+    pub(crate) fn gauged(mut self, per_channel: usize, make: impl FnOnce(u64) -> Arc<QueueMetrics>) -> ExchangeInput {
+        let local = self.receivers.iter().filter(|receiver| receiver.is_local()).count();
+        self.gauge = Some(make((local * per_channel) as u64));
+        self
     }
 
     /// True once end-of-data was returned: nothing more will come.
@@ -192,6 +218,10 @@ impl ExchangeInput {
     pub(crate) fn poll(&mut self) -> Result<Option<(usize, Message)>, SluiceError> {
         if self.finished {
             return Ok(None);
+        }
+        if let Some(gauge) = &self.gauge {
+            let queued: usize = self.receivers.iter().map(Inbound::len).sum();
+            gauge.queued.store(queued as u64, Ordering::Relaxed);
         }
         let senders = self.receivers.len();
         for _ in 0..senders {

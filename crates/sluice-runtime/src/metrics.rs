@@ -62,6 +62,20 @@ pub struct OperatorMetrics {
     pub state_bytes: AtomicU64,
 }
 
+/// The queue into one segment instance from an exchange: messages waiting in its
+/// channels from every sender (sampled each time the segment polls its input).
+#[derive(Debug)]
+pub struct QueueMetrics {
+    /// The segment, as `explain` shows it: `sink NAME, segment S`.
+    pub segment: String,
+    /// The driver thread (slot) of the receiving instance.
+    pub thread: u32,
+    pub queued: AtomicU64,
+    /// How many messages its channels from threads of this worker hold at most
+    /// (channels from other workers are bounded by credit, in bytes, not counted here).
+    pub capacity: u64,
+}
+
 /// The checkpoints this worker published or failed (a cluster's leader publishes them;
 /// a follower's stay 0).
 #[derive(Debug, Default)]
@@ -115,6 +129,8 @@ pub struct Metrics {
     counters: Mutex<Vec<(String, Arc<AtomicU64>)>>,
     /// Registered as the chains are built, in plan order.
     operators: Mutex<Vec<Arc<OperatorMetrics>>>,
+    /// Registered as the exchanges are built.
+    queues: Mutex<Vec<Arc<QueueMetrics>>>,
 }
 
 impl Metrics {
@@ -126,6 +142,7 @@ impl Metrics {
             checkpoints: CheckpointMetrics::default(),
             counters: Mutex::new(Vec::new()),
             operators: Mutex::new(Vec::new()),
+            queues: Mutex::new(Vec::new()),
         }
     }
 
@@ -179,6 +196,19 @@ impl Metrics {
     /// Every registered operator's counters, in plan order.
     pub fn operators(&self) -> Vec<Arc<OperatorMetrics>> {
         self.operators.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// A new queue gauge for the instance of `segment` on `thread`.
+    pub fn queue(&self, segment: &str, thread: u32, capacity: u64) -> Arc<QueueMetrics> {
+        let queue =
+            Arc::new(QueueMetrics { segment: segment.to_string(), thread, queued: AtomicU64::new(0), capacity });
+        self.queues.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(Arc::clone(&queue));
+        queue
+    }
+
+    /// Every exchange queue's gauge, in the order built.
+    pub fn queues(&self) -> Vec<Arc<QueueMetrics>> {
+        self.queues.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Sets each operator's state bytes from a published checkpoint's (by operator id);

@@ -279,8 +279,21 @@ impl Plan {
     /// `sink NAME, segment S: LINE`.
     pub fn operator_name(&self, id: &str) -> Option<String> {
         let (place, operator) = crate::checkpoint::parse_operator_id(id)?;
+        let (flow, number) = self.segment_number(place)?;
+        let (line, _) = flow.segment(number)?.operators.get(operator)?;
+        Some(format!("sink {}, segment {number}: {line}", flow.sink.name()))
+    }
+
+    /// The segment at `place` as `explain` shows it: `sink NAME, segment S`.
+    pub fn segment_name(&self, place: crate::checkpoint::SegmentPlace) -> Option<String> {
+        let (flow, number) = self.segment_number(place)?;
+        Some(format!("sink {}, segment {number}", flow.sink.name()))
+    }
+
+    /// The flow of `place` and the segment's number as `explain` numbers segments: the
+    /// trunk's, then each side's.
+    fn segment_number(&self, place: crate::checkpoint::SegmentPlace) -> Option<(&Flow, usize)> {
         let flow = self.flows.get(place.flow)?;
-        // Numbered as `explain` numbers segments: the trunk's, then each side's.
         let number = match place.side {
             None => place.segment,
             Some(side) => {
@@ -288,8 +301,7 @@ impl Plan {
                 flow.segments.len() + flow.sides[..side].iter().map(|s| s.segments.len()).sum::<usize>() + place.segment
             }
         };
-        let (line, _) = flow.segment(number)?.operators.get(operator)?;
-        Some(format!("sink {}, segment {number}: {line}", flow.sink.name()))
+        Some((flow, number))
     }
 
     /// Checks the shape the runtime relies on (a programmer error if it does not hold).

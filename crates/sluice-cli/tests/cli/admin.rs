@@ -338,6 +338,14 @@ store = "file://./state"
     assert!(value(&|s: &str| s == "sluice_checkpoint_state_bytes") > 0.0, "{text}");
     assert!(value(&|s: &str| s == "sluice_checkpoint_duration_seconds") >= 0.0, "{text}");
     assert!(text.contains("# TYPE sluice_source_watermark_lag_seconds gauge"), "{text}");
+    // The aggregate's segment is fed by an exchange from both threads: a gauge per thread.
+    for thread in 0..2 {
+        let series =
+            format!("sluice_exchange_queue_capacity_messages{{segment=\"sink out, segment 1\",thread=\"{thread}\"}}");
+        assert!(value(&|s: &str| s == series) > 0.0, "{text}");
+        let queued = format!("sluice_exchange_queued_messages{{segment=\"sink out, segment 1\",thread=\"{thread}\"}}");
+        assert!(value(&|s: &str| s == queued) >= 0.0, "{text}");
+    }
     let (code, stopped) = request(addr, "POST", "/stop");
     assert_eq!(code, 202, "{stopped}");
     let (code, seen) = running.finish();
