@@ -156,7 +156,17 @@ fn lag(watermark: &Value) -> String {
     }
 }
 
+/// `alone`, `worker 1 of 2`, or (from `/status`, which asks every worker) each worker
+/// with its state: `0 running, 1 (this) running`.
 fn members(status: &Value) -> String {
+    if let Some(members) = status["members"].as_array().filter(|members| !members.is_empty()) {
+        let each = members.iter().map(|member| {
+            let this = if member["this_worker"] == true { " (this)" } else { "" };
+            let state = member["state"].as_str().unwrap_or("unreachable");
+            format!("{}{this} {state}", member["id"])
+        });
+        return each.collect::<Vec<_>>().join(", ");
+    }
     match (status["worker"]["id"].as_u64(), status["worker"]["workers"].as_u64()) {
         (Some(id), Some(workers)) => format!("worker {id} of {workers}"),
         _ => "alone".to_string(),
@@ -223,4 +233,24 @@ fn draw(status: &Value) {
     }
     text.push_str("\nCtrl-C to leave (the job keeps running)\n");
     output::text(&text);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_name_each_worker_and_its_state_when_listed() {
+        assert_eq!(members(&serde_json::json!({ "worker": null })), "alone");
+        assert_eq!(members(&serde_json::json!({ "worker": { "id": 1, "workers": 2 } })), "worker 1 of 2");
+        let listed = serde_json::json!({
+            "worker": { "id": 1, "workers": 2 },
+            "members": [
+                { "id": 0, "this_worker": false, "state": "paused" },
+                { "id": 1, "this_worker": true, "state": "running" },
+                { "id": 2, "this_worker": false, "state": null, "error": "connection refused" },
+            ],
+        });
+        assert_eq!(members(&listed), "0 paused, 1 (this) running, 2 unreachable");
+    }
 }
