@@ -18,6 +18,7 @@ pub mod client;
 pub mod lane;
 pub mod options;
 pub mod position;
+pub mod record;
 pub mod rows;
 pub mod sink;
 pub mod source;
