@@ -8,9 +8,13 @@
 //! bounded.
 //!
 //! What this broker cannot show: its `read_committed` consumers also see records of
-//! aborted transactions. The exactly-once test therefore checks the sink through its
+//! aborted transactions. The exactly-once tests therefore check the sink through its
 //! own transaction bookkeeping (the transactions it committed and their message
 //! counts, from its log) besides the records a consumer sees; see ARCHITECTURE.md.
+//! It also holds back the offsets a transaction commits (the sink's markers) while a
+//! later transaction on the same partition is open: the sink's recovery fences both
+//! producers of a writer before it reads a marker, and these tests run one writer per
+//! exactly-once sink.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -407,6 +411,78 @@ fn exactly_once_into_a_topic_survives_a_kill() {
     prices.sort_unstable();
     prices.dedup();
     assert_eq!(prices, (0..input.len()).collect::<Vec<_>>());
+}
+
+/// The window that used to lose rows: a SIGKILL after manifest `e` was published and
+/// before the Kafka transaction of epoch `e` committed (the failpoint sits right before
+/// `commit_transaction`). The restart fences the producer (which aborts the
+/// transaction), finds from the marker that epoch `e` never committed and writes its
+/// messages again from the record: the transactions committed over both runs hold
+/// every row exactly once. Killed right after the commit instead, the restart finds the
+/// marker and writes nothing again.
+#[test]
+fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats_rows() {
+    let scenarios = [
+        ("sink.kafka.before_commit", "committed transaction sluice-p0-out-0-1 at recovery"),
+        ("sink.kafka.after_commit", "was committed before the restart"),
+    ];
+    let topics: Vec<(String, u32)> = (0..scenarios.len()).map(|i| (format!("copies{i}"), 1)).collect();
+    let mut wanted: Vec<(&str, u32)> = vec![("bids", 2)];
+    wanted.extend(topics.iter().map(|(name, partitions)| (name.as_str(), *partitions)));
+    let broker = Broker::with_topics(&wanted);
+    let input = bids(12, 2);
+    produce_bids(&broker, "bids", &input);
+    for (index, (point, recovered)) in scenarios.into_iter().enumerate() {
+        let scratch = Scratch::new();
+        let pipeline = format!(
+            "[pipeline]\nname = \"p{index}\"\nbatch_size = 2\n\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n{}\n\
+             [[view]]\nname = \"copies\"\nsql = \"SELECT price, CAST(auction AS VARCHAR) AS tag FROM bids\"\n\n\
+             [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\n\
+             topic = \"copies{index}\"\nkey = \"price\"\n[sink.options.headers]\norigin = \"sluice\"\n",
+            source(&broker, "bids", ""),
+            broker.address
+        );
+        scratch.write("pipeline.toml", &pipeline);
+        // The first Kafka transaction commits; the run dies at the second, whose epoch
+        // holds messages (only a writer that wrote has a transaction to commit).
+        let crashed = sluice_command(scratch.dir.path())
+            .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
+            .env("SLUICE_FAILPOINTS", format!("source.barrier_after_batch=return;{point}=1*off->return(kill)"))
+            .output()
+            .expect("run sluice");
+        assert_eq!(crashed.status.signal(), Some(9), "{point}: killed at the failpoint:\n{}", stderr(&crashed));
+        let restarted = sluice_command(scratch.dir.path())
+            .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
+            .output()
+            .expect("run sluice");
+        let log = stderr(&restarted);
+        assert!(restarted.status.success(), "{point}: restart failed:\n{log}");
+        assert!(log.contains("resuming from checkpoint"), "{point}: {log}");
+        let committed: usize = [&crashed, &restarted].iter().map(|run| committed_messages(&stderr(run))).sum();
+        assert_eq!(committed, input.len(), "{point}: committed transactions hold every row once:\n{log}");
+        assert!(log.contains(recovered), "{point}: the restart resolved the transaction:\n{log}");
+        // Every row is in the topic, keyed and with its headers, whether first written or
+        // written again (this broker also shows aborted records).
+        let found = broker.consume_all(&format!("copies{index}"), 1);
+        let mut prices: Vec<usize> = found
+            .iter()
+            .map(|(_, key, value)| {
+                let price = price_of(value.as_deref().expect("a value"));
+                assert_eq!(key.as_deref(), Some(format!("{{\"price\":{price}}}").as_str()), "{point}");
+                price
+            })
+            .collect();
+        prices.sort_unstable();
+        prices.dedup();
+        assert_eq!(prices, (0..input.len()).collect::<Vec<_>>(), "{point}");
+        // Each producer committed its markers: the last epoch of each is in its group.
+        let markers: Vec<i64> = (0..2)
+            .map(|producer| {
+                broker.committed(&format!("sluice-p{index}-out-0-{producer}"), &format!("copies{index}"), 1)[0]
+            })
+            .collect();
+        assert!(markers.iter().all(|epoch| *epoch > 0), "{point}: markers {markers:?}");
+    }
 }
 
 /// The messages of the transactions a run's Kafka sink committed, from its log.
