@@ -171,9 +171,9 @@ impl CheckpointStore {
                 ),
             )
             .with_fix(
-                "checkpoint more often (a shorter [checkpoint] interval): the manifest holds the sinks' records of \
-                 each checkpoint, which grow with the output staged between two (an exactly-once Kafka sink keeps \
-                 its messages there)",
+                "the manifest names every state object and carries the sinks' small records: run with fewer \
+                 threads or vnodes, or make sure checkpoints succeed (a failed checkpoint's records ride along \
+                 with the next)",
             ));
         }
         self.calls.block_on(async {

@@ -31,7 +31,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sluice_checkpoint::{CheckpointStore, Holder, Lease, Manifest, OperatorState, SinkRecords, SourcePositions};
+use sluice_checkpoint::{
+    CheckpointStore, Holder, Lease, Manifest, OperatorState, SinkRecord, SinkRecords, SourcePositions,
+};
 use sluice_config::{CheckpointSection, Guarantee};
 use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, Restore, commit_in_order};
 use sluice_runtime::{Checkpointing, Plan, SinkParallelism};
@@ -184,7 +186,7 @@ impl StoreCheckpointer {
             let mut bytes = epoch.to_le_bytes().to_vec();
             bytes.extend_from_slice(&worker.to_le_bytes());
             bytes.extend_from_slice(&record);
-            sink.records.push(bytes);
+            sink.records.push(SinkRecord::Inline(bytes));
         }
         Ok(())
     }
@@ -316,7 +318,7 @@ pub(crate) fn prepare(
         }
     }
     sluice_types::failpoint!("recovery.before_resolve");
-    resolve_sinks(manifest.as_ref(), plan, recovering)?;
+    resolve_sinks(&store, manifest.as_ref(), plan, recovering)?;
     sluice_types::failpoint!("recovery.after_resolve");
     for flow in &plan.flows {
         if section.guarantee == Guarantee::ExactlyOnce && !flow.sink.exactly_once() {
@@ -392,7 +394,12 @@ fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) ->
 /// Commits, epoch by epoch, the staged work a manifest names that this worker staged
 /// (the leader also that of workers no longer members); a worker with a writer of the
 /// sink then discards anything later.
-fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan, recovering: &Recovering<'_>) -> Result<(), SluiceError> {
+fn resolve_sinks(
+    store: &CheckpointStore,
+    manifest: Option<&Manifest>,
+    plan: &Plan,
+    recovering: &Recovering<'_>,
+) -> Result<(), SluiceError> {
     let (me, workers) = (recovering.me, recovering.layout.workers());
     for flow in &plan.flows {
         let sink = &flow.sink;
@@ -402,6 +409,16 @@ fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan, recovering: &Recoveri
             for record in &stored.records {
                 let damaged = || {
                     SluiceError::internal("checkpoint.sink_record", format!("sink {}: a damaged record", sink.name()))
+                };
+                let read;
+                let record = match record {
+                    SinkRecord::Inline(bytes) => bytes,
+                    SinkRecord::Stored(object) => {
+                        read = store
+                            .get_object(object)
+                            .map_err(|e| e.context(format!("reading a record of sink {}", sink.name())))?;
+                        &read
+                    }
                 };
                 let (epoch, rest) = record.split_at_checked(8).ok_or_else(damaged)?;
                 let (worker, rest) = rest.split_at_checked(4).ok_or_else(damaged)?;

@@ -182,12 +182,13 @@ fn publish_refuses_a_manifest_too_large_to_load() {
     let (_base, store) = temp_store();
     let mut manifest = Manifest::new(1, "fp", 8, 0);
     let record = vec![7u8; MANIFEST_BYTES_MAX as usize];
-    manifest.sinks.push(crate::manifest::SinkRecords { name: "out".into(), records: vec![record] });
+    let records = vec![crate::manifest::SinkRecord::Inline(record)];
+    manifest.sinks.push(crate::manifest::SinkRecords { name: "out".into(), records });
     let error = store.publish(&manifest).expect_err("refused");
     assert_eq!(error.code, "checkpoint.manifest_too_large");
-    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("interval")), "{error:?}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("fewer threads")), "{error:?}");
     assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
-    manifest.sinks[0].records[0].truncate(1000);
+    manifest.sinks[0].records[0] = crate::manifest::SinkRecord::Inline(vec![7; 1000]);
     store.publish(&manifest).expect("a smaller one is published");
     assert_eq!(store.load(1).expect("loads"), manifest);
 }
