@@ -11,7 +11,13 @@
 //!   little-endian; a manifest may carry records of earlier epochs whose own checkpoint
 //!   failed) and the id of the worker that staged it (4 bytes, little-endian): the
 //!   encoding `sink_record` version 2 in the manifest's encodings (version 1 had no
-//!   worker).
+//!   worker). A prefixed record longer than [`INLINE_RECORD_BYTES_MAX`] (an exactly-once
+//!   Kafka sink's record carries its epoch's messages) is written by the worker that
+//!   staged it as a state object, `sinks/flow-{F}/worker-{W}/epoch-{E}-{I}` of the
+//!   checkpoint's epoch (`E` the record's epoch, `I` its index among the worker's
+//!   records), which the manifest names instead (`SinkRecord::Stored`): manifests and
+//!   the parts workers send stay small, and the object is kept, verified and collected
+//!   with the manifest like any state object.
 //!
 //! Recovery in a cluster: every worker restores the state of the vnodes its slots own
 //! and the positions of its lanes, and commits the records it staged (the leader also
@@ -66,6 +72,18 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
 
 /// How a manifest's sink records are prefixed (see the module doc).
 pub(crate) const SINK_RECORD_VERSION: u32 = 2;
+/// The longest prefixed sink record a manifest carries itself; longer ones are stored
+/// in objects (see the module doc).
+pub(crate) const INLINE_RECORD_BYTES_MAX: usize = 4 << 10;
+
+/// A sink record as the manifest carries it: prefixed with its epoch and worker.
+fn prefixed(epoch: u64, worker: u32, record: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(12 + record.len());
+    bytes.extend_from_slice(&epoch.to_le_bytes());
+    bytes.extend_from_slice(&worker.to_le_bytes());
+    bytes.extend_from_slice(record);
+    bytes
+}
 
 /// Writes checkpoints into a store.
 struct StoreCheckpointer {
@@ -96,7 +114,16 @@ impl Checkpointer for StoreCheckpointer {
             let object = self.store.put_object(epoch.0, &name, blob.bytes)?;
             part.objects.push((blob.operator, blob.vnode, object));
         }
-        part.records = slice.sink_records.into_iter().map(|r| (r.flow as u32, r.epoch, r.record)).collect();
+        for (index, record) in slice.sink_records.into_iter().enumerate() {
+            let stored = if record.record.len() + 12 > INLINE_RECORD_BYTES_MAX {
+                let name = format!("sinks/flow-{}/worker-{}/epoch-{}-{index}", record.flow, self.worker, record.epoch);
+                let bytes = prefixed(record.epoch, self.worker, &record.record);
+                SinkRecord::Stored(self.store.put_object(epoch.0, &name, bytes)?)
+            } else {
+                SinkRecord::Inline(record.record)
+            };
+            part.records.push((record.flow as u32, record.epoch, stored));
+        }
         sluice_types::failpoint!("checkpoint.after_state_written");
         part.encode()
     }
@@ -183,10 +210,11 @@ impl StoreCheckpointer {
         }
         for (flow, epoch, record) in part.records {
             let sink = manifest.sinks.get_mut(flow as usize).ok_or_else(|| out_of_range(format!("sink {flow}")))?;
-            let mut bytes = epoch.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&worker.to_le_bytes());
-            bytes.extend_from_slice(&record);
-            sink.records.push(SinkRecord::Inline(bytes));
+            sink.records.push(match record {
+                SinkRecord::Inline(record) => SinkRecord::Inline(prefixed(epoch, worker, &record)),
+                // Written prefixed by the worker.
+                stored @ SinkRecord::Stored(_) => stored,
+            });
         }
         Ok(())
     }

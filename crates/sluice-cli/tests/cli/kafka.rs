@@ -419,7 +419,8 @@ fn exactly_once_into_a_topic_survives_a_kill() {
 /// transaction), finds from the marker that epoch `e` never committed and writes its
 /// messages again from the record: the transactions committed over both runs hold
 /// every row exactly once. Killed right after the commit instead, the restart finds the
-/// marker and writes nothing again.
+/// marker and writes nothing again. Each epoch's messages (a wide column) take more
+/// than a manifest carries itself, so their records are objects of the store.
 #[test]
 fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats_rows() {
     let scenarios = [
@@ -436,7 +437,7 @@ fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats
         let scratch = Scratch::new();
         let pipeline = format!(
             "[pipeline]\nname = \"p{index}\"\nbatch_size = 2\n\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n{}\n\
-             [[view]]\nname = \"copies\"\nsql = \"SELECT price, CAST(auction AS VARCHAR) AS tag FROM bids\"\n\n\
+             [[view]]\nname = \"copies\"\nsql = \"SELECT price, REPEAT('x', 3000) AS pad FROM bids\"\n\n\
              [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\n\
              topic = \"copies{index}\"\nkey = \"price\"\n[sink.options.headers]\norigin = \"sluice\"\n",
             source(&broker, "bids", ""),
@@ -451,6 +452,8 @@ fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats
             .output()
             .expect("run sluice");
         assert_eq!(crashed.status.signal(), Some(9), "{point}: killed at the failpoint:\n{}", stderr(&crashed));
+        // Each epoch's messages take more than a manifest carries: its record is an object.
+        assert!(stored_records(&scratch.path("state")) > 0, "{point}: the records are stored as objects");
         let restarted = sluice_command(scratch.dir.path())
             .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
             .output()
@@ -461,13 +464,15 @@ fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats
         let committed: usize = [&crashed, &restarted].iter().map(|run| committed_messages(&stderr(run))).sum();
         assert_eq!(committed, input.len(), "{point}: committed transactions hold every row once:\n{log}");
         assert!(log.contains(recovered), "{point}: the restart resolved the transaction:\n{log}");
-        // Every row is in the topic, keyed and with its headers, whether first written or
-        // written again (this broker also shows aborted records).
+        // Every row is in the topic, whole and keyed, whether first written or written
+        // again (this broker also shows aborted records).
         let found = broker.consume_all(&format!("copies{index}"), 1);
         let mut prices: Vec<usize> = found
             .iter()
             .map(|(_, key, value)| {
-                let price = price_of(value.as_deref().expect("a value"));
+                let value = value.as_deref().expect("a value");
+                let price = price_of(value);
+                assert!(value.contains(&"x".repeat(3000)), "{point}: {value}");
                 assert_eq!(key.as_deref(), Some(format!("{{\"price\":{price}}}").as_str()), "{point}");
                 price
             })
@@ -483,6 +488,21 @@ fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats
             .collect();
         assert!(markers.iter().all(|epoch| *epoch > 0), "{point}: markers {markers:?}");
     }
+}
+
+/// How many sink records the checkpoint store at `dir` holds as objects.
+fn stored_records(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|entry| {
+            let path = entry.path();
+            match path.is_dir() {
+                true => stored_records(&path),
+                false => usize::from(path.to_string_lossy().contains("/sinks/flow-0/")),
+            }
+        })
+        .sum()
 }
 
 /// The messages of the transactions a run's Kafka sink committed, from its log.

@@ -27,7 +27,8 @@
 //!   with its messages: the group holds offset `e` exactly when epoch `e`'s transaction
 //!   committed); flush, check every delivery, and return the record naming the
 //!   transaction and carrying the epoch's messages (`record.rs`, versioned,
-//!   golden-tested); the transaction stays open;
+//!   golden-tested), which the checkpoint stores (in a state object of its own when
+//!   large: `sluice-engine/src/checkpointing.rs`); the transaction stays open;
 //! - **commit(e)** (after manifest `e` is published): `commit_transaction` on that
 //!   producer. The runtime starts barrier `e + 1` only after commit(e), so when the
 //!   writer needs that producer again (for epoch `e + 2`) its transaction is
