@@ -490,6 +490,30 @@ fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats
     }
 }
 
+/// An exactly-once writer whose messages between two checkpoints outgrow
+/// `epoch_copy_mib` (the copy recovery would write again) fails, naming the option and
+/// the interval, instead of holding more in memory.
+#[test]
+fn an_epoch_larger_than_its_copy_bound_fails_naming_the_fix() {
+    let broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
+    produce_bids(&broker, "bids", &bids(12, 2));
+    let scratch = Scratch::new();
+    // No barrier before the end of the input: every row is in the first epoch.
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\n\n[checkpoint]\ninterval = \"1h\"\nstore = \"file://./state\"\n\n{}\n\
+         [[view]]\nname = \"copies\"\nsql = \"SELECT price, REPEAT('x', 100000) AS pad FROM bids\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\n\
+         topic = \"copies\"\nepoch_copy_mib = 1\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml", "--threads", "1"]);
+    assert!(!run.status.success(), "the run fails:\n{}", stderr(&run));
+    let report = stderr(&run);
+    assert!(report.contains("epoch_copy_mib = 1 MiB") && report.contains("[checkpoint] interval"), "{report}");
+}
+
 /// How many sink records the checkpoint store at `dir` holds as objects.
 fn stored_records(dir: &std::path::Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };

@@ -18,8 +18,8 @@
 //!
 //! - **write**: every message goes to the open transaction, and a copy of it (key,
 //!   value, headers) into the writer's recovery copy of the epoch, at most
-//!   [`EPOCH_BYTES_MAX`] bytes (more fails the write with `sink.kafka_epoch_too_large`:
-//!   checkpoint more often);
+//!   `epoch_copy_mib` MiB (default [`EPOCH_COPY_MIB`]; more fails the write with
+//!   `sink.kafka_epoch_too_large`: checkpoint more often, or raise it);
 //! - **pre-commit** (barrier `e`): if the transaction holds messages, commit the
 //!   **marker** of epoch `e` inside it: offset `e` on partition 0 of the sink's topic
 //!   for the consumer group named as the transactional id, through
@@ -130,9 +130,11 @@ pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 pub const PENDING_WAIT: Duration = Duration::from_secs(60);
 /// The longest a send waits for room in the producer's queue.
 const SEND_WAIT: Duration = Duration::from_secs(60);
-/// The most bytes of messages a writer keeps for one epoch's recovery copy (see
-/// "Recovery" above): more fails the write, naming the fix.
-pub const EPOCH_BYTES_MAX: usize = 16 << 20;
+/// The default of `epoch_copy_mib`: the most MiB of messages a writer keeps for one
+/// epoch's recovery copy (see "Recovery" above); more fails the write, naming the fix.
+/// The copy is held in memory until the epoch commits (by the writer until the barrier,
+/// then with the checkpoint), so it bounds what exactly-once output costs in memory.
+pub const EPOCH_COPY_MIB: u32 = 16;
 /// The partition of the sink's topic under which each transaction commits its marker.
 const MARKER_PARTITION: i32 = 0;
 
@@ -567,6 +569,7 @@ impl SinkFactory for KafkaSink {
             current: 0,
             open: false,
             saved: SavedMessages::default(),
+            saved_max: (self.options.epoch_copy_mib.unwrap_or(EPOCH_COPY_MIB) as usize) << 20,
         }))
     }
 
@@ -915,6 +918,8 @@ struct TransactionalWriter {
     open: bool,
     /// The messages of the open transaction, for its record.
     saved: SavedMessages,
+    /// The most bytes `saved` may hold.
+    saved_max: usize,
 }
 
 impl TransactionalWriter {
@@ -957,11 +962,11 @@ impl SinkWriter for TransactionalWriter {
         }
         let shared = &self.producers[self.current];
         let (topic, sink) = (self.output.topic.clone(), self.output.sink.clone());
-        let saved = &mut self.saved;
+        let (saved, saved_max) = (&mut self.saved, self.saved_max);
         self.output.messages(batch, |value, key, headers| {
             saved.push(key, value, headers.as_ref());
-            if saved.len() > EPOCH_BYTES_MAX {
-                return Err(epoch_too_large(&sink, saved.count()));
+            if saved.len() > saved_max {
+                return Err(epoch_too_large(&sink, saved.count(), saved_max));
             }
             Output::send(&shared.producer, &topic, value, key, headers)?;
             shared.messages.fetch_add(1, Ordering::Relaxed);
@@ -1006,17 +1011,20 @@ impl SinkWriter for TransactionalWriter {
     }
 }
 
-/// A writer's epoch outgrew its recovery copy.
-fn epoch_too_large(sink: &str, messages: u32) -> SluiceError {
+/// A writer's epoch outgrew its recovery copy of `max` bytes.
+fn epoch_too_large(sink: &str, messages: u32, max: usize) -> SluiceError {
     SluiceError::user(
         "sink.kafka_epoch_too_large",
         format!(
-            "sink `{sink}`: one writer's {messages} messages since the last checkpoint take more than {} MiB, the most \
-             an exactly-once Kafka sink keeps per epoch to write them again after a crash",
-            EPOCH_BYTES_MAX >> 20
+            "sink `{sink}`: one thread's {messages} messages since the last checkpoint take more than epoch_copy_mib = \
+             {} MiB, the copy an exactly-once Kafka sink keeps per checkpoint to write them again after a crash",
+            max >> 20
         ),
     )
-    .with_fix("checkpoint more often (a shorter [checkpoint] interval), or use guarantee = \"at-least-once\"")
+    .with_fix(
+        "checkpoint more often (a shorter [checkpoint] interval), raise epoch_copy_mib under [sink.options] (the copy \
+         is held in memory until its checkpoint commits), or use guarantee = \"at-least-once\"",
+    )
 }
 
 #[cfg(test)]
