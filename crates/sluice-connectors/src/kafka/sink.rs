@@ -63,7 +63,9 @@
 //! again: its transaction is aborted and the restart logs it as an error.
 //!
 //! The marker groups (`sluice-{pipeline}-{sink}-{slot}-{0|1}`) are bookkeeping, never
-//! joined: their committed offset is an epoch, not a position in the topic.
+//! joined: their committed offset is an epoch, not a position in the topic. On brokers
+//! with ACLs the sink's principal needs READ on them and on the topic (offsets committed
+//! in a transaction, and read back at recovery), besides WRITE on the transactional ids.
 //!
 //! # Keys
 //!
