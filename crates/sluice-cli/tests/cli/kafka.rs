@@ -16,7 +16,7 @@
 //! producers of a writer before it reads a marker, and these tests run one writer per
 //! exactly-once sink.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
@@ -213,6 +213,36 @@ impl Broker {
 }
 
 impl Broker {
+    /// Reads every partition of `topic` from the start until the records read so far
+    /// satisfy `done` (at most [`WAIT`]); returns them.
+    fn consume_until(&self, topic: &str, partitions: i32, done: impl Fn(&[Record]) -> bool) -> Vec<Record> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .set("enable.partition.eof", "false")
+            .set("group.id", "test-reader")
+            .create()
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
+        }
+        consumer.assign(&assignment).expect("assign");
+        let mut found = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while !done(&found) {
+            assert!(
+                Instant::now() < deadline,
+                "the {} records of {topic} read in {WAIT:?} are not all expected",
+                found.len()
+            );
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
+                found.push((message.partition(), text(message.key()), text(message.payload())));
+            }
+        }
+        found
+    }
+
     /// The offsets `group` committed for each partition of `topic` (-1: none).
     fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
         let consumer: BaseConsumer = ClientConfig::new()
@@ -466,20 +496,17 @@ fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats
         assert!(log.contains(recovered), "{point}: the restart resolved the transaction:\n{log}");
         // Every row is in the topic, whole and keyed, whether first written or written
         // again (this broker also shows aborted records).
-        let found = broker.consume_all(&format!("copies{index}"), 1);
-        let mut prices: Vec<usize> = found
-            .iter()
-            .map(|(_, key, value)| {
-                let value = value.as_deref().expect("a value");
-                let price = price_of(value);
-                assert!(value.contains(&"x".repeat(3000)), "{point}: {value}");
-                assert_eq!(key.as_deref(), Some(format!("{{\"price\":{price}}}").as_str()), "{point}");
-                price
-            })
-            .collect();
-        prices.sort_unstable();
-        prices.dedup();
-        assert_eq!(prices, (0..input.len()).collect::<Vec<_>>(), "{point}");
+        let expected: BTreeSet<usize> = (0..input.len()).collect();
+        let found = broker.consume_until(&format!("copies{index}"), 1, |records| {
+            records.iter().filter_map(|(_, _, value)| value.as_deref().map(price_of)).collect::<BTreeSet<_>>()
+                == expected
+        });
+        for (_, key, value) in &found {
+            let value = value.as_deref().expect("a value");
+            let price = price_of(value);
+            assert!(value.contains(&"x".repeat(3000)), "{point}: {value}");
+            assert_eq!(key.as_deref(), Some(format!("{{\"price\":{price}}}").as_str()), "{point}");
+        }
         // Each producer committed its markers: the last epoch of each is in its group.
         let markers: Vec<i64> = (0..2)
             .map(|producer| {
