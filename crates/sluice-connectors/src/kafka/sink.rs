@@ -59,8 +59,9 @@
 //! dies, the sources resuming after them. A marker above `e` means the restore fell
 //! back past a newer checkpoint whose epochs this writer had committed: their rows are
 //! written again (logged as an error; Kafka cannot take committed messages back). A
-//! record of version 1 (written before records carried messages) cannot be written
-//! again: its transaction is aborted and the restart logs it as an error.
+//! record of version 1 (written by a build whose records carried no messages) cannot be
+//! written again: the restart logs it as an error, and its transaction, if it never
+//! committed, is aborted when the writers open.
 //!
 //! The marker groups (`sluice-{pipeline}-{sink}-{slot}-{0|1}`) are bookkeeping, never
 //! joined: their committed offset is an epoch, not a position in the topic. On brokers
