@@ -47,6 +47,11 @@ pub(crate) fn seal(magic: [u8; 8], version: u32, body: &[u8]) -> Vec<u8> {
 
 /// Checks magic, length, version and checksum (in that order); returns the body.
 pub(crate) fn open(bytes: &[u8], magic: [u8; 8], version: u32) -> Result<&[u8], Problem> {
+    open_versions(bytes, magic, &[version]).map(|(_, body)| body)
+}
+
+/// [`open`] for a frame of any of `versions`; returns the version and the body.
+pub(crate) fn open_versions<'a>(bytes: &'a [u8], magic: [u8; 8], versions: &[u32]) -> Result<(u32, &'a [u8]), Problem> {
     let magic_len = magic.len().min(bytes.len());
     if bytes[..magic_len] != magic[..magic_len] {
         return Err(Problem::Magic { found: bytes[..magic_len].escape_ascii().to_string() });
@@ -56,7 +61,7 @@ pub(crate) fn open(bytes: &[u8], magic: [u8; 8], version: u32) -> Result<&[u8], 
     }
     let (header, rest) = bytes.split_at(HEADER_BYTES);
     let found = u32::from_le_bytes(word(&header[magic.len()..]));
-    if found != version {
+    if !versions.contains(&found) {
         return Err(Problem::Version { found });
     }
     let (body, trailer) = rest.split_at(rest.len() - CHECKSUM_BYTES);
@@ -65,7 +70,7 @@ pub(crate) fn open(bytes: &[u8], magic: [u8; 8], version: u32) -> Result<&[u8], 
     if stored != computed {
         return Err(Problem::Checksum { len: bytes.len(), stored, computed });
     }
-    Ok(body)
+    Ok((found, body))
 }
 
 /// The canonical postcard encoding of `value`.

@@ -7,7 +7,8 @@
 //!
 //! A checkpoint of epoch `e` is a set of immutable state objects under
 //! `state/epoch-{e}/` plus one manifest `manifests/epoch-{e:020}.manifest` that names them
-//! (with size and checksum), the source positions and the sinks' pre-commit records. The
+//! (with size and checksum), the source positions and the sinks' pre-commit records (each
+//! in the manifest, or, when large, in a state object it names). The
 //! manifest is published last and atomically; an epoch is committed exactly when its
 //! manifest exists. See `store` for the protocol and its correctness argument, `collect`
 //! for retention, `manifest` for the encoding, and `lease` for how one run at a time
@@ -77,7 +78,7 @@ pub use calls::{CALL_TIMEOUT, DELETE_BATCH};
 pub use lease::{ACQUIRE_ATTEMPTS_MAX, BrokenLease, Holder, LEASE_BYTES_MAX, LEASE_FORMAT_VERSION, LEASE_MAGIC, Lease};
 pub use location::{BACKOFF_INITIAL, BACKOFF_MAX, CONNECT_TIMEOUT, REQUEST_TIMEOUT, RETRIES_MAX, RETRY_WINDOW};
 pub use manifest::{
-    FORMAT_VERSION, MAGIC, MANIFEST_BYTES_MAX, Manifest, ObjectRef, OperatorState, SinkRecords, SourcePositions,
-    decode, encode,
+    FORMAT_VERSION, MAGIC, MANIFEST_BYTES_MAX, Manifest, ObjectRef, OperatorState, SinkRecord, SinkRecords,
+    SourcePositions, decode, encode,
 };
 pub use store::{CheckpointStore, VERIFY_CONCURRENCY};

@@ -9,7 +9,7 @@
 //! another in one object (a writer packs each operator's vnodes into one object per
 //! worker: one write per operator rather than one per vnode).
 //!
-//! # Encoding, format version 3
+//! # Encoding, format version 4
 //!
 //! This section is the complete specification: a decoder can be written from it alone. The
 //! golden vectors in `manifest/tests.rs` pin it; a change of these bytes (by a change here
@@ -20,7 +20,7 @@
 //! ```text
 //! offset  bytes  content
 //! 0       8      magic: ASCII "SLUICEMF" = 53 4c 55 49 43 45 4d 46
-//! 8       4      format version, u32 little-endian: 03 00 00 00
+//! 8       4      format version, u32 little-endian: 04 00 00 00
 //! 12      n      body: the manifest in postcard (below); n = total length - 16
 //! 12+n    4      CRC-32 of the body only, u32 little-endian
 //! ```
@@ -45,12 +45,13 @@
 //! - **map** of `K` to `V`: the entry count as a varint, then key, value, key, value, ...
 //! - **struct** and **tuple**: the fields in the order below, with nothing between them (no
 //!   tags, names or lengths).
+//! - **enum**: the variant's index as a varint, then its fields.
 //!
 //! ## The body: fields in order
 //!
 //! ```text
 //! Manifest
-//!   version        varint u32     equal to the frame's version (3)
+//!   version        varint u32     equal to the frame's version (4)
 //!   epoch          varint u64
 //!   fingerprint    string         the topology fingerprint
 //!   created_ms     zigzag i64     milliseconds since the Unix epoch
@@ -64,13 +65,15 @@
 //! OperatorState    id: string, vnodes: seq of (vnode: varint u32, object: ObjectRef)
 //! ObjectRef        path: string, offset: varint u64, size: varint u64,
 //!                  checksum: varint u32 (CRC-32 as above of the `size` bytes at `offset`)
-//! SinkRecords      name: string, records: seq of bytes
+//! SinkRecords      name: string, records: seq of SinkRecord
+//! SinkRecord       enum: 0 Inline (bytes: the record) | 1 Stored (ObjectRef: an object holding
+//!                  the record's bytes, for records too large to carry in the manifest)
 //! ```
 //!
 //! Example, the golden vector of `Manifest::new(0, "", 1, 0)` (no encodings, sources,
-//! operators or sinks): frame `53 4c 55 49 43 45 4d 46 03 00 00 00`, body
-//! `03 00 00 00 01 01 00 00 00 00` (version 3, epoch 0, fingerprint "", created_ms 0,
-//! vnodes 1, lane_threads 1, four empty collections), checksum `60 29 81 fe`.
+//! operators or sinks): frame `53 4c 55 49 43 45 4d 46 04 00 00 00`, body
+//! `04 00 00 00 01 01 00 00 00 00` (version 4, epoch 0, fingerprint "", created_ms 0,
+//! vnodes 1, lane_threads 1, four empty collections), checksum `19 32 5d 1c`.
 //!
 //! ## What a decoder accepts
 //!
@@ -91,9 +94,16 @@
 //!   of version 1 is refused with `checkpoint.manifest_version`: its state cannot be matched
 //!   to the encodings it depends on.
 //! - 2: adds `encodings` (after `lane_threads`) and each source's `layout` (after its name).
-//!   Still read: its objects are whole (offset 0); it decodes into a version 3 manifest.
-//! - 3: adds `ObjectRef::offset` (after its path): vnodes' states packed into shared
-//!   objects.
+//!   Its `ObjectRef` is `path: string, size: varint u64, checksum: varint u32` (a whole
+//!   object) and its `SinkRecords` are `name: string, records: seq of bytes`. A version 2
+//!   manifest is still read: it decodes to the version 4 manifest whose objects start at
+//!   offset 0 and whose records are all `Inline` (the same records), so a store written by
+//!   the previous format resumes; it is never written.
+//! - 3: two changes made side by side before they met, each called version 3 (offsets,
+//!   and stored records). Refused with `checkpoint.manifest_version`: neither was
+//!   released.
+//! - 4: adds `ObjectRef::offset` (after its path: vnodes' states packed into shared
+//!   objects) and lets a sink record be `Stored` in an object (`SinkRecord`).
 //!
 //! # Correctness argument for [`decode`], which reads bytes from outside the process
 //!
@@ -105,7 +115,7 @@
 //!   rejected except with probability 2^-32.
 //! - Encoding and decoding are paired: [`encode`] asserts `decode(encode(m)) == m` (debug
 //!   builds), and the canonical-form rule makes `encode(decode(b)) == b` for every accepted
-//!   `b` of version 3 (one of version 2 re-encodes as version 3).
+//!   `b` of version 4 (a version 2 `b` re-encodes as version 4).
 
 use serde::{Deserialize, Serialize};
 use sluice_types::{ErrorKind, SluiceError};
@@ -115,9 +125,9 @@ use crate::frame::{self, Problem};
 use crate::layout;
 
 /// The manifest format this build writes and reads (see the module doc for the history).
-pub const FORMAT_VERSION: u32 = 3;
-/// The older format this build still reads (see the module doc).
-const FORMAT_VERSION_2: u32 = 2;
+pub const FORMAT_VERSION: u32 = 4;
+/// The previous released format, still read (see the module doc).
+const PREVIOUS_VERSION: u32 = 2;
 /// The first bytes of every encoded manifest.
 pub const MAGIC: [u8; 8] = *b"SLUICEMF";
 /// The largest encoded manifest a store reads; larger ones are refused as damaged.
@@ -168,7 +178,82 @@ pub struct OperatorState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkRecords {
     pub name: String,
-    pub records: Vec<Vec<u8>>,
+    pub records: Vec<SinkRecord>,
+}
+
+/// One pre-commit record: its bytes, or an object holding them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SinkRecord {
+    Inline(Vec<u8>),
+    /// In a state object (written like any other, kept and verified with the manifest).
+    Stored(ObjectRef),
+}
+
+/// The body of a version 2 manifest (see the module doc), read only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct ManifestV2 {
+    version: u32,
+    epoch: u64,
+    fingerprint: String,
+    created_ms: i64,
+    vnodes: u32,
+    lane_threads: u32,
+    encodings: BTreeMap<String, u32>,
+    sources: Vec<SourcePositions>,
+    operators: Vec<OperatorStateV2>,
+    sinks: Vec<SinkRecordsV2>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct OperatorStateV2 {
+    id: String,
+    vnodes: Vec<(u32, ObjectRefV2)>,
+}
+
+/// A whole object: version 2 had no offsets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct ObjectRefV2 {
+    path: String,
+    size: u64,
+    checksum: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct SinkRecordsV2 {
+    name: String,
+    records: Vec<Vec<u8>>,
+}
+
+impl ManifestV2 {
+    /// The same manifest in the current format: every object whole, every record inline.
+    fn upgrade(self) -> Manifest {
+        let operators = self.operators.into_iter().map(|operator| OperatorState {
+            id: operator.id,
+            vnodes: operator
+                .vnodes
+                .into_iter()
+                .map(|(vnode, ObjectRefV2 { path, size, checksum })| {
+                    (vnode, ObjectRef { path, offset: 0, size, checksum })
+                })
+                .collect(),
+        });
+        let sinks = self.sinks.into_iter().map(|sink| SinkRecords {
+            name: sink.name,
+            records: sink.records.into_iter().map(SinkRecord::Inline).collect(),
+        });
+        Manifest {
+            version: FORMAT_VERSION,
+            epoch: self.epoch,
+            fingerprint: self.fingerprint,
+            created_ms: self.created_ms,
+            vnodes: self.vnodes,
+            lane_threads: self.lane_threads,
+            encodings: self.encodings,
+            sources: self.sources,
+            operators: operators.collect(),
+            sinks: sinks.collect(),
+        }
+    }
 }
 
 /// Everything one committed epoch consists of.
@@ -211,9 +296,19 @@ impl Manifest {
         }
     }
 
-    /// Every state object the manifest names.
+    /// Every state object the manifest names: the operators', then the stored sink
+    /// records'.
     pub fn objects(&self) -> impl Iterator<Item = &ObjectRef> {
-        self.operators.iter().flat_map(|operator| operator.vnodes.iter().map(|(_, object)| object))
+        let operators = self.operators.iter().flat_map(|operator| operator.vnodes.iter().map(|(_, object)| object));
+        operators.chain(self.stored_records())
+    }
+
+    /// The objects of the stored sink records.
+    fn stored_records(&self) -> impl Iterator<Item = &ObjectRef> {
+        self.sinks.iter().flat_map(|sink| sink.records.iter()).filter_map(|record| match record {
+            SinkRecord::Inline(_) => None,
+            SinkRecord::Stored(object) => Some(object),
+        })
     }
 
     /// Checks that the manifest does not contradict itself: a known version, at least one
@@ -249,6 +344,7 @@ impl Manifest {
                     .map(|id| format!("operator {id:?} appears twice"))
             })
             .or_else(|| self.operators.iter().find_map(|operator| self.operator_contradiction(operator)))
+            .or_else(|| self.stored_records().find_map(|object| self.object_contradiction(object)))
     }
 
     fn operator_contradiction(&self, operator: &OperatorState) -> Option<String> {
@@ -261,18 +357,24 @@ impl Manifest {
                 return Some(format!("operator {:?} lists vnode {vnode} out of order or twice", operator.id));
             }
             previous = Some(*vnode);
-            if object.range().is_none() {
-                return Some(format!("object {:?} has a range past 2^64 bytes", object.path));
-            }
-            match layout::epoch_of_object(&object.path) {
-                Some(written) if written <= self.epoch => {}
-                Some(written) => {
-                    return Some(format!("object {:?} was written at the later epoch {written}", object.path));
-                }
-                None => return Some(format!("object path {:?} is not a state object path", object.path)),
+            if let Some(problem) = self.object_contradiction(object) {
+                return Some(problem);
             }
         }
         None
+    }
+
+    /// What is wrong with `object`, if anything: its range must fit in 64 bits, and it
+    /// must be a state object written no later than this epoch.
+    fn object_contradiction(&self, object: &ObjectRef) -> Option<String> {
+        if object.range().is_none() {
+            return Some(format!("object {:?} has a range past 2^64 bytes", object.path));
+        }
+        match layout::epoch_of_object(&object.path) {
+            Some(written) if written <= self.epoch => None,
+            Some(written) => Some(format!("object {:?} was written at the later epoch {written}", object.path)),
+            None => Some(format!("object path {:?} is not a state object path", object.path)),
+        }
     }
 }
 
@@ -299,90 +401,31 @@ pub fn encode(manifest: &Manifest) -> Vec<u8> {
 /// `checkpoint.manifest_version` is not ([`ErrorKind::Other`]: the store was written by another
 /// Sluice, and falling back past it would silently restore older state).
 pub fn decode(bytes: &[u8]) -> Result<Manifest, SluiceError> {
-    let body_error = |problem| {
+    let (version, body) =
+        frame::open_versions(bytes, MAGIC, &[FORMAT_VERSION, PREVIOUS_VERSION]).map_err(frame_error)?;
+    let body_error = |problem: String| {
         damaged(SluiceError::internal("checkpoint.manifest_body", format!("manifest body does not decode: {problem}")))
     };
-    let (framed, manifest) = match frame::open(bytes, MAGIC, FORMAT_VERSION) {
-        Ok(body) => (FORMAT_VERSION, frame::decode_body::<Manifest>(body).map_err(body_error)?),
-        Err(Problem::Version { found: FORMAT_VERSION_2 }) => {
-            let body = frame::open(bytes, MAGIC, FORMAT_VERSION_2).map_err(frame_error)?;
-            let old: v2::Manifest = frame::decode_body(body).map_err(body_error)?;
-            (FORMAT_VERSION_2, old.into_current())
+    let (manifest, body_version) = match version {
+        FORMAT_VERSION => {
+            let manifest: Manifest = frame::decode_body(body).map_err(body_error)?;
+            let body_version = manifest.version;
+            (manifest, body_version)
         }
-        Err(problem) => return Err(frame_error(problem)),
+        _ => {
+            let manifest: ManifestV2 = frame::decode_body(body).map_err(body_error)?;
+            let body_version = manifest.version;
+            (manifest.upgrade(), body_version)
+        }
     };
-    if manifest.version != framed {
+    if body_version != version {
         return Err(damaged(SluiceError::internal(
             "checkpoint.manifest_inconsistent",
-            format!("manifest header says version {framed} but its body says {}", manifest.version),
+            format!("manifest header says version {version} but its body says {body_version}"),
         )));
     }
-    // A version 2 manifest is read as the version 3 manifest it amounts to.
-    let manifest = Manifest { version: FORMAT_VERSION, ..manifest };
     manifest.check().map_err(damaged)?;
     Ok(manifest)
-}
-
-/// The body of format version 2, read only: its objects are whole (offset 0).
-mod v2 {
-    use serde::Deserialize;
-    use std::collections::BTreeMap;
-
-    #[derive(Deserialize, serde::Serialize)]
-    pub(super) struct ObjectRef {
-        path: String,
-        size: u64,
-        checksum: u32,
-    }
-
-    #[derive(Deserialize, serde::Serialize)]
-    pub(super) struct OperatorState {
-        id: String,
-        vnodes: Vec<(u32, ObjectRef)>,
-    }
-
-    #[derive(Deserialize, serde::Serialize)]
-    pub(super) struct Manifest {
-        version: u32,
-        epoch: u64,
-        fingerprint: String,
-        created_ms: i64,
-        vnodes: u32,
-        lane_threads: u32,
-        encodings: BTreeMap<String, u32>,
-        sources: Vec<super::SourcePositions>,
-        operators: Vec<OperatorState>,
-        sinks: Vec<super::SinkRecords>,
-    }
-
-    impl Manifest {
-        /// The same manifest in this build's types, still saying version 2.
-        pub(super) fn into_current(self) -> super::Manifest {
-            let operators = self.operators.into_iter().map(|operator| super::OperatorState {
-                id: operator.id,
-                vnodes: operator
-                    .vnodes
-                    .into_iter()
-                    .map(|(vnode, object)| {
-                        let ObjectRef { path, size, checksum } = object;
-                        (vnode, super::ObjectRef { path, offset: 0, size, checksum })
-                    })
-                    .collect(),
-            });
-            super::Manifest {
-                version: self.version,
-                epoch: self.epoch,
-                fingerprint: self.fingerprint,
-                created_ms: self.created_ms,
-                vnodes: self.vnodes,
-                lane_threads: self.lane_threads,
-                encodings: self.encodings,
-                sources: self.sources,
-                operators: operators.collect(),
-                sinks: self.sinks,
-            }
-        }
-    }
 }
 
 fn damaged(error: SluiceError) -> SluiceError {
@@ -401,7 +444,10 @@ fn frame_error(problem: Problem) -> SluiceError {
         )),
         Problem::Version { found } => SluiceError::user(
             "checkpoint.manifest_version",
-            format!("manifest format version {found} is not supported (this build reads version {FORMAT_VERSION})"),
+            format!(
+                "manifest format version {found} is not supported (this build reads versions {PREVIOUS_VERSION} and \
+                 {FORMAT_VERSION})"
+            ),
         )
         .with_fix("run the Sluice version that wrote this store, or start over with --from-scratch"),
         Problem::Checksum { len, stored, computed } => damaged(SluiceError::external(

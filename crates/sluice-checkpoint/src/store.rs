@@ -215,16 +215,34 @@ impl CheckpointStore {
 
     /// Publishes `manifest` atomically (see the module doc). Every object it names must be
     /// durable already; publishing the same manifest twice is harmless, publishing a
-    /// different manifest for a published epoch is refused. Needs the store's lease
+    /// different manifest for a published epoch is refused, and so is one larger than
+    /// [`MANIFEST_BYTES_MAX`] (`checkpoint.manifest_too_large`, before any I/O). Needs the store's lease
     /// (`checkpoint.lease_missing`, `checkpoint.lease_lost` otherwise).
     pub fn publish(&self, manifest: &Manifest) -> Result<(), SluiceError> {
         manifest.check()?;
         let epoch = manifest.epoch;
+        let bytes = Bytes::from(manifest::encode(manifest));
+        // A manifest `load` would refuse is never written: recovery would take it for
+        // damage and fall back past it, to state older than what its sinks committed.
+        if bytes.len() as u64 > MANIFEST_BYTES_MAX {
+            return Err(SluiceError::external(
+                "checkpoint.manifest_too_large",
+                format!(
+                    "the manifest of epoch {epoch} takes {} bytes, more than the {MANIFEST_BYTES_MAX} a store reads \
+                     back; nothing was published",
+                    bytes.len()
+                ),
+            )
+            .with_fix(
+                "the manifest names every state object and carries the sinks' small records: run with fewer \
+                 threads or vnodes, or make sure checkpoints succeed (a failed checkpoint's records ride along \
+                 with the next)",
+            ));
+        }
         self.calls.block_on(async {
             self.check_order(epoch).await?;
             self.check_written(manifest).await?;
             self.check_lease(&format!("publishing epoch {epoch}")).await?;
-            let bytes = Bytes::from(manifest::encode(manifest));
             let path = layout::manifest_path(epoch);
             let outcome = match self.calls.local_root() {
                 Some(_) => self.publish_local(epoch, bytes.clone()).await,

@@ -66,14 +66,18 @@
 //! A `bool` is one byte, `00` or `01` (any other byte is refused).
 //!
 //! Example: `ToWorker::Barrier { epoch: 300, final_epoch: false }` is
-//! `53 4c 43 43 04 00 03 04 00 00 00 00 ac 02 00`.
+//! `53 4c 43 43 05 00 03 04 00 00 00 00 ac 02 00`.
 //!
 //! History: version 1 had no `final_epoch`, no `Resume`, `DriversFinished` or
 //! `StopRequested` and no `Rejoin` (clusters did not checkpoint); version 2 is the
 //! distributed epochs of `sluice-runtime`'s coordinator and the re-forming of a cluster
 //! after a lost worker; version 3 adds each worker's admin API address to `Register` and
-//! `Member` (a cluster's query reads every worker's slice through it); version 4 adds
-//! `Pause` and `PauseRequested` (pausing the sources of every worker from any of them).
+//! `Member` (a cluster's query reads every worker's slice through it); version 4 was
+//! each of two changes made side by side before they met (pausing, and manifest parts
+//! of version 2); version 5 has both: `Pause` and `PauseRequested` (pausing the sources
+//! of every worker from any of them), and `Acked` carrying manifest parts of version 3
+//! (a vnode's state is a range of an object, and a sink record may name an object the
+//! worker wrote: `sluice-engine`'s `checkpointing::part`).
 //!
 //! A body must be consumed exactly (trailing bytes are refused). Bodies are not required
 //! to be canonical (postcard also accepts over-long varints): a control message is never
@@ -100,7 +104,7 @@ use serde::{Deserialize, Serialize};
 use sluice_types::SluiceError;
 
 /// The control encoding this build speaks.
-pub const WIRE_VERSION: u16 = 4;
+pub const WIRE_VERSION: u16 = 5;
 /// The first bytes of every control frame.
 pub const CONTROL_MAGIC: [u8; 4] = *b"SLCC";
 /// The header's length: magic, version, kind, body length.

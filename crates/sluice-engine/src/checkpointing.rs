@@ -12,7 +12,13 @@
 //!   little-endian; a manifest may carry records of earlier epochs whose own checkpoint
 //!   failed) and the id of the worker that staged it (4 bytes, little-endian): the
 //!   encoding `sink_record` version 2 in the manifest's encodings (version 1 had no
-//!   worker).
+//!   worker). A prefixed record longer than [`INLINE_RECORD_BYTES_MAX`] (an exactly-once
+//!   Kafka sink's record carries its epoch's messages) is written by the worker that
+//!   staged it as a state object, `sinks/flow-{F}/worker-{W}/epoch-{E}-{I}` of the
+//!   checkpoint's epoch (`E` the record's epoch, `I` its index among the worker's
+//!   records), which the manifest names instead (`SinkRecord::Stored`): manifests and
+//!   the parts workers send stay small, and the object is kept, verified and collected
+//!   with the manifest like any state object.
 //!
 //! Recovery in a cluster: every worker restores the state of the vnodes its slots own
 //! and the positions of its lanes, and commits the records it staged (the leader also
@@ -32,7 +38,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sluice_checkpoint::{CheckpointStore, Holder, Lease, Manifest, OperatorState, SinkRecords, SourcePositions};
+use sluice_checkpoint::{
+    CheckpointStore, Holder, Lease, Manifest, OperatorState, SinkRecord, SinkRecords, SourcePositions,
+};
 use sluice_config::{CheckpointSection, Guarantee};
 use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, Restore, commit_in_order};
 use sluice_runtime::{Checkpointing, Plan, SinkParallelism};
@@ -65,6 +73,18 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
 
 /// How a manifest's sink records are prefixed (see the module doc).
 pub(crate) const SINK_RECORD_VERSION: u32 = 2;
+/// The longest prefixed sink record a manifest carries itself; longer ones are stored
+/// in objects (see the module doc).
+pub(crate) const INLINE_RECORD_BYTES_MAX: usize = 4 << 10;
+
+/// A sink record as the manifest carries it: prefixed with its epoch and worker.
+fn prefixed(epoch: u64, worker: u32, record: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(12 + record.len());
+    bytes.extend_from_slice(&epoch.to_le_bytes());
+    bytes.extend_from_slice(&worker.to_le_bytes());
+    bytes.extend_from_slice(record);
+    bytes
+}
 
 /// Writes checkpoints into a store.
 struct StoreCheckpointer {
@@ -103,13 +123,35 @@ impl Checkpointer for StoreCheckpointer {
             writes.push((format!("{operator}/worker-{}", self.worker), states));
             places.push((operator, vnodes));
         }
-        let written = self.store.put_packs(epoch.0, writes)?;
-        for ((operator, vnodes), objects) in places.into_iter().zip(written) {
+        // Records too large for the manifest are objects of their own, written with the
+        // states (each a pack of one).
+        let mut records = Vec::with_capacity(slice.sink_records.len());
+        for (index, record) in slice.sink_records.into_iter().enumerate() {
+            let (flow, epoch) = (record.flow as u32, record.epoch);
+            if record.record.len() + 12 > INLINE_RECORD_BYTES_MAX {
+                let name = format!("sinks/flow-{}/worker-{}/epoch-{}-{index}", record.flow, self.worker, record.epoch);
+                writes.push((name, vec![prefixed(record.epoch, self.worker, &record.record)]));
+                records.push((flow, epoch, None));
+            } else {
+                records.push((flow, epoch, Some(SinkRecord::Inline(record.record))));
+            }
+        }
+        let mut written = self.store.put_packs(epoch.0, writes)?.into_iter();
+        for ((operator, vnodes), objects) in places.into_iter().zip(written.by_ref()) {
             for (vnode, object) in vnodes.into_iter().zip(objects) {
                 part.objects.push((operator.clone(), vnode, object));
             }
         }
-        part.records = slice.sink_records.into_iter().map(|r| (r.flow as u32, r.epoch, r.record)).collect();
+        for (flow, epoch, inline) in records {
+            let record = match inline {
+                Some(inline) => inline,
+                None => {
+                    let object = written.next().and_then(|objects| objects.into_iter().next());
+                    SinkRecord::Stored(object.expect("one object per stored record, in the order given"))
+                }
+            };
+            part.records.push((flow, epoch, record));
+        }
         sluice_types::failpoint!("checkpoint.after_state_written");
         part.encode()
     }
@@ -196,10 +238,11 @@ impl StoreCheckpointer {
         }
         for (flow, epoch, record) in part.records {
             let sink = manifest.sinks.get_mut(flow as usize).ok_or_else(|| out_of_range(format!("sink {flow}")))?;
-            let mut bytes = epoch.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&worker.to_le_bytes());
-            bytes.extend_from_slice(&record);
-            sink.records.push(bytes);
+            sink.records.push(match record {
+                SinkRecord::Inline(record) => SinkRecord::Inline(prefixed(epoch, worker, &record)),
+                // Written prefixed by the worker.
+                stored @ SinkRecord::Stored(_) => stored,
+            });
         }
         Ok(())
     }
@@ -330,7 +373,7 @@ pub(crate) fn prepare(
         }
     }
     sluice_types::failpoint!("recovery.before_resolve");
-    resolve_sinks(manifest.as_ref(), plan, recovering)?;
+    resolve_sinks(&store, manifest.as_ref(), plan, recovering)?;
     sluice_types::failpoint!("recovery.after_resolve");
     for flow in &plan.flows {
         if section.guarantee == Guarantee::ExactlyOnce && !flow.sink.exactly_once() {
@@ -406,7 +449,12 @@ fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) ->
 /// Commits, epoch by epoch, the staged work a manifest names that this worker staged
 /// (the leader also that of workers no longer members); a worker with a writer of the
 /// sink then discards anything later.
-fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan, recovering: &Recovering<'_>) -> Result<(), SluiceError> {
+fn resolve_sinks(
+    store: &CheckpointStore,
+    manifest: Option<&Manifest>,
+    plan: &Plan,
+    recovering: &Recovering<'_>,
+) -> Result<(), SluiceError> {
     let (me, workers) = (recovering.me, recovering.layout.workers());
     for flow in &plan.flows {
         let sink = &flow.sink;
@@ -416,6 +464,16 @@ fn resolve_sinks(manifest: Option<&Manifest>, plan: &Plan, recovering: &Recoveri
             for record in &stored.records {
                 let damaged = || {
                     SluiceError::internal("checkpoint.sink_record", format!("sink {}: a damaged record", sink.name()))
+                };
+                let read;
+                let record = match record {
+                    SinkRecord::Inline(bytes) => bytes,
+                    SinkRecord::Stored(object) => {
+                        read = store
+                            .get_object(object)
+                            .map_err(|e| e.context(format!("reading a record of sink {}", sink.name())))?;
+                        &read
+                    }
                 };
                 let (epoch, rest) = record.split_at_checked(8).ok_or_else(damaged)?;
                 let (worker, rest) = rest.split_at_checked(4).ok_or_else(damaged)?;

@@ -1,6 +1,6 @@
 //! Retention on a local directory: exactly the unreferenced objects and old manifests go.
 
-use crate::manifest::{Manifest, OperatorState};
+use crate::manifest::{Manifest, OperatorState, SinkRecord, SinkRecords};
 use crate::store::tests::{checkpoint, file, temp_store};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,6 +45,9 @@ fn retention_deletes_exactly_what_no_kept_manifest_needs() {
     let object = store.put_object(4, "agg/vnode-0", b"agg at 4".to_vec()).expect("put");
     let mut fourth = Manifest::new(4, "fp", 8, 0);
     fourth.operators = vec![OperatorState { id: "agg".into(), vnodes: vec![(0, object)] }, reused];
+    // A sink record too large for the manifest, in an object it names.
+    let record = store.put_object(4, "sinks/out/record-0", b"a large record".to_vec()).expect("put");
+    fourth.sinks = vec![SinkRecords { name: "out".into(), records: vec![SinkRecord::Stored(record)] }];
     store.publish(&fourth).expect("publish");
     // An abandoned checkpoint 5 (objects, a staged manifest) and files that are not ours.
     store.put_object(5, "agg/vnode-0", b"abandoned".to_vec()).expect("put");
@@ -65,6 +68,7 @@ fn retention_deletes_exactly_what_no_kept_manifest_needs() {
         "state/epoch-3/agg/vnode-0",
         "state/epoch-3/join/vnode-1",
         "state/epoch-4/agg/vnode-0",
+        "state/epoch-4/sinks/out/record-0",
     ];
     assert_eq!(after.keys().map(String::as_str).collect::<Vec<_>>(), expected);
     let gone: u64 = before.iter().filter(|(path, _)| !after.contains_key(*path)).map(|(_, size)| size).sum();

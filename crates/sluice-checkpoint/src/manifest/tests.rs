@@ -27,7 +27,14 @@ fn samples() -> Vec<Manifest> {
         OperatorState { id: "agg".into(), vnodes: vec![(0, object(42, "agg/0", 10)), (255, object(40, "agg/255", 0))] },
         OperatorState { id: "empty".into(), vnodes: vec![] },
     ];
-    full.sinks = vec![SinkRecords { name: "out".into(), records: vec![b"txn-1".to_vec(), vec![]] }];
+    full.sinks = vec![SinkRecords {
+        name: "out".into(),
+        records: vec![
+            SinkRecord::Inline(b"txn-1".to_vec()),
+            SinkRecord::Inline(vec![]),
+            SinkRecord::Stored(object(41, "out/record-0", 1 << 20)),
+        ],
+    }];
     let negative_time = Manifest { created_ms: -1, epoch: u64::MAX, vnodes: u32::MAX, ..empty.clone() };
     vec![empty, full, negative_time]
 }
@@ -41,13 +48,13 @@ fn check_golden(manifest: &Manifest, fields: &[&str]) {
     assert_eq!(decode(&expected).as_ref(), Ok(manifest));
 }
 
-/// The frame's magic and version 3.
-const FRAME: &str = "53 4c 55 49 43 45 4d 46  03 00 00 00";
+/// The frame's magic and version 4.
+const FRAME: &str = "53 4c 55 49 43 45 4d 46  04 00 00 00";
 
 #[test]
 fn golden_vector_of_an_empty_manifest() {
-    let body = ["03", "00", "00", "00", "01", "01", "00", "00", "00", "00"];
-    let checksum = "60 29 81 fe";
+    let body = ["04", "00", "00", "00", "01", "01", "00", "00", "00", "00"];
+    let checksum = "19 32 5d 1c";
     check_golden(&Manifest::new(0, "", 1, 0), &[&[FRAME][..], &body[..], &[checksum][..]].concat());
 }
 
@@ -60,64 +67,92 @@ fn golden_manifest() -> Manifest {
         vec![SourcePositions { name: "bids".into(), layout: b"f1".to_vec(), lanes: vec![vec![1], vec![]] }];
     let object = ObjectRef { path: "state/epoch-300/agg/v200".into(), offset: 1024, size: 1000, checksum: 0xdead_beef };
     manifest.operators = vec![OperatorState { id: "agg".into(), vnodes: vec![(200, object)] }];
-    manifest.sinks = vec![SinkRecords { name: "out".into(), records: vec![b"t1".to_vec(), vec![]] }];
+    let stored = ObjectRef { path: "state/epoch-299/out/r".into(), offset: 0, size: 7, checksum: 1 };
+    let records = vec![SinkRecord::Inline(b"t1".to_vec()), SinkRecord::Inline(vec![]), SinkRecord::Stored(stored)];
+    manifest.sinks = vec![SinkRecords { name: "out".into(), records }];
     manifest
 }
 
+/// The fields of the golden manifest from the version to its object's path, which
+/// versions 2 and 4 share (after a version byte of their own).
+const SHARED_FIELDS: [&str; 20] = [
+    "ac 02",                   // epoch 300
+    "04 66 70 2d 37",          // fingerprint "fp-7"
+    "80 a0 ab fe f9 62",       // created_ms 1_700_000_000_000, zigzag
+    "80 02",                   // vnodes 256
+    "02",                      // lane_threads 2
+    "02",                      // 2 encodings, ascending by name:
+    "03 6b 65 79 01",          //   "key" -> 1
+    "0c 77 69 6e 64 6f 77 5f", //   12 bytes: "window_"
+    "73 74 61 74 65 02",       //   "state" -> 2
+    "01",                      // 1 source:
+    "04 62 69 64 73",          //   name "bids"
+    "02 66 31",                //   layout "f1"
+    "02 01 01 00",             //   2 lanes: [01], []
+    "01",                      // 1 operator:
+    "03 61 67 67",             //   id "agg"
+    "01 c8 01",                //   1 vnode: 200
+    "18 73 74 61 74 65 2f",    //   path, 24 bytes: "state/"
+    "65 70 6f 63 68 2d 33",    //   "epoch-3"
+    "30 30 2f 61 67 67 2f",    //   "00/agg/"
+    "76 32 30 30",             //   "v200"
+];
+
+/// The object's size and checksum, after its path (and, from version 4, its offset).
+const OBJECT_TAIL: [&str; 2] = [
+    "e8 07",          //   size 1000
+    "ef fd b6 f5 0d", //   checksum 0xdeadbeef
+];
+
 #[test]
 fn golden_vector_of_a_manifest_with_every_field() {
-    let fields = [
-        FRAME,
-        "03",                      // version 3
-        "ac 02",                   // epoch 300
-        "04 66 70 2d 37",          // fingerprint "fp-7"
-        "80 a0 ab fe f9 62",       // created_ms 1_700_000_000_000, zigzag
-        "80 02",                   // vnodes 256
-        "02",                      // lane_threads 2
-        "02",                      // 2 encodings, ascending by name:
-        "03 6b 65 79 01",          //   "key" -> 1
-        "0c 77 69 6e 64 6f 77 5f", //   12 bytes: "window_"
-        "73 74 61 74 65 02",       //   "state" -> 2
-        "01",                      // 1 source:
-        "04 62 69 64 73",          //   name "bids"
-        "02 66 31",                //   layout "f1"
-        "02 01 01 00",             //   2 lanes: [01], []
-        "01",                      // 1 operator:
-        "03 61 67 67",             //   id "agg"
-        "01 c8 01",                //   1 vnode: 200
-        "18 73 74 61 74 65 2f",    //   path, 24 bytes: "state/"
-        "65 70 6f 63 68 2d 33",    //   "epoch-3"
-        "30 30 2f 61 67 67 2f",    //   "00/agg/"
-        "76 32 30 30",             //   "v200"
-        "80 08",                   //   offset 1024
-        "e8 07",                   //   size 1000
-        "ef fd b6 f5 0d",          //   checksum 0xdeadbeef
+    let object = [
+        "80 08", //   offset 1024
+    ];
+    let sinks = [
         "01",                      // 1 sink:
         "03 6f 75 74",             //   name "out"
-        "02 02 74 31 00",          //   2 records: "t1", []
-        "49 5f ca 72",             // CRC-32 of the body
+        "03",                      //   3 records:
+        "00 02 74 31",             //     inline "t1"
+        "00 00",                   //     inline, empty
+        "01",                      //     stored:
+        "15 73 74 61 74 65 2f 65", //       path, 21 bytes: "state/e"
+        "70 6f 63 68 2d 32 39 39", //       "poch-299"
+        "2f 6f 75 74 2f 72",       //       "/out/r"
+        "00 07 01",                //       offset 0, size 7, checksum 1
+        "34 0b dd bd",             // CRC-32 of the body
     ];
+    let fields = [&[FRAME, "04"][..], &SHARED_FIELDS[..], &object[..], &OBJECT_TAIL[..], &sinks[..]].concat();
     check_golden(&golden_manifest(), &fields);
 }
 
-/// A store written by the previous format is still read: the golden manifest as version
-/// 2 wrote it (no offsets) decodes into the version 3 manifest it amounts to.
+/// A store written by the previous released format is still read: the golden manifest
+/// as version 2 wrote it (whole objects, records as bytes) decodes into the version 4
+/// manifest it amounts to, every object at offset 0 and every record inline.
 #[test]
-fn a_version_2_manifest_is_read_with_whole_objects() {
-    let version_2 = [
-        "53 4c 55 49 43 45 4d 46  02 00 00 00",
-        "02 ac 02 04 66 70 2d 37 80 a0 ab fe f9 62 80 02 02",
-        "02 03 6b 65 79 01 0c 77 69 6e 64 6f 77 5f 73 74 61 74 65 02",
-        "01 04 62 69 64 73 02 66 31 02 01 01 00",
-        "01 03 61 67 67 01 c8 01 18 73 74 61 74 65 2f 65 70 6f 63 68 2d 33 30 30 2f 61 67 67 2f 76 32 30 30",
-        "e8 07 ef fd b6 f5 0d 01 03 6f 75 74 02 02 74 31 00",
-        "c3 e0 4e 34",
+fn a_version_2_manifest_decodes_with_whole_objects_and_its_records_inline() {
+    let sinks = [
+        "01",             // 1 sink:
+        "03 6f 75 74",    //   name "out"
+        "02 02 74 31 00", //   2 records: "t1", []
+        "c3 e0 4e 34",    // CRC-32 of the body
     ];
+    let fields =
+        [&["53 4c 55 49 43 45 4d 46  02 00 00 00", "02"][..], &SHARED_FIELDS[..], &OBJECT_TAIL[..], &sinks[..]]
+            .concat();
     let mut expected = golden_manifest();
     expected.operators[0].vnodes[0].1.offset = 0;
-    assert_eq!(decode(&unhex(&version_2)), Ok(expected.clone()));
+    expected.sinks[0].records.pop();
+    assert_eq!(decode(&unhex(&fields)), Ok(expected.clone()));
     // It is written back in this build's format.
-    assert_eq!(&encode(&expected)[8..12], &[3, 0, 0, 0]);
+    assert_eq!(&encode(&expected)[8..12], &[4, 0, 0, 0]);
+    let mut body = unhex(&fields[1..fields.len() - 1]);
+    body[0] = 4;
+    check_rejected(
+        "a body saying version 4 in a version 2 frame",
+        &reframe(2, &body),
+        "checkpoint.manifest_inconsistent",
+    );
 }
 
 #[test]
@@ -133,7 +168,7 @@ fn a_version_1_manifest_is_refused_with_the_fix() {
     ];
     let error = decode(&unhex(&version_1)).expect_err("version 1 is refused");
     assert_eq!((error.code, error.kind), ("checkpoint.manifest_version", ErrorKind::Other));
-    assert_eq!(error.message, "manifest format version 1 is not supported (this build reads version 3)");
+    assert_eq!(error.message, "manifest format version 1 is not supported (this build reads versions 2 and 4)");
     assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("--from-scratch")), "{error}");
 }
 
@@ -184,15 +219,17 @@ fn damaged_encodings_are_rejected_by_name() {
         ("wrong magic", b"NOTAMANIFEST-AT-ALL".to_vec(), "checkpoint.manifest_magic"),
         ("json", br#"{"epoch": 3}"#.to_vec(), "checkpoint.manifest_magic"),
         ("version 1", reframe(1, &body), "checkpoint.manifest_version"),
-        ("version 4", reframe(4, &body), "checkpoint.manifest_version"),
+        ("version 3", reframe(3, &body), "checkpoint.manifest_version"),
+        ("version 5", reframe(5, &body), "checkpoint.manifest_version"),
         ("version 0", reframe(0, &body), "checkpoint.manifest_version"),
         ("flipped byte", flipped, "checkpoint.manifest_checksum"),
         ("cut in the body", good[..good.len() / 2].to_vec(), "checkpoint.manifest_checksum"),
         ("cut checksum", good[..good.len() - 1].to_vec(), "checkpoint.manifest_checksum"),
-        ("empty body", reframe(3, &[]), "checkpoint.manifest_body"),
-        ("trailing byte", reframe(3, &trailing), "checkpoint.manifest_body"),
-        ("inconsistent", reframe(3, &inconsistent_body), "checkpoint.manifest_inconsistent"),
-        ("body version differs", reframe(3, &other_version_body), "checkpoint.manifest_inconsistent"),
+        ("empty body", reframe(4, &[]), "checkpoint.manifest_body"),
+        ("empty version 2 body", reframe(2, &[]), "checkpoint.manifest_body"),
+        ("trailing byte", reframe(4, &trailing), "checkpoint.manifest_body"),
+        ("inconsistent", reframe(4, &inconsistent_body), "checkpoint.manifest_inconsistent"),
+        ("body version differs", reframe(4, &other_version_body), "checkpoint.manifest_inconsistent"),
     ];
     for (name, bytes, code) in cases {
         check_rejected(name, &bytes, code);
@@ -203,7 +240,7 @@ fn damaged_encodings_are_rejected_by_name() {
 fn only_the_canonical_body_is_accepted() {
     // The empty manifest's body with its encodings replaced (the bytes between the
     // lane_threads and the sources): canonical encodings decode, anything else is refused.
-    let with_encodings = |encodings: &str| reframe(2, &unhex(&["02 00 00 00 01 01", encodings, "00 00 00"]));
+    let with_encodings = |encodings: &str| reframe(4, &unhex(&["04 00 00 00 01 01", encodings, "00 00 00"]));
     let two = Manifest { encodings: [("a".into(), 1), ("b".into(), 2)].into(), ..Manifest::new(0, "", 1, 0) };
     assert_eq!(decode(&with_encodings("02 01 61 01 01 62 02")), Ok(two));
     let cases: [(&str, &str, &str); 5] = [
@@ -252,7 +289,14 @@ fn contradictions_are_named() {
     check_contradiction(&with_operator(vec![(3, object(1, "x", 1)), (3, object(1, "y", 1))]), "out of order");
     check_contradiction(&with_operator(vec![(1, object(43, "x", 1))]), "later epoch 43");
     let escape = ObjectRef { path: "../etc/passwd".into(), offset: 0, size: 1, checksum: 0 };
-    check_contradiction(&with_operator(vec![(1, escape)]), "not a state object path");
+    check_contradiction(&with_operator(vec![(1, escape.clone())]), "not a state object path");
+    let with_stored = |object: ObjectRef| {
+        let mut manifest = base.clone();
+        manifest.sinks[0].records.push(SinkRecord::Stored(object));
+        manifest
+    };
+    check_contradiction(&with_stored(object(43, "out/r", 1)), "later epoch 43");
+    check_contradiction(&with_stored(escape), "not a state object path");
     check_contradiction(&Manifest { version: 9, ..base.clone() }, "version 9");
     let mut unnamed = base.clone();
     unnamed.encodings.insert(String::new(), 1);
@@ -265,6 +309,13 @@ fn name() -> impl Strategy<Value = String> {
 
 fn bytes_vec() -> impl Strategy<Value = Vec<Vec<u8>>> {
     vec(vec(any::<u8>(), 0..12), 0..4)
+}
+
+fn records(epoch: u64) -> impl Strategy<Value = Vec<SinkRecord>> {
+    let stored = (0..=epoch, name(), any::<u64>(), any::<u32>()).prop_map(|(written, name, size, checksum)| {
+        SinkRecord::Stored(ObjectRef { path: format!("state/epoch-{written}/{name}"), offset: 0, size, checksum })
+    });
+    vec(prop_oneof![vec(any::<u8>(), 0..12).prop_map(SinkRecord::Inline), stored], 0..4)
 }
 
 fn operator(epoch: u64, vnodes: u32) -> impl Strategy<Value = Vec<(u32, ObjectRef)>> {
@@ -282,7 +333,7 @@ fn manifest() -> impl Strategy<Value = Manifest> {
         let encodings = btree_map(name(), any::<u32>(), 0..4);
         let sources = btree_map(name(), (vec(any::<u8>(), 0..12), bytes_vec()), 0..4);
         let operators = btree_map(name(), operator(epoch, vnodes), 0..4);
-        let sinks = btree_map(name(), bytes_vec(), 0..3);
+        let sinks = btree_map(name(), records(epoch), 0..3);
         (encodings, sources, operators, sinks).prop_map(move |(encodings, sources, operators, sinks)| Manifest {
             encodings,
             sources: sources

@@ -176,6 +176,24 @@ fn publish_refuses_manifests_naming_unwritten_objects() {
     assert_eq!(error_code(store.publish(&inconsistent)), "checkpoint.manifest_inconsistent");
 }
 
+/// A manifest larger than a store reads back is refused before anything is written: a
+/// recovery would take it for damage and restore an older one.
+#[test]
+fn publish_refuses_a_manifest_too_large_to_load() {
+    let (_base, store) = temp_store();
+    let mut manifest = Manifest::new(1, "fp", 8, 0);
+    let record = vec![7u8; MANIFEST_BYTES_MAX as usize];
+    let records = vec![crate::manifest::SinkRecord::Inline(record)];
+    manifest.sinks.push(crate::manifest::SinkRecords { name: "out".into(), records });
+    let error = store.publish(&manifest).expect_err("refused");
+    assert_eq!(error.code, "checkpoint.manifest_too_large");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("fewer threads")), "{error:?}");
+    assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
+    manifest.sinks[0].records[0] = crate::manifest::SinkRecord::Inline(vec![7; 1000]);
+    store.publish(&manifest).expect("a smaller one is published");
+    assert_eq!(store.load(1).expect("loads"), manifest);
+}
+
 #[test]
 fn a_published_epoch_is_never_replaced_or_written_into() {
     let (_base, store) = temp_store();

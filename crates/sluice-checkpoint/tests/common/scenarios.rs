@@ -2,7 +2,9 @@
 //! the root of an existing bucket or container (or a local directory) and a way to open a
 //! store handle on a URL below it.
 
-use sluice_checkpoint::{BrokenLease, CheckpointStore, Holder, Manifest, OperatorState, SinkRecords, SourcePositions};
+use sluice_checkpoint::{
+    BrokenLease, CheckpointStore, Holder, Manifest, OperatorState, SinkRecord, SinkRecords, SourcePositions,
+};
 
 /// Writes three state objects for `epoch` and returns the manifest naming them.
 fn stage(store: &CheckpointStore, epoch: u64) -> Manifest {
@@ -16,7 +18,7 @@ fn stage(store: &CheckpointStore, epoch: u64) -> Manifest {
     manifest.encodings.insert("key".into(), 1);
     let (layout, lanes) = (b"bids.csv".to_vec(), vec![epoch.to_le_bytes().to_vec()]);
     manifest.sources.push(SourcePositions { name: "bids".into(), layout, lanes });
-    manifest.sinks.push(SinkRecords { name: "out".into(), records: vec![b"txn".to_vec()] });
+    manifest.sinks.push(SinkRecords { name: "out".into(), records: vec![SinkRecord::Inline(b"txn".to_vec())] });
     manifest
 }
 

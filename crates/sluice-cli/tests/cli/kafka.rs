@@ -8,11 +8,15 @@
 //! bounded.
 //!
 //! What this broker cannot show: its `read_committed` consumers also see records of
-//! aborted transactions. The exactly-once test therefore checks the sink through its
+//! aborted transactions. The exactly-once tests therefore check the sink through its
 //! own transaction bookkeeping (the transactions it committed and their message
 //! counts, from its log) besides the records a consumer sees; see ARCHITECTURE.md.
+//! It also holds back the offsets a transaction commits (the sink's markers) while a
+//! later transaction on the same partition is open: the sink's recovery fences both
+//! producers of a writer before it reads a marker, and these tests run one writer per
+//! exactly-once sink.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
@@ -209,6 +213,36 @@ impl Broker {
 }
 
 impl Broker {
+    /// Reads every partition of `topic` from the start until the records read so far
+    /// satisfy `done` (at most [`WAIT`]); returns them.
+    fn consume_until(&self, topic: &str, partitions: i32, done: impl Fn(&[Record]) -> bool) -> Vec<Record> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .set("enable.partition.eof", "false")
+            .set("group.id", "test-reader")
+            .create()
+            .expect("consumer");
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..partitions {
+            assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
+        }
+        consumer.assign(&assignment).expect("assign");
+        let mut found = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while !done(&found) {
+            assert!(
+                Instant::now() < deadline,
+                "the {} records of {topic} read in {WAIT:?} are not all expected",
+                found.len()
+            );
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
+                found.push((message.partition(), text(message.key()), text(message.payload())));
+            }
+        }
+        found
+    }
+
     /// The offsets `group` committed for each partition of `topic` (-1: none).
     fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
         let consumer: BaseConsumer = ClientConfig::new()
@@ -407,6 +441,119 @@ fn exactly_once_into_a_topic_survives_a_kill() {
     prices.sort_unstable();
     prices.dedup();
     assert_eq!(prices, (0..input.len()).collect::<Vec<_>>());
+}
+
+/// The window that used to lose rows: a SIGKILL after manifest `e` was published and
+/// before the Kafka transaction of epoch `e` committed (the failpoint sits right before
+/// `commit_transaction`). The restart fences the producer (which aborts the
+/// transaction), finds from the marker that epoch `e` never committed and writes its
+/// messages again from the record: the transactions committed over both runs hold
+/// every row exactly once. Killed right after the commit instead, the restart finds the
+/// marker and writes nothing again. Each epoch's messages (a wide column) take more
+/// than a manifest carries itself, so their records are objects of the store.
+#[test]
+fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats_rows() {
+    let scenarios = [
+        ("sink.kafka.before_commit", "committed transaction sluice-p0-out-0-1 at recovery"),
+        ("sink.kafka.after_commit", "was committed before the restart"),
+    ];
+    let topics: Vec<(String, u32)> = (0..scenarios.len()).map(|i| (format!("copies{i}"), 1)).collect();
+    let mut wanted: Vec<(&str, u32)> = vec![("bids", 2)];
+    wanted.extend(topics.iter().map(|(name, partitions)| (name.as_str(), *partitions)));
+    let broker = Broker::with_topics(&wanted);
+    let input = bids(12, 2);
+    produce_bids(&broker, "bids", &input);
+    for (index, (point, recovered)) in scenarios.into_iter().enumerate() {
+        let scratch = Scratch::new();
+        let pipeline = format!(
+            "[pipeline]\nname = \"p{index}\"\nbatch_size = 2\n\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n{}\n\
+             [[view]]\nname = \"copies\"\nsql = \"SELECT price, REPEAT('x', 3000) AS pad FROM bids\"\n\n\
+             [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\n\
+             topic = \"copies{index}\"\nkey = \"price\"\n[sink.options.headers]\norigin = \"sluice\"\n",
+            source(&broker, "bids", ""),
+            broker.address
+        );
+        scratch.write("pipeline.toml", &pipeline);
+        // The first Kafka transaction commits; the run dies at the second, whose epoch
+        // holds messages (only a writer that wrote has a transaction to commit).
+        let crashed = sluice_command(scratch.dir.path())
+            .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
+            .env("SLUICE_FAILPOINTS", format!("source.barrier_after_batch=return;{point}=1*off->return(kill)"))
+            .output()
+            .expect("run sluice");
+        assert_eq!(crashed.status.signal(), Some(9), "{point}: killed at the failpoint:\n{}", stderr(&crashed));
+        // Each epoch's messages take more than a manifest carries: its record is an object.
+        assert!(stored_records(&scratch.path("state")) > 0, "{point}: the records are stored as objects");
+        let restarted = sluice_command(scratch.dir.path())
+            .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
+            .output()
+            .expect("run sluice");
+        let log = stderr(&restarted);
+        assert!(restarted.status.success(), "{point}: restart failed:\n{log}");
+        assert!(log.contains("resuming from checkpoint"), "{point}: {log}");
+        let committed: usize = [&crashed, &restarted].iter().map(|run| committed_messages(&stderr(run))).sum();
+        assert_eq!(committed, input.len(), "{point}: committed transactions hold every row once:\n{log}");
+        assert!(log.contains(recovered), "{point}: the restart resolved the transaction:\n{log}");
+        // Every row is in the topic, whole and keyed, whether first written or written
+        // again (this broker also shows aborted records).
+        let expected: BTreeSet<usize> = (0..input.len()).collect();
+        let found = broker.consume_until(&format!("copies{index}"), 1, |records| {
+            records.iter().filter_map(|(_, _, value)| value.as_deref().map(price_of)).collect::<BTreeSet<_>>()
+                == expected
+        });
+        for (_, key, value) in &found {
+            let value = value.as_deref().expect("a value");
+            let price = price_of(value);
+            assert!(value.contains(&"x".repeat(3000)), "{point}: {value}");
+            assert_eq!(key.as_deref(), Some(format!("{{\"price\":{price}}}").as_str()), "{point}");
+        }
+        // Each producer committed its markers: the last epoch of each is in its group.
+        let markers: Vec<i64> = (0..2)
+            .map(|producer| {
+                broker.committed(&format!("sluice-p{index}-out-0-{producer}"), &format!("copies{index}"), 1)[0]
+            })
+            .collect();
+        assert!(markers.iter().all(|epoch| *epoch > 0), "{point}: markers {markers:?}");
+    }
+}
+
+/// An exactly-once writer whose messages between two checkpoints outgrow
+/// `epoch_copy_mib` (the copy recovery would write again) fails, naming the option and
+/// the interval, instead of holding more in memory.
+#[test]
+fn an_epoch_larger_than_its_copy_bound_fails_naming_the_fix() {
+    let broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
+    produce_bids(&broker, "bids", &bids(12, 2));
+    let scratch = Scratch::new();
+    // No barrier before the end of the input: every row is in the first epoch.
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\n\n[checkpoint]\ninterval = \"1h\"\nstore = \"file://./state\"\n\n{}\n\
+         [[view]]\nname = \"copies\"\nsql = \"SELECT price, REPEAT('x', 100000) AS pad FROM bids\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\n\
+         topic = \"copies\"\nepoch_copy_mib = 1\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml", "--threads", "1"]);
+    assert!(!run.status.success(), "the run fails:\n{}", stderr(&run));
+    let report = stderr(&run);
+    assert!(report.contains("epoch_copy_mib = 1 MiB") && report.contains("[checkpoint] interval"), "{report}");
+}
+
+/// How many sink records the checkpoint store at `dir` holds as objects.
+fn stored_records(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|entry| {
+            let path = entry.path();
+            match path.is_dir() {
+                true => stored_records(&path),
+                false => usize::from(path.to_string_lossy().contains("/sinks/flow-0/")),
+            }
+        })
+        .sum()
 }
 
 /// The messages of the transactions a run's Kafka sink committed, from its log.

@@ -9,7 +9,8 @@
 //! - [`sink`]: one message per row (Flink's changelog for an updating stream) or, in
 //!   upsert mode, keyed upserts and tombstones, with headers from options or a column;
 //!   at-least-once through the idempotent producer, exactly-once through Kafka
-//!   transactions.
+//!   transactions, each epoch's messages kept in its checkpoint ([`record`]) to be
+//!   written again at recovery when the transaction never committed.
 //! - [`client`]: the clients' settings (and why a partition not polled holds bounded
 //!   memory), logs and errors.
 //! - [`options`]: what a pipeline file may say, validated without I/O.
@@ -18,6 +19,7 @@ pub mod client;
 pub mod lane;
 pub mod options;
 pub mod position;
+pub mod record;
 pub mod rows;
 pub mod sink;
 pub mod source;

@@ -83,6 +83,9 @@ pub struct KafkaSinkOptions {
     pub headers_column: Option<String>,
     /// Json or Csv (raw is refused for sinks).
     pub format: KafkaFormat,
+    /// The most MiB of messages one exactly-once writer copies between two checkpoints
+    /// (the copy recovery writes again, see `sink.rs`); `None`: the default.
+    pub epoch_copy_mib: Option<u32>,
     pub client: Vec<(String, String)>,
 }
 
@@ -142,6 +145,13 @@ pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
         kind: "string",
         default: "none",
         doc: "a VARCHAR column holding a JSON object of each message's headers, left out of the value",
+    },
+    OptionDoc {
+        key: "epoch_copy_mib",
+        kind: "integer, 1 to 1024",
+        default: "16",
+        doc: "exactly-once: the most MiB of messages one thread writes between two checkpoints (each checkpoint keeps \
+              a copy, held in memory until its commit, to write them again after a crash)",
     },
     OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
 ];
@@ -263,7 +273,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
     let format = format_choice(config.format.as_ref(), options, config.position, SINK_FORMATS, false, &mut errors);
     let format_valid = config.format.is_none() || format.is_some();
     let mut reader = options.read();
-    reader.check_keys(&["brokers", "topic", "mode", "key", "headers", "headers_column", "client"]);
+    reader.check_keys(&["brokers", "topic", "mode", "key", "headers", "headers_column", "epoch_copy_mib", "client"]);
     let brokers = brokers(&mut reader, "sink");
     let topic = reader.string("topic", "a non-empty topic name", "e.g. topic = \"hot_items\"", |s| !s.is_empty());
     let topic = reader.required("topic", topic, "add topic = \"<name>\" under [sink.options]");
@@ -275,6 +285,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
         });
     let headers_column =
         reader.string("headers_column", "a column name", "e.g. headers_column = \"headers\"", |s| !s.is_empty());
+    let epoch_copy_mib = reader.integer("epoch_copy_mib", 1..=1024, "e.g. epoch_copy_mib = 64");
     let client = client(&mut reader, "sink");
     let parsed = (|| {
         format_valid.then_some(())?;
@@ -286,6 +297,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
             headers: headers.or(Vec::new())?,
             headers_column: headers_column.optional()?.map(|c| c.value),
             format: format.unwrap_or(KafkaFormat::Json),
+            epoch_copy_mib: epoch_copy_mib.optional()?,
             client: client?,
         })
     })();

@@ -13,24 +13,60 @@
 //! Each writer owns two transactional producers whose ids are stable across restarts:
 //! `sluice-{pipeline}-{sink}-{slot}-{0|1}`. Opening one calls `init_transactions`,
 //! which fences any earlier producer with that id (a zombie of a crashed run) and
-//! aborts its open transaction. Epoch `e` is written in a transaction of producer
-//! `e mod 2` (the writer alternates at each barrier):
+//! aborts its open transaction. Each epoch is written in a transaction of one of them,
+//! the writer switching to the other at each barrier:
 //!
-//! - **pre-commit** (barrier `e`): flush, check every delivery, and return a record
-//!   naming the transactional id ([`TransactionRecord`]); the transaction stays open;
+//! - **write**: every message goes to the open transaction, and a copy of it (key,
+//!   value, headers) into the writer's recovery copy of the epoch, at most
+//!   `epoch_copy_mib` MiB (default [`EPOCH_COPY_MIB`]; more fails the write with
+//!   `sink.kafka_epoch_too_large`: checkpoint more often, or raise it);
+//! - **pre-commit** (barrier `e`): if the transaction holds messages, commit the
+//!   **marker** of epoch `e` inside it: offset `e` on partition 0 of the sink's topic
+//!   for the consumer group named as the transactional id, through
+//!   `send_offsets_to_transaction` (Kafka commits a transaction's offsets atomically
+//!   with its messages: the group holds offset `e` exactly when epoch `e`'s transaction
+//!   committed); flush, check every delivery, and return the record naming the
+//!   transaction and carrying the epoch's messages (`record.rs`, versioned,
+//!   golden-tested), which the checkpoint stores (in a state object of its own when
+//!   large: `sluice-engine/src/checkpointing.rs`); the transaction stays open;
 //! - **commit(e)** (after manifest `e` is published): `commit_transaction` on that
 //!   producer. The runtime starts barrier `e + 1` only after commit(e), so when the
-//!   writer needs producer `e mod 2` again (for epoch `e + 2`) its transaction is
+//!   writer needs that producer again (for epoch `e + 2`) its transaction is
 //!   committed; should a failed checkpoint leave it pending, the writer waits at most
-//!   [`PENDING_WAIT`] and then fails with `sink.kafka_transaction_pending`;
-//! - **recovery**: a transaction that a crashed run left open is aborted by the
-//!   fencing above, and the source replays from the restored positions.
+//!   [`PENDING_WAIT`] and then fails with `sink.kafka_transaction_pending`.
 //!
-//! What librdkafka cannot do: commit a transaction prepared by another process (it
-//! cannot resume a producer id and epoch). If a run dies after manifest `e` was
-//! published and before commit(e) returned, the restart cannot commit epoch `e`'s
-//! transaction; it logs `kafka sink …: cannot commit the transaction … of epoch e` at
-//! error level, and those rows are lost. See ARCHITECTURE.md.
+//! # Recovery
+//!
+//! A restart commits the records of the manifest it restores (`SinkFactory::commit`,
+//! before any writer opens). A record whose transaction this process does not hold was
+//! prepared by an earlier process, which librdkafka cannot resume (it cannot take over
+//! a producer id and epoch); for each such record with messages:
+//!
+//! 1. producers with the ids of the record's writer (the other one first, then the
+//!    record's) call `init_transactions`: the earlier producers are fenced, and the
+//!    transactions they left open aborted (a committed one stays committed). Fencing
+//!    the writer's other producer too stops a zombie's next epoch at once, and settles
+//!    a broker that, as the test broker does, holds back a committed transaction's
+//!    offsets while a later transaction on the same partition is open;
+//! 2. the marker group's committed offset on partition 0 of the topic tells what
+//!    happened: at least `e`, the transaction of epoch `e` committed (the earlier run
+//!    died after its commit): nothing more to do; below `e` or none, it was aborted;
+//! 3. then the record's messages are written again, in order, in a new transaction of
+//!    that producer with the marker of `e`, committed before the run goes on.
+//!
+//! A crash during recovery leaves the same question, answered the same way at the
+//! next start. So every epoch's messages are committed exactly once whenever the run
+//! dies, the sources resuming after them. A marker above `e` means the restore fell
+//! back past a newer checkpoint whose epochs this writer had committed: their rows are
+//! written again (logged as an error; Kafka cannot take committed messages back). A
+//! record of version 1 (written by a build whose records carried no messages) cannot be
+//! written again: the restart logs it as an error, and its transaction, if it never
+//! committed, is aborted when the writers open.
+//!
+//! The marker groups (`sluice-{pipeline}-{sink}-{slot}-{0|1}`) are bookkeeping, never
+//! joined: their committed offset is an epoch, not a position in the topic. On brokers
+//! with ACLs the sink's principal needs READ on them and on the topic (offsets committed
+//! in a transaction, and read back at recovery), besides WRITE on the transactional ids.
 //!
 //! # Keys
 //!
@@ -78,15 +114,18 @@ use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, SchemaRef};
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_formats::{CsvRecordFinder, Encoder, OutputFormat};
 use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
 use sluice_types::{Batch, Epoch, SluiceError};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::options::{KafkaFormat, KafkaSinkMode, KafkaSinkOptions};
+use super::record::{self, SavedMessages, TransactionRecord};
 
 /// The longest a flush, `init_transactions` or a transaction commit may take.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -94,39 +133,13 @@ pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 pub const PENDING_WAIT: Duration = Duration::from_secs(60);
 /// The longest a send waits for room in the producer's queue.
 const SEND_WAIT: Duration = Duration::from_secs(60);
-const RECORD_VERSION: u8 = 1;
-
-/// A pre-commit record: which transaction holds an epoch's rows. Version 1 layout:
-/// `u8 version = 1, u64 epoch, u32 id length, the transactional id (UTF-8)`, little
-/// endian.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransactionRecord {
-    pub epoch: u64,
-    pub transactional_id: String,
-}
-
-impl TransactionRecord {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = vec![RECORD_VERSION];
-        bytes.extend_from_slice(&self.epoch.to_le_bytes());
-        bytes.extend_from_slice(&u32::try_from(self.transactional_id.len()).expect("short id").to_le_bytes());
-        bytes.extend_from_slice(self.transactional_id.as_bytes());
-        bytes
-    }
-
-    pub fn decode(sink: &str, bytes: &[u8]) -> Result<TransactionRecord, SluiceError> {
-        let damaged = || SluiceError::internal("sink.record", format!("sink `{sink}`: a damaged Kafka sink record"));
-        let (&version, rest) = bytes.split_first().ok_or_else(damaged)?;
-        if version != RECORD_VERSION || rest.len() < 12 {
-            return Err(damaged());
-        }
-        let epoch = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes"));
-        let length = u32::from_le_bytes(rest[8..12].try_into().expect("4 bytes")) as usize;
-        let id = rest.get(12..).filter(|id| id.len() == length).ok_or_else(damaged)?;
-        let transactional_id = String::from_utf8(id.to_vec()).map_err(|_| damaged())?;
-        Ok(TransactionRecord { epoch, transactional_id })
-    }
-}
+/// The default of `epoch_copy_mib`: the most MiB of messages a writer keeps for one
+/// epoch's recovery copy (see "Recovery" above); more fails the write, naming the fix.
+/// The copy is held in memory until the epoch commits (by the writer until the barrier,
+/// then with the checkpoint), so it bounds what exactly-once output costs in memory.
+pub const EPOCH_COPY_MIB: u32 = 16;
+/// The partition of the sink's topic under which each transaction commits its marker.
+const MARKER_PARTITION: i32 = 0;
 
 /// The client context of a producer: logs like every client, and counts failed
 /// deliveries.
@@ -176,6 +189,8 @@ enum TransactionState {
 struct TransactionalProducer {
     id: String,
     producer: SinkProducer,
+    /// The consumer group of this producer's markers (named as the transactional id).
+    marker: ConsumerGroupMetadata,
     state: Mutex<TransactionState>,
     changed: Condvar,
     /// Messages sent in the transaction open or prepared now, for the commit's log line.
@@ -367,9 +382,13 @@ impl KafkaSink {
         producer
             .init_transactions(FLUSH_TIMEOUT)
             .map_err(|e| transaction_error(&self.options.brokers, &id, "init", &e))?;
+        let marker = self.marker_consumer(&id)?.group_metadata().ok_or_else(|| {
+            SluiceError::internal("sink.kafka_marker", format!("the consumer of group {id} has no group metadata"))
+        })?;
         let shared = Arc::new(TransactionalProducer {
             id: id.clone(),
             producer,
+            marker,
             state: Mutex::new(TransactionState::Idle),
             changed: Condvar::new(),
             messages: AtomicU64::new(0),
@@ -377,6 +396,133 @@ impl KafkaSink {
         self.producers.lock().map_err(|_| poisoned(&self.name))?.insert(id, Arc::clone(&shared));
         Ok(shared)
     }
+
+    /// A consumer of the marker group `group` (never subscribed: it names the group of
+    /// the markers a producer commits, and reads the group's committed offset).
+    fn marker_consumer(&self, group: &str) -> Result<BaseConsumer<SluiceClientContext>, SluiceError> {
+        let brokers = &self.options.brokers;
+        let mut config = client::base_config(brokers, &self.options.client);
+        config.set("group.id", group);
+        config.set("enable.auto.commit", "false");
+        config.set("isolation.level", "read_committed");
+        config.create_with_context(SluiceClientContext::new(brokers)).map_err(|e| client::create_error(brokers, &e))
+    }
+
+    /// The epoch of the last marker producer `transactional_id` committed, if any.
+    fn committed_marker(&self, transactional_id: &str) -> Result<Option<u64>, SluiceError> {
+        let consumer = self.marker_consumer(transactional_id)?;
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&self.options.topic, MARKER_PARTITION);
+        let committed = consumer
+            .committed_offsets(list, FLUSH_TIMEOUT)
+            .map_err(|e| transaction_error(&self.options.brokers, transactional_id, "read the marker of", &e))?;
+        let offset = committed.find_partition(&self.options.topic, MARKER_PARTITION).map(|p| p.offset());
+        Ok(match offset {
+            Some(Offset::Offset(epoch)) => u64::try_from(epoch).ok(),
+            _ => None,
+        })
+    }
+
+    /// Resolves the transaction of `record`, which an earlier process prepared (see
+    /// "Recovery" in the module doc).
+    fn recover(&self, epoch: Epoch, record: &TransactionRecord<'_>) -> Result<(), SluiceError> {
+        let id = record.transactional_id;
+        let Some(messages) = &record.messages else {
+            tracing::error!(
+                sink = %self.name,
+                "kafka sink `{}`: the transaction {id} of epoch {} was prepared by an earlier run whose record \
+                 (version 1) holds no copy of its messages: if that run died before committing it, its rows \
+                 are lost (the restarted producer aborts it)",
+                self.name, epoch.0
+            );
+            return Ok(());
+        };
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let brokers = &self.options.brokers;
+        // Fences the earlier producers of the writer, the other one first: every
+        // transaction they left open is aborted, and the record's own is now committed
+        // or aborted.
+        if let Some(other) = sibling_id(id) {
+            let producer = self.producer(Some(&other))?;
+            producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, &other, "init", &e))?;
+        }
+        let producer = self.producer(Some(id))?;
+        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, id, "init", &e))?;
+        match self.committed_marker(id)? {
+            Some(committed) if committed == record.epoch => {
+                tracing::info!(
+                    sink = %self.name,
+                    epoch = epoch.0,
+                    "kafka sink: transaction {id} of epoch {} was committed before the restart",
+                    record.epoch
+                );
+                return Ok(());
+            }
+            Some(committed) if committed > record.epoch => {
+                tracing::error!(
+                    sink = %self.name,
+                    "kafka sink `{}`: transaction {id} committed epoch {committed}, after the restored epoch {}: \
+                     the restore fell back past a newer checkpoint, and the rows this writer committed after \
+                     epoch {} are written again",
+                    self.name, record.epoch, record.epoch
+                );
+                return Ok(());
+            }
+            _ => {}
+        }
+        producer.begin_transaction().map_err(|e| transaction_error(brokers, id, "begin", &e))?;
+        for message in messages.iter() {
+            Output::send(&producer, &self.options.topic, message.value, message.key, message.owned_headers())?;
+        }
+        let marker = self.marker_consumer(id)?.group_metadata().ok_or_else(|| {
+            SluiceError::internal("sink.kafka_marker", format!("the consumer of group {id} has no group metadata"))
+        })?;
+        send_marker(&producer, &marker, &self.options.topic, record.epoch, brokers, id)?;
+        flush_checked(&producer, &self.name, brokers, &self.options.topic)?;
+        producer.commit_transaction(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, id, "commit", &e))?;
+        tracing::info!(
+            sink = %self.name,
+            epoch = epoch.0,
+            messages = messages.len(),
+            "kafka sink: committed transaction {id} at recovery: the messages of epoch {}, whose transaction \
+             the earlier run never committed, written again",
+            record.epoch
+        );
+        Ok(())
+    }
+}
+
+/// The id of the other producer of the writer whose producer is `transactional_id`
+/// (`…-{slot}-0` and `…-{slot}-1`, see [`KafkaSink::transactional_id`]).
+fn sibling_id(transactional_id: &str) -> Option<String> {
+    let (writer, index) = transactional_id.rsplit_once('-')?;
+    let other = match index {
+        "0" => "1",
+        "1" => "0",
+        _ => return None,
+    };
+    Some(format!("{writer}-{other}"))
+}
+
+/// Commits the marker of `epoch` in the open transaction of `producer`.
+fn send_marker(
+    producer: &SinkProducer,
+    group: &ConsumerGroupMetadata,
+    topic: &str,
+    epoch: u64,
+    brokers: &str,
+    id: &str,
+) -> Result<(), SluiceError> {
+    let offset = i64::try_from(epoch)
+        .map_err(|_| SluiceError::internal("sink.kafka_marker", format!("epoch {epoch} does not fit an offset")))?;
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, MARKER_PARTITION, Offset::Offset(offset))
+        .map_err(|e| transaction_error(brokers, id, "mark", &e))?;
+    producer
+        .send_offsets_to_transaction(&list, group, FLUSH_TIMEOUT)
+        .map_err(|e| transaction_error(brokers, id, "mark", &e))
 }
 
 fn poisoned(sink: &str) -> SluiceError {
@@ -420,7 +566,14 @@ impl SinkFactory for KafkaSink {
             return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
         }
         let producers = [self.transactional(slot, 0)?, self.transactional(slot, 1)?];
-        Ok(Box::new(TransactionalWriter { output, producers, current: 0, open: false }))
+        Ok(Box::new(TransactionalWriter {
+            output,
+            producers,
+            current: 0,
+            open: false,
+            saved: SavedMessages::default(),
+            saved_max: (self.options.epoch_copy_mib.unwrap_or(EPOCH_COPY_MIB) as usize) << 20,
+        }))
     }
 
     fn describe(&self) -> String {
@@ -443,20 +596,16 @@ impl SinkFactory for KafkaSink {
     fn commit(&self, epoch: Epoch, records: &[Vec<u8>]) -> Result<(), SluiceError> {
         for bytes in records.iter().filter(|r| !r.is_empty()) {
             let record = TransactionRecord::decode(&self.name, bytes)?;
-            let found = self.producers.lock().map_err(|_| poisoned(&self.name))?.get(&record.transactional_id).cloned();
+            let found = self.producers.lock().map_err(|_| poisoned(&self.name))?.get(record.transactional_id).cloned();
             let Some(shared) = found else {
-                tracing::error!(
-                    sink = %self.name,
-                    "kafka sink `{}`: cannot commit the transaction {} of epoch {}: an earlier run prepared it, \
-                     and librdkafka cannot resume another process's transaction; its rows are lost \
-                     (the restarted producer aborts it)",
-                    self.name, record.transactional_id, epoch.0
-                );
+                // Prepared by an earlier process: recovery.
+                self.recover(epoch, &record)?;
                 continue;
             };
             let mut state = shared.state.lock().map_err(|_| poisoned(&self.name))?;
             match *state {
                 TransactionState::Prepared(prepared) if prepared == record.epoch => {
+                    sluice_types::failpoint!("sink.kafka.before_commit");
                     shared
                         .producer
                         .commit_transaction(FLUSH_TIMEOUT)
@@ -465,6 +614,8 @@ impl SinkFactory for KafkaSink {
                     tracing::info!(sink = %self.name, epoch = epoch.0, messages, "kafka sink: committed transaction {}", shared.id);
                     *state = TransactionState::Idle;
                     shared.changed.notify_all();
+                    drop(state);
+                    sluice_types::failpoint!("sink.kafka.after_commit");
                 }
                 // Committed before (commit is repeated at recovery).
                 TransactionState::Idle | TransactionState::Open | TransactionState::Prepared(_) => {}
@@ -709,29 +860,33 @@ impl Output {
 
     /// Flushes and checks that every delivery since the last check succeeded.
     fn flush(&self, producer: &SinkProducer) -> Result<(), SluiceError> {
-        producer.flush(FLUSH_TIMEOUT).map_err(|e| {
-            SluiceError::external(
-                "sink.kafka_flush",
-                format!(
-                    "sink `{}`: the brokers {} did not acknowledge within {}s: {e}",
-                    self.sink,
-                    self.brokers,
-                    FLUSH_TIMEOUT.as_secs()
-                ),
-            )
-            .with_fix("check that the brokers are running; restart from the last checkpoint")
-        })?;
-        let context = producer.context();
-        if context.failed.swap(0, Ordering::Relaxed) > 0 {
-            let first = context.first_failure.lock().map(|f| f.clone()).unwrap_or_default().unwrap_or_default();
-            return Err(SluiceError::external(
-                "sink.kafka_delivery",
-                format!("sink `{}`: messages to {} were not delivered: {first}", self.sink, self.topic),
-            )
-            .with_fix("check the topic and the brokers; restart from the last checkpoint"));
-        }
-        Ok(())
+        flush_checked(producer, &self.sink, &self.brokers, &self.topic)
     }
+}
+
+/// Flushes `producer` of `sink` and checks that every delivery since the last check
+/// succeeded.
+fn flush_checked(producer: &SinkProducer, sink: &str, brokers: &str, topic: &str) -> Result<(), SluiceError> {
+    producer.flush(FLUSH_TIMEOUT).map_err(|e| {
+        SluiceError::external(
+            "sink.kafka_flush",
+            format!(
+                "sink `{sink}`: the brokers {brokers} did not acknowledge within {}s: {e}",
+                FLUSH_TIMEOUT.as_secs()
+            ),
+        )
+        .with_fix("check that the brokers are running; restart from the last checkpoint")
+    })?;
+    let context = producer.context();
+    if context.failed.swap(0, Ordering::Relaxed) > 0 {
+        let first = context.first_failure.lock().map(|f| f.clone()).unwrap_or_default().unwrap_or_default();
+        return Err(SluiceError::external(
+            "sink.kafka_delivery",
+            format!("sink `{sink}`: messages to {topic} were not delivered: {first}"),
+        )
+        .with_fix("check the topic and the brokers; restart from the last checkpoint"));
+    }
+    Ok(())
 }
 
 /// The at-least-once writer.
@@ -764,6 +919,10 @@ struct TransactionalWriter {
     current: usize,
     /// Whether the current producer has a transaction open.
     open: bool,
+    /// The messages of the open transaction, for its record.
+    saved: SavedMessages,
+    /// The most bytes `saved` may hold.
+    saved_max: usize,
 }
 
 impl TransactionalWriter {
@@ -805,8 +964,13 @@ impl SinkWriter for TransactionalWriter {
             self.begin()?;
         }
         let shared = &self.producers[self.current];
-        let topic = self.output.topic.clone();
+        let (topic, sink) = (self.output.topic.clone(), self.output.sink.clone());
+        let (saved, saved_max) = (&mut self.saved, self.saved_max);
         self.output.messages(batch, |value, key, headers| {
+            saved.push(key, value, headers.as_ref());
+            if saved.len() > saved_max {
+                return Err(epoch_too_large(&sink, saved.count(), saved_max));
+            }
             Output::send(&shared.producer, &topic, value, key, headers)?;
             shared.messages.fetch_add(1, Ordering::Relaxed);
             Ok(())
@@ -818,11 +982,19 @@ impl SinkWriter for TransactionalWriter {
             return Ok(Vec::new());
         }
         let shared = Arc::clone(&self.producers[self.current]);
+        // A transaction without messages needs no marker: recovery has nothing to write
+        // again for it.
+        if !self.saved.is_empty() {
+            let output = &self.output;
+            send_marker(&shared.producer, &shared.marker, &output.topic, epoch.0, &output.brokers, &shared.id)?;
+        }
         self.output.flush(&shared.producer)?;
         *shared.state.lock().map_err(|_| poisoned(&self.output.sink))? = TransactionState::Prepared(epoch.0);
         self.open = false;
         self.current = 1 - self.current;
-        Ok(TransactionRecord { epoch: epoch.0, transactional_id: shared.id.clone() }.encode())
+        let record = record::encode(epoch.0, &shared.id, &self.saved);
+        self.saved.clear();
+        Ok(record)
     }
 
     /// The runtime pre-commits the last rows before closing; a transaction still open
@@ -836,23 +1008,37 @@ impl SinkWriter for TransactionalWriter {
                 .map_err(|e| transaction_error(&self.output.brokers, &shared.id, "abort", &e))?;
             *shared.state.lock().map_err(|_| poisoned(&self.output.sink))? = TransactionState::Idle;
             self.open = false;
+            self.saved.clear();
         }
         Ok(())
     }
 }
 
+/// A writer's epoch outgrew its recovery copy of `max` bytes.
+fn epoch_too_large(sink: &str, messages: u32, max: usize) -> SluiceError {
+    SluiceError::user(
+        "sink.kafka_epoch_too_large",
+        format!(
+            "sink `{sink}`: one thread's {messages} messages since the last checkpoint take more than epoch_copy_mib = \
+             {} MiB, the copy an exactly-once Kafka sink keeps per checkpoint to write them again after a crash",
+            max >> 20
+        ),
+    )
+    .with_fix(
+        "checkpoint more often (a shorter [checkpoint] interval), raise epoch_copy_mib under [sink.options] (the copy \
+         is held in memory until its checkpoint commits), or use guarantee = \"at-least-once\"",
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::TransactionRecord;
+    use super::sibling_id;
 
     #[test]
-    fn transaction_records_are_pinned_by_a_golden_vector() {
-        let record = TransactionRecord { epoch: 3, transactional_id: "ab".to_owned() };
-        let golden = [1, 3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, b'a', b'b'];
-        assert_eq!(record.encode(), golden);
-        assert_eq!(TransactionRecord::decode("s", &golden).expect("decodes"), record);
-        for cut in 0..golden.len() {
-            assert!(TransactionRecord::decode("s", &golden[..cut]).is_err(), "cut at {cut}");
-        }
+    fn a_writers_other_producer_is_named_from_either_id() {
+        assert_eq!(sibling_id("sluice-p-out-3-0").as_deref(), Some("sluice-p-out-3-1"));
+        assert_eq!(sibling_id("sluice-p-out-3-1").as_deref(), Some("sluice-p-out-3-0"));
+        assert_eq!(sibling_id("sluice-p-out-3-2"), None);
+        assert_eq!(sibling_id("nodash"), None);
     }
 }

@@ -98,6 +98,9 @@ fn sink_modes_and_keys_are_read() {
     let options = sink_options("headers_column = \"b\"\n[sink.options.headers]\norigin = \"sluice\"\n").expect("valid");
     assert_eq!(options.headers, [("origin".to_owned(), "sluice".to_owned())]);
     assert_eq!(options.headers_column.as_deref(), Some("b"));
+    assert_eq!(sink_options("epoch_copy_mib = 64\n").expect("valid").epoch_copy_mib, Some(64));
+    assert_eq!(sink_options("").expect("valid").epoch_copy_mib, None);
+    assert!(sink_options("epoch_copy_mib = 0\n").expect_err("refused").contains("epoch_copy_mib"));
     let error = kafka_sink("headers_column = \"a\"\n", false, None).err().expect("a BIGINT column is refused");
     assert!(error.message.contains("not VARCHAR"), "{error:?}");
 }
