@@ -450,12 +450,15 @@ fn exactly_once_into_a_topic_survives_a_kill() {
 /// messages again from the record: the transactions committed over both runs hold
 /// every row exactly once. Killed right after the commit instead, the restart finds the
 /// marker and writes nothing again. Each epoch's messages (a wide column) take more
-/// than a manifest carries itself, so their records are objects of the store.
+/// than a manifest carries itself, so their records are objects of the store. The
+/// third time, a complete run of the same pipeline with another store came first: its
+/// markers (of later epochs, in the same groups) must not pass for the new run's.
 #[test]
 fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats_rows() {
     let scenarios = [
-        ("sink.kafka.before_commit", "committed transaction sluice-p0-out-0-1 at recovery"),
-        ("sink.kafka.after_commit", "was committed before the restart"),
+        ("sink.kafka.before_commit", "committed transaction sluice-p0-out-0-1 at recovery", false),
+        ("sink.kafka.after_commit", "was committed before the restart", false),
+        ("sink.kafka.before_commit", "committed transaction sluice-p2-out-0-1 at recovery", true),
     ];
     let topics: Vec<(String, u32)> = (0..scenarios.len()).map(|i| (format!("copies{i}"), 1)).collect();
     let mut wanted: Vec<(&str, u32)> = vec![("bids", 2)];
@@ -463,7 +466,7 @@ fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats
     let broker = Broker::with_topics(&wanted);
     let input = bids(12, 2);
     produce_bids(&broker, "bids", &input);
-    for (index, (point, recovered)) in scenarios.into_iter().enumerate() {
+    for (index, (point, recovered, earlier_store)) in scenarios.into_iter().enumerate() {
         let scratch = Scratch::new();
         let pipeline = format!(
             "[pipeline]\nname = \"p{index}\"\nbatch_size = 2\n\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n{}\n\
@@ -473,6 +476,18 @@ fn a_kill_around_the_kafka_commit_of_a_published_epoch_neither_loses_nor_repeats
             source(&broker, "bids", ""),
             broker.address
         );
+        if earlier_store {
+            scratch.write("pipeline.toml", &pipeline.replace("file://./state", "file://./earlier"));
+            // A barrier after each batch: six epochs with messages, both producers'
+            // markers beyond the epochs the next run dies in.
+            let earlier = sluice_command(scratch.dir.path())
+                .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
+                .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return")
+                .output()
+                .expect("run sluice");
+            assert!(earlier.status.success(), "{point}: the earlier run:\n{}", stderr(&earlier));
+            assert!(committed_messages(&stderr(&earlier)) == input.len(), "{point}: {}", stderr(&earlier));
+        }
         scratch.write("pipeline.toml", &pipeline);
         // The first Kafka transaction commits; the run dies at the second, whose epoch
         // holds messages (only a writer that wrote has a transaction to commit).

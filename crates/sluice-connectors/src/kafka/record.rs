@@ -6,11 +6,14 @@
 //! encoding is the project's: versioned by its first byte, specified here, pinned by
 //! the golden vectors below. Integers are little-endian.
 //!
-//! # Version 2 (written by this build)
+//! # Version 3 (written by this build)
 //!
 //! ```text
-//! version   u8 = 2
+//! version   u8 = 3
 //! epoch     u64
+//! run       u32, the writing run's token (random per process, never 0): its markers
+//!           carry it, so a marker left by another run (an earlier store of the same
+//!           pipeline) is never taken for this record's (see `sink.rs`, "Recovery")
 //! id        u32 length, then the transactional id (UTF-8)
 //! messages  u32 count, then each message:
 //!   flags     u8: bit 0 the message has a key, bit 1 it has a value (a tombstone has
@@ -23,6 +26,11 @@
 //!
 //! No message names a partition: the sink never fixes one (librdkafka's partitioner
 //! hashes the key), so a message written again goes where the same key goes.
+//!
+//! # Version 2 (read only)
+//!
+//! Version 3 without `run`: read with run 0, the token its markers carried (their
+//! offset was the epoch alone).
 //!
 //! # Version 1 (read only)
 //!
@@ -37,7 +45,7 @@ use rdkafka::message::{Header, Headers, OwnedHeaders};
 use sluice_types::SluiceError;
 
 /// The record version this build writes.
-pub const RECORD_VERSION: u8 = 2;
+pub const RECORD_VERSION: u8 = 3;
 const KEY: u8 = 0b01;
 const VALUE: u8 = 0b10;
 
@@ -100,12 +108,13 @@ fn put_bytes(bytes: &mut Vec<u8>, part: &[u8]) {
     bytes.extend_from_slice(part);
 }
 
-/// Encodes a version 2 record of `epoch`, transaction `transactional_id`, holding
-/// `messages`.
-pub fn encode(epoch: u64, transactional_id: &str, messages: &SavedMessages) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(1 + 8 + 4 + transactional_id.len() + 4 + messages.bytes.len());
+/// Encodes a version 3 record of `epoch`, written by run `run`, transaction
+/// `transactional_id`, holding `messages`.
+pub fn encode(epoch: u64, run: u32, transactional_id: &str, messages: &SavedMessages) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(1 + 8 + 4 + 4 + transactional_id.len() + 4 + messages.bytes.len());
     bytes.push(RECORD_VERSION);
     bytes.extend_from_slice(&epoch.to_le_bytes());
+    bytes.extend_from_slice(&run.to_le_bytes());
     put_bytes(&mut bytes, transactional_id.as_bytes());
     put_u32(&mut bytes, messages.count as usize);
     bytes.extend_from_slice(&messages.bytes);
@@ -116,6 +125,8 @@ pub fn encode(epoch: u64, transactional_id: &str, messages: &SavedMessages) -> V
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransactionRecord<'a> {
     pub epoch: u64,
+    /// The token of the run that wrote it (0 before version 3).
+    pub run: u32,
     pub transactional_id: &'a str,
     /// The epoch's messages; `None` in a version 1 record (no copy was kept).
     pub messages: Option<RecordMessages<'a>>,
@@ -235,7 +246,7 @@ impl<'a> Reader<'a> {
 }
 
 impl<'a> TransactionRecord<'a> {
-    /// Decodes a record of `sink` (version 1 or 2), checking every message; never
+    /// Decodes a record of `sink` (version 1, 2 or 3), checking every message; never
     /// panics.
     pub fn decode(sink: &str, bytes: &'a [u8]) -> Result<TransactionRecord<'a>, SluiceError> {
         let damaged = || {
@@ -249,10 +260,14 @@ impl<'a> TransactionRecord<'a> {
         let mut reader = Reader { rest: bytes };
         let version = reader.u8()?;
         let epoch = reader.u64()?;
+        let run = match version {
+            3 => u32::try_from(reader.u32()?).ok()?,
+            _ => 0,
+        };
         let transactional_id = reader.text()?;
         let messages = match version {
             1 => None,
-            2 => {
+            2 | 3 => {
                 let count = reader.u32()?;
                 let bytes = reader.rest;
                 for _ in 0..count {
@@ -262,7 +277,7 @@ impl<'a> TransactionRecord<'a> {
             }
             _ => return None,
         };
-        reader.rest.is_empty().then_some(TransactionRecord { epoch, transactional_id, messages })
+        reader.rest.is_empty().then_some(TransactionRecord { epoch, run, transactional_id, messages })
     }
 }
 
@@ -276,7 +291,7 @@ mod tests {
     fn version_1_records_are_pinned_by_a_golden_vector() {
         let golden = [1, 3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, b'a', b'b'];
         let record = TransactionRecord::decode("s", &golden).expect("decodes");
-        assert_eq!(record, TransactionRecord { epoch: 3, transactional_id: "ab", messages: None });
+        assert_eq!(record, TransactionRecord { epoch: 3, run: 0, transactional_id: "ab", messages: None });
         for cut in 0..golden.len() {
             assert!(TransactionRecord::decode("s", &golden[..cut]).is_err(), "cut at {cut}");
         }
@@ -295,9 +310,10 @@ mod tests {
     }
 
     #[rustfmt::skip]
-    const GOLDEN: [u8; 62] = [
-        2,                                  // version 2
+    const GOLDEN: [u8; 66] = [
+        3,                                  // version 3
         7, 0, 0, 0, 0, 0, 0, 0,             // epoch 7
+        0x78, 0x56, 0x34, 0x12,             // run 0x12345678
         2, 0, 0, 0, b'i', b'd',             // id "id"
         2, 0, 0, 0,                         // 2 messages
         0b11,                               //   key and value
@@ -312,13 +328,13 @@ mod tests {
     ];
 
     #[test]
-    fn version_2_records_are_pinned_by_a_golden_vector() {
+    fn version_3_records_are_pinned_by_a_golden_vector() {
         let messages = sample();
         assert_eq!(messages.count(), 2);
-        assert_eq!(encode(7, "id", &messages), GOLDEN);
+        assert_eq!(encode(7, 0x1234_5678, "id", &messages), GOLDEN);
         let record = TransactionRecord::decode("s", &GOLDEN).expect("decodes");
-        assert_eq!((record.epoch, record.transactional_id), (7, "id"));
-        let messages: Vec<SavedMessage<'_>> = record.messages.expect("version 2 has messages").iter().collect();
+        assert_eq!((record.epoch, record.run, record.transactional_id), (7, 0x1234_5678, "id"));
+        let messages: Vec<SavedMessage<'_>> = record.messages.expect("version 3 has messages").iter().collect();
         assert_eq!(messages.len(), 2);
         assert_eq!((messages[0].key, messages[0].value), (Some(&b"k"[..]), Some(&b"vv"[..])));
         assert_eq!(messages[0].headers(), [("h", None), ("t", Some(&b"x"[..]))]);
@@ -326,6 +342,11 @@ mod tests {
         assert_eq!(messages[1].headers(), []);
         assert_eq!(messages[0].owned_headers().expect("headers").count(), 2);
         assert!(messages[1].owned_headers().is_none());
+        // The same record as version 2 wrote it (no run) reads with run 0.
+        let version_2 = [&[2][..], &GOLDEN[1..9], &GOLDEN[13..]].concat();
+        let record = TransactionRecord::decode("s", &version_2).expect("version 2 decodes");
+        assert_eq!((record.epoch, record.run, record.transactional_id), (7, 0, "id"));
+        assert_eq!(record.messages.expect("version 2 has messages").len(), 2);
     }
 
     #[test]
@@ -336,13 +357,13 @@ mod tests {
         let mut trailing = GOLDEN.to_vec();
         trailing.push(0);
         let mut version = GOLDEN;
-        version[0] = 3;
+        version[0] = 4;
         let mut flags = GOLDEN;
-        flags[19] = 0b111;
+        flags[23] = 0b111;
         let mut huge = GOLDEN;
-        huge[15..19].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[19..23].copy_from_slice(&u32::MAX.to_le_bytes());
         let mut id = GOLDEN;
-        id[13] = 0xff;
+        id[17] = 0xff;
         for (what, bytes) in
             [("trailing", &trailing[..]), ("version", &version), ("flags", &flags), ("count", &huge), ("utf-8", &id)]
         {
@@ -370,9 +391,9 @@ mod tests {
 
     #[test]
     fn an_empty_epoch_encodes_no_messages() {
-        let record = encode(1, "t", &SavedMessages::default());
-        assert_eq!(record, [2, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, b't', 0, 0, 0, 0]);
-        let messages = TransactionRecord::decode("s", &record).expect("decodes").messages.expect("version 2");
+        let record = encode(1, 9, "t", &SavedMessages::default());
+        assert_eq!(record, [3, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0, b't', 0, 0, 0, 0]);
+        let messages = TransactionRecord::decode("s", &record).expect("decodes").messages.expect("version 3");
         assert!(messages.is_empty() && messages.iter().next().is_none());
     }
 }

@@ -21,11 +21,14 @@
 //!   `epoch_copy_mib` MiB (default [`EPOCH_COPY_MIB`]; more fails the write with
 //!   `sink.kafka_epoch_too_large`: checkpoint more often, or raise it);
 //! - **pre-commit** (barrier `e`): if the transaction holds messages, commit the
-//!   **marker** of epoch `e` inside it: offset `e` on partition 0 of the sink's topic
-//!   for the consumer group named as the transactional id, through
+//!   **marker** of epoch `e` inside it: offset `run × 2^32 + e` on partition 0 of the
+//!   sink's topic for the consumer group named as the transactional id, through
 //!   `send_offsets_to_transaction` (Kafka commits a transaction's offsets atomically
-//!   with its messages: the group holds offset `e` exactly when epoch `e`'s transaction
-//!   committed); flush, check every delivery, and return the record naming the
+//!   with its messages: the group holds that offset exactly when epoch `e`'s transaction
+//!   committed). `run` is a random token of the process (never 0), also in the record:
+//!   the groups outlive a checkpoint store, and a marker that a run of an earlier store
+//!   left (its epochs counted from 1 again after `--from-scratch`) must never pass for
+//!   this record's; flush, check every delivery, and return the record naming the
 //!   transaction and carrying the epoch's messages (`record.rs`, versioned,
 //!   golden-tested), which the checkpoint stores (in a state object of its own when
 //!   large: `sluice-engine/src/checkpointing.rs`); the transaction stays open;
@@ -49,14 +52,15 @@
 //!    a broker that, as the test broker does, holds back a committed transaction's
 //!    offsets while a later transaction on the same partition is open;
 //! 2. the marker group's committed offset on partition 0 of the topic tells what
-//!    happened: at least `e`, the transaction of epoch `e` committed (the earlier run
-//!    died after its commit): nothing more to do; below `e` or none, it was aborted;
+//!    happened: of the record's run and at least `e`, the transaction of epoch `e`
+//!    committed (the earlier run died after its commit): nothing more to do; of the
+//!    record's run and below `e`, of another run, or none, it was aborted;
 //! 3. then the record's messages are written again, in order, in a new transaction of
 //!    that producer with the marker of `e`, committed before the run goes on.
 //!
 //! A crash during recovery leaves the same question, answered the same way at the
 //! next start. So every epoch's messages are committed exactly once whenever the run
-//! dies, the sources resuming after them. A marker above `e` means the restore fell
+//! dies, the sources resuming after them. A marker of the record's run above `e` means the restore fell
 //! back past a newer checkpoint whose epochs this writer had committed: their rows are
 //! written again (logged as an error; Kafka cannot take committed messages back). A
 //! record of version 1 (written by a build whose records carried no messages) cannot be
@@ -191,6 +195,8 @@ struct TransactionalProducer {
     producer: SinkProducer,
     /// The consumer group of this producer's markers (named as the transactional id).
     marker: ConsumerGroupMetadata,
+    /// The run token its markers and records carry.
+    run: u32,
     state: Mutex<TransactionState>,
     changed: Condvar,
     /// Messages sent in the transaction open or prepared now, for the commit's log line.
@@ -214,6 +220,8 @@ pub struct KafkaSink {
     /// Whether the run asks for exactly-once output: only then do staged writers use
     /// transactions (at-least-once checkpoints stage too, and flush at barriers).
     exactly_once: bool,
+    /// This process's token in its markers and records (see the module doc).
+    run: u32,
     /// The transactional producers of this process, by id.
     producers: Mutex<HashMap<String, Arc<TransactionalProducer>>>,
 }
@@ -302,6 +310,7 @@ impl KafkaSink {
             headers_column,
             exactly_once: true,
             producers: Mutex::new(HashMap::new()),
+            run: run_token(),
         })
     }
 
@@ -389,6 +398,7 @@ impl KafkaSink {
             id: id.clone(),
             producer,
             marker,
+            run: self.run,
             state: Mutex::new(TransactionState::Idle),
             changed: Condvar::new(),
             messages: AtomicU64::new(0),
@@ -408,8 +418,9 @@ impl KafkaSink {
         config.create_with_context(SluiceClientContext::new(brokers)).map_err(|e| client::create_error(brokers, &e))
     }
 
-    /// The epoch of the last marker producer `transactional_id` committed, if any.
-    fn committed_marker(&self, transactional_id: &str) -> Result<Option<u64>, SluiceError> {
+    /// The run and epoch of the last marker producer `transactional_id` committed, if
+    /// any.
+    fn committed_marker(&self, transactional_id: &str) -> Result<Option<(u32, u64)>, SluiceError> {
         let consumer = self.marker_consumer(transactional_id)?;
         let mut list = TopicPartitionList::new();
         list.add_partition(&self.options.topic, MARKER_PARTITION);
@@ -418,7 +429,9 @@ impl KafkaSink {
             .map_err(|e| transaction_error(&self.options.brokers, transactional_id, "read the marker of", &e))?;
         let offset = committed.find_partition(&self.options.topic, MARKER_PARTITION).map(|p| p.offset());
         Ok(match offset {
-            Some(Offset::Offset(epoch)) => u64::try_from(epoch).ok(),
+            Some(Offset::Offset(marker)) => {
+                u64::try_from(marker).ok().map(|marker| ((marker >> 32) as u32, marker & 0xffff_ffff))
+            }
             _ => None,
         })
     }
@@ -451,7 +464,7 @@ impl KafkaSink {
         let producer = self.producer(Some(id))?;
         producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, id, "init", &e))?;
         match self.committed_marker(id)? {
-            Some(committed) if committed == record.epoch => {
+            Some((run, committed)) if run == record.run && committed == record.epoch => {
                 tracing::info!(
                     sink = %self.name,
                     epoch = epoch.0,
@@ -460,7 +473,7 @@ impl KafkaSink {
                 );
                 return Ok(());
             }
-            Some(committed) if committed > record.epoch => {
+            Some((run, committed)) if run == record.run && committed > record.epoch => {
                 tracing::error!(
                     sink = %self.name,
                     "kafka sink `{}`: transaction {id} committed epoch {committed}, after the restored epoch {}: \
@@ -479,7 +492,7 @@ impl KafkaSink {
         let marker = self.marker_consumer(id)?.group_metadata().ok_or_else(|| {
             SluiceError::internal("sink.kafka_marker", format!("the consumer of group {id} has no group metadata"))
         })?;
-        send_marker(&producer, &marker, &self.options.topic, record.epoch, brokers, id)?;
+        send_marker(&producer, &marker, &self.options.topic, (record.run, record.epoch), brokers, id)?;
         flush_checked(&producer, &self.name, brokers, &self.options.topic)?;
         producer.commit_transaction(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, id, "commit", &e))?;
         tracing::info!(
@@ -506,17 +519,32 @@ fn sibling_id(transactional_id: &str) -> Option<String> {
     Some(format!("{writer}-{other}"))
 }
 
-/// Commits the marker of `epoch` in the open transaction of `producer`.
+/// A random token for this process's markers and records: 31 bits, never 0 (the token
+/// of records written before tokens).
+fn run_token() -> u32 {
+    use std::hash::BuildHasher;
+    let seed = (std::process::id(), std::time::SystemTime::now(), std::thread::current().id());
+    // 31 bits, so that a marker's offset stays positive.
+    ((std::collections::hash_map::RandomState::new().hash_one(format!("{seed:?}")) as u32) & 0x7fff_ffff).max(1)
+}
+
+/// Commits the marker of `(run, epoch)` in the open transaction of `producer`: the
+/// offset `run × 2^32 + epoch` (an epoch must fit in 32 bits: 136 years of a checkpoint
+/// a second; the run in 31, so that the offset is positive).
 fn send_marker(
     producer: &SinkProducer,
     group: &ConsumerGroupMetadata,
     topic: &str,
-    epoch: u64,
+    (run, epoch): (u32, u64),
     brokers: &str,
     id: &str,
 ) -> Result<(), SluiceError> {
-    let offset = i64::try_from(epoch)
-        .map_err(|_| SluiceError::internal("sink.kafka_marker", format!("epoch {epoch} does not fit an offset")))?;
+    let offset = u32::try_from(epoch)
+        .ok()
+        .and_then(|epoch| i64::try_from((u64::from(run) << 32) | u64::from(epoch)).ok())
+        .ok_or_else(|| {
+            SluiceError::internal("sink.kafka_marker", format!("epoch {epoch} of run {run} does not fit a marker"))
+        })?;
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, MARKER_PARTITION, Offset::Offset(offset))
         .map_err(|e| transaction_error(brokers, id, "mark", &e))?;
@@ -986,13 +1014,14 @@ impl SinkWriter for TransactionalWriter {
         // again for it.
         if !self.saved.is_empty() {
             let output = &self.output;
-            send_marker(&shared.producer, &shared.marker, &output.topic, epoch.0, &output.brokers, &shared.id)?;
+            let marker = (shared.run, epoch.0);
+            send_marker(&shared.producer, &shared.marker, &output.topic, marker, &output.brokers, &shared.id)?;
         }
         self.output.flush(&shared.producer)?;
         *shared.state.lock().map_err(|_| poisoned(&self.output.sink))? = TransactionState::Prepared(epoch.0);
         self.open = false;
         self.current = 1 - self.current;
-        let record = record::encode(epoch.0, &shared.id, &self.saved);
+        let record = record::encode(epoch.0, shared.run, &shared.id, &self.saved);
         self.saved.clear();
         Ok(record)
     }
