@@ -168,7 +168,7 @@ fn queue_families(metrics: &Metrics) -> Vec<Family> {
     vec![
         Family {
             name: "sluice_exchange_queued_messages",
-            help: "Messages waiting for the segment's instance on a thread, in its input channels from every sender (sampled as it polls them).",
+            help: "Messages waiting for the segment's instance on a thread, in its input channels from every sender (sampled every 16th time it polls them).",
             kind: "gauge",
             samples: queues.iter().map(|q| (label(q), q.queued.load(Ordering::Relaxed).to_string())).collect(),
         },

@@ -245,9 +245,28 @@ fn paused_answer(state: Result<sluice_engine::JobState, sluice_types::SluiceErro
 pub(crate) async fn checkpoint(State(shared): State<Shared>) -> Response {
     let job = shared.job.clone();
     let token = shared.token.clone();
-    let taken = tokio::task::spawn_blocking(move || match job.leader() {
-        Some(leader) => Err(Box::new(ask_leader(&leader, token.as_deref()))),
-        None => Ok(job.checkpoint(CHECKPOINT_WAIT)),
+    let leader = job.leader();
+    // A relay holds a blocking thread for as long as the leader takes: a few at once.
+    let relay = match leader {
+        Some(_) => match Arc::clone(&shared.relays).try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let error = sluice_types::SluiceError::external(
+                    "checkpoint.requests_busy",
+                    format!("{MAX_RELAYED_CHECKPOINTS} checkpoint requests already wait for the cluster's leader here"),
+                )
+                .with_fix("ask again once one is answered, or ask the leader");
+                return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(ErrorBody::from(error))).into_response();
+            }
+        },
+        None => None,
+    };
+    let taken = tokio::task::spawn_blocking(move || {
+        let _relay = relay;
+        match leader {
+            Some(leader) => Err(Box::new(ask_leader(&leader, token.as_deref()))),
+            None => Ok(job.checkpoint(CHECKPOINT_WAIT)),
+        }
     })
     .await;
     let error = match taken {
@@ -264,6 +283,9 @@ pub(crate) async fn checkpoint(State(shared): State<Shared>) -> Response {
     };
     (code, axum::Json(ErrorBody::from(error))).into_response()
 }
+
+/// Checkpoint requests a follower relays to its leader at once (503 beyond).
+pub(crate) const MAX_RELAYED_CHECKPOINTS: usize = 4;
 
 /// The largest answer of the leader to a checkpoint request (its epoch, or an error).
 const RELAYED_BYTES: usize = 64 << 10;

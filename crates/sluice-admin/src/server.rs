@@ -34,6 +34,9 @@ pub(crate) struct Shared {
     pub(crate) slices: Arc<std::sync::Mutex<crate::slices::SliceLeases>>,
     /// The address this API listens on.
     pub(crate) admin_addr: Option<String>,
+    /// Checkpoint requests a follower relays to its leader now (at most
+    /// [`crate::routes::MAX_RELAYED_CHECKPOINTS`]: each holds a blocking thread).
+    pub(crate) relays: Arc<Semaphore>,
 }
 
 /// A running admin server. Dropping it (or [`AdminServer::shutdown`]) stops it.
@@ -135,6 +138,7 @@ fn start(
         sampler: Arc::new(Sampler::default()),
         slices: crate::slices::leases(),
         admin_addr: Some(addr.to_string()),
+        relays: Arc::new(Semaphore::new(crate::routes::MAX_RELAYED_CHECKPOINTS)),
     };
     let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()

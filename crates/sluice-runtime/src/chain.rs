@@ -142,19 +142,27 @@ impl Chain {
             let counters = self.counters.get(index);
             let before = target.len();
             if let Some(counters) = counters {
-                counters.rows_in.fetch_add(data_rows(&input), Ordering::Relaxed);
+                count(&counters.rows_in, data_rows(&input));
             }
             for message in input.drain(..) {
                 dispatch(operator.as_mut(), port, message, target)?;
             }
             if let Some(counters) = counters {
-                counters.rows_out.fetch_add(data_rows(&target[before..]), Ordering::Relaxed);
+                count(&counters.rows_out, data_rows(&target[before..]));
             }
             if index != last {
                 std::mem::swap(&mut input, &mut self.scratch);
             }
         }
         Ok(())
+    }
+}
+
+/// Adds `rows` to a counter shared by every thread's instance (skipping the zeros of
+/// watermarks and barriers, so that they do not touch the shared cache line).
+fn count(counter: &std::sync::atomic::AtomicU64, rows: u64) {
+    if rows > 0 {
+        counter.fetch_add(rows, Ordering::Relaxed);
     }
 }
 

@@ -638,8 +638,11 @@ impl Supervisor<'_> {
         let Some(coordinator) = self.coordinator.as_ref() else { return };
         let stats = &coordinator.stats;
         let checkpoints = &self.metrics.checkpoints;
-        checkpoints.failed.store(stats.failed, Ordering::Relaxed);
-        if checkpoints.published.swap(stats.published, Ordering::Relaxed) != stats.published {
+        // A follower commits what the leader published: its figures are the leader's.
+        if !stats.followed {
+            checkpoints.failed.store(stats.failed, Ordering::Relaxed);
+        }
+        if !stats.followed && checkpoints.published.swap(stats.published, Ordering::Relaxed) != stats.published {
             if let Some(last) = stats.last {
                 checkpoints.last_epoch.store(last.epoch, Ordering::Relaxed);
                 checkpoints.last_duration_ms.store(last.duration_ms, Ordering::Relaxed);

@@ -152,9 +152,15 @@ pub(crate) struct ExchangeInput {
     emitted_watermark: TimestampMs,
     cursor: usize,
     finished: bool,
-    /// Where the messages waiting in its channels are counted, when they are.
+    /// Where the messages waiting in its channels are counted, when they are (every
+    /// [`GAUGE_EVERY`] polls).
     gauge: Option<Arc<QueueMetrics>>,
+    polls: u64,
 }
+
+/// How often (in polls) an input samples the messages waiting in its channels: each
+/// sample reads every channel's length.
+const GAUGE_EVERY: u64 = 16;
 
 impl ExchangeInput {
     /// `idle[i]` marks a sender known, from the plan, never to send rows (a thread that
@@ -196,6 +202,7 @@ impl ExchangeInput {
             cursor: 0,
             finished: false,
             gauge: None,
+            polls: 0,
         }
     }
 
@@ -219,7 +226,8 @@ impl ExchangeInput {
         if self.finished {
             return Ok(None);
         }
-        if let Some(gauge) = &self.gauge {
+        self.polls = self.polls.wrapping_add(1);
+        if let Some(gauge) = self.gauge.as_ref().filter(|_| self.polls.is_multiple_of(GAUGE_EVERY)) {
             let queued: usize = self.receivers.iter().map(Inbound::len).sum();
             gauge.queued.store(queued as u64, Ordering::Relaxed);
         }

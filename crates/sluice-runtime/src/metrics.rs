@@ -63,7 +63,7 @@ pub struct OperatorMetrics {
 }
 
 /// The queue into one segment instance from an exchange: messages waiting in its
-/// channels from every sender (sampled each time the segment polls its input).
+/// channels from every sender (sampled every 16th time the segment polls its input).
 #[derive(Debug)]
 pub struct QueueMetrics {
     /// The segment, as `explain` shows it: `sink NAME, segment S`.

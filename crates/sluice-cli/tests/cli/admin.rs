@@ -403,8 +403,17 @@ store = "file://./state"
         }
     };
 
-    // Either worker's /status lists both, each with its own state and counters.
-    let members = status(follower_addr)["members"].clone();
+    // Either worker's /status lists both, each with its own state and counters (asked of
+    // the other within 2 s: on a loaded machine, asked again until both answered).
+    let deadline = Instant::now() + DEADLINE;
+    let members = loop {
+        let members = status(follower_addr)["members"].clone();
+        let answered = members.as_array().is_some_and(|all| all.iter().all(|m| m["state"].is_string()));
+        if answered || Instant::now() >= deadline {
+            break members;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(members.as_array().map(Vec::len), Some(2), "{members}");
     assert_eq!((members[0]["id"].as_u64(), members[0]["this_worker"].as_bool()), (Some(0), Some(false)), "{members}");
     assert_eq!((members[1]["id"].as_u64(), members[1]["this_worker"].as_bool()), (Some(1), Some(true)), "{members}");
@@ -417,8 +426,15 @@ store = "file://./state"
     assert_eq!(code, 200, "{paused}");
     wait_for_state(leader_addr, "paused");
     wait_for_state(follower_addr, "paused");
-    let members = status(leader_addr)["members"].clone();
-    assert!(members.as_array().into_iter().flatten().all(|m| m["state"] == "paused"), "{members}");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let members = status(leader_addr)["members"].clone();
+        if members.as_array().into_iter().flatten().all(|m| m["state"] == "paused") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not every member shows paused: {members}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // Both paused before this checkpoint's barrier: no lane is read since, on either.
     checkpoint(follower_addr);
     let held = (rows_in(leader_addr), rows_in(follower_addr));

@@ -8,9 +8,10 @@
 //! what the leader last told the workers (checked at every event and at least every
 //! [`PAUSE_POLL`]), it sends `Pause` to all. A pause or resume asked of a worker sets its
 //! own flag at once and, when that differs from what the leader last said, asks the
-//! leader (`PauseRequested`); the leader applies it to its flag, which then reaches
-//! everyone. So after any sequence of requests, every worker ends with the leader's flag,
-//! the last request the leader heard.
+//! leader (`PauseRequested`, sent again at the next check if it could not be sent); the
+//! leader applies it to its flag and answers every request with a `Pause` of its flag to
+//! all. So after any sequence of requests, every worker ends with the leader's flag, the
+//! last request the leader heard.
 //!
 //! Losing a worker, when the pipeline checkpoints: the leader tells the others to stop
 //! and join it again (`Rejoin`); once every survivor reported its end, the round ends,
@@ -142,6 +143,13 @@ fn lead(session: &LeaderControl, run: &Supervised) -> Supervision {
                 Ok(ControlEvent::Received { peer, message: ToLeader::PauseRequested { paused } }) => {
                     tracing::info!(worker = peer, paused, "a worker asked to pause or resume the sources");
                     set_paused(stop, &run.status, paused);
+                    // Answered at once, changed or not: the asking worker learns the
+                    // cluster's flag even if another request undoes this one before
+                    // the next check.
+                    told_paused = stop.is_paused();
+                    if let Err(error) = session.broadcast(&ToWorker::Pause { paused: told_paused }) {
+                        tracing::warn!(%error, "the pause could not reach every worker");
+                    }
                 }
                 Ok(ControlEvent::Received { peer, message: message @ (ToLeader::Acked { .. } | ToLeader::DriversFinished) }) => {
                     if let Err(error) = route_to_leader(&run.route, peer, message) {
@@ -213,11 +221,12 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
     loop {
         let paused = stop.is_paused();
         if paused != leader_paused {
-            // Asked of this worker: the leader decides for every worker. Sent once per
-            // change; the leader's answer (a `Pause`) settles it.
-            leader_paused = paused;
-            if let Err(error) = session.send(&ToLeader::PauseRequested { paused }) {
-                tracing::warn!(%error, "the leader did not hear this worker's pause or resume");
+            // Asked of this worker: the leader decides for every worker, and answers
+            // every request with its flag (a `Pause`), which settles it. A request that
+            // could not be sent is sent again at the next check.
+            match session.send(&ToLeader::PauseRequested { paused }) {
+                Ok(()) => leader_paused = paused,
+                Err(error) => tracing::warn!(%error, "the leader did not hear this worker's pause or resume"),
             }
         }
         crossbeam_channel::select! {
