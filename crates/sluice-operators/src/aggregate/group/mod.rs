@@ -212,7 +212,8 @@ impl GroupAggregate {
     fn group_of(&mut self, key: &[u8], hash: u64) -> u32 {
         let table = table_hash(hash);
         let groups = &self.groups;
-        let found = self.index.find(table, |&id| groups[id as usize].as_ref().is_some_and(|g| &*g.key == key));
+        let found =
+            self.index.find(table, |&id| groups[id as usize].as_ref().is_some_and(|g| crate::same_bytes(&g.key, key)));
         if let Some(&id) = found {
             return id;
         }
