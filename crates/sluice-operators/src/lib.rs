@@ -23,6 +23,7 @@
 
 pub mod aggregate;
 mod blob;
+mod bytes;
 pub mod counter;
 pub mod expr;
 pub mod join;
@@ -34,21 +35,4 @@ pub mod ttl;
 pub mod union;
 pub mod window;
 
-/// Whether two byte strings (encoded keys) are equal. An empty one is never handed to the
-/// system's `memcmp`: its vectorised version reads through the pointer with a masked load
-/// even for zero bytes, and an empty slice's dangling pointer turns that load into a
-/// slow processor assist (it took an eighth of NEXMark q7's time in the window aggregate
-/// without keys).
-pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && (a.is_empty() || a == b)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn same_bytes_compares_empty_and_other_strings() {
-        assert!(super::same_bytes(&[], &[]));
-        assert!(!super::same_bytes(&[], &[0]));
-        assert!(super::same_bytes(&[1, 2], &[1, 2]) && !super::same_bytes(&[1, 2], &[1, 3]));
-    }
-}
+pub(crate) use bytes::same_bytes;

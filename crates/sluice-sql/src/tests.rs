@@ -446,6 +446,25 @@ fn a_non_windowed_group_by_updates_its_rows() {
     assert_eq!(stream.schema.field_with_name("mean").expect("mean").data_type(), &DataType::Int64);
 }
 
+/// NEXMark q15's shape: COUNT(DISTINCT) of one column under several filters, the
+/// filters repeated by other aggregates. Equal arguments and filters are projected once
+/// (so the operator shares one set of values per column), and each result is its own.
+#[test]
+fn count_distincts_of_one_column_under_filters_count_their_own_values() {
+    let sql = "SELECT s, COUNT(DISTINCT a) AS d, COUNT(DISTINCT a) FILTER (WHERE b > 0) AS dp, \
+               COUNT(*) FILTER (WHERE b > 0) AS np, COUNT(DISTINCT b) FILTER (WHERE b > 0) AS bp FROM t GROUP BY s";
+    let planner = plan(&[("q", sql)], OnError::Fail).expect("plans");
+    let batches =
+        vec![rows(&[(1, 0, "x", 0), (1, 5, "x", 0), (2, 5, "x", 0)]), rows(&[(3, 0, "x", 1), (2, 7, "x", 1)])];
+    let output = run_batches(&planner, "q", batches).output.expect("runs");
+    assert_eq!(changes(&output), ["+1 x,2,2,2,1", "-1 x,2,2,2,1", "+1 x,3,2,3,2"]);
+    let lines = operator_lines(&planner, "q");
+    assert!(
+        lines.contains(&"project: keys and aggregate arguments: t.s, t.a, t.b > Int64(0), t.b".to_string()),
+        "{lines:?}"
+    );
+}
+
 #[test]
 fn the_planner_knows_which_streams_update_and_by_which_key() {
     let views = [

@@ -42,13 +42,11 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use sluice_types::SluiceError;
 
+use crate::bytes::SmallBytes;
 use crate::same_bytes;
 
 /// No previous entry of the same key.
 const NONE: u64 = u64::MAX;
-
-/// Join keys of at most this many bytes are held in the index itself.
-const INLINE_KEY: usize = 22;
 
 /// A probe scans this many unindexed entries without indexing them, whatever else.
 const SCAN_ALWAYS: u64 = 16;
@@ -62,38 +60,12 @@ const CHUNK_BYTES: usize = 256 * 1024;
 /// Bytes of rows and keys, appended in arrival order; shared with snapshots.
 pub(super) type Chunk = Arc<Vec<u8>>;
 
-/// A join key's bytes, inline when short.
-#[derive(Debug)]
-enum KeyBytes {
-    Inline { length: u8, bytes: [u8; INLINE_KEY] },
-    Boxed(Box<[u8]>),
-}
-
-impl KeyBytes {
-    fn new(key: &[u8]) -> KeyBytes {
-        if key.len() <= INLINE_KEY {
-            let mut bytes = [0u8; INLINE_KEY];
-            bytes[..key.len()].copy_from_slice(key);
-            KeyBytes::Inline { length: key.len() as u8, bytes }
-        } else {
-            KeyBytes::Boxed(key.into())
-        }
-    }
-
-    fn get(&self) -> &[u8] {
-        match self {
-            KeyBytes::Inline { length, bytes } => &bytes[..*length as usize],
-            KeyBytes::Boxed(bytes) => bytes,
-        }
-    }
-}
-
 /// One join key in the index: its newest indexed entry.
 #[derive(Debug)]
 struct Head {
     hash: u64,
     newest: u64,
-    key: KeyBytes,
+    key: SmallBytes,
 }
 
 /// One arrived row.
@@ -235,7 +207,7 @@ impl ExpiringStore {
             let older = match self.heads.find_mut(hash, |head| head.hash == hash && same_bytes(head.key.get(), key)) {
                 Some(head) => std::mem::replace(&mut head.newest, id),
                 None => {
-                    self.heads.insert_unique(hash, Head { hash, newest: id, key: KeyBytes::new(key) }, |h| h.hash);
+                    self.heads.insert_unique(hash, Head { hash, newest: id, key: SmallBytes::new(key) }, |h| h.hash);
                     NONE
                 }
             };
