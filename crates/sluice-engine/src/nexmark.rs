@@ -448,19 +448,39 @@ mod query_tests {
         assert!(QUERIES.iter().all(|q| !query_tables(q).is_empty()), "every query reads a table");
     }
 
+    /// The `explain` text of a bench query's pipeline.
+    fn explained(query: &str) -> String {
+        let setup = BenchSetup { query, events: 1000, threads: 1, csv: None, checkpoint: None };
+        let config = bench_config(&setup).expect("config");
+        let pipeline = crate::Engine::default()
+            .configure(config, &format!("<nexmark {query}>"), Path::new("."), crate::load::Overrides::default())
+            .expect("the query plans");
+        pipeline.explain().expect("explain").to_string()
+    }
+
     /// q8 joins two window aggregates on their bounds: planned as a window join, whose
     /// rows are freed as the watermark passes each window's end.
     #[test]
     fn q8_is_planned_as_a_window_join() {
-        let setup = BenchSetup { query: "q8", events: 1000, threads: 1, csv: None, checkpoint: None };
-        let config = bench_config(&setup).expect("config");
-        let pipeline = crate::Engine::default()
-            .configure(config, "<nexmark q8>", Path::new("."), crate::load::Overrides::default())
-            .expect("q8 plans");
-        let explained = pipeline.explain().expect("explain").to_string();
+        let explained = explained("q8");
         assert!(
             explained
                 .contains("(window join: state kept until the watermark passes P.endtime - 1 ms / A.endtime - 1 ms)"),
+            "{explained}"
+        );
+    }
+
+    /// q7 joins bids to each window's highest price, the bid's time within the 10 s
+    /// before the window's end: planned as an interval join (the window's end bounds as an
+    /// event time), each bid freed 10 s after its time and each window's maximum at its
+    /// end, instead of a regular join holding every bid.
+    #[test]
+    fn q7_is_planned_as_an_interval_join() {
+        let explained = explained("q7");
+        assert!(
+            explained.contains(
+                "(interval join: state kept until the watermark passes B.dateTime + 10000 ms / B1.dateTime + 0 ms)"
+            ),
             "{explained}"
         );
     }

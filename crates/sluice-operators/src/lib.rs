@@ -23,6 +23,7 @@
 
 pub mod aggregate;
 mod blob;
+mod bytes;
 pub mod counter;
 pub mod expr;
 pub mod join;
@@ -33,3 +34,5 @@ pub mod topn;
 pub mod ttl;
 pub mod union;
 pub mod window;
+
+pub(crate) use bytes::same_bytes;

@@ -10,9 +10,9 @@
 //!   its output is updating with the keys as upsert key.
 //!
 //! The rows are first projected to `[group columns…, arguments…]`, where the arguments
-//! are each aggregate's argument and `FILTER (WHERE …)` condition, so keys, arguments and
-//! conditions may be any expression; the exchange hashes the keys to vnodes; the
-//! aggregate then works on column positions.
+//! are each aggregate's argument and `FILTER (WHERE …)` condition (equal ones projected
+//! once), so keys, arguments and conditions may be any expression; the exchange hashes
+//! the keys to vnodes; the aggregate then works on column positions.
 
 use std::sync::Arc;
 
@@ -116,13 +116,20 @@ fn check_session_grouping(
 }
 
 /// The aggregates' specs and the expressions of their arguments and conditions, which
-/// are projected after the `first_column` group columns.
+/// are projected after the `first_column` group columns. Equal expressions (unless
+/// volatile) are projected once: NEXMark q15 counts the distinct bidders under four
+/// filters that other aggregates repeat, and COUNT(DISTINCT)s of one column share their
+/// values in the operator.
 fn aggregate_specs(aggregate: &Aggregate, first_column: usize) -> Result<(Vec<AggregateSpec>, Vec<Expr>), SluiceError> {
     let mut specs = Vec::new();
     let mut arguments = Vec::new();
     let column_of = |expr: Expr, arguments: &mut Vec<Expr>| {
-        arguments.push(expr);
-        first_column + arguments.len() - 1
+        let same = (!expr.is_volatile()).then(|| arguments.iter().position(|a| *a == expr)).flatten();
+        first_column
+            + same.unwrap_or_else(|| {
+                arguments.push(expr);
+                arguments.len() - 1
+            })
     };
     for expr in &aggregate.aggr_expr {
         let Expr::AggregateFunction(function) = expr.clone().unalias() else {
@@ -140,12 +147,15 @@ fn aggregate_specs(aggregate: &Aggregate, first_column: usize) -> Result<(Vec<Ag
 }
 
 /// Projects `exprs` (named `__c0`, `__c1`, …) onto the stream: the aggregate's input.
+/// `explain` shows `what` and the expressions.
 fn project_inputs(
     planner: &StreamPlanner<'_>,
     state: &mut StreamState,
     exprs: Vec<Expr>,
-    line: &str,
+    what: &str,
 ) -> Result<DFSchemaRef, SluiceError> {
+    let shown: Vec<String> = exprs.iter().map(display).collect();
+    let line = format!("{what}: {}", shown.join(", "));
     let exprs: Vec<Expr> = exprs.into_iter().enumerate().map(|(i, e)| e.alias(format!("__c{i}"))).collect();
     let fields = exprs
         .iter()
@@ -154,7 +164,7 @@ fn project_inputs(
     let schema = Arc::new(
         DFSchema::new_with_metadata(fields, Default::default()).map_err(|e| crate::df_error("sql.aggregate", e))?,
     );
-    planner.push_projection(state, &exprs, Arc::clone(&schema), line)?;
+    planner.push_projection(state, &exprs, Arc::clone(&schema), &line)?;
     Ok(schema)
 }
 

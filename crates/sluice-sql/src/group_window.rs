@@ -10,7 +10,8 @@
 //! - the group window becomes `t.window_start, t.window_end`;
 //! - `TUMBLE_START`/`HOP_START`/`SESSION_START(…)` become `t.window_start`, `*_END` become
 //!   `t.window_end` and `*_ROWTIME` become `t.window_end - INTERVAL '1' MILLISECOND` (the
-//!   window's last millisecond, as Flink's), in the select list and `HAVING`.
+//!   window's last millisecond, as Flink's: an event time of the result, see
+//!   `stream::column_tag`), in the select list and `HAVING`.
 //!
 //! Both forms are then planned onto the same operators (a legacy `SESSION` is the
 //! SESSION table function without `PARTITION BY`: sessions per `GROUP BY` key). Refused by

@@ -17,8 +17,11 @@
 //!
 //! Interval and window joins: an INNER join of two append-only inputs whose rows can only
 //! match within a bounded time frees its rows as the watermark passes ([`expiry`]):
-//! - an **interval join** bounds the event times (tag [`Tag::EventTime`]) of both
-//!   inputs against each other with constant intervals, among its conditions:
+//! - an **interval join** bounds the event times (tag [`Tag::EventTime`], or a window's
+//!   end, [`Tag::WindowEnd`], whose rows come before the watermark passes it: NEXMark q7
+//!   bounds bids by the end of the window whose highest price they match) of both
+//!   inputs against each other with constant intervals, among its conditions (`ON` or a
+//!   `WHERE` directly above the join):
 //!   `l.t BETWEEN r.t - INTERVAL x AND r.t + INTERVAL y`, `l.t >= r.t - …`, `l.t < r.t +
 //!   …` (`<`, `<=`, `>`, `>=`), either side first, either input's time in the middle. A
 //!   bound `r.t <= l.t + a` means a left row can match no right row later than `l.t + a`:
@@ -274,7 +277,7 @@ fn expiry(left: &StreamState, right: &StreamState, keys: (&[usize], &[usize]), r
             .filter_map(|(side, state)| state.schema.index_of_column(column).ok().map(|index| (side, index)))
             .collect();
         match found.as_slice() {
-            [(side, index)] if sides[*side].tags[*index] == Tag::EventTime && is_time(*side, *index) => {
+            [(side, index)] if bounds_like_event_time(sides[*side].tags[*index]) && is_time(*side, *index) => {
                 Some((*side, *index))
             }
             _ => None,
@@ -290,6 +293,16 @@ fn expiry(left: &StreamState, right: &StreamState, keys: (&[usize], &[usize]), r
         }
     }
     expiries
+}
+
+/// Whether a column tagged `tag` may stand for an input's time in an interval join's
+/// bounds: every row must arrive before the input's watermark reaches the column's
+/// value ("no row at or below the watermark follows"). An event time does; so does a
+/// window's end, whose rows (a window table function's, or a window aggregate's or
+/// window join's output) all come before the watermark passes `window_end - 1` (the
+/// window aggregates emit a window before they forward the watermark that closes it).
+fn bounds_like_event_time(tag: Tag) -> bool {
+    matches!(tag, Tag::EventTime | Tag::WindowEnd)
 }
 
 /// The bounds `condition` puts on the event times of both inputs, each as (side, column,
@@ -334,7 +347,7 @@ fn time_term(expr: &Expr, time_column: &dyn Fn(&Expr) -> Option<(usize, usize)>)
 
 /// A constant interval of fixed length, in whole milliseconds (months and years have
 /// none).
-fn interval_ms(expr: &Expr) -> Option<i64> {
+pub(crate) fn interval_ms(expr: &Expr) -> Option<i64> {
     const DAY_MS: i64 = 86_400_000;
     match expr {
         Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(value)), _) => {

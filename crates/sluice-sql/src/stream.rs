@@ -31,7 +31,7 @@ use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::logical_plan::{Projection, SubqueryAlias};
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_expr::simplify::SimplifyContext;
-use datafusion_expr::{Expr, LogicalPlan};
+use datafusion_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion_optimizer::simplify_expressions::ExprSimplifier;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr};
 use sluice_operators::counter::LazyCounter;
@@ -453,10 +453,24 @@ fn expression_text(expr: &Expr) -> String {
     }
 }
 
-/// The tag of an expression's value: a column keeps its tag, anything computed is plain.
+/// The tag of an expression's value: a column keeps its tag; a window's rowtime,
+/// `window_end - INTERVAL '1' MILLISECOND` (what `*_ROWTIME` is rewritten into,
+/// [`crate::group_window`]), is an event time; anything else computed is plain.
+///
+/// The rowtime is an event time because every row of a window comes before the
+/// watermark passes `window_end - 1`: a window table function's rows are on time
+/// (`ts <= window_end - 1`), and the window and session aggregates emit a window when the
+/// watermark reaches `window_end - 1`, before forwarding that watermark (the one before it
+/// was lower, or the window would have been emitted then), as does a window join
+/// ([`crate::join`]). So a later window, OVER aggregate or interval join may use it.
 pub(crate) fn column_tag(expr: &Expr, state: &StreamState) -> Tag {
     match expr.clone().unalias() {
         Expr::Column(column) => state.schema.index_of_column(&column).map_or(Tag::Plain, |i| state.tags[i]),
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Minus, right })
+            if column_tag(&left, state) == Tag::WindowEnd && crate::join::interval_ms(&right) == Some(1) =>
+        {
+            Tag::EventTime
+        }
         _ => Tag::Plain,
     }
 }

@@ -446,6 +446,25 @@ fn a_non_windowed_group_by_updates_its_rows() {
     assert_eq!(stream.schema.field_with_name("mean").expect("mean").data_type(), &DataType::Int64);
 }
 
+/// NEXMark q15's shape: COUNT(DISTINCT) of one column under several filters, the
+/// filters repeated by other aggregates. Equal arguments and filters are projected once
+/// (so the operator shares one set of values per column), and each result is its own.
+#[test]
+fn count_distincts_of_one_column_under_filters_count_their_own_values() {
+    let sql = "SELECT s, COUNT(DISTINCT a) AS d, COUNT(DISTINCT a) FILTER (WHERE b > 0) AS dp, \
+               COUNT(*) FILTER (WHERE b > 0) AS np, COUNT(DISTINCT b) FILTER (WHERE b > 0) AS bp FROM t GROUP BY s";
+    let planner = plan(&[("q", sql)], OnError::Fail).expect("plans");
+    let batches =
+        vec![rows(&[(1, 0, "x", 0), (1, 5, "x", 0), (2, 5, "x", 0)]), rows(&[(3, 0, "x", 1), (2, 7, "x", 1)])];
+    let output = run_batches(&planner, "q", batches).output.expect("runs");
+    assert_eq!(changes(&output), ["+1 x,2,2,2,1", "-1 x,2,2,2,1", "+1 x,3,2,3,2"]);
+    let lines = operator_lines(&planner, "q");
+    assert!(
+        lines.contains(&"project: keys and aggregate arguments: t.s, t.a, t.b > Int64(0), t.b".to_string()),
+        "{lines:?}"
+    );
+}
+
 #[test]
 fn the_planner_knows_which_streams_update_and_by_which_key() {
     let views = [
@@ -777,6 +796,79 @@ fn interval_bounds_between_event_times_free_each_side_they_bound() {
         ("j", "SELECT x.a FROM t x JOIN u ON x.a = u.a AND u.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND"),
     ]);
     assert!(!updating.contains("state kept"), "{updating}");
+}
+
+/// NEXMark q7's shape: every row joined to the highest `a` of the 10-second window that
+/// ends within 10 s after it. The window's end (the bench's text, `window_end AS ts`) and
+/// its rowtime (older Flink text, `TUMBLE_ROWTIME`) bound the join as event times do: each
+/// window's row comes before the watermark passes its `window_end - 1`. So both sides are
+/// freed: the rows 10 s after their time, the windows' maxima at their time.
+#[test]
+fn a_windows_end_or_rowtime_bounds_an_interval_join_as_an_event_time() {
+    let q7 = |time: &str, from: &str| {
+        format!(
+            "SELECT x.a, x.b, x.ts FROM t x JOIN (SELECT MAX(a) AS top, {time} AS ts FROM {from}) m \
+             ON x.a = m.top WHERE x.ts BETWEEN m.ts - INTERVAL '10' SECOND AND m.ts"
+        )
+    };
+    let tvf = "TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end";
+    let legacy = "t GROUP BY TUMBLE(ts, INTERVAL '10' SECOND)";
+    for sql in [q7("window_end", tvf), q7("TUMBLE_ROWTIME(ts, INTERVAL '10' SECOND)", legacy)] {
+        let line = join_line(&[("q7", &sql)]);
+        assert!(line.starts_with("join: INNER ON x.a = m.top AND x.ts BETWEEN m.ts - "), "{line}");
+        assert!(
+            line.ends_with("(interval join: state kept until the watermark passes x.ts + 10000 ms / m.ts + 0 ms)"),
+            "{sql}: {line}"
+        );
+    }
+    // A window's start, or its end less more than a millisecond, comes after the
+    // watermark passed it: no bound.
+    for time in ["window_start", "window_end - INTERVAL '2' MILLISECOND"] {
+        let line = join_line(&[("q7", &q7(time, tvf))]);
+        assert!(!line.contains("state kept"), "{time}: {line}");
+    }
+}
+
+/// A window's rowtime is an event time: a later window may group by it, and a row in the
+/// last millisecond of a first-level window stays in that window's second-level window.
+#[test]
+fn a_windows_rowtime_is_an_event_time_for_a_later_window() {
+    let views = [
+        (
+            "per_second",
+            "SELECT a, COUNT(*) AS n, TUMBLE_ROWTIME(ts, INTERVAL '1' SECOND) AS rt FROM t \
+             GROUP BY TUMBLE(ts, INTERVAL '1' SECOND), a",
+        ),
+        (
+            "per_ten",
+            "SELECT SUM(n) AS n, COUNT(*) AS groups, window_start FROM TABLE(TUMBLE(TABLE per_second, DESCRIPTOR(rt), \
+             INTERVAL '10' SECOND)) GROUP BY window_start, window_end",
+        ),
+    ];
+    let planner = plan(&views, OnError::Fail).expect("a window over a window's rowtime plans");
+    let input = rows(&[
+        (1, 0, "x", 0),
+        (1, 0, "x", 500),
+        (2, 0, "x", 999),
+        (1, 0, "x", 1000),
+        (1, 0, "x", 9999),
+        (1, 0, "x", 10_000),
+    ]);
+    let output = run(&planner, "per_ten", input).output.expect("runs");
+    // [0 s, 10 s): (1, second 0) twice, (2, second 0), (1, second 1), (1, second 9);
+    // [10 s, 20 s): (1, second 10).
+    assert_eq!(int_column(&output, 0), [Some(5), Some(1)]);
+    assert_eq!(int_column(&output, 1), [Some(4), Some(1)]);
+    check_error(
+        &[
+            (
+                "late",
+                "SELECT a, window_end - INTERVAL '2' MILLISECOND AS rt FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND)) GROUP BY a, window_start, window_end",
+            ),
+            ("w", "SELECT * FROM TABLE(TUMBLE(TABLE late, DESCRIPTOR(rt), INTERVAL '10' SECOND))"),
+        ],
+        &["`rt` of `late` is not an event-time attribute"],
+    );
 }
 
 const TEN_SECOND_COUNTS: &str = "SELECT a, window_start AS ws, window_end AS we, COUNT(*) AS n \

@@ -3,6 +3,7 @@
 
 mod admin;
 mod bad_input;
+mod bounded_state;
 mod checkpoints;
 mod cluster;
 mod crash;

@@ -253,7 +253,9 @@ impl WindowGroups {
         let Groups { key_bytes, key_ends, hashes, accumulators } = &mut self.groups;
         let table = table_hash(hash);
         let index = &mut self.index[index_part(table)];
-        if let Some(&group) = index.find(table, |&group| key_of(key_bytes, key_ends, group as usize) == key) {
+        if let Some(&group) =
+            index.find(table, |&group| crate::same_bytes(key_of(key_bytes, key_ends, group as usize), key))
+        {
             return group as usize;
         }
         let group = key_ends.len();

@@ -258,7 +258,7 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> R
             let hash = table_hash(groups.hashes[group]);
             let key = groups.key(group);
             let part = &mut index[index_part(hash)];
-            if part.find(hash, |&g| groups.key(g as usize) == key).is_some() {
+            if part.find(hash, |&g| crate::same_bytes(groups.key(g as usize), key)).is_some() {
                 return Err(corrupt("a key appears twice (in two vnodes)"));
             }
             part.insert_unique(hash, group as u32, |&g| table_hash(groups.hashes[g as usize]));

@@ -7,7 +7,8 @@
 //! meet on one thread. Each side's state is the multiset of its rows so far
 //! ([`store`]): equal rows accumulate their weights, a row whose weight reaches 0 is
 //! dropped. Each stored row also carries its match count: the summed weights of the
-//! other side's rows with the same key for which the residual is true.
+//! other side's rows with the same key for which the residual is true. (A side whose
+//! rows expire keeps them in arrival order instead, [`expiring`]: see Expiry.)
 //!
 //! Output is the change of the join's result, one batch per input batch. For each input
 //! row `q` of weight `w`, in batch order, against the other side's stored rows `r` (of
@@ -41,9 +42,13 @@
 //! window bounds, which stay in the residual and still decide every match). As the
 //! watermark `w` (already the lower of both inputs') reaches a row's expiry, no row that
 //! may still come can match it ("no row at or below the watermark follows"), so
-//! [`Operator::on_watermark`] frees it, through an ordered index by expiry time, in work
-//! proportional to the rows freed. Freed rows are not retracted: an inner join has
-//! nothing to retract, so its output stays append-only. A row arriving with its expiry
+//! [`Operator::on_watermark`] expires it. Such a side is an inner join's input that only
+//! appends, so it keeps its rows in arrival order ([`expiring`]): an expired row is
+//! skipped by probes, left out of snapshots and of [`JoinOperator::state_rows`] at once,
+//! and its memory freed from the front of that order (with a state TTL the side keeps
+//! its rows by row, [`store`], freeing each through an ordered index by expiry time).
+//! Expired rows are not retracted: an inner join has nothing to retract, so its output
+//! stays append-only. A row arriving with its expiry
 //! already at or below the watermark could only have matched rows already freed: it is
 //! late, counted in `view NAME: late rows` and dropped (never joined, never stored),
 //! unlike a regular join, which joins every row however late. A row whose time is NULL
@@ -51,6 +56,7 @@
 //! The watermark is not part of a snapshot: after a restore it starts unknown, and the
 //! restored rows are freed as the first watermark passes them.
 
+mod expiring;
 #[cfg(test)]
 mod expiry_tests;
 mod state;
@@ -72,6 +78,7 @@ use sluice_types::key::{KeyEncoder, KeyRows, is_key_type};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 use crate::partition::encode_keys;
+use expiring::ExpiringStore;
 use store::{NEVER, RowRef, Store};
 
 pub use state::JOIN_STATE_VERSION;
@@ -146,8 +153,139 @@ struct Side {
     key_encoder: Option<KeyEncoder>,
     /// Encodes whole rows of this side.
     row_encoder: KeyEncoder,
-    store: Store,
+    store: Rows,
     expiry: Option<Expiry>,
+}
+
+/// A side's stored rows: in arrival order when they expire ([`expiring`]: an interval
+/// or window join's side, without a TTL), else a multiset by row ([`store`]).
+enum Rows {
+    ByRow(Store),
+    Expiring(ExpiringStore),
+}
+
+/// A stored row's bytes, shared (not copied) with the store: the whole of a row kept by
+/// row, or a range of an expiring side's chunk of bytes.
+#[derive(Debug, Clone)]
+pub(crate) enum SharedRow {
+    Whole(Arc<[u8]>),
+    InChunk(expiring::Chunk, std::ops::Range<usize>),
+}
+
+impl SharedRow {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            SharedRow::Whole(row) => row,
+            SharedRow::InChunk(chunk, range) => &chunk[range.clone()],
+        }
+    }
+}
+
+/// A stored row, its key hash and counts, as a snapshot copies them.
+pub(crate) struct StoredRow {
+    row: SharedRow,
+    key_hash: u64,
+    weight: i64,
+    matches: i64,
+}
+
+impl Rows {
+    fn len(&self) -> usize {
+        match self {
+            Rows::ByRow(store) => store.len(),
+            Rows::Expiring(store) => store.len(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Rows::ByRow(store) => store.bytes(),
+            Rows::Expiring(store) => store.bytes(),
+        }
+    }
+
+    /// Appends the ids of the rows whose join key is `key` (placement hash `hash`).
+    fn probe(&mut self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
+        match self {
+            Rows::ByRow(store) => out.extend(store.bucket(key, hash).iter().map(|&slot| u64::from(slot))),
+            Rows::Expiring(store) => store.probe(key, hash, out),
+        }
+    }
+
+    /// The bytes of row `id` (from a probe in this batch).
+    fn row(&self, id: u64) -> &[u8] {
+        match self {
+            Rows::ByRow(store) => &store.get(id as u32).row,
+            Rows::Expiring(store) => store.row(id),
+        }
+    }
+
+    /// The weight and the match count of row `id` (from a probe in this batch).
+    fn counts_mut(&mut self, id: u64) -> (i64, &mut i64) {
+        match self {
+            Rows::ByRow(store) => {
+                let stored = store.get_mut(id as u32);
+                (stored.weight, &mut stored.matches)
+            }
+            Rows::Expiring(store) => {
+                let entry = store.get_mut(id);
+                (entry.weight, &mut entry.matches)
+            }
+        }
+    }
+
+    /// Adds `weight` copies of a row (see [`Store::apply`] and [`ExpiringStore::push`]).
+    fn apply(&mut self, row: &RowRef<'_>, weight: i64, matches: i64, expires: i64) -> Result<(), SluiceError> {
+        match self {
+            Rows::ByRow(store) => {
+                store.apply(row, weight, matches, expires);
+                Ok(())
+            }
+            Rows::Expiring(store) => store.push(row.row, row.key, row.key_hash, weight, matches, expires),
+        }
+    }
+
+    fn expire(&mut self, watermark: TimestampMs) {
+        match self {
+            Rows::ByRow(store) => {
+                store.expire(watermark);
+            }
+            Rows::Expiring(store) => {
+                store.expire(watermark);
+            }
+        }
+    }
+
+    fn expire_ttl(&mut self) {
+        if let Rows::ByRow(store) = self {
+            store.expire_ttl();
+        }
+    }
+
+    /// After a restore: an expiring side puts its rows in the order they expire.
+    fn restored(&mut self) {
+        if let Rows::Expiring(store) = self {
+            store.sort_by_expiry();
+        }
+    }
+
+    /// Every stored row (equal rows of an expiring side may come more than once).
+    fn rows(&self) -> Box<dyn Iterator<Item = StoredRow> + '_> {
+        match self {
+            Rows::ByRow(store) => Box::new(store.rows().map(|s| StoredRow {
+                row: SharedRow::Whole(Arc::clone(&s.row)),
+                key_hash: s.key_hash,
+                weight: s.weight,
+                matches: s.matches,
+            })),
+            Rows::Expiring(store) => Box::new(store.rows().map(|(e, chunk)| StoredRow {
+                row: SharedRow::InChunk(Arc::clone(chunk), e.row_range()),
+                key_hash: e.key_hash,
+                weight: e.weight,
+                matches: e.matches,
+            })),
+        }
+    }
 }
 
 /// See the module documentation.
@@ -229,7 +367,10 @@ impl JoinOperator {
                 keys: keys.to_vec(),
                 key_encoder: None,
                 row_encoder: KeyEncoder::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())?,
-                store: Store::default(),
+                store: match expiry {
+                    Some(_) => Rows::Expiring(ExpiringStore::default()),
+                    None => Rows::ByRow(Store::default()),
+                },
                 expiry,
             })
         };
@@ -250,21 +391,25 @@ impl JoinOperator {
     }
 
     /// Drops rows of either side not written for the TTL (`crate::ttl`): an inner join
-    /// only (an outer join's NULL padding depends on every row of the other side).
+    /// only (an outer join's NULL padding depends on every row of the other side). The
+    /// TTL is kept per row, so an expiring side keeps its rows by row too.
     pub fn with_ttl(mut self, ttl: std::time::Duration, clock: crate::ttl::Clock) -> JoinOperator {
         assert_eq!(self.kind, JoinKind::Inner, "the planner gives a state TTL to inner joins only");
         for side in &mut self.sides {
-            side.store.set_ttl(crate::ttl::Ttl::new(ttl, clock.clone()));
+            let mut store = Store::default();
+            store.set_ttl(crate::ttl::Ttl::new(ttl, clock.clone()));
+            side.store = Rows::ByRow(store);
         }
         self
     }
 
-    /// Distinct rows held in state, over both sides.
+    /// Rows held in state, over both sides: distinct rows of a side kept by row; rows
+    /// with their multiplicity on an expiring side (expired ones not counted).
     pub fn state_rows(&self) -> usize {
         self.sides.iter().map(|s| s.store.len()).sum()
     }
 
-    /// The bytes of the distinct rows held, over both sides, in their encoding (the
+    /// The bytes of the rows [`JoinOperator::state_rows`] counts, in their encoding (the
     /// hash indexes and per-row bookkeeping, about 80 bytes a row, not counted).
     pub fn state_bytes(&self) -> usize {
         self.sides.iter().map(|s| s.store.bytes()).sum()
@@ -391,19 +536,19 @@ impl Operator for JoinOperator {
 
         // The candidate pairs: each input row with every stored row of its key.
         let mut probes: Vec<u32> = Vec::new();
-        let mut candidates: Vec<u32> = Vec::new();
+        let mut candidates: Vec<u64> = Vec::new();
         let mut ends: Vec<usize> = Vec::with_capacity(count);
         for (row, &weight) in weights_in.iter().enumerate() {
             let matchable = weight != 0 && nulls.as_ref().is_none_or(|n| n.is_valid(row));
             if matchable {
-                let slots = self.sides[other].store.bucket(keys.row(row), keys.hash(row));
-                candidates.extend_from_slice(slots);
-                probes.extend(std::iter::repeat_n(row as u32, slots.len()));
+                let before = candidates.len();
+                self.sides[other].store.probe(keys.row(row), keys.hash(row), &mut candidates);
+                probes.extend(std::iter::repeat_n(row as u32, candidates.len() - before));
             }
             ends.push(candidates.len());
         }
         let other_side = &self.sides[other];
-        let others = other_side.row_encoder.decode(candidates.iter().map(|&s| &*other_side.store.get(s).row))?;
+        let others = other_side.row_encoder.decode(candidates.iter().map(|&id| other_side.store.row(id)))?;
         let mask = self.residual_mask(this, rows, &probes, &others)?;
 
         // Output rows, as positions in the batch (this side) and among the candidates
@@ -425,16 +570,15 @@ impl Operator for JoinOperator {
                 continue;
             }
             let mut matches: i64 = 0;
-            for (candidate, &slot) in candidates.iter().enumerate().take(end).skip(start) {
+            for (candidate, &id) in candidates.iter().enumerate().take(end).skip(start) {
                 if mask.as_ref().is_some_and(|m| !(m.is_valid(candidate) && m.value(candidate))) {
                     continue;
                 }
-                let stored = self.sides[other].store.get_mut(slot);
-                matches += stored.weight;
-                let before = stored.matches;
-                stored.matches += weight;
-                let after = stored.matches;
-                let multiplicity = stored.weight;
+                let (multiplicity, stored_matches) = self.sides[other].store.counts_mut(id);
+                matches += multiplicity;
+                let before = *stored_matches;
+                *stored_matches += weight;
+                let after = *stored_matches;
                 if other_preserved && before == 0 && after != 0 {
                     emit(None, Some(candidate), -multiplicity);
                 }
@@ -460,7 +604,7 @@ impl Operator for JoinOperator {
                 key_hash: keys.hash(row),
             };
             let expires = expires.as_ref().map_or(NEVER, |e| e[row].unwrap_or(NEVER));
-            self.sides[this].store.apply(&row_ref, weight, matches, expires);
+            self.sides[this].store.apply(&row_ref, weight, matches, expires)?;
         }
         self.key_rows = keys;
         self.row_rows = row_bytes;

@@ -6,7 +6,9 @@
 //! blob per vnode holding rows, the vnode of each row's join key hash (the hash the
 //! exchange routes both inputs by), so a restore onto any number of threads gives each
 //! row to the thread its key's future rows go to. Rows after the barrier change the
-//! live state, never the copy.
+//! live state, never the copy. A side whose rows expire holds equal rows apart as they
+//! arrived and leaves expired rows out; the encoding merges equal rows into one (weights
+//! and match counts summed), so the blob is the same as a side kept by row would write.
 //!
 //! Layout, version [`JOIN_STATE_VERSION`] (little-endian): `u32 version`, `u32 rows`,
 //! then per distinct row, ordered by side and then by the row's bytes:
@@ -23,6 +25,7 @@
 //! side's schema and encode back to the same bytes, and no row may appear twice: a
 //! blob from another plan or a damaged one is refused, never misread, and never panics.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
@@ -30,8 +33,8 @@ use sluice_runtime::SnapshotJob;
 use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
-use super::store::NEVER;
-use super::{JoinOperator, expiry_times};
+use super::store::{NEVER, RowRef};
+use super::{JoinOperator, SharedRow, expiry_times};
 use crate::blob::{BlobWriter, Reader};
 use crate::partition::encode_keys;
 
@@ -46,9 +49,15 @@ const MIN_ROW_BYTES: usize = 1 + 4 + 8 + 8;
 struct Copied {
     side: u8,
     key_hash: u64,
-    row: Arc<[u8]>,
+    row: SharedRow,
     weight: i64,
     matches: i64,
+}
+
+impl Copied {
+    fn row(&self) -> &[u8] {
+        self.row.bytes()
+    }
 }
 
 /// Copies the stored rows and returns the job that encodes them; None without state.
@@ -58,7 +67,7 @@ pub(super) fn snapshot(join: &JoinOperator) -> Option<SnapshotJob> {
         copy.extend(state.store.rows().map(|stored| Copied {
             side: side as u8,
             key_hash: stored.key_hash,
-            row: Arc::clone(&stored.row),
+            row: stored.row,
             weight: stored.weight,
             matches: stored.matches,
         }));
@@ -70,16 +79,25 @@ pub(super) fn snapshot(join: &JoinOperator) -> Option<SnapshotJob> {
     Some(Box::new(move || Ok(encode(copy, vnodes))))
 }
 
-/// One blob per vnode holding rows, in vnode order.
+/// One blob per vnode holding rows, in vnode order. Equal rows of a side (an expiring
+/// side keeps each arrival apart) become one, their weights and match counts summed.
 fn encode(mut rows: Vec<Copied>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
-    rows.sort_by(|a, b| (a.side, &*a.row).cmp(&(b.side, &*b.row)));
+    rows.sort_by(|a, b| (a.side, a.row()).cmp(&(b.side, b.row())));
+    rows.dedup_by(|later, kept| {
+        let equal = later.side == kept.side && later.row() == kept.row();
+        if equal {
+            kept.weight += later.weight;
+            kept.matches += later.matches;
+        }
+        equal
+    });
     let mut blobs = BlobWriter::new(VERSION);
     for row in &rows {
         let bytes = blobs.entry(vnode::of_hash(row.key_hash, vnodes));
         bytes.push(row.side);
-        let length = u32::try_from(row.row.len()).expect("a row shorter than 4 GiB");
+        let length = u32::try_from(row.row().len()).expect("a row shorter than 4 GiB");
         bytes.extend_from_slice(&length.to_le_bytes());
-        bytes.extend_from_slice(&row.row);
+        bytes.extend_from_slice(row.row());
         bytes.extend_from_slice(&row.weight.to_le_bytes());
         bytes.extend_from_slice(&row.matches.to_le_bytes());
     }
@@ -98,8 +116,10 @@ type ReadRow<'a> = (&'a [u8], i64, i64);
 
 /// Loads the rows of `blobs` (of the vnodes this instance owns) into `join`.
 pub(super) fn restore(join: &mut JoinOperator, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-    for blob in blobs {
-        let mut reader = Reader::new(&blob, STATE);
+    // Every row read so far, per side: none may appear twice, in one blob or across them.
+    let mut seen: [HashSet<&[u8]>; 2] = [HashSet::new(), HashSet::new()];
+    for blob in &blobs {
+        let mut reader = Reader::new(blob, STATE);
         if reader.u32()? != VERSION {
             return Err(corrupt("unknown version"));
         }
@@ -116,15 +136,20 @@ pub(super) fn restore(join: &mut JoinOperator, blobs: Vec<Vec<u8>>) -> Result<()
             if weight == 0 {
                 return Err(corrupt("a row of weight 0"));
             }
-            sides
-                .get_mut(side as usize)
-                .ok_or_else(|| corrupt("a side other than left or right"))?
-                .push((row, weight, matches));
+            let side = side as usize;
+            let rows = sides.get_mut(side).ok_or_else(|| corrupt("a side other than left or right"))?;
+            if !seen[side].insert(row) {
+                return Err(corrupt("a row appears twice"));
+            }
+            rows.push((row, weight, matches));
         }
         reader.finish()?;
         for (side, rows) in sides.iter().enumerate() {
             load(join, side, rows)?;
         }
+    }
+    for side in &mut join.sides {
+        side.store.restored();
     }
     Ok(())
 }
@@ -151,12 +176,12 @@ fn load(join: &mut JoinOperator, side: usize, rows: &[ReadRow<'_>]) -> Result<()
         if encoded.row(index) != row {
             return Err(corrupt("a row not in its canonical encoding"));
         }
-        let row_hash = encoded.hash(index);
-        if state.store.find(row, row_hash).is_some() {
-            return Err(corrupt("a row appears twice"));
+        if weight < 0 && state.expiry.is_some() {
+            return Err(corrupt("a retracted row on a side whose rows expire"));
         }
         let expires = expires.as_ref().map_or(NEVER, |e| e[index].unwrap_or(i64::MIN));
-        state.store.insert(Arc::from(row), row_hash, keys.row(index), keys.hash(index), weight, matches, expires);
+        let row = RowRef { row, row_hash: encoded.hash(index), key: keys.row(index), key_hash: keys.hash(index) };
+        state.store.apply(&row, weight, matches, expires)?;
     }
     Ok(())
 }

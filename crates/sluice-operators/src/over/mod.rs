@@ -353,7 +353,9 @@ impl OverAggregate {
     fn partition_of(&mut self, key: &[u8], hash: u64) -> u32 {
         let table = table_hash(hash);
         let partitions = &self.partitions;
-        let found = self.index.find(table, |&id| partitions[id as usize].as_ref().is_some_and(|p| &*p.key == key));
+        let found = self
+            .index
+            .find(table, |&id| partitions[id as usize].as_ref().is_some_and(|p| crate::same_bytes(&p.key, key)));
         if let Some(&id) = found {
             return id;
         }

@@ -290,7 +290,7 @@ impl TopN {
     fn partition_of(&mut self, key: &[u8], hash: u64) -> usize {
         let table = table_hash(hash);
         let partitions = &self.partitions;
-        if let Some(&id) = self.index.find(table, |&id| &*partitions[id as usize].key == key) {
+        if let Some(&id) = self.index.find(table, |&id| crate::same_bytes(&partitions[id as usize].key, key)) {
             return id as usize;
         }
         assert!(self.partitions.len() < u32::MAX as usize, "fewer than 2^32 partitions per thread");

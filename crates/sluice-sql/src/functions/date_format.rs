@@ -109,6 +109,22 @@ fn quoted(chars: &[char], open: usize, literal: &mut String, pattern: &str) -> R
     }
 }
 
+/// The span of time, counted in whole spans from 1970-01-01 00:00 UTC, within which
+/// `pieces` formats every time alike: a millisecond, second, minute or hour for its
+/// finest field, else a day (every field a day has is the same all day). So a run of
+/// times formats once per span.
+pub(crate) fn granularity_ms(pieces: &[Piece]) -> i64 {
+    const DAY_MS: i64 = 86_400_000;
+    let span = |piece: &Piece| match piece {
+        Piece::Field { letter: 'S', .. } => 1,
+        Piece::Field { letter: 's', .. } => 1_000,
+        Piece::Field { letter: 'm', .. } => 60_000,
+        Piece::Field { letter: 'H' | 'h' | 'a', .. } => 3_600_000,
+        _ => DAY_MS,
+    };
+    pieces.iter().map(span).min().unwrap_or(DAY_MS)
+}
+
 /// Appends `time` formatted by `pieces` to `out`.
 pub(crate) fn format(pieces: &[Piece], time: &NaiveDateTime, out: &mut String) {
     for piece in pieces {
@@ -120,13 +136,17 @@ pub(crate) fn format(pieces: &[Piece], time: &NaiveDateTime, out: &mut String) {
 }
 
 fn field(letter: char, count: usize, time: &NaiveDateTime, out: &mut String) {
-    let number = |value: i64, out: &mut String| out.push_str(&format!("{value:0count$}"));
+    use std::fmt::Write;
+    // Writing to a `String` cannot fail.
+    let number = |value: i64, out: &mut String| {
+        let _ = write!(out, "{value:0count$}");
+    };
     match letter {
         'y' => {
             let year = i64::from(time.year());
             let era_year = if year < 1 { 1 - year } else { year };
             if count == 2 {
-                out.push_str(&format!("{:02}", era_year % 100));
+                let _ = write!(out, "{:02}", era_year % 100);
             } else {
                 number(era_year, out);
             }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, StringArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, StringArray, StringBuilder};
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::{cast, prep_null_mask_filter};
 use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, TimeUnit, TimestampMillisecondType};
@@ -72,29 +72,41 @@ impl ScalarUDFImpl for DateFormat {
         let times = cast(&arrays[0], &TIMESTAMP)?;
         let times = times.as_primitive::<TimestampMillisecondType>();
         let patterns = arrays[1].as_string::<i32>();
-        let mut compiled: Option<(String, Vec<Piece>)> = None;
+        // The pattern, its pieces and their granularity.
+        let mut compiled: Option<(String, Vec<Piece>, i64)> = None;
+        // `text` is the formatted time of this span (the time divided by the granularity).
         let mut text = String::new();
-        let mut out = Vec::with_capacity(times.len());
+        let mut span: Option<i64> = None;
+        let mut out = StringBuilder::with_capacity(times.len(), times.len() * 16);
         for row in 0..times.len() {
             if times.is_null(row) || patterns.is_null(row) {
-                out.push(None);
+                out.append_null();
                 continue;
             }
             let pattern = patterns.value(row);
-            if compiled.as_ref().is_none_or(|(seen, _)| seen != pattern) {
+            if compiled.as_ref().is_none_or(|(seen, _, _)| seen != pattern) {
                 match date_format::compile(pattern) {
-                    Ok(pieces) => compiled = Some((pattern.to_string(), pieces)),
+                    Ok(pieces) => {
+                        let granularity = date_format::granularity_ms(&pieces);
+                        compiled = Some((pattern.to_string(), pieces, granularity));
+                        span = None;
+                    }
                     Err(message) => return exec_err!("DATE_FORMAT: {message}"),
                 }
             }
-            let Some(time) = naive(times.value(row)) else {
-                return exec_err!("DATE_FORMAT: the timestamp {} ms is outside the supported range", times.value(row));
-            };
-            text.clear();
-            date_format::format(&compiled.as_ref().expect("compiled above").1, &time, &mut text);
-            out.push(Some(text.clone()));
+            let (_, pieces, granularity) = compiled.as_ref().expect("compiled above");
+            let ms = times.value(row);
+            if span != Some(ms.div_euclid(*granularity)) {
+                let Some(time) = naive(ms) else {
+                    return exec_err!("DATE_FORMAT: the timestamp {ms} ms is outside the supported range");
+                };
+                text.clear();
+                date_format::format(pieces, &time, &mut text);
+                span = Some(ms.div_euclid(*granularity));
+            }
+            out.append_value(&text);
         }
-        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }
 }
 

@@ -66,6 +66,30 @@ fn date_format_follows_simple_date_format_patterns() {
     );
 }
 
+/// A batch formats once per span of its pattern's finest field; every row still gets
+/// what formatting it alone gives, across seconds, hours, days and before 1970.
+#[test]
+fn date_format_of_many_rows_equals_each_row_formatted_alone() {
+    let times: Vec<i64> = [-86_400_001, -1, 0, 999, 1_000, 59_999, 60_000, 3_599_999, 3_600_000, 86_399_999]
+        .into_iter()
+        .chain((0..200).map(|i| TUESDAY_EVENING_MS + i * 7_919))
+        .collect();
+    let input: Vec<(i64, i64, &str, i64)> = times.iter().map(|&ts| (0, 0, "x", ts)).collect();
+    for pattern in ["yyyy-MM-dd", "HH:mm", "h a", "ss.SSS", "EEE", "'at' m", ""] {
+        let sql = format!("SELECT DATE_FORMAT(ts, '{}') FROM t", pattern.replace('\'', "''"));
+        let planner = plan(&[("v", &sql)], OnError::Fail).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let output = run(&planner, "v", rows(&input)).output.expect("run");
+        let got = output[0].rows.column(0).as_string::<i32>().clone();
+        let pieces = crate::functions::date_format::compile(pattern).expect("compiles");
+        for (row, &ms) in times.iter().enumerate() {
+            let mut alone = String::new();
+            let time = chrono::DateTime::from_timestamp_millis(ms).expect("in range").naive_utc();
+            crate::functions::date_format::format(&pieces, &time, &mut alone);
+            assert_eq!(got.value(row), alone, "{pattern} at {ms} ms");
+        }
+    }
+}
+
 #[test]
 fn date_format_refuses_an_unsupported_letter_when_planned() {
     let error = plan_error(&[("v", "SELECT DATE_FORMAT(ts, 'yyyy-ww') FROM t")]);

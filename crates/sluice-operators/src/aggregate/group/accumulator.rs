@@ -9,8 +9,9 @@
 //! - MIN and MAX: the multiset of values (value → weighted count), since a retraction of
 //!   the extreme needs the next one; the result is the least or greatest value of
 //!   positive count;
-//! - COUNT(DISTINCT x): the multiset of values in the key encoding; the result is how
-//!   many have a positive count.
+//! - COUNT(DISTINCT x): the number of values of positive count; the values themselves
+//!   are in the group's [`super::distinct::DistinctValues`] of the argument column,
+//!   shared by every COUNT(DISTINCT) of that column, which keeps this number up to date.
 //!
 //! Integer sums wrap on overflow, as in the window aggregate (and in Flink, whose BIGINT
 //! arithmetic is Java's); a float sum that took retractions may differ from a
@@ -18,9 +19,9 @@
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Float64Array, Int64Array, StringArray};
-use sluice_types::key::KeyRows;
 
 use super::super::AggregateFunction;
 
@@ -30,7 +31,8 @@ pub(super) enum Value {
     Null,
     Int(i64),
     Float(f64),
-    Text(Box<str>),
+    /// Shared with the MIN/MAX multiset it comes from (no copy per result).
+    Text(Arc<str>),
 }
 
 impl Value {
@@ -77,7 +79,7 @@ impl Ord for OrderedFloat {
 pub(super) enum Multiset {
     Int(BTreeMap<i64, i64>),
     Float(BTreeMap<OrderedFloat, i64>),
-    Text(BTreeMap<Box<str>, i64>),
+    Text(BTreeMap<Arc<str>, i64>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -104,9 +106,8 @@ pub(super) enum Accumulator {
         max: bool,
     },
     Distinct {
-        values: BTreeMap<Box<[u8]>, i64>,
         /// How many values have a positive count: the result, kept as counts change
-        /// (counting the map per result made COUNT(DISTINCT) quadratic in its values).
+        /// (counting the values per result made COUNT(DISTINCT) quadratic in them).
         positive: i64,
     },
 }
@@ -120,8 +121,6 @@ pub(super) enum Argument {
     Int(Int64Array),
     Float(Float64Array),
     Text(StringArray),
-    /// COUNT(DISTINCT x): the values in the key encoding, and the column (for NULLs).
-    Encoded(KeyRows, ArrayRef),
 }
 
 fn add<K: Ord>(map: &mut BTreeMap<K, i64>, key: K, weight: i64) {
@@ -155,7 +154,7 @@ impl Accumulator {
         let max = function == AggregateFunction::Max;
         match (function, kind) {
             (AggregateFunction::CountRows | AggregateFunction::Count, _) => Accumulator::Count(0),
-            (AggregateFunction::CountDistinct, _) => Accumulator::Distinct { values: BTreeMap::new(), positive: 0 },
+            (AggregateFunction::CountDistinct, _) => Accumulator::Distinct { positive: 0 },
             (AggregateFunction::Sum, Some(ValueKind::Float)) => Accumulator::SumFloat { sum: 0.0, count: 0 },
             (AggregateFunction::Sum, _) => Accumulator::SumInt { sum: 0, count: 0 },
             (AggregateFunction::Avg, Some(ValueKind::Float)) => Accumulator::AvgFloat { sum: 0.0, count: 0 },
@@ -188,7 +187,8 @@ impl Accumulator {
     }
 
     /// Adds row `row` of `argument` with `weight` (negative: a retraction). A NULL
-    /// argument changes nothing (COUNT(*) counts every row).
+    /// argument changes nothing (COUNT(*) counts every row); COUNT(DISTINCT) changes
+    /// through its column's shared values instead.
     pub fn update(&mut self, argument: &Argument, row: usize, weight: i64) {
         match (self, argument) {
             (Accumulator::Count(count), Argument::None) => *count += weight,
@@ -218,16 +218,17 @@ impl Accumulator {
             (Accumulator::Extreme { values: Multiset::Text(map), .. }, Argument::Text(values))
                 if values.is_valid(row) =>
             {
-                add(map, values.value(row).into(), weight);
-            }
-            (Accumulator::Distinct { values: map, positive }, Argument::Encoded(values, column))
-                if column.is_valid(row) =>
-            {
-                let key = values.row(row);
-                let before = map.get(key).is_some_and(|count| *count > 0);
-                add(map, key.into(), weight);
-                let after = map.get(key).is_some_and(|count| *count > 0);
-                *positive += i64::from(after) - i64::from(before);
+                // A value already held is counted without copying it.
+                let value = values.value(row);
+                match map.get_mut(value) {
+                    Some(count) => {
+                        *count += weight;
+                        if *count == 0 {
+                            map.remove(value);
+                        }
+                    }
+                    None => add(map, value.into(), weight),
+                }
             }
             _ => {}
         }
@@ -272,7 +273,7 @@ impl Accumulator {
                 extreme(map, *max).map_or(Value::Null, |v| Value::Float(v.0))
             }
             Accumulator::Extreme { values: Multiset::Text(map), max } => {
-                extreme(map, *max).map_or(Value::Null, |v| Value::Text(v.clone()))
+                extreme(map, *max).map_or(Value::Null, |v| Value::Text(Arc::clone(v)))
             }
             Accumulator::Distinct { positive, .. } => Value::Int(*positive),
         }
@@ -292,7 +293,6 @@ impl Accumulator {
 
 /// The results of one aggregate for many rows, as an Arrow column of `kind`.
 pub(super) fn column<'a>(kind: ValueKind, values: impl Iterator<Item = &'a Value>) -> ArrayRef {
-    use std::sync::Arc;
     match kind {
         ValueKind::Int => Arc::new(Int64Array::from_iter(values.map(|v| match v {
             Value::Int(v) => Some(*v),

@@ -5,8 +5,10 @@
 //! retractions (any other value is a multiplicity), so the input may itself be updating.
 //! State is one entry per group: its key (in the project's key encoding,
 //! [`sluice_types::key`]), the key's placement hash (the exchange's, so its vnode), the
-//! weighted count of its rows, and one retractable accumulator per aggregate
-//! ([`accumulator`]).
+//! weighted count of its rows, one retractable accumulator per aggregate
+//! ([`accumulator`]), and for each column that COUNT(DISTINCT) aggregates, its values
+//! with a count per such aggregate ([`distinct`]: the FILTERed variants of one column
+//! share one set; the planner projects equal arguments to one column).
 //!
 //! Output is a changelog, emitted per input batch (a mini-batch: a group touched by
 //! several rows of one batch changes once): for each group the batch touched, in the
@@ -29,6 +31,7 @@
 //! row, in one output batch.
 
 mod accumulator;
+mod distinct;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -47,6 +50,7 @@ use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
 use crate::counter::LazyCounter;
 use accumulator::{Accumulator, Argument, Value, ValueKind};
+use distinct::{DistinctValues, MEMBERS_MAX};
 
 pub use state::GROUP_STATE_VERSION;
 
@@ -64,7 +68,7 @@ pub struct GroupAggregateSpec {
 }
 
 /// One group's state.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 struct Group {
     key: Box<[u8]>,
     /// The key's placement hash (0 without keys).
@@ -72,12 +76,25 @@ struct Group {
     /// The weighted count of the group's rows: the group exists while it is positive.
     rows: i64,
     accumulators: Vec<Accumulator>,
+    /// One set per [`Share`].
+    distinct: Vec<DistinctValues>,
 }
 
 impl Group {
     fn values(&self) -> Vec<Value> {
         self.accumulators.iter().map(Accumulator::value).collect()
     }
+}
+
+/// COUNT(DISTINCT) aggregates of one argument column (at most [`MEMBERS_MAX`]; a column
+/// with more has several shares), sharing one set of values per group.
+#[derive(Debug, Clone)]
+struct Share {
+    column: usize,
+    /// Encodes the column's values.
+    encoder: KeyEncoder,
+    /// The aggregates (their positions), in order: the set's members.
+    members: Vec<usize>,
 }
 
 /// A group the current batch touched, with its row before the batch (None: it did not
@@ -92,10 +109,12 @@ pub struct GroupAggregate {
     spec: GroupAggregateSpec,
     key_encoder: KeyEncoder,
     key_rows: KeyRows,
-    /// Per aggregate: how its argument is read (None for COUNT(*)), and the encoder of
-    /// a COUNT(DISTINCT) argument's values.
+    /// Per aggregate: how its argument is read (None for COUNT(*)).
     kinds: Vec<Option<ValueKind>>,
-    distinct_encoders: Vec<Option<KeyEncoder>>,
+    /// The COUNT(DISTINCT) aggregates by argument column, and per aggregate its share and
+    /// member there (None for the other aggregates).
+    shares: Vec<Share>,
+    member_of: Vec<Option<(usize, usize)>>,
     /// Groups by id; a dropped group's slot is reused (`free`).
     groups: Vec<Option<Group>>,
     free: Vec<u32>,
@@ -121,8 +140,9 @@ impl GroupAggregate {
     ) -> Result<GroupAggregate, SluiceError> {
         let key_encoder = KeyEncoder::new(spec.keys.iter().map(|&k| input.field(k).data_type().clone()).collect())?;
         let mut kinds = Vec::new();
-        let mut distinct_encoders = Vec::new();
-        for aggregate in &spec.aggregates {
+        let mut shares: Vec<Share> = Vec::new();
+        let mut member_of = Vec::new();
+        for (index, aggregate) in spec.aggregates.iter().enumerate() {
             let data_type = aggregate.argument.map(|column| input.field(column).data_type());
             kinds.push(data_type.map(|t| {
                 if is_float(t) {
@@ -133,8 +153,20 @@ impl GroupAggregate {
                     ValueKind::Int
                 }
             }));
-            distinct_encoders.push(match (aggregate.function, data_type) {
-                (AggregateFunction::CountDistinct, Some(t)) => Some(KeyEncoder::new(vec![t.clone()])?),
+            member_of.push(match (aggregate.function, aggregate.argument, data_type) {
+                (AggregateFunction::CountDistinct, Some(column), Some(t)) => {
+                    let open = |share: &Share| share.column == column && share.members.len() < MEMBERS_MAX;
+                    let share = match shares.iter().position(open) {
+                        Some(share) => share,
+                        None => {
+                            let encoder = KeyEncoder::new(vec![t.clone()])?;
+                            shares.push(Share { column, encoder, members: Vec::new() });
+                            shares.len() - 1
+                        }
+                    };
+                    shares[share].members.push(index);
+                    Some((share, shares[share].members.len() - 1))
+                }
                 _ => None,
             });
         }
@@ -143,7 +175,8 @@ impl GroupAggregate {
             key_encoder,
             key_rows: KeyRows::default(),
             kinds,
-            distinct_encoders,
+            shares,
+            member_of,
             groups: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
@@ -174,20 +207,21 @@ impl GroupAggregate {
         self.spec.aggregates.iter().zip(&self.kinds).map(|(a, kind)| Accumulator::new(a.function, *kind)).collect()
     }
 
+    fn new_distinct(&self) -> Vec<DistinctValues> {
+        let new = if self.spec.append_only_input { DistinctValues::seen } else { DistinctValues::counted };
+        self.shares.iter().map(|share| new(share.members.len())).collect()
+    }
+
     /// Each aggregate's argument column of `rows`, cast once.
     fn arguments(&self, rows: &RecordBatch) -> Result<Vec<Argument>, SluiceError> {
         let mut arguments = Vec::with_capacity(self.spec.aggregates.len());
         for (index, aggregate) in self.spec.aggregates.iter().enumerate() {
-            let Some(column) = aggregate.argument else {
+            let Some(column) = aggregate.argument.filter(|_| self.member_of[index].is_none()) else {
                 arguments.push(Argument::None);
                 continue;
             };
             let array = rows.column(column);
-            let argument = if let Some(encoder) = &self.distinct_encoders[index] {
-                let mut values = KeyRows::default();
-                encoder.encode(std::slice::from_ref(array), &mut values)?;
-                Argument::Encoded(values, Arc::clone(array))
-            } else if aggregate.function == AggregateFunction::Count {
+            let argument = if aggregate.function == AggregateFunction::Count {
                 Argument::Present(Arc::clone(array))
             } else {
                 match self.kinds[index] {
@@ -212,11 +246,18 @@ impl GroupAggregate {
     fn group_of(&mut self, key: &[u8], hash: u64) -> u32 {
         let table = table_hash(hash);
         let groups = &self.groups;
-        let found = self.index.find(table, |&id| groups[id as usize].as_ref().is_some_and(|g| &*g.key == key));
+        let found =
+            self.index.find(table, |&id| groups[id as usize].as_ref().is_some_and(|g| crate::same_bytes(&g.key, key)));
         if let Some(&id) = found {
             return id;
         }
-        let group = Group { key: key.into(), hash, rows: 0, accumulators: self.new_accumulators() };
+        let group = Group {
+            key: key.into(),
+            hash,
+            rows: 0,
+            accumulators: self.new_accumulators(),
+            distinct: self.new_distinct(),
+        };
         let id = match self.free.pop() {
             Some(id) => {
                 self.groups[id as usize] = Some(group);
@@ -322,6 +363,19 @@ impl Operator for GroupAggregate {
         self.key_encoder.encode(&key_columns, &mut keys)?;
         let arguments = self.arguments(rows)?;
         let filters = self.filters(rows);
+        // Each shared COUNT(DISTINCT) column's values, encoded once.
+        let mut distinct_values = Vec::with_capacity(self.shares.len());
+        for share in &self.shares {
+            let mut values = KeyRows::default();
+            share.encoder.encode(std::slice::from_ref(rows.column(share.column)), &mut values)?;
+            distinct_values.push(values);
+        }
+        let counted_by = |members: &[usize], row: usize, counted: &mut Vec<bool>| {
+            counted.clear();
+            counted
+                .extend(members.iter().map(|&a| filters[a].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row))));
+        };
+        let (mut counted, mut changes) = (Vec::new(), Vec::new());
         let mut touched: Vec<Touched> = Vec::new();
         let mut ignored = 0u64;
         for row in 0..rows.num_rows() {
@@ -354,6 +408,21 @@ impl Operator for GroupAggregate {
                     accumulator.update(&arguments[index], row, weight);
                     if self.spec.append_only_input {
                         accumulator.keep_only_extreme();
+                    }
+                }
+            }
+            // A NULL is no value: COUNT(DISTINCT) skips it.
+            for ((share, values), set) in self.shares.iter().zip(&distinct_values).zip(&mut group.distinct) {
+                if !rows.column(share.column).is_valid(row) {
+                    continue;
+                }
+                counted_by(&share.members, row, &mut counted);
+                changes.clear();
+                changes.resize(share.members.len(), 0);
+                set.update(values.row(row), values.hash(row), &counted, weight, &mut changes);
+                for (&member, change) in share.members.iter().zip(&changes) {
+                    if let Accumulator::Distinct { positive } = &mut group.accumulators[member] {
+                        *positive += change;
                     }
                 }
             }

@@ -20,6 +20,14 @@
 //! - `TAG_DISTINCT`: `u32 entries`, then per entry in increasing byte order the value in
 //!   the key encoding (`u32 length` + bytes) and its `i64 count`.
 //!
+//! COUNT(DISTINCT) aggregates of one column share one set of values per group in memory
+//! ([`super::distinct`]); each still writes its own entries (the values of nonzero count
+//! for it), so the layout is the one it was when each kept its own map. Over an
+//! append-only input (the plan says so, and the plan's fingerprint is in the manifest)
+//! a COUNT(DISTINCT) keeps only whether it saw each value: it writes a count of 1, and
+//! reads any positive count (an earlier build wrote the number of rows) as seen; the
+//! result, the number of values, is the same either way.
+//!
 //! Decoding checks every length against the remaining bytes and every tag against the
 //! operator's aggregates: a blob from another plan is refused, never misread.
 
@@ -31,6 +39,7 @@ use sluice_types::{SluiceError, vnode};
 use crate::blob::{BlobWriter, Reader};
 
 use super::accumulator::{Accumulator, Multiset, OrderedFloat};
+use super::distinct::DistinctValues;
 use super::{Group, GroupAggregate};
 
 /// The blob layout this build writes and reads.
@@ -57,11 +66,13 @@ pub(super) fn snapshot(aggregate: &GroupAggregate) -> Option<SnapshotJob> {
         return None;
     }
     let vnodes = aggregate.vnodes;
-    Some(Box::new(move || Ok(encode(copy, vnodes))))
+    let member_of = aggregate.member_of.clone();
+    Some(Box::new(move || Ok(encode(copy, vnodes, &member_of))))
 }
 
-/// One blob per vnode holding groups, in vnode order.
-fn encode(mut groups: Vec<Group>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
+/// One blob per vnode holding groups, in vnode order. `member_of`: each aggregate's
+/// shared COUNT(DISTINCT) set and member there.
+fn encode(mut groups: Vec<Group>, vnodes: u32, member_of: &[Option<(usize, usize)>]) -> Vec<(u32, Vec<u8>)> {
     groups.sort_by(|a, b| a.key.cmp(&b.key));
     let mut blobs = BlobWriter::new(VERSION);
     for group in &groups {
@@ -69,11 +80,25 @@ fn encode(mut groups: Vec<Group>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
         let bytes = blobs.entry(vnode);
         write_bytes(bytes, &group.key);
         bytes.extend_from_slice(&group.rows.to_le_bytes());
-        for accumulator in &group.accumulators {
-            write_accumulator(accumulator, bytes);
+        for (accumulator, member) in group.accumulators.iter().zip(member_of) {
+            match member {
+                Some((share, member)) => write_distinct(&group.distinct[*share].entries(*member), bytes),
+                None => write_accumulator(accumulator, bytes),
+            }
         }
     }
     blobs.finish()
+}
+
+/// A COUNT(DISTINCT)'s values of nonzero count, in increasing byte order.
+fn write_distinct(entries: &[(&[u8], i64)], bytes: &mut Vec<u8>) {
+    bytes.push(TAG_DISTINCT);
+    let count = u32::try_from(entries.len()).expect("fewer than 2^32 distinct values in a group");
+    bytes.extend_from_slice(&count.to_le_bytes());
+    for (value, count) in entries {
+        write_bytes(bytes, value);
+        bytes.extend_from_slice(&count.to_le_bytes());
+    }
 }
 
 fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
@@ -120,10 +145,7 @@ fn write_accumulator(accumulator: &Accumulator, bytes: &mut Vec<u8>) {
                 write_entries(bytes, map, |v, b| write_bytes(b, v.as_bytes()));
             }
         },
-        Accumulator::Distinct { values: map, .. } => {
-            bytes.push(TAG_DISTINCT);
-            write_entries(bytes, map, |v, b| write_bytes(b, v));
-        }
+        Accumulator::Distinct { .. } => unreachable!("a COUNT(DISTINCT) is written from its shared values"),
     }
 }
 
@@ -156,10 +178,39 @@ fn entries<'a, K: Ord>(
     Ok(map)
 }
 
+/// Reads a COUNT(DISTINCT)'s entries into `member` of `values` (empty for it), and its
+/// result into `accumulator`.
+fn read_distinct(
+    accumulator: &mut Accumulator,
+    values: &mut DistinctValues,
+    member: usize,
+    reader: &mut Reader<'_>,
+) -> Result<(), SluiceError> {
+    if reader.u8()? != TAG_DISTINCT {
+        return Err(corrupt("an accumulator of another kind"));
+    }
+    let entries = reader.u32()? as usize;
+    if entries > reader.remaining() / 12 {
+        return Err(corrupt("more entries than bytes"));
+    }
+    for _ in 0..entries {
+        let value = reader.bytes()?;
+        let count = reader.i64()?;
+        if count == 0 || !values.load(member, value, sluice_types::key::hash(value), count) {
+            return Err(corrupt("an entry of count 0, or a value twice"));
+        }
+    }
+    let Accumulator::Distinct { positive } = accumulator else {
+        return Err(SluiceError::internal("group.state", "a COUNT(DISTINCT) without its accumulator"));
+    };
+    *positive = values.positive(member);
+    Ok(())
+}
+
 /// Reads one accumulator into `accumulator` (an empty one of the expected kind).
 fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> Result<(), SluiceError> {
     let tag = reader.u8()?;
-    let text = |reader: &mut Reader<'_>| -> Result<Box<str>, SluiceError> {
+    let text = |reader: &mut Reader<'_>| -> Result<std::sync::Arc<str>, SluiceError> {
         std::str::from_utf8(reader.bytes()?).map(Into::into).map_err(|_| corrupt("text is not UTF-8"))
     };
     match (accumulator, tag) {
@@ -188,10 +239,6 @@ fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> R
         {
             *map = entries(reader, text)?;
         }
-        (Accumulator::Distinct { values, positive }, TAG_DISTINCT) => {
-            *values = entries(reader, |r| r.bytes().map(Into::into))?;
-            *positive = values.values().filter(|count| **count > 0).count() as i64;
-        }
         _ => return Err(corrupt("an accumulator of another kind")),
     }
     Ok(())
@@ -213,8 +260,12 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Re
                 return Err(corrupt("a group without rows"));
             }
             let mut accumulators = aggregate.new_accumulators();
-            for accumulator in &mut accumulators {
-                read_accumulator(accumulator, &mut reader)?;
+            let mut distinct = aggregate.new_distinct();
+            for (accumulator, member) in accumulators.iter_mut().zip(&aggregate.member_of) {
+                match member {
+                    Some((share, member)) => read_distinct(accumulator, &mut distinct[*share], *member, &mut reader)?,
+                    None => read_accumulator(accumulator, &mut reader)?,
+                }
             }
             let hash = if no_keys { 0 } else { sluice_types::key::hash(&key) };
             let id = aggregate.group_of(&key, hash);
@@ -224,6 +275,7 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Re
             }
             group.rows = rows;
             group.accumulators = accumulators;
+            group.distinct = distinct;
         }
         reader.finish()?;
     }

@@ -28,8 +28,9 @@ fn input_schema() -> Arc<Schema> {
     ]))
 }
 
-/// The aggregates every test computes, by output column name.
-const AGGREGATES: [(&str, AggregateFunction, Option<usize>, Option<usize>); 9] = [
+/// The aggregates the tests compute, by output column name: [`aggregate`] the first nine,
+/// the oracle all ten (the last shares `d`'s set of values: the same column, filtered).
+const AGGREGATES: [(&str, AggregateFunction, Option<usize>, Option<usize>); 10] = [
     ("n", AggregateFunction::CountRows, None, None),
     ("nv", AggregateFunction::Count, Some(1), None),
     ("d", AggregateFunction::CountDistinct, Some(1), None),
@@ -39,20 +40,28 @@ const AGGREGATES: [(&str, AggregateFunction, Option<usize>, Option<usize>); 9] =
     ("mean", AggregateFunction::Avg, Some(1), None),
     ("last_s", AggregateFunction::Max, Some(2), None),
     ("positive", AggregateFunction::Sum, Some(1), Some(3)),
+    ("dp", AggregateFunction::CountDistinct, Some(1), Some(3)),
 ];
 
 fn aggregate(with_key: bool) -> GroupAggregate {
+    aggregate_of(with_key, &AGGREGATES[..9])
+}
+
+fn aggregate_of(
+    with_key: bool,
+    aggregates: &[(&str, AggregateFunction, Option<usize>, Option<usize>)],
+) -> GroupAggregate {
     let mut fields = Vec::new();
     if with_key {
         fields.push(Field::new("k", DataType::Utf8, false));
     }
-    for (name, function, _, _) in AGGREGATES {
+    for &(name, function, _, _) in aggregates {
         let data_type = if name == "last_s" { DataType::Utf8 } else { DataType::Int64 };
         fields.push(Field::new(name, data_type, !matches!(function, AggregateFunction::CountRows)));
     }
     let spec = GroupAggregateSpec {
         keys: if with_key { vec![0] } else { Vec::new() },
-        aggregates: AGGREGATES
+        aggregates: aggregates
             .iter()
             .map(|(_, function, argument, filter)| AggregateSpec {
                 function: *function,
@@ -169,6 +178,7 @@ fn recompute(live: &BTreeMap<LiveRow, i64>) -> BTreeSet<String> {
             let distinct: BTreeSet<i64> = values.iter().copied().collect();
             let sum = (!values.is_empty()).then(|| values.iter().sum::<i64>());
             let positive: Vec<i64> = values.iter().copied().filter(|v| *v > 0).collect();
+            let distinct_positive: BTreeSet<i64> = positive.iter().copied().collect();
             let cells = [
                 rows.len().to_string(),
                 values.len().to_string(),
@@ -179,6 +189,7 @@ fn recompute(live: &BTreeMap<LiveRow, i64>) -> BTreeSet<String> {
                 show(sum.map(|s| s / values.len() as i64)),
                 rows.iter().filter_map(|r| r.2.clone()).max().unwrap_or_else(|| "∅".into()),
                 show((!positive.is_empty()).then(|| positive.iter().sum())),
+                distinct_positive.len().to_string(),
             ];
             format!("{key},{}", cells.join(","))
         })
@@ -261,7 +272,7 @@ proptest! {
         split in 1u32..VNODES,
     ) {
         let rows = rows_of(&steps);
-        let mut instances = vec![aggregate(true)];
+        let mut instances = vec![aggregate_of(true, &AGGREGATES)];
         let mut table = BTreeMap::new();
         let mut live = BTreeMap::new();
         for (index, chunk) in rows.chunks(batch_rows).enumerate() {
@@ -269,7 +280,7 @@ proptest! {
                 let job = instances[0].snapshot().expect("snapshot");
                 let blobs = job.map(|job| job().expect("encode")).unwrap_or_default();
                 let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < split);
-                instances = vec![aggregate(true), aggregate(true)];
+                instances = vec![aggregate_of(true, &AGGREGATES), aggregate_of(true, &AGGREGATES)];
                 instances[0].restore(low.into_iter().map(|(_, b)| b).collect()).expect("restore");
                 instances[1].restore(high.into_iter().map(|(_, b)| b).collect()).expect("restore");
             }
@@ -386,6 +397,43 @@ fn a_snapshot_blob_is_pinned_byte_for_byte() {
     assert_eq!(*vnode, vnode::of_hash(hash, VNODES));
 }
 
+/// COUNT(DISTINCT)s of one column share one set of values in memory, but each writes
+/// its own entries: the blob is the golden vector's, then the FILTERed COUNT(DISTINCT v)
+/// of the tenth aggregate in the same layout.
+#[test]
+fn count_distincts_sharing_their_values_write_their_own_entries() {
+    let blob = |operator: &mut GroupAggregate| {
+        let input = [("ab", Some(5), Some("x"), 1), ("ab", Some(5), Some("x"), 1), ("ab", None, None, 1)];
+        operator.on_data(batch(&input), &mut Vec::new()).expect("data");
+        operator.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1
+    };
+    let (nine, ten) = (blob(&mut aggregate(true)), blob(&mut aggregate_of(true, &AGGREGATES)));
+    assert_eq!(ten[..nine.len()], nine[..]);
+    let hex: String = ten[nine.len()..].iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, concat!("0c", "01000000", "09000000", "020500000000000000", "0200000000000000"));
+    let mut restored = aggregate_of(true, &AGGREGATES);
+    restored.restore(vec![ten.clone()]).expect("restore");
+    let again = restored.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1;
+    assert_eq!(again, ten, "restored, the shared values write the same entries");
+}
+
+/// Six COUNT(DISTINCT v), alternately filtered: a set serves at most four, so the column
+/// gets two; each result is still its own.
+#[test]
+fn more_count_distincts_of_a_column_than_a_set_serves_count_alike() {
+    let six: Vec<_> = (0..6)
+        .map(|i| {
+            (["d0", "d1", "d2", "d3", "d4", "d5"][i], AggregateFunction::CountDistinct, Some(1), [None, Some(3)][i % 2])
+        })
+        .collect();
+    let mut operator = aggregate_of(true, &six);
+    assert_eq!(operator.shares.iter().map(|s| s.members.len()).collect::<Vec<_>>(), [4, 2]);
+    let mut out = Vec::new();
+    let input = [("a", Some(1), None, 1), ("a", Some(-1), None, 1), ("a", Some(2), None, 1), ("a", Some(2), None, 1)];
+    operator.on_data(batch(&input), &mut out).expect("data");
+    assert_eq!(lines(&out), ["+1 a,3,2,3,2,3,2"]);
+}
+
 #[test]
 fn a_global_aggregate_keeps_its_one_group_in_vnode_zero() {
     let mut operator = aggregate(false);
@@ -413,6 +461,40 @@ fn over_an_append_only_input_min_and_max_keep_only_the_extreme() {
             };
             assert_eq!(entries, 1, "{accumulator:?}");
         }
+    }
+}
+
+/// Over an append-only input a COUNT(DISTINCT) keeps only whether each member saw a
+/// value: its snapshot writes a count of 1, and a count an earlier build wrote (the
+/// number of rows) restores as seen.
+#[test]
+fn over_an_append_only_input_count_distinct_keeps_what_it_saw() {
+    let append_only = || {
+        let mut operator = aggregate_of(true, &AGGREGATES);
+        operator.spec.append_only_input = true;
+        operator
+    };
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    let bytes = |hex: &str| -> Vec<u8> {
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect()
+    };
+    let mut operator = append_only();
+    let input = [("a", Some(5), None, 1), ("a", Some(5), None, 1), ("a", Some(-2), None, 1)];
+    operator.on_data(batch(&input), &mut Vec::new()).expect("data");
+    let blob = hex(&operator.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1);
+    let entry = |value: &str, count: &str| format!("09000000{value}{count}");
+    let (five, minus_two, one, two) =
+        ("020500000000000000", "02feffffffffffffff", "0100000000000000", "0200000000000000");
+    let seen = format!("0c02000000{}{}", entry(five, one), entry(minus_two, one));
+    assert!(blob.contains(&seen), "COUNT(DISTINCT v): {{5: 1, -2: 1}} in {blob}");
+    assert!(blob.ends_with(&format!("0c01000000{}", entry(five, one))), "the FILTERed one: {{5: 1}} in {blob}");
+    let counted = blob.replacen(&seen, &format!("0c02000000{}{}", entry(five, two), entry(minus_two, one)), 1);
+    for state in [blob, counted] {
+        let mut restored = append_only();
+        restored.restore(vec![bytes(&state)]).expect("restore");
+        let mut out = Vec::new();
+        restored.on_data(batch(&[("a", Some(7), None, 1), ("a", Some(5), None, 1)]), &mut out).expect("data");
+        assert_eq!(lines(&out).last().map(String::as_str), Some("+1 a,5,5,3,20,-2,7,4,∅,22,2"), "{state}");
     }
 }
 

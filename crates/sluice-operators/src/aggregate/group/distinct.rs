@@ -1,0 +1,241 @@
+//! The values of COUNT(DISTINCT x) in one group, shared by every COUNT(DISTINCT) of the
+//! same argument column (its FILTERed variants: NEXMark q15 and q16 count the distinct
+//! bidders, and the distinct auctions, each under four filters).
+//!
+//! A hash set of values in the key encoding ([`sluice_types::key`]), looked up by the
+//! hash the key encoder computed for each value: a row updates, in one lookup, the
+//! *members* (the COUNT(DISTINCT)s of the column) whose FILTER holds. A member's result
+//! is the number of its values, kept as they change (the caller holds it in the
+//! member's accumulator). Each value is an entry of the hash table itself, its bytes
+//! inline when short (every integer, date and timestamp), so a lookup reads the table's
+//! control bytes and one entry. A set has at most [`MEMBERS_MAX`] members; the group
+//! aggregate gives a column with more COUNT(DISTINCT)s several sets.
+//!
+//! - Over an updating input ([`DistinctValues::counted`]) each value has one weighted
+//!   count per member; a member counts the values of positive count, and a value whose
+//!   counts are all 0 is dropped.
+//! - Over an append-only input ([`DistinctValues::seen`]) nothing is ever retracted, so
+//!   each value keeps only which members saw it (a bit each: 24 bytes a value instead of
+//!   64), as Flink does for append-only input.
+
+use hashbrown::HashTable;
+
+use super::super::table_hash;
+use crate::bytes::ShortBytes;
+use crate::same_bytes;
+
+/// The most members one set serves.
+pub(super) const MEMBERS_MAX: usize = 4;
+
+/// One distinct value and its weighted count per member.
+#[derive(Debug, Clone)]
+pub(super) struct Counted {
+    value: ShortBytes,
+    counts: [i64; MEMBERS_MAX],
+}
+
+/// One distinct value and the members that saw it (bit `m` for member `m`).
+#[derive(Debug, Clone)]
+pub(super) struct Seen {
+    value: ShortBytes,
+    members: u8,
+}
+
+/// See the module documentation.
+#[derive(Debug, Clone)]
+pub(super) enum DistinctValues {
+    Counted(HashTable<Counted>),
+    Seen(HashTable<Seen>),
+}
+
+/// The table hash of an entry's value, when the table grows (lookups use the hash the
+/// key encoder computed, the same).
+fn rehash(value: &ShortBytes) -> u64 {
+    table_hash(sluice_types::key::hash(value.get()))
+}
+
+impl DistinctValues {
+    /// A set for `members` COUNT(DISTINCT)s over an input that may retract.
+    pub(super) fn counted(members: usize) -> DistinctValues {
+        assert!(members <= MEMBERS_MAX, "at most {MEMBERS_MAX} COUNT(DISTINCT)s share one set");
+        DistinctValues::Counted(HashTable::new())
+    }
+
+    /// A set for `members` COUNT(DISTINCT)s over an append-only input.
+    pub(super) fn seen(members: usize) -> DistinctValues {
+        assert!(members <= MEMBERS_MAX, "at most {MEMBERS_MAX} COUNT(DISTINCT)s share one set");
+        DistinctValues::Seen(HashTable::new())
+    }
+
+    /// Adds `weight` to the count of `value` (of hash `hash`) of each member whose
+    /// `counted` is true, and adds to each member's `positive` the change in its number
+    /// of values (-1, 0 or 1). Over an append-only input `weight` is positive.
+    pub(super) fn update(&mut self, value: &[u8], hash: u64, counted: &[bool], weight: i64, positive: &mut [i64]) {
+        if weight == 0 || !counted.iter().any(|c| *c) {
+            return;
+        }
+        let table = table_hash(hash);
+        match self {
+            DistinctValues::Counted(entries) => {
+                let eq = |entry: &Counted| same_bytes(entry.value.get(), value);
+                let new = || Counted { value: ShortBytes::new(value), counts: [0; MEMBERS_MAX] };
+                let mut entry = entries.entry(table, eq, |entry| rehash(&entry.value)).or_insert_with(new);
+                let counts = &mut entry.get_mut().counts;
+                for ((count, counted), positive) in counts.iter_mut().zip(counted).zip(positive.iter_mut()) {
+                    if *counted {
+                        let before = *count > 0;
+                        *count += weight;
+                        *positive += i64::from(*count > 0) - i64::from(before);
+                    }
+                }
+                if counts.iter().all(|count| *count == 0) {
+                    entry.remove();
+                }
+            }
+            DistinctValues::Seen(entries) => {
+                assert!(weight > 0, "the planner declared this aggregate's input append-only");
+                let eq = |entry: &Seen| same_bytes(entry.value.get(), value);
+                let new = || Seen { value: ShortBytes::new(value), members: 0 };
+                let mut entry = entries.entry(table, eq, |entry| rehash(&entry.value)).or_insert_with(new);
+                let members = &mut entry.get_mut().members;
+                for (member, (counted, positive)) in counted.iter().zip(positive.iter_mut()).enumerate() {
+                    if *counted && *members & (1 << member) == 0 {
+                        *members |= 1 << member;
+                        *positive += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The values of `member` with their counts (over an append-only input, 1: it saw
+    /// them), in increasing byte order, as snapshots write them.
+    pub(super) fn entries(&self, member: usize) -> Vec<(&[u8], i64)> {
+        let mut entries: Vec<(&[u8], i64)> = match self {
+            DistinctValues::Counted(entries) => entries
+                .iter()
+                .map(|entry| (entry.value.get(), entry.counts[member]))
+                .filter(|(_, count)| *count != 0)
+                .collect(),
+            DistinctValues::Seen(entries) => entries
+                .iter()
+                .filter(|entry| entry.members & (1 << member) != 0)
+                .map(|entry| (entry.value.get(), 1))
+                .collect(),
+        };
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        entries
+    }
+
+    /// Sets the count of `value` (of hash `hash`) of `member`, as read from a snapshot
+    /// (over an append-only input, any positive count means seen); false if it was set
+    /// already (a value twice) or is negative where nothing can retract.
+    pub(super) fn load(&mut self, member: usize, value: &[u8], hash: u64, count: i64) -> bool {
+        let table = table_hash(hash);
+        match self {
+            DistinctValues::Counted(entries) => {
+                let eq = |entry: &Counted| same_bytes(entry.value.get(), value);
+                let new = || Counted { value: ShortBytes::new(value), counts: [0; MEMBERS_MAX] };
+                let mut entry = entries.entry(table, eq, |entry| rehash(&entry.value)).or_insert_with(new);
+                let stored = &mut entry.get_mut().counts[member];
+                let fresh = *stored == 0;
+                if fresh {
+                    *stored = count;
+                }
+                fresh
+            }
+            DistinctValues::Seen(entries) => {
+                if count < 0 {
+                    return false;
+                }
+                let eq = |entry: &Seen| same_bytes(entry.value.get(), value);
+                let new = || Seen { value: ShortBytes::new(value), members: 0 };
+                let mut entry = entries.entry(table, eq, |entry| rehash(&entry.value)).or_insert_with(new);
+                let members = &mut entry.get_mut().members;
+                let fresh = *members & (1 << member) == 0;
+                *members |= 1 << member;
+                fresh
+            }
+        }
+    }
+
+    /// The number of values of `member`.
+    pub(super) fn positive(&self, member: usize) -> i64 {
+        let count = match self {
+            DistinctValues::Counted(entries) => entries.iter().filter(|entry| entry.counts[member] > 0).count(),
+            DistinctValues::Seen(entries) => entries.iter().filter(|entry| entry.members & (1 << member) != 0).count(),
+        };
+        count as i64
+    }
+
+    /// How many values are held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        match self {
+            DistinctValues::Counted(entries) => entries.len(),
+            DistinctValues::Seen(entries) => entries.len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(value: &[u8]) -> u64 {
+        sluice_types::key::hash(value)
+    }
+
+    #[test]
+    fn members_count_their_own_values_through_one_set() {
+        let mut set = DistinctValues::counted(2);
+        let mut positive = [0i64; 2];
+        set.update(b"a", hash(b"a"), &[true, true], 1, &mut positive);
+        set.update(b"b", hash(b"b"), &[true, false], 1, &mut positive);
+        set.update(b"a", hash(b"a"), &[true, false], 1, &mut positive);
+        assert_eq!(positive, [2, 1]);
+        assert_eq!(set.entries(0), [(&b"a"[..], 2), (&b"b"[..], 1)]);
+        assert_eq!(set.entries(1), [(&b"a"[..], 1)]);
+        // Retractions: a value leaves a member at 0, and the set once every count is 0.
+        set.update(b"a", hash(b"a"), &[false, true], -1, &mut positive);
+        assert_eq!(positive, [2, 0]);
+        set.update(b"b", hash(b"b"), &[true, false], -1, &mut positive);
+        assert_eq!(positive, [1, 0]);
+        assert_eq!(set.len(), 1);
+        // A retraction before its insert is held as a negative count.
+        set.update(b"c", hash(b"c"), &[false, true], -1, &mut positive);
+        assert_eq!((positive, set.entries(1)), ([1, 0], vec![(&b"c"[..], -1)]));
+        set.update(b"c", hash(b"c"), &[false, true], 1, &mut positive);
+        assert_eq!(set.len(), 1, "c is dropped at 0");
+        assert_eq!((set.positive(0), set.positive(1)), (1, 0));
+    }
+
+    #[test]
+    fn over_an_append_only_input_a_value_keeps_only_the_members_that_saw_it() {
+        let mut set = DistinctValues::seen(3);
+        let mut positive = [0i64; 3];
+        set.update(b"a", hash(b"a"), &[true, false, true], 1, &mut positive);
+        set.update(b"a", hash(b"a"), &[true, true, false], 2, &mut positive);
+        set.update(b"b", hash(b"b"), &[true, false, false], 1, &mut positive);
+        assert_eq!(positive, [2, 1, 1]);
+        assert_eq!(set.entries(0), [(&b"a"[..], 1), (&b"b"[..], 1)], "written as seen once");
+        assert_eq!(set.entries(1), [(&b"a"[..], 1)]);
+        let mut restored = DistinctValues::seen(3);
+        assert!(restored.load(0, b"a", hash(b"a"), 3), "a count of an earlier build reads as seen");
+        assert!(!restored.load(0, b"a", hash(b"a"), 1), "a value twice");
+        assert!(!restored.load(1, b"c", hash(b"c"), -1), "a retraction where nothing retracts");
+        assert_eq!((restored.positive(0), restored.positive(1), restored.len()), (1, 0, 1));
+    }
+
+    #[test]
+    fn a_snapshots_entries_load_back_and_a_value_twice_is_refused() {
+        let mut set = DistinctValues::counted(2);
+        let long = [9u8; 40];
+        assert!(set.load(1, &long, hash(&long), 3));
+        assert!(set.load(0, b"x", hash(b"x"), -2));
+        assert!(set.load(0, &long, hash(&long), 1));
+        assert!(!set.load(1, &long, hash(&long), 1));
+        assert_eq!((set.positive(0), set.positive(1)), (1, 1));
+        assert_eq!(set.entries(0), [(&long[..], 1), (&b"x"[..], -2)]);
+    }
+}

@@ -1,0 +1,512 @@
+//! The stored rows of a side whose rows expire (an interval or window join), kept in
+//! arrival order.
+//!
+//! Such a side is one input of an inner join of append-only inputs (the planner gives an
+//! expiry to nothing else): rows only arrive, each stays until the watermark reaches its
+//! expiry, and the side is probed by join key. [`super::store::Store`] serves any join
+//! (retractions, outer joins' match counts, a TTL) with a slab and three indexes, and
+//! pays several random memory accesses per row on insert and again on removal. Here:
+//!
+//! - Rows are appended to a ring ([`VecDeque`]) in arrival order, each numbered by a
+//!   sequence number; equal rows are not merged (each arrival is an entry of its own,
+//!   with its weight), so no index by row is needed. A row's bytes, then its join key's,
+//!   are appended to large shared chunks of bytes ([`Chunk`]), in the same order, so
+//!   that storing a row allocates nothing and freeing rows frees whole chunks; a
+//!   snapshot shares the chunks (a chunk a snapshot shares is not appended to again).
+//! - A hash index by join key (the key's bytes inline when short) points to the newest
+//!   indexed entry of the key; each indexed entry points to the previous one of its key.
+//!   Only a prefix of the ring is indexed: a probe walks the key's chain there, then
+//!   scans the entries after it, comparing key hashes. Before scanning, a probe indexes
+//!   those entries when the scan would be longer than `SCAN_ALWAYS` entries and than
+//!   `SCAN_PER_INSERT` times the rows added since the previous probe. So a side probed
+//!   rarely (NEXMark q7's bids, probed once per window by the window's highest price) is
+//!   never indexed and a probe's scan costs at most a few steps per row added, while a
+//!   side probed often is indexed in batches, each entry once.
+//! - A row is *expired* once the watermark reaches its expiry: from then on probes skip
+//!   it, snapshots leave it out, and [`ExpiringStore::len`] and [`ExpiringStore::bytes`]
+//!   no longer count it (an ordered count of rows and bytes per expiry time keeps those
+//!   exact), so the side behaves exactly as one that removes each row at its expiry.
+//! - Its memory is freed from the front of the ring: every entry up to the first one
+//!   not yet expired. Rows arriving in the order of their expiry (a stream in event-time
+//!   order) are freed as they expire; a row arriving out of that order keeps the rows
+//!   after it in memory (expired, invisible) until it expires itself, so memory lags by
+//!   at most the input's disorder. Index entries whose chain left the ring are swept
+//!   once they outnumber the entries, so the index stays proportional to the ring.
+//!
+//! Insertion and freeing are thus sequential in memory: two appends and a pop per row,
+//! and one hash insertion per row on a side that is indexed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use sluice_types::SluiceError;
+
+use crate::bytes::SmallBytes;
+use crate::same_bytes;
+
+/// No previous entry of the same key.
+const NONE: u64 = u64::MAX;
+
+/// A probe scans this many unindexed entries without indexing them, whatever else.
+const SCAN_ALWAYS: u64 = 16;
+/// A probe scans up to this many unindexed entries per row added since the previous
+/// probe without indexing them.
+const SCAN_PER_INSERT: u64 = 4;
+
+/// The bytes of a chunk (a row longer than that gets a chunk of its own).
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Bytes of rows and keys, appended in arrival order; shared with snapshots.
+pub(super) type Chunk = Arc<Vec<u8>>;
+
+/// One join key in the index: its newest indexed entry.
+#[derive(Debug)]
+struct Head {
+    hash: u64,
+    newest: u64,
+    key: SmallBytes,
+}
+
+/// One arrived row.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    /// The chunk holding the row's bytes (its sequence number).
+    chunk: u64,
+    /// Where in the chunk: the whole row in the project's key encoding (the side's
+    /// columns in order) from `start`, `row_length` bytes, then its join key's encoding,
+    /// `key_length` bytes.
+    start: u32,
+    row_length: u32,
+    key_length: u32,
+    /// The row is expired once the watermark is at or above this.
+    pub(super) expires: i64,
+    /// The join key's placement hash (the exchange's), so the row's vnode.
+    pub(super) key_hash: u64,
+    /// Its multiplicity (positive: the input is append-only).
+    pub(super) weight: i64,
+    /// The summed weights of the other side's rows it matched.
+    pub(super) matches: i64,
+    /// The previous indexed entry of the same join key, or [`NONE`] (also before the
+    /// entry is indexed).
+    older: u64,
+}
+
+impl Entry {
+    /// Where the row's bytes are in its chunk.
+    pub(super) fn row_range(&self) -> std::ops::Range<usize> {
+        let start = self.start as usize;
+        start..start + self.row_length as usize
+    }
+
+    fn key_range(&self) -> std::ops::Range<usize> {
+        let start = self.start as usize + self.row_length as usize;
+        start..start + self.key_length as usize
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub(super) struct ExpiringStore {
+    ring: VecDeque<Entry>,
+    /// The sequence number of `ring[0]`.
+    front: u64,
+    chunks: VecDeque<Chunk>,
+    /// The sequence number of `chunks[0]`.
+    first_chunk: u64,
+    /// A freed chunk, kept to be filled again.
+    spare: Option<Vec<u8>>,
+    /// Entries numbered below this are indexed (or freed).
+    indexed: u64,
+    heads: HashTable<Head>,
+    /// Rows added since the previous probe.
+    added: u64,
+    /// Expiry time → rows (with their multiplicity) and bytes not yet expired that
+    /// expire then.
+    by_time: BTreeMap<i64, (usize, usize)>,
+    /// The highest watermark passed to [`ExpiringStore::expire`], if any.
+    watermark: Option<i64>,
+    /// Rows not yet expired, with their multiplicity, and their entries' bytes.
+    live: usize,
+    bytes: usize,
+}
+
+impl ExpiringStore {
+    /// Rows held and not expired, with their multiplicity (so the count does not depend
+    /// on whether equal rows arrived apart or together, as after a restore).
+    pub(super) fn len(&self) -> usize {
+        self.live
+    }
+
+    /// The bytes of the rows held and not expired, in their encoding.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn is_expired(&self, entry: &Entry) -> bool {
+        self.watermark.is_some_and(|watermark| entry.expires <= watermark)
+    }
+
+    fn end(&self) -> u64 {
+        self.front + self.ring.len() as u64
+    }
+
+    fn chunk(&self, entry: &Entry) -> &[u8] {
+        &self.chunks[(entry.chunk - self.first_chunk) as usize]
+    }
+
+    fn key(&self, entry: &Entry) -> &[u8] {
+        &self.chunk(entry)[entry.key_range()]
+    }
+
+    /// The bytes of row `id` (from [`ExpiringStore::probe`] since the last change).
+    pub(super) fn row(&self, id: u64) -> &[u8] {
+        let entry = self.get(id);
+        &self.chunk(entry)[entry.row_range()]
+    }
+
+    fn position(&self, id: u64) -> Option<usize> {
+        let position = usize::try_from(id.checked_sub(self.front)?).ok()?;
+        (position < self.ring.len()).then_some(position)
+    }
+
+    /// Appends to `out` the ids of the rows not expired whose join key is `key`
+    /// (placement hash `hash`).
+    pub(super) fn probe(&mut self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
+        let unindexed = self.end() - self.indexed.max(self.front);
+        if unindexed > SCAN_ALWAYS && unindexed > SCAN_PER_INSERT.saturating_mul(self.added) {
+            self.index();
+        }
+        self.added = 0;
+        let found = self.heads.find(hash, |head| head.hash == hash && same_bytes(head.key.get(), key));
+        let mut id = found.map_or(NONE, |head| head.newest);
+        while let Some(position) = self.position(id) {
+            let entry = &self.ring[position];
+            if !self.is_expired(entry) {
+                out.push(id);
+            }
+            id = entry.older;
+        }
+        let first = usize::try_from(self.indexed.saturating_sub(self.front)).unwrap_or(usize::MAX);
+        for (position, entry) in self.ring.iter().enumerate().skip(first) {
+            if entry.key_hash == hash && !self.is_expired(entry) && same_bytes(self.key(entry), key) {
+                out.push(self.front + position as u64);
+            }
+        }
+    }
+
+    /// Indexes every entry not indexed yet.
+    fn index(&mut self) {
+        self.sweep_heads();
+        let first = self.indexed.max(self.front);
+        for id in first..self.end() {
+            let position = (id - self.front) as usize;
+            let entry = &self.ring[position];
+            let hash = entry.key_hash;
+            let key = &self.chunks[(entry.chunk - self.first_chunk) as usize][entry.key_range()];
+            let older = match self.heads.find_mut(hash, |head| head.hash == hash && same_bytes(head.key.get(), key)) {
+                Some(head) => std::mem::replace(&mut head.newest, id),
+                None => {
+                    self.heads.insert_unique(hash, Head { hash, newest: id, key: SmallBytes::new(key) }, |h| h.hash);
+                    NONE
+                }
+            };
+            // An `older` entry already freed ends the chain there, as `NONE` does.
+            self.ring[position].older = older;
+        }
+        self.indexed = self.end();
+    }
+
+    /// The row `id` (from [`ExpiringStore::probe`] since the last change).
+    pub(super) fn get(&self, id: u64) -> &Entry {
+        &self.ring[self.position(id).expect("a probed row is held")]
+    }
+
+    pub(super) fn get_mut(&mut self, id: u64) -> &mut Entry {
+        let position = self.position(id).expect("a probed row is held");
+        &mut self.ring[position]
+    }
+
+    /// Adds an arrived row of weight `weight` (positive) expiring at `expires`.
+    pub(super) fn push(
+        &mut self,
+        row: &[u8],
+        key: &[u8],
+        key_hash: u64,
+        weight: i64,
+        matches: i64,
+        expires: i64,
+    ) -> Result<(), SluiceError> {
+        if weight < 0 {
+            return Err(SluiceError::internal(
+                "join.expiry",
+                "a retraction reached a side whose rows expire (its input must be append-only)",
+            ));
+        }
+        if weight == 0 {
+            return Ok(());
+        }
+        let too_long = |_| SluiceError::internal("join.row", "a joined row and key of 4 GiB or more");
+        let (row_length, key_length) =
+            (u32::try_from(row.len()).map_err(too_long)?, u32::try_from(key.len()).map_err(too_long)?);
+        let (chunk, start) = self.append(row, key);
+        let start = u32::try_from(start).map_err(too_long)?;
+        self.ring.push_back(Entry {
+            chunk,
+            start,
+            row_length,
+            key_length,
+            expires,
+            key_hash,
+            weight,
+            matches,
+            older: NONE,
+        });
+        self.added += 1;
+        if self.watermark.is_none_or(|watermark| expires > watermark) {
+            let counts = self.by_time.entry(expires).or_default();
+            counts.0 += weight as usize;
+            counts.1 += row.len();
+            self.live += weight as usize;
+            self.bytes += row.len();
+        }
+        Ok(())
+    }
+
+    /// Appends `row` and `key` to the last chunk, or to a new one if it is full or shared
+    /// with a snapshot; returns the chunk's sequence number and where they start.
+    fn append(&mut self, row: &[u8], key: &[u8]) -> (u64, usize) {
+        let length = row.len() + key.len();
+        fn fits(chunk: &mut Chunk, length: usize) -> Option<&mut Vec<u8>> {
+            Arc::get_mut(chunk).filter(|bytes| bytes.capacity() - bytes.len() >= length)
+        }
+        if self.chunks.back_mut().and_then(|chunk| fits(chunk, length)).is_none() {
+            let bytes = match self.spare.take() {
+                Some(spare) if spare.capacity() >= length => spare,
+                _ => Vec::with_capacity(CHUNK_BYTES.max(length)),
+            };
+            self.chunks.push_back(Arc::new(bytes));
+        }
+        let sequence = self.first_chunk + self.chunks.len() as u64 - 1;
+        let bytes =
+            self.chunks.back_mut().and_then(|chunk| fits(chunk, length)).expect("a chunk with room, not shared");
+        let start = bytes.len();
+        bytes.extend_from_slice(row);
+        bytes.extend_from_slice(key);
+        (sequence, start)
+    }
+
+    /// Frees the chunks before the one holding the front entry (every chunk when the
+    /// ring is empty), keeping one unshared chunk to fill again.
+    fn free_chunks(&mut self) {
+        let first_held = self.ring.front().map_or(self.first_chunk + self.chunks.len() as u64, |entry| entry.chunk);
+        while self.first_chunk < first_held {
+            let chunk = self.chunks.pop_front().expect("a chunk before the first held");
+            self.first_chunk += 1;
+            if let Ok(mut bytes) = Arc::try_unwrap(chunk) {
+                bytes.clear();
+                self.spare = Some(bytes);
+            }
+        }
+    }
+
+    /// Expires every row expiring at or before `watermark` and frees the front of the
+    /// ring up to the first row not expired; returns how many rows expired (with their
+    /// multiplicity).
+    pub(super) fn expire(&mut self, watermark: i64) -> usize {
+        if self.watermark.is_some_and(|passed| watermark <= passed) {
+            return 0;
+        }
+        self.watermark = Some(watermark);
+        let due = match watermark.checked_add(1) {
+            Some(after) => {
+                let kept = self.by_time.split_off(&after);
+                std::mem::replace(&mut self.by_time, kept)
+            }
+            None => std::mem::take(&mut self.by_time),
+        };
+        let mut expired = 0;
+        for (rows, bytes) in due.into_values() {
+            expired += rows;
+            self.live -= rows;
+            self.bytes -= bytes;
+        }
+        while self.ring.front().is_some_and(|entry| entry.expires <= watermark) {
+            self.ring.pop_front();
+            self.front += 1;
+        }
+        self.free_chunks();
+        self.sweep_heads();
+        expired
+    }
+
+    /// Drops index entries whose newest entry left the ring, once they may outnumber the
+    /// entries held. After a sweep the index holds at most one entry per entry held, so
+    /// the next one waits until the index grew or the ring shrank by as many entries:
+    /// the work is paid for by those insertions or frees.
+    fn sweep_heads(&mut self) {
+        if self.ring.is_empty() {
+            self.heads.clear();
+        }
+        if self.heads.len() < 2 * self.ring.len() + 64 {
+            return;
+        }
+        let front = self.front;
+        self.heads.retain(|head| head.newest >= front);
+    }
+
+    /// Puts the rows in the order of their expiry (restored rows come in the order of
+    /// their bytes), so they are freed as they expire; their bytes are copied into new
+    /// chunks in that order, and the index starts over.
+    pub(super) fn sort_by_expiry(&mut self) {
+        let mut entries: Vec<Entry> = std::mem::take(&mut self.ring).into();
+        entries.sort_by_key(|entry| entry.expires);
+        let chunks = std::mem::take(&mut self.chunks);
+        let first_chunk = self.first_chunk;
+        self.first_chunk += chunks.len() as u64;
+        self.heads.clear();
+        self.indexed = self.front;
+        for mut entry in entries {
+            let bytes = &chunks[(entry.chunk - first_chunk) as usize];
+            let (row, key) = (&bytes[entry.row_range()], &bytes[entry.key_range()]);
+            let (chunk, start) = self.append(row, key);
+            entry.chunk = chunk;
+            entry.start = u32::try_from(start).expect("a chunk holds less than 4 GiB before a row starts");
+            entry.older = NONE;
+            self.ring.push_back(entry);
+        }
+    }
+
+    /// Every row not expired, in arrival order, with its chunk.
+    pub(super) fn rows(&self) -> impl Iterator<Item = (&Entry, &Chunk)> {
+        let chunk = |entry: &Entry| &self.chunks[(entry.chunk - self.first_chunk) as usize];
+        self.ring.iter().filter(|entry| !self.is_expired(entry)).map(move |entry| (entry, chunk(entry)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(store: &mut ExpiringStore, row: &[u8], key: &[u8], expires: i64) {
+        store.push(row, key, sluice_types::key::hash(key), 1, 0, expires).expect("push");
+    }
+
+    fn probe(store: &mut ExpiringStore, key: &[u8]) -> Vec<Vec<u8>> {
+        let mut ids = Vec::new();
+        store.probe(key, sluice_types::key::hash(key), &mut ids);
+        let mut rows: Vec<Vec<u8>> = ids.into_iter().map(|id| store.row(id).to_vec()).collect();
+        rows.sort();
+        rows
+    }
+
+    #[test]
+    fn rows_are_found_by_key_until_they_expire() {
+        let mut store = ExpiringStore::default();
+        push(&mut store, b"a1", b"a", 10);
+        push(&mut store, b"b1", b"b", 15);
+        push(&mut store, b"a2", b"a", 20);
+        push(&mut store, b"a2", b"a", 20);
+        assert_eq!(probe(&mut store, b"a"), [b"a1".to_vec(), b"a2".to_vec(), b"a2".to_vec()]);
+        assert_eq!((store.len(), store.bytes()), (4, 8), "equal rows that arrived apart are held apart");
+        assert_eq!(store.expire(10), 1);
+        assert_eq!(probe(&mut store, b"a"), [b"a2".to_vec(), b"a2".to_vec()]);
+        assert_eq!(store.ring.len(), 3, "a1, at the front, is freed");
+        assert_eq!(store.expire(16), 1);
+        assert!(probe(&mut store, b"b").is_empty());
+        assert_eq!(store.expire(20), 2);
+        assert!(probe(&mut store, b"a").is_empty());
+        assert_eq!((store.len(), store.bytes(), store.ring.len(), store.heads.len()), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_row_out_of_expiry_order_holds_memory_not_results() {
+        let mut store = ExpiringStore::default();
+        push(&mut store, b"late", b"a", 100);
+        push(&mut store, b"x1", b"x", 10);
+        push(&mut store, b"x2", b"x", 11);
+        assert_eq!(store.expire(50), 2);
+        assert_eq!(store.len(), 1);
+        assert!(probe(&mut store, b"x").is_empty(), "expired rows are invisible");
+        assert_eq!(store.rows().count(), 1);
+        assert_eq!(store.ring.len(), 3, "held behind the row expiring at 100");
+        assert_eq!(store.expire(100), 1);
+        assert_eq!(store.ring.len(), 0);
+        // A row arriving already expired is held by nothing and counted nowhere.
+        push(&mut store, b"old", b"x", 90);
+        assert_eq!(store.len(), 0);
+        assert!(probe(&mut store, b"x").is_empty());
+    }
+
+    /// Keys `0..keys` (8 bytes each), one row per key, expiring at their key.
+    fn fill(store: &mut ExpiringStore, keys: std::ops::Range<u64>) {
+        for key in keys {
+            push(store, &key.to_le_bytes(), &key.to_le_bytes(), key as i64);
+        }
+    }
+
+    #[test]
+    fn a_side_probed_rarely_is_scanned_and_one_probed_often_indexed() {
+        let mut rare = ExpiringStore::default();
+        fill(&mut rare, 0..1000);
+        assert_eq!(probe(&mut rare, &7u64.to_le_bytes()), [7u64.to_le_bytes().to_vec()]);
+        assert_eq!(rare.heads.len(), 0, "1000 rows added since the last probe: scanned");
+        let mut often = ExpiringStore::default();
+        fill(&mut often, 0..1000);
+        assert_eq!(probe(&mut often, &1u64.to_le_bytes()).len(), 1);
+        for key in 1000..1100u64 {
+            fill(&mut often, key..key + 1);
+            assert_eq!(probe(&mut often, &(key - 500).to_le_bytes()), [(key - 500).to_le_bytes().to_vec()]);
+        }
+        assert!(often.indexed >= 1100 - SCAN_ALWAYS, "one row added per probe: indexed in batches");
+        assert_eq!(often.heads.len() as u64, often.indexed);
+        // Freed keys leave the index as it grows; rows keep being found.
+        for key in 1100..10_000u64 {
+            fill(&mut often, key..key + 1);
+            often.expire(key as i64 - 10);
+            assert_eq!(probe(&mut often, &(key - 5).to_le_bytes()).len(), 1, "{key}");
+        }
+        assert!(often.heads.len() < 2 * often.ring.len() + 64, "{}", often.heads.len());
+        // A long key is boxed in the index.
+        let long = [7u8; 40];
+        for _ in 0..100 {
+            push(&mut often, b"long", &long, 20_000);
+            probe(&mut often, &long);
+        }
+        assert_eq!(probe(&mut often, &long).len(), 100);
+        assert!(often.push(b"r", b"k", 0, -1, 0, 5).is_err(), "retractions are refused");
+    }
+
+    #[test]
+    fn chunks_shared_with_a_snapshot_stay_as_they_were_and_freed_ones_are_filled_again() {
+        let mut store = ExpiringStore::default();
+        push(&mut store, b"a", b"k", 1);
+        let shared: Vec<Chunk> = store.rows().map(|(_, chunk)| Arc::clone(chunk)).collect();
+        push(&mut store, b"b", b"k", 2);
+        assert_eq!(store.chunks.len(), 2, "the shared chunk is not appended to");
+        assert_eq!(shared[0].as_slice(), b"ak", "the snapshot's bytes are as they were");
+        drop(shared);
+        assert_eq!(store.expire(1), 1);
+        assert_eq!(store.chunks.len(), 1, "the first chunk is freed");
+        assert!(store.spare.is_some(), "and kept to be filled again");
+        let long = vec![1u8; CHUNK_BYTES + 10];
+        push(&mut store, &long, b"k", 3);
+        assert_eq!(store.chunks.len(), 2, "a row longer than a chunk gets one of its own");
+        assert_eq!(probe(&mut store, b"k"), [long, b"b".to_vec()]);
+        assert_eq!(store.expire(3), 2);
+        assert!(store.chunks.is_empty());
+    }
+
+    #[test]
+    fn restored_rows_are_put_in_expiry_order() {
+        let mut store = ExpiringStore::default();
+        for key in [5u64, 1, 9, 3] {
+            push(&mut store, &key.to_le_bytes(), b"k", key as i64);
+        }
+        store.sort_by_expiry();
+        assert_eq!(store.ring.iter().map(|e| e.expires).collect::<Vec<_>>(), [1, 3, 5, 9]);
+        assert_eq!(store.expire(4), 2);
+        assert_eq!(store.ring.len(), 2, "both freed at once");
+        assert_eq!(probe(&mut store, b"k"), [5u64.to_le_bytes().to_vec(), 9u64.to_le_bytes().to_vec()]);
+    }
+}
