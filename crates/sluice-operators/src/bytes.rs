@@ -1,13 +1,28 @@
 //! Encoded keys and values as state holds them: compared without the system's `memcmp`
 //! for empty ones, and stored inline when short.
 
-/// Whether two byte strings (encoded keys) are equal. An empty one is never handed to the
-/// system's `memcmp`: its vectorised version reads through the pointer with a masked load
-/// even for zero bytes, and an empty slice's dangling pointer turns that load into a
-/// slow processor assist (it took an eighth of NEXMark q7's time in the window aggregate
+/// Whether two byte strings (encoded keys) are equal. Strings of up to 16 bytes (every
+/// encoded integer, date or timestamp key) are compared inline, in two overlapping words,
+/// instead of through a call to the system's `memcmp` (9% of NEXMark q5, which groups
+/// by an auction id per row and window). An empty one is never handed to `memcmp`
+/// either: its vectorised version reads through the pointer with a masked load even for
+/// zero bytes, and an empty slice's dangling pointer turns that load into a slow
+/// processor assist (it took an eighth of NEXMark q7's time in the window aggregate
 /// without keys).
 pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && (a.is_empty() || a == b)
+    if a.len() != b.len() {
+        return false;
+    }
+    let n = a.len();
+    let word = |bytes: &[u8], at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let half = |bytes: &[u8], at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    match n {
+        0 => true,
+        1..=3 => a.iter().zip(b).all(|(x, y)| x == y),
+        4..=8 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        9..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        _ => a == b,
+    }
 }
 
 /// Bytes held inline up to this length.
@@ -79,6 +94,17 @@ mod tests {
         assert!(same_bytes(&[], &[]));
         assert!(!same_bytes(&[], &[0]));
         assert!(same_bytes(&[1, 2], &[1, 2]) && !same_bytes(&[1, 2], &[1, 3]));
+        // Every length up to past the inline cases, differing at every position.
+        for length in 1..40usize {
+            let a: Vec<u8> = (0..length as u8).collect();
+            assert!(same_bytes(&a, &a.clone()), "{length}");
+            for at in 0..length {
+                let mut b = a.clone();
+                b[at] ^= 0x80;
+                assert!(!same_bytes(&a, &b), "{length} bytes, differing at {at}");
+            }
+            assert!(!same_bytes(&a, &a[..length - 1]));
+        }
     }
 
     #[test]

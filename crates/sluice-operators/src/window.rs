@@ -88,6 +88,11 @@ impl WindowKind {
     /// Appends `(start, end)` of every window containing `ts`, latest first. Returns
     /// false, appending nothing, when a bound of one of them is outside `i64`.
     pub fn windows(&self, ts: i64, out: &mut Vec<(i64, i64)>) -> bool {
+        if let WindowKind::Tumble { .. } | WindowKind::Hop { .. } = self
+            && self.sliding_windows_in_i64(ts, out)
+        {
+            return true;
+        }
         let (ts, slide, size) = (i128::from(ts), i128::from(self.slide_ms()), i128::from(self.size_ms()));
         assert!(slide > 0 && size > 0, "window size and slide are positive");
         let first = out.len();
@@ -130,6 +135,30 @@ impl WindowKind {
             start -= slide;
         }
         true
+    }
+
+    /// TUMBLE's and HOP's windows of `ts` as [`WindowKind::windows`] appends them,
+    /// computed in `i64` (128-bit division is a call per row); false, appending nothing,
+    /// when a bound overflows `i64`, for the exact path to decide.
+    fn sliding_windows_in_i64(&self, ts: i64, out: &mut Vec<(i64, i64)>) -> bool {
+        let (slide, size) = (self.slide_ms(), self.size_ms());
+        let first = out.len();
+        let Some(mut start) = ts.checked_sub(ts.rem_euclid(slide)) else { return false };
+        loop {
+            let Some(end) = start.checked_add(size) else {
+                out.truncate(first);
+                return false;
+            };
+            if end <= ts {
+                return true;
+            }
+            out.push((start, end));
+            let Some(previous) = start.checked_sub(slide) else {
+                out.truncate(first);
+                return false;
+            };
+            start = previous;
+        }
     }
 
     /// The columns the assignment appends.

@@ -209,7 +209,7 @@ impl SqlPlanner {
         }
         let plan = self.plan_query(&rewritten, calls).map_err(context)?;
         let planner = self.stream_planner(name);
-        planner.plan(&plan).and_then(stream::unaggregated_session).map_err(context)?;
+        planner.plan_root(&plan).and_then(stream::unaggregated_session).map_err(context)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         self.catalog.tables.insert(name.to_string(), TableEntry::View { plan: Arc::new(plan), schema });
         Ok(())
@@ -228,7 +228,7 @@ impl SqlPlanner {
         };
         let planner = self.stream_planner(table);
         let state = match entry {
-            TableEntry::View { plan, .. } => planner.plan(plan)?,
+            TableEntry::View { plan, .. } => planner.plan_root(plan)?,
             _ => {
                 let scan = datafusion_expr::LogicalPlanBuilder::scan(
                     table,
@@ -254,6 +254,7 @@ impl SqlPlanner {
             windows_per_row_max: self.options.windows_per_row_max,
             view_ttls: &self.view_ttls,
             default_ttl: self.options.state_ttl,
+            columns_read: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //!
 //! A plan is walked bottom-up. Scans become a source table (or, for a view, the view's own
 //! plan); projections and filters become fused operators evaluating DataFusion physical
-//! expressions; a window call's scan adds window assignment; an `Aggregate` grouped by a
+//! expressions; a window call's scan adds window assignment (to the input's columns
+//! that some expression of the view names, the others dropped before it and NULL after
+//! it: a HOP copies each row once per window); an `Aggregate` grouped by a
 //! window's `window_start` and `window_end` becomes a key-hash exchange followed by the
 //! window aggregate; any other `Aggregate` becomes a key-hash exchange followed by the
 //! updating group aggregate; a filter `rn <= N` over `ROW_NUMBER() OVER (…) AS rn`
@@ -23,10 +25,12 @@
 //! Anything else is refused with an error naming the construct: the planner never runs a
 //! query whose streaming meaning it does not implement.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::datatypes::{Schema, SchemaRef};
-use datafusion_common::{DFSchema, DFSchemaRef};
+use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion_common::{DFSchema, DFSchemaRef, ScalarValue};
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::logical_plan::{Projection, SubqueryAlias};
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
@@ -159,6 +163,7 @@ pub(crate) fn physical(expr: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn Phys
 }
 
 /// Plans logical plans into streams over a catalog.
+#[derive(Clone)]
 pub(crate) struct StreamPlanner<'a> {
     pub catalog: &'a Catalog,
     /// The view being planned: counters (late rows) and run-time errors name it. A view
@@ -171,6 +176,22 @@ pub(crate) struct StreamPlanner<'a> {
     /// Views with a state time-to-live of their own, and everyone else's.
     pub view_ttls: &'a std::collections::HashMap<String, std::time::Duration>,
     pub default_ttl: Option<std::time::Duration>,
+    /// The names of the columns the plan being planned reads anywhere (None: unknown,
+    /// everything is read); see [`StreamPlanner::plan_root`].
+    pub columns_read: Option<Arc<HashSet<String>>>,
+}
+
+/// The names of the columns any expression of `plan` reads, whatever their qualifier.
+fn column_names_read(plan: &LogicalPlan) -> HashSet<String> {
+    let mut names = HashSet::new();
+    let _ = plan.apply(|node| {
+        node.apply_expressions(|expr| {
+            names.extend(expr.column_refs().into_iter().map(|column| column.name.clone()));
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        Ok(TreeNodeRecursion::Continue)
+    });
+    names
 }
 
 impl StreamPlanner<'_> {
@@ -179,21 +200,68 @@ impl StreamPlanner<'_> {
         self.view_ttls.get(&self.view).copied().or(self.default_ttl)
     }
 
+    /// Plans a view's (or a sink's) whole `plan`: as [`StreamPlanner::plan`], knowing
+    /// which columns the plan reads, so that a window table function's scan can drop the
+    /// columns of its input that no expression names before assigning windows.
+    pub fn plan_root(&self, plan: &LogicalPlan) -> Result<StreamState, SluiceError> {
+        let planner = StreamPlanner { columns_read: Some(Arc::new(column_names_read(plan))), ..self.clone() };
+        planner.plan(plan)
+    }
+
+    /// The positions of the columns of window table `name` that the plan may read (every
+    /// input column an expression names, the window's columns), if `name` is a window
+    /// table and the plan's columns are known.
+    fn window_columns_read(&self, name: &str) -> Option<Vec<usize>> {
+        let (Some(TableEntry::Window { schema, .. }), Some(read)) = (self.catalog.tables.get(name), &self.columns_read)
+        else {
+            return None;
+        };
+        let width = schema.fields().len() - 3;
+        Some((0..schema.fields().len()).filter(|&i| i >= width || read.contains(schema.field(i).name())).collect())
+    }
+
     pub fn plan(&self, plan: &LogicalPlan) -> Result<StreamState, SluiceError> {
         match plan {
             LogicalPlan::TableScan(scan) => {
                 if !scan.filters.is_empty() || scan.fetch.is_some() {
                     return Err(SluiceError::internal("sql.scan", "scan with pushed-down filters or limit"));
                 }
-                let mut state = self.plan_table(scan.table_name.table())?;
-                if let Some(projection) = &scan.projection {
+                let name = scan.table_name.table();
+                let read = scan.projection.clone().or_else(|| self.window_columns_read(name));
+                let (mut state, positions) = self.plan_table_reading(name, read.as_deref())?;
+                let every: Vec<usize> = (0..positions.len()).collect();
+                let projection = scan.projection.as_ref().unwrap_or(&every);
+                if scan.projection.is_some() || positions.iter().any(Option::is_none) {
+                    // A column no expression names was dropped: its place holds NULLs,
+                    // which nothing reads.
                     let input = Arc::clone(&state.schema);
-                    let exprs: Vec<Expr> =
-                        projection.iter().map(|&i| Expr::Column(input.columns()[i].clone())).collect();
-                    let tags = projection.iter().map(|&i| state.tags[i]).collect();
-                    self.push_projection(&mut state, &exprs, Arc::clone(&scan.projected_schema), "scan projection")?;
+                    let exprs = projection
+                        .iter()
+                        .enumerate()
+                        .map(|(out, &i)| match positions[i] {
+                            Some(at) => Ok(Expr::Column(input.columns()[at].clone())),
+                            None => ScalarValue::try_from(scan.projected_schema.field(out).data_type())
+                                .map(|null| Expr::Literal(null, None))
+                                .map_err(|e| crate::df_error("sql.scan", e)),
+                        })
+                        .collect::<Result<Vec<Expr>, SluiceError>>()?;
+                    let tags =
+                        projection.iter().map(|&i| positions[i].map_or(Tag::Plain, |at| state.tags[at])).collect();
+                    // The batches' schema says the dropped columns may be NULL; the plan's
+                    // (`state.schema`) stays as declared.
+                    let fields = scan.projected_schema.iter().zip(projection).map(|((qualifier, field), &i)| {
+                        let nullable = field.is_nullable() || positions[i].is_none();
+                        (qualifier.cloned(), Arc::new(field.as_ref().clone().with_nullable(nullable)))
+                    });
+                    let batches = Arc::new(
+                        DFSchema::new_with_metadata(fields.collect(), Default::default())
+                            .map_err(|e| crate::df_error("sql.scan", e))?,
+                    );
+                    self.push_projection(&mut state, &exprs, batches, "scan projection")?;
                     state.tags = tags;
-                    state.changelog = project_changelog(&state.changelog, |i| projection.iter().position(|&p| p == i));
+                    state.changelog = project_changelog(&state.changelog, |i| {
+                        projection.iter().position(|&p| positions[p] == Some(i))
+                    });
                 }
                 state.schema = Arc::clone(&scan.projected_schema);
                 Ok(state)
@@ -284,6 +352,20 @@ impl StreamPlanner<'_> {
 
     /// A stream reading a named table from its start.
     fn plan_table(&self, name: &str) -> Result<StreamState, SluiceError> {
+        self.plan_table_reading(name, None).map(|(state, _)| state)
+    }
+
+    /// A stream reading a named table from its start, of which only the columns `read`
+    /// (positions in the table's schema; None: all) will be read; with where each column
+    /// of the table is in the stream's schema (None: not there). A window table
+    /// function's table drops the columns of its input that nobody reads before window
+    /// assignment, which copies each row once per window (a HOP of NEXMark q5 five
+    /// times); any other table keeps every column.
+    fn plan_table_reading(
+        &self,
+        name: &str,
+        read: Option<&[usize]>,
+    ) -> Result<(StreamState, Vec<Option<usize>>), SluiceError> {
         let Some(entry) = self.catalog.tables.get(name) else {
             return Err(SluiceError::internal("sql.catalog", format!("table `{name}` vanished from the catalog")));
         };
@@ -296,7 +378,7 @@ impl StreamPlanner<'_> {
                     .iter()
                     .map(|f| if Some(f.name()) == event_time.as_ref() { Tag::EventTime } else { Tag::Plain })
                     .collect();
-                Ok(StreamState {
+                let state = StreamState {
                     source: *source,
                     table: *table,
                     segments: Vec::new(),
@@ -309,29 +391,36 @@ impl StreamPlanner<'_> {
                     windows_per_row: 1,
                     changelog: Changelog::AppendOnly,
                     session: None,
-                })
+                };
+                Ok((state, (0..schema.fields().len()).map(Some).collect()))
             }
-            TableEntry::View { plan, .. } => self.for_view(name).plan(plan),
+            TableEntry::View { plan, schema } => {
+                Ok((self.for_view(name).plan_root(plan)?, (0..schema.fields().len()).map(Some).collect()))
+            }
             TableEntry::Window { input, time_column, kind, partition, schema } => {
-                let mut state = self.plan_window(input, time_column, *kind, schema)?;
+                let (mut state, positions) = self.plan_window(input, time_column, *kind, schema, read)?;
                 if let WindowKind::Session { .. } = kind {
                     let width = state.tags.len();
                     state.tags[width - 3..].copy_from_slice(&[Tag::SessionStart, Tag::SessionEnd, Tag::SessionTime]);
                     state.session = Some(partition.clone());
                 }
-                Ok(state)
+                Ok((state, positions))
             }
         }
     }
 
-    /// The stream of `input` followed by window assignment.
+    /// The stream of `input` followed by window assignment, its output the window
+    /// table's `schema`, less the input columns not in `read` (positions in `schema`;
+    /// the time column is always kept); with where each column of `schema` is in the
+    /// stream's schema (None: dropped).
     fn plan_window(
         &self,
         input: &str,
         time_column: &str,
         kind: WindowKind,
         schema: &SchemaRef,
-    ) -> Result<StreamState, SluiceError> {
+        read: Option<&[usize]>,
+    ) -> Result<(StreamState, Vec<Option<usize>>), SluiceError> {
         let mut state = self.plan_table(input)?;
         if state.changelog.is_updating() {
             return Err(unsupported(
@@ -356,14 +445,44 @@ impl StreamPlanner<'_> {
             )
             .with_fix(format!("declare `event_time = \"{time_column}\"` on the source that `{input}` reads")));
         }
-        let output = Arc::clone(schema);
+        let width = input_schema.fields().len();
+        let kept: Vec<usize> =
+            (0..width).filter(|&i| i == time_index || read.is_none_or(|read| read.contains(&i))).collect();
+        let (time_index, output) = if kept.len() < width {
+            let exprs: Vec<Expr> = kept.iter().map(|&i| Expr::Column(state.schema.columns()[i].clone())).collect();
+            let fields = kept.iter().map(|&i| {
+                let (qualifier, field) = state.schema.qualified_field(i);
+                (qualifier.cloned(), Arc::clone(field))
+            });
+            let projected = Arc::new(
+                DFSchema::new_with_metadata(fields.collect(), Default::default())
+                    .map_err(|e| crate::df_error("sql.schema", e))?,
+            );
+            let names: Vec<String> = exprs.iter().map(display).collect();
+            self.push_projection(&mut state, &exprs, Arc::clone(&projected), &names.join(", "))?;
+            state.tags = kept.iter().map(|&i| state.tags[i]).collect();
+            state.changelog = project_changelog(&state.changelog, |i| kept.iter().position(|&k| k == i));
+            state.schema = projected;
+            let fields = kept
+                .iter()
+                .map(|&i| Arc::clone(&schema.fields()[i]))
+                .chain(schema.fields().iter().skip(width).cloned());
+            let output = Arc::new(Schema::new(fields.collect::<Vec<_>>()));
+            (kept.iter().position(|&i| i == time_index).expect("the time column is kept"), output)
+        } else {
+            (time_index, Arc::clone(schema))
+        };
+        let positions = (0..schema.fields().len())
+            .map(|i| if i < width { kept.iter().position(|&k| k == i) } else { Some(kept.len() + i - width) })
+            .collect();
         let counter = format!("view {}: rows without event time", self.view);
         let outside = format!("view {}: rows outside the window range", self.view);
+        let assigned = Arc::clone(&output);
         let factory: OperatorFactory = Arc::new(move |context| {
             Ok(Box::new(WindowAssign::new(
                 time_index,
                 kind,
-                Arc::clone(&output),
+                Arc::clone(&assigned),
                 context.metrics.counter(&counter),
                 LazyCounter::new(Arc::clone(&context.metrics), outside.clone()),
             )))
@@ -376,9 +495,10 @@ impl StreamPlanner<'_> {
         };
         state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
         state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
-        state.schema =
-            Arc::new(DFSchema::try_from_qualified_schema(input, schema).map_err(|e| crate::df_error("sql.schema", e))?);
-        Ok(state)
+        state.schema = Arc::new(
+            DFSchema::try_from_qualified_schema(input, &output).map_err(|e| crate::df_error("sql.schema", e))?,
+        );
+        Ok((state, positions))
     }
 
     /// The windows per source row after `kind` on a stream of `input`: the product over
@@ -422,7 +542,7 @@ impl StreamPlanner<'_> {
 
     /// A planner for view `view`, which this one reads.
     fn for_view(&self, view: &str) -> StreamPlanner<'_> {
-        StreamPlanner { view: view.to_string(), ..*self }
+        StreamPlanner { view: view.to_string(), columns_read: None, ..self.clone() }
     }
 
     pub fn hash_exchange(&self, state: &mut StreamState, keys: Vec<usize>, description: String) {

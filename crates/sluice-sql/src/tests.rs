@@ -465,6 +465,33 @@ fn count_distincts_of_one_column_under_filters_count_their_own_values() {
     );
 }
 
+/// A window table function copies each row once per window (HOP), so the columns of its
+/// input that nobody reads are dropped before window assignment; the event time stays.
+#[test]
+fn a_window_assigns_only_the_columns_read_after_it() {
+    let sql = "SELECT s, COUNT(*) AS n, window_start FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, \
+               INTERVAL '2' SECOND)) GROUP BY s, window_start, window_end";
+    let planner = plan(
+        &[("h", sql), ("all", "SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))")],
+        OnError::Fail,
+    )
+    .expect("plans");
+    let lines = operator_lines(&planner, "h");
+    assert_eq!(
+        lines[..2],
+        ["project: t.s, t.ts".to_string(), "window_assign: HOP(slide 1000 ms, size 2000 ms) on ts".to_string()]
+    );
+    let output =
+        run(&planner, "h", rows(&[(1, 0, "x", 500), (2, 0, "x", 1500), (3, 0, "y", 1500)])).output.expect("runs");
+    let mut counts: Vec<String> = changes(&output);
+    counts.sort();
+    assert_eq!(counts.len(), 5, "{counts:?}");
+    assert!(counts.iter().all(|line| line.starts_with("+1 ")), "{counts:?}");
+    assert!(counts.contains(&"+1 x,2,1970-01-01T00:00:00".to_string()), "{counts:?}");
+    // Every column read: nothing to drop.
+    assert!(operator_lines(&planner, "all")[0].starts_with("window_assign: "));
+}
+
 #[test]
 fn the_planner_knows_which_streams_update_and_by_which_key() {
     let views = [

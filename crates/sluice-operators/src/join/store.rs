@@ -110,7 +110,8 @@ impl Store {
     /// The slots of the rows whose join key is `key` (placement hash `hash`).
     pub(super) fn bucket(&self, key: &[u8], hash: u64) -> &[u32] {
         let buckets = &self.buckets;
-        let found = self.by_key.find(hash, |&b| buckets[b as usize].as_ref().is_some_and(|b| &*b.key == key));
+        let found =
+            self.by_key.find(hash, |&b| buckets[b as usize].as_ref().is_some_and(|b| crate::same_bytes(&b.key, key)));
         match found {
             Some(&b) => &self.buckets[b as usize].as_ref().expect("an indexed bucket lives").slots,
             None => &[],
@@ -198,7 +199,9 @@ impl Store {
     /// The bucket of `key`, added empty if new.
     fn bucket_of(&mut self, key: &[u8], hash: u64) -> u32 {
         let buckets = &self.buckets;
-        if let Some(&b) = self.by_key.find(hash, |&b| buckets[b as usize].as_ref().is_some_and(|b| &*b.key == key)) {
+        if let Some(&b) =
+            self.by_key.find(hash, |&b| buckets[b as usize].as_ref().is_some_and(|b| crate::same_bytes(&b.key, key)))
+        {
             return b;
         }
         let bucket = Bucket { key: key.into(), hash, slots: Vec::new() };
