@@ -103,19 +103,8 @@ impl CheckpointStore {
     /// published epoch (an object of a committed epoch is never rewritten); rewriting an
     /// object of an abandoned, unpublished epoch is allowed.
     pub fn put_object(&self, epoch: u64, name: &str, bytes: Vec<u8>) -> Result<ObjectRef, SluiceError> {
-        let path = layout::object_path(epoch, name)?;
-        if epoch < self.published_above.load(Ordering::Acquire) {
-            return Err(SluiceError::internal(
-                "checkpoint.epoch_published",
-                format!("object {path:?} belongs to epoch {epoch}, which is already published in {}", self.url()),
-            )
-            .with_fix("write each checkpoint under an epoch above every published one"));
-        }
-        let object = ObjectRef { offset: 0, size: bytes.len() as u64, checksum: crc32fast::hash(&bytes), path };
-        let write = self.calls.put(&object.path, Bytes::from(bytes), PutMode::Overwrite);
-        self.calls.block_on(async { write.await.map_err(|failure| self.failure("writing", &object.path, failure)) })?;
-        tracing::debug!(path = %object.path, size = object.size, "checkpoint object written");
-        Ok(object)
+        let written = self.put_packs(epoch, vec![(name.to_string(), vec![bytes])])?;
+        Ok(written.into_iter().flatten().next().expect("one pack of one state gives one reference"))
     }
 
     /// Writes packs of `epoch` at once (at most [`PUT_CONCURRENCY`] writes in flight):

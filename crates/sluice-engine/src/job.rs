@@ -563,10 +563,7 @@ impl JobHandle {
     /// The leader of the cluster this worker follows, once it formed (None alone, on
     /// the leader, and while the cluster forms).
     pub fn leader(&self) -> Option<crate::query::Peer> {
-        match self.query_scope() {
-            QueryScope::Cluster { peers, .. } => peers.into_iter().find(|peer| peer.id == LEADER_ID),
-            QueryScope::Solo(_) | QueryScope::Forming { .. } => None,
-        }
+        self.peers().into_iter().find(|peer| peer.id == LEADER_ID)
     }
 
     /// The other workers of this worker's cluster, once it formed (none alone).

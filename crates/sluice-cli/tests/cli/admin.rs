@@ -154,6 +154,14 @@ fn open(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> TcpS
 
 /// Reads the status stream's lines until one has `"state":"running"` (chunk-size lines
 /// of the chunked framing are skipped: they are never JSON).
+/// Stops `run` through `POST /stop` and checks it exits cleanly.
+pub(crate) fn stop(run: Running, addr: SocketAddr) {
+    let (code, answer) = request(addr, "POST", "/stop");
+    assert_eq!(code, 202, "{answer}");
+    let (exit, text) = run.finish();
+    assert_eq!(exit, Some(0), "{text}");
+}
+
 pub(crate) fn wait_running(addr: SocketAddr) {
     let reader = BufReader::new(open(addr, "GET", "/status/stream", None));
     for line in reader.lines() {
@@ -249,10 +257,7 @@ fn post_checkpoint_answers_with_the_committed_epoch() {
     };
     assert!(history["duration_ms"].is_u64() && history["pause_ms"].is_u64(), "{history}");
     assert!(history["state_bytes"].is_u64(), "{history}");
-    let (code, stopped) = request(addr, "POST", "/stop");
-    assert_eq!(code, 202, "{stopped}");
-    let (code, seen) = running.finish();
-    assert_eq!(code, Some(0), "{seen}");
+    stop(running, addr);
 
     let plain = Scratch::new();
     plain.write("pipeline.toml", PIPELINE);
@@ -346,10 +351,7 @@ store = "file://./state"
         let queued = format!("sluice_exchange_queued_messages{{segment=\"sink out, segment 1\",thread=\"{thread}\"}}");
         assert!(value(&|s: &str| s == queued) >= 0.0, "{text}");
     }
-    let (code, stopped) = request(addr, "POST", "/stop");
-    assert_eq!(code, 202, "{stopped}");
-    let (code, seen) = running.finish();
-    assert_eq!(code, Some(0), "{seen}");
+    stop(running, addr);
 }
 
 /// In a cluster, `POST /checkpoint` asked of the follower is the leader's checkpoint, and
@@ -495,7 +497,5 @@ fn post_pause_holds_the_sources_until_post_resume() {
         assert!(Instant::now() < deadline, "no row read after the resume");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(request(addr, "POST", "/stop").0, 202);
-    let (code, seen) = running.finish();
-    assert_eq!(code, Some(0), "{seen}");
+    stop(running, addr);
 }

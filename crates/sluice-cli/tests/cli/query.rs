@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::admin::{DEADLINE, Running, request, wait_running};
+use crate::admin::{DEADLINE, Running, request, stop, wait_running};
 use crate::harness::Scratch;
 
 /// Two running aggregates of the same bids, both materialized, and the source itself
@@ -116,13 +116,6 @@ fn start(scratch: &Scratch, env: &[(&str, &str)]) -> (Running, SocketAddr) {
     let addr = run.admin_addr();
     wait_running(addr);
     (run, addr)
-}
-
-fn stop(run: Running, addr: SocketAddr) {
-    let (code, answer) = request(addr, "POST", "/stop");
-    assert_eq!(code, 202, "{answer}");
-    let (exit, text) = run.finish();
-    assert_eq!(exit, Some(0), "{text}");
 }
 
 #[test]
