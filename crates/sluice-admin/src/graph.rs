@@ -7,26 +7,40 @@
 //! exist per source, per sink and per driver thread (segments share the threads, so a
 //! segment node has no counters of its own; backpressure is per thread).
 //!
-//! Bounds: as large as the explanation; built from atomics read once and the sampler's
-//! latest rates.
+//! In a cluster the graph answers for every worker: the worker asked reads the others'
+//! own graphs (`POST /internal/graph`, in parallel, each within the time `routes` gives
+//! it) and adds their counters to its own ([`Graph::add`]): rows, rates and bad rows are
+//! summed, a source's watermark is its slowest worker's, and every worker's threads are
+//! listed under backpressure. A worker that did not answer is named in `unanswered`.
+//!
+//! Bounds: as large as the explanation (times the workers, for backpressure); built from
+//! atomics read once and the sampler's latest rates.
 
 use std::sync::atomic::Ordering;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sluice_engine::{JobHandle, Metrics, Status};
 use utoipa::ToSchema;
 
 use crate::sampler::{Rates, now_ms};
 
 /// The whole graph.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct Graph {
     /// `[pipeline] name`.
     pub(crate) pipeline: String,
     /// The job's state (see `/status`).
     pub(crate) state: crate::status::State,
-    /// Driver threads of this worker.
+    /// Driver threads of this worker (every worker of a cluster runs its own; nodes'
+    /// `parallelism` too is per worker).
     pub(crate) threads: u32,
+    /// The worker that answered (0 alone).
+    pub(crate) worker: u32,
+    /// The workers whose counters the nodes and backpressure sum: this one alone, or
+    /// in a cluster every worker that answered.
+    pub(crate) workers: Vec<u32>,
+    /// The workers of the cluster whose counters are missing, and why.
+    pub(crate) unanswered: Vec<Unanswered>,
     /// Virtual nodes keyed state is spread over.
     pub(crate) vnodes: u32,
     /// The time the rates are measured over, in milliseconds (0: no rate yet).
@@ -38,7 +52,7 @@ pub(crate) struct Graph {
 }
 
 /// What a node is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum NodeKind {
     Source,
@@ -47,7 +61,7 @@ pub(crate) enum NodeKind {
 }
 
 /// A source, a segment of operators, or a sink.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct Node {
     /// Unique in the graph: `source:NAME`, `flow:I:segment:J`, `sink:NAME`.
     pub(crate) id: String,
@@ -66,8 +80,12 @@ pub(crate) struct Node {
     pub(crate) rows: Option<u64>,
     /// Rows per second over the last sampling interval.
     pub(crate) rows_per_second: Option<f64>,
-    /// The source's watermark (its slowest lane), in milliseconds since the Unix epoch.
+    /// The source's watermark (its slowest lane), in milliseconds since the Unix epoch;
+    /// unknown until every lane has one.
     pub(crate) watermark_ms: Option<i64>,
+    /// Each lane's last watermark (sources; in a cluster, this worker knows only the
+    /// lanes it reads until the others' graphs are added).
+    pub(crate) lane_watermarks_ms: Vec<Option<i64>>,
     /// How far the watermark is behind the wall clock, in milliseconds.
     pub(crate) watermark_lag_ms: Option<i64>,
     /// Rows of the source that could not be decoded.
@@ -75,7 +93,7 @@ pub(crate) struct Node {
 }
 
 /// What an edge carries rows through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum EdgeKind {
     /// In the same thread (a scan, a sink's input).
@@ -85,7 +103,7 @@ pub(crate) enum EdgeKind {
 }
 
 /// From one node to another.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct Edge {
     pub(crate) from: String,
     pub(crate) to: String,
@@ -94,9 +112,20 @@ pub(crate) struct Edge {
     pub(crate) description: String,
 }
 
+/// A worker whose counters a cluster's graph lacks.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct Unanswered {
+    pub(crate) worker: u32,
+    /// Why: unreachable, no admin API, a bad answer.
+    pub(crate) reason: String,
+}
+
 /// One driver thread's backpressure.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct ThreadPressure {
+    /// The worker the thread runs on (0 alone).
+    pub(crate) worker: u32,
+    /// Its slot: a cluster numbers every worker's threads in member order.
     pub(crate) thread: u32,
     /// Blocked on a full output queue right now.
     pub(crate) blocked: bool,
@@ -108,6 +137,7 @@ pub(crate) struct ThreadPressure {
 
 /// The graph of `job` in state `status`, with `rates` (the sampler's latest).
 pub(crate) fn build(job: &JobHandle, status: &Status, rates: &Rates) -> Graph {
+    let worker = status.worker.map_or(0, |(id, _)| id);
     let explanation = job.explanation();
     let metrics = job.metrics();
     let now = now_ms();
@@ -126,6 +156,12 @@ pub(crate) fn build(job: &JobHandle, status: &Status, rates: &Rates) -> Graph {
             rows: live.map(|live| live.rows.load(Ordering::Relaxed)),
             rows_per_second: live.and(rates.sources.get(i).copied()),
             watermark_ms: watermark,
+            lane_watermarks_ms: live.map_or_else(Vec::new, |live| {
+                live.lane_watermarks
+                    .iter()
+                    .map(|w| Some(w.load(Ordering::Relaxed)).filter(|w| *w != NO_WATERMARK))
+                    .collect()
+            }),
             watermark_lag_ms: watermark.map(|w| now.saturating_sub(w)),
             bad_rows: live.map(|live| live.bad_rows.load(Ordering::Relaxed)),
         });
@@ -138,13 +174,60 @@ pub(crate) fn build(job: &JobHandle, status: &Status, rates: &Rates) -> Graph {
         pipeline: explanation.pipeline.clone(),
         state: status.state.into(),
         threads: explanation.threads,
+        worker,
+        workers: vec![worker],
+        unanswered: Vec::new(),
         vnodes: explanation.vnodes,
         rate_interval_ms: rates.interval_ms,
         nodes,
         edges,
-        backpressure: pressure(&metrics, rates),
+        backpressure: pressure(worker, &metrics, rates),
     }
 }
+
+impl Graph {
+    /// Adds another worker's own graph (its answer to `/internal/graph`) to this one:
+    /// each node's rows, rate and bad rows summed with the node of the same id, the
+    /// slowest watermark kept, the other worker's threads appended to backpressure.
+    /// Nodes the other graph lacks keep this worker's figures (every worker runs the
+    /// same plan, so both have the same nodes).
+    pub(crate) fn add(&mut self, other: Graph) {
+        for theirs in other.nodes {
+            let Some(ours) = self.nodes.iter_mut().find(|node| node.id == theirs.id) else { continue };
+            ours.rows = sum(ours.rows, theirs.rows);
+            ours.rows_per_second = sum(ours.rows_per_second, theirs.rows_per_second);
+            ours.bad_rows = sum(ours.bad_rows, theirs.bad_rows);
+            if theirs.lane_watermarks_ms.len() == ours.lane_watermarks_ms.len() && !ours.lane_watermarks_ms.is_empty() {
+                // Each lane is read by one worker: the others never saw its watermark.
+                for (mine, other) in ours.lane_watermarks_ms.iter_mut().zip(theirs.lane_watermarks_ms) {
+                    *mine = match (*mine, other) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                let lowest = ours.lane_watermarks_ms.iter().copied().min().flatten();
+                ours.watermark_ms = lowest;
+                ours.watermark_lag_ms = lowest.map(|w| now_ms().saturating_sub(w));
+            }
+        }
+        self.backpressure.extend(other.backpressure);
+        self.backpressure.sort_by_key(|thread| (thread.worker, thread.thread));
+        self.workers.push(other.worker);
+        self.workers.sort_unstable();
+    }
+}
+
+/// Both figures added; either alone when the other is unknown.
+fn sum<T: std::ops::Add<Output = T>>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A lane without a watermark yet (`sluice_runtime::metrics::NO_WATERMARK`, in
+/// crates/sluice-runtime/src/metrics.rs).
+const NO_WATERMARK: i64 = i64::MIN;
 
 fn source_id(name: &str) -> String {
     format!("source:{name}")
@@ -203,6 +286,7 @@ fn flow_nodes(
         rows: live.map(|live| live.rows.load(Ordering::Relaxed)),
         rows_per_second: live.and(rates.sinks.get(i).copied()),
         watermark_ms: None,
+        lane_watermarks_ms: Vec::new(),
         watermark_lag_ms: None,
         bad_rows: None,
     });
@@ -220,21 +304,24 @@ fn segment_node(id: &str, number: usize, segment: &sluice_engine::SegmentNode) -
         rows: None,
         rows_per_second: None,
         watermark_ms: None,
+        lane_watermarks_ms: Vec::new(),
         watermark_lag_ms: None,
         bad_rows: None,
     }
 }
 
-fn pressure(metrics: &Metrics, rates: &Rates) -> Vec<ThreadPressure> {
+fn pressure(worker: u32, metrics: &Metrics, rates: &Rates) -> Vec<ThreadPressure> {
     metrics
-        .threads
-        .iter()
-        .enumerate()
-        .map(|(i, thread)| ThreadPressure {
-            thread: u32::try_from(i).unwrap_or(u32::MAX),
-            blocked: thread.blocked.load(Ordering::Relaxed),
-            blocked_seconds: thread.backpressure_ns.load(Ordering::Relaxed) as f64 / 1e9,
-            blocked_ratio: rates.backpressure.get(i).copied(),
+        .local_threads()
+        .filter_map(|slot| {
+            let thread = metrics.threads.get(slot as usize)?;
+            Some(ThreadPressure {
+                worker,
+                thread: slot,
+                blocked: thread.blocked.load(Ordering::Relaxed),
+                blocked_seconds: thread.backpressure_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                blocked_ratio: rates.backpressure.get(slot as usize).copied(),
+            })
         })
         .collect()
 }

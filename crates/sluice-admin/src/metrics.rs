@@ -29,7 +29,9 @@ pub(crate) fn render(job: &JobHandle, status: &Status) -> String {
     let metrics = job.metrics();
     let mut families = vec![job_state(status), last_epoch(status)];
     families.extend(source_families(&metrics));
-    families.push(sink_rows(&metrics));
+    families.extend(sink_families(&metrics));
+    families.extend(link_families(&metrics));
+    families.push(late_rows(&metrics));
     families.extend(thread_families(&metrics));
     families.extend(operator_families(&metrics));
     families.extend(queue_families(&metrics));
@@ -97,6 +99,12 @@ fn source_families(metrics: &Metrics) -> Vec<Family> {
             samples: per_source(|m, i| m.sources[i].rows.load(Ordering::Relaxed)),
         },
         Family {
+            name: "sluice_source_bytes_total",
+            help: "Bytes of input the source read (a file's bytes, Kafka messages' keys and values; the generator reads none).",
+            kind: "counter",
+            samples: per_source(|m, i| m.sources[i].bytes.load(Ordering::Relaxed)),
+        },
+        Family {
             name: "sluice_source_bad_rows_total",
             help: "Rows of the source that could not be decoded (bad rows).",
             kind: "counter",
@@ -117,18 +125,74 @@ fn source_families(metrics: &Metrics) -> Vec<Family> {
     ]
 }
 
-fn sink_rows(metrics: &Metrics) -> Family {
+fn sink_families(metrics: &Metrics) -> Vec<Family> {
+    let per_sink = |read: fn(&sluice_engine::SinkMetrics) -> u64| {
+        metrics.sinks.iter().map(|sink| (vec![("sink", sink.name.clone())], read(sink).to_string())).collect()
+    };
+    vec![
+        Family {
+            name: "sluice_sink_rows_total",
+            help: "Rows written to the sink (an exactly-once sink's once their epoch committed).",
+            kind: "counter",
+            samples: per_sink(|sink| sink.rows.load(Ordering::Relaxed)),
+        },
+        Family {
+            name: "sluice_sink_bytes_total",
+            help: "Bytes the sink's writers encoded, as they encode them (an exactly-once sink's before their epoch commits; the blackhole encodes none).",
+            kind: "counter",
+            samples: per_sink(|sink| sink.bytes.load(Ordering::Relaxed)),
+        },
+    ]
+}
+
+/// The exchange links to the other workers of a cluster, one sample each per peer.
+fn link_families(metrics: &Metrics) -> Vec<Family> {
+    let links = metrics.links();
+    let per_peer = |read: fn(&sluice_engine::PeerTraffic) -> u64| {
+        links.iter().map(|link| (vec![("peer", link.peer.to_string())], read(link).to_string())).collect()
+    };
+    vec![
+        Family {
+            name: "sluice_exchange_bytes_sent_total",
+            help: "Bytes this worker sent on its exchange link to the peer worker (frames of Arrow data, barriers, credits).",
+            kind: "counter",
+            samples: per_peer(|link| link.bytes_sent),
+        },
+        Family {
+            name: "sluice_exchange_bytes_received_total",
+            help: "Bytes this worker received on its exchange link from the peer worker.",
+            kind: "counter",
+            samples: per_peer(|link| link.bytes_received),
+        },
+        Family {
+            name: "sluice_exchange_credit_stalls_total",
+            help: "Times a channel to the peer worker had a message ready and no credit for it (the peer's consumer was behind).",
+            kind: "counter",
+            samples: per_peer(|link| link.credit_stalls),
+        },
+    ]
+}
+
+/// The named counters `view NAME: late rows` (see `sluice_operators`), one sample per
+/// view that has dropped or could drop late rows.
+fn late_rows(metrics: &Metrics) -> Family {
     Family {
-        name: "sluice_sink_rows_total",
-        help: "Rows written to the sink.",
+        name: "sluice_late_rows_total",
+        help: "Rows that arrived behind the watermark and were dropped, per view (window aggregates, OVER aggregates, interval and window joins).",
         kind: "counter",
         samples: metrics
-            .sinks
-            .iter()
-            .map(|sink| (vec![("sink", sink.name.clone())], sink.rows.load(Ordering::Relaxed).to_string()))
+            .counters()
+            .into_iter()
+            .filter_map(|(name, value)| {
+                let view = name.strip_prefix("view ")?.strip_suffix(LATE_ROWS_SUFFIX)?;
+                Some((vec![("view", view.to_string())], value.to_string()))
+            })
             .collect(),
     }
 }
+
+/// How the operators name their late-row counters: `view NAME: late rows`.
+const LATE_ROWS_SUFFIX: &str = ": late rows";
 
 fn operator_families(metrics: &Metrics) -> Vec<Family> {
     let operators = metrics.operators();
@@ -223,27 +287,20 @@ fn checkpoint_families(metrics: &Metrics) -> Vec<Family> {
 }
 
 fn thread_families(metrics: &Metrics) -> Vec<Family> {
-    let label = |thread: usize| vec![("thread", thread.to_string())];
+    let label = |thread: u32| vec![("thread", thread.to_string())];
+    let local = || metrics.local_threads().filter_map(|slot| Some((slot, metrics.threads.get(slot as usize)?)));
     vec![
         Family {
             name: "sluice_thread_backpressure_seconds_total",
-            help: "Time the driver thread spent blocked on a full output queue (waits that ended).",
+            help: "Time the driver thread spent blocked on a full output queue (waits that ended); a cluster numbers every worker's threads in member order.",
             kind: "counter",
-            samples: metrics
-                .threads
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (label(i), seconds(t.backpressure_ns.load(Ordering::Relaxed))))
-                .collect(),
+            samples: local().map(|(i, t)| (label(i), seconds(t.backpressure_ns.load(Ordering::Relaxed)))).collect(),
         },
         Family {
             name: "sluice_thread_blocked",
             help: "1 while the driver thread is blocked on a full output queue.",
             kind: "gauge",
-            samples: metrics
-                .threads
-                .iter()
-                .enumerate()
+            samples: local()
                 .map(|(i, t)| (label(i), u8::from(t.blocked.load(Ordering::Relaxed)).to_string()))
                 .collect(),
         },

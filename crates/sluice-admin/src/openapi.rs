@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::graph::{Edge, EdgeKind, Graph, Node, NodeKind, ThreadPressure};
+use crate::graph::{Edge, EdgeKind, Graph, Node, NodeKind, ThreadPressure, Unanswered};
 use crate::routes::{self, CheckpointTaken, ErrorBody, Paused, Stopping};
 use crate::status::{
     CheckpointSeen, MemberStatus, Readiness, SinkStatus, SourceStatus, State, StatusDocument, WorkerPlace,
@@ -36,7 +36,7 @@ use crate::status::{
     ),
     components(schemas(
         StatusDocument, State, WorkerPlace, MemberStatus, SourceStatus, SinkStatus, CheckpointSeen, Readiness,
-        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, ErrorBody, Stopping, CheckpointTaken, Paused,
+        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, Unanswered, ErrorBody, Stopping, CheckpointTaken, Paused,
         crate::query::QueryRequest, crate::query::QueryFormatName,
     )),
     modifiers(&Bearer),

@@ -79,6 +79,7 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/internal/slice", post(crate::slices::slice))
         .route("/internal/release", post(crate::slices::release))
         .route("/internal/status", post(internal_status))
+        .route("/internal/graph", post(internal_graph))
         .route("/openapi.json", get(openapi_document))
         .route("/", get(page))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
@@ -128,6 +129,22 @@ const MEMBER_BYTES: usize = 1 << 20;
 
 /// Every other worker's own status, asked in parallel, each answer within [`MEMBER_WAIT`].
 fn ask_members(peers: Vec<sluice_engine::query::Peer>, token: Option<&str>) -> Vec<status::MemberStatus> {
+    ask_peers(peers, token, "/internal/status")
+        .into_iter()
+        .map(|(peer, answer)| {
+            let answer = answer.and_then(|body| serde_json::from_slice(&body).map_err(|e| format!("its answer: {e}")));
+            status::MemberStatus::of_answer(peer.id, peer.admin_addr, answer)
+        })
+        .collect()
+}
+
+/// `POST path` (empty body) asked of every other worker in parallel, each answer (its
+/// body, or why there is none) within [`MEMBER_WAIT`] and [`MEMBER_BYTES`].
+fn ask_peers(
+    peers: Vec<sluice_engine::query::Peer>,
+    token: Option<&str>,
+    path: &str,
+) -> Vec<(sluice_engine::query::Peer, Result<Vec<u8>, String>)> {
     let deadline = std::time::Instant::now() + MEMBER_WAIT;
     std::thread::scope(|scope| {
         let asked: Vec<_> = peers
@@ -137,21 +154,14 @@ fn ask_members(peers: Vec<sluice_engine::query::Peer>, token: Option<&str>) -> V
                     let answer = if peer.admin_addr.is_empty() {
                         Err("it runs without an admin API".to_string())
                     } else {
-                        match crate::peer_http::post(
-                            &peer.admin_addr,
-                            token,
-                            "/internal/status",
-                            b"",
-                            deadline,
-                            MEMBER_BYTES,
-                        ) {
-                            Ok((200, body)) => serde_json::from_slice(&body).map_err(|e| format!("its answer: {e}")),
+                        match crate::peer_http::post(&peer.admin_addr, token, path, b"", deadline, MEMBER_BYTES) {
+                            Ok((200, body)) => Ok(body),
                             Ok((code, _)) => Err(format!("it answered HTTP {code}")),
                             Err(crate::peer_http::PostError::Unreachable(detail)) => Err(detail),
                             Err(crate::peer_http::PostError::TooLarge) => Err("its answer was too long".to_string()),
                         }
                     };
-                    status::MemberStatus::of_answer(peer.id, peer.admin_addr, answer)
+                    (peer, answer)
                 })
             })
             .collect();
@@ -186,11 +196,32 @@ pub(crate) async fn metrics_text(State(shared): State<Shared>) -> Response {
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&shared.job, &status)).into_response()
 }
 
-/// The dataflow: nodes (sources, segments of operators, sinks), edges, live rates.
+/// The dataflow: nodes (sources, segments of operators, sinks), edges, live rates; in a
+/// cluster, every worker's counters added up.
 #[utoipa::path(get, path = "/graph", tag = "job", responses(
     (status = 200, description = "The graph", body = Graph),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody)))]
 pub(crate) async fn graph_document(State(shared): State<Shared>) -> Response {
+    let status = shared.job.status();
+    let mut graph = graph::build(&shared.job, &status, &shared.sampler.rates());
+    let peers = shared.job.peers();
+    if !peers.is_empty() {
+        let token = shared.token.clone();
+        let asked = tokio::task::spawn_blocking(move || ask_peers(peers, token.as_deref(), "/internal/graph")).await;
+        for (peer, answer) in asked.unwrap_or_default() {
+            match answer.and_then(|body| serde_json::from_slice::<Graph>(&body).map_err(|e| format!("its answer: {e}")))
+            {
+                Ok(theirs) => graph.add(theirs),
+                Err(reason) => graph.unanswered.push(graph::Unanswered { worker: peer.id, reason }),
+            }
+        }
+    }
+    axum::Json(graph).into_response()
+}
+
+/// `POST /internal/graph`: this worker's own graph and counters, for another worker's
+/// `/graph` (left out of the OpenAPI document, as every internal endpoint).
+pub(crate) async fn internal_graph(State(shared): State<Shared>) -> Response {
     let status = shared.job.status();
     axum::Json(graph::build(&shared.job, &status, &shared.sampler.rates())).into_response()
 }

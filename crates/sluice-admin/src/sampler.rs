@@ -162,7 +162,7 @@ mod tests {
     use super::*;
 
     fn metrics() -> Arc<Metrics> {
-        let sink = SinkMetrics { name: "out".into(), rows: Default::default() };
+        let sink = SinkMetrics::new("out");
         Arc::new(Metrics::new(vec![SourceMetrics::new("in", 1)], vec![sink], 2))
     }
 

@@ -381,6 +381,7 @@ impl StdoutSink {
             encoder: Encoder::new(format, self.schema.clone(), self.updating)
                 .with_upsert_key(self.upsert_key.as_deref()),
             buffer: Vec::new(),
+            encoded: 0,
         })
     }
 }
@@ -414,6 +415,8 @@ struct StreamWriter {
     target: Box<dyn Write + Send>,
     encoder: Encoder,
     buffer: Vec<u8>,
+    /// Bytes written since [`SinkWriter::take_bytes`] last asked.
+    encoded: u64,
 }
 
 impl StreamWriter {
@@ -436,11 +439,17 @@ impl SinkWriter for StreamWriter {
             return Ok(());
         }
         let written = self.target.write_all(&self.buffer).and_then(|()| self.target.flush());
-        written.map_err(|error| self.stream_error(&error))
+        written.map_err(|error| self.stream_error(&error))?;
+        self.encoded += self.buffer.len() as u64;
+        Ok(())
     }
 
     fn close(&mut self) -> Result<(), SluiceError> {
         self.target.flush().map_err(|error| self.stream_error(&error))
+    }
+
+    fn take_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.encoded)
     }
 }
 
@@ -551,6 +560,7 @@ impl SinkFactory for FileSink {
             encoder: Encoder::new(format, self.schema.clone(), self.updating)
                 .with_upsert_key(self.upsert_key.as_deref()),
             buffer: Vec::new(),
+            encoded: 0,
         }))
     }
 
@@ -586,6 +596,8 @@ struct FileWriter {
     file: BufWriter<File>,
     encoder: Encoder,
     buffer: Vec<u8>,
+    /// Bytes written since [`SinkWriter::take_bytes`] last asked.
+    encoded: u64,
 }
 
 impl FileWriter {
@@ -599,12 +611,18 @@ impl SinkWriter for FileWriter {
         sluice_types::failpoint!("sink.write");
         self.buffer.clear();
         self.encoder.encode(batch, &mut self.buffer)?;
-        self.file.write_all(&self.buffer).map_err(|error| self.error(&error))
+        self.file.write_all(&self.buffer).map_err(|error| self.error(&error))?;
+        self.encoded += self.buffer.len() as u64;
+        Ok(())
     }
 
     fn close(&mut self) -> Result<(), SluiceError> {
         self.file.flush().map_err(|error| self.error(&error))?;
         self.file.get_ref().sync_all().map_err(|error| self.error(&error))
+    }
+
+    fn take_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.encoded)
     }
 }
 

@@ -55,5 +55,5 @@ pub use sluice_cluster::rendezvous::{ControlSettings, RendezvousEvent};
 pub use sluice_config as config;
 pub use sluice_connectors::Registry;
 pub use sluice_runtime::controller::CheckpointRecord;
-pub use sluice_runtime::metrics::{OperatorMetrics, QueueMetrics};
+pub use sluice_runtime::metrics::{OperatorMetrics, PeerTraffic, QueueMetrics, SinkMetrics};
 pub use sluice_runtime::{Metrics, RunOutcome, RunReport, StopHandle};

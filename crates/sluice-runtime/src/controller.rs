@@ -271,6 +271,7 @@ pub fn run_part(
         None => (None, never(), never()),
     };
     let local = layout.slots_of(worker);
+    metrics.set_local_threads(&layout, worker);
     let started = Instant::now();
     let (stop_handle, stop_woken) = stop;
     let (events_sender, events) = bounded(local.len() * EVENTS_PER_DRIVER);
@@ -452,6 +453,7 @@ type LinkCounters = Vec<(Arc<LinkMetrics>, Arc<AtomicU64>, Arc<AtomicU64>)>;
 
 fn link_counters(network: Option<&Network>, metrics: &Metrics, me: u32) -> LinkCounters {
     let Some(network) = network else { return Vec::new() };
+    metrics.set_links(network.metrics());
     let named = |peer: u32, what: &str| metrics.counter(&format!("exchange worker {me} to {peer}: {what}"));
     network
         .metrics()

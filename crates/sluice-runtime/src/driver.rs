@@ -831,6 +831,7 @@ fn feed(
                 Message::Data(batch) => {
                     let writer = writer.as_mut().expect("a single-writer sink receives rows only on thread 0");
                     writer.write(&batch)?;
+                    metrics.sinks[*sink].bytes.fetch_add(writer.take_bytes(), Ordering::Relaxed);
                     let rows = batch.num_rows() as u64;
                     if *staged {
                         *staged_rows += rows;
@@ -841,6 +842,7 @@ fn feed(
                 Message::Barrier(epoch) => {
                     if let (Some(writer), Some(barrier)) = (writer.as_mut(), fed.barrier.as_mut()) {
                         barrier.2 = Some((writer.pre_commit(epoch)?, std::mem::take(staged_rows)));
+                        metrics.sinks[*sink].bytes.fetch_add(writer.take_bytes(), Ordering::Relaxed);
                     }
                 }
                 Message::EndOfData => {
@@ -849,6 +851,7 @@ fn feed(
                             fed.end_record = Some((writer.pre_commit(next_epoch)?, std::mem::take(staged_rows)));
                         }
                         writer.close()?;
+                        metrics.sinks[*sink].bytes.fetch_add(writer.take_bytes(), Ordering::Relaxed);
                     }
                     fed.finished = true;
                 }

@@ -16,9 +16,14 @@ pub const NO_WATERMARK: TimestampMs = i64::MIN;
 pub struct SourceMetrics {
     pub name: String,
     pub rows: AtomicU64,
+    /// Bytes of input the lanes read (a file's bytes, Kafka messages' keys and values;
+    /// the generator reads none).
+    pub bytes: AtomicU64,
     pub bad_rows: AtomicU64,
     /// The last watermark of each lane, [`NO_WATERMARK`] before the first.
     pub lane_watermarks: Vec<AtomicI64>,
+    /// In a cluster, which lanes this worker reads (None: every lane).
+    local_lanes: Mutex<Option<Vec<bool>>>,
 }
 
 impl SourceMetrics {
@@ -26,14 +31,24 @@ impl SourceMetrics {
         SourceMetrics {
             name: name.to_string(),
             rows: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
             bad_rows: AtomicU64::new(0),
             lane_watermarks: (0..lanes).map(|_| AtomicI64::new(NO_WATERMARK)).collect(),
+            local_lanes: Mutex::new(None),
         }
     }
 
-    /// The lowest lane watermark (the source's), or None before every lane has one.
+    /// The lowest watermark of the lanes this worker reads (the source's, alone), or None
+    /// before every one of them has one.
     pub fn watermark(&self) -> Option<TimestampMs> {
-        let lowest = self.lane_watermarks.iter().map(|w| w.load(Ordering::Relaxed)).min()?;
+        let local = self.local_lanes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let lowest = self
+            .lane_watermarks
+            .iter()
+            .enumerate()
+            .filter(|(lane, _)| local.as_ref().is_none_or(|local| local.get(*lane).copied().unwrap_or(false)))
+            .map(|(_, w)| w.load(Ordering::Relaxed))
+            .min()?;
         (lowest != NO_WATERMARK).then_some(lowest)
     }
 }
@@ -43,6 +58,26 @@ impl SourceMetrics {
 pub struct SinkMetrics {
     pub name: String,
     pub rows: AtomicU64,
+    /// Bytes the sink's writers encoded, as they encode them (an exactly-once sink's
+    /// staged bytes count before their epoch commits, unlike `rows`); see
+    /// [`crate::plan::SinkWriter::take_bytes`].
+    pub bytes: AtomicU64,
+}
+
+impl SinkMetrics {
+    pub fn new(name: &str) -> SinkMetrics {
+        SinkMetrics { name: name.to_string(), rows: AtomicU64::new(0), bytes: AtomicU64::new(0) }
+    }
+}
+
+/// The traffic of this worker's exchange link to another worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerTraffic {
+    pub peer: u32,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Times one of its channels had a message ready and no credit for it.
+    pub credit_stalls: u64,
 }
 
 /// The counters of one operator of the plan, shared by its instances on every thread.
@@ -131,6 +166,10 @@ pub struct Metrics {
     operators: Mutex<Vec<Arc<OperatorMetrics>>>,
     /// Registered as the exchanges are built.
     queues: Mutex<Vec<Arc<QueueMetrics>>>,
+    /// The exchange links to the other workers, set once they are connected.
+    links: Mutex<Vec<(u32, Arc<sluice_cluster::link::LinkMetrics>)>>,
+    /// The threads (slots) this worker runs; `threads` has every worker's slots.
+    local_threads: Mutex<Option<std::ops::Range<u32>>>,
 }
 
 impl Metrics {
@@ -143,17 +182,15 @@ impl Metrics {
             counters: Mutex::new(Vec::new()),
             operators: Mutex::new(Vec::new()),
             queues: Mutex::new(Vec::new()),
+            links: Mutex::new(Vec::new()),
+            local_threads: Mutex::new(None),
         }
     }
 
     /// Zeroed counters for every source, sink and thread of `plan`.
     pub fn for_plan(plan: &crate::plan::Plan, threads: u32) -> Metrics {
         let sources = plan.sources.iter().map(|s| SourceMetrics::new(s.name(), s.lanes())).collect();
-        let sinks = plan
-            .flows
-            .iter()
-            .map(|f| SinkMetrics { name: f.sink.name().to_string(), rows: Default::default() })
-            .collect();
+        let sinks = plan.flows.iter().map(|f| SinkMetrics::new(f.sink.name())).collect();
         Metrics::new(sources, sinks, threads)
     }
 
@@ -191,6 +228,42 @@ impl Metrics {
         });
         operators.push(Arc::clone(&operator));
         operator
+    }
+
+    /// The slots this worker's driver threads run (a cluster numbers every worker's
+    /// threads in member order), and so the lanes it reads.
+    pub(crate) fn set_local_threads(&self, layout: &sluice_types::vnode::SlotLayout, worker: u32) {
+        let slots = layout.slots_of(worker);
+        for source in &self.sources {
+            let lanes = (0..source.lane_watermarks.len() as u32).map(|lane| slots.contains(&layout.slot_of_lane(lane)));
+            *source.local_lanes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(lanes.collect());
+        }
+        *self.local_threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(slots);
+    }
+
+    /// The slots of `threads` this worker runs: all of them alone, its own in a cluster.
+    pub fn local_threads(&self) -> std::ops::Range<u32> {
+        let local = self.local_threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        local.unwrap_or(0..self.threads.len() as u32)
+    }
+
+    /// Keeps the exchange links' counters (each peer's) for [`Metrics::links`].
+    pub(crate) fn set_links(&self, links: Vec<(u32, Arc<sluice_cluster::link::LinkMetrics>)>) {
+        *self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = links;
+    }
+
+    /// The traffic of each exchange link to another worker (none alone).
+    pub fn links(&self) -> Vec<PeerTraffic> {
+        let links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        links
+            .iter()
+            .map(|(peer, link)| PeerTraffic {
+                peer: *peer,
+                bytes_sent: link.bytes_sent.load(Ordering::Relaxed),
+                bytes_received: link.bytes_received.load(Ordering::Relaxed),
+                credit_stalls: link.credit_stalls.load(Ordering::Relaxed),
+            })
+            .collect()
     }
 
     /// Every registered operator's counters, in plan order.

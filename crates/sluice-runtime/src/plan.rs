@@ -169,6 +169,11 @@ pub trait SinkWriter: Send {
     /// Flushes buffered output and releases the resource. A staging writer stages its
     /// last rows as the final epoch through `pre_commit` before `close`.
     fn close(&mut self) -> Result<(), SluiceError>;
+    /// The bytes it encoded since the last call (for the sink's byte counter; a writer
+    /// that encodes nothing, e.g. the blackhole, counts none).
+    fn take_bytes(&mut self) -> u64 {
+        0
+    }
 }
 
 /// Routes rows to the threads of the next segment.

@@ -34,7 +34,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 struct Served {
     job: Option<Job>,
     server: Option<crate::AdminServer>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Served {
@@ -43,12 +43,20 @@ impl Served {
     }
 
     fn start_pipeline(text: &str, token: Option<&str>) -> Served {
+        Served::start_with_files(text, &[], token)
+    }
+
+    /// Starts `text` in a directory holding `files` (name, content).
+    fn start_with_files(text: &str, files: &[(&str, &str)], token: Option<&str>) -> Served {
         let dir = tempfile::tempdir().expect("tempdir");
+        for (name, content) in files {
+            std::fs::write(dir.path().join(name), content).expect("write");
+        }
         let pipeline = Engine::default().parse(text, "p.toml", dir.path(), Overrides::default()).expect("valid");
         let job = Job::start(&pipeline, StartOptions::default()).expect("starts");
         let bind: SocketAddr = "127.0.0.1:0".parse().expect("addr");
         let server = crate::serve(job.handle(), bind, token.map(str::to_string)).expect("serves");
-        Served { job: Some(job), server: Some(server), _dir: dir }
+        Served { job: Some(job), server: Some(server), dir }
     }
 
     fn addr(&self) -> SocketAddr {
@@ -165,6 +173,71 @@ fn metrics_are_prometheus_text_with_each_source_sink_and_thread() {
     for family in ["sluice_lane_watermark_milliseconds", "sluice_counter_total"] {
         assert!(typed.iter().any(|t| t == family), "{family} missing:\n{}", reply.body);
     }
+}
+
+/// A file source's bytes are the file's, a file sink's bytes are what it wrote, and a
+/// window aggregate's late rows have their own family, per view.
+#[test]
+fn metrics_count_the_bytes_read_and_written_and_the_late_rows() {
+    // One lane and a row per batch: the watermark (latest time - 2 s) passes the first
+    // window before the row at :09 arrives, so exactly that row is late.
+    let events = concat!(
+        "{\"k\": \"a\", \"ts\": \"2026-01-01 00:00:01\"}\n",
+        "{\"k\": \"a\", \"ts\": \"2026-01-01 00:00:13\"}\n",
+        "{\"k\": \"a\", \"ts\": \"2026-01-01 00:00:09\"}\n",
+        "{\"k\": \"a\", \"ts\": \"2026-01-01 00:00:12\"}\n",
+    );
+    let pipeline = r#"
+[pipeline]
+name = "bytes"
+batch_size = 1
+
+[[source]]
+name = "events"
+connector = "file"
+format = "json"
+schema = "k VARCHAR, ts TIMESTAMP(3)"
+event_time = "ts"
+watermark_delay = "2s"
+[source.options]
+path = "events.jsonl"
+split_bytes = 1048576
+
+[[view]]
+name = "counts"
+sql = """
+SELECT k, COUNT(*) AS n, window_start
+FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '10' SECOND))
+GROUP BY k, window_start, window_end
+"""
+
+[[sink]]
+name = "out"
+from = "counts"
+connector = "file"
+format = "json"
+[sink.options]
+path = "out.jsonl"
+"#;
+    let served = Served::start_with_files(pipeline, &[("events.jsonl", events)], None);
+    served.wait_for(JobState::Completed);
+    let written = std::fs::metadata(served.dir.path().join("out.jsonl")).expect("the sink's file").len();
+    let reply = http::get(served.addr(), "/metrics");
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    let sample = |series: &str| {
+        reply
+            .body
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("{series} missing:\n{}", reply.body))
+            .to_string()
+    };
+    assert_eq!(sample("sluice_source_bytes_total{source=\"events\"}"), events.len().to_string());
+    assert!(written > 0, "two windows were written");
+    assert_eq!(sample("sluice_sink_bytes_total{sink=\"out\"}"), written.to_string());
+    assert_eq!(sample("sluice_late_rows_total{view=\"counts\"}"), "1");
+    assert!(reply.body.contains("# TYPE sluice_exchange_bytes_sent_total counter"), "{}", reply.body);
+    assert!(!reply.body.contains("sluice_exchange_bytes_sent_total{"), "no peers alone: {}", reply.body);
 }
 
 #[test]

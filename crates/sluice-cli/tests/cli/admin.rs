@@ -443,6 +443,37 @@ store = "file://./state"
     checkpoint(leader_addr);
     assert_eq!((rows_in(leader_addr), rows_in(follower_addr)), held, "no row is read while paused");
 
+    // Either worker's /graph adds up both workers' counters (while paused they hold still).
+    let deadline = Instant::now() + DEADLINE;
+    let graph = loop {
+        let graph = body(&request(follower_addr, "GET", "/graph").1);
+        if graph["workers"] == serde_json::json!([0, 1]) || Instant::now() >= deadline {
+            break graph;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(graph["workers"], serde_json::json!([0, 1]), "{graph}");
+    let nodes = graph["nodes"].as_array().expect("nodes");
+    let source = nodes.iter().find(|node| node["id"] == "source:nexmark").expect("the source's node");
+    assert_eq!(source["rows"].as_u64(), Some(held.0 + held.1), "{graph}");
+    assert!(source["watermark_ms"].is_i64(), "every lane's watermark, from both workers: {graph}");
+    let threads: Vec<(u64, u64)> = graph["backpressure"]
+        .as_array()
+        .expect("backpressure")
+        .iter()
+        .map(|t| (t["worker"].as_u64().unwrap_or(99), t["thread"].as_u64().unwrap_or(99)))
+        .collect();
+    assert_eq!(threads, [(0, 0), (1, 1)], "each worker's own thread, by slot: {graph}");
+    let own = body(&request(follower_addr, "POST", "/internal/graph").1);
+    let own_source =
+        own["nodes"].as_array().and_then(|nodes| nodes.iter().find(|n| n["id"] == "source:nexmark").cloned());
+    let lanes = own_source.map(|source| source["lane_watermarks_ms"].clone()).unwrap_or_default();
+    assert_eq!(lanes.as_array().map(|lanes| lanes.iter().filter(|w| w.is_i64()).count()), Some(1), "{own}");
+    let metrics = request(leader_addr, "GET", "/metrics").1;
+    assert!(metrics.contains("sluice_source_watermark_lag_seconds{source=\"nexmark\"} "), "its own lane's: {metrics}");
+    assert!(metrics.contains("sluice_exchange_bytes_sent_total{peer=\"1\"} "), "{metrics}");
+    assert!(metrics.contains("sluice_exchange_credit_stalls_total{peer=\"1\"} "), "{metrics}");
+
     let (code, resumed) = request(leader_addr, "POST", "/resume");
     assert_eq!(code, 200, "{resumed}");
     wait_for_state(follower_addr, "running");

@@ -252,6 +252,7 @@ impl LaneReader for FileLane {
                 return Ok(LanePoll::Exhausted);
             };
             let chunk_len = chunk.len() as u64;
+            self.metrics.bytes.fetch_add(chunk_len, Ordering::Relaxed);
             self.decoder
                 .decode(chunk, chunk_line + self.lines.guard, &mut batches, &mut bad)
                 .map_err(|error| error.context(self.path.display()))?;

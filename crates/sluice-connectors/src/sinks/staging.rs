@@ -249,6 +249,8 @@ pub(super) struct StagedWriter {
     /// File mode: the target's length once every epoch pre-committed so far is committed.
     committed_length: u64,
     buffer: Vec<u8>,
+    /// Bytes staged since [`SinkWriter::take_bytes`] last asked.
+    encoded: u64,
 }
 
 impl StagedWriter {
@@ -281,6 +283,7 @@ impl StagedWriter {
             current: None,
             committed_length,
             buffer: Vec::new(),
+            encoded: 0,
         })
     }
 
@@ -321,6 +324,7 @@ impl SinkWriter for StagedWriter {
         let written = encoded.and_then(|()| current.file.write_all(&self.buffer).map_err(|error| self.error(&error)));
         if written.is_ok() {
             current.size += self.buffer.len() as u64;
+            self.encoded += self.buffer.len() as u64;
         }
         self.current = Some(current);
         written
@@ -363,6 +367,10 @@ impl SinkWriter for StagedWriter {
             self.slot, current.size
         );
         Err(SluiceError::internal("sink.unstaged_rows", message))
+    }
+
+    fn take_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.encoded)
     }
 }
 

@@ -153,7 +153,7 @@ mod tests {
 
     fn metrics() -> Metrics {
         let sources = vec![SourceMetrics::new("events", 2)];
-        let sinks = vec![SinkMetrics { name: "out".into(), rows: Default::default() }];
+        let sinks = vec![SinkMetrics::new("out")];
         Metrics::new(sources, sinks, 2)
     }
 

@@ -111,7 +111,7 @@ impl Run {
             checkpointer: Box::new(SimCheckpointer { worker, world: Arc::clone(world) }),
         };
         let sink: Arc<dyn SinkFactory> = Arc::new(SimSink { worker, world: Arc::clone(world) });
-        let sinks = vec![SinkMetrics { name: "simulated".into(), rows: Default::default() }];
+        let sinks = vec![SinkMetrics::new("simulated")];
         let metrics = Arc::new(Metrics::new(Vec::new(), sinks, place.total_slots));
         let inbox_capacity = match &cluster {
             Some(Cluster::Lead { others, .. }) => others.len() * crate::peers::LEADER_EVENTS_PER_WORKER,
