@@ -110,6 +110,9 @@ pub(crate) struct Edge {
     pub(crate) kind: EdgeKind,
     /// e.g. `scan bid`, or the exchange's description (`hash by auction`).
     pub(crate) description: String,
+    /// Exchanges: the time threads waited while it was full (its receivers behind), in
+    /// seconds, summed over the threads (and workers) that send into it.
+    pub(crate) blocked_seconds: Option<f64>,
 }
 
 /// A worker whose counters a cluster's graph lacks.
@@ -210,6 +213,12 @@ impl Graph {
                 ours.watermark_lag_ms = lowest.map(|w| now_ms().saturating_sub(w));
             }
         }
+        for theirs in other.edges {
+            let ours = self.edges.iter_mut().find(|edge| edge.from == theirs.from && edge.to == theirs.to);
+            if let Some(ours) = ours {
+                ours.blocked_seconds = sum(ours.blocked_seconds, theirs.blocked_seconds);
+            }
+        }
         self.backpressure.extend(other.backpressure);
         self.backpressure.sort_by_key(|thread| (thread.worker, thread.thread));
         self.workers.push(other.worker);
@@ -243,37 +252,51 @@ fn flow_nodes(
     nodes: &mut Vec<Node>,
     edges: &mut Vec<Edge>,
 ) {
+    let blocked = metrics.edges_blocked();
+    // The backpressure of the exchange out of segment `number` (as the runtime names it).
+    let blocked_out_of = |kind: EdgeKind, number: usize| {
+        let name = format!("sink {}, segment {number}", flow.sink);
+        let found = blocked.iter().find(|(segment, _)| *segment == name);
+        (kind == EdgeKind::Exchange).then(|| found.map_or(0.0, |(_, ns)| *ns as f64 / 1e9))
+    };
+    let edge = |from: String, to: String, kind: EdgeKind, description: String, number: Option<usize>| Edge {
+        blocked_seconds: number.and_then(|number| blocked_out_of(kind, number)),
+        from,
+        to,
+        kind,
+        description,
+    };
     let (source, table) = flow.scan.split_once('.').unwrap_or((flow.scan.as_str(), ""));
-    let mut previous = (source_id(source), EdgeKind::Forward, format!("scan {table}"));
+    let mut previous = (source_id(source), EdgeKind::Forward, format!("scan {table}"), None);
     for (j, segment) in flow.segments.iter().enumerate() {
         let id = format!("flow:{i}:segment:{j}");
-        let (from, kind, description) = previous;
-        edges.push(Edge { from, to: id.clone(), kind, description });
+        let (from, kind, description, out_of) = previous;
+        edges.push(edge(from, id.clone(), kind, description, out_of));
         nodes.push(segment_node(&id, j, segment));
         previous = match &segment.exchange {
-            Some(exchange) => (id, EdgeKind::Exchange, exchange.clone()),
-            None => (id, EdgeKind::Forward, "write".to_string()),
+            Some(exchange) => (id, EdgeKind::Exchange, exchange.clone(), Some(j)),
+            None => (id, EdgeKind::Forward, "write".to_string(), None),
         };
     }
     let mut number = flow.segments.len();
     for side in &flow.sides {
         let (source, table) = side.scan.split_once('.').unwrap_or((side.scan.as_str(), ""));
-        let mut previous = (source_id(source), EdgeKind::Forward, format!("scan {table}"));
+        let mut previous = (source_id(source), EdgeKind::Forward, format!("scan {table}"), None);
         for segment in &side.segments {
             let id = format!("flow:{i}:segment:{number}");
-            let (from, kind, description) = previous;
-            edges.push(Edge { from, to: id.clone(), kind, description });
+            let (from, kind, description, out_of) = previous;
+            edges.push(edge(from, id.clone(), kind, description, out_of));
             nodes.push(segment_node(&id, number, segment));
-            previous = (id, EdgeKind::Exchange, segment.exchange.clone().unwrap_or_default());
+            previous = (id, EdgeKind::Exchange, segment.exchange.clone().unwrap_or_default(), Some(number));
             number += 1;
         }
-        let (from, kind, description) = previous;
+        let (from, kind, description, out_of) = previous;
         let to = format!("flow:{i}:segment:{}", side.into);
-        edges.push(Edge { from, to, kind, description: format!("{description} (input {})", side.port) });
+        edges.push(edge(from, to, kind, format!("{description} (input {})", side.port), out_of));
     }
     let sink_id = format!("sink:{}", flow.sink);
-    let (from, kind, description) = previous;
-    edges.push(Edge { from, to: sink_id.clone(), kind, description });
+    let (from, kind, description, out_of) = previous;
+    edges.push(edge(from, sink_id.clone(), kind, description, out_of));
     let live = metrics.sinks.get(i).filter(|live| live.name == flow.sink);
     nodes.push(Node {
         id: sink_id,

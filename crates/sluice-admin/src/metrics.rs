@@ -237,6 +237,16 @@ fn queue_families(metrics: &Metrics) -> Vec<Family> {
             samples: queues.iter().map(|q| (label(q), q.queued.load(Ordering::Relaxed).to_string())).collect(),
         },
         Family {
+            name: "sluice_exchange_backpressure_seconds_total",
+            help: "Time driver threads of this worker waited while the exchange out of the segment was full (its receivers were behind), summed over the threads.",
+            kind: "counter",
+            samples: metrics
+                .edges_blocked()
+                .into_iter()
+                .map(|(segment, ns)| (vec![("segment", segment)], seconds(ns)))
+                .collect(),
+        },
+        Family {
             name: "sluice_exchange_queue_capacity_messages",
             help: "How many messages the instance's input channels from this worker's threads hold at most (channels from other workers are bounded by credit in bytes instead).",
             kind: "gauge",

@@ -969,7 +969,9 @@ impl PathBuilder<'_, '_> {
                 let output = match &segment.output {
                     SegmentOutput::Exchange { partitioner, .. } => {
                         let senders = senders.as_mut().and_then(Iterator::next).expect("one sender row per local slot");
-                        OutputSetup::Exchange(ExchangeOutput::new(partitioner(&context), senders))
+                        let edge = self.plan.segment_name(place).unwrap_or_else(|| format!("{place:?}"));
+                        let blocked = self.metrics.edge_blocked(&edge);
+                        OutputSetup::Exchange(ExchangeOutput::new(partitioner(&context), senders).measured(blocked))
                     }
                     SegmentOutput::Sink => OutputSetup::Sink { sink: self.flow },
                 };

@@ -785,6 +785,14 @@ impl DriverState {
             let waited = started.elapsed().as_nanos() as u64;
             metrics.backpressure_ns.fetch_add(waited, Ordering::Relaxed);
             metrics.blocked.store(false, Ordering::Relaxed);
+            // The edges it waited on: every exchange output still holding messages.
+            for segment in self.flows.iter().flat_map(|flow| &flow.segments) {
+                if let Output::Exchange(exchange) = &segment.output
+                    && !exchange.is_empty()
+                {
+                    exchange.count_blocked(waited);
+                }
+            }
         }
     }
 }

@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError, TrySendError, bounded};
 use sluice_cluster::frame::ChannelId;
@@ -350,12 +350,28 @@ pub(crate) struct ExchangeOutput {
     senders: Vec<Sender<Message>>,
     outbox: Vec<VecDeque<Message>>,
     parts: Vec<(u32, sluice_types::Batch)>,
+    /// Nanoseconds its thread waited with this output full (the edge's backpressure,
+    /// shared by the sending segment's instances on every thread of this worker).
+    blocked_ns: Option<Arc<AtomicU64>>,
 }
 
 impl ExchangeOutput {
     pub(crate) fn new(partitioner: Box<dyn Partitioner>, senders: Vec<Sender<Message>>) -> ExchangeOutput {
         let outbox = senders.iter().map(|_| VecDeque::new()).collect();
-        ExchangeOutput { partitioner, senders, outbox, parts: Vec::new() }
+        ExchangeOutput { partitioner, senders, outbox, parts: Vec::new(), blocked_ns: None }
+    }
+
+    /// Counts the time its thread waits while this output is full into `blocked_ns`.
+    pub(crate) fn measured(mut self, blocked_ns: Arc<AtomicU64>) -> ExchangeOutput {
+        self.blocked_ns = Some(blocked_ns);
+        self
+    }
+
+    /// Its thread waited `nanoseconds` with this output full.
+    pub(crate) fn count_blocked(&self, nanoseconds: u64) {
+        if let Some(blocked) = &self.blocked_ns {
+            blocked.fetch_add(nanoseconds, Ordering::Relaxed);
+        }
     }
 
     /// Queues `message` for its destinations: data by partition, the rest to everyone.

@@ -166,6 +166,8 @@ pub struct Metrics {
     operators: Mutex<Vec<Arc<OperatorMetrics>>>,
     /// Registered as the exchanges are built.
     queues: Mutex<Vec<Arc<QueueMetrics>>>,
+    /// Each exchange's backpressure (see [`Metrics::edge_blocked`]).
+    edges: Mutex<Vec<(String, Arc<AtomicU64>)>>,
     /// The exchange links to the other workers, set once they are connected.
     links: Mutex<Vec<(u32, Arc<sluice_cluster::link::LinkMetrics>)>>,
     /// The threads (slots) this worker runs; `threads` has every worker's slots.
@@ -182,6 +184,7 @@ impl Metrics {
             counters: Mutex::new(Vec::new()),
             operators: Mutex::new(Vec::new()),
             queues: Mutex::new(Vec::new()),
+            edges: Mutex::new(Vec::new()),
             links: Mutex::new(Vec::new()),
             local_threads: Mutex::new(None),
         }
@@ -277,6 +280,26 @@ impl Metrics {
             Arc::new(QueueMetrics { segment: segment.to_string(), thread, queued: AtomicU64::new(0), capacity });
         self.queues.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(Arc::clone(&queue));
         queue
+    }
+
+    /// The backpressure counter of the exchange out of segment `segment` (as `explain`
+    /// names it): nanoseconds a thread waited while that output was full, on every thread
+    /// of this worker; created at zero the first time.
+    pub fn edge_blocked(&self, segment: &str) -> Arc<AtomicU64> {
+        let mut edges = self.edges.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, counter)) = edges.iter().find(|(existing, _)| existing == segment) {
+            return Arc::clone(counter);
+        }
+        let counter = Arc::new(AtomicU64::new(0));
+        edges.push((segment.to_string(), Arc::clone(&counter)));
+        counter
+    }
+
+    /// Each exchange's backpressure in nanoseconds, by the segment it leaves, in the order
+    /// built.
+    pub fn edges_blocked(&self) -> Vec<(String, u64)> {
+        let edges = self.edges.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        edges.iter().map(|(segment, counter)| (segment.clone(), counter.load(Ordering::Relaxed))).collect()
     }
 
     /// Every exchange queue's gauge, in the order built.

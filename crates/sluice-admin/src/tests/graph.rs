@@ -78,6 +78,10 @@ fn the_graph_has_every_operator_of_the_explanation_chained_by_edges() {
         assert_eq!(at, "source:nexmark", "{sink} leads back to the source: {graph}");
     }
     assert!(edges.iter().any(|e| e["kind"] == "exchange"), "the GROUP BY exchanges by key: {graph}");
+    for edge in edges {
+        let exchange = edge["kind"] == "exchange";
+        assert_eq!(edge["blocked_seconds"].as_f64().is_some_and(|s| s >= 0.0), exchange, "{edge}");
+    }
     assert_eq!(graph["backpressure"].as_array().map(Vec::len), Some(2), "one entry per thread: {graph}");
 }
 

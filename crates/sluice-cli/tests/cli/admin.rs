@@ -343,6 +343,8 @@ store = "file://./state"
     assert!(value(&|s: &str| s == "sluice_checkpoint_state_bytes") > 0.0, "{text}");
     assert!(value(&|s: &str| s == "sluice_checkpoint_duration_seconds") >= 0.0, "{text}");
     assert!(text.contains("# TYPE sluice_source_watermark_lag_seconds gauge"), "{text}");
+    let edge = "sluice_exchange_backpressure_seconds_total{segment=\"sink out, segment 0\"}";
+    assert!(value(&|s: &str| s == edge) >= 0.0, "{text}");
     // The aggregate's segment is fed by an exchange from both threads: a gauge per thread.
     for thread in 0..2 {
         let series =

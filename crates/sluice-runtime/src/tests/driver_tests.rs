@@ -69,6 +69,11 @@ fn a_full_queue_stops_the_lanes_that_feed_it_until_the_consumer_makes_room() {
         assert!(poll - written.min(&poll) <= 4, "poll {poll} came with only {written} rows written: {seen:?}");
     }
     assert!(report.metrics.threads[0].backpressure_ns.load(Ordering::Relaxed) > 0, "thread 0 was blocked");
+    // ... on the one exchange, whose edge counts the same waits.
+    let edges = report.metrics.edges_blocked();
+    assert_eq!(edges.len(), 1, "{edges:?}");
+    assert!(edges[0].1 > 0, "the exchange's edge was full: {edges:?}");
+    assert!(edges[0].1 >= report.metrics.threads[0].backpressure_ns.load(Ordering::Relaxed), "{edges:?}");
 }
 
 #[test]
