@@ -114,8 +114,13 @@ pub(crate) async fn status_document(State(shared): State<Shared>) -> Response {
     if !peers.is_empty() {
         let token = shared.token.clone();
         let asked = tokio::task::spawn_blocking(move || ask_members(peers, token.as_deref())).await;
-        let mut members = asked.unwrap_or_default();
-        members.push(status::MemberStatus::of_this_worker(&document, shared.admin_addr.clone()));
+        let mut members = vec![status::MemberStatus::of_this_worker(&document, shared.admin_addr.clone())];
+        for (member, answer) in asked.unwrap_or_default() {
+            if let Some(answer) = answer {
+                document.add_counters(&answer);
+            }
+            members.push(member);
+        }
         members.sort_by_key(|member| member.id);
         document.members = members;
     }
@@ -127,13 +132,20 @@ const MEMBER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// The largest answer of a worker to `/internal/status`.
 const MEMBER_BYTES: usize = 1 << 20;
 
-/// Every other worker's own status, asked in parallel, each answer within [`MEMBER_WAIT`].
-fn ask_members(peers: Vec<sluice_engine::query::Peer>, token: Option<&str>) -> Vec<status::MemberStatus> {
+/// Every other worker's own status, asked in parallel, each answer within [`MEMBER_WAIT`]:
+/// the member, and its document when it answered.
+fn ask_members(
+    peers: Vec<sluice_engine::query::Peer>,
+    token: Option<&str>,
+) -> Vec<(status::MemberStatus, Option<serde_json::Value>)> {
     ask_peers(peers, token, "/internal/status")
         .into_iter()
         .map(|(peer, answer)| {
-            let answer = answer.and_then(|body| serde_json::from_slice(&body).map_err(|e| format!("its answer: {e}")));
-            status::MemberStatus::of_answer(peer.id, peer.admin_addr, answer)
+            let answer = answer.and_then(|body| {
+                serde_json::from_slice::<serde_json::Value>(&body).map_err(|e| format!("its answer: {e}"))
+            });
+            let document = answer.as_ref().ok().cloned();
+            (status::MemberStatus::of_answer(peer.id, peer.admin_addr, answer), document)
         })
         .collect()
 }

@@ -31,6 +31,8 @@ pub(crate) struct StatusDocument {
     pub(crate) worker: Option<WorkerPlace>,
     /// Driver threads of this worker.
     pub(crate) threads: u32,
+    /// Per source and sink: in `/status` of a cluster, every member that answered added
+    /// up (each member's own part is under `members`); in `/status/stream`, this worker's.
     pub(crate) sources: Vec<SourceStatus>,
     pub(crate) sinks: Vec<SinkStatus>,
     /// The checkpoints committed that this API saw (sampled every second; the last
@@ -39,6 +41,39 @@ pub(crate) struct StatusDocument {
     /// In a cluster, every worker (this one too) by id, as each answered just now; empty
     /// when it runs alone, and in a stream's lines.
     pub(crate) members: Vec<MemberStatus>,
+}
+
+impl StatusDocument {
+    /// Adds another worker's counters (its answer to `/internal/status`) to this
+    /// document's, source by source and sink by sink (matched by name): rows, bad rows
+    /// and rates summed; a source's watermark the lowest of those known (a worker reading
+    /// no lane of a source has none).
+    pub(crate) fn add_counters(&mut self, other: &serde_json::Value) {
+        let items = |list: &str| other[list].as_array().cloned().unwrap_or_default();
+        let rate = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        for theirs in items("sources") {
+            let Some(ours) = self.sources.iter_mut().find(|s| theirs["name"].as_str() == Some(s.name.as_str())) else {
+                continue;
+            };
+            ours.rows_in += theirs["rows_in"].as_u64().unwrap_or(0);
+            ours.bad_rows += theirs["bad_rows"].as_u64().unwrap_or(0);
+            ours.rows_per_second = rate(ours.rows_per_second, theirs["rows_per_second"].as_f64());
+            ours.watermark = match (ours.watermark, theirs["watermark"].as_i64()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        for theirs in items("sinks") {
+            let Some(ours) = self.sinks.iter_mut().find(|s| theirs["name"].as_str() == Some(s.name.as_str())) else {
+                continue;
+            };
+            ours.rows_out += theirs["rows_out"].as_u64().unwrap_or(0);
+            ours.rows_per_second = rate(ours.rows_per_second, theirs["rows_per_second"].as_f64());
+        }
+    }
 }
 
 /// One worker of a cluster as `/status` found it.
@@ -104,7 +139,9 @@ pub(crate) struct SourceStatus {
     /// Rows per second over the last sampling interval (absent before two samples).
     pub(crate) rows_per_second: Option<f64>,
     pub(crate) bad_rows: u64,
-    /// The source's watermark (its slowest lane), in milliseconds since the Unix epoch.
+    /// The source's watermark (its slowest lane of those this worker reads; in a
+    /// cluster's `/status`, the lowest of the workers'), in milliseconds since the Unix
+    /// epoch.
     pub(crate) watermark: Option<i64>,
 }
 

@@ -398,7 +398,11 @@ store = "file://./state"
     let first = checkpoint(follower_addr);
     assert!(checkpoint(leader_addr) > first, "the follower's checkpoint was the leader's");
     let status = |addr: SocketAddr| body(&request(addr, "GET", "/status").1);
-    let rows_in = |addr: SocketAddr| status(addr)["sources"][0]["rows_in"].as_u64().expect("rows_in");
+    // Each worker's own rows (`/status` adds up the cluster's).
+    let rows_in = |addr: SocketAddr| {
+        let own = body(&request(addr, "POST", "/internal/status").1);
+        own["sources"][0]["rows_in"].as_u64().expect("rows_in")
+    };
     let wait_for_state = |addr: SocketAddr, wanted: &str| {
         let deadline = Instant::now() + DEADLINE;
         while status(addr)["state"] != wanted {
@@ -445,7 +449,19 @@ store = "file://./state"
     checkpoint(leader_addr);
     assert_eq!((rows_in(leader_addr), rows_in(follower_addr)), held, "no row is read while paused");
 
-    // Either worker's /graph adds up both workers' counters (while paused they hold still).
+    // Either worker's /status and /graph add up both workers' counters (while paused
+    // they hold still).
+    let deadline = Instant::now() + DEADLINE;
+    let summed = loop {
+        let document = status(leader_addr);
+        let answered = document["members"].as_array().is_some_and(|all| all.iter().all(|m| m["state"].is_string()));
+        if answered || Instant::now() >= deadline {
+            break document;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(summed["sources"][0]["rows_in"].as_u64(), Some(held.0 + held.1), "{summed}");
+    assert_eq!(summed["sinks"][0]["rows_out"].as_u64(), Some(held.0 + held.1), "{summed}");
     let deadline = Instant::now() + DEADLINE;
     let graph = loop {
         let graph = body(&request(follower_addr, "GET", "/graph").1);
