@@ -58,6 +58,10 @@ pub struct PipelineSection {
     /// (Flink's `table.exec.state.ttl`): a key (a join row, a group, a partition) not
     /// touched for this long may be dropped. None: kept forever.
     pub state_ttl: Option<Duration>,
+    /// Window aggregates in two phases (Flink's `table.optimizer.agg-phase-strategy`
+    /// `TWO_PHASE`): each batch folded per window and key before the exchange, where
+    /// the aggregates allow it (COUNT, SUM, MIN, MAX). False: one phase.
+    pub local_aggregation: bool,
 }
 
 impl PipelineSection {
@@ -72,6 +76,7 @@ impl PipelineSection {
             queue_batches: DEFAULT_QUEUE_BATCHES,
             windows_per_row_max: DEFAULT_WINDOWS_PER_ROW_MAX,
             state_ttl: None,
+            local_aggregation: true,
         }
     }
 }

@@ -16,6 +16,7 @@ const KEYS: &[&str] = &[
     "queue_batches",
     "windows_per_row_max",
     "state_ttl",
+    "local_aggregation",
 ];
 
 /// Reads `[pipeline]`.
@@ -76,6 +77,14 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         )
         .or(DEFAULT_WINDOWS_PER_ROW_MAX);
     let state_ttl = ctx.duration(sec, "state_ttl", false, STATE_TTL_FIX).optional();
+    let local_aggregation = ctx
+        .boolean(
+            sec,
+            "local_aggregation",
+            "local_aggregation = true (the default) folds each batch per window and key before the exchange; \
+             false aggregates every row after it",
+        )
+        .or(true);
     Some(PipelineSection {
         name: name?.value,
         threads: threads?,
@@ -85,6 +94,7 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         queue_batches: queue_batches?,
         windows_per_row_max: windows_per_row_max?,
         state_ttl: state_ttl?,
+        local_aggregation: local_aggregation?,
     })
 }
 

@@ -83,6 +83,7 @@ impl Pipeline {
             batch_size: section.batch_size,
             windows_per_row_max: u64::from(section.windows_per_row_max),
             state_ttl: section.state_ttl,
+            local_aggregation: section.local_aggregation,
         });
         for view in &self.config.views {
             if let Some(ttl) = view.state_ttl {

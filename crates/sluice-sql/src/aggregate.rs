@@ -20,6 +20,7 @@ use datafusion_common::{DFSchema, DFSchemaRef};
 use datafusion_expr::expr::AggregateFunction as DfAggregate;
 use datafusion_expr::logical_plan::Aggregate;
 use datafusion_expr::{Expr, ExprSchemable};
+use sluice_operators::aggregate::local::{self, LocalWindowAggregate};
 use sluice_operators::aggregate::{
     AggregateFunction, AggregateSpec, GroupAggregate, GroupAggregateSpec, GroupColumn, SessionAggregate,
     WindowAggregate, WindowAggregateSpec,
@@ -198,26 +199,38 @@ fn plan_window_aggregate(
     let pre_schema = project_inputs(planner, &mut state, pre_exprs, "window, keys and aggregate arguments")?;
     let key_names: Vec<String> = keys.iter().map(display).collect();
     let key_columns: Vec<usize> = (2..2 + keys.len()).collect();
-    planner.hash_exchange(&mut state, key_columns.clone(), exchange_line(planner, &key_names));
     let input_schema = Arc::new(pre_schema.as_arrow().clone());
     let spec = WindowAggregateSpec {
         window_start: 0,
         window_end: 1,
-        keys: key_columns,
+        keys: key_columns.clone(),
         groups: groups.clone(),
         aggregates,
         output: Arc::new(aggregate.schema.as_arrow().clone()),
         batch_size: planner.batch_size,
+        late_weights: None,
     };
-    let counter = format!("view {}: late rows", planner.view);
     let names: Vec<String> = aggregate.aggr_expr.iter().map(display).collect();
+    let by_keys = if keys.is_empty() { String::new() } else { format!(", {}", key_names.join(", ")) };
     let session = state.session.take().is_some();
+    // Two phases where the partials merge exactly: each batch folded per window and key
+    // before the exchange (see `sluice_operators::aggregate::local`).
+    let split = !session && planner.local_aggregation && local::can_split(&spec.aggregates);
+    let (spec, input_schema) = if split {
+        let (local_spec, local_input) = (spec.clone(), Arc::clone(&input_schema));
+        let factory: OperatorFactory =
+            Arc::new(move |_| Ok(Box::new(LocalWindowAggregate::new(local_spec.clone(), &local_input)?)));
+        let line = format!("local_window_aggregate: [{}] by window{by_keys}, per batch", names.join(", "));
+        state.operators.push((line, factory));
+        (local::merging_spec(&spec), local::partial_schema(&spec, &input_schema))
+    } else {
+        (spec, input_schema)
+    };
+    planner.hash_exchange(&mut state, key_columns, exchange_line(planner, &key_names));
+    let counter = format!("view {}: late rows", planner.view);
     let (operator, unit) = if session { ("session_aggregate", "session") } else { ("window_aggregate", "window") };
-    let line = format!(
-        "{operator}: [{}] by {unit}{}",
-        names.join(", "),
-        if keys.is_empty() { String::new() } else { format!(", {}", key_names.join(", ")) }
-    );
+    let merging = if split { " (merging the partials)" } else { "" };
+    let line = format!("{operator}: [{}] by {unit}{by_keys}{merging}", names.join(", "));
     let factory: OperatorFactory = Arc::new(move |context| {
         let late = context.metrics.counter(&counter);
         let (spec, vnodes) = (spec.clone(), context.vnodes);

@@ -81,6 +81,9 @@ pub struct PlannerOptions {
     /// [`SqlPlanner::set_state_ttl`]): regular joins, running aggregates and TopN drop a
     /// key not touched for this long. None: state is kept.
     pub state_ttl: Option<std::time::Duration>,
+    /// Window aggregates in two phases where their aggregates allow it (see
+    /// `sluice_operators::aggregate::local`).
+    pub local_aggregation: bool,
 }
 
 /// Registers tables and views, then plans the stream behind any of them.
@@ -252,6 +255,7 @@ impl SqlPlanner {
             vnodes: self.options.vnodes,
             batch_size: self.options.batch_size,
             windows_per_row_max: self.options.windows_per_row_max,
+            local_aggregation: self.options.local_aggregation,
             view_ttls: &self.view_ttls,
             default_ttl: self.options.state_ttl,
             columns_read: None,

@@ -173,6 +173,8 @@ pub(crate) struct StreamPlanner<'a> {
     pub batch_size: usize,
     /// See `PlannerOptions::windows_per_row_max`.
     pub windows_per_row_max: u64,
+    /// See `PlannerOptions::local_aggregation`.
+    pub local_aggregation: bool,
     /// Views with a state time-to-live of their own, and everyone else's.
     pub view_ttls: &'a std::collections::HashMap<String, std::time::Duration>,
     pub default_ttl: Option<std::time::Duration>,

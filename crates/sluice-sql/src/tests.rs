@@ -27,8 +27,14 @@ fn source_schema() -> Arc<Schema> {
 /// A planner over `t` with every view of `views` declared (`line N` for the Nth) and
 /// added in order: the first error, or the planner.
 pub(crate) fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
-    let options =
-        PlannerOptions { threads: 1, vnodes: 16, batch_size: 1024, windows_per_row_max: 1000, state_ttl: None };
+    let options = PlannerOptions {
+        threads: 1,
+        vnodes: 16,
+        batch_size: 1024,
+        windows_per_row_max: 1000,
+        state_ttl: None,
+        local_aggregation: true,
+    };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
     planner.add_source(0, &[table], on_error)?;
@@ -949,6 +955,7 @@ fn a_state_ttl_reaches_joins_running_aggregates_and_topn_and_a_view_may_have_its
         batch_size: 1024,
         windows_per_row_max: 1000,
         state_ttl: Some(std::time::Duration::from_secs(3600)),
+        local_aggregation: true,
     };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
@@ -978,4 +985,20 @@ fn a_state_ttl_reaches_joins_running_aggregates_and_topn_and_a_view_may_have_its
     assert!(line("top", "topn").ends_with("(state TTL 10m)"));
     assert!(line("inner_join", "join").ends_with("(state TTL 1h)"));
     assert!(line("outer_join", "join").ends_with("(outer join: no state TTL)"));
+}
+
+/// COUNT, SUM, MIN and MAX per window run in two phases (a local fold per batch before
+/// the exchange, a merging aggregate after); AVG or COUNT(DISTINCT) keep one phase.
+#[test]
+fn window_aggregates_split_in_two_phases_only_where_partials_merge() {
+    let split = plan(&[("c", TEN_SECOND_COUNTS)], OnError::Skip).expect("plans");
+    let lines = operator_lines(&split, "c");
+    assert!(lines.iter().any(|line| line.starts_with("local_window_aggregate: [count(")), "{lines:?}");
+    assert!(lines.iter().any(|line| line.ends_with("(merging the partials)")), "{lines:?}");
+    let avg = "SELECT a, window_start, window_end, AVG(b) AS m \
+               FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY a, window_start, window_end";
+    let one = plan(&[("c", avg)], OnError::Skip).expect("plans");
+    let lines = operator_lines(&one, "c");
+    assert!(!lines.iter().any(|line| line.starts_with("local_window_aggregate")), "{lines:?}");
+    assert!(lines.iter().any(|line| line.starts_with("window_aggregate: ") && !line.contains("merging")), "{lines:?}");
 }

@@ -16,7 +16,14 @@ fn defaults() {
         assert_eq!(p.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(p.batch_size, 8192);
         assert_eq!(p.queue_batches, 16);
+        assert!(p.local_aggregation, "window aggregates in two phases by default");
     });
+}
+
+#[test]
+fn local_aggregation_is_a_boolean() {
+    check_ok(&pipeline_with("name = \"p\"\nlocal_aggregation = false"), |c| assert!(!c.pipeline.local_aggregation));
+    check_error(&pipeline_with("name = \"p\"\nlocal_aggregation = \"no\""), "3:1: [pipeline]: `local_aggregation`");
 }
 
 #[test]
@@ -92,7 +99,7 @@ fn durations_and_names() {
 
 #[test]
 fn unknown_and_missing_keys() {
-    let known = "known keys: name, threads, vnodes, shutdown_timeout, batch_size, queue_batches, windows_per_row_max, state_ttl";
+    let known = "known keys: name, threads, vnodes, shutdown_timeout, batch_size, queue_batches, windows_per_row_max, state_ttl, local_aggregation";
     let thread = format!("3:1: unknown key `thread` in [pipeline]; {known}\n  fix: did you mean `threads`?");
     let timeout =
         format!("3:1: unknown key `shutdown_timout` in [pipeline]; {known}\n  fix: did you mean `shutdown_timeout`?");

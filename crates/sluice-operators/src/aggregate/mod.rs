@@ -31,6 +31,7 @@ use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 pub mod group;
+pub mod local;
 pub mod session;
 mod state;
 
@@ -86,6 +87,9 @@ pub struct WindowAggregateSpec {
     pub output: SchemaRef,
     /// Most rows per output batch.
     pub batch_size: usize,
+    /// The input column (BIGINT) that says how many input rows each row stands for, when
+    /// rows are partials ([`local`]): a late row counts that many late rows. None: one.
+    pub late_weights: Option<usize>,
 }
 
 /// One aggregate's accumulators, one slot per group of a window.
@@ -323,24 +327,7 @@ impl WindowAggregate {
     }
 
     fn new_accumulators(&self) -> Vec<Accumulators> {
-        self.spec
-            .aggregates
-            .iter()
-            .map(|aggregate| {
-                let argument_type = aggregate.argument.map(|c| &self.input_types[c]);
-                let max = aggregate.function == AggregateFunction::Max;
-                match (aggregate.function, argument_type) {
-                    (AggregateFunction::CountRows | AggregateFunction::Count, _) => Accumulators::Count(Vec::new()),
-                    (AggregateFunction::CountDistinct, _) => Accumulators::Distinct(Vec::new()),
-                    (AggregateFunction::Avg, _) => Accumulators::Avg { sums: Vec::new(), counts: Vec::new() },
-                    (AggregateFunction::Sum, Some(t)) if is_float(t) => Accumulators::SumFloat(Vec::new()),
-                    (AggregateFunction::Sum, _) => Accumulators::SumInt(Vec::new()),
-                    (_, Some(t)) if is_float(t) => Accumulators::MinMaxFloat { values: Vec::new(), max },
-                    (_, Some(t)) if is_text(t) => Accumulators::MinMaxString { values: Vec::new(), max },
-                    _ => Accumulators::MinMaxInt { values: Vec::new(), max },
-                }
-            })
-            .collect()
+        accumulators_for(&self.spec.aggregates, &self.input_types)
     }
 
     fn arguments(&self, rows: &RecordBatch) -> Result<Vec<Argument>, SluiceError> {
@@ -396,6 +383,27 @@ impl WindowAggregate {
         }
         Ok(())
     }
+}
+
+/// Empty accumulators of `aggregates` over input columns of `input_types`.
+fn accumulators_for(aggregates: &[AggregateSpec], input_types: &[DataType]) -> Vec<Accumulators> {
+    aggregates
+        .iter()
+        .map(|aggregate| {
+            let argument_type = aggregate.argument.map(|c| &input_types[c]);
+            let max = aggregate.function == AggregateFunction::Max;
+            match (aggregate.function, argument_type) {
+                (AggregateFunction::CountRows | AggregateFunction::Count, _) => Accumulators::Count(Vec::new()),
+                (AggregateFunction::CountDistinct, _) => Accumulators::Distinct(Vec::new()),
+                (AggregateFunction::Avg, _) => Accumulators::Avg { sums: Vec::new(), counts: Vec::new() },
+                (AggregateFunction::Sum, Some(t)) if is_float(t) => Accumulators::SumFloat(Vec::new()),
+                (AggregateFunction::Sum, _) => Accumulators::SumInt(Vec::new()),
+                (_, Some(t)) if is_float(t) => Accumulators::MinMaxFloat { values: Vec::new(), max },
+                (_, Some(t)) if is_text(t) => Accumulators::MinMaxString { values: Vec::new(), max },
+                _ => Accumulators::MinMaxInt { values: Vec::new(), max },
+            }
+        })
+        .collect()
 }
 
 /// For each aggregate, the encoder of a COUNT(DISTINCT) argument's values.
@@ -597,10 +605,11 @@ impl Operator for WindowAggregate {
         let mut late = 0u64;
         let template = self.new_accumulators();
         let mut template = Some(template);
+        let weights = self.spec.late_weights.map(|c| rows.column(c).as_primitive::<Int64Type>().clone());
         for row in 0..rows.num_rows() {
             let end = ends.value(row);
             if end - 1 <= self.watermark {
-                late += 1;
+                late += weights.as_ref().map_or(1, |w| w.value(row).max(0) as u64);
                 continue;
             }
             let window = match self.windows.get_mut(&end) {

@@ -346,6 +346,7 @@ mod tests {
             ],
             output,
             batch_size: 1024,
+            late_weights: None,
         };
         WindowAggregate::new(spec, &input, Arc::new(AtomicU64::new(0)), VNODES).expect("aggregate")
     }

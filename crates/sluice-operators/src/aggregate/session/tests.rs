@@ -53,6 +53,7 @@ fn aggregate(late: Arc<AtomicU64>) -> SessionAggregate {
         ],
         output,
         batch_size: 7,
+        late_weights: None,
     };
     SessionAggregate::new(spec, &input_schema(), late, VNODES).expect("aggregate")
 }

@@ -1,0 +1,222 @@
+//! The local half of a two-phase window aggregate: before the exchange, each batch's rows
+//! are folded per (window, key) into one partial row, so the exchange carries and the
+//! window aggregate after it looks up one row per group of the batch instead of one per
+//! input row (Flink's local-global aggregation).
+//!
+//! It holds nothing between batches: every batch's partials are emitted with it, so
+//! watermarks, barriers and the end pass through unchanged and it has no state to
+//! checkpoint.
+//!
+//! Input: the window aggregate's input (`window_start`, `window_end`, keys, arguments).
+//! Output, per (window, key) of the batch, in the order each group first appears:
+//! `window_start`, `window_end`, the keys (the group's first row's values), then one
+//! partial column per aggregate, then the group's input row count (for the late rows
+//! the merging aggregate drops). Only aggregates whose partials merge exactly into the
+//! same answer are split this way ([`can_split`]): COUNT and SUM merge by SUM, MIN by
+//! MIN, MAX by MAX; each aggregate's `FILTER` is applied here. [`merging_spec`] is the
+//! window aggregate after the exchange.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimestampMillisecondType};
+use arrow::record_batch::RecordBatch;
+use hashbrown::HashTable;
+use sluice_runtime::Operator;
+use sluice_types::key::{KeyEncoder, KeyRows};
+use sluice_types::{Batch, Message, SluiceError};
+
+use super::{
+    Accumulators, AggregateFunction, AggregateSpec, Argument, WindowAggregateSpec, finish, is_float, is_text,
+    read_arguments,
+};
+
+/// Whether every aggregate's partials merge into exactly its answer: COUNT(*), COUNT(x),
+/// SUM, MIN and MAX do (AVG and COUNT(DISTINCT) would need more than one value per
+/// partial).
+pub fn can_split(aggregates: &[AggregateSpec]) -> bool {
+    aggregates.iter().all(|aggregate| {
+        matches!(
+            aggregate.function,
+            AggregateFunction::CountRows
+                | AggregateFunction::Count
+                | AggregateFunction::Sum
+                | AggregateFunction::Min
+                | AggregateFunction::Max
+        )
+    })
+}
+
+/// The schema of the partial rows made from `input` (the window aggregate's input) for
+/// `spec`'s aggregates: the window bounds and keys as they are, one partial column per
+/// aggregate (`__partial{i}`), and `__rows`.
+pub fn partial_schema(spec: &WindowAggregateSpec, input: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = vec![input.field(spec.window_start).clone(), input.field(spec.window_end).clone()];
+    fields.extend(spec.keys.iter().map(|&k| input.field(k).clone()));
+    for (i, aggregate) in spec.aggregates.iter().enumerate() {
+        let argument = aggregate.argument.map(|c| input.field(c).data_type());
+        let data_type = match aggregate.function {
+            AggregateFunction::CountRows | AggregateFunction::Count => DataType::Int64,
+            _ if argument.is_some_and(is_float) => DataType::Float64,
+            _ if argument.is_some_and(is_text) => DataType::Utf8,
+            _ => DataType::Int64,
+        };
+        fields.push(Field::new(format!("__partial{i}"), data_type, true));
+    }
+    fields.push(Field::new("__rows", DataType::Int64, false));
+    Arc::new(Schema::new(fields))
+}
+
+/// The window aggregate after the exchange, over [`partial_schema`]'s rows: the same
+/// groups and output, each aggregate merging its partial column (COUNT and SUM by SUM,
+/// MIN by MIN, MAX by MAX, no filter: the partials applied it), late rows weighed by
+/// `__rows`.
+pub fn merging_spec(spec: &WindowAggregateSpec) -> WindowAggregateSpec {
+    let keys = spec.keys.len();
+    let aggregates = spec
+        .aggregates
+        .iter()
+        .enumerate()
+        .map(|(i, aggregate)| AggregateSpec {
+            function: match aggregate.function {
+                AggregateFunction::Min => AggregateFunction::Min,
+                AggregateFunction::Max => AggregateFunction::Max,
+                _ => AggregateFunction::Sum,
+            },
+            argument: Some(2 + keys + i),
+            filter: None,
+        })
+        .collect();
+    WindowAggregateSpec {
+        window_start: 0,
+        window_end: 1,
+        keys: (2..2 + keys).collect(),
+        groups: spec.groups.clone(),
+        aggregates,
+        output: Arc::clone(&spec.output),
+        batch_size: spec.batch_size,
+        late_weights: Some(2 + keys + spec.aggregates.len()),
+    }
+}
+
+/// See the module documentation.
+pub struct LocalWindowAggregate {
+    spec: WindowAggregateSpec,
+    output: SchemaRef,
+    key_encoder: KeyEncoder,
+    key_rows: KeyRows,
+    input_types: Vec<DataType>,
+    /// Group ids of the batch by (window end, key) hash.
+    index: HashTable<u32>,
+    /// Each group's first row, window end and hash.
+    first_rows: Vec<u32>,
+    hashes: Vec<u64>,
+    counts: Vec<i64>,
+    /// No aggregate counts distinct values ([`can_split`]).
+    no_encoders: Vec<Option<KeyEncoder>>,
+}
+
+impl LocalWindowAggregate {
+    /// `spec` is the window aggregate's (its aggregates must pass [`can_split`]);
+    /// `input` the schema of the rows it receives.
+    pub fn new(spec: WindowAggregateSpec, input: &SchemaRef) -> Result<LocalWindowAggregate, SluiceError> {
+        assert!(can_split(&spec.aggregates), "the planner splits only aggregates whose partials merge");
+        let key_encoder = KeyEncoder::new(spec.keys.iter().map(|&k| input.field(k).data_type().clone()).collect())?;
+        let spec_aggregates = spec.aggregates.len();
+        Ok(LocalWindowAggregate {
+            output: partial_schema(&spec, input),
+            input_types: input.fields().iter().map(|f| f.data_type().clone()).collect(),
+            spec,
+            key_encoder,
+            key_rows: KeyRows::default(),
+            index: HashTable::new(),
+            first_rows: Vec::new(),
+            hashes: Vec::new(),
+            counts: Vec::new(),
+            no_encoders: (0..spec_aggregates).map(|_| None).collect(),
+        })
+    }
+
+    fn accumulators(&self) -> Vec<Accumulators> {
+        super::accumulators_for(&self.spec.aggregates, &self.input_types)
+    }
+}
+
+/// A group's hash: its key's placement hash mixed with its window's end.
+fn group_hash(key_hash: u64, end: i64) -> u64 {
+    (key_hash ^ (end as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(29)
+}
+
+impl Operator for LocalWindowAggregate {
+    fn name(&self) -> &str {
+        "local_window_aggregate"
+    }
+
+    fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(batch.is_append_only(), "the planner rejects window aggregates over updating input");
+        let rows = &batch.rows;
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let ends = rows.column(self.spec.window_end).as_primitive::<TimestampMillisecondType>();
+        let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(rows.column(k))).collect();
+        let mut keys = std::mem::take(&mut self.key_rows);
+        self.key_encoder.encode(&key_columns, &mut keys)?;
+        let no_keys = self.spec.keys.is_empty();
+        let arguments: Vec<Argument> = read_arguments(&self.spec.aggregates, &self.no_encoders, rows)?;
+        let filters: Vec<Option<arrow::array::BooleanArray>> =
+            self.spec.aggregates.iter().map(|a| a.filter.map(|f| rows.column(f).as_boolean().clone())).collect();
+        let mut accumulators = self.accumulators();
+        self.index.clear();
+        self.first_rows.clear();
+        self.hashes.clear();
+        self.counts.clear();
+        for row in 0..rows.num_rows() {
+            let end = ends.value(row);
+            let hash = group_hash(if no_keys { 0 } else { keys.hash(row) }, end);
+            let (first_rows, hashes) = (&mut self.first_rows, &mut self.hashes);
+            let same = |&group: &u32| {
+                let first = first_rows[group as usize] as usize;
+                ends.value(first) == end && (no_keys || crate::same_bytes(keys.row(first), keys.row(row)))
+            };
+            let group = match self.index.find(hash, same) {
+                Some(&group) => group as usize,
+                None => {
+                    let group = first_rows.len();
+                    first_rows.push(row as u32);
+                    hashes.push(hash);
+                    self.counts.push(0);
+                    accumulators.iter_mut().for_each(Accumulators::push_group);
+                    self.index.insert_unique(hash, group as u32, |&g| hashes[g as usize]);
+                    group
+                }
+            };
+            self.counts[group] += 1;
+            for ((accumulator, argument), filter) in accumulators.iter_mut().zip(&arguments).zip(&filters) {
+                if filter.as_ref().is_none_or(|f| f.is_valid(row) && f.value(row)) {
+                    accumulator.update(group, argument, row);
+                }
+            }
+        }
+        self.key_rows = keys;
+        let firsts = UInt32Array::from(std::mem::take(&mut self.first_rows));
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output.fields().len());
+        for &column in [self.spec.window_start, self.spec.window_end].iter().chain(&self.spec.keys) {
+            columns.push(take(rows.column(column), &firsts, None)?);
+        }
+        for (accumulator, field) in accumulators.into_iter().zip(&self.output.fields()[columns.len()..]) {
+            let mut partial = finish(accumulator);
+            if partial.data_type() != field.data_type() {
+                partial = arrow::compute::cast(&partial, field.data_type())?;
+            }
+            columns.push(partial);
+        }
+        columns.push(Arc::new(Int64Array::from(std::mem::take(&mut self.counts))));
+        out.push(Message::Data(Batch::inserts(RecordBatch::try_new(Arc::clone(&self.output), columns)?)));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
