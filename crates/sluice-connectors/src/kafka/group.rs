@@ -352,7 +352,9 @@ impl Group {
         }
         tracing::info!(source = %self.source, group = %self.group_id, lost,
             "kafka: the group revokes {} partitions: {}", lanes.len(), show(partitions));
-        let drained = lost || self.wait_drained(&lanes);
+        // Closing: the lanes are gone, their last positions in the final checkpoint.
+        let closing = self.closing.load(Ordering::Relaxed);
+        let drained = lost || closing || self.wait_drained(&lanes);
         let mut offsets = TopicPartitionList::new();
         {
             let mut grants = self.lock();
@@ -520,5 +522,77 @@ pub fn leave(group: &Group, mut poller: Poller, consumer: Arc<SourceConsumer>) {
         tracing::warn!(source = %group.source, group = %group.group_id,
             "kafka: leaving the group took longer than {CLOSE_TIMEOUT:?}; abandoned");
         std::thread::spawn(move || drop(consumer));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(ownership: Ownership, floor: Option<i64>) -> Grant {
+        Grant { ownership, floor, ..Grant::UNOWNED }
+    }
+
+    #[test]
+    fn only_owned_partitions_at_or_past_their_floor_are_committed() {
+        assert!(!grant(Ownership::Unowned, None).accepts(5), "a partition not owned is never committed");
+        assert!(grant(Ownership::Owned, Some(5)).accepts(5));
+        assert!(!grant(Ownership::Owned, Some(5)).accepts(4), "never behind where the grant began");
+        assert!(grant(Ownership::Revoking, Some(5)).accepts(9), "still ours while revoking");
+        assert!(grant(Ownership::Owned, None).accepts(0), "no floor known: any acknowledged offset");
+    }
+
+    #[test]
+    fn a_revoked_lane_is_drained_once_stopped_and_acknowledged_where_it_stopped() {
+        let revoking = grant(Ownership::Revoking, Some(10));
+        assert!(!revoking.drained(), "the lane has not stopped yet");
+        assert!(Grant { stopped_at: Some(None), ..revoking }.drained(), "stopped having read nothing");
+        assert!(Grant { stopped_at: Some(Some(10)), ..revoking }.drained(), "stopped at its floor: nothing read");
+        let read = Grant { stopped_at: Some(Some(15)), acknowledged: Some(12), ..revoking };
+        assert!(!read.drained(), "rows 12..15 are not acknowledged yet");
+        assert!(Grant { acknowledged: Some(15), ..read }.drained());
+        assert!(grant(Ownership::Owned, None).drained() && grant(Ownership::Unowned, None).drained());
+    }
+
+    fn group(partitions: usize) -> Group {
+        let options = super::super::options::KafkaSourceOptions {
+            brokers: "b:1".to_owned(),
+            topics: vec!["t".to_owned()],
+            group_id: Some("g".to_owned()),
+            assignment: super::super::options::Assignment::Group,
+            revoke_timeout: Duration::from_millis(1),
+            start: StartAt::Earliest,
+            format: super::super::options::KafkaFormat::Json,
+            bounded: false,
+            idle_timeout: None,
+            client: Vec::new(),
+        };
+        let partitions: Vec<(String, i32)> = (0..partitions as i32).map(|p| ("t".to_owned(), p)).collect();
+        Group::new("s", &options, &partitions)
+    }
+
+    /// A lane sees each change of its grant once: a grant starts it at the floor, a
+    /// revocation stops it (recording where) and nothing starts it again until the next
+    /// grant.
+    #[test]
+    fn a_lane_follows_its_grants() {
+        let group = group(2);
+        let mut seen = Seen::default();
+        assert_eq!(group.turn(0, &mut seen, None), Turn::Idle, "nothing granted yet");
+        {
+            let mut grants = group.lock();
+            group.set(&mut grants, 0, grant(Ownership::Owned, Some(7)));
+        }
+        assert_eq!(group.turn(0, &mut seen, None), Turn::Start(Some(7)));
+        assert_eq!(group.turn(0, &mut seen, Some(9)), Turn::Read);
+        {
+            let mut grants = group.lock();
+            let revoking = Grant { ownership: Ownership::Revoking, ..grants[0] };
+            group.set(&mut grants, 0, revoking);
+        }
+        assert_eq!(group.turn(0, &mut seen, Some(12)), Turn::Idle);
+        assert_eq!(group.lock()[0].stopped_at, Some(Some(12)), "where the lane stopped");
+        assert_eq!(group.turn(0, &mut seen, Some(12)), Turn::Idle);
+        assert_eq!(group.turn(1, &mut Seen::default(), None), Turn::Idle, "the other lane is untouched");
     }
 }
