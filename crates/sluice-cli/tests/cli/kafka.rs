@@ -794,3 +794,170 @@ fn a_partition_held_back_by_a_slow_sink_is_paused_and_resumed_without_loss() {
     }
     assert_eq!(table, (0..4).map(|a| (a, 25)).collect::<BTreeMap<_, _>>());
 }
+
+/// A running `sluice run` whose log lines are collected as they come (so the process
+/// never blocks on a full pipe), killed if the test fails.
+struct Member {
+    child: Child,
+    lines: Receiver<String>,
+    log: Vec<String>,
+    name: &'static str,
+}
+
+impl Member {
+    fn start(scratch: &Scratch, name: &'static str) -> Member {
+        let mut child = sluice_command(scratch.dir.path())
+            .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "2"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice");
+        let (sender, lines) = std::sync::mpsc::channel();
+        let stream = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { return };
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Member { child, lines, log: Vec::new(), name }
+    }
+
+    /// Waits (at most [`GROUP_WAIT`]) for a log line after those already seen that
+    /// satisfies `wanted`; returns it.
+    fn wait_for(&mut self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + GROUP_WAIT;
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => {
+                    self.log.push(line.clone());
+                    if wanted(&line) {
+                        return line;
+                    }
+                }
+                Err(error) => panic!("pipeline {}: no line {what} ({error:?}):\n{}", self.name, self.log.join("\n")),
+            }
+        }
+    }
+
+    /// Stops the run with SIGTERM (a final checkpoint, then the consumer leaves the
+    /// group) and checks it exits cleanly; returns its whole log.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + GROUP_WAIT;
+        let exit = loop {
+            self.log.extend(self.lines.try_iter());
+            if let Some(exit) = self.child.try_wait().expect("wait") {
+                break exit;
+            }
+            assert!(Instant::now() < deadline, "pipeline {} did not stop:\n{}", self.name, self.log.join("\n"));
+            // Collects lines meanwhile; ends early once the process closed its stderr.
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.log.push(line);
+            }
+        };
+        self.log.extend(self.lines.iter());
+        let log = self.log.join("\n");
+        assert_eq!(exit.code(), Some(0), "pipeline {} exited {exit:?}:\n{log}", self.name);
+        log
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How long a group member may take to join, to be given partitions, or to stop; the
+/// broker holds each join for about half the session timeout (6 s here).
+const GROUP_WAIT: Duration = Duration::from_secs(120);
+
+/// The pipeline of one group member `reader`: copies each bid's price, tagged with the
+/// reader, to the topic `copies` (at-least-once, checkpoints every 200 ms).
+fn group_member(broker: &Broker, reader: &str) -> String {
+    format!(
+        "[pipeline]\nname = \"{reader}\"\n\n\
+         [checkpoint]\ninterval = \"200ms\"\nstore = \"file://./state\"\nguarantee = \"at-least-once\"\n\n\
+         [[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"json\"\n\
+         schema = \"auction BIGINT, price BIGINT, date_time TIMESTAMP(3)\"\n\
+         [source.options]\nbrokers = \"{0}\"\ntopic = \"bids\"\ngroup_id = \"sharers\"\nassignment = \"group\"\n\
+         [source.options.client]\n\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 500\n\n\
+         [[view]]\nname = \"copies\"\nsql = \"SELECT price, '{reader}' AS reader FROM bids\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{0}\"\n\
+         topic = \"copies\"\n",
+        broker.address
+    )
+}
+
+/// The partitions a "the group assigned N partitions" log line gives, if it is one.
+fn assigned(line: &str) -> Option<usize> {
+    let (_, rest) = line.split_once("the group assigned ")?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// Group mode: pipeline `a` reads the four partitions alone; pipeline `b` joins the same
+/// group mid-run, the group rebalances (a's revoked partitions are drained and their
+/// acknowledged offsets committed before b may read them), more bids arrive and are
+/// shared. Every bid reaches `copies` at least once; the duplicates (bids read again by
+/// a new owner past the last committed offsets) are counted and reported. Each member
+/// leaves the group at SIGTERM with its acknowledged offsets committed: the group ends
+/// at the end of every partition.
+#[test]
+fn a_rebalance_between_two_at_least_once_pipelines_in_one_group_loses_nothing() {
+    const PARTITIONS: i32 = 4;
+    let broker = Broker::with_topics(&[("bids", PARTITIONS as u32), ("copies", 1)]);
+    let input = bids(160, PARTITIONS);
+    let (before, after) = input.split_at(80);
+    produce_bids(&broker, "bids", before);
+    let (scratch_a, scratch_b) = (Scratch::new(), Scratch::new());
+    scratch_a.write("pipeline.toml", &group_member(&broker, "a"));
+    scratch_b.write("pipeline.toml", &group_member(&broker, "b"));
+
+    let mut a = Member::start(&scratch_a, "a");
+    a.wait_for("assigning a's partitions", |line| assigned(line) == Some(PARTITIONS as usize));
+    // a is mid-run: it wrote every bid produced so far.
+    broker.consume_until("copies", 1, |found| prices(found).len() == before.len());
+
+    let mut b = Member::start(&scratch_b, "b");
+    b.wait_for("assigning b some partitions", |line| assigned(line).is_some_and(|n| n > 0));
+    a.wait_for("revoking a's partitions", |line| line.contains("the group revokes"));
+    a.wait_for("assigning a its share", |line| assigned(line).is_some());
+
+    produce_bids(&broker, "bids", after);
+    let found = broker.consume_until("copies", 1, |found| prices(found).len() == input.len());
+    let log_a = a.stop();
+    let log_b = b.stop();
+
+    let all = prices(&found);
+    assert_eq!(all, (0..input.len()).collect::<BTreeSet<_>>(), "every bid reached the sink");
+    let readers: BTreeSet<String> = (found.iter())
+        .filter(|(_, _, value)| price_of(value.as_deref().expect("a value")) >= before.len())
+        .map(|(_, _, value)| reader_of(value.as_deref().expect("a value")))
+        .collect();
+    assert_eq!(readers, BTreeSet::from(["a".to_owned(), "b".to_owned()]), "both members read bids after the rebalance");
+    let copies = broker.consume_all("copies", 1).len();
+    eprintln!("{} bids, {} copies: {} duplicates after the rebalance", input.len(), copies, copies - input.len());
+    assert!(log_a.contains("kafka: left the group") && log_b.contains("kafka: left the group"), "{log_a}\n{log_b}");
+    assert_eq!(
+        broker.committed("sharers", "bids", PARTITIONS),
+        [40; PARTITIONS as usize],
+        "the members left the group at the end of every partition:\n{log_a}\n{log_b}"
+    );
+}
+
+/// The distinct prices of copies read back.
+fn prices(found: &[Record]) -> BTreeSet<usize> {
+    found.iter().filter_map(|(_, _, value)| value.as_deref().map(price_of)).collect()
+}
+
+fn reader_of(value: &str) -> String {
+    let parsed: serde_json::Value = serde_json::from_str(value).expect("json");
+    parsed["reader"].as_str().expect("reader").to_owned()
+}
