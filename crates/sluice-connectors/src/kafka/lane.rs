@@ -395,9 +395,17 @@ impl LaneReader for KafkaLane {
         Ok(LanePoll::Data { batches: vec![(0, batch)], watermark: self.watermark() })
     }
 
+    /// Also follows the lane's grant in group mode: a lane held back by its downstream
+    /// reads nothing anyway, so it stops at once when revoked and the revocation waits
+    /// only for the checkpoint that acknowledges what it read.
     fn blocked(&mut self) {
         let since = *self.blocked_since.get_or_insert_with(Instant::now);
-        let granted = self.shared.group.as_ref().is_none_or(|_| self.seen.owned());
+        if let Some(group) = self.shared.group.clone()
+            && let Turn::Start(offset) = group.turn(self.lane, &mut self.seen, self.next_offset)
+        {
+            self.start_grant(offset);
+        }
+        let granted = self.shared.group.is_none() || self.seen.owned();
         if granted && !self.paused && !self.at_end() && since.elapsed() >= PAUSE_AFTER {
             self.set_paused(true);
         }
