@@ -805,14 +805,14 @@ struct Member {
 }
 
 impl Member {
-    fn start(scratch: &Scratch, name: &'static str) -> Member {
-        let mut child = sluice_command(scratch.dir.path())
-            .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "2"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn sluice");
+    fn start(scratch: &Scratch, name: &'static str, failpoints: &str) -> Member {
+        let mut command = sluice_command(scratch.dir.path());
+        command.args(["--log-level", "info", "run", "pipeline.toml", "--threads", "2"]);
+        if !failpoints.is_empty() {
+            command.env("SLUICE_FAILPOINTS", failpoints);
+        }
+        let mut child =
+            command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn sluice");
         let (sender, lines) = std::sync::mpsc::channel();
         let stream = child.stderr.take().expect("stderr");
         std::thread::spawn(move || {
@@ -883,7 +883,7 @@ const GROUP_WAIT: Duration = Duration::from_secs(120);
 /// reader, to the topic `copies` (at-least-once, checkpoints every 200 ms).
 fn group_member(broker: &Broker, reader: &str) -> String {
     format!(
-        "[pipeline]\nname = \"{reader}\"\n\n\
+        "[pipeline]\nname = \"{reader}\"\nbatch_size = 4\n\n\
          [checkpoint]\ninterval = \"200ms\"\nstore = \"file://./state\"\nguarantee = \"at-least-once\"\n\n\
          [[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"json\"\n\
          schema = \"auction BIGINT, price BIGINT, date_time TIMESTAMP(3)\"\n\
@@ -902,10 +902,11 @@ fn assigned(line: &str) -> Option<usize> {
     rest.split(' ').next()?.parse().ok()
 }
 
-/// Group mode: pipeline `a` reads the four partitions alone; pipeline `b` joins the same
-/// group mid-run, the group rebalances (a's revoked partitions are drained and their
-/// acknowledged offsets committed before b may read them), more bids arrive and are
-/// shared. Every bid reaches `copies` at least once; the duplicates (bids read again by
+/// Group mode: pipeline `a` reads the four partitions alone, slowly (each sink write
+/// sleeps, so its lanes are held back by a full downstream); pipeline `b` joins the same
+/// group once `a` has written its first copies, the group rebalances while `a` is still
+/// reading (a's revoked partitions are drained and their acknowledged offsets committed
+/// before b may read them), more bids arrive and are shared. Every bid reaches `copies` at least once; the duplicates (bids read again by
 /// a new owner past the last committed offsets) are counted and reported. Each member
 /// leaves the group at SIGTERM with its acknowledged offsets committed: the group ends
 /// at the end of every partition.
@@ -913,19 +914,19 @@ fn assigned(line: &str) -> Option<usize> {
 fn a_rebalance_between_two_at_least_once_pipelines_in_one_group_loses_nothing() {
     const PARTITIONS: i32 = 4;
     let broker = Broker::with_topics(&[("bids", PARTITIONS as u32), ("copies", 1)]);
-    let input = bids(160, PARTITIONS);
-    let (before, after) = input.split_at(80);
+    let input = bids(480, PARTITIONS);
+    let (before, after) = input.split_at(320);
     produce_bids(&broker, "bids", before);
     let (scratch_a, scratch_b) = (Scratch::new(), Scratch::new());
     scratch_a.write("pipeline.toml", &group_member(&broker, "a"));
     scratch_b.write("pipeline.toml", &group_member(&broker, "b"));
 
-    let mut a = Member::start(&scratch_a, "a");
+    let mut a = Member::start(&scratch_a, "a", "sink.write=sleep(50)");
     a.wait_for("assigning a's partitions", |line| assigned(line) == Some(PARTITIONS as usize));
-    // a is mid-run: it wrote every bid produced so far.
-    broker.consume_until("copies", 1, |found| prices(found).len() == before.len());
+    // a is mid-run: it wrote its first copies.
+    broker.consume_until("copies", 1, |found| !found.is_empty());
 
-    let mut b = Member::start(&scratch_b, "b");
+    let mut b = Member::start(&scratch_b, "b", "");
     b.wait_for("assigning b some partitions", |line| assigned(line).is_some_and(|n| n > 0));
     a.wait_for("revoking a's partitions", |line| line.contains("the group revokes"));
     a.wait_for("assigning a its share", |line| assigned(line).is_some());
@@ -947,7 +948,7 @@ fn a_rebalance_between_two_at_least_once_pipelines_in_one_group_loses_nothing() 
     assert!(log_a.contains("kafka: left the group") && log_b.contains("kafka: left the group"), "{log_a}\n{log_b}");
     assert_eq!(
         broker.committed("sharers", "bids", PARTITIONS),
-        [40; PARTITIONS as usize],
+        [120; PARTITIONS as usize],
         "the members left the group at the end of every partition:\n{log_a}\n{log_b}"
     );
 }
