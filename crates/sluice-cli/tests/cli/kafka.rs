@@ -962,3 +962,48 @@ fn reader_of(value: &str) -> String {
     let parsed: serde_json::Value = serde_json::from_str(value).expect("json");
     parsed["reader"].as_str().expect("reader").to_owned()
 }
+
+/// Group mode when a member dies: `b` is killed (no revocation, no last commit) while it
+/// writes its share; once its session expires the group gives its partitions to `a`,
+/// which reads them from the offsets `b` committed after its last checkpoint. Every bid
+/// reaches `copies` at least once (the rows `b` wrote after that checkpoint twice), and
+/// `a` ends with the end of every partition committed.
+#[test]
+fn a_member_killed_mid_write_loses_nothing_its_partitions_move_to_the_survivor() {
+    const PARTITIONS: i32 = 4;
+    let broker = Broker::with_topics(&[("bids", PARTITIONS as u32), ("copies", 1)]);
+    let input = bids(320, PARTITIONS);
+    let (before, after) = input.split_at(80);
+    produce_bids(&broker, "bids", before);
+    let (scratch_a, scratch_b) = (Scratch::new(), Scratch::new());
+    scratch_a.write("pipeline.toml", &group_member(&broker, "a"));
+    scratch_b.write("pipeline.toml", &group_member(&broker, "b"));
+
+    let mut a = Member::start(&scratch_a, "a", "");
+    a.wait_for("assigning a's partitions", |line| assigned(line) == Some(PARTITIONS as usize));
+    let mut b = Member::start(&scratch_b, "b", "sink.write=sleep(50)");
+    b.wait_for("assigning b some partitions", |line| assigned(line).is_some_and(|n| n > 0));
+    a.wait_for("assigning a its share", |line| assigned(line).is_some_and(|n| n < PARTITIONS as usize));
+
+    produce_bids(&broker, "bids", after);
+    // b is mid-write: some of the new bids went through it.
+    broker.consume_until("copies", 1, |found| {
+        (found.iter().filter_map(|(_, _, v)| v.as_deref())).any(|v| reader_of(v) == "b" && price_of(v) >= before.len())
+    });
+    let _ = b.child.kill();
+    let _ = b.child.wait();
+    a.wait_for("assigning a every partition after b's session expired", |line| {
+        assigned(line) == Some(PARTITIONS as usize)
+    });
+
+    let found = broker.consume_until("copies", 1, |found| prices(found).len() == input.len());
+    let log_a = a.stop();
+    assert_eq!(prices(&found), (0..input.len()).collect::<BTreeSet<_>>(), "every bid reached the sink");
+    let copies = broker.consume_all("copies", 1).len();
+    eprintln!("{} bids, {} copies: {} duplicates after a member died", input.len(), copies, copies - input.len());
+    assert_eq!(
+        broker.committed("sharers", "bids", PARTITIONS),
+        [80; PARTITIONS as usize],
+        "the survivor left the group at the end of every partition:\n{log_a}"
+    );
+}

@@ -33,7 +33,10 @@
 //!    where it stopped): the rows it read are then in every sink.
 //! 3. The grants become *unowned* (under the lock that `checkpoint_committed` takes, so
 //!    no commit of theirs can follow), then the acknowledged offsets are committed
-//!    synchronously, then the partitions are released to librdkafka.
+//!    synchronously, then the partitions are released to librdkafka. librdkafka bounds
+//!    that commit: waiting for the group's coordinator by `session.timeout.ms`, the
+//!    request by `socket.timeout.ms`; a failed commit leaves the offsets committed
+//!    before (duplicates for the next owner, never a loss).
 //!
 //! Rows read past the acknowledged offsets (the deadline passed first) are read again by
 //! the next owner: at-least-once, never a loss. A lost assignment (the session expired:
