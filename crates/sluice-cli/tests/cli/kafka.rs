@@ -1007,3 +1007,23 @@ fn a_member_killed_mid_write_loses_nothing_its_partitions_move_to_the_survivor()
         "the survivor left the group at the end of every partition:\n{log_a}"
     );
 }
+
+/// Group mode with exactly-once checkpoints is refused before any broker is asked (the
+/// brokers here do not exist), naming why and the fix.
+#[test]
+fn group_mode_with_exactly_once_is_refused_naming_the_fix() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "pipeline.toml",
+        "[pipeline]\nname = \"p\"\n\n\
+         [checkpoint]\ninterval = \"1s\"\nstore = \"file://./state\"\nguarantee = \"exactly-once\"\n\n\
+         [[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"json\"\nschema = \"price BIGINT\"\n\
+         [source.options]\nbrokers = \"127.0.0.1:1\"\ntopic = \"bids\"\ngroup_id = \"g\"\nassignment = \"group\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"bids\"\nconnector = \"file\"\n[sink.options]\npath = \"out.jsonl\"\n",
+    );
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    crate::harness::assert_fails_with(
+        &run,
+        &["assignment = \"group\" cannot be exactly-once", "guarantee = \"at-least-once\"", "assignment = \"manual\""],
+    );
+}

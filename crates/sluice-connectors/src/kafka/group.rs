@@ -159,6 +159,8 @@ pub struct Group {
     revoke_timeout: Duration,
     /// The lane of each (topic, partition).
     lanes: HashMap<(String, i32), usize>,
+    /// The (topic, partition) of each lane.
+    partitions: Vec<(String, i32)>,
     grants: Mutex<Vec<Grant>>,
     /// Signalled when a lane stops or a checkpoint is acknowledged.
     changed: Condvar,
@@ -179,6 +181,7 @@ impl Group {
             brokers: options.brokers.clone(),
             revoke_timeout: options.revoke_timeout,
             lanes: partitions.iter().enumerate().map(|(lane, p)| (p.clone(), lane)).collect(),
+            partitions: partitions.to_vec(),
             grants: Mutex::new(vec![Grant::UNOWNED; partitions.len()]),
             changed: Condvar::new(),
             generations: partitions.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -247,7 +250,7 @@ impl Group {
     }
 
     fn partition_of(&self, lane: usize) -> Option<(&str, i32)> {
-        self.lanes.iter().find(|(_, l)| **l == lane).map(|((topic, partition), _)| (topic.as_str(), *partition))
+        self.partitions.get(lane).map(|(topic, partition)| (topic.as_str(), *partition))
     }
 
     /// The consumer is closing: revocations no longer wait for lanes.

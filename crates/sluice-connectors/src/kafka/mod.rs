@@ -87,7 +87,7 @@ impl ConfiguredSource for ConfiguredKafkaSource {
             SluiceError::user("source.schema_missing", "a kafka source needs a `schema`")
                 .with_fix("add `schema = \"col TYPE, ...\"` to the [[source]]")
         })?;
-        check_group_mode(&self.table, &self.options, context)?;
+        check_group_mode(&self.options, context)?;
         Ok(Arc::new(KafkaSource::new(context.config, &self.options, schema, context.layout.as_deref())?))
     }
 }
@@ -96,23 +96,16 @@ impl ConfiguredSource for ConfiguredKafkaSource {
 /// checkpoint (a restore seeks every partition to its recorded offset, while the group
 /// may have given those partitions to another member meanwhile), and a cluster, whose
 /// workers open only the lanes placed on them (a partition the group gives a worker that
-/// has not its lane would never be read).
-pub(crate) fn check_group_mode(
-    table: &str,
-    options: &KafkaSourceOptions,
-    context: &SourceContext<'_>,
-) -> Result<(), SluiceError> {
+/// has not its lane would never be read). The caller names the source.
+pub(crate) fn check_group_mode(options: &KafkaSourceOptions, context: &SourceContext<'_>) -> Result<(), SluiceError> {
     if options.assignment != Assignment::Group {
         return Ok(());
     }
     if context.exactly_once {
         return Err(SluiceError::user(
             "source.kafka_group_exactly_once",
-            format!(
-                "source `{table}`: assignment = \"group\" cannot be exactly-once: exactly-once resumes every \
-                 partition from the checkpoint's offsets, but in group mode the group decides who reads a partition \
-                 and from which offset"
-            ),
+            "assignment = \"group\" cannot be exactly-once: exactly-once resumes every partition from the \
+             checkpoint's offsets, but in group mode the group decides who reads a partition and from which offset",
         )
         .with_fix(
             "set guarantee = \"at-least-once\" under [checkpoint], or assignment = \"manual\" (the default) to \
@@ -123,7 +116,7 @@ pub(crate) fn check_group_mode(
         return Err(SluiceError::user(
             "source.kafka_group_cluster",
             format!(
-                "source `{table}`: assignment = \"group\" runs in one process, not a cluster of {} workers: each \
+                "assignment = \"group\" runs in one process, not a cluster of {} workers: each \
                  worker opens only the lanes placed on it, so a partition the group gives a worker without its lane \
                  would never be read",
                 context.workers

@@ -94,9 +94,7 @@ impl Shared {
         *slot = Some(Arc::clone(&consumer));
         Ok(consumer)
     }
-}
 
-impl Shared {
     /// Group mode: the queue of `lane`'s partition, split off when the consumer joined.
     pub fn take_queue(&self, lane: usize) -> Result<PartitionQueue<SluiceClientContext>, SluiceError> {
         let mut membership = self.membership.lock().map_err(|_| poisoned(&self.name))?;

@@ -111,16 +111,16 @@ fn group_mode_refuses_exactly_once_and_clusters() {
         exactly_once,
         workers,
     };
-    let error = super::check_group_mode("s", &options, &context(true, 1)).expect_err("refused");
+    let error = super::check_group_mode(&options, &context(true, 1)).expect_err("refused");
     assert_eq!(error.code, "source.kafka_group_exactly_once");
-    assert!(error.message.contains("source `s`") && error.message.contains("exactly-once"), "{error:?}");
+    assert!(error.message.contains("assignment = \"group\"") && error.message.contains("exactly-once"), "{error:?}");
     assert!(format!("{error:?}").contains("at-least-once"), "the fix names the other guarantee: {error:?}");
-    let error = super::check_group_mode("s", &options, &context(false, 3)).expect_err("refused");
+    let error = super::check_group_mode(&options, &context(false, 3)).expect_err("refused");
     assert_eq!(error.code, "source.kafka_group_cluster");
     assert!(error.message.contains("3 workers"), "{error:?}");
-    super::check_group_mode("s", &options, &context(false, 1)).expect("one at-least-once process is fine");
+    super::check_group_mode(&options, &context(false, 1)).expect("one at-least-once process is fine");
     let manual = super::KafkaSourceOptions { assignment: Assignment::Manual, ..options };
-    super::check_group_mode("s", &manual, &context(true, 3)).expect("manual mode is not concerned");
+    super::check_group_mode(&manual, &context(true, 3)).expect("manual mode is not concerned");
 }
 
 #[test]
