@@ -1027,3 +1027,89 @@ fn group_mode_with_exactly_once_is_refused_naming_the_fix() {
         &["assignment = \"group\" cannot be exactly-once", "guarantee = \"at-least-once\"", "assignment = \"manual\""],
     );
 }
+
+/// A member of a consumer group run by the test itself, polled on a thread of its own
+/// (rebalances are served from the poll) until it is dropped.
+struct GroupPeer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GroupPeer {
+    fn join(broker: &Broker, group: &str, topic: &str) -> GroupPeer {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &broker.address)
+            .set("group.id", group)
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "500")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = consumer.poll(Duration::from_millis(100));
+            }
+        });
+        GroupPeer { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for GroupPeer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The partitions of a "the group assigned N partitions: t/p, …" log line.
+fn assigned_partitions(line: &str) -> Vec<i32> {
+    let (_, list) = line.split_once("partitions: ").expect("a list of partitions");
+    (list.split(", ")).map_while(|item| item.split_once('/')?.1.split(' ').next()?.parse().ok()).collect()
+}
+
+/// Group mode and event time: the lanes of partitions the group gave to another member
+/// (the test's own consumer) never read and never had a watermark; they are idle and
+/// follow the lanes that read, so windows close while the run goes on.
+#[test]
+fn lanes_of_partitions_held_by_another_member_do_not_hold_the_watermark_back() {
+    let broker = Broker::with_topics(&[("bids", 4), ("counts", 1)]);
+    let _peer = GroupPeer::join(&broker, "sharers", "bids");
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\n\n\
+         [[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"json\"\n\
+         schema = \"auction BIGINT, price BIGINT, date_time TIMESTAMP(3)\"\nevent_time = \"date_time\"\n\
+         [source.options]\nbrokers = \"{0}\"\ntopic = \"bids\"\ngroup_id = \"sharers\"\nassignment = \"group\"\n\
+         [source.options.client]\n\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 500\n\n\
+         [[view]]\nname = \"counts\"\nsql = \"SELECT COUNT(*) AS bids FROM TABLE(TUMBLE(TABLE bids, \
+         DESCRIPTOR(date_time), INTERVAL '10' SECOND)) GROUP BY window_start, window_end\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{0}\"\n\
+         topic = \"counts\"\n",
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let mut member = Member::start(&scratch, "p", "");
+    let line = member.wait_for("sharing the partitions with the test's member", |line| {
+        assigned(line).is_some_and(|n| n > 0 && n < 4)
+    });
+    let ours = assigned_partitions(&line);
+    assert!(!ours.is_empty(), "{line}");
+    // 30 bids a second apart, into the pipeline's partitions only: the windows of the
+    // first 20 seconds close once its lanes passed them.
+    let input: Vec<(i32, Option<String>, String)> = (0..30)
+        .map(|i| {
+            let value = format!("{{\"auction\":1,\"price\":{i},\"date_time\":\"2026-01-01 00:00:{i:02}\"}}");
+            (ours[i % ours.len()], None, value)
+        })
+        .collect();
+    produce_bids(&broker, "bids", &input);
+    let found = broker.consume_until("counts", 1, |found| found.len() >= 2);
+    let log = member.stop();
+    let values: Vec<&str> = found.iter().filter_map(|(_, _, v)| v.as_deref()).collect();
+    assert_eq!(values[..2], ["{\"bids\":10}", "{\"bids\":10}"], "{log}");
+}
