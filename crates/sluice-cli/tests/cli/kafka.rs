@@ -1113,3 +1113,31 @@ fn lanes_of_partitions_held_by_another_member_do_not_hold_the_watermark_back() {
     let values: Vec<&str> = found.iter().filter_map(|(_, _, v)| v.as_deref()).collect();
     assert_eq!(values[..2], ["{\"bids\":10}", "{\"bids\":10}"], "{log}");
 }
+
+/// A group member restarted from its checkpoint: the checkpoint's lanes keep their
+/// watermarks, but where each partition resumes is the group's committed offset, so
+/// the second run reads only the bids produced after the first ended.
+#[test]
+fn a_group_member_restored_from_its_checkpoint_resumes_from_the_group() {
+    const PARTITIONS: i32 = 4;
+    let broker = Broker::with_topics(&[("bids", PARTITIONS as u32), ("copies", 1)]);
+    let input = bids(80, PARTITIONS);
+    let (before, after) = input.split_at(40);
+    produce_bids(&broker, "bids", before);
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &group_member(&broker, "a"));
+    let mut first = Member::start(&scratch, "a", "");
+    first.wait_for("assigning every partition", |line| assigned(line) == Some(PARTITIONS as usize));
+    broker.consume_until("copies", 1, |found| prices(found).len() == before.len());
+    first.stop();
+    assert_eq!(broker.committed("sharers", "bids", PARTITIONS), [10; PARTITIONS as usize]);
+
+    produce_bids(&broker, "bids", after);
+    let mut second = Member::start(&scratch, "a", "");
+    second.wait_for("resuming from the checkpoint", |line| line.contains("resuming from checkpoint"));
+    second.wait_for("assigning every partition", |line| assigned(line) == Some(PARTITIONS as usize));
+    let found = broker.consume_until("copies", 1, |found| prices(found).len() == input.len());
+    let log = second.stop();
+    assert_eq!(found.len(), input.len(), "no bid was read twice:\n{log}");
+    assert_eq!(broker.committed("sharers", "bids", PARTITIONS), [20; PARTITIONS as usize], "{log}");
+}
