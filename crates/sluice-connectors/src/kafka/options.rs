@@ -137,7 +137,8 @@ pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
         key: "start",
         kind: "\"earliest\", \"latest\", \"committed\" or integer ms since the epoch",
         default: "\"earliest\"",
-        doc: "where partitions start when no checkpoint is restored",
+        doc: "where partitions start when no checkpoint is restored (group mode: when the group has no offset for \
+              them; \"committed\" then means \"earliest\")",
     },
     OptionDoc {
         key: "bounded",
