@@ -328,8 +328,10 @@ impl Group {
             let grant = Grant { ownership: Ownership::Owned, floor, ..Grant::UNOWNED };
             self.set(&mut grants, lane, grant);
         }
-        tracing::info!(source = %self.source, group = %self.group_id,
-            "kafka: the group assigned {} partitions: {}", lanes.len(), show(&assignment));
+        if !lanes.is_empty() {
+            tracing::info!(source = %self.source, group = %self.group_id,
+                "kafka: the group assigned {} partitions: {}", lanes.len(), show(&assignment));
+        }
     }
 
     /// Where a partition the group has no offset for starts, per `start`.
