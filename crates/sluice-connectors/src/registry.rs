@@ -73,6 +73,12 @@ pub struct SourceContext<'a> {
     /// when the run resumes from one: the source must lay its lanes out the same way, or
     /// refuse with the reason.
     pub layout: Option<Vec<u8>>,
+    /// Whether the run asks for exactly-once output (checkpoints with `guarantee =
+    /// "exactly-once"`): a source whose positions cannot be the checkpoint's alone (a
+    /// Kafka source in group mode) refuses it.
+    pub exactly_once: bool,
+    /// The workers of the cluster the source is planned for (1 outside a cluster).
+    pub workers: u32,
 }
 
 /// A sink connector, registered by name.

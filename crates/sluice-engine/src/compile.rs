@@ -77,6 +77,7 @@ impl Pipeline {
         let threads = layout.slots();
         let section = &self.config.pipeline;
         let lane_threads = restoring.map_or(threads, |r| r.lane_threads);
+        let layout_workers = layout.workers();
         let mut planner = SqlPlanner::new(PlannerOptions {
             threads,
             vnodes: section.vnodes,
@@ -108,6 +109,12 @@ impl Pipeline {
                 lane_threads,
                 schema,
                 layout: layout.cloned(),
+                exactly_once: self
+                    .config
+                    .checkpoint
+                    .as_ref()
+                    .is_some_and(|c| c.guarantee == sluice_config::Guarantee::ExactlyOnce),
+                workers: layout_workers,
             };
             let factory = configured.build(&context).map_err(at)?;
             if self.config.checkpoint.is_some() && !factory.resumable() {

@@ -794,3 +794,365 @@ fn a_partition_held_back_by_a_slow_sink_is_paused_and_resumed_without_loss() {
     }
     assert_eq!(table, (0..4).map(|a| (a, 25)).collect::<BTreeMap<_, _>>());
 }
+
+/// A running `sluice run` whose log lines are collected as they come (so the process
+/// never blocks on a full pipe), killed if the test fails.
+struct Member {
+    child: Child,
+    lines: Receiver<String>,
+    log: Vec<String>,
+    name: &'static str,
+}
+
+impl Member {
+    fn start(scratch: &Scratch, name: &'static str, failpoints: &str) -> Member {
+        let mut command = sluice_command(scratch.dir.path());
+        command.args(["--log-level", "info", "run", "pipeline.toml", "--threads", "2"]);
+        if !failpoints.is_empty() {
+            command.env("SLUICE_FAILPOINTS", failpoints);
+        }
+        let mut child =
+            command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn sluice");
+        let (sender, lines) = std::sync::mpsc::channel();
+        let stream = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { return };
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Member { child, lines, log: Vec::new(), name }
+    }
+
+    /// Waits (at most [`GROUP_WAIT`]) for a log line after those already seen that
+    /// satisfies `wanted`; returns it.
+    fn wait_for(&mut self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + GROUP_WAIT;
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => {
+                    self.log.push(line.clone());
+                    if wanted(&line) {
+                        return line;
+                    }
+                }
+                Err(error) => panic!("pipeline {}: no line {what} ({error:?}):\n{}", self.name, self.log.join("\n")),
+            }
+        }
+    }
+
+    /// Stops the run with SIGTERM (a final checkpoint, then the consumer leaves the
+    /// group) and checks it exits cleanly; returns its whole log.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + GROUP_WAIT;
+        let exit = loop {
+            self.log.extend(self.lines.try_iter());
+            if let Some(exit) = self.child.try_wait().expect("wait") {
+                break exit;
+            }
+            assert!(Instant::now() < deadline, "pipeline {} did not stop:\n{}", self.name, self.log.join("\n"));
+            // Collects lines meanwhile; ends early once the process closed its stderr.
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.log.push(line);
+            }
+        };
+        self.log.extend(self.lines.iter());
+        let log = self.log.join("\n");
+        assert_eq!(exit.code(), Some(0), "pipeline {} exited {exit:?}:\n{log}", self.name);
+        log
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How long a group member may take to join, to be given partitions, or to stop; the
+/// broker holds each join for about half the session timeout (6 s here).
+const GROUP_WAIT: Duration = Duration::from_secs(120);
+
+/// The pipeline of one group member `reader`: copies each bid's price, tagged with the
+/// reader, to the topic `copies` (at-least-once, checkpoints every 200 ms).
+fn group_member(broker: &Broker, reader: &str) -> String {
+    group_member_with(broker, reader, "")
+}
+
+/// [`group_member`] with more librdkafka settings (`"name" = value` lines).
+fn group_member_with(broker: &Broker, reader: &str, client: &str) -> String {
+    format!(
+        "[pipeline]\nname = \"{reader}\"\nbatch_size = 4\n\n\
+         [checkpoint]\ninterval = \"200ms\"\nstore = \"file://./state\"\nguarantee = \"at-least-once\"\n\n\
+         [[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"json\"\n\
+         schema = \"auction BIGINT, price BIGINT, date_time TIMESTAMP(3)\"\n\
+         [source.options]\nbrokers = \"{0}\"\ntopic = \"bids\"\ngroup_id = \"sharers\"\nassignment = \"group\"\n\
+         [source.options.client]\n\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 500\n{client}\n\
+         [[view]]\nname = \"copies\"\nsql = \"SELECT price, '{reader}' AS reader FROM bids\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{0}\"\n\
+         topic = \"copies\"\n",
+        broker.address
+    )
+}
+
+/// The partitions a "the group assigned N partitions" log line gives, if it is one.
+fn assigned(line: &str) -> Option<usize> {
+    let (_, rest) = line.split_once("the group assigned ")?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// Group mode: pipeline `a` reads the four partitions alone, slowly (each sink write
+/// sleeps, so its lanes are held back by a full downstream); pipeline `b` joins the same
+/// group once `a` has written its first copies, the group rebalances while `a` is still
+/// reading (a's revoked partitions are drained and their acknowledged offsets committed
+/// before b may read them), more bids arrive and are shared. Every bid reaches `copies` at least once; the duplicates (bids read again by
+/// a new owner past the last committed offsets) are counted and reported. Each member
+/// leaves the group at SIGTERM with its acknowledged offsets committed: the group ends
+/// at the end of every partition.
+#[test]
+fn a_rebalance_between_two_at_least_once_pipelines_in_one_group_loses_nothing() {
+    check_rebalance_between_two_members("");
+}
+
+/// The same with the cooperative protocol: the group takes only the partitions that
+/// move (an incremental revocation and assignment), the others are read on throughout.
+#[test]
+fn a_cooperative_rebalance_between_two_at_least_once_pipelines_loses_nothing() {
+    check_rebalance_between_two_members("\"partition.assignment.strategy\" = \"cooperative-sticky\"\n");
+}
+
+fn check_rebalance_between_two_members(client: &str) {
+    const PARTITIONS: i32 = 4;
+    let broker = Broker::with_topics(&[("bids", PARTITIONS as u32), ("copies", 1)]);
+    let input = bids(480, PARTITIONS);
+    let (before, after) = input.split_at(320);
+    produce_bids(&broker, "bids", before);
+    let (scratch_a, scratch_b) = (Scratch::new(), Scratch::new());
+    scratch_a.write("pipeline.toml", &group_member_with(&broker, "a", client));
+    scratch_b.write("pipeline.toml", &group_member_with(&broker, "b", client));
+
+    let mut a = Member::start(&scratch_a, "a", "sink.write=sleep(50)");
+    a.wait_for("assigning a's partitions", |line| assigned(line) == Some(PARTITIONS as usize));
+    // a is mid-run: it wrote its first copies.
+    broker.consume_until("copies", 1, |found| !found.is_empty());
+
+    let mut b = Member::start(&scratch_b, "b", "");
+    b.wait_for("assigning b some partitions", |line| assigned(line).is_some_and(|n| n > 0));
+    a.wait_for("revoking a's partitions", |line| line.contains("the group revokes"));
+
+    produce_bids(&broker, "bids", after);
+    let found = broker.consume_until("copies", 1, |found| prices(found).len() == input.len());
+    let log_a = a.stop();
+    let log_b = b.stop();
+
+    let all = prices(&found);
+    assert_eq!(all, (0..input.len()).collect::<BTreeSet<_>>(), "every bid reached the sink");
+    let readers: BTreeSet<String> = (found.iter())
+        .filter(|(_, _, value)| price_of(value.as_deref().expect("a value")) >= before.len())
+        .map(|(_, _, value)| reader_of(value.as_deref().expect("a value")))
+        .collect();
+    assert_eq!(readers, BTreeSet::from(["a".to_owned(), "b".to_owned()]), "both members read bids after the rebalance");
+    let copies = broker.consume_all("copies", 1).len();
+    eprintln!("{} bids, {} copies: {} duplicates after the rebalance", input.len(), copies, copies - input.len());
+    assert!(log_a.contains("kafka: left the group") && log_b.contains("kafka: left the group"), "{log_a}\n{log_b}");
+    assert_eq!(
+        broker.committed("sharers", "bids", PARTITIONS),
+        [120; PARTITIONS as usize],
+        "the members left the group at the end of every partition:\n{log_a}\n{log_b}"
+    );
+}
+
+/// The distinct prices of copies read back.
+fn prices(found: &[Record]) -> BTreeSet<usize> {
+    found.iter().filter_map(|(_, _, value)| value.as_deref().map(price_of)).collect()
+}
+
+fn reader_of(value: &str) -> String {
+    let parsed: serde_json::Value = serde_json::from_str(value).expect("json");
+    parsed["reader"].as_str().expect("reader").to_owned()
+}
+
+/// Group mode when a member dies: `b` is killed (no revocation, no last commit) while it
+/// writes its share; once its session expires the group gives its partitions to `a`,
+/// which reads them from the offsets `b` committed after its last checkpoint. Every bid
+/// reaches `copies` at least once (the rows `b` wrote after that checkpoint twice), and
+/// `a` ends with the end of every partition committed.
+#[test]
+fn a_member_killed_mid_write_loses_nothing_its_partitions_move_to_the_survivor() {
+    const PARTITIONS: i32 = 4;
+    let broker = Broker::with_topics(&[("bids", PARTITIONS as u32), ("copies", 1)]);
+    let input = bids(320, PARTITIONS);
+    let (before, after) = input.split_at(80);
+    produce_bids(&broker, "bids", before);
+    let (scratch_a, scratch_b) = (Scratch::new(), Scratch::new());
+    scratch_a.write("pipeline.toml", &group_member(&broker, "a"));
+    scratch_b.write("pipeline.toml", &group_member(&broker, "b"));
+
+    let mut a = Member::start(&scratch_a, "a", "");
+    a.wait_for("assigning a's partitions", |line| assigned(line) == Some(PARTITIONS as usize));
+    let mut b = Member::start(&scratch_b, "b", "sink.write=sleep(50)");
+    b.wait_for("assigning b some partitions", |line| assigned(line).is_some_and(|n| n > 0));
+    a.wait_for("assigning a its share", |line| assigned(line).is_some_and(|n| n < PARTITIONS as usize));
+
+    produce_bids(&broker, "bids", after);
+    // b is mid-write: some of the new bids went through it.
+    broker.consume_until("copies", 1, |found| {
+        (found.iter().filter_map(|(_, _, v)| v.as_deref())).any(|v| reader_of(v) == "b" && price_of(v) >= before.len())
+    });
+    let _ = b.child.kill();
+    let _ = b.child.wait();
+    a.wait_for("assigning a every partition after b's session expired", |line| {
+        assigned(line) == Some(PARTITIONS as usize)
+    });
+
+    let found = broker.consume_until("copies", 1, |found| prices(found).len() == input.len());
+    let log_a = a.stop();
+    assert_eq!(prices(&found), (0..input.len()).collect::<BTreeSet<_>>(), "every bid reached the sink");
+    let copies = broker.consume_all("copies", 1).len();
+    eprintln!("{} bids, {} copies: {} duplicates after a member died", input.len(), copies, copies - input.len());
+    assert_eq!(
+        broker.committed("sharers", "bids", PARTITIONS),
+        [80; PARTITIONS as usize],
+        "the survivor left the group at the end of every partition:\n{log_a}"
+    );
+}
+
+/// Group mode with exactly-once checkpoints is refused before any broker is asked (the
+/// brokers here do not exist), naming why and the fix.
+#[test]
+fn group_mode_with_exactly_once_is_refused_naming_the_fix() {
+    let scratch = Scratch::new();
+    scratch.write(
+        "pipeline.toml",
+        "[pipeline]\nname = \"p\"\n\n\
+         [checkpoint]\ninterval = \"1s\"\nstore = \"file://./state\"\nguarantee = \"exactly-once\"\n\n\
+         [[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"json\"\nschema = \"price BIGINT\"\n\
+         [source.options]\nbrokers = \"127.0.0.1:1\"\ntopic = \"bids\"\ngroup_id = \"g\"\nassignment = \"group\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"bids\"\nconnector = \"file\"\n[sink.options]\npath = \"out.jsonl\"\n",
+    );
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    crate::harness::assert_fails_with(
+        &run,
+        &["assignment = \"group\" cannot be exactly-once", "guarantee = \"at-least-once\"", "assignment = \"manual\""],
+    );
+}
+
+/// A member of a consumer group run by the test itself, polled on a thread of its own
+/// (rebalances are served from the poll) until it is dropped.
+struct GroupPeer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GroupPeer {
+    fn join(broker: &Broker, group: &str, topic: &str) -> GroupPeer {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &broker.address)
+            .set("group.id", group)
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "500")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = consumer.poll(Duration::from_millis(100));
+            }
+        });
+        GroupPeer { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for GroupPeer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The partitions of a "the group assigned N partitions: t/p, …" log line.
+fn assigned_partitions(line: &str) -> Vec<i32> {
+    let (_, list) = line.split_once("partitions: ").expect("a list of partitions");
+    (list.split(", ")).map_while(|item| item.split_once('/')?.1.split(' ').next()?.parse().ok()).collect()
+}
+
+/// Group mode and event time: the lanes of partitions the group gave to another member
+/// (the test's own consumer) never read and never had a watermark; they are idle and
+/// follow the lanes that read, so windows close while the run goes on.
+#[test]
+fn lanes_of_partitions_held_by_another_member_do_not_hold_the_watermark_back() {
+    let broker = Broker::with_topics(&[("bids", 4), ("counts", 1)]);
+    let _peer = GroupPeer::join(&broker, "sharers", "bids");
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\n\n\
+         [[source]]\nname = \"bids\"\nconnector = \"kafka\"\nformat = \"json\"\n\
+         schema = \"auction BIGINT, price BIGINT, date_time TIMESTAMP(3)\"\nevent_time = \"date_time\"\n\
+         [source.options]\nbrokers = \"{0}\"\ntopic = \"bids\"\ngroup_id = \"sharers\"\nassignment = \"group\"\n\
+         [source.options.client]\n\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 500\n\n\
+         [[view]]\nname = \"counts\"\nsql = \"SELECT COUNT(*) AS bids FROM TABLE(TUMBLE(TABLE bids, \
+         DESCRIPTOR(date_time), INTERVAL '10' SECOND)) GROUP BY window_start, window_end\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{0}\"\n\
+         topic = \"counts\"\n",
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let mut member = Member::start(&scratch, "p", "");
+    let line = member.wait_for("sharing the partitions with the test's member", |line| {
+        assigned(line).is_some_and(|n| n > 0 && n < 4)
+    });
+    let ours = assigned_partitions(&line);
+    assert!(!ours.is_empty(), "{line}");
+    // 30 bids a second apart, into the pipeline's partitions only: the windows of the
+    // first 20 seconds close once its lanes passed them.
+    let input: Vec<(i32, Option<String>, String)> = (0..30)
+        .map(|i| {
+            let value = format!("{{\"auction\":1,\"price\":{i},\"date_time\":\"2026-01-01 00:00:{i:02}\"}}");
+            (ours[i % ours.len()], None, value)
+        })
+        .collect();
+    produce_bids(&broker, "bids", &input);
+    let found = broker.consume_until("counts", 1, |found| found.len() >= 2);
+    let log = member.stop();
+    let values: Vec<&str> = found.iter().filter_map(|(_, _, v)| v.as_deref()).collect();
+    assert_eq!(values[..2], ["{\"bids\":10}", "{\"bids\":10}"], "{log}");
+}
+
+/// A group member restarted from its checkpoint: the checkpoint's lanes keep their
+/// watermarks, but where each partition resumes is the group's committed offset, so
+/// the second run reads only the bids produced after the first ended.
+#[test]
+fn a_group_member_restored_from_its_checkpoint_resumes_from_the_group() {
+    const PARTITIONS: i32 = 4;
+    let broker = Broker::with_topics(&[("bids", PARTITIONS as u32), ("copies", 1)]);
+    let input = bids(80, PARTITIONS);
+    let (before, after) = input.split_at(40);
+    produce_bids(&broker, "bids", before);
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &group_member(&broker, "a"));
+    let mut first = Member::start(&scratch, "a", "");
+    first.wait_for("assigning every partition", |line| assigned(line) == Some(PARTITIONS as usize));
+    broker.consume_until("copies", 1, |found| prices(found).len() == before.len());
+    first.stop();
+    assert_eq!(broker.committed("sharers", "bids", PARTITIONS), [10; PARTITIONS as usize]);
+
+    produce_bids(&broker, "bids", after);
+    let mut second = Member::start(&scratch, "a", "");
+    second.wait_for("resuming from the checkpoint", |line| line.contains("resuming from checkpoint"));
+    second.wait_for("assigning every partition", |line| assigned(line) == Some(PARTITIONS as usize));
+    let found = broker.consume_until("copies", 1, |found| prices(found).len() == input.len());
+    let log = second.stop();
+    assert_eq!(found.len(), input.len(), "no bid was read twice:\n{log}");
+    assert_eq!(broker.committed("sharers", "bids", PARTITIONS), [20; PARTITIONS as usize], "{log}");
+}

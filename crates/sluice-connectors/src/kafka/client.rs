@@ -13,15 +13,19 @@
 //! a fetch response is at most [`FETCH_BYTES_MAX`]: the consumer's memory is bounded by
 //! about `partitions × 4 MiB + 8 MiB`. Both can be changed under `client`.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::consumer::ConsumerContext;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::types::RDKafkaRespErr;
 use sluice_types::SluiceError;
+
+use super::group::Group;
 
 /// The longest a metadata request (planning, the broker checks) may take.
 pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,11 +52,18 @@ pub struct SluiceClientContext {
     down_since_ms: AtomicU64,
     /// The last client error, for the message that fails a lane.
     last_error: Mutex<Option<String>>,
+    /// A group-mode source's group state, which serves the consumer's rebalances.
+    group: Option<Arc<Group>>,
 }
 
 impl SluiceClientContext {
     pub fn new(brokers: &str) -> SluiceClientContext {
         SluiceClientContext { brokers: brokers.to_owned(), ..SluiceClientContext::default() }
+    }
+
+    /// The context of a group-mode consumer: `group` serves its rebalances.
+    pub(crate) fn with_group(self, group: Arc<Group>) -> SluiceClientContext {
+        SluiceClientContext { group: Some(group), ..self }
     }
 
     /// When the brokers became unreachable, if they are.
@@ -107,7 +118,18 @@ impl ClientContext for SluiceClientContext {
     }
 }
 
-impl ConsumerContext for SluiceClientContext {}
+impl ConsumerContext for SluiceClientContext {
+    /// Group mode's rebalances (`group.rs`); a consumer in manual mode never subscribes,
+    /// so never rebalances.
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, event: RDKafkaRespErr, partitions: &mut TopicPartitionList) {
+        match &self.group {
+            Some(group) => group.rebalance(consumer, event, partitions),
+            None => {
+                tracing::warn!(brokers = %self.brokers, "kafka: a rebalance ({event:?}) of a manual consumer ignored")
+            }
+        }
+    }
+}
 
 /// The base settings of a client of `brokers`, then the user's `client` settings.
 pub fn base_config(brokers: &str, client: &[(String, String)]) -> ClientConfig {

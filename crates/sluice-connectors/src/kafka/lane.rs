@@ -23,6 +23,13 @@
 //!   so librdkafka stops fetching it (and drops what it prefetched); its next poll
 //!   resumes it, and fetching starts again at the next offset the lane hands out. A
 //!   short stall does not pause, so a busy pipeline does not refetch at every turn.
+//! - **Group mode.** The lane reads only while the group grants its partition to this
+//!   process (`Group::turn`): a new grant starts at the offset the grant resolved; a
+//!   lane without a grant is idle at once (it yields nothing and reports the other lanes'
+//!   watermark) and records where it stopped when its grant is revoked. A resumed lane
+//!   keeps only its watermark: the group's offsets say where a partition resumes. Its
+//!   queue was split off when the consumer joined, and it never polls the main queue
+//!   (the group's poller does, see `group`).
 //! - **Group offsets.** Committed by the source once a checkpoint is committed (see
 //!   `source`), never from here.
 
@@ -41,6 +48,7 @@ use sluice_runtime::{LaneContext, LanePoll, LaneReader};
 use sluice_types::{SluiceError, TimestampMs};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
+use super::group::{Seen, Turn};
 use super::options::StartAt;
 use super::position::Position;
 use super::rows::{BadMessage, Message, RowBuilder};
@@ -76,6 +84,8 @@ pub struct KafkaLane {
     blocked_since: Option<Instant>,
     /// Whether the partition is paused in the consumer.
     paused: bool,
+    /// Group mode: the grant the lane reads under.
+    seen: Seen,
 }
 
 impl KafkaLane {
@@ -88,6 +98,11 @@ impl KafkaLane {
     ) -> Result<KafkaLane, SluiceError> {
         let resume = context.start.as_deref().map(|bytes| Position::decode(&shared.name, bytes)).transpose()?;
         let consumer = shared.consumer()?;
+        if shared.group.is_some() {
+            let queue = shared.take_queue(context.lane as usize)?;
+            let watermark = resume.and_then(|p| p.watermark);
+            return KafkaLane::new(shared, topic, partition, consumer, queue, context, None, watermark);
+        }
         let brokers = shared.options.brokers.clone();
         let start = match resume.and_then(|p| p.next_offset) {
             Some(offset) => Offset::Offset(offset),
@@ -104,15 +119,32 @@ impl KafkaLane {
             .incremental_assign(&assignment)
             .map_err(|e| client::unreachable(&brokers, &e).context(format!("assigning {topic}/{partition}")))?;
         let watermark = resume.and_then(|p| p.watermark);
+        let next_offset = match start {
+            Offset::Offset(offset) => Some(offset),
+            _ => None,
+        };
+        let mut lane = KafkaLane::new(shared, topic, partition, consumer, queue, context, next_offset, watermark)?;
+        lane.end = end;
+        Ok(lane)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        shared: Arc<Shared>,
+        topic: String,
+        partition: i32,
+        consumer: Arc<SourceConsumer>,
+        queue: PartitionQueue<SluiceClientContext>,
+        context: LaneContext,
+        next_offset: Option<i64>,
+        watermark: Option<TimestampMs>,
+    ) -> Result<KafkaLane, SluiceError> {
         let rows = RowBuilder::new(Arc::clone(&shared.schema), shared.options.format, &topic, context.batch_size)?;
         Ok(KafkaLane {
             lane: context.lane as usize,
             max_event_time: watermark.map(|w| w.saturating_add(shared.watermark_delay_ms)),
             announce_watermark: watermark.is_some(),
-            next_offset: match start {
-                Offset::Offset(offset) => Some(offset),
-                _ => None,
-            },
+            next_offset,
             shared,
             topic,
             partition,
@@ -121,10 +153,11 @@ impl KafkaLane {
             rows,
             metrics: context.metrics,
             batch_size: context.batch_size.max(1),
-            end,
+            end: None,
             last_record: Instant::now(),
             blocked_since: None,
             paused: false,
+            seen: Seen::default(),
         })
     }
 
@@ -235,6 +268,29 @@ impl KafkaLane {
         }
     }
 
+    /// Group mode: the group granted the partition anew, from `offset`.
+    fn start_grant(&mut self, offset: Option<i64>) {
+        tracing::debug!(source = %self.shared.name, topic = %self.topic, partition = self.partition,
+            "kafka: reading the partition from {offset:?}");
+        self.next_offset = offset;
+        self.last_record = Instant::now();
+        self.set_idle(false);
+    }
+
+    /// Group mode: the partition is not this process's now. The lane is idle at once,
+    /// reporting the other lanes' watermark when it has event time.
+    fn ungranted(&mut self) -> LanePoll {
+        self.set_idle(true);
+        if self.shared.event_time.is_some() {
+            let watermark = self.idle_watermark();
+            if watermark.is_some() && watermark != self.watermark() {
+                self.max_event_time = watermark.map(|w| w.saturating_add(self.shared.watermark_delay_ms));
+                return LanePoll::Data { batches: Vec::new(), watermark };
+            }
+        }
+        LanePoll::Wait(Instant::now() + EMPTY_POLL_WAIT)
+    }
+
     /// Nothing to read: checks for lost brokers, then goes idle or waits.
     fn nothing_read(&mut self) -> Result<LanePoll, SluiceError> {
         let context = self.consumer.context();
@@ -261,7 +317,7 @@ impl KafkaLane {
 }
 
 /// The offset a fresh lane starts at, per `start`.
-fn start_offset(
+pub(crate) fn start_offset(
     consumer: &SourceConsumer,
     start: &StartAt,
     topic: &str,
@@ -306,9 +362,15 @@ impl LaneReader for KafkaLane {
             self.announce_watermark = false;
             return Ok(LanePoll::Data { batches: Vec::new(), watermark: self.watermark() });
         }
-        // Serves the client's events (errors, logs); messages never arrive here, every
-        // assigned partition having its own queue.
-        if let Some(Err(error)) = self.consumer.poll(Duration::ZERO) {
+        if let Some(group) = self.shared.group.clone() {
+            match group.turn(self.lane, &mut self.seen, self.next_offset) {
+                Turn::Read => {}
+                Turn::Start(offset) => self.start_grant(offset),
+                Turn::Idle => return Ok(self.ungranted()),
+            }
+        } else if let Some(Err(error)) = self.consumer.poll(Duration::ZERO) {
+            // Serves the client's events (errors, logs); messages never arrive here,
+            // every assigned partition having its own queue.
             tracing::debug!(source = %self.shared.name, "kafka client event: {error}");
         }
         if self.at_end() {
@@ -333,9 +395,18 @@ impl LaneReader for KafkaLane {
         Ok(LanePoll::Data { batches: vec![(0, batch)], watermark: self.watermark() })
     }
 
+    /// Also follows the lane's grant in group mode: a lane held back by its downstream
+    /// reads nothing anyway, so it stops at once when revoked and the revocation waits
+    /// only for the checkpoint that acknowledges what it read.
     fn blocked(&mut self) {
         let since = *self.blocked_since.get_or_insert_with(Instant::now);
-        if !self.paused && !self.at_end() && since.elapsed() >= PAUSE_AFTER {
+        if let Some(group) = self.shared.group.clone()
+            && let Turn::Start(offset) = group.turn(self.lane, &mut self.seen, self.next_offset)
+        {
+            self.start_grant(offset);
+        }
+        let granted = self.shared.group.is_none() || self.seen.owned();
+        if granted && !self.paused && !self.at_end() && since.elapsed() >= PAUSE_AFTER {
             self.set_paused(true);
         }
     }

@@ -4,6 +4,10 @@
 //!   lanes over threads and, in a cluster, over workers by its placement function);
 //!   positions are next offsets, stored in checkpoints ([`position`]) and sought on
 //!   restore; bounded reads; per-partition watermarks with `idle_timeout`.
+//! - [`group`]: group mode (`assignment = "group"`): the consumer subscribes as a member
+//!   of `group_id`, a lane reads only while the group assigns its partition here, and a
+//!   revocation waits (bounded) for what the lane read to be acknowledged by a checkpoint
+//!   before committing it and letting the partition go.
 //! - [`rows`]: messages into rows of the declared schema, with the metadata columns
 //!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`, `_headers`.
 //! - [`sink`]: one message per row (Flink's changelog for an updating stream) or, in
@@ -16,6 +20,7 @@
 //! - [`options`]: what a pipeline file may say, validated without I/O.
 
 pub mod client;
+pub mod group;
 pub mod lane;
 pub mod options;
 pub mod position;
@@ -37,7 +42,8 @@ use crate::registry::{
     ConfiguredSink, ConfiguredSource, OptionDoc, SinkConnector, SinkContext, SourceConnector, SourceContext,
 };
 pub use options::{
-    KafkaFormat, KafkaSinkMode, KafkaSinkOptions, KafkaSourceOptions, StartAt, sink_options_of, source_options_of,
+    Assignment, KafkaFormat, KafkaSinkMode, KafkaSinkOptions, KafkaSourceOptions, StartAt, sink_options_of,
+    source_options_of,
 };
 pub use sink::KafkaSink;
 pub use source::KafkaSource;
@@ -81,8 +87,47 @@ impl ConfiguredSource for ConfiguredKafkaSource {
             SluiceError::user("source.schema_missing", "a kafka source needs a `schema`")
                 .with_fix("add `schema = \"col TYPE, ...\"` to the [[source]]")
         })?;
+        check_group_mode(&self.options, context)?;
         Ok(Arc::new(KafkaSource::new(context.config, &self.options, schema, context.layout.as_deref())?))
     }
+}
+
+/// Refuses what group mode cannot do: exactly-once, whose truth is the positions in the
+/// checkpoint (a restore seeks every partition to its recorded offset, while the group
+/// may have given those partitions to another member meanwhile), and a cluster, whose
+/// workers open only the lanes placed on them (a partition the group gives a worker that
+/// has not its lane would never be read). The caller names the source.
+pub(crate) fn check_group_mode(options: &KafkaSourceOptions, context: &SourceContext<'_>) -> Result<(), SluiceError> {
+    if options.assignment != Assignment::Group {
+        return Ok(());
+    }
+    if context.exactly_once {
+        return Err(SluiceError::user(
+            "source.kafka_group_exactly_once",
+            "assignment = \"group\" cannot be exactly-once: exactly-once resumes every partition from the \
+             checkpoint's offsets, but in group mode the group decides who reads a partition and from which offset",
+        )
+        .with_fix(
+            "set guarantee = \"at-least-once\" under [checkpoint], or assignment = \"manual\" (the default) to \
+             read every partition in this pipeline",
+        ));
+    }
+    if context.workers > 1 {
+        return Err(SluiceError::user(
+            "source.kafka_group_cluster",
+            format!(
+                "assignment = \"group\" runs in one process, not a cluster of {} workers: each \
+                 worker opens only the lanes placed on it, so a partition the group gives a worker without its lane \
+                 would never be read",
+                context.workers
+            ),
+        )
+        .with_fix(
+            "run each pipeline as a single process (scale by starting more pipelines with the same group_id), or \
+             set assignment = \"manual\"",
+        ));
+    }
+    Ok(())
 }
 
 /// The `kafka` sink connector.

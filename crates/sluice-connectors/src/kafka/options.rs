@@ -37,6 +37,20 @@ pub enum StartAt {
     Timestamp(i64),
 }
 
+/// Who decides which partitions this process reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assignment {
+    /// Kafka's manual assignment (`assign()`): every partition is a lane, placed over
+    /// this process's threads by the runtime; the group (if any) only receives offsets.
+    Manual,
+    /// Kafka's group management (`subscribe()`): the consumer joins `group_id`, and a
+    /// lane reads only while the group assigns its partition to this process.
+    Group,
+}
+
+/// The default [`KafkaSourceOptions::revoke_timeout`].
+pub const REVOKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// `[source.options]` of a Kafka source, and its `format`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KafkaSourceOptions {
@@ -45,6 +59,11 @@ pub struct KafkaSourceOptions {
     /// One or several topics, read in this order (lanes are numbered topic by topic).
     pub topics: Vec<String>,
     pub group_id: Option<String>,
+    /// Manual (every partition here) or group (what the group assigns); see `group.rs`.
+    pub assignment: Assignment,
+    /// Group mode: how long a revocation waits for the revoked partitions' rows to be
+    /// acknowledged by a checkpoint before it commits what is and lets them go.
+    pub revoke_timeout: Duration,
     pub start: StartAt,
     pub format: KafkaFormat,
     /// Read each partition up to the end offset seen at start, then end.
@@ -96,13 +115,30 @@ pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
         key: "group_id",
         kind: "string",
         default: "none",
-        doc: "consumer group: offsets are committed to it after checkpoints; needed by start = \"committed\"",
+        doc: "consumer group: offsets are committed to it after checkpoints; needed by start = \"committed\" \
+              and assignment = \"group\"",
+    },
+    OptionDoc {
+        key: "assignment",
+        kind: "\"manual\" or \"group\"",
+        default: "\"manual\"",
+        doc: "manual: this process reads every partition (Kafka's assign()); group: it joins group_id and reads \
+              the partitions the group gives it (Kafka's subscribe()), rebalancing with the other members; \
+              at-least-once: rows read after the last committed checkpoint are read again by the next owner",
+    },
+    OptionDoc {
+        key: "revoke_timeout",
+        kind: "duration",
+        default: "\"5s\"",
+        doc: "group: how long a revoked partition waits for a checkpoint to acknowledge what it read before its \
+              acknowledged offset is committed and it is let go",
     },
     OptionDoc {
         key: "start",
         kind: "\"earliest\", \"latest\", \"committed\" or integer ms since the epoch",
         default: "\"earliest\"",
-        doc: "where partitions start when no checkpoint is restored",
+        doc: "where partitions start when no checkpoint is restored (group mode: when the group has no offset for \
+              them; \"committed\" then means \"earliest\")",
     },
     OptionDoc {
         key: "bounded",
@@ -209,7 +245,17 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
         ));
     }
     let mut reader = options.read();
-    reader.check_keys(&["brokers", "topic", "group_id", "start", "bounded", "idle_timeout", "client"]);
+    reader.check_keys(&[
+        "brokers",
+        "topic",
+        "group_id",
+        "assignment",
+        "revoke_timeout",
+        "start",
+        "bounded",
+        "idle_timeout",
+        "client",
+    ]);
     let brokers = brokers(&mut reader, "source");
     let topics = reader.value(
         "topic",
@@ -230,6 +276,8 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
     let topics = reader.required("topic", topics, "add topic = \"<name>\" under [source.options]");
     let group_id =
         reader.string("group_id", "a non-empty group id", "e.g. group_id = \"sluice-bids\"", |s| !s.is_empty());
+    let assignment = reader.choice("assignment", &[("manual", Assignment::Manual), ("group", Assignment::Group)]);
+    let revoke_timeout = reader.duration("revoke_timeout", false, "e.g. revoke_timeout = \"5s\"");
     let start = reader.value(
         "start",
         "\"earliest\", \"latest\", \"committed\" or a timestamp in ms since the epoch",
@@ -242,7 +290,7 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
             None => value.as_integer().filter(|ms| *ms >= 0).map(StartAt::Timestamp),
         },
     );
-    let bounded = reader.boolean("bounded", "set bounded = true or bounded = false");
+    let bounded = reader.boolean("bounded", "set bounded = true or bounded = false").or(false);
     let idle_timeout = reader.duration("idle_timeout", false, "e.g. idle_timeout = \"10s\"");
     let client = client(&mut reader, "source");
     let group_id = group_id.optional();
@@ -250,14 +298,34 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
     if start == Some(StartAt::Committed) && matches!(group_id, Some(None)) {
         reader.error("start", "start = \"committed\" needs a consumer group", "add group_id = \"<group>\"");
     }
+    let assignment = assignment.or(Assignment::Manual);
+    if assignment == Some(Assignment::Group) {
+        if matches!(group_id, Some(None)) {
+            reader.error(
+                "assignment",
+                "assignment = \"group\" needs a consumer group to join",
+                "add group_id = \"<group>\" (every pipeline sharing the partitions uses the same one)",
+            );
+        }
+        if bounded == Some(true) {
+            reader.error(
+                "bounded",
+                "bounded = true reads every partition to its end, but in group mode the group decides which \
+                 partitions this process reads",
+                "remove bounded, or set assignment = \"manual\"",
+            );
+        }
+    }
     let parsed = (|| {
         Some(KafkaSourceOptions {
             brokers: brokers?,
             topics: topics?,
             group_id: group_id?.map(|g| g.value),
+            assignment: assignment?,
+            revoke_timeout: revoke_timeout.or(REVOKE_TIMEOUT)?,
             start: start?,
             format: format?,
-            bounded: bounded.or(false)?,
+            bounded: bounded?,
             idle_timeout: idle_timeout.optional()?,
             client: client?,
         })

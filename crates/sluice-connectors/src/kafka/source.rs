@@ -24,6 +24,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
@@ -32,8 +33,9 @@ use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
 use sluice_types::{Epoch, SluiceError};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
+use super::group::{self, Group, Poller};
 use super::lane::KafkaLane;
-use super::options::{KafkaFormat, KafkaSourceOptions};
+use super::options::{Assignment, KafkaFormat, KafkaSourceOptions};
 use super::position::{Layout, Position};
 use super::rows::RowBuilder;
 use arrow::datatypes::SchemaRef;
@@ -55,6 +57,18 @@ pub(crate) struct Shared {
     pub idle: Vec<AtomicBool>,
     /// The offsets last committed to the group, committed again synchronously on drop.
     last_commit: Mutex<Option<TopicPartitionList>>,
+    /// Group mode: the group state shared with the consumer's rebalance callback.
+    pub group: Option<Arc<Group>>,
+    /// Group mode, once joined: the lanes' queues not taken yet, and the poller.
+    membership: Mutex<Option<Membership>>,
+    /// (topic, partition) of each lane.
+    partitions: Vec<(String, i32)>,
+}
+
+/// What a group-mode consumer holds besides the consumer.
+struct Membership {
+    queues: Vec<Option<PartitionQueue<SluiceClientContext>>>,
+    poller: Poller,
 }
 
 impl Shared {
@@ -65,6 +79,13 @@ impl Shared {
             return Ok(Arc::clone(consumer));
         }
         let options = &self.options;
+        if let Some(group) = &self.group {
+            let member = group::join(&self.name, options, group, &self.partitions)?;
+            let mut membership = self.membership.lock().map_err(|_| poisoned(&self.name))?;
+            *membership = Some(Membership { queues: member.queues, poller: member.poller });
+            *slot = Some(Arc::clone(&member.consumer));
+            return Ok(member.consumer);
+        }
         let config = client::consumer_config(&options.brokers, options.group_id.as_deref(), &options.client);
         let context = SluiceClientContext::new(&options.brokers);
         let consumer: SourceConsumer =
@@ -73,11 +94,29 @@ impl Shared {
         *slot = Some(Arc::clone(&consumer));
         Ok(consumer)
     }
+
+    /// Group mode: the queue of `lane`'s partition, split off when the consumer joined.
+    pub fn take_queue(&self, lane: usize) -> Result<PartitionQueue<SluiceClientContext>, SluiceError> {
+        let mut membership = self.membership.lock().map_err(|_| poisoned(&self.name))?;
+        let queue = membership.as_mut().and_then(|m| m.queues.get_mut(lane)).and_then(Option::take);
+        queue.ok_or_else(|| {
+            SluiceError::internal("source.kafka", format!("lane {lane} has no queue or was opened twice"))
+        })
+    }
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
         let consumer = self.consumer.get_mut().ok().and_then(|c| c.take());
+        let membership = self.membership.get_mut().ok().and_then(|m| m.take());
+        if let Some(group) = &self.group {
+            if let (Some(membership), Some(consumer)) = (membership, consumer) {
+                // The queues hold the consumer: dropped first, so closing it is its last use.
+                drop(membership.queues);
+                group::leave(group, membership.poller, consumer);
+            }
+            return;
+        }
         let last = self.last_commit.get_mut().ok().and_then(|l| l.take());
         if let (Some(consumer), Some(offsets), Some(group)) = (consumer, last, &self.options.group_id)
             && let Err(error) = consumer.commit(&offsets, CommitMode::Sync)
@@ -141,6 +180,10 @@ impl KafkaSource {
             consumer: Mutex::new(None),
             idle: partitions.iter().map(|_| AtomicBool::new(false)).collect(),
             last_commit: Mutex::new(None),
+            group: (options.assignment == Assignment::Group)
+                .then(|| Arc::new(Group::new(&config.name, options, &partitions))),
+            membership: Mutex::new(None),
+            partitions: partitions.clone(),
         });
         let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
         Ok(KafkaSource { shared, tables, layout, partitions, ends })
@@ -221,8 +264,9 @@ impl SourceFactory for KafkaSource {
             KafkaFormat::Raw => "raw",
         };
         let bounded = if self.ends.is_some() { ", bounded" } else { "" };
+        let group = if self.shared.group.is_some() { ", group" } else { "" };
         format!(
-            "kafka(topic={}, {format}, {} partitions{bounded})",
+            "kafka(topic={}, {format}, {} partitions{bounded}{group})",
             self.shared.options.topics.join(","),
             self.partitions.len()
         )
@@ -232,6 +276,15 @@ impl SourceFactory for KafkaSource {
     fn checkpoint_committed(&self, epoch: Epoch, positions: &[(u32, &[u8])]) {
         let Some(group) = &self.shared.options.group_id else { return };
         let Ok(Some(consumer)) = self.shared.consumer.lock().map(|c| c.clone()) else { return };
+        if let Some(state) = &self.shared.group {
+            let decode = |(lane, bytes): &(u32, &[u8])| match Position::decode(&self.shared.name, bytes) {
+                Ok(Position { next_offset: Some(next), .. }) => Some((*lane as usize, next)),
+                _ => None,
+            };
+            let positions: Vec<(usize, i64)> = positions.iter().filter_map(decode).collect();
+            tracing::debug!(source = %self.shared.name, group = %group, epoch = epoch.0, "kafka: checkpoint committed");
+            return state.checkpoint_committed(&consumer, &positions);
+        }
         let mut offsets = TopicPartitionList::new();
         for (lane, bytes) in positions {
             let Some((topic, partition)) = self.partitions.get(*lane as usize) else { continue };

@@ -10,9 +10,13 @@ use sluice_config::parse_partial;
 use sluice_runtime::SinkFactory;
 use sluice_types::SluiceError;
 
-use super::options::{KafkaFormat, KafkaSinkMode, StartAt, sink_options_of, source_options_of};
+use super::options::{
+    Assignment, KafkaFormat, KafkaSinkMode, REVOKE_TIMEOUT, StartAt, sink_options_of, source_options_of,
+};
 use super::rows::{Message, RowBuilder};
 use super::sink::{KafkaSink, upsert_actions};
+use crate::registry::SourceContext;
+use std::time::Duration;
 
 fn source(options: &str) -> Result<super::KafkaSourceOptions, String> {
     let text = format!(
@@ -59,6 +63,64 @@ fn bad_source_options_are_each_named_with_a_fix() {
         "brokers = \"b:1\"\ntopic = \"x\"\n[source.options.client]\n\"group.id\" = \"g\"\n",
         &["client.group.id", "group_id"],
     );
+}
+
+#[test]
+fn group_mode_is_read_and_needs_a_group_id_and_an_unbounded_read() {
+    let options = source("brokers = \"b:1\"\ntopic = \"x\"\n").expect("valid");
+    assert_eq!((options.assignment, options.revoke_timeout), (Assignment::Manual, REVOKE_TIMEOUT));
+    let options =
+        source("brokers = \"b:1\"\ntopic = \"x\"\ngroup_id = \"g\"\nassignment = \"group\"\nrevoke_timeout = \"2s\"\n")
+            .expect("valid");
+    assert_eq!((options.assignment, options.revoke_timeout), (Assignment::Group, Duration::from_secs(2)));
+    let check = |options: &str, needles: &[&str]| {
+        let message = source(options).expect_err("refused");
+        for needle in needles {
+            assert!(message.contains(needle), "{options:?}: {needle:?} not in {message}");
+        }
+    };
+    check(
+        "brokers = \"b:1\"\ntopic = \"x\"\nassignment = \"group\"\n",
+        &["assignment = \"group\" needs a consumer group", "add group_id"],
+    );
+    check(
+        "brokers = \"b:1\"\ntopic = \"x\"\ngroup_id = \"g\"\nassignment = \"group\"\nbounded = true\n",
+        &["bounded", "assignment = \"manual\""],
+    );
+    check("brokers = \"b:1\"\ntopic = \"x\"\nassignment = \"subscribe\"\n", &["\"manual\"", "\"group\""]);
+    check("brokers = \"b:1\"\ntopic = \"x\"\nrevoke_timeout = \"0s\"\n", &["revoke_timeout"]);
+}
+
+/// Group mode cannot be exactly-once (the checkpoint's offsets would fight the group's)
+/// nor run in a cluster (a worker may be given a partition whose lane is elsewhere):
+/// both are refused before any broker is asked, naming the fix.
+#[test]
+fn group_mode_refuses_exactly_once_and_clusters() {
+    let text = "[pipeline]\nname = \"p\"\n[[source]]\nname = \"s\"\nconnector = \"kafka\"\nformat = \"json\"\n\
+                schema = \"a BIGINT\"\n[source.options]\nbrokers = \"b:1\"\ntopic = \"x\"\ngroup_id = \"g\"\n\
+                assignment = \"group\"\n";
+    let (config, _) = parse_partial(text, "p.toml");
+    let config = config.expect("parses");
+    let options = source_options_of(&config.sources[0]).expect("valid");
+    let context = |exactly_once: bool, workers: u32| SourceContext {
+        config: &config.sources[0],
+        base_dir: std::path::Path::new("."),
+        lane_threads: 1,
+        schema: None,
+        layout: None,
+        exactly_once,
+        workers,
+    };
+    let error = super::check_group_mode(&options, &context(true, 1)).expect_err("refused");
+    assert_eq!(error.code, "source.kafka_group_exactly_once");
+    assert!(error.message.contains("assignment = \"group\"") && error.message.contains("exactly-once"), "{error:?}");
+    assert!(format!("{error:?}").contains("at-least-once"), "the fix names the other guarantee: {error:?}");
+    let error = super::check_group_mode(&options, &context(false, 3)).expect_err("refused");
+    assert_eq!(error.code, "source.kafka_group_cluster");
+    assert!(error.message.contains("3 workers"), "{error:?}");
+    super::check_group_mode(&options, &context(false, 1)).expect("one at-least-once process is fine");
+    let manual = super::KafkaSourceOptions { assignment: Assignment::Manual, ..options };
+    super::check_group_mode(&manual, &context(true, 3)).expect("manual mode is not concerned");
 }
 
 #[test]
