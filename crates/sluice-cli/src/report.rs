@@ -57,17 +57,21 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
             .enumerate()
             .map(|(lane, mark)| format!("{lane}: {}", mark.map_or("none".to_string(), format_timestamp)))
             .collect();
+        let bytes = source.bytes.load(Ordering::Relaxed);
         let _ = writeln!(
             text,
-            "  source {}: {} rows in, {} bad rows; final watermark per lane: {}",
+            "  source {}: {} rows in, {} bad rows; final watermark per lane: {}{}",
             source.name,
             source.rows.load(Ordering::Relaxed),
             source.bad_rows.load(Ordering::Relaxed),
-            marks.join(", ")
+            marks.join(", "),
+            if bytes > 0 { format!("; {bytes} bytes read") } else { String::new() }
         );
     }
     for sink in &metrics.sinks {
-        let _ = writeln!(text, "  sink {}: {} rows out", sink.name, sink.rows.load(Ordering::Relaxed));
+        let bytes = sink.bytes.load(Ordering::Relaxed);
+        let written = if bytes > 0 { format!(", {bytes} bytes") } else { String::new() };
+        let _ = writeln!(text, "  sink {}: {} rows out{written}", sink.name, sink.rows.load(Ordering::Relaxed));
     }
     let blocked: Vec<String> = metrics
         .threads

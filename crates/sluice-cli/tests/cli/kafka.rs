@@ -331,7 +331,8 @@ fn a_bounded_read_of_every_partition_ends_with_each_row_and_its_metadata() {
 #[test]
 fn a_pipeline_aggregates_a_topic_into_a_topic() {
     let broker = Broker::with_topics(&[("bids", 4), ("totals", 2)]);
-    produce_bids(&broker, "bids", &bids(40, 4));
+    let input = bids(40, 4);
+    produce_bids(&broker, "bids", &input);
     let scratch = Scratch::new();
     let pipeline = format!(
         "[pipeline]\nname = \"p\"\n\n{}\n[[view]]\nname = \"totals\"\n\
@@ -342,10 +343,22 @@ fn a_pipeline_aggregates_a_topic_into_a_topic() {
     );
     scratch.write("pipeline.toml", &pipeline);
     let run = scratch.sluice(&["run", "pipeline.toml", "--threads", "2"]);
-    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    let report = stderr(&run);
+    assert!(run.status.success(), "sluice failed:\n{report}");
+    // The source counts the bytes of every message's key and value.
+    let read: usize = input.iter().map(|(_, key, value)| key.as_ref().map_or(0, String::len) + value.len()).sum();
+    assert!(report.contains(&format!("; {read} bytes read")), "{report}");
     let found = broker.consume("totals", 2, 4);
     let mut values: Vec<String> = found.into_values().flatten().collect();
     values.sort();
+    // The sink counts the keys and values it produced.
+    let produced = report
+        .lines()
+        .find_map(|line| {
+            line.trim().strip_prefix("sink out: 4 rows out, ")?.strip_suffix(" bytes")?.parse::<usize>().ok()
+        })
+        .unwrap_or_else(|| panic!("no bytes on the sink's line:\n{report}"));
+    assert!(produced > values.iter().map(String::len).sum::<usize>(), "values and keys: {produced}\n{report}");
     let expected: Vec<String> = (0..4)
         .map(|a| {
             let total: usize = (0..40).filter(|i| i % 4 == a).sum();
@@ -435,12 +448,12 @@ fn exactly_once_into_a_topic_survives_a_kill() {
     let committed: usize = [&crashed, &restarted].iter().map(|run| committed_messages(&stderr(run))).sum();
     assert_eq!(committed, input.len(), "committed transactions hold every row once");
     // Every row is in the topic (this broker also shows aborted records, so a consumer
-    // may see more than the committed ones).
-    let found = broker.consume("copies", 1, input.len());
-    let mut prices: Vec<usize> = found.into_values().flatten().map(|v| price_of(&v)).collect();
-    prices.sort_unstable();
-    prices.dedup();
-    assert_eq!(prices, (0..input.len()).collect::<Vec<_>>());
+    // may see more than the committed ones, before them: read until every price came).
+    let prices = |found: &[Record]| -> BTreeSet<usize> {
+        found.iter().filter_map(|(_, _, value)| value.as_deref().map(price_of)).collect()
+    };
+    let found = broker.consume_until("copies", 1, |found| prices(found).len() >= input.len());
+    assert_eq!(prices(&found), (0..input.len()).collect::<BTreeSet<_>>());
 }
 
 /// The window that used to lose rows: a SIGKILL after manifest `e` was published and

@@ -214,6 +214,8 @@ impl KafkaLane {
                 self.next_offset = Some(message.offset());
                 break;
             }
+            let size = message.payload().map_or(0, <[u8]>::len) + message.key().map_or(0, <[u8]>::len);
+            self.metrics.bytes.fetch_add(size as u64, Ordering::Relaxed);
             messages.push(Message {
                 value: message.payload().map(<[u8]>::to_vec),
                 key: message.key().map(<[u8]>::to_vec),

@@ -589,6 +589,7 @@ impl SinkFactory for KafkaSink {
             updating: self.updating,
             buffer: Vec::new(),
             key_buffer: Vec::new(),
+            encoded: 0,
         };
         if !staged || !self.exactly_once {
             return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
@@ -676,6 +677,9 @@ struct Output {
     updating: bool,
     buffer: Vec<u8>,
     key_buffer: Vec<u8>,
+    /// Bytes of keys and values handed to the producer since the writer last told the
+    /// runtime ([`SinkWriter::take_bytes`]).
+    encoded: u64,
 }
 
 /// The byte ranges of the records of `buffer`: JSON lines, or CSV records (either
@@ -801,8 +805,13 @@ impl Output {
     fn messages(
         &mut self,
         batch: &Batch,
-        mut send: impl FnMut(Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>) -> Result<(), SluiceError>,
+        mut deliver: impl FnMut(Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>) -> Result<(), SluiceError>,
     ) -> Result<(), SluiceError> {
+        let mut encoded = 0u64;
+        let mut send = |value: Option<&[u8]>, key: Option<&[u8]>, headers| {
+            encoded += (value.map_or(0, <[u8]>::len) + key.map_or(0, <[u8]>::len)) as u64;
+            deliver(value, key, headers)
+        };
         let keys = self.keys(&batch.rows)?;
         let texts = self.header_texts(&batch.rows)?;
         let mut buffer = std::mem::take(&mut self.buffer);
@@ -846,6 +855,7 @@ impl Output {
             }
         }
         self.buffer = buffer;
+        self.encoded += encoded;
         Ok(())
     }
 
@@ -937,6 +947,10 @@ impl SinkWriter for IdempotentWriter {
 
     fn close(&mut self) -> Result<(), SluiceError> {
         self.output.flush(&self.producer)
+    }
+
+    fn take_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.output.encoded)
     }
 }
 
@@ -1040,6 +1054,10 @@ impl SinkWriter for TransactionalWriter {
             self.saved.clear();
         }
         Ok(())
+    }
+
+    fn take_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.output.encoded)
     }
 }
 

@@ -5,8 +5,8 @@
 //! | bytes | field |
 //! |---|---|
 //! | 1 | version, [`REPORT_VERSION`] |
-//! | 4 | source count; per source: rows u64, bad rows u64, lane count u32, one watermark i64 per lane (`i64::MIN`: none) |
-//! | 4 | sink count; per sink: rows out u64 |
+//! | 4 | source count; per source: rows u64, bytes read u64, bad rows u64, lane count u32, one watermark i64 per lane (`i64::MIN`: none) |
+//! | 4 | sink count; per sink: rows out u64, bytes encoded u64 |
 //! | 4 | thread count; per thread: slot u32, backpressure ns u64, longest step µs u64 |
 //! | 4 | counter count; per counter: name length u32, the name (UTF-8), value u64 |
 //!
@@ -21,7 +21,8 @@ use sluice_runtime::Metrics;
 use sluice_types::SluiceError;
 
 /// The report encoding's version.
-pub const REPORT_VERSION: u8 = 1;
+/// Version 2 added each source's bytes read and each sink's bytes encoded.
+pub const REPORT_VERSION: u8 = 2;
 
 /// Encodes the counters of `metrics` that this worker's slots (`local`) own.
 pub fn encode(metrics: &Metrics, local: Range<u32>) -> Vec<u8> {
@@ -29,6 +30,7 @@ pub fn encode(metrics: &Metrics, local: Range<u32>) -> Vec<u8> {
     out.extend_from_slice(&(metrics.sources.len() as u32).to_le_bytes());
     for source in &metrics.sources {
         out.extend_from_slice(&source.rows.load(Ordering::Relaxed).to_le_bytes());
+        out.extend_from_slice(&source.bytes.load(Ordering::Relaxed).to_le_bytes());
         out.extend_from_slice(&source.bad_rows.load(Ordering::Relaxed).to_le_bytes());
         out.extend_from_slice(&(source.lane_watermarks.len() as u32).to_le_bytes());
         for watermark in &source.lane_watermarks {
@@ -38,6 +40,7 @@ pub fn encode(metrics: &Metrics, local: Range<u32>) -> Vec<u8> {
     out.extend_from_slice(&(metrics.sinks.len() as u32).to_le_bytes());
     for sink in &metrics.sinks {
         out.extend_from_slice(&sink.rows.load(Ordering::Relaxed).to_le_bytes());
+        out.extend_from_slice(&sink.bytes.load(Ordering::Relaxed).to_le_bytes());
     }
     let threads: Vec<u32> = local.filter(|slot| (*slot as usize) < metrics.threads.len()).collect();
     out.extend_from_slice(&(threads.len() as u32).to_le_bytes());
@@ -69,6 +72,7 @@ pub fn merge(metrics: &Metrics, bytes: &[u8], worker: u32) -> Result<(), SluiceE
     reader.expect_count(metrics.sources.len(), "sources")?;
     for source in &metrics.sources {
         source.rows.fetch_add(reader.u64()?, Ordering::Relaxed);
+        source.bytes.fetch_add(reader.u64()?, Ordering::Relaxed);
         source.bad_rows.fetch_add(reader.u64()?, Ordering::Relaxed);
         reader.expect_count(source.lane_watermarks.len(), "lanes")?;
         for lane in &source.lane_watermarks {
@@ -78,6 +82,7 @@ pub fn merge(metrics: &Metrics, bytes: &[u8], worker: u32) -> Result<(), SluiceE
     reader.expect_count(metrics.sinks.len(), "sinks")?;
     for sink in &metrics.sinks {
         sink.rows.fetch_add(reader.u64()?, Ordering::Relaxed);
+        sink.bytes.fetch_add(reader.u64()?, Ordering::Relaxed);
     }
     for _ in 0..reader.u32()? {
         let slot = reader.u32()? as usize;
@@ -162,6 +167,8 @@ mod tests {
         let worker = metrics();
         worker.sources[0].rows.store(5, Ordering::Relaxed);
         worker.sources[0].bad_rows.store(1, Ordering::Relaxed);
+        worker.sources[0].bytes.store(400, Ordering::Relaxed);
+        worker.sinks[0].bytes.store(90, Ordering::Relaxed);
         worker.sources[0].lane_watermarks[1].store(1000, Ordering::Relaxed);
         worker.sinks[0].rows.store(3, Ordering::Relaxed);
         worker.threads[1].backpressure_ns.store(7, Ordering::Relaxed);
@@ -169,10 +176,10 @@ mod tests {
         let bytes = encode(&worker, 1..2);
         #[rustfmt::skip]
         let expected: Vec<u8> = [
-            &[1u8][..],
-            &1u32.to_le_bytes(), &5u64.to_le_bytes(), &1u64.to_le_bytes(), &2u32.to_le_bytes(),
+            &[2u8][..],
+            &1u32.to_le_bytes(), &5u64.to_le_bytes(), &400u64.to_le_bytes(), &1u64.to_le_bytes(), &2u32.to_le_bytes(),
             &i64::MIN.to_le_bytes(), &1000i64.to_le_bytes(),
-            &1u32.to_le_bytes(), &3u64.to_le_bytes(),
+            &1u32.to_le_bytes(), &3u64.to_le_bytes(), &90u64.to_le_bytes(),
             &1u32.to_le_bytes(), &1u32.to_le_bytes(), &7u64.to_le_bytes(), &0u64.to_le_bytes(),
             &1u32.to_le_bytes(), &4u32.to_le_bytes(), b"late", &2u64.to_le_bytes(),
         ].concat();
@@ -187,6 +194,8 @@ mod tests {
         let marks: Vec<i64> = leader.sources[0].lane_watermarks.iter().map(|w| w.load(Ordering::Relaxed)).collect();
         assert_eq!(marks, [900, 1000]);
         assert_eq!(leader.sinks[0].rows.load(Ordering::Relaxed), 3);
+        assert_eq!(leader.sources[0].bytes.load(Ordering::Relaxed), 400);
+        assert_eq!(leader.sinks[0].bytes.load(Ordering::Relaxed), 90);
         assert_eq!(leader.threads[1].backpressure_ns.load(Ordering::Relaxed), 7);
         assert_eq!(leader.counters(), [("late".to_string(), 2)]);
     }
