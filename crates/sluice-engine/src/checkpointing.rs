@@ -448,6 +448,14 @@ fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) ->
 
 /// Commits, epoch by epoch, the staged work a manifest names that this worker staged
 /// (the leader also that of workers no longer members); a worker with a writer of the
+/// The worker whose stored sink record `path` is
+/// (`…/sinks/flow-{F}/worker-{W}/epoch-{E}-{I}`, as each worker's part names them);
+/// None for a path of another form.
+fn stored_record_worker(path: &str) -> Option<u32> {
+    let (_, rest) = path.rsplit_once("/worker-")?;
+    rest.split('/').next()?.parse().ok()
+}
+
 /// sink then discards anything later.
 fn resolve_sinks(
     store: &CheckpointStore,
@@ -456,6 +464,7 @@ fn resolve_sinks(
     recovering: &Recovering<'_>,
 ) -> Result<(), SluiceError> {
     let (me, workers) = (recovering.me, recovering.layout.workers());
+    let commits_here = |worker: u32| worker == me || (me == 0 && worker >= workers);
     for flow in &plan.flows {
         let sink = &flow.sink;
         let mut by_epoch: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -468,6 +477,14 @@ fn resolve_sinks(
                 let read;
                 let record = match record {
                     SinkRecord::Inline(bytes) => bytes,
+                    // Another worker's stored record, which this sink would not read:
+                    // left unread (see `SinkFactory::discard_reads_records`).
+                    SinkRecord::Stored(object)
+                        if !sink.discard_reads_records()
+                            && stored_record_worker(&object.path).is_some_and(|w| !commits_here(w)) =>
+                    {
+                        continue;
+                    }
                     SinkRecord::Stored(object) => {
                         read = store
                             .get_object(object)
@@ -479,7 +496,7 @@ fn resolve_sinks(
                 let (worker, rest) = rest.split_at_checked(4).ok_or_else(damaged)?;
                 let epoch = u64::from_le_bytes(epoch.try_into().expect("8 bytes"));
                 let worker = u32::from_le_bytes(worker.try_into().expect("4 bytes"));
-                if worker == me || (me == 0 && worker >= workers) {
+                if commits_here(worker) {
                     by_epoch.push((epoch, rest.to_vec()));
                 }
                 records.push(rest.to_vec());

@@ -155,6 +155,13 @@ pub trait SinkFactory: Send + Sync {
     fn discard_after(&self, _epoch: Option<Epoch>, _records: &[Vec<u8>]) -> Result<(), SluiceError> {
         Ok(())
     }
+    /// Whether [`SinkFactory::discard_after`] reads the records. When it does not,
+    /// recovery reads only the records this worker commits: a sink's records may be
+    /// large (the Kafka sink's keep a copy of their epoch's messages), and every worker
+    /// reading every worker's would hold them all at once.
+    fn discard_reads_records(&self) -> bool {
+        true
+    }
 }
 
 /// Writes rows out. `close` is called once, after the last batch, when the input ended.

@@ -622,6 +622,11 @@ impl SinkFactory for KafkaSink {
         true
     }
 
+    /// Nothing to discard: a transaction left open is fenced when its producer starts.
+    fn discard_reads_records(&self) -> bool {
+        false
+    }
+
     fn commit(&self, epoch: Epoch, records: &[Vec<u8>]) -> Result<(), SluiceError> {
         for bytes in records.iter().filter(|r| !r.is_empty()) {
             let record = TransactionRecord::decode(&self.name, bytes)?;

@@ -93,6 +93,14 @@ fn large_sink_records_are_stored_as_objects_the_manifest_names() {
     assert_eq!(records[0], SinkRecord::Inline(prefixed(4, 3, &small)));
     let SinkRecord::Stored(object) = &records[1] else { panic!("stored: {records:?}") };
     assert_eq!(object.path, "state/epoch-5/sinks/flow-0/worker-3/epoch-5-1");
+    assert_eq!(super::stored_record_worker(&object.path), Some(3), "recovery finds its worker by the path");
     assert_eq!(store.get_object(object).expect("reads"), prefixed(5, 3, &large));
     assert_eq!(store.verify(&manifest).expect("verifies"), Vec::<String>::new());
+}
+
+#[test]
+fn a_stored_sink_records_worker_is_read_from_its_path() {
+    assert_eq!(super::stored_record_worker("state/epoch-5/sinks/flow-0/worker-3/epoch-5-1"), Some(3));
+    assert_eq!(super::stored_record_worker("state/epoch-5/sinks/flow-0/worker-x/epoch-5-1"), None);
+    assert_eq!(super::stored_record_worker("state/epoch-5/op/pack"), None);
 }
