@@ -28,6 +28,13 @@ fn weights(store: &Store, key: &[u8]) -> Vec<(Vec<u8>, i64)> {
 }
 
 #[test]
+fn a_slot_and_a_keys_entry_keep_their_sizes() {
+    // The module documentation and BENCHMARKS.md count on these.
+    assert_eq!(std::mem::size_of::<Slot>(), 48);
+    assert_eq!(std::mem::size_of::<Head>(), 40);
+}
+
+#[test]
 fn equal_rows_accumulate_and_leave_at_zero() {
     let mut store = Store::default();
     store.apply(&row(b"a1", b"a"), 1, 0, NEVER);
