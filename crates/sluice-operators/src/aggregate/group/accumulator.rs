@@ -85,11 +85,13 @@ pub(super) enum Multiset {
 /// Values with their weighted counts, in value order: one value inline, more in a
 /// `BTreeMap`. MIN or MAX over an append-only input holds only its extreme, in each of
 /// possibly millions of groups (NEXMark q4's MAX per auction), where a map would
-/// allocate a node of eleven entries for the one.
+/// allocate a node of eleven entries for the one. The map is boxed so that an
+/// accumulator stays as small as before (every accumulator of a group has its size).
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::box_collection, reason = "the box keeps the enum, and so each accumulator, small")]
 pub(super) enum Counts<K> {
     One(Option<(K, i64)>),
-    Many(BTreeMap<K, i64>),
+    Many(Box<BTreeMap<K, i64>>),
 }
 
 impl<K: Ord> Default for Counts<K> {
@@ -101,7 +103,7 @@ impl<K: Ord> Default for Counts<K> {
 impl<K: Ord> Counts<K> {
     /// Entries of `map` (counts not 0).
     pub(super) fn from_map(mut map: BTreeMap<K, i64>) -> Counts<K> {
-        if map.len() > 1 { Counts::Many(map) } else { Counts::One(map.pop_first()) }
+        if map.len() > 1 { Counts::Many(Box::new(map)) } else { Counts::One(map.pop_first()) }
     }
 
     pub(super) fn len(&self) -> usize {
@@ -142,7 +144,7 @@ impl<K: Ord> Counts<K> {
             Counts::One(Some(_)) => {
                 if weight != 0 {
                     let Counts::One(Some((held, count))) = std::mem::take(self) else { unreachable!("one entry") };
-                    *self = Counts::Many(BTreeMap::from([(held, count), (owned(), weight)]));
+                    *self = Counts::Many(Box::new(BTreeMap::from([(held, count), (owned(), weight)])));
                 }
             }
             Counts::Many(map) => match map.get_mut(key) {
@@ -383,6 +385,12 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn an_accumulator_is_no_larger_than_with_a_map_of_counts() {
+        // Each group holds one per aggregate: a MIN/MAX's inline value must not grow them.
+        assert_eq!(std::mem::size_of::<Accumulator>(), 40);
+    }
 
     proptest! {
         /// Counts hold what a map of counts holds, whether one value is inline or many
