@@ -164,20 +164,17 @@ enum Rows {
     Expiring(ExpiringStore),
 }
 
-/// A stored row's bytes, shared (not copied) with the store: the whole of a row kept by
-/// row, or a range of an expiring side's chunk of bytes.
+/// A stored row's bytes, shared (not copied) with the store: a range of one of the
+/// side's chunks of bytes (both stores keep rows in shared chunks).
 #[derive(Debug, Clone)]
-pub(crate) enum SharedRow {
-    Whole(Arc<[u8]>),
-    InChunk(expiring::Chunk, std::ops::Range<usize>),
+pub(crate) struct SharedRow {
+    chunk: Arc<Vec<u8>>,
+    range: std::ops::Range<usize>,
 }
 
 impl SharedRow {
     pub(crate) fn bytes(&self) -> &[u8] {
-        match self {
-            SharedRow::Whole(row) => row,
-            SharedRow::InChunk(chunk, range) => &chunk[range.clone()],
-        }
+        &self.chunk[self.range.clone()]
     }
 }
 
@@ -207,7 +204,7 @@ impl Rows {
     /// Appends the ids of the rows whose join key is `key` (placement hash `hash`).
     fn probe(&mut self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
         match self {
-            Rows::ByRow(store) => out.extend(store.bucket(key, hash).iter().map(|&slot| u64::from(slot))),
+            Rows::ByRow(store) => store.probe(key, hash, out),
             Rows::Expiring(store) => store.probe(key, hash, out),
         }
     }
@@ -215,7 +212,7 @@ impl Rows {
     /// The bytes of row `id` (from a probe in this batch).
     fn row(&self, id: u64) -> &[u8] {
         match self {
-            Rows::ByRow(store) => &store.get(id as u32).row,
+            Rows::ByRow(store) => store.row(id as u32),
             Rows::Expiring(store) => store.row(id),
         }
     }
@@ -223,10 +220,7 @@ impl Rows {
     /// The weight and the match count of row `id` (from a probe in this batch).
     fn counts_mut(&mut self, id: u64) -> (i64, &mut i64) {
         match self {
-            Rows::ByRow(store) => {
-                let stored = store.get_mut(id as u32);
-                (stored.weight, &mut stored.matches)
-            }
+            Rows::ByRow(store) => store.counts_mut(id as u32),
             Rows::Expiring(store) => {
                 let entry = store.get_mut(id);
                 (entry.weight, &mut entry.matches)
@@ -273,13 +267,13 @@ impl Rows {
     fn rows(&self) -> Box<dyn Iterator<Item = StoredRow> + '_> {
         match self {
             Rows::ByRow(store) => Box::new(store.rows().map(|s| StoredRow {
-                row: SharedRow::Whole(Arc::clone(&s.row)),
+                row: SharedRow { chunk: Arc::clone(s.chunk), range: s.range },
                 key_hash: s.key_hash,
                 weight: s.weight,
                 matches: s.matches,
             })),
             Rows::Expiring(store) => Box::new(store.rows().map(|(e, chunk)| StoredRow {
-                row: SharedRow::InChunk(Arc::clone(chunk), e.row_range()),
+                row: SharedRow { chunk: Arc::clone(chunk), range: e.row_range() },
                 key_hash: e.key_hash,
                 weight: e.weight,
                 matches: e.matches,
@@ -410,7 +404,8 @@ impl JoinOperator {
     }
 
     /// The bytes of the rows [`JoinOperator::state_rows`] counts, in their encoding (the
-    /// hash indexes and per-row bookkeeping, about 80 bytes a row, not counted).
+    /// hash indexes and per-row bookkeeping, about 60 bytes a row and 45 a key, not
+    /// counted).
     pub fn state_bytes(&self) -> usize {
         self.sides.iter().map(|s| s.store.bytes()).sum()
     }

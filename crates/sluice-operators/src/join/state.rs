@@ -1,14 +1,16 @@
 //! Snapshots of the join's state, split by vnode.
 //!
 //! At a barrier the driver copies the stored rows of both sides (each row's bytes are
-//! shared, not copied: a reference count per row) with their weights, match counts and
-//! key hashes, and returns a job; the checkpoint writer thread encodes the copy into one
-//! blob per vnode holding rows, the vnode of each row's join key hash (the hash the
-//! exchange routes both inputs by), so a restore onto any number of threads gives each
-//! row to the thread its key's future rows go to. Rows after the barrier change the
-//! live state, never the copy. A side whose rows expire holds equal rows apart as they
-//! arrived and leaves expired rows out; the encoding merges equal rows into one (weights
-//! and match counts summed), so the blob is the same as a side kept by row would write.
+//! shared, not copied: the chunks of bytes holding them are reference-counted) with
+//! their weights, match counts and key hashes, and returns a job; the checkpoint writer
+//! thread encodes the copy into one blob per vnode holding rows, the vnode of each row's
+//! join key hash (the hash the exchange routes both inputs by), so a restore onto any
+//! number of threads gives each row to the thread its key's future rows go to. Rows
+//! after the barrier change the live state, never the copy (a chunk a copy shares is
+//! not appended to, and a compaction of the store leaves it to the copy). A side whose
+//! rows expire holds equal rows apart as they arrived and leaves expired rows out; the
+//! encoding merges equal rows into one (weights and match counts summed), so the blob is
+//! the same as a side kept by row would write.
 //!
 //! Layout, version [`JOIN_STATE_VERSION`] (little-endian): `u32 version`, `u32 rows`,
 //! then per distinct row, ordered by side and then by the row's bytes:

@@ -1,72 +1,153 @@
 //! One side's stored rows: a multiset of whole rows, each with its weight and match
 //! count, found by join key (to probe) and by the row itself (to accumulate weights).
 //!
-//! Rows live in a slab of slots (a removed row's slot is reused). Two hash indexes point
-//! into it: `by_key` from the join key to its bucket (the slots of every row with that
-//! key), `by_row` from a row's bytes to its slot. Both are keyed by hashes computed once
-//! per batch (the key's placement hash, the row's XXH3), so nothing is hashed twice and
-//! no bucket is ever scanned to find an equal row: a key with millions of rows costs the
-//! same per insert as a key with one.
+//! The layout is compact, so that memory follows the rows' encoded size (a regular join
+//! keeps every row of its inputs: NEXMark q20 holds tens of millions):
 //!
-//! A side whose rows expire (an interval or window join) also indexes its rows by the
-//! time they expire (`by_time`, ordered), so freeing the rows a watermark passed touches
-//! only those rows, never the rest of the state. An entry of that index may outlive its
-//! row (a retraction removed it, or its slot was reused): freeing checks the slot still
-//! holds a row that expires by then.
+//! - A row's bytes are appended to large shared chunks ([`Chunk`], `chunk_bytes` each),
+//!   never allocated one by one. A removed row's bytes stay where they are, counted as
+//!   dead; once the dead bytes outnumber the live ones (and a chunk's worth), every live
+//!   row is copied into fresh chunks in slot order and the old chunks are dropped
+//!   ([`Store::compact`]), so a row's removal costs O(1) amortized and the chunks never
+//!   hold more than about twice the live bytes. A snapshot shares the chunks (a chunk a
+//!   snapshot shares is not appended to again; a compaction leaves it to the snapshot).
+//! - Each distinct row has a slot: a fixed-size [`Slot`] (48 bytes) in one vector, a
+//!   removed row's slot reused (slot numbers are the TTL's ids). The slots of one join
+//!   key form a doubly linked list through the slots, in insertion order, so a key has
+//!   no vector of its own.
+//! - `by_key`: a hash table from join key to its list's ends ([`Head`], the key inline
+//!   when short), one entry per key, no allocation for a key of up to 22 bytes.
+//! - `by_row`: a hash table of slot numbers by the row's hash (the batch's XXH3, its low
+//!   32 bits kept in the slot so growing the table reads no row bytes).
+//!
+//! Both tables are keyed by hashes computed once per batch, so nothing is hashed twice
+//! and no list is ever scanned to find an equal row: a key with millions of rows costs
+//! the same per insert as a key with one.
+//!
+//! A side whose rows expire (an interval or window join with a TTL) also indexes its
+//! rows by the time they expire (`by_time`, ordered, and each slot's expiry in
+//! `expiries`, kept only once some row expires), so freeing the rows a watermark passed
+//! touches only those rows, never the rest of the state. An entry of that index may
+//! outlive its row (a retraction removed it, or its slot was reused): freeing checks the
+//! slot still holds a row that expires by then.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-/// One distinct stored row.
-#[derive(Debug, Clone)]
-pub(super) struct Stored {
-    /// The whole row in the project's key encoding (the side's columns in order).
-    pub(super) row: Arc<[u8]>,
-    /// XXH3 of `row`.
-    pub(super) row_hash: u64,
+use crate::bytes::SmallBytes;
+use crate::same_bytes;
+
+/// The bytes of a chunk (a row longer than that gets a chunk of its own).
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// No slot: the end of a key's list, or of the free list.
+const NONE: u32 = u32::MAX;
+
+/// Bytes of rows appended in slot-insertion order; shared with snapshots.
+pub(super) type Chunk = Arc<Vec<u8>>;
+
+/// One distinct stored row, or a free slot (`chunk == NONE`).
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// Where the row's bytes are: the whole row in the project's key encoding (the
+    /// side's columns in order), `length` bytes from `start` in chunk `chunk`.
+    chunk: u32,
+    start: u32,
+    length: u32,
+    /// The low 32 bits of the row's XXH3 (the `by_row` table's hash).
+    row_hash: u32,
+    /// The neighbours in the key's list (`next` also links the free list).
+    previous: u32,
+    next: u32,
     /// The join key's placement hash (the exchange's), so the row's vnode.
-    pub(super) key_hash: u64,
+    key_hash: u64,
     /// The row's multiplicity (never 0 while stored).
-    pub(super) weight: i64,
+    weight: i64,
     /// The summed weights of the other side's rows it matches (same key, residual true).
-    pub(super) matches: i64,
-    /// When the row can be freed: once the watermark is at or above it (`NEVER` for a
-    /// side whose rows do not expire).
-    pub(super) expires: i64,
-    bucket: u32,
-    /// Where the slot is in its bucket's list.
-    position: u32,
+    matches: i64,
 }
 
-/// The rows sharing one join key.
+const FREE: Slot = Slot {
+    chunk: NONE,
+    start: 0,
+    length: 0,
+    row_hash: 0,
+    previous: NONE,
+    next: NONE,
+    key_hash: 0,
+    weight: 0,
+    matches: 0,
+};
+
+impl Slot {
+    fn is_free(&self) -> bool {
+        self.chunk == NONE
+    }
+
+    fn range(&self) -> std::ops::Range<usize> {
+        let start = self.start as usize;
+        start..start + self.length as usize
+    }
+}
+
+/// A join key's list of slots.
 #[derive(Debug)]
-struct Bucket {
-    key: Box<[u8]>,
+struct Head {
     hash: u64,
-    slots: Vec<u32>,
+    first: u32,
+    last: u32,
+    key: SmallBytes,
 }
 
 /// The expiry of a row that never expires.
 pub(super) const NEVER: i64 = i64::MAX;
 
+/// The `by_row` table's hash of a row, from the low 32 bits of its XXH3 (spread over 64
+/// bits: the table takes its control bits from the top).
+fn row_table_hash(row_hash: u32) -> u64 {
+    u64::from(row_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// A stored row as [`Store::rows`] gives it: its bytes shared with the store.
+pub(super) struct StoredRef<'a> {
+    pub(super) chunk: &'a Chunk,
+    pub(super) range: std::ops::Range<usize>,
+    pub(super) key_hash: u64,
+    pub(super) weight: i64,
+    pub(super) matches: i64,
+}
+
 /// See the module documentation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Store {
-    slots: Vec<Option<Stored>>,
-    free_slots: Vec<u32>,
+    slots: Vec<Slot>,
+    /// The first free slot (linked through `next`), or [`NONE`].
+    free_slot: u32,
+    /// Per slot, when its row can be freed (once the watermark is at or above it); empty
+    /// while every row never expires.
+    expiries: Vec<i64>,
+    chunks: Vec<Chunk>,
+    /// The capacity of a new chunk.
+    chunk_bytes: usize,
     by_row: HashTable<u32>,
-    buckets: Vec<Option<Bucket>>,
-    free_buckets: Vec<u32>,
-    by_key: HashTable<u32>,
+    by_key: HashTable<Head>,
     /// Expiry time → the slots of rows expiring then (rows that never expire are not here).
     by_time: BTreeMap<i64, Vec<u32>>,
     live: usize,
     /// The encoded rows' bytes.
     bytes: usize,
+    /// The bytes of removed rows still in the chunks.
+    dead_bytes: usize,
     /// Rows not written for a while are dropped (see `crate::ttl`), by slot.
     ttl: Option<crate::ttl::Ttl>,
+}
+
+impl Default for Store {
+    fn default() -> Store {
+        Store::with_chunk_bytes(CHUNK_BYTES)
+    }
 }
 
 /// A row to apply to a store: its bytes and hashes, as encoded for one batch.
@@ -78,6 +159,24 @@ pub(super) struct RowRef<'a> {
 }
 
 impl Store {
+    /// A store whose chunks hold `chunk_bytes` (tests use small ones to compact often).
+    fn with_chunk_bytes(chunk_bytes: usize) -> Store {
+        Store {
+            slots: Vec::new(),
+            free_slot: NONE,
+            expiries: Vec::new(),
+            chunks: Vec::new(),
+            chunk_bytes,
+            by_row: HashTable::new(),
+            by_key: HashTable::new(),
+            by_time: BTreeMap::new(),
+            live: 0,
+            bytes: 0,
+            dead_bytes: 0,
+            ttl: None,
+        }
+    }
+
     /// Drops rows not written (inserted, or their weight changed) for the TTL.
     pub(super) fn set_ttl(&mut self, ttl: crate::ttl::Ttl) {
         self.ttl = Some(ttl);
@@ -89,11 +188,12 @@ impl Store {
         let expired = ttl.expired();
         let mut freed = 0;
         for slot in expired {
-            if self.slots[slot as usize].is_some() {
+            if !self.slots[slot as usize].is_free() {
                 self.remove(slot);
                 freed += 1;
             }
         }
+        self.compact_if_sparse();
         freed
     }
 
@@ -107,34 +207,52 @@ impl Store {
         self.bytes
     }
 
-    /// The slots of the rows whose join key is `key` (placement hash `hash`).
-    pub(super) fn bucket(&self, key: &[u8], hash: u64) -> &[u32] {
-        let buckets = &self.buckets;
-        let found =
-            self.by_key.find(hash, |&b| buckets[b as usize].as_ref().is_some_and(|b| crate::same_bytes(&b.key, key)));
-        match found {
-            Some(&b) => &self.buckets[b as usize].as_ref().expect("an indexed bucket lives").slots,
-            None => &[],
+    /// Appends to `out` the slots of the rows whose join key is `key` (placement hash
+    /// `hash`), in the order they were inserted.
+    pub(super) fn probe(&self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
+        let Some(head) = self.by_key.find(hash, |h| h.hash == hash && same_bytes(h.key.get(), key)) else { return };
+        let mut slot = head.first;
+        while slot != NONE {
+            out.push(u64::from(slot));
+            slot = self.slots[slot as usize].next;
         }
     }
 
-    pub(super) fn get(&self, slot: u32) -> &Stored {
-        self.slots[slot as usize].as_ref().expect("a slot of a bucket lives")
+    /// The bytes of the row in `slot`.
+    pub(super) fn row(&self, slot: u32) -> &[u8] {
+        let stored = &self.slots[slot as usize];
+        assert!(!stored.is_free(), "a probed slot holds a row");
+        &self.chunks[stored.chunk as usize][stored.range()]
     }
 
-    pub(super) fn get_mut(&mut self, slot: u32) -> &mut Stored {
-        self.slots[slot as usize].as_mut().expect("a slot of a bucket lives")
+    /// The weight and the match count of the row in `slot`.
+    pub(super) fn counts_mut(&mut self, slot: u32) -> (i64, &mut i64) {
+        let stored = &mut self.slots[slot as usize];
+        assert!(!stored.is_free(), "a probed slot holds a row");
+        (stored.weight, &mut stored.matches)
     }
 
     /// Every stored row, in slot order.
-    pub(super) fn rows(&self) -> impl Iterator<Item = &Stored> {
-        self.slots.iter().flatten()
+    pub(super) fn rows(&self) -> impl Iterator<Item = StoredRef<'_>> {
+        self.slots.iter().filter(|s| !s.is_free()).map(|s| StoredRef {
+            chunk: &self.chunks[s.chunk as usize],
+            range: s.range(),
+            key_hash: s.key_hash,
+            weight: s.weight,
+            matches: s.matches,
+        })
     }
 
     /// The slot holding exactly `row`.
     pub(super) fn find(&self, row: &[u8], row_hash: u64) -> Option<u32> {
-        let slots = &self.slots;
-        self.by_row.find(row_hash, |&s| slots[s as usize].as_ref().is_some_and(|s| &*s.row == row)).copied()
+        let (slots, chunks) = (&self.slots, &self.chunks);
+        let short_hash = row_hash as u32;
+        self.by_row
+            .find(row_table_hash(short_hash), |&s| {
+                let stored = &slots[s as usize];
+                stored.row_hash == short_hash && same_bytes(&chunks[stored.chunk as usize][stored.range()], row)
+            })
+            .copied()
     }
 
     /// Adds `weight` copies of `row` (a negative weight removes copies); a row whose
@@ -145,79 +263,95 @@ impl Store {
             return;
         }
         if let Some(slot) = self.find(row.row, row.row_hash) {
-            let stored = self.get_mut(slot);
+            let stored = &mut self.slots[slot as usize];
             stored.weight += weight;
             if stored.weight == 0 {
                 self.remove(slot);
+                self.compact_if_sparse();
             } else if let Some(ttl) = self.ttl.as_mut() {
                 ttl.written(slot);
             }
             return;
         }
-        self.insert(Arc::from(row.row), row.row_hash, row.key, row.key_hash, weight, matches, expires);
+        self.insert(row, weight, matches, expires);
     }
 
     /// Adds a row that is not stored yet.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn insert(
-        &mut self,
-        row: Arc<[u8]>,
-        row_hash: u64,
-        key: &[u8],
-        key_hash: u64,
-        weight: i64,
-        matches: i64,
-        expires: i64,
-    ) {
-        debug_assert!(weight != 0 && self.find(&row, row_hash).is_none());
-        let bucket = self.bucket_of(key, key_hash);
-        let slot = match self.free_slots.pop() {
-            Some(slot) => slot,
-            None => {
-                assert!(self.slots.len() < u32::MAX as usize, "fewer than 2^32 rows per side and thread");
-                self.slots.push(None);
-                (self.slots.len() - 1) as u32
-            }
+    fn insert(&mut self, row: &RowRef<'_>, weight: i64, matches: i64, expires: i64) {
+        debug_assert!(weight != 0 && self.find(row.row, row.row_hash).is_none());
+        let length = u32::try_from(row.row.len()).expect("a row shorter than 4 GiB");
+        let slot = self.take_slot();
+        let (chunk, start) = self.append(row.row);
+        let short_hash = row.row_hash as u32;
+        self.slots[slot as usize] = Slot {
+            chunk,
+            start,
+            length,
+            row_hash: short_hash,
+            previous: NONE,
+            next: NONE,
+            key_hash: row.key_hash,
+            weight,
+            matches,
         };
-        let slots_of_bucket = &mut self.buckets[bucket as usize].as_mut().expect("a live bucket").slots;
-        let position = slots_of_bucket.len() as u32;
-        slots_of_bucket.push(slot);
-        self.slots[slot as usize] =
-            Some(Stored { row, row_hash, key_hash, weight, matches, expires, bucket, position });
+        self.link(slot, row.key, row.key_hash);
+        if expires != NEVER || !self.expiries.is_empty() {
+            self.expiries.resize(self.slots.len(), NEVER);
+            self.expiries[slot as usize] = expires;
+        }
         if expires != NEVER {
             self.by_time.entry(expires).or_default().push(slot);
         }
         let slots = &self.slots;
-        self.by_row.insert_unique(row_hash, slot, |&s| slots[s as usize].as_ref().map_or(0, |s| s.row_hash));
+        self.by_row.insert_unique(row_table_hash(short_hash), slot, |&s| row_table_hash(slots[s as usize].row_hash));
         self.live += 1;
-        self.bytes += self.slots[slot as usize].as_ref().map_or(0, |s| s.row.len());
+        self.bytes += row.row.len();
         if let Some(ttl) = self.ttl.as_mut() {
             ttl.written(slot);
         }
     }
 
-    /// The bucket of `key`, added empty if new.
-    fn bucket_of(&mut self, key: &[u8], hash: u64) -> u32 {
-        let buckets = &self.buckets;
-        if let Some(&b) =
-            self.by_key.find(hash, |&b| buckets[b as usize].as_ref().is_some_and(|b| crate::same_bytes(&b.key, key)))
-        {
-            return b;
+    /// A free slot, taken off the free list or added.
+    fn take_slot(&mut self) -> u32 {
+        if self.free_slot != NONE {
+            let slot = self.free_slot;
+            self.free_slot = self.slots[slot as usize].next;
+            return slot;
         }
-        let bucket = Bucket { key: key.into(), hash, slots: Vec::new() };
-        let id = match self.free_buckets.pop() {
-            Some(id) => {
-                self.buckets[id as usize] = Some(bucket);
-                id
+        assert!(self.slots.len() < NONE as usize, "fewer than 2^32 - 1 rows per side and thread");
+        self.slots.push(FREE);
+        (self.slots.len() - 1) as u32
+    }
+
+    /// Appends `slot` to the list of its join key, adding the key if new.
+    fn link(&mut self, slot: u32, key: &[u8], hash: u64) {
+        match self.by_key.find_mut(hash, |h| h.hash == hash && same_bytes(h.key.get(), key)) {
+            Some(head) => {
+                let last = std::mem::replace(&mut head.last, slot);
+                self.slots[last as usize].next = slot;
+                self.slots[slot as usize].previous = last;
             }
             None => {
-                self.buckets.push(Some(bucket));
-                (self.buckets.len() - 1) as u32
+                let head = Head { hash, first: slot, last: slot, key: SmallBytes::new(key) };
+                self.by_key.insert_unique(hash, head, |h| h.hash);
             }
-        };
-        let buckets = &self.buckets;
-        self.by_key.insert_unique(hash, id, |&b| buckets[b as usize].as_ref().map_or(0, |b| b.hash));
-        id
+        }
+    }
+
+    /// Appends `row` to the last chunk, or to a new one if it is full or shared with a
+    /// snapshot; returns the chunk and where the row starts.
+    fn append(&mut self, row: &[u8]) -> (u32, u32) {
+        fn fits(chunk: &mut Chunk, length: usize) -> Option<&mut Vec<u8>> {
+            Arc::get_mut(chunk).filter(|bytes| bytes.capacity() - bytes.len() >= length)
+        }
+        if self.chunks.last_mut().and_then(|chunk| fits(chunk, row.len())).is_none() {
+            self.chunks.push(Arc::new(Vec::with_capacity(self.chunk_bytes.max(row.len()))));
+        }
+        let chunk = u32::try_from(self.chunks.len() - 1).expect("fewer than 2^32 chunks");
+        let bytes = self.chunks.last_mut().and_then(|c| fits(c, row.len())).expect("a chunk with room, not shared");
+        let start = u32::try_from(bytes.len()).expect("a chunk shorter than 4 GiB");
+        bytes.extend_from_slice(row);
+        (chunk, start)
     }
 
     /// Drops every row expiring at or before `watermark`; returns how many went. The
@@ -232,95 +366,82 @@ impl Store {
         };
         let mut freed = 0;
         for slot in due.into_values().flatten() {
-            let stored = self.slots[slot as usize].as_ref();
-            if stored.is_some_and(|s| s.expires <= watermark) {
+            let held = !self.slots[slot as usize].is_free();
+            if held && self.expiries.get(slot as usize).is_some_and(|&e| e <= watermark) {
                 self.remove(slot);
                 freed += 1;
             }
         }
+        self.compact_if_sparse();
         freed
     }
 
+    /// Drops the row in `slot` (its bytes stay in their chunk, dead, until a compaction).
     fn remove(&mut self, slot: u32) {
-        let stored = self.slots[slot as usize].take().expect("a live slot");
-        self.free_slots.push(slot);
+        let stored = self.slots[slot as usize];
+        assert!(!stored.is_free(), "a live slot");
         if let Some(ttl) = self.ttl.as_mut() {
             ttl.forget(slot);
         }
         self.live -= 1;
-        self.bytes -= stored.row.len();
-        self.by_row.find_entry(stored.row_hash, |&s| s == slot).expect("an indexed row").remove();
-        let bucket = self.buckets[stored.bucket as usize].as_mut().expect("a live bucket");
-        bucket.slots.swap_remove(stored.position as usize);
-        if let Some(&moved) = bucket.slots.get(stored.position as usize) {
-            self.slots[moved as usize].as_mut().expect("a slot of a bucket lives").position = stored.position;
+        self.bytes -= stored.length as usize;
+        self.dead_bytes += stored.length as usize;
+        self.by_row.find_entry(row_table_hash(stored.row_hash), |&s| s == slot).expect("an indexed row").remove();
+        self.unlink(slot, &stored);
+        if let Some(expires) = self.expiries.get_mut(slot as usize) {
+            *expires = NEVER;
         }
-        if bucket.slots.is_empty() {
-            let hash = bucket.hash;
-            self.buckets[stored.bucket as usize] = None;
-            self.by_key.find_entry(hash, |&b| b == stored.bucket).expect("an indexed bucket").remove();
-            self.free_buckets.push(stored.bucket);
+        self.slots[slot as usize] = Slot { next: self.free_slot, ..FREE };
+        self.free_slot = slot;
+    }
+
+    /// Takes `slot` out of its key's list, and the key out of `by_key` if it was its
+    /// only row.
+    fn unlink(&mut self, slot: u32, stored: &Slot) {
+        let hash = stored.key_hash;
+        if stored.previous != NONE {
+            self.slots[stored.previous as usize].next = stored.next;
         }
+        if stored.next != NONE {
+            self.slots[stored.next as usize].previous = stored.previous;
+        }
+        match (stored.previous, stored.next) {
+            (NONE, NONE) => {
+                self.by_key.find_entry(hash, |h| h.first == slot).expect("an indexed key").remove();
+            }
+            (NONE, next) => self.by_key.find_mut(hash, |h| h.first == slot).expect("an indexed key").first = next,
+            (previous, NONE) => {
+                self.by_key.find_mut(hash, |h| h.last == slot).expect("an indexed key").last = previous;
+            }
+            _ => {}
+        }
+    }
+
+    /// Compacts the chunks once removed rows' bytes outnumber the live rows' and fill a
+    /// chunk.
+    fn compact_if_sparse(&mut self) {
+        if self.dead_bytes >= self.chunk_bytes && self.dead_bytes > self.bytes {
+            self.compact();
+        }
+    }
+
+    /// Copies every live row into fresh chunks, in slot order, and drops the old chunks
+    /// (a snapshot still sharing one keeps it until it is done).
+    fn compact(&mut self) {
+        let old = std::mem::take(&mut self.chunks);
+        for slot in 0..self.slots.len() {
+            let stored = self.slots[slot];
+            if stored.is_free() {
+                continue;
+            }
+            let (chunk, start) = self.append(&old[stored.chunk as usize][stored.range()]);
+            let moved = &mut self.slots[slot];
+            moved.chunk = chunk;
+            moved.start = start;
+        }
+        self.dead_bytes = 0;
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row<'a>(row: &'a [u8], key: &'a [u8]) -> RowRef<'a> {
-        RowRef { row, row_hash: sluice_types::key::hash(row), key, key_hash: sluice_types::key::hash(key) }
-    }
-
-    #[test]
-    fn equal_rows_accumulate_and_leave_at_zero() {
-        let mut store = Store::default();
-        store.apply(&row(b"a1", b"a"), 1, 0, NEVER);
-        store.apply(&row(b"a2", b"a"), 2, 0, NEVER);
-        store.apply(&row(b"a1", b"a"), 1, 0, NEVER);
-        store.apply(&row(b"b1", b"b"), 1, 0, NEVER);
-        assert_eq!(store.len(), 3);
-        assert_eq!(store.bytes(), 6);
-        let weights = |store: &Store, key: &[u8]| -> Vec<(Vec<u8>, i64)> {
-            let mut rows: Vec<_> = store
-                .bucket(key, sluice_types::key::hash(key))
-                .iter()
-                .map(|&s| (store.get(s).row.to_vec(), store.get(s).weight))
-                .collect();
-            rows.sort();
-            rows
-        };
-        assert_eq!(weights(&store, b"a"), [(b"a1".to_vec(), 2), (b"a2".to_vec(), 2)]);
-        store.apply(&row(b"a1", b"a"), -2, 0, NEVER);
-        assert_eq!(weights(&store, b"a"), [(b"a2".to_vec(), 2)]);
-        store.apply(&row(b"a2", b"a"), -2, 0, NEVER);
-        assert!(weights(&store, b"a").is_empty());
-        assert_eq!(store.len(), 1);
-        assert_eq!(store.bytes(), 2);
-        // Slots and buckets are reused.
-        store.apply(&row(b"c1", b"c"), 1, 0, NEVER);
-        assert_eq!(store.slots.len(), 3);
-        assert_eq!(store.buckets.len(), 2);
-        assert_eq!(weights(&store, b"c"), [(b"c1".to_vec(), 1)]);
-        assert_eq!(weights(&store, b"b"), [(b"b1".to_vec(), 1)]);
-    }
-
-    #[test]
-    fn rows_expire_by_time_and_stale_index_entries_are_skipped() {
-        let mut store = Store::default();
-        store.apply(&row(b"a1", b"a"), 1, 0, 10);
-        store.apply(&row(b"a2", b"a"), 1, 0, 20);
-        store.apply(&row(b"b1", b"b"), 1, 0, NEVER);
-        // a1 is retracted; its slot is reused by a row expiring later.
-        store.apply(&row(b"a1", b"a"), -1, 0, 10);
-        store.apply(&row(b"c1", b"c"), 1, 0, 30);
-        assert_eq!(store.expire(9), 0);
-        assert_eq!(store.expire(10), 0, "a1's stale entry leaves c1, now in its slot, alone");
-        assert_eq!(store.len(), 3);
-        assert_eq!(store.expire(25), 1);
-        assert!(store.bucket(b"a", sluice_types::key::hash(b"a")).is_empty());
-        assert_eq!(store.expire(i64::MAX), 1);
-        assert_eq!(store.len(), 1, "b1 never expires");
-        assert!(store.by_time.is_empty());
-    }
-}
+mod tests;

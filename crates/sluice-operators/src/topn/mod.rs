@@ -49,6 +49,8 @@ use sluice_types::{Batch, Message, SluiceError};
 
 pub use state::TOPN_STATE_VERSION;
 
+use crate::bytes::SmallBytes;
+
 /// The most rows a TopN keeps per partition (N); larger limits are refused when planned.
 pub const TOPN_LIMIT_MAX: usize = 100_000;
 
@@ -88,10 +90,30 @@ enum SortValue {
     Text(Box<str>),
 }
 
+/// A row's order values, one per `ORDER BY` column: the first inline (most TopNs order
+/// by one column, so a row's values need no allocation of their own), the rest boxed.
+#[derive(Debug, Clone)]
+struct OrderValues {
+    /// The first column's value ([`SortValue::Null`] without `ORDER BY`).
+    first: SortValue,
+    /// The other columns' values (empty, so not allocated, for one column).
+    rest: Box<[SortValue]>,
+}
+
+impl OrderValues {
+    fn iter(&self) -> impl Iterator<Item = &SortValue> {
+        std::iter::once(&self.first).chain(self.rest.iter())
+    }
+}
+
+/// Rows a partition's vector grows by one at a time (it holds exactly its rows), so that
+/// a deduplication's or a small TopN's partition holds no spare capacity.
+const EXACT_ROWS: usize = 16;
+
 /// One kept row.
 #[derive(Debug, Clone)]
 struct Entry {
-    order: Vec<SortValue>,
+    order: OrderValues,
     /// Arrival number on this operator: ties in the order go to the earlier row.
     arrival: u64,
     /// The whole input row in the key encoding.
@@ -101,7 +123,8 @@ struct Entry {
 /// One partition's first N rows, in rank order.
 #[derive(Debug, Clone)]
 struct Partition {
-    key: Box<[u8]>,
+    /// Inline when short (every key of integers, dates and timestamps up to 22 bytes).
+    key: SmallBytes,
     hash: u64,
     rows: Vec<Entry>,
 }
@@ -194,7 +217,7 @@ impl TopN {
         for key in std::mem::replace(&mut self.windows, kept).into_values().flatten() {
             let hash = sluice_types::key::hash(&key);
             let partitions = &self.partitions;
-            let found = self.index.find(table_hash(hash), |&p| *partitions[p as usize].key == *key).copied();
+            let found = self.index.find(table_hash(hash), |&p| partitions[p as usize].key.get() == &*key).copied();
             if let Some(id) = found {
                 self.remove_partition(id);
             }
@@ -264,20 +287,21 @@ impl TopN {
     }
 
     /// Row `row`'s order values.
-    fn order_of(columns: &[SortColumnValues], row: usize) -> Vec<SortValue> {
-        columns
-            .iter()
-            .map(|column| match column {
-                SortColumnValues::Int(values) if values.is_valid(row) => SortValue::Int(values.value(row)),
-                SortColumnValues::Float(values) if values.is_valid(row) => SortValue::Float(values.value(row)),
-                SortColumnValues::Text(values) if values.is_valid(row) => SortValue::Text(values.value(row).into()),
-                _ => SortValue::Null,
-            })
-            .collect()
+    fn order_of(columns: &[SortColumnValues], row: usize) -> OrderValues {
+        let value = |column: &SortColumnValues| match column {
+            SortColumnValues::Int(values) if values.is_valid(row) => SortValue::Int(values.value(row)),
+            SortColumnValues::Float(values) if values.is_valid(row) => SortValue::Float(values.value(row)),
+            SortColumnValues::Text(values) if values.is_valid(row) => SortValue::Text(values.value(row).into()),
+            _ => SortValue::Null,
+        };
+        match columns.split_first() {
+            Some((first, rest)) => OrderValues { first: value(first), rest: rest.iter().map(value).collect() },
+            None => OrderValues { first: SortValue::Null, rest: Box::default() },
+        }
     }
 
     fn compare(&self, left: &Entry, right: &Entry) -> Ordering {
-        for ((a, b), column) in left.order.iter().zip(&right.order).zip(&self.spec.order) {
+        for ((a, b), column) in left.order.iter().zip(right.order.iter()).zip(&self.spec.order) {
             let ordering = compare_values(a, b, column);
             if ordering != Ordering::Equal {
                 return ordering;
@@ -290,11 +314,11 @@ impl TopN {
     fn partition_of(&mut self, key: &[u8], hash: u64) -> usize {
         let table = table_hash(hash);
         let partitions = &self.partitions;
-        if let Some(&id) = self.index.find(table, |&id| crate::same_bytes(&partitions[id as usize].key, key)) {
+        if let Some(&id) = self.index.find(table, |&id| crate::same_bytes(partitions[id as usize].key.get(), key)) {
             return id as usize;
         }
         assert!(self.partitions.len() < u32::MAX as usize, "fewer than 2^32 partitions per thread");
-        self.partitions.push(Partition { key: key.into(), hash, rows: Vec::new() });
+        self.partitions.push(Partition { key: SmallBytes::new(key), hash, rows: Vec::new() });
         let id = (self.partitions.len() - 1) as u32;
         let partitions = &self.partitions;
         self.index.insert_unique(table, id, |&p| table_hash(partitions[p as usize].hash));
@@ -310,6 +334,9 @@ impl TopN {
             return;
         }
         let rows = &mut self.partitions[partition].rows;
+        if rows.len() == rows.capacity() && rows.len() < EXACT_ROWS {
+            rows.reserve_exact(1);
+        }
         rows.insert(position, entry);
         if !self.spec.retracting {
             rows.truncate(self.spec.limit);
@@ -318,13 +345,18 @@ impl TopN {
 
     /// Removes one copy of the row `row` (order values `order`) from its partition;
     /// false if none is held.
-    fn remove(&mut self, partition: usize, order: &[SortValue], row: &[u8]) -> bool {
+    fn remove(&mut self, partition: usize, order: &OrderValues, row: &[u8]) -> bool {
         let equal_order = |entry: &Entry| {
-            entry.order.iter().zip(order).zip(&self.spec.order).all(|((a, b), c)| compare_values(a, b, c).is_eq())
+            entry
+                .order
+                .iter()
+                .zip(order.iter())
+                .zip(&self.spec.order)
+                .all(|((a, b), c)| compare_values(a, b, c).is_eq())
         };
         let rows = &self.partitions[partition].rows;
         let less = |entry: &Entry| {
-            for ((a, b), column) in entry.order.iter().zip(order).zip(&self.spec.order) {
+            for ((a, b), column) in entry.order.iter().zip(order.iter()).zip(&self.spec.order) {
                 let ordering = compare_values(a, b, column);
                 if ordering != Ordering::Equal {
                     return ordering == Ordering::Less;
@@ -422,7 +454,7 @@ impl Operator for TopN {
                     continue;
                 }
                 let partitions = &self.partitions;
-                if self.index.find(table_hash(hash), |&p| *partitions[p as usize].key == *key).is_none() {
+                if self.index.find(table_hash(hash), |&p| partitions[p as usize].key.get() == key).is_none() {
                     self.windows.entry(end).or_default().push(key.into());
                 }
             }
@@ -495,7 +527,7 @@ impl Operator for TopN {
                 let ends = cast(&columns[column], &DataType::Int64)?;
                 let ends = ends.as_primitive::<Int64Type>();
                 if ends.is_valid(0) {
-                    self.windows.entry(ends.value(0)).or_default().push(partition.key.clone());
+                    self.windows.entry(ends.value(0)).or_default().push(partition.key.get().into());
                 }
             }
         }

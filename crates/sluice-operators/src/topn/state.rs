@@ -42,11 +42,11 @@ fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
 }
 
 fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
-    partitions.sort_by(|a, b| a.key.cmp(&b.key));
+    partitions.sort_by(|a, b| a.key.get().cmp(b.key.get()));
     let mut blobs = BlobWriter::new(VERSION);
     for partition in &partitions {
         let bytes = blobs.entry(vnode::of_hash(partition.hash, vnodes));
-        write_bytes(bytes, &partition.key);
+        write_bytes(bytes, partition.key.get());
         let rows = u32::try_from(partition.rows.len()).expect("fewer than 2^32 rows per partition");
         bytes.extend_from_slice(&rows.to_le_bytes());
         for entry in &partition.rows {

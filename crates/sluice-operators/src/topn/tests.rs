@@ -109,6 +109,40 @@ fn without_the_rank_only_rows_that_leave_or_enter_are_sent() {
     assert_eq!(step(&mut dedup, &[row("a", Some(8), "z")]), ["-1 a,5,x,1", "+1 a,8,z,1"]);
 }
 
+#[test]
+fn ties_in_the_first_order_column_go_by_the_next_then_by_arrival() {
+    let mut fields: Vec<Field> = input_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("rn", DataType::UInt64, false));
+    let spec = TopNSpec {
+        partition: vec![0],
+        order: vec![
+            SortColumn { column: 1, descending: true, nulls_first: false },
+            SortColumn { column: 2, descending: false, nulls_first: false },
+        ],
+        limit: 3,
+        output: Arc::new(Schema::new(fields)),
+        rank_in_output: true,
+        retracting: true,
+        window_end: None,
+    };
+    let mut operator = TopN::new(spec, &input_schema(), VNODES).expect("topn");
+    assert_eq!(
+        step(&mut operator, &[row("a", Some(5), "y"), row("a", Some(5), "x"), row("a", Some(9), "z")]),
+        ["+1 a,9,z,1", "+1 a,5,x,2", "+1 a,5,y,3"]
+    );
+    // An equal row ranks after the earlier one, before (5, y) by the second column.
+    assert_eq!(step(&mut operator, &[row("a", Some(5), "x")]), ["-1 a,5,y,3", "+1 a,5,x,3"]);
+    let retract = |operator: &mut TopN| {
+        let rows = batch(&[row("a", Some(5), "x")]).rows;
+        let mut out = Vec::new();
+        operator.on_data(Batch::with_weights(rows, Int64Array::from(vec![-1])), &mut out).expect("data");
+        lines(&out)
+    };
+    // A retraction removes one copy, the earlier: ranks 2 and 3 change rows.
+    assert_eq!(retract(&mut operator), ["-1 a,5,x,2", "+1 a,5,x,2", "-1 a,5,x,3", "+1 a,5,y,3"]);
+    assert_eq!(retract(&mut operator), ["-1 a,5,x,2", "+1 a,5,y,2", "-1 a,5,y,3"]);
+}
+
 /// The first `limit` rows of each partition by (v descending, NULLs last, arrival).
 fn recompute(rows: &[Row], limit: usize, rank_in_output: bool) -> BTreeMap<String, i64> {
     let mut partitions: BTreeMap<&str, Vec<(usize, &Row)>> = BTreeMap::new();

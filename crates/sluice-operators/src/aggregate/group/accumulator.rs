@@ -77,9 +77,95 @@ impl Ord for OrderedFloat {
 /// The values of MIN or MAX with their weighted counts (entries of count 0 are removed).
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Multiset {
-    Int(BTreeMap<i64, i64>),
-    Float(BTreeMap<OrderedFloat, i64>),
-    Text(BTreeMap<Arc<str>, i64>),
+    Int(Counts<i64>),
+    Float(Counts<OrderedFloat>),
+    Text(Counts<Arc<str>>),
+}
+
+/// Values with their weighted counts, in value order: one value inline, more in a
+/// `BTreeMap`. MIN or MAX over an append-only input holds only its extreme, in each of
+/// possibly millions of groups (NEXMark q4's MAX per auction), where a map would
+/// allocate a node of eleven entries for the one. The map is boxed so that an
+/// accumulator stays as small as before (every accumulator of a group has its size).
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::box_collection, reason = "the box keeps the enum, and so each accumulator, small")]
+pub(super) enum Counts<K> {
+    One(Option<(K, i64)>),
+    Many(Box<BTreeMap<K, i64>>),
+}
+
+impl<K: Ord> Default for Counts<K> {
+    fn default() -> Counts<K> {
+        Counts::One(None)
+    }
+}
+
+impl<K: Ord> Counts<K> {
+    /// Entries of `map` (counts not 0).
+    pub(super) fn from_map(mut map: BTreeMap<K, i64>) -> Counts<K> {
+        if map.len() > 1 { Counts::Many(Box::new(map)) } else { Counts::One(map.pop_first()) }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Counts::One(one) => usize::from(one.is_some()),
+            Counts::Many(map) => map.len(),
+        }
+    }
+
+    /// The entries in value order.
+    pub(super) fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &i64)> {
+        let (one, many) = match self {
+            Counts::One(one) => (one.as_ref(), None),
+            Counts::Many(map) => (None, Some(map)),
+        };
+        one.map(|(key, count)| (key, count)).into_iter().chain(many.into_iter().flat_map(|map| map.iter()))
+    }
+
+    /// Adds `weight` to the count of `key` (made by `owned` only if it is new); an entry
+    /// whose count reaches 0 is removed.
+    fn add<Q>(&mut self, key: &Q, weight: i64, owned: impl FnOnce() -> K)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        match self {
+            Counts::One(None) => {
+                if weight != 0 {
+                    *self = Counts::One(Some((owned(), weight)));
+                }
+            }
+            Counts::One(Some((held, count))) if <K as std::borrow::Borrow<Q>>::borrow(held) == key => {
+                *count += weight;
+                if *count == 0 {
+                    *self = Counts::One(None);
+                }
+            }
+            Counts::One(Some(_)) => {
+                if weight != 0 {
+                    let Counts::One(Some((held, count))) = std::mem::take(self) else { unreachable!("one entry") };
+                    *self = Counts::Many(Box::new(BTreeMap::from([(held, count), (owned(), weight)])));
+                }
+            }
+            Counts::Many(map) => match map.get_mut(key) {
+                Some(count) => {
+                    *count += weight;
+                    if *count == 0 {
+                        map.remove(key);
+                    }
+                }
+                None => add(map, owned(), weight),
+            },
+        }
+    }
+
+    /// Keeps only the greatest entry (`max`) or the least, inline.
+    fn keep_only_extreme(&mut self, max: bool) {
+        if let Counts::Many(map) = self {
+            let kept = if max { map.pop_last() } else { map.pop_first() };
+            *self = Counts::One(kept);
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -140,7 +226,7 @@ fn add<K: Ord>(map: &mut BTreeMap<K, i64>, key: K, weight: i64) {
 }
 
 /// The first entry of positive count, from the low end or the high end.
-fn extreme<K>(map: &BTreeMap<K, i64>, max: bool) -> Option<&K> {
+fn extreme<K: Ord>(map: &Counts<K>, max: bool) -> Option<&K> {
     if max {
         map.iter().rev().find(|(_, count)| **count > 0).map(|(key, _)| key)
     } else {
@@ -159,29 +245,20 @@ impl Accumulator {
             (AggregateFunction::Sum, _) => Accumulator::SumInt { sum: 0, count: 0 },
             (AggregateFunction::Avg, Some(ValueKind::Float)) => Accumulator::AvgFloat { sum: 0.0, count: 0 },
             (AggregateFunction::Avg, _) => Accumulator::AvgInt { sum: 0, count: 0 },
-            (_, Some(ValueKind::Float)) => Accumulator::Extreme { values: Multiset::Float(BTreeMap::new()), max },
-            (_, Some(ValueKind::Text)) => Accumulator::Extreme { values: Multiset::Text(BTreeMap::new()), max },
-            _ => Accumulator::Extreme { values: Multiset::Int(BTreeMap::new()), max },
+            (_, Some(ValueKind::Float)) => Accumulator::Extreme { values: Multiset::Float(Counts::default()), max },
+            (_, Some(ValueKind::Text)) => Accumulator::Extreme { values: Multiset::Text(Counts::default()), max },
+            _ => Accumulator::Extreme { values: Multiset::Int(Counts::default()), max },
         }
     }
 
     /// Over an append-only input nothing is retracted, so MIN and MAX keep only the
     /// extreme value (the multiset of one entry); other accumulators are unchanged.
     pub fn keep_only_extreme(&mut self) {
-        fn trim<K: Ord>(map: &mut BTreeMap<K, i64>, max: bool) {
-            while map.len() > 1 {
-                if max {
-                    map.pop_first()
-                } else {
-                    map.pop_last()
-                };
-            }
-        }
         if let Accumulator::Extreme { values, max } = self {
             match values {
-                Multiset::Int(map) => trim(map, *max),
-                Multiset::Float(map) => trim(map, *max),
-                Multiset::Text(map) => trim(map, *max),
+                Multiset::Int(map) => map.keep_only_extreme(*max),
+                Multiset::Float(map) => map.keep_only_extreme(*max),
+                Multiset::Text(map) => map.keep_only_extreme(*max),
             }
         }
     }
@@ -208,27 +285,21 @@ impl Accumulator {
             (Accumulator::Extreme { values: Multiset::Int(map), .. }, Argument::Int(values))
                 if values.is_valid(row) =>
             {
-                add(map, values.value(row), weight);
+                let value = values.value(row);
+                map.add(&value, weight, || value);
             }
             (Accumulator::Extreme { values: Multiset::Float(map), .. }, Argument::Float(values))
                 if values.is_valid(row) =>
             {
-                add(map, OrderedFloat(values.value(row)), weight);
+                let value = OrderedFloat(values.value(row));
+                map.add(&value, weight, || value);
             }
             (Accumulator::Extreme { values: Multiset::Text(map), .. }, Argument::Text(values))
                 if values.is_valid(row) =>
             {
                 // A value already held is counted without copying it.
                 let value = values.value(row);
-                match map.get_mut(value) {
-                    Some(count) => {
-                        *count += weight;
-                        if *count == 0 {
-                            map.remove(value);
-                        }
-                    }
-                    None => add(map, value.into(), weight),
-                }
+                map.add(value, weight, || value.into());
             }
             _ => {}
         }
@@ -306,5 +377,49 @@ pub(super) fn column<'a>(kind: ValueKind, values: impl Iterator<Item = &'a Value
             Value::Text(v) => Some(v.as_ref()),
             _ => None,
         }))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn an_accumulator_is_no_larger_than_with_a_map_of_counts() {
+        // Each group holds one per aggregate: a MIN/MAX's inline value must not grow them.
+        assert_eq!(std::mem::size_of::<Accumulator>(), 40);
+    }
+
+    proptest! {
+        /// Counts hold what a map of counts holds, whether one value is inline or many
+        /// are in a map, through additions, removals and trims to the extreme.
+        #[test]
+        fn counts_hold_what_a_map_of_counts_holds(
+            steps in prop::collection::vec((0i64..4, -2i64..=2, 0u8..8), 0..60),
+        ) {
+            let mut counts = Counts::default();
+            let mut reference: BTreeMap<i64, i64> = BTreeMap::new();
+            for (value, weight, trim) in steps {
+                if trim == 0 {
+                    counts.keep_only_extreme(true);
+                    while reference.len() > 1 {
+                        reference.pop_first();
+                    }
+                } else {
+                    counts.add(&value, weight, || value);
+                    add(&mut reference, value, weight);
+                }
+                let held: Vec<(i64, i64)> = counts.iter().map(|(v, c)| (*v, *c)).collect();
+                let expected: Vec<(i64, i64)> = reference.iter().map(|(v, c)| (*v, *c)).collect();
+                prop_assert_eq!(held, expected);
+                prop_assert_eq!(counts.len(), reference.len());
+                prop_assert_eq!(extreme(&counts, true), reference.iter().rev().find(|(_, c)| **c > 0).map(|(v, _)| v));
+                if trim == 0 {
+                    prop_assert!(matches!(counts, Counts::One(_)), "a trimmed multiset holds its value inline");
+                }
+            }
+        }
     }
 }

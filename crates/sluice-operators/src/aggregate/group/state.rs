@@ -38,7 +38,7 @@ use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{BlobWriter, Reader};
 
-use super::accumulator::{Accumulator, Multiset, OrderedFloat};
+use super::accumulator::{Accumulator, Counts, Multiset, OrderedFloat};
 use super::distinct::DistinctValues;
 use super::{Group, GroupAggregate};
 
@@ -107,10 +107,10 @@ fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
     bytes.extend_from_slice(value);
 }
 
-fn write_entries<K>(bytes: &mut Vec<u8>, map: &BTreeMap<K, i64>, mut write: impl FnMut(&K, &mut Vec<u8>)) {
+fn write_entries<K: Ord>(bytes: &mut Vec<u8>, map: &Counts<K>, mut write: impl FnMut(&K, &mut Vec<u8>)) {
     let entries = u32::try_from(map.len()).expect("fewer than 2^32 distinct values in a group");
     bytes.extend_from_slice(&entries.to_le_bytes());
-    for (value, count) in map {
+    for (value, count) in map.iter() {
         write(value, bytes);
         bytes.extend_from_slice(&count.to_le_bytes());
     }
@@ -227,17 +227,17 @@ fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> R
         (Accumulator::Extreme { values: Multiset::Int(map), max }, TAG_MIN_INT | TAG_MAX_INT)
             if *max == (tag == TAG_MAX_INT) =>
         {
-            *map = entries(reader, Reader::i64)?;
+            *map = Counts::from_map(entries(reader, Reader::i64)?);
         }
         (Accumulator::Extreme { values: Multiset::Float(map), max }, TAG_MIN_FLOAT | TAG_MAX_FLOAT)
             if *max == (tag == TAG_MAX_FLOAT) =>
         {
-            *map = entries(reader, |r| r.f64().map(OrderedFloat))?;
+            *map = Counts::from_map(entries(reader, |r| r.f64().map(OrderedFloat))?);
         }
         (Accumulator::Extreme { values: Multiset::Text(map), max }, TAG_MIN_TEXT | TAG_MAX_TEXT)
             if *max == (tag == TAG_MAX_TEXT) =>
         {
-            *map = entries(reader, text)?;
+            *map = Counts::from_map(entries(reader, text)?);
         }
         _ => return Err(corrupt("an accumulator of another kind")),
     }
