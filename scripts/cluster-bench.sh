@@ -7,6 +7,9 @@
 set -u
 S=${S:-$(pwd)/target/release/sluice}
 EVENTS=${EVENTS:-20000000}
+# Window aggregates in two phases (the default) or one: LOCAL_AGGREGATION=false.
+LOCAL_AGGREGATION=${LOCAL_AGGREGATION:-true}
+QUERIES=${QUERIES:-"q0 tumble"}
 q0="SELECT auction, bidder, price, dateTime, extra FROM bid"
 tumble="SELECT auction, COUNT(*) AS n, window_start, window_end FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) GROUP BY auction, window_start, window_end"
 pipeline() {
@@ -14,6 +17,7 @@ cat <<TOML
 [pipeline]
 name = "bench"
 threads = 1
+local_aggregation = $LOCAL_AGGREGATION
 [[source]]
 name = "nexmark"
 connector = "nexmark"
@@ -28,7 +32,7 @@ from = "q"
 connector = "blackhole"
 TOML
 }
-for name in q0 tumble; do
+for name in $QUERIES; do
   sql=${!name}
   rm -rf bench-a bench-b; mkdir -p bench-a bench-b
   pipeline "$sql" > bench-a/p.toml; cp bench-a/p.toml bench-b/p.toml
