@@ -49,18 +49,14 @@ impl StatusDocument {
     /// and rates summed; a source's watermark the lowest of those known (a worker reading
     /// no lane of a source has none).
     pub(crate) fn add_counters(&mut self, other: &serde_json::Value) {
-        let items = |list: &str| other[list].as_array().cloned().unwrap_or_default();
-        let rate = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
-            (Some(a), Some(b)) => Some(a + b),
-            (a, b) => a.or(b),
-        };
+        let items = |list: &str| other[list].as_array().into_iter().flatten();
         for theirs in items("sources") {
             let Some(ours) = self.sources.iter_mut().find(|s| theirs["name"].as_str() == Some(s.name.as_str())) else {
                 continue;
             };
             ours.rows_in += theirs["rows_in"].as_u64().unwrap_or(0);
             ours.bad_rows += theirs["bad_rows"].as_u64().unwrap_or(0);
-            ours.rows_per_second = rate(ours.rows_per_second, theirs["rows_per_second"].as_f64());
+            ours.rows_per_second = crate::graph::sum(ours.rows_per_second, theirs["rows_per_second"].as_f64());
             ours.watermark = match (ours.watermark, theirs["watermark"].as_i64()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -71,7 +67,7 @@ impl StatusDocument {
                 continue;
             };
             ours.rows_out += theirs["rows_out"].as_u64().unwrap_or(0);
-            ours.rows_per_second = rate(ours.rows_per_second, theirs["rows_per_second"].as_f64());
+            ours.rows_per_second = crate::graph::sum(ours.rows_per_second, theirs["rows_per_second"].as_f64());
         }
     }
 }

@@ -411,17 +411,24 @@ store = "file://./state"
         }
     };
 
+    // A document asked for again (every 100 ms, within DEADLINE) until `done` holds of it.
+    let ask_until = |ask: &dyn Fn() -> serde_json::Value, done: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let document = ask();
+            if done(&document) || Instant::now() >= deadline {
+                break document;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let all_answered = |document: &serde_json::Value| {
+        document["members"].as_array().is_some_and(|all| all.iter().all(|m| m["state"].is_string()))
+    };
+
     // Either worker's /status lists both, each with its own state and counters (asked of
     // the other within 2 s: on a loaded machine, asked again until both answered).
-    let deadline = Instant::now() + DEADLINE;
-    let members = loop {
-        let members = status(follower_addr)["members"].clone();
-        let answered = members.as_array().is_some_and(|all| all.iter().all(|m| m["state"].is_string()));
-        if answered || Instant::now() >= deadline {
-            break members;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let members = ask_until(&|| status(follower_addr), &all_answered)["members"].clone();
     assert_eq!(members.as_array().map(Vec::len), Some(2), "{members}");
     assert_eq!((members[0]["id"].as_u64(), members[0]["this_worker"].as_bool()), (Some(0), Some(false)), "{members}");
     assert_eq!((members[1]["id"].as_u64(), members[1]["this_worker"].as_bool()), (Some(1), Some(true)), "{members}");
@@ -451,25 +458,12 @@ store = "file://./state"
 
     // Either worker's /status and /graph add up both workers' counters (while paused
     // they hold still).
-    let deadline = Instant::now() + DEADLINE;
-    let summed = loop {
-        let document = status(leader_addr);
-        let answered = document["members"].as_array().is_some_and(|all| all.iter().all(|m| m["state"].is_string()));
-        if answered || Instant::now() >= deadline {
-            break document;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let summed = ask_until(&|| status(leader_addr), &all_answered);
     assert_eq!(summed["sources"][0]["rows_in"].as_u64(), Some(held.0 + held.1), "{summed}");
     assert_eq!(summed["sinks"][0]["rows_out"].as_u64(), Some(held.0 + held.1), "{summed}");
-    let deadline = Instant::now() + DEADLINE;
-    let graph = loop {
-        let graph = body(&request(follower_addr, "GET", "/graph").1);
-        if graph["workers"] == serde_json::json!([0, 1]) || Instant::now() >= deadline {
-            break graph;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let graph = ask_until(&|| body(&request(follower_addr, "GET", "/graph").1), &|graph| {
+        graph["workers"] == serde_json::json!([0, 1])
+    });
     assert_eq!(graph["workers"], serde_json::json!([0, 1]), "{graph}");
     let nodes = graph["nodes"].as_array().expect("nodes");
     let source = nodes.iter().find(|node| node["id"] == "source:nexmark").expect("the source's node");

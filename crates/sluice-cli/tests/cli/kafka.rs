@@ -153,6 +153,15 @@ impl Broker {
     /// Reads every partition of `topic` from the start until `count` records arrived;
     /// returns their values by partition, in offset order.
     fn consume(&self, topic: &str, partitions: i32, count: usize) -> BTreeMap<i32, Vec<String>> {
+        let mut found: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+        for (partition, _, value) in self.consume_until(topic, partitions, |read| read.len() >= count) {
+            found.entry(partition).or_default().push(value.unwrap_or_default());
+        }
+        found
+    }
+
+    /// A consumer of every partition of `topic`, from its first record.
+    fn reader(&self, topic: &str, partitions: i32) -> BaseConsumer {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.address)
             .set("enable.partition.eof", "false")
@@ -164,18 +173,7 @@ impl Broker {
             assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
         }
         consumer.assign(&assignment).expect("assign");
-        let mut found: BTreeMap<i32, Vec<String>> = BTreeMap::new();
-        let deadline = Instant::now() + WAIT;
-        let mut seen = 0;
-        while seen < count {
-            assert!(Instant::now() < deadline, "{seen} of {count} records of {topic} arrived: {found:?}");
-            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
-                let value = String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned();
-                found.entry(message.partition()).or_default().push(value);
-                seen += 1;
-            }
-        }
-        found
+        consumer
     }
 }
 
@@ -187,17 +185,7 @@ impl Broker {
     /// [`QUIET`] (the writer ended before: everything it wrote is there); returns each
     /// record in offset order per partition.
     fn consume_all(&self, topic: &str, partitions: i32) -> Vec<Record> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.address)
-            .set("enable.partition.eof", "false")
-            .set("group.id", "test-reader")
-            .create()
-            .expect("consumer");
-        let mut assignment = TopicPartitionList::new();
-        for partition in 0..partitions {
-            assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
-        }
-        consumer.assign(&assignment).expect("assign");
+        let consumer = self.reader(topic, partitions);
         let mut found = Vec::new();
         let deadline = Instant::now() + WAIT;
         let mut last = Instant::now();
@@ -216,17 +204,7 @@ impl Broker {
     /// Reads every partition of `topic` from the start until the records read so far
     /// satisfy `done` (at most [`WAIT`]); returns them.
     fn consume_until(&self, topic: &str, partitions: i32, done: impl Fn(&[Record]) -> bool) -> Vec<Record> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.address)
-            .set("enable.partition.eof", "false")
-            .set("group.id", "test-reader")
-            .create()
-            .expect("consumer");
-        let mut assignment = TopicPartitionList::new();
-        for partition in 0..partitions {
-            assignment.add_partition_offset(topic, partition, Offset::Beginning).expect("partition");
-        }
-        consumer.assign(&assignment).expect("assign");
+        let consumer = self.reader(topic, partitions);
         let mut found = Vec::new();
         let deadline = Instant::now() + WAIT;
         while !done(&found) {

@@ -107,12 +107,10 @@ pub struct LocalWindowAggregate {
     key_encoder: KeyEncoder,
     key_rows: KeyRows,
     input_types: Vec<DataType>,
-    /// Group ids of the batch by (window end, key) hash.
+    /// Group ids of the batch by (window end, key) hash, and each group's hash (kept
+    /// between batches for their allocations).
     index: HashTable<u32>,
-    /// Each group's first row, window end and hash.
-    first_rows: Vec<u32>,
     hashes: Vec<u64>,
-    counts: Vec<i64>,
     /// No aggregate counts distinct values ([`can_split`]).
     no_encoders: Vec<Option<KeyEncoder>>,
 }
@@ -131,9 +129,7 @@ impl LocalWindowAggregate {
             key_encoder,
             key_rows: KeyRows::default(),
             index: HashTable::new(),
-            first_rows: Vec::new(),
             hashes: Vec::new(),
-            counts: Vec::new(),
             no_encoders: (0..spec_aggregates).map(|_| None).collect(),
         })
     }
@@ -179,9 +175,10 @@ impl Operator for LocalWindowAggregate {
             self.spec.aggregates.iter().map(|a| a.filter.map(|f| rows.column(f).as_boolean().clone())).collect();
         let mut accumulators = self.accumulators();
         self.index.clear();
-        self.first_rows.clear();
         self.hashes.clear();
-        self.counts.clear();
+        // Each group's first row (the one its key and window are taken from) and its rows.
+        let mut first_rows: Vec<u32> = Vec::new();
+        let mut counts: Vec<i64> = Vec::new();
         for row in 0..rows.num_rows() {
             let end = ends.value(row);
             let key_hash = match &int_key {
@@ -191,7 +188,7 @@ impl Operator for LocalWindowAggregate {
                 None => keys.hash(row),
             };
             let hash = group_hash(key_hash, end);
-            let (first_rows, hashes) = (&mut self.first_rows, &mut self.hashes);
+            let hashes = &mut self.hashes;
             let same = |&group: &u32| {
                 let first = first_rows[group as usize] as usize;
                 ends.value(first) == end
@@ -209,13 +206,13 @@ impl Operator for LocalWindowAggregate {
                     let group = first_rows.len();
                     first_rows.push(row as u32);
                     hashes.push(hash);
-                    self.counts.push(0);
+                    counts.push(0);
                     accumulators.iter_mut().for_each(Accumulators::push_group);
                     self.index.insert_unique(hash, group as u32, |&g| hashes[g as usize]);
                     group
                 }
             };
-            self.counts[group] += 1;
+            counts[group] += 1;
             for ((accumulator, argument), filter) in accumulators.iter_mut().zip(&arguments).zip(&filters) {
                 if filter.as_ref().is_none_or(|f| f.is_valid(row) && f.value(row)) {
                     accumulator.update(group, argument, row);
@@ -223,7 +220,7 @@ impl Operator for LocalWindowAggregate {
             }
         }
         self.key_rows = keys;
-        let firsts = UInt32Array::from(std::mem::take(&mut self.first_rows));
+        let firsts = UInt32Array::from(first_rows);
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output.fields().len());
         for &column in [self.spec.window_start, self.spec.window_end].iter().chain(&self.spec.keys) {
             columns.push(take(rows.column(column), &firsts, None)?);
@@ -235,7 +232,7 @@ impl Operator for LocalWindowAggregate {
             }
             columns.push(partial);
         }
-        columns.push(Arc::new(Int64Array::from(std::mem::take(&mut self.counts))));
+        columns.push(Arc::new(Int64Array::from(counts)));
         out.push(Message::Data(Batch::inserts(RecordBatch::try_new(Arc::clone(&self.output), columns)?)));
         Ok(())
     }
