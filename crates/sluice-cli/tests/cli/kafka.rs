@@ -911,11 +911,18 @@ fn a_rebalance_between_two_at_least_once_pipelines_in_one_group_loses_nothing() 
     check_rebalance_between_two_members("");
 }
 
-/// The same with the cooperative protocol: the group takes only the partitions that
-/// move (an incremental revocation and assignment), the others are read on throughout.
+/// The cooperative protocol lost a batch of a moved partition in this test under load
+/// (476 of 480 bids arrived): group mode refuses it until that is understood.
 #[test]
-fn a_cooperative_rebalance_between_two_at_least_once_pipelines_loses_nothing() {
-    check_rebalance_between_two_members("\"partition.assignment.strategy\" = \"cooperative-sticky\"\n");
+fn the_cooperative_protocol_is_refused_in_group_mode() {
+    let broker = Broker::with_topics(&[("bids", 1)]);
+    let scratch = Scratch::new();
+    let pipeline = group_member_with(&broker, "a", "\"partition.assignment.strategy\" = \"cooperative-sticky\"\n");
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["validate", "pipeline.toml"]);
+    let report = stderr(&run);
+    assert!(!run.status.success(), "{report}");
+    assert!(report.contains("cooperative rebalance protocol is not supported"), "{report}");
 }
 
 fn check_rebalance_between_two_members(client: &str) {

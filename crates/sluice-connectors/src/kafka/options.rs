@@ -307,6 +307,17 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
                 "add group_id = \"<group>\" (every pipeline sharing the partitions uses the same one)",
             );
         }
+        let cooperative = client.iter().flatten().any(|(name, value)| {
+            name == "partition.assignment.strategy" && value.to_ascii_lowercase().contains("cooperative")
+        });
+        if cooperative {
+            reader.error(
+                "client",
+                "the cooperative rebalance protocol is not supported in group mode: a test lost rows of a \
+                 partition that moved in an incremental rebalance",
+                "remove partition.assignment.strategy (the eager protocol, range or roundrobin, is supported)",
+            );
+        }
         if bounded == Some(true) {
             reader.error(
                 "bounded",
