@@ -3,13 +3,16 @@
 //! [`serve`]. It serves one worker's job (a cluster's workers each serve their own);
 //! nothing here changes the run but `POST /stop`, which asks for the same ordered drain
 //! as Ctrl-C. In a cluster, `POST /query` on any worker answers for the whole pipeline:
-//! it gathers the other workers' slices through their internal endpoints (`slices`).
+//! it gathers the other workers' slices through their internal endpoints (`slices`);
+//! `/status`, `/graph` and the status stream add every worker's counters (the stream's
+//! lines from the other workers' last answers, kept by `members`).
 //!
 //! Access: on a loopback address anyone local may call it; elsewhere a bearer token is
 //! required (the `access` module). Bounds: see each module; nothing queues per client.
 
 mod access;
 mod graph;
+mod members;
 mod metrics;
 mod openapi;
 mod peer_http;

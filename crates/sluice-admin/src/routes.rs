@@ -114,27 +114,20 @@ pub(crate) async fn status_document(State(shared): State<Shared>) -> Response {
     if !peers.is_empty() {
         let token = shared.token.clone();
         let asked = tokio::task::spawn_blocking(move || ask_members(peers, token.as_deref())).await;
-        let mut members = vec![status::MemberStatus::of_this_worker(&document, shared.admin_addr.clone())];
-        for (member, answer) in asked.unwrap_or_default() {
-            if let Some(answer) = answer {
-                document.add_counters(&answer);
-            }
-            members.push(member);
-        }
-        members.sort_by_key(|member| member.id);
-        document.members = members;
+        document.add_members(&asked.unwrap_or_default(), shared.admin_addr.clone());
     }
     axum::Json(document).into_response()
 }
 
 /// How long `/status` waits for the other workers' answers.
-const MEMBER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const MEMBER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// The largest answer of a worker to `/internal/status`.
-const MEMBER_BYTES: usize = 1 << 20;
+pub(crate) const MEMBER_BYTES: usize = 1 << 20;
 
 /// Every other worker's own status, asked in parallel, each answer within [`MEMBER_WAIT`]:
-/// the member, and its document when it answered.
-fn ask_members(
+/// the member, and its document when it answered (also the status streams' rounds:
+/// `members`).
+pub(crate) fn ask_members(
     peers: Vec<sluice_engine::query::Peer>,
     token: Option<&str>,
 ) -> Vec<(status::MemberStatus, Option<serde_json::Value>)> {
@@ -145,7 +138,8 @@ fn ask_members(
                 serde_json::from_slice::<serde_json::Value>(&body).map_err(|e| format!("its answer: {e}"))
             });
             let document = answer.as_ref().ok().cloned();
-            (status::MemberStatus::of_answer(peer.id, peer.admin_addr, answer), document)
+            let member = status::MemberStatus::of_answer(peer.id, peer.admin_addr, answer, crate::sampler::now_ms());
+            (member, document)
         })
         .collect()
 }
@@ -188,15 +182,18 @@ pub(crate) async fn internal_status(State(shared): State<Shared>) -> Response {
     axum::Json(status::document(&shared.job, &shared.sampler, &status)).into_response()
 }
 
-/// The status as NDJSON: the current one, then a line per change (each a `Status`),
-/// `{"heartbeat":true}` after 5 s without one; ends after a final state.
+/// The status as NDJSON: the current one, then a line per change (each a
+/// `StatusDocument`), `{"heartbeat":true}` after 5 s without one; ends after a final
+/// state. In a cluster each line adds the other workers' counters as they last answered
+/// (asked every second while a stream is open), each listed under `members` (with why it
+/// could not be asked).
 #[utoipa::path(get, path = "/status/stream", tag = "job", responses(
     (status = 200, description = "Lines of JSON, kept open", body = String, content_type = "application/x-ndjson"),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
     (status = 503, description = "Too many streams open", body = ErrorBody)))]
 pub(crate) async fn status_stream(State(shared): State<Shared>) -> Response {
     let permit = Arc::clone(&shared.streams).try_acquire_owned().ok();
-    stream::respond(shared.job.clone(), Arc::clone(&shared.sampler), permit)
+    stream::respond(&shared, permit)
 }
 
 /// The counters in the Prometheus text format 0.0.4.

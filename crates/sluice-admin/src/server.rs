@@ -2,7 +2,8 @@
 //! (the rest of Sluice is std threads).
 //!
 //! Bounds: one current-thread runtime; the status stream's waits on the blocking pool
-//! (at most [`crate::stream::MAX_STREAMS`]); shutdown waits at most [`GRACE`] for open
+//! (at most [`crate::stream::MAX_STREAMS`]), and one more for the other workers' round
+//! of asks (`members`); shutdown waits at most [`GRACE`] for open
 //! requests, then drops them.
 
 use std::net::{SocketAddr, TcpListener};
@@ -28,6 +29,9 @@ pub(crate) struct Shared {
     pub(crate) streams: Arc<Semaphore>,
     /// Queries running now (at most [`crate::query::MAX_QUERIES`]).
     pub(crate) queries: Arc<Semaphore>,
+    /// In a cluster, the other workers' last answers, kept by the asking task for the
+    /// status streams (`members`).
+    pub(crate) members: Arc<crate::members::Members>,
     /// The latest rates and the checkpoint history, kept by the sampling task.
     pub(crate) sampler: Arc<Sampler>,
     /// The leases other workers of a cluster hold here for their queries.
@@ -127,7 +131,7 @@ fn start(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
-        .max_blocking_threads(stream::MAX_STREAMS + 2 * crate::query::MAX_QUERIES + 1)
+        .max_blocking_threads(stream::MAX_STREAMS + 2 * crate::query::MAX_QUERIES + 2)
         .build()
         .map_err(|e| thread_error(format!("a runtime: {e}")))?;
     let shared = Shared {
@@ -136,6 +140,7 @@ fn start(
         streams: Arc::new(Semaphore::new(stream::MAX_STREAMS)),
         queries: Arc::new(Semaphore::new(crate::query::MAX_QUERIES)),
         sampler: Arc::new(Sampler::default()),
+        members: crate::members::Members::new(),
         slices: crate::slices::leases(),
         admin_addr: Some(addr.to_string()),
         relays: Arc::new(Semaphore::new(crate::routes::MAX_RELAYED_CHECKPOINTS)),
@@ -158,6 +163,13 @@ fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, shared: Shared, 
     runtime.block_on(async move {
         // Ends with the runtime.
         tokio::spawn(sample(shared.job.clone(), Arc::clone(&shared.sampler)));
+        tokio::spawn(crate::members::ask(
+            shared.job.clone(),
+            shared.token.clone(),
+            Arc::clone(&shared.members),
+            Arc::clone(&shared.streams),
+            stream::MAX_STREAMS,
+        ));
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => listener,
             Err(error) => {

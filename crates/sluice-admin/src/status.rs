@@ -31,19 +31,40 @@ pub(crate) struct StatusDocument {
     pub(crate) worker: Option<WorkerPlace>,
     /// Driver threads of this worker.
     pub(crate) threads: u32,
-    /// Per source and sink: in `/status` of a cluster, every member that answered added
-    /// up (each member's own part is under `members`); in `/status/stream`, this worker's.
+    /// Per source and sink: in a cluster, every member that answered added up (each
+    /// member's own part is under `members`): in `/status` as each answered just now, in
+    /// a `/status/stream` line as each answered last (asked every second while a stream
+    /// is open).
     pub(crate) sources: Vec<SourceStatus>,
     pub(crate) sinks: Vec<SinkStatus>,
     /// The checkpoints committed that this API saw (sampled every second; the last
     /// [`crate::HISTORY`]), oldest first.
     pub(crate) checkpoints: Vec<CheckpointSeen>,
-    /// In a cluster, every worker (this one too) by id, as each answered just now; empty
-    /// when it runs alone, and in a stream's lines.
+    /// In a cluster, every worker (this one too) by id, as each answered (`asked_at_ms`),
+    /// or why it could not be asked; empty when it runs alone (and before its cluster
+    /// formed).
     pub(crate) members: Vec<MemberStatus>,
 }
 
 impl StatusDocument {
+    /// In a cluster: `members` made of this worker and the others' `answers` (from
+    /// `routes::ask_members`), and the counters of those that answered added in.
+    pub(crate) fn add_members(
+        &mut self,
+        answers: &[(MemberStatus, Option<serde_json::Value>)],
+        admin_addr: Option<String>,
+    ) {
+        let mut members = vec![MemberStatus::of_this_worker(self, admin_addr)];
+        for (member, answer) in answers {
+            if let Some(answer) = answer {
+                self.add_counters(answer);
+            }
+            members.push(member.clone());
+        }
+        members.sort_by_key(|member| member.id);
+        self.members = members;
+    }
+
     /// Adds another worker's counters (its answer to `/internal/status`) to this
     /// document's, source by source and sink by sink (matched by name): rows, bad rows
     /// and rates summed; a source's watermark the lowest of those known (a worker reading
@@ -72,8 +93,8 @@ impl StatusDocument {
     }
 }
 
-/// One worker of a cluster as `/status` found it.
-#[derive(Debug, Serialize, ToSchema)]
+/// One worker of a cluster as `/status` (or a stream's last round of asks) found it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct MemberStatus {
     pub(crate) id: u32,
     /// Its admin API's address (absent when it runs without one).
@@ -89,6 +110,9 @@ pub(crate) struct MemberStatus {
     pub(crate) rows_out: Option<u64>,
     /// Why it could not be asked.
     pub(crate) error: Option<String>,
+    /// When its answer (or the error) came, in milliseconds since the Unix epoch
+    /// (absent for the worker that answers: its own part is as of the document).
+    pub(crate) asked_at_ms: Option<i64>,
 }
 
 /// A job's state.
@@ -224,11 +248,18 @@ impl MemberStatus {
             rows_in: Some(document.sources.iter().map(|s| s.rows_in).sum()),
             rows_out: Some(document.sinks.iter().map(|s| s.rows_out).sum()),
             error: None,
+            asked_at_ms: None,
         }
     }
 
-    /// Another worker, from its answer to `/internal/status` (its own document as JSON).
-    pub(crate) fn of_answer(id: u32, admin_addr: String, answer: Result<serde_json::Value, String>) -> MemberStatus {
+    /// Another worker, from its answer to `/internal/status` (its own document as JSON)
+    /// had at `asked_at_ms`.
+    pub(crate) fn of_answer(
+        id: u32,
+        admin_addr: String,
+        answer: Result<serde_json::Value, String>,
+        asked_at_ms: i64,
+    ) -> MemberStatus {
         let sum = |document: &serde_json::Value, list: &str, field: &str| -> Option<u64> {
             document[list].as_array()?.iter().map(|item| item[field].as_u64()).sum()
         };
@@ -241,6 +272,7 @@ impl MemberStatus {
             rows_in: None,
             rows_out: None,
             error: None,
+            asked_at_ms: Some(asked_at_ms),
         };
         match answer {
             Ok(document) => {

@@ -498,6 +498,105 @@ store = "file://./state"
     drop((leader, follower));
 }
 
+/// Rows of the file `a_clusters_status_stream_carries_every_workers_counters` reads.
+const STREAMED_ROWS: u64 = 6000;
+
+/// In a cluster the status stream's lines carry the whole cluster's counters, read from
+/// the follower and from the leader: a file's rows, split into lanes both workers read,
+/// add up to the whole file once read (a rate-limited nexmark keeps the run going, its
+/// checkpoints make the lines). Each wait is for the next line of a stream.
+#[test]
+fn a_clusters_status_stream_carries_every_workers_counters() {
+    let scratch = Scratch::new();
+    let events: String = (0..STREAMED_ROWS).map(|i| format!("{{\"k\": \"k{}\", \"v\": {i}}}\n", i % 7)).collect();
+    scratch.write("events.jsonl", &events);
+    scratch.write(
+        "pipeline.toml",
+        r#"
+[pipeline]
+name = "streamed-cluster"
+threads = 1
+
+[[source]]
+name = "events"
+connector = "file"
+format = "json"
+schema = "k VARCHAR, v BIGINT"
+[source.options]
+path = "events.jsonl"
+split_bytes = 4096
+
+[[source]]
+name = "nexmark"
+connector = "nexmark"
+[source.options]
+rate = 500
+
+[[sink]]
+name = "copied"
+from = "events"
+connector = "blackhole"
+
+[[sink]]
+name = "out"
+from = "bid"
+connector = "blackhole"
+
+[checkpoint]
+interval = "200ms"
+store = "file://./state"
+"#,
+    );
+    let (leader, leader_addr, follower, follower_addr) = crate::query::start_cluster(&scratch);
+    let named = |document: &serde_json::Value, list: &str, name: &str, field: &str| -> Option<u64> {
+        let items = document[list].as_array()?;
+        items.iter().find(|item| item["name"] == name)?[field].as_u64()
+    };
+    for addr in [follower_addr, leader_addr] {
+        // The stream's lines until one counts every row of the file (never more).
+        let reader = BufReader::new(open(addr, "GET", "/status/stream", None));
+        let mut whole = None;
+        for line in reader.lines() {
+            let line = line.expect("a line of the status stream (within the read timeout)");
+            // The chunked framing's size lines are not objects (some parse as numbers).
+            let document = serde_json::from_str::<serde_json::Value>(line.trim()).unwrap_or_default();
+            if !document.is_object() || document["heartbeat"] == true {
+                continue;
+            }
+            assert_eq!(document["state"], "running", "{document}");
+            let rows = named(&document, "sources", "events", "rows_in").expect("the file's rows_in");
+            assert!(rows <= STREAMED_ROWS, "never more than the file's rows: {document}");
+            if rows == STREAMED_ROWS {
+                whole = Some(document);
+                break;
+            }
+        }
+        let whole = whole.unwrap_or_else(|| panic!("{addr}'s stream ended before it counted the whole file"));
+        assert_eq!(named(&whole, "sinks", "copied", "rows_out"), Some(STREAMED_ROWS), "{whole}");
+        let members = whole["members"].as_array().expect("members");
+        let ids: Vec<_> = members.iter().map(|m| (m["id"].as_u64(), m["this_worker"].as_bool())).collect();
+        let me = u64::from(addr == follower_addr);
+        assert_eq!(ids, [(Some(0), Some(me == 0)), (Some(1), Some(me == 1))], "{whole}");
+        for member in members {
+            assert!(member["error"].is_null() && member["rows_in"].as_u64().is_some(), "{whole}");
+            assert_eq!(member["asked_at_ms"].is_i64(), member["this_worker"] == false, "{whole}");
+        }
+    }
+    // Both workers read some of the file: each stream added the other's rows.
+    let own = |addr: SocketAddr| {
+        let (code, answer) = request(addr, "POST", "/internal/status");
+        assert_eq!(code, 200, "{answer}");
+        let document: serde_json::Value =
+            serde_json::from_str(answer.split("\r\n\r\n").nth(1).expect("a body")).expect("json");
+        named(&document, "sources", "events", "rows_in").expect("rows_in")
+    };
+    let (leaders, followers) = (own(leader_addr), own(follower_addr));
+    assert_eq!(leaders + followers, STREAMED_ROWS);
+    assert!(leaders > 0 && followers > 0, "each worker reads lanes of the file: {leaders} and {followers}");
+    // Dropping them kills both: the stop of a cluster is tested elsewhere.
+    drop((leader, follower));
+}
+
 /// `POST /pause` stops reading the sources: once a checkpoint taken after it is
 /// committed, the rows read stay the same through another checkpoint; `POST /resume`
 /// reads them again. Both answer with the state.

@@ -246,6 +246,19 @@ fn an_append_only_pipeline_fills_a_created_table() {
     assert_eq!(server.rows("copies"), expected_copies(40));
     let types = server.rows("(SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'copies'::regclass AND attnum > 0) ");
     assert_eq!(types, ["(\"timestamp(3) without time zone\")", "(bigint)", "(text)"]);
+    // The sink counts the values it sent as text (writer.rs, "Bytes"): `k…`, `v`, and the
+    // timestamp as Arrow prints it (`1970-01-01T00:00:00.002`, no fraction at 0).
+    let sent: usize = (0..40usize)
+        .filter(|i| i % 2 == 0)
+        .map(|i| format!("k{}", i % 5).len() + i.to_string().len() + if i == 0 { 19 } else { 23 })
+        .sum();
+    let report = stderr(&output);
+    let counted: usize = report
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("sink out: 20 rows out, ")?.strip_suffix(" bytes")?.parse().ok())
+        .unwrap_or_else(|| panic!("no bytes on the sink's line:\n{report}"));
+    assert!(counted > 0, "{report}");
+    assert_eq!(counted, sent, "{report}");
 }
 
 #[test]

@@ -381,6 +381,7 @@ impl SinkFactory for PostgresSink {
             staging,
             open: false,
             cache: Default::default(),
+            bytes: 0,
         }))
     }
 

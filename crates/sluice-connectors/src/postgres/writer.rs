@@ -19,6 +19,16 @@
 //! never pass a row the server has not committed. After a crash the rows since the last
 //! checkpoint are written again (appended twice; upserted to the same end).
 //!
+//! # Bytes
+//!
+//! The sink's byte counter ([`SinkWriter::take_bytes`]) counts the row values a writer
+//! sends: every parameter's text (the values as [`super::rows`] formats them, NULLs none)
+//! of each statement the server executed, deletes' key values included. It leaves out
+//! the SQL text, the protocol's framing, the bookkeeping row and the statements that
+//! failed (and the search for a rejected row): the bytes of data the table was given,
+//! comparable to what a file sink encodes for the same rows. With exactly-once they are
+//! counted when written into the epoch's transaction, before it is committed.
+//!
 //! # A row the server rejects
 //!
 //! A failed statement rolls back the open transaction (its rows replay from the last
@@ -77,6 +87,8 @@ pub struct PostgresWriter {
     pub open: bool,
     /// Prepared statements of full chunks, by kind and rows.
     pub cache: HashMap<(u8, usize), Statement>,
+    /// Bytes of values sent since [`SinkWriter::take_bytes`] last asked (see "Bytes").
+    pub bytes: u64,
 }
 
 impl PostgresWriter {
@@ -122,6 +134,7 @@ impl PostgresWriter {
             if let Err(error) = self.execute(kind, chunk, chunk.len() == chunk_rows) {
                 return Err(self.failed(kind, chunk, &error));
             }
+            self.bytes += value_bytes(chunk);
         }
         Ok(())
     }
@@ -262,6 +275,15 @@ impl SinkWriter for PostgresWriter {
         }
         Ok(())
     }
+
+    fn take_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
+/// The bytes of `rows`' values as sent (their text; a NULL has none).
+fn value_bytes(rows: &[TextRow]) -> u64 {
+    rows.iter().flatten().flatten().map(|value| value.len() as u64).sum()
 }
 
 /// A string literal for SQL (`'` doubled inside).
