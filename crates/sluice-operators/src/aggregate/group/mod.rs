@@ -54,6 +54,10 @@ use distinct::{DistinctValues, MEMBERS_MAX};
 
 pub use state::GROUP_STATE_VERSION;
 
+/// Rows per chunk whose lookups are made ahead of their updates (a few in tests, so
+/// that their batches cross chunks).
+const WARM_ROWS: usize = if cfg!(test) { 3 } else { 256 };
+
 /// Everything the operator needs, built by the planner.
 #[derive(Debug, Clone)]
 pub struct GroupAggregateSpec {
@@ -83,6 +87,13 @@ struct Group {
 impl Group {
     fn values(&self) -> Vec<Value> {
         self.accumulators.iter().map(Accumulator::value).collect()
+    }
+
+    /// Reads each accumulator and set header (which brings them into cache): a number
+    /// of no meaning.
+    fn warm(&self) -> usize {
+        let accumulators = self.accumulators.iter().filter(|a| matches!(a, Accumulator::Count(_))).count();
+        accumulators + self.distinct.iter().filter(|set| set.is_empty()).count()
     }
 }
 
@@ -122,6 +133,8 @@ pub struct GroupAggregate {
     index: HashTable<u32>,
     /// Whether each group id was touched by the current batch (reused buffer).
     touched_flags: Vec<bool>,
+    /// Per row of the current batch, its group and accepted weight (0: skipped).
+    row_groups: Vec<(u32, i64)>,
     /// Retractions of rows a group did not hold, ignored.
     ignored_retractions: LazyCounter,
     vnodes: u32,
@@ -181,6 +194,7 @@ impl GroupAggregate {
             free: Vec::new(),
             index: HashTable::new(),
             touched_flags: Vec::new(),
+            row_groups: Vec::new(),
             ignored_retractions,
             vnodes,
             ttl: None,
@@ -240,6 +254,15 @@ impl GroupAggregate {
     /// Each aggregate's FILTER condition of `rows` (None: every row counts).
     fn filters(&self, rows: &RecordBatch) -> Vec<Option<BooleanArray>> {
         self.spec.aggregates.iter().map(|a| a.filter.map(|column| rows.column(column).as_boolean().clone())).collect()
+    }
+
+    /// The group of `key` (placement hash `hash`), if it exists.
+    fn find_group(&self, key: &[u8], hash: u64) -> Option<&Group> {
+        let groups = &self.groups;
+        let found = self.index.find(table_hash(hash), |&id| {
+            groups[id as usize].as_ref().is_some_and(|g| crate::same_bytes(&g.key, key))
+        })?;
+        groups[*found as usize].as_ref()
     }
 
     /// The id of the group of `key` (placement hash `hash`), added empty if new.
@@ -375,23 +398,43 @@ impl Operator for GroupAggregate {
             counted
                 .extend(members.iter().map(|&a| filters[a].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row))));
         };
-        let (mut counted, mut changes) = (Vec::new(), Vec::new());
+        // In three passes over the batch, each of independent steps per row, so that the
+        // processor overlaps the cache misses of many rows (most of this operator's
+        // time): each row's group, then the accumulators, then each shared
+        // COUNT(DISTINCT) set. A group's rows still update it in input order.
+        let mut ids = std::mem::take(&mut self.row_groups);
+        ids.clear();
         let mut touched: Vec<Touched> = Vec::new();
         let mut ignored = 0u64;
-        for row in 0..rows.num_rows() {
+        let no_keys = self.spec.keys.is_empty();
+        let key_of = |row: usize| -> (&[u8], u64) { if no_keys { (&[], 0) } else { (keys.row(row), keys.hash(row)) } };
+        let num_rows = rows.num_rows();
+        for row in 0..num_rows {
+            if row % WARM_ROWS == 0 {
+                // The next rows' groups, looked up and read without changing anything (as
+                // for the COUNT(DISTINCT) sets below).
+                for ahead in row..num_rows.min(row + WARM_ROWS) {
+                    let (key, hash) = key_of(ahead);
+                    if let Some(group) = self.find_group(key, hash) {
+                        std::hint::black_box(group.warm());
+                    }
+                }
+            }
             let weight = batch.weight(row);
             if weight == 0 {
+                ids.push((0, 0));
                 continue;
             }
-            let (key, hash): (&[u8], u64) =
-                if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
+            let (key, hash) = key_of(row);
             let id = self.group_of(key, hash);
             let group = self.groups[id as usize].as_mut().expect("group_of returns a live group");
             if group.rows + weight < 0 {
                 ignored += weight.unsigned_abs();
                 if group.rows == 0 && !self.touched_flags[id as usize] {
+                    // Not touched by this batch: no row before refers to it.
                     self.drop_group(id);
                 }
+                ids.push((0, 0));
                 continue;
             }
             if !self.touched_flags[id as usize] {
@@ -402,6 +445,13 @@ impl Operator for GroupAggregate {
             if let Some(ttl) = self.ttl.as_mut() {
                 ttl.written(id);
             }
+            ids.push((id, weight));
+        }
+        for (row, &(id, weight)) in ids.iter().enumerate() {
+            if weight == 0 {
+                continue;
+            }
+            let group = self.groups[id as usize].as_mut().expect("a group of this batch lives");
             for (index, accumulator) in group.accumulators.iter_mut().enumerate() {
                 let counted = filters[index].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row));
                 if counted {
@@ -411,22 +461,41 @@ impl Operator for GroupAggregate {
                     }
                 }
             }
-            // A NULL is no value: COUNT(DISTINCT) skips it.
-            for ((share, values), set) in self.shares.iter().zip(&distinct_values).zip(&mut group.distinct) {
-                if !rows.column(share.column).is_valid(row) {
-                    continue;
+        }
+        let (mut counted, mut changes) = (Vec::new(), Vec::new());
+        for (index, (share, values)) in self.shares.iter().zip(&distinct_values).enumerate() {
+            let column = rows.column(share.column);
+            for (chunk, chunk_ids) in ids.chunks(WARM_ROWS).enumerate() {
+                // Look each value up first, without changing anything: these lookups do
+                // not depend on each other, so their cache misses overlap, and the
+                // updates below find the lines in cache.
+                for (offset, &(id, weight)) in chunk_ids.iter().enumerate() {
+                    let row = chunk * WARM_ROWS + offset;
+                    if weight != 0 {
+                        let group = self.groups[id as usize].as_ref().expect("a group of this batch lives");
+                        std::hint::black_box(group.distinct[index].contains(values.row(row), values.hash(row)));
+                    }
                 }
-                counted_by(&share.members, row, &mut counted);
-                changes.clear();
-                changes.resize(share.members.len(), 0);
-                set.update(values.row(row), values.hash(row), &counted, weight, &mut changes);
-                for (&member, change) in share.members.iter().zip(&changes) {
-                    if let Accumulator::Distinct { positive } = &mut group.accumulators[member] {
-                        *positive += change;
+                for (offset, &(id, weight)) in chunk_ids.iter().enumerate() {
+                    let row = chunk * WARM_ROWS + offset;
+                    // A NULL is no value: COUNT(DISTINCT) skips it.
+                    if weight == 0 || !column.is_valid(row) {
+                        continue;
+                    }
+                    let group = self.groups[id as usize].as_mut().expect("a group of this batch lives");
+                    counted_by(&share.members, row, &mut counted);
+                    changes.clear();
+                    changes.resize(share.members.len(), 0);
+                    group.distinct[index].update(values.row(row), values.hash(row), &counted, weight, &mut changes);
+                    for (&member, change) in share.members.iter().zip(&changes) {
+                        if let Accumulator::Distinct { positive } = &mut group.accumulators[member] {
+                            *positive += change;
+                        }
                     }
                 }
             }
         }
+        self.row_groups = ids;
         self.key_rows = keys;
         if ignored > 0 {
             self.ignored_retractions.add(ignored);

@@ -267,7 +267,7 @@ proptest! {
     #[test]
     fn the_integrated_changelog_equals_a_recomputation(
         steps in steps(),
-        batch_rows in 1usize..8,
+        batch_rows in 1usize..12,
         restore_after in 0usize..20,
         split in 1u32..VNODES,
     ) {
