@@ -215,6 +215,7 @@ impl Group {
         match grant.ownership {
             Ownership::Owned => Turn::Start(grant.floor),
             Ownership::Revoking => {
+                tracing::debug!(source = %self.source, "kafka: lane {lane} stopped at {next_offset:?} for the revocation");
                 grant.stopped_at.get_or_insert(next_offset);
                 self.changed.notify_all();
                 Turn::Idle
@@ -417,8 +418,14 @@ impl Group {
     }
 }
 
+/// `t/p` per partition, `t/p at N` where the list holds an offset.
 fn show(partitions: &TopicPartitionList) -> String {
-    let names: Vec<String> = partitions.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect();
+    let names: Vec<String> = (partitions.elements().iter())
+        .map(|e| match e.offset() {
+            Offset::Offset(offset) => format!("{}/{} at {offset}", e.topic(), e.partition()),
+            _ => format!("{}/{}", e.topic(), e.partition()),
+        })
+        .collect();
     names.join(", ")
 }
 
