@@ -204,21 +204,31 @@ impl Broker {
     /// Reads every partition of `topic` from the start until the records read so far
     /// satisfy `done` (at most [`WAIT`]); returns them.
     fn consume_until(&self, topic: &str, partitions: i32, done: impl Fn(&[Record]) -> bool) -> Vec<Record> {
+        self.read_until(topic, partitions, done).unwrap_or_else(|found| {
+            panic!("the {} records of {topic} read in {WAIT:?} are not all expected", found.len())
+        })
+    }
+
+    /// [`Broker::consume_until`], with what was read by the deadline as the error.
+    fn read_until(
+        &self,
+        topic: &str,
+        partitions: i32,
+        done: impl Fn(&[Record]) -> bool,
+    ) -> Result<Vec<Record>, Vec<Record>> {
         let consumer = self.reader(topic, partitions);
         let mut found = Vec::new();
         let deadline = Instant::now() + WAIT;
         while !done(&found) {
-            assert!(
-                Instant::now() < deadline,
-                "the {} records of {topic} read in {WAIT:?} are not all expected",
-                found.len()
-            );
+            if Instant::now() >= deadline {
+                return Err(found);
+            }
             if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
                 let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
                 found.push((message.partition(), text(message.key()), text(message.payload())));
             }
         }
-        found
+        Ok(found)
     }
 
     /// The offsets `group` committed for each partition of `topic` (-1: none).
@@ -945,7 +955,9 @@ fn check_rebalance_between_two_members(client: &str) {
     a.wait_for("revoking a's partitions", |line| line.contains("the group revokes"));
 
     produce_bids(&broker, "bids", after);
-    let found = broker.consume_until("copies", 1, |found| prices(found).len() == input.len());
+    let found = broker
+        .read_until("copies", 1, |found| prices(found).len() == input.len())
+        .unwrap_or_else(|read| panic!("{}", missing_bids(&broker, &read, input.len(), PARTITIONS, [&mut a, &mut b])));
     let log_a = a.stop();
     let log_b = b.stop();
 
@@ -964,6 +976,34 @@ fn check_rebalance_between_two_members(client: &str) {
         [120; PARTITIONS as usize],
         "the members left the group at the end of every partition:\n{log_a}\n{log_b}"
     );
+}
+
+/// Why `read` (copies read while the members ran) lacks some of the `count` bids: each
+/// missing bid as `bids/partition@offset` (bid `i` is record `i / partitions` of partition
+/// `i % partitions`), whether a fresh reader finds its copy stored (a reader that skipped
+/// it, or a late copy) or not (never written), and the members' logs so far.
+fn missing_bids(broker: &Broker, read: &[Record], count: usize, partitions: i32, members: [&mut Member; 2]) -> String {
+    let (live, stored) = (prices(read), prices(&broker.consume_all("copies", 1)));
+    let partitions = partitions as usize;
+    let missing: Vec<String> = (0..count)
+        .filter(|bid| !live.contains(bid))
+        .map(|bid| {
+            let state = if stored.contains(&bid) { "stored" } else { "not stored" };
+            format!("bids/{}@{} ({state})", bid % partitions, bid / partitions)
+        })
+        .collect();
+    let logs: Vec<String> = (members.into_iter())
+        .map(|member| {
+            member.log.extend(member.lines.try_iter());
+            format!("pipeline {}:\n{}", member.name, member.log.join("\n"))
+        })
+        .collect();
+    format!(
+        "{} of {count} bids reached copies within {WAIT:?}; missing: {}\n{}",
+        live.len(),
+        missing.join(", "),
+        logs.join("\n")
+    )
 }
 
 /// The distinct prices of copies read back.

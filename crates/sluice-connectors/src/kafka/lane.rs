@@ -229,7 +229,17 @@ impl KafkaLane {
                     _ => Vec::new(),
                 },
             });
+            if let Some(expected) = self.next_offset.filter(|expected| message.offset() > *expected) {
+                // Normal under compaction and transactions (their markers take offsets);
+                // otherwise records the brokers did not serve.
+                tracing::debug!(source = %self.shared.name, "kafka: {}/{}: offsets {expected}..{} skipped",
+                    self.topic, self.partition, message.offset());
+            }
             self.next_offset = Some(message.offset() + 1);
+        }
+        if let (Some(first), Some(last)) = (messages.first(), messages.last()) {
+            tracing::debug!(source = %self.shared.name, "kafka: read {}/{} offsets {}..={}",
+                self.topic, self.partition, first.offset, last.offset);
         }
         Ok(messages)
     }
