@@ -85,8 +85,9 @@ struct Group {
 }
 
 impl Group {
-    fn values(&self) -> Vec<Value> {
-        self.accumulators.iter().map(Accumulator::value).collect()
+    /// Appends the group's row (one value per aggregate) to `values`.
+    fn values_into(&self, values: &mut Vec<Value>) {
+        values.extend(self.accumulators.iter().map(Accumulator::value));
     }
 
     /// Reads each accumulator and set header (which brings them into cache): a number
@@ -108,11 +109,11 @@ struct Share {
     members: Vec<usize>,
 }
 
-/// A group the current batch touched, with its row before the batch (None: it did not
-/// exist).
+/// A group the current batch touched, with where its row before the batch starts in
+/// the batch's `befores` (None: it did not exist).
 struct Touched {
     group: u32,
-    before: Option<Vec<Value>>,
+    before: Option<usize>,
 }
 
 /// See the module documentation.
@@ -135,6 +136,8 @@ pub struct GroupAggregate {
     touched_flags: Vec<bool>,
     /// Per row of the current batch, its group and accepted weight (0: skipped).
     row_groups: Vec<(u32, i64)>,
+    /// The rows of the current batch's touched groups before it (reused buffer).
+    befores: Vec<Value>,
     /// Retractions of rows a group did not hold, ignored.
     ignored_retractions: LazyCounter,
     vnodes: u32,
@@ -195,6 +198,7 @@ impl GroupAggregate {
             index: HashTable::new(),
             touched_flags: Vec::new(),
             row_groups: Vec::new(),
+            befores: Vec::new(),
             ignored_retractions,
             vnodes,
             ttl: None,
@@ -310,32 +314,53 @@ impl GroupAggregate {
         }
     }
 
-    /// The changes of the touched groups as one batch (None when nothing changed).
-    fn changes(&mut self, touched: Vec<Touched>) -> Result<Option<Batch>, SluiceError> {
+    /// The changes of the touched groups as one batch (None when nothing changed):
+    /// `befores` holds the rows of those that existed before the batch.
+    fn changes(&mut self, touched: Vec<Touched>, befores: &[Value]) -> Result<Option<Batch>, SluiceError> {
+        let width = self.spec.aggregates.len();
         let mut keys: Vec<u32> = Vec::new();
-        let mut rows: Vec<Vec<Value>> = Vec::new();
+        // The emitted rows, `width` values each.
+        let mut rows: Vec<Value> = Vec::new();
         let mut weights: Vec<i64> = Vec::new();
         let mut dropped: Vec<u32> = Vec::new();
-        let mut emit = |group: u32, values: Vec<Value>, weight: i64| {
-            keys.push(group);
-            rows.push(values);
-            weights.push(weight);
-        };
-        for Touched { group: id, before } in touched {
+        for (index, &Touched { group: id, before }) in touched.iter().enumerate() {
+            if index % WARM_ROWS == 0 {
+                // The next groups' accumulators, read ahead (see `on_data`).
+                for ahead in &touched[index..touched.len().min(index + WARM_ROWS)] {
+                    let group = self.groups[ahead.group as usize].as_ref().expect("a touched group lives");
+                    std::hint::black_box(group.warm());
+                }
+            }
             self.touched_flags[id as usize] = false;
             let group = self.groups[id as usize].as_ref().expect("a touched group lives until emitted");
-            let after = (group.rows > 0).then(|| group.values());
-            if after.is_none() {
+            let before = before.map(|at| &befores[at..at + width]);
+            let start = rows.len();
+            if group.rows > 0 {
+                group.values_into(&mut rows);
+            } else {
                 dropped.push(id);
             }
-            match (before, after) {
+            let (before_row, after_row) = (before, (group.rows > 0).then_some(start));
+            match (before_row, after_row) {
                 (None, None) => {}
-                (None, Some(after)) => emit(id, after, 1),
-                (Some(before), None) => emit(id, before, -1),
+                (None, Some(_)) => {
+                    keys.push(id);
+                    weights.push(1);
+                }
+                (Some(before), None) => {
+                    rows.extend_from_slice(before);
+                    keys.push(id);
+                    weights.push(-1);
+                }
                 (Some(before), Some(after)) => {
-                    if !before.iter().zip(&after).all(|(b, a)| b.same(a)) {
-                        emit(id, before, -1);
-                        emit(id, after, 1);
+                    if before.iter().zip(&rows[after..]).all(|(b, a)| b.same(a)) {
+                        rows.truncate(start);
+                    } else {
+                        // The previous row, then the new one.
+                        rows.extend_from_slice(before);
+                        rows[start..].rotate_left(width);
+                        keys.extend([id, id]);
+                        weights.extend([-1, 1]);
                     }
                 }
             }
@@ -348,7 +373,7 @@ impl GroupAggregate {
     }
 
     /// Output rows: the keys of groups `ids` and the aggregate values `rows`.
-    fn build(&self, ids: &[u32], rows: &[Vec<Value>], weights: Vec<i64>) -> Result<Batch, SluiceError> {
+    fn build(&self, ids: &[u32], rows: &[Value], weights: Vec<i64>) -> Result<Batch, SluiceError> {
         let group = |id: &u32| self.groups[*id as usize].as_ref().expect("a group being emitted");
         let mut columns: Vec<ArrayRef> = if self.spec.keys.is_empty() {
             Vec::new()
@@ -357,7 +382,8 @@ impl GroupAggregate {
         };
         let template = self.new_accumulators();
         for (index, accumulator) in template.iter().enumerate() {
-            columns.push(accumulator::column(accumulator.result_kind(), rows.iter().map(|row| &row[index])));
+            let width = template.len();
+            columns.push(accumulator::column(accumulator.result_kind(), rows.chunks(width).map(|row| &row[index])));
         }
         for (column, field) in columns.iter_mut().zip(self.spec.output.fields()) {
             if column.data_type() != field.data_type() {
@@ -405,6 +431,8 @@ impl Operator for GroupAggregate {
         let mut ids = std::mem::take(&mut self.row_groups);
         ids.clear();
         let mut touched: Vec<Touched> = Vec::new();
+        let mut befores = std::mem::take(&mut self.befores);
+        befores.clear();
         let mut ignored = 0u64;
         let no_keys = self.spec.keys.is_empty();
         let key_of = |row: usize| -> (&[u8], u64) { if no_keys { (&[], 0) } else { (keys.row(row), keys.hash(row)) } };
@@ -439,7 +467,12 @@ impl Operator for GroupAggregate {
             }
             if !self.touched_flags[id as usize] {
                 self.touched_flags[id as usize] = true;
-                touched.push(Touched { group: id, before: (group.rows > 0).then(|| group.values()) });
+                let before = (group.rows > 0).then(|| {
+                    let at = befores.len();
+                    group.values_into(&mut befores);
+                    at
+                });
+                touched.push(Touched { group: id, before });
             }
             group.rows += weight;
             if let Some(ttl) = self.ttl.as_mut() {
@@ -500,7 +533,10 @@ impl Operator for GroupAggregate {
         if ignored > 0 {
             self.ignored_retractions.add(ignored);
         }
-        if let Some(changes) = self.changes(touched)? {
+        let changes = self.changes(touched, &befores);
+        befores.clear();
+        self.befores = befores;
+        if let Some(changes) = changes? {
             out.push(Message::Data(changes));
         }
         Ok(())
