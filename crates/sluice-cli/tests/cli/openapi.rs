@@ -20,7 +20,15 @@ use crate::harness::Scratch;
 
 /// A schema-valid query may still name a table that does not exist, or not parse: most
 /// generated SQL is refused with 400, which is neither a failure nor worth a warning.
+///
+/// Every warning but `missing_auth` fails the run. That one says an operation answered
+/// only 401: it failed a loaded run once for `POST /checkpoint` (no parameters), likely
+/// because the time budget ended before the fuzzing asked it with the token, leaving
+/// only the coverage phase's requests without it. The token's check is schemathesis' own
+/// `ignored_auth` check here, and `admin.rs` tests both answers.
 const CONFIG: &str = r#"
+warnings = ["missing_test_data", "validation_mismatch", "missing_deserializer", "unused_openapi_auth", "unsupported_regex", "method_not_allowed", "unmatched_filter", "unresolvable_reference", "low_valid_rate", "rate_limited"]
+
 [[operations]]
 include-path = "/query"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "409", "503", "504"]
