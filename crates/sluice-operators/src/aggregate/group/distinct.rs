@@ -108,15 +108,6 @@ impl DistinctValues {
         }
     }
 
-    /// Whether `value` (of hash `hash`) is held, for any member.
-    pub(super) fn contains(&self, value: &[u8], hash: u64) -> bool {
-        let table = table_hash(hash);
-        match self {
-            DistinctValues::Counted(entries) => entries.find(table, |e| same_bytes(e.value.get(), value)).is_some(),
-            DistinctValues::Seen(entries) => entries.find(table, |e| same_bytes(e.value.get(), value)).is_some(),
-        }
-    }
-
     /// The values of `member` with their counts (over an append-only input, 1: it saw
     /// them), in increasing byte order, as snapshots write them.
     pub(super) fn entries(&self, member: usize) -> Vec<(&[u8], i64)> {
@@ -177,12 +168,8 @@ impl DistinctValues {
         count as i64
     }
 
-    /// Whether no value is held.
-    pub(super) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// How many values are held.
+    #[cfg(test)]
     fn len(&self) -> usize {
         match self {
             DistinctValues::Counted(entries) => entries.len(),

@@ -54,10 +54,6 @@ use distinct::{DistinctValues, MEMBERS_MAX};
 
 pub use state::GROUP_STATE_VERSION;
 
-/// Rows per chunk whose lookups are made ahead of their updates (a few in tests, so
-/// that their batches cross chunks).
-const WARM_ROWS: usize = if cfg!(test) { 3 } else { 256 };
-
 /// Everything the operator needs, built by the planner.
 #[derive(Debug, Clone)]
 pub struct GroupAggregateSpec {
@@ -85,16 +81,8 @@ struct Group {
 }
 
 impl Group {
-    /// Appends the group's row (one value per aggregate) to `values`.
-    fn values_into(&self, values: &mut Vec<Value>) {
-        values.extend(self.accumulators.iter().map(Accumulator::value));
-    }
-
-    /// Reads each accumulator and set header (which brings them into cache): a number
-    /// of no meaning.
-    fn warm(&self) -> usize {
-        let accumulators = self.accumulators.iter().filter(|a| matches!(a, Accumulator::Count(_))).count();
-        accumulators + self.distinct.iter().filter(|set| set.is_empty()).count()
+    fn values(&self) -> Vec<Value> {
+        self.accumulators.iter().map(Accumulator::value).collect()
     }
 }
 
@@ -109,11 +97,11 @@ struct Share {
     members: Vec<usize>,
 }
 
-/// A group the current batch touched, with where its row before the batch starts in
-/// the batch's `befores` (None: it did not exist).
+/// A group the current batch touched, with its row before the batch (None: it did not
+/// exist).
 struct Touched {
     group: u32,
-    before: Option<usize>,
+    before: Option<Vec<Value>>,
 }
 
 /// See the module documentation.
@@ -134,10 +122,6 @@ pub struct GroupAggregate {
     index: HashTable<u32>,
     /// Whether each group id was touched by the current batch (reused buffer).
     touched_flags: Vec<bool>,
-    /// Per row of the current batch, its group and accepted weight (0: skipped).
-    row_groups: Vec<(u32, i64)>,
-    /// The rows of the current batch's touched groups before it (reused buffer).
-    befores: Vec<Value>,
     /// Retractions of rows a group did not hold, ignored.
     ignored_retractions: LazyCounter,
     vnodes: u32,
@@ -197,8 +181,6 @@ impl GroupAggregate {
             free: Vec::new(),
             index: HashTable::new(),
             touched_flags: Vec::new(),
-            row_groups: Vec::new(),
-            befores: Vec::new(),
             ignored_retractions,
             vnodes,
             ttl: None,
@@ -260,15 +242,6 @@ impl GroupAggregate {
         self.spec.aggregates.iter().map(|a| a.filter.map(|column| rows.column(column).as_boolean().clone())).collect()
     }
 
-    /// The group of `key` (placement hash `hash`), if it exists.
-    fn find_group(&self, key: &[u8], hash: u64) -> Option<&Group> {
-        let groups = &self.groups;
-        let found = self.index.find(table_hash(hash), |&id| {
-            groups[id as usize].as_ref().is_some_and(|g| crate::same_bytes(&g.key, key))
-        })?;
-        groups[*found as usize].as_ref()
-    }
-
     /// The id of the group of `key` (placement hash `hash`), added empty if new.
     fn group_of(&mut self, key: &[u8], hash: u64) -> u32 {
         let table = table_hash(hash);
@@ -314,53 +287,32 @@ impl GroupAggregate {
         }
     }
 
-    /// The changes of the touched groups as one batch (None when nothing changed):
-    /// `befores` holds the rows of those that existed before the batch.
-    fn changes(&mut self, touched: Vec<Touched>, befores: &[Value]) -> Result<Option<Batch>, SluiceError> {
-        let width = self.spec.aggregates.len();
+    /// The changes of the touched groups as one batch (None when nothing changed).
+    fn changes(&mut self, touched: Vec<Touched>) -> Result<Option<Batch>, SluiceError> {
         let mut keys: Vec<u32> = Vec::new();
-        // The emitted rows, `width` values each.
-        let mut rows: Vec<Value> = Vec::new();
+        let mut rows: Vec<Vec<Value>> = Vec::new();
         let mut weights: Vec<i64> = Vec::new();
         let mut dropped: Vec<u32> = Vec::new();
-        for (index, &Touched { group: id, before }) in touched.iter().enumerate() {
-            if index % WARM_ROWS == 0 {
-                // The next groups' accumulators, read ahead (see `on_data`).
-                for ahead in &touched[index..touched.len().min(index + WARM_ROWS)] {
-                    let group = self.groups[ahead.group as usize].as_ref().expect("a touched group lives");
-                    std::hint::black_box(group.warm());
-                }
-            }
+        let mut emit = |group: u32, values: Vec<Value>, weight: i64| {
+            keys.push(group);
+            rows.push(values);
+            weights.push(weight);
+        };
+        for Touched { group: id, before } in touched {
             self.touched_flags[id as usize] = false;
             let group = self.groups[id as usize].as_ref().expect("a touched group lives until emitted");
-            let before = before.map(|at| &befores[at..at + width]);
-            let start = rows.len();
-            if group.rows > 0 {
-                group.values_into(&mut rows);
-            } else {
+            let after = (group.rows > 0).then(|| group.values());
+            if after.is_none() {
                 dropped.push(id);
             }
-            let (before_row, after_row) = (before, (group.rows > 0).then_some(start));
-            match (before_row, after_row) {
+            match (before, after) {
                 (None, None) => {}
-                (None, Some(_)) => {
-                    keys.push(id);
-                    weights.push(1);
-                }
-                (Some(before), None) => {
-                    rows.extend_from_slice(before);
-                    keys.push(id);
-                    weights.push(-1);
-                }
+                (None, Some(after)) => emit(id, after, 1),
+                (Some(before), None) => emit(id, before, -1),
                 (Some(before), Some(after)) => {
-                    if before.iter().zip(&rows[after..]).all(|(b, a)| b.same(a)) {
-                        rows.truncate(start);
-                    } else {
-                        // The previous row, then the new one.
-                        rows.extend_from_slice(before);
-                        rows[start..].rotate_left(width);
-                        keys.extend([id, id]);
-                        weights.extend([-1, 1]);
+                    if !before.iter().zip(&after).all(|(b, a)| b.same(a)) {
+                        emit(id, before, -1);
+                        emit(id, after, 1);
                     }
                 }
             }
@@ -373,7 +325,7 @@ impl GroupAggregate {
     }
 
     /// Output rows: the keys of groups `ids` and the aggregate values `rows`.
-    fn build(&self, ids: &[u32], rows: &[Value], weights: Vec<i64>) -> Result<Batch, SluiceError> {
+    fn build(&self, ids: &[u32], rows: &[Vec<Value>], weights: Vec<i64>) -> Result<Batch, SluiceError> {
         let group = |id: &u32| self.groups[*id as usize].as_ref().expect("a group being emitted");
         let mut columns: Vec<ArrayRef> = if self.spec.keys.is_empty() {
             Vec::new()
@@ -382,8 +334,7 @@ impl GroupAggregate {
         };
         let template = self.new_accumulators();
         for (index, accumulator) in template.iter().enumerate() {
-            let width = template.len();
-            columns.push(accumulator::column(accumulator.result_kind(), rows.chunks(width).map(|row| &row[index])));
+            columns.push(accumulator::column(accumulator.result_kind(), rows.iter().map(|row| &row[index])));
         }
         for (column, field) in columns.iter_mut().zip(self.spec.output.fields()) {
             if column.data_type() != field.data_type() {
@@ -424,67 +375,33 @@ impl Operator for GroupAggregate {
             counted
                 .extend(members.iter().map(|&a| filters[a].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row))));
         };
-        // In three passes over the batch, each of independent steps per row, so that the
-        // processor overlaps the cache misses of many rows (most of this operator's
-        // time): each row's group, then the accumulators, then each shared
-        // COUNT(DISTINCT) set. A group's rows still update it in input order.
-        let mut ids = std::mem::take(&mut self.row_groups);
-        ids.clear();
+        let (mut counted, mut changes) = (Vec::new(), Vec::new());
         let mut touched: Vec<Touched> = Vec::new();
-        let mut befores = std::mem::take(&mut self.befores);
-        befores.clear();
         let mut ignored = 0u64;
-        let no_keys = self.spec.keys.is_empty();
-        let key_of = |row: usize| -> (&[u8], u64) { if no_keys { (&[], 0) } else { (keys.row(row), keys.hash(row)) } };
-        let num_rows = rows.num_rows();
-        for row in 0..num_rows {
-            if row % WARM_ROWS == 0 {
-                // The next rows' groups, looked up and read without changing anything (as
-                // for the COUNT(DISTINCT) sets below).
-                for ahead in row..num_rows.min(row + WARM_ROWS) {
-                    let (key, hash) = key_of(ahead);
-                    if let Some(group) = self.find_group(key, hash) {
-                        std::hint::black_box(group.warm());
-                    }
-                }
-            }
+        for row in 0..rows.num_rows() {
             let weight = batch.weight(row);
             if weight == 0 {
-                ids.push((0, 0));
                 continue;
             }
-            let (key, hash) = key_of(row);
+            let (key, hash): (&[u8], u64) =
+                if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
             let id = self.group_of(key, hash);
             let group = self.groups[id as usize].as_mut().expect("group_of returns a live group");
             if group.rows + weight < 0 {
                 ignored += weight.unsigned_abs();
                 if group.rows == 0 && !self.touched_flags[id as usize] {
-                    // Not touched by this batch: no row before refers to it.
                     self.drop_group(id);
                 }
-                ids.push((0, 0));
                 continue;
             }
             if !self.touched_flags[id as usize] {
                 self.touched_flags[id as usize] = true;
-                let before = (group.rows > 0).then(|| {
-                    let at = befores.len();
-                    group.values_into(&mut befores);
-                    at
-                });
-                touched.push(Touched { group: id, before });
+                touched.push(Touched { group: id, before: (group.rows > 0).then(|| group.values()) });
             }
             group.rows += weight;
             if let Some(ttl) = self.ttl.as_mut() {
                 ttl.written(id);
             }
-            ids.push((id, weight));
-        }
-        for (row, &(id, weight)) in ids.iter().enumerate() {
-            if weight == 0 {
-                continue;
-            }
-            let group = self.groups[id as usize].as_mut().expect("a group of this batch lives");
             for (index, accumulator) in group.accumulators.iter_mut().enumerate() {
                 let counted = filters[index].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row));
                 if counted {
@@ -494,49 +411,27 @@ impl Operator for GroupAggregate {
                     }
                 }
             }
-        }
-        let (mut counted, mut changes) = (Vec::new(), Vec::new());
-        for (index, (share, values)) in self.shares.iter().zip(&distinct_values).enumerate() {
-            let column = rows.column(share.column);
-            for (chunk, chunk_ids) in ids.chunks(WARM_ROWS).enumerate() {
-                // Look each value up first, without changing anything: these lookups do
-                // not depend on each other, so their cache misses overlap, and the
-                // updates below find the lines in cache.
-                for (offset, &(id, weight)) in chunk_ids.iter().enumerate() {
-                    let row = chunk * WARM_ROWS + offset;
-                    if weight != 0 {
-                        let group = self.groups[id as usize].as_ref().expect("a group of this batch lives");
-                        std::hint::black_box(group.distinct[index].contains(values.row(row), values.hash(row)));
-                    }
+            // A NULL is no value: COUNT(DISTINCT) skips it.
+            for ((share, values), set) in self.shares.iter().zip(&distinct_values).zip(&mut group.distinct) {
+                if !rows.column(share.column).is_valid(row) {
+                    continue;
                 }
-                for (offset, &(id, weight)) in chunk_ids.iter().enumerate() {
-                    let row = chunk * WARM_ROWS + offset;
-                    // A NULL is no value: COUNT(DISTINCT) skips it.
-                    if weight == 0 || !column.is_valid(row) {
-                        continue;
-                    }
-                    let group = self.groups[id as usize].as_mut().expect("a group of this batch lives");
-                    counted_by(&share.members, row, &mut counted);
-                    changes.clear();
-                    changes.resize(share.members.len(), 0);
-                    group.distinct[index].update(values.row(row), values.hash(row), &counted, weight, &mut changes);
-                    for (&member, change) in share.members.iter().zip(&changes) {
-                        if let Accumulator::Distinct { positive } = &mut group.accumulators[member] {
-                            *positive += change;
-                        }
+                counted_by(&share.members, row, &mut counted);
+                changes.clear();
+                changes.resize(share.members.len(), 0);
+                set.update(values.row(row), values.hash(row), &counted, weight, &mut changes);
+                for (&member, change) in share.members.iter().zip(&changes) {
+                    if let Accumulator::Distinct { positive } = &mut group.accumulators[member] {
+                        *positive += change;
                     }
                 }
             }
         }
-        self.row_groups = ids;
         self.key_rows = keys;
         if ignored > 0 {
             self.ignored_retractions.add(ignored);
         }
-        let changes = self.changes(touched, &befores);
-        befores.clear();
-        self.befores = befores;
-        if let Some(changes) = changes? {
+        if let Some(changes) = self.changes(touched)? {
             out.push(Message::Data(changes));
         }
         Ok(())
