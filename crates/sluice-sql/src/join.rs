@@ -15,6 +15,14 @@
 //! a join can emit rows older than the watermark, so its time columns are plain
 //! timestamps (window functions over a join's output are refused, as in Flink).
 //!
+//! A condition (`ON`, or a `WHERE` directly above an inner join) that reads one input's
+//! columns alone, and is not volatile, filters that input before the join instead of
+//! being checked on joined pairs, unless the join preserves that input (an outer join
+//! pads its rows that fail it): as in Flink, where the optimizer pushes it down. The
+//! join's output is the same; the input's rows that fail it are never kept nor probed
+//! (NEXMark q20 keeps only the auctions of category 10, not every auction). A row
+//! whose condition fails to evaluate is then handled as the filter's `on_error` says.
+//!
 //! Interval and window joins: an INNER join of two append-only inputs whose rows can only
 //! match within a bounded time frees its rows as the watermark passes ([`expiry`]):
 //! - an **interval join** bounds the event times (tag [`Tag::EventTime`], or a window's
@@ -141,8 +149,25 @@ pub(crate) fn plan_join(
             "join on equal keys: FROM a JOIN b ON a.k = b.k",
         ));
     }
+    // A condition on one input's columns alone filters that input before the join (as
+    // Flink's optimizer pushes it down), unless that input is preserved (an outer join
+    // pads its rows that fail it): a row failing it could join nothing, so it is neither
+    // kept nor probed (NEXMark q20 keeps only the auctions of category 10).
+    let mut pushed: [Vec<Expr>; 2] = [Vec::new(), Vec::new()];
+    residual.retain(|condition| match one_input(condition, &left_schema, &right_schema) {
+        Some(side) if !preserves(kind, side) && !condition.is_volatile() => {
+            pushed[side].push(condition.clone());
+            false
+        }
+        _ => true,
+    });
     let mut left = unaggregated_session(planner.plan(&join.left)?)?;
     let mut right = unaggregated_session(planner.plan(&join.right)?)?;
+    for (input, conditions) in [&mut left, &mut right].into_iter().zip(pushed) {
+        if let Some(predicate) = conditions.into_iter().reduce(Expr::and) {
+            planner.push_filter(input, &predicate)?;
+        }
+    }
     if !right.sides.is_empty() {
         return Err(unsupported(
             "a join whose right input is itself a join",
@@ -371,6 +396,32 @@ fn kind_name(kind: JoinKind) -> &'static str {
         JoinKind::Left => "LEFT",
         JoinKind::Right => "RIGHT",
         JoinKind::Full => "FULL",
+    }
+}
+
+/// Whether an outer join of `kind` keeps the unmatched rows of `side` (0: left, 1: right).
+fn preserves(kind: JoinKind, side: usize) -> bool {
+    match kind {
+        JoinKind::Inner => false,
+        JoinKind::Left => side == 0,
+        JoinKind::Right => side == 1,
+        JoinKind::Full => true,
+    }
+}
+
+/// The input (0: left, 1: right) whose columns alone `condition` reads, if one does.
+fn one_input(condition: &Expr, left: &DFSchemaRef, right: &DFSchemaRef) -> Option<usize> {
+    let columns = condition.column_refs();
+    let all_in = |schema: &DFSchemaRef| columns.iter().all(|c| schema.index_of_column(c).is_ok());
+    let none_in = |schema: &DFSchemaRef| columns.iter().all(|c| schema.index_of_column(c).is_err());
+    if columns.is_empty() {
+        None
+    } else if all_in(left) && none_in(right) {
+        Some(0)
+    } else if all_in(right) && none_in(left) {
+        Some(1)
+    } else {
+        None
     }
 }
 

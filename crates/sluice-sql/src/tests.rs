@@ -741,6 +741,37 @@ fn a_union_all_merges_its_inputs_in_one_segment_and_keeps_a_shared_event_time() 
     assert!(updating.plan_stream("u", "sink").expect("plan_stream").updating);
 }
 
+#[test]
+fn a_condition_on_one_input_filters_it_before_the_join_unless_the_join_preserves_it() {
+    // Every operator line, the right input's (a side's segments) too.
+    let lines = |sql: &str| {
+        let planner = plan(&[("j", sql)], OnError::Skip).expect("plans");
+        let stream = planner.plan_stream("j", "sink").expect("plan_stream");
+        let state = &stream.state;
+        let sides = state.sides.iter().flat_map(|side| side.segments.iter().flat_map(|s| &s.operators));
+        let trunk = state.segments.iter().flat_map(|s| &s.operators).chain(&state.operators);
+        sides.chain(trunk).map(|(line, _)| line.clone()).collect::<Vec<String>>()
+    };
+    // NEXMark q20's shape: the WHERE on the right input's columns filters that input.
+    let inner = lines("SELECT x.a, y.s FROM t x JOIN t y ON x.a = y.a WHERE y.b = 10 AND x.s <> y.s AND x.b > 1");
+    assert!(inner.contains(&"filter: y.b = Int64(10)".to_string()), "{inner:?}");
+    assert!(inner.contains(&"filter: x.b > Int64(1)".to_string()), "{inner:?}");
+    assert!(inner.contains(&"join: INNER ON x.a = y.a AND x.s != y.s".to_string()), "{inner:?}");
+    // A LEFT join keeps its left rows that fail a condition on them (padded): only the
+    // right input's condition goes below it.
+    let left = lines("SELECT x.a, y.s FROM t x LEFT JOIN t y ON x.a = y.a AND y.b = 10 AND x.b > 1");
+    assert!(left.contains(&"filter: y.b = Int64(10)".to_string()), "{left:?}");
+    assert!(left.iter().any(|l| l.starts_with("join: LEFT ON x.a = y.a AND x.b > Int64(1)")), "{left:?}");
+    let right = lines("SELECT x.a, y.s FROM t x RIGHT JOIN t y ON x.a = y.a AND y.b = 10 AND x.b > 1");
+    assert!(right.contains(&"filter: x.b > Int64(1)".to_string()), "{right:?}");
+    assert!(right.iter().any(|l| l.starts_with("join: RIGHT ON x.a = y.a AND y.b = Int64(10)")), "{right:?}");
+    let full = lines("SELECT x.a, y.s FROM t x FULL JOIN t y ON x.a = y.a AND y.b = 10 AND x.b > 1");
+    assert!(!full.iter().any(|l| l.starts_with("filter:")), "{full:?}");
+    // A volatile condition is checked on joined pairs, as written.
+    let volatile = lines("SELECT x.a FROM t x JOIN t y ON x.a = y.a WHERE random() < 0.5");
+    assert!(!volatile.iter().any(|l| l.starts_with("filter:")), "{volatile:?}");
+}
+
 /// The join line of the last view of `views` (over `t`).
 fn join_line(views: &[(&str, &str)]) -> String {
     let planner = plan(views, OnError::Skip).expect("plans");

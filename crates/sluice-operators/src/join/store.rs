@@ -11,8 +11,11 @@
 //!   ([`Store::compact`]), so a row's removal costs O(1) amortized and the chunks never
 //!   hold more than about twice the live bytes. A snapshot shares the chunks (a chunk a
 //!   snapshot shares is not appended to again; a compaction leaves it to the snapshot).
-//! - Each distinct row has a slot: a fixed-size [`Slot`] (48 bytes) in one vector, a
-//!   removed row's slot reused (slot numbers are the TTL's ids). The slots of one join
+//! - Each distinct row has a slot: a fixed-size [`Slot`] (48 bytes) in [`Slots`], pages
+//!   of up to 65,536 slots, so that growing never copies the slots already held nor
+//!   holds them twice (one vector doubled and copied every slot into fresh pages, and
+//!   kept old and new at once: NEXMark q20's peak), a removed row's slot reused (slot
+//!   numbers are the TTL's ids). The slots of one join
 //!   key form a doubly linked list through the slots, in insertion order, so a key has
 //!   no vector of its own.
 //! - `by_key`: a hash table from join key to its list's ends ([`Head`], the key inline
@@ -92,6 +95,52 @@ impl Slot {
     }
 }
 
+/// Slots per page of [`Slots`] (a page of 48-byte slots is 3 MiB).
+const PAGE_SLOTS: usize = 1 << 16;
+
+/// The slots, numbered from 0, in pages of [`PAGE_SLOTS`]: the last page grows as a
+/// vector does (a small store holds no more than its slots), every earlier one is full.
+#[derive(Debug, Default)]
+struct Slots {
+    pages: Vec<Vec<Slot>>,
+    len: usize,
+}
+
+impl Slots {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, slot: Slot) {
+        if self.pages.last().is_none_or(|page| page.len() == PAGE_SLOTS) {
+            // The first page grows from nothing; a later one is reserved whole (its
+            // memory is faulted in only as slots are written).
+            let page = if self.pages.is_empty() { Vec::new() } else { Vec::with_capacity(PAGE_SLOTS) };
+            self.pages.push(page);
+        }
+        self.pages.last_mut().expect("a page with room").push(slot);
+        self.len += 1;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Slot> {
+        self.pages.iter().flatten()
+    }
+}
+
+impl std::ops::Index<usize> for Slots {
+    type Output = Slot;
+
+    fn index(&self, slot: usize) -> &Slot {
+        &self.pages[slot / PAGE_SLOTS][slot % PAGE_SLOTS]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Slots {
+    fn index_mut(&mut self, slot: usize) -> &mut Slot {
+        &mut self.pages[slot / PAGE_SLOTS][slot % PAGE_SLOTS]
+    }
+}
+
 /// A join key's list of slots.
 #[derive(Debug)]
 struct Head {
@@ -122,7 +171,7 @@ pub(super) struct StoredRef<'a> {
 /// See the module documentation.
 #[derive(Debug)]
 pub(super) struct Store {
-    slots: Vec<Slot>,
+    slots: Slots,
     /// The first free slot (linked through `next`), or [`NONE`].
     free_slot: u32,
     /// Per slot, when its row can be freed (once the watermark is at or above it); empty
@@ -162,7 +211,7 @@ impl Store {
     /// A store whose chunks hold `chunk_bytes` (tests use small ones to compact often).
     fn with_chunk_bytes(chunk_bytes: usize) -> Store {
         Store {
-            slots: Vec::new(),
+            slots: Slots::default(),
             free_slot: NONE,
             expiries: Vec::new(),
             chunks: Vec::new(),

@@ -147,6 +147,11 @@ pub struct TopN {
     windows: std::collections::BTreeMap<i64, Vec<Box<[u8]>>>,
     watermark: sluice_types::TimestampMs,
     late: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// A batch's encoded partition keys and rows, reused: a buffer made anew per batch
+    /// grew by doubling into freshly faulted memory every batch (NEXMark q9's rows carry
+    /// an auction's and a bid's text).
+    keys: KeyRows,
+    encoded: KeyRows,
 }
 
 /// How an `ORDER BY` column is read: cast once per batch.
@@ -196,6 +201,8 @@ impl TopN {
             windows: std::collections::BTreeMap::new(),
             watermark: i64::MIN,
             late: None,
+            keys: KeyRows::default(),
+            encoded: KeyRows::default(),
         })
     }
 
@@ -430,9 +437,9 @@ impl Operator for TopN {
         let rows = &batch.rows;
         let partition_columns: Vec<ArrayRef> =
             self.spec.partition.iter().map(|&c| Arc::clone(rows.column(c))).collect();
-        let mut keys = KeyRows::default();
+        let mut keys = std::mem::take(&mut self.keys);
         self.partition_encoder.encode(&partition_columns, &mut keys)?;
-        let mut encoded = KeyRows::default();
+        let mut encoded = std::mem::take(&mut self.encoded);
         self.row_encoder.encode(rows.columns(), &mut encoded)?;
         let order = self.order_columns(rows.columns())?;
         // Each partition the batch touches, with its rows before the batch.
@@ -485,6 +492,8 @@ impl Operator for TopN {
                 }
             }
         }
+        self.keys = keys;
+        self.encoded = encoded;
         if let (Some(counter), true) = (&self.late, late > 0) {
             counter.fetch_add(late, std::sync::atomic::Ordering::Relaxed);
         }
