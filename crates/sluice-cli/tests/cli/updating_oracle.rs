@@ -1,4 +1,5 @@
-//! Oracle test for updating SQL: joins (inner, left with a residual condition, full),
+//! Oracle test for updating SQL: joins (inner, left, right and full, with conditions on
+//! one input alone and on both),
 //! an aggregate over a join, and a union under an aggregate, run by the whole binary over
 //! random rows, random batch sizes and thread counts, killed at a random checkpoint and
 //! resumed on another thread count; the changelog each sink wrote, integrated, must equal
@@ -17,10 +18,14 @@ use crate::golden::integrated;
 use crate::harness::{Scratch, sluice_command, stderr};
 
 /// (name, SQL): each a view and a sink of that name.
-const QUERIES: [(&str, &str); 5] = [
-    ("inner_join", "SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k"),
-    ("left_join", "SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k AND a.v < b.w"),
-    ("full_join", "SELECT a.v, b.w FROM a FULL JOIN b ON a.k = b.k"),
+/// The joins' conditions on one input alone filter that input before the join, except
+/// on a side the outer join keeps (whose failing rows it pads): `b.w > 2` below the left
+/// join, `a.v > 1` below the right one, none below the full one.
+const QUERIES: [(&str, &str); 6] = [
+    ("inner_join", "SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k WHERE b.w > 2"),
+    ("left_join", "SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k AND a.v < b.w AND b.w > 2 AND a.v <> 3"),
+    ("right_join", "SELECT a.v, b.k, b.w FROM a RIGHT JOIN b ON a.k = b.k AND a.v > 1 AND b.w <> 2"),
+    ("full_join", "SELECT a.v, b.w FROM a FULL JOIN b ON a.k = b.k AND a.v > 1 AND b.w < 6"),
     ("joined_totals", "SELECT a.k, COUNT(*) AS n, SUM(b.w) AS total FROM a JOIN b ON a.k = b.k GROUP BY a.k"),
     ("union_counts", "SELECT k, COUNT(*) AS n FROM (SELECT k FROM a UNION ALL SELECT k AS k FROM b) AS u GROUP BY k"),
 ];
