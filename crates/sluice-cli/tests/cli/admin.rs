@@ -133,6 +133,12 @@ pub(crate) fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, Strin
     request_with(addr, method, path, None)
 }
 
+/// The JSON body of a response [`request`] returned.
+pub(crate) fn json_body(response: &str) -> serde_json::Value {
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_else(|| panic!("no body in {response}"));
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
 /// [`request`] with `Authorization: Bearer TOKEN` when `token` is given.
 pub(crate) fn request_with(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let mut stream = open(addr, method, path, token);
@@ -230,9 +236,8 @@ fn post_checkpoint_answers_with_the_committed_epoch() {
     let mut running = Running::start(&scratch, &["run", "pipeline.toml"]);
     let addr = running.admin_addr();
     let epoch = |response: &str| -> u64 {
-        let body = response.split("\r\n\r\n").nth(1).expect("a body");
-        let json: serde_json::Value = serde_json::from_str(body).expect("json");
-        json["epoch"].as_u64().unwrap_or_else(|| panic!("no epoch in {body}"))
+        let json = json_body(response);
+        json["epoch"].as_u64().unwrap_or_else(|| panic!("no epoch in {json}"))
     };
     let (code, first) = request(addr, "POST", "/checkpoint");
     assert_eq!(code, 200, "{first}");
@@ -246,13 +251,12 @@ fn post_checkpoint_answers_with_the_committed_epoch() {
     let wanted = format!("\"epoch\":{},", epoch(&second));
     let history = loop {
         let (_, status) = request(addr, "GET", "/status");
-        let body = status.split("\r\n\r\n").nth(1).expect("a body").to_string();
-        let json: serde_json::Value = serde_json::from_str(&body).expect("json");
+        let json = json_body(&status);
         let seen = json["checkpoints"].as_array().cloned().unwrap_or_default();
         if let Some(seen) = seen.into_iter().find(|c| c["epoch"].as_u64() == Some(epoch(&second))) {
             break seen;
         }
-        assert!(Instant::now() < deadline, "checkpoint {wanted} never in the history: {body}");
+        assert!(Instant::now() < deadline, "checkpoint {wanted} never in the history: {json}");
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(history["duration_ms"].is_u64() && history["pause_ms"].is_u64(), "{history}");
@@ -386,21 +390,17 @@ store = "file://./state"
 "#,
     );
     let (leader, leader_addr, follower, follower_addr) = crate::query::start_cluster(&scratch);
-    let body = |response: &str| -> serde_json::Value {
-        let body = response.split("\r\n\r\n").nth(1).expect("a body");
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
-    };
     let checkpoint = |addr: SocketAddr| -> u64 {
         let (code, answer) = request(addr, "POST", "/checkpoint");
         assert_eq!(code, 200, "{answer}");
-        body(&answer)["epoch"].as_u64().unwrap_or_else(|| panic!("no epoch: {answer}"))
+        json_body(&answer)["epoch"].as_u64().unwrap_or_else(|| panic!("no epoch: {answer}"))
     };
     let first = checkpoint(follower_addr);
     assert!(checkpoint(leader_addr) > first, "the follower's checkpoint was the leader's");
-    let status = |addr: SocketAddr| body(&request(addr, "GET", "/status").1);
+    let status = |addr: SocketAddr| json_body(&request(addr, "GET", "/status").1);
     // Each worker's own rows (`/status` adds up the cluster's).
     let rows_in = |addr: SocketAddr| {
-        let own = body(&request(addr, "POST", "/internal/status").1);
+        let own = json_body(&request(addr, "POST", "/internal/status").1);
         own["sources"][0]["rows_in"].as_u64().expect("rows_in")
     };
     let wait_for_state = |addr: SocketAddr, wanted: &str| {
@@ -461,7 +461,7 @@ store = "file://./state"
     let summed = ask_until(&|| status(leader_addr), &all_answered);
     assert_eq!(summed["sources"][0]["rows_in"].as_u64(), Some(held.0 + held.1), "{summed}");
     assert_eq!(summed["sinks"][0]["rows_out"].as_u64(), Some(held.0 + held.1), "{summed}");
-    let graph = ask_until(&|| body(&request(follower_addr, "GET", "/graph").1), &|graph| {
+    let graph = ask_until(&|| json_body(&request(follower_addr, "GET", "/graph").1), &|graph| {
         graph["workers"] == serde_json::json!([0, 1])
     });
     assert_eq!(graph["workers"], serde_json::json!([0, 1]), "{graph}");
@@ -476,7 +476,7 @@ store = "file://./state"
         .map(|t| (t["worker"].as_u64().unwrap_or(99), t["thread"].as_u64().unwrap_or(99)))
         .collect();
     assert_eq!(threads, [(0, 0), (1, 1)], "each worker's own thread, by slot: {graph}");
-    let own = body(&request(follower_addr, "POST", "/internal/graph").1);
+    let own = json_body(&request(follower_addr, "POST", "/internal/graph").1);
     let own_source =
         own["nodes"].as_array().and_then(|nodes| nodes.iter().find(|n| n["id"] == "source:nexmark").cloned());
     let lanes = own_source.map(|source| source["lane_watermarks_ms"].clone()).unwrap_or_default();
@@ -586,9 +586,7 @@ store = "file://./state"
     let own = |addr: SocketAddr| {
         let (code, answer) = request(addr, "POST", "/internal/status");
         assert_eq!(code, 200, "{answer}");
-        let document: serde_json::Value =
-            serde_json::from_str(answer.split("\r\n\r\n").nth(1).expect("a body")).expect("json");
-        named(&document, "sources", "events", "rows_in").expect("rows_in")
+        named(&json_body(&answer), "sources", "events", "rows_in").expect("rows_in")
     };
     let (leaders, followers) = (own(leader_addr), own(follower_addr));
     assert_eq!(leaders + followers, STREAMED_ROWS);
@@ -613,9 +611,8 @@ fn post_pause_holds_the_sources_until_post_resume() {
     let addr = running.admin_addr();
     let rows_in = || -> u64 {
         let (_, status) = request(addr, "GET", "/status");
-        let body = status.split("\r\n\r\n").nth(1).expect("a body");
-        let json: serde_json::Value = serde_json::from_str(body).expect("json");
-        json["sources"][0]["rows_in"].as_u64().unwrap_or_else(|| panic!("no rows in {body}"))
+        let json = json_body(&status);
+        json["sources"][0]["rows_in"].as_u64().unwrap_or_else(|| panic!("no rows in {json}"))
     };
     // Running first (a pause asked for while starting holds too, but answers `starting`).
     let deadline = Instant::now() + DEADLINE;

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::admin::{DEADLINE, Running, request, wait_running};
+use crate::admin::{DEADLINE, Running, json_body, request, wait_running};
 use crate::harness::Scratch;
 
 const PIPELINE: &str = r#"
@@ -175,7 +175,7 @@ fn the_page_shows_every_node_of_the_running_graph_with_moving_numbers() {
     wait_running(addr);
     let (code, graph) = request(addr, "GET", "/graph");
     assert_eq!(code, 200, "{graph}");
-    let graph: Value = serde_json::from_str(graph.split_once("\r\n\r\n").expect("a body").1).expect("JSON");
+    let graph = json_body(&graph);
     let mut expected: Vec<String> =
         graph["nodes"].as_array().expect("nodes").iter().map(|n| n["id"].as_str().expect("id").to_string()).collect();
     expected.sort();

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::admin::{DEADLINE, Running, request, stop, wait_running};
+use crate::admin::{DEADLINE, Running, json_body, request, stop, wait_running};
 use crate::harness::Scratch;
 
 /// Two running aggregates of the same bids, both materialized, and the source itself
@@ -440,7 +440,7 @@ fn a_killed_worker_makes_a_query_fail_naming_it() {
     // noticed the loss yet (then it lists no members: it forms again).
     let (code, status) = request(leader_addr, "GET", "/status");
     assert_eq!(code, 200, "{status}");
-    let body: Value = serde_json::from_str(status.split("\r\n\r\n").nth(1).expect("a body")).expect("json");
+    let body = json_body(&status);
     if let Some(gone) = body["members"].as_array().and_then(|members| members.iter().find(|m| m["id"] == 1)) {
         assert!(gone["state"].is_null() && gone["error"].is_string(), "{body}");
     }
