@@ -216,6 +216,18 @@ fn operator_families(metrics: &Metrics) -> Vec<Family> {
             samples: per_operator(|o| o.rows_out.load(Ordering::Relaxed)),
         },
         Family {
+            name: "sluice_operator_bytes_in_total",
+            help: "Bytes of the rows the operator was given (the Arrow buffers their columns occupy), on every thread of this worker.",
+            kind: "counter",
+            samples: per_operator(|o| o.bytes_in.load(Ordering::Relaxed)),
+        },
+        Family {
+            name: "sluice_operator_bytes_out_total",
+            help: "Bytes of the rows the operator emitted (the Arrow buffers their columns occupy), on every thread of this worker.",
+            kind: "counter",
+            samples: per_operator(|o| o.bytes_out.load(Ordering::Relaxed)),
+        },
+        Family {
             name: "sluice_operator_state_bytes",
             help: "Bytes of the operator's encoded state in the last published checkpoint that held state (known where checkpoints are published: alone, or on a cluster's leader for every worker).",
             kind: "gauge",

@@ -143,12 +143,14 @@ impl Chain {
             let before = target.len();
             if let Some(counters) = counters {
                 count(&counters.rows_in, data_rows(&input));
+                count(&counters.bytes_in, data_bytes(&input));
             }
             for message in input.drain(..) {
                 dispatch(operator.as_mut(), port, message, target)?;
             }
             if let Some(counters) = counters {
                 count(&counters.rows_out, data_rows(&target[before..]));
+                count(&counters.bytes_out, data_bytes(&target[before..]));
             }
             if index != last {
                 std::mem::swap(&mut input, &mut self.scratch);
@@ -170,6 +172,23 @@ fn count(counter: &std::sync::atomic::AtomicU64, rows: u64) {
 fn data_rows(messages: &[Message]) -> u64 {
     let rows: usize = messages.iter().map(|m| if let Message::Data(batch) = m { batch.num_rows() } else { 0 }).sum();
     rows as u64
+}
+
+/// Bytes of the rows of the data messages among `messages`: for each column, the part
+/// of its Arrow buffers the batch's rows occupy (a slice of a larger array counts only
+/// its rows, not the buffers it shares), as `ArrayData::get_slice_memory_size` measures
+/// it; a column it cannot measure counts its whole buffers.
+fn data_bytes(messages: &[Message]) -> u64 {
+    let bytes: usize = messages
+        .iter()
+        .filter_map(|m| if let Message::Data(batch) = m { Some(&batch.rows) } else { None })
+        .flat_map(|rows| rows.columns())
+        .map(|column| {
+            let data = column.to_data();
+            data.get_slice_memory_size().unwrap_or_else(|_| column.get_array_memory_size())
+        })
+        .sum();
+    bytes as u64
 }
 
 fn dispatch(
@@ -243,5 +262,32 @@ mod tests {
         chain.push(Message::Barrier(Epoch(3)), &mut out).expect("push");
         chain.push(Message::EndOfData, &mut out).expect("push");
         assert_eq!(values(&out), ["[4, 8]", "wm 7", "barrier 3", "end"]);
+    }
+
+    #[test]
+    fn counters_take_the_rows_and_the_bytes_of_a_slice_not_of_the_buffers_it_shares() {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "v",
+            arrow::datatypes::DataType::Int64,
+            false,
+        )]));
+        let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..10))]).expect("batch");
+        let metrics = crate::metrics::Metrics::new(Vec::new(), Vec::new(), 1);
+        let counters = vec![metrics.operator("a", "first"), metrics.operator("b", "second")];
+        let mut chain = Chain::new(vec![Box::new(Double), Box::new(Double)]).counted(counters.clone());
+        let mut out = Vec::new();
+        // Four rows of ten: 4 × 8 bytes, though the slice shares the ten rows' buffer.
+        chain.push(Message::Data(Batch::inserts(rows.slice(3, 4))), &mut out).expect("push");
+        chain.push(Message::Watermark(7), &mut out).expect("push");
+        assert_eq!(values(&out), ["[12, 16, 20, 24]", "wm 7"]);
+        for counter in &counters {
+            let read = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+            assert_eq!(
+                [read(&counter.rows_in), read(&counter.rows_out), read(&counter.bytes_in), read(&counter.bytes_out)],
+                [4, 4, 32, 32],
+                "{}",
+                counter.name
+            );
+        }
     }
 }

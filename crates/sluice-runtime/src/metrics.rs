@@ -91,6 +91,11 @@ pub struct OperatorMetrics {
     pub rows_in: AtomicU64,
     /// Rows of the data batches it emitted.
     pub rows_out: AtomicU64,
+    /// Bytes of the rows it was given: the Arrow buffers their columns occupy (of a
+    /// slice, only the slice's part; see `chain::data_bytes`), weights not counted.
+    pub bytes_in: AtomicU64,
+    /// Bytes of the rows it emitted, counted the same way.
+    pub bytes_out: AtomicU64,
     /// Bytes of its encoded state in the last published checkpoint that held state, on
     /// every worker (only the publisher knows: alone, or leading a cluster; 0 before
     /// the first, and on a cluster's followers).
@@ -227,6 +232,8 @@ impl Metrics {
             name: name.to_string(),
             rows_in: AtomicU64::new(0),
             rows_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
         });
         operators.push(Arc::clone(&operator));

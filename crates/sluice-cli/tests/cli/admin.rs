@@ -342,6 +342,8 @@ store = "file://./state"
     };
     assert!(aggregate("sluice_operator_rows_in_total") > 0.0, "{text}");
     assert!(aggregate("sluice_operator_rows_out_total") > 0.0, "{text}");
+    assert!(aggregate("sluice_operator_bytes_in_total") > 0.0, "{text}");
+    assert!(aggregate("sluice_operator_bytes_out_total") > 0.0, "{text}");
     assert!(value(&|s: &str| s == "sluice_checkpoints_total{outcome=\"published\"}") >= 1.0, "{text}");
     assert_eq!(value(&|s: &str| s == "sluice_checkpoints_total{outcome=\"failed\"}"), 0.0, "{text}");
     assert!(value(&|s: &str| s == "sluice_checkpoint_state_bytes") > 0.0, "{text}");
