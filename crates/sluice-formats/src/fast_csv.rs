@@ -151,35 +151,36 @@ impl FastCsv {
     }
 
     fn batches(&mut self, chunk: &[u8], batch_size: usize) -> Option<Vec<RecordBatch>> {
-        if !chunk.ends_with(b"\n")
-            || memchr::memchr(b'"', chunk).is_some()
-            || memchr::memmem::find(chunk, UTF8_BOM).is_some()
-        {
+        if !chunk.ends_with(b"\n") || !plain(chunk) {
             return None;
         }
-        let carriage_returns = memchr::memchr(b'\r', chunk).is_some();
         // A record holds at least a byte per field (a delimiter or its line break).
         let most_rows = batch_size.min(chunk.len() / self.kinds.len() + 1);
         let mut batches = Vec::new();
         let mut columns = self.columns(most_rows);
         let mut rows = 0;
-        let mut start = 0;
-        while let Some(length) = memchr::memchr(b'\n', &chunk[start..]) {
-            let mut line = &chunk[start..start + length];
-            start += length + 1;
-            if carriage_returns {
-                // Arrow's decoder ends a record at a lone `\r` too: declined.
-                line = line.strip_suffix(b"\r").unwrap_or(line);
-                if memchr::memchr(b'\r', line).is_some() {
-                    return None;
+        let mut at = 0;
+        while let Some(first) = chunk.get(at) {
+            // An empty line is skipped, as Arrow's decoder does; a blank one is declined.
+            match first {
+                b'\n' => {
+                    at += 1;
+                    continue;
                 }
+                // Before a line feed (see `plain`).
+                b'\r' => {
+                    at += 2;
+                    continue;
+                }
+                first if first.is_ascii_whitespace() => {
+                    let end = memchr::memchr(b'\n', &chunk[at..]).map_or(chunk.len(), |length| at + length);
+                    if is_blank(&chunk[at..end]) {
+                        return None;
+                    }
+                }
+                _ => {}
             }
-            match line.first() {
-                None => continue,
-                Some(first) if first.is_ascii_whitespace() && is_blank(line) => return None,
-                Some(_) => {}
-            }
-            self.read_record(line, &mut columns)?;
+            at = self.read_record(chunk, at, &mut columns)?;
             rows += 1;
             if rows == batch_size {
                 let full = std::mem::replace(&mut columns, self.columns(most_rows));
@@ -200,27 +201,33 @@ impl FastCsv {
             .collect()
     }
 
-    /// Appends the fields of `line` (a record without its line break) to `columns`;
-    /// `None` when the record is not of the forms read here.
-    fn read_record(&self, line: &[u8], columns: &mut [Column]) -> Option<()> {
+    /// Appends the fields of the record at `start` in `chunk` to `columns` and returns
+    /// where the next record starts; `None` when the record is not of the forms read
+    /// here. A value's form never holds a delimiter or a line break, and every field is
+    /// followed by one, so no form is read past its field.
+    fn read_record(&self, chunk: &[u8], start: usize, columns: &mut [Column]) -> Option<usize> {
         let delimiter = self.delimiter;
         let last = columns.len() - 1;
-        let mut at = 0;
+        let mut at = start;
         for (index, column) in columns.iter_mut().enumerate() {
-            let rest = &line[at..];
+            let rest = &chunk[at..];
             let length = match &mut column.values {
                 Values::Utf8 { bytes, offsets } => {
-                    let length = match (index == last, memchr::memchr(delimiter, rest)) {
-                        (true, None) => rest.len(),
-                        (false, Some(length)) => length,
-                        // Too many fields, or too few.
-                        (true, Some(_)) | (false, None) => return None,
+                    let end = memchr::memchr2(delimiter, b'\n', rest)?;
+                    // Too many fields, or too few.
+                    if (rest[end] == b'\n') != (index == last) {
+                        return None;
+                    }
+                    // A carriage return before the line feed ends the record (see `plain`).
+                    let length = match rest[end] == b'\n' && end > 0 && rest[end - 1] == b'\r' {
+                        true => end - 1,
+                        false => end,
                     };
                     bytes.extend_from_slice(&rest[..length]);
                     offsets.push(i32::try_from(bytes.len()).ok()?);
                     length
                 }
-                _ if rest.first().is_none_or(|byte| *byte == delimiter) => {
+                _ if rest.first().is_none_or(|byte| matches!(*byte, b'\n' | b'\r') || *byte == delimiter) => {
                     column.values.push_default();
                     0
                 }
@@ -235,18 +242,15 @@ impl FastCsv {
                 column.nulls.append_non_null();
             }
             at += length;
-            if index == last {
-                if at != line.len() {
-                    return None;
-                }
-            } else {
-                if line.get(at) != Some(&delimiter) {
-                    return None;
-                }
-                at += 1;
-            }
+            // The delimiter, or the line break ending the record.
+            at += match (index == last, chunk.get(at)) {
+                (false, Some(byte)) if *byte == delimiter => 1,
+                (true, Some(b'\n')) => 1,
+                (true, Some(b'\r')) => 2,
+                _ => return None,
+            };
         }
-        Some(())
+        Some(at)
     }
 
     /// The batch of `rows` rows in `columns`; `None` when Arrow refuses it (text that
@@ -261,6 +265,17 @@ impl FastCsv {
         }
         RecordBatch::try_new(self.schema.clone(), arrays).ok()
     }
+}
+
+/// Whether `chunk` holds no quote and no byte order mark, and each carriage return in
+/// it stands before a line feed (the two then end a record; Arrow's decoder also ends a
+/// record at a lone one). One vectorised pass for the three bytes.
+fn plain(chunk: &[u8]) -> bool {
+    memchr::memchr3_iter(b'"', b'\r', UTF8_BOM[0], chunk).all(|at| match chunk[at] {
+        b'"' => false,
+        b'\r' => chunk.get(at + 1) == Some(&b'\n'),
+        _ => !chunk[at..].starts_with(UTF8_BOM),
+    })
 }
 
 /// The values of a column of the batch being built.
@@ -279,7 +294,7 @@ enum Values {
         bytes: Vec<u8>,
         offsets: Vec<i32>,
     },
-    Timestamp(TimeUnit, Vec<i64>),
+    Timestamp(TimeUnit, Vec<i64>, LastDate),
 }
 
 impl Values {
@@ -320,8 +335,8 @@ impl Values {
                 values.append(value);
                 Some(length)
             }
-            Values::Timestamp(unit, values) => {
-                let (value, length) = timestamp_prefix(rest, *unit)?;
+            Values::Timestamp(unit, values, last_date) => {
+                let (value, length) = timestamp_prefix(rest, *unit, last_date)?;
                 values.push(value);
                 Some(length)
             }
@@ -342,7 +357,7 @@ impl Values {
             Values::UInt32(values) => values.push(0),
             Values::UInt64(values) => values.push(0),
             Values::Boolean(values) => values.append(false),
-            Values::Timestamp(_, values) => values.push(0),
+            Values::Timestamp(_, values, _) => values.push(0),
             Values::Utf8 { bytes, offsets } => offsets.push(i32::try_from(bytes.len()).unwrap_or(i32::MAX)),
         }
     }
@@ -371,7 +386,7 @@ impl Column {
                 offsets.push(0);
                 Values::Utf8 { bytes: Vec::with_capacity(text_bytes), offsets }
             }
-            Kind::Timestamp(unit) => Values::Timestamp(unit, Vec::with_capacity(rows)),
+            Kind::Timestamp(unit) => Values::Timestamp(unit, Vec::with_capacity(rows), LastDate::default()),
         };
         Column { values, nulls: NullBufferBuilder::new(rows) }
     }
@@ -394,7 +409,7 @@ impl Column {
                 let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
                 Arc::new(StringArray::try_new(offsets, bytes.into(), nulls).ok()?)
             }
-            Values::Timestamp(unit, values) => {
+            Values::Timestamp(unit, values, _) => {
                 let DataType::Timestamp(_, zone) = data_type else { return None };
                 let zone = zone.clone();
                 match unit {
@@ -452,19 +467,24 @@ fn boolean_prefix(field: &[u8]) -> Option<(bool, usize)> {
     }
 }
 
+/// The last date a timestamp column read, and its days since the Unix epoch: the
+/// timestamps of a stream mostly share their date, read once.
+#[derive(Debug, Default)]
+struct LastDate {
+    /// `YYYY-MM-DD`, or zeros (no date) at first.
+    text: [u8; 10],
+    days: i64,
+}
+
 /// A timestamp at the start of `field` in the forms of the module doc: its value in
 /// `unit` since the Unix epoch, and its length.
-fn timestamp_prefix(field: &[u8], unit: TimeUnit) -> Option<(i64, usize)> {
-    let two = |at: usize| -> Option<i64> { Some(digit(field, at)? * 10 + digit(field, at + 1)?) };
-    if field.get(4) != Some(&b'-') || field.get(7) != Some(&b'-') {
-        return None;
+fn timestamp_prefix(field: &[u8], unit: TimeUnit, last_date: &mut LastDate) -> Option<(i64, usize)> {
+    let date: [u8; 10] = field.get(..10)?.try_into().ok()?;
+    if date != last_date.text {
+        last_date.days = date_days(&date)?;
+        last_date.text = date;
     }
-    let year = two(0)? * 100 + two(2)?;
-    let (month, day) = (two(5)?, two(8)?);
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return None;
-    }
-    let mut seconds = days_from_civil(year, month, day) * 86_400;
+    let mut seconds = last_date.days * 86_400;
     let (length, nanos) = match field.get(10) {
         Some(b'T' | b't' | b' ') => {
             let (second_of_day, length, nanos) = time_prefix(field, unit)?;
@@ -481,6 +501,20 @@ fn timestamp_prefix(field: &[u8], unit: TimeUnit) -> Option<(i64, usize)> {
         TimeUnit::Nanosecond => seconds.checked_mul(1_000_000_000)?.checked_add(nanos)?,
     };
     Some((value, length))
+}
+
+/// The days since the Unix epoch of `date`, if it is a valid `YYYY-MM-DD`.
+fn date_days(date: &[u8; 10]) -> Option<i64> {
+    let two = |at: usize| -> Option<i64> { Some(digit(date, at)? * 10 + digit(date, at + 1)?) };
+    if date[4] != b'-' || date[7] != b'-' {
+        return None;
+    }
+    let year = two(0)? * 100 + two(2)?;
+    let (month, day) = (two(5)?, two(8)?);
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    Some(days_from_civil(year, month, day))
 }
 
 /// The time of day after the date of a timestamp `field` (at byte 11): its seconds
@@ -613,7 +647,7 @@ mod tests {
         ];
         for text in texts {
             for unit in UNITS {
-                let fast = timestamp_prefix(text.as_bytes(), unit);
+                let fast = timestamp_prefix(text.as_bytes(), unit, &mut LastDate::default());
                 let fits = crate::exact::fraction_misfit(text.as_bytes(), fraction_digits(unit)).is_none();
                 match (fast, arrow_timestamp(text, unit)) {
                     (Some((value, length)), Some(arrow)) => {
@@ -650,17 +684,21 @@ mod tests {
             "2026/01/01",
             "2262-04-11 23:47:16.854775808",
         ] {
-            let declined = |unit| match timestamp_prefix(text.as_bytes(), unit) {
+            let declined = |unit| match timestamp_prefix(text.as_bytes(), unit, &mut LastDate::default()) {
                 None => true,
                 // A form that stops before the end: the field goes on, so the record is declined.
                 Some((_, length)) => length < text.len(),
             };
             assert!(declined(TimeUnit::Nanosecond), "{text}");
         }
-        assert!(timestamp_prefix(b"2026-01-01 00:00:00.1234", TimeUnit::Millisecond).is_none());
-        assert!(timestamp_prefix(b"2026-01-01 00:00:00.1230", TimeUnit::Millisecond).is_some());
-        assert!(timestamp_prefix(b"2026-01-01 00:00:00.5", TimeUnit::Second).is_none());
-        assert!(timestamp_prefix(b"2026-01-01 00:00:00.0", TimeUnit::Second).is_some());
+        assert!(
+            timestamp_prefix(b"2026-01-01 00:00:00.1234", TimeUnit::Millisecond, &mut LastDate::default()).is_none()
+        );
+        assert!(
+            timestamp_prefix(b"2026-01-01 00:00:00.1230", TimeUnit::Millisecond, &mut LastDate::default()).is_some()
+        );
+        assert!(timestamp_prefix(b"2026-01-01 00:00:00.5", TimeUnit::Second, &mut LastDate::default()).is_none());
+        assert!(timestamp_prefix(b"2026-01-01 00:00:00.0", TimeUnit::Second, &mut LastDate::default()).is_some());
     }
 
     #[test]
