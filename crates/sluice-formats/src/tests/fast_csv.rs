@@ -8,33 +8,11 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
 
+use crate::RowFormat;
 use crate::fast_csv::FastCsv;
-use crate::{BadRow, Decoder, DecoderOptions, LineChunker, RowFormat};
-
-/// Every column type the fast path reads.
-fn wide_schema() -> SchemaRef {
-    let ts = |unit| DataType::Timestamp(unit, None);
-    Arc::new(Schema::new(vec![
-        Field::new("i8", DataType::Int8, true),
-        Field::new("i16", DataType::Int16, true),
-        Field::new("i32", DataType::Int32, false),
-        Field::new("i64", DataType::Int64, true),
-        Field::new("u8", DataType::UInt8, true),
-        Field::new("u16", DataType::UInt16, true),
-        Field::new("u32", DataType::UInt32, true),
-        Field::new("u64", DataType::UInt64, true),
-        Field::new("flag", DataType::Boolean, true),
-        Field::new("name", DataType::Utf8, false),
-        Field::new("s", ts(TimeUnit::Second), true),
-        Field::new("ms", ts(TimeUnit::Millisecond), true),
-        Field::new("us", ts(TimeUnit::Microsecond), true),
-        Field::new("ns", ts(TimeUnit::Nanosecond), true),
-        Field::new("utc", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), true),
-    ]))
-}
+use crate::properties::{check_fast_path, fast_path_schema};
 
 /// A schema with a column the fast path does not read: it is never used.
 fn float_schema() -> SchemaRef {
@@ -206,48 +184,6 @@ fn csv_text(schema: &SchemaRef, delimiter: u8, rows: &[(u8, Vec<u16>)], odd: boo
     text
 }
 
-type Decoded = (Result<(), String>, Vec<RecordBatch>, Vec<BadRow>, u64);
-
-/// `input` decoded by a decoder with the fast path on or off: whole (`capacity` 0) or
-/// through a chunker with a `capacity`-byte buffer.
-fn decode(options: &DecoderOptions, fast: bool, input: &[u8], capacity: usize) -> Decoded {
-    let mut decoder = match Decoder::new(options.clone()) {
-        Ok(decoder) => decoder,
-        Err(error) => panic!("decoder: {error}"),
-    };
-    decoder.set_fast_path(fast);
-    let (mut out, mut bad) = (Vec::new(), Vec::new());
-    let result = if capacity == 0 {
-        decoder.decode(input, 1, &mut out, &mut bad)
-    } else {
-        let mut chunker = LineChunker::for_format(input, capacity, options.format);
-        loop {
-            match chunker.next_chunk() {
-                Ok(Some((chunk, first_line))) => {
-                    if let Err(error) = decoder.decode(chunk, first_line, &mut out, &mut bad) {
-                        break Err(error);
-                    }
-                }
-                Ok(None) => break Ok(()),
-                Err(error) => panic!("read: {error}"),
-            }
-            bad.extend(chunker.take_bad_rows());
-        }
-    };
-    (result.map_err(|error| format!("{error:?}")), out, bad, decoder.slow_chunks())
-}
-
-/// The fast path on and off give the same batches, bad rows, errors and slow chunks.
-fn check_same(schema: &SchemaRef, format: RowFormat, input: &[u8], capacity: usize, batch_size: usize) {
-    let options = DecoderOptions { schema: schema.clone(), format, batch_size };
-    let slow = decode(&options, false, input, capacity);
-    let fast = decode(&options, true, input, capacity);
-    assert_eq!(fast.0, slow.0, "the outcome");
-    assert_eq!(fast.2, slow.2, "the bad rows");
-    assert_eq!(fast.1, slow.1, "the batches");
-    assert_eq!(fast.3, slow.3, "the slow chunks");
-}
-
 /// The header line of `schema`'s column names.
 fn header(schema: &SchemaRef, delimiter: u8) -> Vec<u8> {
     let names: Vec<&str> = schema.fields().iter().map(|field| field.name().as_str()).collect();
@@ -264,7 +200,7 @@ fn rows(columns: usize) -> impl Strategy<Value = Vec<(u8, Vec<u16>)>> {
 fn setting(which: u8, delimiter: u8) -> (SchemaRef, u8) {
     let schema = match which % 3 {
         0 => super::bid_schema(),
-        1 => wide_schema(),
+        1 => fast_path_schema(),
         _ => float_schema(),
     };
     (schema, [b',', b';', b'\t', b'|'][usize::from(delimiter % 4)])
@@ -293,7 +229,7 @@ proptest! {
             input.pop();
         }
         let format = RowFormat::Csv { header: header_line, delimiter };
-        check_same(&schema, format, &input, capacity, batch_size);
+        check_fast_path(&schema, format, &input, capacity, batch_size);
     }
 
     #[test]
@@ -307,7 +243,7 @@ proptest! {
         batch_size in 1usize..6,
     ) {
         let (schema, _) = setting(which, 0);
-        check_same(&schema, RowFormat::Csv { header: false, delimiter: b',' }, &bytes, capacity, batch_size);
+        check_fast_path(&schema, RowFormat::Csv { header: false, delimiter: b',' }, &bytes, capacity, batch_size);
     }
 }
 
@@ -338,7 +274,7 @@ fn clean_texts_take_the_fast_path() {
 /// path's row or bad row, with the fast path on.
 #[test]
 fn each_odd_field_alone() {
-    let schema = wide_schema();
+    let schema = fast_path_schema();
     let clean: Vec<Vec<u8>> =
         (schema.fields().iter()).map(|field| self::field(field.data_type(), field.is_nullable(), 64, false)).collect();
     // A column of each kind (the general path is slow on bad rows in a debug build).
@@ -358,6 +294,6 @@ fn each_odd_field_alone() {
         }
         // A chunk per record (the records with a quoted line break aside).
         let capacity = input.split(|byte| *byte == b'\n').map(<[u8]>::len).max().unwrap_or(0) + 1;
-        check_same(&schema, RowFormat::Csv { header: false, delimiter: b',' }, &input, capacity, 1);
+        check_fast_path(&schema, RowFormat::Csv { header: false, delimiter: b',' }, &input, capacity, 1);
     }
 }
