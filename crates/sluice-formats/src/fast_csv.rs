@@ -450,8 +450,16 @@ fn integer_prefix(field: &[u8]) -> Option<(bool, u64, usize)> {
         if digit > 9 {
             break;
         }
-        magnitude = magnitude.checked_mul(10)?.checked_add(u64::from(digit))?;
+        // Exact up to 19 digits (below 10^19 < 2^64); longer ones are read again.
+        magnitude = magnitude.wrapping_mul(10).wrapping_add(u64::from(digit));
         at += 1;
+    }
+    let digits = &field[start..at];
+    if digits.len() > 19 {
+        magnitude = 0;
+        for byte in digits {
+            magnitude = magnitude.checked_mul(10)?.checked_add(u64::from(byte - b'0'))?;
+        }
     }
     (at > start).then_some((negative, magnitude, at))
 }
