@@ -9,7 +9,7 @@
 //! rows are kept. The good records are then decoded together, so a chunk's batches are
 //! always full-size.
 //!
-//! A CSV chunk is first offered to [`crate::fast_csv`], which reads a chunk of plain
+//! A CSV chunk is first offered to `fast_csv`, which reads a chunk of plain
 //! records in one pass, straight into arrays, and declines any other.
 
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
@@ -162,7 +162,7 @@ impl Decoder {
         self.slow_chunks
     }
 
-    /// Turns the one-pass CSV decoder ([`crate::fast_csv`]) on (the default) or off; the
+    /// Turns the one-pass CSV decoder (`fast_csv`) on (the default) or off; the
     /// rows and bad rows are the same either way.
     pub fn set_fast_path(&mut self, on: bool) {
         self.fast_path = on;

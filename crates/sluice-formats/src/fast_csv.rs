@@ -3,10 +3,12 @@
 //! The decoder's general path ([`crate::decode`]) makes several passes over a chunk (a
 //! search for byte order marks, the audit's quick test, a count of the records) before
 //! Arrow's CSV decoder splits the records into fields and parses each column. A
-//! [`FastCsv`] reads a chunk of the common shape once instead: it finds each line with
-//! a vectorised search for `\n`, reads the fields of the line in order, each parsed by
-//! its column's type as it is found (a VARCHAR field ends at the next delimiter, found
-//! the same way), and appends the values to the arrays of the batch being built.
+//! [`FastCsv`] reads a chunk of the common shape once instead: after one vectorised
+//! search for the bytes it declines (see [`plain`]), it reads the fields of each record
+//! in order straight off the chunk, each parsed by its column's type as it is found (a
+//! VARCHAR field ends at the next delimiter or line feed, found by a vectorised search;
+//! any other form ends where it does), and appends the values to the arrays of the
+//! batch being built.
 //!
 //! It decodes a chunk whole and exactly as the general path would (the same rows, in
 //! the same batches of at most `batch_size` rows, with the same values), or declines
@@ -26,6 +28,8 @@
 //! [`crate::csv_audit`] read them:
 //! - an integer column (TINYINT to BIGINT, signed or not): `[+-]?[0-9]+` within the
 //!   type's range, no `-` for an unsigned type;
+//! - REAL and DOUBLE: `[+-]?[0-9]+(.[0-9]+)?` within the type's range (see
+//!   [`float_prefix`]);
 //! - BOOLEAN: `true` or `false` in any case;
 //! - VARCHAR: any text;
 //! - TIMESTAMP (without time zone, or in UTC): `YYYY-MM-DD`, or `YYYY-MM-DD` then `T`,
@@ -48,9 +52,9 @@ use arrow::array::{
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{
-    DataType, Int8Type, Int16Type, Int32Type, Int64Type, SchemaRef, TimeUnit, TimestampMicrosecondType,
-    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt8Type, UInt16Type, UInt32Type,
-    UInt64Type,
+    DataType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, SchemaRef, TimeUnit,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow::record_batch::RecordBatch;
 
@@ -72,6 +76,8 @@ enum Kind {
     UInt16,
     UInt32,
     UInt64,
+    Float32,
+    Float64,
     Boolean,
     Utf8,
     Timestamp(TimeUnit),
@@ -88,6 +94,8 @@ impl Kind {
             DataType::UInt16 => Kind::UInt16,
             DataType::UInt32 => Kind::UInt32,
             DataType::UInt64 => Kind::UInt64,
+            DataType::Float32 => Kind::Float32,
+            DataType::Float64 => Kind::Float64,
             DataType::Boolean => Kind::Boolean,
             DataType::Utf8 => Kind::Utf8,
             // A naive timestamp is read in the column's time zone: only UTC is read here.
@@ -288,6 +296,8 @@ enum Values {
     UInt16(Vec<u16>),
     UInt32(Vec<u32>),
     UInt64(Vec<u64>),
+    Float32(Vec<f32>),
+    Float64(Vec<f64>),
     Boolean(BooleanBufferBuilder),
     /// The text of the rows one after the other, and where each row's ends.
     Utf8 {
@@ -330,6 +340,16 @@ impl Values {
             Values::UInt16(values) => unsigned!(values),
             Values::UInt32(values) => unsigned!(values),
             Values::UInt64(values) => unsigned!(values),
+            Values::Float32(values) => {
+                let (value, length) = float_prefix(rest)?;
+                values.push(value);
+                Some(length)
+            }
+            Values::Float64(values) => {
+                let (value, length) = float_prefix(rest)?;
+                values.push(value);
+                Some(length)
+            }
             Values::Boolean(values) => {
                 let (value, length) = boolean_prefix(rest)?;
                 values.append(value);
@@ -356,6 +376,8 @@ impl Values {
             Values::UInt16(values) => values.push(0),
             Values::UInt32(values) => values.push(0),
             Values::UInt64(values) => values.push(0),
+            Values::Float32(values) => values.push(0.0),
+            Values::Float64(values) => values.push(0.0),
             Values::Boolean(values) => values.append(false),
             Values::Timestamp(_, values, _) => values.push(0),
             Values::Utf8 { bytes, offsets } => offsets.push(i32::try_from(bytes.len()).unwrap_or(i32::MAX)),
@@ -380,6 +402,8 @@ impl Column {
             Kind::UInt16 => Values::UInt16(Vec::with_capacity(rows)),
             Kind::UInt32 => Values::UInt32(Vec::with_capacity(rows)),
             Kind::UInt64 => Values::UInt64(Vec::with_capacity(rows)),
+            Kind::Float32 => Values::Float32(Vec::with_capacity(rows)),
+            Kind::Float64 => Values::Float64(Vec::with_capacity(rows)),
             Kind::Boolean => Values::Boolean(BooleanBufferBuilder::new(rows)),
             Kind::Utf8 => {
                 let mut offsets = Vec::with_capacity(rows + 1);
@@ -403,6 +427,8 @@ impl Column {
             Values::UInt16(values) => primitive::<UInt16Type>(values, nulls)?,
             Values::UInt32(values) => primitive::<UInt32Type>(values, nulls)?,
             Values::UInt64(values) => primitive::<UInt64Type>(values, nulls)?,
+            Values::Float32(values) => primitive::<Float32Type>(values, nulls)?,
+            Values::Float64(values) => primitive::<Float64Type>(values, nulls)?,
             Values::Boolean(mut values) => Arc::new(BooleanArray::new(values.finish(), nulls)),
             Values::Utf8 { bytes, offsets } => {
                 // Checks that the text is UTF-8 and that each row's ends at a character.
@@ -462,6 +488,30 @@ fn integer_prefix(field: &[u8]) -> Option<(bool, u64, usize)> {
         }
     }
     (at > start).then_some((negative, magnitude, at))
+}
+
+/// `[+-]?[0-9]+(\.[0-9]+)?` at the start of `field`, as a finite float, and its
+/// length. Arrow's parser and the standard library's both round a decimal to the
+/// nearest float exactly, so they agree on this form; other forms (`1e5`, `.5`, `5.`,
+/// `NaN`, `inf`) and text beyond the float's range are declined.
+fn float_prefix<F: std::str::FromStr + Into<f64> + Copy>(field: &[u8]) -> Option<(F, usize)> {
+    let digits =
+        |from: usize| field.get(from..).map_or(0, |rest| rest.iter().take_while(|b| b.is_ascii_digit()).count());
+    let sign = usize::from(matches!(field.first(), Some(b'+' | b'-')));
+    let whole = digits(sign);
+    if whole == 0 {
+        return None;
+    }
+    let mut length = sign + whole;
+    if field.get(length) == Some(&b'.') {
+        let fraction = digits(length + 1);
+        if fraction == 0 {
+            return None;
+        }
+        length += 1 + fraction;
+    }
+    let value: F = std::str::from_utf8(&field[..length]).ok()?.parse().ok()?;
+    value.into().is_finite().then_some((value, length))
 }
 
 /// `true` or `false`, in any case, at the start of `field`, and its length.
@@ -609,6 +659,48 @@ mod tests {
         assert_eq!(integer_prefix(b"18446744073709551615"), Some((false, u64::MAX, 20)));
         for none in [&b""[..], b"-", b"+", b"x1", b" 1", b"18446744073709551616", b"-+1"] {
             assert_eq!(integer_prefix(none), None, "{:?}", String::from_utf8_lossy(none));
+        }
+    }
+
+    #[test]
+    fn floats_are_read_as_arrow_reads_them() {
+        use arrow::compute::kernels::cast_utils::Parser;
+        let mut texts: Vec<String> = [
+            "0", "-0", "+0.0", "1.5", "-0.25", "007.50", "0.1", "0.30000000000000004", "123456789.123456789",
+            "9007199254740993", "2.2250738585072011", "4.9406564584124654", "3.4028235677973366",
+            "340282356779733661637539395458142568448", "179769313486231580793728971405303415079934132710037826936173778980444968292764750946649017977587207096330286416692887910946555547851940402630657488671505820681908902000708383676273854845817711531764475730270069855571366959622842914819860834936475292719074168444365510704342711559699508093042880177904",
+        ]
+        .iter()
+        .map(|text| text.to_string())
+        .collect();
+        // Random digits around the places where rounding is hard.
+        let mut state = 11u64;
+        for _ in 0..3000 {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let (whole, fraction) = ((state >> 40) % 24, (state >> 20) % 24);
+            let digits: String =
+                (0..whole + fraction).map(|i| char::from(b'0' + ((state >> (i % 50)) % 10) as u8)).collect();
+            let (a, b) = digits.split_at(whole as usize);
+            texts.push(if b.is_empty() { a.to_string() } else { format!("{a}.{b}") });
+        }
+        for text in texts.iter().filter(|text| !text.is_empty() && !text.starts_with('.')) {
+            match float_prefix::<f64>(text.as_bytes()) {
+                Some((value, length)) => {
+                    assert_eq!(length, text.len(), "{text}");
+                    assert_eq!(Some(value.to_bits()), Float64Type::parse(text).map(f64::to_bits), "{text}");
+                }
+                None => assert!(Float64Type::parse(text).is_none_or(|value| !value.is_finite()), "{text}"),
+            }
+            match float_prefix::<f32>(text.as_bytes()) {
+                Some((value, _)) => {
+                    assert_eq!(Some(value.to_bits()), Float32Type::parse(text).map(f32::to_bits), "{text}")
+                }
+                None => assert!(Float32Type::parse(text).is_none_or(|value| !value.is_finite()), "{text}"),
+            }
+        }
+        for declined in ["1e5", ".5", "5.", "NaN", "inf", "+", "-.5", "1.5e", " 1"] {
+            let length = float_prefix::<f64>(declined.as_bytes()).map(|(_, length)| length);
+            assert!(length.is_none_or(|length| length < declined.len()), "{declined}");
         }
     }
 
@@ -780,8 +872,8 @@ mod tests {
 
     #[test]
     fn schemas_and_delimiters_without_a_fast_path() {
-        let float = Arc::new(Schema::new(vec![Field::new("x", DataType::Float64, true)]));
-        assert!(FastCsv::new(&float, b',').is_none());
+        let decimal = Arc::new(Schema::new(vec![Field::new("x", DataType::Decimal128(10, 2), true)]));
+        assert!(FastCsv::new(&decimal, b',').is_none());
         let zoned = DataType::Timestamp(TimeUnit::Millisecond, Some("+02:00".into()));
         assert!(FastCsv::new(&Arc::new(Schema::new(vec![Field::new("t", zoned, true)])), b',').is_none());
         assert!(FastCsv::new(&Arc::new(Schema::empty()), b',').is_none());

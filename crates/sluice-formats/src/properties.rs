@@ -370,6 +370,8 @@ pub fn fast_path_schema() -> SchemaRef {
         Field::new("u16", DataType::UInt16, true),
         Field::new("u32", DataType::UInt32, true),
         Field::new("u64", DataType::UInt64, true),
+        Field::new("f32", DataType::Float32, true),
+        Field::new("f64", DataType::Float64, true),
         Field::new("flag", DataType::Boolean, true),
         Field::new("name", DataType::Utf8, false),
         Field::new("s", ts(TimeUnit::Second), true),
