@@ -30,6 +30,8 @@
 //!   type's range, no `-` for an unsigned type;
 //! - REAL and DOUBLE: `[+-]?[0-9]+(.[0-9]+)?` within the type's range (see
 //!   [`float_prefix`]);
+//! - DECIMAL(p, s) (128 bits, `0 <= s <= p`): `[+-]?[0-9]+(.[0-9]+)?` that fits the
+//!   column exactly (see [`decimal_prefix`]);
 //! - BOOLEAN: `true` or `false` in any case;
 //! - VARCHAR: any text;
 //! - TIMESTAMP (without time zone, or in UTC): `YYYY-MM-DD`, or `YYYY-MM-DD` then `T`,
@@ -52,7 +54,7 @@ use arrow::array::{
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{
-    DataType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, SchemaRef, TimeUnit,
+    DataType, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, SchemaRef, TimeUnit,
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt8Type,
     UInt16Type, UInt32Type, UInt64Type,
 };
@@ -78,6 +80,8 @@ enum Kind {
     UInt64,
     Float32,
     Float64,
+    /// Precision and scale, `0 <= scale <= precision`.
+    Decimal128(u8, u8),
     Boolean,
     Utf8,
     Timestamp(TimeUnit),
@@ -96,6 +100,10 @@ impl Kind {
             DataType::UInt64 => Kind::UInt64,
             DataType::Float32 => Kind::Float32,
             DataType::Float64 => Kind::Float64,
+            DataType::Decimal128(precision, scale) => {
+                let scale = u8::try_from(*scale).ok().filter(|scale| scale <= precision)?;
+                Kind::Decimal128(*precision, scale)
+            }
             DataType::Boolean => Kind::Boolean,
             DataType::Utf8 => Kind::Utf8,
             // A naive timestamp is read in the column's time zone: only UTC is read here.
@@ -298,6 +306,11 @@ enum Values {
     UInt64(Vec<u64>),
     Float32(Vec<f32>),
     Float64(Vec<f64>),
+    Decimal128 {
+        precision: u8,
+        scale: u8,
+        values: Vec<i128>,
+    },
     Boolean(BooleanBufferBuilder),
     /// The text of the rows one after the other, and where each row's ends.
     Utf8 {
@@ -350,6 +363,11 @@ impl Values {
                 values.push(value);
                 Some(length)
             }
+            Values::Decimal128 { precision, scale, values } => {
+                let (value, length) = decimal_prefix(rest, *precision, *scale)?;
+                values.push(value);
+                Some(length)
+            }
             Values::Boolean(values) => {
                 let (value, length) = boolean_prefix(rest)?;
                 values.append(value);
@@ -378,6 +396,7 @@ impl Values {
             Values::UInt64(values) => values.push(0),
             Values::Float32(values) => values.push(0.0),
             Values::Float64(values) => values.push(0.0),
+            Values::Decimal128 { values, .. } => values.push(0),
             Values::Boolean(values) => values.append(false),
             Values::Timestamp(_, values, _) => values.push(0),
             Values::Utf8 { bytes, offsets } => offsets.push(i32::try_from(bytes.len()).unwrap_or(i32::MAX)),
@@ -404,6 +423,9 @@ impl Column {
             Kind::UInt64 => Values::UInt64(Vec::with_capacity(rows)),
             Kind::Float32 => Values::Float32(Vec::with_capacity(rows)),
             Kind::Float64 => Values::Float64(Vec::with_capacity(rows)),
+            Kind::Decimal128(precision, scale) => {
+                Values::Decimal128 { precision, scale, values: Vec::with_capacity(rows) }
+            }
             Kind::Boolean => Values::Boolean(BooleanBufferBuilder::new(rows)),
             Kind::Utf8 => {
                 let mut offsets = Vec::with_capacity(rows + 1);
@@ -429,6 +451,10 @@ impl Column {
             Values::UInt64(values) => primitive::<UInt64Type>(values, nulls)?,
             Values::Float32(values) => primitive::<Float32Type>(values, nulls)?,
             Values::Float64(values) => primitive::<Float64Type>(values, nulls)?,
+            Values::Decimal128 { precision, scale, values } => {
+                let values = PrimitiveArray::<Decimal128Type>::try_new(ScalarBuffer::from(values), nulls).ok()?;
+                Arc::new(values.with_precision_and_scale(precision, scale as i8).ok()?)
+            }
             Values::Boolean(mut values) => Arc::new(BooleanArray::new(values.finish(), nulls)),
             Values::Utf8 { bytes, offsets } => {
                 // Checks that the text is UTF-8 and that each row's ends at a character.
@@ -512,6 +538,43 @@ fn float_prefix<F: std::str::FromStr + Into<f64> + Copy>(field: &[u8]) -> Option
     }
     let value: F = std::str::from_utf8(&field[..length]).ok()?.parse().ok()?;
     value.into().is_finite().then_some((value, length))
+}
+
+/// `[+-]?[0-9]+(\.[0-9]+)?` at the start of `field` as a DECIMAL(`precision`,
+/// `scale`) that holds it exactly (see [`crate::exact::decimal_misfit`]): no more
+/// digits before the point, leading zeros aside, than `precision - scale`, and no digit
+/// but `0` after the first `scale` ones. Arrow's parser reads such text to the same
+/// value (it keeps the first `scale` decimal places); other forms (`1e2`, `.5`) are
+/// declined. Its value in units of the scale, and its length.
+fn decimal_prefix(field: &[u8], precision: u8, scale: u8) -> Option<(i128, usize)> {
+    let digits =
+        |from: usize| field.get(from..).map_or(0, |rest| rest.iter().take_while(|b| b.is_ascii_digit()).count());
+    let sign = usize::from(matches!(field.first(), Some(b'+' | b'-')));
+    let whole = &field[sign..sign + digits(sign)];
+    if whole.is_empty() {
+        return None;
+    }
+    let mut length = sign + whole.len();
+    let mut fraction: &[u8] = &[];
+    if field.get(length) == Some(&b'.') {
+        fraction = &field[length + 1..length + 1 + digits(length + 1)];
+        if fraction.is_empty() {
+            return None;
+        }
+        length += 1 + fraction.len();
+    }
+    let significant = &whole[whole.iter().take_while(|b| **b == b'0').count()..];
+    let kept = fraction.len().min(usize::from(scale));
+    if significant.len() > usize::from(precision - scale) || fraction[kept..].iter().any(|b| *b != b'0') {
+        return None;
+    }
+    // At most `precision` (38 or fewer) digits: no overflow.
+    let mut value: i128 = 0;
+    for byte in significant.iter().chain(&fraction[..kept]) {
+        value = value * 10 + i128::from(byte - b'0');
+    }
+    value *= 10i128.pow(u32::from(scale) - kept as u32);
+    Some((if field.first() == Some(&b'-') { -value } else { value }, length))
 }
 
 /// `true` or `false`, in any case, at the start of `field`, and its length.
@@ -705,6 +768,61 @@ mod tests {
     }
 
     #[test]
+    fn decimals_are_read_as_arrow_and_the_audit_read_them() {
+        use arrow::compute::kernels::cast_utils::parse_decimal;
+        let mut texts: Vec<String> = [
+            "0",
+            "-0",
+            "+0.00",
+            "1.5",
+            "-1.25",
+            "1.230",
+            "1.239",
+            "0012345678.9900",
+            "12345678.99",
+            "123456789",
+            "99999999.99",
+            "-99999999.99",
+            "0.001",
+            "0.010",
+            "5",
+            "+7.1",
+            "100000000",
+        ]
+        .iter()
+        .map(|text| text.to_string())
+        .collect();
+        let mut state = 5u64;
+        for _ in 0..2000 {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let (whole, fraction) = (1 + (state >> 40) % 12, (state >> 20) % 6);
+            let digits: String =
+                (0..whole + fraction).map(|i| char::from(b'0' + ((state >> (i % 50)) % 10) as u8)).collect();
+            let (a, b) = digits.split_at(whole as usize);
+            let sign = ["", "-", "+"][(state % 3) as usize];
+            texts.push(if b.is_empty() { format!("{sign}{a}") } else { format!("{sign}{a}.{b}") });
+        }
+        for (precision, scale) in [(10u8, 2u8), (5, 0), (38, 10), (3, 3), (18, 6)] {
+            for text in &texts {
+                let fits = crate::exact::decimal_misfit(text.as_bytes(), precision, scale as i8).is_none();
+                let arrow = parse_decimal::<Decimal128Type>(text, precision, scale as i8).ok();
+                match decimal_prefix(text.as_bytes(), precision, scale) {
+                    Some((value, length)) => {
+                        assert_eq!(length, text.len(), "{text}");
+                        assert!(fits, "{text} in DECIMAL({precision}, {scale}) is a bad row");
+                        assert_eq!(Some(value), arrow, "{text} in DECIMAL({precision}, {scale})");
+                    }
+                    None => assert!(!fits || arrow.is_none(), "{text} in DECIMAL({precision}, {scale}) is declined"),
+                }
+            }
+        }
+        for declined in ["1e2", ".5", "5.", "+", "-.5", "1.5e1", " 1", "1.2.3"] {
+            let length = decimal_prefix(declined.as_bytes(), 10, 2).map(|(_, length)| length);
+            assert!(length.is_none_or(|length| length < declined.len()), "{declined}");
+        }
+    }
+
+    #[test]
     fn booleans_are_read_in_any_case() {
         assert_eq!(boolean_prefix(b"true"), Some((true, 4)));
         assert_eq!(boolean_prefix(b"FaLsE,x"), Some((false, 5)));
@@ -872,8 +990,10 @@ mod tests {
 
     #[test]
     fn schemas_and_delimiters_without_a_fast_path() {
-        let decimal = Arc::new(Schema::new(vec![Field::new("x", DataType::Decimal128(10, 2), true)]));
-        assert!(FastCsv::new(&decimal, b',').is_none());
+        let date = Arc::new(Schema::new(vec![Field::new("x", DataType::Date32, true)]));
+        assert!(FastCsv::new(&date, b',').is_none());
+        let negative_scale = Arc::new(Schema::new(vec![Field::new("x", DataType::Decimal128(10, -2), true)]));
+        assert!(FastCsv::new(&negative_scale, b',').is_none());
         let zoned = DataType::Timestamp(TimeUnit::Millisecond, Some("+02:00".into()));
         assert!(FastCsv::new(&Arc::new(Schema::new(vec![Field::new("t", zoned, true)])), b',').is_none());
         assert!(FastCsv::new(&Arc::new(Schema::empty()), b',').is_none());

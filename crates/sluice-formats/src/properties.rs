@@ -372,6 +372,7 @@ pub fn fast_path_schema() -> SchemaRef {
         Field::new("u64", DataType::UInt64, true),
         Field::new("f32", DataType::Float32, true),
         Field::new("f64", DataType::Float64, true),
+        Field::new("d", DataType::Decimal128(10, 2), true),
         Field::new("flag", DataType::Boolean, true),
         Field::new("name", DataType::Utf8, false),
         Field::new("s", ts(TimeUnit::Second), true),

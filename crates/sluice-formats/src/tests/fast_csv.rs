@@ -15,11 +15,8 @@ use crate::fast_csv::FastCsv;
 use crate::properties::{check_fast_path, fast_path_schema};
 
 /// A schema with a column the fast path does not read: it is never used.
-fn decimal_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("x", DataType::Decimal128(10, 2), true),
-    ]))
+fn date_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("x", DataType::Date32, true)]))
 }
 
 const SIGNED: &[&str] = &["0", "1", "-5", "+7", "007", "-0", "127", "-128", "42"];
@@ -97,6 +94,10 @@ const ODD_INTEGERS: &[&str] = &[
     "-129",
 ];
 const FLOATS: &[&str] = &["1.5", "-0.25", "3", "+2.0", "007.10", "0.1", "0.30000000000000004", "123456789.123456789"];
+const DECIMALS: &[&str] = &["1.5", "-0.25", "3", "+2.0", "007.10", "1.230", "0012345678.9900", "-99999999.99", "0"];
+/// Odd decimals for the DECIMAL(10, 2) column.
+const ODD_DECIMALS: &[&str] =
+    &["1.239", "123456789", "1e2", ".5", "5.", "+.", "e5", " 1.5", "1.5 ", "0.001", "100000000.00"];
 /// Odd floats for float columns.
 const ODD_FLOATS: &[&str] =
     &["1e5", ".5", "5.", "NaN", "inf", "-inf", " 1.5", "1.5 ", "1,5", "3.4028236e38", "1e400", "0x10"];
@@ -134,6 +135,7 @@ fn field(data_type: &DataType, nullable: bool, pick: u16, odd: bool) -> Vec<u8> 
         DataType::Timestamp(_, _) if odd && kind < 5 => choose(ODD_TIMESTAMPS),
         _ if odd && is_integer && kind < 5 => choose(ODD_INTEGERS),
         _ if odd && data_type.is_floating() && kind < 5 => choose(ODD_FLOATS),
+        DataType::Decimal128(_, _) if odd && kind < 5 => choose(ODD_DECIMALS),
         _ if odd && kind < 6 => choose(&[SIGNED, TIMESTAMPS, TEXTS, BOOLEANS].concat()),
         _ if odd && kind < 8 => Vec::new(),
         _ if kind % 16 == 8 && nullable => Vec::new(),
@@ -152,7 +154,9 @@ fn field(data_type: &DataType, nullable: bool, pick: u16, odd: bool) -> Vec<u8> 
         DataType::UInt64 if kind % 16 == 9 => b"18446744073709551615".to_vec(),
         DataType::UInt32 if kind % 16 == 9 => b"4294967295".to_vec(),
         DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => choose(UNSIGNED),
-        DataType::Float32 | DataType::Float64 | DataType::Decimal128(_, _) => choose(FLOATS),
+        DataType::Float32 | DataType::Float64 => choose(FLOATS),
+        DataType::Decimal128(_, _) => choose(DECIMALS),
+        DataType::Date32 => choose(&["2026-01-01", "1970-01-01"]),
         _ => choose(SIGNED),
     }
 }
@@ -209,7 +213,7 @@ fn setting(which: u8, delimiter: u8) -> (SchemaRef, u8) {
     let schema = match which % 3 {
         0 => super::bid_schema(),
         1 => fast_path_schema(),
-        _ => decimal_schema(),
+        _ => date_schema(),
     };
     (schema, [b',', b';', b'\t', b'|'][usize::from(delimiter % 4)])
 }
@@ -286,12 +290,13 @@ fn each_odd_field_alone() {
     let clean: Vec<Vec<u8>> =
         (schema.fields().iter()).map(|field| self::field(field.data_type(), field.is_nullable(), 64, false)).collect();
     // A column of each kind (the general path is slow on bad rows in a debug build).
-    for column in ["i8", "u8", "i64", "u64", "f32", "f64", "flag", "name", "s", "ms", "ns", "utc"] {
+    for column in ["i8", "u8", "i64", "u64", "f32", "f64", "d", "flag", "name", "s", "ms", "ns", "utc"] {
         let Ok(column) = schema.index_of(column) else { panic!("no column {column}") };
         let odd = match schema.field(column).data_type() {
             DataType::Timestamp(_, _) => [ODD_TIMESTAMPS, TIMESTAMPS].concat(),
             data_type if data_type.is_integer() => [ODD_INTEGERS, SIGNED, UNSIGNED].concat(),
             data_type if data_type.is_floating() => [ODD_FLOATS, FLOATS, ODD_INTEGERS].concat(),
+            DataType::Decimal128(_, _) => [ODD_DECIMALS, DECIMALS, ODD_FLOATS].concat(),
             _ => [ODD, BOOLEANS].concat(),
         };
         let mut input = Vec::new();
