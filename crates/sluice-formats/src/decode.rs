@@ -8,6 +8,9 @@
 //! reported with the line number of its record's first line and a reason while the good
 //! rows are kept. The good records are then decoded together, so a chunk's batches are
 //! always full-size.
+//!
+//! A CSV chunk is first offered to `fast_csv`, which reads a chunk of plain
+//! records in one pass, straight into arrays, and declines any other.
 
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
@@ -15,6 +18,7 @@ use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
 use crate::csv_audit::CsvAudit;
+use crate::fast_csv::FastCsv;
 use crate::header::{UTF8_BOM, check_csv_first_row, check_csv_header};
 use crate::json_numbers::NumberAudit;
 use crate::{diagnose, records, temporal};
@@ -94,6 +98,9 @@ pub struct Decoder {
     extreme_columns: Vec<usize>,
     /// Chunks that took the record-by-record path.
     slow_chunks: u64,
+    /// CSV: the one-pass decoder of plain chunks, tried first when `fast_path` is on.
+    fast_csv: Option<FastCsv>,
+    fast_path: bool,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -142,13 +149,23 @@ impl Decoder {
                 .collect(),
             Some(ValueAudit::Csv(_)) | None => Vec::new(),
         };
-        Ok(Decoder { options, audit, timestamp_columns, extreme_columns, slow_chunks: 0 })
+        let fast_csv = match options.format {
+            RowFormat::Csv { delimiter, .. } => FastCsv::new(&options.schema, delimiter),
+            RowFormat::Json => None,
+        };
+        Ok(Decoder { options, audit, timestamp_columns, extreme_columns, slow_chunks: 0, fast_csv, fast_path: true })
     }
 
     /// How many chunks were decoded again record by record: those with a bad row or two
     /// records on one line. A clean input keeps it at 0.
     pub fn slow_chunks(&self) -> u64 {
         self.slow_chunks
+    }
+
+    /// Turns the one-pass CSV decoder (`fast_csv`) on (the default) or off; the
+    /// rows and bad rows are the same either way.
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_path = on;
     }
 
     /// The options this decoder was built with.
@@ -215,6 +232,10 @@ impl Decoder {
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
+        if self.fast_path && self.fast_csv.as_mut().is_some_and(|fast| fast.decode(chunk, self.options.batch_size, out))
+        {
+            return Ok(());
+        }
         let records = records::count_records(chunk, self.options.format);
         let start = out.len();
         match self.run(chunk, self.options.batch_size, out) {

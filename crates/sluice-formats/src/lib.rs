@@ -12,7 +12,8 @@
 //! which quotes count). A bad row never fails the stream: it is reported as a
 //! [`BadRow`] (the 1-based line number of its record's first line, the reason, its text
 //! cut to 200 characters) and skipped, and the good rows around it are kept. A clean
-//! chunk is decoded in one pass by Arrow's own CSV or JSON decoder; only a chunk that
+//! chunk is decoded in one pass (a CSV chunk of plain records by the crate's own
+//! `fast_csv`, any other by Arrow's own CSV or JSON decoder); only a chunk that
 //! fails is decoded again record by record to isolate its bad rows. Blank lines (empty
 //! or only whitespace) are skipped and are not bad rows.
 //!
@@ -87,6 +88,7 @@ pub mod decode;
 mod diagnose;
 pub mod encode;
 mod exact;
+mod fast_csv;
 mod header;
 mod json_numbers;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -13,6 +13,8 @@
 //!   one bad row, in line order, in batches of exactly the schema; a good CSV row holds
 //!   its decimal and its timestamp exactly as written; and the decoder gives the same
 //!   rows and bad rows whole as through a chunker whose buffer holds every record.
+//! - [`check_fast_path`]: the [`Decoder`] gives the same rows, bad rows, outcome and
+//!   slow chunks with its one-pass CSV fast path on and off.
 //!
 //! Compiled for the crate's tests and with the `fuzzing` feature.
 
@@ -354,4 +356,75 @@ fn decode_chunked(
         bad.extend(chunker.take_bad_rows());
     }
     Ok((out, bad))
+}
+
+/// A column of every type the CSV decoder's fast path reads, for [`check_fast_path`].
+pub fn fast_path_schema() -> SchemaRef {
+    let ts = |unit| DataType::Timestamp(unit, None);
+    Arc::new(Schema::new(vec![
+        Field::new("i8", DataType::Int8, true),
+        Field::new("i16", DataType::Int16, true),
+        Field::new("i32", DataType::Int32, false),
+        Field::new("i64", DataType::Int64, true),
+        Field::new("u8", DataType::UInt8, true),
+        Field::new("u16", DataType::UInt16, true),
+        Field::new("u32", DataType::UInt32, true),
+        Field::new("u64", DataType::UInt64, true),
+        Field::new("f32", DataType::Float32, true),
+        Field::new("f64", DataType::Float64, true),
+        Field::new("d", DataType::Decimal128(10, 2), true),
+        Field::new("flag", DataType::Boolean, true),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("s", ts(TimeUnit::Second), true),
+        Field::new("ms", ts(TimeUnit::Millisecond), true),
+        Field::new("us", ts(TimeUnit::Microsecond), true),
+        Field::new("ns", ts(TimeUnit::Nanosecond), true),
+        Field::new("utc", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), true),
+    ]))
+}
+
+/// What a decode gave, with the fast path on or off: the outcome, the rows, the bad
+/// rows, the slow chunks.
+type DecodedWithFastPath = (Result<(), String>, Vec<RecordBatch>, Vec<BadRow>, u64);
+
+/// `input` decoded by a decoder with the fast path on or off: whole (`capacity` 0) or
+/// through a chunker with a `capacity`-byte buffer.
+fn decode_with_fast_path(options: &DecoderOptions, fast: bool, input: &[u8], capacity: usize) -> DecodedWithFastPath {
+    let mut decoder = match Decoder::new(options.clone()) {
+        Ok(decoder) => decoder,
+        Err(error) => panic!("decoder: {error}"),
+    };
+    decoder.set_fast_path(fast);
+    let (mut out, mut bad) = (Vec::new(), Vec::new());
+    let result = if capacity == 0 {
+        decoder.decode(input, 1, &mut out, &mut bad)
+    } else {
+        let mut chunker = LineChunker::for_format(input, capacity, options.format);
+        loop {
+            match chunker.next_chunk() {
+                Ok(Some((chunk, first_line))) => {
+                    if let Err(error) = decoder.decode(chunk, first_line, &mut out, &mut bad) {
+                        break Err(error);
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(error) => panic!("read: {error}"),
+            }
+            bad.extend(chunker.take_bad_rows());
+        }
+    };
+    (result.map_err(|error| format!("{error:?}")), out, bad, decoder.slow_chunks())
+}
+
+/// The [`Decoder`] of `format` and `schema` on `input` (whole with `capacity` 0, else
+/// through a chunker with a `capacity`-byte buffer) gives the same batches, bad rows,
+/// outcome and slow chunks with its one-pass CSV fast path on and off.
+pub fn check_fast_path(schema: &SchemaRef, format: RowFormat, input: &[u8], capacity: usize, batch_size: usize) {
+    let options = DecoderOptions { schema: schema.clone(), format, batch_size };
+    let slow = decode_with_fast_path(&options, false, input, capacity);
+    let fast = decode_with_fast_path(&options, true, input, capacity);
+    assert_eq!(fast.0, slow.0, "the outcome");
+    assert_eq!(fast.2, slow.2, "the bad rows");
+    assert_eq!(fast.1, slow.1, "the batches");
+    assert_eq!(fast.3, slow.3, "the slow chunks");
 }

@@ -8,6 +8,7 @@ mod chunker;
 mod decode;
 mod encode;
 mod exact;
+mod fast_csv;
 mod outside_bytes;
 mod props;
 
