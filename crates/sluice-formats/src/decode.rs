@@ -8,6 +8,9 @@
 //! reported with the line number of its record's first line and a reason while the good
 //! rows are kept. The good records are then decoded together, so a chunk's batches are
 //! always full-size.
+//!
+//! Before all this, a chunk of JSON lines goes to `fast_json`, which decodes it
+//! in one pass when it is sure of every line, and otherwise leaves it to the above.
 
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
@@ -15,6 +18,7 @@ use arrow::record_batch::RecordBatch;
 use sluice_types::SluiceError;
 
 use crate::csv_audit::CsvAudit;
+use crate::fast_json::FastJson;
 use crate::header::{UTF8_BOM, check_csv_first_row, check_csv_header};
 use crate::json_numbers::NumberAudit;
 use crate::{diagnose, records, temporal};
@@ -94,6 +98,10 @@ pub struct Decoder {
     extreme_columns: Vec<usize>,
     /// Chunks that took the record-by-record path.
     slow_chunks: u64,
+    /// Whether chunks go to a fast path first (see [`Decoder::set_fast_path`]).
+    fast_path: bool,
+    /// JSON lines: the fast path, when it takes the schema (`crate::fast_json`).
+    fast_json: Option<FastJson>,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -142,13 +150,27 @@ impl Decoder {
                 .collect(),
             Some(ValueAudit::Csv(_)) | None => Vec::new(),
         };
-        Ok(Decoder { options, audit, timestamp_columns, extreme_columns, slow_chunks: 0 })
+        let fast_json = FastJson::new(&options.schema).filter(|_| options.format == RowFormat::Json);
+        Ok(Decoder { options, audit, timestamp_columns, extreme_columns, slow_chunks: 0, fast_path: true, fast_json })
     }
 
     /// How many chunks were decoded again record by record: those with a bad row or two
     /// records on one line. A clean input keeps it at 0.
     pub fn slow_chunks(&self) -> u64 {
         self.slow_chunks
+    }
+
+    /// Turns every fast path on (the default) or off; off, each chunk takes the
+    /// reference path (Arrow's decoder with the audits), which gives the same rows and
+    /// bad rows.
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_path = on;
+    }
+
+    /// How many chunks the JSON fast path decoded.
+    #[cfg(test)]
+    pub(crate) fn fast_json_chunks(&self) -> u64 {
+        self.fast_json.as_ref().map_or(0, FastJson::chunks)
     }
 
     /// The options this decoder was built with.
@@ -215,6 +237,13 @@ impl Decoder {
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
+        // JSON lines: the fast path decodes the chunk whole, or emits nothing.
+        if self.fast_path
+            && let Some(fast) = &mut self.fast_json
+            && fast.decode(chunk, self.options.batch_size, out)
+        {
+            return Ok(());
+        }
         let records = records::count_records(chunk, self.options.format);
         let start = out.len();
         match self.run(chunk, self.options.batch_size, out) {

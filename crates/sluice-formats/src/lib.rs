@@ -87,6 +87,7 @@ pub mod decode;
 mod diagnose;
 pub mod encode;
 mod exact;
+mod fast_json;
 mod header;
 mod json_numbers;
 #[cfg(any(test, feature = "fuzzing"))]
