@@ -90,6 +90,12 @@ enum Values {
 #[derive(Debug)]
 struct Column {
     name: Box<[u8]>,
+    /// The name's first eight bytes as a little-endian word (zero-padded), and the mask
+    /// of its bytes in such a word.
+    name_word: u64,
+    name_mask: u64,
+    /// The last date read by a timestamp column, and its days since the epoch.
+    last_date: DateCache,
     data_type: DataType,
     nullable: bool,
     kind: Kind,
@@ -98,6 +104,17 @@ struct Column {
 }
 
 impl Column {
+    /// Whether the key whose text starts at `at` is this column's name: one word
+    /// compare for a name of at most eight bytes.
+    fn named_at(&self, c: &[u8], at: usize) -> bool {
+        let length = self.name.len();
+        let same = match c.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+            Some(word) if length <= 8 => u64::from_le_bytes(*word) & self.name_mask == self.name_word,
+            _ => c.get(at..at + length) == Some(&self.name[..]),
+        };
+        same && c.get(at + length) == Some(&b'"')
+    }
+
     fn push_null(&mut self) -> Fast<()> {
         if !self.nullable {
             return Err(NotMine);
@@ -124,7 +141,7 @@ impl Column {
             }
             (Kind::Timestamp { unit, min, max }, Values::Integers(values)) => {
                 let (value, end) = match c.get(at) {
-                    Some(b'"') => timestamp_text(c, at + 1, unit)?,
+                    Some(b'"') => timestamp_text(c, at + 1, unit, &mut self.last_date)?,
                     _ => integer(c, at)?,
                 };
                 if value < min || value > max {
@@ -240,8 +257,13 @@ impl FastJson {
                 Kind::Boolean => Values::Booleans(BooleanBufferBuilder::new(0)),
                 Kind::Text => Values::Texts { offsets: first_offset(0), bytes: Vec::new() },
             };
+            let name_word = name.iter().take(8).rev().fold(0, |word, byte| word << 8 | u64::from(*byte));
+            let name_mask = u64::MAX.checked_shr(64 - 8 * name.len().min(8) as u32).unwrap_or(0);
             columns.push(Column {
                 name: name.into(),
+                name_word,
+                name_mask,
+                last_date: DateCache::default(),
                 data_type: field.data_type().clone(),
                 nullable: field.is_nullable(),
                 kind,
@@ -364,11 +386,10 @@ impl FastJson {
     /// The column named by the key whose text starts at `at` (after its opening quote),
     /// trying column `expected` first, and where the key ends (after its closing quote).
     fn key(&self, c: &[u8], at: usize, expected: usize) -> Fast<(Option<usize>, usize)> {
-        if let Some(column) = self.columns.get(expected) {
-            let end = at + column.name.len();
-            if c.get(at..end) == Some(&column.name[..]) && c.get(end) == Some(&b'"') {
-                return Ok((Some(expected), end + 1));
-            }
+        if let Some(column) = self.columns.get(expected)
+            && column.named_at(c, at)
+        {
+            return Ok((Some(expected), at + column.name.len() + 1));
         }
         let end = special_at(c, at)?;
         // An escape, or a line break (the line is cut inside the key).
@@ -495,7 +516,7 @@ pub(crate) fn integer(c: &[u8], at: usize) -> Fast<(i64, usize)> {
 /// A timestamp string whose text starts at `at` (after its opening quote) in `unit`
 /// since the epoch (UTC), and where it ends (after its closing quote): the forms of
 /// Arrow's parser with no offset but `Z`, and no finer fraction than `unit` holds.
-pub(crate) fn timestamp_text(c: &[u8], at: usize, unit: TimeUnit) -> Fast<(i64, usize)> {
+pub(crate) fn timestamp_text(c: &[u8], at: usize, unit: TimeUnit, last: &mut DateCache) -> Fast<(i64, usize)> {
     let text = c.get(at..).ok_or(NotMine)?;
     let digit = |index: usize| -> Fast<i64> {
         let digit = text.get(index).ok_or(NotMine)?.wrapping_sub(b'0');
@@ -506,8 +527,12 @@ pub(crate) fn timestamp_text(c: &[u8], at: usize, unit: TimeUnit) -> Fast<(i64, 
         return Err(NotMine);
     }
     let (year, month, day) = (two(0)? * 100 + two(2)?, two(5)?, two(8)?);
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return Err(NotMine);
+    let date = (year * 100 + month) * 100 + day;
+    if date != last.date {
+        if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+            return Err(NotMine);
+        }
+        *last = DateCache { date, days: days_from_civil(year, month, day) };
     }
     let (seconds, nanos, end) = match text.get(10) {
         Some(b'"') => (0, 0, 10),
@@ -544,7 +569,7 @@ pub(crate) fn timestamp_text(c: &[u8], at: usize, unit: TimeUnit) -> Fast<(i64, 
     if text.get(end) != Some(&b'"') {
         return Err(NotMine);
     }
-    let seconds = days_from_civil(year, month, day) * 86_400 + seconds;
+    let seconds = last.days * 86_400 + seconds;
     // A digit beyond the unit's that is not 0 is a bad row (`crate::exact::fraction_misfit`).
     let value = match unit {
         TimeUnit::Second if nanos == 0 => Some(seconds),
@@ -554,6 +579,21 @@ pub(crate) fn timestamp_text(c: &[u8], at: usize, unit: TimeUnit) -> Fast<(i64, 
         _ => None,
     };
     Ok((value.ok_or(NotMine)?, at + end + 1))
+}
+
+/// A valid date (`YYYYMMDD` as a number) and its days since the epoch: the dates of a
+/// stream's timestamps seldom change.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DateCache {
+    date: i64,
+    days: i64,
+}
+
+impl Default for DateCache {
+    fn default() -> Self {
+        // No date: -1 is none of `YYYYMMDD`.
+        DateCache { date: -1, days: 0 }
+    }
 }
 
 fn days_in_month(year: i64, month: i64) -> i64 {

@@ -135,10 +135,12 @@ fn timestamps_are_read_as_arrow_reads_them() {
         }
     }
     let mut read = 0;
+    // One cache for all: dates repeat and change.
+    let mut cache = DateCache::default();
     for text in &texts {
         let quoted = format!("{text}\"");
         for unit in UNITS {
-            match timestamp_text(quoted.as_bytes(), 0, unit) {
+            match timestamp_text(quoted.as_bytes(), 0, unit, &mut cache) {
                 Ok((value, end)) => {
                     assert_eq!(end, quoted.len(), "{text}");
                     assert_eq!(Some(value), arrow_timestamp(text, unit), "{text} in {unit:?}");
@@ -177,10 +179,52 @@ fn timestamps_are_read_as_arrow_reads_them() {
         "2026-01-01x00:00:00",
     ] {
         let quoted = format!("{declined}\"");
-        assert_eq!(timestamp_text(quoted.as_bytes(), 0, TimeUnit::Nanosecond), Err(NotMine), "{declined}");
+        assert_eq!(
+            timestamp_text(quoted.as_bytes(), 0, TimeUnit::Nanosecond, &mut DateCache::default()),
+            Err(NotMine),
+            "{declined}"
+        );
     }
-    assert_eq!(timestamp_text(b"2026-01-01 00:00:00.1239\"", 0, TimeUnit::Millisecond), Err(NotMine));
-    assert_eq!(timestamp_text(b"2300-01-01 00:00:00\"", 0, TimeUnit::Nanosecond), Err(NotMine), "overflows");
+    assert_eq!(
+        timestamp_text(b"2026-01-01 00:00:00.1239\"", 0, TimeUnit::Millisecond, &mut DateCache::default()),
+        Err(NotMine)
+    );
+    assert_eq!(
+        timestamp_text(b"2300-01-01 00:00:00\"", 0, TimeUnit::Nanosecond, &mut DateCache::default()),
+        Err(NotMine),
+        "overflows"
+    );
+}
+
+#[test]
+fn keys_are_matched_whole() {
+    let names = ["", "url", "dateTime", "dateTimes", "a_rather_long_name"];
+    let fields: Vec<Field> = names.iter().map(|name| Field::new(*name, DataType::Int64, true)).collect();
+    let Some(fast) = FastJson::new(&Arc::new(Schema::new(fields))) else { panic!("a fast path") };
+    for (key, column) in [
+        ("", Some(0)),
+        ("url", Some(1)),
+        ("ur", None),
+        ("urls", None),
+        ("dateTime", Some(2)),
+        ("dateTimes", Some(3)),
+        ("dateTimeX", None),
+        ("a_rather_long_name", Some(4)),
+        ("a_rather_long_nam", None),
+        ("a_rather_long_namee", None),
+    ] {
+        // The key, then more text: a word is read past the key's end.
+        let text = format!("{key}\":1, \"more\": 2}}");
+        for expected in 0..=names.len() {
+            let found = fast.key(text.as_bytes(), 0, expected);
+            assert_eq!(found, Ok((column, key.len() + 1)), "{key:?}, expecting column {expected}");
+        }
+        // At the very end of the input, with no word after the key.
+        let text = format!("{key}\"");
+        assert_eq!(fast.key(text.as_bytes(), 0, column.unwrap_or(0)), Ok((column, key.len() + 1)), "{key:?}");
+    }
+    assert_eq!(fast.key(b"ur\\u006c\":1", 0, 1), Err(NotMine), "an escaped key");
+    assert_eq!(fast.key(b"url", 0, 1), Err(NotMine), "an unterminated key");
 }
 
 /// The text of the JSON string `quoted` as Arrow's JSON decoder reads it into a VARCHAR.
