@@ -168,7 +168,7 @@ impl Decoder {
     }
 
     /// How many chunks the JSON fast path decoded.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn fast_json_chunks(&self) -> u64 {
         self.fast_json.as_ref().map_or(0, FastJson::chunks)
     }

@@ -276,7 +276,7 @@ impl FastJson {
     }
 
     /// The chunks decoded by the fast path so far.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn chunks(&self) -> u64 {
         self.chunks
     }
@@ -768,5 +768,7 @@ fn skip_number(c: &[u8], at: usize) -> Fast<usize> {
     Ok(end)
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod differential;
 #[cfg(test)]
 mod tests;

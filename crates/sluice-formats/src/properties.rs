@@ -13,6 +13,7 @@
 //!   one bad row, in line order, in batches of exactly the schema; a good CSV row holds
 //!   its decimal and its timestamp exactly as written; and the decoder gives the same
 //!   rows and bad rows whole as through a chunker whose buffer holds every record.
+//! - [`check_json_fast_path`]: the JSON fast path gives what the decoder gives without it.
 //!
 //! Compiled for the crate's tests and with the `fuzzing` feature.
 
@@ -30,6 +31,8 @@ use crate::exact::{fraction_misfit, same_number};
 use crate::header::UTF8_BOM;
 use crate::records::is_blank;
 use crate::{BadRow, Decoder, DecoderOptions, LineChunker, RowFormat};
+
+pub use crate::fast_json::differential::check_json_fast_path;
 
 /// The header line of the inputs with a header: the names of [`schema`].
 pub const HEADER_LINE: &[u8] = b"id,name,ts,d\n";

@@ -5,47 +5,15 @@
 use std::sync::Arc;
 
 use arrow::compute::kernels::cast_utils::string_to_datetime;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::{Index, select};
 
+use super::differential::{bid_schema, check_same, decode, kinds_schema};
 use super::*;
-use crate::{BadRow, Decoder, DecoderOptions, LineChunker, RowFormat, UTF8_BOM};
-
-fn ts(unit: TimeUnit) -> DataType {
-    DataType::Timestamp(unit, None)
-}
-
-/// The NEXMark bid.
-fn bid_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("auction", DataType::Int64, false),
-        Field::new("bidder", DataType::Int64, false),
-        Field::new("price", DataType::Int64, false),
-        Field::new("channel", DataType::Utf8, true),
-        Field::new("url", DataType::Utf8, true),
-        Field::new("dateTime", ts(TimeUnit::Millisecond), false),
-        Field::new("extra", DataType::Utf8, true),
-    ]))
-}
-
-/// A column of each type the fast path takes.
-fn kinds_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("name", DataType::Utf8, true),
-        Field::new("ts", ts(TimeUnit::Millisecond), true),
-        Field::new("flag", DataType::Boolean, true),
-        Field::new("tiny", DataType::Int8, true),
-        Field::new("u", DataType::UInt32, true),
-        Field::new("big", DataType::UInt64, true),
-        Field::new("s", ts(TimeUnit::Second), true),
-        Field::new("us", ts(TimeUnit::Microsecond), true),
-        Field::new("ns", ts(TimeUnit::Nanosecond), true),
-    ]))
-}
+use crate::UTF8_BOM;
 
 #[test]
 fn only_schemas_of_the_types_it_reads_have_a_fast_path() {
@@ -343,46 +311,6 @@ fn skipped_values_are_strict_json() {
         // A number stops early (`01` is `0`): the line then declines what follows.
         assert!(skipped.is_err() || skipped.is_ok_and(|end| bytes.as_bytes()[end] != b','), "{value}");
     }
-}
-
-/// What a decode gave: the outcome, the rows, the bad rows and the slow chunks.
-type Outcome = (Result<(), String>, Vec<RecordBatch>, Vec<BadRow>, u64);
-
-/// Decodes `input` with the fast path on or off: whole when `capacity` is 0, else
-/// through a chunker with a `capacity`-byte buffer. Also gives the fast path's chunks.
-fn decode(schema: &SchemaRef, input: &[u8], capacity: usize, batch_size: usize, fast: bool) -> (Outcome, u64) {
-    let options = DecoderOptions { schema: schema.clone(), format: RowFormat::Json, batch_size };
-    let mut decoder = Decoder::new(options).unwrap_or_else(|error| panic!("decoder: {error}"));
-    decoder.set_fast_path(fast);
-    let (mut out, mut bad) = (Vec::new(), Vec::new());
-    let mut result = Ok(());
-    if capacity == 0 {
-        result = decoder.decode(input, 1, &mut out, &mut bad).map_err(|error| error.to_string());
-    } else {
-        let mut chunker = LineChunker::for_format(input, capacity, RowFormat::Json);
-        while let Ok(Some((chunk, first_line))) = chunker.next_chunk() {
-            result = decoder.decode(chunk, first_line, &mut out, &mut bad).map_err(|error| error.to_string());
-            if result.is_err() {
-                break;
-            }
-            bad.extend(chunker.take_bad_rows());
-        }
-    }
-    ((result, out, bad, decoder.slow_chunks()), decoder.fast_json_chunks())
-}
-
-/// The decoder with the fast path gives what it gives without; returns the chunks the
-/// fast path decoded.
-fn check_same(schema: &SchemaRef, input: &[u8], capacity: usize, batch_size: usize) -> u64 {
-    let (reference, none) = decode(schema, input, capacity, batch_size, false);
-    assert_eq!(none, 0, "the fast path is off");
-    let (fast, chunks) = decode(schema, input, capacity, batch_size, true);
-    let input = String::from_utf8_lossy(input);
-    assert_eq!(fast.0, reference.0, "the outcome of {input:?}");
-    assert_eq!(fast.1, reference.1, "the rows of {input:?}");
-    assert_eq!(fast.2, reference.2, "the bad rows of {input:?}");
-    assert_eq!(fast.3, reference.3, "the slow chunks of {input:?}");
-    chunks
 }
 
 /// NEXMark bids with all kinds of text, in schema order or not.
