@@ -79,7 +79,8 @@ enum Kind {
     },
 }
 
-/// The values of a column decoded so far, reused from batch to batch.
+/// The values of a column decoded so far. At each batch they become the array's
+/// buffers without a copy, and buffers of the same capacity take their place.
 #[derive(Debug)]
 enum Values {
     Integers(Vec<i64>),
@@ -301,8 +302,9 @@ impl FastJson {
     }
 
     fn decode_lines(&mut self, chunk: &[u8], batch_size: usize, out: &mut Vec<RecordBatch>) -> Fast<()> {
-        // Any byte that is not valid UTF-8 makes its line bad, as does a byte order mark;
-        // text is checked here once, so the values need no check of their own.
+        // Any byte that is not valid UTF-8 makes its line bad, as does a byte order mark.
+        // Checked here once for keys and skipped strings (Arrow checks the text columns
+        // again when it builds their arrays).
         if !chunk.is_ascii() && (std::str::from_utf8(chunk).is_err() || memchr::memmem::find(chunk, UTF8_BOM).is_some())
         {
             return Err(NotMine);

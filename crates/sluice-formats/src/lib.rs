@@ -12,7 +12,8 @@
 //! which quotes count). A bad row never fails the stream: it is reported as a
 //! [`BadRow`] (the 1-based line number of its record's first line, the reason, its text
 //! cut to 200 characters) and skipped, and the good rows around it are kept. A clean
-//! chunk is decoded in one pass by Arrow's own CSV or JSON decoder; only a chunk that
+//! chunk is decoded in one pass by Arrow's own CSV or JSON decoder (JSON lines of the
+//! usual column types by the crate's own `fast_json` first); only a chunk that
 //! fails is decoded again record by record to isolate its bad rows. Blank lines (empty
 //! or only whitespace) are skipped and are not bad rows.
 //!
