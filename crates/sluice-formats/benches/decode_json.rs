@@ -2,7 +2,7 @@
 //! bids (`auction,bidder,price,channel,url,dateTime,extra`) of about 190-250 bytes as
 //! JSON lines, copied (the ceiling), decoded with the fast path off (the reference
 //! path: Arrow's decoder with the audits) and on (`src/fast_json.rs`), in bytes of input
-//! per second; rows per second are that over the bytes per row in the group's name.
+//! per second (MB/s); rows per second are that over the bytes per row in the group's name.
 //!
 //! The input is generated here: 100,000 bids, decoded in 4 MiB chunks as a file source
 //! does. Run: `cargo bench -p sluice-formats --bench decode_json`.
@@ -101,7 +101,7 @@ fn decode_json(c: &mut Criterion) {
     assert_eq!(decode_all(&input, false), ROWS as usize);
     assert_eq!(decode_all(&input, true), ROWS as usize);
     let mut group = c.benchmark_group(format!("decode_json_bids_{bytes_per_row}_bytes_per_row"));
-    group.throughput(Throughput::Bytes(input.len() as u64));
+    group.throughput(Throughput::BytesDecimal(input.len() as u64));
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(4));
