@@ -667,8 +667,44 @@ fn json_input(columns: &'static [ColumnValues]) -> impl Strategy<Value = Vec<u8>
         input.extend(pieces.concat());
         input
     });
-    prop_oneof![8 => lines, 1 => vec(any::<u8>(), 0..200)]
+    let soup = vec(select(TOKENS), 0..60).prop_map(|tokens| tokens.concat().into_bytes());
+    prop_oneof![8 => lines, 2 => soup, 1 => vec(any::<u8>(), 0..200)]
 }
+
+/// Pieces of JSON lines that reach the decoders' corners, for token soups.
+const TOKENS: &[&str] = &[
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "\"",
+    "\\",
+    "\n",
+    "\r\n",
+    " ",
+    "{\"id\":",
+    "{\"auction\":1,\"bidder\":2,\"price\":3,\"dateTime\":",
+    "\"name\":",
+    "\"ts\":",
+    "\"flag\":",
+    "\"extra\":",
+    "1",
+    "-1",
+    "5.5",
+    "1e30",
+    "null",
+    "true",
+    "\"2026-01-01 00:00:00.123\"",
+    "\"2026-01-01 00:00:00.1239\"",
+    "1767225600123",
+    "\"x\"",
+    "\"\\u00e9\"",
+    "\"\\ud83d\\ude00\"",
+    "\u{feff}",
+    "é",
+];
 
 /// Whole (0), in chunks of one line or less, or of a few lines.
 fn capacity() -> impl Strategy<Value = usize> {
