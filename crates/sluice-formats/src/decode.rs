@@ -9,8 +9,9 @@
 //! rows are kept. The good records are then decoded together, so a chunk's batches are
 //! always full-size.
 //!
-//! A CSV chunk is first offered to `fast_csv`, which reads a chunk of plain
-//! records in one pass, straight into arrays, and declines any other.
+//! Before all this, a chunk is offered to a fast path that decodes it in one pass,
+//! straight into arrays, when it is sure of every record, and otherwise leaves it to the
+//! above: `fast_csv` for a chunk of plain CSV records, `fast_json` for JSON lines.
 
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
@@ -19,6 +20,7 @@ use sluice_types::SluiceError;
 
 use crate::csv_audit::CsvAudit;
 use crate::fast_csv::FastCsv;
+use crate::fast_json::FastJson;
 use crate::header::{UTF8_BOM, check_csv_first_row, check_csv_header};
 use crate::json_numbers::NumberAudit;
 use crate::{diagnose, records, temporal};
@@ -98,9 +100,12 @@ pub struct Decoder {
     extreme_columns: Vec<usize>,
     /// Chunks that took the record-by-record path.
     slow_chunks: u64,
-    /// CSV: the one-pass decoder of plain chunks, tried first when `fast_path` is on.
-    fast_csv: Option<FastCsv>,
+    /// Whether chunks go to a fast path first (see [`Decoder::set_fast_path`]).
     fast_path: bool,
+    /// CSV: the one-pass decoder of plain chunks (`crate::fast_csv`).
+    fast_csv: Option<FastCsv>,
+    /// JSON lines: the fast path, when it takes the schema (`crate::fast_json`).
+    fast_json: Option<FastJson>,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -153,7 +158,17 @@ impl Decoder {
             RowFormat::Csv { delimiter, .. } => FastCsv::new(&options.schema, delimiter),
             RowFormat::Json => None,
         };
-        Ok(Decoder { options, audit, timestamp_columns, extreme_columns, slow_chunks: 0, fast_csv, fast_path: true })
+        let fast_json = FastJson::new(&options.schema).filter(|_| options.format == RowFormat::Json);
+        Ok(Decoder {
+            options,
+            audit,
+            timestamp_columns,
+            extreme_columns,
+            slow_chunks: 0,
+            fast_path: true,
+            fast_csv,
+            fast_json,
+        })
     }
 
     /// How many chunks were decoded again record by record: those with a bad row or two
@@ -162,10 +177,17 @@ impl Decoder {
         self.slow_chunks
     }
 
-    /// Turns the one-pass CSV decoder (`fast_csv`) on (the default) or off; the
-    /// rows and bad rows are the same either way.
+    /// Turns every fast path on (the default) or off; off, each chunk takes the
+    /// reference path (Arrow's decoder with the audits), which gives the same rows and
+    /// bad rows.
     pub fn set_fast_path(&mut self, on: bool) {
         self.fast_path = on;
+    }
+
+    /// How many chunks the JSON fast path decoded.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn fast_json_chunks(&self) -> u64 {
+        self.fast_json.as_ref().map_or(0, FastJson::chunks)
     }
 
     /// The options this decoder was built with.
@@ -232,7 +254,14 @@ impl Decoder {
         out: &mut Vec<RecordBatch>,
         bad: &mut Vec<BadRow>,
     ) -> Result<(), SluiceError> {
+        // The fast paths decode the chunk whole, or emit nothing.
         if self.fast_path && self.fast_csv.as_mut().is_some_and(|fast| fast.decode(chunk, self.options.batch_size, out))
+        {
+            return Ok(());
+        }
+        if self.fast_path
+            && let Some(fast) = &mut self.fast_json
+            && fast.decode(chunk, self.options.batch_size, out)
         {
             return Ok(());
         }

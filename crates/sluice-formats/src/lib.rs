@@ -13,7 +13,8 @@
 //! [`BadRow`] (the 1-based line number of its record's first line, the reason, its text
 //! cut to 200 characters) and skipped, and the good rows around it are kept. A clean
 //! chunk is decoded in one pass (a CSV chunk of plain records by the crate's own
-//! `fast_csv`, any other by Arrow's own CSV or JSON decoder); only a chunk that
+//! `fast_csv`, JSON lines of the usual column types by its `fast_json`, any other by
+//! Arrow's own CSV or JSON decoder); only a chunk that
 //! fails is decoded again record by record to isolate its bad rows. Blank lines (empty
 //! or only whitespace) are skipped and are not bad rows.
 //!
@@ -89,6 +90,7 @@ mod diagnose;
 pub mod encode;
 mod exact;
 mod fast_csv;
+mod fast_json;
 mod header;
 mod json_numbers;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -15,6 +15,7 @@
 //!   rows and bad rows whole as through a chunker whose buffer holds every record.
 //! - [`check_fast_path`]: the [`Decoder`] gives the same rows, bad rows, outcome and
 //!   slow chunks with its one-pass CSV fast path on and off.
+//! - [`check_json_fast_path`]: the JSON fast path gives what the decoder gives without it.
 //!
 //! Compiled for the crate's tests and with the `fuzzing` feature.
 
@@ -32,6 +33,8 @@ use crate::exact::{fraction_misfit, same_number};
 use crate::header::UTF8_BOM;
 use crate::records::is_blank;
 use crate::{BadRow, Decoder, DecoderOptions, LineChunker, RowFormat};
+
+pub use crate::fast_json::differential::check_json_fast_path;
 
 /// The header line of the inputs with a header: the names of [`schema`].
 pub const HEADER_LINE: &[u8] = b"id,name,ts,d\n";
