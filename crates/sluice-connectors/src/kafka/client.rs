@@ -12,6 +12,13 @@
 //! skipped for longer than `lane::PAUSE_AFTER`, pauses its partition, which drops it), and
 //! a fetch response is at most [`FETCH_BYTES_MAX`]: the consumer's memory is bounded by
 //! about `partitions × 4 MiB + 8 MiB`. Both can be changed under `client`.
+//!
+//! Once a partition's queue reached those thresholds, librdkafka postpones its next
+//! fetch by `fetch.queue.backoff.ms`, a full second by default: a lane that drains its
+//! queue sooner then waits for the rest of that second. With thresholds this small that
+//! is most of the time (a 4-partition topic was read at a third of the client's own
+//! speed, `scripts/kafka-bench.sh`), so the source sets it to
+//! [`FETCH_QUEUE_BACKOFF_MS`], about the time a lane waits on an empty queue.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,6 +42,9 @@ pub const QUEUED_KBYTES_PER_PARTITION: u32 = 4096;
 pub const QUEUED_MESSAGES_MIN: u32 = 10_000;
 /// The most bytes of one fetch response (`fetch.max.bytes`).
 pub const FETCH_BYTES_MAX: u32 = 8 << 20;
+/// How long librdkafka postpones fetching a partition whose queue is full
+/// (`fetch.queue.backoff.ms`; see the module docs).
+pub const FETCH_QUEUE_BACKOFF_MS: u32 = 20;
 /// The group id of a consumer without `group_id` (never joined, never committed to).
 const UNCOMMITTED_GROUP: &str = "sluice-uncommitted";
 /// Client log lines forwarded per client; later ones are counted, not logged.
@@ -156,6 +166,7 @@ pub fn consumer_config(brokers: &str, group_id: Option<&str>, client: &[(String,
     config.set("queued.max.messages.kbytes", QUEUED_KBYTES_PER_PARTITION.to_string());
     config.set("queued.min.messages", QUEUED_MESSAGES_MIN.to_string());
     config.set("fetch.max.bytes", FETCH_BYTES_MAX.to_string());
+    config.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string());
     // librdkafka adds partitions to an assignment only with a group id; without the
     // user's, a fixed one that nothing ever commits to or joins.
     config.set("group.id", group_id.unwrap_or(UNCOMMITTED_GROUP));

@@ -333,3 +333,13 @@ fn headers_are_a_json_object_of_text() {
     assert_eq!(rows, ["{\"bin\":\"\u{fffd}x\",\"empty\":null,\"trace\":\"t-2\"}|1", "{}|1"]);
     assert!(bad.is_empty());
 }
+
+#[test]
+fn the_consumer_refetches_a_drained_partition_soon_unless_the_user_says_otherwise() {
+    use super::client::{FETCH_QUEUE_BACKOFF_MS, consumer_config};
+    // librdkafka's default of 1000 ms left a lane idle for most of each second.
+    let ours = consumer_config("localhost:9092", None, &[]);
+    assert_eq!(ours.get("fetch.queue.backoff.ms"), Some(FETCH_QUEUE_BACKOFF_MS.to_string().as_str()));
+    let theirs = consumer_config("localhost:9092", None, &[("fetch.queue.backoff.ms".to_owned(), "250".to_owned())]);
+    assert_eq!(theirs.get("fetch.queue.backoff.ms"), Some("250"));
+}
