@@ -43,9 +43,11 @@ path = "out.jsonl"
         .spawn()
         .expect("spawn sluice");
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    // The first rows are being written: the run is genuinely mid-stream.
+    // The first rows are being written: the run is genuinely mid-stream. (The CLI
+    // announces the run once the job started, so on a loaded machine the sink's first
+    // write may come before that line: their order is not asserted.)
     let seen = read_until(&mut stderr, "failpoint sink.write reached");
-    assert!(seen.contains("running pipeline") && seen.contains("sink.write reached"), "{seen}");
+    assert!(seen.contains("sink.write reached"), "{seen}");
     let status = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
     assert!(status.success());
     let mut rest = String::new();
@@ -56,6 +58,7 @@ path = "out.jsonl"
     let exit = child.wait().expect("wait");
     assert_eq!(exit.code(), Some(0), "stderr:\n{rest}");
     assert!(rest.contains("stopped and drained"), "{rest}");
+    assert!(seen.contains("running pipeline") || rest.contains("running pipeline"), "{seen}{rest}");
     let rows_out: usize = rest
         .lines()
         .find_map(|l| l.trim().strip_prefix("sink out: ")?.split_whitespace().next()?.parse().ok())
