@@ -207,7 +207,7 @@ impl<R: Read> LineChunker<R> {
                 if let Some(index) = memchr::memrchr(b'\n', bytes) {
                     self.last_end = Some(self.scanned + index + 1);
                 }
-                finder.skip(bytes);
+                finder.skip_unquoted(bytes);
             }
             Cuts::CsvRecords(finder) => {
                 let mut at = 0;
