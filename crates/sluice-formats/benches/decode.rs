@@ -125,6 +125,17 @@ fn decode_all(format: RowFormat, input: &[u8], fast_path: bool) -> usize {
     rows
 }
 
+/// Cuts all of `input` into 4 MiB chunks without decoding them; returns the bytes and
+/// line numbers handed out: the chunker's own cost.
+fn chunk_all(format: RowFormat, input: &[u8]) -> u64 {
+    let mut chunker = LineChunker::for_format(input, DEFAULT_CHUNK_BYTES, format);
+    let mut sum = 0;
+    while let Ok(Some((chunk, first_line))) = chunker.next_chunk() {
+        sum += black_box(chunk).len() as u64 + first_line;
+    }
+    sum
+}
+
 /// `input` cut into 4 MiB chunks of whole records, with their first line numbers.
 fn chunks(format: RowFormat, input: &[u8]) -> Vec<(Vec<u8>, u64)> {
     let mut chunker = LineChunker::for_format(input, DEFAULT_CHUNK_BYTES, format);
@@ -180,6 +191,9 @@ fn decode_csv(c: &mut Criterion) {
             b.iter(|| decode_all(format, black_box(&csv), fast_path))
         });
     }
+    group.bench_function(format!("chunker_alone_{per_row}_bytes_per_row"), |b| {
+        b.iter(|| chunk_all(format, black_box(&csv)))
+    });
     let chunks = chunks(format, &csv);
     for fast_path in [false, true] {
         let path = if fast_path { "fast" } else { "old" };

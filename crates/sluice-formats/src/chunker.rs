@@ -24,6 +24,10 @@ use crate::header::UTF8_BOM;
 /// The default buffer size: 4 MiB.
 pub const DEFAULT_CHUNK_BYTES: usize = 4 << 20;
 
+/// New bytes are searched for record ends and counted for line breaks a block at a
+/// time, so the count reads a block the search has just brought into the cache.
+const SCAN_BLOCK_BYTES: usize = 64 << 10;
+
 /// Where the chunker may cut: after any line break, or only after one that ends a CSV
 /// record.
 #[derive(Debug, Clone)]
@@ -51,6 +55,14 @@ pub struct LineChunker<R: Read> {
     cuts: Cuts,
     /// `buf[..scanned]` has been searched for record ends (and fed to the CSV finder).
     scanned: usize,
+    /// The line breaks in `buf[start..scanned]`.
+    scanned_lines: u64,
+    /// The bytes searched at a time ([`SCAN_BLOCK_BYTES`]).
+    scan_block: usize,
+    /// CSV: whether a block without a quote is searched for its last line break alone
+    /// rather than fed to the finder line by line (always, but in the tests comparing
+    /// the two).
+    quote_free_search: bool,
     /// Just after the last record end found in `buf[start..scanned]`.
     last_end: Option<usize>,
     /// The number of the line starting at `buf[start]`.
@@ -91,6 +103,9 @@ impl<R: Read> LineChunker<R> {
             end: 0,
             cuts: Cuts::Lines,
             scanned: 0,
+            scanned_lines: 0,
+            scan_block: SCAN_BLOCK_BYTES,
+            quote_free_search: true,
             last_end: None,
             line: 1,
             mark_pending: false,
@@ -149,11 +164,23 @@ impl<R: Read> LineChunker<R> {
                 }
             }
         };
+        // The bytes after the chunk are scanned already: a part of one record.
+        let left = count_line_breaks(&self.buf[length..self.scanned]) as u64;
         let chunk = &self.buf[..length];
-        let lines = count_line_breaks(chunk) + usize::from(!chunk.ends_with(b"\n"));
-        self.line += lines as u64;
+        self.line += self.scanned_lines - left + u64::from(!chunk.ends_with(b"\n"));
+        self.scanned_lines = left;
         self.start = length;
         Ok(Some((chunk, first_line)))
+    }
+
+    /// Searches `block_bytes` at a time, and CSV blocks without a quote through the
+    /// finder too unless `quote_free_search`: the same chunks either way, which the
+    /// property tests check.
+    #[cfg(any(test, feature = "fuzzing"))]
+    #[doc(hidden)]
+    pub fn set_scan(&mut self, block_bytes: usize, quote_free_search: bool) {
+        self.scan_block = block_bytes.max(1);
+        self.quote_free_search = quote_free_search;
     }
 
     /// The records skipped for being longer than the buffer, since the last call.
@@ -190,34 +217,42 @@ impl<R: Read> LineChunker<R> {
         Ok(())
     }
 
-    /// Searches `buf[scanned..end]` for record ends, updating `last_end`.
+    /// Searches `buf[scanned..end]` for record ends, updating `last_end`, and counts its
+    /// line breaks.
     fn scan(&mut self) {
         if self.mark_pending && !self.skip_byte_order_mark() {
             return;
         }
-        let bytes = &self.buf[self.scanned..self.end];
-        match &mut self.cuts {
-            Cuts::Lines => {
-                if let Some(index) = memchr::memrchr(b'\n', bytes) {
-                    self.last_end = Some(self.scanned + index + 1);
+        while self.scanned < self.end {
+            let from = self.scanned;
+            let to = self.end.min(from.saturating_add(self.scan_block));
+            let bytes = &self.buf[from..to];
+            match &mut self.cuts {
+                Cuts::Lines => {
+                    if let Some(index) = memchr::memrchr(b'\n', bytes) {
+                        self.last_end = Some(from + index + 1);
+                    }
+                }
+                // Without a quote, every line break outside a quoted field ends a record.
+                Cuts::CsvRecords(finder)
+                    if self.quote_free_search && !finder.in_quotes() && memchr::memchr(b'"', bytes).is_none() =>
+                {
+                    if let Some(index) = memchr::memrchr(b'\n', bytes) {
+                        self.last_end = Some(from + index + 1);
+                    }
+                    finder.skip_unquoted(bytes);
+                }
+                Cuts::CsvRecords(finder) => {
+                    let mut at = 0;
+                    while let Some(length) = finder.find_record_end(&bytes[at..]) {
+                        at += length;
+                        self.last_end = Some(from + at);
+                    }
                 }
             }
-            // Without a quote, every line break outside a quoted field ends a record.
-            Cuts::CsvRecords(finder) if !finder.in_quotes() && memchr::memchr(b'"', bytes).is_none() => {
-                if let Some(index) = memchr::memrchr(b'\n', bytes) {
-                    self.last_end = Some(self.scanned + index + 1);
-                }
-                finder.skip(bytes);
-            }
-            Cuts::CsvRecords(finder) => {
-                let mut at = 0;
-                while let Some(length) = finder.find_record_end(&bytes[at..]) {
-                    at += length;
-                    self.last_end = Some(self.scanned + at);
-                }
-            }
+            self.scanned_lines += count_line_breaks(bytes) as u64;
+            self.scanned = to;
         }
-        self.scanned = self.end;
     }
 
     /// CSV, before the first scan: feeds a byte order mark at the start of the input to
@@ -265,6 +300,7 @@ impl<R: Read> LineChunker<R> {
         self.start = 0;
         self.end = 0;
         self.scanned = 0;
+        self.scanned_lines = 0;
         let ended = Self::find_end(&mut self.cuts, &[probe]).is_some();
         lines += u64::from(probe == b'\n');
         if !ended {
@@ -288,6 +324,7 @@ impl<R: Read> LineChunker<R> {
                 self.start = length;
                 self.end = read;
                 self.scanned = length;
+                self.scanned_lines = 0;
                 return Ok(lines + count_line_breaks(&self.buf[..length]) as u64);
             }
             lines += count_line_breaks(&self.buf[..read]) as u64;

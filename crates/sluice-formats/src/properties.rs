@@ -8,6 +8,9 @@
 //! - [`check_chunker`]: the [`LineChunker`] hands out every byte once, in chunks of
 //!   whole records within its buffer, with the file's line numbers, and skips exactly
 //!   the records longer than its buffer, each as one bad row.
+//! - [`check_chunker_scans`]: the [`LineChunker`] hands out the same chunks, line numbers
+//!   and bad rows whatever the size of the blocks it searches, and with or without its
+//!   search of CSV blocks that hold no quote.
 //! - [`check_decoder`]: the [`Decoder`] never fails and never panics on any bytes
 //!   (short of a CSV header it must refuse); every non-blank record is one good row or
 //!   one bad row, in line order, in batches of exactly the schema; a good CSV row holds
@@ -182,6 +185,49 @@ pub fn check_chunker(format: RowFormat, bytes: &[u8], capacity: usize, read_byte
     }
     assert_eq!(offset, bytes.len(), "every byte is handed out or skipped");
     assert_eq!(chunker.bytes_read(), bytes.len() as u64);
+}
+
+/// What a chunker handed out, call by call: each chunk, its first line, the bad rows
+/// reported after it, the bytes consumed and the next line number.
+type ChunkTrace = Vec<(Vec<u8>, u64, Vec<BadRow>, u64, u64)>;
+
+/// The [`ChunkTrace`] of a [`LineChunker`] of `format` on `bytes` read `read_bytes` at a
+/// time, searching `block_bytes` at a time, with or without its `quote_free_search`.
+fn chunk_trace(
+    format: RowFormat,
+    bytes: &[u8],
+    capacity: usize,
+    read_bytes: usize,
+    block_bytes: usize,
+    quote_free_search: bool,
+) -> ChunkTrace {
+    let reader = Trickle { data: bytes, step: read_bytes.max(1) };
+    let mut chunker = LineChunker::for_format(reader, capacity.max(1), format);
+    chunker.set_scan(block_bytes, quote_free_search);
+    let mut trace = Vec::new();
+    loop {
+        let (chunk, first_line) = match chunker.next_chunk() {
+            Ok(Some((chunk, first_line))) => (chunk.to_vec(), first_line),
+            Ok(None) => break,
+            Err(error) => panic!("reading from memory: {error}"),
+        };
+        trace.push((chunk, first_line, chunker.take_bad_rows(), chunker.consumed(), chunker.next_line()));
+    }
+    trace
+}
+
+/// A [`LineChunker`] of `format` with a `capacity`-byte buffer on `bytes`, read at most
+/// `read_bytes` at a time, gives the same chunks, line numbers and bad rows searching
+/// its buffer `block_bytes` at a time, with and without the search of CSV blocks that
+/// hold no quote, as searching the whole buffer at once through the CSV finder alone.
+pub fn check_chunker_scans(format: RowFormat, bytes: &[u8], capacity: usize, read_bytes: usize, block_bytes: usize) {
+    let reference = chunk_trace(format, bytes, capacity, read_bytes, usize::MAX, false);
+    for quote_free_search in [true, false] {
+        for block in [block_bytes, usize::MAX] {
+            let trace = chunk_trace(format, bytes, capacity, read_bytes, block, quote_free_search);
+            assert_eq!(trace, reference, "searching {block} bytes at a time, quote-free search {quote_free_search}");
+        }
+    }
 }
 
 /// What a decode gave: the good rows and the bad rows.

@@ -7,7 +7,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
 
-use crate::properties::{check_chunker, check_csv_records, check_decoder};
+use crate::properties::{check_chunker, check_chunker_scans, check_csv_records, check_decoder};
 use crate::{RowFormat, UTF8_BOM};
 
 const CSV_TOKENS: &[&[u8]] = &[
@@ -178,6 +178,28 @@ proptest! {
         read_bytes in 1..16usize,
     ) {
         let format = if json { RowFormat::Json } else { csv(b',', false) };
+        check_chunker(format, &bytes, capacity, read_bytes);
+    }
+
+    #[test]
+    fn the_chunker_cuts_alike_whatever_its_search(
+        bytes in prop_oneof![records(csv_record(), CSV_TOKENS), input(CSV_TOKENS, 80)],
+        without_quotes in any::<bool>(),
+        byte_order_mark in any::<bool>(),
+        json in any::<bool>(),
+        capacity in 1..64usize,
+        read_bytes in 1..80usize,
+        block_bytes in 1..24usize,
+    ) {
+        let mut bytes = bytes;
+        if without_quotes {
+            bytes.retain(|byte| *byte != b'"');
+        }
+        if byte_order_mark {
+            bytes.splice(0..0, UTF8_BOM.iter().copied());
+        }
+        let format = if json { RowFormat::Json } else { csv(b',', false) };
+        check_chunker_scans(format, &bytes, capacity, read_bytes, block_bytes);
         check_chunker(format, &bytes, capacity, read_bytes);
     }
 
