@@ -46,7 +46,7 @@ use arrow::datatypes::{
 use arrow::record_batch::RecordBatch;
 
 use crate::header::UTF8_BOM;
-use crate::temporal::timestamp_bounds;
+use crate::temporal::{days_from_civil, days_in_month, timestamp_bounds};
 
 /// The most columns of a schema the fast path takes: one bit each in a `u64`.
 const MAX_COLUMNS: usize = 64;
@@ -596,25 +596,6 @@ impl Default for DateCache {
         // No date: -1 is none of `YYYYMMDD`.
         DateCache { date: -1, days: 0 }
     }
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a date of the proleptic Gregorian calendar.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
 }
 
 /// The first quote, backslash or line break at or after `at`.

@@ -120,6 +120,32 @@ where
         .map(|row| (row, values.value(row).into()))
 }
 
+/// Whether `year` of the proleptic Gregorian calendar has a 29 February.
+pub(crate) fn is_leap_year(year: i64) -> bool {
+    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+}
+
+/// The days of `month` (1-12) in `year` of the proleptic Gregorian calendar.
+pub(crate) fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if is_leap_year(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days from 1970-01-01 to `year`-`month`-`day` (proleptic Gregorian, years 0-9999):
+/// the civil-days algorithm counting from 1 March, so that a leap day ends a year.
+pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
