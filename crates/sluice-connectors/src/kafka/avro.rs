@@ -50,6 +50,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Schema, TimeUnit};
 use sluice_types::SluiceError;
 
+use super::avro_direct::{Direct, Failure};
+
 /// The most bytes one string, bytes or array of a datum may claim: a corrupt length
 /// is a bad message, not an allocation of that size (the client's largest fetch is
 /// far below it).
@@ -214,13 +216,16 @@ struct WriterPlan {
     unusable: Option<String>,
     /// "the derived schema" or "schema id N", for reasons.
     what: String,
+    /// The direct decoder, when the writer record is flat.
+    direct: Option<Direct>,
 }
 
 impl WriterPlan {
     fn new(schema: AvroSchema, columns: &[Column], what: &str) -> WriterPlan {
         let AvroSchema::Record(record) = &schema else {
             let unusable = Some(format!("{what} is not a record"));
-            return WriterPlan { schema, fields: Vec::new(), scales: Vec::new(), unusable, what: what.to_owned() };
+            let (fields, scales, what) = (Vec::new(), Vec::new(), what.to_owned());
+            return WriterPlan { schema, fields, scales, unusable, what, direct: None };
         };
         let mut fields = Vec::with_capacity(columns.len());
         let mut unusable = None;
@@ -240,7 +245,8 @@ impl WriterPlan {
             .iter()
             .map(|f| f.and_then(|at| record.fields.get(at)).and_then(|f| decimal_scale(&f.schema)))
             .collect();
-        WriterPlan { schema, fields, scales, unusable, what: what.to_owned() }
+        let direct = Direct::new(&schema, &fields);
+        WriterPlan { schema, fields, scales, unusable, what: what.to_owned(), direct }
     }
 }
 
@@ -784,6 +790,8 @@ pub struct AvroDecoder {
     registry: Option<Arc<Registry>>,
     /// Confluent: plans by schema id, or why the id names no usable schema.
     plans: HashMap<u32, Result<Arc<WriterPlan>, String>>,
+    /// Tests: read every datum with the general decoder.
+    general_only: bool,
 }
 
 impl AvroDecoder {
@@ -796,7 +804,20 @@ impl AvroDecoder {
             SluiceError::internal("source.avro", format!("the derived schema {json} does not parse: {e}"))
         })?;
         let derived = WriterPlan::new(schema, &columns, "the derived schema");
-        Ok(AvroDecoder { columns, framing, derived: Arc::new(derived), registry: None, plans: HashMap::new() })
+        Ok(AvroDecoder {
+            columns,
+            framing,
+            derived: Arc::new(derived),
+            registry: None,
+            plans: HashMap::new(),
+            general_only: false,
+        })
+    }
+
+    /// Reads every datum with the general decoder (tests compare the two).
+    #[cfg(test)]
+    pub(crate) fn set_general_only(&mut self) {
+        self.general_only = true;
     }
 
     /// The registry `avro-confluent` fetches writer schemas from.
@@ -824,9 +845,23 @@ impl AvroDecoder {
             }
         }
         let mut cells: Vec<Cell> = Vec::with_capacity(self.columns.len());
+        let mut slots: Vec<Value> = Vec::with_capacity(self.columns.len());
         let mut current: Option<(&WriterPlan, GenericDatumReader<'_>)> = None;
         for (index, plan, datum) in &framed {
             let plan: &WriterPlan = plan;
+            if let Some(direct) = plan.direct.as_ref().filter(|_| !self.general_only) {
+                cells.clear();
+                match self.decode_direct(plan, direct, datum, &mut slots, &mut cells) {
+                    Ok(()) => {
+                        for (builder, cell) in builders.iter_mut().zip(cells.drain(..)) {
+                            builder.append(cell);
+                        }
+                        good.push(*index);
+                    }
+                    Err(reason) => bad.push((*index, reason)),
+                }
+                continue;
+            }
             if !current.as_ref().is_some_and(|(p, _)| std::ptr::eq(*p, plan)) {
                 match GenericDatumReader::builder(&plan.schema).build() {
                     Ok(reader) => current = Some((plan, reader)),
@@ -871,6 +906,34 @@ impl AvroDecoder {
         Ok(self.plan(id)?.map(|plan| (plan, &bytes[CONFLUENT_HEADER..])))
     }
 
+    /// One datum of a flat writer record into `cells`, read by the direct decoder.
+    fn decode_direct(
+        &self,
+        plan: &WriterPlan,
+        direct: &Direct,
+        datum: &[u8],
+        slots: &mut Vec<Value>,
+        cells: &mut Vec<Cell>,
+    ) -> Result<(), String> {
+        let what = &plan.what;
+        if let Some(unusable) = &plan.unusable {
+            return Err(unusable.clone());
+        }
+        slots.clear();
+        slots.resize(self.columns.len(), Value::Null);
+        direct.read(datum, slots).map_err(|failure| match failure {
+            Failure::Truncated => format!("the datum of {what} is truncated"),
+            Failure::Trailing(left) => format!("{left} bytes after the datum of {what}"),
+            Failure::Bad(reason) => format!("not a datum of {what}: {reason}"),
+        })?;
+        for (c, column) in self.columns.iter().enumerate() {
+            let value = std::mem::replace(&mut slots[c], Value::Null);
+            let cell = convert(value, column, plan.scales[c]).map_err(|reason| format!("{reason} ({what})"))?;
+            cells.push(cell);
+        }
+        Ok(())
+    }
+
     /// One datum into `cells`, or why it makes no row.
     fn decode_one(
         &self,
@@ -884,10 +947,11 @@ impl AvroDecoder {
             return Err(unusable.clone());
         }
         let mut input = Datum { rest: datum, past_end: false };
-        let value = reader.read_value(&mut input).map_err(|error| format!("not a datum of {what}: {error}"))?;
+        let value = reader.read_value(&mut input);
         if input.past_end {
             return Err(format!("the datum of {what} is truncated"));
         }
+        let value = value.map_err(|error| format!("not a datum of {what}: {error}"))?;
         if !input.rest.is_empty() {
             return Err(format!("{} bytes after the datum of {what}", input.rest.len()));
         }

@@ -495,3 +495,144 @@ fn registry_urls_are_parsed() {
         assert_eq!(Registry::new(url).is_ok(), ok, "{url}");
     }
 }
+
+/// A pseudo-random sequence for the equivalence test.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn the_direct_decoder_reads_what_the_general_one_reads() {
+    let writer = r#"{"type":"record","name":"w","fields":[
+        {"name":"id","type":"long"},
+        {"name":"skip","type":"string"},
+        {"name":"i","type":"int"},
+        {"name":"b","type":"boolean"},
+        {"name":"f","type":"float"},
+        {"name":"d","type":["null","double"]},
+        {"name":"by","type":"bytes"},
+        {"name":"s","type":["string","null"]},
+        {"name":"dt","type":{"type":"int","logicalType":"date"}},
+        {"name":"tsm","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"tsu","type":["null",{"type":"long","logicalType":"timestamp-micros"}]},
+        {"name":"ltm","type":{"type":"long","logicalType":"local-timestamp-millis"}},
+        {"name":"dec","type":["null",{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}]},
+        {"name":"u","type":["null","string","long"]},
+        {"name":"small","type":"int"}]}"#;
+    let value_schema = schema(&[
+        ("id", DataType::Int64, false),
+        ("i", DataType::Int32, true),
+        ("b", DataType::Boolean, true),
+        ("f", DataType::Float32, true),
+        ("d", DataType::Float64, false),
+        ("by", DataType::Utf8, true),
+        ("s", DataType::Utf8, true),
+        ("dt", DataType::Date32, true),
+        ("tsm", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        ("tsu", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        ("ltm", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        ("dec", DataType::Decimal128(10, 2), true),
+        ("u", DataType::Int64, true),
+        ("small", DataType::Int8, true),
+        ("missing", DataType::Utf8, true),
+    ]);
+    let avro = AvroSchema::parse_str(writer).expect("parses");
+    let (url, _) = serve_registry(vec![(1, writer.to_owned())]);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut values = Vec::new();
+    for _ in 0..300 {
+        let text =
+            |rng: &mut Rng| (0..rng.below(6)).map(|_| char::from(b'a' + rng.below(26) as u8)).collect::<String>();
+        let bytes: Vec<u8> = match rng.below(4) {
+            0 => vec![0xC3, 0x28],
+            _ => text(&mut rng).into_bytes(),
+        };
+        let decimal: Vec<u8> = (0..1 + rng.below(6)).map(|_| rng.next() as u8).collect();
+        let value = record(vec![
+            ("id", Value::Long(rng.next() as i64 >> rng.below(64))),
+            ("skip", Value::String(text(&mut rng))),
+            ("i", Value::Int(rng.next() as i32)),
+            ("b", Value::Boolean(rng.below(2) == 0)),
+            ("f", Value::Float(rng.next() as f32)),
+            ("d", if rng.below(5) == 0 { null() } else { some(Value::Double(rng.next() as f64 / 3.0)) }),
+            ("by", Value::Bytes(bytes)),
+            (
+                "s",
+                if rng.below(3) == 0 {
+                    Value::Union(1, Box::new(Value::Null))
+                } else {
+                    Value::Union(0, Box::new(Value::String(text(&mut rng))))
+                },
+            ),
+            ("dt", Value::Date(rng.below(40_000) as i32)),
+            ("tsm", Value::TimestampMillis(rng.next() as i64 >> 20)),
+            ("tsu", if rng.below(3) == 0 { null() } else { some(Value::TimestampMicros(rng.next() as i64 >> 10)) }),
+            ("ltm", Value::LocalTimestampMillis(rng.below(1 << 40) as i64)),
+            ("dec", if rng.below(4) == 0 { null() } else { some(Value::Decimal(Decimal::from(decimal))) }),
+            (
+                "u",
+                match rng.below(3) {
+                    0 => Value::Union(0, Box::new(Value::Null)),
+                    1 => Value::Union(1, Box::new(Value::String(text(&mut rng)))),
+                    _ => Value::Union(2, Box::new(Value::Long(rng.next() as i64))),
+                },
+            ),
+            ("small", Value::Int(rng.below(300) as i32 - 150)),
+        ]);
+        values.push(to_avro_datum(&avro, value).expect("encodes"));
+    }
+    // Damaged copies: cut short, a byte changed, a byte added.
+    for at in 0..values.len() {
+        let mut value = values[at].clone();
+        match rng.below(3) {
+            0 => value.truncate(rng.below(value.len() as u64) as usize),
+            1 => {
+                let i = rng.below(value.len() as u64) as usize;
+                value[i] = rng.next() as u8;
+            }
+            _ => value.push(rng.next() as u8),
+        }
+        values.push(value);
+    }
+    let messages: Vec<Message> =
+        values.iter().enumerate().map(|(i, v)| message(i as i64, confluent(1, v.clone()))).collect();
+    let registry = Arc::new(Registry::new(&url).expect("url"));
+    let mut results = Vec::new();
+    for general in [false, true] {
+        let mut builder =
+            RowBuilder::new(Arc::clone(&value_schema), KafkaFormat::AvroConfluent, "t", 1000).expect("builder");
+        builder.set_registry(Arc::clone(&registry));
+        if general {
+            builder.set_general_only();
+        }
+        let (rows, bad) = build(&mut builder, &messages);
+        // The decoders' own words for a malformed datum differ; everything else is ours.
+        let bad: Vec<(i64, String)> = bad
+            .into_iter()
+            .map(|b| match b.reason.starts_with("not a datum of") {
+                true => (b.offset, "malformed".to_owned()),
+                false => (b.offset, b.reason),
+            })
+            .collect();
+        results.push((rows, bad));
+    }
+    let (direct, general) = (&results[0], &results[1]);
+    assert!(direct.0.len() > 50 && direct.1.len() > 300, "good {} bad {}", direct.0.len(), direct.1.len());
+    let differ = direct.0.iter().zip(&general.0).find(|(d, g)| d != g);
+    assert_eq!(differ, None, "the same rows");
+    assert_eq!(direct.0.len(), general.0.len());
+    let differ = direct.1.iter().zip(&general.1).find(|(d, g)| d != g);
+    assert_eq!(differ, None, "the same bad messages, for the same reasons");
+    assert_eq!(direct.1.len(), general.1.len());
+}

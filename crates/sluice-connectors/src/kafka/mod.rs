@@ -22,6 +22,7 @@
 //! - [`options`]: what a pipeline file may say, validated without I/O.
 
 pub mod avro;
+mod avro_direct;
 pub mod client;
 pub mod group;
 pub mod lane;

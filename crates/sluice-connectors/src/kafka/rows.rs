@@ -192,6 +192,14 @@ impl RowBuilder {
         }
     }
 
+    /// Reads every Avro datum with the general decoder (tests compare the two).
+    #[cfg(test)]
+    pub(crate) fn set_general_only(&mut self) {
+        if let Some(avro) = &mut self.avro {
+            avro.set_general_only();
+        }
+    }
+
     /// Whether the rows hold the messages' headers (`_headers` is declared).
     pub fn wants_headers(&self) -> bool {
         self.columns.contains(&Column::Headers)
