@@ -28,6 +28,11 @@
 //! outside SMALLINT's or TINYINT's range, a `null` for a `NOT NULL` column, a decimal
 //! of another scale or beyond the column's precision, a timestamp of another unit.
 //!
+//! A flat writer record (fields of primitives or unions of them, as the derived schema
+//! is) is read straight from its bytes by `avro_direct.rs`; any other by the Avro
+//! crate's general decoder, through a reader that notes a read past the datum's end
+//! (that decoder takes some truncated values for `null`). Both yield the same values.
+//!
 //! A message is bad, never fatal, when it is not one datum of its writer schema
 //! (truncated, bytes left over after it, a string that is not UTF-8), when its framing
 //! is not Confluent's (no magic byte 0, shorter than 5 bytes), or when the registry does
@@ -50,11 +55,10 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Schema, TimeUnit};
 use sluice_types::SluiceError;
 
-use super::avro_direct::{Direct, Failure};
+use super::avro_direct::{Direct, Failure, Slot};
 
 /// The most bytes one string, bytes or array of a datum may claim: a corrupt length
-/// is a bad message, not an allocation of that size (the client's largest fetch is
-/// far below it).
+/// beyond it is a bad message, never an allocation of that size.
 pub const MAX_ALLOCATION_BYTES: usize = 64 * 1024 * 1024;
 /// The most writer schemas kept by id (the cache is emptied when full).
 pub const SCHEMA_CACHE_MAX: usize = 1024;
@@ -491,9 +495,9 @@ fn parse_answer(id: u32, body: &[u8]) -> Lookup {
     }
 }
 
-/// One value converted for its column.
+/// One value converted for its column (a string either owned or still in its datum).
 #[derive(Debug)]
-enum Cell {
+enum Cell<'d> {
     Null,
     I64(i64),
     I32(i32),
@@ -503,6 +507,7 @@ enum Cell {
     F64(f64),
     F32(f32),
     Text(String),
+    Str(&'d str),
     I128(i128),
 }
 
@@ -543,7 +548,7 @@ impl Builder {
     }
 
     /// Appends `cell`, which [`convert`] made for this column's kind.
-    fn append(&mut self, cell: Cell) {
+    fn append(&mut self, cell: Cell<'_>) {
         match (self, cell) {
             (Builder::Long(b), Cell::I64(v)) => b.append_value(v),
             (Builder::Int(b), Cell::I32(v)) => b.append_value(v),
@@ -553,6 +558,7 @@ impl Builder {
             (Builder::Double(b), Cell::F64(v)) => b.append_value(v),
             (Builder::Float(b), Cell::F32(v)) => b.append_value(v),
             (Builder::String(b), Cell::Text(v)) => b.append_value(v),
+            (Builder::String(b), Cell::Str(v)) => b.append_value(v),
             (Builder::TimestampMillis(b), Cell::I64(v)) => b.append_value(v),
             (Builder::TimestampMicros(b), Cell::I64(v)) => b.append_value(v),
             (Builder::Decimal(b, _, _), Cell::I128(v)) => b.append_value(v),
@@ -634,7 +640,7 @@ fn type_name(value: &Value) -> &'static str {
 }
 
 /// `value` for `column`, per the resolution rules of the module docs.
-fn convert(value: Value, column: &Column, scale: Option<usize>) -> Result<Cell, String> {
+fn convert(value: Value, column: &Column, scale: Option<usize>) -> Result<Cell<'static>, String> {
     let value = match value {
         Value::Union(_, inner) => *inner,
         value => value,
@@ -844,8 +850,8 @@ impl AvroDecoder {
                 Err(reason) => bad.push((index, reason)),
             }
         }
-        let mut cells: Vec<Cell> = Vec::with_capacity(self.columns.len());
-        let mut slots: Vec<Value> = Vec::with_capacity(self.columns.len());
+        let mut cells: Vec<Cell<'_>> = Vec::with_capacity(self.columns.len());
+        let mut slots: Vec<Slot<'_>> = Vec::with_capacity(self.columns.len());
         let mut current: Option<(&WriterPlan, GenericDatumReader<'_>)> = None;
         for (index, plan, datum) in &framed {
             let plan: &WriterPlan = plan;
@@ -907,27 +913,34 @@ impl AvroDecoder {
     }
 
     /// One datum of a flat writer record into `cells`, read by the direct decoder.
-    fn decode_direct(
+    fn decode_direct<'d>(
         &self,
         plan: &WriterPlan,
         direct: &Direct,
-        datum: &[u8],
-        slots: &mut Vec<Value>,
-        cells: &mut Vec<Cell>,
+        datum: &'d [u8],
+        slots: &mut Vec<Slot<'d>>,
+        cells: &mut Vec<Cell<'d>>,
     ) -> Result<(), String> {
         let what = &plan.what;
         if let Some(unusable) = &plan.unusable {
             return Err(unusable.clone());
         }
         slots.clear();
-        slots.resize(self.columns.len(), Value::Null);
+        slots.resize_with(self.columns.len(), || Slot::Value(Value::Null));
         direct.read(datum, slots).map_err(|failure| match failure {
             Failure::Truncated => format!("the datum of {what} is truncated"),
             Failure::Trailing(left) => format!("{left} bytes after the datum of {what}"),
             Failure::Bad(reason) => format!("not a datum of {what}: {reason}"),
         })?;
         for (c, column) in self.columns.iter().enumerate() {
-            let value = std::mem::replace(&mut slots[c], Value::Null);
+            let value = match std::mem::replace(&mut slots[c], Slot::Value(Value::Null)) {
+                Slot::Text(text) if column.kind == Kind::String => {
+                    cells.push(Cell::Str(text));
+                    continue;
+                }
+                Slot::Text(text) => Value::String(text.to_owned()),
+                Slot::Value(value) => value,
+            };
             let cell = convert(value, column, plan.scales[c]).map_err(|reason| format!("{reason} ({what})"))?;
             cells.push(cell);
         }
@@ -940,7 +953,7 @@ impl AvroDecoder {
         plan: &WriterPlan,
         reader: &GenericDatumReader<'_>,
         datum: &[u8],
-        cells: &mut Vec<Cell>,
+        cells: &mut Vec<Cell<'_>>,
     ) -> Result<(), String> {
         let what = &plan.what;
         if let Some(unusable) = &plan.unusable {

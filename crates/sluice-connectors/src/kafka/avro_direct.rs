@@ -93,7 +93,7 @@ impl Direct {
     /// Reads `datum` whole, each named field's value into `slots[column]` (which the
     /// caller filled with nulls); the error is the reason, `truncated` when the datum
     /// ends early.
-    pub(crate) fn read(&self, datum: &[u8], slots: &mut [Value]) -> Result<(), Failure> {
+    pub(crate) fn read<'d>(&self, datum: &'d [u8], slots: &mut [Slot<'d>]) -> Result<(), Failure> {
         let mut input = Input { rest: datum };
         for field in &self.fields {
             let simple = match field.union {
@@ -116,6 +116,13 @@ impl Direct {
             left => Err(Failure::Trailing(left)),
         }
     }
+}
+
+/// A value read for a column: a string is left in its datum.
+#[derive(Debug)]
+pub(crate) enum Slot<'d> {
+    Value(Value),
+    Text(&'d str),
 }
 
 /// Why a datum could not be read.
@@ -168,9 +175,10 @@ impl<'a> Input<'a> {
         self.take(len)
     }
 
-    /// The value of `simple`; a bytes or string value not `kept` is checked, not copied.
-    fn value(&mut self, simple: Simple, kept: bool) -> Result<Value, Failure> {
-        Ok(match simple {
+    /// The value of `simple`; a bytes or string value not `kept` is checked, not copied,
+    /// a kept string is left in the datum.
+    fn value(&mut self, simple: Simple, kept: bool) -> Result<Slot<'a>, Failure> {
+        Ok(Slot::Value(match simple {
             Simple::Null => Value::Null,
             Simple::Boolean => match self.take(1)?[0] {
                 0 => Value::Boolean(false),
@@ -190,10 +198,10 @@ impl<'a> Input<'a> {
                 let bytes = self.bytes()?;
                 let text =
                     std::str::from_utf8(bytes).map_err(|e| Failure::Bad(format!("a string that is not UTF-8: {e}")))?;
-                match kept {
-                    true => Value::String(text.to_owned()),
-                    false => Value::Null,
-                }
+                return Ok(match kept {
+                    true => Slot::Text(text),
+                    false => Slot::Value(Value::Null),
+                });
             }
             Simple::Date => Value::Date(self.int()?),
             Simple::TimeMillis => Value::TimeMillis(self.int()?),
@@ -209,6 +217,6 @@ impl<'a> Input<'a> {
                     false => Value::Null,
                 }
             }
-        })
+        }))
     }
 }
