@@ -1194,3 +1194,114 @@ fn a_group_member_restored_from_its_checkpoint_resumes_from_the_group() {
     assert_eq!(found.len(), input.len(), "no bid was read twice:\n{log}");
     assert_eq!(broker.committed("sharers", "bids", PARTITIONS), [20; PARTITIONS as usize], "{log}");
 }
+
+/// Produces binary values (one record per batch, as [`Broker::produce`]).
+fn produce_bytes(broker: &Broker, topic: &str, values: &[Vec<u8>]) {
+    let producer: BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", &broker.address).create().expect("producer");
+    for value in values {
+        producer
+            .send(BaseRecord::<'_, str, [u8]>::to(topic).partition(0).payload(value))
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer.flush(WAIT).expect("the broker acknowledged");
+    }
+}
+
+/// A schema registry on a thread: answers `GET /schemas/ids/N` with `schemas[N]` (404
+/// for other ids) and sends the number of each id asked for.
+fn serve_registry(schemas: BTreeMap<u32, String>) -> (String, Receiver<u32>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binds");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let (asked, receiver) = sync_channel(64);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clones"));
+            let mut request = String::new();
+            let _ = reader.read_line(&mut request);
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            let id = request.split(' ').nth(1).and_then(|p| p.strip_prefix("/schemas/ids/")?.parse::<u32>().ok());
+            let (status, body) = match id.and_then(|id| schemas.get(&id)) {
+                Some(schema) => ("200 OK", format!("{{\"schema\":{}}}", serde_json::Value::from(schema.as_str()))),
+                None => ("404 Not Found", "{\"error_code\":40403,\"message\":\"Schema not found\"}".to_owned()),
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            // Counted before the answer, so every request is counted once the run ends.
+            let _ = asked.try_send(id.unwrap_or(u32::MAX));
+            let _ = std::io::Write::write_all(&mut stream, answer.as_bytes());
+        }
+    });
+    (url, receiver)
+}
+
+/// Avro's binary encoding of a long (zigzag varint) and of a string.
+fn avro_long(out: &mut Vec<u8>, value: i64) {
+    let mut n = ((value << 1) ^ (value >> 63)) as u64;
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn avro_string(out: &mut Vec<u8>, text: &str) {
+    avro_long(out, text.len() as i64);
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// The Confluent framing: magic byte 0, the schema id, the datum.
+fn confluent(id: u32, datum: Vec<u8>) -> Vec<u8> {
+    let mut value = vec![0];
+    value.extend_from_slice(&id.to_be_bytes());
+    value.extend(datum);
+    value
+}
+
+#[test]
+fn avro_confluent_values_are_resolved_through_the_registry_and_bad_ones_counted() {
+    let broker = Broker::with_topics(&[("events", 1)]);
+    // Writer 1: `id` an int (read as BIGINT), no `score` (NULL), an extra field.
+    let v1 = r#"{"type":"record","name":"v1","fields":[{"name":"id","type":"int"},{"name":"name","type":"string"},{"name":"extra","type":"boolean"}]}"#;
+    // Writer 2: another order, `name` nullable, `score` present.
+    let v2 = r#"{"type":"record","name":"v2","fields":[{"name":"name","type":["null","string"]},{"name":"id","type":"long"},{"name":"score","type":"double"}]}"#;
+    let (url, asked) = serve_registry(BTreeMap::from([(1, v1.to_owned()), (2, v2.to_owned())]));
+    let first = |id: i64, name: &str, extra: bool| {
+        let mut datum = Vec::new();
+        avro_long(&mut datum, id);
+        avro_string(&mut datum, name);
+        datum.push(u8::from(extra));
+        confluent(1, datum)
+    };
+    let mut second = Vec::new();
+    avro_long(&mut second, 0); // name: the union's branch 0, null
+    avro_long(&mut second, 1 << 40);
+    second.extend_from_slice(&2.5f64.to_le_bytes());
+    let mut bad_magic = first(9, "x", true);
+    bad_magic[0] = 1;
+    produce_bytes(&broker, "events", &[first(1, "a", true), confluent(2, second), bad_magic, first(-3, "c", false)]);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\n\n[[source]]\nname = \"events\"\nconnector = \"kafka\"\nformat = \"avro-confluent\"\n\
+         schema = \"id BIGINT, name VARCHAR, score DOUBLE, _offset BIGINT\"\non_error = \"skip\"\n\
+         [source.options]\nbrokers = \"{}\"\ntopic = \"events\"\nbounded = true\nschema_registry = \"{url}\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"events\"\nconnector = \"file\"\nformat = \"csv\"\n[sink.options]\npath = \"out.csv\"\n",
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    let report = stderr(&run);
+    assert!(run.status.success(), "sluice failed:\n{report}");
+    assert_eq!(scratch.read("out.csv"), "id,name,score,_offset\n1,a,,0\n1099511627776,,2.5,1\n-3,c,,3\n");
+    assert!(report.contains("3 rows in, 1 bad rows"), "{report}");
+    assert!(report.contains("events/0@2") && report.contains("magic byte"), "the bad message is named: {report}");
+    let mut ids: Vec<u32> = asked.try_iter().collect();
+    ids.sort();
+    assert_eq!(ids, [1, 2], "each writer schema fetched once");
+}

@@ -139,7 +139,10 @@ impl KafkaLane {
         next_offset: Option<i64>,
         watermark: Option<TimestampMs>,
     ) -> Result<KafkaLane, SluiceError> {
-        let rows = RowBuilder::new(Arc::clone(&shared.schema), shared.options.format, &topic, context.batch_size)?;
+        let mut rows = RowBuilder::new(Arc::clone(&shared.schema), shared.options.format, &topic, context.batch_size)?;
+        if let Some(registry) = &shared.registry {
+            rows.set_registry(Arc::clone(registry));
+        }
         Ok(KafkaLane {
             lane: context.lane as usize,
             max_event_time: watermark.map(|w| w.saturating_add(shared.watermark_delay_ms)),

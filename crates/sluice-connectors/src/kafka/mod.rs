@@ -9,7 +9,9 @@
 //!   revocation waits (bounded) for what the lane read to be acknowledged by a checkpoint
 //!   before committing it and letting the partition go.
 //! - [`rows`]: messages into rows of the declared schema, with the metadata columns
-//!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`, `_headers`.
+//!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`, `_headers`; [`avro`]: the
+//!   `avro` and `avro-confluent` values (the schema derived from the columns, the
+//!   registry client, schema resolution).
 //! - [`sink`]: one message per row (Flink's changelog for an updating stream) or, in
 //!   upsert mode, keyed upserts and tombstones, with headers from options or a column;
 //!   at-least-once through the idempotent producer, exactly-once through Kafka
@@ -19,6 +21,8 @@
 //!   memory), logs and errors.
 //! - [`options`]: what a pipeline file may say, validated without I/O.
 
+pub mod avro;
+mod avro_direct;
 pub mod client;
 pub mod group;
 pub mod lane;
@@ -29,6 +33,8 @@ pub mod rows;
 pub mod sink;
 pub mod source;
 
+#[cfg(test)]
+mod avro_tests;
 #[cfg(test)]
 mod tests;
 

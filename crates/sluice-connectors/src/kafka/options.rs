@@ -21,6 +21,12 @@ pub enum KafkaFormat {
     Csv,
     /// The value as text, into the schema's one value column (VARCHAR).
     Raw,
+    /// One Avro binary datum per message, written with the schema derived from the
+    /// columns (see `avro.rs`).
+    Avro,
+    /// The Confluent wire format: magic byte 0, a 4-byte big-endian schema id, one Avro
+    /// binary datum written with that schema (fetched from `schema_registry`).
+    AvroConfluent,
 }
 
 /// Where a partition starts when no checkpoint gives its offset.
@@ -72,6 +78,8 @@ pub struct KafkaSourceOptions {
     pub idle_timeout: Option<Duration>,
     /// librdkafka settings, as written.
     pub client: Vec<(String, String)>,
+    /// `avro-confluent`: the schema registry's base URL (`http://host:port`).
+    pub schema_registry: Option<String>,
 }
 
 /// How a Kafka sink writes the changes of its input.
@@ -153,6 +161,12 @@ pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
         doc: "a partition silent this long stops holding the watermark back",
     },
     OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
+    OptionDoc {
+        key: "schema_registry",
+        kind: "string",
+        default: "required by format = \"avro-confluent\", refused otherwise",
+        doc: "the schema registry's base URL, plain http (http://host:port); writer schemas are fetched by id",
+    },
 ];
 
 pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
@@ -192,8 +206,13 @@ pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
     OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
 ];
 
-const SOURCE_FORMATS: &[(&str, KafkaFormat)] =
-    &[("json", KafkaFormat::Json), ("csv", KafkaFormat::Csv), ("raw", KafkaFormat::Raw)];
+const SOURCE_FORMATS: &[(&str, KafkaFormat)] = &[
+    ("json", KafkaFormat::Json),
+    ("csv", KafkaFormat::Csv),
+    ("raw", KafkaFormat::Raw),
+    ("avro", KafkaFormat::Avro),
+    ("avro-confluent", KafkaFormat::AvroConfluent),
+];
 const SINK_FORMATS: &[(&str, KafkaFormat)] = &[("json", KafkaFormat::Json), ("csv", KafkaFormat::Csv)];
 
 /// librdkafka settings the connector sets itself, with the option that replaces each.
@@ -255,6 +274,7 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
         "bounded",
         "idle_timeout",
         "client",
+        "schema_registry",
     ]);
     let brokers = brokers(&mut reader, "source");
     let topics = reader.value(
@@ -293,6 +313,26 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
     let bounded = reader.boolean("bounded", "set bounded = true or bounded = false").or(false);
     let idle_timeout = reader.duration("idle_timeout", false, "e.g. idle_timeout = \"10s\"");
     let client = client(&mut reader, "source");
+    let schema_registry = reader.string(
+        "schema_registry",
+        "a plain http URL of the registry, http://host:port (https is not supported)",
+        "e.g. schema_registry = \"http://localhost:8081\"",
+        |url| super::avro::Registry::new(url).is_ok(),
+    );
+    let schema_registry = schema_registry.optional();
+    match (format, &schema_registry) {
+        (Some(KafkaFormat::AvroConfluent), Some(None)) => errors.push(options.item_error(
+            config.position,
+            "format = \"avro-confluent\" needs `schema_registry`",
+            "add schema_registry = \"http://host:port\" under [source.options]",
+        )),
+        (Some(format), Some(Some(_))) if format != KafkaFormat::AvroConfluent => reader.error(
+            "schema_registry",
+            "schema_registry is read only by format = \"avro-confluent\"",
+            "remove schema_registry, or set format = \"avro-confluent\"",
+        ),
+        _ => {}
+    }
     let group_id = group_id.optional();
     let start = start.or(StartAt::Earliest);
     if start == Some(StartAt::Committed) && matches!(group_id, Some(None)) {
@@ -339,6 +379,7 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
             bounded: bounded?,
             idle_timeout: idle_timeout.optional()?,
             client: client?,
+            schema_registry: schema_registry?.map(|url| url.value),
         })
     })();
     crate::registry::finish(reader, errors)?;

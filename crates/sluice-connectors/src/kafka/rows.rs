@@ -1,6 +1,6 @@
 //! Kafka messages into rows of the declared schema: the value decoded by
-//! `sluice-formats` (JSON, CSV) or taken as text (raw), the metadata columns filled from
-//! the message.
+//! `sluice-formats` (JSON, CSV), by `avro.rs` (one Avro datum per message) or taken as
+//! text (raw), the metadata columns filled from the message.
 //!
 //! # Metadata columns
 //!
@@ -42,6 +42,7 @@ use arrow::record_batch::RecordBatch;
 use sluice_formats::{BadRow, CsvRecordFinder, Decoder, DecoderOptions, RowFormat};
 use sluice_types::SluiceError;
 
+use super::avro::{AvroDecoder, Framing, Registry};
 use super::options::KafkaFormat;
 
 /// The first line number handed to the decoder: never 1, so no message is taken for a
@@ -117,6 +118,8 @@ pub struct RowBuilder {
     format: KafkaFormat,
     /// The value decoder (JSON and CSV).
     decoder: Option<Decoder>,
+    /// The value decoder (Avro).
+    avro: Option<AvroDecoder>,
     value_schema: SchemaRef,
     topic: Arc<str>,
 }
@@ -150,6 +153,11 @@ impl RowBuilder {
             }
         }
         let value_schema = Arc::new(Schema::new(value_fields));
+        let avro = match format {
+            KafkaFormat::Avro => Some(AvroDecoder::new(&value_schema, Framing::Plain)?),
+            KafkaFormat::AvroConfluent => Some(AvroDecoder::new(&value_schema, Framing::Confluent)?),
+            _ => None,
+        };
         let decoder = match format {
             KafkaFormat::Raw => {
                 let is_one_text =
@@ -172,8 +180,24 @@ impl RowBuilder {
                     DecoderOptions { schema: Arc::clone(&value_schema), format, batch_size: batch_size.max(1) };
                 Some(Decoder::new(options)?)
             }
+            KafkaFormat::Avro | KafkaFormat::AvroConfluent => None,
         };
-        Ok(RowBuilder { schema, columns, format, decoder, value_schema, topic: Arc::from(topic) })
+        Ok(RowBuilder { schema, columns, format, decoder, avro, value_schema, topic: Arc::from(topic) })
+    }
+
+    /// The registry `avro-confluent` fetches writer schemas from (shared by the lanes).
+    pub fn set_registry(&mut self, registry: Arc<Registry>) {
+        if let Some(avro) = &mut self.avro {
+            avro.set_registry(registry);
+        }
+    }
+
+    /// Reads every Avro datum with the general decoder (tests compare the two).
+    #[cfg(test)]
+    pub(crate) fn set_general_only(&mut self) {
+        if let Some(avro) = &mut self.avro {
+            avro.set_general_only();
+        }
     }
 
     /// Whether the rows hold the messages' headers (`_headers` is declared).
@@ -193,7 +217,8 @@ impl RowBuilder {
         }
         let (values, good) = match self.format {
             KafkaFormat::Raw => self.raw_values(messages, &included, &mut bad),
-            _ => self.decode_values(messages, &included, &mut bad)?,
+            KafkaFormat::Avro | KafkaFormat::AvroConfluent => self.avro_values(messages, &included, &mut bad)?,
+            KafkaFormat::Json | KafkaFormat::Csv => self.decode_values(messages, &included, &mut bad)?,
         };
         bad.sort_by_key(|b| b.offset);
         if good.is_empty() {
@@ -231,7 +256,8 @@ impl RowBuilder {
         let Some(value) = message.value.as_deref() else {
             return Err("the message has no value (a tombstone)".to_owned());
         };
-        if self.format != KafkaFormat::Raw && value.iter().all(u8::is_ascii_whitespace) {
+        let text = matches!(self.format, KafkaFormat::Json | KafkaFormat::Csv);
+        if text && value.iter().all(u8::is_ascii_whitespace) {
             return Err("the message value is empty".to_owned());
         }
         if self.format == KafkaFormat::Csv {
@@ -267,6 +293,24 @@ impl RowBuilder {
         let array: ArrayRef = Arc::new(StringArray::from(texts));
         let batch = RecordBatch::try_new(Arc::clone(&self.value_schema), vec![array]).expect("one text column");
         (batch, good)
+    }
+
+    /// Avro: each included message one datum; a message that is not one is bad.
+    fn avro_values(
+        &mut self,
+        messages: &[Message],
+        included: &[usize],
+        bad: &mut Vec<BadMessage>,
+    ) -> Result<(RecordBatch, Vec<usize>), SluiceError> {
+        let avro = self.avro.as_mut().expect("the avro formats have an avro decoder");
+        let values = included.iter().map(|&i| (i, messages[i].value.as_deref().unwrap_or_default()));
+        let decoded = avro.decode(values)?;
+        for (index, reason) in decoded.bad {
+            bad.push(bad_message(&messages[index], reason));
+        }
+        let batch = RecordBatch::try_new(Arc::clone(&self.value_schema), decoded.columns)
+            .map_err(|e| SluiceError::internal("source.kafka_rows", format!("assembling avro rows: {e}")))?;
+        Ok((batch, decoded.good))
     }
 
     /// JSON and CSV: every included message in one chunk; message by message when the

@@ -32,6 +32,7 @@ use sluice_config::{OnError, SourceConfig};
 use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
 use sluice_types::{Epoch, SluiceError};
 
+use super::avro::Registry;
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::group::{self, Group, Poller};
 use super::lane::KafkaLane;
@@ -50,6 +51,8 @@ pub(crate) struct Shared {
     pub event_time: Option<usize>,
     pub watermark_delay_ms: i64,
     pub on_error: OnError,
+    /// `avro-confluent`: the schema registry, its cache shared by the lanes.
+    pub registry: Option<Arc<Registry>>,
     /// The consumer of this process, created by the first lane opened.
     consumer: Mutex<Option<Arc<SourceConsumer>>>,
     /// Per lane: whether it is idle (silent for `idle_timeout`, or ended), so that idle
@@ -155,6 +158,13 @@ impl KafkaSource {
             RowBuilder::new(Arc::clone(&schema), options.format, topic, 1)?;
         }
         let event_time = crate::file_source::event_time_index(config, &schema)?;
+        let registry = match &options.schema_registry {
+            Some(url) => Some(Arc::new(Registry::new(url).map_err(|reason| {
+                SluiceError::user("source.avro_registry", format!("schema_registry = \"{url}\": {reason}"))
+                    .with_fix("set schema_registry = \"http://host:port\" (plain http)")
+            })?)),
+            None => None,
+        };
         let probe = client::consumer_config(&options.brokers, options.group_id.as_deref(), &options.client);
         let probe: SourceConsumer = probe
             .create_with_context(SluiceClientContext::new(&options.brokers))
@@ -177,6 +187,7 @@ impl KafkaSource {
             event_time,
             watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
             on_error: config.on_error,
+            registry,
             consumer: Mutex::new(None),
             idle: partitions.iter().map(|_| AtomicBool::new(false)).collect(),
             last_commit: Mutex::new(None),
@@ -262,6 +273,8 @@ impl SourceFactory for KafkaSource {
             KafkaFormat::Json => "json",
             KafkaFormat::Csv => "csv",
             KafkaFormat::Raw => "raw",
+            KafkaFormat::Avro => "avro",
+            KafkaFormat::AvroConfluent => "avro-confluent",
         };
         let bounded = if self.ends.is_some() { ", bounded" } else { "" };
         let group = if self.shared.group.is_some() { ", group" } else { "" };
