@@ -615,6 +615,7 @@ mod tests {
             bounded: false,
             idle_timeout: None,
             client: Vec::new(),
+            dead_letter: None,
         };
         let partitions: Vec<(String, i32)> = (0..partitions as i32).map(|p| ("t".to_owned(), p)).collect();
         Group::new("s", &options, &partitions)
