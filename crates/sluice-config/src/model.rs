@@ -135,6 +135,9 @@ pub enum OnError {
     Skip,
     /// Stop the pipeline.
     Fail,
+    /// As `Skip`, and also write the message as read, with the error, to a dead-letter
+    /// topic (`dead_letter_topic`; the Kafka source only, which refuses it elsewhere).
+    DeadLetter,
 }
 
 /// One `[[view]]`.

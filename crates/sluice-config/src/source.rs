@@ -67,7 +67,11 @@ pub(crate) fn parse_source(
             "add event_time = \"<timestamp column>\", or remove `watermark_delay`",
         );
     }
-    let on_error = ctx.choice(sec, "on_error", &[("skip", OnError::Skip), ("fail", OnError::Fail)]);
+    let on_error = ctx.choice(
+        sec,
+        "on_error",
+        &[("skip", OnError::Skip), ("fail", OnError::Fail), ("dead-letter", OnError::DeadLetter)],
+    );
     let materialized = ctx.boolean(sec, "materialized", "set materialized = true or false, or remove it");
     let options = options(ctx, "source", &item);
     let config = SourceConfig {

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use sluice_config::{ConfigError, Field, Located, Options, OptionsReader, Position, SinkConfig, SourceConfig, suggest};
+use sluice_config::{
+    ConfigError, Field, Located, OnError, Options, OptionsReader, Position, SinkConfig, SourceConfig, suggest,
+};
 use sluice_runtime::{SinkFactory, SourceFactory};
 use sluice_types::SluiceError;
 
@@ -44,6 +46,10 @@ pub trait SourceConnector: Send + Sync {
     fn options(&self) -> &'static [OptionDoc];
     /// Validates a `[[source]]` naming this connector, without I/O.
     fn configure(&self, config: &SourceConfig) -> Result<Box<dyn ConfiguredSource>, Vec<ConfigError>>;
+    /// Whether it accepts `on_error = "dead-letter"` (writes bad input somewhere).
+    fn dead_letter(&self) -> bool {
+        false
+    }
 }
 
 /// A validated source, ready to be planned.
@@ -209,6 +215,16 @@ impl Registry {
     /// Configures a `[[source]]` with the connector it names.
     pub fn configure_source(&self, config: &SourceConfig) -> Result<Box<dyn ConfiguredSource>, Vec<ConfigError>> {
         match self.find_source(&config.connector.value) {
+            Some(connector) if config.on_error == OnError::DeadLetter && !connector.dead_letter() => {
+                Err(vec![config.options.item_error(
+                    config.position,
+                    &format!(
+                        "on_error = \"dead-letter\" is only for the kafka source, not a `{}` source",
+                        connector.name()
+                    ),
+                    "use on_error = \"skip\" (count and log bad rows) or on_error = \"fail\"",
+                )])
+            }
             Some(connector) => connector.configure(config),
             None => Err(vec![unknown(&config.options, &config.connector, "source", &self.source_names())]),
         }
@@ -325,6 +341,18 @@ mod tests {
 
     /// Every connector's documented options are exactly the keys it accepts: an unknown
     /// key's message lists them.
+    #[test]
+    fn dead_letter_is_refused_for_a_source_other_than_kafka() {
+        let text = "[pipeline]\nname = \"p\"\n[[source]]\nname = \"x\"\nconnector = \"file\"\nformat = \"csv\"\n\
+                    schema = \"a BIGINT\"\non_error = \"dead-letter\"\n[source.options]\npath = \"in.csv\"\n";
+        let (config, _) = sluice_config::parse_partial(text, "p.toml");
+        let config = config.expect("the item parses");
+        let errors = Registry::builtin().configure_source(&config.sources[0]).err().expect("refused");
+        let message = errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n");
+        assert!(message.contains("on_error = \"dead-letter\" is only for the kafka source"), "{message}");
+        assert!(message.contains("use on_error = \"skip\""), "{message}");
+    }
+
     #[test]
     fn the_option_schemas_are_the_keys_each_connector_accepts() {
         let registry = Registry::builtin();

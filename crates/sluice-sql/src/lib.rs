@@ -141,7 +141,9 @@ impl SqlPlanner {
     /// CAST): skip (drop and count) or fail (stop the pipeline).
     pub fn add_source(&mut self, source: usize, tables: &[TableDef], on_error: OnError) -> Result<(), SluiceError> {
         let on_error = match on_error {
-            OnError::Skip => OnRowError::Skip,
+            // A row a view's expression fails on is no longer a message: there is nothing
+            // to write to a dead-letter topic, so it is skipped and counted.
+            OnError::Skip | OnError::DeadLetter => OnRowError::Skip,
             OnError::Fail => OnRowError::Fail,
         };
         for (index, table) in tables.iter().enumerate() {

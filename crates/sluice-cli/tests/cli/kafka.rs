@@ -379,6 +379,102 @@ fn bad_messages_are_skipped_and_counted_or_fail_naming_their_offset() {
     assert!(stderr(&run).contains("bad message at bids/0@1"), "{}", stderr(&run));
 }
 
+/// `on_error = "dead-letter"`: the good rows reach the sink, each bad message (bad JSON,
+/// a tombstone) is counted and written as read to the dead-letter topic with its error
+/// and where it was read; a dead-letter topic that does not exist fails the run at start.
+#[test]
+fn bad_messages_are_written_to_the_dead_letter_topic_as_read_with_their_error() {
+    use rdkafka::message::{Header, Headers, OwnedHeaders};
+    let broker = Broker::with_topics(&[("bids", 2), ("dead", 1)]);
+    let good = |price: u32| format!("{{\"auction\":1,\"price\":{price},\"date_time\":\"2026-01-01 00:00:00\"}}");
+    let producer: BaseProducer =
+        ClientConfig::new().set("bootstrap.servers", &broker.address).create().expect("producer");
+    let (one, two, three) = (good(1), good(2), good(3));
+    let records = [
+        (0, Some("k0"), Some(one.as_str()), None),
+        (0, Some("kb"), Some("{not json"), Some(("trace", "t1"))),
+        (0, Some("k2"), Some(two.as_str()), None),
+        (1, Some("kt"), None, None),
+        (1, None, Some(three.as_str()), None),
+    ];
+    for (partition, key, value, header) in records {
+        let mut record: BaseRecord<'_, str, str> = BaseRecord::to("bids").partition(partition);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        if let Some((name, value)) = header {
+            record = record.headers(OwnedHeaders::new().insert(Header { key: name, value: Some(value) }));
+        }
+        producer.send(record).map_err(|(e, _)| e).expect("send");
+        // One record per batch, for this broker's end offsets (see `Broker::produce`).
+        producer.flush(WAIT).expect("the broker acknowledged");
+    }
+    let scratch = Scratch::new();
+    let pipeline = |topic: &str| {
+        format!(
+            "[pipeline]\nname = \"p\"\n\n{}dead_letter_topic = \"{topic}\"\n\n\
+             [[sink]]\nname = \"out\"\nfrom = \"bids\"\nconnector = \"file\"\n[sink.options]\npath = \"out.jsonl\"\n",
+            source(&broker, "bids", "on_error = \"dead-letter\"\n")
+        )
+    };
+    scratch.write("pipeline.toml", &pipeline("dead"));
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
+    assert!(stderr(&run).contains("3 rows in, 2 bad rows"), "{}", stderr(&run));
+    let mut rows: Vec<(i64, i64, i64, Option<String>)> = scratch
+        .read("out.jsonl")
+        .lines()
+        .map(|line| {
+            let row: serde_json::Value = serde_json::from_str(line).expect("json");
+            let int = |name: &str| row[name].as_i64().expect(name);
+            (int("_partition"), int("_offset"), int("price"), row["_key"].as_str().map(str::to_owned))
+        })
+        .collect();
+    rows.sort();
+    let expected = vec![(0, 0, 1, Some("k0".to_owned())), (0, 2, 2, Some("k2".to_owned())), (1, 1, 3, None)];
+    assert_eq!(rows, expected);
+
+    let consumer = broker.reader("dead", 1);
+    let mut dead = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while dead.len() < 2 && Instant::now() < deadline {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+            let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
+            let headers: BTreeMap<String, Option<String>> = message
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key.to_owned(), text(h.value))).collect())
+                .unwrap_or_default();
+            dead.push((text(message.key()), text(message.payload()), headers));
+        }
+    }
+    assert_eq!(dead.len(), 2, "the dead-letter topic holds each bad message: {dead:?}");
+    dead.sort_by_key(|(_, _, headers)| headers.get("sluice.partition").cloned());
+    let header = |index: usize, name: &str| dead[index].2.get(name).cloned().flatten().unwrap_or_default();
+    assert_eq!((dead[0].0.as_deref(), dead[0].1.as_deref()), (Some("kb"), Some("{not json")));
+    assert_eq!((dead[1].0.as_deref(), dead[1].1.as_deref()), (Some("kt"), None), "the tombstone as read");
+    assert_eq!(header(0, "trace"), "t1", "the original headers are kept");
+    for (index, partition, offset) in [(0, "0", "1"), (1, "1", "0")] {
+        assert_eq!(header(index, "sluice.source"), "bids");
+        assert_eq!(header(index, "sluice.topic"), "bids");
+        assert_eq!(
+            (header(index, "sluice.partition").as_str(), header(index, "sluice.offset").as_str()),
+            (partition, offset)
+        );
+    }
+    assert!(!header(0, "sluice.error").is_empty());
+    assert!(header(1, "sluice.error").contains("tombstone"), "{}", header(1, "sluice.error"));
+    assert_eq!(dead[1].2.len(), 5, "a message without headers gets only the sluice.* ones: {:?}", dead[1].2);
+
+    scratch.write("pipeline.toml", &pipeline("missing"));
+    let run = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(!run.status.success());
+    assert!(stderr(&run).contains("dead_letter_topic `missing`"), "{}", stderr(&run));
+    assert!(stderr(&run).contains("create the topic `missing`"), "{}", stderr(&run));
+}
+
 #[test]
 fn an_unknown_broker_and_a_missing_topic_are_clear_errors() {
     // Another topic proves the broker answers (a broker that does not is replaced)

@@ -26,6 +26,10 @@ fn common_keys_and_defaults() {
         assert_eq!(s.watermark_delay, Duration::from_secs(4));
         assert_eq!(s.on_error, OnError::Fail);
     });
+    // Accepted here; the connector decides whether it can write a dead-letter topic.
+    check_ok(&with_sink(&nexmark("on_error = \"dead-letter\"")), |c| {
+        assert_eq!(c.sources[0].on_error, OnError::DeadLetter);
+    });
     check_ok(&with_sink(&file_source("json", "[source.options]\npath = \"in.csv\"\nrate = 2\n")), |c| {
         let s = &c.sources[0];
         assert_eq!(s.format.as_ref().map(|f| (f.value.as_str(), f.position)), Some(("json", Position::new(11, 1))));
@@ -78,7 +82,7 @@ fn bad_common_keys() {
         ),
         (
             n("on_error = \"skp\""),
-            "11:1: [[source]] \"nx\": `on_error` must be one of \"skip\", \"fail\", found \"skp\"\n  fix: did you mean on_error = \"skip\"?",
+            "11:1: [[source]] \"nx\": `on_error` must be one of \"skip\", \"fail\", \"dead-letter\", found \"skp\"\n  fix: did you mean on_error = \"skip\"?",
         ),
         (n("format = 3"), "11:1: [[source]] \"nx\": `format` must be a format name such as \"json\", found 3"),
         (n("schema = \"\""), "11:1: [[source]] \"nx\": `schema` must be a non-empty column list, found \"\""),

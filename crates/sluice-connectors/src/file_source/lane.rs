@@ -163,7 +163,8 @@ impl FileLane {
         let previous = self.metrics.bad_rows.fetch_add(1, Ordering::Relaxed);
         let source = &self.shared.name;
         match self.shared.on_error {
-            OnError::Skip => {
+            // Dead-letter is refused for this source when it is configured (registry.rs).
+            OnError::Skip | OnError::DeadLetter => {
                 if previous < LOGGED_BAD_ROWS {
                     let line = self.lines.file_line(row.line, &self.path).map_err(|e| read_error(&self.path, &e))?;
                     tracing::warn!(source = %source, "{}:{line}: {}: {}", self.path.display(), row.reason, row.text);

@@ -616,6 +616,7 @@ mod tests {
             idle_timeout: None,
             client: Vec::new(),
             schema_registry: None,
+            dead_letter: None,
         };
         let partitions: Vec<(String, i32)> = (0..partitions as i32).map(|p| ("t".to_owned(), p)).collect();
         Group::new("s", &options, &partitions)

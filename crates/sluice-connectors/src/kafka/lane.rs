@@ -7,7 +7,8 @@
 //!   messages, without blocking; an empty queue answers `Wait` for
 //!   [`EMPTY_POLL_WAIT`]. The rows are built by [`RowBuilder`]; bad messages are
 //!   counted, logged (the first [`LOGGED_BAD_ROWS`] of the source) or fatal per
-//!   `on_error`, named by topic, partition and offset.
+//!   `on_error`, named by topic, partition and offset; with `dead-letter` also written
+//!   to the dead-letter topic and flushed before the poll returns (`dead_letter`).
 //! - **Bounded.** The lane ends once it handed out the record before the end offset
 //!   planning saw (at once for an empty partition).
 //! - **Watermark.** The largest event time read minus `watermark_delay`. A lane silent
@@ -225,7 +226,8 @@ impl KafkaLane {
                 partition: message.partition(),
                 offset: message.offset(),
                 timestamp: message.timestamp().to_millis(),
-                headers: match (self.rows.wants_headers(), message.headers()) {
+                // Dead-letter messages carry the original headers.
+                headers: match (self.rows.wants_headers() || self.shared.dead_letter.is_some(), message.headers()) {
                     (true, Some(headers)) => {
                         headers.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect()
                     }
@@ -247,7 +249,10 @@ impl KafkaLane {
         Ok(messages)
     }
 
-    fn bad_messages(&self, bad: Vec<BadMessage>) -> Result<(), SluiceError> {
+    /// Handles the bad messages of `messages` per `on_error`; with dead-letter, returns
+    /// once the brokers acknowledged each (see `dead_letter`).
+    fn bad_messages(&self, bad: Vec<BadMessage>, messages: &[Message]) -> Result<(), SluiceError> {
+        let sent = !bad.is_empty();
         for message in bad {
             let previous = self.metrics.bad_rows.fetch_add(1, Ordering::Relaxed);
             let at = format!("{}/{}@{}", self.topic, self.partition, message.offset);
@@ -256,6 +261,13 @@ impl KafkaLane {
                     if previous < LOGGED_BAD_ROWS {
                         tracing::warn!(source = %self.shared.name, "{at}: {}: {}", message.reason, message.text);
                     }
+                }
+                OnError::DeadLetter => {
+                    if previous < LOGGED_BAD_ROWS {
+                        tracing::warn!(source = %self.shared.name, "{at}: {}: {} (written to the dead-letter topic)",
+                            message.reason, message.text);
+                    }
+                    self.dead_letter(&message, messages)?;
                 }
                 OnError::Fail => {
                     return Err(SluiceError::user(
@@ -266,7 +278,26 @@ impl KafkaLane {
                 }
             }
         }
-        Ok(())
+        match &self.shared.dead_letter {
+            Some(dead_letter) if sent => dead_letter.flush(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Queues the bad message `bad` of `messages` for the dead-letter topic.
+    fn dead_letter(&self, bad: &BadMessage, messages: &[Message]) -> Result<(), SluiceError> {
+        let (Some(dead_letter), Ok(index)) =
+            (&self.shared.dead_letter, messages.binary_search_by_key(&bad.offset, |m| m.offset))
+        else {
+            return Err(SluiceError::internal(
+                "source.kafka",
+                format!(
+                    "{}/{}@{}: a bad message without its producer or message",
+                    self.topic, self.partition, bad.offset
+                ),
+            ));
+        };
+        dead_letter.send(&self.topic, &messages[index], &format!("{}: {}", bad.reason, bad.text))
     }
 
     /// An idle lane's watermark: the lowest of the lanes that are not idle (its own
@@ -400,7 +431,7 @@ impl LaneReader for KafkaLane {
         self.last_record = Instant::now();
         self.set_idle(false);
         let (batch, bad) = self.rows.build(&messages)?;
-        self.bad_messages(bad)?;
+        self.bad_messages(bad, &messages)?;
         let Some(batch) = batch else {
             return Ok(LanePoll::Data { batches: Vec::new(), watermark: self.watermark() });
         };

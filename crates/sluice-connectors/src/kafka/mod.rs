@@ -17,6 +17,8 @@
 //!   at-least-once through the idempotent producer, exactly-once through Kafka
 //!   transactions, each epoch's messages kept in its checkpoint ([`record`]) to be
 //!   written again at recovery when the transaction never committed.
+//! - [`dead_letter`]: `on_error = "dead-letter"`: each bad message, as read and with its
+//!   error, written to a topic before the lane hands out anything after it.
 //! - [`client`]: the clients' settings (and why a partition not polled holds bounded
 //!   memory), logs and errors.
 //! - [`options`]: what a pipeline file may say, validated without I/O.
@@ -24,6 +26,7 @@
 pub mod avro;
 mod avro_direct;
 pub mod client;
+pub mod dead_letter;
 pub mod group;
 pub mod lane;
 pub mod options;
@@ -65,6 +68,11 @@ impl SourceConnector for KafkaSourceConnector {
 
     fn options(&self) -> &'static [OptionDoc] {
         options::SOURCE_OPTIONS
+    }
+
+    /// Bad messages go to `dead_letter_topic` (see `dead_letter`).
+    fn dead_letter(&self) -> bool {
+        true
     }
 
     fn configure(&self, config: &SourceConfig) -> Result<Box<dyn ConfiguredSource>, Vec<ConfigError>> {

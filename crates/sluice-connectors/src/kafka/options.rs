@@ -80,6 +80,17 @@ pub struct KafkaSourceOptions {
     pub client: Vec<(String, String)>,
     /// `avro-confluent`: the schema registry's base URL (`http://host:port`).
     pub schema_registry: Option<String>,
+    /// `on_error = "dead-letter"`: where bad messages are written.
+    pub dead_letter: Option<DeadLetterOptions>,
+}
+
+/// Where a Kafka source with `on_error = "dead-letter"` writes its bad messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterOptions {
+    /// `dead_letter_topic`.
+    pub topic: String,
+    /// `dead_letter_brokers`; `None`: the source's `brokers`.
+    pub brokers: Option<String>,
 }
 
 /// How a Kafka sink writes the changes of its input.
@@ -166,6 +177,19 @@ pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
         kind: "string",
         default: "required by format = \"avro-confluent\", refused otherwise",
         doc: "the schema registry's base URL, plain http (http://host:port); writer schemas are fetched by id",
+    },
+    OptionDoc {
+        key: "dead_letter_topic",
+        kind: "string",
+        default: "required with on_error = \"dead-letter\"",
+        doc: "the existing topic each bad message is written to (its key, value and headers as read, plus \
+              sluice.error, sluice.source, sluice.topic, sluice.partition and sluice.offset headers)",
+    },
+    OptionDoc {
+        key: "dead_letter_brokers",
+        kind: "string",
+        default: "`brokers`",
+        doc: "the brokers of dead_letter_topic, host:port[,host:port]",
     },
 ];
 
@@ -275,6 +299,8 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
         "idle_timeout",
         "client",
         "schema_registry",
+        "dead_letter_topic",
+        "dead_letter_brokers",
     ]);
     let brokers = brokers(&mut reader, "source");
     let topics = reader.value(
@@ -333,6 +359,7 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
         ),
         _ => {}
     }
+    let dead_letter = dead_letter(&mut reader, config.on_error);
     let group_id = group_id.optional();
     let start = start.or(StartAt::Earliest);
     if start == Some(StartAt::Committed) && matches!(group_id, Some(None)) {
@@ -380,10 +407,47 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
             idle_timeout: idle_timeout.optional()?,
             client: client?,
             schema_registry: schema_registry?.map(|url| url.value),
+            dead_letter: dead_letter?,
         })
     })();
     crate::registry::finish(reader, errors)?;
     Ok(parsed.expect("every option was valid"))
+}
+
+/// Reads `dead_letter_topic` and `dead_letter_brokers`: the first required with
+/// `on_error = "dead-letter"`, both refused without it.
+fn dead_letter(reader: &mut OptionsReader<'_>, on_error: sluice_config::OnError) -> Option<Option<DeadLetterOptions>> {
+    let topic = reader.string(
+        "dead_letter_topic",
+        "a non-empty topic name",
+        "e.g. dead_letter_topic = \"bids-dead-letter\"",
+        |s| !s.is_empty(),
+    );
+    let brokers = reader.string(
+        "dead_letter_brokers",
+        "a non-empty list host:port[,host:port]",
+        "e.g. dead_letter_brokers = \"localhost:9092\", or remove it to use `brokers`",
+        |s| !s.trim().is_empty(),
+    );
+    if on_error != sluice_config::OnError::DeadLetter {
+        for key in ["dead_letter_topic", "dead_letter_brokers"] {
+            if reader.has(key) {
+                reader.error(
+                    key,
+                    &format!("`{key}` applies only to on_error = \"dead-letter\""),
+                    &format!("set on_error = \"dead-letter\" on the [[source]], or remove `{key}`"),
+                );
+            }
+        }
+        return Some(None);
+    }
+    let topic = reader.required(
+        "dead_letter_topic",
+        topic,
+        "add dead_letter_topic = \"<topic>\" under [source.options]: the existing topic that on_error = \
+         \"dead-letter\" writes each bad message to",
+    );
+    Some(Some(DeadLetterOptions { topic: topic?.value, brokers: brokers.optional()?.map(|b| b.value) }))
 }
 
 /// The validated options of a `connector = "kafka"` sink, or every problem.

@@ -34,6 +34,7 @@ use sluice_types::{Epoch, SluiceError};
 
 use super::avro::Registry;
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
+use super::dead_letter::DeadLetter;
 use super::group::{self, Group, Poller};
 use super::lane::KafkaLane;
 use super::options::{Assignment, KafkaFormat, KafkaSourceOptions};
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     pub on_error: OnError,
     /// `avro-confluent`: the schema registry, its cache shared by the lanes.
     pub registry: Option<Arc<Registry>>,
+    /// `on_error = "dead-letter"`: the producer of the dead-letter topic.
+    pub dead_letter: Option<DeadLetter>,
     /// The consumer of this process, created by the first lane opened.
     consumer: Mutex<Option<Arc<SourceConsumer>>>,
     /// Per lane: whether it is idle (silent for `idle_timeout`, or ended), so that idle
@@ -170,6 +173,19 @@ impl KafkaSource {
             .create_with_context(SluiceClientContext::new(&options.brokers))
             .map_err(|e| client::create_error(&options.brokers, &e))?;
         let layout = find_layout(&probe, options)?;
+        let dead_letter = match (&options.dead_letter, config.on_error) {
+            (Some(dead_letter), OnError::DeadLetter) => {
+                Some(DeadLetter::open(&config.name, dead_letter, &options.brokers, &options.client)?)
+            }
+            (None, OnError::DeadLetter) => {
+                return Err(SluiceError::user(
+                    "source.kafka_dead_letter",
+                    format!("source `{}`: on_error = \"dead-letter\" needs dead_letter_topic", config.name),
+                )
+                .with_fix("add dead_letter_topic = \"<topic>\" under [source.options]"));
+            }
+            _ => None,
+        };
         if let Some(recorded) = recorded {
             Layout::decode(&config.name, recorded)?.check_resume(&config.name, &layout)?;
         }
@@ -188,6 +204,7 @@ impl KafkaSource {
             watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
             on_error: config.on_error,
             registry,
+            dead_letter,
             consumer: Mutex::new(None),
             idle: partitions.iter().map(|_| AtomicBool::new(false)).collect(),
             last_commit: Mutex::new(None),

@@ -343,3 +343,36 @@ fn the_consumer_refetches_a_drained_partition_soon_unless_the_user_says_otherwis
     let theirs = consumer_config("localhost:9092", None, &[("fetch.queue.backoff.ms".to_owned(), "250".to_owned())]);
     assert_eq!(theirs.get("fetch.queue.backoff.ms"), Some("250"));
 }
+
+/// The options of a source with `on_error`, or every problem as one message.
+fn source_on_error(on_error: &str, options: &str) -> Result<super::KafkaSourceOptions, String> {
+    let text = format!(
+        "[pipeline]\nname = \"p\"\n[[source]]\nname = \"s\"\nconnector = \"kafka\"\nformat = \"json\"\nschema = \"a BIGINT\"\n\
+         on_error = \"{on_error}\"\n[source.options]\nbrokers = \"b:1\"\ntopic = \"x\"\n{options}"
+    );
+    let (config, _) = parse_partial(&text, "p.toml");
+    let config = config.expect("parses");
+    assert_eq!(config.sources[0].on_error == sluice_config::OnError::DeadLetter, on_error == "dead-letter");
+    source_options_of(&config.sources[0])
+        .map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))
+}
+
+#[test]
+fn dead_letter_needs_its_topic_and_its_options_need_dead_letter() {
+    let options = source_on_error("dead-letter", "dead_letter_topic = \"bad\"\n").expect("valid");
+    let expected = super::options::DeadLetterOptions { topic: "bad".to_owned(), brokers: None };
+    assert_eq!(options.dead_letter, Some(expected));
+    let options =
+        source_on_error("dead-letter", "dead_letter_topic = \"bad\"\ndead_letter_brokers = \"d:1\"\n").expect("valid");
+    assert_eq!(options.dead_letter.and_then(|d| d.brokers).as_deref(), Some("d:1"));
+    assert_eq!(source_on_error("skip", "").expect("valid").dead_letter, None);
+    let message = source_on_error("dead-letter", "").expect_err("refused");
+    assert!(message.contains("dead_letter_topic") && message.contains("add dead_letter_topic = "), "{message}");
+    let message = source_on_error("dead-letter", "dead_letter_topic = \"\"\n").expect_err("refused");
+    assert!(message.contains("`dead_letter_topic` must be"), "{message}");
+    for on_error in ["skip", "fail"] {
+        let message = source_on_error(on_error, "dead_letter_topic = \"bad\"\n").expect_err("refused");
+        assert!(message.contains("applies only to on_error = \"dead-letter\""), "{message}");
+        assert!(message.contains("set on_error = \"dead-letter\""), "{message}");
+    }
+}
