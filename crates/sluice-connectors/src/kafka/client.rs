@@ -119,10 +119,14 @@ impl ClientContext for SluiceClientContext {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
             let _ = self.down_since_ms.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
         }
-        if let Ok(mut last) = self.last_error.lock() {
-            *last = Some(format!("{error}: {reason}"));
-        }
-        if self.logged.fetch_add(1, Ordering::Relaxed) < LOGGED_LINES_MAX {
+        let text = format!("{error}: {reason}");
+        // librdkafka repeats an error (all brokers down) in bursts of hundreds while
+        // nothing polls: the same error as the last one is not logged again.
+        let repeated = match self.last_error.lock() {
+            Ok(mut last) => last.replace(text).as_deref() == last.as_deref(),
+            Err(_) => false,
+        };
+        if !repeated && self.logged.fetch_add(1, Ordering::Relaxed) < LOGGED_LINES_MAX {
             tracing::warn!(brokers = %self.brokers, "kafka client error: {error}: {reason}");
         }
     }
@@ -210,4 +214,24 @@ pub fn lost(brokers: &str, waited: Duration, last: Option<String>) -> SluiceErro
 pub fn missing_topic(brokers: &str, topic: &str, detail: &str) -> SluiceError {
     SluiceError::user("kafka.missing_topic", format!("topic `{topic}` does not exist on brokers {brokers} ({detail})"))
         .with_fix(format!("create the topic `{topic}`, or correct `topic`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_repeated_is_logged_once_and_kept_as_the_last() {
+        let context = SluiceClientContext::new("localhost:9092");
+        let down = || KafkaError::Global(RDKafkaErrorCode::AllBrokersDown);
+        for _ in 0..5 {
+            context.error(down(), "1/1 brokers are down");
+        }
+        assert_eq!(context.logged.load(Ordering::Relaxed), 1);
+        assert!(context.down_since_ms().is_some());
+        context.error(KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), "connect failed");
+        context.error(down(), "1/1 brokers are down");
+        assert_eq!(context.logged.load(Ordering::Relaxed), 3);
+        assert_eq!(context.last_error().as_deref(), Some(format!("{}: 1/1 brokers are down", down()).as_str()));
+    }
 }
