@@ -12,53 +12,28 @@
 //! The rows per second are the bytes per second over the bytes per row in the name.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+mod common;
+
+use common::{CHANNELS, Mix, bid_schema};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sluice_formats::{DEFAULT_CHUNK_BYTES, Decoder, DecoderOptions, LineChunker, RowFormat};
 
 const ROWS: u64 = 200_000;
-const CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
-
-fn bid_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("auction", DataType::Int64, false),
-        Field::new("bidder", DataType::Int64, false),
-        Field::new("price", DataType::Int64, false),
-        Field::new("channel", DataType::Utf8, true),
-        Field::new("url", DataType::Utf8, true),
-        Field::new("dateTime", DataType::Timestamp(TimeUnit::Millisecond, None), false),
-        Field::new("extra", DataType::Utf8, true),
-    ]))
-}
-
-/// A deterministic pseudo-random sequence (SplitMix64).
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 /// The fields of bid `i`: auction, bidder, price, channel, url, timestamp text, extra.
 fn bid(mix: &mut Mix, i: u64) -> (u64, u64, u64, &'static str, String, String, String) {
-    let auction = 1000 + mix.next() % 10_000;
-    let bidder = 1000 + mix.next() % 100_000;
-    let price = mix.next() % 10_000_000;
-    let channel = CHANNELS[(mix.next() % 4) as usize];
+    let auction = 1000 + mix.below(10_000);
+    let bidder = 1000 + mix.below(100_000);
+    let price = mix.below(10_000_000);
+    let channel = CHANNELS[mix.below(4) as usize];
     let url = format!(
         "https://www.nexmark.com/{}/{}/{}/item.htm?query=1&channel_id={}",
         text(mix, 5),
         text(mix, 5),
         text(mix, 5),
-        mix.next() % 1_000_000
+        mix.below(1_000_000)
     );
     let millis = i * 7;
     let timestamp = format!(
@@ -68,7 +43,7 @@ fn bid(mix: &mut Mix, i: u64) -> (u64, u64, u64, &'static str, String, String, S
         millis / 1000 % 60,
         millis % 1000
     );
-    let length = 30 + (mix.next() % 71) as usize;
+    let length = 30 + mix.below(71) as usize;
     let extra = text(mix, length);
     (auction, bidder, price, channel, url, timestamp, extra)
 }
@@ -76,7 +51,7 @@ fn bid(mix: &mut Mix, i: u64) -> (u64, u64, u64, &'static str, String, String, S
 /// `length` random letters and digits.
 fn text(mix: &mut Mix, length: usize) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    (0..length).map(|_| char::from(ALPHABET[(mix.next() % ALPHABET.len() as u64) as usize])).collect()
+    (0..length).map(|_| char::from(ALPHABET[mix.below(ALPHABET.len() as u64) as usize])).collect()
 }
 
 fn csv_input() -> Vec<u8> {

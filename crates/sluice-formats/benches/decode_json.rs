@@ -8,45 +8,16 @@
 //! does. Run: `cargo bench -p sluice-formats --bench decode_json`.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+mod common;
+
+use common::{CHANNELS, Mix, bid_schema};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sluice_formats::{DEFAULT_CHUNK_BYTES, Decoder, DecoderOptions, LineChunker, RowFormat};
 
 const ROWS: u64 = 100_000;
-const CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
 const EXTRA_CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ";
-
-fn bid_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("auction", DataType::Int64, false),
-        Field::new("bidder", DataType::Int64, false),
-        Field::new("price", DataType::Int64, false),
-        Field::new("channel", DataType::Utf8, true),
-        Field::new("url", DataType::Utf8, true),
-        Field::new("dateTime", DataType::Timestamp(TimeUnit::Millisecond, None), false),
-        Field::new("extra", DataType::Utf8, true),
-    ]))
-}
-
-/// A deterministic pseudo-random sequence (SplitMix64).
-struct Mix(u64);
-
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
 
 /// The bids as JSON lines, the extra field of 10 to 80 random characters.
 fn input() -> Vec<u8> {

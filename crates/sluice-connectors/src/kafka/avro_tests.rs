@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::{Decimal, Schema as AvroSchema};
-use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use sluice_config::parse_partial;
 
 use super::avro::{Registry, derived_schema_json};
 use super::options::{KafkaFormat, source_options_of};
 use super::rows::{BadMessage, Message, RowBuilder};
+use super::tests::rows_text;
 
 /// `value` encoded as one Avro binary datum of `schema`.
 fn to_avro_datum(schema: &AvroSchema, value: Value) -> apache_avro::AvroResult<Vec<u8>> {
@@ -29,18 +29,6 @@ fn schema(fields: &[(&str, DataType, bool)]) -> SchemaRef {
 
 fn message(offset: i64, value: Vec<u8>) -> Message {
     Message { value: Some(value), key: None, partition: 0, offset, timestamp: Some(offset), headers: Vec::new() }
-}
-
-fn rows_text(batch: &RecordBatch) -> Vec<String> {
-    let options = arrow::util::display::FormatOptions::default().with_null("NULL");
-    let formatters: Vec<_> = batch
-        .columns()
-        .iter()
-        .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
-        .collect();
-    (0..batch.num_rows())
-        .map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect::<Vec<_>>().join("|"))
-        .collect()
 }
 
 fn build(builder: &mut RowBuilder, messages: &[Message]) -> (Vec<String>, Vec<BadMessage>) {

@@ -233,7 +233,8 @@ fn check(format: KafkaFormat, schema: SchemaRef, messages: &[Message]) -> (Vec<S
     (lines, bad.iter().map(|b| b.offset).collect())
 }
 
-fn rows_text(batch: &RecordBatch) -> Vec<String> {
+/// Each row as its values' text joined by `|` (NULL for a null).
+pub(super) fn rows_text(batch: &RecordBatch) -> Vec<String> {
     let options = arrow::util::display::FormatOptions::default().with_null("NULL");
     let formatters: Vec<_> = batch
         .columns()

@@ -37,17 +37,7 @@ pub(crate) fn small_schema() -> SchemaRef {
 }
 
 /// The NEXMark bid: `auction, bidder, price, channel, url, dateTime, extra`.
-pub(crate) fn bid_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("auction", DataType::Int64, false),
-        Field::new("bidder", DataType::Int64, false),
-        Field::new("price", DataType::Int64, false),
-        Field::new("channel", DataType::Utf8, true),
-        Field::new("url", DataType::Utf8, true),
-        Field::new("dateTime", ts_ms(), false),
-        Field::new("extra", DataType::Utf8, true),
-    ]))
-}
+pub(crate) use crate::fast_json::differential::bid_schema;
 
 pub(crate) fn decoder(format: RowFormat, schema: &SchemaRef, batch_size: usize) -> Decoder {
     match Decoder::new(DecoderOptions { schema: schema.clone(), format, batch_size }) {
