@@ -135,6 +135,9 @@ impl Chain {
             return Ok(());
         }
         let mut input = vec![message];
+        // The rows and bytes of `input` when the previous operator counted them as its
+        // output: they are not measured twice.
+        let mut measured: Option<(u64, u64)> = None;
         let last = self.operators.len() - 1;
         for (index, operator) in self.operators.iter_mut().enumerate() {
             let target = if index == last { &mut *out } else { &mut self.scratch };
@@ -142,15 +145,21 @@ impl Chain {
             let counters = self.counters.get(index);
             let before = target.len();
             if let Some(counters) = counters {
-                count(&counters.rows_in, data_rows(&input));
-                count(&counters.bytes_in, data_bytes(&input));
+                let (rows, bytes) = measured.unwrap_or_else(|| (data_rows(&input), data_bytes(&input)));
+                count(&counters.rows_in, rows);
+                count(&counters.bytes_in, bytes);
             }
             for message in input.drain(..) {
                 dispatch(operator.as_mut(), port, message, target)?;
             }
+            measured = None;
             if let Some(counters) = counters {
-                count(&counters.rows_out, data_rows(&target[before..]));
-                count(&counters.bytes_out, data_bytes(&target[before..]));
+                let produced = &target[before..];
+                let (rows, bytes) = (data_rows(produced), data_bytes(produced));
+                count(&counters.rows_out, rows);
+                count(&counters.bytes_out, bytes);
+                // What it produced is the next operator's whole input.
+                measured = (before == 0).then_some((rows, bytes));
             }
             if index != last {
                 std::mem::swap(&mut input, &mut self.scratch);
