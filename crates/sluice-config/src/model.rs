@@ -21,6 +21,8 @@ pub const DEFAULT_QUEUE_BATCHES: usize = 16;
 /// Default `[pipeline] windows_per_row_max`: the most windows one row may fall into
 /// (a HOP window's size / slide).
 pub const DEFAULT_WINDOWS_PER_ROW_MAX: u32 = 1000;
+/// `[pipeline] state_memory_mib` when not given.
+pub const DEFAULT_STATE_MEMORY_MIB: u32 = 64;
 
 /// A whole pipeline file.
 #[derive(Debug, Clone)]
@@ -62,6 +64,12 @@ pub struct PipelineSection {
     /// `TWO_PHASE`): each batch folded per window and key before the exchange, where
     /// the aggregates allow it (COUNT, SUM, MIN, MAX). False: one phase.
     pub local_aggregation: bool,
+    /// MiB of state held in memory per worker before the rest spills to files in
+    /// `spill_dir` (today: the rows of regular joins' append-only inputs).
+    pub state_memory_mib: u32,
+    /// Where spilled state goes, relative to the pipeline file; None: the system's
+    /// temporary directory (`TMPDIR`, else `/tmp`).
+    pub spill_dir: Option<String>,
 }
 
 impl PipelineSection {
@@ -77,6 +85,8 @@ impl PipelineSection {
             windows_per_row_max: DEFAULT_WINDOWS_PER_ROW_MAX,
             state_ttl: None,
             local_aggregation: true,
+            state_memory_mib: DEFAULT_STATE_MEMORY_MIB,
+            spill_dir: None,
         }
     }
 }

@@ -2,8 +2,8 @@
 
 use crate::error::{Located, Position};
 use crate::model::{
-    DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_VNODES, DEFAULT_WINDOWS_PER_ROW_MAX,
-    PipelineSection,
+    DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STATE_MEMORY_MIB, DEFAULT_VNODES,
+    DEFAULT_WINDOWS_PER_ROW_MAX, PipelineSection,
 };
 use crate::reader::{Ctx, Field, Section, TableRef, is_identifier};
 
@@ -17,6 +17,8 @@ const KEYS: &[&str] = &[
     "windows_per_row_max",
     "state_ttl",
     "local_aggregation",
+    "state_memory_mib",
+    "spill_dir",
 ];
 
 /// Reads `[pipeline]`.
@@ -85,6 +87,25 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
              false aggregates every row after it",
         )
         .or(true);
+    let state_memory_mib = ctx
+        .integer(
+            sec,
+            "state_memory_mib",
+            0..=1_048_576,
+            "set state_memory_mib to the MiB of state kept in memory before the rest spills to disk, \
+             e.g. state_memory_mib = 64 (the default)",
+        )
+        .or(DEFAULT_STATE_MEMORY_MIB);
+    let spill_dir = ctx
+        .string(
+            sec,
+            "spill_dir",
+            "a directory path",
+            "set spill_dir to a local directory for state beyond state_memory_mib, e.g. spill_dir = \"/var/tmp\" \
+             (default: the system's temporary directory)",
+            |s| !s.trim().is_empty(),
+        )
+        .optional();
     Some(PipelineSection {
         name: name?.value,
         threads: threads?,
@@ -95,6 +116,8 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         windows_per_row_max: windows_per_row_max?,
         state_ttl: state_ttl?,
         local_aggregation: local_aggregation?,
+        state_memory_mib: state_memory_mib?,
+        spill_dir: spill_dir?.map(|dir| dir.value),
     })
 }
 

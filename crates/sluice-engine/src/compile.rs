@@ -91,6 +91,7 @@ impl Pipeline {
                 planner.set_state_ttl(&view.name, ttl);
             }
         }
+        planner.set_spill(self.spill_space()?);
         let mut sources = Vec::new();
         for (index, (source, configured)) in self.config.sources.iter().zip(&self.sources).enumerate() {
             let at =
@@ -214,6 +215,26 @@ impl Pipeline {
     }
 
     /// Refuses a sink that writes where a source reads, or where another sink writes.
+    /// Where state beyond `[pipeline] state_memory_mib` goes: `spill_dir` (relative to
+    /// the pipeline file), else the system's temporary directory; it must be a directory.
+    fn spill_space(&self) -> Result<Arc<sluice_operators::spill::SpillSpace>, EngineError> {
+        let section = &self.config.pipeline;
+        let dir = match &section.spill_dir {
+            Some(dir) => self.base_dir.join(dir),
+            None => std::env::temp_dir(),
+        };
+        if !dir.is_dir() {
+            let error = SluiceError::user(
+                "pipeline.spill_dir",
+                format!("the spill directory {} is not a directory this process can see", dir.display()),
+            )
+            .with_fix("create it, or set [pipeline] spill_dir to an existing local directory (state beyond state_memory_mib is written there)");
+            return Err(EngineError::at(&self.file, None, error));
+        }
+        let budget = usize::try_from(section.state_memory_mib).expect("a u32 fits a usize") << 20;
+        Ok(sluice_operators::spill::SpillSpace::new(dir, budget))
+    }
+
     fn check_paths(&self) -> Result<(), EngineError> {
         let inputs: Vec<(&str, PathBuf)> = self
             .config

@@ -17,6 +17,7 @@
 //! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
 //! - [`counter`]: named run counters registered on first use.
 //! - [`ttl`]: state time-to-live: keys not written for a while, dropped.
+//! - [`spill`]: state beyond the memory budget, in files on local disk.
 //!
 //! May depend on: sluice-types, sluice-runtime, arrow, DataFusion's expression crates.
 //! Never on connectors, SQL planning or the CLI.
@@ -30,6 +31,7 @@ pub mod join;
 pub mod over;
 pub mod partition;
 pub mod row_errors;
+pub mod spill;
 pub mod topn;
 pub mod ttl;
 pub mod union;

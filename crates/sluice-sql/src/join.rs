@@ -199,6 +199,8 @@ pub(crate) fn plan_join(
         vnodes: planner.vnodes,
         expiry: expiry.sides,
         late_rows: format!("view {}: late rows", planner.view),
+        append_only: [!left.changelog.is_updating(), !right.changelog.is_updating()],
+        spill: planner.spill.clone(),
     };
     let pairs: Vec<String> = key_names.0.iter().zip(&key_names.1).map(|(l, r)| format!("{l} = {r}")).collect();
     let mut line = format!("join: {} ON {}", kind_name(kind), pairs.join(" AND "));

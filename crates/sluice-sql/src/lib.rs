@@ -92,6 +92,8 @@ pub struct SqlPlanner {
     options: PlannerOptions,
     /// Views with a state time-to-live of their own.
     view_ttls: std::collections::HashMap<String, std::time::Duration>,
+    /// Where state beyond the memory budget goes (None: it stays in memory).
+    spill: Option<Arc<sluice_operators::spill::SpillSpace>>,
     windows: usize,
     declared: views::DeclaredViews,
 }
@@ -124,6 +126,7 @@ impl SqlPlanner {
             catalog: Catalog::new(),
             options,
             view_ttls: std::collections::HashMap::new(),
+            spill: None,
             windows: 0,
             declared: views::DeclaredViews::default(),
         }
@@ -260,8 +263,15 @@ impl SqlPlanner {
             local_aggregation: self.options.local_aggregation,
             view_ttls: &self.view_ttls,
             default_ttl: self.options.state_ttl,
+            spill: self.spill.clone(),
             columns_read: None,
         }
+    }
+
+    /// Lets the operators that can (a regular join's append-only sides) spill their
+    /// state within `space` (by default all state stays in memory).
+    pub fn set_spill(&mut self, space: Arc<sluice_operators::spill::SpillSpace>) {
+        self.spill = Some(space);
     }
 
     /// Gives view `view` a state time-to-live of its own (over the pipeline's).

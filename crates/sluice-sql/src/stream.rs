@@ -178,6 +178,8 @@ pub(crate) struct StreamPlanner<'a> {
     /// Views with a state time-to-live of their own, and everyone else's.
     pub view_ttls: &'a std::collections::HashMap<String, std::time::Duration>,
     pub default_ttl: Option<std::time::Duration>,
+    /// See [`crate::SqlPlanner::set_spill`].
+    pub spill: Option<Arc<sluice_operators::spill::SpillSpace>>,
     /// The names of the columns the plan being planned reads anywhere (None: unknown,
     /// everything is read); see [`StreamPlanner::plan_root`].
     pub columns_read: Option<Arc<HashSet<String>>>,

@@ -1,7 +1,8 @@
 //! Defects found by using Sluice as a new user would, each with the test that failed
 //! before its fix: paths that destroy their own input, two runs on one store, a closed
 //! pipe, colours in logs, a header line taken for data, a report that counted rows nobody
-//! could see, and a backpressure figure that measured the wrong thing.
+//! could see, a backpressure figure that measured the wrong thing, and a spill directory
+//! that is no directory.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::Stdio;
@@ -66,6 +67,26 @@ fn two_sinks_writing_one_path_are_refused() {
     scratch.write("pipeline.toml", &format!("{}{second}", copy_pipeline("in.jsonl", "out.jsonl")));
     let run = scratch.sluice(&["validate", "pipeline.toml"]);
     assert_fails_with(&run, &["sink `again` writes", "where sink `out` (line 12) writes too", "own path"]);
+}
+
+#[test]
+fn a_spill_directory_that_is_not_one_is_refused_at_start() {
+    let scratch = Scratch::new();
+    events(&scratch, "in.jsonl");
+    scratch.write("a-file", "not a directory\n");
+    for dir in ["no-such-dir", "a-file"] {
+        let pipeline = copy_pipeline("in.jsonl", "out.jsonl").replacen(
+            "name = \"copy\"\n",
+            &format!("name = \"copy\"\nspill_dir = \"{dir}\"\n"),
+            1,
+        );
+        scratch.write("pipeline.toml", &pipeline);
+        for command in ["validate", "run"] {
+            let run = scratch.sluice(&[command, "pipeline.toml"]);
+            assert_fails_with(&run, &["spill directory", dir, "is not a directory", "fix:", "spill_dir"]);
+        }
+    }
+    assert!(!scratch.path("out.jsonl").exists(), "nothing ran");
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //! threads, into a JSON file sink; the changelog is integrated (every `+I`/`+U` added,
 //! every `-U`/`-D` removed) and compared with Flink's answer. The query also runs over the
 //! `nexmark` source with the same event count and seed (the same events), with 1 and 2
-//! threads, and must give the same answer as the CSV run.
+//! threads, and must give the same answer as the CSV run; the 2-thread run keeps no
+//! spillable state in memory (`state_memory_mib = 0`), so a join's rows are read back
+//! from its spill files.
 //!
 //! Comparisons are exact, row for row (duplicates count), except:
 //! - Column names are compared where Flink names the column after the query's text; a
@@ -258,7 +260,9 @@ enum Input {
 }
 
 /// Runs `sql` over the CSV files in `data` or the generator, returns the integrated answer.
-fn run(scratch: &Scratch, query: &str, sql: &str, data: &Path, input: Input, threads: u32) -> Run {
+/// With `spill` no state is kept in memory that can spill (`state_memory_mib = 0`: a
+/// join's rows go to disk but for each side's newest chunk).
+fn run(scratch: &Scratch, query: &str, sql: &str, data: &Path, input: Input, threads: u32, spill: bool) -> Run {
     let sources = match input {
         Input::Generator => format!(
             "[[source]]\nname = \"nexmark\"\nconnector = \"nexmark\"\n[source.options]\nevents = {EVENTS}\nseed = {SEED}\n"
@@ -274,15 +278,16 @@ fn run(scratch: &Scratch, query: &str, sql: &str, data: &Path, input: Input, thr
             })
             .collect(),
     };
-    let out = format!("{query}-{input:?}-{threads}.jsonl");
+    let out = format!("{query}-{input:?}-{threads}-{spill}.jsonl");
+    let memory = if spill { "state_memory_mib = 0\n" } else { "" };
     // A JSON string is a TOML basic string (serde_json writes no escape TOML lacks).
     let pipeline = format!(
-        "[pipeline]\nname = \"oracle-{query}\"\n\n{sources}\n[[view]]\nname = \"result\"\nsql = {}\n\n\
+        "[pipeline]\nname = \"oracle-{query}\"\n{memory}\n{sources}\n[[view]]\nname = \"result\"\nsql = {}\n\n\
          [[sink]]\nname = \"out\"\nfrom = \"result\"\nconnector = \"file\"\nformat = \"json\"\n\
          [sink.options]\npath = \"{out}\"\n",
         serde_json::to_string(sql).expect("sql")
     );
-    let file = format!("{query}-{input:?}-{threads}.toml");
+    let file = format!("{query}-{input:?}-{threads}-{spill}.toml");
     scratch.write(&file, &pipeline);
     let output = scratch.sluice(&["run", &file, "--threads", &threads.to_string()]);
     assert!(output.status.success(), "{query} ({input:?}, {threads} threads) failed:\n{}", stderr(&output));
@@ -468,7 +473,7 @@ fn nexmark_queries_match_flink() {
         assert!(output.status.success(), "nexmark sql {query}: {}", stderr(&output));
         let sql = stdout(&output);
         let known = KNOWN_DIFFERENT.iter().find(|(q, _)| q == query);
-        let csv = run(&scratch, query, &sql, &data, Input::Csv, 1);
+        let csv = run(&scratch, query, &sql, &data, Input::Csv, 1, false);
         if let Some(problem) = compare_names(query, &answer.names, &csv.names) {
             failures.push(problem);
         }
@@ -480,9 +485,12 @@ fn nexmark_queries_match_flink() {
             )),
             _ => {}
         }
-        for (input, threads) in [(Input::Csv, 2), (Input::Generator, 1), (Input::Generator, 2)] {
-            let other = run(&scratch, query, &sql, &data, input, threads);
-            let label = format!("{query} {input:?} {threads} threads vs csv 1 thread");
+        for (input, threads, spill) in
+            [(Input::Csv, 2, false), (Input::Generator, 1, false), (Input::Generator, 2, true)]
+        {
+            let other = run(&scratch, query, &sql, &data, input, threads, spill);
+            let spilled = if spill { ", join rows spilled" } else { "" };
+            let label = format!("{query} {input:?} {threads} threads{spilled} vs csv 1 thread");
             if let Some(problem) = compare(query, &label, &csv.rows, &other.rows, &bids) {
                 failures.push(problem);
             }

@@ -69,6 +69,8 @@ fn spec(kind: JoinKind) -> JoinSpec {
         vnodes: VNODES,
         expiry: [Some(Expiry { column: 1, offset_ms: RIGHT_AFTER }), Some(Expiry { column: 1, offset_ms: LEFT_AFTER })],
         late_rows: LATE.into(),
+        append_only: [true, true],
+        spill: None,
     }
 }
 

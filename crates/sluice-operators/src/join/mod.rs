@@ -56,6 +56,7 @@
 //! The watermark is not part of a snapshot: after a restore it starts unknown, and the
 //! restored rows are freed as the first watermark passes them.
 
+mod append;
 mod expiring;
 #[cfg(test)]
 mod expiry_tests;
@@ -78,6 +79,8 @@ use sluice_types::key::{KeyEncoder, KeyRows, is_key_type};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 use crate::partition::encode_keys;
+use crate::spill::{LogChunk, SpillSpace};
+use append::AppendStore;
 use expiring::ExpiringStore;
 use store::{NEVER, RowRef, Store};
 
@@ -143,6 +146,11 @@ pub struct JoinSpec {
     /// The counter of late rows (`view NAME: late rows`), registered only for a join
     /// with an expiry.
     pub late_rows: String,
+    /// Per side, whether its input only inserts (no retraction ever comes).
+    pub append_only: [bool; 2],
+    /// Where an append-only side's rows spill beyond the memory budget ([`append`]);
+    /// None: they stay in memory.
+    pub spill: Option<Arc<SpillSpace>>,
 }
 
 /// One input's encoders and stored rows.
@@ -158,23 +166,46 @@ struct Side {
 }
 
 /// A side's stored rows: in arrival order when they expire ([`expiring`]: an interval
-/// or window join's side, without a TTL), else a multiset by row ([`store`]).
+/// or window join's side, without a TTL); appended, possibly spilled, when they only
+/// come and are never padded ([`append`]); else a multiset by row ([`store`]).
 enum Rows {
     ByRow(Store),
     Expiring(ExpiringStore),
+    Append(AppendStore),
 }
 
 /// A stored row's bytes, shared (not copied) with the store: a range of one of the
-/// side's chunks of bytes (both stores keep rows in shared chunks).
+/// side's chunks of bytes (every store keeps rows in shared chunks), in memory or
+/// spilled ([`SharedRow::load`] brings a spilled one back before it is read).
 #[derive(Debug, Clone)]
 pub(crate) struct SharedRow {
-    chunk: Arc<Vec<u8>>,
+    chunk: LogChunk,
     range: std::ops::Range<usize>,
 }
 
 impl SharedRow {
+    /// The row's bytes; it must be in memory.
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.chunk[self.range.clone()]
+        match &self.chunk {
+            LogChunk::Resident(bytes) => &bytes[self.range.clone()],
+            LogChunk::Spilled(_) => panic!("a spilled row is loaded before it is read"),
+        }
+    }
+
+    /// Reads the row's chunk back into memory if it was spilled, once per chunk
+    /// (`loaded` maps a spilled chunk to its bytes).
+    pub(crate) fn load(
+        &mut self,
+        loaded: &mut std::collections::HashMap<*const crate::spill::SpilledChunk, Arc<Vec<u8>>>,
+    ) -> Result<(), SluiceError> {
+        if let LogChunk::Spilled(spilled) = &self.chunk {
+            let bytes = match loaded.entry(Arc::as_ptr(spilled)) {
+                std::collections::hash_map::Entry::Occupied(entry) => Arc::clone(entry.get()),
+                std::collections::hash_map::Entry::Vacant(entry) => Arc::clone(entry.insert(Arc::new(spilled.read()?))),
+            };
+            self.chunk = LogChunk::Resident(bytes);
+        }
+        Ok(())
     }
 }
 
@@ -191,6 +222,7 @@ impl Rows {
         match self {
             Rows::ByRow(store) => store.len(),
             Rows::Expiring(store) => store.len(),
+            Rows::Append(store) => store.len(),
         }
     }
 
@@ -198,6 +230,7 @@ impl Rows {
         match self {
             Rows::ByRow(store) => store.bytes(),
             Rows::Expiring(store) => store.bytes(),
+            Rows::Append(store) => store.bytes(),
         }
     }
 
@@ -206,14 +239,39 @@ impl Rows {
         match self {
             Rows::ByRow(store) => store.probe(key, hash, out),
             Rows::Expiring(store) => store.probe(key, hash, out),
+            Rows::Append(store) => store.probe(key, hash, out),
         }
     }
 
-    /// The bytes of row `id` (from a probe in this batch).
-    fn row(&self, id: u64) -> &[u8] {
+    /// The bytes of rows `ids` (from a probe in this batch), in order: spilled ones
+    /// are read into `spilled` first.
+    fn gather<'a>(&'a self, ids: &[u64], spilled: &'a mut Vec<u8>) -> Result<Vec<&'a [u8]>, SluiceError> {
+        spilled.clear();
         match self {
-            Rows::ByRow(store) => store.row(id as u32),
-            Rows::Expiring(store) => store.row(id),
+            Rows::ByRow(store) => Ok(ids.iter().map(|&id| store.row(id as u32)).collect()),
+            Rows::Expiring(store) => Ok(ids.iter().map(|&id| store.row(id)).collect()),
+            Rows::Append(store) => {
+                let mut ends = Vec::new();
+                for &id in ids {
+                    if store.resident_row(id as u32).is_none() {
+                        store.read_row(id as u32, spilled)?;
+                        ends.push(spilled.len());
+                    }
+                }
+                let spilled: &'a [u8] = spilled;
+                let (mut start, mut read) = (0, ends.into_iter());
+                Ok(ids
+                    .iter()
+                    .map(|&id| {
+                        store.resident_row(id as u32).unwrap_or_else(|| {
+                            let end = read.next().expect("a spilled row read");
+                            let row = &spilled[start..end];
+                            start = end;
+                            row
+                        })
+                    })
+                    .collect())
+            }
         }
     }
 
@@ -225,6 +283,7 @@ impl Rows {
                 let entry = store.get_mut(id);
                 (entry.weight, &mut entry.matches)
             }
+            Rows::Append(store) => store.counts_mut(id as u32),
         }
     }
 
@@ -236,6 +295,7 @@ impl Rows {
                 Ok(())
             }
             Rows::Expiring(store) => store.push(row.row, row.key, row.key_hash, weight, matches, expires),
+            Rows::Append(store) => store.push(row, weight),
         }
     }
 
@@ -247,6 +307,7 @@ impl Rows {
             Rows::Expiring(store) => {
                 store.expire(watermark);
             }
+            Rows::Append(_) => {}
         }
     }
 
@@ -267,16 +328,22 @@ impl Rows {
     fn rows(&self) -> Box<dyn Iterator<Item = StoredRow> + '_> {
         match self {
             Rows::ByRow(store) => Box::new(store.rows().map(|s| StoredRow {
-                row: SharedRow { chunk: Arc::clone(s.chunk), range: s.range },
+                row: SharedRow { chunk: LogChunk::Resident(Arc::clone(s.chunk)), range: s.range },
                 key_hash: s.key_hash,
                 weight: s.weight,
                 matches: s.matches,
             })),
             Rows::Expiring(store) => Box::new(store.rows().map(|(e, chunk)| StoredRow {
-                row: SharedRow { chunk: Arc::clone(chunk), range: e.row_range() },
+                row: SharedRow { chunk: LogChunk::Resident(Arc::clone(chunk)), range: e.row_range() },
                 key_hash: e.key_hash,
                 weight: e.weight,
                 matches: e.matches,
+            })),
+            Rows::Append(store) => Box::new(store.rows().map(|s| StoredRow {
+                row: SharedRow { chunk: s.chunk.clone(), range: s.range },
+                key_hash: s.key_hash,
+                weight: s.weight,
+                matches: 0,
             })),
         }
     }
@@ -296,6 +363,8 @@ pub struct JoinOperator {
     /// Reused per batch.
     key_rows: KeyRows,
     row_rows: KeyRows,
+    /// Reused per batch: the bytes of probed rows read back from a spill file.
+    spilled_rows: Vec<u8>,
 }
 
 fn invalid(message: String) -> SluiceError {
@@ -355,7 +424,11 @@ impl JoinOperator {
                 )));
             }
         }
-        let side = |schema: &SchemaRef, keys: &[usize], expiry: Option<Expiry>| -> Result<Side, SluiceError> {
+        let side = |index: usize, schema: &SchemaRef, keys: &[usize]| -> Result<Side, SluiceError> {
+            let expiry = spec.expiry[index];
+            // A side only appended to, whose rows are never padded (so their match
+            // counts are never read), keeps them appended ([`append`]).
+            let appended = spec.append_only[index] && !spec.kind.preserves(index);
             Ok(Side {
                 schema: Arc::clone(schema),
                 keys: keys.to_vec(),
@@ -363,6 +436,7 @@ impl JoinOperator {
                 row_encoder: KeyEncoder::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())?,
                 store: match expiry {
                     Some(_) => Rows::Expiring(ExpiringStore::default()),
+                    None if appended => Rows::Append(AppendStore::new(spec.spill.clone())),
                     None => Rows::ByRow(Store::default()),
                 },
                 expiry,
@@ -370,10 +444,7 @@ impl JoinOperator {
         };
         Ok(JoinOperator {
             kind: spec.kind,
-            sides: [
-                side(&spec.left_schema, &spec.left_keys, spec.expiry[0])?,
-                side(&spec.right_schema, &spec.right_keys, spec.expiry[1])?,
-            ],
+            sides: [side(0, &spec.left_schema, &spec.left_keys)?, side(1, &spec.right_schema, &spec.right_keys)?],
             output: spec.output_schema,
             residual: spec.residual,
             vnodes: spec.vnodes,
@@ -381,6 +452,7 @@ impl JoinOperator {
             late_rows: expires.then(|| context.metrics.counter(&spec.late_rows)),
             key_rows: KeyRows::default(),
             row_rows: KeyRows::default(),
+            spilled_rows: Vec::new(),
         })
     }
 
@@ -543,7 +615,10 @@ impl Operator for JoinOperator {
             ends.push(candidates.len());
         }
         let other_side = &self.sides[other];
-        let others = other_side.row_encoder.decode(candidates.iter().map(|&id| other_side.store.row(id)))?;
+        let mut spilled = std::mem::take(&mut self.spilled_rows);
+        let stored = other_side.store.gather(&candidates, &mut spilled)?;
+        let others = other_side.row_encoder.decode(stored.into_iter())?;
+        self.spilled_rows = spilled;
         let mask = self.residual_mask(this, rows, &probes, &others)?;
 
         // Output rows, as positions in the batch (this side) and among the candidates

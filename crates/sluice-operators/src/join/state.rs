@@ -3,7 +3,8 @@
 //! At a barrier the driver copies the stored rows of both sides (each row's bytes are
 //! shared, not copied: the chunks of bytes holding them are reference-counted) with
 //! their weights, match counts and key hashes, and returns a job; the checkpoint writer
-//! thread encodes the copy into one blob per vnode holding rows, the vnode of each row's
+//! thread reads back the copy's spilled rows ([`super::append`]; the chunks of them
+//! it reads stay in memory until the blobs are encoded) and encodes the copy into one blob per vnode holding rows, the vnode of each row's
 //! join key hash (the hash the exchange routes both inputs by), so a restore onto any
 //! number of threads gives each row to the thread its key's future rows go to. Rows
 //! after the barrier change the live state, never the copy (a chunk a copy shares is
@@ -18,7 +19,8 @@
 //! - the row: `u32 length` + the side's columns, in order, in the key encoding of
 //!   [`sluice_types::key`];
 //! - `i64 weight`: its multiplicity, never 0;
-//! - `i64 matches`: the summed weights of the other side's rows it joins with.
+//! - `i64 matches`: the summed weights of the other side's rows it joins with (0 from a
+//!   side kept appended, [`super::append`], whose match counts are never read).
 //!
 //! The join key and its hash are recomputed from the row when restored, and so is a
 //! row's expiry (an interval or window join's time index: the expiry's column is one
@@ -78,7 +80,14 @@ pub(super) fn snapshot(join: &JoinOperator) -> Option<SnapshotJob> {
         return None;
     }
     let vnodes = join.vnodes;
-    Some(Box::new(move || Ok(encode(copy, vnodes))))
+    Some(Box::new(move || {
+        // Spilled rows are read back here, on the checkpoint writer's thread.
+        let mut loaded = std::collections::HashMap::new();
+        for row in &mut copy {
+            row.row.load(&mut loaded)?;
+        }
+        Ok(encode(copy, vnodes))
+    }))
 }
 
 /// One blob per vnode holding rows, in vnode order. Equal rows of a side (an expiring

@@ -11,7 +11,7 @@
 //!   ([`Store::compact`]), so a row's removal costs O(1) amortized and the chunks never
 //!   hold more than about twice the live bytes. A snapshot shares the chunks (a chunk a
 //!   snapshot shares is not appended to again; a compaction leaves it to the snapshot).
-//! - Each distinct row has a slot: a fixed-size [`Slot`] (48 bytes) in [`Slots`], pages
+//! - Each distinct row has a slot: a fixed-size [`Slot`] (48 bytes) in [`Pages`]
 //!   of up to 65,536 slots, so that growing never copies the slots already held nor
 //!   holds them twice (one vector doubled and copied every slot into fresh pages, and
 //!   kept old and new at once: NEXMark q20's peak), a removed row's slot reused (slot
@@ -95,49 +95,56 @@ impl Slot {
     }
 }
 
-/// Slots per page of [`Slots`] (a page of 48-byte slots is 3 MiB).
+/// Entries per page of [`Pages`] (a page of 48-byte slots is 3 MiB).
 const PAGE_SLOTS: usize = 1 << 16;
 
-/// The slots, numbered from 0, in pages of [`PAGE_SLOTS`]: the last page grows as a
-/// vector does (a small store holds no more than its slots), every earlier one is full.
-#[derive(Debug, Default)]
-struct Slots {
-    pages: Vec<Vec<Slot>>,
+/// Fixed-size entries numbered from 0, in pages of [`PAGE_SLOTS`]: the last page grows
+/// as a vector does (a small store holds no more than its entries), every earlier one is
+/// full, so growing never copies the entries already held nor holds them twice.
+#[derive(Debug)]
+pub(super) struct Pages<T> {
+    pages: Vec<Vec<T>>,
     len: usize,
 }
 
-impl Slots {
-    fn len(&self) -> usize {
+impl<T> Default for Pages<T> {
+    fn default() -> Pages<T> {
+        Pages { pages: Vec::new(), len: 0 }
+    }
+}
+
+impl<T> Pages<T> {
+    pub(super) fn len(&self) -> usize {
         self.len
     }
 
-    fn push(&mut self, slot: Slot) {
+    pub(super) fn push(&mut self, entry: T) {
         if self.pages.last().is_none_or(|page| page.len() == PAGE_SLOTS) {
             // The first page grows from nothing; a later one is reserved whole (its
-            // memory is faulted in only as slots are written).
+            // memory is faulted in only as entries are written).
             let page = if self.pages.is_empty() { Vec::new() } else { Vec::with_capacity(PAGE_SLOTS) };
             self.pages.push(page);
         }
-        self.pages.last_mut().expect("a page with room").push(slot);
+        self.pages.last_mut().expect("a page with room").push(entry);
         self.len += 1;
     }
 
-    fn iter(&self) -> impl Iterator<Item = &Slot> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
         self.pages.iter().flatten()
     }
 }
 
-impl std::ops::Index<usize> for Slots {
-    type Output = Slot;
+impl<T> std::ops::Index<usize> for Pages<T> {
+    type Output = T;
 
-    fn index(&self, slot: usize) -> &Slot {
-        &self.pages[slot / PAGE_SLOTS][slot % PAGE_SLOTS]
+    fn index(&self, index: usize) -> &T {
+        &self.pages[index / PAGE_SLOTS][index % PAGE_SLOTS]
     }
 }
 
-impl std::ops::IndexMut<usize> for Slots {
-    fn index_mut(&mut self, slot: usize) -> &mut Slot {
-        &mut self.pages[slot / PAGE_SLOTS][slot % PAGE_SLOTS]
+impl<T> std::ops::IndexMut<usize> for Pages<T> {
+    fn index_mut(&mut self, index: usize) -> &mut T {
+        &mut self.pages[index / PAGE_SLOTS][index % PAGE_SLOTS]
     }
 }
 
@@ -171,7 +178,7 @@ pub(super) struct StoredRef<'a> {
 /// See the module documentation.
 #[derive(Debug)]
 pub(super) struct Store {
-    slots: Slots,
+    slots: Pages<Slot>,
     /// The first free slot (linked through `next`), or [`NONE`].
     free_slot: u32,
     /// Per slot, when its row can be freed (once the watermark is at or above it); empty
@@ -211,7 +218,7 @@ impl Store {
     /// A store whose chunks hold `chunk_bytes` (tests use small ones to compact often).
     fn with_chunk_bytes(chunk_bytes: usize) -> Store {
         Store {
-            slots: Slots::default(),
+            slots: Pages::default(),
             free_slot: NONE,
             expiries: Vec::new(),
             chunks: Vec::new(),

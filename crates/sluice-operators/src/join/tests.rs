@@ -17,6 +17,7 @@ use sluice_runtime::{Metrics, Operator, OperatorContext};
 use sluice_types::{Batch, Message, Weights, vnode};
 
 use super::{JoinKind, JoinOperator, JoinSpec, output_is_append_only};
+use crate::spill::SpillSpace;
 
 pub(super) const VNODES: u32 = 16;
 const KINDS: [JoinKind; 4] = [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full];
@@ -66,6 +67,8 @@ fn spec(kind: JoinKind, residual: bool) -> JoinSpec {
         vnodes: VNODES,
         expiry: [None, None],
         late_rows: "view j: late rows".into(),
+        append_only: [false, false],
+        spill: None,
     }
 }
 
@@ -80,6 +83,13 @@ pub(super) fn context() -> OperatorContext {
 
 fn join(kind: JoinKind, residual: bool) -> JoinOperator {
     JoinOperator::new(spec(kind, residual), &context()).expect("join")
+}
+
+/// A join of two append-only inputs: the sides it never pads keep their rows appended,
+/// spilling every chunk but the newest of 64 bytes into `space`.
+fn appending_join(kind: JoinKind, residual: bool, space: &Arc<SpillSpace>) -> JoinOperator {
+    let spec = JoinSpec { append_only: [true, true], spill: Some(Arc::clone(space)), ..spec(kind, residual) };
+    JoinOperator::new(spec, &context()).expect("join")
 }
 
 type LeftRow = (Option<i64>, i64);
@@ -352,6 +362,12 @@ impl Event {
         }
     }
 
+    fn weight(&self) -> i64 {
+        match self {
+            Event::Left(_, weight) | Event::Right(_, weight) => *weight,
+        }
+    }
+
     fn key(&self) -> Option<i64> {
         match self {
             Event::Left(row, _) => row.0,
@@ -430,14 +446,14 @@ fn feed(operator: &mut JoinOperator, events: &[Event]) -> Vec<String> {
 
 /// Snapshots every instance and restores the blobs onto `count` new instances, the
 /// vnodes below `split` to the first (all of them when `count` is 1).
-fn restart(instances: &mut Vec<JoinOperator>, count: usize, split: u32, kind: JoinKind, residual: bool) {
+fn restart(instances: &mut Vec<JoinOperator>, count: usize, split: u32, make: impl Fn() -> JoinOperator) {
     let mut blobs: Vec<(u32, Vec<u8>)> = Vec::new();
     for instance in instances.iter_mut() {
         if let Some(job) = instance.snapshot().expect("snapshot") {
             blobs.extend(job().expect("encode"));
         }
     }
-    let mut fresh: Vec<JoinOperator> = (0..count).map(|_| join(kind, residual)).collect();
+    let mut fresh: Vec<JoinOperator> = (0..count).map(|_| make()).collect();
     let mut parts: Vec<Vec<Vec<u8>>> = vec![Vec::new(); count];
     for (vnode, blob) in blobs {
         let owner = if count == 1 || vnode < split { 0 } else { 1 };
@@ -465,45 +481,92 @@ proptest! {
         merge_at in 0usize..40,
         split in 1u32..VNODES,
     ) {
-        let events = events(&steps);
-        let batches = batches(&events, size);
-        for kind in KINDS {
-            for residual in [false, true] {
-                let mut instances = vec![join(kind, residual)];
-                let mut output: Table<String> = BTreeMap::new();
-                let mut lefts: Table<LeftRow> = BTreeMap::new();
-                let mut rights: Table<RightRow> = BTreeMap::new();
-                for (index, batch) in batches.iter().enumerate() {
-                    if index == split_at && instances.len() == 1 {
-                        restart(&mut instances, 2, split, kind, residual);
-                    } else if index == merge_at && instances.len() == 2 {
-                        restart(&mut instances, 1, split, kind, residual);
-                    }
-                    if instances.len() == 1 {
-                        integrate(&mut output, feed(&mut instances[0], batch))?;
-                    } else {
-                        let (low, high): (Vec<Event>, Vec<Event>) =
-                            batch.iter().cloned().partition(|e| vnode_of(e.key()) < split);
-                        integrate(&mut output, feed(&mut instances[0], &low))?;
-                        integrate(&mut output, feed(&mut instances[1], &high))?;
-                    }
-                    for event in batch {
-                        match event {
-                            Event::Left(row, weight) => apply(&mut lefts, row, *weight),
-                            Event::Right(row, weight) => apply(&mut rights, row, *weight),
-                        }
-                    }
-                    prop_assert_eq!(
-                        &output,
-                        &reference(kind, residual, &lefts, &rights),
-                        "{:?}, residual {}, after batch {}", kind, residual, index
-                    );
+        check_against_the_reference(&events(&steps), size, split_at, merge_at, split, None)?;
+    }
+
+    /// The same over append-only inputs, whose unpadded sides keep their rows appended
+    /// and spilled (every chunk but the newest on disk).
+    #[test]
+    fn appended_and_spilled_sides_join_as_the_reference_does(
+        steps in steps(),
+        size in 1usize..6,
+        split_at in 0usize..30,
+        merge_at in 0usize..40,
+        split in 1u32..VNODES,
+    ) {
+        let inserts: Vec<Event> = events(&steps).into_iter().filter(|e| e.weight() > 0).collect();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 0, 64);
+        check_against_the_reference(&inserts, size, split_at, merge_at, split, Some(&space))?;
+    }
+}
+
+/// Feeds `events` in batches of at most `size` to each kind of join, with and without a
+/// residual (appending sides into `space` if given): after every batch the integrated
+/// output equals a nested-loop join of the integrated inputs. At `split_at` the state
+/// moves onto two instances that split the vnodes at `split` (rows routed by key, as the
+/// exchange does), at `merge_at` back onto one.
+fn check_against_the_reference(
+    events: &[Event],
+    size: usize,
+    split_at: usize,
+    merge_at: usize,
+    split: u32,
+    space: Option<&Arc<SpillSpace>>,
+) -> Result<(), TestCaseError> {
+    let batches = batches(events, size);
+    for kind in KINDS {
+        for residual in [false, true] {
+            let make = || match space {
+                Some(space) => appending_join(kind, residual, space),
+                None => join(kind, residual),
+            };
+            let mut instances = vec![make()];
+            let mut output: Table<String> = BTreeMap::new();
+            let mut lefts: Table<LeftRow> = BTreeMap::new();
+            let mut rights: Table<RightRow> = BTreeMap::new();
+            for (index, batch) in batches.iter().enumerate() {
+                if index == split_at && instances.len() == 1 {
+                    restart(&mut instances, 2, split, make);
+                } else if index == merge_at && instances.len() == 2 {
+                    restart(&mut instances, 1, split, make);
                 }
-                let held: usize = instances.iter().map(JoinOperator::state_rows).sum();
+                if instances.len() == 1 {
+                    integrate(&mut output, feed(&mut instances[0], batch))?;
+                } else {
+                    let (low, high): (Vec<Event>, Vec<Event>) =
+                        batch.iter().cloned().partition(|e| vnode_of(e.key()) < split);
+                    integrate(&mut output, feed(&mut instances[0], &low))?;
+                    integrate(&mut output, feed(&mut instances[1], &high))?;
+                }
+                for event in batch {
+                    match event {
+                        Event::Left(row, weight) => apply(&mut lefts, row, *weight),
+                        Event::Right(row, weight) => apply(&mut rights, row, *weight),
+                    }
+                }
+                prop_assert_eq!(
+                    &output,
+                    &reference(kind, residual, &lefts, &rights),
+                    "{:?}, residual {}, after batch {}",
+                    kind,
+                    residual,
+                    index
+                );
+            }
+            let held: usize = instances.iter().map(JoinOperator::state_rows).sum();
+            if space.is_none() {
                 prop_assert_eq!(held, lefts.len() + rights.len(), "state holds each distinct live row once");
+            } else {
+                // An appended side keeps equal rows apart.
+                prop_assert!(held >= lefts.len() + rights.len() && held <= events.len());
             }
         }
     }
+    if let Some(space) = space {
+        prop_assert_eq!(space.resident(), 0, "dropped instances leave no memory counted");
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------
@@ -696,6 +759,8 @@ fn composite_keys_join_and_are_placed_as_the_exchange_routes_them() {
         vnodes: VNODES,
         expiry: [None, None],
         late_rows: "view j: late rows".into(),
+        append_only: [false, false],
+        spill: None,
     };
     let mut operator = JoinOperator::new(spec, &context()).expect("join");
     let left_rows = RecordBatch::try_new(
@@ -735,6 +800,33 @@ fn composite_keys_join_and_are_placed_as_the_exchange_routes_them() {
             assert_eq!(*vnode, slot, "left row l = {l}");
         }
     }
+}
+
+/// Over a budget of 0 an inner join of append-only inputs spills every chunk of rows but
+/// the newest of each side, and joins, snapshots and restores as the join held in memory.
+#[test]
+fn spilled_rows_join_snapshot_and_restore_as_rows_in_memory_do() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let space = SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 0, 64);
+    let mut spilled = appending_join(JoinKind::Inner, true, &space);
+    let mut kept = join(JoinKind::Inner, true);
+    let lefts: Vec<(LeftRow, i64)> = (0..60).map(|i| ((Some(i % 5), i), 1 + i / 50)).collect();
+    let rights: Vec<(RightRow, i64)> = (0..5).map(|k| ((Some(k), 30, Some("x")), 1)).collect();
+    for operator in [&mut spilled, &mut kept] {
+        assert!(left(operator, &lefts).is_empty());
+    }
+    assert!(space.spilled() > 0 && space.resident() <= 64, "{} resident", space.resident());
+    let joined = right(&mut spilled, &rights);
+    assert_eq!(joined.len(), 30, "each right row joins the left rows of its key with lv < 30");
+    assert_eq!(joined, right(&mut kept, &rights));
+    let blobs = |operator: &mut JoinOperator| operator.snapshot().expect("snapshot").expect("state")().expect("encode");
+    let (from_disk, from_memory) = (blobs(&mut spilled), blobs(&mut kept));
+    assert_eq!(from_disk.len(), from_memory.len());
+    let mut restored = appending_join(JoinKind::Inner, true, &space);
+    restored.restore(from_disk.into_iter().map(|(_, blob)| blob).collect()).expect("restore");
+    let more: Vec<(RightRow, i64)> = (0..5).map(|k| ((Some(k), 55, None), 1)).collect();
+    assert_eq!(right(&mut restored, &more), right(&mut kept, &more));
+    assert_eq!(restored.state_rows(), kept.state_rows());
 }
 
 #[test]

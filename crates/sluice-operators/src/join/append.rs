@@ -1,0 +1,267 @@
+//! The stored rows of a side that only appends and never loses a row: a regular join's
+//! append-only input without a state TTL or an expiry, whose rows the join never pads
+//! with NULLs (an inner join's side, or the side facing an outer join's preserved one).
+//!
+//! Such rows are never removed nor looked up by their content, and their match counts
+//! are never read (only a preserved side's are: they decide its padding), so the side
+//! keeps per row only where its bytes are and the previous row of its join key, a
+//! 16-byte [`Entry`] (the general [`super::store::Store`] keeps a 48-byte slot and an
+//! index entry by row). Equal rows are kept apart, each with its weight (a snapshot
+//! merges them into one, as it does for an expiring side), and a snapshot writes their
+//! match counts as 0.
+//!
+//! - The rows' bytes go to a [`SpillLog`]: beyond the pipeline's state memory budget
+//!   (`crate::spill`) the older ones are in a file on local disk, read back when a
+//!   probe finds them. NEXMark q20 keeps every bid this way.
+//! - `by_key`: a hash table from join key to its newest row ([`Head`], the key inline
+//!   when short); each entry links to the key's previous row, so an insert writes only
+//!   the new entry and the key's head, and a probe walks the key's rows newest first
+//!   (and returns them oldest first, the order they came in).
+//! - Weights: every row's is 1 until a row arrives with another, then one per row.
+
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use sluice_types::SluiceError;
+
+use super::store::{Pages, RowRef};
+use crate::bytes::SmallBytes;
+use crate::same_bytes;
+use crate::spill::{LogChunk, SpillLog, SpillSpace};
+
+/// No row: the end of a key's list.
+const NONE: u32 = u32::MAX;
+
+/// One stored row.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// `length` bytes from `start` in chunk `chunk` of the log: the whole row in the
+    /// project's key encoding (the side's columns in order).
+    chunk: u32,
+    start: u32,
+    length: u32,
+    /// The key's row before this one, or [`NONE`].
+    older: u32,
+}
+
+impl Entry {
+    fn range(&self) -> std::ops::Range<usize> {
+        let start = self.start as usize;
+        start..start + self.length as usize
+    }
+}
+
+/// A join key's newest row.
+#[derive(Debug)]
+struct Head {
+    hash: u64,
+    newest: u32,
+    key: SmallBytes,
+}
+
+/// A stored row as [`AppendStore::rows`] gives it.
+pub(super) struct AppendedRef<'a> {
+    pub(super) chunk: &'a LogChunk,
+    pub(super) range: std::ops::Range<usize>,
+    pub(super) key_hash: u64,
+    pub(super) weight: i64,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(super) struct AppendStore {
+    entries: Pages<Entry>,
+    /// Per row, its weight; empty while every weight is 1.
+    weights: Vec<i64>,
+    by_key: HashTable<Head>,
+    log: SpillLog,
+    /// The encoded rows' bytes.
+    bytes: usize,
+    /// What [`AppendStore::counts_mut`] hands out as a row's match count (never read).
+    matches: i64,
+}
+
+impl AppendStore {
+    /// A store whose rows spill within `space` (None: all in memory).
+    pub(super) fn new(space: Option<Arc<SpillSpace>>) -> AppendStore {
+        AppendStore::with_log(SpillLog::new(space))
+    }
+
+    fn with_log(log: SpillLog) -> AppendStore {
+        AppendStore {
+            entries: Pages::default(),
+            weights: Vec::new(),
+            by_key: HashTable::new(),
+            log,
+            bytes: 0,
+            matches: 0,
+        }
+    }
+
+    /// Rows held (equal rows counted apart).
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The bytes of the rows held, in their encoding (the entries and the key table not
+    /// counted).
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Appends to `out` the ids of the rows whose join key is `key` (placement hash
+    /// `hash`), in the order they were stored.
+    pub(super) fn probe(&self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
+        let Some(head) = self.by_key.find(hash, |h| h.hash == hash && same_bytes(h.key.get(), key)) else { return };
+        let before = out.len();
+        let mut id = head.newest;
+        while id != NONE {
+            out.push(u64::from(id));
+            id = self.entries[id as usize].older;
+        }
+        out[before..].reverse();
+    }
+
+    fn weight(&self, id: u32) -> i64 {
+        self.weights.get(id as usize).copied().unwrap_or(1)
+    }
+
+    /// The weight of row `id`, and a match count to add to that nobody reads (see the
+    /// module documentation).
+    pub(super) fn counts_mut(&mut self, id: u32) -> (i64, &mut i64) {
+        self.matches = 0;
+        (self.weight(id), &mut self.matches)
+    }
+
+    /// The bytes of row `id` if they are in memory.
+    pub(super) fn resident_row(&self, id: u32) -> Option<&[u8]> {
+        let entry = &self.entries[id as usize];
+        self.log.get(entry.chunk, entry.range())
+    }
+
+    /// Appends the bytes of row `id` to `out`, from memory or from the spill file.
+    pub(super) fn read_row(&self, id: u32, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+        let entry = &self.entries[id as usize];
+        self.log.read_into(entry.chunk, entry.range(), out)
+    }
+
+    /// Stores `weight` copies of `row`; an append-only side never retracts.
+    pub(super) fn push(&mut self, row: &RowRef<'_>, weight: i64) -> Result<(), SluiceError> {
+        if weight == 0 {
+            return Ok(());
+        }
+        if weight < 0 {
+            return Err(SluiceError::internal(
+                "join.append_only",
+                format!("a retraction (weight {weight}) reached a join input planned as append-only"),
+            ));
+        }
+        assert!(self.entries.len() < NONE as usize, "fewer than 2^32 - 1 rows per side and thread");
+        let id = self.entries.len() as u32;
+        let length = u32::try_from(row.row.len()).expect("a row shorter than 4 GiB");
+        let (chunk, start) = self.log.append(row.row)?;
+        let hash = row.key_hash;
+        let older = match self.by_key.find_mut(hash, |h| h.hash == hash && same_bytes(h.key.get(), row.key)) {
+            Some(head) => std::mem::replace(&mut head.newest, id),
+            None => {
+                let head = Head { hash, newest: id, key: SmallBytes::new(row.key) };
+                self.by_key.insert_unique(hash, head, |h| h.hash);
+                NONE
+            }
+        };
+        self.entries.push(Entry { chunk, start, length, older });
+        if weight != 1 || !self.weights.is_empty() {
+            self.weights.resize(self.entries.len(), 1);
+            self.weights[id as usize] = weight;
+        }
+        self.bytes += row.row.len();
+        Ok(())
+    }
+
+    /// Every stored row, key by key.
+    pub(super) fn rows(&self) -> impl Iterator<Item = AppendedRef<'_>> {
+        self.by_key.iter().flat_map(move |head| {
+            let mut id = head.newest;
+            std::iter::from_fn(move || {
+                (id != NONE).then(|| {
+                    let entry = &self.entries[id as usize];
+                    let row = AppendedRef {
+                        chunk: self.log.chunk(entry.chunk),
+                        range: entry.range(),
+                        key_hash: head.hash,
+                        weight: self.weight(id),
+                    };
+                    id = entry.older;
+                    row
+                })
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row_ref<'a>(row: &'a [u8], key: &'a [u8]) -> RowRef<'a> {
+        RowRef { row, row_hash: 0, key, key_hash: sluice_types::key::hash(key) }
+    }
+
+    fn rows_of(store: &AppendStore, key: &[u8]) -> Vec<(Vec<u8>, i64)> {
+        let mut ids = Vec::new();
+        store.probe(key, sluice_types::key::hash(key), &mut ids);
+        ids.into_iter()
+            .map(|id| {
+                let mut bytes = Vec::new();
+                store.read_row(id as u32, &mut bytes).expect("read");
+                if let Some(resident) = store.resident_row(id as u32) {
+                    assert_eq!(resident, &bytes[..]);
+                }
+                (bytes, store.weight(id as u32))
+            })
+            .collect()
+    }
+
+    /// Rows of three keys, some repeated, some heavier, through a log small enough to
+    /// spill: probes give each key's rows in arrival order, from memory or the file.
+    #[test]
+    fn probes_find_every_row_of_a_key_in_arrival_order_spilled_or_not() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        for space in [None, Some(SpillSpace::new(dir.path().to_path_buf(), 0))] {
+            let spills = space.is_some();
+            let mut store = AppendStore::with_log(SpillLog::with_chunk_bytes(space.clone(), 100));
+            let mut expected: [Vec<(Vec<u8>, i64)>; 3] = Default::default();
+            for i in 0..300usize {
+                let key = [b'k', (i % 3) as u8];
+                let row = format!("row {i} of key {}", i % 3).into_bytes();
+                let weight = if i % 7 == 0 { 2 } else { 1 };
+                store.push(&row_ref(&row, &key), weight).expect("push");
+                expected[i % 3].push((row, weight));
+                if i % 5 == 0 {
+                    // An equal row is kept apart.
+                    store.push(&row_ref(&expected[i % 3].last().expect("row").0.clone(), &key), 1).expect("push");
+                    let again = (expected[i % 3].last().expect("row").0.clone(), 1);
+                    expected[i % 3].push(again);
+                }
+            }
+            for (k, rows) in expected.iter().enumerate() {
+                assert_eq!(&rows_of(&store, &[b'k', k as u8]), rows, "key {k}, spilled: {spills}");
+            }
+            assert!(rows_of(&store, b"absent").is_empty());
+            assert_eq!(store.len(), expected.iter().map(Vec::len).sum::<usize>());
+            assert_eq!(store.bytes(), expected.iter().flatten().map(|(r, _)| r.len()).sum::<usize>());
+            assert_eq!(space.is_some_and(|s| s.spilled() > 0), spills);
+            let snapshot: usize = store.rows().map(|r| r.range.len()).sum();
+            assert_eq!(snapshot, store.bytes(), "a snapshot sees every row once");
+        }
+    }
+
+    #[test]
+    fn a_retraction_is_refused_not_stored() {
+        let mut store = AppendStore::new(None);
+        store.push(&row_ref(b"row", b"key"), 1).expect("insert");
+        let error = store.push(&row_ref(b"row", b"key"), -1).expect_err("a retraction");
+        assert!(error.to_string().contains("append-only"), "{error}");
+        assert_eq!(store.len(), 1);
+    }
+}

@@ -1,0 +1,379 @@
+//! State beyond a memory budget, kept in files on local disk.
+//!
+//! A [`SpillSpace`] is one budget per pipeline and worker process: `[pipeline]
+//! state_memory_mib` of state bytes held in memory, summed over every operator instance
+//! that spills, and the directory (`[pipeline] spill_dir`, by default the system's
+//! temporary directory) where the rest goes. Today the rows of a regular join's
+//! append-only side spill (`crate::join`): such rows are written once and never change,
+//! so a spilled chunk of them is an immutable range of a file.
+//!
+//! A [`SpillLog`] is one such sequence of chunks. Bytes are appended to its newest
+//! chunk, held in memory. When a new chunk starts while the space is over its budget,
+//! the log writes its oldest chunks still in memory to its file, oldest first, and drops
+//! them from memory (its newest chunk always stays), so the recent rows, the ones a
+//! stream probes most, stay in memory. Reading a spilled row is one positioned read,
+//! which the kernel's page cache serves from memory while it can. The file is
+//! anonymous (created already unlinked): the system frees it when the log is dropped or
+//! the process ends, however it ends, so a crash leaves nothing behind.
+//!
+//! Spill files are no checkpoint: a checkpoint encodes the rows as before (reading the
+//! spilled ones back), and a restore appends them again. A log never rewrites its file;
+//! a store that removes rows does not spill.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sluice_types::SluiceError;
+
+/// The bytes of a chunk (a row longer than that gets a chunk of its own).
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// One memory budget for the spillable state of a pipeline's operators on one worker,
+/// and where the state beyond it goes.
+#[derive(Debug)]
+pub struct SpillSpace {
+    dir: PathBuf,
+    budget: usize,
+    /// The bytes of a log's chunk.
+    chunk_bytes: usize,
+    /// Bytes of chunks held in memory, over every log of this space.
+    resident: AtomicUsize,
+    /// Bytes written to spill files and still held.
+    spilled: AtomicUsize,
+}
+
+impl SpillSpace {
+    /// A space holding at most about `budget` bytes of spillable state in memory (each
+    /// log keeps its newest chunk whatever the budget), spilling the rest into `dir`.
+    pub fn new(dir: PathBuf, budget: usize) -> Arc<SpillSpace> {
+        SpillSpace::with_chunk_bytes(dir, budget, CHUNK_BYTES)
+    }
+
+    /// A space whose logs' chunks hold `chunk_bytes` (tests spill small states).
+    pub fn with_chunk_bytes(dir: PathBuf, budget: usize, chunk_bytes: usize) -> Arc<SpillSpace> {
+        assert!(chunk_bytes > 0, "chunks hold bytes");
+        let (resident, spilled) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        Arc::new(SpillSpace { dir, budget, chunk_bytes, resident, spilled })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Bytes of spillable state in memory now.
+    pub fn resident(&self) -> usize {
+        self.resident.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of state in spill files now.
+    pub fn spilled(&self) -> usize {
+        self.spilled.load(Ordering::Relaxed)
+    }
+
+    fn over_budget(&self) -> bool {
+        self.resident() > self.budget
+    }
+
+    /// A new anonymous file in the spill directory.
+    fn create_file(&self) -> Result<File, SluiceError> {
+        tempfile::tempfile_in(&self.dir).map_err(|error| {
+            SluiceError::external(
+                "state.spill",
+                format!("cannot create a spill file in {}: {error}", self.dir.display()),
+            )
+            .with_fix(
+                "set [pipeline] spill_dir to a writable local directory with free space, \
+                 or raise [pipeline] state_memory_mib to keep more state in memory",
+            )
+        })
+    }
+}
+
+/// A chunk written to a spill file: `length` bytes at `offset`, never changed.
+#[derive(Debug)]
+pub(crate) struct SpilledChunk {
+    file: Arc<File>,
+    offset: u64,
+    length: usize,
+}
+
+impl SpilledChunk {
+    /// Appends the bytes at `range` of the chunk to `out`.
+    pub(crate) fn read_range(&self, range: std::ops::Range<usize>, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+        assert!(range.end <= self.length, "a range inside the spilled chunk");
+        let at = out.len();
+        out.resize(at + range.len(), 0);
+        self.file.read_exact_at(&mut out[at..], self.offset + range.start as u64).map_err(|error| {
+            SluiceError::external("state.spill", format!("cannot read back spilled state: {error}"))
+                .with_fix("check the disk of [pipeline] spill_dir")
+        })
+    }
+
+    /// The whole chunk.
+    pub(crate) fn read(&self) -> Result<Vec<u8>, SluiceError> {
+        let mut bytes = Vec::with_capacity(self.length);
+        self.read_range(0..self.length, &mut bytes)?;
+        Ok(bytes)
+    }
+}
+
+/// A chunk of a log: in memory (shared with snapshots), or in the log's file.
+#[derive(Debug, Clone)]
+pub(crate) enum LogChunk {
+    Resident(Arc<Vec<u8>>),
+    Spilled(Arc<SpilledChunk>),
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct SpillLog {
+    chunks: Vec<LogChunk>,
+    chunk_bytes: usize,
+    /// None: nothing spills (every chunk stays in memory).
+    space: Option<Arc<SpillSpace>>,
+    file: Option<Arc<File>>,
+    file_length: u64,
+    /// Every chunk before this one is spilled.
+    first_resident: usize,
+    /// The capacity of this log's chunks in memory, as counted in the space.
+    resident: usize,
+    /// The bytes of this log's spilled chunks, as counted in the space.
+    spilled: usize,
+}
+
+impl SpillLog {
+    /// A log spilling within `space`, in its chunk size (None: nothing spills).
+    pub(crate) fn new(space: Option<Arc<SpillSpace>>) -> SpillLog {
+        let chunk_bytes = space.as_ref().map_or(CHUNK_BYTES, |s| s.chunk_bytes);
+        SpillLog::with_chunk_bytes(space, chunk_bytes)
+    }
+
+    /// A log of chunks of `chunk_bytes` (tests use small ones).
+    pub(crate) fn with_chunk_bytes(space: Option<Arc<SpillSpace>>, chunk_bytes: usize) -> SpillLog {
+        SpillLog {
+            chunks: Vec::new(),
+            chunk_bytes,
+            space,
+            file: None,
+            file_length: 0,
+            first_resident: 0,
+            resident: 0,
+            spilled: 0,
+        }
+    }
+
+    /// Appends `row`; returns its chunk and where it starts there. Starting a chunk
+    /// while the space is over budget first spills this log's older chunks.
+    pub(crate) fn append(&mut self, row: &[u8]) -> Result<(u32, u32), SluiceError> {
+        fn fits(chunk: &mut LogChunk, length: usize) -> Option<&mut Vec<u8>> {
+            match chunk {
+                LogChunk::Resident(bytes) => {
+                    Arc::get_mut(bytes).filter(|bytes| bytes.capacity() - bytes.len() >= length)
+                }
+                LogChunk::Spilled(_) => None,
+            }
+        }
+        if self.chunks.last_mut().and_then(|chunk| fits(chunk, row.len())).is_none() {
+            let capacity = self.chunk_bytes.max(row.len());
+            self.chunks.push(LogChunk::Resident(Arc::new(Vec::with_capacity(capacity))));
+            self.resident += capacity;
+            if let Some(space) = &self.space {
+                space.resident.fetch_add(capacity, Ordering::Relaxed);
+            }
+            self.spill_over_budget()?;
+        }
+        let chunk = u32::try_from(self.chunks.len() - 1).expect("fewer than 2^32 chunks");
+        let bytes = self.chunks.last_mut().and_then(|c| fits(c, row.len())).expect("a chunk with room, not shared");
+        let start = u32::try_from(bytes.len()).expect("a chunk shorter than 4 GiB");
+        bytes.extend_from_slice(row);
+        Ok((chunk, start))
+    }
+
+    /// While the space is over budget, spills this log's oldest chunk in memory but the
+    /// newest.
+    fn spill_over_budget(&mut self) -> Result<(), SluiceError> {
+        let Some(space) = self.space.clone() else { return Ok(()) };
+        while space.over_budget() && self.first_resident + 1 < self.chunks.len() {
+            self.spill(&space, self.first_resident)?;
+            self.first_resident += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes chunk `index` to the file and drops it from memory.
+    fn spill(&mut self, space: &SpillSpace, index: usize) -> Result<(), SluiceError> {
+        let LogChunk::Resident(bytes) = &self.chunks[index] else { return Ok(()) };
+        let file = match &self.file {
+            Some(file) => Arc::clone(file),
+            None => Arc::clone(self.file.insert(Arc::new(space.create_file()?))),
+        };
+        file.write_all_at(bytes, self.file_length).map_err(|error| {
+            SluiceError::external(
+                "state.spill",
+                format!(
+                    "cannot write {} bytes of state to a spill file in {}: {error}",
+                    bytes.len(),
+                    space.dir.display()
+                ),
+            )
+            .with_fix(
+                "free space on the disk of [pipeline] spill_dir, point spill_dir at a larger disk, \
+                 or raise [pipeline] state_memory_mib",
+            )
+        })?;
+        let (capacity, length) = (bytes.capacity(), bytes.len());
+        let spilled = SpilledChunk { file, offset: self.file_length, length };
+        self.chunks[index] = LogChunk::Spilled(Arc::new(spilled));
+        self.file_length += length as u64;
+        self.resident -= capacity;
+        self.spilled += length;
+        space.resident.fetch_sub(capacity, Ordering::Relaxed);
+        space.spilled.fetch_add(length, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The bytes at `range` of chunk `chunk`, if it is in memory.
+    pub(crate) fn get(&self, chunk: u32, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        match &self.chunks[chunk as usize] {
+            LogChunk::Resident(bytes) => Some(&bytes[range]),
+            LogChunk::Spilled(_) => None,
+        }
+    }
+
+    /// Appends the bytes at `range` of chunk `chunk` to `out`, wherever they are.
+    pub(crate) fn read_into(
+        &self,
+        chunk: u32,
+        range: std::ops::Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), SluiceError> {
+        match &self.chunks[chunk as usize] {
+            LogChunk::Resident(bytes) => {
+                out.extend_from_slice(&bytes[range]);
+                Ok(())
+            }
+            LogChunk::Spilled(spilled) => spilled.read_range(range, out),
+        }
+    }
+
+    /// Chunk `chunk`, shared.
+    pub(crate) fn chunk(&self, chunk: u32) -> &LogChunk {
+        &self.chunks[chunk as usize]
+    }
+
+    /// Whether chunk `chunk` is spilled.
+    #[cfg(test)]
+    fn is_spilled(&self, chunk: u32) -> bool {
+        matches!(self.chunks[chunk as usize], LogChunk::Spilled(_))
+    }
+}
+
+impl Drop for SpillLog {
+    fn drop(&mut self) {
+        if let Some(space) = &self.space {
+            space.resident.fetch_sub(self.resident, Ordering::Relaxed);
+            space.spilled.fetch_sub(self.spilled, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space(budget: usize) -> (tempfile::TempDir, Arc<SpillSpace>) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), budget);
+        (dir, space)
+    }
+
+    fn row(i: usize) -> Vec<u8> {
+        format!("row {i:06} {}", "x".repeat(i % 37)).into_bytes()
+    }
+
+    #[test]
+    fn rows_read_back_the_same_from_memory_and_from_the_file() {
+        let (_dir, space) = space(0);
+        let mut log = SpillLog::with_chunk_bytes(Some(Arc::clone(&space)), 64);
+        let mut at = Vec::new();
+        for i in 0..500 {
+            let r = row(i);
+            let (chunk, start) = log.append(&r).expect("append");
+            at.push((chunk, start as usize..start as usize + r.len()));
+        }
+        let last = at.last().expect("rows").0;
+        assert!(log.is_spilled(0), "over a budget of 0 every chunk but the newest spills");
+        assert!(!log.is_spilled(last), "the newest chunk stays in memory");
+        assert_eq!(space.resident(), 64.max(row(499).len()));
+        let mut out = Vec::new();
+        for (i, (chunk, range)) in at.into_iter().enumerate() {
+            out.clear();
+            log.read_into(chunk, range.clone(), &mut out).expect("read");
+            assert_eq!(out, row(i));
+            assert_eq!(log.get(chunk, range).is_some(), chunk == last);
+        }
+        let spilled = space.spilled();
+        assert!(spilled > 0);
+        drop(log);
+        assert_eq!((space.resident(), space.spilled()), (0, 0), "a dropped log leaves nothing counted");
+    }
+
+    #[test]
+    fn nothing_spills_under_the_budget_or_without_a_space() {
+        let (_dir, space) = space(1 << 20);
+        let mut within = SpillLog::with_chunk_bytes(Some(Arc::clone(&space)), 64);
+        let mut unbounded = SpillLog::with_chunk_bytes(None, 64);
+        for i in 0..200 {
+            let (chunk, _) = within.append(&row(i)).expect("append");
+            assert!(!within.is_spilled(chunk));
+            unbounded.append(&row(i)).expect("append");
+        }
+        assert!((0..within.chunks.len() as u32).all(|c| !within.is_spilled(c)));
+        assert!((0..unbounded.chunks.len() as u32).all(|c| !unbounded.is_spilled(c)));
+        assert_eq!(space.spilled(), 0);
+    }
+
+    #[test]
+    fn logs_share_one_budget_and_each_spills_its_own_oldest_chunks() {
+        let (_dir, space) = space(256);
+        let mut a = SpillLog::with_chunk_bytes(Some(Arc::clone(&space)), 64);
+        let mut b = SpillLog::with_chunk_bytes(Some(Arc::clone(&space)), 64);
+        for i in 0..100 {
+            a.append(&row(i)).expect("append");
+            b.append(&row(i)).expect("append");
+        }
+        assert!(space.resident() <= 256 + 2 * 64, "{} resident", space.resident());
+        assert!(a.is_spilled(0) && b.is_spilled(0));
+    }
+
+    #[test]
+    fn a_chunk_shared_with_a_snapshot_is_not_appended_to_and_survives_its_spill() {
+        let (_dir, space) = space(0);
+        let mut log = SpillLog::with_chunk_bytes(Some(space), 64);
+        let (chunk, start) = log.append(b"first").expect("append");
+        let LogChunk::Resident(shared) = log.chunk(chunk).clone() else { panic!("the newest chunk is in memory") };
+        let (next, _) = log.append(b"second").expect("append");
+        assert_ne!(next, chunk, "a shared chunk is not appended to");
+        assert!(log.is_spilled(chunk), "the shared chunk spilled when the next one started");
+        assert_eq!(&shared[start as usize..start as usize + 5], b"first");
+        let LogChunk::Spilled(spilled) = log.chunk(chunk) else { panic!("spilled") };
+        assert_eq!(spilled.read().expect("read"), b"first");
+    }
+
+    #[test]
+    fn an_unusable_spill_directory_is_a_typed_error_with_its_fix() {
+        let space = SpillSpace::new(PathBuf::from("/nonexistent/sluice-spill"), 0);
+        let mut log = SpillLog::with_chunk_bytes(Some(space), 8);
+        log.append(b"12345678").expect("the first chunk needs no file");
+        let error = log.append(b"abcdefgh").expect_err("the spill has nowhere to go");
+        let text = error.to_string();
+        assert!(text.contains("/nonexistent/sluice-spill") && text.contains("spill_dir"), "{text}");
+    }
+}
