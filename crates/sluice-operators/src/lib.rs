@@ -29,6 +29,7 @@ pub mod counter;
 pub mod expr;
 pub mod join;
 pub mod over;
+mod pages;
 pub mod partition;
 pub mod row_errors;
 pub mod spill;

@@ -4,8 +4,9 @@
 //! state_memory_mib` of state bytes held in memory, summed over every operator instance
 //! that spills, and the directory (`[pipeline] spill_dir`, by default the system's
 //! temporary directory) where the rest goes. Today the rows of a regular join's
-//! append-only side spill (`crate::join`): such rows are written once and never change,
-//! so a spilled chunk of them is an immutable range of a file.
+//! append-only side spill (`crate::join`), and the rows a TopN keeps (`crate::topn`):
+//! rows written once and never changed, so a spilled chunk of them is an immutable range
+//! of a file.
 //!
 //! A [`SpillLog`] is one such sequence of chunks. Bytes are appended to its newest
 //! chunk, held in memory. When a new chunk starts while the space is over its budget,
@@ -17,8 +18,9 @@
 //! the process ends, however it ends, so a crash leaves nothing behind.
 //!
 //! Spill files are no checkpoint: a checkpoint encodes the rows as before (reading the
-//! spilled ones back), and a restore appends them again. A log never rewrites its file;
-//! a store that removes rows does not spill.
+//! spilled ones back), and a restore appends them again. A log never rewrites its file:
+//! a TopN, whose rows leave, copies the rows it keeps into a fresh log once the dead
+//! ones outnumber them, and drops the old log and its file.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -237,6 +239,16 @@ impl SpillLog {
         space.resident.fetch_sub(capacity, Ordering::Relaxed);
         space.spilled.fetch_add(length, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The capacity of a new chunk.
+    pub(crate) fn chunk_bytes(&self) -> usize {
+        self.chunk_bytes
+    }
+
+    /// Every chunk, in order.
+    pub(crate) fn chunks(&self) -> &[LogChunk] {
+        &self.chunks
     }
 
     /// The bytes at `range` of chunk `chunk`, if it is in memory.

@@ -277,8 +277,12 @@ fn push_topn(
     let ignored = format!("view {}: ignored retractions", planner.view);
     let late = format!("view {}: late rows", planner.view);
     let ttl = planner.state_ttl();
+    let spill = planner.spill.clone();
     let factory: OperatorFactory = Arc::new(move |context| {
         let mut topn = TopN::new(spec.clone(), &input_schema, context.vnodes)?;
+        if let Some(space) = &spill {
+            topn = topn.with_spill(Arc::clone(space));
+        }
         if retracting {
             topn = topn.with_ignored_counter(context.metrics.counter(&ignored));
         }

@@ -24,8 +24,9 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use sluice_types::SluiceError;
 
-use super::store::{Pages, RowRef};
+use super::store::RowRef;
 use crate::bytes::SmallBytes;
+use crate::pages::Pages;
 use crate::same_bytes;
 use crate::spill::{LogChunk, SpillLog, SpillSpace};
 

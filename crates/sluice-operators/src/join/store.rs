@@ -40,6 +40,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use crate::bytes::SmallBytes;
+use crate::pages::Pages;
 use crate::same_bytes;
 
 /// The bytes of a chunk (a row longer than that gets a chunk of its own).
@@ -92,59 +93,6 @@ impl Slot {
     fn range(&self) -> std::ops::Range<usize> {
         let start = self.start as usize;
         start..start + self.length as usize
-    }
-}
-
-/// Entries per page of [`Pages`] (a page of 48-byte slots is 3 MiB).
-const PAGE_SLOTS: usize = 1 << 16;
-
-/// Fixed-size entries numbered from 0, in pages of [`PAGE_SLOTS`]: the last page grows
-/// as a vector does (a small store holds no more than its entries), every earlier one is
-/// full, so growing never copies the entries already held nor holds them twice.
-#[derive(Debug)]
-pub(super) struct Pages<T> {
-    pages: Vec<Vec<T>>,
-    len: usize,
-}
-
-impl<T> Default for Pages<T> {
-    fn default() -> Pages<T> {
-        Pages { pages: Vec::new(), len: 0 }
-    }
-}
-
-impl<T> Pages<T> {
-    pub(super) fn len(&self) -> usize {
-        self.len
-    }
-
-    pub(super) fn push(&mut self, entry: T) {
-        if self.pages.last().is_none_or(|page| page.len() == PAGE_SLOTS) {
-            // The first page grows from nothing; a later one is reserved whole (its
-            // memory is faulted in only as entries are written).
-            let page = if self.pages.is_empty() { Vec::new() } else { Vec::with_capacity(PAGE_SLOTS) };
-            self.pages.push(page);
-        }
-        self.pages.last_mut().expect("a page with room").push(entry);
-        self.len += 1;
-    }
-
-    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
-        self.pages.iter().flatten()
-    }
-}
-
-impl<T> std::ops::Index<usize> for Pages<T> {
-    type Output = T;
-
-    fn index(&self, index: usize) -> &T {
-        &self.pages[index / PAGE_SLOTS][index % PAGE_SLOTS]
-    }
-}
-
-impl<T> std::ops::IndexMut<usize> for Pages<T> {
-    fn index_mut(&mut self, index: usize) -> &mut T {
-        &mut self.pages[index / PAGE_SLOTS][index % PAGE_SLOTS]
     }
 }
 

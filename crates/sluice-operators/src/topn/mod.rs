@@ -31,6 +31,7 @@
 //!   deduplication (N = 1) thus sends a change of the partition's row as a pair, whose
 //!   upsert key is the partition.
 
+mod rows;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -50,6 +51,9 @@ use sluice_types::{Batch, Message, SluiceError};
 pub use state::TOPN_STATE_VERSION;
 
 use crate::bytes::SmallBytes;
+use crate::pages::Pages;
+use crate::spill::SpillSpace;
+use rows::{RowAt, RowLog};
 
 /// The most rows a TopN keeps per partition (N); larger limits are refused when planned.
 pub const TOPN_LIMIT_MAX: usize = 100_000;
@@ -116,8 +120,8 @@ struct Entry {
     order: OrderValues,
     /// Arrival number on this operator: ties in the order go to the earlier row.
     arrival: u64,
-    /// The whole input row in the key encoding.
-    row: Box<[u8]>,
+    /// The whole input row in the key encoding, in [`TopN::rows`].
+    row: RowAt,
 }
 
 /// One partition's first N rows, in rank order.
@@ -134,8 +138,11 @@ pub struct TopN {
     spec: TopNSpec,
     partition_encoder: KeyEncoder,
     row_encoder: KeyEncoder,
-    partitions: Vec<Partition>,
+    partitions: Pages<Partition>,
     index: HashTable<u32>,
+    /// The kept rows' bytes ([`rows`]), and a buffer for those read back from disk.
+    rows: RowLog,
+    spilled: Vec<u8>,
     next_arrival: u64,
     vnodes: u32,
     /// Retractions of rows not held (updating input only).
@@ -192,8 +199,10 @@ impl TopN {
             spec,
             partition_encoder,
             row_encoder,
-            partitions: Vec::new(),
+            partitions: Pages::default(),
             index: HashTable::new(),
+            rows: RowLog::new(None),
+            spilled: Vec::new(),
             next_arrival: 0,
             vnodes,
             ignored: None,
@@ -204,6 +213,13 @@ impl TopN {
             keys: KeyRows::default(),
             encoded: KeyRows::default(),
         })
+    }
+
+    /// Keeps the rows' bytes within `space`'s memory budget, the rest on disk.
+    pub fn with_spill(mut self, space: Arc<SpillSpace>) -> TopN {
+        assert!(self.partitions.is_empty(), "spilling is chosen before any row is kept");
+        self.rows = RowLog::new(Some(space));
+        self
     }
 
     /// Counts the rows of windows already freed in `late` (a window TopN).
@@ -235,6 +251,9 @@ impl TopN {
     /// the index and in the TTL schedule.
     fn remove_partition(&mut self, id: u32) {
         let removed = self.partitions.swap_remove(id as usize);
+        for entry in &removed.rows {
+            self.rows.forget(entry.row);
+        }
         let entry = self.index.find_entry(table_hash(removed.hash), |&p| p == id).expect("an indexed partition");
         entry.remove();
         if let Some(ttl) = self.ttl.as_mut() {
@@ -332,27 +351,33 @@ impl TopN {
         id as usize
     }
 
-    /// Puts `entry` in its partition: anywhere when retracting, else only if it ranks
-    /// among the first N.
-    fn insert(&mut self, partition: usize, entry: Entry) {
+    /// Puts a row (its order values and bytes) in its partition: anywhere when
+    /// retracting, else only if it ranks among the first N (its bytes are kept only then).
+    fn insert(&mut self, partition: usize, order: OrderValues, row: &[u8]) -> Result<(), SluiceError> {
+        let mut entry = Entry { order, arrival: self.next_arrival, row: RowAt::NONE };
+        self.next_arrival += 1;
         let rows = &self.partitions[partition].rows;
         let position = rows.partition_point(|kept| self.compare(kept, &entry) == Ordering::Less);
         if !self.spec.retracting && position >= self.spec.limit {
-            return;
+            return Ok(());
         }
+        entry.row = self.rows.append(row)?;
         let rows = &mut self.partitions[partition].rows;
         if rows.len() == rows.capacity() && rows.len() < EXACT_ROWS {
             rows.reserve_exact(1);
         }
         rows.insert(position, entry);
-        if !self.spec.retracting {
-            rows.truncate(self.spec.limit);
+        if !self.spec.retracting && rows.len() > self.spec.limit {
+            for left in rows.drain(self.spec.limit..) {
+                self.rows.forget(left.row);
+            }
         }
+        Ok(())
     }
 
     /// Removes one copy of the row `row` (order values `order`) from its partition;
     /// false if none is held.
-    fn remove(&mut self, partition: usize, order: &OrderValues, row: &[u8]) -> bool {
+    fn remove(&mut self, partition: usize, order: &OrderValues, row: &[u8]) -> Result<bool, SluiceError> {
         let equal_order = |entry: &Entry| {
             entry
                 .order
@@ -372,19 +397,35 @@ impl TopN {
             false
         };
         let start = rows.partition_point(less);
-        let found = rows[start..].iter().take_while(|entry| equal_order(entry)).position(|entry| &*entry.row == row);
+        let mut found = None;
+        let mut scratch = Vec::new();
+        for (offset, entry) in rows[start..].iter().take_while(|entry| equal_order(entry)).enumerate() {
+            let held = match self.rows.get(entry.row) {
+                Some(bytes) => bytes,
+                None => {
+                    scratch.clear();
+                    self.rows.read_into(entry.row, &mut scratch)?;
+                    &scratch[..]
+                }
+            };
+            if held == row {
+                found = Some(offset);
+                break;
+            }
+        }
         match found {
             Some(offset) => {
-                self.partitions[partition].rows.remove(start + offset);
-                true
+                let removed = self.partitions[partition].rows.remove(start + offset);
+                self.rows.forget(removed.row);
+                Ok(true)
             }
-            None => false,
+            None => Ok(false),
         }
     }
 
     /// The changes of one partition between `before` and its rows now, as (row, rank,
     /// weight) in emission order.
-    fn diff<'a>(&self, before: &'a [Entry], after: &'a [Entry], out: &mut Vec<(&'a [u8], u64, i64)>) {
+    fn diff(&self, before: &[Entry], after: &[Entry], out: &mut Vec<(RowAt, u64, i64)>) {
         if self.spec.rank_in_output {
             for rank in 0..before.len().max(after.len()) {
                 let (old, new) = (before.get(rank), after.get(rank));
@@ -392,10 +433,10 @@ impl TopN {
                     continue;
                 }
                 if let Some(old) = old {
-                    out.push((&old.row, rank as u64 + 1, -1));
+                    out.push((old.row, rank as u64 + 1, -1));
                 }
                 if let Some(new) = new {
-                    out.push((&new.row, rank as u64 + 1, 1));
+                    out.push((new.row, rank as u64 + 1, 1));
                 }
             }
             return;
@@ -403,19 +444,22 @@ impl TopN {
         let kept = |rows: &[Entry], entry: &Entry| rows.iter().any(|e| e.arrival == entry.arrival);
         for (rank, old) in before.iter().enumerate() {
             if !kept(after, old) {
-                out.push((&old.row, rank as u64 + 1, -1));
+                out.push((old.row, rank as u64 + 1, -1));
             }
         }
         for (rank, new) in after.iter().enumerate() {
             if !kept(before, new) {
-                out.push((&new.row, rank as u64 + 1, 1));
+                out.push((new.row, rank as u64 + 1, 1));
             }
         }
     }
 
     /// Output rows: the decoded input rows and their ranks.
-    fn build(&self, changes: &[(&[u8], u64, i64)]) -> Result<Batch, SluiceError> {
-        let mut columns: Vec<ArrayRef> = self.row_encoder.decode(changes.iter().map(|(row, _, _)| *row))?;
+    fn build(&mut self, changes: &[(RowAt, u64, i64)]) -> Result<Batch, SluiceError> {
+        let mut spilled = std::mem::take(&mut self.spilled);
+        let rows = self.rows.gather(changes.iter().map(|(row, _, _)| *row), &mut spilled)?;
+        let mut columns: Vec<ArrayRef> = self.row_encoder.decode(rows.into_iter())?;
+        self.spilled = spilled;
         columns.push(Arc::new(UInt64Array::from_iter_values(changes.iter().map(|(_, rank, _)| *rank))));
         for (column, field) in columns.iter_mut().zip(self.spec.output.fields()) {
             if column.data_type() != field.data_type() {
@@ -476,15 +520,12 @@ impl Operator for TopN {
                 ttl.written(partition as u32);
             }
             for _ in 0..weight {
-                let order = Self::order_of(&order, row);
-                let entry = Entry { order, arrival: self.next_arrival, row: encoded.row(row).into() };
-                self.next_arrival += 1;
-                self.insert(partition, entry);
+                self.insert(partition, Self::order_of(&order, row), encoded.row(row))?;
             }
             if weight < 0 {
                 let values = Self::order_of(&order, row);
                 for _ in 0..weight.unsigned_abs() {
-                    if !self.remove(partition, &values, encoded.row(row))
+                    if !self.remove(partition, &values, encoded.row(row))?
                         && let Some(ignored) = &self.ignored
                     {
                         ignored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -504,6 +545,10 @@ impl Operator for TopN {
         }
         if !changes.is_empty() {
             out.push(Message::Data(self.build(&changes)?));
+        }
+        // Only between batches: the rows before this one were read until now.
+        if self.rows.is_sparse() {
+            self.rows.compact(self.partitions.iter_mut().flat_map(|p| p.rows.iter_mut().map(|e| &mut e.row)))?;
         }
         Ok(())
     }
@@ -530,9 +575,11 @@ impl Operator for TopN {
         state::restore(self, blobs)?;
         // A window TopN frees each restored window's partitions as the watermark passes.
         if let Some(column) = self.spec.window_end {
-            for partition in &self.partitions {
+            for partition in self.partitions.iter() {
                 let Some(entry) = partition.rows.first() else { continue };
-                let columns = self.row_encoder.decode(std::iter::once(&*entry.row))?;
+                let mut row = Vec::new();
+                self.rows.read_into(entry.row, &mut row)?;
+                let columns = self.row_encoder.decode(std::iter::once(&row[..]))?;
                 let ends = cast(&columns[column], &DataType::Int64)?;
                 let ends = ends.as_primitive::<Int64Type>();
                 if ends.is_valid(0) {

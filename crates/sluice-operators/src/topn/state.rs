@@ -1,7 +1,9 @@
 //! Snapshots of the TopN operator's state, split by vnode.
 //!
 //! At a barrier the driver clones the partitions (their keys, placement hashes and first
-//! N rows) and returns a job; the checkpoint writer thread encodes the copy into one blob
+//! N rows' places) and shares the chunks holding the rows' bytes ([`super::rows`]), and
+//! returns a job; the checkpoint writer thread encodes the copy (reading the spilled
+//! rows' bytes back one by one, straight into the blob) into one blob
 //! per vnode holding partitions, the vnode of each partition key's placement hash (the
 //! exchange's), so a restore onto any number of threads gives each partition to the
 //! thread its future rows go to.
@@ -19,6 +21,7 @@ use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{BlobWriter, Reader};
 
+use super::rows::SharedRows;
 use super::{Entry, Partition, TopN};
 
 /// The blob layout this build writes and reads.
@@ -31,8 +34,8 @@ pub(super) fn snapshot(topn: &TopN) -> Option<SnapshotJob> {
     if copy.is_empty() {
         return None;
     }
-    let vnodes = topn.vnodes;
-    Some(Box::new(move || Ok(encode(copy, vnodes))))
+    let (rows, vnodes) = (topn.rows.shared(), topn.vnodes);
+    Some(Box::new(move || encode(copy, &rows, vnodes)))
 }
 
 fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
@@ -41,7 +44,11 @@ fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
     bytes.extend_from_slice(value);
 }
 
-fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
+fn encode(
+    mut partitions: Vec<Partition>,
+    shared: &SharedRows,
+    vnodes: u32,
+) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
     partitions.sort_by(|a, b| a.key.get().cmp(b.key.get()));
     let mut blobs = BlobWriter::new(VERSION);
     for partition in &partitions {
@@ -51,10 +58,12 @@ fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
         bytes.extend_from_slice(&rows.to_le_bytes());
         for entry in &partition.rows {
             bytes.extend_from_slice(&entry.arrival.to_le_bytes());
-            write_bytes(bytes, &entry.row);
+            let length = u32::try_from(entry.row.len()).expect("a row shorter than 4 GiB");
+            bytes.extend_from_slice(&length.to_le_bytes());
+            shared.read_into(entry.row, bytes)?;
         }
     }
-    blobs.finish()
+    Ok(blobs.finish())
 }
 
 fn corrupt(what: &str) -> SluiceError {
@@ -87,9 +96,11 @@ pub(super) fn restore(topn: &mut TopN, blobs: Vec<Vec<u8>>) -> Result<(), Sluice
             let columns =
                 topn.row_encoder.decode(rows.iter().copied()).map_err(|_| corrupt("a row of another plan"))?;
             let order = topn.order_columns(&columns)?;
-            let mut entries: Vec<Entry> = (0..count)
-                .map(|row| Entry { order: TopN::order_of(&order, row), arrival: arrivals[row], row: rows[row].into() })
-                .collect();
+            let mut entries = Vec::with_capacity(count);
+            for (row, bytes) in rows.iter().enumerate() {
+                let at = topn.rows.append(bytes)?;
+                entries.push(Entry { order: TopN::order_of(&order, row), arrival: arrivals[row], row: at });
+            }
             entries.sort_by(|a, b| topn.compare(a, b));
             let hash = if no_keys { 0 } else { sluice_types::key::hash(key) };
             let partition = topn.partition_of(key, hash);

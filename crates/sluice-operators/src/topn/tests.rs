@@ -47,6 +47,32 @@ fn topn_over(limit: usize, rank_in_output: bool, retracting: bool) -> TopN {
 
 type Row = (&'static str, Option<i64>, String);
 
+/// Where a test's TopN keeps its rows: in memory, or (`spill`) on disk but for the
+/// newest chunk of 16 bytes, so that nearly every row is read back from the file and
+/// the log is compacted as soon as a few rows left it.
+struct Spill {
+    _dir: Option<tempfile::TempDir>,
+    space: Option<Arc<crate::spill::SpillSpace>>,
+}
+
+impl Spill {
+    fn new(spill: bool) -> Spill {
+        if !spill {
+            return Spill { _dir: None, space: None };
+        }
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = crate::spill::SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 0, 16);
+        Spill { _dir: Some(dir), space: Some(space) }
+    }
+
+    fn apply(&self, topn: TopN) -> TopN {
+        match &self.space {
+            Some(space) => topn.with_spill(Arc::clone(space)),
+            None => topn,
+        }
+    }
+}
+
 fn batch(rows: &[Row]) -> Batch {
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
@@ -201,9 +227,12 @@ proptest! {
         rank_in_output in any::<bool>(),
         restore_after in 0usize..15,
         split in 1u32..VNODES,
+        spill in any::<bool>(),
     ) {
         let rows: Vec<Row> =
             input.iter().enumerate().map(|(i, (p, v))| (PARTITIONS[*p], *v, format!("r{i}"))).collect();
+        let space = Spill::new(spill);
+        let topn = |limit, rank_in_output| space.apply(topn(limit, rank_in_output));
         let mut instances = vec![topn(limit, rank_in_output)];
         let mut table = BTreeMap::new();
         for (index, chunk) in rows.chunks(batch_rows).enumerate() {
@@ -337,7 +366,10 @@ proptest! {
         rank_in_output in any::<bool>(),
         restore_after in 0usize..15,
         split in 1u32..VNODES,
+        spill in any::<bool>(),
     ) {
+        let space = Spill::new(spill);
+        let topn_over = |limit, rank_in_output, retracting| space.apply(topn_over(limit, rank_in_output, retracting));
         // Each event inserts a new row, or (choice 0, when any is live) retracts one.
         let mut live: Vec<(usize, Row)> = Vec::new();
         let mut steps: Vec<Step> = Vec::new();

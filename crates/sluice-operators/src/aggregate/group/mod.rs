@@ -75,7 +75,8 @@ struct Group {
     hash: u64,
     /// The weighted count of the group's rows: the group exists while it is positive.
     rows: i64,
-    accumulators: Vec<Accumulator>,
+    /// Exactly one per aggregate (a boxed slice: no spare capacity, no length twice).
+    accumulators: Box<[Accumulator]>,
     /// One set per [`Share`].
     distinct: Vec<DistinctValues>,
 }
@@ -116,7 +117,7 @@ pub struct GroupAggregate {
     shares: Vec<Share>,
     member_of: Vec<Option<(usize, usize)>>,
     /// Groups by id; a dropped group's slot is reused (`free`).
-    groups: Vec<Option<Group>>,
+    groups: crate::pages::Pages<Option<Group>>,
     free: Vec<u32>,
     /// Group ids, hashed with `table_hash` of each group's placement hash.
     index: HashTable<u32>,
@@ -177,7 +178,7 @@ impl GroupAggregate {
             kinds,
             shares,
             member_of,
-            groups: Vec::new(),
+            groups: crate::pages::Pages::default(),
             free: Vec::new(),
             index: HashTable::new(),
             touched_flags: Vec::new(),
@@ -255,7 +256,7 @@ impl GroupAggregate {
             key: key.into(),
             hash,
             rows: 0,
-            accumulators: self.new_accumulators(),
+            accumulators: self.new_accumulators().into_boxed_slice(),
             distinct: self.new_distinct(),
         };
         let id = match self.free.pop() {

@@ -274,7 +274,7 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Re
                 return Err(corrupt("a key appears twice (in two vnodes)"));
             }
             group.rows = rows;
-            group.accumulators = accumulators;
+            group.accumulators = accumulators.into_boxed_slice();
             group.distinct = distinct;
         }
         reader.finish()?;

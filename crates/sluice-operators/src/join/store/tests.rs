@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use proptest::prelude::*;
 
 use super::*;
+use crate::pages::PAGE_ENTRIES;
 
 fn row<'a>(row: &'a [u8], key: &'a [u8]) -> RowRef<'a> {
     RowRef { row, row_hash: sluice_types::key::hash(row), key, key_hash: sluice_types::key::hash(key) }
@@ -61,13 +62,13 @@ fn equal_rows_accumulate_and_leave_at_zero() {
 #[test]
 fn slots_beyond_the_first_page_link_find_and_free_as_the_first_pages_do() {
     let mut store = Store::default();
-    let rows: Vec<Vec<u8>> = (0..PAGE_SLOTS as u32 * 2 + 10).map(|i| i.to_le_bytes().to_vec()).collect();
+    let rows: Vec<Vec<u8>> = (0..PAGE_ENTRIES as u32 * 2 + 10).map(|i| i.to_le_bytes().to_vec()).collect();
     // Two keys, their rows alternating, so each key's list crosses every page.
     for (i, r) in rows.iter().enumerate() {
         store.apply(&row(r, if i % 2 == 0 { b"even" } else { b"odd" }), 1, 0, NEVER);
     }
-    assert_eq!((store.slots.len(), store.slots.pages.len()), (rows.len(), 3));
-    assert!(store.slots.pages[..2].iter().all(|page| page.len() == PAGE_SLOTS));
+    assert_eq!((store.slots.len(), store.slots.pages().len()), (rows.len(), 3));
+    assert!(store.slots.pages()[..2].iter().all(|page| page.len() == PAGE_ENTRIES));
     let mut slots = Vec::new();
     store.probe(b"odd", sluice_types::key::hash(b"odd"), &mut slots);
     let odd: Vec<&[u8]> = slots.iter().map(|&s| store.row(s as u32)).collect();
@@ -79,7 +80,7 @@ fn slots_beyond_the_first_page_link_find_and_free_as_the_first_pages_do() {
     store.apply(&row(b"new", b"odd"), 2, 0, NEVER);
     assert_eq!(store.slots.len(), rows.len());
     assert_eq!(store.find(last, sluice_types::key::hash(last)), None);
-    let middle = &rows[PAGE_SLOTS + 1];
+    let middle = &rows[PAGE_ENTRIES + 1];
     let slot = store.find(middle, sluice_types::key::hash(middle)).expect("a row of the second page");
     assert_eq!(store.row(slot), middle.as_slice());
     assert_eq!(store.rows().count(), rows.len());

@@ -1,0 +1,221 @@
+//! The bytes of the rows a TopN keeps, in a [`SpillLog`] (`crate::spill`): appended in
+//! shared chunks rather than allocated one by one, and beyond the pipeline's state
+//! memory budget in a file on local disk, read back when a row is emitted, retracted or
+//! checkpointed.
+//!
+//! A row that leaves the first N (or its partition) leaves its bytes behind, dead. Once
+//! the dead bytes outnumber the live ones and fill a chunk, [`RowLog::compact`] copies
+//! every kept row into a fresh log (in partition order) and drops the old one, whose
+//! file the system then frees: so the log, in memory and on disk, holds at most about
+//! twice the kept rows' bytes, and a row's removal costs O(1) amortized. A log is
+//! compacted only between batches, so rows referred to during a batch (the partitions'
+//! rows before it) stay readable until it is emitted.
+
+use std::sync::Arc;
+
+use sluice_types::SluiceError;
+
+use crate::spill::{LogChunk, SpillLog, SpillSpace};
+
+/// Where a kept row's bytes are: `length` bytes from `start` in chunk `chunk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RowAt {
+    chunk: u32,
+    start: u32,
+    length: u32,
+}
+
+impl RowAt {
+    /// No row yet (an entry compared before its row is stored).
+    pub(super) const NONE: RowAt = RowAt { chunk: u32::MAX, start: 0, length: 0 };
+
+    fn range(&self) -> std::ops::Range<usize> {
+        let start = self.start as usize;
+        start..start + self.length as usize
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.length as usize
+    }
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(super) struct RowLog {
+    log: SpillLog,
+    space: Option<Arc<SpillSpace>>,
+    /// The bytes of the rows kept, and of rows no longer kept still in the log.
+    live: usize,
+    dead: usize,
+    /// The size of a chunk: compaction waits for at least this many dead bytes.
+    chunk_bytes: usize,
+}
+
+impl RowLog {
+    pub(super) fn new(space: Option<Arc<SpillSpace>>) -> RowLog {
+        let log = SpillLog::new(space.clone());
+        let chunk_bytes = log.chunk_bytes();
+        RowLog { log, space, live: 0, dead: 0, chunk_bytes }
+    }
+
+    /// Keeps `row`.
+    pub(super) fn append(&mut self, row: &[u8]) -> Result<RowAt, SluiceError> {
+        let length = u32::try_from(row.len()).expect("a row shorter than 4 GiB");
+        let (chunk, start) = self.log.append(row)?;
+        self.live += row.len();
+        Ok(RowAt { chunk, start, length })
+    }
+
+    /// The row at `at` is no longer kept.
+    pub(super) fn forget(&mut self, at: RowAt) {
+        self.live -= at.len();
+        self.dead += at.len();
+    }
+
+    /// The bytes of the rows kept.
+    #[cfg(test)]
+    pub(super) fn live_bytes(&self) -> usize {
+        self.live
+    }
+
+    /// The row's bytes if they are in memory.
+    pub(super) fn get(&self, at: RowAt) -> Option<&[u8]> {
+        self.log.get(at.chunk, at.range())
+    }
+
+    /// Appends the row's bytes to `out`, from memory or from the spill file.
+    pub(super) fn read_into(&self, at: RowAt, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+        self.log.read_into(at.chunk, at.range(), out)
+    }
+
+    /// The bytes of rows `rows`, in order: those spilled are read into `spilled` first.
+    pub(super) fn gather<'a>(
+        &'a self,
+        rows: impl Iterator<Item = RowAt> + Clone,
+        spilled: &'a mut Vec<u8>,
+    ) -> Result<Vec<&'a [u8]>, SluiceError> {
+        spilled.clear();
+        let mut ends = Vec::new();
+        for at in rows.clone() {
+            if self.get(at).is_none() {
+                self.read_into(at, spilled)?;
+                ends.push(spilled.len());
+            }
+        }
+        let spilled: &'a [u8] = spilled;
+        let (mut start, mut read) = (0, ends.into_iter());
+        Ok(rows
+            .map(|at| {
+                self.get(at).unwrap_or_else(|| {
+                    let end = read.next().expect("a spilled row read");
+                    let row = &spilled[start..end];
+                    start = end;
+                    row
+                })
+            })
+            .collect())
+    }
+
+    /// A copy of the rows' chunks, for a snapshot to read them from after the log moved
+    /// on (a chunk shared so is not appended to again).
+    pub(super) fn shared(&self) -> SharedRows {
+        SharedRows { chunks: self.log.chunks().to_vec() }
+    }
+
+    /// Whether the dead bytes outnumber the live ones and fill a chunk.
+    pub(super) fn is_sparse(&self) -> bool {
+        self.dead >= self.chunk_bytes && self.dead > self.live
+    }
+
+    /// Copies the kept rows `rows` into a fresh log, in that order, and drops this one;
+    /// each row's place is updated.
+    pub(super) fn compact<'a>(&mut self, rows: impl Iterator<Item = &'a mut RowAt>) -> Result<(), SluiceError> {
+        let mut fresh = RowLog::new(self.space.clone());
+        let mut scratch = Vec::new();
+        for at in rows {
+            let moved = match self.get(*at) {
+                Some(bytes) => fresh.append(bytes)?,
+                None => {
+                    scratch.clear();
+                    self.read_into(*at, &mut scratch)?;
+                    fresh.append(&scratch)?
+                }
+            };
+            *at = moved;
+        }
+        assert_eq!(fresh.live, self.live, "compaction moves every kept row once");
+        *self = fresh;
+        Ok(())
+    }
+}
+
+/// The chunks of a [`RowLog`] as a snapshot took them.
+pub(super) struct SharedRows {
+    chunks: Vec<LogChunk>,
+}
+
+impl SharedRows {
+    /// Appends the row's bytes to `out`.
+    pub(super) fn read_into(&self, at: RowAt, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+        match &self.chunks[at.chunk as usize] {
+            LogChunk::Resident(bytes) => {
+                out.extend_from_slice(&bytes[at.range()]);
+                Ok(())
+            }
+            LogChunk::Spilled(spilled) => spilled.read_range(at.range(), out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compaction_keeps_every_kept_row_and_drops_the_rest() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 0, 64);
+        let mut log = RowLog::new(Some(Arc::clone(&space)));
+        let row = |i: usize| format!("row {i:04}").into_bytes();
+        let mut kept = Vec::new();
+        for i in 0..200 {
+            let at = log.append(&row(i)).expect("append");
+            if i % 3 == 0 {
+                kept.push((i, at));
+            } else {
+                log.forget(at);
+            }
+        }
+        assert!(log.is_sparse());
+        let spilled_before = space.spilled();
+        let mut places: Vec<RowAt> = kept.iter().map(|(_, at)| *at).collect();
+        log.compact(places.iter_mut()).expect("compact");
+        assert!(!log.is_sparse());
+        assert_eq!(log.live_bytes(), kept.iter().map(|(i, _)| row(*i).len()).sum::<usize>());
+        assert!(space.spilled() < spilled_before, "the old file's bytes are no longer counted");
+        let mut scratch = Vec::new();
+        let rows = log.gather(places.iter().copied(), &mut scratch).expect("gather");
+        for ((i, _), bytes) in kept.iter().zip(rows) {
+            assert_eq!(bytes, &row(*i)[..]);
+        }
+    }
+
+    #[test]
+    fn a_snapshots_rows_stay_readable_after_the_log_moves_on() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 0, 16);
+        let mut log = RowLog::new(Some(space));
+        let first = log.append(b"first row").expect("append");
+        let shared = log.shared();
+        for i in 0..20 {
+            let at = log.append(format!("later {i}").as_bytes()).expect("append");
+            log.forget(at);
+        }
+        log.forget(first);
+        let mut places: Vec<RowAt> = Vec::new();
+        log.compact(places.iter_mut()).expect("compact");
+        let mut out = Vec::new();
+        shared.read_into(first, &mut out).expect("read");
+        assert_eq!(out, b"first row");
+    }
+}
