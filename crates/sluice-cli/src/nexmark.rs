@@ -55,6 +55,10 @@ pub enum NexmarkCommand {
         /// Take checkpoints at this interval (e.g. "10s") into a temporary store.
         #[arg(long, value_parser = humantime::parse_duration)]
         checkpoint_interval: Option<std::time::Duration>,
+        /// MiB of spillable state kept in memory before the rest goes to disk (the
+        /// pipeline's `state_memory_mib`).
+        #[arg(long, default_value_t = sluice_engine::nexmark::DEFAULT_STATE_MEMORY_MIB)]
+        state_memory_mib: u32,
     },
     /// Run one benchmark query in this process and print one JSON line (used by `bench`).
     #[command(hide = true)]
@@ -68,6 +72,8 @@ pub enum NexmarkCommand {
         csv: Option<PathBuf>,
         #[arg(long, value_parser = humantime::parse_duration)]
         checkpoint_interval: Option<std::time::Duration>,
+        #[arg(long, default_value_t = sluice_engine::nexmark::DEFAULT_STATE_MEMORY_MIB)]
+        state_memory_mib: u32,
     },
     /// Print one benchmark query's SQL exactly as the engine runs it (the NEXMark oracle
     /// script feeds this very text to the reference engine).
@@ -93,11 +99,13 @@ pub fn main(engine: &Engine, command: NexmarkCommand, quiet: bool) -> Result<Exi
         NexmarkCommand::Generate { events, seed, table, format, output } => {
             generate(events, seed, table, format, output.as_deref())
         }
-        NexmarkCommand::Bench { events, threads, queries, csv, checkpoint_interval } => {
-            bench(events, threads, &queries, csv.as_deref(), checkpoint_interval, quiet)
+        NexmarkCommand::Bench { events, threads, queries, csv, checkpoint_interval, state_memory_mib } => {
+            let run = RunSettings { checkpoint_interval, state_memory_mib };
+            bench(events, threads, &queries, csv.as_deref(), run, quiet)
         }
-        NexmarkCommand::Query { query, events, threads, csv, checkpoint_interval } => {
-            run_query(engine, &query, events, threads, csv.as_deref(), checkpoint_interval)
+        NexmarkCommand::Query { query, events, threads, csv, checkpoint_interval, state_memory_mib } => {
+            let run = RunSettings { checkpoint_interval, state_memory_mib };
+            run_query(engine, &query, events, threads, csv.as_deref(), run)
         }
         NexmarkCommand::Sql { query } => print_sql(&query),
     }
@@ -148,19 +156,27 @@ fn print_sql(query: &str) -> Result<ExitCode, EngineError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How a benchmark query runs besides its input.
+#[derive(Clone, Copy)]
+struct RunSettings {
+    checkpoint_interval: Option<std::time::Duration>,
+    state_memory_mib: u32,
+}
+
 fn run_query(
     engine: &Engine,
     query: &str,
     events: u64,
     threads: u32,
     csv: Option<&Path>,
-    checkpoint_interval: Option<std::time::Duration>,
+    run: RunSettings,
 ) -> Result<ExitCode, EngineError> {
     let store = std::env::temp_dir().join(format!("sluice-bench-state-{}", std::process::id()));
-    let checkpoint = checkpoint_interval.map(|interval| (interval, format!("file://{}", store.display())));
+    let checkpoint = run.checkpoint_interval.map(|interval| (interval, format!("file://{}", store.display())));
     // Each run starts from nothing; discarding state only means something with a store.
     let from_scratch = checkpoint.is_some();
-    let config = bench_config(&BenchSetup { query, events, threads, csv, checkpoint })?;
+    let state_memory_mib = run.state_memory_mib;
+    let config = bench_config(&BenchSetup { query, events, threads, csv, checkpoint, state_memory_mib })?;
     let pipeline = engine.configure(config, &format!("<nexmark {query}>"), Path::new("."), Overrides::default())?;
     let started = Instant::now();
     let job = Job::start(&pipeline, StartOptions { from_scratch })?;
@@ -214,7 +230,7 @@ fn bench(
     threads: u32,
     queries: &str,
     csv: Option<&Path>,
-    checkpoint_interval: Option<std::time::Duration>,
+    run: RunSettings,
     quiet: bool,
 ) -> Result<ExitCode, EngineError> {
     let failed = |message: String| EngineError::new(SluiceError::external("bench.query", message));
@@ -248,9 +264,10 @@ fn bench(
         if let Some(csv) = csv {
             command.arg("--csv").arg(csv);
         }
-        if let Some(interval) = checkpoint_interval {
+        if let Some(interval) = run.checkpoint_interval {
             command.arg("--checkpoint-interval").arg(format!("{}ms", interval.as_millis()));
         }
+        command.arg("--state-memory-mib").arg(run.state_memory_mib.to_string());
         let output = command.output().map_err(|e| failed(format!("cannot run query {query}: {e}")))?;
         if !output.status.success() {
             return Err(failed(format!("query {query} failed: {}", String::from_utf8_lossy(&output.stderr).trim())));

@@ -223,12 +223,23 @@ impl Pipeline {
             Some(dir) => self.base_dir.join(dir),
             None => std::env::temp_dir(),
         };
+        let fix = "create it, or set [pipeline] spill_dir to an existing local directory this process may write \
+                   (state beyond state_memory_mib is written there)";
         if !dir.is_dir() {
             let error = SluiceError::user(
                 "pipeline.spill_dir",
                 format!("the spill directory {} is not a directory this process can see", dir.display()),
             )
-            .with_fix("create it, or set [pipeline] spill_dir to an existing local directory (state beyond state_memory_mib is written there)");
+            .with_fix(fix);
+            return Err(EngineError::at(&self.file, None, error));
+        }
+        // A spill file is made at the first spill, maybe hours in: find out now.
+        if let Err(error) = tempfile::tempfile_in(&dir) {
+            let error = SluiceError::user(
+                "pipeline.spill_dir",
+                format!("cannot create a file in the spill directory {}: {error}", dir.display()),
+            )
+            .with_fix(fix);
             return Err(EngineError::at(&self.file, None, error));
         }
         let budget = usize::try_from(section.state_memory_mib).expect("a u32 fits a usize") << 20;

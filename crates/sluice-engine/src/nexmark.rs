@@ -300,6 +300,9 @@ const Q22: &str = "SELECT
     SPLIT_INDEX(url, '/', 4) as dir2,
     SPLIT_INDEX(url, '/', 5) as dir3 FROM bid";
 
+/// The state memory a benchmark keeps unless told otherwise: the pipeline's default.
+pub use sluice_config::DEFAULT_STATE_MEMORY_MIB;
+
 /// What a benchmark run reads and how it checkpoints.
 #[derive(Debug, Clone)]
 pub struct BenchSetup<'a> {
@@ -311,6 +314,8 @@ pub struct BenchSetup<'a> {
     pub csv: Option<&'a Path>,
     /// Checkpoints at this interval into the store at this URL.
     pub checkpoint: Option<(Duration, String)>,
+    /// `[pipeline] state_memory_mib`.
+    pub state_memory_mib: u32,
 }
 
 fn at() -> Position {
@@ -350,6 +355,7 @@ pub fn bench_config(setup: &BenchSetup<'_>) -> Result<PipelineConfig, SluiceErro
     };
     let mut pipeline = PipelineSection::named(&format!("nexmark-{}", setup.query));
     pipeline.threads = setup.threads;
+    pipeline.state_memory_mib = setup.state_memory_mib;
     let checkpoint = setup.checkpoint.as_ref().map(|(interval, store)| CheckpointSection {
         interval: *interval,
         timeout: sluice_config::DEFAULT_CHECKPOINT_TIMEOUT,
@@ -450,7 +456,14 @@ mod query_tests {
 
     /// The `explain` text of a bench query's pipeline.
     fn explained(query: &str) -> String {
-        let setup = BenchSetup { query, events: 1000, threads: 1, csv: None, checkpoint: None };
+        let setup = BenchSetup {
+            query,
+            events: 1000,
+            threads: 1,
+            csv: None,
+            checkpoint: None,
+            state_memory_mib: sluice_config::DEFAULT_STATE_MEMORY_MIB,
+        };
         let config = bench_config(&setup).expect("config");
         let pipeline = crate::Engine::default()
             .configure(config, &format!("<nexmark {query}>"), Path::new("."), crate::load::Overrides::default())
