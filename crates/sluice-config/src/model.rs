@@ -22,7 +22,7 @@ pub const DEFAULT_QUEUE_BATCHES: usize = 16;
 /// (a HOP window's size / slide).
 pub const DEFAULT_WINDOWS_PER_ROW_MAX: u32 = 1000;
 /// `[pipeline] state_memory_mib` when not given.
-pub const DEFAULT_STATE_MEMORY_MIB: u32 = 64;
+pub const DEFAULT_STATE_MEMORY_MIB: u32 = 16;
 
 /// A whole pipeline file.
 #[derive(Debug, Clone)]

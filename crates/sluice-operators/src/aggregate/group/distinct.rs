@@ -15,8 +15,10 @@
 //!   count per member; a member counts the values of positive count, and a value whose
 //!   counts are all 0 is dropped.
 //! - Over an append-only input ([`DistinctValues::seen`]) nothing is ever retracted, so
-//!   each value keeps only which members saw it (a bit each: 24 bytes a value instead of
-//!   64), as Flink does for append-only input.
+//!   each value keeps only which members saw it (a bit each), as Flink does for
+//!   append-only input: a value of up to 15 bytes (every integer, date and timestamp)
+//!   and its members in one 16-byte entry ([`SeenShort`], 64 with counts), a longer one
+//!   boxed in a table of its own. NEXMark q16 holds millions of such values.
 
 use hashbrown::HashTable;
 
@@ -34,10 +36,42 @@ pub(super) struct Counted {
     counts: [i64; MEMBERS_MAX],
 }
 
-/// One distinct value and the members that saw it (bit `m` for member `m`).
+/// The longest value a [`SeenShort`] holds.
+const SEEN_SHORT: usize = 15;
+
+/// A distinct value of at most [`SEEN_SHORT`] bytes and the members that saw it (bit
+/// `m` for member `m`), in 16 bytes: the value, zero-padded, then one byte holding its
+/// length (low 4 bits) and its members (high 4 bits).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SeenShort([u8; SEEN_SHORT + 1]);
+
+const _: () = assert!(MEMBERS_MAX <= 4, "a SeenShort keeps its members in 4 bits");
+
+impl SeenShort {
+    fn new(value: &[u8]) -> SeenShort {
+        let mut bytes = [0u8; SEEN_SHORT + 1];
+        bytes[..value.len()].copy_from_slice(value);
+        bytes[SEEN_SHORT] = value.len() as u8;
+        SeenShort(bytes)
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.0[..usize::from(self.0[SEEN_SHORT] & 0x0F)]
+    }
+
+    fn members(&self) -> u8 {
+        self.0[SEEN_SHORT] >> 4
+    }
+
+    fn set_members(&mut self, members: u8) {
+        self.0[SEEN_SHORT] = (self.0[SEEN_SHORT] & 0x0F) | (members << 4);
+    }
+}
+
+/// A longer distinct value and the members that saw it.
 #[derive(Debug, Clone)]
-pub(super) struct Seen {
-    value: ShortBytes,
+pub(super) struct SeenLong {
+    value: Box<[u8]>,
     members: u8,
 }
 
@@ -45,7 +79,48 @@ pub(super) struct Seen {
 #[derive(Debug, Clone)]
 pub(super) enum DistinctValues {
     Counted(HashTable<Counted>),
-    Seen(HashTable<Seen>),
+    Seen { short: HashTable<SeenShort>, long: HashTable<SeenLong> },
+}
+
+/// The members of one value of a [`DistinctValues::Seen`] set, where they are kept.
+enum Members<'a> {
+    Short(&'a mut SeenShort),
+    Long(&'a mut u8),
+}
+
+impl Members<'_> {
+    fn get(&self) -> u8 {
+        match self {
+            Members::Short(entry) => entry.members(),
+            Members::Long(members) => **members,
+        }
+    }
+
+    fn set(&mut self, members: u8) {
+        match self {
+            Members::Short(entry) => entry.set_members(members),
+            Members::Long(held) => **held = members,
+        }
+    }
+}
+
+/// The members of `value` (table hash `table`) in a seen set, the value added with none
+/// if new.
+fn seen_members<'a>(
+    short: &'a mut HashTable<SeenShort>,
+    long: &'a mut HashTable<SeenLong>,
+    value: &[u8],
+    table: u64,
+) -> Members<'a> {
+    if value.len() <= SEEN_SHORT {
+        let eq = |entry: &SeenShort| same_bytes(entry.value(), value);
+        let entry = short.entry(table, eq, |entry| table_hash(sluice_types::key::hash(entry.value())));
+        Members::Short(entry.or_insert_with(|| SeenShort::new(value)).into_mut())
+    } else {
+        let eq = |entry: &SeenLong| same_bytes(&entry.value, value);
+        let entry = long.entry(table, eq, |entry| table_hash(sluice_types::key::hash(&entry.value)));
+        Members::Long(&mut entry.or_insert_with(|| SeenLong { value: value.into(), members: 0 }).into_mut().members)
+    }
 }
 
 /// The table hash of an entry's value, when the table grows (lookups use the hash the
@@ -64,7 +139,7 @@ impl DistinctValues {
     /// A set for `members` COUNT(DISTINCT)s over an append-only input.
     pub(super) fn seen(members: usize) -> DistinctValues {
         assert!(members <= MEMBERS_MAX, "at most {MEMBERS_MAX} COUNT(DISTINCT)s share one set");
-        DistinctValues::Seen(HashTable::new())
+        DistinctValues::Seen { short: HashTable::new(), long: HashTable::new() }
     }
 
     /// Adds `weight` to the count of `value` (of hash `hash`) of each member whose
@@ -92,18 +167,17 @@ impl DistinctValues {
                     entry.remove();
                 }
             }
-            DistinctValues::Seen(entries) => {
+            DistinctValues::Seen { short, long } => {
                 assert!(weight > 0, "the planner declared this aggregate's input append-only");
-                let eq = |entry: &Seen| same_bytes(entry.value.get(), value);
-                let new = || Seen { value: ShortBytes::new(value), members: 0 };
-                let mut entry = entries.entry(table, eq, |entry| rehash(&entry.value)).or_insert_with(new);
-                let members = &mut entry.get_mut().members;
+                let mut members = seen_members(short, long, value, table);
+                let mut seen = members.get();
                 for (member, (counted, positive)) in counted.iter().zip(positive.iter_mut()).enumerate() {
-                    if *counted && *members & (1 << member) == 0 {
-                        *members |= 1 << member;
+                    if *counted && seen & (1 << member) == 0 {
+                        seen |= 1 << member;
                         *positive += 1;
                     }
                 }
+                members.set(seen);
             }
         }
     }
@@ -117,11 +191,11 @@ impl DistinctValues {
                 .map(|entry| (entry.value.get(), entry.counts[member]))
                 .filter(|(_, count)| *count != 0)
                 .collect(),
-            DistinctValues::Seen(entries) => entries
-                .iter()
-                .filter(|entry| entry.members & (1 << member) != 0)
-                .map(|entry| (entry.value.get(), 1))
-                .collect(),
+            DistinctValues::Seen { short, long } => {
+                let short = short.iter().filter(|e| e.members() & (1 << member) != 0).map(|e| (e.value(), 1));
+                let long = long.iter().filter(|e| e.members & (1 << member) != 0).map(|e| (&e.value[..], 1));
+                short.chain(long).collect()
+            }
         };
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         entries
@@ -144,17 +218,14 @@ impl DistinctValues {
                 }
                 fresh
             }
-            DistinctValues::Seen(entries) => {
+            DistinctValues::Seen { short, long } => {
                 if count < 0 {
                     return false;
                 }
-                let eq = |entry: &Seen| same_bytes(entry.value.get(), value);
-                let new = || Seen { value: ShortBytes::new(value), members: 0 };
-                let mut entry = entries.entry(table, eq, |entry| rehash(&entry.value)).or_insert_with(new);
-                let members = &mut entry.get_mut().members;
-                let fresh = *members & (1 << member) == 0;
-                *members |= 1 << member;
-                fresh
+                let mut members = seen_members(short, long, value, table);
+                let seen = members.get();
+                members.set(seen | 1 << member);
+                seen & (1 << member) == 0
             }
         }
     }
@@ -163,7 +234,10 @@ impl DistinctValues {
     pub(super) fn positive(&self, member: usize) -> i64 {
         let count = match self {
             DistinctValues::Counted(entries) => entries.iter().filter(|entry| entry.counts[member] > 0).count(),
-            DistinctValues::Seen(entries) => entries.iter().filter(|entry| entry.members & (1 << member) != 0).count(),
+            DistinctValues::Seen { short, long } => {
+                short.iter().filter(|e| e.members() & (1 << member) != 0).count()
+                    + long.iter().filter(|e| e.members & (1 << member) != 0).count()
+            }
         };
         count as i64
     }
@@ -173,7 +247,7 @@ impl DistinctValues {
     fn len(&self) -> usize {
         match self {
             DistinctValues::Counted(entries) => entries.len(),
-            DistinctValues::Seen(entries) => entries.len(),
+            DistinctValues::Seen { short, long } => short.len() + long.len(),
         }
     }
 }
@@ -220,11 +294,32 @@ mod tests {
         assert_eq!(positive, [2, 1, 1]);
         assert_eq!(set.entries(0), [(&b"a"[..], 1), (&b"b"[..], 1)], "written as seen once");
         assert_eq!(set.entries(1), [(&b"a"[..], 1)]);
+        // A value too long for a short entry is kept whole, with its members.
+        let long = [7u8; SEEN_SHORT + 1];
+        set.update(&long, hash(&long), &[false, true, true], 1, &mut positive);
+        set.update(&long, hash(&long), &[false, true, false], 1, &mut positive);
+        assert_eq!(positive, [2, 2, 2]);
+        assert_eq!(set.entries(2), [(&long[..], 1), (&b"a"[..], 1)]);
         let mut restored = DistinctValues::seen(3);
         assert!(restored.load(0, b"a", hash(b"a"), 3), "a count of an earlier build reads as seen");
         assert!(!restored.load(0, b"a", hash(b"a"), 1), "a value twice");
         assert!(!restored.load(1, b"c", hash(b"c"), -1), "a retraction where nothing retracts");
         assert_eq!((restored.positive(0), restored.positive(1), restored.len()), (1, 0, 1));
+        assert!(restored.load(2, &long, hash(&long), 1) && !restored.load(2, &long, hash(&long), 1));
+        assert_eq!((restored.positive(2), restored.len()), (1, 2));
+    }
+
+    #[test]
+    fn a_short_seen_value_is_sixteen_bytes_and_holds_every_length_and_member() {
+        assert_eq!(std::mem::size_of::<SeenShort>(), 16);
+        for length in 0..=SEEN_SHORT {
+            let value: Vec<u8> = (0..length as u8).map(|b| b.wrapping_mul(37) | 0x80).collect();
+            let mut entry = SeenShort::new(&value);
+            for members in 0..16u8 {
+                entry.set_members(members);
+                assert_eq!((entry.value(), entry.members()), (&value[..], members));
+            }
+        }
     }
 
     #[test]
