@@ -204,8 +204,17 @@ impl GroupAggregate {
         }
     }
 
+    /// A new group's accumulators (over an append-only input, MIN and MAX of numbers
+    /// keep their one extreme inline from the start).
     fn new_accumulators(&self) -> Vec<Accumulator> {
-        self.spec.aggregates.iter().zip(&self.kinds).map(|(a, kind)| Accumulator::new(a.function, *kind)).collect()
+        let new = |(aggregate, kind): (&AggregateSpec, &Option<ValueKind>)| {
+            let mut accumulator = Accumulator::new(aggregate.function, *kind);
+            if self.spec.append_only_input {
+                accumulator.keep_only_extreme();
+            }
+            accumulator
+        };
+        self.spec.aggregates.iter().zip(&self.kinds).map(new).collect()
     }
 
     fn new_distinct(&self) -> Vec<DistinctValues> {
@@ -408,6 +417,7 @@ impl Operator for GroupAggregate {
                 if counted {
                     accumulator.update(&arguments[index], row, weight);
                     if self.spec.append_only_input {
+                        // Text only: numbers keep their extreme alone already.
                         accumulator.keep_only_extreme();
                     }
                 }

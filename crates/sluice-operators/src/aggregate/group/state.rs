@@ -116,6 +116,16 @@ fn write_entries<K: Ord>(bytes: &mut Vec<u8>, map: &Counts<K>, mut write: impl F
     }
 }
 
+/// An extreme kept alone, as the entries of its multiset: none while `count` is 0.
+fn write_one(bytes: &mut Vec<u8>, value: [u8; 8], count: i64) {
+    let entries = u32::from(count != 0);
+    bytes.extend_from_slice(&entries.to_le_bytes());
+    if count != 0 {
+        bytes.extend_from_slice(&value);
+        bytes.extend_from_slice(&count.to_le_bytes());
+    }
+}
+
 fn write_accumulator(accumulator: &Accumulator, bytes: &mut Vec<u8>) {
     let pair = |tag: u8, first: [u8; 8], count: i64, bytes: &mut Vec<u8>| {
         bytes.push(tag);
@@ -131,7 +141,15 @@ fn write_accumulator(accumulator: &Accumulator, bytes: &mut Vec<u8>) {
         Accumulator::AvgInt { sum, count } => pair(TAG_AVG_INT, sum.to_le_bytes(), *count, bytes),
         Accumulator::SumFloat { sum, count } => pair(TAG_SUM_FLOAT, sum.to_le_bytes(), *count, bytes),
         Accumulator::AvgFloat { sum, count } => pair(TAG_AVG_FLOAT, sum.to_le_bytes(), *count, bytes),
-        Accumulator::Extreme { values, max } => match values {
+        Accumulator::OneInt { value, count, max } => {
+            bytes.push(if *max { TAG_MAX_INT } else { TAG_MIN_INT });
+            write_one(bytes, value.to_le_bytes(), *count);
+        }
+        Accumulator::OneFloat { value, count, max } => {
+            bytes.push(if *max { TAG_MAX_FLOAT } else { TAG_MIN_FLOAT });
+            write_one(bytes, value.to_le_bytes(), *count);
+        }
+        Accumulator::Extreme { values, max } => match values.as_ref() {
             Multiset::Int(map) => {
                 bytes.push(if *max { TAG_MAX_INT } else { TAG_MIN_INT });
                 write_entries(bytes, map, |v, b| b.extend_from_slice(&v.to_le_bytes()));
@@ -224,21 +242,31 @@ fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> R
             *sum = reader.f64()?;
             *count = reader.i64()?;
         }
-        (Accumulator::Extreme { values: Multiset::Int(map), max }, TAG_MIN_INT | TAG_MAX_INT)
-            if *max == (tag == TAG_MAX_INT) =>
-        {
-            *map = Counts::from_map(entries(reader, Reader::i64)?);
+        (Accumulator::OneInt { value, count, max }, TAG_MIN_INT | TAG_MAX_INT) if *max == (tag == TAG_MAX_INT) => {
+            // The extreme of what was written (an append-only input's blob holds one).
+            let map = entries(reader, Reader::i64)?;
+            let extreme = if *max { map.last_key_value() } else { map.first_key_value() };
+            (*value, *count) = extreme.map_or((0, 0), |(v, c)| (*v, *c));
         }
-        (Accumulator::Extreme { values: Multiset::Float(map), max }, TAG_MIN_FLOAT | TAG_MAX_FLOAT)
+        (Accumulator::OneFloat { value, count, max }, TAG_MIN_FLOAT | TAG_MAX_FLOAT)
             if *max == (tag == TAG_MAX_FLOAT) =>
         {
-            *map = Counts::from_map(entries(reader, |r| r.f64().map(OrderedFloat))?);
+            let map = entries(reader, |r| r.f64().map(OrderedFloat))?;
+            let extreme = if *max { map.last_key_value() } else { map.first_key_value() };
+            (*value, *count) = extreme.map_or((0.0, 0), |(v, c)| (v.0, *c));
         }
-        (Accumulator::Extreme { values: Multiset::Text(map), max }, TAG_MIN_TEXT | TAG_MAX_TEXT)
-            if *max == (tag == TAG_MAX_TEXT) =>
-        {
-            *map = Counts::from_map(entries(reader, text)?);
-        }
+        (Accumulator::Extreme { values, max }, _) => match (values.as_mut(), tag) {
+            (Multiset::Int(map), TAG_MIN_INT | TAG_MAX_INT) if *max == (tag == TAG_MAX_INT) => {
+                *map = Counts::from_map(entries(reader, Reader::i64)?);
+            }
+            (Multiset::Float(map), TAG_MIN_FLOAT | TAG_MAX_FLOAT) if *max == (tag == TAG_MAX_FLOAT) => {
+                *map = Counts::from_map(entries(reader, |r| r.f64().map(OrderedFloat))?);
+            }
+            (Multiset::Text(map), TAG_MIN_TEXT | TAG_MAX_TEXT) if *max == (tag == TAG_MAX_TEXT) => {
+                *map = Counts::from_map(entries(reader, text)?);
+            }
+            _ => return Err(corrupt("an accumulator of another kind")),
+        },
         _ => return Err(corrupt("an accumulator of another kind")),
     }
     Ok(())
