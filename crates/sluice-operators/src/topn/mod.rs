@@ -372,15 +372,16 @@ impl TopN {
         }
         entry.row = self.rows.append(row)?;
         let rows = &mut self.partitions[partition].rows;
+        // A full partition's last row leaves first, so that its vector never grows past
+        // N (a deduplication's row replaced would otherwise leave room for two).
+        if !self.spec.retracting && rows.len() == self.spec.limit {
+            let left = rows.pop().expect("a full partition has rows");
+            self.rows.forget(left.row);
+        }
         if rows.len() == rows.capacity() && rows.len() < EXACT_ROWS {
             rows.reserve_exact(1);
         }
         rows.insert(position, entry);
-        if !self.spec.retracting && rows.len() > self.spec.limit {
-            for left in rows.drain(self.spec.limit..) {
-                self.rows.forget(left.row);
-            }
-        }
         Ok(())
     }
 

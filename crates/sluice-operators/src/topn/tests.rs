@@ -497,3 +497,16 @@ fn a_kept_rows_entry_takes_48_bytes_besides_the_rows_bytes() {
     // 24 bytes, the arrival number, and where the row's bytes are.
     assert_eq!(std::mem::size_of::<super::Entry>(), 48);
 }
+
+#[test]
+fn a_full_partition_never_holds_room_for_more_than_n_rows() {
+    for limit in [1, 3] {
+        let mut operator = topn(limit, false);
+        // Ever larger values: each one enters first and pushes the last row out.
+        for value in 0..20 {
+            step(&mut operator, &[row("p", Some(value), &format!("r{value}"))]);
+        }
+        let rows = &operator.partitions[0].rows;
+        assert_eq!((rows.len(), rows.capacity()), (limit, limit), "N = {limit}");
+    }
+}
