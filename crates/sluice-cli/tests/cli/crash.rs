@@ -251,3 +251,47 @@ fn state_in_a_joins_right_input_survives_a_restore_on_another_thread_count() {
         check_crashes(&case, &label, &crashes, threads, BATCH_ROWS);
     }
 }
+
+/// Rows kept on disk (`state_memory_mib = 0`: every chunk of a join's rows and of a
+/// TopN's rows but each one's newest is in a spill file) are checkpointed, killed and
+/// restored onto another thread count as rows in memory are: NEXMark q20 (every bid in a
+/// join) and q19 (ten bids per auction in a TopN), killed after a checkpoint's state is
+/// written and again during recovery.
+#[test]
+fn spilled_join_and_topn_rows_survive_sigkill_and_a_restore_on_another_thread_count() {
+    let scratch = Scratch::new();
+    let sql = |query: &str| {
+        let run = scratch.sluice(&["nexmark", "sql", query]);
+        assert!(run.status.success(), "nexmark sql {query}: {}", stderr(&run));
+        crate::harness::stdout(&run)
+    };
+    let view = |name: &str| {
+        format!("[[view]]\nname = \"{name}\"\nsql = {}\n\n", serde_json::to_string(&sql(name)).expect("sql"))
+    };
+    let sink = |name: &str| {
+        format!(
+            "[[sink]]\nname = \"{name}_out\"\nfrom = \"{name}\"\nconnector = \"file\"\nformat = \"json\"\n\
+             [sink.options]\npath = \"{name}.jsonl\"\n\n"
+        )
+    };
+    let pipeline = format!(
+        "[pipeline]\nname = \"spilled\"\nbatch_size = 2000\nstate_memory_mib = 0\n\n[[source]]\nname = \"nexmark\"\n\
+         connector = \"nexmark\"\n[source.options]\nevents = 20000\nseed = 0\n\n{}{}{}{}",
+        view("q20"),
+        view("q19"),
+        sink("q20"),
+        sink("q19")
+    );
+    let case = Case {
+        files: Vec::new(),
+        pipeline,
+        expected: vec![("q20.jsonl".into(), String::new())],
+        tables: vec![("q19.jsonl".into(), String::new())],
+        report: Vec::new(),
+    };
+    let crashes = [
+        Crash { point: "checkpoint.after_state_written", skip: 3 },
+        Crash { point: "recovery.after_resolve", skip: 0 },
+    ];
+    check_crashes(&case, "q20 and q19 spilled (1 → 2 threads)", &crashes, (1, 2), 2000);
+}
