@@ -39,7 +39,7 @@ mod tests;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt64Array};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array, UInt64Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
 use arrow::record_batch::RecordBatch;
@@ -163,6 +163,12 @@ pub struct TopN {
     /// an auction's and a bid's text).
     keys: KeyRows,
     encoded: KeyRows,
+}
+
+/// A row to insert: its bytes, or its place in the batch being processed.
+enum RowSource<'a> {
+    Bytes(&'a [u8]),
+    Pending(u32),
 }
 
 /// How an `ORDER BY` column is read: cast once per batch.
@@ -361,8 +367,9 @@ impl TopN {
     }
 
     /// Puts a row (its order values and bytes) in its partition: anywhere when
-    /// retracting, else only if it ranks among the first N (its bytes are kept only then).
-    fn insert(&mut self, partition: usize, order: OrderValues, row: &[u8]) -> Result<(), SluiceError> {
+    /// retracting, else only if it ranks among the first N (its bytes are kept only then;
+    /// a pending row's once the batch is done, see [`TopN::store_pending`]).
+    fn insert(&mut self, partition: usize, order: OrderValues, row: RowSource<'_>) -> Result<(), SluiceError> {
         let mut entry = Entry { order, arrival: self.next_arrival, row: RowAt::NONE };
         self.next_arrival += 1;
         let rows = &self.partitions[partition].rows;
@@ -370,7 +377,10 @@ impl TopN {
         if !self.spec.retracting && position >= self.spec.limit {
             return Ok(());
         }
-        entry.row = self.rows.append(row)?;
+        entry.row = match row {
+            RowSource::Bytes(bytes) => self.rows.append(bytes)?,
+            RowSource::Pending(row) => RowAt::pending(row),
+        };
         let rows = &mut self.partitions[partition].rows;
         // A full partition's last row leaves first, so that its vector never grows past
         // N (a deduplication's row replaced would otherwise leave room for two).
@@ -431,6 +441,41 @@ impl TopN {
             }
             None => Ok(false),
         }
+    }
+
+    /// Stores the bytes of the rows of `batch` still kept after it (in `touched`
+    /// partitions: every partition the batch reached), encoding only those.
+    fn store_pending(
+        &mut self,
+        batch: &RecordBatch,
+        touched: &[(usize, Vec<Entry>)],
+        encoded: &mut KeyRows,
+    ) -> Result<(), SluiceError> {
+        let mut places: Vec<(usize, usize)> = Vec::new();
+        let mut batch_rows: Vec<u32> = Vec::new();
+        for (partition, _) in touched {
+            for (index, entry) in self.partitions[*partition].rows.iter().enumerate() {
+                if let Some(row) = entry.row.pending_row() {
+                    places.push((*partition, index));
+                    batch_rows.push(row);
+                }
+            }
+        }
+        if places.is_empty() {
+            return Ok(());
+        }
+        let indices = UInt32Array::from(batch_rows);
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|column| arrow::compute::take(column, &indices, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.row_encoder.encode(&columns, encoded)?;
+        for (kept, (partition, index)) in places.into_iter().enumerate() {
+            let at = self.rows.append(encoded.row(kept))?;
+            self.partitions[partition].rows[index].row = at;
+        }
+        Ok(())
     }
 
     /// The changes of one partition between `before` and its rows now, as (row, rank,
@@ -494,7 +539,13 @@ impl Operator for TopN {
         let mut keys = std::mem::take(&mut self.keys);
         self.partition_encoder.encode(&partition_columns, &mut keys)?;
         let mut encoded = std::mem::take(&mut self.encoded);
-        self.row_encoder.encode(rows.columns(), &mut encoded)?;
+        // Over an append-only input a row is encoded only if it is still kept once the
+        // batch is done (most rows of a TopN never rank: NEXMark q9 keeps one bid of each
+        // auction); a retraction is matched by its bytes, so those are encoded first.
+        let pending = !self.spec.retracting;
+        if !pending {
+            self.row_encoder.encode(rows.columns(), &mut encoded)?;
+        }
         let order = self.order_columns(rows.columns())?;
         // Each partition the batch touches, with its rows before the batch.
         let mut touched: Vec<(usize, Vec<Entry>)> = Vec::new();
@@ -530,7 +581,8 @@ impl Operator for TopN {
                 ttl.written(partition as u32);
             }
             for _ in 0..weight {
-                self.insert(partition, Self::order_of(&order, row), encoded.row(row))?;
+                let source = if pending { RowSource::Pending(row as u32) } else { RowSource::Bytes(encoded.row(row)) };
+                self.insert(partition, Self::order_of(&order, row), source)?;
             }
             if weight < 0 {
                 let values = Self::order_of(&order, row);
@@ -544,10 +596,13 @@ impl Operator for TopN {
             }
         }
         self.keys = keys;
-        self.encoded = encoded;
         if let (Some(counter), true) = (&self.late, late > 0) {
             counter.fetch_add(late, std::sync::atomic::Ordering::Relaxed);
         }
+        if pending {
+            self.store_pending(rows, &touched, &mut encoded)?;
+        }
+        self.encoded = encoded;
         let mut changes = Vec::new();
         for (partition, before) in &touched {
             let rows = &self.partitions[*partition].rows;

@@ -25,9 +25,23 @@ pub(super) struct RowAt {
     length: u32,
 }
 
+/// The chunk number of a row not stored yet: row `start` of the batch being processed.
+const PENDING: u32 = u32::MAX - 1;
+
 impl RowAt {
     /// No row yet (an entry compared before its row is stored).
     pub(super) const NONE: RowAt = RowAt { chunk: u32::MAX, start: 0, length: 0 };
+
+    /// Row `row` of the batch being processed, to be stored once the batch is done (if
+    /// it is still kept then).
+    pub(super) fn pending(row: u32) -> RowAt {
+        RowAt { chunk: PENDING, start: row, length: 0 }
+    }
+
+    /// The batch row of a row not stored yet.
+    pub(super) fn pending_row(&self) -> Option<u32> {
+        (self.chunk == PENDING).then_some(self.start)
+    }
 
     fn range(&self) -> std::ops::Range<usize> {
         let start = self.start as usize;
@@ -66,8 +80,11 @@ impl RowLog {
         Ok(RowAt { chunk, start, length })
     }
 
-    /// The row at `at` is no longer kept.
+    /// The row at `at` is no longer kept (one never stored costs nothing).
     pub(super) fn forget(&mut self, at: RowAt) {
+        if at.pending_row().is_some() {
+            return;
+        }
         self.live -= at.len();
         self.dead += at.len();
     }
