@@ -33,6 +33,42 @@ use sluice_types::SluiceError;
 /// The bytes of a chunk (a row longer than that gets a chunk of its own).
 const CHUNK_BYTES: usize = 256 * 1024;
 
+/// The bytes `start..start + length` of a chunk, as a row's place gives them.
+pub(crate) fn byte_range(start: u32, length: u32) -> std::ops::Range<usize> {
+    let start = start as usize;
+    start..start + length as usize
+}
+
+/// The bytes of rows `ids`, in order: those in memory (`resident`) borrowed, the others
+/// read (`read`) into `spilled` first, one after the other.
+pub(crate) fn gather<'a, I: Copy>(
+    ids: impl Iterator<Item = I> + Clone,
+    resident: impl Fn(I) -> Option<&'a [u8]>,
+    mut read: impl FnMut(I, &mut Vec<u8>) -> Result<(), SluiceError>,
+    spilled: &'a mut Vec<u8>,
+) -> Result<Vec<&'a [u8]>, SluiceError> {
+    spilled.clear();
+    let mut ends = Vec::new();
+    for id in ids.clone() {
+        if resident(id).is_none() {
+            read(id, spilled)?;
+            ends.push(spilled.len());
+        }
+    }
+    let spilled: &'a [u8] = spilled;
+    let (mut start, mut ends) = (0, ends.into_iter());
+    Ok(ids
+        .map(|id| {
+            resident(id).unwrap_or_else(|| {
+                let end = ends.next().expect("a spilled row read");
+                let row = &spilled[start..end];
+                start = end;
+                row
+            })
+        })
+        .collect())
+}
+
 /// One memory budget for the spillable state of a pipeline's operators on one worker,
 /// and where the state beyond it goes.
 #[derive(Debug)]
@@ -183,8 +219,10 @@ impl SpillLog {
             }
         }
         if self.chunks.last_mut().and_then(|chunk| fits(chunk, row.len())).is_none() {
-            let capacity = self.chunk_bytes.max(row.len());
-            self.chunks.push(LogChunk::Resident(Arc::new(Vec::with_capacity(capacity))));
+            let chunk = Vec::with_capacity(self.chunk_bytes.max(row.len()));
+            // Counted as `spill` uncounts it: by the capacity the vector has.
+            let capacity = chunk.capacity();
+            self.chunks.push(LogChunk::Resident(Arc::new(chunk)));
             self.resident += capacity;
             if let Some(space) = &self.space {
                 space.resident.fetch_add(capacity, Ordering::Relaxed);

@@ -47,8 +47,7 @@ struct Entry {
 
 impl Entry {
     fn range(&self) -> std::ops::Range<usize> {
-        let start = self.start as usize;
-        start..start + self.length as usize
+        crate::spill::byte_range(self.start, self.length)
     }
 }
 

@@ -246,32 +246,15 @@ impl Rows {
     /// The bytes of rows `ids` (from a probe in this batch), in order: spilled ones
     /// are read into `spilled` first.
     fn gather<'a>(&'a self, ids: &[u64], spilled: &'a mut Vec<u8>) -> Result<Vec<&'a [u8]>, SluiceError> {
-        spilled.clear();
         match self {
             Rows::ByRow(store) => Ok(ids.iter().map(|&id| store.row(id as u32)).collect()),
             Rows::Expiring(store) => Ok(ids.iter().map(|&id| store.row(id)).collect()),
-            Rows::Append(store) => {
-                let mut ends = Vec::new();
-                for &id in ids {
-                    if store.resident_row(id as u32).is_none() {
-                        store.read_row(id as u32, spilled)?;
-                        ends.push(spilled.len());
-                    }
-                }
-                let spilled: &'a [u8] = spilled;
-                let (mut start, mut read) = (0, ends.into_iter());
-                Ok(ids
-                    .iter()
-                    .map(|&id| {
-                        store.resident_row(id as u32).unwrap_or_else(|| {
-                            let end = read.next().expect("a spilled row read");
-                            let row = &spilled[start..end];
-                            start = end;
-                            row
-                        })
-                    })
-                    .collect())
-            }
+            Rows::Append(store) => crate::spill::gather(
+                ids.iter().map(|&id| id as u32),
+                |id| store.resident_row(id),
+                |id, out| store.read_row(id, out),
+                spilled,
+            ),
         }
     }
 

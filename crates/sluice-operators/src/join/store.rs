@@ -91,8 +91,7 @@ impl Slot {
     }
 
     fn range(&self) -> std::ops::Range<usize> {
-        let start = self.start as usize;
-        start..start + self.length as usize
+        crate::spill::byte_range(self.start, self.length)
     }
 }
 

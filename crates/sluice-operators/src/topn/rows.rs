@@ -44,8 +44,7 @@ impl RowAt {
     }
 
     fn range(&self) -> std::ops::Range<usize> {
-        let start = self.start as usize;
-        start..start + self.length as usize
+        crate::spill::byte_range(self.start, self.length)
     }
 
     pub(super) fn len(&self) -> usize {
@@ -111,26 +110,7 @@ impl RowLog {
         rows: impl Iterator<Item = RowAt> + Clone,
         spilled: &'a mut Vec<u8>,
     ) -> Result<Vec<&'a [u8]>, SluiceError> {
-        spilled.clear();
-        let mut ends = Vec::new();
-        for at in rows.clone() {
-            if self.get(at).is_none() {
-                self.read_into(at, spilled)?;
-                ends.push(spilled.len());
-            }
-        }
-        let spilled: &'a [u8] = spilled;
-        let (mut start, mut read) = (0, ends.into_iter());
-        Ok(rows
-            .map(|at| {
-                self.get(at).unwrap_or_else(|| {
-                    let end = read.next().expect("a spilled row read");
-                    let row = &spilled[start..end];
-                    start = end;
-                    row
-                })
-            })
-            .collect())
+        crate::spill::gather(rows, |at| self.get(at), |at, out| self.read_into(at, out), spilled)
     }
 
     /// A copy of the rows' chunks, for a snapshot to read them from after the log moved
