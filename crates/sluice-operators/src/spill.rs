@@ -376,6 +376,22 @@ mod tests {
     }
 
     #[test]
+    fn a_row_longer_than_a_chunk_gets_one_of_its_own_and_reads_back_spilled() {
+        let (_dir, space) = space(0);
+        let mut log = SpillLog::with_chunk_bytes(Some(Arc::clone(&space)), 64);
+        let huge: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let (first, _) = log.append(b"small").expect("append");
+        let (chunk, start) = log.append(&huge).expect("append");
+        assert_ne!(chunk, first);
+        let (after, _) = log.append(b"next").expect("append");
+        assert!(log.is_spilled(chunk) && !log.is_spilled(after), "the huge row's chunk spilled");
+        let mut out = Vec::new();
+        log.read_into(chunk, start as usize..start as usize + huge.len(), &mut out).expect("read");
+        assert_eq!(out, huge);
+        assert_eq!(space.resident(), 64, "only the newest chunk is in memory");
+    }
+
+    #[test]
     fn nothing_spills_under_the_budget_or_without_a_space() {
         let (_dir, space) = space(1 << 20);
         let mut within = SpillLog::with_chunk_bytes(Some(Arc::clone(&space)), 64);
