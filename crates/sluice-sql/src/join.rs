@@ -236,6 +236,21 @@ pub(crate) fn plan_join(
         (Some(_), None) => line.push_str(" (outer join: no state TTL)"),
         _ => line.push_str(&crate::stream::ttl_note(ttl)),
     }
+    // The sides whose rows the operator keeps appended, spilling beyond the budget (see
+    // `sluice_operators::join`): append-only, never padded, no expiry, no TTL.
+    let spilling: Vec<&str> = (0..2)
+        .filter(|&side| {
+            planner.spill.is_some()
+                && ttl.is_none()
+                && spec.append_only[side]
+                && !preserves(kind, side)
+                && spec.expiry[side].is_none()
+        })
+        .map(|side| if side == 0 { "left" } else { "right" })
+        .collect();
+    if !spilling.is_empty() {
+        line.push_str(&format!(" ({} rows spill to disk beyond state_memory_mib)", spilling.join(" and ")));
+    }
     let factory: OperatorFactory = Arc::new(move |context| {
         let join = JoinOperator::new(spec.clone(), context)?;
         Ok(Box::new(match ttl {

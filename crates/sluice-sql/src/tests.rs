@@ -1033,3 +1033,31 @@ fn window_aggregates_split_in_two_phases_only_where_partials_merge() {
     assert!(!lines.iter().any(|line| line.starts_with("local_window_aggregate")), "{lines:?}");
     assert!(lines.iter().any(|line| line.starts_with("window_aggregate: ") && !line.contains("merging")), "{lines:?}");
 }
+
+#[test]
+fn explain_names_the_join_inputs_and_the_topns_whose_rows_spill() {
+    let lines = |sql: &str, spill: bool| {
+        let mut planner = plan(&[("j", sql)], OnError::Skip).expect("plans");
+        if spill {
+            planner.set_spill(sluice_operators::spill::SpillSpace::new(std::env::temp_dir(), 0));
+        }
+        let stream = planner.plan_stream("j", "sink").expect("plan_stream");
+        let state = &stream.state;
+        let sides = state.sides.iter().flat_map(|side| side.segments.iter().flat_map(|s| &s.operators));
+        let trunk = state.segments.iter().flat_map(|s| &s.operators).chain(&state.operators);
+        sides.chain(trunk).map(|(line, _)| line.clone()).collect::<Vec<String>>()
+    };
+    let join = "SELECT x.a, y.s FROM t x JOIN t y ON x.a = y.a";
+    let inner = lines(join, true);
+    let both = "join: INNER ON x.a = y.a (left and right rows spill to disk beyond state_memory_mib)";
+    assert!(inner.contains(&both.to_string()), "{inner:?}");
+    // A LEFT join pads its left rows: they stay in memory by row.
+    let left = lines("SELECT x.a, y.s FROM t x LEFT JOIN t y ON x.a = y.a", true);
+    let right_only = "(right rows spill to disk beyond state_memory_mib)";
+    assert!(left.iter().any(|l| l.starts_with("join: LEFT") && l.ends_with(right_only)), "{left:?}");
+    assert!(lines(join, false).iter().all(|line| !line.contains("spill")), "no spill space, no spill");
+    let top =
+        "SELECT * FROM (SELECT a, b, ROW_NUMBER() OVER (PARTITION BY a ORDER BY b DESC) AS r FROM t) WHERE r <= 2";
+    let topn = lines(top, true);
+    assert!(topn.iter().any(|line| line.ends_with("(kept rows spill to disk beyond state_memory_mib)")), "{topn:?}");
+}

@@ -278,6 +278,7 @@ fn push_topn(
     let late = format!("view {}: late rows", planner.view);
     let ttl = planner.state_ttl();
     let spill = planner.spill.clone();
+    let spills = spill.is_some();
     let factory: OperatorFactory = Arc::new(move |context| {
         let mut topn = TopN::new(spec.clone(), &input_schema, context.vnodes)?;
         if let Some(space) = &spill {
@@ -296,6 +297,7 @@ fn push_topn(
     });
     let line = if retracting { format!("{line} (updating input: every row kept)") } else { line };
     let line = format!("{line}{}", crate::stream::ttl_note(ttl));
+    let line = if spills { format!("{line} (kept rows spill to disk beyond state_memory_mib)") } else { line };
     let line = if window_end.is_some() {
         format!("{line} (window TopN: freed as the watermark passes each window)")
     } else {
