@@ -18,6 +18,12 @@ pub struct LazyCounter {
     counter: Option<Arc<AtomicU64>>,
 }
 
+impl std::fmt::Debug for LazyCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyCounter").field("name", &self.name).finish()
+    }
+}
+
 impl LazyCounter {
     /// The counter `name` (e.g. `view hot_items: rows failing an expression`) of `metrics`.
     pub fn new(metrics: Arc<Metrics>, name: impl Into<String>) -> LazyCounter {

@@ -28,7 +28,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use sluice_runtime::Metrics;
 use sluice_types::SluiceError;
+
+use crate::counter::LazyCounter;
+
+/// The run counter of the bytes written to spill files (the exit report lists it, and
+/// `/metrics` as `sluice_counter_total{name="…"}`), over every operator and thread.
+pub const SPILLED_BYTES: &str = "state bytes written to spill files";
+
+/// The counter [`SPILLED_BYTES`] of `metrics`, registered at the first spill.
+pub fn spilled_bytes(metrics: &Arc<Metrics>) -> LazyCounter {
+    LazyCounter::new(Arc::clone(metrics), SPILLED_BYTES)
+}
 
 /// The bytes of a chunk (a row longer than that gets a chunk of its own).
 const CHUNK_BYTES: usize = 256 * 1024;
@@ -184,6 +196,8 @@ pub(crate) struct SpillLog {
     resident: usize,
     /// The bytes of this log's spilled chunks, as counted in the space.
     spilled: usize,
+    /// Counts the bytes this log writes to its file (None: not counted).
+    written: Option<LazyCounter>,
 }
 
 impl SpillLog {
@@ -204,7 +218,19 @@ impl SpillLog {
             first_resident: 0,
             resident: 0,
             spilled: 0,
+            written: None,
         }
+    }
+
+    /// Counts the bytes this log writes to its file in `written`.
+    pub(crate) fn counting(mut self, written: Option<LazyCounter>) -> SpillLog {
+        self.written = written;
+        self
+    }
+
+    /// The counter of written bytes, for a log that replaces this one.
+    pub(crate) fn take_counter(&mut self) -> Option<LazyCounter> {
+        self.written.take()
     }
 
     /// Appends `row`; returns its chunk and where it starts there. Starting a chunk
@@ -274,6 +300,9 @@ impl SpillLog {
         self.file_length += length as u64;
         self.resident -= capacity;
         self.spilled += length;
+        if let Some(written) = self.written.as_mut() {
+            written.add(length as u64);
+        }
         space.resident.fetch_sub(capacity, Ordering::Relaxed);
         space.spilled.fetch_add(length, Ordering::Relaxed);
         Ok(())
@@ -389,6 +418,18 @@ mod tests {
         log.read_into(chunk, start as usize..start as usize + huge.len(), &mut out).expect("read");
         assert_eq!(out, huge);
         assert_eq!(space.resident(), 64, "only the newest chunk is in memory");
+    }
+
+    #[test]
+    fn the_bytes_written_to_spill_files_are_a_run_counter_registered_at_the_first_spill() {
+        let (_dir, space) = space(0);
+        let metrics = Arc::new(Metrics::new(Vec::new(), Vec::new(), 1));
+        let mut log = SpillLog::with_chunk_bytes(Some(space), 64).counting(Some(spilled_bytes(&metrics)));
+        log.append(&[1u8; 40]).expect("append");
+        assert!(metrics.counters().is_empty(), "nothing spilled, nothing listed");
+        log.append(&[2u8; 40]).expect("append");
+        log.append(&[3u8; 40]).expect("append");
+        assert_eq!(metrics.counters(), [(SPILLED_BYTES.to_string(), 80)]);
     }
 
     #[test]

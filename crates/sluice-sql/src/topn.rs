@@ -282,7 +282,7 @@ fn push_topn(
     let factory: OperatorFactory = Arc::new(move |context| {
         let mut topn = TopN::new(spec.clone(), &input_schema, context.vnodes)?;
         if let Some(space) = &spill {
-            topn = topn.with_spill(Arc::clone(space));
+            topn = topn.with_spill(Arc::clone(space), sluice_operators::spill::spilled_bytes(&context.metrics));
         }
         if retracting {
             topn = topn.with_ignored_counter(context.metrics.counter(&ignored));

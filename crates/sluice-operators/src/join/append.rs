@@ -26,6 +26,7 @@ use sluice_types::SluiceError;
 
 use super::store::RowRef;
 use crate::bytes::SmallBytes;
+use crate::counter::LazyCounter;
 use crate::pages::Pages;
 use crate::same_bytes;
 use crate::spill::{LogChunk, SpillLog, SpillSpace};
@@ -82,9 +83,10 @@ pub(super) struct AppendStore {
 }
 
 impl AppendStore {
-    /// A store whose rows spill within `space` (None: all in memory).
-    pub(super) fn new(space: Option<Arc<SpillSpace>>) -> AppendStore {
-        AppendStore::with_log(SpillLog::new(space))
+    /// A store whose rows spill within `space` (None: all in memory), the bytes written
+    /// counted in `written`.
+    pub(super) fn new(space: Option<Arc<SpillSpace>>, written: Option<LazyCounter>) -> AppendStore {
+        AppendStore::with_log(SpillLog::new(space).counting(written))
     }
 
     fn with_log(log: SpillLog) -> AppendStore {
@@ -258,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_retraction_is_refused_not_stored() {
-        let mut store = AppendStore::new(None);
+        let mut store = AppendStore::new(None, None);
         store.push(&row_ref(b"row", b"key"), 1).expect("insert");
         let error = store.push(&row_ref(b"row", b"key"), -1).expect_err("a retraction");
         assert!(error.to_string().contains("append-only"), "{error}");

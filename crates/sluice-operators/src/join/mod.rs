@@ -419,7 +419,10 @@ impl JoinOperator {
                 row_encoder: KeyEncoder::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())?,
                 store: match expiry {
                     Some(_) => Rows::Expiring(ExpiringStore::default()),
-                    None if appended => Rows::Append(AppendStore::new(spec.spill.clone())),
+                    None if appended => {
+                        let written = spec.spill.as_ref().map(|_| crate::spill::spilled_bytes(&context.metrics));
+                        Rows::Append(AppendStore::new(spec.spill.clone(), written))
+                    }
                     None => Rows::ByRow(Store::default()),
                 },
                 expiry,

@@ -51,6 +51,7 @@ use sluice_types::{Batch, Message, SluiceError};
 pub use state::TOPN_STATE_VERSION;
 
 use crate::bytes::SmallBytes;
+use crate::counter::LazyCounter;
 use crate::pages::Pages;
 use crate::spill::SpillSpace;
 use rows::{RowAt, RowLog};
@@ -211,7 +212,7 @@ impl TopN {
             row_encoder,
             partitions: Pages::default(),
             index: HashTable::new(),
-            rows: RowLog::new(None),
+            rows: RowLog::new(None, None),
             spilled: Vec::new(),
             next_arrival: 0,
             vnodes,
@@ -225,10 +226,11 @@ impl TopN {
         })
     }
 
-    /// Keeps the rows' bytes within `space`'s memory budget, the rest on disk.
-    pub fn with_spill(mut self, space: Arc<SpillSpace>) -> TopN {
+    /// Keeps the rows' bytes within `space`'s memory budget, the rest on disk, the bytes
+    /// written counted in `written` (see `crate::spill::spilled_bytes`).
+    pub fn with_spill(mut self, space: Arc<SpillSpace>, written: LazyCounter) -> TopN {
         assert!(self.partitions.is_empty(), "spilling is chosen before any row is kept");
-        self.rows = RowLog::new(Some(space));
+        self.rows = RowLog::new(Some(space), Some(written));
         self
     }
 

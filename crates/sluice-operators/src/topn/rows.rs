@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use sluice_types::SluiceError;
 
+use crate::counter::LazyCounter;
 use crate::spill::{LogChunk, SpillLog, SpillSpace};
 
 /// Where a kept row's bytes are: `length` bytes from `start` in chunk `chunk`.
@@ -65,8 +66,10 @@ pub(super) struct RowLog {
 }
 
 impl RowLog {
-    pub(super) fn new(space: Option<Arc<SpillSpace>>) -> RowLog {
-        let log = SpillLog::new(space.clone());
+    /// A log spilling within `space` (None: all in memory), the bytes written counted
+    /// in `written`.
+    pub(super) fn new(space: Option<Arc<SpillSpace>>, written: Option<LazyCounter>) -> RowLog {
+        let log = SpillLog::new(space.clone()).counting(written);
         let chunk_bytes = log.chunk_bytes();
         RowLog { log, space, live: 0, dead: 0, chunk_bytes }
     }
@@ -127,7 +130,7 @@ impl RowLog {
     /// Copies the kept rows `rows` into a fresh log, in that order, and drops this one;
     /// each row's place is updated.
     pub(super) fn compact<'a>(&mut self, rows: impl Iterator<Item = &'a mut RowAt>) -> Result<(), SluiceError> {
-        let mut fresh = RowLog::new(self.space.clone());
+        let mut fresh = RowLog::new(self.space.clone(), self.log.take_counter());
         let mut scratch = Vec::new();
         for at in rows {
             let moved = match self.get(*at) {
@@ -172,7 +175,7 @@ mod tests {
     fn compaction_keeps_every_kept_row_and_drops_the_rest() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let space = SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 0, 64);
-        let mut log = RowLog::new(Some(Arc::clone(&space)));
+        let mut log = RowLog::new(Some(Arc::clone(&space)), None);
         let row = |i: usize| format!("row {i:04}").into_bytes();
         let mut kept = Vec::new();
         for i in 0..200 {
@@ -201,7 +204,7 @@ mod tests {
     fn a_snapshots_rows_stay_readable_after_the_log_moves_on() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let space = SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 0, 16);
-        let mut log = RowLog::new(Some(space));
+        let mut log = RowLog::new(Some(space), None);
         let first = log.append(b"first row").expect("append");
         let shared = log.shared();
         for i in 0..20 {

@@ -67,7 +67,10 @@ impl Spill {
 
     fn apply(&self, topn: TopN) -> TopN {
         match &self.space {
-            Some(space) => topn.with_spill(Arc::clone(space)),
+            Some(space) => topn.with_spill(
+                Arc::clone(space),
+                crate::spill::spilled_bytes(&Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1))),
+            ),
             None => topn,
         }
     }
