@@ -214,9 +214,9 @@ impl Pipeline {
         Ok(layout.slots_of(worker).start)
     }
 
-    /// Refuses a sink that writes where a source reads, or where another sink writes.
     /// Where state beyond `[pipeline] state_memory_mib` goes: `spill_dir` (relative to
-    /// the pipeline file), else the system's temporary directory; it must be a directory.
+    /// the pipeline file), else the system's temporary directory; it must be a directory
+    /// this process can write.
     fn spill_space(&self) -> Result<Arc<sluice_operators::spill::SpillSpace>, EngineError> {
         let section = &self.config.pipeline;
         let dir = match &section.spill_dir {
@@ -246,6 +246,7 @@ impl Pipeline {
         Ok(sluice_operators::spill::SpillSpace::new(dir, budget))
     }
 
+    /// Refuses a sink that writes where a source reads, or where another sink writes.
     fn check_paths(&self) -> Result<(), EngineError> {
         let inputs: Vec<(&str, PathBuf)> = self
             .config

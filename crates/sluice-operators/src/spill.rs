@@ -228,6 +228,15 @@ impl SpillLog {
         self
     }
 
+    /// Stops counting this log's chunks in memory against the space's budget (they are
+    /// about to be dropped: a log replacing this one should not spill for them).
+    pub(crate) fn uncount_resident(&mut self) {
+        if let Some(space) = &self.space {
+            space.resident.fetch_sub(self.resident, Ordering::Relaxed);
+        }
+        self.resident = 0;
+    }
+
     /// The counter of written bytes, for a log that replaces this one.
     pub(crate) fn take_counter(&mut self) -> Option<LazyCounter> {
         self.written.take()

@@ -130,6 +130,9 @@ impl RowLog {
     /// Copies the kept rows `rows` into a fresh log, in that order, and drops this one;
     /// each row's place is updated.
     pub(super) fn compact<'a>(&mut self, rows: impl Iterator<Item = &'a mut RowAt>) -> Result<(), SluiceError> {
+        // The old chunks in memory go with the old log: counted, they would make the
+        // fresh log spill nearly every kept row while memory is about to be freed.
+        self.log.uncount_resident();
         let mut fresh = RowLog::new(self.space.clone(), self.log.take_counter());
         let mut scratch = Vec::new();
         for at in rows {
@@ -198,6 +201,24 @@ mod tests {
         for ((i, _), bytes) in kept.iter().zip(rows) {
             assert_eq!(bytes, &row(*i)[..]);
         }
+    }
+
+    #[test]
+    fn kept_rows_that_fit_the_budget_stay_in_memory_through_a_compaction() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 256, 64);
+        let mut log = RowLog::new(Some(Arc::clone(&space)), None);
+        // 200 rows of 10 bytes fill the budget (so older chunks spill); 10 are kept.
+        let mut kept = Vec::new();
+        for i in 0..200 {
+            let at = log.append(format!("row {i:05}").as_bytes()).expect("append");
+            if i >= 190 { kept.push(at) } else { log.forget(at) }
+        }
+        assert!(space.spilled() > 0 && log.is_sparse());
+        log.compact(kept.iter_mut()).expect("compact");
+        // 100 bytes of kept rows fit the budget: none of them was written to disk again.
+        assert!(kept.iter().all(|at| log.get(*at).is_some()), "every kept row in memory");
+        assert_eq!(space.spilled(), 0);
     }
 
     #[test]
