@@ -322,6 +322,14 @@ impl SpillLog {
         self.chunk_bytes
     }
 
+    /// Chunk `chunk`, which must be in memory (a log without a space never spills).
+    pub(crate) fn resident(&self, chunk: u32) -> &Arc<Vec<u8>> {
+        match &self.chunks[chunk as usize] {
+            LogChunk::Resident(bytes) => bytes,
+            LogChunk::Spilled(_) => panic!("chunk {chunk} of a log that never spills is spilled"),
+        }
+    }
+
     /// Every chunk, in order.
     pub(crate) fn chunks(&self) -> &[LogChunk] {
         &self.chunks

@@ -4,7 +4,8 @@
 //! The layout is compact, so that memory follows the rows' encoded size (a regular join
 //! keeps every row of its inputs: NEXMark q20 holds tens of millions):
 //!
-//! - A row's bytes are appended to large shared chunks ([`Chunk`], `chunk_bytes` each),
+//! - A row's bytes are appended to large shared chunks ([`Chunk`], in a
+//!   [`SpillLog`] without a spill space: a store that removes rows keeps them in memory),
 //!   never allocated one by one. A removed row's bytes stay where they are, counted as
 //!   dead; once the dead bytes outnumber the live ones (and a chunk's worth), every live
 //!   row is copied into fresh chunks in slot order and the old chunks are dropped
@@ -42,9 +43,7 @@ use hashbrown::HashTable;
 use crate::bytes::SmallBytes;
 use crate::pages::Pages;
 use crate::same_bytes;
-
-/// The bytes of a chunk (a row longer than that gets a chunk of its own).
-const CHUNK_BYTES: usize = 256 * 1024;
+use crate::spill::SpillLog;
 
 /// No slot: the end of a key's list, or of the free list.
 const NONE: u32 = u32::MAX;
@@ -131,9 +130,8 @@ pub(super) struct Store {
     /// Per slot, when its row can be freed (once the watermark is at or above it); empty
     /// while every row never expires.
     expiries: Vec<i64>,
-    chunks: Vec<Chunk>,
-    /// The capacity of a new chunk.
-    chunk_bytes: usize,
+    /// The rows' bytes (never spilled).
+    log: SpillLog,
     by_row: HashTable<u32>,
     by_key: HashTable<Head>,
     /// Expiry time → the slots of rows expiring then (rows that never expire are not here).
@@ -149,7 +147,7 @@ pub(super) struct Store {
 
 impl Default for Store {
     fn default() -> Store {
-        Store::with_chunk_bytes(CHUNK_BYTES)
+        Store::with_log(SpillLog::new(None))
     }
 }
 
@@ -163,13 +161,17 @@ pub(super) struct RowRef<'a> {
 
 impl Store {
     /// A store whose chunks hold `chunk_bytes` (tests use small ones to compact often).
+    #[cfg(test)]
     fn with_chunk_bytes(chunk_bytes: usize) -> Store {
+        Store::with_log(SpillLog::with_chunk_bytes(None, chunk_bytes))
+    }
+
+    fn with_log(log: SpillLog) -> Store {
         Store {
             slots: Pages::default(),
             free_slot: NONE,
             expiries: Vec::new(),
-            chunks: Vec::new(),
-            chunk_bytes,
+            log,
             by_row: HashTable::new(),
             by_key: HashTable::new(),
             by_time: BTreeMap::new(),
@@ -178,6 +180,12 @@ impl Store {
             dead_bytes: 0,
             ttl: None,
         }
+    }
+
+    /// The bytes in the chunks, live and dead.
+    #[cfg(test)]
+    fn held_bytes(&self) -> usize {
+        (0..self.log.chunks().len() as u32).map(|chunk| self.log.resident(chunk).len()).sum()
     }
 
     /// Drops rows not written (inserted, or their weight changed) for the TTL.
@@ -225,7 +233,7 @@ impl Store {
     pub(super) fn row(&self, slot: u32) -> &[u8] {
         let stored = &self.slots[slot as usize];
         assert!(!stored.is_free(), "a probed slot holds a row");
-        &self.chunks[stored.chunk as usize][stored.range()]
+        &self.log.resident(stored.chunk)[stored.range()]
     }
 
     /// The weight and the match count of the row in `slot`.
@@ -238,7 +246,7 @@ impl Store {
     /// Every stored row, in slot order.
     pub(super) fn rows(&self) -> impl Iterator<Item = StoredRef<'_>> {
         self.slots.iter().filter(|s| !s.is_free()).map(|s| StoredRef {
-            chunk: &self.chunks[s.chunk as usize],
+            chunk: self.log.resident(s.chunk),
             range: s.range(),
             key_hash: s.key_hash,
             weight: s.weight,
@@ -248,12 +256,12 @@ impl Store {
 
     /// The slot holding exactly `row`.
     pub(super) fn find(&self, row: &[u8], row_hash: u64) -> Option<u32> {
-        let (slots, chunks) = (&self.slots, &self.chunks);
+        let (slots, log) = (&self.slots, &self.log);
         let short_hash = row_hash as u32;
         self.by_row
             .find(row_table_hash(short_hash), |&s| {
                 let stored = &slots[s as usize];
-                stored.row_hash == short_hash && same_bytes(&chunks[stored.chunk as usize][stored.range()], row)
+                stored.row_hash == short_hash && same_bytes(&log.resident(stored.chunk)[stored.range()], row)
             })
             .copied()
     }
@@ -284,7 +292,7 @@ impl Store {
         debug_assert!(weight != 0 && self.find(row.row, row.row_hash).is_none());
         let length = u32::try_from(row.row.len()).expect("a row shorter than 4 GiB");
         let slot = self.take_slot();
-        let (chunk, start) = self.append(row.row);
+        let (chunk, start) = Store::append(&mut self.log, row.row);
         let short_hash = row.row_hash as u32;
         self.slots[slot as usize] = Slot {
             chunk,
@@ -343,18 +351,8 @@ impl Store {
 
     /// Appends `row` to the last chunk, or to a new one if it is full or shared with a
     /// snapshot; returns the chunk and where the row starts.
-    fn append(&mut self, row: &[u8]) -> (u32, u32) {
-        fn fits(chunk: &mut Chunk, length: usize) -> Option<&mut Vec<u8>> {
-            Arc::get_mut(chunk).filter(|bytes| bytes.capacity() - bytes.len() >= length)
-        }
-        if self.chunks.last_mut().and_then(|chunk| fits(chunk, row.len())).is_none() {
-            self.chunks.push(Arc::new(Vec::with_capacity(self.chunk_bytes.max(row.len()))));
-        }
-        let chunk = u32::try_from(self.chunks.len() - 1).expect("fewer than 2^32 chunks");
-        let bytes = self.chunks.last_mut().and_then(|c| fits(c, row.len())).expect("a chunk with room, not shared");
-        let start = u32::try_from(bytes.len()).expect("a chunk shorter than 4 GiB");
-        bytes.extend_from_slice(row);
-        (chunk, start)
+    fn append(log: &mut SpillLog, row: &[u8]) -> (u32, u32) {
+        log.append(row).expect("a log without a spill space writes no file, so it cannot fail")
     }
 
     /// Drops every row expiring at or before `watermark`; returns how many went. The
@@ -423,7 +421,7 @@ impl Store {
     /// Compacts the chunks once removed rows' bytes outnumber the live rows' and fill a
     /// chunk.
     fn compact_if_sparse(&mut self) {
-        if self.dead_bytes >= self.chunk_bytes && self.dead_bytes > self.bytes {
+        if self.dead_bytes >= self.log.chunk_bytes() && self.dead_bytes > self.bytes {
             self.compact();
         }
     }
@@ -431,13 +429,14 @@ impl Store {
     /// Copies every live row into fresh chunks, in slot order, and drops the old chunks
     /// (a snapshot still sharing one keeps it until it is done).
     fn compact(&mut self) {
-        let old = std::mem::take(&mut self.chunks);
+        let fresh = SpillLog::with_chunk_bytes(None, self.log.chunk_bytes());
+        let old = std::mem::replace(&mut self.log, fresh);
         for slot in 0..self.slots.len() {
             let stored = self.slots[slot];
             if stored.is_free() {
                 continue;
             }
-            let (chunk, start) = self.append(&old[stored.chunk as usize][stored.range()]);
+            let (chunk, start) = Store::append(&mut self.log, &old.resident(stored.chunk)[stored.range()]);
             let moved = &mut self.slots[slot];
             moved.chunk = chunk;
             moved.start = start;

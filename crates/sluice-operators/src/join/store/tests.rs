@@ -127,7 +127,7 @@ fn removed_rows_bytes_are_reclaimed_once_they_outnumber_the_live_ones() {
     for r in &rows {
         store.apply(&row(r, &r[..1]), 1, 0, NEVER);
     }
-    let held = |store: &Store| store.chunks.iter().map(|c| c.len()).sum::<usize>();
+    let held = |store: &Store| store.held_bytes();
     assert_eq!(held(&store), 1000);
     for r in &rows[..90] {
         store.apply(&row(r, &r[..1]), -1, 0, NEVER);
@@ -220,8 +220,12 @@ fn check(store: &Store, model: &Model) {
         let expected: Vec<Vec<u8>> = model.iter().filter(|(_, v)| v.0 == key).map(|(r, _)| r.clone()).collect();
         assert_eq!(probed, expected);
     }
-    let chunk_bytes: usize = store.chunks.iter().map(|c| c.len()).sum();
-    assert!(chunk_bytes <= 2 * store.bytes() + 2 * store.chunk_bytes, "{chunk_bytes} bytes held for {}", store.bytes());
+    let chunk_bytes: usize = store.held_bytes();
+    assert!(
+        chunk_bytes <= 2 * store.bytes() + 2 * store.log.chunk_bytes(),
+        "{chunk_bytes} bytes held for {}",
+        store.bytes()
+    );
 }
 
 fn run(steps: &[Step], with_ttl: bool) {
