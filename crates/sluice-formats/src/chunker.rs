@@ -70,6 +70,9 @@ pub struct LineChunker<R: Read> {
     /// CSV: whether a byte order mark at the start of the input is still to be looked
     /// for (see the module doc).
     mark_pending: bool,
+    /// The bytes of such a mark seen at the start of the input while a buffer shorter
+    /// than a mark was skipped as an over-long record.
+    mark_seen: usize,
     bytes_read: u64,
     eof: bool,
     bad: Vec<BadRow>,
@@ -109,6 +112,7 @@ impl<R: Read> LineChunker<R> {
             last_end: None,
             line: 1,
             mark_pending: false,
+            mark_seen: 0,
             bytes_read: 0,
             eof: false,
             bad: Vec::new(),
@@ -157,6 +161,8 @@ impl<R: Read> LineChunker<R> {
                 self.bytes_read += read as u64;
                 if read == 0 {
                     self.eof = true;
+                    // A buffer holding the start of a byte order mark was not scanned.
+                    self.scan();
                     self.end
                 } else {
                     self.skip_long_record(probe[0])?;
@@ -261,8 +267,9 @@ impl<R: Read> LineChunker<R> {
     fn skip_byte_order_mark(&mut self) -> bool {
         debug_assert!(self.scanned == 0 && self.start == 0, "the buffer starts at the start of the input");
         let head = &self.buf[..self.end];
-        let may_grow = !self.eof && self.end < self.buf.len();
-        if head.len() < UTF8_BOM.len() && UTF8_BOM.starts_with(head) && may_grow {
+        if head.len() < UTF8_BOM.len() && UTF8_BOM.starts_with(head) && !self.eof {
+            // The buffer may grow, or is full and so skipped as an over-long record,
+            // which goes on looking for the rest of the mark.
             return false;
         }
         self.mark_pending = false;
@@ -274,12 +281,31 @@ impl<R: Read> LineChunker<R> {
     }
 
     /// Feeds `bytes`, which follow all bytes scanned so far, up to the first record end;
-    /// returns the index just after it.
-    fn find_end(cuts: &mut Cuts, bytes: &[u8]) -> Option<usize> {
-        match cuts {
-            Cuts::Lines => memchr::memchr(b'\n', bytes).map(|index| index + 1),
-            Cuts::CsvRecords(finder) => finder.find_record_end(bytes),
+    /// returns the index just after it. While the input's first bytes are the start of
+    /// a byte order mark, the bytes that go on with it complete the mark instead.
+    fn find_end(&mut self, bytes: &[u8]) -> Option<usize> {
+        let Cuts::CsvRecords(finder) = &mut self.cuts else {
+            return memchr::memchr(b'\n', bytes).map(|index| index + 1);
+        };
+        let mut skipped = 0;
+        if self.mark_pending {
+            while skipped < bytes.len() && self.mark_seen < UTF8_BOM.len() && bytes[skipped] == UTF8_BOM[self.mark_seen]
+            {
+                skipped += 1;
+                self.mark_seen += 1;
+            }
+            if self.mark_seen == UTF8_BOM.len() {
+                finder.skip_byte_order_mark();
+            } else if skipped < bytes.len() {
+                // No mark after all: what looked like one is a part of the first field.
+                let ended = finder.find_record_end(&UTF8_BOM[..self.mark_seen]);
+                debug_assert!(ended.is_none(), "a part of a byte order mark ends no record");
+            } else {
+                return None;
+            }
+            self.mark_pending = false;
         }
+        finder.find_record_end(&bytes[skipped..]).map(|length| skipped + length)
     }
 
     /// One read into `buf[at..]`; sets `eof` on a read of zero bytes.
@@ -297,11 +323,14 @@ impl<R: Read> LineChunker<R> {
         let reason = format!("{unit} longer than the {}-byte read buffer", self.buf.len());
         self.bad.push(BadRow { line: self.line, reason, text: row_text(&self.buf) });
         let mut lines = count_line_breaks(&self.buf) as u64;
+        if self.mark_pending {
+            self.mark_seen = self.buf.len();
+        }
         self.start = 0;
         self.end = 0;
         self.scanned = 0;
         self.scanned_lines = 0;
-        let ended = Self::find_end(&mut self.cuts, &[probe]).is_some();
+        let ended = self.find_end(&[probe]).is_some();
         lines += u64::from(probe == b'\n');
         if !ended {
             lines += self.discard_to_record_end()?;
@@ -320,7 +349,10 @@ impl<R: Read> LineChunker<R> {
             if read == 0 {
                 return Ok(lines);
             }
-            if let Some(length) = Self::find_end(&mut self.cuts, &self.buf[..read]) {
+            let buf = std::mem::take(&mut self.buf);
+            let found = self.find_end(&buf[..read]);
+            self.buf = buf;
+            if let Some(length) = found {
                 self.start = length;
                 self.end = read;
                 self.scanned = length;

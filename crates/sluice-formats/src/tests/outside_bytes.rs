@@ -231,3 +231,22 @@ fn a_byte_order_mark_before_a_quoted_first_field_regression() {
     check_chunker(csv(b',', false), &input, 8, 3);
     check_decoder(csv(b',', false), &input, 64, 4);
 }
+
+#[test]
+fn a_byte_order_mark_longer_than_the_buffer_regression() {
+    // A buffer shorter than the mark is skipped as an over-long record; the chunker must
+    // still find where the mark ends (and a quote after it opens a quoted field), or
+    // where what began like a mark turns out to be field bytes.
+    let inputs: [&[u8]; 4] = [b"\"\n1", b"\"\n1\"\n2,x\n", b"\n\"\n", b""];
+    for rest in inputs {
+        for mark in [UTF8_BOM, &UTF8_BOM[..2], &UTF8_BOM[..1]] {
+            let input = [mark, rest].concat();
+            for capacity in 1..=4 {
+                for read_bytes in 1..=3 {
+                    check_chunker(csv(b',', false), &input, capacity, read_bytes);
+                }
+                check_decoder(csv(b',', false), &input, capacity, 1);
+            }
+        }
+    }
+}
