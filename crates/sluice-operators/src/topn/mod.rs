@@ -2,10 +2,12 @@
 //!
 //! Over an append-only input a row that falls out of its partition's first N can never
 //! come back, so the state per partition is just its first N rows, in order: each with
-//! its order values, its arrival number (ties in the order are broken by arrival, the
-//! earlier first, as Flink's ROW_NUMBER does) and the whole row in the project's key
-//! encoding ([`sluice_types::key`], which also makes it persistable; floats are kept with
-//! -0.0 as 0.0 and one NaN).
+//! its order values and the whole row in the project's key encoding
+//! ([`sluice_types::key`], which also makes it persistable; floats are kept with -0.0 as
+//! 0.0 and one NaN). Ties in the order are broken by arrival, the earlier first, as
+//! Flink's ROW_NUMBER does: a row goes after the rows of equal order values already held,
+//! so the partition's order among those is their arrival order and no arrival number is
+//! kept.
 //!
 //! A window TopN ([`TopNSpec::window_end`]: the partition includes a window's bounds, over
 //! an append-only input, as Flink's window TopN) frees a window's partitions once the
@@ -97,21 +99,23 @@ enum SortValue {
     Text(Box<Box<str>>),
 }
 
-/// A row's order values, one per `ORDER BY` column: the first inline (most TopNs order
-/// by one column, so a row's values need no allocation of their own), the rest boxed
-/// behind one thin pointer (24 bytes in all).
+/// A row's order values, one per `ORDER BY` column: inline for one (most TopNs order
+/// by one column, so a row's values need no allocation of their own), boxed behind one
+/// thin pointer for more; 16 bytes either way.
 #[derive(Debug, Clone)]
-struct OrderValues {
-    /// The first column's value ([`SortValue::Null`] without `ORDER BY`).
-    first: SortValue,
-    /// The other columns' values (None, so not allocated, for one column).
-    #[allow(clippy::box_collection, reason = "a thin pointer keeps every kept row's values at 24 bytes")]
-    rest: Option<Box<Box<[SortValue]>>>,
+enum OrderValues {
+    /// One column's value ([`SortValue::Null`] without `ORDER BY`).
+    One(SortValue),
+    #[allow(clippy::box_collection, reason = "a thin pointer keeps every kept row's values at 16 bytes")]
+    Many(Box<Box<[SortValue]>>),
 }
 
 impl OrderValues {
-    fn iter(&self) -> impl Iterator<Item = &SortValue> {
-        std::iter::once(&self.first).chain(self.rest.iter().flat_map(|rest| rest.iter()))
+    fn iter(&self) -> std::slice::Iter<'_, SortValue> {
+        match self {
+            OrderValues::One(value) => std::slice::from_ref(value).iter(),
+            OrderValues::Many(values) => values.iter(),
+        }
     }
 }
 
@@ -123,19 +127,117 @@ const EXACT_ROWS: usize = 16;
 #[derive(Debug, Clone)]
 struct Entry {
     order: OrderValues,
-    /// Arrival number on this operator: ties in the order go to the earlier row.
-    arrival: u64,
-    /// The whole input row in the key encoding, in [`TopN::rows`].
+    /// The whole input row in the key encoding, in [`TopN::rows`]. Also the row's
+    /// identity while a batch is compared with the state before it: no two kept rows
+    /// share a place (every encoded row has at least one byte, and the log only grows
+    /// until it is compacted between batches).
     row: RowAt,
 }
 
-/// One partition's first N rows, in rank order.
+/// One partition's first N rows, in rank order. Millions are kept (NEXMark q18 keeps one
+/// per bidder and auction), so a partition is its key and its row, both inline when it
+/// holds one (64 bytes); its placement hash is computed again from the key when needed.
 #[derive(Debug, Clone)]
 struct Partition {
     /// Inline when short (every key of integers, dates and timestamps up to 22 bytes).
     key: SmallBytes,
-    hash: u64,
-    rows: Vec<Entry>,
+    rows: Rows,
+}
+
+/// A partition's rows, in rank order: one inline, more in a vector of their own.
+#[derive(Debug, Clone, Default)]
+enum Rows {
+    #[default]
+    None,
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
+impl std::ops::Deref for Rows {
+    type Target = [Entry];
+
+    fn deref(&self) -> &[Entry] {
+        match self {
+            Rows::None => &[],
+            Rows::One(entry) => std::slice::from_ref(entry),
+            Rows::Many(entries) => entries,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Rows {
+    fn deref_mut(&mut self) -> &mut [Entry] {
+        match self {
+            Rows::None => &mut [],
+            Rows::One(entry) => std::slice::from_mut(entry),
+            Rows::Many(entries) => entries,
+        }
+    }
+}
+
+impl From<Vec<Entry>> for Rows {
+    fn from(mut entries: Vec<Entry>) -> Rows {
+        match entries.len() {
+            0 => Rows::None,
+            1 => Rows::One(entries.pop().expect("one entry")),
+            _ => {
+                entries.shrink_to_fit();
+                Rows::Many(entries)
+            }
+        }
+    }
+}
+
+impl Rows {
+    /// The rows it has room for without allocating.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        match self {
+            Rows::None | Rows::One(_) => 1,
+            Rows::Many(entries) => entries.capacity(),
+        }
+    }
+
+    /// Inserts `entry` at `index`; a vector grows by one row at a time up to
+    /// [`EXACT_ROWS`], so a small TopN's partition holds no spare room.
+    fn insert(&mut self, index: usize, entry: Entry) {
+        match std::mem::take(self) {
+            Rows::None => *self = Rows::One(entry),
+            Rows::One(held) => {
+                let mut entries = Vec::with_capacity(2);
+                entries.push(held);
+                entries.insert(index, entry);
+                *self = Rows::Many(entries);
+            }
+            Rows::Many(mut entries) => {
+                if entries.len() == entries.capacity() && entries.len() < EXACT_ROWS {
+                    entries.reserve_exact(1);
+                }
+                entries.insert(index, entry);
+                *self = Rows::Many(entries);
+            }
+        }
+    }
+
+    /// Removes and returns the row at `index`; a last row left goes back inline.
+    fn remove(&mut self, index: usize) -> Entry {
+        match std::mem::take(self) {
+            Rows::None => panic!("a row {index} of an empty partition"),
+            Rows::One(held) => {
+                assert_eq!(index, 0, "the one row of a partition");
+                held
+            }
+            Rows::Many(mut entries) => {
+                // A vector holds two rows or more.
+                let removed = entries.remove(index);
+                *self = match entries.len() {
+                    1 => Rows::One(entries.pop().expect("one row left")),
+                    _ => Rows::Many(entries),
+                };
+                removed
+            }
+        }
+    }
 }
 
 /// See the module documentation.
@@ -148,7 +250,6 @@ pub struct TopN {
     /// The kept rows' bytes ([`rows`]), and a buffer for those read back from disk.
     rows: RowLog,
     spilled: Vec<u8>,
-    next_arrival: u64,
     vnodes: u32,
     /// Retractions of rows not held (updating input only).
     ignored: Option<Arc<std::sync::atomic::AtomicU64>>,
@@ -197,6 +298,12 @@ fn table_hash(placement: u64) -> u64 {
     (placement ^ (placement >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// The placement hash of a partition key: the key hash, or 0 for the one partition of a
+/// TopN without `PARTITION BY` (as the exchange places its rows).
+fn placement_hash(no_keys: bool, key: &[u8]) -> u64 {
+    if no_keys { 0 } else { sluice_types::key::hash(key) }
+}
+
 impl TopN {
     /// `input` is the schema of the rows the operator receives; `vnodes` the pipeline's.
     pub fn new(spec: TopNSpec, input: &SchemaRef, vnodes: u32) -> Result<TopN, SluiceError> {
@@ -214,7 +321,6 @@ impl TopN {
             index: HashTable::new(),
             rows: RowLog::new(None, None),
             spilled: Vec::new(),
-            next_arrival: 0,
             vnodes,
             ignored: None,
             ttl: None,
@@ -262,19 +368,21 @@ impl TopN {
     /// Removes partition `id`; the last partition takes its place (ids stay dense), in
     /// the index and in the TTL schedule.
     fn remove_partition(&mut self, id: u32) {
+        let no_keys = self.spec.partition.is_empty();
         let removed = self.partitions.swap_remove(id as usize);
-        for entry in &removed.rows {
+        for entry in removed.rows.iter() {
             self.rows.forget(entry.row);
         }
-        let entry = self.index.find_entry(table_hash(removed.hash), |&p| p == id).expect("an indexed partition");
+        let hash = table_hash(placement_hash(no_keys, removed.key.get()));
+        let entry = self.index.find_entry(hash, |&p| p == id).expect("an indexed partition");
         entry.remove();
         if let Some(ttl) = self.ttl.as_mut() {
             ttl.forget(id);
         }
         let last = self.partitions.len() as u32;
         if id != last {
-            let moved = &self.partitions[id as usize];
-            let slot = self.index.find_mut(table_hash(moved.hash), |&p| p == last).expect("an indexed partition");
+            let hash = table_hash(placement_hash(no_keys, self.partitions[id as usize].key.get()));
+            let slot = self.index.find_mut(hash, |&p| p == last).expect("an indexed partition");
             *slot = id;
             if let Some(ttl) = self.ttl.as_mut() {
                 ttl.moved(last, id);
@@ -334,23 +442,22 @@ impl TopN {
             }
             _ => SortValue::Null,
         };
-        match columns.split_first() {
-            Some((first, rest)) => OrderValues {
-                first: value(first),
-                rest: (!rest.is_empty()).then(|| Box::new(rest.iter().map(value).collect())),
-            },
-            None => OrderValues { first: SortValue::Null, rest: None },
+        match columns {
+            [] => OrderValues::One(SortValue::Null),
+            [column] => OrderValues::One(value(column)),
+            columns => OrderValues::Many(Box::new(columns.iter().map(value).collect())),
         }
     }
 
-    fn compare(&self, left: &Entry, right: &Entry) -> Ordering {
-        for ((a, b), column) in left.order.iter().zip(right.order.iter()).zip(&self.spec.order) {
+    /// The order of two rows' order values (ties are broken by arrival, by the caller).
+    fn compare(&self, left: &OrderValues, right: &OrderValues) -> Ordering {
+        for ((a, b), column) in left.iter().zip(right.iter()).zip(&self.spec.order) {
             let ordering = compare_values(a, b, column);
             if ordering != Ordering::Equal {
                 return ordering;
             }
         }
-        left.arrival.cmp(&right.arrival)
+        Ordering::Equal
     }
 
     /// The index of the partition of `key` (placement hash `hash`), added empty if new.
@@ -361,10 +468,10 @@ impl TopN {
             return id as usize;
         }
         assert!(self.partitions.len() < u32::MAX as usize, "fewer than 2^32 partitions per thread");
-        self.partitions.push(Partition { key: SmallBytes::new(key), hash, rows: Vec::new() });
+        self.partitions.push(Partition { key: SmallBytes::new(key), rows: Rows::None });
         let id = (self.partitions.len() - 1) as u32;
-        let partitions = &self.partitions;
-        self.index.insert_unique(table, id, |&p| table_hash(partitions[p as usize].hash));
+        let (partitions, no_keys) = (&self.partitions, self.spec.partition.is_empty());
+        self.index.insert_unique(table, id, |&p| table_hash(placement_hash(no_keys, partitions[p as usize].key.get())));
         id as usize
     }
 
@@ -372,10 +479,10 @@ impl TopN {
     /// retracting, else only if it ranks among the first N (its bytes are kept only then;
     /// a pending row's once the batch is done, see [`TopN::store_pending`]).
     fn insert(&mut self, partition: usize, order: OrderValues, row: RowSource<'_>) -> Result<(), SluiceError> {
-        let mut entry = Entry { order, arrival: self.next_arrival, row: RowAt::NONE };
-        self.next_arrival += 1;
+        let mut entry = Entry { order, row: RowAt::NONE };
         let rows = &self.partitions[partition].rows;
-        let position = rows.partition_point(|kept| self.compare(kept, &entry) == Ordering::Less);
+        // After every row held of equal order values: those arrived earlier.
+        let position = rows.partition_point(|kept| self.compare(&kept.order, &entry.order) != Ordering::Greater);
         if !self.spec.retracting && position >= self.spec.limit {
             return Ok(());
         }
@@ -387,11 +494,8 @@ impl TopN {
         // A full partition's last row leaves first, so that its vector never grows past
         // N (a deduplication's row replaced would otherwise leave room for two).
         if !self.spec.retracting && rows.len() == self.spec.limit {
-            let left = rows.pop().expect("a full partition has rows");
+            let left = rows.remove(rows.len() - 1);
             self.rows.forget(left.row);
-        }
-        if rows.len() == rows.capacity() && rows.len() < EXACT_ROWS {
-            rows.reserve_exact(1);
         }
         rows.insert(position, entry);
         Ok(())
@@ -486,7 +590,7 @@ impl TopN {
         if self.spec.rank_in_output {
             for rank in 0..before.len().max(after.len()) {
                 let (old, new) = (before.get(rank), after.get(rank));
-                if old.map(|e| e.arrival) == new.map(|e| e.arrival) {
+                if old.map(|e| e.row) == new.map(|e| e.row) {
                     continue;
                 }
                 if let Some(old) = old {
@@ -498,7 +602,7 @@ impl TopN {
             }
             return;
         }
-        let kept = |rows: &[Entry], entry: &Entry| rows.iter().any(|e| e.arrival == entry.arrival);
+        let kept = |rows: &[Entry], entry: &Entry| rows.iter().any(|e| e.row == entry.row);
         for (rank, old) in before.iter().enumerate() {
             if !kept(after, old) {
                 out.push((old.row, rank as u64 + 1, -1));

@@ -1,7 +1,6 @@
 //! Snapshots of the TopN operator's state, split by vnode.
 //!
-//! At a barrier the driver clones the partitions (their keys, placement hashes and first
-//! N rows' places) and shares the chunks holding the rows' bytes ([`super::rows`]), and
+//! At a barrier the driver clones the partitions (their keys and first N rows' places) and shares the chunks holding the rows' bytes ([`super::rows`]), and
 //! returns a job; the checkpoint writer thread encodes the copy (reading the spilled
 //! rows' bytes back one by one, straight into the blob) into one blob
 //! per vnode holding partitions, the vnode of each partition key's placement hash (the
@@ -11,9 +10,11 @@
 //! Layout, version [`TOPN_STATE_VERSION`] (little-endian): `u32 version`, `u32
 //! partitions`, then per partition, in increasing key order: the key (`u32 length` + its
 //! bytes in the key encoding of [`sluice_types::key`]), `u32 rows`, then per row in rank
-//! order `u64 arrival` and the whole row (`u32 length` + its bytes in the key encoding,
-//! the input's columns in order). The order values are recomputed from the rows when
-//! restored. Decoding checks every length against the remaining bytes, and every row
+//! order `u64 tie` and the whole row (`u32 length` + its bytes in the key encoding, the
+//! input's columns in order). The order values are recomputed from the rows when
+//! restored; rows of equal order values rank by their `tie`, the smaller first. This
+//! build writes each row's rank - 1 as its tie; earlier builds wrote arrival numbers,
+//! which rank rows alike. Decoding checks every length against the remaining bytes, and every row
 //! must decode as a row of the operator's input: a blob from another plan is refused.
 
 use sluice_runtime::SnapshotJob;
@@ -22,7 +23,7 @@ use sluice_types::{SluiceError, vnode};
 use crate::blob::{BlobWriter, Reader};
 
 use super::rows::SharedRows;
-use super::{Entry, Partition, TopN};
+use super::{Entry, Partition, TopN, placement_hash};
 
 /// The blob layout this build writes and reads.
 pub const TOPN_STATE_VERSION: u32 = 1;
@@ -34,8 +35,8 @@ pub(super) fn snapshot(topn: &TopN) -> Option<SnapshotJob> {
     if copy.is_empty() {
         return None;
     }
-    let (rows, vnodes) = (topn.rows.shared(), topn.vnodes);
-    Some(Box::new(move || encode(copy, &rows, vnodes)))
+    let (rows, vnodes, no_keys) = (topn.rows.shared(), topn.vnodes, topn.spec.partition.is_empty());
+    Some(Box::new(move || encode(copy, &rows, vnodes, no_keys)))
 }
 
 fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
@@ -48,16 +49,17 @@ fn encode(
     mut partitions: Vec<Partition>,
     shared: &SharedRows,
     vnodes: u32,
+    no_keys: bool,
 ) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
     partitions.sort_by(|a, b| a.key.get().cmp(b.key.get()));
     let mut blobs = BlobWriter::new(VERSION);
     for partition in &partitions {
-        let bytes = blobs.entry(vnode::of_hash(partition.hash, vnodes));
+        let bytes = blobs.entry(vnode::of_hash(placement_hash(no_keys, partition.key.get()), vnodes));
         write_bytes(bytes, partition.key.get());
         let rows = u32::try_from(partition.rows.len()).expect("fewer than 2^32 rows per partition");
         bytes.extend_from_slice(&rows.to_le_bytes());
-        for entry in &partition.rows {
-            bytes.extend_from_slice(&entry.arrival.to_le_bytes());
+        for (rank, entry) in partition.rows.iter().enumerate() {
+            bytes.extend_from_slice(&(rank as u64).to_le_bytes());
             let length = u32::try_from(entry.row.len()).expect("a row shorter than 4 GiB");
             bytes.extend_from_slice(&length.to_le_bytes());
             shared.read_into(entry.row, bytes)?;
@@ -87,10 +89,10 @@ pub(super) fn restore(topn: &mut TopN, blobs: Vec<Vec<u8>>) -> Result<(), Sluice
             if count == 0 || (count > topn.spec.limit && !topn.spec.retracting) {
                 return Err(corrupt("a partition with no rows or more than N"));
             }
-            let mut arrivals = Vec::with_capacity(count);
+            let mut ties = Vec::with_capacity(count);
             let mut rows: Vec<&[u8]> = Vec::with_capacity(count);
             for _ in 0..count {
-                arrivals.push(reader.u64()?);
+                ties.push(reader.u64()?);
                 rows.push(reader.bytes()?);
             }
             let columns =
@@ -99,17 +101,14 @@ pub(super) fn restore(topn: &mut TopN, blobs: Vec<Vec<u8>>) -> Result<(), Sluice
             let mut entries = Vec::with_capacity(count);
             for (row, bytes) in rows.iter().enumerate() {
                 let at = topn.rows.append(bytes)?;
-                entries.push(Entry { order: TopN::order_of(&order, row), arrival: arrivals[row], row: at });
+                entries.push((Entry { order: TopN::order_of(&order, row), row: at }, ties[row]));
             }
-            entries.sort_by(|a, b| topn.compare(a, b));
-            let hash = if no_keys { 0 } else { sluice_types::key::hash(key) };
-            let partition = topn.partition_of(key, hash);
+            entries.sort_by(|(a, a_tie), (b, b_tie)| topn.compare(&a.order, &b.order).then(a_tie.cmp(b_tie)));
+            let partition = topn.partition_of(key, placement_hash(no_keys, key));
             if !topn.partitions[partition].rows.is_empty() {
                 return Err(corrupt("a partition appears twice (in two vnodes)"));
             }
-            let newest = entries.iter().map(|e| e.arrival).max().unwrap_or(0);
-            topn.next_arrival = topn.next_arrival.max(newest + 1);
-            topn.partitions[partition].rows = entries;
+            topn.partitions[partition].rows = entries.into_iter().map(|(entry, _)| entry).collect::<Vec<_>>().into();
         }
         reader.finish()?;
     }
