@@ -16,9 +16,14 @@
 //!   counts are all 0 is dropped.
 //! - Over an append-only input ([`DistinctValues::seen`]) nothing is ever retracted, so
 //!   each value keeps only which members saw it (a bit each), as Flink does for
-//!   append-only input: a value of up to 15 bytes (every integer, date and timestamp)
-//!   and its members in one 16-byte entry ([`SeenShort`], 64 with counts), a longer one
-//!   boxed in a table of its own. NEXMark q16 holds millions of such values.
+//!   append-only input. NEXMark q16 holds millions of such values (its 10,004 channels
+//!   each count their own bidders and auctions), so they are packed by size:
+//!   - an integer (its encoding's tag `0x02`) of 60 bits or fewer: in 8 bytes with its
+//!     members ([`SeenInt`]), hashed by its value alone (this table is never persisted,
+//!     so its hash is free to be another than the key hash);
+//!   - any other value of up to 15 bytes (every date and timestamp): in 16 bytes with its
+//!     members ([`SeenShort`], 64 with counts);
+//!   - a longer one boxed in a table of its own.
 
 use hashbrown::HashTable;
 
@@ -68,6 +73,75 @@ impl SeenShort {
     }
 }
 
+/// The tag of an integer in the key encoding ([`sluice_types::key`]), then its 8 bytes.
+const TAG_SIGNED: u8 = 0x02;
+
+/// An integer value of 60 bits (two's complement) and the members that saw it, in 8
+/// bytes: the value shifted left by 4, its members in the low 4 bits.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SeenInt(u64);
+
+impl SeenInt {
+    /// The integer of an encoded `value` if it is one a [`SeenInt`] holds.
+    fn of(value: &[u8]) -> Option<i64> {
+        let (&TAG_SIGNED, bytes) = value.split_first()? else { return None };
+        let value = i64::from_le_bytes(bytes.try_into().ok()?);
+        ((value << 4) >> 4 == value).then_some(value)
+    }
+
+    fn value(self) -> i64 {
+        (self.0 as i64) >> 4
+    }
+
+    fn members(self) -> u8 {
+        (self.0 & 0x0F) as u8
+    }
+
+    fn set_members(&mut self, members: u8) {
+        self.0 = (self.0 & !0x0F) | u64::from(members);
+    }
+
+    /// The value in the key encoding.
+    fn encoded(self) -> [u8; 9] {
+        SeenInt::encode(self.value())
+    }
+
+    /// An integer in the key encoding.
+    fn encode(value: i64) -> [u8; 9] {
+        let mut bytes = [TAG_SIGNED; 9];
+        bytes[1..].copy_from_slice(&value.to_le_bytes());
+        bytes
+    }
+}
+
+/// The table hash of an integer: a full mix of its bits (ids that differ only in their
+/// high bits must not share buckets).
+fn int_hash(value: i64) -> u64 {
+    let mut hash = value as u64;
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^ (hash >> 33)
+}
+
+/// A value as [`DistinctValues::entries`] lists it: the set's bytes, or an integer's
+/// encoding.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Listed<'a> {
+    Bytes(&'a [u8]),
+    Int([u8; 9]),
+}
+
+impl Listed<'_> {
+    pub(super) fn get(&self) -> &[u8] {
+        match self {
+            Listed::Bytes(bytes) => bytes,
+            Listed::Int(bytes) => bytes,
+        }
+    }
+}
+
 /// A longer distinct value and the members that saw it.
 #[derive(Debug, Clone)]
 pub(super) struct SeenLong {
@@ -79,11 +153,12 @@ pub(super) struct SeenLong {
 #[derive(Debug, Clone)]
 pub(super) enum DistinctValues {
     Counted(HashTable<Counted>),
-    Seen { short: HashTable<SeenShort>, long: HashTable<SeenLong> },
+    Seen { ints: HashTable<SeenInt>, short: HashTable<SeenShort>, long: HashTable<SeenLong> },
 }
 
 /// The members of one value of a [`DistinctValues::Seen`] set, where they are kept.
 enum Members<'a> {
+    Int(&'a mut SeenInt),
     Short(&'a mut SeenShort),
     Long(&'a mut u8),
 }
@@ -91,6 +166,7 @@ enum Members<'a> {
 impl Members<'_> {
     fn get(&self) -> u8 {
         match self {
+            Members::Int(entry) => entry.members(),
             Members::Short(entry) => entry.members(),
             Members::Long(members) => **members,
         }
@@ -98,6 +174,7 @@ impl Members<'_> {
 
     fn set(&mut self, members: u8) {
         match self {
+            Members::Int(entry) => entry.set_members(members),
             Members::Short(entry) => entry.set_members(members),
             Members::Long(held) => **held = members,
         }
@@ -107,12 +184,16 @@ impl Members<'_> {
 /// The members of `value` (table hash `table`) in a seen set, the value added with none
 /// if new.
 fn seen_members<'a>(
+    ints: &'a mut HashTable<SeenInt>,
     short: &'a mut HashTable<SeenShort>,
     long: &'a mut HashTable<SeenLong>,
     value: &[u8],
     table: u64,
 ) -> Members<'a> {
-    if value.len() <= SEEN_SHORT {
+    if let Some(int) = SeenInt::of(value) {
+        let entry = ints.entry(int_hash(int), |entry| entry.value() == int, |entry| int_hash(entry.value()));
+        Members::Int(entry.or_insert_with(|| SeenInt((int as u64) << 4)).into_mut())
+    } else if value.len() <= SEEN_SHORT {
         let eq = |entry: &SeenShort| same_bytes(entry.value(), value);
         let entry = short.entry(table, eq, |entry| table_hash(sluice_types::key::hash(entry.value())));
         Members::Short(entry.or_insert_with(|| SeenShort::new(value)).into_mut())
@@ -139,7 +220,7 @@ impl DistinctValues {
     /// A set for `members` COUNT(DISTINCT)s over an append-only input.
     pub(super) fn seen(members: usize) -> DistinctValues {
         assert!(members <= MEMBERS_MAX, "at most {MEMBERS_MAX} COUNT(DISTINCT)s share one set");
-        DistinctValues::Seen { short: HashTable::new(), long: HashTable::new() }
+        DistinctValues::Seen { ints: HashTable::new(), short: HashTable::new(), long: HashTable::new() }
     }
 
     /// Adds `weight` to the count of `value` (of hash `hash`) of each member whose
@@ -167,9 +248,9 @@ impl DistinctValues {
                     entry.remove();
                 }
             }
-            DistinctValues::Seen { short, long } => {
+            DistinctValues::Seen { ints, short, long } => {
                 assert!(weight > 0, "the planner declared this aggregate's input append-only");
-                let mut members = seen_members(short, long, value, table);
+                let mut members = seen_members(ints, short, long, value, table);
                 let mut seen = members.get();
                 for (member, (counted, positive)) in counted.iter().zip(positive.iter_mut()).enumerate() {
                     if *counted && seen & (1 << member) == 0 {
@@ -182,22 +263,47 @@ impl DistinctValues {
         }
     }
 
+    /// [`Self::update`] for the integer `value` of a BIGINT column, without its encoding
+    /// unless it needs more than 60 bits (over an append-only input only).
+    pub(super) fn update_int(&mut self, value: i64, counted: &[bool], weight: i64, positive: &mut [i64]) {
+        let DistinctValues::Seen { ints, .. } = self else {
+            panic!("integers are read as they are only over an append-only input")
+        };
+        assert!(weight > 0, "the planner declared this aggregate's input append-only");
+        if (value << 4) >> 4 != value {
+            let encoded = SeenInt::encode(value);
+            return self.update(&encoded, sluice_types::key::hash(&encoded), counted, weight, positive);
+        }
+        let entry = ints.entry(int_hash(value), |entry| entry.value() == value, |entry| int_hash(entry.value()));
+        let entry = entry.or_insert_with(|| SeenInt((value as u64) << 4)).into_mut();
+        let mut seen = entry.members();
+        for (member, (counted, positive)) in counted.iter().zip(positive.iter_mut()).enumerate() {
+            if *counted && seen & (1 << member) == 0 {
+                seen |= 1 << member;
+                *positive += 1;
+            }
+        }
+        entry.set_members(seen);
+    }
+
     /// The values of `member` with their counts (over an append-only input, 1: it saw
     /// them), in increasing byte order, as snapshots write them.
-    pub(super) fn entries(&self, member: usize) -> Vec<(&[u8], i64)> {
-        let mut entries: Vec<(&[u8], i64)> = match self {
+    pub(super) fn entries(&self, member: usize) -> Vec<(Listed<'_>, i64)> {
+        let mut entries: Vec<(Listed<'_>, i64)> = match self {
             DistinctValues::Counted(entries) => entries
                 .iter()
-                .map(|entry| (entry.value.get(), entry.counts[member]))
+                .map(|entry| (Listed::Bytes(entry.value.get()), entry.counts[member]))
                 .filter(|(_, count)| *count != 0)
                 .collect(),
-            DistinctValues::Seen { short, long } => {
-                let short = short.iter().filter(|e| e.members() & (1 << member) != 0).map(|e| (e.value(), 1));
-                let long = long.iter().filter(|e| e.members & (1 << member) != 0).map(|e| (&e.value[..], 1));
-                short.chain(long).collect()
+            DistinctValues::Seen { ints, short, long } => {
+                let seen = |members: u8| members & (1 << member) != 0;
+                let ints = ints.iter().filter(|e| seen(e.members())).map(|e| (Listed::Int(e.encoded()), 1));
+                let short = short.iter().filter(|e| seen(e.members())).map(|e| (Listed::Bytes(e.value()), 1));
+                let long = long.iter().filter(|e| seen(e.members)).map(|e| (Listed::Bytes(&e.value[..]), 1));
+                ints.chain(short).chain(long).collect()
             }
         };
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        entries.sort_unstable_by(|a, b| a.0.get().cmp(b.0.get()));
         entries
     }
 
@@ -218,11 +324,11 @@ impl DistinctValues {
                 }
                 fresh
             }
-            DistinctValues::Seen { short, long } => {
+            DistinctValues::Seen { ints, short, long } => {
                 if count < 0 {
                     return false;
                 }
-                let mut members = seen_members(short, long, value, table);
+                let mut members = seen_members(ints, short, long, value, table);
                 let seen = members.get();
                 members.set(seen | 1 << member);
                 seen & (1 << member) == 0
@@ -234,9 +340,11 @@ impl DistinctValues {
     pub(super) fn positive(&self, member: usize) -> i64 {
         let count = match self {
             DistinctValues::Counted(entries) => entries.iter().filter(|entry| entry.counts[member] > 0).count(),
-            DistinctValues::Seen { short, long } => {
-                short.iter().filter(|e| e.members() & (1 << member) != 0).count()
-                    + long.iter().filter(|e| e.members & (1 << member) != 0).count()
+            DistinctValues::Seen { ints, short, long } => {
+                let seen = |members: u8| members & (1 << member) != 0;
+                ints.iter().filter(|e| seen(e.members())).count()
+                    + short.iter().filter(|e| seen(e.members())).count()
+                    + long.iter().filter(|e| seen(e.members)).count()
             }
         };
         count as i64
@@ -247,7 +355,7 @@ impl DistinctValues {
     fn len(&self) -> usize {
         match self {
             DistinctValues::Counted(entries) => entries.len(),
-            DistinctValues::Seen { short, long } => short.len() + long.len(),
+            DistinctValues::Seen { ints, short, long } => ints.len() + short.len() + long.len(),
         }
     }
 }
@@ -260,6 +368,54 @@ mod tests {
         sluice_types::key::hash(value)
     }
 
+    /// The values of `member`, as [`DistinctValues::entries`] lists them.
+    fn listed(set: &DistinctValues, member: usize) -> Vec<(Vec<u8>, i64)> {
+        set.entries(member).into_iter().map(|(value, count)| (value.get().to_vec(), count)).collect()
+    }
+
+    fn owned(entries: &[(&[u8], i64)]) -> Vec<(Vec<u8>, i64)> {
+        entries.iter().map(|(value, count)| (value.to_vec(), *count)).collect()
+    }
+
+    /// An integer in the key encoding.
+    fn int(value: i64) -> Vec<u8> {
+        [&[TAG_SIGNED][..], &value.to_le_bytes()].concat()
+    }
+
+    #[test]
+    fn integers_of_60_bits_take_8_bytes_and_list_as_their_encoding() {
+        assert_eq!(std::mem::size_of::<SeenInt>(), 8);
+        let (low, high) = (-(1i64 << 59), (1i64 << 59) - 1);
+        for value in [0, 1, -1, 1000, low, high] {
+            let mut entry = SeenInt((value as u64) << 4);
+            entry.set_members(0b1010);
+            assert_eq!((SeenInt::of(&int(value)), entry.value(), entry.members()), (Some(value), value, 0b1010));
+            assert_eq!(entry.encoded().to_vec(), int(value));
+        }
+        for wide in [low - 1, high + 1, i64::MIN, i64::MAX] {
+            assert_eq!(SeenInt::of(&int(wide)), None, "{wide} needs more than 60 bits");
+        }
+        assert_eq!(SeenInt::of(&[0x03, 1, 0, 0, 0, 0, 0, 0, 0]), None, "an unsigned integer");
+        let mut set = DistinctValues::seen(2);
+        let mut positive = [0i64; 2];
+        for value in [5, -3, 5, i64::MAX, high, i64::MAX] {
+            set.update(&int(value), hash(&int(value)), &[true, value > 0], 1, &mut positive);
+        }
+        let DistinctValues::Seen { ints, short, .. } = &set else { panic!("a seen set") };
+        assert_eq!((ints.len(), short.len(), positive), (3, 1, [4, 3]));
+        let expected: Vec<Vec<u8>> = {
+            let mut values: Vec<Vec<u8>> = [5, -3, i64::MAX, high].into_iter().map(int).collect();
+            values.sort();
+            values
+        };
+        assert_eq!(listed(&set, 0).into_iter().map(|(value, _)| value).collect::<Vec<_>>(), expected);
+        let mut restored = DistinctValues::seen(2);
+        for (value, count) in listed(&set, 1) {
+            assert!(restored.load(1, &value, hash(&value), count));
+        }
+        assert_eq!((restored.positive(0), restored.positive(1), restored.len()), (0, 3, 3));
+    }
+
     #[test]
     fn members_count_their_own_values_through_one_set() {
         let mut set = DistinctValues::counted(2);
@@ -268,8 +424,8 @@ mod tests {
         set.update(b"b", hash(b"b"), &[true, false], 1, &mut positive);
         set.update(b"a", hash(b"a"), &[true, false], 1, &mut positive);
         assert_eq!(positive, [2, 1]);
-        assert_eq!(set.entries(0), [(&b"a"[..], 2), (&b"b"[..], 1)]);
-        assert_eq!(set.entries(1), [(&b"a"[..], 1)]);
+        assert_eq!(listed(&set, 0), owned(&[(b"a", 2), (b"b", 1)]));
+        assert_eq!(listed(&set, 1), owned(&[(b"a", 1)]));
         // Retractions: a value leaves a member at 0, and the set once every count is 0.
         set.update(b"a", hash(b"a"), &[false, true], -1, &mut positive);
         assert_eq!(positive, [2, 0]);
@@ -278,7 +434,7 @@ mod tests {
         assert_eq!(set.len(), 1);
         // A retraction before its insert is held as a negative count.
         set.update(b"c", hash(b"c"), &[false, true], -1, &mut positive);
-        assert_eq!((positive, set.entries(1)), ([1, 0], vec![(&b"c"[..], -1)]));
+        assert_eq!((positive, listed(&set, 1)), ([1, 0], owned(&[(b"c", -1)])));
         set.update(b"c", hash(b"c"), &[false, true], 1, &mut positive);
         assert_eq!(set.len(), 1, "c is dropped at 0");
         assert_eq!((set.positive(0), set.positive(1)), (1, 0));
@@ -292,14 +448,14 @@ mod tests {
         set.update(b"a", hash(b"a"), &[true, true, false], 2, &mut positive);
         set.update(b"b", hash(b"b"), &[true, false, false], 1, &mut positive);
         assert_eq!(positive, [2, 1, 1]);
-        assert_eq!(set.entries(0), [(&b"a"[..], 1), (&b"b"[..], 1)], "written as seen once");
-        assert_eq!(set.entries(1), [(&b"a"[..], 1)]);
+        assert_eq!(listed(&set, 0), owned(&[(b"a", 1), (b"b", 1)]), "written as seen once");
+        assert_eq!(listed(&set, 1), owned(&[(b"a", 1)]));
         // A value too long for a short entry is kept whole, with its members.
         let long = [7u8; SEEN_SHORT + 1];
         set.update(&long, hash(&long), &[false, true, true], 1, &mut positive);
         set.update(&long, hash(&long), &[false, true, false], 1, &mut positive);
         assert_eq!(positive, [2, 2, 2]);
-        assert_eq!(set.entries(2), [(&long[..], 1), (&b"a"[..], 1)]);
+        assert_eq!(listed(&set, 2), owned(&[(&long, 1), (b"a", 1)]));
         let mut restored = DistinctValues::seen(3);
         assert!(restored.load(0, b"a", hash(b"a"), 3), "a count of an earlier build reads as seen");
         assert!(!restored.load(0, b"a", hash(b"a"), 1), "a value twice");
@@ -307,6 +463,22 @@ mod tests {
         assert_eq!((restored.positive(0), restored.positive(1), restored.len()), (1, 0, 1));
         assert!(restored.load(2, &long, hash(&long), 1) && !restored.load(2, &long, hash(&long), 1));
         assert_eq!((restored.positive(2), restored.len()), (1, 2));
+    }
+
+    #[test]
+    fn an_integer_read_as_it_is_meets_the_same_integer_encoded() {
+        let wide = i64::MAX - 1;
+        let mut set = DistinctValues::seen(2);
+        let mut positive = [0i64; 2];
+        for value in [7, wide, -2] {
+            set.update_int(value, &[true, false], 1, &mut positive);
+        }
+        for value in [7, wide, -2, 8] {
+            set.update(&int(value), hash(&int(value)), &[true, true], 1, &mut positive);
+            set.update_int(value, &[false, true], 1, &mut positive);
+        }
+        assert_eq!(positive, [4, 4]);
+        assert_eq!((set.len(), listed(&set, 0), listed(&set, 1)), (4, listed(&set, 1), listed(&set, 0)));
     }
 
     #[test]
@@ -331,6 +503,6 @@ mod tests {
         assert!(set.load(0, &long, hash(&long), 1));
         assert!(!set.load(1, &long, hash(&long), 1));
         assert_eq!((set.positive(0), set.positive(1)), (1, 1));
-        assert_eq!(set.entries(0), [(&long[..], 1), (&b"x"[..], -2)]);
+        assert_eq!(listed(&set, 0), owned(&[(&long, 1), (b"x", -2)]));
     }
 }

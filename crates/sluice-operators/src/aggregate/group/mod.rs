@@ -98,6 +98,15 @@ struct Share {
     members: Vec<usize>,
 }
 
+/// A batch's values of one shared COUNT(DISTINCT) column.
+enum DistinctColumn {
+    /// Over an append-only input, a BIGINT column's integers as they are (see
+    /// [`DistinctValues::update_int`]).
+    Ints(Int64Array),
+    /// Any other column's values encoded, with their hashes.
+    Encoded(KeyRows),
+}
+
 /// A group the current batch touched, with its row before the batch (None: it did not
 /// exist).
 struct Touched {
@@ -373,12 +382,21 @@ impl Operator for GroupAggregate {
         self.key_encoder.encode(&key_columns, &mut keys)?;
         let arguments = self.arguments(rows)?;
         let filters = self.filters(rows);
-        // Each shared COUNT(DISTINCT) column's values, encoded once.
+        // Each shared COUNT(DISTINCT) column's values, encoded once (unless read as
+        // they are).
         let mut distinct_values = Vec::with_capacity(self.shares.len());
         for share in &self.shares {
-            let mut values = KeyRows::default();
-            share.encoder.encode(std::slice::from_ref(rows.column(share.column)), &mut values)?;
-            distinct_values.push(values);
+            let column = rows.column(share.column);
+            distinct_values.push(match column.data_type() {
+                DataType::Int64 if self.spec.append_only_input => {
+                    DistinctColumn::Ints(column.as_primitive::<Int64Type>().clone())
+                }
+                _ => {
+                    let mut values = KeyRows::default();
+                    share.encoder.encode(std::slice::from_ref(column), &mut values)?;
+                    DistinctColumn::Encoded(values)
+                }
+            });
         }
         let counted_by = |members: &[usize], row: usize, counted: &mut Vec<bool>| {
             counted.clear();
@@ -430,7 +448,12 @@ impl Operator for GroupAggregate {
                 counted_by(&share.members, row, &mut counted);
                 changes.clear();
                 changes.resize(share.members.len(), 0);
-                set.update(values.row(row), values.hash(row), &counted, weight, &mut changes);
+                match values {
+                    DistinctColumn::Ints(values) => set.update_int(values.value(row), &counted, weight, &mut changes),
+                    DistinctColumn::Encoded(values) => {
+                        set.update(values.row(row), values.hash(row), &counted, weight, &mut changes)
+                    }
+                }
                 for (&member, change) in share.members.iter().zip(&changes) {
                     if let Accumulator::Distinct { positive } = &mut group.accumulators[member] {
                         *positive += change;

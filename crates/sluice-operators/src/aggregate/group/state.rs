@@ -39,7 +39,7 @@ use sluice_types::{SluiceError, vnode};
 use crate::blob::{BlobWriter, Reader};
 
 use super::accumulator::{Accumulator, Counts, Multiset, OrderedFloat};
-use super::distinct::DistinctValues;
+use super::distinct::{DistinctValues, Listed};
 use super::{Group, GroupAggregate};
 
 /// The blob layout this build writes and reads.
@@ -91,12 +91,12 @@ fn encode(mut groups: Vec<Group>, vnodes: u32, member_of: &[Option<(usize, usize
 }
 
 /// A COUNT(DISTINCT)'s values of nonzero count, in increasing byte order.
-fn write_distinct(entries: &[(&[u8], i64)], bytes: &mut Vec<u8>) {
+fn write_distinct(entries: &[(Listed<'_>, i64)], bytes: &mut Vec<u8>) {
     bytes.push(TAG_DISTINCT);
     let count = u32::try_from(entries.len()).expect("fewer than 2^32 distinct values in a group");
     bytes.extend_from_slice(&count.to_le_bytes());
     for (value, count) in entries {
-        write_bytes(bytes, value);
+        write_bytes(bytes, value.get());
         bytes.extend_from_slice(&count.to_le_bytes());
     }
 }
