@@ -21,14 +21,26 @@ impl BlobWriter {
 
     /// The bytes of `vnode`'s blob with one more entry counted: append the entry to them.
     pub(crate) fn entry(&mut self, vnode: u32) -> &mut Vec<u8> {
-        let version = self.version;
-        let (count, bytes) = self.blobs.entry(vnode).or_insert_with(|| {
-            let mut bytes = version.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&0u32.to_le_bytes());
-            (0, bytes)
-        });
+        let (count, bytes) = self.blob(vnode);
         *count += 1;
         bytes
+    }
+
+    /// Makes room for `additional` more bytes of entries in `vnode`'s blob, which must
+    /// then get at least one entry: a blob sized exactly never grows by doubling (a
+    /// state of a gigabyte would otherwise take up to two while it is encoded).
+    pub(crate) fn reserve(&mut self, vnode: u32, additional: usize) {
+        self.blob(vnode).1.reserve_exact(additional);
+    }
+
+    fn blob(&mut self, vnode: u32) -> &mut (u32, Vec<u8>) {
+        let version = self.version;
+        self.blobs.entry(vnode).or_insert_with(|| {
+            let mut bytes = Vec::with_capacity(8);
+            bytes.extend_from_slice(&version.to_le_bytes());
+            bytes.extend_from_slice(&0u32.to_le_bytes());
+            (0, bytes)
+        })
     }
 
     /// The (vnode, blob) pairs, by vnode, each with its entry count written.

@@ -176,7 +176,7 @@ enum Rows {
 
 /// A stored row's bytes, shared (not copied) with the store: a range of one of the
 /// side's chunks of bytes (every store keeps rows in shared chunks), in memory or
-/// spilled ([`SharedRow::load`] brings a spilled one back before it is read).
+/// spilled (a snapshot reads a spilled one's chunk back, see `join/state`).
 #[derive(Debug, Clone)]
 pub(crate) struct SharedRow {
     chunk: LogChunk,
@@ -184,28 +184,25 @@ pub(crate) struct SharedRow {
 }
 
 impl SharedRow {
+    /// The spilled chunk holding the row, if it was spilled.
+    pub(crate) fn spilled(&self) -> Option<&Arc<crate::spill::SpilledChunk>> {
+        match &self.chunk {
+            LogChunk::Resident(_) => None,
+            LogChunk::Spilled(spilled) => Some(spilled),
+        }
+    }
+
+    /// The row's place in its chunk.
+    pub(crate) fn range(&self) -> std::ops::Range<usize> {
+        self.range.clone()
+    }
+
     /// The row's bytes; it must be in memory.
     pub(crate) fn bytes(&self) -> &[u8] {
         match &self.chunk {
             LogChunk::Resident(bytes) => &bytes[self.range.clone()],
-            LogChunk::Spilled(_) => panic!("a spilled row is loaded before it is read"),
+            LogChunk::Spilled(_) => panic!("a spilled row is read from its chunk, read back"),
         }
-    }
-
-    /// Reads the row's chunk back into memory if it was spilled, once per chunk
-    /// (`loaded` maps a spilled chunk to its bytes).
-    pub(crate) fn load(
-        &mut self,
-        loaded: &mut std::collections::HashMap<*const crate::spill::SpilledChunk, Arc<Vec<u8>>>,
-    ) -> Result<(), SluiceError> {
-        if let LogChunk::Spilled(spilled) = &self.chunk {
-            let bytes = match loaded.entry(Arc::as_ptr(spilled)) {
-                std::collections::hash_map::Entry::Occupied(entry) => Arc::clone(entry.get()),
-                std::collections::hash_map::Entry::Vacant(entry) => Arc::clone(entry.insert(Arc::new(spilled.read()?))),
-            };
-            self.chunk = LogChunk::Resident(bytes);
-        }
-        Ok(())
     }
 }
 

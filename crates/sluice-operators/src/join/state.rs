@@ -3,15 +3,18 @@
 //! At a barrier the driver copies the stored rows of both sides (each row's bytes are
 //! shared, not copied: the chunks of bytes holding them are reference-counted) with
 //! their weights, match counts and key hashes, and returns a job; the checkpoint writer
-//! thread reads back the copy's spilled rows ([`super::append`]; the chunks of them
-//! it reads stay in memory until the blobs are encoded) and encodes the copy into one blob per vnode holding rows, the vnode of each row's
+//! thread encodes the copy into one blob per vnode holding rows, the vnode of each row's
 //! join key hash (the hash the exchange routes both inputs by), so a restore onto any
-//! number of threads gives each row to the thread its key's future rows go to. Rows
-//! after the barrier change the live state, never the copy (a chunk a copy shares is
-//! not appended to, and a compaction of the store leaves it to the copy). A side whose
-//! rows expire holds equal rows apart as they arrived and leaves expired rows out; the
-//! encoding merges equal rows into one (weights and match counts summed), so the blob is
-//! the same as a side kept by row would write.
+//! number of threads gives each row to the thread its key's future rows go to. It first
+//! gathers each row's bytes into its vnode's buffer, reading the spilled rows back
+//! ([`super::append`]) one chunk at a time, each chunk dropped once its rows are
+//! gathered; then it sorts each vnode's rows into that vnode's blob, dropping the
+//! buffer: the encoding holds about the rows' bytes once, never every spilled chunk as
+//! well. Rows after the barrier change the live state, never the copy (a chunk a copy
+//! shares is not appended to, and a compaction of the store leaves it to the copy). A
+//! side whose rows expire holds equal rows apart as they arrived and leaves expired rows
+//! out; the encoding merges equal rows into one (weights and match counts summed), so
+//! the blob is the same as a side kept by row would write.
 //!
 //! Layout, version [`JOIN_STATE_VERSION`] (little-endian): `u32 version`, `u32 rows`,
 //! then per distinct row, ordered by side and then by the row's bytes:
@@ -58,12 +61,6 @@ struct Copied {
     matches: i64,
 }
 
-impl Copied {
-    fn row(&self) -> &[u8] {
-        self.row.bytes()
-    }
-}
-
 /// Copies the stored rows and returns the job that encodes them; None without state.
 pub(super) fn snapshot(join: &JoinOperator) -> Option<SnapshotJob> {
     let mut copy = Vec::with_capacity(join.state_rows());
@@ -80,39 +77,87 @@ pub(super) fn snapshot(join: &JoinOperator) -> Option<SnapshotJob> {
         return None;
     }
     let vnodes = join.vnodes;
-    Some(Box::new(move || {
-        // Spilled rows are read back here, on the checkpoint writer's thread.
-        let mut loaded = std::collections::HashMap::new();
-        for row in &mut copy {
-            row.row.load(&mut loaded)?;
-        }
-        Ok(encode(copy, vnodes))
-    }))
+    Some(Box::new(move || encode(copy, vnodes)))
 }
 
-/// One blob per vnode holding rows, in vnode order. Equal rows of a side (an expiring
-/// side keeps each arrival apart) become one, their weights and match counts summed.
-fn encode(mut rows: Vec<Copied>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
-    rows.sort_by(|a, b| (a.side, a.row()).cmp(&(b.side, b.row())));
-    rows.dedup_by(|later, kept| {
-        let equal = later.side == kept.side && later.row() == kept.row();
-        if equal {
-            kept.weight += later.weight;
-            kept.matches += later.matches;
-        }
-        equal
-    });
-    let mut blobs = BlobWriter::new(VERSION);
-    for row in &rows {
-        let bytes = blobs.entry(vnode::of_hash(row.key_hash, vnodes));
-        bytes.push(row.side);
-        let length = u32::try_from(row.row().len()).expect("a row shorter than 4 GiB");
-        bytes.extend_from_slice(&length.to_le_bytes());
-        bytes.extend_from_slice(row.row());
-        bytes.extend_from_slice(&row.weight.to_le_bytes());
-        bytes.extend_from_slice(&row.matches.to_le_bytes());
+/// One row gathered in its vnode's buffer: side, place in the buffer, weight, matches.
+struct Gathered {
+    side: u8,
+    range: std::ops::Range<usize>,
+    weight: i64,
+    matches: i64,
+}
+
+/// The rows of one vnode, gathered: their bytes one after another.
+#[derive(Default)]
+struct VnodeRows {
+    bytes: Vec<u8>,
+    rows: Vec<Gathered>,
+}
+
+/// One blob per vnode holding rows, in vnode order, each ordered by side and then by
+/// row. Equal rows of a side (an expiring side keeps each arrival apart) become one,
+/// their weights and match counts summed: equal rows have equal keys, so one vnode.
+fn encode(mut copy: Vec<Copied>, vnodes: u32) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
+    // Each vnode's buffers sized exactly: grown by doubling, they would take up to
+    // twice the rows' bytes.
+    let mut gathered: std::collections::BTreeMap<u32, VnodeRows> = std::collections::BTreeMap::new();
+    let mut sizes: std::collections::BTreeMap<u32, (usize, usize)> = std::collections::BTreeMap::new();
+    for row in &copy {
+        let (bytes, rows) = sizes.entry(vnode::of_hash(row.key_hash, vnodes)).or_default();
+        *bytes += row.row.range().len();
+        *rows += 1;
     }
-    blobs.finish()
+    for (vnode, (bytes, rows)) in sizes {
+        gathered.insert(vnode, VnodeRows { bytes: Vec::with_capacity(bytes), rows: Vec::with_capacity(rows) });
+    }
+    // Rows of one spilled chunk together, so that each chunk is read back once.
+    copy.sort_unstable_by_key(|row| row.row.spilled().map_or(std::ptr::null(), Arc::as_ptr));
+    let mut chunk: Option<(*const crate::spill::SpilledChunk, Vec<u8>)> = None;
+    for row in copy {
+        let bytes = match row.row.spilled() {
+            None => row.row.bytes(),
+            Some(spilled) => {
+                if chunk.as_ref().is_none_or(|(held, _)| *held != Arc::as_ptr(spilled)) {
+                    // The chunk before is dropped here: none of its rows is left.
+                    chunk = Some((Arc::as_ptr(spilled), spilled.read()?));
+                }
+                &chunk.as_ref().expect("the row's chunk was just read").1[row.row.range()]
+            }
+        };
+        let vnode = gathered.entry(vnode::of_hash(row.key_hash, vnodes)).or_default();
+        let start = vnode.bytes.len();
+        vnode.bytes.extend_from_slice(bytes);
+        let range = start..vnode.bytes.len();
+        vnode.rows.push(Gathered { side: row.side, range, weight: row.weight, matches: row.matches });
+    }
+    drop(chunk);
+    let mut blobs = Vec::with_capacity(gathered.len());
+    for (vnode, VnodeRows { bytes, mut rows }) in gathered {
+        let row = |gathered: &Gathered| &bytes[gathered.range.clone()];
+        rows.sort_by(|a, b| (a.side, row(a)).cmp(&(b.side, row(b))));
+        rows.dedup_by(|later, kept| {
+            let equal = later.side == kept.side && row(later) == row(kept);
+            if equal {
+                kept.weight += later.weight;
+                kept.matches += later.matches;
+            }
+            equal
+        });
+        let mut blob = BlobWriter::new(VERSION);
+        blob.reserve(vnode, rows.iter().map(|gathered| MIN_ROW_BYTES + gathered.range.len()).sum());
+        for gathered in &rows {
+            let out = blob.entry(vnode);
+            out.push(gathered.side);
+            let length = u32::try_from(gathered.range.len()).expect("a row shorter than 4 GiB");
+            out.extend_from_slice(&length.to_le_bytes());
+            out.extend_from_slice(row(gathered));
+            out.extend_from_slice(&gathered.weight.to_le_bytes());
+            out.extend_from_slice(&gathered.matches.to_le_bytes());
+        }
+        blobs.extend(blob.finish());
+    }
+    Ok(blobs)
 }
 
 fn corrupt(what: &str) -> SluiceError {

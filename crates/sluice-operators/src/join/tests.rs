@@ -822,6 +822,9 @@ fn spilled_rows_join_snapshot_and_restore_as_rows_in_memory_do() {
     let blobs = |operator: &mut JoinOperator| operator.snapshot().expect("snapshot").expect("state")().expect("encode");
     let (from_disk, from_memory) = (blobs(&mut spilled), blobs(&mut kept));
     assert_eq!(from_disk.len(), from_memory.len());
+    for (vnode, blob) in from_disk.iter().chain(&from_memory) {
+        assert_eq!(blob.capacity(), blob.len(), "vnode {vnode}'s blob is sized exactly, never doubled");
+    }
     let mut restored = appending_join(JoinKind::Inner, true, &space);
     restored.restore(from_disk.into_iter().map(|(_, blob)| blob).collect()).expect("restore");
     let more: Vec<(RightRow, i64)> = (0..5).map(|k| ((Some(k), 55, None), 1)).collect();

@@ -52,9 +52,19 @@ fn encode(
     no_keys: bool,
 ) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
     partitions.sort_by(|a, b| a.key.get().cmp(b.key.get()));
+    let vnode_of = |partition: &Partition| vnode::of_hash(placement_hash(no_keys, partition.key.get()), vnodes);
     let mut blobs = BlobWriter::new(VERSION);
+    // Each blob sized exactly first (see `BlobWriter::reserve`).
+    let mut sizes: std::collections::BTreeMap<u32, usize> = std::collections::BTreeMap::new();
     for partition in &partitions {
-        let bytes = blobs.entry(vnode::of_hash(placement_hash(no_keys, partition.key.get()), vnodes));
+        let rows: usize = partition.rows.iter().map(|entry| 12 + entry.row.len()).sum();
+        *sizes.entry(vnode_of(partition)).or_default() += 8 + partition.key.get().len() + rows;
+    }
+    for (vnode, size) in sizes {
+        blobs.reserve(vnode, size);
+    }
+    for partition in &partitions {
+        let bytes = blobs.entry(vnode_of(partition));
         write_bytes(bytes, partition.key.get());
         let rows = u32::try_from(partition.rows.len()).expect("fewer than 2^32 rows per partition");
         bytes.extend_from_slice(&rows.to_le_bytes());
