@@ -136,7 +136,7 @@ struct Entry {
 
 /// One partition's first N rows, in rank order. Millions are kept (NEXMark q18 keeps one
 /// per bidder and auction), so a partition is its key and its row, both inline when it
-/// holds one (64 bytes); its placement hash is computed again from the key when needed.
+/// holds one (56 bytes); its placement hash is computed again from the key when needed.
 #[derive(Debug, Clone)]
 struct Partition {
     /// Inline when short (every key of integers, dates and timestamps up to 22 bytes).
@@ -436,7 +436,18 @@ impl TopN {
     fn order_of(columns: &[SortColumnValues], row: usize) -> OrderValues {
         let value = |column: &SortColumnValues| match column {
             SortColumnValues::Int(values) if values.is_valid(row) => SortValue::Int(values.value(row)),
-            SortColumnValues::Float(values) if values.is_valid(row) => SortValue::Float(values.value(row)),
+            // As the key encoding keeps them (-0.0 as 0.0, one NaN), so that a row's order
+            // values are the same live and restored from its bytes.
+            SortColumnValues::Float(values) if values.is_valid(row) => {
+                let value = values.value(row);
+                SortValue::Float(if value == 0.0 {
+                    0.0
+                } else if value.is_nan() {
+                    f64::NAN
+                } else {
+                    value
+                })
+            }
             SortColumnValues::Text(values) if values.is_valid(row) => {
                 SortValue::Text(Box::new(values.value(row).into()))
             }

@@ -99,6 +99,10 @@ pub(super) fn restore(topn: &mut TopN, blobs: Vec<Vec<u8>>) -> Result<(), Sluice
             if count == 0 || (count > topn.spec.limit && !topn.spec.retracting) {
                 return Err(corrupt("a partition with no rows or more than N"));
             }
+            // A row takes 12 bytes at least (tie and length): refused before allocating.
+            if count > reader.remaining() / 12 {
+                return Err(corrupt("more rows than bytes"));
+            }
             let mut ties = Vec::with_capacity(count);
             let mut rows: Vec<&[u8]> = Vec::with_capacity(count);
             for _ in 0..count {

@@ -556,3 +556,28 @@ fn a_partitions_rows_go_back_inline_when_one_is_left() {
     assert_eq!(rows.remove(0).row, RowAt::pending(3));
     assert!(matches!(rows, Rows::None));
 }
+
+#[test]
+fn float_order_values_are_kept_as_the_key_encoding_keeps_them() {
+    // A row's order values are recomputed from its bytes when restored, where -0.0 is 0.0
+    // and every NaN one NaN: live rows must hold the same values, or a retraction of a
+    // restored row would not find it.
+    use super::{SortColumnValues, SortValue};
+    let odd_nan = f64::from_bits(0xfff8_0000_0000_0001);
+    let floats = arrow::array::Float64Array::from(vec![-0.0, odd_nan, 1.5]);
+    let columns = [SortColumnValues::Float(floats)];
+    let bits = |row: usize| match TopN::order_of(&columns, row).iter().next() {
+        Some(SortValue::Float(value)) => value.to_bits(),
+        other => panic!("a float order value: {other:?}"),
+    };
+    assert_eq!((bits(0), bits(1), bits(2)), (0.0f64.to_bits(), f64::NAN.to_bits(), 1.5f64.to_bits()));
+}
+
+#[test]
+fn a_blob_claiming_more_rows_than_its_bytes_is_refused_before_allocating() {
+    // A retracting TopN bounds no partition by N: the count alone must not size a buffer.
+    let blob =
+        [&1u32.to_le_bytes()[..], &1u32.to_le_bytes(), &1u32.to_le_bytes(), &[0x00], &u32::MAX.to_le_bytes()].concat();
+    let error = topn_over(2, true, true).restore(vec![blob]).expect_err("damaged");
+    assert_eq!(error.code, "state.corrupt");
+}

@@ -18,11 +18,12 @@
 //!   each value keeps only which members saw it (a bit each), as Flink does for
 //!   append-only input. NEXMark q16 holds millions of such values (its 10,004 channels
 //!   each count their own bidders and auctions), so they are packed by size:
-//!   - an integer (its encoding's tag `0x02`) of 60 bits or fewer: in 8 bytes with its
+//!   - a value the key encoding writes as an i64 (tag `0x02`: integers, dates,
+//!     timestamps, times and intervals) of 60 bits or fewer: in 8 bytes with its
 //!     members ([`SeenInt`]), hashed by its value alone (this table is never persisted,
 //!     so its hash is free to be another than the key hash);
-//!   - any other value of up to 15 bytes (every date and timestamp): in 16 bytes with its
-//!     members ([`SeenShort`], 64 with counts);
+//!   - any other value of up to 15 bytes: in 16 bytes with its members ([`SeenShort`],
+//!     64 with counts);
 //!   - a longer one boxed in a table of its own.
 
 use hashbrown::HashTable;
@@ -270,6 +271,10 @@ impl DistinctValues {
             panic!("integers are read as they are only over an append-only input")
         };
         assert!(weight > 0, "the planner declared this aggregate's input append-only");
+        // A value no member counts (every FILTER false) is not kept, as in `update`.
+        if !counted.iter().any(|c| *c) {
+            return;
+        }
         if (value << 4) >> 4 != value {
             let encoded = SeenInt::encode(value);
             return self.update(&encoded, sluice_types::key::hash(&encoded), counted, weight, positive);
@@ -479,6 +484,10 @@ mod tests {
         }
         assert_eq!(positive, [4, 4]);
         assert_eq!((set.len(), listed(&set, 0), listed(&set, 1)), (4, listed(&set, 1), listed(&set, 0)));
+        // A value no member counts (every FILTER false) is not kept, read either way.
+        set.update_int(9, &[false, false], 1, &mut positive);
+        set.update(&int(10), hash(&int(10)), &[false, false], 1, &mut positive);
+        assert_eq!((set.len(), positive), (4, [4, 4]));
     }
 
     #[test]
