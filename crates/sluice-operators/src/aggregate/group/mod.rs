@@ -4,7 +4,7 @@
 //! `FILTER (WHERE …)` condition (a boolean column), and a weight: +1 inserts, -1
 //! retractions (any other value is a multiplicity), so the input may itself be updating.
 //! State is one entry per group: its key (in the project's key encoding,
-//! [`sluice_types::key`]), the key's placement hash (the exchange's, so its vnode), the
+//! [`sluice_types::key`]; its placement hash, the exchange's, is computed from it), the
 //! weighted count of its rows, one retractable accumulator per aggregate
 //! ([`accumulator`]), and for each column that COUNT(DISTINCT) aggregates, its values
 //! with a count per such aggregate ([`distinct`]: the FILTERed variants of one column
@@ -48,6 +48,7 @@ use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
+use crate::bytes::SmallBytes;
 use crate::counter::LazyCounter;
 use accumulator::{Accumulator, Argument, Value, ValueKind};
 use distinct::{DistinctValues, MEMBERS_MAX};
@@ -67,18 +68,25 @@ pub struct GroupAggregateSpec {
     pub append_only_input: bool,
 }
 
-/// One group's state.
+/// One group's state: 64 bytes and its accumulators (NEXMark q4 and q17 keep hundreds
+/// of thousands of groups). The key's placement hash is computed again from the key
+/// when needed ([`placement_hash`]).
 #[derive(Debug, Clone)]
 struct Group {
-    key: Box<[u8]>,
-    /// The key's placement hash (0 without keys).
-    hash: u64,
+    /// Inline when short (every key of up to two integers, dates or timestamps).
+    key: SmallBytes,
     /// The weighted count of the group's rows: the group exists while it is positive.
     rows: i64,
     /// Exactly one per aggregate (a boxed slice: no spare capacity, no length twice).
     accumulators: Box<[Accumulator]>,
-    /// One set per [`Share`].
-    distinct: Vec<DistinctValues>,
+    /// One set per [`Share`] (none allocated without COUNT(DISTINCT)).
+    distinct: Box<[DistinctValues]>,
+}
+
+/// The placement hash of a group key: the key hash, or 0 for the one group of an
+/// aggregate without keys (as the exchange places its rows).
+fn placement_hash(no_keys: bool, key: &[u8]) -> u64 {
+    if no_keys { 0 } else { sluice_types::key::hash(key) }
 }
 
 impl Group {
@@ -226,7 +234,7 @@ impl GroupAggregate {
         self.spec.aggregates.iter().zip(&self.kinds).map(new).collect()
     }
 
-    fn new_distinct(&self) -> Vec<DistinctValues> {
+    fn new_distinct(&self) -> Box<[DistinctValues]> {
         let new = if self.spec.append_only_input { DistinctValues::seen } else { DistinctValues::counted };
         self.shares.iter().map(|share| new(share.members.len())).collect()
     }
@@ -265,14 +273,14 @@ impl GroupAggregate {
     fn group_of(&mut self, key: &[u8], hash: u64) -> u32 {
         let table = table_hash(hash);
         let groups = &self.groups;
-        let found =
-            self.index.find(table, |&id| groups[id as usize].as_ref().is_some_and(|g| crate::same_bytes(&g.key, key)));
+        let found = self
+            .index
+            .find(table, |&id| groups[id as usize].as_ref().is_some_and(|g| crate::same_bytes(g.key.get(), key)));
         if let Some(&id) = found {
             return id;
         }
         let group = Group {
-            key: key.into(),
-            hash,
+            key: SmallBytes::new(key),
             rows: 0,
             accumulators: self.new_accumulators().into_boxed_slice(),
             distinct: self.new_distinct(),
@@ -289,15 +297,16 @@ impl GroupAggregate {
                 (self.groups.len() - 1) as u32
             }
         };
-        let groups = &self.groups;
-        self.index.insert_unique(table, id, |&g| table_hash(groups[g as usize].as_ref().map_or(0, |g| g.hash)));
+        let (groups, no_keys) = (&self.groups, self.spec.keys.is_empty());
+        let rehash = |g: &u32| groups[*g as usize].as_ref().map_or(0, |g| placement_hash(no_keys, g.key.get()));
+        self.index.insert_unique(table, id, |g| table_hash(rehash(g)));
         id
     }
 
     /// Drops group `id` (its rows were all retracted).
     fn drop_group(&mut self, id: u32) {
         let group = self.groups[id as usize].take().expect("a live group");
-        let table = table_hash(group.hash);
+        let table = table_hash(placement_hash(self.spec.keys.is_empty(), group.key.get()));
         let entry = self.index.find_entry(table, |&g| g == id).expect("an indexed group");
         entry.remove();
         self.free.push(id);
@@ -349,7 +358,7 @@ impl GroupAggregate {
         let mut columns: Vec<ArrayRef> = if self.spec.keys.is_empty() {
             Vec::new()
         } else {
-            self.key_encoder.decode(ids.iter().map(|id| &*group(id).key))?
+            self.key_encoder.decode(ids.iter().map(|id| group(id).key.get()))?
         };
         let template = self.new_accumulators();
         for (index, accumulator) in template.iter().enumerate() {
@@ -441,7 +450,7 @@ impl Operator for GroupAggregate {
                 }
             }
             // A NULL is no value: COUNT(DISTINCT) skips it.
-            for ((share, values), set) in self.shares.iter().zip(&distinct_values).zip(&mut group.distinct) {
+            for ((share, values), set) in self.shares.iter().zip(&distinct_values).zip(group.distinct.iter_mut()) {
                 if !rows.column(share.column).is_valid(row) {
                     continue;
                 }

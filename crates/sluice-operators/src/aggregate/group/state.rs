@@ -40,7 +40,7 @@ use crate::blob::{BlobWriter, Reader};
 
 use super::accumulator::{Accumulator, Counts, Multiset, OrderedFloat};
 use super::distinct::{DistinctValues, Listed};
-use super::{Group, GroupAggregate};
+use super::{Group, GroupAggregate, placement_hash};
 
 /// The blob layout this build writes and reads.
 pub const GROUP_STATE_VERSION: u32 = 1;
@@ -65,20 +65,25 @@ pub(super) fn snapshot(aggregate: &GroupAggregate) -> Option<SnapshotJob> {
     if copy.is_empty() {
         return None;
     }
-    let vnodes = aggregate.vnodes;
+    let (vnodes, no_keys) = (aggregate.vnodes, aggregate.spec.keys.is_empty());
     let member_of = aggregate.member_of.clone();
-    Some(Box::new(move || Ok(encode(copy, vnodes, &member_of))))
+    Some(Box::new(move || Ok(encode(copy, vnodes, no_keys, &member_of))))
 }
 
 /// One blob per vnode holding groups, in vnode order. `member_of`: each aggregate's
 /// shared COUNT(DISTINCT) set and member there.
-fn encode(mut groups: Vec<Group>, vnodes: u32, member_of: &[Option<(usize, usize)>]) -> Vec<(u32, Vec<u8>)> {
-    groups.sort_by(|a, b| a.key.cmp(&b.key));
+fn encode(
+    mut groups: Vec<Group>,
+    vnodes: u32,
+    no_keys: bool,
+    member_of: &[Option<(usize, usize)>],
+) -> Vec<(u32, Vec<u8>)> {
+    groups.sort_by(|a, b| a.key.get().cmp(b.key.get()));
     let mut blobs = BlobWriter::new(VERSION);
     for group in &groups {
-        let vnode = vnode::of_hash(group.hash, vnodes);
+        let vnode = vnode::of_hash(placement_hash(no_keys, group.key.get()), vnodes);
         let bytes = blobs.entry(vnode);
-        write_bytes(bytes, &group.key);
+        write_bytes(bytes, group.key.get());
         bytes.extend_from_slice(&group.rows.to_le_bytes());
         for (accumulator, member) in group.accumulators.iter().zip(member_of) {
             match member {
@@ -282,7 +287,7 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Re
         }
         let count = reader.u32()?;
         for _ in 0..count {
-            let key: Box<[u8]> = reader.bytes()?.into();
+            let key = reader.bytes()?;
             let rows = reader.i64()?;
             if rows <= 0 {
                 return Err(corrupt("a group without rows"));
@@ -295,8 +300,7 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Re
                     None => read_accumulator(accumulator, &mut reader)?,
                 }
             }
-            let hash = if no_keys { 0 } else { sluice_types::key::hash(&key) };
-            let id = aggregate.group_of(&key, hash);
+            let id = aggregate.group_of(key, placement_hash(no_keys, key));
             let group = aggregate.groups[id as usize].as_mut().expect("group_of returns a live group");
             if group.rows != 0 {
                 return Err(corrupt("a key appears twice (in two vnodes)"));

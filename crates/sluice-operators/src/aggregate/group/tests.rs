@@ -540,3 +540,10 @@ fn a_group_not_written_for_the_ttl_is_dropped_and_starts_again_from_nothing() {
     operator.on_watermark(1, &mut out).expect("watermark");
     assert_eq!(operator.groups.iter().flatten().count(), 0, "every group expired");
 }
+
+#[test]
+fn a_group_takes_64_bytes_besides_its_accumulators() {
+    // Hundreds of thousands are kept (NEXMark q4 groups by auction): the key inline when
+    // short, the row count, and two boxed slices; no placement hash (computed again).
+    assert_eq!(std::mem::size_of::<super::Group>(), 64);
+}
