@@ -359,6 +359,15 @@ impl SpillLog {
         }
     }
 
+    /// The bytes chunk `chunk` holds (a chunk other than the last is never appended to
+    /// again).
+    pub(crate) fn chunk_len(&self, chunk: u32) -> usize {
+        match &self.chunks[chunk as usize] {
+            LogChunk::Resident(bytes) => bytes.len(),
+            LogChunk::Spilled(spilled) => spilled.length,
+        }
+    }
+
     /// Chunk `chunk`, shared.
     pub(crate) fn chunk(&self, chunk: u32) -> &LogChunk {
         &self.chunks[chunk as usize]
