@@ -15,8 +15,9 @@
 //! - The rows' bytes go to a [`SpillLog`]: beyond the pipeline's state memory budget
 //!   (`crate::spill`) the older ones are in a file on local disk, read back when a
 //!   probe finds them. NEXMark q20 keeps every bid this way.
-//! - `by_key`: a hash table from join key to its newest row ([`Head`], the key inline
-//!   when short); each entry links to the key's previous row, so an insert writes only
+//! - `by_key`: a hash table of join keys ([`Head`]s in pages, the key inline when short,
+//!   the table holding only their numbers: its spare room costs 4 bytes a slot, not a
+//!   head's 32) to each key's newest row; each entry links to the key's previous row, so an insert writes only
 //!   the new entry and the key's head, and a probe walks the key's rows newest first
 //!   (and returns them oldest first, the order they came in).
 //! - Weights: every row's is 1 until a row arrives with another, then one per row.
@@ -48,10 +49,10 @@ struct Entry {
     older: u32,
 }
 
-/// A join key's newest row.
+/// A join key's newest row. Its hash is the key hash of `key`, computed again when the
+/// table grows and for snapshots.
 #[derive(Debug)]
 struct Head {
-    hash: u64,
     newest: u32,
     key: SmallBytes,
 }
@@ -70,7 +71,9 @@ pub(super) struct AppendStore {
     entries: Pages<Entry>,
     /// Per row, its weight; empty while every weight is 1.
     weights: Vec<i64>,
-    by_key: HashTable<Head>,
+    heads: Pages<Head>,
+    /// Head numbers by their key's hash.
+    by_key: HashTable<u32>,
     log: SpillLog,
     /// The encoded rows' bytes.
     bytes: usize,
@@ -89,6 +92,7 @@ impl AppendStore {
         AppendStore {
             entries: Pages::default(),
             weights: Vec::new(),
+            heads: Pages::default(),
             by_key: HashTable::new(),
             log,
             bytes: 0,
@@ -110,9 +114,10 @@ impl AppendStore {
     /// Appends to `out` the ids of the rows whose join key is `key` (placement hash
     /// `hash`), in the order they were stored.
     pub(super) fn probe(&self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
-        let Some(head) = self.by_key.find(hash, |h| h.hash == hash && same_bytes(h.key.get(), key)) else { return };
+        let heads = &self.heads;
+        let Some(&head) = self.by_key.find(hash, |&h| same_bytes(heads[h as usize].key.get(), key)) else { return };
         let before = out.len();
-        let mut id = head.newest;
+        let mut id = self.heads[head as usize].newest;
         while id != NONE {
             out.push(u64::from(id));
             id = self.entries[id as usize].older;
@@ -169,11 +174,14 @@ impl AppendStore {
         assert!(!row.row.is_empty(), "an encoded row has a byte per column at least");
         let (chunk, start) = self.log.append(row.row)?;
         let hash = row.key_hash;
-        let older = match self.by_key.find_mut(hash, |h| h.hash == hash && same_bytes(h.key.get(), row.key)) {
-            Some(head) => std::mem::replace(&mut head.newest, id),
+        let heads = &self.heads;
+        let older = match self.by_key.find(hash, |&h| same_bytes(heads[h as usize].key.get(), row.key)) {
+            Some(&head) => std::mem::replace(&mut self.heads[head as usize].newest, id),
             None => {
-                let head = Head { hash, newest: id, key: SmallBytes::new(row.key) };
-                self.by_key.insert_unique(hash, head, |h| h.hash);
+                let head = u32::try_from(self.heads.len()).expect("fewer join keys than rows");
+                self.heads.push(Head { newest: id, key: SmallBytes::new(row.key) });
+                let heads = &self.heads;
+                self.by_key.insert_unique(hash, head, |&h| sluice_types::key::hash(heads[h as usize].key.get()));
                 NONE
             }
         };
@@ -188,7 +196,8 @@ impl AppendStore {
 
     /// Every stored row, key by key.
     pub(super) fn rows(&self) -> impl Iterator<Item = AppendedRef<'_>> {
-        self.by_key.iter().flat_map(move |head| {
+        self.heads.iter().flat_map(move |head| {
+            let key_hash = sluice_types::key::hash(head.key.get());
             let mut id = head.newest;
             std::iter::from_fn(move || {
                 (id != NONE).then(|| {
@@ -196,7 +205,7 @@ impl AppendStore {
                     let row = AppendedRef {
                         chunk: self.log.chunk(entry.chunk),
                         range: self.range(id),
-                        key_hash: head.hash,
+                        key_hash,
                         weight: self.weight(id),
                     };
                     id = entry.older;
@@ -265,10 +274,13 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_takes_12_bytes() {
+    fn an_entry_takes_12_bytes_and_a_key_32() {
         // Millions are kept (NEXMark q20 keeps every bid): where the row starts and the
         // key's row before it; the row's length comes from the next entry.
         assert_eq!(std::mem::size_of::<Entry>(), 12);
+        // A key: its newest row and the key inline when short, in pages; the hash table
+        // holds 4-byte head numbers.
+        assert_eq!(std::mem::size_of::<Head>(), 32);
     }
 
     #[test]
