@@ -27,6 +27,13 @@ impl HashPartitioner {
     }
 }
 
+/// The placement hash of an encoded key as the exchange routes it: its key hash, or 0
+/// for the rows of an operator without keys (which all go to one thread). State saved by
+/// vnode recomputes it from the key, so a restored key lands where its rows go.
+pub fn placement_hash(no_keys: bool, key: &[u8]) -> u64 {
+    if no_keys { 0 } else { sluice_types::key::hash(key) }
+}
+
 /// Encodes the key columns `keys` of `rows` into `out` (with each key's placement hash),
 /// making `encoder` for their types on first use.
 pub fn encode_keys(

@@ -250,7 +250,7 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, blobs: Vec<Vec<u8>>) -> R
     for window in aggregate.windows.values_mut() {
         let from = window.groups.hashes.len();
         for group in from..window.groups.len() {
-            let hash = if no_keys { 0 } else { sluice_types::key::hash(window.groups.key(group)) };
+            let hash = crate::partition::placement_hash(no_keys, window.groups.key(group));
             window.groups.hashes.push(hash);
         }
         let WindowGroups { index, groups, .. } = window;

@@ -89,7 +89,6 @@ struct Gathered {
 }
 
 /// The rows of one vnode, gathered: their bytes one after another.
-#[derive(Default)]
 struct VnodeRows {
     bytes: Vec<u8>,
     rows: Vec<Gathered>,
@@ -101,16 +100,17 @@ struct VnodeRows {
 fn encode(mut copy: Vec<Copied>, vnodes: u32) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
     // Each vnode's buffers sized exactly: grown by doubling, they would take up to
     // twice the rows' bytes.
-    let mut gathered: std::collections::BTreeMap<u32, VnodeRows> = std::collections::BTreeMap::new();
     let mut sizes: std::collections::BTreeMap<u32, (usize, usize)> = std::collections::BTreeMap::new();
     for row in &copy {
         let (bytes, rows) = sizes.entry(vnode::of_hash(row.key_hash, vnodes)).or_default();
         *bytes += row.row.range().len();
         *rows += 1;
     }
-    for (vnode, (bytes, rows)) in sizes {
-        gathered.insert(vnode, VnodeRows { bytes: Vec::with_capacity(bytes), rows: Vec::with_capacity(rows) });
-    }
+    let mut gathered: std::collections::BTreeMap<u32, VnodeRows> = (sizes.into_iter())
+        .map(|(vnode, (bytes, rows))| {
+            (vnode, VnodeRows { bytes: Vec::with_capacity(bytes), rows: Vec::with_capacity(rows) })
+        })
+        .collect();
     // Rows of one spilled chunk together, so that each chunk is read back once.
     copy.sort_unstable_by_key(|row| row.row.spilled().map_or(std::ptr::null(), Arc::as_ptr));
     let mut chunk: Option<(*const crate::spill::SpilledChunk, Vec<u8>)> = None;
@@ -125,7 +125,7 @@ fn encode(mut copy: Vec<Copied>, vnodes: u32) -> Result<Vec<(u32, Vec<u8>)>, Slu
                 &chunk.as_ref().expect("the row's chunk was just read").1[row.row.range()]
             }
         };
-        let vnode = gathered.entry(vnode::of_hash(row.key_hash, vnodes)).or_default();
+        let vnode = gathered.get_mut(&vnode::of_hash(row.key_hash, vnodes)).expect("every row's vnode was sized");
         let start = vnode.bytes.len();
         vnode.bytes.extend_from_slice(bytes);
         let range = start..vnode.bytes.len();

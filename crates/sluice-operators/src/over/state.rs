@@ -214,7 +214,7 @@ pub(super) fn restore(over: &mut OverAggregate, blobs: Vec<Vec<u8>>) -> Result<(
                 }
                 _ => return Err(corrupt("running accumulators of another frame")),
             };
-            let hash = if no_keys { 0 } else { sluice_types::key::hash(key) };
+            let hash = crate::partition::placement_hash(no_keys, key);
             let id = over.partition_of(key, hash);
             let partition = over.partitions[id as usize].as_mut().expect("just found");
             let fresh = partition.pending.is_empty()

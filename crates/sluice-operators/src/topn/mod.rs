@@ -55,6 +55,7 @@ pub use state::TOPN_STATE_VERSION;
 use crate::bytes::SmallBytes;
 use crate::counter::LazyCounter;
 use crate::pages::Pages;
+use crate::partition::placement_hash;
 use crate::spill::SpillSpace;
 use rows::{RowAt, RowLog};
 
@@ -296,12 +297,6 @@ fn compare_values(left: &SortValue, right: &SortValue, column: &SortColumn) -> O
 /// The mixing of a placement hash for the index (see the window aggregate's).
 fn table_hash(placement: u64) -> u64 {
     (placement ^ (placement >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-/// The placement hash of a partition key: the key hash, or 0 for the one partition of a
-/// TopN without `PARTITION BY` (as the exchange places its rows).
-fn placement_hash(no_keys: bool, key: &[u8]) -> u64 {
-    if no_keys { 0 } else { sluice_types::key::hash(key) }
 }
 
 impl TopN {

@@ -23,7 +23,8 @@ use sluice_types::{SluiceError, vnode};
 use crate::blob::{BlobWriter, Reader};
 
 use super::rows::SharedRows;
-use super::{Entry, Partition, TopN, placement_hash};
+use super::{Entry, Partition, TopN};
+use crate::partition::placement_hash;
 
 /// The blob layout this build writes and reads.
 pub const TOPN_STATE_VERSION: u32 = 1;

@@ -87,7 +87,12 @@ impl SeenInt {
     fn of(value: &[u8]) -> Option<i64> {
         let (&TAG_SIGNED, bytes) = value.split_first()? else { return None };
         let value = i64::from_le_bytes(bytes.try_into().ok()?);
-        ((value << 4) >> 4 == value).then_some(value)
+        SeenInt::fits(value).then_some(value)
+    }
+
+    /// Whether `value` takes 60 bits or fewer.
+    fn fits(value: i64) -> bool {
+        (value << 4) >> 4 == value
     }
 
     fn value(self) -> i64 {
@@ -124,6 +129,18 @@ fn int_hash(value: i64) -> u64 {
     hash ^= hash >> 33;
     hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     hash ^ (hash >> 33)
+}
+
+/// The members of a value seen by the `counted` members too (bit `m` for member `m`),
+/// each member new to it adding 1 to its `positive`.
+fn see(mut seen: u8, counted: &[bool], positive: &mut [i64]) -> u8 {
+    for (member, (counted, positive)) in counted.iter().zip(positive.iter_mut()).enumerate() {
+        if *counted && seen & (1 << member) == 0 {
+            seen |= 1 << member;
+            *positive += 1;
+        }
+    }
+    seen
 }
 
 /// A value as [`DistinctValues::entries`] lists it: the set's bytes, or an integer's
@@ -252,14 +269,7 @@ impl DistinctValues {
             DistinctValues::Seen { ints, short, long } => {
                 assert!(weight > 0, "the planner declared this aggregate's input append-only");
                 let mut members = seen_members(ints, short, long, value, table);
-                let mut seen = members.get();
-                for (member, (counted, positive)) in counted.iter().zip(positive.iter_mut()).enumerate() {
-                    if *counted && seen & (1 << member) == 0 {
-                        seen |= 1 << member;
-                        *positive += 1;
-                    }
-                }
-                members.set(seen);
+                members.set(see(members.get(), counted, positive));
             }
         }
     }
@@ -275,20 +285,13 @@ impl DistinctValues {
         if !counted.iter().any(|c| *c) {
             return;
         }
-        if (value << 4) >> 4 != value {
+        if !SeenInt::fits(value) {
             let encoded = SeenInt::encode(value);
             return self.update(&encoded, sluice_types::key::hash(&encoded), counted, weight, positive);
         }
         let entry = ints.entry(int_hash(value), |entry| entry.value() == value, |entry| int_hash(entry.value()));
         let entry = entry.or_insert_with(|| SeenInt((value as u64) << 4)).into_mut();
-        let mut seen = entry.members();
-        for (member, (counted, positive)) in counted.iter().zip(positive.iter_mut()).enumerate() {
-            if *counted && seen & (1 << member) == 0 {
-                seen |= 1 << member;
-                *positive += 1;
-            }
-        }
-        entry.set_members(seen);
+        entry.set_members(see(entry.members(), counted, positive));
     }
 
     /// The values of `member` with their counts (over an append-only input, 1: it saw

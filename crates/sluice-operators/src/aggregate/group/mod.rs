@@ -50,6 +50,7 @@ use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
 use crate::bytes::SmallBytes;
 use crate::counter::LazyCounter;
+use crate::partition::placement_hash;
 use accumulator::{Accumulator, Argument, Value, ValueKind};
 use distinct::{DistinctValues, MEMBERS_MAX};
 
@@ -81,12 +82,6 @@ struct Group {
     accumulators: Box<[Accumulator]>,
     /// One set per [`Share`] (none allocated without COUNT(DISTINCT)).
     distinct: Box<[DistinctValues]>,
-}
-
-/// The placement hash of a group key: the key hash, or 0 for the one group of an
-/// aggregate without keys (as the exchange places its rows).
-fn placement_hash(no_keys: bool, key: &[u8]) -> u64 {
-    if no_keys { 0 } else { sluice_types::key::hash(key) }
 }
 
 impl Group {

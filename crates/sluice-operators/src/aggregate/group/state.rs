@@ -40,7 +40,8 @@ use crate::blob::{BlobWriter, Reader};
 
 use super::accumulator::{Accumulator, Counts, Multiset, OrderedFloat};
 use super::distinct::{DistinctValues, Listed};
-use super::{Group, GroupAggregate, placement_hash};
+use super::{Group, GroupAggregate};
+use crate::partition::placement_hash;
 
 /// The blob layout this build writes and reads.
 pub const GROUP_STATE_VERSION: u32 = 1;

@@ -145,7 +145,7 @@ pub(super) fn restore(aggregate: &mut SessionAggregate, blobs: Vec<Vec<u8>>) -> 
                 }
                 sessions.push(Session { start, end, partials });
             }
-            let hash = if aggregate.spec.keys.is_empty() { 0 } else { sluice_types::key::hash(&key) };
+            let hash = crate::partition::placement_hash(aggregate.spec.keys.is_empty(), &key);
             for session in &sessions {
                 aggregate.due.insert((session.end, key.clone()));
             }
