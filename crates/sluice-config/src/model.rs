@@ -21,6 +21,8 @@ pub const DEFAULT_QUEUE_BATCHES: usize = 16;
 /// Default `[pipeline] windows_per_row_max`: the most windows one row may fall into
 /// (a HOP window's size / slide).
 pub const DEFAULT_WINDOWS_PER_ROW_MAX: u32 = 1000;
+/// Default `[pipeline] mini_batch_rows` (Flink's NEXMark setup holds 50,000 rows).
+pub const DEFAULT_MINI_BATCH_ROWS: usize = 50_000;
 /// `[pipeline] state_memory_mib` when not given.
 pub const DEFAULT_STATE_MEMORY_MIB: u32 = 16;
 
@@ -64,6 +66,11 @@ pub struct PipelineSection {
     /// `TWO_PHASE`): each batch folded per window and key before the exchange, where
     /// the aggregates allow it (COUNT, SUM, MIN, MAX). False: one phase.
     pub local_aggregation: bool,
+    /// Input rows a running aggregate folds into one output of changes (Flink's
+    /// `table.exec.mini-batch.size`): a group changed by several of them changes once.
+    /// Held changes also leave when the thread runs out of input, at least every 100 ms,
+    /// at each checkpoint and at the end. 1: after every input batch.
+    pub mini_batch_rows: usize,
     /// MiB of state held in memory per worker before the rest spills to files in
     /// `spill_dir` (today: the rows of regular joins' append-only inputs).
     pub state_memory_mib: u32,
@@ -85,6 +92,7 @@ impl PipelineSection {
             windows_per_row_max: DEFAULT_WINDOWS_PER_ROW_MAX,
             state_ttl: None,
             local_aggregation: true,
+            mini_batch_rows: DEFAULT_MINI_BATCH_ROWS,
             state_memory_mib: DEFAULT_STATE_MEMORY_MIB,
             spill_dir: None,
         }

@@ -2,8 +2,8 @@
 
 use crate::error::{Located, Position};
 use crate::model::{
-    DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STATE_MEMORY_MIB, DEFAULT_VNODES,
-    DEFAULT_WINDOWS_PER_ROW_MAX, PipelineSection,
+    DEFAULT_BATCH_SIZE, DEFAULT_MINI_BATCH_ROWS, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_STATE_MEMORY_MIB, DEFAULT_VNODES, DEFAULT_WINDOWS_PER_ROW_MAX, PipelineSection,
 };
 use crate::reader::{Ctx, Field, Section, TableRef, is_identifier};
 
@@ -17,6 +17,7 @@ const KEYS: &[&str] = &[
     "windows_per_row_max",
     "state_ttl",
     "local_aggregation",
+    "mini_batch_rows",
     "state_memory_mib",
     "spill_dir",
 ];
@@ -87,6 +88,15 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
              false aggregates every row after it",
         )
         .or(true);
+    let mini_batch_rows = ctx
+        .integer(
+            sec,
+            "mini_batch_rows",
+            1..=16_777_216,
+            "set mini_batch_rows to the input rows a running aggregate folds into one output of changes, \
+             e.g. mini_batch_rows = 50000 (the default); 1 emits after every batch",
+        )
+        .or(DEFAULT_MINI_BATCH_ROWS);
     let state_memory_mib = ctx
         .integer(
             sec,
@@ -116,6 +126,7 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         windows_per_row_max: windows_per_row_max?,
         state_ttl: state_ttl?,
         local_aggregation: local_aggregation?,
+        mini_batch_rows: mini_batch_rows?,
         state_memory_mib: state_memory_mib?,
         spill_dir: spill_dir?.map(|dir| dir.value),
     })

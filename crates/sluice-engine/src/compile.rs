@@ -85,6 +85,7 @@ impl Pipeline {
             windows_per_row_max: u64::from(section.windows_per_row_max),
             state_ttl: section.state_ttl,
             local_aggregation: section.local_aggregation,
+            mini_batch_rows: section.mini_batch_rows,
         });
         for view in &self.config.views {
             if let Some(ttl) = view.state_ttl {

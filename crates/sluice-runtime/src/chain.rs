@@ -53,6 +53,16 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Emit the changes held for a mini-batch (an operator that folds several input
+    /// batches into one output, such as the running aggregate, holds them until a bound
+    /// of its own). The driver calls it when its thread runs out of input, at least every
+    /// [`crate::MINI_BATCH_LATENCY`] while it is busy, and before each barrier's snapshot,
+    /// so the snapshot never covers a change that was not emitted. Only data may be
+    /// emitted. The default holds nothing.
+    fn on_flush(&mut self, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        Ok(())
+    }
+
     /// The operator's state at the current barrier. The operator copies what it needs
     /// here, on the hot path, and returns a job that encodes the copy into one blob per
     /// vnode that has state; the job runs on another thread while processing goes on
@@ -134,14 +144,52 @@ impl Chain {
             out.push(message);
             return Ok(());
         }
-        let mut input = vec![message];
-        // The rows and bytes of `input` when the previous operator counted them as its
-        // output: they are not measured twice.
-        let mut measured: Option<(u64, u64)> = None;
+        self.run_from(0, port, vec![message], None, out)
+    }
+
+    /// Flushes every operator's held changes ([`Operator::on_flush`]) in chain order,
+    /// each through the operators after it, appending what leaves the chain to `out`.
+    pub fn flush(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let mut held = Vec::new();
+        for index in 0..self.operators.len() {
+            self.operators[index].on_flush(&mut held)?;
+            if held.is_empty() {
+                continue;
+            }
+            assert!(
+                held.iter().all(|message| matches!(message, Message::Data(_))),
+                "{} flushed a control message",
+                self.operators[index].name()
+            );
+            let measured = (data_rows(&held), data_bytes(&held));
+            if let Some(counters) = self.counters.get(index) {
+                count(&counters.rows_out, measured.0);
+                count(&counters.bytes_out, measured.1);
+            }
+            if index + 1 == self.operators.len() {
+                out.append(&mut held);
+            } else {
+                self.run_from(index + 1, 0, std::mem::take(&mut held), Some(measured), out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes `input`, which arrived on `port` of operator `start`, through the
+    /// operators from `start` on. `measured`: the rows and bytes of `input` when already
+    /// counted as the previous operator's output (they are not measured twice).
+    fn run_from(
+        &mut self,
+        start: usize,
+        port: usize,
+        mut input: Vec<Message>,
+        mut measured: Option<(u64, u64)>,
+        out: &mut Vec<Message>,
+    ) -> Result<(), SluiceError> {
         let last = self.operators.len() - 1;
-        for (index, operator) in self.operators.iter_mut().enumerate() {
+        for (index, operator) in self.operators.iter_mut().enumerate().skip(start) {
             let target = if index == last { &mut *out } else { &mut self.scratch };
-            let port = if index == 0 { port } else { 0 };
+            let port = if index == start { port } else { 0 };
             let counters = self.counters.get(index);
             let before = target.len();
             if let Some(counters) = counters {
@@ -241,6 +289,23 @@ mod tests {
         }
     }
 
+    /// Holds the rows it receives until flushed.
+    #[derive(Default)]
+    struct Hold(Vec<Batch>);
+    impl Operator for Hold {
+        fn name(&self) -> &str {
+            "hold"
+        }
+        fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
+            self.0.push(batch);
+            Ok(())
+        }
+        fn on_flush(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+            out.extend(self.0.drain(..).map(Message::Data));
+            Ok(())
+        }
+    }
+
     fn values(messages: &[Message]) -> Vec<String> {
         messages
             .iter()
@@ -298,5 +363,40 @@ mod tests {
                 counter.name
             );
         }
+    }
+
+    #[test]
+    fn a_flush_sends_each_operators_held_rows_through_the_operators_after_it() {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "v",
+            arrow::datatypes::DataType::Int64,
+            false,
+        )]));
+        let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2]))]).expect("batch");
+        let metrics = crate::metrics::Metrics::new(Vec::new(), Vec::new(), 1);
+        let counters =
+            vec![metrics.operator("a", "hold"), metrics.operator("b", "double"), metrics.operator("c", "hold")];
+        let operators: Vec<Box<dyn Operator>> =
+            vec![Box::new(Hold::default()), Box::new(Double), Box::new(Hold::default())];
+        let mut chain = Chain::new(operators).counted(counters.clone());
+        let mut out = Vec::new();
+        chain.push(Message::Data(Batch::inserts(rows.clone())), &mut out).expect("push");
+        chain.push(Message::Watermark(7), &mut out).expect("push");
+        assert_eq!(values(&out), ["wm 7"], "the rows are held");
+        out.clear();
+        // The first hold's rows pass the doubling and are held by the last one, which
+        // the same flush then empties.
+        chain.flush(&mut out).expect("flush");
+        assert_eq!(values(&out), ["[2, 4]"]);
+        out.clear();
+        chain.flush(&mut out).expect("flush");
+        assert!(out.is_empty(), "nothing is held twice");
+        let read = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        for counter in &counters {
+            assert_eq!([read(&counter.rows_in), read(&counter.rows_out)], [2, 2], "{}", counter.name);
+        }
+        chain.push(Message::Data(Batch::inserts(rows)), &mut out).expect("push");
+        chain.push(Message::EndOfData, &mut out).expect("push");
+        assert_eq!(values(&out), ["end"], "an operator's own end decides what it emits");
     }
 }

@@ -95,6 +95,9 @@ pub(crate) enum DriverEvent {
 const INPUT_BURST_MESSAGES: usize = 64;
 /// Longest idle wait when nothing else bounds it; the Select wakes earlier on any event.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(100);
+/// Longest time a busy thread goes without flushing its operators' mini-batches
+/// ([`crate::Operator::on_flush`]); an idle thread flushes before it waits.
+pub const MINI_BATCH_LATENCY: Duration = Duration::from_millis(100);
 
 pub(crate) struct LaneSetup {
     pub source: usize,
@@ -347,6 +350,7 @@ impl Driver {
             stopping: false,
             control: self.control,
             longest_step_us: 0,
+            last_flush: Instant::now(),
             paused: self.paused,
         };
         state.run()
@@ -386,6 +390,8 @@ struct DriverState {
     control: Receiver<Control>,
     /// The longest step so far, published to the metrics only when it grows.
     longest_step_us: u64,
+    /// When the operators' mini-batches were last flushed.
+    last_flush: Instant,
 }
 
 type Failure = (String, SluiceError);
@@ -412,6 +418,12 @@ impl DriverState {
             progressed |= self.poll_lanes()?;
             if self.flows.iter().all(|flow| flow.finished) && self.outboxes_empty() && self.pending.is_none() {
                 return Ok(Some(self.final_slice()));
+            }
+            // Held mini-batches leave before the thread waits for input, and at least
+            // every MINI_BATCH_LATENCY while it is busy.
+            if !progressed || self.last_flush.elapsed() >= MINI_BATCH_LATENCY {
+                self.last_flush = Instant::now();
+                progressed |= self.flush_segments()?;
             }
             if !progressed {
                 self.wait_idle();
@@ -623,6 +635,39 @@ impl DriverState {
         Ok(())
     }
 
+    /// Flushes the mini-batches held in every live segment that can take output
+    /// ([`Chain::flush`]). Returns whether anything was emitted.
+    fn flush_segments(&mut self) -> Result<bool, Failure> {
+        let mut emitted = false;
+        for flow in 0..self.flows.len() {
+            for index in 0..self.flows[flow].segments.len() {
+                if self.flows[flow].finished || !self.flows[flow].is_live(index) {
+                    continue;
+                }
+                let segment = &mut self.flows[flow].segments[index];
+                if !segment.can_accept() {
+                    continue;
+                }
+                segment.chain.flush(&mut self.scratch).map_err(|e| (self.flows[flow].name.clone(), e))?;
+                if self.scratch.is_empty() {
+                    continue;
+                }
+                emitted = true;
+                let segment = &mut self.flows[flow].segments[index];
+                route(
+                    segment,
+                    &mut self.scratch,
+                    &self.metrics,
+                    &mut Fed::default(),
+                    self.checkpoints,
+                    self.next_epoch,
+                )
+                .map_err(|e| (format!("flow to {} (segment {index})", self.flows[flow].name), e))?;
+            }
+        }
+        Ok(emitted)
+    }
+
     /// Whether every message this thread produced left it (end-of-data included), so
     /// exiting loses nothing.
     fn outboxes_empty(&self) -> bool {
@@ -827,9 +872,25 @@ fn feed(
 ) -> Result<Fed, SluiceError> {
     let mut fed = Fed::default();
     if let Message::Barrier(epoch) = message {
+        // What the operators hold for a mini-batch leaves before the barrier: the
+        // snapshot covers no change that was not emitted in this epoch.
+        segment.chain.flush(scratch)?;
         fed.barrier = Some((epoch, segment.chain.snapshot()?, None));
     }
     segment.chain.push_from(port, message, scratch)?;
+    route(segment, scratch, metrics, &mut fed, checkpoints, next_epoch)?;
+    Ok(fed)
+}
+
+/// Sends what a segment's chain emitted (`scratch`, drained) to its exchange or sink.
+fn route(
+    segment: &mut SegmentRun,
+    scratch: &mut Vec<Message>,
+    metrics: &Metrics,
+    fed: &mut Fed,
+    checkpoints: bool,
+    next_epoch: Epoch,
+) -> Result<(), SluiceError> {
     for message in scratch.drain(..) {
         match &mut segment.output {
             Output::Exchange(exchange) => {
@@ -867,5 +928,70 @@ fn feed(
             },
         }
     }
-    Ok(fed)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use sluice_types::{Batch, Epoch, Message, SluiceError};
+
+    use super::{Output, SegmentRun, feed};
+    use crate::chain::Chain;
+    use crate::checkpoint::SegmentPlace;
+    use crate::metrics::{Metrics, SinkMetrics};
+    use crate::plan::SinkWriter;
+    use crate::tests::driver_tests::HoldAll;
+    use crate::tests::support::{batch, values};
+
+    /// Records, in order, each row written and each pre-commit.
+    struct Log(Arc<Mutex<Vec<String>>>);
+
+    impl SinkWriter for Log {
+        fn write(&mut self, rows: &Batch) -> Result<(), SluiceError> {
+            self.0.lock().expect("lock").extend(values(rows).iter().map(|v| format!("row {v}")));
+            Ok(())
+        }
+        fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
+            self.0.lock().expect("lock").push(format!("pre-commit {}", epoch.0));
+            Ok(Vec::new())
+        }
+        fn close(&mut self) -> Result<(), SluiceError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_barrier_flushes_the_held_mini_batch_before_the_snapshot_and_the_sinks_pre_commit() {
+        let snapshots = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let hold = HoldAll { held: Vec::new(), held_at_snapshots: Arc::clone(&snapshots) };
+        let mut segment = SegmentRun {
+            place: SegmentPlace { flow: 0, side: None, segment: 0 },
+            entry: None,
+            chain: Chain::new(vec![Box::new(hold)]),
+            input: None,
+            output: Output::Sink {
+                sink: 0,
+                writer: Some(Box::new(Log(Arc::clone(&log)))),
+                staged: true,
+                staged_rows: 0,
+            },
+            barrier_passed: None,
+            ended: false,
+        };
+        let metrics = Metrics::new(Vec::new(), vec![SinkMetrics::new("log")], 1);
+        let mut scratch = Vec::new();
+        for message in [Message::Data(Batch::inserts(batch(&[1, 2]))), Message::Data(Batch::inserts(batch(&[3])))] {
+            feed(&mut segment, 0, message, &mut scratch, &metrics, true, Epoch(1)).expect("data");
+        }
+        assert!(log.lock().expect("lock").is_empty(), "the rows are held");
+        let fed =
+            feed(&mut segment, 0, Message::Barrier(Epoch(1)), &mut scratch, &metrics, true, Epoch(1)).expect("barrier");
+        assert_eq!(*snapshots.lock().expect("lock"), [0], "the snapshot came after the flush");
+        assert_eq!(*log.lock().expect("lock"), ["row 1", "row 2", "row 3", "pre-commit 1"]);
+        let (epoch, states, record) = fed.barrier.expect("a barrier passed");
+        assert_eq!((epoch, states.len(), record.map(|r| r.1)), (Epoch(1), 1, Some(3)), "three rows staged in epoch 1");
+    }
 }

@@ -41,6 +41,7 @@ pub use chain::{Chain, Operator, SnapshotJob};
 pub use controller::{
     Checkpointing, ClusterRun, RunEvent, RunOptions, RunOutcome, RunReport, StopHandle, run, run_part, stop_handle,
 };
+pub use driver::MINI_BATCH_LATENCY;
 pub use metrics::Metrics;
 pub use peers::Peers;
 pub use plan::{

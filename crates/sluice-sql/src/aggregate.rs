@@ -281,6 +281,7 @@ fn plan_group_aggregate(
     let counter = format!("view {}: ignored retractions", planner.view);
     let names: Vec<String> = aggregate.aggr_expr.iter().map(display).collect();
     let ttl = planner.state_ttl();
+    let mini_batch_rows = planner.mini_batch_rows;
     let line = format!(
         "group_aggregate (updating): [{}]{}{}",
         names.join(", "),
@@ -289,7 +290,8 @@ fn plan_group_aggregate(
     );
     let factory: OperatorFactory = Arc::new(move |context| {
         let ignored = LazyCounter::new(Arc::clone(&context.metrics), counter.clone());
-        let aggregate = GroupAggregate::new(spec.clone(), &input_schema, ignored, context.vnodes)?;
+        let aggregate =
+            GroupAggregate::new(spec.clone(), &input_schema, ignored, context.vnodes)?.with_mini_batch(mini_batch_rows);
         Ok(Box::new(match ttl {
             Some(ttl) => aggregate.with_ttl(Ttl::new(ttl, Clock::system())),
             None => aggregate,

@@ -84,6 +84,9 @@ pub struct PlannerOptions {
     /// Window aggregates in two phases where their aggregates allow it (see
     /// `sluice_operators::aggregate::local`).
     pub local_aggregation: bool,
+    /// Input rows a running aggregate folds into one output of changes (see
+    /// `sluice_operators::aggregate::GroupAggregate::with_mini_batch`).
+    pub mini_batch_rows: usize,
 }
 
 /// Registers tables and views, then plans the stream behind any of them.
@@ -261,6 +264,7 @@ impl SqlPlanner {
             batch_size: self.options.batch_size,
             windows_per_row_max: self.options.windows_per_row_max,
             local_aggregation: self.options.local_aggregation,
+            mini_batch_rows: self.options.mini_batch_rows,
             view_ttls: &self.view_ttls,
             default_ttl: self.options.state_ttl,
             spill: self.spill.clone(),

@@ -175,6 +175,8 @@ pub(crate) struct StreamPlanner<'a> {
     pub windows_per_row_max: u64,
     /// See `PlannerOptions::local_aggregation`.
     pub local_aggregation: bool,
+    /// See `PlannerOptions::mini_batch_rows`.
+    pub mini_batch_rows: usize,
     /// Views with a state time-to-live of their own, and everyone else's.
     pub view_ttls: &'a std::collections::HashMap<String, std::time::Duration>,
     pub default_ttl: Option<std::time::Duration>,

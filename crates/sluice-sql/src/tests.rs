@@ -34,6 +34,7 @@ pub(crate) fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlann
         windows_per_row_max: 1000,
         state_ttl: None,
         local_aggregation: true,
+        mini_batch_rows: 1,
     };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
@@ -987,6 +988,7 @@ fn a_state_ttl_reaches_joins_running_aggregates_and_topn_and_a_view_may_have_its
         windows_per_row_max: 1000,
         state_ttl: Some(std::time::Duration::from_secs(3600)),
         local_aggregation: true,
+        mini_batch_rows: 1,
     };
     let mut planner = SqlPlanner::new(options);
     let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };

@@ -691,12 +691,13 @@ fn price_of(value: &str) -> usize {
 fn an_updating_aggregate_in_upsert_mode_reads_back_as_its_table() {
     let broker = Broker::with_topics(&[("bids", 2), ("counts", 2)]);
     // Auctions 0 and 1 get 11 bids, 2 and 3 get 10: HAVING keeps 2 and 3 only, and
-    // removes 0 and 1 (present until their eleventh bid) with a tombstone each.
+    // removes 0 and 1 (present until their eleventh bid) with a tombstone each. The
+    // aggregate emits after every batch of 4 rows, so both were written before.
     let input = bids(42, 2);
     produce_bids(&broker, "bids", &input);
     let scratch = Scratch::new();
     let pipeline = format!(
-        "[pipeline]\nname = \"p\"\nbatch_size = 4\n\n{}\n[[view]]\nname = \"counts\"\n\
+        "[pipeline]\nname = \"p\"\nbatch_size = 4\nmini_batch_rows = 1\n\n{}\n[[view]]\nname = \"counts\"\n\
          sql = \"SELECT auction, COUNT(*) AS bids, SUM(price) AS total FROM bids GROUP BY auction HAVING COUNT(*) <= 10\"\n\n\
          [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"counts\"\nmode = \"upsert\"\n",
         source(&broker, "bids", ""),

@@ -214,3 +214,102 @@ fn a_flow_with_two_inputs_gets_each_row_on_its_port_and_checkpoints_across_both(
     assert_eq!((batches(0, 0), batches(0, 1), batches(1, 0)), (30, 2, 25), "positions of both sources' lanes");
     assert_eq!(report.metrics.rows_out(), 83);
 }
+
+/// Holds every row it receives until flushed (a mini-batch without a row bound); counts
+/// the rows it held when a snapshot was taken.
+pub(crate) struct HoldAll {
+    pub held: Vec<i64>,
+    pub held_at_snapshots: Arc<Mutex<Vec<usize>>>,
+}
+
+impl crate::Operator for HoldAll {
+    fn name(&self) -> &str {
+        "hold_all"
+    }
+
+    fn on_data(
+        &mut self,
+        batch: sluice_types::Batch,
+        _out: &mut Vec<sluice_types::Message>,
+    ) -> Result<(), sluice_types::SluiceError> {
+        self.held.extend(super::support::values(&batch));
+        Ok(())
+    }
+
+    fn on_flush(&mut self, out: &mut Vec<sluice_types::Message>) -> Result<(), sluice_types::SluiceError> {
+        if !self.held.is_empty() {
+            let rows = super::support::batch(&std::mem::take(&mut self.held));
+            out.push(sluice_types::Message::Data(sluice_types::Batch::inserts(rows)));
+        }
+        Ok(())
+    }
+
+    fn on_end(&mut self, out: &mut Vec<sluice_types::Message>) -> Result<(), sluice_types::SluiceError> {
+        self.on_flush(out)?;
+        out.push(sluice_types::Message::EndOfData);
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<crate::SnapshotJob>, sluice_types::SluiceError> {
+        self.held_at_snapshots.lock().expect("lock").push(self.held.len());
+        Ok(Some(Box::new(|| Ok(Vec::new()))))
+    }
+}
+
+/// One flow from `source` through an exchange by value into a segment that holds its
+/// rows ([`HoldAll`]) and writes `sink`.
+fn holding_plan(
+    source: VecSource,
+    sink: Arc<dyn crate::SinkFactory>,
+    snapshots: Arc<Mutex<Vec<usize>>>,
+) -> crate::Plan {
+    use crate::plan::{Flow, PartitionerFactory, Segment, SegmentOutput};
+    let partitioner: PartitionerFactory = Arc::new(|_| Box::new(super::support::ByValue));
+    let hold: crate::OperatorFactory =
+        Arc::new(move |_| Ok(Box::new(HoldAll { held: Vec::new(), held_at_snapshots: Arc::clone(&snapshots) })));
+    let segments = vec![
+        Segment {
+            operators: Vec::new(),
+            state: None,
+            output: SegmentOutput::Exchange { partitioner, description: "by value".into() },
+        },
+        Segment {
+            operators: vec![("hold".into(), hold)],
+            state: Some("held rows".into()),
+            output: SegmentOutput::Sink,
+        },
+    ];
+    let plan = crate::Plan {
+        sources: vec![Arc::new(source)],
+        flows: vec![Flow { source: 0, table: 0, segments, sides: Vec::new(), sink, sink_slot: 0 }],
+    };
+    plan.assert_well_formed();
+    plan
+}
+
+#[test]
+fn a_held_mini_batch_leaves_when_its_thread_runs_out_of_input() {
+    // The lanes hand out their rows, then wait for an hour: the rows reach the sink
+    // before any end, stop or barrier, because each driver flushes before it waits.
+    let mut source = VecSource::new(vec![vec![vec![1, 2], vec![3]], vec![vec![4, 5]]]);
+    source.endless = true;
+    let (wrote, writes) = crossbeam_channel::unbounded();
+    let mut sink = CollectSink::new(SinkParallelism::PerThread);
+    sink.wrote = Some(wrote);
+    let collected = Arc::clone(&sink.collected);
+    let snapshots = Arc::new(Mutex::new(Vec::new()));
+    let plan = holding_plan(source, Arc::new(sink), snapshots);
+    let (stop, woken) = stop_handle();
+    let handle = stop.clone();
+    let runner = std::thread::spawn(move || run(&plan, &options(2, 4), None, (stop, woken)));
+    for written in 0..5 {
+        let got = writes.recv_timeout(Duration::from_secs(120));
+        assert!(got.is_ok(), "only {written} of 5 rows left their mini-batches");
+    }
+    handle.stop();
+    let (report, _) = runner.join().expect("run");
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    let mut written: Vec<i64> = collected.written.lock().expect("lock").iter().map(|(_, v)| *v).collect();
+    written.sort_unstable();
+    assert_eq!(written, [1, 2, 3, 4, 5], "each row once");
+}

@@ -7,6 +7,6 @@
 mod cluster_tests;
 mod controller_tests;
 mod coordinator_tests;
-mod driver_tests;
+pub(crate) mod driver_tests;
 mod simulation;
-mod support;
+pub(crate) mod support;

@@ -10,9 +10,12 @@
 //! with a count per such aggregate ([`distinct`]: the FILTERed variants of one column
 //! share one set; the planner projects equal arguments to one column).
 //!
-//! Output is a changelog, emitted per input batch (a mini-batch: a group touched by
-//! several rows of one batch changes once): for each group the batch touched, in the
-//! order first touched,
+//! Output is a changelog, emitted per mini-batch (a group touched by several rows of one
+//! mini-batch changes once). A mini-batch ends once `mini_batch_rows` input rows arrived
+//! since the last one ([`GroupAggregate::with_mini_batch`]; by default after every input
+//! batch), when the driver flushes ([`Operator::on_flush`]: its thread ran out of input,
+//! or a while passed, or a barrier is about to be snapshotted), and at the end. For each
+//! group the mini-batch touched, in the order first touched,
 //! - a group that appeared: its row with weight +1 (`+I`);
 //! - a group whose rows were all retracted: its previous row with weight -1 (`-D`), and
 //!   the group is dropped (a later row starts it afresh, as in Flink);
@@ -27,8 +30,8 @@
 //! inserted, which a consistent upstream never sends) is ignored and counted.
 //!
 //! Output columns: the keys in `GROUP BY` order, then the aggregates, cast to the
-//! planner's declared output types. One input batch gives at most two rows per input
-//! row, in one output batch.
+//! planner's declared output types. One mini-batch gives at most two rows per input row,
+//! in one output batch.
 
 mod accumulator;
 mod distinct;
@@ -45,7 +48,7 @@ use arrow::record_batch::RecordBatch;
 use hashbrown::HashTable;
 use sluice_runtime::{Operator, SnapshotJob};
 use sluice_types::key::{KeyEncoder, KeyRows};
-use sluice_types::{Batch, Message, SluiceError, TimestampMs};
+use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
 
 use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
 use crate::bytes::SmallBytes;
@@ -110,8 +113,8 @@ enum DistinctColumn {
     Encoded(KeyRows),
 }
 
-/// A group the current batch touched, with its row before the batch (None: it did not
-/// exist).
+/// A group the current mini-batch touched, with its row before the mini-batch (None: it
+/// did not exist).
 struct Touched {
     group: u32,
     before: Option<Vec<Value>>,
@@ -133,8 +136,13 @@ pub struct GroupAggregate {
     free: Vec<u32>,
     /// Group ids, hashed with `table_hash` of each group's placement hash.
     index: HashTable<u32>,
-    /// Whether each group id was touched by the current batch (reused buffer).
+    /// Whether each group id was touched by the current mini-batch.
     touched_flags: Vec<bool>,
+    /// The groups the current mini-batch touched, in the order first touched.
+    pending: Vec<Touched>,
+    /// Input rows of the current mini-batch, and how many end it.
+    pending_rows: usize,
+    mini_batch_rows: usize,
     /// Retractions of rows a group did not hold, ignored.
     ignored_retractions: LazyCounter,
     vnodes: u32,
@@ -194,6 +202,9 @@ impl GroupAggregate {
             free: Vec::new(),
             index: HashTable::new(),
             touched_flags: Vec::new(),
+            pending: Vec::new(),
+            pending_rows: 0,
+            mini_batch_rows: 1,
             ignored_retractions,
             vnodes,
             ttl: None,
@@ -206,14 +217,41 @@ impl GroupAggregate {
         self
     }
 
-    /// Drops the groups whose TTL passed.
-    fn expire(&mut self) {
-        let Some(ttl) = self.ttl.as_mut() else { return };
-        for id in ttl.expired() {
+    /// Emits a mini-batch once it holds `rows` input rows or more (default 1: after
+    /// every input batch). Flink's `table.exec.mini-batch.size`; the driver's flushes
+    /// bound the time it holds changes.
+    pub fn with_mini_batch(mut self, rows: usize) -> GroupAggregate {
+        self.mini_batch_rows = rows.max(1);
+        self
+    }
+
+    /// Drops the groups whose TTL passed (after emitting the mini-batch, if it touched
+    /// one of them).
+    fn expire(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let Some(ttl) = self.ttl.as_mut() else { return Ok(()) };
+        let expired = ttl.expired();
+        if expired.iter().any(|&id| self.touched_flags[id as usize]) {
+            self.flush(out)?;
+        }
+        for id in expired {
             if self.groups[id as usize].is_some() {
                 self.drop_group(id);
             }
         }
+        Ok(())
+    }
+
+    /// Emits the current mini-batch's changes.
+    fn flush(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.pending_rows = 0;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let touched = std::mem::take(&mut self.pending);
+        if let Some(changes) = self.changes(touched)? {
+            out.push(Message::Data(changes));
+        }
+        Ok(())
     }
 
     /// A new group's accumulators (over an append-only input, MIN and MAX of numbers
@@ -379,7 +417,7 @@ impl Operator for GroupAggregate {
             !self.spec.append_only_input || batch.is_append_only(),
             "the planner declared this aggregate's input append-only"
         );
-        self.expire();
+        self.expire(out)?;
         let rows = &batch.rows;
         let key_columns: Vec<ArrayRef> = self.spec.keys.iter().map(|&k| Arc::clone(rows.column(k))).collect();
         let mut keys = std::mem::take(&mut self.key_rows);
@@ -408,7 +446,6 @@ impl Operator for GroupAggregate {
                 .extend(members.iter().map(|&a| filters[a].as_ref().is_none_or(|f| f.is_valid(row) && f.value(row))));
         };
         let (mut counted, mut changes) = (Vec::new(), Vec::new());
-        let mut touched: Vec<Touched> = Vec::new();
         let mut ignored = 0u64;
         for row in 0..rows.num_rows() {
             let weight = batch.weight(row);
@@ -428,7 +465,7 @@ impl Operator for GroupAggregate {
             }
             if !self.touched_flags[id as usize] {
                 self.touched_flags[id as usize] = true;
-                touched.push(Touched { group: id, before: (group.rows > 0).then(|| group.values()) });
+                self.pending.push(Touched { group: id, before: (group.rows > 0).then(|| group.values()) });
             }
             group.rows += weight;
             if let Some(ttl) = self.ttl.as_mut() {
@@ -469,19 +506,39 @@ impl Operator for GroupAggregate {
         if ignored > 0 {
             self.ignored_retractions.add(ignored);
         }
-        if let Some(changes) = self.changes(touched)? {
-            out.push(Message::Data(changes));
+        self.pending_rows = self.pending_rows.saturating_add(rows.num_rows());
+        if self.pending_rows >= self.mini_batch_rows {
+            self.flush(out)?;
         }
         Ok(())
     }
 
+    /// The watermark passes the held mini-batch: no event-time operator reads an
+    /// updating stream (the planner refuses one), so nothing downstream waits on it.
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
-        self.expire();
+        self.expire(out)?;
         out.push(Message::Watermark(watermark));
         Ok(())
     }
 
+    fn on_flush(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.flush(out)
+    }
+
+    fn on_barrier(&mut self, epoch: Epoch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.flush(out)?;
+        out.push(Message::Barrier(epoch));
+        Ok(())
+    }
+
+    fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.flush(out)?;
+        out.push(Message::EndOfData);
+        Ok(())
+    }
+
     fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+        assert!(self.pending.is_empty(), "the driver flushes a mini-batch before a snapshot (Chain::flush)");
         Ok(state::snapshot(self))
     }
 

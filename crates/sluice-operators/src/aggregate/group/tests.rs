@@ -261,11 +261,13 @@ fn vnode_of(key: &str) -> u32 {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// After every batch the integrated changelog equals a from-scratch computation over
-    /// the input so far; halfway, the state is snapshotted and restored onto two
-    /// instances that split the vnodes, as after a restart with two threads. With
-    /// `append_only` the input only inserts and the operator knows it (MIN and MAX keep
-    /// their extreme alone, COUNT(DISTINCT) whether it saw a value).
+    /// After every flush of the mini-batch (every `flush_every` batches, as the driver
+    /// does, besides the operator's own after `mini_batch` rows) the integrated changelog
+    /// equals a from-scratch computation over the input so far; halfway, the state is
+    /// snapshotted (after a flush, as at a barrier) and restored onto two instances that
+    /// split the vnodes, as after a restart with two threads. With `append_only` the
+    /// input only inserts and the operator knows it (MIN and MAX keep their extreme
+    /// alone, COUNT(DISTINCT) whether it saw a value).
     #[test]
     fn the_integrated_changelog_equals_a_recomputation(
         steps in steps(),
@@ -273,13 +275,15 @@ proptest! {
         restore_after in 0usize..20,
         split in 1u32..VNODES,
         append_only in any::<bool>(),
+        mini_batch in prop_oneof![Just(1usize), 1usize..40],
+        flush_every in 1usize..4,
     ) {
         let mut rows = rows_of(&steps);
         if append_only {
             rows.retain(|row| row.3 > 0);
         }
         let aggregate_of = |with_key, aggregates: &[_]| {
-            let mut operator = aggregate_of(with_key, aggregates);
+            let mut operator = aggregate_of(with_key, aggregates).with_mini_batch(mini_batch);
             operator.spec.append_only_input = append_only;
             operator
         };
@@ -288,6 +292,9 @@ proptest! {
         let mut live = BTreeMap::new();
         for (index, chunk) in rows.chunks(batch_rows).enumerate() {
             if index == restore_after {
+                let mut out = Vec::new();
+                instances[0].on_flush(&mut out).expect("flush");
+                integrate(&mut table, lines(&out));
                 let job = instances[0].snapshot().expect("snapshot");
                 let blobs = job.map(|job| job().expect("encode")).unwrap_or_default();
                 let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < split);
@@ -310,11 +317,17 @@ proptest! {
                 integrate(&mut table, lines(&out));
             }
             for row in chunk {
-                let entry = live.entry((row.0.to_string(), row.1, row.2.map(str::to_string))).or_insert(0);
-                *entry += row.3;
-                if *entry == 0 {
-                    live.remove(&(row.0.to_string(), row.1, row.2.map(str::to_string)));
-                }
+                *live.entry((row.0.to_string(), row.1, row.2.map(str::to_string))).or_insert(0) += row.3;
+            }
+            live.retain(|_, count| *count != 0);
+            let last = (index + 1) * batch_rows >= rows.len();
+            if !last && index % flush_every != 0 {
+                continue;
+            }
+            for instance in &mut instances {
+                let mut out = Vec::new();
+                instance.on_flush(&mut out).expect("flush");
+                integrate(&mut table, lines(&out));
             }
             let got: BTreeSet<String> = table.keys().map(|row| row.replacen("+1 ", "", 1)).collect();
             prop_assert!(table.values().all(|count| *count == 1), "one row per group: {:?}", table);
@@ -546,4 +559,30 @@ fn a_group_takes_64_bytes_besides_its_accumulators() {
     // Hundreds of thousands are kept (NEXMark q4 groups by auction): the key inline when
     // short, the row count, and two boxed slices; no placement hash (computed again).
     assert_eq!(std::mem::size_of::<super::Group>(), 64);
+}
+
+#[test]
+fn a_mini_batch_holds_changes_across_batches_until_its_rows_a_flush_a_barrier_or_the_end() {
+    let mut operator = aggregate(true).with_mini_batch(3);
+    let mut out = Vec::new();
+    operator.on_data(batch(&[("a", Some(1), None, 1)]), &mut out).expect("data");
+    operator.on_data(batch(&[("a", Some(2), None, 1)]), &mut out).expect("data");
+    assert!(out.is_empty(), "two rows of three: held");
+    // The third row ends the mini-batch: `a` appears once, with all three rows.
+    operator.on_data(batch(&[("b", Some(5), None, 1)]), &mut out).expect("data");
+    assert_eq!(lines(&out), ["+1 a,2,2,2,3,1,2,1,∅,3", "+1 b,1,1,1,5,5,5,5,∅,5"]);
+    out.clear();
+    operator.on_data(batch(&[("a", Some(4), None, 1)]), &mut out).expect("data");
+    operator.on_flush(&mut out).expect("flush");
+    assert_eq!(lines(&out), ["-1 a,2,2,2,3,1,2,1,∅,3", "+1 a,3,3,3,7,1,4,2,∅,7"], "the driver's flush");
+    out.clear();
+    operator.on_data(batch(&[("b", Some(5), None, -1)]), &mut out).expect("data");
+    operator.on_barrier(sluice_types::Epoch(1), &mut out).expect("barrier");
+    assert_eq!(lines(&out), ["-1 b,1,1,1,5,5,5,5,∅,5"], "a barrier");
+    assert!(matches!(out.last(), Some(Message::Barrier(_))), "the changes come before the barrier");
+    out.clear();
+    operator.on_data(batch(&[("c", Some(1), None, 1)]), &mut out).expect("data");
+    operator.on_end(&mut out).expect("end");
+    assert_eq!(lines(&out), ["+1 c,1,1,1,1,1,1,1,∅,1"], "the end");
+    assert!(matches!(out.last(), Some(Message::EndOfData)));
 }
