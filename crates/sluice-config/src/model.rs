@@ -116,6 +116,10 @@ pub struct SourceConfig {
     pub event_time: Option<String>,
     /// How far the watermark trails the largest event time seen (default 0s).
     pub watermark_delay: Duration,
+    /// Watermark alignment: how far (in event time) a lane may run ahead of the
+    /// source's slowest lane before it waits (None: the connector's default, which is
+    /// no alignment except for `nexmark`).
+    pub max_watermark_drift: Option<Duration>,
     /// What to do with a malformed input row.
     pub on_error: OnError,
     /// `[source.options]`, validated by the connector.
@@ -137,6 +141,7 @@ impl SourceConfig {
             schema: None,
             event_time: None,
             watermark_delay: Duration::ZERO,
+            max_watermark_drift: None,
             on_error: OnError::Skip,
             options: Options::new("source", name),
             materialized: None,

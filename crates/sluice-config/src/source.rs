@@ -11,8 +11,18 @@ use crate::options::Options;
 use crate::pipeline::{Named, named};
 use crate::reader::{Ctx, Field, Section, TableRef};
 
-const KEYS: &[&str] =
-    &["name", "connector", "format", "schema", "event_time", "watermark_delay", "on_error", "materialized", "options"];
+const KEYS: &[&str] = &[
+    "name",
+    "connector",
+    "format",
+    "schema",
+    "event_time",
+    "watermark_delay",
+    "max_watermark_drift",
+    "on_error",
+    "materialized",
+    "options",
+];
 /// Keys often written at the item level by mistake: they belong to a connector.
 const OPTION_NOTE: &str = "connector options go under a [source.options] header; remove it here or move it there";
 const NOTES: &[(&str, &str)] = &[
@@ -67,6 +77,12 @@ pub(crate) fn parse_source(
             "add event_time = \"<timestamp column>\", or remove `watermark_delay`",
         );
     }
+    let max_watermark_drift = ctx.duration(
+        sec,
+        "max_watermark_drift",
+        false,
+        "set how far in event time a lane may run ahead of the source's slowest lane, e.g. max_watermark_drift = \"10s\"",
+    );
     let on_error = ctx.choice(
         sec,
         "on_error",
@@ -81,6 +97,7 @@ pub(crate) fn parse_source(
         schema: schema.optional()?,
         event_time: event_time.map(|l| l.value).optional()?,
         watermark_delay: watermark_delay.or(Duration::ZERO)?,
+        max_watermark_drift: max_watermark_drift.optional()?,
         on_error: on_error.or(OnError::Skip)?,
         options: options?,
         materialized: crate::sink::materialized_at(materialized)?,

@@ -177,7 +177,13 @@ pub struct NexmarkSource {
     rate: Option<f64>,
     lanes: u32,
     watermark_delay_ms: i64,
+    max_watermark_drift_ms: i64,
 }
+
+/// The generator's lanes interleave one stream, so keeping them within this much event
+/// time of each other costs no parallelism and bounds what event-time operators hold
+/// for a lane that ran ahead (`[[source]] max_watermark_drift` overrides it).
+pub const DEFAULT_MAX_WATERMARK_DRIFT: Duration = Duration::from_secs(10);
 
 impl NexmarkSource {
     /// The source of a `connector = "nexmark"` config, with one lane per thread.
@@ -212,6 +218,7 @@ impl NexmarkSource {
             rate: *rate,
             lanes: threads.max(1),
             watermark_delay_ms: duration_ms(config.watermark_delay),
+            max_watermark_drift_ms: duration_ms(config.max_watermark_drift.unwrap_or(DEFAULT_MAX_WATERMARK_DRIFT)),
         })
     }
 }
@@ -265,6 +272,10 @@ impl SourceFactory for NexmarkSource {
         let events = self.generator.events.map_or("unbounded".to_string(), |events| events.to_string());
         let rate = self.rate.map_or("unlimited".to_string(), |rate| rate.to_string());
         format!("nexmark(events={events}, rate={rate}, seed={})", self.generator.seed)
+    }
+
+    fn max_watermark_drift(&self) -> Option<TimestampMs> {
+        Some(self.max_watermark_drift_ms)
     }
 }
 

@@ -95,6 +95,9 @@ pub(crate) enum DriverEvent {
 const INPUT_BURST_MESSAGES: usize = 64;
 /// Longest idle wait when nothing else bounds it; the Select wakes earlier on any event.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(100);
+/// Longest idle wait while a lane is held for watermark alignment (the slowest lane may
+/// be on another thread, whose progress does not wake this one).
+const ALIGNMENT_RECHECK: Duration = Duration::from_millis(1);
 /// Longest time a busy thread goes without flushing its operators' mini-batches
 /// ([`crate::Operator::on_flush`]); an idle thread flushes before it waits.
 pub const MINI_BATCH_LATENCY: Duration = Duration::from_millis(100);
@@ -159,6 +162,10 @@ pub(crate) struct Driver {
 struct LaneRun {
     source: usize,
     lane: u32,
+    /// See [`crate::SourceFactory::max_watermark_drift`].
+    max_drift: Option<TimestampMs>,
+    /// Not polled last turn: too far ahead of the source's slowest lane.
+    aligning: bool,
     reader: Box<dyn LaneReader>,
     wait_until: Option<Instant>,
     exhausted: bool,
@@ -283,6 +290,8 @@ impl Driver {
             lanes.push(LaneRun {
                 source: setup.source,
                 lane: setup.lane,
+                max_drift: source.max_watermark_drift(),
+                aligning: false,
                 reader,
                 wait_until: None,
                 exhausted: false,
@@ -545,6 +554,7 @@ impl DriverState {
         for lane in &mut self.lanes {
             if !lane.exhausted {
                 lane.exhausted = true;
+                self.metrics.sources[lane.source].lane_ended[lane.lane as usize].store(true, Ordering::Relaxed);
                 sources.push(lane.source);
             }
         }
@@ -696,10 +706,33 @@ impl DriverState {
                 self.lanes[index].reader.blocked();
                 continue;
             }
+            let aligning = self.ahead_of_slowest_lane(index);
+            self.lanes[index].aligning = aligning;
+            if aligning {
+                continue;
+            }
             progressed = true;
             self.poll_lane(index)?;
         }
         Ok(progressed)
+    }
+
+    /// Whether lane `index` is further ahead of its source's slowest live lane on this
+    /// worker than the source allows ([`crate::SourceFactory::max_watermark_drift`]).
+    fn ahead_of_slowest_lane(&self, index: usize) -> bool {
+        let lane = &self.lanes[index];
+        let Some(drift) = lane.max_drift else { return false };
+        let metrics = &self.metrics.sources[lane.source];
+        let own = metrics.lane_watermarks[lane.lane as usize].load(Ordering::Relaxed);
+        if own == NO_WATERMARK {
+            return false;
+        }
+        let slowest = (metrics.lane_watermarks.iter().zip(&metrics.lane_ended))
+            .filter(|(_, ended)| !ended.load(Ordering::Relaxed))
+            .map(|(watermark, _)| watermark.load(Ordering::Relaxed))
+            .filter(|&watermark| watermark != NO_WATERMARK)
+            .min();
+        slowest.is_some_and(|slowest| own > slowest.saturating_add(drift))
     }
 
     fn poll_lane(&mut self, index: usize) -> Result<(), Failure> {
@@ -727,6 +760,7 @@ impl DriverState {
             LanePoll::Wait(until) => lane.wait_until = Some(until),
             LanePoll::Exhausted => {
                 lane.exhausted = true;
+                self.metrics.sources[source].lane_ended[lane.lane as usize].store(true, Ordering::Relaxed);
                 if self.lanes.iter().filter(|l| l.source == source).all(|l| l.exhausted) {
                     self.end_source(source)?;
                 } else {
@@ -801,7 +835,10 @@ impl DriverState {
             .filter(|lane| !lane.exhausted && !lane.paused && !lane.held)
             .filter_map(|lane| lane.wait_until)
             .min();
-        let timeout = wake.map_or(IDLE_WAIT_MAX, |wake| wake.saturating_duration_since(now).min(IDLE_WAIT_MAX));
+        let mut timeout = wake.map_or(IDLE_WAIT_MAX, |wake| wake.saturating_duration_since(now).min(IDLE_WAIT_MAX));
+        if self.lanes.iter().any(|lane| lane.aligning && !lane.exhausted && !lane.paused) {
+            timeout = timeout.min(ALIGNMENT_RECHECK);
+        }
         let mut select = Select::new();
         select.recv(&self.control);
         for flow in &self.flows {

@@ -22,6 +22,8 @@ pub struct SourceMetrics {
     pub bad_rows: AtomicU64,
     /// The last watermark of each lane, [`NO_WATERMARK`] before the first.
     pub lane_watermarks: Vec<AtomicI64>,
+    /// Each lane that ended (its watermark no longer holds other lanes back).
+    pub lane_ended: Vec<std::sync::atomic::AtomicBool>,
     /// In a cluster, which lanes this worker reads (None: every lane).
     local_lanes: Mutex<Option<Vec<bool>>>,
 }
@@ -34,6 +36,7 @@ impl SourceMetrics {
             bytes: AtomicU64::new(0),
             bad_rows: AtomicU64::new(0),
             lane_watermarks: (0..lanes).map(|_| AtomicI64::new(NO_WATERMARK)).collect(),
+            lane_ended: (0..lanes).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
             local_lanes: Mutex::new(None),
         }
     }

@@ -76,6 +76,16 @@ pub trait SourceFactory: Send + Sync {
     /// checkpoint, in epoch order, on the controller's thread; a failure is the
     /// source's to log (the checkpoint stands).
     fn checkpoint_committed(&self, _epoch: Epoch, _positions: &[(u32, &[u8])]) {}
+    /// Watermark alignment (Flink's `scan.watermark.alignment.max-drift`): a lane whose
+    /// watermark is more than this many milliseconds ahead of the slowest live lane of
+    /// the source on this worker is not polled until that lane catches up (the slowest
+    /// is never held, so the source always progresses). It bounds the state that event
+    /// time operators keep for a lane that ran ahead, and costs nothing when the lanes
+    /// carry the same span of time (the generator's interleaved lanes). A lane that
+    /// stops producing before its end holds the others back. None: lanes run freely.
+    fn max_watermark_drift(&self) -> Option<TimestampMs> {
+        None
+    }
 }
 
 /// The answer of one poll of a lane.

@@ -16,14 +16,17 @@ fn common_keys_and_defaults() {
         assert_eq!((s.connector.value.as_str(), s.connector.position), ("nexmark", Position::new(10, 1)));
         assert_eq!((s.format.clone(), s.schema.clone(), s.event_time.clone()), (None, None, None));
         assert_eq!(s.watermark_delay, Duration::ZERO);
+        assert_eq!(s.max_watermark_drift, None, "the connector's default");
         assert_eq!(s.on_error, OnError::Skip);
         assert!(s.options.keys().is_empty());
     });
-    let timed = "event_time = \"dateTime\"\nwatermark_delay = \"4s\"\non_error = \"fail\"";
+    let timed =
+        "event_time = \"dateTime\"\nwatermark_delay = \"4s\"\nmax_watermark_drift = \"30s\"\non_error = \"fail\"";
     check_ok(&with_sink(&nexmark(timed)), |c| {
         let s = &c.sources[0];
         assert_eq!(s.event_time.as_deref(), Some("dateTime"));
         assert_eq!(s.watermark_delay, Duration::from_secs(4));
+        assert_eq!(s.max_watermark_drift, Some(Duration::from_secs(30)));
         assert_eq!(s.on_error, OnError::Fail);
     });
     // Accepted here; the connector decides whether it can write a dead-letter topic.
@@ -81,6 +84,10 @@ fn bad_common_keys() {
             "12:1: [[source]] \"nx\": `watermark_delay` must be a duration such as \"4s\", \"1m\" or \"500ms\", found \"soon\"\n  fix: set how far",
         ),
         (
+            n("max_watermark_drift = \"0s\""),
+            "11:1: [[source]] \"nx\": `max_watermark_drift` must be a duration > 0 such as \"30s\", \"1m\" or \"500ms\", found \"0s\"\n  fix: set how far in event time a lane may run ahead",
+        ),
+        (
             n("on_error = \"skp\""),
             "11:1: [[source]] \"nx\": `on_error` must be one of \"skip\", \"fail\", \"dead-letter\", found \"skp\"\n  fix: did you mean on_error = \"skip\"?",
         ),
@@ -103,8 +110,8 @@ fn bad_common_keys() {
 
 #[test]
 fn unknown_source_keys() {
-    let known =
-        "known keys: name, connector, format, schema, event_time, watermark_delay, on_error, materialized, options";
+    let known = "known keys: name, connector, format, schema, event_time, watermark_delay, max_watermark_drift, \
+                 on_error, materialized, options";
     let conector =
         format!("10:1: unknown key `conector` in [[source]] \"s\"; {known}\n  fix: did you mean `connector`?");
     let rate = format!(

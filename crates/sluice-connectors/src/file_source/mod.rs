@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     /// Index of the event-time column.
     pub event_time: Option<usize>,
     pub watermark_delay_ms: i64,
+    /// See `SourceFactory::max_watermark_drift`.
+    pub max_watermark_drift_ms: Option<i64>,
     pub on_error: OnError,
     pub chunk_bytes: usize,
     /// Rows per second per lane, when the source replays at a rate.
@@ -358,6 +360,7 @@ impl FileSource {
             format,
             event_time,
             watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
+            max_watermark_drift_ms: config.max_watermark_drift.map(crate::nexmark::duration_ms),
             on_error: config.on_error,
             chunk_bytes: tuning.chunk_bytes,
             lane_rate: rate.map(|rate| rate / ranges.len().max(1) as f64),
@@ -437,6 +440,10 @@ impl SourceFactory for FileSource {
         let noun = if files == 1 { "file" } else { "files" };
         let streaming = if self.is_streaming() { ", streaming" } else { "" };
         format!("file(path={}, {format}, {files} {noun}{streaming})", self.written_path.display())
+    }
+
+    fn max_watermark_drift(&self) -> Option<sluice_types::TimestampMs> {
+        self.shared.max_watermark_drift_ms
     }
 }
 

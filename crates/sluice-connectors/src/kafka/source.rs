@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     pub schema: SchemaRef,
     pub event_time: Option<usize>,
     pub watermark_delay_ms: i64,
+    /// See `SourceFactory::max_watermark_drift`.
+    pub max_watermark_drift_ms: Option<i64>,
     pub on_error: OnError,
     /// `avro-confluent`: the schema registry, its cache shared by the lanes.
     pub registry: Option<Arc<Registry>>,
@@ -202,6 +204,7 @@ impl KafkaSource {
             schema: Arc::clone(&schema),
             event_time,
             watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
+            max_watermark_drift_ms: config.max_watermark_drift.map(crate::nexmark::duration_ms),
             on_error: config.on_error,
             registry,
             dead_letter,
@@ -300,6 +303,10 @@ impl SourceFactory for KafkaSource {
             self.shared.options.topics.join(","),
             self.partitions.len()
         )
+    }
+
+    fn max_watermark_drift(&self) -> Option<sluice_types::TimestampMs> {
+        self.shared.max_watermark_drift_ms
     }
 
     /// Commits the checkpoint's offsets to the group (see the module docs).

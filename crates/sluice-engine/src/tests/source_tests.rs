@@ -113,8 +113,8 @@ fn an_unknown_connector_is_named_with_the_known_ones() {
 
 #[test]
 fn unknown_source_keys() {
-    let known =
-        "known keys: name, connector, format, schema, event_time, watermark_delay, on_error, materialized, options";
+    let known = "known keys: name, connector, format, schema, event_time, watermark_delay, max_watermark_drift, \
+                 on_error, materialized, options";
     let conector =
         format!("10:1: unknown key `conector` in [[source]] \"s\"; {known}\n  fix: did you mean `connector`?");
     let rate = format!(

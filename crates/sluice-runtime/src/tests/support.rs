@@ -46,6 +46,10 @@ pub(crate) struct VecSource {
     /// When set, each poll records how many rows this sink had written by then.
     pub watching: Option<Arc<Collected>>,
     pub seen_at_polls: Arc<Mutex<Vec<usize>>>,
+    /// Each batch comes with its largest value as the lane's watermark.
+    pub watermarks: bool,
+    /// See `SourceFactory::max_watermark_drift`.
+    pub max_drift: Option<i64>,
 }
 
 impl VecSource {
@@ -59,6 +63,8 @@ impl VecSource {
             polls: Arc::default(),
             watching: None,
             seen_at_polls: Arc::default(),
+            watermarks: false,
+            max_drift: None,
         }
     }
 }
@@ -88,11 +94,16 @@ impl SourceFactory for VecSource {
             polls: Arc::clone(&self.polls),
             watching: self.watching.clone(),
             seen_at_polls: Arc::clone(&self.seen_at_polls),
+            watermarks: self.watermarks,
         }))
     }
 
     fn describe(&self) -> String {
         "numbers".into()
+    }
+
+    fn max_watermark_drift(&self) -> Option<sluice_types::TimestampMs> {
+        self.max_drift
     }
 }
 
@@ -104,6 +115,7 @@ struct VecLane {
     polls: Arc<AtomicU64>,
     watching: Option<Arc<Collected>>,
     seen_at_polls: Arc<Mutex<Vec<usize>>>,
+    watermarks: bool,
 }
 
 impl LaneReader for VecLane {
@@ -119,7 +131,8 @@ impl LaneReader for VecLane {
         match self.batches.pop_front() {
             Some(values) => {
                 self.handed_out += 1;
-                Ok(LanePoll::Data { batches: vec![(0, batch(&values))], watermark: None })
+                let watermark = values.iter().copied().max().filter(|_| self.watermarks);
+                Ok(LanePoll::Data { batches: vec![(0, batch(&values))], watermark })
             }
             None if self.endless => Ok(LanePoll::Wait(Instant::now() + Duration::from_secs(3600))),
             None => Ok(LanePoll::Exhausted),
