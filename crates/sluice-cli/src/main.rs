@@ -22,7 +22,9 @@ use sluice_engine::{Engine, EngineError, Overrides};
 
 /// Arrow allocates a fresh buffer per column per batch; glibc's malloc maps and unmaps
 /// large ones each time, and the page faults cost ~14% of a pass-through query.
-/// mimalloc keeps the pages.
+/// mimalloc keeps the pages. Its v2 (the workspace pins it) peaks 10-25% lower than v3
+/// on the NEXMark queries with large state, at the same or better speed: v3 keeps freed
+/// pages for a second before returning them (BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
