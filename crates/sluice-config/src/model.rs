@@ -68,8 +68,9 @@ pub struct PipelineSection {
     pub local_aggregation: bool,
     /// Input rows a running aggregate folds into one output of changes (Flink's
     /// `table.exec.mini-batch.size`): a group changed by several of them changes once.
-    /// Held changes also leave when the thread runs out of input, at least every 100 ms,
-    /// at each checkpoint and at the end. 1: after every input batch.
+    /// Held changes also leave when the thread runs out of input, every 100 ms (once the
+    /// downstream queue has room), at each checkpoint and at the end. 1: after every
+    /// input batch.
     pub mini_batch_rows: usize,
     /// MiB of state held in memory per worker before the rest spills to files in
     /// `spill_dir` (today: the rows of regular joins' append-only inputs).

@@ -55,8 +55,9 @@ pub trait Operator: Send {
 
     /// Emit the changes held for a mini-batch (an operator that folds several input
     /// batches into one output, such as the running aggregate, holds them until a bound
-    /// of its own). The driver calls it when its thread runs out of input, at least every
-    /// [`crate::MINI_BATCH_LATENCY`] while it is busy, and before each barrier's snapshot,
+    /// of its own). The driver calls it when its thread runs out of input, every
+    /// [`crate::MINI_BATCH_LATENCY`] while it is busy (once the segment's output queue has
+    /// room), and before each barrier's snapshot,
     /// so the snapshot never covers a change that was not emitted. Only data may be
     /// emitted. The default holds nothing.
     fn on_flush(&mut self, _out: &mut Vec<Message>) -> Result<(), SluiceError> {

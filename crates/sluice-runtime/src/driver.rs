@@ -14,11 +14,22 @@
 //! segment 0 (induction on the segment index). Why a full queue reaches the source: a
 //! segment with a non-empty outbox reads no input, and segment 0's input is the lanes,
 //! which are not polled while it is blocked. Every queue is bounded (channel capacity);
-//! an outbox holds at most the output of one input message.
+//! an outbox holds at most the output of one input message (of a barrier or end-of-data:
+//! with the mini-batches its operators held, bounded by their own row bounds).
+//!
+//! # Mini-batches and watermark alignment
+//!
+//! Operators that fold several batches into one output ([`crate::Operator::on_flush`])
+//! are flushed when a turn makes no progress (before the driver waits), every
+//! [`MINI_BATCH_LATENCY`] while it is busy (a segment whose outbox is full is flushed
+//! once it has room), and before each barrier's snapshot. A lane more than its source's
+//! `max_watermark_drift` ahead of the slowest live lane this worker reads is skipped
+//! (and told so, as a blocked one is) until that lane catches up or ends.
 //!
 //! When a turn makes no progress, the driver waits on a `Select` over the control channel,
 //! the inputs it could read and the channels it is blocked on, until the earliest lane
-//! wake-up: it is woken by events, it does not spin.
+//! wake-up (at most 1 ms while a lane is held for alignment: the slowest lane's progress
+//! on another thread does not wake this one): it is woken by events, it does not spin.
 //!
 //! # Barriers
 //!
@@ -345,7 +356,9 @@ impl Driver {
                 .collect();
             flows.push(FlowRun { name: flow.name, segments, entries, finished: false });
         }
+        let local_lanes = self.metrics.sources.iter().map(|source| source.local_lane_mask()).collect();
         let mut state = DriverState {
+            local_lanes,
             thread: self.thread,
             lanes,
             flows,
@@ -401,6 +414,9 @@ struct DriverState {
     longest_step_us: u64,
     /// When the operators' mini-batches were last flushed.
     last_flush: Instant,
+    /// Per source, the lanes this worker reads: only they take part in watermark
+    /// alignment (the leader's metrics also receive finished workers' lanes).
+    local_lanes: Vec<Vec<bool>>,
 }
 
 type Failure = (String, SluiceError);
@@ -693,11 +709,13 @@ impl DriverState {
     fn poll_lanes(&mut self) -> Result<bool, Failure> {
         if self.paused.load(Ordering::Relaxed) {
             // Resuming is noticed within an idle wait (bounded).
+            self.lanes.iter_mut().for_each(|lane| lane.aligning = false);
             return Ok(false);
         }
         let mut progressed = false;
         let now = Instant::now();
         for index in 0..self.lanes.len() {
+            self.lanes[index].aligning = false;
             let lane = &self.lanes[index];
             if lane.exhausted || lane.paused || lane.held || lane.wait_until.is_some_and(|until| until > now) {
                 continue;
@@ -706,9 +724,9 @@ impl DriverState {
                 self.lanes[index].reader.blocked();
                 continue;
             }
-            let aligning = self.ahead_of_slowest_lane(index);
-            self.lanes[index].aligning = aligning;
-            if aligning {
+            if self.ahead_of_slowest_lane(index) {
+                self.lanes[index].aligning = true;
+                self.lanes[index].reader.blocked();
                 continue;
             }
             progressed = true;
@@ -727,9 +745,10 @@ impl DriverState {
         if own == NO_WATERMARK {
             return false;
         }
-        let slowest = (metrics.lane_watermarks.iter().zip(&metrics.lane_ended))
-            .filter(|(_, ended)| !ended.load(Ordering::Relaxed))
-            .map(|(watermark, _)| watermark.load(Ordering::Relaxed))
+        let local = &self.local_lanes[lane.source];
+        let slowest = (metrics.lane_watermarks.iter().zip(&metrics.lane_ended).zip(local))
+            .filter(|((_, ended), local)| **local && !ended.load(Ordering::Relaxed))
+            .map(|((watermark, _), _)| watermark.load(Ordering::Relaxed))
             .filter(|&watermark| watermark != NO_WATERMARK)
             .min();
         slowest.is_some_and(|slowest| own > slowest.saturating_add(drift))

@@ -41,6 +41,12 @@ impl SourceMetrics {
         }
     }
 
+    /// Per lane, whether this worker reads it (every lane alone).
+    pub fn local_lane_mask(&self) -> Vec<bool> {
+        let local = self.local_lanes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        local.clone().unwrap_or_else(|| vec![true; self.lane_watermarks.len()])
+    }
+
     /// The lowest watermark of the lanes this worker reads (the source's, alone), or None
     /// before every one of them has one.
     pub fn watermark(&self) -> Option<TimestampMs> {

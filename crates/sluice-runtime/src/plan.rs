@@ -77,9 +77,9 @@ pub trait SourceFactory: Send + Sync {
     /// source's to log (the checkpoint stands).
     fn checkpoint_committed(&self, _epoch: Epoch, _positions: &[(u32, &[u8])]) {}
     /// Watermark alignment (Flink's `scan.watermark.alignment.max-drift`): a lane whose
-    /// watermark is more than this many milliseconds ahead of the slowest live lane of
-    /// the source on this worker is not polled until that lane catches up (the slowest
-    /// is never held, so the source always progresses). It bounds the state that event
+    /// watermark is more than this many milliseconds ahead of the slowest live lane that
+    /// this worker reads is not polled until that lane catches up (the slowest is never
+    /// held, so the source always progresses; lanes of other workers are not seen). It bounds the state that event
     /// time operators keep for a lane that ran ahead, and costs nothing when the lanes
     /// carry the same span of time (the generator's interleaved lanes). A lane that
     /// stops producing before its end holds the others back. None: lanes run freely.
@@ -116,8 +116,10 @@ pub trait LaneReader: Send {
     /// reached so far). Opaque to the runtime; stored in checkpoints.
     fn position(&self) -> Vec<u8>;
 
-    /// The driver skipped polling the lane because its downstream is full (called at
-    /// every skipped turn, on the lane's thread, until the next [`LaneReader::poll`]).
+    /// The driver skipped polling the lane because its downstream is full or it is too
+    /// far ahead of its source's slowest lane ([`SourceFactory::max_watermark_drift`])
+    /// (called at every skipped turn, on the lane's thread, until the next
+    /// [`LaneReader::poll`]).
     /// A reader may stop prefetching meanwhile; the next poll comes when there is room.
     fn blocked(&mut self) {}
 }

@@ -50,6 +50,8 @@ pub(crate) struct VecSource {
     pub watermarks: bool,
     /// See `SourceFactory::max_watermark_drift`.
     pub max_drift: Option<i64>,
+    /// Turns on which the driver skipped a lane and told it (`LaneReader::blocked`).
+    pub skipped: Arc<AtomicU64>,
 }
 
 impl VecSource {
@@ -65,6 +67,7 @@ impl VecSource {
             seen_at_polls: Arc::default(),
             watermarks: false,
             max_drift: None,
+            skipped: Arc::default(),
         }
     }
 }
@@ -95,6 +98,7 @@ impl SourceFactory for VecSource {
             watching: self.watching.clone(),
             seen_at_polls: Arc::clone(&self.seen_at_polls),
             watermarks: self.watermarks,
+            skipped: Arc::clone(&self.skipped),
         }))
     }
 
@@ -116,6 +120,7 @@ struct VecLane {
     watching: Option<Arc<Collected>>,
     seen_at_polls: Arc<Mutex<Vec<usize>>>,
     watermarks: bool,
+    skipped: Arc<AtomicU64>,
 }
 
 impl LaneReader for VecLane {
@@ -141,6 +146,10 @@ impl LaneReader for VecLane {
 
     fn position(&self) -> Vec<u8> {
         self.handed_out.to_le_bytes().to_vec()
+    }
+
+    fn blocked(&mut self) {
+        self.skipped.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -18,7 +18,8 @@
 //! group the mini-batch touched, in the order first touched,
 //! - a group that appeared: its row with weight +1 (`+I`);
 //! - a group whose rows were all retracted: its previous row with weight -1 (`-D`), and
-//!   the group is dropped (a later row starts it afresh, as in Flink);
+//!   the group is dropped (a later row starts it afresh, as in Flink; within one
+//!   mini-batch its accumulators start afresh as soon as its last row is retracted);
 //! - a group whose result changed: the previous row with weight -1 immediately followed
 //!   by the new row with weight +1, the pair a sink writes as `-U`/`+U`;
 //! - a group whose result did not change: nothing.
@@ -500,6 +501,14 @@ impl Operator for GroupAggregate {
                         *positive += change;
                     }
                 }
+            }
+            if group.rows == 0 {
+                // Every row retracted: the group goes on from nothing, as a dropped one
+                // would (no rounding left by retracted floats in a SUM or AVG).
+                let (accumulators, distinct) = (self.new_accumulators().into_boxed_slice(), self.new_distinct());
+                let group = self.groups[id as usize].as_mut().expect("a live group");
+                group.accumulators = accumulators;
+                group.distinct = distinct;
             }
         }
         self.key_rows = keys;

@@ -586,3 +586,35 @@ fn a_mini_batch_holds_changes_across_batches_until_its_rows_a_flush_a_barrier_or
     assert_eq!(lines(&out), ["+1 c,1,1,1,1,1,1,1,∅,1"], "the end");
     assert!(matches!(out.last(), Some(Message::EndOfData)));
 }
+
+#[test]
+fn a_group_emptied_within_a_mini_batch_goes_on_from_nothing() {
+    // SUM of floats: 0.1 + 0.2 - 0.1 - 0.2 leaves 2.8e-17 in a running sum.
+    let input =
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, false), Field::new("x", DataType::Float64, true)]));
+    let spec = GroupAggregateSpec {
+        keys: vec![0],
+        aggregates: vec![AggregateSpec { function: AggregateFunction::Sum, argument: Some(1), filter: None }],
+        output: Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("total", DataType::Float64, true),
+        ])),
+        append_only_input: false,
+    };
+    let ignored = LazyCounter::new(Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)), "ignored retractions");
+    let mut operator = GroupAggregate::new(spec, &input, ignored, VNODES).expect("aggregate").with_mini_batch(100);
+    let rows = |values: &[(f64, i64)]| {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(values.iter().map(|_| "a"))),
+            Arc::new(arrow::array::Float64Array::from_iter_values(values.iter().map(|v| v.0))),
+        ];
+        let rows = RecordBatch::try_new(Arc::clone(&input), columns).expect("batch");
+        Batch::with_weights(rows, Int64Array::from_iter_values(values.iter().map(|v| v.1)))
+    };
+    let mut out = Vec::new();
+    operator.on_data(rows(&[(0.1, 1), (0.2, 1)]), &mut out).expect("data");
+    operator.on_data(rows(&[(0.1, -1), (0.2, -1)]), &mut out).expect("data");
+    operator.on_data(rows(&[(0.001, 1)]), &mut out).expect("data");
+    operator.on_flush(&mut out).expect("flush");
+    assert_eq!(lines(&out), ["+1 a,0.001"], "not 0.001 plus the retracted rows' rounding");
+}
