@@ -81,10 +81,11 @@ proptest! {
 
 /// A running count of bids per auction over the NEXMark generator, beside the bids
 /// themselves: the changelog integrates to exactly the per-auction counts of the bids.
+/// The aggregate emits after every batch of 500 rows, so auctions change several times.
 #[test]
 fn a_running_count_of_bids_per_auction_matches_the_bids() {
     let scratch = Scratch::new();
-    let pipeline = "[pipeline]\nname = \"bids\"\nbatch_size = 500\n\n[[source]]\nname = \"nexmark\"\n\
+    let pipeline = "[pipeline]\nname = \"bids\"\nbatch_size = 500\nmini_batch_rows = 1\n\n[[source]]\nname = \"nexmark\"\n\
         connector = \"nexmark\"\n[source.options]\nevents = 20000\n\n\
         [[view]]\nname = \"bids_per_auction\"\nsql = \"SELECT auction, COUNT(*) AS bids, MAX(price) AS top FROM bid GROUP BY auction\"\n\n\
         [[view]]\nname = \"raw\"\nsql = \"SELECT auction, price FROM bid\"\n\n\
