@@ -307,6 +307,13 @@ mod tests {
         }
     }
 
+    /// One column `v` of `values`.
+    fn int_rows(values: Vec<i64>) -> RecordBatch {
+        let field = arrow::datatypes::Field::new("v", arrow::datatypes::DataType::Int64, false);
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![field]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values))]).expect("batch")
+    }
+
     fn values(messages: &[Message]) -> Vec<String> {
         messages
             .iter()
@@ -324,12 +331,7 @@ mod tests {
 
     #[test]
     fn fused_operators_apply_in_order_and_forward_control_messages() {
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
-            "v",
-            arrow::datatypes::DataType::Int64,
-            false,
-        )]));
-        let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2]))]).expect("batch");
+        let rows = int_rows(vec![1, 2]);
         let mut chain = Chain::new(vec![Box::new(Double), Box::new(Double)]);
         let mut out = Vec::new();
         chain.push(Message::Data(Batch::inserts(rows)), &mut out).expect("push");
@@ -341,12 +343,7 @@ mod tests {
 
     #[test]
     fn counters_take_the_rows_and_the_bytes_of_a_slice_not_of_the_buffers_it_shares() {
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
-            "v",
-            arrow::datatypes::DataType::Int64,
-            false,
-        )]));
-        let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..10))]).expect("batch");
+        let rows = int_rows((0..10).collect());
         let metrics = crate::metrics::Metrics::new(Vec::new(), Vec::new(), 1);
         let counters = vec![metrics.operator("a", "first"), metrics.operator("b", "second")];
         let mut chain = Chain::new(vec![Box::new(Double), Box::new(Double)]).counted(counters.clone());
@@ -368,12 +365,7 @@ mod tests {
 
     #[test]
     fn a_flush_sends_each_operators_held_rows_through_the_operators_after_it() {
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
-            "v",
-            arrow::datatypes::DataType::Int64,
-            false,
-        )]));
-        let rows = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2]))]).expect("batch");
+        let rows = int_rows(vec![1, 2]);
         let metrics = crate::metrics::Metrics::new(Vec::new(), Vec::new(), 1);
         let counters =
             vec![metrics.operator("a", "hold"), metrics.operator("b", "double"), metrics.operator("c", "hold")];

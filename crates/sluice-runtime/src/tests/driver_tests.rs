@@ -1,9 +1,13 @@
 //! The driver's scheduling: lanes spread over threads, rows routed through the exchange,
-//! a full queue stops the lanes that feed it (backpressure), barriers record positions.
+//! a full queue stops the lanes that feed it (backpressure), barriers record positions,
+//! held mini-batches leave when a thread runs out of input, and a lane too far ahead of
+//! the slowest waits (watermark alignment).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use sluice_types::{Batch, Message, SluiceError};
 
 use crate::checkpoint::{CheckpointOptions, Restore};
 use crate::plan::SinkParallelism;
@@ -127,23 +131,14 @@ impl crate::Operator for MarkPort {
         "mark_port"
     }
 
-    fn on_data(
-        &mut self,
-        batch: sluice_types::Batch,
-        out: &mut Vec<sluice_types::Message>,
-    ) -> Result<(), sluice_types::SluiceError> {
+    fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         self.on_port_data(0, batch, out)
     }
 
-    fn on_port_data(
-        &mut self,
-        port: usize,
-        batch: sluice_types::Batch,
-        out: &mut Vec<sluice_types::Message>,
-    ) -> Result<(), sluice_types::SluiceError> {
+    fn on_port_data(&mut self, port: usize, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         let offset = if port == 1 { 1_000_000 } else { 0 };
         let values: Vec<i64> = super::support::values(&batch).iter().map(|v| v + offset).collect();
-        out.push(sluice_types::Message::Data(sluice_types::Batch::inserts(super::support::batch(&values))));
+        out.push(Message::Data(Batch::inserts(super::support::batch(&values))));
         Ok(())
     }
 }
@@ -227,30 +222,26 @@ impl crate::Operator for HoldAll {
         "hold_all"
     }
 
-    fn on_data(
-        &mut self,
-        batch: sluice_types::Batch,
-        _out: &mut Vec<sluice_types::Message>,
-    ) -> Result<(), sluice_types::SluiceError> {
+    fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
         self.held.extend(super::support::values(&batch));
         Ok(())
     }
 
-    fn on_flush(&mut self, out: &mut Vec<sluice_types::Message>) -> Result<(), sluice_types::SluiceError> {
+    fn on_flush(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         if !self.held.is_empty() {
             let rows = super::support::batch(&std::mem::take(&mut self.held));
-            out.push(sluice_types::Message::Data(sluice_types::Batch::inserts(rows)));
+            out.push(Message::Data(Batch::inserts(rows)));
         }
         Ok(())
     }
 
-    fn on_end(&mut self, out: &mut Vec<sluice_types::Message>) -> Result<(), sluice_types::SluiceError> {
+    fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         self.on_flush(out)?;
-        out.push(sluice_types::Message::EndOfData);
+        out.push(Message::EndOfData);
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<crate::SnapshotJob>, sluice_types::SluiceError> {
+    fn snapshot(&mut self) -> Result<Option<crate::SnapshotJob>, SluiceError> {
         self.held_at_snapshots.lock().expect("lock").push(self.held.len());
         Ok(Some(Box::new(|| Ok(Vec::new()))))
     }
