@@ -670,25 +670,19 @@ impl DriverState {
                 if self.flows[flow].finished || !self.flows[flow].is_live(index) {
                     continue;
                 }
+                let component = format!("flow to {} (segment {index})", self.flows[flow].name);
                 let segment = &mut self.flows[flow].segments[index];
                 if !segment.can_accept() {
                     continue;
                 }
-                segment.chain.flush(&mut self.scratch).map_err(|e| (self.flows[flow].name.clone(), e))?;
+                segment.chain.flush(&mut self.scratch).map_err(|e| (component.clone(), e))?;
                 if self.scratch.is_empty() {
                     continue;
                 }
                 emitted = true;
-                let segment = &mut self.flows[flow].segments[index];
-                route(
-                    segment,
-                    &mut self.scratch,
-                    &self.metrics,
-                    &mut Fed::default(),
-                    self.checkpoints,
-                    self.next_epoch,
-                )
-                .map_err(|e| (format!("flow to {} (segment {index})", self.flows[flow].name), e))?;
+                let (scratch, fed) = (&mut self.scratch, &mut Fed::default());
+                route(segment, scratch, &self.metrics, fed, self.checkpoints, self.next_epoch)
+                    .map_err(|e| (component, e))?;
             }
         }
         Ok(emitted)
