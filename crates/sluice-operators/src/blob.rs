@@ -33,6 +33,16 @@ impl BlobWriter {
         self.blob(vnode).1.reserve_exact(additional);
     }
 
+    /// Appends `count` entries already encoded (`bytes`) to `vnode`'s blob, which grows
+    /// by exactly their size: an operator that encodes one vnode at a time into a
+    /// reused buffer gets blobs without spare room.
+    pub(crate) fn append_entries(&mut self, vnode: u32, count: u32, bytes: &[u8]) {
+        let blob = self.blob(vnode);
+        blob.0 += count;
+        blob.1.reserve_exact(bytes.len());
+        blob.1.extend_from_slice(bytes);
+    }
+
     fn blob(&mut self, vnode: u32) -> &mut (u32, Vec<u8>) {
         let version = self.version;
         self.blobs.entry(vnode).or_insert_with(|| {
