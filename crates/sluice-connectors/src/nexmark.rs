@@ -271,7 +271,8 @@ impl SourceFactory for NexmarkSource {
     fn describe(&self) -> String {
         let events = self.generator.events.map_or("unbounded".to_string(), |events| events.to_string());
         let rate = self.rate.map_or("unlimited".to_string(), |rate| rate.to_string());
-        format!("nexmark(events={events}, rate={rate}, seed={})", self.generator.seed)
+        let drift = self.max_watermark_drift_ms;
+        format!("nexmark(events={events}, rate={rate}, seed={}, lanes within {drift} ms)", self.generator.seed)
     }
 
     fn max_watermark_drift(&self) -> Option<TimestampMs> {
@@ -633,9 +634,9 @@ mod tests {
     #[test]
     fn describe_names_the_options() {
         let source = nexmark_source(Some(1_000_000), None, 2).expect("source");
-        assert_eq!(source.describe(), "nexmark(events=1000000, rate=unlimited, seed=7)");
+        assert_eq!(source.describe(), "nexmark(events=1000000, rate=unlimited, seed=7, lanes within 10000 ms)");
         let source = nexmark_source(None, Some(5000.0), 2).expect("source");
-        assert_eq!(source.describe(), "nexmark(events=unbounded, rate=5000, seed=7)");
+        assert_eq!(source.describe(), "nexmark(events=unbounded, rate=5000, seed=7, lanes within 10000 ms)");
         assert_eq!(source.tables()[2].name, "bid");
         assert_eq!(source.tables()[0].event_time.as_deref(), Some("dateTime"));
     }

@@ -283,10 +283,15 @@ fn plan_group_aggregate(
     let ttl = planner.state_ttl();
     let mini_batch_rows = planner.mini_batch_rows;
     let line = format!(
-        "group_aggregate (updating): [{}]{}{}",
+        "group_aggregate (updating): [{}]{}{}{}",
         names.join(", "),
         if keys.is_empty() { String::new() } else { format!(" by {}", key_names.join(", ")) },
-        crate::stream::ttl_note(ttl)
+        crate::stream::ttl_note(ttl),
+        if mini_batch_rows > 1 {
+            format!(", changes in mini-batches of up to {mini_batch_rows} input rows")
+        } else {
+            String::new()
+        }
     );
     let factory: OperatorFactory = Arc::new(move |context| {
         let ignored = LazyCounter::new(Arc::clone(&context.metrics), counter.clone());
