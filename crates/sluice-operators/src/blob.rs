@@ -33,10 +33,39 @@ impl BlobWriter {
         self.blob(vnode).1.reserve_exact(additional);
     }
 
+    /// The blobs of `items`, given in vnode order (within a vnode, in the order its blob
+    /// lists them), each written by `encode`. Each vnode's entries are encoded into one
+    /// reused buffer, then copied into a blob of exactly their size (a state of a
+    /// gigabyte would otherwise take up to two while its blobs grow by doubling), and
+    /// each item is dropped once encoded.
+    pub(crate) fn encode_by_vnode<T>(
+        version: u32,
+        items: impl IntoIterator<Item = (u32, T)>,
+        mut encode: impl FnMut(T, &mut Vec<u8>) -> Result<(), SluiceError>,
+    ) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
+        let mut blobs = BlobWriter::new(version);
+        let (mut bytes, mut current, mut count) = (Vec::new(), None, 0u32);
+        for (vnode, item) in items {
+            if current != Some(vnode) {
+                assert!(current.is_none_or(|done| done < vnode), "items come in vnode order");
+                if let Some(done) = current {
+                    blobs.append_entries(done, count, &bytes);
+                }
+                (current, count) = (Some(vnode), 0);
+                bytes.clear();
+            }
+            count += 1;
+            encode(item, &mut bytes)?;
+        }
+        if let Some(done) = current {
+            blobs.append_entries(done, count, &bytes);
+        }
+        Ok(blobs.finish())
+    }
+
     /// Appends `count` entries already encoded (`bytes`) to `vnode`'s blob, which grows
-    /// by exactly their size: an operator that encodes one vnode at a time into a
-    /// reused buffer gets blobs without spare room.
-    pub(crate) fn append_entries(&mut self, vnode: u32, count: u32, bytes: &[u8]) {
+    /// by exactly their size.
+    fn append_entries(&mut self, vnode: u32, count: u32, bytes: &[u8]) {
         let blob = self.blob(vnode);
         blob.0 += count;
         blob.1.reserve_exact(bytes.len());

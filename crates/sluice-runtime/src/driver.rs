@@ -670,19 +670,19 @@ impl DriverState {
                 if self.flows[flow].finished || !self.flows[flow].is_live(index) {
                     continue;
                 }
-                let component = format!("flow to {} (segment {index})", self.flows[flow].name);
-                let segment = &mut self.flows[flow].segments[index];
+                let run = &mut self.flows[flow];
+                let component = |e| (format!("flow to {} (segment {index})", run.name), e);
+                let segment = &mut run.segments[index];
                 if !segment.can_accept() {
                     continue;
                 }
-                segment.chain.flush(&mut self.scratch).map_err(|e| (component.clone(), e))?;
+                segment.chain.flush(&mut self.scratch).map_err(component)?;
                 if self.scratch.is_empty() {
                     continue;
                 }
                 emitted = true;
                 let (scratch, fed) = (&mut self.scratch, &mut Fed::default());
-                route(segment, scratch, &self.metrics, fed, self.checkpoints, self.next_epoch)
-                    .map_err(|e| (component, e))?;
+                route(segment, scratch, &self.metrics, fed, self.checkpoints, self.next_epoch).map_err(component)?;
             }
         }
         Ok(emitted)

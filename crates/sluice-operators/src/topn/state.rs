@@ -46,26 +46,20 @@ fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
     bytes.extend_from_slice(value);
 }
 
+/// One blob per vnode holding partitions, in vnode order, each partition in increasing
+/// key order ([`BlobWriter::encode_by_vnode`]).
 fn encode(
-    mut partitions: Vec<Partition>,
+    partitions: Vec<Partition>,
     shared: &SharedRows,
     vnodes: u32,
     no_keys: bool,
 ) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-    partitions.sort_by(|a, b| a.key.get().cmp(b.key.get()));
-    let vnode_of = |partition: &Partition| vnode::of_hash(placement_hash(no_keys, partition.key.get()), vnodes);
-    let mut blobs = BlobWriter::new(VERSION);
-    // Each blob sized exactly first (see `BlobWriter::reserve`).
-    let mut sizes: std::collections::BTreeMap<u32, usize> = std::collections::BTreeMap::new();
-    for partition in &partitions {
-        let rows: usize = partition.rows.iter().map(|entry| 12 + entry.row.len()).sum();
-        *sizes.entry(vnode_of(partition)).or_default() += 8 + partition.key.get().len() + rows;
-    }
-    for (vnode, size) in sizes {
-        blobs.reserve(vnode, size);
-    }
-    for partition in &partitions {
-        let bytes = blobs.entry(vnode_of(partition));
+    let mut partitions: Vec<(u32, Partition)> = partitions
+        .into_iter()
+        .map(|partition| (vnode::of_hash(placement_hash(no_keys, partition.key.get()), vnodes), partition))
+        .collect();
+    partitions.sort_by(|a, b| (a.0, a.1.key.get()).cmp(&(b.0, b.1.key.get())));
+    BlobWriter::encode_by_vnode(VERSION, partitions, |partition, bytes| {
         write_bytes(bytes, partition.key.get());
         let rows = u32::try_from(partition.rows.len()).expect("fewer than 2^32 rows per partition");
         bytes.extend_from_slice(&rows.to_le_bytes());
@@ -75,8 +69,8 @@ fn encode(
             bytes.extend_from_slice(&length.to_le_bytes());
             shared.read_into(entry.row, bytes)?;
         }
-    }
-    Ok(blobs.finish())
+        Ok(())
+    })
 }
 
 fn corrupt(what: &str) -> SluiceError {

@@ -68,44 +68,34 @@ pub(super) fn snapshot(aggregate: &GroupAggregate) -> Option<SnapshotJob> {
     }
     let (vnodes, no_keys) = (aggregate.vnodes, aggregate.spec.keys.is_empty());
     let member_of = aggregate.member_of.clone();
-    Some(Box::new(move || Ok(encode(copy, vnodes, no_keys, &member_of))))
+    Some(Box::new(move || encode(copy, vnodes, no_keys, &member_of)))
 }
 
-/// One blob per vnode holding groups, in vnode order. `member_of`: each aggregate's
-/// shared COUNT(DISTINCT) set and member there. Each vnode's groups are encoded into one
-/// reused buffer, then copied into a blob of exactly their size (a state of a gigabyte
-/// would otherwise take up to two while its blobs grow by doubling), and each group of
-/// the copy is freed once encoded.
-fn encode(groups: Vec<Group>, vnodes: u32, no_keys: bool, member_of: &[Option<(usize, usize)>]) -> Vec<(u32, Vec<u8>)> {
+/// One blob per vnode holding groups, in vnode order, each group in increasing key
+/// order ([`BlobWriter::encode_by_vnode`]). `member_of`: each aggregate's shared
+/// COUNT(DISTINCT) set and member there.
+fn encode(
+    groups: Vec<Group>,
+    vnodes: u32,
+    no_keys: bool,
+    member_of: &[Option<(usize, usize)>],
+) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
     let mut groups: Vec<(u32, Group)> = groups
         .into_iter()
         .map(|group| (vnode::of_hash(placement_hash(no_keys, group.key.get()), vnodes), group))
         .collect();
     groups.sort_by(|a, b| (a.0, a.1.key.get()).cmp(&(b.0, b.1.key.get())));
-    let mut blobs = BlobWriter::new(VERSION);
-    let (mut bytes, mut current, mut count) = (Vec::new(), None, 0u32);
-    for (vnode, group) in groups {
-        if current != Some(vnode) {
-            if let Some(done) = current {
-                blobs.append_entries(done, count, &bytes);
-            }
-            (current, count) = (Some(vnode), 0);
-            bytes.clear();
-        }
-        count += 1;
-        write_bytes(&mut bytes, group.key.get());
+    BlobWriter::encode_by_vnode(VERSION, groups, |group, bytes| {
+        write_bytes(bytes, group.key.get());
         bytes.extend_from_slice(&group.rows.to_le_bytes());
         for (accumulator, member) in group.accumulators.iter().zip(member_of) {
             match member {
-                Some((share, member)) => write_distinct(&group.distinct[*share].entries(*member), &mut bytes),
-                None => write_accumulator(accumulator, &mut bytes),
+                Some((share, member)) => write_distinct(&group.distinct[*share].entries(*member), bytes),
+                None => write_accumulator(accumulator, bytes),
             }
         }
-    }
-    if let Some(done) = current {
-        blobs.append_entries(done, count, &bytes);
-    }
-    blobs.finish()
+        Ok(())
+    })
 }
 
 /// A COUNT(DISTINCT)'s values of nonzero count, in increasing byte order.

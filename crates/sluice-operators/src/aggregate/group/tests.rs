@@ -377,6 +377,7 @@ fn a_snapshot_blob_is_pinned_byte_for_byte() {
     operator.on_data(batch(&input), &mut Vec::new()).expect("data");
     let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
     let [(vnode, bytes)] = blobs.as_slice() else { panic!("one vnode holds the one group: {blobs:?}") };
+    assert_eq!(bytes.capacity(), bytes.len(), "the blob is sized exactly, never doubled");
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let expected = concat!(
         "01000000",         // version 1
