@@ -3,9 +3,10 @@
 //! Contract:
 //! - Tables `person`, `auction`, `bid`, in that order (table indexes 0, 1, 2), with
 //!   [`sluice_nexmark::schema`]; the event-time column of each is `dateTime`.
-//! - `threads` lanes; lane `l` of `n` generates event numbers `l, l + n, ...`, so the
-//!   lanes together produce exactly the single-stream events (`events` of them when
-//!   bounded, split 1:3:46 person:auction:bid), whatever the thread count.
+//! - `threads` lanes, taking turns by blocks of consecutive event numbers ([`lane_block`]):
+//!   block `b` belongs to lane `b % n`, so the lanes together produce exactly the
+//!   single-stream events (`events` of them when bounded, split 1:3:46
+//!   person:auction:bid), whatever the thread count.
 //! - A lane generates only the tables some flow reads
 //!   ([`LaneContext::tables_needed`]); one that reads none is exhausted at once.
 //! - After each batch the lane's watermark is the largest event time it has produced
@@ -35,6 +36,26 @@ pub const EVENT_TIME_COLUMN: &str = "dateTime";
 pub const NEXMARK_TABLES: [&str; 3] = ["person", "auction", "bid"];
 /// Default `first_event_rate` (events per second of event time) without a `rate`.
 pub const DEFAULT_FIRST_EVENT_RATE: u64 = 10_000;
+
+/// The most consecutive events a lane generates before the next lane's turn: one
+/// batch of the default `batch_size`.
+pub const MAX_LANE_BLOCK: u64 = 8192;
+
+/// How many consecutive events each lane takes per turn. Without a `rate`, up to
+/// [`MAX_LANE_BLOCK`] and at most one second of event time: a lane's batch then holds
+/// consecutive events, which span `lanes` times less event time (so fewer windows
+/// and keys per batch) than every `lanes`-th event would. Under a `rate`, at most
+/// 10 ms of event time, so the lanes' watermarks, which follow the wall clock, stay
+/// within milliseconds of each other. A bounded run gives each lane at least
+/// [`MIN_TURNS_PER_LANE`] turns, so a short one still spreads over every lane.
+pub fn lane_block(rate: Option<f64>, first_event_rate: u64, events: Option<u64>, lanes: u32) -> u64 {
+    let span = if rate.is_some() { first_event_rate / 100 } else { first_event_rate };
+    let share = events.map_or(u64::MAX, |events| events.div_ceil(u64::from(lanes.max(1)) * MIN_TURNS_PER_LANE));
+    span.min(share).clamp(1, MAX_LANE_BLOCK)
+}
+
+/// The fewest turns a lane of a bounded run takes (see [`lane_block`]).
+pub const MIN_TURNS_PER_LANE: u64 = 16;
 
 /// How much wall-clock time one rate-limited batch covers at most.
 const RATE_BATCH_SPAN: Duration = Duration::from_millis(100);
@@ -193,6 +214,7 @@ impl NexmarkSource {
             seed: *seed,
             events: *events,
             first_event_rate: *first_event_rate,
+            lane_block: lane_block(*rate, *first_event_rate, *events, threads),
             ..GeneratorConfig::default()
         };
         generator.validate().map_err(|error| {
@@ -253,7 +275,7 @@ impl SourceFactory for NexmarkSource {
         let mut generator = LaneGenerator::new(&self.generator, context.lane, self.lanes, needed);
         let mut watermark = None;
         if let Some(position) = &context.start {
-            let (next_event, restored) = decode_position(position)?;
+            let (next_event, restored) = decode_position(position, self.generator.lane_block)?;
             generator.seek(next_event);
             watermark = restored;
         }
@@ -272,7 +294,8 @@ impl SourceFactory for NexmarkSource {
         let events = self.generator.events.map_or("unbounded".to_string(), |events| events.to_string());
         let rate = self.rate.map_or("unlimited".to_string(), |rate| rate.to_string());
         let drift = self.max_watermark_drift_ms;
-        format!("nexmark(events={events}, rate={rate}, seed={}, lanes within {drift} ms)", self.generator.seed)
+        let (seed, block) = (self.generator.seed, self.generator.lane_block);
+        format!("nexmark(events={events}, rate={rate}, seed={seed}, blocks of {block} events, lanes within {drift} ms)")
     }
 
     fn max_watermark_drift(&self) -> Option<TimestampMs> {
@@ -293,22 +316,58 @@ pub struct NexmarkLane {
     announce_watermark: bool,
 }
 
-/// A lane position: the next event number, then the last watermark (`i64::MIN` for none).
-fn encode_position(next_event: u64, watermark: Option<TimestampMs>) -> Vec<u8> {
-    let mut bytes = next_event.to_le_bytes().to_vec();
+/// The version of [`encode_position`]'s layout.
+const POSITION_VERSION: u8 = 1;
+
+/// A lane position (25 bytes): the layout version (1), the lane block size
+/// ([`lane_block`]) as u64, the next event number as u64, then the last watermark as
+/// i64 (`i64::MIN` for none), all little-endian. A checkpoint of an older build has
+/// 16 bytes (no version, no block: its lanes took one event per turn).
+fn encode_position(lane_block: u64, next_event: u64, watermark: Option<TimestampMs>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(25);
+    bytes.push(POSITION_VERSION);
+    bytes.extend_from_slice(&lane_block.to_le_bytes());
+    bytes.extend_from_slice(&next_event.to_le_bytes());
     bytes.extend_from_slice(&watermark.unwrap_or(i64::MIN).to_le_bytes());
     bytes
 }
 
-fn decode_position(bytes: &[u8]) -> Result<(u64, Option<TimestampMs>), SluiceError> {
-    let (Some(next), Some(watermark)) = (bytes.get(..8), bytes.get(8..16)) else {
+/// The next event number and watermark of a position taken by lanes that took
+/// blocks of `lane_block` events, as this source's lanes do.
+fn decode_position(bytes: &[u8], lane_block: u64) -> Result<(u64, Option<TimestampMs>), SluiceError> {
+    let word = |at: usize| bytes.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    let refuse = |what: String| {
+        SluiceError::user("checkpoint.nexmark_position", what)
+            .with_fix("start over with --from-scratch (the generator makes the same events again)")
+    };
+    if bytes.len() == 16 {
+        return Err(refuse(
+            "the checkpoint's nexmark positions come from an older Sluice, whose lanes took one event per \
+             turn; this one's take blocks of events, so those positions do not say which events were read"
+                .to_string(),
+        ));
+    }
+    let (Some(&version), Some(block), Some(next), Some(watermark), 25) =
+        (bytes.first(), word(1), word(9), word(17), bytes.len())
+    else {
         return Err(SluiceError::internal(
             "source.position",
-            format!("a nexmark position has 16 bytes, not {}", bytes.len()),
+            format!("a nexmark position has 25 bytes, not {}", bytes.len()),
         ));
     };
-    let next = u64::from_le_bytes(next.try_into().expect("8 bytes"));
-    let watermark = i64::from_le_bytes(watermark.try_into().expect("8 bytes"));
+    if version != POSITION_VERSION {
+        return Err(refuse(format!(
+            "the checkpoint's nexmark positions have layout version {version}; this Sluice reads version \
+             {POSITION_VERSION}"
+        )));
+    }
+    if block != lane_block {
+        return Err(refuse(format!(
+            "the checkpoint's nexmark lanes took blocks of {block} events, this source's take {lane_block} \
+             (its rate or first_event_rate changed)"
+        )));
+    }
+    let watermark = watermark as i64;
     Ok((next, (watermark != i64::MIN).then_some(watermark)))
 }
 
@@ -357,7 +416,7 @@ impl LaneReader for NexmarkLane {
     }
 
     fn position(&self) -> Vec<u8> {
-        encode_position(self.generator.next_event_number(), self.watermark)
+        encode_position(self.generator.config().lane_block, self.generator.next_event_number(), self.watermark)
     }
 }
 
@@ -413,11 +472,12 @@ mod tests {
 
     use super::*;
 
-    /// A nexmark source "gen" (seed 7, watermark delay 500 ms) with `lanes` lanes.
+    /// A nexmark source "gen" (seed 7, 1000 events per second of event time, watermark
+    /// delay 500 ms) with `lanes` lanes, taking turns by 1000 events (10 under a rate).
     fn nexmark_source(events: Option<u64>, rate: Option<f64>, lanes: u32) -> Result<NexmarkSource, SluiceError> {
         let mut config = SourceConfig::new("gen", "nexmark");
         config.watermark_delay = Duration::from_millis(500);
-        let options = NexmarkOptions { events, rate, seed: 7, first_event_rate: 10_000 };
+        let options = NexmarkOptions { events, rate, seed: 7, first_event_rate: 1_000 };
         NexmarkSource::new(&config, &options, lanes)
     }
 
@@ -634,11 +694,61 @@ mod tests {
     #[test]
     fn describe_names_the_options() {
         let source = nexmark_source(Some(1_000_000), None, 2).expect("source");
-        assert_eq!(source.describe(), "nexmark(events=1000000, rate=unlimited, seed=7, lanes within 10000 ms)");
+        assert_eq!(
+            source.describe(),
+            "nexmark(events=1000000, rate=unlimited, seed=7, blocks of 1000 events, lanes within 10000 ms)"
+        );
         let source = nexmark_source(None, Some(5000.0), 2).expect("source");
-        assert_eq!(source.describe(), "nexmark(events=unbounded, rate=5000, seed=7, lanes within 10000 ms)");
+        assert_eq!(
+            source.describe(),
+            "nexmark(events=unbounded, rate=5000, seed=7, blocks of 10 events, lanes within 10000 ms)"
+        );
         assert_eq!(source.tables()[2].name, "bid");
         assert_eq!(source.tables()[0].event_time.as_deref(), Some("dateTime"));
+    }
+
+    #[test]
+    fn lanes_take_up_to_one_second_of_events_per_turn_10_ms_under_a_rate_and_16_turns_at_least() {
+        assert_eq!(lane_block(None, 10_000, None, 2), 8192);
+        assert_eq!(lane_block(None, 1_000, None, 2), 1_000);
+        assert_eq!(lane_block(None, 1, None, 2), 1);
+        assert_eq!(lane_block(Some(1e6), 1_000_000, None, 2), 8192);
+        assert_eq!(lane_block(Some(5000.0), 5000, None, 2), 50);
+        assert_eq!(lane_block(Some(10.0), 10, None, 2), 1);
+        // A bounded run: at least 16 turns per lane.
+        assert_eq!(lane_block(None, 10_000, Some(10_000_000), 2), 8192);
+        assert_eq!(lane_block(None, 10_000, Some(4_000), 2), 125);
+        assert_eq!(lane_block(None, 10_000, Some(4_001), 2), 126);
+        assert_eq!(lane_block(None, 10_000, Some(3), 4), 1);
+    }
+
+    #[test]
+    fn positions_are_pinned_by_golden_vectors() {
+        let golden: [(u64, u64, Option<TimestampMs>, &str); 2] = [
+            (8192, 16_384, None, "01 0020000000000000 0040000000000000 0000000000000080"),
+            (100, 12_345, Some(1_767_225_600_500), "01 6400000000000000 3930000000000000 f4a9da769b010000"),
+        ];
+        for (block, next, watermark, hex) in golden {
+            let bytes = encode_position(block, next, watermark);
+            let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(text, hex.replace(' ', ""));
+            assert_eq!(decode_position(&bytes, block).expect("decodes"), (next, watermark));
+        }
+    }
+
+    #[test]
+    fn a_position_of_other_lanes_is_refused_with_the_fix() {
+        let old = [0u8; 16];
+        let refused = decode_position(&old, 8192).expect_err("an older layout");
+        assert!(refused.to_string().contains("older Sluice"), "{refused}");
+        assert!(refused.to_string().contains("--from-scratch"), "{refused}");
+        let other_block = encode_position(100, 0, None);
+        let refused = decode_position(&other_block, 8192).expect_err("another block");
+        assert!(refused.to_string().contains("blocks of 100 events, this source's take 8192"), "{refused}");
+        let mut future = encode_position(8192, 0, None);
+        future[0] = 2;
+        assert!(decode_position(&future, 8192).expect_err("a later version").to_string().contains("version 2"));
+        assert!(decode_position(&[1, 2, 3], 8192).is_err());
     }
 
     #[test]

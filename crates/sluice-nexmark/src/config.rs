@@ -82,6 +82,10 @@ pub struct GeneratorConfig {
     /// How many not-yet-created auction ids a bid may point to
     /// (standard: 10; 0 = bids only ever point at existing auctions).
     pub auction_id_lead: u32,
+    /// How many consecutive events a lane generates before the next lane takes
+    /// its turn (1 = lanes interleave event by event). Not part of the stream:
+    /// any value gives the same union of lanes.
+    pub lane_block: u64,
 }
 
 impl Default for GeneratorConfig {
@@ -101,8 +105,18 @@ impl Default for GeneratorConfig {
             num_active_people: 1000,
             person_id_lead: 10,
             auction_id_lead: 10,
+            lane_block: 1,
         }
     }
+}
+
+/// How many events numbered below `limit` lane `lane` of `lanes` generates when
+/// the lanes take turns by blocks of `block` consecutive events (block `b`,
+/// events `b * block ..`, belongs to lane `b % lanes`).
+pub(crate) fn lane_events_below(limit: u64, lane: u64, lanes: u64, block: u64) -> u64 {
+    let (full, rest) = (limit / block, limit % block);
+    let full_blocks = if full > lane { (full - lane - 1) / lanes + 1 } else { 0 };
+    full_blocks * block + if full % lanes == lane { rest } else { 0 }
 }
 
 /// An invalid [`GeneratorConfig`].
@@ -125,6 +139,9 @@ impl GeneratorConfig {
         let fail = |message: String| Err(ConfigError { message });
         if self.first_event_rate == 0 {
             return fail("first_event_rate must be at least 1".into());
+        }
+        if self.lane_block == 0 {
+            return fail("lane_block must be at least 1".into());
         }
         for (name, v) in [
             ("avg_person_byte_size", self.avg_person_byte_size),
@@ -165,8 +182,7 @@ impl GeneratorConfig {
     pub fn lane_event_count(&self, lane: u32, lanes: u32) -> Option<u64> {
         assert!(lane < lanes, "lane {lane} out of range for {lanes} lanes");
         let total = self.events?;
-        let lane = u64::from(lane);
-        Some(if total <= lane { 0 } else { (total - lane - 1) / u64::from(lanes) + 1 })
+        Some(lane_events_below(total, u64::from(lane), u64::from(lanes), self.lane_block.max(1)))
     }
 
     /// The maximum byte size `extra` can reach under this config.
@@ -283,6 +299,22 @@ mod tests {
         let tiny = GeneratorConfig { events: Some(2), ..GeneratorConfig::default() };
         assert_eq!(tiny.lane_event_count(3, 4), Some(0));
         assert_eq!(GeneratorConfig::default().lane_event_count(0, 2), None);
+        // In blocks: 1003 = 10 blocks of 100 and 3 events of block 10, over 4 lanes.
+        let blocks = GeneratorConfig { lane_block: 100, ..c };
+        let counts: Vec<u64> = (0..4).filter_map(|l| blocks.lane_event_count(l, 4)).collect();
+        assert_eq!(counts, vec![300, 300, 203, 200]);
+        for (block, lanes) in [(1, 1), (1, 3), (7, 2), (64, 5), (5000, 3)] {
+            let c = GeneratorConfig { lane_block: block, ..c };
+            for limit in [0, 1, 6, 7, 8, 999, 1003, 12_345] {
+                let counted: u64 = (0..lanes).map(|l| lane_events_below(limit, l, lanes, block)).sum();
+                assert_eq!(counted, limit, "block {block}, {lanes} lanes, below {limit}");
+                for lane in 0..lanes {
+                    let by_hand = (0..limit).filter(|n| n / block % lanes == lane).count() as u64;
+                    assert_eq!(lane_events_below(limit, lane, lanes, block), by_hand);
+                }
+            }
+            assert_eq!(c.lane_event_count(0, 1), Some(1003));
+        }
     }
 
     #[test]

@@ -1,13 +1,20 @@
 //! Lane generators: the public entry point producing Arrow record batches.
 //!
 //! The event stream (event numbers `0 ..` below `GeneratorConfig::events`) is
-//! split round-robin into `lanes` lanes: lane `l` generates event numbers
-//! `l, l + lanes, l + 2 * lanes, ...`. Because every event is generated from
-//! its own number alone (kind, ids, event time and per-event random values),
-//! the union of all lanes is exactly the single-lane stream, and neither the
-//! lane split nor the batch sizes change any value. A lane's position is a
-//! single event number, which makes checkpointing ([`LaneGenerator::
-//! next_event_number`]) and resuming ([`LaneGenerator::seek`]) trivial.
+//! split into `lanes` lanes that take turns by blocks of
+//! [`GeneratorConfig::lane_block`] consecutive events: block `b` (event numbers
+//! `b * block .. (b + 1) * block`) belongs to lane `b % lanes`. With a block of
+//! 1, lane `l` generates `l, l + lanes, l + 2 * lanes, ...`. Because every event
+//! is generated from its own number alone (kind, ids, event time and per-event
+//! random values), the union of all lanes is exactly the single-lane stream, and
+//! neither the lane split nor the batch sizes change any value. A lane's
+//! position is a single event number, which makes checkpointing
+//! ([`LaneGenerator::next_event_number`]) and resuming
+//! ([`LaneGenerator::seek`]) trivial.
+//!
+//! Blocks are for throughput: a batch of consecutive events spans less event
+//! time, so fewer windows and keys per batch, than a batch of events taken
+//! every `lanes`-th.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,7 +23,7 @@ use arrow::record_batch::RecordBatch;
 
 use crate::auction::AuctionColumns;
 use crate::bid::BidColumns;
-use crate::config::{GeneratorConfig, event_kind};
+use crate::config::{GeneratorConfig, event_kind, lane_events_below};
 use crate::model::Model;
 use crate::person::PersonColumns;
 use crate::schema::{Table, TableSet};
@@ -62,6 +69,8 @@ pub struct LaneGenerator {
     model: Arc<Model>,
     lane: u64,
     lanes: u64,
+    /// Consecutive events per turn (at least 1).
+    block: u64,
     tables: TableSet,
     next: u64,
     scratch: String,
@@ -73,6 +82,7 @@ impl fmt::Debug for LaneGenerator {
             .field("config", &self.model.config)
             .field("lane", &self.lane)
             .field("lanes", &self.lanes)
+            .field("block", &self.block)
             .field("tables", &self.tables)
             .field("next_event_number", &self.next)
             .finish()
@@ -97,12 +107,14 @@ impl LaneGenerator {
 
     fn with_model(model: Arc<Model>, lane: u32, lanes: u32, tables: TableSet) -> Self {
         assert!(lane < lanes, "lane {lane} out of range for {lanes} lanes");
+        let block = model.config.lane_block.max(1);
         LaneGenerator {
             model,
             lane: u64::from(lane),
             lanes: u64::from(lanes),
+            block,
             tables,
-            next: u64::from(lane),
+            next: u64::from(lane).saturating_mul(block),
             scratch: String::with_capacity(128),
         }
     }
@@ -134,10 +146,16 @@ impl LaneGenerator {
 
     /// Resumes from a position previously returned by
     /// [`next_event_number`](Self::next_event_number). A number that does not
-    /// belong to this lane is rounded up to this lane's next event number.
+    /// belong to this lane is rounded up to the start of this lane's next block.
     pub fn seek(&mut self, next_event_number: u64) {
-        let misalignment = (self.lane + self.lanes - next_event_number % self.lanes) % self.lanes;
-        self.next = next_event_number.saturating_add(misalignment);
+        let block = next_event_number / self.block;
+        self.next = if block % self.lanes == self.lane {
+            next_event_number
+        } else {
+            let after = block + 1;
+            let ahead = (self.lane + self.lanes - after % self.lanes) % self.lanes;
+            after.saturating_add(ahead).saturating_mul(self.block)
+        };
     }
 
     /// Event time (ms) of the next event of this lane.
@@ -148,12 +166,35 @@ impl LaneGenerator {
     /// Events this lane still has to generate (`None` when unbounded).
     pub fn remaining_events(&self) -> Option<u64> {
         let total = self.model.config.events?;
-        Some(if self.next >= total { 0 } else { (total - self.next - 1) / self.lanes + 1 })
+        if self.next >= total {
+            return Some(0);
+        }
+        let below = |limit| lane_events_below(limit, self.lane, self.lanes, self.block);
+        Some(below(total) - below(self.next))
     }
 
     /// Whether the lane has generated all its events.
     pub fn is_exhausted(&self) -> bool {
         self.remaining_events() == Some(0)
+    }
+
+    /// The runs of consecutive event numbers the next `count` events of this lane
+    /// form, as (first, length): the rest of the current block, then whole blocks
+    /// of this lane (fewer events where the numbers run out at `u64::MAX`).
+    fn runs(&self, count: u64) -> impl Iterator<Item = (u64, u64)> + use<> {
+        let (block, skip) = (self.block, (self.lanes - 1).saturating_mul(self.block));
+        let (mut next, mut left) = (self.next, count);
+        std::iter::from_fn(move || {
+            let block_end = (next / block).checked_add(1).and_then(|b| b.checked_mul(block)).unwrap_or(u64::MAX);
+            let length = left.min(block_end - next);
+            if length == 0 {
+                return None;
+            }
+            let run = (next, length);
+            left -= length;
+            next = if next + length == block_end { block_end.saturating_add(skip) } else { next + length };
+            Some(run)
+        })
     }
 
     /// Generates up to `max_events` next events of this lane (all kinds
@@ -168,23 +209,29 @@ impl LaneGenerator {
             }
             count = count.min(remaining);
         }
-        count = count.min(((u64::MAX - self.next) / self.lanes).saturating_add(1));
-        let start = self.next;
-        let mut columns = Columns::new(self.tables, &self.model, start, self.lanes, count);
-        let mut clock = EventClock::new(&self.model.config, start, self.lanes);
-        let mut event_number = start;
-        for _ in 0..count {
-            columns.append(&self.model, event_number, clock.now(), &mut self.scratch);
-            clock.advance();
-            event_number = event_number.wrapping_add(self.lanes);
+        let mut columns = Columns::new(self.tables, &self.model, self.runs(count));
+        let (mut generated, mut last) = (0, self.next);
+        for (first, length) in self.runs(count) {
+            let mut clock = EventClock::new(&self.model.config, first, 1);
+            for event_number in first..first + length {
+                columns.append(&self.model, event_number, clock.now(), &mut self.scratch);
+                clock.advance();
+            }
+            generated += length;
+            last = first + length - 1;
         }
-        let last = start + (count - 1) * self.lanes;
-        self.next = last.saturating_add(self.lanes);
+        if generated == 0 {
+            return None; // Only at u64::MAX: no event number is left.
+        }
+        self.next = last.saturating_add(1);
+        if self.next.is_multiple_of(self.block) {
+            self.seek(self.next);
+        }
         Some(GeneratedBatch {
             person: columns.person.map(PersonColumns::finish),
             auction: columns.auction.map(AuctionColumns::finish),
             bid: columns.bid.map(BidColumns::finish),
-            events: count,
+            events: generated,
             max_event_time_ms: self.model.config.event_time_ms(last),
         })
     }
@@ -198,15 +245,17 @@ struct Columns {
 }
 
 impl Columns {
-    /// Builders sized exactly for the events `start, start + step, ...`
-    /// (`count` of them).
-    fn new(tables: TableSet, model: &Model, start: u64, step: u64, count: u64) -> Self {
+    /// Builders sized exactly for the events of `runs` (first, length).
+    fn new(tables: TableSet, model: &Model, runs: impl Iterator<Item = (u64, u64)>) -> Self {
         let mut rows = [0usize; 3];
-        if tables.contains(Table::Person) || tables.contains(Table::Auction) {
-            let mut n = start;
-            for _ in 0..count {
-                rows[event_kind(n) as usize] += 1;
-                n = n.wrapping_add(step);
+        let mut count = 0;
+        let count_kinds = tables.contains(Table::Person) || tables.contains(Table::Auction);
+        for (first, length) in runs {
+            count += length;
+            if count_kinds {
+                for n in first..first + length {
+                    rows[event_kind(n) as usize] += 1;
+                }
             }
         }
         let [persons, auctions, bids] = rows;
@@ -316,5 +365,38 @@ mod tests {
         assert_eq!(g.next_event_number(), 17);
         g.seek(16);
         assert_eq!(g.next_event_number(), 17);
+        // Blocks of 10 over 3 lanes: lane 1 holds 10..20, 40..50, 70..80, ...
+        let config = GeneratorConfig { lane_block: 10, ..GeneratorConfig::default() };
+        let mut g = LaneGenerator::new(&config, 1, 3, TableSet::ALL);
+        assert_eq!(g.next_event_number(), 10);
+        for (to, at) in
+            [(0, 10), (10, 10), (19, 19), (20, 40), (39, 40), (45, 45), (50, 70), (u64::MAX - 3, u64::MAX - 3)]
+        {
+            g.seek(to);
+            assert_eq!(g.next_event_number(), at, "seek to {to}");
+        }
+        // Lane 0's next block would start past the last event number.
+        let mut g = LaneGenerator::new(&config, 0, 3, TableSet::ALL);
+        g.seek(u64::MAX - 3);
+        assert_eq!(g.next_event_number(), u64::MAX);
+    }
+
+    #[test]
+    fn a_batch_takes_the_rest_of_its_block_then_the_lane_s_next_blocks() {
+        let config = GeneratorConfig { lane_block: 10, events: Some(95), ..GeneratorConfig::default() };
+        let mut g = LaneGenerator::new(&config, 0, 2, TableSet::ALL);
+        g.seek(7);
+        let runs: Vec<(u64, u64)> = g.runs(25).collect();
+        assert_eq!(runs, vec![(7, 3), (20, 10), (40, 10), (60, 2)]);
+        let batch = g.next_batch(25).expect("events left");
+        assert_eq!((batch.events, batch.max_event_time_ms), (25, config.event_time_ms(61)));
+        assert_eq!(g.next_event_number(), 62);
+        assert_eq!(g.remaining_events(), Some(8 + 10));
+        assert_eq!(g.next_batch(100).map(|b| b.events), Some(18));
+        assert!(g.is_exhausted());
+        // A block's last event moves the lane on to its next block at once.
+        let mut g = LaneGenerator::new(&config, 1, 2, TableSet::ALL);
+        assert_eq!(g.next_batch(10).map(|b| b.events), Some(10));
+        assert_eq!(g.next_event_number(), 30);
     }
 }

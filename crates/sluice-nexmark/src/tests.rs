@@ -254,10 +254,10 @@ fn same_seed_gives_identical_batches() {
 #[test]
 fn lane_union_equals_single_lane() {
     let events = 5_003;
-    let c = config(events, 9);
-    let single = run(&c, 0, 1, 700);
+    let single = run(&config(events, 9), 0, 1, 700);
     let single_rows = Table::all().map(|t| rows(single.table(t)));
-    for lanes in [2u32, 3, 7, 50, 64] {
+    for (block, lanes) in [1, 100, 4096].into_iter().flat_map(|b| [2u32, 3, 7, 50, 64].map(|l| (b, l))) {
+        let c = GeneratorConfig { lane_block: block, ..config(events, 9) };
         let outs: Vec<Output> =
             LaneGenerator::new_lanes(&c, lanes, TableSet::ALL).iter_mut().map(|g| drain(g, 333)).collect();
         let lane_rows: Vec<[Vec<String>; 3]> = outs.iter().map(|o| Table::all().map(|t| rows(o.table(t)))).collect();
@@ -267,11 +267,11 @@ fn lane_union_equals_single_lane() {
         let mut cursors = vec![[0usize; 3]; lanes as usize];
         let mut merged: [Vec<String>; 3] = Default::default();
         for n in 0..events {
-            let (lane, kind) = ((n % u64::from(lanes)) as usize, event_kind(n) as usize);
+            let (lane, kind) = ((n / block % u64::from(lanes)) as usize, event_kind(n) as usize);
             merged[kind].push(lane_rows[lane][kind][cursors[lane][kind]].clone());
             cursors[lane][kind] += 1;
         }
-        assert_eq!(merged, single_rows, "{lanes} lanes");
+        assert_eq!(merged, single_rows, "{lanes} lanes, blocks of {block}");
         // And as multisets sorted by content.
         let mut sorted: Vec<String> = lane_rows.iter().flat_map(|r| r[2].clone()).collect();
         let mut expected = single_rows[2].clone();
@@ -341,8 +341,8 @@ fn custom_rate_and_base_time() {
 
 #[test]
 fn seek_gives_identical_continuation() {
-    let c = config(12_345, 13);
-    for (lane, lanes) in [(0u32, 1u32), (2, 5)] {
+    for (lane, lanes, block) in [(0u32, 1u32, 1), (2, 5, 1), (2, 5, 300)] {
+        let c = GeneratorConfig { lane_block: block, ..config(12_345, 13) };
         let mut a = LaneGenerator::new(&c, lane, lanes, TableSet::ALL);
         for _ in 0..3 {
             a.next_batch(1000);
@@ -378,18 +378,23 @@ fn table_subsets_match_full_output() {
 
 #[test]
 fn bounded_lanes_exhaust_and_unbounded_do_not() {
-    let c = config(1_003, 15);
-    let mut total = 0;
-    for lane in 0..4 {
-        let mut g = LaneGenerator::new(&c, lane, 4, TableSet::ALL);
-        assert_eq!(g.remaining_events(), c.lane_event_count(lane, 4));
-        while let Some(b) = g.next_batch(100) {
-            total += b.events;
+    for block in [1, 64] {
+        let c = GeneratorConfig { lane_block: block, ..config(1_003, 15) };
+        let mut total = 0;
+        for lane in 0..4 {
+            let mut g = LaneGenerator::new(&c, lane, 4, TableSet::ALL);
+            let in_lane = c.lane_event_count(lane, 4).expect("bounded");
+            assert_eq!(g.remaining_events(), Some(in_lane));
+            let mut done = 0;
+            while let Some(b) = g.next_batch(100) {
+                (total, done) = (total + b.events, done + b.events);
+                assert_eq!(g.remaining_events(), Some(in_lane - done));
+            }
+            assert!(g.is_exhausted());
+            assert!(g.next_batch(100).is_none());
         }
-        assert!(g.is_exhausted());
-        assert!(g.next_batch(100).is_none());
+        assert_eq!(total, 1_003);
     }
-    assert_eq!(total, 1_003);
 
     let mut g = LaneGenerator::new(&GeneratorConfig::default(), 0, 1, TableSet::ALL);
     assert_eq!(g.remaining_events(), None);
