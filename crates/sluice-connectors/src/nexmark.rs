@@ -41,16 +41,20 @@ pub const DEFAULT_FIRST_EVENT_RATE: u64 = 10_000;
 /// batch of the default `batch_size`.
 pub const MAX_LANE_BLOCK: u64 = 8192;
 
-/// How many consecutive events each lane takes per turn. Without a `rate`, up to
-/// [`MAX_LANE_BLOCK`] and at most one second of event time: a lane's batch then holds
-/// consecutive events, which span `lanes` times less event time (so fewer windows
-/// and keys per batch) than every `lanes`-th event would. Under a `rate`, at most
-/// 10 ms of event time, so the lanes' watermarks, which follow the wall clock, stay
-/// within milliseconds of each other. A bounded run gives each lane at least
-/// [`MIN_TURNS_PER_LANE`] turns, so a short one still spreads over every lane.
-pub fn lane_block(rate: Option<f64>, first_event_rate: u64, events: Option<u64>, lanes: u32) -> u64 {
-    let span = if rate.is_some() { first_event_rate / 100 } else { first_event_rate };
-    let share = events.map_or(u64::MAX, |events| events.div_ceil(u64::from(lanes.max(1)) * MIN_TURNS_PER_LANE));
+/// How many consecutive events each lane takes per turn, at most [`MAX_LANE_BLOCK`]
+/// and at least one. Without a `rate`, as many as one second of event time holds: a
+/// lane's batch then holds consecutive events, which span `lanes` times less event time
+/// (so fewer windows and keys per batch) than every `lanes`-th event would. Under a
+/// `rate`, as many as 10 ms of event time holds, so the lanes' watermarks, which follow
+/// the wall clock, stay within milliseconds of each other. A round of every lane's turn
+/// spans at most half of `max_drift_ms`, so watermark alignment never holds a lane back
+/// only because the others have not had their turn yet; and a bounded run of at least
+/// `16 × lanes` events gives each lane at least [`MIN_TURNS_PER_LANE`] turns.
+pub fn lane_block(rate: Option<f64>, first_event_rate: u64, events: Option<u64>, lanes: u32, max_drift_ms: i64) -> u64 {
+    let lanes = u64::from(lanes.max(1));
+    let turn_ms = if rate.is_some() { 10 } else { 1000 }.min(max_drift_ms.max(0) as u64 / (2 * lanes));
+    let span = u64::try_from(u128::from(first_event_rate) * u128::from(turn_ms) / 1000).unwrap_or(u64::MAX);
+    let share = events.map_or(u64::MAX, |events| events / (lanes * MIN_TURNS_PER_LANE));
     span.min(share).clamp(1, MAX_LANE_BLOCK)
 }
 
@@ -185,7 +189,11 @@ impl ConfiguredSource for ConfiguredNexmark {
     }
 
     fn build(&self, context: &SourceContext<'_>) -> Result<Arc<dyn SourceFactory>, SluiceError> {
-        Ok(Arc::new(NexmarkSource::new(context.config, &self.options, context.lane_threads)?))
+        let mut source = NexmarkSource::new(context.config, &self.options, context.lane_threads)?;
+        if let Some(layout) = context.layout.as_deref() {
+            source.generator.lane_block = decode_layout(layout)?;
+        }
+        Ok(Arc::new(source))
     }
 }
 
@@ -210,11 +218,12 @@ impl NexmarkSource {
     /// The source of a `connector = "nexmark"` config, with one lane per thread.
     pub fn new(config: &SourceConfig, options: &NexmarkOptions, threads: u32) -> Result<NexmarkSource, SluiceError> {
         let NexmarkOptions { events, rate, seed, first_event_rate } = options;
+        let max_watermark_drift_ms = duration_ms(config.max_watermark_drift.unwrap_or(DEFAULT_MAX_WATERMARK_DRIFT));
         let generator = GeneratorConfig {
             seed: *seed,
             events: *events,
             first_event_rate: *first_event_rate,
-            lane_block: lane_block(*rate, *first_event_rate, *events, threads),
+            lane_block: lane_block(*rate, *first_event_rate, *events, threads, max_watermark_drift_ms),
             ..GeneratorConfig::default()
         };
         generator.validate().map_err(|error| {
@@ -240,7 +249,7 @@ impl NexmarkSource {
             rate: *rate,
             lanes: threads.max(1),
             watermark_delay_ms: duration_ms(config.watermark_delay),
-            max_watermark_drift_ms: duration_ms(config.max_watermark_drift.unwrap_or(DEFAULT_MAX_WATERMARK_DRIFT)),
+            max_watermark_drift_ms,
         })
     }
 }
@@ -300,6 +309,56 @@ impl SourceFactory for NexmarkSource {
 
     fn max_watermark_drift(&self) -> Option<TimestampMs> {
         Some(self.max_watermark_drift_ms)
+    }
+
+    /// The lanes' block size ([`encode_layout`]): a restore keeps it, whatever `events`
+    /// or `rate` say then, so the positions keep their meaning.
+    fn layout(&self) -> Vec<u8> {
+        encode_layout(self.generator.lane_block)
+    }
+
+    /// What decides which events each lane makes, besides the lane count (which the
+    /// cluster's layout fixes): every worker must generate the same stream.
+    fn content_identity(&self) -> Vec<u8> {
+        let mut identity = vec![1u8];
+        for value in [
+            self.generator.seed,
+            self.generator.events.unwrap_or(u64::MAX),
+            self.generator.first_event_rate,
+            u64::from(self.rate.is_some()),
+            self.max_watermark_drift_ms as u64,
+        ] {
+            identity.extend_from_slice(&value.to_le_bytes());
+        }
+        identity
+    }
+}
+
+/// The version of [`encode_layout`]'s bytes.
+const LAYOUT_VERSION: u8 = 1;
+
+/// A nexmark source's layout (9 bytes): the version (1), then the lanes' block size
+/// ([`lane_block`]) as u64, little-endian. An older build recorded none.
+fn encode_layout(lane_block: u64) -> Vec<u8> {
+    let mut bytes = vec![LAYOUT_VERSION];
+    bytes.extend_from_slice(&lane_block.to_le_bytes());
+    bytes
+}
+
+fn decode_layout(bytes: &[u8]) -> Result<u64, SluiceError> {
+    match bytes {
+        [LAYOUT_VERSION, block @ ..] if block.len() == 8 => {
+            let block = u64::from_le_bytes(block.try_into().expect("8 bytes"));
+            if block == 0 {
+                return Err(SluiceError::internal("source.layout", "a nexmark layout with lane blocks of 0 events"));
+            }
+            Ok(block)
+        }
+        _ => Err(SluiceError::user(
+            "checkpoint.nexmark_layout",
+            format!("the checkpoint's nexmark layout ({} bytes) is not one this Sluice reads", bytes.len()),
+        )
+        .with_fix("start over with --from-scratch (the generator makes the same events again)")),
     }
 }
 
@@ -363,8 +422,7 @@ fn decode_position(bytes: &[u8], lane_block: u64) -> Result<(u64, Option<Timesta
     }
     if block != lane_block {
         return Err(refuse(format!(
-            "the checkpoint's nexmark lanes took blocks of {block} events, this source's take {lane_block} \
-             (its rate or first_event_rate changed)"
+            "the checkpoint's nexmark lanes took blocks of {block} events, this source's take {lane_block}"
         )));
     }
     let watermark = watermark as i64;
@@ -709,17 +767,61 @@ mod tests {
 
     #[test]
     fn lanes_take_up_to_one_second_of_events_per_turn_10_ms_under_a_rate_and_16_turns_at_least() {
-        assert_eq!(lane_block(None, 10_000, None, 2), 8192);
-        assert_eq!(lane_block(None, 1_000, None, 2), 1_000);
-        assert_eq!(lane_block(None, 1, None, 2), 1);
-        assert_eq!(lane_block(Some(1e6), 1_000_000, None, 2), 8192);
-        assert_eq!(lane_block(Some(5000.0), 5000, None, 2), 50);
-        assert_eq!(lane_block(Some(10.0), 10, None, 2), 1);
+        let drift = 10_000;
+        assert_eq!(lane_block(None, 10_000, None, 2, drift), 8192);
+        assert_eq!(lane_block(None, 1_000, None, 2, drift), 1_000);
+        assert_eq!(lane_block(None, 1, None, 2, drift), 1);
+        assert_eq!(lane_block(Some(1e6), 1_000_000, None, 2, drift), 8192);
+        assert_eq!(lane_block(Some(5000.0), 5000, None, 2, drift), 50);
+        assert_eq!(lane_block(Some(10.0), 10, None, 2, drift), 1);
+        // A round of 16 lanes' turns spans at most 5 s: 312 ms a turn.
+        assert_eq!(lane_block(None, 10_000, None, 16, drift), 3_120);
+        assert_eq!(lane_block(None, 10_000, None, 2, 100), 250);
         // A bounded run: at least 16 turns per lane.
-        assert_eq!(lane_block(None, 10_000, Some(10_000_000), 2), 8192);
-        assert_eq!(lane_block(None, 10_000, Some(4_000), 2), 125);
-        assert_eq!(lane_block(None, 10_000, Some(4_001), 2), 126);
-        assert_eq!(lane_block(None, 10_000, Some(3), 4), 1);
+        assert_eq!(lane_block(None, 10_000, Some(10_000_000), 2, drift), 8192);
+        assert_eq!(lane_block(None, 10_000, Some(4_000), 2, drift), 125);
+        assert_eq!(lane_block(None, 10_000, Some(4_031), 2, drift), 125);
+        assert_eq!(lane_block(None, 10_000, Some(3), 4, drift), 1);
+        for (events, lanes) in [(33u64, 2u32), (100, 4), (4_031, 2), (1_000_003, 7)] {
+            let block = lane_block(None, 10_000, Some(events), lanes, drift);
+            let turns_of_the_last_lane =
+                (events / block).saturating_sub(u64::from(lanes) - 1).div_ceil(u64::from(lanes));
+            assert!(turns_of_the_last_lane >= MIN_TURNS_PER_LANE, "{events} events over {lanes} lanes: block {block}");
+        }
+    }
+
+    #[test]
+    fn a_restore_keeps_the_recorded_block_and_a_cluster_agrees_on_the_stream() {
+        let mut config = SourceConfig::new("gen", "nexmark");
+        config.watermark_delay = Duration::from_millis(500);
+        let options = NexmarkOptions { events: Some(1_000_000), rate: None, seed: 7, first_event_rate: 10_000 };
+        let source = NexmarkSource::new(&config, &options, 2).expect("source");
+        assert_eq!(source.layout(), encode_layout(8192));
+        assert_eq!(decode_layout(&source.layout()).expect("decodes"), 8192);
+        // Resumed with fewer events (a smaller block) but the recorded layout: blocks of 8192.
+        let fewer = NexmarkOptions { events: Some(100_000), ..options };
+        let context = |layout: Option<Vec<u8>>| SourceContext {
+            config: &config,
+            base_dir: std::path::Path::new("."),
+            lane_threads: 2,
+            schema: None,
+            layout,
+            exactly_once: false,
+            workers: 1,
+        };
+        let resumed = ConfiguredNexmark { options: fewer }.build(&context(Some(source.layout()))).expect("builds");
+        assert_eq!(resumed.layout(), encode_layout(8192));
+        let fresh = ConfiguredNexmark { options: fewer }.build(&context(None)).expect("builds");
+        assert_eq!(fresh.layout(), encode_layout(3_125));
+        let damaged = ConfiguredNexmark { options: fewer }.build(&context(Some(vec![2, 0, 0]))).err().expect("refused");
+        assert!(damaged.to_string().contains("--from-scratch"), "{damaged}");
+        // Workers generating other streams would not agree.
+        let other_seed = NexmarkSource::new(&config, &NexmarkOptions { seed: 8, ..options }, 2).expect("source");
+        assert_ne!(source.content_identity(), other_seed.content_identity());
+        let throttled = NexmarkSource::new(&config, &NexmarkOptions { rate: Some(1e6), ..options }, 2).expect("source");
+        assert_ne!(source.content_identity(), throttled.content_identity());
+        let more_threads = NexmarkSource::new(&config, &options, 4).expect("source");
+        assert_eq!(source.content_identity(), more_threads.content_identity(), "lanes are the layout's to agree on");
     }
 
     #[test]

@@ -152,7 +152,7 @@ impl LaneGenerator {
         self.next = if block % self.lanes == self.lane {
             next_event_number
         } else {
-            let after = block + 1;
+            let after = block.saturating_add(1);
             let ahead = (self.lane + self.lanes - after % self.lanes) % self.lanes;
             after.saturating_add(ahead).saturating_mul(self.block)
         };
@@ -379,6 +379,11 @@ mod tests {
         let mut g = LaneGenerator::new(&config, 0, 3, TableSet::ALL);
         g.seek(u64::MAX - 3);
         assert_eq!(g.next_event_number(), u64::MAX);
+        // One event per turn: u64::MAX (block u64::MAX, lane 0 of 3) is not lane 1's.
+        let mut g = LaneGenerator::new(&GeneratorConfig::default(), 1, 3, TableSet::ALL);
+        g.seek(u64::MAX);
+        assert_eq!(g.next_event_number(), u64::MAX);
+        assert!(g.next_batch(10).is_none(), "no event number is left");
     }
 
     #[test]
