@@ -172,6 +172,9 @@ impl WindowKind {
     }
 }
 
+/// Rows replicated once per window, with each copy's window start and end.
+type Assigned = (Batch, Vec<i64>, Vec<i64>);
+
 /// Appends the window columns, replicating a row once per window it belongs to.
 pub struct WindowAssign {
     time_column: usize,
@@ -219,13 +222,40 @@ impl WindowAssign {
         Some((starts, ends))
     }
 
+    /// HOP over rows that all have an event time and representable windows: each row once
+    /// per window, latest first as [`WindowKind::windows`] lists them, computed inline
+    /// into buffers sized for every row's windows. None when some row needs the general
+    /// path.
+    fn hop_bounds(&self, batch: &Batch, times: &TimestampMillisecondArray) -> Result<Option<Assigned>, SluiceError> {
+        let WindowKind::Hop { slide_ms: slide, size_ms: size } = self.kind else { return Ok(None) };
+        if times.null_count() > 0 {
+            return Ok(None);
+        }
+        let capacity = times.len().saturating_mul(usize::try_from(self.kind.windows_per_row()).unwrap_or(1));
+        let mut indices = Vec::with_capacity(capacity);
+        let mut starts = Vec::with_capacity(capacity);
+        let mut ends = Vec::with_capacity(capacity);
+        for (row, &ts) in times.values().iter().enumerate() {
+            let Some(mut start) = ts.checked_sub(ts.rem_euclid(slide)) else { return Ok(None) };
+            loop {
+                let Some(end) = start.checked_add(size) else { return Ok(None) };
+                if end <= ts {
+                    break;
+                }
+                indices.push(row as u32);
+                starts.push(start);
+                ends.push(end);
+                let Some(previous) = start.checked_sub(slide) else { return Ok(None) };
+                start = previous;
+            }
+        }
+        let rows = crate::partition::take_rows(batch, &UInt32Array::from(indices))?;
+        Ok(Some((rows, starts, ends)))
+    }
+
     /// Any kind, any rows: each row once per window; rows without a time or with a window
     /// out of range are counted and dropped.
-    fn general_bounds(
-        &mut self,
-        batch: &Batch,
-        times: &TimestampMillisecondArray,
-    ) -> Result<(Batch, Vec<i64>, Vec<i64>), SluiceError> {
+    fn general_bounds(&mut self, batch: &Batch, times: &TimestampMillisecondArray) -> Result<Assigned, SluiceError> {
         let mut indices = Vec::with_capacity(times.len());
         let mut starts = Vec::with_capacity(times.len());
         let mut ends = Vec::with_capacity(times.len());
@@ -269,7 +299,10 @@ impl Operator for WindowAssign {
         };
         let (batch, starts, ends) = match self.single_bounds(times) {
             Some((starts, ends)) => (batch, starts, ends),
-            None => self.general_bounds(&batch, times)?,
+            None => match self.hop_bounds(&batch, times)? {
+                Some(assigned) => assigned,
+                None => self.general_bounds(&batch, times)?,
+            },
         };
         if starts.is_empty() {
             return Ok(());
@@ -383,6 +416,46 @@ mod tests {
             } else {
                 prop_assert!(bounds.is_empty());
             }
+        }
+    }
+
+    proptest! {
+        /// HOP's inline path (every row with a time and representable windows) and the
+        /// general one give each row's windows in the same order.
+        #[test]
+        fn hop_rows_get_their_windows_in_order_on_either_path(
+            times in proptest::collection::vec(prop_oneof![-100_000i64..100_000, any::<i64>()], 1..40),
+            slide in 1i64..5_000,
+            windows in 1i64..6,
+            extra in 0i64..5_000,
+        ) {
+            let kind = WindowKind::Hop { slide_ms: slide, size_ms: slide * windows + extra % slide };
+            let input =
+                Arc::new(Schema::new(vec![Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true)]));
+            let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.extend(WindowKind::output_fields());
+            let metrics = Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1));
+            let counter = LazyCounter::new(Arc::clone(&metrics), "outside");
+            let mut assign =
+                WindowAssign::new(0, kind, Arc::new(Schema::new(fields)), metrics.counter("without time"), counter);
+            let column = Arc::new(TimestampMillisecondArray::from(times.clone()));
+            let rows = RecordBatch::try_new(input, vec![column]).expect("batch");
+            let mut out = Vec::new();
+            assign.on_data(Batch::inserts(rows), &mut out).expect("no error");
+            let mut expected = Vec::new();
+            for &ts in &times {
+                let mut bounds = Vec::new();
+                if kind.windows(ts, &mut bounds) {
+                    expected.extend(bounds.into_iter().map(|(start, end)| (ts, start, end)));
+                }
+            }
+            let mut got = Vec::new();
+            if let Some(Message::Data(batch)) = out.pop() {
+                let column = |i: usize| batch.rows.column(i).as_any().downcast_ref::<TimestampMillisecondArray>().cloned();
+                let (ts, starts, ends) = (column(0).expect("ts"), column(1).expect("start"), column(2).expect("end"));
+                got = (0..batch.num_rows()).map(|r| (ts.value(r), starts.value(r), ends.value(r))).collect();
+            }
+            prop_assert_eq!(got, expected);
         }
     }
 
