@@ -18,6 +18,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion_common::DataFusionError;
 use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::expressions::Literal;
 use sluice_runtime::Operator;
 use sluice_types::{Batch, Message, SluiceError, Weights};
 
@@ -111,6 +112,10 @@ pub struct Project {
     texts: Vec<String>,
     schema: SchemaRef,
     errors: RowErrors,
+    /// Each literal expression's column for the longest batch so far (the NULLs standing
+    /// for a table column nothing reads, a constant): a batch no longer takes a slice of
+    /// it instead of filling a new one.
+    constants: Vec<Option<ArrayRef>>,
 }
 
 impl Project {
@@ -122,14 +127,28 @@ impl Project {
     ) -> Project {
         assert_eq!(expressions.len(), schema.fields().len(), "one expression per output column");
         assert_eq!(expressions.len(), texts.len(), "one text per expression");
-        Project { expressions, texts, schema, errors }
+        let constants = vec![None; expressions.len()];
+        Project { expressions, texts, schema, errors, constants }
     }
 
     /// Output column `index` over `rows`, in the declared type.
-    fn column(&self, index: usize, rows: &RecordBatch) -> Result<ArrayRef, DataFusionError> {
-        let column = evaluate(self.expressions[index].as_ref(), rows)?;
+    fn column(&mut self, index: usize, rows: &RecordBatch) -> Result<ArrayRef, DataFusionError> {
+        let literal = self.expressions[index].is::<Literal>();
+        if literal
+            && let Some(constant) = &self.constants[index]
+            && constant.len() >= rows.num_rows()
+        {
+            return Ok(constant.slice(0, rows.num_rows()));
+        }
+        let mut column = evaluate(self.expressions[index].as_ref(), rows)?;
         let data_type = self.schema.field(index).data_type();
-        if column.data_type() == data_type { Ok(column) } else { Ok(arrow::compute::cast(&column, data_type)?) }
+        if column.data_type() != data_type {
+            column = arrow::compute::cast(&column, data_type)?;
+        }
+        if literal {
+            self.constants[index] = Some(Arc::clone(&column));
+        }
+        Ok(column)
     }
 
     fn output(&self, columns: Vec<ArrayRef>, rows: usize, weights: Weights) -> Result<Batch, SluiceError> {

@@ -109,3 +109,39 @@ fn shown_rows_are_bounded() {
     assert!(text.len() < 2_000, "{} characters", text.len());
     assert!(text.ends_with("… 24 more columns"), "{text}");
 }
+
+/// A literal's column (a NULL standing for an unread column, a constant) is built once
+/// for the longest batch and sliced for the others: every batch still gets its length.
+#[test]
+fn literal_columns_have_each_batch_s_length_and_values() {
+    use datafusion_common::ScalarValue;
+    let output = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("nothing", DataType::Utf8, true),
+        Field::new("one", DataType::Int64, false),
+    ]));
+    let input = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    let expressions: Vec<Arc<dyn PhysicalExpr>> = vec![
+        col("k", &input).expect("column k"),
+        Arc::new(Literal::new(ScalarValue::Utf8(None))),
+        // An Int32 literal, cast to the declared BIGINT.
+        Arc::new(Literal::new(ScalarValue::Int32(Some(1)))),
+    ];
+    let texts = vec!["k".into(), "NULL".into(), "1".into()];
+    let metrics = Arc::new(Metrics::new(Vec::new(), Vec::new(), 1));
+    let errors = RowErrors::new("v", OnRowError::Skip, Arc::clone(&metrics));
+    let mut project = Project::new(expressions, texts, output, errors);
+    for length in [5, 3, 0, 8, 2] {
+        let keys = Int64Array::from((0..length).collect::<Vec<i64>>());
+        let rows = RecordBatch::try_new(Arc::clone(&input), vec![Arc::new(keys)]).expect("batch");
+        let mut out = Vec::new();
+        project.on_data(Batch::inserts(rows), &mut out).expect("projects");
+        let Some(Message::Data(batch)) = out.pop() else { panic!("a batch of {length} rows") };
+        assert_eq!(batch.num_rows(), length as usize);
+        let nothing = batch.rows.column(1);
+        assert_eq!((nothing.len(), nothing.null_count()), (length as usize, length as usize));
+        assert_eq!(nothing.data_type(), &DataType::Utf8);
+        let one = batch.rows.column(2).as_any().downcast_ref::<Int64Array>().expect("cast to BIGINT").clone();
+        assert_eq!(one.iter().collect::<Vec<_>>(), vec![Some(1); length as usize]);
+    }
+}
