@@ -24,6 +24,10 @@ use sluice_types::{Batch, Message, SluiceError, Weights};
 
 use crate::row_errors::RowErrors;
 
+/// The longest batch whose literal columns a [`Project`] keeps (128 Ki rows): a longer
+/// one (a join's burst of matches) gets its own, freed with it.
+const MAX_CACHED_LITERAL_ROWS: usize = 1 << 17;
+
 /// An expression's value on every row of `rows`.
 fn evaluate(expression: &dyn PhysicalExpr, rows: &RecordBatch) -> Result<ArrayRef, DataFusionError> {
     expression.evaluate(rows).and_then(|value| value.into_array(rows.num_rows()))
@@ -112,9 +116,9 @@ pub struct Project {
     texts: Vec<String>,
     schema: SchemaRef,
     errors: RowErrors,
-    /// Each literal expression's column for the longest batch so far (the NULLs standing
-    /// for a table column nothing reads, a constant): a batch no longer takes a slice of
-    /// it instead of filling a new one.
+    /// Each literal expression's column for the longest batch so far, up to
+    /// [`MAX_CACHED_LITERAL_ROWS`] (the NULLs standing for a table column nothing reads, a
+    /// constant): a batch no longer takes a slice of it instead of filling a new one.
     constants: Vec<Option<ArrayRef>>,
 }
 
@@ -145,7 +149,7 @@ impl Project {
         if column.data_type() != data_type {
             column = arrow::compute::cast(&column, data_type)?;
         }
-        if literal {
+        if literal && rows.num_rows() <= MAX_CACHED_LITERAL_ROWS {
             self.constants[index] = Some(Arc::clone(&column));
         }
         Ok(column)

@@ -172,6 +172,9 @@ impl WindowKind {
     }
 }
 
+/// The most window rows [`WindowAssign`] reserves room for up front (1 Mi).
+const MAX_PRESIZED_WINDOW_ROWS: usize = 1 << 20;
+
 /// Rows replicated once per window, with each copy's window start and end.
 type Assigned = (Batch, Vec<i64>, Vec<i64>);
 
@@ -231,7 +234,10 @@ impl WindowAssign {
         if times.null_count() > 0 {
             return Ok(None);
         }
-        let capacity = times.len().saturating_mul(usize::try_from(self.kind.windows_per_row()).unwrap_or(1));
+        // Sized for every row's windows, up to a bound: a large `windows_per_row_max`
+        // grows the vectors as the general path does instead of reserving it all.
+        let per_row = usize::try_from(self.kind.windows_per_row()).unwrap_or(usize::MAX);
+        let capacity = times.len().saturating_mul(per_row).min(MAX_PRESIZED_WINDOW_ROWS);
         let mut indices = Vec::with_capacity(capacity);
         let mut starts = Vec::with_capacity(capacity);
         let mut ends = Vec::with_capacity(capacity);
@@ -424,12 +430,21 @@ mod tests {
         /// general one give each row's windows in the same order.
         #[test]
         fn hop_rows_get_their_windows_in_order_on_either_path(
-            times in proptest::collection::vec(prop_oneof![-100_000i64..100_000, any::<i64>()], 1..40),
+            times in proptest::collection::vec(
+                prop_oneof![
+                    -100_000i64..100_000,
+                    any::<i64>(),
+                    i64::MIN..i64::MIN + 20_000,
+                    i64::MAX - 20_000..=i64::MAX,
+                ],
+                1..40,
+            ),
             slide in 1i64..5_000,
-            windows in 1i64..6,
-            extra in 0i64..5_000,
+            windows in 0i64..6,
+            extra in 1i64..5_000,
         ) {
-            let kind = WindowKind::Hop { slide_ms: slide, size_ms: slide * windows + extra % slide };
+            // `windows` 0: a size below the slide, so rows between windows get none.
+            let kind = WindowKind::Hop { slide_ms: slide, size_ms: slide * windows + extra % slide + 1 };
             let input =
                 Arc::new(Schema::new(vec![Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true)]));
             let mut fields: Vec<Field> = input.fields().iter().map(|f| f.as_ref().clone()).collect();
@@ -443,12 +458,17 @@ mod tests {
             let mut out = Vec::new();
             assign.on_data(Batch::inserts(rows), &mut out).expect("no error");
             let mut expected = Vec::new();
+            let mut outside = 0;
             for &ts in &times {
                 let mut bounds = Vec::new();
                 if kind.windows(ts, &mut bounds) {
                     expected.extend(bounds.into_iter().map(|(start, end)| (ts, start, end)));
+                } else {
+                    outside += 1;
                 }
             }
+            let counted = metrics.counters().into_iter().find(|(name, _)| name == "outside").map_or(0, |(_, n)| n);
+            prop_assert_eq!(counted, outside);
             let mut got = Vec::new();
             if let Some(Message::Data(batch)) = out.pop() {
                 let column = |i: usize| batch.rows.column(i).as_any().downcast_ref::<TimestampMillisecondArray>().cloned();

@@ -131,7 +131,9 @@ fn literal_columns_have_each_batch_s_length_and_values() {
     let metrics = Arc::new(Metrics::new(Vec::new(), Vec::new(), 1));
     let errors = RowErrors::new("v", OnRowError::Skip, Arc::clone(&metrics));
     let mut project = Project::new(expressions, texts, output, errors);
-    for length in [5, 3, 0, 8, 2] {
+    let longest = MAX_CACHED_LITERAL_ROWS as i64 + 1;
+    let mut kept_so_far = 0;
+    for length in [5, 3, 0, 8, 2, longest, 7] {
         let keys = Int64Array::from((0..length).collect::<Vec<i64>>());
         let rows = RecordBatch::try_new(Arc::clone(&input), vec![Arc::new(keys)]).expect("batch");
         let mut out = Vec::new();
@@ -143,5 +145,10 @@ fn literal_columns_have_each_batch_s_length_and_values() {
         assert_eq!(nothing.data_type(), &DataType::Utf8);
         let one = batch.rows.column(2).as_any().downcast_ref::<Int64Array>().expect("cast to BIGINT").clone();
         assert_eq!(one.iter().collect::<Vec<_>>(), vec![Some(1); length as usize]);
+        if length < longest {
+            kept_so_far = kept_so_far.max(length as usize);
+        }
+        let kept = project.constants.iter().flatten().map(|column| column.len()).max().unwrap_or(0);
+        assert_eq!(kept, kept_so_far, "the longest batch up to the bound is kept, not a longer one");
     }
 }
