@@ -304,7 +304,8 @@ impl SourceFactory for NexmarkSource {
         let rate = self.rate.map_or("unlimited".to_string(), |rate| rate.to_string());
         let drift = self.max_watermark_drift_ms;
         let (seed, block) = (self.generator.seed, self.generator.lane_block);
-        format!("nexmark(events={events}, rate={rate}, seed={seed}, blocks of {block} events, lanes within {drift} ms)")
+        let blocks = if block == 1 { "one event per turn".to_string() } else { format!("blocks of {block} events") };
+        format!("nexmark(events={events}, rate={rate}, seed={seed}, {blocks}, lanes within {drift} ms)")
     }
 
     fn max_watermark_drift(&self) -> Option<TimestampMs> {
@@ -760,6 +761,11 @@ mod tests {
         assert_eq!(
             source.describe(),
             "nexmark(events=unbounded, rate=5000, seed=7, blocks of 10 events, lanes within 10000 ms)"
+        );
+        let source = nexmark_source(Some(10), None, 2).expect("source");
+        assert_eq!(
+            source.describe(),
+            "nexmark(events=10, rate=unlimited, seed=7, one event per turn, lanes within 10000 ms)"
         );
         assert_eq!(source.tables()[2].name, "bid");
         assert_eq!(source.tables()[0].event_time.as_deref(), Some("dateTime"));

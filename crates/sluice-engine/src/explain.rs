@@ -44,7 +44,7 @@ pub struct Explanation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceNode {
     pub name: String,
-    /// e.g. `nexmark(events=1000, rate=unlimited, seed=0, blocks of 8192 events, lanes within 10000 ms)`.
+    /// e.g. `nexmark(events=1000000, rate=unlimited, seed=0, blocks of 8192 events, lanes within 10000 ms)`.
     pub describe: String,
     pub tables: Vec<String>,
     pub lanes: u32,
