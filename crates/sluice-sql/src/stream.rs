@@ -144,7 +144,67 @@ pub(crate) fn display(expr: &Expr) -> String {
         rest = after[digits..].strip_prefix('.').unwrap_or(&after[digits..]);
     }
     shown.push_str(rest);
+    readable_intervals(&shown)
+}
+
+/// `text` with DataFusion's form of interval literals
+/// (`IntervalMonthDayNano("IntervalMonthDayNano { months: 0, days: 0, nanoseconds:
+/// 10000000000 }")`) written as SQL writes them (`INTERVAL '10' SECOND`); any other form
+/// is left as it is.
+pub(crate) fn readable_intervals(text: &str) -> String {
+    const OPEN: &str = "IntervalMonthDayNano(\"IntervalMonthDayNano { months: ";
+    const CLOSE: &str = " }\")";
+    let mut shown = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(OPEN) {
+        shown.push_str(&rest[..at]);
+        let after = &rest[at + OPEN.len()..];
+        let parsed = after.find(CLOSE).and_then(|end| {
+            let fields = after[..end].replace(" days: ", "").replace(" nanoseconds: ", "");
+            let mut numbers = fields.split(',').map(|n| n.trim().parse::<i64>());
+            match (numbers.next(), numbers.next(), numbers.next(), numbers.next()) {
+                (Some(Ok(months)), Some(Ok(days)), Some(Ok(nanos)), None) => {
+                    interval_sql(months, days, nanos).map(|sql| (sql, end + CLOSE.len()))
+                }
+                _ => None,
+            }
+        });
+        match parsed {
+            Some((sql, length)) => {
+                shown.push_str(&sql);
+                rest = &after[length..];
+            }
+            None => {
+                shown.push_str(OPEN);
+                rest = after;
+            }
+        }
+    }
+    shown.push_str(rest);
     shown
+}
+
+/// An interval of one unit as SQL writes it (`INTERVAL '10' SECOND`, `INTERVAL '1.5'
+/// SECOND`, `INTERVAL '2' DAY`); None for a mix of months, days and time.
+fn interval_sql(months: i64, days: i64, nanos: i64) -> Option<String> {
+    let one = |value: i64, unit: &str| Some(format!("INTERVAL '{value}' {unit}"));
+    match (months, days, nanos) {
+        (0, 0, 0) => one(0, "SECOND"),
+        (months, 0, 0) if months % 12 == 0 => one(months / 12, "YEAR"),
+        (months, 0, 0) => one(months, "MONTH"),
+        (0, days, 0) => one(days, "DAY"),
+        (0, 0, nanos) if nanos % 3_600_000_000_000 == 0 => one(nanos / 3_600_000_000_000, "HOUR"),
+        (0, 0, nanos) if nanos % 60_000_000_000 == 0 => one(nanos / 60_000_000_000, "MINUTE"),
+        (0, 0, nanos) if nanos % 1_000_000_000 == 0 => one(nanos / 1_000_000_000, "SECOND"),
+        (0, 0, nanos) => {
+            let sign = if nanos < 0 { "-" } else { "" };
+            let magnitude = nanos.unsigned_abs();
+            let fraction = format!("{:09}", magnitude % 1_000_000_000);
+            let fraction = fraction.trim_end_matches('0');
+            Some(format!("INTERVAL '{sign}{}.{fraction}' SECOND", magnitude / 1_000_000_000))
+        }
+        _ => None,
+    }
 }
 
 pub(crate) fn unsupported(construct: &str, fix: &str) -> SluiceError {

@@ -838,7 +838,10 @@ fn interval_bounds_between_event_times_free_each_side_they_bound() {
         "j",
         "SELECT x.a FROM t x, t y WHERE x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND",
     )]);
-    assert!(line.starts_with("join: INNER ON x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + "), "{line}");
+    assert!(
+        line.starts_with("join: INNER ON x.a = y.a AND y.ts BETWEEN x.ts AND x.ts + INTERVAL '1' SECOND "),
+        "{line}"
+    );
     assert!(
         line.ends_with("(interval join: state kept until the watermark passes x.ts + 1000 ms / y.ts + 0 ms)"),
         "{line}"
@@ -1062,4 +1065,36 @@ fn explain_names_the_join_inputs_and_the_topns_whose_rows_spill() {
         "SELECT * FROM (SELECT a, b, ROW_NUMBER() OVER (PARTITION BY a ORDER BY b DESC) AS r FROM t) WHERE r <= 2";
     let topn = lines(top, true);
     assert!(topn.iter().any(|line| line.ends_with("(kept rows spill to disk beyond state_memory_mib)")), "{topn:?}");
+}
+
+/// `explain` writes interval literals as SQL does, not as DataFusion's debug form.
+#[test]
+fn interval_literals_read_as_sql() {
+    let text = |months: i64, days: i64, nanos: i64| {
+        format!(
+            "x.ts + IntervalMonthDayNano(\"IntervalMonthDayNano {{ months: {months}, days: {days}, nanoseconds: {nanos} }}\")"
+        )
+    };
+    for ((months, days, nanos), shown) in [
+        ((0, 0, 10_000_000_000), "INTERVAL '10' SECOND"),
+        ((0, 0, 1_500_000_000), "INTERVAL '1.5' SECOND"),
+        ((0, 0, -1_000_000), "INTERVAL '-0.001' SECOND"),
+        ((0, 0, 7_200_000_000_000), "INTERVAL '2' HOUR"),
+        ((0, 0, 300_000_000_000), "INTERVAL '5' MINUTE"),
+        ((0, 3, 0), "INTERVAL '3' DAY"),
+        ((24, 0, 0), "INTERVAL '2' YEAR"),
+        ((5, 0, 0), "INTERVAL '5' MONTH"),
+        ((0, 0, 0), "INTERVAL '0' SECOND"),
+    ] {
+        assert_eq!(crate::stream::readable_intervals(&text(months, days, nanos)), format!("x.ts + {shown}"));
+    }
+    // A mix of units, and anything that is not the literal's form, stay as they were.
+    let mixed = text(1, 2, 3);
+    assert_eq!(crate::stream::readable_intervals(&mixed), mixed);
+    let cut = "a + IntervalMonthDayNano(\"IntervalMonthDayNano { months: 0, days: x".to_string();
+    assert_eq!(crate::stream::readable_intervals(&cut), cut);
+    assert_eq!(
+        crate::stream::readable_intervals(&format!("{}{}", text(0, 1, 0), text(0, 0, 0))),
+        "x.ts + INTERVAL '1' DAYx.ts + INTERVAL '0' SECOND"
+    );
 }
