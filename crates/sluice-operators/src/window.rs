@@ -141,24 +141,13 @@ impl WindowKind {
     /// computed in `i64` (128-bit division is a call per row); false, appending nothing,
     /// when a bound overflows `i64`, for the exact path to decide.
     fn sliding_windows_in_i64(&self, ts: i64, out: &mut Vec<(i64, i64)>) -> bool {
-        let (slide, size) = (self.slide_ms(), self.size_ms());
         let first = out.len();
-        let Some(mut start) = ts.checked_sub(ts.rem_euclid(slide)) else { return false };
-        loop {
-            let Some(end) = start.checked_add(size) else {
-                out.truncate(first);
-                return false;
-            };
-            if end <= ts {
-                return true;
-            }
-            out.push((start, end));
-            let Some(previous) = start.checked_sub(slide) else {
-                out.truncate(first);
-                return false;
-            };
-            start = previous;
+        let representable =
+            each_sliding_window(ts, self.slide_ms(), self.size_ms(), |start, end| out.push((start, end)));
+        if !representable {
+            out.truncate(first);
         }
+        representable
     }
 
     /// The columns the assignment appends.
@@ -169,6 +158,23 @@ impl WindowKind {
             Field::new("window_end", timestamp.clone(), false),
             Field::new("window_time", timestamp, false),
         ]
+    }
+}
+
+/// Calls `window(start, end)` for each TUMBLE or HOP window (`slide`, `size`) holding
+/// `ts`, latest first, computed in `i64`; false as soon as a bound overflows `i64` (the
+/// caller drops the windows it was given, for the exact path to decide).
+#[inline]
+fn each_sliding_window(ts: i64, slide: i64, size: i64, mut window: impl FnMut(i64, i64)) -> bool {
+    let Some(mut start) = ts.checked_sub(ts.rem_euclid(slide)) else { return false };
+    loop {
+        let Some(end) = start.checked_add(size) else { return false };
+        if end <= ts {
+            return true;
+        }
+        window(start, end);
+        let Some(previous) = start.checked_sub(slide) else { return false };
+        start = previous;
     }
 }
 
@@ -242,17 +248,13 @@ impl WindowAssign {
         let mut starts = Vec::with_capacity(capacity);
         let mut ends = Vec::with_capacity(capacity);
         for (row, &ts) in times.values().iter().enumerate() {
-            let Some(mut start) = ts.checked_sub(ts.rem_euclid(slide)) else { return Ok(None) };
-            loop {
-                let Some(end) = start.checked_add(size) else { return Ok(None) };
-                if end <= ts {
-                    break;
-                }
+            let representable = each_sliding_window(ts, slide, size, |start, end| {
                 indices.push(row as u32);
                 starts.push(start);
                 ends.push(end);
-                let Some(previous) = start.checked_sub(slide) else { return Ok(None) };
-                start = previous;
+            });
+            if !representable {
+                return Ok(None);
             }
         }
         let rows = crate::partition::take_rows(batch, &UInt32Array::from(indices))?;

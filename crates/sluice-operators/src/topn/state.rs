@@ -18,13 +18,13 @@
 //! must decode as a row of the operator's input: a blob from another plan is refused.
 
 use sluice_runtime::SnapshotJob;
-use sluice_types::{SluiceError, vnode};
+use sluice_types::SluiceError;
 
 use crate::blob::{BlobWriter, Reader};
 
 use super::rows::SharedRows;
 use super::{Entry, Partition, TopN};
-use crate::partition::placement_hash;
+use crate::partition::{in_vnode_order, placement_hash};
 
 /// The blob layout this build writes and reads.
 pub const TOPN_STATE_VERSION: u32 = 1;
@@ -54,11 +54,7 @@ fn encode(
     vnodes: u32,
     no_keys: bool,
 ) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-    let mut partitions: Vec<(u32, Partition)> = partitions
-        .into_iter()
-        .map(|partition| (vnode::of_hash(placement_hash(no_keys, partition.key.get()), vnodes), partition))
-        .collect();
-    partitions.sort_by(|a, b| (a.0, a.1.key.get()).cmp(&(b.0, b.1.key.get())));
+    let partitions = in_vnode_order(partitions, vnodes, no_keys, |partition| partition.key.get());
     BlobWriter::encode_by_vnode(VERSION, partitions, |partition, bytes| {
         write_bytes(bytes, partition.key.get());
         let rows = u32::try_from(partition.rows.len()).expect("fewer than 2^32 rows per partition");

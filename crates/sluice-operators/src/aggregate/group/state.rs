@@ -34,14 +34,14 @@
 use std::collections::BTreeMap;
 
 use sluice_runtime::SnapshotJob;
-use sluice_types::{SluiceError, vnode};
+use sluice_types::SluiceError;
 
 use crate::blob::{BlobWriter, Reader};
 
 use super::accumulator::{Accumulator, Counts, Multiset, OrderedFloat};
 use super::distinct::{DistinctValues, Listed};
 use super::{Group, GroupAggregate};
-use crate::partition::placement_hash;
+use crate::partition::{in_vnode_order, placement_hash};
 
 /// The blob layout this build writes and reads.
 pub const GROUP_STATE_VERSION: u32 = 1;
@@ -80,11 +80,7 @@ fn encode(
     no_keys: bool,
     member_of: &[Option<(usize, usize)>],
 ) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-    let mut groups: Vec<(u32, Group)> = groups
-        .into_iter()
-        .map(|group| (vnode::of_hash(placement_hash(no_keys, group.key.get()), vnodes), group))
-        .collect();
-    groups.sort_by(|a, b| (a.0, a.1.key.get()).cmp(&(b.0, b.1.key.get())));
+    let groups = in_vnode_order(groups, vnodes, no_keys, |group| group.key.get());
     BlobWriter::encode_by_vnode(VERSION, groups, |group, bytes| {
         write_bytes(bytes, group.key.get());
         bytes.extend_from_slice(&group.rows.to_le_bytes());
