@@ -111,6 +111,9 @@ pub struct LocalWindowAggregate {
     /// between batches for their allocations).
     index: HashTable<u32>,
     hashes: Vec<u64>,
+    /// The same for a single BIGINT key, whose groups hold their key and window end (a
+    /// probe compares them in place instead of looking up the group's first row).
+    int_index: HashTable<IntGroup>,
     /// No aggregate counts distinct values ([`can_split`]).
     no_encoders: Vec<Option<KeyEncoder>>,
 }
@@ -130,12 +133,29 @@ impl LocalWindowAggregate {
             key_rows: KeyRows::default(),
             index: HashTable::new(),
             hashes: Vec::new(),
+            int_index: HashTable::new(),
             no_encoders: (0..spec_aggregates).map(|_| None).collect(),
         })
     }
 
     fn accumulators(&self) -> Vec<Accumulators> {
         super::accumulators_for(&self.spec.aggregates, &self.input_types)
+    }
+}
+
+/// A group of a single BIGINT key in this batch's table.
+#[derive(Clone, Copy)]
+struct IntGroup {
+    /// The key (0 when NULL).
+    key: i64,
+    end: i64,
+    valid: bool,
+    group: u32,
+}
+
+impl IntGroup {
+    fn hash(&self) -> u64 {
+        group_hash(if self.valid { self.key as u64 } else { u64::MAX }, self.end)
     }
 }
 
@@ -176,42 +196,48 @@ impl Operator for LocalWindowAggregate {
         let mut accumulators = self.accumulators();
         self.index.clear();
         self.hashes.clear();
+        self.int_index.clear();
         // Each group's first row (the one its key and window are taken from) and its rows.
         let mut first_rows: Vec<u32> = Vec::new();
         let mut counts: Vec<i64> = Vec::new();
         for row in 0..rows.num_rows() {
             let end = ends.value(row);
-            let key_hash = match &int_key {
-                Some(ints) if ints.is_valid(row) => ints.value(row) as u64,
-                Some(_) => u64::MAX,
-                None if no_keys => 0,
-                None => keys.hash(row),
-            };
-            let hash = group_hash(key_hash, end);
-            let hashes = &mut self.hashes;
-            let same = |&group: &u32| {
-                let first = first_rows[group as usize] as usize;
-                ends.value(first) == end
-                    && match &int_key {
-                        Some(ints) => {
-                            ints.is_valid(first) == ints.is_valid(row)
-                                && (!ints.is_valid(row) || ints.value(first) == ints.value(row))
-                        }
-                        None => no_keys || crate::same_bytes(keys.row(first), keys.row(row)),
+            let found = if let Some(ints) = &int_key {
+                let valid = ints.is_valid(row);
+                let probe = IntGroup { key: if valid { ints.value(row) } else { 0 }, end, valid, group: 0 };
+                let hash = probe.hash();
+                match self.int_index.find(hash, |g| g.key == probe.key && g.end == end && g.valid == valid) {
+                    Some(found) => Ok(found.group as usize),
+                    None => {
+                        let group = first_rows.len() as u32;
+                        self.int_index.insert_unique(hash, IntGroup { group, ..probe }, IntGroup::hash);
+                        Err(())
                     }
-            };
-            let group = match self.index.find(hash, same) {
-                Some(&group) => group as usize,
-                None => {
-                    let group = first_rows.len();
-                    first_rows.push(row as u32);
-                    hashes.push(hash);
-                    counts.push(0);
-                    accumulators.iter_mut().for_each(Accumulators::push_group);
-                    self.index.insert_unique(hash, group as u32, |&g| hashes[g as usize]);
-                    group
+                }
+            } else {
+                let hash = group_hash(if no_keys { 0 } else { keys.hash(row) }, end);
+                let hashes = &mut self.hashes;
+                let same = |&group: &u32| {
+                    let first = first_rows[group as usize] as usize;
+                    ends.value(first) == end && (no_keys || crate::same_bytes(keys.row(first), keys.row(row)))
+                };
+                match self.index.find(hash, same) {
+                    Some(&group) => Ok(group as usize),
+                    None => {
+                        let group = first_rows.len();
+                        hashes.push(hash);
+                        self.index.insert_unique(hash, group as u32, |&g| hashes[g as usize]);
+                        Err(())
+                    }
                 }
             };
+            // A new group's index is the number of groups so far.
+            let group = found.unwrap_or_else(|()| {
+                first_rows.push(row as u32);
+                counts.push(0);
+                accumulators.iter_mut().for_each(Accumulators::push_group);
+                first_rows.len() - 1
+            });
             counts[group] += 1;
             for ((accumulator, argument), filter) in accumulators.iter_mut().zip(&arguments).zip(&filters) {
                 if filter.as_ref().is_none_or(|f| f.is_valid(row) && f.value(row)) {
