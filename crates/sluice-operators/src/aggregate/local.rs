@@ -114,6 +114,8 @@ pub struct LocalWindowAggregate {
     /// The same for a single BIGINT key, whose groups hold their key and window end (a
     /// probe compares them in place instead of looking up the group's first row).
     int_index: HashTable<IntGroup>,
+    /// Each row's group in the current batch (kept for its allocation).
+    row_groups: Vec<u32>,
     /// No aggregate counts distinct values ([`can_split`]).
     no_encoders: Vec<Option<KeyEncoder>>,
 }
@@ -134,6 +136,7 @@ impl LocalWindowAggregate {
             index: HashTable::new(),
             hashes: Vec::new(),
             int_index: HashTable::new(),
+            row_groups: Vec::new(),
             no_encoders: (0..spec_aggregates).map(|_| None).collect(),
         })
     }
@@ -200,6 +203,10 @@ impl Operator for LocalWindowAggregate {
         // Each group's first row (the one its key and window are taken from) and its rows.
         let mut first_rows: Vec<u32> = Vec::new();
         let mut counts: Vec<i64> = Vec::new();
+        // Each row's group, for the accumulators to take the rows in one pass each.
+        let mut row_groups = std::mem::take(&mut self.row_groups);
+        row_groups.clear();
+        row_groups.reserve(rows.num_rows());
         for row in 0..rows.num_rows() {
             let end = ends.value(row);
             let found = if let Some(ints) = &int_key {
@@ -239,12 +246,12 @@ impl Operator for LocalWindowAggregate {
                 first_rows.len() - 1
             });
             counts[group] += 1;
-            for ((accumulator, argument), filter) in accumulators.iter_mut().zip(&arguments).zip(&filters) {
-                if filter.as_ref().is_none_or(|f| f.is_valid(row) && f.value(row)) {
-                    accumulator.update(group, argument, row);
-                }
-            }
+            row_groups.push(group as u32);
         }
+        for ((accumulator, argument), filter) in accumulators.iter_mut().zip(&arguments).zip(&filters) {
+            accumulator.update_rows(&row_groups, argument, filter.as_ref());
+        }
+        self.row_groups = row_groups;
         self.key_rows = keys;
         let firsts = UInt32Array::from(first_rows);
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output.fields().len());

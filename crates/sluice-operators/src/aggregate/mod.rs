@@ -528,6 +528,51 @@ impl Accumulators {
         }
     }
 
+    /// [`Accumulators::update`] for every row of a batch: row `r` goes to group
+    /// `groups[r]`, if `filter` (a FILTER clause's column) passes it. The common cases
+    /// loop without choosing the case per row.
+    fn update_rows(&mut self, groups: &[u32], argument: &Argument, filter: Option<&arrow::array::BooleanArray>) {
+        match (&mut *self, argument, filter) {
+            (Accumulators::Count(counts), Argument::None, None) => {
+                for &group in groups {
+                    counts[group as usize] += 1;
+                }
+            }
+            (Accumulators::Count(counts), Argument::Int(values), None) => {
+                for (row, &group) in groups.iter().enumerate() {
+                    counts[group as usize] += i64::from(values.is_valid(row));
+                }
+            }
+            (Accumulators::SumInt(sums), Argument::Int(values), None) => {
+                for (row, &group) in groups.iter().enumerate() {
+                    if values.is_valid(row) {
+                        let sum = sums[group as usize].get_or_insert(0);
+                        *sum = sum.wrapping_add(values.value(row));
+                    }
+                }
+            }
+            (Accumulators::MinMaxInt { values, max }, Argument::Int(input), None) => {
+                let max = *max;
+                for (row, &group) in groups.iter().enumerate() {
+                    if input.is_valid(row) {
+                        let value = input.value(row);
+                        let slot = &mut values[group as usize];
+                        if slot.is_none_or(|current| if max { value > current } else { value < current }) {
+                            *slot = Some(value);
+                        }
+                    }
+                }
+            }
+            _ => {
+                for (row, &group) in groups.iter().enumerate() {
+                    if filter.is_none_or(|f| f.is_valid(row) && f.value(row)) {
+                        self.update(group as usize, argument, row);
+                    }
+                }
+            }
+        }
+    }
+
     fn update(&mut self, group: usize, argument: &Argument, row: usize) {
         match (self, argument) {
             (Accumulators::Count(counts), Argument::None) => counts[group] += 1,
