@@ -34,8 +34,8 @@ fn input_schema() -> SchemaRef {
 }
 
 /// `window_start, window_end, KEY, COUNT(*), COUNT(v), SUM(v), MIN(v), MAX(f),
-/// COUNT(*) FILTER (WHERE keep), SUM(v) FILTER (WHERE keep), MIN(name)`, grouped by the
-/// input column `key` (`k`, a VARCHAR, or `v`, a BIGINT), or by the window alone.
+/// COUNT(*) FILTER (WHERE keep), SUM(v) FILTER (WHERE keep), MIN(name), MAX(v)`, grouped
+/// by the input column `key` (`k`, a VARCHAR, or `v`, a BIGINT), or by the window alone.
 fn spec(key: Option<usize>) -> WindowAggregateSpec {
     let keyless = key.is_none();
     let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
@@ -52,6 +52,7 @@ fn spec(key: Option<usize>) -> WindowAggregateSpec {
         ("kept", DataType::Int64),
         ("kept_total", DataType::Int64),
         ("first_name", DataType::Utf8),
+        ("top", DataType::Int64),
     ] {
         fields.push(Field::new(name, data_type, true));
     }
@@ -74,6 +75,7 @@ fn spec(key: Option<usize>) -> WindowAggregateSpec {
             aggregate(AggregateFunction::CountRows, None, Some(5)),
             aggregate(AggregateFunction::Sum, Some(3), Some(5)),
             aggregate(AggregateFunction::Min, Some(6), None),
+            aggregate(AggregateFunction::Max, Some(3), None),
         ],
         output: Arc::new(Schema::new(fields)),
         batch_size: 5,
@@ -190,7 +192,7 @@ fn a_batch_becomes_one_partial_row_per_window_and_key_in_order_of_first_appearan
     let rows = [
         (1, Some(1), Some(5), None, Some(true), Some(2)),
         (12, Some(1), Some(7), Some(3), Some(false), None),
-        (3, Some(1), None, Some(4), None, Some(1)),
+        (3, Some(1), Some(9), Some(4), None, Some(1)),
         (4, None, Some(2), None, Some(true), None),
     ];
     let mut out = Vec::new();
@@ -203,11 +205,13 @@ fn a_batch_becomes_one_partial_row_per_window_and_key_in_order_of_first_appearan
     };
     // Groups: (window 0, k1) rows 0 and 2; (window 10, k1) row 1; (window 0, NULL) row 3.
     assert_eq!(ints(3), [Some(2), Some(1), Some(1)], "COUNT(*)");
-    assert_eq!(ints(4), [Some(1), Some(1), Some(1)], "COUNT(v)");
-    assert_eq!(ints(5), [Some(5), Some(7), Some(2)], "SUM(v)");
+    assert_eq!(ints(4), [Some(2), Some(1), Some(1)], "COUNT(v)");
+    assert_eq!(ints(5), [Some(14), Some(7), Some(2)], "SUM(v)");
     assert_eq!(ints(8), [Some(1), Some(0), Some(1)], "COUNT(*) FILTER");
     assert_eq!(ints(9), [Some(5), None, Some(2)], "SUM(v) FILTER: NULL without a row");
-    assert_eq!(ints(11), [Some(2), Some(1), Some(1)], "__rows");
+    assert_eq!(ints(6), [Some(5), Some(7), Some(2)], "MIN(v)");
+    assert_eq!(ints(11), [Some(9), Some(7), Some(2)], "MAX(v)");
+    assert_eq!(ints(12), [Some(2), Some(1), Some(1)], "__rows");
     // Barriers, watermarks and the end pass through; nothing is held between batches.
     assert!(local.snapshot().expect("snapshot").is_none());
 }
