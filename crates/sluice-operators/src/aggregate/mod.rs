@@ -238,6 +238,18 @@ fn index_part(table_hash: u64) -> usize {
     (table_hash >> 40) as usize % INDEX_PARTS
 }
 
+/// How many groups, and bytes of keys, a window held.
+#[derive(Clone, Copy, Default)]
+struct Sizes {
+    groups: usize,
+    key_bytes: usize,
+}
+
+/// Windows are sized from the last emitted one up to this many groups, and grow past it
+/// as they fill (an unusually large window does not make every later one reserve as
+/// much).
+const MAX_PRESIZED_GROUPS: usize = 1 << 20;
+
 struct WindowGroups {
     start: TimestampMs,
     /// Group ids, hashed with `table_hash` of each group's placement hash, in
@@ -248,8 +260,22 @@ struct WindowGroups {
 
 impl WindowGroups {
     fn new(start: TimestampMs, accumulators: Vec<Accumulators>) -> WindowGroups {
-        let index = (0..INDEX_PARTS).map(|_| HashTable::new()).collect();
-        WindowGroups { start, index, groups: Groups { accumulators, ..Groups::default() } }
+        WindowGroups::sized(start, accumulators, Sizes::default())
+    }
+
+    /// A window whose index and key columns have room for `sizes` (the last emitted
+    /// window's), so that a stream of similar windows does not grow each from nothing.
+    fn sized(start: TimestampMs, accumulators: Vec<Accumulators>, sizes: Sizes) -> WindowGroups {
+        // A part gets an even share and an eighth more, as shares vary.
+        let part = sizes.groups / INDEX_PARTS + sizes.groups / (INDEX_PARTS * 8);
+        let index = (0..INDEX_PARTS).map(|_| HashTable::with_capacity(part)).collect();
+        let groups = Groups {
+            key_bytes: Vec::with_capacity(sizes.key_bytes),
+            key_ends: Vec::with_capacity(sizes.groups),
+            hashes: Vec::with_capacity(sizes.groups),
+            accumulators,
+        };
+        WindowGroups { start, index, groups }
     }
 
     /// The group of `key` (whose placement hash is `hash`), added if new.
@@ -290,6 +316,8 @@ pub struct WindowAggregate {
     /// The copy of the previous checkpoint, handed back by its encoding job for the next
     /// copy to reuse.
     spare: Arc<Mutex<Vec<state::Frozen>>>,
+    /// The last emitted window's sizes (capped), for the next new window.
+    last_sizes: Sizes,
 }
 
 pub(crate) fn is_float(data_type: &DataType) -> bool {
@@ -323,6 +351,7 @@ impl WindowAggregate {
             input_types,
             vnodes,
             spare: Arc::new(Mutex::new(Vec::new())),
+            last_sizes: Sizes::default(),
         })
     }
 
@@ -341,6 +370,9 @@ impl WindowAggregate {
                 break;
             }
             let groups = entry.remove();
+            let (held, key_bytes) = (groups.groups.len(), groups.groups.key_bytes.len());
+            let kept = held.min(MAX_PRESIZED_GROUPS);
+            self.last_sizes = Sizes { groups: kept, key_bytes: key_bytes / held.max(1) * kept };
             self.emit(end, groups, out)?;
         }
         Ok(())
@@ -661,7 +693,8 @@ impl Operator for WindowAggregate {
                 Some(window) => window,
                 None => {
                     let accumulators = template.take().unwrap_or_else(|| self.new_accumulators());
-                    self.windows.entry(end).or_insert(WindowGroups::new(starts.value(row), accumulators))
+                    let sizes = self.last_sizes;
+                    self.windows.entry(end).or_insert(WindowGroups::sized(starts.value(row), accumulators, sizes))
                 }
             };
             // Without key columns all rows share the empty key (and hash 0, vnode 0).
