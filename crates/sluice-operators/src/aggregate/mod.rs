@@ -170,6 +170,13 @@ impl Groups {
     }
 }
 
+/// An empty column with room for `values`, or without room if the system refuses it.
+fn reserved<T>(values: usize) -> Vec<T> {
+    let mut column = Vec::new();
+    let _ = column.try_reserve_exact(values);
+    column
+}
+
 /// Appends what `source` holds past `target`'s length (`target` holds a prefix of it).
 fn extend<T: Copy>(target: &mut Vec<T>, source: &[T]) {
     let rest = &source[target.len()..];
@@ -238,17 +245,26 @@ fn index_part(table_hash: u64) -> usize {
     (table_hash >> 40) as usize % INDEX_PARTS
 }
 
-/// How many groups, and bytes of keys, a window held.
-#[derive(Clone, Copy, Default)]
+/// How many groups, and bytes of keys, a window held (capped, for the next window).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Sizes {
     groups: usize,
     key_bytes: usize,
 }
 
-/// Windows are sized from the last emitted one up to this many groups, and grow past it
-/// as they fill (an unusually large window does not make every later one reserve as
-/// much).
+impl Sizes {
+    fn of(groups: &Groups) -> Sizes {
+        Sizes {
+            groups: groups.len().min(MAX_PRESIZED_GROUPS),
+            key_bytes: groups.key_bytes.len().min(MAX_PRESIZED_KEY_BYTES),
+        }
+    }
+}
+
+/// A new window reserves room for at most this many groups and bytes of keys (the last
+/// emitted window's, capped), and grows past them as it fills.
 const MAX_PRESIZED_GROUPS: usize = 1 << 20;
+const MAX_PRESIZED_KEY_BYTES: usize = 32 << 20;
 
 struct WindowGroups {
     start: TimestampMs,
@@ -264,15 +280,17 @@ impl WindowGroups {
     }
 
     /// A window whose index and key columns have room for `sizes` (the last emitted
-    /// window's), so that a stream of similar windows does not grow each from nothing.
+    /// window's) and an eighth more, so that a stream of similar windows does not grow
+    /// each from nothing. A column whose room the system refuses starts empty, as
+    /// [`make_room`] falls back.
     fn sized(start: TimestampMs, accumulators: Vec<Accumulators>, sizes: Sizes) -> WindowGroups {
-        // A part gets an even share and an eighth more, as shares vary.
-        let part = sizes.groups / INDEX_PARTS + sizes.groups / (INDEX_PARTS * 8);
+        let room = |size: usize| size + size / 8;
+        let part = room(sizes.groups) / INDEX_PARTS;
         let index = (0..INDEX_PARTS).map(|_| HashTable::with_capacity(part)).collect();
         let groups = Groups {
-            key_bytes: Vec::with_capacity(sizes.key_bytes),
-            key_ends: Vec::with_capacity(sizes.groups),
-            hashes: Vec::with_capacity(sizes.groups),
+            key_bytes: reserved(room(sizes.key_bytes)),
+            key_ends: reserved(room(sizes.groups)),
+            hashes: reserved(room(sizes.groups)),
             accumulators,
         };
         WindowGroups { start, index, groups }
@@ -370,9 +388,7 @@ impl WindowAggregate {
                 break;
             }
             let groups = entry.remove();
-            let (held, key_bytes) = (groups.groups.len(), groups.groups.key_bytes.len());
-            let kept = held.min(MAX_PRESIZED_GROUPS);
-            self.last_sizes = Sizes { groups: kept, key_bytes: key_bytes / held.max(1) * kept };
+            self.last_sizes = Sizes::of(&groups.groups);
             self.emit(end, groups, out)?;
         }
         Ok(())
@@ -759,7 +775,10 @@ pub fn output_type(function: AggregateFunction, argument: Option<&DataType>) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::{INDEX_PARTS, JUMP_BYTES, JUMP_FACTOR, index_part, make_room, push_value, table_hash};
+    use super::{
+        Groups, INDEX_PARTS, JUMP_BYTES, JUMP_FACTOR, MAX_PRESIZED_GROUPS, MAX_PRESIZED_KEY_BYTES, Sizes, WindowGroups,
+        index_part, make_room, push_value, table_hash,
+    };
 
     /// What matters is that a large column is not copied again for a long while (a copy
     /// of millions of values stalls the driver), whatever `Vec` reports as its capacity:
@@ -780,6 +799,22 @@ mod tests {
         }
         let expected = (0..threshold as u64).chain(0..(4 * threshold) as u64);
         assert!(values.iter().copied().eq(expected), "every value kept, in order");
+    }
+
+    #[test]
+    fn a_new_window_has_the_last_one_s_room_capped() {
+        let sizes = Sizes { groups: 6_400, key_bytes: 57_600 };
+        let window = WindowGroups::sized(0, Vec::new(), sizes);
+        assert!(window.index.iter().all(|part| part.capacity() >= 6_400 * 9 / 8 / INDEX_PARTS));
+        assert!(window.groups.key_ends.capacity() >= 7_200 && window.groups.hashes.capacity() >= 7_200);
+        assert!(window.groups.key_bytes.capacity() >= 64_800);
+        assert_eq!(window.groups.len(), 0, "room only: no group");
+        let huge = Groups {
+            key_bytes: vec![0; MAX_PRESIZED_KEY_BYTES + 1],
+            key_ends: vec![0; MAX_PRESIZED_GROUPS + 1],
+            ..Groups::default()
+        };
+        assert_eq!(Sizes::of(&huge), Sizes { groups: MAX_PRESIZED_GROUPS, key_bytes: MAX_PRESIZED_KEY_BYTES });
     }
 
     #[test]
