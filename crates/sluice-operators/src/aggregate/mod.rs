@@ -170,6 +170,26 @@ impl Groups {
     }
 }
 
+/// Whether `value` replaces `current` as MIN (`max` false) or MAX.
+pub(crate) fn beats<T: PartialOrd + ?Sized>(value: &T, current: &T, max: bool) -> bool {
+    if max { value > current } else { value < current }
+}
+
+/// Keeps the MIN (`max` false) or MAX of a group's slot and `value`.
+#[inline]
+fn keep_extreme<T: PartialOrd + Copy>(slot: &mut Option<T>, value: T, max: bool) {
+    if slot.is_none_or(|current| beats(&value, &current, max)) {
+        *slot = Some(value);
+    }
+}
+
+/// Adds `value` to a group's BIGINT SUM (wrapping, as the SUM's BIGINT result does).
+#[inline]
+fn add_int(sum: &mut Option<i64>, value: i64) {
+    let sum = sum.get_or_insert(0);
+    *sum = sum.wrapping_add(value);
+}
+
 /// An empty column with room for `values`, or without room if the system refuses it.
 fn reserved<T>(values: usize) -> Vec<T> {
     let mut column = Vec::new();
@@ -594,8 +614,7 @@ impl Accumulators {
             (Accumulators::SumInt(sums), Argument::Int(values), None) => {
                 for (row, &group) in groups.iter().enumerate() {
                     if values.is_valid(row) {
-                        let sum = sums[group as usize].get_or_insert(0);
-                        *sum = sum.wrapping_add(values.value(row));
+                        add_int(&mut sums[group as usize], values.value(row));
                     }
                 }
             }
@@ -603,11 +622,7 @@ impl Accumulators {
                 let max = *max;
                 for (row, &group) in groups.iter().enumerate() {
                     if input.is_valid(row) {
-                        let value = input.value(row);
-                        let slot = &mut values[group as usize];
-                        if slot.is_none_or(|current| if max { value > current } else { value < current }) {
-                            *slot = Some(value);
-                        }
+                        keep_extreme(&mut values[group as usize], input.value(row), max);
                     }
                 }
             }
@@ -626,40 +641,21 @@ impl Accumulators {
             (Accumulators::Count(counts), Argument::None) => counts[group] += 1,
             (Accumulators::Count(counts), Argument::Int(values)) => counts[group] += i64::from(values.is_valid(row)),
             (Accumulators::SumInt(sums), Argument::Int(values)) if values.is_valid(row) => {
-                let sum = sums[group].get_or_insert(0);
-                *sum = sum.wrapping_add(values.value(row));
+                add_int(&mut sums[group], values.value(row));
             }
             (Accumulators::SumFloat(sums), Argument::Float(values)) if values.is_valid(row) => {
                 *sums[group].get_or_insert(0.0) += values.value(row);
             }
             (Accumulators::MinMaxInt { values, max }, Argument::Int(input)) if input.is_valid(row) => {
-                let value = input.value(row);
-                let slot = &mut values[group];
-                if slot.is_none_or(|current| if *max { value > current } else { value < current }) {
-                    *slot = Some(value);
-                }
+                keep_extreme(&mut values[group], input.value(row), *max);
             }
             (Accumulators::MinMaxFloat { values, max }, Argument::Float(input)) if input.is_valid(row) => {
-                let value = input.value(row);
-                let slot = &mut values[group];
-                if slot.is_none_or(|current| if *max { value > current } else { value < current }) {
-                    *slot = Some(value);
-                }
+                keep_extreme(&mut values[group], input.value(row), *max);
             }
             (Accumulators::MinMaxString { values, max }, Argument::Text(input)) if input.is_valid(row) => {
                 let value = input.value(row);
                 let slot = &mut values[group];
-                let replace = match slot.as_deref() {
-                    None => true,
-                    Some(current) => {
-                        if *max {
-                            value > current
-                        } else {
-                            value < current
-                        }
-                    }
-                };
-                if replace {
+                if slot.as_deref().is_none_or(|current| beats(value, current, *max)) {
                     *slot = Some(value.to_string());
                 }
             }

@@ -56,10 +56,7 @@ enum Partial {
 /// The better of two optional values for MIN (`max` false) or MAX.
 fn extreme<T: PartialOrd>(current: Option<T>, value: Option<T>, max: bool) -> Option<T> {
     match (current, value) {
-        (Some(current), Some(value)) => {
-            let replace = if max { value > current } else { value < current };
-            Some(if replace { value } else { current })
-        }
+        (Some(current), Some(value)) => Some(if super::beats(&value, &current, max) { value } else { current }),
         (current, value) => current.or(value),
     }
 }
