@@ -79,6 +79,21 @@ impl WindowKind {
         }
     }
 
+    /// HOP's slice: the greatest common divisor of slide and size. Every window's bounds
+    /// are multiples of it, so each slice `[k * slice, (k + 1) * slice)` lies wholly
+    /// inside or wholly outside each window: all rows of a slice share their windows,
+    /// which a row at the slice's start has. Rows can be folded per slice and each
+    /// slice's partial given to its windows (Flink's sliced window aggregation) instead
+    /// of copying every row once per window. None for the other kinds.
+    pub fn slice_ms(&self) -> Option<i64> {
+        let WindowKind::Hop { slide_ms, size_ms } = *self else { return None };
+        let (mut a, mut b) = (slide_ms.unsigned_abs(), size_ms.unsigned_abs());
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        i64::try_from(a).ok()
+    }
+
     /// The most windows a row joins: size / slide (or step) rounded up (1 for TUMBLE).
     pub fn windows_per_row(&self) -> u64 {
         let (size, slide) = (self.size_ms().unsigned_abs(), self.slide_ms().unsigned_abs().max(1));
@@ -188,6 +203,8 @@ type Assigned = (Batch, Vec<i64>, Vec<i64>);
 pub struct WindowAssign {
     time_column: usize,
     kind: WindowKind,
+    /// HOP rows assigned to their slice, once each ([`WindowAssign::sliced`]).
+    sliced: bool,
     schema: SchemaRef,
     rows_without_time: Arc<AtomicU64>,
     rows_outside_range: LazyCounter,
@@ -206,7 +223,75 @@ impl WindowAssign {
         rows_outside_range: LazyCounter,
     ) -> WindowAssign {
         assert!(kind.size_ms() > 0 && kind.slide_ms() > 0, "window size and slide are positive");
-        WindowAssign { time_column, kind, schema, rows_without_time, rows_outside_range, bounds: Vec::new() }
+        WindowAssign {
+            time_column,
+            kind,
+            sliced: false,
+            schema,
+            rows_without_time,
+            rows_outside_range,
+            bounds: Vec::new(),
+        }
+    }
+
+    /// For HOP `kind`: each row once, its `window_start`/`window_end` the bounds of its
+    /// slice ([`WindowKind::slice_ms`]), for a local aggregate that gives each slice's
+    /// partials to the slice's windows ([`crate::aggregate::local::LocalWindowAggregate::sliced`]).
+    /// Which rows are kept is HOP's decision: a row without an event time, or one of
+    /// whose windows is outside `i64` milliseconds, is counted and dropped, and a row in
+    /// no window (between windows, when the slide exceeds the size) is dropped; a kept
+    /// row's slice lies within each of its windows, so within `i64`.
+    pub fn sliced(mut self) -> WindowAssign {
+        assert!(matches!(self.kind, WindowKind::Hop { .. }), "only HOP windows are sliced");
+        self.sliced = true;
+        self
+    }
+
+    /// See [`WindowAssign::sliced`]. Without copying rows when every row has an event
+    /// time, windows cover every time (size at least the slide) and no window bound can
+    /// leave `i64`.
+    fn slice_bounds(&mut self, batch: Batch, times: &TimestampMillisecondArray) -> Result<Assigned, SluiceError> {
+        let slice = self.kind.slice_ms().expect("HOP has slices");
+        let (size, slide) = (self.kind.size_ms(), self.kind.slide_ms());
+        let (low, high) = times.values().iter().fold((i64::MAX, i64::MIN), |(l, h), &t| (l.min(t), h.max(t)));
+        let in_range = times.is_empty() || (low.checked_sub(size).is_some() && high.checked_add(size).is_some());
+        if times.null_count() == 0 && size >= slide && in_range {
+            let starts: Vec<i64> = times.values().iter().map(|&ts| ts - ts.rem_euclid(slice)).collect();
+            let ends = starts.iter().map(|&start| start + slice).collect();
+            return Ok((batch, starts, ends));
+        }
+        let mut indices = Vec::with_capacity(times.len());
+        let mut starts = Vec::with_capacity(times.len());
+        let mut ends = Vec::with_capacity(times.len());
+        let (mut without_time, mut outside_range) = (0, 0);
+        for row in 0..times.len() {
+            if times.is_null(row) {
+                without_time += 1;
+                continue;
+            }
+            let ts = times.value(row);
+            self.bounds.clear();
+            if !self.kind.windows(ts, &mut self.bounds) {
+                outside_range += 1;
+                continue;
+            }
+            if self.bounds.is_empty() {
+                continue;
+            }
+            // Within the row's windows, whose bounds are multiples of the slice.
+            let start = ts - ts.rem_euclid(slice);
+            indices.push(row as u32);
+            starts.push(start);
+            ends.push(start + slice);
+        }
+        if without_time > 0 {
+            self.rows_without_time.fetch_add(without_time, Ordering::Relaxed);
+        }
+        if outside_range > 0 {
+            self.rows_outside_range.add(outside_range);
+        }
+        let rows = crate::partition::take_rows(&batch, &UInt32Array::from(indices))?;
+        Ok((rows, starts, ends))
     }
 
     /// TUMBLE or SESSION (one window per row) over rows that all have an event time and
@@ -305,12 +390,16 @@ impl Operator for WindowAssign {
         let Some(times) = times.as_any().downcast_ref::<TimestampMillisecondArray>() else {
             return Err(SluiceError::internal("window.time_type", format!("event time cast to {}", times.data_type())));
         };
-        let (batch, starts, ends) = match self.single_bounds(times) {
-            Some((starts, ends)) => (batch, starts, ends),
-            None => match self.hop_bounds(&batch, times)? {
-                Some(assigned) => assigned,
-                None => self.general_bounds(&batch, times)?,
-            },
+        let (batch, starts, ends) = if self.sliced {
+            self.slice_bounds(batch, times)?
+        } else {
+            match self.single_bounds(times) {
+                Some((starts, ends)) => (batch, starts, ends),
+                None => match self.hop_bounds(&batch, times)? {
+                    Some(assigned) => assigned,
+                    None => self.general_bounds(&batch, times)?,
+                },
+            }
         };
         if starts.is_empty() {
             return Ok(());

@@ -30,7 +30,7 @@ use sluice_operators::ttl::{Clock, Ttl};
 use sluice_runtime::OperatorFactory;
 use sluice_types::{Changelog, SluiceError};
 
-use crate::stream::{StreamPlanner, StreamState, Tag, column_tag, display, unsupported};
+use crate::stream::{StreamPlanner, StreamState, Tag, WindowBound, column_tag, display, unsupported};
 
 pub(crate) fn plan_aggregate(planner: &StreamPlanner<'_>, aggregate: &Aggregate) -> Result<StreamState, SluiceError> {
     let state = planner.plan(&aggregate.input)?;
@@ -217,10 +217,33 @@ fn plan_window_aggregate(
     // before the exchange (see `sluice_operators::aggregate::local`).
     let split = !session && planner.local_aggregation && local::can_split(&spec.aggregates);
     let (spec, input_schema) = if split {
+        // A HOP assignment whose bounds only this grouping reads (they lead the
+        // aggregate's input) gives each row once, to its slice; the local aggregate gives
+        // each slice's partials to the slice's windows.
+        let sliced = match state.sliceable() {
+            Some(slicing) if slicing.bounds == [(0, WindowBound::Start), (1, WindowBound::End)] => {
+                let slicing = state.slicing.take().expect("sliceable");
+                state.operators[slicing.assign] = slicing.sliced;
+                Some((slicing.hop, slicing.outside_range))
+            }
+            _ => None,
+        };
         let (local_spec, local_input) = (spec.clone(), Arc::clone(&input_schema));
-        let factory: OperatorFactory =
-            Arc::new(move |_| Ok(Box::new(LocalWindowAggregate::new(local_spec.clone(), &local_input)?)));
-        let line = format!("local_window_aggregate: [{}] by window{by_keys}, per batch", names.join(", "));
+        let mut shape = String::new();
+        if let Some((hop, _)) = &sliced {
+            let slice = hop.slice_ms().expect("a HOP window");
+            shape = format!(", each {slice} ms slice to its windows");
+        }
+        let factory: OperatorFactory = Arc::new(move |context| {
+            let local = LocalWindowAggregate::new(local_spec.clone(), &local_input)?;
+            Ok(Box::new(match &sliced {
+                Some((hop, outside)) => {
+                    local.sliced(*hop, LazyCounter::new(Arc::clone(&context.metrics), outside.clone()))
+                }
+                None => local,
+            }))
+        });
+        let line = format!("local_window_aggregate: [{}] by window{by_keys}, per batch{shape}", names.join(", "));
         state.operators.push((line, factory));
         (local::merging_spec(&spec), local::partial_schema(&spec, &input_schema))
     } else {

@@ -90,11 +90,96 @@ pub(crate) struct StreamState {
     pub changelog: Changelog,
     /// A SESSION window not yet aggregated: its `PARTITION BY` columns (maybe none).
     pub session: Option<Vec<String>>,
+    /// A HOP window assignment a local window aggregate may still slice.
+    pub slicing: Option<HopSlicing>,
+}
+
+/// Which bound of a window a column holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WindowBound {
+    Start,
+    End,
+    Time,
+}
+
+/// A HOP window assignment in the open segment whose rows may be assigned to slices
+/// instead ([`sluice_operators::window::WindowAssign::sliced`]), for a local window
+/// aggregate that gives each slice's partials to the slice's windows
+/// (`aggregate::plan_window_aggregate`). That gives the same answer only while nothing
+/// but the aggregate's grouping reads the window's bounds: it stays valid while every
+/// operator pushed after the assignment is a projection that moves the bounds as plain
+/// columns or a filter that does not read them ([`StreamState::sliceable`] drops it as
+/// soon as any other operator, an exchange or another reading appears).
+#[derive(Clone)]
+pub(crate) struct HopSlicing {
+    /// The assignment's place in [`StreamState::operators`].
+    pub assign: usize,
+    /// The sliced assignment that may replace it.
+    pub sliced: (String, OperatorFactory),
+    pub hop: WindowKind,
+    /// The name of the `rows outside the window range` counter.
+    pub outside_range: String,
+    /// Where the bounds are among the stream's columns.
+    pub bounds: Vec<(usize, WindowBound)>,
+    /// The segments and operators of the stream when it was last followed.
+    segments: usize,
+    operators: usize,
 }
 
 impl StreamState {
     pub fn arrow_schema(&self) -> SchemaRef {
         Arc::new(self.schema.as_arrow().clone())
+    }
+
+    /// The HOP assignment that may still be sliced: only if every operator since it was
+    /// followed ([`StreamState::follow_slicing`]) in the same segment; otherwise it is
+    /// dropped.
+    pub fn sliceable(&mut self) -> Option<&mut HopSlicing> {
+        let (segments, operators) = (self.segments.len(), self.operators.len());
+        if self.slicing.as_ref().is_some_and(|s| s.segments != segments || s.operators != operators) {
+            self.slicing = None;
+        }
+        self.slicing.as_mut()
+    }
+
+    /// Before an operator computing `outputs` (a projection's expressions, or a filter's
+    /// predicate with `projects` false) over the stream's columns is pushed: where the
+    /// window's bounds go, or the slicing dropped if one of them reads a bound other than
+    /// as a plain column (or reads a column not found). Then [`StreamState::followed`]
+    /// once the operator is pushed.
+    fn follow_slicing(&mut self, outputs: &[Expr], projects: bool) {
+        let schema = Arc::clone(&self.schema);
+        let Some(slicing) = self.sliceable() else { return };
+        // Some(bound) for a column holding one, Some(None) for another, None if not found.
+        let bound = |column: &datafusion_common::Column| {
+            schema.index_of_column(column).ok().map(|i| slicing.bounds.iter().find(|(at, _)| *at == i).map(|b| b.1))
+        };
+        let mut moved = Some(Vec::new());
+        for (position, expr) in outputs.iter().enumerate() {
+            let reads_bound = expr.column_refs().into_iter().any(|column| bound(column) != Some(None));
+            if !reads_bound {
+                continue;
+            }
+            match (expr.clone().unalias(), moved.as_mut()) {
+                (Expr::Column(column), Some(moved)) if projects && bound(&column).is_some_and(|b| b.is_some()) => {
+                    moved.push((position, bound(&column).flatten().expect("a bound")));
+                }
+                _ => moved = None,
+            }
+        }
+        match moved {
+            Some(moved) if projects => slicing.bounds = moved,
+            Some(_) => {}
+            None => self.slicing = None,
+        }
+    }
+
+    /// The operator [`StreamState::follow_slicing`] checked was pushed.
+    fn followed(&mut self) {
+        let operators = self.operators.len();
+        if let Some(slicing) = self.slicing.as_mut() {
+            slicing.operators = operators;
+        }
     }
 
     /// Closes the open segment with an exchange.
@@ -404,6 +489,7 @@ impl StreamPlanner<'_> {
     /// Adds a filter by `predicate` (over the stream's schema); weights are kept.
     pub fn push_filter(&self, state: &mut StreamState, predicate: &Expr) -> Result<(), SluiceError> {
         refuse_session_bounds(predicate, state)?;
+        state.follow_slicing(std::slice::from_ref(predicate), false);
         let physical_predicate = physical(predicate, &state.schema)?;
         let text = display(predicate);
         let (view, on_error) = (self.view.clone(), state.on_error);
@@ -413,6 +499,7 @@ impl StreamPlanner<'_> {
             Ok(Box::new(Filter::new(Arc::clone(&physical_predicate), text.clone(), errors)))
         });
         state.operators.push((line, factory));
+        state.followed();
         Ok(())
     }
 
@@ -457,6 +544,7 @@ impl StreamPlanner<'_> {
                     windows_per_row: 1,
                     changelog: Changelog::AppendOnly,
                     session: None,
+                    slicing: None,
                 };
                 Ok((state, (0..schema.fields().len()).map(Some).collect()))
             }
@@ -543,14 +631,14 @@ impl StreamPlanner<'_> {
             .collect();
         let counter = format!("view {}: rows without event time", self.view);
         let outside = format!("view {}: rows outside the window range", self.view);
-        let assigned = Arc::clone(&output);
+        let (assigned, without_time, outside_range) = (Arc::clone(&output), counter.clone(), outside.clone());
         let factory: OperatorFactory = Arc::new(move |context| {
             Ok(Box::new(WindowAssign::new(
                 time_index,
                 kind,
                 Arc::clone(&assigned),
-                context.metrics.counter(&counter),
-                LazyCounter::new(Arc::clone(&context.metrics), outside.clone()),
+                context.metrics.counter(&without_time),
+                LazyCounter::new(Arc::clone(&context.metrics), outside_range.clone()),
             )))
         });
         let shape = match kind {
@@ -560,6 +648,39 @@ impl StreamPlanner<'_> {
             WindowKind::Session { gap_ms } => format!("SESSION(gap {gap_ms} ms; each row's [ts, ts + gap))"),
         };
         state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
+        state.slicing = match kind.slice_ms() {
+            // Sliced only when a row joins several windows: otherwise nothing is saved.
+            Some(slice) if kind.windows_per_row() > 1 => {
+                let (sliced_output, without_time, outside_range) =
+                    (Arc::clone(&output), counter.clone(), outside.clone());
+                let sliced: OperatorFactory = Arc::new(move |context| {
+                    let assign = WindowAssign::new(
+                        time_index,
+                        kind,
+                        Arc::clone(&sliced_output),
+                        context.metrics.counter(&without_time),
+                        LazyCounter::new(Arc::clone(&context.metrics), outside_range.clone()),
+                    );
+                    Ok(Box::new(assign.sliced()))
+                });
+                let line = format!("window_assign: {shape} on {time_column}, each row to its {slice} ms slice once");
+                let width = output.fields().len() - 3;
+                Some(HopSlicing {
+                    assign: state.operators.len() - 1,
+                    sliced: (line, sliced),
+                    hop: kind,
+                    outside_range: outside,
+                    bounds: vec![
+                        (width, WindowBound::Start),
+                        (width + 1, WindowBound::End),
+                        (width + 2, WindowBound::Time),
+                    ],
+                    segments: state.segments.len(),
+                    operators: state.operators.len(),
+                })
+            }
+            _ => None,
+        };
         state.tags.extend([Tag::WindowStart, Tag::WindowEnd, Tag::Plain]);
         state.schema = Arc::new(
             DFSchema::try_from_qualified_schema(input, &output).map_err(|e| crate::df_error("sql.schema", e))?,
@@ -595,6 +716,7 @@ impl StreamPlanner<'_> {
         line: &str,
     ) -> Result<(), SluiceError> {
         let physical_exprs = exprs.iter().map(|e| physical(e, &state.schema)).collect::<Result<Vec<_>, _>>()?;
+        state.follow_slicing(exprs, true);
         let texts: Vec<String> = exprs.iter().map(expression_text).collect();
         let schema: SchemaRef = Arc::new(Schema::new(output.as_arrow().fields().clone()));
         let (view, on_error) = (self.view.clone(), state.on_error);
@@ -603,6 +725,7 @@ impl StreamPlanner<'_> {
             Ok(Box::new(Project::new(physical_exprs.clone(), texts.clone(), Arc::clone(&schema), errors)))
         });
         state.operators.push((format!("project: {line}"), factory));
+        state.followed();
         Ok(())
     }
 

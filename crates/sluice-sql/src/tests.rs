@@ -27,13 +27,22 @@ fn source_schema() -> Arc<Schema> {
 /// A planner over `t` with every view of `views` declared (`line N` for the Nth) and
 /// added in order: the first error, or the planner.
 pub(crate) fn plan(views: &[(&str, &str)], on_error: OnError) -> Result<SqlPlanner, SluiceError> {
+    plan_aggregating(views, on_error, true)
+}
+
+/// [`plan`], with window aggregates in two phases or not (`local_aggregation`).
+fn plan_aggregating(
+    views: &[(&str, &str)],
+    on_error: OnError,
+    local_aggregation: bool,
+) -> Result<SqlPlanner, SluiceError> {
     let options = PlannerOptions {
         threads: 1,
         vnodes: 16,
         batch_size: 1024,
         windows_per_row_max: 1000,
         state_ttl: None,
-        local_aggregation: true,
+        local_aggregation,
         mini_batch_rows: 1,
     };
     let mut planner = SqlPlanner::new(options);
@@ -486,7 +495,10 @@ fn a_window_assigns_only_the_columns_read_after_it() {
     let lines = operator_lines(&planner, "h");
     assert_eq!(
         lines[..2],
-        ["project: t.s, t.ts".to_string(), "window_assign: HOP(slide 1000 ms, size 2000 ms) on ts".to_string()]
+        [
+            "project: t.s, t.ts".to_string(),
+            "window_assign: HOP(slide 1000 ms, size 2000 ms) on ts, each row to its 1000 ms slice once".to_string()
+        ]
     );
     let output =
         run(&planner, "h", rows(&[(1, 0, "x", 500), (2, 0, "x", 1500), (3, 0, "y", 1500)])).output.expect("runs");
@@ -497,6 +509,63 @@ fn a_window_assigns_only_the_columns_read_after_it() {
     assert!(counts.contains(&"+1 x,2,1970-01-01T00:00:00".to_string()), "{counts:?}");
     // Every column read: nothing to drop.
     assert!(operator_lines(&planner, "all")[0].starts_with("window_assign: "));
+}
+
+/// A HOP window's rows go once to their slice (instead of once per window) when only
+/// the grouping of a local window aggregate reads the window's bounds; anything else
+/// reading them keeps every row copied into each window. Both give the one-phase answer.
+#[test]
+fn hop_rows_go_once_to_their_slice_when_only_the_grouping_reads_the_bounds() {
+    let hop = "TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '3' SECOND))";
+    let by = "GROUP BY s, window_start, window_end";
+    let views = [
+        ("sliced", format!("SELECT s, COUNT(*) AS n, SUM(a) AS total, window_start, window_end FROM {hop} {by}"), true),
+        (
+            "renamed",
+            format!(
+                "SELECT k, b, e, MIN(a) AS low FROM (SELECT window_end AS e, s AS k, a, window_start AS b FROM {hop}) \
+                 AS r WHERE a > 1 GROUP BY k, b, e"
+            ),
+            true,
+        ),
+        ("filtered", format!("SELECT s, MAX(a) AS top, window_start FROM {hop} WHERE b > 0 {by}"), true),
+        ("time_grouped", format!("SELECT s, COUNT(*) AS n, window_time FROM {hop} {by}, window_time"), false),
+        ("bound_read", format!("SELECT s, MAX(window_start) AS m FROM {hop} {by}"), false),
+        (
+            "bound_filtered",
+            format!("SELECT s, COUNT(*) AS n FROM {hop} WHERE window_start > TIMESTAMP '1970-01-01 00:00:01' {by}"),
+            false,
+        ),
+        (
+            "bound_computed",
+            format!(
+                "SELECT s, COUNT(*) AS n FROM {hop} GROUP BY s, window_start, window_end, \
+                                     EXTRACT(SECOND FROM window_end)"
+            ),
+            false,
+        ),
+        ("averaged", format!("SELECT s, AVG(a) AS mean FROM {hop} {by}"), false),
+    ];
+    let declared: Vec<(&str, &str)> = views.iter().map(|(name, sql, _)| (*name, sql.as_str())).collect();
+    let two_phases = plan_aggregating(&declared, OnError::Fail, true).expect("plans");
+    let one_phase = plan_aggregating(&declared, OnError::Fail, false).expect("plans");
+    let input = || {
+        vec![
+            rows(&[(1, 0, "x", 500), (2, 1, "x", 1500), (3, 1, "y", 1500), (4, 1, "x", 2999)]),
+            rows(&[(5, 1, "x", 3000), (6, 0, "y", 4100), (7, 1, "x", 900), (8, 1, "x", 6001)]),
+        ]
+    };
+    for (name, _, sliced) in &views {
+        let lines = operator_lines(&two_phases, name);
+        let slices = lines.iter().filter(|line| line.contains("slice")).count();
+        assert_eq!(slices, if *sliced { 2 } else { 0 }, "{name}: {lines:?}");
+        let mut expected = changes(&run_batches(&one_phase, name, input()).output.expect("runs"));
+        let mut got = changes(&run_batches(&two_phases, name, input()).output.expect("runs"));
+        expected.sort();
+        got.sort();
+        assert!(!got.is_empty(), "{name}");
+        assert_eq!(got, expected, "{name}");
+    }
 }
 
 #[test]

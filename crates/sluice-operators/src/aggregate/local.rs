@@ -15,10 +15,19 @@
 //! same answer are split this way ([`can_split`]): COUNT and SUM merge by SUM, MIN by
 //! MIN, MAX by MAX; each aggregate's `FILTER` is applied here. [`merging_spec`] is the
 //! window aggregate after the exchange.
+//!
+//! Sliced HOP windows ([`LocalWindowAggregate::sliced`]): the rows arrive assigned to
+//! their HOP window's slice ([`WindowKind::slice_ms`], a TUMBLE of that size) instead of
+//! copied once per window; they are folded per (slice, key), and each slice's partial
+//! row is then given to every window holding the slice, so the output is the same
+//! partials (a window and key whose rows span two slices of the batch get one partial
+//! row per slice, which the merging aggregate adds up) for a fraction of the hashing.
+//! A slice whose windows are not all within `i64` milliseconds is dropped with its rows
+//! counted under `rows outside the window range`, as the HOP assignment drops such rows.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, TimestampMillisecondArray, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
@@ -26,6 +35,9 @@ use hashbrown::HashTable;
 use sluice_runtime::Operator;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError};
+
+use crate::counter::LazyCounter;
+use crate::window::WindowKind;
 
 use super::{
     Accumulators, AggregateFunction, AggregateSpec, Argument, WindowAggregateSpec, finish, is_float, is_text,
@@ -118,6 +130,17 @@ pub struct LocalWindowAggregate {
     row_groups: Vec<u32>,
     /// No aggregate counts distinct values ([`can_split`]).
     no_encoders: Vec<Option<KeyEncoder>>,
+    /// Rows come assigned to HOP slices (see the module documentation).
+    slicing: Option<Slicing>,
+}
+
+/// The HOP windows whose slices the rows come in.
+struct Slicing {
+    hop: WindowKind,
+    /// `rows outside the window range`.
+    outside_range: LazyCounter,
+    /// Scratch: one slice's windows.
+    windows: Vec<(i64, i64)>,
 }
 
 impl LocalWindowAggregate {
@@ -138,7 +161,18 @@ impl LocalWindowAggregate {
             int_index: HashTable::new(),
             row_groups: Vec::new(),
             no_encoders: (0..spec_aggregates).map(|_| None).collect(),
+            slicing: None,
         })
+    }
+
+    /// The same over rows assigned to the slices of `hop` (a TUMBLE of
+    /// [`WindowKind::slice_ms`], so `window_start`/`window_end` hold each row's slice):
+    /// each slice's partials go to every HOP window holding it. `outside_range` counts
+    /// the rows of a slice whose windows are not all within `i64` milliseconds.
+    pub fn sliced(mut self, hop: WindowKind, outside_range: LazyCounter) -> LocalWindowAggregate {
+        assert!(matches!(hop, WindowKind::Hop { .. }), "only HOP windows are sliced");
+        self.slicing = Some(Slicing { hop, outside_range, windows: Vec::new() });
+        self
     }
 
     fn accumulators(&self) -> Vec<Accumulators> {
@@ -253,19 +287,70 @@ impl Operator for LocalWindowAggregate {
         }
         self.row_groups = row_groups;
         self.key_rows = keys;
-        let firsts = UInt32Array::from(first_rows);
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output.fields().len());
-        for &column in [self.spec.window_start, self.spec.window_end].iter().chain(&self.spec.keys) {
-            columns.push(take(rows.column(column), &firsts, None)?);
-        }
-        for (accumulator, field) in accumulators.into_iter().zip(&self.output.fields()[columns.len()..]) {
+        let mut partials: Vec<ArrayRef> = Vec::with_capacity(self.spec.aggregates.len() + 1);
+        for (accumulator, field) in accumulators.into_iter().zip(&self.output.fields()[2 + self.spec.keys.len()..]) {
             let mut partial = finish(accumulator);
             if partial.data_type() != field.data_type() {
                 partial = arrow::compute::cast(&partial, field.data_type())?;
             }
-            columns.push(partial);
+            partials.push(partial);
         }
-        columns.push(Arc::new(Int64Array::from(counts)));
+        partials.push(Arc::new(Int64Array::from(counts)));
+        match self.slicing.as_mut() {
+            None => {
+                let firsts = UInt32Array::from(first_rows);
+                for &column in [self.spec.window_start, self.spec.window_end].iter().chain(&self.spec.keys) {
+                    columns.push(take(rows.column(column), &firsts, None)?);
+                }
+                columns.extend(partials);
+            }
+            Some(slicing) => {
+                let slice_starts = rows.column(self.spec.window_start).as_primitive::<TimestampMillisecondType>();
+                let counts = partials.last().expect("the row counts").as_primitive::<Int64Type>();
+                let windows_per_slice = usize::try_from(slicing.hop.windows_per_row()).unwrap_or(usize::MAX);
+                let capacity = first_rows.len().saturating_mul(windows_per_slice).min(1 << 20);
+                let (mut groups, mut group_rows) = (Vec::with_capacity(capacity), Vec::with_capacity(capacity));
+                let (mut starts, mut ends) = (Vec::with_capacity(capacity), Vec::with_capacity(capacity));
+                let mut outside = 0u64;
+                for (group, &first) in first_rows.iter().enumerate() {
+                    slicing.windows.clear();
+                    // Every row of the slice has the windows of the slice's start.
+                    if !slicing.hop.windows(slice_starts.value(first as usize), &mut slicing.windows) {
+                        outside += counts.value(group).unsigned_abs();
+                        continue;
+                    }
+                    for &(start, end) in &slicing.windows {
+                        groups.push(group as u32);
+                        group_rows.push(first);
+                        starts.push(start);
+                        ends.push(end);
+                    }
+                }
+                if outside > 0 {
+                    slicing.outside_range.add(outside);
+                }
+                if groups.is_empty() {
+                    return Ok(());
+                }
+                let fields = self.output.fields();
+                for (values, field) in [starts, ends].into_iter().zip(fields.iter()) {
+                    let zone = match field.data_type() {
+                        DataType::Timestamp(_, zone) => zone.clone(),
+                        other => unreachable!("a window bound is a timestamp, not {other}"),
+                    };
+                    columns.push(Arc::new(TimestampMillisecondArray::from(values).with_timezone_opt(zone)));
+                }
+                let group_rows = UInt32Array::from(group_rows);
+                for &column in &self.spec.keys {
+                    columns.push(take(rows.column(column), &group_rows, None)?);
+                }
+                let groups = UInt32Array::from(groups);
+                for partial in partials {
+                    columns.push(take(&partial, &groups, None)?);
+                }
+            }
+        }
         out.push(Message::Data(Batch::inserts(RecordBatch::try_new(Arc::clone(&self.output), columns)?)));
         Ok(())
     }

@@ -16,6 +16,9 @@ use sluice_types::{Batch, Message};
 
 use super::{LocalWindowAggregate, can_split, merging_spec, partial_schema};
 use crate::aggregate::{AggregateFunction, AggregateSpec, GroupColumn, WindowAggregate, WindowAggregateSpec};
+use crate::counter::LazyCounter;
+use crate::window::{WindowAssign, WindowKind};
+use sluice_runtime::Metrics;
 
 const VNODES: u32 = 16;
 const SIZE: i64 = 10;
@@ -110,6 +113,11 @@ fn run(operators: &mut [Box<dyn Operator>], steps: &[(Vec<Row>, i64)]) -> Vec<St
         messages.push(Message::Watermark(*watermark));
     }
     messages.push(Message::EndOfData);
+    pass(operators, messages)
+}
+
+/// `messages` through `operators` chained; the output rows as sorted text lines.
+fn pass(operators: &mut [Box<dyn Operator>], mut messages: Vec<Message>) -> Vec<String> {
     for operator in operators.iter_mut() {
         let mut out = Vec::new();
         for message in messages {
@@ -222,4 +230,158 @@ fn avg_and_count_distinct_are_not_split() {
     assert!(can_split(&with(AggregateFunction::Sum)));
     assert!(!can_split(&with(AggregateFunction::Avg)));
     assert!(!can_split(&with(AggregateFunction::CountDistinct)));
+}
+
+/// The rows before their windows: `ts` then the input's `k, v, f, keep, name`.
+fn timed_schema() -> SchemaRef {
+    let mut fields = vec![Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true)];
+    fields.extend(input_schema().fields().iter().skip(2).map(|f| f.as_ref().clone()));
+    Arc::new(Schema::new(fields))
+}
+
+/// A row whose event time may be NULL.
+type TimedRow = (Option<i64>, Option<u8>, Option<i64>, Option<i8>, Option<bool>, Option<u8>);
+
+fn timed_batch(rows: &[TimedRow]) -> Batch {
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(TimestampMillisecondArray::from_iter(rows.iter().map(|r| r.0))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1.map(|k| format!("k{k}"))))),
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.2))),
+        Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.3.map(f64::from)))),
+        Arc::new(BooleanArray::from_iter(rows.iter().map(|r| r.4))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.5.map(|n| format!("n{n}"))))),
+    ];
+    Batch::inserts(RecordBatch::try_new(timed_schema(), columns).expect("batch"))
+}
+
+/// The window assignment's output (`ts, k, v, f, keep, name, window_start, window_end,
+/// window_time`) as the aggregates' input ([`input_schema`]).
+struct ToInput;
+impl Operator for ToInput {
+    fn name(&self) -> &str {
+        "to_input"
+    }
+    fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), sluice_types::SluiceError> {
+        let columns = [6, 7, 1, 2, 3, 4, 5].iter().map(|&i| Arc::clone(batch.rows.column(i))).collect();
+        out.push(Message::Data(Batch::inserts(RecordBatch::try_new(input_schema(), columns)?)));
+        Ok(())
+    }
+}
+
+fn assign(kind: WindowKind, metrics: &Arc<Metrics>) -> Box<dyn Operator> {
+    let mut fields: Vec<Field> = timed_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.extend(WindowKind::output_fields());
+    let outside = LazyCounter::new(Arc::clone(metrics), "outside");
+    let schema = Arc::new(Schema::new(fields));
+    Box::new(WindowAssign::new(0, kind, schema, metrics.counter("without time"), outside))
+}
+
+fn sliced_assign(hop: WindowKind, metrics: &Arc<Metrics>) -> Box<dyn Operator> {
+    let mut fields: Vec<Field> = timed_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.extend(WindowKind::output_fields());
+    let outside = LazyCounter::new(Arc::clone(metrics), "outside");
+    let schema = Arc::new(Schema::new(fields));
+    Box::new(WindowAssign::new(0, hop, schema, metrics.counter("without time"), outside).sliced())
+}
+
+fn timed_row() -> impl Strategy<Value = TimedRow> {
+    let ts = prop_oneof![8 => -30i64..90, 1 => i64::MAX - 40..=i64::MAX, 1 => i64::MIN..i64::MIN + 40];
+    (proptest::option::weighted(0.95, ts), row()).prop_map(|(ts, row)| (ts, row.1, row.2, row.3, row.4, row.5))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Rows assigned to HOP slices and folded per slice give, once merged, what every
+    /// row copied into each of its windows gives one phase: the same windows, values,
+    /// late rows and rows outside the window range; including slides above the size
+    /// (rows between windows), sizes the slide does not divide, and times at the limits
+    /// of i64.
+    #[test]
+    fn sliced_hop_partials_give_the_answer_of_every_row_in_each_window(
+        steps in proptest::collection::vec((proptest::collection::vec(timed_row(), 0..12), -40i64..100), 1..8),
+        key in proptest::option::of(2usize..4),
+        slide in 1i64..8,
+        size in 1i64..25,
+    ) {
+        let hop = WindowKind::Hop { slide_ms: slide, size_ms: size };
+        let slice = hop.slice_ms().expect("a HOP window has slices");
+        prop_assert!(slide % slice == 0 && size % slice == 0);
+        let mut messages: Vec<Message> = Vec::new();
+        for (rows, watermark) in &steps {
+            messages.push(Message::Data(timed_batch(rows)));
+            messages.push(Message::Watermark(*watermark));
+        }
+        messages.push(Message::EndOfData);
+        let (late_one, late_two) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (metrics_one, metrics_two) =
+            (Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)), Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)));
+        let mut one: Vec<Box<dyn Operator>> = vec![assign(hop, &metrics_one), Box::new(ToInput)];
+        one.extend(one_phase(key, &late_one));
+        let expected = pass(&mut one, messages.clone());
+        let spec = spec(key);
+        let local = LocalWindowAggregate::new(spec.clone(), &input_schema())
+            .expect("local")
+            .sliced(hop, LazyCounter::new(Arc::clone(&metrics_two), "outside"));
+        let partials = partial_schema(&spec, &input_schema());
+        let merging = WindowAggregate::new(merging_spec(&spec), &partials, Arc::clone(&late_two), VNODES);
+        let mut two: Vec<Box<dyn Operator>> = vec![
+            sliced_assign(hop, &metrics_two),
+            Box::new(ToInput),
+            Box::new(local),
+            Box::new(merging.expect("merging")),
+        ];
+        let got = pass(&mut two, messages);
+        prop_assert_eq!(got, expected);
+        prop_assert_eq!(late_two.load(Ordering::Relaxed), late_one.load(Ordering::Relaxed));
+        let counted = |metrics: &Metrics| {
+            let mut counters = metrics.counters();
+            counters.sort();
+            counters
+        };
+        prop_assert_eq!(counted(&metrics_two), counted(&metrics_one));
+    }
+}
+
+#[test]
+fn a_slice_gives_its_partial_to_each_of_its_windows() {
+    // HOP(slide 4, size 6): windows [-4, 2), [0, 6), [4, 10), …; slices of 2.
+    let hop = WindowKind::Hop { slide_ms: 4, size_ms: 6 };
+    assert_eq!(hop.slice_ms(), Some(2));
+    let metrics = Arc::new(Metrics::new(Vec::new(), Vec::new(), 1));
+    let spec = spec(Some(3));
+    let local = LocalWindowAggregate::new(spec.clone(), &input_schema())
+        .expect("local")
+        .sliced(hop, LazyCounter::new(Arc::clone(&metrics), "outside"));
+    let mut chain: Vec<Box<dyn Operator>> = vec![sliced_assign(hop, &metrics), Box::new(ToInput), Box::new(local)];
+    let rows = [
+        (Some(1), Some(1), Some(5), None, Some(true), Some(2)),
+        (Some(0), Some(1), Some(5), None, Some(true), Some(2)),
+        (Some(2), Some(1), Some(5), None, Some(true), Some(2)),
+        (Some(i64::MAX), Some(1), Some(5), None, Some(true), Some(2)),
+        (None, Some(1), Some(5), None, Some(true), Some(2)),
+    ];
+    let lines = pass(&mut chain, vec![Message::Data(timed_batch(&rows))]);
+    let time = |ms: i64| array_value_to_string(&TimestampMillisecondArray::from(vec![ms]), 0).expect("text");
+    // (start, end, key v, SUM(v), __rows): slice [0, 2) (rows at 0 and 1) in [-4, 2) and
+    // [0, 6); slice [2, 4) (the row at 2) in [0, 6) only.
+    let mut got: Vec<String> = lines
+        .iter()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            [fields[0], fields[1], fields[2], fields[5], fields[fields.len() - 1]].join(",")
+        })
+        .collect();
+    got.sort();
+    let mut expected = vec![
+        format!("{},{},5,10,2", time(-4), time(2)),
+        format!("{},{},5,10,2", time(0), time(6)),
+        format!("{},{},5,5,1", time(0), time(6)),
+    ];
+    expected.sort();
+    assert_eq!(got, expected);
+    // The row at i64::MAX has a window past i64, the last none.
+    let mut counters = metrics.counters();
+    counters.sort();
+    assert_eq!(counters, [("outside".to_string(), 1), ("without time".to_string(), 1)]);
 }
