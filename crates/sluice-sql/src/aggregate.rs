@@ -221,7 +221,10 @@ fn plan_window_aggregate(
         // aggregate's input) gives each row once, to its slice; the local aggregate gives
         // each slice's partials to the slice's windows.
         let sliced = match state.sliceable() {
-            Some(slicing) if slicing.bounds == [(0, WindowBound::Start), (1, WindowBound::End)] => {
+            Some(slicing)
+                if slicing.bounds == [(0, WindowBound::Start), (1, WindowBound::End)]
+                    && local::can_slice(&spec, &input_schema) =>
+            {
                 let slicing = state.slicing.take().expect("sliceable");
                 state.operators[slicing.assign] = slicing.sliced;
                 Some((slicing.hop, slicing.outside_range))

@@ -156,6 +156,12 @@ impl StreamState {
         };
         let mut moved = Some(Vec::new());
         for (position, expr) in outputs.iter().enumerate() {
+            // An expression that may fail on a row would count it, and show it, once per
+            // slice instead of once per window copy, with its slice's bounds.
+            if !cannot_fail(expr) {
+                moved = None;
+                break;
+            }
             let reads_bound = expr.column_refs().into_iter().any(|column| bound(column) != Some(None));
             if !reads_bound {
                 continue;
@@ -201,6 +207,40 @@ impl StreamState {
         }
         self.cut(SegmentOutput::Sink);
         (self.source, self.table, self.segments, self.sides)
+    }
+}
+
+/// Whether evaluating `expr` on any row gives a value, never an error: columns, literals,
+/// comparisons and boolean logic only (arithmetic may overflow or divide by zero, casts
+/// and functions may fail).
+fn cannot_fail(expr: &Expr) -> bool {
+    match expr {
+        Expr::Column(_) | Expr::Literal(..) => true,
+        Expr::Alias(alias) => cannot_fail(&alias.expr),
+        Expr::Not(inner)
+        | Expr::IsNull(inner)
+        | Expr::IsNotNull(inner)
+        | Expr::IsTrue(inner)
+        | Expr::IsFalse(inner)
+        | Expr::IsNotTrue(inner)
+        | Expr::IsNotFalse(inner) => cannot_fail(inner),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            matches!(
+                op,
+                Operator::Eq
+                    | Operator::NotEq
+                    | Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
+                    | Operator::And
+                    | Operator::Or
+                    | Operator::IsDistinctFrom
+                    | Operator::IsNotDistinctFrom
+            ) && cannot_fail(left)
+                && cannot_fail(right)
+        }
+        _ => false,
     }
 }
 
@@ -649,8 +689,12 @@ impl StreamPlanner<'_> {
         };
         state.operators.push((format!("window_assign: {shape} on {time_column}"), factory));
         state.slicing = match kind.slice_ms() {
-            // Sliced only when a row joins several windows: otherwise nothing is saved.
-            Some(slice) if kind.windows_per_row() > 1 => {
+            // Sliced only when a row joins several windows (otherwise nothing is saved) and
+            // the slide divides the size: then a slice is a slide, in exactly
+            // `windows_per_row` windows. (A slice much shorter than the slide, as in
+            // HOP(1000 ms, 1001 ms), would give nearly every row its own slice and send
+            // more partial rows than the copies save.)
+            Some(slice) if kind.windows_per_row() > 1 && slice == kind.slide_ms() => {
                 let (sliced_output, without_time, outside_range) =
                     (Arc::clone(&output), counter.clone(), outside.clone());
                 let sliced: OperatorFactory = Arc::new(move |context| {

@@ -512,11 +512,12 @@ fn a_window_assigns_only_the_columns_read_after_it() {
 }
 
 /// A HOP window's rows go once to their slice (instead of once per window) when only
-/// the grouping of a local window aggregate reads the window's bounds; anything else
-/// reading them keeps every row copied into each window. Both give the one-phase answer.
+/// the grouping of a local window aggregate reads the window's bounds, the slide divides
+/// the size, and nothing between can fail on a row; otherwise every row is copied into
+/// each window. Both give the one-phase answer and counters.
 #[test]
 fn hop_rows_go_once_to_their_slice_when_only_the_grouping_reads_the_bounds() {
-    let hop = "TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '3' SECOND))";
+    let hop = "TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '3' SECOND))";
     let by = "GROUP BY s, window_start, window_end";
     let views = [
         ("sliced", format!("SELECT s, COUNT(*) AS n, SUM(a) AS total, window_start, window_end FROM {hop} {by}"), true),
@@ -528,7 +529,9 @@ fn hop_rows_go_once_to_their_slice_when_only_the_grouping_reads_the_bounds() {
             ),
             true,
         ),
-        ("filtered", format!("SELECT s, MAX(a) AS top, window_start FROM {hop} WHERE b > 0 {by}"), true),
+        ("filtered", format!("SELECT s, MAX(a) AS top, COUNT(*) FILTER (WHERE b > 0) AS n FROM {hop} {by}"), true),
+        ("hops", format!("SELECT * FROM {hop}"), false),
+        ("of_view", "SELECT s, COUNT(*) AS n, window_end FROM hops GROUP BY s, window_start, window_end".into(), true),
         ("time_grouped", format!("SELECT s, COUNT(*) AS n, window_time FROM {hop} {by}, window_time"), false),
         ("bound_read", format!("SELECT s, MAX(window_start) AS m FROM {hop} {by}"), false),
         (
@@ -538,13 +541,18 @@ fn hop_rows_go_once_to_their_slice_when_only_the_grouping_reads_the_bounds() {
         ),
         (
             "bound_computed",
-            format!(
-                "SELECT s, COUNT(*) AS n FROM {hop} GROUP BY s, window_start, window_end, \
-                                     EXTRACT(SECOND FROM window_end)"
-            ),
+            format!("SELECT s, COUNT(*) AS n FROM {hop} {by}, EXTRACT(SECOND FROM window_end)"),
             false,
         ),
+        ("may_fail", format!("SELECT s, COUNT(*) AS n FROM {hop} WHERE a * 2 > 3 {by}"), false),
         ("averaged", format!("SELECT s, AVG(a) AS mean FROM {hop} {by}"), false),
+        (
+            "uneven",
+            "SELECT s, COUNT(*) AS n FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '3' SECOND)) \
+             GROUP BY s, window_start, window_end"
+                .into(),
+            false,
+        ),
     ];
     let declared: Vec<(&str, &str)> = views.iter().map(|(name, sql, _)| (*name, sql.as_str())).collect();
     let two_phases = plan_aggregating(&declared, OnError::Fail, true).expect("plans");
@@ -552,19 +560,22 @@ fn hop_rows_go_once_to_their_slice_when_only_the_grouping_reads_the_bounds() {
     let input = || {
         vec![
             rows(&[(1, 0, "x", 500), (2, 1, "x", 1500), (3, 1, "y", 1500), (4, 1, "x", 2999)]),
-            rows(&[(5, 1, "x", 3000), (6, 0, "y", 4100), (7, 1, "x", 900), (8, 1, "x", 6001)]),
+            rows(&[(5, 1, "x", 3000), (6, 0, "y", 4100), (7, 1, "x", 900), (8, 1, "x", 6001), (9, 1, "x", i64::MAX)]),
         ]
     };
     for (name, _, sliced) in &views {
         let lines = operator_lines(&two_phases, name);
         let slices = lines.iter().filter(|line| line.contains("slice")).count();
         assert_eq!(slices, if *sliced { 2 } else { 0 }, "{name}: {lines:?}");
-        let mut expected = changes(&run_batches(&one_phase, name, input()).output.expect("runs"));
-        let mut got = changes(&run_batches(&two_phases, name, input()).output.expect("runs"));
-        expected.sort();
-        got.sort();
-        assert!(!got.is_empty(), "{name}");
-        assert_eq!(got, expected, "{name}");
+        let (expected, got) = (run_batches(&one_phase, name, input()), run_batches(&two_phases, name, input()));
+        let (mut expected_rows, mut got_rows) =
+            (changes(&expected.output.expect("runs")), changes(&got.output.expect("runs")));
+        expected_rows.sort();
+        got_rows.sort();
+        assert!(!got_rows.is_empty(), "{name}");
+        assert_eq!(got_rows, expected_rows, "{name}");
+        assert_eq!(got.counters, expected.counters, "{name}");
+        assert!(got.counters.iter().any(|(counter, n)| counter.contains("outside the window range") && *n == 1));
     }
 }
 

@@ -19,11 +19,14 @@
 //! Sliced HOP windows ([`LocalWindowAggregate::sliced`]): the rows arrive assigned to
 //! their HOP window's slice ([`WindowKind::slice_ms`], a TUMBLE of that size) instead of
 //! copied once per window; they are folded per (slice, key), and each slice's partial
-//! row is then given to every window holding the slice, so the output is the same
-//! partials (a window and key whose rows span two slices of the batch get one partial
-//! row per slice, which the merging aggregate adds up) for a fraction of the hashing.
+//! row is then given to every window holding the slice: the same partials for a fraction
+//! of the hashing, except that a window and key whose rows span two slices of the batch
+//! get one partial row per slice, which the merging aggregate adds up ([`can_slice`]:
+//! not for a floating-point SUM, whose rounding depends on that order).
 //! A slice whose windows are not all within `i64` milliseconds is dropped with its rows
-//! counted under `rows outside the window range`, as the HOP assignment drops such rows.
+//! counted under `rows outside the window range`, as the HOP assignment drops such rows
+//! (the sliced assignment, `WindowAssign::sliced`, has already dropped them: this
+//! aggregate does not rely on it).
 
 use std::sync::Arc;
 
@@ -58,6 +61,18 @@ pub fn can_split(aggregates: &[AggregateSpec]) -> bool {
                 | AggregateFunction::Max
         )
     })
+}
+
+/// Whether `spec`'s partials over `input` (the window aggregate's input) may also be
+/// folded per HOP slice ([`LocalWindowAggregate::sliced`]) and give the same answer: the
+/// partials of a window are then added up in another order, which changes no COUNT,
+/// MIN, MAX or integer SUM, but may round a floating-point SUM differently.
+pub fn can_slice(spec: &WindowAggregateSpec, input: &SchemaRef) -> bool {
+    can_split(&spec.aggregates)
+        && spec.aggregates.iter().all(|aggregate| {
+            aggregate.function != AggregateFunction::Sum
+                || aggregate.argument.is_none_or(|column| !is_float(input.field(column).data_type()))
+        })
 }
 
 /// The schema of the partial rows made from `input` (the window aggregate's input) for

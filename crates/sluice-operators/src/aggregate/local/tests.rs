@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use sluice_runtime::Operator;
 use sluice_types::{Batch, Message};
 
-use super::{LocalWindowAggregate, can_split, merging_spec, partial_schema};
+use super::{LocalWindowAggregate, can_slice, can_split, merging_spec, partial_schema};
 use crate::aggregate::{AggregateFunction, AggregateSpec, GroupColumn, WindowAggregate, WindowAggregateSpec};
 use crate::counter::LazyCounter;
 use crate::window::{WindowAssign, WindowKind};
@@ -222,6 +222,15 @@ fn a_batch_becomes_one_partial_row_per_window_and_key_in_order_of_first_appearan
     assert_eq!(ints(12), [Some(2), Some(1), Some(1)], "__rows");
     // Barriers, watermarks and the end pass through; nothing is held between batches.
     assert!(local.snapshot().expect("snapshot").is_none());
+}
+
+#[test]
+fn floating_point_sums_are_not_sliced() {
+    // `spec` sums `v` (BIGINT) and takes MAX of `f` (DOUBLE): sliced.
+    assert!(can_slice(&spec(Some(2)), &input_schema()));
+    let mut summing_floats = spec(Some(2));
+    summing_floats.aggregates.push(AggregateSpec { function: AggregateFunction::Sum, argument: Some(4), filter: None });
+    assert!(!can_slice(&summing_floats, &input_schema()), "the rounding depends on the order of the additions");
 }
 
 #[test]
