@@ -916,8 +916,13 @@ impl PathBuilder<'_, '_> {
                 let segment = self.plan.segment_name(place).unwrap_or_else(|| format!("{place:?}"));
                 for (index, row) in ports.into_iter().enumerate() {
                     let thread = local.start + index as u32;
-                    let input = ExchangeInput::merged(row, self.shape.exactly_once)
+                    let mut input = ExchangeInput::merged(row, self.shape.exactly_once)
                         .gauged(self.options.queue_batches, |capacity| self.metrics.queue(&segment, thread, capacity));
+                    if !self.restore.positions.is_empty() {
+                        // Resumed lanes report their watermarks first: let them all
+                        // arrive before rows pass (see `exchange`).
+                        input = input.restored();
+                    }
                     inputs[index] = Some(input);
                 }
             }

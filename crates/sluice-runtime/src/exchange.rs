@@ -10,6 +10,14 @@
 //! the senders' watermarks, a barrier once every live sender delivered it (a sender whose
 //! barrier arrived is held back until then: alignment), end-of-data once every sender ended.
 //!
+//! After a restore, a sender's first messages are the watermark its lanes resumed with,
+//! but the senders' messages reach a receiver in any order: rows of one sender merged
+//! while another sender's first watermark is still on its way would meet the merged
+//! watermark of nothing yet, and a row late at the checkpoint would open a window emitted
+//! before it again. So a restored input ([`ExchangeInput::restored`]) holds back each
+//! sender once it delivered its first message until every live sender did: the merged
+//! watermark is the restored one before any row passes.
+//!
 //! Sending side ([`ExchangeOutput`]): partitions data by destination and broadcasts
 //! control messages, through a per-destination outbox. Sends never block: a full channel
 //! leaves the message in the outbox, and the driver stops feeding the segment until the
@@ -156,6 +164,9 @@ pub(crate) struct ExchangeInput {
     /// [`GAUGE_EVERY`] polls).
     gauge: Option<Arc<QueueMetrics>>,
     polls: u64,
+    /// While a restored input waits for every live sender's first message: which
+    /// senders delivered theirs (and are held back until all did).
+    seeding: Option<Vec<bool>>,
 }
 
 /// How often (in polls) an input samples the messages waiting in its channels: each
@@ -203,6 +214,27 @@ impl ExchangeInput {
             finished: false,
             gauge: None,
             polls: 0,
+            seeding: None,
+        }
+    }
+
+    /// The input of a run restored from a checkpoint: see the module documentation.
+    pub(crate) fn restored(mut self) -> ExchangeInput {
+        self.seeding = Some(self.ended.clone());
+        self.end_seeding();
+        self
+    }
+
+    /// Whether `from` is held back until every live sender delivered a first message.
+    fn seeded(&self, from: usize) -> bool {
+        self.seeding.as_ref().is_some_and(|seeded| seeded[from])
+    }
+
+    /// Ends the restored start once every live sender delivered a first message.
+    fn end_seeding(&mut self) {
+        let ended = &self.ended;
+        if self.seeding.as_ref().is_some_and(|seeded| seeded.iter().zip(ended).all(|(s, e)| *s || *e)) {
+            self.seeding = None;
         }
     }
 
@@ -235,7 +267,7 @@ impl ExchangeInput {
         for _ in 0..senders {
             let from = self.cursor;
             self.cursor = (self.cursor + 1) % senders;
-            if self.align && self.aligned[from] {
+            if (self.align && self.aligned[from]) || self.seeded(from) {
                 continue;
             }
             match self.receivers[from].try_recv() {
@@ -255,7 +287,14 @@ impl ExchangeInput {
                         )
                         .with_fix("every worker must run the same sluice build and pipeline"));
                     }
-                    if let Some(message) = self.accept(from, message) {
+                    if let Some(seeding) = self.seeding.as_mut() {
+                        // Any first message: a watermark, or rows, a barrier or the end
+                        // from a sender whose lanes had no watermark to resume with.
+                        seeding[from] = true;
+                    }
+                    let message = self.accept(from, message);
+                    self.end_seeding();
+                    if let Some(message) = message {
                         let port = if matches!(message, Message::Data(_)) { self.ports[from] } else { 0 };
                         return Ok(Some((port, message)));
                     }
@@ -336,7 +375,7 @@ impl ExchangeInput {
     /// Registers the receivers that could deliver something, for an idle wait.
     pub(crate) fn register<'a>(&'a self, select: &mut Select<'a>) {
         for (from, receiver) in self.receivers.iter().enumerate() {
-            let held_back = self.align && self.aligned[from];
+            let held_back = (self.align && self.aligned[from]) || self.seeded(from);
             if !self.finished && !held_back {
                 receiver.register(select);
             }
@@ -470,6 +509,66 @@ mod tests {
         to_zero(0).send(Message::EndOfData).expect("send");
         assert_eq!(describe(input.poll().expect("poll")), "end");
         assert!(input.is_finished());
+    }
+
+    fn rows() -> Message {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "v",
+            arrow::datatypes::DataType::Int64,
+            false,
+        )]));
+        let column: arrow::array::ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![1]));
+        let batch = arrow::record_batch::RecordBatch::try_new(schema, vec![column]).expect("batch");
+        Message::Data(sluice_types::Batch::inserts(batch))
+    }
+
+    /// A restored run: each sender's first message is the watermark it resumed with, but
+    /// one sender's rows may arrive before another's watermark. Without holding them, the
+    /// rows would meet no watermark, and a row late at the checkpoint would reopen a
+    /// window emitted before it.
+    #[test]
+    fn a_restored_input_passes_no_rows_before_every_sender_delivered_its_first_message() {
+        let Mesh { senders, mut receivers } = mesh(3, 4);
+        let mut input = ExchangeInput::new(receivers.remove(0), &[false, false, false], true).restored();
+        let to_zero = |from: usize| senders[from][0].clone();
+        to_zero(0).send(Message::Watermark(100)).expect("send");
+        to_zero(0).send(rows()).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "sender 0's watermark");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "its rows wait for the others' first messages");
+        to_zero(1).send(Message::Watermark(90)).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "sender 2 has sent nothing yet");
+        // Sender 2's lanes had no watermark to resume with: its first message is rows.
+        to_zero(2).send(rows()).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "data", "sender 2's rows");
+        assert_eq!(describe(input.poll().expect("poll")), "data", "then sender 0's, released");
+        to_zero(2).send(Message::Watermark(95)).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "wm 90");
+        // Once every sender spoke, nothing is held any more.
+        to_zero(1).send(rows()).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "data");
+
+        // A first watermark that completes the start comes out before the held rows.
+        let Mesh { senders, mut receivers } = mesh(2, 4);
+        let mut input = ExchangeInput::new(receivers.remove(0), &[false, false], true).restored();
+        senders[0][0].send(Message::Watermark(100)).expect("send");
+        senders[0][0].send(rows()).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none");
+        senders[1][0].send(Message::Watermark(80)).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "wm 80");
+        assert_eq!(describe(input.poll().expect("poll")), "data");
+
+        // A barrier first (a sender whose lanes were not polled yet) ends the start too,
+        // so alignment cannot wait on rows held here.
+        let Mesh { senders, mut receivers } = mesh(2, 4);
+        let mut input = ExchangeInput::new(receivers.remove(0), &[false, false], true).restored();
+        senders[0][0].send(Message::Watermark(100)).expect("send");
+        senders[0][0].send(rows()).expect("send");
+        senders[0][0].send(Message::Barrier(Epoch(2))).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none");
+        senders[1][0].send(Message::Barrier(Epoch(2))).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "sender 1 aligned");
+        assert_eq!(describe(input.poll().expect("poll")), "data", "sender 0's rows flow to its barrier");
+        assert_eq!(describe(input.poll().expect("poll")), "barrier 2");
     }
 
     #[test]
