@@ -8,7 +8,10 @@
 //! last, and only those whose source feeds no segment 0 with a non-empty outbox.
 //!
 //! Why this cannot deadlock: a driver never blocks while holding work; a full channel
-//! leaves the message in the outbox and the driver moves on to other segments. The last
+//! leaves the message in the outbox and the driver moves on to other segments.
+//! (Exchange inputs hold some senders' channels while they align a barrier, or at the
+//! start of a restored run until every sender spoke; each hold ends with a message every
+//! sender sends, the barrier or end-of-data, so the argument below applies between them.) The last
 //! segment of a flow writes a sink, never an exchange, so it can always consume; hence
 //! the channels into it drain, hence the segment before it can flush, and so on back to
 //! segment 0 (induction on the segment index). Why a full queue reaches the source: a
@@ -374,6 +377,7 @@ impl Driver {
             longest_step_us: 0,
             last_flush: Instant::now(),
             paused: self.paused,
+            restored: !self.start_positions.is_empty(),
         };
         state.run()
     }
@@ -417,6 +421,8 @@ struct DriverState {
     /// Per source, the lanes this worker reads: only they take part in watermark
     /// alignment (the leader's metrics also receive finished workers' lanes).
     local_lanes: Vec<Vec<bool>>,
+    /// The run resumed from a checkpoint.
+    restored: bool,
 }
 
 type Failure = (String, SluiceError);
@@ -426,6 +432,11 @@ impl DriverState {
     /// on an abort.
     fn run(&mut self) -> Result<Option<ManifestSlice>, Failure> {
         self.end_sources_without_lanes()?;
+        if self.restored {
+            // A resumed lane's first poll reports its watermark: it goes out before any
+            // barrier already waiting on the control channel (see `exchange`).
+            self.poll_lanes()?;
+        }
         loop {
             match self.control.try_recv() {
                 Ok(Control::Stop) => self.stop_lanes()?,

@@ -10,13 +10,18 @@
 //! the senders' watermarks, a barrier once every live sender delivered it (a sender whose
 //! barrier arrived is held back until then: alignment), end-of-data once every sender ended.
 //!
-//! After a restore, a sender's first messages are the watermark its lanes resumed with,
-//! but the senders' messages reach a receiver in any order: rows of one sender merged
-//! while another sender's first watermark is still on its way would meet the merged
-//! watermark of nothing yet, and a row late at the checkpoint would open a window emitted
-//! before it again. So a restored input ([`ExchangeInput::restored`]) holds back each
-//! sender once it delivered its first message until every live sender did: the merged
-//! watermark is the restored one before any row passes.
+//! After a restore, a sender's first message is the watermark its lanes resumed with
+//! (the driver polls every lane once before anything else), but the senders' messages
+//! reach a receiver in any order: rows of one sender merged while another sender's first
+//! watermark is still on its way would meet the merged watermark of nothing yet, and a
+//! row late at the checkpoint would open a window emitted before it again. So a restored
+//! input ([`ExchangeInput::restored`]) holds back each sender whose first message was a
+//! watermark until every live sender delivered a first message: the merged watermark is
+//! the restored one before any row passes. A sender whose first message is rows, a
+//! barrier or its end had no watermark to resume with (its lanes had none at the
+//! checkpoint, so neither had the merged stream, and no window was emitted), and is not
+//! held; nothing is held on an input without event time. A hold ends at the latest with
+//! the next barrier or end-of-data, which every sender delivers.
 //!
 //! Sending side ([`ExchangeOutput`]): partitions data by destination and broadcasts
 //! control messages, through a per-destination outbox. Sends never block: a full channel
@@ -164,9 +169,20 @@ pub(crate) struct ExchangeInput {
     /// [`GAUGE_EVERY`] polls).
     gauge: Option<Arc<QueueMetrics>>,
     polls: u64,
-    /// While a restored input waits for every live sender's first message: which
-    /// senders delivered theirs (and are held back until all did).
-    seeding: Option<Vec<bool>>,
+    /// While a restored input waits for every live sender's first message: what each
+    /// sender delivered first.
+    seeding: Option<Vec<First>>,
+}
+
+/// A sender's first message on a restored input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum First {
+    /// Nothing yet.
+    Awaited,
+    /// Its watermark: held back until every live sender delivered a first message.
+    Watermark,
+    /// Rows, a barrier or its end: it resumed without a watermark; not held.
+    Other,
 }
 
 /// How often (in polls) an input samples the messages waiting in its channels: each
@@ -220,20 +236,21 @@ impl ExchangeInput {
 
     /// The input of a run restored from a checkpoint: see the module documentation.
     pub(crate) fn restored(mut self) -> ExchangeInput {
-        self.seeding = Some(self.ended.clone());
+        self.seeding = Some(vec![First::Awaited; self.receivers.len()]);
         self.end_seeding();
         self
     }
 
     /// Whether `from` is held back until every live sender delivered a first message.
     fn seeded(&self, from: usize) -> bool {
-        self.seeding.as_ref().is_some_and(|seeded| seeded[from])
+        self.seeding.as_ref().is_some_and(|firsts| firsts[from] == First::Watermark)
     }
 
     /// Ends the restored start once every live sender delivered a first message.
     fn end_seeding(&mut self) {
         let ended = &self.ended;
-        if self.seeding.as_ref().is_some_and(|seeded| seeded.iter().zip(ended).all(|(s, e)| *s || *e)) {
+        if self.seeding.as_ref().is_some_and(|firsts| firsts.iter().zip(ended).all(|(f, e)| *f != First::Awaited || *e))
+        {
             self.seeding = None;
         }
     }
@@ -287,10 +304,10 @@ impl ExchangeInput {
                         )
                         .with_fix("every worker must run the same sluice build and pipeline"));
                     }
-                    if let Some(seeding) = self.seeding.as_mut() {
-                        // Any first message: a watermark, or rows, a barrier or the end
-                        // from a sender whose lanes had no watermark to resume with.
-                        seeding[from] = true;
+                    if let Some(first) = self.seeding.as_mut().map(|firsts| &mut firsts[from])
+                        && *first == First::Awaited
+                    {
+                        *first = if matches!(message, Message::Watermark(_)) { First::Watermark } else { First::Other };
                     }
                     let message = self.accept(from, message);
                     self.end_seeding();
@@ -557,8 +574,20 @@ mod tests {
         assert_eq!(describe(input.poll().expect("poll")), "wm 80");
         assert_eq!(describe(input.poll().expect("poll")), "data");
 
-        // A barrier first (a sender whose lanes were not polled yet) ends the start too,
-        // so alignment cannot wait on rows held here.
+        // Rows first (no event time, or lanes without a watermark at the checkpoint):
+        // nothing is held, and an idle sender is not waited for.
+        let Mesh { senders, mut receivers } = mesh(3, 4);
+        let mut input = ExchangeInput::new(receivers.remove(0), &[false, true, false], true).restored();
+        senders[0][0].send(rows()).expect("send");
+        senders[0][0].send(rows()).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "data");
+        assert_eq!(describe(input.poll().expect("poll")), "data", "a sender that spoke with rows is not held");
+        senders[2][0].send(Message::Watermark(7)).expect("send");
+        senders[2][0].send(rows()).expect("send");
+        assert_eq!(describe(input.poll().expect("poll")), "none", "sender 2's watermark: 0 has none");
+        assert_eq!(describe(input.poll().expect("poll")), "data", "every live sender spoke: nothing held");
+
+        // A barrier first ends the start too (alignment never waits on rows held here).
         let Mesh { senders, mut receivers } = mesh(2, 4);
         let mut input = ExchangeInput::new(receivers.remove(0), &[false, false], true).restored();
         senders[0][0].send(Message::Watermark(100)).expect("send");
