@@ -106,10 +106,12 @@ pub(crate) enum WindowBound {
 /// instead ([`sluice_operators::window::WindowAssign::sliced`]), for a local window
 /// aggregate that gives each slice's partials to the slice's windows
 /// (`aggregate::plan_window_aggregate`). That gives the same answer only while nothing
-/// but the aggregate's grouping reads the window's bounds: it stays valid while every
-/// operator pushed after the assignment is a projection that moves the bounds as plain
-/// columns or a filter that does not read them ([`StreamState::sliceable`] drops it as
-/// soon as any other operator, an exchange or another reading appears).
+/// but the aggregate's grouping reads the window's bounds and nothing between fails on
+/// a row (it would fail once instead of once per window copy): it stays valid while
+/// every operator pushed after the assignment is a projection that moves the bounds as
+/// plain columns or a filter that does not read them, all of expressions that cannot
+/// fail ([`StreamState::follow_slicing`]; [`StreamState::sliceable`] drops it as soon as
+/// any other operator or an exchange appears).
 #[derive(Clone)]
 pub(crate) struct HopSlicing {
     /// The assignment's place in [`StreamState::operators`].
