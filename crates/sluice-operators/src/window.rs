@@ -203,8 +203,9 @@ type Assigned = (Batch, Vec<i64>, Vec<i64>);
 pub struct WindowAssign {
     time_column: usize,
     kind: WindowKind,
-    /// HOP rows assigned to their slice, once each ([`WindowAssign::sliced`]).
-    sliced: bool,
+    /// HOP rows assigned to their slice of this length, once each
+    /// ([`WindowAssign::sliced`]).
+    slice: Option<i64>,
     schema: SchemaRef,
     rows_without_time: Arc<AtomicU64>,
     rows_outside_range: LazyCounter,
@@ -226,7 +227,7 @@ impl WindowAssign {
         WindowAssign {
             time_column,
             kind,
-            sliced: false,
+            slice: None,
             schema,
             rows_without_time,
             rows_outside_range,
@@ -243,15 +244,19 @@ impl WindowAssign {
     /// row's slice lies within each of its windows, so within `i64`.
     pub fn sliced(mut self) -> WindowAssign {
         assert!(matches!(self.kind, WindowKind::Hop { .. }), "only HOP windows are sliced");
-        self.sliced = true;
+        self.slice = self.kind.slice_ms();
         self
     }
 
     /// See [`WindowAssign::sliced`]. Without copying rows when every row has an event
     /// time, windows cover every time (size at least the slide) and no window bound can
-    /// leave `i64`.
-    fn slice_bounds(&mut self, batch: Batch, times: &TimestampMillisecondArray) -> Result<Assigned, SluiceError> {
-        let slice = self.kind.slice_ms().expect("HOP has slices");
+    /// leave `i64`; otherwise [`WindowAssign::general_bounds`] decides row by row.
+    fn slice_bounds(
+        &mut self,
+        slice: i64,
+        batch: Batch,
+        times: &TimestampMillisecondArray,
+    ) -> Result<Assigned, SluiceError> {
         let (size, slide) = (self.kind.size_ms(), self.kind.slide_ms());
         let (low, high) = times.values().iter().fold((i64::MAX, i64::MIN), |(l, h), &t| (l.min(t), h.max(t)));
         let in_range = times.is_empty() || (low.checked_sub(size).is_some() && high.checked_add(size).is_some());
@@ -260,38 +265,7 @@ impl WindowAssign {
             let ends = starts.iter().map(|&start| start + slice).collect();
             return Ok((batch, starts, ends));
         }
-        let mut indices = Vec::with_capacity(times.len());
-        let mut starts = Vec::with_capacity(times.len());
-        let mut ends = Vec::with_capacity(times.len());
-        let (mut without_time, mut outside_range) = (0, 0);
-        for row in 0..times.len() {
-            if times.is_null(row) {
-                without_time += 1;
-                continue;
-            }
-            let ts = times.value(row);
-            self.bounds.clear();
-            if !self.kind.windows(ts, &mut self.bounds) {
-                outside_range += 1;
-                continue;
-            }
-            if self.bounds.is_empty() {
-                continue;
-            }
-            // Within the row's windows, whose bounds are multiples of the slice.
-            let start = ts - ts.rem_euclid(slice);
-            indices.push(row as u32);
-            starts.push(start);
-            ends.push(start + slice);
-        }
-        if without_time > 0 {
-            self.rows_without_time.fetch_add(without_time, Ordering::Relaxed);
-        }
-        if outside_range > 0 {
-            self.rows_outside_range.add(outside_range);
-        }
-        let rows = crate::partition::take_rows(&batch, &UInt32Array::from(indices))?;
-        Ok((rows, starts, ends))
+        self.general_bounds(&batch, times)
     }
 
     /// TUMBLE or SESSION (one window per row) over rows that all have an event time and
@@ -346,8 +320,9 @@ impl WindowAssign {
         Ok(Some((rows, starts, ends)))
     }
 
-    /// Any kind, any rows: each row once per window; rows without a time or with a window
-    /// out of range are counted and dropped.
+    /// Any kind, any rows: each row once per window (sliced: once, to its slice, if it
+    /// has a window); rows without a time or with a window out of range are counted and
+    /// dropped.
     fn general_bounds(&mut self, batch: &Batch, times: &TimestampMillisecondArray) -> Result<Assigned, SluiceError> {
         let mut indices = Vec::with_capacity(times.len());
         let mut starts = Vec::with_capacity(times.len());
@@ -358,15 +333,28 @@ impl WindowAssign {
                 without_time += 1;
                 continue;
             }
+            let ts = times.value(row);
             self.bounds.clear();
-            if !self.kind.windows(times.value(row), &mut self.bounds) {
+            if !self.kind.windows(ts, &mut self.bounds) {
                 outside_range += 1;
                 continue;
             }
-            for &(start, end) in &self.bounds {
-                indices.push(row as u32);
-                starts.push(start);
-                ends.push(end);
+            match self.slice {
+                // Within each of the row's windows, whose bounds are multiples of it.
+                Some(slice) if !self.bounds.is_empty() => {
+                    let start = ts - ts.rem_euclid(slice);
+                    indices.push(row as u32);
+                    starts.push(start);
+                    ends.push(start + slice);
+                }
+                Some(_) => {}
+                None => {
+                    for &(start, end) in &self.bounds {
+                        indices.push(row as u32);
+                        starts.push(start);
+                        ends.push(end);
+                    }
+                }
             }
         }
         if without_time > 0 {
@@ -390,8 +378,8 @@ impl Operator for WindowAssign {
         let Some(times) = times.as_any().downcast_ref::<TimestampMillisecondArray>() else {
             return Err(SluiceError::internal("window.time_type", format!("event time cast to {}", times.data_type())));
         };
-        let (batch, starts, ends) = if self.sliced {
-            self.slice_bounds(batch, times)?
+        let (batch, starts, ends) = if let Some(slice) = self.slice {
+            self.slice_bounds(slice, batch, times)?
         } else {
             match self.single_bounds(times) {
                 Some((starts, ends)) => (batch, starts, ends),

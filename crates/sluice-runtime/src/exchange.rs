@@ -242,7 +242,7 @@ impl ExchangeInput {
     }
 
     /// Whether `from` is held back until every live sender delivered a first message.
-    fn seeded(&self, from: usize) -> bool {
+    fn held_at_start(&self, from: usize) -> bool {
         self.seeding.as_ref().is_some_and(|firsts| firsts[from] == First::Watermark)
     }
 
@@ -284,7 +284,7 @@ impl ExchangeInput {
         for _ in 0..senders {
             let from = self.cursor;
             self.cursor = (self.cursor + 1) % senders;
-            if (self.align && self.aligned[from]) || self.seeded(from) {
+            if (self.align && self.aligned[from]) || self.held_at_start(from) {
                 continue;
             }
             match self.receivers[from].try_recv() {
@@ -392,7 +392,7 @@ impl ExchangeInput {
     /// Registers the receivers that could deliver something, for an idle wait.
     pub(crate) fn register<'a>(&'a self, select: &mut Select<'a>) {
         for (from, receiver) in self.receivers.iter().enumerate() {
-            let held_back = (self.align && self.aligned[from]) || self.seeded(from);
+            let held_back = (self.align && self.aligned[from]) || self.held_at_start(from);
             if !self.finished && !held_back {
                 receiver.register(select);
             }

@@ -168,10 +168,13 @@ impl StreamState {
             if !reads_bound {
                 continue;
             }
-            match (expr.clone().unalias(), moved.as_mut()) {
-                (Expr::Column(column), Some(moved)) if projects && bound(&column).is_some_and(|b| b.is_some()) => {
-                    moved.push((position, bound(&column).flatten().expect("a bound")));
-                }
+            // Reading a bound is allowed only as the plain column, moved by a projection.
+            let plain = match expr.clone().unalias() {
+                Expr::Column(column) if projects => bound(&column).flatten(),
+                _ => None,
+            };
+            match (plain, moved.as_mut()) {
+                (Some(which), Some(moved)) => moved.push((position, which)),
                 _ => moved = None,
             }
         }

@@ -179,6 +179,26 @@ fn crash_points() -> Vec<(&'static str, u32)> {
     points
 }
 
+/// A pipeline `name` counting `rows` (JSON lines of `k` and `ts`) per key in tumbling
+/// windows of `seconds`, its file split into lanes of `split_bytes`, into the file sink
+/// `out`.
+fn tumbling_counts(name: &str, rows: String, split_bytes: u64, seconds: u32) -> Case {
+    let pipeline = format!(
+        "[pipeline]\nname = \"{name}\"\n\n[[source]]\nname = \"events\"\nconnector = \"file\"\nformat = \"json\"\n\
+         schema = \"k VARCHAR, ts TIMESTAMP(3)\"\nevent_time = \"ts\"\n[source.options]\npath = \"events.jsonl\"\n\
+         split_bytes = {split_bytes}\n\n[[view]]\nname = \"counts\"\nsql = \"SELECT k, COUNT(*) AS n, window_start FROM \
+         TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), INTERVAL '{seconds}' SECOND)) GROUP BY k, window_start, window_end\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"file\"\nformat = \"json\"\n[sink.options]\npath = \"out/\"\n"
+    );
+    Case {
+        files: vec![("events.jsonl".into(), rows)],
+        pipeline,
+        expected: vec![("out".into(), String::new())],
+        tables: Vec::new(),
+        report: Vec::new(),
+    }
+}
+
 /// Several lanes on two threads, killed at each checkpoint step in turn. The input is in
 /// event-time order, so no row is late whatever the order the lanes' rows interleave in
 /// (with rows out of order within a lane, lateness would depend on that interleaving,
@@ -188,18 +208,7 @@ fn several_lanes_survive_sigkill_at_every_checkpoint_step() {
     let rows: String = (0..60)
         .map(|i| format!("{{\"k\": \"k{}\", \"ts\": \"2026-01-01 00:00:{:02}.{:03}\"}}\n", i % 4, i / 2, (i % 2) * 500))
         .collect();
-    let pipeline = "[pipeline]\nname = \"lanes\"\n\n[[source]]\nname = \"events\"\nconnector = \"file\"\nformat = \"json\"\n\
-        schema = \"k VARCHAR, ts TIMESTAMP(3)\"\nevent_time = \"ts\"\n[source.options]\npath = \"events.jsonl\"\nsplit_bytes = 400\n\n\
-        [[view]]\nname = \"counts\"\nsql = \"SELECT k, COUNT(*) AS n, window_start FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), \
-        INTERVAL '5' SECOND)) GROUP BY k, window_start, window_end\"\n\n\
-        [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"file\"\nformat = \"json\"\n[sink.options]\npath = \"out/\"\n";
-    let case = Case {
-        files: vec![("events.jsonl".into(), rows)],
-        pipeline: pipeline.into(),
-        expected: vec![("out".into(), String::new())],
-        tables: Vec::new(),
-        report: Vec::new(),
-    };
+    let case = tumbling_counts("lanes", rows, 400, 5);
     for (index, point) in CHECKPOINT_POINTS.iter().enumerate() {
         let crashes = [Crash { point, skip: 2 }, Crash { point: "recovery.after_resolve", skip: 0 }];
         let label = format!("two lanes, {point}");
@@ -225,18 +234,7 @@ fn late_rows_after_a_restore_never_reopen_an_emitted_window() {
             format!("{{\"k\": \"k{}\", \"ts\": {ms}}}\n", i % 3)
         })
         .collect();
-    let pipeline = "[pipeline]\nname = \"late\"\n\n[[source]]\nname = \"events\"\nconnector = \"file\"\nformat = \"json\"\n\
-        schema = \"k VARCHAR, ts TIMESTAMP(3)\"\nevent_time = \"ts\"\n[source.options]\npath = \"events.jsonl\"\nsplit_bytes = 1600\n\n\
-        [[view]]\nname = \"counts\"\nsql = \"SELECT k, COUNT(*) AS n, window_start FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(ts), \
-        INTERVAL '2' SECOND)) GROUP BY k, window_start, window_end\"\n\n\
-        [[sink]]\nname = \"out\"\nfrom = \"counts\"\nconnector = \"file\"\nformat = \"json\"\n[sink.options]\npath = \"out/\"\n";
-    let case = Case {
-        files: vec![("events.jsonl".into(), rows)],
-        pipeline: pipeline.into(),
-        expected: vec![("out".into(), String::new())],
-        tables: Vec::new(),
-        report: Vec::new(),
-    };
+    let case = tumbling_counts("late", rows, 1600, 2);
     for point in CHECKPOINT_POINTS {
         let label = format!("late rows, {point}");
         let crashed = prepare(&case, Some(2));
