@@ -82,9 +82,10 @@ impl Broker {
         let deadline = Instant::now() + WAIT;
         loop {
             match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) if line.contains("listening on") => break,
+                // `listening on` comes first, `ready in` once its storage is set up.
+                Ok(line) if line.contains("ready in") => break,
                 Ok(_) => {}
-                Err(RecvTimeoutError::Timeout) => panic!("tansu printed no `listening on` within {WAIT:?}"),
+                Err(RecvTimeoutError::Timeout) => panic!("tansu printed no `ready in` within {WAIT:?}"),
                 Err(RecvTimeoutError::Disconnected) => panic!("tansu exited before listening: {:?}", child.wait()),
             }
         }
@@ -107,8 +108,8 @@ impl Broker {
         panic!("no broker could create the topics in {START_ATTEMPTS} attempts: {failures:?}");
     }
 
-    /// Creates a topic. A broker that printed `listening on` may still refuse
-    /// connections for a moment on a loaded machine: refused connections are tried again
+    /// Creates a topic. A broker that printed `ready in` may still refuse or reset
+    /// connections for a moment on a loaded machine: such connections are tried again
     /// until [`REFUSED_WAIT`] passed, unless the broker exited meanwhile (then another
     /// one is started at once).
     fn create_topic(&mut self, name: &str, partitions: u32) -> Result<(), String> {
@@ -126,7 +127,8 @@ impl Broker {
                 return Ok(());
             }
             let error = String::from_utf8_lossy(&output.stderr).into_owned();
-            if !error.contains("ConnectionRefused") || Instant::now() >= deadline {
+            let refused = error.contains("ConnectionRefused") || error.contains("ConnectionReset");
+            if !refused || Instant::now() >= deadline {
                 return Err(format!("creating topic {name}: {error}"));
             }
             std::thread::sleep(Duration::from_millis(200));
