@@ -433,9 +433,8 @@ fn decode_position(bytes: &[u8], lane_block: u64) -> Result<(u64, Option<Timesta
 impl NexmarkLane {
     /// [`LaneReader::poll`] as of the instant `now` (the wall clock, or a test's).
     pub fn poll_at(&mut self, now: Instant) -> LanePoll {
-        if self.announce_watermark {
-            self.announce_watermark = false;
-            return LanePoll::Data { batches: Vec::new(), watermark: self.watermark };
+        if let Some(watermark) = self.resumed_watermark() {
+            return LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) };
         }
         if self.needed.is_empty() || self.generator.is_exhausted() {
             return LanePoll::Exhausted;
@@ -476,6 +475,10 @@ impl LaneReader for NexmarkLane {
 
     fn position(&self) -> Vec<u8> {
         encode_position(self.generator.config().lane_block, self.generator.next_event_number(), self.watermark)
+    }
+
+    fn resumed_watermark(&mut self) -> Option<TimestampMs> {
+        std::mem::take(&mut self.announce_watermark).then_some(self.watermark).flatten()
     }
 }
 

@@ -433,9 +433,10 @@ impl DriverState {
     fn run(&mut self) -> Result<Option<ManifestSlice>, Failure> {
         self.end_sources_without_lanes()?;
         if self.restored {
-            // A resumed lane's first poll reports its watermark: it goes out before any
-            // barrier already waiting on the control channel (see `exchange`).
-            self.poll_lanes()?;
+            // Each resumed lane's watermark goes out before anything else, a barrier
+            // already waiting on the control channel included, even while the job is
+            // paused: it reads no input (see `exchange`).
+            self.announce_resumed_watermarks()?;
         }
         loop {
             match self.control.try_recv() {
@@ -791,6 +792,25 @@ impl DriverState {
                     self.advance_source_watermark(source)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Sends on the watermarks the lanes resumed with
+    /// ([`crate::plan::LaneReader::resumed_watermark`]).
+    fn announce_resumed_watermarks(&mut self) -> Result<(), Failure> {
+        let mut sources = Vec::new();
+        for lane in &mut self.lanes {
+            if let Some(watermark) = lane.reader.resumed_watermark() {
+                self.metrics.sources[lane.source].lane_watermarks[lane.lane as usize]
+                    .store(watermark, Ordering::Relaxed);
+                sources.push(lane.source);
+            }
+        }
+        sources.sort_unstable();
+        sources.dedup();
+        for source in sources {
+            self.advance_source_watermark(source)?;
         }
         Ok(())
     }

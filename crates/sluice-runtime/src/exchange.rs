@@ -11,7 +11,8 @@
 //! barrier arrived is held back until then: alignment), end-of-data once every sender ended.
 //!
 //! After a restore, a sender's first message is the watermark its lanes resumed with
-//! (the driver polls every lane once before anything else), but the senders' messages
+//! (the driver takes every lane's before anything else, even while the job is paused:
+//! `LaneReader::resumed_watermark` reads no input), but the senders' messages
 //! reach a receiver in any order: rows of one sender merged while another sender's first
 //! watermark is still on its way would meet the merged watermark of nothing yet, and a
 //! row late at the checkpoint would open a window emitted before it again. So a restored

@@ -108,8 +108,18 @@ pub trait LaneReader: Send {
     /// Produces the next rows. Bad input is handled by the reader per its error policy:
     /// skipped rows are counted in its metrics, a `fail` policy returns the error.
     /// A lane resumed from a position first reports the watermark it had there (a
-    /// `Data` with no batch), so lateness after a restore matches an unbroken run.
+    /// `Data` with no batch, unless [`LaneReader::resumed_watermark`] took it), so
+    /// lateness after a restore matches an unbroken run.
     fn poll(&mut self) -> Result<LanePoll, SluiceError>;
+
+    /// A lane resumed from a position where it had a watermark returns that watermark
+    /// once, reading no input (then None, and its first poll reads rows). The driver of
+    /// a restored run takes every lane's before anything else, even while the job is
+    /// paused, so that each edge's first message is the restored watermark (see
+    /// `exchange`). None for a lane that was not resumed or had no watermark.
+    fn resumed_watermark(&mut self) -> Option<TimestampMs> {
+        None
+    }
 
     /// The position after the last rows returned, from which a lane opened with it as
     /// [`LaneContext::start`] continues with exactly the next rows (and the watermark

@@ -192,6 +192,11 @@ impl FileLane {
             let batch_max = max_timestamp_ms(batch.column(column));
             self.max_event_time = self.max_event_time.max(batch_max);
         }
+        self.current_watermark()
+    }
+
+    /// The newest event time read so far, less the source's delay.
+    fn current_watermark(&self) -> Option<TimestampMs> {
         self.max_event_time.map(|max| max.saturating_sub(self.shared.watermark_delay_ms))
     }
 }
@@ -238,10 +243,8 @@ impl FileLane {
 impl LaneReader for FileLane {
     fn poll(&mut self) -> Result<LanePoll, SluiceError> {
         sluice_types::failpoint!("source.poll");
-        if self.announce_watermark {
-            self.announce_watermark = false;
-            let watermark = self.max_event_time.map(|max| max.saturating_sub(self.shared.watermark_delay_ms));
-            return Ok(LanePoll::Data { batches: Vec::new(), watermark });
+        if let Some(watermark) = self.resumed_watermark() {
+            return Ok(LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) });
         }
         while self.pending.is_empty() {
             let Some(chunker) = self.chunker.as_mut() else { return Ok(LanePoll::Exhausted) };
@@ -285,8 +288,11 @@ impl LaneReader for FileLane {
     }
 
     fn position(&self) -> Vec<u8> {
-        let watermark = self.max_event_time.map(|max| max.saturating_sub(self.shared.watermark_delay_ms));
-        encode_position(self.chunk_start, self.chunk_rows + self.skip_rows, watermark)
+        encode_position(self.chunk_start, self.chunk_rows + self.skip_rows, self.current_watermark())
+    }
+
+    fn resumed_watermark(&mut self) -> Option<TimestampMs> {
+        std::mem::take(&mut self.announce_watermark).then(|| self.current_watermark()).flatten()
     }
 }
 

@@ -404,9 +404,8 @@ impl LaneReader for KafkaLane {
         if self.paused {
             self.set_paused(false);
         }
-        if self.announce_watermark {
-            self.announce_watermark = false;
-            return Ok(LanePoll::Data { batches: Vec::new(), watermark: self.watermark() });
+        if let Some(watermark) = self.resumed_watermark() {
+            return Ok(LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) });
         }
         if let Some(group) = self.shared.group.clone() {
             match group.turn(self.lane, &mut self.seen, self.next_offset) {
@@ -459,5 +458,9 @@ impl LaneReader for KafkaLane {
 
     fn position(&self) -> Vec<u8> {
         Position { next_offset: self.next_offset, watermark: self.watermark() }.encode()
+    }
+
+    fn resumed_watermark(&mut self) -> Option<TimestampMs> {
+        std::mem::take(&mut self.announce_watermark).then(|| self.watermark()).flatten()
     }
 }

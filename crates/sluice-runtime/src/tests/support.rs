@@ -86,9 +86,14 @@ impl SourceFactory for VecSource {
     }
 
     fn open_lane(&self, context: LaneContext) -> Result<Box<dyn LaneReader>, SluiceError> {
+        let resumed_from = context.start.is_some();
         let skip = context.start.map_or(0, |bytes| u64::from_le_bytes(bytes.try_into().expect("8 bytes")));
         let batches: VecDeque<Vec<i64>> =
             self.lanes[context.lane as usize].iter().skip(skip as usize).cloned().collect();
+        // With watermarks, a resumed lane had the largest value handed out before.
+        let resumed = (self.watermarks && resumed_from)
+            .then(|| self.lanes[context.lane as usize].iter().take(skip as usize).flatten().copied().max())
+            .flatten();
         Ok(Box::new(VecLane {
             batches,
             handed_out: skip,
@@ -98,6 +103,7 @@ impl SourceFactory for VecSource {
             watching: self.watching.clone(),
             seen_at_polls: Arc::clone(&self.seen_at_polls),
             watermarks: self.watermarks,
+            resumed,
             skipped: Arc::clone(&self.skipped),
         }))
     }
@@ -120,6 +126,7 @@ struct VecLane {
     watching: Option<Arc<Collected>>,
     seen_at_polls: Arc<Mutex<Vec<usize>>>,
     watermarks: bool,
+    resumed: Option<i64>,
     skipped: Arc<AtomicU64>,
 }
 
@@ -150,6 +157,10 @@ impl LaneReader for VecLane {
 
     fn blocked(&mut self) {
         self.skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn resumed_watermark(&mut self) -> Option<i64> {
+        self.resumed.take()
     }
 }
 
