@@ -295,7 +295,7 @@ impl SourceFactory for NexmarkSource {
             throttle,
             watermark_delay_ms: self.watermark_delay_ms,
             watermark,
-            announce_watermark: watermark.is_some(),
+            resumed: context.start.is_some(),
         }))
     }
 
@@ -372,8 +372,8 @@ pub struct NexmarkLane {
     watermark_delay_ms: i64,
     /// The last watermark reported (part of the position).
     watermark: Option<TimestampMs>,
-    /// A resumed lane first reports the watermark it had.
-    announce_watermark: bool,
+    /// Opened at a position: it first reports that it had ended, or its watermark there.
+    resumed: bool,
 }
 
 /// The version of [`encode_position`]'s layout.
@@ -431,12 +431,17 @@ fn decode_position(bytes: &[u8], lane_block: u64) -> Result<(u64, Option<Timesta
 }
 
 impl NexmarkLane {
+    /// Every event it reads was generated, or it reads none of the tables.
+    fn ended(&self) -> bool {
+        self.needed.is_empty() || self.generator.is_exhausted()
+    }
+
     /// [`LaneReader::poll`] as of the instant `now` (the wall clock, or a test's).
     pub fn poll_at(&mut self, now: Instant) -> LanePoll {
-        if let Some(watermark) = self.resumed_watermark() {
-            return LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) };
+        if let Some(answer) = self.resumed() {
+            return answer;
         }
-        if self.needed.is_empty() || self.generator.is_exhausted() {
+        if self.ended() {
             return LanePoll::Exhausted;
         }
         let mut events = self.batch_size as u64;
@@ -477,8 +482,14 @@ impl LaneReader for NexmarkLane {
         encode_position(self.generator.config().lane_block, self.generator.next_event_number(), self.watermark)
     }
 
-    fn resumed_watermark(&mut self) -> Option<TimestampMs> {
-        std::mem::take(&mut self.announce_watermark).then_some(self.watermark).flatten()
+    fn resumed(&mut self) -> Option<LanePoll> {
+        if !std::mem::take(&mut self.resumed) {
+            return None;
+        }
+        if self.ended() {
+            return Some(LanePoll::Exhausted);
+        }
+        self.watermark.map(|watermark| LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) })
     }
 }
 
@@ -665,7 +676,7 @@ mod tests {
             throttle: source.rate.map(|rate| Throttle::new(rate / f64::from(lanes), batch_size)),
             watermark_delay_ms: 0,
             watermark: None,
-            announce_watermark: false,
+            resumed: false,
         }
     }
 
@@ -683,6 +694,7 @@ mod tests {
             source.open_lane(context).expect("lane opens")
         };
         let mut whole = open(None);
+        assert!(whole.resumed().is_none(), "a lane opened at its start has nothing to tell");
         let mut rows_after = Vec::new();
         let mut position = None;
         let mut watermark_at_position = None;
@@ -700,7 +712,7 @@ mod tests {
                 LanePoll::Wait(_) => unreachable!("no rate limit"),
             }
         }
-        let mut resumed = open(position);
+        let mut resumed = open(position.clone());
         let first = resumed.poll().expect("poll");
         assert!(
             matches!(&first, LanePoll::Data { batches, watermark } if batches.is_empty() && *watermark == watermark_at_position),
@@ -711,6 +723,18 @@ mod tests {
             resumed_rows.extend(batches.into_iter().map(|(table, batch)| (table, batch.num_rows())));
         }
         assert_eq!(resumed_rows, rows_after);
+        // The driver takes the same answer without a poll, once; and a lane resumed at
+        // its end says so without reading.
+        let mut resumed = open(position);
+        let told = resumed.resumed();
+        assert!(
+            matches!(&told, Some(LanePoll::Data { batches, watermark }) if batches.is_empty() && *watermark == watermark_at_position),
+            "the resumed watermark, told without a poll"
+        );
+        assert!(resumed.resumed().is_none(), "told once");
+        assert!(matches!(resumed.poll().expect("poll"), LanePoll::Data { batches, .. } if !batches.is_empty()));
+        let mut ended = open(Some(whole.position()));
+        assert!(matches!(ended.resumed(), Some(LanePoll::Exhausted)), "a lane resumed at its end says so");
     }
 
     fn events_of(poll: &LanePoll) -> Option<usize> {

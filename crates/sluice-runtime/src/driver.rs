@@ -433,10 +433,18 @@ impl DriverState {
     fn run(&mut self) -> Result<Option<ManifestSlice>, Failure> {
         self.end_sources_without_lanes()?;
         if self.restored {
-            // Each resumed lane's watermark goes out before anything else, a barrier
-            // already waiting on the control channel included, even while the job is
-            // paused: it reads no input (see `exchange`).
-            self.announce_resumed_watermarks()?;
+            // The lanes' restored watermark goes out before anything else, a barrier
+            // already waiting on the control channel included (see `exchange`): first
+            // what the lanes answer without reading input (their watermark, or that
+            // they had ended), even while the job is paused; then, unless it is, one
+            // poll of each other lane (one that had ended says so before any lane's
+            // rows go out; one that reads rows had no watermark, nor had the thread).
+            let answered = self.take_resumed_answers()?;
+            if !self.paused.load(Ordering::Relaxed) {
+                for index in (0..self.lanes.len()).filter(|&index| !answered[index]) {
+                    self.poll_lane(index)?;
+                }
+            }
         }
         loop {
             match self.control.try_recv() {
@@ -762,9 +770,16 @@ impl DriverState {
 
     fn poll_lane(&mut self, index: usize) -> Result<(), Failure> {
         let lane = &mut self.lanes[index];
-        let source = lane.source;
         let poll = lane.reader.poll();
-        let poll = poll.map_err(|e| (format!("source {} lane {}", self.metrics.sources[source].name, lane.lane), e))?;
+        let poll =
+            poll.map_err(|e| (format!("source {} lane {}", self.metrics.sources[lane.source].name, lane.lane), e))?;
+        self.take_answer(index, poll)
+    }
+
+    /// Sends on what lane `index` answered.
+    fn take_answer(&mut self, index: usize, poll: LanePoll) -> Result<(), Failure> {
+        let lane = &mut self.lanes[index];
+        let source = lane.source;
         match poll {
             LanePoll::Data { batches, watermark } => {
                 lane.wait_until = None;
@@ -796,23 +811,17 @@ impl DriverState {
         Ok(())
     }
 
-    /// Sends on the watermarks the lanes resumed with
-    /// ([`crate::plan::LaneReader::resumed_watermark`]).
-    fn announce_resumed_watermarks(&mut self) -> Result<(), Failure> {
-        let mut sources = Vec::new();
-        for lane in &mut self.lanes {
-            if let Some(watermark) = lane.reader.resumed_watermark() {
-                self.metrics.sources[lane.source].lane_watermarks[lane.lane as usize]
-                    .store(watermark, Ordering::Relaxed);
-                sources.push(lane.source);
+    /// Takes what every lane resumed from a position answers without reading input
+    /// ([`crate::plan::LaneReader::resumed`]); returns which lanes answered.
+    fn take_resumed_answers(&mut self) -> Result<Vec<bool>, Failure> {
+        let mut answered = vec![false; self.lanes.len()];
+        for (index, answered) in answered.iter_mut().enumerate() {
+            if let Some(answer) = self.lanes[index].reader.resumed() {
+                *answered = true;
+                self.take_answer(index, answer)?;
             }
         }
-        sources.sort_unstable();
-        sources.dedup();
-        for source in sources {
-            self.advance_source_watermark(source)?;
-        }
-        Ok(())
+        Ok(answered)
     }
 
     /// The watermark of a source on this thread: the lowest of its live lanes.

@@ -11,8 +11,9 @@
 //! barrier arrived is held back until then: alignment), end-of-data once every sender ended.
 //!
 //! After a restore, a sender's first message is the watermark its lanes resumed with
-//! (the driver takes every lane's before anything else, even while the job is paused:
-//! `LaneReader::resumed_watermark` reads no input), but the senders' messages
+//! (before anything else, the driver takes what each lane tells without reading input,
+//! `LaneReader::resumed`: its watermark, or that it had ended; even while the job is
+//! paused; then, unless it is, it polls each other lane once), but the senders' messages
 //! reach a receiver in any order: rows of one sender merged while another sender's first
 //! watermark is still on its way would meet the merged watermark of nothing yet, and a
 //! row late at the checkpoint would open a window emitted before it again. So a restored
@@ -22,7 +23,10 @@
 //! barrier or its end had no watermark to resume with (its lanes had none at the
 //! checkpoint, so neither had the merged stream, and no window was emitted), and is not
 //! held; nothing is held on an input without event time. A hold ends at the latest with
-//! the next barrier or end-of-data, which every sender delivers.
+//! the next barrier or end-of-data, which every sender delivers. Not covered: a job
+//! paused when it resumes, on a thread where a lane had ended at the checkpoint and tells
+//! so only when polled (a file range, a Kafka partition): that thread's watermark waits
+//! for the job to resume, and a barrier taken meanwhile passes first.
 //!
 //! Sending side ([`ExchangeOutput`]): partitions data by destination and broadcasts
 //! control messages, through a per-destination outbox. Sends never block: a full channel

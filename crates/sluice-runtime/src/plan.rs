@@ -108,16 +108,19 @@ pub trait LaneReader: Send {
     /// Produces the next rows. Bad input is handled by the reader per its error policy:
     /// skipped rows are counted in its metrics, a `fail` policy returns the error.
     /// A lane resumed from a position first reports the watermark it had there (a
-    /// `Data` with no batch, unless [`LaneReader::resumed_watermark`] took it), so
-    /// lateness after a restore matches an unbroken run.
+    /// `Data` with no batch, unless [`LaneReader::resumed`] took it), so lateness after a
+    /// restore matches an unbroken run.
     fn poll(&mut self) -> Result<LanePoll, SluiceError>;
 
-    /// A lane resumed from a position where it had a watermark returns that watermark
-    /// once, reading no input (then None, and its first poll reads rows). The driver of
-    /// a restored run takes every lane's before anything else, even while the job is
-    /// paused, so that each edge's first message is the restored watermark (see
-    /// `exchange`). None for a lane that was not resumed or had no watermark.
-    fn resumed_watermark(&mut self) -> Option<TimestampMs> {
+    /// What a lane resumed from a position answers without reading input, once:
+    /// [`LanePoll::Exhausted`] when it had ended there, else a `Data` with no batch and
+    /// the watermark it had there; None when it had neither, or cannot tell without
+    /// reading (its polls answer then). The driver of a restored run takes every lane's
+    /// before anything else, even while the job is paused, so that each edge's first
+    /// message is the watermark the thread had at the checkpoint (see `exchange`). A
+    /// lane with event time implements it: otherwise its watermark goes out only with its
+    /// first poll, which a paused job does not make, so a barrier may pass first.
+    fn resumed(&mut self) -> Option<LanePoll> {
         None
     }
 

@@ -243,8 +243,8 @@ impl FileLane {
 impl LaneReader for FileLane {
     fn poll(&mut self) -> Result<LanePoll, SluiceError> {
         sluice_types::failpoint!("source.poll");
-        if let Some(watermark) = self.resumed_watermark() {
-            return Ok(LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) });
+        if let Some(answer) = self.resumed() {
+            return Ok(answer);
         }
         while self.pending.is_empty() {
             let Some(chunker) = self.chunker.as_mut() else { return Ok(LanePoll::Exhausted) };
@@ -291,8 +291,10 @@ impl LaneReader for FileLane {
         encode_position(self.chunk_start, self.chunk_rows + self.skip_rows, self.current_watermark())
     }
 
-    fn resumed_watermark(&mut self) -> Option<TimestampMs> {
-        std::mem::take(&mut self.announce_watermark).then(|| self.current_watermark()).flatten()
+    fn resumed(&mut self) -> Option<LanePoll> {
+        // Whether it had ended needs a read: its polls tell.
+        let watermark = std::mem::take(&mut self.announce_watermark).then(|| self.current_watermark()).flatten()?;
+        Some(LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) })
     }
 }
 

@@ -404,8 +404,8 @@ impl LaneReader for KafkaLane {
         if self.paused {
             self.set_paused(false);
         }
-        if let Some(watermark) = self.resumed_watermark() {
-            return Ok(LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) });
+        if let Some(answer) = self.resumed() {
+            return Ok(answer);
         }
         if let Some(group) = self.shared.group.clone() {
             match group.turn(self.lane, &mut self.seen, self.next_offset) {
@@ -460,7 +460,9 @@ impl LaneReader for KafkaLane {
         Position { next_offset: self.next_offset, watermark: self.watermark() }.encode()
     }
 
-    fn resumed_watermark(&mut self) -> Option<TimestampMs> {
-        std::mem::take(&mut self.announce_watermark).then(|| self.watermark()).flatten()
+    fn resumed(&mut self) -> Option<LanePoll> {
+        // Whether it had ended needs a read: its polls tell.
+        let watermark = std::mem::take(&mut self.announce_watermark).then(|| self.watermark()).flatten()?;
+        Some(LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) })
     }
 }

@@ -338,56 +338,52 @@ fn a_lane_too_far_ahead_of_the_slowest_waits_until_it_catches_up_or_ends() {
     assert_eq!(lane_order(Some(98)).0, [100, 1, 2, 200, 3, 4, 5, 6, 300]);
 }
 
-/// Records the watermarks that reach it.
-struct SeenWatermarks(Arc<Mutex<Vec<i64>>>);
+/// Records what reaches it: `w` and a watermark, `r` and a row.
+struct Seen(Arc<Mutex<Vec<String>>>);
 
-impl crate::Operator for SeenWatermarks {
+impl crate::Operator for Seen {
     fn name(&self) -> &str {
-        "seen watermarks"
+        "seen"
     }
 
     fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let seen = super::support::values(&batch).into_iter().map(|value| format!("r{value}"));
+        self.0.lock().expect("lock").extend(seen);
         out.push(Message::Data(batch));
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<(), SluiceError> {
-        self.0.lock().expect("lock").push(watermark);
+        self.0.lock().expect("lock").push(format!("w{watermark}"));
         out.push(Message::Watermark(watermark));
         Ok(())
     }
 }
 
-#[test]
-fn a_restored_lane_s_watermark_goes_out_first_even_while_the_job_is_paused() {
-    // Operators do not checkpoint their watermark: every edge's first message after a
-    // restore is the lanes' (see `exchange`). A job paused when it resumes polls no
-    // lane, yet a barrier may pass meanwhile: the watermark must not wait for the poll.
-    let mut source = VecSource::new(vec![vec![vec![5], vec![9]]]);
+/// Runs one thread's two lanes restored from a checkpoint: lane 0 after its first batch
+/// (5, its watermark then), lane 1 at its end, having had no rows (so no watermark).
+/// `paused`: the job starts paused and is resumed once something reached the operator
+/// (then the lanes must not have been polled). Returns what reached the operator.
+fn restored_two_lanes(paused: bool, tells_end_on_resume: bool) -> Vec<String> {
+    let mut source = VecSource::new(vec![vec![vec![5], vec![9]], Vec::new()]);
     source.watermarks = true;
+    source.tells_end_on_resume = tells_end_on_resume;
     let polls = Arc::clone(&source.polls);
     let sink = CollectSink::new(SinkParallelism::PerThread);
     let collected = Arc::clone(&sink.collected);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorder = Arc::clone(&seen);
-    let record: crate::OperatorFactory = Arc::new(move |_| Ok(Box::new(SeenWatermarks(Arc::clone(&recorder)))));
+    let record: crate::OperatorFactory = Arc::new(move |_| Ok(Box::new(Seen(Arc::clone(&recorder)))));
     let segments = vec![crate::plan::Segment {
         operators: vec![("seen".into(), record)],
         state: None,
         output: crate::plan::SegmentOutput::Sink,
     }];
-    let plan = crate::Plan {
-        sources: vec![Arc::new(source)],
-        flows: vec![crate::plan::Flow {
-            source: 0,
-            table: 0,
-            segments,
-            sides: Vec::new(),
-            sink: Arc::new(sink),
-            sink_slot: 0,
-        }],
-    };
+    let flow =
+        crate::plan::Flow { source: 0, table: 0, segments, sides: Vec::new(), sink: Arc::new(sink), sink_slot: 0 };
+    let plan = crate::Plan { sources: vec![Arc::new(source)], flows: vec![flow] };
     plan.assert_well_formed();
+    let position = |batches: u64| batches.to_le_bytes().to_vec();
     let checkpointing = Checkpointing {
         options: CheckpointOptions {
             interval: Duration::from_secs(3600),
@@ -397,24 +393,45 @@ fn a_restored_lane_s_watermark_goes_out_first_even_while_the_job_is_paused() {
             max_failed: 3,
             checkpointer: Box::new(Recording::new(Arc::default())),
         },
-        // Resumed after its first batch, whose value was the lane's watermark.
-        restore: Restore { positions: [((0, 0), 1u64.to_le_bytes().to_vec())].into(), states: Default::default() },
+        restore: Restore {
+            positions: [((0, 0), position(1)), ((0, 1), position(0))].into(),
+            states: Default::default(),
+        },
     };
     let (stop, woken) = stop_handle();
-    stop.pause();
+    if paused {
+        stop.pause();
+    }
     let handle = stop.clone();
     let runner = std::thread::spawn(move || run(&plan, &options(1, 4), Some(checkpointing), (stop, woken)));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while seen.lock().expect("lock").is_empty() {
-        assert!(Instant::now() < deadline, "the resumed watermark did not go out while paused");
-        std::thread::sleep(Duration::from_millis(1));
+    if paused {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.lock().expect("lock").is_empty() {
+            assert!(Instant::now() < deadline, "nothing went out while paused");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(polls.load(Ordering::Relaxed), 0, "a paused job polls no lane");
+        handle.resume();
     }
-    assert_eq!(polls.load(Ordering::Relaxed), 0, "a paused job polls no lane");
-    handle.resume();
     let (report, _) = runner.join().expect("run");
     assert_eq!(report.outcome, RunOutcome::Completed);
     let written: Vec<i64> = collected.written.lock().expect("lock").iter().map(|(_, v)| *v).collect();
-    assert_eq!(written, [9], "the rows after the position, once");
-    // The stream's watermark is one below the lane's (rows at the lane's may follow).
-    assert_eq!(seen.lock().expect("lock").first(), Some(&4), "the restored watermark came first");
+    assert_eq!(written, [9], "the rows after the positions, once");
+    seen.lock().expect("lock").clone()
+}
+
+#[test]
+fn a_restored_thread_s_watermark_goes_out_before_its_rows_even_while_the_job_is_paused() {
+    // Operators do not checkpoint their watermark: every edge's first message after a
+    // restore is the thread's watermark at the checkpoint (see `exchange`), that of its
+    // lanes that had not ended, less one (rows at a lane's watermark may follow). A
+    // job paused when it resumes polls no lane, yet a barrier may pass meanwhile: what
+    // the lanes tell without reading goes out at once.
+    let seen = restored_two_lanes(true, true);
+    assert_eq!(seen.first().map(String::as_str), Some("w4"), "{seen:?}");
+    assert!(seen.iter().position(|s| s == "r9") > Some(0), "{seen:?}");
+    // A lane that tells its end only when polled (a file range): unpaused, it is polled
+    // before any lane's rows go out.
+    let seen = restored_two_lanes(false, false);
+    assert_eq!(seen.first().map(String::as_str), Some("w4"), "{seen:?}");
 }

@@ -52,6 +52,8 @@ pub(crate) struct VecSource {
     pub max_drift: Option<i64>,
     /// Turns on which the driver skipped a lane and told it (`LaneReader::blocked`).
     pub skipped: Arc<AtomicU64>,
+    /// A lane resumed at its end says so without a poll (`LaneReader::resumed`).
+    pub tells_end_on_resume: bool,
 }
 
 impl VecSource {
@@ -68,6 +70,7 @@ impl VecSource {
             watermarks: false,
             max_drift: None,
             skipped: Arc::default(),
+            tells_end_on_resume: true,
         }
     }
 }
@@ -91,9 +94,10 @@ impl SourceFactory for VecSource {
         let batches: VecDeque<Vec<i64>> =
             self.lanes[context.lane as usize].iter().skip(skip as usize).cloned().collect();
         // With watermarks, a resumed lane had the largest value handed out before.
-        let resumed = (self.watermarks && resumed_from)
-            .then(|| self.lanes[context.lane as usize].iter().take(skip as usize).flatten().copied().max())
-            .flatten();
+        let resumed = resumed_from.then(|| {
+            let watermark = self.lanes[context.lane as usize].iter().take(skip as usize).flatten().copied().max();
+            (watermark.filter(|_| self.watermarks), self.tells_end_on_resume)
+        });
         Ok(Box::new(VecLane {
             batches,
             handed_out: skip,
@@ -126,7 +130,8 @@ struct VecLane {
     watching: Option<Arc<Collected>>,
     seen_at_polls: Arc<Mutex<Vec<usize>>>,
     watermarks: bool,
-    resumed: Option<i64>,
+    /// Resumed from a position: the watermark it had, and whether it tells its end.
+    resumed: Option<(Option<i64>, bool)>,
     skipped: Arc<AtomicU64>,
 }
 
@@ -159,8 +164,12 @@ impl LaneReader for VecLane {
         self.skipped.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn resumed_watermark(&mut self) -> Option<i64> {
-        self.resumed.take()
+    fn resumed(&mut self) -> Option<LanePoll> {
+        let (watermark, tells_end) = self.resumed.take()?;
+        if tells_end && self.batches.is_empty() && !self.endless {
+            return Some(LanePoll::Exhausted);
+        }
+        watermark.map(|watermark| LanePoll::Data { batches: Vec::new(), watermark: Some(watermark) })
     }
 }
 
