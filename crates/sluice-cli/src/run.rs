@@ -313,7 +313,9 @@ pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptio
 }
 
 /// The first Ctrl-C / SIGTERM stops the job (a final checkpoint when `checkpoints`, else a
-/// drain that flushes open windows); a second exits at once.
+/// drain that flushes open windows); a second exits at once. Signals are counted here: a
+/// stop asked otherwise (the admin API, another worker of the cluster, which a Ctrl-C in
+/// a terminal running every worker also reaches) does not make the first one a second.
 fn install_signals(stop: StopHandle, checkpoints: bool) -> Result<(), EngineError> {
     let failed = |e: std::io::Error| {
         EngineError::new(SluiceError::external("run.signals", format!("cannot install signal handlers: {e}")))
@@ -322,18 +324,20 @@ fn install_signals(stop: StopHandle, checkpoints: bool) -> Result<(), EngineErro
     std::thread::Builder::new()
         .name("sluice-signals".into())
         .spawn(move || {
+            let mut received = 0u32;
             for signal in signals.forever() {
+                received += 1;
                 let name = if signal == SIGINT { "interrupt" } else { "SIGTERM" };
-                if stop.is_requested() {
+                if received > 1 {
                     eprintln!(
                         "\nsluice: second {name}: exiting now; rows in flight and unflushed sink output were abandoned"
                     );
                     std::process::exit(1);
                 }
-                let what = if checkpoints {
-                    "stopping sources and taking a final checkpoint"
-                } else {
-                    "stopping sources and draining"
+                let what = match (stop.is_requested(), checkpoints) {
+                    (true, _) => "already stopping",
+                    (false, true) => "stopping sources and taking a final checkpoint",
+                    (false, false) => "stopping sources and draining",
                 };
                 eprintln!("\nsluice: {name}: {what} (again to exit at once)");
                 stop.stop();

@@ -140,6 +140,30 @@ fn a_second_interrupt_exits_at_once_naming_what_was_abandoned() {
     assert_eq!(child.wait().expect("wait").code(), Some(1));
 }
 
+/// A stop asked some other way (the admin API here; in a cluster, another worker's
+/// Ctrl-C, which a terminal running every worker sends them all at once) leaves the first
+/// signal a first: it says the job is already stopping, and only a second exits at once.
+#[test]
+fn a_signal_after_a_stop_asked_otherwise_is_still_the_first() {
+    let scratch = Scratch::new();
+    let (mut child, mut stderr) = start_blocked(&scratch, "10m");
+    let seen = read_until(&mut stderr, "admin API on http://");
+    let addr: std::net::SocketAddr = seen
+        .lines()
+        .find_map(|line| line.split("admin API on http://").nth(1))
+        .and_then(|addr| addr.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no admin address in {seen}"));
+    let (code, answer) = crate::admin::request(addr, "POST", "/stop");
+    assert_eq!(code, 202, "{answer}");
+    signal(&child, "INT");
+    let seen = read_until(&mut stderr, "interrupt");
+    assert!(seen.contains("interrupt: already stopping (again to exit at once)"), "{seen}");
+    signal(&child, "INT");
+    let seen = read_until(&mut stderr, "exiting now");
+    assert!(seen.contains("second interrupt: exiting now"), "{seen}");
+    assert_eq!(child.wait().expect("wait").code(), Some(1));
+}
+
 #[test]
 fn a_drain_past_shutdown_timeout_fails_naming_the_deadline() {
     let scratch = Scratch::new();
