@@ -132,6 +132,9 @@ fn start(
         .enable_io()
         .enable_time()
         .max_blocking_threads(stream::MAX_STREAMS + 2 * crate::query::MAX_QUERIES + 2)
+        // Queries are planned and run on blocking threads: the planner's stack, so that
+        // a query at the nesting limit cannot overflow it (reserved, touched as used).
+        .thread_stack_size(sluice_engine::QUERY_STACK_BYTES)
         .build()
         .map_err(|e| thread_error(format!("a runtime: {e}")))?;
     let shared = Shared {

@@ -50,6 +50,9 @@ pub use job::{Job, JobHandle, StartOptions};
 pub use load::{Engine, Overrides, PIPELINE_BYTES_MAX, Pipeline};
 pub use status::{JobState, Status, StatusStream};
 
+/// The stack of threads that plan and run ad-hoc queries (`query`): the SQL planner's.
+pub const QUERY_STACK_BYTES: usize = sluice_sql::stack::PLANNING_STACK_BYTES;
+
 pub use sluice_cluster::auth::Secret;
 pub use sluice_cluster::rendezvous::{ControlSettings, RendezvousEvent};
 pub use sluice_config as config;

@@ -12,8 +12,12 @@
 //!
 //! Bounds: rows per answer ([`QueryLimits::max_rows`], at most [`MAX_ROWS_LIMIT`]), time
 //! ([`QueryLimits::timeout`], at most [`TIMEOUT_LIMIT`]: the lease's lifetime, and the
-//! execution is dropped at its deadline), DataFusion's working memory
-//! ([`WORKING_MEMORY`]). The tables read are copied once into the query's memory.
+//! execution is dropped at its deadline, checked between the answer's batches),
+//! DataFusion's working memory ([`WORKING_MEMORY`]: its operators' state), the answer's
+//! bytes ([`ANSWER_BYTES_LIMIT`]) and nesting (a view's limit, `sluice_sql::check_depth`;
+//! the admin API runs queries on threads with the planner's stack). The tables read are
+//! copied once into the query's memory. Not bounded: one expression building a huge
+//! value (`REPEAT(s, 100000000)`) allocates it before any check sees it.
 //!
 //! In a cluster every worker holds a slice of each table (the rows its threads keep), and
 //! the worker that receives the query gathers the others' through a [`Gather`] (the admin
@@ -52,6 +56,9 @@ pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 pub const TIMEOUT_LIMIT: Duration = Duration::from_secs(300);
 /// DataFusion's memory pool per query (sorts, joins, aggregations).
 pub const WORKING_MEMORY: usize = 512 << 20;
+
+/// The most bytes (Arrow buffers) an answer's rows may take before it is encoded.
+pub const ANSWER_BYTES_LIMIT: usize = 256 << 20;
 /// The most rows a cluster's query gathers from every worker's slices together.
 pub const GATHER_ROWS_LIMIT: usize = 10_000_000;
 /// The most bytes a cluster's query receives from the other workers together.
@@ -256,6 +263,7 @@ impl std::fmt::Debug for PreparedQuery {
 /// Checks `sql` against the materialized tables of `registry` and takes its lease.
 pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> Result<PreparedQuery, SluiceError> {
     let deadline = Instant::now() + limits.timeout;
+    sluice_sql::check_depth(sql)?;
     let context = session()?;
     let mut statements =
         DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| bad_sql(registry, e.to_string()))?;
@@ -363,7 +371,8 @@ impl PreparedQuery {
             .enable_time()
             .build()
             .map_err(|e| SluiceError::external("query.runtime", format!("cannot start the query's runtime: {e}")))?;
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        let (deadline, limit) = (self.deadline, self.limits.timeout);
+        let left = deadline.saturating_duration_since(Instant::now());
         let max_rows = self.limits.max_rows;
         let context = self.context;
         let statement = self.statement;
@@ -379,14 +388,25 @@ impl PreparedQuery {
             let frame = datafusion::dataframe::DataFrame::new(state, plan);
             let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
             let frame = frame.limit(0, Some(max_rows + 1)).map_err(|e| query_error(&e))?;
-            let batches = frame.collect().await.map_err(|e| query_error(&e))?;
+            // Batch by batch: the answer's bytes and the deadline are checked between
+            // batches (an expression evaluating is not interrupted).
+            let mut stream = frame.execute_stream().await.map_err(|e| query_error(&e))?;
+            let (mut batches, mut bytes) = (Vec::new(), 0usize);
+            while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+                let batch = batch.map_err(|e| query_error(&e))?;
+                bytes = bytes.saturating_add(batch.get_array_memory_size());
+                if bytes > ANSWER_BYTES_LIMIT {
+                    return Err(answer_too_large());
+                }
+                if Instant::now() >= deadline {
+                    return Err(timed_out(limit));
+                }
+                batches.push(batch);
+            }
             Ok::<_, SluiceError>((schema, batches))
         };
         let (schema, batches) =
-            runtime.block_on(async move { tokio::time::timeout(left, work).await }).map_err(|_| {
-                SluiceError::external("query.timeout", format!("the query took longer than {} ms", left.as_millis()))
-                    .with_fix("give a longer timeout (timeout_ms), or read less")
-            })??;
+            runtime.block_on(async move { tokio::time::timeout(left, work).await }).map_err(|_| timed_out(left))??;
         let answer = QueryAnswer { epoch, schema, batches };
         if answer.rows() > max_rows {
             return Err(SluiceError::user("query.too_many_rows", format!("the answer has more than {max_rows} rows"))
@@ -440,6 +460,21 @@ impl PreparedQuery {
         // Every table is copied: `held` releases the other workers' leases as it drops.
         Ok(epoch)
     }
+}
+
+/// The query ran past its deadline of `limit`.
+fn timed_out(limit: Duration) -> SluiceError {
+    SluiceError::external("query.timeout", format!("the query took longer than {} ms", limit.as_millis()))
+        .with_fix("give a longer timeout (timeout_ms), or read less")
+}
+
+/// The answer's rows take more than [`ANSWER_BYTES_LIMIT`].
+fn answer_too_large() -> SluiceError {
+    SluiceError::user(
+        "query.answer_too_large",
+        format!("the answer's rows take more than {} MiB", ANSWER_BYTES_LIMIT >> 20),
+    )
+    .with_fix("add a LIMIT or a narrower WHERE, or select fewer or shorter columns")
 }
 
 /// The tables a query reads hold more than it may gather.

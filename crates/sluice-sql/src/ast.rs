@@ -105,6 +105,16 @@ pub(crate) fn check(sql: &str) -> Result<QueryShape, SluiceError> {
     }
 }
 
+/// Refuses `sql` when it is nested deeper than [`EXPRESSION_DEPTH_MAX`] (or than the
+/// parser allows); whatever else it is, is left to the caller.
+pub(crate) fn check_depth(sql: &str) -> Result<(), SluiceError> {
+    match walk(sql) {
+        Ok(walk) if walk.deepest > EXPRESSION_DEPTH_MAX => Err(too_deep(Some(walk.deepest))),
+        Err(error) if error.code == "sql.too_deep" => Err(error),
+        Ok(_) | Err(_) => Ok(()),
+    }
+}
+
 /// The tables `sql` reads, whatever else the check would refuse.
 pub(crate) fn shape(sql: &str) -> Result<QueryShape, SluiceError> {
     Ok(walk(sql)?.shape)

@@ -55,6 +55,12 @@ pub use ast::EXPRESSION_DEPTH_MAX;
 pub fn tables_read(sql: &str) -> Result<Vec<String>, SluiceError> {
     stack::on_planning_stack(|| views::reads(sql))
 }
+/// Refuses a query nested deeper than a view may be ([`EXPRESSION_DEPTH_MAX`]), so that
+/// planning it on a thread of [`stack::PLANNING_STACK_BYTES`] cannot overflow; any other
+/// problem is left to the caller's own parse.
+pub fn check_depth(sql: &str) -> Result<(), SluiceError> {
+    stack::on_planning_stack(|| ast::check_depth(sql))?
+}
 pub use functions::flink_functions;
 pub use schema::parse_schema;
 pub use views::ViewDeclaration;

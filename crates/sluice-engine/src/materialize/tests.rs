@@ -459,3 +459,25 @@ fn a_query_gathers_every_workers_slice_at_one_epoch() {
     assert_eq!(error.code, "query.worker_unreachable");
     assert!(error.message.contains("worker 1 (admin API at b:1)"), "{error}");
 }
+
+#[test]
+fn a_query_nested_too_deep_or_answering_too_many_bytes_is_refused() {
+    let registry = registry(&["t"], 1);
+    let sink = registry.sink("t").expect("sink");
+    let mut thread = open(&registry, &sink, "t", 0, 1);
+    let rows: Vec<(&str, i64, i64)> = (0..300).map(|i| ("k", i, 1)).collect();
+    thread.write(&batch(&rows)).expect("write");
+    thread.pre_commit(Epoch(1)).expect("seal");
+    sink.commit(Epoch(1), &[]).expect("commit");
+    let limits = crate::query::QueryLimits::default();
+    // Deeper than a view may be: refused before DataFusion plans it (which would
+    // overflow the planner's stack, and did the admin API's thread's).
+    let deep = format!("SELECT {} FROM t", vec!["v"; 1000].join(" + "));
+    let error = crate::query::prepare(&registry, &deep, limits).expect_err("too deep");
+    assert_eq!(error.code, "sql.too_deep", "{error}");
+    // 300 rows of 1 MB each: past the answer's bound, refused instead of sent.
+    let large = "SELECT repeat('x', 1000000) AS s FROM t";
+    let error = crate::query::prepare(&registry, large, limits).expect("prepared").run().expect_err("too large");
+    assert_eq!(error.code, "query.answer_too_large", "{error}");
+    assert_eq!(registry.leases(), 0, "the lease ended with the query");
+}
