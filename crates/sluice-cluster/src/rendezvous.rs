@@ -58,6 +58,8 @@ mod session;
 mod stream;
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
@@ -145,6 +147,25 @@ pub struct ControlSettings {
     /// block: with a bounded channel, events that do not fit are dropped (they are also
     /// logged).
     pub events: Option<Sender<RendezvousEvent>>,
+    /// Set when whoever waits gives up (a stop asked while the cluster forms): the
+    /// rendezvous then ends within [`CANCEL_POLL`] with `cluster.cancelled`.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+/// How often a waiting rendezvous looks at [`ControlSettings::cancel`].
+pub const CANCEL_POLL: Duration = Duration::from_millis(100);
+
+/// Sleeps `duration`, looking at [`ControlSettings::cancel`] every [`CANCEL_POLL`].
+fn sleep_unless_cancelled(duration: Duration, settings: &ControlSettings, waiting: &str) -> Result<(), SluiceError> {
+    let until = std::time::Instant::now() + duration;
+    loop {
+        settings.cancelled(waiting)?;
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(CANCEL_POLL));
+    }
 }
 
 impl Default for ControlSettings {
@@ -156,6 +177,7 @@ impl Default for ControlSettings {
             write_timeout: Duration::from_secs(5),
             progress_interval: Duration::from_secs(5),
             events: None,
+            cancel: None,
         }
     }
 }
@@ -164,6 +186,17 @@ impl Default for ControlSettings {
 const MAX_SETTING: Duration = Duration::from_secs(24 * 3600);
 
 impl ControlSettings {
+    /// The rendezvous was given up: `cluster.cancelled`, saying what it waited for.
+    fn cancelled(&self, waiting: &str) -> Result<(), SluiceError> {
+        match &self.cancel {
+            Some(cancel) if cancel.load(Ordering::SeqCst) => {
+                Err(SluiceError::user("cluster.cancelled", format!("stopped while {waiting}"))
+                    .with_fix("start the worker again to form the cluster"))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn check(&self) -> Result<(), SluiceError> {
         let durations = [
             ("heartbeat_interval", self.heartbeat_interval),

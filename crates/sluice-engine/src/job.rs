@@ -151,6 +151,9 @@ impl Job {
         let metrics = Arc::new(Mutex::new(Arc::clone(&local_metrics)));
         let status = StatusCell::new(Status::coordination());
         let (stop, woken) = sluice_runtime::stop_handle();
+        // A stop asked while the cluster forms (or re-forms) ends the wait.
+        let mut options = options;
+        options.control.cancel = Some(stop.requested_flag());
         let started = std::time::Instant::now();
         let explanation = Arc::new(crate::explain::explain(&prepared.local));
         let checkpoints = pipeline.config.checkpoint.is_some();

@@ -91,6 +91,12 @@ impl StopHandle {
         self.requested.load(Ordering::SeqCst)
     }
 
+    /// The stop request as a flag, for waits before the run starts (a forming cluster's
+    /// rendezvous gives up when it is set).
+    pub fn requested_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.requested)
+    }
+
     /// Ends the run at once, without draining: every driver is aborted and the run fails
     /// with `error` (a peer worker was lost, so no drain could complete). Idempotent: the
     /// first reason wins.

@@ -724,3 +724,38 @@ fn a_stopped_checkpointed_cluster_exits_cleanly_on_every_worker() {
         assert!(joiner_seen.contains(" committed as the leader published them (last epoch "), "{both}");
     }
 }
+
+/// A stop asked while the cluster forms ends the wait at once: a leader waiting for its
+/// workers, and a worker whose leader is not up (or is still gathering the others), each
+/// leave within the test's deadline instead of at `--join-timeout` (ten minutes here).
+#[test]
+fn a_stop_while_the_cluster_forms_ends_the_wait() {
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &endless());
+    let (mut leader, address) = lead(&scratch, 3, &["--join-timeout", "10m"]);
+    let joining = Scratch::new();
+    joining.write("pipeline.toml", &endless());
+    // One of the two workers joins: it waits for the leader to gather the third.
+    let mut waiting = Worker::start(&joining, &["--join", &address, "--join-timeout", "10m"]);
+    leader.until("2 of 3 present");
+    // A worker whose leader never comes up.
+    let nowhere = Scratch::new();
+    nowhere.write("pipeline.toml", &endless());
+    let mut lonely = Worker::start(&nowhere, &["--join", "127.0.0.1:1", "--join-timeout", "10m"]);
+    // Its signal handling is in place once the admin API is announced.
+    lonely.until("admin API on");
+    waiting.until("admin API on");
+    // The workers first (the leader stopping would end the waiting worker's wait too).
+    for (worker, waited) in [
+        (lonely, "stopped while connecting to the leader at 127.0.0.1:1"),
+        (waiting, "stopped while waiting for the leader"),
+        (leader, "stopped while waiting for workers to join"),
+    ] {
+        let status = std::process::Command::new("kill").args(["-TERM", &worker.child.id().to_string()]).status();
+        assert!(status.expect("kill").success());
+        let (code, seen) = worker.finish();
+        assert_eq!(code, Some(1), "{seen}");
+        assert!(seen.contains(waited), "{seen}");
+        assert!(!seen.contains("second"), "one signal is a first one:\n{seen}");
+    }
+}

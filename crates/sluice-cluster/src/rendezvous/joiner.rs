@@ -9,7 +9,6 @@
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::unbounded;
@@ -41,7 +40,7 @@ pub(crate) fn join(
     settings.check()?;
     let deadline = Instant::now() + timeout;
     tracing::info!(%leader, exchange = %me.exchange_addr, "joining the leader");
-    let stream = connect(leader, deadline, timeout)?;
+    let stream = connect(leader, deadline, timeout, settings)?;
     let _ = stream.set_nodelay(true);
     authenticate(&mut Deadline::new(&stream, deadline), secret, Role::Initiator)
         .map_err(|error| error.context(format!("authenticating with the leader at {leader}")))?;
@@ -49,7 +48,15 @@ pub(crate) fn join(
         SluiceError::external("cluster.control_io", format!("registering with the leader at {leader} failed: {error}"))
     })?;
     let mut reader = FrameReader::new(version);
-    let welcome = match read_until(&stream, &mut reader, deadline) {
+    // The welcome comes once every worker joined: wait in slices, to notice a stop.
+    let welcome = loop {
+        settings.cancelled(&format!("waiting for the leader at {leader} to gather every worker"))?;
+        match read_until(&stream, &mut reader, deadline.min(Instant::now() + super::CANCEL_POLL)) {
+            Err(ReadFailure::TimedOut) if Instant::now() < deadline => continue,
+            other => break other,
+        }
+    };
+    let welcome = match welcome {
         Ok(ControlMessage::Welcome(welcome)) => welcome,
         Ok(ControlMessage::Refusal(text)) => return Err(refused_by(leader, &text)),
         Ok(other) => {
@@ -86,8 +93,13 @@ pub(crate) fn join(
     Ok((membership, control))
 }
 
-/// Connects to `leader`, retrying until `deadline`.
-fn connect(leader: &str, deadline: Instant, timeout: Duration) -> Result<TcpStream, SluiceError> {
+/// Connects to `leader`, retrying until `deadline` (or until `settings.cancel`).
+fn connect(
+    leader: &str,
+    deadline: Instant,
+    timeout: Duration,
+    settings: &ControlSettings,
+) -> Result<TcpStream, SluiceError> {
     if !leader.contains(':') {
         return Err(SluiceError::user("cluster.leader_address", format!("the leader address {leader:?} has no port"))
             .with_fix("give the leader's control address as HOST:PORT"));
@@ -95,7 +107,9 @@ fn connect(leader: &str, deadline: Instant, timeout: Duration) -> Result<TcpStre
     let mut backoff = FIRST_BACKOFF;
     let mut attempts = 0u32;
     let mut last_error = String::new();
+    let waiting = format!("connecting to the leader at {leader}");
     loop {
+        settings.cancelled(&waiting)?;
         attempts += 1;
         match attempt(leader, deadline) {
             Ok(stream) => return Ok(stream),
@@ -121,7 +135,7 @@ fn connect(leader: &str, deadline: Instant, timeout: Duration) -> Result<TcpStre
             )));
         }
         tracing::debug!(%leader, "the leader is not reachable yet: {last_error}");
-        thread::sleep(backoff.min(remaining));
+        super::sleep_unless_cancelled(backoff.min(remaining), settings, &waiting)?;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }

@@ -415,6 +415,7 @@ fn gather(
     let mut next_progress = Instant::now();
     tracing::info!(address = %door.address, workers = registry.workers, "waiting for workers to join");
     loop {
+        settings.cancelled("waiting for workers to join")?;
         if registry.is_complete() {
             report_left(registry.prune(), settings);
             if registry.is_complete() {

@@ -30,6 +30,7 @@ fn settings() -> ControlSettings {
         write_timeout: WAIT,
         progress_interval: Duration::from_millis(500),
         events: None,
+        cancel: None,
     }
 }
 
@@ -589,4 +590,33 @@ fn a_silent_worker_is_lost_exactly_once() {
     }
     assert_no_more_losses(&mut control, 1);
     drop(worker);
+}
+
+#[test]
+fn a_cancelled_rendezvous_ends_on_both_sides() {
+    // A leader of three with one worker joined: both wait, until each is given up.
+    let leader_cancel = Arc::new(AtomicBool::new(false));
+    let leading = start_leader(3, None, ControlSettings { cancel: Some(Arc::clone(&leader_cancel)), ..settings() });
+    let joiner_cancel = Arc::new(AtomicBool::new(false));
+    let (outcome_tx, outcome) = bounded(1);
+    let (address, cancel) = (leading.address.clone(), Arc::clone(&joiner_cancel));
+    thread::spawn(move || {
+        let me = WorkerInfo::new("127.0.0.1:7001", 1, FINGERPRINT);
+        let settings = ControlSettings { cancel: Some(cancel), ..settings() };
+        let _ = outcome_tx.send(joiner::join(&address, me, None, WAIT, &settings, WIRE_VERSION));
+    });
+    next_event(&leading.events, |event| matches!(event, RendezvousEvent::Joined { .. }).then_some(()));
+    joiner_cancel.store(true, Ordering::SeqCst);
+    let error = refused(&outcome);
+    assert_eq!(error.code, "cluster.cancelled", "{error}");
+    contains_all(&error, &["stopped while waiting for the leader"]);
+    leader_cancel.store(true, Ordering::SeqCst);
+    let error = wait(&leading.outcome, "leader outcome").expect_err("cancelled");
+    assert_eq!(error.code, "cluster.cancelled", "{error}");
+    // A worker whose leader is not up gives up too.
+    let cancel = Arc::new(AtomicBool::new(true));
+    let me = WorkerInfo::new("127.0.0.1:7002", 1, FINGERPRINT);
+    let settings = ControlSettings { cancel: Some(cancel), ..settings() };
+    let error = joiner::join("127.0.0.1:1", me, None, WAIT, &settings, WIRE_VERSION).expect_err("cancelled");
+    assert_eq!(error.code, "cluster.cancelled", "{error}");
 }
