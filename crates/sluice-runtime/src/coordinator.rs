@@ -368,9 +368,11 @@ impl Coordinator {
 
     /// The barrier in flight was not acknowledged within `timeout`: the checkpoint fails,
     /// naming every thread (and worker) that did not answer and where its barrier waits.
+    /// A barrier still unacknowledged one more timeout later counts again: otherwise a
+    /// thread that never answers would hold the next checkpoint back forever.
     fn time_out(&mut self, now: Instant) -> Result<Completed, SluiceError> {
         let in_flight = self.in_flight.as_mut().expect("a timeout needs a barrier in flight");
-        in_flight.timed_out = true;
+        let again = std::mem::replace(&mut in_flight.timed_out, true);
         in_flight.deadline = now + self.timeout;
         self.stats.failed += 1;
         self.failed_in_a_row += 1;
@@ -385,8 +387,9 @@ impl Coordinator {
         let error = SluiceError::external(
             "checkpoint.timeout",
             format!(
-                "checkpoint {} was not acknowledged within timeout = {}: {}",
+                "checkpoint {} was not acknowledged within {}timeout = {}: {}",
                 in_flight.epoch.0,
+                if again { "another " } else { "" },
                 crate::controller::humanize(self.timeout),
                 waiting.join("; ")
             ),
@@ -395,7 +398,8 @@ impl Coordinator {
         tracing::warn!(%error, "checkpoint timed out; the next one waits for its late acknowledgements");
         if in_flight.final_epoch || self.failed_in_a_row >= self.max_failed {
             return Err(error.context(format!(
-                "{} checkpoint(s) failed in a row (max_failed_checkpoints = {})",
+                "{} checkpoint failures in a row (max_failed_checkpoints = {}; a checkpoint still \
+                 unacknowledged counts again at each timeout)",
                 self.failed_in_a_row, self.max_failed
             )));
         }
