@@ -20,12 +20,36 @@ pub fn parse_schema(columns: &str, event_time: Option<&str>) -> Result<SchemaRef
         SluiceError::user("config.schema", format!("schema `{columns}` is not a SQL column list: {e}"))
             .with_fix("write `name TYPE, name TYPE`, e.g. `auction BIGINT, price BIGINT, date_time TIMESTAMP(3)`")
     })?;
-    let Some(Statement::CreateTable(table)) = statements.first() else {
-        return Err(SluiceError::user("config.schema", format!("schema `{columns}` is not a column list")));
+    let only_columns = |what: String| {
+        SluiceError::user("config.schema", format!("schema `{columns}` {what}")).with_fix(
+            "write only `name TYPE [NOT NULL], …`: constraints, defaults and keys are not part of a source's schema",
+        )
     };
-    let mut fields = Vec::new();
+    let table = match statements.as_slice() {
+        [Statement::CreateTable(table)] => table,
+        _ => return Err(only_columns("is not one column list".into())),
+    };
+    // Anything parsed besides the columns (table constraints, PARTITION BY, options)
+    // shows in the statement as written back.
+    let listed: Vec<String> = table.columns.iter().map(ToString::to_string).collect();
+    if table.to_string() != format!("CREATE TABLE t ({})", listed.join(", ")) {
+        return Err(only_columns(format!("has more than a column list: `{table}`")));
+    }
+    let mut fields: Vec<Field> = Vec::new();
     for column in &table.columns {
         let name = column.name.value.clone();
+        if fields.iter().any(|field| *field.name() == name) {
+            return Err(SluiceError::user("config.schema", format!("schema column `{name}` is declared twice"))
+                .with_fix("give every column its own name"));
+        }
+        if let Some(other) =
+            column.options.iter().find(|o| !matches!(o.option, ColumnOption::NotNull | ColumnOption::Null))
+        {
+            return Err(only_columns(format!(
+                "gives column `{name}` `{}`, which a schema does not take",
+                other.option
+            )));
+        }
         let data_type = arrow_type(&column.data_type).map_err(|e| e.context(format!("schema column `{name}`")))?;
         let not_null = column.options.iter().any(|o| matches!(o.option, ColumnOption::NotNull));
         let is_event_time = event_time == Some(name.as_str());
@@ -73,11 +97,21 @@ fn arrow_type(sql: &SqlType) -> Result<DataType, SluiceError> {
         SqlType::BigInt(_) => DataType::Int64,
         SqlType::Float(_) | SqlType::Real => DataType::Float32,
         SqlType::Double(_) | SqlType::DoublePrecision => DataType::Float64,
-        SqlType::Decimal(info) | SqlType::Numeric(info) => match info {
-            ExactNumberInfo::PrecisionAndScale(p, s) => DataType::Decimal128(*p as u8, *s as i8),
-            ExactNumberInfo::Precision(p) => DataType::Decimal128(*p as u8, 0),
-            ExactNumberInfo::None => DataType::Decimal128(38, 18),
-        },
+        SqlType::Decimal(info) | SqlType::Numeric(info) => {
+            let (precision, scale) = match *info {
+                ExactNumberInfo::PrecisionAndScale(p, s) => (p, s as u64),
+                ExactNumberInfo::Precision(p) => (p, 0),
+                ExactNumberInfo::None => (38, 18),
+            };
+            if !(1..=38).contains(&precision) || scale > precision {
+                return Err(SluiceError::user(
+                    "config.schema_type",
+                    format!("{sql} is out of range: the precision is 1 to 38, the scale at most the precision"),
+                )
+                .with_fix("declare e.g. DECIMAL(18, 2)"));
+            }
+            DataType::Decimal128(precision as u8, scale as i8)
+        }
         SqlType::Varchar(_) | SqlType::Char(_) | SqlType::Text | SqlType::String(_) | SqlType::CharVarying(_) => {
             DataType::Utf8
         }
@@ -95,6 +129,26 @@ fn arrow_type(sql: &SqlType) -> Result<DataType, SluiceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anything_but_names_types_and_not_null_is_refused() {
+        for (schema, says) in [
+            ("a BIGINT, b VARCHAR); CREATE TABLE u (z INT", "is not one column list"),
+            ("a BIGINT, b VARCHAR, CONSTRAINT c CHECK (a > 0)", "has more than a column list"),
+            ("a BIGINT, PRIMARY KEY (a)", "has more than a column list"),
+            ("a BIGINT, b VARCHAR) PARTITION BY (a", "has more than a column list"),
+            ("a BIGINT PRIMARY KEY, b VARCHAR", "gives column `a` `PRIMARY KEY`"),
+            ("a BIGINT, b VARCHAR DEFAULT 5", "gives column `b` `DEFAULT 5`"),
+            ("a BIGINT, a VARCHAR", "`a` is declared twice"),
+            ("a DECIMAL(1000, 2)", "out of range"),
+            ("a DECIMAL(10, 12)", "out of range"),
+        ] {
+            let error = parse_schema(schema, None).expect_err(schema);
+            assert!(error.to_string().contains(says), "{schema}: {error}");
+        }
+        let schema = parse_schema("a BIGINT NULL, b DECIMAL(38, 38) NOT NULL", None).expect("names, types, NULL");
+        assert_eq!(schema.field(1).data_type(), &DataType::Decimal128(38, 38));
+    }
 
     #[test]
     fn flink_types_map_to_arrow() {
