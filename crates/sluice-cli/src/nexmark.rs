@@ -11,7 +11,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
-use sluice_engine::nexmark::{BenchSetup, EventFormat, QUERIES, bench_config, query_sql};
+use sluice_engine::nexmark::{BenchSetup, EventFormat, bench_config, query_sql, unknown_query};
 use sluice_engine::{Engine, EngineError, Job, Overrides, RunOutcome, StartOptions};
 use sluice_nexmark::Table;
 use sluice_types::SluiceError;
@@ -146,12 +146,7 @@ fn generate(
 }
 
 fn print_sql(query: &str) -> Result<ExitCode, EngineError> {
-    let sql = query_sql(query).ok_or_else(|| {
-        EngineError::new(
-            SluiceError::user("bench.query", format!("unknown query `{query}`"))
-                .with_fix(format!("choose among {}", QUERIES.join(", "))),
-        )
-    })?;
+    let sql = query_sql(query).ok_or_else(|| EngineError::new(unknown_query(query)))?;
     output::line(sql);
     Ok(ExitCode::SUCCESS)
 }
@@ -235,6 +230,11 @@ fn bench(
 ) -> Result<ExitCode, EngineError> {
     let failed = |message: String| EngineError::new(SluiceError::external("bench.query", message));
     let exe = std::env::current_exe().map_err(|e| failed(format!("cannot find the sluice binary: {e}")))?;
+    let queries: Vec<&str> = queries.split(',').map(str::trim).filter(|q| !q.is_empty()).collect();
+    // Every name is checked before anything runs or prints.
+    if let Some(query) = queries.iter().find(|query| query_sql(query).is_none()) {
+        return Err(EngineError::new(unknown_query(query)));
+    }
     if !quiet {
         let input = csv.map_or("generator".to_string(), |p| format!("csv {}", p.display()));
         eprintln!("sluice nexmark bench: {events} events, {threads} thread(s), input {input}");
@@ -243,13 +243,7 @@ fn bench(
             "query", "seconds", "events/s", "events/s/thread", "peak RSS MB"
         ));
     }
-    for query in queries.split(',').map(str::trim).filter(|q| !q.is_empty()) {
-        if query_sql(query).is_none() {
-            return Err(EngineError::new(
-                SluiceError::user("bench.query", format!("unknown query `{query}`"))
-                    .with_fix(format!("choose among {}", QUERIES.join(", "))),
-            ));
-        }
+    for query in queries {
         let mut command = Command::new(&exe);
         command.args([
             "--quiet",

@@ -322,13 +322,16 @@ fn at() -> Position {
     Position::new(1, 1)
 }
 
+/// `query` is none of [`QUERIES`].
+pub fn unknown_query(query: &str) -> SluiceError {
+    SluiceError::user("bench.query", format!("unknown query `{query}`"))
+        .with_fix(format!("choose among {}", QUERIES.join(", ")))
+}
+
 /// The pipeline of one benchmark query: the input, the query as view `result`, a
 /// blackhole sink.
 pub fn bench_config(setup: &BenchSetup<'_>) -> Result<PipelineConfig, SluiceError> {
-    let sql = query_sql(setup.query).ok_or_else(|| {
-        SluiceError::user("bench.query", format!("unknown query `{}`", setup.query))
-            .with_fix(format!("choose among {}", QUERIES.join(", ")))
-    })?;
+    let sql = query_sql(setup.query).ok_or_else(|| unknown_query(setup.query))?;
     let sources = match setup.csv {
         None => {
             let mut source = SourceConfig::new("nexmark", "nexmark");
