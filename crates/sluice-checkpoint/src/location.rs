@@ -78,6 +78,12 @@ pub(crate) fn resolve(url: &str, base_dir: &Path, options: &[(String, String)]) 
         return local(&file_url_path(trimmed, rest, base_dir)?, url, options);
     }
     if !trimmed.contains("://") {
+        // `s3:/bucket` or `gs:bucket` is a mistyped URL, not a directory named so (write
+        // `./s3:x` for that).
+        let scheme = trimmed.split_once(':').map(|(scheme, _)| scheme);
+        if scheme.is_some_and(|s| s.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) && !s.contains('/')) {
+            return Err(bad_url(url, "it has a scheme but not `://` (s3://bucket/prefix, file://./dir)"));
+        }
         return local(&base_dir.join(trimmed), url, options);
     }
     let parsed = Url::parse(trimmed).map_err(|error| bad_url(url, &error.to_string()))?;
@@ -263,6 +269,7 @@ mod tests {
         check_local("file://.", "/base/dir", "/base/dir");
         check_local("./a/../state", "/base", "/base/state");
         check_local("state", "/base", "/base/state");
+        check_local("./s3:x", "/base", "/base/s3:x");
         check_local("/abs/state/", "/base", "/abs/state");
         check_local(" file:///with%20space ", "/base", "/with space");
     }
@@ -287,6 +294,8 @@ mod tests {
         check_refused("memory://x", "not supported");
         check_refused("file://host/dir", "absolute path");
         check_refused("http://[bad", "checkpoint store");
+        check_refused("s3:/bucket/x", "a scheme but not `://`");
+        check_refused("gs:bucket", "a scheme but not `://`");
     }
 
     #[test]
