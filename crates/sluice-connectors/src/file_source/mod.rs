@@ -490,8 +490,13 @@ fn list_files(written: &Path, resolved: &Path) -> Result<Vec<PathBuf>, SluiceErr
         }
         let path = entry.path();
         // Follows symbolic links: a link to a file is read.
-        if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-            files.push(path);
+        match std::fs::metadata(&path) {
+            Ok(metadata) if metadata.is_file() => files.push(path),
+            Ok(metadata) if metadata.is_dir() => {
+                tracing::warn!("not reading {}: a directory source reads only its own files", path.display());
+            }
+            Ok(_) => tracing::warn!("not reading {}: not a regular file", path.display()),
+            Err(error) => tracing::warn!("not reading {}: {error}", path.display()),
         }
     }
     files.sort();
