@@ -534,14 +534,7 @@ mod tests {
     }
 
     fn rows() -> Message {
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
-            "v",
-            arrow::datatypes::DataType::Int64,
-            false,
-        )]));
-        let column: arrow::array::ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![1]));
-        let batch = arrow::record_batch::RecordBatch::try_new(schema, vec![column]).expect("batch");
-        Message::Data(sluice_types::Batch::inserts(batch))
+        Message::Data(sluice_types::Batch::inserts(crate::tests::support::batch(&[1])))
     }
 
     /// A restored run: each sender's first message is the watermark it resumed with, but
