@@ -406,7 +406,7 @@ impl PreparedQuery {
             Ok::<_, SluiceError>((schema, batches))
         };
         let (schema, batches) =
-            runtime.block_on(async move { tokio::time::timeout(left, work).await }).map_err(|_| timed_out(left))??;
+            runtime.block_on(async move { tokio::time::timeout(left, work).await }).map_err(|_| timed_out(limit))??;
         let answer = QueryAnswer { epoch, schema, batches };
         if answer.rows() > max_rows {
             return Err(SluiceError::user("query.too_many_rows", format!("the answer has more than {max_rows} rows"))
@@ -462,7 +462,8 @@ impl PreparedQuery {
     }
 }
 
-/// The query ran past its deadline of `limit`.
+/// The query ran past its deadline: `limit`, its timeout (from the request, not what was
+/// left of it when the run started).
 fn timed_out(limit: Duration) -> SluiceError {
     SluiceError::external("query.timeout", format!("the query took longer than {} ms", limit.as_millis()))
         .with_fix("give a longer timeout (timeout_ms), or read less")
