@@ -53,7 +53,7 @@ pub enum NexmarkCommand {
         #[arg(long)]
         csv: Option<PathBuf>,
         /// Take checkpoints at this interval (e.g. "10s") into a temporary store.
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, value_parser = sluice_engine::config::parse_duration)]
         checkpoint_interval: Option<std::time::Duration>,
         /// MiB of spillable state kept in memory before the rest goes to disk (the
         /// pipeline's `state_memory_mib`).
@@ -70,7 +70,7 @@ pub enum NexmarkCommand {
         threads: u32,
         #[arg(long)]
         csv: Option<PathBuf>,
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, value_parser = sluice_engine::config::parse_duration)]
         checkpoint_interval: Option<std::time::Duration>,
         #[arg(long, default_value_t = sluice_engine::nexmark::DEFAULT_STATE_MEMORY_MIB)]
         state_memory_mib: u32,

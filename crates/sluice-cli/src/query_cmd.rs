@@ -46,7 +46,7 @@ pub struct QueryArgs {
     #[arg(long, value_name = "N")]
     max_rows: Option<u64>,
     /// How long the query may take, e.g. `30s`.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = sluice_engine::config::parse_duration)]
     timeout: Option<Duration>,
     /// The query, e.g. "SELECT auction, bids FROM counts ORDER BY bids DESC LIMIT 10".
     sql: String,

@@ -55,7 +55,7 @@ pub struct ClusterArgs {
     #[arg(long)]
     insecure: bool,
     /// How long the leader waits for every worker to join, and a worker for the leader.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = sluice_engine::config::parse_duration)]
     join_timeout: Duration,
 }
 

@@ -53,7 +53,7 @@ pub use model::{
 };
 pub use options::{Options, OptionsReader};
 pub use pipeline::default_threads;
-pub use reader::{Field, suggest};
+pub use reader::{Field, MAX_DURATION, parse_duration, suggest};
 
 use reader::Ctx;
 

@@ -12,6 +12,21 @@ use toml_edit::{InlineTable, Item, Key, Table, Value};
 
 use crate::error::{ConfigError, Located, Position};
 
+/// The longest duration any setting or flag takes: ten years. Every wait computes a
+/// deadline as now plus a duration, which must stay representable; no real timeout or
+/// interval comes near this.
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+
+/// Parses a humantime duration (`"30s"`, `"1m"`, `"500ms"`, `"2h 30m"`) of at most
+/// [`MAX_DURATION`]; the error says why not (clap prints it as a flag's error).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text.trim()).map_err(|error| format!("{text:?}: {error}"))?;
+    if duration > MAX_DURATION {
+        return Err(format!("{text:?} is longer than the longest duration taken, 10 years"));
+    }
+    Ok(duration)
+}
+
 /// A table written as `[header]` / `[[header]]` or inline as `{ ... }`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum TableRef<'a> {
@@ -307,15 +322,16 @@ impl<'t> Ctx<'t> {
         }
     }
 
-    /// Reads `key` as a humantime duration (`"30s"`, `"1m"`, `"500ms"`).
+    /// Reads `key` as a humantime duration (`"30s"`, `"1m"`, `"500ms"`), at most
+    /// [`MAX_DURATION`].
     pub(crate) fn duration(&mut self, sec: &Section<'_>, key: &str, allow_zero: bool, fix: &str) -> Field<Duration> {
         let expect = if allow_zero {
-            "a duration such as \"4s\", \"1m\" or \"500ms\""
+            "a duration such as \"4s\", \"1m\" or \"500ms\" (at most 10 years)"
         } else {
-            "a duration > 0 such as \"30s\", \"1m\" or \"500ms\""
+            "a duration > 0 such as \"30s\", \"1m\" or \"500ms\" (at most 10 years)"
         };
         self.value(sec, key, expect, fix, |v| {
-            let d = humantime::parse_duration(v.as_str()?.trim()).ok()?;
+            let d = parse_duration(v.as_str()?).ok()?;
             (allow_zero || !d.is_zero()).then_some(d)
         })
     }

@@ -221,3 +221,22 @@ fn explain_shows_the_state_ttl_of_each_view_and_a_bad_one_is_refused() {
     let bad = scratch_with(&text.replacen("state_ttl = \"1h\"", "state_ttl = \"-1s\"", 1));
     assert_fails_with(&bad.sluice(&["validate", "pipeline.toml"]), &["state_ttl", "a duration > 0"]);
 }
+
+/// Every wait's deadline is now plus a duration: one too long to represent is refused
+/// where it is written, never left to overflow (a panic) when the wait starts.
+#[test]
+fn a_duration_past_ten_years_is_refused_where_it_is_written() {
+    let text = pipeline("[source.options]\npath = \"events.jsonl\"", PASS_THROUGH, "out.jsonl")
+        .replace("name = \"bad\"", "name = \"bad\"\nshutdown_timeout = \"18446744073709551615s\"");
+    let scratch = scratch_with(&text);
+    assert_fails_with(&scratch.sluice(&["validate", "pipeline.toml"]), &["shutdown_timeout", "at most 10 years"]);
+    let scratch = scratch_with(&pipeline("[source.options]\npath = \"events.jsonl\"", PASS_THROUGH, "out.jsonl"));
+    let flag = scratch.sluice(&["run", "pipeline.toml", "--workers", "2", "--join-timeout", "18446744073709551615s"]);
+    let text = stderr(&flag);
+    assert_eq!(flag.status.code(), Some(2), "a flag's error is the argument parser's: {text}");
+    assert!(
+        text.contains("--join-timeout") && text.contains("longer than the longest duration taken, 10 years"),
+        "{text}"
+    );
+    assert!(!text.contains("panicked"), "{text}");
+}

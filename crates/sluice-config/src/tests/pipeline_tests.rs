@@ -77,12 +77,14 @@ fn wrong_types_and_bad_values() {
 #[test]
 fn durations_and_names() {
     let duration = "3:1: [pipeline]: `shutdown_timeout` must be a duration > 0 such as \"30s\", \
-                    \"1m\" or \"500ms\", found";
+                    \"1m\" or \"500ms\" (at most 10 years), found";
     let name = "2:1: [pipeline]: `name` must be a name of letters, digits, `_` and `-`, found";
     let d0 = format!("{duration} \"0s\"\n  fix: e.g. shutdown_timeout = \"30s\"");
     let d1 = format!("{duration} 30\n");
     let d2 = format!("{duration} \"30 parsecs\"\n");
     let d3 = format!("{duration} \"\"\n");
+    // Past the bound every deadline (now plus the duration) would overflow.
+    let d4 = format!("{duration} \"18446744073709551615s\"\n");
     let n0 = format!("{name} \"hot items\"\n  fix: use letters, digits");
     let n1 = format!("{name} \"\"\n");
     let n2 = format!("{name} 5\n");
@@ -91,6 +93,7 @@ fn durations_and_names() {
         (line3("shutdown_timeout = 30"), &d1),
         (line3("shutdown_timeout = \"30 parsecs\""), &d2),
         (line3("shutdown_timeout = \"\""), &d3),
+        (line3("shutdown_timeout = \"18446744073709551615s\""), &d4),
         (pipeline_with("name = \"hot items\""), &n0),
         (pipeline_with("name = \"\""), &n1),
         (pipeline_with("name = 5"), &n2),
@@ -138,4 +141,15 @@ fn state_ttl_is_a_positive_duration_for_the_pipeline_and_each_view() {
         &pipeline_with("name = \"p\"\nstate_ttl = \"soon\""),
         "3:1: [pipeline]: `state_ttl` must be a duration > 0",
     );
+}
+
+#[test]
+fn a_duration_is_at_most_ten_years() {
+    assert_eq!(crate::parse_duration(" 3650days "), Ok(crate::MAX_DURATION));
+    assert_eq!(crate::parse_duration("1m 500ms"), Ok(Duration::from_millis(60_500)));
+    for too_long in ["3651days", "11years", "18446744073709551615s"] {
+        let error = crate::parse_duration(too_long).unwrap_err();
+        assert!(error.contains("longer than the longest duration taken, 10 years"), "{too_long}: {error}");
+    }
+    assert!(crate::parse_duration("soon").unwrap_err().contains("\"soon\""));
 }

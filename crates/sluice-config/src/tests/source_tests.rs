@@ -81,11 +81,11 @@ fn bad_common_keys() {
         ),
         (
             n("event_time = \"t\"\nwatermark_delay = \"soon\""),
-            "12:1: [[source]] \"nx\": `watermark_delay` must be a duration such as \"4s\", \"1m\" or \"500ms\", found \"soon\"\n  fix: set how far",
+            "12:1: [[source]] \"nx\": `watermark_delay` must be a duration such as \"4s\", \"1m\" or \"500ms\" (at most 10 years), found \"soon\"\n  fix: set how far",
         ),
         (
             n("max_watermark_drift = \"0s\""),
-            "11:1: [[source]] \"nx\": `max_watermark_drift` must be a duration > 0 such as \"30s\", \"1m\" or \"500ms\", found \"0s\"\n  fix: set how far in event time a lane may run ahead",
+            "11:1: [[source]] \"nx\": `max_watermark_drift` must be a duration > 0 such as \"30s\", \"1m\" or \"500ms\" (at most 10 years), found \"0s\"\n  fix: set how far in event time a lane may run ahead",
         ),
         (
             n("on_error = \"skp\""),
