@@ -725,6 +725,25 @@ fn a_stopped_checkpointed_cluster_exits_cleanly_on_every_worker() {
     }
 }
 
+/// A stop of a cluster without checkpoints, asked of either worker, stops the whole
+/// cluster: every worker's sources stop, everything read drains, and every worker exits 0
+/// (a joiner once stopped its own sources only, and waited out the shutdown timeout for
+/// inputs from the leader that never ended).
+#[test]
+fn a_stop_asked_of_any_worker_drains_the_whole_cluster() {
+    for stopped in ["joiner", "leader"] {
+        let (_leading, _joining, leader, joiner) = running_pair();
+        let target = if stopped == "leader" { &leader } else { &joiner };
+        let status = std::process::Command::new("kill").args(["-TERM", &target.child.id().to_string()]).status();
+        assert!(status.expect("kill").success());
+        let (leader_code, leader_seen) = leader.finish();
+        let (joiner_code, joiner_seen) = joiner.finish();
+        let both = format!("{stopped} stopped\nleader:\n{leader_seen}\njoiner:\n{joiner_seen}");
+        assert_eq!((leader_code, joiner_code), (Some(0), Some(0)), "{both}");
+        assert!(leader_seen.contains("stopped and drained") && joiner_seen.contains("stopped and drained"), "{both}");
+    }
+}
+
 /// A stop asked while the cluster forms ends the wait at once: a leader waiting for its
 /// workers, and a worker whose leader is not up (or is still gathering the others), each
 /// leave within the test's deadline instead of at `--join-timeout` (ten minutes here).

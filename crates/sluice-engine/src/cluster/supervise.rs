@@ -41,7 +41,8 @@ pub(crate) type LocalOutcome = Result<(), (String, bool)>;
 /// which (the leader, usually), before reporting what it has.
 const CAUSE_WAIT: Duration = Duration::from_secs(2);
 
-/// The longest a change of the paused flag waits to be sent on.
+/// The longest a change of the paused flag, or a stop asked of a worker, waits to be sent
+/// on to the leader.
 const PAUSE_POLL: Duration = Duration::from_millis(200);
 
 /// What the control thread needs of the run.
@@ -218,7 +219,19 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
     let mut events = session.events();
     // The leader's paused flag as it last said (workers start unpaused).
     let mut leader_paused = false;
+    // Whether the cluster's stop is under way: the leader said so, or this worker told it.
+    let mut stopping = false;
     loop {
+        if stop.is_requested() && !stopping {
+            // A stop asked of this worker (a signal, its admin API) stops the cluster: the
+            // leader stops every worker. Without this, this worker's sources alone would
+            // stop while its inputs from the others never end. (With checkpoints the
+            // coordinator asks too; the leader takes the first.) Sent once.
+            stopping = true;
+            if let Err(error) = session.send(&ToLeader::StopRequested) {
+                tracing::warn!(%error, "the stop request did not reach the leader");
+            }
+        }
         let paused = stop.is_paused();
         if paused != leader_paused {
             // Asked of this worker: the leader decides for every worker, and answers
@@ -231,7 +244,10 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
         }
         crossbeam_channel::select! {
             recv(events) -> event => match event {
-                Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => stop.stop(),
+                Ok(ControlEvent::Received { message: ToWorker::Stop, .. }) => {
+                    stopping = true;
+                    stop.stop();
+                }
                 Ok(ControlEvent::Received { message: ToWorker::Pause { paused }, .. }) => {
                     leader_paused = paused;
                     set_paused(stop, &run.status, paused);
