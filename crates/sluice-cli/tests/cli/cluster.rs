@@ -744,6 +744,22 @@ fn a_stop_asked_of_any_worker_drains_the_whole_cluster() {
     }
 }
 
+/// A leader whose workers never join gives back the checkpoint store's lease: the next
+/// run, from any host, finds the store free (no stale lease to break or unlock).
+#[test]
+fn a_cluster_that_never_formed_leaves_no_lease() {
+    let shared = Scratch::new();
+    let leading = checkpointed_worker(&shared);
+    let (leader, _address) = lead(&leading, 2, &["--join-timeout", "1s"]);
+    // Taken before the join command is printed.
+    let lease = shared.path("state").join("lease");
+    assert!(lease.exists(), "the waiting leader holds the lease at {}", lease.display());
+    let (code, seen) = leader.finish();
+    assert_eq!(code, Some(1), "{seen}");
+    assert!(seen.contains("missing"), "{seen}");
+    assert!(!lease.exists(), "the lease was left behind at {}:\n{seen}", lease.display());
+}
+
 /// A stop asked while the cluster forms ends the wait at once: a leader waiting for its
 /// workers, and a worker whose leader is not up (or is still gathering the others), each
 /// leave within the test's deadline instead of at `--join-timeout` (ten minutes here).

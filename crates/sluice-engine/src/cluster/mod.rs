@@ -225,8 +225,8 @@ fn prepare_round(
     let control_addr = control_addr.map_err(|e| EngineError::new(io("cluster.control_bind", &e)))?;
     // The leader takes the store (a second leader on it is refused) before it announces
     // itself, so no worker joins a leader that cannot run; the others read the store only
-    // once the leader said what to restore. Nothing after this can fail, so the lease is
-    // never left behind.
+    // once the leader said what to restore. Nothing after this can fail; if the cluster
+    // then does not form, `form` gives the lease back.
     let recovered = match (&pipeline.config.checkpoint, leads) {
         (Some(section), true) => Some(
             checkpointing::open(section, &pipeline.base_dir, &pipeline.config.pipeline.name, options.from_scratch)
@@ -254,10 +254,21 @@ pub(crate) fn form(
     let secret = options.secret.as_ref();
     let (membership, control, control_listener) = match (&options.role, control) {
         (ClusterRole::Lead { workers, .. }, Some(listener)) => {
-            let serving = listener.try_clone().map_err(|e| io("cluster.control_bind", &e))?;
-            let (membership, session) =
-                rendezvous::lead_with(serving, me, *workers, secret, options.join_timeout, &options.control)?;
-            (membership, Control::Leader(Arc::new(session)), Some(listener))
+            let led = listener.try_clone().map_err(|e| io("cluster.control_bind", &e)).and_then(|serving| {
+                rendezvous::lead_with(serving, me, *workers, secret, options.join_timeout, &options.control)
+            });
+            match led {
+                Ok((membership, session)) => (membership, Control::Leader(Arc::new(session)), Some(listener)),
+                Err(error) => {
+                    // The cluster did not form (workers missing at --join-timeout, a stop):
+                    // the store's lease, taken in prepare, is given back, so the next run
+                    // (on any host) finds the store free.
+                    if let Some(Err(released)) = recovered.map(|r| r.lease.release()) {
+                        tracing::warn!(error = %released, "the store's lease could not be released");
+                    }
+                    return Err(error);
+                }
+            }
         }
         (ClusterRole::Join { leader }, _) => {
             let (membership, session) = join_retrying(leader, me, options)?;
