@@ -689,6 +689,20 @@ fn two_workers_join_what_one_worker_with_two_threads_joins() {
     assert_eq!(cluster_output(NEXMARK_JOIN, &[1, 1], &[]), solo);
 }
 
+/// Sends SIGTERM to the `stopped` worker ("leader" or "joiner") and checks that both
+/// then drain and exit 0; returns each one's stderr and both together for messages.
+fn stop_one_of(stopped: &str, leader: Worker, joiner: Worker) -> (String, String, String) {
+    let target = if stopped == "leader" { &leader } else { &joiner };
+    let status = std::process::Command::new("kill").args(["-TERM", &target.child.id().to_string()]).status();
+    assert!(status.expect("kill").success());
+    let (leader_code, leader_seen) = leader.finish();
+    let (joiner_code, joiner_seen) = joiner.finish();
+    let both = format!("{stopped} stopped\nleader:\n{leader_seen}\njoiner:\n{joiner_seen}");
+    assert_eq!((leader_code, joiner_code), (Some(0), Some(0)), "{both}");
+    assert!(leader_seen.contains("stopped and drained") && joiner_seen.contains("stopped and drained"), "{both}");
+    (leader_seen, joiner_seen, both)
+}
+
 /// A stop of a checkpointed cluster, asked of either worker: every worker takes the final
 /// checkpoint and leaves cleanly (its drivers exit without ending their outputs, so the
 /// links are closed rather than drained; a drain waited out the shutdown timeout and
@@ -711,14 +725,7 @@ fn a_stopped_checkpointed_cluster_exits_cleanly_on_every_worker() {
         let (mut leader, mut joiner) = start_pair(&leading, "", &joining, "");
         leader.until("running pipeline");
         joiner.until("running pipeline");
-        let target = if stopped == "leader" { &leader } else { &joiner };
-        let status = std::process::Command::new("kill").args(["-TERM", &target.child.id().to_string()]).status();
-        assert!(status.expect("kill").success());
-        let (leader_code, leader_seen) = leader.finish();
-        let (joiner_code, joiner_seen) = joiner.finish();
-        let both = format!("{stopped} stopped\nleader:\n{leader_seen}\njoiner:\n{joiner_seen}");
-        assert_eq!((leader_code, joiner_code), (Some(0), Some(0)), "{both}");
-        assert!(leader_seen.contains("stopped and drained") && joiner_seen.contains("stopped and drained"), "{both}");
+        let (leader_seen, joiner_seen, both) = stop_one_of(stopped, leader, joiner);
         // The leader publishes (it knows the sizes); the joiner only committed.
         assert!(leader_seen.contains(" published (last epoch "), "{both}");
         assert!(joiner_seen.contains(" committed as the leader published them (last epoch "), "{both}");
@@ -733,14 +740,7 @@ fn a_stopped_checkpointed_cluster_exits_cleanly_on_every_worker() {
 fn a_stop_asked_of_any_worker_drains_the_whole_cluster() {
     for stopped in ["joiner", "leader"] {
         let (_leading, _joining, leader, joiner) = running_pair();
-        let target = if stopped == "leader" { &leader } else { &joiner };
-        let status = std::process::Command::new("kill").args(["-TERM", &target.child.id().to_string()]).status();
-        assert!(status.expect("kill").success());
-        let (leader_code, leader_seen) = leader.finish();
-        let (joiner_code, joiner_seen) = joiner.finish();
-        let both = format!("{stopped} stopped\nleader:\n{leader_seen}\njoiner:\n{joiner_seen}");
-        assert_eq!((leader_code, joiner_code), (Some(0), Some(0)), "{both}");
-        assert!(leader_seen.contains("stopped and drained") && joiner_seen.contains("stopped and drained"), "{both}");
+        stop_one_of(stopped, leader, joiner);
     }
 }
 
