@@ -12,10 +12,10 @@ use toml_edit::{InlineTable, Item, Key, Table, Value};
 
 use crate::error::{ConfigError, Located, Position};
 
-/// The longest duration any setting or flag takes: ten years. Every wait computes a
-/// deadline as now plus a duration, which must stay representable; no real timeout or
-/// interval comes near this.
-pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+/// The longest duration any setting or flag takes: ten years as the parser counts them
+/// (`"10years"`, 365.25 days each). Every wait computes a deadline as now plus a
+/// duration, which must stay representable; no real timeout or interval comes near this.
+pub const MAX_DURATION: Duration = Duration::from_secs(3_652 * 24 * 60 * 60 + 12 * 60 * 60);
 
 /// Parses a humantime duration (`"30s"`, `"1m"`, `"500ms"`, `"2h 30m"`) of at most
 /// [`MAX_DURATION`]; the error says why not (clap prints it as a flag's error).
