@@ -1,0 +1,142 @@
+//! Keyed state as sorted runs: the layer between operators and the checkpoint store.
+//!
+//! Every stateful operator's state is, for checkpoints, a table of records keyed by
+//! `(vnode, key)`: the vnode its key hashes to (so state moves between threads and
+//! workers by vnode ranges) and key bytes of the operator's own layout. A checkpoint
+//! writes what changed since the previous one as a **run**: an immutable file of
+//! records sorted by `(vnode, key)`, each a put (the key's whole value now), a delete, or
+//! a range delete (every key of the vnode from `start` to `end`, as a window that closes
+//! drops all its groups). A run is written once and named by every later manifest that
+//! still needs it; a key's value is the one in the newest run that mentions it.
+//!
+//! - [`StateSink`]: what an operator's snapshot writes into ([`RunWriter`] implements it);
+//!   [`StateSource`]: what a restore reads, the merged live records of a vnode range.
+//! - [`run`]: the run file's encoding (versioned, specified in full there, pinned by
+//!   golden vectors) and its writer; [`read`]: its index and blocks, every byte checked.
+//! - [`merge`]: runs merged, newest winning, for a restore or a compaction.
+//! - [`compact`]: which runs of a vnode range to merge, so that a range keeps few runs
+//!   while the bytes rewritten stay a small multiple of the bytes changed.
+//!
+//! Layer: depends only on `sluice-types`; the runtime's snapshot contract, the operators
+//! and the engine's checkpointer use it. It knows nothing of object stores: a run is read
+//! through [`RunSource`] (a local file, bytes, or whatever the caller adapts).
+
+pub mod compact;
+pub mod merge;
+pub mod read;
+pub mod run;
+mod varint;
+
+pub use merge::{Merge, MergeMode};
+pub use read::{RunIndex, RunSource};
+pub use run::{RUN_FORMAT_VERSION, RunWriter, WrittenRun};
+
+use sluice_types::SluiceError;
+
+/// The records of one snapshot, written in order: vnodes ascending; within a vnode its
+/// range deletes first (ascending by start), then its puts and deletes (keys strictly
+/// ascending). A writer asserts the order: it is the operator's contract, not input.
+pub trait StateSink {
+    /// Every key `k` of `vnode` with `start <= k < end` is gone (in the runs older than
+    /// this one; a put of this snapshot in that range stands).
+    fn delete_range(&mut self, vnode: u32, start: &[u8], end: &[u8]) -> Result<(), SluiceError>;
+
+    /// `key` of `vnode` has the value `value` now.
+    fn put(&mut self, vnode: u32, key: &[u8], value: &[u8]) -> Result<(), SluiceError>;
+
+    /// `key` of `vnode` is gone.
+    fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), SluiceError>;
+}
+
+/// One live record of a restore: a key and its value, in `(vnode, key)` order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub vnode: u32,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// The live records of a restore, in `(vnode, key)` order, each key once.
+pub trait StateSource {
+    /// The next record, or `None` at the end.
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, SluiceError>;
+}
+
+/// No state: a source that ends at once (a fresh start).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoState;
+
+impl StateSource for NoState {
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, SluiceError> {
+        Ok(None)
+    }
+}
+
+/// Records held in memory, for tests and small states: `(vnode, key, value)`, sorted
+/// and deduplicated when built.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryState {
+    records: Vec<(u32, Vec<u8>, Vec<u8>)>,
+    next: usize,
+}
+
+impl MemoryState {
+    pub fn new(mut records: Vec<(u32, Vec<u8>, Vec<u8>)>) -> MemoryState {
+        records.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        records.dedup_by(|later, earlier| (later.0, &later.1) == (earlier.0, &earlier.1));
+        MemoryState { records, next: 0 }
+    }
+}
+
+impl StateSource for MemoryState {
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, SluiceError> {
+        let Some((vnode, key, value)) = self.records.get(self.next) else { return Ok(None) };
+        self.next += 1;
+        Ok(Some(Record { vnode: *vnode, key, value }))
+    }
+}
+
+/// Collects a snapshot's records in memory (tests; operators' own unit tests check what
+/// a snapshot writes without a file). Checks the [`StateSink`] order as a run writer does.
+#[derive(Debug, Default, Clone)]
+pub struct CollectedState {
+    pub ranges: Vec<(u32, Vec<u8>, Vec<u8>)>,
+    /// `(vnode, key, Some(value))` for a put, `None` for a delete.
+    pub points: Vec<(u32, Vec<u8>, Option<Vec<u8>>)>,
+    order: run::OrderCheck,
+}
+
+impl CollectedState {
+    /// The puts, as a restore of this snapshot alone would read them.
+    pub fn into_source(self) -> MemoryState {
+        let records = self.points.into_iter().filter_map(|(vnode, key, value)| Some((vnode, key, value?))).collect();
+        MemoryState::new(records)
+    }
+}
+
+impl StateSink for CollectedState {
+    fn delete_range(&mut self, vnode: u32, start: &[u8], end: &[u8]) -> Result<(), SluiceError> {
+        self.order.range(vnode, start, end);
+        self.ranges.push((vnode, start.to_vec(), end.to_vec()));
+        Ok(())
+    }
+
+    fn put(&mut self, vnode: u32, key: &[u8], value: &[u8]) -> Result<(), SluiceError> {
+        self.order.point(vnode, key);
+        self.points.push((vnode, key.to_vec(), Some(value.to_vec())));
+        Ok(())
+    }
+
+    fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), SluiceError> {
+        self.order.point(vnode, key);
+        self.points.push((vnode, key.to_vec(), None));
+        Ok(())
+    }
+}
+
+/// The error of a damaged run: named, with the fix, never a panic.
+pub(crate) fn damaged(source: &str, problem: impl std::fmt::Display) -> SluiceError {
+    SluiceError::external("state.run_damaged", format!("state run {source}: {problem}"))
+        .with_kind(sluice_types::ErrorKind::DamagedObject)
+        .with_fix("the file was changed or truncated after it was written: restore from an older checkpoint (`sluice checkpoints verify` names the damaged ones)")
+}

@@ -1,0 +1,353 @@
+//! Runs merged into one ordered sequence of records: what a restore reads and what a
+//! compaction writes.
+//!
+//! The runs are given oldest first. For each key, the newest run that mentions it
+//! decides: its put is the value, its delete removes it; and a range delete of a run
+//! hides every key it covers in the runs older than it (never in its own run or newer
+//! ones: a run applies its range deletes before its puts, `crate::run`).
+//!
+//! Memory: one block per run being merged, and each run's range deletes of the current
+//! vnode (few: a window operator's closed windows since the previous checkpoint). Every
+//! block is read when the merge reaches it, checked (checksum, tags, lengths, order), and
+//! dropped when the merge leaves it.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use sluice_types::SluiceError;
+
+use crate::read::{BlockInfo, Entry, RunIndex, RunSource, decode_entry, decode_raw, read_block};
+use crate::{Record, StateSink, StateSource, damaged};
+
+/// What a merge yields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeMode {
+    /// Only live puts: a restore, or a compaction of every run of a range (nothing older
+    /// is left for a delete to hide).
+    Live,
+    /// Puts, deletes and range deletes: a compaction of the newest runs of a range, whose
+    /// deletes must still hide keys of the older runs left out of it.
+    KeepDeletes,
+}
+
+/// A run to merge: where its bytes are and its index.
+#[derive(Clone)]
+pub struct MergeInput {
+    pub source: Arc<dyn RunSource>,
+    pub index: Arc<RunIndex>,
+}
+
+impl std::fmt::Debug for MergeInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MergeInput").field("source", &self.source.name()).finish()
+    }
+}
+
+impl MergeInput {
+    /// Opens `source`, reading and checking its index.
+    pub fn open(source: Arc<dyn RunSource>) -> Result<MergeInput, SluiceError> {
+        let index = Arc::new(RunIndex::read(&*source)?);
+        Ok(MergeInput { source, index })
+    }
+}
+
+/// One run's puts and deletes of the current vnode, one block at a time.
+struct Cursor {
+    input: usize,
+    blocks: Vec<BlockInfo>,
+    next_block: usize,
+    block: Vec<u8>,
+    /// Where the next entry starts in `block`, and the entries left in it.
+    at: usize,
+    left: u64,
+    /// The current entry: its key and, for a put, its value, as ranges of `block`.
+    key: Range<usize>,
+    value: Option<Range<usize>>,
+    /// The key before the current one (the order is checked across blocks), once there is one.
+    previous: Option<Vec<u8>>,
+    current: bool,
+}
+
+impl Cursor {
+    fn new(input: usize, blocks: Vec<BlockInfo>) -> Cursor {
+        let (key, value, previous) = (0..0, None, None);
+        Cursor { input, blocks, next_block: 0, block: Vec::new(), at: 0, left: 0, key, value, previous, current: false }
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.block[self.key.clone()]
+    }
+
+    /// Moves to the next entry, reading the next block when this one is done; `current`
+    /// is false at the end.
+    fn advance(&mut self, source: &dyn RunSource) -> Result<(), SluiceError> {
+        if self.current {
+            let previous = self.previous.get_or_insert_with(Vec::new);
+            previous.clear();
+            previous.extend_from_slice(&self.block[self.key.clone()]);
+        }
+        let starts_block = self.left == 0;
+        if starts_block {
+            let Some(info) = self.blocks.get(self.next_block) else {
+                self.current = false;
+                return Ok(());
+            };
+            self.block = read_block(source, info)?;
+            (self.at, self.left) = (0, info.entries);
+            self.next_block += 1;
+        }
+        let info = &self.blocks[self.next_block - 1];
+        let damaged_here = |problem: String| {
+            damaged(source.name(), format!("the block of vnode {} at {}: {problem}", info.vnode, info.offset))
+        };
+        let entry = decode_raw(&self.block, &mut self.at, false).map_err(damaged_here)?;
+        self.left -= 1;
+        let key = &self.block[entry.key.clone()];
+        if starts_block && key != info.first_key.as_slice() {
+            return Err(damaged_here("it does not start at its index's key".to_string()));
+        }
+        if self.previous.as_deref().is_some_and(|previous| previous >= key) {
+            return Err(damaged_here("its keys are out of order".to_string()));
+        }
+        if (self.left == 0) != (self.at == self.block.len()) {
+            return Err(damaged_here("its entries do not match its index".to_string()));
+        }
+        (self.key, self.value, self.current) = (entry.key, entry.tail, true);
+        Ok(())
+    }
+}
+
+/// A run's range deletes of one vnode, as sorted disjoint intervals (to test a key).
+#[derive(Default)]
+struct Ranges {
+    union: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Ranges {
+    fn covers(&self, key: &[u8]) -> bool {
+        // The last interval starting at or below `key`.
+        let after = self.union.partition_point(|(start, _)| start.as_slice() <= key);
+        after > 0 && key < self.union[after - 1].1.as_slice()
+    }
+}
+
+/// The merge of one vnode.
+struct VnodeMerge {
+    vnode: u32,
+    cursors: Vec<Cursor>,
+    /// Per input, its range deletes of this vnode.
+    ranges: Vec<Ranges>,
+    /// Range deletes still to yield ([`MergeMode::KeepDeletes`]), in order.
+    pending_ranges: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
+    /// The cursors at the key yielded last, to advance before the next.
+    consumed: Vec<usize>,
+}
+
+/// Runs merged (see the module doc). Implements [`StateSource`] for [`MergeMode::Live`].
+pub struct Merge {
+    inputs: Vec<MergeInput>,
+    vnodes: std::vec::IntoIter<u32>,
+    current: Option<VnodeMerge>,
+    mode: MergeMode,
+    /// The range being yielded ([`MergeMode::KeepDeletes`]).
+    range: (Vec<u8>, Vec<u8>),
+}
+
+impl std::fmt::Debug for Merge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Merge").field("inputs", &self.inputs).field("mode", &self.mode).finish_non_exhaustive()
+    }
+}
+
+/// What one step of a merge came to.
+enum Step {
+    Again,
+    End,
+    /// `Merge::range` is the next item.
+    Range,
+    /// The current entry of this cursor is.
+    Point(usize),
+}
+
+/// One item of a merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merged<'a> {
+    Put { vnode: u32, key: &'a [u8], value: &'a [u8] },
+    Delete { vnode: u32, key: &'a [u8] },
+    Range { vnode: u32, start: &'a [u8], end: &'a [u8] },
+}
+
+impl Merge {
+    /// The records of the vnodes in `vnodes` of `inputs` (oldest first).
+    pub fn new(inputs: Vec<MergeInput>, vnodes: Range<u32>, mode: MergeMode) -> Merge {
+        let mut present: Vec<u32> = inputs
+            .iter()
+            .flat_map(|input| input.index.vnodes().filter(|vnode| vnodes.contains(vnode)).collect::<Vec<_>>())
+            .collect();
+        present.sort_unstable();
+        present.dedup();
+        Merge { inputs, vnodes: present.into_iter(), current: None, mode, range: Default::default() }
+    }
+
+    fn open_vnode(&mut self, vnode: u32) -> Result<VnodeMerge, SluiceError> {
+        let mut cursors = Vec::new();
+        let mut ranges = Vec::with_capacity(self.inputs.len());
+        let mut all_ranges = Vec::new();
+        for (number, input) in self.inputs.iter().enumerate() {
+            let blocks = input.index.vnode_blocks(vnode);
+            let split = blocks.partition_point(|block| block.ranges);
+            let mut written = Vec::new();
+            for info in &blocks[..split] {
+                let block = read_block(&*input.source, info)?;
+                let mut at = 0;
+                for _ in 0..info.entries {
+                    match decode_entry(&block, &mut at, true)
+                        .map_err(|problem| damaged(input.source.name(), problem))?
+                    {
+                        Entry::Range { start, end } => written.push((start.to_vec(), end.to_vec())),
+                        Entry::Put { .. } | Entry::Delete { .. } => {
+                            unreachable!("decode_entry refuses points in a block of ranges")
+                        }
+                    }
+                }
+                if at != block.len() {
+                    return Err(damaged(
+                        input.source.name(),
+                        format!("the range block of vnode {vnode} at {} does not match its index", info.offset),
+                    ));
+                }
+            }
+            if written.windows(2).any(|pair| pair[0].0 > pair[1].0)
+                || written.first().is_some_and(|(start, _)| Some(start) != blocks.first().map(|b| &b.first_key))
+            {
+                return Err(damaged(
+                    input.source.name(),
+                    format!("the range deletes of vnode {vnode} are out of order"),
+                ));
+            }
+            if self.mode == MergeMode::KeepDeletes {
+                all_ranges.extend(written.iter().cloned());
+            }
+            ranges.push(Ranges { union: union(&written) });
+            if split < blocks.len() {
+                let mut cursor = Cursor::new(number, blocks[split..].to_vec());
+                cursor.advance(&*input.source)?;
+                cursors.push(cursor);
+            }
+        }
+        all_ranges.sort();
+        Ok(VnodeMerge { vnode, cursors, ranges, pending_ranges: all_ranges.into_iter(), consumed: Vec::new() })
+    }
+
+    /// The next item, or `None` at the end.
+    pub fn next_merged(&mut self) -> Result<Option<Merged<'_>>, SluiceError> {
+        let step = loop {
+            match self.step()? {
+                Step::Again => continue,
+                step => break step,
+            }
+        };
+        let current = self.current.as_ref();
+        Ok(match step {
+            Step::Again | Step::End => None,
+            Step::Range => {
+                let vnode = current.expect("a vnode is open").vnode;
+                Some(Merged::Range { vnode, start: &self.range.0, end: &self.range.1 })
+            }
+            Step::Point(winner) => {
+                let current = current.expect("a vnode is open");
+                let cursor = &current.cursors[winner];
+                let key = &cursor.block[cursor.key.clone()];
+                Some(match &cursor.value {
+                    Some(value) => Merged::Put { vnode: current.vnode, key, value: &cursor.block[value.clone()] },
+                    None => Merged::Delete { vnode: current.vnode, key },
+                })
+            }
+        })
+    }
+
+    /// Moves the merge on by one item, or one step toward it.
+    fn step(&mut self) -> Result<Step, SluiceError> {
+        let Some(current) = &mut self.current else {
+            let Some(vnode) = self.vnodes.next() else { return Ok(Step::End) };
+            self.current = Some(self.open_vnode(vnode)?);
+            return Ok(Step::Again);
+        };
+        if let Some(range) = current.pending_ranges.next() {
+            self.range = range;
+            return Ok(Step::Range);
+        }
+        for &number in &current.consumed {
+            let cursor = &mut current.cursors[number];
+            cursor.advance(&*self.inputs[cursor.input].source)?;
+        }
+        current.consumed.clear();
+        current.cursors.retain(|cursor| cursor.current);
+        if current.cursors.is_empty() {
+            self.current = None;
+            return Ok(Step::Again);
+        }
+        // The smallest key; among equal keys the newest input's entry.
+        let mut winner = 0;
+        for (number, cursor) in current.cursors.iter().enumerate().skip(1) {
+            let best = &current.cursors[winner];
+            match cursor.key().cmp(best.key()) {
+                std::cmp::Ordering::Less => winner = number,
+                std::cmp::Ordering::Equal if cursor.input > best.input => winner = number,
+                _ => {}
+            }
+        }
+        let key = current.cursors[winner].key();
+        current.consumed.extend(current.cursors.iter().enumerate().filter(|(_, c)| c.key() == key).map(|(n, _)| n));
+        let cursor = &current.cursors[winner];
+        // Hidden by a newer run's range delete: gone (and when deletes are kept, that
+        // range delete is yielded too, so nothing needs saying).
+        let hidden = current.ranges[cursor.input + 1..].iter().any(|ranges| ranges.covers(key));
+        let deleted = cursor.value.is_none() && self.mode == MergeMode::Live;
+        Ok(if hidden || deleted { Step::Again } else { Step::Point(winner) })
+    }
+
+    /// Writes every item into `sink` (a compaction's output run).
+    pub fn write_into(&mut self, sink: &mut dyn StateSink) -> Result<u64, SluiceError> {
+        let mut items = 0;
+        while let Some(item) = self.next_merged()? {
+            items += 1;
+            match item {
+                Merged::Put { vnode, key, value } => sink.put(vnode, key, value)?,
+                Merged::Delete { vnode, key } => sink.delete(vnode, key)?,
+                Merged::Range { vnode, start, end } => sink.delete_range(vnode, start, end)?,
+            }
+        }
+        Ok(items)
+    }
+}
+
+impl StateSource for Merge {
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, SluiceError> {
+        assert_eq!(self.mode, MergeMode::Live, "a restore reads live records only");
+        match self.next_merged()? {
+            Some(Merged::Put { vnode, key, value }) => Ok(Some(Record { vnode, key, value })),
+            Some(other) => unreachable!("a live merge yields puts only, not {other:?}"),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Sorted, possibly overlapping ranges as sorted disjoint intervals.
+fn union(ranges: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut union: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match union.last_mut() {
+            Some((_, last_end)) if start <= last_end => {
+                if end > last_end {
+                    *last_end = end.clone();
+                }
+            }
+            _ => union.push((start.clone(), end.clone())),
+        }
+    }
+    union
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,157 @@
+//! Merging against a model: runs of random puts, deletes and range deletes, applied one
+//! after another to a map, must read back as the map; and so must the runs after any
+//! compaction of any of their suffixes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::read::BytesSource;
+use crate::run::RunWriter;
+
+/// One vnode's operations in a run: range deletes, then points (`None`: delete).
+type VnodeOps = (Vec<(Vec<u8>, Vec<u8>)>, BTreeMap<Vec<u8>, Option<Vec<u8>>>);
+
+/// One run's operations, by vnode.
+#[derive(Debug, Clone)]
+struct RunOps {
+    vnodes: BTreeMap<u32, VnodeOps>,
+}
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(0u8..4, 0..3)
+}
+
+fn run_ops() -> impl Strategy<Value = RunOps> {
+    let ranges = proptest::collection::vec((key(), key()), 0..2).prop_map(|pairs| {
+        let mut ranges: Vec<_> = pairs.into_iter().filter(|(a, b)| a < b).collect();
+        ranges.sort();
+        ranges
+    });
+    let points = proptest::collection::btree_map(
+        key(),
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..3)),
+        0..6,
+    );
+    proptest::collection::btree_map(0u32..3, (ranges, points), 0..3).prop_map(|vnodes| RunOps { vnodes })
+}
+
+fn write_run(ops: &RunOps, block_bytes: usize) -> MergeInput {
+    let mut writer = RunWriter::with_block_bytes(Vec::new(), block_bytes).expect("a writer");
+    for (vnode, (ranges, points)) in &ops.vnodes {
+        for (start, end) in ranges {
+            writer.delete_range(*vnode, start, end).expect("range");
+        }
+        for (key, value) in points {
+            match value {
+                Some(value) => writer.put(*vnode, key, value).expect("put"),
+                None => writer.delete(*vnode, key).expect("delete"),
+            }
+        }
+    }
+    let (_, bytes) = writer.finish().expect("finished");
+    MergeInput::open(Arc::new(BytesSource { name: "run".into(), bytes })).expect("opens")
+}
+
+type Model = BTreeMap<(u32, Vec<u8>), Vec<u8>>;
+
+fn apply(model: &mut Model, ops: &RunOps) {
+    for (vnode, (ranges, points)) in &ops.vnodes {
+        for (start, end) in ranges {
+            model.retain(|(v, k), _| !(v == vnode && start <= k && k < end));
+        }
+        for (key, value) in points {
+            match value {
+                Some(value) => model.insert((*vnode, key.clone()), value.clone()),
+                None => model.remove(&(*vnode, key.clone())),
+            };
+        }
+    }
+}
+
+fn read_live(inputs: Vec<MergeInput>, vnodes: Range<u32>) -> Model {
+    let mut merge = Merge::new(inputs, vnodes, MergeMode::Live);
+    let mut read = Model::new();
+    let mut last: Option<(u32, Vec<u8>)> = None;
+    while let Some(record) = merge.next_record().expect("merges") {
+        let at = (record.vnode, record.key.to_vec());
+        assert!(last.as_ref() < Some(&at), "records come in order, each key once");
+        read.insert(at.clone(), record.value.to_vec());
+        last = Some(at);
+    }
+    read
+}
+
+fn compact(inputs: Vec<MergeInput>, mode: MergeMode, block_bytes: usize) -> MergeInput {
+    let mut writer = RunWriter::with_block_bytes(Vec::new(), block_bytes).expect("a writer");
+    Merge::new(inputs, 0..u32::MAX, mode).write_into(&mut writer).expect("merges");
+    let (_, bytes) = writer.finish().expect("finished");
+    MergeInput::open(Arc::new(BytesSource { name: "merged".into(), bytes })).expect("opens")
+}
+
+proptest! {
+    #[test]
+    fn a_merge_reads_what_the_runs_applied_in_order_leave(
+        runs in proptest::collection::vec(run_ops(), 1..6),
+        block_bytes in 1usize..40,
+        split in 0usize..6,
+    ) {
+        let mut model = Model::new();
+        runs.iter().for_each(|ops| apply(&mut model, ops));
+        let inputs: Vec<MergeInput> = runs.iter().map(|ops| write_run(ops, block_bytes)).collect();
+        prop_assert_eq!(&read_live(inputs.clone(), 0..u32::MAX), &model);
+
+        // Only some vnodes.
+        let some: Model = model.iter().filter(|((v, _), _)| *v >= 1).map(|(k, v)| (k.clone(), v.clone())).collect();
+        prop_assert_eq!(&read_live(inputs.clone(), 1..3), &some);
+
+        // The newest runs merged into one, deletes kept: the same state.
+        let split = split % inputs.len();
+        let mut compacted = inputs[..split].to_vec();
+        compacted.push(compact(inputs[split..].to_vec(), MergeMode::KeepDeletes, block_bytes));
+        prop_assert_eq!(&read_live(compacted, 0..u32::MAX), &model);
+
+        // Everything merged into one: the same state, live records only.
+        let full = compact(inputs, MergeMode::Live, block_bytes);
+        prop_assert_eq!(&read_live(vec![full.clone()], 0..u32::MAX), &model);
+        prop_assert_eq!(full.index.blocks.iter().filter(|b| b.ranges).count(), 0);
+    }
+}
+
+#[test]
+fn a_range_delete_hides_older_runs_only() {
+    let mut old = RunOps { vnodes: BTreeMap::new() };
+    old.vnodes.insert(0, (vec![], [(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), Some(b"2".to_vec()))].into()));
+    let mut new = RunOps { vnodes: BTreeMap::new() };
+    new.vnodes.insert(0, (vec![(b"a".to_vec(), b"z".to_vec())], [(b"b".to_vec(), Some(b"3".to_vec()))].into()));
+    let read = read_live(vec![write_run(&old, 64), write_run(&new, 64)], 0..1);
+    assert_eq!(read, Model::from([((0, b"b".to_vec()), b"3".to_vec())]));
+}
+
+#[test]
+fn a_damaged_block_is_named_when_the_merge_reaches_it() {
+    let mut ops = RunOps { vnodes: BTreeMap::new() };
+    ops.vnodes.insert(0, (vec![], (0u8..50).map(|k| (vec![k], Some(vec![k; 10]))).collect()));
+    let input = write_run(&ops, 64);
+    let mut bytes = BytesSource { name: "x".into(), bytes: Vec::new() };
+    // Damage the last block: the merge reads records until it reaches it.
+    let last = input.index.blocks.last().expect("blocks").clone();
+    let source = input.source.read_at(0, input.source.size() as usize).expect("bytes");
+    bytes.bytes = source;
+    bytes.bytes[last.offset as usize] ^= 0xff;
+    let damaged = MergeInput::open(Arc::new(bytes)).expect("the index is intact");
+    let mut merge = Merge::new(vec![damaged], 0..1, MergeMode::Live);
+    let mut read = 0;
+    let error = loop {
+        match merge.next_record() {
+            Ok(Some(_)) => read += 1,
+            Ok(None) => panic!("the damage went unnoticed"),
+            Err(error) => break error,
+        }
+    };
+    assert!(read > 0, "records before the damaged block are read");
+    assert_eq!(error.code, "state.run_damaged");
+    assert!(error.message.contains("vnode 0"), "{}", error.message);
+}

@@ -1,0 +1,305 @@
+//! The run file: one snapshot's records (or a compaction's), sorted by `(vnode, key)`,
+//! in blocks of one vnode each, with an index at the end.
+//!
+//! # Encoding, format version 1
+//!
+//! This section is the complete specification; the golden vector in `run/tests.rs` pins
+//! it, and a change of these bytes needs a new version.
+//!
+//! Integers marked `u32`/`u64` are little-endian; a varint is unsigned LEB128 as in the
+//! manifest (7 bits a byte, least significant group first, high bit set on every byte
+//! but the last, always the shortest form).
+//!
+//! ```text
+//! header   magic: ASCII "SLUICERN" (53 4c 55 49 43 45 52 4e), version: u32 (01 00 00 00)
+//! blocks   one after another, from offset 12 to the index
+//! index    count: varint, then per block, in file order:
+//!            vnode: varint, offset: varint, length: varint, entries: varint,
+//!            kind: u8 (0: puts and deletes, 1: range deletes),
+//!            checksum: u32 (CRC-32 of the block's bytes), first key: varint length + bytes
+//! footer   index offset: u64, index length: u64, index checksum: u32 (CRC-32 of the
+//!          index), version: u32 (01 00 00 00), magic: "SLUICERN"   (32 bytes)
+//! ```
+//!
+//! A block holds the entries of one vnode and one kind, each entry:
+//!
+//! ```text
+//! tag: u8        0 put, 1 delete, 2 range delete
+//! key: varint length + bytes      (a range delete's start)
+//! tag 0: value: varint length + bytes
+//! tag 2: end: varint length + bytes  (exclusive; above the start)
+//! ```
+//!
+//! A block of kind 0 holds tags 0 and 1 only, of kind 1 tag 2 only. Blocks are ordered by
+//! vnode; a vnode's range-delete blocks come before its other blocks; range deletes are
+//! ordered by start (non-decreasing), puts and deletes by key (strictly increasing, across
+//! the vnode's blocks). A block ends once it holds at least [`BLOCK_BYTES`] (so one
+//! entry larger than that is a block of its own). The CRC-32 is zlib's (reflected
+//! polynomial `0xEDB88320`), as the manifest's.
+//!
+//! Meaning: a run applies to the state of the runs before it its range deletes first,
+//! then its puts and deletes. So a range delete never hides a put of its own run.
+//!
+//! A reader checks everything before trusting it (`crate::read`): the footer and the
+//! index's checksum, that the blocks tile the bytes between header and index exactly,
+//! in order, each block's checksum when it is read, and the order of its entries.
+
+use std::io::Write;
+
+use sluice_types::SluiceError;
+
+use crate::{StateSink, varint};
+
+/// The run encoding this build writes and reads.
+pub const RUN_FORMAT_VERSION: u32 = 1;
+/// The first and last 8 bytes of a run.
+pub const MAGIC: &[u8; 8] = b"SLUICERN";
+/// The bytes before the first block.
+pub const HEADER_BYTES: u64 = 12;
+/// The bytes of the footer.
+pub const FOOTER_BYTES: u64 = 32;
+/// A block ends once it holds this many bytes.
+pub const BLOCK_BYTES: usize = 64 * 1024;
+
+pub(crate) const TAG_PUT: u8 = 0;
+pub(crate) const TAG_DELETE: u8 = 1;
+pub(crate) const TAG_RANGE: u8 = 2;
+pub(crate) const KIND_POINTS: u8 = 0;
+pub(crate) const KIND_RANGES: u8 = 1;
+
+/// What a finished run is: its size and checksum as a store names it, and its extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrittenRun {
+    pub bytes: u64,
+    /// CRC-32 of the whole file.
+    pub checksum: u32,
+    pub entries: u64,
+    pub blocks: u64,
+}
+
+/// The [`crate::StateSink`] order, asserted: a snapshot that breaks it is a bug.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct OrderCheck {
+    /// The vnode written last, whether its points began, and its last key or range start.
+    last: Option<(u32, bool, Vec<u8>)>,
+}
+
+impl OrderCheck {
+    pub(crate) fn range(&mut self, vnode: u32, start: &[u8], end: &[u8]) {
+        assert!(start < end, "a range delete of vnode {vnode} ends above its start");
+        match &mut self.last {
+            Some((last, points, previous)) if *last == vnode => {
+                assert!(!*points, "vnode {vnode}'s range deletes come before its puts and deletes");
+                assert!(previous.as_slice() <= start, "vnode {vnode}'s range deletes come in order of their starts");
+                previous.clear();
+                previous.extend_from_slice(start);
+            }
+            last => {
+                assert!(last.as_ref().is_none_or(|(done, _, _)| *done < vnode), "vnodes come in ascending order");
+                *last = Some((vnode, false, start.to_vec()));
+            }
+        }
+    }
+
+    pub(crate) fn point(&mut self, vnode: u32, key: &[u8]) {
+        match &mut self.last {
+            Some((last, points, previous)) if *last == vnode => {
+                assert!(!*points || previous.as_slice() < key, "vnode {vnode}'s keys come strictly ascending");
+                *points = true;
+                previous.clear();
+                previous.extend_from_slice(key);
+            }
+            last => {
+                assert!(last.as_ref().is_none_or(|(done, _, _)| *done < vnode), "vnodes come in ascending order");
+                *last = Some((vnode, true, key.to_vec()));
+            }
+        }
+    }
+}
+
+/// The block being filled.
+#[derive(Debug, Default)]
+struct OpenBlock {
+    bytes: Vec<u8>,
+    vnode: u32,
+    kind: u8,
+    entries: u64,
+    first_key: Vec<u8>,
+}
+
+/// Writes a run to `out` as its records arrive, holding one block and the index in
+/// memory (about 30 bytes and a key per 64 KiB block).
+pub struct RunWriter<W: Write> {
+    out: W,
+    /// Bytes written to `out` so far, and their CRC-32.
+    written: u64,
+    hasher: crc32fast::Hasher,
+    block: OpenBlock,
+    block_bytes: usize,
+    index: Vec<u8>,
+    blocks: u64,
+    entries: u64,
+    order: OrderCheck,
+    /// The first write error, kept so that every later call fails too.
+    failed: bool,
+}
+
+impl<W: Write> std::fmt::Debug for RunWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunWriter").field("written", &self.written).field("blocks", &self.blocks).finish()
+    }
+}
+
+impl<W: Write> RunWriter<W> {
+    /// A run written to `out`; `name` names it in errors (its path).
+    pub fn new(out: W) -> Result<RunWriter<W>, SluiceError> {
+        RunWriter::with_block_bytes(out, BLOCK_BYTES)
+    }
+
+    /// A run whose blocks end at `block_bytes` (tests make many small blocks).
+    pub fn with_block_bytes(out: W, block_bytes: usize) -> Result<RunWriter<W>, SluiceError> {
+        assert!(block_bytes > 0, "blocks hold bytes");
+        let mut writer = RunWriter {
+            out,
+            written: 0,
+            hasher: crc32fast::Hasher::new(),
+            block: OpenBlock::default(),
+            block_bytes,
+            index: Vec::new(),
+            blocks: 0,
+            entries: 0,
+            order: OrderCheck::default(),
+            failed: false,
+        };
+        let mut header = MAGIC.to_vec();
+        header.extend_from_slice(&RUN_FORMAT_VERSION.to_le_bytes());
+        writer.emit(&header)?;
+        Ok(writer)
+    }
+
+    /// Bytes written so far (the finished run is larger by the open block, index and footer).
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Entries so far.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    fn emit(&mut self, bytes: &[u8]) -> Result<(), SluiceError> {
+        if self.failed {
+            return Err(write_failed("an earlier write failed"));
+        }
+        if let Err(error) = self.out.write_all(bytes) {
+            self.failed = true;
+            return Err(write_failed(error));
+        }
+        self.hasher.update(bytes);
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Starts a block for an entry of `vnode` and `kind` unless the open one takes it.
+    fn block_for(&mut self, vnode: u32, kind: u8, key: &[u8]) -> Result<(), SluiceError> {
+        let open = &self.block;
+        let fits = open.entries > 0 && open.vnode == vnode && open.kind == kind && open.bytes.len() < self.block_bytes;
+        if !fits {
+            self.close_block()?;
+            self.block.vnode = vnode;
+            self.block.kind = kind;
+            self.block.first_key.clear();
+            self.block.first_key.extend_from_slice(key);
+        }
+        Ok(())
+    }
+
+    fn close_block(&mut self) -> Result<(), SluiceError> {
+        if self.block.entries == 0 {
+            return Ok(());
+        }
+        let block = std::mem::take(&mut self.block);
+        let offset = self.written;
+        self.emit(&block.bytes)?;
+        varint::put(&mut self.index, u64::from(block.vnode));
+        varint::put(&mut self.index, offset);
+        varint::put(&mut self.index, block.bytes.len() as u64);
+        varint::put(&mut self.index, block.entries);
+        self.index.push(block.kind);
+        self.index.extend_from_slice(&crc32fast::hash(&block.bytes).to_le_bytes());
+        varint::put(&mut self.index, block.first_key.len() as u64);
+        self.index.extend_from_slice(&block.first_key);
+        self.blocks += 1;
+        // Keep the buffer's room for the next block.
+        self.block.bytes = block.bytes;
+        self.block.bytes.clear();
+        self.block.first_key = block.first_key;
+        Ok(())
+    }
+
+    fn add(&mut self, vnode: u32, tag: u8, key: &[u8], tail: Option<&[u8]>) -> Result<(), SluiceError> {
+        let kind = if tag == TAG_RANGE { KIND_RANGES } else { KIND_POINTS };
+        self.block_for(vnode, kind, key)?;
+        let bytes = &mut self.block.bytes;
+        bytes.push(tag);
+        varint::put(bytes, key.len() as u64);
+        bytes.extend_from_slice(key);
+        if let Some(tail) = tail {
+            varint::put(bytes, tail.len() as u64);
+            bytes.extend_from_slice(tail);
+        }
+        self.block.entries += 1;
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// Ends the run: the open block, the index and the footer, then flushes `out`.
+    pub fn finish(mut self) -> Result<(WrittenRun, W), SluiceError> {
+        self.close_block()?;
+        let index_offset = self.written;
+        let mut index = Vec::with_capacity(self.index.len() + 10);
+        varint::put(&mut index, self.blocks);
+        index.extend_from_slice(&self.index);
+        self.emit(&index)?;
+        let mut footer = Vec::with_capacity(FOOTER_BYTES as usize);
+        footer.extend_from_slice(&index_offset.to_le_bytes());
+        footer.extend_from_slice(&(index.len() as u64).to_le_bytes());
+        footer.extend_from_slice(&crc32fast::hash(&index).to_le_bytes());
+        footer.extend_from_slice(&RUN_FORMAT_VERSION.to_le_bytes());
+        footer.extend_from_slice(MAGIC);
+        debug_assert_eq!(footer.len() as u64, FOOTER_BYTES);
+        self.emit(&footer)?;
+        self.out.flush().map_err(write_failed)?;
+        let run = WrittenRun {
+            bytes: self.written,
+            checksum: self.hasher.clone().finalize(),
+            entries: self.entries,
+            blocks: self.blocks,
+        };
+        Ok((run, self.out))
+    }
+}
+
+impl<W: Write> StateSink for RunWriter<W> {
+    fn delete_range(&mut self, vnode: u32, start: &[u8], end: &[u8]) -> Result<(), SluiceError> {
+        self.order.range(vnode, start, end);
+        self.add(vnode, TAG_RANGE, start, Some(end))
+    }
+
+    fn put(&mut self, vnode: u32, key: &[u8], value: &[u8]) -> Result<(), SluiceError> {
+        self.order.point(vnode, key);
+        self.add(vnode, TAG_PUT, key, Some(value))
+    }
+
+    fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), SluiceError> {
+        self.order.point(vnode, key);
+        self.add(vnode, TAG_DELETE, key, None)
+    }
+}
+
+fn write_failed(error: impl std::fmt::Display) -> SluiceError {
+    SluiceError::external("state.run_write", format!("writing a state run failed: {error}"))
+}
+
+#[cfg(test)]
+mod tests;
