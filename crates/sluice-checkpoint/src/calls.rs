@@ -119,6 +119,14 @@ impl Calls {
         bounded(call).await.map(drop).map_err(|error| self.failure("writing", relative, error))
     }
 
+    /// Starts a multipart upload of one object (see [`Upload`]).
+    pub(crate) async fn upload(&self, relative: &str) -> Result<Upload<'_>, SluiceError> {
+        let key = self.key(relative);
+        let call = self.location.store.put_multipart_opts(&key, object_store::PutMultipartOptions::default());
+        let upload = bounded(call).await.map_err(|error| self.error("writing", relative, error))?;
+        Ok(Upload { calls: self, relative: relative.to_string(), upload })
+    }
+
     /// Reads the bytes `range` of an object (`Err(actual size)` when the object ends
     /// before the range does).
     pub(crate) async fn get_range(&self, relative: &str, range: Range<u64>) -> Result<Result<Bytes, u64>, Failure> {
@@ -205,5 +213,30 @@ async fn bounded<T>(call: impl Future<Output = object_store::Result<T>>) -> obje
             store: "checkpoint",
             source: format!("no answer within {} s", CALL_TIMEOUT.as_secs()).into(),
         }),
+    }
+}
+
+/// An object written in parts, each bounded by [`CALL_TIMEOUT`]; visible, and durable, only
+/// once [`Upload::complete`] returns.
+pub(crate) struct Upload<'a> {
+    calls: &'a Calls,
+    relative: String,
+    upload: Box<dyn object_store::MultipartUpload>,
+}
+
+impl Upload<'_> {
+    pub(crate) async fn part(&mut self, bytes: Bytes) -> Result<(), SluiceError> {
+        let call = self.upload.put_part(PutPayload::from_bytes(bytes));
+        bounded(call).await.map_err(|error| self.calls.error("writing", &self.relative, error))
+    }
+
+    pub(crate) async fn complete(mut self) -> Result<(), SluiceError> {
+        let call = self.upload.complete();
+        bounded(call).await.map(drop).map_err(|error| self.calls.error("writing", &self.relative, error))
+    }
+
+    /// Gives the parts up (best effort: a store keeps no object of an upload never completed).
+    pub(crate) async fn abort(mut self) {
+        let _ = bounded(self.upload.abort()).await;
     }
 }

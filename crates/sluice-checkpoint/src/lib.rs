@@ -15,13 +15,14 @@
 //! writes a store (publishing, collecting and clearing need its lease; reading does not).
 //!
 //! ```no_run
-//! use sluice_checkpoint::{CheckpointStore, Holder, Manifest, OperatorState};
+//! use sluice_checkpoint::{CheckpointStore, Holder, Manifest, OperatorState, StateRun};
 //! # fn main() -> Result<(), sluice_types::SluiceError> {
 //! let store = CheckpointStore::open("file://./sluice-state", std::path::Path::new("."))?;
 //! let lease = store.acquire_lease(Holder::this_process("hot-items"))?;
 //! let object = store.put_object(7, "window/vnode-3", b"state".to_vec())?;
 //! let mut manifest = Manifest::new(7, "fingerprint", 256, 1_700_000_000_000);
-//! manifest.operators.push(OperatorState { id: "window".into(), vnodes: vec![(3, object)] });
+//! let run = StateRun { start: 0, end: 256, object };
+//! manifest.operators.push(OperatorState { id: "window".into(), runs: vec![run] });
 //! store.publish(&manifest)?;
 //! let (restored, warnings) = store.latest_valid()?.expect("one checkpoint");
 //! assert!(warnings.is_empty() && restored == manifest);
@@ -79,6 +80,6 @@ pub use lease::{ACQUIRE_ATTEMPTS_MAX, BrokenLease, Holder, LEASE_BYTES_MAX, LEAS
 pub use location::{BACKOFF_INITIAL, BACKOFF_MAX, CONNECT_TIMEOUT, REQUEST_TIMEOUT, RETRIES_MAX, RETRY_WINDOW};
 pub use manifest::{
     FORMAT_VERSION, MAGIC, MANIFEST_BYTES_MAX, Manifest, ObjectRef, OperatorState, SinkRecord, SinkRecords,
-    SourcePositions, decode, encode,
+    SourcePositions, StateRun, decode, encode,
 };
-pub use store::{CheckpointStore, VERIFY_CONCURRENCY};
+pub use store::{CHUNK_BYTES, CheckpointStore, VERIFY_CONCURRENCY};

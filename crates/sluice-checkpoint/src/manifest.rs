@@ -9,7 +9,7 @@
 //! another in one object (a writer packs each operator's vnodes into one object per
 //! worker: one write per operator rather than one per vnode).
 //!
-//! # Encoding, format version 4
+//! # Encoding, format version 5
 //!
 //! This section is the complete specification: a decoder can be written from it alone. The
 //! golden vectors in `manifest/tests.rs` pin it; a change of these bytes (by a change here
@@ -20,7 +20,7 @@
 //! ```text
 //! offset  bytes  content
 //! 0       8      magic: ASCII "SLUICEMF" = 53 4c 55 49 43 45 4d 46
-//! 8       4      format version, u32 little-endian: 04 00 00 00
+//! 8       4      format version, u32 little-endian: 05 00 00 00
 //! 12      n      body: the manifest in postcard (below); n = total length - 16
 //! 12+n    4      CRC-32 of the body only, u32 little-endian
 //! ```
@@ -51,7 +51,7 @@
 //!
 //! ```text
 //! Manifest
-//!   version        varint u32     equal to the frame's version (4)
+//!   version        varint u32     equal to the frame's version (5)
 //!   epoch          varint u64
 //!   fingerprint    string         the topology fingerprint
 //!   created_ms     zigzag i64     milliseconds since the Unix epoch
@@ -62,7 +62,10 @@
 //!   operators      seq of OperatorState
 //!   sinks          seq of SinkRecords
 //! SourcePositions  name: string, layout: bytes, lanes: seq of bytes (one position per lane)
-//! OperatorState    id: string, vnodes: seq of (vnode: varint u32, object: ObjectRef)
+//! OperatorState    id: string, runs: seq of StateRun
+//! StateRun         start: varint u32, end: varint u32 (the vnodes start..end the run
+//!                  serves; start < end <= vnodes), object: ObjectRef (a whole run file,
+//!                  `sluice-state`'s format)
 //! ObjectRef        path: string, offset: varint u64, size: varint u64,
 //!                  checksum: varint u32 (CRC-32 as above of the `size` bytes at `offset`)
 //! SinkRecords      name: string, records: seq of SinkRecord
@@ -70,16 +73,22 @@
 //!                  the record's bytes, for records too large to carry in the manifest)
 //! ```
 //!
+//! An operator's state is the merge of its runs: for a vnode, the runs whose range holds it,
+//! in the order listed (oldest first), the newest record of a key winning. A run may be
+//! listed more than once, for disjoint ranges (a run written by one thread, whose vnodes
+//! two threads now own), and by many manifests: a run is written once, and every later
+//! checkpoint that still needs it names it again (incremental checkpoints).
+//!
 //! Example, the golden vector of `Manifest::new(0, "", 1, 0)` (no encodings, sources,
-//! operators or sinks): frame `53 4c 55 49 43 45 4d 46 04 00 00 00`, body
-//! `04 00 00 00 01 01 00 00 00 00` (version 4, epoch 0, fingerprint "", created_ms 0,
-//! vnodes 1, lane_threads 1, four empty collections), checksum `19 32 5d 1c`.
+//! operators or sinks): frame `53 4c 55 49 43 45 4d 46 05 00 00 00`, body
+//! `05 00 00 00 01 01 00 00 00 00` (version 5, epoch 0, fingerprint "", created_ms 0,
+//! vnodes 1, lane_threads 1, four empty collections), checksum `27 59 9f f3`.
 //!
 //! ## What a decoder accepts
 //!
 //! A manifest is accepted only if all of these hold, checked in this order:
 //! 1. the magic matches (else `checkpoint.manifest_magic`), there are at least 16 bytes (else
-//!    `checkpoint.manifest_truncated`), the frame's version is [`FORMAT_VERSION`] or 2
+//!    `checkpoint.manifest_truncated`), the frame's version is [`FORMAT_VERSION`], 4 or 2
 //!    (else `checkpoint.manifest_version`, the only refusal that is not damage), and the
 //!    checksum matches (else `checkpoint.manifest_checksum`);
 //! 2. the body decodes, is consumed exactly and is canonical: every varint in its shortest
@@ -96,14 +105,20 @@
 //! - 2: adds `encodings` (after `lane_threads`) and each source's `layout` (after its name).
 //!   Its `ObjectRef` is `path: string, size: varint u64, checksum: varint u32` (a whole
 //!   object) and its `SinkRecords` are `name: string, records: seq of bytes`. A version 2
-//!   manifest is still read: it decodes to the version 4 manifest whose objects start at
-//!   offset 0 and whose records are all `Inline` (the same records), so a store written by
-//!   the previous format resumes; it is never written.
+//!   manifest is still read: it decodes as version 4 would with objects starting at
+//!   offset 0 and records all `Inline` (the same records); it is never written.
 //! - 3: two changes made side by side before they met, each called version 3 (offsets,
 //!   and stored records). Refused with `checkpoint.manifest_version`: neither was
 //!   released.
 //! - 4: adds `ObjectRef::offset` (after its path: vnodes' states packed into shared
-//!   objects) and lets a sink record be `Stored` in an object (`SinkRecord`).
+//!   objects) and lets a sink record be `Stored` in an object (`SinkRecord`). Its
+//!   `OperatorState` is `id: string, vnodes: seq of (vnode: varint u32, object: ObjectRef)`,
+//!   one blob per vnode. Still read: it decodes to the version 5 manifest whose runs are
+//!   those objects, each serving its one vnode (a restore of it is then refused by the
+//!   encodings, which changed with the state's format: `sluice checkpoints` still lists
+//!   and verifies such a store).
+//! - 5: an operator's state is a list of runs over vnode ranges (`StateRun`), named by
+//!   every manifest that needs them, instead of one object per vnode.
 //!
 //! # Correctness argument for [`decode`], which reads bytes from outside the process
 //!
@@ -115,7 +130,7 @@
 //!   rejected except with probability 2^-32.
 //! - Encoding and decoding are paired: [`encode`] asserts `decode(encode(m)) == m` (debug
 //!   builds), and the canonical-form rule makes `encode(decode(b)) == b` for every accepted
-//!   `b` of version 4 (a version 2 `b` re-encodes as version 4).
+//!   `b` of version 5 (a version 2 or 4 `b` re-encodes as version 5).
 
 use serde::{Deserialize, Serialize};
 use sluice_types::{ErrorKind, SluiceError};
@@ -125,9 +140,9 @@ use crate::frame::{self, Problem};
 use crate::layout;
 
 /// The manifest format this build writes and reads (see the module doc for the history).
-pub const FORMAT_VERSION: u32 = 4;
-/// The previous released format, still read (see the module doc).
-const PREVIOUS_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 5;
+/// The previous formats still read (see the module doc).
+const PREVIOUS_VERSIONS: [u32; 2] = [4, 2];
 /// The first bytes of every encoded manifest.
 pub const MAGIC: [u8; 8] = *b"SLUICEMF";
 /// The largest encoded manifest a store reads; larger ones are refused as damaged.
@@ -166,12 +181,28 @@ pub struct SourcePositions {
     pub lanes: Vec<Vec<u8>>,
 }
 
-/// An operator's state: one object per vnode that has state (vnodes without state are absent).
+/// An operator's state: its runs, oldest first (see the module doc).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorState {
     pub id: String,
-    /// `(vnode, object)`, ascending by vnode, each vnode at most once.
-    pub vnodes: Vec<(u32, ObjectRef)>,
+    pub runs: Vec<StateRun>,
+}
+
+/// One run of an operator's state and the vnodes it serves in this manifest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRun {
+    /// The vnodes `start..end`: a restore of any other vnode skips the run, and a record
+    /// of the run outside them is not this manifest's.
+    pub start: u32,
+    pub end: u32,
+    /// The whole run file.
+    pub object: ObjectRef,
+}
+
+impl StateRun {
+    pub fn vnodes(&self) -> std::ops::Range<u32> {
+        self.start..self.end
+    }
 }
 
 /// A sink's pre-commit records, one per writer (transaction ids, staged file names).
@@ -187,6 +218,57 @@ pub enum SinkRecord {
     Inline(Vec<u8>),
     /// In a state object (written like any other, kept and verified with the manifest).
     Stored(ObjectRef),
+}
+
+/// The body of a version 4 manifest (see the module doc), read only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct ManifestV4 {
+    version: u32,
+    epoch: u64,
+    fingerprint: String,
+    created_ms: i64,
+    vnodes: u32,
+    lane_threads: u32,
+    encodings: BTreeMap<String, u32>,
+    sources: Vec<SourcePositions>,
+    operators: Vec<OperatorStateV4>,
+    sinks: Vec<SinkRecords>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct OperatorStateV4 {
+    id: String,
+    vnodes: Vec<(u32, ObjectRef)>,
+}
+
+impl OperatorStateV4 {
+    /// Each vnode's object as a run serving that vnode.
+    fn upgrade(self) -> OperatorState {
+        let runs = self.vnodes.into_iter().map(|(vnode, object)| StateRun {
+            start: vnode,
+            end: vnode.saturating_add(1),
+            object,
+        });
+        OperatorState { id: self.id, runs: runs.collect() }
+    }
+}
+
+impl ManifestV4 {
+    /// The same manifest in the current format.
+    fn upgrade(self) -> Manifest {
+        Manifest {
+            version: FORMAT_VERSION,
+            epoch: self.epoch,
+            fingerprint: self.fingerprint,
+            created_ms: self.created_ms,
+            vnodes: self.vnodes,
+            lane_threads: self.lane_threads,
+            encodings: self.encodings,
+            sources: self.sources,
+            operators: self.operators.into_iter().map(OperatorStateV4::upgrade).collect(),
+            sinks: self.sinks,
+        }
+    }
 }
 
 /// The body of a version 2 manifest (see the module doc), read only.
@@ -227,15 +309,11 @@ struct SinkRecordsV2 {
 impl ManifestV2 {
     /// The same manifest in the current format: every object whole, every record inline.
     fn upgrade(self) -> Manifest {
-        let operators = self.operators.into_iter().map(|operator| OperatorState {
-            id: operator.id,
-            vnodes: operator
-                .vnodes
-                .into_iter()
-                .map(|(vnode, ObjectRefV2 { path, size, checksum })| {
-                    (vnode, ObjectRef { path, offset: 0, size, checksum })
-                })
-                .collect(),
+        let operators = self.operators.into_iter().map(|operator| {
+            let vnodes = operator.vnodes.into_iter().map(|(vnode, ObjectRefV2 { path, size, checksum })| {
+                (vnode, ObjectRef { path, offset: 0, size, checksum })
+            });
+            OperatorStateV4 { id: operator.id, vnodes: vnodes.collect() }.upgrade()
         });
         let sinks = self.sinks.into_iter().map(|sink| SinkRecords {
             name: sink.name,
@@ -296,11 +374,17 @@ impl Manifest {
         }
     }
 
-    /// Every state object the manifest names: the operators', then the stored sink
-    /// records'.
+    /// Every state object the manifest names: the operators' runs, then the stored sink
+    /// records'. A run listed for several ranges comes once for each.
     pub fn objects(&self) -> impl Iterator<Item = &ObjectRef> {
-        let operators = self.operators.iter().flat_map(|operator| operator.vnodes.iter().map(|(_, object)| object));
+        let operators = self.operators.iter().flat_map(|operator| operator.runs.iter().map(|run| &run.object));
         operators.chain(self.stored_records())
+    }
+
+    /// Every state object the manifest names, each once (by path and range).
+    pub fn distinct_objects(&self) -> Vec<&ObjectRef> {
+        let mut seen = BTreeSet::new();
+        self.objects().filter(|object| seen.insert((object.path.as_str(), object.offset, object.size))).collect()
     }
 
     /// The objects of the stored sink records.
@@ -348,16 +432,12 @@ impl Manifest {
     }
 
     fn operator_contradiction(&self, operator: &OperatorState) -> Option<String> {
-        let mut previous: Option<u32> = None;
-        for (vnode, object) in &operator.vnodes {
-            if *vnode >= self.vnodes {
-                return Some(format!("operator {:?} has vnode {vnode} of {}", operator.id, self.vnodes));
+        for run in &operator.runs {
+            if run.start >= run.end || run.end > self.vnodes {
+                let (start, end, vnodes) = (run.start, run.end, self.vnodes);
+                return Some(format!("operator {:?} has a run of vnodes {start}..{end} of {vnodes}", operator.id));
             }
-            if previous.is_some_and(|p| p >= *vnode) {
-                return Some(format!("operator {:?} lists vnode {vnode} out of order or twice", operator.id));
-            }
-            previous = Some(*vnode);
-            if let Some(problem) = self.object_contradiction(object) {
+            if let Some(problem) = self.object_contradiction(&run.object) {
                 return Some(problem);
             }
         }
@@ -401,8 +481,8 @@ pub fn encode(manifest: &Manifest) -> Vec<u8> {
 /// `checkpoint.manifest_version` is not ([`ErrorKind::Other`]: the store was written by another
 /// Sluice, and falling back past it would silently restore older state).
 pub fn decode(bytes: &[u8]) -> Result<Manifest, SluiceError> {
-    let (version, body) =
-        frame::open_versions(bytes, MAGIC, &[FORMAT_VERSION, PREVIOUS_VERSION]).map_err(frame_error)?;
+    let versions = [FORMAT_VERSION, PREVIOUS_VERSIONS[0], PREVIOUS_VERSIONS[1]];
+    let (version, body) = frame::open_versions(bytes, MAGIC, &versions).map_err(frame_error)?;
     let body_error = |problem: String| {
         damaged(SluiceError::internal("checkpoint.manifest_body", format!("manifest body does not decode: {problem}")))
     };
@@ -411,6 +491,11 @@ pub fn decode(bytes: &[u8]) -> Result<Manifest, SluiceError> {
             let manifest: Manifest = frame::decode_body(body).map_err(body_error)?;
             let body_version = manifest.version;
             (manifest, body_version)
+        }
+        4 => {
+            let manifest: ManifestV4 = frame::decode_body(body).map_err(body_error)?;
+            let body_version = manifest.version;
+            (manifest.upgrade(), body_version)
         }
         _ => {
             let manifest: ManifestV2 = frame::decode_body(body).map_err(body_error)?;
@@ -445,8 +530,9 @@ fn frame_error(problem: Problem) -> SluiceError {
         Problem::Version { found } => SluiceError::user(
             "checkpoint.manifest_version",
             format!(
-                "manifest format version {found} is not supported (this build reads versions {PREVIOUS_VERSION} and \
-                 {FORMAT_VERSION})"
+                "manifest format version {found} is not supported (this build reads versions {}, {} and \
+                 {FORMAT_VERSION})",
+                PREVIOUS_VERSIONS[1], PREVIOUS_VERSIONS[0]
             ),
         )
         .with_fix("run the Sluice version that wrote this store, or start over with --from-scratch"),

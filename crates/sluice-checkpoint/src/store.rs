@@ -41,6 +41,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::{PutMode, PutPayload};
 use sluice_types::{ErrorKind, SluiceError};
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +54,10 @@ use crate::manifest::{self, MANIFEST_BYTES_MAX, Manifest, ObjectRef};
 
 /// How many objects `verify` reads at once.
 pub const VERIFY_CONCURRENCY: usize = 8;
+/// The bytes of one read when an object is checked or uploaded piece by piece (so that
+/// a run of gigabytes never sits in memory whole): at most this times
+/// [`VERIFY_CONCURRENCY`] bytes are held by a verification.
+pub const CHUNK_BYTES: usize = 8 << 20;
 /// How many objects `put_packs` writes at once (a worker writes one per operator with
 /// state: each waits for its own durable write, a local file's fsyncs or a remote
 /// store's round trip).
@@ -117,13 +122,7 @@ impl CheckpointStore {
         epoch: u64,
         packs: Vec<(String, Vec<Vec<u8>>)>,
     ) -> Result<Vec<Vec<ObjectRef>>, SluiceError> {
-        if epoch < self.published_above.load(Ordering::Acquire) {
-            return Err(SluiceError::internal(
-                "checkpoint.epoch_published",
-                format!("objects of epoch {epoch} come after it was published in {}", self.url()),
-            )
-            .with_fix("write each checkpoint under an epoch above every published one"));
-        }
+        self.check_epoch_open(epoch)?;
         let mut writes = Vec::with_capacity(packs.len());
         for (name, states) in packs {
             let path = layout::object_path(epoch, &name)?;
@@ -149,6 +148,123 @@ impl CheckpointStore {
             });
             puts.buffered(PUT_CONCURRENCY).try_collect().await
         })
+    }
+
+    /// Writes the local file `file` as the immutable object `state/epoch-{epoch}/{name}`,
+    /// reading it [`CHUNK_BYTES`] at a time (a multipart upload when it is larger); durable
+    /// when this returns, as [`CheckpointStore::put_object`]. `checksum` is the CRC-32 of
+    /// the file as its writer computed it; the bytes read are checked against it, so a
+    /// file changed on disk before its upload is refused, never stored under a wrong
+    /// checksum.
+    pub fn put_file(&self, epoch: u64, name: &str, file: &Path, checksum: u32) -> Result<ObjectRef, SluiceError> {
+        self.check_epoch_open(epoch)?;
+        let path = layout::object_path(epoch, name)?;
+        let local = |error: std::io::Error| {
+            SluiceError::external(
+                "checkpoint.local_read",
+                format!("reading {} to write it as {path:?} in {}: {error}", file.display(), self.url()),
+            )
+        };
+        let mut reader = std::fs::File::open(file).map_err(local)?;
+        let size = reader.metadata().map_err(local)?.len();
+        let mut read_chunk = |hasher: &mut crc32fast::Hasher| -> Result<Bytes, SluiceError> {
+            let mut chunk = Vec::with_capacity(CHUNK_BYTES);
+            std::io::Read::by_ref(&mut reader).take(CHUNK_BYTES as u64).read_to_end(&mut chunk).map_err(local)?;
+            hasher.update(&chunk);
+            Ok(Bytes::from(chunk))
+        };
+        let mut hasher = crc32fast::Hasher::new();
+        let changed = |computed: u32| {
+            SluiceError::external(
+                "checkpoint.local_changed",
+                format!(
+                    "{} changed on disk before it was written as {path:?}: CRC-32 {computed:#010x}, its writer's \
+                     {checksum:#010x}",
+                    file.display()
+                ),
+            )
+            .with_fix("nothing but this process may write its state directory; check the disk for errors")
+        };
+        self.calls.block_on(async {
+            if size <= CHUNK_BYTES as u64 {
+                let bytes = read_chunk(&mut hasher)?;
+                if bytes.len() as u64 != size || hasher.clone().finalize() != checksum {
+                    return Err(changed(hasher.clone().finalize()));
+                }
+                return self
+                    .calls
+                    .put_payload(&path, PutPayload::from_bytes(bytes), PutMode::Overwrite)
+                    .await
+                    .map_err(|failure| self.failure("writing", &path, failure));
+            }
+            let mut upload = self.calls.upload(&path).await?;
+            let mut sent = 0u64;
+            while sent < size {
+                let chunk = read_chunk(&mut hasher)?;
+                if chunk.is_empty() {
+                    break;
+                }
+                sent += chunk.len() as u64;
+                upload.part(chunk).await?;
+            }
+            if sent != size || hasher.clone().finalize() != checksum {
+                upload.abort().await;
+                return Err(changed(hasher.clone().finalize()));
+            }
+            upload.complete().await
+        })?;
+        tracing::debug!(%path, size, "checkpoint object written from a file");
+        Ok(ObjectRef { path, offset: 0, size, checksum })
+    }
+
+    /// Reads `length` bytes at `offset` within `object` (a part of a run), unchecked: the
+    /// caller checks what it reads (a run's blocks carry their own checksums).
+    pub fn read_within(&self, object: &ObjectRef, offset: u64, length: u64) -> Result<Vec<u8>, SluiceError> {
+        let inside = offset.checked_add(length).filter(|end| *end <= object.size);
+        let (Some(end), Some(base)) = (inside, object.range()) else {
+            return Err(SluiceError::internal(
+                "checkpoint.object_range",
+                format!(
+                    "{length} bytes at {offset} are outside state object {:?} of {} bytes",
+                    object.path, object.size
+                ),
+            ));
+        };
+        let range = base.start + offset..base.start + end;
+        self.calls.block_on(async {
+            match self.calls.get_range(&object.path, range.clone()).await {
+                Ok(Ok(bytes)) if bytes.len() as u64 == length => Ok(bytes.to_vec()),
+                Ok(Ok(bytes)) => Err(self.damaged_object(
+                    object,
+                    format!("{} bytes read at {}, expected {length}", bytes.len(), range.start),
+                )),
+                Ok(Err(actual)) => {
+                    Err(self
+                        .damaged_object(object, format!("truncated: {actual} bytes, expected at least {}", range.end)))
+                }
+                Err(Failure::Missing) => Err(self.damaged_object(object, "missing".to_string())),
+                Err(failure) => Err(self.failure("reading", &object.path, failure)),
+            }
+        })
+    }
+
+    /// The error of an object that is not as its reference says.
+    fn damaged_object(&self, object: &ObjectRef, problem: String) -> SluiceError {
+        let code = if problem == "missing" { "checkpoint.object_missing" } else { "checkpoint.object_truncated" };
+        SluiceError::external(code, format!("state object {:?} in {}: {problem}", object.path, self.url()))
+            .with_kind(ErrorKind::DamagedObject)
+    }
+
+    /// Refuses objects of an epoch that is already published (see `put_packs`).
+    fn check_epoch_open(&self, epoch: u64) -> Result<(), SluiceError> {
+        if epoch < self.published_above.load(Ordering::Acquire) {
+            return Err(SluiceError::internal(
+                "checkpoint.epoch_published",
+                format!("objects of epoch {epoch} come after it was published in {}", self.url()),
+            )
+            .with_fix("write each checkpoint under an epoch above every published one"));
+        }
+        Ok(())
     }
 
     /// Reads a state back (its range of its object) and checks its size and checksum.
@@ -200,6 +316,48 @@ impl CheckpointStore {
             return Err(named("checkpoint.object_checksum", problem));
         }
         Ok(bytes.to_vec())
+    }
+
+    /// Reads `object` [`CHUNK_BYTES`] at a time and checks its size and checksum, as
+    /// [`CheckpointStore::get_object`] does without holding it whole.
+    pub(crate) async fn check_object(&self, object: &ObjectRef) -> Result<(), SluiceError> {
+        if object.size <= CHUNK_BYTES as u64 {
+            return self.read_object(object).await.map(drop);
+        }
+        let Some(range) = object.range() else {
+            let problem = format!("its range overflows: {object:?}");
+            return Err(self.damaged_object(object, problem));
+        };
+        let mut hasher = crc32fast::Hasher::new();
+        let mut at = range.start;
+        while at < range.end {
+            let end = (at + CHUNK_BYTES as u64).min(range.end);
+            let bytes = match self.calls.get_range(&object.path, at..end).await {
+                Ok(Ok(bytes)) if bytes.len() as u64 == end - at => bytes,
+                Ok(Ok(bytes)) => {
+                    let problem = format!("{} bytes read at {at}, expected {}", bytes.len(), end - at);
+                    return Err(self.damaged_object(object, problem));
+                }
+                Ok(Err(actual)) => {
+                    let problem = format!("truncated: {actual} bytes, expected at least {}", range.end);
+                    return Err(self.damaged_object(object, problem));
+                }
+                Err(Failure::Missing) => return Err(self.damaged_object(object, "missing".to_string())),
+                Err(failure) => return Err(self.failure("reading", &object.path, failure)),
+            };
+            hasher.update(&bytes);
+            at = end;
+        }
+        let checksum = hasher.finalize();
+        if checksum != object.checksum {
+            let problem = format!("checksum mismatch: computed {checksum:#010x}, expected {:#010x}", object.checksum);
+            return Err(SluiceError::external(
+                "checkpoint.object_checksum",
+                format!("state object {:?} in {}: {problem}", object.path, self.url()),
+            )
+            .with_kind(ErrorKind::DamagedObject));
+        }
+        Ok(())
     }
 
     /// Publishes `manifest` atomically (see the module doc). Every object it names must be
@@ -374,7 +532,8 @@ impl CheckpointStore {
             return Ok(vec![error.message]);
         }
         self.calls.block_on(async {
-            let reads = futures::stream::iter(manifest.objects()).map(|object| self.read_object(object));
+            let objects = manifest.distinct_objects();
+            let reads = futures::stream::iter(objects).map(|object| self.check_object(object));
             let mut outcomes = reads.buffered(VERIFY_CONCURRENCY);
             let mut problems = Vec::new();
             while let Some(outcome) = outcomes.next().await {
@@ -423,9 +582,9 @@ impl CheckpointStore {
         .with_fix("inspect them with `sluice checkpoints verify`, or start over with --from-scratch"))
     }
 
-    /// Total size in bytes of the objects a manifest names.
+    /// Total size in bytes of the objects a manifest names (each once).
     pub fn size(&self, manifest: &Manifest) -> u64 {
-        manifest.objects().fold(0u64, |total, object| total.saturating_add(object.size))
+        manifest.distinct_objects().iter().fold(0u64, |total, object| total.saturating_add(object.size))
     }
 
     pub(crate) fn failure(&self, action: &str, path: &str, failure: Failure) -> SluiceError {

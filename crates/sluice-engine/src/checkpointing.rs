@@ -5,9 +5,11 @@
 //! Mapping between the runtime's slices and the manifest (through each worker's
 //! [`part::Part`]: every worker writes its own state objects, the leader publishes):
 //! - lane positions → `sources[i].lanes[lane]` (source order of the pipeline file);
-//! - state blobs → one object per operator and worker, `state/epoch-{e}/{operator}/worker-{w}`,
-//!   holding that worker's vnodes' states one after another; the manifest refers to each
-//!   vnode's range of it (a worker's names are its own: they never collide);
+//! - operator state → runs (`runs`): each instance's snapshot a run object
+//!   `state/epoch-{e}/{operator}/run-{start}-{end}` of the vnodes `start..end` its thread
+//!   owns (a compaction's `…/merged-{start}-{end}-{n}`; vnode ranges of workers never
+//!   overlap, so names never collide), and the manifest's `operators[i].runs` every run
+//!   each instance's state is made of, whatever epoch wrote it;
 //! - sink records → `sinks[flow].records`, each prefixed with its epoch (8 bytes,
 //!   little-endian; a manifest may carry records of earlier epochs whose own checkpoint
 //!   failed) and the id of the worker that staged it (4 bytes, little-endian): the
@@ -28,6 +30,7 @@
 //! Every worker recovers before its links open, so before any worker's drivers run.
 
 mod part;
+mod runs;
 #[cfg(test)]
 mod tests;
 
@@ -38,13 +41,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use runs::{RunBook, StoreState};
 use sluice_checkpoint::{
     CheckpointStore, Holder, Lease, Manifest, OperatorState, SinkRecord, SinkRecords, SourcePositions,
 };
 use sluice_config::{CheckpointSection, Guarantee};
 use sluice_runtime::checkpoint::{CheckpointOptions, Checkpointer, ManifestSlice, Restore, commit_in_order};
 use sluice_runtime::{Checkpointing, Plan, SinkParallelism};
-use sluice_types::vnode::SlotLayout;
+use sluice_types::vnode::{self, SlotLayout};
 use sluice_types::{Epoch, SluiceError};
 
 use crate::compile::CompiledPipeline;
@@ -100,6 +104,8 @@ struct StoreCheckpointer {
     sinks: Vec<String>,
     /// Bytes of state per operator id in the last manifest published.
     published_by_operator: Vec<(String, u64)>,
+    /// This worker's runs, by operator instance.
+    runs: RunBook,
 }
 
 fn now_ms() -> i64 {
@@ -110,21 +116,10 @@ impl Checkpointer for StoreCheckpointer {
     fn write_part(&mut self, epoch: Epoch, slice: ManifestSlice) -> Result<Vec<u8>, SluiceError> {
         let mut part = Part::new(self.worker);
         part.positions = slice.positions.into_iter().map(|p| (p.source as u32, p.lane, p.bytes)).collect();
-        // One object per operator on this worker: its vnodes' states one after another.
-        let mut packs: BTreeMap<String, (Vec<u32>, Vec<Vec<u8>>)> = BTreeMap::new();
-        for blob in slice.states {
-            let (vnodes, states) = packs.entry(blob.operator).or_default();
-            vnodes.push(blob.vnode);
-            states.push(blob.bytes);
-        }
-        let mut places = Vec::with_capacity(packs.len());
-        let mut writes = Vec::with_capacity(packs.len());
-        for (operator, (vnodes, states)) in packs {
-            writes.push((format!("{operator}/worker-{}", self.worker), states));
-            places.push((operator, vnodes));
-        }
-        // Records too large for the manifest are objects of their own, written with the
-        // states (each a pack of one).
+        part.runs = self.runs.write(&self.store, epoch.0, slice.deferred)?;
+        sluice_types::failpoint!("checkpoint.after_encode");
+        // Records too large for the manifest are objects of their own (each a pack of one).
+        let mut writes = Vec::new();
         let mut records = Vec::with_capacity(slice.sink_records.len());
         for (index, record) in slice.sink_records.into_iter().enumerate() {
             let (flow, epoch) = (record.flow as u32, record.epoch);
@@ -137,11 +132,6 @@ impl Checkpointer for StoreCheckpointer {
             }
         }
         let mut written = self.store.put_packs(epoch.0, writes)?.into_iter();
-        for ((operator, vnodes), objects) in places.into_iter().zip(written.by_ref()) {
-            for (vnode, object) in vnodes.into_iter().zip(objects) {
-                part.objects.push((operator.clone(), vnode, object));
-            }
-        }
         for (flow, epoch, inline) in records {
             let record = match inline {
                 Some(inline) => inline,
@@ -187,9 +177,16 @@ impl Checkpointer for StoreCheckpointer {
         }
         let mut operators: Vec<OperatorState> = operators.into_values().collect();
         operators.sort_by(|a, b| a.id.cmp(&b.id));
-        operators.iter_mut().for_each(|o| o.vnodes.sort_by_key(|(vnode, _)| *vnode));
-        let by_operator =
-            operators.iter().map(|o| (o.id.clone(), o.vnodes.iter().map(|(_, object)| object.size).sum())).collect();
+        let by_operator = operators
+            .iter()
+            .map(|o| {
+                let mut paths = std::collections::BTreeSet::new();
+                (
+                    o.id.clone(),
+                    o.runs.iter().filter(|run| paths.insert(&run.object.path)).map(|run| run.object.size).sum(),
+                )
+            })
+            .collect();
         manifest.operators = operators;
         self.store.publish(&manifest)?;
         self.published_by_operator = by_operator;
@@ -227,14 +224,17 @@ impl StoreCheckpointer {
             let slot = lanes.and_then(|lanes| lanes.get_mut(lane as usize));
             *slot.ok_or_else(|| out_of_range(format!("lane {lane} of source {source}")))? = position;
         }
-        for (operator, vnode, object) in part.objects {
-            if vnode >= self.vnodes {
-                return Err(out_of_range(format!("vnode {vnode} of {} vnodes", self.vnodes)));
+        let mut counted = std::collections::BTreeSet::new();
+        for (operator, run) in part.runs {
+            if run.start >= run.end || run.end > self.vnodes {
+                return Err(out_of_range(format!("vnodes {}..{} of {} vnodes", run.start, run.end, self.vnodes)));
             }
-            *state_bytes += object.size;
+            if counted.insert(run.object.path.clone()) {
+                *state_bytes += run.object.size;
+            }
             let state =
-                operators.entry(operator.clone()).or_insert_with(|| OperatorState { id: operator, vnodes: Vec::new() });
-            state.vnodes.push((vnode, object));
+                operators.entry(operator.clone()).or_insert_with(|| OperatorState { id: operator, runs: Vec::new() });
+            state.runs.push(run);
         }
         for (flow, epoch, record) in part.records {
             let sink = manifest.sinks.get_mut(flow as usize).ok_or_else(|| out_of_range(format!("sink {flow}")))?;
@@ -363,15 +363,14 @@ pub(crate) fn prepare(
     let mut restore = Restore::default();
     if let Some(manifest) = &manifest {
         restore_positions(manifest, plan, &mut restore)?;
-        for operator in &manifest.operators {
-            // Each worker reads only the state of the vnodes its slots own.
-            let owned: Vec<_> = operator.vnodes.iter().filter(|(vnode, _)| mine.contains(vnode)).collect();
-            let objects: Vec<_> = owned.iter().map(|(_, object)| object).collect();
-            let read = store.get_objects(&objects).map_err(|e| e.context(format!("restoring {}", operator.id)))?;
-            let blobs = owned.iter().map(|(vnode, _)| *vnode).zip(read).collect();
-            restore.states.insert(operator.id.clone(), blobs);
-        }
+        // Each instance reads its vnodes' blocks of the runs that serve them, when it is
+        // built (`sluice_runtime::controller`), streaming.
+        restore.state = Some(Arc::new(StoreState::new(Arc::clone(&store), manifest)));
     }
+    let slots = recovering.layout.slots_of(recovering.me);
+    let ranges: Vec<_> = slots.map(|slot| vnode::range_of(slot, vnodes, recovering.layout.slots())).collect();
+    debug_assert!(ranges.iter().all(|range| range.start >= mine.start && range.end <= mine.end));
+    let runs = RunBook::restored(compiled.state_dir.clone(), manifest.as_ref(), &ranges);
     sluice_types::failpoint!("recovery.before_resolve");
     resolve_sinks(&store, manifest.as_ref(), plan, recovering)?;
     sluice_types::failpoint!("recovery.after_resolve");
@@ -401,6 +400,7 @@ pub(crate) fn prepare(
         sources: plan.sources.iter().map(|s| (s.name().to_string(), s.lanes(), s.layout())).collect(),
         sinks: plan.flows.iter().map(|f| f.sink.name().to_string()).collect(),
         published_by_operator: Vec::new(),
+        runs,
     };
     let options = CheckpointOptions {
         interval: section.interval,

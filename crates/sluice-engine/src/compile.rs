@@ -42,6 +42,9 @@ pub struct CompiledPipeline {
     pub lane_threads: u32,
     /// The materialized tables, filled by the run, read by queries.
     pub materialized: Arc<crate::materialize::Materialized>,
+    /// The local directory of this worker's state beyond memory: spilled rows, and the
+    /// runs a checkpoint writes before they go to the store.
+    pub state_dir: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for CompiledPipeline {
@@ -92,7 +95,9 @@ impl Pipeline {
                 planner.set_state_ttl(&view.name, ttl);
             }
         }
-        planner.set_spill(self.spill_space()?);
+        let spill = self.spill_space()?;
+        let state_dir = spill.dir().to_path_buf();
+        planner.set_spill(spill);
         let mut sources = Vec::new();
         for (index, (source, configured)) in self.config.sources.iter().zip(&self.sources).enumerate() {
             let at =
@@ -175,7 +180,15 @@ impl Pipeline {
         };
         let plan = Plan { sources, flows };
         let fingerprint = fingerprint(&self.config, &plan).map_err(EngineError::new)?;
-        Ok(CompiledPipeline { name: section.name.clone(), plan, fingerprint, options, lane_threads, materialized })
+        Ok(CompiledPipeline {
+            name: section.name.clone(),
+            plan,
+            fingerprint,
+            options,
+            lane_threads,
+            materialized,
+            state_dir,
+        })
     }
 
     /// Where a single-writer sink runs: its `worker`'s first slot (the leader's by default).

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use sluice_runtime::{Operator, OperatorContext, SinkFactory, SinkParallelism, SinkWriter, SnapshotJob};
+use sluice_runtime::{BlobJob, Operator, OperatorContext, SinkFactory, SinkParallelism, SinkWriter};
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Epoch, Message, SluiceError};
 
@@ -602,7 +602,7 @@ impl Operator for Integrate {
     /// The slice's rows as of this barrier: the base, every delta after it (sealed or
     /// handed over) and the open one, shared rather than copied; the job merges and
     /// encodes them.
-    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
         let open = self.take_open();
         if let Some(earlier) = self.snapshotted.take() {
             // Two snapshots without a barrier between them: keep both deltas' rows.

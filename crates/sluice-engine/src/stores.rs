@@ -57,7 +57,7 @@ pub fn list(url: &str, base_dir: &Path) -> Result<Vec<CheckpointEntry>, SluiceEr
                 epoch,
                 created_ms: manifest.created_ms,
                 bytes: store.size(&manifest),
-                objects: manifest.operators.iter().map(|o| o.vnodes.len()).sum(),
+                objects: manifest.distinct_objects().len(),
                 fingerprint: manifest.fingerprint.clone(),
                 sources: manifest.sources.iter().map(|s| (s.name.clone(), s.lanes.clone())).collect(),
             }),

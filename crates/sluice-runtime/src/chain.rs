@@ -9,9 +9,11 @@
 //! the default handlers forward watermarks, barriers and end-of-data unchanged, so a
 //! stateless operator only implements [`Operator::on_data`].
 
+use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use sluice_state::{StateSink, StateSource};
 use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
 
 use crate::metrics::OperatorMetrics;
@@ -64,13 +66,12 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// The operator's state at the current barrier. The operator copies what it needs
-    /// here, on the hot path, and returns a job that encodes the copy into one blob per
-    /// vnode that has state; the job runs on another thread while processing goes on
-    /// (keyed operators split their state by the vnode of each key, so a restore onto a
-    /// different number of threads gives each thread exactly its vnodes). Stateless
-    /// operators keep the default: no job.
-    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+    /// The operator's state at the current barrier, as one blob per vnode (the layout
+    /// operators wrote before their state became records; [`Operator::snapshot_state`]
+    /// adapts it). The operator copies what it needs here, on the hot path, and returns a
+    /// job that encodes the copy; the job runs on another thread while processing goes
+    /// on. Stateless operators keep the default: no job.
+    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
         Ok(None)
     }
 
@@ -79,13 +80,123 @@ pub trait Operator: Send {
     fn restore(&mut self, _blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
         Ok(())
     }
+
+    /// The operator's state at the current barrier, as records (`sluice_state`): the
+    /// operator copies what it needs here, on the hot path, and returns a job that
+    /// writes the copy's records on another thread while processing goes on (keyed
+    /// operators key each record by the vnode of its key, so a restore onto a different
+    /// number of threads gives each thread exactly its vnodes).
+    ///
+    /// `delta`: the operator's previous snapshot was written, so it may write only what
+    /// changed since then ([`SnapshotKind::Delta`]); otherwise (the first after a failed
+    /// checkpoint) it must write everything ([`SnapshotKind::Full`]). `None` means the
+    /// operator never holds state; one that holds none now writes an empty snapshot (its
+    /// earlier runs are then no longer its state). The default writes the blobs of
+    /// [`Operator::snapshot`], each under the empty key of its vnode, always in full (no
+    /// blobs: [`SnapshotKind::Empty`]).
+    fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        let _ = delta;
+        Ok(Some(self.snapshot()?.map_or_else(Snapshot::empty, Snapshot::of_blobs)))
+    }
+
+    /// Loads the merged records of the vnodes this instance owns (the records
+    /// `snapshot_state` wrote, newest winning) before any message arrives. The default
+    /// hands the blobs under the empty keys to [`Operator::restore`].
+    fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        let mut blobs = Vec::new();
+        while let Some(record) = state.next_record()? {
+            if !record.key.is_empty() {
+                return Err(SluiceError::internal(
+                    "state.corrupt",
+                    format!(
+                        "{} keeps one blob per vnode, but its state holds a key of vnode {}",
+                        self.name(),
+                        record.vnode
+                    ),
+                )
+                .with_fix("run the Sluice build that wrote this state, or start over with --from-scratch"));
+            }
+            blobs.push(record.value.to_vec());
+        }
+        self.restore(blobs)
+    }
 }
 
 /// Encodes a state copy taken at a barrier into (vnode, blob) pairs, off the hot path.
-pub type SnapshotJob = Box<dyn FnOnce() -> Result<Vec<(u32, Vec<u8>)>, SluiceError> + Send>;
+pub type BlobJob = Box<dyn FnOnce() -> Result<Vec<(u32, Vec<u8>)>, SluiceError> + Send>;
 
-/// A chain's state: (operator position, snapshot job) for operators that have state.
-pub type ChainSnapshot = Vec<(usize, SnapshotJob)>;
+/// Writes a state copy taken at a barrier as records, off the hot path.
+pub type SnapshotJob = Box<dyn FnOnce(&mut dyn StateSink) -> Result<(), SluiceError> + Send>;
+
+/// What a snapshot's records are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotKind {
+    /// Every record of the instance's vnodes: the state is these records alone.
+    Full,
+    /// What changed since the instance's previous snapshot: the state is the previous
+    /// one's with these records applied.
+    Delta,
+    /// No state at all (the job writes nothing).
+    Empty,
+}
+
+/// One operator's snapshot: its kind and the job writing its records.
+pub struct Snapshot {
+    pub kind: SnapshotKind,
+    pub job: SnapshotJob,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+impl Snapshot {
+    /// The snapshot of an instance holding no state.
+    pub fn empty() -> Snapshot {
+        Snapshot { kind: SnapshotKind::Empty, job: Box::new(|_: &mut dyn StateSink| Ok(())) }
+    }
+
+    /// A full snapshot writing each blob of `job` under the empty key of its vnode.
+    pub fn of_blobs(job: BlobJob) -> Snapshot {
+        let job: SnapshotJob = Box::new(move |sink: &mut dyn StateSink| {
+            let mut blobs = job()?;
+            blobs.sort_by_key(|(vnode, _)| *vnode);
+            for (vnode, blob) in blobs {
+                sink.put(vnode, &[], &blob)?;
+            }
+            Ok(())
+        });
+        Snapshot { kind: SnapshotKind::Full, job }
+    }
+}
+
+/// Whether an operator instance's last snapshot was written: the checkpointer calls
+/// [`SnapshotGuard::written`] once its records are in a run the next checkpoint names;
+/// a snapshot dropped unwritten (a failed or abandoned checkpoint) leaves the flag
+/// down, and the instance's next snapshot is then full.
+#[derive(Debug)]
+pub struct SnapshotGuard(Arc<AtomicBool>);
+
+impl SnapshotGuard {
+    /// A guard raising `flag` once its snapshot is written.
+    pub fn new(flag: Arc<AtomicBool>) -> SnapshotGuard {
+        SnapshotGuard(flag)
+    }
+
+    /// A guard whose flag nothing reads (tests, and snapshots no chain asked for).
+    pub fn detached() -> SnapshotGuard {
+        SnapshotGuard(Arc::new(AtomicBool::new(false)))
+    }
+
+    pub fn written(self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// A chain's state: (operator position, snapshot, its guard) for operators that have state.
+pub type ChainSnapshot = Vec<(usize, Snapshot, SnapshotGuard)>;
 
 /// Operators fused on one thread. Messages pass through them in order.
 pub struct Chain {
@@ -93,11 +204,29 @@ pub struct Chain {
     scratch: Vec<Message>,
     /// Each operator's row counters, when counted ([`Chain::counted`]).
     counters: Vec<Arc<OperatorMetrics>>,
+    /// Per operator, whether its last snapshot was written (see [`SnapshotGuard`]).
+    written: Vec<Arc<AtomicBool>>,
+    /// The vnodes this chain's instance owns (its thread's range).
+    vnodes: Range<u32>,
 }
 
 impl Chain {
     pub fn new(operators: Vec<Box<dyn Operator>>) -> Chain {
-        Chain { operators, scratch: Vec::new(), counters: Vec::new() }
+        // A fresh or restored instance's state is what the store holds for it (nothing,
+        // or the restored runs): its first snapshot may be a delta.
+        let written = operators.iter().map(|_| Arc::new(AtomicBool::new(true))).collect();
+        Chain { operators, scratch: Vec::new(), counters: Vec::new(), written, vnodes: 0..u32::MAX }
+    }
+
+    /// The chain of the thread owning the vnodes `vnodes`: its snapshots' records lie
+    /// there.
+    pub fn owning(mut self, vnodes: Range<u32>) -> Chain {
+        self.vnodes = vnodes;
+        self
+    }
+
+    pub fn vnodes(&self) -> Range<u32> {
+        self.vnodes.clone()
     }
 
     /// The chain, counting each operator's rows in and out in `counters` (one per
@@ -108,12 +237,22 @@ impl Chain {
         self
     }
 
-    /// Every stateful operator's snapshot job, by position in the chain.
+    /// Every stateful operator's snapshot, by position in the chain, each with the guard
+    /// the checkpointer marks once its records are written.
     pub fn snapshot(&mut self) -> Result<ChainSnapshot, SluiceError> {
         let mut states = Vec::new();
         for (index, operator) in self.operators.iter_mut().enumerate() {
-            if let Some(job) = operator.snapshot()? {
-                states.push((index, job));
+            let written = &self.written[index];
+            let delta = written.load(Ordering::Acquire);
+            if let Some(snapshot) = operator.snapshot_state(delta)? {
+                let kind = snapshot.kind;
+                assert!(
+                    delta || kind != SnapshotKind::Delta,
+                    "{} wrote a delta after an unwritten snapshot",
+                    operator.name()
+                );
+                written.store(false, Ordering::Release);
+                states.push((index, snapshot, SnapshotGuard(Arc::clone(written))));
             }
         }
         Ok(states)
@@ -127,9 +266,9 @@ impl Chain {
         self.operators.iter().map(|operator| operator.name()).collect::<Vec<_>>().join(" → ")
     }
 
-    /// Restores operator `index` of the chain.
-    pub fn restore(&mut self, index: usize, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        self.operators[index].restore(blobs)
+    /// Restores operator `index` of the chain from the merged records of its vnodes.
+    pub fn restore(&mut self, index: usize, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        self.operators[index].restore_state(state)
     }
 
     /// Pushes `message` through every operator, appending the last one's output to `out`.

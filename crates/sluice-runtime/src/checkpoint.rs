@@ -7,15 +7,16 @@
 //!    positions are exactly those after the last row that precedes the barrier
 //!    (invariant 3).
 //! 2. Each segment that receives the barrier (aligned across its senders in exactly-once
-//!    mode) copies its operators' state (a [`SnapshotJob`] holds the copy); each sink
-//!    writer pre-commits. Encoding the copies per vnode happens later, off the drivers.
+//!    mode) copies its operators' state (a [`Snapshot`]'s job holds the copy: everything,
+//!    or what changed since the instance's previous snapshot); each sink writer
+//!    pre-commits. Writing the copies as records happens later, off the drivers.
 //! 3. When every segment of a driver has passed barrier `e`, the driver acks with its
 //!    [`ManifestSlice`].
 //! 4. When every driver acked (the pause processing saw ends here), the controller hands
-//!    the merged slice to the checkpoint writer thread, which runs the snapshot jobs and
-//!    gives the slice to the [`Checkpointer`]; that writes the state objects, waits until
-//!    they are durable, and only then publishes manifest `e` (invariant 1). The
-//!    controller meanwhile goes on answering drivers and stop requests.
+//!    the merged slice to the checkpoint writer thread, whose [`Checkpointer`] runs the
+//!    snapshot jobs into state runs, writes them, waits until they are durable, and only
+//!    then publishes manifest `e` (invariant 1). The controller meanwhile goes on
+//!    answering drivers and stop requests.
 //! 5. Only after the manifest is published does the controller call each sink's
 //!    `commit(e, records)` (invariant 2).
 //!
@@ -36,11 +37,14 @@
 //! `timeout` without them counts as one more failure.
 
 use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_state::merge::MergeInput;
 use sluice_types::{Epoch, SluiceError};
 
-use crate::chain::SnapshotJob;
+use crate::chain::{Snapshot, SnapshotGuard};
 use crate::plan::SinkFactory;
 
 /// The position of one lane.
@@ -51,26 +55,17 @@ pub struct LanePosition {
     pub bytes: Vec<u8>,
 }
 
-/// One vnode's state of one operator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateBlob {
-    /// The operator's stable id in the plan: `flow/segment/operator` positions.
-    pub operator: String,
-    pub vnode: u32,
-    pub bytes: Vec<u8>,
-}
-
-/// One operator's state copy, taken at the barrier, still to be encoded.
+/// One operator instance's state copy, taken at the barrier, still to be written.
+#[derive(Debug)]
 pub struct DeferredState {
     /// The operator's stable id (see [`operator_id`]).
     pub operator: String,
-    pub job: SnapshotJob,
-}
-
-impl std::fmt::Debug for DeferredState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeferredState").field("operator", &self.operator).finish_non_exhaustive()
-    }
+    /// The vnodes the instance owns: its records lie there, and a full snapshot is the
+    /// whole state of exactly these vnodes.
+    pub vnodes: Range<u32>,
+    pub snapshot: Snapshot,
+    /// Marked once the records are written into a run the next checkpoint names.
+    pub guard: SnapshotGuard,
 }
 
 /// A sink writer's pre-commit record for one epoch, and how many rows it stages (which
@@ -88,11 +83,8 @@ pub struct SinkRecord {
 #[derive(Debug, Default)]
 pub struct ManifestSlice {
     pub positions: Vec<LanePosition>,
-    /// Encoded state (what a [`Checkpointer`] writes).
-    pub states: Vec<StateBlob>,
-    /// State copied at the barrier and not encoded yet: drivers hand these over so the
-    /// encoding happens off their threads; [`ManifestSlice::encode_deferred`] turns them
-    /// into `states` before the checkpointer sees the slice.
+    /// State copied at the barrier and not written yet: drivers hand these over so the
+    /// writing happens off their threads, by the [`Checkpointer`].
     pub deferred: Vec<DeferredState>,
     /// The pre-commit record of each sink writer on the driver. A manifest may carry
     /// records of earlier epochs whose own checkpoint failed.
@@ -102,20 +94,8 @@ pub struct ManifestSlice {
 impl ManifestSlice {
     pub fn merge(&mut self, other: ManifestSlice) {
         self.positions.extend(other.positions);
-        self.states.extend(other.states);
         self.deferred.extend(other.deferred);
         self.sink_records.extend(other.sink_records);
-    }
-
-    /// Runs every deferred snapshot job, adding its blobs to `states`.
-    pub fn encode_deferred(&mut self) -> Result<(), SluiceError> {
-        for DeferredState { operator, job } in std::mem::take(&mut self.deferred) {
-            let blobs = job().map_err(|e| e.context(format!("encoding the state of {operator}")))?;
-            for (vnode, bytes) in blobs {
-                self.states.push(StateBlob { operator: operator.clone(), vnode, bytes });
-            }
-        }
-        Ok(())
     }
 }
 
@@ -126,10 +106,11 @@ impl ManifestSlice {
 /// for its own slice) and [`Checkpointer::publish`] (the leader, with every worker's
 /// part). One worker alone does both, in that order.
 pub trait Checkpointer: Send {
-    /// Writes the state objects of `slice` (this worker's drivers, merged), waits until
-    /// they are durable, and returns this worker's part of manifest `epoch`: its lane
-    /// positions, the objects it wrote and its sinks' records, in an encoding of the
-    /// implementer's (it crosses to the leader).
+    /// Writes the state of `slice` (this worker's drivers, merged: each deferred state
+    /// run into a state run, its guard marked once written), waits until it is durable,
+    /// and returns this worker's part of manifest `epoch`: its lane positions, its
+    /// operators' runs and its sinks' records, in an encoding of the implementer's (it
+    /// crosses to the leader).
     fn write_part(&mut self, epoch: Epoch, slice: ManifestSlice) -> Result<Vec<u8>, SluiceError>;
 
     /// Publishes manifest `epoch` atomically from every worker's part (each written by
@@ -161,13 +142,29 @@ pub struct CheckpointOptions {
     pub checkpointer: Box<dyn Checkpointer>,
 }
 
+/// Where a restore reads operators' state: their runs, in the checkpoint store.
+pub trait RestoredState: Send + Sync {
+    /// Whether the checkpoint holds state of operator `operator` (by [`operator_id`]).
+    fn has(&self, operator: &str) -> bool;
+
+    /// The runs of `operator` serving any of `vnodes`, oldest first, opened (their
+    /// indexes read and checked), for a merge of those vnodes.
+    fn open(&self, operator: &str, vnodes: Range<u32>) -> Result<Vec<MergeInput>, SluiceError>;
+}
+
 /// What a restored run starts from.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Restore {
     /// (source, lane) → position.
     pub positions: HashMap<(usize, u32), Vec<u8>>,
-    /// operator id → (vnode, blob).
-    pub states: HashMap<String, Vec<(u32, Vec<u8>)>>,
+    /// The operators' state, when there is some.
+    pub state: Option<Arc<dyn RestoredState>>,
+}
+
+impl std::fmt::Debug for Restore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Restore").field("positions", &self.positions).field("state", &self.state.is_some()).finish()
+    }
 }
 
 /// Commits a sink's pre-commit records epoch by epoch, in increasing order (the order the

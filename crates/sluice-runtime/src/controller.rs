@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, never};
+use sluice_state::{Merge, MergeMode};
 use sluice_types::{ErrorKind, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
@@ -966,16 +967,22 @@ impl PathBuilder<'_, '_> {
                         self.metrics.operator(&id, &name)
                     })
                     .collect();
-                let mut chain = Chain::new(operators).counted(counters);
                 let owned = sluice_types::vnode::range_of(thread, self.options.vnodes, self.options.threads);
-                for operator in 0..segment.operators.len() {
-                    let Some(blobs) = self.restore.states.get(&operator_id(place, operator)) else {
-                        continue;
-                    };
-                    let mine = blobs.iter().filter(|(v, _)| owned.contains(v)).map(|(_, b)| b.clone()).collect();
-                    chain
-                        .restore(operator, mine)
-                        .map_err(|e| (format!("restoring {}", segment.operators[operator].0), e))?;
+                let mut chain = Chain::new(operators).counted(counters).owning(owned.clone());
+                if let Some(state) = &self.restore.state {
+                    for operator in 0..segment.operators.len() {
+                        let id = operator_id(place, operator);
+                        if !state.has(&id) {
+                            continue;
+                        }
+                        // The instance's vnodes only, merged from the runs that serve them,
+                        // one block of each at a time.
+                        let restored = state.open(&id, owned.clone()).and_then(|inputs| {
+                            let mut merged = Merge::new(inputs, owned.clone(), MergeMode::Live);
+                            chain.restore(operator, &mut merged)
+                        });
+                        restored.map_err(|e| (format!("restoring {}", segment.operators[operator].0), e))?;
+                    }
                 }
                 let output = match &segment.output {
                     SegmentOutput::Exchange { partitioner, .. } => {

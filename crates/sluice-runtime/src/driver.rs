@@ -666,9 +666,11 @@ impl DriverState {
         if let Some((epoch, states, record)) = fed.barrier {
             self.flows[flow].segments[index].barrier_passed = Some(epoch);
             let place = self.flows[flow].segments[index].place;
+            let vnodes = self.flows[flow].segments[index].chain.vnodes();
             let pending = self.pending_for(epoch);
-            for (operator, job) in states {
-                pending.slice.deferred.push(DeferredState { operator: operator_id(place, operator), job });
+            for (operator, snapshot, guard) in states {
+                let (operator, vnodes) = (operator_id(place, operator), vnodes.clone());
+                pending.slice.deferred.push(DeferredState { operator, vnodes, snapshot, guard });
             }
             if let Some(record) = record {
                 let (record, rows) = record;

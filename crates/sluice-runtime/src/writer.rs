@@ -1,5 +1,5 @@
-//! The checkpoint writer: a thread of its own that encodes a checkpoint's state copies,
-//! has the [`Checkpointer`] write them (this worker's part) and, on the worker that
+//! The checkpoint writer: a thread of its own on which the [`Checkpointer`] writes a
+//! checkpoint's state copies as runs (this worker's part) and, on the worker that
 //! publishes, publish the manifest from every worker's part. The controller keeps
 //! answering drivers, stop requests and deadlines meanwhile.
 
@@ -73,9 +73,7 @@ pub(crate) fn spawn_writer(mut checkpointer: Box<dyn Checkpointer>) -> (Sender<W
 /// Writes one checkpoint: this worker's part, then the manifest if it publishes. (The
 /// simulation tests call it inline, in place of the thread.)
 pub(crate) fn write(checkpointer: &mut dyn Checkpointer, request: WriteRequest) -> Result<WriteOutcome, SluiceError> {
-    let WriteRequest { epoch, mut slice, final_epoch, publish } = request;
-    slice.encode_deferred()?;
-    sluice_types::failpoint!("checkpoint.after_encode");
+    let WriteRequest { epoch, slice, final_epoch, publish } = request;
     let part = checkpointer.write_part(epoch, slice)?;
     match publish {
         None => Ok(WriteOutcome::Part(part)),

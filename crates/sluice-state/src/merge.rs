@@ -30,11 +30,14 @@ pub enum MergeMode {
     KeepDeletes,
 }
 
-/// A run to merge: where its bytes are and its index.
+/// A run to merge: where its bytes are, its index, and the vnodes it serves (its records
+/// of other vnodes are not read: a run written for vnodes that two threads now own serves
+/// each of them its own part).
 #[derive(Clone)]
 pub struct MergeInput {
     pub source: Arc<dyn RunSource>,
     pub index: Arc<RunIndex>,
+    pub vnodes: Range<u32>,
 }
 
 impl std::fmt::Debug for MergeInput {
@@ -47,7 +50,13 @@ impl MergeInput {
     /// Opens `source`, reading and checking its index.
     pub fn open(source: Arc<dyn RunSource>) -> Result<MergeInput, SluiceError> {
         let index = Arc::new(RunIndex::read(&*source)?);
-        Ok(MergeInput { source, index })
+        Ok(MergeInput { source, index, vnodes: 0..u32::MAX })
+    }
+
+    /// The same run serving only the vnodes `vnodes`.
+    pub fn serving(mut self, vnodes: Range<u32>) -> MergeInput {
+        self.vnodes = vnodes;
+        self
     }
 }
 
@@ -182,7 +191,10 @@ impl Merge {
     pub fn new(inputs: Vec<MergeInput>, vnodes: Range<u32>, mode: MergeMode) -> Merge {
         let mut present: Vec<u32> = inputs
             .iter()
-            .flat_map(|input| input.index.vnodes().filter(|vnode| vnodes.contains(vnode)).collect::<Vec<_>>())
+            .flat_map(|input| {
+                let serves = |vnode: &u32| vnodes.contains(vnode) && input.vnodes.contains(vnode);
+                input.index.vnodes().filter(serves).collect::<Vec<_>>()
+            })
             .collect();
         present.sort_unstable();
         present.dedup();
@@ -194,7 +206,7 @@ impl Merge {
         let mut ranges = Vec::with_capacity(self.inputs.len());
         let mut all_ranges = Vec::new();
         for (number, input) in self.inputs.iter().enumerate() {
-            let blocks = input.index.vnode_blocks(vnode);
+            let blocks = if input.vnodes.contains(&vnode) { input.index.vnode_blocks(vnode) } else { &[] };
             let split = blocks.partition_point(|block| block.ranges);
             let mut written = Vec::new();
             for info in &blocks[..split] {

@@ -1,6 +1,6 @@
 //! Retention on a local directory: exactly the unreferenced objects and old manifests go.
 
-use crate::manifest::{Manifest, OperatorState, SinkRecord, SinkRecords};
+use crate::manifest::{Manifest, OperatorState, SinkRecord, SinkRecords, StateRun};
 use crate::store::tests::{checkpoint, file, temp_store};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -44,7 +44,8 @@ fn retention_deletes_exactly_what_no_kept_manifest_needs() {
     let reused = store.load(2).expect("load").operators[1].clone();
     let object = store.put_object(4, "agg/vnode-0", b"agg at 4".to_vec()).expect("put");
     let mut fourth = Manifest::new(4, "fp", 8, 0);
-    fourth.operators = vec![OperatorState { id: "agg".into(), vnodes: vec![(0, object)] }, reused];
+    fourth.operators =
+        vec![OperatorState { id: "agg".into(), runs: vec![StateRun { start: 0, end: 1, object }] }, reused];
     // A sink record too large for the manifest, in an object it names.
     let record = store.put_object(4, "sinks/out/record-0", b"a large record".to_vec()).expect("put");
     fourth.sinks = vec![SinkRecords { name: "out".into(), records: vec![SinkRecord::Stored(record)] }];

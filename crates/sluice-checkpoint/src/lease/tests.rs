@@ -180,7 +180,10 @@ fn writing_without_the_lease_is_a_programming_error() {
     let (_base, store) = bare_store();
     let object = store.put_object(1, "agg/vnode-0", b"state".to_vec()).expect("objects need no lease");
     let mut manifest = Manifest::new(1, "fp", 8, 0);
-    manifest.operators.push(crate::manifest::OperatorState { id: "agg".into(), vnodes: vec![(0, object)] });
+    manifest.operators.push(crate::manifest::OperatorState {
+        id: "agg".into(),
+        runs: vec![crate::StateRun { start: 0, end: 1, object }],
+    });
     let refusals = [
         ("publishing epoch 1", store.publish(&manifest).err()),
         ("collecting old checkpoints", store.collect_garbage(1).err()),

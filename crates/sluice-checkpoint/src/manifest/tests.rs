@@ -24,8 +24,15 @@ fn samples() -> Vec<Manifest> {
         SourcePositions { name: "auctions".into(), layout: vec![], lanes: vec![vec![7]] },
     ];
     full.operators = vec![
-        OperatorState { id: "agg".into(), vnodes: vec![(0, object(42, "agg/0", 10)), (255, object(40, "agg/255", 0))] },
-        OperatorState { id: "empty".into(), vnodes: vec![] },
+        OperatorState {
+            id: "agg".into(),
+            runs: vec![
+                StateRun { start: 0, end: 128, object: object(42, "agg/0", 10) },
+                StateRun { start: 128, end: 256, object: object(40, "agg/255", 0) },
+                StateRun { start: 0, end: 1, object: object(42, "agg/0", 10) },
+            ],
+        },
+        OperatorState { id: "empty".into(), runs: vec![] },
     ];
     full.sinks = vec![SinkRecords {
         name: "out".into(),
@@ -48,13 +55,13 @@ fn check_golden(manifest: &Manifest, fields: &[&str]) {
     assert_eq!(decode(&expected).as_ref(), Ok(manifest));
 }
 
-/// The frame's magic and version 4.
-const FRAME: &str = "53 4c 55 49 43 45 4d 46  04 00 00 00";
+/// The frame's magic and version 5.
+const FRAME: &str = "53 4c 55 49 43 45 4d 46  05 00 00 00";
 
 #[test]
 fn golden_vector_of_an_empty_manifest() {
-    let body = ["04", "00", "00", "00", "01", "01", "00", "00", "00", "00"];
-    let checksum = "19 32 5d 1c";
+    let body = ["05", "00", "00", "00", "01", "01", "00", "00", "00", "00"];
+    let checksum = "27 59 9f f3";
     check_golden(&Manifest::new(0, "", 1, 0), &[&[FRAME][..], &body[..], &[checksum][..]].concat());
 }
 
@@ -66,16 +73,17 @@ fn golden_manifest() -> Manifest {
     manifest.sources =
         vec![SourcePositions { name: "bids".into(), layout: b"f1".to_vec(), lanes: vec![vec![1], vec![]] }];
     let object = ObjectRef { path: "state/epoch-300/agg/v200".into(), offset: 1024, size: 1000, checksum: 0xdead_beef };
-    manifest.operators = vec![OperatorState { id: "agg".into(), vnodes: vec![(200, object)] }];
+    manifest.operators =
+        vec![OperatorState { id: "agg".into(), runs: vec![StateRun { start: 200, end: 201, object }] }];
     let stored = ObjectRef { path: "state/epoch-299/out/r".into(), offset: 0, size: 7, checksum: 1 };
     let records = vec![SinkRecord::Inline(b"t1".to_vec()), SinkRecord::Inline(vec![]), SinkRecord::Stored(stored)];
     manifest.sinks = vec![SinkRecords { name: "out".into(), records }];
     manifest
 }
 
-/// The fields of the golden manifest from the version to its object's path, which
-/// versions 2 and 4 share (after a version byte of their own).
-const SHARED_FIELDS: [&str; 20] = [
+/// The fields of the golden manifest from the version to its operator's id, which
+/// versions 2, 4 and 5 share (after a version byte of their own).
+const SHARED_FIELDS: [&str; 15] = [
     "ac 02",                   // epoch 300
     "04 66 70 2d 37",          // fingerprint "fp-7"
     "80 a0 ab fe f9 62",       // created_ms 1_700_000_000_000, zigzag
@@ -91,11 +99,14 @@ const SHARED_FIELDS: [&str; 20] = [
     "02 01 01 00",             //   2 lanes: [01], []
     "01",                      // 1 operator:
     "03 61 67 67",             //   id "agg"
-    "01 c8 01",                //   1 vnode: 200
-    "18 73 74 61 74 65 2f",    //   path, 24 bytes: "state/"
-    "65 70 6f 63 68 2d 33",    //   "epoch-3"
-    "30 30 2f 61 67 67 2f",    //   "00/agg/"
-    "76 32 30 30",             //   "v200"
+];
+
+/// The object's path, which versions 2, 4 and 5 share.
+const OBJECT_PATH: [&str; 4] = [
+    "18 73 74 61 74 65 2f", //   path, 24 bytes: "state/"
+    "65 70 6f 63 68 2d 33", //   "epoch-3"
+    "30 30 2f 61 67 67 2f", //   "00/agg/"
+    "76 32 30 30",          //   "v200"
 ];
 
 /// The object's size and checksum, after its path (and, from version 4, its offset).
@@ -104,12 +115,10 @@ const OBJECT_TAIL: [&str; 2] = [
     "ef fd b6 f5 0d", //   checksum 0xdeadbeef
 ];
 
-#[test]
-fn golden_vector_of_a_manifest_with_every_field() {
-    let object = [
-        "80 08", //   offset 1024
-    ];
-    let sinks = [
+/// The sinks of the golden manifest in versions 4 and 5, then `checksum`: the CRC-32
+/// of the body.
+fn golden_sinks(checksum: &'static str) -> [&'static str; 11] {
+    [
         "01",                      // 1 sink:
         "03 6f 75 74",             //   name "out"
         "03",                      //   3 records:
@@ -120,15 +129,57 @@ fn golden_vector_of_a_manifest_with_every_field() {
         "70 6f 63 68 2d 32 39 39", //       "poch-299"
         "2f 6f 75 74 2f 72",       //       "/out/r"
         "00 07 01",                //       offset 0, size 7, checksum 1
-        "34 0b dd bd",             // CRC-32 of the body
+        checksum,                  // CRC-32 of the body
+    ]
+}
+
+#[test]
+fn golden_vector_of_a_manifest_with_every_field() {
+    let run = [
+        "01",    //   1 run:
+        "c8 01", //     start 200
+        "c9 01", //     end 201
     ];
-    let fields = [&[FRAME, "04"][..], &SHARED_FIELDS[..], &object[..], &OBJECT_TAIL[..], &sinks[..]].concat();
+    let object = [
+        "80 08", //   offset 1024
+    ];
+    let sinks = golden_sinks("7b 24 de 40");
+    let fields =
+        [&[FRAME, "05"][..], &SHARED_FIELDS[..], &run[..], &OBJECT_PATH[..], &object[..], &OBJECT_TAIL[..], &sinks[..]]
+            .concat();
     check_golden(&golden_manifest(), &fields);
 }
 
-/// A store written by the previous released format is still read: the golden manifest
-/// as version 2 wrote it (whole objects, records as bytes) decodes into the version 4
-/// manifest it amounts to, every object at offset 0 and every record inline.
+/// A store written by format 4 is still read: the golden manifest as version 4 wrote it
+/// (one object per vnode) decodes into the version 5 manifest whose runs are those
+/// objects, each serving its vnode.
+#[test]
+fn a_version_4_manifest_decodes_with_each_vnodes_object_as_a_run() {
+    let vnode = [
+        "01",    //   1 vnode:
+        "c8 01", //     200
+    ];
+    let object = [
+        "80 08", //   offset 1024
+    ];
+    let sinks = golden_sinks("34 0b dd bd");
+    let fields = [
+        &["53 4c 55 49 43 45 4d 46  04 00 00 00", "04"][..],
+        &SHARED_FIELDS[..],
+        &vnode[..],
+        &OBJECT_PATH[..],
+        &object[..],
+        &OBJECT_TAIL[..],
+        &sinks[..],
+    ]
+    .concat();
+    assert_eq!(decode(&unhex(&fields)), Ok(golden_manifest()));
+    assert_eq!(&encode(&golden_manifest())[8..12], &[5, 0, 0, 0], "written back as version 5");
+}
+
+/// A store written by format 2 is still read: the golden manifest as version 2 wrote it
+/// (whole objects, records as bytes) decodes into the version 5 manifest it amounts to,
+/// every object at offset 0 and every record inline.
 #[test]
 fn a_version_2_manifest_decodes_with_whole_objects_and_its_records_inline() {
     let sinks = [
@@ -137,19 +188,26 @@ fn a_version_2_manifest_decodes_with_whole_objects_and_its_records_inline() {
         "02 02 74 31 00", //   2 records: "t1", []
         "c3 e0 4e 34",    // CRC-32 of the body
     ];
-    let fields =
-        [&["53 4c 55 49 43 45 4d 46  02 00 00 00", "02"][..], &SHARED_FIELDS[..], &OBJECT_TAIL[..], &sinks[..]]
-            .concat();
+    let vnode = ["01 c8 01"]; //   1 vnode: 200
+    let fields = [
+        &["53 4c 55 49 43 45 4d 46  02 00 00 00", "02"][..],
+        &SHARED_FIELDS[..],
+        &vnode[..],
+        &OBJECT_PATH[..],
+        &OBJECT_TAIL[..],
+        &sinks[..],
+    ]
+    .concat();
     let mut expected = golden_manifest();
-    expected.operators[0].vnodes[0].1.offset = 0;
+    expected.operators[0].runs[0].object.offset = 0;
     expected.sinks[0].records.pop();
     assert_eq!(decode(&unhex(&fields)), Ok(expected.clone()));
     // It is written back in this build's format.
-    assert_eq!(&encode(&expected)[8..12], &[4, 0, 0, 0]);
+    assert_eq!(&encode(&expected)[8..12], &[5, 0, 0, 0]);
     let mut body = unhex(&fields[1..fields.len() - 1]);
-    body[0] = 4;
+    body[0] = 5;
     check_rejected(
-        "a body saying version 4 in a version 2 frame",
+        "a body saying version 5 in a version 2 frame",
         &reframe(2, &body),
         "checkpoint.manifest_inconsistent",
     );
@@ -168,7 +226,7 @@ fn a_version_1_manifest_is_refused_with_the_fix() {
     ];
     let error = decode(&unhex(&version_1)).expect_err("version 1 is refused");
     assert_eq!((error.code, error.kind), ("checkpoint.manifest_version", ErrorKind::Other));
-    assert_eq!(error.message, "manifest format version 1 is not supported (this build reads versions 2 and 4)");
+    assert_eq!(error.message, "manifest format version 1 is not supported (this build reads versions 2, 4 and 5)");
     assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("--from-scratch")), "{error}");
 }
 
@@ -220,16 +278,17 @@ fn damaged_encodings_are_rejected_by_name() {
         ("json", br#"{"epoch": 3}"#.to_vec(), "checkpoint.manifest_magic"),
         ("version 1", reframe(1, &body), "checkpoint.manifest_version"),
         ("version 3", reframe(3, &body), "checkpoint.manifest_version"),
-        ("version 5", reframe(5, &body), "checkpoint.manifest_version"),
+        ("version 6", reframe(6, &body), "checkpoint.manifest_version"),
         ("version 0", reframe(0, &body), "checkpoint.manifest_version"),
         ("flipped byte", flipped, "checkpoint.manifest_checksum"),
         ("cut in the body", good[..good.len() / 2].to_vec(), "checkpoint.manifest_checksum"),
         ("cut checksum", good[..good.len() - 1].to_vec(), "checkpoint.manifest_checksum"),
-        ("empty body", reframe(4, &[]), "checkpoint.manifest_body"),
+        ("empty body", reframe(5, &[]), "checkpoint.manifest_body"),
+        ("empty version 4 body", reframe(4, &[]), "checkpoint.manifest_body"),
         ("empty version 2 body", reframe(2, &[]), "checkpoint.manifest_body"),
-        ("trailing byte", reframe(4, &trailing), "checkpoint.manifest_body"),
-        ("inconsistent", reframe(4, &inconsistent_body), "checkpoint.manifest_inconsistent"),
-        ("body version differs", reframe(4, &other_version_body), "checkpoint.manifest_inconsistent"),
+        ("trailing byte", reframe(5, &trailing), "checkpoint.manifest_body"),
+        ("inconsistent", reframe(5, &inconsistent_body), "checkpoint.manifest_inconsistent"),
+        ("body version differs", reframe(5, &other_version_body), "checkpoint.manifest_inconsistent"),
     ];
     for (name, bytes, code) in cases {
         check_rejected(name, &bytes, code);
@@ -240,7 +299,7 @@ fn damaged_encodings_are_rejected_by_name() {
 fn only_the_canonical_body_is_accepted() {
     // The empty manifest's body with its encodings replaced (the bytes between the
     // lane_threads and the sources): canonical encodings decode, anything else is refused.
-    let with_encodings = |encodings: &str| reframe(4, &unhex(&["04 00 00 00 01 01", encodings, "00 00 00"]));
+    let with_encodings = |encodings: &str| reframe(5, &unhex(&["05 00 00 00 01 01", encodings, "00 00 00"]));
     let two = Manifest { encodings: [("a".into(), 1), ("b".into(), 2)].into(), ..Manifest::new(0, "", 1, 0) };
     assert_eq!(decode(&with_encodings("02 01 61 01 01 62 02")), Ok(two));
     let cases: [(&str, &str, &str); 5] = [
@@ -269,9 +328,10 @@ fn check_contradiction(manifest: &Manifest, needle: &str) {
 #[test]
 fn contradictions_are_named() {
     let base = samples().remove(1);
-    let with_operator = |vnodes: Vec<(u32, ObjectRef)>| {
+    let with_operator = |runs: Vec<(u32, ObjectRef)>| {
         let mut manifest = base.clone();
-        manifest.operators = vec![OperatorState { id: "op".into(), vnodes }];
+        let runs = runs.into_iter().map(|(start, object)| StateRun { start, end: start + 1, object }).collect();
+        manifest.operators = vec![OperatorState { id: "op".into(), runs }];
         manifest
     };
     let mut twice = base.clone();
@@ -283,10 +343,12 @@ fn contradictions_are_named() {
     let mut operators = base.clone();
     operators.operators.push(operators.operators[0].clone());
     check_contradiction(&operators, "operator \"agg\" appears twice");
-    check_contradiction(&with_operator(vec![(256, object(1, "x", 1))]), "vnode 256 of 256");
+    check_contradiction(&with_operator(vec![(256, object(1, "x", 1))]), "a run of vnodes 256..257 of 256");
+    let mut empty_run = with_operator(vec![(3, object(1, "x", 1))]);
+    empty_run.operators[0].runs[0].end = 3;
+    check_contradiction(&empty_run, "a run of vnodes 3..3 of 256");
     let past_the_end = ObjectRef { offset: u64::MAX, ..object(1, "x", 2) };
     check_contradiction(&with_operator(vec![(0, past_the_end)]), "a range past 2^64 bytes");
-    check_contradiction(&with_operator(vec![(3, object(1, "x", 1)), (3, object(1, "y", 1))]), "out of order");
     check_contradiction(&with_operator(vec![(1, object(43, "x", 1))]), "later epoch 43");
     let escape = ObjectRef { path: "../etc/passwd".into(), offset: 0, size: 1, checksum: 0 };
     check_contradiction(&with_operator(vec![(1, escape.clone())]), "not a state object path");
@@ -318,13 +380,16 @@ fn records(epoch: u64) -> impl Strategy<Value = Vec<SinkRecord>> {
     vec(prop_oneof![vec(any::<u8>(), 0..12).prop_map(SinkRecord::Inline), stored], 0..4)
 }
 
-fn operator(epoch: u64, vnodes: u32) -> impl Strategy<Value = Vec<(u32, ObjectRef)>> {
-    btree_map(0..vnodes, (0..=epoch, name(), any::<u32>(), any::<u64>(), any::<u32>()), 0..6).prop_map(|map| {
-        let objects = map.into_iter().map(|(vnode, (written, name, offset, size, checksum))| {
-            let path = format!("state/epoch-{written}/{name}/v{vnode}");
-            (vnode, ObjectRef { path, offset: u64::from(offset), size: size >> 1, checksum })
+fn operator(epoch: u64, vnodes: u32) -> impl Strategy<Value = Vec<StateRun>> {
+    let run = (0..vnodes, 1..=vnodes, 0..=epoch, name(), any::<u32>(), any::<u64>(), any::<u32>());
+    vec(run, 0..6).prop_map(move |runs| {
+        let runs = runs.into_iter().map(|(start, length, written, name, offset, size, checksum)| {
+            let end = start.saturating_add(length).min(vnodes);
+            let path = format!("state/epoch-{written}/{name}/v{start}");
+            let object = ObjectRef { path, offset: u64::from(offset), size: size >> 1, checksum };
+            StateRun { start, end: end.max(start + 1), object }
         });
-        objects.collect()
+        runs.collect()
     })
 }
 
@@ -340,7 +405,7 @@ fn manifest() -> impl Strategy<Value = Manifest> {
                 .into_iter()
                 .map(|(name, (layout, lanes))| SourcePositions { name, layout, lanes })
                 .collect(),
-            operators: operators.into_iter().map(|(id, vnodes)| OperatorState { id, vnodes }).collect(),
+            operators: operators.into_iter().map(|(id, runs)| OperatorState { id, runs }).collect(),
             sinks: sinks.into_iter().map(|(name, records)| SinkRecords { name, records }).collect(),
             ..Manifest::new(epoch, fingerprint.clone(), vnodes, created_ms)
         })

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::lease::Holder;
-use crate::manifest::OperatorState;
+use crate::manifest::{OperatorState, StateRun};
 use std::path::PathBuf;
 
 /// A store at `file://./store` under a fresh temporary base directory, holding the lease
@@ -25,7 +25,8 @@ pub(crate) fn checkpoint(store: &CheckpointStore, epoch: u64, operators: &[&str]
     for (vnode, id) in operators.iter().enumerate() {
         let bytes = format!("state of {id} at epoch {epoch}").into_bytes();
         let object = store.put_object(epoch, &format!("{id}/vnode-{vnode}"), bytes).expect("put");
-        manifest.operators.push(OperatorState { id: id.to_string(), vnodes: vec![(vnode as u32, object)] });
+        let (start, end) = (vnode as u32, vnode as u32 + 1);
+        manifest.operators.push(OperatorState { id: id.to_string(), runs: vec![StateRun { start, end, object }] });
     }
     store.publish(&manifest).expect("publish");
     manifest
@@ -166,7 +167,9 @@ fn publish_refuses_manifests_naming_unwritten_objects() {
     let (_base, store) = temp_store();
     let mut manifest = Manifest::new(4, "fp", 8, 0);
     let object = ObjectRef { path: "state/epoch-4/agg/vnode-0".into(), offset: 2, size: 3, checksum: 0 };
-    manifest.operators.push(OperatorState { id: "agg".into(), vnodes: vec![(0, object.clone())] });
+    manifest
+        .operators
+        .push(OperatorState { id: "agg".into(), runs: vec![StateRun { start: 0, end: 1, object: object.clone() }] });
     assert_eq!(error_code(store.publish(&manifest)), "checkpoint.publish_unwritten");
     // Bytes 2..5 of an object of 4 bytes: past its end.
     store.put_object(4, "agg/vnode-0", b"four".to_vec()).expect("put");

@@ -3,17 +3,17 @@
 //! store handle on a URL below it.
 
 use sluice_checkpoint::{
-    BrokenLease, CheckpointStore, Holder, Manifest, OperatorState, SinkRecord, SinkRecords, SourcePositions,
+    BrokenLease, CheckpointStore, Holder, Manifest, OperatorState, SinkRecord, SinkRecords, SourcePositions, StateRun,
 };
 
 /// Writes three state objects for `epoch` and returns the manifest naming them.
 fn stage(store: &CheckpointStore, epoch: u64) -> Manifest {
     let mut manifest = Manifest::new(epoch, "fingerprint", 4, 0);
-    manifest.operators.push(OperatorState { id: "agg".into(), vnodes: Vec::new() });
+    manifest.operators.push(OperatorState { id: "agg".into(), runs: Vec::new() });
     for vnode in 0..3u32 {
         let bytes = format!("epoch {epoch} vnode {vnode}").into_bytes();
         let object = store.put_object(epoch, &format!("agg/vnode-{vnode}"), bytes).expect("put");
-        manifest.operators[0].vnodes.push((vnode, object));
+        manifest.operators[0].runs.push(StateRun { start: vnode, end: vnode + 1, object });
     }
     manifest.encodings.insert("key".into(), 1);
     let (layout, lanes) = (b"bids.csv".to_vec(), vec![epoch.to_le_bytes().to_vec()]);
@@ -66,7 +66,7 @@ pub fn checkpoints_round_trip(root: &str, open: impl Fn(&str) -> CheckpointStore
     let deleted = store.collect_garbage(1).expect("collect");
     assert!(deleted > 0);
     assert_eq!(store.epochs().expect("epochs"), vec![2, 3]);
-    let old = &manifests[0].operators[0].vnodes[0].1;
+    let old = &manifests[0].operators[0].runs[0].object;
     assert_eq!(store.get_object(old).err().map(|e| e.code), Some("checkpoint.object_missing"));
     assert_eq!(store.verify(&manifests[1]).expect("verify"), Vec::<String>::new());
     let fourth = checkpoint(&store, 4);

@@ -4,36 +4,40 @@
 //! its encoding is the project's: versioned by [`PART_VERSION`], pinned by the golden
 //! vector in `checkpointing/tests.rs`.
 //!
-//! # Encoding, version 3
+//! # Encoding, version 4
 //!
 //! postcard 1.x (the rules are in `sluice-cluster/src/wire.rs`: varints, strings and
 //! byte strings with their length first, sequences with their count first, structs as
 //! their fields in order, an enum as its variant's index, a varint, then its fields):
 //!
 //! ```text
-//! Part       version: varint u32 (= 3), worker: varint u32,
+//! Part       version: varint u32 (= 4), worker: varint u32,
 //!            positions: seq of (source: varint u32, lane: varint u32, position: bytes),
-//!            objects: seq of (operator: string, vnode: varint u32, object: ObjectRef),
+//!            runs: seq of (operator: string, run: StateRun), every run of every list
+//!              of this worker's operator instances, each list oldest first,
 //!            records: seq of (flow: varint u32, epoch: varint u64, record: SinkRecord)
 //! SinkRecord 0 Inline (the record: bytes) | 1 Stored (ObjectRef: an object this worker
 //!            wrote, holding the record as the manifest carries it, prefix included: see
 //!            `checkpointing`)
+//! StateRun   start: varint u32, end: varint u32 (the vnodes it serves), object: ObjectRef
 //! ObjectRef  path: string, offset: varint u64, size: varint u64,
 //!            checksum: u32 as varint (CRC-32 of the `size` bytes at `offset` of the object)
 //! ```
 //!
 //! Version 1 had `record: bytes` (every record inline) and no `offset` (one object per
-//! vnode); version 2 was each of those two changes, made side by side before they met.
+//! vnode); version 2 was each of those two changes, made side by side before they met;
+//! version 3 had `objects: seq of (operator: string, vnode: varint u32, object:
+//! ObjectRef)`, one blob per vnode, where version 4 has runs.
 //!
 //! A part of another version is refused by name (workers of one cluster run one build:
 //! the rendezvous checked the wire version, which changes with this one).
 
 use serde::{Deserialize, Serialize};
-use sluice_checkpoint::{ObjectRef, SinkRecord};
+use sluice_checkpoint::{SinkRecord, StateRun};
 use sluice_types::SluiceError;
 
 /// The part encoding this build writes and reads.
-pub(crate) const PART_VERSION: u32 = 3;
+pub(crate) const PART_VERSION: u32 = 4;
 
 /// One worker's part of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,15 +46,15 @@ pub(crate) struct Part {
     pub worker: u32,
     /// `(source, lane, position)` of every lane this worker owns.
     pub positions: Vec<(u32, u32, Vec<u8>)>,
-    /// `(operator id, vnode, object)` of every state object this worker wrote.
-    pub objects: Vec<(String, u32, ObjectRef)>,
+    /// `(operator id, run)`: every run of this worker's operator instances.
+    pub runs: Vec<(String, StateRun)>,
     /// `(flow, epoch, record)`: every sink record this worker has not committed.
     pub records: Vec<(u32, u64, SinkRecord)>,
 }
 
 impl Part {
     pub fn new(worker: u32) -> Part {
-        Part { version: PART_VERSION, worker, positions: Vec::new(), objects: Vec::new(), records: Vec::new() }
+        Part { version: PART_VERSION, worker, positions: Vec::new(), runs: Vec::new(), records: Vec::new() }
     }
 
     pub fn encode(&self) -> Result<Vec<u8>, SluiceError> {

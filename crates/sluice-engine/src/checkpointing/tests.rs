@@ -1,6 +1,6 @@
 //! The manifest part's encoding, pinned.
 
-use sluice_checkpoint::{ObjectRef, SinkRecord};
+use sluice_checkpoint::{ObjectRef, SinkRecord, StateRun};
 
 use super::part::{PART_VERSION, Part};
 
@@ -14,17 +14,18 @@ fn hex(bytes: &[u8]) -> String {
 fn golden_vector_of_a_part() {
     let mut part = Part::new(2);
     part.positions.push((0, 3, vec![0xaa]));
-    part.objects.push(("f0/s1/o0".into(), 300, ObjectRef { path: "p".into(), offset: 300, size: 5, checksum: 1 }));
+    let object = ObjectRef { path: "p".into(), offset: 300, size: 5, checksum: 1 };
+    part.runs.push(("f0/s1/o0".into(), StateRun { start: 300, end: 301, object }));
     part.records.push((1, 7, SinkRecord::Inline(vec![0x62])));
     let stored = ObjectRef { path: "q".into(), offset: 0, size: 300, checksum: 2 };
     part.records.push((0, 8, SinkRecord::Stored(stored)));
     let fields = [
-        "03",                         // version 3
+        "04",                         // version 4
         "02",                         // worker 2
         "01 00 03 01 aa",             // 1 position: source 0, lane 3, 1 byte aa
-        "01",                         // 1 object
+        "01",                         // 1 run
         "08 66 30 2f 73 31 2f 6f 30", // operator "f0/s1/o0"
-        "ac 02",                      // vnode 300
+        "ac 02 ad 02",                // vnodes 300..301
         "01 70 ac 02 05 01",          // path "p", offset 300, size 5, checksum 1
         "02",                         // 2 records:
         "01 07 00 01 62",             //   flow 1, epoch 7, inline: 1 byte "b"
@@ -79,6 +80,7 @@ fn large_sink_records_are_stored_as_objects_the_manifest_names() {
         sources: Vec::new(),
         sinks: vec!["out".into()],
         published_by_operator: Vec::new(),
+        runs: super::RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4))),
     };
     let small = b"small".to_vec();
     let large = vec![9u8; INLINE_RECORD_BYTES_MAX];
@@ -103,4 +105,144 @@ fn a_stored_sink_records_worker_is_read_from_its_path() {
     assert_eq!(super::stored_record_worker("state/epoch-5/sinks/flow-0/worker-3/epoch-5-1"), Some(3));
     assert_eq!(super::stored_record_worker("state/epoch-5/sinks/flow-0/worker-x/epoch-5-1"), None);
     assert_eq!(super::stored_record_worker("state/epoch-5/op/pack"), None);
+}
+
+/// The runs of one operator instance over checkpoints: deltas add runs, a full snapshot
+/// replaces them, an empty one removes them, a failed write changes nothing and leaves
+/// the guard down, many deltas are compacted, and a restore merges what the manifest
+/// names into the state the snapshots described, also split over other vnode ranges.
+mod runs {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use sluice_checkpoint::{CheckpointStore, Holder, Manifest, OperatorState, StateRun};
+    use sluice_runtime::checkpoint::{DeferredState, RestoredState};
+    use sluice_runtime::{Snapshot, SnapshotGuard, SnapshotKind};
+    use sluice_state::{Merge, MergeMode, StateSink, StateSource};
+    use sluice_types::SluiceError;
+
+    use super::super::runs::{RunBook, StoreState};
+
+    type Model = BTreeMap<(u32, Vec<u8>), Vec<u8>>;
+
+    /// A snapshot of `kind` writing `puts` (a `None` value deletes), in order.
+    fn deferred(kind: SnapshotKind, puts: Vec<(u32, &str, Option<&str>)>, flag: &Arc<AtomicBool>) -> DeferredState {
+        let puts: Vec<(u32, Vec<u8>, Option<Vec<u8>>)> =
+            puts.into_iter().map(|(v, k, x)| (v, k.as_bytes().to_vec(), x.map(|x| x.as_bytes().to_vec()))).collect();
+        let job = Box::new(move |sink: &mut dyn StateSink| {
+            for (vnode, key, value) in &puts {
+                match value {
+                    Some(value) => sink.put(*vnode, key, value)?,
+                    None => sink.delete(*vnode, key)?,
+                }
+            }
+            Ok(())
+        });
+        flag.store(false, Ordering::Release);
+        let guard = SnapshotGuard::new(Arc::clone(flag));
+        DeferredState { operator: "op".into(), vnodes: 0..4, snapshot: Snapshot { kind, job }, guard }
+    }
+
+    fn manifest(epoch: u64, runs: &[(String, StateRun)]) -> Manifest {
+        let mut manifest = Manifest::new(epoch, "fp", 4, 0);
+        let mut state = OperatorState { id: "op".into(), runs: Vec::new() };
+        state.runs.extend(runs.iter().map(|(_, run)| run.clone()));
+        manifest.operators.push(state);
+        manifest
+    }
+
+    fn read(store: &Arc<CheckpointStore>, manifest: &Manifest, vnodes: std::ops::Range<u32>) -> Model {
+        let state = StoreState::new(Arc::clone(store), manifest);
+        let inputs = state.open("op", vnodes.clone()).expect("opens");
+        let mut merge = Merge::new(inputs, vnodes, MergeMode::Live);
+        let mut model = Model::new();
+        while let Some(record) = merge.next_record().expect("merges") {
+            model.insert((record.vnode, record.key.to_vec()), record.value.to_vec());
+        }
+        model
+    }
+
+    fn entry(vnode: u32, key: &str, value: &str) -> ((u32, Vec<u8>), Vec<u8>) {
+        ((vnode, key.as_bytes().to_vec()), value.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn deltas_fulls_failures_and_compaction_keep_the_state_the_snapshots_describe() {
+        let base = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(CheckpointStore::open("file://./store", base.path()).expect("opens"));
+        let _lease = store.acquire_lease(Holder::this_process("test")).expect("lease");
+        let mut book = RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4)));
+        let flag = Arc::new(AtomicBool::new(true));
+
+        let puts = vec![(1, "a", Some("1")), (2, "b", Some("2"))];
+        let runs = book.write(&store, 1, vec![deferred(SnapshotKind::Delta, puts, &flag)]).expect("written");
+        assert!(flag.load(Ordering::Acquire), "the guard is marked once written");
+        assert_eq!(runs.len(), 1);
+        let puts = vec![(1, "a", None), (3, "c", Some("3"))];
+        let runs = book.write(&store, 2, vec![deferred(SnapshotKind::Delta, puts, &flag)]).expect("written");
+        assert!((1..=2).contains(&runs.len()), "{runs:?}");
+        assert_eq!(read(&store, &manifest(2, &runs), 0..4), Model::from([entry(2, "b", "2"), entry(3, "c", "3")]));
+
+        // A failed snapshot job: nothing changes, the guard stays down.
+        let failing = Box::new(|_: &mut dyn StateSink| Err(SluiceError::internal("test.fail", "no")));
+        flag.store(false, Ordering::Release);
+        let guard = SnapshotGuard::new(Arc::clone(&flag));
+        let snapshot = Snapshot { kind: SnapshotKind::Delta, job: failing };
+        let failed = DeferredState { operator: "op".into(), vnodes: 0..4, snapshot, guard };
+        assert!(book.write(&store, 3, vec![failed]).is_err());
+        assert!(!flag.load(Ordering::Acquire), "the next snapshot must be full");
+        let unchanged = book.write(&store, 4, Vec::new()).expect("written");
+        assert_eq!(unchanged, runs, "a failed checkpoint leaves the lists as they were");
+
+        // A full snapshot replaces everything.
+        let runs = book.write(&store, 5, vec![deferred(SnapshotKind::Full, vec![(0, "z", Some("0"))], &flag)]);
+        let runs = runs.expect("written");
+        assert_eq!(read(&store, &manifest(5, &runs), 0..4), Model::from([entry(0, "z", "0")]));
+
+        // Many small deltas over a large base: compacted, never more than the policy's runs.
+        let mut model = Model::from([entry(0, "z", "0")]);
+        let big: Vec<(u32, String)> = (0..400).map(|i| (i % 4, format!("base-{i:04}"))).collect();
+        let mut sorted = big.clone();
+        sorted.sort();
+        let puts: Vec<(u32, &str, Option<&str>)> = sorted.iter().map(|(v, k)| (*v, k.as_str(), Some("x"))).collect();
+        for (vnode, key, _) in &puts {
+            model.insert((*vnode, key.as_bytes().to_vec()), b"x".to_vec());
+        }
+        let mut runs = book.write(&store, 6, vec![deferred(SnapshotKind::Delta, puts, &flag)]).expect("written");
+        let mut most = 0;
+        for epoch in 7..60u64 {
+            let key = format!("delta-{epoch:03}");
+            let vnode = (epoch % 4) as u32;
+            model.insert((vnode, key.as_bytes().to_vec()), b"y".to_vec());
+            let delta = deferred(SnapshotKind::Delta, vec![(vnode, key.as_str(), Some("y"))], &flag);
+            runs = book.write(&store, epoch, vec![delta]).expect("written");
+            most = most.max(runs.len());
+        }
+        assert!(most <= sluice_state::compact::RUNS_MAX, "{most} runs");
+        let last = manifest(59, &runs);
+        assert_eq!(read(&store, &last, 0..4), model);
+
+        // Restored on two instances of two vnodes each: each reads its part, and the
+        // first delta of each lands on the runs it was given.
+        let mut split = RunBook::restored(base.path().to_path_buf(), Some(&last), &[0..2, 2..4]);
+        let low: Model = model.iter().filter(|((v, _), _)| *v < 2).map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(read(&store, &last, 0..2), low);
+        let mut delta = deferred(SnapshotKind::Delta, vec![(1, "base-0001", None)], &flag);
+        delta.vnodes = 0..2;
+        let runs = split.write(&store, 60, vec![delta]).expect("written");
+        model.remove(&(1, b"base-0001".to_vec()));
+        assert_eq!(read(&store, &manifest(60, &runs), 0..4), model);
+
+        // An empty snapshot: the instance holds nothing now.
+        let empty = DeferredState {
+            operator: "op".into(),
+            vnodes: 2..4,
+            snapshot: Snapshot::empty(),
+            guard: SnapshotGuard::detached(),
+        };
+        let runs = split.write(&store, 61, vec![empty]).expect("written");
+        let low: Model = model.iter().filter(|((v, _), _)| *v < 2).map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(read(&store, &manifest(61, &runs), 0..4), low);
+    }
 }

@@ -26,7 +26,7 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use datafusion_common::hash_utils::RandomState;
 use hashbrown::HashTable;
-use sluice_runtime::{Operator, SnapshotJob};
+use sluice_runtime::{BlobJob, Operator};
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
@@ -743,7 +743,7 @@ impl Operator for WindowAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
         Ok(state::snapshot(self))
     }
 

@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use sluice_runtime::SnapshotJob;
+use sluice_runtime::BlobJob;
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::Reader;
@@ -45,7 +45,7 @@ pub(super) struct Frozen {
 }
 
 /// Copies the open windows and returns the job that encodes them; None without state.
-pub(super) fn snapshot(aggregate: &mut WindowAggregate) -> Option<SnapshotJob> {
+pub(super) fn snapshot(aggregate: &mut WindowAggregate) -> Option<BlobJob> {
     if aggregate.windows.is_empty() {
         return None;
     }

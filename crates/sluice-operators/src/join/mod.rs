@@ -74,7 +74,7 @@ use arrow::compute::{cast, take};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
-use sluice_runtime::{Operator, OperatorContext, SnapshotJob};
+use sluice_runtime::{BlobJob, Operator, OperatorContext};
 use sluice_types::key::{KeyEncoder, KeyRows, is_key_type};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
@@ -695,7 +695,7 @@ impl Operator for JoinOperator {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
         Ok(state::snapshot(self))
     }
 

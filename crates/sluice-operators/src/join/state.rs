@@ -36,7 +36,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
-use sluice_runtime::SnapshotJob;
+use sluice_runtime::BlobJob;
 use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
@@ -62,7 +62,7 @@ struct Copied {
 }
 
 /// Copies the stored rows and returns the job that encodes them; None without state.
-pub(super) fn snapshot(join: &JoinOperator) -> Option<SnapshotJob> {
+pub(super) fn snapshot(join: &JoinOperator) -> Option<BlobJob> {
     let mut copy = Vec::with_capacity(join.state_rows());
     for (side, state) in join.sides.iter().enumerate() {
         copy.extend(state.store.rows().map(|stored| Copied {

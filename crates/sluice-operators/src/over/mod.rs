@@ -44,7 +44,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use hashbrown::HashTable;
-use sluice_runtime::{Operator, SnapshotJob};
+use sluice_runtime::{BlobJob, Operator};
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
@@ -629,7 +629,7 @@ impl Operator for OverAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
         Ok(state::snapshot(self))
     }
 

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use arrow::array::Array;
 
-use sluice_runtime::SnapshotJob;
+use sluice_runtime::BlobJob;
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{BlobWriter, Reader};
@@ -47,7 +47,7 @@ const TAG_FLOAT: u8 = 2;
 const TAG_TEXT: u8 = 3;
 
 /// Copies the partitions and returns the job that encodes them; None without state.
-pub(super) fn snapshot(over: &OverAggregate) -> Option<SnapshotJob> {
+pub(super) fn snapshot(over: &OverAggregate) -> Option<BlobJob> {
     let copy: Vec<Partition> = over.partitions.iter().flatten().cloned().collect();
     if copy.is_empty() {
         return None;

@@ -17,7 +17,7 @@
 //! which rank rows alike. Decoding checks every length against the remaining bytes, and every row
 //! must decode as a row of the operator's input: a blob from another plan is refused.
 
-use sluice_runtime::SnapshotJob;
+use sluice_runtime::BlobJob;
 use sluice_types::SluiceError;
 
 use crate::blob::{BlobWriter, Reader};
@@ -31,7 +31,7 @@ pub const TOPN_STATE_VERSION: u32 = 1;
 const VERSION: u32 = TOPN_STATE_VERSION;
 
 /// Copies the partitions and returns the job that encodes them; None without state.
-pub(super) fn snapshot(topn: &TopN) -> Option<SnapshotJob> {
+pub(super) fn snapshot(topn: &TopN) -> Option<BlobJob> {
     let copy: Vec<Partition> = topn.partitions.iter().filter(|p| !p.rows.is_empty()).cloned().collect();
     if copy.is_empty() {
         return None;

@@ -241,7 +241,7 @@ impl crate::Operator for HoldAll {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<crate::SnapshotJob>, SluiceError> {
+    fn snapshot(&mut self) -> Result<Option<crate::BlobJob>, SluiceError> {
         self.held_at_snapshots.lock().expect("lock").push(self.held.len());
         Ok(Some(Box::new(|| Ok(Vec::new()))))
     }
@@ -393,10 +393,7 @@ fn restored_two_lanes(paused: bool, tells_end_on_resume: bool) -> Vec<String> {
             max_failed: 3,
             checkpointer: Box::new(Recording::new(Arc::default())),
         },
-        restore: Restore {
-            positions: [((0, 0), position(1)), ((0, 1), position(0))].into(),
-            states: Default::default(),
-        },
+        restore: Restore { positions: [((0, 0), position(1)), ((0, 1), position(0))].into(), state: None },
     };
     let (stop, woken) = stop_handle();
     if paused {

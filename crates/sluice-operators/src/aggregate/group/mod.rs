@@ -47,7 +47,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use hashbrown::HashTable;
-use sluice_runtime::{Operator, SnapshotJob};
+use sluice_runtime::{BlobJob, Operator};
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
 
@@ -546,7 +546,7 @@ impl Operator for GroupAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
         assert!(self.pending.is_empty(), "the driver flushes a mini-batch before a snapshot (Chain::flush)");
         Ok(state::snapshot(self))
     }

@@ -33,7 +33,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_runtime::SnapshotJob;
+use sluice_runtime::BlobJob;
 use sluice_types::SluiceError;
 
 use crate::blob::{BlobWriter, Reader};
@@ -61,7 +61,7 @@ const TAG_MAX_TEXT: u8 = 11;
 const TAG_DISTINCT: u8 = 12;
 
 /// Copies the live groups and returns the job that encodes them; None without state.
-pub(super) fn snapshot(aggregate: &GroupAggregate) -> Option<SnapshotJob> {
+pub(super) fn snapshot(aggregate: &GroupAggregate) -> Option<BlobJob> {
     let copy: Vec<Group> = aggregate.groups.iter().flatten().cloned().collect();
     if copy.is_empty() {
         return None;

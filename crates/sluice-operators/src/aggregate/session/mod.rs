@@ -32,7 +32,7 @@ use arrow::array::{
 use arrow::compute::cast;
 use arrow::datatypes::{SchemaRef, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
-use sluice_runtime::{Operator, SnapshotJob};
+use sluice_runtime::{BlobJob, Operator};
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
@@ -393,7 +393,7 @@ impl Operator for SessionAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<SnapshotJob>, SluiceError> {
+    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
         Ok(state::snapshot(self))
     }
 

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 
-use sluice_runtime::SnapshotJob;
+use sluice_runtime::BlobJob;
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::Reader;
@@ -35,7 +35,7 @@ const TAG_AVG: u8 = 4;
 const TAG_SET: u8 = 5;
 
 /// Clones the open sessions and returns the job that encodes them; None without state.
-pub(super) fn snapshot(aggregate: &mut SessionAggregate) -> Option<SnapshotJob> {
+pub(super) fn snapshot(aggregate: &mut SessionAggregate) -> Option<BlobJob> {
     if aggregate.keys.is_empty() {
         return None;
     }

@@ -8,7 +8,8 @@
 
 use sluice_types::Epoch;
 
-use crate::checkpoint::{LanePosition, ManifestSlice, SinkRecord, StateBlob};
+use crate::chain::{Snapshot, SnapshotGuard, SnapshotKind};
+use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, SinkRecord};
 
 use super::world::{Staged, position_bytes};
 
@@ -89,8 +90,11 @@ impl SimDriver {
         self.next_epoch = epoch.0 + 1;
         let mut slice = ManifestSlice::default();
         slice.positions.push(LanePosition { source: 0, lane: self.slot, bytes: position_bytes(self.position) });
-        let bytes = position_bytes(self.position);
-        slice.states.push(StateBlob { operator: "simulated".into(), vnode: self.slot, bytes });
+        let (bytes, slot) = (position_bytes(self.position), self.slot);
+        let job = Box::new(move |sink: &mut dyn sluice_state::StateSink| sink.put(slot, &[], &bytes));
+        let snapshot = Snapshot { kind: SnapshotKind::Full, job };
+        let (operator, vnodes, guard) = ("simulated".into(), slot..slot + 1, SnapshotGuard::detached());
+        slice.deferred.push(DeferredState { operator, vnodes, snapshot, guard });
         if !self.ended {
             slice.sink_records.push(self.record(epoch.0, self.position));
             self.cut = self.position;

@@ -159,13 +159,15 @@ impl World {
     }
 
     fn write_part(&mut self, worker: u32, epoch: Epoch, slice: ManifestSlice) -> Result<Vec<u8>, SluiceError> {
-        assert!(slice.deferred.is_empty(), "the writer encodes deferred state before write_part");
         let generation = self.generation;
-        let objects: Vec<String> = slice
-            .states
-            .iter()
-            .map(|blob| format!("g{generation}/w{worker}/e{}/{}/v{}", epoch.0, blob.operator, blob.vnode))
-            .collect();
+        let mut objects = Vec::new();
+        for deferred in slice.deferred {
+            let mut records = sluice_state::CollectedState::default();
+            (deferred.snapshot.job)(&mut records)?;
+            for (vnode, _, _) in &records.points {
+                objects.push(format!("g{generation}/w{worker}/e{}/{}/v{vnode}", epoch.0, deferred.operator));
+            }
+        }
         if self.fate(worker) == WriteFate::FailPart {
             // Half of the objects made it before the store failed.
             self.durable.extend(objects.iter().take(objects.len() / 2).cloned());
