@@ -157,8 +157,33 @@ impl CheckpointStore {
     /// file changed on disk before its upload is refused, never stored under a wrong
     /// checksum.
     pub fn put_file(&self, epoch: u64, name: &str, file: &Path, checksum: u32) -> Result<ObjectRef, SluiceError> {
+        let written = self.put_files(epoch, vec![(name.to_string(), file.to_path_buf(), checksum)])?;
+        Ok(written.into_iter().next().expect("one file gives one reference"))
+    }
+
+    /// Writes several local files as [`CheckpointStore::put_file`] does, at most
+    /// [`PUT_CONCURRENCY`] at once (each waits for its own durable write); references in
+    /// the order given. The first failure fails the whole (objects already written are
+    /// unreferenced, collected later).
+    pub fn put_files(
+        &self,
+        epoch: u64,
+        files: Vec<(String, std::path::PathBuf, u32)>,
+    ) -> Result<Vec<ObjectRef>, SluiceError> {
         self.check_epoch_open(epoch)?;
-        let path = layout::object_path(epoch, name)?;
+        let mut uploads = Vec::with_capacity(files.len());
+        for (name, file, checksum) in files {
+            uploads.push((layout::object_path(epoch, &name)?, file, checksum));
+        }
+        self.calls.block_on(async {
+            let puts = futures::stream::iter(uploads)
+                .map(|(path, file, checksum)| async move { self.upload_file(path, &file, checksum).await });
+            puts.buffered(PUT_CONCURRENCY).try_collect().await
+        })
+    }
+
+    /// Uploads one local file (see [`CheckpointStore::put_file`]).
+    async fn upload_file(&self, path: String, file: &Path, checksum: u32) -> Result<ObjectRef, SluiceError> {
         let local = |error: std::io::Error| {
             SluiceError::external(
                 "checkpoint.local_read",
@@ -167,13 +192,13 @@ impl CheckpointStore {
         };
         let mut reader = std::fs::File::open(file).map_err(local)?;
         let size = reader.metadata().map_err(local)?.len();
+        let mut hasher = crc32fast::Hasher::new();
         let mut read_chunk = |hasher: &mut crc32fast::Hasher| -> Result<Bytes, SluiceError> {
-            let mut chunk = Vec::with_capacity(CHUNK_BYTES);
+            let mut chunk = Vec::with_capacity(CHUNK_BYTES.min(size as usize));
             std::io::Read::by_ref(&mut reader).take(CHUNK_BYTES as u64).read_to_end(&mut chunk).map_err(local)?;
             hasher.update(&chunk);
             Ok(Bytes::from(chunk))
         };
-        let mut hasher = crc32fast::Hasher::new();
         let changed = |computed: u32| {
             SluiceError::external(
                 "checkpoint.local_changed",
@@ -185,18 +210,16 @@ impl CheckpointStore {
             )
             .with_fix("nothing but this process may write its state directory; check the disk for errors")
         };
-        self.calls.block_on(async {
-            if size <= CHUNK_BYTES as u64 {
-                let bytes = read_chunk(&mut hasher)?;
-                if bytes.len() as u64 != size || hasher.clone().finalize() != checksum {
-                    return Err(changed(hasher.clone().finalize()));
-                }
-                return self
-                    .calls
-                    .put_payload(&path, PutPayload::from_bytes(bytes), PutMode::Overwrite)
-                    .await
-                    .map_err(|failure| self.failure("writing", &path, failure));
+        if size <= CHUNK_BYTES as u64 {
+            let bytes = read_chunk(&mut hasher)?;
+            if bytes.len() as u64 != size || hasher.clone().finalize() != checksum {
+                return Err(changed(hasher.finalize()));
             }
+            self.calls
+                .put_payload(&path, PutPayload::from_bytes(bytes), PutMode::Overwrite)
+                .await
+                .map_err(|failure| self.failure("writing", &path, failure))?;
+        } else {
             let mut upload = self.calls.upload(&path).await?;
             let mut sent = 0u64;
             while sent < size {
@@ -209,10 +232,10 @@ impl CheckpointStore {
             }
             if sent != size || hasher.clone().finalize() != checksum {
                 upload.abort().await;
-                return Err(changed(hasher.clone().finalize()));
+                return Err(changed(hasher.finalize()));
             }
-            upload.complete().await
-        })?;
+            upload.complete().await?;
+        }
         tracing::debug!(%path, size, "checkpoint object written from a file");
         Ok(ObjectRef { path, offset: 0, size, checksum })
     }

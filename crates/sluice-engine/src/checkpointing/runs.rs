@@ -110,7 +110,9 @@ impl RunBook {
 
     /// Writes the deferred states of one checkpoint as runs of `epoch`, compacts the
     /// lists they changed, and returns every run of every list, for this worker's part.
-    /// The guards are marked written once everything is.
+    /// The guards are marked written once everything is. Runs are written to local
+    /// files one after the other, then uploaded together (each upload waits for its
+    /// durable write, so they overlap).
     pub(crate) fn write(
         &mut self,
         store: &Arc<CheckpointStore>,
@@ -119,32 +121,23 @@ impl RunBook {
     ) -> Result<Vec<(String, StateRun)>, SluiceError> {
         let mut lists = self.lists.clone();
         let mut guards = Vec::with_capacity(deferred.len());
-        let mut changed = Vec::new();
+        let mut written = Vec::new();
         for DeferredState { operator, vnodes, snapshot, guard } in deferred {
             let instance = (operator, vnodes.start, vnodes.end);
-            if snapshot.kind == SnapshotKind::Empty {
+            guards.push(guard);
+            if snapshot.kind != SnapshotKind::Delta {
                 lists.remove(&instance);
-                guards.push(guard);
+            }
+            if snapshot.kind == SnapshotKind::Empty {
                 continue;
             }
             let name = format!("{}/run-{}-{}", instance.0, vnodes.start, vnodes.end);
-            let written = self.write_run(store, epoch, &name, vnodes.clone(), |sink| (snapshot.job)(sink))?;
-            let list = lists.entry(instance.clone()).or_default();
-            if snapshot.kind == SnapshotKind::Full {
-                list.clear();
+            if let Some(file) = self.write_local(&name, vnodes, |sink| (snapshot.job)(sink))? {
+                written.push((instance, file));
             }
-            if let Some(object) = written {
-                list.push(StateRun { start: vnodes.start, end: vnodes.end, object });
-                changed.push(instance.clone());
-            }
-            if list.is_empty() {
-                lists.remove(&instance);
-            }
-            guards.push(guard);
         }
-        for instance in changed {
-            self.compact(store, epoch, &mut lists, &instance)?;
-        }
+        let changed = self.upload(store, epoch, written, &mut lists)?;
+        self.compact(store, epoch, &mut lists, changed)?;
         self.lists = lists;
         guards.into_iter().for_each(|guard| guard.written());
         let runs = self
@@ -154,59 +147,105 @@ impl RunBook {
         Ok(runs.collect())
     }
 
-    /// Merges `instance`'s runs while the policy asks for it.
+    /// Uploads `files` (each an instance's new run), adds each run to its instance's
+    /// list, and returns the instances changed.
+    fn upload(
+        &self,
+        store: &CheckpointStore,
+        epoch: u64,
+        files: Vec<(Instance, LocalRun)>,
+        lists: &mut BTreeMap<Instance, Vec<StateRun>>,
+    ) -> Result<Vec<Instance>, SluiceError> {
+        let objects = store.put_files(epoch, files.iter().map(|(_, file)| file.upload()).collect())?;
+        let mut changed = Vec::with_capacity(files.len());
+        for ((instance, _), object) in files.into_iter().zip(objects) {
+            let (start, end) = (instance.1, instance.2);
+            lists.entry(instance.clone()).or_default().push(StateRun { start, end, object });
+            changed.push(instance);
+        }
+        Ok(changed)
+    }
+
+    /// Merges the runs of the instances `changed` while the policy asks for it: each
+    /// round plans a merge for every instance that needs one, writes them, and uploads
+    /// them together.
     fn compact(
         &self,
         store: &Arc<CheckpointStore>,
         epoch: u64,
         lists: &mut BTreeMap<Instance, Vec<StateRun>>,
-        instance: &Instance,
+        mut changed: Vec<Instance>,
     ) -> Result<(), SluiceError> {
-        let (operator, start, end) = instance;
-        let Some(list) = lists.get_mut(instance) else { return Ok(()) };
-        let mut merges = 0;
-        while let Some(plan) = compact::plan(&list.iter().map(|run| run.object.size).collect::<Vec<_>>()) {
-            let inputs =
-                list[plan.runs.clone()].iter().map(|run| StoredRun::open(store, run)).collect::<Result<Vec<_>, _>>()?;
-            let mode = if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes };
-            let mut merge = Merge::new(inputs, *start..*end, mode);
-            let name = format!("{operator}/merged-{start}-{end}-{merges}");
-            let written = self.write_run(store, epoch, &name, *start..*end, |sink| merge.write_into(sink).map(drop))?;
-            let merged = written.map(|object| StateRun { start: *start, end: *end, object });
-            tracing::debug!(operator, start, end, runs = plan.runs.len(), "state runs merged");
-            list.splice(plan.runs, merged);
-            merges += 1;
-        }
-        if list.is_empty() {
-            lists.remove(instance);
+        let mut round = 0;
+        while !changed.is_empty() {
+            let mut merges: Vec<(Instance, Range<usize>, Option<LocalRun>)> = Vec::new();
+            for instance in std::mem::take(&mut changed) {
+                let Some(list) = lists.get(&instance) else { continue };
+                let Some(plan) = compact::plan(&list.iter().map(|run| run.object.size).collect::<Vec<_>>()) else {
+                    continue;
+                };
+                let (operator, start, end) = &instance;
+                let inputs = list[plan.runs.clone()]
+                    .iter()
+                    .map(|run| StoredRun::open(store, run))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mode = if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes };
+                let mut merge = Merge::new(inputs, *start..*end, mode);
+                let name = format!("{operator}/merged-{start}-{end}-{round}");
+                let file = self.write_local(&name, *start..*end, |sink| merge.write_into(sink).map(drop))?;
+                tracing::debug!(operator, start, end, runs = plan.runs.len(), "state runs merged");
+                merges.push((instance, plan.runs, file));
+            }
+            let uploads = merges.iter().filter_map(|(_, _, file)| file.as_ref()).map(LocalRun::upload);
+            let mut objects = store.put_files(epoch, uploads.collect())?.into_iter();
+            for (instance, runs, file) in merges {
+                let object = file.map(|_| objects.next().expect("one object per file uploaded"));
+                let (start, end) = (instance.1, instance.2);
+                let list = lists.get_mut(&instance).expect("a list planned for a merge");
+                list.splice(runs, object.map(|object| StateRun { start, end, object }));
+                if list.is_empty() {
+                    lists.remove(&instance);
+                }
+                changed.push(instance);
+            }
+            round += 1;
         }
         Ok(())
     }
 
-    /// Writes the records `write` gives as a run in a local file, then as the object
-    /// `name` of `epoch`; `None` when there are no records (nothing is written).
-    fn write_run(
+    /// Writes the records `write` gives as a run in a local file, to be uploaded as the
+    /// object `name`; `None` when there are no records.
+    fn write_local(
         &self,
-        store: &CheckpointStore,
-        epoch: u64,
         name: &str,
         vnodes: Range<u32>,
         write: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
-    ) -> Result<Option<ObjectRef>, SluiceError> {
+    ) -> Result<Option<LocalRun>, SluiceError> {
         let file = tempfile::Builder::new().prefix("run-").suffix(".sst").tempfile_in(&self.dir);
         let file = file.map_err(|error| local_error(&self.dir, 0, error))?;
         let mut writer = RunWriter::new(BufWriter::new(file.as_file()))?;
         let mut checked = InRange { sink: &mut writer, vnodes, name };
         let outcome = write(&mut checked);
-        let bytes = writer.bytes_written();
-        let entries = writer.entries();
-        outcome?;
-        let (run, _) = writer.finish().map_err(|error| local_error(&self.dir, bytes, error))?;
-        if entries == 0 {
-            return Ok(None);
-        }
-        let object = store.put_file(epoch, name, file.path(), run.checksum)?;
-        Ok(Some(object))
+        let (bytes, entries) = (writer.bytes_written(), writer.entries());
+        let local = |error: SluiceError| {
+            if error.code == "state.run_write" { local_error(&self.dir, bytes, error) } else { error }
+        };
+        outcome.map_err(local)?;
+        let (run, _) = writer.finish().map_err(local)?;
+        Ok((entries > 0).then(|| LocalRun { name: name.to_string(), file, checksum: run.checksum }))
+    }
+}
+
+/// A run written to a local file, to be uploaded (the file goes when this is dropped).
+struct LocalRun {
+    name: String,
+    file: tempfile::NamedTempFile,
+    checksum: u32,
+}
+
+impl LocalRun {
+    fn upload(&self) -> (String, std::path::PathBuf, u32) {
+        (self.name.clone(), self.file.path().to_path_buf(), self.checksum)
     }
 }
 
