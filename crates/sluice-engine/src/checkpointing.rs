@@ -69,6 +69,7 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("join_state", sluice_operators::join::JOIN_STATE_VERSION),
         ("over_state", sluice_operators::over::OVER_STATE_VERSION),
         ("materialized_state", crate::materialize::state::MATERIALIZED_STATE_VERSION),
+        ("state_run", sluice_state::RUN_FORMAT_VERSION),
     ]
     .into_iter()
     .map(|(name, version)| (name.to_string(), version))

@@ -26,13 +26,6 @@ impl BlobWriter {
         bytes
     }
 
-    /// Makes room for `additional` more bytes of entries in `vnode`'s blob, which must
-    /// then get at least one entry: a blob sized exactly never grows by doubling (a
-    /// state of a gigabyte would otherwise take up to two while it is encoded).
-    pub(crate) fn reserve(&mut self, vnode: u32, additional: usize) {
-        self.blob(vnode).1.reserve_exact(additional);
-    }
-
     /// The blobs of `items`, given in vnode order (within a vnode, in the order its blob
     /// lists them), each written by `encode`. Each vnode's entries are encoded into one
     /// reused buffer, then copied into a blob of exactly their size (a state of a
@@ -153,5 +146,194 @@ impl<'a> Reader<'a> {
     pub(crate) fn bytes(&mut self) -> Result<&'a [u8], SluiceError> {
         let length = self.u32()? as usize;
         self.take(length)
+    }
+}
+
+/// Appends `value` as a zigzag varint: `(n << 1) ^ (n >> 63)` in unsigned LEB128 (7 bits
+/// a byte, least significant first, the high bit set on every byte but the last), as the
+/// manifest's postcard body writes an `i64`. Small magnitudes take one byte.
+pub(crate) fn put_signed(out: &mut Vec<u8>, value: i64) {
+    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    while zigzag >= 0x80 {
+        out.push((zigzag as u8) | 0x80);
+        zigzag >>= 7;
+    }
+    out.push(zigzag as u8);
+}
+
+impl<'a> Reader<'a> {
+    /// A zigzag varint ([`put_signed`]) in its shortest form.
+    pub(crate) fn signed(&mut self) -> Result<i64, SluiceError> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.u8()?;
+            let group = u64::from(byte & 0x7f);
+            if shift == 63 && group > 1 {
+                return Err(corrupt(self.state, "a varint past 64 bits"));
+            }
+            value |= group << shift;
+            if byte & 0x80 == 0 {
+                if byte == 0 && shift > 0 {
+                    return Err(corrupt(self.state, "a varint longer than needed"));
+                }
+                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+            }
+        }
+        Err(corrupt(self.state, "a varint past 64 bits"))
+    }
+
+    /// A big-endian u64 (the byte order of keys, where byte order is numeric order).
+    pub(crate) fn u64_be(&mut self) -> Result<u64, SluiceError> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    /// The bytes not read yet, all of them.
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
+/// An i64 as 8 big-endian bytes whose byte order is the numbers' order (the sign bit
+/// flipped): times in keys, so that a range of keys is a range of times.
+pub(crate) fn ordered_i64(value: i64) -> [u8; 8] {
+    ((value as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// The i64 of [`ordered_i64`]'s bytes.
+pub(crate) fn from_ordered_i64(bytes: [u8; 8]) -> i64 {
+    (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
+}
+
+/// A snapshot's records gathered in one buffer, then written in `(vnode, key)` order:
+/// the records of a snapshot job come in the state's own order, and a run takes them
+/// sorted. Each record's bytes are appended once; sorting moves 32-byte entries.
+#[derive(Debug, Default)]
+pub(crate) struct Records {
+    bytes: Vec<u8>,
+    entries: Vec<RecordEntry>,
+    ranges: Vec<RangeDelete>,
+}
+
+/// Writes a record's bytes.
+pub(crate) type WriteBytes<'a> = dyn Fn(&mut Vec<u8>) + 'a;
+
+/// A range delete: `(vnode, start, end)`.
+type RangeDelete = (u32, Vec<u8>, Vec<u8>);
+
+#[derive(Debug, Clone, Copy)]
+struct RecordEntry {
+    vnode: u32,
+    /// `bytes[start..middle]` is the key, `bytes[middle..end]` the value.
+    start: usize,
+    middle: usize,
+    end: usize,
+    delete: bool,
+}
+
+impl Records {
+    /// Adds a record: `key` writes its key, then `value` its value (None: a delete).
+    pub(crate) fn add(&mut self, vnode: u32, key: impl FnOnce(&mut Vec<u8>), value: Option<&WriteBytes<'_>>) {
+        let start = self.bytes.len();
+        key(&mut self.bytes);
+        let middle = self.bytes.len();
+        if let Some(value) = value {
+            value(&mut self.bytes);
+        }
+        let end = self.bytes.len();
+        self.entries.push(RecordEntry { vnode, start, middle, end, delete: value.is_none() });
+    }
+
+    /// Adds a range delete of `vnode`.
+    pub(crate) fn delete_range(&mut self, vnode: u32, start: Vec<u8>, end: Vec<u8>) {
+        self.ranges.push((vnode, start, end));
+    }
+
+    /// Writes every record into `sink` in `(vnode, key)` order, each vnode's range
+    /// deletes first. Of records with equal keys the last added is written (a row
+    /// removed, then stored again, is stored), unless it is a delete and a put was
+    /// added too: a put wins.
+    pub(crate) fn write(mut self, sink: &mut dyn sluice_state::StateSink) -> Result<(), SluiceError> {
+        let bytes = &self.bytes;
+        let key = |entry: &RecordEntry| &bytes[entry.start..entry.middle];
+        self.entries.sort_by(|a, b| (a.vnode, key(a), !a.delete).cmp(&(b.vnode, key(b), !b.delete)));
+        self.ranges.sort();
+        let mut ranges = self.ranges.into_iter().peekable();
+        let mut index = 0;
+        while index < self.entries.len() || ranges.peek().is_some() {
+            let vnode = match (self.entries.get(index), ranges.peek()) {
+                (Some(entry), Some(range)) => entry.vnode.min(range.0),
+                (Some(entry), None) => entry.vnode,
+                (None, Some(range)) => range.0,
+                (None, None) => unreachable!("the loop ends when both are done"),
+            };
+            while let Some((_, start, end)) = ranges.next_if(|range| range.0 == vnode) {
+                sink.delete_range(vnode, &start, &end)?;
+            }
+            while let Some(entry) = self.entries.get(index).filter(|entry| entry.vnode == vnode) {
+                // The last of equal keys: puts sort after deletes.
+                let last =
+                    self.entries[index..].iter().take_while(|e| e.vnode == vnode && key(e) == key(entry)).count();
+                let entry = self.entries[index + last - 1];
+                if entry.delete {
+                    sink.delete(vnode, key(&entry))?;
+                } else {
+                    sink.put(vnode, key(&entry), &bytes[entry.middle..entry.end])?;
+                }
+                index += last;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn signed_varints_round_trip(value: i64) {
+            let mut out = Vec::new();
+            put_signed(&mut out, value);
+            let mut reader = Reader::new(&out, "test");
+            prop_assert_eq!(reader.signed().expect("decodes"), value);
+            prop_assert!(reader.finish().is_ok());
+        }
+
+        #[test]
+        fn ordered_i64_orders_as_numbers(a: i64, b: i64) {
+            prop_assert_eq!(ordered_i64(a).cmp(&ordered_i64(b)), a.cmp(&b));
+            prop_assert_eq!(from_ordered_i64(ordered_i64(a)), a);
+        }
+    }
+
+    #[test]
+    fn small_weights_take_one_byte_and_long_forms_are_refused() {
+        for (value, bytes) in [(0i64, vec![0u8]), (-1, vec![1]), (1, vec![2]), (63, vec![0x7e]), (-64, vec![0x7f])] {
+            let mut out = Vec::new();
+            put_signed(&mut out, value);
+            assert_eq!(out, bytes, "{value}");
+        }
+        assert!(Reader::new(&[0x82, 0x00], "test").signed().is_err());
+        assert!(Reader::new(&[0x82], "test").signed().is_err());
+    }
+
+    #[test]
+    fn records_come_out_sorted_with_a_put_winning_over_a_delete_of_its_key() {
+        let mut records = Records::default();
+        records.add(2, |k| k.extend_from_slice(b"b"), Some(&|v: &mut Vec<u8>| v.push(1)));
+        records.add(1, |k| k.extend_from_slice(b"z"), None);
+        records.add(2, |k| k.extend_from_slice(b"a"), None);
+        records.add(2, |k| k.extend_from_slice(b"a"), Some(&|v: &mut Vec<u8>| v.push(2)));
+        records.add(2, |k| k.extend_from_slice(b"a"), None);
+        records.delete_range(2, b"0".to_vec(), b"1".to_vec());
+        let mut collected = sluice_state::CollectedState::default();
+        records.write(&mut collected).expect("written");
+        assert_eq!(collected.ranges, [(2, b"0".to_vec(), b"1".to_vec())]);
+        assert_eq!(
+            collected.points,
+            [(1, b"z".to_vec(), None), (2, b"a".to_vec(), Some(vec![2])), (2, b"b".to_vec(), Some(vec![1]))]
+        );
     }
 }

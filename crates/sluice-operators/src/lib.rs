@@ -33,6 +33,8 @@ mod pages;
 pub mod partition;
 pub mod row_errors;
 pub mod spill;
+#[cfg(test)]
+mod testing;
 pub mod topn;
 pub mod ttl;
 pub mod union;

@@ -134,6 +134,46 @@ impl StateSink for CollectedState {
     }
 }
 
+/// What the runs of some operator instances amount to, kept as a map: a model of the
+/// run lists of `engine::checkpointing::runs` (and of the merge that reads them) for
+/// tests of snapshots and restores, whose own tests check runs against such a map.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StateModel {
+    records: std::collections::BTreeMap<(u32, Vec<u8>), Vec<u8>>,
+}
+
+impl StateModel {
+    /// Applies a snapshot of the instance owning `vnodes`: a full one replaces their
+    /// records, a delta applies its range deletes, then its puts and deletes.
+    pub fn apply(&mut self, vnodes: std::ops::Range<u32>, full: bool, snapshot: CollectedState) {
+        if full {
+            self.records.retain(|(vnode, _), _| !vnodes.contains(vnode));
+        }
+        for (vnode, start, end) in snapshot.ranges {
+            assert!(vnodes.contains(&vnode), "a snapshot of {vnodes:?} deletes a range of vnode {vnode}");
+            self.records.retain(|(v, key), _| !(*v == vnode && start <= *key && *key < end));
+        }
+        for (vnode, key, value) in snapshot.points {
+            assert!(vnodes.contains(&vnode), "a snapshot of {vnodes:?} writes vnode {vnode}");
+            match value {
+                Some(value) => self.records.insert((vnode, key), value),
+                None => self.records.remove(&(vnode, key)),
+            };
+        }
+    }
+
+    /// The records of `vnodes`, as a restore of them reads them.
+    pub fn source(&self, vnodes: std::ops::Range<u32>) -> MemoryState {
+        let records = self.records.iter().filter(|((vnode, _), _)| vnodes.contains(vnode));
+        MemoryState::new(records.map(|((vnode, key), value)| (*vnode, key.clone(), value.clone())).collect())
+    }
+
+    /// Every record, in order.
+    pub fn records(&self) -> &std::collections::BTreeMap<(u32, Vec<u8>), Vec<u8>> {
+        &self.records
+    }
+}
+
 /// The error of a damaged run: named, with the fix, never a panic.
 pub(crate) fn damaged(source: &str, problem: impl std::fmt::Display) -> SluiceError {
     SluiceError::external("state.run_damaged", format!("state run {source}: {problem}"))

@@ -21,6 +21,10 @@
 //!   the new entry and the key's head, and a probe walks the key's rows newest first
 //!   (and returns them oldest first, the order they came in).
 //! - Weights: every row's is 1 until a row arrives with another, then one per row.
+//! - Snapshots ([`AppendStore::changes`]): rows never change once stored, so a delta is
+//!   the rows stored since the previous snapshot, each under an arrival number that
+//!   keeps counting across snapshots and restores; the key hash of each of those rows is
+//!   kept until the snapshot takes them (the entries do not hold one).
 
 use std::sync::Arc;
 
@@ -57,14 +61,6 @@ struct Head {
     key: SmallBytes,
 }
 
-/// A stored row as [`AppendStore::rows`] gives it.
-pub(super) struct AppendedRef<'a> {
-    pub(super) chunk: &'a LogChunk,
-    pub(super) range: std::ops::Range<usize>,
-    pub(super) key_hash: u64,
-    pub(super) weight: i64,
-}
-
 /// See the module documentation.
 #[derive(Debug)]
 pub(super) struct AppendStore {
@@ -79,6 +75,32 @@ pub(super) struct AppendStore {
     bytes: usize,
     /// What [`AppendStore::counts_mut`] hands out as a row's match count (never read).
     matches: i64,
+    /// Entries below this are in the runs: a snapshot took them.
+    snapshotted: u32,
+    /// The arrival number of entry `snapshotted` (the next one a snapshot gives).
+    next_arrival: u64,
+    /// The key hash of each entry from `snapshotted` on, once a snapshot or a restore
+    /// started keeping them (`tracking`): a run without checkpoints keeps none.
+    fresh_hashes: Vec<u64>,
+    tracking: bool,
+}
+
+/// A row a snapshot takes: its arrival number, key hash and weight, and where its bytes
+/// are: `range` of chunk `chunk` of the snapshot's chunks.
+#[derive(Debug, Clone)]
+pub(super) struct AppendedCopy {
+    pub(super) arrival: u64,
+    pub(super) key_hash: u64,
+    pub(super) weight: i64,
+    pub(super) chunk: u32,
+    pub(super) range: std::ops::Range<usize>,
+}
+
+/// The rows a snapshot takes, and the chunks holding their bytes (shared, not copied).
+#[derive(Debug, Default)]
+pub(super) struct AppendChanges {
+    pub(super) rows: Vec<AppendedCopy>,
+    pub(super) chunks: Vec<LogChunk>,
 }
 
 impl AppendStore {
@@ -97,6 +119,10 @@ impl AppendStore {
             log,
             bytes: 0,
             matches: 0,
+            snapshotted: 0,
+            next_arrival: 0,
+            fresh_hashes: Vec::new(),
+            tracking: false,
         }
     }
 
@@ -186,6 +212,9 @@ impl AppendStore {
             }
         };
         self.entries.push(Entry { chunk, start, older });
+        if self.tracking {
+            self.fresh_hashes.push(hash);
+        }
         if weight != 1 || !self.weights.is_empty() {
             self.weights.resize(self.entries.len(), 1);
             self.weights[id as usize] = weight;
@@ -194,25 +223,63 @@ impl AppendStore {
         Ok(())
     }
 
-    /// Every stored row, key by key.
-    pub(super) fn rows(&self) -> impl Iterator<Item = AppendedRef<'_>> {
-        self.heads.iter().flat_map(move |head| {
+    /// The rows a snapshot takes: every row (`full`, numbered from 0 in arrival order)
+    /// or those stored since the previous snapshot (numbered on from the previous
+    /// snapshot's). Either way the rows taken are in the runs afterwards.
+    pub(super) fn changes(&mut self, full: bool) -> AppendChanges {
+        assert!(full || self.tracking, "a delta of a store that kept no changes");
+        let (first, mut arrival) = if full { (0, 0) } else { (self.snapshotted, self.next_arrival) };
+        let hashes = if full { self.hashes() } else { std::mem::take(&mut self.fresh_hashes) };
+        let mut changes = AppendChanges::default();
+        let mut chunk_numbers: Vec<(u32, u32)> = Vec::new();
+        for (id, key_hash) in (first..self.entries.len() as u32).zip(hashes) {
+            let entry = &self.entries[id as usize];
+            let chunk = match chunk_numbers.last() {
+                Some(&(held, number)) if held == entry.chunk => number,
+                _ => {
+                    let number = changes.chunks.len() as u32;
+                    changes.chunks.push(self.log.chunk(entry.chunk).clone());
+                    chunk_numbers.push((entry.chunk, number));
+                    number
+                }
+            };
+            let (weight, range) = (self.weight(id), self.range(id));
+            changes.rows.push(AppendedCopy { arrival, key_hash, weight, chunk, range });
+            arrival += 1;
+        }
+        self.snapshotted = self.entries.len() as u32;
+        self.next_arrival = arrival;
+        self.fresh_hashes.clear();
+        self.tracking = true;
+        changes
+    }
+
+    /// Whether a snapshot may take only what changed (changes are kept).
+    pub(super) fn tracking(&self) -> bool {
+        self.tracking
+    }
+
+    /// The key hash of every entry, in entry order.
+    fn hashes(&self) -> Vec<u64> {
+        let mut hashes = vec![0; self.entries.len()];
+        for head in self.heads.iter() {
             let key_hash = sluice_types::key::hash(head.key.get());
             let mut id = head.newest;
-            std::iter::from_fn(move || {
-                (id != NONE).then(|| {
-                    let entry = &self.entries[id as usize];
-                    let row = AppendedRef {
-                        chunk: self.log.chunk(entry.chunk),
-                        range: self.range(id),
-                        key_hash,
-                        weight: self.weight(id),
-                    };
-                    id = entry.older;
-                    row
-                })
-            })
-        })
+            while id != NONE {
+                hashes[id as usize] = key_hash;
+                id = self.entries[id as usize].older;
+            }
+        }
+        hashes
+    }
+
+    /// After a restore: every row stored is in the runs, and the highest arrival number
+    /// there was `last_arrival` (None: no row).
+    pub(super) fn restored(&mut self, last_arrival: Option<u64>) {
+        self.snapshotted = self.entries.len() as u32;
+        self.next_arrival = last_arrival.map_or(0, |last| last + 1);
+        self.fresh_hashes.clear();
+        self.tracking = true;
     }
 }
 
@@ -268,7 +335,7 @@ mod tests {
             assert_eq!(store.len(), expected.iter().map(Vec::len).sum::<usize>());
             assert_eq!(store.bytes(), expected.iter().flatten().map(|(r, _)| r.len()).sum::<usize>());
             assert_eq!(space.is_some_and(|s| s.spilled() > 0), spills);
-            let snapshot: usize = store.rows().map(|r| r.range.len()).sum();
+            let snapshot: usize = store.changes(true).rows.iter().map(|r| r.range.len()).sum();
             assert_eq!(snapshot, store.bytes(), "a snapshot sees every row once");
         }
     }

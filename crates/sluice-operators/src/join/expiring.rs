@@ -35,6 +35,11 @@
 //!
 //! Insertion and freeing are thus sequential in memory: two appends and a pop per row,
 //! and one hash insertion per row on a side that is indexed.
+//!
+//! Snapshots ([`ExpiringStore::changes`]): rows only arrive and expire, so a delta is the
+//! rows arrived since the previous snapshot and not expired, each under an arrival
+//! number that keeps counting across snapshots and restores, and how far the watermark
+//! expired rows (a range delete of every row expiring by then).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -129,6 +134,37 @@ pub(super) struct ExpiringStore {
     /// Rows not yet expired, with their multiplicity, and their entries' bytes.
     live: usize,
     bytes: usize,
+    /// Entries numbered below this are in the runs: a snapshot took them.
+    snapshotted: u64,
+    /// Entry `base_entry` (and every later one) has arrival number `base_arrival` plus
+    /// the difference.
+    base_entry: u64,
+    base_arrival: u64,
+    /// The watermark when the previous snapshot was taken.
+    snapshot_watermark: Option<i64>,
+    /// Whether the runs hold the rows a delta builds on (from the first snapshot or a
+    /// restore on).
+    tracking: bool,
+}
+
+/// A row a snapshot takes: its arrival number, when it expires, its key hash and
+/// weight, and its bytes (shared with the store).
+#[derive(Debug, Clone)]
+pub(super) struct ExpiringCopy {
+    pub(super) arrival: u64,
+    pub(super) expires: i64,
+    pub(super) key_hash: u64,
+    pub(super) weight: i64,
+    pub(super) chunk: Chunk,
+    pub(super) range: std::ops::Range<usize>,
+}
+
+/// What a snapshot takes: rows, and (a delta) the watermark through which rows expired
+/// since the previous snapshot, when it moved.
+#[derive(Debug, Default)]
+pub(super) struct ExpiringChanges {
+    pub(super) rows: Vec<ExpiringCopy>,
+    pub(super) expired_through: Option<i64>,
 }
 
 impl ExpiringStore {
@@ -377,7 +413,57 @@ impl ExpiringStore {
         }
     }
 
+    /// Whether a snapshot may take only what changed.
+    pub(super) fn tracking(&self) -> bool {
+        self.tracking
+    }
+
+    /// The rows a snapshot takes (see the module doc): every row not expired (`full`,
+    /// numbered from 0), or those arrived since the previous snapshot and the watermark
+    /// if it moved.
+    pub(super) fn changes(&mut self, full: bool) -> ExpiringChanges {
+        assert!(full || self.tracking, "a delta of a store that kept no changes");
+        if full {
+            (self.base_entry, self.base_arrival, self.snapshotted) = (self.front, 0, self.front);
+        }
+        let first = self.snapshotted.max(self.front);
+        let mut changes = ExpiringChanges::default();
+        for position in (first - self.front) as usize..self.ring.len() {
+            let entry = &self.ring[position];
+            if self.is_expired(entry) {
+                continue;
+            }
+            let seq = self.front + position as u64;
+            changes.rows.push(ExpiringCopy {
+                arrival: self.base_arrival + (seq - self.base_entry),
+                expires: entry.expires,
+                key_hash: entry.key_hash,
+                weight: entry.weight,
+                chunk: Arc::clone(&self.chunks[(entry.chunk - self.first_chunk) as usize]),
+                range: entry.row_range(),
+            });
+        }
+        if !full && self.watermark != self.snapshot_watermark {
+            changes.expired_through = self.watermark;
+        }
+        self.snapshotted = self.end();
+        self.snapshot_watermark = self.watermark;
+        self.tracking = true;
+        changes
+    }
+
+    /// After a restore: every row held is in the runs, whose highest arrival number was
+    /// `last_arrival` (None: no row).
+    pub(super) fn restored(&mut self, last_arrival: Option<u64>) {
+        self.sort_by_expiry();
+        self.snapshotted = self.end();
+        (self.base_entry, self.base_arrival) = (self.end(), last_arrival.map_or(0, |last| last + 1));
+        self.snapshot_watermark = self.watermark;
+        self.tracking = true;
+    }
+
     /// Every row not expired, in arrival order, with its chunk.
+    #[cfg(test)]
     pub(super) fn rows(&self) -> impl Iterator<Item = (&Entry, &Chunk)> {
         let chunk = |entry: &Entry| &self.chunks[(entry.chunk - self.first_chunk) as usize];
         self.ring.iter().filter(|entry| !self.is_expired(entry)).map(move |entry| (entry, chunk(entry)))

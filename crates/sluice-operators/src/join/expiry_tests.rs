@@ -19,6 +19,7 @@ use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::expressions::{BinaryExpr, CastExpr, Column, Literal};
 use proptest::prelude::*;
 use sluice_runtime::{Metrics, Operator, OperatorContext};
+use sluice_state::StateModel;
 use sluice_types::{Batch, Message};
 
 use super::tests::{Table, VNODES, context, integrate, lines, vnode_of};
@@ -171,10 +172,9 @@ fn a_restored_join_frees_its_rows_as_the_watermark_passes() {
     let (mut operator, _) = interval_join();
     send(&mut operator, 0, &[(Some(1), Some(100)), (Some(2), Some(120))]);
     send(&mut operator, 1, &[(Some(1), Some(101))]);
-    let blobs: Vec<Vec<u8>> =
-        operator.snapshot().expect("snapshot").expect("state")().expect("encode").into_iter().map(|(_, b)| b).collect();
+    let (_, records) = crate::testing::snapshot(&mut operator, false);
     let (mut restored, metrics) = interval_join();
-    restored.restore(blobs).expect("restore");
+    restored.restore_state(&mut records.into_source()).expect("restore");
     assert_eq!(restored.state_rows(), 3);
     // The watermark is not restored: nothing is late until the first one arrives.
     assert_eq!(send(&mut restored, 1, &[(Some(1), Some(99))]), [format!("+1 1,{},1,{}", cell(100), cell(99))]);
@@ -247,24 +247,32 @@ fn reference(lefts: &Table<Row>, rights: &Table<Row>) -> Table<String> {
     result
 }
 
-/// Snapshots every instance and restores the blobs onto `count` fresh ones, the vnodes
-/// below `split` to the first.
-fn restart(instances: &mut Vec<JoinOperator>, count: usize, split: u32) {
-    let mut blobs: Vec<(u32, Vec<u8>)> = Vec::new();
-    for instance in instances.iter_mut() {
-        if let Some(job) = instance.snapshot().expect("snapshot") {
-            blobs.extend(job().expect("encode"));
-        }
+/// A checkpoint: each instance's snapshot (a delta when it can) into `runs`, as the
+/// instance owning `ranges[i]`.
+fn checkpoint(instances: &mut [JoinOperator], ranges: &[std::ops::Range<u32>], runs: &mut StateModel) {
+    for (instance, vnodes) in instances.iter_mut().zip(ranges) {
+        crate::testing::checkpoint(instance, runs, vnodes.clone(), true);
     }
-    let mut fresh: Vec<JoinOperator> = (0..count).map(|_| interval_join().0).collect();
-    let mut parts: Vec<Vec<Vec<u8>>> = vec![Vec::new(); count];
-    for (vnode, blob) in blobs {
-        parts[if count == 1 || vnode < split { 0 } else { 1 }].push(blob);
-    }
-    for (instance, part) in fresh.iter_mut().zip(parts) {
-        instance.restore(part).expect("restore");
-    }
-    *instances = fresh;
+}
+
+/// A checkpoint, then `count` fresh instances restored from `runs`, the vnodes below
+/// `split` to the first.
+fn restart(
+    instances: &mut Vec<JoinOperator>,
+    ranges: &mut Vec<std::ops::Range<u32>>,
+    runs: &mut StateModel,
+    count: usize,
+    split: u32,
+) {
+    checkpoint(instances, ranges, runs);
+    *ranges = super::tests::ranges(count, split);
+    *instances = (ranges.iter())
+        .map(|vnodes| {
+            let mut instance = interval_join().0.owning(vnodes.clone());
+            crate::testing::restore(&mut instance, runs, vnodes.clone()).expect("restore");
+            instance
+        })
+        .collect();
 }
 
 proptest! {
@@ -283,14 +291,17 @@ proptest! {
         split in 1u32..VNODES,
     ) {
         let mut instances = vec![interval_join().0];
+        let (mut ranges, mut runs) = (super::tests::ranges(1, 0), StateModel::default());
         let mut output: Table<String> = BTreeMap::new();
         let mut inputs: [Table<Row>; 2] = [BTreeMap::new(), BTreeMap::new()];
         let mut current = 0i64;
         for (index, step) in steps.iter().enumerate() {
             if index == split_at && instances.len() == 1 {
-                restart(&mut instances, 2, split);
+                restart(&mut instances, &mut ranges, &mut runs, 2, split);
             } else if index == merge_at && instances.len() == 2 {
-                restart(&mut instances, 1, split);
+                restart(&mut instances, &mut ranges, &mut runs, 1, split);
+            } else if index % 5 == 2 {
+                checkpoint(&mut instances, &ranges, &mut runs);
             }
             match *step {
                 Step::Row { side, key, ahead } => {

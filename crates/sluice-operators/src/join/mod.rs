@@ -74,12 +74,13 @@ use arrow::compute::{cast, take};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
-use sluice_runtime::{BlobJob, Operator, OperatorContext};
+use sluice_runtime::{Operator, OperatorContext, Snapshot};
+use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows, is_key_type};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 use crate::partition::encode_keys;
-use crate::spill::{LogChunk, SpillSpace};
+use crate::spill::SpillSpace;
 use append::AppendStore;
 use expiring::ExpiringStore;
 use store::{NEVER, RowRef, Store};
@@ -174,46 +175,6 @@ enum Rows {
     Append(AppendStore),
 }
 
-/// A stored row's bytes, shared (not copied) with the store: a range of one of the
-/// side's chunks of bytes (every store keeps rows in shared chunks), in memory or
-/// spilled (a snapshot reads a spilled one's chunk back, see `join/state`).
-#[derive(Debug, Clone)]
-pub(crate) struct SharedRow {
-    chunk: LogChunk,
-    range: std::ops::Range<usize>,
-}
-
-impl SharedRow {
-    /// The spilled chunk holding the row, if it was spilled.
-    pub(crate) fn spilled(&self) -> Option<&Arc<crate::spill::SpilledChunk>> {
-        match &self.chunk {
-            LogChunk::Resident(_) => None,
-            LogChunk::Spilled(spilled) => Some(spilled),
-        }
-    }
-
-    /// The row's place in its chunk.
-    pub(crate) fn range(&self) -> std::ops::Range<usize> {
-        self.range.clone()
-    }
-
-    /// The row's bytes; it must be in memory.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        match &self.chunk {
-            LogChunk::Resident(bytes) => &bytes[self.range.clone()],
-            LogChunk::Spilled(_) => panic!("a spilled row is read from its chunk, read back"),
-        }
-    }
-}
-
-/// A stored row, its key hash and counts, as a snapshot copies them.
-pub(crate) struct StoredRow {
-    row: SharedRow,
-    key_hash: u64,
-    weight: i64,
-    matches: i64,
-}
-
 impl Rows {
     fn len(&self) -> usize {
         match self {
@@ -252,6 +213,14 @@ impl Rows {
                 |id, out| store.read_row(id, out),
                 spilled,
             ),
+        }
+    }
+
+    /// Marks row `id` (from a probe in this batch) changed for the next snapshot: its
+    /// match count changed on a side an outer join pads, where snapshots keep it.
+    fn matched(&mut self, id: u64) {
+        if let Rows::ByRow(store) = self {
+            store.mark(id as u32);
         }
     }
 
@@ -297,34 +266,23 @@ impl Rows {
         }
     }
 
-    /// After a restore: an expiring side puts its rows in the order they expire.
-    fn restored(&mut self) {
-        if let Rows::Expiring(store) = self {
-            store.sort_by_expiry();
+    /// Whether the side keeps what changed since the previous snapshot (a delta may
+    /// then be taken).
+    fn tracking(&self) -> bool {
+        match self {
+            Rows::ByRow(store) => store.tracking(),
+            Rows::Expiring(store) => store.tracking(),
+            Rows::Append(store) => store.tracking(),
         }
     }
 
-    /// Every stored row (equal rows of an expiring side may come more than once).
-    fn rows(&self) -> Box<dyn Iterator<Item = StoredRow> + '_> {
+    /// After a restore: the rows held are the runs' (the highest arrival number there
+    /// was `last_arrival`); an expiring side puts its rows in the order they expire.
+    fn restored(&mut self, last_arrival: Option<u64>) {
         match self {
-            Rows::ByRow(store) => Box::new(store.rows().map(|s| StoredRow {
-                row: SharedRow { chunk: LogChunk::Resident(Arc::clone(s.chunk)), range: s.range },
-                key_hash: s.key_hash,
-                weight: s.weight,
-                matches: s.matches,
-            })),
-            Rows::Expiring(store) => Box::new(store.rows().map(|(e, chunk)| StoredRow {
-                row: SharedRow { chunk: LogChunk::Resident(Arc::clone(chunk)), range: e.row_range() },
-                key_hash: e.key_hash,
-                weight: e.weight,
-                matches: e.matches,
-            })),
-            Rows::Append(store) => Box::new(store.rows().map(|s| StoredRow {
-                row: SharedRow { chunk: s.chunk.clone(), range: s.range },
-                key_hash: s.key_hash,
-                weight: s.weight,
-                matches: 0,
-            })),
+            Rows::ByRow(store) => store.clear_changes(),
+            Rows::Expiring(store) => store.restored(last_arrival),
+            Rows::Append(store) => store.restored(last_arrival),
         }
     }
 }
@@ -336,6 +294,8 @@ pub struct JoinOperator {
     residual: Option<Arc<dyn PhysicalExpr>>,
     sides: [Side; 2],
     vnodes: u32,
+    /// The vnodes this instance owns (its thread's).
+    owned: std::ops::Range<u32>,
     /// The highest watermark seen (`i64::MIN` before the first).
     watermark: TimestampMs,
     /// Rows dropped as late (a join with an expiry only).
@@ -431,12 +391,21 @@ impl JoinOperator {
             output: spec.output_schema,
             residual: spec.residual,
             vnodes: spec.vnodes,
+            owned: sluice_types::vnode::range_of(context.thread, context.vnodes, context.threads),
             watermark: TimestampMs::MIN,
             late_rows: expires.then(|| context.metrics.counter(&spec.late_rows)),
             key_rows: KeyRows::default(),
             row_rows: KeyRows::default(),
             spilled_rows: Vec::new(),
         })
+    }
+
+    /// The instance owning the vnodes `vnodes` (tests give instances ranges that no
+    /// thread count does).
+    #[cfg(test)]
+    pub(crate) fn owning(mut self, vnodes: std::ops::Range<u32>) -> JoinOperator {
+        self.owned = vnodes;
+        self
     }
 
     /// Drops rows of either side not written for the TTL (`crate::ttl`): an inner join
@@ -632,6 +601,9 @@ impl Operator for JoinOperator {
                 let before = *stored_matches;
                 *stored_matches += weight;
                 let after = *stored_matches;
+                if other_preserved {
+                    self.sides[other].store.matched(id);
+                }
                 if other_preserved && before == 0 && after != 0 {
                     emit(None, Some(candidate), -multiplicity);
                 }
@@ -695,11 +667,11 @@ impl Operator for JoinOperator {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
-        Ok(state::snapshot(self))
+    fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        Ok(Some(state::snapshot(self, delta)))
     }
 
-    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        state::restore(self, blobs)
+    fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        state::restore(self, state)
     }
 }

@@ -1,163 +1,173 @@
-//! Snapshots of the join's state, split by vnode.
-//!
-//! At a barrier the driver copies the stored rows of both sides (each row's bytes are
-//! shared, not copied: the chunks of bytes holding them are reference-counted) with
-//! their weights, match counts and key hashes, and returns a job; the checkpoint writer
-//! thread encodes the copy into one blob per vnode holding rows, the vnode of each row's
+//! Snapshots of the join's state as records (`sluice_state`), by the vnode of each row's
 //! join key hash (the hash the exchange routes both inputs by), so a restore onto any
-//! number of threads gives each row to the thread its key's future rows go to. It first
-//! gathers each row's bytes into its vnode's buffer, reading the spilled rows back
-//! ([`super::append`]) one chunk at a time, each chunk dropped once its rows are
-//! gathered; then it sorts each vnode's rows into that vnode's blob, dropping the
-//! buffer: the encoding holds about the rows' bytes once, never every spilled chunk as
-//! well. Rows after the barrier change the live state, never the copy (a chunk a copy
-//! shares is not appended to, and a compaction of the store leaves it to the copy). A
-//! side whose rows expire holds equal rows apart as they arrived and leaves expired rows
-//! out; the encoding merges equal rows into one (weights and match counts summed), so
-//! the blob is the same as a side kept by row would write.
+//! number of threads gives each row to the thread its key's future rows go to.
 //!
-//! Layout, version [`JOIN_STATE_VERSION`] (little-endian): `u32 version`, `u32 rows`,
-//! then per distinct row, ordered by side and then by the row's bytes:
-//! - `u8 side`: 0 left, 1 right;
-//! - the row: `u32 length` + the side's columns, in order, in the key encoding of
-//!   [`sluice_types::key`];
-//! - `i64 weight`: its multiplicity, never 0;
-//! - `i64 matches`: the summed weights of the other side's rows it joins with (0 from a
-//!   side kept appended, [`super::append`], whose match counts are never read).
+//! At a barrier each side's store hands over what the snapshot takes, sharing the rows'
+//! bytes (chunks are reference-counted, and a chunk a snapshot shares is not appended
+//! to): in full, every row; as a delta, what changed since the previous snapshot (see
+//! each store's module: rows marked or removed by row, rows arrived since when appended
+//! or expiring, and how far rows expired). The snapshot's job, on the checkpoint
+//! writer's thread, gathers the records (reading spilled rows back one chunk at a time)
+//! and writes them in key order.
 //!
-//! The join key and its hash are recomputed from the row when restored, and so is a
-//! row's expiry (an interval or window join's time index: the expiry's column is one
-//! of the row's), so expiry needed no change of the layout. Decoding checks
-//! every length against the remaining bytes, every row must decode as a row of its
-//! side's schema and encode back to the same bytes, and no row may appear twice: a
-//! blob from another plan or a damaged one is refused, never misread, and never panics.
+//! # Records, version [`JOIN_STATE_VERSION`]
+//!
+//! A record's key starts with the side (`u8`: 0 left, 1 right), then depends on how the
+//! side keeps its rows (a function of the plan, which the manifest's fingerprint pins):
+//!
+//! ```text
+//! by row (a multiset, `store`)     key: side, the row              value: weight, matches
+//! appended (`append`)              key: side, arrival (u64 BE)     value: weight, the row
+//! expiring (`expiring`)            key: side, expiry (i64 BE, sign bit flipped),
+//!                                       arrival (u64 BE)            value: weight, the row
+//! ```
+//!
+//! A row is its columns in order in the key encoding of [`sluice_types::key`]; weight and
+//! matches are zigzag varints (`crate::blob::put_signed`); a weight is never 0, and
+//! positive but on a side kept by row; matches is the summed weight of the other side's
+//! rows it joins with, written only for a side an outer join pads (0 elsewhere, where it
+//! is never read). An arrival number orders the rows of a key as they arrived and keeps
+//! counting across snapshots and restores, so a delta never reuses a key. Rows that
+//! expired by watermark `w` are one range delete per vnode of the instance, from
+//! `side, expiry(i64::MIN)` to `side, expiry(w + 1)`.
+//!
+//! The join key, its hash and a row's expiry are recomputed from the row when restored.
+//! Restoring checks every key and value against its layout, every row against its
+//! side's schema and canonical encoding, and an expiring row's expiry against its key: a
+//! record from another plan or a damaged one is refused (`state.corrupt`), never
+//! misread, and never panics.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
-use sluice_runtime::BlobJob;
+use sluice_runtime::{Snapshot, SnapshotKind};
+use sluice_state::{StateSink, StateSource};
 use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
-use super::store::{NEVER, RowRef};
-use super::{JoinOperator, SharedRow, expiry_times};
-use crate::blob::{BlobWriter, Reader};
+use super::append::AppendChanges;
+use super::expiring::ExpiringChanges;
+use super::store::{ByRowChanges, NEVER, RowRef};
+use super::{JoinOperator, Rows, expiry_times};
+use crate::blob::{Reader, Records, from_ordered_i64, ordered_i64, put_signed};
 use crate::partition::encode_keys;
+use crate::spill::LogChunk;
 
-/// The blob layout this build writes and reads.
-pub const JOIN_STATE_VERSION: u32 = 1;
-const VERSION: u32 = JOIN_STATE_VERSION;
+/// The record layout this build writes and reads.
+pub const JOIN_STATE_VERSION: u32 = 2;
 
-/// The fewest bytes one row takes: side, length, weight, matches.
-const MIN_ROW_BYTES: usize = 1 + 4 + 8 + 8;
+/// Rows restored per decoded batch.
+const RESTORE_BATCH_ROWS: usize = 4096;
 
-/// One stored row, as copied at a barrier.
-struct Copied {
-    side: u8,
-    key_hash: u64,
-    row: SharedRow,
-    weight: i64,
-    matches: i64,
+/// What a snapshot takes of one side.
+enum SideChanges {
+    ByRow(ByRowChanges),
+    Append(AppendChanges),
+    Expiring(ExpiringChanges),
 }
 
-/// Copies the stored rows and returns the job that encodes them; None without state.
-pub(super) fn snapshot(join: &JoinOperator) -> Option<BlobJob> {
-    let mut copy = Vec::with_capacity(join.state_rows());
-    for (side, state) in join.sides.iter().enumerate() {
-        copy.extend(state.store.rows().map(|stored| Copied {
-            side: side as u8,
-            key_hash: stored.key_hash,
-            row: stored.row,
-            weight: stored.weight,
-            matches: stored.matches,
-        }));
-    }
-    if copy.is_empty() {
-        return None;
-    }
-    let vnodes = join.vnodes;
-    Some(Box::new(move || encode(copy, vnodes)))
-}
-
-/// One row gathered in its vnode's buffer: side, place in the buffer, weight, matches.
-struct Gathered {
-    side: u8,
-    range: std::ops::Range<usize>,
-    weight: i64,
-    matches: i64,
-}
-
-/// The rows of one vnode, gathered: their bytes one after another.
-struct VnodeRows {
-    bytes: Vec<u8>,
-    rows: Vec<Gathered>,
-}
-
-/// One blob per vnode holding rows, in vnode order, each ordered by side and then by
-/// row. Equal rows of a side (an expiring side keeps each arrival apart) become one,
-/// their weights and match counts summed: equal rows have equal keys, so one vnode.
-fn encode(mut copy: Vec<Copied>, vnodes: u32) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-    // Each vnode's buffers sized exactly: grown by doubling, they would take up to
-    // twice the rows' bytes.
-    let mut sizes: std::collections::BTreeMap<u32, (usize, usize)> = std::collections::BTreeMap::new();
-    for row in &copy {
-        let (bytes, rows) = sizes.entry(vnode::of_hash(row.key_hash, vnodes)).or_default();
-        *bytes += row.row.range().len();
-        *rows += 1;
-    }
-    let mut gathered: std::collections::BTreeMap<u32, VnodeRows> = (sizes.into_iter())
-        .map(|(vnode, (bytes, rows))| {
-            (vnode, VnodeRows { bytes: Vec::with_capacity(bytes), rows: Vec::with_capacity(rows) })
+/// Takes each side's changes (everything unless `delta` and both sides kept them) and
+/// returns the snapshot writing them.
+pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
+    let full = !delta || join.sides.iter().any(|side| !side.store.tracking());
+    let changes: Vec<SideChanges> = join
+        .sides
+        .iter_mut()
+        .map(|side| match &mut side.store {
+            Rows::ByRow(store) => SideChanges::ByRow(store.changes(full)),
+            Rows::Append(store) => SideChanges::Append(store.changes(full)),
+            Rows::Expiring(store) => SideChanges::Expiring(store.changes(full)),
         })
         .collect();
-    // Rows of one spilled chunk together, so that each chunk is read back once.
-    copy.sort_unstable_by_key(|row| row.row.spilled().map_or(std::ptr::null(), Arc::as_ptr));
-    let mut chunk: Option<(*const crate::spill::SpilledChunk, Vec<u8>)> = None;
-    for row in copy {
-        let bytes = match row.row.spilled() {
-            None => row.row.bytes(),
-            Some(spilled) => {
-                if chunk.as_ref().is_none_or(|(held, _)| *held != Arc::as_ptr(spilled)) {
-                    // The chunk before is dropped here: none of its rows is left.
-                    chunk = Some((Arc::as_ptr(spilled), spilled.read()?));
+    let preserved = [join.kind.preserves(0), join.kind.preserves(1)];
+    let (vnodes, owned) = (join.vnodes, join.owned.clone());
+    let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
+    let job = Box::new(move |sink: &mut dyn StateSink| {
+        let mut records = Records::default();
+        for (side, changes) in changes.into_iter().enumerate() {
+            let side = side as u8;
+            match changes {
+                SideChanges::ByRow(changes) => by_row(&mut records, side, changes, preserved[side as usize], vnodes),
+                SideChanges::Append(changes) => appended(&mut records, side, changes, vnodes)?,
+                SideChanges::Expiring(changes) => expiring(&mut records, side, changes, vnodes, &owned),
+            }
+        }
+        records.write(sink)
+    });
+    Snapshot { kind, job }
+}
+
+fn by_row(records: &mut Records, side: u8, changes: ByRowChanges, preserved: bool, vnodes: u32) {
+    for row in &changes.rows {
+        let key = |out: &mut Vec<u8>| {
+            out.push(side);
+            out.extend_from_slice(&row.chunk[row.range.clone()]);
+        };
+        let matches = if preserved { row.matches } else { 0 };
+        let value = |out: &mut Vec<u8>| {
+            put_signed(out, row.weight);
+            put_signed(out, matches);
+        };
+        records.add(vnode::of_hash(row.key_hash, vnodes), key, Some(&value));
+    }
+    for (key_hash, row) in &changes.removed {
+        let key = |out: &mut Vec<u8>| {
+            out.push(side);
+            out.extend_from_slice(row);
+        };
+        records.add(vnode::of_hash(*key_hash, vnodes), key, None);
+    }
+}
+
+fn appended(records: &mut Records, side: u8, changes: AppendChanges, vnodes: u32) -> Result<(), SluiceError> {
+    // Rows come in arrival order, so each spilled chunk is read back once.
+    let mut read_back: Option<(u32, Vec<u8>)> = None;
+    for row in &changes.rows {
+        let bytes = match &changes.chunks[row.chunk as usize] {
+            LogChunk::Resident(bytes) => &bytes[row.range.clone()],
+            LogChunk::Spilled(spilled) => {
+                if read_back.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
+                    read_back = Some((row.chunk, spilled.read()?));
                 }
-                &chunk.as_ref().expect("the row's chunk was just read").1[row.row.range()]
+                &read_back.as_ref().expect("the row's chunk was just read").1[row.range.clone()]
             }
         };
-        let vnode = gathered.get_mut(&vnode::of_hash(row.key_hash, vnodes)).expect("every row's vnode was sized");
-        let start = vnode.bytes.len();
-        vnode.bytes.extend_from_slice(bytes);
-        let range = start..vnode.bytes.len();
-        vnode.rows.push(Gathered { side: row.side, range, weight: row.weight, matches: row.matches });
+        let key = |out: &mut Vec<u8>| {
+            out.push(side);
+            out.extend_from_slice(&row.arrival.to_be_bytes());
+        };
+        let value = |out: &mut Vec<u8>| {
+            put_signed(out, row.weight);
+            out.extend_from_slice(bytes);
+        };
+        records.add(vnode::of_hash(row.key_hash, vnodes), key, Some(&value));
     }
-    drop(chunk);
-    let mut blobs = Vec::with_capacity(gathered.len());
-    for (vnode, VnodeRows { bytes, mut rows }) in gathered {
-        let row = |gathered: &Gathered| &bytes[gathered.range.clone()];
-        rows.sort_by(|a, b| (a.side, row(a)).cmp(&(b.side, row(b))));
-        rows.dedup_by(|later, kept| {
-            let equal = later.side == kept.side && row(later) == row(kept);
-            if equal {
-                kept.weight += later.weight;
-                kept.matches += later.matches;
-            }
-            equal
-        });
-        let mut blob = BlobWriter::new(VERSION);
-        blob.reserve(vnode, rows.iter().map(|gathered| MIN_ROW_BYTES + gathered.range.len()).sum());
-        for gathered in &rows {
-            let out = blob.entry(vnode);
-            out.push(gathered.side);
-            let length = u32::try_from(gathered.range.len()).expect("a row shorter than 4 GiB");
-            out.extend_from_slice(&length.to_le_bytes());
-            out.extend_from_slice(row(gathered));
-            out.extend_from_slice(&gathered.weight.to_le_bytes());
-            out.extend_from_slice(&gathered.matches.to_le_bytes());
+    Ok(())
+}
+
+fn expiring(records: &mut Records, side: u8, changes: ExpiringChanges, vnodes: u32, owned: &std::ops::Range<u32>) {
+    for row in &changes.rows {
+        let key = |out: &mut Vec<u8>| {
+            out.push(side);
+            out.extend_from_slice(&ordered_i64(row.expires));
+            out.extend_from_slice(&row.arrival.to_be_bytes());
+        };
+        let value = |out: &mut Vec<u8>| {
+            put_signed(out, row.weight);
+            out.extend_from_slice(&row.chunk[row.range.clone()]);
+        };
+        records.add(vnode::of_hash(row.key_hash, vnodes), key, Some(&value));
+    }
+    if let Some(watermark) = changes.expired_through {
+        let start = [&[side][..], &ordered_i64(i64::MIN)].concat();
+        let end = match watermark.checked_add(1) {
+            Some(after) => [&[side][..], &ordered_i64(after)].concat(),
+            None => vec![side + 1],
+        };
+        for vnode in owned.clone() {
+            records.delete_range(vnode, start.clone(), end.clone());
         }
-        blobs.extend(blob.finish());
     }
-    Ok(blobs)
 }
 
 fn corrupt(what: &str) -> SluiceError {
@@ -167,58 +177,75 @@ fn corrupt(what: &str) -> SluiceError {
 /// The state's name in errors.
 const STATE: &str = "join";
 
-/// A row read from a blob: bytes, weight, matches.
-type ReadRow<'a> = (&'a [u8], i64, i64);
+/// A record's row, read and owned until its batch is loaded: its vnode, the row's
+/// bytes, weight, matches, and (an expiring side) the expiry its key names.
+struct ReadRow {
+    vnode: u32,
+    row: Vec<u8>,
+    weight: i64,
+    matches: i64,
+    expires: Option<i64>,
+}
 
-/// Loads the rows of `blobs` (of the vnodes this instance owns) into `join`.
-pub(super) fn restore(join: &mut JoinOperator, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-    // Every row read so far, per side: none may appear twice, in one blob or across them.
-    let mut seen: [HashSet<&[u8]>; 2] = [HashSet::new(), HashSet::new()];
-    for blob in &blobs {
-        let mut reader = Reader::new(blob, STATE);
-        if reader.u32()? != VERSION {
-            return Err(corrupt("unknown version"));
+/// Loads the records of `state` (of the vnodes this instance owns) into `join`.
+pub(super) fn restore(join: &mut JoinOperator, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+    let mut pending: [Vec<ReadRow>; 2] = [Vec::new(), Vec::new()];
+    let mut last_arrival: [Option<u64>; 2] = [None, None];
+    while let Some(record) = state.next_record()? {
+        let (&side, key) = record.key.split_first().ok_or_else(|| corrupt("an empty key"))?;
+        let side = usize::from(side);
+        let store = &join.sides.get(side).ok_or_else(|| corrupt("a side other than left or right"))?.store;
+        let mut key = Reader::new(key, STATE);
+        let mut value = Reader::new(record.value, STATE);
+        let weight = value.signed()?;
+        if weight == 0 {
+            return Err(corrupt("a row of weight 0"));
         }
-        let count = reader.u32()? as usize;
-        if count > reader.remaining() / MIN_ROW_BYTES {
-            return Err(corrupt("more rows than bytes"));
-        }
-        let mut sides: [Vec<ReadRow<'_>>; 2] = [Vec::new(), Vec::new()];
-        for _ in 0..count {
-            let side = reader.u8()?;
-            let row = reader.bytes()?;
-            let weight = reader.i64()?;
-            let matches = reader.i64()?;
-            if weight == 0 {
-                return Err(corrupt("a row of weight 0"));
+        let read = match store {
+            Rows::ByRow(_) => {
+                let matches = value.signed()?;
+                value.finish()?;
+                ReadRow { vnode: record.vnode, row: key.rest().to_vec(), weight, matches, expires: None }
             }
-            let side = side as usize;
-            let rows = sides.get_mut(side).ok_or_else(|| corrupt("a side other than left or right"))?;
-            if !seen[side].insert(row) {
-                return Err(corrupt("a row appears twice"));
+            Rows::Append(_) | Rows::Expiring(_) => {
+                let expires = match store {
+                    Rows::Expiring(_) => Some(from_ordered_i64(key.take(8)?.try_into().expect("8 bytes"))),
+                    _ => None,
+                };
+                let arrival = key.u64_be()?;
+                key.finish()?;
+                if weight < 0 {
+                    return Err(corrupt("a retracted row on a side that only appends"));
+                }
+                last_arrival[side] = Some(last_arrival[side].map_or(arrival, |last| last.max(arrival)));
+                ReadRow { vnode: record.vnode, row: value.rest().to_vec(), weight, matches: 0, expires }
             }
-            rows.push((row, weight, matches));
-        }
-        reader.finish()?;
-        for (side, rows) in sides.iter().enumerate() {
-            load(join, side, rows)?;
+        };
+        pending[side].push(read);
+        if pending[side].len() == RESTORE_BATCH_ROWS {
+            load(join, side, &std::mem::take(&mut pending[side]))?;
         }
     }
-    for side in &mut join.sides {
-        side.store.restored();
+    for (side, rows) in pending.iter().enumerate() {
+        load(join, side, rows)?;
+    }
+    for (side, last) in join.sides.iter_mut().zip(last_arrival) {
+        side.store.restored(last);
     }
     Ok(())
 }
 
-/// Adds `rows` of one blob to side `side`'s store, after checking they are rows of its
-/// schema in their canonical encoding.
-fn load(join: &mut JoinOperator, side: usize, rows: &[ReadRow<'_>]) -> Result<(), SluiceError> {
+/// Adds `rows` to side `side`'s store, after checking they are rows of its schema in
+/// their canonical encoding, under their join key's vnode (and an expiring row's expiry
+/// is its key's).
+fn load(join: &mut JoinOperator, side: usize, rows: &[ReadRow]) -> Result<(), SluiceError> {
     if rows.is_empty() {
         return Ok(());
     }
+    let vnodes = join.vnodes;
     let state = &mut join.sides[side];
     let another_plan = |_| corrupt("a row of another plan");
-    let columns = state.row_encoder.decode(rows.iter().map(|r| r.0)).map_err(another_plan)?;
+    let columns = state.row_encoder.decode(rows.iter().map(|r| r.row.as_slice())).map_err(another_plan)?;
     let batch =
         RecordBatch::try_new(Arc::clone(&state.schema), columns).map_err(|_| corrupt("a row of another plan"))?;
     let mut encoded = KeyRows::default();
@@ -228,16 +255,20 @@ fn load(join: &mut JoinOperator, side: usize, rows: &[ReadRow<'_>]) -> Result<()
     // The time index is rebuilt from the rows (a row without a time, never stored by a
     // join with an expiry, goes at the first watermark).
     let expires = expiry_times(&batch, state.expiry);
-    for (index, &(row, weight, matches)) in rows.iter().enumerate() {
-        if encoded.row(index) != row {
+    for (index, read) in rows.iter().enumerate() {
+        if encoded.row(index) != read.row.as_slice() {
             return Err(corrupt("a row not in its canonical encoding"));
         }
-        if weight < 0 && state.expiry.is_some() {
-            return Err(corrupt("a retracted row on a side whose rows expire"));
+        if vnode::of_hash(keys.hash(index), vnodes) != read.vnode {
+            return Err(corrupt("a row under another vnode than its join key's"));
         }
         let expires = expires.as_ref().map_or(NEVER, |e| e[index].unwrap_or(i64::MIN));
-        let row = RowRef { row, row_hash: encoded.hash(index), key: keys.row(index), key_hash: keys.hash(index) };
-        state.store.apply(&row, weight, matches, expires)?;
+        if read.expires.is_some_and(|keyed| keyed != expires) {
+            return Err(corrupt("a row under another expiry than its time gives"));
+        }
+        let row =
+            RowRef { row: &read.row, row_hash: encoded.hash(index), key: keys.row(index), key_hash: keys.hash(index) };
+        state.store.apply(&row, read.weight, read.matches, expires)?;
     }
     Ok(())
 }

@@ -28,6 +28,11 @@
 //! and no list is ever scanned to find an equal row: a key with millions of rows costs
 //! the same per insert as a key with one.
 //!
+//! Snapshots ([`Store::changes`]): each slot whose row was inserted, reweighed or (on a
+//! preserved side) matched since the previous snapshot is marked, once; each row removed
+//! since is kept (its key hash and bytes) for a delete. A delta is then the rows of the
+//! marked slots still holding one, and the removed rows, keyed by the row itself.
+//!
 //! A side whose rows expire (an interval or window join with a TTL) also indexes its
 //! rows by the time they expire (`by_time`, ordered, and each slot's expiry in
 //! `expiries`, kept only once some row expires), so freeing the rows a watermark passed
@@ -113,10 +118,10 @@ fn row_table_hash(row_hash: u32) -> u64 {
 }
 
 /// A stored row as [`Store::rows`] gives it: its bytes shared with the store.
+#[cfg(test)]
 pub(super) struct StoredRef<'a> {
     pub(super) chunk: &'a Chunk,
     pub(super) range: std::ops::Range<usize>,
-    pub(super) key_hash: u64,
     pub(super) weight: i64,
     pub(super) matches: i64,
 }
@@ -143,6 +148,31 @@ pub(super) struct Store {
     dead_bytes: usize,
     /// Rows not written for a while are dropped (see `crate::ttl`), by slot.
     ttl: Option<crate::ttl::Ttl>,
+    /// Per slot, a bit: changed since the previous snapshot; and the slots marked.
+    changed_bits: Vec<u64>,
+    changed: Vec<u32>,
+    /// The rows removed since the previous snapshot: key hash and bytes.
+    removed: Vec<(u64, Vec<u8>)>,
+    /// Whether changes are kept: from the first snapshot (or a restore) on, so that a
+    /// run without checkpoints keeps nothing of the kind.
+    tracking: bool,
+}
+
+/// A stored row a snapshot takes: its bytes shared with the store.
+#[derive(Debug, Clone)]
+pub(super) struct ByRowCopy {
+    pub(super) chunk: Chunk,
+    pub(super) range: std::ops::Range<usize>,
+    pub(super) key_hash: u64,
+    pub(super) weight: i64,
+    pub(super) matches: i64,
+}
+
+/// The rows a snapshot takes: rows now, and rows removed (key hash and bytes).
+#[derive(Debug, Default)]
+pub(super) struct ByRowChanges {
+    pub(super) rows: Vec<ByRowCopy>,
+    pub(super) removed: Vec<(u64, Vec<u8>)>,
 }
 
 impl Default for Store {
@@ -179,7 +209,69 @@ impl Store {
             bytes: 0,
             dead_bytes: 0,
             ttl: None,
+            changed_bits: Vec::new(),
+            changed: Vec::new(),
+            removed: Vec::new(),
+            tracking: false,
         }
+    }
+
+    /// Marks `slot` changed since the previous snapshot.
+    pub(super) fn mark(&mut self, slot: u32) {
+        if !self.tracking {
+            return;
+        }
+        let (word, bit) = (slot as usize / 64, 1u64 << (slot % 64));
+        if word >= self.changed_bits.len() {
+            self.changed_bits.resize(word + 1, 0);
+        }
+        if self.changed_bits[word] & bit == 0 {
+            self.changed_bits[word] |= bit;
+            self.changed.push(slot);
+        }
+    }
+
+    /// Whether a snapshot may take only what changed (changes are kept).
+    pub(super) fn tracking(&self) -> bool {
+        self.tracking
+    }
+
+    /// The rows a snapshot takes (see the module doc): every row (`full`), or the rows
+    /// changed and removed since the previous snapshot. Changes are kept from then on.
+    pub(super) fn changes(&mut self, full: bool) -> ByRowChanges {
+        assert!(full || self.tracking, "a delta of a store that kept no changes");
+        let copy = |slot: &Slot, log: &SpillLog| ByRowCopy {
+            chunk: Arc::clone(log.resident(slot.chunk)),
+            range: slot.range(),
+            key_hash: slot.key_hash,
+            weight: slot.weight,
+            matches: slot.matches,
+        };
+        let mut changes = ByRowChanges::default();
+        if full {
+            changes.rows = self.slots.iter().filter(|s| !s.is_free()).map(|s| copy(s, &self.log)).collect();
+        } else {
+            changes.rows.reserve(self.changed.len());
+            for &slot in &self.changed {
+                let stored = &self.slots[slot as usize];
+                if !stored.is_free() {
+                    changes.rows.push(copy(stored, &self.log));
+                }
+            }
+            changes.removed = std::mem::take(&mut self.removed);
+        }
+        self.clear_changes();
+        changes
+    }
+
+    /// Forgets what changed: the state is all in the runs (after a snapshot, or a
+    /// restore); changes are kept from now on.
+    pub(super) fn clear_changes(&mut self) {
+        for slot in self.changed.drain(..) {
+            self.changed_bits[slot as usize / 64] = 0;
+        }
+        self.removed.clear();
+        self.tracking = true;
     }
 
     /// The bytes in the chunks, live and dead.
@@ -244,11 +336,11 @@ impl Store {
     }
 
     /// Every stored row, in slot order.
+    #[cfg(test)]
     pub(super) fn rows(&self) -> impl Iterator<Item = StoredRef<'_>> {
         self.slots.iter().filter(|s| !s.is_free()).map(|s| StoredRef {
             chunk: self.log.resident(s.chunk),
             range: s.range(),
-            key_hash: s.key_hash,
             weight: s.weight,
             matches: s.matches,
         })
@@ -279,8 +371,11 @@ impl Store {
             if stored.weight == 0 {
                 self.remove(slot);
                 self.compact_if_sparse();
-            } else if let Some(ttl) = self.ttl.as_mut() {
-                ttl.written(slot);
+            } else {
+                self.mark(slot);
+                if let Some(ttl) = self.ttl.as_mut() {
+                    ttl.written(slot);
+                }
             }
             return;
         }
@@ -317,6 +412,7 @@ impl Store {
         self.by_row.insert_unique(row_table_hash(short_hash), slot, |&s| row_table_hash(slots[s as usize].row_hash));
         self.live += 1;
         self.bytes += row.row.len();
+        self.mark(slot);
         if let Some(ttl) = self.ttl.as_mut() {
             ttl.written(slot);
         }
@@ -387,6 +483,10 @@ impl Store {
         self.live -= 1;
         self.bytes -= stored.length as usize;
         self.dead_bytes += stored.length as usize;
+        if self.tracking {
+            let row = self.log.resident(stored.chunk)[stored.range()].to_vec();
+            self.removed.push((stored.key_hash, row));
+        }
         self.by_row.find_entry(row_table_hash(stored.row_hash), |&s| s == slot).expect("an indexed row").remove();
         self.unlink(slot, &stored);
         if let Some(expires) = self.expiries.get_mut(slot as usize) {

@@ -1,7 +1,7 @@
 //! The join: its changes row by row for each kind, an oracle (a nested-loop join of the
 //! integrated inputs) over random weighted input on both sides with snapshots and
-//! restores onto split and merged instances, and its state blobs. Expiry (interval and
-//! window joins) in `expiry_tests`.
+//! restores (from deltas over checkpoints) onto split and merged instances, and its
+//! state records. Expiry (interval and window joins) in `expiry_tests`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,11 +13,13 @@ use datafusion_expr::Operator as BinaryOperator;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::expressions::{BinaryExpr, Column};
 use proptest::prelude::*;
-use sluice_runtime::{Metrics, Operator, OperatorContext};
+use sluice_runtime::{Metrics, Operator, OperatorContext, SnapshotKind};
+use sluice_state::StateModel;
 use sluice_types::{Batch, Message, Weights, vnode};
 
 use super::{JoinKind, JoinOperator, JoinSpec, output_is_append_only};
 use crate::spill::SpillSpace;
+use crate::testing;
 
 pub(super) const VNODES: u32 = 16;
 const KINDS: [JoinKind; 4] = [JoinKind::Inner, JoinKind::Left, JoinKind::Right, JoinKind::Full];
@@ -444,25 +446,46 @@ fn feed(operator: &mut JoinOperator, events: &[Event]) -> Vec<String> {
     lines(&out)
 }
 
-/// Snapshots every instance and restores the blobs onto `count` new instances, the
-/// vnodes below `split` to the first (all of them when `count` is 1).
-fn restart(instances: &mut Vec<JoinOperator>, count: usize, split: u32, make: impl Fn() -> JoinOperator) {
-    let mut blobs: Vec<(u32, Vec<u8>)> = Vec::new();
-    for instance in instances.iter_mut() {
-        if let Some(job) = instance.snapshot().expect("snapshot") {
-            blobs.extend(job().expect("encode"));
+/// The vnodes of `count` instances (1 or 2) splitting them at `split`.
+pub(super) fn ranges(count: usize, split: u32) -> Vec<std::ops::Range<u32>> {
+    let bounds = if count == 1 { vec![0, VNODES] } else { vec![0, split, VNODES] };
+    bounds.windows(2).map(|pair| pair[0]..pair[1]).collect()
+}
+
+/// Instances of a join and the runs their checkpoints wrote: `ranges[i]` are the vnodes
+/// of `instances[i]`.
+struct Running {
+    instances: Vec<JoinOperator>,
+    ranges: Vec<std::ops::Range<u32>>,
+    runs: StateModel,
+}
+
+impl Running {
+    fn new(make: &impl Fn() -> JoinOperator) -> Running {
+        Running { instances: vec![make()], ranges: ranges(1, 0), runs: StateModel::default() }
+    }
+
+    /// A checkpoint: every instance's snapshot (a delta when it can) into the runs.
+    fn checkpoint(&mut self) {
+        for (instance, vnodes) in self.instances.iter_mut().zip(&self.ranges) {
+            testing::checkpoint(instance, &mut self.runs, vnodes.clone(), true);
         }
     }
-    let mut fresh: Vec<JoinOperator> = (0..count).map(|_| make()).collect();
-    let mut parts: Vec<Vec<Vec<u8>>> = vec![Vec::new(); count];
-    for (vnode, blob) in blobs {
-        let owner = if count == 1 || vnode < split { 0 } else { 1 };
-        parts[owner].push(blob);
+
+    /// A checkpoint, then `count` new instances restored from the runs, the vnodes below
+    /// `split` to the first (all of them when `count` is 1), as after a restart on
+    /// another number of threads.
+    fn restart(&mut self, count: usize, split: u32, make: &impl Fn() -> JoinOperator) {
+        self.checkpoint();
+        self.ranges = ranges(count, split);
+        self.instances = (self.ranges.iter())
+            .map(|vnodes| {
+                let mut instance = make().owning(vnodes.clone());
+                testing::restore(&mut instance, &self.runs, vnodes.clone()).expect("restore");
+                instance
+            })
+            .collect();
     }
-    for (instance, part) in fresh.iter_mut().zip(parts) {
-        instance.restore(part).expect("restore");
-    }
-    *instances = fresh;
 }
 
 proptest! {
@@ -514,6 +537,7 @@ fn check_against_the_reference(
     split: u32,
     space: Option<&Arc<SpillSpace>>,
 ) -> Result<(), TestCaseError> {
+    let checkpoint_every = split as usize % 3;
     let batches = batches(events, size);
     for kind in KINDS {
         for residual in [false, true] {
@@ -521,16 +545,21 @@ fn check_against_the_reference(
                 Some(space) => appending_join(kind, residual, space),
                 None => join(kind, residual),
             };
-            let mut instances = vec![make()];
+            let mut running = Running::new(&make);
             let mut output: Table<String> = BTreeMap::new();
             let mut lefts: Table<LeftRow> = BTreeMap::new();
             let mut rights: Table<RightRow> = BTreeMap::new();
             for (index, batch) in batches.iter().enumerate() {
-                if index == split_at && instances.len() == 1 {
-                    restart(&mut instances, 2, split, make);
-                } else if index == merge_at && instances.len() == 2 {
-                    restart(&mut instances, 1, split, make);
+                if index == split_at && running.instances.len() == 1 {
+                    running.restart(2, split, &make);
+                } else if index == merge_at && running.instances.len() == 2 {
+                    running.restart(1, split, &make);
+                } else if index % 3 == checkpoint_every {
+                    // A checkpoint with nothing restored: the next restart's runs are
+                    // deltas over it.
+                    running.checkpoint();
                 }
+                let instances = &mut running.instances;
                 if instances.len() == 1 {
                     integrate(&mut output, feed(&mut instances[0], batch))?;
                 } else {
@@ -554,7 +583,13 @@ fn check_against_the_reference(
                     index
                 );
             }
-            let held: usize = instances.iter().map(JoinOperator::state_rows).sum();
+            // What the runs hold after one more checkpoint is the state held: restored,
+            // it holds as many rows.
+            running.checkpoint();
+            let held: usize = running.instances.iter().map(JoinOperator::state_rows).sum();
+            let mut restored = make();
+            testing::restore(&mut restored, &running.runs, 0..VNODES).expect("restore");
+            prop_assert_eq!(restored.state_rows(), held, "the runs hold the state");
             if space.is_none() {
                 prop_assert_eq!(held, lefts.len() + rights.len(), "state holds each distinct live row once");
             } else {
@@ -576,19 +611,49 @@ fn check_against_the_reference(
 fn a_snapshot_holds_the_state_at_the_barrier() {
     let mut operator = join(JoinKind::Inner, false);
     left(&mut operator, &[((Some(1), 10), 1)]);
-    let job = operator.snapshot().expect("snapshot").expect("state");
+    let snapshot = operator.snapshot_state(false).expect("snapshot").expect("state");
     left(&mut operator, &[((Some(1), 11), 1)]);
+    let mut records = sluice_state::CollectedState::default();
+    (snapshot.job)(&mut records).expect("records");
     let mut restored = join(JoinKind::Inner, false);
-    restored.restore(job().expect("encode").into_iter().map(|(_, b)| b).collect()).expect("restore");
+    restored.restore_state(&mut records.into_source()).expect("restore");
     assert_eq!(right(&mut restored, &[((Some(1), 20, None), 1)]), ["+1 1,10,1,20,∅"]);
 }
 
 #[test]
-fn an_empty_join_has_no_snapshot() {
+fn an_empty_join_writes_no_records() {
     let mut operator = join(JoinKind::Full, false);
-    assert!(operator.snapshot().expect("snapshot").is_none());
+    assert!(testing::snapshot(&mut operator, false).1.points.is_empty());
     left(&mut operator, &[((Some(1), 10), 1), ((Some(1), 10), -1)]);
-    assert!(operator.snapshot().expect("snapshot").is_none());
+    assert!(testing::snapshot(&mut operator, false).1.points.is_empty());
+}
+
+/// A delta holds only what changed since the previous snapshot: rows stored, reweighed,
+/// matched on a padded side, and removed.
+#[test]
+fn a_delta_holds_what_changed_since_the_previous_snapshot() {
+    let mut operator = join(JoinKind::Full, false);
+    left(&mut operator, &[((Some(1), 10), 1), ((Some(2), 20), 1), ((Some(3), 30), 1)]);
+    let (kind, first) = testing::snapshot(&mut operator, true);
+    assert_eq!((kind, first.points.len()), (SnapshotKind::Full, 3), "the first snapshot is full");
+    // Key 1's left row gains a match (the left side is padded: its count matters), key
+    // 2's is removed, a new right row arrives; key 3 is untouched.
+    right(&mut operator, &[((Some(1), 5, None), 1)]);
+    left(&mut operator, &[((Some(2), 20), -1)]);
+    let (kind, delta) = testing::snapshot(&mut operator, true);
+    assert_eq!(kind, SnapshotKind::Delta);
+    let written: Vec<(u8, bool)> = delta.points.iter().map(|(_, key, value)| (key[0], value.is_some())).collect();
+    assert_eq!(written.len(), 3, "{delta:?}");
+    assert_eq!(written.iter().filter(|(side, put)| *side == 0 && *put).count(), 1, "key 1's left row, matched");
+    assert_eq!(written.iter().filter(|(side, put)| *side == 0 && !*put).count(), 1, "key 2's left row, removed");
+    assert_eq!(written.iter().filter(|(side, _)| *side == 1).count(), 1, "the right row");
+    let (_, nothing) = testing::snapshot(&mut operator, true);
+    assert!(nothing.points.is_empty() && nothing.ranges.is_empty(), "nothing changed since");
+    // Without checkpoints nothing is kept: a store starts keeping changes at its first
+    // snapshot, so a delta asked before it is full.
+    let mut fresh = join(JoinKind::Full, false);
+    left(&mut fresh, &[((Some(1), 10), 1)]);
+    assert_eq!(testing::snapshot(&mut fresh, true).0, SnapshotKind::Full);
 }
 
 /// The state of the golden vector: two copies of a left row and one right row, joined.
@@ -599,23 +664,13 @@ fn golden_state() -> JoinOperator {
     operator
 }
 
-const GOLDEN: &str = concat!(
-    "01000000", // version 1
-    "02000000", // 2 rows
-    "00",       // left
-    "12000000", // 18 bytes:
-    "020100000000000000",
-    "020a00000000000000", // lk 1, lv 10
-    "0200000000000000",   // weight 2
-    "0100000000000000",   // matches: one right row
-    "01",                 // right
-    "18000000",           // 24 bytes:
-    "020100000000000000",
-    "021400000000000000",
-    "060100000078",     // rk 1, rv 20, rs "x"
-    "0100000000000000", // weight 1
-    "0200000000000000", // matches: two left rows
-);
+/// The golden records: (key, value) of each, both rows kept by row.
+const GOLDEN: [(&str, &str); 2] = [
+    // left (00), row: lk 1, lv 10 | weight 2 (04), matches 1 (02)
+    ("00020100000000000000020a00000000000000", "0402"),
+    // right (01), row: rk 1, rv 20, rs "x" | weight 1 (02), matches 2 (04)
+    ("01020100000000000000021400000000000000060100000078", "0204"),
+];
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -625,23 +680,29 @@ fn unhex(text: &str) -> Vec<u8> {
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex")).collect()
 }
 
-/// A golden vector: state blobs are persisted, so their layout (and the key encoding
+fn golden_records() -> Vec<(u32, Vec<u8>, Vec<u8>)> {
+    GOLDEN.iter().map(|(key, value)| (vnode_of(Some(1)), unhex(key), unhex(value))).collect()
+}
+
+/// A golden vector: state records are persisted, so their layout (and the key encoding
 /// and hash inside) must not change silently; a change fails here and bumps
 /// `JOIN_STATE_VERSION`.
 #[test]
-fn a_snapshot_blob_is_pinned_byte_for_byte() {
-    let blobs = golden_state().snapshot().expect("snapshot").expect("state")().expect("encode");
-    let [(vnode, bytes)] = blobs.as_slice() else { panic!("one vnode holds the one key: {blobs:?}") };
-    assert_eq!(hex(bytes), GOLDEN);
+fn snapshot_records_are_pinned_byte_for_byte() {
+    let (_, records) = testing::snapshot(&mut golden_state(), false);
+    let written: Vec<(u32, String, String)> =
+        testing::puts(&records).iter().map(|(v, k, x)| (*v, hex(k), hex(x))).collect();
+    let expected: Vec<(u32, String, String)> =
+        GOLDEN.iter().map(|(k, x)| (vnode_of(Some(1)), k.to_string(), x.to_string())).collect();
+    assert_eq!(written, expected);
     let key_hash = sluice_types::key::hash(&[0x02, 1, 0, 0, 0, 0, 0, 0, 0]);
-    assert_eq!(*vnode, vnode::of_hash(key_hash, VNODES));
-    assert_eq!(*vnode, vnode_of(Some(1)), "the exchange's vnode");
+    assert_eq!(vnode_of(Some(1)), vnode::of_hash(key_hash, VNODES), "the exchange's vnode");
 }
 
 #[test]
-fn the_golden_blob_decodes_to_its_state() {
+fn the_golden_records_restore_to_their_state() {
     let mut operator = join(JoinKind::Full, false);
-    operator.restore(vec![unhex(GOLDEN)]).expect("restore");
+    testing::restore_records(&mut operator, golden_records()).expect("restore");
     assert_eq!(operator.state_rows(), 2);
     assert_eq!(operator.state_bytes(), 18 + 24);
     // The right row goes: both left copies lose their only match and are padded.
@@ -652,57 +713,52 @@ fn the_golden_blob_decodes_to_its_state() {
 }
 
 #[test]
-fn damaged_blobs_are_refused() {
-    let blob = unhex(GOLDEN);
-    let restore = |blobs: Vec<Vec<u8>>| join(JoinKind::Full, false).restore(blobs);
-    for cut in [0, 3, 7, 9, 20, blob.len() - 1] {
-        assert_eq!(restore(vec![blob[..cut].to_vec()]).expect_err("truncated").code, "state.corrupt");
-    }
-    let mut longer = blob.clone();
-    longer.push(0);
-    assert!(restore(vec![longer]).is_err(), "trailing bytes");
-    assert!(restore(vec![blob.clone(), blob.clone()]).is_err(), "a row twice");
-    let mut other = blob.clone();
-    other[0] = 9;
-    assert!(restore(vec![other]).is_err(), "another version");
-    let mut side = blob.clone();
-    side[8] = 2;
-    assert!(restore(vec![side]).is_err(), "a third side");
-    let mut weight = blob.clone();
-    weight[31] = 0;
-    assert!(restore(vec![weight]).is_err(), "weight 0");
-    let mut tag = blob.clone();
-    tag[13] = 0x06;
-    assert!(restore(vec![tag]).is_err(), "a string where an integer belongs");
-    let mut null = blob.clone();
-    // lv (not nullable) as NULL: the row shrinks by 8 bytes.
-    null.splice(22..31, [0x00]);
-    null[9..13].copy_from_slice(&10u32.to_le_bytes());
-    assert!(restore(vec![null]).is_err(), "NULL in a NOT NULL column");
-    let mut count = blob;
-    count[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-    assert!(restore(vec![count]).is_err(), "more rows than bytes");
+fn damaged_records_are_refused() {
+    type Record = (u32, Vec<u8>, Vec<u8>);
+    let restore =
+        |records: Vec<Record>| testing::restore_records(&mut join(JoinKind::Full, false), records).map_err(|e| e.code);
+    assert_eq!(restore(golden_records()), Ok(()));
+    let damaged = |change: &dyn Fn(&mut Record)| {
+        let mut records = golden_records();
+        change(&mut records[0]);
+        restore(records)
+    };
+    let corrupt = Err("state.corrupt");
+    assert_eq!(damaged(&|r| r.2.clear()), corrupt, "no weight");
+    assert_eq!(damaged(&|r| r.2 = vec![0x00, 0x02]), corrupt, "weight 0");
+    assert_eq!(damaged(&|r| r.2.push(0)), corrupt, "trailing bytes");
+    assert_eq!(damaged(&|r| r.2 = vec![0x84, 0x00, 0x02]), corrupt, "a varint longer than needed");
+    assert_eq!(damaged(&|r| r.1[0] = 2), corrupt, "a third side");
+    assert_eq!(damaged(&|r| r.1.clear()), corrupt, "an empty key");
+    assert_eq!(damaged(&|r| r.1[1] = 0x06), corrupt, "a string where an integer belongs");
+    assert_eq!(damaged(&|r| r.1.truncate(5)), corrupt, "a truncated row");
+    assert_eq!(damaged(&|r| r.0 = (r.0 + 1) % VNODES), corrupt, "under another vnode than its key's");
+    // lv (not nullable) as NULL.
+    assert_eq!(damaged(&|r| r.1.splice(10.., [0x00]).for_each(drop)), corrupt, "NULL in a NOT NULL column");
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// Any bytes, and any damage to a valid blob, give an error or a state, never a panic.
+    /// Any bytes, and any damage to valid records, give an error or a state, never a panic.
     #[test]
-    fn arbitrary_blobs_never_panic(
-        bytes in prop::collection::vec(any::<u8>(), 0..96),
+    fn arbitrary_records_never_panic(
+        key in prop::collection::vec(any::<u8>(), 0..48),
+        value in prop::collection::vec(any::<u8>(), 0..24),
         edits in prop::collection::vec((any::<usize>(), any::<u8>()), 1..4),
-        cut in any::<usize>(),
     ) {
-        let _ = join(JoinKind::Full, true).restore(vec![bytes]);
-        let mut blob = unhex(GOLDEN);
-        for (at, value) in edits {
-            let at = at % blob.len();
-            blob[at] = value;
+        let _ = testing::restore_records(&mut join(JoinKind::Full, true), vec![(0, key, value)]);
+        let mut records = golden_records();
+        for (at, byte) in edits {
+            let record = &mut records[at % 2];
+            let field = if at % 3 == 0 { &mut record.2 } else { &mut record.1 };
+            if !field.is_empty() {
+                let at = at % field.len();
+                field[at] = byte;
+            }
         }
-        blob.truncate(blob.len() - cut % 4);
         let mut operator = join(JoinKind::Full, true);
-        if operator.restore(vec![blob]).is_ok() {
+        if testing::restore_records(&mut operator, records).is_ok() {
             // Whatever was restored joins without panicking.
             let mut out = Vec::new();
             let _ = operator.on_port_data(1, right_batch(&[((Some(1), 20, Some("x")), 1)]), &mut out);
@@ -789,14 +845,14 @@ fn composite_keys_join_and_are_placed_as_the_exchange_routes_them() {
     // With as many slots as vnodes, the exchange's slot of a row is its vnode.
     let mut routed = Vec::new();
     HashPartitioner::new(vec![0, 1], VNODES).partition(Batch::inserts(left_rows), VNODES, &mut routed).expect("route");
-    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
+    let records = testing::puts(&testing::snapshot(&mut operator, false).1);
     for (slot, part) in routed {
         for row in 0..part.num_rows() {
             let l = part.rows.column(2).as_any().downcast_ref::<Int64Array>().expect("l").value(row);
-            let (vnode, _) = blobs
+            let (vnode, _, _) = records
                 .iter()
-                .find(|(_, blob)| blob.windows(9).any(|w| w == [&[0x02][..], &l.to_le_bytes()].concat()))
-                .expect("a blob holds the row");
+                .find(|(_, key, _)| key.windows(9).any(|w| w == [&[0x02][..], &l.to_le_bytes()].concat()))
+                .expect("a record holds the row");
             assert_eq!(*vnode, slot, "left row l = {l}");
         }
     }
@@ -819,14 +875,11 @@ fn spilled_rows_join_snapshot_and_restore_as_rows_in_memory_do() {
     let joined = right(&mut spilled, &rights);
     assert_eq!(joined.len(), 30, "each right row joins the left rows of its key with lv < 30");
     assert_eq!(joined, right(&mut kept, &rights));
-    let blobs = |operator: &mut JoinOperator| operator.snapshot().expect("snapshot").expect("state")().expect("encode");
-    let (from_disk, from_memory) = (blobs(&mut spilled), blobs(&mut kept));
-    assert_eq!(from_disk.len(), from_memory.len());
-    for (vnode, blob) in from_disk.iter().chain(&from_memory) {
-        assert_eq!(blob.capacity(), blob.len(), "vnode {vnode}'s blob is sized exactly, never doubled");
-    }
+    let (_, from_disk) = testing::snapshot(&mut spilled, false);
+    let (_, from_memory) = testing::snapshot(&mut kept, false);
+    assert_eq!(from_disk.points.len(), from_memory.points.len());
     let mut restored = appending_join(JoinKind::Inner, true, &space);
-    restored.restore(from_disk.into_iter().map(|(_, blob)| blob).collect()).expect("restore");
+    restored.restore_state(&mut from_disk.into_source()).expect("restore");
     let more: Vec<(RightRow, i64)> = (0..5).map(|k| ((Some(k), 55, None), 1)).collect();
     assert_eq!(right(&mut restored, &more), right(&mut kept, &more));
     assert_eq!(restored.state_rows(), kept.state_rows());

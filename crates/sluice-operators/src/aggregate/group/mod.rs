@@ -47,7 +47,8 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use hashbrown::HashTable;
-use sluice_runtime::{BlobJob, Operator};
+use sluice_runtime::{Operator, Snapshot};
+use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
 
@@ -149,6 +150,13 @@ pub struct GroupAggregate {
     vnodes: u32,
     /// Groups not written for a while are dropped (see `crate::ttl`).
     ttl: Option<crate::ttl::Ttl>,
+    /// For snapshots (`state`): per group id a bit, changed since the previous snapshot,
+    /// and the ids marked; the keys of groups dropped since; whether changes are kept
+    /// (from the first snapshot or a restore on: a run without checkpoints keeps none).
+    changed_bits: Vec<u64>,
+    changed: Vec<u32>,
+    removed: Vec<Vec<u8>>,
+    tracking: bool,
 }
 
 impl GroupAggregate {
@@ -209,7 +217,36 @@ impl GroupAggregate {
             ignored_retractions,
             vnodes,
             ttl: None,
+            changed_bits: Vec::new(),
+            changed: Vec::new(),
+            removed: Vec::new(),
+            tracking: false,
         })
+    }
+
+    /// Marks group `id` changed since the previous snapshot.
+    fn mark(&mut self, id: u32) {
+        if !self.tracking {
+            return;
+        }
+        let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
+        if word >= self.changed_bits.len() {
+            self.changed_bits.resize(word + 1, 0);
+        }
+        if self.changed_bits[word] & bit == 0 {
+            self.changed_bits[word] |= bit;
+            self.changed.push(id);
+        }
+    }
+
+    /// Forgets what changed (a snapshot took it, or a restore loaded the runs); changes
+    /// are kept from now on.
+    fn clear_changes(&mut self) {
+        for id in self.changed.drain(..) {
+            self.changed_bits[id as usize / 64] = 0;
+        }
+        self.removed.clear();
+        self.tracking = true;
     }
 
     /// Drops groups not written for the TTL (`crate::ttl`): their rows stay downstream.
@@ -340,6 +377,9 @@ impl GroupAggregate {
     /// Drops group `id` (its rows were all retracted).
     fn drop_group(&mut self, id: u32) {
         let group = self.groups[id as usize].take().expect("a live group");
+        if self.tracking {
+            self.removed.push(group.key.get().to_vec());
+        }
         let table = table_hash(placement_hash(self.spec.keys.is_empty(), group.key.get()));
         let entry = self.index.find_entry(table, |&g| g == id).expect("an indexed group");
         entry.remove();
@@ -355,6 +395,7 @@ impl GroupAggregate {
         let mut rows: Vec<Vec<Value>> = Vec::new();
         let mut weights: Vec<i64> = Vec::new();
         let mut dropped: Vec<u32> = Vec::new();
+        let mut marked: Vec<u32> = Vec::new();
         let mut emit = |group: u32, values: Vec<Value>, weight: i64| {
             keys.push(group);
             rows.push(values);
@@ -366,6 +407,8 @@ impl GroupAggregate {
             let after = (group.rows > 0).then(|| group.values());
             if after.is_none() {
                 dropped.push(id);
+            } else {
+                marked.push(id);
             }
             match (before, after) {
                 (None, None) => {}
@@ -382,6 +425,9 @@ impl GroupAggregate {
         let batch = if weights.is_empty() { None } else { Some(self.build(&keys, &rows, weights)?) };
         for id in dropped {
             self.drop_group(id);
+        }
+        for id in marked {
+            self.mark(id);
         }
         Ok(batch)
     }
@@ -546,13 +592,13 @@ impl Operator for GroupAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
+    fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
         assert!(self.pending.is_empty(), "the driver flushes a mini-batch before a snapshot (Chain::flush)");
-        Ok(state::snapshot(self))
+        Ok(Some(state::snapshot(self, delta)))
     }
 
-    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        state::restore(self, blobs)?;
+    fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        state::restore(self, state)?;
         // Write times are not checkpointed: every restored group gets a full TTL.
         if let Some(ttl) = self.ttl.as_mut() {
             for (id, group) in self.groups.iter().enumerate() {

@@ -1,16 +1,19 @@
-//! Snapshots of the group aggregate's state, split by vnode.
+//! Snapshots of the group aggregate's state as records (`sluice_state`): one per
+//! group, under the vnode of its key's placement hash (the hash the exchange routes by),
+//! so a restore onto any number of threads gives each group to the thread its future
+//! rows go to.
 //!
-//! At a barrier the driver clones the live groups (keys, placement hashes, row counts
-//! and accumulators) and returns a job; the checkpoint writer thread encodes the copy
-//! into one blob per vnode that holds groups, the vnode of each group's placement hash
-//! (the hash the exchange routes by), so a restore onto any number of threads gives each
-//! group to the thread its future rows go to. Rows after the barrier change the live
-//! groups, never the copy.
+//! At a barrier the driver clones the groups the snapshot takes and returns a job that
+//! writes them on the checkpoint writer's thread: every live group (a full snapshot), or
+//! the groups changed since the previous snapshot (every group a mini-batch touched
+//! since) and a delete for each group dropped since (a delta). Rows after the barrier
+//! change the live groups, never the copy.
 //!
-//! Layout, version [`GROUP_STATE_VERSION`] (little-endian): `u32 version`, `u32 groups`,
-//! then per group, in increasing key order: the key (`u32 length` + its bytes in the key
-//! encoding of [`sluice_types::key`]), `i64 rows` (the weighted row count), and one
-//! accumulator per aggregate: a tag byte, then
+//! # Records, version [`GROUP_STATE_VERSION`]
+//!
+//! The key is the group's key in the key encoding of [`sluice_types::key`] (empty without
+//! `GROUP BY` keys). The value (little-endian): `i64 rows` (the weighted row count), then
+//! one accumulator per aggregate: a tag byte, then
 //! - `TAG_COUNT`: `i64 count`;
 //! - `TAG_SUM_INT`, `TAG_AVG_INT`: `i64 sum`, `i64 count`;
 //! - `TAG_SUM_FLOAT`, `TAG_AVG_FLOAT`: `f64 sum`, `i64 count`;
@@ -19,6 +22,11 @@
 //!   `i64 count`;
 //! - `TAG_DISTINCT`: `u32 entries`, then per entry in increasing byte order the value in
 //!   the key encoding (`u32 length` + bytes) and its `i64 count`.
+//!
+//! Version 1 was a blob per vnode: `u32 version`, `u32 groups`, then per group its key
+//! (`u32 length` + bytes) and this value. A COUNT(DISTINCT)'s values are in the group's
+//! value, so a group whose set changed writes its whole set again (a set of millions, as
+//! NEXMark q16 keeps, costs its size at each checkpoint that touches it).
 //!
 //! COUNT(DISTINCT) aggregates of one column share one set of values per group in memory
 //! ([`super::distinct`]); each still writes its own entries (the values of nonzero count
@@ -29,23 +37,24 @@
 //! result, the number of values, is the same either way.
 //!
 //! Decoding checks every length against the remaining bytes and every tag against the
-//! operator's aggregates: a blob from another plan is refused, never misread.
+//! operator's aggregates, and each group's vnode against its key: a record from another
+//! plan is refused, never misread.
 
 use std::collections::BTreeMap;
 
-use sluice_runtime::BlobJob;
-use sluice_types::SluiceError;
+use sluice_runtime::{Snapshot, SnapshotKind};
+use sluice_state::{StateSink, StateSource};
+use sluice_types::{SluiceError, vnode};
 
-use crate::blob::{BlobWriter, Reader};
+use crate::blob::{Reader, Records};
 
 use super::accumulator::{Accumulator, Counts, Multiset, OrderedFloat};
 use super::distinct::{DistinctValues, Listed};
 use super::{Group, GroupAggregate};
-use crate::partition::{in_vnode_order, placement_hash};
+use crate::partition::placement_hash;
 
-/// The blob layout this build writes and reads.
-pub const GROUP_STATE_VERSION: u32 = 1;
-const VERSION: u32 = GROUP_STATE_VERSION;
+/// The record layout this build writes and reads.
+pub const GROUP_STATE_VERSION: u32 = 2;
 
 const TAG_COUNT: u8 = 1;
 const TAG_SUM_INT: u8 = 2;
@@ -60,38 +69,45 @@ const TAG_MIN_TEXT: u8 = 10;
 const TAG_MAX_TEXT: u8 = 11;
 const TAG_DISTINCT: u8 = 12;
 
-/// Copies the live groups and returns the job that encodes them; None without state.
-pub(super) fn snapshot(aggregate: &GroupAggregate) -> Option<BlobJob> {
-    let copy: Vec<Group> = aggregate.groups.iter().flatten().cloned().collect();
-    if copy.is_empty() {
-        return None;
-    }
+/// Copies the groups the snapshot takes (every live one unless `delta` and the
+/// aggregate kept its changes) and returns the snapshot writing them.
+pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot {
+    let full = !delta || !aggregate.tracking;
+    let copy: Vec<Group> = if full {
+        aggregate.groups.iter().flatten().cloned().collect()
+    } else {
+        aggregate.changed.iter().filter_map(|&id| aggregate.groups[id as usize].clone()).collect()
+    };
+    let removed = if full { Vec::new() } else { std::mem::take(&mut aggregate.removed) };
+    aggregate.clear_changes();
     let (vnodes, no_keys) = (aggregate.vnodes, aggregate.spec.keys.is_empty());
     let member_of = aggregate.member_of.clone();
-    Some(Box::new(move || encode(copy, vnodes, no_keys, &member_of)))
+    let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
+    let job = Box::new(move |sink: &mut dyn StateSink| {
+        let mut records = Records::default();
+        let vnode_of = |key: &[u8]| vnode::of_hash(placement_hash(no_keys, key), vnodes);
+        for group in &copy {
+            let value = |bytes: &mut Vec<u8>| write_group(group, &member_of, bytes);
+            records.add(vnode_of(group.key.get()), |k| k.extend_from_slice(group.key.get()), Some(&value));
+        }
+        for key in &removed {
+            records.add(vnode_of(key), |k| k.extend_from_slice(key), None);
+        }
+        records.write(sink)
+    });
+    Snapshot { kind, job }
 }
 
-/// One blob per vnode holding groups, in vnode order, each group in increasing key
-/// order ([`BlobWriter::encode_by_vnode`]). `member_of`: each aggregate's shared
+/// A group's value: its row count and accumulators. `member_of`: each aggregate's shared
 /// COUNT(DISTINCT) set and member there.
-fn encode(
-    groups: Vec<Group>,
-    vnodes: u32,
-    no_keys: bool,
-    member_of: &[Option<(usize, usize)>],
-) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-    let groups = in_vnode_order(groups, vnodes, no_keys, |group| group.key.get());
-    BlobWriter::encode_by_vnode(VERSION, groups, |group, bytes| {
-        write_bytes(bytes, group.key.get());
-        bytes.extend_from_slice(&group.rows.to_le_bytes());
-        for (accumulator, member) in group.accumulators.iter().zip(member_of) {
-            match member {
-                Some((share, member)) => write_distinct(&group.distinct[*share].entries(*member), bytes),
-                None => write_accumulator(accumulator, bytes),
-            }
+fn write_group(group: &Group, member_of: &[Option<(usize, usize)>], bytes: &mut Vec<u8>) {
+    bytes.extend_from_slice(&group.rows.to_le_bytes());
+    for (accumulator, member) in group.accumulators.iter().zip(member_of) {
+        match member {
+            Some((share, member)) => write_distinct(&group.distinct[*share].entries(*member), bytes),
+            None => write_accumulator(accumulator, bytes),
         }
-        Ok(())
-    })
+    }
 }
 
 /// A COUNT(DISTINCT)'s values of nonzero count, in increasing byte order.
@@ -276,39 +292,34 @@ fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> R
     Ok(())
 }
 
-/// Loads the groups of `blobs` (of the vnodes this instance owns) into `aggregate`.
-pub(super) fn restore(aggregate: &mut GroupAggregate, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+/// Loads the groups of `state` (of the vnodes this instance owns) into `aggregate`.
+pub(super) fn restore(aggregate: &mut GroupAggregate, state: &mut dyn StateSource) -> Result<(), SluiceError> {
     let no_keys = aggregate.spec.keys.is_empty();
-    for blob in blobs {
-        let mut reader = Reader::new(&blob, STATE);
-        if reader.u32()? != VERSION {
-            return Err(corrupt("unknown version"));
+    while let Some(record) = state.next_record()? {
+        let key = record.key;
+        if vnode::of_hash(placement_hash(no_keys, key), aggregate.vnodes) != record.vnode {
+            return Err(corrupt("a group under another vnode than its key's"));
         }
-        let count = reader.u32()?;
-        for _ in 0..count {
-            let key = reader.bytes()?;
-            let rows = reader.i64()?;
-            if rows <= 0 {
-                return Err(corrupt("a group without rows"));
+        let mut reader = Reader::new(record.value, STATE);
+        let rows = reader.i64()?;
+        if rows <= 0 {
+            return Err(corrupt("a group without rows"));
+        }
+        let mut accumulators = aggregate.new_accumulators();
+        let mut distinct = aggregate.new_distinct();
+        for (accumulator, member) in accumulators.iter_mut().zip(&aggregate.member_of) {
+            match member {
+                Some((share, member)) => read_distinct(accumulator, &mut distinct[*share], *member, &mut reader)?,
+                None => read_accumulator(accumulator, &mut reader)?,
             }
-            let mut accumulators = aggregate.new_accumulators();
-            let mut distinct = aggregate.new_distinct();
-            for (accumulator, member) in accumulators.iter_mut().zip(&aggregate.member_of) {
-                match member {
-                    Some((share, member)) => read_distinct(accumulator, &mut distinct[*share], *member, &mut reader)?,
-                    None => read_accumulator(accumulator, &mut reader)?,
-                }
-            }
-            let id = aggregate.group_of(key, placement_hash(no_keys, key));
-            let group = aggregate.groups[id as usize].as_mut().expect("group_of returns a live group");
-            if group.rows != 0 {
-                return Err(corrupt("a key appears twice (in two vnodes)"));
-            }
-            group.rows = rows;
-            group.accumulators = accumulators.into_boxed_slice();
-            group.distinct = distinct;
         }
         reader.finish()?;
+        let id = aggregate.group_of(key, placement_hash(no_keys, key));
+        let group = aggregate.groups[id as usize].as_mut().expect("group_of returns a live group");
+        group.rows = rows;
+        group.accumulators = accumulators.into_boxed_slice();
+        group.distinct = distinct;
     }
+    aggregate.clear_changes();
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The group aggregate: its changelog row by row, an oracle over random weighted input
-//! (with a snapshot and a restore onto two instances in the middle), and its state blobs.
+//! (with checkpoints, deltas when they can be, and a restore onto two instances in the
+//! middle), and its state records.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -8,12 +9,14 @@ use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
-use sluice_runtime::{Metrics, Operator};
+use sluice_runtime::{Metrics, Operator, SnapshotKind};
+use sluice_state::StateModel;
 use sluice_types::{Batch, Message, vnode};
 
 use super::{GroupAggregate, GroupAggregateSpec};
 use crate::aggregate::{AggregateFunction, AggregateSpec};
 use crate::counter::LazyCounter;
+use crate::testing;
 
 const VNODES: u32 = 16;
 
@@ -288,19 +291,32 @@ proptest! {
             operator
         };
         let mut instances = vec![aggregate_of(true, &AGGREGATES)];
+        // The runs of the checkpoints taken (a delta whenever it can be), with each
+        // instance's vnodes.
+        let mut runs = StateModel::default();
+        let mut ranges: Vec<std::ops::Range<u32>> = std::iter::once(0..VNODES).collect();
         let mut table = BTreeMap::new();
         let mut live = BTreeMap::new();
         for (index, chunk) in rows.chunks(batch_rows).enumerate() {
-            if index == restore_after {
-                let mut out = Vec::new();
-                instances[0].on_flush(&mut out).expect("flush");
-                integrate(&mut table, lines(&out));
-                let job = instances[0].snapshot().expect("snapshot");
-                let blobs = job.map(|job| job().expect("encode")).unwrap_or_default();
-                let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < split);
-                instances = vec![aggregate_of(true, &AGGREGATES), aggregate_of(true, &AGGREGATES)];
-                instances[0].restore(low.into_iter().map(|(_, b)| b).collect()).expect("restore");
-                instances[1].restore(high.into_iter().map(|(_, b)| b).collect()).expect("restore");
+            if index == restore_after || index % 3 == 1 {
+                // A barrier: the mini-batch flushed, then a checkpoint.
+                for (instance, vnodes) in instances.iter_mut().zip(&ranges) {
+                    let mut out = Vec::new();
+                    instance.on_flush(&mut out).expect("flush");
+                    integrate(&mut table, lines(&out));
+                    testing::checkpoint(instance, &mut runs, vnodes.clone(), true);
+                }
+            }
+            if index == restore_after && instances.len() == 1 {
+                ranges = [0, split, VNODES].windows(2).map(|pair| pair[0]..pair[1]).collect();
+                instances = ranges
+                    .iter()
+                    .map(|vnodes| {
+                        let mut instance = aggregate_of(true, &AGGREGATES);
+                        testing::restore(&mut instance, &runs, vnodes.clone()).expect("restore");
+                        instance
+                    })
+                    .collect();
             }
             let parts: Vec<Vec<Row>> = if instances.len() == 1 {
                 vec![chunk.to_vec()]
@@ -340,50 +356,79 @@ proptest! {
 fn a_snapshot_holds_the_state_at_the_barrier() {
     let mut operator = aggregate(true);
     operator.on_data(batch(&[("a", Some(1), None, 1)]), &mut Vec::new()).expect("data");
-    let job = operator.snapshot().expect("snapshot").expect("state");
+    let snapshot = operator.snapshot_state(false).expect("snapshot").expect("state");
     operator.on_data(batch(&[("a", Some(9), None, 1), ("b", Some(2), None, 1)]), &mut Vec::new()).expect("data");
+    let mut records = sluice_state::CollectedState::default();
+    (snapshot.job)(&mut records).expect("records");
     let mut restored = aggregate(true);
-    restored.restore(job().expect("encode").into_iter().map(|(_, b)| b).collect()).expect("restore");
+    restored.restore_state(&mut records.into_source()).expect("restore");
     let mut out = Vec::new();
     restored.on_data(batch(&[("a", Some(3), None, 1)]), &mut out).expect("data");
     assert_eq!(lines(&out), ["-1 a,1,1,1,1,1,1,1,∅,1", "+1 a,2,2,2,4,1,3,2,∅,4"]);
 }
 
-#[test]
-fn damaged_blobs_are_refused() {
-    let mut operator = aggregate(true);
-    operator.on_data(batch(&[("a", Some(1), Some("x"), 1)]), &mut Vec::new()).expect("data");
-    let blob = operator.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1;
-    for cut in [0, 3, 9, blob.len() - 1] {
-        let error = aggregate(true).restore(vec![blob[..cut].to_vec()]).expect_err("truncated");
-        assert_eq!(error.code, "state.corrupt");
-    }
-    let mut longer = blob.clone();
-    longer.push(0);
-    assert!(aggregate(true).restore(vec![longer]).is_err(), "trailing bytes");
-    assert!(aggregate(true).restore(vec![blob.clone(), blob.clone()]).is_err(), "a key twice");
-    let mut other = blob;
-    other[0] = 9;
-    assert!(aggregate(true).restore(vec![other]).is_err(), "another version");
+/// The one record of a snapshot of `operator`: vnode, key and value.
+fn the_record(operator: &mut GroupAggregate) -> (u32, Vec<u8>, Vec<u8>) {
+    let puts = testing::puts(&testing::snapshot(operator, false).1);
+    let [record] = puts.as_slice() else { panic!("one group: {puts:?}") };
+    record.clone()
 }
 
-/// A golden vector: state blobs are persisted, so their layout (and the key encoding
+/// A delta holds the groups a mini-batch touched since the previous snapshot, and a
+/// delete for each group dropped since.
+#[test]
+fn a_delta_holds_the_groups_changed_and_dropped_since_the_previous_snapshot() {
+    let mut operator = aggregate(true);
+    let input = [("a", Some(1), None, 1), ("b", Some(2), None, 1), ("c", Some(3), None, 1)];
+    operator.on_data(batch(&input), &mut Vec::new()).expect("data");
+    assert_eq!(testing::snapshot(&mut operator, true).0, SnapshotKind::Full, "the first snapshot is full");
+    operator.on_data(batch(&[("a", Some(5), None, 1), ("b", Some(2), None, -1)]), &mut Vec::new()).expect("data");
+    let (kind, delta) = testing::snapshot(&mut operator, true);
+    assert_eq!(kind, SnapshotKind::Delta);
+    let keys: Vec<(Vec<u8>, bool)> =
+        delta.points.iter().map(|(_, key, value)| (key.clone(), value.is_some())).collect();
+    let key = |text: &str| [&[0x06][..], &(text.len() as u32).to_le_bytes(), text.as_bytes()].concat();
+    let mut expected = vec![(key("a"), true), (key("b"), false)];
+    expected.sort_by_key(|(key, _)| (vnode_of(std::str::from_utf8(&key[5..]).expect("utf-8")), key.clone()));
+    let mut keys = keys;
+    keys.sort_by_key(|(key, _)| (vnode_of(std::str::from_utf8(&key[5..]).expect("utf-8")), key.clone()));
+    assert_eq!(keys, expected, "a changed, b dropped, c untouched");
+    assert!(testing::snapshot(&mut operator, true).1.points.is_empty(), "nothing changed since");
+}
+
+#[test]
+fn damaged_records_are_refused() {
+    let mut operator = aggregate(true);
+    operator.on_data(batch(&[("a", Some(1), Some("x"), 1)]), &mut Vec::new()).expect("data");
+    let record = the_record(&mut operator);
+    let restore = |record: (u32, Vec<u8>, Vec<u8>)| testing::restore_records(&mut aggregate(true), vec![record]);
+    assert!(restore(record.clone()).is_ok());
+    for cut in [0, 3, 9, record.2.len() - 1] {
+        let error = restore((record.0, record.1.clone(), record.2[..cut].to_vec())).expect_err("truncated");
+        assert_eq!(error.code, "state.corrupt");
+    }
+    let mut longer = record.clone();
+    longer.2.push(0);
+    assert!(restore(longer).is_err(), "trailing bytes");
+    let elsewhere = ((record.0 + 1) % VNODES, record.1.clone(), record.2.clone());
+    assert!(restore(elsewhere).is_err(), "under another vnode than its key's");
+    let mut no_rows = record;
+    no_rows.2[..8].copy_from_slice(&0i64.to_le_bytes());
+    assert!(restore(no_rows).is_err(), "a group without rows");
+}
+
+/// A golden vector: state records are persisted, so their layout (and the key encoding
 /// and hash inside) must not change silently; a change fails here and bumps
 /// `GROUP_STATE_VERSION`.
 #[test]
-fn a_snapshot_blob_is_pinned_byte_for_byte() {
+fn a_snapshot_record_is_pinned_byte_for_byte() {
     let mut operator = aggregate(true);
     let input = [("ab", Some(5), Some("x"), 1), ("ab", Some(5), Some("x"), 1), ("ab", None, None, 1)];
     operator.on_data(batch(&input), &mut Vec::new()).expect("data");
-    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
-    let [(vnode, bytes)] = blobs.as_slice() else { panic!("one vnode holds the one group: {blobs:?}") };
-    assert_eq!(bytes.capacity(), bytes.len(), "the blob is sized exactly, never doubled");
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let (vnode, key, value) = the_record(&mut operator);
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    assert_eq!(hex(&key), "06020000006162", "VARCHAR \"ab\"");
     let expected = concat!(
-        "01000000",         // version 1
-        "01000000",         // 1 group
-        "07000000",         // key: 7 bytes,
-        "06020000006162",   // VARCHAR "ab"
         "0300000000000000", // 3 rows
         "01",
         "0300000000000000", // COUNT(*) = 3
@@ -417,29 +462,28 @@ fn a_snapshot_blob_is_pinned_byte_for_byte() {
         "0a00000000000000",
         "0200000000000000", // SUM(v) FILTER (WHERE v > 0): 10 over 2
     );
-    assert_eq!(hex, expected);
+    assert_eq!(hex(&value), expected);
     let hash = sluice_types::key::hash(&[0x06, 2, 0, 0, 0, b'a', b'b']);
-    assert_eq!(*vnode, vnode::of_hash(hash, VNODES));
+    assert_eq!(vnode, vnode::of_hash(hash, VNODES));
 }
 
 /// COUNT(DISTINCT)s of one column share one set of values in memory, but each writes
-/// its own entries: the blob is the golden vector's, then the FILTERed COUNT(DISTINCT v)
+/// its own entries: the value is the golden vector's, then the FILTERed COUNT(DISTINCT v)
 /// of the tenth aggregate in the same layout.
 #[test]
 fn count_distincts_sharing_their_values_write_their_own_entries() {
-    let blob = |operator: &mut GroupAggregate| {
+    let value = |operator: &mut GroupAggregate| {
         let input = [("ab", Some(5), Some("x"), 1), ("ab", Some(5), Some("x"), 1), ("ab", None, None, 1)];
         operator.on_data(batch(&input), &mut Vec::new()).expect("data");
-        operator.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1
+        the_record(operator)
     };
-    let (nine, ten) = (blob(&mut aggregate(true)), blob(&mut aggregate_of(true, &AGGREGATES)));
-    assert_eq!(ten[..nine.len()], nine[..]);
-    let hex: String = ten[nine.len()..].iter().map(|b| format!("{b:02x}")).collect();
+    let (nine, ten) = (value(&mut aggregate(true)), value(&mut aggregate_of(true, &AGGREGATES)));
+    assert_eq!(ten.2[..nine.2.len()], nine.2[..]);
+    let hex: String = ten.2[nine.2.len()..].iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(hex, concat!("0c", "01000000", "09000000", "020500000000000000", "0200000000000000"));
     let mut restored = aggregate_of(true, &AGGREGATES);
-    restored.restore(vec![ten.clone()]).expect("restore");
-    let again = restored.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1;
-    assert_eq!(again, ten, "restored, the shared values write the same entries");
+    testing::restore_records(&mut restored, vec![ten.clone()]).expect("restore");
+    assert_eq!(the_record(&mut restored), ten, "restored, the shared values write the same entries");
 }
 
 /// Six COUNT(DISTINCT v), alternately filtered: a set serves at most four, so the column
@@ -463,9 +507,8 @@ fn more_count_distincts_of_a_column_than_a_set_serves_count_alike() {
 fn a_global_aggregate_keeps_its_one_group_in_vnode_zero() {
     let mut operator = aggregate(false);
     operator.on_data(batch(&[("a", Some(1), None, 1)]), &mut Vec::new()).expect("data");
-    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
-    assert_eq!(blobs.len(), 1);
-    assert_eq!(blobs[0].0, vnode::of_hash(0, VNODES));
+    let (vnode, key, _) = the_record(&mut operator);
+    assert_eq!((vnode, key), (vnode::of_hash(0, VNODES), Vec::new()));
 }
 
 #[test]
@@ -509,7 +552,8 @@ fn over_an_append_only_input_count_distinct_keeps_what_it_saw() {
     let mut operator = append_only();
     let input = [("a", Some(5), None, 1), ("a", Some(5), None, 1), ("a", Some(-2), None, 1)];
     operator.on_data(batch(&input), &mut Vec::new()).expect("data");
-    let blob = hex(&operator.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1);
+    let (vnode, key, value) = the_record(&mut operator);
+    let blob = hex(&value);
     let entry = |value: &str, count: &str| format!("09000000{value}{count}");
     let (five, minus_two, one, two) =
         ("020500000000000000", "02feffffffffffffff", "0100000000000000", "0200000000000000");
@@ -519,7 +563,7 @@ fn over_an_append_only_input_count_distinct_keeps_what_it_saw() {
     let counted = blob.replacen(&seen, &format!("0c02000000{}{}", entry(five, two), entry(minus_two, one)), 1);
     for state in [blob, counted] {
         let mut restored = append_only();
-        restored.restore(vec![bytes(&state)]).expect("restore");
+        testing::restore_records(&mut restored, vec![(vnode, key.clone(), bytes(&state))]).expect("restore");
         let mut out = Vec::new();
         restored.on_data(batch(&[("a", Some(7), None, 1), ("a", Some(5), None, 1)]), &mut out).expect("data");
         assert_eq!(lines(&out).last().map(String::as_str), Some("+1 a,5,5,3,20,-2,7,4,∅,22,2"), "{state}");
