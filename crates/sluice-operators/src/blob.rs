@@ -1,7 +1,9 @@
-//! Writing and reading the state blobs operators write at a barrier (window and group aggregates,
-//! sessions, TopN, joins, OVER aggregates): every read is bounds-checked, so a damaged blob or one of another
+//! Writing and reading operators' state at a barrier: the records of a snapshot
+//! ([`Records`], gathered and then written in `(vnode, key)` order), the blobs of the
+//! operators still keeping one per vnode ([`BlobWriter`]), and the bounds-checked
+//! cursor every decoder reads with ([`Reader`]), so a damaged record or one of another
 //! plan is a typed `state.corrupt` error naming the state, never a panic. Each
-//! operator's module documents its own layout; this is only the cursor over it.
+//! operator's module documents its own layout.
 
 use std::collections::BTreeMap;
 
@@ -24,45 +26,6 @@ impl BlobWriter {
         let (count, bytes) = self.blob(vnode);
         *count += 1;
         bytes
-    }
-
-    /// The blobs of `items`, given in vnode order (within a vnode, in the order its blob
-    /// lists them), each written by `encode`. Each vnode's entries are encoded into one
-    /// reused buffer, then copied into a blob of exactly their size (a state of a
-    /// gigabyte would otherwise take up to two while its blobs grow by doubling), and
-    /// each item is dropped once encoded.
-    pub(crate) fn encode_by_vnode<T>(
-        version: u32,
-        items: impl IntoIterator<Item = (u32, T)>,
-        mut encode: impl FnMut(T, &mut Vec<u8>) -> Result<(), SluiceError>,
-    ) -> Result<Vec<(u32, Vec<u8>)>, SluiceError> {
-        let mut blobs = BlobWriter::new(version);
-        let (mut bytes, mut current, mut count) = (Vec::new(), None, 0u32);
-        for (vnode, item) in items {
-            if current != Some(vnode) {
-                assert!(current.is_none_or(|done| done < vnode), "items come in vnode order");
-                if let Some(done) = current {
-                    blobs.append_entries(done, count, &bytes);
-                }
-                (current, count) = (Some(vnode), 0);
-                bytes.clear();
-            }
-            count += 1;
-            encode(item, &mut bytes)?;
-        }
-        if let Some(done) = current {
-            blobs.append_entries(done, count, &bytes);
-        }
-        Ok(blobs.finish())
-    }
-
-    /// Appends `count` entries already encoded (`bytes`) to `vnode`'s blob, which grows
-    /// by exactly their size.
-    fn append_entries(&mut self, vnode: u32, count: u32, bytes: &[u8]) {
-        let blob = self.blob(vnode);
-        blob.0 += count;
-        blob.1.reserve_exact(bytes.len());
-        blob.1.extend_from_slice(bytes);
     }
 
     fn blob(&mut self, vnode: u32) -> &mut (u32, Vec<u8>) {
@@ -241,6 +204,23 @@ impl Records {
         }
         let end = self.bytes.len();
         self.entries.push(RecordEntry { vnode, start, middle, end, delete: value.is_none() });
+    }
+
+    /// Adds a put whose value `value` writes, failing as it fails (a spilled row read
+    /// back).
+    pub(crate) fn try_put(
+        &mut self,
+        vnode: u32,
+        key: &[u8],
+        value: impl FnOnce(&mut Vec<u8>) -> Result<(), SluiceError>,
+    ) -> Result<(), SluiceError> {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        let middle = self.bytes.len();
+        value(&mut self.bytes)?;
+        let end = self.bytes.len();
+        self.entries.push(RecordEntry { vnode, start, middle, end, delete: false });
+        Ok(())
     }
 
     /// Adds a range delete of `vnode`.

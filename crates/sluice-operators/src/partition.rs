@@ -34,15 +34,6 @@ pub fn placement_hash(no_keys: bool, key: &[u8]) -> u64 {
     if no_keys { 0 } else { sluice_types::key::hash(key) }
 }
 
-/// Keyed state entries with the vnode of each one's key (`key`), sorted by vnode, then
-/// key: the order [`crate::blob::BlobWriter::encode_by_vnode`] takes them in.
-pub(crate) fn in_vnode_order<T>(items: Vec<T>, vnodes: u32, no_keys: bool, key: impl Fn(&T) -> &[u8]) -> Vec<(u32, T)> {
-    let mut placed: Vec<(u32, T)> =
-        items.into_iter().map(|item| (vnode::of_hash(placement_hash(no_keys, key(&item)), vnodes), item)).collect();
-    placed.sort_by(|a, b| (a.0, key(&a.1)).cmp(&(b.0, key(&b.1))));
-    placed
-}
-
 /// Encodes the key columns `keys` of `rows` into `out` (with each key's placement hash),
 /// making `encoder` for their types on first use.
 pub fn encode_keys(

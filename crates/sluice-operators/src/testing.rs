@@ -40,3 +40,8 @@ pub(crate) fn restore_records(
 pub(crate) fn puts(records: &CollectedState) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
     records.points.iter().filter_map(|(vnode, key, value)| Some((*vnode, key.clone(), value.clone()?))).collect()
 }
+
+/// The vnode ranges of one instance owning all `vnodes`.
+pub(crate) fn one_instance(vnodes: u32) -> Vec<Range<u32>> {
+    std::iter::once(0..vnodes).collect()
+}

@@ -46,7 +46,8 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use hashbrown::HashTable;
-use sluice_runtime::{BlobJob, Operator};
+use sluice_runtime::{Operator, Snapshot};
+use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError};
 
@@ -266,6 +267,14 @@ pub struct TopN {
     /// an auction's and a bid's text).
     keys: KeyRows,
     encoded: KeyRows,
+    /// For snapshots (`state`): per partition id a bit, changed since the previous
+    /// snapshot, and the ids marked (an id may be listed again, or be gone: its bit
+    /// decides); the keys of partitions removed since; whether changes are kept (from
+    /// the first snapshot or a restore on).
+    changed_bits: Vec<u64>,
+    changed: Vec<u32>,
+    removed: Vec<Vec<u8>>,
+    tracking: bool,
 }
 
 /// A row to insert: its bytes, or its place in the batch being processed.
@@ -324,7 +333,44 @@ impl TopN {
             late: None,
             keys: KeyRows::default(),
             encoded: KeyRows::default(),
+            changed_bits: Vec::new(),
+            changed: Vec::new(),
+            removed: Vec::new(),
+            tracking: false,
         })
+    }
+
+    /// Whether partition `id` changed since the previous snapshot.
+    fn is_marked(&self, id: u32) -> bool {
+        self.changed_bits.get(id as usize / 64).is_some_and(|word| word & (1 << (id % 64)) != 0)
+    }
+
+    /// Marks partition `id` changed since the previous snapshot.
+    fn mark(&mut self, id: u32) {
+        if !self.tracking || self.is_marked(id) {
+            return;
+        }
+        let word = id as usize / 64;
+        if word >= self.changed_bits.len() {
+            self.changed_bits.resize(word + 1, 0);
+        }
+        self.changed_bits[word] |= 1 << (id % 64);
+        self.changed.push(id);
+    }
+
+    fn unmark(&mut self, id: u32) {
+        if let Some(word) = self.changed_bits.get_mut(id as usize / 64) {
+            *word &= !(1 << (id % 64));
+        }
+    }
+
+    /// Forgets what changed (a snapshot took it, or a restore loaded the runs); changes
+    /// are kept from now on.
+    fn clear_changes(&mut self) {
+        self.changed_bits.clear();
+        self.changed.clear();
+        self.removed.clear();
+        self.tracking = true;
     }
 
     /// Keeps the rows' bytes within `space`'s memory budget, the rest on disk, the bytes
@@ -368,6 +414,9 @@ impl TopN {
         for entry in removed.rows.iter() {
             self.rows.forget(entry.row);
         }
+        if self.tracking {
+            self.removed.push(removed.key.get().to_vec());
+        }
         let hash = table_hash(placement_hash(no_keys, removed.key.get()));
         let entry = self.index.find_entry(hash, |&p| p == id).expect("an indexed partition");
         entry.remove();
@@ -375,6 +424,13 @@ impl TopN {
             ttl.forget(id);
         }
         let last = self.partitions.len() as u32;
+        // The partition moved into `id` is changed if it was.
+        let moved_marked = id != last && self.is_marked(last);
+        self.unmark(id);
+        self.unmark(last);
+        if moved_marked {
+            self.mark(id);
+        }
         if id != last {
             let hash = table_hash(placement_hash(no_keys, self.partitions[id as usize].key.get()));
             let slot = self.index.find_mut(hash, |&p| p == last).expect("an indexed partition");
@@ -715,6 +771,9 @@ impl Operator for TopN {
             self.store_pending(rows, &touched, &mut encoded)?;
         }
         self.encoded = encoded;
+        for (partition, _) in &touched {
+            self.mark(*partition as u32);
+        }
         let mut changes = Vec::new();
         for (partition, before) in &touched {
             let rows = &self.partitions[*partition].rows;
@@ -744,12 +803,12 @@ impl Operator for TopN {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
-        Ok(state::snapshot(self))
+    fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        Ok(Some(state::snapshot(self, delta)))
     }
 
-    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        state::restore(self, blobs)?;
+    fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        state::restore(self, state)?;
         // A window TopN frees each restored window's partitions as the watermark passes.
         if let Some(column) = self.spec.window_end {
             for partition in self.partitions.iter() {

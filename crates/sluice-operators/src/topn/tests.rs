@@ -1,5 +1,6 @@
-//! TopN: its changes row by row, an oracle over random input (with a snapshot restored
-//! onto two instances in the middle), and its state blobs.
+//! TopN: its changes row by row, an oracle over random input (with checkpoints, deltas
+//! when they can be, and a restore onto two instances in the middle), and its state
+//! records.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,10 +9,12 @@ use arrow::array::{ArrayRef, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
-use sluice_runtime::Operator;
+use sluice_runtime::{Operator, SnapshotKind};
+use sluice_state::StateModel;
 use sluice_types::{Batch, Message, vnode};
 
 use super::{SortColumn, TopN, TopNSpec};
+use crate::testing;
 
 const VNODES: u32 = 16;
 
@@ -216,6 +219,35 @@ fn partition_vnode(key: &str) -> u32 {
     vnode::of_hash(rows.hash(0), VNODES)
 }
 
+/// A checkpoint of every instance (`ranges[i]` the vnodes of `instances[i]`) into
+/// `runs`, a delta when it can be.
+fn checkpoint(instances: &mut [TopN], ranges: &[std::ops::Range<u32>], runs: &mut StateModel) {
+    for (instance, vnodes) in instances.iter_mut().zip(ranges) {
+        testing::checkpoint(instance, runs, vnodes.clone(), true);
+    }
+}
+
+/// A checkpoint, then two instances made by `make` restored from `runs`, splitting the
+/// vnodes at `split`.
+fn restart(
+    instances: &mut Vec<TopN>,
+    ranges: &mut Vec<std::ops::Range<u32>>,
+    runs: &mut StateModel,
+    split: u32,
+    make: impl Fn() -> TopN,
+) {
+    checkpoint(instances, ranges, runs);
+    *ranges = [0, split, VNODES].windows(2).map(|pair| pair[0]..pair[1]).collect();
+    *instances = ranges
+        .iter()
+        .map(|vnodes| {
+            let mut instance = make();
+            testing::restore(&mut instance, runs, vnodes.clone()).expect("restore");
+            instance
+        })
+        .collect();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -237,14 +269,13 @@ proptest! {
         let space = Spill::new(spill);
         let topn = |limit, rank_in_output| space.apply(topn(limit, rank_in_output));
         let mut instances = vec![topn(limit, rank_in_output)];
+        let (mut ranges, mut runs) = (testing::one_instance(VNODES), StateModel::default());
         let mut table = BTreeMap::new();
         for (index, chunk) in rows.chunks(batch_rows).enumerate() {
             if index == restore_after {
-                let blobs = instances[0].snapshot().expect("snapshot").map(|job| job().expect("encode")).unwrap_or_default();
-                let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < split);
-                instances = vec![topn(limit, rank_in_output), topn(limit, rank_in_output)];
-                instances[0].restore(low.into_iter().map(|(_, b)| b).collect()).expect("restore");
-                instances[1].restore(high.into_iter().map(|(_, b)| b).collect()).expect("restore");
+                restart(&mut instances, &mut ranges, &mut runs, split, || topn(limit, rank_in_output));
+            } else if index % 3 == 1 {
+                checkpoint(&mut instances, &ranges, &mut runs);
             }
             let parts: Vec<Vec<Row>> = if instances.len() == 1 {
                 vec![chunk.to_vec()]
@@ -263,38 +294,64 @@ proptest! {
     }
 }
 
-#[test]
-fn damaged_blobs_are_refused() {
-    let mut operator = topn(2, true);
-    step(&mut operator, &[row("a", Some(1), "x")]);
-    let blob = operator.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1;
-    for cut in [0, 3, 9, blob.len() - 1] {
-        let error = topn(2, true).restore(vec![blob[..cut].to_vec()]).expect_err("truncated");
-        assert_eq!(error.code, "state.corrupt");
-    }
-    assert!(topn(2, true).restore(vec![blob.clone(), blob.clone()]).is_err(), "a partition twice");
-    assert!(topn(1, true).restore(vec![blob.clone()]).is_ok(), "one row fits N = 1");
-    let mut longer = blob;
-    longer.push(0);
-    assert!(topn(2, true).restore(vec![longer]).is_err(), "trailing bytes");
+/// The one record of a snapshot of `operator`: vnode, key and value.
+fn the_record(operator: &mut TopN) -> (u32, Vec<u8>, Vec<u8>) {
+    let puts = testing::puts(&testing::snapshot(operator, false).1);
+    let [record] = puts.as_slice() else { panic!("one partition: {puts:?}") };
+    record.clone()
 }
 
-/// A golden vector: the blob layout (and the key encoding inside) must not change
+#[test]
+fn damaged_records_are_refused() {
+    let mut operator = topn(2, true);
+    step(&mut operator, &[row("a", Some(1), "x")]);
+    let record = the_record(&mut operator);
+    let restore =
+        |limit, record: (u32, Vec<u8>, Vec<u8>)| testing::restore_records(&mut topn(limit, true), vec![record]);
+    for cut in [0, 3, 9, record.2.len() - 1] {
+        let error = restore(2, (record.0, record.1.clone(), record.2[..cut].to_vec())).expect_err("truncated");
+        assert_eq!(error.code, "state.corrupt");
+    }
+    assert!(restore(1, record.clone()).is_ok(), "one row fits N = 1");
+    let mut longer = record.clone();
+    longer.2.push(0);
+    assert!(restore(2, longer).is_err(), "trailing bytes");
+    let elsewhere = ((record.0 + 1) % VNODES, record.1.clone(), record.2.clone());
+    assert!(restore(2, elsewhere).is_err(), "under another vnode than its key's");
+}
+
+/// A delta holds the partitions a batch touched since the previous snapshot, and a
+/// delete for each one removed since.
+#[test]
+fn a_delta_holds_the_partitions_changed_and_removed_since_the_previous_snapshot() {
+    let (clock, now) = crate::ttl::manual_clock(0);
+    let mut operator = topn(2, true).with_ttl(crate::ttl::Ttl::new(std::time::Duration::from_secs(10), clock));
+    step(&mut operator, &[row("a", Some(1), "x"), row("b", Some(2), "y"), row("c", Some(3), "z")]);
+    assert_eq!(testing::snapshot(&mut operator, true).0, SnapshotKind::Full, "the first snapshot is full");
+    now.store(6_000, std::sync::atomic::Ordering::Relaxed);
+    step(&mut operator, &[row("b", Some(5), "w"), row("c", Some(4), "v")]);
+    now.store(12_000, std::sync::atomic::Ordering::Relaxed);
+    operator.on_watermark(0, &mut Vec::new()).expect("watermark");
+    let (kind, delta) = testing::snapshot(&mut operator, true);
+    assert_eq!(kind, SnapshotKind::Delta);
+    let key = |text: &str| [&[0x06][..], &(text.len() as u32).to_le_bytes(), text.as_bytes()].concat();
+    let mut written: Vec<(Vec<u8>, bool)> = delta.points.iter().map(|(_, k, v)| (k.clone(), v.is_some())).collect();
+    written.sort();
+    assert_eq!(written, [(key("a"), false), (key("b"), true), (key("c"), true)], "a dropped by its TTL");
+    assert!(testing::snapshot(&mut operator, true).1.points.is_empty(), "nothing changed since");
+}
+
+/// A golden vector: the record layout (and the key encoding inside) must not change
 /// silently; a change fails here and bumps `TOPN_STATE_VERSION`.
 #[test]
-fn a_snapshot_blob_is_pinned_byte_for_byte() {
+fn a_snapshot_record_is_pinned_byte_for_byte() {
     let mut operator = topn(2, true);
     step(&mut operator, &[row("ab", Some(5), "x"), row("ab", Some(9), "y"), row("ab", Some(1), "z")]);
-    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
-    let [(vnode, bytes)] = blobs.as_slice() else { panic!("one vnode holds the one partition: {blobs:?}") };
-    assert_eq!(bytes.capacity(), bytes.len(), "the blob is sized exactly, never doubled");
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let (vnode, key, value) = the_record(&mut operator);
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    assert_eq!(hex(&key), "06020000006162", "VARCHAR \"ab\"");
     let expected = concat!(
-        "01000000",       // version 1
-        "01000000",       // 1 partition
-        "07000000",       // key: 7 bytes,
-        "06020000006162", // VARCHAR "ab"
-        "02000000",       // 2 rows, in rank order:
+        "02000000", // 2 rows, in rank order:
         "0000000000000000",
         "16000000",
         "06020000006162",
@@ -306,11 +363,11 @@ fn a_snapshot_blob_is_pinned_byte_for_byte() {
         "020500000000000000",
         "060100000078", // tie 1: ("ab", 5, "x")
     );
-    assert_eq!(hex, expected);
+    assert_eq!(hex(&value), expected);
     let hash = sluice_types::key::hash(&[0x06, 2, 0, 0, 0, b'a', b'b']);
-    assert_eq!(*vnode, vnode::of_hash(hash, VNODES));
+    assert_eq!(vnode, vnode::of_hash(hash, VNODES));
     let mut restored = topn(2, true);
-    restored.restore(vec![bytes.clone()]).expect("restore");
+    testing::restore_records(&mut restored, vec![(vnode, key, value)]).expect("restore");
     assert_eq!(step(&mut restored, &[row("ab", Some(6), "w")]), ["-1 ab,5,x,2", "+1 ab,6,w,2"]);
 }
 
@@ -389,14 +446,13 @@ proptest! {
             steps.push((row, weight, live.clone()));
         }
         let mut instances = vec![topn_over(limit, rank_in_output, true)];
+        let (mut ranges, mut runs) = (testing::one_instance(VNODES), StateModel::default());
         let mut table = BTreeMap::new();
         for (index, chunk) in steps.chunks(batch_rows).enumerate() {
             if index == restore_after {
-                let blobs = instances[0].snapshot().expect("snapshot").map(|job| job().expect("encode")).unwrap_or_default();
-                let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < split);
-                instances = vec![topn_over(limit, rank_in_output, true), topn_over(limit, rank_in_output, true)];
-                instances[0].restore(low.into_iter().map(|(_, b)| b).collect()).expect("restore");
-                instances[1].restore(high.into_iter().map(|(_, b)| b).collect()).expect("restore");
+                restart(&mut instances, &mut ranges, &mut runs, split, || topn_over(limit, rank_in_output, true));
+            } else if index % 3 == 1 {
+                checkpoint(&mut instances, &ranges, &mut runs);
             }
             let rows: Vec<(Row, i64)> = chunk.iter().map(|(row, weight, _)| (row.clone(), *weight)).collect();
             let parts: Vec<Vec<(Row, i64)>> = if instances.len() == 1 {
@@ -488,9 +544,9 @@ fn a_window_topn_frees_each_window_as_the_watermark_passes_and_drops_its_late_ro
     assert_eq!(step(&mut top, &[("a", 9, "w", 10), ("a", 2, "q", 20)]), ["-1 a,1,z,20,1", "+1 a,2,q,20,1"]);
     assert_eq!(late.load(std::sync::atomic::Ordering::Relaxed), 1, "the row of the freed window");
     // A restore registers the restored windows for freeing too.
-    let blobs = top.snapshot().expect("snapshot").map(|job| job().expect("encode")).unwrap_or_default();
+    let (_, records) = testing::snapshot(&mut top, false);
     let mut restored = TopN::new(top.spec.clone(), &input, VNODES).expect("topn");
-    restored.restore(blobs.into_iter().map(|(_, blob)| blob).collect()).expect("restore");
+    restored.restore_state(&mut records.into_source()).expect("restore");
     restored.on_watermark(19, &mut out).expect("watermark");
     assert!(restored.partitions.is_empty(), "window 20 freed after the restore");
 }
@@ -505,21 +561,23 @@ fn a_kept_rows_entry_takes_32_bytes_and_a_partition_with_one_56() {
     assert_eq!(std::mem::size_of::<super::Partition>(), 56);
 }
 
-/// Blobs of earlier builds numbered a partition's rows by arrival, not by rank: rows of
-/// equal order values still rank by that number, whatever order the blob lists them in.
+/// Rows of equal order values rank by their tie numbers (earlier builds numbered them by
+/// arrival, not by rank), whatever order the record lists them in.
 #[test]
 fn ties_restore_in_the_order_of_their_numbers() {
     let partition = |first: (&str, &str), second: (&str, &str)| {
         let row = |(tie, name): (&str, &str)| format!("{tie}16000000060200000061620205000000000000000601000000{name}");
-        format!("0100000001000000070000000602000000616202000000{}{}", row(first), row(second))
+        format!("02000000{}{}", row(first), row(second))
     };
+    let key = vec![0x06, 2, 0, 0, 0, b'a', b'b'];
+    let vnode = vnode::of_hash(sluice_types::key::hash(&key), VNODES);
     let hex =
         |text: String| (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect();
     // ("ab", 5, "x") arrived after ("ab", 5, "y"), both of value 5.
     let (x, y) = (("0700000000000000", "78"), ("0300000000000000", "79"));
     for blob in [partition(y, x), partition(x, y)] {
         let mut restored = topn(2, true);
-        restored.restore(vec![hex(blob)]).expect("restore");
+        testing::restore_records(&mut restored, vec![(vnode, key.clone(), hex(blob))]).expect("restore");
         // A larger value takes the first rank and pushes out the later of the two.
         let changes = step(&mut restored, &[row("ab", Some(6), "w")]);
         assert_eq!(changes, ["-1 ab,5,y,1", "+1 ab,6,w,1", "-1 ab,5,x,2", "+1 ab,5,y,2"]);
@@ -574,10 +632,13 @@ fn float_order_values_are_kept_as_the_key_encoding_keeps_them() {
 }
 
 #[test]
-fn a_blob_claiming_more_rows_than_its_bytes_is_refused_before_allocating() {
+fn a_record_claiming_more_rows_than_its_bytes_is_refused_before_allocating() {
     // A retracting TopN bounds no partition by N: the count alone must not size a buffer.
-    let blob =
-        [&1u32.to_le_bytes()[..], &1u32.to_le_bytes(), &1u32.to_le_bytes(), &[0x00], &u32::MAX.to_le_bytes()].concat();
-    let error = topn_over(2, true, true).restore(vec![blob]).expect_err("damaged");
+    let value = [&u32::MAX.to_le_bytes()[..], &[0x00]].concat();
+    let error = testing::restore_records(
+        &mut topn_over(2, true, true),
+        vec![(vnode::of_hash(sluice_types::key::hash(&[]), VNODES), vec![], value)],
+    )
+    .expect_err("damaged");
     assert_eq!(error.code, "state.corrupt");
 }

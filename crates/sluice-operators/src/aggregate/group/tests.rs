@@ -294,7 +294,7 @@ proptest! {
         // The runs of the checkpoints taken (a delta whenever it can be), with each
         // instance's vnodes.
         let mut runs = StateModel::default();
-        let mut ranges: Vec<std::ops::Range<u32>> = std::iter::once(0..VNODES).collect();
+        let mut ranges = testing::one_instance(VNODES);
         let mut table = BTreeMap::new();
         let mut live = BTreeMap::new();
         for (index, chunk) in rows.chunks(batch_rows).enumerate() {
