@@ -92,6 +92,7 @@ impl CheckpointStore {
             }
         }
         self.calls.delete_all(&doomed.manifests).await?;
+        sluice_types::failpoint!("checkpoint.collect_between");
         self.calls.delete_all(&doomed.objects).await?;
         let (manifests, objects, bytes) = (doomed.manifests.len(), doomed.objects.len(), doomed.bytes);
         tracing::info!(store = self.url(), retain, manifests, objects, bytes, "checkpoints collected");

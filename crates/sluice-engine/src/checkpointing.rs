@@ -118,7 +118,6 @@ impl Checkpointer for StoreCheckpointer {
         let mut part = Part::new(self.worker);
         part.positions = slice.positions.into_iter().map(|p| (p.source as u32, p.lane, p.bytes)).collect();
         part.runs = self.runs.write(&self.store, epoch.0, slice.deferred)?;
-        sluice_types::failpoint!("checkpoint.after_encode");
         // Records too large for the manifest are objects of their own (each a pack of one).
         let mut writes = Vec::new();
         let mut records = Vec::with_capacity(slice.sink_records.len());

@@ -142,3 +142,120 @@ fn clear_deletes_the_store_and_nothing_else() {
     assert_eq!(store.epochs().expect("epochs"), Vec::<u64>::new());
     assert_eq!(store.latest_valid().expect("latest"), None);
 }
+
+/// Incremental checkpoints name runs that earlier epochs wrote; over any sequence of
+/// checkpoints (deltas, full snapshots, compactions), failed checkpoints, collections
+/// with any retention, and restarts (the lists reloaded from the newest manifest, as a
+/// restore does), every manifest a collection keeps names only objects that exist, and
+/// the newest one always verifies.
+mod retention_of_runs {
+    use proptest::prelude::*;
+
+    use crate::CheckpointStore;
+    use crate::manifest::{Manifest, ObjectRef, OperatorState, StateRun};
+    use crate::store::tests::temp_store;
+
+    /// What happens next.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A checkpoint: for each of two operators, a delta run, a full run, a merge of
+        /// its runs into one, or nothing.
+        Checkpoint([u8; 2]),
+        /// A checkpoint whose runs are written but whose manifest is never published.
+        Failed([u8; 2]),
+        Collect {
+            retain: usize,
+        },
+        /// The process restarts: the lists are the newest valid manifest's.
+        Restart,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => any::<[u8; 2]>().prop_map(Step::Checkpoint),
+            1 => any::<[u8; 2]>().prop_map(Step::Failed),
+            2 => (1usize..4).prop_map(|retain| Step::Collect { retain }),
+            1 => Just(Step::Restart),
+        ]
+    }
+
+    /// The runs of each operator, oldest first, as a checkpointer keeps them.
+    type Lists = [Vec<ObjectRef>; 2];
+
+    /// The lists after one checkpoint of `epoch` writing its runs (`choices` per operator).
+    fn next_lists(store: &CheckpointStore, epoch: u64, lists: &Lists, choices: [u8; 2]) -> Lists {
+        let mut next = lists.clone();
+        for (operator, (list, choice)) in next.iter_mut().zip(choices).enumerate() {
+            let write = |name: &str| {
+                let bytes = format!("{name} of operator {operator} at {epoch}").into_bytes();
+                store.put_object(epoch, &format!("op{operator}/{name}"), bytes).expect("put")
+            };
+            match choice % 4 {
+                0 => list.push(write("run")),
+                1 => *list = vec![write("full")],
+                2 if !list.is_empty() => *list = vec![write("merged")],
+                _ => {}
+            }
+        }
+        next
+    }
+
+    fn manifest(epoch: u64, lists: &Lists) -> Manifest {
+        let mut manifest = Manifest::new(epoch, "fp", 4, 0);
+        for (operator, list) in lists.iter().enumerate() {
+            let runs = list.iter().map(|object| StateRun { start: 0, end: 4, object: object.clone() }).collect();
+            manifest.operators.push(OperatorState { id: format!("op{operator}"), runs });
+        }
+        manifest
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn collection_never_deletes_what_a_kept_manifest_names(steps in proptest::collection::vec(step(), 1..24)) {
+            let (_base, store) = temp_store();
+            let mut lists: Lists = Default::default();
+            let mut epoch = 0;
+            for step in steps {
+                match step {
+                    Step::Checkpoint(choices) => {
+                        epoch += 1;
+                        lists = next_lists(&store, epoch, &lists, choices);
+                        store.publish(&manifest(epoch, &lists)).expect("publish");
+                    }
+                    Step::Failed(choices) => {
+                        epoch += 1;
+                        next_lists(&store, epoch, &lists, choices);
+                    }
+                    Step::Collect { retain } => {
+                        store.collect_garbage(retain).expect("collect");
+                        // The newest `retain` manifests are whole.
+                        let epochs = store.epochs().expect("epochs");
+                        for kept in epochs.iter().rev().take(retain) {
+                            let kept = store.load(*kept).expect("a kept manifest loads");
+                            prop_assert_eq!(store.verify(&kept).expect("verify"), Vec::<String>::new());
+                        }
+                    }
+                    Step::Restart => {
+                        lists = match store.latest_valid().expect("a readable store") {
+                            Some((newest, _)) => {
+                                let runs = |operator: usize| {
+                                    newest.operators[operator].runs.iter().map(|run| run.object.clone()).collect()
+                                };
+                                [runs(0), runs(1)]
+                            }
+                            None => Default::default(),
+                        };
+                        // A restarted run's epochs go above every epoch written.
+                        epoch = epoch.max(store.epochs().expect("epochs").last().copied().unwrap_or(0));
+                    }
+                }
+            }
+            if let Some((newest, warnings)) = store.latest_valid().expect("a readable store") {
+                prop_assert!(warnings.is_empty(), "{:?}", warnings);
+                prop_assert_eq!(store.verify(&newest).expect("verify"), Vec::<String>::new());
+            }
+        }
+    }
+}

@@ -31,8 +31,11 @@ struct Crash {
 
 /// Failpoints evaluated once per checkpoint (at least three per run here: every case has
 /// at least three input rows, each its own batch and checkpoint).
-const CHECKPOINT_POINTS: [&str; 5] = [
+const CHECKPOINT_POINTS: [&str; 8] = [
     "checkpoint.after_encode",
+    "checkpoint.after_runs_uploaded",
+    "checkpoint.after_compaction",
+    "checkpoint.collect_between",
     "checkpoint.after_state_written",
     "checkpoint.after_publish",
     "checkpoint.after_sink_commit",

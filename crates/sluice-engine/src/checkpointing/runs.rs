@@ -136,8 +136,11 @@ impl RunBook {
                 written.push((instance, file));
             }
         }
+        sluice_types::failpoint!("checkpoint.after_encode");
         let changed = self.upload(store, epoch, written, &mut lists)?;
+        sluice_types::failpoint!("checkpoint.after_runs_uploaded");
         self.compact(store, epoch, &mut lists, changed)?;
+        sluice_types::failpoint!("checkpoint.after_compaction");
         self.lists = lists;
         guards.into_iter().for_each(|guard| guard.written());
         let runs = self
