@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 use crate::graph::{self, Graph};
 use crate::server::Shared;
 use crate::status::{self, Readiness, State as JobStateName, StatusDocument};
-use crate::{access, metrics, openapi, stream};
+use crate::{access, metrics, openapi, site, stream};
 
 /// An error: what went wrong and how to fix it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -83,6 +83,8 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/openapi.json", get(openapi_document))
         .route("/", get(page))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
+        // Outermost: a cross-site request is refused before anything else looks at it.
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), site::guard))
         .with_state(shared)
 }
 
