@@ -62,8 +62,7 @@ impl Hosts {
                 || self.names.iter().any(|allowed| allowed == literal);
         }
         let name = name.to_ascii_lowercase();
-        ((self.bound.is_loopback() || self.bound.is_unspecified()) && name == "localhost")
-            || self.names.contains(&name)
+        ((self.bound.is_loopback() || self.bound.is_unspecified()) && name == "localhost") || self.names.contains(&name)
     }
 }
 

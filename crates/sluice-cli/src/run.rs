@@ -50,8 +50,9 @@ pub struct ClusterArgs {
     /// every worker proves it knows it, and it never crosses the network.
     #[arg(long, value_name = "PATH")]
     secret_file: Option<PathBuf>,
-    /// Let the leader listen on a non-loopback address without a secret (anyone who can
-    /// reach the port could then join the cluster and receive its data).
+    /// Listen on a non-loopback control or exchange address without a secret (anyone who
+    /// can reach the port could then join the cluster, or open a data link, and receive
+    /// its data).
     #[arg(long)]
     insecure: bool,
     /// How long the leader waits for every worker to join, and a worker for the leader.

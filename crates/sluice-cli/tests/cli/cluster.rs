@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStderr, Stdio};
 
 use crate::golden::output;
-use crate::harness::{Scratch, sluice_command, sorted_lines, stderr};
+use crate::harness::{Scratch, assert_fails_with, sluice_command, sorted_lines, stderr};
 
 const NEXMARK: &str = r#"
 [pipeline]
@@ -209,6 +209,18 @@ fn workers_with_different_thread_counts_write_what_one_worker_with_all_their_thr
     let solo = solo_output(FILES, 4, &files);
     assert_eq!(cluster_output(FILES, &[1, 3], &files), solo);
     assert_eq!(cluster_output(NEXMARK, &[3, 1], &[]), solo_output(NEXMARK, 4, &[]));
+}
+
+#[test]
+fn a_reachable_exchange_address_without_a_secret_is_refused_before_the_run() {
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &NEXMARK.replace("THREADS", "1"));
+    for role in [&["--workers", "2"][..], &["--join", "127.0.0.1:1"][..]] {
+        let mut args = vec!["run", "pipeline.toml", "--exchange-bind", "0.0.0.0:0"];
+        args.extend(role);
+        let run = scratch.sluice(&args);
+        assert_fails_with(&run, &["the exchange address 0.0.0.0:0", "--exchange-bind", "--insecure"]);
+    }
 }
 
 #[test]

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, bounded};
 use sluice_checkpoint::{CheckpointStore, Lease, Manifest};
-use sluice_cluster::auth::{Role, Secret, authenticate, check_control_bind};
+use sluice_cluster::auth::{Role, Secret, authenticate, check_control_bind, check_exchange_bind};
 use sluice_cluster::link::{Authenticator, LinkConfig, NetworkBuilder};
 use sluice_cluster::rendezvous::{
     self, ControlEvent, ControlSettings, LeaderControl, Membership, WorkerControl, WorkerInfo,
@@ -72,7 +72,7 @@ pub struct ClusterOptions {
     /// (a wildcard bind, a NAT).
     pub advertise: Option<String>,
     pub secret: Option<Secret>,
-    /// Lead on a non-loopback control address without a secret.
+    /// Listen on a non-loopback control or exchange address without a secret.
     pub insecure: bool,
     /// How long the rendezvous may take.
     pub join_timeout: Duration,
@@ -184,6 +184,7 @@ fn prepare_round(
     }
     let threads = pipeline.config.pipeline.threads;
     let local = pipeline.compile(None)?;
+    check_exchange_bind(options.exchange_bind, options.secret.as_ref(), options.insecure).map_err(EngineError::new)?;
     let exchange = TcpListener::bind(options.exchange_bind).map_err(|error| {
         EngineError::new(
             SluiceError::external(
