@@ -667,6 +667,44 @@ fn the_kubernetes_manifests_pipeline_is_valid() {
     assert!(validated.status.success(), "{}", stderr(&validated));
 }
 
+/// The Kubernetes guide's restart path: a pod killed for its memory is restarted with the
+/// same command, on the same host name, in a new pid namespace. The killed run (here in a
+/// pid namespace of its own, under `unshare`, dying right after publishing a checkpoint)
+/// leaves its lease, which nobody refreshes any more; the restart breaks it once its
+/// heartbeat has been silent for its expiry, without `sluice checkpoints unlock`, and
+/// resumes exactly once. Skipped where pid namespaces cannot be made.
+#[test]
+fn a_run_killed_in_another_container_resumes_without_unlock() {
+    let probe = std::process::Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
+    if !probe.is_ok_and(|probe| probe.status.success()) {
+        eprintln!("SKIPPED: cannot make a pid namespace here (unshare --pid needs root)");
+        return;
+    }
+    let reference = checkpointed_reference();
+    let shared = Scratch::new();
+    let worker = checkpointed_worker(&shared);
+    // `sh` is the namespace's first process: a first process ignores the SIGKILL it
+    // raises itself, and the failpoint's kill must land on sluice.
+    let killed = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", "\"$0\" \"$@\"; exit $?"])
+        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .args(["--quiet", "run", "pipeline.toml"])
+        .current_dir(worker.dir.path())
+        .env("SLUICE_FAILPOINTS", failpoints(Some("checkpoint.after_publish=3*off->return(kill)")))
+        .output()
+        .expect("run sluice under unshare");
+    assert!(
+        stderr(&killed).contains("killing the process"),
+        "the first run dies at its failpoint: {}",
+        stderr(&killed)
+    );
+    let restarted = worker.sluice(&["--quiet", "run", "pipeline.toml"]);
+    let text = stderr(&restarted);
+    assert!(restarted.status.success(), "{text}");
+    assert!(text.contains("broke the stale lease") && text.contains("did not refresh it"), "{text}");
+    assert_eq!(sorted_lines(&output(&shared, "out")), reference, "the restart resumes exactly once");
+}
+
 /// A join across workers: both inputs are routed by the key's hash to the worker that
 /// owns its vnode, each through its own exchange, so the rows of a key meet wherever
 /// they were read.
