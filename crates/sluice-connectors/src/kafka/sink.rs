@@ -16,6 +16,14 @@
 //! aborts its open transaction. Each epoch is written in a transaction of one of them,
 //! the writer switching to the other at each barrier:
 //!
+//! Every transactional producer sets `transaction.timeout.ms` to `transaction_timeout`
+//! (default [`TRANSACTION_TIMEOUT`], the brokers' default `transaction.max.timeout.ms`):
+//! a transaction stays open from the first message of an epoch until the commit after
+//! the next checkpoint, so librdkafka's own default (60 s) would let the brokers abort
+//! it under backpressure or with an interval of a minute or more. A broker whose maximum
+//! is below the value refuses `init_transactions`; the sink then fails with
+//! `sink.kafka_transaction_timeout`, naming the value and both fixes.
+//!
 //! - **write**: every message goes to the open transaction, and a copy of it (key,
 //!   value, headers) into the writer's recovery copy of the epoch, at most
 //!   `epoch_copy_mib` MiB (default [`EPOCH_COPY_MIB`]; more fails the write with
@@ -57,6 +65,16 @@
 //!    record's run and below `e`, of another run, or none, it was aborted;
 //! 3. then the record's messages are written again, in order, in a new transaction of
 //!    that producer with the marker of `e`, committed before the run goes on.
+//!
+//! **Fewer threads.** A run restored onto fewer threads (slots) than the one it restores
+//! has no writer for the earlier run's last slots, whose producers may have left a
+//! transaction open (the epoch after the checkpoint), holding back `read_committed`
+//! readers of its partitions until the transaction timeout. So the writer of slot 0
+//! first looks at the slots from the current count on: a slot whose marker groups hold
+//! a committed offset was used, and both its ids are fenced (`init_transactions`, which
+//! aborts what they left open) at once; the first slot never used ends the search (at
+//! most [`LEFTOVER_SLOTS_MAX`]). A slot that never committed a transaction is not found:
+//! its open transaction, if any, ends at its timeout.
 //!
 //! A crash during recovery leaves the same question, answered the same way at the
 //! next start. So every epoch's messages are committed exactly once whenever the run
@@ -133,6 +151,11 @@ use super::record::{self, SavedMessages, TransactionRecord};
 
 /// The longest a flush, `init_transactions` or a transaction commit may take.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most slots past the current ones whose leftover producers are looked for.
+const LEFTOVER_SLOTS_MAX: u32 = 1024;
+/// The default of `transaction_timeout`: how long the brokers keep a transaction open,
+/// the brokers' default `transaction.max.timeout.ms` (15 minutes).
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The longest a writer waits for the commit of its producer's previous transaction.
 pub const PENDING_WAIT: Duration = Duration::from_secs(60);
 /// The longest a send waits for room in the producer's queue.
@@ -224,6 +247,9 @@ pub struct KafkaSink {
     run: u32,
     /// The transactional producers of this process, by id.
     producers: Mutex<HashMap<String, Arc<TransactionalProducer>>>,
+    /// Whether the ids an earlier run with more slots left were fenced (once, by the
+    /// writer of slot 0).
+    leftovers_fenced: std::sync::atomic::AtomicBool,
 }
 
 impl KafkaSink {
@@ -310,6 +336,7 @@ impl KafkaSink {
             headers_column,
             exactly_once: true,
             producers: Mutex::new(HashMap::new()),
+            leftovers_fenced: std::sync::atomic::AtomicBool::new(false),
             run: run_token(),
         })
     }
@@ -326,13 +353,25 @@ impl KafkaSink {
         format!("sluice-{}-{}-{slot}-{index}", self.pipeline, self.name)
     }
 
-    fn producer(&self, transactional_id: Option<&str>) -> Result<SinkProducer, SluiceError> {
-        let brokers = &self.options.brokers;
-        let mut config = client::base_config(brokers, &self.options.client);
+    /// How long the brokers keep a transaction of this sink open.
+    fn transaction_timeout(&self) -> Duration {
+        self.options.transaction_timeout.unwrap_or(TRANSACTION_TIMEOUT)
+    }
+
+    /// The librdkafka settings of a producer: transactional with `transactional_id`.
+    pub(super) fn producer_config(&self, transactional_id: Option<&str>) -> rdkafka::ClientConfig {
+        let mut config = client::base_config(&self.options.brokers, &self.options.client);
         config.set("enable.idempotence", "true");
         if let Some(id) = transactional_id {
             config.set("transactional.id", id);
+            config.set("transaction.timeout.ms", self.transaction_timeout().as_millis().to_string());
         }
+        config
+    }
+
+    fn producer(&self, transactional_id: Option<&str>) -> Result<SinkProducer, SluiceError> {
+        let brokers = &self.options.brokers;
+        let config = self.producer_config(transactional_id);
         let context = DeliveryContext {
             client: SluiceClientContext::new(brokers),
             failed: AtomicU64::new(0),
@@ -388,9 +427,7 @@ impl KafkaSink {
     fn transactional(&self, slot: u32, index: u32) -> Result<Arc<TransactionalProducer>, SluiceError> {
         let id = self.transactional_id(slot, index);
         let producer = self.producer(Some(&id))?;
-        producer
-            .init_transactions(FLUSH_TIMEOUT)
-            .map_err(|e| transaction_error(&self.options.brokers, &id, "init", &e))?;
+        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(&id, &e))?;
         let marker = self.marker_consumer(&id)?.group_metadata().ok_or_else(|| {
             SluiceError::internal("sink.kafka_marker", format!("the consumer of group {id} has no group metadata"))
         })?;
@@ -436,6 +473,36 @@ impl KafkaSink {
         })
     }
 
+    /// Fences the transactional ids of the slots from `slots` on that an earlier run with
+    /// more threads used (see "Fewer threads" in the module doc); returns those slots.
+    fn fence_leftovers(&self, slots: u32) -> Result<Vec<u32>, SluiceError> {
+        let mut fenced = Vec::new();
+        for slot in slots..slots.saturating_add(LEFTOVER_SLOTS_MAX) {
+            let ids = [self.transactional_id(slot, 0), self.transactional_id(slot, 1)];
+            let mut used = false;
+            for id in &ids {
+                used |= self.committed_marker(id)?.is_some();
+            }
+            if !used {
+                break;
+            }
+            for id in &ids {
+                let producer = self.producer(Some(id))?;
+                producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
+            }
+            fenced.push(slot);
+        }
+        if !fenced.is_empty() {
+            tracing::info!(
+                sink = %self.name,
+                "kafka sink `{}`: fenced the transactional ids of slots {fenced:?}, which an earlier run with more \
+                 threads left: a transaction they left open is aborted now, not at its timeout",
+                self.name
+            );
+        }
+        Ok(fenced)
+    }
+
     /// Resolves the transaction of `record`, which an earlier process prepared (see
     /// "Recovery" in the module doc).
     fn recover(&self, epoch: Epoch, record: &TransactionRecord<'_>) -> Result<(), SluiceError> {
@@ -459,10 +526,10 @@ impl KafkaSink {
         // or aborted.
         if let Some(other) = sibling_id(id) {
             let producer = self.producer(Some(&other))?;
-            producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, &other, "init", &e))?;
+            producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(&other, &e))?;
         }
         let producer = self.producer(Some(id))?;
-        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, id, "init", &e))?;
+        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
         match self.committed_marker(id)? {
             Some((run, committed)) if run == record.run && committed == record.epoch => {
                 tracing::info!(
@@ -557,6 +624,32 @@ fn poisoned(sink: &str) -> SluiceError {
     SluiceError::internal("sink.kafka", format!("sink `{sink}`: a writer panicked holding the producers"))
 }
 
+impl KafkaSink {
+    /// Why `init_transactions` of producer `id` failed: a transaction timeout above the
+    /// brokers' maximum named as such.
+    pub(super) fn init_error(&self, id: &str, error: &KafkaError) -> SluiceError {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::InvalidTransactionTimeout) {
+            return transaction_error(&self.options.brokers, id, "init", error);
+        }
+        let timeout = self.transaction_timeout();
+        SluiceError::user(
+            "sink.kafka_transaction_timeout",
+            format!(
+                "sink `{}`: brokers {} refuse a transaction timeout of {} ms (transaction_timeout): it is above \
+                 their transaction.max.timeout.ms ({error})",
+                self.name,
+                self.options.brokers,
+                timeout.as_millis()
+            ),
+        )
+        .with_fix(
+            "set transaction_timeout under [sink.options] below the brokers' transaction.max.timeout.ms (but longer \
+             than the checkpoint interval plus the checkpoint timeout), or raise transaction.max.timeout.ms on the \
+             brokers",
+        )
+    }
+}
+
 fn transaction_error(brokers: &str, id: &str, step: &str, error: &KafkaError) -> SluiceError {
     SluiceError::external(
         "sink.kafka_transaction",
@@ -574,7 +667,7 @@ impl SinkFactory for KafkaSink {
         SinkParallelism::PerThread
     }
 
-    fn open(&self, slot: u32, _slots: u32, staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
+    fn open(&self, slot: u32, slots: u32, staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
         let output = Output {
             sink: self.name.clone(),
             brokers: self.options.brokers.clone(),
@@ -593,6 +686,9 @@ impl SinkFactory for KafkaSink {
         };
         if !staged || !self.exactly_once {
             return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
+        }
+        if slot == 0 && !self.leftovers_fenced.swap(true, Ordering::AcqRel) {
+            self.fence_leftovers(slots)?;
         }
         let producers = [self.transactional(slot, 0)?, self.transactional(slot, 1)?];
         Ok(Box::new(TransactionalWriter {
