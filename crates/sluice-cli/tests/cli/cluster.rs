@@ -420,6 +420,40 @@ fn a_lost_worker_restarted_with_the_same_command_rejoins_and_the_cluster_resumes
     assert_eq!(sorted_lines(&output(&shared, "out")), reference);
 }
 
+/// A follower frozen (SIGSTOP) past the loss timeout, then thawed (SIGCONT): the leader,
+/// alive, forms the cluster again and waits for it. The follower does not say that the
+/// leader is gone and every worker needs a restart: it says that it itself did not run,
+/// and that only it needs restarting; restarted alone, it joins again and the output is
+/// an uninterrupted run's.
+#[test]
+fn a_frozen_follower_says_that_only_it_needs_restarting() {
+    let reference = checkpointed_reference();
+    let shared = Scratch::new();
+    let workers: Vec<Scratch> = (0..2).map(|_| checkpointed_worker(&shared)).collect();
+    // The follower says when its tenth checkpoint's state is written: it runs by then.
+    let noted = failpoints(Some("checkpoint.after_state_written=9*off->1*return(note)"));
+    let (mut leader, mut follower) = start_pair(&workers[0], &failpoints(None), &workers[1], &noted);
+    follower.until("failpoint checkpoint.after_state_written reached");
+    let signal = |name: &str, worker: &Worker| {
+        let status = std::process::Command::new("kill").args([name, &worker.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|status| status.success()), "kill {name}");
+    };
+    signal("-STOP", &follower);
+    leader.until("forming the cluster again");
+    signal("-CONT", &follower);
+    let (code, said) = follower.finish();
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("did not run for") && said.contains("restart only this worker"), "{said}");
+    assert!(!said.contains("restart every worker with the same command (the leader first)"), "{said}");
+    let line = leader.seen.lines().find(|line| line.contains("--join ")).expect("the join command").to_string();
+    let address = line.split("--join ").nth(1).expect("an address").trim().to_string();
+    let restarted = Worker::start_with(&workers[1], &["--join", &address], &failpoints(None));
+    let (leader_code, leader_said) = leader.finish();
+    let (restarted_code, restarted_said) = restarted.finish();
+    assert_eq!((leader_code, restarted_code), (Some(0), Some(0)), "{leader_said}\n-----\n{restarted_said}");
+    assert_eq!(sorted_lines(&output(&shared, "out")), reference);
+}
+
 /// The leader dies right after publishing checkpoint 100: neither worker committed it. The
 /// pipeline resumes on one worker, fewer than wrote the checkpoint: it restores every
 /// vnode and lane, commits its own staged output of checkpoint 100 and the lost worker's

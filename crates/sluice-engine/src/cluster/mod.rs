@@ -523,6 +523,16 @@ fn run_token(membership: &Membership) -> u64 {
 }
 
 pub(crate) fn leader_lost(error: &SluiceError) -> SluiceError {
+    if error.code == "cluster.stalled" {
+        // The leader most likely runs on and forms the cluster again without this worker.
+        return SluiceError::external("cluster.stalled", format!("lost the leader: {}", error.message))
+            .with_kind(ErrorKind::LostPeer)
+            .with_fix(
+                "restart only this worker with the same command: with checkpoints the leader, still running, waits \
+                 for it to join again (--join-timeout) and the cluster resumes from its last checkpoint; without \
+                 checkpoints the run failed on every worker, so restart them all (the leader first)",
+            );
+    }
     SluiceError::external("cluster.leader_lost", format!("lost the leader: {}", error.message))
         .with_kind(ErrorKind::LostPeer)
         .with_fix("restart every worker with the same command (the leader first)")
