@@ -44,7 +44,9 @@
 //! 4. **Release** ([`Lease::release`], on a clean exit): delete the lease if it is still
 //!    this run's. A crash leaves it; the next run finds it stale: at once on the same host
 //!    and pid namespace, after [`EXPIRY_INTERVALS`] refresh intervals anywhere else.
-//!    Dropping the [`Lease`] stops its heartbeat.
+//!    The heartbeat goes on while the store handle or the [`Lease`] lives (dropping the
+//!    lease releases nothing, as a crash releases nothing), until it is released or
+//!    broken.
 //!
 //! `clear` (for `--from-scratch`) is fenced like the other deletions, so the order is:
 //! acquire, then clear, then run. `clear` deletes only `manifests/` and `state/`; the lease
@@ -330,14 +332,19 @@ pub struct Lease {
     slot: Arc<LeaseSlot>,
     holder: Holder,
     warnings: Vec<String>,
-    /// Refreshes the lease until dropped.
-    heartbeat: Option<heartbeat::Heartbeat>,
 }
 
 impl Lease {
     /// Who holds it: this run.
     pub fn holder(&self) -> &Holder {
         &self.holder
+    }
+
+    /// Stops refreshing the lease without releasing it, as a process that froze or died
+    /// stops (for tests of what other runs then see).
+    #[cfg(test)]
+    pub(crate) fn stop_heartbeat(&self) {
+        self.slot.stop_heartbeat();
     }
 
     /// One warning per stale lease broken to acquire this one, naming its holder (for the
@@ -349,8 +356,7 @@ impl Lease {
     /// Deletes the lease if it is still this run's (on a clean exit). Fails with
     /// `checkpoint.lease_lost`, deleting nothing, if it was broken meanwhile. Either way the
     /// store handle no longer holds it, and its heartbeat stops.
-    pub fn release(mut self) -> Result<(), SluiceError> {
-        drop(self.heartbeat.take());
+    pub fn release(self) -> Result<(), SluiceError> {
         self.slot.forget(&self.holder.run_id);
         let calls = &self.calls;
         calls.block_on(async {
@@ -367,9 +373,10 @@ impl Lease {
 }
 
 /// The lease a store handle holds (shared with the [`Lease`] that releases it and its
-/// heartbeat): the holder as last written, and when (acquired or refreshed).
+/// heartbeat): the holder as last written, and when (acquired or refreshed); and what
+/// stops the heartbeat (dropped with the slot, or when the lease is forgotten).
 #[derive(Debug, Default)]
-pub(crate) struct LeaseSlot(Mutex<Option<(Holder, Instant)>>);
+pub(crate) struct LeaseSlot(Mutex<Option<(Holder, Instant)>>, Mutex<Option<heartbeat::Heartbeat>>);
 
 impl LeaseSlot {
     fn get(&self) -> Option<(Holder, Instant)> {
@@ -393,12 +400,23 @@ impl LeaseSlot {
         }
     }
 
-    /// Forgets the lease of `run_id` (not a newer one).
+    /// Forgets the lease of `run_id` (not a newer one), and stops its heartbeat.
     fn forget(&self, run_id: &str) {
         let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if held.as_ref().is_some_and(|(holder, _)| holder.run_id == run_id) {
             *held = None;
+            self.stop_heartbeat();
         }
+    }
+
+    /// Keeps `heartbeat` (stopping the one before, if any).
+    fn beat_with(&self, heartbeat: Option<heartbeat::Heartbeat>) {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = heartbeat;
+    }
+
+    /// Stops the heartbeat: the lease is no longer refreshed.
+    fn stop_heartbeat(&self) {
+        self.1.lock().unwrap_or_else(PoisonError::into_inner).take();
     }
 }
 
@@ -477,8 +495,8 @@ impl CheckpointStore {
         let warnings = self.calls.block_on(self.acquire_async(&holder, Bytes::from(bytes)))?;
         self.lease.set(holder.clone(), Instant::now());
         tracing::info!(store = self.url(), %holder, "lease acquired");
-        let heartbeat = heartbeat::Heartbeat::start(Arc::clone(&self.calls), Arc::clone(&self.lease), &holder);
-        Ok(Lease { calls: Arc::clone(&self.calls), slot: Arc::clone(&self.lease), holder, warnings, heartbeat })
+        self.lease.beat_with(heartbeat::Heartbeat::start(Arc::clone(&self.calls), &self.lease, &holder));
+        Ok(Lease { calls: Arc::clone(&self.calls), slot: Arc::clone(&self.lease), holder, warnings })
     }
 
     async fn acquire_async(&self, holder: &Holder, bytes: Bytes) -> Result<Vec<String>, SluiceError> {

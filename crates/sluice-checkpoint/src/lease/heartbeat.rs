@@ -8,15 +8,17 @@
 //!   no longer holds this run's lease, or when the lease in the store is another's (the
 //!   run's next publish is then refused by fencing). A failed refresh is logged and tried
 //!   again at the next interval: the fencing check refuses to publish once refreshes
-//!   failed for [`super::PUBLISH_INTERVALS`] intervals.
+//!   failed for [`super::PUBLISH_INTERVALS`] intervals. The slot owns the [`Heartbeat`]
+//!   and the thread holds the slot weakly, so the thread ends once the store handle and
+//!   its `Lease` are both gone, or the lease is released or broken.
 //! - [`watch`]: re-reads a lease every quarter interval (within 10 ms and 1 s) until it
 //!   changes or [`super::EXPIRY_INTERVALS`] intervals passed on this run's clock.
 //!
 //! Bounds: one thread and at most one store call at a time per held lease; a watch lasts
 //! at most `EXPIRY_INTERVALS` times [`super::LEASE_REFRESH_INTERVAL_MAX`] plus one call.
 
-use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -38,10 +40,11 @@ impl Heartbeat {
     /// Starts refreshing `holder`'s lease, held in `slot`; None when it never refreshes
     /// (no interval), or when no thread could be had (then the lease looks stale to
     /// other runs after its expiry, and this run's publishes are refused: logged).
-    pub(super) fn start(calls: Arc<Calls>, slot: Arc<LeaseSlot>, holder: &Holder) -> Option<Heartbeat> {
+    pub(super) fn start(calls: Arc<Calls>, slot: &Arc<LeaseSlot>, holder: &Holder) -> Option<Heartbeat> {
         let interval = holder.refresh_interval()?;
         let (stop, stopped) = mpsc::channel();
         let run_id = holder.run_id.clone();
+        let slot = Arc::downgrade(slot);
         let spawned = std::thread::Builder::new()
             .name("sluice-lease".into())
             .spawn(move || beat(&calls, &slot, &run_id, interval, &stopped));
@@ -55,13 +58,16 @@ impl Heartbeat {
     }
 }
 
-fn beat(calls: &Calls, slot: &LeaseSlot, run_id: &str, interval: Duration, stopped: &mpsc::Receiver<()>) {
+fn beat(calls: &Calls, slot: &Weak<LeaseSlot>, run_id: &str, interval: Duration, stopped: &mpsc::Receiver<()>) {
     loop {
         match stopped.recv_timeout(interval) {
             Err(RecvTimeoutError::Timeout) => {}
             // Dropped (or, never, sent): stop.
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
+        let Some(slot) = slot.upgrade() else {
+            return;
+        };
         let Some((mine, _)) = slot.get().filter(|(mine, _)| mine.run_id == run_id) else {
             return;
         };

@@ -288,7 +288,8 @@ fn a_lease_left_in_another_container_is_broken_once_nobody_refreshes_it() {
     let (base, killed) = bare_store();
     let left = Holder { pid_namespace: ANOTHER_CONTAINER.into(), ..Holder::this_process("hot-items") }
         .with_refresh_interval(Duration::from_millis(50));
-    drop(killed.acquire_lease(left.clone()).expect("a free store"));
+    // The killed process refreshes nothing any more.
+    killed.acquire_lease(left.clone()).expect("a free store").stop_heartbeat();
     let restarted = reopen(&base);
     let lease = restarted.acquire_lease(Holder::this_process("hot-items")).expect("the restart takes the store");
     let warnings = lease.warnings().join("\n");
@@ -341,7 +342,7 @@ fn a_run_that_stopped_refreshing_its_lease_publishes_nothing() {
     let lease = store.acquire_lease(Holder::this_process("frozen").with_refresh_interval(interval)).expect("acquire");
     // Its heartbeat stops (as in a process frozen or starved): once more than
     // PUBLISH_INTERVALS intervals passed on its clock, it publishes and deletes nothing.
-    drop(lease);
+    lease.stop_heartbeat();
     std::thread::sleep(interval * (PUBLISH_INTERVALS + 1));
     let error = store.publish(&Manifest::new(2, "fp", 8, 0)).expect_err("expired");
     assert_eq!(error.code, "checkpoint.lease_expired", "{error}");
