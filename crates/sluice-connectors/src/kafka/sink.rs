@@ -53,12 +53,13 @@
 //! prepared by an earlier process, which librdkafka cannot resume (it cannot take over
 //! a producer id and epoch); for each such record with messages:
 //!
-//! 1. producers with the ids of the record's writer (the other one first, then the
-//!    record's) call `init_transactions`: the earlier producers are fenced, and the
-//!    transactions they left open aborted (a committed one stays committed). Fencing
-//!    the writer's other producer too stops a zombie's next epoch at once, and settles
-//!    a broker that, as the test broker does, holds back a committed transaction's
-//!    offsets while a later transaction on the same partition is open;
+//! 1. before any record is resolved, producers with the ids of every such record's
+//!    writer (the other one first, then the record's) call `init_transactions`: the
+//!    earlier producers are fenced, and the transactions they left open aborted (a
+//!    committed one stays committed). Fencing the writer's other producer too stops a
+//!    zombie's next epoch at once, and fencing every writer first settles a broker
+//!    that, as the test broker does, holds back a committed transaction's offsets
+//!    while a later transaction (of any producer) on the same partition is open;
 //! 2. the marker group's committed offset on partition 0 of the topic tells what
 //!    happened: of the record's run and at least `e`, the transaction of epoch `e`
 //!    committed (the earlier run died after its commit): nothing more to do; of the
@@ -147,7 +148,7 @@ use sluice_types::{Batch, Epoch, SluiceError};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::options::{KafkaFormat, KafkaSinkMode, KafkaSinkOptions};
-use super::record::{self, SavedMessages, TransactionRecord};
+use super::record::{self, RecordMessages, SavedMessages, TransactionRecord};
 
 /// The longest a flush, `init_transactions` or a transaction commit may take.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -473,6 +474,21 @@ impl KafkaSink {
         })
     }
 
+    /// Fences the earlier producers of the writer of `record` (one with messages), the
+    /// other one first: every transaction they left open is aborted, and the record's
+    /// own is then committed or aborted.
+    fn fence_writer_of(&self, record: &TransactionRecord<'_>) -> Result<(), SluiceError> {
+        if record.messages.as_ref().is_none_or(RecordMessages::is_empty) {
+            return Ok(());
+        }
+        let id = record.transactional_id;
+        for id in sibling_id(id).iter().map(String::as_str).chain([id]) {
+            let producer = self.producer(Some(id))?;
+            producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
+        }
+        Ok(())
+    }
+
     /// Fences the transactional ids of the slots from `slots` on that an earlier run with
     /// more threads used (see "Fewer threads" in the module doc); returns those slots.
     fn fence_leftovers(&self, slots: u32) -> Result<Vec<u32>, SluiceError> {
@@ -521,13 +537,8 @@ impl KafkaSink {
             return Ok(());
         }
         let brokers = &self.options.brokers;
-        // Fences the earlier producers of the writer, the other one first: every
-        // transaction they left open is aborted, and the record's own is now committed
-        // or aborted.
-        if let Some(other) = sibling_id(id) {
-            let producer = self.producer(Some(&other))?;
-            producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(&other, &e))?;
-        }
+        // The record's producer, fenced already (`fence_writer_of`): its transaction is
+        // committed or aborted now. Opening it again fences nothing more.
         let producer = self.producer(Some(id))?;
         producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
         match self.committed_marker(id)? {
@@ -724,14 +735,26 @@ impl SinkFactory for KafkaSink {
     }
 
     fn commit(&self, epoch: Epoch, records: &[Vec<u8>]) -> Result<(), SluiceError> {
+        let mut held = Vec::new();
+        let mut earlier = Vec::new();
         for bytes in records.iter().filter(|r| !r.is_empty()) {
             let record = TransactionRecord::decode(&self.name, bytes)?;
             let found = self.producers.lock().map_err(|_| poisoned(&self.name))?.get(record.transactional_id).cloned();
-            let Some(shared) = found else {
-                // Prepared by an earlier process: recovery.
-                self.recover(epoch, &record)?;
-                continue;
-            };
+            match found {
+                Some(shared) => held.push((record, shared)),
+                None => earlier.push(record),
+            }
+        }
+        // Prepared by an earlier process: recovery. Every writer's producers are fenced
+        // before any marker is read, so that no writer's open transaction holds back
+        // another's committed marker (as the test broker does across producers).
+        for record in &earlier {
+            self.fence_writer_of(record)?;
+        }
+        for record in &earlier {
+            self.recover(epoch, record)?;
+        }
+        for (record, shared) in held {
             let mut state = shared.state.lock().map_err(|_| poisoned(&self.name))?;
             match *state {
                 TransactionState::Prepared(prepared) if prepared == record.epoch => {
