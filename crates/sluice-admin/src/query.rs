@@ -98,6 +98,8 @@ impl Drop for Release {
     (status = 400, description = "Bad SQL, an unknown table, a table not materialized (each listing the tables), \
         limits out of range, or too many rows", body = ErrorBody),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
     (status = 503, description = "No checkpoint committed in time, a lease that ended, too many queries at once, \
         or (in a cluster) a worker that cannot be reached or a cluster forming again", body = ErrorBody),
     (status = 504, description = "The query took longer than its timeout", body = ErrorBody)))]

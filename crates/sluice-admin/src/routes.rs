@@ -82,6 +82,8 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/internal/graph", post(internal_graph))
         .route("/openapi.json", get(openapi_document))
         .route("/", get(page))
+        // Innermost: a POST that is not JSON, once the caller showed its token.
+        .layer(axum::middleware::from_fn(site::require_json))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
         // Outermost: a cross-site request is refused before anything else looks at it.
         .layer(axum::middleware::from_fn_with_state(shared.clone(), site::guard))
@@ -240,7 +242,9 @@ pub(crate) async fn internal_graph(State(shared): State<Shared>) -> Response {
 /// Stops the sources and drains (with checkpoints: takes a final one), as Ctrl-C.
 #[utoipa::path(post, path = "/stop", tag = "job", responses(
     (status = 202, description = "The stop was asked for", body = Stopping),
-    (status = 401, description = "No or a wrong bearer token", body = ErrorBody)))]
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody)))]
 pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
     shared.job.stop();
     let state = shared.job.status().state.into();
@@ -253,6 +257,8 @@ pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
 #[utoipa::path(post, path = "/pause", tag = "job", responses(
     (status = 200, description = "The sources are paused", body = Paused),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
     (status = 409, description = "The job ended", body = ErrorBody)))]
 pub(crate) async fn pause(State(shared): State<Shared>) -> Response {
     paused_answer(shared.job.pause(), true)
@@ -262,6 +268,8 @@ pub(crate) async fn pause(State(shared): State<Shared>) -> Response {
 #[utoipa::path(post, path = "/resume", tag = "job", responses(
     (status = 200, description = "The sources are read again", body = Paused),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
     (status = 409, description = "The job ended", body = ErrorBody)))]
 pub(crate) async fn resume(State(shared): State<Shared>) -> Response {
     paused_answer(shared.job.resume(), false)
@@ -280,6 +288,8 @@ fn paused_answer(state: Result<sluice_engine::JobState, sluice_types::SluiceErro
 #[utoipa::path(post, path = "/checkpoint", tag = "job", responses(
     (status = 200, description = "The checkpoint is committed", body = CheckpointTaken),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
     (status = 409, description = "No checkpoint: the job takes none, or it ended first", body = ErrorBody),
     (status = 503, description = "Too many checkpoint requests wait, or the cluster's leader cannot be reached",
         body = ErrorBody),

@@ -12,7 +12,9 @@
 //! - **Origin**, when a browser sends one, must be this API's own (`http://` and the
 //!   request's Host); `Sec-Fetch-Site`, when sent, must be `same-origin` or `none` (typed
 //!   in the address bar). A cross-site page's request is refused whatever it asks.
-//! - **Content-Type** of every `POST` must be `application/json`. A browser sends that
+//! - **Content-Type** of every `POST` to an endpoint that takes one must be
+//!   `application/json` (checked after the token, so a caller without it is told 401
+//!   first; a `POST` to an endpoint that takes none is the router's 405). A browser sends that
 //!   type across sites only after a preflight (`OPTIONS`), which this API never grants,
 //!   so a cross-site form or `fetch` without CORS cannot make one; clients that are not
 //!   browsers (curl, `sluice query`, other workers) send it as they send the body.
@@ -80,7 +82,7 @@ fn host_name(value: &str) -> &str {
 }
 
 /// Why a request is refused, or None.
-fn refusal(hosts: &Hosts, method: &Method, headers: &HeaderMap) -> Option<(StatusCode, String, &'static str)> {
+fn refusal(hosts: &Hosts, headers: &HeaderMap) -> Option<(StatusCode, String, &'static str)> {
     let text = |name: header::HeaderName| headers.get(name).map(|value| value.to_str().unwrap_or("(not text)"));
     let host = text(header::HOST).unwrap_or("");
     if !hosts.allows(host) {
@@ -109,7 +111,27 @@ fn refusal(hosts: &Hosts, method: &Method, headers: &HeaderMap) -> Option<(Statu
             "call the API from its own page (/), or from a client that is not a browser (curl, sluice query)",
         ));
     }
-    if *method == Method::POST && !is_json(text(header::CONTENT_TYPE)) {
+    None
+}
+
+/// The endpoints that take a `POST`.
+const POST_PATHS: [&str; 10] = [
+    "/stop",
+    "/pause",
+    "/resume",
+    "/checkpoint",
+    "/query",
+    "/internal/lease",
+    "/internal/slice",
+    "/internal/release",
+    "/internal/status",
+    "/internal/graph",
+];
+
+/// Why a `POST` is refused for its Content-Type, or None.
+fn not_json(method: &Method, path: &str, headers: &HeaderMap) -> Option<(StatusCode, String, &'static str)> {
+    let text = |name: header::HeaderName| headers.get(name).map(|value| value.to_str().unwrap_or("(not text)"));
+    if *method == Method::POST && POST_PATHS.contains(&path) && !is_json(text(header::CONTENT_TYPE)) {
         let given = text(header::CONTENT_TYPE).map_or_else(|| "no Content-Type".to_string(), |t| format!("{t:?}"));
         return Some((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -128,14 +150,25 @@ fn is_json(value: Option<&str>) -> bool {
     })
 }
 
-/// The middleware: refuses what [`refusal`] names, else passes the request on.
+/// The outer middleware: refuses what [`refusal`] names (Host, Origin), else passes the
+/// request on.
 pub(crate) async fn guard(State(shared): State<Shared>, request: Request, next: Next) -> Response {
-    match refusal(&shared.hosts, request.method(), request.headers()) {
-        Some((code, error, fix)) => {
-            (code, axum::Json(serde_json::json!({ "error": error, "fix": fix }))).into_response()
-        }
+    match refusal(&shared.hosts, request.headers()) {
+        Some(refused) => answer(refused),
         None => next.run(request).await,
     }
+}
+
+/// The inner middleware (after the token): refuses a `POST` that is not JSON.
+pub(crate) async fn require_json(request: Request, next: Next) -> Response {
+    match not_json(request.method(), request.uri().path(), request.headers()) {
+        Some(refused) => answer(refused),
+        None => next.run(request).await,
+    }
+}
+
+fn answer((code, error, fix): (StatusCode, String, &'static str)) -> Response {
+    (code, axum::Json(serde_json::json!({ "error": error, "fix": fix }))).into_response()
 }
 
 #[cfg(test)]
@@ -186,7 +219,10 @@ mod tests {
         let hosts = hosts("127.0.0.1:9400", &[]);
         let own = [("host", "127.0.0.1:9400"), ("origin", "http://127.0.0.1:9400"), ("sec-fetch-site", "same-origin")];
         let json = [("content-type", "application/json")];
-        let check = |method: Method, pairs: &[(&'static str, &str)]| refusal(&hosts, &method, &headers(pairs));
+        let check = |method: Method, pairs: &[(&'static str, &str)]| {
+            let headers = headers(pairs);
+            refusal(&hosts, &headers).or_else(|| not_json(&method, "/stop", &headers))
+        };
         assert!(check(Method::POST, &[&own[..], &json[..]].concat()).is_none());
         assert!(check(Method::GET, &own).is_none());
         assert!(
