@@ -44,7 +44,7 @@ pub(crate) struct NoBody {}
 /// The refusal (400) of a body that is neither empty nor `{}`, as the document says.
 fn no_body(body: &axum::body::Bytes) -> Option<Response> {
     let empty_object = |value: serde_json::Value| value.as_object().is_some_and(serde_json::Map::is_empty);
-    if body.iter().all(u8::is_ascii_whitespace) || serde_json::from_slice(body).is_ok_and(empty_object) {
+    if body.is_empty() || serde_json::from_slice(body).is_ok_and(empty_object) {
         return None;
     }
     let error = ErrorBody {
