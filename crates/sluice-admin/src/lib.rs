@@ -8,9 +8,13 @@
 //! lines from the other workers' last answers, kept by `members`).
 //!
 //! Access: on a loopback address anyone local may call it; elsewhere a bearer token is
-//! required (the `access` module). Bounds: see each module; nothing queues per client.
+//! required (the `access` module). A browser may call it only from its own page: the
+//! Host must name the API, a cross-site Origin is refused and every POST is JSON
+//! (`site`). Bounds: connections in number, per peer and in time (`connections`); see
+//! each module; nothing queues per client.
 
 mod access;
+mod connections;
 mod graph;
 mod members;
 mod metrics;
@@ -20,10 +24,12 @@ mod query;
 mod routes;
 mod sampler;
 mod server;
+mod site;
 mod slices;
 mod status;
 mod stream;
 
+pub use connections::{BODY_TIMEOUT, CONNECTIONS_MAX, CONNECTIONS_PER_PEER_MAX, HEADER_TIMEOUT, Limits};
 pub use query::MAX_QUERIES;
 pub use sampler::{HISTORY, SAMPLE_EVERY};
 pub use server::{AdminListener, AdminServer, GRACE, serve};

@@ -36,7 +36,7 @@ use crate::status::{
     ),
     components(schemas(
         StatusDocument, State, WorkerPlace, MemberStatus, SourceStatus, SinkStatus, CheckpointSeen, Readiness,
-        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, Unanswered, ErrorBody, Stopping, CheckpointTaken, Paused,
+        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, Unanswered, ErrorBody, Stopping, CheckpointTaken, Paused, routes::NoBody,
         crate::query::QueryRequest, crate::query::QueryFormatName,
     )),
     modifiers(&Bearer),

@@ -7,11 +7,12 @@
 //!
 //! Bounds: at most [`MAX_QUERIES`] at once (503 beyond), each on the blocking pool;
 //! rows, time and working memory per query as the engine bounds them; the request body
-//! at most [`BODY_MAX`] bytes.
+//! at most [`BODY_MAX`] bytes, arriving within the server's body timeout
+//! ([`crate::BODY_TIMEOUT`]).
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -97,21 +98,40 @@ impl Drop for Release {
     (status = 400, description = "Bad SQL, an unknown table, a table not materialized (each listing the tables), \
         limits out of range, or too many rows", body = ErrorBody),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
     (status = 503, description = "No checkpoint committed in time, a lease that ended, too many queries at once, \
         or (in a cluster) a worker that cannot be reached or a cluster forming again", body = ErrorBody),
     (status = 504, description = "The query took longer than its timeout", body = ErrorBody)))]
-pub(crate) async fn query(State(shared): State<Shared>, body: Bytes) -> Response {
+pub(crate) async fn query(State(shared): State<Shared>, body: Body) -> Response {
     match answer(shared, body).await {
         Ok(response) => response,
         Err(error) => failure(error),
     }
 }
 
-async fn answer(shared: Shared, body: Bytes) -> Result<Response, SluiceError> {
-    if body.len() > BODY_MAX {
-        return Err(SluiceError::user("query.body", format!("the request body exceeds {BODY_MAX} bytes"))
-            .with_fix("send a shorter query"));
+/// The request's body: at most [`BODY_MAX`] bytes, within `timeout`.
+async fn read_body(body: Body, timeout: std::time::Duration) -> Result<axum::body::Bytes, SluiceError> {
+    let too_long = || {
+        SluiceError::user("query.body", format!("the request body exceeds {BODY_MAX} bytes"))
+            .with_fix("send a shorter query")
+    };
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, BODY_MAX)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        // The only error of a body read within the limit is the limit, or the client's.
+        Ok(Err(error)) if error.to_string().contains("length limit") => Err(too_long()),
+        Ok(Err(error)) => Err(SluiceError::user("query.body", format!("the request body broke off: {error}"))
+            .with_fix("send the whole body")),
+        Err(_) => Err(SluiceError::user(
+            "query.body_timeout",
+            format!("the request body did not arrive within {} ms", timeout.as_millis()),
+        )
+        .with_fix("send the body with the request's head")),
     }
+}
+
+async fn answer(shared: Shared, body: Body) -> Result<Response, SluiceError> {
+    let body = read_body(body, shared.limits.body_timeout).await?;
     let request: QueryRequest = serde_json::from_slice(&body).map_err(|e| {
         SluiceError::user("query.body", format!("the body is not a query request: {e}"))
             .with_fix(r#"send JSON such as {"sql": "SELECT * FROM counts", "format": "json"}"#)

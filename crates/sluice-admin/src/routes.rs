@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 use crate::graph::{self, Graph};
 use crate::server::Shared;
 use crate::status::{self, Readiness, State as JobStateName, StatusDocument};
-use crate::{access, metrics, openapi, stream};
+use crate::{access, metrics, openapi, site, stream};
 
 /// An error: what went wrong and how to fix it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -32,6 +32,26 @@ impl From<sluice_types::SluiceError> for ErrorBody {
     fn from(error: sluice_types::SluiceError) -> ErrorBody {
         ErrorBody { error: error.message, fix: error.fix.unwrap_or_default() }
     }
+}
+
+/// The body of a `POST` that reads none: `{}` (or nothing), sent as
+/// `Content-Type: application/json` as every POST is (see `site`: a browser sends that
+/// type across sites only after a preflight this API never grants).
+#[derive(Debug, Serialize, serde::Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NoBody {}
+
+/// The refusal (400) of a body that is neither empty nor `{}`, as the document says.
+fn no_body(body: &axum::body::Bytes) -> Option<Response> {
+    let empty_object = |value: serde_json::Value| value.as_object().is_some_and(serde_json::Map::is_empty);
+    if body.is_empty() || serde_json::from_slice(body).is_ok_and(empty_object) {
+        return None;
+    }
+    let error = ErrorBody {
+        error: format!("this endpoint reads no body, and {} bytes that are not {{}} came", body.len()),
+        fix: "send an empty body, or {}".into(),
+    };
+    Some((StatusCode::BAD_REQUEST, axum::Json(error)).into_response())
 }
 
 /// `POST /pause`'s and `POST /resume`'s answer.
@@ -82,7 +102,11 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/internal/graph", post(internal_graph))
         .route("/openapi.json", get(openapi_document))
         .route("/", get(page))
+        // Innermost: a POST that is not JSON, once the caller showed its token.
+        .layer(axum::middleware::from_fn(site::require_json))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
+        // Outermost: a cross-site request is refused before anything else looks at it.
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), site::guard))
         .with_state(shared)
 }
 
@@ -236,10 +260,16 @@ pub(crate) async fn internal_graph(State(shared): State<Shared>) -> Response {
 }
 
 /// Stops the sources and drains (with checkpoints: takes a final one), as Ctrl-C.
-#[utoipa::path(post, path = "/stop", tag = "job", responses(
+#[utoipa::path(post, path = "/stop", tag = "job", request_body = NoBody, responses(
+    (status = 400, description = "A body that is neither empty nor `{}`", body = ErrorBody),
     (status = 202, description = "The stop was asked for", body = Stopping),
-    (status = 401, description = "No or a wrong bearer token", body = ErrorBody)))]
-pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
+    (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody)))]
+pub(crate) async fn stop(State(shared): State<Shared>, body: axum::body::Bytes) -> Response {
+    if let Some(refused) = no_body(&body) {
+        return refused;
+    }
     shared.job.stop();
     let state = shared.job.status().state.into();
     (StatusCode::ACCEPTED, axum::Json(Stopping { stopping: true, state })).into_response()
@@ -248,20 +278,32 @@ pub(crate) async fn stop(State(shared): State<Shared>) -> Response {
 /// Pauses the sources: no lane is read until `POST /resume`; rows in flight drain and
 /// checkpoints go on. Idempotent. In a cluster, asked of any worker, every worker's
 /// sources pause (the others' once the leader's word reaches them).
-#[utoipa::path(post, path = "/pause", tag = "job", responses(
+#[utoipa::path(post, path = "/pause", tag = "job", request_body = NoBody, responses(
+    (status = 400, description = "A body that is neither empty nor `{}`", body = ErrorBody),
     (status = 200, description = "The sources are paused", body = Paused),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
     (status = 409, description = "The job ended", body = ErrorBody)))]
-pub(crate) async fn pause(State(shared): State<Shared>) -> Response {
+pub(crate) async fn pause(State(shared): State<Shared>, body: axum::body::Bytes) -> Response {
+    if let Some(refused) = no_body(&body) {
+        return refused;
+    }
     paused_answer(shared.job.pause(), true)
 }
 
 /// Reads the sources again after `POST /pause`. Idempotent.
-#[utoipa::path(post, path = "/resume", tag = "job", responses(
+#[utoipa::path(post, path = "/resume", tag = "job", request_body = NoBody, responses(
+    (status = 400, description = "A body that is neither empty nor `{}`", body = ErrorBody),
     (status = 200, description = "The sources are read again", body = Paused),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
     (status = 409, description = "The job ended", body = ErrorBody)))]
-pub(crate) async fn resume(State(shared): State<Shared>) -> Response {
+pub(crate) async fn resume(State(shared): State<Shared>, body: axum::body::Bytes) -> Response {
+    if let Some(refused) = no_body(&body) {
+        return refused;
+    }
     paused_answer(shared.job.resume(), false)
 }
 
@@ -275,14 +317,20 @@ fn paused_answer(state: Result<sluice_engine::JobState, sluice_types::SluiceErro
 /// Takes a checkpoint now and answers once it is committed (at most 5 minutes), with
 /// its epoch. On a cluster's follower, the leader (which decides checkpoints) is asked,
 /// and its answer relayed.
-#[utoipa::path(post, path = "/checkpoint", tag = "job", responses(
+#[utoipa::path(post, path = "/checkpoint", tag = "job", request_body = NoBody, responses(
+    (status = 400, description = "A body that is neither empty nor `{}`", body = ErrorBody),
     (status = 200, description = "The checkpoint is committed", body = CheckpointTaken),
     (status = 401, description = "No or a wrong bearer token", body = ErrorBody),
+    (status = 403, description = "A cross-site request (another site's Origin), or a Host that does not name the API", body = ErrorBody),
+    (status = 415, description = "Not `Content-Type: application/json`", body = ErrorBody),
     (status = 409, description = "No checkpoint: the job takes none, or it ended first", body = ErrorBody),
     (status = 503, description = "Too many checkpoint requests wait, or the cluster's leader cannot be reached",
         body = ErrorBody),
     (status = 504, description = "Not committed within 5 minutes", body = ErrorBody)))]
-pub(crate) async fn checkpoint(State(shared): State<Shared>) -> Response {
+pub(crate) async fn checkpoint(State(shared): State<Shared>, body: axum::body::Bytes) -> Response {
+    if let Some(refused) = no_body(&body) {
+        return refused;
+    }
     let job = shared.job.clone();
     let token = shared.token.clone();
     let leader = job.leader();

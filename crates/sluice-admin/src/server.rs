@@ -1,7 +1,8 @@
 //! The server: the routes, and the thread that runs them on a tokio runtime of its own
 //! (the rest of Sluice is std threads).
 //!
-//! Bounds: one current-thread runtime; the status stream's waits on the blocking pool
+//! Bounds: one current-thread runtime; connections capped in number, per peer and in
+//! time (`connections`); the status stream's waits on the blocking pool
 //! (at most [`crate::stream::MAX_STREAMS`]), and one more for the other workers' round
 //! of asks (`members`); shutdown waits at most [`GRACE`] for open
 //! requests, then drops them.
@@ -15,8 +16,9 @@ use sluice_engine::JobHandle;
 use sluice_types::SluiceError;
 use tokio::sync::{Semaphore, watch};
 
+use crate::connections::Limits;
 use crate::sampler::{self, Sampler};
-use crate::{access, routes, stream};
+use crate::{access, routes, site, stream};
 
 /// How long shutdown waits for open requests (status streams) before dropping them.
 pub const GRACE: Duration = Duration::from_secs(1);
@@ -41,6 +43,10 @@ pub(crate) struct Shared {
     /// Checkpoint requests a follower relays to its leader now (at most
     /// [`crate::routes::MAX_RELAYED_CHECKPOINTS`]: each holds a blocking thread).
     pub(crate) relays: Arc<Semaphore>,
+    /// The names a request's Host may give (`site`).
+    pub(crate) hosts: Arc<site::Hosts>,
+    /// The bounds on connections; `query` reads its body within `body_timeout`.
+    pub(crate) limits: Limits,
 }
 
 /// A running admin server. Dropping it (or [`AdminServer::shutdown`]) stops it.
@@ -95,6 +101,8 @@ pub struct AdminListener {
     listener: TcpListener,
     addr: SocketAddr,
     token: Option<String>,
+    hosts: Vec<String>,
+    limits: Limits,
 }
 
 impl AdminListener {
@@ -107,7 +115,23 @@ impl AdminListener {
             )
         })?;
         let addr = listener.local_addr().map_err(|e| thread_error(format!("its address: {e}")))?;
-        Ok(AdminListener { listener, addr, token })
+        Ok(AdminListener { listener, addr, token, hosts: Vec::new(), limits: Limits::default() })
+    }
+
+    /// Also answers requests whose Host names one of `names` (`host` or `host:port`),
+    /// besides the bound address (see `site`): the names other workers or users reach
+    /// this API by.
+    #[must_use]
+    pub fn with_hosts(mut self, names: Vec<String>) -> AdminListener {
+        self.hosts.extend(names);
+        self
+    }
+
+    /// Serves with other bounds on connections than [`Limits::default`].
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> AdminListener {
+        self.limits = limits;
+        self
     }
 
     /// The address it listens on.
@@ -117,7 +141,8 @@ impl AdminListener {
 
     /// Serves the admin API of `job` on it (see [`serve`]).
     pub fn serve(self, job: JobHandle) -> Result<AdminServer, SluiceError> {
-        start(job, self.listener, self.addr, self.token)
+        let hosts = site::Hosts::new(self.addr, &self.hosts);
+        start(job, self.listener, self.addr, self.token, hosts, self.limits)
     }
 }
 
@@ -126,6 +151,8 @@ fn start(
     listener: TcpListener,
     addr: SocketAddr,
     token: Option<String>,
+    hosts: site::Hosts,
+    limits: Limits,
 ) -> Result<AdminServer, SluiceError> {
     listener.set_nonblocking(true).map_err(|e| thread_error(format!("a non-blocking socket: {e}")))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -147,6 +174,8 @@ fn start(
         slices: crate::slices::leases(),
         admin_addr: Some(addr.to_string()),
         relays: Arc::new(Semaphore::new(crate::routes::MAX_RELAYED_CHECKPOINTS)),
+        hosts: Arc::new(hosts),
+        limits,
     };
     let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()
@@ -180,16 +209,12 @@ fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, shared: Shared, 
                 return;
             }
         };
-        let server = axum::serve(listener, routes::router(shared)).with_graceful_shutdown(asked(stopped.clone()));
-        let deadline = async {
-            asked(stopped).await;
-            tokio::time::sleep(GRACE).await;
-        };
-        tokio::select! {
-            served = server => if let Err(error) = served {
-                tracing::warn!(%error, "the admin API stopped");
-            },
-            () = deadline => {}
+        let limits = shared.limits;
+        let mut open = crate::connections::accept(listener, routes::router(shared), limits, stopped).await;
+        // Stopped: the open connections finish their requests, for at most GRACE.
+        let drained = async { while open.join_next().await.is_some() {} };
+        if tokio::time::timeout(GRACE, drained).await.is_err() {
+            tracing::debug!("the admin API dropped the connections still open after {GRACE:?}");
         }
     });
     // Waits still going on the blocking pool end within their heartbeat; nobody reads them.
@@ -207,7 +232,7 @@ async fn sample(job: JobHandle, sampler: Arc<Sampler>) {
 }
 
 /// Resolves once a stop was asked for (or the handle is gone).
-async fn asked(mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn asked(mut stopped: watch::Receiver<bool>) {
     // An error means the sender was dropped: stop as well.
     let _ = stopped.wait_for(|stop| *stop).await;
 }

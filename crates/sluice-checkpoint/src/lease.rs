@@ -9,16 +9,23 @@
 //!
 //! 1. **Acquire** ([`CheckpointStore::acquire_lease`]): a create-only PUT of the object
 //!    `lease` at the store root, holding the [`Holder`] (host, boot id, pid namespace, pid,
-//!    process start time, a random run id, the pipeline, the time). It is atomic on every
+//!    process start time, a random run id, the pipeline, the time, how often it refreshes
+//!    the lease and how many times it did). It is atomic on every
 //!    backend, as the manifest publish is: a hard link on a local directory,
 //!    `If-None-Match: *` on S3 and Azure, `x-goog-if-generation-match: 0` on GCS. A lease
 //!    found with this run's own id (the client retried a PUT whose answer was lost) counts
 //!    as acquired.
-//! 2. If a lease exists, it is judged ([`judge`]). It is **stale** only when it is certain
+//! 2. If a lease exists, it is judged ([`judge`]). It is **stale** when it is certain
 //!    that its holder no longer runs: same host name, and either the host restarted since
 //!    (another boot id), or, in the same pid namespace, its pid is not running (or is a
-//!    zombie) or is running with another start time (the pid was reused). A stale lease is
-//!    broken (deleted, then the create-only PUT again) with a warning naming it
+//!    zombie) or is running with another start time (the pid was reused). Where this host
+//!    cannot tell (another host, another pid namespace: a container restarted by
+//!    Kubernetes keeps its host name and gets a new pid namespace), the lease's
+//!    **heartbeat** tells: a holder refreshes its lease every `refresh_interval_ms`
+//!    (`heartbeat`), and the acquiring run watches the lease for [`EXPIRY_INTERVALS`]
+//!    intervals on its own clock (so the hosts' clocks need not agree); a lease that did
+//!    not change meanwhile is stale, one that did is live. A stale lease is broken
+//!    (deleted, then the create-only PUT again) with a warning naming it
 //!    ([`Lease::warnings`]). Otherwise acquiring is refused with `checkpoint.store_leased`,
 //!    naming the holder and how to break a lease whose holder is gone:
 //!    `sluice checkpoints unlock --store URL`, which calls [`CheckpointStore::break_lease`].
@@ -26,14 +33,20 @@
 //!    `checkpoint.lease_version` for another format version), with the same way out. At most
 //!    [`ACQUIRE_ATTEMPTS_MAX`] rounds are tried (`checkpoint.lease_contended` after that).
 //! 3. **Fencing**: [`CheckpointStore::publish`], [`CheckpointStore::collect_garbage`] and
-//!    [`CheckpointStore::clear`] first read the lease (one GET) and go on only if it carries
+//!    [`CheckpointStore::clear`] first check that this run refreshed its lease within
+//!    [`PUBLISH_INTERVALS`] intervals (else `checkpoint.lease_expired`: another run may be
+//!    about to judge it stale), then read the lease (one GET) and go on only if it carries
 //!    this handle's run id; otherwise they fail with `checkpoint.lease_lost` (a run whose lease
 //!    was broken must not write a manifest nor delete), or `checkpoint.lease_missing` when the
 //!    handle never acquired it. Reading the store (`epochs`, `load`, `verify`,
 //!    `latest_valid`, `get_object`) needs no lease, so `sluice checkpoints list` and
 //!    `verify` work beside a running pipeline.
 //! 4. **Release** ([`Lease::release`], on a clean exit): delete the lease if it is still
-//!    this run's. A crash leaves it; the next run on the same host finds it stale.
+//!    this run's. A crash leaves it; the next run finds it stale: at once on the same host
+//!    and pid namespace, after [`EXPIRY_INTERVALS`] refresh intervals anywhere else.
+//!    The heartbeat goes on while the store handle or the [`Lease`] lives (dropping the
+//!    lease releases nothing, as a crash releases nothing), until it is released or
+//!    broken.
 //!
 //! `clear` (for `--from-scratch`) is fenced like the other deletions, so the order is:
 //! acquire, then clear, then run. `clear` deletes only `manifests/` and `state/`; the lease
@@ -60,13 +73,22 @@
 //!   run whose lease was broken may write objects until its next publish, which is refused.
 //!   Such an object can overwrite the new holder's object of the same epoch; the new
 //!   holder's manifest records size and checksum, so this too is detected damage.
+//! - *The heartbeat*: a refresh reads the lease and overwrites it only if it is still this
+//!   run's (two requests: a lease broken between them is written back once, and the new
+//!   holder's next publish is refused by fencing, while this run, alive, goes on). A
+//!   watcher breaks a lease only after seeing no change for [`EXPIRY_INTERVALS`]
+//!   intervals, so the holder's last refresh was more than that long ago by the
+//!   watcher's clock; the holder publishes only within [`PUBLISH_INTERVALS`] of its last
+//!   refresh by its own clock. A holder frozen past that (SIGSTOP, a long pause) stops
+//!   publishing; one whose lease was broken meanwhile is fenced out.
 //! - *Limits of the judgement*: a host name is taken to name one machine. Two machines with
 //!   the same host name sharing a store may judge each other's live lease stale (fencing
 //!   then stops the older run at its next publish). With `/proc` mounted `hidepid`, another
 //!   user's live process looks gone. Without `/proc` (not Linux) nothing is ever judged
-//!   stale: a crashed run's lease is broken with `unlock`.
+//!   stale by its pid, only by its heartbeat. A format-1 lease has no heartbeat: it is
+//!   judged by its pid alone (broken with `unlock` when that cannot tell).
 //!
-//! # Encoding, lease format version 1
+//! # Encoding, lease format version 2 (version 1 is still read)
 //!
 //! The manifest's frame (see the `manifest` module doc for the frame, the CRC-32 and
 //! postcard's rules) with its own magic, and a canonical postcard body (the only accepted
@@ -83,12 +105,15 @@
 //!   process_start_ticks  option of u64    00 when unknown, else 01 then the varint
 //!   run_id               string           not empty
 //!   acquired_ms          zigzag i64       milliseconds since the Unix epoch
+//!   refresh_interval_ms  varint u64       0: never refreshed (absent in version 1)
+//!   beats                varint u64       refreshes so far (absent in version 1: 0)
 //! ```
 //!
 //! An option is one tag byte, `00` (none) or `01` followed by the value; any other tag is
 //! refused. The golden vectors in `lease/tests.rs` pin these bytes. A lease is at most
 //! [`LEASE_BYTES_MAX`] bytes.
 
+mod heartbeat;
 mod process;
 
 use bytes::Bytes;
@@ -97,6 +122,7 @@ use serde::{Deserialize, Serialize};
 use sluice_types::SluiceError;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::calls::{Calls, Failure};
 use crate::frame::{self, Problem};
@@ -104,8 +130,19 @@ use crate::layout::LEASE_PATH;
 use crate::store::CheckpointStore;
 use process::Probe;
 
-/// The lease format this build writes and reads.
-pub const LEASE_FORMAT_VERSION: u32 = 1;
+/// The lease format this build writes and reads (it also reads version 1).
+pub const LEASE_FORMAT_VERSION: u32 = 2;
+/// How often a run refreshes its lease by default.
+pub const LEASE_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
+/// The longest refresh interval a lease may give (a longer one is taken as this when a
+/// lease is watched), so that a watch is bounded.
+pub const LEASE_REFRESH_INTERVAL_MAX: Duration = Duration::from_secs(60);
+/// A lease not refreshed for this many of its intervals, watched from another run, is
+/// stale.
+pub const EXPIRY_INTERVALS: u32 = 3;
+/// A run publishes (or deletes) only within this many of its intervals since its last
+/// refresh: below [`EXPIRY_INTERVALS`], so no watcher judges it stale meanwhile.
+pub const PUBLISH_INTERVALS: u32 = 2;
 /// The first bytes of an encoded lease.
 pub const LEASE_MAGIC: [u8; 8] = *b"SLUICELS";
 /// The largest encoded lease: written leases are refused above it, read ones are damaged.
@@ -138,6 +175,25 @@ pub struct Holder {
     pub run_id: String,
     /// When the holder was made (just before acquiring), milliseconds since the Unix epoch.
     pub acquired_ms: i64,
+    /// How often the holder refreshes the lease, in milliseconds; 0: never (a format-1
+    /// lease), judged by its pid alone.
+    pub refresh_interval_ms: u64,
+    /// How many times the holder refreshed the lease: a watcher that sees it change knows
+    /// the holder lives.
+    pub beats: u64,
+}
+
+/// A format-1 lease's body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct HolderV1 {
+    pipeline: String,
+    host: String,
+    boot_id: String,
+    pid_namespace: String,
+    pid: u32,
+    process_start_ticks: Option<u64>,
+    run_id: String,
+    acquired_ms: i64,
 }
 
 impl Holder {
@@ -152,7 +208,24 @@ impl Holder {
             process_start_ticks: process::own_start_ticks(),
             run_id: process::random_run_id(),
             acquired_ms: process::now_ms(),
+            refresh_interval_ms: millis(LEASE_REFRESH_INTERVAL),
+            beats: 0,
         }
+    }
+
+    /// The same holder refreshing its lease every `interval` (at most
+    /// [`LEASE_REFRESH_INTERVAL_MAX`]; a zero interval never refreshes it).
+    #[must_use]
+    pub fn with_refresh_interval(mut self, interval: Duration) -> Holder {
+        self.refresh_interval_ms = millis(interval.min(LEASE_REFRESH_INTERVAL_MAX));
+        self
+    }
+
+    /// How often it refreshes its lease, at most [`LEASE_REFRESH_INTERVAL_MAX`]; None
+    /// when it never does.
+    pub fn refresh_interval(&self) -> Option<Duration> {
+        (self.refresh_interval_ms > 0)
+            .then(|| Duration::from_millis(self.refresh_interval_ms).min(LEASE_REFRESH_INTERVAL_MAX))
     }
 
     /// The lease object's bytes (see the module doc).
@@ -169,7 +242,12 @@ impl Holder {
     /// Decodes a lease object; never panics. `checkpoint.lease_version` for another format
     /// version, `checkpoint.lease_damaged` for anything else that is not a lease.
     pub fn decode(bytes: &[u8]) -> Result<Holder, SluiceError> {
-        let body = frame::open(bytes, LEASE_MAGIC, LEASE_FORMAT_VERSION).map_err(|problem| match problem {
+        let opened = match frame::open(bytes, LEASE_MAGIC, LEASE_FORMAT_VERSION) {
+            Ok(body) => Ok((LEASE_FORMAT_VERSION, body)),
+            Err(Problem::Version { found: 1 }) => frame::open(bytes, LEASE_MAGIC, 1).map(|body| (1, body)),
+            Err(problem) => Err(problem),
+        };
+        let (version, body) = opened.map_err(|problem| match problem {
             Problem::Version { found } => SluiceError::user(
                 "checkpoint.lease_version",
                 format!("lease format version {found} is not supported (this build reads {LEASE_FORMAT_VERSION})"),
@@ -180,12 +258,33 @@ impl Holder {
                 "checksum mismatch over {len} bytes (stored {stored:#010x}, computed {computed:#010x})"
             )),
         })?;
-        let holder: Holder = frame::decode_body(body).map_err(|problem| damaged(format!("its body: {problem}")))?;
+        let body_problem = |problem| damaged(format!("its body: {problem}"));
+        let holder = if version == 1 {
+            let old: HolderV1 = frame::decode_body(body).map_err(body_problem)?;
+            Holder {
+                pipeline: old.pipeline,
+                host: old.host,
+                boot_id: old.boot_id,
+                pid_namespace: old.pid_namespace,
+                pid: old.pid,
+                process_start_ticks: old.process_start_ticks,
+                run_id: old.run_id,
+                acquired_ms: old.acquired_ms,
+                refresh_interval_ms: 0,
+                beats: 0,
+            }
+        } else {
+            frame::decode_body(body).map_err(body_problem)?
+        };
         if holder.run_id.is_empty() {
             return Err(damaged("its run id is empty".to_string()));
         }
         Ok(holder)
     }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn damaged(problem: String) -> SluiceError {
@@ -241,6 +340,13 @@ impl Lease {
         &self.holder
     }
 
+    /// Stops refreshing the lease without releasing it, as a process that froze or died
+    /// stops (for tests of what other runs then see).
+    #[cfg(test)]
+    pub(crate) fn stop_heartbeat(&self) {
+        self.slot.stop_heartbeat();
+    }
+
     /// One warning per stale lease broken to acquire this one, naming its holder (for the
     /// caller to show; they are also logged).
     pub fn warnings(&self) -> &[String] {
@@ -249,7 +355,7 @@ impl Lease {
 
     /// Deletes the lease if it is still this run's (on a clean exit). Fails with
     /// `checkpoint.lease_lost`, deleting nothing, if it was broken meanwhile. Either way the
-    /// store handle no longer holds it.
+    /// store handle no longer holds it, and its heartbeat stops.
     pub fn release(self) -> Result<(), SluiceError> {
         self.slot.forget(&self.holder.run_id);
         let calls = &self.calls;
@@ -266,25 +372,51 @@ impl Lease {
     }
 }
 
-/// The lease a store handle holds (shared with the [`Lease`] that releases it).
+/// The lease a store handle holds (shared with the [`Lease`] that releases it and its
+/// heartbeat): the holder as last written, and when (acquired or refreshed); and what
+/// stops the heartbeat (dropped with the slot, or when the lease is forgotten).
 #[derive(Debug, Default)]
-pub(crate) struct LeaseSlot(Mutex<Option<Holder>>);
+pub(crate) struct LeaseSlot(Mutex<Option<(Holder, Instant)>>, Mutex<Option<heartbeat::Heartbeat>>);
 
 impl LeaseSlot {
-    fn get(&self) -> Option<Holder> {
+    fn get(&self) -> Option<(Holder, Instant)> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    fn set(&self, holder: Holder) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(holder);
+    fn set(&self, holder: Holder, written: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some((holder, written));
     }
 
-    /// Forgets the lease of `run_id` (not a newer one).
+    /// Replaces the lease of the same run with `holder`, written at `written`; false
+    /// (nothing changed) when it holds another run's or none.
+    fn refreshed(&self, holder: Holder, written: Instant) -> bool {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match held.as_mut() {
+            Some((mine, when)) if mine.run_id == holder.run_id => {
+                (*mine, *when) = (holder, written);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets the lease of `run_id` (not a newer one), and stops its heartbeat.
     fn forget(&self, run_id: &str) {
         let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.as_ref().is_some_and(|holder| holder.run_id == run_id) {
+        if held.as_ref().is_some_and(|(holder, _)| holder.run_id == run_id) {
             *held = None;
+            self.stop_heartbeat();
         }
+    }
+
+    /// Keeps `heartbeat` (stopping the one before, if any).
+    fn beat_with(&self, heartbeat: Option<heartbeat::Heartbeat>) {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = heartbeat;
+    }
+
+    /// Stops the heartbeat: the lease is no longer refreshed.
+    fn stop_heartbeat(&self) {
+        self.1.lock().unwrap_or_else(PoisonError::into_inner).take();
     }
 }
 
@@ -309,23 +441,29 @@ async fn read_lease(calls: &Calls) -> Result<Found, SluiceError> {
 /// Whether an existing lease may still be in use, seen from `me` on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Verdict {
-    /// Its holder runs, or this host cannot tell: why.
+    /// Its holder runs: why.
     Live(String),
     /// Its holder certainly no longer runs: why.
     Stale(String),
+    /// This host cannot tell from the holder's pid: why (its heartbeat may).
+    Unknown(String),
 }
 
 /// Judges `held` by the rules of the module doc; `probe` looks a pid up on this host.
 fn judge(held: &Holder, me: &Holder, probe: impl Fn(u32) -> Probe) -> Verdict {
     if held.host.is_empty() || held.host != me.host {
         let here = if me.host.is_empty() { "(unknown)" } else { &me.host };
-        return Verdict::Live(format!("it was taken on another host than this one ({here}), so it cannot be checked"));
+        return Verdict::Unknown(format!(
+            "it was taken on another host than this one ({here}), so its pid cannot be checked"
+        ));
     }
     if !held.boot_id.is_empty() && !me.boot_id.is_empty() && held.boot_id != me.boot_id {
         return Verdict::Stale(format!("host {} has restarted since it was taken", held.host));
     }
     if held.pid_namespace != me.pid_namespace {
-        return Verdict::Live("it was taken in another pid namespace (container), so it cannot be checked".into());
+        return Verdict::Unknown(
+            "it was taken in another pid namespace (container), so its pid cannot be checked".into(),
+        );
     }
     let pid = held.pid;
     match (probe(pid), held.process_start_ticks) {
@@ -334,7 +472,7 @@ fn judge(held: &Holder, me: &Holder, probe: impl Fn(u32) -> Probe) -> Verdict {
             "pid {pid} is now another process (started at clock tick {now}, the holder at {then})"
         )),
         (Probe::Running { .. }, _) => Verdict::Live(format!("pid {pid} is still running on this host")),
-        (Probe::Unknown, _) => Verdict::Live(format!("this host cannot tell whether pid {pid} is running")),
+        (Probe::Unknown, _) => Verdict::Unknown(format!("this host cannot tell whether pid {pid} is running")),
     }
 }
 
@@ -355,8 +493,9 @@ impl CheckpointStore {
                 .with_fix(format!("use a pipeline name well under {LEASE_BYTES_MAX} bytes")));
         }
         let warnings = self.calls.block_on(self.acquire_async(&holder, Bytes::from(bytes)))?;
-        self.lease.set(holder.clone());
+        self.lease.set(holder.clone(), Instant::now());
         tracing::info!(store = self.url(), %holder, "lease acquired");
+        self.lease.beat_with(heartbeat::Heartbeat::start(Arc::clone(&self.calls), &self.lease, &holder));
         Ok(Lease { calls: Arc::clone(&self.calls), slot: Arc::clone(&self.lease), holder, warnings })
     }
 
@@ -375,8 +514,20 @@ impl CheckpointStore {
                 Found::Held(held) => held,
                 Found::Unreadable(error) => return Err(self.unreadable(error)),
             };
-            match judge(&held, holder, process::probe) {
-                Verdict::Live(why) => return Err(self.leased(&held, &why)),
+            let verdict = match judge(&held, holder, process::probe) {
+                Verdict::Unknown(why) => match held.refresh_interval() {
+                    // Its heartbeat tells; a lease that went or changed hands meanwhile: again.
+                    Some(interval) => match heartbeat::watch(&self.calls, &held, interval).await? {
+                        heartbeat::Watched::Replaced => continue,
+                        heartbeat::Watched::Refreshed(how) => Verdict::Live(format!("{why}, but {how}")),
+                        heartbeat::Watched::Silent(how) => Verdict::Stale(format!("{why}, and {how}")),
+                    },
+                    None => Verdict::Live(format!("{why}, and it has no heartbeat (an older Sluice took it)")),
+                },
+                verdict => verdict,
+            };
+            match verdict {
+                Verdict::Live(why) | Verdict::Unknown(why) => return Err(self.leased(&held, &why)),
                 Verdict::Stale(why) => {
                     let warning = format!("broke the stale lease of {held} on {}: {why}", self.url());
                     tracing::warn!(store = self.url(), "{warning}");
@@ -420,7 +571,7 @@ impl CheckpointStore {
     /// Fencing: fails unless the lease in the store is the one this handle acquired (one
     /// read). `action` names what is refused.
     pub(crate) async fn check_lease(&self, action: &str) -> Result<(), SluiceError> {
-        let Some(mine) = self.lease.get() else {
+        let Some((mine, written)) = self.lease.get() else {
             return Err(SluiceError::internal(
                 "checkpoint.lease_missing",
                 format!("{action} in {} needs the store's lease, and this store handle holds none", self.url()),
@@ -429,6 +580,11 @@ impl CheckpointStore {
                 "acquire the lease with CheckpointStore::acquire_lease first (a run holds it from start to exit)",
             ));
         };
+        if let Some(interval) = mine.refresh_interval()
+            && written.elapsed() > interval * PUBLISH_INTERVALS
+        {
+            return Err(lease_expired(self.url(), &mine, action, written.elapsed(), interval));
+        }
         match read_lease(&self.calls).await? {
             Found::Held(held) if held.run_id == mine.run_id => Ok(()),
             found => Err(lease_lost(self.url(), &mine, action, &found)),
@@ -471,6 +627,25 @@ fn lease_lost(url: &str, mine: &Holder, action: &str, found: &Found) -> SluiceEr
     .with_fix(
         "stop this run: its lease was broken (by `sluice checkpoints unlock` or as stale), so another run may own \
          the store; restart it once no other run uses the store, and it resumes from the newest checkpoint",
+    )
+}
+
+fn lease_expired(url: &str, mine: &Holder, action: &str, since: Duration, interval: Duration) -> SluiceError {
+    SluiceError::external(
+        "checkpoint.lease_expired",
+        format!(
+            "{action} in {url} is refused: this run (pipeline {:?}, run {}) last refreshed the store's lease {} ms \
+             ago, more than {PUBLISH_INTERVALS} intervals of {} ms, so another run may judge it stale and take \
+             the store",
+            mine.pipeline,
+            mine.run_id,
+            since.as_millis(),
+            interval.as_millis()
+        ),
+    )
+    .with_fix(
+        "check that the checkpoint store answers (the lease is refreshed there) and that the process is not \
+         paused or starved; restart the run, and it resumes from the newest checkpoint",
     )
 }
 

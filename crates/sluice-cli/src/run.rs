@@ -50,8 +50,9 @@ pub struct ClusterArgs {
     /// every worker proves it knows it, and it never crosses the network.
     #[arg(long, value_name = "PATH")]
     secret_file: Option<PathBuf>,
-    /// Let the leader listen on a non-loopback address without a secret (anyone who can
-    /// reach the port could then join the cluster and receive its data).
+    /// Listen on a non-loopback control or exchange address without a secret (anyone who
+    /// can reach the port could then join the cluster, or open a data link, and receive
+    /// its data).
     #[arg(long)]
     insecure: bool,
     /// How long the leader waits for every worker to join, and a worker for the leader.
@@ -105,6 +106,11 @@ pub struct AdminArgs {
     /// callers send it as `Authorization: Bearer <token>`.
     #[arg(long, value_name = "PATH")]
     admin_token_file: Option<PathBuf>,
+    /// Another name the admin API answers to (repeatable): a request's Host must name
+    /// the bound address (or localhost on loopback), the --advertise host or one of
+    /// these, which stops pages whose name was re-pointed here (DNS rebinding).
+    #[arg(long, value_name = "NAME")]
+    admin_host: Vec<String>,
 }
 
 /// The admin API's settings, checked before the job starts.
@@ -196,7 +202,11 @@ pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptio
     let pipeline = engine.load(path, overrides)?;
     // Bound before the job starts: a cluster's worker announces its address to the others.
     let admin = match admin.settings()? {
-        Some(AdminSettings { bind, token }) => Some(AdminListener::bind(bind, token).map_err(EngineError::new)?),
+        Some(AdminSettings { bind, token }) => {
+            let mut hosts = admin.admin_host.clone();
+            hosts.extend(cluster.advertise.clone());
+            Some(AdminListener::bind(bind, token).map_err(EngineError::new)?.with_hosts(hosts))
+        }
         None => None,
     };
     let checkpoints = pipeline.config.checkpoint.is_some();

@@ -236,19 +236,36 @@ pub fn authenticate<S: Read + Write>(stream: &mut S, secret: Option<&Secret>, ro
 /// Refuses, before anything is bound, a control address reachable from other hosts with
 /// no secret, unless `insecure` says the network is trusted.
 pub fn check_control_bind(addr: SocketAddr, secret: Option<&Secret>, insecure: bool) -> Result<(), SluiceError> {
+    check_bind("control", "join the cluster and read its data", addr, secret, insecure)
+}
+
+/// Refuses, before anything is bound, an exchange (data link) address reachable from
+/// other hosts with no secret, unless `insecure` says the network is trusted: as for the
+/// control address, since a link carries the pipeline's rows.
+pub fn check_exchange_bind(addr: SocketAddr, secret: Option<&Secret>, insecure: bool) -> Result<(), SluiceError> {
+    check_bind("exchange", "open a data link and send or read the pipeline's rows", addr, secret, insecure)
+}
+
+fn check_bind(
+    which: &str,
+    harm: &str,
+    addr: SocketAddr,
+    secret: Option<&Secret>,
+    insecure: bool,
+) -> Result<(), SluiceError> {
     if secret.is_some() || insecure || addr.ip().to_canonical().is_loopback() {
         return Ok(());
     }
     Err(SluiceError::user(
         "cluster.insecure_bind",
         format!(
-            "the control address {addr} is reachable from other hosts and no cluster secret is set: anyone who \
-             can reach this port could join the cluster and read its data"
+            "the {which} address {addr} is reachable from other hosts and no cluster secret is set: anyone who \
+             can reach this port could {harm}"
         ),
     )
     .with_fix(format!(
-        "{SECRET_FIX}; or bind the control address to 127.0.0.1 for a single host; or, on a network only the \
-         workers can reach, accept the risk with --insecure"
+        "{SECRET_FIX}; or bind the {which} address (--{which}-bind) to 127.0.0.1 for a single host; or, on a \
+         network only the workers can reach, accept the risk with --insecure"
     )))
 }
 

@@ -324,7 +324,14 @@ impl NetworkBuilder {
         let preamble = Preamble { version: DATA_VERSION, run: self.run, from: self.me, to: peer };
         let io = |error: std::io::Error| link_error(peer, &format!("opening the link failed: {error}"));
         stream.write_all(&preamble.encode()).map_err(io)?;
-        if let Some(reason) = read_answer(&mut stream).map_err(io)? {
+        let answered = read_answer(&mut stream).map_err(|error| match error.kind() {
+            // A read timeout (EAGAIN on Linux): connected, but nobody answered.
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                unanswered(peer, address, self.config.io_timeout.min(HANDSHAKE_READ))
+            }
+            _ => io(error),
+        });
+        if let Some(reason) = answered? {
             return Err(SluiceError::external(
                 "cluster.link_refused",
                 format!("worker {peer} at {address} refused the exchange link: {reason}"),
@@ -335,6 +342,10 @@ impl NetworkBuilder {
         Ok(stream)
     }
 
+    /// Accepts the links of the `expected` higher peers. Each accepted connection is
+    /// handshaken on a thread of its own (at most [`MAX_PENDING_LINK_HANDSHAKES`] at once,
+    /// each ending within [`HANDSHAKE_READ`]), so connections that send nothing (a
+    /// scanner, a client holding the port) never hold up the peers behind them.
     fn accept_from(
         &self,
         listener: &TcpListener,
@@ -347,6 +358,16 @@ impl NetworkBuilder {
         listener
             .set_nonblocking(true)
             .map_err(|error| link_error(self.me, &format!("the exchange listener: {error}")))?;
+        let admission = Admission {
+            me: self.me,
+            run: self.run,
+            peers: self.peers.keys().copied().collect(),
+            io_timeout: self.config.io_timeout,
+        };
+        // Each handshake thread sends one result; at most MAX_PENDING_LINK_HANDSHAKES run,
+        // so a send never blocks (and fails harmlessly once this wait is over).
+        let (admitted, results) = bounded(MAX_PENDING_LINK_HANDSHAKES);
+        let mut in_flight = 0usize;
         while streams.len() - accepted_before < expected {
             self.check_cancelled()?;
             if Instant::now() >= deadline {
@@ -363,58 +384,110 @@ impl NetworkBuilder {
                 .with_kind(ErrorKind::LostPeer)
                 .with_fix("check that those workers run and can reach this worker's --advertise address"));
             }
+            while let Ok(result) = results.try_recv() {
+                in_flight -= 1;
+                take_admitted(result, streams);
+            }
             match listener.accept() {
-                Ok((stream, from)) => match self.admit(stream, streams, authenticate) {
-                    Ok((peer, stream)) => {
-                        streams.insert(peer, stream);
+                Ok((stream, from)) if in_flight >= MAX_PENDING_LINK_HANDSHAKES => {
+                    tracing::warn!(%from, "dropped an exchange connection: {in_flight} handshakes are under way");
+                    drop(stream);
+                }
+                Ok((stream, from)) => {
+                    let (admission, authenticate, admitted) =
+                        (admission.clone(), authenticate.clone(), admitted.clone());
+                    let spawned = std::thread::Builder::new().name("sluice-link-handshake".into()).spawn(move || {
+                        let result = admission.admit(stream, &authenticate).map_err(|error| (from, error));
+                        // The wait may be over (the mesh opened without it): nobody needs it.
+                        let _ = admitted.send(result);
+                    });
+                    match spawned {
+                        Ok(_) => in_flight += 1,
+                        Err(error) => tracing::warn!(%from, "dropped an exchange connection: no thread: {error}"),
                     }
-                    Err(error) => tracing::warn!(%from, "refused an exchange connection: {error}"),
-                },
+                }
                 Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(5))
+                    // Waits for a handshake to end, or a little for the next connection.
+                    if let Ok(result) = results.recv_timeout(ACCEPT_POLL) {
+                        in_flight -= 1;
+                        take_admitted(result, streams);
+                    }
                 }
                 Err(error) => tracing::warn!("accepting an exchange connection failed: {error}"),
             }
         }
         Ok(())
     }
+}
 
-    /// Reads and checks one incoming preamble; answers it.
-    fn admit(
-        &self,
-        mut stream: TcpStream,
-        linked: &HashMap<u32, TcpStream>,
-        authenticate: &Authenticator,
-    ) -> Result<(u32, TcpStream), SluiceError> {
+/// How many accepted exchange connections are handshaken at once; more are dropped
+/// until one ends (each ends within [`HANDSHAKE_READ`]).
+pub const MAX_PENDING_LINK_HANDSHAKES: usize = 16;
+/// How long the accepting side waits between looks at its listener.
+const ACCEPT_POLL: Duration = Duration::from_millis(5);
+
+/// One handshake's outcome: the peer and its link, or where the refused one came from.
+type Admitted = Result<(u32, TcpStream), (SocketAddr, SluiceError)>;
+
+/// Keeps an admitted link, unless its peer is linked already (the first one to prove
+/// itself stays); logs a refused one.
+fn take_admitted(result: Admitted, streams: &mut HashMap<u32, TcpStream>) {
+    match result {
+        Ok((peer, _)) if streams.contains_key(&peer) => {
+            tracing::warn!(peer, "dropped a second exchange link from worker {peer}: it is already linked");
+        }
+        Ok((peer, stream)) => {
+            streams.insert(peer, stream);
+        }
+        Err((from, error)) => tracing::warn!(%from, "refused an exchange connection: {error}"),
+    }
+}
+
+/// What the accepting side checks an incoming preamble against, for a handshake thread.
+#[derive(Debug, Clone)]
+struct Admission {
+    me: u32,
+    run: u64,
+    peers: Vec<u32>,
+    io_timeout: Duration,
+}
+
+impl Admission {
+    /// Reads and checks one incoming preamble; answers it, then runs the secret's proof.
+    /// A refusal's answer never names this worker's run (a stranger learns nothing of
+    /// it); the error, which stays in this worker's log, does.
+    fn admit(&self, mut stream: TcpStream, authenticate: &Authenticator) -> Result<(u32, TcpStream), SluiceError> {
         stream.set_nonblocking(false).map_err(|error| link_error(self.me, &error.to_string()))?;
-        configure(&stream, self.config.io_timeout)?;
+        configure(&stream, self.io_timeout)?;
         let mut bytes = [0u8; PREAMBLE_BYTES];
         stream.read_exact(&mut bytes).map_err(|error| link_error(self.me, &format!("reading a preamble: {error}")))?;
         let preamble = Preamble::decode(&bytes)?;
+        // What the connecting side is told, and what this worker's log says.
         let refusal = if preamble.version != DATA_VERSION {
-            Some(format!(
+            let reason = format!(
                 "it speaks exchange version {}, this worker {DATA_VERSION}; run the same sluice build on every worker",
                 preamble.version
-            ))
+            );
+            Some((reason.clone(), reason))
         } else if preamble.run != self.run {
-            Some(format!(
-                "it belongs to run {:016x}, this worker to run {:016x}; join both to the same leader",
-                preamble.run, self.run
+            Some((
+                format!("it belongs to run {:016x}, not to this worker's; join both to the same leader", preamble.run),
+                format!("it belongs to run {:016x}, this worker to run {:016x}", preamble.run, self.run),
             ))
         } else if preamble.to != self.me {
-            Some(format!("it addressed worker {}, this is worker {}", preamble.to, self.me))
-        } else if preamble.from <= self.me || !self.peers.contains_key(&preamble.from) {
-            Some(format!(
+            let reason = format!("it addressed worker {}, this is worker {}", preamble.to, self.me);
+            Some((reason.clone(), reason))
+        } else if preamble.from <= self.me || !self.peers.contains(&preamble.from) {
+            let reason = format!(
                 "worker {} does not connect to worker {} (only higher ids connect to lower ones)",
                 preamble.from, self.me
-            ))
-        } else if linked.contains_key(&preamble.from) {
-            Some(format!("worker {} is already linked", preamble.from))
+            );
+            Some((reason.clone(), reason))
         } else {
             None
         };
-        let answer = write_answer(&mut stream, refusal.as_deref());
-        if let Some(reason) = refusal {
+        let answer = write_answer(&mut stream, refusal.as_ref().map(|(answer, _)| answer.as_str()));
+        if let Some((_, reason)) = refusal {
             return Err(SluiceError::external("cluster.link_refused", reason));
         }
         answer.map_err(|error| link_error(preamble.from, &error.to_string()))?;
@@ -450,6 +523,24 @@ fn configure(stream: &TcpStream, io_timeout: Duration) -> Result<(), SluiceError
     // pipeline sends nothing); a lost peer is found by the control heartbeats, which
     // then shut the link down. The timeout bounds only the handshake.
     stream.set_read_timeout(Some(io_timeout.min(HANDSHAKE_READ))).map_err(io)
+}
+
+/// The accepting worker took the connection but never answered its preamble.
+fn unanswered(peer: u32, address: SocketAddr, waited: Duration) -> SluiceError {
+    SluiceError::external(
+        "cluster.link_unanswered",
+        format!(
+            "worker {peer} at {address} accepted the exchange link but did not answer its opening within {} s: \
+             that worker is stalled, or its exchange port is held by other connections (a worker of an older \
+             build handshakes one connection at a time, so one idle client on the port holds every link)",
+            waited.as_secs()
+        ),
+    )
+    .with_kind(ErrorKind::LostPeer)
+    .with_fix(format!(
+        "check what else connects to {address} (only workers should reach the exchange port: keep it off public \
+         networks, or behind --secret-file), run the same sluice build on every worker, and start the cluster again"
+    ))
 }
 
 fn link_error(peer: u32, message: &str) -> SluiceError {

@@ -453,11 +453,33 @@ pub(crate) fn decode_prefix(bytes: &[u8], version: u16) -> Result<Option<(Contro
     Ok(Some((decode_body(header.kind, body)?, end)))
 }
 
+/// The most driver threads a worker may announce, as `[pipeline] threads` is bounded:
+/// slots are summed over the members, so a peer's count is checked before it is used.
+pub const MAX_WORKER_THREADS: u32 = 1024;
+
+/// Refuses a worker's thread count outside `1..=MAX_WORKER_THREADS`.
+fn check_threads(kind: Kind, threads: u32) -> Result<(), Problem> {
+    if (1..=MAX_WORKER_THREADS).contains(&threads) {
+        return Ok(());
+    }
+    Err(Problem::Body { kind, detail: format!("it announces {threads} threads, outside 1..={MAX_WORKER_THREADS}") })
+}
+
 fn decode_body(kind: Kind, body: &[u8]) -> Result<ControlMessage, Problem> {
     Ok(match kind {
         Kind::Refusal => ControlMessage::Refusal(String::from_utf8_lossy(body).into_owned()),
-        Kind::Register => ControlMessage::Register(postcard_exact(kind, body)?),
-        Kind::Welcome => ControlMessage::Welcome(postcard_exact(kind, body)?),
+        Kind::Register => {
+            let register: Register = postcard_exact(kind, body)?;
+            check_threads(kind, register.threads)?;
+            ControlMessage::Register(register)
+        }
+        Kind::Welcome => {
+            let welcome: Welcome = postcard_exact(kind, body)?;
+            for member in &welcome.members {
+                check_threads(kind, member.threads)?;
+            }
+            ControlMessage::Welcome(welcome)
+        }
         Kind::ToWorker => ControlMessage::ToWorker(postcard_exact(kind, body)?),
         Kind::ToLeader => ControlMessage::ToLeader(postcard_exact(kind, body)?),
     })

@@ -446,8 +446,6 @@ fn restore_positions(manifest: &Manifest, plan: &Plan, restore: &mut Restore) ->
     Ok(())
 }
 
-/// Commits, epoch by epoch, the staged work a manifest names that this worker staged
-/// (the leader also that of workers no longer members); a worker with a writer of the
 /// The worker whose stored sink record `path` is
 /// (`…/sinks/flow-{F}/worker-{W}/epoch-{E}-{I}`, as each worker's part names them);
 /// None for a path of another form.
@@ -456,6 +454,8 @@ fn stored_record_worker(path: &str) -> Option<u32> {
     rest.split('/').next()?.parse().ok()
 }
 
+/// Commits, epoch by epoch, the staged work a manifest names that this worker staged
+/// (the leader also that of workers no longer members); a worker with a writer of the
 /// sink then discards anything later.
 fn resolve_sinks(
     store: &CheckpointStore,

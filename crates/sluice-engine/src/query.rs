@@ -385,6 +385,9 @@ impl PreparedQuery {
                 .with_allow_statements(false)
                 .verify_plan(&plan)
                 .map_err(|e| query_error(&e))?;
+            // Two columns of one name are renamed as in a view (`dateTime0`), so that a
+            // JSON line keeps both.
+            let plan = sluice_sql::unique_names(plan)?;
             let frame = datafusion::dataframe::DataFrame::new(state, plan);
             let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
             let frame = frame.limit(0, Some(max_rows + 1)).map_err(|e| query_error(&e))?;

@@ -15,7 +15,8 @@
 //!    expressions, joins, set operations), and views read before they are defined
 //!    ([`views`]);
 //! 3. DataFusion parses and plans the query (identifiers are case-sensitive, as in Flink)
-//!    and its analyzer coerces types;
+//!    and its analyzer coerces types; [`naming`] then renames the output columns whose
+//!    names repeat, as Flink does (`dateTime0`);
 //! 4. [`stream`] turns the logical plan into segments of fused operators and exchanges,
 //!    knowing for each stream whether it is append-only or updating (and its upsert
 //!    key), and refusing, with the construct's name, anything whose streaming meaning is
@@ -27,6 +28,7 @@ mod catalog;
 mod functions;
 mod group_window;
 mod join;
+mod naming;
 mod over;
 mod schema;
 pub mod stack;
@@ -49,6 +51,7 @@ use sluice_runtime::{Flow, SinkFactory, SinkParallelism, TableDef};
 use sluice_types::{Changelog, SluiceError};
 
 pub use ast::EXPRESSION_DEPTH_MAX;
+pub use naming::{unique_names, uniquify};
 
 /// The names of the tables (or views) a query reads, window table functions' inputs
 /// included; names its `WITH` clauses define are left out. Empty when it does not parse.
@@ -224,7 +227,8 @@ impl SqlPlanner {
                 return Err(error);
             }
         }
-        let plan = self.plan_query(&rewritten, calls).map_err(context)?;
+        // Names leave Sluice unqualified: two columns of one name are renamed as Flink does.
+        let plan = self.plan_query(&rewritten, calls).and_then(naming::unique_names).map_err(context)?;
         let planner = self.stream_planner(name);
         planner.plan_root(&plan).and_then(stream::unaggregated_session).map_err(context)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());

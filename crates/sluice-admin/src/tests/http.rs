@@ -28,7 +28,16 @@ impl Reply {
 fn connect(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> BufReader<TcpStream> {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    // The test's own Host, if it gives one (a browser's page under another name).
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
+    request.push_str("Connection: close\r\n");
+    // Every POST is JSON, as the API requires, unless the test says otherwise.
+    if method == "POST" && !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("content-type")) {
+        request.push_str("Content-Type: application/json\r\n");
+    }
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }

@@ -3,6 +3,7 @@
 //! client. Every wait waits on an event (a status change, a response) with a deadline.
 
 mod graph;
+mod guards;
 mod http;
 mod openapi;
 
@@ -48,6 +49,11 @@ impl Served {
 
     /// Starts `text` in a directory holding `files` (name, content).
     fn start_with_files(text: &str, files: &[(&str, &str)], token: Option<&str>) -> Served {
+        Served::start_limited(text, files, token, crate::Limits::default())
+    }
+
+    /// Starts `text` with `limits` on the API's connections.
+    fn start_limited(text: &str, files: &[(&str, &str)], token: Option<&str>, limits: crate::Limits) -> Served {
         let dir = tempfile::tempdir().expect("tempdir");
         for (name, content) in files {
             std::fs::write(dir.path().join(name), content).expect("write");
@@ -55,7 +61,9 @@ impl Served {
         let pipeline = Engine::default().parse(text, "p.toml", dir.path(), Overrides::default()).expect("valid");
         let job = Job::start(&pipeline, StartOptions::default()).expect("starts");
         let bind: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let server = crate::serve(job.handle(), bind, token.map(str::to_string)).expect("serves");
+        let server = crate::AdminListener::bind(bind, token.map(str::to_string))
+            .and_then(|listener| listener.with_limits(limits).serve(job.handle()))
+            .expect("serves");
         Served { job: Some(job), server: Some(server), dir }
     }
 

@@ -7,6 +7,7 @@ use crate::manifest::Manifest;
 use crate::store::tests::checkpoint;
 use proptest::collection::vec;
 use proptest::prelude::*;
+use std::time::Duration;
 
 /// A holder with every field known.
 fn golden_holder() -> Holder {
@@ -19,6 +20,8 @@ fn golden_holder() -> Holder {
         process_start_ticks: Some(987_654),
         run_id: "r-42".into(),
         acquired_ms: 1_700_000_000_000,
+        refresh_interval_ms: 10_000,
+        beats: 7,
     }
 }
 
@@ -31,8 +34,35 @@ fn check_golden(holder: &Holder, fields: &[&str]) {
     assert_eq!(Holder::decode(&expected).as_ref(), Ok(holder));
 }
 
+/// Format 1's bytes still decode, to a holder without a heartbeat.
+fn check_golden_v1(holder: &Holder, fields: &[&str]) {
+    let expected = Holder { refresh_interval_ms: 0, beats: 0, ..holder.clone() };
+    assert_eq!(Holder::decode(&unhex(fields)).as_ref(), Ok(&expected));
+}
+
 #[test]
 fn golden_vector_of_a_lease() {
+    let fields = [
+        "53 4c 55 49 43 45 4c 53",       // magic "SLUICELS"
+        "02 00 00 00",                   // lease format version 2
+        "09 68 6f 74 2d 69 74 65 6d 73", // pipeline "hot-items"
+        "06 6e 6f 64 65 2d 31",          // host "node-1"
+        "02 62 30",                      // boot_id "b0"
+        "10 70 69 64 3a 5b 34 30",       // pid_namespace, 16 bytes: "pid:[40"
+        "32 36 35 33 31 38 33 36 5d",    //   "26531836]"
+        "92 21",                         // pid 4242
+        "01 86 a4 3c",                   // process_start_ticks: some, 987654
+        "04 72 2d 34 32",                // run_id "r-42"
+        "80 a0 ab fe f9 62",             // acquired_ms 1_700_000_000_000, zigzag
+        "90 4e",                         // refresh_interval_ms 10000
+        "07",                            // beats 7
+        "39 d5 93 6d",                   // CRC-32 of the body
+    ];
+    check_golden(&golden_holder(), &fields);
+}
+
+#[test]
+fn golden_vector_of_a_format_1_lease() {
     let fields = [
         "53 4c 55 49 43 45 4c 53",       // magic "SLUICELS"
         "01 00 00 00",                   // lease format version 1
@@ -47,7 +77,7 @@ fn golden_vector_of_a_lease() {
         "80 a0 ab fe f9 62",             // acquired_ms 1_700_000_000_000, zigzag
         "c6 8f 3f b8",                   // CRC-32 of the body
     ];
-    check_golden(&golden_holder(), &fields);
+    check_golden_v1(&golden_holder(), &fields);
 }
 
 #[test]
@@ -61,6 +91,8 @@ fn golden_vector_of_a_lease_with_unknowns() {
         process_start_ticks: None,
         run_id: "r".into(),
         acquired_ms: -1,
+        refresh_interval_ms: 0,
+        beats: 0,
     };
     let fields = [
         "53 4c 55 49 43 45 4c 53 01 00 00 00", // frame
@@ -72,7 +104,7 @@ fn golden_vector_of_a_lease_with_unknowns() {
         "01",                                  // acquired_ms -1, zigzag
         "f8 a8 47 aa",                         // CRC-32 of the body
     ];
-    check_golden(&holder, &fields);
+    check_golden_v1(&holder, &fields);
 }
 
 fn reframe(version: u32, body: &[u8]) -> Vec<u8> {
@@ -92,11 +124,12 @@ fn damaged_leases_are_refused_by_name() {
     let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
         ("empty", vec![], "checkpoint.lease_damaged", "0 bytes"),
         ("a manifest", crate::manifest::encode(&Manifest::new(1, "", 1, 0)), "checkpoint.lease_damaged", "SLUICEMF"),
-        ("version 2", reframe(2, &body), "checkpoint.lease_version", "version 2 is not supported"),
+        ("version 3", reframe(3, &body), "checkpoint.lease_version", "version 3 is not supported"),
         ("flipped byte", flipped, "checkpoint.lease_damaged", "checksum mismatch"),
         ("cut", good[..good.len() - 1].to_vec(), "checkpoint.lease_damaged", "checksum mismatch"),
-        ("trailing byte", reframe(1, &[&body[..], &[0]].concat()), "checkpoint.lease_damaged", "1 bytes follow"),
-        ("no run id", reframe(1, &no_run_id), "checkpoint.lease_damaged", "run id is empty"),
+        ("trailing byte", reframe(2, &[&body[..], &[0]].concat()), "checkpoint.lease_damaged", "1 bytes follow"),
+        ("a version 2 body as 1", reframe(1, &body), "checkpoint.lease_damaged", "3 bytes follow"),
+        ("no run id", reframe(2, &no_run_id), "checkpoint.lease_damaged", "run id is empty"),
         ("option tag 2", reframe(1, &bad_option), "checkpoint.lease_damaged", "its body"),
         ("overlong pid", reframe(1, &overlong), "checkpoint.lease_damaged", "canonical"),
     ];
@@ -139,7 +172,7 @@ fn check_verdict(held: Holder, probed: Probe, stale: bool, needle: &str) {
     let verdict = judge(&held, &me, |pid| if pid == 4242 { probed } else { Probe::Gone });
     let (is_stale, why) = match &verdict {
         Verdict::Stale(why) => (true, why),
-        Verdict::Live(why) => (false, why),
+        Verdict::Live(why) | Verdict::Unknown(why) => (false, why),
     };
     assert_eq!(is_stale, stale, "{held:?} with {probed:?}: {verdict:?}");
     assert!(why.contains(needle), "{held:?} with {probed:?}: {verdict:?} does not mention {needle:?}");
@@ -243,6 +276,83 @@ fn an_unreadable_lease_is_refused_and_can_be_broken() {
     store.acquire_lease(Holder::this_process("p")).expect("acquire");
 }
 
+/// Another handle on `store`'s directory, as another run (or process) opens it.
+fn reopen(base: &tempfile::TempDir) -> CheckpointStore {
+    CheckpointStore::open("file://./store", base.path()).expect("opens")
+}
+
+/// A pid namespace that is not this process's: another container on this host.
+const ANOTHER_CONTAINER: &str = "pid:[4026599999]";
+
+#[test]
+fn a_lease_left_in_another_container_is_broken_once_nobody_refreshes_it() {
+    // Kubernetes restarts a pod killed for its memory: the same host name, a new pid
+    // namespace. The killed run's lease stays, and nobody refreshes it any more.
+    let (base, killed) = bare_store();
+    let left = Holder { pid_namespace: ANOTHER_CONTAINER.into(), ..Holder::this_process("hot-items") }
+        .with_refresh_interval(Duration::from_millis(50));
+    // The killed process refreshes nothing any more.
+    killed.acquire_lease(left.clone()).expect("a free store").stop_heartbeat();
+    let restarted = reopen(&base);
+    let lease = restarted.acquire_lease(Holder::this_process("hot-items")).expect("the restart takes the store");
+    let warnings = lease.warnings().join("\n");
+    assert!(warnings.contains(&left.run_id) && warnings.contains("another pid namespace"), "{warnings}");
+    assert!(warnings.contains("did not refresh it"), "{warnings}");
+    checkpoint(&restarted, 1, &["agg"]);
+    // Its heartbeat stopped long ago (expired), and its lease is gone (lost): refused.
+    let fenced = killed.publish(&Manifest::new(2, "fp", 8, 0)).expect_err("the old run is fenced out");
+    assert!(matches!(fenced.code, "checkpoint.lease_expired" | "checkpoint.lease_lost"), "{fenced}");
+    lease.release().expect("release");
+}
+
+#[test]
+fn a_lease_refreshed_in_another_container_is_live() {
+    let (base, first) = bare_store();
+    let alive = Holder { pid_namespace: ANOTHER_CONTAINER.into(), ..Holder::this_process("alive") }
+        .with_refresh_interval(Duration::from_secs(2));
+    let held = first.acquire_lease(alive).expect("a free store");
+    let error = reopen(&base).acquire_lease(Holder::this_process("second")).expect_err("a live holder");
+    assert_eq!(error.code, "checkpoint.store_leased", "{error}");
+    assert!(error.message.contains("refreshed it while this run watched"), "{error}");
+    held.release().expect("release");
+}
+
+#[test]
+fn a_format_1_lease_in_another_container_is_refused_as_before() {
+    let (base, store) = bare_store();
+    let old = Holder { pid_namespace: ANOTHER_CONTAINER.into(), ..Holder::this_process("old") };
+    let v1 = HolderV1 {
+        pipeline: old.pipeline,
+        host: old.host,
+        boot_id: old.boot_id,
+        pid_namespace: old.pid_namespace,
+        pid: old.pid,
+        process_start_ticks: old.process_start_ticks,
+        run_id: old.run_id,
+        acquired_ms: old.acquired_ms,
+    };
+    std::fs::create_dir_all(base.path().join("store")).expect("mkdir");
+    std::fs::write(base.path().join("store/lease"), reframe(1, &frame::encode_body(&v1))).expect("write");
+    let error = store.acquire_lease(Holder::this_process("new")).expect_err("no heartbeat to judge by");
+    assert_eq!(error.code, "checkpoint.store_leased", "{error}");
+    assert!(error.message.contains("no heartbeat"), "{error}");
+}
+
+#[test]
+fn a_run_that_stopped_refreshing_its_lease_publishes_nothing() {
+    let (_base, store) = bare_store();
+    let interval = Duration::from_millis(20);
+    let lease = store.acquire_lease(Holder::this_process("frozen").with_refresh_interval(interval)).expect("acquire");
+    // Its heartbeat stops (as in a process frozen or starved): once more than
+    // PUBLISH_INTERVALS intervals passed on its clock, it publishes and deletes nothing.
+    lease.stop_heartbeat();
+    std::thread::sleep(interval * (PUBLISH_INTERVALS + 1));
+    let error = store.publish(&Manifest::new(2, "fp", 8, 0)).expect_err("expired");
+    assert_eq!(error.code, "checkpoint.lease_expired", "{error}");
+    assert!(error.message.contains("publishing epoch 2") && error.message.contains("last refreshed"), "{error}");
+    assert_eq!(store.collect_garbage(1).expect_err("expired").code, "checkpoint.lease_expired");
+}
+
 #[test]
 fn an_oversized_holder_is_refused_before_writing() {
     let (base, store) = bare_store();
@@ -254,16 +364,20 @@ fn an_oversized_holder_is_refused_before_writing() {
 
 fn holder() -> impl Strategy<Value = Holder> {
     let texts = (".{0,12}", ".{0,12}", ".{0,12}", ".{0,12}", ".{1,12}");
-    (texts, any::<u32>(), any::<Option<u64>>(), any::<i64>()).prop_map(
-        |((pipeline, host, boot_id, pid_namespace, run_id), pid, process_start_ticks, acquired_ms)| Holder {
-            pipeline,
-            host,
-            boot_id,
-            pid_namespace,
-            pid,
-            process_start_ticks,
-            run_id,
-            acquired_ms,
+    (texts, any::<u32>(), any::<Option<u64>>(), any::<i64>(), any::<u64>(), any::<u64>()).prop_map(
+        |((pipeline, host, boot_id, pid_namespace, run_id), pid, process_start_ticks, acquired_ms, interval, beats)| {
+            Holder {
+                pipeline,
+                host,
+                boot_id,
+                pid_namespace,
+                pid,
+                process_start_ticks,
+                run_id,
+                acquired_ms,
+                refresh_interval_ms: interval,
+                beats,
+            }
         },
     )
 }
@@ -276,8 +390,11 @@ proptest! {
 
     #[test]
     fn random_lease_bodies_never_panic(body in vec(any::<u8>(), 0..64)) {
+        if let Ok(holder) = Holder::decode(&reframe(LEASE_FORMAT_VERSION, &body)) {
+            prop_assert_eq!(holder.encode(), reframe(LEASE_FORMAT_VERSION, &body));
+        }
         if let Ok(holder) = Holder::decode(&reframe(1, &body)) {
-            prop_assert_eq!(holder.encode(), reframe(1, &body));
+            prop_assert_eq!((holder.refresh_interval_ms, holder.beats), (0, 0));
         }
     }
 

@@ -152,8 +152,11 @@ fn open(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> TcpS
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
     let auth = token.map_or_else(String::new, |token| format!("Authorization: Bearer {token}\r\n"));
-    let request =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\nContent-Length: 0\r\n\r\n");
+    // Every POST is JSON, as the API requires (an empty body where it takes none).
+    let json = if method == "POST" { "Content-Type: application/json\r\n" } else { "" };
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{json}Connection: close\r\nContent-Length: 0\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).expect("send");
     stream
 }

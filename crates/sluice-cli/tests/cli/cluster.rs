@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStderr, Stdio};
 
 use crate::golden::output;
-use crate::harness::{Scratch, sluice_command, sorted_lines, stderr};
+use crate::harness::{Scratch, assert_fails_with, sluice_command, sorted_lines, stderr};
 
 const NEXMARK: &str = r#"
 [pipeline]
@@ -212,6 +212,18 @@ fn workers_with_different_thread_counts_write_what_one_worker_with_all_their_thr
 }
 
 #[test]
+fn a_reachable_exchange_address_without_a_secret_is_refused_before_the_run() {
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &NEXMARK.replace("THREADS", "1"));
+    for role in [&["--workers", "2"][..], &["--join", "127.0.0.1:1"][..]] {
+        let mut args = vec!["run", "pipeline.toml", "--exchange-bind", "0.0.0.0:0"];
+        args.extend(role);
+        let run = scratch.sluice(&args);
+        assert_fails_with(&run, &["the exchange address 0.0.0.0:0", "--exchange-bind", "--insecure"]);
+    }
+}
+
+#[test]
 fn a_worker_with_another_pipeline_is_refused_by_both_sides() {
     let (leading, joining) = (Scratch::new(), Scratch::new());
     leading.write("pipeline.toml", &NEXMARK.replace("THREADS", "1"));
@@ -405,6 +417,40 @@ fn a_lost_worker_restarted_with_the_same_command_rejoins_and_the_cluster_resumes
     assert_eq!(codes, [Some(0), Some(0), Some(0)], "{all}");
     assert!(seen[0].contains("was lost"), "the leader says which worker it lost:\n{all}");
     assert!(seen[2].contains("resuming from checkpoint 99"), "{all}");
+    assert_eq!(sorted_lines(&output(&shared, "out")), reference);
+}
+
+/// A follower frozen (SIGSTOP) past the loss timeout, then thawed (SIGCONT): the leader,
+/// alive, forms the cluster again and waits for it. The follower does not say that the
+/// leader is gone and every worker needs a restart: it says that it itself did not run,
+/// and that only it needs restarting; restarted alone, it joins again and the output is
+/// an uninterrupted run's.
+#[test]
+fn a_frozen_follower_says_that_only_it_needs_restarting() {
+    let reference = checkpointed_reference();
+    let shared = Scratch::new();
+    let workers: Vec<Scratch> = (0..2).map(|_| checkpointed_worker(&shared)).collect();
+    // The follower says when its tenth checkpoint's state is written: it runs by then.
+    let noted = failpoints(Some("checkpoint.after_state_written=9*off->1*return(note)"));
+    let (mut leader, mut follower) = start_pair(&workers[0], &failpoints(None), &workers[1], &noted);
+    follower.until("failpoint checkpoint.after_state_written reached");
+    let signal = |name: &str, worker: &Worker| {
+        let status = std::process::Command::new("kill").args([name, &worker.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|status| status.success()), "kill {name}");
+    };
+    signal("-STOP", &follower);
+    leader.until("forming the cluster again");
+    signal("-CONT", &follower);
+    let (code, said) = follower.finish();
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("did not run for") && said.contains("restart only this worker"), "{said}");
+    assert!(!said.contains("restart every worker with the same command (the leader first)"), "{said}");
+    let line = leader.seen.lines().find(|line| line.contains("--join ")).expect("the join command").to_string();
+    let address = line.split("--join ").nth(1).expect("an address").trim().to_string();
+    let restarted = Worker::start_with(&workers[1], &["--join", &address], &failpoints(None));
+    let (leader_code, leader_said) = leader.finish();
+    let (restarted_code, restarted_said) = restarted.finish();
+    assert_eq!((leader_code, restarted_code), (Some(0), Some(0)), "{leader_said}\n-----\n{restarted_said}");
     assert_eq!(sorted_lines(&output(&shared, "out")), reference);
 }
 
@@ -653,6 +699,44 @@ fn the_kubernetes_manifests_pipeline_is_valid() {
     scratch.write("pipeline.toml", &pipeline);
     let validated = scratch.sluice(&["validate", "pipeline.toml"]);
     assert!(validated.status.success(), "{}", stderr(&validated));
+}
+
+/// The Kubernetes guide's restart path: a pod killed for its memory is restarted with the
+/// same command, on the same host name, in a new pid namespace. The killed run (here in a
+/// pid namespace of its own, under `unshare`, dying right after publishing a checkpoint)
+/// leaves its lease, which nobody refreshes any more; the restart breaks it once its
+/// heartbeat has been silent for its expiry, without `sluice checkpoints unlock`, and
+/// resumes exactly once. Skipped where pid namespaces cannot be made.
+#[test]
+fn a_run_killed_in_another_container_resumes_without_unlock() {
+    let probe = std::process::Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
+    if !probe.is_ok_and(|probe| probe.status.success()) {
+        eprintln!("SKIPPED: cannot make a pid namespace here (unshare --pid needs root)");
+        return;
+    }
+    let reference = checkpointed_reference();
+    let shared = Scratch::new();
+    let worker = checkpointed_worker(&shared);
+    // `sh` is the namespace's first process: a first process ignores the SIGKILL it
+    // raises itself, and the failpoint's kill must land on sluice.
+    let killed = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", "\"$0\" \"$@\"; exit $?"])
+        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .args(["--quiet", "run", "pipeline.toml"])
+        .current_dir(worker.dir.path())
+        .env("SLUICE_FAILPOINTS", failpoints(Some("checkpoint.after_publish=3*off->return(kill)")))
+        .output()
+        .expect("run sluice under unshare");
+    assert!(
+        stderr(&killed).contains("killing the process"),
+        "the first run dies at its failpoint: {}",
+        stderr(&killed)
+    );
+    let restarted = worker.sluice(&["--quiet", "run", "pipeline.toml"]);
+    let text = stderr(&restarted);
+    assert!(restarted.status.success(), "{text}");
+    assert!(text.contains("broke the stale lease") && text.contains("did not refresh it"), "{text}");
+    assert_eq!(sorted_lines(&output(&shared, "out")), reference, "the restart resumes exactly once");
 }
 
 /// A join across workers: both inputs are routed by the key's hash to the worker that

@@ -542,6 +542,42 @@ fn exactly_once_into_a_topic_survives_a_kill() {
     assert_eq!(prices(&found), (0..input.len()).collect::<BTreeSet<_>>());
 }
 
+/// Killed on two threads, restarted on one: the restart has no writer for slot 1, whose
+/// producers the killed run left (maybe with an open transaction, which would hold
+/// `read_committed` readers back until its timeout). The writer of slot 0 fences them at
+/// once; every row is committed once over both runs.
+#[test]
+fn a_restore_onto_fewer_threads_fences_the_leftover_producers_at_once() {
+    let broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
+    let input = bids(12, 2);
+    produce_bids(&broker, "bids", &input);
+    let scratch = Scratch::new();
+    let pipeline = format!(
+        "[pipeline]\nname = \"p\"\nbatch_size = 2\n\n[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n{}\n\
+         [[view]]\nname = \"copies\"\nsql = \"SELECT price FROM bids\"\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"copies\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\ntopic = \"copies\"\n",
+        source(&broker, "bids", ""),
+        broker.address
+    );
+    scratch.write("pipeline.toml", &pipeline);
+    // One batch per lane and epoch: both threads commit a transaction in each epoch.
+    let crashed = sluice_command(scratch.dir.path())
+        .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "2"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;checkpoint.after_commit=1*off->return(kill)")
+        .output()
+        .expect("run sluice");
+    assert_eq!(crashed.status.signal(), Some(9), "killed at the failpoint:\n{}", stderr(&crashed));
+    let restarted = sluice_command(scratch.dir.path())
+        .args(["--log-level", "info", "run", "pipeline.toml", "--threads", "1"])
+        .output()
+        .expect("run sluice");
+    let text = stderr(&restarted);
+    assert!(restarted.status.success(), "restart failed:\n{text}");
+    assert!(text.contains("fenced the transactional ids of slots [1]"), "{text}");
+    let committed: usize = [&crashed, &restarted].iter().map(|run| committed_messages(&stderr(run))).sum();
+    assert_eq!(committed, input.len(), "committed transactions hold every row once");
+}
+
 /// The window that used to lose rows: a SIGKILL after manifest `e` was published and
 /// before the Kafka transaction of epoch `e` committed (the failpoint sits right before
 /// `commit_transaction`). The restart fences the producer (which aborts the

@@ -1,7 +1,8 @@
 //! The admin API's live page in a real headless browser (Debian's chromium, driven by
 //! chromedriver over the WebDriver HTTP protocol with a few plain requests): it loads,
 //! its graph shows every node of the running pipeline's `/graph`, the numbers on it
-//! move, its query box answers with rows of a materialized view, and a screenshot is a PNG (`SLUICE_PAGE_SCREENSHOT=PATH` keeps it: the one in
+//! move, its query box answers with rows of a materialized view, another site's page in
+//! the same browser can neither pause nor stop the job, and a screenshot is a PNG (`SLUICE_PAGE_SCREENSHOT=PATH` keeps it: the one in
 //! docs/ was made so). `scripts/test.sh` installs both; without them the test says so
 //! and passes. Every wait is on an event: chromedriver's line, a render of the page.
 
@@ -72,6 +73,14 @@ window.addEventListener('sluice:queried', e => done([e.detail, document.getEleme
   { once: true });
 document.getElementById('query-sql').value = 'SELECT auction, bids FROM per_auction ORDER BY bids DESC LIMIT 5';
 document.getElementById('query-run').click();";
+
+/// From another origin, POSTs to the API at `arguments[0]` as a cross-site page can
+/// (`no-cors`, a text body); answers how many got an answer (opaque to the page).
+const CROSS_SITE: &str = "const done = arguments[arguments.length - 1];
+const api = arguments[0];
+const sent = ['/pause', '/checkpoint', '/query', '/stop'].map(path => fetch(api + path,
+  { method: 'POST', mode: 'no-cors', body: JSON.stringify({ sql: 'SELECT 1' }) }));
+Promise.allSettled(sent).then(all => done(all.filter(r => r.status === 'fulfilled').length));";
 
 /// chromedriver, stopped when dropped.
 struct Driver {
@@ -238,6 +247,21 @@ fn the_page_shows_every_node_of_the_running_graph_with_moving_numbers() {
     if let Some(path) = std::env::var_os("SLUICE_PAGE_SCREENSHOT") {
         std::fs::write(&path, &png).expect("write the screenshot");
     }
+    // Another site's page in the same browser (the API's own page under another origin,
+    // http://localhost:PORT, is one) sends what a cross-site form or fetch can: simple
+    // POSTs with a text/plain body. The API refuses them all: the job neither pauses nor
+    // stops.
+    let elsewhere = format!("http://localhost:{}/", addr.port());
+    driver.call("POST", &format!("/session/{id}/url"), Some(json!({ "url": elsewhere })));
+    let sent = driver.call(
+        "POST",
+        &format!("/session/{id}/execute/async"),
+        Some(json!({ "script": CROSS_SITE, "args": [format!("http://{addr}")] })),
+    );
+    assert_eq!(sent, json!(4), "every cross-site request reached the API");
+    let (code, status) = request(addr, "GET", "/status");
+    assert_eq!(code, 200, "{status}");
+    assert_eq!(json_body(&status)["state"], "running", "a cross-site page paused or stopped the job");
     driver.call("DELETE", &format!("/session/{id}"), None);
     let (code, stop) = request(addr, "POST", "/stop");
     assert_eq!(code, 202, "{stop}");

@@ -203,3 +203,17 @@ fn a_reachable_control_address_needs_a_secret_or_insecure() {
         assert_eq!(check_control_bind(addr(reachable), None, true), Ok(()));
     }
 }
+
+#[test]
+fn a_reachable_exchange_address_needs_a_secret_or_insecure() {
+    let addr = |text: &str| text.parse::<SocketAddr>().expect("an address");
+    assert_eq!(check_exchange_bind(addr("127.0.0.1:0"), None, false), Ok(()));
+    for reachable in ["0.0.0.0:7500", "10.1.2.3:0"] {
+        let error = check_exchange_bind(addr(reachable), None, false).expect_err("refused");
+        assert_eq!(error.code, "cluster.insecure_bind");
+        assert!(error.message.contains(reachable) && error.message.contains("exchange address"), "{error}");
+        assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("--exchange-bind")), "{error}");
+        assert_eq!(check_exchange_bind(addr(reachable), Some(&secret("s")), false), Ok(()));
+        assert_eq!(check_exchange_bind(addr(reachable), None, true), Ok(()));
+    }
+}

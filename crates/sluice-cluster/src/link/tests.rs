@@ -14,6 +14,12 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 fn open_mesh(workers: u32, config: &LinkConfig, channels: &[(u32, u32, ChannelId)]) -> Vec<Worker> {
     let listeners: Vec<TcpListener> = (0..workers).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
+    open_mesh_on(listeners, config, channels)
+}
+
+/// [`open_mesh`] on listeners bound already, one per worker.
+fn open_mesh_on(listeners: Vec<TcpListener>, config: &LinkConfig, channels: &[(u32, u32, ChannelId)]) -> Vec<Worker> {
+    let workers = listeners.len() as u32;
     let addresses: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().expect("address")).collect();
     let mut builders: Vec<NetworkBuilder> = (0..workers)
         .map(|me| {
@@ -182,11 +188,29 @@ fn a_stray_connection_and_another_run_are_refused_and_the_mesh_still_opens() {
     // The foreign worker learns why it was refused.
     let reason = read_answer(&mut foreign).unwrap().expect("refused");
     assert!(reason.contains("run 0000000000000007"), "{reason}");
+    assert!(!reason.contains(&format!("{:016x}", 42)), "a refusal never names this run: {reason}");
     let _network_one = one.connect(&l1, no_secret).expect("worker 1 links");
     let _network_zero = accepting.join().unwrap().expect("worker 0 links despite the strays");
     sender.send(Message::Watermark(9)).unwrap();
     let (message, _) = inbox.messages.recv_timeout(PATIENCE).unwrap();
     assert!(matches!(message, Message::Watermark(9)));
+}
+
+#[test]
+fn two_silent_connections_on_the_exchange_port_do_not_stop_a_mesh_from_opening() {
+    let listeners: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    // Held for the whole test, sending nothing, ahead of every worker on worker 0's port:
+    // a handshake waits up to 10 s for a preamble, and the workers' wait for an answer
+    // is as long, so handshaking them in turn would fail workers 1 and 2.
+    let silent: Vec<TcpStream> =
+        (0..2).map(|_| TcpStream::connect(listeners[0].local_addr().unwrap()).unwrap()).collect();
+    let config = LinkConfig { io_timeout: PATIENCE, ..LinkConfig::default() };
+    let workers = open_mesh_on(listeners, &config, &[(1, 0, 1), (2, 0, 2), (2, 1, 3)]);
+    for (from, channel) in [(1, 1), (2, 2)] {
+        workers[from].senders[&channel].send(Message::Watermark(channel as i64)).unwrap();
+        assert!(matches!(workers[0].receive(channel), Message::Watermark(w) if w == channel as i64));
+    }
+    drop(silent);
 }
 
 #[test]

@@ -224,6 +224,28 @@ impl<I: Inbound, O: Outbound> Session<I, O> {
         let _ = self.socket.shutdown(Shutdown::Both);
     }
 
+    /// [`Session::lost_error`], or, when this side itself stalled just before, an error
+    /// that says so (`cluster.stalled`): the silence was most likely this worker's.
+    fn lost_error_after(&self, why: &str, stall: Option<Stall>) -> SluiceError {
+        let Some(stall) = stall else {
+            return self.lost_error(why);
+        };
+        SluiceError::external(
+            "cluster.stalled",
+            format!(
+                "the control session with {} is lost ({why}), but this worker itself did not run for {} (the \
+                 process was stopped, e.g. by SIGSTOP, or starved of CPU), and the loss timeout is {}: the silence \
+                 was most likely this worker's, and {} likely still runs",
+                self.label,
+                seconds(stall.late),
+                seconds(self.timing.loss_timeout),
+                self.label
+            ),
+        )
+        .with_kind(ErrorKind::LostPeer)
+        .with_fix("restart only this worker with the same command; see why this process did not run")
+    }
+
     fn lost_error(&self, why: &str) -> SluiceError {
         SluiceError::external("cluster.peer_lost", format!("the control session with {} is lost: {why}", self.label))
             .with_kind(ErrorKind::LostPeer)
@@ -251,7 +273,12 @@ impl<I: Inbound, O: Outbound> Session<I, O> {
     /// The reader thread: deliver, heartbeat, detect loss; returns once the session ended.
     fn read_loop(&self, stream: TcpStream, mut reader: FrameReader, max_queued: usize) {
         let mut last_received = Instant::now();
+        // This side's own last long pause (see `Stall`), while it may explain a loss.
+        let mut stall: Option<Stall> = None;
         while !self.ended.load(Ordering::Acquire) {
+            if stall.is_some_and(|stall| stall.resumed.elapsed() > self.timing.loss_timeout) {
+                stall = None;
+            }
             match reader.next_buffered() {
                 Ok(Some(message)) => {
                     if !self.deliver(message, max_queued) {
@@ -262,7 +289,7 @@ impl<I: Inbound, O: Outbound> Session<I, O> {
                 Ok(None) => {}
                 Err(problem) => {
                     let why = format!("it sent an invalid frame: {}", problem.into_error().message);
-                    return self.lose(self.lost_error(&why));
+                    return self.lose(self.lost_error_after(&why, stall));
                 }
             }
             let now = Instant::now();
@@ -270,11 +297,12 @@ impl<I: Inbound, O: Outbound> Session<I, O> {
             let decision =
                 liveness::tick(now, self.last_sent(), last_received, timing.heartbeat_interval, timing.loss_timeout);
             if let Some(silent) = decision.lost_after {
-                return self.lose(self.lost_error(&format!(
+                let why = format!(
                     "nothing arrived for {} (the loss timeout is {})",
                     seconds(silent),
                     seconds(timing.loss_timeout)
-                )));
+                );
+                return self.lose(self.lost_error_after(&why, stall));
             }
             if decision.send_heartbeat && self.send(&O::heartbeat()).is_err() {
                 return;
@@ -283,15 +311,26 @@ impl<I: Inbound, O: Outbound> Session<I, O> {
             if let Err(error) = stream.set_read_timeout(Some(wait)) {
                 return self.lose(self.lost_error(&format!("its socket failed: {error}")));
             }
-            match reader.fill(&mut &stream) {
+            let due = Instant::now() + wait;
+            let filled = reader.fill(&mut &stream);
+            // Woken far later than asked: this process did not run meanwhile.
+            let late = Instant::now().saturating_duration_since(due);
+            if late >= timing.loss_timeout / 2 {
+                stall = Some(Stall { resumed: Instant::now(), late });
+            }
+            match filled {
                 Ok(Fill::Data) => last_received = Instant::now(),
-                Ok(Fill::Closed { buffered: 0 }) => return self.lose(self.lost_error("it closed the connection")),
+                Ok(Fill::Closed { buffered: 0 }) => {
+                    return self.lose(self.lost_error_after("it closed the connection", stall));
+                }
                 Ok(Fill::Closed { buffered }) => {
                     let why = format!("it closed the connection in the middle of a frame ({buffered} bytes)");
-                    return self.lose(self.lost_error(&why));
+                    return self.lose(self.lost_error_after(&why, stall));
                 }
                 Err(error) if is_timeout(&error) => {}
-                Err(error) => return self.lose(self.lost_error(&format!("reading from it failed: {error}"))),
+                Err(error) => {
+                    return self.lose(self.lost_error_after(&format!("reading from it failed: {error}"), stall));
+                }
             }
         }
     }
@@ -322,6 +361,13 @@ impl<I: Inbound, O: Outbound> Session<I, O> {
         // A send fails only when the owner dropped its receiver: nobody listens any more.
         self.events.send(ControlEvent::Received { peer: self.peer, message }).is_ok()
     }
+}
+
+/// A pause of this side's own reader: it woke `late` after it asked to, at `resumed`.
+#[derive(Debug, Clone, Copy)]
+struct Stall {
+    resumed: Instant,
+    late: Duration,
 }
 
 /// The leader's control sessions, one per other worker.

@@ -53,6 +53,31 @@ fn golden_vector_of_a_register() {
 }
 
 #[test]
+fn a_thread_count_outside_the_configs_bounds_is_refused_when_decoded() {
+    let register = |threads| Register {
+        exchange_addr: "10.0.0.2:7000".into(),
+        threads,
+        fingerprint: "fp-1".into(),
+        host: "node-2".into(),
+        pid: 1,
+        build: "0.1.0".into(),
+        admin_addr: String::new(),
+    };
+    for threads in [0, MAX_WORKER_THREADS + 1, 1 << 31] {
+        let bytes = encode(&ControlMessage::Register(register(threads))).expect("encodes");
+        let error = decode(&bytes).expect_err("refused");
+        assert!(error.message.contains(&format!("{threads} threads")), "{error}");
+        let member = Member { id: 1, exchange_addr: "a:1".into(), threads, admin_addr: String::new() };
+        let welcome = Welcome { members: vec![member], you: 1, fingerprint: "fp".into() };
+        assert!(decode(&encode(&ControlMessage::Welcome(welcome)).expect("encodes")).is_err());
+    }
+    for threads in [1, MAX_WORKER_THREADS] {
+        let bytes = encode(&ControlMessage::Register(register(threads))).expect("encodes");
+        assert_eq!(decode(&bytes).expect("decodes"), ControlMessage::Register(register(threads)));
+    }
+}
+
+#[test]
 fn golden_vector_of_a_welcome() {
     let members = vec![
         Member { id: 0, exchange_addr: "127.0.0.1:7000".into(), threads: 2, admin_addr: "a:1".into() },
@@ -250,12 +275,14 @@ fn text() -> impl Strategy<Value = String> {
 }
 
 fn message() -> impl Strategy<Value = ControlMessage> {
-    let register = (text(), any::<u32>(), text(), text(), any::<u32>(), text(), text()).prop_map(
+    // Thread counts a worker may announce (others are refused: see the test above).
+    let threads = || 1..=MAX_WORKER_THREADS;
+    let register = (text(), threads(), text(), text(), any::<u32>(), text(), text()).prop_map(
         |(exchange_addr, threads, fingerprint, host, pid, build, admin_addr)| {
             ControlMessage::Register(Register { exchange_addr, threads, fingerprint, host, pid, build, admin_addr })
         },
     );
-    let member = (any::<u32>(), text(), any::<u32>(), text())
+    let member = (any::<u32>(), text(), threads(), text())
         .prop_map(|(id, exchange_addr, threads, admin_addr)| Member { id, exchange_addr, threads, admin_addr });
     let welcome = (vec(member, 0..6), any::<u32>(), text())
         .prop_map(|(members, you, fingerprint)| ControlMessage::Welcome(Welcome { members, you, fingerprint }));

@@ -124,6 +124,9 @@ pub struct KafkaSinkOptions {
     /// The most MiB of messages one exactly-once writer copies between two checkpoints
     /// (the copy recovery writes again, see `sink.rs`); `None`: the default.
     pub epoch_copy_mib: Option<u32>,
+    /// How long the brokers keep an exactly-once writer's transaction open before they
+    /// abort it (librdkafka's `transaction.timeout.ms`); `None`: the default.
+    pub transaction_timeout: Option<std::time::Duration>,
     pub client: Vec<(String, String)>,
 }
 
@@ -227,6 +230,14 @@ pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
         doc: "exactly-once: the most MiB of messages one thread writes between two checkpoints (each checkpoint keeps \
               a copy, held in memory until its commit, to write them again after a crash)",
     },
+    OptionDoc {
+        key: "transaction_timeout",
+        kind: "duration",
+        default: "\"15m\"",
+        doc: "exactly-once: how long the brokers keep a transaction open before aborting it (transaction.timeout.ms); \
+              longer than the checkpoint interval plus the checkpoint timeout, at most the brokers' \
+              transaction.max.timeout.ms",
+    },
     OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
 ];
 
@@ -248,6 +259,7 @@ const OWNED_SETTINGS: &[(&str, &str)] = &[
     ("enable.auto.offset.store", "offsets are committed after checkpoints"),
     ("transactional.id", "it is derived from the pipeline, sink and slot"),
     ("enable.idempotence", "the sink always uses the idempotent producer"),
+    ("transaction.timeout.ms", "set `transaction_timeout` instead"),
 ];
 
 fn client_fix(key: &str) -> String {
@@ -457,7 +469,17 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
     let format = format_choice(config.format.as_ref(), options, config.position, SINK_FORMATS, false, &mut errors);
     let format_valid = config.format.is_none() || format.is_some();
     let mut reader = options.read();
-    reader.check_keys(&["brokers", "topic", "mode", "key", "headers", "headers_column", "epoch_copy_mib", "client"]);
+    reader.check_keys(&[
+        "brokers",
+        "topic",
+        "mode",
+        "key",
+        "headers",
+        "headers_column",
+        "epoch_copy_mib",
+        "transaction_timeout",
+        "client",
+    ]);
     let brokers = brokers(&mut reader, "sink");
     let topic = reader.string("topic", "a non-empty topic name", "e.g. topic = \"hot_items\"", |s| !s.is_empty());
     let topic = reader.required("topic", topic, "add topic = \"<name>\" under [sink.options]");
@@ -470,6 +492,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
     let headers_column =
         reader.string("headers_column", "a column name", "e.g. headers_column = \"headers\"", |s| !s.is_empty());
     let epoch_copy_mib = reader.integer("epoch_copy_mib", 1..=1024, "e.g. epoch_copy_mib = 64");
+    let transaction_timeout = reader.duration("transaction_timeout", false, "e.g. transaction_timeout = \"15m\"");
     let client = client(&mut reader, "sink");
     let parsed = (|| {
         format_valid.then_some(())?;
@@ -482,6 +505,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
             headers_column: headers_column.optional()?.map(|c| c.value),
             format: format.unwrap_or(KafkaFormat::Json),
             epoch_copy_mib: epoch_copy_mib.optional()?,
+            transaction_timeout: transaction_timeout.optional()?,
             client: client?,
         })
     })();

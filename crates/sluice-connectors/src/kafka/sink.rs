@@ -16,6 +16,14 @@
 //! aborts its open transaction. Each epoch is written in a transaction of one of them,
 //! the writer switching to the other at each barrier:
 //!
+//! Every transactional producer sets `transaction.timeout.ms` to `transaction_timeout`
+//! (default [`TRANSACTION_TIMEOUT`], the brokers' default `transaction.max.timeout.ms`):
+//! a transaction stays open from the first message of an epoch until the commit after
+//! the next checkpoint, so librdkafka's own default (60 s) would let the brokers abort
+//! it under backpressure or with an interval of a minute or more. A broker whose maximum
+//! is below the value refuses `init_transactions`; the sink then fails with
+//! `sink.kafka_transaction_timeout`, naming the value and both fixes.
+//!
 //! - **write**: every message goes to the open transaction, and a copy of it (key,
 //!   value, headers) into the writer's recovery copy of the epoch, at most
 //!   `epoch_copy_mib` MiB (default [`EPOCH_COPY_MIB`]; more fails the write with
@@ -45,18 +53,29 @@
 //! prepared by an earlier process, which librdkafka cannot resume (it cannot take over
 //! a producer id and epoch); for each such record with messages:
 //!
-//! 1. producers with the ids of the record's writer (the other one first, then the
-//!    record's) call `init_transactions`: the earlier producers are fenced, and the
-//!    transactions they left open aborted (a committed one stays committed). Fencing
-//!    the writer's other producer too stops a zombie's next epoch at once, and settles
-//!    a broker that, as the test broker does, holds back a committed transaction's
-//!    offsets while a later transaction on the same partition is open;
+//! 1. before any record is resolved, producers with the ids of every such record's
+//!    writer (the other one first, then the record's) call `init_transactions`: the
+//!    earlier producers are fenced, and the transactions they left open aborted (a
+//!    committed one stays committed). Fencing the writer's other producer too stops a
+//!    zombie's next epoch at once, and fencing every writer first settles a broker
+//!    that, as the test broker does, holds back a committed transaction's offsets
+//!    while a later transaction (of any producer) on the same partition is open;
 //! 2. the marker group's committed offset on partition 0 of the topic tells what
 //!    happened: of the record's run and at least `e`, the transaction of epoch `e`
 //!    committed (the earlier run died after its commit): nothing more to do; of the
 //!    record's run and below `e`, of another run, or none, it was aborted;
 //! 3. then the record's messages are written again, in order, in a new transaction of
 //!    that producer with the marker of `e`, committed before the run goes on.
+//!
+//! **Fewer threads.** A run restored onto fewer threads (slots) than the one it restores
+//! has no writer for the earlier run's last slots, whose producers may have left a
+//! transaction open (the epoch after the checkpoint), holding back `read_committed`
+//! readers of its partitions until the transaction timeout. So the writer of slot 0
+//! first looks at the slots from the current count on: a slot whose marker groups hold
+//! a committed offset was used, and both its ids are fenced (`init_transactions`, which
+//! aborts what they left open) at once; the first slot never used ends the search (at
+//! most [`LEFTOVER_SLOTS_MAX`]). A slot that never committed a transaction is not found:
+//! its open transaction, if any, ends at its timeout.
 //!
 //! A crash during recovery leaves the same question, answered the same way at the
 //! next start. So every epoch's messages are committed exactly once whenever the run
@@ -129,10 +148,15 @@ use sluice_types::{Batch, Epoch, SluiceError};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::options::{KafkaFormat, KafkaSinkMode, KafkaSinkOptions};
-use super::record::{self, SavedMessages, TransactionRecord};
+use super::record::{self, RecordMessages, SavedMessages, TransactionRecord};
 
 /// The longest a flush, `init_transactions` or a transaction commit may take.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most slots past the current ones whose leftover producers are looked for.
+const LEFTOVER_SLOTS_MAX: u32 = 1024;
+/// The default of `transaction_timeout`: how long the brokers keep a transaction open,
+/// the brokers' default `transaction.max.timeout.ms` (15 minutes).
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The longest a writer waits for the commit of its producer's previous transaction.
 pub const PENDING_WAIT: Duration = Duration::from_secs(60);
 /// The longest a send waits for room in the producer's queue.
@@ -224,6 +248,9 @@ pub struct KafkaSink {
     run: u32,
     /// The transactional producers of this process, by id.
     producers: Mutex<HashMap<String, Arc<TransactionalProducer>>>,
+    /// Whether the ids an earlier run with more slots left were fenced (once, by the
+    /// writer of slot 0).
+    leftovers_fenced: std::sync::atomic::AtomicBool,
 }
 
 impl KafkaSink {
@@ -310,6 +337,7 @@ impl KafkaSink {
             headers_column,
             exactly_once: true,
             producers: Mutex::new(HashMap::new()),
+            leftovers_fenced: std::sync::atomic::AtomicBool::new(false),
             run: run_token(),
         })
     }
@@ -326,13 +354,25 @@ impl KafkaSink {
         format!("sluice-{}-{}-{slot}-{index}", self.pipeline, self.name)
     }
 
-    fn producer(&self, transactional_id: Option<&str>) -> Result<SinkProducer, SluiceError> {
-        let brokers = &self.options.brokers;
-        let mut config = client::base_config(brokers, &self.options.client);
+    /// How long the brokers keep a transaction of this sink open.
+    fn transaction_timeout(&self) -> Duration {
+        self.options.transaction_timeout.unwrap_or(TRANSACTION_TIMEOUT)
+    }
+
+    /// The librdkafka settings of a producer: transactional with `transactional_id`.
+    pub(super) fn producer_config(&self, transactional_id: Option<&str>) -> rdkafka::ClientConfig {
+        let mut config = client::base_config(&self.options.brokers, &self.options.client);
         config.set("enable.idempotence", "true");
         if let Some(id) = transactional_id {
             config.set("transactional.id", id);
+            config.set("transaction.timeout.ms", self.transaction_timeout().as_millis().to_string());
         }
+        config
+    }
+
+    fn producer(&self, transactional_id: Option<&str>) -> Result<SinkProducer, SluiceError> {
+        let brokers = &self.options.brokers;
+        let config = self.producer_config(transactional_id);
         let context = DeliveryContext {
             client: SluiceClientContext::new(brokers),
             failed: AtomicU64::new(0),
@@ -388,9 +428,7 @@ impl KafkaSink {
     fn transactional(&self, slot: u32, index: u32) -> Result<Arc<TransactionalProducer>, SluiceError> {
         let id = self.transactional_id(slot, index);
         let producer = self.producer(Some(&id))?;
-        producer
-            .init_transactions(FLUSH_TIMEOUT)
-            .map_err(|e| transaction_error(&self.options.brokers, &id, "init", &e))?;
+        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(&id, &e))?;
         let marker = self.marker_consumer(&id)?.group_metadata().ok_or_else(|| {
             SluiceError::internal("sink.kafka_marker", format!("the consumer of group {id} has no group metadata"))
         })?;
@@ -436,6 +474,51 @@ impl KafkaSink {
         })
     }
 
+    /// Fences the earlier producers of the writer of `record` (one with messages), the
+    /// other one first: every transaction they left open is aborted, and the record's
+    /// own is then committed or aborted.
+    fn fence_writer_of(&self, record: &TransactionRecord<'_>) -> Result<(), SluiceError> {
+        if record.messages.as_ref().is_none_or(RecordMessages::is_empty) {
+            return Ok(());
+        }
+        let id = record.transactional_id;
+        for id in sibling_id(id).iter().map(String::as_str).chain([id]) {
+            let producer = self.producer(Some(id))?;
+            producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
+        }
+        Ok(())
+    }
+
+    /// Fences the transactional ids of the slots from `slots` on that an earlier run with
+    /// more threads used (see "Fewer threads" in the module doc); returns those slots.
+    fn fence_leftovers(&self, slots: u32) -> Result<Vec<u32>, SluiceError> {
+        let mut fenced = Vec::new();
+        for slot in slots..slots.saturating_add(LEFTOVER_SLOTS_MAX) {
+            let ids = [self.transactional_id(slot, 0), self.transactional_id(slot, 1)];
+            let mut used = false;
+            for id in &ids {
+                used |= self.committed_marker(id)?.is_some();
+            }
+            if !used {
+                break;
+            }
+            for id in &ids {
+                let producer = self.producer(Some(id))?;
+                producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
+            }
+            fenced.push(slot);
+        }
+        if !fenced.is_empty() {
+            tracing::info!(
+                sink = %self.name,
+                "kafka sink `{}`: fenced the transactional ids of slots {fenced:?}, which an earlier run with more \
+                 threads left: a transaction they left open is aborted now, not at its timeout",
+                self.name
+            );
+        }
+        Ok(fenced)
+    }
+
     /// Resolves the transaction of `record`, which an earlier process prepared (see
     /// "Recovery" in the module doc).
     fn recover(&self, epoch: Epoch, record: &TransactionRecord<'_>) -> Result<(), SluiceError> {
@@ -454,15 +537,10 @@ impl KafkaSink {
             return Ok(());
         }
         let brokers = &self.options.brokers;
-        // Fences the earlier producers of the writer, the other one first: every
-        // transaction they left open is aborted, and the record's own is now committed
-        // or aborted.
-        if let Some(other) = sibling_id(id) {
-            let producer = self.producer(Some(&other))?;
-            producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, &other, "init", &e))?;
-        }
+        // The record's producer, fenced already (`fence_writer_of`): its transaction is
+        // committed or aborted now. Opening it again fences nothing more.
         let producer = self.producer(Some(id))?;
-        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, id, "init", &e))?;
+        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
         match self.committed_marker(id)? {
             Some((run, committed)) if run == record.run && committed == record.epoch => {
                 tracing::info!(
@@ -557,6 +635,32 @@ fn poisoned(sink: &str) -> SluiceError {
     SluiceError::internal("sink.kafka", format!("sink `{sink}`: a writer panicked holding the producers"))
 }
 
+impl KafkaSink {
+    /// Why `init_transactions` of producer `id` failed: a transaction timeout above the
+    /// brokers' maximum named as such.
+    pub(super) fn init_error(&self, id: &str, error: &KafkaError) -> SluiceError {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::InvalidTransactionTimeout) {
+            return transaction_error(&self.options.brokers, id, "init", error);
+        }
+        let timeout = self.transaction_timeout();
+        SluiceError::user(
+            "sink.kafka_transaction_timeout",
+            format!(
+                "sink `{}`: brokers {} refuse a transaction timeout of {} ms (transaction_timeout): it is above \
+                 their transaction.max.timeout.ms ({error})",
+                self.name,
+                self.options.brokers,
+                timeout.as_millis()
+            ),
+        )
+        .with_fix(
+            "set transaction_timeout under [sink.options] below the brokers' transaction.max.timeout.ms (but longer \
+             than the checkpoint interval plus the checkpoint timeout), or raise transaction.max.timeout.ms on the \
+             brokers",
+        )
+    }
+}
+
 fn transaction_error(brokers: &str, id: &str, step: &str, error: &KafkaError) -> SluiceError {
     SluiceError::external(
         "sink.kafka_transaction",
@@ -574,7 +678,7 @@ impl SinkFactory for KafkaSink {
         SinkParallelism::PerThread
     }
 
-    fn open(&self, slot: u32, _slots: u32, staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
+    fn open(&self, slot: u32, slots: u32, staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
         let output = Output {
             sink: self.name.clone(),
             brokers: self.options.brokers.clone(),
@@ -593,6 +697,9 @@ impl SinkFactory for KafkaSink {
         };
         if !staged || !self.exactly_once {
             return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
+        }
+        if slot == 0 && !self.leftovers_fenced.swap(true, Ordering::AcqRel) {
+            self.fence_leftovers(slots)?;
         }
         let producers = [self.transactional(slot, 0)?, self.transactional(slot, 1)?];
         Ok(Box::new(TransactionalWriter {
@@ -628,14 +735,26 @@ impl SinkFactory for KafkaSink {
     }
 
     fn commit(&self, epoch: Epoch, records: &[Vec<u8>]) -> Result<(), SluiceError> {
+        let mut held = Vec::new();
+        let mut earlier = Vec::new();
         for bytes in records.iter().filter(|r| !r.is_empty()) {
             let record = TransactionRecord::decode(&self.name, bytes)?;
             let found = self.producers.lock().map_err(|_| poisoned(&self.name))?.get(record.transactional_id).cloned();
-            let Some(shared) = found else {
-                // Prepared by an earlier process: recovery.
-                self.recover(epoch, &record)?;
-                continue;
-            };
+            match found {
+                Some(shared) => held.push((record, shared)),
+                None => earlier.push(record),
+            }
+        }
+        // Prepared by an earlier process: recovery. Every writer's producers are fenced
+        // before any marker is read, so that no writer's open transaction holds back
+        // another's committed marker (as the test broker does across producers).
+        for record in &earlier {
+            self.fence_writer_of(record)?;
+        }
+        for record in &earlier {
+            self.recover(epoch, record)?;
+        }
+        for (record, shared) in held {
             let mut state = shared.state.lock().map_err(|_| poisoned(&self.name))?;
             match *state {
                 TransactionState::Prepared(prepared) if prepared == record.epoch => {

@@ -197,6 +197,27 @@ fn upsert_mode_needs_a_key_and_takes_the_streams_by_default() {
 }
 
 #[test]
+fn transactions_stay_open_for_the_transaction_timeout_not_librdkafkas_minute() {
+    let sink = kafka_sink("", false, None).expect("valid");
+    let timeout = |sink: &KafkaSink, id| sink.producer_config(id).get("transaction.timeout.ms").map(str::to_owned);
+    // The brokers' default maximum, far past librdkafka's 60 s and the default
+    // checkpoint timeout of 10 minutes.
+    assert_eq!(timeout(&sink, Some("t")).as_deref(), Some("900000"));
+    assert_eq!(timeout(&sink, None), None, "an idempotent producer has no transactions");
+    let sink = kafka_sink("transaction_timeout = \"30m\"\n", false, None).expect("valid");
+    assert_eq!(timeout(&sink, Some("t")).as_deref(), Some("1800000"));
+    let refused = sink_options("[sink.options.client]\n\"transaction.timeout.ms\" = \"60000\"\n").expect_err("owned");
+    assert!(refused.contains("transaction_timeout"), "{refused}");
+    assert!(sink_options("transaction_timeout = \"0s\"\n").is_err());
+    // A broker whose transaction.max.timeout.ms is lower refuses init_transactions.
+    let above = rdkafka::error::KafkaError::Global(rdkafka::types::RDKafkaErrorCode::InvalidTransactionTimeout);
+    let error = sink.init_error("t", &above);
+    assert_eq!(error.code, "sink.kafka_transaction_timeout");
+    assert!(error.message.contains("1800000 ms") && error.message.contains("transaction.max.timeout.ms"), "{error}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("checkpoint interval")), "{error}");
+}
+
+#[test]
 fn upsert_actions_drop_a_retraction_whose_key_gets_a_later_value() {
     let (k1, k2) = (&b"{\"a\":1}"[..], &b"{\"a\":2}"[..]);
     // -U k1, +U k1: one upsert. -D k2: a tombstone. +I k2 then -D k2: an upsert, then

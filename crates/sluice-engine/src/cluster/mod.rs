@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, bounded};
 use sluice_checkpoint::{CheckpointStore, Lease, Manifest};
-use sluice_cluster::auth::{Role, Secret, authenticate, check_control_bind};
+use sluice_cluster::auth::{Role, Secret, authenticate, check_control_bind, check_exchange_bind};
 use sluice_cluster::link::{Authenticator, LinkConfig, NetworkBuilder};
 use sluice_cluster::rendezvous::{
     self, ControlEvent, ControlSettings, LeaderControl, Membership, WorkerControl, WorkerInfo,
@@ -72,7 +72,7 @@ pub struct ClusterOptions {
     /// (a wildcard bind, a NAT).
     pub advertise: Option<String>,
     pub secret: Option<Secret>,
-    /// Lead on a non-loopback control address without a secret.
+    /// Listen on a non-loopback control or exchange address without a secret.
     pub insecure: bool,
     /// How long the rendezvous may take.
     pub join_timeout: Duration,
@@ -184,6 +184,7 @@ fn prepare_round(
     }
     let threads = pipeline.config.pipeline.threads;
     let local = pipeline.compile(None)?;
+    check_exchange_bind(options.exchange_bind, options.secret.as_ref(), options.insecure).map_err(EngineError::new)?;
     let exchange = TcpListener::bind(options.exchange_bind).map_err(|error| {
         EngineError::new(
             SluiceError::external(
@@ -522,6 +523,16 @@ fn run_token(membership: &Membership) -> u64 {
 }
 
 pub(crate) fn leader_lost(error: &SluiceError) -> SluiceError {
+    if error.code == "cluster.stalled" {
+        // The leader most likely runs on and forms the cluster again without this worker.
+        return SluiceError::external("cluster.stalled", format!("lost the leader: {}", error.message))
+            .with_kind(ErrorKind::LostPeer)
+            .with_fix(
+                "restart only this worker with the same command: with checkpoints the leader, still running, waits \
+                 for it to join again (--join-timeout) and the cluster resumes from its last checkpoint; without \
+                 checkpoints the run failed on every worker, so restart them all (the leader first)",
+            );
+    }
     SluiceError::external("cluster.leader_lost", format!("lost the leader: {}", error.message))
         .with_kind(ErrorKind::LostPeer)
         .with_fix("restart every worker with the same command (the leader first)")
