@@ -77,7 +77,9 @@
 //! of version 2); version 5 has both: `Pause` and `PauseRequested` (pausing the sources
 //! of every worker from any of them), and `Acked` carrying manifest parts of version 3
 //! (a vnode's state is a range of an object, and a sink record may name an object the
-//! worker wrote: `sluice-engine`'s `checkpointing::part`).
+//! worker wrote: `sluice-engine`'s `checkpointing::part`); version 6 carries manifest
+//! parts of version 4 (an operator's state is the runs of its instances, incremental
+//! checkpoints) and bounds a `Register`'s or `Welcome`'s thread counts as the config does.
 //!
 //! A body must be consumed exactly (trailing bytes are refused). Bodies are not required
 //! to be canonical (postcard also accepts over-long varints): a control message is never
@@ -104,7 +106,7 @@ use serde::{Deserialize, Serialize};
 use sluice_types::SluiceError;
 
 /// The control encoding this build speaks.
-pub const WIRE_VERSION: u16 = 5;
+pub const WIRE_VERSION: u16 = 6;
 /// The first bytes of every control frame.
 pub const CONTROL_MAGIC: [u8; 4] = *b"SLCC";
 /// The header's length: magic, version, kind, body length.

@@ -38,7 +38,7 @@ fn golden_vector_of_a_register() {
     };
     let fields = [
         "53 4c 43 43",                               // magic "SLCC"
-        "05 00",                                     // wire version 5
+        "06 00",                                     // wire version 6
         "01",                                        // kind: register
         "31 00 00 00",                               // body: 49 bytes
         "0d 31 30 2e 30 2e 30 2e 32 3a 37 30 30 30", // exchange_addr "10.0.0.2:7000"
@@ -84,7 +84,7 @@ fn golden_vector_of_a_welcome() {
         Member { id: 1, exchange_addr: "127.0.0.1:7001".into(), threads: 3, admin_addr: String::new() },
     ];
     let fields = [
-        "53 4c 43 43 05 00",                                  // magic, version 5
+        "53 4c 43 43 06 00",                                  // magic, version 6
         "02",                                                 // kind: welcome
         "2e 00 00 00",                                        // body: 46 bytes
         "02",                                                 // 2 members
@@ -117,8 +117,8 @@ fn golden_vectors_of_the_leaders_commands() {
         (ToWorker::Pause { paused: false }, &["02 00 00 00", "07 00"]),
     ];
     for (command, fields) in cases {
-        // magic, version 5, kind 3 (to-worker), then the length and the body.
-        let fields = [&["53 4c 43 43 05 00 03"], fields].concat();
+        // magic, version 6, kind 3 (to-worker), then the length and the body.
+        let fields = [&["53 4c 43 43 06 00 03"], fields].concat();
         check_golden(ControlMessage::ToWorker(command), &fields);
     }
 }
@@ -136,21 +136,21 @@ fn golden_vectors_of_the_workers_reports() {
         (ToLeader::PauseRequested { paused: false }, &["02 00 00 00", "06 00"]),
     ];
     for (report, fields) in cases {
-        // magic, version 5, kind 4 (to-leader), then the length and the body.
-        let fields = [&["53 4c 43 43 05 00 04"], fields].concat();
+        // magic, version 6, kind 4 (to-leader), then the length and the body.
+        let fields = [&["53 4c 43 43 06 00 04"], fields].concat();
         check_golden(ControlMessage::ToLeader(report), &fields);
     }
 }
 
 #[test]
 fn golden_vector_of_a_refusal() {
-    // magic, version 5, kind 0, 2 bytes, "no"
-    check_golden(ControlMessage::Refusal("no".into()), &["53 4c 43 43 05 00 00 02 00 00 00 6e 6f"]);
+    // magic, version 6, kind 0, 2 bytes, "no"
+    check_golden(ControlMessage::Refusal("no".into()), &["53 4c 43 43 06 00 00 02 00 00 00 6e 6f"]);
 }
 
 #[test]
 fn a_refusal_of_any_version_decodes_and_other_frames_of_another_version_do_not() {
-    for version in [0, 1, 2, 3, 4, 6, 0xbeef, u16::MAX] {
+    for version in [0, 1, 2, 3, 4, 5, 7, 0xbeef, u16::MAX] {
         let frame = encode_as(&ControlMessage::Refusal("you are on another version".into()), version).expect("encodes");
         assert_eq!(
             decode(&frame),
@@ -165,7 +165,7 @@ fn a_refusal_of_any_version_decodes_and_other_frames_of_another_version_do_not()
         let error = decode(&frame).expect_err("another version");
         assert_eq!(error.code, "cluster.wire_version");
         assert!(error.message.contains(&format!("version {version}")), "{error}");
-        assert!(error.message.contains("speaks 5"), "{error}");
+        assert!(error.message.contains("speaks 6"), "{error}");
     }
     // Invalid UTF-8 in a refusal is shown, never an error.
     let frame = [&CONTROL_MAGIC[..], &[7, 0, 0, 2, 0, 0, 0, 0xff, b'x']].concat();
