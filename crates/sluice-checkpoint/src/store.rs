@@ -28,9 +28,12 @@
 //! manifest is never overwritten (create-only publish).
 //!
 //! If `publish` returns an error, manifest `e` may or may not be committed (the failure may
-//! have come after the atomic step). The caller must treat that like a crash and recover
-//! from the store, which then decides: a committed `e` is restored, and its sinks'
-//! pre-commit records are committed by recovery.
+//! have come after the atomic step). The runtime fails that checkpoint and tries again at
+//! the next interval under a higher epoch, keeping `e`'s sink records to commit with the
+//! next published manifest, which also names every state object `e` named (a worker's
+//! runs stay in its lists once written, whether or not their manifest was published). A
+//! committed `e` is harmless: epochs only increase, publish is create-only, and recovery
+//! restores the newest manifest and commits its records (commits are idempotent).
 //!
 //! Readers trust nothing: [`CheckpointStore::load`] decodes with checksums,
 //! [`CheckpointStore::verify`] reads every object back and checks size and checksum, and

@@ -133,6 +133,10 @@ pub struct SinkContext<'a> {
     /// "exactly-once"`); a sink whose staging costs something (a PostgreSQL prepared
     /// transaction) stages only then.
     pub exactly_once: bool,
+    /// With checkpoints: the longest a checkpoint may take from one barrier to the next
+    /// one's end (`[checkpoint] interval` + `timeout`), so an epoch's staged output
+    /// (a Kafka transaction) must stay open at least that long.
+    pub checkpoint_span: Option<std::time::Duration>,
 }
 
 /// Every connector a pipeline may name.

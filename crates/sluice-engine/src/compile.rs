@@ -163,6 +163,7 @@ impl Pipeline {
                     .checkpoint
                     .as_ref()
                     .is_some_and(|c| c.guarantee == sluice_config::Guarantee::ExactlyOnce),
+                checkpoint_span: self.config.checkpoint.as_ref().map(|c| c.interval.saturating_add(c.timeout)),
             };
             let factory = configured
                 .build(&context)

@@ -178,7 +178,8 @@ impl ConfiguredSink for ConfiguredKafkaSink {
             context.updating,
             context.upsert_key.as_deref(),
         )?
-        .with_exactly_once(context.exactly_once);
+        .with_exactly_once(context.exactly_once)
+        .with_checkpoint_span(context.checkpoint_span)?;
         Ok(Arc::new(sink))
     }
 }

@@ -17,7 +17,9 @@
 //! the writer switching to the other at each barrier:
 //!
 //! Every transactional producer sets `transaction.timeout.ms` to `transaction_timeout`
-//! (default [`TRANSACTION_TIMEOUT`], the brokers' default `transaction.max.timeout.ms`):
+//! (default [`TRANSACTION_TIMEOUT`], the brokers' default `transaction.max.timeout.ms`,
+//! or a minute more than `[checkpoint] interval` + `timeout` when that is longer; a
+//! `transaction_timeout` not above that sum is refused when the sink is built):
 //! a transaction stays open from the first message of an epoch until the commit after
 //! the next checkpoint, so librdkafka's own default (60 s) would let the brokers abort
 //! it under backpressure or with an interval of a minute or more. A broker whose maximum
@@ -251,6 +253,8 @@ pub struct KafkaSink {
     /// Whether the ids an earlier run with more slots left were fenced (once, by the
     /// writer of slot 0).
     leftovers_fenced: std::sync::atomic::AtomicBool,
+    /// `[checkpoint] interval` + `timeout`, when the run checkpoints.
+    checkpoint_span: Option<Duration>,
 }
 
 impl KafkaSink {
@@ -339,7 +343,32 @@ impl KafkaSink {
             producers: Mutex::new(HashMap::new()),
             leftovers_fenced: std::sync::atomic::AtomicBool::new(false),
             run: run_token(),
+            checkpoint_span: None,
         })
+    }
+
+    /// The longest a checkpoint may take (`[checkpoint] interval` + `timeout`): a
+    /// transaction stays open that long at least, so the default timeout is a minute more
+    /// when that is above [`TRANSACTION_TIMEOUT`], and a `transaction_timeout` within it
+    /// is refused.
+    pub fn with_checkpoint_span(mut self, span: Option<Duration>) -> Result<KafkaSink, SluiceError> {
+        if let (Some(span), Some(timeout)) = (span, self.options.transaction_timeout)
+            && timeout <= span
+        {
+            return Err(SluiceError::user(
+                "sink.kafka_transaction_timeout",
+                format!(
+                    "sink `{}`: transaction_timeout = {} ms is not longer than a checkpoint may take ({} ms: [checkpoint] \
+                     interval + timeout), so the brokers would abort an epoch's transaction before its commit",
+                    self.name,
+                    timeout.as_millis(),
+                    span.as_millis()
+                ),
+            )
+            .with_fix("raise transaction_timeout above [checkpoint] interval + timeout (and the brokers' transaction.max.timeout.ms with it), or checkpoint more often"));
+        }
+        self.checkpoint_span = span;
+        Ok(self)
     }
 
     /// Whether checkpoints of this run are exactly-once (the default) or at-least-once,
@@ -356,7 +385,9 @@ impl KafkaSink {
 
     /// How long the brokers keep a transaction of this sink open.
     fn transaction_timeout(&self) -> Duration {
-        self.options.transaction_timeout.unwrap_or(TRANSACTION_TIMEOUT)
+        let needed =
+            self.checkpoint_span.map_or(TRANSACTION_TIMEOUT, |span| span.saturating_add(Duration::from_secs(60)));
+        self.options.transaction_timeout.unwrap_or(TRANSACTION_TIMEOUT.max(needed))
     }
 
     /// The librdkafka settings of a producer: transactional with `transactional_id`.

@@ -217,6 +217,23 @@ fn transactions_stay_open_for_the_transaction_timeout_not_librdkafkas_minute() {
     assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("checkpoint interval")), "{error}");
 }
 
+/// A transaction stays open from an epoch's first message to the commit after its
+/// checkpoint: the default timeout covers the longest checkpoint the run allows, and a
+/// `transaction_timeout` that does not is refused when the sink is built.
+#[test]
+fn the_transaction_timeout_outlasts_the_longest_checkpoint() {
+    let timeout = |sink: &KafkaSink| sink.producer_config(Some("t")).get("transaction.timeout.ms").map(str::to_owned);
+    let minutes = |m: u64| Some(std::time::Duration::from_secs(m * 60));
+    let short = kafka_sink("", false, None).expect("valid").with_checkpoint_span(minutes(11)).expect("fits");
+    assert_eq!(timeout(&short).as_deref(), Some("900000"), "15 minutes cover 11");
+    let long = kafka_sink("", false, None).expect("valid").with_checkpoint_span(minutes(30)).expect("fits");
+    assert_eq!(timeout(&long).as_deref(), Some("1860000"), "a minute more than 30");
+    let set = kafka_sink("transaction_timeout = \"20m\"\n", false, None).expect("valid");
+    let Err(error) = set.with_checkpoint_span(minutes(20)) else { panic!("not longer than a checkpoint") };
+    assert_eq!(error.code, "sink.kafka_transaction_timeout");
+    assert!(error.message.contains("1200000 ms") && error.fix.is_some(), "{error}");
+}
+
 #[test]
 fn upsert_actions_drop_a_retraction_whose_key_gets_a_later_value() {
     let (k1, k2) = (&b"{\"a\":1}"[..], &b"{\"a\":2}"[..]);

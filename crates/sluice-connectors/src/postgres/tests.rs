@@ -87,6 +87,7 @@ fn resolve(text: &str, updating: bool, upsert_key: Option<Vec<usize>>) -> Result
         updating,
         upsert_key,
         exactly_once: true,
+        checkpoint_span: None,
     };
     resolve_mode("out", &options, &context).map_err(|e| e.to_string())
 }
