@@ -73,11 +73,13 @@ pub struct PipelineSection {
     /// input batch.
     pub mini_batch_rows: usize,
     /// MiB of state held in memory per worker before the rest spills to files in
-    /// `spill_dir` (today: the rows of regular joins' append-only inputs).
+    /// `state_dir` (today: the rows of regular joins' append-only inputs and of TopN).
     pub state_memory_mib: u32,
-    /// Where spilled state goes, relative to the pipeline file; None: the system's
-    /// temporary directory (`TMPDIR`, else `/tmp`).
-    pub spill_dir: Option<String>,
+    /// This worker's local state directory, relative to the pipeline file: spilled
+    /// state, and the runs a checkpoint writes before their upload (`spill_dir`, its
+    /// older name, is read too); None: the system's temporary directory (`TMPDIR`, else
+    /// `/tmp`).
+    pub state_dir: Option<String>,
 }
 
 impl PipelineSection {
@@ -95,7 +97,7 @@ impl PipelineSection {
             local_aggregation: true,
             mini_batch_rows: DEFAULT_MINI_BATCH_ROWS,
             state_memory_mib: DEFAULT_STATE_MEMORY_MIB,
-            spill_dir: None,
+            state_dir: None,
         }
     }
 }

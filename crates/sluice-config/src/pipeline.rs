@@ -19,6 +19,7 @@ const KEYS: &[&str] = &[
     "local_aggregation",
     "mini_batch_rows",
     "state_memory_mib",
+    "state_dir",
     "spill_dir",
 ];
 
@@ -106,16 +107,27 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
              e.g. state_memory_mib = 16 (the default)",
         )
         .or(DEFAULT_STATE_MEMORY_MIB);
-    let spill_dir = ctx
-        .string(
+    let directory = |ctx: &mut Ctx<'_>, key: &str| {
+        ctx.string(
             sec,
-            "spill_dir",
+            key,
             "a directory path",
-            "set spill_dir to a local directory for state beyond state_memory_mib, e.g. spill_dir = \"/var/tmp\" \
-             (default: the system's temporary directory)",
+            "set state_dir to a local directory for state beyond state_memory_mib and the runs a checkpoint writes \
+             before their upload, e.g. state_dir = \"/var/lib/sluice\" (default: the system's temporary directory)",
             |s| !s.trim().is_empty(),
         )
-        .optional();
+    };
+    // `spill_dir` is the older name of `state_dir`.
+    let state_dir = match (directory(ctx, "state_dir"), directory(ctx, "spill_dir")) {
+        (Field::Present(_, _), Field::Present(_, position)) => {
+            let message = "spill_dir is the older name of state_dir: set one of them";
+            ctx.error_in(sec, position, message, "remove spill_dir and keep state_dir");
+            Field::Invalid
+        }
+        (Field::Absent, older) => older,
+        (newer, _) => newer,
+    };
+    let state_dir = state_dir.optional();
     Some(PipelineSection {
         name: name?.value,
         threads: threads?,
@@ -128,7 +140,7 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
         local_aggregation: local_aggregation?,
         mini_batch_rows: mini_batch_rows?,
         state_memory_mib: state_memory_mib?,
-        spill_dir: spill_dir?.map(|dir| dir.value),
+        state_dir: state_dir?.map(|dir| dir.value),
     })
 }
 

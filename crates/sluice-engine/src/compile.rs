@@ -229,30 +229,30 @@ impl Pipeline {
         Ok(layout.slots_of(worker).start)
     }
 
-    /// Where state beyond `[pipeline] state_memory_mib` goes: `spill_dir` (relative to
+    /// Where state beyond `[pipeline] state_memory_mib` goes: `state_dir` (relative to
     /// the pipeline file), else the system's temporary directory; it must be a directory
     /// this process can write.
     fn spill_space(&self) -> Result<Arc<sluice_operators::spill::SpillSpace>, EngineError> {
         let section = &self.config.pipeline;
-        let dir = match &section.spill_dir {
+        let dir = match &section.state_dir {
             Some(dir) => self.base_dir.join(dir),
             None => std::env::temp_dir(),
         };
-        let fix = "create it, or set [pipeline] spill_dir to an existing local directory this process may write \
+        let fix = "create it, or set [pipeline] state_dir to an existing local directory this process may write \
                    (state beyond state_memory_mib is written there)";
         if !dir.is_dir() {
             let error = SluiceError::user(
-                "pipeline.spill_dir",
-                format!("the spill directory {} is not a directory this process can see", dir.display()),
+                "pipeline.state_dir",
+                format!("the state directory {} is not a directory this process can see", dir.display()),
             )
             .with_fix(fix);
             return Err(EngineError::at(&self.file, None, error));
         }
-        // A spill file is made at the first spill, maybe hours in: find out now.
+        // A spill file or a run is made at the first spill or checkpoint, maybe hours in: find out now.
         if let Err(error) = tempfile::tempfile_in(&dir) {
             let error = SluiceError::user(
-                "pipeline.spill_dir",
-                format!("cannot create a file in the spill directory {}: {error}", dir.display()),
+                "pipeline.state_dir",
+                format!("cannot create a file in the state directory {}: {error}", dir.display()),
             )
             .with_fix(fix);
             return Err(EngineError::at(&self.file, None, error));

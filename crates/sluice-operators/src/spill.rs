@@ -2,7 +2,7 @@
 //!
 //! A [`SpillSpace`] is one budget per pipeline and worker process: `[pipeline]
 //! state_memory_mib` of state bytes held in memory, summed over every operator instance
-//! that spills, and the directory (`[pipeline] spill_dir`, by default the system's
+//! that spills, and the directory (`[pipeline] state_dir`, by default the system's
 //! temporary directory) where the rest goes. Today the rows of a regular join's
 //! append-only side spill (`crate::join`), and the rows a TopN keeps (`crate::topn`):
 //! rows written once and never changed, so a spilled chunk of them is an immutable range
@@ -139,7 +139,7 @@ impl SpillSpace {
                 format!("cannot create a spill file in {}: {error}", self.dir.display()),
             )
             .with_fix(
-                "set [pipeline] spill_dir to a writable local directory with free space, \
+                "set [pipeline] state_dir to a writable local directory with free space, \
                  or raise [pipeline] state_memory_mib to keep more state in memory",
             )
         })
@@ -162,7 +162,7 @@ impl SpilledChunk {
         out.resize(at + range.len(), 0);
         self.file.read_exact_at(&mut out[at..], self.offset + range.start as u64).map_err(|error| {
             SluiceError::external("state.spill", format!("cannot read back spilled state: {error}"))
-                .with_fix("check the disk of [pipeline] spill_dir")
+                .with_fix("check the disk of [pipeline] state_dir")
         })
     }
 
@@ -299,7 +299,7 @@ impl SpillLog {
                 ),
             )
             .with_fix(
-                "free space on the disk of [pipeline] spill_dir, point spill_dir at a larger disk, \
+                "free space on the disk of [pipeline] state_dir, point state_dir at a larger disk, \
                  or raise [pipeline] state_memory_mib",
             )
         })?;
@@ -507,6 +507,6 @@ mod tests {
         log.append(b"12345678").expect("the first chunk needs no file");
         let error = log.append(b"abcdefgh").expect_err("the spill has nowhere to go");
         let text = error.to_string();
-        assert!(text.contains("/nonexistent/sluice-spill") && text.contains("spill_dir"), "{text}");
+        assert!(text.contains("/nonexistent/sluice-spill") && text.contains("state_dir"), "{text}");
     }
 }

@@ -70,22 +70,31 @@ fn two_sinks_writing_one_path_are_refused() {
 }
 
 #[test]
-fn a_spill_directory_that_is_not_one_is_refused_at_start() {
+fn a_state_directory_that_is_not_one_is_refused_at_start() {
     let scratch = Scratch::new();
     events(&scratch, "in.jsonl");
     scratch.write("a-file", "not a directory\n");
-    for dir in ["no-such-dir", "a-file"] {
+    // `spill_dir` is the older name of `state_dir`, and is read the same.
+    for (key, dir) in [("state_dir", "no-such-dir"), ("state_dir", "a-file"), ("spill_dir", "a-file")] {
         let pipeline = copy_pipeline("in.jsonl", "out.jsonl").replacen(
             "name = \"copy\"\n",
-            &format!("name = \"copy\"\nspill_dir = \"{dir}\"\n"),
+            &format!("name = \"copy\"\n{key} = \"{dir}\"\n"),
             1,
         );
         scratch.write("pipeline.toml", &pipeline);
         for command in ["validate", "run"] {
             let run = scratch.sluice(&[command, "pipeline.toml"]);
-            assert_fails_with(&run, &["spill directory", dir, "is not a directory", "fix:", "spill_dir"]);
+            assert_fails_with(&run, &["state directory", dir, "is not a directory", "fix:", "state_dir"]);
         }
     }
+    let both = copy_pipeline("in.jsonl", "out.jsonl").replacen(
+        "name = \"copy\"\n",
+        "name = \"copy\"\nstate_dir = \".\"\nspill_dir = \".\"\n",
+        1,
+    );
+    scratch.write("pipeline.toml", &both);
+    let run = scratch.sluice(&["validate", "pipeline.toml"]);
+    assert_fails_with(&run, &["older name of state_dir", "fix:"]);
     assert!(!scratch.path("out.jsonl").exists(), "nothing ran");
 }
 

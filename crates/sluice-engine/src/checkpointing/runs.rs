@@ -299,7 +299,7 @@ fn local_error(dir: &Path, written: u64, error: impl std::fmt::Display) -> Sluic
         ),
     )
     .with_fix(
-        "free space on that disk, or set [pipeline] spill_dir to a writable local directory on a disk with room \
+        "free space on that disk, or set [pipeline] state_dir to a writable local directory on a disk with room \
          for the state's largest checkpoint",
     )
 }
