@@ -55,6 +55,38 @@ pub(crate) fn corrupt(state: &str, what: &str) -> SluiceError {
     SluiceError::internal("state.corrupt", format!("{state} state is damaged or from another plan: {what}"))
 }
 
+/// Keys a restore checks per decoding.
+const CHECKED_KEYS: usize = 4096;
+
+/// Refuses `keys` unless each is a key of `encoder`'s columns in its canonical encoding
+/// (decoded and encoded again, it gives its own bytes): a key of another plan, or one
+/// that a later row of the same value would not find. `what` names the keys in errors.
+pub(crate) fn check_keys<'k>(
+    encoder: &sluice_types::key::KeyEncoder,
+    keys: impl Iterator<Item = &'k [u8]>,
+    state: &str,
+    what: &str,
+) -> Result<(), SluiceError> {
+    let refused = || corrupt(state, &format!("{what} of another plan"));
+    if encoder.types().is_empty() {
+        // No key columns: the one key is empty.
+        return if keys.into_iter().all(<[u8]>::is_empty) { Ok(()) } else { Err(refused()) };
+    }
+    let mut chunk: Vec<&[u8]> = Vec::with_capacity(CHECKED_KEYS);
+    let mut encoded = sluice_types::key::KeyRows::default();
+    let mut keys = keys.peekable();
+    while keys.peek().is_some() {
+        chunk.clear();
+        chunk.extend(keys.by_ref().take(CHECKED_KEYS));
+        let columns = encoder.decode(chunk.iter().copied()).map_err(|_| refused())?;
+        encoder.encode(&columns, &mut encoded).map_err(|_| refused())?;
+        if encoded.len() != chunk.len() || chunk.iter().enumerate().any(|(index, key)| encoded.row(index) != *key) {
+            return Err(refused());
+        }
+    }
+    Ok(())
+}
+
 /// A bounds-checked, little-endian cursor over one blob of `state`.
 pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
