@@ -14,11 +14,13 @@
 //! readable while the base is not past `e`.
 //!
 //! Checkpoints: equal rows always reach the same thread (the exchange places a row by
-//! its hash's vnode), so the operator's state at a barrier splits into one blob per
-//! vnode ([`state`]); a restore, on any number of threads, gives each thread the rows
-//! of its vnodes as its slice's base. A restored job's tables become readable at the
-//! first checkpoint committed after the restore (the restored rows plus what came
-//! since), exactly as a job that never stopped would have them at that checkpoint.
+//! its hash's vnode), so the operator's state at a barrier is a record per distinct row
+//! under its vnode ([`state`]): every row, or (a delta) the rows received since the
+//! previous snapshot, with their weight now; a restore, on any number of threads, gives
+//! each thread the rows of its vnodes as its slice's base. A restored job's tables
+//! become readable at the first checkpoint committed after the restore (the restored
+//! rows plus what came since), exactly as a job that never stopped would have them at
+//! that checkpoint.
 //!
 //! Consistency: barriers are aligned (materialization requires exactly-once
 //! checkpoints, see `sluice-config`), so at barrier `e` every writer of every table has
@@ -43,7 +45,8 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use sluice_runtime::{BlobJob, Operator, OperatorContext, SinkFactory, SinkParallelism, SinkWriter};
+use sluice_runtime::{Operator, OperatorContext, SinkFactory, SinkParallelism, SinkWriter, Snapshot};
+use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Epoch, Message, SluiceError};
 
@@ -513,17 +516,21 @@ impl Table {
 
 /// The operator that keeps one thread's part of a materialized table: it integrates the
 /// rows it receives (placed by the whole row's hash) into an open delta, hands it to its
-/// slice at each barrier, and snapshots the slice's multiset per vnode (see the module
-/// docs). It sends no rows on.
+/// slice at each barrier, and snapshots the slice's multiset as a record per row (see
+/// the module docs). It sends no rows on.
 pub(crate) struct Integrate {
     table: Arc<Table>,
     slot: usize,
     vnodes: u32,
-    /// Rows since the last barrier, consolidated.
+    /// Rows since the last barrier (and since the last snapshot, which takes them),
+    /// consolidated.
     open: Multiset,
     /// The open delta as the last snapshot took it, handed over at its barrier.
     snapshotted: Option<Arc<Multiset>>,
     rows: KeyRows,
+    /// Whether the runs hold the slice as of the previous snapshot (from the first
+    /// snapshot or a restore on), so that a snapshot may write the rows since.
+    tracking: bool,
 }
 
 impl Integrate {
@@ -535,6 +542,7 @@ impl Integrate {
             open: Multiset::new(),
             snapshotted: None,
             rows: KeyRows::default(),
+            tracking: false,
         })
     }
 
@@ -600,10 +608,11 @@ impl Operator for Integrate {
     }
 
     /// The slice's rows as of this barrier: the base, every delta after it (sealed or
-    /// handed over) and the open one, shared rather than copied; the job merges and
-    /// encodes them.
-    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
+    /// handed over) and the open one, shared rather than copied; the job writes every
+    /// row, or (a delta) the open one's rows, received since the previous snapshot.
+    fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
         let open = self.take_open();
+        let changed = (delta && self.tracking).then(|| Arc::clone(&open));
         if let Some(earlier) = self.snapshotted.take() {
             // Two snapshots without a barrier between them: keep both deltas' rows.
             let mut merged = Multiset::clone(&earlier);
@@ -619,21 +628,16 @@ impl Operator for Integrate {
             (Arc::clone(&slice.base), deltas)
         };
         deltas.extend(self.snapshotted.clone());
-        if base.is_empty() && deltas.iter().all(|d| d.is_empty()) {
-            return Ok(None);
-        }
-        let vnodes = self.vnodes;
-        Ok(Some(Box::new(move || Ok(state::encode(&base, &deltas, vnodes)))))
+        self.tracking = true;
+        Ok(Some(state::snapshot(state::SliceCopy { base, deltas }, changed, self.vnodes)))
     }
 
     /// The rows of this thread's vnodes become its slice's base.
-    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        let mut restored = Multiset::new();
-        for blob in &blobs {
-            state::decode(blob, &self.table.encoder, &mut restored)?;
-        }
+    fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        let restored = state::restore(state, &self.table.encoder, self.vnodes)?;
         let mut slice = lock(&self.table.slices[self.slot]);
         integrate(Arc::make_mut(&mut slice.base), &restored);
+        self.tracking = true;
         Ok(())
     }
 }

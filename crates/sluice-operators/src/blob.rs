@@ -1,61 +1,50 @@
 //! Writing and reading operators' state at a barrier: the records of a snapshot
-//! ([`Records`], gathered and then written in `(vnode, key)` order), the blobs of the
-//! operators still keeping one per vnode ([`BlobWriter`]), and the bounds-checked
-//! cursor every decoder reads with ([`Reader`]), so a damaged record or one of another
-//! plan is a typed `state.corrupt` error naming the state, never a panic. Each
-//! operator's module documents its own layout.
-
-use std::collections::BTreeMap;
+//! ([`Records`], gathered and then written in `(vnode, key)` order), the bounds-checked
+//! cursor every decoder reads with ([`Reader`]), and the check of restored keys against
+//! their canonical encoding ([`check_keys`]), so a damaged record or one of another plan
+//! is a typed `state.corrupt` error naming the state, never a panic. Each operator's
+//! module documents its own layout.
 
 use sluice_types::SluiceError;
 
-/// Per-vnode blobs being written, each laid out as `u32 version, u32 entries` (LE) then
-/// the entries, in the order they were added: the header the keyed states share.
-pub(crate) struct BlobWriter {
-    version: u32,
-    blobs: BTreeMap<u32, (u32, Vec<u8>)>,
-}
-
-impl BlobWriter {
-    pub(crate) fn new(version: u32) -> BlobWriter {
-        BlobWriter { version, blobs: BTreeMap::new() }
-    }
-
-    /// The bytes of `vnode`'s blob with one more entry counted: append the entry to them.
-    pub(crate) fn entry(&mut self, vnode: u32) -> &mut Vec<u8> {
-        let (count, bytes) = self.blob(vnode);
-        *count += 1;
-        bytes
-    }
-
-    fn blob(&mut self, vnode: u32) -> &mut (u32, Vec<u8>) {
-        let version = self.version;
-        self.blobs.entry(vnode).or_insert_with(|| {
-            let mut bytes = Vec::with_capacity(8);
-            bytes.extend_from_slice(&version.to_le_bytes());
-            bytes.extend_from_slice(&0u32.to_le_bytes());
-            (0, bytes)
-        })
-    }
-
-    /// The (vnode, blob) pairs, by vnode, each with its entry count written.
-    pub(crate) fn finish(self) -> Vec<(u32, Vec<u8>)> {
-        self.blobs
-            .into_iter()
-            .map(|(vnode, (count, mut bytes))| {
-                bytes[4..8].copy_from_slice(&count.to_le_bytes());
-                (vnode, bytes)
-            })
-            .collect()
-    }
-}
-
-/// The error of a damaged blob of `state` (e.g. "window aggregate").
+/// The error of a damaged record of `state` (e.g. "window aggregate").
 pub(crate) fn corrupt(state: &str, what: &str) -> SluiceError {
     SluiceError::internal("state.corrupt", format!("{state} state is damaged or from another plan: {what}"))
 }
 
-/// A bounds-checked, little-endian cursor over one blob of `state`.
+/// Keys a restore checks per decoding.
+const CHECKED_KEYS: usize = 4096;
+
+/// Refuses `keys` unless each is a key of `encoder`'s columns in its canonical encoding
+/// (decoded and encoded again, it gives its own bytes): a key of another plan, or one
+/// that a later row of the same value would not find. `what` names the keys in errors.
+pub(crate) fn check_keys<'k>(
+    encoder: &sluice_types::key::KeyEncoder,
+    keys: impl Iterator<Item = &'k [u8]>,
+    state: &str,
+    what: &str,
+) -> Result<(), SluiceError> {
+    let refused = || corrupt(state, &format!("{what} of another plan"));
+    if encoder.types().is_empty() {
+        // No key columns: the one key is empty.
+        return if keys.into_iter().all(<[u8]>::is_empty) { Ok(()) } else { Err(refused()) };
+    }
+    let mut chunk: Vec<&[u8]> = Vec::with_capacity(CHECKED_KEYS);
+    let mut encoded = sluice_types::key::KeyRows::default();
+    let mut keys = keys.peekable();
+    while keys.peek().is_some() {
+        chunk.clear();
+        chunk.extend(keys.by_ref().take(CHECKED_KEYS));
+        let columns = encoder.decode(chunk.iter().copied()).map_err(|_| refused())?;
+        encoder.encode(&columns, &mut encoded).map_err(|_| refused())?;
+        if encoded.len() != chunk.len() || chunk.iter().enumerate().any(|(index, key)| encoded.row(index) != *key) {
+            return Err(refused());
+        }
+    }
+    Ok(())
+}
+
+/// A bounds-checked, little-endian cursor over one record's key or value of `state`.
 pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     state: &'static str,

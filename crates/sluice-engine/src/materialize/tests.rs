@@ -1,17 +1,22 @@
 //! Integration of weighted rows, versions per epoch, leases, and the state that
-//! checkpoints keep of it (restored onto another number of threads).
+//! checkpoints keep of it: records (deltas when they can be) restored onto other
+//! numbers of threads, against a from-scratch multiset over random epochs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use sluice_runtime::{Metrics, Operator, OperatorContext, SinkFactory, SinkWriter};
+use sluice_runtime::{Metrics, Operator, OperatorContext, SinkFactory, SinkWriter, SnapshotKind};
+use sluice_state::{CollectedState, MemoryState, StateModel};
 use sluice_types::{Batch, Epoch, SluiceError};
 
 use super::{Integrate, Materialized, TableSpec};
 
 const VNODES: u32 = 16;
+
+/// A record: vnode, key, value.
+type Record = (u32, Vec<u8>, Vec<u8>);
 
 /// One thread's part of a table's flow, fed as a driver feeds it: the operator, then
 /// the hidden sink's writer.
@@ -25,19 +30,23 @@ impl Thread {
         self.operator.on_data(batch.clone(), &mut Vec::new())
     }
 
-    /// A barrier: the snapshot at the segment's input, the operator, the sink.
+    /// A barrier: the snapshot at the segment's input (not written), the operator, the
+    /// sink.
     fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
-        let _ = self.operator.snapshot()?;
+        let _ = self.operator.snapshot_state(false)?;
         self.operator.on_barrier(epoch, &mut Vec::new())?;
         self.writer.pre_commit(epoch)
     }
 
-    /// Like `pre_commit`, returning the snapshot's blobs.
-    fn checkpoint(&mut self, epoch: Epoch) -> Vec<(u32, Vec<u8>)> {
-        let blobs = self.operator.snapshot().expect("snapshot").map_or_else(Vec::new, |job| job().expect("encode"));
+    /// Like `pre_commit`, returning the snapshot's kind and records (a delta when
+    /// `delta` and it can be).
+    fn checkpoint(&mut self, epoch: Epoch, delta: bool) -> (SnapshotKind, CollectedState) {
+        let snapshot = self.operator.snapshot_state(delta).expect("snapshot").expect("a stateful operator");
+        let mut records = CollectedState::default();
+        (snapshot.job)(&mut records).expect("records");
         self.operator.on_barrier(epoch, &mut Vec::new()).expect("barrier");
         self.writer.pre_commit(epoch).expect("seal");
-        blobs
+        (snapshot.kind, records)
     }
 }
 
@@ -232,11 +241,16 @@ fn a_checkpoint_restores_the_table_at_its_epoch_onto_another_number_of_threads()
     let inserts: Vec<(String, i64)> = (0..40).map(|i| (format!("k{i}"), i)).collect();
     let rows: Vec<(&str, i64, i64)> = inserts.iter().map(|(k, v)| (k.as_str(), *v, 1)).collect();
     thread.write(&batch(&rows)).expect("write");
-    thread.pre_commit(Epoch(1)).expect("seal");
+    let mut runs = StateModel::default();
+    let (kind, records) = thread.checkpoint(Epoch(1), true);
+    assert_eq!(kind, SnapshotKind::Full, "the first snapshot is full");
+    runs.apply(0..VNODES, true, records);
     sink.commit(Epoch(1), &[]).expect("commit");
     // Epoch 2: a retraction, a duplicate, a row in and out again, all in the open delta.
     thread.write(&batch(&[("k0", 0, -1), ("k1", 1, 1), ("gone", 7, 1), ("gone", 7, -1)])).expect("write");
-    let blobs = thread.checkpoint(Epoch(2));
+    let (kind, records) = thread.checkpoint(Epoch(2), true);
+    assert_eq!(kind, SnapshotKind::Delta);
+    runs.apply(0..VNODES, false, records);
     sink.commit(Epoch(2), &[]).expect("commit");
     // After the checkpoint: not in it.
     thread.write(&batch(&[("late", 9, 1)])).expect("write");
@@ -244,15 +258,14 @@ fn a_checkpoint_restores_the_table_at_its_epoch_onto_another_number_of_threads()
     assert_eq!(lease.epoch, 2);
     let want = read(&before, "t", &lease);
     assert_eq!(want.len(), 40, "39 rows and a duplicate: {want:?}");
-    assert!(blobs.len() > 1, "the rows spread over several vnodes");
+    assert!(runs.records().keys().map(|(vnode, _)| vnode).collect::<std::collections::BTreeSet<_>>().len() > 1);
 
     let after = registry(&["t"], 3);
     let sink = after.sink("t").expect("sink");
     let mut threads: Vec<Thread> = (0..3).map(|slot| open(&after, &sink, "t", slot, 3)).collect();
     for (slot, thread) in threads.iter_mut().enumerate() {
         let owned = sluice_types::vnode::range_of(slot as u32, VNODES, 3);
-        let mine = blobs.iter().filter(|(v, _)| owned.contains(v)).map(|(_, b)| b.clone()).collect();
-        thread.operator.restore(mine).expect("restore");
+        thread.operator.restore_state(&mut runs.source(owned)).expect("restore");
     }
     assert!(after.lease(Duration::ZERO, LONG).is_none(), "readable from the first checkpoint after the restore");
     // Retractions reach the thread of their row, where the restored row is.
@@ -272,60 +285,209 @@ fn a_checkpoint_restores_the_table_at_its_epoch_onto_another_number_of_threads()
     assert_eq!(read(&after, "t", &lease), want);
 }
 
-/// A golden vector: the blob layout (and the key encoding inside) must not change
+/// A delta holds the rows received since the previous snapshot, each with its weight
+/// now, and a delete for each row whose weight is 0 now.
+#[test]
+fn a_delta_holds_the_rows_whose_weight_changed_since_the_previous_snapshot() {
+    let registry = registry(&["t"], 1);
+    let sink = registry.sink("t").expect("sink");
+    let mut thread = open(&registry, &sink, "t", 0, 1);
+    thread.write(&batch(&[("a", 1, 1), ("b", 2, 2), ("c", 3, 1)])).expect("write");
+    assert_eq!(thread.checkpoint(Epoch(1), true).0, SnapshotKind::Full, "the first snapshot is full");
+    // b loses a copy, c is gone, d is new, e comes and goes; a is untouched.
+    thread.write(&batch(&[("b", 2, -1), ("c", 3, -1), ("d", 4, 3), ("e", 5, 1), ("e", 5, -1)])).expect("write");
+    let (kind, delta) = thread.checkpoint(Epoch(2), true);
+    assert_eq!(kind, SnapshotKind::Delta);
+    let rows = encoded(&registry, &batch(&[("b", 2, 1), ("c", 3, 1), ("d", 4, 1)]));
+    let vnode = |row: &[u8]| sluice_types::vnode::of_hash(sluice_types::key::hash(row), VNODES);
+    let mut expected: Vec<(u32, Vec<u8>, Option<Vec<u8>>)> = vec![
+        (vnode(&rows[0]), rows[0].clone(), Some(1i64.to_le_bytes().to_vec())),
+        (vnode(&rows[1]), rows[1].clone(), None),
+        (vnode(&rows[2]), rows[2].clone(), Some(3i64.to_le_bytes().to_vec())),
+    ];
+    expected.sort();
+    assert_eq!(delta.points, expected);
+    assert!(delta.ranges.is_empty());
+    let (kind, nothing) = thread.checkpoint(Epoch(3), true);
+    assert_eq!(kind, SnapshotKind::Delta);
+    assert!(nothing.points.is_empty(), "nothing changed since");
+    assert_eq!(thread.checkpoint(Epoch(4), false).0, SnapshotKind::Full, "after a snapshot not written");
+}
+
+/// A small deterministic generator (splitmix64): the engine's tests have no proptest.
+struct Random(u64);
+
+impl Random {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % bound
+    }
+}
+
+const KEYS: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+/// Threads of one table and the runs their checkpoints wrote.
+struct Running {
+    registry: Arc<Materialized>,
+    sink: Arc<dyn SinkFactory>,
+    threads: Vec<Thread>,
+    runs: StateModel,
+}
+
+impl Running {
+    /// `slots` threads, restored from `runs`.
+    fn restored(slots: u32, runs: StateModel) -> Running {
+        let registry = registry(&["t"], slots);
+        let sink = registry.sink("t").expect("sink");
+        let mut threads: Vec<Thread> = (0..slots).map(|slot| open(&registry, &sink, "t", slot, slots)).collect();
+        for (slot, thread) in threads.iter_mut().enumerate() {
+            let owned = sluice_types::vnode::range_of(slot as u32, VNODES, slots);
+            thread.operator.restore_state(&mut runs.source(owned)).expect("restore");
+        }
+        Running { registry, sink, threads, runs }
+    }
+
+    /// A checkpoint of epoch `epoch` (deltas when they can be), committed.
+    fn checkpoint(&mut self, epoch: u64) {
+        let slots = self.threads.len() as u32;
+        for (slot, thread) in self.threads.iter_mut().enumerate() {
+            let (kind, records) = thread.checkpoint(Epoch(epoch), true);
+            let owned = sluice_types::vnode::range_of(slot as u32, VNODES, slots);
+            self.runs.apply(owned, kind != SnapshotKind::Delta, records);
+        }
+        self.sink.commit(Epoch(epoch), &[]).expect("commit");
+    }
+}
+
+/// Over random epochs of insertions and retractions (each routed to its row's thread),
+/// with a checkpoint at the end of each and, now and then, a restart from the runs onto
+/// one to three threads: the table read at each epoch is the from-scratch multiset of
+/// the rows so far, and so are the runs at the end.
+#[test]
+fn the_table_restored_from_deltas_is_the_multiset_of_every_row_so_far() {
+    for seed in 0..48 {
+        let mut random = Random(seed);
+        let mut running = Running::restored(1, StateModel::default());
+        let mut multiset: std::collections::BTreeMap<(String, i64), i64> = Default::default();
+        for epoch in 1..=12u64 {
+            if random.below(4) == 0 {
+                let runs = std::mem::take(&mut running.runs);
+                running = Running::restored(1 + random.below(3) as u32, runs);
+            }
+            let slots = running.threads.len() as u32;
+            for _ in 0..random.below(12) {
+                let row = (KEYS[random.below(5) as usize].to_string(), random.below(3) as i64);
+                // Only rows present are retracted, as in a changelog.
+                let present = multiset.get(&row).copied().unwrap_or(0);
+                let retract = present > 0 && random.below(2) == 0;
+                let weight =
+                    if retract { -1 - random.below(present as u64) as i64 } else { 1 + random.below(2) as i64 };
+                *multiset.entry(row.clone()).or_default() += weight;
+                let thread = thread_of(&running.registry, &row.0, row.1, slots);
+                running.threads[thread].write(&batch(&[(&row.0, row.1, weight)])).expect("write");
+            }
+            running.checkpoint(epoch);
+            let lease = running.registry.lease(Duration::ZERO, LONG).expect("lease");
+            assert_eq!(lease.epoch, epoch);
+            let mut want: Vec<(String, i64)> = Vec::new();
+            for (row, weight) in &multiset {
+                want.extend(std::iter::repeat_n(row.clone(), *weight as usize));
+            }
+            assert_eq!(read(&running.registry, "t", &lease), want, "seed {seed}, epoch {epoch}");
+        }
+        let mut want = std::collections::BTreeMap::new();
+        for ((k, v), weight) in multiset.iter().filter(|(_, weight)| **weight != 0) {
+            let row = encoded(&running.registry, &batch(&[(k, *v, 1)])).remove(0);
+            let vnode = sluice_types::vnode::of_hash(sluice_types::key::hash(&row), VNODES);
+            want.insert((vnode, row), weight.to_le_bytes().to_vec());
+        }
+        assert_eq!(running.runs.records(), &want, "seed {seed}: the runs hold each row with its weight");
+    }
+}
+
+/// The one record of a full snapshot holding one row.
+fn one_row() -> Record {
+    let registry = registry(&["t"], 1);
+    let sink = registry.sink("t").expect("sink");
+    let mut thread = open(&registry, &sink, "t", 0, 1);
+    thread.write(&batch(&[("a", 1, 2)])).expect("write");
+    let (_, records) = thread.checkpoint(Epoch(1), false);
+    let [(vnode, key, Some(value))] = records.points.as_slice() else { panic!("one row: {records:?}") };
+    (*vnode, key.clone(), value.clone())
+}
+
+/// A golden vector: the record layout (and the key encoding inside) must not change
 /// without a new MATERIALIZED_STATE_VERSION.
 #[test]
-fn a_snapshot_blob_is_pinned_byte_for_byte() {
+fn a_snapshot_record_is_pinned_byte_for_byte() {
+    let (vnode, key, value) = one_row();
+    assert_eq!(key, [0x06, 1, 0, 0, 0, b'a', 0x02, 1, 0, 0, 0, 0, 0, 0, 0], "(\"a\", 1)");
+    assert_eq!(value, [2, 0, 0, 0, 0, 0, 0, 0], "weight 2");
+    assert_eq!(vnode, sluice_types::vnode::of_hash(sluice_types::key::hash(&key), VNODES));
     let registry = registry(&["t"], 1);
-    let rows = encoded(&registry, &batch(&[("a", 1, 1), ("b", -2, 1)]));
-    let mut base = super::Multiset::new();
-    base.insert(rows[0].clone().into(), 2);
-    let delta: super::Multiset = [(rows[1].clone().into(), -1), (rows[0].clone().into(), -1)].into_iter().collect();
-    let blobs = super::state::encode(&base, &[Arc::new(delta)], 1);
-    let expected: Vec<u8> = [
-        &[1, 0, 0, 0][..],                                                    // version
-        &[2, 0, 0, 0],                                                        // rows
-        &[15, 0, 0, 0, 0x06, 1, 0, 0, 0, b'a', 0x02, 1, 0, 0, 0, 0, 0, 0, 0], // ("a", 1)
-        &[1, 0, 0, 0, 0, 0, 0, 0],                                            // weight 1
-        &[15, 0, 0, 0, 0x06, 1, 0, 0, 0, b'b', 0x02],                         // ("b", -2)
-        &(-2i64).to_le_bytes(),
-        &(-1i64).to_le_bytes(), // weight -1
-    ]
-    .concat();
-    assert_eq!(blobs, vec![(0, expected)]);
+    let sink = registry.sink("t").expect("sink");
+    let mut thread = open(&registry, &sink, "t", 0, 1);
+    thread.operator.restore_state(&mut MemoryState::new(vec![(vnode, key, value)])).expect("restore");
+    thread.pre_commit(Epoch(1)).expect("seal");
+    sink.commit(Epoch(1), &[]).expect("commit");
+    let lease = registry.lease(Duration::ZERO, LONG).expect("lease");
+    assert_eq!(read(&registry, "t", &lease), pairs(&[("a", 1), ("a", 1)]));
 }
 
 #[test]
-fn damaged_blobs_are_refused() {
+fn damaged_records_are_refused() {
+    let record = one_row();
     let registry = registry(&["t"], 1);
-    let encoder = &registry.table("t").expect("table").encoder;
-    let rows = encoded(&registry, &batch(&[("a", 1, 1)]));
-    let mut base = super::Multiset::new();
-    base.insert(rows[0].clone().into(), 1);
-    let (_, good) = super::state::encode(&base, &[], 1).remove(0);
-    let mut into = super::Multiset::new();
-    super::state::decode(&good, encoder, &mut into).expect("a good blob");
-    assert_eq!(into.len(), 1);
-    let mut version = good.clone();
-    version[0] = 9;
-    let mut weight = good.clone();
-    let at = weight.len() - 8;
-    weight[at..].copy_from_slice(&0i64.to_le_bytes());
-    let mut tag = good.clone();
-    tag[18] = 0x06; // the integer column written as a string
-    let mut count = good.clone();
-    count[4] = 200;
-    let trailing = [good.clone(), vec![0]].concat();
-    for (what, blob) in [
-        ("version", version),
-        ("weight", weight),
-        ("tag", tag),
-        ("count", count),
-        ("trailing", trailing),
-        ("truncated", good[..good.len() - 1].to_vec()),
-    ] {
-        let error = super::state::decode(&blob, encoder, &mut super::Multiset::new()).expect_err(what);
-        assert_eq!(error.code, "state.corrupt", "{what}: {error}");
+    let sink = registry.sink("t").expect("sink");
+    let damaged = |change: &dyn Fn(&mut Record)| {
+        let mut damaged = record.clone();
+        change(&mut damaged);
+        let mut thread = open(&registry, &sink, "t", 0, 1);
+        let restored = thread.operator.restore_state(&mut MemoryState::new(vec![damaged]));
+        restored.map_err(|error| error.code)
+    };
+    let corrupt = Err("state.corrupt");
+    assert_eq!(damaged(&|_| {}), Ok(()), "the record as written");
+    assert_eq!(damaged(&|r| r.2.truncate(7)), corrupt, "a truncated weight");
+    assert_eq!(damaged(&|r| r.2.push(0)), corrupt, "trailing bytes");
+    assert_eq!(damaged(&|r| r.2 = 0i64.to_le_bytes().to_vec()), corrupt, "weight 0");
+    assert_eq!(damaged(&|r| r.0 = (r.0 + 1) % VNODES), corrupt, "under another vnode than its row's");
+    let retyped = |r: &mut Record| {
+        // The integer column written as a string, under the row's own vnode.
+        r.1[6] = 0x06;
+        r.0 = sluice_types::vnode::of_hash(sluice_types::key::hash(&r.1), VNODES);
+    };
+    assert_eq!(damaged(&retyped), corrupt, "a row of another table");
+    let truncated = |r: &mut Record| {
+        r.1.truncate(10);
+        r.0 = sluice_types::vnode::of_hash(sluice_types::key::hash(&r.1), VNODES);
+    };
+    assert_eq!(damaged(&truncated), corrupt, "a truncated row");
+}
+
+/// Any bytes, and any damage to a valid record, restore to an error or to rows, never
+/// a panic (a generator stands in for proptest, which the engine's tests lack).
+#[test]
+fn arbitrary_records_never_panic() {
+    let record = one_row();
+    let mut random = Random(7);
+    for _ in 0..2_000 {
+        let mut damaged = record.clone();
+        for _ in 0..1 + random.below(3) {
+            let field = if random.below(3) == 0 { &mut damaged.2 } else { &mut damaged.1 };
+            let at = random.below(field.len() as u64) as usize;
+            field[at] = random.below(256) as u8;
+        }
+        if random.below(2) == 0 {
+            damaged.0 = sluice_types::vnode::of_hash(sluice_types::key::hash(&damaged.1), VNODES);
+        }
+        // A fresh table each time: a restore is the slice's first state.
+        let registry = registry(&["t"], 1);
+        let mut thread = open(&registry, &registry.sink("t").expect("sink"), "t", 0, 1);
+        let _ = thread.operator.restore_state(&mut MemoryState::new(vec![damaged]));
     }
 }
 

@@ -7,11 +7,14 @@
 //! encoding, [`sluice_types::key`], back to back), each key's placement hash (the
 //! exchange's, so its vnode), and one
 //! accumulator column per aggregate. Flat columns make a checkpoint's copy a handful of
-//! memory copies on the driver; encoding the copy per vnode happens on another thread
-//! (see `state`). A window is emitted once, when the watermark reaches `window_end - 1` (the
-//! window's last millisecond, as in Flink), then dropped. A row whose window was already
-//! emitted (or would be, at the current watermark) is late: counted and dropped.
-//! End of input emits every open window.
+//! memory copies on the driver; writing the copy's records happens on another thread
+//! (see `state`). Once checkpoints are taken, each window also keeps which of its older
+//! groups changed since the previous snapshot (a bit per group, set as rows are folded),
+//! so that a checkpoint copies and writes only those and the groups added since. A
+//! window is emitted once, when the watermark reaches `window_end - 1` (the window's last
+//! millisecond, as in Flink), then dropped. A row whose window was already emitted (or
+//! would be, at the current watermark) is late: counted and dropped. End of input emits
+//! every open window.
 //!
 //! Output: one row per (window, key) with the columns in `GROUP BY` order followed by the
 //! aggregates, cast to the planner's declared output types.
@@ -26,7 +29,8 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use datafusion_common::hash_utils::RandomState;
 use hashbrown::HashTable;
-use sluice_runtime::{BlobJob, Operator};
+use sluice_runtime::{Operator, Snapshot};
+use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
@@ -136,28 +140,37 @@ impl Groups {
         key_of(&self.key_bytes, &self.key_ends, group)
     }
 
-    /// Makes `self` a copy of `other`, reusing `self`'s buffers: a checkpoint copies into
-    /// the previous checkpoint's buffers, whose pages are already mapped. With `earlier`,
-    /// `self` is an earlier copy of the same window: groups are only ever appended to a
-    /// window, so its keys and hashes are a prefix of `other`'s and only the new groups'
-    /// are copied (accumulators change in place, so they are copied whole).
-    fn copy_from(&mut self, other: &Groups, earlier: bool) {
-        if earlier {
-            assert!(self.len() <= other.len(), "a window's groups are only appended");
-        } else {
-            self.key_bytes.clear();
-            self.key_ends.clear();
-            self.hashes.clear();
+    /// Makes `self` a copy of `other`'s groups `ids` (in that order), then of its groups
+    /// from `from` on, reusing `self`'s buffers: a checkpoint copies into the previous
+    /// checkpoint's buffers, whose pages are already mapped. Every group (`ids` empty,
+    /// `from` 0) is a handful of memory copies; the groups added since the previous
+    /// snapshot (`from` on) are one copy per column too, and only the older groups a row
+    /// changed since are gathered one by one.
+    fn copy_selected(&mut self, other: &Groups, ids: &[u32], from: usize) {
+        assert!(from <= other.len(), "the groups copied exist");
+        self.key_bytes.clear();
+        self.key_ends.clear();
+        self.hashes.clear();
+        let suffix_start = if from == 0 { 0 } else { other.key_ends[from - 1] };
+        let gathered: usize = ids.iter().map(|&group| other.key(group as usize).len()).sum();
+        let groups = ids.len() + other.len() - from;
+        make_room(&mut self.key_bytes, gathered + other.key_bytes.len() - suffix_start);
+        make_room(&mut self.key_ends, groups);
+        make_room(&mut self.hashes, groups);
+        for &group in ids {
+            self.key_bytes.extend_from_slice(other.key(group as usize));
+            self.key_ends.push(self.key_bytes.len());
+            self.hashes.push(other.hashes[group as usize]);
         }
-        extend(&mut self.key_bytes, &other.key_bytes);
-        extend(&mut self.key_ends, &other.key_ends);
-        extend(&mut self.hashes, &other.hashes);
-        self.accumulators.truncate(other.accumulators.len());
-        for (index, source) in other.accumulators.iter().enumerate() {
-            match self.accumulators.get_mut(index) {
-                Some(target) => target.copy_from(source),
-                None => self.accumulators.push(source.clone()),
-            }
+        let base = self.key_bytes.len();
+        self.key_ends.extend(other.key_ends[from..].iter().map(|end| end - suffix_start + base));
+        self.key_bytes.extend_from_slice(&other.key_bytes[suffix_start..]);
+        self.hashes.extend_from_slice(&other.hashes[from..]);
+        if self.accumulators.len() != other.accumulators.len() {
+            self.accumulators = other.accumulators.iter().map(Accumulators::empty_like).collect();
+        }
+        for (target, source) in self.accumulators.iter_mut().zip(&other.accumulators) {
+            target.copy_selected(source, ids, from);
         }
     }
 
@@ -197,11 +210,13 @@ fn reserved<T>(values: usize) -> Vec<T> {
     column
 }
 
-/// Appends what `source` holds past `target`'s length (`target` holds a prefix of it).
-fn extend<T: Copy>(target: &mut Vec<T>, source: &[T]) {
-    let rest = &source[target.len()..];
-    make_room(target, rest.len());
-    target.extend_from_slice(rest);
+/// Makes `target` (cleared, its buffer kept) `source`'s values at `ids`, then those
+/// from `from` on.
+fn select<T: Clone>(target: &mut Vec<T>, source: &[T], ids: &[u32], from: usize) {
+    target.clear();
+    make_room(target, ids.len() + source.len() - from);
+    target.extend(ids.iter().map(|&id| source[id as usize].clone()));
+    target.extend_from_slice(&source[from..]);
 }
 
 /// Writes the memory for half as many values again past `values`' length once, so the
@@ -292,6 +307,13 @@ struct WindowGroups {
     /// [`INDEX_PARTS`] tables chosen by [`index_part`].
     index: Vec<HashTable<u32>>,
     groups: Groups,
+    /// For deltas (`state`): the groups below `written` were in the previous snapshot
+    /// (or restored); those of them a row changed since have their bit set in
+    /// `changed_bits` and are listed in `changed`, once. Groups from `written` on are new
+    /// since. Without change tracking `written` stays 0, so nothing is marked.
+    written: usize,
+    changed_bits: Vec<u64>,
+    changed: Vec<u32>,
 }
 
 impl WindowGroups {
@@ -313,7 +335,30 @@ impl WindowGroups {
             hashes: reserved(room(sizes.groups)),
             accumulators,
         };
-        WindowGroups { start, index, groups }
+        WindowGroups { start, index, groups, written: 0, changed_bits: Vec::new(), changed: Vec::new() }
+    }
+
+    /// Marks `group` changed since the previous snapshot: for a group that snapshot
+    /// took, one bit (a group added since is taken whole anyway).
+    #[inline]
+    fn mark(&mut self, group: usize) {
+        if group < self.written {
+            let (word, bit) = (group / 64, 1u64 << (group % 64));
+            if self.changed_bits[word] & bit == 0 {
+                self.changed_bits[word] |= bit;
+                self.changed.push(group as u32);
+            }
+        }
+    }
+
+    /// Forgets what changed: every group is in the snapshot just taken (or restored).
+    fn clear_changes(&mut self) {
+        for &group in &self.changed {
+            self.changed_bits[group as usize / 64] = 0;
+        }
+        self.changed.clear();
+        self.written = self.groups.len();
+        self.changed_bits.resize(self.written.div_ceil(64), 0);
     }
 
     /// The group of `key` (whose placement hash is `hash`), added if new.
@@ -351,11 +396,19 @@ pub struct WindowAggregate {
     late_rows: Arc<AtomicU64>,
     input_types: Vec<DataType>,
     vnodes: u32,
-    /// The copy of the previous checkpoint, handed back by its encoding job for the next
-    /// copy to reuse.
+    /// The copy of the previous checkpoint, handed back by its job for the next copy to
+    /// reuse.
     spare: Arc<Mutex<Vec<state::Frozen>>>,
     /// The last emitted window's sizes (capped), for the next new window.
     last_sizes: Sizes,
+    /// Whether windows keep their changes for deltas (from the first snapshot or a
+    /// restore on: a run without checkpoints keeps none).
+    tracking: bool,
+    /// The end of the last window emitted since the previous snapshot (tracking only).
+    emitted_through: Option<TimestampMs>,
+    /// The lowest and highest placement hash of the groups a snapshot took or a restore
+    /// loaded: the vnodes between theirs are those the instance's runs may hold.
+    written_hashes: Option<(u64, u64)>,
 }
 
 pub(crate) fn is_float(data_type: &DataType) -> bool {
@@ -390,6 +443,9 @@ impl WindowAggregate {
             vnodes,
             spare: Arc::new(Mutex::new(Vec::new())),
             last_sizes: Sizes::default(),
+            tracking: false,
+            emitted_through: None,
+            written_hashes: None,
         })
     }
 
@@ -409,6 +465,9 @@ impl WindowAggregate {
             }
             let groups = entry.remove();
             self.last_sizes = Sizes::of(&groups.groups);
+            if self.tracking {
+                self.emitted_through = Some(end);
+            }
             self.emit(end, groups, out)?;
         }
         Ok(())
@@ -536,36 +595,45 @@ fn finish(accumulators: Accumulators) -> ArrayRef {
 }
 
 impl Accumulators {
-    /// Makes `self` a copy of `other`, reusing its buffers when both are of one kind.
-    fn copy_from(&mut self, other: &Accumulators) {
-        fn copy<T: Copy>(target: &mut Vec<T>, source: &[T]) {
-            target.clear();
-            extend(target, source);
-        }
-        match (self, other) {
-            (Accumulators::Count(target), Accumulators::Count(source)) => copy(target, source),
-            (Accumulators::SumInt(target), Accumulators::SumInt(source)) => copy(target, source),
-            (Accumulators::SumFloat(target), Accumulators::SumFloat(source)) => copy(target, source),
-            (
-                Accumulators::MinMaxInt { values: target, max: target_max },
-                Accumulators::MinMaxInt { values: source, max },
-            ) => {
-                copy(target, source);
-                *target_max = *max;
+    /// Makes `self` a copy of `other`'s groups `ids`, then of those from `from` on (see
+    /// [`Groups::copy_selected`]), reusing its buffers.
+    fn copy_selected(&mut self, other: &Accumulators, ids: &[u32], from: usize) {
+        match (&mut *self, other) {
+            (Accumulators::Count(target), Accumulators::Count(source)) => select(target, source, ids, from),
+            (Accumulators::SumInt(target), Accumulators::SumInt(source)) => select(target, source, ids, from),
+            (Accumulators::SumFloat(target), Accumulators::SumFloat(source)) => select(target, source, ids, from),
+            (Accumulators::MinMaxInt { values: target, .. }, Accumulators::MinMaxInt { values: source, .. }) => {
+                select(target, source, ids, from)
             }
-            (
-                Accumulators::MinMaxFloat { values: target, max: target_max },
-                Accumulators::MinMaxFloat { values: source, max },
-            ) => {
-                copy(target, source);
-                *target_max = *max;
+            (Accumulators::MinMaxFloat { values: target, .. }, Accumulators::MinMaxFloat { values: source, .. }) => {
+                select(target, source, ids, from)
+            }
+            (Accumulators::MinMaxString { values: target, .. }, Accumulators::MinMaxString { values: source, .. }) => {
+                select(target, source, ids, from)
             }
             (Accumulators::Avg { sums: target_sums, counts: target_counts }, Accumulators::Avg { sums, counts }) => {
-                copy(target_sums, sums);
-                copy(target_counts, counts);
+                select(target_sums, sums, ids, from);
+                select(target_counts, counts, ids, from);
             }
-            // Text and sets own their values: copied value by value.
-            (target, source) => *target = source.clone(),
+            (Accumulators::Distinct(target), Accumulators::Distinct(source)) => select(target, source, ids, from),
+            (target, source) => {
+                *target = source.empty_like();
+                target.copy_selected(source, ids, from);
+            }
+        }
+    }
+
+    /// Accumulators of the same aggregate, for no group.
+    fn empty_like(&self) -> Accumulators {
+        match self {
+            Accumulators::Count(_) => Accumulators::Count(Vec::new()),
+            Accumulators::SumInt(_) => Accumulators::SumInt(Vec::new()),
+            Accumulators::SumFloat(_) => Accumulators::SumFloat(Vec::new()),
+            Accumulators::MinMaxInt { max, .. } => Accumulators::MinMaxInt { values: Vec::new(), max: *max },
+            Accumulators::MinMaxFloat { max, .. } => Accumulators::MinMaxFloat { values: Vec::new(), max: *max },
+            Accumulators::MinMaxString { max, .. } => Accumulators::MinMaxString { values: Vec::new(), max: *max },
+            Accumulators::Avg { .. } => Accumulators::Avg { sums: Vec::new(), counts: Vec::new() },
+            Accumulators::Distinct(_) => Accumulators::Distinct(Vec::new()),
         }
     }
 
@@ -713,6 +781,7 @@ impl Operator for WindowAggregate {
             let (key, hash): (&[u8], u64) =
                 if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
             let group = window.group_of(key, hash);
+            window.mark(group);
             for ((accumulators, argument), filter) in
                 window.groups.accumulators.iter_mut().zip(&arguments).zip(&filters)
             {
@@ -743,12 +812,12 @@ impl Operator for WindowAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
-        Ok(state::snapshot(self))
+    fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        Ok(Some(state::snapshot(self, delta)))
     }
 
-    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        state::restore(self, blobs)
+    fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        state::restore(self, state)
     }
 }
 

@@ -29,7 +29,9 @@
 //! aggregate (no retractions, so MIN/MAX keep a single value). A bounded frame's
 //! aggregates are recomputed over the frame for each row (each group of peers), exactly,
 //! so a restored run computes the same values as one that was never interrupted.
-//! Snapshots and their encoding: `state`.
+//! Snapshots and their records: `state` (a record per partition; once checkpoints are
+//! taken, a bit per partition marks the ones changed since the previous snapshot, and
+//! the keys of partitions freed since are kept, so that a checkpoint writes only those).
 
 mod state;
 #[cfg(test)]
@@ -44,7 +46,8 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use hashbrown::HashTable;
-use sluice_runtime::{BlobJob, Operator};
+use sluice_runtime::{Operator, Snapshot};
+use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
@@ -235,6 +238,14 @@ pub struct OverAggregate {
     watermark: TimestampMs,
     late_rows: Arc<AtomicU64>,
     vnodes: u32,
+    /// For snapshots (`state`): per partition id a bit, changed since the previous
+    /// snapshot, and the ids marked (each once while its bit is set); the keys of
+    /// partitions freed since; whether changes are kept (from the first snapshot or a
+    /// restore on: a run without checkpoints keeps none).
+    changed_bits: Vec<u64>,
+    changed: Vec<u32>,
+    freed: Vec<Box<[u8]>>,
+    tracking: bool,
 }
 
 /// The index's hash of a placement hash (see the window aggregate's).
@@ -324,7 +335,36 @@ impl OverAggregate {
             watermark: i64::MIN,
             late_rows,
             vnodes,
+            changed_bits: Vec::new(),
+            changed: Vec::new(),
+            freed: Vec::new(),
+            tracking: false,
         })
+    }
+
+    /// Marks partition `id` changed since the previous snapshot.
+    fn mark(&mut self, id: u32) {
+        if !self.tracking {
+            return;
+        }
+        let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
+        if word >= self.changed_bits.len() {
+            self.changed_bits.resize(word + 1, 0);
+        }
+        if self.changed_bits[word] & bit == 0 {
+            self.changed_bits[word] |= bit;
+            self.changed.push(id);
+        }
+    }
+
+    /// Forgets what changed (a snapshot took it, or a restore loaded the runs); changes
+    /// are kept from now on.
+    fn clear_changes(&mut self) {
+        for id in self.changed.drain(..) {
+            self.changed_bits[id as usize / 64] = 0;
+        }
+        self.freed.clear();
+        self.tracking = true;
     }
 
     /// Each aggregate's argument column of `columns` (the input's), read as aggregated.
@@ -389,6 +429,13 @@ impl OverAggregate {
             entry.remove();
         }
         self.free.push(id);
+        if self.tracking {
+            // A partition that takes the id later is marked when it changes.
+            if let Some(word) = self.changed_bits.get_mut(id as usize / 64) {
+                *word &= !(1u64 << (id % 64));
+            }
+            self.freed.push(partition.key);
+        }
     }
 
     /// Emits every pending row at or below `watermark` (all of them for None), and frees
@@ -460,6 +507,8 @@ impl OverAggregate {
             let idle = partition.pending.is_empty() && partition.history.is_empty();
             if idle && !self.spec.frame.unbounded() {
                 self.remove(id);
+            } else {
+                self.mark(id);
             }
         }
         if count > 0 {
@@ -607,6 +656,7 @@ impl Operator for OverAggregate {
             let partition = self.partitions[id as usize].as_mut().expect("just found");
             partition.pending.insert((time, arrival), encoded.row(row).into());
             self.due.insert((time, id));
+            self.mark(id);
         }
         if late > 0 {
             self.late_rows.fetch_add(late, Ordering::Relaxed);
@@ -629,11 +679,11 @@ impl Operator for OverAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
-        Ok(state::snapshot(self))
+    fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        Ok(Some(state::snapshot(self, delta)))
     }
 
-    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        state::restore(self, blobs)
+    fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        state::restore(self, state)
     }
 }

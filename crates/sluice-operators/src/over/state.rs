@@ -1,14 +1,18 @@
-//! Snapshots of the OVER aggregate's state, split by vnode.
+//! Snapshots of the OVER aggregate's state as records (`sluice_state`): one per
+//! partition, under the vnode of its key's placement hash (the exchange's; 0 without
+//! PARTITION BY), so a restore onto any number of threads gives each partition to the
+//! thread its future rows go to.
 //!
-//! At a barrier the driver clones the partitions that hold state and returns a job; the
-//! checkpoint writer thread encodes the copy into one blob per vnode holding partitions,
-//! the vnode of each partition key's placement hash (the exchange's; 0 without PARTITION
-//! BY), so a restore onto any number of threads gives each partition to the thread its
-//! future rows go to.
+//! At a barrier the driver clones the partitions the snapshot takes and returns a job
+//! that writes them on the checkpoint writer's thread: every partition (a full
+//! snapshot), or the partitions changed since the previous snapshot (a row arrived, or a
+//! watermark emitted rows or freed history of it) and a delete for each partition freed
+//! since (a delta). Rows after the barrier change the live partitions, never the copy.
 //!
-//! Layout, version [`OVER_STATE_VERSION`] (little-endian): `u32 version`, `u32
-//! partitions`, then per partition, in increasing key order:
-//! - the key: `u32 length` + its bytes in the key encoding of [`sluice_types::key`];
+//! # Records, version [`OVER_STATE_VERSION`]
+//!
+//! The key is the partition's key in the key encoding of [`sluice_types::key`] (the
+//! PARTITION BY columns in order; empty without them). The value (little-endian):
 //! - `u32 pending`, then per pending row, in (time, arrival) order: `u64 arrival` and the
 //!   whole input row (`u32 length` + its bytes in the key encoding, the input's columns
 //!   in order; its time is read back from its event-time column);
@@ -18,25 +22,33 @@
 //!   count`, `i128 integer sum`, `f64 float sum` (its bits), and the MIN/MAX value.
 //!
 //! A value is a tag byte and its bytes: `0` NULL; `1` an integer (`i64`); `2` a float
-//! (`f64` bits); `3` text (`u32 length` + UTF-8). Decoding checks every length against
-//! the remaining bytes, every row against the operator's input, every value against its
-//! aggregate's kind, the history's length against `ROWS n` and its times' order, and the
-//! running flag against the frame: a blob from another plan is refused, never misread.
+//! (`f64` bits); `3` text (`u32 length` + UTF-8). A partition freed (a bounded frame's,
+//! once it holds no pending row and no history) is a delete; an unbounded frame's
+//! partitions are never freed. Arrival numbers order a partition's pending rows of equal
+//! time; a restore counts on from the highest restored. Version 1 was a blob per vnode:
+//! `u32 version`, `u32 partitions`, then per partition its key (`u32 length` + bytes)
+//! and this value. Restoring checks every length against the remaining bytes, the key
+//! against the PARTITION BY columns' canonical key encoding and the vnode against it,
+//! every row against the operator's input, every value against its aggregate's kind,
+//! the history's length against `ROWS n` and its times' order, and the running flag
+//! against the frame: a record from another plan or a damaged one is refused
+//! (`state.corrupt`), never misread, and never panics.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use arrow::array::Array;
 
-use sluice_runtime::BlobJob;
-use sluice_types::{SluiceError, vnode};
+use sluice_runtime::{Snapshot, SnapshotKind};
+use sluice_state::{StateSink, StateSource};
+use sluice_types::{SluiceError, TimestampMs, vnode};
 
-use crate::blob::{BlobWriter, Reader};
+use crate::blob::{Reader, Records, check_keys};
+use crate::partition::placement_hash;
 
 use super::{Accumulator, Kind, OverAggregate, OverFrame, Partition, Value};
 
-/// The blob layout this build writes and reads.
-pub const OVER_STATE_VERSION: u32 = 1;
-const VERSION: u32 = OVER_STATE_VERSION;
+/// The record layout this build writes and reads.
+pub const OVER_STATE_VERSION: u32 = 2;
 
 /// The state's name in errors.
 const STATE: &str = "OVER aggregate";
@@ -46,14 +58,40 @@ const TAG_INT: u8 = 1;
 const TAG_FLOAT: u8 = 2;
 const TAG_TEXT: u8 = 3;
 
-/// Copies the partitions and returns the job that encodes them; None without state.
-pub(super) fn snapshot(over: &OverAggregate) -> Option<BlobJob> {
-    let copy: Vec<Partition> = over.partitions.iter().flatten().cloned().collect();
-    if copy.is_empty() {
-        return None;
-    }
-    let vnodes = over.vnodes;
-    Some(Box::new(move || Ok(encode(copy, vnodes))))
+/// Clones the partitions the snapshot takes (every one unless `delta` and the operator
+/// kept its changes) and returns the snapshot writing them.
+pub(super) fn snapshot(over: &mut OverAggregate, delta: bool) -> Snapshot {
+    let full = !delta || !over.tracking;
+    let copy: Vec<Partition> = if full {
+        over.partitions.iter().flatten().cloned().collect()
+    } else {
+        let mut copy = Vec::with_capacity(over.changed.len());
+        for &id in &over.changed {
+            // An id freed and taken again may be listed twice: taken once.
+            let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
+            if over.changed_bits[word] & bit != 0 {
+                over.changed_bits[word] &= !bit;
+                copy.extend(over.partitions[id as usize].clone());
+            }
+        }
+        copy
+    };
+    let freed = if full { Vec::new() } else { std::mem::take(&mut over.freed) };
+    over.clear_changes();
+    let (vnodes, no_keys) = (over.vnodes, over.spec.partition.is_empty());
+    let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
+    let job = Box::new(move |sink: &mut dyn StateSink| {
+        let mut records = Records::default();
+        for partition in &copy {
+            let value = |bytes: &mut Vec<u8>| write_partition(partition, bytes);
+            records.add(vnode::of_hash(partition.hash, vnodes), |k| k.extend_from_slice(&partition.key), Some(&value));
+        }
+        for key in &freed {
+            records.add(vnode::of_hash(placement_hash(no_keys, key), vnodes), |k| k.extend_from_slice(key), None);
+        }
+        records.write(sink)
+    });
+    Snapshot { kind, job }
 }
 
 fn write_bytes(bytes: &mut Vec<u8>, value: &[u8]) {
@@ -84,31 +122,25 @@ fn write_value(bytes: &mut Vec<u8>, value: &Value) {
     }
 }
 
-fn encode(mut partitions: Vec<Partition>, vnodes: u32) -> Vec<(u32, Vec<u8>)> {
-    partitions.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut blobs = BlobWriter::new(VERSION);
-    for partition in &partitions {
-        let bytes = blobs.entry(vnode::of_hash(partition.hash, vnodes));
-        write_bytes(bytes, &partition.key);
-        write_count(bytes, partition.pending.len());
-        for ((_, arrival), row) in &partition.pending {
-            bytes.extend_from_slice(&arrival.to_le_bytes());
-            write_bytes(bytes, row);
-        }
-        write_count(bytes, partition.history.len());
-        for (time, values) in &partition.history {
-            bytes.extend_from_slice(&time.to_le_bytes());
-            values.iter().for_each(|value| write_value(bytes, value));
-        }
-        bytes.push(u8::from(!partition.running.is_empty()));
-        for accumulator in &partition.running {
-            bytes.extend_from_slice(&accumulator.count.to_le_bytes());
-            bytes.extend_from_slice(&accumulator.int.to_le_bytes());
-            bytes.extend_from_slice(&accumulator.float.to_bits().to_le_bytes());
-            write_value(bytes, &accumulator.best);
-        }
+/// A partition's value: its pending rows, history and running accumulators.
+fn write_partition(partition: &Partition, bytes: &mut Vec<u8>) {
+    write_count(bytes, partition.pending.len());
+    for ((_, arrival), row) in &partition.pending {
+        bytes.extend_from_slice(&arrival.to_le_bytes());
+        write_bytes(bytes, row);
     }
-    blobs.finish()
+    write_count(bytes, partition.history.len());
+    for (time, values) in &partition.history {
+        bytes.extend_from_slice(&time.to_le_bytes());
+        values.iter().for_each(|value| write_value(bytes, value));
+    }
+    bytes.push(u8::from(!partition.running.is_empty()));
+    for accumulator in &partition.running {
+        bytes.extend_from_slice(&accumulator.count.to_le_bytes());
+        bytes.extend_from_slice(&accumulator.int.to_le_bytes());
+        bytes.extend_from_slice(&accumulator.float.to_bits().to_le_bytes());
+        write_value(bytes, &accumulator.best);
+    }
 }
 
 fn corrupt(what: &str) -> SluiceError {
@@ -132,112 +164,131 @@ fn read_value(reader: &mut Reader<'_>, kind: Kind) -> Result<Value, SluiceError>
     Ok(value)
 }
 
-/// Loads the partitions of `blobs` (of the vnodes this instance owns) into `over`.
-pub(super) fn restore(over: &mut OverAggregate, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
+/// Pending rows by (time, arrival), as a partition keeps them.
+type Pending = BTreeMap<(TimestampMs, u64), Box<[u8]>>;
+
+/// Loads the partitions of `state` (of the vnodes this instance owns) into `over`.
+pub(super) fn restore(over: &mut OverAggregate, state: &mut dyn StateSource) -> Result<(), SluiceError> {
     let no_keys = over.spec.partition.is_empty();
-    let aggregates = over.spec.aggregates.len();
-    for blob in blobs {
-        let mut reader = Reader::new(&blob, STATE);
-        if reader.u32()? != VERSION {
-            return Err(corrupt("unknown version"));
+    while let Some(record) = state.next_record()? {
+        let key = record.key;
+        let hash = placement_hash(no_keys, key);
+        if vnode::of_hash(hash, over.vnodes) != record.vnode {
+            return Err(corrupt("a partition under another vnode than its key's"));
         }
-        for _ in 0..reader.u32()? {
-            let key = reader.bytes()?;
-            if no_keys && !key.is_empty() {
-                return Err(corrupt("a partition key without PARTITION BY"));
-            }
-            if !no_keys {
-                over.partition_encoder.decode(std::iter::once(key)).map_err(|_| corrupt("a key of another plan"))?;
-            }
-            // Each entry takes at least 12 bytes: a count beyond that is damage.
-            let pending = reader.u32()? as usize;
-            if pending > reader.remaining() / 12 {
-                return Err(corrupt("more pending rows than bytes"));
-            }
-            let mut arrivals = Vec::with_capacity(pending);
-            let mut rows: Vec<&[u8]> = Vec::with_capacity(pending);
-            for _ in 0..pending {
-                let arrival = reader.u64()?;
-                if arrival > u64::MAX / 2 {
-                    return Err(corrupt("an arrival number past any run's"));
-                }
-                arrivals.push(arrival);
-                rows.push(reader.bytes()?);
-            }
-            let mut entries = BTreeMap::new();
-            if pending > 0 {
-                let columns =
-                    over.row_encoder.decode(rows.iter().copied()).map_err(|_| corrupt("a row of another plan"))?;
-                let times = super::times(&columns[over.spec.time])?;
-                for (row, (arrival, bytes)) in arrivals.iter().zip(&rows).enumerate() {
-                    if !times.is_valid(row) {
-                        return Err(corrupt("a pending row without event time"));
-                    }
-                    if entries.insert((times.value(row), *arrival), Box::<[u8]>::from(*bytes)).is_some() {
-                        return Err(corrupt("a pending row twice"));
-                    }
-                }
-            }
-            let history_length = reader.u32()? as usize;
-            let bound = match over.spec.frame {
-                OverFrame::Rows(Some(n)) => n,
-                OverFrame::Range(Some(_)) => usize::MAX,
-                OverFrame::Rows(None) | OverFrame::Range(None) => 0,
-            };
-            if history_length > bound || history_length > reader.remaining() / 8 {
-                return Err(corrupt("a history longer than the frame or the bytes"));
-            }
-            let mut history = VecDeque::with_capacity(history_length);
-            for _ in 0..history_length {
-                let time = reader.i64()?;
-                if history.back().is_some_and(|(last, _)| *last > time) {
-                    return Err(corrupt("a history out of time order"));
-                }
-                let values = over.kinds.iter().map(|kind| read_value(&mut reader, *kind)).collect::<Result<_, _>>()?;
-                history.push_back((time, values));
-            }
-            let running = match reader.u8()? {
-                0 if !over.spec.frame.unbounded() => Vec::new(),
-                1 if over.spec.frame.unbounded() => {
-                    let mut running = Vec::with_capacity(aggregates);
-                    for kind in &over.kinds {
-                        let count = reader.i64()?;
-                        let int = i128::from_le_bytes(reader.take(16)?.try_into().expect("16 bytes"));
-                        let float = reader.f64()?;
-                        let best = read_value(&mut reader, *kind)?;
-                        if count < 0 {
-                            return Err(corrupt("a negative count"));
-                        }
-                        running.push(Accumulator { count, int, float, best });
-                    }
-                    running
-                }
-                _ => return Err(corrupt("running accumulators of another frame")),
-            };
-            let hash = crate::partition::placement_hash(no_keys, key);
-            let id = over.partition_of(key, hash);
-            let partition = over.partitions[id as usize].as_mut().expect("just found");
-            let fresh = partition.pending.is_empty()
-                && partition.history.is_empty()
-                && partition.running.iter().all(|a| *a == Accumulator::EMPTY);
-            if !fresh {
-                return Err(corrupt("a partition appears twice (in two vnodes)"));
-            }
-            let newest = arrivals.iter().max().map_or(0, |a| a.saturating_add(1));
-            over.next_arrival = over.next_arrival.max(newest);
-            for (time, _) in entries.keys() {
-                over.due.insert((*time, id));
-            }
-            if let (OverFrame::Range(Some(preceding)), Some((oldest, _))) = (over.spec.frame, history.front()) {
-                over.due.insert((oldest.saturating_add(preceding), id));
-            }
-            partition.pending = entries;
-            partition.history = history;
-            if !running.is_empty() {
-                partition.running = running;
-            }
-        }
+        let mut reader = Reader::new(record.value, STATE);
+        let pending = read_pending(over, &mut reader)?;
+        let history = read_history(over, &mut reader)?;
+        let running = read_running(over, &mut reader)?;
         reader.finish()?;
+        if running.is_empty() && pending.is_empty() && history.is_empty() {
+            return Err(corrupt("a partition that holds nothing"));
+        }
+        let id = over.partition_of(key, hash);
+        let partition = over.partitions[id as usize].as_mut().expect("just found");
+        let fresh = partition.pending.is_empty()
+            && partition.history.is_empty()
+            && partition.running.iter().all(|a| *a == Accumulator::EMPTY);
+        if !fresh {
+            return Err(corrupt("a partition appears twice (in two vnodes)"));
+        }
+        let newest = pending.keys().map(|(_, arrival)| arrival.saturating_add(1)).max().unwrap_or(0);
+        over.next_arrival = over.next_arrival.max(newest);
+        for (time, _) in pending.keys() {
+            over.due.insert((*time, id));
+        }
+        if let (OverFrame::Range(Some(preceding)), Some((oldest, _))) = (over.spec.frame, history.front()) {
+            over.due.insert((oldest.saturating_add(preceding), id));
+        }
+        partition.pending = pending;
+        partition.history = history;
+        if !running.is_empty() {
+            partition.running = running;
+        }
     }
+    let keys = over.partitions.iter().flatten().map(|partition| &partition.key[..]);
+    check_keys(&over.partition_encoder, keys, STATE, "a partition key")?;
+    over.clear_changes();
     Ok(())
+}
+
+/// A partition's pending rows, each a row of the operator's input with an event time.
+fn read_pending(over: &OverAggregate, reader: &mut Reader<'_>) -> Result<Pending, SluiceError> {
+    // Each entry takes at least 12 bytes: a count beyond that is damage.
+    let pending = reader.u32()? as usize;
+    if pending > reader.remaining() / 12 {
+        return Err(corrupt("more pending rows than bytes"));
+    }
+    let mut arrivals = Vec::with_capacity(pending);
+    let mut rows: Vec<&[u8]> = Vec::with_capacity(pending);
+    for _ in 0..pending {
+        let arrival = reader.u64()?;
+        if arrival > u64::MAX / 2 {
+            return Err(corrupt("an arrival number past any run's"));
+        }
+        arrivals.push(arrival);
+        rows.push(reader.bytes()?);
+    }
+    let mut entries = BTreeMap::new();
+    if pending > 0 {
+        let columns = over.row_encoder.decode(rows.iter().copied()).map_err(|_| corrupt("a row of another plan"))?;
+        let times = super::times(&columns[over.spec.time])?;
+        for (row, (arrival, bytes)) in arrivals.iter().zip(&rows).enumerate() {
+            if !times.is_valid(row) {
+                return Err(corrupt("a pending row without event time"));
+            }
+            if entries.insert((times.value(row), *arrival), Box::<[u8]>::from(*bytes)).is_some() {
+                return Err(corrupt("a pending row twice"));
+            }
+        }
+    }
+    Ok(entries)
+}
+
+/// A bounded frame's history: at most `n` rows for `ROWS n`, in time order.
+fn read_history(
+    over: &OverAggregate,
+    reader: &mut Reader<'_>,
+) -> Result<VecDeque<(TimestampMs, Vec<Value>)>, SluiceError> {
+    let length = reader.u32()? as usize;
+    let bound = match over.spec.frame {
+        OverFrame::Rows(Some(n)) => n,
+        OverFrame::Range(Some(_)) => usize::MAX,
+        OverFrame::Rows(None) | OverFrame::Range(None) => 0,
+    };
+    if length > bound || length > reader.remaining() / 8 {
+        return Err(corrupt("a history longer than the frame or the bytes"));
+    }
+    let mut history = VecDeque::with_capacity(length);
+    for _ in 0..length {
+        let time = reader.i64()?;
+        if history.back().is_some_and(|(last, _)| *last > time) {
+            return Err(corrupt("a history out of time order"));
+        }
+        let values = over.kinds.iter().map(|kind| read_value(reader, *kind)).collect::<Result<_, _>>()?;
+        history.push_back((time, values));
+    }
+    Ok(history)
+}
+
+/// An unbounded frame's running accumulators (none for a bounded frame).
+fn read_running(over: &OverAggregate, reader: &mut Reader<'_>) -> Result<Vec<Accumulator>, SluiceError> {
+    match reader.u8()? {
+        0 if !over.spec.frame.unbounded() => Ok(Vec::new()),
+        1 if over.spec.frame.unbounded() => {
+            let mut running = Vec::with_capacity(over.kinds.len());
+            for kind in &over.kinds {
+                let count = reader.i64()?;
+                let int = i128::from_le_bytes(reader.take(16)?.try_into().expect("16 bytes"));
+                let float = reader.f64()?;
+                let best = read_value(reader, *kind)?;
+                if count < 0 {
+                    return Err(corrupt("a negative count"));
+                }
+                running.push(Accumulator { count, int, float, best });
+            }
+            Ok(running)
+        }
+        _ => Err(corrupt("running accumulators of another frame")),
+    }
 }

@@ -16,7 +16,9 @@
 //!
 //! Bound: state is the open sessions; each is freed when the watermark passes its end.
 //!
-//! State is per key, placed by the key's hash (the exchange's) in its vnode: see `state`.
+//! State is per key, placed by the key's hash (the exchange's) in its vnode; once
+//! checkpoints are taken, the keys whose sessions changed or all closed since the
+//! previous snapshot are kept too, so that a checkpoint writes only those: see `state`.
 
 mod state;
 #[cfg(test)]
@@ -32,7 +34,8 @@ use arrow::array::{
 use arrow::compute::cast;
 use arrow::datatypes::{SchemaRef, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
-use sluice_runtime::{BlobJob, Operator};
+use sluice_runtime::{Operator, Snapshot};
+use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
@@ -144,6 +147,8 @@ struct Session {
 struct KeySessions {
     hash: u64,
     sessions: Vec<Session>,
+    /// Changed since the previous snapshot (its key is then in `SessionAggregate::changed`).
+    changed: bool,
 }
 
 /// See the module documentation. Its spec is the window aggregate's.
@@ -162,6 +167,14 @@ pub struct SessionAggregate {
     watermark: TimestampMs,
     late_rows: Arc<AtomicU64>,
     vnodes: u32,
+    /// For snapshots (`state`): the keys whose sessions changed since the previous
+    /// snapshot (each listed once while its `changed` flag is up; a key listed may be
+    /// gone since), the keys whose sessions all closed since, and whether changes are
+    /// kept (from the first snapshot or a restore on: a run without checkpoints keeps
+    /// none).
+    changed: Vec<Box<[u8]>>,
+    closed: Vec<Box<[u8]>>,
+    tracking: bool,
 }
 
 impl SessionAggregate {
@@ -204,7 +217,22 @@ impl SessionAggregate {
             watermark: i64::MIN,
             late_rows,
             vnodes,
+            changed: Vec::new(),
+            closed: Vec::new(),
+            tracking: false,
         })
+    }
+
+    /// Forgets what changed (a snapshot took it, or a restore loaded the runs); changes
+    /// are kept from now on.
+    fn clear_changes(&mut self) {
+        for key in self.changed.drain(..) {
+            if let Some(entry) = self.keys.get_mut(&key) {
+                entry.changed = false;
+            }
+        }
+        self.closed.clear();
+        self.tracking = true;
     }
 
     /// Adds one row, whose proto-window is `[start, end)`, to the sessions of `key`.
@@ -220,12 +248,14 @@ impl SessionAggregate {
         if merged_end - 1 <= self.watermark {
             return false;
         }
-        // One allocation per row: the key's copy in the due set (and in the map when new).
+        // One allocation per row: the key's copy in the due set (and in the map when new,
+        // and in the changed list at its first change since a snapshot).
         let mut owned: Box<[u8]> = key.into();
         if !self.keys.contains_key(key) {
-            self.keys.insert(owned.clone(), KeySessions { hash, sessions: Vec::new() });
+            self.keys.insert(owned.clone(), KeySessions { hash, sessions: Vec::new(), changed: false });
         }
-        let sessions = &mut self.keys.get_mut(key).expect("inserted above").sessions;
+        let entry = self.keys.get_mut(key).expect("inserted above");
+        let sessions = &mut entry.sessions;
         let mut merged: Option<Session> = None;
         while let Some(index) = sessions.iter().position(touching) {
             let session = sessions.remove(index);
@@ -252,6 +282,10 @@ impl SessionAggregate {
         self.due.insert((merged.end, owned));
         let at = sessions.partition_point(|session| session.start < merged.start);
         sessions.insert(at, merged);
+        if self.tracking && !entry.changed {
+            entry.changed = true;
+            self.changed.push(key.into());
+        }
         true
     }
 
@@ -275,6 +309,12 @@ impl SessionAggregate {
             let session = entry.sessions.remove(position);
             if entry.sessions.is_empty() {
                 self.keys.remove(&key);
+                if self.tracking {
+                    self.closed.push(key.clone());
+                }
+            } else if self.tracking && !entry.changed {
+                entry.changed = true;
+                self.changed.push(key.clone());
             }
             emitted.push((key, session));
         }
@@ -393,11 +433,11 @@ impl Operator for SessionAggregate {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
-        Ok(state::snapshot(self))
+    fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        Ok(Some(state::snapshot(self, delta)))
     }
 
-    fn restore(&mut self, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        state::restore(self, blobs)
+    fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+        state::restore(self, state)
     }
 }

@@ -1,31 +1,56 @@
-//! Snapshots of the session aggregate's open sessions, one blob per vnode.
+//! Snapshots of the session aggregate's open sessions as records (`sluice_state`): one
+//! per key, under the vnode of the key's placement hash (the hash the exchange routes
+//! by), so a restore onto any number of threads gives each key to the thread its future
+//! rows go to.
 //!
-//! At a barrier the driver clones the open sessions; the checkpoint writer thread encodes
-//! the clone. A key's sessions go to the vnode of the key's placement hash (the hash the
-//! exchange routes by), so after a restore onto any number of threads or workers each key
-//! lands on the thread its future rows go to.
+//! At a barrier the driver clones the keys the snapshot takes and returns a job that
+//! writes them on the checkpoint writer's thread: every key with open sessions (a full
+//! snapshot), or the keys whose sessions changed since the previous snapshot (a row
+//! merged into one, or one was emitted while others stay open) and a delete for each key
+//! whose sessions all closed since (a delta). Rows after the barrier change the live
+//! sessions, never the copy.
 //!
-//! Layout, version [`SESSION_STATE_VERSION`] (little-endian): `u32 version`, `u32 keys`,
-//! then per key (in key byte order) the key (`u32 length` + its bytes in the key encoding
-//! of [`sluice_types::key`]), `u32 sessions`, then per session (in start order) `i64
-//! start`, `i64 end` and one partial result per aggregate: a tag byte and its value
-//! (`NULL` 0; `INT` 1 + i64; `FLOAT` 2 + f64; `TEXT` 3 + u32 length + UTF-8; `AVG` 4 +
-//! f64 sum + i64 count; `SET` 5 + u32 count + each value as u32 length + bytes, sorted).
-//! Decoding checks every length against the remaining bytes, every tag against the
-//! operator's aggregates, and that a session is not empty: a blob from another plan is
-//! refused, never misread.
+//! # Records, version [`SESSION_STATE_VERSION`]
+//!
+//! ```text
+//! key    the key in the key encoding of [`sluice_types::key`] (the GROUP BY columns
+//!        other than the window's, in order; empty without them)
+//! value  u32 sessions (at least 1), then per session, in start order: i64 start, i64
+//!        end, and one partial result per aggregate, in the aggregates' order: a tag
+//!        byte and its value (little-endian)
+//!          0 NULL   (nothing)              SUM, MIN, MAX of no value yet
+//!          1 INT    i64                    COUNT, COUNT(*); SUM, MIN, MAX of integers
+//!          2 FLOAT  f64                    SUM, MIN, MAX of floats
+//!          3 TEXT   u32 length + UTF-8     MIN, MAX of text
+//!          4 AVG    f64 sum + i64 count    AVG
+//!          5 SET    u32 count, then each value (u32 length + its bytes in the key
+//!                   encoding of the argument's type), in increasing byte order
+//!                                          COUNT(DISTINCT)
+//! vnode  of the key's placement hash (`crate::partition::placement_hash`: the key's
+//!        hash, 0 without keys)
+//! ```
+//!
+//! A key whose sessions all closed is a delete. Version 1 was a blob per vnode: `u32
+//! version`, `u32 keys`, then per key (in key byte order) the key (`u32 length` + bytes)
+//! and this value. Restoring checks every length against the remaining bytes, every tag
+//! against its aggregate, the vnode against the key, the key against the GROUP BY
+//! columns' canonical key encoding, that each session is not empty and comes after the
+//! previous one without touching it, and a set's values' order: a record from another
+//! plan or a damaged one is refused (`state.corrupt`), never misread, and never panics.
 
 use std::collections::BTreeSet;
 
-use sluice_runtime::BlobJob;
+use sluice_runtime::{Snapshot, SnapshotKind};
+use sluice_state::{StateSink, StateSource};
 use sluice_types::{SluiceError, vnode};
 
-use crate::blob::Reader;
+use crate::blob::{Reader, Records, check_keys};
+use crate::partition::placement_hash;
 
 use super::{KeySessions, Partial, Session, SessionAggregate};
 
-/// The blob layout this build writes and reads.
-pub const SESSION_STATE_VERSION: u32 = 1;
+/// The record layout this build writes and reads.
+pub const SESSION_STATE_VERSION: u32 = 2;
 
 const TAG_NULL: u8 = 0;
 const TAG_INT: u8 = 1;
@@ -34,46 +59,49 @@ const TAG_TEXT: u8 = 3;
 const TAG_AVG: u8 = 4;
 const TAG_SET: u8 = 5;
 
-/// Clones the open sessions and returns the job that encodes them; None without state.
-pub(super) fn snapshot(aggregate: &mut SessionAggregate) -> Option<BlobJob> {
-    if aggregate.keys.is_empty() {
-        return None;
-    }
-    let mut keys: Vec<(Box<[u8]>, KeySessions)> =
-        aggregate.keys.iter().map(|(key, sessions)| (key.clone(), sessions.clone())).collect();
-    let vnodes = aggregate.vnodes;
-    Some(Box::new(move || {
-        keys.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(encode(&keys, vnodes))
-    }))
+/// Clones the keys the snapshot takes (every one unless `delta` and the aggregate kept
+/// its changes) and returns the snapshot writing them.
+pub(super) fn snapshot(aggregate: &mut SessionAggregate, delta: bool) -> Snapshot {
+    let full = !delta || !aggregate.tracking;
+    let copy: Vec<(Box<[u8]>, KeySessions)> = if full {
+        aggregate.keys.iter().map(|(key, sessions)| (key.clone(), sessions.clone())).collect()
+    } else {
+        let mut copy = Vec::with_capacity(aggregate.changed.len());
+        for key in std::mem::take(&mut aggregate.changed) {
+            // A key closed since and back again may be listed twice: taken once.
+            if let Some(entry) = aggregate.keys.get_mut(&key).filter(|entry| entry.changed) {
+                entry.changed = false;
+                copy.push((key, entry.clone()));
+            }
+        }
+        copy
+    };
+    let closed = if full { Vec::new() } else { std::mem::take(&mut aggregate.closed) };
+    aggregate.clear_changes();
+    let (vnodes, no_keys) = (aggregate.vnodes, aggregate.spec.keys.is_empty());
+    let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
+    let job = Box::new(move |sink: &mut dyn StateSink| {
+        let mut records = Records::default();
+        for (key, sessions) in &copy {
+            let value = |bytes: &mut Vec<u8>| write_sessions(&sessions.sessions, bytes);
+            records.add(vnode::of_hash(sessions.hash, vnodes), |k| k.extend_from_slice(key), Some(&value));
+        }
+        for key in &closed {
+            records.add(vnode::of_hash(placement_hash(no_keys, key), vnodes), |k| k.extend_from_slice(key), None);
+        }
+        records.write(sink)
+    });
+    Snapshot { kind, job }
 }
 
-fn encode(keys: &[(Box<[u8]>, KeySessions)], vnodes: u32) -> Vec<(u32, Vec<u8>)> {
-    let mut blobs: Vec<Option<(u32, Vec<u8>)>> = (0..vnodes).map(|_| None).collect();
-    for (key, sessions) in keys {
-        let vnode = vnode::of_hash(sessions.hash, vnodes) as usize;
-        let (count, bytes) = blobs[vnode].get_or_insert_with(|| {
-            let mut bytes = SESSION_STATE_VERSION.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&0u32.to_le_bytes());
-            (0, bytes)
-        });
-        *count += 1;
-        bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(&(sessions.sessions.len() as u32).to_le_bytes());
-        for session in &sessions.sessions {
-            bytes.extend_from_slice(&session.start.to_le_bytes());
-            bytes.extend_from_slice(&session.end.to_le_bytes());
-            session.partials.iter().for_each(|partial| write_partial(partial, bytes));
-        }
+/// A key's value: its sessions, each with its partial results.
+fn write_sessions(sessions: &[Session], bytes: &mut Vec<u8>) {
+    bytes.extend_from_slice(&u32::try_from(sessions.len()).expect("fewer than 2^32 sessions per key").to_le_bytes());
+    for session in sessions {
+        bytes.extend_from_slice(&session.start.to_le_bytes());
+        bytes.extend_from_slice(&session.end.to_le_bytes());
+        session.partials.iter().for_each(|partial| write_partial(partial, bytes));
     }
-    let finished = blobs.into_iter().enumerate().filter_map(|(vnode, blob)| {
-        blob.map(|(count, mut bytes)| {
-            bytes[4..8].copy_from_slice(&u32::to_le_bytes(count));
-            (vnode as u32, bytes)
-        })
-    });
-    finished.collect()
 }
 
 fn write_partial(partial: &Partial, bytes: &mut Vec<u8>) {
@@ -125,36 +153,44 @@ fn corrupt(what: &str) -> SluiceError {
 /// The state's name in errors.
 const STATE: &str = "session aggregate";
 
-pub(super) fn restore(aggregate: &mut SessionAggregate, blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-    for blob in blobs {
-        let mut reader = Reader::new(&blob, STATE);
-        if reader.u32()? != SESSION_STATE_VERSION {
-            return Err(corrupt("unknown version"));
+/// Loads the keys of `state` (of the vnodes this instance owns) into `aggregate`.
+pub(super) fn restore(aggregate: &mut SessionAggregate, state: &mut dyn StateSource) -> Result<(), SluiceError> {
+    let no_keys = aggregate.spec.keys.is_empty();
+    while let Some(record) = state.next_record()? {
+        let hash = placement_hash(no_keys, record.key);
+        if vnode::of_hash(hash, aggregate.vnodes) != record.vnode {
+            return Err(corrupt("a key under another vnode than its own"));
         }
-        for _ in 0..reader.u32()? {
-            let key: Box<[u8]> = reader.bytes()?.into();
-            let mut sessions = Vec::new();
-            for _ in 0..reader.u32()? {
-                let (start, end) = (reader.i64()?, reader.i64()?);
-                if start >= end {
-                    return Err(corrupt("an empty session"));
-                }
-                let mut partials = Vec::with_capacity(aggregate.empty.len());
-                for kind in &aggregate.empty {
-                    partials.push(read_partial(kind, &mut reader)?);
-                }
-                sessions.push(Session { start, end, partials });
+        let mut reader = Reader::new(record.value, STATE);
+        let count = reader.u32()? as usize;
+        // A session takes 16 bytes at least: a count beyond that is damage.
+        if count == 0 || count > reader.remaining() / 16 {
+            return Err(corrupt("a key with no sessions, or more than its bytes"));
+        }
+        let mut sessions: Vec<Session> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (start, end) = (reader.i64()?, reader.i64()?);
+            if start >= end {
+                return Err(corrupt("an empty session"));
             }
-            let hash = crate::partition::placement_hash(aggregate.spec.keys.is_empty(), &key);
-            for session in &sessions {
-                aggregate.due.insert((session.end, key.clone()));
+            if sessions.last().is_some_and(|last| last.end >= start) {
+                return Err(corrupt("sessions out of order or touching"));
             }
-            if aggregate.keys.insert(key, KeySessions { hash, sessions }).is_some() {
-                return Err(corrupt("a key appears twice (in two vnodes)"));
+            let mut partials = Vec::with_capacity(aggregate.empty.len());
+            for kind in &aggregate.empty {
+                partials.push(read_partial(kind, &mut reader)?);
             }
+            sessions.push(Session { start, end, partials });
         }
         reader.finish()?;
+        let key: Box<[u8]> = record.key.into();
+        for session in &sessions {
+            aggregate.due.insert((session.end, key.clone()));
+        }
+        aggregate.keys.insert(key, KeySessions { hash, sessions, changed: false });
     }
+    check_keys(&aggregate.key_encoder, aggregate.keys.keys().map(|key| &key[..]), STATE, "a key")?;
+    aggregate.clear_changes();
     Ok(())
 }
 
@@ -175,7 +211,11 @@ fn read_partial(kind: &Partial, reader: &mut Reader<'_>) -> Result<Partial, Slui
         (Partial::Distinct(_), TAG_SET) => {
             let mut set = BTreeSet::new();
             for _ in 0..reader.u32()? {
-                set.insert(reader.bytes()?.into());
+                let value: Box<[u8]> = reader.bytes()?.into();
+                if set.last().is_some_and(|last| *last >= value) {
+                    return Err(corrupt("a set's values out of order"));
+                }
+                set.insert(value);
             }
             Partial::Distinct(set)
         }

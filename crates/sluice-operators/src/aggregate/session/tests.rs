@@ -1,5 +1,6 @@
-//! The session aggregate against a from-scratch sessionization, its late rows, and its
-//! snapshots (restored across instances by vnode, and pinned byte for byte).
+//! The session aggregate against a from-scratch sessionization (with checkpoints, deltas
+//! when they can be, and restores onto split and merged instances), its late rows, and
+//! its state records (what a delta holds, pinned byte for byte, damage refused).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,13 +10,18 @@ use arrow::array::{Int64Array, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
-use sluice_runtime::Operator;
-use sluice_types::{Batch, Message};
+use sluice_runtime::{Operator, SnapshotKind};
+use sluice_state::StateModel;
+use sluice_types::{Batch, Message, vnode};
 
 use super::SessionAggregate;
 use crate::aggregate::{AggregateFunction, AggregateSpec, GroupColumn, WindowAggregateSpec};
+use crate::testing;
 
 const VNODES: u32 = 16;
+
+/// A record: vnode, key, value.
+type Record = (u32, Vec<u8>, Vec<u8>);
 
 fn input_schema() -> Arc<Schema> {
     let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
@@ -144,29 +150,118 @@ fn row_strategy() -> impl Strategy<Value = (i64, &'static str, Option<i64>)> {
     (0i64..300, prop::sample::select(vec!["a", "b", "c"]), prop::option::of(0i64..4))
 }
 
+/// The vnode of key `k`'s sessions.
+fn key_vnode(k: &str) -> u32 {
+    vnode::of_hash(sluice_types::key::hash(&key_bytes(k)), VNODES)
+}
+
+/// `k` in the key encoding.
+fn key_bytes(k: &str) -> Vec<u8> {
+    [&[0x06][..], &(k.len() as u32).to_le_bytes(), k.as_bytes()].concat()
+}
+
+/// Instances of the aggregate and the runs their checkpoints wrote: `ranges[i]` are the
+/// vnodes of `instances[i]`.
+struct Running {
+    instances: Vec<SessionAggregate>,
+    ranges: Vec<std::ops::Range<u32>>,
+    runs: StateModel,
+}
+
+impl Running {
+    /// A checkpoint: every instance's snapshot (a delta when it can) into the runs.
+    fn checkpoint(&mut self) {
+        for (instance, vnodes) in self.instances.iter_mut().zip(&self.ranges) {
+            testing::checkpoint(instance, &mut self.runs, vnodes.clone(), true);
+        }
+    }
+
+    /// A checkpoint, then new instances owning `ranges` restored from the runs, given
+    /// the watermark `watermark` first (as a restored driver sends its lanes').
+    fn restart(&mut self, ranges: Vec<std::ops::Range<u32>>, watermark: Option<i64>, late: &Arc<AtomicU64>) {
+        self.checkpoint();
+        self.ranges = ranges;
+        self.instances = (self.ranges.iter())
+            .map(|vnodes| {
+                let mut instance = aggregate(Arc::clone(late));
+                testing::restore(&mut instance, &self.runs, vnodes.clone()).expect("restore");
+                if let Some(watermark) = watermark {
+                    let mut out = Vec::new();
+                    instance.on_watermark(watermark, &mut out).expect("watermark");
+                    assert!(lines(out).is_empty(), "a restored session was emitted before the checkpoint");
+                }
+                instance
+            })
+            .collect();
+    }
+
+    /// The instance owning key `k`'s sessions.
+    fn owner(&self, k: &str) -> usize {
+        let vnode = key_vnode(k);
+        self.ranges.iter().position(|range| range.contains(&vnode)).expect("every vnode is owned")
+    }
+}
+
 proptest! {
-    /// Rows in any order and batches, with watermarks that leave no row late (each at
-    /// least `gap` behind every later row), give exactly the from-scratch sessions.
+    /// Rows in any order (or in time order, so that sessions close along the way) and
+    /// batches, with watermarks that leave no row late (each at least `gap` behind every
+    /// later row), give exactly the from-scratch sessions. A checkpoint follows every
+    /// other batch (deltas); at `split_at` the sessions move onto two instances
+    /// splitting the vnodes at `split` (rows routed by key, as the exchange does), at
+    /// `merge_at` back onto one, as after restarts.
     #[test]
     fn sessions_match_a_from_scratch_sessionization(
         gap in 1i64..40,
-        input in prop::collection::vec(row_strategy(), 0..120),
-        cuts in prop::collection::vec(0usize..120, 0..6),
+        mut input in prop::collection::vec(row_strategy(), 0..120),
+        in_time_order in any::<bool>(),
+        cuts in prop::collection::vec(0usize..120, 0..12),
+        split_at in 0usize..13,
+        merge_at in 0usize..13,
+        split in 1u32..VNODES,
     ) {
+        if in_time_order {
+            input.sort_by_key(|row| row.0);
+        }
         let late = Arc::new(AtomicU64::new(0));
-        let mut operator = aggregate(Arc::clone(&late));
+        let mut running = Running {
+            instances: vec![aggregate(Arc::clone(&late))],
+            ranges: testing::one_instance(VNODES),
+            runs: StateModel::default(),
+        };
         let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(input.len())).collect();
         cuts.push(input.len());
         cuts.sort();
-        let (mut from, mut out) = (0, Vec::new());
-        for cut in cuts {
-            operator.on_data(rows(gap, &input[from..cut]), &mut out).expect("data");
+        let (mut from, mut out, mut watermark) = (0, Vec::new(), None);
+        for (index, cut) in cuts.into_iter().enumerate() {
+            if index == split_at {
+                let ranges = [0, split, VNODES].windows(2).map(|pair| pair[0]..pair[1]).collect();
+                running.restart(ranges, watermark, &late);
+            } else if index == merge_at {
+                running.restart(testing::one_instance(VNODES), watermark, &late);
+            } else if index % 2 == 1 {
+                running.checkpoint();
+            }
+            let mut parts = vec![Vec::new(); running.instances.len()];
+            for row in &input[from..cut] {
+                parts[running.owner(row.1)].push(*row);
+            }
+            for (instance, part) in running.instances.iter_mut().zip(parts) {
+                instance.on_data(rows(gap, &part), &mut out).expect("data");
+            }
             from = cut;
             if let Some(earliest) = input[from..].iter().map(|r| r.0).min() {
-                operator.on_watermark(earliest - gap - 1, &mut out).expect("watermark");
+                let next = earliest - gap - 1;
+                if watermark.is_none_or(|watermark| next > watermark) {
+                    watermark = Some(next);
+                    for instance in &mut running.instances {
+                        instance.on_watermark(next, &mut out).expect("watermark");
+                    }
+                }
             }
         }
-        operator.on_end(&mut out).expect("end");
+        for instance in &mut running.instances {
+            instance.on_end(&mut out).expect("end");
+        }
         let mut got = lines(out);
         got.sort();
         prop_assert_eq!(got, sessionize(gap, &input));
@@ -203,13 +298,12 @@ fn a_restored_aggregate_emits_what_the_original_would_split_by_vnode_across_inst
     let input = [(0, "a", Some(1)), (3, "b", Some(2)), (30, "a", None), (7, "c", Some(5)), (9, "a", Some(1))];
     let mut original = aggregate(Arc::new(AtomicU64::new(0)));
     original.on_data(rows(10, &input), &mut Vec::new()).expect("data");
-    let blobs = original.snapshot().expect("snapshot").expect("state")().expect("encode");
-    assert!(blobs.len() > 1, "three keys spread over vnodes");
-    let (low, high): (Vec<_>, Vec<_>) = blobs.into_iter().partition(|(vnode, _)| *vnode < VNODES / 2);
+    let mut runs = StateModel::default();
+    testing::checkpoint(&mut original, &mut runs, 0..VNODES, false);
     let mut restored = Vec::new();
-    for half in [low, high] {
+    for vnodes in [0..VNODES / 2, VNODES / 2..VNODES] {
         let mut instance = aggregate(Arc::new(AtomicU64::new(0)));
-        instance.restore(half.into_iter().map(|(_, blob)| blob).collect()).expect("restore");
+        testing::restore(&mut instance, &runs, vnodes).expect("restore");
         // Rows after the restore still merge with the restored sessions.
         instance.on_data(rows(10, &[(20, "a", Some(4))]), &mut Vec::new()).expect("data");
         restored.extend(ended(&mut instance).into_iter().filter(|line| !line.starts_with("a 20 30")));
@@ -220,36 +314,123 @@ fn a_restored_aggregate_emits_what_the_original_would_split_by_vnode_across_inst
     assert_eq!(restored, ["a 0 19 2 2 1 1", "a 20 40 2 4 4 1", "b 3 13 1 2 2 1", "c 7 17 1 5 5 1"]);
 }
 
+/// A delta holds the keys whose sessions changed since the previous snapshot, and a
+/// delete for each key whose sessions all closed since.
 #[test]
-fn damaged_blobs_are_refused() {
-    let mut original = aggregate(Arc::new(AtomicU64::new(0)));
-    original.on_data(rows(10, &[(0, "a", Some(1))]), &mut Vec::new()).expect("data");
-    let blob = original.snapshot().expect("snapshot").expect("state")().expect("encode").remove(0).1;
-    for cut in [0, 3, blob.len() - 1] {
-        let error = aggregate(Arc::new(AtomicU64::new(0))).restore(vec![blob[..cut].to_vec()]).expect_err("cut");
-        assert_eq!(error.code, "state.corrupt");
-    }
-    let mut longer = blob.clone();
-    longer.push(0);
-    assert!(aggregate(Arc::new(AtomicU64::new(0))).restore(vec![longer]).is_err(), "trailing bytes");
+fn a_delta_holds_the_keys_changed_and_a_delete_for_each_key_closed_since() {
+    let mut operator = aggregate(Arc::new(AtomicU64::new(0)));
+    let input = [(0, "a", Some(1)), (30, "a", Some(1)), (0, "b", Some(2)), (0, "c", Some(3)), (40, "d", None)];
+    operator.on_data(rows(10, &input), &mut Vec::new()).expect("data");
+    assert_eq!(testing::snapshot(&mut operator, true).0, SnapshotKind::Full, "the first snapshot is full");
+    // The watermark closes [0, 10) of a (which keeps [30, 40)), b's and c's only
+    // sessions; c comes back; d is untouched.
+    let mut out = Vec::new();
+    operator.on_watermark(9, &mut out).expect("watermark");
+    assert_eq!(lines(out).len(), 3);
+    operator.on_data(rows(10, &[(12, "c", Some(4))]), &mut Vec::new()).expect("data");
+    let (kind, delta) = testing::snapshot(&mut operator, true);
+    assert_eq!(kind, SnapshotKind::Delta);
+    let mut written: Vec<(u32, Vec<u8>, bool)> =
+        delta.points.iter().map(|(vnode, key, value)| (*vnode, key.clone(), value.is_some())).collect();
+    written.sort();
+    let mut expected: Vec<(u32, Vec<u8>, bool)> =
+        [("a", true), ("b", false), ("c", true)].iter().map(|(k, put)| (key_vnode(k), key_bytes(k), *put)).collect();
+    expected.sort();
+    assert_eq!(written, expected);
+    let (kind, nothing) = testing::snapshot(&mut operator, true);
+    assert_eq!(kind, SnapshotKind::Delta);
+    assert!(nothing.points.is_empty(), "nothing changed since");
+    assert_eq!(testing::snapshot(&mut operator, false).0, SnapshotKind::Full, "after a snapshot not written");
 }
 
-/// A golden vector: state blobs are persisted, so their layout (and the key encoding and
+/// The one record of a full snapshot of `operator`.
+fn the_record(operator: &mut SessionAggregate) -> Record {
+    let puts = testing::puts(&testing::snapshot(operator, false).1);
+    let [record] = puts.as_slice() else { panic!("one key: {puts:?}") };
+    record.clone()
+}
+
+fn one_key() -> Record {
+    let mut original = aggregate(Arc::new(AtomicU64::new(0)));
+    original.on_data(rows(10, &[(0, "a", Some(1)), (30, "a", None)]), &mut Vec::new()).expect("data");
+    the_record(&mut original)
+}
+
+#[test]
+fn damaged_records_are_refused() {
+    let record = one_key();
+    let damaged = |change: &dyn Fn(&mut Record)| {
+        let mut damaged = record.clone();
+        change(&mut damaged);
+        let restored = testing::restore_records(&mut aggregate(Arc::new(AtomicU64::new(0))), vec![damaged]);
+        restored.map(|_| ()).map_err(|error| error.code)
+    };
+    let corrupt = Err("state.corrupt");
+    for cut in [0, 3, 9, 20, record.2.len() - 1] {
+        assert_eq!(damaged(&|r| r.2.truncate(cut)), corrupt, "a value cut at {cut}");
+    }
+    assert_eq!(damaged(&|r| r.2.push(0)), corrupt, "trailing bytes");
+    assert_eq!(damaged(&|r| r.0 = (r.0 + 1) % VNODES), corrupt, "under another vnode than its key's");
+    assert_eq!(damaged(&|r| r.2[..4].copy_from_slice(&0u32.to_le_bytes())), corrupt, "no sessions");
+    assert_eq!(damaged(&|r| r.2[..4].copy_from_slice(&u32::MAX.to_le_bytes())), corrupt, "more sessions than bytes");
+    assert_eq!(damaged(&|r| r.2[20] = 2), corrupt, "a float where COUNT(*)'s integer belongs");
+    assert_eq!(damaged(&|r| r.2[12..20].copy_from_slice(&0i64.to_le_bytes())), corrupt, "an empty session");
+    // The second session ([30, 40)) moved to start where the first ([0, 10)) ends: after
+    // the count, the first's bounds, COUNT(*), SUM and MAX, and its set of one value.
+    let touching = |r: &mut Record| {
+        let second = 4 + 16 + 3 * 9 + (1 + 4 + 4 + 9);
+        r.2[second..second + 8].copy_from_slice(&10i64.to_le_bytes());
+    };
+    assert_eq!(damaged(&touching), corrupt, "sessions touching");
+    let rekeyed = |r: &mut Record| {
+        // The key of a BIGINT 1 (another plan's), under its own vnode.
+        r.1 = vec![0x02, 1, 0, 0, 0, 0, 0, 0, 0];
+        r.0 = vnode::of_hash(sluice_types::key::hash(&r.1), VNODES);
+    };
+    assert_eq!(damaged(&rekeyed), corrupt, "a key of another type");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Any bytes, and any damage to a valid record, give an error or a state, never a
+    /// panic, whatever follows.
+    #[test]
+    fn arbitrary_records_never_panic(
+        key in prop::collection::vec(any::<u8>(), 0..24),
+        value in prop::collection::vec(any::<u8>(), 0..64),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>()), 1..4),
+    ) {
+        let _ = testing::restore_records(&mut aggregate(Arc::new(AtomicU64::new(0))), vec![(0, key, value)]);
+        let mut record = one_key();
+        for (at, byte) in edits {
+            let field = if at % 2 == 0 { &mut record.2 } else { &mut record.1 };
+            if !field.is_empty() {
+                let at = at % field.len();
+                field[at] = byte;
+            }
+        }
+        let mut operator = aggregate(Arc::new(AtomicU64::new(0)));
+        if testing::restore_records(&mut operator, vec![record]).is_ok() {
+            let _ = operator.on_data(rows(10, &[(5, "a", Some(3))]), &mut Vec::new());
+            let _ = operator.on_watermark(20, &mut Vec::new());
+            let _ = operator.on_end(&mut Vec::new());
+        }
+    }
+}
+
+/// A golden vector: records are persisted, so their layout (and the key encoding and
 /// hash inside) must not change silently; a change fails here and bumps
 /// `SESSION_STATE_VERSION`.
 #[test]
-fn a_snapshot_blob_is_pinned_byte_for_byte() {
+fn a_snapshot_record_is_pinned_byte_for_byte() {
     let mut operator = aggregate(Arc::new(AtomicU64::new(0)));
     operator.on_data(rows(10, &[(100, "ab", Some(5)), (104, "ab", Some(5))]), &mut Vec::new()).expect("data");
-    let blobs = operator.snapshot().expect("snapshot").expect("state")().expect("encode");
-    let [(vnode, bytes)] = blobs.as_slice() else { panic!("one vnode holds the one key: {blobs:?}") };
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let (vnode, key, value) = the_record(&mut operator);
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
+    assert_eq!(hex(&key), "06020000006162", "VARCHAR \"ab\"");
     let expected = concat!(
-        "01000000",
-        "01000000", // version 1, 1 key
-        "07000000",
-        "06020000006162", // key: 7 bytes, VARCHAR "ab"
-        "01000000",       // 1 session
+        "01000000", // 1 session
         "6400000000000000",
         "7200000000000000", // start 100, end 114
         "01",
@@ -263,7 +444,9 @@ fn a_snapshot_blob_is_pinned_byte_for_byte() {
         "09000000",
         "020500000000000000", // COUNT(DISTINCT v): {5}
     );
-    assert_eq!(hex, expected);
-    let hash = sluice_types::key::hash(&[0x06, 2, 0, 0, 0, b'a', b'b']);
-    assert_eq!(*vnode, sluice_types::vnode::of_hash(hash, VNODES));
+    assert_eq!(hex(&value), expected);
+    assert_eq!(vnode, key_vnode("ab"));
+    let mut restored = aggregate(Arc::new(AtomicU64::new(0)));
+    testing::restore_records(&mut restored, vec![(vnode, key, value)]).expect("restore");
+    assert_eq!(ended(&mut restored), ["ab 100 114 2 10 5 1"]);
 }
