@@ -198,13 +198,14 @@ fn run_query(
         "checkpoints": report.checkpoints.as_ref().map(|c| serde_json::json!({
             "published": c.published,
             "max_state_bytes": c.max_state_bytes,
+            "written_bytes": c.written_bytes,
             "max_pause_ms": c.max_pause_ms,
             "p50_pause_ms": c.pause_percentile(50.0),
             "p99_pause_ms": c.pause_percentile(99.0),
             "max_duration_ms": c.max_duration_ms,
-            // [epoch, MB of state, pause ms, checkpoint ms] per published checkpoint.
+            // [epoch, MB of state, pause ms, checkpoint ms, MB written] per published checkpoint.
             "history": c.history.iter().map(|r| serde_json::json!([
-                r.epoch, r.state_bytes as f64 / 1e6, r.pause_ms, r.duration_ms
+                r.epoch, r.state_bytes as f64 / 1e6, r.pause_ms, r.duration_ms, r.written_bytes as f64 / 1e6
             ])).collect::<Vec<_>>(),
         })),
     });

@@ -90,10 +90,11 @@ pub fn render(pipeline: &str, report: &RunReport) -> String {
     } else if let Some(stats) = &report.checkpoints {
         let _ = writeln!(
             text,
-            "  checkpoints: {} published (last epoch {}, largest {} bytes of state), {} failed; longest pause {} ms, longest checkpoint {} ms",
+            "  checkpoints: {} published (last epoch {}, largest {} bytes of state, {} bytes written in all), {} failed; longest pause {} ms, longest checkpoint {} ms",
             stats.published,
             stats.last_epoch,
             stats.max_state_bytes,
+            stats.written_bytes,
             stats.failed,
             stats.max_pause_ms,
             stats.max_duration_ms

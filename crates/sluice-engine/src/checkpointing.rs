@@ -105,6 +105,8 @@ struct StoreCheckpointer {
     sinks: Vec<String>,
     /// Bytes of state per operator id in the last manifest published.
     published_by_operator: Vec<(String, u64)>,
+    /// Bytes of the objects the last manifest published names that its epoch wrote.
+    published_written_bytes: u64,
     /// This worker's runs, by operator instance.
     runs: RunBook,
 }
@@ -190,6 +192,9 @@ impl Checkpointer for StoreCheckpointer {
         manifest.operators = operators;
         self.store.publish(&manifest)?;
         self.published_by_operator = by_operator;
+        let new = format!("state/epoch-{}/", epoch.0);
+        let written = manifest.distinct_objects().into_iter().filter(|object| object.path.starts_with(&new));
+        self.published_written_bytes = written.map(|object| object.size).sum();
         if let Err(error) = self.store.collect_garbage(self.retain) {
             tracing::warn!(%error, "old checkpoints could not be deleted; the next checkpoint tries again");
         }
@@ -201,6 +206,10 @@ impl Checkpointer for StoreCheckpointer {
 
     fn published_by_operator(&self) -> Vec<(String, u64)> {
         self.published_by_operator.clone()
+    }
+
+    fn published_written_bytes(&self) -> u64 {
+        self.published_written_bytes
     }
 }
 
@@ -400,6 +409,7 @@ pub(crate) fn prepare(
         sources: plan.sources.iter().map(|s| (s.name().to_string(), s.lanes(), s.layout())).collect(),
         sinks: plan.flows.iter().map(|f| f.sink.name().to_string()).collect(),
         published_by_operator: Vec::new(),
+        published_written_bytes: 0,
         runs,
     };
     let options = CheckpointOptions {

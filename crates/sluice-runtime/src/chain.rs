@@ -66,21 +66,6 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// The operator's state at the current barrier, as one blob per vnode (the layout
-    /// operators wrote before their state became records; [`Operator::snapshot_state`]
-    /// adapts it). The operator copies what it needs here, on the hot path, and returns a
-    /// job that encodes the copy; the job runs on another thread while processing goes
-    /// on. Stateless operators keep the default: no job.
-    fn snapshot(&mut self) -> Result<Option<BlobJob>, SluiceError> {
-        Ok(None)
-    }
-
-    /// Loads state blobs (from `snapshot`, of the vnodes this instance owns) before any
-    /// message arrives.
-    fn restore(&mut self, _blobs: Vec<Vec<u8>>) -> Result<(), SluiceError> {
-        Ok(())
-    }
-
     /// The operator's state at the current barrier, as records (`sluice_state`): the
     /// operator copies what it needs here, on the hot path, and returns a job that
     /// writes the copy's records on another thread while processing goes on (keyed
@@ -90,40 +75,27 @@ pub trait Operator: Send {
     /// `delta`: the operator's previous snapshot was written, so it may write only what
     /// changed since then ([`SnapshotKind::Delta`]); otherwise (the first after a failed
     /// checkpoint) it must write everything ([`SnapshotKind::Full`]). `None` means the
-    /// operator never holds state; one that holds none now writes an empty snapshot (its
-    /// earlier runs are then no longer its state). The default writes the blobs of
-    /// [`Operator::snapshot`], each under the empty key of its vnode, always in full (no
-    /// blobs: [`SnapshotKind::Empty`]).
+    /// operator never holds state (the default); one that holds none now writes an empty
+    /// snapshot (its earlier runs are then no longer its state).
     fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
         let _ = delta;
-        Ok(Some(self.snapshot()?.map_or_else(Snapshot::empty, Snapshot::of_blobs)))
+        Ok(None)
     }
 
     /// Loads the merged records of the vnodes this instance owns (the records
-    /// `snapshot_state` wrote, newest winning) before any message arrives. The default
-    /// hands the blobs under the empty keys to [`Operator::restore`].
+    /// `snapshot_state` wrote, newest winning) before any message arrives. An operator
+    /// without state has none to load: a record is a plan's mismatch.
     fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
-        let mut blobs = Vec::new();
-        while let Some(record) = state.next_record()? {
-            if !record.key.is_empty() {
-                return Err(SluiceError::internal(
-                    "state.corrupt",
-                    format!(
-                        "{} keeps one blob per vnode, but its state holds a key of vnode {}",
-                        self.name(),
-                        record.vnode
-                    ),
-                )
-                .with_fix("run the Sluice build that wrote this state, or start over with --from-scratch"));
-            }
-            blobs.push(record.value.to_vec());
+        match state.next_record()? {
+            None => Ok(()),
+            Some(record) => Err(SluiceError::internal(
+                "state.corrupt",
+                format!("{} keeps no state, but a checkpoint holds a record of vnode {} for it", self.name(), record.vnode),
+            )
+            .with_fix("run the Sluice build that wrote this state, or start over with --from-scratch")),
         }
-        self.restore(blobs)
     }
 }
-
-/// Encodes a state copy taken at a barrier into (vnode, blob) pairs, off the hot path.
-pub type BlobJob = Box<dyn FnOnce() -> Result<Vec<(u32, Vec<u8>)>, SluiceError> + Send>;
 
 /// Writes a state copy taken at a barrier as records, off the hot path.
 pub type SnapshotJob = Box<dyn FnOnce(&mut dyn StateSink) -> Result<(), SluiceError> + Send>;
@@ -156,19 +128,6 @@ impl Snapshot {
     /// The snapshot of an instance holding no state.
     pub fn empty() -> Snapshot {
         Snapshot { kind: SnapshotKind::Empty, job: Box::new(|_: &mut dyn StateSink| Ok(())) }
-    }
-
-    /// A full snapshot writing each blob of `job` under the empty key of its vnode.
-    pub fn of_blobs(job: BlobJob) -> Snapshot {
-        let job: SnapshotJob = Box::new(move |sink: &mut dyn StateSink| {
-            let mut blobs = job()?;
-            blobs.sort_by_key(|(vnode, _)| *vnode);
-            for (vnode, blob) in blobs {
-                sink.put(vnode, &[], &blob)?;
-            }
-            Ok(())
-        });
-        Snapshot { kind: SnapshotKind::Full, job }
     }
 }
 

@@ -123,6 +123,13 @@ pub trait Checkpointer: Send {
     fn published_by_operator(&self) -> Vec<(String, u64)> {
         Vec::new()
     }
+
+    /// The bytes the last `publish`'s checkpoint wrote to the store (its new state
+    /// objects, over every worker: the runs of what changed, merges, large sink
+    /// records); 0 when the checkpointer does not know.
+    fn published_written_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// When and how checkpoints are taken.

@@ -143,6 +143,8 @@ pub struct CheckpointStats {
     pub last_epoch: u64,
     /// Bytes of operator state in the largest published checkpoint.
     pub max_state_bytes: u64,
+    /// Bytes every published checkpoint wrote to the store, summed.
+    pub written_bytes: u64,
     /// Longest time from barrier injection to the last driver's ack (alignment and state
     /// copies: the pause processing sees).
     pub max_pause_ms: u64,
@@ -162,6 +164,8 @@ pub struct CheckpointStats {
 pub struct CheckpointRecord {
     pub epoch: u64,
     pub state_bytes: u64,
+    /// The bytes this checkpoint wrote to the store (what changed, and merges).
+    pub written_bytes: u64,
     pub pause_ms: u64,
     pub duration_ms: u64,
 }
@@ -694,17 +698,18 @@ impl Coordinator {
                 send(ToLeader::Acked { epoch: epoch.0, part }).map_err(|e| e.context("sending a checkpoint's part"))?;
                 Ok(Completed::Nothing)
             }
-            Ok(WriteOutcome::Published { state_bytes, by_operator }) => {
+            Ok(WriteOutcome::Published { state_bytes, written_bytes, by_operator }) => {
                 if !by_operator.is_empty() {
                     self.stats.state_by_operator = Some((epoch.0, by_operator));
                 }
                 self.stats.published += 1;
                 self.stats.last_epoch = epoch.0;
                 self.stats.max_state_bytes = self.stats.max_state_bytes.max(state_bytes);
+                self.stats.written_bytes = self.stats.written_bytes.saturating_add(written_bytes);
                 self.stats.max_pause_ms = self.stats.max_pause_ms.max(pause_ms);
                 let duration_ms = now().saturating_duration_since(started).as_millis() as u64;
                 self.stats.max_duration_ms = self.stats.max_duration_ms.max(duration_ms);
-                let record = CheckpointRecord { epoch: epoch.0, state_bytes, pause_ms, duration_ms };
+                let record = CheckpointRecord { epoch: epoch.0, state_bytes, written_bytes, pause_ms, duration_ms };
                 if self.stats.history.len() < HISTORY_KEPT {
                     self.stats.history.push(record);
                 }

@@ -25,7 +25,7 @@ pub(crate) struct WriteRequest {
 pub(crate) enum WriteOutcome {
     /// The manifest is published; it names this many bytes of state, this many per
     /// operator id.
-    Published { state_bytes: u64, by_operator: Vec<(String, u64)> },
+    Published { state_bytes: u64, written_bytes: u64, by_operator: Vec<(String, u64)> },
     /// This worker's part is durable; the leader publishes it.
     Part(Vec<u8>),
 }
@@ -80,7 +80,11 @@ pub(crate) fn write(checkpointer: &mut dyn Checkpointer, request: WriteRequest) 
         Some(mut parts) => {
             parts.insert(0, part);
             let state_bytes = checkpointer.publish(epoch, parts, final_epoch)?;
-            Ok(WriteOutcome::Published { state_bytes, by_operator: checkpointer.published_by_operator() })
+            Ok(WriteOutcome::Published {
+                state_bytes,
+                written_bytes: checkpointer.published_written_bytes(),
+                by_operator: checkpointer.published_by_operator(),
+            })
         }
     }
 }

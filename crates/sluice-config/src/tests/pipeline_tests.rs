@@ -102,7 +102,7 @@ fn durations_and_names() {
 
 #[test]
 fn unknown_and_missing_keys() {
-    let known = "known keys: name, threads, vnodes, shutdown_timeout, batch_size, queue_batches, windows_per_row_max, state_ttl, local_aggregation, mini_batch_rows, state_memory_mib, spill_dir";
+    let known = "known keys: name, threads, vnodes, shutdown_timeout, batch_size, queue_batches, windows_per_row_max, state_ttl, local_aggregation, mini_batch_rows, state_memory_mib, state_dir, spill_dir";
     let thread = format!("3:1: unknown key `thread` in [pipeline]; {known}\n  fix: did you mean `threads`?");
     let timeout =
         format!("3:1: unknown key `shutdown_timout` in [pipeline]; {known}\n  fix: did you mean `shutdown_timeout`?");

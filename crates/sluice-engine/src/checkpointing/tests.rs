@@ -80,6 +80,7 @@ fn large_sink_records_are_stored_as_objects_the_manifest_names() {
         sources: Vec::new(),
         sinks: vec!["out".into()],
         published_by_operator: Vec::new(),
+        published_written_bytes: 0,
         runs: super::RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4))),
     };
     let small = b"small".to_vec();

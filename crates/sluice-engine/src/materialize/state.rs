@@ -103,6 +103,10 @@ fn corrupt(what: &str) -> SluiceError {
 }
 
 /// The rows of `state` (of the vnodes of one thread), each a row of `encoder`'s columns.
+/// The largest weight a restored row may have: a count of equal rows no stream reaches,
+/// far enough below `i64::MAX` that no sum of a stream's weights overflows it.
+const WEIGHT_MAX: u64 = 1 << 53;
+
 pub(super) fn restore(state: &mut dyn StateSource, encoder: &KeyEncoder, vnodes: u32) -> Result<Multiset, SluiceError> {
     let mut restored = Multiset::new();
     let mut pending: Vec<(Box<[u8]>, i64)> = Vec::with_capacity(RESTORE_BATCH_ROWS);
@@ -111,6 +115,10 @@ pub(super) fn restore(state: &mut dyn StateSource, encoder: &KeyEncoder, vnodes:
             i64::from_le_bytes(record.value.try_into().map_err(|_| corrupt("a weight of other than 8 bytes"))?);
         if weight == 0 {
             return Err(corrupt("a row of weight 0"));
+        }
+        // More equal rows than any stream gives: damage, which would overflow the sums.
+        if weight.unsigned_abs() > WEIGHT_MAX {
+            return Err(corrupt("a weight past 2^53 rows"));
         }
         if vnode::of_hash(sluice_types::key::hash(record.key), vnodes) != record.vnode {
             return Err(corrupt("a row under another vnode than its own"));

@@ -241,9 +241,9 @@ impl crate::Operator for HoldAll {
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<Option<crate::BlobJob>, SluiceError> {
+    fn snapshot_state(&mut self, _delta: bool) -> Result<Option<crate::Snapshot>, SluiceError> {
         self.held_at_snapshots.lock().expect("lock").push(self.held.len());
-        Ok(Some(Box::new(|| Ok(Vec::new()))))
+        Ok(Some(crate::Snapshot::empty()))
     }
 }
 

@@ -221,7 +221,7 @@ fn a_batch_becomes_one_partial_row_per_window_and_key_in_order_of_first_appearan
     assert_eq!(ints(11), [Some(9), Some(7), Some(2)], "MAX(v)");
     assert_eq!(ints(12), [Some(2), Some(1), Some(1)], "__rows");
     // Barriers, watermarks and the end pass through; nothing is held between batches.
-    assert!(local.snapshot().expect("snapshot").is_none());
+    assert!(local.snapshot_state(false).expect("snapshot").is_none());
 }
 
 #[test]
