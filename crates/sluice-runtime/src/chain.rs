@@ -90,7 +90,11 @@ pub trait Operator: Send {
             None => Ok(()),
             Some(record) => Err(SluiceError::internal(
                 "state.corrupt",
-                format!("{} keeps no state, but a checkpoint holds a record of vnode {} for it", self.name(), record.vnode),
+                format!(
+                    "{} keeps no state, but a checkpoint holds a record of vnode {} for it",
+                    self.name(),
+                    record.vnode
+                ),
             )
             .with_fix("run the Sluice build that wrote this state, or start over with --from-scratch")),
         }

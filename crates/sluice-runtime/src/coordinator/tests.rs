@@ -108,7 +108,13 @@ fn with_pauses(pauses: impl IntoIterator<Item = u64>) -> CheckpointStats {
     let history = pauses
         .into_iter()
         .enumerate()
-        .map(|(i, pause_ms)| CheckpointRecord { epoch: i as u64 + 1, state_bytes: 0, written_bytes: 0, pause_ms, duration_ms: 0 })
+        .map(|(i, pause_ms)| CheckpointRecord {
+            epoch: i as u64 + 1,
+            state_bytes: 0,
+            written_bytes: 0,
+            pause_ms,
+            duration_ms: 0,
+        })
         .collect();
     CheckpointStats { history, ..CheckpointStats::default() }
 }
