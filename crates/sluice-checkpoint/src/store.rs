@@ -185,8 +185,53 @@ impl CheckpointStore {
         })
     }
 
-    /// Uploads one local file (see [`CheckpointStore::put_file`]).
+    /// Uploads one local file (see [`CheckpointStore::put_file`]): into a local store on
+    /// the file's own file system, the file itself (a hard link), once its bytes are
+    /// checked; elsewhere a copy of its bytes.
     async fn upload_file(&self, path: String, file: &Path, checksum: u32) -> Result<ObjectRef, SluiceError> {
+        let Some(root) = self.calls.local_root() else { return self.copy_file(path, file, checksum).await };
+        let size = self.check_local(&path, file, checksum)?;
+        let linked = link_local(file, &root.join(&path)).map_err(|error| {
+            SluiceError::external("checkpoint.write", format!("linking {} as {path:?} in {}: {error}", file.display(), self.url()))
+                .with_fix("check that the checkpoint directory is writable and its disk has room")
+        })?;
+        if !linked {
+            return self.copy_file(path, file, checksum).await;
+        }
+        tracing::debug!(%path, size, "checkpoint object linked from a file");
+        Ok(ObjectRef { path, offset: 0, size, checksum })
+    }
+
+    /// Reads the local file `file` through and checks it against its writer's CRC-32
+    /// `checksum`; its size.
+    fn check_local(&self, path: &str, file: &Path, checksum: u32) -> Result<u64, SluiceError> {
+        let local = |error: std::io::Error| {
+            SluiceError::external(
+                "checkpoint.local_read",
+                format!("reading {} to write it as {path:?} in {}: {error}", file.display(), self.url()),
+            )
+        };
+        let mut reader = std::fs::File::open(file).map_err(local)?;
+        let (mut hasher, mut size) = (crc32fast::Hasher::new(), 0u64);
+        let mut chunk = vec![0u8; CHUNK_BYTES];
+        loop {
+            let read = reader.read(&mut chunk).map_err(local)?;
+            if read == 0 {
+                break;
+            }
+            hasher.update(&chunk[..read]);
+            size += read as u64;
+        }
+        let computed = hasher.finalize();
+        if computed != checksum {
+            return Err(local_changed(path, file, computed, checksum));
+        }
+        Ok(size)
+    }
+
+    /// Uploads one local file by reading it and writing its bytes (see
+    /// [`CheckpointStore::put_file`]).
+    async fn copy_file(&self, path: String, file: &Path, checksum: u32) -> Result<ObjectRef, SluiceError> {
         let local = |error: std::io::Error| {
             SluiceError::external(
                 "checkpoint.local_read",
@@ -202,17 +247,7 @@ impl CheckpointStore {
             hasher.update(&chunk);
             Ok(Bytes::from(chunk))
         };
-        let changed = |computed: u32| {
-            SluiceError::external(
-                "checkpoint.local_changed",
-                format!(
-                    "{} changed on disk before it was written as {path:?}: CRC-32 {computed:#010x}, its writer's \
-                     {checksum:#010x}",
-                    file.display()
-                ),
-            )
-            .with_fix("nothing but this process may write its state directory; check the disk for errors")
-        };
+        let changed = |computed: u32| local_changed(&path, file, computed, checksum);
         if size <= CHUNK_BYTES as u64 {
             let bytes = read_chunk(&mut hasher)?;
             if bytes.len() as u64 != size || hasher.clone().finalize() != checksum {
@@ -624,3 +659,45 @@ impl CheckpointStore {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// Makes the local file `file` the object at `target` of a local store by a hard link,
+/// durable when this returns (the file's bytes, then the link's directory, are synced);
+/// false when the two are on different file systems (or links are not supported), for
+/// the caller to copy the bytes instead. An object of an unpublished epoch written
+/// before (a retried upload) is replaced.
+fn link_local(file: &Path, target: &Path) -> std::io::Result<bool> {
+    std::fs::File::open(file)?.sync_all()?;
+    let directory = target.parent().expect("an object's path is inside the store's root");
+    std::fs::create_dir_all(directory)?;
+    match std::fs::remove_file(target) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    match std::fs::hard_link(file, target) {
+        Ok(()) => {}
+        Err(error) if error.raw_os_error().is_some_and(|code| [EXDEV, EPERM, EOPNOTSUPP].contains(&code)) => {
+            return Ok(false);
+        }
+        Err(error) => return Err(error),
+    }
+    std::fs::File::open(directory)?.sync_all()?;
+    Ok(true)
+}
+
+/// `errno` values meaning "no hard link here": another file system, or one without links.
+const EXDEV: i32 = 18;
+const EPERM: i32 = 1;
+const EOPNOTSUPP: i32 = 95;
+
+/// A local file whose bytes are not what its writer wrote.
+fn local_changed(path: &str, file: &Path, computed: u32, checksum: u32) -> SluiceError {
+    SluiceError::external(
+        "checkpoint.local_changed",
+        format!(
+            "{} changed on disk before it was written as {path:?}: CRC-32 {computed:#010x}, its writer's \
+             {checksum:#010x}",
+            file.display()
+        ),
+    )
+    .with_fix("nothing but this process may write its state directory; check the disk for errors")
+}

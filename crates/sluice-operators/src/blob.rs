@@ -156,104 +156,7 @@ pub(crate) fn from_ordered_i64(bytes: [u8; 8]) -> i64 {
     (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
 }
 
-/// A snapshot's records gathered in one buffer, then written in `(vnode, key)` order:
-/// the records of a snapshot job come in the state's own order, and a run takes them
-/// sorted. Each record's bytes are appended once; sorting moves 32-byte entries.
-#[derive(Debug, Default)]
-pub(crate) struct Records {
-    bytes: Vec<u8>,
-    entries: Vec<RecordEntry>,
-    ranges: Vec<RangeDelete>,
-}
-
-/// Writes a record's bytes.
-pub(crate) type WriteBytes<'a> = dyn Fn(&mut Vec<u8>) + 'a;
-
-/// A range delete: `(vnode, start, end)`.
-type RangeDelete = (u32, Vec<u8>, Vec<u8>);
-
-#[derive(Debug, Clone, Copy)]
-struct RecordEntry {
-    vnode: u32,
-    /// `bytes[start..middle]` is the key, `bytes[middle..end]` the value.
-    start: usize,
-    middle: usize,
-    end: usize,
-    delete: bool,
-}
-
-impl Records {
-    /// Adds a record: `key` writes its key, then `value` its value (None: a delete).
-    pub(crate) fn add(&mut self, vnode: u32, key: impl FnOnce(&mut Vec<u8>), value: Option<&WriteBytes<'_>>) {
-        let start = self.bytes.len();
-        key(&mut self.bytes);
-        let middle = self.bytes.len();
-        if let Some(value) = value {
-            value(&mut self.bytes);
-        }
-        let end = self.bytes.len();
-        self.entries.push(RecordEntry { vnode, start, middle, end, delete: value.is_none() });
-    }
-
-    /// Adds a put whose value `value` writes, failing as it fails (a spilled row read
-    /// back).
-    pub(crate) fn try_put(
-        &mut self,
-        vnode: u32,
-        key: &[u8],
-        value: impl FnOnce(&mut Vec<u8>) -> Result<(), SluiceError>,
-    ) -> Result<(), SluiceError> {
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(key);
-        let middle = self.bytes.len();
-        value(&mut self.bytes)?;
-        let end = self.bytes.len();
-        self.entries.push(RecordEntry { vnode, start, middle, end, delete: false });
-        Ok(())
-    }
-
-    /// Adds a range delete of `vnode`.
-    pub(crate) fn delete_range(&mut self, vnode: u32, start: Vec<u8>, end: Vec<u8>) {
-        self.ranges.push((vnode, start, end));
-    }
-
-    /// Writes every record into `sink` in `(vnode, key)` order, each vnode's range
-    /// deletes first. Of records with equal keys the last added is written (a row
-    /// removed, then stored again, is stored), unless it is a delete and a put was
-    /// added too: a put wins.
-    pub(crate) fn write(mut self, sink: &mut dyn sluice_state::StateSink) -> Result<(), SluiceError> {
-        let bytes = &self.bytes;
-        let key = |entry: &RecordEntry| &bytes[entry.start..entry.middle];
-        self.entries.sort_by(|a, b| (a.vnode, key(a), !a.delete).cmp(&(b.vnode, key(b), !b.delete)));
-        self.ranges.sort();
-        let mut ranges = self.ranges.into_iter().peekable();
-        let mut index = 0;
-        while index < self.entries.len() || ranges.peek().is_some() {
-            let vnode = match (self.entries.get(index), ranges.peek()) {
-                (Some(entry), Some(range)) => entry.vnode.min(range.0),
-                (Some(entry), None) => entry.vnode,
-                (None, Some(range)) => range.0,
-                (None, None) => unreachable!("the loop ends when both are done"),
-            };
-            while let Some((_, start, end)) = ranges.next_if(|range| range.0 == vnode) {
-                sink.delete_range(vnode, &start, &end)?;
-            }
-            while let Some(entry) = self.entries.get(index).filter(|entry| entry.vnode == vnode) {
-                // The last of equal keys: puts sort after deletes.
-                let last =
-                    self.entries[index..].iter().take_while(|e| e.vnode == vnode && key(e) == key(entry)).count();
-                let entry = self.entries[index + last - 1];
-                if entry.delete {
-                    sink.delete(vnode, key(&entry))?;
-                } else {
-                    sink.put(vnode, key(&entry), &bytes[entry.middle..entry.end])?;
-                }
-                index += last;
-            }
-        }
-        Ok(())
-    }
-}
+pub(crate) use crate::records::Records;
 
 #[cfg(test)]
 mod record_tests {
@@ -286,23 +189,5 @@ mod record_tests {
         }
         assert!(Reader::new(&[0x82, 0x00], "test").signed().is_err());
         assert!(Reader::new(&[0x82], "test").signed().is_err());
-    }
-
-    #[test]
-    fn records_come_out_sorted_with_a_put_winning_over_a_delete_of_its_key() {
-        let mut records = Records::default();
-        records.add(2, |k| k.extend_from_slice(b"b"), Some(&|v: &mut Vec<u8>| v.push(1)));
-        records.add(1, |k| k.extend_from_slice(b"z"), None);
-        records.add(2, |k| k.extend_from_slice(b"a"), None);
-        records.add(2, |k| k.extend_from_slice(b"a"), Some(&|v: &mut Vec<u8>| v.push(2)));
-        records.add(2, |k| k.extend_from_slice(b"a"), None);
-        records.delete_range(2, b"0".to_vec(), b"1".to_vec());
-        let mut collected = sluice_state::CollectedState::default();
-        records.write(&mut collected).expect("written");
-        assert_eq!(collected.ranges, [(2, b"0".to_vec(), b"1".to_vec())]);
-        assert_eq!(
-            collected.points,
-            [(1, b"z".to_vec(), None), (2, b"a".to_vec(), Some(vec![2])), (2, b"b".to_vec(), Some(vec![1]))]
-        );
     }
 }

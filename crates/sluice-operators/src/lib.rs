@@ -31,6 +31,7 @@ pub mod join;
 pub mod over;
 mod pages;
 pub mod partition;
+mod records;
 pub mod row_errors;
 pub mod spill;
 #[cfg(test)]

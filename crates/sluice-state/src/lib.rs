@@ -46,6 +46,12 @@ pub trait StateSink {
 
     /// `key` of `vnode` is gone.
     fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), SluiceError>;
+
+    /// A local directory where a snapshot job may put scratch files while it sorts its
+    /// records (the worker's state directory); None: the system's temporary directory.
+    fn scratch_dir(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// One live record of a restore: a key and its value, in `(vnode, key)` order.

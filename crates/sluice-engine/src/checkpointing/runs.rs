@@ -227,7 +227,7 @@ impl RunBook {
         let file = tempfile::Builder::new().prefix("run-").suffix(".sst").tempfile_in(&self.dir);
         let file = file.map_err(|error| local_error(&self.dir, 0, error))?;
         let mut writer = RunWriter::new(BufWriter::new(file.as_file()))?;
-        let mut checked = InRange { sink: &mut writer, vnodes, name };
+        let mut checked = InRange { sink: &mut writer, vnodes, name, dir: &self.dir };
         let outcome = write(&mut checked);
         let (bytes, entries) = (writer.bytes_written(), writer.entries());
         let local = |error: SluiceError| {
@@ -257,6 +257,8 @@ struct InRange<'a> {
     sink: &'a mut dyn StateSink,
     vnodes: Range<u32>,
     name: &'a str,
+    /// The state directory, where snapshot jobs sort what does not fit in memory.
+    dir: &'a Path,
 }
 
 impl InRange<'_> {
@@ -285,6 +287,10 @@ impl StateSink for InRange<'_> {
     fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), SluiceError> {
         self.check(vnode)?;
         self.sink.delete(vnode, key)
+    }
+
+    fn scratch_dir(&self) -> Option<&Path> {
+        Some(self.dir)
     }
 }
 

@@ -132,7 +132,7 @@ pub(super) fn snapshot(aggregate: &mut WindowAggregate, delta: bool) -> Snapshot
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut frozen = frozen;
-        let mut records = Records::default();
+        let mut records = Records::for_sink(sink);
         for copy in &frozen {
             write_window(&mut records, copy, vnodes);
         }

@@ -83,7 +83,7 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
     let (vnodes, owned) = (join.vnodes, join.owned.clone());
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
-        let mut records = Records::default();
+        let mut records = Records::for_sink(sink);
         for (side, changes) in changes.into_iter().enumerate() {
             let side = side as u8;
             match changes {

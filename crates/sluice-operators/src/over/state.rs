@@ -81,7 +81,7 @@ pub(super) fn snapshot(over: &mut OverAggregate, delta: bool) -> Snapshot {
     let (vnodes, no_keys) = (over.vnodes, over.spec.partition.is_empty());
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
-        let mut records = Records::default();
+        let mut records = Records::for_sink(sink);
         for partition in &copy {
             let value = |bytes: &mut Vec<u8>| write_partition(partition, bytes);
             records.add(vnode::of_hash(partition.hash, vnodes), |k| k.extend_from_slice(&partition.key), Some(&value));

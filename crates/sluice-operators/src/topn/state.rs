@@ -57,7 +57,7 @@ pub(super) fn snapshot(topn: &mut TopN, delta: bool) -> Snapshot {
     let (rows, vnodes, no_keys) = (topn.rows.shared(), topn.vnodes, topn.spec.partition.is_empty());
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
-        let mut records = Records::default();
+        let mut records = Records::for_sink(sink);
         let vnode_of = |key: &[u8]| vnode::of_hash(placement_hash(no_keys, key), vnodes);
         for partition in &copy {
             let key = partition.key.get();

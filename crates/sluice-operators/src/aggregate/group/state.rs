@@ -84,7 +84,7 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
     let member_of = aggregate.member_of.clone();
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
-        let mut records = Records::default();
+        let mut records = Records::for_sink(sink);
         let vnode_of = |key: &[u8]| vnode::of_hash(placement_hash(no_keys, key), vnodes);
         for group in &copy {
             let value = |bytes: &mut Vec<u8>| write_group(group, &member_of, bytes);

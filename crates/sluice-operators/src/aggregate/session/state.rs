@@ -81,7 +81,7 @@ pub(super) fn snapshot(aggregate: &mut SessionAggregate, delta: bool) -> Snapsho
     let (vnodes, no_keys) = (aggregate.vnodes, aggregate.spec.keys.is_empty());
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
-        let mut records = Records::default();
+        let mut records = Records::for_sink(sink);
         for (key, sessions) in &copy {
             let value = |bytes: &mut Vec<u8>| write_sessions(&sessions.sessions, bytes);
             records.add(vnode::of_hash(sessions.hash, vnodes), |k| k.extend_from_slice(key), Some(&value));
