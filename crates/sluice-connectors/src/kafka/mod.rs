@@ -4,6 +4,9 @@
 //!   lanes over threads and, in a cluster, over workers by its placement function);
 //!   positions are next offsets, stored in checkpoints ([`position`]) and sought on
 //!   restore; bounded reads; per-partition watermarks with `idle_timeout`.
+//! - [`range`]: an offset a partition no longer holds (the topic recreated, the brokers'
+//!   data lost): detected at start and while reading, failing or reset per
+//!   `offset_out_of_range`.
 //! - [`group`]: group mode (`assignment = "group"`): the consumer subscribes as a member
 //!   of `group_id`, a lane reads only while the group assigns its partition here, and a
 //!   revocation waits (bounded) for what the lane read to be acknowledged by a checkpoint
@@ -31,6 +34,7 @@ pub mod group;
 pub mod lane;
 pub mod options;
 pub mod position;
+pub mod range;
 pub mod record;
 pub mod rows;
 pub mod sink;
@@ -51,8 +55,8 @@ use crate::registry::{
     ConfiguredSink, ConfiguredSource, OptionDoc, SinkConnector, SinkContext, SourceConnector, SourceContext,
 };
 pub use options::{
-    Assignment, KafkaFormat, KafkaSinkMode, KafkaSinkOptions, KafkaSourceOptions, StartAt, sink_options_of,
-    source_options_of,
+    Assignment, KafkaFormat, KafkaSinkMode, KafkaSinkOptions, KafkaSourceOptions, OffsetOutOfRange, StartAt,
+    sink_options_of, source_options_of,
 };
 pub use sink::KafkaSink;
 pub use source::KafkaSource;

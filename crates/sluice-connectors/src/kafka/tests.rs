@@ -11,7 +11,8 @@ use sluice_runtime::SinkFactory;
 use sluice_types::SluiceError;
 
 use super::options::{
-    Assignment, KafkaFormat, KafkaSinkMode, REVOKE_TIMEOUT, StartAt, sink_options_of, source_options_of,
+    Assignment, KafkaFormat, KafkaSinkMode, OffsetOutOfRange, REVOKE_TIMEOUT, StartAt, sink_options_of,
+    source_options_of,
 };
 use super::rows::{Message, RowBuilder};
 use super::sink::{KafkaSink, upsert_actions};
@@ -34,6 +35,11 @@ fn source_options_are_read_with_their_defaults() {
     assert_eq!(options.topics, ["x", "y"]);
     assert_eq!((options.start, options.bounded, options.group_id), (StartAt::Earliest, false, None));
     assert_eq!(options.format, KafkaFormat::Json);
+    assert_eq!(options.offset_out_of_range, OffsetOutOfRange::Fail, "an offset the partition lost fails by default");
+    for (written, policy) in [("earliest", OffsetOutOfRange::Earliest), ("latest", OffsetOutOfRange::Latest)] {
+        let text = format!("brokers = \"b:9092\"\ntopic = \"x\"\noffset_out_of_range = \"{written}\"\n");
+        assert_eq!(source(&text).expect("valid").offset_out_of_range, policy);
+    }
     let options = source(
         "brokers = \"b:9092\"\ntopic = \"x\"\nstart = 1767225600000\nbounded = true\nidle_timeout = \"5s\"\n[source.options.client]\n\"fetch.min.bytes\" = 1\n\"check.crcs\" = true\n",
     )
@@ -62,6 +68,11 @@ fn bad_source_options_are_each_named_with_a_fix() {
     check(
         "brokers = \"b:1\"\ntopic = \"x\"\n[source.options.client]\n\"group.id\" = \"g\"\n",
         &["client.group.id", "group_id"],
+    );
+    check("brokers = \"b:1\"\ntopic = \"x\"\noffset_out_of_range = \"none\"\n", &["\"fail\"", "\"earliest\""]);
+    check(
+        "brokers = \"b:1\"\ntopic = \"x\"\n[source.options.client]\n\"auto.offset.reset\" = \"latest\"\n",
+        &["client.auto.offset.reset", "offset_out_of_range"],
     );
 }
 
