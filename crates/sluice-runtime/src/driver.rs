@@ -991,13 +991,18 @@ fn route(
             Output::Sink { sink, writer, staged, staged_rows } => match message {
                 Message::Data(batch) => {
                     let writer = writer.as_mut().expect("a single-writer sink receives rows only on thread 0");
-                    writer.write(&batch)?;
+                    let written = writer.write(&batch);
+                    let acknowledged = if *staged { None } else { writer.take_acknowledged_rows() };
+                    // What the destination acknowledged counts even when this write failed.
+                    if let Some(rows) = acknowledged {
+                        metrics.sinks[*sink].rows.fetch_add(rows, Ordering::Relaxed);
+                    }
+                    written?;
                     metrics.sinks[*sink].bytes.fetch_add(writer.take_bytes(), Ordering::Relaxed);
                     let rows = batch.num_rows() as u64;
                     if *staged {
                         *staged_rows += rows;
-                    } else {
-                        let rows = writer.take_acknowledged_rows().unwrap_or(rows);
+                    } else if acknowledged.is_none() {
                         metrics.sinks[*sink].rows.fetch_add(rows, Ordering::Relaxed);
                     }
                 }
@@ -1103,7 +1108,10 @@ mod tests {
     impl SinkWriter for Late {
         fn write(&mut self, rows: &Batch) -> Result<(), SluiceError> {
             self.acknowledged += std::mem::replace(&mut self.written, rows.num_rows() as u64);
-            Ok(())
+            match rows.num_rows() {
+                4 => Err(SluiceError::external("late.lost", "the destination is lost")),
+                _ => Ok(()),
+            }
         }
         fn close(&mut self) -> Result<(), SluiceError> {
             self.acknowledged += std::mem::take(&mut self.written);
@@ -1135,7 +1143,9 @@ mod tests {
         assert_eq!(rows_out(), 0, "nothing acknowledged yet");
         feed_one(Message::Data(Batch::inserts(batch(&[3])))).expect("data");
         assert_eq!(rows_out(), 2);
+        assert!(feed_one(Message::Data(Batch::inserts(batch(&[4, 5, 6, 7])))).is_err(), "the write fails");
+        assert_eq!(rows_out(), 3, "what was acknowledged before the failure counts");
         feed_one(Message::EndOfData).expect("end");
-        assert_eq!(rows_out(), 3, "the close acknowledged the rest");
+        assert_eq!(rows_out(), 7, "the close acknowledged the rest");
     }
 }
