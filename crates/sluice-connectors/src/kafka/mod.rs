@@ -20,6 +20,8 @@
 //!   at-least-once through the idempotent producer, exactly-once through Kafka
 //!   transactions, each epoch's messages kept in its checkpoint ([`record`]) to be
 //!   written again at recovery when the transaction never committed.
+//! - [`delivery`]: a sink producer's delivery reports: rows out count what the brokers
+//!   acknowledged, and brokers silent for `delivery_timeout` fail the run naming them.
 //! - [`dead_letter`]: `on_error = "dead-letter"`: each bad message, as read and with its
 //!   error, written to a topic before the lane hands out anything after it.
 //! - [`client`]: the clients' settings (and why a partition not polled holds bounded
@@ -30,6 +32,7 @@ pub mod avro;
 mod avro_direct;
 pub mod client;
 pub mod dead_letter;
+pub mod delivery;
 pub mod group;
 pub mod lane;
 pub mod options;

@@ -143,6 +143,9 @@ pub struct KafkaSinkOptions {
     /// How long the brokers keep an exactly-once writer's transaction open before they
     /// abort it (librdkafka's `transaction.timeout.ms`); `None`: the default.
     pub transaction_timeout: Option<std::time::Duration>,
+    /// How long a message may wait for the brokers' acknowledgement before the sink
+    /// fails (librdkafka's `message.timeout.ms`); `None`: the default.
+    pub delivery_timeout: Option<Duration>,
     pub client: Vec<(String, String)>,
 }
 
@@ -263,6 +266,13 @@ pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
               longer than the checkpoint interval plus the checkpoint timeout, at most the brokers' \
               transaction.max.timeout.ms",
     },
+    OptionDoc {
+        key: "delivery_timeout",
+        kind: "duration",
+        default: "\"60s\"",
+        doc: "how long a message may wait for the brokers' acknowledgement (message.timeout.ms): brokers that \
+              acknowledge nothing for this long fail the run, naming them; rows count as out once acknowledged",
+    },
     OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
 ];
 
@@ -285,6 +295,11 @@ const OWNED_SETTINGS: &[(&str, &str)] = &[
     ("transactional.id", "it is derived from the pipeline, sink and slot"),
     ("enable.idempotence", "the sink always uses the idempotent producer"),
     ("transaction.timeout.ms", "set `transaction_timeout` instead"),
+];
+/// librdkafka settings a sink sets itself.
+const SINK_OWNED_SETTINGS: &[(&str, &str)] = &[
+    ("message.timeout.ms", "set `delivery_timeout` instead"),
+    ("delivery.timeout.ms", "set `delivery_timeout` instead"),
 ];
 /// librdkafka settings a source sets itself.
 const SOURCE_OWNED_SETTINGS: &[(&str, &str)] =
@@ -518,6 +533,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
         "headers_column",
         "epoch_copy_mib",
         "transaction_timeout",
+        "delivery_timeout",
         "client",
     ]);
     let brokers = brokers(&mut reader, "sink");
@@ -533,7 +549,8 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
         reader.string("headers_column", "a column name", "e.g. headers_column = \"headers\"", |s| !s.is_empty());
     let epoch_copy_mib = reader.integer("epoch_copy_mib", 1..=1024, "e.g. epoch_copy_mib = 64");
     let transaction_timeout = reader.duration("transaction_timeout", false, "e.g. transaction_timeout = \"15m\"");
-    let client = client(&mut reader, "sink", &[]);
+    let delivery_timeout = reader.duration("delivery_timeout", false, "e.g. delivery_timeout = \"60s\"");
+    let client = client(&mut reader, "sink", SINK_OWNED_SETTINGS);
     let parsed = (|| {
         format_valid.then_some(())?;
         Some(KafkaSinkOptions {
@@ -546,6 +563,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
             format: format.unwrap_or(KafkaFormat::Json),
             epoch_copy_mib: epoch_copy_mib.optional()?,
             transaction_timeout: transaction_timeout.optional()?,
+            delivery_timeout: delivery_timeout.optional()?,
             client: client?,
         })
     })();

@@ -102,8 +102,7 @@ fn a_checkpoint_past_the_end_of_a_recreated_topic_fails_or_resets_as_configured(
 
     // The broker loses the data: the topic is recreated with 5 records per partition.
     broker.recreate_topic("bids", 2);
-    let fresh: Vec<(i32, Option<String>, String)> =
-        (0..10).map(|i| ((i % 2) as i32, None, bid(1000 + i as usize))).collect();
+    let fresh: Vec<(i32, Option<String>, String)> = (0..10i32).map(|i| (i % 2, None, bid(1000 + i as usize))).collect();
     produce_bids(&broker, "bids", &fresh);
     let (exit, log) = exit_of(Member::start(&scratch, "third", ""));
     assert!(!exit.success(), "the restart fails:\n{log}");
@@ -121,4 +120,62 @@ fn a_checkpoint_past_the_end_of_a_recreated_topic_fails_or_resets_as_configured(
     fourth.wait_for("the reset logged", |line| line.contains("past the end of bids/0") && line.contains("offset 0"));
     broker.consume_until("copies", 1, |found| (1000..1010).all(|price| prices(found).contains(&price)));
     fourth.stop();
+}
+
+/// NEXMark's bids into the topic `copies` without checkpoints, the sink giving the
+/// brokers `delivery_timeout` to acknowledge each message.
+fn bid_writer(broker: &Broker, delivery_timeout: &str) -> String {
+    format!(
+        "[pipeline]\nname = \"p\"\n\n\
+         [[source]]\nname = \"nexmark\"\nconnector = \"nexmark\"\n[source.options]\nrate = 5000\n\n\
+         [[sink]]\nname = \"out\"\nfrom = \"bid\"\nconnector = \"kafka\"\n[sink.options]\nbrokers = \"{}\"\n\
+         topic = \"copies\"\ndelivery_timeout = \"{delivery_timeout}\"\n",
+        broker.address
+    )
+}
+
+/// The `rows out` of sink `out` in a run's report.
+fn rows_out(log: &str) -> usize {
+    log.lines()
+        .find_map(|line| line.trim().strip_prefix("sink out: ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no rows out in the report:\n{log}"))
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`, `-KILL`) to the broker's process.
+fn signal(broker: &Broker, signal: &str) {
+    let status = Command::new("kill").args([signal, &broker.child.id().to_string()]).status().expect("kill");
+    assert!(status.success(), "kill {signal}");
+}
+
+/// The finding: a Kafka sink whose broker died 6 s into a run failed 103 s later with
+/// "QueueFull", not naming the brokers, and its report counted 227,355 rows out when at
+/// most about 30,000 could have reached the broker. Here, once the sink's first records
+/// reached the broker, the broker stops answering (SIGSTOP, so that what it holds can be
+/// counted afterwards): with delivery_timeout = "2s" the run fails with brokers lost,
+/// naming them and the fix, and its rows out are at most the records the broker holds
+/// once it answers again. Then a run whose broker is killed fails the same way.
+#[test]
+fn a_sink_whose_broker_is_lost_fails_naming_it_and_counts_only_what_it_acknowledged() {
+    let broker = Broker::with_topics(&[("copies", 1)]);
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &bid_writer(&broker, "2s"));
+    let writer = Member::start(&scratch, "frozen", "");
+    broker.consume_until("copies", 1, |found| found.len() >= 1000);
+    signal(&broker, "-STOP");
+    let (exit, log) = exit_of(writer);
+    signal(&broker, "-CONT");
+    assert!(!exit.success(), "the run fails:\n{log}");
+    let lost = format!("sink `out`: lost the Kafka brokers {}", broker.address);
+    assert!(log.contains(&lost) && log.contains("delivery_timeout = 2000 ms"), "the brokers are named:\n{log}");
+    assert!(log.contains("restart the brokers") && !log.contains("QueueFull"), "with the fix:\n{log}");
+    let held = broker.consume_all("copies", 1).len();
+    let out = rows_out(&log);
+    assert!(out <= held, "{out} rows out, but the broker holds {held} records:\n{log}");
+
+    let writer = Member::start(&scratch, "killed", "");
+    broker.consume_until("copies", 1, |found| found.len() >= held + 1000);
+    signal(&broker, "-KILL");
+    let (exit, log) = exit_of(writer);
+    assert!(!exit.success(), "the run fails:\n{log}");
+    assert!(log.contains(&lost) && log.contains("delivery_timeout = 2000 ms"), "the brokers are named:\n{log}");
 }
