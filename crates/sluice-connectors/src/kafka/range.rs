@@ -55,6 +55,11 @@
 //!
 //! Group mode checks no offset at start: the group's committed offsets are the brokers'
 //! own, and an out-of-range one is answered while reading.
+//!
+//! Not detected: an offset that a recreated partition holds again (refilled past it
+//! before the check) is indistinguishable, by offsets, from one of a partition that grew.
+//! Telling them apart needs the topic's identity (Kafka's topic ids) in the checkpoint's
+//! layout.
 
 use std::fmt;
 use std::time::{Duration, Instant};
