@@ -991,12 +991,18 @@ fn route(
             Output::Sink { sink, writer, staged, staged_rows } => match message {
                 Message::Data(batch) => {
                     let writer = writer.as_mut().expect("a single-writer sink receives rows only on thread 0");
-                    writer.write(&batch)?;
+                    let written = writer.write(&batch);
+                    let acknowledged = if *staged { None } else { writer.take_acknowledged_rows() };
+                    // What the destination acknowledged counts even when this write failed.
+                    if let Some(rows) = acknowledged {
+                        metrics.sinks[*sink].rows.fetch_add(rows, Ordering::Relaxed);
+                    }
+                    written?;
                     metrics.sinks[*sink].bytes.fetch_add(writer.take_bytes(), Ordering::Relaxed);
                     let rows = batch.num_rows() as u64;
                     if *staged {
                         *staged_rows += rows;
-                    } else {
+                    } else if acknowledged.is_none() {
                         metrics.sinks[*sink].rows.fetch_add(rows, Ordering::Relaxed);
                     }
                 }
@@ -1013,6 +1019,10 @@ fn route(
                         }
                         writer.close()?;
                         metrics.sinks[*sink].bytes.fetch_add(writer.take_bytes(), Ordering::Relaxed);
+                        // What the close flushed and the destination acknowledged.
+                        if let Some(rows) = writer.take_acknowledged_rows().filter(|_| !*staged) {
+                            metrics.sinks[*sink].rows.fetch_add(rows, Ordering::Relaxed);
+                        }
                     }
                     fed.finished = true;
                 }
@@ -1085,5 +1095,57 @@ mod tests {
         assert_eq!(*log.lock().expect("lock"), ["row 1", "row 2", "row 3", "pre-commit 1"]);
         let (epoch, states, record) = fed.barrier.expect("a barrier passed");
         assert_eq!((epoch, states.len(), record.map(|r| r.1)), (Epoch(1), 1, Some(3)), "three rows staged in epoch 1");
+    }
+
+    /// Acknowledges each batch's rows one write late, and the rest once closed (as a
+    /// producer's delivery reports come after its sends).
+    #[derive(Default)]
+    struct Late {
+        written: u64,
+        acknowledged: u64,
+    }
+
+    impl SinkWriter for Late {
+        fn write(&mut self, rows: &Batch) -> Result<(), SluiceError> {
+            self.acknowledged += std::mem::replace(&mut self.written, rows.num_rows() as u64);
+            match rows.num_rows() {
+                4 => Err(SluiceError::external("late.lost", "the destination is lost")),
+                _ => Ok(()),
+            }
+        }
+        fn close(&mut self) -> Result<(), SluiceError> {
+            self.acknowledged += std::mem::take(&mut self.written);
+            Ok(())
+        }
+        fn take_acknowledged_rows(&mut self) -> Option<u64> {
+            Some(std::mem::take(&mut self.acknowledged))
+        }
+    }
+
+    /// A Kafka sink whose broker died counted every row it queued as out: a writer that
+    /// reports acknowledgements counts only those.
+    #[test]
+    fn a_sink_that_reports_acknowledgements_counts_only_acknowledged_rows_out() {
+        let mut segment = SegmentRun {
+            place: SegmentPlace { flow: 0, side: None, segment: 0 },
+            entry: None,
+            chain: Chain::new(Vec::new()),
+            input: None,
+            output: Output::Sink { sink: 0, writer: Some(Box::new(Late::default())), staged: false, staged_rows: 0 },
+            barrier_passed: None,
+            ended: false,
+        };
+        let metrics = Metrics::new(Vec::new(), vec![SinkMetrics::new("late")], 1);
+        let rows_out = || metrics.sinks[0].rows.load(std::sync::atomic::Ordering::Relaxed);
+        let mut scratch = Vec::new();
+        let mut feed_one = |message| feed(&mut segment, 0, message, &mut scratch, &metrics, false, Epoch(1));
+        feed_one(Message::Data(Batch::inserts(batch(&[1, 2])))).expect("data");
+        assert_eq!(rows_out(), 0, "nothing acknowledged yet");
+        feed_one(Message::Data(Batch::inserts(batch(&[3])))).expect("data");
+        assert_eq!(rows_out(), 2);
+        assert!(feed_one(Message::Data(Batch::inserts(batch(&[4, 5, 6, 7])))).is_err(), "the write fails");
+        assert_eq!(rows_out(), 3, "what was acknowledged before the failure counts");
+        feed_one(Message::EndOfData).expect("end");
+        assert_eq!(rows_out(), 7, "the close acknowledged the rest");
     }
 }

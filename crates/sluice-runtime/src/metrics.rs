@@ -66,6 +66,8 @@ impl SourceMetrics {
 #[derive(Debug)]
 pub struct SinkMetrics {
     pub name: String,
+    /// Rows out: written (a writer that reports acknowledgements: acknowledged, see
+    /// [`crate::plan::SinkWriter::take_acknowledged_rows`]) or, staged, committed.
     pub rows: AtomicU64,
     /// Bytes the sink's writers encoded, as they encode them (an exactly-once sink's
     /// staged bytes count before their epoch commits, unlike `rows`); see

@@ -206,6 +206,13 @@ pub trait SinkWriter: Send {
     fn take_bytes(&mut self) -> u64 {
         0
     }
+    /// For a writer that learns later which rows reached their destination (a Kafka
+    /// producer's delivery reports): the rows acknowledged since the last call, which
+    /// the sink's row counter counts when the writer does not stage. `None` (the
+    /// default): a row counts when `write` returns, or, staged, when its epoch commits.
+    fn take_acknowledged_rows(&mut self) -> Option<u64> {
+        None
+    }
 }
 
 /// Routes rows to the threads of the next segment.

@@ -158,7 +158,7 @@ pub fn base_config(brokers: &str, client: &[(String, String)]) -> ClientConfig {
 }
 
 /// The settings of a source's consumer (manual assignment; offsets committed by the
-/// source, never automatically).
+/// source, never automatically; no automatic reset of an offset out of range).
 pub fn consumer_config(brokers: &str, group_id: Option<&str>, client: &[(String, String)]) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", brokers);
@@ -166,7 +166,10 @@ pub fn consumer_config(brokers: &str, group_id: Option<&str>, client: &[(String,
     config.set("enable.auto.commit", "false");
     config.set("enable.auto.offset.store", "false");
     config.set("enable.partition.eof", "false");
-    config.set("auto.offset.reset", "earliest");
+    // Where a lane starts is always explicit (`start`, a checkpoint, the group): an offset
+    // the brokers answer as out of range reaches the lane as an error, never as a silent
+    // jump, and the lane applies `offset_out_of_range` (see `range`).
+    config.set("auto.offset.reset", "error");
     config.set("queued.max.messages.kbytes", QUEUED_KBYTES_PER_PARTITION.to_string());
     config.set("queued.min.messages", QUEUED_MESSAGES_MIN.to_string());
     config.set("fetch.max.bytes", FETCH_BYTES_MAX.to_string());

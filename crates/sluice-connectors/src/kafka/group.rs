@@ -520,10 +520,9 @@ pub fn join(
     partitions: &[(String, i32)],
 ) -> Result<Member, SluiceError> {
     let brokers = &options.brokers;
-    let mut config = client::consumer_config(brokers, options.group_id.as_deref(), &options.client);
-    if options.start == StartAt::Latest {
-        config.set("auto.offset.reset", "latest");
-    }
+    // A partition the client starts without an offset (the group's could not be read)
+    // reaches its lane as an "offset reset" error, and the lane starts it per `start`.
+    let config = client::consumer_config(brokers, options.group_id.as_deref(), &options.client);
     let context = SluiceClientContext::new(brokers).with_group(Arc::clone(group));
     let consumer: SourceConsumer =
         config.create_with_context(context).map_err(|e| client::create_error(brokers, &e))?;
@@ -611,6 +610,7 @@ mod tests {
             assignment: super::super::options::Assignment::Group,
             revoke_timeout: Duration::from_millis(1),
             start: StartAt::Earliest,
+            offset_out_of_range: super::super::options::OffsetOutOfRange::Fail,
             format: super::super::options::KafkaFormat::Json,
             bounded: false,
             idle_timeout: None,

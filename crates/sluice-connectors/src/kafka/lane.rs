@@ -3,6 +3,10 @@
 //!
 //! - **Start.** A lane resumed from a checkpoint seeks to the recorded next offset; a
 //!   fresh lane starts per `start` (`earliest`, `latest`, `committed`, a timestamp).
+//!   A checkpoint's offset, or the group's with `start = "committed"`, is first checked
+//!   against what the partition holds, and one it no longer holds fails the run or is
+//!   reset per `offset_out_of_range` (`range`), as is an offset the brokers answer as out
+//!   of range while the lane reads.
 //! - **Poll.** Takes what the partition queue holds now, at most `batch_size`
 //!   messages, without blocking; an empty queue answers `Wait` for
 //!   [`EMPTY_POLL_WAIT`]. The rows are built by [`RowBuilder`]; bad messages are
@@ -41,6 +45,7 @@ use std::time::{Duration, Instant};
 use rdkafka::Message as _;
 use rdkafka::consumer::Consumer;
 use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Headers as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_config::OnError;
@@ -52,6 +57,7 @@ use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::group::{Seen, Turn};
 use super::options::StartAt;
 use super::position::Position;
+use super::range::{self, Origin};
 use super::rows::{BadMessage, Message, RowBuilder};
 use super::source::{EMPTY_POLL_WAIT, Shared, SourceConsumer};
 use crate::file_source::{LOGGED_BAD_ROWS, max_timestamp_ms};
@@ -106,8 +112,15 @@ impl KafkaLane {
         }
         let brokers = shared.options.brokers.clone();
         let start = match resume.and_then(|p| p.next_offset) {
-            Some(offset) => Offset::Offset(offset),
-            None => start_offset(&consumer, &shared.options.start, &topic, partition, &brokers)?,
+            Some(offset) => {
+                Offset::Offset(range::check_start(&shared, &consumer, &topic, partition, offset, Origin::Checkpoint)?)
+            }
+            None => match start_offset(&consumer, &shared.options.start, &topic, partition, &brokers)? {
+                Offset::Offset(offset) if shared.options.start == StartAt::Committed => {
+                    Offset::Offset(range::check_start(&shared, &consumer, &topic, partition, offset, Origin::Group)?)
+                }
+                other => other,
+            },
         };
         let queue = consumer.split_partition_queue(&topic, partition).ok_or_else(|| {
             SluiceError::internal("source.kafka", format!("cannot split the queue of {topic}/{partition}"))
@@ -165,6 +178,19 @@ impl KafkaLane {
         })
     }
 
+    /// Reads on from `offset` (after an offset the brokers answered as out of range).
+    fn seek(&mut self, offset: Offset) -> Result<(), SluiceError> {
+        let (topic, partition) = (&self.topic, self.partition);
+        self.consumer.seek(topic, partition, offset, METADATA_TIMEOUT).map_err(|e| {
+            client::unreachable(&self.shared.options.brokers, &e).context(format!("seeking {topic}/{partition}"))
+        })?;
+        self.next_offset = match offset {
+            Offset::Offset(offset) => Some(offset),
+            _ => None,
+        };
+        Ok(())
+    }
+
     /// Pauses or resumes fetching the lane's partition.
     fn set_paused(&mut self, paused: bool) {
         let mut list = TopicPartitionList::new();
@@ -208,6 +234,17 @@ impl KafkaLane {
             let Some(result) = self.queue.poll(Duration::ZERO) else { break };
             let message = match result {
                 Ok(message) => message,
+                Err(error) if is_out_of_range(&error) => {
+                    let offset = range::after_reset_error(
+                        &self.shared,
+                        &self.consumer,
+                        &self.topic,
+                        self.partition,
+                        self.next_offset,
+                    )?;
+                    self.seek(offset)?;
+                    break;
+                }
                 Err(error) => {
                     tracing::warn!(source = %self.shared.name, topic = %self.topic, partition = self.partition,
                         "kafka: reading the partition failed (the client retries): {error}");
@@ -360,6 +397,12 @@ impl KafkaLane {
         }
         Ok(LanePoll::Wait(Instant::now() + EMPTY_POLL_WAIT))
     }
+}
+
+/// Whether a consumer error says the lane's offset is out of range: librdkafka's answer
+/// under `auto.offset.reset = "error"` (see `range`), or the brokers' own code.
+fn is_out_of_range(error: &KafkaError) -> bool {
+    matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange))
 }
 
 /// The offset a fresh lane starts at, per `start`.

@@ -4,6 +4,9 @@
 //!   lanes over threads and, in a cluster, over workers by its placement function);
 //!   positions are next offsets, stored in checkpoints ([`position`]) and sought on
 //!   restore; bounded reads; per-partition watermarks with `idle_timeout`.
+//! - [`range`]: an offset a partition no longer holds (the topic recreated, the brokers'
+//!   data lost): detected at start and while reading, failing or reset per
+//!   `offset_out_of_range`.
 //! - [`group`]: group mode (`assignment = "group"`): the consumer subscribes as a member
 //!   of `group_id`, a lane reads only while the group assigns its partition here, and a
 //!   revocation waits (bounded) for what the lane read to be acknowledged by a checkpoint
@@ -17,6 +20,8 @@
 //!   at-least-once through the idempotent producer, exactly-once through Kafka
 //!   transactions, each epoch's messages kept in its checkpoint ([`record`]) to be
 //!   written again at recovery when the transaction never committed.
+//! - [`delivery`]: a sink producer's delivery reports: rows out count what the brokers
+//!   acknowledged, and brokers silent for `delivery_timeout` fail the run naming them.
 //! - [`dead_letter`]: `on_error = "dead-letter"`: each bad message, as read and with its
 //!   error, written to a topic before the lane hands out anything after it.
 //! - [`client`]: the clients' settings (and why a partition not polled holds bounded
@@ -27,10 +32,12 @@ pub mod avro;
 mod avro_direct;
 pub mod client;
 pub mod dead_letter;
+pub mod delivery;
 pub mod group;
 pub mod lane;
 pub mod options;
 pub mod position;
+pub mod range;
 pub mod record;
 pub mod rows;
 pub mod sink;
@@ -51,8 +58,8 @@ use crate::registry::{
     ConfiguredSink, ConfiguredSource, OptionDoc, SinkConnector, SinkContext, SourceConnector, SourceContext,
 };
 pub use options::{
-    Assignment, KafkaFormat, KafkaSinkMode, KafkaSinkOptions, KafkaSourceOptions, StartAt, sink_options_of,
-    source_options_of,
+    Assignment, KafkaFormat, KafkaSinkMode, KafkaSinkOptions, KafkaSourceOptions, OffsetOutOfRange, StartAt,
+    sink_options_of, source_options_of,
 };
 pub use sink::KafkaSink;
 pub use source::KafkaSource;

@@ -43,6 +43,20 @@ pub enum StartAt {
     Timestamp(i64),
 }
 
+/// What a source does with an offset outside its partition's range (before the
+/// earliest record the brokers still hold, or past the partition's end): a checkpoint's
+/// or the group's offset after the topic was recreated or the brokers lost data. See
+/// `range.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetOutOfRange {
+    /// Stop the run, naming the partition, the offset and the partition's range.
+    Fail,
+    /// Log it and read from the earliest record the partition holds.
+    Earliest,
+    /// Log it and read only records produced from now on.
+    Latest,
+}
+
 /// Who decides which partitions this process reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Assignment {
@@ -71,6 +85,8 @@ pub struct KafkaSourceOptions {
     /// acknowledged by a checkpoint before it commits what is and lets them go.
     pub revoke_timeout: Duration,
     pub start: StartAt,
+    /// An offset the partition no longer holds: fail (the default) or reset.
+    pub offset_out_of_range: OffsetOutOfRange,
     pub format: KafkaFormat,
     /// Read each partition up to the end offset seen at start, then end.
     pub bounded: bool,
@@ -127,6 +143,9 @@ pub struct KafkaSinkOptions {
     /// How long the brokers keep an exactly-once writer's transaction open before they
     /// abort it (librdkafka's `transaction.timeout.ms`); `None`: the default.
     pub transaction_timeout: Option<std::time::Duration>,
+    /// How long a message may wait for the brokers' acknowledgement before the sink
+    /// fails (librdkafka's `message.timeout.ms`); `None`: the default.
+    pub delivery_timeout: Option<Duration>,
     pub client: Vec<(String, String)>,
 }
 
@@ -161,6 +180,15 @@ pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
         default: "\"earliest\"",
         doc: "where partitions start when no checkpoint is restored (group mode: when the group has no offset for \
               them; \"committed\" then means \"earliest\")",
+    },
+    OptionDoc {
+        key: "offset_out_of_range",
+        kind: "\"fail\", \"earliest\" or \"latest\"",
+        default: "\"fail\"",
+        doc: "what a partition whose offset (a checkpoint's, the group's, or the one being read) is outside what \
+              it holds (past its end, or before its earliest record: the topic recreated, the brokers' data lost) \
+              does: fail naming the partition, the offset and the range, or read from the earliest record or the \
+              end",
     },
     OptionDoc {
         key: "bounded",
@@ -238,6 +266,13 @@ pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
               longer than the checkpoint interval plus the checkpoint timeout, at most the brokers' \
               transaction.max.timeout.ms",
     },
+    OptionDoc {
+        key: "delivery_timeout",
+        kind: "duration",
+        default: "\"60s\"",
+        doc: "how long a message may wait for the brokers' acknowledgement (message.timeout.ms): brokers that \
+              acknowledge nothing for this long fail the run, naming them; rows count as out once acknowledged",
+    },
     OptionDoc { key: "client", kind: "table", default: "empty", doc: "librdkafka settings passed through" },
 ];
 
@@ -261,18 +296,28 @@ const OWNED_SETTINGS: &[(&str, &str)] = &[
     ("enable.idempotence", "the sink always uses the idempotent producer"),
     ("transaction.timeout.ms", "set `transaction_timeout` instead"),
 ];
+/// librdkafka settings a sink sets itself.
+const SINK_OWNED_SETTINGS: &[(&str, &str)] = &[
+    ("message.timeout.ms", "set `delivery_timeout` instead"),
+    ("delivery.timeout.ms", "set `delivery_timeout` instead"),
+];
+/// librdkafka settings a source sets itself.
+const SOURCE_OWNED_SETTINGS: &[(&str, &str)] =
+    &[("auto.offset.reset", "set `start` (where to begin) or `offset_out_of_range` (an offset the partition lost)")];
 
 fn client_fix(key: &str) -> String {
     format!("remove it from [{key}.options.client]")
 }
 
-/// Reads `client`: librdkafka settings, none of those the connector owns.
-fn client(reader: &mut OptionsReader<'_>, kind: &str) -> Option<Vec<(String, String)>> {
-    let owned: Vec<&str> = OWNED_SETTINGS.iter().map(|(name, _)| *name).collect();
+/// Reads `client`: librdkafka settings, none of those the connector owns (`OWNED_SETTINGS`
+/// and, for this `kind` of client, `also_owned`).
+fn client(reader: &mut OptionsReader<'_>, kind: &str, also_owned: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
+    let settings: Vec<(&str, &str)> = OWNED_SETTINGS.iter().chain(also_owned).copied().collect();
+    let owned: Vec<&str> = settings.iter().map(|(name, _)| *name).collect();
     let expect = format!(
         "the connector sets {} itself ({})",
         owned.join(", "),
-        OWNED_SETTINGS.iter().map(|(n, why)| format!("{n}: {why}")).collect::<Vec<_>>().join("; ")
+        settings.iter().map(|(n, why)| format!("{n}: {why}")).collect::<Vec<_>>().join("; ")
     );
     reader.string_table("client", &expect, &client_fix(kind), |name| !owned.contains(&name)).or(Vec::new())
 }
@@ -307,6 +352,7 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
         "assignment",
         "revoke_timeout",
         "start",
+        "offset_out_of_range",
         "bounded",
         "idle_timeout",
         "client",
@@ -348,9 +394,17 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
             None => value.as_integer().filter(|ms| *ms >= 0).map(StartAt::Timestamp),
         },
     );
+    let offset_out_of_range = reader.choice(
+        "offset_out_of_range",
+        &[
+            ("fail", OffsetOutOfRange::Fail),
+            ("earliest", OffsetOutOfRange::Earliest),
+            ("latest", OffsetOutOfRange::Latest),
+        ],
+    );
     let bounded = reader.boolean("bounded", "set bounded = true or bounded = false").or(false);
     let idle_timeout = reader.duration("idle_timeout", false, "e.g. idle_timeout = \"10s\"");
-    let client = client(&mut reader, "source");
+    let client = client(&mut reader, "source", SOURCE_OWNED_SETTINGS);
     let schema_registry = reader.string(
         "schema_registry",
         "a plain http URL of the registry, http://host:port (https is not supported)",
@@ -414,6 +468,7 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
             assignment: assignment?,
             revoke_timeout: revoke_timeout.or(REVOKE_TIMEOUT)?,
             start: start?,
+            offset_out_of_range: offset_out_of_range.or(OffsetOutOfRange::Fail)?,
             format: format?,
             bounded: bounded?,
             idle_timeout: idle_timeout.optional()?,
@@ -478,6 +533,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
         "headers_column",
         "epoch_copy_mib",
         "transaction_timeout",
+        "delivery_timeout",
         "client",
     ]);
     let brokers = brokers(&mut reader, "sink");
@@ -493,7 +549,8 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
         reader.string("headers_column", "a column name", "e.g. headers_column = \"headers\"", |s| !s.is_empty());
     let epoch_copy_mib = reader.integer("epoch_copy_mib", 1..=1024, "e.g. epoch_copy_mib = 64");
     let transaction_timeout = reader.duration("transaction_timeout", false, "e.g. transaction_timeout = \"15m\"");
-    let client = client(&mut reader, "sink");
+    let delivery_timeout = reader.duration("delivery_timeout", false, "e.g. delivery_timeout = \"60s\"");
+    let client = client(&mut reader, "sink", SINK_OWNED_SETTINGS);
     let parsed = (|| {
         format_valid.then_some(())?;
         Some(KafkaSinkOptions {
@@ -506,6 +563,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
             format: format.unwrap_or(KafkaFormat::Json),
             epoch_copy_mib: epoch_copy_mib.optional()?,
             transaction_timeout: transaction_timeout.optional()?,
+            delivery_timeout: delivery_timeout.optional()?,
             client: client?,
         })
     })();

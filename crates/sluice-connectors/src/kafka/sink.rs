@@ -6,7 +6,9 @@
 //! Each writer owns an idempotent producer (`enable.idempotence`: no duplicates from
 //! the client's own retries, order kept per partition). At a barrier it flushes, so a
 //! checkpoint's positions never pass a row the brokers have not acknowledged; a
-//! delivery that failed fails the barrier.
+//! delivery that failed fails the next write, the barrier or the end. Its rows count
+//! as out once the brokers acknowledged them, and brokers that acknowledge nothing for
+//! `delivery_timeout` (default 60 s) fail the run naming them (`delivery`).
 //!
 //! # Exactly-once (checkpoints with `guarantee = "exactly-once"`)
 //!
@@ -137,18 +139,17 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, SchemaRef};
-use rdkafka::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::Producer;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_formats::{CsvRecordFinder, Encoder, OutputFormat};
 use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
 use sluice_types::{Batch, Epoch, SluiceError};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
+use super::delivery::{self, DELIVERY_TIMEOUT, DeliveryContext, SinkProducer};
 use super::options::{KafkaFormat, KafkaSinkMode, KafkaSinkOptions};
 use super::record::{self, RecordMessages, SavedMessages, TransactionRecord};
 
@@ -161,8 +162,6 @@ const LEFTOVER_SLOTS_MAX: u32 = 1024;
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The longest a writer waits for the commit of its producer's previous transaction.
 pub const PENDING_WAIT: Duration = Duration::from_secs(60);
-/// The longest a send waits for room in the producer's queue.
-const SEND_WAIT: Duration = Duration::from_secs(60);
 /// The default of `epoch_copy_mib`: the most MiB of messages a writer keeps for one
 /// epoch's recovery copy (see "Recovery" above); more fails the write, naming the fix.
 /// The copy is held in memory until the epoch commits (by the writer until the barrier,
@@ -170,40 +169,6 @@ const SEND_WAIT: Duration = Duration::from_secs(60);
 pub const EPOCH_COPY_MIB: u32 = 16;
 /// The partition of the sink's topic under which each transaction commits its marker.
 const MARKER_PARTITION: i32 = 0;
-
-/// The client context of a producer: logs like every client, and counts failed
-/// deliveries.
-#[derive(Debug)]
-pub struct DeliveryContext {
-    client: SluiceClientContext,
-    failed: AtomicU64,
-    first_failure: Mutex<Option<String>>,
-}
-
-impl ClientContext for DeliveryContext {
-    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        self.client.log(level, facility, message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.client.error(error, reason);
-    }
-}
-
-impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((error, _)) = result
-            && self.failed.fetch_add(1, Ordering::Relaxed) == 0
-            && let Ok(mut first) = self.first_failure.lock()
-        {
-            *first = Some(error.to_string());
-        }
-    }
-}
-
-type SinkProducer = ThreadedProducer<DeliveryContext>;
 
 /// Where a transactional producer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -390,25 +355,30 @@ impl KafkaSink {
         self.options.transaction_timeout.unwrap_or(TRANSACTION_TIMEOUT.max(needed))
     }
 
+    /// How long a message may wait for the brokers' acknowledgement (see `delivery`).
+    fn delivery_timeout(&self) -> Duration {
+        self.options.delivery_timeout.unwrap_or(DELIVERY_TIMEOUT)
+    }
+
     /// The librdkafka settings of a producer: transactional with `transactional_id`.
     pub(super) fn producer_config(&self, transactional_id: Option<&str>) -> rdkafka::ClientConfig {
         let mut config = client::base_config(&self.options.brokers, &self.options.client);
         config.set("enable.idempotence", "true");
+        let mut message_timeout = self.delivery_timeout();
         if let Some(id) = transactional_id {
             config.set("transactional.id", id);
             config.set("transaction.timeout.ms", self.transaction_timeout().as_millis().to_string());
+            // librdkafka refuses a message timeout above the transaction's.
+            message_timeout = message_timeout.min(self.transaction_timeout());
         }
+        config.set("message.timeout.ms", message_timeout.as_millis().to_string());
         config
     }
 
     fn producer(&self, transactional_id: Option<&str>) -> Result<SinkProducer, SluiceError> {
         let brokers = &self.options.brokers;
         let config = self.producer_config(transactional_id);
-        let context = DeliveryContext {
-            client: SluiceClientContext::new(brokers),
-            failed: AtomicU64::new(0),
-            first_failure: Mutex::new(None),
-        };
+        let context = DeliveryContext::new(&self.name, brokers, &self.options.topic, self.delivery_timeout());
         let producer: SinkProducer =
             config.create_with_context(context).map_err(|e| client::create_error(brokers, &e))?;
         let metadata = producer
@@ -596,13 +566,13 @@ impl KafkaSink {
         }
         producer.begin_transaction().map_err(|e| transaction_error(brokers, id, "begin", &e))?;
         for message in messages.iter() {
-            Output::send(&producer, &self.options.topic, message.value, message.key, message.owned_headers())?;
+            delivery::send(&producer, &self.options.topic, message.value, message.key, message.owned_headers(), 0)?;
         }
         let marker = self.marker_consumer(id)?.group_metadata().ok_or_else(|| {
             SluiceError::internal("sink.kafka_marker", format!("the consumer of group {id} has no group metadata"))
         })?;
         send_marker(&producer, &marker, &self.options.topic, (record.run, record.epoch), brokers, id)?;
-        flush_checked(&producer, &self.name, brokers, &self.options.topic)?;
+        delivery::flush_checked(&producer)?;
         producer.commit_transaction(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, id, "commit", &e))?;
         tracing::info!(
             sink = %self.name,
@@ -710,22 +680,7 @@ impl SinkFactory for KafkaSink {
     }
 
     fn open(&self, slot: u32, slots: u32, staged: bool) -> Result<Box<dyn SinkWriter>, SluiceError> {
-        let output = Output {
-            sink: self.name.clone(),
-            brokers: self.options.brokers.clone(),
-            topic: self.options.topic.clone(),
-            encoder: self.encoder(),
-            keys: self.key_encoder(),
-            value_columns: self.headers_column.map(|_| self.value_columns()),
-            headers: self.options.headers.clone(),
-            headers_column: self.headers_column,
-            csv: self.options.format == KafkaFormat::Csv,
-            upsert: self.mode == KafkaSinkMode::Upsert,
-            updating: self.updating,
-            buffer: Vec::new(),
-            key_buffer: Vec::new(),
-            encoded: 0,
-        };
+        let output = self.output();
         if !staged || !self.exactly_once {
             return Ok(Box::new(IdempotentWriter { output, producer: self.producer(None)? }));
         }
@@ -806,6 +761,28 @@ impl SinkFactory for KafkaSink {
             }
         }
         Ok(())
+    }
+}
+
+impl KafkaSink {
+    /// What encodes a writer's messages.
+    fn output(&self) -> Output {
+        Output {
+            sink: self.name.clone(),
+            brokers: self.options.brokers.clone(),
+            topic: self.options.topic.clone(),
+            encoder: self.encoder(),
+            keys: self.key_encoder(),
+            value_columns: self.headers_column.map(|_| self.value_columns()),
+            headers: self.options.headers.clone(),
+            headers_column: self.headers_column,
+            csv: self.options.format == KafkaFormat::Csv,
+            upsert: self.mode == KafkaSinkMode::Upsert,
+            updating: self.updating,
+            buffer: Vec::new(),
+            key_buffer: Vec::new(),
+            encoded: 0,
+        }
     }
 }
 
@@ -955,17 +932,25 @@ impl Output {
         Ok(Some(headers))
     }
 
-    /// Encodes `batch` and hands each message (value, key, headers) to `send`; a
-    /// tombstone has no value.
+    /// Encodes `batch` and hands each message (value, key, headers, the rows it
+    /// completes) to `deliver`; a tombstone has no value. A row's last message completes
+    /// it and the rows before it that have none (a retraction an upsert of its key
+    /// replaces, a row of weight 0), so that the rows of acknowledged messages are the
+    /// rows out (see `delivery`). Returns the rows after the batch's last message, which
+    /// need none.
     fn messages(
         &mut self,
         batch: &Batch,
-        mut deliver: impl FnMut(Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>) -> Result<(), SluiceError>,
-    ) -> Result<(), SluiceError> {
+        mut deliver: impl FnMut(Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>, usize) -> Result<(), SluiceError>,
+    ) -> Result<usize, SluiceError> {
         let mut encoded = 0u64;
-        let mut send = |value: Option<&[u8]>, key: Option<&[u8]>, headers| {
+        // The rows completed by the messages handed out so far.
+        let mut completed = 0usize;
+        // `last_of`: the row this message is the last of, if it is.
+        let mut send = |value: Option<&[u8]>, key: Option<&[u8]>, headers, last_of: Option<usize>| {
             encoded += (value.map_or(0, <[u8]>::len) + key.map_or(0, <[u8]>::len)) as u64;
-            deliver(value, key, headers)
+            let rows = last_of.map_or(0, |row| (row + 1).saturating_sub(std::mem::replace(&mut completed, row + 1)));
+            deliver(value, key, headers, rows)
         };
         let keys = self.keys(&batch.rows)?;
         let texts = self.header_texts(&batch.rows)?;
@@ -988,7 +973,7 @@ impl Output {
                     true => Some(&buffer[values.next().expect("one value per upsert")]),
                     false => None,
                 };
-                send(value, key_of(row), self.headers_of(texts.as_ref(), row)?)?;
+                send(value, key_of(row), self.headers_of(texts.as_ref(), row)?, Some(row))?;
             }
         } else {
             let values = Batch { rows: self.values(&batch.rows)?, weights: batch.weights.clone() };
@@ -1003,83 +988,16 @@ impl Output {
             let mut values = values.into_iter();
             for (row, copies) in copies.into_iter().enumerate() {
                 let headers = if copies > 0 { self.headers_of(texts.as_ref(), row)? } else { None };
-                for _ in 0..copies {
+                for copy in 1..=copies {
                     let value = values.next().expect("counted above");
-                    send(Some(&buffer[value]), key_of(row), headers.clone())?;
+                    send(Some(&buffer[value]), key_of(row), headers.clone(), (copy == copies).then_some(row))?;
                 }
             }
         }
         self.buffer = buffer;
         self.encoded += encoded;
-        Ok(())
+        Ok(batch.num_rows().saturating_sub(completed))
     }
-
-    /// Sends one message, waiting (at most [`SEND_WAIT`]) while the producer's queue is
-    /// full.
-    fn send(
-        producer: &SinkProducer,
-        topic: &str,
-        value: Option<&[u8]>,
-        key: Option<&[u8]>,
-        headers: Option<OwnedHeaders>,
-    ) -> Result<(), SluiceError> {
-        let deadline = Instant::now() + SEND_WAIT;
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
-        if let Some(headers) = headers {
-            record = record.headers(headers);
-        }
-        if let Some(value) = value {
-            record = record.payload(value);
-        }
-        if let Some(key) = key {
-            record = record.key(key);
-        }
-        loop {
-            match producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
-                    if Instant::now() < deadline =>
-                {
-                    record = back;
-                    producer.poll(Duration::from_millis(10));
-                }
-                Err((error, _)) => {
-                    return Err(SluiceError::external("sink.kafka_send", format!("cannot send to {topic}: {error}"))
-                        .with_fix("check that the brokers are running and the topic accepts writes"));
-                }
-            }
-        }
-    }
-
-    /// Flushes and checks that every delivery since the last check succeeded.
-    fn flush(&self, producer: &SinkProducer) -> Result<(), SluiceError> {
-        flush_checked(producer, &self.sink, &self.brokers, &self.topic)
-    }
-}
-
-/// Flushes `producer` of `sink` and checks that every delivery since the last check
-/// succeeded.
-fn flush_checked(producer: &SinkProducer, sink: &str, brokers: &str, topic: &str) -> Result<(), SluiceError> {
-    producer.flush(FLUSH_TIMEOUT).map_err(|e| {
-        SluiceError::external(
-            "sink.kafka_flush",
-            format!(
-                "sink `{sink}`: the brokers {brokers} did not acknowledge within {}s: {e}",
-                FLUSH_TIMEOUT.as_secs()
-            ),
-        )
-        .with_fix("check that the brokers are running; restart from the last checkpoint")
-    })?;
-    let context = producer.context();
-    if context.failed.swap(0, Ordering::Relaxed) > 0 {
-        let first = context.first_failure.lock().map(|f| f.clone()).unwrap_or_default().unwrap_or_default();
-        return Err(SluiceError::external(
-            "sink.kafka_delivery",
-            format!("sink `{sink}`: messages to {topic} were not delivered: {first}"),
-        )
-        .with_fix("check the topic and the brokers; restart from the last checkpoint"));
-    }
-    Ok(())
 }
 
 /// The at-least-once writer.
@@ -1092,20 +1010,29 @@ impl SinkWriter for IdempotentWriter {
     fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
         sluice_types::failpoint!("sink.write");
         let (producer, topic) = (&self.producer, self.output.topic.clone());
-        self.output.messages(batch, |value, key, headers| Output::send(producer, &topic, value, key, headers))
+        let without_message = self
+            .output
+            .messages(batch, |value, key, headers, rows| delivery::send(producer, &topic, value, key, headers, rows))?;
+        producer.context().acknowledge(without_message as u64);
+        producer.context().check()
     }
 
     fn pre_commit(&mut self, _epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
-        self.output.flush(&self.producer)?;
+        delivery::flush_checked(&self.producer)?;
         Ok(Vec::new())
     }
 
     fn close(&mut self) -> Result<(), SluiceError> {
-        self.output.flush(&self.producer)
+        delivery::flush_checked(&self.producer)
     }
 
     fn take_bytes(&mut self) -> u64 {
         std::mem::take(&mut self.output.encoded)
+    }
+
+    /// What the brokers acknowledged (see `delivery`).
+    fn take_acknowledged_rows(&mut self) -> Option<u64> {
+        Some(self.producer.context().take_acknowledged_rows())
     }
 }
 
@@ -1163,15 +1090,17 @@ impl SinkWriter for TransactionalWriter {
         let shared = &self.producers[self.current];
         let (topic, sink) = (self.output.topic.clone(), self.output.sink.clone());
         let (saved, saved_max) = (&mut self.saved, self.saved_max);
-        self.output.messages(batch, |value, key, headers| {
+        self.output.messages(batch, |value, key, headers, rows| {
             saved.push(key, value, headers.as_ref());
             if saved.len() > saved_max {
                 return Err(epoch_too_large(&sink, saved.count(), saved_max));
             }
-            Output::send(&shared.producer, &topic, value, key, headers)?;
+            delivery::send(&shared.producer, &topic, value, key, headers, rows)?;
             shared.messages.fetch_add(1, Ordering::Relaxed);
             Ok(())
-        })
+        })?;
+        // Its rows count when the transaction commits; a failed delivery fails it now.
+        shared.producer.context().check()
     }
 
     fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
@@ -1186,7 +1115,7 @@ impl SinkWriter for TransactionalWriter {
             let marker = (shared.run, epoch.0);
             send_marker(&shared.producer, &shared.marker, &output.topic, marker, &output.brokers, &shared.id)?;
         }
-        self.output.flush(&shared.producer)?;
+        delivery::flush_checked(&shared.producer)?;
         *shared.state.lock().map_err(|_| poisoned(&self.output.sink))? = TransactionState::Prepared(epoch.0);
         self.open = false;
         self.current = 1 - self.current;
@@ -1234,7 +1163,52 @@ fn epoch_too_large(sink: &str, messages: u32, max: usize) -> SluiceError {
 
 #[cfg(test)]
 mod tests {
+    use arrow::array::{Int64Array, StringArray};
+    use sluice_types::Batch;
+
     use super::sibling_id;
+
+    /// The rows each message of `weights` completes (`a` = its row, `b` = its key) and
+    /// the rows left without one, through the sink of `options`.
+    fn rows_per_message(options: &str, updating: bool, weights: &[i64], keys: &[&str]) -> (Vec<usize>, usize) {
+        let sink = crate::kafka::tests::kafka_sink(options, updating, Some(&[1])).expect("valid");
+        let schema = crate::kafka::tests::schema(&[
+            ("a", arrow::datatypes::DataType::Int64),
+            ("b", arrow::datatypes::DataType::Utf8),
+        ]);
+        let rows = arrow::record_batch::RecordBatch::try_new(
+            schema,
+            vec![
+                std::sync::Arc::new(Int64Array::from_iter_values(0..weights.len() as i64)),
+                std::sync::Arc::new(StringArray::from(keys.to_vec())),
+            ],
+        )
+        .expect("rows");
+        let batch = Batch::with_weights(rows, Int64Array::from(weights.to_vec()));
+        let mut sent = Vec::new();
+        let left = sink
+            .output()
+            .messages(&batch, |_, _, _, rows| {
+                sent.push(rows);
+                Ok(())
+            })
+            .expect("encoded");
+        (sent, left)
+    }
+
+    /// Every row is completed by exactly one message (or left over when no message
+    /// follows it), so the rows of acknowledged messages are the rows out.
+    #[test]
+    fn each_row_is_counted_by_one_message() {
+        // A changelog: a row of weight 2 is two messages, the second completes it; a row
+        // of weight 0 is none, the next message completes it.
+        let (sent, left) = rows_per_message("", true, &[1, 2, 0, -1], &["x", "y", "z", "w"]);
+        assert_eq!((sent, left), (vec![1, 0, 1, 2], 0));
+        // Upsert: the retraction of `x` is dropped (its later upsert replaces it) and
+        // counted with the next message; a trailing row of weight 0 needs none.
+        let (sent, left) = rows_per_message("mode = \"upsert\"\n", true, &[-1, 1, 1, 0], &["x", "y", "x", "z"]);
+        assert_eq!((sent, left), (vec![2, 1], 1));
+    }
 
     #[test]
     fn a_writers_other_producer_is_named_from_either_id() {

@@ -11,7 +11,8 @@ use sluice_runtime::SinkFactory;
 use sluice_types::SluiceError;
 
 use super::options::{
-    Assignment, KafkaFormat, KafkaSinkMode, REVOKE_TIMEOUT, StartAt, sink_options_of, source_options_of,
+    Assignment, KafkaFormat, KafkaSinkMode, OffsetOutOfRange, REVOKE_TIMEOUT, StartAt, sink_options_of,
+    source_options_of,
 };
 use super::rows::{Message, RowBuilder};
 use super::sink::{KafkaSink, upsert_actions};
@@ -34,6 +35,11 @@ fn source_options_are_read_with_their_defaults() {
     assert_eq!(options.topics, ["x", "y"]);
     assert_eq!((options.start, options.bounded, options.group_id), (StartAt::Earliest, false, None));
     assert_eq!(options.format, KafkaFormat::Json);
+    assert_eq!(options.offset_out_of_range, OffsetOutOfRange::Fail, "an offset the partition lost fails by default");
+    for (written, policy) in [("earliest", OffsetOutOfRange::Earliest), ("latest", OffsetOutOfRange::Latest)] {
+        let text = format!("brokers = \"b:9092\"\ntopic = \"x\"\noffset_out_of_range = \"{written}\"\n");
+        assert_eq!(source(&text).expect("valid").offset_out_of_range, policy);
+    }
     let options = source(
         "brokers = \"b:9092\"\ntopic = \"x\"\nstart = 1767225600000\nbounded = true\nidle_timeout = \"5s\"\n[source.options.client]\n\"fetch.min.bytes\" = 1\n\"check.crcs\" = true\n",
     )
@@ -62,6 +68,11 @@ fn bad_source_options_are_each_named_with_a_fix() {
     check(
         "brokers = \"b:1\"\ntopic = \"x\"\n[source.options.client]\n\"group.id\" = \"g\"\n",
         &["client.group.id", "group_id"],
+    );
+    check("brokers = \"b:1\"\ntopic = \"x\"\noffset_out_of_range = \"none\"\n", &["\"fail\"", "\"earliest\""]);
+    check(
+        "brokers = \"b:1\"\ntopic = \"x\"\n[source.options.client]\n\"auto.offset.reset\" = \"latest\"\n",
+        &["client.auto.offset.reset", "offset_out_of_range"],
     );
 }
 
@@ -169,7 +180,11 @@ fn sink_modes_and_keys_are_read() {
 
 /// The sink over `a BIGINT, b VARCHAR` with `options`, for an input that is updating
 /// or not, with an upsert key or not.
-fn kafka_sink(options: &str, updating: bool, upsert_key: Option<&[usize]>) -> Result<KafkaSink, SluiceError> {
+pub(super) fn kafka_sink(
+    options: &str,
+    updating: bool,
+    upsert_key: Option<&[usize]>,
+) -> Result<KafkaSink, SluiceError> {
     let schema = schema(&[("a", DataType::Int64), ("b", DataType::Utf8)]);
     KafkaSink::new("p", "k", &sink_options(options).expect("valid"), &schema, updating, upsert_key)
 }
@@ -217,6 +232,25 @@ fn transactions_stay_open_for_the_transaction_timeout_not_librdkafkas_minute() {
     assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("checkpoint interval")), "{error}");
 }
 
+/// A message the brokers do not acknowledge within `delivery_timeout` (default the
+/// source's 60 s on lost brokers, not librdkafka's 300 s) fails the sink.
+#[test]
+fn messages_wait_for_their_acknowledgement_at_most_the_delivery_timeout() {
+    let timeout = |sink: &KafkaSink, id| sink.producer_config(id).get("message.timeout.ms").map(str::to_owned);
+    let sink = kafka_sink("", false, None).expect("valid");
+    assert_eq!(timeout(&sink, None).as_deref(), Some("60000"));
+    assert_eq!(timeout(&sink, Some("t")).as_deref(), Some("60000"));
+    let sink = kafka_sink("delivery_timeout = \"2s\"\n", false, None).expect("valid");
+    assert_eq!(timeout(&sink, None).as_deref(), Some("2000"));
+    let sink = kafka_sink("transaction_timeout = \"30s\"\n", false, None).expect("valid");
+    assert_eq!(timeout(&sink, Some("t")).as_deref(), Some("30000"), "at most the transaction timeout");
+    for setting in ["message.timeout.ms", "delivery.timeout.ms"] {
+        let refused = sink_options(&format!("[sink.options.client]\n\"{setting}\" = 1000\n")).expect_err("owned");
+        assert!(refused.contains("delivery_timeout"), "{refused}");
+    }
+    assert!(sink_options("delivery_timeout = \"0s\"\n").is_err());
+}
+
 /// A transaction stays open from an epoch's first message to the commit after its
 /// checkpoint: the default timeout covers the longest checkpoint the run allows, and a
 /// `transaction_timeout` that does not is refused when the sink is built.
@@ -248,7 +282,7 @@ fn upsert_actions_drop_a_retraction_whose_key_gets_a_later_value() {
     assert_eq!(upsert_actions(&[0, 2, -1, 1, -1], &[k1, k1, k2, k2, k2]), [(1, true), (3, true), (4, false)]);
 }
 
-fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
+pub(super) fn schema(fields: &[(&str, DataType)]) -> SchemaRef {
     Arc::new(Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>()))
 }
 
