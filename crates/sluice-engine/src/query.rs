@@ -386,8 +386,7 @@ impl PreparedQuery {
         sluice_types::failpoint!("query.leased");
         let limit = self.limits.timeout;
         // Held until the execution's runtime is dropped, below.
-        let turn =
-            self.executions.enter(&self.interrupt).map_err(|stop| executions::stop_error(stop, limit))?;
+        let turn = self.executions.enter(&self.interrupt).map_err(|stop| executions::stop_error(stop, limit))?;
         let epoch = match &self.lease {
             Some(lease) => Some(self.read_tables(lease, gather)?),
             None => None,

@@ -476,7 +476,13 @@ impl WorkerControl {
         reader: JoinHandle<()>,
         events: (Sender<ControlEvent<ToWorker>>, Receiver<ControlEvent<ToWorker>>),
     ) -> WorkerControl {
-        WorkerControl { leader: leader.to_string(), session, reader: Some(reader), events: events.1, _events_open: events.0 }
+        WorkerControl {
+            leader: leader.to_string(),
+            session,
+            reader: Some(reader),
+            events: events.1,
+            _events_open: events.0,
+        }
     }
 
     /// The leader's control address (`host:port`), as this worker joined it: where

@@ -543,12 +543,7 @@ pub(crate) fn leader_lost(error: &SluiceError, leader: &str, rejoin: bool) -> Sl
 ///   (`cluster.run_lost`: restart every worker);
 /// - it does not answer: the leader is gone, stopped or unreachable
 ///   (`cluster.leader_lost`: restart every worker, the leader first).
-pub(crate) fn leader_loss(
-    error: &SluiceError,
-    leader: &str,
-    answer: Result<(), String>,
-    rejoin: bool,
-) -> SluiceError {
+pub(crate) fn leader_loss(error: &SluiceError, leader: &str, answer: Result<(), String>, rejoin: bool) -> SluiceError {
     let lost = &error.message;
     match answer {
         Ok(()) if rejoin => SluiceError::external(
@@ -578,7 +573,9 @@ pub(crate) fn leader_loss(
         ),
         Err(seen) => SluiceError::external(
             "cluster.leader_lost",
-            format!("lost the leader: {lost}; the leader at {leader} does not answer on its control address either: {seen}"),
+            format!(
+                "lost the leader: {lost}; the leader at {leader} does not answer on its control address either: {seen}"
+            ),
         )
         .with_kind(ErrorKind::LostPeer)
         .with_fix(

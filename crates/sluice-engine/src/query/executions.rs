@@ -79,7 +79,8 @@ impl Executions {
                 break Err(stop);
             }
             let left = interrupt.deadline().saturating_duration_since(Instant::now());
-            counts = self.changed.wait_timeout(counts, left.min(CANCEL_CHECK)).unwrap_or_else(PoisonError::into_inner).0;
+            counts =
+                self.changed.wait_timeout(counts, left.min(CANCEL_CHECK)).unwrap_or_else(PoisonError::into_inner).0;
         };
         counts.waiting -= 1;
         if outcome.is_ok() {
@@ -114,4 +115,3 @@ pub(crate) fn stop_error(stop: Stop, timeout: Duration) -> SluiceError {
             .with_fix("ask again"),
     }
 }
-
