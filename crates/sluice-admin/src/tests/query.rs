@@ -42,6 +42,8 @@ fn queries_past_their_timeout_answer_504_and_stop_executing() {
         "an execution ran on after its 504: {:?}",
         executions.counts()
     );
+    let metrics = http::get(addr, "/metrics").body;
+    assert!(metrics.lines().any(|line| line == "sluice_queries_running 0"), "{metrics}");
     let next = http::post(addr, "/query", &json!({ "sql": "SELECT 1 AS one" }).to_string());
     assert_eq!((next.code, next.body.trim()), (200, r#"{"one":1}"#));
     assert_eq!(served.job().status().state, JobState::Running);
