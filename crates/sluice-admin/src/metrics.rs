@@ -43,6 +43,20 @@ pub(crate) fn render(job: &JobHandle, status: &Status) -> String {
         kind: "gauge",
         samples: vec![(Vec::new(), job.query_leases().to_string())],
     });
+    let executions = sluice_engine::query::Executions::shared().counts();
+    families.push(Family {
+        name: "sluice_queries_running",
+        help: "Ad-hoc queries executing now in this process (one at a time), also after their client was answered \
+               until their execution stopped.",
+        kind: "gauge",
+        samples: vec![(Vec::new(), executions.running.to_string())],
+    });
+    families.push(Family {
+        name: "sluice_queries_waiting",
+        help: "Ad-hoc queries waiting for their turn to execute.",
+        kind: "gauge",
+        samples: vec![(Vec::new(), executions.waiting.to_string())],
+    });
     let mut text = String::new();
     for family in &families {
         write_family(&mut text, family);

@@ -4,11 +4,16 @@
 //! The lease on that checkpoint belongs to the request: it ends when the answer is made,
 //! and when the client goes away first (the connection closes, the request's future is
 //! dropped, and with it the guard that releases the lease), or at the query's timeout.
+//! The execution belongs to the request too: a client that goes away cancels it, and at
+//! the query's deadline the answer is 504 at once, the execution cancelled (it stops at
+//! its next batch, `sluice_engine::query::interrupt`).
 //!
-//! Bounds: at most [`MAX_QUERIES`] at once (503 beyond), each on the blocking pool;
-//! rows, time and working memory per query as the engine bounds them; the request body
-//! at most [`BODY_MAX`] bytes, arriving within the server's body timeout
-//! ([`crate::BODY_TIMEOUT`]).
+//! Bounds: at most [`MAX_QUERIES`] admitted at once (503 beyond), each on the blocking
+//! pool, holding its admission until its execution ended (also after a 504), and at most
+//! `sluice_engine::query::executions::EXECUTIONS_MAX` executing, the others waiting
+//! their turn within their timeout; rows, time and working memory per query as the
+//! engine bounds them; the request body at most [`BODY_MAX`] bytes, arriving within the
+//! server's body timeout ([`crate::BODY_TIMEOUT`]).
 
 use std::sync::Arc;
 
@@ -18,14 +23,15 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use sluice_engine::materialize::Lease;
-use sluice_engine::query::{QueryFormat, QueryLimits};
+use sluice_engine::query::{Interrupt, QueryFormat, QueryLimits};
 use sluice_types::SluiceError;
 use utoipa::ToSchema;
 
 use crate::routes::ErrorBody;
 use crate::server::Shared;
 
-/// Queries that may run at once.
+/// Queries admitted at once (each holding a lease; they execute one at a time, see
+/// `sluice_engine::query::executions`).
 pub const MAX_QUERIES: usize = 4;
 /// The largest request body.
 pub const BODY_MAX: usize = 1 << 20;
@@ -85,6 +91,16 @@ impl Drop for Release {
     }
 }
 
+/// Cancels a query's execution when dropped: the request ended, or its client went away
+/// (after a finished execution it does nothing).
+struct Cancel(Interrupt);
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
 /// Runs one SQL query over the materialized tables, every table read at the newest
 /// checkpoint committed on all of them (the `Sluice-Epoch` header names it). In a
 /// cluster, any worker answers for the whole pipeline: it gathers every worker's slice
@@ -138,22 +154,31 @@ async fn answer(shared: Shared, body: Body) -> Result<Response, SluiceError> {
     })?;
     let format: QueryFormat = request.format.unwrap_or(QueryFormatName::Json).into();
     let limits = QueryLimits::new(request.max_rows, request.timeout_ms)?;
-    let _permit = Arc::clone(&shared.queries).try_acquire_owned().map_err(|_| {
+    let permit = Arc::clone(&shared.queries).try_acquire_owned().map_err(|_| {
         SluiceError::external("query.busy", format!("{MAX_QUERIES} queries are running")).with_fix("ask again soon")
     })?;
     let job = shared.job.clone();
     let gather = crate::slices::HttpGather { token: shared.token.clone() };
     let sql = request.sql;
     let prepared = tokio::task::spawn_blocking(move || job.prepare_query(&sql, limits)).await.map_err(joined)??;
-    // From here on, a client that goes away drops this future, and the guard ends the lease.
+    // From here on, a client that goes away drops this future, and the guards end the
+    // lease and the execution.
     let _release = Release(prepared.lease());
-    let (answer, bytes) = tokio::task::spawn_blocking(move || {
+    let interrupt = prepared.interrupt();
+    let _cancel = Cancel(interrupt.clone());
+    let execution = tokio::task::spawn_blocking(move || {
+        // The admission ends with the execution, not with the answer.
+        let _permit = permit;
         let answer = prepared.run_gathering(Some(&gather))?;
         let bytes = answer.encode(format)?;
         Ok::<_, SluiceError>((answer, bytes))
-    })
-    .await
-    .map_err(joined)??;
+    });
+    // The deadline is the request's, whether or not the execution noticed it yet.
+    let deadline = tokio::time::Instant::from_std(interrupt.deadline());
+    let (answer, bytes) = match tokio::time::timeout_at(deadline, execution).await {
+        Ok(joined_execution) => joined_execution.map_err(joined)??,
+        Err(_) => return Err(sluice_engine::query::timed_out(limits.timeout)),
+    };
     let mut response = ([(header::CONTENT_TYPE, format.content_type())], bytes).into_response();
     let headers = response.headers_mut();
     if let Some(epoch) = answer.epoch {

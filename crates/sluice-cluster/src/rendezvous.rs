@@ -47,6 +47,12 @@
 //!   port and refuses every further registration with a message (the cluster formed
 //!   already), until its [`LeaderControl`] is dropped.
 //!
+//! - **A lost leader is asked whether it runs** (`probe`): a worker whose control
+//!   session with the leader ended connects to the leader's control address and waits,
+//!   briefly, for its auth preamble. A leader that answers runs on and declared this
+//!   worker lost; one that does not is gone, stopped or unreachable. The two need
+//!   different restarts (this worker alone, or every worker), so the caller says which.
+//!
 //! The leader does not check its own control address; callers check it with
 //! `auth::check_control_bind` before binding.
 
@@ -54,6 +60,7 @@ mod joiner;
 mod leader;
 mod liveness;
 mod membership;
+mod probe;
 mod session;
 mod stream;
 
@@ -70,6 +77,7 @@ use crate::wire::{self, Register};
 pub use crate::wire::{Member, ToLeader, ToWorker, Welcome};
 pub use liveness::{Tick, tick};
 pub use membership::Membership;
+pub use probe::{PROBE_TIMEOUT, leader_answers};
 pub use session::{ControlEvent, LeaderControl, WorkerControl};
 
 /// How many accepted connections the leader handshakes at once; further connections are

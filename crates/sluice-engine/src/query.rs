@@ -12,7 +12,10 @@
 //!
 //! Bounds: rows per answer ([`QueryLimits::max_rows`], at most [`MAX_ROWS_LIMIT`]), time
 //! ([`QueryLimits::timeout`], at most [`TIMEOUT_LIMIT`]: the lease's lifetime, and the
-//! execution is dropped at its deadline, checked between the answer's batches),
+//! execution stops at its deadline, checked around every batch of every operator:
+//! [`interrupt`]; [`PreparedQuery::interrupt`] also stops it from elsewhere), the CPU
+//! (one thread per query, at most [`executions::EXECUTIONS_MAX`] executing at once in the
+//! process, the others waiting their turn within their deadline: [`executions`]),
 //! DataFusion's working memory ([`WORKING_MEMORY`]: its operators' state), the answer's
 //! bytes ([`ANSWER_BYTES_LIMIT`]) and nesting (a view's limit, `sluice_sql::check_depth`;
 //! the admin API runs queries on threads with the planner's stack). The tables read are
@@ -44,6 +47,12 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use sluice_types::{Batch, SluiceError};
 
 use crate::materialize::{Lease, Materialized, Table};
+
+pub mod executions;
+pub mod interrupt;
+
+pub use executions::{Counts, Executions};
+pub use interrupt::{Interrupt, Stop};
 
 /// Rows an answer may have unless the request says otherwise.
 pub const MAX_ROWS_DEFAULT: usize = 10_000;
@@ -248,7 +257,10 @@ pub struct PreparedQuery {
     statement: Statement,
     tables: Vec<Arc<Table>>,
     limits: QueryLimits,
-    deadline: Instant,
+    /// Its deadline, and its cancellation.
+    interrupt: Interrupt,
+    /// Where it waits for its turn to execute.
+    executions: Arc<Executions>,
     context: SessionContext,
     /// The other workers of a cluster, whose slices are gathered.
     peers: Vec<Peer>,
@@ -328,7 +340,8 @@ pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> 
         statement,
         tables,
         limits,
-        deadline,
+        interrupt: Interrupt::new(deadline),
+        executions: Arc::clone(Executions::shared()),
         context,
         peers: Vec::new(),
     })
@@ -345,9 +358,21 @@ impl PreparedQuery {
         self.lease.clone()
     }
 
+    /// Its deadline and cancellation: [`Interrupt::cancel`] stops the query from another
+    /// thread (the admin API's, when its client goes away or it answered 504).
+    pub fn interrupt(&self) -> Interrupt {
+        self.interrupt.clone()
+    }
+
     /// The same query, gathering the slices of `peers` too (a cluster's other workers).
     pub fn with_peers(self, peers: Vec<Peer>) -> PreparedQuery {
         PreparedQuery { peers, ..self }
+    }
+
+    /// The same query, taking its turn to execute at `executions` rather than at the
+    /// process's ([`Executions::shared`]).
+    pub fn with_executions(self, executions: Arc<Executions>) -> PreparedQuery {
+        PreparedQuery { executions, ..self }
     }
 
     /// Reads the tables at the lease's epoch and runs the query (on one worker).
@@ -359,6 +384,9 @@ impl PreparedQuery {
     /// the query.
     pub fn run_gathering(self, gather: Option<&dyn Gather>) -> Result<QueryAnswer, SluiceError> {
         sluice_types::failpoint!("query.leased");
+        let limit = self.limits.timeout;
+        // Held until the execution's runtime is dropped, below.
+        let turn = self.executions.enter(&self.interrupt).map_err(|stop| executions::stop_error(stop, limit))?;
         let epoch = match &self.lease {
             Some(lease) => Some(self.read_tables(lease, gather)?),
             None => None,
@@ -367,49 +395,9 @@ impl PreparedQuery {
         if let Some(lease) = &self.lease {
             lease.release();
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .map_err(|e| SluiceError::external("query.runtime", format!("cannot start the query's runtime: {e}")))?;
-        let (deadline, limit) = (self.deadline, self.limits.timeout);
-        let left = deadline.saturating_duration_since(Instant::now());
         let max_rows = self.limits.max_rows;
-        let context = self.context;
-        let statement = self.statement;
-        let work = async move {
-            let state = context.state();
-            let plan = state.statement_to_plan(statement).await.map_err(|e| query_error(&e))?;
-            datafusion::execution::context::SQLOptions::new()
-                .with_allow_ddl(false)
-                .with_allow_dml(false)
-                .with_allow_statements(false)
-                .verify_plan(&plan)
-                .map_err(|e| query_error(&e))?;
-            // Two columns of one name are renamed as in a view (`dateTime0`), so that a
-            // JSON line keeps both.
-            let plan = sluice_sql::unique_names(plan)?;
-            let frame = datafusion::dataframe::DataFrame::new(state, plan);
-            let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
-            let frame = frame.limit(0, Some(max_rows + 1)).map_err(|e| query_error(&e))?;
-            // Batch by batch: the answer's bytes and the deadline are checked between
-            // batches (an expression evaluating is not interrupted).
-            let mut stream = frame.execute_stream().await.map_err(|e| query_error(&e))?;
-            let (mut batches, mut bytes) = (Vec::new(), 0usize);
-            while let Some(batch) = futures::StreamExt::next(&mut stream).await {
-                let batch = batch.map_err(|e| query_error(&e))?;
-                bytes = bytes.saturating_add(batch.get_array_memory_size());
-                if bytes > ANSWER_BYTES_LIMIT {
-                    return Err(answer_too_large());
-                }
-                if Instant::now() >= deadline {
-                    return Err(timed_out(limit));
-                }
-                batches.push(batch);
-            }
-            Ok::<_, SluiceError>((schema, batches))
-        };
-        let (schema, batches) =
-            runtime.block_on(async move { tokio::time::timeout(left, work).await }).map_err(|_| timed_out(limit))??;
+        let (schema, batches) = execute(self.context, self.statement, max_rows, &self.interrupt, limit)?;
+        drop(turn);
         let answer = QueryAnswer { epoch, schema, batches };
         if answer.rows() > max_rows {
             return Err(SluiceError::user("query.too_many_rows", format!("the answer has more than {max_rows} rows"))
@@ -419,6 +407,67 @@ impl PreparedQuery {
         }
         Ok(answer)
     }
+}
+
+/// Plans and executes `statement` on a runtime of its own (one thread: this one), at
+/// most `max_rows + 1` rows, until `interrupt` fires (`timeout` is for its message). The
+/// runtime, and every task DataFusion spawned on it, is dropped before this returns.
+fn execute(
+    context: SessionContext,
+    statement: Statement,
+    max_rows: usize,
+    interrupt: &Interrupt,
+    timeout: Duration,
+) -> Result<(SchemaRef, Vec<RecordBatch>), SluiceError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| SluiceError::external("query.runtime", format!("cannot start the query's runtime: {e}")))?;
+    // What stops the query, if it stopped, else `error` as the SQL's.
+    let failed = |error: &datafusion::error::DataFusionError| match interrupt.fired() {
+        Some(stop) => executions::stop_error(stop, timeout),
+        None => query_error(error),
+    };
+    let work = async {
+        let state = context.state();
+        let plan = state.statement_to_plan(statement).await.map_err(|e| query_error(&e))?;
+        datafusion::execution::context::SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false)
+            .verify_plan(&plan)
+            .map_err(|e| query_error(&e))?;
+        // Two columns of one name are renamed as in a view (`dateTime0`), so that a
+        // JSON line keeps both.
+        let plan = sluice_sql::unique_names(plan)?;
+        let frame = datafusion::dataframe::DataFrame::new(state, plan);
+        let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+        let frame = frame.limit(0, Some(max_rows + 1)).map_err(|e| query_error(&e))?;
+        let task = frame.task_ctx();
+        let physical = frame.create_physical_plan().await.map_err(|e| query_error(&e))?;
+        // Every operator stops at its next batch once the interrupt fires.
+        let physical = interrupt::interruptible(physical, interrupt).map_err(|e| query_error(&e))?;
+        let mut stream = datafusion::physical_plan::execute_stream(physical, Arc::new(task)).map_err(|e| failed(&e))?;
+        // Batch by batch: the answer's bytes are checked between batches.
+        let (mut batches, mut bytes) = (Vec::new(), 0usize);
+        while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+            let batch = batch.map_err(|e| failed(&e))?;
+            bytes = bytes.saturating_add(batch.get_array_memory_size());
+            if bytes > ANSWER_BYTES_LIMIT {
+                return Err(answer_too_large());
+            }
+            batches.push(batch);
+        }
+        if let Some(stop) = interrupt.fired() {
+            return Err(executions::stop_error(stop, timeout));
+        }
+        Ok::<_, SluiceError>((schema, batches))
+    };
+    let left = interrupt.deadline().saturating_duration_since(Instant::now());
+    // The timer ends the planning too, which no operator's check covers.
+    let outcome = runtime.block_on(async move { tokio::time::timeout(left, work).await });
+    drop(runtime);
+    outcome.map_err(|_| timed_out(timeout))?
 }
 
 impl PreparedQuery {
@@ -433,19 +482,19 @@ impl PreparedQuery {
             })?;
             let held = held.insert(Held { gather, leases: Vec::with_capacity(self.peers.len()) });
             for peer in &self.peers {
-                let remote = gather.lease(peer, self.deadline)?;
+                let remote = gather.lease(peer, self.interrupt.deadline())?;
                 held.leases.push((peer, remote));
                 epoch = epoch.max(remote.epoch);
             }
         }
         let (mut rows, mut bytes) = (0usize, 0usize);
         for table in &self.tables {
-            let wait = self.deadline.saturating_duration_since(Instant::now());
+            let wait = self.interrupt.deadline().saturating_duration_since(Instant::now());
             let mut batches = self.registry.read_at(table, lease, epoch, wait, 8192)?;
             if let Some(held) = &held {
                 for (peer, remote) in &held.leases {
                     let left = GATHER_BYTES_LIMIT.saturating_sub(bytes);
-                    let slice = held.gather.slice(peer, *remote, table, epoch, self.deadline, left)?;
+                    let slice = held.gather.slice(peer, *remote, table, epoch, self.interrupt.deadline(), left)?;
                     bytes += slice.iter().map(RecordBatch::get_array_memory_size).sum::<usize>();
                     batches.extend(slice);
                 }
@@ -467,7 +516,7 @@ impl PreparedQuery {
 
 /// The query ran past its deadline: `limit`, its timeout (from the request, not what was
 /// left of it when the run started).
-fn timed_out(limit: Duration) -> SluiceError {
+pub fn timed_out(limit: Duration) -> SluiceError {
     SluiceError::external("query.timeout", format!("the query took longer than {} ms", limit.as_millis()))
         .with_fix("give a longer timeout (timeout_ms), or read less")
 }
@@ -545,3 +594,6 @@ fn df_message(error: &datafusion::error::DataFusionError) -> String {
         .iter()
         .fold(message, |message, prefix| message.strip_prefix(prefix).map(str::to_string).unwrap_or(message))
 }
+
+#[cfg(test)]
+mod tests;

@@ -25,7 +25,7 @@ impl Reply {
     }
 }
 
-fn connect(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> BufReader<TcpStream> {
+fn connect(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> BufReader<TcpStream> {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
     let mut request = format!("{method} {path} HTTP/1.1\r\n");
@@ -41,7 +41,7 @@ fn connect(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)])
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
-    request.push_str("Content-Length: 0\r\n\r\n");
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     stream.write_all(request.as_bytes()).expect("send");
     BufReader::new(stream)
 }
@@ -69,7 +69,16 @@ fn is_chunked(headers: &[(String, String)]) -> bool {
 
 /// One request, the whole response.
 pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut reader = connect(addr, method, path, headers);
+    send(addr, method, path, headers, "")
+}
+
+/// A POST of the JSON `body`, the whole response.
+pub fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
+    send(addr, "POST", path, &[], body)
+}
+
+fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut reader = connect(addr, method, path, headers, body);
     let (code, headers) = read_head(&mut reader);
     let body = if is_chunked(&headers) {
         let mut lines = Lines { reader, pending: Vec::new(), ended: false };
@@ -100,7 +109,7 @@ pub struct Lines {
 /// Opens a GET that may stream: the status code, and the line reader when the body is
 /// streamed (a refusal, such as a 503, is not).
 pub fn try_stream(addr: SocketAddr, path: &str) -> (u16, Option<Lines>) {
-    let mut reader = connect(addr, "GET", path, &[]);
+    let mut reader = connect(addr, "GET", path, &[], "");
     let (code, headers) = read_head(&mut reader);
     let lines = is_chunked(&headers).then(|| Lines { reader, pending: Vec::new(), ended: false });
     (code, lines)
@@ -108,7 +117,7 @@ pub fn try_stream(addr: SocketAddr, path: &str) -> (u16, Option<Lines>) {
 
 /// Opens a streamed GET; the status code and the line reader.
 pub fn stream(addr: SocketAddr, path: &str) -> (u16, Lines) {
-    let mut reader = connect(addr, "GET", path, &[]);
+    let mut reader = connect(addr, "GET", path, &[], "");
     let (code, headers) = read_head(&mut reader);
     assert!(is_chunked(&headers), "a streamed body is chunked: {headers:?}");
     (code, Lines { reader, pending: Vec::new(), ended: false })

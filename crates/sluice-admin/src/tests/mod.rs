@@ -6,6 +6,7 @@ mod graph;
 mod guards;
 mod http;
 mod openapi;
+mod query;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

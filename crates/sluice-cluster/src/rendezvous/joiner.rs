@@ -225,5 +225,5 @@ fn start_session(
     let label = format!("the leader at {leader}");
     let session = Arc::new(Session::new(0, label, stream, events.0.clone(), version, Timing::of(settings))?);
     let handle = session.start(reader, MAX_QUEUED_EVENTS_PER_PEER)?;
-    Ok(WorkerControl::new(session, handle, events))
+    Ok(WorkerControl::new(leader, session, handle, events))
 }

@@ -235,11 +235,10 @@ impl<I: Inbound, O: Outbound> Session<I, O> {
             format!(
                 "the control session with {} is lost ({why}), but this worker itself did not run for {} (the \
                  process was stopped, e.g. by SIGSTOP, or starved of CPU), and the loss timeout is {}: the silence \
-                 was most likely this worker's, and {} likely still runs",
+                 was most likely this worker's",
                 self.label,
                 seconds(stall.late),
                 seconds(self.timing.loss_timeout),
-                self.label
             ),
         )
         .with_kind(ErrorKind::LostPeer)
@@ -462,6 +461,8 @@ impl Drop for LeaderControl {
 /// A worker's control session with the leader.
 #[derive(Debug)]
 pub struct WorkerControl {
+    /// The leader's control address, as this worker joined it.
+    leader: String,
     session: Arc<Session<ToWorker, ToLeader>>,
     reader: Option<JoinHandle<()>>,
     events: Receiver<ControlEvent<ToWorker>>,
@@ -470,11 +471,24 @@ pub struct WorkerControl {
 
 impl WorkerControl {
     pub(crate) fn new(
+        leader: &str,
         session: Arc<Session<ToWorker, ToLeader>>,
         reader: JoinHandle<()>,
         events: (Sender<ControlEvent<ToWorker>>, Receiver<ControlEvent<ToWorker>>),
     ) -> WorkerControl {
-        WorkerControl { session, reader: Some(reader), events: events.1, _events_open: events.0 }
+        WorkerControl {
+            leader: leader.to_string(),
+            session,
+            reader: Some(reader),
+            events: events.1,
+            _events_open: events.0,
+        }
+    }
+
+    /// The leader's control address (`host:port`), as this worker joined it: where
+    /// [`super::leader_answers`] asks whether it still runs.
+    pub fn leader(&self) -> &str {
+        &self.leader
     }
 
     /// Sends `message` to the leader; a lost leader is an error of kind `LostPeer`.

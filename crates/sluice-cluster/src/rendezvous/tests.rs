@@ -620,3 +620,32 @@ fn a_cancelled_rendezvous_ends_on_both_sides() {
     let error = joiner::join("127.0.0.1:1", me, None, WAIT, &settings, WIRE_VERSION).expect_err("cancelled");
     assert_eq!(error.code, "cluster.cancelled", "{error}");
 }
+
+/// What a worker that lost its leader learns from the leader's control address: a
+/// running leader (forming or leading a cluster) answers with its preamble; a frozen one
+/// (its kernel accepts, the process never writes) and a gone one (nothing listens) do
+/// not, and the reason says which.
+#[test]
+fn a_probe_tells_a_running_leader_from_a_frozen_or_gone_one() {
+    let forming = start_leader(3, Some(Secret::new(b"0123456789abcdef0123").expect("secret")), settings());
+    assert_eq!(leader_answers(&forming.address, WAIT), Ok(()));
+    // A listener that never accepts: the kernel completes the connection, nobody writes.
+    let frozen = bind();
+    let frozen_address = frozen.local_addr().expect("an address").to_string();
+    let silent = leader_answers(&frozen_address, Duration::from_millis(200)).expect_err("frozen");
+    assert!(silent.contains("said nothing"), "{silent}");
+    let gone_address = bind().local_addr().expect("an address").to_string();
+    let refused = leader_answers(&gone_address, WAIT).expect_err("gone");
+    assert!(refused.contains("nothing listens there"), "{refused}");
+    // Something else on the port: not taken for a leader.
+    let other = bind();
+    let other_address = other.local_addr().expect("an address").to_string();
+    let answering = thread::spawn(move || {
+        let (mut stream, _) = other.accept().expect("accept");
+        stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").expect("write");
+    });
+    let stranger = leader_answers(&other_address, WAIT).expect_err("not a worker");
+    assert!(stranger.contains("not a Sluice worker"), "{stranger}");
+    answering.join().expect("no panic");
+    drop(frozen);
+}

@@ -389,7 +389,7 @@ fn resume(
                     Ok(ControlEvent::Received { message, .. }) => {
                         tracing::debug!(?message, "a command before the leader said what to restore");
                     }
-                    Ok(ControlEvent::Lost { error, .. }) => return Err(leader_lost(&error)),
+                    Ok(ControlEvent::Lost { error, .. }) => return Err(leader_lost(&error, session.leader(), true)),
                     Err(_) => {
                         return Err(SluiceError::external(
                             "cluster.resume_timeout",
@@ -522,18 +522,65 @@ fn run_token(membership: &Membership) -> u64 {
     twox_hash::XxHash3_64::oneshot(canonical.as_bytes())
 }
 
-pub(crate) fn leader_lost(error: &SluiceError) -> SluiceError {
-    if error.code == "cluster.stalled" {
-        // The leader most likely runs on and forms the cluster again without this worker.
-        return SluiceError::external("cluster.stalled", format!("lost the leader: {}", error.message))
-            .with_kind(ErrorKind::LostPeer)
-            .with_fix(
-                "restart only this worker with the same command: with checkpoints the leader, still running, waits \
-                 for it to join again (--join-timeout) and the cluster resumes from its last checkpoint; without \
-                 checkpoints the run failed on every worker, so restart them all (the leader first)",
-            );
-    }
-    SluiceError::external("cluster.leader_lost", format!("lost the leader: {}", error.message))
+/// What a worker says when its control session with the leader is lost (`error`, which
+/// names the leader and the silence or failure): it asks the leader's control address,
+/// `leader`, whether the leader still runs (`rendezvous::leader_answers`), which decides
+/// what needs restarting; see [`leader_loss`]. `rejoin`: the pipeline checkpoints, so a lost
+/// worker makes the leader form the cluster again rather than fail the run everywhere.
+pub(crate) fn leader_lost(error: &SluiceError, leader: &str, rejoin: bool) -> SluiceError {
+    let answer = rendezvous::leader_answers(leader, rendezvous::PROBE_TIMEOUT);
+    leader_loss(error, leader, answer, rejoin)
+}
+
+/// The message choice of [`leader_lost`], given whether the leader at `leader` answered
+/// (or what was seen instead):
+///
+/// - it answers and the pipeline checkpoints: the leader runs on and declared this worker
+///   lost (this worker, or the network between them, was silent past the loss timeout:
+///   a stopped or starved process); it forms the cluster again and waits for this worker
+///   alone (`cluster.expelled`: restart only this worker);
+/// - it answers, without checkpoints: a lost worker ends the run on every worker
+///   (`cluster.run_lost`: restart every worker);
+/// - it does not answer: the leader is gone, stopped or unreachable
+///   (`cluster.leader_lost`: restart every worker, the leader first).
+pub(crate) fn leader_loss(error: &SluiceError, leader: &str, answer: Result<(), String>, rejoin: bool) -> SluiceError {
+    let lost = &error.message;
+    match answer {
+        Ok(()) if rejoin => SluiceError::external(
+            "cluster.expelled",
+            format!(
+                "the leader at {leader} dropped this worker: {lost}; the leader still answers on its control address, \
+                 so it runs on: it declared this worker lost (this worker, or the network to it, was silent past the \
+                 loss timeout) and forms the cluster again without it"
+            ),
+        )
         .with_kind(ErrorKind::LostPeer)
-        .with_fix("restart every worker with the same command (the leader first)")
+        .with_fix(
+            "restart only this worker with the same command: the leader waits for it to join again (--join-timeout) \
+             and the cluster resumes from its last checkpoint; the other workers need nothing",
+        ),
+        Ok(()) => SluiceError::external(
+            "cluster.run_lost",
+            format!(
+                "lost the leader: {lost}; the leader at {leader} still answers on its control address, but the \
+                 pipeline takes no checkpoints, so losing a worker ended the run on every worker"
+            ),
+        )
+        .with_kind(ErrorKind::LostPeer)
+        .with_fix(
+            "restart every worker with the same command (the leader first); with a [checkpoint] section only the \
+             lost worker would need restarting",
+        ),
+        Err(seen) => SluiceError::external(
+            "cluster.leader_lost",
+            format!(
+                "lost the leader: {lost}; the leader at {leader} does not answer on its control address either: {seen}"
+            ),
+        )
+        .with_kind(ErrorKind::LostPeer)
+        .with_fix(
+            "see the leader's log and host: it stopped, crashed, hangs or cannot be reached; restart every worker \
+             with the same command (the leader first)",
+        ),
+    }
 }

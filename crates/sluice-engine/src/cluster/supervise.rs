@@ -269,7 +269,7 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
                 }
                 Ok(ControlEvent::Received { message, .. }) => tracing::debug!(?message, "unexpected control message"),
                 Ok(ControlEvent::Lost { error, .. }) => {
-                    failure.get_or_insert(("leader".into(), leader_lost(&error)));
+                    failure.get_or_insert(("leader".into(), leader_lost(&error, session.leader(), run.rejoin)));
                     end_now(stop, cancel_links);
                 }
                 // The session ended (its loss was reported above): wait for the local end.
@@ -283,7 +283,7 @@ fn follow(session: &WorkerControl, run: &Supervised) -> Supervision {
                             // With checkpoints the leader's word decides whether this
                             // worker rejoins: wait for it, or for the leader's loss.
                             let wait = if run.rejoin { run.loss_timeout + CAUSE_WAIT } else { CAUSE_WAIT };
-                            (failure, rejoin) = cause(events, wait);
+                            (failure, rejoin) = cause(events, session, run.rejoin, wait);
                         }
                         ToLeader::Failed { message }
                     }
@@ -365,11 +365,18 @@ fn end_now(stop: &StopHandle, cancel_links: &AtomicBool) {
 
 /// The leader's account of why this worker's links closed, if it comes within
 /// `wait`: its loss, its abort, or its request to rejoin (then true).
-fn cause(events: &Receiver<ControlEvent<ToWorker>>, wait: Duration) -> (Option<(String, SluiceError)>, bool) {
+fn cause(
+    events: &Receiver<ControlEvent<ToWorker>>,
+    session: &WorkerControl,
+    checkpoints: bool,
+    wait: Duration,
+) -> (Option<(String, SluiceError)>, bool) {
     let deadline = Instant::now() + wait;
     loop {
         match events.recv_deadline(deadline) {
-            Ok(ControlEvent::Lost { error, .. }) => return (Some(("leader".into(), leader_lost(&error))), false),
+            Ok(ControlEvent::Lost { error, .. }) => {
+                return (Some(("leader".into(), leader_lost(&error, session.leader(), checkpoints))), false);
+            }
             Ok(ControlEvent::Received { message: ToWorker::Abort { reason }, .. }) => {
                 return (Some(("leader".into(), SluiceError::external("cluster.leader_failed", reason))), false);
             }

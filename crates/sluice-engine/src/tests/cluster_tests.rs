@@ -89,3 +89,68 @@ fn a_cluster_that_never_forms_fails_the_job_with_the_reason() {
     assert_eq!(component, "cluster");
     assert!(error.message.contains("2 of 3 workers are missing"), "{}", error.message);
 }
+
+/// The control session a follower lost, as the session reports it.
+fn session_lost(leader: &str) -> sluice_types::SluiceError {
+    sluice_types::SluiceError::external(
+        "cluster.peer_lost",
+        format!("the control session with the leader at {leader} is lost: it closed the connection"),
+    )
+    .with_kind(sluice_types::ErrorKind::LostPeer)
+}
+
+/// Checks what a follower says after losing the session with the leader at `leader`,
+/// given the leader's answer and whether the pipeline checkpoints: the error's code,
+/// words its message has, and words its fix has and has not.
+fn check(answer: Result<(), String>, checkpoints: bool, expected: (&str, &[&str], &str, &str)) {
+    let leader = "10.0.0.1:7100";
+    let (code, said, fix, never) = expected;
+    let error = crate::cluster::leader_loss(&session_lost(leader), leader, answer, checkpoints);
+    assert_eq!(error.code, code, "{error}");
+    assert_eq!(error.kind, sluice_types::ErrorKind::LostPeer);
+    for words in said.iter().chain([&leader, &"is lost: it closed the connection"]) {
+        assert!(error.message.contains(words), "{words:?} missing: {}", error.message);
+    }
+    let given = error.fix.unwrap_or_default();
+    assert!(given.contains(fix) && !given.contains(never), "{given}");
+}
+
+/// The finding: a follower frozen past the loss timeout (SIGSTOP, then SIGCONT) said
+/// "lost the leader … restart every worker (the leader first)" while the leader ran on,
+/// forming the cluster again and waiting for this worker alone. What the follower says
+/// now follows what the leader's control address answers.
+#[test]
+fn a_follower_that_lost_its_leader_says_what_to_restart_by_whether_the_leader_answers() {
+    let every = "restart every worker with the same command (the leader first)";
+    let only = "restart only this worker";
+    let expelled: &[&str] = &["dropped this worker", "still answers", "declared this worker lost"];
+    check(Ok(()), true, ("cluster.expelled", expelled, only, every));
+    check(Ok(()), false, ("cluster.run_lost", &["lost the leader", "still answers", "no checkpoints"], every, only));
+    let refused = Err("nothing listens there (connection refused)".to_string());
+    let gone: &[&str] = &["lost the leader", "does not answer", "connection refused"];
+    check(refused, true, ("cluster.leader_lost", gone, every, only));
+}
+
+/// The same choice over real sockets: a leader that runs (here waiting for workers to
+/// join, as it does while it forms the cluster again) answers; once it is gone, the
+/// follower is told to restart everything.
+#[test]
+fn a_follower_asks_the_leaders_control_address_whether_it_runs() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let leader = listener.local_addr().expect("an address").to_string();
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let settings = ControlSettings { cancel: Some(std::sync::Arc::clone(&cancel)), ..ControlSettings::default() };
+    let me = sluice_cluster::rendezvous::WorkerInfo::new("127.0.0.1:7000", 1, "fp");
+    let forming = std::thread::spawn(move || {
+        sluice_cluster::rendezvous::lead_with(listener, me, 3, None, Duration::from_secs(300), &settings)
+    });
+    let error = crate::cluster::leader_lost(&session_lost(&leader), &leader, true);
+    assert_eq!(error.code, "cluster.expelled", "{error}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("restart only this worker")), "{error}");
+    cancel.store(true, std::sync::atomic::Ordering::Release);
+    let ended = forming.join().expect("no panic").expect_err("cancelled");
+    assert_eq!(ended.code, "cluster.cancelled", "{ended}");
+    let error = crate::cluster::leader_lost(&session_lost(&leader), &leader, true);
+    assert_eq!(error.code, "cluster.leader_lost", "{error}");
+    assert!(error.message.contains("nothing listens there"), "{error}");
+}
