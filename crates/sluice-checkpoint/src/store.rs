@@ -192,8 +192,11 @@ impl CheckpointStore {
         let Some(root) = self.calls.local_root() else { return self.copy_file(path, file, checksum).await };
         let size = self.check_local(&path, file, checksum)?;
         let linked = link_local(file, &root.join(&path)).map_err(|error| {
-            SluiceError::external("checkpoint.write", format!("linking {} as {path:?} in {}: {error}", file.display(), self.url()))
-                .with_fix("check that the checkpoint directory is writable and its disk has room")
+            SluiceError::external(
+                "checkpoint.write",
+                format!("linking {} as {path:?} in {}: {error}", file.display(), self.url()),
+            )
+            .with_fix("check that the checkpoint directory is writable and its disk has room")
         })?;
         if !linked {
             return self.copy_file(path, file, checksum).await;

@@ -310,13 +310,11 @@ impl Batch {
     /// The sorted entries' winners, one per key: the last put, or the last delete when
     /// there is no put.
     fn winners(&self) -> impl Iterator<Item = Point<'_>> + '_ {
-        self.entries
-            .chunk_by(|a, b| a.vnode == b.vnode && self.key(a) == self.key(b))
-            .map(|same| {
-                let entry = same.iter().rev().find(|entry| !entry.delete).unwrap_or(&same[same.len() - 1]);
-                let value = (!entry.delete).then(|| &self.bytes[entry.middle..entry.end]);
-                Point { vnode: entry.vnode, key: self.key(entry), value }
-            })
+        self.entries.chunk_by(|a, b| a.vnode == b.vnode && self.key(a) == self.key(b)).map(|same| {
+            let entry = same.iter().rev().find(|entry| !entry.delete).unwrap_or(&same[same.len() - 1]);
+            let value = (!entry.delete).then(|| &self.bytes[entry.middle..entry.end]);
+            Point { vnode: entry.vnode, key: self.key(entry), value }
+        })
     }
 }
 
@@ -398,7 +396,8 @@ fn encode_header(point: Point<'_>) -> [u8; HEADER_BYTES] {
     header[0..4].copy_from_slice(&point.vnode.to_le_bytes());
     header[4] = u8::from(point.value.is_none());
     let key_length = u32::try_from(point.key.len()).expect("a record's key is shorter than 4 GiB");
-    let value_length = u32::try_from(point.value.map_or(0, <[u8]>::len)).expect("a record's value is shorter than 4 GiB");
+    let value_length =
+        u32::try_from(point.value.map_or(0, <[u8]>::len)).expect("a record's value is shorter than 4 GiB");
     header[5..9].copy_from_slice(&key_length.to_le_bytes());
     header[9..13].copy_from_slice(&value_length.to_le_bytes());
     header
@@ -430,7 +429,9 @@ fn scratch_error(dir: Option<&Path>, error: std::io::Error) -> SluiceError {
         "state.dir_write",
         format!("cannot sort a snapshot's records in {dir} ({BATCH_BYTES} bytes at a time): {error}"),
     )
-    .with_fix("free space on that disk, or set [pipeline] state_dir to a writable local directory with room for the state")
+    .with_fix(
+        "free space on that disk, or set [pipeline] state_dir to a writable local directory with room for the state",
+    )
 }
 
 #[cfg(test)]
@@ -458,8 +459,11 @@ mod tests {
         );
     }
 
+    /// A record: vnode, key, value (None: a delete).
+    type Added = (u32, Vec<u8>, Option<Vec<u8>>);
+
     /// What the records must write: per `(vnode, key)`, the last put, else a delete.
-    fn model(added: &[(u32, Vec<u8>, Option<Vec<u8>>)]) -> Vec<(u32, Vec<u8>, Option<Vec<u8>>)> {
+    fn model(added: &[Added]) -> Vec<Added> {
         let mut winners: BTreeMap<(u32, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
         for (vnode, key, value) in added {
             let slot = winners.entry((*vnode, key.clone())).or_insert(None);
@@ -520,7 +524,11 @@ mod tests {
         let mut records = Records::default();
         for arrival in 0u64..1000 {
             let vnode = (arrival * 7 % 5) as u32;
-            records.add(vnode, |out| out.extend_from_slice(&arrival.to_be_bytes()), Some(&|out: &mut Vec<u8>| out.push(1)));
+            records.add(
+                vnode,
+                |out| out.extend_from_slice(&arrival.to_be_bytes()),
+                Some(&|out: &mut Vec<u8>| out.push(1)),
+            );
         }
         let points = written(records).points;
         assert_eq!(points.len(), 1000);
