@@ -20,7 +20,7 @@ pub(crate) fn snapshot(operator: &mut dyn Operator, delta: bool) -> (SnapshotKin
 /// it into the instance's runs (a delta when `delta` and it can).
 pub(crate) fn checkpoint(operator: &mut dyn Operator, model: &mut StateModel, vnodes: Range<u32>, delta: bool) {
     let (kind, records) = snapshot(operator, delta);
-    model.apply(vnodes, kind != SnapshotKind::Delta, records);
+    model.apply(vnodes, !kind.is_delta(), records);
 }
 
 /// Restores `operator` from `model`'s records of `vnodes`.

@@ -112,8 +112,19 @@ pub enum SnapshotKind {
     /// What changed since the instance's previous snapshot: the state is the previous
     /// one's with these records applied.
     Delta,
+    /// A delta of puts only, each of a key that no earlier snapshot of the instance
+    /// wrote (a join's appended rows, numbered by arrival): merging its run with older
+    /// ones drops nothing, so compaction need not rewrite the older runs for it.
+    Additions,
     /// No state at all (the job writes nothing).
     Empty,
+}
+
+impl SnapshotKind {
+    /// Whether the records apply to the previous snapshot's (a delta or additions).
+    pub fn is_delta(self) -> bool {
+        matches!(self, SnapshotKind::Delta | SnapshotKind::Additions)
+    }
 }
 
 /// One operator's snapshot: its kind and the job writing its records.
@@ -209,11 +220,7 @@ impl Chain {
             let delta = written.load(Ordering::Acquire);
             if let Some(snapshot) = operator.snapshot_state(delta)? {
                 let kind = snapshot.kind;
-                assert!(
-                    delta || kind != SnapshotKind::Delta,
-                    "{} wrote a delta after an unwritten snapshot",
-                    operator.name()
-                );
+                assert!(delta || !kind.is_delta(), "{} wrote a delta after an unwritten snapshot", operator.name());
                 written.store(false, Ordering::Release);
                 states.push((index, snapshot, SnapshotGuard(Arc::clone(written))));
             }

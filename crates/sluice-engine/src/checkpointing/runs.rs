@@ -78,9 +78,18 @@ impl RunSource for StoredRun {
 /// An instance's key in the lists: its operator id and vnodes.
 type Instance = (String, u32, u32);
 
+/// A run of an instance's list, and whether it holds only keys that no older run of the
+/// list holds (`compact::RunInfo::fresh_keys`: written from `SnapshotKind::Additions`,
+/// or merged from such runs only; unknown after a restore, so false).
+#[derive(Debug, Clone)]
+struct Listed {
+    run: StateRun,
+    fresh_keys: bool,
+}
+
 /// This worker's runs (see the module doc).
 pub(crate) struct RunBook {
-    lists: BTreeMap<Instance, Vec<StateRun>>,
+    lists: BTreeMap<Instance, Vec<Listed>>,
     /// Where runs are written before their upload.
     dir: PathBuf,
 }
@@ -92,12 +101,13 @@ impl RunBook {
         let mut lists = BTreeMap::new();
         for operator in manifest.iter().flat_map(|manifest| &manifest.operators) {
             for range in ranges {
-                let clipped: Vec<StateRun> = operator
+                let clipped: Vec<Listed> = operator
                     .runs
                     .iter()
                     .filter_map(|run| {
                         let (start, end) = (run.start.max(range.start), run.end.min(range.end));
-                        (start < end).then(|| StateRun { start, end, object: run.object.clone() })
+                        let run = StateRun { start, end, object: run.object.clone() };
+                        (start < end).then_some(Listed { run, fresh_keys: false })
                     })
                     .collect();
                 if !clipped.is_empty() {
@@ -125,15 +135,16 @@ impl RunBook {
         for DeferredState { operator, vnodes, snapshot, guard } in deferred {
             let instance = (operator, vnodes.start, vnodes.end);
             guards.push(guard);
-            if snapshot.kind != SnapshotKind::Delta {
+            if !snapshot.kind.is_delta() {
                 lists.remove(&instance);
             }
+            let fresh_keys = snapshot.kind == SnapshotKind::Additions;
             if snapshot.kind == SnapshotKind::Empty {
                 continue;
             }
             let name = format!("{}/run-{}-{}", instance.0, vnodes.start, vnodes.end);
             if let Some(file) = self.write_local(&name, vnodes, |sink| (snapshot.job)(sink))? {
-                written.push((instance, file));
+                written.push((instance, file, fresh_keys));
             }
         }
         sluice_types::failpoint!("checkpoint.after_encode");
@@ -146,7 +157,7 @@ impl RunBook {
         let runs = self
             .lists
             .iter()
-            .flat_map(|((operator, _, _), runs)| runs.iter().map(|run| (operator.clone(), run.clone())));
+            .flat_map(|((operator, _, _), runs)| runs.iter().map(|listed| (operator.clone(), listed.run.clone())));
         Ok(runs.collect())
     }
 
@@ -156,14 +167,15 @@ impl RunBook {
         &self,
         store: &CheckpointStore,
         epoch: u64,
-        files: Vec<(Instance, LocalRun)>,
-        lists: &mut BTreeMap<Instance, Vec<StateRun>>,
+        files: Vec<(Instance, LocalRun, bool)>,
+        lists: &mut BTreeMap<Instance, Vec<Listed>>,
     ) -> Result<Vec<Instance>, SluiceError> {
-        let objects = store.put_files(epoch, files.iter().map(|(_, file)| file.upload()).collect())?;
+        let objects = store.put_files(epoch, files.iter().map(|(_, file, _)| file.upload()).collect())?;
         let mut changed = Vec::with_capacity(files.len());
-        for ((instance, _), object) in files.into_iter().zip(objects) {
+        for ((instance, _, fresh_keys), object) in files.into_iter().zip(objects) {
             let (start, end) = (instance.1, instance.2);
-            lists.entry(instance.clone()).or_default().push(StateRun { start, end, object });
+            let run = StateRun { start, end, object };
+            lists.entry(instance.clone()).or_default().push(Listed { run, fresh_keys });
             changed.push(instance);
         }
         Ok(changed)
@@ -176,36 +188,39 @@ impl RunBook {
         &self,
         store: &Arc<CheckpointStore>,
         epoch: u64,
-        lists: &mut BTreeMap<Instance, Vec<StateRun>>,
+        lists: &mut BTreeMap<Instance, Vec<Listed>>,
         mut changed: Vec<Instance>,
     ) -> Result<(), SluiceError> {
         let mut round = 0;
         while !changed.is_empty() {
-            let mut merges: Vec<(Instance, Range<usize>, Option<LocalRun>)> = Vec::new();
+            let mut merges: Vec<(Instance, Range<usize>, Option<LocalRun>, bool)> = Vec::new();
             for instance in std::mem::take(&mut changed) {
                 let Some(list) = lists.get(&instance) else { continue };
-                let Some(plan) = compact::plan(&list.iter().map(|run| run.object.size).collect::<Vec<_>>()) else {
-                    continue;
-                };
-                let (operator, start, end) = &instance;
-                let inputs = list[plan.runs.clone()]
+                let infos: Vec<compact::RunInfo> = list
                     .iter()
-                    .map(|run| StoredRun::open(store, run))
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .map(|listed| compact::RunInfo { bytes: listed.run.object.size, fresh_keys: listed.fresh_keys })
+                    .collect();
+                let Some(plan) = compact::plan(&infos) else { continue };
+                let (operator, start, end) = &instance;
+                let merged = &list[plan.runs.clone()];
+                let fresh_keys = merged.iter().all(|listed| listed.fresh_keys);
+                let inputs =
+                    merged.iter().map(|listed| StoredRun::open(store, &listed.run)).collect::<Result<Vec<_>, _>>()?;
                 let mode = if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes };
                 let mut merge = Merge::new(inputs, *start..*end, mode);
                 let name = format!("{operator}/merged-{start}-{end}-{round}");
                 let file = self.write_local(&name, *start..*end, |sink| merge.write_into(sink).map(drop))?;
                 tracing::debug!(operator, start, end, runs = plan.runs.len(), "state runs merged");
-                merges.push((instance, plan.runs, file));
+                merges.push((instance, plan.runs, file, fresh_keys));
             }
-            let uploads = merges.iter().filter_map(|(_, _, file)| file.as_ref()).map(LocalRun::upload);
+            let uploads = merges.iter().filter_map(|(_, _, file, _)| file.as_ref()).map(LocalRun::upload);
             let mut objects = store.put_files(epoch, uploads.collect())?.into_iter();
-            for (instance, runs, file) in merges {
+            for (instance, runs, file, fresh_keys) in merges {
                 let object = file.map(|_| objects.next().expect("one object per file uploaded"));
                 let (start, end) = (instance.1, instance.2);
                 let list = lists.get_mut(&instance).expect("a list planned for a merge");
-                list.splice(runs, object.map(|object| StateRun { start, end, object }));
+                let merged = object.map(|object| Listed { run: StateRun { start, end, object }, fresh_keys });
+                list.splice(runs, merged);
                 if list.is_empty() {
                     lists.remove(&instance);
                 }

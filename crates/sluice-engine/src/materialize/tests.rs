@@ -356,7 +356,7 @@ impl Running {
         for (slot, thread) in self.threads.iter_mut().enumerate() {
             let (kind, records) = thread.checkpoint(Epoch(epoch), true);
             let owned = sluice_types::vnode::range_of(slot as u32, VNODES, slots);
-            self.runs.apply(owned, kind != SnapshotKind::Delta, records);
+            self.runs.apply(owned, !kind.is_delta(), records);
         }
         self.sink.commit(Epoch(epoch), &[]).expect("commit");
     }

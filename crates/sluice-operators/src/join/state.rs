@@ -81,7 +81,12 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
         .collect();
     let preserved = [join.kind.preserves(0), join.kind.preserves(1)];
     let (vnodes, owned) = (join.vnodes, join.owned.clone());
-    let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
+    let additions = changes.iter().all(|side| matches!(side, SideChanges::Append(_)));
+    let kind = match (full, additions) {
+        (true, _) => SnapshotKind::Full,
+        (false, true) => SnapshotKind::Additions,
+        (false, false) => SnapshotKind::Delta,
+    };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
         for (side, changes) in changes.into_iter().enumerate() {
