@@ -16,13 +16,20 @@
 //! (`sluice_runtime::SnapshotGuard`). A checkpoint that fails leaves the lists as they
 //! were, and the instances whose snapshots it lost write their next snapshot in full.
 //!
-//! **Compaction.** After a checkpoint's runs are added, each list changed is merged per
-//! `sluice_state::compact::plan` (newest runs of similar size; everything once the
-//! newer runs hold as many bytes as the oldest), reading the runs from the store block
-//! by block and writing the merge as a new run of this epoch, in the same part. It runs
-//! on the checkpoint writer's thread, inside the checkpoint (so garbage collection,
-//! which runs after a publish and before the next checkpoint writes, never sees a
-//! compaction's output unnamed).
+//! **Compaction.** After a checkpoint, when no merge is under way, the first list that
+//! `sluice_state::compact::plan` says to merge (newest runs of similar size; everything
+//! once the newer runs hold as many bytes as the oldest, unless they are all fresh keys)
+//! is merged on a thread of its own, `sluice-compact`: the runs are read from the store
+//! block by block and the merge written to a local file, while the pipeline and the
+//! next checkpoints go on. The first checkpoint after the merge finishes uploads its
+//! file as a run of that checkpoint's epoch, with its own runs, and puts it in place of
+//! the runs merged, if the list still holds them in a row (a full snapshot may have
+//! replaced them: the merge is then dropped). So garbage collection, which deletes
+//! every object no retained manifest names, never sees a merge's object unnamed: it
+//! exists only once a checkpoint names it. A list that reaches `RUNS_WAIT` runs makes
+//! the checkpoint wait for the merge under way. A merge that fails is logged and
+//! dropped, its runs staying; one under way when the book goes (the run ends) is
+//! cancelled, and its file removed.
 //!
 //! **Files.** A run is written to a file of the state directory as its records come,
 //! then uploaded from the file (`CheckpointStore::put_file`, in pieces), then the file
@@ -33,6 +40,7 @@ use std::io::BufWriter;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sluice_checkpoint::{CheckpointStore, Manifest, ObjectRef, StateRun};
 use sluice_runtime::SnapshotKind;
@@ -92,6 +100,41 @@ pub(crate) struct RunBook {
     lists: BTreeMap<Instance, Vec<Listed>>,
     /// Where runs are written before their upload.
     dir: PathBuf,
+    /// The merge being written in the background, if any.
+    compaction: Option<Compaction>,
+    /// Merges started so far (numbers their objects' names).
+    merges: u64,
+}
+
+/// A finished merge about to land: its instance, the positions of the runs it replaces
+/// in the list, its file, and whether it holds fresh keys only.
+type Landing = (Instance, Range<usize>, LocalRun, bool);
+
+/// A list holding this many runs makes a checkpoint wait for the merge under way, so a
+/// state whose merges fall behind its checkpoints never piles up runs.
+const RUNS_WAIT: usize = 2 * compact::RUNS_MAX;
+
+/// A merge of some of an instance's runs, written to a local file on a thread of its own
+/// (see the module doc).
+struct Compaction {
+    instance: Instance,
+    /// The objects merged, oldest first: the merge replaces them if the list still holds
+    /// them in a row when it lands.
+    objects: Vec<String>,
+    fresh_keys: bool,
+    /// Set to stop the merge (the run book is going away).
+    cancel: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<Option<LocalRun>, SluiceError>>,
+}
+
+impl Drop for RunBook {
+    fn drop(&mut self) {
+        if let Some(compaction) = self.compaction.take() {
+            compaction.cancel.store(true, Ordering::Relaxed);
+            // The merge stops at its next record; its file goes with it.
+            let _ = compaction.thread.join();
+        }
+    }
 }
 
 impl RunBook {
@@ -115,11 +158,12 @@ impl RunBook {
                 }
             }
         }
-        RunBook { lists, dir }
+        RunBook { lists, dir, compaction: None, merges: 0 }
     }
 
-    /// Writes the deferred states of one checkpoint as runs of `epoch`, compacts the
-    /// lists they changed, and returns every run of every list, for this worker's part.
+    /// Writes the deferred states of one checkpoint as runs of `epoch`, with the merge
+    /// finished in the background since the previous checkpoint, and returns every run
+    /// of every list, for this worker's part; then starts the next merge the lists need.
     /// The guards are marked written once everything is. Runs are written to local
     /// files one after the other, then uploaded together (each upload waits for its
     /// durable write, so they overlap).
@@ -143,17 +187,17 @@ impl RunBook {
                 continue;
             }
             let name = format!("{}/run-{}-{}", instance.0, vnodes.start, vnodes.end);
-            if let Some(file) = self.write_local(&name, vnodes, |sink| (snapshot.job)(sink))? {
+            if let Some(file) = write_local(&self.dir, &name, vnodes, None, |sink| (snapshot.job)(sink))? {
                 written.push((instance, file, fresh_keys));
             }
         }
         sluice_types::failpoint!("checkpoint.after_encode");
-        let changed = self.upload(store, epoch, written, &mut lists)?;
-        sluice_types::failpoint!("checkpoint.after_runs_uploaded");
-        self.compact(store, epoch, &mut lists, changed)?;
+        let merged = self.finished_merge(&lists)?;
+        self.upload(store, epoch, written, merged, &mut lists)?;
         sluice_types::failpoint!("checkpoint.after_compaction");
         self.lists = lists;
         guards.into_iter().for_each(|guard| guard.written());
+        self.start_merge(store);
         let runs = self
             .lists
             .iter()
@@ -161,97 +205,142 @@ impl RunBook {
         Ok(runs.collect())
     }
 
-    /// Uploads `files` (each an instance's new run), adds each run to its instance's
-    /// list, and returns the instances changed.
+    /// Uploads `files` (each an instance's new run) and the merge `merged` (its
+    /// instance, the positions of the runs it replaces, its file, whether of fresh keys
+    /// only), replaces those runs with the merge and adds each new run to its
+    /// instance's list.
     fn upload(
         &self,
         store: &CheckpointStore,
         epoch: u64,
         files: Vec<(Instance, LocalRun, bool)>,
+        merged: Option<Landing>,
         lists: &mut BTreeMap<Instance, Vec<Listed>>,
-    ) -> Result<Vec<Instance>, SluiceError> {
-        let objects = store.put_files(epoch, files.iter().map(|(_, file, _)| file.upload()).collect())?;
-        let mut changed = Vec::with_capacity(files.len());
-        for ((instance, _, fresh_keys), object) in files.into_iter().zip(objects) {
-            let (start, end) = (instance.1, instance.2);
-            let run = StateRun { start, end, object };
-            lists.entry(instance.clone()).or_default().push(Listed { run, fresh_keys });
-            changed.push(instance);
-        }
-        Ok(changed)
-    }
-
-    /// Merges the runs of the instances `changed` while the policy asks for it: each
-    /// round plans a merge for every instance that needs one, writes them, and uploads
-    /// them together.
-    fn compact(
-        &self,
-        store: &Arc<CheckpointStore>,
-        epoch: u64,
-        lists: &mut BTreeMap<Instance, Vec<Listed>>,
-        mut changed: Vec<Instance>,
     ) -> Result<(), SluiceError> {
-        let mut round = 0;
-        while !changed.is_empty() {
-            let mut merges: Vec<(Instance, Range<usize>, Option<LocalRun>, bool)> = Vec::new();
-            for instance in std::mem::take(&mut changed) {
-                let Some(list) = lists.get(&instance) else { continue };
-                let infos: Vec<compact::RunInfo> = list
-                    .iter()
-                    .map(|listed| compact::RunInfo { bytes: listed.run.object.size, fresh_keys: listed.fresh_keys })
-                    .collect();
-                let Some(plan) = compact::plan(&infos) else { continue };
-                let (operator, start, end) = &instance;
-                let merged = &list[plan.runs.clone()];
-                let fresh_keys = merged.iter().all(|listed| listed.fresh_keys);
-                let inputs =
-                    merged.iter().map(|listed| StoredRun::open(store, &listed.run)).collect::<Result<Vec<_>, _>>()?;
-                let mode = if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes };
-                let mut merge = Merge::new(inputs, *start..*end, mode);
-                let name = format!("{operator}/merged-{start}-{end}-{round}");
-                let file = self.write_local(&name, *start..*end, |sink| merge.write_into(sink).map(drop))?;
-                tracing::debug!(operator, start, end, runs = plan.runs.len(), "state runs merged");
-                merges.push((instance, plan.runs, file, fresh_keys));
-            }
-            let uploads = merges.iter().filter_map(|(_, _, file, _)| file.as_ref()).map(LocalRun::upload);
-            let mut objects = store.put_files(epoch, uploads.collect())?.into_iter();
-            for (instance, runs, file, fresh_keys) in merges {
-                let object = file.map(|_| objects.next().expect("one object per file uploaded"));
-                let (start, end) = (instance.1, instance.2);
-                let list = lists.get_mut(&instance).expect("a list planned for a merge");
-                let merged = object.map(|object| Listed { run: StateRun { start, end, object }, fresh_keys });
-                list.splice(runs, merged);
-                if list.is_empty() {
-                    lists.remove(&instance);
-                }
-                changed.push(instance);
-            }
-            round += 1;
+        let mut uploads: Vec<_> = files.iter().map(|(_, file, _)| file.upload()).collect();
+        uploads.extend(merged.iter().map(|(_, _, file, _)| file.upload()));
+        let mut objects = store.put_files(epoch, uploads)?.into_iter();
+        sluice_types::failpoint!("checkpoint.after_runs_uploaded");
+        let mut new_runs = Vec::with_capacity(files.len());
+        for (instance, _, fresh_keys) in files {
+            let object = objects.next().expect("one object per file uploaded");
+            new_runs.push((instance, object, fresh_keys));
+        }
+        // The merge first: its positions are the list's before this checkpoint's runs.
+        if let Some((instance, positions, _, fresh_keys)) = merged {
+            let object = objects.next().expect("one object per file uploaded");
+            let run = StateRun { start: instance.1, end: instance.2, object };
+            let list = lists.get_mut(&instance).expect("a merge lands on its list");
+            list.splice(positions, [Listed { run, fresh_keys }]);
+        }
+        for (instance, object, fresh_keys) in new_runs {
+            let run = StateRun { start: instance.1, end: instance.2, object };
+            lists.entry(instance).or_default().push(Listed { run, fresh_keys });
         }
         Ok(())
     }
 
-    /// Writes the records `write` gives as a run in a local file, to be uploaded as the
-    /// object `name`; `None` when there are no records.
-    fn write_local(
-        &self,
-        name: &str,
-        vnodes: Range<u32>,
-        write: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
-    ) -> Result<Option<LocalRun>, SluiceError> {
-        let file = tempfile::Builder::new().prefix("run-").suffix(".sst").tempfile_in(&self.dir);
-        let file = file.map_err(|error| local_error(&self.dir, 0, error))?;
-        let mut writer = RunWriter::new(BufWriter::new(file.as_file()))?;
-        let mut checked = InRange { sink: &mut writer, vnodes, name, dir: &self.dir };
-        let outcome = write(&mut checked);
-        let (bytes, entries) = (writer.bytes_written(), writer.entries());
-        let local = |error: SluiceError| {
-            if error.code == "state.run_write" { local_error(&self.dir, bytes, error) } else { error }
+    /// The merge finished since the previous checkpoint, if its runs are still in its
+    /// instance's list (in `lists`, this checkpoint's lists before its new runs): the
+    /// instance, the positions of those runs, the merge's file and whether it holds
+    /// fresh keys only. A list grown to [`RUNS_WAIT`] runs waits for the merge under way.
+    /// A merge that failed is dropped (logged): its runs stay, and a later one merges them.
+    fn finished_merge(&mut self, lists: &BTreeMap<Instance, Vec<Listed>>) -> Result<Option<Landing>, SluiceError> {
+        let Some(compaction) = self.compaction.as_ref() else { return Ok(None) };
+        let crowded = lists.values().any(|list| list.len() >= RUNS_WAIT);
+        if !compaction.thread.is_finished() && !crowded {
+            return Ok(None);
+        }
+        let Compaction { instance, objects, fresh_keys, thread, .. } =
+            self.compaction.take().expect("a merge is under way");
+        let file = match thread.join() {
+            Ok(Ok(Some(file))) => file,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, operator = instance.0, "a merge of state runs failed; its runs stay");
+                return Ok(None);
+            }
+            Err(panic) => {
+                let message = format!("a merge of state runs panicked: {}", sluice_types::panic_message(&*panic));
+                return Err(SluiceError::internal("run.panic", message).with_kind(sluice_types::ErrorKind::Panic));
+            }
         };
-        outcome.map_err(local)?;
-        let (run, _) = writer.finish().map_err(local)?;
-        Ok((entries > 0).then(|| LocalRun { name: name.to_string(), file, checksum: run.checksum }))
+        let Some(list) = lists.get(&instance) else { return Ok(None) };
+        let paths: Vec<&str> = list.iter().map(|listed| listed.run.object.path.as_str()).collect();
+        let Some(start) = paths.windows(objects.len()).position(|window| window.iter().eq(objects.iter())) else {
+            // A full snapshot replaced the runs meanwhile.
+            return Ok(None);
+        };
+        Ok(Some((instance, start..start + objects.len(), file, fresh_keys)))
     }
+
+    /// Starts merging the runs of the first list (from the one after the last merged)
+    /// that the policy says to, unless a merge is under way.
+    fn start_merge(&mut self, store: &Arc<CheckpointStore>) {
+        if self.compaction.is_some() {
+            return;
+        }
+        let planned = self.lists.iter().find_map(|(instance, list)| {
+            let infos: Vec<compact::RunInfo> = list
+                .iter()
+                .map(|listed| compact::RunInfo { bytes: listed.run.object.size, fresh_keys: listed.fresh_keys })
+                .collect();
+            compact::plan(&infos).map(|plan| (instance.clone(), list[plan.runs.clone()].to_vec(), plan))
+        });
+        let Some((instance, runs, plan)) = planned else { return };
+        let (operator, start, end) = instance.clone();
+        let name = format!("{operator}/merged-{start}-{end}-{}", self.merges);
+        self.merges += 1;
+        let mode = if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes };
+        let fresh_keys = runs.iter().all(|listed| listed.fresh_keys);
+        let objects = runs.iter().map(|listed| listed.run.object.path.clone()).collect();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (store, dir, stop) = (Arc::clone(store), self.dir.clone(), Arc::clone(&cancel));
+        let spawned = std::thread::Builder::new().name("sluice-compact".into()).spawn(move || {
+            let inputs =
+                runs.iter().map(|listed| StoredRun::open(&store, &listed.run)).collect::<Result<Vec<_>, _>>()?;
+            let mut merge = Merge::new(inputs, start..end, mode);
+            let file = write_local(&dir, &name, start..end, Some(&stop), |sink| merge.write_into(sink).map(drop))?;
+            tracing::debug!(operator, start, end, runs = runs.len(), "state runs merged");
+            Ok(file)
+        });
+        match spawned {
+            Ok(thread) => self.compaction = Some(Compaction { instance, objects, fresh_keys, cancel, thread }),
+            Err(error) => tracing::warn!(%error, "a thread to merge state runs could not start"),
+        }
+    }
+
+    /// Waits for the merge under way (tests: the next checkpoint then lands it).
+    #[cfg(test)]
+    pub(crate) fn wait_for_merge(&self) {
+        while self.compaction.as_ref().is_some_and(|compaction| !compaction.thread.is_finished()) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// Writes the records `write` gives as a run in a local file of `dir`, to be uploaded as
+/// the object `name`; `None` when there are no records. Raising `cancel` stops the
+/// writing at its next record.
+fn write_local(
+    dir: &Path,
+    name: &str,
+    vnodes: Range<u32>,
+    cancel: Option<&AtomicBool>,
+    write: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
+) -> Result<Option<LocalRun>, SluiceError> {
+    let file = tempfile::Builder::new().prefix("run-").suffix(".sst").tempfile_in(dir);
+    let file = file.map_err(|error| local_error(dir, 0, error))?;
+    let mut writer = RunWriter::new(BufWriter::new(file.as_file()))?;
+    let mut checked = InRange { sink: &mut writer, vnodes, name, dir, cancel };
+    let outcome = write(&mut checked);
+    let (bytes, entries) = (writer.bytes_written(), writer.entries());
+    let local = |error: SluiceError| {
+        if error.code == "state.run_write" { local_error(dir, bytes, error) } else { error }
+    };
+    outcome.map_err(local)?;
+    let (run, _) = writer.finish().map_err(local)?;
+    Ok((entries > 0).then(|| LocalRun { name: name.to_string(), file, checksum: run.checksum }))
 }
 
 /// A run written to a local file, to be uploaded (the file goes when this is dropped).
@@ -274,10 +363,15 @@ struct InRange<'a> {
     name: &'a str,
     /// The state directory, where snapshot jobs sort what does not fit in memory.
     dir: &'a Path,
+    /// Raised to stop the writing (a merge in the background).
+    cancel: Option<&'a AtomicBool>,
 }
 
 impl InRange<'_> {
     fn check(&self, vnode: u32) -> Result<(), SluiceError> {
+        if self.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
+            return Err(SluiceError::internal("state.merge_cancelled", format!("{} was cancelled", self.name)));
+        }
         if self.vnodes.contains(&vnode) {
             return Ok(());
         }

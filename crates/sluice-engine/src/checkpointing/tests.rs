@@ -217,10 +217,12 @@ mod runs {
             let vnode = (epoch % 4) as u32;
             model.insert((vnode, key.as_bytes().to_vec()), b"y".to_vec());
             let delta = deferred(SnapshotKind::Delta, vec![(vnode, key.as_str(), Some("y"))], &flag);
+            // Each checkpoint lands the merge the one before started.
+            book.wait_for_merge();
             runs = book.write(&store, epoch, vec![delta]).expect("written");
             most = most.max(runs.len());
         }
-        assert!(most <= sluice_state::compact::RUNS_MAX, "{most} runs");
+        assert!(most <= sluice_state::compact::RUNS_MAX + 1, "{most} runs");
         let last = manifest(59, &runs);
         assert_eq!(read(&store, &last, 0..4), model);
 
@@ -245,5 +247,54 @@ mod runs {
         let runs = split.write(&store, 61, vec![empty]).expect("written");
         let low: Model = model.iter().filter(|((v, _), _)| *v < 2).map(|(k, v)| (k.clone(), v.clone())).collect();
         assert_eq!(read(&store, &manifest(61, &runs), 0..4), low);
+    }
+
+    /// A merge under way when a full snapshot replaces its runs is dropped; one whose
+    /// runs are still listed lands at the next checkpoint; a book dropped mid-merge
+    /// stops it.
+    #[test]
+    fn a_background_merge_lands_only_on_the_runs_it_merged() {
+        let base = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(CheckpointStore::open("file://./store", base.path()).expect("opens"));
+        let _lease = store.acquire_lease(Holder::this_process("test")).expect("lease");
+        let mut book = RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4)));
+        let flag = Arc::new(AtomicBool::new(true));
+        let puts = vec![(1, "a", Some("1")), (2, "b", Some("2"))];
+        book.write(&store, 1, vec![deferred(SnapshotKind::Delta, puts, &flag)]).expect("written");
+        // Newer runs as large as the base: a merge of everything starts after this one.
+        let delta = vec![(1, "a", None), (2, "d", Some("4")), (3, "e", Some("5")), (3, "f", Some("6"))];
+        let runs = book.write(&store, 2, vec![deferred(SnapshotKind::Delta, delta, &flag)]);
+        assert_eq!(runs.expect("written").len(), 2, "the merge is not in the checkpoint that started it");
+        book.wait_for_merge();
+        let keys: Vec<String> = (0..10).map(|i| format!("g{i}")).collect();
+        let mut delta = vec![(3, "c", Some("3"))];
+        delta.extend(keys.iter().map(|key| (3, key.as_str(), Some("7"))));
+        let runs = book.write(&store, 3, vec![deferred(SnapshotKind::Delta, delta, &flag)]).expect("written");
+        assert_eq!(runs.len(), 2, "the merge replaced the two runs it merged: {runs:?}");
+        assert!(runs[0].1.object.path.contains("merged"), "{runs:?}");
+        let mut model = Model::from([entry(2, "b", "2"), entry(2, "d", "4"), entry(3, "c", "3")]);
+        model.extend([entry(3, "e", "5"), entry(3, "f", "6")]);
+        model.extend(keys.iter().map(|key| entry(3, key, "7")));
+        assert_eq!(read(&store, &manifest(3, &runs), 0..4), model);
+        assert!(runs[1].1.object.size >= runs[0].1.object.size, "a merge of everything is due: {runs:?}");
+
+        // The next merge (everything again) is under way when a full snapshot comes.
+        book.wait_for_merge();
+        let full = deferred(SnapshotKind::Full, vec![(0, "z", Some("0"))], &flag);
+        let runs = book.write(&store, 4, vec![full]).expect("written");
+        assert_eq!(runs.len(), 1);
+        assert_eq!(read(&store, &manifest(4, &runs), 0..4), Model::from([entry(0, "z", "0")]));
+        let runs = book.write(&store, 5, Vec::new()).expect("written");
+        assert_eq!(read(&store, &manifest(5, &runs), 0..4), Model::from([entry(0, "z", "0")]));
+
+        // Dropped with a merge under way: the merge stops, and nothing is left locally.
+        book.write(&store, 6, vec![deferred(SnapshotKind::Delta, vec![(1, "y", Some("1"))], &flag)]).expect("written");
+        drop(book);
+        let leftovers: Vec<_> = std::fs::read_dir(base.path())
+            .expect("listed")
+            .flatten()
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with("run-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 }
