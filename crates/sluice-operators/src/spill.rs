@@ -181,6 +181,16 @@ pub(crate) enum LogChunk {
     Spilled(Arc<SpilledChunk>),
 }
 
+impl LogChunk {
+    /// The bytes the chunk holds.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            LogChunk::Resident(bytes) => bytes.len(),
+            LogChunk::Spilled(spilled) => spilled.length,
+        }
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct SpillLog {
@@ -362,10 +372,7 @@ impl SpillLog {
     /// The bytes chunk `chunk` holds (a chunk other than the last is never appended to
     /// again).
     pub(crate) fn chunk_len(&self, chunk: u32) -> usize {
-        match &self.chunks[chunk as usize] {
-            LogChunk::Resident(bytes) => bytes.len(),
-            LogChunk::Spilled(spilled) => spilled.length,
-        }
+        self.chunks[chunk as usize].len()
     }
 
     /// Chunk `chunk`, shared.

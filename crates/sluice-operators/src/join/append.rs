@@ -88,7 +88,7 @@ pub(super) struct AppendStore {
 /// A row a snapshot takes: its arrival number, key hash and weight, and where its bytes
 /// are: `range` of chunk `chunk` of the snapshot's chunks.
 #[derive(Debug, Clone)]
-pub(super) struct AppendedCopy {
+pub(super) struct AppendedRow {
     pub(super) arrival: u64,
     pub(super) key_hash: u64,
     pub(super) weight: i64,
@@ -96,11 +96,46 @@ pub(super) struct AppendedCopy {
     pub(super) range: std::ops::Range<usize>,
 }
 
-/// The rows a snapshot takes, and the chunks holding their bytes (shared, not copied).
+/// The rows a snapshot takes: their entries, copied a page at a time (12 bytes a row,
+/// so the barrier's copy of a delta of millions of rows is one memory copy of a few
+/// tens of MB), their key hashes (handed over, not copied) and weights, and the chunks
+/// holding their bytes (shared, not copied: a chunk a snapshot shares is not appended
+/// to, so a row's bytes end where the next entry's start or at its chunk's end).
 #[derive(Debug, Default)]
 pub(super) struct AppendChanges {
-    pub(super) rows: Vec<AppendedCopy>,
-    pub(super) chunks: Vec<LogChunk>,
+    entries: Vec<Entry>,
+    key_hashes: Vec<u64>,
+    /// Per row its weight; empty while every weight is 1.
+    weights: Vec<i64>,
+    first_arrival: u64,
+    /// The log's number of `chunks[0]`.
+    first_chunk: u32,
+    chunks: Vec<LogChunk>,
+}
+
+impl AppendChanges {
+    /// The chunks holding the rows' bytes (a row's `chunk` numbers them).
+    pub(super) fn chunks(&self) -> &[LogChunk] {
+        &self.chunks
+    }
+
+    /// The rows, in arrival order.
+    pub(super) fn rows(&self) -> impl Iterator<Item = AppendedRow> + '_ {
+        self.entries.iter().enumerate().map(|(index, entry)| {
+            let chunk = entry.chunk - self.first_chunk;
+            let end = match self.entries.get(index + 1) {
+                Some(next) if next.chunk == entry.chunk => next.start as usize,
+                _ => self.chunks[chunk as usize].len(),
+            };
+            AppendedRow {
+                arrival: self.first_arrival + index as u64,
+                key_hash: self.key_hashes[index],
+                weight: self.weights.get(index).copied().unwrap_or(1),
+                chunk,
+                range: entry.start as usize..end,
+            }
+        })
+    }
 }
 
 impl AppendStore {
@@ -228,30 +263,23 @@ impl AppendStore {
     /// snapshot's). Either way the rows taken are in the runs afterwards.
     pub(super) fn changes(&mut self, full: bool) -> AppendChanges {
         assert!(full || self.tracking, "a delta of a store that kept no changes");
-        let (first, mut arrival) = if full { (0, 0) } else { (self.snapshotted, self.next_arrival) };
-        let hashes = if full { self.hashes() } else { std::mem::take(&mut self.fresh_hashes) };
-        let mut changes = AppendChanges::default();
-        let mut chunk_numbers: Vec<(u32, u32)> = Vec::new();
-        for (id, key_hash) in (first..self.entries.len() as u32).zip(hashes) {
-            let entry = &self.entries[id as usize];
-            let chunk = match chunk_numbers.last() {
-                Some(&(held, number)) if held == entry.chunk => number,
-                _ => {
-                    let number = changes.chunks.len() as u32;
-                    changes.chunks.push(self.log.chunk(entry.chunk).clone());
-                    chunk_numbers.push((entry.chunk, number));
-                    number
-                }
-            };
-            let (weight, range) = (self.weight(id), self.range(id));
-            changes.rows.push(AppendedCopy { arrival, key_hash, weight, chunk, range });
-            arrival += 1;
-        }
-        self.snapshotted = self.entries.len() as u32;
-        self.next_arrival = arrival;
+        let (first, first_arrival) = if full { (0, 0) } else { (self.snapshotted, self.next_arrival) };
+        let key_hashes = if full { self.hashes() } else { std::mem::take(&mut self.fresh_hashes) };
+        let (first, end) = (first as usize, self.entries.len());
+        let entries = self.entries.copy_range(first..end);
+        assert_eq!(key_hashes.len(), entries.len(), "a key hash per row taken");
+        let weights = if self.weights.is_empty() { Vec::new() } else { self.weights[first..end].to_vec() };
+        let (first_chunk, chunks) = match (entries.first(), entries.last()) {
+            (Some(oldest), Some(newest)) => {
+                (oldest.chunk, (oldest.chunk..=newest.chunk).map(|chunk| self.log.chunk(chunk).clone()).collect())
+            }
+            _ => (0, Vec::new()),
+        };
+        self.snapshotted = end as u32;
+        self.next_arrival = first_arrival + entries.len() as u64;
         self.fresh_hashes.clear();
         self.tracking = true;
-        changes
+        AppendChanges { entries, key_hashes, weights, first_arrival, first_chunk, chunks }
     }
 
     /// Whether a snapshot may take only what changed (changes are kept).
@@ -335,7 +363,7 @@ mod tests {
             assert_eq!(store.len(), expected.iter().map(Vec::len).sum::<usize>());
             assert_eq!(store.bytes(), expected.iter().flatten().map(|(r, _)| r.len()).sum::<usize>());
             assert_eq!(space.is_some_and(|s| s.spilled() > 0), spills);
-            let snapshot: usize = store.changes(true).rows.iter().map(|r| r.range.len()).sum();
+            let snapshot: usize = store.changes(true).rows().map(|r| r.range.len()).sum();
             assert_eq!(snapshot, store.bytes(), "a snapshot sees every row once");
         }
     }

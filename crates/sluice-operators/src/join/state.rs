@@ -127,8 +127,8 @@ fn by_row(records: &mut Records, side: u8, changes: ByRowChanges, preserved: boo
 fn appended(records: &mut Records, side: u8, changes: AppendChanges, vnodes: u32) -> Result<(), SluiceError> {
     // Rows come in arrival order, so each spilled chunk is read back once.
     let mut read_back: Option<(u32, Vec<u8>)> = None;
-    for row in &changes.rows {
-        let bytes = match &changes.chunks[row.chunk as usize] {
+    for row in changes.rows() {
+        let bytes = match &changes.chunks()[row.chunk as usize] {
             LogChunk::Resident(bytes) => &bytes[row.range.clone()],
             LogChunk::Spilled(spilled) => {
                 if read_back.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
