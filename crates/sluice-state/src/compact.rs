@@ -46,6 +46,17 @@ impl RunInfo {
     }
 }
 
+/// Whether a range's runs are so many, or so much larger than its base, that its
+/// merges have fallen behind its checkpoints: [`RUNS_MAX`] twice over, or newer runs that
+/// may overwrite holding twice [`SPACE_RATIO`] times the base's bytes (so a range holds
+/// at most about three times its live state while its merges run beside its checkpoints).
+pub fn overdue(runs: &[RunInfo]) -> bool {
+    let Some((base, newer)) = runs.split_first() else { return false };
+    let newer_bytes: u64 = newer.iter().map(|run| run.bytes).sum();
+    let overwrites = newer.iter().any(|run| !run.fresh_keys);
+    runs.len() >= 2 * RUNS_MAX || (overwrites && newer_bytes >= base.bytes.saturating_mul(2 * SPACE_RATIO).max(1))
+}
+
 /// A merge to do: the runs `runs` (positions in the range's list, oldest first) become
 /// one, and whether it includes the base (so deletes are dropped).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,5 +198,15 @@ mod tests {
         assert_eq!(plan(&runs), None);
         runs.push(RunInfo::of(40));
         assert_eq!(plan(&runs), Some(Plan { runs: 0..3 }));
+    }
+
+    #[test]
+    fn a_range_is_overdue_at_twice_the_runs_or_twice_the_base() {
+        assert!(!overdue(&[]));
+        assert!(!overdue(&sized(&[100, 150])));
+        assert!(overdue(&sized(&[100, 150, 50])));
+        let fresh = |bytes| RunInfo { bytes, fresh_keys: true };
+        assert!(!overdue(&[RunInfo::of(100), fresh(500)]), "fresh keys waste no space");
+        assert!(overdue(&vec![fresh(1); 2 * RUNS_MAX]));
     }
 }

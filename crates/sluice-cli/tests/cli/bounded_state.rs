@@ -76,13 +76,17 @@ fn state_bytes(report: &str, operator: &str) -> u64 {
 }
 
 /// q7 is an interval join: a bid is freed 10 s of event time after its own time, a
-/// window's maximum at the window's end. Its state is the last seconds of bids, the same
-/// after 50 s of events as after 200 s (a regular join would hold four times as much).
+/// window's maximum at the window's end. Its live state is the last seconds of bids,
+/// the same after 50 s of events as after 800 s (a regular join would hold sixteen
+/// times as much). The bytes a checkpoint names are the runs that state is the merge
+/// of: between once and about three times the live state, as merges beside the
+/// checkpoints drop what expired (`sluice_state::compact::overdue`), so the two runs
+/// may differ up to threefold, never sixteen.
 #[test]
 fn q7_holds_the_last_seconds_of_bids_however_long_it_runs() {
     let short = report("q7", 50_000);
-    let long = report("q7", 200_000);
+    let long = report("q7", 800_000);
     let (short, long) = (state_bytes(&short, "join: INNER"), state_bytes(&long, "join: INNER"));
     assert!(short > 0, "the join holds the bids of the last window");
-    assert!(long < short + short / 2, "state grew with the input: {short} bytes after 50 s, {long} after 200 s");
+    assert!(long < 4 * short, "state grew with the input: {short} bytes after 50 s, {long} after 800 s");
 }

@@ -26,7 +26,7 @@
 //! the runs merged, if the list still holds them in a row (a full snapshot may have
 //! replaced them: the merge is then dropped). So garbage collection, which deletes
 //! every object no retained manifest names, never sees a merge's object unnamed: it
-//! exists only once a checkpoint names it. A list that reaches `RUNS_WAIT` runs makes
+//! exists only once a checkpoint names it. A list whose merges fell behind (`overdue`) makes
 //! the checkpoint wait for the merge under way. A merge that fails is logged and
 //! dropped, its runs staying; one under way when the book goes (the run ends) is
 //! cancelled, and its file removed.
@@ -104,15 +104,14 @@ pub(crate) struct RunBook {
     compaction: Option<Compaction>,
     /// Merges started so far (numbers their objects' names).
     merges: u64,
+    /// The instance merged last: the next merge goes to the first list after it that
+    /// needs one, so every list gets its turn.
+    merged_last: Option<Instance>,
 }
 
 /// A finished merge about to land: its instance, the positions of the runs it replaces
 /// in the list, its file, and whether it holds fresh keys only.
 type Landing = (Instance, Range<usize>, LocalRun, bool);
-
-/// A list holding this many runs makes a checkpoint wait for the merge under way, so a
-/// state whose merges fall behind its checkpoints never piles up runs.
-const RUNS_WAIT: usize = 2 * compact::RUNS_MAX;
 
 /// A merge of some of an instance's runs, written to a local file on a thread of its own
 /// (see the module doc).
@@ -158,7 +157,7 @@ impl RunBook {
                 }
             }
         }
-        RunBook { lists, dir, compaction: None, merges: 0 }
+        RunBook { lists, dir, compaction: None, merges: 0, merged_last: None }
     }
 
     /// Writes the deferred states of one checkpoint as runs of `epoch`, with the merge
@@ -243,11 +242,12 @@ impl RunBook {
     /// The merge finished since the previous checkpoint, if its runs are still in its
     /// instance's list (in `lists`, this checkpoint's lists before its new runs): the
     /// instance, the positions of those runs, the merge's file and whether it holds
-    /// fresh keys only. A list grown to [`RUNS_WAIT`] runs waits for the merge under way.
+    /// fresh keys only. When a list's merges have fallen behind (`compact::overdue`), the
+    /// checkpoint waits for the merge under way, so runs never pile up.
     /// A merge that failed is dropped (logged): its runs stay, and a later one merges them.
     fn finished_merge(&mut self, lists: &BTreeMap<Instance, Vec<Listed>>) -> Result<Option<Landing>, SluiceError> {
         let Some(compaction) = self.compaction.as_ref() else { return Ok(None) };
-        let crowded = lists.values().any(|list| list.len() >= RUNS_WAIT);
+        let crowded = lists.values().any(|list| compact::overdue(&infos(list)));
         if !compaction.thread.is_finished() && !crowded {
             return Ok(None);
         }
@@ -280,14 +280,13 @@ impl RunBook {
         if self.compaction.is_some() {
             return;
         }
-        let planned = self.lists.iter().find_map(|(instance, list)| {
-            let infos: Vec<compact::RunInfo> = list
-                .iter()
-                .map(|listed| compact::RunInfo { bytes: listed.run.object.size, fresh_keys: listed.fresh_keys })
-                .collect();
-            compact::plan(&infos).map(|plan| (instance.clone(), list[plan.runs.clone()].to_vec(), plan))
+        let after = |instance: &&Instance| self.merged_last.as_ref().is_some_and(|last| *instance > last);
+        let (later, earlier): (Vec<_>, Vec<_>) = self.lists.iter().partition(|(instance, _)| after(instance));
+        let planned = later.into_iter().chain(earlier).find_map(|(instance, list)| {
+            compact::plan(&infos(list)).map(|plan| (instance.clone(), list[plan.runs.clone()].to_vec(), plan))
         });
         let Some((instance, runs, plan)) = planned else { return };
+        self.merged_last = Some(instance.clone());
         let (operator, start, end) = instance.clone();
         let name = format!("{operator}/merged-{start}-{end}-{}", self.merges);
         self.merges += 1;
@@ -341,6 +340,13 @@ fn write_local(
     outcome.map_err(local)?;
     let (run, _) = writer.finish().map_err(local)?;
     Ok((entries > 0).then(|| LocalRun { name: name.to_string(), file, checksum: run.checksum }))
+}
+
+/// What the compaction policy knows of a list's runs.
+fn infos(list: &[Listed]) -> Vec<compact::RunInfo> {
+    list.iter()
+        .map(|listed| compact::RunInfo { bytes: listed.run.object.size, fresh_keys: listed.fresh_keys })
+        .collect()
 }
 
 /// A run written to a local file, to be uploaded (the file goes when this is dropped).
