@@ -39,6 +39,9 @@ use sluice_types::SluiceError;
 /// The bytes a batch holds in memory (record bytes and entries) before it is spilled.
 pub(crate) const BATCH_BYTES: usize = 32 << 20;
 
+/// The bytes of a batch past which it reserves its whole room.
+const RESERVE_AFTER: usize = 1 << 20;
+
 /// The bytes read from the scratch file at a time, per spilled batch.
 const READ_BYTES: usize = 256 << 10;
 
@@ -167,6 +170,12 @@ impl Records {
     }
 
     fn spill_if_full(&mut self) {
+        let bytes = &mut self.batch.bytes;
+        if bytes.len() >= RESERVE_AFTER && bytes.capacity() < self.batch_bytes {
+            // A batch that grows large gets its whole room at once, rather than by
+            // doubling past it (and keeps it for the batches after a spill).
+            bytes.reserve_exact(self.batch_bytes + RESERVE_AFTER - bytes.len());
+        }
         let held = self.batch.bytes.len() + self.batch.entries.len() * size_of::<RecordEntry>();
         if held < self.batch_bytes || self.failed.is_some() {
             return;
@@ -202,7 +211,8 @@ impl Records {
         }
         out.flush().map_err(failed)?;
         self.spilled.push(Region { offset, length });
-        self.batch = Batch::default();
+        self.batch.bytes.clear();
+        self.batch.entries.clear();
         Ok(())
     }
 
@@ -235,6 +245,8 @@ impl Records {
             if !self.batch.entries.is_empty() {
                 self.spill()?;
             }
+            // The merge needs the batch's room no more.
+            self.batch = Batch::default();
             let file = self.scratch.as_ref().expect("batches were spilled into the scratch file");
             let dir = self.dir.as_deref();
             let cursors = self.spilled.iter().map(|region| SpilledCursor::new(file, *region, dir)).collect();
@@ -253,24 +265,25 @@ fn merge(
     mut cursors: Vec<SpilledCursor<'_>>,
     mut emit: impl FnMut(Point<'_>) -> Result<(), SluiceError>,
 ) -> Result<(), SluiceError> {
-    // The heap holds each cursor's next key (equal keys pop oldest batch first); a key's
-    // buffer goes back into the heap with the cursor's following key.
+    // The heap holds each cursor's next key (equal keys pop oldest batch first), led by
+    // its first 8 bytes as a number, which orders most keys without comparing their
+    // bytes; a key's buffer goes back into the heap with the cursor's following key.
     let mut heap = BinaryHeap::with_capacity(cursors.len());
     for (index, cursor) in cursors.iter_mut().enumerate() {
         if cursor.fill_record()? {
             let point = cursor.current();
-            heap.push(Reverse((point.vnode, point.key.to_vec(), index)));
+            heap.push(Reverse((point.vnode, prefix(point.key), point.key.to_vec(), index)));
         }
     }
     let mut group: Vec<(usize, Vec<u8>)> = Vec::new();
-    while let Some(Reverse((vnode, key, index))) = heap.pop() {
+    while let Some(Reverse((vnode, first, key, index))) = heap.pop() {
         group.clear();
         group.push((index, key));
-        while let Some(Reverse((next_vnode, next_key, _))) = heap.peek() {
-            if *next_vnode != vnode || *next_key != group[0].1 {
+        while let Some(Reverse((next_vnode, next_first, next_key, _))) = heap.peek() {
+            if (*next_vnode, *next_first) != (vnode, first) || *next_key != group[0].1 {
                 break;
             }
-            let Reverse((_, key, index)) = heap.pop().expect("the heap's top was just seen");
+            let Reverse((_, _, key, index)) = heap.pop().expect("the heap's top was just seen");
             group.push((index, key));
         }
         let puts = group.iter().rev().find(|(index, _)| cursors[*index].current().value.is_some());
@@ -283,7 +296,7 @@ fn merge(
                 let point = cursor.current();
                 key.clear();
                 key.extend_from_slice(point.key);
-                heap.push(Reverse((point.vnode, key, index)));
+                heap.push(Reverse((point.vnode, prefix(point.key), key, index)));
             }
         }
     }
@@ -381,6 +394,15 @@ impl<'a> SpilledCursor<'a> {
         self.at += self.length;
         self.length = 0;
     }
+}
+
+/// A key's first 8 bytes (zeros after a shorter key's end) as a big-endian number: keys
+/// in order have prefixes in order, so two keys of different prefixes compare as them.
+fn prefix(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let length = key.len().min(8);
+    bytes[..length].copy_from_slice(&key[..length]);
+    u64::from_be_bytes(bytes)
 }
 
 fn header_lengths(header: &[u8]) -> (usize, usize) {
@@ -516,6 +538,15 @@ mod tests {
                 .map(|(_, key, value)| key.len() + value.as_ref().map_or(0, Vec::len) + size_of::<RecordEntry>())
                 .sum();
             prop_assert_eq!(spilled, held >= batch_bytes, "a batch spills once it holds batch_bytes");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn prefixes_order_as_their_keys(a in proptest::collection::vec(any::<u8>(), 0..12), b in proptest::collection::vec(any::<u8>(), 0..12)) {
+            if a < b {
+                prop_assert!(prefix(&a) <= prefix(&b));
+            }
         }
     }
 
