@@ -62,7 +62,8 @@ pub(crate) struct Records {
     /// Where the scratch file goes (None: the system's temporary directory).
     dir: Option<PathBuf>,
     batch_bytes: usize,
-    /// The first failure to spill: the records stay in memory, and `write` fails.
+    /// The first failure to spill: records added after it are dropped (the snapshot
+    /// fails whatever they are, and memory stays bounded), and `write` fails with it.
     failed: Option<SluiceError>,
 }
 
@@ -130,6 +131,9 @@ impl Records {
 
     /// Adds a record: `key` writes its key, then `value` its value (None: a delete).
     pub(crate) fn add(&mut self, vnode: u32, key: impl FnOnce(&mut Vec<u8>), value: Option<&WriteBytes<'_>>) {
+        if self.failed.is_some() {
+            return;
+        }
         let bytes = &mut self.batch.bytes;
         let start = bytes.len();
         key(bytes);
@@ -150,6 +154,9 @@ impl Records {
         key: &[u8],
         value: impl FnOnce(&mut Vec<u8>) -> Result<(), SluiceError>,
     ) -> Result<(), SluiceError> {
+        if self.failed.is_some() {
+            return Ok(());
+        }
         let bytes = &mut self.batch.bytes;
         let start = bytes.len();
         bytes.extend_from_slice(key);
@@ -177,11 +184,11 @@ impl Records {
             bytes.reserve_exact(self.batch_bytes + RESERVE_AFTER - bytes.len());
         }
         let held = self.batch.bytes.len() + self.batch.entries.len() * size_of::<RecordEntry>();
-        if held < self.batch_bytes || self.failed.is_some() {
+        if held < self.batch_bytes {
             return;
         }
         if let Err(error) = self.spill() {
-            tracing::warn!(%error, "a snapshot's records stay in memory");
+            self.batch = Batch::default();
             self.failed = Some(error);
         }
     }
@@ -567,12 +574,13 @@ mod tests {
     }
 
     #[test]
-    fn an_unwritable_scratch_directory_fails_the_write_and_names_it() {
+    fn an_unwritable_scratch_directory_fails_the_write_names_it_and_holds_nothing_more() {
         let missing = std::path::Path::new("/nonexistent/sluice-scratch");
         let mut records = Records::with_batch_bytes(Some(missing), 10);
         for key in 0u8..10 {
             records.add(0, |out| out.push(key), Some(&|out: &mut Vec<u8>| out.push(key)));
         }
+        assert!(records.batch.entries.is_empty(), "records after the failure are not held");
         let error = records.write(&mut CollectedState::default()).expect_err("the scratch file cannot be created");
         assert_eq!(error.code, "state.dir_write");
         assert!(error.to_string().contains("/nonexistent/sluice-scratch"), "{error}");
