@@ -248,6 +248,8 @@ impl KafkaLane {
     /// Takes what the queue holds now, at most a batch (and not past a bounded end).
     fn take_messages(&mut self) -> Result<Vec<Message>, SluiceError> {
         let mut messages = Vec::new();
+        // Whether the lane sought elsewhere: the records before are not the partition's now.
+        let mut sought = false;
         while messages.len() < self.batch_size && !self.at_end() {
             let Some(result) = self.queue.poll(Duration::ZERO) else { break };
             let message = match result {
@@ -261,6 +263,7 @@ impl KafkaLane {
                         self.next_offset,
                     )?;
                     self.seek(offset)?;
+                    sought = true;
                     break;
                 }
                 Err(error) => {
@@ -297,7 +300,7 @@ impl KafkaLane {
             }
             self.next_offset = Some(message.offset() + 1);
         }
-        if let Some(last) = messages.last() {
+        if let Some(last) = messages.last().filter(|_| !sought) {
             let (key, value) = (last.key.as_deref(), last.value.as_deref());
             self.last_read = LastRead::Record(RecordFingerprint::of(last.offset, last.timestamp, key, value));
         }
