@@ -6,7 +6,10 @@
 //!   A checkpoint's offset, or the group's with `start = "committed"`, is first checked
 //!   against what the partition holds, and one it no longer holds fails the run or is
 //!   reset per `offset_out_of_range` (`range`), as is an offset the brokers answer as out
-//!   of range while the lane reads.
+//!   of range while the lane reads. A checkpoint's offset in range is then confirmed by
+//!   reading again the last record the lane handed out before it, which the position
+//!   records (`last_record`): a recreated topic refilled past the offset fails or is
+//!   reset the same way.
 //! - **Poll.** Takes what the partition queue holds now, at most `batch_size`
 //!   messages, without blocking; an empty queue answers `Wait` for
 //!   [`EMPTY_POLL_WAIT`]. The rows are built by [`RowBuilder`]; bad messages are
@@ -55,6 +58,7 @@ use sluice_types::{SluiceError, TimestampMs};
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::group::{Seen, Turn};
+use super::last_record::{LastRead, RecordFingerprint};
 use super::options::StartAt;
 use super::position::Position;
 use super::range::{self, Origin};
@@ -82,6 +86,8 @@ pub struct KafkaLane {
     batch_size: usize,
     /// The offset of the next record to hand out (`None`: not known before the first).
     next_offset: Option<i64>,
+    /// The last record handed out since `next_offset` was resolved, for the position.
+    last_read: LastRead,
     /// Bounded: the offset the lane ends at.
     end: Option<i64>,
     max_event_time: Option<TimestampMs>,
@@ -111,13 +117,19 @@ impl KafkaLane {
             return KafkaLane::new(shared, topic, partition, consumer, queue, context, None, watermark);
         }
         let brokers = shared.options.brokers.clone();
-        let start = match resume.and_then(|p| p.next_offset) {
-            Some(offset) => {
-                Offset::Offset(range::check_start(&shared, &consumer, &topic, partition, offset, Origin::Checkpoint)?)
+        let mut last_read = LastRead::Nothing;
+        let start = match resume.and_then(|p| p.next_offset.map(|offset| (offset, p.last_read))) {
+            Some((offset, last)) => {
+                let origin = Origin::Checkpoint;
+                let start = range::check_start(&shared, &consumer, &topic, partition, offset, origin, last)?;
+                // Reset: what the lane read is not in the partition it reads now.
+                last_read = if start == offset { last } else { LastRead::Nothing };
+                Offset::Offset(start)
             }
             None => match start_offset(&consumer, &shared.options.start, &topic, partition, &brokers)? {
                 Offset::Offset(offset) if shared.options.start == StartAt::Committed => {
-                    Offset::Offset(range::check_start(&shared, &consumer, &topic, partition, offset, Origin::Group)?)
+                    let (origin, last) = (Origin::Group, LastRead::Nothing);
+                    Offset::Offset(range::check_start(&shared, &consumer, &topic, partition, offset, origin, last)?)
                 }
                 other => other,
             },
@@ -139,6 +151,7 @@ impl KafkaLane {
         };
         let mut lane = KafkaLane::new(shared, topic, partition, consumer, queue, context, next_offset, watermark)?;
         lane.end = end;
+        lane.last_read = last_read;
         Ok(lane)
     }
 
@@ -170,6 +183,7 @@ impl KafkaLane {
             rows,
             metrics: context.metrics,
             batch_size: context.batch_size.max(1),
+            last_read: LastRead::Nothing,
             end: None,
             last_record: Instant::now(),
             blocked_since: None,
@@ -184,10 +198,14 @@ impl KafkaLane {
         self.consumer.seek(topic, partition, offset, METADATA_TIMEOUT).map_err(|e| {
             client::unreachable(&self.shared.options.brokers, &e).context(format!("seeking {topic}/{partition}"))
         })?;
-        self.next_offset = match offset {
+        let next_offset = match offset {
             Offset::Offset(offset) => Some(offset),
             _ => None,
         };
+        if next_offset != self.next_offset {
+            self.last_read = LastRead::Nothing;
+        }
+        self.next_offset = next_offset;
         Ok(())
     }
 
@@ -230,6 +248,8 @@ impl KafkaLane {
     /// Takes what the queue holds now, at most a batch (and not past a bounded end).
     fn take_messages(&mut self) -> Result<Vec<Message>, SluiceError> {
         let mut messages = Vec::new();
+        // Whether the lane sought elsewhere: the records before are not the partition's now.
+        let mut sought = false;
         while messages.len() < self.batch_size && !self.at_end() {
             let Some(result) = self.queue.poll(Duration::ZERO) else { break };
             let message = match result {
@@ -243,6 +263,7 @@ impl KafkaLane {
                         self.next_offset,
                     )?;
                     self.seek(offset)?;
+                    sought = true;
                     break;
                 }
                 Err(error) => {
@@ -278,6 +299,10 @@ impl KafkaLane {
                     self.topic, self.partition, message.offset());
             }
             self.next_offset = Some(message.offset() + 1);
+        }
+        if let Some(last) = messages.last().filter(|_| !sought) {
+            let (key, value) = (last.key.as_deref(), last.value.as_deref());
+            self.last_read = LastRead::Record(RecordFingerprint::of(last.offset, last.timestamp, key, value));
         }
         if let (Some(first), Some(last)) = (messages.first(), messages.last()) {
             tracing::debug!(source = %self.shared.name, "kafka: read {}/{} offsets {}..={}",
@@ -356,6 +381,7 @@ impl KafkaLane {
         tracing::debug!(source = %self.shared.name, topic = %self.topic, partition = self.partition,
             "kafka: reading the partition from {offset:?}");
         self.next_offset = offset;
+        self.last_read = LastRead::Nothing;
         self.last_record = Instant::now();
         self.set_idle(false);
     }
@@ -401,7 +427,7 @@ impl KafkaLane {
 
 /// Whether a consumer error says the lane's offset is out of range: librdkafka's answer
 /// under `auto.offset.reset = "error"` (see `range`), or the brokers' own code.
-fn is_out_of_range(error: &KafkaError) -> bool {
+pub(crate) fn is_out_of_range(error: &KafkaError) -> bool {
     matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange))
 }
 
@@ -500,7 +526,7 @@ impl LaneReader for KafkaLane {
     }
 
     fn position(&self) -> Vec<u8> {
-        Position { next_offset: self.next_offset, watermark: self.watermark() }.encode()
+        Position { next_offset: self.next_offset, watermark: self.watermark(), last_read: self.last_read }.encode()
     }
 
     fn resumed(&mut self) -> Option<LanePoll> {

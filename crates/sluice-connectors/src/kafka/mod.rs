@@ -6,7 +6,8 @@
 //!   restore; bounded reads; per-partition watermarks with `idle_timeout`.
 //! - [`range`]: an offset a partition no longer holds (the topic recreated, the brokers'
 //!   data lost): detected at start and while reading, failing or reset per
-//!   `offset_out_of_range`.
+//!   `offset_out_of_range`; [`last_record`]: a checkpoint's offset that a recreated
+//!   partition holds again, detected by reading again the last record the lane read.
 //! - [`group`]: group mode (`assignment = "group"`): the consumer subscribes as a member
 //!   of `group_id`, a lane reads only while the group assigns its partition here, and a
 //!   revocation waits (bounded) for what the lane read to be acknowledged by a checkpoint
@@ -35,6 +36,7 @@ pub mod dead_letter;
 pub mod delivery;
 pub mod group;
 pub mod lane;
+pub mod last_record;
 pub mod options;
 pub mod position;
 pub mod range;

@@ -1,14 +1,27 @@
 //! The encodings a Kafka source leaves in checkpoints: a lane's position and the
 //! source's layout. Both are versioned, little-endian, and pinned by golden vectors.
 //!
-//! # Position (one per lane = partition), version 1, 17 bytes
+//! # Position (one per lane = partition), version 2, 41 bytes
 //!
 //! ```text
-//! u8  version = 1
+//! u8  version = 2
 //! i64 next offset: the offset of the first record not yet handed out, or -1 when no
 //!     record was handed out and the start rule (`start`) was not resolved to an offset
 //! i64 watermark in ms, i64::MIN for none
+//! i64 the offset of the last record handed out since the lane's offset was resolved,
+//!     -1 for none (then the next two fields are i64::MIN and 0)
+//! i64 its timestamp in ms, i64::MIN for none
+//! u64 its hash: XXH3-64 (seed 0) of its key and value (see `last_record`)
 //! ```
+//!
+//! The last record lets a resumed lane confirm that the partition still holds what it
+//! read ([`last_record`](super::last_record)): a topic recreated and refilled past the
+//! next offset looks, by offsets alone, like a partition that grew. It is a data record,
+//! with its own offset, not the record before the next offset: that one may be a
+//! transaction's marker, which consumers never see.
+//!
+//! Version 1 (17 bytes: the first three fields) is still read, as a position without a
+//! last record known ([`LastRead::Unrecorded`]): its lane resumes unconfirmed.
 //!
 //! # Layout, version 1
 //!
@@ -23,8 +36,12 @@
 
 use sluice_types::{SluiceError, TimestampMs};
 
-const POSITION_VERSION: u8 = 1;
-const POSITION_BYTES: usize = 17;
+use super::last_record::{LastRead, RecordFingerprint};
+
+const POSITION_VERSION: u8 = 2;
+const POSITION_BYTES: usize = 41;
+/// Version 1: a position without the last record.
+const POSITION_V1_BYTES: usize = 17;
 const LAYOUT_VERSION: u8 = 1;
 /// The longest topic name Kafka allows.
 const TOPIC_NAME_BYTES_MAX: usize = 249;
@@ -35,14 +52,27 @@ pub struct Position {
     /// The next offset to read; `None`: not resolved yet (apply the start rule).
     pub next_offset: Option<i64>,
     pub watermark: Option<TimestampMs>,
+    /// The last record handed out, to confirm the partition still holds it on resume.
+    pub last_read: LastRead,
 }
 
 impl Position {
     pub fn encode(&self) -> Vec<u8> {
+        let last = match self.last_read {
+            LastRead::Record(record) => Some(record),
+            LastRead::Unrecorded | LastRead::Nothing => None,
+        };
+        if let Some(last) = last {
+            assert!(last.offset >= 0, "a record's offset is never negative");
+            assert!(self.next_offset.is_some_and(|next| last.offset < next), "the last record is before the next");
+        }
         let mut bytes = Vec::with_capacity(POSITION_BYTES);
         bytes.push(POSITION_VERSION);
         bytes.extend_from_slice(&self.next_offset.unwrap_or(-1).to_le_bytes());
         bytes.extend_from_slice(&self.watermark.unwrap_or(i64::MIN).to_le_bytes());
+        bytes.extend_from_slice(&last.map_or(-1, |last| last.offset).to_le_bytes());
+        bytes.extend_from_slice(&last.and_then(|last| last.timestamp_ms).unwrap_or(i64::MIN).to_le_bytes());
+        bytes.extend_from_slice(&last.map_or(0, |last| last.hash).to_le_bytes());
         debug_assert_eq!(bytes.len(), POSITION_BYTES);
         bytes
     }
@@ -51,21 +81,45 @@ impl Position {
         let damaged = |why: String| {
             SluiceError::internal("source.position", format!("source `{source}`: a damaged Kafka position: {why}"))
         };
-        if bytes.len() != POSITION_BYTES {
-            return Err(damaged(format!("{} bytes, not {POSITION_BYTES}", bytes.len())));
-        }
-        if bytes[0] != POSITION_VERSION {
-            return Err(damaged(format!("version {}, this build reads {POSITION_VERSION}", bytes[0])));
+        let expected = match bytes.first() {
+            Some(1) => POSITION_V1_BYTES,
+            Some(&POSITION_VERSION) => POSITION_BYTES,
+            Some(version) => {
+                return Err(damaged(format!("version {version}, this build reads 1 and {POSITION_VERSION}")));
+            }
+            None => return Err(damaged("empty".to_owned())),
+        };
+        if bytes.len() != expected {
+            return Err(damaged(format!("{} bytes, not {expected} for version {}", bytes.len(), bytes[0])));
         }
         let word = |at: usize| i64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         let (offset, watermark) = (word(1), word(9));
         if offset < -1 {
             return Err(damaged(format!("offset {offset}")));
         }
-        Ok(Position {
-            next_offset: (offset >= 0).then_some(offset),
-            watermark: (watermark != i64::MIN).then_some(watermark),
-        })
+        let next_offset = (offset >= 0).then_some(offset);
+        let last_read = match expected {
+            POSITION_V1_BYTES => LastRead::Unrecorded,
+            _ => Position::decode_last(next_offset, word(17), word(25), u64::from_le_bytes(word(33).to_le_bytes()))
+                .map_err(damaged)?,
+        };
+        Ok(Position { next_offset, watermark: (watermark != i64::MIN).then_some(watermark), last_read })
+    }
+
+    /// The last record's fields of a version 2 position, checked against `next_offset`.
+    fn decode_last(next_offset: Option<i64>, offset: i64, timestamp: i64, hash: u64) -> Result<LastRead, String> {
+        if offset == -1 {
+            return match (timestamp, hash) {
+                (i64::MIN, 0) => Ok(LastRead::Nothing),
+                _ => Err("a last record without an offset".to_owned()),
+            };
+        }
+        match next_offset {
+            Some(next) if (0..next).contains(&offset) => {}
+            _ => return Err(format!("last record at offset {offset}, next offset {next_offset:?}")),
+        }
+        let timestamp_ms = (timestamp != i64::MIN).then_some(timestamp);
+        Ok(LastRead::Record(RecordFingerprint { offset, timestamp_ms, hash }))
     }
 }
 
@@ -150,26 +204,69 @@ mod tests {
 
     #[test]
     fn positions_are_pinned_by_golden_vectors() {
-        let position = Position { next_offset: Some(258), watermark: Some(-2) };
-        let golden = [1, 2, 1, 0, 0, 0, 0, 0, 0, 254, 255, 255, 255, 255, 255, 255, 255];
+        let last = RecordFingerprint { offset: 257, timestamp_ms: Some(3), hash: 0x0102_0304_0506_0708 };
+        let position = Position { next_offset: Some(258), watermark: Some(-2), last_read: LastRead::Record(last) };
+        #[rustfmt::skip]
+        let golden = [
+            2,
+            2, 1, 0, 0, 0, 0, 0, 0,
+            254, 255, 255, 255, 255, 255, 255, 255,
+            1, 1, 0, 0, 0, 0, 0, 0,
+            3, 0, 0, 0, 0, 0, 0, 0,
+            8, 7, 6, 5, 4, 3, 2, 1,
+        ];
         assert_eq!(position.encode(), golden);
         assert_eq!(Position::decode("s", &golden).expect("decodes"), position);
-        let unresolved = Position { next_offset: None, watermark: None };
-        let golden = [1, 255, 255, 255, 255, 255, 255, 255, 255, 0, 0, 0, 0, 0, 0, 0, 128];
+        let unresolved = Position { next_offset: None, watermark: None, last_read: LastRead::Nothing };
+        #[rustfmt::skip]
+        let golden = [
+            2,
+            255, 255, 255, 255, 255, 255, 255, 255,
+            0, 0, 0, 0, 0, 0, 0, 128,
+            255, 255, 255, 255, 255, 255, 255, 255,
+            0, 0, 0, 0, 0, 0, 0, 128,
+            0, 0, 0, 0, 0, 0, 0, 0,
+        ];
         assert_eq!(unresolved.encode(), golden);
         assert_eq!(Position::decode("s", &golden).expect("decodes"), unresolved);
     }
 
+    /// Checkpoints taken before the last record was recorded resume, unconfirmed.
+    #[test]
+    fn version_1_positions_are_read_without_a_last_record() {
+        let golden = [1, 2, 1, 0, 0, 0, 0, 0, 0, 254, 255, 255, 255, 255, 255, 255, 255];
+        let expected = Position { next_offset: Some(258), watermark: Some(-2), last_read: LastRead::Unrecorded };
+        assert_eq!(Position::decode("s", &golden).expect("decodes"), expected);
+        let golden = [1, 255, 255, 255, 255, 255, 255, 255, 255, 0, 0, 0, 0, 0, 0, 0, 128];
+        let expected = Position { next_offset: None, watermark: None, last_read: LastRead::Unrecorded };
+        assert_eq!(Position::decode("s", &golden).expect("decodes"), expected);
+        // Written again, it is a version 2 position that read nothing since.
+        assert_eq!(expected.encode()[0], 2);
+    }
+
     #[test]
     fn damaged_positions_are_refused() {
-        let good = Position { next_offset: Some(7), watermark: None }.encode();
-        for bad in [&good[..16], &[2u8; 17][..], &[]] {
+        let last = LastRead::Record(RecordFingerprint { offset: 6, timestamp_ms: None, hash: 9 });
+        let good = Position { next_offset: Some(7), watermark: None, last_read: last }.encode();
+        let v1 = [1u8; POSITION_V1_BYTES];
+        for bad in [&good[..40], &good[..17], &v1[..16], &[3u8; 41][..], &[2u8; 17][..], &[]] {
             let error = Position::decode("bids", bad).expect_err("refused");
             assert!(error.message.contains("bids"), "{error:?}");
         }
-        let mut negative = good.clone();
-        negative[1..9].copy_from_slice(&(-5i64).to_le_bytes());
-        assert!(Position::decode("bids", &negative).is_err());
+        let field = |at: usize, value: i64| {
+            let mut bytes = good.clone();
+            bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            bytes
+        };
+        // A negative next offset; a last record at or past the next offset, or without one.
+        for bad in [field(1, -5), field(17, 7), field(17, -2), field(1, -1)] {
+            assert!(Position::decode("bids", &bad).is_err(), "{bad:?}");
+        }
+        // No last record, but its timestamp or hash set.
+        let nothing = Position { next_offset: Some(7), watermark: None, last_read: LastRead::Nothing }.encode();
+        let mut bad = nothing.clone();
+        bad[33] = 1;
+        assert!(Position::decode("bids", &bad).is_err());
     }
 
     #[test]

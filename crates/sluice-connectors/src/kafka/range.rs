@@ -56,10 +56,9 @@
 //! Group mode checks no offset at start: the group's committed offsets are the brokers'
 //! own, and an out-of-range one is answered while reading.
 //!
-//! Not detected: an offset that a recreated partition holds again (refilled past it
-//! before the check) is indistinguishable, by offsets, from one of a partition that grew.
-//! Telling them apart needs the topic's identity (Kafka's topic ids) in the checkpoint's
-//! layout.
+//! An offset that a recreated partition holds again (refilled past it before the check)
+//! is, by offsets, one of a partition that grew: a checkpoint's offset in range is then
+//! confirmed by reading again the last record the lane read (`last_record`).
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -70,6 +69,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_types::SluiceError;
 
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
+use super::last_record::{self, LastRead, RecordFingerprint};
 use super::options::{OffsetOutOfRange, StartAt};
 use super::source::{Shared, SourceConsumer};
 
@@ -151,12 +151,13 @@ pub fn out_of_range(
         "source.kafka_offset_out_of_range",
         format!("source `{source}`: {}", describe(topic, partition, offset, origin, range)),
     )
-    .with_fix(
-        "if those records are gone for good, set offset_out_of_range = \"earliest\" (read what the partition holds \
-         now) or \"latest\" (only records produced from now on) under [source.options], or start over with \
-         --from-scratch; if `brokers` names the wrong cluster, correct it",
-    )
+    .with_fix(OUT_OF_RANGE_FIX)
 }
+
+/// The fix of a partition that lost records the source has not read, or has.
+pub(crate) const OUT_OF_RANGE_FIX: &str = "if those records are gone for good, set offset_out_of_range = \"earliest\" \
+     (read what the partition holds now) or \"latest\" (only records produced from now on) under [source.options], \
+     or start over with --from-scratch; if `brokers` names the wrong cluster, correct it";
 
 /// The facts of an offset out of range, for the error and the warning of a reset.
 fn describe(topic: &str, partition: i32, offset: i64, origin: Origin, range: PartitionRange) -> String {
@@ -172,7 +173,8 @@ fn describe(topic: &str, partition: i32, offset: i64, origin: Origin, range: Par
 }
 
 /// Checks `offset` of `topic`/`partition` (from `origin`) before a lane starts from it:
-/// the offset to read from, per the source's policy.
+/// the offset to read from, per the source's policy. An offset in range is then
+/// confirmed by `last`, the last record read before it (see `last_record`).
 pub(crate) fn check_start(
     shared: &Shared,
     consumer: &SourceConsumer,
@@ -180,6 +182,7 @@ pub(crate) fn check_start(
     partition: i32,
     offset: i64,
     origin: Origin,
+    last: LastRead,
 ) -> Result<i64, SluiceError> {
     let brokers = &shared.options.brokers;
     let mut range = watermarks(consumer, brokers, topic, partition)?;
@@ -189,7 +192,10 @@ pub(crate) fn check_start(
             "kafka: an offset past the reported end, checked by reading the last batch");
         range.end = range.end.max(end.unwrap_or(range.end));
     }
-    apply(shared, topic, partition, offset, origin, range)
+    if !range.contains(offset) {
+        return apply(shared, topic, partition, offset, origin, range);
+    }
+    last_record::confirm(shared, topic, partition, offset, last, range)
 }
 
 /// The lane's fetch at `next` (`None`: no offset yet) was answered "out of range": the
@@ -252,10 +258,29 @@ fn watermarks(
 }
 
 /// The offset after the last record of the first fetch of `topic`/`partition` from
-/// `from`, through a consumer of its own; `None` when nothing came within
-/// [`METADATA_TIMEOUT`]. librdkafka hands a fetch's records to the queue at once, so
-/// once the first one arrived the rest of its batch is there too.
+/// `from`; `None` when nothing came (see [`fetch_from`]).
 fn read_end(shared: &Shared, topic: &str, partition: i32, from: i64) -> Result<Option<i64>, SluiceError> {
+    Ok(match fetch_from(shared, topic, partition, from)? {
+        Fetched::Records { last_offset, .. } => Some(last_offset + 1),
+        // Out of range, or no answer: the reported end stands.
+        Fetched::OutOfRange | Fetched::Nothing => None,
+    })
+}
+
+/// What the first fetch of a partition from an offset brought.
+pub(crate) enum Fetched {
+    /// Its first record (at or after the offset) and the offset of its last.
+    Records { first: RecordFingerprint, last_offset: i64 },
+    /// The brokers answered the offset as out of range.
+    OutOfRange,
+    /// Nothing within [`METADATA_TIMEOUT`].
+    Nothing,
+}
+
+/// The first fetch of `topic`/`partition` from `from`, through a consumer of its own.
+/// librdkafka hands a fetch's records to the queue at once (and none below `from`), so
+/// once the first one arrived the rest of its batch is there too.
+pub(crate) fn fetch_from(shared: &Shared, topic: &str, partition: i32, from: i64) -> Result<Fetched, SluiceError> {
     let options = &shared.options;
     let config = client::consumer_config(&options.brokers, None, &options.client);
     let consumer: SourceConsumer = config
@@ -269,22 +294,30 @@ fn read_end(shared: &Shared, topic: &str, partition: i32, from: i64) -> Result<O
         .assign(&assignment)
         .map_err(|e| client::unreachable(&options.brokers, &e).context(format!("reading {topic}/{partition}")))?;
     let deadline = Instant::now() + METADATA_TIMEOUT;
-    let mut last = None;
-    while last.is_none() && Instant::now() < deadline {
-        last = match consumer.poll(READ_POLL) {
-            Some(Ok(message)) => Some(message.offset()),
-            // Out of range, or no answer: the reported end stands.
-            Some(Err(_)) | None => None,
-        };
-    }
-    let Some(mut last) = last else { return Ok(None) };
+    let first = loop {
+        if Instant::now() >= deadline {
+            return Ok(Fetched::Nothing);
+        }
+        match consumer.poll(READ_POLL) {
+            Some(Ok(message)) => {
+                let fingerprint = |m: &rdkafka::message::BorrowedMessage<'_>| {
+                    RecordFingerprint::of(m.offset(), m.timestamp().to_millis(), m.key(), m.payload())
+                };
+                break fingerprint(&message);
+            }
+            Some(Err(error)) if super::lane::is_out_of_range(&error) => return Ok(Fetched::OutOfRange),
+            // No answer yet, or an error the client retries.
+            Some(Err(_)) | None => {}
+        }
+    };
+    let mut last_offset = first.offset;
     while let Some(Ok(message)) = consumer.poll(Duration::ZERO) {
-        last = last.max(message.offset());
+        last_offset = last_offset.max(message.offset());
     }
-    Ok(Some(last + 1))
+    Ok(Fetched::Records { first, last_offset })
 }
 
-/// How long [`read_end`] waits per poll.
+/// How long [`fetch_from`] waits per poll.
 const READ_POLL: Duration = Duration::from_millis(100);
 
 #[cfg(test)]

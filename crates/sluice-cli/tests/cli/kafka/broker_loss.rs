@@ -1,5 +1,6 @@
 //! Brokers that lose their data or die under a running pipeline: an offset the
-//! partition no longer holds is found and handled per `offset_out_of_range`.
+//! partition no longer holds, or one a recreated partition holds again, is found and
+//! handled per `offset_out_of_range`.
 
 use std::process::ExitStatus;
 
@@ -78,7 +79,8 @@ fn copier(broker: &Broker, source_options: &str) -> String {
 ///
 /// Before that, a restart over the very topic it read must not fail: the records were
 /// produced in one batch per partition, so the test broker reports each partition's
-/// end as 1 while the checkpoint holds 20 (the check reads the last batch to tell).
+/// end as 1 while the checkpoint holds 20 (the check reads the last batch to tell), and
+/// the last record each lane read is read again and found the same.
 #[test]
 fn a_checkpoint_past_the_end_of_a_recreated_topic_fails_or_resets_as_configured() {
     let mut broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
@@ -120,6 +122,50 @@ fn a_checkpoint_past_the_end_of_a_recreated_topic_fails_or_resets_as_configured(
     fourth.wait_for("the reset logged", |line| line.contains("past the end of bids/0") && line.contains("offset 0"));
     broker.consume_until("copies", 1, |found| (1000..1010).all(|price| prices(found).contains(&price)));
     fourth.stop();
+}
+
+/// The finding itself: a pipeline had read offsets 0..20 of each partition and
+/// checkpointed them; the topic was deleted and recreated and MORE records produced
+/// (50 per partition), so the checkpoint's offsets are in range. The restart fails
+/// naming the partition, the offset, the record read last and the one found there, with
+/// the fix; with `offset_out_of_range = "earliest"` it reads the new topic from offset 0.
+#[test]
+fn a_checkpoint_inside_a_recreated_topic_refilled_past_it_fails_or_resets_as_configured() {
+    let mut broker = Broker::with_topics(&[("bids", 2), ("copies", 1)]);
+    for partition in 0..2 {
+        let values: Vec<String> = (0..20).map(|i| bid(i * 2 + partition as usize)).collect();
+        produce_one_batch(&broker, "bids", partition, &values);
+    }
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &copier(&broker, ""));
+    let first = Member::start(&scratch, "first", "");
+    broker.consume_until("copies", 1, |found| prices(found).len() == 40);
+    first.stop();
+
+    // The broker loses the data; the topic is recreated and refilled past offset 20.
+    broker.recreate_topic("bids", 2);
+    let fresh: Vec<(i32, Option<String>, String)> =
+        (0..100i32).map(|i| (i % 2, None, bid(1000 + i as usize))).collect();
+    produce_bids(&broker, "bids", &fresh);
+    let (exit, log) = exit_of(Member::start(&scratch, "second", ""));
+    assert!(!exit.success(), "the restart fails:\n{log}");
+    let named = |partition: i32| {
+        log.contains(&format!(
+            "the restored checkpoint's offset 20 is in range of bids/{partition} (topic/partition), but the \
+             partition no longer holds the records read before it: the last one read was at offset 19, timestamp"
+        ))
+    };
+    assert!(named(0) || named(1), "the partition, the offset and the record read last are named:\n{log}");
+    assert!(log.contains("holds another record there (offset 19, timestamp"), "the record found is named:\n{log}");
+    assert!(log.contains("offset_out_of_range = \"earliest\"") && log.contains("--from-scratch"), "the fix:\n{log}");
+
+    scratch.write("pipeline.toml", &copier(&broker, "offset_out_of_range = \"earliest\"\n"));
+    let mut third = Member::start(&scratch, "third", "");
+    third.wait_for("the reset logged", |line| {
+        line.contains("no longer holds the records read before it") && line.contains("reading from offset 0")
+    });
+    broker.consume_until("copies", 1, |found| (1000..1100).all(|price| prices(found).contains(&price)));
+    third.stop();
 }
 
 /// NEXMark's bids into the topic `copies` without checkpoints, the sink giving the
