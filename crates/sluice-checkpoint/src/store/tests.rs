@@ -109,6 +109,41 @@ fn a_local_file_changed_since_its_writer_wrote_it_is_refused_and_not_stored() {
     assert!(!file(&base, "state/epoch-3/agg/run-0-4").exists());
 }
 
+/// An object larger than a read's piece, in a local store, is read from its file into
+/// one buffer: its damage is named as an object store's would be.
+#[test]
+fn a_large_local_object_is_verified_and_its_damage_named() {
+    let (base, store) = temp_store();
+    let bytes: Vec<u8> = (0..CHUNK_BYTES as u32 + 4096).map(|i| (i % 253) as u8).collect();
+    let (path, checksum) = local_file(base.path(), &bytes);
+    let object = store.put_file(2, "join/run-0-8", &path, checksum).expect("put");
+    std::fs::remove_file(&path).expect("the local file goes");
+    let mut manifest = Manifest::new(2, "fp", 8, 1_002);
+    manifest
+        .operators
+        .push(OperatorState { id: "join".into(), runs: vec![StateRun { start: 0, end: 8, object: object.clone() }] });
+    assert_eq!(store.verify(&manifest).expect("verified"), Vec::<String>::new());
+    let stored = file(&base, "state/epoch-2/join/run-0-8");
+    let damages: [(&dyn Fn(), &str); 3] = [
+        (
+            &|| {
+                let mut flipped = bytes.clone();
+                flipped[CHUNK_BYTES + 7] ^= 1;
+                std::fs::write(&stored, flipped).expect("flipped");
+            },
+            "checksum mismatch",
+        ),
+        (&|| std::fs::write(&stored, &bytes[..CHUNK_BYTES]).expect("truncated"), "truncated"),
+        (&|| std::fs::remove_file(&stored).expect("removed"), "missing"),
+    ];
+    for (damage, expected) in damages {
+        damage();
+        let problems = store.verify(&manifest).expect("verify");
+        assert_eq!(problems.len(), 1, "{expected}: {problems:?}");
+        assert!(problems[0].contains(expected) && problems[0].contains("join/run-0-8"), "{problems:?}");
+    }
+}
+
 #[test]
 fn opening_creates_nothing_and_an_empty_store_has_no_checkpoint() {
     let base = tempfile::tempdir().expect("temp dir");
