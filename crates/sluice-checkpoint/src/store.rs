@@ -713,9 +713,11 @@ pub(crate) mod tests;
 
 /// Makes the local file `file` the object at `target` of a local store by a hard link,
 /// durable when this returns (the file's bytes, then the link's directory, are synced);
-/// false when the two are on different file systems (or links are not supported), for
-/// the caller to copy the bytes instead. An object of an unpublished epoch written
-/// before (a retried upload) is replaced.
+/// false when the two are on different file systems, links are not supported, or the
+/// file has no name to link (an unlinked file not made with `O_TMPFILE`), for the caller
+/// to copy the bytes instead. `file` may be `/proc/self/fd/N` of an anonymous file made
+/// with `O_TMPFILE` (`tempfile::tempfile_in`): the link follows it to the file. An object
+/// of an unpublished epoch written before (a retried upload) is replaced.
 fn link_local(file: &Path, target: &Path) -> std::io::Result<bool> {
     std::fs::File::open(file)?.sync_all()?;
     let directory = target.parent().expect("an object's path is inside the store's root");
@@ -724,21 +726,22 @@ fn link_local(file: &Path, target: &Path) -> std::io::Result<bool> {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
         _ => {}
     }
-    match std::fs::hard_link(file, target) {
+    let here = rustix::fs::CWD;
+    match rustix::fs::linkat(here, file, here, target, rustix::fs::AtFlags::SYMLINK_FOLLOW) {
         Ok(()) => {}
-        Err(error) if error.raw_os_error().is_some_and(|code| [EXDEV, EPERM, EOPNOTSUPP].contains(&code)) => {
-            return Ok(false);
-        }
-        Err(error) => return Err(error),
+        Err(errno) if [EXDEV, EPERM, EOPNOTSUPP, ENOENT].contains(&errno.raw_os_error()) => return Ok(false),
+        Err(errno) => return Err(errno.into()),
     }
     std::fs::File::open(directory)?.sync_all()?;
     Ok(true)
 }
 
-/// `errno` values meaning "no hard link here": another file system, or one without links.
+/// `errno` values meaning "no hard link here": another file system, one without links,
+/// or a file without a name.
 const EXDEV: i32 = 18;
 const EPERM: i32 = 1;
 const EOPNOTSUPP: i32 = 95;
+const ENOENT: i32 = 2;
 
 /// A local file whose bytes are not what its writer wrote.
 fn local_changed(path: &str, file: &Path, computed: u32, checksum: u32) -> SluiceError {

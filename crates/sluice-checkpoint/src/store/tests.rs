@@ -83,6 +83,26 @@ fn a_local_file_becomes_an_object_by_a_link_and_outlives_its_removal() {
     assert_eq!(store.get_object(&object).expect("get"), b"again");
 }
 
+/// A run file made anonymous (`O_TMPFILE`, as the engine writes runs) is linked into the
+/// store through `/proc/self/fd/N` and outlives its handle.
+#[test]
+fn an_anonymous_local_file_is_linked_through_its_descriptor() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let (base, store) = temp_store();
+    let mut anonymous = tempfile::tempfile_in(base.path()).expect("an anonymous file");
+    anonymous.write_all(b"anonymous run").expect("written");
+    let path = PathBuf::from(format!("/proc/self/fd/{}", anonymous.as_raw_fd()));
+    let object = store.put_file(5, "join/run-0-8", &path, crc32fast::hash(b"anonymous run")).expect("put");
+    let stored = std::fs::metadata(file(&base, "state/epoch-5/join/run-0-8")).expect("stored");
+    assert_eq!(anonymous.metadata().expect("its metadata").ino(), stored.ino(), "linked, not copied");
+    drop(anonymous);
+    assert_eq!(store.get_object(&object).expect("get"), b"anonymous run");
+    let names: Vec<_> = std::fs::read_dir(base.path()).expect("listed").flatten().map(|e| e.file_name()).collect();
+    assert_eq!(names, ["store"], "nothing else is left in the directory: {names:?}");
+}
+
 #[test]
 fn a_local_file_on_another_file_system_is_copied() {
     use std::os::unix::fs::MetadataExt;

@@ -31,9 +31,11 @@
 //! dropped, its runs staying; one under way when the book goes (the run ends) is
 //! cancelled, and its file removed.
 //!
-//! **Files.** A run is written to a file of the state directory as its records come,
-//! then uploaded from the file (`CheckpointStore::put_file`, in pieces), then the file
-//! is removed: memory holds one block of it.
+//! **Files.** A run is written to an anonymous file of the state directory as its
+//! records come (memory holds one block of it), then uploaded from the file
+//! (`CheckpointStore::put_file`, in pieces, or linked into a local store through
+//! `/proc/self/fd/N`), then dropped. Being anonymous, it never outlives the process,
+//! even one killed mid-checkpoint or mid-merge.
 
 use std::collections::BTreeMap;
 use std::io::BufWriter;
@@ -328,9 +330,8 @@ fn write_local(
     cancel: Option<&AtomicBool>,
     write: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
 ) -> Result<Option<LocalRun>, SluiceError> {
-    let file = tempfile::Builder::new().prefix("run-").suffix(".sst").tempfile_in(dir);
-    let file = file.map_err(|error| local_error(dir, 0, error))?;
-    let mut writer = RunWriter::new(BufWriter::new(file.as_file()))?;
+    let file = tempfile::tempfile_in(dir).map_err(|error| local_error(dir, 0, error))?;
+    let mut writer = RunWriter::new(BufWriter::new(&file))?;
     let mut checked = InRange { sink: &mut writer, vnodes, name, dir, cancel };
     let outcome = write(&mut checked);
     let (bytes, entries) = (writer.bytes_written(), writer.entries());
@@ -349,16 +350,22 @@ fn infos(list: &[Listed]) -> Vec<compact::RunInfo> {
         .collect()
 }
 
-/// A run written to a local file, to be uploaded (the file goes when this is dropped).
+/// A run written to a local file, to be uploaded. The file is anonymous (`O_TMPFILE`,
+/// or unlinked at once where that is not supported), so it goes when this is dropped or
+/// the process ends, however it ends: a crash leaves no run behind in the state
+/// directory. The store reads it, or links it into a local store, through
+/// `/proc/self/fd/N`.
 struct LocalRun {
     name: String,
-    file: tempfile::NamedTempFile,
+    file: std::fs::File,
     checksum: u32,
 }
 
 impl LocalRun {
     fn upload(&self) -> (String, std::path::PathBuf, u32) {
-        (self.name.clone(), self.file.path().to_path_buf(), self.checksum)
+        use std::os::fd::AsRawFd;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
+        (self.name.clone(), path, self.checksum)
     }
 }
 
