@@ -90,7 +90,8 @@ type Instance = (String, u32, u32);
 
 /// A run of an instance's list, and whether it holds only keys that no older run of the
 /// list holds (`compact::RunInfo::fresh_keys`: written from `SnapshotKind::Additions`,
-/// or merged from such runs only; unknown after a restore, so false).
+/// or merged from such runs only; unknown after a restore, so false until the
+/// instance's first snapshot says its deltas are additions).
 #[derive(Debug, Clone)]
 struct Listed {
     run: StateRun,
@@ -184,6 +185,12 @@ impl RunBook {
                 lists.remove(&instance);
             }
             let fresh_keys = snapshot.kind == SnapshotKind::Additions;
+            if let Some(list) = lists.get_mut(&instance).filter(|_| fresh_keys) {
+                // An operator's deltas are additions or not by its plan, which the
+                // manifest's fingerprint pins: the runs a restore listed (unknown then)
+                // were additions too, or merges of them, but for the base.
+                list.iter_mut().skip(1).for_each(|listed| listed.fresh_keys = true);
+            }
             if snapshot.kind == SnapshotKind::Empty {
                 continue;
             }

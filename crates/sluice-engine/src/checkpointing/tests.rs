@@ -297,4 +297,33 @@ mod runs {
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
+
+    /// After a restore the runs' kinds are unknown; the instance's first additions say
+    /// what they were, so a growing state is not merged into its base.
+    #[test]
+    fn restored_runs_of_an_instance_that_adds_are_not_merged_into_the_base() {
+        let base = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(CheckpointStore::open("file://./store", base.path()).expect("opens"));
+        let _lease = store.acquire_lease(Holder::this_process("test")).expect("lease");
+        let mut book = RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4)));
+        let flag = Arc::new(AtomicBool::new(true));
+        let keys: Vec<String> = (0..40).map(|i| format!("k{i:03}")).collect();
+        let puts = |range: std::ops::Range<usize>| -> Vec<(u32, &str, Option<&str>)> {
+            keys[range].iter().map(|key| (1, key.as_str(), Some("v"))).collect()
+        };
+        book.write(&store, 1, vec![deferred(SnapshotKind::Full, puts(0..10), &flag)]).expect("written");
+        let runs = book.write(&store, 2, vec![deferred(SnapshotKind::Additions, puts(10..15), &flag)]);
+        let runs = runs.expect("written");
+        assert_eq!(runs.len(), 2);
+        // Restored: the second run is newer and, unknown, might overwrite the base.
+        let mut restored =
+            RunBook::restored(base.path().to_path_buf(), Some(&manifest(2, &runs)), std::slice::from_ref(&(0..4)));
+        let runs = restored.write(&store, 3, vec![deferred(SnapshotKind::Additions, puts(15..30), &flag)]);
+        assert_eq!(runs.expect("written").len(), 3);
+        restored.wait_for_merge();
+        let runs = restored.write(&store, 4, Vec::new()).expect("written");
+        assert_eq!(runs.len(), 3, "no merge of everything once the runs are known as additions: {runs:?}");
+        let model: Model = keys[..30].iter().map(|key| entry(1, key, "v")).collect();
+        assert_eq!(read(&store, &manifest(4, &runs), 0..4), model);
+    }
 }
