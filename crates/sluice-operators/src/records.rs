@@ -4,12 +4,13 @@
 //! A snapshot job produces its records in the state's own order (a join's rows as they
 //! arrived, an aggregate's groups in hash order); a run takes them sorted. [`Records`]
 //! appends each record's bytes once to a batch in memory. When a batch holds
-//! [`BATCH_BYTES`], it is sorted and written to a scratch file (anonymous, created
-//! already unlinked in the sink's scratch directory, the worker's `state_dir`, so a
-//! crash leaves nothing behind), and a new batch starts. [`Records::write`] sorts the
-//! last batch and merges it with the spilled ones. A snapshot job therefore holds at
-//! most one batch, one read buffer per spilled batch and one key per spilled batch in
-//! memory, whatever the size of its state.
+//! [`BATCH_BYTES`] and another record comes, the batch is sorted and written to a
+//! scratch file (anonymous, created already unlinked in the sink's scratch directory,
+//! the worker's `state_dir`, so a crash leaves nothing behind), and a new batch starts.
+//! [`Records::write`] writes a lone batch straight from memory, or spills the last one
+//! too and merges them all. A snapshot job therefore holds at most one batch (and the
+//! record that filled it), then one read buffer and one key per spilled batch, whatever
+//! the size of its state.
 //!
 //! **Sorting.** Entries are sorted by vnode first (a stable sort of 4-byte keys); each
 //! vnode's entries are sorted by key only when they are not in order already. Records
