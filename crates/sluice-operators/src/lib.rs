@@ -25,6 +25,7 @@
 pub mod aggregate;
 mod blob;
 mod bytes;
+mod changed;
 pub mod counter;
 pub mod expr;
 pub mod join;

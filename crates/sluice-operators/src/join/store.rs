@@ -148,9 +148,8 @@ pub(super) struct Store {
     dead_bytes: usize,
     /// Rows not written for a while are dropped (see `crate::ttl`), by slot.
     ttl: Option<crate::ttl::Ttl>,
-    /// Per slot, a bit: changed since the previous snapshot; and the slots marked.
-    changed_bits: Vec<u64>,
-    changed: Vec<u32>,
+    /// The slots changed since the previous snapshot.
+    changed: crate::changed::ChangedIds,
     /// The rows removed since the previous snapshot: key hash and bytes.
     removed: Vec<(u64, Vec<u8>)>,
     /// Whether changes are kept: from the first snapshot (or a restore) on, so that a
@@ -209,8 +208,7 @@ impl Store {
             bytes: 0,
             dead_bytes: 0,
             ttl: None,
-            changed_bits: Vec::new(),
-            changed: Vec::new(),
+            changed: crate::changed::ChangedIds::default(),
             removed: Vec::new(),
             tracking: false,
         }
@@ -221,14 +219,7 @@ impl Store {
         if !self.tracking {
             return;
         }
-        let (word, bit) = (slot as usize / 64, 1u64 << (slot % 64));
-        if word >= self.changed_bits.len() {
-            self.changed_bits.resize(word + 1, 0);
-        }
-        if self.changed_bits[word] & bit == 0 {
-            self.changed_bits[word] |= bit;
-            self.changed.push(slot);
-        }
+        self.changed.mark(slot);
     }
 
     /// Whether a snapshot may take only what changed (changes are kept).
@@ -251,8 +242,8 @@ impl Store {
         if full {
             changes.rows = self.slots.iter().filter(|s| !s.is_free()).map(|s| copy(s, &self.log)).collect();
         } else {
-            changes.rows.reserve(self.changed.len());
-            for &slot in &self.changed {
+            changes.rows.reserve(self.changed.listed());
+            for slot in self.changed.take() {
                 let stored = &self.slots[slot as usize];
                 if !stored.is_free() {
                     changes.rows.push(copy(stored, &self.log));
@@ -267,9 +258,7 @@ impl Store {
     /// Forgets what changed: the state is all in the runs (after a snapshot, or a
     /// restore); changes are kept from now on.
     pub(super) fn clear_changes(&mut self) {
-        for slot in self.changed.drain(..) {
-            self.changed_bits[slot as usize / 64] = 0;
-        }
+        self.changed.clear();
         self.removed.clear();
         self.tracking = true;
     }

@@ -242,8 +242,7 @@ pub struct OverAggregate {
     /// snapshot, and the ids marked (each once while its bit is set); the keys of
     /// partitions freed since; whether changes are kept (from the first snapshot or a
     /// restore on: a run without checkpoints keeps none).
-    changed_bits: Vec<u64>,
-    changed: Vec<u32>,
+    changed: crate::changed::ChangedIds,
     freed: Vec<Box<[u8]>>,
     tracking: bool,
 }
@@ -335,8 +334,7 @@ impl OverAggregate {
             watermark: i64::MIN,
             late_rows,
             vnodes,
-            changed_bits: Vec::new(),
-            changed: Vec::new(),
+            changed: crate::changed::ChangedIds::default(),
             freed: Vec::new(),
             tracking: false,
         })
@@ -347,22 +345,13 @@ impl OverAggregate {
         if !self.tracking {
             return;
         }
-        let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
-        if word >= self.changed_bits.len() {
-            self.changed_bits.resize(word + 1, 0);
-        }
-        if self.changed_bits[word] & bit == 0 {
-            self.changed_bits[word] |= bit;
-            self.changed.push(id);
-        }
+        self.changed.mark(id);
     }
 
     /// Forgets what changed (a snapshot took it, or a restore loaded the runs); changes
     /// are kept from now on.
     fn clear_changes(&mut self) {
-        for id in self.changed.drain(..) {
-            self.changed_bits[id as usize / 64] = 0;
-        }
+        self.changed.clear();
         self.freed.clear();
         self.tracking = true;
     }
@@ -431,9 +420,7 @@ impl OverAggregate {
         self.free.push(id);
         if self.tracking {
             // A partition that takes the id later is marked when it changes.
-            if let Some(word) = self.changed_bits.get_mut(id as usize / 64) {
-                *word &= !(1u64 << (id % 64));
-            }
+            self.changed.unmark(id);
             self.freed.push(partition.key);
         }
     }

@@ -65,16 +65,7 @@ pub(super) fn snapshot(over: &mut OverAggregate, delta: bool) -> Snapshot {
     let copy: Vec<Partition> = if full {
         over.partitions.iter().flatten().cloned().collect()
     } else {
-        let mut copy = Vec::with_capacity(over.changed.len());
-        for &id in &over.changed {
-            // An id freed and taken again may be listed twice: taken once.
-            let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
-            if over.changed_bits[word] & bit != 0 {
-                over.changed_bits[word] &= !bit;
-                copy.extend(over.partitions[id as usize].clone());
-            }
-        }
-        copy
+        over.changed.take().into_iter().filter_map(|id| over.partitions[id as usize].clone()).collect()
     };
     let freed = if full { Vec::new() } else { std::mem::take(&mut over.freed) };
     over.clear_changes();

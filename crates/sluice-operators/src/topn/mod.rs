@@ -271,8 +271,7 @@ pub struct TopN {
     /// snapshot, and the ids marked (an id may be listed again, or be gone: its bit
     /// decides); the keys of partitions removed since; whether changes are kept (from
     /// the first snapshot or a restore on).
-    changed_bits: Vec<u64>,
-    changed: Vec<u32>,
+    changed: crate::changed::ChangedIds,
     removed: Vec<Vec<u8>>,
     tracking: bool,
 }
@@ -333,8 +332,7 @@ impl TopN {
             late: None,
             keys: KeyRows::default(),
             encoded: KeyRows::default(),
-            changed_bits: Vec::new(),
-            changed: Vec::new(),
+            changed: crate::changed::ChangedIds::default(),
             removed: Vec::new(),
             tracking: false,
         })
@@ -342,32 +340,23 @@ impl TopN {
 
     /// Whether partition `id` changed since the previous snapshot.
     fn is_marked(&self, id: u32) -> bool {
-        self.changed_bits.get(id as usize / 64).is_some_and(|word| word & (1 << (id % 64)) != 0)
+        self.changed.contains(id)
     }
 
     /// Marks partition `id` changed since the previous snapshot.
     fn mark(&mut self, id: u32) {
-        if !self.tracking || self.is_marked(id) {
-            return;
+        if self.tracking {
+            self.changed.mark(id);
         }
-        let word = id as usize / 64;
-        if word >= self.changed_bits.len() {
-            self.changed_bits.resize(word + 1, 0);
-        }
-        self.changed_bits[word] |= 1 << (id % 64);
-        self.changed.push(id);
     }
 
     fn unmark(&mut self, id: u32) {
-        if let Some(word) = self.changed_bits.get_mut(id as usize / 64) {
-            *word &= !(1 << (id % 64));
-        }
+        self.changed.unmark(id);
     }
 
     /// Forgets what changed (a snapshot took it, or a restore loaded the runs); changes
     /// are kept from now on.
     fn clear_changes(&mut self) {
-        self.changed_bits.clear();
         self.changed.clear();
         self.removed.clear();
         self.tracking = true;

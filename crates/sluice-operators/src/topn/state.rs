@@ -42,15 +42,8 @@ pub(super) fn snapshot(topn: &mut TopN, delta: bool) -> Snapshot {
     let copy: Vec<Partition> = if full {
         topn.partitions.iter().filter(|p| !p.rows.is_empty()).cloned().collect()
     } else {
-        let mut copy = Vec::with_capacity(topn.changed.len());
-        for &id in &topn.changed {
-            let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
-            if (id as usize) < topn.partitions.len() && topn.changed_bits[word] & bit != 0 {
-                topn.changed_bits[word] &= !bit;
-                copy.push(topn.partitions[id as usize].clone());
-            }
-        }
-        copy
+        let changed = topn.changed.take().into_iter().filter(|&id| (id as usize) < topn.partitions.len());
+        changed.map(|id| topn.partitions[id as usize].clone()).collect()
     };
     let removed = if full { Vec::new() } else { std::mem::take(&mut topn.removed) };
     topn.clear_changes();

@@ -150,11 +150,9 @@ pub struct GroupAggregate {
     vnodes: u32,
     /// Groups not written for a while are dropped (see `crate::ttl`).
     ttl: Option<crate::ttl::Ttl>,
-    /// For snapshots (`state`): per group id a bit, changed since the previous snapshot,
-    /// and the ids marked; the keys of groups dropped since; whether changes are kept
+    /// For snapshots (`state`): the groups changed since the previous snapshot; the keys of groups dropped since; whether changes are kept
     /// (from the first snapshot or a restore on: a run without checkpoints keeps none).
-    changed_bits: Vec<u64>,
-    changed: Vec<u32>,
+    changed: crate::changed::ChangedIds,
     removed: Vec<Vec<u8>>,
     tracking: bool,
 }
@@ -217,8 +215,7 @@ impl GroupAggregate {
             ignored_retractions,
             vnodes,
             ttl: None,
-            changed_bits: Vec::new(),
-            changed: Vec::new(),
+            changed: crate::changed::ChangedIds::default(),
             removed: Vec::new(),
             tracking: false,
         })
@@ -229,22 +226,13 @@ impl GroupAggregate {
         if !self.tracking {
             return;
         }
-        let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
-        if word >= self.changed_bits.len() {
-            self.changed_bits.resize(word + 1, 0);
-        }
-        if self.changed_bits[word] & bit == 0 {
-            self.changed_bits[word] |= bit;
-            self.changed.push(id);
-        }
+        self.changed.mark(id);
     }
 
     /// Forgets what changed (a snapshot took it, or a restore loaded the runs); changes
     /// are kept from now on.
     fn clear_changes(&mut self) {
-        for id in self.changed.drain(..) {
-            self.changed_bits[id as usize / 64] = 0;
-        }
+        self.changed.clear();
         self.removed.clear();
         self.tracking = true;
     }

@@ -76,7 +76,7 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
     let copy: Vec<Group> = if full {
         aggregate.groups.iter().flatten().cloned().collect()
     } else {
-        aggregate.changed.iter().filter_map(|&id| aggregate.groups[id as usize].clone()).collect()
+        aggregate.changed.take().into_iter().filter_map(|id| aggregate.groups[id as usize].clone()).collect()
     };
     let removed = if full { Vec::new() } else { std::mem::take(&mut aggregate.removed) };
     aggregate.clear_changes();
