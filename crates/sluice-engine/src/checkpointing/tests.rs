@@ -127,6 +127,26 @@ mod runs {
 
     type Model = BTreeMap<(u32, Vec<u8>), Vec<u8>>;
 
+    /// A local store (leased) in a fresh directory, and a run book of one instance over
+    /// vnodes 0..4 that writes into it.
+    struct Fixture {
+        base: tempfile::TempDir,
+        store: Arc<CheckpointStore>,
+        _lease: sluice_checkpoint::Lease,
+        book: RunBook,
+        flag: Arc<AtomicBool>,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let base = tempfile::tempdir().expect("temp dir");
+            let store = Arc::new(CheckpointStore::open("file://./store", base.path()).expect("opens"));
+            let _lease = store.acquire_lease(Holder::this_process("test")).expect("lease");
+            let book = RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4)));
+            Fixture { base, store, _lease, book, flag: Arc::new(AtomicBool::new(true)) }
+        }
+    }
+
     /// A snapshot of `kind` writing `puts` (a `None` value deletes), in order.
     fn deferred(kind: SnapshotKind, puts: Vec<(u32, &str, Option<&str>)>, flag: &Arc<AtomicBool>) -> DeferredState {
         let puts: Vec<(u32, Vec<u8>, Option<Vec<u8>>)> =
@@ -170,11 +190,7 @@ mod runs {
 
     #[test]
     fn deltas_fulls_failures_and_compaction_keep_the_state_the_snapshots_describe() {
-        let base = tempfile::tempdir().expect("temp dir");
-        let store = Arc::new(CheckpointStore::open("file://./store", base.path()).expect("opens"));
-        let _lease = store.acquire_lease(Holder::this_process("test")).expect("lease");
-        let mut book = RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4)));
-        let flag = Arc::new(AtomicBool::new(true));
+        let Fixture { base, store, _lease, mut book, flag } = Fixture::new();
 
         let puts = vec![(1, "a", Some("1")), (2, "b", Some("2"))];
         let runs = book.write(&store, 1, vec![deferred(SnapshotKind::Delta, puts, &flag)]).expect("written");
@@ -254,11 +270,7 @@ mod runs {
     /// stops it.
     #[test]
     fn a_background_merge_lands_only_on_the_runs_it_merged() {
-        let base = tempfile::tempdir().expect("temp dir");
-        let store = Arc::new(CheckpointStore::open("file://./store", base.path()).expect("opens"));
-        let _lease = store.acquire_lease(Holder::this_process("test")).expect("lease");
-        let mut book = RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4)));
-        let flag = Arc::new(AtomicBool::new(true));
+        let Fixture { base, store, _lease, mut book, flag } = Fixture::new();
         let puts = vec![(1, "a", Some("1")), (2, "b", Some("2"))];
         book.write(&store, 1, vec![deferred(SnapshotKind::Delta, puts, &flag)]).expect("written");
         // Newer runs as large as the base: a merge of everything starts after this one.
@@ -302,11 +314,7 @@ mod runs {
     /// what they were, so a growing state is not merged into its base.
     #[test]
     fn restored_runs_of_an_instance_that_adds_are_not_merged_into_the_base() {
-        let base = tempfile::tempdir().expect("temp dir");
-        let store = Arc::new(CheckpointStore::open("file://./store", base.path()).expect("opens"));
-        let _lease = store.acquire_lease(Holder::this_process("test")).expect("lease");
-        let mut book = RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4)));
-        let flag = Arc::new(AtomicBool::new(true));
+        let Fixture { base, store, _lease, mut book, flag } = Fixture::new();
         let keys: Vec<String> = (0..40).map(|i| format!("k{i:03}")).collect();
         let puts = |range: std::ops::Range<usize>| -> Vec<(u32, &str, Option<&str>)> {
             keys[range].iter().map(|key| (1, key.as_str(), Some("v"))).collect()
