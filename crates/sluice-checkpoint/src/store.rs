@@ -214,18 +214,9 @@ impl CheckpointStore {
                 format!("reading {} to write it as {path:?} in {}: {error}", file.display(), self.url()),
             )
         };
-        let mut reader = std::fs::File::open(file).map_err(local)?;
-        let (mut hasher, mut size) = (crc32fast::Hasher::new(), 0u64);
-        let mut chunk = vec![0u8; CHUNK_BYTES];
-        loop {
-            let read = reader.read(&mut chunk).map_err(local)?;
-            if read == 0 {
-                break;
-            }
-            hasher.update(&chunk[..read]);
-            size += read as u64;
-        }
-        let computed = hasher.finalize();
+        let reader = std::fs::File::open(file).map_err(local)?;
+        let size = reader.metadata().map_err(local)?.len();
+        let computed = file_crc(&reader, 0..size).map_err(local)?;
         if computed != checksum {
             return Err(local_changed(path, file, computed, checksum));
         }
@@ -417,12 +408,7 @@ impl CheckpointStore {
         }
         let checksum = hasher.finalize();
         if checksum != object.checksum {
-            let problem = format!("checksum mismatch: computed {checksum:#010x}, expected {:#010x}", object.checksum);
-            return Err(SluiceError::external(
-                "checkpoint.object_checksum",
-                format!("state object {:?} in {}: {problem}", object.path, self.url()),
-            )
-            .with_kind(ErrorKind::DamagedObject));
+            return Err(self.checksum_mismatch(object, checksum));
         }
         Ok(())
     }
@@ -437,7 +423,6 @@ impl CheckpointStore {
         object: &ObjectRef,
         range: std::ops::Range<u64>,
     ) -> Result<(), SluiceError> {
-        use std::os::unix::fs::FileExt;
         let opened = match std::fs::File::open(file) {
             Ok(opened) => opened,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -451,25 +436,21 @@ impl CheckpointStore {
             let problem = format!("truncated: {actual} bytes, expected at least {}", range.end);
             return Err(self.damaged_object(object, problem));
         }
-        let mut hasher = crc32fast::Hasher::new();
-        let mut buffer = vec![0u8; CHUNK_BYTES];
-        let mut at = range.start;
-        while at < range.end {
-            let length = (range.end - at).min(CHUNK_BYTES as u64) as usize;
-            opened.read_exact_at(&mut buffer[..length], at).map_err(reading)?;
-            hasher.update(&buffer[..length]);
-            at += length as u64;
-        }
-        let checksum = hasher.finalize();
+        let checksum = file_crc(&opened, range).map_err(reading)?;
         if checksum != object.checksum {
-            let problem = format!("checksum mismatch: computed {checksum:#010x}, expected {:#010x}", object.checksum);
-            return Err(SluiceError::external(
-                "checkpoint.object_checksum",
-                format!("state object {:?} in {}: {problem}", object.path, self.url()),
-            )
-            .with_kind(ErrorKind::DamagedObject));
+            return Err(self.checksum_mismatch(object, checksum));
         }
         Ok(())
+    }
+
+    /// The error of an object whose bytes have the CRC-32 `computed`, not its own.
+    fn checksum_mismatch(&self, object: &ObjectRef, computed: u32) -> SluiceError {
+        let problem = format!("checksum mismatch: computed {computed:#010x}, expected {:#010x}", object.checksum);
+        SluiceError::external(
+            "checkpoint.object_checksum",
+            format!("state object {:?} in {}: {problem}", object.path, self.url()),
+        )
+        .with_kind(ErrorKind::DamagedObject)
     }
 
     /// Publishes `manifest` atomically (see the module doc). Every object it names must be
@@ -754,4 +735,19 @@ fn local_changed(path: &str, file: &Path, computed: u32, checksum: u32) -> Sluic
         ),
     )
     .with_fix("nothing but this process may write its state directory; check the disk for errors")
+}
+
+/// The CRC-32 of the bytes `range` of `file`, read [`CHUNK_BYTES`] at a time into one buffer.
+fn file_crc(file: &std::fs::File, range: std::ops::Range<u64>) -> std::io::Result<u32> {
+    use std::os::unix::fs::FileExt;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; CHUNK_BYTES.min(range.end.saturating_sub(range.start) as usize)];
+    let mut at = range.start;
+    while at < range.end {
+        let length = (range.end - at).min(CHUNK_BYTES as u64) as usize;
+        file.read_exact_at(&mut buffer[..length], at)?;
+        hasher.update(&buffer[..length]);
+        at += length as u64;
+    }
+    Ok(hasher.finalize())
 }
