@@ -65,7 +65,10 @@ pub(super) fn snapshot(over: &mut OverAggregate, delta: bool) -> Snapshot {
     let copy: Vec<Partition> = if full {
         over.partitions.iter().flatten().cloned().collect()
     } else {
-        over.changed.take().into_iter().filter_map(|id| over.partitions[id as usize].clone()).collect()
+        let ids = over.changed.take();
+        let mut copy = Vec::with_capacity(ids.len());
+        copy.extend(ids.into_iter().filter_map(|id| over.partitions[id as usize].clone()));
+        copy
     };
     let freed = if full { Vec::new() } else { std::mem::take(&mut over.freed) };
     over.clear_changes();

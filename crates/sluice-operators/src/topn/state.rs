@@ -42,8 +42,12 @@ pub(super) fn snapshot(topn: &mut TopN, delta: bool) -> Snapshot {
     let copy: Vec<Partition> = if full {
         topn.partitions.iter().filter(|p| !p.rows.is_empty()).cloned().collect()
     } else {
-        let changed = topn.changed.take().into_iter().filter(|&id| (id as usize) < topn.partitions.len());
-        changed.map(|id| topn.partitions[id as usize].clone()).collect()
+        // Sized once: millions of partitions may change between two snapshots.
+        let ids = topn.changed.take();
+        let mut copy = Vec::with_capacity(ids.len());
+        let live = ids.into_iter().filter(|&id| (id as usize) < topn.partitions.len());
+        copy.extend(live.map(|id| topn.partitions[id as usize].clone()));
+        copy
     };
     let removed = if full { Vec::new() } else { std::mem::take(&mut topn.removed) };
     topn.clear_changes();
