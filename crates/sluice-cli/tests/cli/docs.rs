@@ -293,23 +293,48 @@ fn link_targets(text: &str) -> Vec<String> {
     targets
 }
 
+/// The anchors a code host makes of a page's headings: lower case, punctuation dropped,
+/// spaces as hyphens (`## NEXMark and Flink's own answers` is
+/// `#nexmark-and-flinks-own-answers`).
+fn heading_anchors(text: &str) -> BTreeSet<String> {
+    let mut fenced = false;
+    let mut anchors = BTreeSet::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        let Some(heading) = line.strip_prefix('#').filter(|_| !fenced) else { continue };
+        let heading = heading.trim_start_matches('#').trim();
+        let anchor: String = heading
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        anchors.insert(anchor);
+    }
+    anchors
+}
+
 #[test]
 fn links_name_files_of_the_repository_and_the_readme_stays_short() {
     let mut problems = Vec::new();
     for path in markdown_files() {
         let text = std::fs::read_to_string(&path).expect("read");
         for target in link_targets(&text) {
-            let file = target.split('#').next().unwrap_or_default();
-            if file.is_empty() {
-                continue; // an anchor in the same page
-            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target.as_str(), ""));
             if file.contains("://") || file.starts_with("mailto:") {
                 problems.push(format!("{}: links outside the repository: {target}", relative(&path)));
                 continue;
             }
-            let resolved = path.parent().expect("a directory").join(file);
+            let resolved = if file.is_empty() { path.clone() } else { path.parent().expect("a directory").join(file) };
             if !resolved.exists() {
                 problems.push(format!("{}: no such file: {target}", relative(&path)));
+            } else if !anchor.is_empty() && resolved.extension().is_some_and(|e| e == "md") {
+                let text = std::fs::read_to_string(&resolved).expect("read the linked page");
+                if !heading_anchors(&text).contains(anchor) {
+                    problems.push(format!("{}: no heading for the anchor of {target}", relative(&path)));
+                }
             }
         }
     }
