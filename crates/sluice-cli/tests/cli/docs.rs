@@ -19,9 +19,10 @@
 //!     as the one view of a pipeline reading a `nexmark` source into a `blackhole`.
 //!
 //!   Any other tag that names TOML or SQL is refused, so a typo cannot skip a block.
-//! - **Links.** Every Markdown link outside code blocks is relative and names a file of
-//!   the repository (the docs cite only the repository), and README.md stays at most
-//!   12 KiB: the manual is in docs/.
+//! - **Links and citations.** Every Markdown link outside code blocks is relative and
+//!   names a file of the repository (and a heading of it, for a `#anchor`), every path
+//!   cited in a code span (`crates/…`) exists (the docs cite only the repository), and
+//!   README.md stays at most 12 KiB: the manual is in docs/.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -293,6 +294,33 @@ fn link_targets(text: &str) -> Vec<String> {
     targets
 }
 
+/// The repository paths a page cites in code spans outside its code blocks
+/// (`crates/…`, `scripts/…`, …), without trailing punctuation.
+fn cited_paths(text: &str) -> Vec<String> {
+    const ROOTS: [&str; 6] = ["crates/", "scripts/", "deploy/", "examples/", "docs/", "benches/"];
+    let mut paths = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        for span in line.split('`').skip(1).step_by(2) {
+            for word in span.split_whitespace() {
+                let word = word.trim_end_matches(['.', ',', ';', ':', ')']);
+                let pattern = word.contains(['*', '{', '<', '…']);
+                if ROOTS.iter().any(|root| word.starts_with(root)) && !pattern {
+                    paths.push(word.to_string());
+                }
+            }
+        }
+    }
+    paths
+}
+
 /// The anchors a code host makes of a page's headings: lower case, punctuation dropped,
 /// spaces as hyphens (`## NEXMark and Flink's own answers` is
 /// `#nexmark-and-flinks-own-answers`).
@@ -317,7 +345,7 @@ fn heading_anchors(text: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn links_name_files_of_the_repository_and_the_readme_stays_short() {
+fn links_and_cited_paths_name_files_of_the_repository_and_the_readme_stays_short() {
     let mut problems = Vec::new();
     for path in markdown_files() {
         let text = std::fs::read_to_string(&path).expect("read");
@@ -335,6 +363,16 @@ fn links_name_files_of_the_repository_and_the_readme_stays_short() {
                 if !heading_anchors(&text).contains(anchor) {
                     problems.push(format!("{}: no heading for the anchor of {target}", relative(&path)));
                 }
+            }
+        }
+    }
+    // The manual cites only files of the repository; the dated lab log describes the
+    // code as it was, so its paths may name files that moved since.
+    for path in markdown_files().into_iter().filter(|p| !p.ends_with("docs/benchmarks-history.md")) {
+        let text = std::fs::read_to_string(&path).expect("read");
+        for cited in cited_paths(&text) {
+            if !repository().join(&cited).exists() {
+                problems.push(format!("{}: cites `{cited}`, which the repository does not hold", relative(&path)));
             }
         }
     }
