@@ -66,11 +66,13 @@ fn relative(path: &Path) -> String {
     path.strip_prefix(&root).unwrap_or(&path).display().to_string()
 }
 
-/// A fenced code block: the file and line of its opening fence, its tag, its text.
+/// A fenced code block: the file and line of its opening fence, its tag, its text, and
+/// the last non-empty line before it (which may say which file it shows).
 struct Block {
     at: String,
     tag: String,
     text: String,
+    before: String,
 }
 
 /// The fenced blocks of a Markdown text (fences of three backticks, possibly indented).
@@ -78,13 +80,16 @@ fn blocks(path: &Path) -> Vec<Block> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let mut found = Vec::new();
     let mut open: Option<Block> = None;
+    let mut before = String::new();
     for (index, line) in text.lines().enumerate() {
         let trimmed = line.trim_start();
         match open.as_mut() {
             None if trimmed.starts_with("```") => {
                 let at = format!("{}:{}", relative(path), index + 1);
-                open = Some(Block { at, tag: trimmed[3..].trim().to_string(), text: String::new() });
+                let tag = trimmed[3..].trim().to_string();
+                open = Some(Block { at, tag, text: String::new(), before: before.clone() });
             }
+            None if !trimmed.is_empty() => before = line.to_string(),
             None => {}
             Some(_) if trimmed == "```" => found.extend(open.take()),
             Some(block) => {
@@ -95,6 +100,15 @@ fn blocks(path: &Path) -> Vec<Block> {
     }
     assert!(open.is_none(), "{}: a code block is never closed", relative(path));
     found
+}
+
+/// The example file a block shows, when the line before it links one:
+/// `[`examples/nexmark.toml`](examples/nexmark.toml), the first command's pipeline:`.
+/// Such a block must be that file without its opening comment.
+fn shown_example(before: &str) -> Option<String> {
+    let (_, rest) = before.split_once("](examples/")?;
+    let name = rest.split(')').next()?;
+    name.ends_with(".toml").then(|| format!("examples/{name}"))
 }
 
 /// The quoted strings of a `key = value` line whose key is one of `keys`.
@@ -191,6 +205,13 @@ fn every_toml_and_sql_block_of_the_docs_validates() {
                 }
                 _ => continue,
             };
+            if let Some(example) = shown_example(&block.before) {
+                let file = std::fs::read_to_string(repository().join(&example)).expect("the example shown");
+                let body: Vec<&str> = file.lines().skip_while(|l| l.starts_with('#') || l.is_empty()).collect();
+                if block.text.lines().collect::<Vec<_>>() != body {
+                    problems.push(format!("{}: differs from {example}, which the line before it names", block.at));
+                }
+            }
             checked.push((block.at, pipeline));
         }
     }
