@@ -1,4 +1,4 @@
-//! The manual stays true: README.md and every page under docs/ are checked against the
+//! The manual stays true: README.md, BENCHMARKS.md and every page under docs/ are checked against the
 //! binary, so a snippet or an options table that rots fails the suite.
 //!
 //! - **Connector pages.** Each page of `docs/connectors/` holds, between its generated
@@ -40,7 +40,7 @@ fn repository() -> PathBuf {
     crate::harness::crate_dir().join("../..")
 }
 
-/// README.md and every Markdown file under docs/, sorted, relative to the repository.
+/// README.md, BENCHMARKS.md and every Markdown file under docs/, sorted.
 fn markdown_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
         let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display()));
@@ -54,7 +54,7 @@ fn markdown_files() -> Vec<PathBuf> {
         }
     }
     let root = repository();
-    let mut found = vec![root.join("README.md")];
+    let mut found = vec![root.join("README.md"), root.join("BENCHMARKS.md")];
     walk(&root.join("docs"), &mut found);
     found.sort();
     found
