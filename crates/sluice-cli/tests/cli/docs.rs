@@ -1,5 +1,6 @@
-//! The manual stays true: README.md, BENCHMARKS.md and every page under docs/ are checked against the
-//! binary, so a snippet or an options table that rots fails the suite.
+//! The manual stays true: README.md, BENCHMARKS.md and every page under docs/ are
+//! checked against the binary, so a snippet or an options table that rots fails the
+//! suite.
 //!
 //! - **Connector pages.** Each page of `docs/connectors/` holds, between its generated
 //!   markers, exactly what `sluice connectors --format markdown NAME` prints from the
