@@ -7,6 +7,7 @@ mod bounded_state;
 mod checkpoints;
 mod cluster;
 mod crash;
+mod docs;
 mod examples;
 mod golden;
 mod harness;
