@@ -91,13 +91,46 @@ pub struct WrittenRun {
     pub blocks: u64,
 }
 
+/// A map keyed by vnode, hashed by one multiplication (looked up once per record of an
+/// interleaving writer; the keys are small integers, not input).
+type VnodeMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<VnodeHasher>>;
+
+/// Fibonacci hashing of the integers a key writes: its high bits, which the table's
+/// probes use first, depend on every bit of the key.
+#[derive(Debug, Default, Clone, Copy)]
+struct VnodeHasher(u64);
+
+impl std::hash::Hasher for VnodeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u8(&mut self, value: u8) {
+        self.write_u64(u64::from(value));
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(u64::from(value));
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(29) ^ value).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// The [`crate::StateSink`] order, asserted: a snapshot that breaks it is a bug.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct OrderCheck {
     /// The vnode written last, whether its points began, and its last key or range start.
     last: Option<(u32, bool, Vec<u8>)>,
     /// Once vnodes may interleave ([`OrderCheck::interleave`]): the same per vnode.
-    vnodes: Option<std::collections::HashMap<u32, (bool, Vec<u8>)>>,
+    vnodes: Option<VnodeMap<u32, (bool, Vec<u8>)>>,
 }
 
 impl OrderCheck {
@@ -105,7 +138,7 @@ impl OrderCheck {
     /// before the first record.
     pub(crate) fn interleave(&mut self) {
         assert!(self.last.is_none() && self.vnodes.is_none(), "a sink interleaves vnodes from its first record on");
-        self.vnodes = Some(std::collections::HashMap::new());
+        self.vnodes = Some(VnodeMap::default());
     }
 
     pub(crate) fn range(&mut self, vnode: u32, start: &[u8], end: &[u8]) {
@@ -186,7 +219,7 @@ pub struct RunWriter<W: Write> {
     block: OpenBlock,
     /// Once interleaving (`StateSink::interleave`): the open block of each vnode and kind,
     /// and their bytes.
-    open: Option<std::collections::HashMap<(u32, u8), OpenBlock>>,
+    open: Option<VnodeMap<(u32, u8), OpenBlock>>,
     open_bytes: usize,
     /// [`OPEN_BYTES_MAX`] (tests hold less).
     open_bytes_max: usize,
@@ -413,7 +446,7 @@ impl<W: Write> StateSink for RunWriter<W> {
 
     fn interleave(&mut self) {
         self.order.interleave();
-        self.open = Some(std::collections::HashMap::new());
+        self.open = Some(VnodeMap::default());
     }
 }
 
