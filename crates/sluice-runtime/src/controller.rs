@@ -24,7 +24,11 @@ use crate::chain::Chain;
 use crate::checkpoint::{CheckpointOptions, Restore, SegmentPlace, operator_id};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Cluster, Completed, Coordinator};
-use crate::driver::{Control, Driver, DriverEvent, EntrySetup, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
+use crate::driver::{
+    CONTROL_ARGUMENT, CONTROL_CAPACITY, Control, Driver, DriverEvent, EVENTS_PER_DRIVER, EntrySetup, FlowSetup,
+    LaneSetup, OutputSetup, SegmentSetup,
+};
+use crate::duration::humanize;
 use crate::exchange::{ExchangeInput, ExchangeOutput, cluster_mesh};
 use crate::mailbox::post;
 use crate::metrics::Metrics;
@@ -482,21 +486,6 @@ fn publish_link_counters(counters: &LinkCounters) {
 /// layer), a default thread's whole stack.
 pub(crate) const DRIVER_STACK_BYTES: usize = 8 << 20;
 
-/// Capacity of each driver's control channel. Enough because at most three messages can
-/// wait in it: one barrier (`Barrier` or `FinalBarrier`: the next is sent only after the
-/// driver acked the previous or finished), at most one `Stop` (sent once, and only without
-/// checkpoints), one `Exit` (sent once, after the final checkpoint the driver acked) and
-/// one `Abort` (the run's outcome is then set, and nothing more is sent).
-pub(crate) const CONTROL_CAPACITY: usize = 4;
-pub(crate) const CONTROL_ARGUMENT: &str =
-    "a driver's control channel holds at most one barrier, one stop, one exit and one abort";
-
-/// Room per driver in the events channel. Enough because a driver has at most two events
-/// outstanding: the ack of the one barrier in flight (the next barrier comes only after
-/// the controller handled it) and its one final event (`Finished`, `Fatal` or `Aborted`).
-pub(crate) const EVENTS_PER_DRIVER: usize = 4;
-pub(crate) const EVENTS_ARGUMENT: &str = "a driver has at most one ack and one final event outstanding";
-
 /// The longest the controller sleeps when nothing is due (it wakes on every event).
 const IDLE_WAKE: Duration = Duration::from_millis(500);
 
@@ -756,14 +745,6 @@ impl Supervisor<'_> {
             // A driver that already ended needs no abort.
             let _gone = post(control, Control::Abort, CONTROL_ARGUMENT);
         }
-    }
-}
-
-pub(crate) fn humanize(duration: Duration) -> String {
-    if duration.subsec_millis() == 0 {
-        format!("{}s", duration.as_secs())
-    } else {
-        format!("{}ms", duration.as_millis())
     }
 }
 

@@ -27,6 +27,7 @@ pub mod checkpoint;
 pub mod controller;
 mod coordinator;
 mod driver;
+mod duration;
 mod exchange;
 mod mailbox;
 pub mod metrics;
