@@ -21,7 +21,7 @@ use sluice_state::{Merge, MergeMode};
 use sluice_types::{ErrorKind, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
-use crate::checkpoint::{CheckpointOptions, Restore, SegmentPlace, operator_id};
+use crate::checkpoint::{CheckpointOptions, Restore};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Cluster, Completed, Coordinator};
 use crate::driver::{
@@ -33,6 +33,7 @@ use crate::exchange::{ExchangeInput, ExchangeOutput, cluster_mesh};
 use crate::mailbox::post;
 use crate::metrics::Metrics;
 use crate::peers::Peers;
+use crate::place::{SegmentPlace, operator_id};
 use crate::plan::{OperatorContext, Plan, SegmentOutput};
 use crate::writer::{Written, writer_gone};
 use sluice_cluster::link::{LinkMetrics, Network, NetworkBuilder};

@@ -54,10 +54,11 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs, failpoint, panic_message};
 
 use crate::chain::Chain;
-use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, SegmentPlace, SinkRecord, operator_id};
+use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, SinkRecord};
 use crate::exchange::{ExchangeInput, ExchangeOutput};
 use crate::mailbox::post;
 use crate::metrics::{Metrics, NO_WATERMARK};
+use crate::place::{SegmentPlace, operator_id};
 use crate::plan::{LaneContext, LanePoll, LaneReader, SinkParallelism, SinkWriter};
 
 /// Messages from the controller. `Stop` may be sent more than once; `Abort` and `Exit`
@@ -1055,8 +1056,8 @@ mod tests {
 
     use super::{Output, SegmentRun, feed};
     use crate::chain::Chain;
-    use crate::checkpoint::SegmentPlace;
     use crate::metrics::{Metrics, SinkMetrics};
+    use crate::place::SegmentPlace;
     use crate::plan::SinkWriter;
     use crate::tests::driver_tests::HoldAll;
     use crate::tests::support::{batch, values};

@@ -32,6 +32,7 @@ mod exchange;
 mod mailbox;
 pub mod metrics;
 pub mod peers;
+pub mod place;
 pub mod plan;
 mod writer;
 
