@@ -8,7 +8,7 @@
 //! - `x COLLATE pg_catalog.default` → `x` (one collation);
 //! - casts to `regclass`, `regtype`, `regnamespace`, `oid` → the value itself (an oid),
 //!   casts to `pg_catalog.text` → text;
-//! - `pg_catalog.f(…)` → `f(…)`;
+//! - `pg_catalog.f(…)` → `f(…)`; `current_user` (and `session_user`…) → `'sluice'`;
 //! - a scalar subquery whose first table is one that holds no rows here (indexes,
 //!   defaults, collations… `tables::EMPTY`) → NULL, which it evaluates to.
 //!
@@ -145,6 +145,14 @@ fn rewrite(statement: &mut Statement) {
                     None
                 }
             },
+            // `current_user` and its kin, without parentheses: the one role.
+            Expr::Function(function)
+                if matches!(function.args, ast::FunctionArguments::None)
+                    && ["current_user", "session_user", "current_role", "user"]
+                        .contains(&last_part(&function.name).as_str()) =>
+            {
+                Some(Expr::Value(Value::SingleQuotedString(tables::OWNER.to_string()).into()))
+            }
             Expr::Function(function) => {
                 strip_catalog(&mut function.name);
                 None

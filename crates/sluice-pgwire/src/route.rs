@@ -16,7 +16,11 @@ use std::ops::ControlFlow;
 pub(crate) const CATALOG_SCHEMAS: [&str; 2] = ["pg_catalog", "information_schema"];
 
 /// Functions only the catalog answers.
-const CATALOG_FUNCTIONS: [&str; 10] = [
+const CATALOG_FUNCTIONS: [&str; 14] = [
+    "current_user",
+    "session_user",
+    "current_role",
+    "user",
     "version",
     "current_schema",
     "current_schemas",

@@ -27,7 +27,8 @@ enum Kind {
     UserById,
     /// `pg_table_is_visible(oid)` and the privilege checks: true.
     True,
-    /// `obj_description`, `col_description`, `pg_get_expr`…: NULL.
+    /// `obj_description`, `col_description`, `pg_get_expr`, `array_to_string` (of the
+    /// catalog's arrays, all NULL), `pg_table_size`…: NULL.
     Null,
     /// `format_type(type oid, modifier)`: the type's display name.
     FormatType,
@@ -103,7 +104,7 @@ fn format_types(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
 
 /// Every catalog function, for a session of database `database`.
 pub(crate) fn all(database: &str) -> Vec<ScalarUDF> {
-    let functions: [(&'static str, Kind); 16] = [
+    let functions: [(&'static str, Kind); 21] = [
         ("version", Kind::Version),
         ("current_schema", Kind::CurrentSchema),
         ("current_database", Kind::CurrentDatabase),
@@ -118,6 +119,12 @@ pub(crate) fn all(database: &str) -> Vec<ScalarUDF> {
         ("pg_get_expr", Kind::Null),
         ("pg_get_viewdef", Kind::Null),
         ("pg_get_indexdef", Kind::Null),
+        // Every array of the catalog (ACLs, options) is NULL, and no table has a size.
+        ("array_to_string", Kind::Null),
+        ("pg_size_pretty", Kind::Null),
+        ("pg_table_size", Kind::Null),
+        ("pg_relation_size", Kind::Null),
+        ("pg_total_relation_size", Kind::Null),
         ("format_type", Kind::FormatType),
         ("pg_encoding_to_char", Kind::Encoding),
     ];

@@ -268,6 +268,9 @@ fn database_rows(database: &str) -> Result<RecordBatch, SluiceError> {
         ("datctype", texts(&["C"])),
         ("datistemplate", flags(false, 1)),
         ("datallowconn", flags(true, 1)),
+        ("datlocprovider", texts(&["c"])),
+        ("daticulocale", null_text(1)),
+        ("datacl", null_text(1)),
     ])
 }
 

@@ -154,4 +154,27 @@ fn a_bi_tool_discovers_tables_and_columns() {
         &["| k           | text             | NO          |", "| total       | double precision | YES         |"],
     );
     check("SELECT version(), current_database(), current_schema()", &["PostgreSQL 15.0 (Sluice", "| db "]);
+    check("SELECT current_user AS who", &["| sluice |"]);
+}
+
+#[test]
+fn psql_lists_databases_and_sizes() {
+    check(
+        r#"SELECT d.datname as "Name",
+       pg_catalog.pg_get_userbyid(d.datdba) as "Owner",
+       pg_catalog.pg_encoding_to_char(d.encoding) as "Encoding",
+       d.datcollate as "Collate",
+       d.datctype as "Ctype",
+       d.daticulocale as "ICU Locale",
+       CASE d.datlocprovider WHEN 'c' THEN 'libc' WHEN 'i' THEN 'icu' END AS "Locale Provider",
+       pg_catalog.array_to_string(d.datacl, E'\n') AS "Access privileges"
+FROM pg_catalog.pg_database d
+ORDER BY 1;"#,
+        &["| db   | sluice | UTF8     | C       | C     |            | libc            |"],
+    );
+    check(
+        "SELECT c.relname, pg_catalog.pg_size_pretty(pg_catalog.pg_table_size(c.oid)) as \"Size\", \
+         pg_catalog.obj_description(c.oid, 'pg_class') as \"Description\" FROM pg_catalog.pg_class c ORDER BY 1",
+        &["| counts  |      |             |"],
+    );
 }
