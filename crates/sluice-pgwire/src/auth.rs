@@ -8,6 +8,11 @@
 //! queries `catalog` answers (psql picks its queries by the server's version), UTF8,
 //! ISO dates, UTC and `standard_conforming_strings = on`.
 //!
+//! Cancel requests: every connection is registered by its process id and secret key
+//! (32 random bits, as PostgreSQL's) while it lives; a `CancelRequest` naming both ends
+//! the query it runs (`pgwire` drops the handler's future, and with it the lease and
+//! the execution), and answers nothing otherwise.
+//!
 //! Bounds: one salted key derived at start (4096 iterations, PostgreSQL's default), a
 //! fresh random salt each start; the exchange within `pgwire`'s startup timeout.
 
@@ -19,7 +24,10 @@ use futures::sink::{Sink, SinkExt};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password};
 use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler};
-use pgwire::api::{ClientInfo, PidSecretKeyGenerator, RandomPidSecretKeyGenerator};
+use pgwire::api::{
+    ClientInfo, ConnectionGuard, ConnectionHandle, ConnectionManager, PidSecretKeyGenerator,
+    RandomPidSecretKeyGenerator,
+};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::PgWireFrontendMessage;
@@ -47,15 +55,23 @@ pub(crate) enum Startup {
 
 impl Startup {
     /// Derives the salted key of `token` once (a random salt), or trusts without one.
-    pub(crate) fn new(token: Option<&str>) -> Startup {
+    /// Every connection that starts is registered with `connections`, by its process id
+    /// and secret key, so that a cancel request can find its query.
+    pub(crate) fn new(token: Option<&str>, connections: Arc<ConnectionManager>) -> Startup {
         let Some(token) = token else {
-            return Startup::Trust(Trust { parameters: parameters(), keys: RandomPidSecretKeyGenerator::default() });
+            return Startup::Trust(Trust {
+                parameters: parameters(),
+                keys: RandomPidSecretKeyGenerator::default(),
+                connections,
+            });
         };
         let salt = random_salt();
         let salted = gen_salted_password(token, &salt, ITERATIONS);
         let mut scram = ScramAuth::new(Arc::new(TokenSource { salt, salted }));
         scram.set_iterations(ITERATIONS);
-        Startup::Scram(SASLAuthStartupHandler::new(Arc::new(parameters())).with_scram(scram))
+        Startup::Scram(
+            SASLAuthStartupHandler::new(Arc::new(parameters())).with_scram(scram).with_connection_manager(connections),
+        )
     }
 }
 
@@ -110,6 +126,7 @@ impl AuthSource for TokenSource {
 pub(crate) struct Trust {
     parameters: DefaultServerParameterProvider,
     keys: RandomPidSecretKeyGenerator,
+    connections: Arc<ConnectionManager>,
 }
 
 impl Trust {
@@ -125,7 +142,11 @@ impl Trust {
         pgwire::api::auth::protocol_negotiation(client, &startup).await?;
         pgwire::api::auth::save_startup_parameters_to_metadata(client, &startup);
         let (pid, secret_key) = self.keys.generate(client);
-        client.set_pid_and_secret_key(pid, secret_key);
+        client.set_pid_and_secret_key(pid, secret_key.clone());
+        // Registered while the connection lives (the guard leaves with its session).
+        let (handle, guard) = self.connections.register(pid, secret_key);
+        client.session_extensions().insert::<Arc<ConnectionHandle>>(handle);
+        client.session_extensions().insert::<ConnectionGuard>(guard);
         // Authentication ok, the parameters, the key data, ReadyForQuery.
         pgwire::api::auth::finish_authentication(client, &self.parameters).await?;
         client.flush().await?;

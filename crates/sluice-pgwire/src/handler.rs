@@ -20,6 +20,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::Sink;
 use futures::sink::SinkExt;
+use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
@@ -28,7 +29,7 @@ use pgwire::api::results::{
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, METADATA_DATABASE, PgWireServerHandlers, Type};
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, METADATA_DATABASE, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::data::DataRow;
@@ -46,13 +47,17 @@ use crate::{catalog, encode, params};
 pub(crate) struct Backend {
     startup: Arc<Startup>,
     handler: Arc<Handler>,
+    /// The open connections, by process id and secret key: cancel requests' targets.
+    cancels: Arc<DefaultCancelHandler>,
 }
 
 impl Backend {
     pub(crate) fn new(queries: Queries, token: Option<&str>) -> Backend {
+        let connections = Arc::new(ConnectionManager::new());
         Backend {
-            startup: Arc::new(Startup::new(token)),
+            startup: Arc::new(Startup::new(token, Arc::clone(&connections))),
             handler: Arc::new(Handler { queries, parser: Arc::new(SqlText) }),
+            cancels: Arc::new(DefaultCancelHandler::new(connections)),
         }
     }
 }
@@ -68,6 +73,10 @@ impl PgWireServerHandlers for Backend {
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
         Arc::clone(&self.startup)
+    }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::clone(&self.cancels)
     }
 }
 

@@ -34,7 +34,8 @@
 //! rows encoded once, bounded by the query's row and byte limits; a catalog query over
 //! the catalog's few rows within [`CATALOG_TIMEOUT`]. A client that goes away (its
 //! socket closes) ends its connection's work at once: the lease is released and the
-//! execution cancelled, as over HTTP (`server`).
+//! execution cancelled, as over HTTP (`server`); a cancel request (psql's Ctrl-C) does
+//! the same to the query it names (`auth`).
 
 mod auth;
 mod catalog;
