@@ -117,6 +117,13 @@ pub struct AdminArgs {
     /// the admin token, which clients give as their password (SCRAM-SHA-256).
     #[arg(long, value_name = "ADDR|off", default_value = "off")]
     pg_bind: String,
+    /// A PEM file with the certificate chain the PostgreSQL endpoint serves TLS with
+    /// (with --pg-tls-key); clients ask for TLS with sslmode=require.
+    #[arg(long, value_name = "PATH", requires = "pg_tls_key")]
+    pg_tls_cert: Option<PathBuf>,
+    /// A PEM file with the private key of --pg-tls-cert.
+    #[arg(long, value_name = "PATH", requires = "pg_tls_cert")]
+    pg_tls_key: Option<PathBuf>,
 }
 
 /// The admin API's settings, checked before the job starts.
@@ -154,7 +161,11 @@ impl AdminArgs {
                     .with_fix("give IP:PORT (e.g. 127.0.0.1:5432, port 0: any free port), or `off`"),
             )
         })?;
-        PgListener::bind(bind, self.token()?).map(Some).map_err(EngineError::new)
+        let listener = PgListener::bind(bind, self.token()?).map_err(EngineError::new)?;
+        match (&self.pg_tls_cert, &self.pg_tls_key) {
+            (Some(certificate), Some(key)) => listener.with_tls(certificate, key).map(Some).map_err(EngineError::new),
+            _ => Ok(Some(listener)),
+        }
     }
 
     /// The token from --admin-token-file (trimmed), else SLUICE_ADMIN_TOKEN, else None.

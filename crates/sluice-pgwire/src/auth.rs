@@ -57,7 +57,9 @@ impl Startup {
     /// Derives the salted key of `token` once (a random salt), or trusts without one.
     /// Every connection that starts is registered with `connections`, by its process id
     /// and secret key, so that a cancel request can find its query.
-    pub(crate) fn new(token: Option<&str>, connections: Arc<ConnectionManager>) -> Startup {
+    /// With TLS, `certificate` (its PEM) also offers SCRAM-SHA-256-PLUS, which binds the
+    /// exchange to the TLS channel.
+    pub(crate) fn new(token: Option<&str>, certificate: Option<&[u8]>, connections: Arc<ConnectionManager>) -> Startup {
         let Some(token) = token else {
             return Startup::Trust(Trust {
                 parameters: parameters(),
@@ -69,6 +71,12 @@ impl Startup {
         let salted = gen_salted_password(token, &salt, ITERATIONS);
         let mut scram = ScramAuth::new(Arc::new(TokenSource { salt, salted }));
         scram.set_iterations(ITERATIONS);
+        if let Some(certificate) = certificate
+            && let Err(error) = scram.configure_certificate(certificate)
+        {
+            // Plain SCRAM-SHA-256 still authenticates; only the channel binding is lost.
+            tracing::warn!(%error, "the PostgreSQL endpoint offers SCRAM without channel binding");
+        }
         Startup::Scram(
             SASLAuthStartupHandler::new(Arc::new(parameters())).with_scram(scram).with_connection_manager(connections),
         )

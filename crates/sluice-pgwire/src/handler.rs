@@ -52,10 +52,11 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
-    pub(crate) fn new(queries: Queries, token: Option<&str>) -> Backend {
+    pub(crate) fn new(queries: Queries, token: Option<&str>, tls: Option<&crate::tls::Tls>) -> Backend {
         let connections = Arc::new(ConnectionManager::new());
+        let certificate = tls.map(|tls| tls.certificate_pem.as_slice());
         Backend {
-            startup: Arc::new(Startup::new(token, Arc::clone(&connections))),
+            startup: Arc::new(Startup::new(token, certificate, Arc::clone(&connections))),
             handler: Arc::new(Handler { queries, parser: Arc::new(SqlText) }),
             cancels: Arc::new(DefaultCancelHandler::new(connections)),
         }

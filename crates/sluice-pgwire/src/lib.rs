@@ -25,7 +25,9 @@
 //!
 //! Access (`auth`): on a loopback address anyone local may connect; elsewhere the admin
 //! token is required as the password, through SCRAM-SHA-256 (the token never crosses
-//! the network), the same rule as the admin API's.
+//! the network), the same rule as the admin API's. With a certificate and key, TLS is
+//! served through rustls (`tls`), and SCRAM is bound to the TLS channel
+//! (SCRAM-SHA-256-PLUS) for clients that ask.
 //!
 //! Bounds: [`CONNECTIONS_MAX`] connections at once (more are closed at once); the
 //! startup and authentication within `pgwire`'s startup timeout; messages within
@@ -46,5 +48,6 @@ mod params;
 mod route;
 mod server;
 mod session;
+mod tls;
 
 pub use server::{CATALOG_TIMEOUT, CONNECTIONS_MAX, GRACE, PgListener, PgServer};

@@ -27,6 +27,7 @@ use tokio::io::Interest;
 use tokio::sync::{Semaphore, watch};
 
 use crate::handler::Backend;
+use pgwire::tokio::TlsAcceptor;
 
 /// Connections served at once.
 pub const CONNECTIONS_MAX: usize = 64;
@@ -42,6 +43,7 @@ pub struct PgListener {
     listener: TcpListener,
     addr: SocketAddr,
     token: Option<String>,
+    tls: Option<crate::tls::Tls>,
 }
 
 impl PgListener {
@@ -55,7 +57,14 @@ impl PgListener {
                 .with_fix("choose another address or port with --pg-bind (port 0: any free port)")
         })?;
         let addr = listener.local_addr().map_err(|e| start_error(format!("its address: {e}")))?;
-        Ok(PgListener { listener, addr, token })
+        Ok(PgListener { listener, addr, token, tls: None })
+    }
+
+    /// Also serves TLS (clients asking for it with `sslmode=require` or `prefer`) with
+    /// the certificate chain and private key in the PEM files `certificate` and `key`.
+    pub fn with_tls(mut self, certificate: &std::path::Path, key: &std::path::Path) -> Result<PgListener, SluiceError> {
+        self.tls = Some(crate::tls::Tls::load(certificate, key)?);
+        Ok(self)
     }
 
     /// The address it listens on.
@@ -66,7 +75,7 @@ impl PgListener {
     /// Serves ad-hoc queries through `queries` (the admin API's, to share its bounds; or
     /// `Queries::new` when the admin API is off) from a thread of its own.
     pub fn serve(self, queries: Queries) -> Result<PgServer, SluiceError> {
-        let PgListener { listener, addr, token } = self;
+        let PgListener { listener, addr, token, tls } = self;
         listener.set_nonblocking(true).map_err(|e| start_error(format!("a non-blocking socket: {e}")))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -76,11 +85,12 @@ impl PgListener {
             .thread_stack_size(sluice_engine::QUERY_STACK_BYTES)
             .build()
             .map_err(|e| start_error(format!("a runtime: {e}")))?;
-        let backend = Arc::new(Backend::new(queries, token.as_deref()));
+        let backend = Arc::new(Backend::new(queries, token.as_deref(), tls.as_ref()));
+        let acceptor = tls.map(|tls| tls.acceptor);
         let (stop, stopped) = watch::channel(false);
         let thread = std::thread::Builder::new()
             .name("sluice-pgwire".into())
-            .spawn(move || run(runtime, listener, backend, stopped))
+            .spawn(move || run(runtime, listener, backend, acceptor, stopped))
             .map_err(|e| start_error(format!("a thread: {e}")))?;
         Ok(PgServer { addr, stop: Some(stop), thread: Some(thread) })
     }
@@ -150,7 +160,13 @@ impl Drop for PgServer {
 }
 
 /// The server's thread: accepts until asked to stop, then at most [`GRACE`] more.
-fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, backend: Arc<Backend>, stopped: watch::Receiver<bool>) {
+fn run(
+    runtime: tokio::runtime::Runtime,
+    listener: TcpListener,
+    backend: Arc<Backend>,
+    acceptor: Option<TlsAcceptor>,
+    stopped: watch::Receiver<bool>,
+) {
     runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => listener,
@@ -182,10 +198,11 @@ fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, backend: Arc<Bac
                 continue;
             };
             let backend = Arc::clone(&backend);
+            let acceptor = acceptor.clone();
             let stopped = stopped.clone();
             connections.spawn(async move {
                 let _permit = permit;
-                serve_connection(socket, backend, stopped).await;
+                serve_connection(socket, backend, acceptor, stopped).await;
             });
         }
         // Stopped: the open connections go on for at most GRACE.
@@ -199,7 +216,12 @@ fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, backend: Arc<Bac
 }
 
 /// One connection, until it ends, its client hangs up or the server stops.
-async fn serve_connection(socket: tokio::net::TcpStream, backend: Arc<Backend>, stopped: watch::Receiver<bool>) {
+async fn serve_connection(
+    socket: tokio::net::TcpStream,
+    backend: Arc<Backend>,
+    acceptor: Option<TlsAcceptor>,
+    stopped: watch::Receiver<bool>,
+) {
     let (socket, watch) = match watched(socket) {
         Ok(pair) => pair,
         Err(error) => {
@@ -208,7 +230,7 @@ async fn serve_connection(socket: tokio::net::TcpStream, backend: Arc<Backend>, 
         }
     };
     tokio::select! {
-        served = pgwire::tokio::process_socket(socket, None, Arc::clone(&backend)) => {
+        served = pgwire::tokio::process_socket(socket, acceptor, Arc::clone(&backend)) => {
             if let Err(error) = served {
                 tracing::debug!(%error, "a PostgreSQL connection ended with an error");
             }

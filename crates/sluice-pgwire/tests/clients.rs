@@ -74,6 +74,27 @@ fn with_a_token_only_its_password_gets_in() {
     assert_eq!(stdout(&admitted), "3");
 }
 
+/// With a certificate, TLS is served (`sslmode=require` gets in, SCRAM bound to the
+/// channel when psql asks: `channel_binding=require`); without one, it is refused.
+#[test]
+fn tls_is_served_with_a_certificate() {
+    let served = Served::start_tls(Some("s3cret"));
+    let sql = ["-A", "-t", "-c", "SELECT COUNT(*) FROM totals"];
+    let secured = common::psql_ssl(served.addr(), Some("s3cret"), "require", &sql);
+    assert!(secured.status.success(), "{}", stderr(&secured));
+    assert_eq!(stdout(&secured), "3");
+    let bound = common::psql_command(served.addr(), Some("s3cret"), &sql)
+        .env("PGSSLMODE", "require")
+        .env("PGCHANNELBINDING", "require")
+        .output()
+        .expect("runs psql");
+    assert!(bound.status.success(), "{}", stderr(&bound));
+    let plain = Served::start(None);
+    let refused = common::psql_ssl(plain.addr(), None, "require", &sql);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("server does not support SSL"), "{}", stderr(&refused));
+}
+
 /// psycopg's default connection: a transaction opened by BEGIN, queries through the
 /// extended protocol with server-side parameters, text and binary results.
 const PSYCOPG: &str = r#"

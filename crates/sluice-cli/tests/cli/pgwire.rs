@@ -1,6 +1,7 @@
 //! `sluice run --pg-bind`: the PostgreSQL endpoint of a cluster's follower answers for
 //! the whole pipeline (every worker's slice, gathered as `/query` gathers them), to the
-//! real `psql`; and a non-loopback address without the token is refused before the run.
+//! real `psql`; and a non-loopback address without the token, or a certificate that
+//! cannot be read, is refused before the run.
 //! Every wait is on an event (a line, an answer) with a deadline.
 
 use std::path::PathBuf;
@@ -75,7 +76,7 @@ fn a_clusters_follower_answers_psql_for_every_worker() {
 }
 
 #[test]
-fn a_non_loopback_pg_address_without_a_token_is_refused_before_the_run() {
+fn a_non_loopback_pg_address_without_a_token_or_a_missing_certificate_is_refused_before_the_run() {
     let scratch = Scratch::new();
     scratch.write(
         "pipeline.toml",
@@ -83,4 +84,7 @@ fn a_non_loopback_pg_address_without_a_token_is_refused_before_the_run() {
     );
     let output = scratch.sluice(&["run", "pipeline.toml", "--pg-bind", "0.0.0.0:0"]);
     assert_fails_with(&output, &["without a password", "--admin-token-file"]);
+    let args =
+        ["run", "pipeline.toml", "--pg-bind", "127.0.0.1:0", "--pg-tls-cert", "no.crt", "--pg-tls-key", "no.key"];
+    assert_fails_with(&scratch.sluice(&args), &["cannot read the certificate no.crt", "--pg-tls-cert"]);
 }

@@ -76,6 +76,16 @@ impl Served {
     /// Starts the pipeline and serves it (with `token`, clients must give it as their
     /// password), then waits until `totals` counts every row.
     pub fn start(token: Option<&str>) -> Served {
+        Served::start_with(token, false)
+    }
+
+    /// [`Served::start`] serving TLS too, with a self-signed certificate for
+    /// `localhost` that `openssl` makes.
+    pub fn start_tls(token: Option<&str>) -> Served {
+        Served::start_with(token, true)
+    }
+
+    fn start_with(token: Option<&str>, tls: bool) -> Served {
         let dir = tempfile::tempdir().expect("tempdir");
         let lines: Vec<String> =
             (0..ROWS).map(|i| format!(r#"{{"k": "{}", "v": {i}}}"#, ["a", "b", "c"][i as usize % 3])).collect();
@@ -84,7 +94,21 @@ impl Served {
         let job = Job::start(&pipeline, StartOptions::default()).expect("starts");
         let bind: SocketAddr = "127.0.0.1:0".parse().expect("addr");
         let queries = sluice_admin::Queries::new(job.handle(), token);
-        let server = PgListener::bind(bind, token.map(str::to_string)).and_then(|l| l.serve(queries)).expect("serves");
+        let mut listener = PgListener::bind(bind, token.map(str::to_string)).expect("binds");
+        if tls {
+            let (certificate, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+            let made = Command::new("openssl")
+                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+                .args(["-days", "1", "-subj", "/CN=localhost", "-keyout"])
+                .arg(&key)
+                .arg("-out")
+                .arg(&certificate)
+                .output()
+                .expect("runs openssl (install it with: apt-get install -y openssl)");
+            assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+            listener = listener.with_tls(&certificate, &key).expect("TLS");
+        }
+        let server = listener.serve(queries).expect("serves");
         let served = Served { job: Some(job), server: Some(server), _dir: dir };
         served.wait_for_every_row();
         served
@@ -161,6 +185,11 @@ pub fn psql_command(addr: SocketAddr, password: Option<&str>, args: &[&str]) -> 
         command.env("PGPASSWORD", password);
     }
     command
+}
+
+/// Runs `psql ARGS` to its end with `sslmode` (PGSSLMODE).
+pub fn psql_ssl(addr: SocketAddr, password: Option<&str>, sslmode: &str, args: &[&str]) -> Output {
+    psql_command(addr, password, args).env("PGSSLMODE", sslmode).output().expect("runs psql")
 }
 
 /// Runs `psql ARGS` to its end.
