@@ -25,7 +25,9 @@ fn a_lease_ends_when_its_client_goes_away_mid_answer_or_cancels() {
     assert_eq!(handle.query_leases(), 0);
     // The next query holds its lease and stops at the failpoint (until it is removed).
     sluice_types::failpoint::fail::cfg("query.leased", "1*pause").expect("failpoint");
-    let mut client = psql_command(served.addr(), None, &["-c", "SELECT k, n, total FROM totals ORDER BY k"])
+    // The lease would otherwise live for the query's timeout: longer than the deadline.
+    let query = ["-c", "SET statement_timeout = '300s'", "-c", "SELECT k, n, total FROM totals ORDER BY k"];
+    let mut client = psql_command(served.addr(), None, &query)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -45,7 +47,7 @@ fn a_lease_ends_when_its_client_goes_away_mid_answer_or_cancels() {
     // psql's Ctrl-C sends a cancel request on a connection of its own: the query ends
     // (57014) and its lease with it.
     sluice_types::failpoint::fail::cfg("query.leased", "1*pause").expect("failpoint");
-    let client = psql_command(served.addr(), None, &["-c", "SELECT k, n, total FROM totals ORDER BY k"])
+    let client = psql_command(served.addr(), None, &query)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
