@@ -8,6 +8,8 @@
 //! - `x COLLATE pg_catalog.default` → `x` (one collation);
 //! - casts to `regclass`, `regtype`, `regnamespace`, `oid` → the value itself (an oid),
 //!   casts to `pg_catalog.text` → text;
+//! - `x = ANY (ARRAY[a, b])` → `x IN (a, b)` (the catalog has no arrays); casts to
+//!   `"char"`, `bpchar`, `varchar` → text;
 //! - `pg_catalog.f(…)` → `f(…)`; `current_user` (and `session_user`…) → `'sluice'`;
 //! - a scalar subquery whose first table is one that holds no rows here (indexes,
 //!   defaults, collations… `tables::EMPTY`) → NULL, which it evaluates to.
@@ -158,6 +160,10 @@ fn rewrite(statement: &mut Statement) {
                 None
             }
             Expr::Subquery(query) if no_rows_body(&query.body).is_some() => Some(Expr::Value(Value::Null.into())),
+            // `x = ANY (ARRAY[a, b])` (no arrays here) → `x IN (a, b)`.
+            Expr::AnyOp { left, compare_op: BinaryOperator::Eq, right, .. } => {
+                array_elements(right).map(|list| Expr::InList { expr: left.clone(), list, negated: false })
+            }
             _ => None,
         };
         if let Some(replacement) = replacement {
@@ -165,6 +171,15 @@ fn rewrite(statement: &mut Statement) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// The elements of an `ARRAY[…]` literal (in parentheses or not).
+fn array_elements(expr: &Expr) -> Option<Vec<Expr>> {
+    match expr {
+        Expr::Nested(inner) => array_elements(inner),
+        Expr::Array(array) => Some(array.elem.clone()),
+        _ => None,
+    }
 }
 
 fn plain_operator(symbol: &str) -> Option<BinaryOperator> {
@@ -196,13 +211,18 @@ fn cast_target(data_type: &ast::DataType) -> Cast {
     };
     match name.as_str() {
         "regclass" | "regtype" | "regnamespace" | "regproc" | "regprocedure" | "oid" => Cast::Drop,
-        "text" | "name" => Cast::Text,
+        "text" | "name" | "char" | "bpchar" | "varchar" => Cast::Text,
         _ => Cast::Keep,
     }
 }
 
+/// The last part of `name`, lower-cased, without quotes (`"char"` is `char`).
 fn last_part(name: &ObjectName) -> String {
-    name.0.last().map(|part| part.to_string().to_lowercase()).unwrap_or_default()
+    match name.0.last() {
+        Some(ObjectNamePart::Identifier(ident)) => ident.value.to_lowercase(),
+        Some(part) => part.to_string().to_lowercase(),
+        None => String::new(),
+    }
 }
 
 /// `pg_catalog.f` → `f`.

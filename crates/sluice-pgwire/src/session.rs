@@ -25,6 +25,13 @@ pub(crate) struct Settings {
     values: Mutex<BTreeMap<String, String>>,
 }
 
+/// The value of the server's fixed setting `name` (`current_setting`), if it is one.
+pub(crate) fn fixed(name: &str) -> Option<String> {
+    let name = name.to_lowercase();
+    let name = if name == "transaction isolation level" { "transaction_isolation".to_string() } else { name };
+    FIXED.iter().find(|(fixed, _)| *fixed == name).map(|(_, value)| value.to_string())
+}
+
 /// The server's fixed settings, as PostgreSQL shows them.
 const FIXED: [(&str, &str); 9] = [
     ("server_version", crate::auth::SERVER_VERSION),
@@ -90,7 +97,7 @@ impl Settings {
             "search_path" => return Ok("public".to_string()),
             _ => {}
         }
-        FIXED.iter().find(|(fixed, _)| *fixed == name).map(|(_, value)| value.to_string()).ok_or_else(|| {
+        fixed(&name).ok_or_else(|| {
             SluiceError::user("pgwire.setting", format!("unrecognized configuration parameter \"{name}\""))
                 .with_fix("SHOW statement_timeout, sluice.max_rows, server_version, TimeZone…")
         })

@@ -34,6 +34,8 @@ enum Kind {
     FormatType,
     /// `pg_encoding_to_char(encoding)`: `UTF8`.
     Encoding,
+    /// `current_setting(name)`: the server's fixed settings (NULL for others).
+    Setting,
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -72,6 +74,7 @@ impl ScalarUDFImpl for CatalogFunction {
             Kind::True => Ok(ColumnarValue::Array(Arc::new(BooleanArray::from(vec![true; args.number_rows])))),
             Kind::Null => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))),
             Kind::FormatType => format_types(&args),
+            Kind::Setting => settings(&args),
         }
     }
 }
@@ -102,9 +105,22 @@ fn format_types(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
     Ok(ColumnarValue::Array(Arc::new(names)))
 }
 
+/// `current_setting(name)` row by row.
+fn settings(args: &ScalarFunctionArgs) -> Result<ColumnarValue> {
+    let Some(names) = args.args.first() else {
+        return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)));
+    };
+    let names = cast(&names.to_array(args.number_rows)?, &DataType::Utf8)?;
+    let names = names.as_string::<i32>();
+    let values: StringArray = (0..names.len())
+        .map(|row| if names.is_null(row) { None } else { crate::session::fixed(names.value(row)) })
+        .collect();
+    Ok(ColumnarValue::Array(Arc::new(values)))
+}
+
 /// Every catalog function, for a session of database `database`.
 pub(crate) fn all(database: &str) -> Vec<ScalarUDF> {
-    let functions: [(&'static str, Kind); 21] = [
+    let functions: [(&'static str, Kind); 22] = [
         ("version", Kind::Version),
         ("current_schema", Kind::CurrentSchema),
         ("current_database", Kind::CurrentDatabase),
@@ -127,6 +143,7 @@ pub(crate) fn all(database: &str) -> Vec<ScalarUDF> {
         ("pg_total_relation_size", Kind::Null),
         ("format_type", Kind::FormatType),
         ("pg_encoding_to_char", Kind::Encoding),
+        ("current_setting", Kind::Setting),
     ];
     functions
         .into_iter()

@@ -155,6 +155,16 @@ fn a_bi_tool_discovers_tables_and_columns() {
     );
     check("SELECT version(), current_database(), current_schema()", &["PostgreSQL 15.0 (Sluice", "| db "]);
     check("SELECT current_user AS who", &["| sluice |"]);
+    // SQLAlchemy's table names, and settings asked on connect.
+    check(
+        "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'public' AND c.relkind = ANY (ARRAY['r'::\"char\", 'p', 'f', 'v', 'm']) ORDER BY 1",
+        &["| amounts |", "| counts  |"],
+    );
+    check(
+        "SELECT current_setting('server_version') AS v, current_setting('standard_conforming_strings') AS s",
+        &["| 15.0 | on |"],
+    );
 }
 
 #[test]
