@@ -21,15 +21,15 @@
 //! PostgreSQL names an expression).
 //!
 //! Bounds: the catalog has a row per table and per column; a query runs on its own
-//! current-thread runtime within [`crate::CATALOG_TIMEOUT`], with DataFusion's memory
-//! pool at [`CATALOG_MEMORY`].
+//! current-thread runtime until its interrupt fires (at [`crate::CATALOG_TIMEOUT`], or
+//! when its client goes away), every operator checking it at each batch (the query
+//! path's `interruptible`), with DataFusion's memory pool at [`CATALOG_MEMORY`].
 
 mod functions;
 mod tables;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -42,6 +42,8 @@ use datafusion::sql::sqlparser::ast::{
     self, BinaryOperator, Expr, GroupByExpr, JoinOperator, ObjectName, ObjectNamePart, SelectItem, SetExpr,
     SetOperator, Statement, TableFactor, Value,
 };
+use sluice_engine::query::interrupt::interruptible;
+use sluice_engine::query::{Interrupt, Stop};
 use sluice_types::SluiceError;
 
 /// DataFusion's memory pool for a catalog query.
@@ -58,7 +60,7 @@ pub(crate) fn answer(
     mut statement: Statement,
     tables: &[(String, SchemaRef)],
     database: &str,
-    timeout: Duration,
+    interrupt: &Interrupt,
 ) -> Result<CatalogAnswer, SluiceError> {
     rewrite(&mut statement);
     if let Some(columns) = no_rows(&statement) {
@@ -70,6 +72,14 @@ pub(crate) fn answer(
         .enable_time()
         .build()
         .map_err(|e| SluiceError::external("query.runtime", format!("cannot start the catalog's runtime: {e}")))?;
+    let stopped = || match interrupt.fired() {
+        Some(Stop::Cancelled) => SluiceError::external("query.cancelled", "the catalog query was cancelled"),
+        _ => SluiceError::external(
+            "query.timeout",
+            format!("the catalog query took longer than {} ms", crate::CATALOG_TIMEOUT.as_millis()),
+        )
+        .with_fix("ask for less of the catalog"),
+    };
     let work = async {
         let plan = context
             .state()
@@ -78,15 +88,22 @@ pub(crate) fn answer(
             .map_err(catalog_error)?;
         let frame = context.execute_logical_plan(plan).await.map_err(catalog_error)?;
         let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
-        let batches = frame.collect().await.map_err(catalog_error)?;
-        Ok::<_, SluiceError>(CatalogAnswer { schema, batches })
+        let task = frame.task_ctx();
+        let physical = frame.create_physical_plan().await.map_err(catalog_error)?;
+        // Every operator stops at its next batch once the interrupt fires: a cross join
+        // of the catalog with itself ends at the deadline too.
+        let physical = interruptible(physical, interrupt).map_err(catalog_error)?;
+        let batches = datafusion::physical_plan::collect(physical, Arc::new(task)).await;
+        match (batches, interrupt.fired()) {
+            (Ok(batches), None) => Ok(CatalogAnswer { schema, batches }),
+            (Err(error), None) => Err(catalog_error(error)),
+            (_, Some(_)) => Err(stopped()),
+        }
     };
-    let outcome = runtime.block_on(async move { tokio::time::timeout(timeout, work).await });
+    let left = interrupt.deadline().saturating_duration_since(std::time::Instant::now());
+    let outcome = runtime.block_on(async move { tokio::time::timeout(left, work).await });
     drop(runtime);
-    outcome.map_err(|_| {
-        SluiceError::external("query.timeout", format!("the catalog query took longer than {} ms", timeout.as_millis()))
-            .with_fix("ask for less of the catalog")
-    })?
+    outcome.map_err(|_| stopped())?
 }
 
 fn catalog_error(error: datafusion::error::DataFusionError) -> SluiceError {

@@ -35,6 +35,7 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::data::DataRow;
 use pgwire::messages::response::NoticeResponse;
 use sluice_admin::Queries;
+use sluice_engine::query::Interrupt;
 use sluice_types::SluiceError;
 
 use crate::auth::Startup;
@@ -196,9 +197,12 @@ impl Handler {
     ) -> Result<Rows, SluiceError> {
         let job = self.queries.job().clone();
         let database = database(client, &job);
+        let interrupt = Interrupt::new(std::time::Instant::now() + crate::CATALOG_TIMEOUT);
+        // A client that goes away drops this future: the query stops at its next batch.
+        let _cancel = Cancel(interrupt.clone());
         tokio::task::spawn_blocking(move || {
             let tables = job.materialized_schemas();
-            let answer = catalog::answer(statement, &tables, &database, crate::CATALOG_TIMEOUT)?;
+            let answer = catalog::answer(statement, &tables, &database, &interrupt)?;
             encoded(&answer.schema, &answer.batches, None, &format)
         })
         .await
@@ -230,6 +234,15 @@ impl Handler {
             }
             _ => Ok((Vec::new(), Vec::new())),
         }
+    }
+}
+
+/// Cancels a catalog query's execution when dropped (after it finished, nothing).
+struct Cancel(Interrupt);
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 

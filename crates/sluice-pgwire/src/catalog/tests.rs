@@ -22,7 +22,8 @@ fn tables() -> Vec<(String, SchemaRef)> {
 /// The answer to `sql`, printed as a table.
 fn ask(sql: &str) -> String {
     let statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parses").pop().expect("one");
-    let answer = answer(statement, &tables(), "db", Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e:?}"));
+    let interrupt = Interrupt::new(std::time::Instant::now() + crate::CATALOG_TIMEOUT);
+    let answer = answer(statement, &tables(), "db", &interrupt).unwrap_or_else(|e| panic!("{e:?}"));
     let names: Vec<&str> = answer.schema.fields().iter().map(|f| f.name().as_str()).collect();
     let batches: Vec<RecordBatch> = answer.batches;
     format!("{names:?}\n{}", pretty_format_batches(&batches).expect("prints"))
@@ -187,4 +188,18 @@ ORDER BY 1;"#,
          pg_catalog.obj_description(c.oid, 'pg_class') as \"Description\" FROM pg_catalog.pg_class c ORDER BY 1",
         &["| counts  |      |             |"],
     );
+}
+
+/// A cross join of the catalog with itself, large enough to run for hours, stops at its
+/// deadline (every operator checks the interrupt at each batch).
+#[test]
+fn a_huge_catalog_query_stops_at_its_deadline() {
+    let sql = "SELECT a.typlen + b.typlen + c.typlen + j.typlen AS s FROM pg_catalog.pg_type a, pg_catalog.pg_type b, \
+               pg_catalog.pg_type c, \
+               pg_catalog.pg_type d, pg_catalog.pg_type e, pg_catalog.pg_type f, pg_catalog.pg_type g, \
+               pg_catalog.pg_type h, pg_catalog.pg_type i, pg_catalog.pg_type j ORDER BY s DESC LIMIT 1";
+    let statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parses").pop().expect("one");
+    let interrupt = Interrupt::new(std::time::Instant::now() + std::time::Duration::from_millis(300));
+    let error = answer(statement, &tables(), "db", &interrupt).err().expect("stopped");
+    assert_eq!(error.code, "query.timeout", "{error:?}");
 }
