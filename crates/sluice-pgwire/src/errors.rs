@@ -51,9 +51,12 @@ pub(crate) fn sqlstate(error: &SluiceError) -> &'static str {
 
 /// `error` as PostgreSQL's error fields.
 pub(crate) fn info(error: &SluiceError) -> ErrorInfo {
-    let mut info = ErrorInfo::new("ERROR".to_string(), sqlstate(error).to_string(), error.message.clone());
+    // A field ends at a NUL: one inside a value (quoted from the client's bytes) would
+    // cut the message short.
+    let clean = |text: &str| text.replace('\0', "\\0");
+    let mut info = ErrorInfo::new("ERROR".to_string(), sqlstate(error).to_string(), clean(&error.message));
     info.detail = Some(format!("sluice error code: {}", error.code));
-    info.hint = error.fix.clone();
+    info.hint = error.fix.as_deref().map(clean);
     info
 }
 
@@ -83,6 +86,12 @@ mod tests {
         check(SluiceError::external("query.worker_unreachable", "worker 1"), "58000");
         check(SluiceError::external("query.busy", "4 queries"), "53000");
         check(SluiceError::internal("query.table", "x"), "XX000");
+    }
+
+    #[test]
+    fn a_nul_in_a_message_is_written_out() {
+        let error = SluiceError::user("query.sql", "bad \0 byte");
+        assert_eq!(info(&error).message, "bad \\0 byte");
     }
 
     #[test]

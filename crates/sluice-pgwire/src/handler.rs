@@ -219,10 +219,16 @@ impl Handler {
     ) -> Result<(Vec<FieldInfo>, Vec<Option<Type>>), SluiceError> {
         match route(sql) {
             Route::Show { name } => Ok((vec![text_field(&name, format)], Vec::new())),
-            Route::Catalog(statement) => {
-                // Parameters not bound yet are NULL: the catalog's answer keeps its columns.
+            Route::Catalog(_) => {
+                // Parameters not bound yet are NULL (the answer keeps its columns), and
+                // described as text (the catalog's values are names and kinds).
+                let count = placeholders(sql);
+                let unbound = params::substitute(sql, &vec!["NULL".to_string(); count])?;
+                let Route::Catalog(statement) = route(&unbound) else {
+                    return Ok((Vec::new(), Vec::new()));
+                };
                 let rows = self.catalog(client, *statement, format.clone()).await?;
-                Ok((rows.fields.to_vec(), Vec::new()))
+                Ok((rows.fields.to_vec(), vec![Some(Type::TEXT); count]))
             }
             Route::Query => {
                 let job = self.queries.job().clone();
@@ -243,6 +249,22 @@ struct Cancel(Interrupt);
 impl Drop for Cancel {
     fn drop(&mut self) {
         self.0.cancel();
+    }
+}
+
+impl Handler {
+    /// The parameter types a Describe of the portal's statement told the client, when
+    /// it bound a value in the binary format without declaring its type (none else).
+    async fn described_types<C: ClientInfo>(
+        &self,
+        client: &C,
+        portal: &Portal<String>,
+    ) -> Result<Vec<Option<Type>>, SluiceError> {
+        if !params::needs_described_types(portal) {
+            return Ok(Vec::new());
+        }
+        let (_, types) = self.describe(client, &portal.statement.statement, &Format::UnifiedText).await?;
+        Ok(types)
     }
 }
 
@@ -329,7 +351,8 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let sql = params::bind(&portal.statement.statement, portal).map_err(to_pg)?;
+        let described = self.described_types(client, portal).await.map_err(to_pg)?;
+        let sql = params::bind(&portal.statement.statement, portal, &described).map_err(to_pg)?;
         self.answer(client, &sql, &portal.result_column_format).await.map_err(to_pg)
     }
 
@@ -345,13 +368,8 @@ impl ExtendedQueryHandler for Handler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let count = placeholders(&statement.statement);
-        let unbound = params::substitute(&statement.statement, &vec!["NULL".to_string(); count]).map_err(to_pg)?;
-        let routed_sql = if matches!(route(&statement.statement), Route::Catalog(_)) {
-            unbound
-        } else {
-            statement.statement.clone()
-        };
-        let (fields, inferred) = self.describe(client, &routed_sql, &Format::UnifiedText).await.map_err(to_pg)?;
+        let (fields, inferred) =
+            self.describe(client, &statement.statement, &Format::UnifiedText).await.map_err(to_pg)?;
         if fields.is_empty() && count == 0 {
             return Ok(DescribeStatementResponse::no_data());
         }
@@ -381,7 +399,8 @@ impl ExtendedQueryHandler for Handler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let sql = params::bind(&portal.statement.statement, portal).map_err(to_pg)?;
+        let described = self.described_types(client, portal).await.map_err(to_pg)?;
+        let sql = params::bind(&portal.statement.statement, portal, &described).map_err(to_pg)?;
         let (fields, _) = self.describe(client, &sql, &portal.result_column_format).await.map_err(to_pg)?;
         if fields.is_empty() {
             return Ok(DescribePortalResponse::no_data());

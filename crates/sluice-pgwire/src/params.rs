@@ -18,13 +18,33 @@ use pgwire::api::Type;
 use pgwire::api::portal::Portal;
 use sluice_types::SluiceError;
 
-/// `sql` with every `$n` replaced by the portal's value `n`.
-pub(crate) fn bind(sql: &str, portal: &Portal<String>) -> Result<String, SluiceError> {
+/// `sql` with every `$n` replaced by the portal's value `n`, read as the type the
+/// client declared for it, else as `described` (what the server's Describe told the
+/// client, which then binds values of that type: rust-postgres, JDBC), else as text.
+pub(crate) fn bind(sql: &str, portal: &Portal<String>, described: &[Option<Type>]) -> Result<String, SluiceError> {
     if portal.parameter_len() == 0 {
         return Ok(sql.to_string());
     }
-    let literals = (0..portal.parameter_len()).map(|index| literal(portal, index)).collect::<Result<Vec<_>, _>>()?;
+    let literals = (0..portal.parameter_len())
+        .map(|index| {
+            let declared =
+                declared(portal, index).or_else(|| described.get(index).cloned().flatten()).unwrap_or(Type::UNKNOWN);
+            literal(portal, index, declared)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     substitute(sql, &literals)
+}
+
+/// The type the client declared for parameter `index` (None for none, or unknown).
+fn declared(portal: &Portal<String>, index: usize) -> Option<Type> {
+    portal.statement.parameter_types.get(index).cloned().flatten().filter(|t| *t != Type::UNKNOWN)
+}
+
+/// Whether a parameter's type is neither declared by the client nor text: its value
+/// can be read only with the type the server described.
+pub(crate) fn needs_described_types(portal: &Portal<String>) -> bool {
+    (0..portal.parameter_len())
+        .any(|index| declared(portal, index).is_none() && portal.parameter_format.is_binary(index))
 }
 
 /// `sql` with `$n` replaced by `literals[n - 1]` (`NULL` where a statement is described
@@ -55,8 +75,7 @@ pub(crate) fn substitute(sql: &str, literals: &[String]) -> Result<String, Sluic
 }
 
 /// The SQL literal of parameter `index`.
-fn literal(portal: &Portal<String>, index: usize) -> Result<String, SluiceError> {
-    let declared = portal.statement.parameter_types.get(index).cloned().flatten().unwrap_or(Type::UNKNOWN);
+fn literal(portal: &Portal<String>, index: usize, declared: Type) -> Result<String, SluiceError> {
     let bad = |e: pgwire::error::PgWireError| {
         SluiceError::user("pgwire.parameter", format!("parameter ${} is not a valid {}: {e}", index + 1, declared))
             .with_fix("send the value in the type's text form")
@@ -71,13 +90,13 @@ fn literal(portal: &Portal<String>, index: usize) -> Result<String, SluiceError>
             portal.parameter::<f64>(index, &declared).map_err(bad)?.map(|v| format!("CAST('{v}' AS DOUBLE)"))
         }
         Type::BOOL => portal.parameter::<bool>(index, &declared).map_err(bad)?.map(|v| v.to_string().to_uppercase()),
-        Type::NUMERIC => text(portal, index)?.map(|v| number(&v, index)).transpose()?,
-        Type::DATE => text(portal, index)?.map(|v| format!("CAST({} AS DATE)", quoted(&v))),
+        Type::NUMERIC => text(portal, index, &declared)?.map(|v| number(&v, index)).transpose()?,
+        Type::DATE => text(portal, index, &declared)?.map(|v| format!("CAST({} AS DATE)", quoted(&v))),
         Type::TIMESTAMP | Type::TIMESTAMPTZ => {
-            text(portal, index)?.map(|v| format!("CAST({} AS TIMESTAMP)", quoted(&v)))
+            text(portal, index, &declared)?.map(|v| format!("CAST({} AS TIMESTAMP)", quoted(&v)))
         }
         Type::UNKNOWN | Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
-            text(portal, index)?.map(|v| quoted(&v))
+            text(portal, index, &declared)?.map(|v| quoted(&v))
         }
         other => {
             return Err(SluiceError::user(
@@ -90,26 +109,27 @@ fn literal(portal: &Portal<String>, index: usize) -> Result<String, SluiceError>
     Ok(value.unwrap_or_else(|| "NULL".to_string()))
 }
 
-/// Parameter `index` as text: its text form, or UTF-8 bytes in the binary format.
-fn text(portal: &Portal<String>, index: usize) -> Result<Option<String>, SluiceError> {
+/// Parameter `index` as text: its text form, or UTF-8 bytes in the binary format of a
+/// text type; never with a NUL (PostgreSQL's text has none).
+fn text(portal: &Portal<String>, index: usize, declared: &Type) -> Result<Option<String>, SluiceError> {
     let Some(Some(bytes)) = portal.parameters.get(index) else { return Ok(None) };
-    if portal.parameter_format.is_binary(index)
-        && !matches!(portal_type(portal, index), Type::UNKNOWN | Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME)
-    {
+    let text_type = matches!(*declared, Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME);
+    if portal.parameter_format.is_binary(index) && !text_type {
         return Err(SluiceError::user(
             "pgwire.unsupported",
-            format!("parameter ${} of type {} came in the binary format", index + 1, portal_type(portal, index)),
+            format!("parameter ${} of type {declared} came in the binary format", index + 1),
         )
-        .with_fix("send it in the text format"));
+        .with_fix("send it in the text format, or declare its type"));
     }
-    String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| {
+    let text = String::from_utf8(bytes.to_vec()).map_err(|_| {
         SluiceError::user("pgwire.parameter", format!("parameter ${} is not UTF-8 text", index + 1))
             .with_fix("send text in UTF-8 (client_encoding = UTF8)")
-    })
-}
-
-fn portal_type(portal: &Portal<String>, index: usize) -> Type {
-    portal.statement.parameter_types.get(index).cloned().flatten().unwrap_or(Type::UNKNOWN)
+    })?;
+    if text.contains('\0') {
+        return Err(SluiceError::user("pgwire.parameter", format!("parameter ${} holds a NUL character", index + 1))
+            .with_fix("send text without NUL characters"));
+    }
+    Ok(Some(text))
 }
 
 /// A decimal number, checked, in parentheses.

@@ -95,6 +95,41 @@ fn tls_is_served_with_a_certificate() {
     assert!(stderr(&refused).contains("server does not support SSL"), "{}", stderr(&refused));
 }
 
+/// rust-postgres prepares statements (Parse, then Describe of the statement: its
+/// parameters' and columns' types before any value is bound) and sends its parameters
+/// and asks for its results in the binary format.
+#[test]
+fn a_prepared_statement_is_described_then_bound_in_binary() {
+    let served = Served::start(None);
+    let addr = served.addr();
+    let config = format!("host={} port={} user=sluice dbname=sluice connect_timeout=60", addr.ip(), addr.port());
+    let mut client = postgres::Client::connect(&config, postgres::NoTls).expect("connects");
+    let statement =
+        client.prepare("SELECT k, n, total FROM totals WHERE n > $1 AND k <> $2 ORDER BY k").expect("prepared");
+    assert_eq!(statement.params(), &[postgres::types::Type::INT8, postgres::types::Type::TEXT]);
+    let columns: Vec<(&str, &postgres::types::Type)> =
+        statement.columns().iter().map(|c| (c.name(), c.type_())).collect();
+    assert_eq!(
+        columns,
+        [
+            ("k", &postgres::types::Type::TEXT),
+            ("n", &postgres::types::Type::INT8),
+            ("total", &postgres::types::Type::INT8)
+        ]
+    );
+    let rows = client.query(&statement, &[&5i64, &"b"]).expect("answered");
+    let rows: Vec<(String, i64, i64)> = rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))).collect();
+    assert_eq!(rows, [("a".to_string(), 10, 135), ("c".to_string(), 10, 155)]);
+    // A catalog query with a parameter, prepared the same way.
+    let tables = client
+        .query("SELECT table_name FROM information_schema.tables WHERE table_schema = $1", &[&"public"])
+        .expect("answered");
+    assert_eq!(tables.iter().map(|row| row.get::<_, String>(0)).collect::<Vec<_>>(), ["totals"]);
+    // The error of a query, from its Describe.
+    let error = client.prepare("SELECT * FROM nope WHERE x = $1").expect_err("refused");
+    assert_eq!(error.code(), Some(&postgres::error::SqlState::UNDEFINED_TABLE), "{error}");
+}
+
 /// psycopg's default connection: a transaction opened by BEGIN, queries through the
 /// extended protocol with server-side parameters, text and binary results.
 const PSYCOPG: &str = r#"
