@@ -21,7 +21,10 @@
 //!   - a value the key encoding writes as an i64 (tag `0x02`: integers, dates,
 //!     timestamps, times and intervals) of 60 bits or fewer: in 8 bytes with its
 //!     members ([`SeenInt`]), hashed by its value alone (this table is never persisted,
-//!     so its hash is free to be another than the key hash);
+//!     so its hash is free to be another than the key hash); while every such value of
+//!     the set takes 28 bits or fewer (ids below 134 million: NEXMark's bidders and
+//!     auctions), in 4 bytes ([`IntTable::Narrow`]), the table widened at the first
+//!     value that does not fit;
 //!   - any other value of up to 15 bytes: in 16 bytes with its members ([`SeenShort`],
 //!     64 with counts);
 //!   - a longer one boxed in a table of its own.
@@ -124,6 +127,68 @@ impl SeenInt {
         let mut bytes = [TAG_SIGNED; 9];
         bytes[1..].copy_from_slice(&value.to_le_bytes());
         bytes
+    }
+}
+
+/// Whether `value` takes 28 bits or fewer (a narrow entry's).
+fn fits_narrow(value: i64) -> bool {
+    (value << 36) >> 36 == value
+}
+
+/// A narrow entry: a value of 28 bits shifted left by 4, its members in the low 4 bits.
+fn narrow(value: i64, members: u8) -> u32 {
+    ((value as u32) << 4) | u32::from(members)
+}
+
+fn narrow_value(entry: u32) -> i64 {
+    i64::from((entry as i32) >> 4)
+}
+
+/// The integers of a seen set: 4 bytes each while they all fit 28 bits, else 8.
+#[derive(Debug, Clone)]
+pub(super) enum IntTable {
+    Narrow(HashTable<u32>),
+    Wide(HashTable<SeenInt>),
+}
+
+impl IntTable {
+    fn len(&self) -> usize {
+        match self {
+            IntTable::Narrow(table) => table.len(),
+            IntTable::Wide(table) => table.len(),
+        }
+    }
+
+    /// Every value as a wide entry.
+    fn iter(&self) -> Box<dyn Iterator<Item = SeenInt> + '_> {
+        match self {
+            IntTable::Narrow(table) => {
+                Box::new(table.iter().map(|&e| SeenInt(((narrow_value(e) as u64) << 4) | u64::from(e & 0x0F))))
+            }
+            IntTable::Wide(table) => Box::new(table.iter().copied()),
+        }
+    }
+
+    /// The members of `value` (of 60 bits or fewer), the value added with none if new.
+    fn members_of(&mut self, value: i64) -> Members<'_> {
+        if matches!(self, IntTable::Narrow(_)) && !fits_narrow(value) {
+            let mut wide = HashTable::with_capacity(self.len() + 1);
+            for entry in self.iter() {
+                wide.insert_unique(int_hash(entry.value()), entry, |e: &SeenInt| int_hash(e.value()));
+            }
+            *self = IntTable::Wide(wide);
+        }
+        let hash = int_hash(value);
+        match self {
+            IntTable::Narrow(table) => {
+                let entry = table.entry(hash, |&e| narrow_value(e) == value, |&e| int_hash(narrow_value(e)));
+                Members::Narrow(entry.or_insert_with(|| narrow(value, 0)).into_mut())
+            }
+            IntTable::Wide(table) => {
+                let entry = table.entry(hash, |entry| entry.value() == value, |entry| int_hash(entry.value()));
+                Members::Int(entry.or_insert_with(|| SeenInt((value as u64) << 4)).into_mut())
+            }
+        }
     }
 }
 
@@ -284,11 +349,12 @@ impl DistinctSet {
 #[derive(Debug, Clone)]
 pub(super) enum DistinctValues {
     Counted(HashTable<Counted>),
-    Seen { ints: HashTable<SeenInt>, short: HashTable<SeenShort>, long: HashTable<SeenLong> },
+    Seen { ints: IntTable, short: HashTable<SeenShort>, long: HashTable<SeenLong> },
 }
 
 /// The members of one value of a [`DistinctValues::Seen`] set, where they are kept.
 enum Members<'a> {
+    Narrow(&'a mut u32),
     Int(&'a mut SeenInt),
     Short(&'a mut SeenShort),
     Long(&'a mut u8),
@@ -297,6 +363,7 @@ enum Members<'a> {
 impl Members<'_> {
     fn get(&self) -> u8 {
         match self {
+            Members::Narrow(entry) => (**entry & 0x0F) as u8,
             Members::Int(entry) => entry.members(),
             Members::Short(entry) => entry.members(),
             Members::Long(members) => **members,
@@ -305,6 +372,7 @@ impl Members<'_> {
 
     fn set(&mut self, members: u8) {
         match self {
+            Members::Narrow(entry) => **entry = (**entry & !0x0F) | u32::from(members),
             Members::Int(entry) => entry.set_members(members),
             Members::Short(entry) => entry.set_members(members),
             Members::Long(held) => **held = members,
@@ -315,15 +383,14 @@ impl Members<'_> {
 /// The members of `value` (table hash `table`) in a seen set, the value added with none
 /// if new.
 fn seen_members<'a>(
-    ints: &'a mut HashTable<SeenInt>,
+    ints: &'a mut IntTable,
     short: &'a mut HashTable<SeenShort>,
     long: &'a mut HashTable<SeenLong>,
     value: &[u8],
     table: u64,
 ) -> Members<'a> {
     if let Some(int) = SeenInt::of(value) {
-        let entry = ints.entry(int_hash(int), |entry| entry.value() == int, |entry| int_hash(entry.value()));
-        Members::Int(entry.or_insert_with(|| SeenInt((int as u64) << 4)).into_mut())
+        ints.members_of(int)
     } else if value.len() <= SEEN_SHORT {
         let eq = |entry: &SeenShort| same_bytes(entry.value(), value);
         let entry = short.entry(table, eq, |entry| table_hash(sluice_types::key::hash(entry.value())));
@@ -351,7 +418,11 @@ impl DistinctValues {
     /// A set for `members` COUNT(DISTINCT)s over an append-only input.
     pub(super) fn seen(members: usize) -> DistinctValues {
         assert!(members <= MEMBERS_MAX, "at most {MEMBERS_MAX} COUNT(DISTINCT)s share one set");
-        DistinctValues::Seen { ints: HashTable::new(), short: HashTable::new(), long: HashTable::new() }
+        DistinctValues::Seen {
+            ints: IntTable::Narrow(HashTable::new()),
+            short: HashTable::new(),
+            long: HashTable::new(),
+        }
     }
 
     /// Adds `weight` to the count of `value` (of hash `hash`) of each member whose
@@ -399,6 +470,9 @@ impl DistinctValues {
                 members.set(after);
                 if let Some(log) = log.filter(|_| after != before) {
                     match members {
+                        Members::Narrow(&mut entry) => {
+                            log.ints.push(SeenInt(((narrow_value(entry) as u64) << 4) | u64::from(after)))
+                        }
                         Members::Int(entry) => log.ints.push(*entry),
                         Members::Short(entry) => log.short.push(*entry),
                         Members::Long(_) => log.long.push(SeenLong { value: value.into(), members: after }),
@@ -430,12 +504,11 @@ impl DistinctValues {
             let encoded = SeenInt::encode(value);
             return self.update(&encoded, sluice_types::key::hash(&encoded), counted, weight, positive, log);
         }
-        let entry = ints.entry(int_hash(value), |entry| entry.value() == value, |entry| int_hash(entry.value()));
-        let entry = entry.or_insert_with(|| SeenInt((value as u64) << 4)).into_mut();
-        let before = entry.members();
-        entry.set_members(see(before, counted, positive));
-        if let Some(log) = log.filter(|_| entry.members() != before) {
-            log.ints.push(*entry);
+        let mut members = ints.members_of(value);
+        let (before, after) = (members.get(), see(members.get(), counted, positive));
+        members.set(after);
+        if let Some(log) = log.filter(|_| after != before) {
+            log.ints.push(SeenInt(((value as u64) << 4) | u64::from(after)));
         }
     }
 
@@ -582,6 +655,39 @@ mod tests {
             assert!(restored.load(1, &value, hash(&value), count));
         }
         assert_eq!((restored.positive(0), restored.positive(1), restored.len()), (0, 3, 3));
+    }
+
+    #[test]
+    fn integers_of_28_bits_take_4_bytes_until_a_wider_one_comes() {
+        let (low, high) = (-(1i64 << 27), (1i64 << 27) - 1);
+        for value in [0, 1, -1, low, high] {
+            assert!(fits_narrow(value));
+            for members in [0u8, 0b1010, 0b1111] {
+                let entry = narrow(value, members);
+                assert_eq!((narrow_value(entry), (entry & 0x0F) as u8), (value, members));
+            }
+        }
+        assert!(!fits_narrow(low - 1) && !fits_narrow(high + 1));
+        let mut set = DistinctValues::seen(2);
+        let mut positive = [0i64; 2];
+        let mut log = SetLog::default();
+        for value in [5, -3, high, low] {
+            set.update_int(value, &[true, value > 0], 1, &mut positive, Some(&mut log));
+        }
+        let DistinctValues::Seen { ints: IntTable::Narrow(_), .. } = &set else { panic!("narrow while all fit") };
+        let before = listed(&set, 0);
+        // A wider value widens the table; what it held stays, members included.
+        set.update_int(high + 1, &[false, true], 1, &mut positive, Some(&mut log));
+        set.update_int(-3, &[false, true], 1, &mut positive, Some(&mut log));
+        let DistinctValues::Seen { ints: IntTable::Wide(_), .. } = &set else { panic!("wide after a 29-bit value") };
+        assert_eq!(positive, [4, 4]);
+        assert_eq!(listed(&set, 0), before);
+        let mut second: Vec<i64> = [5, -3, high, high + 1].to_vec();
+        second.sort_by_key(|v| int(*v));
+        assert_eq!(listed(&set, 1), second.into_iter().map(|v| (int(v), 1)).collect::<Vec<_>>());
+        // Every change was logged as a wide entry with its members after it.
+        let logged: Vec<(i64, u8)> = log.ints.iter().map(|e| (e.value(), e.members())).collect();
+        assert_eq!(logged, [(5, 0b11), (-3, 0b01), (high, 0b11), (low, 0b01), (high + 1, 0b10), (-3, 0b11)]);
     }
 
     #[test]
