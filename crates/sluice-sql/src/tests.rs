@@ -46,7 +46,7 @@ fn plan_aggregating(
         mini_batch_rows: 1,
     };
     let mut planner = SqlPlanner::new(options);
-    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
+    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()), changelog: None };
     planner.add_source(0, &[table], on_error)?;
     planner.declare_views(views.iter().enumerate().map(|(index, (name, sql))| ViewDeclaration {
         name: name.to_string(),
@@ -1074,7 +1074,7 @@ fn a_state_ttl_reaches_joins_running_aggregates_and_topn_and_a_view_may_have_its
         mini_batch_rows: 1,
     };
     let mut planner = SqlPlanner::new(options);
-    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
+    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()), changelog: None };
     planner.add_source(0, &[table], OnError::Skip).expect("source");
     let views = [
         ("counts", "SELECT s, COUNT(*) AS n FROM t GROUP BY s"),
