@@ -169,12 +169,16 @@ impl SqlPlanner {
                 )
                 .with_fix("rename one of the sources"));
             }
+            if let Some(changelog) = &table.changelog {
+                stream::check_changelog_table(&table.name, &table.schema, changelog)?;
+            }
             let entry = TableEntry::Source {
                 source,
                 table: index,
                 schema: Arc::clone(&table.schema),
                 event_time: table.event_time.clone(),
                 on_error,
+                changelog: table.changelog.clone(),
             };
             self.catalog.tables.insert(table.name.clone(), entry);
         }
@@ -373,5 +377,7 @@ pub(crate) fn df_error(code: &'static str, error: DataFusionError) -> SluiceErro
     error
 }
 
+#[cfg(test)]
+mod changelog_tests;
 #[cfg(test)]
 mod tests;

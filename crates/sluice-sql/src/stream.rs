@@ -13,14 +13,19 @@
 //! columns are the event time and the window bounds wherever they are renamed or
 //! re-qualified.
 //!
-//! Each stream also carries its [`Changelog`]: sources are append-only; projections and
+//! Each stream also carries its [`Changelog`]: sources are append-only, except a
+//! changelog source (a changelog format and a `primary_key`), whose rows go through an
+//! exchange by the primary key into the normalization (Flink's `ChangelogNormalize`) and
+//! are updating with the primary key as upsert key; projections and
 //! filters keep the mode (a projection keeps the upsert key only if it keeps every key
 //! column as it is); a window aggregate needs an append-only input and stays
 //! append-only; a group aggregate is updating, its `GROUP BY` columns the upsert key;
-//! TopN needs an append-only input and is updating; an OVER aggregate needs an
+//! TopN is updating (over an updating input it keeps every row, so a retraction lets the
+//! next one in); an OVER aggregate needs an
 //! append-only input, is append-only and keeps the input's event time.
-//! Window table functions and window aggregates over an updating stream are refused (a
-//! window emitted once cannot take back what it emitted).
+//! Window table functions, window aggregates and OVER aggregates over an updating stream
+//! are refused (a window emitted once cannot take back what it emitted); over a
+//! changelog source's updates with Flink's message, naming the source.
 //!
 //! Anything else is refused with an error naming the construct: the planner never runs a
 //! query whose streaming meaning it does not implement.
@@ -92,6 +97,9 @@ pub(crate) struct StreamState {
     pub session: Option<Vec<String>>,
     /// A HOP window assignment a local window aggregate may still slice.
     pub slicing: Option<HopSlicing>,
+    /// The changelog sources whose updates the stream carries, as messages name them
+    /// (e.g. ``the changelog source `orders` (debezium-json, primary key [id])``).
+    pub changelog_sources: Vec<String>,
 }
 
 /// Which bound of a window a column holds.
@@ -337,6 +345,60 @@ fn interval_sql(months: i64, days: i64, nanos: i64) -> Option<String> {
     }
 }
 
+/// The refusal of `construct` over `state` when its updates come from a changelog
+/// source (None otherwise): Flink's message ("doesn't support consuming update and delete
+/// changes which is produced by …") naming the source, with `fix` and the other way out,
+/// reading the source as append-only rows.
+pub(crate) fn changelog_input(construct: &str, state: &StreamState, fix: &str) -> Option<SluiceError> {
+    if state.changelog_sources.is_empty() {
+        return None;
+    }
+    let error = SluiceError::user(
+        "sql.unsupported",
+        format!(
+            "{construct} doesn't support consuming update and delete changes which is produced by {}",
+            state.changelog_sources.join(" and ")
+        ),
+    );
+    Some(error.with_fix(format!(
+        "{fix}; or read the source as append-only rows (no primary_key and an append-only format such as `json`: \
+         each change is then a row of its own)"
+    )))
+}
+
+/// How to aggregate a changelog source's rows instead of in windows.
+pub(crate) const CHANGELOG_WINDOW_FIX: &str = "aggregate its rows without a window (a GROUP BY of the keys, or of \
+    a time bucket such as FLOOR(ts TO MINUTE): an updating result that Sluice keeps up to date)";
+
+/// Refuses a changelog table that cannot be normalized: a primary key out of the
+/// schema, or a column the key encoding cannot hold (the normalization keeps each key's
+/// whole row in it).
+pub(crate) fn check_changelog_table(
+    name: &str,
+    schema: &Schema,
+    changelog: &sluice_runtime::SourceChangelog,
+) -> Result<(), SluiceError> {
+    assert!(!changelog.primary_key.is_empty(), "a changelog table has a primary key");
+    assert!(changelog.primary_key.iter().all(|&i| i < schema.fields().len()), "primary key columns in the schema");
+    for field in schema.fields() {
+        if !sluice_types::key::is_key_type(field.data_type()) {
+            return Err(SluiceError::user(
+                "sql.changelog_column",
+                format!(
+                    "source `{name}` (format {}): column `{}` of type {} cannot be kept per primary key",
+                    changelog.format,
+                    field.name(),
+                    field.data_type()
+                ),
+            )
+            .with_fix(
+                "declare the column with a scalar type (integer, decimal, float, boolean, string, date or timestamp)",
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn unsupported(construct: &str, fix: &str) -> SluiceError {
     SluiceError::user("sql.unsupported", format!("{construct} is not supported yet")).with_fix(fix.to_string())
 }
@@ -548,6 +610,49 @@ impl StreamPlanner<'_> {
         Ok(())
     }
 
+    /// `state`, a changelog table's rows with their row kinds, routed by the primary key
+    /// to the normalization that keeps each key's row and turns the kinds into weights
+    /// (`sluice_operators::normalize`): an updating stream whose upsert key is the
+    /// primary key.
+    fn normalize(
+        &self,
+        mut state: StreamState,
+        name: &str,
+        schema: &SchemaRef,
+        changelog: &sluice_runtime::SourceChangelog,
+    ) -> StreamState {
+        let key = changelog.primary_key.clone();
+        let names: Vec<&str> = key.iter().map(|&i| schema.field(i).name().as_str()).collect();
+        let names = names.join(", ");
+        let description = format!("hash({names}) → {} vnodes", self.vnodes);
+        self.hash_exchange(&mut state, key.clone(), description);
+        let what = if changelog.upsert { "upserts" } else { "changes" };
+        let line = format!(
+            "changelog_normalize (updating): {what} of `{name}` ({}) by primary key [{names}] into -U/+U",
+            changelog.format
+        );
+        let (source, schema, upsert, vnodes) = (name.to_string(), Arc::clone(schema), changelog.upsert, self.vnodes);
+        let factory: OperatorFactory = Arc::new(move |context| {
+            let spec = sluice_operators::normalize::NormalizeSpec {
+                source: source.clone(),
+                schema: Arc::clone(&schema),
+                key: key.clone(),
+                upsert,
+                vnodes,
+            };
+            let normalize = sluice_operators::normalize::ChangelogNormalize::new(spec, Arc::clone(&context.metrics))?;
+            Ok(Box::new(normalize))
+        });
+        state.operators.push((line, factory));
+        state.state = Some(format!("the last row of each primary key [{names}]"));
+        state.changelog = Changelog::Updating { upsert_key: Some(changelog.primary_key.clone()) };
+        state.changelog_sources.push(format!(
+            "the changelog source `{name}` ({}, primary key [{names}]) through changelog_normalize",
+            changelog.format
+        ));
+        state
+    }
+
     /// A stream reading a named table from its start.
     fn plan_table(&self, name: &str) -> Result<StreamState, SluiceError> {
         self.plan_table_reading(name, None).map(|(state, _)| state)
@@ -568,7 +673,7 @@ impl StreamPlanner<'_> {
             return Err(SluiceError::internal("sql.catalog", format!("table `{name}` vanished from the catalog")));
         };
         match entry {
-            TableEntry::Source { source, table, schema, event_time, on_error } => {
+            TableEntry::Source { source, table, schema, event_time, on_error, changelog } => {
                 let df_schema =
                     DFSchema::try_from_qualified_schema(name, schema).map_err(|e| crate::df_error("sql.schema", e))?;
                 let tags = schema
@@ -590,6 +695,11 @@ impl StreamPlanner<'_> {
                     changelog: Changelog::AppendOnly,
                     session: None,
                     slicing: None,
+                    changelog_sources: Vec::new(),
+                };
+                let state = match changelog {
+                    Some(changelog) => self.normalize(state, name, schema, changelog),
+                    None => state,
                 };
                 Ok((state, (0..schema.fields().len()).map(Some).collect()))
             }
@@ -622,8 +732,12 @@ impl StreamPlanner<'_> {
     ) -> Result<(StreamState, Vec<Option<usize>>), SluiceError> {
         let mut state = self.plan_table(input)?;
         if state.changelog.is_updating() {
+            let construct = format!("a window table function over `{input}`");
+            if let Some(error) = changelog_input(&construct, &state, CHANGELOG_WINDOW_FIX) {
+                return Err(error);
+            }
             return Err(unsupported(
-                &format!("a window table function over `{input}`, an updating stream (its rows change)"),
+                &format!("{construct}, an updating stream (its rows change)"),
                 "window the rows before they are aggregated: apply the window function to the source, then GROUP BY \
                  window_start, window_end and the keys",
             ));
