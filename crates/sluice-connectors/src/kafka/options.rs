@@ -27,6 +27,37 @@ pub enum KafkaFormat {
     /// The Confluent wire format: magic byte 0, a 4-byte big-endian schema id, one Avro
     /// binary datum written with that schema (fetched from `schema_registry`).
     AvroConfluent,
+    /// Debezium change events in JSON (Flink's `debezium-json`): a changelog, read by
+    /// its `primary_key` (see `sluice_formats::changelog`).
+    DebeziumJson,
+    /// Flink's upsert-kafka: a JSON key (the primary key) and a JSON value (the key's
+    /// new row), a tombstone a delete.
+    Upsert,
+}
+
+impl KafkaFormat {
+    /// The format's name as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            KafkaFormat::Json => "json",
+            KafkaFormat::Csv => "csv",
+            KafkaFormat::Raw => "raw",
+            KafkaFormat::Avro => "avro",
+            KafkaFormat::AvroConfluent => "avro-confluent",
+            KafkaFormat::DebeziumJson => "debezium-json",
+            KafkaFormat::Upsert => "upsert",
+        }
+    }
+
+    /// Whether messages are changes of a table (rows with row kinds), read by a primary
+    /// key; and whether they are upserts.
+    pub fn changelog(self) -> Option<crate::changelog::ChangelogFormat> {
+        match self {
+            KafkaFormat::DebeziumJson => Some(crate::changelog::ChangelogFormat { name: self.name(), upsert: false }),
+            KafkaFormat::Upsert => Some(crate::changelog::ChangelogFormat { name: self.name(), upsert: true }),
+            _ => None,
+        }
+    }
 }
 
 /// Where a partition starts when no checkpoint gives its offset.
@@ -282,6 +313,8 @@ const SOURCE_FORMATS: &[(&str, KafkaFormat)] = &[
     ("raw", KafkaFormat::Raw),
     ("avro", KafkaFormat::Avro),
     ("avro-confluent", KafkaFormat::AvroConfluent),
+    ("debezium-json", KafkaFormat::DebeziumJson),
+    ("upsert", KafkaFormat::Upsert),
 ];
 const SINK_FORMATS: &[(&str, KafkaFormat)] = &[("json", KafkaFormat::Json), ("csv", KafkaFormat::Csv)];
 

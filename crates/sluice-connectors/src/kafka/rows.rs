@@ -23,6 +23,16 @@
 //! order declared, metadata columns left out), or, for `raw`, the one value column
 //! (VARCHAR) holding the whole value as text.
 //!
+//! # Changelog formats
+//!
+//! `debezium-json` and `upsert` turn each message into the rows it changes first
+//! (`sluice_formats::changelog`: a Debezium update is two rows, `-U` and `+U`), each with
+//! the message's metadata, then decode those rows as JSON; the batch carries their row
+//! kinds in one more column after the declared ones (`crate::changelog`). A message is
+//! all or nothing: if its envelope or any of its rows is bad, none of its rows is kept and
+//! it is one bad message. A Debezium tombstone (no value, or an empty one) is skipped, as
+//! Flink skips it; an upsert tombstone is the key's delete.
+//!
 //! # One message, one row
 //!
 //! The messages of one poll are decoded together as one chunk (one line per JSON
@@ -122,6 +132,8 @@ pub struct RowBuilder {
     avro: Option<AvroDecoder>,
     value_schema: SchemaRef,
     topic: Arc<str>,
+    /// A changelog format's output schema: the declared columns and the row kinds.
+    kinds_schema: Option<SchemaRef>,
 }
 
 impl RowBuilder {
@@ -171,9 +183,9 @@ impl RowBuilder {
                 }
                 None
             }
-            KafkaFormat::Json | KafkaFormat::Csv => {
+            KafkaFormat::Json | KafkaFormat::Csv | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => {
                 let format = match format {
-                    KafkaFormat::Json => RowFormat::Json,
+                    KafkaFormat::Json | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => RowFormat::Json,
                     _ => RowFormat::Csv { header: false, delimiter: b',' },
                 };
                 let options =
@@ -182,7 +194,8 @@ impl RowBuilder {
             }
             KafkaFormat::Avro | KafkaFormat::AvroConfluent => None,
         };
-        Ok(RowBuilder { schema, columns, format, decoder, avro, value_schema, topic: Arc::from(topic) })
+        let kinds_schema = format.changelog().map(|_| crate::changelog::with_kinds_schema(&schema));
+        Ok(RowBuilder { schema, columns, format, decoder, avro, value_schema, topic: Arc::from(topic), kinds_schema })
     }
 
     /// The registry `avro-confluent` fetches writer schemas from (shared by the lanes).
@@ -207,6 +220,64 @@ impl RowBuilder {
 
     /// The rows of `messages` (at most one batch) and the messages that made none.
     pub fn build(&mut self, messages: &[Message]) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
+        if self.kinds_schema.is_some() {
+            return self.build_changes(messages);
+        }
+        let (batch, bad, _) = self.build_rows(messages)?;
+        Ok((batch, bad))
+    }
+
+    /// A changelog format's messages: their rows (see the module doc), with their kinds.
+    fn build_changes(&mut self, messages: &[Message]) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
+        let mut rows = Vec::with_capacity(messages.len());
+        let mut kinds = Vec::with_capacity(messages.len());
+        let mut bad = Vec::new();
+        for message in messages {
+            let changes = match self.format {
+                KafkaFormat::Upsert => {
+                    sluice_formats::changelog::upsert_json(message.key.as_deref(), message.value.as_deref())
+                        .map(|row| vec![row])
+                }
+                _ => match message.value.as_deref() {
+                    None | Some([]) => continue,
+                    Some(value) => sluice_formats::changelog::debezium_json(value),
+                },
+            };
+            match changes {
+                Ok(changes) => {
+                    for change in changes {
+                        rows.push(Message { value: Some(change.row), ..message.clone() });
+                        kinds.push(change.kind as i8);
+                    }
+                }
+                Err(reason) => bad.push(bad_message(message, reason)),
+            }
+        }
+        let (batch, more_bad, good) = self.build_rows(&rows)?;
+        bad.extend(more_bad);
+        bad.sort_by_key(|b| b.offset);
+        bad.dedup_by_key(|b| b.offset);
+        let Some(batch) = batch else { return Ok((None, bad)) };
+        // A message is all or nothing: the rows of a message with a bad row are dropped.
+        let keep: Vec<bool> =
+            good.iter().map(|&i| bad.binary_search_by_key(&rows[i].offset, |b| b.offset).is_err()).collect();
+        let kinds = arrow::array::Int8Array::from_iter_values(good.iter().map(|&i| kinds[i]));
+        let schema = self.kinds_schema.as_ref().expect("a changelog format");
+        let batch = crate::changelog::with_kinds(&batch, kinds, schema)?;
+        if keep.iter().all(|k| *k) {
+            return Ok((Some(batch), bad));
+        }
+        let batch = arrow::compute::filter_record_batch(&batch, &arrow::array::BooleanArray::from(keep))
+            .map_err(|e| SluiceError::internal("source.kafka_rows", format!("dropping a bad message's rows: {e}")))?;
+        Ok(((batch.num_rows() > 0).then_some(batch), bad))
+    }
+
+    /// The rows of `messages`, the messages that made none, and the indices of those that
+    /// made one (in order, one row each).
+    fn build_rows(
+        &mut self,
+        messages: &[Message],
+    ) -> Result<(Option<RecordBatch>, Vec<BadMessage>, Vec<usize>), SluiceError> {
         let mut bad = Vec::new();
         let mut included = Vec::with_capacity(messages.len());
         for (index, message) in messages.iter().enumerate() {
@@ -215,16 +286,18 @@ impl RowBuilder {
                 Err(reason) => bad.push(bad_message(message, reason)),
             }
         }
-        let (values, good) = match self.format {
+        let (values, good_indices) = match self.format {
             KafkaFormat::Raw => self.raw_values(messages, &included, &mut bad),
             KafkaFormat::Avro | KafkaFormat::AvroConfluent => self.avro_values(messages, &included, &mut bad)?,
-            KafkaFormat::Json | KafkaFormat::Csv => self.decode_values(messages, &included, &mut bad)?,
+            KafkaFormat::Json | KafkaFormat::Csv | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => {
+                self.decode_values(messages, &included, &mut bad)?
+            }
         };
         bad.sort_by_key(|b| b.offset);
-        if good.is_empty() {
-            return Ok((None, bad));
+        if good_indices.is_empty() {
+            return Ok((None, bad, good_indices));
         }
-        let good: Vec<&Message> = good.iter().map(|i| &messages[*i]).collect();
+        let good: Vec<&Message> = good_indices.iter().map(|i| &messages[*i]).collect();
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
         for column in &self.columns {
             arrays.push(match column {
@@ -242,7 +315,7 @@ impl RowBuilder {
         }
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)
             .map_err(|e| SluiceError::internal("source.kafka_rows", format!("assembling rows: {e}")))?;
-        Ok((Some(batch), bad))
+        Ok((Some(batch), bad, good_indices))
     }
 
     /// Why a message cannot make a row before decoding, if it cannot.
@@ -256,7 +329,10 @@ impl RowBuilder {
         let Some(value) = message.value.as_deref() else {
             return Err("the message has no value (a tombstone)".to_owned());
         };
-        let text = matches!(self.format, KafkaFormat::Json | KafkaFormat::Csv);
+        let text = matches!(
+            self.format,
+            KafkaFormat::Json | KafkaFormat::Csv | KafkaFormat::DebeziumJson | KafkaFormat::Upsert
+        );
         if text && value.iter().all(u8::is_ascii_whitespace) {
             return Err("the message value is empty".to_owned());
         }
@@ -375,7 +451,7 @@ impl RowBuilder {
     fn append(&self, chunk: &mut Vec<u8>, value: &[u8]) -> u64 {
         let body = trim_line_break(value);
         match self.format {
-            KafkaFormat::Json => {
+            KafkaFormat::Json | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => {
                 chunk.extend(body.iter().map(|b| if matches!(b, b'\n' | b'\r') { b' ' } else { *b }));
                 chunk.push(b'\n');
                 1

@@ -77,6 +77,7 @@ fn file_defaults_and_values() {
                 delimiter: b',',
                 rate: None,
                 split_bytes: None,
+                changelog: false,
             }
         );
     });

@@ -6,7 +6,7 @@
 //! | input | key has a row `p` | key has none |
 //! |---|---|---|
 //! | `+I` / `+U` row `r` | `-1 p`, `+1 r` (nothing if `r = p`); a `+I` is a *duplicate insert* | `+1 r` |
-//! | `-U` / `-D` row `r` | `-1 p`; *out of order* if `r ≠ p` (not checked for upserts, whose `-D` has only the key) | dropped: a *delete of an unknown key* |
+//! | `-U` / `-D` row `r` | `-1 p`; *out of order* if `r` differs from `p` in a column `r` holds (not NULL: a before image may hold only the key; not checked for upserts, whose `-D` has only the key) | dropped: a *delete of an unknown key* |
 //!
 //! A change is thus always the key's previous row retracted, directly followed by its new
 //! row, which sinks write as `-U`/`+U`; a `-U`/`+U` pair of the input arrives as one.
@@ -164,9 +164,9 @@ impl ChangelogNormalize {
             };
             tracing::warn!(
                 source = %self.spec.source,
-                key = %self.key_text(key),
-                "source {}: {}; counted in `source {}: {}`{last}",
+                "source {}: key ({}): {}; counted in `source {}: {}`{last}",
                 self.spec.source,
+                self.key_text(key),
                 anomaly.done(),
                 self.spec.source,
                 anomaly.counter(),
@@ -202,8 +202,19 @@ impl ChangelogNormalize {
         })
     }
 
-    /// Applies one input row; pushes the rows it emits.
-    fn apply(&mut self, index: usize, kind: RowKind, out: &mut Vec<Out>) {
+    /// Whether input row `index` (a before image) differs from the key's row `previous`
+    /// in a column the image holds: Debezium's images of a delete may hold only the key
+    /// (PostgreSQL's default replica identity), their other columns NULL.
+    fn differs(&self, previous: &[u8], columns: &[ArrayRef], index: usize) -> bool {
+        let Ok(stored) = self.row_encoder.decode(std::iter::once(previous)) else { return true };
+        columns
+            .iter()
+            .zip(&stored)
+            .any(|(column, stored)| column.is_valid(index) && column.slice(index, 1).to_data() != stored.to_data())
+    }
+
+    /// Applies one input row of `columns`; pushes the rows it emits.
+    fn apply(&mut self, columns: &[ArrayRef], index: usize, kind: RowKind, out: &mut Vec<Out>) {
         let key: Box<[u8]> = self.keys.row(index).into();
         let row: Box<[u8]> = self.encoded.row(index).into();
         if kind.is_accumulate() {
@@ -230,7 +241,7 @@ impl ChangelogNormalize {
         match self.rows.remove(&key) {
             None => self.note(Anomaly::UnknownKey, &key),
             Some(previous) => {
-                if !self.spec.upsert && previous != row {
+                if !self.spec.upsert && previous != row && self.differs(&previous, columns, index) {
                     self.note(Anomaly::OutOfOrder, &key);
                 }
                 self.mark(&key);
@@ -286,7 +297,7 @@ impl Operator for ChangelogNormalize {
                     format!("source {}: row kind {} is none of Flink's", self.spec.source, kinds.value(index)),
                 )
             })?;
-            self.apply(index, kind, &mut emitted);
+            self.apply(&row_columns, index, kind, &mut emitted);
         }
         if let Some(batch) = self.emit(emitted)? {
             out.push(Message::Data(batch));

@@ -123,6 +123,10 @@ fn each_anomaly_is_counted_and_never_breaks_the_changelog() {
     // Out of order: the before image is not the key's row; the key's row is retracted.
     assert_eq!(step(&mut operator, &[("-U", Some(1), Some("a")), ("+U", Some(1), Some("c"))]), ["-1 1,b", "+1 1,c"]);
     assert_eq!(counter(&metrics, "out-of-order changes"), 1);
+    // A before image of the key alone (NULL elsewhere) is no anomaly.
+    assert_eq!(step(&mut operator, &[("-D", Some(1), None)]), ["-1 1,c"]);
+    assert_eq!(counter(&metrics, "out-of-order changes"), 1);
+    step(&mut operator, &[("+I", Some(1), Some("c"))]);
     // A NULL key: dropped.
     assert_eq!(step(&mut operator, &[("+I", None, Some("n"))]), Vec::<String>::new());
     assert_eq!(counter(&metrics, "rows with a NULL primary key"), 1);
