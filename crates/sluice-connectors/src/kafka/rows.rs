@@ -121,6 +121,10 @@ pub struct BadMessage {
     pub text: String,
 }
 
+/// Rows built from messages: the batch, the bad messages, and the indices of the
+/// messages that made the batch's rows (one each, in order).
+type BuiltRows = (Option<RecordBatch>, Vec<BadMessage>, Vec<usize>);
+
 /// Turns the messages of one partition into batches of the declared schema.
 pub struct RowBuilder {
     schema: SchemaRef,
@@ -274,10 +278,7 @@ impl RowBuilder {
 
     /// The rows of `messages`, the messages that made none, and the indices of those that
     /// made one (in order, one row each).
-    fn build_rows(
-        &mut self,
-        messages: &[Message],
-    ) -> Result<(Option<RecordBatch>, Vec<BadMessage>, Vec<usize>), SluiceError> {
+    fn build_rows(&mut self, messages: &[Message]) -> Result<BuiltRows, SluiceError> {
         let mut bad = Vec::new();
         let mut included = Vec::with_capacity(messages.len());
         for (index, message) in messages.iter().enumerate() {

@@ -39,13 +39,18 @@ pub const NORMALIZE_STATE_VERSION: u32 = 1;
 /// The state's name in errors.
 const STATE: &str = "changelog normalization";
 
+/// A key and its row, both encoded (the row None: the key has none, a delete).
+type KeyRow = (Box<[u8]>, Option<Box<[u8]>>);
+/// A restored record: key and row.
+type Restored = (Box<[u8]>, Box<[u8]>);
+
 /// Records restored per check.
 const RESTORE_BATCH_RECORDS: usize = 4096;
 
 /// Copies the keys the snapshot takes and returns the snapshot writing them.
 pub(super) fn snapshot(normalize: &mut ChangelogNormalize, delta: bool) -> Snapshot {
     let full = !delta || !normalize.tracking;
-    let copy: Vec<(Box<[u8]>, Option<Box<[u8]>>)> = if full {
+    let copy: Vec<KeyRow> = if full {
         normalize.changed.clear();
         normalize.rows.iter().map(|(key, row)| (key.clone(), Some(row.clone()))).collect()
     } else {
@@ -80,7 +85,7 @@ pub(super) fn snapshot(normalize: &mut ChangelogNormalize, delta: bool) -> Snaps
 
 /// Loads the keys of `state` (of the vnodes this instance owns).
 pub(super) fn restore(normalize: &mut ChangelogNormalize, state: &mut dyn StateSource) -> Result<(), SluiceError> {
-    let mut pending: Vec<(Box<[u8]>, Box<[u8]>)> = Vec::with_capacity(RESTORE_BATCH_RECORDS);
+    let mut pending: Vec<Restored> = Vec::with_capacity(RESTORE_BATCH_RECORDS);
     while let Some(record) = state.next_record()? {
         if vnode::of_hash(sluice_types::key::hash(record.key), normalize.spec.vnodes) != record.vnode {
             return Err(corrupt(STATE, "a key under another vnode than its own"));
@@ -98,7 +103,7 @@ pub(super) fn restore(normalize: &mut ChangelogNormalize, state: &mut dyn StateS
 
 /// Checks `records` (their keys and rows canonical, each row holding its key) and moves
 /// them into the live map.
-fn load(normalize: &mut ChangelogNormalize, records: &mut Vec<(Box<[u8]>, Box<[u8]>)>) -> Result<(), SluiceError> {
+fn load(normalize: &mut ChangelogNormalize, records: &mut Vec<Restored>) -> Result<(), SluiceError> {
     if records.is_empty() {
         return Ok(());
     }
