@@ -224,11 +224,23 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any bytes: rows or a reason, never a panic.
+        /// Any bytes: rows or a reason, never a panic (`properties::check_changelog_envelopes`).
         #[test]
         fn any_bytes_decode_or_say_why(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
-            let _ = debezium_json(&bytes);
-            let _ = upsert_json(Some(&bytes), Some(&bytes));
+            crate::properties::check_changelog_envelopes(&bytes);
+        }
+
+        /// Envelopes built from JSON pieces reach past the parse: their kinds follow `op`.
+        #[test]
+        fn envelopes_of_json_pieces_keep_their_kinds(
+            op in proptest::sample::select(vec!["c", "r", "u", "d", "t", ""]),
+            before in proptest::sample::select(vec!["null", "{\"id\":1}", "[1]", "2"]),
+            after in proptest::sample::select(vec!["null", "{\"id\":1,\"v\":\"x\\ny\"}", "\"s\""]),
+            wrap in proptest::bool::ANY,
+        ) {
+            let event = format!("{{\"before\":{before},\"after\":{after},\"op\":\"{op}\"}}");
+            let event = if wrap { format!("{{\"schema\":{{}},\"payload\":{event}}}") } else { event };
+            crate::properties::check_changelog_envelopes(event.as_bytes());
         }
     }
 }
