@@ -215,3 +215,73 @@ fn damaged_or_foreign_records_are_refused_never_misread() {
         testing::restore_records(&mut restored, vec![(other_key.0, other_key.1, value.clone())]).expect_err("refused");
     assert!(error.to_string().contains("another key"), "{error}");
 }
+
+/// Any sequence of changes, anomalies included, in any batching, and checkpoints with a
+/// restore between batches: the output is a changelog that never retracts a row it did
+/// not emit, and it integrates to the last row each key was given by `+I`/`+U` since
+/// its last `-U`/`-D` (the table a from-scratch replay of the accepted changes gives).
+mod oracle {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    type Change = (u8, Option<i64>, Option<u8>);
+
+    fn kind(code: u8) -> &'static str {
+        ["+I", "-U", "+U", "-D"][usize::from(code % 4)]
+    }
+
+    proptest! {
+        #[test]
+        fn the_output_integrates_to_the_table_of_the_changes(
+            changes in prop::collection::vec((0u8..4, prop::option::of(0i64..5), prop::option::of(0u8..3)), 1..80),
+            batch in 1usize..6,
+            upsert in any::<bool>(),
+            restore_every in 1usize..4,
+        ) {
+            let (mut operator, _) = normalize(upsert);
+            let mut model = StateModel::default();
+            let mut emitted: BTreeMap<String, i64> = BTreeMap::new();
+            let mut expected: BTreeMap<i64, String> = BTreeMap::new();
+            let text: Vec<String> = changes.iter().map(|(_, _, v)| v.map_or("null".into(), |v| format!("v{v}"))).collect();
+            let rows: Vec<(&str, Option<i64>, Option<&str>)> = changes
+                .iter()
+                .zip(&text)
+                .map(|((code, id, value), text): (&Change, &String)| (kind(*code), *id, value.map(|_| text.as_str())))
+                .collect();
+            for (index, chunk) in rows.chunks(batch).enumerate() {
+                for line in step(&mut operator, chunk) {
+                    let (weight, row) = line.split_once(' ').expect("weight and row");
+                    let count = emitted.entry(row.to_string()).or_default();
+                    *count += if weight == "+1" { 1 } else { -1 };
+                    prop_assert!(*count >= 0 && *count <= 1, "{line}: a row retracted before it was emitted, or twice");
+                }
+                for &(kind, id, value) in chunk {
+                    let Some(id) = id else { continue };
+                    if RowKind::from_short(kind).expect("kind").is_accumulate() {
+                        expected.insert(id, format!("{id},{}", value.unwrap_or("null")));
+                    } else {
+                        expected.remove(&id);
+                    }
+                }
+                if index % restore_every == 0 {
+                    for range in testing::one_instance(VNODES) {
+                        testing::checkpoint(&mut operator, &mut model, range, true);
+                    }
+                    let (restored, _) = normalize(upsert);
+                    operator = restored;
+                    testing::restore(&mut operator, &model, 0..VNODES).expect("restore");
+                }
+            }
+            let table: Vec<String> = emitted.into_iter().filter(|(_, count)| *count > 0).map(|(row, _)| row).collect();
+            let wanted: Vec<String> = {
+                let mut rows: Vec<String> = expected.into_values().collect();
+                rows.sort();
+                rows
+            };
+            prop_assert_eq!(table, wanted);
+        }
+    }
+}
