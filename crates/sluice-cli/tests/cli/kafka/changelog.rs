@@ -191,6 +191,15 @@ fn debezium_and_upsert_topics_through_an_aggregate_a_join_and_topn_end_as_their_
     let broker = broker_with_fixtures();
     let scratch = Scratch::new();
     scratch.write("pipeline.toml", &pipeline(&broker, ""));
+    let explain = scratch.sluice(&["explain", "pipeline.toml"]);
+    let text = String::from_utf8_lossy(&explain.stdout);
+    for part in [
+        "debezium-json, updating, primary key [id]",
+        "upsert, updating, primary key [name]",
+        "changelog_normalize (updating): upserts of `customers` (upsert) by primary key [name] into -U/+U",
+    ] {
+        assert!(text.contains(part), "expected {part:?} in:\n{text}");
+    }
     let run = scratch.sluice(&["run", "pipeline.toml", "--threads", "2"]);
     assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
     check_tables(&scratch);
