@@ -46,6 +46,8 @@ pub mod sink;
 pub mod source;
 
 #[cfg(test)]
+mod avro_debezium_tests;
+#[cfg(test)]
 mod avro_tests;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,9 @@ pub enum KafkaFormat {
     /// Debezium change events in JSON (Flink's `debezium-json`): a changelog, read by
     /// its `primary_key` (see `sluice_formats::changelog`).
     DebeziumJson,
+    /// Debezium change events in Avro, Confluent framing (Flink's
+    /// `debezium-avro-confluent`; see `avro_debezium.rs`).
+    DebeziumAvroConfluent,
     /// Flink's upsert-kafka: a JSON key (the primary key) and a JSON value (the key's
     /// new row), a tombstone a delete.
     Upsert,
@@ -45,6 +48,7 @@ impl KafkaFormat {
             KafkaFormat::Avro => "avro",
             KafkaFormat::AvroConfluent => "avro-confluent",
             KafkaFormat::DebeziumJson => "debezium-json",
+            KafkaFormat::DebeziumAvroConfluent => "debezium-avro-confluent",
             KafkaFormat::Upsert => "upsert",
         }
     }
@@ -53,7 +57,9 @@ impl KafkaFormat {
     /// key; and whether they are upserts.
     pub fn changelog(self) -> Option<crate::changelog::ChangelogFormat> {
         match self {
-            KafkaFormat::DebeziumJson => Some(crate::changelog::ChangelogFormat { name: self.name(), upsert: false }),
+            KafkaFormat::DebeziumJson | KafkaFormat::DebeziumAvroConfluent => {
+                Some(crate::changelog::ChangelogFormat { name: self.name(), upsert: false })
+            }
             KafkaFormat::Upsert => Some(crate::changelog::ChangelogFormat { name: self.name(), upsert: true }),
             _ => None,
         }
@@ -314,6 +320,7 @@ const SOURCE_FORMATS: &[(&str, KafkaFormat)] = &[
     ("avro", KafkaFormat::Avro),
     ("avro-confluent", KafkaFormat::AvroConfluent),
     ("debezium-json", KafkaFormat::DebeziumJson),
+    ("debezium-avro-confluent", KafkaFormat::DebeziumAvroConfluent),
     ("upsert", KafkaFormat::Upsert),
 ];
 const SINK_FORMATS: &[(&str, KafkaFormat)] = &[("json", KafkaFormat::Json), ("csv", KafkaFormat::Csv)];
@@ -446,16 +453,22 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
     );
     let schema_registry = schema_registry.optional();
     match (format, &schema_registry) {
-        (Some(KafkaFormat::AvroConfluent), Some(None)) => errors.push(options.item_error(
-            config.position,
-            "format = \"avro-confluent\" needs `schema_registry`",
-            "add schema_registry = \"http://host:port\" under [source.options]",
-        )),
-        (Some(format), Some(Some(_))) if format != KafkaFormat::AvroConfluent => reader.error(
-            "schema_registry",
-            "schema_registry is read only by format = \"avro-confluent\"",
-            "remove schema_registry, or set format = \"avro-confluent\"",
-        ),
+        (Some(format @ (KafkaFormat::AvroConfluent | KafkaFormat::DebeziumAvroConfluent)), Some(None)) => {
+            errors.push(options.item_error(
+                config.position,
+                &format!("format = \"{}\" needs `schema_registry`", format.name()),
+                "add schema_registry = \"http://host:port\" under [source.options]",
+            ))
+        }
+        (Some(format), Some(Some(_)))
+            if !matches!(format, KafkaFormat::AvroConfluent | KafkaFormat::DebeziumAvroConfluent) =>
+        {
+            reader.error(
+                "schema_registry",
+                "schema_registry is read only by format = \"avro-confluent\" or \"debezium-avro-confluent\"",
+                "remove schema_registry, or set format = \"avro-confluent\"",
+            )
+        }
         _ => {}
     }
     let dead_letter = dead_letter(&mut reader, config.on_error);

@@ -138,6 +138,8 @@ pub struct RowBuilder {
     topic: Arc<str>,
     /// A changelog format's output schema: the declared columns and the row kinds.
     kinds_schema: Option<SchemaRef>,
+    /// `debezium-avro-confluent`: the row kinds of the last Avro decoding, one per row.
+    avro_kinds: Vec<i8>,
 }
 
 impl RowBuilder {
@@ -172,6 +174,7 @@ impl RowBuilder {
         let avro = match format {
             KafkaFormat::Avro => Some(AvroDecoder::new(&value_schema, Framing::Plain)?),
             KafkaFormat::AvroConfluent => Some(AvroDecoder::new(&value_schema, Framing::Confluent)?),
+            KafkaFormat::DebeziumAvroConfluent => Some(AvroDecoder::debezium(&value_schema)?),
             _ => None,
         };
         let decoder = match format {
@@ -196,10 +199,20 @@ impl RowBuilder {
                     DecoderOptions { schema: Arc::clone(&value_schema), format, batch_size: batch_size.max(1) };
                 Some(Decoder::new(options)?)
             }
-            KafkaFormat::Avro | KafkaFormat::AvroConfluent => None,
+            KafkaFormat::Avro | KafkaFormat::AvroConfluent | KafkaFormat::DebeziumAvroConfluent => None,
         };
         let kinds_schema = format.changelog().map(|_| crate::changelog::with_kinds_schema(&schema));
-        Ok(RowBuilder { schema, columns, format, decoder, avro, value_schema, topic: Arc::from(topic), kinds_schema })
+        Ok(RowBuilder {
+            schema,
+            columns,
+            format,
+            decoder,
+            avro,
+            value_schema,
+            topic: Arc::from(topic),
+            kinds_schema,
+            avro_kinds: Vec::new(),
+        })
     }
 
     /// The registry `avro-confluent` fetches writer schemas from (shared by the lanes).
@@ -233,6 +246,9 @@ impl RowBuilder {
 
     /// A changelog format's messages: their rows (see the module doc), with their kinds.
     fn build_changes(&mut self, messages: &[Message]) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
+        if self.format == KafkaFormat::DebeziumAvroConfluent {
+            return self.build_avro_changes(messages);
+        }
         let mut rows = Vec::with_capacity(messages.len());
         let mut kinds = Vec::with_capacity(messages.len());
         let mut bad = Vec::new();
@@ -276,8 +292,23 @@ impl RowBuilder {
         Ok(((batch.num_rows() > 0).then_some(batch), bad))
     }
 
+    /// `debezium-avro-confluent`: the envelopes decoded straight into rows with their kinds
+    /// (tombstones skipped); a message's rows are all or none, by the decoder.
+    fn build_avro_changes(
+        &mut self,
+        messages: &[Message],
+    ) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
+        let events: Vec<Message> =
+            messages.iter().filter(|m| m.value.as_deref().is_some_and(|v| !v.is_empty())).cloned().collect();
+        let (batch, bad, _) = self.build_rows(&events)?;
+        let Some(batch) = batch else { return Ok((None, bad)) };
+        let kinds = arrow::array::Int8Array::from(std::mem::take(&mut self.avro_kinds));
+        let schema = self.kinds_schema.as_ref().expect("a changelog format");
+        Ok((Some(crate::changelog::with_kinds(&batch, kinds, schema)?), bad))
+    }
+
     /// The rows of `messages`, the messages that made none, and the indices of those that
-    /// made one (in order, one row each).
+    /// made one (in order, one row each; a Debezium update's two).
     fn build_rows(&mut self, messages: &[Message]) -> Result<BuiltRows, SluiceError> {
         let mut bad = Vec::new();
         let mut included = Vec::with_capacity(messages.len());
@@ -289,7 +320,9 @@ impl RowBuilder {
         }
         let (values, good_indices) = match self.format {
             KafkaFormat::Raw => self.raw_values(messages, &included, &mut bad),
-            KafkaFormat::Avro | KafkaFormat::AvroConfluent => self.avro_values(messages, &included, &mut bad)?,
+            KafkaFormat::Avro | KafkaFormat::AvroConfluent | KafkaFormat::DebeziumAvroConfluent => {
+                self.avro_values(messages, &included, &mut bad)?
+            }
             KafkaFormat::Json | KafkaFormat::Csv | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => {
                 self.decode_values(messages, &included, &mut bad)?
             }
@@ -382,6 +415,7 @@ impl RowBuilder {
         let avro = self.avro.as_mut().expect("the avro formats have an avro decoder");
         let values = included.iter().map(|&i| (i, messages[i].value.as_deref().unwrap_or_default()));
         let decoded = avro.decode(values)?;
+        self.avro_kinds = decoded.kinds;
         for (index, reason) in decoded.bad {
             bad.push(bad_message(&messages[index], reason));
         }
