@@ -2,7 +2,7 @@
 //! against the schema ([`source_changelog`]), the row kinds column their batches carry
 //! after the declared columns ([`with_kinds`]), and `explain`'s words for them.
 //!
-//! A changelog format (Kafka's `debezium-json` and `upsert`, the file source's
+//! A changelog format (Kafka's `debezium-json`, `debezium-avro-confluent` and `upsert`, the file source's
 //! `changelog-json` and `changelog-csv`) needs `primary_key`: the planner routes the rows
 //! by it into the normalization that keeps each key's row (`sluice_operators::normalize`),
 //! which is what makes retractions, duplicate inserts and deletes of unknown keys

@@ -148,7 +148,7 @@ impl Pipeline {
                         ),
                     )
                     .with_fix(
-                        "remove primary_key, or set a changelog format: kafka: format = \"debezium-json\" or \
+                        "remove primary_key, or set a changelog format: kafka: format = \"debezium-json\", \"debezium-avro-confluent\" or \
                          \"upsert\"; file: format = \"changelog-json\" or \"changelog-csv\"",
                     ),
                 ));
