@@ -4,6 +4,7 @@
 //! queries in child processes.
 
 mod checkpoints_cmd;
+mod connectors_cmd;
 mod http;
 mod nexmark;
 mod output;
@@ -24,7 +25,7 @@ use sluice_engine::{Engine, EngineError, Overrides};
 /// large ones each time, and the page faults cost ~14% of a pass-through query.
 /// mimalloc keeps the pages. Its v2 (the workspace pins it) peaks 10-25% lower than v3
 /// on the NEXMark queries with large state, at the same or better speed: v3 keeps freed
-/// pages for a second before returning them (BENCHMARKS.md). Built without transparent
+/// pages for a second before returning them (docs/benchmarks-history.md). Built without transparent
 /// huge pages (`no_thp`): mimalloc returns freed pages after 10 ms, and each one taken
 /// again as a huge page had 2 MiB zeroed by the kernel (4% of q5's time on two threads).
 #[global_allocator]
@@ -120,8 +121,9 @@ enum Command {
     /// checkpoint, through its admin API; prints the rows as a table (or JSON lines, CSV,
     /// Arrow IPC).
     Query(query_cmd::QueryArgs),
-    /// The connectors a pipeline may name, with the options each takes.
-    Connectors,
+    /// The connectors a pipeline may name, with the options each takes (`--format
+    /// markdown`: the tables of the connector pages in docs/connectors/).
+    Connectors(connectors_cmd::ConnectorsArgs),
     /// NEXMark: generate events, or run the benchmark queries.
     Nexmark {
         #[command(subcommand)]
@@ -148,7 +150,7 @@ fn main() -> ExitCode {
         Command::Checkpoints { command } => checkpoints_cmd::main(command),
         Command::Status(args) => status_cmd::main(&args),
         Command::Query(args) => query_cmd::main(&args),
-        Command::Connectors => connectors(&engine),
+        Command::Connectors(args) => connectors_cmd::main(&engine, &args),
         Command::Nexmark { command } => nexmark::main(&engine, command, cli.quiet),
     };
     match result {
@@ -173,28 +175,6 @@ fn validate(engine: &Engine, path: &Path, overrides: Overrides) -> Result<ExitCo
 fn explain(engine: &Engine, path: &Path, overrides: Overrides) -> Result<ExitCode, EngineError> {
     let explanation = engine.load(path, overrides)?.explain()?;
     output::text(&explanation.to_string());
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `sluice connectors`: each connector's options, from the registry.
-fn connectors(engine: &Engine) -> Result<ExitCode, EngineError> {
-    let registry = engine.registry();
-    let mut text = String::new();
-    for (kind, list) in [("source", registry.source_options()), ("sink", registry.sink_options())] {
-        for (name, options) in list {
-            text.push_str(&format!("{kind} connector = \"{name}\"\n"));
-            if options.is_empty() {
-                text.push_str("  (no options)\n");
-            }
-            for option in options {
-                text.push_str(&format!(
-                    "  {:<18} {:<26} default {:<24} {}\n",
-                    option.key, option.kind, option.default, option.doc
-                ));
-            }
-        }
-    }
-    output::text(&text);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -58,7 +58,7 @@ pub struct LanePosition {
 /// One operator instance's state copy, taken at the barrier, still to be written.
 #[derive(Debug)]
 pub struct DeferredState {
-    /// The operator's stable id (see [`operator_id`]).
+    /// The operator's stable id (see [`operator_id`](crate::place::operator_id)).
     pub operator: String,
     /// The vnodes the instance owns: its records lie there, and a full snapshot is the
     /// whole state of exactly these vnodes.
@@ -118,7 +118,7 @@ pub trait Checkpointer: Send {
     /// `final_epoch` marks the checkpoint taken when the run stops or ends.
     fn publish(&mut self, epoch: Epoch, parts: Vec<Vec<u8>>, final_epoch: bool) -> Result<u64, SluiceError>;
 
-    /// The bytes of state of each operator (by [`operator_id`]) in the manifest the last
+    /// The bytes of state of each operator (by [`operator_id`](crate::place::operator_id)) in the manifest the last
     /// `publish` made, over every worker; empty when the checkpointer does not know.
     fn published_by_operator(&self) -> Vec<(String, u64)> {
         Vec::new()
@@ -151,7 +151,7 @@ pub struct CheckpointOptions {
 
 /// Where a restore reads operators' state: their runs, in the checkpoint store.
 pub trait RestoredState: Send + Sync {
-    /// Whether the checkpoint holds state of operator `operator` (by [`operator_id`]).
+    /// Whether the checkpoint holds state of operator `operator` (by [`operator_id`](crate::place::operator_id)).
     fn has(&self, operator: &str) -> bool;
 
     /// The runs of `operator` serving any of `vnodes`, oldest first, opened (their
@@ -188,60 +188,4 @@ pub fn commit_in_order(sink: &dyn SinkFactory, mut records: Vec<(u64, Vec<u8>)>)
             .map_err(|e| e.context(format!("sink {} commit of epoch {epoch}", sink.name())))?;
     }
     Ok(())
-}
-
-/// Where a segment sits in the plan: segment `segment` of flow `flow`'s trunk, or of its
-/// side input `side` (counted within that side, so a segment the trunk gains, such as
-/// a gather before a single-writer sink, never renumbers a side's segments).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SegmentPlace {
-    pub flow: usize,
-    pub side: Option<usize>,
-    pub segment: usize,
-}
-
-/// The stable id of operator `operator` of the segment at `place`, under which its state
-/// is stored: `flow{F}/segment{S}/operator{O}` in a trunk,
-/// `flow{F}/side{I}/segment{S}/operator{O}` in side input `I`.
-pub fn operator_id(place: SegmentPlace, operator: usize) -> String {
-    let SegmentPlace { flow, side, segment } = place;
-    match side {
-        None => format!("flow{flow}/segment{segment}/operator{operator}"),
-        Some(side) => format!("flow{flow}/side{side}/segment{segment}/operator{operator}"),
-    }
-}
-
-/// The place and operator of an [`operator_id`].
-pub fn parse_operator_id(id: &str) -> Option<(SegmentPlace, usize)> {
-    let mut parts = id.split('/').peekable();
-    let flow = parts.next()?.strip_prefix("flow")?.parse().ok()?;
-    let side = match parts.peek()?.strip_prefix("side") {
-        Some(side) => {
-            let side = side.parse().ok()?;
-            parts.next();
-            Some(side)
-        }
-        None => None,
-    };
-    let segment = parts.next()?.strip_prefix("segment")?.parse().ok()?;
-    let operator = parts.next()?.strip_prefix("operator")?.parse().ok()?;
-    parts.next().is_none().then_some((SegmentPlace { flow, side, segment }, operator))
-}
-
-#[cfg(test)]
-mod id_tests {
-    use super::*;
-
-    #[test]
-    fn operator_ids_are_stable_text_and_parse_back() {
-        let trunk = SegmentPlace { flow: 2, side: None, segment: 1 };
-        let side = SegmentPlace { flow: 0, side: Some(1), segment: 0 };
-        assert_eq!(operator_id(trunk, 3), "flow2/segment1/operator3", "the form manifests already hold");
-        assert_eq!(operator_id(side, 0), "flow0/side1/segment0/operator0");
-        assert_eq!(parse_operator_id("flow2/segment1/operator3"), Some((trunk, 3)));
-        assert_eq!(parse_operator_id("flow0/side1/segment0/operator0"), Some((side, 0)));
-        for bad in ["flow0/segment1", "flow0/side/segment0/operator0", "flow0/segment1/operator2/x", "x"] {
-            assert_eq!(parse_operator_id(bad), None, "{bad}");
-        }
-    }
 }

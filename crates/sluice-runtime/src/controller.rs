@@ -21,14 +21,19 @@ use sluice_state::{Merge, MergeMode};
 use sluice_types::{ErrorKind, SluiceError, TimestampMs};
 
 use crate::chain::Chain;
-use crate::checkpoint::{CheckpointOptions, Restore, SegmentPlace, operator_id};
+use crate::checkpoint::{CheckpointOptions, Restore};
 pub use crate::coordinator::{CheckpointRecord, CheckpointStats};
 use crate::coordinator::{Cluster, Completed, Coordinator};
-use crate::driver::{Control, Driver, DriverEvent, EntrySetup, FlowSetup, LaneSetup, OutputSetup, SegmentSetup};
+use crate::driver::{
+    CONTROL_ARGUMENT, CONTROL_CAPACITY, Control, Driver, DriverEvent, EVENTS_PER_DRIVER, EntrySetup, FlowSetup,
+    LaneSetup, OutputSetup, SegmentSetup,
+};
+use crate::duration::humanize;
 use crate::exchange::{ExchangeInput, ExchangeOutput, cluster_mesh};
 use crate::mailbox::post;
 use crate::metrics::Metrics;
 use crate::peers::Peers;
+use crate::place::{SegmentPlace, operator_id};
 use crate::plan::{OperatorContext, Plan, SegmentOutput};
 use crate::writer::{Written, writer_gone};
 use sluice_cluster::link::{LinkMetrics, Network, NetworkBuilder};
@@ -249,6 +254,10 @@ pub fn run(
 /// other workers' slots through `cluster`'s links. `options.threads` is the cluster's
 /// slot count, and `metrics` are made for it (the other workers' slots stay at zero).
 /// With checkpoints, `cluster.peers` carries the epochs between the workers.
+///
+/// The steps: place this worker (`WorkerPart::of`), start the coordinator, build the
+/// drivers, open the links, spawn the drivers, supervise until an outcome
+/// (`Supervisor::supervise`), wind down (`wind_down`) and report.
 pub fn run_part(
     plan: &Plan,
     options: &RunOptions,
@@ -261,42 +270,14 @@ pub fn run_part(
     plan.assert_well_formed();
     assert!(options.threads > 0, "at least one driver thread");
     assert_eq!(metrics.threads.len(), options.threads as usize, "metrics made for this plan and thread count");
-    let (layout, worker, mut network, connect, peers) = match cluster {
-        Some(ClusterRun { layout, worker, network, connect, peers }) => {
-            (layout, worker, Some(network), Some(connect), peers)
-        }
-        None => (SlotLayout::solo(options.threads), 0, None, None, None),
-    };
-    assert_eq!(layout.slots(), options.threads, "options.threads counts every worker's slots");
-    assert!(
-        layout.workers() == 1 || checkpointing.is_none() || peers.is_some(),
-        "checkpoints across workers need the peers' channels"
-    );
-    let (cluster_role, lead_events, follow_events) = match peers {
-        Some(Peers::Lead { others, send, events }) => (Some(Cluster::Lead { others, send }), events, never()),
-        Some(Peers::Follow { send, events }) => (Some(Cluster::Follow { send }), never(), events),
-        None => (None, never(), never()),
-    };
+    let WorkerPart { layout, worker, mut network, connect, role, lead_events, follow_events } =
+        WorkerPart::of(cluster, options, checkpointing.is_some());
     let local = layout.slots_of(worker);
     metrics.set_local_threads(&layout, worker);
     let started = Instant::now();
     let (stop_handle, stop_woken) = stop;
     let (events_sender, events) = bounded(local.len() * EVENTS_PER_DRIVER);
-    let mut controls = Vec::new();
-    let mut handles: Vec<JoinHandle<()>> = Vec::new();
-    let (coordinator, restore) = match checkpointing {
-        Some(Checkpointing { options: checkpoint, restore }) => {
-            let sinks = plan.flows.iter().map(|f| Arc::clone(&f.sink)).collect();
-            (
-                Some(
-                    Coordinator::new(checkpoint, sinks, Arc::clone(&metrics), started, cluster_role, local.start)
-                        .with_sources(plan.sources.clone()),
-                ),
-                restore,
-            )
-        }
-        None => (None, Restore::default()),
-    };
+    let (coordinator, restore) = start_coordinator(plan, checkpointing, &metrics, started, role, local.start);
     let shape = DriverShape {
         checkpoints: coordinator.is_some(),
         exactly_once: coordinator.as_ref().is_none_or(Coordinator::exactly_once),
@@ -304,54 +285,27 @@ pub fn run_part(
         paused: Arc::clone(&stop_handle.paused),
     };
     let place = Placement { layout: &layout, worker };
-    let drivers =
-        match build_drivers(plan, options, &place, network.as_mut(), &metrics, &events_sender, &restore, &shape) {
-            Ok(drivers) => drivers,
-            Err((component, error)) => {
-                let outcome = RunOutcome::Failed { component, error };
-                return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
-            }
-        };
-    // Every remote channel is registered: open the links before any driver sends.
-    let network = match (network, connect) {
-        (Some(network), Some(connect)) => match connect(network) {
-            Ok(network) => Some(network),
-            Err(error) => {
-                let outcome = RunOutcome::Failed { component: "exchange links".into(), error };
-                return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
-            }
-        },
-        _ => None,
+    let drivers = build_drivers(plan, options, &place, network.as_mut(), &metrics, &events_sender, &restore, &shape);
+    let drivers = match drivers {
+        Ok(drivers) => drivers,
+        Err(failure) => return failed_to_start(failure, started, metrics),
+    };
+    let network = match open_links(network, connect) {
+        Ok(network) => network,
+        Err(failure) => return failed_to_start(failure, started, metrics),
     };
     let link_counters = link_counters(network.as_ref(), &metrics, worker);
-    for (driver, control) in drivers {
-        let thread = driver.thread;
-        controls.push(control);
-        let spawned = std::thread::Builder::new()
-            .name(format!("sluice-driver-{thread}"))
-            .stack_size(DRIVER_STACK_BYTES)
-            .spawn(move || driver.run());
-        match spawned {
-            Ok(handle) => handles.push(handle),
-            Err(error) => {
-                let outcome = RunOutcome::Failed {
-                    component: format!("driver {thread}"),
-                    error: SluiceError::external("run.thread", error.to_string()),
-                };
-                for control in &controls {
-                    // A driver that already ended needs no abort.
-                    let _gone = post(control, Control::Abort, CONTROL_ARGUMENT);
-                }
-                return RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None };
-            }
-        }
-    }
+    let (controls, handles) = match spawn_drivers(drivers) {
+        Ok(spawned) => spawned,
+        Err(failure) => return failed_to_start(failure, started, metrics),
+    };
     drop(events_sender);
     observe(RunEvent::Started);
-    let running = local.clone().collect();
+    let written = coordinator.as_ref().map_or_else(never, |c| c.results().clone());
+    let inbox = Inbox { events, written, lead_events, follow_events, stop_woken };
     let mut supervisor = Supervisor {
         controls,
-        running,
+        running: local.clone().collect(),
         deadline: None,
         outcome: None,
         coordinator,
@@ -362,60 +316,140 @@ pub fn run_part(
         shutdown_timeout: options.shutdown_timeout,
         exited: false,
     };
-    let written = supervisor.coordinator.as_ref().map_or_else(never, |c| c.results().clone());
-    let no_events = never();
-    while supervisor.outcome.is_none() {
-        let now = Instant::now();
-        let mut wake = supervisor.deadline.unwrap_or(now + IDLE_WAKE);
-        if let Some((_, until)) = supervisor.echo {
-            wake = wake.min(until);
-        }
-        if let Some(due) = supervisor.coordinator.as_ref().and_then(Coordinator::next_due) {
-            wake = wake.min(due);
-        }
-        if let Some(due) = supervisor.coordinator.as_ref().and_then(Coordinator::next_timeout) {
-            wake = wake.min(due);
-        }
-        // Once every local driver left, their channel only says so; the run may still
-        // wait for the writer or the other workers.
-        let driver_events = if supervisor.running.is_empty() { &no_events } else { &events };
-        crossbeam_channel::select! {
-            recv(driver_events) -> event => supervisor.on_event(event.ok()),
-            recv(written) -> answer => supervisor.on_written(answer.ok()),
-            recv(lead_events) -> report => supervisor.on_worker(report.ok()),
-            recv(follow_events) -> command => supervisor.on_leader(command.ok()),
-            // The wake-up also comes with an abort, which is no stop request (handled below).
-            recv(stop_woken) -> _ => if stop_handle.is_requested() {
-                supervisor.on_stop(options.shutdown_timeout)
-            },
-            default(wake.saturating_duration_since(now)) => {}
-        }
-        if let Some(error) = stop_handle.abort_reason()
-            && supervisor.outcome.is_none()
-        {
-            supervisor.abort();
-            supervisor.outcome = Some(RunOutcome::Failed { component: "run".into(), error });
-            break;
-        }
-        if stop_handle.is_requested() && supervisor.deadline.is_none() {
-            supervisor.on_stop(options.shutdown_timeout);
-        }
-        for answer in stop_handle.take_checkpoint_requests() {
-            // Without a coordinator that decides, the request is dropped: the requester
-            // sees its answer channel closed.
-            if let Some(epoch) = supervisor.coordinator.as_mut().and_then(|c| c.request_now(Instant::now())) {
-                let _ = answer.try_send(epoch);
-            }
-        }
-        supervisor.tick();
-        supervisor.check_end();
-        supervisor.check_deadline(options.shutdown_timeout);
-        publish_link_counters(&link_counters);
-    }
+    supervisor.supervise(&inbox, &stop_handle, &link_counters);
     publish_link_counters(&link_counters);
     // Requests that came too late are closed unanswered.
     drop(stop_handle.take_checkpoint_requests());
-    let mut outcome = supervisor.outcome.take().expect("loop ends with an outcome");
+    let outcome = supervisor.outcome.take().expect("loop ends with an outcome");
+    let exited = supervisor.exited;
+    let outcome = wind_down(outcome, handles, network.as_ref(), exited, &inbox.events, options.shutdown_timeout);
+    let checkpoints = supervisor.coordinator.as_ref().map(|coordinator| checkpoint_stats(plan, coordinator));
+    RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
+}
+
+/// Opens the links to the other workers (the caller holds the exchange listener and the secret).
+type Connect = Box<dyn FnOnce(NetworkBuilder) -> Result<Network, SluiceError> + Send>;
+
+/// This worker's place in the run and its ends of the channels to the other workers
+/// (a worker alone has none: its slots are the run's, its peer channels never answer).
+struct WorkerPart {
+    layout: SlotLayout,
+    worker: u32,
+    network: Option<NetworkBuilder>,
+    connect: Option<Connect>,
+    /// Leading or following the other workers' checkpoints.
+    role: Option<Cluster>,
+    /// The other workers' reports, when leading.
+    lead_events: Receiver<(u32, sluice_cluster::wire::ToLeader)>,
+    /// The leader's commands, when following.
+    follow_events: Receiver<sluice_cluster::wire::ToWorker>,
+}
+
+impl WorkerPart {
+    fn of(cluster: Option<ClusterRun>, options: &RunOptions, checkpoints: bool) -> WorkerPart {
+        let (layout, worker, network, connect, peers) = match cluster {
+            Some(ClusterRun { layout, worker, network, connect, peers }) => {
+                (layout, worker, Some(network), Some(connect), peers)
+            }
+            None => (SlotLayout::solo(options.threads), 0, None, None, None),
+        };
+        assert_eq!(layout.slots(), options.threads, "options.threads counts every worker's slots");
+        assert!(
+            layout.workers() == 1 || !checkpoints || peers.is_some(),
+            "checkpoints across workers need the peers' channels"
+        );
+        let (role, lead_events, follow_events) = match peers {
+            Some(Peers::Lead { others, send, events }) => (Some(Cluster::Lead { others, send }), events, never()),
+            Some(Peers::Follow { send, events }) => (Some(Cluster::Follow { send }), never(), events),
+            None => (None, never(), never()),
+        };
+        WorkerPart { layout, worker, network, connect, role, lead_events, follow_events }
+    }
+}
+
+/// The coordinator of this worker's checkpoints, and the state they restore (nothing
+/// without checkpoints).
+fn start_coordinator(
+    plan: &Plan,
+    checkpointing: Option<Checkpointing>,
+    metrics: &Arc<Metrics>,
+    started: Instant,
+    role: Option<Cluster>,
+    first_slot: u32,
+) -> (Option<Coordinator>, Restore) {
+    match checkpointing {
+        Some(Checkpointing { options: checkpoint, restore }) => {
+            let sinks = plan.flows.iter().map(|f| Arc::clone(&f.sink)).collect();
+            (
+                Some(
+                    Coordinator::new(checkpoint, sinks, Arc::clone(metrics), started, role, first_slot)
+                        .with_sources(plan.sources.clone()),
+                ),
+                restore,
+            )
+        }
+        None => (None, Restore::default()),
+    }
+}
+
+/// Opens the links once every remote channel of the plan is registered, before any
+/// driver sends (a worker alone has none).
+fn open_links(network: Option<NetworkBuilder>, connect: Option<Connect>) -> Result<Option<Network>, Failure> {
+    match (network, connect) {
+        (Some(network), Some(connect)) => match connect(network) {
+            Ok(network) => Ok(Some(network)),
+            Err(error) => Err(("exchange links".into(), error)),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// The control channel of each driver thread started, and its handle.
+type Spawned = (Vec<Sender<Control>>, Vec<JoinHandle<()>>);
+
+/// Starts a thread per driver. When one cannot start, the drivers already started are
+/// aborted and the run fails.
+fn spawn_drivers(drivers: Vec<(Driver, Sender<Control>)>) -> Result<Spawned, Failure> {
+    let mut controls = Vec::new();
+    let mut handles: Vec<JoinHandle<()>> = Vec::new();
+    for (driver, control) in drivers {
+        let thread = driver.thread;
+        controls.push(control);
+        let spawned = std::thread::Builder::new()
+            .name(format!("sluice-driver-{thread}"))
+            .stack_size(DRIVER_STACK_BYTES)
+            .spawn(move || driver.run());
+        match spawned {
+            Ok(handle) => handles.push(handle),
+            Err(error) => {
+                for control in &controls {
+                    // A driver that already ended needs no abort.
+                    let _gone = post(control, Control::Abort, CONTROL_ARGUMENT);
+                }
+                return Err((format!("driver {thread}"), SluiceError::external("run.thread", error.to_string())));
+            }
+        }
+    }
+    Ok((controls, handles))
+}
+
+/// The report of a run that failed before its drivers ran.
+fn failed_to_start((component, error): Failure, started: Instant, metrics: Arc<Metrics>) -> RunReport {
+    let outcome = RunOutcome::Failed { component, error };
+    RunReport { outcome, elapsed: started.elapsed(), stopped: false, metrics, checkpoints: None }
+}
+
+/// After the supervisor's loop. Completed: joins the drivers, then waits until the links
+/// delivered the ends of every channel (unless the drivers left on `Exit`). Failed: gives
+/// the aborted drivers a bounded moment to close their sinks.
+fn wind_down(
+    mut outcome: RunOutcome,
+    handles: Vec<JoinHandle<()>>,
+    network: Option<&Network>,
+    exited: bool,
+    events: &Receiver<DriverEvent>,
+    shutdown_timeout: Duration,
+) -> RunOutcome {
     if outcome == RunOutcome::Completed {
         for handle in handles {
             let _ = handle.join();
@@ -425,9 +459,9 @@ pub fn run_part(
         // checkpoint the drivers left on `Exit` instead: every row before the final
         // barrier was processed and committed, nothing followed it, so the links are
         // simply closed (on drop).
-        if let Some(network) = &network
-            && !supervisor.exited
-            && let Err(error) = network.drain(options.shutdown_timeout)
+        if let Some(network) = network
+            && !exited
+            && let Err(error) = network.drain(shutdown_timeout)
         {
             outcome = RunOutcome::Failed { component: "exchange links".into(), error };
         }
@@ -439,17 +473,19 @@ pub fn run_part(
             let _ = events.recv_timeout(Duration::from_millis(20));
         }
     }
-    let checkpoints = supervisor.coordinator.as_ref().map(|c| {
-        let mut stats = c.stats.clone();
-        // Operator ids become the operators as `explain` shows them.
-        for (id, _) in stats.state_by_operator.iter_mut().flat_map(|(_, operators)| operators) {
-            if let Some(name) = plan.operator_name(id) {
-                *id = name;
-            }
+    outcome
+}
+
+/// The coordinator's figures, with operator ids turned into the operators as `explain`
+/// shows them.
+fn checkpoint_stats(plan: &Plan, coordinator: &Coordinator) -> CheckpointStats {
+    let mut stats = coordinator.stats.clone();
+    for (id, _) in stats.state_by_operator.iter_mut().flat_map(|(_, operators)| operators) {
+        if let Some(name) = plan.operator_name(id) {
+            *id = name;
         }
-        stats
-    });
-    RunReport { outcome, elapsed: started.elapsed(), stopped: stop_handle.is_requested(), metrics, checkpoints }
+    }
+    stats
 }
 
 /// Each link's counters with the run's named counters they are copied to (the exit
@@ -482,21 +518,6 @@ fn publish_link_counters(counters: &LinkCounters) {
 /// layer), a default thread's whole stack.
 pub(crate) const DRIVER_STACK_BYTES: usize = 8 << 20;
 
-/// Capacity of each driver's control channel. Enough because at most three messages can
-/// wait in it: one barrier (`Barrier` or `FinalBarrier`: the next is sent only after the
-/// driver acked the previous or finished), at most one `Stop` (sent once, and only without
-/// checkpoints), one `Exit` (sent once, after the final checkpoint the driver acked) and
-/// one `Abort` (the run's outcome is then set, and nothing more is sent).
-pub(crate) const CONTROL_CAPACITY: usize = 4;
-pub(crate) const CONTROL_ARGUMENT: &str =
-    "a driver's control channel holds at most one barrier, one stop, one exit and one abort";
-
-/// Room per driver in the events channel. Enough because a driver has at most two events
-/// outstanding: the ack of the one barrier in flight (the next barrier comes only after
-/// the controller handled it) and its one final event (`Finished`, `Fatal` or `Aborted`).
-pub(crate) const EVENTS_PER_DRIVER: usize = 4;
-pub(crate) const EVENTS_ARGUMENT: &str = "a driver has at most one ack and one final event outstanding";
-
 /// The longest the controller sleeps when nothing is due (it wakes on every event).
 const IDLE_WAKE: Duration = Duration::from_millis(500);
 
@@ -525,7 +546,86 @@ struct Supervisor<'o> {
 /// How long an echo failure waits for the failure that caused it.
 const ROOT_CAUSE_WAIT: Duration = Duration::from_millis(500);
 
+/// What the supervisor waits on, besides its deadlines.
+struct Inbox {
+    /// The local drivers' events.
+    events: Receiver<DriverEvent>,
+    /// The checkpoint writer's answers (never, without checkpoints).
+    written: Receiver<Written>,
+    /// The other workers' reports, when leading.
+    lead_events: Receiver<(u32, sluice_cluster::wire::ToLeader)>,
+    /// The leader's commands, when following.
+    follow_events: Receiver<sluice_cluster::wire::ToWorker>,
+    /// Wakes on a stop request, an abort or a checkpoint request.
+    stop_woken: Receiver<()>,
+}
+
 impl Supervisor<'_> {
+    /// Serves the drivers, the checkpoint writer, the other workers and `stop` until the
+    /// run has an outcome.
+    fn supervise(&mut self, inbox: &Inbox, stop: &StopHandle, link_counters: &LinkCounters) {
+        let no_events = never();
+        while self.outcome.is_none() {
+            let now = Instant::now();
+            let wake = self.next_wake(now);
+            // Once every local driver left, their channel only says so; the run may still
+            // wait for the writer or the other workers.
+            let driver_events = if self.running.is_empty() { &no_events } else { &inbox.events };
+            crossbeam_channel::select! {
+                recv(driver_events) -> event => self.on_event(event.ok()),
+                recv(inbox.written) -> answer => self.on_written(answer.ok()),
+                recv(inbox.lead_events) -> report => self.on_worker(report.ok()),
+                recv(inbox.follow_events) -> command => self.on_leader(command.ok()),
+                // The wake-up also comes with an abort, which is no stop request (handled below).
+                recv(inbox.stop_woken) -> _ => if stop.is_requested() {
+                    self.on_stop(self.shutdown_timeout)
+                },
+                default(wake.saturating_duration_since(now)) => {}
+            }
+            if let Some(error) = stop.abort_reason()
+                && self.outcome.is_none()
+            {
+                self.abort();
+                self.outcome = Some(RunOutcome::Failed { component: "run".into(), error });
+                break;
+            }
+            if stop.is_requested() && self.deadline.is_none() {
+                self.on_stop(self.shutdown_timeout);
+            }
+            self.answer_checkpoint_requests(stop);
+            self.tick();
+            self.check_end();
+            self.check_deadline(self.shutdown_timeout);
+            publish_link_counters(link_counters);
+        }
+    }
+
+    /// When the loop must wake even if nothing arrives: the stop's deadline, an echo's
+    /// wait, the next checkpoint or barrier timeout, or [`IDLE_WAKE`] from `now`.
+    fn next_wake(&self, now: Instant) -> Instant {
+        let mut wake = self.deadline.unwrap_or(now + IDLE_WAKE);
+        if let Some((_, until)) = self.echo {
+            wake = wake.min(until);
+        }
+        if let Some(due) = self.coordinator.as_ref().and_then(Coordinator::next_due) {
+            wake = wake.min(due);
+        }
+        if let Some(due) = self.coordinator.as_ref().and_then(Coordinator::next_timeout) {
+            wake = wake.min(due);
+        }
+        wake
+    }
+
+    fn answer_checkpoint_requests(&mut self, stop: &StopHandle) {
+        for answer in stop.take_checkpoint_requests() {
+            // Without a coordinator that decides, the request is dropped: the requester
+            // sees its answer channel closed.
+            if let Some(epoch) = self.coordinator.as_mut().and_then(|c| c.request_now(Instant::now())) {
+                let _ = answer.try_send(epoch);
+            }
+        }
+    }
+
     fn on_event(&mut self, event: Option<DriverEvent>) {
         match event {
             Some(DriverEvent::Acked { thread, epoch, slice }) => {
@@ -756,14 +856,6 @@ impl Supervisor<'_> {
             // A driver that already ended needs no abort.
             let _gone = post(control, Control::Abort, CONTROL_ARGUMENT);
         }
-    }
-}
-
-pub(crate) fn humanize(duration: Duration) -> String {
-    if duration.subsec_millis() == 0 {
-        format!("{}s", duration.as_secs())
-    } else {
-        format!("{}ms", duration.as_millis())
     }
 }
 

@@ -37,8 +37,8 @@ use sluice_cluster::wire::{ToLeader, ToWorker};
 use sluice_types::{Epoch, ErrorKind, SluiceError};
 
 use crate::checkpoint::{CheckpointOptions, LanePosition, ManifestSlice, SinkRecord, commit_in_order};
-use crate::controller::CONTROL_ARGUMENT;
-use crate::driver::Control;
+use crate::driver::{CONTROL_ARGUMENT, Control};
+use crate::duration::humanize;
 use crate::mailbox::{Posted, post};
 use crate::metrics::Metrics;
 use crate::peers::{SendToLeader, SendToWorker};
@@ -394,7 +394,7 @@ impl Coordinator {
                 "checkpoint {} was not acknowledged within {}timeout = {}: {}",
                 in_flight.epoch.0,
                 if again { "another " } else { "" },
-                crate::controller::humanize(self.timeout),
+                humanize(self.timeout),
                 waiting.join("; ")
             ),
         )

@@ -54,11 +54,11 @@ use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use sluice_types::{Batch, Epoch, ErrorKind, Message, SluiceError, TimestampMs, failpoint, panic_message};
 
 use crate::chain::Chain;
-use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, SegmentPlace, SinkRecord, operator_id};
-use crate::controller::EVENTS_ARGUMENT;
+use crate::checkpoint::{DeferredState, LanePosition, ManifestSlice, SinkRecord};
 use crate::exchange::{ExchangeInput, ExchangeOutput};
 use crate::mailbox::post;
 use crate::metrics::{Metrics, NO_WATERMARK};
+use crate::place::{SegmentPlace, operator_id};
 use crate::plan::{LaneContext, LanePoll, LaneReader, SinkParallelism, SinkWriter};
 
 /// Messages from the controller. `Stop` may be sent more than once; `Abort` and `Exit`
@@ -77,6 +77,21 @@ pub(crate) enum Control {
     /// Leave at once, dropping everything in flight.
     Abort,
 }
+
+/// Capacity of each driver's control channel. Enough because at most three messages can
+/// wait in it: one barrier (`Barrier` or `FinalBarrier`: the next is sent only after the
+/// driver acked the previous or finished), at most one `Stop` (sent once, and only without
+/// checkpoints), one `Exit` (sent once, after the final checkpoint the driver acked) and
+/// one `Abort` (the run's outcome is then set, and nothing more is sent).
+pub(crate) const CONTROL_CAPACITY: usize = 4;
+pub(crate) const CONTROL_ARGUMENT: &str =
+    "a driver's control channel holds at most one barrier, one stop, one exit and one abort";
+
+/// Room per driver in the events channel. Enough because a driver has at most two events
+/// outstanding: the ack of the one barrier in flight (the next barrier comes only after
+/// the controller handled it) and its one final event (`Finished`, `Fatal` or `Aborted`).
+pub(crate) const EVENTS_PER_DRIVER: usize = 4;
+pub(crate) const EVENTS_ARGUMENT: &str = "a driver has at most one ack and one final event outstanding";
 
 /// What a driver tells the controller: any number of `Acked`, then exactly one of the
 /// others.
@@ -1041,8 +1056,8 @@ mod tests {
 
     use super::{Output, SegmentRun, feed};
     use crate::chain::Chain;
-    use crate::checkpoint::SegmentPlace;
     use crate::metrics::{Metrics, SinkMetrics};
+    use crate::place::SegmentPlace;
     use crate::plan::SinkWriter;
     use crate::tests::driver_tests::HoldAll;
     use crate::tests::support::{batch, values};

@@ -27,10 +27,12 @@ pub mod checkpoint;
 pub mod controller;
 mod coordinator;
 mod driver;
+mod duration;
 mod exchange;
 mod mailbox;
 pub mod metrics;
 pub mod peers;
+pub mod place;
 pub mod plan;
 mod writer;
 

@@ -206,13 +206,6 @@ impl Metrics {
         }
     }
 
-    /// Zeroed counters for every source, sink and thread of `plan`.
-    pub fn for_plan(plan: &crate::plan::Plan, threads: u32) -> Metrics {
-        let sources = plan.sources.iter().map(|s| SourceMetrics::new(s.name(), s.lanes())).collect();
-        let sinks = plan.flows.iter().map(|f| SinkMetrics::new(f.sink.name())).collect();
-        Metrics::new(sources, sinks, threads)
-    }
-
     /// The counter named `name`, created at zero the first time; every thread that asks
     /// for the same name shares it (e.g. `view hot_items: late rows`).
     pub fn counter(&self, name: &str) -> Arc<AtomicU64> {

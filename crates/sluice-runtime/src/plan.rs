@@ -17,7 +17,8 @@ use arrow::record_batch::RecordBatch;
 use sluice_types::{Batch, Epoch, SluiceError, TimestampMs};
 
 use crate::chain::Operator;
-use crate::metrics::{Metrics, SourceMetrics};
+use crate::metrics::{Metrics, SinkMetrics, SourceMetrics};
+use crate::place::{SegmentPlace, parse_operator_id};
 
 /// A table a source provides (a nexmark source provides three).
 #[derive(Debug, Clone)]
@@ -337,24 +338,24 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The operator an [`crate::checkpoint::operator_id`] names, as `explain` shows it:
+    /// The operator an [`crate::place::operator_id`] names, as `explain` shows it:
     /// `sink NAME, segment S: LINE`.
     pub fn operator_name(&self, id: &str) -> Option<String> {
-        let (place, operator) = crate::checkpoint::parse_operator_id(id)?;
+        let (place, operator) = parse_operator_id(id)?;
         let (flow, number) = self.segment_number(place)?;
         let (line, _) = flow.segment(number)?.operators.get(operator)?;
         Some(format!("sink {}, segment {number}: {line}", flow.sink.name()))
     }
 
     /// The segment at `place` as `explain` shows it: `sink NAME, segment S`.
-    pub fn segment_name(&self, place: crate::checkpoint::SegmentPlace) -> Option<String> {
+    pub fn segment_name(&self, place: SegmentPlace) -> Option<String> {
         let (flow, number) = self.segment_number(place)?;
         Some(format!("sink {}, segment {number}", flow.sink.name()))
     }
 
     /// The flow of `place` and the segment's number as `explain` numbers segments: the
     /// trunk's, then each side's.
-    fn segment_number(&self, place: crate::checkpoint::SegmentPlace) -> Option<(&Flow, usize)> {
+    fn segment_number(&self, place: SegmentPlace) -> Option<(&Flow, usize)> {
         let flow = self.flows.get(place.flow)?;
         let number = match place.side {
             None => place.segment,
@@ -397,5 +398,16 @@ impl Plan {
                 assert_eq!(side.port, before + 1, "flow {index} side {number}: ports are numbered in order from 1");
             }
         }
+    }
+}
+
+// Here rather than in `metrics`, which stays below the plan: the counters know names and
+// counts only, the plan knows its sources and sinks.
+impl Metrics {
+    /// Zeroed counters for every source, sink and thread of `plan`.
+    pub fn for_plan(plan: &Plan, threads: u32) -> Metrics {
+        let sources = plan.sources.iter().map(|s| SourceMetrics::new(s.name(), s.lanes())).collect();
+        let sinks = plan.flows.iter().map(|f| SinkMetrics::new(f.sink.name())).collect();
+        Metrics::new(sources, sinks, threads)
     }
 }

@@ -75,11 +75,87 @@ use crate::stream::{StreamPlanner, StreamState, Tag, display, physical, unaggreg
 
 /// Plans `join`; `filter` is a WHERE predicate directly above an inner join, whose
 /// conjuncts are join conditions too (`FROM a, b WHERE a.k = b.k`).
+///
+/// The steps: the join's kind, its equality keys and residual conditions, the conditions
+/// pushed below it, its two inputs planned and routed by key, the operator's spec, its
+/// line in `explain`, and the right input attached to the left as a side input.
 pub(crate) fn plan_join(
     planner: &StreamPlanner<'_>,
     join: &Join,
     filter: Option<&Expr>,
 ) -> Result<StreamState, SluiceError> {
+    let kind = join_kind(join, filter)?;
+    let left_schema = Arc::clone(join.left.schema());
+    let right_schema = Arc::clone(join.right.schema());
+    let JoinKeys { left: left_keys, right: right_keys, names: key_names, mut residual } =
+        join_keys(join, filter, &left_schema, &right_schema)?;
+    let pushed = push_down(kind, &mut residual, &left_schema, &right_schema);
+    let (mut left, mut right) = plan_inputs(planner, join, pushed)?;
+    let output_schema: DFSchemaRef = Arc::clone(&join.schema);
+    let expiry = if kind == JoinKind::Inner && !left.changelog.is_updating() && !right.changelog.is_updating() {
+        expiry(&left, &right, (&left_keys, &right_keys), &residual)
+    } else {
+        Expiries::default()
+    };
+    let residual_text = residual.iter().map(display).collect::<Vec<_>>().join(" AND ");
+    let residual = match residual.into_iter().reduce(Expr::and) {
+        Some(predicate) => Some(physical(&predicate, &output_schema)?),
+        None => None,
+    };
+    planner.hash_exchange(&mut left, left_keys.clone(), exchange_line(planner, &key_names.0));
+    planner.hash_exchange(&mut right, right_keys.clone(), exchange_line(planner, &key_names.1));
+    let append_only = output_is_append_only(kind, !left.changelog.is_updating(), !right.changelog.is_updating());
+    let spec = JoinSpec {
+        kind,
+        left_schema: left.arrow_schema(),
+        right_schema: right.arrow_schema(),
+        output_schema: Arc::new(output_schema.as_arrow().clone()),
+        left_keys,
+        right_keys,
+        residual,
+        vnodes: planner.vnodes,
+        expiry: expiry.sides,
+        late_rows: format!("view {}: late rows", planner.view),
+        append_only: [!left.changelog.is_updating(), !right.changelog.is_updating()],
+        spill: planner.spill.clone(),
+    };
+    let pairs: Vec<String> = key_names.0.iter().zip(&key_names.1).map(|(l, r)| format!("{l} = {r}")).collect();
+    // A state TTL drops an inner join's rows not written for a while; an outer join's
+    // NULL padding depends on every row of the other side, so it keeps its rows.
+    let ttl = planner.state_ttl().filter(|_| kind == JoinKind::Inner);
+    let line = explain_line(planner, &spec, &pairs, &residual_text, &expiry, [&left_schema, &right_schema], ttl);
+    let factory: OperatorFactory = Arc::new(move |context| {
+        let join = JoinOperator::new(spec.clone(), context)?;
+        Ok(Box::new(match ttl {
+            Some(ttl) => join.with_ttl(ttl, Clock::system()),
+            None => join,
+        }))
+    });
+    let into = left.segments.len();
+    left.sides.push(SideInput { source: right.source, table: right.table, segments: right.segments, into, port: 1 });
+    left.operators.push((line, factory));
+    left.state = Some(format!(
+        "rows of both inputs by key ({}){}",
+        pairs.join(", "),
+        if expiry.expires() { ", each freed once the watermark passes its expiry" } else { "" }
+    ));
+    left.tags = vec![Tag::Plain; output_schema.fields().len()];
+    // A window join's bounds stay window bounds (see the module documentation).
+    let left_width = left_schema.fields().len();
+    for &(l, r, tag) in &expiry.window_bounds {
+        left.tags[l] = tag;
+        left.tags[left_width + r] = tag;
+    }
+    left.schema = output_schema;
+    left.windows_per_row = left.windows_per_row.max(right.windows_per_row);
+    left.changelog = if append_only { Changelog::AppendOnly } else { Changelog::Updating { upsert_key: None } };
+    left.changelog_sources.extend(right.changelog_sources);
+    Ok(left)
+}
+
+/// The operator's kind for `join`'s type; SEMI and ANTI joins and `IS NOT DISTINCT FROM`
+/// are refused.
+fn join_kind(join: &Join, filter: Option<&Expr>) -> Result<JoinKind, SluiceError> {
     let kind = match join.join_type {
         JoinType::Inner => JoinKind::Inner,
         JoinType::Left => JoinKind::Left,
@@ -98,9 +174,28 @@ pub(crate) fn plan_join(
     if filter.is_some() {
         assert_eq!(kind, JoinKind::Inner, "a WHERE is a join condition only above an inner join");
     }
-    let left_schema = Arc::clone(join.left.schema());
-    let right_schema = Arc::clone(join.right.schema());
-    // Every condition: the `ON`/`USING` pairs, the join's filter, the WHERE above it.
+    Ok(kind)
+}
+
+/// A join's conditions sorted: the equalities between a column of each input, and the
+/// rest.
+struct JoinKeys {
+    left: Vec<usize>,
+    right: Vec<usize>,
+    /// Each key column as `explain` shows it, left and right.
+    names: (Vec<String>, Vec<String>),
+    residual: Vec<Expr>,
+}
+
+/// Every condition of `join` (the `ON`/`USING` pairs, the join's filter, the WHERE
+/// `filter` above it) as keys or residual; refuses keys of different types, and a join
+/// without a key column on each side.
+fn join_keys(
+    join: &Join,
+    filter: Option<&Expr>,
+    left_schema: &DFSchemaRef,
+    right_schema: &DFSchemaRef,
+) -> Result<JoinKeys, SluiceError> {
     let mut conditions: Vec<Expr> = join.on.iter().map(|(l, r)| l.clone().eq(r.clone())).collect();
     for predicate in join.filter.iter().chain(filter) {
         conditions.extend(split_conjunction(predicate).into_iter().cloned());
@@ -111,7 +206,7 @@ pub(crate) fn plan_join(
     let mut residual = Vec::new();
     let mut expression_key = None;
     for condition in conditions {
-        match equi_key(&condition, &left_schema, &right_schema) {
+        match equi_key(&condition, left_schema, right_schema) {
             Condition::Key(l, r) => {
                 let (lf, rf) = (left_schema.field(l), right_schema.field(r));
                 if lf.data_type() != rf.data_type() {
@@ -149,18 +244,40 @@ pub(crate) fn plan_join(
             "join on equal keys: FROM a JOIN b ON a.k = b.k",
         ));
     }
-    // A condition on one input's columns alone filters that input before the join (as
-    // Flink's optimizer pushes it down), unless that input is preserved (an outer join
-    // pads its rows that fail it): a row failing it could join nothing, so it is neither
-    // kept nor probed (NEXMark q20 keeps only the auctions of category 10).
+    Ok(JoinKeys { left: left_keys, right: right_keys, names: key_names, residual })
+}
+
+/// Takes out of `residual` the conditions that filter one input before the join: per
+/// input, those on its columns alone.
+///
+/// A condition on one input's columns alone filters that input before the join (as
+/// Flink's optimizer pushes it down), unless that input is preserved (an outer join
+/// pads its rows that fail it): a row failing it could join nothing, so it is neither
+/// kept nor probed (NEXMark q20 keeps only the auctions of category 10).
+fn push_down(
+    kind: JoinKind,
+    residual: &mut Vec<Expr>,
+    left_schema: &DFSchemaRef,
+    right_schema: &DFSchemaRef,
+) -> [Vec<Expr>; 2] {
     let mut pushed: [Vec<Expr>; 2] = [Vec::new(), Vec::new()];
-    residual.retain(|condition| match one_input(condition, &left_schema, &right_schema) {
+    residual.retain(|condition| match one_input(condition, left_schema, right_schema) {
         Some(side) if !preserves(kind, side) && !condition.is_volatile() => {
             pushed[side].push(condition.clone());
             false
         }
         _ => true,
     });
+    pushed
+}
+
+/// Plans the join's two inputs, each filtered by its `pushed` conditions; refuses a right
+/// input that is itself a join.
+fn plan_inputs(
+    planner: &StreamPlanner<'_>,
+    join: &Join,
+    pushed: [Vec<Expr>; 2],
+) -> Result<(StreamState, StreamState), SluiceError> {
     let mut left = unaggregated_session(planner.plan(&join.left)?)?;
     let mut right = unaggregated_session(planner.plan(&join.right)?)?;
     for (input, conditions) in [&mut left, &mut right].into_iter().zip(pushed) {
@@ -174,64 +291,28 @@ pub(crate) fn plan_join(
             "write the joins left-deep: (a JOIN b ON …) JOIN c ON …, or join in a view and read the view on the left",
         ));
     }
-    let output_schema: DFSchemaRef = Arc::clone(&join.schema);
-    let expiry = if kind == JoinKind::Inner && !left.changelog.is_updating() && !right.changelog.is_updating() {
-        expiry(&left, &right, (&left_keys, &right_keys), &residual)
-    } else {
-        Expiries::default()
-    };
-    let residual_text = residual.iter().map(display).collect::<Vec<_>>().join(" AND ");
-    let residual = match residual.into_iter().reduce(Expr::and) {
-        Some(predicate) => Some(physical(&predicate, &output_schema)?),
-        None => None,
-    };
-    planner.hash_exchange(&mut left, left_keys.clone(), exchange_line(planner, &key_names.0));
-    planner.hash_exchange(&mut right, right_keys.clone(), exchange_line(planner, &key_names.1));
-    let append_only = output_is_append_only(kind, !left.changelog.is_updating(), !right.changelog.is_updating());
-    let spec = JoinSpec {
-        kind,
-        left_schema: left.arrow_schema(),
-        right_schema: right.arrow_schema(),
-        output_schema: Arc::new(output_schema.as_arrow().clone()),
-        left_keys,
-        right_keys,
-        residual,
-        vnodes: planner.vnodes,
-        expiry: expiry.sides,
-        late_rows: format!("view {}: late rows", planner.view),
-        append_only: [!left.changelog.is_updating(), !right.changelog.is_updating()],
-        spill: planner.spill.clone(),
-    };
-    let pairs: Vec<String> = key_names.0.iter().zip(&key_names.1).map(|(l, r)| format!("{l} = {r}")).collect();
+    Ok((left, right))
+}
+
+/// The join's line in `explain`: its kind, keys and residual, then what bounds its
+/// state: the expiry, the state TTL, the spilling sides.
+fn explain_line(
+    planner: &StreamPlanner<'_>,
+    spec: &JoinSpec,
+    pairs: &[String],
+    residual_text: &str,
+    expiry: &Expiries,
+    schemas: [&DFSchemaRef; 2],
+    ttl: Option<std::time::Duration>,
+) -> String {
+    let kind = spec.kind;
     let mut line = format!("join: {} ON {}", kind_name(kind), pairs.join(" AND "));
     if !residual_text.is_empty() {
         line.push_str(&format!(" AND {residual_text}"));
     }
-    let expires = expiry.sides.iter().any(Option::is_some);
-    if expires {
-        let shown: Vec<Option<String>> = expiry
-            .sides
-            .iter()
-            .zip([&left_schema, &right_schema])
-            .map(|(side, schema)| {
-                let Expiry { column, offset_ms } = side.as_ref()?;
-                let column = display(&Expr::Column(Column::from(schema.qualified_field(*column))));
-                let sign = if *offset_ms < 0 { '-' } else { '+' };
-                Some(format!("{column} {sign} {} ms", offset_ms.unsigned_abs()))
-            })
-            .collect();
-        let what = if expiry.window { "window join" } else { "interval join" };
-        let kept = match (&shown[0], &shown[1]) {
-            (Some(l), Some(r)) => format!("state kept until the watermark passes {l} / {r}"),
-            (Some(l), None) => format!("left rows kept until the watermark passes {l}; right rows kept (no bound)"),
-            (None, Some(r)) => format!("right rows kept until the watermark passes {r}; left rows kept (no bound)"),
-            (None, None) => unreachable!("a side expires"),
-        };
-        line.push_str(&format!(" ({what}: {kept})"));
+    if expiry.expires() {
+        line.push_str(&expiry_note(expiry, schemas));
     }
-    // A state TTL drops an inner join's rows not written for a while; an outer join's
-    // NULL padding depends on every row of the other side, so it keeps its rows.
-    let ttl = planner.state_ttl().filter(|_| kind == JoinKind::Inner);
     match (planner.state_ttl(), ttl) {
         (Some(_), None) => line.push_str(" (outer join: no state TTL)"),
         _ => line.push_str(&crate::stream::ttl_note(ttl)),
@@ -251,33 +332,30 @@ pub(crate) fn plan_join(
     if !spilling.is_empty() {
         line.push_str(&format!(" ({} rows spill to disk beyond state_memory_mib)", spilling.join(" and ")));
     }
-    let factory: OperatorFactory = Arc::new(move |context| {
-        let join = JoinOperator::new(spec.clone(), context)?;
-        Ok(Box::new(match ttl {
-            Some(ttl) => join.with_ttl(ttl, Clock::system()),
-            None => join,
-        }))
-    });
-    let into = left.segments.len();
-    left.sides.push(SideInput { source: right.source, table: right.table, segments: right.segments, into, port: 1 });
-    left.operators.push((line, factory));
-    left.state = Some(format!(
-        "rows of both inputs by key ({}){}",
-        pairs.join(", "),
-        if expires { ", each freed once the watermark passes its expiry" } else { "" }
-    ));
-    left.tags = vec![Tag::Plain; output_schema.fields().len()];
-    // A window join's bounds stay window bounds (see the module documentation).
-    let left_width = left_schema.fields().len();
-    for &(l, r, tag) in &expiry.window_bounds {
-        left.tags[l] = tag;
-        left.tags[left_width + r] = tag;
-    }
-    left.schema = output_schema;
-    left.windows_per_row = left.windows_per_row.max(right.windows_per_row);
-    left.changelog = if append_only { Changelog::AppendOnly } else { Changelog::Updating { upsert_key: None } };
-    left.changelog_sources.extend(right.changelog_sources);
-    Ok(left)
+    line
+}
+
+/// ` (interval join: …)` or ` (window join: …)`: until when each side's rows are kept.
+fn expiry_note(expiry: &Expiries, schemas: [&DFSchemaRef; 2]) -> String {
+    let shown: Vec<Option<String>> = expiry
+        .sides
+        .iter()
+        .zip(schemas)
+        .map(|(side, schema)| {
+            let Expiry { column, offset_ms } = side.as_ref()?;
+            let column = display(&Expr::Column(Column::from(schema.qualified_field(*column))));
+            let sign = if *offset_ms < 0 { '-' } else { '+' };
+            Some(format!("{column} {sign} {} ms", offset_ms.unsigned_abs()))
+        })
+        .collect();
+    let what = if expiry.window { "window join" } else { "interval join" };
+    let kept = match (&shown[0], &shown[1]) {
+        (Some(l), Some(r)) => format!("state kept until the watermark passes {l} / {r}"),
+        (Some(l), None) => format!("left rows kept until the watermark passes {l}; right rows kept (no bound)"),
+        (None, Some(r)) => format!("right rows kept until the watermark passes {r}; left rows kept (no bound)"),
+        (None, None) => unreachable!("a side expires"),
+    };
+    format!(" ({what}: {kept})")
 }
 
 /// When each side's rows expire, for an interval or a window join.
@@ -289,6 +367,13 @@ struct Expiries {
     /// A window join's key pairs of window bounds (left and right column), with their
     /// tag, kept in the output.
     window_bounds: Vec<(usize, usize, Tag)>,
+}
+
+impl Expiries {
+    /// Whether the rows of either side expire.
+    fn expires(&self) -> bool {
+        self.sides.iter().any(Option::is_some)
+    }
 }
 
 /// The expiry of each side of an inner join of append-only `left` and `right` (see the

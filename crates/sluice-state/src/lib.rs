@@ -33,10 +33,17 @@ pub use run::{RUN_FORMAT_VERSION, RunWriter, WrittenRun};
 
 use sluice_types::SluiceError;
 
-/// The records of one snapshot, written in order: vnodes ascending; within a vnode its
-/// range deletes first (ascending by start), then its puts and deletes (keys strictly
-/// ascending). A writer asserts the order: it is the operator's contract, not input.
+/// The records of one snapshot, written in order: vnodes ascending (unless the snapshot
+/// said it interleaves them, [`StateSink::interleave`]); within a vnode its range deletes
+/// first (ascending by start), then its puts and deletes (keys strictly ascending). A
+/// writer asserts the order: it is the operator's contract, not input.
 pub trait StateSink {
+    /// The records that follow may interleave vnodes, each vnode's in its order (a
+    /// join's appended rows in arrival order: their keys are arrival numbers). Called
+    /// before the first record, by a snapshot whose records come so: the sink then takes
+    /// them as they come, with no sort (a run writer keeps a block open per vnode).
+    fn interleave(&mut self);
+
     /// Every key `k` of `vnode` with `start <= k < end` is gone (in the runs older than
     /// this one; a put of this snapshot in that range stands).
     fn delete_range(&mut self, vnode: u32, start: &[u8], end: &[u8]) -> Result<(), SluiceError>;
@@ -110,6 +117,7 @@ pub struct CollectedState {
     /// `(vnode, key, Some(value))` for a put, `None` for a delete.
     pub points: Vec<(u32, Vec<u8>, Option<Vec<u8>>)>,
     order: run::OrderCheck,
+    interleaved: bool,
 }
 
 impl CollectedState {
@@ -123,20 +131,41 @@ impl CollectedState {
 impl StateSink for CollectedState {
     fn delete_range(&mut self, vnode: u32, start: &[u8], end: &[u8]) -> Result<(), SluiceError> {
         self.order.range(vnode, start, end);
-        self.ranges.push((vnode, start.to_vec(), end.to_vec()));
+        let at = self.ranges.partition_point(|(other, _, _)| *other <= vnode);
+        self.ranges.insert(at, (vnode, start.to_vec(), end.to_vec()));
         Ok(())
     }
 
     fn put(&mut self, vnode: u32, key: &[u8], value: &[u8]) -> Result<(), SluiceError> {
         self.order.point(vnode, key);
-        self.points.push((vnode, key.to_vec(), Some(value.to_vec())));
+        self.add_point(vnode, key, Some(value));
         Ok(())
     }
 
     fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), SluiceError> {
         self.order.point(vnode, key);
-        self.points.push((vnode, key.to_vec(), None));
+        self.add_point(vnode, key, None);
         Ok(())
+    }
+
+    /// Interleaved records are kept in `(vnode, key)` order all the same (each goes after
+    /// the records of its vnode so far), as a run's index lists them.
+    fn interleave(&mut self) {
+        self.order.interleave();
+        self.interleaved = true;
+    }
+}
+
+impl CollectedState {
+    fn add_point(&mut self, vnode: u32, key: &[u8], value: Option<&[u8]>) {
+        let point = (vnode, key.to_vec(), value.map(<[u8]>::to_vec));
+        match self.interleaved {
+            false => self.points.push(point),
+            true => {
+                let at = self.points.partition_point(|(other, _, _)| *other <= vnode);
+                self.points.insert(at, point);
+            }
+        }
     }
 }
 

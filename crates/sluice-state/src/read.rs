@@ -8,7 +8,8 @@ use std::os::unix::fs::FileExt;
 use sluice_types::SluiceError;
 
 use crate::run::{
-    FOOTER_BYTES, HEADER_BYTES, KIND_POINTS, KIND_RANGES, MAGIC, RUN_FORMAT_VERSION, TAG_DELETE, TAG_PUT, TAG_RANGE,
+    FOOTER_BYTES, HEADER_BYTES, KIND_POINTS, KIND_RANGES, MAGIC, RUN_FORMAT_VERSION, RUN_FORMAT_VERSION_1, TAG_DELETE,
+    TAG_PUT, TAG_RANGE,
 };
 use crate::{damaged, varint};
 
@@ -122,8 +123,9 @@ impl RunIndex {
         if &footer[24..] != MAGIC || header[8..12] != footer[20..24] {
             return Err(damaged(name, "its footer is not a state run's"));
         }
-        if version != RUN_FORMAT_VERSION {
-            return Err(damaged(name, format!("format version {version}; this build reads {RUN_FORMAT_VERSION}")));
+        if version != RUN_FORMAT_VERSION && version != RUN_FORMAT_VERSION_1 {
+            let reads = format!("this build reads {RUN_FORMAT_VERSION_1} and {RUN_FORMAT_VERSION}");
+            return Err(damaged(name, format!("format version {version}; {reads}")));
         }
         let index_offset = u64::from_le_bytes(footer[0..8].try_into().expect("8 bytes"));
         let index_length = u64::from_le_bytes(footer[8..16].try_into().expect("8 bytes"));
@@ -136,7 +138,8 @@ impl RunIndex {
         if crc32fast::hash(&index) != checksum {
             return Err(damaged(name, "its index fails its checksum"));
         }
-        let blocks = parse_index(&index, index_offset).map_err(|problem| damaged(name, problem))?;
+        let in_file_order = version == RUN_FORMAT_VERSION_1;
+        let blocks = parse_index(&index, index_offset, in_file_order).map_err(|problem| damaged(name, problem))?;
         Ok(RunIndex { blocks })
     }
 
@@ -163,7 +166,9 @@ impl RunIndex {
     }
 }
 
-fn parse_index(index: &[u8], index_offset: u64) -> Result<Vec<BlockInfo>, String> {
+/// The blocks an index lists, checked: in index order, and tiling the bytes between the
+/// header and the index (in index order too when `in_file_order`: format version 1).
+fn parse_index(index: &[u8], index_offset: u64, in_file_order: bool) -> Result<Vec<BlockInfo>, String> {
     let mut at = 0;
     let truncated = || "its index is truncated".to_string();
     let count = varint::get(index, &mut at).ok_or_else(truncated)?;
@@ -187,7 +192,8 @@ fn parse_index(index: &[u8], index_offset: u64) -> Result<Vec<BlockInfo>, String
         let first_key = index.get(at..key_end.ok_or_else(truncated)?).ok_or_else(truncated)?.to_vec();
         at += first_key.len();
         let vnode = u32::try_from(vnode).map_err(|_| format!("block {number} names vnode {vnode}"))?;
-        if offset != next_offset || length == 0 || entries == 0 || entries > length {
+        let placed = !in_file_order || offset == next_offset;
+        if !placed || offset < HEADER_BYTES || length == 0 || entries == 0 || entries > length {
             return Err(format!("block {number} ({length} bytes at {offset}, {entries} entries) is misplaced"));
         }
         if kind != KIND_POINTS && kind != KIND_RANGES {
@@ -209,6 +215,18 @@ fn parse_index(index: &[u8], index_offset: u64) -> Result<Vec<BlockInfo>, String
         }
         next_offset = offset.checked_add(length).ok_or_else(|| format!("block {number} overflows"))?;
         blocks.push(block);
+    }
+    if !in_file_order {
+        // Sorted by offset, the blocks must tile the bytes all the same.
+        let mut extents: Vec<(u64, u64)> = blocks.iter().map(|block| (block.offset, block.length)).collect();
+        extents.sort_unstable();
+        next_offset = HEADER_BYTES;
+        for (offset, length) in extents {
+            if offset != next_offset {
+                return Err(format!("its blocks do not tile the file: a gap or overlap at {offset}"));
+            }
+            next_offset = offset + length;
+        }
     }
     if next_offset != index_offset || at != index.len() {
         return Err("its blocks and index do not tile the file".to_string());

@@ -1,9 +1,9 @@
 //! The run file: one snapshot's records (or a compaction's), sorted by `(vnode, key)`,
 //! in blocks of one vnode each, with an index at the end.
 //!
-//! # Encoding, format version 1
+//! # Encoding, format version 2
 //!
-//! This section is the complete specification; the golden vector in `run/tests.rs` pins
+//! This section is the complete specification; the golden vectors in `run/tests.rs` pin
 //! it, and a change of these bytes needs a new version.
 //!
 //! Integers marked `u32`/`u64` are little-endian; a varint is unsigned LEB128 as in the
@@ -11,14 +11,14 @@
 //! but the last, always the shortest form).
 //!
 //! ```text
-//! header   magic: ASCII "SLUICERN" (53 4c 55 49 43 45 52 4e), version: u32 (01 00 00 00)
-//! blocks   one after another, from offset 12 to the index
-//! index    count: varint, then per block, in file order:
+//! header   magic: ASCII "SLUICERN" (53 4c 55 49 43 45 52 4e), version: u32 (02 00 00 00)
+//! blocks   from offset 12 to the index, tiling those bytes exactly
+//! index    count: varint, then per block, in index order (below):
 //!            vnode: varint, offset: varint, length: varint, entries: varint,
 //!            kind: u8 (0: puts and deletes, 1: range deletes),
 //!            checksum: u32 (CRC-32 of the block's bytes), first key: varint length + bytes
 //! footer   index offset: u64, index length: u64, index checksum: u32 (CRC-32 of the
-//!          index), version: u32 (01 00 00 00), magic: "SLUICERN"   (32 bytes)
+//!          index), version: u32 (02 00 00 00), magic: "SLUICERN"   (32 bytes)
 //! ```
 //!
 //! A block holds the entries of one vnode and one kind, each entry:
@@ -30,19 +30,29 @@
 //! tag 2: end: varint length + bytes  (exclusive; above the start)
 //! ```
 //!
-//! A block of kind 0 holds tags 0 and 1 only, of kind 1 tag 2 only. Blocks are ordered by
-//! vnode; a vnode's range-delete blocks come before its other blocks; range deletes are
-//! ordered by start (non-decreasing), puts and deletes by key (strictly increasing, across
-//! the vnode's blocks). A block ends once it holds at least [`BLOCK_BYTES`] (so one
-//! entry larger than that is a block of its own). The CRC-32 is zlib's (reflected
-//! polynomial `0xEDB88320`), as the manifest's.
+//! A block of kind 0 holds tags 0 and 1 only, of kind 1 tag 2 only. The index lists the
+//! blocks ordered by vnode; a vnode's range-delete blocks come before its other blocks;
+//! range deletes are ordered by start (non-decreasing), puts and deletes by key (strictly
+//! increasing, across the vnode's blocks). The blocks' bytes need not be in the file in
+//! that order: sorted by offset, each block starts where the previous one ends, the first
+//! at offset 12 and the last ending at the index. A block ends once it holds at least
+//! [`BLOCK_BYTES`] (so one entry larger than that is a block of its own), or earlier. The
+//! CRC-32 is zlib's (reflected polynomial `0xEDB88320`), as the manifest's.
+//!
+//! A writer given its records vnode by vnode writes the blocks in index order. One given
+//! records whose vnodes interleave ([`StateSink::interleave`]: a join's rows in arrival
+//! order, each vnode's in key order) keeps an open block per vnode and writes each when it
+//! fills (or, past [`OPEN_BYTES_MAX`] held open, the largest first), so the records reach
+//! the file once, in the order they come, without a sort.
 //!
 //! Meaning: a run applies to the state of the runs before it its range deletes first,
 //! then its puts and deletes. So a range delete never hides a put of its own run.
 //!
 //! A reader checks everything before trusting it (`crate::read`): the footer and the
-//! index's checksum, that the blocks tile the bytes between header and index exactly,
-//! in order, each block's checksum when it is read, and the order of its entries.
+//! index's checksum, the index's order, that the blocks tile the bytes between header and
+//! index exactly, each block's checksum when it is read, and the order of its entries.
+//!
+//! Version 1 is version 2 with the blocks in index order in the file; a reader reads both.
 
 use std::io::Write;
 
@@ -50,8 +60,10 @@ use sluice_types::SluiceError;
 
 use crate::{StateSink, varint};
 
-/// The run encoding this build writes and reads.
-pub const RUN_FORMAT_VERSION: u32 = 1;
+/// The run encoding this build writes (it reads [`RUN_FORMAT_VERSION_1`] too).
+pub const RUN_FORMAT_VERSION: u32 = 2;
+/// The first run encoding: version 2 with the blocks in index order.
+pub const RUN_FORMAT_VERSION_1: u32 = 1;
 /// The first and last 8 bytes of a run.
 pub const MAGIC: &[u8; 8] = b"SLUICERN";
 /// The bytes before the first block.
@@ -60,6 +72,8 @@ pub const HEADER_BYTES: u64 = 12;
 pub const FOOTER_BYTES: u64 = 32;
 /// A block ends once it holds this many bytes.
 pub const BLOCK_BYTES: usize = 64 * 1024;
+/// The bytes of open blocks an interleaving writer holds before it writes the largest.
+pub const OPEN_BYTES_MAX: usize = 16 << 20;
 
 pub(crate) const TAG_PUT: u8 = 0;
 pub(crate) const TAG_DELETE: u8 = 1;
@@ -77,43 +91,101 @@ pub struct WrittenRun {
     pub blocks: u64,
 }
 
+/// A map keyed by vnode, hashed by one multiplication (looked up once per record of an
+/// interleaving writer; the keys are small integers, not input).
+type VnodeMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<VnodeHasher>>;
+
+/// Fibonacci hashing of the integers a key writes: its high bits, which the table's
+/// probes use first, depend on every bit of the key.
+#[derive(Debug, Default, Clone, Copy)]
+struct VnodeHasher(u64);
+
+impl std::hash::Hasher for VnodeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u8(&mut self, value: u8) {
+        self.write_u64(u64::from(value));
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(u64::from(value));
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(29) ^ value).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// The [`crate::StateSink`] order, asserted: a snapshot that breaks it is a bug.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct OrderCheck {
     /// The vnode written last, whether its points began, and its last key or range start.
     last: Option<(u32, bool, Vec<u8>)>,
+    /// Once vnodes may interleave ([`OrderCheck::interleave`]): the same per vnode.
+    vnodes: Option<VnodeMap<u32, (bool, Vec<u8>)>>,
 }
 
 impl OrderCheck {
+    /// From now on, vnodes may interleave; each vnode's own order still holds. Only
+    /// before the first record.
+    pub(crate) fn interleave(&mut self) {
+        assert!(self.last.is_none() && self.vnodes.is_none(), "a sink interleaves vnodes from its first record on");
+        self.vnodes = Some(VnodeMap::default());
+    }
+
     pub(crate) fn range(&mut self, vnode: u32, start: &[u8], end: &[u8]) {
         assert!(start < end, "a range delete of vnode {vnode} ends above its start");
-        match &mut self.last {
-            Some((last, points, previous)) if *last == vnode => {
-                assert!(!*points, "vnode {vnode}'s range deletes come before its puts and deletes");
-                assert!(previous.as_slice() <= start, "vnode {vnode}'s range deletes come in order of their starts");
-                previous.clear();
-                previous.extend_from_slice(start);
-            }
-            last => {
-                assert!(last.as_ref().is_none_or(|(done, _, _)| *done < vnode), "vnodes come in ascending order");
-                *last = Some((vnode, false, start.to_vec()));
-            }
-        }
+        let (points, previous) = match self.vnode(vnode, false, start) {
+            Some(last) => last,
+            None => return,
+        };
+        assert!(!*points, "vnode {vnode}'s range deletes come before its puts and deletes");
+        assert!(previous.as_slice() <= start, "vnode {vnode}'s range deletes come in order of their starts");
+        previous.clear();
+        previous.extend_from_slice(start);
     }
 
     pub(crate) fn point(&mut self, vnode: u32, key: &[u8]) {
-        match &mut self.last {
-            Some((last, points, previous)) if *last == vnode => {
-                assert!(!*points || previous.as_slice() < key, "vnode {vnode}'s keys come strictly ascending");
-                *points = true;
-                previous.clear();
-                previous.extend_from_slice(key);
-            }
-            last => {
-                assert!(last.as_ref().is_none_or(|(done, _, _)| *done < vnode), "vnodes come in ascending order");
-                *last = Some((vnode, true, key.to_vec()));
-            }
+        let (points, previous) = match self.vnode(vnode, true, key) {
+            Some(last) => last,
+            None => return,
+        };
+        assert!(!*points || previous.as_slice() < key, "vnode {vnode}'s keys come strictly ascending");
+        *points = true;
+        previous.clear();
+        previous.extend_from_slice(key);
+    }
+
+    /// What was written last of `vnode`, to check `key` against; None when `vnode` is
+    /// new (then `points` and `key` are noted as its first record).
+    fn vnode(&mut self, vnode: u32, points: bool, key: &[u8]) -> Option<(&mut bool, &mut Vec<u8>)> {
+        if let Some(vnodes) = &mut self.vnodes {
+            return match vnodes.entry(vnode) {
+                std::collections::hash_map::Entry::Occupied(seen) => {
+                    let (points, previous) = seen.into_mut();
+                    Some((points, previous))
+                }
+                std::collections::hash_map::Entry::Vacant(new) => {
+                    new.insert((points, key.to_vec()));
+                    None
+                }
+            };
         }
+        if self.last.as_ref().is_some_and(|(last, _, _)| *last == vnode) {
+            let (_, points, previous) = self.last.as_mut().expect("vnode's last record");
+            return Some((points, previous));
+        }
+        assert!(self.last.as_ref().is_none_or(|(done, _, _)| *done < vnode), "vnodes come in ascending order");
+        self.last = Some((vnode, points, key.to_vec()));
+        None
     }
 }
 
@@ -127,17 +199,33 @@ struct OpenBlock {
     first_key: Vec<u8>,
 }
 
-/// Writes a run to `out` as its records arrive, holding one block and the index in
-/// memory (about 30 bytes and a key per 64 KiB block).
+/// A written block's index entry, encoded, and where it goes in the index.
+#[derive(Debug)]
+struct Indexed {
+    vnode: u32,
+    kind: u8,
+    /// Its bytes in `RunWriter::index`.
+    range: std::ops::Range<usize>,
+}
+
+/// Writes a run to `out` as its records arrive, holding one block (an interleaving
+/// writer: one per vnode, at most [`OPEN_BYTES_MAX`] in all) and the index in memory
+/// (about 30 bytes and a key per 64 KiB block).
 pub struct RunWriter<W: Write> {
     out: W,
     /// Bytes written to `out` so far, and their CRC-32.
     written: u64,
     hasher: crc32fast::Hasher,
     block: OpenBlock,
+    /// Once interleaving (`StateSink::interleave`): the open block of each vnode and kind,
+    /// and their bytes.
+    open: Option<VnodeMap<(u32, u8), OpenBlock>>,
+    open_bytes: usize,
+    /// [`OPEN_BYTES_MAX`] (tests hold less).
+    open_bytes_max: usize,
     block_bytes: usize,
     index: Vec<u8>,
-    blocks: u64,
+    indexed: Vec<Indexed>,
     entries: u64,
     order: OrderCheck,
     /// The first write error, kept so that every later call fails too.
@@ -146,7 +234,7 @@ pub struct RunWriter<W: Write> {
 
 impl<W: Write> std::fmt::Debug for RunWriter<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunWriter").field("written", &self.written).field("blocks", &self.blocks).finish()
+        f.debug_struct("RunWriter").field("written", &self.written).field("blocks", &self.indexed.len()).finish()
     }
 }
 
@@ -164,9 +252,12 @@ impl<W: Write> RunWriter<W> {
             written: 0,
             hasher: crc32fast::Hasher::new(),
             block: OpenBlock::default(),
+            open: None,
+            open_bytes: 0,
+            open_bytes_max: OPEN_BYTES_MAX,
             block_bytes,
             index: Vec::new(),
-            blocks: 0,
+            indexed: Vec::new(),
             entries: 0,
             order: OrderCheck::default(),
             failed: false,
@@ -177,7 +268,7 @@ impl<W: Write> RunWriter<W> {
         Ok(writer)
     }
 
-    /// Bytes written so far (the finished run is larger by the open block, index and footer).
+    /// Bytes written so far (the finished run is larger by the open blocks, index and footer).
     pub fn bytes_written(&self) -> u64 {
         self.written
     }
@@ -205,7 +296,8 @@ impl<W: Write> RunWriter<W> {
         let open = &self.block;
         let fits = open.entries > 0 && open.vnode == vnode && open.kind == kind && open.bytes.len() < self.block_bytes;
         if !fits {
-            self.close_block()?;
+            let block = std::mem::take(&mut self.block);
+            self.block = self.write_block(block)?;
             self.block.vnode = vnode;
             self.block.kind = kind;
             self.block.first_key.clear();
@@ -214,13 +306,15 @@ impl<W: Write> RunWriter<W> {
         Ok(())
     }
 
-    fn close_block(&mut self) -> Result<(), SluiceError> {
-        if self.block.entries == 0 {
-            return Ok(());
+    /// Writes `block` (nothing when it is empty) and returns it emptied, its buffers kept
+    /// for the next block.
+    fn write_block(&mut self, mut block: OpenBlock) -> Result<OpenBlock, SluiceError> {
+        if block.entries == 0 {
+            return Ok(block);
         }
-        let block = std::mem::take(&mut self.block);
         let offset = self.written;
         self.emit(&block.bytes)?;
+        let start = self.index.len();
         varint::put(&mut self.index, u64::from(block.vnode));
         varint::put(&mut self.index, offset);
         varint::put(&mut self.index, block.bytes.len() as u64);
@@ -229,18 +323,40 @@ impl<W: Write> RunWriter<W> {
         self.index.extend_from_slice(&crc32fast::hash(&block.bytes).to_le_bytes());
         varint::put(&mut self.index, block.first_key.len() as u64);
         self.index.extend_from_slice(&block.first_key);
-        self.blocks += 1;
-        // Keep the buffer's room for the next block.
-        self.block.bytes = block.bytes;
-        self.block.bytes.clear();
-        self.block.first_key = block.first_key;
-        Ok(())
+        self.indexed.push(Indexed { vnode: block.vnode, kind: block.kind, range: start..self.index.len() });
+        block.bytes.clear();
+        block.entries = 0;
+        Ok(block)
+    }
+
+    /// The block an entry of `vnode` and `kind` starting with `key` goes to.
+    fn block_of(&mut self, vnode: u32, kind: u8, key: &[u8]) -> Result<&mut OpenBlock, SluiceError> {
+        if self.open.is_none() {
+            self.block_for(vnode, kind, key)?;
+            return Ok(&mut self.block);
+        }
+        let open = self.open.as_mut().expect("interleaving");
+        if open.get(&(vnode, kind)).is_some_and(|block| block.bytes.len() >= self.block_bytes) {
+            let full = open.remove(&(vnode, kind)).expect("the full block is open");
+            self.open_bytes -= full.bytes.len();
+            let emptied = self.write_block(full)?;
+            self.open.as_mut().expect("interleaving").insert((vnode, kind), emptied);
+        }
+        let block = self.open.as_mut().expect("interleaving").entry((vnode, kind)).or_default();
+        if block.entries == 0 {
+            block.vnode = vnode;
+            block.kind = kind;
+            block.first_key.clear();
+            block.first_key.extend_from_slice(key);
+        }
+        Ok(block)
     }
 
     fn add(&mut self, vnode: u32, tag: u8, key: &[u8], tail: Option<&[u8]>) -> Result<(), SluiceError> {
         let kind = if tag == TAG_RANGE { KIND_RANGES } else { KIND_POINTS };
-        self.block_for(vnode, kind, key)?;
-        let bytes = &mut self.block.bytes;
+        let block = self.block_of(vnode, kind, key)?;
+        let before = block.bytes.len();
+        let bytes = &mut block.bytes;
         bytes.push(tag);
         varint::put(bytes, key.len() as u64);
         bytes.extend_from_slice(key);
@@ -248,18 +364,50 @@ impl<W: Write> RunWriter<W> {
             varint::put(bytes, tail.len() as u64);
             bytes.extend_from_slice(tail);
         }
-        self.block.entries += 1;
+        block.entries += 1;
+        let grown = bytes.len() - before;
         self.entries += 1;
+        if self.open.is_some() {
+            self.open_bytes += grown;
+            if self.open_bytes > self.open_bytes_max {
+                self.write_largest()?;
+            }
+        }
         Ok(())
     }
 
-    /// Ends the run: the open block, the index and the footer, then flushes `out`.
+    /// Writes the largest open block of an interleaving writer.
+    fn write_largest(&mut self) -> Result<(), SluiceError> {
+        let open = self.open.as_mut().expect("interleaving");
+        let largest = open.iter().max_by_key(|(_, block)| block.bytes.len()).map(|(at, _)| *at);
+        let Some(at) = largest else { return Ok(()) };
+        let block = open.remove(&at).expect("the largest block is open");
+        self.open_bytes -= block.bytes.len();
+        // Its buffers go: a vnode whose block filled first is not likely to need one soon.
+        self.write_block(block)?;
+        Ok(())
+    }
+
+    /// Ends the run: the open blocks, the index and the footer, then flushes `out`.
     pub fn finish(mut self) -> Result<(WrittenRun, W), SluiceError> {
-        self.close_block()?;
+        let block = std::mem::take(&mut self.block);
+        self.write_block(block)?;
+        if let Some(open) = self.open.take() {
+            let mut blocks: Vec<OpenBlock> = open.into_values().collect();
+            blocks.sort_by_key(|block| (block.vnode, block.kind != KIND_RANGES));
+            for block in blocks {
+                self.write_block(block)?;
+            }
+        }
+        // Index order: by vnode, a vnode's range blocks first, then as written (a vnode's
+        // blocks of one kind are written in key order).
+        self.indexed.sort_by_key(|entry| (entry.vnode, entry.kind != KIND_RANGES));
         let index_offset = self.written;
         let mut index = Vec::with_capacity(self.index.len() + 10);
-        varint::put(&mut index, self.blocks);
-        index.extend_from_slice(&self.index);
+        varint::put(&mut index, self.indexed.len() as u64);
+        for entry in &self.indexed {
+            index.extend_from_slice(&self.index[entry.range.clone()]);
+        }
         self.emit(&index)?;
         let mut footer = Vec::with_capacity(FOOTER_BYTES as usize);
         footer.extend_from_slice(&index_offset.to_le_bytes());
@@ -274,7 +422,7 @@ impl<W: Write> RunWriter<W> {
             bytes: self.written,
             checksum: self.hasher.clone().finalize(),
             entries: self.entries,
-            blocks: self.blocks,
+            blocks: self.indexed.len() as u64,
         };
         Ok((run, self.out))
     }
@@ -294,6 +442,11 @@ impl<W: Write> StateSink for RunWriter<W> {
     fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), SluiceError> {
         self.order.point(vnode, key);
         self.add(vnode, TAG_DELETE, key, None)
+    }
+
+    fn interleave(&mut self) {
+        self.order.interleave();
+        self.open = Some(VnodeMap::default());
     }
 }
 

@@ -43,11 +43,12 @@ const START_ATTEMPTS: usize = 5;
 /// How long a started broker may refuse connections before another is started.
 const REFUSED_WAIT: Duration = Duration::from_secs(20);
 
-/// A broker for one test, stopped when dropped.
-struct Broker {
+/// A broker for one test, stopped when dropped (also used by `docs.rs` to validate the
+/// docs' Kafka pipelines).
+pub(crate) struct Broker {
     child: Child,
     /// `127.0.0.1:PORT`.
-    address: String,
+    pub(crate) address: String,
     binary: String,
 }
 
@@ -99,7 +100,7 @@ impl Broker {
     /// broker binds it, so another process may take it in between: a broker whose topics
     /// cannot be created is replaced by one on another port, at most
     /// [`START_ATTEMPTS`] times.
-    fn with_topics(topics: &[(&str, u32)]) -> Broker {
+    pub(crate) fn with_topics(topics: &[(&str, u32)]) -> Broker {
         let mut failures = Vec::new();
         while failures.len() < START_ATTEMPTS {
             let mut broker = Broker::start();

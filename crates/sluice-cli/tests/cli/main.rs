@@ -8,6 +8,7 @@ mod changelog;
 mod checkpoints;
 mod cluster;
 mod crash;
+mod docs;
 mod examples;
 mod golden;
 mod harness;

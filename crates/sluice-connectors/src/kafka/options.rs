@@ -243,7 +243,7 @@ pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
     OptionDoc {
         key: "schema_registry",
         kind: "string",
-        default: "required by format = \"avro-confluent\", refused otherwise",
+        default: "required by format = \"avro-confluent\" and \"debezium-avro-confluent\", refused otherwise",
         doc: "the schema registry's base URL, plain http (http://host:port); writer schemas are fetched by id",
     },
     OptionDoc {

@@ -712,7 +712,7 @@ impl SinkFactory for KafkaSink {
     }
 
     fn exactly_once(&self) -> bool {
-        true
+        self.exactly_once
     }
 
     /// Nothing to discard: a transaction left open is fenced when its producer starts.
@@ -1208,6 +1208,18 @@ mod tests {
         // counted with the next message; a trailing row of weight 0 needs none.
         let (sent, left) = rows_per_message("mode = \"upsert\"\n", true, &[-1, 1, 1, 0], &["x", "y", "x", "z"]);
         assert_eq!((sent, left), (vec![2, 1], 1));
+    }
+
+    /// The sink stages only what the run configured, as the PostgreSQL sink: an
+    /// at-least-once run's writers are idempotent, and the driver counts their rows as
+    /// the brokers acknowledge them rather than at a commit.
+    #[test]
+    fn exactly_once_says_what_is_configured() {
+        use sluice_runtime::SinkFactory;
+        let sink = || crate::kafka::tests::kafka_sink("", false, None).expect("valid");
+        assert!(sink().exactly_once(), "exactly-once unless told otherwise");
+        assert!(sink().with_exactly_once(true).exactly_once());
+        assert!(!sink().with_exactly_once(false).exactly_once(), "an at-least-once run");
     }
 
     #[test]

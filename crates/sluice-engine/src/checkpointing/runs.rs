@@ -421,6 +421,10 @@ impl StateSink for InRange<'_> {
     fn scratch_dir(&self) -> Option<&Path> {
         Some(self.dir)
     }
+
+    fn interleave(&mut self) {
+        self.sink.interleave();
+    }
 }
 
 /// A run that could not be written to the state directory: the directory, how far it

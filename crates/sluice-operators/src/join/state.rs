@@ -8,7 +8,10 @@
 //! each store's module: rows marked or removed by row, rows arrived since when appended
 //! or expiring, and how far rows expired). The snapshot's job, on the checkpoint
 //! writer's thread, gathers the records (reading spilled rows back one chunk at a time)
-//! and writes them in key order.
+//! and writes them in key order. When both sides only append, their rows go to the sink
+//! as they arrived, without a sort: keyed by arrival, each vnode's come in key order, so
+//! the run writer takes them with vnodes interleaved (`StateSink::interleave`), and each
+//! row is written once.
 //!
 //! # Records, version [`JOIN_STATE_VERSION`]
 //!
@@ -81,19 +84,35 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
         .collect();
     let preserved = [join.kind.preserves(0), join.kind.preserves(1)];
     let (vnodes, owned) = (join.vnodes, join.owned.clone());
-    let additions = changes.iter().all(|side| matches!(side, SideChanges::Append(_)));
-    let kind = match (full, additions) {
+    let appended_only = changes.iter().all(|side| matches!(side, SideChanges::Append(_)));
+    let kind = match (full, appended_only) {
         (true, _) => SnapshotKind::Full,
         (false, true) => SnapshotKind::Additions,
         (false, false) => SnapshotKind::Delta,
     };
     let job = Box::new(move |sink: &mut dyn StateSink| {
+        if appended_only {
+            // Only appended rows: each vnode's keys (side, arrival) come ascending, so
+            // the rows go to the sink as they come, vnodes interleaved, unsorted.
+            sink.interleave();
+            for (side, changes) in changes.into_iter().enumerate() {
+                let SideChanges::Append(changes) = changes else { unreachable!("every side appends") };
+                appended(&mut |vnode, key, value| sink.put(vnode, key, value), side as u8, changes, vnodes)?;
+            }
+            return Ok(());
+        }
         let mut records = Records::for_sink(sink);
         for (side, changes) in changes.into_iter().enumerate() {
             let side = side as u8;
             match changes {
                 SideChanges::ByRow(changes) => by_row(&mut records, side, changes, preserved[side as usize], vnodes),
-                SideChanges::Append(changes) => appended(&mut records, side, changes, vnodes)?,
+                SideChanges::Append(changes) => {
+                    let mut add = |vnode: u32, key: &[u8], value: &[u8]| {
+                        records.add(vnode, |out| out.extend_from_slice(key), Some(&|out| out.extend_from_slice(value)));
+                        Ok(())
+                    };
+                    appended(&mut add, side, changes, vnodes)?
+                }
                 SideChanges::Expiring(changes) => expiring(&mut records, side, changes, vnodes, &owned),
             }
         }
@@ -124,9 +143,14 @@ fn by_row(records: &mut Records, side: u8, changes: ByRowChanges, preserved: boo
     }
 }
 
-fn appended(records: &mut Records, side: u8, changes: AppendChanges, vnodes: u32) -> Result<(), SluiceError> {
+/// Takes a record: `(vnode, key, value)`.
+type Put<'a> = dyn FnMut(u32, &[u8], &[u8]) -> Result<(), SluiceError> + 'a;
+
+/// Puts each appended row, in arrival order, through `put(vnode, key, value)`.
+fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) -> Result<(), SluiceError> {
     // Rows come in arrival order, so each spilled chunk is read back once.
     let mut read_back: Option<(u32, Vec<u8>)> = None;
+    let (mut key, mut value) = (Vec::new(), Vec::new());
     for row in changes.rows() {
         let bytes = match &changes.chunks()[row.chunk as usize] {
             LogChunk::Resident(bytes) => &bytes[row.range.clone()],
@@ -137,15 +161,13 @@ fn appended(records: &mut Records, side: u8, changes: AppendChanges, vnodes: u32
                 &read_back.as_ref().expect("the row's chunk was just read").1[row.range.clone()]
             }
         };
-        let key = |out: &mut Vec<u8>| {
-            out.push(side);
-            out.extend_from_slice(&row.arrival.to_be_bytes());
-        };
-        let value = |out: &mut Vec<u8>| {
-            put_signed(out, row.weight);
-            out.extend_from_slice(bytes);
-        };
-        records.add(vnode::of_hash(row.key_hash, vnodes), key, Some(&value));
+        key.clear();
+        key.push(side);
+        key.extend_from_slice(&row.arrival.to_be_bytes());
+        value.clear();
+        put_signed(&mut value, row.weight);
+        value.extend_from_slice(bytes);
+        put(vnode::of_hash(row.key_hash, vnodes), &key, &value)?;
     }
     Ok(())
 }

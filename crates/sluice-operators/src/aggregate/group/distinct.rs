@@ -25,6 +25,13 @@
 //!   - any other value of up to 15 bytes: in 16 bytes with its members ([`SeenShort`],
 //!     64 with counts);
 //!   - a longer one boxed in a table of its own.
+//!
+//! **Changes.** While the aggregate keeps changes for delta snapshots, a
+//! [`DistinctSet`] logs each value that changed since the previous snapshot, in the
+//! table's own entry layout (8 bytes a new integer), the value's state after the change:
+//! a snapshot writes one record per logged value, not the whole set. A set whose log
+//! outgrows twice its values (an updating input churning a few values), or that started
+//! over (its group's rows all retracted), is written whole instead (`SetLog::rewrite`).
 
 use hashbrown::HashTable;
 
@@ -167,6 +174,112 @@ pub(super) struct SeenLong {
     members: u8,
 }
 
+/// A group's set of one shared column, and what changed in it since the previous
+/// snapshot (None: nothing, or changes are not kept).
+#[derive(Debug, Clone)]
+pub(super) struct DistinctSet {
+    pub(super) values: DistinctValues,
+    pub(super) log: Option<Box<SetLog>>,
+}
+
+/// The values of a set that changed since the previous snapshot, each as its entry
+/// after the change (a later entry of a value overrides an earlier one; a counted value
+/// whose counts are all 0 is gone). `rewrite`: the set is to be written whole.
+#[derive(Debug, Clone, Default)]
+pub(super) struct SetLog {
+    ints: Vec<SeenInt>,
+    short: Vec<SeenShort>,
+    long: Vec<SeenLong>,
+    counted: Vec<Counted>,
+    pub(super) rewrite: bool,
+}
+
+/// A logged value's state: the members that saw it, or its counts (all 0: gone).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ValueState<'a> {
+    Members(u8),
+    Counts(&'a [i64; MEMBERS_MAX]),
+}
+
+impl SetLog {
+    fn len(&self) -> usize {
+        self.ints.len() + self.short.len() + self.long.len() + self.counted.len()
+    }
+
+    /// Whether a logged value may be gone (only a counted set's may).
+    pub(super) fn has_deletes(&self) -> bool {
+        !self.counted.is_empty()
+    }
+
+    /// The logged values and their states, in the order they were logged per kind
+    /// (a value is always of one kind, so a later entry of it comes later).
+    pub(super) fn entries(&self) -> impl Iterator<Item = (Listed<'_>, ValueState<'_>)> {
+        let ints = self.ints.iter().map(|e| (Listed::Int(e.encoded()), ValueState::Members(e.members())));
+        let short = self.short.iter().map(|e| (Listed::Bytes(e.value()), ValueState::Members(e.members())));
+        let long = self.long.iter().map(|e| (Listed::Bytes(&e.value[..]), ValueState::Members(e.members)));
+        let counted = self.counted.iter().map(|e| (Listed::Bytes(e.value.get()), ValueState::Counts(&e.counts)));
+        ints.chain(short).chain(long).chain(counted)
+    }
+}
+
+impl DistinctSet {
+    pub(super) fn new(values: DistinctValues) -> DistinctSet {
+        DistinctSet { values, log: None }
+    }
+
+    /// The set is to be written whole at the next snapshot (it started over).
+    pub(super) fn start_over(&mut self) {
+        self.log = Some(Box::new(SetLog { rewrite: true, ..SetLog::default() }));
+    }
+
+    /// The log to add a change to, when changes are kept (`tracking`) and the set is
+    /// not to be written whole anyway.
+    fn log_of(log: &mut Option<Box<SetLog>>, tracking: bool) -> Option<&mut SetLog> {
+        if !tracking {
+            return None;
+        }
+        let log = log.get_or_insert_with(Box::default);
+        (!log.rewrite).then_some(&mut **log)
+    }
+
+    /// A log longer than twice the set's values (and a floor) gives way to a rewrite.
+    fn bound_log(&mut self) {
+        let values = self.values.len();
+        if let Some(log) = self.log.as_mut().filter(|log| log.len() > 2 * values + 1024) {
+            **log = SetLog { rewrite: true, ..SetLog::default() };
+        }
+    }
+
+    /// [`DistinctValues::update`], logged when `tracking`.
+    pub(super) fn update(
+        &mut self,
+        value: &[u8],
+        hash: u64,
+        counted: &[bool],
+        weight: i64,
+        positive: &mut [i64],
+        tracking: bool,
+    ) {
+        let log = DistinctSet::log_of(&mut self.log, tracking);
+        self.values.update(value, hash, counted, weight, positive, log);
+        self.bound_log();
+    }
+
+    /// [`DistinctValues::update_int`], logged when `tracking`.
+    pub(super) fn update_int(
+        &mut self,
+        value: i64,
+        counted: &[bool],
+        weight: i64,
+        positive: &mut [i64],
+        tracking: bool,
+    ) {
+        let log = DistinctSet::log_of(&mut self.log, tracking);
+        self.values.update_int(value, counted, weight, positive, log);
+        self.bound_log();
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug, Clone)]
 pub(super) enum DistinctValues {
@@ -244,7 +357,16 @@ impl DistinctValues {
     /// Adds `weight` to the count of `value` (of hash `hash`) of each member whose
     /// `counted` is true, and adds to each member's `positive` the change in its number
     /// of values (-1, 0 or 1). Over an append-only input `weight` is positive.
-    pub(super) fn update(&mut self, value: &[u8], hash: u64, counted: &[bool], weight: i64, positive: &mut [i64]) {
+    /// Each value that changed is pushed to `log`, as its entry after the change.
+    pub(super) fn update(
+        &mut self,
+        value: &[u8],
+        hash: u64,
+        counted: &[bool],
+        weight: i64,
+        positive: &mut [i64],
+        log: Option<&mut SetLog>,
+    ) {
         if weight == 0 || !counted.iter().any(|c| *c) {
             return;
         }
@@ -262,21 +384,40 @@ impl DistinctValues {
                         *positive += i64::from(*count > 0) - i64::from(before);
                     }
                 }
-                if counts.iter().all(|count| *count == 0) {
+                let gone = counts.iter().all(|count| *count == 0);
+                if let Some(log) = log {
+                    log.counted.push(entry.get().clone());
+                }
+                if gone {
                     entry.remove();
                 }
             }
             DistinctValues::Seen { ints, short, long } => {
                 assert!(weight > 0, "the planner declared this aggregate's input append-only");
                 let mut members = seen_members(ints, short, long, value, table);
-                members.set(see(members.get(), counted, positive));
+                let (before, after) = (members.get(), see(members.get(), counted, positive));
+                members.set(after);
+                if let Some(log) = log.filter(|_| after != before) {
+                    match members {
+                        Members::Int(entry) => log.ints.push(*entry),
+                        Members::Short(entry) => log.short.push(*entry),
+                        Members::Long(_) => log.long.push(SeenLong { value: value.into(), members: after }),
+                    }
+                }
             }
         }
     }
 
     /// [`Self::update`] for the integer `value` of a BIGINT column, without its encoding
     /// unless it needs more than 60 bits (over an append-only input only).
-    pub(super) fn update_int(&mut self, value: i64, counted: &[bool], weight: i64, positive: &mut [i64]) {
+    pub(super) fn update_int(
+        &mut self,
+        value: i64,
+        counted: &[bool],
+        weight: i64,
+        positive: &mut [i64],
+        log: Option<&mut SetLog>,
+    ) {
         let DistinctValues::Seen { ints, .. } = self else {
             panic!("integers are read as they are only over an append-only input")
         };
@@ -287,15 +428,20 @@ impl DistinctValues {
         }
         if !SeenInt::fits(value) {
             let encoded = SeenInt::encode(value);
-            return self.update(&encoded, sluice_types::key::hash(&encoded), counted, weight, positive);
+            return self.update(&encoded, sluice_types::key::hash(&encoded), counted, weight, positive, log);
         }
         let entry = ints.entry(int_hash(value), |entry| entry.value() == value, |entry| int_hash(entry.value()));
         let entry = entry.or_insert_with(|| SeenInt((value as u64) << 4)).into_mut();
-        entry.set_members(see(entry.members(), counted, positive));
+        let before = entry.members();
+        entry.set_members(see(before, counted, positive));
+        if let Some(log) = log.filter(|_| entry.members() != before) {
+            log.ints.push(*entry);
+        }
     }
 
     /// The values of `member` with their counts (over an append-only input, 1: it saw
-    /// them), in increasing byte order, as snapshots write them.
+    /// them), in increasing byte order.
+    #[cfg(test)]
     pub(super) fn entries(&self, member: usize) -> Vec<(Listed<'_>, i64)> {
         let mut entries: Vec<(Listed<'_>, i64)> = match self {
             DistinctValues::Counted(entries) => entries
@@ -344,6 +490,21 @@ impl DistinctValues {
         }
     }
 
+    /// Every value and its state, in no order (a snapshot writing the set whole).
+    pub(super) fn records(&self) -> Vec<(Listed<'_>, ValueState<'_>)> {
+        match self {
+            DistinctValues::Counted(entries) => {
+                entries.iter().map(|e| (Listed::Bytes(e.value.get()), ValueState::Counts(&e.counts))).collect()
+            }
+            DistinctValues::Seen { ints, short, long } => {
+                let ints = ints.iter().map(|e| (Listed::Int(e.encoded()), ValueState::Members(e.members())));
+                let short = short.iter().map(|e| (Listed::Bytes(e.value()), ValueState::Members(e.members())));
+                let long = long.iter().map(|e| (Listed::Bytes(&e.value[..]), ValueState::Members(e.members)));
+                ints.chain(short).chain(long).collect()
+            }
+        }
+    }
+
     /// The number of values of `member`.
     pub(super) fn positive(&self, member: usize) -> i64 {
         let count = match self {
@@ -359,8 +520,7 @@ impl DistinctValues {
     }
 
     /// How many values are held.
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match self {
             DistinctValues::Counted(entries) => entries.len(),
             DistinctValues::Seen { ints, short, long } => ints.len() + short.len() + long.len(),
@@ -407,7 +567,7 @@ mod tests {
         let mut set = DistinctValues::seen(2);
         let mut positive = [0i64; 2];
         for value in [5, -3, 5, i64::MAX, high, i64::MAX] {
-            set.update(&int(value), hash(&int(value)), &[true, value > 0], 1, &mut positive);
+            set.update(&int(value), hash(&int(value)), &[true, value > 0], 1, &mut positive, None);
         }
         let DistinctValues::Seen { ints, short, .. } = &set else { panic!("a seen set") };
         assert_eq!((ints.len(), short.len(), positive), (3, 1, [4, 3]));
@@ -428,22 +588,22 @@ mod tests {
     fn members_count_their_own_values_through_one_set() {
         let mut set = DistinctValues::counted(2);
         let mut positive = [0i64; 2];
-        set.update(b"a", hash(b"a"), &[true, true], 1, &mut positive);
-        set.update(b"b", hash(b"b"), &[true, false], 1, &mut positive);
-        set.update(b"a", hash(b"a"), &[true, false], 1, &mut positive);
+        set.update(b"a", hash(b"a"), &[true, true], 1, &mut positive, None);
+        set.update(b"b", hash(b"b"), &[true, false], 1, &mut positive, None);
+        set.update(b"a", hash(b"a"), &[true, false], 1, &mut positive, None);
         assert_eq!(positive, [2, 1]);
         assert_eq!(listed(&set, 0), owned(&[(b"a", 2), (b"b", 1)]));
         assert_eq!(listed(&set, 1), owned(&[(b"a", 1)]));
         // Retractions: a value leaves a member at 0, and the set once every count is 0.
-        set.update(b"a", hash(b"a"), &[false, true], -1, &mut positive);
+        set.update(b"a", hash(b"a"), &[false, true], -1, &mut positive, None);
         assert_eq!(positive, [2, 0]);
-        set.update(b"b", hash(b"b"), &[true, false], -1, &mut positive);
+        set.update(b"b", hash(b"b"), &[true, false], -1, &mut positive, None);
         assert_eq!(positive, [1, 0]);
         assert_eq!(set.len(), 1);
         // A retraction before its insert is held as a negative count.
-        set.update(b"c", hash(b"c"), &[false, true], -1, &mut positive);
+        set.update(b"c", hash(b"c"), &[false, true], -1, &mut positive, None);
         assert_eq!((positive, listed(&set, 1)), ([1, 0], owned(&[(b"c", -1)])));
-        set.update(b"c", hash(b"c"), &[false, true], 1, &mut positive);
+        set.update(b"c", hash(b"c"), &[false, true], 1, &mut positive, None);
         assert_eq!(set.len(), 1, "c is dropped at 0");
         assert_eq!((set.positive(0), set.positive(1)), (1, 0));
     }
@@ -452,16 +612,16 @@ mod tests {
     fn over_an_append_only_input_a_value_keeps_only_the_members_that_saw_it() {
         let mut set = DistinctValues::seen(3);
         let mut positive = [0i64; 3];
-        set.update(b"a", hash(b"a"), &[true, false, true], 1, &mut positive);
-        set.update(b"a", hash(b"a"), &[true, true, false], 2, &mut positive);
-        set.update(b"b", hash(b"b"), &[true, false, false], 1, &mut positive);
+        set.update(b"a", hash(b"a"), &[true, false, true], 1, &mut positive, None);
+        set.update(b"a", hash(b"a"), &[true, true, false], 2, &mut positive, None);
+        set.update(b"b", hash(b"b"), &[true, false, false], 1, &mut positive, None);
         assert_eq!(positive, [2, 1, 1]);
         assert_eq!(listed(&set, 0), owned(&[(b"a", 1), (b"b", 1)]), "written as seen once");
         assert_eq!(listed(&set, 1), owned(&[(b"a", 1)]));
         // A value too long for a short entry is kept whole, with its members.
         let long = [7u8; SEEN_SHORT + 1];
-        set.update(&long, hash(&long), &[false, true, true], 1, &mut positive);
-        set.update(&long, hash(&long), &[false, true, false], 1, &mut positive);
+        set.update(&long, hash(&long), &[false, true, true], 1, &mut positive, None);
+        set.update(&long, hash(&long), &[false, true, false], 1, &mut positive, None);
         assert_eq!(positive, [2, 2, 2]);
         assert_eq!(listed(&set, 2), owned(&[(&long, 1), (b"a", 1)]));
         let mut restored = DistinctValues::seen(3);
@@ -479,17 +639,17 @@ mod tests {
         let mut set = DistinctValues::seen(2);
         let mut positive = [0i64; 2];
         for value in [7, wide, -2] {
-            set.update_int(value, &[true, false], 1, &mut positive);
+            set.update_int(value, &[true, false], 1, &mut positive, None);
         }
         for value in [7, wide, -2, 8] {
-            set.update(&int(value), hash(&int(value)), &[true, true], 1, &mut positive);
-            set.update_int(value, &[false, true], 1, &mut positive);
+            set.update(&int(value), hash(&int(value)), &[true, true], 1, &mut positive, None);
+            set.update_int(value, &[false, true], 1, &mut positive, None);
         }
         assert_eq!(positive, [4, 4]);
         assert_eq!((set.len(), listed(&set, 0), listed(&set, 1)), (4, listed(&set, 1), listed(&set, 0)));
         // A value no member counts (every FILTER false) is not kept, read either way.
-        set.update_int(9, &[false, false], 1, &mut positive);
-        set.update(&int(10), hash(&int(10)), &[false, false], 1, &mut positive);
+        set.update_int(9, &[false, false], 1, &mut positive, None);
+        set.update(&int(10), hash(&int(10)), &[false, false], 1, &mut positive, None);
         assert_eq!((set.len(), positive), (4, [4, 4]));
     }
 

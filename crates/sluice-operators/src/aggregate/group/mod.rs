@@ -57,7 +57,7 @@ use crate::bytes::SmallBytes;
 use crate::counter::LazyCounter;
 use crate::partition::placement_hash;
 use accumulator::{Accumulator, Argument, Value, ValueKind};
-use distinct::{DistinctValues, MEMBERS_MAX};
+use distinct::{DistinctSet, DistinctValues, MEMBERS_MAX};
 
 pub use state::GROUP_STATE_VERSION;
 
@@ -86,7 +86,7 @@ struct Group {
     /// Exactly one per aggregate (a boxed slice: no spare capacity, no length twice).
     accumulators: Box<[Accumulator]>,
     /// One set per [`Share`] (none allocated without COUNT(DISTINCT)).
-    distinct: Box<[DistinctValues]>,
+    distinct: Box<[DistinctSet]>,
 }
 
 impl Group {
@@ -293,9 +293,9 @@ impl GroupAggregate {
         self.spec.aggregates.iter().zip(&self.kinds).map(new).collect()
     }
 
-    fn new_distinct(&self) -> Box<[DistinctValues]> {
+    fn new_distinct(&self) -> Box<[DistinctSet]> {
         let new = if self.spec.append_only_input { DistinctValues::seen } else { DistinctValues::counted };
-        self.shares.iter().map(|share| new(share.members.len())).collect()
+        self.shares.iter().map(|share| DistinctSet::new(new(share.members.len()))).collect()
     }
 
     /// Each aggregate's argument column of `rows`, cast once.
@@ -524,10 +524,13 @@ impl Operator for GroupAggregate {
                 counted_by(&share.members, row, &mut counted);
                 changes.clear();
                 changes.resize(share.members.len(), 0);
+                let tracking = self.tracking;
                 match values {
-                    DistinctColumn::Ints(values) => set.update_int(values.value(row), &counted, weight, &mut changes),
+                    DistinctColumn::Ints(values) => {
+                        set.update_int(values.value(row), &counted, weight, &mut changes, tracking)
+                    }
                     DistinctColumn::Encoded(values) => {
-                        set.update(values.row(row), values.hash(row), &counted, weight, &mut changes)
+                        set.update(values.row(row), values.hash(row), &counted, weight, &mut changes, tracking)
                     }
                 }
                 for (&member, change) in share.members.iter().zip(&changes) {
@@ -539,7 +542,11 @@ impl Operator for GroupAggregate {
             if group.rows == 0 {
                 // Every row retracted: the group goes on from nothing, as a dropped one
                 // would (no rounding left by retracted floats in a SUM or AVG).
-                let (accumulators, distinct) = (self.new_accumulators().into_boxed_slice(), self.new_distinct());
+                let (accumulators, mut distinct) = (self.new_accumulators().into_boxed_slice(), self.new_distinct());
+                if self.tracking {
+                    // The records of its values so far go at the next snapshot.
+                    distinct.iter_mut().for_each(DistinctSet::start_over);
+                }
                 let group = self.groups[id as usize].as_mut().expect("a live group");
                 group.accumulators = accumulators;
                 group.distinct = distinct;

@@ -1,44 +1,54 @@
 //! Snapshots of the group aggregate's state as records (`sluice_state`): one per
-//! group, under the vnode of its key's placement hash (the hash the exchange routes by),
-//! so a restore onto any number of threads gives each group to the thread its future
-//! rows go to.
+//! group, and one per value of each COUNT(DISTINCT) set, under the vnode of the group
+//! key's placement hash (the hash the exchange routes by), so a restore onto any number
+//! of threads gives each group to the thread its future rows go to.
 //!
-//! At a barrier the driver clones the groups the snapshot takes and returns a job that
-//! writes them on the checkpoint writer's thread: every live group (a full snapshot), or
-//! the groups changed since the previous snapshot (every group a mini-batch touched
-//! since) and a delete for each group dropped since (a delta). Rows after the barrier
-//! change the live groups, never the copy.
+//! At a barrier the driver copies what the snapshot takes and returns a job that writes
+//! it on the checkpoint writer's thread: every live group with its sets (a full
+//! snapshot), or (a delta) the groups changed since the previous snapshot (every group a
+//! mini-batch touched since) without their sets, only each set's logged changes
+//! ([`super::distinct::SetLog`]: a set written whole only when it churned or started
+//! over), and deletes for each group dropped since. Rows after the barrier change the
+//! live groups, never the copy. So a checkpoint of NEXMark q16, whose every group gains
+//! bidders each second, writes the new values, not the millions it holds.
 //!
 //! # Records, version [`GROUP_STATE_VERSION`]
 //!
-//! The key is the group's key in the key encoding of [`sluice_types::key`] (empty without
-//! `GROUP BY` keys). The value (little-endian): `i64 rows` (the weighted row count), then
-//! one accumulator per aggregate: a tag byte, then
+//! `G` is the group's key in the key encoding of [`sluice_types::key`] (empty without
+//! `GROUP BY` keys; a key of the plan's key columns is never a prefix of another, so `G`
+//! is read back by walking its columns' tags).
+//!
+//! ```text
+//! group   key: G, 0x00                       value: the group's row count and accumulators
+//! value   key: G, 0x01, share (u8), value    value: over an append-only input, the members
+//!                                                   that saw it (u8, bit m for member m);
+//!                                                   otherwise i64 count per member (LE)
+//! ```
+//!
+//! A share is a set of COUNT(DISTINCT)s of one column (at most four, its members, in the
+//! order of the aggregates); the value is in the key encoding. A value gone (its counts
+//! all 0) is a delete of its record; a set written whole is a range delete of
+//! `G 0x01 share` to `G 0x01 share+1` and its values; a group dropped is a delete of its
+//! record and a range delete of `G 0x01` to `G 0x02`.
+//!
+//! The group's value (little-endian): `i64 rows` (the weighted row count), then one
+//! accumulator per aggregate: a tag byte, then
 //! - `TAG_COUNT`: `i64 count`;
 //! - `TAG_SUM_INT`, `TAG_AVG_INT`: `i64 sum`, `i64 count`;
 //! - `TAG_SUM_FLOAT`, `TAG_AVG_FLOAT`: `f64 sum`, `i64 count`;
 //! - `TAG_MIN_*`, `TAG_MAX_*` (INT, FLOAT, TEXT): `u32 entries`, then per entry in
 //!   increasing value order the value (`i64`, `f64`, or `u32 length` + UTF-8) and its
 //!   `i64 count`;
-//! - `TAG_DISTINCT`: `u32 entries`, then per entry in increasing byte order the value in
-//!   the key encoding (`u32 length` + bytes) and its `i64 count`.
+//! - `TAG_DISTINCT`: nothing (its values are the value records; its result, the number
+//!   of its members' values, is counted again when restored).
 //!
-//! Version 1 was a blob per vnode: `u32 version`, `u32 groups`, then per group its key
-//! (`u32 length` + bytes) and this value. A COUNT(DISTINCT)'s values are in the group's
-//! value, so a group whose set changed writes its whole set again (a set of millions, as
-//! NEXMark q16 keeps, costs its size at each checkpoint that touches it).
-//!
-//! COUNT(DISTINCT) aggregates of one column share one set of values per group in memory
-//! ([`super::distinct`]); each still writes its own entries (the values of nonzero count
-//! for it), so the layout is the one it was when each kept its own map. Over an
-//! append-only input (the plan says so, and the plan's fingerprint is in the manifest)
-//! a COUNT(DISTINCT) keeps only whether it saw each value: it writes a count of 1, and
-//! reads any positive count (an earlier build wrote the number of rows) as seen; the
-//! result, the number of values, is the same either way.
+//! Version 2 kept a COUNT(DISTINCT)'s values in the group's value (`TAG_DISTINCT`,
+//! `u32 entries`, then each value and its count), so a group whose set changed wrote
+//! the whole set again; version 1 was a blob per vnode.
 //!
 //! Decoding checks every length against the remaining bytes and every tag against the
-//! operator's aggregates, and each group's vnode against its key: a record from another
-//! plan is refused, never misread.
+//! operator's aggregates, each group's vnode against its key, and each value record
+//! against its group and share: a record from another plan is refused, never misread.
 
 use std::collections::BTreeMap;
 
@@ -49,12 +59,17 @@ use sluice_types::{SluiceError, vnode};
 use crate::blob::{Reader, Records};
 
 use super::accumulator::{Accumulator, Counts, Multiset, OrderedFloat};
-use super::distinct::{DistinctValues, Listed};
+use super::distinct::{DistinctValues, Listed, SetLog, ValueState};
 use super::{Group, GroupAggregate};
+use crate::bytes::SmallBytes;
 use crate::partition::placement_hash;
 
 /// The record layout this build writes and reads.
-pub const GROUP_STATE_VERSION: u32 = 2;
+pub const GROUP_STATE_VERSION: u32 = 3;
+
+/// The byte after `G` of a group's record, and of its values' records.
+const GROUP: u8 = 0x00;
+const VALUE: u8 = 0x01;
 
 const TAG_COUNT: u8 = 1;
 const TAG_SUM_INT: u8 = 2;
@@ -69,55 +84,167 @@ const TAG_MIN_TEXT: u8 = 10;
 const TAG_MAX_TEXT: u8 = 11;
 const TAG_DISTINCT: u8 = 12;
 
+/// What a snapshot takes of one set.
+enum SetCopy {
+    /// Nothing changed.
+    Same,
+    /// Its values that changed.
+    Log(Box<SetLog>),
+    /// Every value (a full snapshot, or a set to be written whole).
+    Whole(DistinctValues),
+}
+
+/// What a snapshot takes of one group.
+struct GroupCopy {
+    key: SmallBytes,
+    rows: i64,
+    accumulators: Box<[Accumulator]>,
+    sets: Vec<SetCopy>,
+}
+
+impl GroupCopy {
+    /// All of `group` (a full snapshot).
+    fn whole(group: &Group) -> GroupCopy {
+        let sets = group.distinct.iter().map(|set| SetCopy::Whole(set.values.clone())).collect();
+        GroupCopy { key: group.key.clone(), rows: group.rows, accumulators: group.accumulators.clone(), sets }
+    }
+
+    /// What changed of `group` since the previous snapshot, its sets' logs taken.
+    fn changes(group: &mut Group) -> GroupCopy {
+        let sets = group
+            .distinct
+            .iter_mut()
+            .map(|set| match set.log.take() {
+                None => SetCopy::Same,
+                Some(log) if log.rewrite => SetCopy::Whole(set.values.clone()),
+                Some(log) => SetCopy::Log(log),
+            })
+            .collect();
+        GroupCopy { key: group.key.clone(), rows: group.rows, accumulators: group.accumulators.clone(), sets }
+    }
+}
+
 /// Copies the groups the snapshot takes (every live one unless `delta` and the
 /// aggregate kept its changes) and returns the snapshot writing them.
 pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot {
     let full = !delta || !aggregate.tracking;
-    let copy: Vec<Group> = if full {
-        aggregate.groups.iter().flatten().cloned().collect()
+    let copy: Vec<GroupCopy> = if full {
+        let copy = aggregate.groups.iter().flatten().map(GroupCopy::whole).collect();
+        for group in aggregate.groups.iter_mut().flatten() {
+            group.distinct.iter_mut().for_each(|set| set.log = None);
+        }
+        copy
     } else {
-        aggregate.changed.take().into_iter().filter_map(|id| aggregate.groups[id as usize].clone()).collect()
+        let changed = aggregate.changed.take();
+        changed.into_iter().filter_map(|id| aggregate.groups[id as usize].as_mut().map(GroupCopy::changes)).collect()
     };
     let removed = if full { Vec::new() } else { std::mem::take(&mut aggregate.removed) };
     aggregate.clear_changes();
     let (vnodes, no_keys) = (aggregate.vnodes, aggregate.spec.keys.is_empty());
     let member_of = aggregate.member_of.clone();
+    let share_members: Vec<usize> = aggregate.shares.iter().map(|share| share.members.len()).collect();
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
         let vnode_of = |key: &[u8]| vnode::of_hash(placement_hash(no_keys, key), vnodes);
         for group in &copy {
-            let value = |bytes: &mut Vec<u8>| write_group(group, &member_of, bytes);
-            records.add(vnode_of(group.key.get()), |k| k.extend_from_slice(group.key.get()), Some(&value));
+            let (g, vnode) = (group.key.get(), vnode_of(group.key.get()));
+            let group_value = |bytes: &mut Vec<u8>| write_group(group, &member_of, bytes);
+            records.add(vnode, |k| group_key(k, g), Some(&group_value));
+            for (share, set) in group.sets.iter().enumerate() {
+                let entries = match set {
+                    SetCopy::Same => continue,
+                    // A seen set's entries are puts only, the last of a value
+                    // winning in `Records` too; a counted value may be put, then gone.
+                    SetCopy::Log(log) if log.has_deletes() => last_of_each(log.entries().collect()),
+                    SetCopy::Log(log) => log.entries().collect(),
+                    SetCopy::Whole(values) => {
+                        if !full {
+                            records.delete_range(vnode, value_key(g, share, &[]), value_key(g, share + 1, &[]));
+                        }
+                        values.records()
+                    }
+                };
+                for (value, state) in entries {
+                    let key = |k: &mut Vec<u8>| k.extend_from_slice(&value_key(g, share, value.get()));
+                    match state {
+                        ValueState::Counts(counts) if counts.iter().all(|count| *count == 0) => {
+                            records.add(vnode, key, None)
+                        }
+                        state => {
+                            let members = share_members[share];
+                            records.add(vnode, key, Some(&|bytes: &mut Vec<u8>| write_state(state, members, bytes)))
+                        }
+                    }
+                }
+            }
         }
         for key in &removed {
-            records.add(vnode_of(key), |k| k.extend_from_slice(key), None);
+            let vnode = vnode_of(key);
+            records.add(vnode, |k| group_key(k, key), None);
+            let mut values = key.clone();
+            values.push(VALUE);
+            let mut end = key.clone();
+            end.push(VALUE + 1);
+            records.delete_range(vnode, values, end);
         }
         records.write(sink)
     });
     Snapshot { kind, job }
 }
 
-/// A group's value: its row count and accumulators. `member_of`: each aggregate's shared
-/// COUNT(DISTINCT) set and member there.
-fn write_group(group: &Group, member_of: &[Option<(usize, usize)>], bytes: &mut Vec<u8>) {
-    bytes.extend_from_slice(&group.rows.to_le_bytes());
-    for (accumulator, member) in group.accumulators.iter().zip(member_of) {
-        match member {
-            Some((share, member)) => write_distinct(&group.distinct[*share].entries(*member), bytes),
-            None => write_accumulator(accumulator, bytes),
+/// The last entry of each value of a log (a value logged put, then gone, is gone:
+/// `Records` would keep the put).
+fn last_of_each<'a>(mut entries: Vec<(Listed<'a>, ValueState<'a>)>) -> Vec<(Listed<'a>, ValueState<'a>)> {
+    // Stable: a value's entries stay in the order they were logged.
+    entries.sort_by(|a, b| a.0.get().cmp(b.0.get()));
+    let mut last: Vec<(Listed<'a>, ValueState<'a>)> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match last.last_mut() {
+            Some(previous) if previous.0.get() == entry.0.get() => *previous = entry,
+            _ => last.push(entry),
+        }
+    }
+    last
+}
+
+/// The key of group `g`'s record.
+fn group_key(out: &mut Vec<u8>, g: &[u8]) {
+    out.extend_from_slice(g);
+    out.push(GROUP);
+}
+
+/// The key of `value` of share `share` of group `g` (no value: where the share's records
+/// start).
+fn value_key(g: &[u8], share: usize, value: &[u8]) -> Vec<u8> {
+    let share = u8::try_from(share).expect("fewer than 256 COUNT(DISTINCT) shares");
+    let mut key = Vec::with_capacity(g.len() + 2 + value.len());
+    key.extend_from_slice(g);
+    key.push(VALUE);
+    key.push(share);
+    key.extend_from_slice(value);
+    key
+}
+
+/// A value record's value: its members (a seen set), or its count per member of the
+/// share's `members`.
+fn write_state(state: ValueState<'_>, members: usize, bytes: &mut Vec<u8>) {
+    match state {
+        ValueState::Members(seen) => bytes.push(seen),
+        ValueState::Counts(counts) => {
+            counts[..members].iter().for_each(|count| bytes.extend_from_slice(&count.to_le_bytes()))
         }
     }
 }
 
-/// A COUNT(DISTINCT)'s values of nonzero count, in increasing byte order.
-fn write_distinct(entries: &[(Listed<'_>, i64)], bytes: &mut Vec<u8>) {
-    bytes.push(TAG_DISTINCT);
-    let count = u32::try_from(entries.len()).expect("fewer than 2^32 distinct values in a group");
-    bytes.extend_from_slice(&count.to_le_bytes());
-    for (value, count) in entries {
-        write_bytes(bytes, value.get());
-        bytes.extend_from_slice(&count.to_le_bytes());
+/// A group's value: its row count and accumulators (a COUNT(DISTINCT) is only its tag).
+fn write_group(group: &GroupCopy, member_of: &[Option<(usize, usize)>], bytes: &mut Vec<u8>) {
+    bytes.extend_from_slice(&group.rows.to_le_bytes());
+    for (accumulator, member) in group.accumulators.iter().zip(member_of) {
+        match member {
+            Some(_) => bytes.push(TAG_DISTINCT),
+            None => write_accumulator(accumulator, bytes),
+        }
     }
 }
 
@@ -216,35 +343,6 @@ fn entries<'a, K: Ord>(
     Ok(map)
 }
 
-/// Reads a COUNT(DISTINCT)'s entries into `member` of `values` (empty for it), and its
-/// result into `accumulator`.
-fn read_distinct(
-    accumulator: &mut Accumulator,
-    values: &mut DistinctValues,
-    member: usize,
-    reader: &mut Reader<'_>,
-) -> Result<(), SluiceError> {
-    if reader.u8()? != TAG_DISTINCT {
-        return Err(corrupt("an accumulator of another kind"));
-    }
-    let entries = reader.u32()? as usize;
-    if entries > reader.remaining() / 12 {
-        return Err(corrupt("more entries than bytes"));
-    }
-    for _ in 0..entries {
-        let value = reader.bytes()?;
-        let count = reader.i64()?;
-        if count == 0 || !values.load(member, value, sluice_types::key::hash(value), count) {
-            return Err(corrupt("an entry of count 0, or a value twice"));
-        }
-    }
-    let Accumulator::Distinct { positive } = accumulator else {
-        return Err(SluiceError::internal("group.state", "a COUNT(DISTINCT) without its accumulator"));
-    };
-    *positive = values.positive(member);
-    Ok(())
-}
-
 /// Reads one accumulator into `accumulator` (an empty one of the expected kind).
 fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> Result<(), SluiceError> {
     let tag = reader.u8()?;
@@ -292,34 +390,126 @@ fn read_accumulator(accumulator: &mut Accumulator, reader: &mut Reader<'_>) -> R
     Ok(())
 }
 
-/// Loads the groups of `state` (of the vnodes this instance owns) into `aggregate`.
+/// The length of the key of `columns` key columns at the start of `key` (each column a
+/// tag and its bytes, `sluice_types::key`); None when `key` does not start with one.
+fn key_length(key: &[u8], columns: usize) -> Option<usize> {
+    let mut at = 0;
+    for _ in 0..columns {
+        let tag = *key.get(at)?;
+        at += 1;
+        at += match tag {
+            0x00 => 0,
+            0x01 => 1,
+            0x02..=0x04 => 8,
+            0x05 => 16,
+            0x06 | 0x07 => {
+                let length = key.get(at..at + 4)?;
+                4 + u32::from_le_bytes(length.try_into().expect("4 bytes")) as usize
+            }
+            _ => return None,
+        };
+    }
+    (at <= key.len()).then_some(at)
+}
+
+/// Loads the groups of `state` (of the vnodes this instance owns) into `aggregate`: each
+/// group's record, then its values' records (they follow it in key order).
 pub(super) fn restore(aggregate: &mut GroupAggregate, state: &mut dyn StateSource) -> Result<(), SluiceError> {
     let no_keys = aggregate.spec.keys.is_empty();
+    let columns = aggregate.spec.keys.len();
+    // The group the value records that come belong to: its key and id.
+    let mut current: Option<(Vec<u8>, u32)> = None;
+    let mut restored = Vec::new();
     while let Some(record) = state.next_record()? {
-        let key = record.key;
-        if vnode::of_hash(placement_hash(no_keys, key), aggregate.vnodes) != record.vnode {
+        let length = key_length(record.key, columns).ok_or_else(|| corrupt("a key not of the group's columns"))?;
+        let (g, rest) = record.key.split_at(length);
+        if vnode::of_hash(placement_hash(no_keys, g), aggregate.vnodes) != record.vnode {
             return Err(corrupt("a group under another vnode than its key's"));
         }
-        let mut reader = Reader::new(record.value, STATE);
-        let rows = reader.i64()?;
-        if rows <= 0 {
-            return Err(corrupt("a group without rows"));
+        match rest {
+            [GROUP] => {
+                let id = restore_group(aggregate, g, record.value)?;
+                restored.push(id);
+                current = Some((g.to_vec(), id));
+            }
+            [VALUE, share, value @ ..] => {
+                let Some((_, id)) = current.as_ref().filter(|(key, _)| key.as_slice() == g) else {
+                    return Err(corrupt("a COUNT(DISTINCT) value without its group"));
+                };
+                restore_value(aggregate, *id, usize::from(*share), value, record.value)?;
+            }
+            _ => return Err(corrupt("a record of neither a group nor a value")),
         }
-        let mut accumulators = aggregate.new_accumulators();
-        let mut distinct = aggregate.new_distinct();
-        for (accumulator, member) in accumulators.iter_mut().zip(&aggregate.member_of) {
-            match member {
-                Some((share, member)) => read_distinct(accumulator, &mut distinct[*share], *member, &mut reader)?,
-                None => read_accumulator(accumulator, &mut reader)?,
+    }
+    // Each COUNT(DISTINCT)'s result: the number of its values.
+    for id in restored {
+        let group = aggregate.groups[id as usize].as_mut().expect("a restored group is live");
+        for (accumulator, member) in group.accumulators.iter_mut().zip(&aggregate.member_of) {
+            if let (Accumulator::Distinct { positive }, Some((share, member))) = (accumulator, member) {
+                *positive = group.distinct[*share].values.positive(*member);
             }
         }
-        reader.finish()?;
-        let id = aggregate.group_of(key, placement_hash(no_keys, key));
-        let group = aggregate.groups[id as usize].as_mut().expect("group_of returns a live group");
-        group.rows = rows;
-        group.accumulators = accumulators.into_boxed_slice();
-        group.distinct = distinct;
     }
     aggregate.clear_changes();
+    Ok(())
+}
+
+/// Restores the group of key `g` from its record's `value`; returns its id.
+fn restore_group(aggregate: &mut GroupAggregate, g: &[u8], value: &[u8]) -> Result<u32, SluiceError> {
+    let mut reader = Reader::new(value, STATE);
+    let rows = reader.i64()?;
+    if rows <= 0 {
+        return Err(corrupt("a group without rows"));
+    }
+    let mut accumulators = aggregate.new_accumulators();
+    for (accumulator, member) in accumulators.iter_mut().zip(&aggregate.member_of) {
+        match member {
+            Some(_) if reader.u8()? == TAG_DISTINCT => {}
+            Some(_) => return Err(corrupt("an accumulator of another kind")),
+            None => read_accumulator(accumulator, &mut reader)?,
+        }
+    }
+    reader.finish()?;
+    let distinct = aggregate.new_distinct();
+    let id = aggregate.group_of(g, placement_hash(aggregate.spec.keys.is_empty(), g));
+    let group = aggregate.groups[id as usize].as_mut().expect("group_of returns a live group");
+    if group.rows != 0 {
+        return Err(corrupt("a group twice"));
+    }
+    group.rows = rows;
+    group.accumulators = accumulators.into_boxed_slice();
+    group.distinct = distinct;
+    Ok(id)
+}
+
+/// Loads `value` of share `share` into group `id`, its state read from `state`.
+fn restore_value(
+    aggregate: &mut GroupAggregate,
+    id: u32,
+    share: usize,
+    value: &[u8],
+    state: &[u8],
+) -> Result<(), SluiceError> {
+    let members = aggregate.shares.get(share).ok_or_else(|| corrupt("a value of no COUNT(DISTINCT)"))?.members.len();
+    let group = aggregate.groups[id as usize].as_mut().expect("the current group is live");
+    let set = &mut group.distinct[share].values;
+    let hash = sluice_types::key::hash(value);
+    let loaded = if aggregate.spec.append_only_input {
+        let [seen] = state else { return Err(corrupt("a value's members are one byte")) };
+        *seen != 0
+            && *seen >> members == 0
+            && (0..members).filter(|m| seen & (1 << m) != 0).all(|m| set.load(m, value, hash, 1))
+    } else {
+        if state.len() != 8 * members {
+            return Err(corrupt("a value's counts are one per member"));
+        }
+        let counts: Vec<i64> =
+            state.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+        counts.iter().any(|count| *count != 0)
+            && counts.iter().enumerate().filter(|(_, c)| **c != 0).all(|(m, c)| set.load(m, value, hash, *c))
+    };
+    if !loaded {
+        return Err(corrupt("a value twice, or one no member holds"));
+    }
     Ok(())
 }

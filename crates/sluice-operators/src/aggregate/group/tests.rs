@@ -367,11 +367,24 @@ fn a_snapshot_holds_the_state_at_the_barrier() {
     assert_eq!(lines(&out), ["-1 a,1,1,1,1,1,1,1,∅,1", "+1 a,2,2,2,4,1,3,2,∅,4"]);
 }
 
-/// The one record of a snapshot of `operator`: vnode, key and value.
-fn the_record(operator: &mut GroupAggregate) -> (u32, Vec<u8>, Vec<u8>) {
+/// A group's record: vnode, key and value.
+type GroupRecord = (u32, Vec<u8>, Vec<u8>);
+/// A value's record: key and value.
+type ValueRecord = (Vec<u8>, Vec<u8>);
+
+/// The records of a full snapshot of `operator` with one group: its group record
+/// (vnode, key and value), then its values' records (key and value).
+fn the_records(operator: &mut GroupAggregate) -> (GroupRecord, Vec<ValueRecord>) {
     let puts = testing::puts(&testing::snapshot(operator, false).1);
-    let [record] = puts.as_slice() else { panic!("one group: {puts:?}") };
-    record.clone()
+    let [group, values @ ..] = puts.as_slice() else { panic!("one group: {puts:?}") };
+    assert_eq!(group.1.last(), Some(&0x00), "the group's record comes first: {puts:?}");
+    assert!(values.iter().all(|(vnode, _, _)| *vnode == group.0), "its values share its vnode");
+    (group.clone(), values.iter().map(|(_, key, value)| (key.clone(), value.clone())).collect())
+}
+
+/// The group record of a full snapshot of `operator` with one group.
+fn the_record(operator: &mut GroupAggregate) -> (u32, Vec<u8>, Vec<u8>) {
+    the_records(operator).0
 }
 
 /// A delta holds the groups a mini-batch touched since the previous snapshot, and a
@@ -387,12 +400,18 @@ fn a_delta_holds_the_groups_changed_and_dropped_since_the_previous_snapshot() {
     assert_eq!(kind, SnapshotKind::Delta);
     let keys: Vec<(Vec<u8>, bool)> =
         delta.points.iter().map(|(_, key, value)| (key.clone(), value.is_some())).collect();
-    let key = |text: &str| [&[0x06][..], &(text.len() as u32).to_le_bytes(), text.as_bytes()].concat();
-    let mut expected = vec![(key("a"), true), (key("b"), false)];
-    expected.sort_by_key(|(key, _)| (vnode_of(std::str::from_utf8(&key[5..]).expect("utf-8")), key.clone()));
+    let g = |text: &str| [&[0x06][..], &(text.len() as u32).to_le_bytes(), text.as_bytes()].concat();
+    let group = |text: &str| [g(text), vec![0x00]].concat();
+    // a's COUNT(DISTINCT v) gained 5: one value record, not its whole set.
+    let five = [g("a"), vec![0x01, 0x00, 0x02, 5, 0, 0, 0, 0, 0, 0, 0]].concat();
+    let mut expected = vec![(group("a"), true), (five, true), (group("b"), false)];
+    let text_of = |key: &[u8]| std::str::from_utf8(&key[5..6]).expect("utf-8").to_string();
+    expected.sort_by_key(|(key, _)| (vnode_of(&text_of(key)), key.clone()));
     let mut keys = keys;
-    keys.sort_by_key(|(key, _)| (vnode_of(std::str::from_utf8(&key[5..]).expect("utf-8")), key.clone()));
+    keys.sort_by_key(|(key, _)| (vnode_of(&text_of(key)), key.clone()));
     assert_eq!(keys, expected, "a changed, b dropped, c untouched");
+    let b_values = [g("b"), vec![0x01]].concat();
+    assert_eq!(delta.ranges, [(vnode_of("b"), b_values.clone(), [g("b"), vec![0x02]].concat())], "b's values go");
     assert!(testing::snapshot(&mut operator, true).1.points.is_empty(), "nothing changed since");
 }
 
@@ -412,9 +431,27 @@ fn damaged_records_are_refused() {
     assert!(restore(longer).is_err(), "trailing bytes");
     let elsewhere = ((record.0 + 1) % VNODES, record.1.clone(), record.2.clone());
     assert!(restore(elsewhere).is_err(), "under another vnode than its key's");
-    let mut no_rows = record;
+    let mut no_rows = record.clone();
     no_rows.2[..8].copy_from_slice(&0i64.to_le_bytes());
     assert!(restore(no_rows).is_err(), "a group without rows");
+    let mut neither = record.clone();
+    *neither.1.last_mut().expect("a key") = 0x02;
+    assert!(restore(neither).is_err(), "a record of neither a group nor a value");
+    // Value records: after their group, of a share that exists, a state of the right size.
+    let mut operator = aggregate(true);
+    operator.on_data(batch(&[("a", Some(1), Some("x"), 1)]), &mut Vec::new()).expect("data");
+    let (group, values) = the_records(&mut operator);
+    let [(value_key, value)] = values.as_slice() else { panic!("one value: {values:?}") };
+    let records = |key: &[u8], value: &[u8]| vec![group.clone(), (group.0, key.to_vec(), value.to_vec())];
+    let restore_all = |records| testing::restore_records(&mut aggregate(true), records);
+    assert!(restore_all(records(value_key, value)).is_ok());
+    let orphan = testing::restore_records(&mut aggregate(true), vec![(group.0, value_key.clone(), value.clone())]);
+    assert!(orphan.is_err(), "a value without its group");
+    let mut other_share = value_key.clone();
+    other_share[group.1.len()] = 1;
+    assert!(restore_all(records(&other_share, value)).is_err(), "a value of no COUNT(DISTINCT)");
+    assert!(restore_all(records(value_key, &value[..7])).is_err(), "a count cut short");
+    assert!(restore_all(records(value_key, &[0; 8])).is_err(), "a value no member holds");
 }
 
 /// A golden vector: state records are persisted, so their layout (and the key encoding
@@ -425,20 +462,16 @@ fn a_snapshot_record_is_pinned_byte_for_byte() {
     let mut operator = aggregate(true);
     let input = [("ab", Some(5), Some("x"), 1), ("ab", Some(5), Some("x"), 1), ("ab", None, None, 1)];
     operator.on_data(batch(&input), &mut Vec::new()).expect("data");
-    let (vnode, key, value) = the_record(&mut operator);
+    let ((vnode, key, value), values) = the_records(&mut operator);
     let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
-    assert_eq!(hex(&key), "06020000006162", "VARCHAR \"ab\"");
+    assert_eq!(hex(&key), "0602000000616200", "VARCHAR \"ab\", then 00: the group's record");
     let expected = concat!(
         "0300000000000000", // 3 rows
         "01",
         "0300000000000000", // COUNT(*) = 3
         "01",
         "0200000000000000", // COUNT(v) = 2
-        "0c",
-        "01000000",
-        "09000000",
-        "020500000000000000",
-        "0200000000000000", // COUNT(DISTINCT v): {5: 2}
+        "0c",               // COUNT(DISTINCT v): its values are records of their own
         "02",
         "0a00000000000000",
         "0200000000000000", // SUM(v): 10 over 2
@@ -463,27 +496,34 @@ fn a_snapshot_record_is_pinned_byte_for_byte() {
         "0200000000000000", // SUM(v) FILTER (WHERE v > 0): 10 over 2
     );
     assert_eq!(hex(&value), expected);
+    let values: Vec<(String, String)> = values.iter().map(|(key, value)| (hex(key), hex(value))).collect();
+    // The group's key, 01, share 0, the value 5; its count for the share's one member.
+    let five = ("06020000006162".to_string() + "01" + "00" + "020500000000000000", "0200000000000000".to_string());
+    assert_eq!(values, [five], "COUNT(DISTINCT v): {{5: 2}}");
     let hash = sluice_types::key::hash(&[0x06, 2, 0, 0, 0, b'a', b'b']);
     assert_eq!(vnode, vnode::of_hash(hash, VNODES));
 }
 
-/// COUNT(DISTINCT)s of one column share one set of values in memory, but each writes
-/// its own entries: the value is the golden vector's, then the FILTERed COUNT(DISTINCT v)
-/// of the tenth aggregate in the same layout.
+/// COUNT(DISTINCT)s of one column share one set of values, and one record per value:
+/// the group's value is the golden vector's with the tenth aggregate's tag, and the value
+/// 5's record holds a count per member (the FILTERed one's too).
 #[test]
-fn count_distincts_sharing_their_values_write_their_own_entries() {
-    let value = |operator: &mut GroupAggregate| {
+fn count_distincts_sharing_their_values_write_one_record_per_value() {
+    let records = |operator: &mut GroupAggregate| {
         let input = [("ab", Some(5), Some("x"), 1), ("ab", Some(5), Some("x"), 1), ("ab", None, None, 1)];
         operator.on_data(batch(&input), &mut Vec::new()).expect("data");
-        the_record(operator)
+        the_records(operator)
     };
-    let (nine, ten) = (value(&mut aggregate(true)), value(&mut aggregate_of(true, &AGGREGATES)));
-    assert_eq!(ten.2[..nine.2.len()], nine.2[..]);
-    let hex: String = ten.2[nine.2.len()..].iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(hex, concat!("0c", "01000000", "09000000", "020500000000000000", "0200000000000000"));
+    let ((_, _, nine), _) = records(&mut aggregate(true));
+    let (ten, values) = records(&mut aggregate_of(true, &AGGREGATES));
+    assert_eq!(ten.2[..nine.len()], nine[..]);
+    assert_eq!(ten.2[nine.len()..], [0x0c]);
+    let counts = [2i64.to_le_bytes(), 2i64.to_le_bytes()].concat();
+    assert_eq!(values.iter().map(|(_, value)| value.clone()).collect::<Vec<_>>(), [counts]);
     let mut restored = aggregate_of(true, &AGGREGATES);
-    testing::restore_records(&mut restored, vec![ten.clone()]).expect("restore");
-    assert_eq!(the_record(&mut restored), ten, "restored, the shared values write the same entries");
+    let all = std::iter::once(ten.clone()).chain(values.iter().map(|(k, v)| (ten.0, k.clone(), v.clone())));
+    testing::restore_records(&mut restored, all.collect()).expect("restore");
+    assert_eq!(the_records(&mut restored), (ten, values), "restored, the shared values write the same records");
 }
 
 /// Six COUNT(DISTINCT v), alternately filtered: a set serves at most four, so the column
@@ -508,7 +548,7 @@ fn a_global_aggregate_keeps_its_one_group_in_vnode_zero() {
     let mut operator = aggregate(false);
     operator.on_data(batch(&[("a", Some(1), None, 1)]), &mut Vec::new()).expect("data");
     let (vnode, key, _) = the_record(&mut operator);
-    assert_eq!((vnode, key), (vnode::of_hash(0, VNODES), Vec::new()));
+    assert_eq!((vnode, key), (vnode::of_hash(0, VNODES), vec![0x00]), "the empty key, then 00: its record");
 }
 
 #[test]
@@ -536,8 +576,7 @@ fn over_an_append_only_input_min_and_max_keep_only_the_extreme() {
 }
 
 /// Over an append-only input a COUNT(DISTINCT) keeps only whether each member saw a
-/// value: its snapshot writes a count of 1, and a count an earlier build wrote (the
-/// number of rows) restores as seen.
+/// value: a value's record holds the members that saw it (a bit each).
 #[test]
 fn over_an_append_only_input_count_distinct_keeps_what_it_saw() {
     let append_only = || {
@@ -545,29 +584,24 @@ fn over_an_append_only_input_count_distinct_keeps_what_it_saw() {
         operator.spec.append_only_input = true;
         operator
     };
-    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02x}")).collect() };
-    let bytes = |hex: &str| -> Vec<u8> {
-        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect()
-    };
     let mut operator = append_only();
     let input = [("a", Some(5), None, 1), ("a", Some(5), None, 1), ("a", Some(-2), None, 1)];
     operator.on_data(batch(&input), &mut Vec::new()).expect("data");
-    let (vnode, key, value) = the_record(&mut operator);
-    let blob = hex(&value);
-    let entry = |value: &str, count: &str| format!("09000000{value}{count}");
-    let (five, minus_two, one, two) =
-        ("020500000000000000", "02feffffffffffffff", "0100000000000000", "0200000000000000");
-    let seen = format!("0c02000000{}{}", entry(five, one), entry(minus_two, one));
-    assert!(blob.contains(&seen), "COUNT(DISTINCT v): {{5: 1, -2: 1}} in {blob}");
-    assert!(blob.ends_with(&format!("0c01000000{}", entry(five, one))), "the FILTERed one: {{5: 1}} in {blob}");
-    let counted = blob.replacen(&seen, &format!("0c02000000{}{}", entry(five, two), entry(minus_two, one)), 1);
-    for state in [blob, counted] {
-        let mut restored = append_only();
-        testing::restore_records(&mut restored, vec![(vnode, key.clone(), bytes(&state))]).expect("restore");
-        let mut out = Vec::new();
-        restored.on_data(batch(&[("a", Some(7), None, 1), ("a", Some(5), None, 1)]), &mut out).expect("data");
-        assert_eq!(lines(&out).last().map(String::as_str), Some("+1 a,5,5,3,20,-2,7,4,∅,22,2"), "{state}");
-    }
+    let (group, values) = the_records(&mut operator);
+    let g = &group.1[..group.1.len() - 1];
+    let value = |v: i64| [g, &[0x01, 0x00, 0x02][..], &v.to_le_bytes()].concat();
+    // 5 seen by COUNT(DISTINCT v) and by its FILTER (v > 0); -2 by the first only.
+    assert_eq!(values, [(value(5), vec![0b11]), (value(-2), vec![0b01])]);
+    let all = |values: &[(Vec<u8>, Vec<u8>)]| {
+        std::iter::once(group.clone()).chain(values.iter().map(|(k, v)| (group.0, k.clone(), v.clone()))).collect()
+    };
+    let mut restored = append_only();
+    testing::restore_records(&mut restored, all(&values)).expect("restore");
+    let mut out = Vec::new();
+    restored.on_data(batch(&[("a", Some(7), None, 1), ("a", Some(5), None, 1)]), &mut out).expect("data");
+    assert_eq!(lines(&out).last().map(String::as_str), Some("+1 a,5,5,3,20,-2,7,4,∅,22,2"));
+    let beyond = [(value(5), vec![0b100])];
+    assert!(testing::restore_records(&mut append_only(), all(&beyond)).is_err(), "a member the share lacks");
 }
 
 #[test]

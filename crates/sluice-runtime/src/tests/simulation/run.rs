@@ -13,9 +13,8 @@ use sluice_cluster::wire::{ToLeader, ToWorker};
 use sluice_types::SluiceError;
 
 use crate::checkpoint::{CheckpointOptions, Checkpointer};
-use crate::controller::{CONTROL_ARGUMENT, CONTROL_CAPACITY};
 use crate::coordinator::{Cluster, Completed, Coordinator};
-use crate::driver::Control;
+use crate::driver::{CONTROL_ARGUMENT, CONTROL_CAPACITY, Control};
 use crate::mailbox::post;
 use crate::metrics::{Metrics, SinkMetrics};
 use crate::plan::SinkFactory;

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Times one NEXMark query in Apache Flink with RocksDB and incremental checkpoints, and
+in Sluice with the same checkpoint interval, over the same CSV files.
+
+What it does
+    1. Writes the three NEXMark tables of EVENTS events (seed 0) as CSV with
+       `sluice nexmark generate`, once per event count (kept in --work).
+    2. Runs the query in Flink, streaming mode, parallelism 1, into a `blackhole` table,
+       with `state.backend.type: rocksdb`, `execution.checkpointing.incremental: true`,
+       a checkpoint every INTERVAL into a local directory, and every checkpoint retained
+       (so that no file of one is deleted before it is counted). Flink's time is its job's
+       (from submission to the end of the insert), without the JVM's start.
+    3. Runs `sluice nexmark query QUERY --csv DIR --checkpoint-interval INTERVAL` on one
+       thread, timed as a whole process.
+    4. Prints one JSON line per engine: seconds, events/s, checkpoints completed, and the
+       bytes written per checkpoint (Flink: every file under its checkpoint directory,
+       divided by the checkpoints; Sluice: its report's written bytes).
+
+How to run (from the repository root)
+    cargo build --release -p sluice-cli
+    pip install apache-flink        # with a Java 17 runtime on PATH or JAVA_HOME
+    python3 scripts/flink-rocksdb-bench.py --sluice PATH --query q20 --events 1000000
+
+The SQL is the text `sluice nexmark sql QUERY` prints, a bare `dateTime` quoted for
+Flink's parser (as scripts/nexmark-oracle.py does).
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+TABLES = {
+    "person": [
+        ("id", "BIGINT"), ("name", "VARCHAR"), ("emailAddress", "VARCHAR"),
+        ("creditCard", "VARCHAR"), ("city", "VARCHAR"), ("state", "VARCHAR"),
+        ("dateTime", "TIMESTAMP(3)"), ("extra", "VARCHAR"),
+    ],
+    "auction": [
+        ("id", "BIGINT"), ("itemName", "VARCHAR"), ("description", "VARCHAR"),
+        ("initialBid", "BIGINT"), ("reserve", "BIGINT"), ("dateTime", "TIMESTAMP(3)"),
+        ("expires", "TIMESTAMP(3)"), ("seller", "BIGINT"), ("category", "BIGINT"),
+        ("extra", "VARCHAR"),
+    ],
+    "bid": [
+        ("auction", "BIGINT"), ("bidder", "BIGINT"), ("price", "BIGINT"),
+        ("channel", "VARCHAR"), ("url", "VARCHAR"), ("dateTime", "TIMESTAMP(3)"),
+        ("extra", "VARCHAR"),
+    ],
+}
+
+
+def flink_text(sql: str) -> str:
+    """Quotes a bare dateTime, which Flink's parser reserves."""
+    return re.sub(r"(?<![`.\w])dateTime(?![`\w])", "`dateTime`", sql)
+
+
+def generate(sluice: Path, events: int, work: Path) -> Path:
+    """The CSV tables of `events` events: with headers for Sluice, without for Flink."""
+    out = work / f"nexmark-{events}"
+    if (out / "bid.csv").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for table, columns in TABLES.items():
+        path = out / f"{table}.csv"
+        subprocess.run(
+            [str(sluice), "nexmark", "generate", "--events", str(events), "--seed", "0",
+             "--table", table, "--format", "csv", "--output", str(path)],
+            check=True,
+        )
+        body = out / "flink" / table
+        body.mkdir(parents=True, exist_ok=True)
+        with open(path, encoding="utf-8") as source, open(body / "part.csv", "w", encoding="utf-8") as target:
+            header = source.readline().strip()
+            expected = ",".join(name for name, _ in columns)
+            if header != expected:
+                raise SystemExit(f"{path} starts with {header!r}, expected {expected!r}")
+            for line in source:
+                target.write(line)
+    return out
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def run_flink(sql: str, tables: Path, interval: str, checkpoints: Path) -> dict:
+    from pyflink.table import EnvironmentSettings, TableEnvironment, TableDescriptor, Schema
+
+    t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    config = t_env.get_config()
+    for key, value in {
+        "parallelism.default": "1",
+        "state.backend.type": "rocksdb",
+        "execution.checkpointing.incremental": "true",
+        "execution.checkpointing.interval": interval,
+        "execution.checkpointing.dir": checkpoints.as_uri(),
+        "execution.checkpointing.num-retained": "100000",
+    }.items():
+        config.set(key, value)
+    for table, columns in TABLES.items():
+        schema = ", ".join(f"`{name}` {kind}" for name, kind in columns)
+        options = f"'connector' = 'filesystem', 'path' = '{tables / 'flink' / table}', 'format' = 'csv'"
+        t_env.execute_sql(f"CREATE TABLE {table} ({schema}) WITH ({options})")
+    result = t_env.sql_query(flink_text(sql))
+    sink = TableDescriptor.for_connector("blackhole").schema(
+        Schema.new_builder().from_row_data_type(result.get_schema().to_row_data_type()).build()
+    ).build()
+    start = time.monotonic()
+    result.execute_insert(sink).wait()
+    seconds = time.monotonic() - start
+    completed = len([d for d in checkpoints.rglob("chk-*") if d.is_dir()])
+    written = directory_bytes(checkpoints)
+    return {"seconds": seconds, "checkpoints": completed, "bytes_written": written}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sluice", type=Path, required=True, help="a release build of sluice")
+    parser.add_argument("--query", default="q20")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--interval", default="1s")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "flink-rocksdb-bench")
+    parser.add_argument("--engines", default="flink,sluice")
+    args = parser.parse_args()
+    engines = args.engines.split(",")
+    tables = generate(args.sluice, args.events, args.work)
+    sql = subprocess.run(
+        [str(args.sluice), "nexmark", "sql", args.query], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+    if "flink" in engines:
+        with tempfile.TemporaryDirectory(prefix="flink-chk-", dir=args.work) as checkpoints:
+            flink = run_flink(sql, tables, args.interval, Path(checkpoints))
+        flink["events_per_second"] = args.events / flink["seconds"]
+        per = flink["bytes_written"] / max(flink["checkpoints"], 1)
+        print(json.dumps({"engine": "flink-rocksdb-incremental", "query": args.query, "events": args.events,
+                          "interval": args.interval, **flink, "bytes_per_checkpoint": per}))
+
+    if "sluice" in engines:
+        start = time.monotonic()
+        done = subprocess.run(
+            [str(args.sluice), "nexmark", "query", args.query, "--events", str(args.events), "--threads", "1",
+             "--csv", str(tables), "--checkpoint-interval", args.interval],
+            check=True, capture_output=True, text=True, cwd=args.work,
+        )
+        seconds = time.monotonic() - start
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        checkpoints = report.get("checkpoints") or {}
+        published, written = checkpoints.get("published", 0), checkpoints.get("written_bytes", 0)
+        print(json.dumps({"engine": "sluice", "query": args.query, "events": args.events, "interval": args.interval,
+                          "seconds": seconds, "events_per_second": args.events / seconds,
+                          "checkpoints": published, "bytes_written": written,
+                          "bytes_per_checkpoint": written / max(published, 1),
+                          "peak_rss_mb": report.get("peak_rss_mb")}))
+
+
+if __name__ == "__main__":
+    main()
