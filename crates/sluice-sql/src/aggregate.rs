@@ -188,7 +188,7 @@ fn plan_window_aggregate(
 ) -> Result<StreamState, SluiceError> {
     if state.changelog.is_updating() {
         if let Some(error) =
-            crate::stream::changelog_input("a window aggregate", &state, crate::stream::CHANGELOG_WINDOW_FIX)
+            crate::changelog::changelog_input("a window aggregate", &state, crate::changelog::CHANGELOG_WINDOW_FIX)
         {
             return Err(error);
         }

@@ -174,7 +174,7 @@ pub(crate) fn plan_over(planner: &StreamPlanner<'_>, window: &Window) -> Result<
     let mut state = planner.plan(&window.input).and_then(crate::stream::unaggregated_session)?;
     if state.changelog.is_updating() {
         let fix = "compute it with a GROUP BY of the partition (an updating result), or over an append-only source";
-        if let Some(error) = crate::stream::changelog_input("an OVER aggregate", &state, fix) {
+        if let Some(error) = crate::changelog::changelog_input("an OVER aggregate", &state, fix) {
             return Err(error);
         }
         return Err(unsupported(
