@@ -30,7 +30,7 @@ mod status;
 mod stream;
 
 pub use connections::{BODY_TIMEOUT, CONNECTIONS_MAX, CONNECTIONS_PER_PEER_MAX, HEADER_TIMEOUT, Limits};
-pub use query::MAX_QUERIES;
+pub use query::{MAX_QUERIES, Queries};
 pub use sampler::{HISTORY, SAMPLE_EVERY};
 pub use server::{AdminListener, AdminServer, GRACE, serve};
 pub use slices::MAX_SLICE_LEASES;
@@ -43,4 +43,10 @@ pub use stream::{HEARTBEAT, MAX_STREAMS};
 /// `token`, and a token is never empty ([`serve`] checks the same).
 pub fn check_access(bind: std::net::SocketAddr, token: Option<&str>) -> Result<(), sluice_types::SluiceError> {
     access::settle(bind, token.map(str::to_string)).map(|_| ())
+}
+
+/// Whether `bind` needs a token: the rule of the admin API, which the PostgreSQL wire
+/// protocol (`sluice-pgwire`) applies too (a non-loopback address does).
+pub fn needs_token(bind: std::net::SocketAddr) -> bool {
+    !bind.ip().is_loopback()
 }

@@ -154,31 +154,13 @@ async fn answer(shared: Shared, body: Body) -> Result<Response, SluiceError> {
     })?;
     let format: QueryFormat = request.format.unwrap_or(QueryFormatName::Json).into();
     let limits = QueryLimits::new(request.max_rows, request.timeout_ms)?;
-    let permit = Arc::clone(&shared.queries).try_acquire_owned().map_err(|_| {
-        SluiceError::external("query.busy", format!("{MAX_QUERIES} queries are running")).with_fix("ask again soon")
-    })?;
-    let job = shared.job.clone();
-    let gather = crate::slices::HttpGather { token: shared.token.clone() };
-    let sql = request.sql;
-    let prepared = tokio::task::spawn_blocking(move || job.prepare_query(&sql, limits)).await.map_err(joined)??;
-    // From here on, a client that goes away drops this future, and the guards end the
-    // lease and the execution.
-    let _release = Release(prepared.lease());
-    let interrupt = prepared.interrupt();
-    let _cancel = Cancel(interrupt.clone());
-    let execution = tokio::task::spawn_blocking(move || {
-        // The admission ends with the execution, not with the answer.
-        let _permit = permit;
-        let answer = prepared.run_gathering(Some(&gather))?;
-        let bytes = answer.encode(format)?;
-        Ok::<_, SluiceError>((answer, bytes))
-    });
-    // The deadline is the request's, whether or not the execution noticed it yet.
-    let deadline = tokio::time::Instant::from_std(interrupt.deadline());
-    let (answer, bytes) = match tokio::time::timeout_at(deadline, execution).await {
-        Ok(joined_execution) => joined_execution.map_err(joined)??,
-        Err(_) => return Err(sluice_engine::query::timed_out(limits.timeout)),
-    };
+    let (answer, bytes) = shared
+        .queries
+        .run(request.sql, limits, move |answer| {
+            let bytes = answer.encode(format)?;
+            Ok((answer, bytes))
+        })
+        .await?;
     let mut response = ([(header::CONTENT_TYPE, format.content_type())], bytes).into_response();
     let headers = response.headers_mut();
     if let Some(epoch) = answer.epoch {
@@ -186,6 +168,72 @@ async fn answer(shared: Shared, body: Body) -> Result<Response, SluiceError> {
     }
     headers.insert("sluice-rows", HeaderValue::from(answer.rows() as u64));
     Ok(response)
+}
+
+/// The path every ad-hoc query of a job takes, whoever asks (`POST /query`, the
+/// PostgreSQL wire protocol of `sluice-pgwire`): at most [`MAX_QUERIES`] admitted at once
+/// (shared by every front end given a clone), the lease released and the execution
+/// cancelled when the caller's future is dropped, the answer at the query's deadline or
+/// a timeout error, and in a cluster every worker's slice gathered through their admin
+/// APIs (with this token).
+#[derive(Clone)]
+pub struct Queries {
+    job: sluice_engine::JobHandle,
+    token: Option<Arc<str>>,
+    admitted: Arc<tokio::sync::Semaphore>,
+}
+
+impl std::fmt::Debug for Queries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queries").field("available", &self.admitted.available_permits()).finish_non_exhaustive()
+    }
+}
+
+impl Queries {
+    /// The queries of `job`, gathering a cluster's slices with `token` (the admin API's).
+    pub fn new(job: sluice_engine::JobHandle, token: Option<&str>) -> Queries {
+        Queries { job, token: token.map(Arc::from), admitted: Arc::new(tokio::sync::Semaphore::new(MAX_QUERIES)) }
+    }
+
+    /// The job the queries read.
+    pub fn job(&self) -> &sluice_engine::JobHandle {
+        &self.job
+    }
+
+    /// Runs `sql` within `limits` and gives its answer to `then` (on the blocking pool,
+    /// still holding the admission: encoding an answer is part of the query's work).
+    /// Must run inside a tokio runtime whose blocking threads have the planner's stack
+    /// (`sluice_engine::QUERY_STACK_BYTES`). Dropping the future releases the lease and
+    /// cancels the execution.
+    pub async fn run<T, F>(&self, sql: String, limits: QueryLimits, then: F) -> Result<T, SluiceError>
+    where
+        T: Send + 'static,
+        F: FnOnce(sluice_engine::query::QueryAnswer) -> Result<T, SluiceError> + Send + 'static,
+    {
+        let permit = Arc::clone(&self.admitted).try_acquire_owned().map_err(|_| {
+            SluiceError::external("query.busy", format!("{MAX_QUERIES} queries are running")).with_fix("ask again soon")
+        })?;
+        let job = self.job.clone();
+        let gather = crate::slices::HttpGather { token: self.token.clone() };
+        let prepared = tokio::task::spawn_blocking(move || job.prepare_query(&sql, limits)).await.map_err(joined)??;
+        // From here on, a caller that goes away drops this future, and the guards end the
+        // lease and the execution.
+        let _release = Release(prepared.lease());
+        let interrupt = prepared.interrupt();
+        let _cancel = Cancel(interrupt.clone());
+        let execution = tokio::task::spawn_blocking(move || {
+            // The admission ends with the execution, not with the answer.
+            let _permit = permit;
+            let answer = prepared.run_gathering(Some(&gather))?;
+            then(answer)
+        });
+        // The deadline is the request's, whether or not the execution noticed it yet.
+        let deadline = tokio::time::Instant::from_std(interrupt.deadline());
+        match tokio::time::timeout_at(deadline, execution).await {
+            Ok(joined_execution) => joined_execution.map_err(joined)?,
+            Err(_) => Err(sluice_engine::query::timed_out(limits.timeout)),
+        }
+    }
 }
 
 fn joined(error: tokio::task::JoinError) -> SluiceError {

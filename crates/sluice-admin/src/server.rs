@@ -29,8 +29,9 @@ pub(crate) struct Shared {
     pub(crate) job: JobHandle,
     pub(crate) token: Option<Arc<str>>,
     pub(crate) streams: Arc<Semaphore>,
-    /// Queries running now (at most [`crate::query::MAX_QUERIES`]).
-    pub(crate) queries: Arc<Semaphore>,
+    /// The path of ad-hoc queries (at most [`crate::query::MAX_QUERIES`] admitted at
+    /// once), shared with the other front ends given [`AdminServer::queries`].
+    pub(crate) queries: crate::query::Queries,
     /// In a cluster, the other workers' last answers, kept by the asking task for the
     /// status streams (`members`).
     pub(crate) members: Arc<crate::members::Members>,
@@ -53,6 +54,7 @@ pub(crate) struct Shared {
 #[derive(Debug)]
 pub struct AdminServer {
     addr: SocketAddr,
+    queries: crate::query::Queries,
     stop: Option<watch::Sender<bool>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -61,6 +63,12 @@ impl AdminServer {
     /// The address it listens on (the port chosen when port 0 was asked for).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Its path of ad-hoc queries, to share with another front end (the PostgreSQL
+    /// wire protocol): one admission bound for both.
+    pub fn queries(&self) -> crate::query::Queries {
+        self.queries.clone()
     }
 
     /// Stops accepting, lets open requests finish for at most [`GRACE`], and waits for
@@ -164,11 +172,12 @@ fn start(
         .thread_stack_size(sluice_engine::QUERY_STACK_BYTES)
         .build()
         .map_err(|e| thread_error(format!("a runtime: {e}")))?;
+    let queries = crate::query::Queries::new(job.clone(), token.as_deref());
     let shared = Shared {
         job,
         token: token.map(Arc::from),
         streams: Arc::new(Semaphore::new(stream::MAX_STREAMS)),
-        queries: Arc::new(Semaphore::new(crate::query::MAX_QUERIES)),
+        queries: queries.clone(),
         sampler: Arc::new(Sampler::default()),
         members: crate::members::Members::new(),
         slices: crate::slices::leases(),
@@ -182,7 +191,7 @@ fn start(
         .name("sluice-admin".into())
         .spawn(move || run(runtime, listener, shared, stopped))
         .map_err(|e| thread_error(format!("a thread: {e}")))?;
-    Ok(AdminServer { addr, stop: Some(stop), thread: Some(thread) })
+    Ok(AdminServer { addr, queries, stop: Some(stop), thread: Some(thread) })
 }
 
 fn thread_error(what: String) -> SluiceError {

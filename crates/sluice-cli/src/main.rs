@@ -73,6 +73,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once at start and matched once: the size of `Run`'s arguments costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run a pipeline until its sources end, or until Ctrl-C / SIGTERM (drain, then exit).
     ///

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use sluice_admin::{AdminListener, AdminServer};
+use sluice_admin::{AdminListener, AdminServer, Queries};
 use sluice_engine::{
     ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, JobState, Listening, Overrides,
     RendezvousEvent, RunOutcome, Secret, StartOptions, StopHandle,
 };
+use sluice_pgwire::{PgListener, PgServer};
 use sluice_types::{ErrorKind, SluiceError};
 
 use crate::progress::Progress;
@@ -111,6 +112,18 @@ pub struct AdminArgs {
     /// these, which stops pages whose name was re-pointed here (DNS rebinding).
     #[arg(long, value_name = "NAME")]
     admin_host: Vec<String>,
+    /// Where the PostgreSQL wire protocol listens for ad-hoc queries (psql, psycopg, JDBC,
+    /// BI tools; crates/sluice-pgwire), or `off` (the default). Off loopback it requires
+    /// the admin token, which clients give as their password (SCRAM-SHA-256).
+    #[arg(long, value_name = "ADDR|off", default_value = "off")]
+    pg_bind: String,
+    /// A PEM file with the certificate chain the PostgreSQL endpoint serves TLS with
+    /// (with --pg-tls-key); clients ask for TLS with sslmode=require.
+    #[arg(long, value_name = "PATH", requires = "pg_tls_key")]
+    pg_tls_cert: Option<PathBuf>,
+    /// A PEM file with the private key of --pg-tls-cert.
+    #[arg(long, value_name = "PATH", requires = "pg_tls_cert")]
+    pg_tls_key: Option<PathBuf>,
 }
 
 /// The admin API's settings, checked before the job starts.
@@ -134,6 +147,25 @@ impl AdminArgs {
         let token = self.token()?;
         sluice_admin::check_access(bind, token.as_deref()).map_err(EngineError::new)?;
         Ok(Some(AdminSettings { bind, token }))
+    }
+
+    /// The PostgreSQL endpoint's listener, bound (before the job starts), or None for
+    /// `--pg-bind off`.
+    fn pg_listener(&self) -> Result<Option<PgListener>, EngineError> {
+        if self.pg_bind.eq_ignore_ascii_case("off") {
+            return Ok(None);
+        }
+        let bind: SocketAddr = self.pg_bind.parse().map_err(|_| {
+            EngineError::new(
+                SluiceError::user("run.pg_bind", format!("--pg-bind {:?} is not an address", self.pg_bind))
+                    .with_fix("give IP:PORT (e.g. 127.0.0.1:5432, port 0: any free port), or `off`"),
+            )
+        })?;
+        let listener = PgListener::bind(bind, self.token()?).map_err(EngineError::new)?;
+        match (&self.pg_tls_cert, &self.pg_tls_key) {
+            (Some(certificate), Some(key)) => listener.with_tls(certificate, key).map(Some).map_err(EngineError::new),
+            _ => Ok(Some(listener)),
+        }
     }
 
     /// The token from --admin-token-file (trimmed), else SLUICE_ADMIN_TOKEN, else None.
@@ -172,6 +204,27 @@ fn serve_admin(job: &Job, listener: Option<AdminListener>, quiet: bool) -> Resul
     Ok(Some(server))
 }
 
+/// Starts the PostgreSQL endpoint for `job` on its listener, sharing the admin API's
+/// query path (its admission bound) when the API is on; a failure stops the job.
+fn serve_pg(
+    job: &Job,
+    listener: Option<PgListener>,
+    admin: Option<&AdminServer>,
+    token: Option<&str>,
+    quiet: bool,
+) -> Result<Option<PgServer>, SluiceError> {
+    let Some(listener) = listener else {
+        return Ok(None);
+    };
+    let queries = admin.map_or_else(|| Queries::new(job.handle(), token), AdminServer::queries);
+    let server = listener.serve(queries)?;
+    if !quiet {
+        let addr = server.addr();
+        eprintln!("sluice: PostgreSQL endpoint on {addr} (psql -h {} -p {})", addr.ip(), addr.port());
+    }
+    Ok(Some(server))
+}
+
 /// Prints the leader's rendezvous as it goes (who joined, who was refused and why), on
 /// a thread of its own; the returned sender is what the rendezvous reports to.
 fn rendezvous_printer() -> crossbeam_channel::Sender<RendezvousEvent> {
@@ -199,6 +252,7 @@ fn rendezvous_printer() -> crossbeam_channel::Sender<RendezvousEvent> {
 
 pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptions) -> Result<ExitCode, EngineError> {
     let RunOptions { from_scratch, cluster, admin, quiet } = options;
+    let admin_args = admin;
     let pipeline = engine.load(path, overrides)?;
     // Bound before the job starts: a cluster's worker announces its address to the others.
     let admin = match admin.settings()? {
@@ -209,6 +263,7 @@ pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptio
         }
         None => None,
     };
+    let pg = admin_args.pg_listener()?;
     let checkpoints = pipeline.config.checkpoint.is_some();
     let writes_stdout = pipeline.writes_stdout();
     let clustered = cluster.join.is_some() || cluster.workers.is_some_and(|workers| workers > 1);
@@ -247,6 +302,22 @@ pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptio
     install_signals(job.stop_handle(), checkpoints)?;
     let admin = match serve_admin(&job, admin, quiet) {
         Ok(admin) => admin,
+        Err(error) => {
+            job.stop();
+            job.wait();
+            return Err(EngineError::new(error));
+        }
+    };
+    let token = match pg.as_ref().map(|_| admin_args.token()).transpose() {
+        Ok(token) => token.flatten(),
+        Err(error) => {
+            job.stop();
+            job.wait();
+            return Err(error);
+        }
+    };
+    let pg = match serve_pg(&job, pg, admin.as_ref(), token.as_deref(), quiet) {
+        Ok(pg) => pg,
         Err(error) => {
             job.stop();
             job.wait();
@@ -296,6 +367,9 @@ pub fn run(engine: &Engine, path: &Path, overrides: Overrides, options: RunOptio
     let name = job.name().to_string();
     let report = job.wait();
     // The run is over: open status streams have had their final line.
+    if let Some(pg) = pg {
+        pg.shutdown();
+    }
     if let Some(admin) = admin {
         admin.shutdown();
     }

@@ -615,6 +615,30 @@ impl JobHandle {
         self.prepare_query(sql, limits)?.run()
     }
 
+    /// The materialized tables' names and schemas (empty while a cluster forms).
+    pub fn materialized_schemas(&self) -> Vec<(String, arrow::datatypes::SchemaRef)> {
+        let Some(registry) = self.registry() else { return Vec::new() };
+        registry
+            .names()
+            .into_iter()
+            .filter_map(|name| registry.table(name))
+            .map(|t| (t.name.clone(), Arc::clone(&t.schema)))
+            .collect()
+    }
+
+    /// What `sql` would answer (its columns, its parameters' types) without running it
+    /// ([`crate::query::describe`]).
+    #[allow(clippy::type_complexity)]
+    pub fn describe_query(
+        &self,
+        sql: &str,
+    ) -> Result<(arrow::datatypes::SchemaRef, Vec<Option<arrow::datatypes::DataType>>), SluiceError> {
+        match self.query_scope() {
+            QueryScope::Solo(registry) | QueryScope::Cluster { registry, .. } => crate::query::describe(&registry, sql),
+            QueryScope::Forming { why } => Err(forming(why)),
+        }
+    }
+
     /// Query leases live now.
     pub fn query_leases(&self) -> usize {
         self.registry().map_or(0, |m| m.leases())

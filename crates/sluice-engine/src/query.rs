@@ -275,48 +275,9 @@ impl std::fmt::Debug for PreparedQuery {
 /// Checks `sql` against the materialized tables of `registry` and takes its lease.
 pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> Result<PreparedQuery, SluiceError> {
     let deadline = Instant::now() + limits.timeout;
-    sluice_sql::check_depth(sql)?;
     let context = session()?;
-    let mut statements =
-        DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| bad_sql(registry, e.to_string()))?;
-    if statements.len() != 1 {
-        return Err(bad_sql(registry, format!("{} statements; one query is expected", statements.len())));
-    }
-    let statement = statements.pop_front().expect("one statement");
-    let is_query = matches!(&statement, Statement::Statement(inner) if matches!(**inner, datafusion::sql::sqlparser::ast::Statement::Query(_)));
-    if !is_query {
-        return Err(SluiceError::user("query.statement", format!("only queries are answered, not `{statement}`"))
-            .with_fix("write a SELECT (or WITH … SELECT) over the materialized tables"));
-    }
-    let references =
-        context.state().resolve_table_references(&statement).map_err(|e| bad_sql(registry, df_message(&e)))?;
-    let mut tables: Vec<Arc<Table>> = Vec::new();
-    for reference in references {
-        let name = reference.table();
-        let known =
-            (reference.schema().is_none() && reference.catalog().is_none()).then(|| registry.table(name)).flatten();
-        match known {
-            Some(table) if !tables.iter().any(|t| t.name == table.name) => tables.push(Arc::clone(table)),
-            Some(_) => {}
-            None if registry.others().iter().any(|other| other == name) => {
-                return Err(SluiceError::user(
-                    "query.not_materialized",
-                    format!("table `{name}` is not materialized; {}", listing(registry)),
-                )
-                .with_fix(format!(
-                    "add materialized = true to the [[view]] (or [[source]]) that defines `{name}`, and run the \
-                     pipeline again"
-                )));
-            }
-            None => {
-                return Err(SluiceError::user(
-                    "query.unknown_table",
-                    format!("no table `{reference}`; {}", listing(registry)),
-                )
-                .with_fix("name a materialized table (names are case-sensitive)"));
-            }
-        }
-    }
+    let statement = parse_query(registry, sql)?;
+    let tables = named_tables(registry, &context, &statement)?;
     let wait = deadline.saturating_duration_since(Instant::now());
     // A query that reads no table (`SELECT 1`) needs no epoch.
     let wait = if tables.is_empty() { Duration::ZERO } else { wait };
@@ -345,6 +306,95 @@ pub fn prepare(registry: &Arc<Materialized>, sql: &str, limits: QueryLimits) -> 
         context,
         peers: Vec::new(),
     })
+}
+
+/// The materialized tables `statement` names, each once; an error naming the table
+/// when one is not materialized or does not exist.
+fn named_tables(
+    registry: &Materialized,
+    context: &SessionContext,
+    statement: &Statement,
+) -> Result<Vec<Arc<Table>>, SluiceError> {
+    let references =
+        context.state().resolve_table_references(statement).map_err(|e| bad_sql(registry, df_message(&e)))?;
+    let mut tables: Vec<Arc<Table>> = Vec::new();
+    for reference in references {
+        let name = reference.table();
+        let known =
+            (reference.schema().is_none() && reference.catalog().is_none()).then(|| registry.table(name)).flatten();
+        match known {
+            Some(table) if !tables.iter().any(|t| t.name == table.name) => tables.push(Arc::clone(table)),
+            Some(_) => {}
+            None if registry.others().iter().any(|other| other == name) => {
+                return Err(SluiceError::user(
+                    "query.not_materialized",
+                    format!("table `{name}` is not materialized; {}", listing(registry)),
+                )
+                .with_fix(format!(
+                    "add materialized = true to the [[view]] (or [[source]]) that defines `{name}`, and run the \
+                     pipeline again"
+                )));
+            }
+            None => {
+                return Err(SluiceError::user(
+                    "query.unknown_table",
+                    format!("no table `{reference}`; {}", listing(registry)),
+                )
+                .with_fix("name a materialized table (names are case-sensitive)"));
+            }
+        }
+    }
+    Ok(tables)
+}
+
+/// Checks that `sql` is one query (nothing that writes, creates or sets anything) within
+/// the nesting limit, and parses it.
+fn parse_query(registry: &Materialized, sql: &str) -> Result<Statement, SluiceError> {
+    sluice_sql::check_depth(sql)?;
+    let mut statements =
+        DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| bad_sql(registry, e.to_string()))?;
+    if statements.len() != 1 {
+        return Err(bad_sql(registry, format!("{} statements; one query is expected", statements.len())));
+    }
+    let statement = statements.pop_front().expect("one statement");
+    let is_query = matches!(&statement, Statement::Statement(inner) if matches!(**inner, datafusion::sql::sqlparser::ast::Statement::Query(_)));
+    if !is_query {
+        return Err(SluiceError::user("query.statement", format!("only queries are answered, not `{statement}`"))
+            .with_fix("write a SELECT (or WITH … SELECT) over the materialized tables"));
+    }
+    Ok(statement)
+}
+
+/// What a query would answer, without reading anything: its columns, and the types of
+/// its parameters (`$1`, `$2`…; None where the query does not fix one). Planned as
+/// [`prepare`] and [`PreparedQuery::run`] plan it, over empty tables of the same
+/// schemas: no lease, no checkpoint needed (a client's `Describe`).
+pub fn describe(
+    registry: &Arc<Materialized>,
+    sql: &str,
+) -> Result<(SchemaRef, Vec<Option<arrow::datatypes::DataType>>), SluiceError> {
+    let statement = parse_query(registry, sql)?;
+    let context = session()?;
+    named_tables(registry, &context, &statement)?;
+    for name in registry.names() {
+        let Some(table) = registry.table(name) else { continue };
+        let empty = MemTable::try_new(Arc::clone(&table.schema), vec![Vec::new()])
+            .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
+        context
+            .register_table(table.name.as_str(), Arc::new(empty))
+            .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| SluiceError::external("query.runtime", format!("cannot start the query's runtime: {e}")))?;
+    let plan = runtime.block_on(context.state().statement_to_plan(statement)).map_err(|e| query_error(&e))?;
+    let parameters = plan.get_parameter_types().map_err(|e| query_error(&e))?;
+    let plan = sluice_sql::unique_names(plan)?;
+    let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+    // `$1` is parameter 1: the list in order, a gap where a number is unused.
+    let count = parameters.keys().filter_map(|id| id.strip_prefix('$')?.parse::<usize>().ok()).max().unwrap_or(0);
+    let types = (1..=count).map(|n| parameters.get(&format!("${n}")).cloned().flatten()).collect();
+    Ok((schema, types))
 }
 
 impl PreparedQuery {

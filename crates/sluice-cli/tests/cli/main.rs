@@ -20,6 +20,7 @@ mod nexmark_oracle;
 mod openapi;
 mod oracle;
 mod page;
+mod pgwire;
 mod postgres;
 mod query;
 mod signals;

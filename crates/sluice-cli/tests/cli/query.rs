@@ -351,7 +351,7 @@ store = "file://./state"
 
 const RESTORED_ROWS: i64 = 60;
 
-fn restored_scratch() -> Scratch {
+pub(crate) fn restored_scratch() -> Scratch {
     let scratch = Scratch::new();
     // The first rows' groups get no row later: only the restored state has them.
     let key = |i: i64| if i < 3 { format!("early{i}") } else { format!("k{}", i % 8) };
@@ -362,7 +362,7 @@ fn restored_scratch() -> Scratch {
 }
 
 /// The table `totals` once it holds every row of the file (fails on more), sorted.
-fn complete_totals(addr: SocketAddr) -> Vec<Value> {
+pub(crate) fn complete_totals(addr: SocketAddr) -> Vec<Value> {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let rows = rows_eventually(addr, "SELECT COALESCE(SUM(n), 0) AS rows FROM totals");
@@ -437,7 +437,7 @@ pub(crate) fn start_cluster(scratch: &Scratch) -> (Running, SocketAddr, Running,
 }
 
 /// Every row of the file, grouped as `totals` groups it.
-fn expected_totals() -> Vec<Value> {
+pub(crate) fn expected_totals() -> Vec<Value> {
     let key = |i: i64| if i < 3 { format!("early{i}") } else { format!("k{}", i % 8) };
     let mut groups = std::collections::BTreeMap::<String, (i64, i64)>::new();
     for i in 0..RESTORED_ROWS {

@@ -87,8 +87,9 @@ impl Interrupt {
     }
 }
 
-/// `plan` with every operator wrapped in [`Interruptible`].
-pub(crate) fn interruptible(plan: Arc<dyn ExecutionPlan>, interrupt: &Interrupt) -> Result<Arc<dyn ExecutionPlan>> {
+/// `plan` with every operator wrapped in [`Interruptible`] (also for other DataFusion
+/// plans of the process: the PostgreSQL endpoint's catalog queries).
+pub fn interruptible(plan: Arc<dyn ExecutionPlan>, interrupt: &Interrupt) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
         let wrapped: Arc<dyn ExecutionPlan> = Arc::new(Interruptible { input: node, interrupt: interrupt.clone() });
         Ok(Transformed::yes(wrapped))

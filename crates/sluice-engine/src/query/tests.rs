@@ -67,3 +67,27 @@ fn queries_execute_one_at_a_time_and_a_cancelled_one_gives_its_turn_back() {
     assert_eq!(answer.rows(), 1);
     assert_eq!(executions.counts(), super::Counts::default());
 }
+
+/// A registry with one table `counts (k VARCHAR, n BIGINT)`, never filled: no
+/// checkpoint, so a query that leased would wait.
+fn counts() -> Arc<Materialized> {
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema =
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, false), Field::new("n", DataType::Int64, true)]));
+    let table = crate::materialize::TableSpec { name: "counts".to_string(), schema };
+    Materialized::new(vec![table], vec!["raw".to_string()], 1).expect("registry")
+}
+
+/// A client's Describe: the columns and the parameters' types, planned without a
+/// checkpoint, and the same errors as a query for tables that are not there.
+#[test]
+fn describe_answers_columns_and_parameter_types_without_a_checkpoint() {
+    let (schema, parameters) =
+        super::describe(&counts(), "SELECT k, n * 2 AS twice FROM counts WHERE k = $1 AND n > $2").expect("described");
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["k", "twice"]);
+    assert_eq!(parameters, [Some(arrow::datatypes::DataType::Utf8), Some(arrow::datatypes::DataType::Int64)]);
+    assert_eq!(super::describe(&counts(), "SELECT * FROM nope").expect_err("unknown").code, "query.unknown_table");
+    assert_eq!(super::describe(&counts(), "SELECT * FROM raw").expect_err("raw").code, "query.not_materialized");
+    assert_eq!(super::describe(&counts(), "DROP TABLE counts").expect_err("not a query").code, "query.statement");
+}
