@@ -130,6 +130,9 @@ pub struct SourceConfig {
     /// Where `materialized = true` is written, if it is: every table of the source keeps
     /// its rows, for ad-hoc queries at committed checkpoints.
     pub materialized: Option<Position>,
+    /// `primary_key = ["id", …]`, at its key: the columns identifying a row of a
+    /// changelog source (checked against the schema by the connector).
+    pub primary_key: Option<Located<Vec<String>>>,
     /// Position of the `[[source]]` header.
     pub position: Position,
 }
@@ -148,6 +151,7 @@ impl SourceConfig {
             on_error: OnError::Skip,
             options: Options::new("source", name),
             materialized: None,
+            primary_key: None,
             position: Position::new(1, 1),
         }
     }

@@ -21,6 +21,7 @@ const KEYS: &[&str] = &[
     "max_watermark_drift",
     "on_error",
     "materialized",
+    "primary_key",
     "options",
 ];
 /// Keys often written at the item level by mistake: they belong to a connector.
@@ -89,6 +90,18 @@ pub(crate) fn parse_source(
         &[("skip", OnError::Skip), ("fail", OnError::Fail), ("dead-letter", OnError::DeadLetter)],
     );
     let materialized = ctx.boolean(sec, "materialized", "set materialized = true or false, or remove it");
+    let primary_key = ctx.value(
+        sec,
+        "primary_key",
+        "a non-empty list of distinct column names",
+        "list the key's columns, e.g. primary_key = [\"id\"]",
+        |v| {
+            let names: Vec<String> =
+                v.as_array()?.iter().map(|n| n.as_str().map(str::to_owned)).collect::<Option<_>>()?;
+            let distinct = names.iter().enumerate().all(|(i, n)| !names[..i].contains(n));
+            (!names.is_empty() && distinct && names.iter().all(|n| !n.trim().is_empty())).then_some(names)
+        },
+    );
     let options = options(ctx, "source", &item);
     let config = SourceConfig {
         name: item.name?.value,
@@ -101,6 +114,11 @@ pub(crate) fn parse_source(
         on_error: on_error.or(OnError::Skip)?,
         options: options?,
         materialized: crate::sink::materialized_at(materialized)?,
+        primary_key: match primary_key {
+            Field::Present(names, at) => Some(Located::new(names, at)),
+            Field::Absent => None,
+            Field::Invalid => return None,
+        },
         position: sec.position,
     };
     Some((config, item.name_position))

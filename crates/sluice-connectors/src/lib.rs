@@ -19,6 +19,9 @@
 //! - [`kafka`]: topics in (one lane per partition, offsets in checkpoints, bounded
 //!   reads, metadata columns) and out (one message per row; exactly-once through Kafka
 //!   transactions).
+//! - [`changelog`]: what sources with a changelog format (Kafka's `debezium-json` and
+//!   `upsert`, the file source's `changelog-json`/`changelog-csv`) share: the primary key
+//!   checked against the schema, the row kinds column after the declared ones.
 //! - [`sinks`]: `stdout` (pretty tables or JSON lines), `file` (one file, or a
 //!   directory with one part per thread; JSON lines or CSV), `blackhole`.
 //! - [`postgres`]: rows into a table (appended, or upserted and deleted by key);
@@ -28,6 +31,7 @@
 //! column first (`+I` / `-D`, see [`sluice_formats::encode`]); an append-only input is
 //! written as plain rows.
 
+pub mod changelog;
 pub mod file_source;
 pub mod kafka;
 pub mod nexmark;

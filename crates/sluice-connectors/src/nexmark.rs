@@ -240,6 +240,7 @@ impl NexmarkSource {
                 name: table.name().to_string(),
                 schema: sluice_nexmark::schema(table),
                 event_time: Some(EVENT_TIME_COLUMN.to_string()),
+                changelog: None,
             })
             .collect();
         Ok(NexmarkSource {

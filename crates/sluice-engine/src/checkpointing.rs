@@ -68,6 +68,7 @@ pub(crate) fn encodings() -> BTreeMap<String, u32> {
         ("session_state", sluice_operators::aggregate::SESSION_STATE_VERSION),
         ("join_state", sluice_operators::join::JOIN_STATE_VERSION),
         ("over_state", sluice_operators::over::OVER_STATE_VERSION),
+        ("normalize_state", sluice_operators::normalize::NORMALIZE_STATE_VERSION),
         ("materialized_state", crate::materialize::state::MATERIALIZED_STATE_VERSION),
         ("state_run", sluice_state::RUN_FORMAT_VERSION),
     ]

@@ -134,6 +134,25 @@ impl Pipeline {
                 )
                 .with_fix("remove the [checkpoint] section, or read a regular file")));
             }
+            if let Some(key) = &source.primary_key
+                && factory.tables().iter().all(|table| table.changelog.is_none())
+            {
+                return Err(self.problem(
+                    key.position,
+                    SluiceError::user(
+                        "source.primary_key_unused",
+                        format!(
+                            "source `{}`: primary_key is read only with a changelog format, and {} is append-only",
+                            source.name,
+                            factory.describe()
+                        ),
+                    )
+                    .with_fix(
+                        "remove primary_key, or set a changelog format: kafka: format = \"debezium-json\", \"debezium-avro-confluent\" or \
+                         \"upsert\"; file: format = \"changelog-json\" or \"changelog-csv\"",
+                    ),
+                ));
+            }
             planner.add_source(index, factory.tables(), source.on_error).map_err(at)?;
             sources.push(factory);
         }

@@ -77,11 +77,17 @@
 //! it); here that would be a silently changed value, so the rule is the one of decimal
 //! places.
 //!
+//! # Changelog envelopes
+//!
+//! [`changelog`]: a Debezium change event, an upsert message or a changelog file's `op`
+//! column into rows with Flink's row kinds (`+I`, `-U`, `+U`, `-D`).
+//!
 //! # Encoding
 //!
 //! An [`Encoder`] appends the rows of a [`sluice_types::Batch`] to a byte buffer as JSON
 //! lines, CSV or a pretty table; see the [`encode`] module for the exact output.
 
+pub mod changelog;
 pub mod chunker;
 mod csv_audit;
 pub mod csv_records;

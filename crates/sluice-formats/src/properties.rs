@@ -19,6 +19,9 @@
 //! - [`check_fast_path`]: the [`Decoder`] gives the same rows, bad rows, outcome and
 //!   slow chunks with its one-pass CSV fast path on and off.
 //! - [`check_json_fast_path`]: the JSON fast path gives what the decoder gives without it.
+//! - [`check_changelog_envelopes`]: a Debezium event or an upsert message of any bytes
+//!   gives rows or a reason, never a panic; rows are one-line JSON objects, their kinds
+//!   as the envelope's `op` says (one `+I`, a `+U` after at most one `-U`, one `-D`).
 //!
 //! Compiled for the crate's tests and with the `fuzzing` feature.
 
@@ -476,4 +479,39 @@ pub fn check_fast_path(schema: &SchemaRef, format: RowFormat, input: &[u8], capa
     assert_eq!(fast.2, slow.2, "the bad rows");
     assert_eq!(fast.1, slow.1, "the batches");
     assert_eq!(fast.3, slow.3, "the slow chunks");
+}
+
+/// Any `bytes` as a Debezium event, and split at their first NUL byte into an upsert
+/// message's key and value (no NUL: no value, a tombstone): rows or a reason, never a
+/// panic; each row a JSON object on one line; the kinds one `+I`, one `-D`, or a `+U`
+/// after at most one `-U`; an upsert one `+U` with a value, one `-D` without.
+pub fn check_changelog_envelopes(bytes: &[u8]) {
+    use sluice_types::RowKind;
+
+    use crate::changelog::{ChangeRow, debezium_json, upsert_json};
+    let one_object = |row: &ChangeRow| {
+        assert!(!row.row.contains(&b'\n'), "a row is one line");
+        let value: serde_json::Value = serde_json::from_slice(&row.row).expect("a row is JSON");
+        assert!(value.is_object(), "a row is a JSON object");
+    };
+    if let Ok(rows) = debezium_json(bytes) {
+        rows.iter().for_each(one_object);
+        let kinds: Vec<RowKind> = rows.iter().map(|row| row.kind).collect();
+        let allowed: [&[RowKind]; 4] = [
+            &[RowKind::Insert],
+            &[RowKind::Delete],
+            &[RowKind::UpdateAfter],
+            &[RowKind::UpdateBefore, RowKind::UpdateAfter],
+        ];
+        assert!(allowed.contains(&kinds.as_slice()), "kinds {kinds:?}");
+    }
+    let (key, value) = match bytes.iter().position(|b| *b == 0) {
+        Some(at) => (&bytes[..at], Some(&bytes[at + 1..])),
+        None => (bytes, None),
+    };
+    if let Ok(row) = upsert_json(Some(key), value) {
+        one_object(&row);
+        let expected = if value.is_some() { RowKind::UpdateAfter } else { RowKind::Delete };
+        assert_eq!(row.kind, expected);
+    }
 }

@@ -12,6 +12,8 @@
 //! - [`union`]: `UNION ALL`: the rows of every input, under the union's schema.
 //! - [`over`]: OVER aggregates over event time (`ROWS`/`RANGE … PRECEDING AND CURRENT
 //!   ROW`), each row emitted once the watermark passes it.
+//! - [`normalize`]: a changelog source's rows (`+I`/`-U`/`+U`/`-D`) into weights, keeping
+//!   each primary key's row (Flink's `ChangelogNormalize`).
 //! - [`topn`]: TopN and deduplication (`ROW_NUMBER() … <= N`) over an append-only input.
 //! - [`partition`]: key hash → vnode → thread routing for the exchange.
 //! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
@@ -29,6 +31,7 @@ mod changed;
 pub mod counter;
 pub mod expr;
 pub mod join;
+pub mod normalize;
 pub mod over;
 mod pages;
 pub mod partition;

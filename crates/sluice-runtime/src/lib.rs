@@ -48,5 +48,6 @@ pub use metrics::Metrics;
 pub use peers::Peers;
 pub use plan::{
     Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner, PartitionerFactory, Plan,
-    Segment, SegmentOutput, SideInput, SinkFactory, SinkParallelism, SinkWriter, SourceFactory, TableDef,
+    Segment, SegmentOutput, SideInput, SinkFactory, SinkParallelism, SinkWriter, SourceChangelog, SourceFactory,
+    TableDef,
 };

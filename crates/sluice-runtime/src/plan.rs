@@ -27,6 +27,24 @@ pub struct TableDef {
     pub schema: SchemaRef,
     /// The event-time column, whose lane watermarks the source reports.
     pub event_time: Option<String>,
+    /// Set when the table is a changelog (a source with a changelog format and a
+    /// `primary_key`): each batch of it then carries one column after `schema`'s,
+    /// [`sluice_types::ROW_KIND_COLUMN`] (`Int8`, a [`sluice_types::RowKind`] per row),
+    /// which the planner's normalization reads and drops. None: append-only rows.
+    pub changelog: Option<SourceChangelog>,
+}
+
+/// How a changelog table's rows are to be read (see [`TableDef::changelog`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceChangelog {
+    /// The primary key's columns (positions in the table's schema), never empty.
+    pub primary_key: Vec<usize>,
+    /// Upsert rows (Flink's upsert-kafka): a `+U` replaces the key's row, with no `-U`
+    /// before it, and a `-D` carries only the key. Otherwise rows are full images, a `-U`
+    /// or `-D` the row as it was (Debezium, a changelog file).
+    pub upsert: bool,
+    /// The format's name, for `explain` and messages (e.g. `debezium-json`).
+    pub format: String,
 }
 
 /// What a lane reader is given when it opens.

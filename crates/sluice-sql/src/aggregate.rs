@@ -187,6 +187,11 @@ fn plan_window_aggregate(
     groups: Vec<GroupColumn>,
 ) -> Result<StreamState, SluiceError> {
     if state.changelog.is_updating() {
+        if let Some(error) =
+            crate::changelog::changelog_input("a window aggregate", &state, crate::changelog::CHANGELOG_WINDOW_FIX)
+        {
+            return Err(error);
+        }
         return Err(unsupported(
             "a window aggregate over an updating stream",
             "aggregate the source's rows in windows; a window is emitted once and cannot take back rows",

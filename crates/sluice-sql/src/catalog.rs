@@ -20,13 +20,16 @@ use sluice_operators::window::WindowKind;
 /// What a table name refers to.
 #[derive(Clone)]
 pub enum TableEntry {
-    /// `on_error`: the source's policy for rows on which an expression fails.
+    /// `on_error`: the source's policy for rows on which an expression fails;
+    /// `changelog`: set for a changelog table (its rows carry row kinds, normalized by
+    /// the primary key before anything reads them).
     Source {
         source: usize,
         table: usize,
         schema: SchemaRef,
         event_time: Option<String>,
         on_error: OnRowError,
+        changelog: Option<sluice_runtime::SourceChangelog>,
     },
     View {
         plan: Arc<LogicalPlan>,

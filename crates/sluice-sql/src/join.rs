@@ -149,6 +149,7 @@ pub(crate) fn plan_join(
     left.schema = output_schema;
     left.windows_per_row = left.windows_per_row.max(right.windows_per_row);
     left.changelog = if append_only { Changelog::AppendOnly } else { Changelog::Updating { upsert_key: None } };
+    left.changelog_sources.extend(right.changelog_sources);
     Ok(left)
 }
 

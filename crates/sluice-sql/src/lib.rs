@@ -20,11 +20,13 @@
 //! 4. [`stream`] turns the logical plan into segments of fused operators and exchanges,
 //!    knowing for each stream whether it is append-only or updating (and its upsert
 //!    key), and refusing, with the construct's name, anything whose streaming meaning is
-//!    not implemented.
+//!    not implemented; a changelog source's table first goes through its normalization
+//!    by primary key ([`changelog`]).
 
 mod aggregate;
 mod ast;
 mod catalog;
+mod changelog;
 mod functions;
 mod group_window;
 mod join;
@@ -169,12 +171,16 @@ impl SqlPlanner {
                 )
                 .with_fix("rename one of the sources"));
             }
+            if let Some(changelog) = &table.changelog {
+                changelog::check_changelog_table(&table.name, &table.schema, changelog)?;
+            }
             let entry = TableEntry::Source {
                 source,
                 table: index,
                 schema: Arc::clone(&table.schema),
                 event_time: table.event_time.clone(),
                 on_error,
+                changelog: table.changelog.clone(),
             };
             self.catalog.tables.insert(table.name.clone(), entry);
         }
@@ -373,5 +379,7 @@ pub(crate) fn df_error(code: &'static str, error: DataFusionError) -> SluiceErro
     error
 }
 
+#[cfg(test)]
+mod changelog_tests;
 #[cfg(test)]
 mod tests;

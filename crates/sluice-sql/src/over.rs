@@ -173,6 +173,10 @@ pub(crate) fn plan_over(planner: &StreamPlanner<'_>, window: &Window) -> Result<
 
     let mut state = planner.plan(&window.input).and_then(crate::stream::unaggregated_session)?;
     if state.changelog.is_updating() {
+        let fix = "compute it with a GROUP BY of the partition (an updating result), or over an append-only source";
+        if let Some(error) = crate::changelog::changelog_input("an OVER aggregate", &state, fix) {
+            return Err(error);
+        }
         return Err(unsupported(
             "an OVER aggregate over an updating stream",
             "compute OVER aggregates on the source's rows, before they are aggregated",

@@ -13,14 +13,19 @@
 //! columns are the event time and the window bounds wherever they are renamed or
 //! re-qualified.
 //!
-//! Each stream also carries its [`Changelog`]: sources are append-only; projections and
+//! Each stream also carries its [`Changelog`]: sources are append-only, except a
+//! changelog source (a changelog format and a `primary_key`), whose rows go through an
+//! exchange by the primary key into the normalization (Flink's `ChangelogNormalize`) and
+//! are updating with the primary key as upsert key; projections and
 //! filters keep the mode (a projection keeps the upsert key only if it keeps every key
 //! column as it is); a window aggregate needs an append-only input and stays
 //! append-only; a group aggregate is updating, its `GROUP BY` columns the upsert key;
-//! TopN needs an append-only input and is updating; an OVER aggregate needs an
+//! TopN is updating (over an updating input it keeps every row, so a retraction lets the
+//! next one in); an OVER aggregate needs an
 //! append-only input, is append-only and keeps the input's event time.
-//! Window table functions and window aggregates over an updating stream are refused (a
-//! window emitted once cannot take back what it emitted).
+//! Window table functions, window aggregates and OVER aggregates over an updating stream
+//! are refused (a window emitted once cannot take back what it emitted); over a
+//! changelog source's updates with Flink's message, naming the source.
 //!
 //! Anything else is refused with an error naming the construct: the planner never runs a
 //! query whose streaming meaning it does not implement.
@@ -92,6 +97,9 @@ pub(crate) struct StreamState {
     pub session: Option<Vec<String>>,
     /// A HOP window assignment a local window aggregate may still slice.
     pub slicing: Option<HopSlicing>,
+    /// The changelog sources whose updates the stream carries, as messages name them
+    /// (e.g. ``the changelog source `orders` (debezium-json, primary key [id])``).
+    pub changelog_sources: Vec<String>,
 }
 
 /// Which bound of a window a column holds.
@@ -568,7 +576,7 @@ impl StreamPlanner<'_> {
             return Err(SluiceError::internal("sql.catalog", format!("table `{name}` vanished from the catalog")));
         };
         match entry {
-            TableEntry::Source { source, table, schema, event_time, on_error } => {
+            TableEntry::Source { source, table, schema, event_time, on_error, changelog } => {
                 let df_schema =
                     DFSchema::try_from_qualified_schema(name, schema).map_err(|e| crate::df_error("sql.schema", e))?;
                 let tags = schema
@@ -590,6 +598,11 @@ impl StreamPlanner<'_> {
                     changelog: Changelog::AppendOnly,
                     session: None,
                     slicing: None,
+                    changelog_sources: Vec::new(),
+                };
+                let state = match changelog {
+                    Some(changelog) => self.normalize(state, name, schema, changelog),
+                    None => state,
                 };
                 Ok((state, (0..schema.fields().len()).map(Some).collect()))
             }
@@ -622,8 +635,14 @@ impl StreamPlanner<'_> {
     ) -> Result<(StreamState, Vec<Option<usize>>), SluiceError> {
         let mut state = self.plan_table(input)?;
         if state.changelog.is_updating() {
+            let construct = format!("a window table function over `{input}`");
+            if let Some(error) =
+                crate::changelog::changelog_input(&construct, &state, crate::changelog::CHANGELOG_WINDOW_FIX)
+            {
+                return Err(error);
+            }
             return Err(unsupported(
-                &format!("a window table function over `{input}`, an updating stream (its rows change)"),
+                &format!("{construct}, an updating stream (its rows change)"),
                 "window the rows before they are aggregated: apply the window function to the source, then GROUP BY \
                  window_start, window_end and the keys",
             ));

@@ -46,7 +46,7 @@ fn plan_aggregating(
         mini_batch_rows: 1,
     };
     let mut planner = SqlPlanner::new(options);
-    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
+    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()), changelog: None };
     planner.add_source(0, &[table], on_error)?;
     planner.declare_views(views.iter().enumerate().map(|(index, (name, sql))| ViewDeclaration {
         name: name.to_string(),
@@ -85,7 +85,7 @@ pub(crate) fn rows(values: &[(i64, i64, &str, i64)]) -> Batch {
 /// What a run gave: the output batches (or the error) and the run's counters.
 pub(crate) struct Ran {
     pub output: Result<Vec<Batch>, SluiceError>,
-    counters: Vec<(String, u64)>,
+    pub counters: Vec<(String, u64)>,
 }
 
 /// Plans `view` of `planner` and runs `batch` through it, then end of input, on a thread
@@ -95,7 +95,7 @@ pub(crate) fn run(planner: &SqlPlanner, view: &str, batch: Batch) -> Ran {
 }
 
 /// [`run`] with several input batches.
-fn run_batches(planner: &SqlPlanner, view: &str, batches: Vec<Batch>) -> Ran {
+pub(crate) fn run_batches(planner: &SqlPlanner, view: &str, batches: Vec<Batch>) -> Ran {
     let stream = planner.plan_stream(view, "sink").expect("plan_stream");
     let metrics = Arc::new(Metrics::new(Vec::new(), Vec::new(), 1));
     let context = OperatorContext { thread: 0, threads: 1, vnodes: 16, metrics: Arc::clone(&metrics) };
@@ -178,7 +178,7 @@ fn window_functions_are_refused_by_name() {
 }
 
 /// The explain lines of the operators of `view`'s stream.
-fn operator_lines(planner: &SqlPlanner, view: &str) -> Vec<String> {
+pub(crate) fn operator_lines(planner: &SqlPlanner, view: &str) -> Vec<String> {
     let stream = planner.plan_stream(view, "sink").expect("plan_stream");
     let state = &stream.state;
     state.segments.iter().flat_map(|s| &s.operators).chain(&state.operators).map(|(line, _)| line.clone()).collect()
@@ -421,7 +421,7 @@ fn a_failing_row_names_the_view_that_holds_the_expression() {
 }
 
 /// Output rows as `±weight v1,v2,…`, in order.
-fn changes(batches: &[Batch]) -> Vec<String> {
+pub(crate) fn changes(batches: &[Batch]) -> Vec<String> {
     let mut lines = Vec::new();
     for batch in batches {
         for row in 0..batch.num_rows() {
@@ -1074,7 +1074,7 @@ fn a_state_ttl_reaches_joins_running_aggregates_and_topn_and_a_view_may_have_its
         mini_batch_rows: 1,
     };
     let mut planner = SqlPlanner::new(options);
-    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()) };
+    let table = TableDef { name: "t".into(), schema: source_schema(), event_time: Some("ts".into()), changelog: None };
     planner.add_source(0, &[table], OnError::Skip).expect("source");
     let views = [
         ("counts", "SELECT s, COUNT(*) AS n FROM t GROUP BY s"),

@@ -53,6 +53,9 @@ pub(crate) fn plan_union(planner: &StreamPlanner<'_>, union: &UnionPlan) -> Resu
     let windows_per_row = inputs.iter().map(|state| state.windows_per_row).max().unwrap_or(1);
     let mut rest = inputs.split_off(1);
     let mut trunk = inputs.pop().expect("a union has inputs");
+    for state in &rest {
+        trunk.changelog_sources.extend(state.changelog_sources.iter().cloned());
+    }
     let into = trunk.segments.len();
     for (port, state) in rest.drain(..).enumerate() {
         trunk.sides.push(SideInput {

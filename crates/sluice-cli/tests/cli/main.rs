@@ -4,6 +4,7 @@
 mod admin;
 mod bad_input;
 mod bounded_state;
+mod changelog;
 mod checkpoints;
 mod cluster;
 mod crash;

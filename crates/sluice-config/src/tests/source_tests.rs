@@ -111,7 +111,7 @@ fn bad_common_keys() {
 #[test]
 fn unknown_source_keys() {
     let known = "known keys: name, connector, format, schema, event_time, watermark_delay, max_watermark_drift, \
-                 on_error, materialized, options";
+                 on_error, materialized, primary_key, options";
     let conector =
         format!("10:1: unknown key `conector` in [[source]] \"s\"; {known}\n  fix: did you mean `connector`?");
     let rate = format!(
@@ -122,4 +122,20 @@ fn unknown_source_keys() {
         (with_sink("[[source]]\nname = \"s\"\nconector = \"nexmark\""), &conector),
         (with_sink(&nexmark("rate = 10")), &rate),
     ]);
+}
+
+#[test]
+fn a_primary_key_is_a_list_of_distinct_column_names_at_its_key() {
+    check_ok(&with_sink(&nexmark("primary_key = [\"id\", \"region\"]")), |c| {
+        let key = c.sources[0].primary_key.as_ref().expect("a primary key");
+        assert_eq!(
+            (key.value.clone(), key.position),
+            (vec!["id".to_string(), "region".to_string()], Position::new(11, 1))
+        );
+    });
+    check_ok(&with_sink(&nexmark("")), |c| assert_eq!(c.sources[0].primary_key, None));
+    let expected = "11:1: [[source]] \"nx\": `primary_key` must be a non-empty list of distinct column names";
+    for bad in ["primary_key = []", "primary_key = \"id\"", "primary_key = [1]", "primary_key = [\"a\", \"a\"]"] {
+        check_errors(&[(with_sink(&nexmark(bad)), expected)]);
+    }
 }

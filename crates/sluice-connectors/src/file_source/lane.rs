@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
 use arrow::datatypes::{
     DataType, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType,
@@ -185,6 +185,58 @@ impl FileLane {
         }
     }
 
+    /// A changelog file's decoded rows (their `op` first) as the declared columns and
+    /// the row kinds; a row whose op is none of Flink's is a bad row (named by the chunk's
+    /// byte offset and its values: decoded rows carry no line number). Deterministic, so
+    /// a resumed lane skips the same rows.
+    fn changes(&mut self, batch: RecordBatch) -> Result<Option<RecordBatch>, SluiceError> {
+        let Some(schema) = self.shared.kinds_schema.clone() else { return Ok(Some(batch)) };
+        let ops = batch.column(0).as_any().downcast_ref::<StringArray>().ok_or_else(|| {
+            SluiceError::internal(
+                "source.changelog",
+                format!("source `{}`: an op column of other than text", self.shared.name),
+            )
+        })?;
+        let (kinds, bad) = sluice_formats::changelog::op_kinds(ops);
+        for (row, reason) in &bad {
+            self.bad_op(&batch, *row, reason)?;
+        }
+        let declared = batch
+            .project(&(1..batch.num_columns()).collect::<Vec<_>>())
+            .map_err(|e| SluiceError::internal("source.changelog", format!("source `{}`: {e}", self.shared.name)))?;
+        let rows = crate::changelog::with_kinds(&declared, kinds, &schema)?;
+        if bad.is_empty() {
+            return Ok(Some(rows));
+        }
+        let keep = BooleanArray::from_iter((0..rows.num_rows()).map(|row| Some(!bad.iter().any(|(b, _)| *b == row))));
+        let rows = arrow::compute::filter_record_batch(&rows, &keep)
+            .map_err(|e| SluiceError::internal("source.changelog", format!("source `{}`: {e}", self.shared.name)))?;
+        Ok((rows.num_rows() > 0).then_some(rows))
+    }
+
+    /// Handles a changelog row whose op is bad, as [`Self::bad_row`] does.
+    fn bad_op(&mut self, batch: &RecordBatch, row: usize, reason: &str) -> Result<(), SluiceError> {
+        let previous = self.metrics.bad_rows.fetch_add(1, Ordering::Relaxed);
+        let values: Vec<String> = (batch.schema().fields().iter().zip(batch.columns()))
+            .map(|(field, column)| {
+                let value = arrow::util::display::array_value_to_string(column, row).unwrap_or_default();
+                format!("{}={value}", field.name())
+            })
+            .collect();
+        let at = format!("{} (a row of the chunk from byte {})", self.path.display(), self.chunk_start);
+        let text = values.join(", ");
+        match self.shared.on_error {
+            OnError::Skip | OnError::DeadLetter => {
+                if previous < LOGGED_BAD_ROWS {
+                    tracing::warn!(source = %self.shared.name, "{at}: {reason}: {text}");
+                }
+                Ok(())
+            }
+            OnError::Fail => Err(SluiceError::user("source.bad_row", format!("bad row at {at}: {reason}: {text}"))
+                .with_fix("write the op as +I, -U, +U or -D, or set on_error = \"skip\" to count and skip bad rows")),
+        }
+    }
+
     /// The watermark after `batches`, when the source has event time.
     fn watermark(&mut self, batches: &[RecordBatch]) -> Option<TimestampMs> {
         let column = self.shared.event_time?;
@@ -272,7 +324,11 @@ impl LaneReader for FileLane {
             for row in bad {
                 self.bad_row(row)?;
             }
-            self.pending.extend(batches.into_iter().filter(|b| b.num_rows() > 0));
+            for batch in batches.into_iter().filter(|b| b.num_rows() > 0) {
+                if let Some(batch) = self.changes(batch)? {
+                    self.pending.push_back(batch);
+                }
+            }
             self.skip_resumed_rows();
         }
         if let Some(until) = self.pace() {

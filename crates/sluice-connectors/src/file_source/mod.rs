@@ -60,7 +60,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 use sluice_config::{ConfigError, OnError, SourceConfig};
 use sluice_formats::{Decoder, DecoderOptions, RowFormat};
 use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
@@ -120,7 +120,10 @@ impl Default for Tuning {
 pub(crate) struct Shared {
     pub name: String,
     pub files: Vec<PathBuf>,
+    /// The schema decoded: the declared one, after the `op` column for a changelog.
     pub schema: SchemaRef,
+    /// A changelog's output schema: the declared columns and the row kinds.
+    pub kinds_schema: Option<SchemaRef>,
     pub format: RowFormat,
     /// Index of the event-time column.
     pub event_time: Option<usize>,
@@ -151,12 +154,23 @@ pub struct FileOptions {
     /// Files larger than this are split into several lanes (pieces of at least an eighth
     /// of it) when there are threads to spare (default 8 MiB).
     pub split_bytes: Option<u64>,
+    /// `format = "changelog-json"` or `"changelog-csv"`: each row has an `op` (`+I`, `-U`,
+    /// `+U`, `-D`), as the file sink writes an updating stream; read by `primary_key`.
+    pub changelog: bool,
 }
 
 impl FileOptions {
     /// `path` in `format` with the defaults.
     pub fn new(path: impl Into<PathBuf>, format: FileFormat) -> FileOptions {
-        FileOptions { path: path.into(), format, header: false, delimiter: b',', rate: None, split_bytes: None }
+        FileOptions {
+            path: path.into(),
+            format,
+            header: false,
+            delimiter: b',',
+            rate: None,
+            split_bytes: None,
+            changelog: false,
+        }
     }
 }
 
@@ -191,12 +205,22 @@ impl SourceConnector for FileConnector {
     }
 }
 
+/// `format = "…"` of a file source: the row format, and whether rows are a changelog with
+/// an `op` column (what the file sink writes for an updating stream).
+const SOURCE_FORMATS: &[(&str, (FileFormat, bool))] = &[
+    ("json", (FileFormat::Json, false)),
+    ("csv", (FileFormat::Csv, false)),
+    ("changelog-json", (FileFormat::Json, true)),
+    ("changelog-csv", (FileFormat::Csv, true)),
+];
+
 /// The validated options of a `connector = "file"` source, or every problem.
 pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>> {
     let options = &config.options;
     let mut errors = Vec::new();
-    let format =
-        format_choice(config.format.as_ref(), options, config.position, crate::FILE_FORMATS, true, &mut errors);
+    let format = format_choice(config.format.as_ref(), options, config.position, SOURCE_FORMATS, true, &mut errors);
+    let changelog = format.is_some_and(|(_, changelog)| changelog);
+    let format = format.map(|(format, _)| format);
     if config.schema.is_none() {
         errors.push(options.item_error(
             config.position,
@@ -239,6 +263,10 @@ pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>
             reader.forbid(key, "it applies to csv files only, and format is \"json\"", &fix);
         }
     }
+    if changelog {
+        let why = "a changelog file is read by one lane, so that each key's changes arrive in order";
+        reader.forbid("split_bytes", why, "remove `split_bytes`");
+    }
     let parsed = (|| {
         Some(FileOptions {
             path: PathBuf::from(path?.value),
@@ -247,6 +275,7 @@ pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>
             delimiter: delimiter.or(b',')?,
             rate: rate.optional()?,
             split_bytes: split_bytes.optional()?,
+            changelog,
         })
     })();
     crate::registry::finish(reader, errors)?;
@@ -332,31 +361,43 @@ impl FileSource {
         tuning: Tuning,
         recorded: Option<&[u8]>,
     ) -> Result<FileSource, SluiceError> {
-        let FileOptions { path, format, header, delimiter, rate, .. } = options;
+        let FileOptions { path, format, header, delimiter, rate, changelog, .. } = options;
         let format = match format {
             FileFormat::Json => RowFormat::Json,
             FileFormat::Csv => RowFormat::Csv { header: *header, delimiter: *delimiter },
         };
-        Decoder::new(DecoderOptions { schema: schema.clone(), format, batch_size: CHECK_BATCH_SIZE })?;
+        let changelog_format = changelog.then_some(crate::changelog::ChangelogFormat {
+            name: if format == RowFormat::Json { "changelog-json" } else { "changelog-csv" },
+            upsert: false,
+        });
+        let changelog = crate::changelog::source_changelog(config, &schema, changelog_format)?;
+        // A changelog file's rows are decoded with their `op` first (CSV fields by position).
+        let decoded = match &changelog {
+            Some(_) => op_schema(&config.name, &schema)?,
+            None => schema.clone(),
+        };
+        Decoder::new(DecoderOptions { schema: decoded.clone(), format, batch_size: CHECK_BATCH_SIZE })?;
         let event_time = event_time_index(config, &schema)?;
         let resolved = resolve(base_dir, path);
         let files = list_files(path, &resolved)?;
         let extents = files.iter().map(|file| file_extent(file)).collect::<Result<Vec<Option<u64>>, SluiceError>>()?;
         let streaming: Vec<bool> = extents.iter().map(Option::is_none).collect();
         if let RowFormat::Csv { header, delimiter } = format {
-            csv_plan::check_first_records(&files, &streaming, &schema, header, delimiter, tuning.chunk_bytes)?;
+            csv_plan::check_first_records(&files, &streaming, &decoded, header, delimiter, tuning.chunk_bytes)?;
         }
         let ranges = match recorded {
             Some(bytes) => {
                 layout::resume(&config.name, &layout::Layout::decode(&config.name, bytes)?, &files, &extents)?
             }
-            None => plan_ranges(&files, &extents, format, threads, tuning)?,
+            // A key's changes must arrive in order: a changelog file is never split.
+            None => plan_ranges(&files, &extents, format, if changelog.is_some() { 1 } else { threads }, tuning)?,
         };
         let identities = layout::identify(&files, &extents)?;
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             files,
-            schema: schema.clone(),
+            schema: decoded,
+            kinds_schema: changelog.as_ref().map(|_| crate::changelog::with_kinds_schema(&schema)),
             format,
             event_time,
             watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
@@ -366,7 +407,8 @@ impl FileSource {
             lane_rate: rate.map(|rate| rate / ranges.len().max(1) as f64),
             streaming,
         });
-        let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
+        let tables =
+            vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone(), changelog }];
         Ok(FileSource { shared, tables, ranges, identities, written_path: path.clone() })
     }
 
@@ -432,9 +474,10 @@ impl SourceFactory for FileSource {
     }
 
     fn describe(&self) -> String {
-        let format = match self.shared.format {
-            RowFormat::Json => "json",
-            RowFormat::Csv { .. } => "csv",
+        let format = match (&self.tables[0].changelog, self.shared.format) {
+            (Some(changelog), _) => crate::changelog::describe(changelog, &self.tables[0].schema),
+            (None, RowFormat::Json) => "json".to_string(),
+            (None, RowFormat::Csv { .. }) => "csv".to_string(),
         };
         let files = self.shared.files.len();
         let noun = if files == 1 { "file" } else { "files" };
@@ -445,6 +488,24 @@ impl SourceFactory for FileSource {
     fn max_watermark_drift(&self) -> Option<sluice_types::TimestampMs> {
         self.shared.max_watermark_drift_ms
     }
+}
+
+/// The schema a changelog file is decoded with: `op` (VARCHAR NOT NULL), then the
+/// declared columns; a declared column named `op` is refused (the changelog's).
+fn op_schema(name: &str, schema: &Schema) -> Result<SchemaRef, SluiceError> {
+    if schema.fields().iter().any(|f| f.name() == sluice_formats::OP_COLUMN) {
+        return Err(SluiceError::user(
+            "source.changelog_op",
+            format!(
+                "source `{name}`: a changelog file's `op` column holds each row's kind; the schema declares it too"
+            ),
+        )
+        .with_fix("leave `op` out of `schema`: the source reads it"));
+    }
+    let mut fields =
+        vec![arrow::datatypes::Field::new(sluice_formats::OP_COLUMN, arrow::datatypes::DataType::Utf8, false)];
+    fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
+    Ok(Arc::new(Schema::new(fields)))
 }
 
 /// The index of the event-time column, which must be a timestamp.

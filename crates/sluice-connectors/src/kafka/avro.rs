@@ -57,6 +57,9 @@ use sluice_types::SluiceError;
 
 use super::avro_direct::{Direct, Failure, Slot};
 
+#[path = "avro_debezium.rs"]
+mod debezium;
+
 /// The most bytes one string, bytes or array of a datum may claim: a corrupt length
 /// beyond it is a bad message, never an allocation of that size.
 pub const MAX_ALLOCATION_BYTES: usize = 64 * 1024 * 1024;
@@ -222,6 +225,8 @@ struct WriterPlan {
     what: String,
     /// The direct decoder, when the writer record is flat.
     direct: Option<Direct>,
+    /// A Debezium envelope's plan (`debezium-avro-confluent`).
+    envelope: Option<debezium::EnvelopePlan>,
 }
 
 impl WriterPlan {
@@ -229,7 +234,7 @@ impl WriterPlan {
         let AvroSchema::Record(record) = &schema else {
             let unusable = Some(format!("{what} is not a record"));
             let (fields, scales, what) = (Vec::new(), Vec::new(), what.to_owned());
-            return WriterPlan { schema, fields, scales, unusable, what, direct: None };
+            return WriterPlan { schema, fields, scales, unusable, what, direct: None, envelope: None };
         };
         let mut fields = Vec::with_capacity(columns.len());
         let mut unusable = None;
@@ -250,7 +255,20 @@ impl WriterPlan {
             .map(|f| f.and_then(|at| record.fields.get(at)).and_then(|f| decimal_scale(&f.schema)))
             .collect();
         let direct = Direct::new(&schema, &fields);
-        WriterPlan { schema, fields, scales, unusable, what: what.to_owned(), direct }
+        WriterPlan { schema, fields, scales, unusable, what: what.to_owned(), direct, envelope: None }
+    }
+
+    /// The plan of a Debezium envelope `schema` (see `avro_debezium.rs`).
+    fn envelope(schema: AvroSchema, columns: &[Column], what: &str) -> WriterPlan {
+        let (envelope, mut unusable) = match debezium::EnvelopePlan::new(&schema, columns, what) {
+            Ok(plan) => (Some(plan), None),
+            Err(reason) => (None, Some(reason)),
+        };
+        if recursive(&schema, &mut Vec::new()) {
+            unusable = Some(format!("{what} is recursive, which the Avro formats do not read"));
+        }
+        let (fields, scales, what) = (Vec::new(), Vec::new(), what.to_owned());
+        WriterPlan { schema, fields, scales, unusable, what, direct: None, envelope }
     }
 }
 
@@ -780,7 +798,10 @@ pub enum Framing {
 #[derive(Debug)]
 pub struct Decoded {
     pub columns: Vec<ArrayRef>,
+    /// The message of each row, in order (a Debezium update's twice).
     pub good: Vec<usize>,
+    /// Debezium envelopes: each row's `RowKind` (empty otherwise).
+    pub kinds: Vec<i8>,
     pub bad: Vec<(usize, String)>,
 }
 
@@ -798,6 +819,8 @@ pub struct AvroDecoder {
     plans: HashMap<u32, Result<Arc<WriterPlan>, String>>,
     /// Tests: read every datum with the general decoder.
     general_only: bool,
+    /// Values are Debezium envelopes (`debezium-avro-confluent`).
+    envelope: bool,
 }
 
 impl AvroDecoder {
@@ -817,7 +840,16 @@ impl AvroDecoder {
             registry: None,
             plans: HashMap::new(),
             general_only: false,
+            envelope: false,
         })
+    }
+
+    /// A decoder of Debezium envelopes in the Confluent framing whose rows are
+    /// `value_schema`'s columns (`debezium-avro-confluent`).
+    pub fn debezium(value_schema: &Schema) -> Result<AvroDecoder, SluiceError> {
+        let mut decoder = AvroDecoder::new(value_schema, Framing::Confluent)?;
+        decoder.envelope = true;
+        Ok(decoder)
     }
 
     /// Reads every datum with the general decoder (tests compare the two).
@@ -840,6 +872,7 @@ impl AvroDecoder {
     ) -> Result<Decoded, SluiceError> {
         let mut builders: Vec<Builder> = self.columns.iter().map(|c| Builder::new(c.kind, values.len())).collect();
         let mut good = Vec::with_capacity(values.len());
+        let mut kinds = Vec::new();
         let mut bad = Vec::new();
         // First each value's writer schema (asking the registry for new ids), then the
         // datums, one datum reader per run of values of one writer schema.
@@ -879,6 +912,21 @@ impl AvroDecoder {
                 }
             }
             let (_, reader) = current.as_ref().expect("set above");
+            if let Some(envelope) = &plan.envelope {
+                match self.decode_envelope(plan, envelope, reader, datum) {
+                    Ok(rows) => {
+                        for (kind, row) in rows {
+                            for (builder, cell) in builders.iter_mut().zip(row) {
+                                builder.append(cell);
+                            }
+                            good.push(*index);
+                            kinds.push(kind as i8);
+                        }
+                    }
+                    Err(reason) => bad.push((*index, reason)),
+                }
+                continue;
+            }
             cells.clear();
             match self.decode_one(plan, reader, datum, &mut cells) {
                 Ok(()) => {
@@ -891,7 +939,7 @@ impl AvroDecoder {
             }
         }
         let columns = builders.iter_mut().map(Builder::finish).collect::<Result<Vec<_>, _>>()?;
-        Ok(Decoded { columns, good, bad })
+        Ok(Decoded { columns, good, kinds, bad })
     }
 
     /// The writer plan and the datum of one value, or why it has none.
@@ -947,6 +995,30 @@ impl AvroDecoder {
         Ok(())
     }
 
+    /// One Debezium envelope's rows, or why it makes none.
+    fn decode_envelope(
+        &self,
+        plan: &WriterPlan,
+        envelope: &debezium::EnvelopePlan,
+        reader: &GenericDatumReader<'_>,
+        datum: &[u8],
+    ) -> Result<Vec<(sluice_types::RowKind, Vec<Cell<'static>>)>, String> {
+        let what = &plan.what;
+        if let Some(unusable) = &plan.unusable {
+            return Err(unusable.clone());
+        }
+        let mut input = Datum { rest: datum, past_end: false };
+        let value = reader.read_value(&mut input);
+        if input.past_end {
+            return Err(format!("the datum of {what} is truncated"));
+        }
+        let value = value.map_err(|error| format!("not a datum of {what}: {error}"))?;
+        if !input.rest.is_empty() {
+            return Err(format!("{} bytes after the datum of {what}", input.rest.len()));
+        }
+        envelope.rows(value, &self.columns, what)
+    }
+
     /// One datum into `cells`, or why it makes no row.
     fn decode_one(
         &self,
@@ -993,7 +1065,12 @@ impl AvroDecoder {
             .ok_or_else(|| SluiceError::internal("source.avro", "avro-confluent decoding without a registry"))?;
         let plan = match registry.schema(id)? {
             Lookup::Found(schema) => {
-                let plan = WriterPlan::new(AvroSchema::clone(&schema), &self.columns, &format!("schema id {id}"));
+                let what = format!("schema id {id}");
+                let schema = AvroSchema::clone(&schema);
+                let plan = match self.envelope {
+                    true => WriterPlan::envelope(schema, &self.columns, &what),
+                    false => WriterPlan::new(schema, &self.columns, &what),
+                };
                 Ok(Arc::new(plan))
             }
             Lookup::Unknown(reason) => Err(reason),

@@ -19,32 +19,32 @@ use super::rows::{BadMessage, Message, RowBuilder};
 use super::tests::rows_text;
 
 /// `value` encoded as one Avro binary datum of `schema`.
-fn to_avro_datum(schema: &AvroSchema, value: Value) -> apache_avro::AvroResult<Vec<u8>> {
+pub(super) fn to_avro_datum(schema: &AvroSchema, value: Value) -> apache_avro::AvroResult<Vec<u8>> {
     GenericDatumWriter::builder(schema).build()?.write_value_to_vec(value)
 }
 
-fn schema(fields: &[(&str, DataType, bool)]) -> SchemaRef {
+pub(super) fn schema(fields: &[(&str, DataType, bool)]) -> SchemaRef {
     Arc::new(Schema::new(fields.iter().map(|(n, t, null)| Field::new(*n, t.clone(), *null)).collect::<Vec<_>>()))
 }
 
-fn message(offset: i64, value: Vec<u8>) -> Message {
+pub(super) fn message(offset: i64, value: Vec<u8>) -> Message {
     Message { value: Some(value), key: None, partition: 0, offset, timestamp: Some(offset), headers: Vec::new() }
 }
 
-fn build(builder: &mut RowBuilder, messages: &[Message]) -> (Vec<String>, Vec<BadMessage>) {
+pub(super) fn build(builder: &mut RowBuilder, messages: &[Message]) -> (Vec<String>, Vec<BadMessage>) {
     let (batch, bad) = builder.build(messages).expect("builds");
     (batch.map(|b| rows_text(&b)).unwrap_or_default(), bad)
 }
 
-fn some(value: Value) -> Value {
+pub(super) fn some(value: Value) -> Value {
     Value::Union(1, Box::new(value))
 }
 
-fn null() -> Value {
+pub(super) fn null() -> Value {
     Value::Union(0, Box::new(Value::Null))
 }
 
-fn record(fields: Vec<(&str, Value)>) -> Value {
+pub(super) fn record(fields: Vec<(&str, Value)>) -> Value {
     Value::Record(fields.into_iter().map(|(n, v)| (n.to_owned(), v)).collect())
 }
 
@@ -177,7 +177,7 @@ fn a_value_that_is_not_one_datum_of_the_derived_schema_is_bad_and_costs_no_neigh
 
 /// A schema registry on 127.0.0.1 answering `GET /schemas/ids/N` from `schemas` (404
 /// for others); counts the requests.
-fn serve_registry(schemas: Vec<(u32, String)>) -> (String, Arc<AtomicUsize>) {
+pub(super) fn serve_registry(schemas: Vec<(u32, String)>) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("binds");
     let url = format!("http://{}", listener.local_addr().expect("address"));
     let requests = Arc::new(AtomicUsize::new(0));
@@ -212,7 +212,7 @@ fn serve_registry(schemas: Vec<(u32, String)>) -> (String, Arc<AtomicUsize>) {
     (url, requests)
 }
 
-fn confluent(id: u32, datum: Vec<u8>) -> Vec<u8> {
+pub(super) fn confluent(id: u32, datum: Vec<u8>) -> Vec<u8> {
     let mut value = vec![0];
     value.extend_from_slice(&id.to_be_bytes());
     value.extend(datum);

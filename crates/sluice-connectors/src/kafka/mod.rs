@@ -15,7 +15,9 @@
 //! - [`rows`]: messages into rows of the declared schema, with the metadata columns
 //!   `_topic`, `_partition`, `_offset`, `_timestamp`, `_key`, `_headers`; [`avro`]: the
 //!   `avro` and `avro-confluent` values (the schema derived from the columns, the
-//!   registry client, schema resolution).
+//!   registry client, schema resolution), and `avro_debezium.rs` (`debezium-avro-confluent`:
+//!   Debezium envelopes in Avro); the changelog formats `debezium-json` and `upsert` in
+//!   [`rows`].
 //! - [`sink`]: one message per row (Flink's changelog for an updating stream) or, in
 //!   upsert mode, keyed upserts and tombstones, with headers from options or a column;
 //!   at-least-once through the idempotent producer, exactly-once through Kafka
@@ -45,6 +47,8 @@ pub mod rows;
 pub mod sink;
 pub mod source;
 
+#[cfg(test)]
+mod avro_debezium_tests;
 #[cfg(test)]
 mod avro_tests;
 #[cfg(test)]

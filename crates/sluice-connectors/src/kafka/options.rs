@@ -27,6 +27,43 @@ pub enum KafkaFormat {
     /// The Confluent wire format: magic byte 0, a 4-byte big-endian schema id, one Avro
     /// binary datum written with that schema (fetched from `schema_registry`).
     AvroConfluent,
+    /// Debezium change events in JSON (Flink's `debezium-json`): a changelog, read by
+    /// its `primary_key` (see `sluice_formats::changelog`).
+    DebeziumJson,
+    /// Debezium change events in Avro, Confluent framing (Flink's
+    /// `debezium-avro-confluent`; see `avro_debezium.rs`).
+    DebeziumAvroConfluent,
+    /// Flink's upsert-kafka: a JSON key (the primary key) and a JSON value (the key's
+    /// new row), a tombstone a delete.
+    Upsert,
+}
+
+impl KafkaFormat {
+    /// The format's name as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            KafkaFormat::Json => "json",
+            KafkaFormat::Csv => "csv",
+            KafkaFormat::Raw => "raw",
+            KafkaFormat::Avro => "avro",
+            KafkaFormat::AvroConfluent => "avro-confluent",
+            KafkaFormat::DebeziumJson => "debezium-json",
+            KafkaFormat::DebeziumAvroConfluent => "debezium-avro-confluent",
+            KafkaFormat::Upsert => "upsert",
+        }
+    }
+
+    /// Whether messages are changes of a table (rows with row kinds), read by a primary
+    /// key; and whether they are upserts.
+    pub fn changelog(self) -> Option<crate::changelog::ChangelogFormat> {
+        match self {
+            KafkaFormat::DebeziumJson | KafkaFormat::DebeziumAvroConfluent => {
+                Some(crate::changelog::ChangelogFormat { name: self.name(), upsert: false })
+            }
+            KafkaFormat::Upsert => Some(crate::changelog::ChangelogFormat { name: self.name(), upsert: true }),
+            _ => None,
+        }
+    }
 }
 
 /// Where a partition starts when no checkpoint gives its offset.
@@ -206,7 +243,7 @@ pub(crate) const SOURCE_OPTIONS: &[OptionDoc] = &[
     OptionDoc {
         key: "schema_registry",
         kind: "string",
-        default: "required by format = \"avro-confluent\", refused otherwise",
+        default: "required by format = \"avro-confluent\" and \"debezium-avro-confluent\", refused otherwise",
         doc: "the schema registry's base URL, plain http (http://host:port); writer schemas are fetched by id",
     },
     OptionDoc {
@@ -282,6 +319,9 @@ const SOURCE_FORMATS: &[(&str, KafkaFormat)] = &[
     ("raw", KafkaFormat::Raw),
     ("avro", KafkaFormat::Avro),
     ("avro-confluent", KafkaFormat::AvroConfluent),
+    ("debezium-json", KafkaFormat::DebeziumJson),
+    ("debezium-avro-confluent", KafkaFormat::DebeziumAvroConfluent),
+    ("upsert", KafkaFormat::Upsert),
 ];
 const SINK_FORMATS: &[(&str, KafkaFormat)] = &[("json", KafkaFormat::Json), ("csv", KafkaFormat::Csv)];
 
@@ -413,16 +453,22 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
     );
     let schema_registry = schema_registry.optional();
     match (format, &schema_registry) {
-        (Some(KafkaFormat::AvroConfluent), Some(None)) => errors.push(options.item_error(
-            config.position,
-            "format = \"avro-confluent\" needs `schema_registry`",
-            "add schema_registry = \"http://host:port\" under [source.options]",
-        )),
-        (Some(format), Some(Some(_))) if format != KafkaFormat::AvroConfluent => reader.error(
-            "schema_registry",
-            "schema_registry is read only by format = \"avro-confluent\"",
-            "remove schema_registry, or set format = \"avro-confluent\"",
-        ),
+        (Some(format @ (KafkaFormat::AvroConfluent | KafkaFormat::DebeziumAvroConfluent)), Some(None)) => {
+            errors.push(options.item_error(
+                config.position,
+                &format!("format = \"{}\" needs `schema_registry`", format.name()),
+                "add schema_registry = \"http://host:port\" under [source.options]",
+            ))
+        }
+        (Some(format), Some(Some(_)))
+            if !matches!(format, KafkaFormat::AvroConfluent | KafkaFormat::DebeziumAvroConfluent) =>
+        {
+            reader.error(
+                "schema_registry",
+                "schema_registry is read only by format = \"avro-confluent\" or \"debezium-avro-confluent\"",
+                "remove schema_registry, or set format = \"avro-confluent\"",
+            )
+        }
         _ => {}
     }
     let dead_letter = dead_letter(&mut reader, config.on_error);

@@ -23,6 +23,16 @@
 //! order declared, metadata columns left out), or, for `raw`, the one value column
 //! (VARCHAR) holding the whole value as text.
 //!
+//! # Changelog formats
+//!
+//! `debezium-json` and `upsert` turn each message into the rows it changes first
+//! (`sluice_formats::changelog`: a Debezium update is two rows, `-U` and `+U`), each with
+//! the message's metadata, then decode those rows as JSON; the batch carries their row
+//! kinds in one more column after the declared ones (`crate::changelog`). A message is
+//! all or nothing: if its envelope or any of its rows is bad, none of its rows is kept and
+//! it is one bad message. A Debezium tombstone (no value, or an empty one) is skipped, as
+//! Flink skips it; an upsert tombstone is the key's delete.
+//!
 //! # One message, one row
 //!
 //! The messages of one poll are decoded together as one chunk (one line per JSON
@@ -111,6 +121,10 @@ pub struct BadMessage {
     pub text: String,
 }
 
+/// Rows built from messages: the batch, the bad messages, and the indices of the
+/// messages that made the batch's rows (one each, in order).
+type BuiltRows = (Option<RecordBatch>, Vec<BadMessage>, Vec<usize>);
+
 /// Turns the messages of one partition into batches of the declared schema.
 pub struct RowBuilder {
     schema: SchemaRef,
@@ -122,6 +136,10 @@ pub struct RowBuilder {
     avro: Option<AvroDecoder>,
     value_schema: SchemaRef,
     topic: Arc<str>,
+    /// A changelog format's output schema: the declared columns and the row kinds.
+    kinds_schema: Option<SchemaRef>,
+    /// `debezium-avro-confluent`: the row kinds of the last Avro decoding, one per row.
+    avro_kinds: Vec<i8>,
 }
 
 impl RowBuilder {
@@ -156,6 +174,7 @@ impl RowBuilder {
         let avro = match format {
             KafkaFormat::Avro => Some(AvroDecoder::new(&value_schema, Framing::Plain)?),
             KafkaFormat::AvroConfluent => Some(AvroDecoder::new(&value_schema, Framing::Confluent)?),
+            KafkaFormat::DebeziumAvroConfluent => Some(AvroDecoder::debezium(&value_schema)?),
             _ => None,
         };
         let decoder = match format {
@@ -171,18 +190,29 @@ impl RowBuilder {
                 }
                 None
             }
-            KafkaFormat::Json | KafkaFormat::Csv => {
+            KafkaFormat::Json | KafkaFormat::Csv | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => {
                 let format = match format {
-                    KafkaFormat::Json => RowFormat::Json,
+                    KafkaFormat::Json | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => RowFormat::Json,
                     _ => RowFormat::Csv { header: false, delimiter: b',' },
                 };
                 let options =
                     DecoderOptions { schema: Arc::clone(&value_schema), format, batch_size: batch_size.max(1) };
                 Some(Decoder::new(options)?)
             }
-            KafkaFormat::Avro | KafkaFormat::AvroConfluent => None,
+            KafkaFormat::Avro | KafkaFormat::AvroConfluent | KafkaFormat::DebeziumAvroConfluent => None,
         };
-        Ok(RowBuilder { schema, columns, format, decoder, avro, value_schema, topic: Arc::from(topic) })
+        let kinds_schema = format.changelog().map(|_| crate::changelog::with_kinds_schema(&schema));
+        Ok(RowBuilder {
+            schema,
+            columns,
+            format,
+            decoder,
+            avro,
+            value_schema,
+            topic: Arc::from(topic),
+            kinds_schema,
+            avro_kinds: Vec::new(),
+        })
     }
 
     /// The registry `avro-confluent` fetches writer schemas from (shared by the lanes).
@@ -207,6 +237,79 @@ impl RowBuilder {
 
     /// The rows of `messages` (at most one batch) and the messages that made none.
     pub fn build(&mut self, messages: &[Message]) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
+        if self.kinds_schema.is_some() {
+            return self.build_changes(messages);
+        }
+        let (batch, bad, _) = self.build_rows(messages)?;
+        Ok((batch, bad))
+    }
+
+    /// A changelog format's messages: their rows (see the module doc), with their kinds.
+    fn build_changes(&mut self, messages: &[Message]) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
+        if self.format == KafkaFormat::DebeziumAvroConfluent {
+            return self.build_avro_changes(messages);
+        }
+        let mut rows = Vec::with_capacity(messages.len());
+        let mut kinds = Vec::with_capacity(messages.len());
+        let mut bad = Vec::new();
+        for message in messages {
+            let changes = match self.format {
+                KafkaFormat::Upsert => {
+                    sluice_formats::changelog::upsert_json(message.key.as_deref(), message.value.as_deref())
+                        .map(|row| vec![row])
+                }
+                _ => match message.value.as_deref() {
+                    None | Some([]) => continue,
+                    Some(value) => sluice_formats::changelog::debezium_json(value),
+                },
+            };
+            match changes {
+                Ok(changes) => {
+                    for change in changes {
+                        rows.push(Message { value: Some(change.row), ..message.clone() });
+                        kinds.push(change.kind as i8);
+                    }
+                }
+                Err(reason) => bad.push(bad_message(message, reason)),
+            }
+        }
+        let (batch, more_bad, good) = self.build_rows(&rows)?;
+        bad.extend(more_bad);
+        bad.sort_by_key(|b| b.offset);
+        bad.dedup_by_key(|b| b.offset);
+        let Some(batch) = batch else { return Ok((None, bad)) };
+        // A message is all or nothing: the rows of a message with a bad row are dropped.
+        let keep: Vec<bool> =
+            good.iter().map(|&i| bad.binary_search_by_key(&rows[i].offset, |b| b.offset).is_err()).collect();
+        let kinds = arrow::array::Int8Array::from_iter_values(good.iter().map(|&i| kinds[i]));
+        let schema = self.kinds_schema.as_ref().expect("a changelog format");
+        let batch = crate::changelog::with_kinds(&batch, kinds, schema)?;
+        if keep.iter().all(|k| *k) {
+            return Ok((Some(batch), bad));
+        }
+        let batch = arrow::compute::filter_record_batch(&batch, &arrow::array::BooleanArray::from(keep))
+            .map_err(|e| SluiceError::internal("source.kafka_rows", format!("dropping a bad message's rows: {e}")))?;
+        Ok(((batch.num_rows() > 0).then_some(batch), bad))
+    }
+
+    /// `debezium-avro-confluent`: the envelopes decoded straight into rows with their kinds
+    /// (tombstones skipped); a message's rows are all or none, by the decoder.
+    fn build_avro_changes(
+        &mut self,
+        messages: &[Message],
+    ) -> Result<(Option<RecordBatch>, Vec<BadMessage>), SluiceError> {
+        let events: Vec<Message> =
+            messages.iter().filter(|m| m.value.as_deref().is_some_and(|v| !v.is_empty())).cloned().collect();
+        let (batch, bad, _) = self.build_rows(&events)?;
+        let Some(batch) = batch else { return Ok((None, bad)) };
+        let kinds = arrow::array::Int8Array::from(std::mem::take(&mut self.avro_kinds));
+        let schema = self.kinds_schema.as_ref().expect("a changelog format");
+        Ok((Some(crate::changelog::with_kinds(&batch, kinds, schema)?), bad))
+    }
+
+    /// The rows of `messages`, the messages that made none, and the indices of those that
+    /// made one (in order, one row each; a Debezium update's two).
+    fn build_rows(&mut self, messages: &[Message]) -> Result<BuiltRows, SluiceError> {
         let mut bad = Vec::new();
         let mut included = Vec::with_capacity(messages.len());
         for (index, message) in messages.iter().enumerate() {
@@ -215,16 +318,20 @@ impl RowBuilder {
                 Err(reason) => bad.push(bad_message(message, reason)),
             }
         }
-        let (values, good) = match self.format {
+        let (values, good_indices) = match self.format {
             KafkaFormat::Raw => self.raw_values(messages, &included, &mut bad),
-            KafkaFormat::Avro | KafkaFormat::AvroConfluent => self.avro_values(messages, &included, &mut bad)?,
-            KafkaFormat::Json | KafkaFormat::Csv => self.decode_values(messages, &included, &mut bad)?,
+            KafkaFormat::Avro | KafkaFormat::AvroConfluent | KafkaFormat::DebeziumAvroConfluent => {
+                self.avro_values(messages, &included, &mut bad)?
+            }
+            KafkaFormat::Json | KafkaFormat::Csv | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => {
+                self.decode_values(messages, &included, &mut bad)?
+            }
         };
         bad.sort_by_key(|b| b.offset);
-        if good.is_empty() {
-            return Ok((None, bad));
+        if good_indices.is_empty() {
+            return Ok((None, bad, good_indices));
         }
-        let good: Vec<&Message> = good.iter().map(|i| &messages[*i]).collect();
+        let good: Vec<&Message> = good_indices.iter().map(|i| &messages[*i]).collect();
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
         for column in &self.columns {
             arrays.push(match column {
@@ -242,7 +349,7 @@ impl RowBuilder {
         }
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)
             .map_err(|e| SluiceError::internal("source.kafka_rows", format!("assembling rows: {e}")))?;
-        Ok((Some(batch), bad))
+        Ok((Some(batch), bad, good_indices))
     }
 
     /// Why a message cannot make a row before decoding, if it cannot.
@@ -256,7 +363,10 @@ impl RowBuilder {
         let Some(value) = message.value.as_deref() else {
             return Err("the message has no value (a tombstone)".to_owned());
         };
-        let text = matches!(self.format, KafkaFormat::Json | KafkaFormat::Csv);
+        let text = matches!(
+            self.format,
+            KafkaFormat::Json | KafkaFormat::Csv | KafkaFormat::DebeziumJson | KafkaFormat::Upsert
+        );
         if text && value.iter().all(u8::is_ascii_whitespace) {
             return Err("the message value is empty".to_owned());
         }
@@ -305,6 +415,7 @@ impl RowBuilder {
         let avro = self.avro.as_mut().expect("the avro formats have an avro decoder");
         let values = included.iter().map(|&i| (i, messages[i].value.as_deref().unwrap_or_default()));
         let decoded = avro.decode(values)?;
+        self.avro_kinds = decoded.kinds;
         for (index, reason) in decoded.bad {
             bad.push(bad_message(&messages[index], reason));
         }
@@ -375,7 +486,7 @@ impl RowBuilder {
     fn append(&self, chunk: &mut Vec<u8>, value: &[u8]) -> u64 {
         let body = trim_line_break(value);
         match self.format {
-            KafkaFormat::Json => {
+            KafkaFormat::Json | KafkaFormat::DebeziumJson | KafkaFormat::Upsert => {
                 chunk.extend(body.iter().map(|b| if matches!(b, b'\n' | b'\r') { b' ' } else { *b }));
                 chunk.push(b'\n');
                 1

@@ -37,7 +37,7 @@ use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::dead_letter::DeadLetter;
 use super::group::{self, Group, Poller};
 use super::lane::KafkaLane;
-use super::options::{Assignment, KafkaFormat, KafkaSourceOptions};
+use super::options::{Assignment, KafkaSourceOptions};
 use super::position::{Layout, Position};
 use super::rows::RowBuilder;
 use arrow::datatypes::SchemaRef;
@@ -216,7 +216,9 @@ impl KafkaSource {
             membership: Mutex::new(None),
             partitions: partitions.clone(),
         });
-        let tables = vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone() }];
+        let changelog = crate::changelog::source_changelog(config, &schema, options.format.changelog())?;
+        let tables =
+            vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone(), changelog }];
         Ok(KafkaSource { shared, tables, layout, partitions, ends })
     }
 
@@ -289,12 +291,9 @@ impl SourceFactory for KafkaSource {
     }
 
     fn describe(&self) -> String {
-        let format = match self.shared.options.format {
-            KafkaFormat::Json => "json",
-            KafkaFormat::Csv => "csv",
-            KafkaFormat::Raw => "raw",
-            KafkaFormat::Avro => "avro",
-            KafkaFormat::AvroConfluent => "avro-confluent",
+        let format = match &self.tables[0].changelog {
+            Some(changelog) => crate::changelog::describe(changelog, &self.tables[0].schema),
+            None => self.shared.options.format.name().to_string(),
         };
         let bounded = if self.ends.is_some() { ", bounded" } else { "" };
         let group = if self.shared.group.is_some() { ", group" } else { "" };

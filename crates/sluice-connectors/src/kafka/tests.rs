@@ -449,3 +449,41 @@ fn dead_letter_needs_its_topic_and_its_options_need_dead_letter() {
         assert!(message.contains("set on_error = \"dead-letter\""), "{message}");
     }
 }
+
+/// Debezium events: each message gives its rows with their kinds (the last column, Flink's
+/// RowKind byte) and its metadata; a tombstone gives none and is no bad message; a bad
+/// envelope, or an event one of whose rows does not decode, is one bad message and gives
+/// no row at all.
+#[test]
+fn debezium_events_become_rows_with_kinds_all_or_nothing_per_message() {
+    let schema = schema(&[("id", DataType::Int64), ("v", DataType::Utf8), ("_offset", DataType::Int64)]);
+    let messages = [
+        message(1, Some(r#"{"before":null,"after":{"id":1,"v":"a"},"op":"c"}"#), Some("{\"id\":1}")),
+        message(2, Some(r#"{"before":{"id":1,"v":"a"},"after":{"id":1,"v":"b"},"op":"u"}"#), None),
+        message(3, Some(r#"{"schema":{},"payload":{"before":{"id":1,"v":"b"},"after":null,"op":"d"}}"#), None),
+        message(4, None, Some("{\"id\":1}")),
+        message(5, Some(r#"{"before":{"id":2,"v":"a"},"after":{"id":"x","v":"b"},"op":"u"}"#), None),
+        message(6, Some(r#"{"after":{"id":3},"op":"t"}"#), None),
+        message(7, Some(r#"{"before":null,"after":{"id":4,"v":"z"},"op":"r"}"#), None),
+    ];
+    let (rows, bad) = check(KafkaFormat::DebeziumJson, schema, &messages);
+    assert_eq!(rows, ["1|a|1|0", "1|a|2|1", "1|b|2|2", "1|b|3|3", "4|z|7|0"]);
+    assert_eq!(bad, [5, 6], "the update whose after image is bad is dropped whole; the truncate refused");
+}
+
+/// Upserts: the value is the key's new row (`+U`, 2), columns it lacks taken from the
+/// key; a tombstone the key's delete (`-D`, 3); a message without a key is bad.
+#[test]
+fn upsert_messages_become_the_keys_new_row_or_its_delete() {
+    let schema = schema(&[("id", DataType::Int64), ("v", DataType::Utf8)]);
+    let messages = [
+        message(1, Some(r#"{"id":1,"v":"a"}"#), Some(r#"{"id":1}"#)),
+        message(2, Some(r#"{"v":"b"}"#), Some(r#"{"id":1}"#)),
+        message(3, None, Some(r#"{"id":1}"#)),
+        message(4, Some(r#"{"id":2,"v":"c"}"#), None),
+        message(5, Some(r#"{"id":2,"v":"c"}"#), Some("not json")),
+    ];
+    let (rows, bad) = check(KafkaFormat::Upsert, schema, &messages);
+    assert_eq!(rows, ["1|a|2", "1|b|2", "1|NULL|3"]);
+    assert_eq!(bad, [4, 5]);
+}

@@ -77,6 +77,7 @@ fn file_defaults_and_values() {
                 delimiter: b',',
                 rate: None,
                 split_bytes: None,
+                changelog: false,
             }
         );
     });
@@ -114,7 +115,7 @@ fn an_unknown_connector_is_named_with_the_known_ones() {
 #[test]
 fn unknown_source_keys() {
     let known = "known keys: name, connector, format, schema, event_time, watermark_delay, max_watermark_drift, \
-                 on_error, materialized, options";
+                 on_error, materialized, primary_key, options";
     let conector =
         format!("10:1: unknown key `conector` in [[source]] \"s\"; {known}\n  fix: did you mean `connector`?");
     let rate = format!(
@@ -212,11 +213,11 @@ fn file_bad_values() {
         ),
         (
             src("format = \"avro\"\nschema = \"a INT\""),
-            "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", found \"avro\"\n  fix: set format to one of \"json\", \"csv\"",
+            "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\", found \"avro\"\n  fix: set format to one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\"",
         ),
         (
             src("format = \"jsn\"\nschema = \"a INT\""),
-            "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", found \"jsn\"\n  fix: did you mean format = \"json\"?",
+            "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\", found \"jsn\"\n  fix: did you mean format = \"json\"?",
         ),
         (src("format = \"json\""), "8:1: [[source]] \"f\": missing required key `schema`\n  fix: add the columns"),
         (

@@ -58,7 +58,7 @@ pub(crate) struct VecSource {
 
 impl VecSource {
     pub(crate) fn new(lanes: Vec<Vec<Vec<i64>>>) -> VecSource {
-        let tables = vec![TableDef { name: "t".into(), schema: schema(), event_time: None }];
+        let tables = vec![TableDef { name: "t".into(), schema: schema(), event_time: None, changelog: None }];
         VecSource {
             tables,
             lanes,
