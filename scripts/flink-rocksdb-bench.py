@@ -7,14 +7,15 @@ What it does
        `sluice nexmark generate`, once per event count (kept in --work).
     2. Runs the query in Flink, streaming mode, parallelism 1, into a `blackhole` table,
        with `state.backend.type: rocksdb`, `execution.checkpointing.incremental: true`,
-       a checkpoint every INTERVAL into a local directory, and every checkpoint retained
-       (so that no file of one is deleted before it is counted). Flink's time is its job's
+       a checkpoint every INTERVAL into a local directory, watched while the job runs (every
+       file that appears counted once, at its largest size). Flink's time is its job's
        (from submission to the end of the insert), without the JVM's start.
     3. Runs `sluice nexmark query QUERY --csv DIR --checkpoint-interval INTERVAL` on one
        thread, timed as a whole process.
     4. Prints one JSON line per engine: seconds, events/s, checkpoints completed, and the
-       bytes written per checkpoint (Flink: every file under its checkpoint directory,
-       divided by the checkpoints; Sluice: its report's written bytes).
+       bytes written per checkpoint (Flink: the files that appeared under its checkpoint
+       directory, divided by the checkpoint directories seen; Sluice: its report's written
+       bytes and published checkpoints).
 
 How to run (from the repository root)
     cargo build --release -p sluice-cli
@@ -31,6 +32,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -84,8 +86,36 @@ def generate(sluice: Path, events: int, work: Path) -> Path:
     return out
 
 
-def directory_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+class Watcher:
+    """Every file and checkpoint directory that appears under a directory while Flink
+    runs, with the largest size seen of each file (Flink deletes checkpoints it no longer
+    needs, and discards them all when the job finishes)."""
+
+    def __init__(self, path: Path):
+        self.path, self.files, self.checkpoints = path, {}, set()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def scan(self) -> None:
+        for root, dirs, files in os.walk(self.path):
+            self.checkpoints.update(d for d in dirs if d.startswith("chk-"))
+            for name in files:
+                try:
+                    size = os.stat(os.path.join(root, name)).st_size
+                except FileNotFoundError:
+                    continue
+                key = os.path.join(root, name)
+                self.files[key] = max(size, self.files.get(key, 0))
+
+    def run(self) -> None:
+        while not self.done.wait(0.1):
+            self.scan()
+
+    def stop(self) -> tuple[int, int]:
+        self.done.set()
+        self.thread.join()
+        return len(self.checkpoints), sum(self.files.values())
 
 
 def run_flink(sql: str, tables: Path, interval: str, checkpoints: Path) -> dict:
@@ -110,11 +140,11 @@ def run_flink(sql: str, tables: Path, interval: str, checkpoints: Path) -> dict:
     sink = TableDescriptor.for_connector("blackhole").schema(
         Schema.new_builder().from_row_data_type(result.get_schema().to_row_data_type()).build()
     ).build()
+    watcher = Watcher(checkpoints)
     start = time.monotonic()
     result.execute_insert(sink).wait()
     seconds = time.monotonic() - start
-    completed = len([d for d in checkpoints.rglob("chk-*") if d.is_dir()])
-    written = directory_bytes(checkpoints)
+    completed, written = watcher.stop()
     return {"seconds": seconds, "checkpoints": completed, "bytes_written": written}
 
 
