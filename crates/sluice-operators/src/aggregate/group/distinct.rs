@@ -93,6 +93,11 @@ const TAG_SIGNED: u8 = 0x02;
 pub(super) struct SeenInt(u64);
 
 impl SeenInt {
+    /// `value` (of 60 bits or fewer) seen by `members`.
+    fn new(value: i64, members: u8) -> SeenInt {
+        SeenInt(((value as u64) << 4) | u64::from(members))
+    }
+
     /// The integer of an encoded `value` if it is one a [`SeenInt`] holds.
     fn of(value: &[u8]) -> Option<i64> {
         let (&TAG_SIGNED, bytes) = value.split_first()? else { return None };
@@ -162,9 +167,7 @@ impl IntTable {
     /// Every value as a wide entry.
     fn iter(&self) -> Box<dyn Iterator<Item = SeenInt> + '_> {
         match self {
-            IntTable::Narrow(table) => {
-                Box::new(table.iter().map(|&e| SeenInt(((narrow_value(e) as u64) << 4) | u64::from(e & 0x0F))))
-            }
+            IntTable::Narrow(table) => Box::new(table.iter().map(|&e| SeenInt::new(narrow_value(e), (e & 0x0F) as u8))),
             IntTable::Wide(table) => Box::new(table.iter().copied()),
         }
     }
@@ -186,7 +189,7 @@ impl IntTable {
             }
             IntTable::Wide(table) => {
                 let entry = table.entry(hash, |entry| entry.value() == value, |entry| int_hash(entry.value()));
-                Members::Int(entry.or_insert_with(|| SeenInt((value as u64) << 4)).into_mut())
+                Members::Int(entry.or_insert_with(|| SeenInt::new(value, 0)).into_mut())
             }
         }
     }
@@ -309,8 +312,8 @@ impl DistinctSet {
 
     /// A log longer than twice the set's values (and a floor) gives way to a rewrite.
     fn bound_log(&mut self) {
-        let values = self.values.len();
-        if let Some(log) = self.log.as_mut().filter(|log| log.len() > 2 * values + 1024) {
+        let Some(log) = self.log.as_mut() else { return };
+        if log.len() > 2 * self.values.len() + 1024 {
             **log = SetLog { rewrite: true, ..SetLog::default() };
         }
     }
@@ -470,9 +473,7 @@ impl DistinctValues {
                 members.set(after);
                 if let Some(log) = log.filter(|_| after != before) {
                     match members {
-                        Members::Narrow(&mut entry) => {
-                            log.ints.push(SeenInt(((narrow_value(entry) as u64) << 4) | u64::from(after)))
-                        }
+                        Members::Narrow(&mut entry) => log.ints.push(SeenInt::new(narrow_value(entry), after)),
                         Members::Int(entry) => log.ints.push(*entry),
                         Members::Short(entry) => log.short.push(*entry),
                         Members::Long(_) => log.long.push(SeenLong { value: value.into(), members: after }),
@@ -508,7 +509,7 @@ impl DistinctValues {
         let (before, after) = (members.get(), see(members.get(), counted, positive));
         members.set(after);
         if let Some(log) = log.filter(|_| after != before) {
-            log.ints.push(SeenInt(((value as u64) << 4) | u64::from(after)));
+            log.ints.push(SeenInt::new(value, after));
         }
     }
 
