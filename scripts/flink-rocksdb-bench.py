@@ -23,42 +23,31 @@ How to run (from the repository root)
     python3 scripts/flink-rocksdb-bench.py --sluice PATH --query q20 --events 1000000
 
 The SQL is the text `sluice nexmark sql QUERY` prints, a bare `dateTime` quoted for
-Flink's parser (as scripts/nexmark-oracle.py does).
+Flink's parser; the tables and that fix are scripts/nexmark-oracle.py's.
 """
 
 import argparse
+import importlib.util
 import json
 import os
-import re
 import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-TABLES = {
-    "person": [
-        ("id", "BIGINT"), ("name", "VARCHAR"), ("emailAddress", "VARCHAR"),
-        ("creditCard", "VARCHAR"), ("city", "VARCHAR"), ("state", "VARCHAR"),
-        ("dateTime", "TIMESTAMP(3)"), ("extra", "VARCHAR"),
-    ],
-    "auction": [
-        ("id", "BIGINT"), ("itemName", "VARCHAR"), ("description", "VARCHAR"),
-        ("initialBid", "BIGINT"), ("reserve", "BIGINT"), ("dateTime", "TIMESTAMP(3)"),
-        ("expires", "TIMESTAMP(3)"), ("seller", "BIGINT"), ("category", "BIGINT"),
-        ("extra", "VARCHAR"),
-    ],
-    "bid": [
-        ("auction", "BIGINT"), ("bidder", "BIGINT"), ("price", "BIGINT"),
-        ("channel", "VARCHAR"), ("url", "VARCHAR"), ("dateTime", "TIMESTAMP(3)"),
-        ("extra", "VARCHAR"),
-    ],
-}
+def _oracle():
+    """scripts/nexmark-oracle.py, whose Flink table definitions and parser fix this uses."""
+    path = Path(__file__).resolve().parent / "nexmark-oracle.py"
+    spec = importlib.util.spec_from_file_location("nexmark_oracle", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def flink_text(sql: str) -> str:
-    """Quotes a bare dateTime, which Flink's parser reserves."""
-    return re.sub(r"(?<![`.\w])dateTime(?![`\w])", "`dateTime`", sql)
+_ORACLE = _oracle()
+TABLES = _ORACLE.TABLES
+flink_text = _ORACLE.flink_text
 
 
 def generate(sluice: Path, events: int, work: Path) -> Path:
