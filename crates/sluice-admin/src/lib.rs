@@ -32,7 +32,7 @@ mod stream;
 pub use connections::{BODY_TIMEOUT, CONNECTIONS_MAX, CONNECTIONS_PER_PEER_MAX, HEADER_TIMEOUT, Limits};
 pub use query::{MAX_QUERIES, Queries};
 pub use sampler::{HISTORY, SAMPLE_EVERY};
-pub use server::{AdminListener, AdminServer, GRACE, serve};
+pub use server::{AdminListener, AdminServer, GRACE, ServerThread, serve};
 pub use slices::MAX_SLICE_LEASES;
 
 #[cfg(test)]

@@ -55,8 +55,43 @@ pub(crate) struct Shared {
 pub struct AdminServer {
     addr: SocketAddr,
     queries: crate::query::Queries,
+    thread: ServerThread,
+}
+
+/// A server's thread and the signal that stops it (the admin API's, the PostgreSQL
+/// endpoint's). Stopping sends the signal and waits for the thread, which ends at most
+/// its server's grace period later; dropping it stops it.
+#[derive(Debug)]
+pub struct ServerThread {
+    /// The server, for a log line if its thread panicked.
+    name: &'static str,
     stop: Option<watch::Sender<bool>>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl ServerThread {
+    pub fn new(name: &'static str, stop: watch::Sender<bool>, thread: JoinHandle<()>) -> ServerThread {
+        ServerThread { name, stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// Signals the server to stop and waits for its thread.
+    pub fn stop_and_join(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // No receiver left means the server already ended.
+            let _ = stop.send(true);
+        }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::warn!("the {}'s thread panicked", self.name);
+        }
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
 }
 
 impl AdminServer {
@@ -74,25 +109,7 @@ impl AdminServer {
     /// Stops accepting, lets open requests finish for at most [`GRACE`], and waits for
     /// the server's thread.
     pub fn shutdown(mut self) {
-        self.stop_and_join();
-    }
-
-    fn stop_and_join(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            // No receiver left means the server already ended.
-            let _ = stop.send(true);
-        }
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::warn!("the admin API's thread panicked");
-        }
-    }
-}
-
-impl Drop for AdminServer {
-    fn drop(&mut self) {
-        self.stop_and_join();
+        self.thread.stop_and_join();
     }
 }
 
@@ -191,7 +208,7 @@ fn start(
         .name("sluice-admin".into())
         .spawn(move || run(runtime, listener, shared, stopped))
         .map_err(|e| thread_error(format!("a thread: {e}")))?;
-    Ok(AdminServer { addr, queries, stop: Some(stop), thread: Some(thread) })
+    Ok(AdminServer { addr, queries, thread: ServerThread::new("admin API", stop, thread) })
 }
 
 fn thread_error(what: String) -> SluiceError {

@@ -18,7 +18,6 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sluice_admin::Queries;
@@ -92,7 +91,7 @@ impl PgListener {
             .name("sluice-pgwire".into())
             .spawn(move || run(runtime, listener, backend, acceptor, stopped))
             .map_err(|e| start_error(format!("a thread: {e}")))?;
-        Ok(PgServer { addr, stop: Some(stop), thread: Some(thread) })
+        Ok(PgServer { addr, thread: sluice_admin::ServerThread::new("PostgreSQL endpoint", stop, thread) })
     }
 }
 
@@ -124,8 +123,7 @@ fn start_error(what: String) -> SluiceError {
 #[derive(Debug)]
 pub struct PgServer {
     addr: SocketAddr,
-    stop: Option<watch::Sender<bool>>,
-    thread: Option<JoinHandle<()>>,
+    thread: sluice_admin::ServerThread,
 }
 
 impl PgServer {
@@ -137,25 +135,7 @@ impl PgServer {
     /// Stops accepting, lets open connections go on for at most [`GRACE`], and waits for
     /// the server's thread.
     pub fn shutdown(mut self) {
-        self.stop_and_join();
-    }
-
-    fn stop_and_join(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            // No receiver left means the server already ended.
-            let _ = stop.send(true);
-        }
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::warn!("the PostgreSQL endpoint's thread panicked");
-        }
-    }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        self.stop_and_join();
+        self.thread.stop_and_join();
     }
 }
 
