@@ -187,22 +187,46 @@ impl Broker {
 type Record = (i32, Option<String>, Option<String>);
 
 impl Broker {
-    /// Reads every partition of `topic` from the start until no record came for
-    /// [`QUIET`] (the writer ended before: everything it wrote is there); returns each
-    /// record in offset order per partition.
+    /// Reads every partition of `topic` from the start to its end (the writer ended
+    /// before: everything it wrote is there); returns each record in offset order per
+    /// partition. The end is the broker's high watermark, which this broker gives as the
+    /// first offset of a partition's last batch plus one: once the consumer passed that
+    /// offset, the rest of its batch came in the same fetch, and the read ends at the
+    /// first quiet poll. No wall-clock quiet period decides it, so a loaded machine
+    /// cannot cut it short.
     fn consume_all(&self, topic: &str, partitions: i32) -> Vec<Record> {
         let consumer = self.reader(topic, partitions);
-        let mut found = Vec::new();
-        let deadline = Instant::now() + WAIT;
-        let mut last = Instant::now();
-        while Instant::now() < deadline && (found.is_empty() || last.elapsed() < QUIET) {
-            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
-                let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
-                found.push((message.partition(), text(message.key()), text(message.payload())));
-                last = Instant::now();
+        let mut ends = BTreeMap::new();
+        for partition in 0..partitions {
+            let (low, high) = consumer.fetch_watermarks(topic, partition, WAIT).expect("watermarks");
+            if high > low {
+                ends.insert(partition, high - 1);
             }
         }
-        found
+        let mut found = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            assert!(Instant::now() < deadline, "{topic} not read to its ends {ends:?} in {WAIT:?}: {found:?}");
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(message)) => {
+                    let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
+                    found.push((message.partition(), text(message.key()), text(message.payload())));
+                }
+                Some(Err(error)) => panic!("reading {topic}: {error}"),
+                None => {
+                    // A transaction's marker ends a partition without a record to show:
+                    // the consumer's position passes it.
+                    let position = consumer.position().expect("position");
+                    ends.retain(|partition, end| {
+                        let at = position.find_partition(topic, *partition).map(|e| e.offset());
+                        !matches!(at, Some(Offset::Offset(next)) if next > *end)
+                    });
+                    if ends.is_empty() {
+                        return found;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -257,9 +281,6 @@ impl Broker {
             .collect()
     }
 }
-
-/// How long a topic read to its end stays silent.
-const QUIET: Duration = Duration::from_secs(3);
 
 fn forward_lines(stream: impl std::io::Read + Send + 'static) -> Receiver<String> {
     let (sender, receiver) = sync_channel(64);
