@@ -433,12 +433,10 @@ fn order_changes() -> (String, BTreeMap<u64, (String, u64)>) {
 /// key, and aggregated into another, uninterrupted and across a kill after a checkpoint
 /// was published: each time both tables end as the changes' final table and its sums.
 ///
-/// At least once: the restart replays the changes after the checkpoint onto the
-/// normalization's restored rows, and upserts and deletes by key are idempotent. Not
-/// exactly once, because of what this test found in the sink: an epoch's `DELETE` runs
-/// while the previous epoch's transaction, which inserted that key, is still prepared,
-/// and a `DELETE` does not see (nor wait for) an uncommitted insert, so the row stays
-/// (two threads, one epoch per batch: `(5,c2,75)` left in `replica`).
+/// Exactly once, and each commit waits 30 ms after its manifest is published: an
+/// epoch's `DELETE` of a key that the previous epoch inserted then runs while that
+/// epoch's transaction is still prepared, which a `DELETE` alone neither sees nor waits
+/// for (this test found `(5,c2,75)` left in `replica`); the writer waits for it.
 #[test]
 fn a_changelog_replicated_into_tables_ends_as_its_final_table_across_a_kill() {
     let server = Server::start(10);
@@ -455,7 +453,7 @@ fn a_changelog_replicated_into_tables_ends_as_its_final_table_across_a_kill() {
     let pipeline = |suffix: &str| {
         format!(
             "[pipeline]\nname = \"cdc{suffix}\"\nbatch_size = 4\nmini_batch_rows = 1\n\n\
-             [checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\nguarantee = \"at-least-once\"\n\n\
+             [checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n\
              [[source]]\nname = \"orders\"\nconnector = \"file\"\nformat = \"changelog-json\"\n\
              schema = \"id BIGINT NOT NULL, customer VARCHAR, amount BIGINT\"\nprimary_key = [\"id\"]\n\
              [source.options]\npath = \"orders.jsonl\"\n\n\
@@ -468,7 +466,7 @@ fn a_changelog_replicated_into_tables_ends_as_its_final_table_across_a_kill() {
     let whole = Scratch::new();
     whole.write("orders.jsonl", &changes);
     whole.write("pipeline.toml", &pipeline("_whole"));
-    let output = run(&whole, 2, Some("source.barrier_after_batch=return"));
+    let output = run(&whole, 2, Some("source.barrier_after_batch=return;checkpoint.after_publish=sleep(30)"));
     assert!(output.status.success(), "sluice failed:\n{}", stderr(&output));
     assert_eq!(server.rows("replica_whole"), expected, "uninterrupted");
     assert_eq!(server.rows("totals_whole"), sums, "uninterrupted");
@@ -476,13 +474,14 @@ fn a_changelog_replicated_into_tables_ends_as_its_final_table_across_a_kill() {
     scratch.write("orders.jsonl", &changes);
     scratch.write("pipeline.toml", &pipeline("_killed"));
     let crashed =
-        run(&scratch, 2, Some("source.barrier_after_batch=return;checkpoint.after_publish=3*off->return(kill)"));
+        run(&scratch, 2, Some("source.barrier_after_batch=return;checkpoint.after_publish=3*sleep(30)->return(kill)"));
     assert_eq!(crashed.status.signal(), Some(9), "killed after a publish:\n{}", stderr(&crashed));
     let restarted = run(&scratch, 2, None);
     let log = stderr(&restarted);
     assert!(restarted.status.success(), "restart failed:\n{log}");
     assert!(log.contains("resuming from checkpoint"), "{log}");
     assert!(!log.contains("deletes of unknown keys"), "the keys' rows were restored:\n{log}");
-    assert_eq!(server.rows("replica_killed"), expected);
-    assert_eq!(server.rows("totals_killed"), sums);
+    let crashed = stderr(&crashed);
+    assert_eq!(server.rows("replica_killed"), expected, "killed:\n{crashed}\nrestarted:\n{log}");
+    assert_eq!(server.rows("totals_killed"), sums, "killed:\n{crashed}\nrestarted:\n{log}");
 }

@@ -382,6 +382,7 @@ impl SinkFactory for PostgresSink {
             open: false,
             cache: Default::default(),
             bytes: 0,
+            barrier: None,
         }))
     }
 

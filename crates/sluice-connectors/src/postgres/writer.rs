@@ -11,7 +11,20 @@
 //! transaction; the sink's `commit(e)` runs `COMMIT PREPARED` from another session
 //! once manifest `e` is published. A writer of `e + 1` touching a key that the prepared
 //! transaction of `e` holds waits for that commit (at most the session's
-//! `lock_timeout`).
+//! `lock_timeout`; deletes: see "Deletes of prepared rows").
+//!
+//! # Deletes of prepared rows
+//!
+//! A `DELETE` neither sees nor waits for a row that another transaction inserted and has
+//! not committed, so a delete in epoch `e + 1` of a key that epoch `e` inserted would
+//! miss it while `e` is still prepared, and the row would stay once `e` commits. A
+//! staged delete that removed fewer rows than it had keys therefore waits for this
+//! sink's transactions prepared at or before the writer's last barrier (any slot:
+//! a key may move between threads) and runs again, also when none is left to wait for:
+//! one may have committed after the delete's snapshot. Upserts need no such step:
+//! `INSERT … ON CONFLICT` waits for a conflicting uncommitted insert by itself. Only
+//! earlier barriers are waited for: another slot's transaction of the epoch being
+//! written commits only after this writer reaches that barrier.
 //!
 //! # At-least-once
 //!
@@ -89,6 +102,9 @@ pub struct PostgresWriter {
     pub cache: HashMap<(u8, usize), Statement>,
     /// Bytes of values sent since [`SinkWriter::take_bytes`] last asked (see "Bytes").
     pub bytes: u64,
+    /// The epoch of the writer's last barrier: transactions of this sink prepared up to
+    /// it may hold rows that a delete of the next epoch must see.
+    pub barrier: Option<u64>,
 }
 
 impl PostgresWriter {
@@ -128,15 +144,64 @@ impl PostgresWriter {
     }
 
     /// Runs `kind` over `rows` in bounded chunks; on failure, rolls back and reports.
+    /// A staged delete that missed some of its keys while earlier epochs are still
+    /// prepared waits for them and runs again (see "Deletes of prepared rows").
     fn apply(&mut self, kind: Kind, rows: &[TextRow]) -> Result<(), SluiceError> {
         let chunk_rows = self.rows_per_statement(kind);
         for chunk in rows.chunks(chunk_rows) {
-            if let Err(error) = self.execute(kind, chunk, chunk.len() == chunk_rows) {
+            let full = chunk.len() == chunk_rows;
+            let mut result = self.execute(kind, chunk, full);
+            if kind == Kind::Delete
+                && matches!(result, Ok(deleted) if deleted < chunk.len() as u64)
+                && self.wait_for_prepared()?
+            {
+                result = self.execute(kind, chunk, full);
+            }
+            if let Err(error) = result {
                 return Err(self.failed(kind, chunk, &error));
             }
             self.bytes += value_bytes(chunk);
         }
         Ok(())
+    }
+
+    /// Waits until no transaction of this sink prepared at an epoch up to the writer's
+    /// last barrier is still prepared; whether a delete that missed keys must run again
+    /// (staged, after a barrier: one may have committed since the delete's snapshot,
+    /// even if none is left to wait for). Each is waited for through its bookkeeping
+    /// row: inserting the same key, in a savepoint rolled back after, waits for the
+    /// transaction holding it to end (at most `lock_timeout`).
+    fn wait_for_prepared(&mut self) -> Result<bool, SluiceError> {
+        let (Some(staging), Some(barrier)) = (self.staging.clone(), self.barrier) else { return Ok(false) };
+        let listing = "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() \
+                       AND left(gid, length($1)) = $1";
+        let gids: Vec<String> = self
+            .client
+            .query(listing, &[&staging.gid_prefix])
+            .and_then(|rows| rows.iter().map(|row| row.try_get(0)).collect())
+            .map_err(|e| self.server.error(&self.sink, "listing prepared transactions", &e))?;
+        let earlier: Vec<(i32, i64)> = gids
+            .iter()
+            .filter_map(|gid| {
+                let (slot, epoch) = gid.strip_prefix(&staging.gid_prefix)?.split_once('/')?;
+                Some((slot.parse().ok()?, epoch.parse().ok()?))
+            })
+            .filter(|&(_, epoch): &(i32, i64)| u64::try_from(epoch).is_ok_and(|e| e <= barrier))
+            .collect();
+        let wait = format!(
+            "INSERT INTO {BOOKKEEPING_TABLE} (sink, slot, epoch) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
+        );
+        for (slot, epoch) in &earlier {
+            tracing::debug!(sink = %self.sink, slot, epoch, "postgres sink: a delete waits for a prepared epoch");
+            let waited = self.client.batch_execute("SAVEPOINT sluice_wait").and_then(|()| {
+                self.client.execute(wait.as_str(), &[&staging.bookkeeping_sink, slot, epoch])?;
+                self.client.batch_execute("ROLLBACK TO SAVEPOINT sluice_wait; RELEASE SAVEPOINT sluice_wait")
+            });
+            if let Err(error) = waited {
+                return Err(self.failed(Kind::Delete, &[], &error));
+            }
+        }
+        Ok(true)
     }
 
     fn execute(&mut self, kind: Kind, rows: &[TextRow], cache: bool) -> Result<u64, postgres::Error> {
@@ -237,6 +302,7 @@ impl SinkWriter for PostgresWriter {
 
     fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
         self.flush()?;
+        self.barrier = Some(epoch.0);
         let Some(staging) = self.staging.clone() else { return Ok(Vec::new()) };
         if !self.open {
             return Ok(Vec::new());
