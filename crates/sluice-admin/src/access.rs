@@ -9,14 +9,13 @@
 //! presented token first differs; a header is read once per request, nothing is kept.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sluice_types::SluiceError;
-
-use crate::server::Shared;
 
 /// Checks the access settings before anything binds: a non-loopback address needs a
 /// token, and a token given must not be empty. Returns the token to require, if any.
@@ -66,9 +65,9 @@ fn presents(headers: &HeaderMap, token: &str) -> bool {
 
 /// The middleware: passes the request on when no token is required or the right one is
 /// presented; else 401 with a JSON body saying how to authenticate.
-pub(crate) async fn require_token(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+pub(crate) async fn require_token(State(token): State<Option<Arc<str>>>, request: Request, next: Next) -> Response {
     let probe = matches!(request.uri().path(), "/healthz" | "/readyz" | "/openapi.json" | "/");
-    match &shared.token {
+    match &token {
         Some(token) if !probe && !presents(request.headers(), token) => unauthorized(),
         _ => next.run(request).await,
     }

@@ -117,7 +117,7 @@ pub(crate) async fn accept(
         while connections.try_join_next().is_some() {}
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = crate::server::asked(stopped.clone()) => return connections,
+            () = asked(stopped.clone()) => return connections,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -146,7 +146,7 @@ pub(crate) async fn accept(
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
-                () = crate::server::asked(stopped) => {
+                () = asked(stopped) => {
                     connection.as_mut().graceful_shutdown();
                     // A connection's end (closed, timed out, broken off) is nobody's error.
                     let _ = connection.await;
@@ -154,4 +154,10 @@ pub(crate) async fn accept(
             }
         });
     }
+}
+
+/// Resolves once a stop was asked for (or the handle is gone).
+pub(crate) async fn asked(mut stopped: watch::Receiver<bool>) {
+    // An error means the sender was dropped: stop as well.
+    let _ = stopped.wait_for(|stop| *stop).await;
 }

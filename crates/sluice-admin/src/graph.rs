@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use sluice_engine::{JobHandle, Metrics, Status};
 use utoipa::ToSchema;
 
-use crate::sampler::{Rates, now_ms};
+use crate::sampler::{Rates, now_ms, sum};
 
 /// The whole graph.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -223,14 +223,6 @@ impl Graph {
         self.backpressure.sort_by_key(|thread| (thread.worker, thread.thread));
         self.workers.push(other.worker);
         self.workers.sort_unstable();
-    }
-}
-
-/// Both figures added; either alone when the other is unknown.
-pub(crate) fn sum<T: std::ops::Add<Output = T>>(a: Option<T>, b: Option<T>) -> Option<T> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a + b),
-        (a, b) => a.or(b),
     }
 }
 

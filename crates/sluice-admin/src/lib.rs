@@ -14,23 +14,27 @@
 //! each module; nothing queues per client.
 
 mod access;
+mod bodies;
 mod connections;
 mod graph;
 mod members;
 mod metrics;
 mod openapi;
 mod peer_http;
+mod queries;
 mod query;
 mod routes;
 mod sampler;
 mod server;
+mod shared;
 mod site;
+mod slice_routes;
 mod slices;
 mod status;
 mod stream;
 
 pub use connections::{BODY_TIMEOUT, CONNECTIONS_MAX, CONNECTIONS_PER_PEER_MAX, HEADER_TIMEOUT, Limits};
-pub use query::{MAX_QUERIES, Queries};
+pub use queries::{MAX_QUERIES, Queries};
 pub use sampler::{HISTORY, SAMPLE_EVERY};
 pub use server::{AdminListener, AdminServer, GRACE, ServerThread, serve};
 pub use slices::MAX_SLICE_LEASES;

@@ -1,12 +1,12 @@
 //! The other workers' own status, asked in the background for a cluster's status
 //! streams (`stream`): one task per server asks every other worker's `/internal/status`
-//! (as `/status` does: `routes::ask_members`) while a stream is open, a round at a time,
+//! (as `/status` does: [`ask_members`]) while a stream is open, a round at a time,
 //! [`REFRESH`] apart, and keeps the last round's answers. A stream's line adds them to
 //! this worker's counters without asking anyone itself, so a slow or lost worker never
 //! holds a line back: it shows under `members` with why it could not be asked.
 //!
 //! Bounds: one task per server; one round at a time (each answer within
-//! `routes::MEMBER_WAIT` and `routes::MEMBER_BYTES`, on one blocking thread); only the
+//! [`MEMBER_WAIT`] and [`MEMBER_BYTES`], on one blocking thread); only the
 //! last round is kept (one document per worker); no round while no stream is open. A
 //! line waits only when the kept round is older than [`STALE`] (the first line after no
 //! stream was open, or the first since the cluster formed), and then at most
@@ -18,8 +18,63 @@ use std::time::{Duration, Instant};
 use sluice_engine::JobHandle;
 use tokio::sync::{Notify, Semaphore, watch};
 
-use crate::routes::{MEMBER_WAIT, ask_members};
 use crate::status::MemberStatus;
+
+/// How long `/status` waits for the other workers' answers.
+pub(crate) const MEMBER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// The largest answer of a worker to `/internal/status`.
+pub(crate) const MEMBER_BYTES: usize = 1 << 20;
+
+/// Every other worker's own status, asked in parallel, each answer within [`MEMBER_WAIT`]:
+/// the member, and its document when it answered (also the status streams' rounds:
+/// `members`).
+pub(crate) fn ask_members(
+    peers: Vec<sluice_engine::query::Peer>,
+    token: Option<&str>,
+) -> Vec<(MemberStatus, Option<serde_json::Value>)> {
+    ask_peers(peers, token, "/internal/status")
+        .into_iter()
+        .map(|(peer, answer)| {
+            let answer = answer.and_then(|body| {
+                serde_json::from_slice::<serde_json::Value>(&body).map_err(|e| format!("its answer: {e}"))
+            });
+            let document = answer.as_ref().ok().cloned();
+            let member = MemberStatus::of_answer(peer.id, peer.admin_addr, answer, crate::sampler::now_ms());
+            (member, document)
+        })
+        .collect()
+}
+
+/// `POST path` (empty body) asked of every other worker in parallel, each answer (its
+/// body, or why there is none) within [`MEMBER_WAIT`] and [`MEMBER_BYTES`].
+pub(crate) fn ask_peers(
+    peers: Vec<sluice_engine::query::Peer>,
+    token: Option<&str>,
+    path: &str,
+) -> Vec<(sluice_engine::query::Peer, Result<Vec<u8>, String>)> {
+    let deadline = std::time::Instant::now() + MEMBER_WAIT;
+    std::thread::scope(|scope| {
+        let asked: Vec<_> = peers
+            .into_iter()
+            .map(|peer| {
+                scope.spawn(move || {
+                    let answer = if peer.admin_addr.is_empty() {
+                        Err("it runs without an admin API".to_string())
+                    } else {
+                        match crate::peer_http::post(&peer.admin_addr, token, path, b"", deadline, MEMBER_BYTES) {
+                            Ok((200, body)) => Ok(body),
+                            Ok((code, _)) => Err(format!("it answered HTTP {code}")),
+                            Err(crate::peer_http::PostError::Unreachable(detail)) => Err(detail),
+                            Err(crate::peer_http::PostError::TooLarge) => Err("its answer was too long".to_string()),
+                        }
+                    };
+                    (peer, answer)
+                })
+            })
+            .collect();
+        asked.into_iter().filter_map(|handle| handle.join().ok()).collect()
+    })
+}
 
 /// The pause between two rounds of asks while a stream is open.
 pub(crate) const REFRESH: Duration = Duration::from_secs(1);

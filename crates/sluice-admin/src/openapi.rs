@@ -1,4 +1,4 @@
-//! `/openapi.json`: the API's OpenAPI 3.1 document, gathered from the handlers' and
+//! `/openapi.json`: the API's OpenAPI 3.1 document and its handler, gathered from the handlers' and
 //! types' descriptions (`utoipa`), so that it cannot drift from what is served. The
 //! bearer scheme is declared for every endpoint but the probes and this document; the
 //! server requires it off loopback, or whenever it was given a token.
@@ -7,11 +7,14 @@
 
 use std::sync::OnceLock;
 
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use crate::bodies::{CheckpointTaken, ErrorBody, NoBody, Paused, Stopping};
 use crate::graph::{Edge, EdgeKind, Graph, Node, NodeKind, ThreadPressure, Unanswered};
-use crate::routes::{self, CheckpointTaken, ErrorBody, Paused, Stopping};
+use crate::routes;
 use crate::status::{
     CheckpointSeen, MemberStatus, Readiness, SinkStatus, SourceStatus, State, StatusDocument, WorkerPlace,
 };
@@ -31,12 +34,12 @@ use crate::status::{
         routes::pause,
         routes::resume,
         crate::query::query,
-        routes::openapi_document,
+        openapi_document,
         routes::page,
     ),
     components(schemas(
         StatusDocument, State, WorkerPlace, MemberStatus, SourceStatus, SinkStatus, CheckpointSeen, Readiness,
-        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, Unanswered, ErrorBody, Stopping, CheckpointTaken, Paused, routes::NoBody,
+        Graph, Node, NodeKind, Edge, EdgeKind, ThreadPressure, Unanswered, ErrorBody, Stopping, CheckpointTaken, Paused, NoBody,
         crate::query::QueryRequest, crate::query::QueryFormatName,
     )),
     modifiers(&Bearer),
@@ -65,4 +68,11 @@ pub(crate) fn json() -> String {
             document.to_json().unwrap_or_default()
         })
         .clone()
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta", security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
+pub(crate) async fn openapi_document() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], json()).into_response()
 }

@@ -8,38 +8,16 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde::Serialize;
-use utoipa::ToSchema;
 
+use crate::bodies::{CheckpointTaken, ErrorBody, NoBody, Paused, Stopping};
 use crate::graph::{self, Graph};
-use crate::server::Shared;
-use crate::status::{self, Readiness, State as JobStateName, StatusDocument};
-use crate::{access, metrics, openapi, site, stream};
-
-/// An error: what went wrong and how to fix it.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct ErrorBody {
-    pub(crate) error: String,
-    pub(crate) fix: String,
-}
-
-impl From<sluice_types::SluiceError> for ErrorBody {
-    fn from(error: sluice_types::SluiceError) -> ErrorBody {
-        ErrorBody { error: error.message, fix: error.fix.unwrap_or_default() }
-    }
-}
-
-/// The body of a `POST` that reads none: `{}` (or nothing), sent as
-/// `Content-Type: application/json` as every POST is (see `site`: a browser sends that
-/// type across sites only after a preflight this API never grants).
-#[derive(Debug, Serialize, serde::Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NoBody {}
+use crate::members::{ask_members, ask_peers};
+use crate::shared::Shared;
+use crate::status::{self, Readiness, StatusDocument};
+use crate::{metrics, stream};
 
 /// The refusal (400) of a body that is neither empty nor `{}`, as the document says.
 fn no_body(body: &axum::body::Bytes) -> Option<Response> {
@@ -54,61 +32,8 @@ fn no_body(body: &axum::body::Bytes) -> Option<Response> {
     Some((StatusCode::BAD_REQUEST, axum::Json(error)).into_response())
 }
 
-/// `POST /pause`'s and `POST /resume`'s answer.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct Paused {
-    /// Whether the sources are paused now.
-    pub(crate) paused: bool,
-    /// The state right after asking.
-    pub(crate) state: JobStateName,
-}
-
-/// `POST /checkpoint`'s answer.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct CheckpointTaken {
-    /// The committed checkpoint's epoch (the first that started after the request).
-    pub(crate) epoch: u64,
-}
-
 /// How long `POST /checkpoint` waits for its checkpoint to be committed.
 const CHECKPOINT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// `POST /stop`'s answer.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct Stopping {
-    /// Always true: the stop was asked for (it is idempotent).
-    pub(crate) stopping: bool,
-    /// The state right after asking.
-    pub(crate) state: JobStateName,
-}
-
-pub(crate) fn router(shared: Shared) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/status", get(status_document))
-        .route("/status/stream", get(status_stream))
-        .route("/metrics", get(metrics_text))
-        .route("/graph", get(graph_document))
-        .route("/stop", post(stop))
-        .route("/checkpoint", post(checkpoint))
-        .route("/pause", post(pause))
-        .route("/resume", post(resume))
-        .route("/query", post(crate::query::query))
-        .route("/internal/lease", post(crate::slices::lease))
-        .route("/internal/slice", post(crate::slices::slice))
-        .route("/internal/release", post(crate::slices::release))
-        .route("/internal/status", post(internal_status))
-        .route("/internal/graph", post(internal_graph))
-        .route("/openapi.json", get(openapi_document))
-        .route("/", get(page))
-        // Innermost: a POST that is not JSON, once the caller showed its token.
-        .layer(axum::middleware::from_fn(site::require_json))
-        .layer(axum::middleware::from_fn_with_state(shared.clone(), access::require_token))
-        // Outermost: a cross-site request is refused before anything else looks at it.
-        .layer(axum::middleware::from_fn_with_state(shared.clone(), site::guard))
-        .with_state(shared)
-}
 
 /// Whether the process lives.
 #[utoipa::path(get, path = "/healthz", tag = "probes", security(()),
@@ -141,62 +66,6 @@ pub(crate) async fn status_document(State(shared): State<Shared>) -> Response {
         document.add_members(&asked.unwrap_or_default(), shared.admin_addr.clone());
     }
     axum::Json(document).into_response()
-}
-
-/// How long `/status` waits for the other workers' answers.
-pub(crate) const MEMBER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-/// The largest answer of a worker to `/internal/status`.
-pub(crate) const MEMBER_BYTES: usize = 1 << 20;
-
-/// Every other worker's own status, asked in parallel, each answer within [`MEMBER_WAIT`]:
-/// the member, and its document when it answered (also the status streams' rounds:
-/// `members`).
-pub(crate) fn ask_members(
-    peers: Vec<sluice_engine::query::Peer>,
-    token: Option<&str>,
-) -> Vec<(status::MemberStatus, Option<serde_json::Value>)> {
-    ask_peers(peers, token, "/internal/status")
-        .into_iter()
-        .map(|(peer, answer)| {
-            let answer = answer.and_then(|body| {
-                serde_json::from_slice::<serde_json::Value>(&body).map_err(|e| format!("its answer: {e}"))
-            });
-            let document = answer.as_ref().ok().cloned();
-            let member = status::MemberStatus::of_answer(peer.id, peer.admin_addr, answer, crate::sampler::now_ms());
-            (member, document)
-        })
-        .collect()
-}
-
-/// `POST path` (empty body) asked of every other worker in parallel, each answer (its
-/// body, or why there is none) within [`MEMBER_WAIT`] and [`MEMBER_BYTES`].
-fn ask_peers(
-    peers: Vec<sluice_engine::query::Peer>,
-    token: Option<&str>,
-    path: &str,
-) -> Vec<(sluice_engine::query::Peer, Result<Vec<u8>, String>)> {
-    let deadline = std::time::Instant::now() + MEMBER_WAIT;
-    std::thread::scope(|scope| {
-        let asked: Vec<_> = peers
-            .into_iter()
-            .map(|peer| {
-                scope.spawn(move || {
-                    let answer = if peer.admin_addr.is_empty() {
-                        Err("it runs without an admin API".to_string())
-                    } else {
-                        match crate::peer_http::post(&peer.admin_addr, token, path, b"", deadline, MEMBER_BYTES) {
-                            Ok((200, body)) => Ok(body),
-                            Ok((code, _)) => Err(format!("it answered HTTP {code}")),
-                            Err(crate::peer_http::PostError::Unreachable(detail)) => Err(detail),
-                            Err(crate::peer_http::PostError::TooLarge) => Err("its answer was too long".to_string()),
-                        }
-                    };
-                    (peer, answer)
-                })
-            })
-            .collect();
-        asked.into_iter().filter_map(|handle| handle.join().ok()).collect()
-    })
 }
 
 /// `POST /internal/status`: this worker's own status, for another worker's `/status`
@@ -414,10 +283,3 @@ pub(crate) async fn page() -> Response {
 
 /// The page's text (`src/page/index.html`).
 const PAGE: &str = include_str!("page/index.html");
-
-/// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "meta", security(()),
-    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
-pub(crate) async fn openapi_document() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], openapi::json()).into_response()
-}

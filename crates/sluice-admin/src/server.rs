@@ -12,49 +12,25 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use axum::Router;
+use axum::routing::{get, post};
 use sluice_engine::JobHandle;
 use sluice_types::SluiceError;
 use tokio::sync::{Semaphore, watch};
 
 use crate::connections::Limits;
 use crate::sampler::{self, Sampler};
-use crate::{access, routes, site, stream};
+use crate::shared::Shared;
+use crate::{access, openapi, routes, site, stream};
 
 /// How long shutdown waits for open requests (status streams) before dropping them.
 pub const GRACE: Duration = Duration::from_secs(1);
-
-/// What every handler shares.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    pub(crate) job: JobHandle,
-    pub(crate) token: Option<Arc<str>>,
-    pub(crate) streams: Arc<Semaphore>,
-    /// The path of ad-hoc queries (at most [`crate::query::MAX_QUERIES`] admitted at
-    /// once), shared with the other front ends given [`AdminServer::queries`].
-    pub(crate) queries: crate::query::Queries,
-    /// In a cluster, the other workers' last answers, kept by the asking task for the
-    /// status streams (`members`).
-    pub(crate) members: Arc<crate::members::Members>,
-    /// The latest rates and the checkpoint history, kept by the sampling task.
-    pub(crate) sampler: Arc<Sampler>,
-    /// The leases other workers of a cluster hold here for their queries.
-    pub(crate) slices: Arc<std::sync::Mutex<crate::slices::SliceLeases>>,
-    /// The address this API listens on.
-    pub(crate) admin_addr: Option<String>,
-    /// Checkpoint requests a follower relays to its leader now (at most
-    /// [`crate::routes::MAX_RELAYED_CHECKPOINTS`]: each holds a blocking thread).
-    pub(crate) relays: Arc<Semaphore>,
-    /// The names a request's Host may give (`site`).
-    pub(crate) hosts: Arc<site::Hosts>,
-    /// The bounds on connections; `query` reads its body within `body_timeout`.
-    pub(crate) limits: Limits,
-}
 
 /// A running admin server. Dropping it (or [`AdminServer::shutdown`]) stops it.
 #[derive(Debug)]
 pub struct AdminServer {
     addr: SocketAddr,
-    queries: crate::query::Queries,
+    queries: crate::queries::Queries,
     thread: ServerThread,
 }
 
@@ -102,7 +78,7 @@ impl AdminServer {
 
     /// Its path of ad-hoc queries, to share with another front end (the PostgreSQL
     /// wire protocol): one admission bound for both.
-    pub fn queries(&self) -> crate::query::Queries {
+    pub fn queries(&self) -> crate::queries::Queries {
         self.queries.clone()
     }
 
@@ -183,13 +159,13 @@ fn start(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
-        .max_blocking_threads(stream::MAX_STREAMS + 2 * crate::query::MAX_QUERIES + 2)
+        .max_blocking_threads(stream::MAX_STREAMS + 2 * crate::queries::MAX_QUERIES + 2)
         // Queries are planned and run on blocking threads: the planner's stack, so that
         // a query at the nesting limit cannot overflow it (reserved, touched as used).
         .thread_stack_size(sluice_engine::QUERY_STACK_BYTES)
         .build()
         .map_err(|e| thread_error(format!("a runtime: {e}")))?;
-    let queries = crate::query::Queries::new(job.clone(), token.as_deref());
+    let queries = crate::queries::Queries::new(job.clone(), token.as_deref());
     let shared = Shared {
         job,
         token: token.map(Arc::from),
@@ -216,6 +192,35 @@ fn thread_error(what: String) -> SluiceError {
         .with_fix("check the process's limits (threads, open files); or run with --admin-bind off")
 }
 
+/// Every route, behind the Host and Origin guard, the token and the JSON check.
+fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz))
+        .route("/status", get(routes::status_document))
+        .route("/status/stream", get(routes::status_stream))
+        .route("/metrics", get(routes::metrics_text))
+        .route("/graph", get(routes::graph_document))
+        .route("/stop", post(routes::stop))
+        .route("/checkpoint", post(routes::checkpoint))
+        .route("/pause", post(routes::pause))
+        .route("/resume", post(routes::resume))
+        .route("/query", post(crate::query::query))
+        .route("/internal/lease", post(crate::slice_routes::lease))
+        .route("/internal/slice", post(crate::slice_routes::slice))
+        .route("/internal/release", post(crate::slice_routes::release))
+        .route("/internal/status", post(routes::internal_status))
+        .route("/internal/graph", post(routes::internal_graph))
+        .route("/openapi.json", get(openapi::openapi_document))
+        .route("/", get(routes::page))
+        // Innermost: a POST that is not JSON, once the caller showed its token.
+        .layer(axum::middleware::from_fn(site::require_json))
+        .layer(axum::middleware::from_fn_with_state(shared.token.clone(), access::require_token))
+        // Outermost: a cross-site request is refused before anything else looks at it.
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&shared.hosts), site::guard))
+        .with_state(shared)
+}
+
 /// The server's thread: serves until asked to stop, then at most [`GRACE`] more.
 fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, shared: Shared, stopped: watch::Receiver<bool>) {
     runtime.block_on(async move {
@@ -236,7 +241,7 @@ fn run(runtime: tokio::runtime::Runtime, listener: TcpListener, shared: Shared, 
             }
         };
         let limits = shared.limits;
-        let mut open = crate::connections::accept(listener, routes::router(shared), limits, stopped).await;
+        let mut open = crate::connections::accept(listener, router(shared), limits, stopped).await;
         // Stopped: the open connections finish their requests, for at most GRACE.
         let drained = async { while open.join_next().await.is_some() {} };
         if tokio::time::timeout(GRACE, drained).await.is_err() {
@@ -255,10 +260,4 @@ async fn sample(job: JobHandle, sampler: Arc<Sampler>) {
         ticks.tick().await;
         sampler.sample(&job.metrics(), &job.status(), std::time::Instant::now(), sampler::now_ms());
     }
-}
-
-/// Resolves once a stop was asked for (or the handle is gone).
-pub(crate) async fn asked(mut stopped: watch::Receiver<bool>) {
-    // An error means the sender was dropped: stop as well.
-    let _ = stopped.wait_for(|stop| *stop).await;
 }

@@ -26,13 +26,12 @@
 //! Bounds: the allowed names are fixed at start; each request reads three headers once.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-
-use crate::server::Shared;
 
 /// The names a request's Host may give, fixed when the API binds.
 #[derive(Debug, Clone)]
@@ -152,8 +151,8 @@ fn is_json(value: Option<&str>) -> bool {
 
 /// The outer middleware: refuses what [`refusal`] names (Host, Origin), else passes the
 /// request on.
-pub(crate) async fn guard(State(shared): State<Shared>, request: Request, next: Next) -> Response {
-    match refusal(&shared.hosts, request.headers()) {
+pub(crate) async fn guard(State(hosts): State<Arc<Hosts>>, request: Request, next: Next) -> Response {
+    match refusal(&hosts, request.headers()) {
         Some(refused) => answer(refused),
         None => next.run(request).await,
     }

@@ -1,6 +1,7 @@
-//! A cluster's query across workers: the internal endpoints through which the worker
-//! that received `POST /query` leases and reads this worker's slices of the materialized
-//! tables, and [`HttpGather`], its side of them (see `sluice_engine::query` for the
+//! A cluster's query across workers: the internal endpoints' protocol (served by
+//! `slice_routes`) through which the worker that received `POST /query` leases and reads
+//! this worker's slices of the materialized tables, the leases held here, and
+//! [`HttpGather`], the asking worker's side of them (see `sluice_engine::query` for the
 //! protocol: every worker leases its newest committed epoch, all are read at the newest
 //! of those).
 //!
@@ -21,21 +22,14 @@
 //! budget; a body must announce its length.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use sluice_engine::materialize::{Lease, Table};
-use sluice_engine::query::{Gather, Peer, QueryFormat, QueryLimits, RemoteLease, TIMEOUT_LIMIT};
+use sluice_engine::query::{Gather, Peer, RemoteLease};
 use sluice_types::SluiceError;
-
-use crate::routes::ErrorBody;
-use crate::server::Shared;
 
 /// Leases other workers may hold here at once.
 pub const MAX_SLICE_LEASES: usize = 64;
@@ -43,115 +37,35 @@ pub const MAX_SLICE_LEASES: usize = 64;
 /// The leases other workers hold here, by id.
 #[derive(Default)]
 pub(crate) struct SliceLeases {
-    held: HashMap<u64, Arc<Lease>>,
-    next: u64,
+    pub(crate) held: HashMap<u64, Arc<Lease>>,
+    pub(crate) next: u64,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct LeaseRequest {
-    timeout_ms: u64,
+pub(crate) struct LeaseRequest {
+    pub(crate) timeout_ms: u64,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-struct LeaseAnswer {
-    lease: u64,
-    epoch: u64,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct SliceRequest {
-    lease: u64,
-    table: String,
-    epoch: u64,
-    wait_ms: u64,
+pub(crate) struct LeaseAnswer {
+    pub(crate) lease: u64,
+    pub(crate) epoch: u64,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct ReleaseRequest {
-    lease: u64,
+pub(crate) struct SliceRequest {
+    pub(crate) lease: u64,
+    pub(crate) table: String,
+    pub(crate) epoch: u64,
+    pub(crate) wait_ms: u64,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, SluiceError> {
-    serde_json::from_slice(body)
-        .map_err(|e| SluiceError::user("query.internal_body", format!("not an internal query request: {e}")))
-}
-
-fn held(shared: &Shared) -> std::sync::MutexGuard<'_, SliceLeases> {
-    shared.slices.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// `POST /internal/lease`.
-pub(crate) async fn lease(State(shared): State<Shared>, body: Bytes) -> Response {
-    let taken = async {
-        let request: LeaseRequest = parse(&body)?;
-        let timeout = QueryLimits::new(None, Some(request.timeout_ms))?.timeout;
-        let job = shared.job.clone();
-        let lease = tokio::task::spawn_blocking(move || job.lease_slices(timeout)).await.map_err(joined)??;
-        let mut leases = held(&shared);
-        leases.held.retain(|_, lease| lease.is_live());
-        if leases.held.len() >= MAX_SLICE_LEASES {
-            return Err(SluiceError::external("query.busy", format!("{MAX_SLICE_LEASES} leases are held here"))
-                .with_fix("ask again soon"));
-        }
-        let id = leases.next;
-        leases.next += 1;
-        let epoch = lease.epoch;
-        leases.held.insert(id, lease);
-        Ok(axum::Json(LeaseAnswer { lease: id, epoch }).into_response())
-    };
-    taken.await.unwrap_or_else(failure)
-}
-
-/// `POST /internal/slice`.
-pub(crate) async fn slice(State(shared): State<Shared>, body: Bytes) -> Response {
-    let read = async {
-        let request: SliceRequest = parse(&body)?;
-        let lease = held(&shared).held.get(&request.lease).cloned().ok_or_else(|| {
-            SluiceError::external("query.lease_expired", format!("no lease {} is held here", request.lease))
-                .with_fix("ask again; give the query a longer timeout")
-        })?;
-        let wait = Duration::from_millis(request.wait_ms).min(TIMEOUT_LIMIT);
-        tokio::task::spawn_blocking(move || {
-            let (schema, batches) = lease.read_slice(&request.table, request.epoch, wait)?;
-            let answer = sluice_engine::query::QueryAnswer { epoch: Some(request.epoch), schema, batches };
-            answer.encode(QueryFormat::ArrowIpc)
-        })
-        .await
-        .map_err(joined)?
-    };
-    match read.await {
-        Ok(bytes) => ([(header::CONTENT_TYPE, QueryFormat::ArrowIpc.content_type())], bytes).into_response(),
-        Err(error) => failure(error),
-    }
-}
-
-/// `POST /internal/release`.
-pub(crate) async fn release(State(shared): State<Shared>, body: Bytes) -> Response {
-    match parse::<ReleaseRequest>(&body) {
-        Ok(request) => {
-            if let Some(lease) = held(&shared).held.remove(&request.lease) {
-                lease.release();
-            }
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Err(error) => failure(error),
-    }
-}
-
-fn joined(error: tokio::task::JoinError) -> SluiceError {
-    SluiceError::internal("admin.query", format!("the task failed: {error}"))
-}
-
-fn failure(error: SluiceError) -> Response {
-    let code = match error.domain {
-        sluice_types::Domain::User => StatusCode::BAD_REQUEST,
-        sluice_types::Domain::External => StatusCode::SERVICE_UNAVAILABLE,
-        sluice_types::Domain::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (code, axum::Json(ErrorBody::from(error))).into_response()
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReleaseRequest {
+    pub(crate) lease: u64,
 }
 
 /// The receiving worker's side: the other workers' endpoints over HTTP/1.1, one request

@@ -77,7 +77,7 @@ impl StatusDocument {
             };
             ours.rows_in += theirs["rows_in"].as_u64().unwrap_or(0);
             ours.bad_rows += theirs["bad_rows"].as_u64().unwrap_or(0);
-            ours.rows_per_second = crate::graph::sum(ours.rows_per_second, theirs["rows_per_second"].as_f64());
+            ours.rows_per_second = crate::sampler::sum(ours.rows_per_second, theirs["rows_per_second"].as_f64());
             ours.watermark = match (ours.watermark, theirs["watermark"].as_i64()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -88,7 +88,7 @@ impl StatusDocument {
                 continue;
             };
             ours.rows_out += theirs["rows_out"].as_u64().unwrap_or(0);
-            ours.rows_per_second = crate::graph::sum(ours.rows_per_second, theirs["rows_per_second"].as_f64());
+            ours.rows_per_second = crate::sampler::sum(ours.rows_per_second, theirs["rows_per_second"].as_f64());
         }
     }
 }

@@ -24,7 +24,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::members::Members;
 use crate::sampler::Sampler;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::status;
 
 /// How long a stream stays silent before a heartbeat line.
@@ -52,7 +52,7 @@ struct Watch {
 /// The response: a body that yields a line per change until a final state.
 pub(crate) fn respond(shared: &Shared, permit: Option<OwnedSemaphorePermit>) -> Response {
     let Some(permit) = permit else {
-        let body = crate::routes::ErrorBody {
+        let body = crate::bodies::ErrorBody {
             error: "too many status streams".into(),
             fix: format!("close one of the {MAX_STREAMS} open streams, or poll GET /status"),
         };
