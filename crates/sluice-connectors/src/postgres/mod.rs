@@ -48,7 +48,8 @@ use sluice_types::SluiceError;
 
 use crate::registry::{ConfiguredSink, OptionDoc, SinkConnector, SinkContext};
 pub use options::{PostgresSinkOptions, TableName, WriteMode, sink_options_of};
-pub use sink::{PostgresSink, PreparedRecord};
+pub use sink::PostgresSink;
+pub use writer::PreparedRecord;
 
 /// The `postgres` sink connector.
 #[derive(Debug, Clone, Copy)]

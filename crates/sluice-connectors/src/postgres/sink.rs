@@ -37,7 +37,7 @@ use super::client::Server;
 use super::options::{PostgresSinkOptions, WriteMode};
 use super::rows::Pending;
 use super::table::{self, BOOKKEEPING_TABLE, Statements};
-use super::writer::{PostgresWriter, Staging, literal};
+use super::writer::{PostgresWriter, PreparedRecord, Staging, literal};
 
 /// Attempts of one commit whose connection is lost.
 pub const COMMIT_ATTEMPTS: u32 = 3;
@@ -45,43 +45,6 @@ pub const COMMIT_ATTEMPTS: u32 = 3;
 pub const RETAINED_EPOCHS: i64 = 1_000;
 /// The longest transaction id PostgreSQL accepts, in bytes (exclusive).
 const GID_BYTES_MAX: usize = 200;
-const RECORD_VERSION: u8 = 1;
-
-/// A pre-commit record: the prepared transaction of one writer and epoch. Version 1
-/// layout, little endian: `u8 version = 1, u64 epoch, u32 slot, u32 id length, the
-/// transaction id (UTF-8)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PreparedRecord {
-    pub epoch: u64,
-    pub slot: u32,
-    pub gid: String,
-}
-
-impl PreparedRecord {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = vec![RECORD_VERSION];
-        bytes.extend_from_slice(&self.epoch.to_le_bytes());
-        bytes.extend_from_slice(&self.slot.to_le_bytes());
-        bytes.extend_from_slice(&u32::try_from(self.gid.len()).expect("short id").to_le_bytes());
-        bytes.extend_from_slice(self.gid.as_bytes());
-        bytes
-    }
-
-    pub fn decode(sink: &str, bytes: &[u8]) -> Result<PreparedRecord, SluiceError> {
-        let damaged =
-            || SluiceError::internal("sink.record", format!("sink `{sink}`: a damaged PostgreSQL sink record"));
-        let (&version, rest) = bytes.split_first().ok_or_else(damaged)?;
-        if version != RECORD_VERSION || rest.len() < 16 {
-            return Err(damaged());
-        }
-        let epoch = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes"));
-        let slot = u32::from_le_bytes(rest[8..12].try_into().expect("4 bytes"));
-        let length = u32::from_le_bytes(rest[12..16].try_into().expect("4 bytes")) as usize;
-        let gid = rest.get(16..).filter(|id| id.len() == length).ok_or_else(damaged)?;
-        let gid = String::from_utf8(gid.to_vec()).map_err(|_| damaged())?;
-        Ok(PreparedRecord { epoch, slot, gid })
-    }
-}
 
 /// The sink's own session and what its first open found.
 #[derive(Default)]

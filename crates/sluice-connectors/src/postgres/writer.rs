@@ -60,8 +60,46 @@ use sluice_types::{Batch, Epoch, SluiceError};
 
 use super::client::{LOCK_TIMEOUT, Server, db_text};
 use super::rows::{Pending, TextRow, parameters, show_row};
-use super::sink::PreparedRecord;
 use super::table::{BOOKKEEPING_TABLE, Statements};
+
+/// The version of [`PreparedRecord`]'s layout.
+const RECORD_VERSION: u8 = 1;
+
+/// A pre-commit record: the prepared transaction of one writer and epoch. Version 1
+/// layout, little endian: `u8 version = 1, u64 epoch, u32 slot, u32 id length, the
+/// transaction id (UTF-8)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedRecord {
+    pub epoch: u64,
+    pub slot: u32,
+    pub gid: String,
+}
+
+impl PreparedRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![RECORD_VERSION];
+        bytes.extend_from_slice(&self.epoch.to_le_bytes());
+        bytes.extend_from_slice(&self.slot.to_le_bytes());
+        bytes.extend_from_slice(&u32::try_from(self.gid.len()).expect("short id").to_le_bytes());
+        bytes.extend_from_slice(self.gid.as_bytes());
+        bytes
+    }
+
+    pub fn decode(sink: &str, bytes: &[u8]) -> Result<PreparedRecord, SluiceError> {
+        let damaged =
+            || SluiceError::internal("sink.record", format!("sink `{sink}`: a damaged PostgreSQL sink record"));
+        let (&version, rest) = bytes.split_first().ok_or_else(damaged)?;
+        if version != RECORD_VERSION || rest.len() < 16 {
+            return Err(damaged());
+        }
+        let epoch = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes"));
+        let slot = u32::from_le_bytes(rest[8..12].try_into().expect("4 bytes"));
+        let length = u32::from_le_bytes(rest[12..16].try_into().expect("4 bytes")) as usize;
+        let gid = rest.get(16..).filter(|id| id.len() == length).ok_or_else(damaged)?;
+        let gid = String::from_utf8(gid.to_vec()).map_err(|_| damaged())?;
+        Ok(PreparedRecord { epoch, slot, gid })
+    }
+}
 
 /// The most parameters one statement may carry (the protocol counts them in 16 bits).
 const PARAMETERS_MAX: usize = 65_535;
@@ -188,9 +226,8 @@ impl PostgresWriter {
             })
             .filter(|&(_, epoch): &(i32, i64)| u64::try_from(epoch).is_ok_and(|e| e <= barrier))
             .collect();
-        let wait = format!(
-            "INSERT INTO {BOOKKEEPING_TABLE} (sink, slot, epoch) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"
-        );
+        let wait =
+            format!("INSERT INTO {BOOKKEEPING_TABLE} (sink, slot, epoch) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING");
         for (slot, epoch) in &earlier {
             tracing::debug!(sink = %self.sink, slot, epoch, "postgres sink: a delete waits for a prepared epoch");
             let waited = self.client.batch_execute("SAVEPOINT sluice_wait").and_then(|()| {
