@@ -55,14 +55,11 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Schema, TimeUnit};
 use sluice_types::SluiceError;
 
-use super::avro_direct::{Direct, Failure, Slot};
+use super::avro_direct::{Direct, Failure, MAX_ALLOCATION_BYTES, Slot};
 
 #[path = "avro_debezium.rs"]
 mod debezium;
 
-/// The most bytes one string, bytes or array of a datum may claim: a corrupt length
-/// beyond it is a bad message, never an allocation of that size.
-pub const MAX_ALLOCATION_BYTES: usize = 64 * 1024 * 1024;
 /// The most writer schemas kept by id (the cache is emptied when full).
 pub const SCHEMA_CACHE_MAX: usize = 1024;
 /// The longest one registry request may take, connecting included.

@@ -9,7 +9,9 @@ use apache_avro::Schema as AvroSchema;
 use apache_avro::schema::InnerDecimalSchema;
 use apache_avro::types::Value;
 
-use super::avro::MAX_ALLOCATION_BYTES;
+/// The most bytes one string, bytes or array of a datum may claim: a corrupt length
+/// beyond it is a bad message, never an allocation of that size.
+pub const MAX_ALLOCATION_BYTES: usize = 64 * 1024 * 1024;
 
 /// A type the direct decoder reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

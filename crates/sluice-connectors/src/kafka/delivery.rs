@@ -39,7 +39,9 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use sluice_types::SluiceError;
 
 use super::client::SluiceClientContext;
-use super::sink::FLUSH_TIMEOUT;
+
+/// The longest a flush, `init_transactions` or a transaction commit may take.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The default of `delivery_timeout`: how long a message may wait for the brokers'
 /// acknowledgement before the sink fails, the source's bound on lost brokers.

@@ -95,105 +95,56 @@
 //! with ACLs the sink's principal needs READ on them and on the topic (offsets committed
 //! in a transaction, and read back at recovery), besides WRITE on the transactional ids.
 //!
-//! # Keys
+//! # Keys, headers and modes
 //!
-//! With `key` (one or several columns), each message's key is those columns encoded in
-//! the sink's format: a JSON object of them in `format = "json"`
-//! (`{"auction":7,"bidder":3}`, keys in the order `key` names them), a CSV record of
-//! them in `format = "csv"` (`7,3`). Without `key`, and outside upsert mode, messages
-//! have no key.
+//! What each message holds (its key, headers, and the op column or the upsert of
+//! `mode`) is the user's reference in docs/connectors/kafka.md ("Keys, modes and
+//! headers"); `encoding` makes them.
 //!
-//! # Headers
+//! # Files
 //!
-//! `[sink.options.headers]` gives headers every message carries (`name = "value"`).
-//! `headers_column` names a VARCHAR column holding a JSON object whose entries become a
-//! message's headers after those (`{"trace":"t-1"}`; a string value is the header's
-//! text, `null` a header without value, any other value its JSON text; a NULL column no
-//! headers); that column is left out of the value, and a value that is not a JSON
-//! object fails the write naming the column. The source's `_headers` column reads them
-//! back in the same shape.
-//!
-//! # Changelog and upsert (`mode`)
-//!
-//! - `mode = "changelog"` (the default): one message per row. An append-only input is
-//!   written as it is; an updating input in Flink's changelog convention, every message
-//!   carrying the op column first (`{"op":"-U",...}`), as the file sink writes it.
-//! - `mode = "upsert"` (upsert-kafka): every message is keyed, by `key` or else the
-//!   stream's upsert key (a stream without one, or whose key is empty as a global
-//!   aggregate's, is refused). A row of positive weight (`+I`, `+U`) is written as its
-//!   value (every column, no op column); a retraction (`-D`, or a `-U` whose `+U` is not
-//!   in the same batch) as a tombstone, the key with no value. A retraction followed
-//!   later in its batch by a new version of the same key is not written: the new
-//!   version replaces the value anyway. Reading the topic and keeping the last value per
-//!   key, dropping a key at its tombstone (what log compaction does), gives the
-//!   stream's table. An append-only input in upsert mode writes every row as an upsert
-//!   of its key (`key` required). Messages of one key go to one partition (librdkafka's
-//!   partitioner hashes the key) from one writer (the plan routes the rows of a key to
-//!   one thread), so their order is kept.
+//! This file plans the sink (options checked, producers configured) and commits its
+//! epochs; `encoding` turns rows into messages; `writers` holds the two writers and the
+//! transactional producers' states and markers; `recovery` resolves what an earlier
+//! process prepared. None imports this file but `recovery`, whose methods this file calls.
+
+mod encoding;
+mod recovery;
+mod writers;
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, SchemaRef};
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::Producer;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use sluice_formats::{CsvRecordFinder, Encoder, OutputFormat};
+use sluice_formats::{Encoder, OutputFormat};
 use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
-use sluice_types::{Batch, Epoch, SluiceError};
+use sluice_types::{Epoch, SluiceError};
 
-use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
-use super::delivery::{self, DELIVERY_TIMEOUT, DeliveryContext, SinkProducer};
+#[cfg(test)]
+pub(crate) use self::encoding::upsert_actions;
+use self::encoding::{KeyEncoder, Output};
+pub use self::writers::PENDING_WAIT;
+use self::writers::{
+    IdempotentWriter, TransactionState, TransactionalProducer, TransactionalWriter, poisoned, transaction_error,
+};
+use super::client::{self, METADATA_TIMEOUT};
+use super::delivery::{DELIVERY_TIMEOUT, DeliveryContext, FLUSH_TIMEOUT, SinkProducer};
 use super::options::{KafkaFormat, KafkaSinkMode, KafkaSinkOptions};
-use super::record::{self, RecordMessages, SavedMessages, TransactionRecord};
+use super::record::{SavedMessages, TransactionRecord};
 
-/// The longest a flush, `init_transactions` or a transaction commit may take.
-pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
-/// The most slots past the current ones whose leftover producers are looked for.
-const LEFTOVER_SLOTS_MAX: u32 = 1024;
 /// The default of `transaction_timeout`: how long the brokers keep a transaction open,
 /// the brokers' default `transaction.max.timeout.ms` (15 minutes).
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-/// The longest a writer waits for the commit of its producer's previous transaction.
-pub const PENDING_WAIT: Duration = Duration::from_secs(60);
 /// The default of `epoch_copy_mib`: the most MiB of messages a writer keeps for one
 /// epoch's recovery copy (see "Recovery" above); more fails the write, naming the fix.
 /// The copy is held in memory until the epoch commits (by the writer until the barrier,
 /// then with the checkpoint), so it bounds what exactly-once output costs in memory.
 pub const EPOCH_COPY_MIB: u32 = 16;
-/// The partition of the sink's topic under which each transaction commits its marker.
-const MARKER_PARTITION: i32 = 0;
-
-/// Where a transactional producer stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TransactionState {
-    /// No transaction open: ready to begin one.
-    Idle,
-    Open,
-    /// Flushed at barrier `epoch`, waiting for commit(epoch).
-    Prepared(u64),
-}
-
-/// A transactional producer, shared by its writer and the sink's commit.
-struct TransactionalProducer {
-    id: String,
-    producer: SinkProducer,
-    /// The consumer group of this producer's markers (named as the transactional id).
-    marker: ConsumerGroupMetadata,
-    /// The run token its markers and records carry.
-    run: u32,
-    state: Mutex<TransactionState>,
-    changed: Condvar,
-    /// Messages sent in the transaction open or prepared now, for the commit's log line.
-    messages: AtomicU64,
-}
-
 /// A planned `connector = "kafka"` sink.
 pub struct KafkaSink {
     name: String,
@@ -445,157 +396,6 @@ impl KafkaSink {
         self.producers.lock().map_err(|_| poisoned(&self.name))?.insert(id, Arc::clone(&shared));
         Ok(shared)
     }
-
-    /// A consumer of the marker group `group` (never subscribed: it names the group of
-    /// the markers a producer commits, and reads the group's committed offset).
-    fn marker_consumer(&self, group: &str) -> Result<BaseConsumer<SluiceClientContext>, SluiceError> {
-        let brokers = &self.options.brokers;
-        let mut config = client::base_config(brokers, &self.options.client);
-        config.set("group.id", group);
-        config.set("enable.auto.commit", "false");
-        config.set("isolation.level", "read_committed");
-        config.create_with_context(SluiceClientContext::new(brokers)).map_err(|e| client::create_error(brokers, &e))
-    }
-
-    /// The run and epoch of the last marker producer `transactional_id` committed, if
-    /// any.
-    fn committed_marker(&self, transactional_id: &str) -> Result<Option<(u32, u64)>, SluiceError> {
-        let consumer = self.marker_consumer(transactional_id)?;
-        let mut list = TopicPartitionList::new();
-        list.add_partition(&self.options.topic, MARKER_PARTITION);
-        let committed = consumer
-            .committed_offsets(list, FLUSH_TIMEOUT)
-            .map_err(|e| transaction_error(&self.options.brokers, transactional_id, "read the marker of", &e))?;
-        let offset = committed.find_partition(&self.options.topic, MARKER_PARTITION).map(|p| p.offset());
-        Ok(match offset {
-            Some(Offset::Offset(marker)) => {
-                u64::try_from(marker).ok().map(|marker| ((marker >> 32) as u32, marker & 0xffff_ffff))
-            }
-            _ => None,
-        })
-    }
-
-    /// Fences the earlier producers of the writer of `record` (one with messages), the
-    /// other one first: every transaction they left open is aborted, and the record's
-    /// own is then committed or aborted.
-    fn fence_writer_of(&self, record: &TransactionRecord<'_>) -> Result<(), SluiceError> {
-        if record.messages.as_ref().is_none_or(RecordMessages::is_empty) {
-            return Ok(());
-        }
-        let id = record.transactional_id;
-        for id in sibling_id(id).iter().map(String::as_str).chain([id]) {
-            let producer = self.producer(Some(id))?;
-            producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
-        }
-        Ok(())
-    }
-
-    /// Fences the transactional ids of the slots from `slots` on that an earlier run with
-    /// more threads used (see "Fewer threads" in the module doc); returns those slots.
-    fn fence_leftovers(&self, slots: u32) -> Result<Vec<u32>, SluiceError> {
-        let mut fenced = Vec::new();
-        for slot in slots..slots.saturating_add(LEFTOVER_SLOTS_MAX) {
-            let ids = [self.transactional_id(slot, 0), self.transactional_id(slot, 1)];
-            let mut used = false;
-            for id in &ids {
-                used |= self.committed_marker(id)?.is_some();
-            }
-            if !used {
-                break;
-            }
-            for id in &ids {
-                let producer = self.producer(Some(id))?;
-                producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
-            }
-            fenced.push(slot);
-        }
-        if !fenced.is_empty() {
-            tracing::info!(
-                sink = %self.name,
-                "kafka sink `{}`: fenced the transactional ids of slots {fenced:?}, which an earlier run with more \
-                 threads left: a transaction they left open is aborted now, not at its timeout",
-                self.name
-            );
-        }
-        Ok(fenced)
-    }
-
-    /// Resolves the transaction of `record`, which an earlier process prepared (see
-    /// "Recovery" in the module doc).
-    fn recover(&self, epoch: Epoch, record: &TransactionRecord<'_>) -> Result<(), SluiceError> {
-        let id = record.transactional_id;
-        let Some(messages) = &record.messages else {
-            tracing::error!(
-                sink = %self.name,
-                "kafka sink `{}`: the transaction {id} of epoch {} was prepared by an earlier run whose record \
-                 (version 1) holds no copy of its messages: if that run died before committing it, its rows \
-                 are lost (the restarted producer aborts it)",
-                self.name, epoch.0
-            );
-            return Ok(());
-        };
-        if messages.is_empty() {
-            return Ok(());
-        }
-        let brokers = &self.options.brokers;
-        // The record's producer, fenced already (`fence_writer_of`): its transaction is
-        // committed or aborted now. Opening it again fences nothing more.
-        let producer = self.producer(Some(id))?;
-        producer.init_transactions(FLUSH_TIMEOUT).map_err(|e| self.init_error(id, &e))?;
-        match self.committed_marker(id)? {
-            Some((run, committed)) if run == record.run && committed == record.epoch => {
-                tracing::info!(
-                    sink = %self.name,
-                    epoch = epoch.0,
-                    "kafka sink: transaction {id} of epoch {} was committed before the restart",
-                    record.epoch
-                );
-                return Ok(());
-            }
-            Some((run, committed)) if run == record.run && committed > record.epoch => {
-                tracing::error!(
-                    sink = %self.name,
-                    "kafka sink `{}`: transaction {id} committed epoch {committed}, after the restored epoch {}: \
-                     the restore fell back past a newer checkpoint, and the rows this writer committed after \
-                     epoch {} are written again",
-                    self.name, record.epoch, record.epoch
-                );
-                return Ok(());
-            }
-            _ => {}
-        }
-        producer.begin_transaction().map_err(|e| transaction_error(brokers, id, "begin", &e))?;
-        for message in messages.iter() {
-            delivery::send(&producer, &self.options.topic, message.value, message.key, message.owned_headers(), 0)?;
-        }
-        let marker = self.marker_consumer(id)?.group_metadata().ok_or_else(|| {
-            SluiceError::internal("sink.kafka_marker", format!("the consumer of group {id} has no group metadata"))
-        })?;
-        send_marker(&producer, &marker, &self.options.topic, (record.run, record.epoch), brokers, id)?;
-        delivery::flush_checked(&producer)?;
-        producer.commit_transaction(FLUSH_TIMEOUT).map_err(|e| transaction_error(brokers, id, "commit", &e))?;
-        tracing::info!(
-            sink = %self.name,
-            epoch = epoch.0,
-            messages = messages.len(),
-            "kafka sink: committed transaction {id} at recovery: the messages of epoch {}, whose transaction \
-             the earlier run never committed, written again",
-            record.epoch
-        );
-        Ok(())
-    }
-}
-
-/// The id of the other producer of the writer whose producer is `transactional_id`
-/// (`…-{slot}-0` and `…-{slot}-1`, see [`KafkaSink::transactional_id`]).
-fn sibling_id(transactional_id: &str) -> Option<String> {
-    let (writer, index) = transactional_id.rsplit_once('-')?;
-    let other = match index {
-        "0" => "1",
-        "1" => "0",
-        _ => return None,
-    };
-    Some(format!("{writer}-{other}"))
 }
 
 /// A random token for this process's markers and records: 31 bits, never 0 (the token
@@ -605,35 +405,6 @@ fn run_token() -> u32 {
     let seed = (std::process::id(), std::time::SystemTime::now(), std::thread::current().id());
     // 31 bits, so that a marker's offset stays positive.
     ((std::collections::hash_map::RandomState::new().hash_one(format!("{seed:?}")) as u32) & 0x7fff_ffff).max(1)
-}
-
-/// Commits the marker of `(run, epoch)` in the open transaction of `producer`: the
-/// offset `run × 2^32 + epoch` (an epoch must fit in 32 bits: 136 years of a checkpoint
-/// a second; the run in 31, so that the offset is positive).
-fn send_marker(
-    producer: &SinkProducer,
-    group: &ConsumerGroupMetadata,
-    topic: &str,
-    (run, epoch): (u32, u64),
-    brokers: &str,
-    id: &str,
-) -> Result<(), SluiceError> {
-    let offset = u32::try_from(epoch)
-        .ok()
-        .and_then(|epoch| i64::try_from((u64::from(run) << 32) | u64::from(epoch)).ok())
-        .ok_or_else(|| {
-            SluiceError::internal("sink.kafka_marker", format!("epoch {epoch} of run {run} does not fit a marker"))
-        })?;
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, MARKER_PARTITION, Offset::Offset(offset))
-        .map_err(|e| transaction_error(brokers, id, "mark", &e))?;
-    producer
-        .send_offsets_to_transaction(&list, group, FLUSH_TIMEOUT)
-        .map_err(|e| transaction_error(brokers, id, "mark", &e))
-}
-
-fn poisoned(sink: &str) -> SluiceError {
-    SluiceError::internal("sink.kafka", format!("sink `{sink}`: a writer panicked holding the producers"))
 }
 
 impl KafkaSink {
@@ -660,14 +431,6 @@ impl KafkaSink {
              brokers",
         )
     }
-}
-
-fn transaction_error(brokers: &str, id: &str, step: &str, error: &KafkaError) -> SluiceError {
-    SluiceError::external(
-        "sink.kafka_transaction",
-        format!("Kafka transaction {id} ({step}) on brokers {brokers} failed: {error}"),
-    )
-    .with_fix("check that the brokers are running and support transactions; the run can be restarted from its last checkpoint")
 }
 
 impl SinkFactory for KafkaSink {
@@ -786,387 +549,12 @@ impl KafkaSink {
     }
 }
 
-/// The key columns of a sink and their encoder.
-struct KeyEncoder {
-    columns: Vec<usize>,
-    encoder: Encoder,
-}
-
-/// Encoding rows as messages, shared by both writers.
-struct Output {
-    sink: String,
-    brokers: String,
-    topic: String,
-    encoder: Encoder,
-    keys: Option<KeyEncoder>,
-    /// The columns of values, when not all (`headers_column` is left out).
-    value_columns: Option<Vec<usize>>,
-    /// Headers of every message.
-    headers: Vec<(String, String)>,
-    headers_column: Option<usize>,
-    csv: bool,
-    upsert: bool,
-    updating: bool,
-    buffer: Vec<u8>,
-    key_buffer: Vec<u8>,
-    /// Bytes of keys and values handed to the producer since the writer last told the
-    /// runtime ([`SinkWriter::take_bytes`]).
-    encoded: u64,
-}
-
-/// The byte ranges of the records of `buffer`: JSON lines, or CSV records (either
-/// without its line end); fails unless there are exactly `expected`.
-fn records(buffer: &[u8], csv: bool, expected: usize) -> Result<Vec<Range<usize>>, SluiceError> {
-    let mut ranges = Vec::with_capacity(expected);
-    let mut start = 0;
-    let mut finder = CsvRecordFinder::new(b',');
-    while start < buffer.len() {
-        let end = match csv {
-            true => finder.find_record_end(&buffer[start..]).map(|length| start + length),
-            false => memchr::memchr(b'\n', &buffer[start..]).map(|at| start + at + 1),
-        };
-        let end = end.ok_or_else(|| SluiceError::internal("sink.kafka", "the encoder wrote an unfinished record"))?;
-        ranges.push(start..end - 1);
-        start = end;
-    }
-    if ranges.len() != expected {
-        return Err(SluiceError::internal(
-            "sink.kafka",
-            format!("the encoder wrote {} records for {expected} messages", ranges.len()),
-        ));
-    }
-    Ok(ranges)
-}
-
-/// What upsert mode writes for the rows of one batch, in order: `(row, true)` the row
-/// as the value of its key, `(row, false)` a tombstone of its key. A retraction is
-/// dropped when a later row of the batch with the same key has a positive weight (that
-/// row's value replaces it); a row of weight 0 writes nothing, and a row of weight
-/// `w > 1` one upsert (its key has one value).
-pub(crate) fn upsert_actions(weights: &[i64], keys: &[&[u8]]) -> Vec<(usize, bool)> {
-    let mut last_upsert: HashMap<&[u8], usize> = HashMap::new();
-    for (row, key) in keys.iter().enumerate() {
-        if weights[row] > 0 {
-            last_upsert.insert(key, row);
-        }
-    }
-    (0..weights.len())
-        .filter_map(|row| match weights[row] {
-            w if w > 0 => Some((row, true)),
-            w if w < 0 => last_upsert.get(keys[row]).is_none_or(|later| *later <= row).then_some((row, false)),
-            _ => None,
-        })
-        .collect()
-}
-
-impl Output {
-    /// The encoded key of every row of `rows`, into `key_buffer`; empty without keys.
-    fn keys(&mut self, rows: &RecordBatch) -> Result<Vec<Range<usize>>, SluiceError> {
-        self.key_buffer.clear();
-        let Some(keys) = &mut self.keys else { return Ok(Vec::new()) };
-        let projected = rows
-            .project(&keys.columns)
-            .map_err(|e| SluiceError::internal("sink.kafka_key", format!("key columns: {e}")))?;
-        keys.encoder.encode(&Batch::inserts(projected), &mut self.key_buffer)?;
-        records(&self.key_buffer, self.csv, rows.num_rows())
-    }
-
-    /// The value columns of `rows`.
-    fn values(&self, rows: &RecordBatch) -> Result<RecordBatch, SluiceError> {
-        match &self.value_columns {
-            Some(columns) => {
-                rows.project(columns).map_err(|e| SluiceError::internal("sink.kafka", format!("value columns: {e}")))
-            }
-            None => Ok(rows.clone()),
-        }
-    }
-
-    /// The `headers_column` of `rows` as text, if the sink has one.
-    fn header_texts(&self, rows: &RecordBatch) -> Result<Option<arrow::array::ArrayRef>, SluiceError> {
-        let Some(column) = self.headers_column else { return Ok(None) };
-        let texts = arrow::compute::cast(rows.column(column), &DataType::Utf8)
-            .map_err(|e| SluiceError::internal("sink.kafka_headers", format!("headers as text: {e}")))?;
-        Ok(Some(texts))
-    }
-
-    /// The headers of the message of `row`: the constant ones, then those of the row's
-    /// `texts` (its `headers_column`).
-    fn headers_of(
-        &self,
-        texts: Option<&arrow::array::ArrayRef>,
-        row: usize,
-    ) -> Result<Option<OwnedHeaders>, SluiceError> {
-        let from_row = match texts {
-            Some(texts) if texts.is_valid(row) => {
-                let text = texts.as_string::<i32>().value(row);
-                match serde_json::from_str::<serde_json::Value>(text) {
-                    Ok(serde_json::Value::Object(object)) => Some(object),
-                    _ => {
-                        return Err(SluiceError::user(
-                            "sink.kafka_headers",
-                            format!("sink `{}`: its headers_column holds {text:?}, not a JSON object", self.sink),
-                        )
-                        .with_fix(
-                            "make the column a JSON object of header names and values, e.g. '{\"trace\":\"t-1\"}'",
-                        ));
-                    }
-                }
-            }
-            _ => None,
-        };
-        if self.headers.is_empty() && from_row.as_ref().is_none_or(|o| o.is_empty()) {
-            return Ok(None);
-        }
-        let mut headers = OwnedHeaders::new_with_capacity(self.headers.len());
-        for (name, value) in &self.headers {
-            headers = headers.insert(Header { key: name, value: Some(value.as_bytes()) });
-        }
-        for (name, value) in from_row.iter().flatten() {
-            let text = match value {
-                serde_json::Value::Null => None,
-                serde_json::Value::String(text) => Some(text.clone()),
-                other => Some(other.to_string()),
-            };
-            headers = headers.insert(Header { key: name, value: text.as_deref().map(str::as_bytes) });
-        }
-        Ok(Some(headers))
-    }
-
-    /// Encodes `batch` and hands each message (value, key, headers, the rows it
-    /// completes) to `deliver`; a tombstone has no value. A row's last message completes
-    /// it and the rows before it that have none (a retraction an upsert of its key
-    /// replaces, a row of weight 0), so that the rows of acknowledged messages are the
-    /// rows out (see `delivery`). Returns the rows after the batch's last message, which
-    /// need none.
-    fn messages(
-        &mut self,
-        batch: &Batch,
-        mut deliver: impl FnMut(Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>, usize) -> Result<(), SluiceError>,
-    ) -> Result<usize, SluiceError> {
-        let mut encoded = 0u64;
-        // The rows completed by the messages handed out so far.
-        let mut completed = 0usize;
-        // `last_of`: the row this message is the last of, if it is.
-        let mut send = |value: Option<&[u8]>, key: Option<&[u8]>, headers, last_of: Option<usize>| {
-            encoded += (value.map_or(0, <[u8]>::len) + key.map_or(0, <[u8]>::len)) as u64;
-            let rows = last_of.map_or(0, |row| (row + 1).saturating_sub(std::mem::replace(&mut completed, row + 1)));
-            deliver(value, key, headers, rows)
-        };
-        let keys = self.keys(&batch.rows)?;
-        let texts = self.header_texts(&batch.rows)?;
-        let mut buffer = std::mem::take(&mut self.buffer);
-        buffer.clear();
-        let key_of = |row: usize| keys.get(row).map(|range| &self.key_buffer[range.clone()]);
-        if self.upsert {
-            let weights: Vec<i64> = (0..batch.num_rows()).map(|row| batch.weight(row)).collect();
-            let key_bytes: Vec<&[u8]> = (0..batch.num_rows()).map(|row| key_of(row).unwrap_or_default()).collect();
-            let actions = upsert_actions(&weights, &key_bytes);
-            let upserted: Vec<u32> = actions.iter().filter(|(_, upsert)| *upsert).map(|(row, _)| *row as u32).collect();
-            let rows =
-                arrow::compute::take_record_batch(&self.values(&batch.rows)?, &UInt32Array::from(upserted.clone()))
-                    .map_err(|e| SluiceError::internal("sink.kafka", format!("upserted rows: {e}")))?;
-            self.encoder.encode(&Batch::inserts(rows), &mut buffer)?;
-            let values = records(&buffer, self.csv, upserted.len())?;
-            let mut values = values.into_iter();
-            for (row, upsert) in actions {
-                let value = match upsert {
-                    true => Some(&buffer[values.next().expect("one value per upsert")]),
-                    false => None,
-                };
-                send(value, key_of(row), self.headers_of(texts.as_ref(), row)?, Some(row))?;
-            }
-        } else {
-            let values = Batch { rows: self.values(&batch.rows)?, weights: batch.weights.clone() };
-            self.encoder.encode(&values, &mut buffer)?;
-            let copies: Vec<u64> = (0..batch.num_rows())
-                .map(|row| {
-                    let weight = batch.weight(row);
-                    if self.updating { weight.unsigned_abs() } else { weight.max(0) as u64 }
-                })
-                .collect();
-            let values = records(&buffer, self.csv, copies.iter().sum::<u64>() as usize)?;
-            let mut values = values.into_iter();
-            for (row, copies) in copies.into_iter().enumerate() {
-                let headers = if copies > 0 { self.headers_of(texts.as_ref(), row)? } else { None };
-                for copy in 1..=copies {
-                    let value = values.next().expect("counted above");
-                    send(Some(&buffer[value]), key_of(row), headers.clone(), (copy == copies).then_some(row))?;
-                }
-            }
-        }
-        self.buffer = buffer;
-        self.encoded += encoded;
-        Ok(batch.num_rows().saturating_sub(completed))
-    }
-}
-
-/// The at-least-once writer.
-struct IdempotentWriter {
-    output: Output,
-    producer: SinkProducer,
-}
-
-impl SinkWriter for IdempotentWriter {
-    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
-        sluice_types::failpoint!("sink.write");
-        let (producer, topic) = (&self.producer, self.output.topic.clone());
-        let without_message = self
-            .output
-            .messages(batch, |value, key, headers, rows| delivery::send(producer, &topic, value, key, headers, rows))?;
-        producer.context().acknowledge(without_message as u64);
-        producer.context().check()
-    }
-
-    fn pre_commit(&mut self, _epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
-        delivery::flush_checked(&self.producer)?;
-        Ok(Vec::new())
-    }
-
-    fn close(&mut self) -> Result<(), SluiceError> {
-        delivery::flush_checked(&self.producer)
-    }
-
-    fn take_bytes(&mut self) -> u64 {
-        std::mem::take(&mut self.output.encoded)
-    }
-
-    /// What the brokers acknowledged (see `delivery`).
-    fn take_acknowledged_rows(&mut self) -> Option<u64> {
-        Some(self.producer.context().take_acknowledged_rows())
-    }
-}
-
-/// The exactly-once writer: two transactional producers, alternating per epoch.
-struct TransactionalWriter {
-    output: Output,
-    producers: [Arc<TransactionalProducer>; 2],
-    current: usize,
-    /// Whether the current producer has a transaction open.
-    open: bool,
-    /// The messages of the open transaction, for its record.
-    saved: SavedMessages,
-    /// The most bytes `saved` may hold.
-    saved_max: usize,
-}
-
-impl TransactionalWriter {
-    /// Begins a transaction on the current producer once its previous one is committed.
-    fn begin(&mut self) -> Result<(), SluiceError> {
-        let shared = &self.producers[self.current];
-        let deadline = Instant::now() + PENDING_WAIT;
-        let mut state = shared.state.lock().map_err(|_| poisoned(&self.output.sink))?;
-        while *state != TransactionState::Idle {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(SluiceError::external(
-                    "sink.kafka_transaction_pending",
-                    format!(
-                        "sink `{}`: transaction {} is still waiting for its commit after {}s (a checkpoint failed?)",
-                        self.output.sink,
-                        shared.id,
-                        PENDING_WAIT.as_secs()
-                    ),
-                )
-                .with_fix("check the checkpoint store and the brokers; restart from the last checkpoint"));
-            }
-            state = shared.changed.wait_timeout(state, remaining).map_err(|_| poisoned(&self.output.sink))?.0;
-        }
-        shared
-            .producer
-            .begin_transaction()
-            .map_err(|e| transaction_error(&self.output.brokers, &shared.id, "begin", &e))?;
-        *state = TransactionState::Open;
-        self.open = true;
-        Ok(())
-    }
-}
-
-impl SinkWriter for TransactionalWriter {
-    fn write(&mut self, batch: &Batch) -> Result<(), SluiceError> {
-        sluice_types::failpoint!("sink.write");
-        if !self.open {
-            self.begin()?;
-        }
-        let shared = &self.producers[self.current];
-        let (topic, sink) = (self.output.topic.clone(), self.output.sink.clone());
-        let (saved, saved_max) = (&mut self.saved, self.saved_max);
-        self.output.messages(batch, |value, key, headers, rows| {
-            saved.push(key, value, headers.as_ref());
-            if saved.len() > saved_max {
-                return Err(epoch_too_large(&sink, saved.count(), saved_max));
-            }
-            delivery::send(&shared.producer, &topic, value, key, headers, rows)?;
-            shared.messages.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        })?;
-        // Its rows count when the transaction commits; a failed delivery fails it now.
-        shared.producer.context().check()
-    }
-
-    fn pre_commit(&mut self, epoch: Epoch) -> Result<Vec<u8>, SluiceError> {
-        if !self.open {
-            return Ok(Vec::new());
-        }
-        let shared = Arc::clone(&self.producers[self.current]);
-        // A transaction without messages needs no marker: recovery has nothing to write
-        // again for it.
-        if !self.saved.is_empty() {
-            let output = &self.output;
-            let marker = (shared.run, epoch.0);
-            send_marker(&shared.producer, &shared.marker, &output.topic, marker, &output.brokers, &shared.id)?;
-        }
-        delivery::flush_checked(&shared.producer)?;
-        *shared.state.lock().map_err(|_| poisoned(&self.output.sink))? = TransactionState::Prepared(epoch.0);
-        self.open = false;
-        self.current = 1 - self.current;
-        let record = record::encode(epoch.0, shared.run, &shared.id, &self.saved);
-        self.saved.clear();
-        Ok(record)
-    }
-
-    /// The runtime pre-commits the last rows before closing; a transaction still open
-    /// here holds rows no epoch owns, and is aborted.
-    fn close(&mut self) -> Result<(), SluiceError> {
-        if self.open {
-            let shared = &self.producers[self.current];
-            shared
-                .producer
-                .abort_transaction(FLUSH_TIMEOUT)
-                .map_err(|e| transaction_error(&self.output.brokers, &shared.id, "abort", &e))?;
-            *shared.state.lock().map_err(|_| poisoned(&self.output.sink))? = TransactionState::Idle;
-            self.open = false;
-            self.saved.clear();
-        }
-        Ok(())
-    }
-
-    fn take_bytes(&mut self) -> u64 {
-        std::mem::take(&mut self.output.encoded)
-    }
-}
-
-/// A writer's epoch outgrew its recovery copy of `max` bytes.
-fn epoch_too_large(sink: &str, messages: u32, max: usize) -> SluiceError {
-    SluiceError::user(
-        "sink.kafka_epoch_too_large",
-        format!(
-            "sink `{sink}`: one thread's {messages} messages since the last checkpoint take more than epoch_copy_mib = \
-             {} MiB, the copy an exactly-once Kafka sink keeps per checkpoint to write them again after a crash",
-            max >> 20
-        ),
-    )
-    .with_fix(
-        "checkpoint more often (a shorter [checkpoint] interval), raise epoch_copy_mib under [sink.options] (the copy \
-         is held in memory until its checkpoint commits), or use guarantee = \"at-least-once\"",
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use arrow::array::{Int64Array, StringArray};
     use sluice_types::Batch;
 
-    use super::sibling_id;
+    use super::recovery::sibling_id;
 
     /// The rows each message of `weights` completes (`a` = its row, `b` = its key) and
     /// the rows left without one, through the sink of `options`.
