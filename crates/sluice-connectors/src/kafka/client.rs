@@ -32,8 +32,6 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::types::RDKafkaRespErr;
 use sluice_types::SluiceError;
 
-use super::group::Group;
-
 /// The longest a metadata request (planning, the broker checks) may take.
 pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// Prefetched KiB per partition queue (`queued.max.messages.kbytes`).
@@ -50,6 +48,15 @@ const UNCOMMITTED_GROUP: &str = "sluice-uncommitted";
 /// Client log lines forwarded per client; later ones are counted, not logged.
 const LOGGED_LINES_MAX: u64 = 200;
 
+/// The consumer of a source's lanes in this process.
+pub(crate) type SourceConsumer = BaseConsumer<SluiceClientContext>;
+
+/// What serves a group-mode consumer's rebalances (`group::Group`), so that this file,
+/// which every other one uses, needs none of them.
+pub(crate) trait Rebalance: Send + Sync + std::fmt::Debug {
+    fn rebalance(&self, consumer: &SourceConsumer, event: RDKafkaRespErr, partitions: &TopicPartitionList);
+}
+
 /// The client context of every consumer and producer: forwards librdkafka's logs and
 /// errors to `tracing`, and remembers when the brokers were last found unreachable.
 #[derive(Debug, Default)]
@@ -63,7 +70,7 @@ pub struct SluiceClientContext {
     /// The last client error, for the message that fails a lane.
     last_error: Mutex<Option<String>>,
     /// A group-mode source's group state, which serves the consumer's rebalances.
-    group: Option<Arc<Group>>,
+    group: Option<Arc<dyn Rebalance>>,
 }
 
 impl SluiceClientContext {
@@ -72,7 +79,7 @@ impl SluiceClientContext {
     }
 
     /// The context of a group-mode consumer: `group` serves its rebalances.
-    pub(crate) fn with_group(self, group: Arc<Group>) -> SluiceClientContext {
+    pub(crate) fn with_group(self, group: Arc<dyn Rebalance>) -> SluiceClientContext {
         SluiceClientContext { group: Some(group), ..self }
     }
 

@@ -97,10 +97,9 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 use sluice_types::SluiceError;
 
-use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
-use super::lane::start_offset;
+use super::client::{self, METADATA_TIMEOUT, Rebalance, SluiceClientContext, SourceConsumer};
+use super::offsets::start_offset;
 use super::options::{KafkaSourceOptions, StartAt};
-use super::source::SourceConsumer;
 
 /// How long the poller waits on the main queue between checks of its stop flag.
 pub const MAIN_POLL_WAIT: Duration = Duration::from_millis(100);
@@ -523,7 +522,7 @@ pub fn join(
     // A partition the client starts without an offset (the group's could not be read)
     // reaches its lane as an "offset reset" error, and the lane starts it per `start`.
     let config = client::consumer_config(brokers, options.group_id.as_deref(), &options.client);
-    let context = SluiceClientContext::new(brokers).with_group(Arc::clone(group));
+    let context = SluiceClientContext::new(brokers).with_group(Arc::clone(group) as Arc<dyn Rebalance>);
     let consumer: SourceConsumer =
         config.create_with_context(context).map_err(|e| client::create_error(brokers, &e))?;
     let consumer = Arc::new(consumer);
@@ -570,6 +569,12 @@ pub fn leave(group: &Group, mut poller: Poller, consumer: Arc<SourceConsumer>) {
         tracing::warn!(source = %group.source, group = %group.group_id,
             "kafka: leaving the group took longer than {CLOSE_TIMEOUT:?}; abandoned");
         std::thread::spawn(move || drop(consumer));
+    }
+}
+
+impl Rebalance for Group {
+    fn rebalance(&self, consumer: &SourceConsumer, event: RDKafkaRespErr, partitions: &TopicPartitionList) {
+        Group::rebalance(self, consumer, event, partitions);
     }
 }
 

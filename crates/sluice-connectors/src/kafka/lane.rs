@@ -48,7 +48,6 @@ use std::time::{Duration, Instant};
 use rdkafka::Message as _;
 use rdkafka::consumer::Consumer;
 use rdkafka::consumer::base_consumer::PartitionQueue;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Headers as _;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_config::OnError;
@@ -56,14 +55,17 @@ use sluice_runtime::metrics::{NO_WATERMARK, SourceMetrics};
 use sluice_runtime::{LaneContext, LanePoll, LaneReader};
 use sluice_types::{SluiceError, TimestampMs};
 
+use super::client::SourceConsumer;
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
 use super::group::{Seen, Turn};
-use super::last_record::{LastRead, RecordFingerprint};
+use super::last_record;
+use super::offsets::{is_out_of_range, start_offset};
 use super::options::StartAt;
 use super::position::Position;
+use super::position::{LastRead, RecordFingerprint};
 use super::range::{self, Origin};
 use super::rows::{BadMessage, Message, RowBuilder};
-use super::source::{EMPTY_POLL_WAIT, Shared, SourceConsumer};
+use super::shared::{EMPTY_POLL_WAIT, Shared};
 use crate::file_source::{LOGGED_BAD_ROWS, max_timestamp_ms};
 
 /// How long the brokers may stay down before a lane checks them and gives up.
@@ -121,7 +123,7 @@ impl KafkaLane {
         let start = match resume.and_then(|p| p.next_offset.map(|offset| (offset, p.last_read))) {
             Some((offset, last)) => {
                 let origin = Origin::Checkpoint;
-                let start = range::check_start(&shared, &consumer, &topic, partition, offset, origin, last)?;
+                let start = last_record::check_start(&shared, &consumer, &topic, partition, offset, origin, last)?;
                 // Reset: what the lane read is not in the partition it reads now.
                 last_read = if start == offset { last } else { LastRead::Nothing };
                 Offset::Offset(start)
@@ -129,7 +131,9 @@ impl KafkaLane {
             None => match start_offset(&consumer, &shared.options.start, &topic, partition, &brokers)? {
                 Offset::Offset(offset) if shared.options.start == StartAt::Committed => {
                     let (origin, last) = (Origin::Group, LastRead::Nothing);
-                    Offset::Offset(range::check_start(&shared, &consumer, &topic, partition, offset, origin, last)?)
+                    Offset::Offset(last_record::check_start(
+                        &shared, &consumer, &topic, partition, offset, origin, last,
+                    )?)
                 }
                 other => other,
             },
@@ -422,47 +426,6 @@ impl KafkaLane {
             }
         }
         Ok(LanePoll::Wait(Instant::now() + EMPTY_POLL_WAIT))
-    }
-}
-
-/// Whether a consumer error says the lane's offset is out of range: librdkafka's answer
-/// under `auto.offset.reset = "error"` (see `range`), or the brokers' own code.
-pub(crate) fn is_out_of_range(error: &KafkaError) -> bool {
-    matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange))
-}
-
-/// The offset a fresh lane starts at, per `start`.
-pub(crate) fn start_offset(
-    consumer: &SourceConsumer,
-    start: &StartAt,
-    topic: &str,
-    partition: i32,
-    brokers: &str,
-) -> Result<Offset, SluiceError> {
-    let mut list = TopicPartitionList::new();
-    let at = |e: &rdkafka::error::KafkaError| client::unreachable(brokers, e).context(format!("{topic}/{partition}"));
-    match start {
-        StartAt::Earliest => {
-            let (low, _) = consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT).map_err(|e| at(&e))?;
-            Ok(Offset::Offset(low.max(0)))
-        }
-        StartAt::Latest => Ok(Offset::End),
-        StartAt::Committed => {
-            list.add_partition(topic, partition);
-            let committed = consumer.committed_offsets(list, METADATA_TIMEOUT).map_err(|e| at(&e))?;
-            match committed.find_partition(topic, partition).map(|p| p.offset()) {
-                Some(Offset::Offset(offset)) if offset >= 0 => Ok(Offset::Offset(offset)),
-                _ => Ok(Offset::Beginning),
-            }
-        }
-        StartAt::Timestamp(ms) => {
-            list.add_partition_offset(topic, partition, Offset::Offset(*ms)).map_err(|e| at(&e))?;
-            let found = consumer.offsets_for_times(list, METADATA_TIMEOUT).map_err(|e| at(&e))?;
-            match found.find_partition(topic, partition).map(|p| p.offset()) {
-                Some(Offset::Offset(offset)) if offset >= 0 => Ok(Offset::Offset(offset)),
-                _ => Ok(Offset::End),
-            }
-        }
     }
 }
 

@@ -39,65 +39,40 @@
 //! timestamps rebuilds the partition the lane read, and reading on is then right);
 //! group mode, whose offsets are the brokers' own and are not checked at start.
 
-use std::fmt;
-
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use sluice_types::SluiceError;
 
-use super::client::{self, METADATA_TIMEOUT};
+use super::client::{self, METADATA_TIMEOUT, SourceConsumer};
 use super::options::OffsetOutOfRange;
+use super::position::{LastRead, RecordFingerprint};
 use super::range::{self, Fetched, Origin, PartitionRange};
-use super::source::Shared;
+use super::shared::Shared;
 
-/// A record as a resumed lane recognizes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordFingerprint {
-    pub offset: i64,
-    pub timestamp_ms: Option<i64>,
-    /// XXH3-64 (seed 0) of the key and value, see [`RecordFingerprint::of`].
-    pub hash: u64,
-}
-
-impl RecordFingerprint {
-    /// The fingerprint of a record. The hash covers, for the key then the value, a byte
-    /// 0 when absent, else a byte 1, its length (u64 little-endian) and its bytes: a key
-    /// and value are never confused with another split of the same bytes.
-    pub fn of(offset: i64, timestamp_ms: Option<i64>, key: Option<&[u8]>, value: Option<&[u8]>) -> RecordFingerprint {
-        let length = key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
-        let mut bytes = Vec::with_capacity(18 + length);
-        for part in [key, value] {
-            match part {
-                None => bytes.push(0),
-                Some(part) => {
-                    bytes.push(1);
-                    bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
-                    bytes.extend_from_slice(part);
-                }
-            }
-        }
-        RecordFingerprint { offset, timestamp_ms, hash: twox_hash::XxHash3_64::oneshot(&bytes) }
+/// Checks `offset` of `topic`/`partition` (from `origin`) before a lane starts from it:
+/// the offset to read from, per the source's policy. An offset in range is then
+/// confirmed by `last`, the last record read before it (see `last_record`).
+pub(crate) fn check_start(
+    shared: &Shared,
+    consumer: &SourceConsumer,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    origin: Origin,
+    last: LastRead,
+) -> Result<i64, SluiceError> {
+    let brokers = &shared.options.brokers;
+    let mut range = range::watermarks(consumer, brokers, topic, partition)?;
+    if range::needs_read(offset, range) {
+        let end = range::read_end(shared, topic, partition, range.end - 1)?;
+        tracing::debug!(source = %shared.name, topic, partition, offset, reported = range.end, read = ?end,
+            "kafka: an offset past the reported end, checked by reading the last batch");
+        range.end = range.end.max(end.unwrap_or(range.end));
     }
-}
-
-impl fmt::Display for RecordFingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.timestamp_ms {
-            Some(ms) => write!(f, "offset {}, timestamp {ms} ms, hash {:016x}", self.offset, self.hash),
-            None => write!(f, "offset {}, no timestamp, hash {:016x}", self.offset, self.hash),
-        }
+    if !range.contains(offset) {
+        return range::apply(shared, topic, partition, offset, origin, range);
     }
-}
-
-/// What a position knows of the last record its lane handed out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LastRead {
-    /// A position of version 1, from before the last record was recorded.
-    Unrecorded,
-    /// No record handed out since the lane's offset was resolved (or reset).
-    Nothing,
-    /// The last data record handed out.
-    Record(RecordFingerprint),
+    confirm(shared, topic, partition, offset, last, range)
 }
 
 /// What a resumed lane does before reading from an offset in range.

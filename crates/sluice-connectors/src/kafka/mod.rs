@@ -39,11 +39,13 @@ pub mod delivery;
 pub mod group;
 pub mod lane;
 pub mod last_record;
+pub mod offsets;
 pub mod options;
 pub mod position;
 pub mod range;
 pub mod record;
 pub mod rows;
+pub mod shared;
 pub mod sink;
 pub mod source;
 

@@ -36,7 +36,55 @@
 
 use sluice_types::{SluiceError, TimestampMs};
 
-use super::last_record::{LastRead, RecordFingerprint};
+/// A record as a resumed lane recognizes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordFingerprint {
+    pub offset: i64,
+    pub timestamp_ms: Option<i64>,
+    /// XXH3-64 (seed 0) of the key and value, see [`RecordFingerprint::of`].
+    pub hash: u64,
+}
+
+impl RecordFingerprint {
+    /// The fingerprint of a record. The hash covers, for the key then the value, a byte
+    /// 0 when absent, else a byte 1, its length (u64 little-endian) and its bytes: a key
+    /// and value are never confused with another split of the same bytes.
+    pub fn of(offset: i64, timestamp_ms: Option<i64>, key: Option<&[u8]>, value: Option<&[u8]>) -> RecordFingerprint {
+        let length = key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
+        let mut bytes = Vec::with_capacity(18 + length);
+        for part in [key, value] {
+            match part {
+                None => bytes.push(0),
+                Some(part) => {
+                    bytes.push(1);
+                    bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
+                    bytes.extend_from_slice(part);
+                }
+            }
+        }
+        RecordFingerprint { offset, timestamp_ms, hash: twox_hash::XxHash3_64::oneshot(&bytes) }
+    }
+}
+
+impl std::fmt::Display for RecordFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.timestamp_ms {
+            Some(ms) => write!(f, "offset {}, timestamp {ms} ms, hash {:016x}", self.offset, self.hash),
+            None => write!(f, "offset {}, no timestamp, hash {:016x}", self.offset, self.hash),
+        }
+    }
+}
+
+/// What a position knows of the last record its lane handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastRead {
+    /// A position of version 1, from before the last record was recorded.
+    Unrecorded,
+    /// No record handed out since the lane's offset was resolved (or reset).
+    Nothing,
+    /// The last data record handed out.
+    Record(RecordFingerprint),
+}
 
 const POSITION_VERSION: u8 = 2;
 const POSITION_BYTES: usize = 41;

@@ -68,10 +68,11 @@ use rdkafka::consumer::Consumer;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_types::SluiceError;
 
+use super::client::SourceConsumer;
 use super::client::{self, METADATA_TIMEOUT, SluiceClientContext};
-use super::last_record::{self, LastRead, RecordFingerprint};
 use super::options::{OffsetOutOfRange, StartAt};
-use super::source::{Shared, SourceConsumer};
+use super::position::RecordFingerprint;
+use super::shared::Shared;
 
 /// The offsets a partition holds: `earliest..end`, as the brokers report them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +84,7 @@ pub struct PartitionRange {
 }
 
 impl PartitionRange {
-    fn contains(&self, offset: i64) -> bool {
+    pub(crate) fn contains(&self, offset: i64) -> bool {
         (self.earliest..=self.end).contains(&offset)
     }
 }
@@ -172,32 +173,6 @@ fn describe(topic: &str, partition: i32, offset: i64, origin: Origin, range: Par
     )
 }
 
-/// Checks `offset` of `topic`/`partition` (from `origin`) before a lane starts from it:
-/// the offset to read from, per the source's policy. An offset in range is then
-/// confirmed by `last`, the last record read before it (see `last_record`).
-pub(crate) fn check_start(
-    shared: &Shared,
-    consumer: &SourceConsumer,
-    topic: &str,
-    partition: i32,
-    offset: i64,
-    origin: Origin,
-    last: LastRead,
-) -> Result<i64, SluiceError> {
-    let brokers = &shared.options.brokers;
-    let mut range = watermarks(consumer, brokers, topic, partition)?;
-    if needs_read(offset, range) {
-        let end = read_end(shared, topic, partition, range.end - 1)?;
-        tracing::debug!(source = %shared.name, topic, partition, offset, reported = range.end, read = ?end,
-            "kafka: an offset past the reported end, checked by reading the last batch");
-        range.end = range.end.max(end.unwrap_or(range.end));
-    }
-    if !range.contains(offset) {
-        return apply(shared, topic, partition, offset, origin, range);
-    }
-    last_record::confirm(shared, topic, partition, offset, last, range)
-}
-
 /// The lane's fetch at `next` (`None`: no offset yet) was answered "out of range": the
 /// offset to seek to, per the policy (or per `start` without an offset).
 pub(crate) fn after_reset_error(
@@ -213,7 +188,7 @@ pub(crate) fn after_reset_error(
             StartAt::Committed => StartAt::Earliest,
             other => other,
         };
-        return super::lane::start_offset(consumer, &start, topic, partition, brokers);
+        return super::offsets::start_offset(consumer, &start, topic, partition, brokers);
     };
     // In range again only if the partition grew meanwhile: then reading on is right.
     let range = watermarks(consumer, brokers, topic, partition)?;
@@ -221,7 +196,7 @@ pub(crate) fn after_reset_error(
 }
 
 /// Applies the policy to `offset` in `range`, logging a reset.
-fn apply(
+pub(crate) fn apply(
     shared: &Shared,
     topic: &str,
     partition: i32,
@@ -245,7 +220,7 @@ fn apply(
     }
 }
 
-fn watermarks(
+pub(crate) fn watermarks(
     consumer: &SourceConsumer,
     brokers: &str,
     topic: &str,
@@ -259,7 +234,7 @@ fn watermarks(
 
 /// The offset after the last record of the first fetch of `topic`/`partition` from
 /// `from`; `None` when nothing came (see [`fetch_from`]).
-fn read_end(shared: &Shared, topic: &str, partition: i32, from: i64) -> Result<Option<i64>, SluiceError> {
+pub(crate) fn read_end(shared: &Shared, topic: &str, partition: i32, from: i64) -> Result<Option<i64>, SluiceError> {
     Ok(match fetch_from(shared, topic, partition, from)? {
         Fetched::Records { last_offset, .. } => Some(last_offset + 1),
         // Out of range, or no answer: the reported end stands.
@@ -305,7 +280,7 @@ pub(crate) fn fetch_from(shared: &Shared, topic: &str, partition: i32, from: i64
                 };
                 break fingerprint(&message);
             }
-            Some(Err(error)) if super::lane::is_out_of_range(&error) => return Ok(Fetched::OutOfRange),
+            Some(Err(error)) if super::offsets::is_out_of_range(&error) => return Ok(Fetched::OutOfRange),
             // No answer yet, or an error the client retries.
             Some(Err(_)) | None => {}
         }
