@@ -32,18 +32,21 @@
 //! written as plain rows.
 
 pub mod changelog;
+pub mod connector;
 pub mod file_source;
 pub mod kafka;
+pub mod lanes;
 pub mod nexmark;
 pub mod postgres;
 pub mod registry;
 pub mod sinks;
 
+pub use connector::{
+    ConfiguredSink, ConfiguredSource, OptionDoc, SinkConnector, SinkContext, SourceConnector, SourceContext,
+};
 pub use file_source::{FileConnector, FileOptions, FileSource};
 pub use nexmark::{NexmarkConnector, NexmarkOptions, NexmarkSource};
-pub use registry::{
-    ConfiguredSink, ConfiguredSource, OptionDoc, Registry, SinkConnector, SinkContext, SourceConnector, SourceContext,
-};
+pub use registry::Registry;
 pub use sinks::{BlackholeSink, FileMode, FileSink, FileSinkOptions, StdoutFormat, StdoutSink};
 
 /// Row encoding of a file source or sink.

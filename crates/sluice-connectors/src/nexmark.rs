@@ -27,7 +27,8 @@ use sluice_nexmark::{GeneratorConfig, LaneGenerator, Table, TableSet};
 use sluice_runtime::{LaneContext, LanePoll, LaneReader, SourceFactory, TableDef};
 use sluice_types::{SluiceError, TimestampMs};
 
-use crate::registry::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, forbid_item};
+use crate::connector::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, forbid_item};
+use crate::lanes::duration_ms;
 
 /// The event-time column of every nexmark table.
 pub const EVENT_TIME_COLUMN: &str = "dateTime";
@@ -169,7 +170,7 @@ pub fn options_of(config: &SourceConfig) -> Result<NexmarkOptions, Vec<ConfigErr
             first_event_rate: first_event_rate.or(spacing)?,
         })
     })();
-    crate::registry::finish(reader, errors)?;
+    crate::connector::finish(reader, errors)?;
     Ok(parsed.expect("every option was valid"))
 }
 
@@ -529,11 +530,6 @@ impl Throttle {
         let nanos = (self.emitted as f64 * 1e9 / self.rate).ceil() + 1.0;
         Err(start + Duration::from_nanos(nanos.min(u64::MAX as f64) as u64))
     }
-}
-
-/// A duration in whole milliseconds, saturating.
-pub(crate) fn duration_ms(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ use sluice_runtime::{SinkFactory, SinkParallelism, SinkWriter};
 use sluice_types::{Batch, Epoch, ErrorKind, SluiceError};
 
 use crate::FileFormat;
-use crate::registry::{ConfiguredSink, OptionDoc, SinkConnector, SinkContext, forbid_item, format_choice, resolve};
+use crate::connector::{ConfiguredSink, OptionDoc, SinkConnector, SinkContext, forbid_item, format_choice, resolve};
 
 mod staging;
 
@@ -121,7 +121,7 @@ pub fn stdout_format_of(config: &SinkConfig) -> Result<StdoutFormat, Vec<ConfigE
     let format = format_choice(config.format.as_ref(), &config.options, config.position, &formats, false, &mut errors);
     let mut reader = config.options.read();
     reader.check_keys(&[]);
-    crate::registry::finish(reader, errors)?;
+    crate::connector::finish(reader, errors)?;
     Ok(format.unwrap_or_default())
 }
 
@@ -207,7 +207,7 @@ pub fn file_options_of(config: &SinkConfig) -> Result<FileSinkOptions, Vec<Confi
         format_valid.then_some(())?;
         Some(FileSinkOptions { path: PathBuf::from(path.value), format: format.unwrap_or(FileFormat::Json), mode })
     })();
-    crate::registry::finish(reader, errors)?;
+    crate::connector::finish(reader, errors)?;
     Ok(parsed.expect("every option was valid"))
 }
 
@@ -261,7 +261,7 @@ impl SinkConnector for BlackholeConnector {
         );
         let mut reader = config.options.read();
         reader.check_keys(&[]);
-        crate::registry::finish(reader, errors)?;
+        crate::connector::finish(reader, errors)?;
         Ok(Box::new(ConfiguredBlackhole))
     }
 }

@@ -31,11 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringArray};
-use arrow::datatypes::{
-    DataType, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType,
-};
+use arrow::array::{Array, BooleanArray, StringArray};
 use arrow::record_batch::RecordBatch;
 use sluice_config::OnError;
 use sluice_formats::{BadRow, Decoder, DecoderOptions, LineChunker, RowFormat};
@@ -45,9 +41,7 @@ use sluice_types::{SluiceError, TimestampMs};
 
 use super::csv_plan::{BOM, bom_length};
 use super::{LaneRange, Shared, read_error};
-
-/// Bad rows of one source logged in full; later ones are only counted.
-pub const LOGGED_BAD_ROWS: u64 = 5;
+use crate::lanes::{LOGGED_BAD_ROWS, max_timestamp_ms};
 
 /// The buffer used to skip a partial line and to count line breaks.
 const SCAN_BYTES: usize = 1 << 20;
@@ -560,38 +554,5 @@ impl Read for RangeReader {
                 Ok(read)
             }
         }
-    }
-}
-
-/// The largest value of a timestamp column, in ms; `None` when it has no value.
-pub(crate) fn max_timestamp_ms(column: &ArrayRef) -> Option<TimestampMs> {
-    let DataType::Timestamp(unit, _) = column.data_type() else { return None };
-    if column.len() == column.null_count() {
-        return None;
-    }
-    match unit {
-        TimeUnit::Second => arrow::compute::max(column.as_primitive_opt::<TimestampSecondType>()?)
-            .map(|seconds| seconds.saturating_mul(1000)),
-        TimeUnit::Millisecond => arrow::compute::max(column.as_primitive_opt::<TimestampMillisecondType>()?),
-        TimeUnit::Microsecond => arrow::compute::max(column.as_primitive_opt::<TimestampMicrosecondType>()?)
-            .map(|micros| micros.div_euclid(1000)),
-        TimeUnit::Nanosecond => arrow::compute::max(column.as_primitive_opt::<TimestampNanosecondType>()?)
-            .map(|nanos| nanos.div_euclid(1_000_000)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_of_every_unit_become_milliseconds() {
-        use arrow::array::{TimestampMicrosecondArray, TimestampSecondArray};
-        let seconds: ArrayRef = Arc::new(TimestampSecondArray::from(vec![Some(3), None, Some(5)]));
-        assert_eq!(max_timestamp_ms(&seconds), Some(5_000));
-        let micros: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![-1_500, -2_500]));
-        assert_eq!(max_timestamp_ms(&micros), Some(-2));
-        let empty: ArrayRef = Arc::new(TimestampSecondArray::from(vec![None::<i64>]));
-        assert_eq!(max_timestamp_ms(&empty), None);
     }
 }

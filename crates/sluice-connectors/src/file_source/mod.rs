@@ -67,7 +67,7 @@ use sluice_runtime::{LaneContext, LaneReader, SourceFactory, TableDef};
 use sluice_types::SluiceError;
 
 use crate::FileFormat;
-use crate::registry::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, format_choice, resolve};
+use crate::connector::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, format_choice, resolve};
 
 mod csv_plan;
 mod lane;
@@ -77,7 +77,6 @@ mod layout;
 mod tests;
 
 pub use lane::FileLane;
-pub(crate) use lane::{LOGGED_BAD_ROWS, max_timestamp_ms};
 
 /// Files larger than this are split into several lanes when there are threads to spare.
 pub const SPLIT_ABOVE_BYTES: u64 = 8 << 20;
@@ -278,7 +277,7 @@ pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>
             changelog,
         })
     })();
-    crate::registry::finish(reader, errors)?;
+    crate::connector::finish(reader, errors)?;
     Ok(parsed.expect("every option was valid"))
 }
 
@@ -400,8 +399,8 @@ impl FileSource {
             kinds_schema: changelog.as_ref().map(|_| crate::changelog::with_kinds_schema(&schema)),
             format,
             event_time,
-            watermark_delay_ms: crate::nexmark::duration_ms(config.watermark_delay),
-            max_watermark_drift_ms: config.max_watermark_drift.map(crate::nexmark::duration_ms),
+            watermark_delay_ms: crate::lanes::duration_ms(config.watermark_delay),
+            max_watermark_drift_ms: config.max_watermark_drift.map(crate::lanes::duration_ms),
             on_error: config.on_error,
             chunk_bytes: tuning.chunk_bytes,
             lane_rate: rate.map(|rate| rate / ranges.len().max(1) as f64),

@@ -66,7 +66,7 @@ use super::position::{LastRead, RecordFingerprint};
 use super::range::{self, Origin};
 use super::rows::{BadMessage, Message, RowBuilder};
 use super::shared::{EMPTY_POLL_WAIT, Shared};
-use crate::file_source::{LOGGED_BAD_ROWS, max_timestamp_ms};
+use crate::lanes::{LOGGED_BAD_ROWS, max_timestamp_ms};
 
 /// How long the brokers may stay down before a lane checks them and gives up.
 pub const BROKER_LOST_AFTER: Duration = Duration::from_secs(60);

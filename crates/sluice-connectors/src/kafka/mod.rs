@@ -62,7 +62,7 @@ use sluice_config::{ConfigError, SinkConfig, SourceConfig};
 use sluice_runtime::{SinkFactory, SourceFactory};
 use sluice_types::SluiceError;
 
-use crate::registry::{
+use crate::connector::{
     ConfiguredSink, ConfiguredSource, OptionDoc, SinkConnector, SinkContext, SourceConnector, SourceContext,
 };
 pub use options::{

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use sluice_config::{ConfigError, Located, OptionsReader, SinkConfig, SourceConfig};
 
-use crate::registry::{OptionDoc, format_choice};
+use crate::connector::{OptionDoc, format_choice};
 
 /// The row format of Kafka message values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -523,7 +523,7 @@ pub fn source_options_of(config: &SourceConfig) -> Result<KafkaSourceOptions, Ve
             dead_letter: dead_letter?,
         })
     })();
-    crate::registry::finish(reader, errors)?;
+    crate::connector::finish(reader, errors)?;
     Ok(parsed.expect("every option was valid"))
 }
 
@@ -586,7 +586,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
     let topic = reader.string("topic", "a non-empty topic name", "e.g. topic = \"hot_items\"", |s| !s.is_empty());
     let topic = reader.required("topic", topic, "add topic = \"<name>\" under [sink.options]");
     let mode = reader.choice("mode", &[("changelog", KafkaSinkMode::Changelog), ("upsert", KafkaSinkMode::Upsert)]);
-    let key = crate::registry::key_columns(&mut reader);
+    let key = crate::connector::key_columns(&mut reader);
     let headers =
         reader.string_table("headers", "a header name", "e.g. [sink.options.headers] source = \"sluice\"", |name| {
             !name.is_empty()
@@ -613,6 +613,6 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<KafkaSinkOptions, Vec<Conf
             client: client?,
         })
     })();
-    crate::registry::finish(reader, errors)?;
+    crate::connector::finish(reader, errors)?;
     Ok(parsed.expect("every option was valid"))
 }

@@ -16,7 +16,7 @@ use super::options::{
 };
 use super::rows::{Message, RowBuilder};
 use super::sink::{KafkaSink, upsert_actions};
-use crate::registry::SourceContext;
+use crate::connector::SourceContext;
 use std::time::Duration;
 
 fn source(options: &str) -> Result<super::KafkaSourceOptions, String> {

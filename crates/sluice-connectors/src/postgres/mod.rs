@@ -46,7 +46,7 @@ use sluice_config::{ConfigError, SinkConfig};
 use sluice_runtime::SinkFactory;
 use sluice_types::SluiceError;
 
-use crate::registry::{ConfiguredSink, OptionDoc, SinkConnector, SinkContext};
+use crate::connector::{ConfiguredSink, OptionDoc, SinkConnector, SinkContext};
 pub use options::{PostgresSinkOptions, TableName, WriteMode, sink_options_of};
 pub use sink::PostgresSink;
 pub use writer::PreparedRecord;

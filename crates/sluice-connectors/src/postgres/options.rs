@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use sluice_config::{ConfigError, Located, SinkConfig};
 
-use crate::registry::{OptionDoc, forbid_item};
+use crate::connector::{OptionDoc, forbid_item};
 
 /// How rows reach the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +181,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<PostgresSinkOptions, Vec<C
     );
     let table = reader.required("table", table, "add table = \"<name>\" under [sink.options]");
     let mode = reader.choice("mode", &[("append", WriteMode::Append), ("upsert", WriteMode::Upsert)]);
-    let key = crate::registry::key_columns(&mut reader);
+    let key = crate::connector::key_columns(&mut reader);
     let create_table = reader.boolean("create_table", "set create_table = true or create_table = false");
     let batch_rows = reader.integer::<usize>("batch_rows", 1..=BATCH_ROWS_MAX, "e.g. batch_rows = 1000");
     let connect_timeout = reader.duration("connect_timeout", false, "e.g. connect_timeout = \"10s\"");
@@ -206,7 +206,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<PostgresSinkOptions, Vec<C
             connect_timeout: connect_timeout.or(CONNECT_TIMEOUT_DEFAULT)?,
         })
     })();
-    crate::registry::finish(reader, errors)?;
+    crate::connector::finish(reader, errors)?;
     Ok(parsed.expect("every option was valid"))
 }
 

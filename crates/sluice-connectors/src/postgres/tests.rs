@@ -15,7 +15,7 @@ use super::options::{PostgresSinkOptions, TableName, WriteMode, sink_options_of}
 use super::rows::Pending;
 use super::table::{Statements, create_table_ddl};
 use super::{PreparedRecord, resolve_mode};
-use crate::registry::SinkContext;
+use crate::connector::SinkContext;
 
 fn config(options: &str) -> SinkConfig {
     let text = format!(
