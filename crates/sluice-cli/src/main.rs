@@ -25,7 +25,7 @@ use sluice_engine::{Engine, EngineError, Overrides};
 /// large ones each time, and the page faults cost ~14% of a pass-through query.
 /// mimalloc keeps the pages. Its v2 (the workspace pins it) peaks 10-25% lower than v3
 /// on the NEXMark queries with large state, at the same or better speed: v3 keeps freed
-/// pages for a second before returning them (docs/benchmarks-history.md). Built without transparent
+/// pages for a second before returning them (docs/benchmarks/log/2026-12-02-mini-batches-watermark-alignment-and-mimalloc-v2.md). Built without transparent
 /// huge pages (`no_thp`): mimalloc returns freed pages after 10 ms, and each one taken
 /// again as a huge page had 2 MiB zeroed by the kernel (4% of q5's time on two threads).
 #[global_allocator]
