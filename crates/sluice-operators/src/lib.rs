@@ -37,6 +37,7 @@ mod pages;
 pub mod partition;
 mod records;
 pub mod row_errors;
+mod row_log;
 pub mod spill;
 #[cfg(test)]
 mod testing;

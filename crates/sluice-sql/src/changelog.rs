@@ -35,6 +35,8 @@ impl StreamPlanner<'_> {
             changelog.format
         );
         let (source, schema, upsert, vnodes) = (name.to_string(), Arc::clone(schema), changelog.upsert, self.vnodes);
+        let spill = self.spill.clone();
+        let line = if spill.is_some() { format!("{line} (rows spill to disk beyond state_memory_mib)") } else { line };
         let factory: OperatorFactory = Arc::new(move |context| {
             let spec = sluice_operators::normalize::NormalizeSpec {
                 source: source.clone(),
@@ -43,7 +45,12 @@ impl StreamPlanner<'_> {
                 upsert,
                 vnodes,
             };
-            let normalize = sluice_operators::normalize::ChangelogNormalize::new(spec, Arc::clone(&context.metrics))?;
+            let mut normalize =
+                sluice_operators::normalize::ChangelogNormalize::new(spec, Arc::clone(&context.metrics))?;
+            if let Some(space) = &spill {
+                let written = sluice_operators::spill::spilled_bytes(&context.metrics);
+                normalize = normalize.with_spill(Arc::clone(space), written);
+            }
             Ok(Box::new(normalize))
         });
         state.operators.push((line, factory));

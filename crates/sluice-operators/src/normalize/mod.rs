@@ -23,6 +23,9 @@
 //!
 //! State: one record per key in [`state`]; it grows with the table's live keys, as Flink's
 //! does (`state_ttl` does not apply: an expired key would make its later delete unknown).
+//! The rows' bytes are kept in a [`RowLog`](crate::row_log): beyond the pipeline's state
+//! memory budget (`with_spill`) on local disk; the keys and where their rows are stay in
+//! memory.
 
 mod state;
 #[cfg(test)]
@@ -40,6 +43,8 @@ use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, RowKind, SluiceError, Weights};
 
 use crate::counter::LazyCounter;
+use crate::row_log::{RowAt, RowLog};
+use crate::spill::SpillSpace;
 
 pub use state::NORMALIZE_STATE_VERSION;
 
@@ -99,8 +104,13 @@ pub struct ChangelogNormalize {
     spec: NormalizeSpec,
     key_encoder: KeyEncoder,
     row_encoder: KeyEncoder,
-    /// Each live key's row (both in the key encoding).
-    rows: HashMap<Box<[u8]>, Box<[u8]>>,
+    /// Each live key (in the key encoding) and where its row is in `log`.
+    rows: HashMap<Box<[u8]>, RowAt>,
+    /// The rows' bytes (in the key encoding): in shared chunks, beyond the state memory
+    /// budget on local disk (`crate::row_log`).
+    log: RowLog,
+    /// A spilled row read back.
+    scratch: Vec<u8>,
     /// Keys written since the previous snapshot (for a delta), while `tracking`.
     changed: HashSet<Box<[u8]>>,
     /// Whether `changed` holds every change since a snapshot (false before the first).
@@ -111,10 +121,11 @@ pub struct ChangelogNormalize {
     encoded: KeyRows,
 }
 
-/// An output row: weight and where its bytes are.
+/// An output row: weight and where its bytes are (a stored row stays in the log until
+/// the batch is emitted: the log is compacted only between batches).
 enum Out {
     Input(usize, i64),
-    Stored(Box<[u8]>),
+    Stored(RowAt),
 }
 
 impl ChangelogNormalize {
@@ -134,6 +145,8 @@ impl ChangelogNormalize {
             key_encoder,
             row_encoder,
             rows: HashMap::new(),
+            log: RowLog::new(None, None),
+            scratch: Vec::new(),
             changed: HashSet::new(),
             tracking: false,
             counters,
@@ -141,6 +154,14 @@ impl ChangelogNormalize {
             keys: KeyRows::default(),
             encoded: KeyRows::default(),
         })
+    }
+
+    /// Keeps the rows' bytes within `space` (the pipeline's state memory budget), beyond
+    /// it on local disk, the bytes written counted in `written`.
+    pub fn with_spill(mut self, space: Arc<SpillSpace>, written: LazyCounter) -> ChangelogNormalize {
+        assert!(self.rows.is_empty(), "spilling is chosen before any row is kept");
+        self.log = RowLog::new(Some(space), Some(written));
+        self
     }
 
     /// The number of live keys.
@@ -213,45 +234,63 @@ impl ChangelogNormalize {
             .any(|(column, stored)| column.is_valid(index) && column.slice(index, 1).to_data() != stored.to_data())
     }
 
+    /// The bytes of the row at `at`, read back into `scratch` when spilled.
+    fn stored<'a>(log: &'a RowLog, at: RowAt, scratch: &'a mut Vec<u8>) -> Result<&'a [u8], SluiceError> {
+        if let Some(bytes) = log.get(at) {
+            return Ok(bytes);
+        }
+        scratch.clear();
+        log.read_into(at, scratch)?;
+        Ok(scratch)
+    }
+
     /// Applies one input row of `columns`; pushes the rows it emits.
-    fn apply(&mut self, columns: &[ArrayRef], index: usize, kind: RowKind, out: &mut Vec<Out>) {
+    fn apply(
+        &mut self,
+        columns: &[ArrayRef],
+        index: usize,
+        kind: RowKind,
+        out: &mut Vec<Out>,
+    ) -> Result<(), SluiceError> {
         let key: Box<[u8]> = self.keys.row(index).into();
-        let row: Box<[u8]> = self.encoded.row(index).into();
         if kind.is_accumulate() {
-            match self.rows.get(&key) {
-                Some(previous) if *previous == row => {
-                    if kind == RowKind::Insert && !self.spec.upsert {
-                        self.note(Anomaly::DuplicateInsert, &key);
-                    }
-                    return;
+            if let Some(&previous) = self.rows.get(&key) {
+                let same = Self::stored(&self.log, previous, &mut self.scratch)? == self.encoded.row(index);
+                if kind == RowKind::Insert && !self.spec.upsert {
+                    self.note(Anomaly::DuplicateInsert, &key);
                 }
-                Some(previous) => {
-                    out.push(Out::Stored(previous.clone()));
-                    if kind == RowKind::Insert && !self.spec.upsert {
-                        self.note(Anomaly::DuplicateInsert, &key);
-                    }
+                if same {
+                    return Ok(());
                 }
-                None => {}
+                out.push(Out::Stored(previous));
+                self.log.forget(previous);
             }
             out.push(Out::Input(index, 1));
             self.mark(&key);
-            self.rows.insert(key, row);
-            return;
+            let at = self.log.append(self.encoded.row(index))?;
+            self.rows.insert(key, at);
+            return Ok(());
         }
         match self.rows.remove(&key) {
             None => self.note(Anomaly::UnknownKey, &key),
             Some(previous) => {
-                if !self.spec.upsert && previous != row && self.differs(&previous, columns, index) {
-                    self.note(Anomaly::OutOfOrder, &key);
+                let row = Self::stored(&self.log, previous, &mut self.scratch)?;
+                if !self.spec.upsert && row != self.encoded.row(index) {
+                    let row = row.to_vec();
+                    if self.differs(&row, columns, index) {
+                        self.note(Anomaly::OutOfOrder, &key);
+                    }
                 }
                 self.mark(&key);
+                self.log.forget(previous);
                 out.push(Out::Stored(previous));
             }
         }
+        Ok(())
     }
 
     /// The output batch of `out` (rows of the declared schema with their weights).
-    fn emit(&self, out: Vec<Out>) -> Result<Option<Batch>, SluiceError> {
+    fn emit(&mut self, out: Vec<Out>) -> Result<Option<Batch>, SluiceError> {
         if out.is_empty() {
             return Ok(None);
         }
@@ -259,15 +298,30 @@ impl ChangelogNormalize {
             Out::Input(_, weight) => *weight,
             Out::Stored(_) => -1,
         }));
+        let stored = out.iter().filter_map(|o| match o {
+            Out::Stored(at) => Some(*at),
+            Out::Input(..) => None,
+        });
+        let mut spilled = Vec::new();
+        let mut stored = self.log.gather(stored, &mut spilled)?.into_iter();
         let rows = out.iter().map(|o| match o {
             Out::Input(index, _) => self.encoded.row(*index),
-            Out::Stored(row) => row.as_ref(),
+            Out::Stored(_) => stored.next().expect("a row gathered for each stored one"),
         });
         let columns: Vec<ArrayRef> = self.row_encoder.decode(rows)?;
         let rows = RecordBatch::try_new(Arc::clone(&self.spec.schema), columns).map_err(|e| {
             SluiceError::internal("normalize.output", format!("source {}: assembling rows: {e}", self.spec.source))
         })?;
         Ok(Some(Batch::with_weights(rows, weights)))
+    }
+
+    /// Once the log holds more dead bytes than live ones, copies the live rows into a
+    /// fresh one (between batches: no output refers to a row any more).
+    fn compact(&mut self) -> Result<(), SluiceError> {
+        if self.log.is_sparse() {
+            self.log.compact(self.rows.values_mut())?;
+        }
+        Ok(())
     }
 }
 
@@ -297,12 +351,12 @@ impl Operator for ChangelogNormalize {
                     format!("source {}: row kind {} is none of Flink's", self.spec.source, kinds.value(index)),
                 )
             })?;
-            self.apply(&row_columns, index, kind, &mut emitted);
+            self.apply(&row_columns, index, kind, &mut emitted)?;
         }
         if let Some(batch) = self.emit(emitted)? {
             out.push(Message::Data(batch));
         }
-        Ok(())
+        self.compact()
     }
 
     fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {

@@ -3,10 +3,12 @@
 //! key), so a restore onto any number of threads gives each key to the thread its future
 //! changes go to.
 //!
-//! At a barrier the driver copies the records the snapshot takes: every live key (a full
-//! snapshot), or each key changed since the previous snapshot with its row now, or a
-//! delete when it has none (a delta). The job writes them on the checkpoint writer's
-//! thread; rows after the barrier change the live map, never the copy.
+//! At a barrier the driver copies the keys the snapshot takes, with where their rows are:
+//! every live key (a full snapshot), or each key changed since the previous snapshot
+//! with its row now, or a delete when it has none (a delta), and the row log's chunks
+//! as they are. The job reads the rows from those chunks (a spilled one from its file)
+//! and writes the records on the checkpoint writer's thread; rows after the barrier
+//! change the live map and fresh chunks, never the copy.
 //!
 //! # Records, version [`NORMALIZE_STATE_VERSION`]
 //!
@@ -30,6 +32,7 @@ use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{Records, corrupt};
+use crate::row_log::RowAt;
 
 use super::ChangelogNormalize;
 
@@ -39,8 +42,8 @@ pub const NORMALIZE_STATE_VERSION: u32 = 1;
 /// The state's name in errors.
 const STATE: &str = "changelog normalization";
 
-/// A key and its row, both encoded (the row None: the key has none, a delete).
-type KeyRow = (Box<[u8]>, Option<Box<[u8]>>);
+/// A key, encoded, and where its row is (None: the key has none, a delete).
+type KeyRow = (Box<[u8]>, Option<RowAt>);
 /// A restored record: key and row.
 type Restored = (Box<[u8]>, Box<[u8]>);
 
@@ -52,28 +55,34 @@ pub(super) fn snapshot(normalize: &mut ChangelogNormalize, delta: bool) -> Snaps
     let full = !delta || !normalize.tracking;
     let copy: Vec<KeyRow> = if full {
         normalize.changed.clear();
-        normalize.rows.iter().map(|(key, row)| (key.clone(), Some(row.clone()))).collect()
+        normalize.rows.iter().map(|(key, at)| (key.clone(), Some(*at))).collect()
     } else {
         let changed = std::mem::take(&mut normalize.changed);
         let rows = &normalize.rows;
         changed
             .into_iter()
             .map(|key| {
-                let row = rows.get(&key).cloned();
-                (key, row)
+                let at = rows.get(&key).copied();
+                (key, at)
             })
             .collect()
     };
+    // The rows are read on the writer's thread from the log's chunks as they are now:
+    // the operator appends to fresh chunks and compacts into a fresh log meanwhile.
+    let shared = normalize.log.shared();
     normalize.tracking = true;
     let vnodes = normalize.spec.vnodes;
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
-        for (key, row) in &copy {
+        let mut row = Vec::new();
+        for (key, at) in &copy {
             let vnode = vnode::of_hash(sluice_types::key::hash(key), vnodes);
-            match row {
-                Some(row) => {
-                    records.add(vnode, |k| k.extend_from_slice(key), Some(&|v: &mut Vec<u8>| v.extend_from_slice(row)))
+            match at {
+                Some(at) => {
+                    row.clear();
+                    shared.read_into(*at, &mut row)?;
+                    records.add(vnode, |k| k.extend_from_slice(key), Some(&|v: &mut Vec<u8>| v.extend_from_slice(&row)))
                 }
                 None => records.add(vnode, |k| k.extend_from_slice(key), None),
             }
@@ -122,6 +131,11 @@ fn load(normalize: &mut ChangelogNormalize, records: &mut Vec<Restored>) -> Resu
             return Err(corrupt(STATE, "a row under another key than its own"));
         }
     }
-    normalize.rows.extend(records.drain(..));
+    for (key, row) in records.drain(..) {
+        let at = normalize.log.append(&row)?;
+        if let Some(previous) = normalize.rows.insert(key, at) {
+            normalize.log.forget(previous);
+        }
+    }
     Ok(())
 }

@@ -33,7 +33,6 @@
 //!   deduplication (N = 1) thus sends a change of the partition's row as a pair, whose
 //!   upsert key is the partition.
 
-mod rows;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -57,8 +56,8 @@ use crate::bytes::SmallBytes;
 use crate::counter::LazyCounter;
 use crate::pages::Pages;
 use crate::partition::placement_hash;
+use crate::row_log::{RowAt, RowLog};
 use crate::spill::SpillSpace;
-use rows::{RowAt, RowLog};
 
 /// The most rows a TopN keeps per partition (N); larger limits are refused when planned.
 pub const TOPN_LIMIT_MAX: usize = 100_000;

@@ -28,9 +28,9 @@ use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{Reader, Records};
 
-use super::rows::SharedRows;
 use super::{Entry, Partition, TopN};
 use crate::partition::placement_hash;
+use crate::row_log::SharedRows;
 
 /// The record layout this build writes and reads.
 pub const TOPN_STATE_VERSION: u32 = 2;

@@ -599,7 +599,8 @@ fn a_full_partition_never_holds_room_for_more_than_n_rows() {
 
 #[test]
 fn a_partitions_rows_go_back_inline_when_one_is_left() {
-    use super::{Entry, OrderValues, Rows, SortValue, rows::RowAt};
+    use super::{Entry, OrderValues, Rows, SortValue};
+    use crate::row_log::RowAt;
     let entry = |n: u32| Entry { order: OrderValues::One(SortValue::Int(n.into())), row: RowAt::pending(n) };
     let held = |rows: &Rows| rows.iter().map(|entry| entry.row.pending_row().expect("pending")).collect::<Vec<_>>();
     let mut rows = Rows::None;

@@ -1,9 +1,10 @@
-//! The bytes of the rows a TopN keeps, in a [`SpillLog`] (`crate::spill`): appended in
-//! shared chunks rather than allocated one by one, and beyond the pipeline's state
-//! memory budget in a file on local disk, read back when a row is emitted, retracted or
-//! checkpointed.
+//! The bytes of the rows an operator keeps (a TopN's, the changelog normalization's),
+//! in a [`SpillLog`] (`crate::spill`): appended in shared chunks rather than allocated
+//! one by one, and beyond the pipeline's state memory budget in a file on local disk,
+//! read back when a row is emitted, retracted or checkpointed.
 //!
-//! A row that leaves the first N (or its partition) leaves its bytes behind, dead. Once
+//! A row that leaves (the first N, or a key's row replaced or deleted) leaves its bytes
+//! behind, dead. Once
 //! the dead bytes outnumber the live ones and fill a chunk, [`RowLog::compact`] copies
 //! every kept row into a fresh log (in partition order) and drops the old one, whose
 //! file the system then frees: so the log, in memory and on disk, holds at most about
@@ -20,7 +21,7 @@ use crate::spill::{LogChunk, SpillLog, SpillSpace};
 
 /// Where a kept row's bytes are: `length` bytes from `start` in chunk `chunk`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RowAt {
+pub(crate) struct RowAt {
     chunk: u32,
     start: u32,
     length: u32,
@@ -31,16 +32,16 @@ const PENDING: u32 = u32::MAX - 1;
 
 impl RowAt {
     /// No row yet (an entry compared before its row is stored).
-    pub(super) const NONE: RowAt = RowAt { chunk: u32::MAX, start: 0, length: 0 };
+    pub(crate) const NONE: RowAt = RowAt { chunk: u32::MAX, start: 0, length: 0 };
 
     /// Row `row` of the batch being processed, to be stored once the batch is done (if
     /// it is still kept then).
-    pub(super) fn pending(row: u32) -> RowAt {
+    pub(crate) fn pending(row: u32) -> RowAt {
         RowAt { chunk: PENDING, start: row, length: 0 }
     }
 
     /// The batch row of a row not stored yet.
-    pub(super) fn pending_row(&self) -> Option<u32> {
+    pub(crate) fn pending_row(&self) -> Option<u32> {
         (self.chunk == PENDING).then_some(self.start)
     }
 
@@ -48,14 +49,14 @@ impl RowAt {
         crate::spill::byte_range(self.start, self.length)
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.length as usize
     }
 }
 
 /// See the module documentation.
 #[derive(Debug)]
-pub(super) struct RowLog {
+pub(crate) struct RowLog {
     log: SpillLog,
     space: Option<Arc<SpillSpace>>,
     /// The bytes of the rows kept, and of rows no longer kept still in the log.
@@ -68,14 +69,14 @@ pub(super) struct RowLog {
 impl RowLog {
     /// A log spilling within `space` (None: all in memory), the bytes written counted
     /// in `written`.
-    pub(super) fn new(space: Option<Arc<SpillSpace>>, written: Option<LazyCounter>) -> RowLog {
+    pub(crate) fn new(space: Option<Arc<SpillSpace>>, written: Option<LazyCounter>) -> RowLog {
         let log = SpillLog::new(space.clone()).counting(written);
         let chunk_bytes = log.chunk_bytes();
         RowLog { log, space, live: 0, dead: 0, chunk_bytes }
     }
 
     /// Keeps `row`.
-    pub(super) fn append(&mut self, row: &[u8]) -> Result<RowAt, SluiceError> {
+    pub(crate) fn append(&mut self, row: &[u8]) -> Result<RowAt, SluiceError> {
         let length = u32::try_from(row.len()).expect("a row shorter than 4 GiB");
         let (chunk, start) = self.log.append(row)?;
         self.live += row.len();
@@ -83,7 +84,7 @@ impl RowLog {
     }
 
     /// The row at `at` is no longer kept (one never stored costs nothing).
-    pub(super) fn forget(&mut self, at: RowAt) {
+    pub(crate) fn forget(&mut self, at: RowAt) {
         if at.pending_row().is_some() {
             return;
         }
@@ -93,22 +94,22 @@ impl RowLog {
 
     /// The bytes of the rows kept.
     #[cfg(test)]
-    pub(super) fn live_bytes(&self) -> usize {
+    pub(crate) fn live_bytes(&self) -> usize {
         self.live
     }
 
     /// The row's bytes if they are in memory.
-    pub(super) fn get(&self, at: RowAt) -> Option<&[u8]> {
+    pub(crate) fn get(&self, at: RowAt) -> Option<&[u8]> {
         self.log.get(at.chunk, at.range())
     }
 
     /// Appends the row's bytes to `out`, from memory or from the spill file.
-    pub(super) fn read_into(&self, at: RowAt, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+    pub(crate) fn read_into(&self, at: RowAt, out: &mut Vec<u8>) -> Result<(), SluiceError> {
         self.log.read_into(at.chunk, at.range(), out)
     }
 
     /// The bytes of rows `rows`, in order: those spilled are read into `spilled` first.
-    pub(super) fn gather<'a>(
+    pub(crate) fn gather<'a>(
         &'a self,
         rows: impl Iterator<Item = RowAt> + Clone,
         spilled: &'a mut Vec<u8>,
@@ -118,18 +119,18 @@ impl RowLog {
 
     /// A copy of the rows' chunks, for a snapshot to read them from after the log moved
     /// on (a chunk shared so is not appended to again).
-    pub(super) fn shared(&self) -> SharedRows {
+    pub(crate) fn shared(&self) -> SharedRows {
         SharedRows { chunks: self.log.chunks().to_vec() }
     }
 
     /// Whether the dead bytes outnumber the live ones and fill a chunk.
-    pub(super) fn is_sparse(&self) -> bool {
+    pub(crate) fn is_sparse(&self) -> bool {
         self.dead >= self.chunk_bytes && self.dead > self.live
     }
 
     /// Copies the kept rows `rows` into a fresh log, in that order, and drops this one;
     /// each row's place is updated.
-    pub(super) fn compact<'a>(&mut self, rows: impl Iterator<Item = &'a mut RowAt>) -> Result<(), SluiceError> {
+    pub(crate) fn compact<'a>(&mut self, rows: impl Iterator<Item = &'a mut RowAt>) -> Result<(), SluiceError> {
         // The old chunks in memory go with the old log: counted, they would make the
         // fresh log spill nearly every kept row while memory is about to be freed.
         self.log.uncount_resident();
@@ -153,13 +154,13 @@ impl RowLog {
 }
 
 /// The chunks of a [`RowLog`] as a snapshot took them.
-pub(super) struct SharedRows {
+pub(crate) struct SharedRows {
     chunks: Vec<LogChunk>,
 }
 
 impl SharedRows {
     /// Appends the row's bytes to `out`.
-    pub(super) fn read_into(&self, at: RowAt, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+    pub(crate) fn read_into(&self, at: RowAt, out: &mut Vec<u8>) -> Result<(), SluiceError> {
         match &self.chunks[at.chunk as usize] {
             LogChunk::Resident(bytes) => {
                 out.extend_from_slice(&bytes[at.range()]);
