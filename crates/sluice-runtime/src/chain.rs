@@ -228,6 +228,11 @@ impl Chain {
         Ok(states)
     }
 
+    /// Whether every operator's last snapshot was written (or none was taken).
+    pub fn all_written(&self) -> bool {
+        self.written.iter().all(|written| written.load(Ordering::Acquire))
+    }
+
     /// The operators' names, e.g. `project → window_aggregate` (`-` for none).
     pub fn describe(&self) -> String {
         if self.operators.is_empty() {

@@ -14,6 +14,9 @@
 //!   next (its end-of-input output came after the barrier). Its lanes' final positions
 //!   join every later manifest, below any position a live driver reported. A worker whose
 //!   drivers all finished still acks every barrier (with those positions and its records).
+//!   Its final slice holds the state of its segments that end-of-data passed after their
+//!   last barrier (`driver::DriverState::snapshot_ended`), which no later checkpoint can
+//!   hold: a checkpoint carrying it that fails fails the run.
 //! - Sink records of an epoch whose checkpoint failed stay uncommitted and ride along in
 //!   the next manifest, so staged output is never orphaned; they are committed, in epoch
 //!   order, right after that manifest is published. A follower keeps every record it has
@@ -62,6 +65,9 @@ struct InFlight {
     /// The barrier was not acknowledged in time: the checkpoint failed, and is dropped
     /// (its sink records carried on) once the late acks are in.
     timed_out: bool,
+    /// It holds the final state of a driver that finished (which takes no snapshot
+    /// again): should it fail, that state is lost, and so is the run.
+    finished_state: bool,
 }
 
 /// A checkpoint whose slice the writer has.
@@ -72,6 +78,8 @@ struct Writing {
     /// This worker's lane positions in it, told to the sources once it is committed.
     positions: Vec<LanePosition>,
     final_epoch: bool,
+    /// See [`InFlight::finished_state`].
+    finished_state: bool,
     started: Instant,
     pause_ms: u64,
 }
@@ -121,6 +129,9 @@ pub(crate) struct Coordinator {
     requests: Sender<WriteRequest>,
     results: Receiver<Written>,
     finished_positions: Vec<LanePosition>,
+    /// The final state of drivers that finished when no checkpoint awaited them: it goes
+    /// into the next one.
+    finished_states: Vec<crate::checkpoint::DeferredState>,
     uncommitted: Vec<SinkRecord>,
     failed_in_a_row: u32,
     stopping: bool,
@@ -261,6 +272,7 @@ impl Coordinator {
             requests,
             results,
             finished_positions: Vec::new(),
+            finished_states: Vec::new(),
             uncommitted: Vec::new(),
             failed_in_a_row: 0,
             stopping: false,
@@ -436,17 +448,20 @@ impl Coordinator {
             Role::Lead { .. } => std::mem::take(&mut self.uncommitted),
             Role::Follow { .. } => self.uncommitted.clone(),
         };
+        let finished_states = std::mem::take(&mut self.finished_states);
+        let finished_state = !finished_states.is_empty();
         self.in_flight = Some(InFlight {
             epoch,
             waiting: running.clone(),
             waiting_workers,
-            slice: ManifestSlice::default(),
+            slice: ManifestSlice { deferred: finished_states, ..ManifestSlice::default() },
             parts: Vec::new(),
             carried,
             final_epoch,
             started: now,
             deadline: now + self.timeout,
             timed_out: false,
+            finished_state,
         });
     }
 
@@ -500,8 +515,14 @@ impl Coordinator {
         self.finished_positions.extend(slice.positions.iter().cloned());
         let awaited = self.in_flight.as_mut().is_some_and(|in_flight| in_flight.waiting.remove(&thread));
         match self.in_flight.as_mut() {
-            Some(in_flight) if awaited => in_flight.slice.merge(slice),
-            _ => self.uncommitted.extend(slice.sink_records),
+            Some(in_flight) if awaited => {
+                in_flight.finished_state |= !slice.deferred.is_empty();
+                in_flight.slice.merge(slice);
+            }
+            _ => {
+                self.finished_states.extend(slice.deferred);
+                self.uncommitted.extend(slice.sink_records);
+            }
         }
         self.complete_if_ready()
     }
@@ -642,6 +663,9 @@ impl Coordinator {
             return Ok(Completed::Nothing);
         }
         let in_flight = self.in_flight.take().expect("checked above");
+        if in_flight.timed_out && in_flight.finished_state {
+            return Err(finished_state_lost(in_flight.epoch));
+        }
         if in_flight.timed_out {
             // Already counted as failed: its state is dropped, its sinks' records ride
             // along with the next checkpoint (sorted by epoch when committed).
@@ -672,7 +696,16 @@ impl Coordinator {
         let final_epoch = in_flight.final_epoch;
         let publish = (!self.follows()).then_some(in_flight.parts);
         let positions = slice.positions.clone();
-        self.writing = Some(Writing { epoch, records, positions, final_epoch, started: in_flight.started, pause_ms });
+        let finished_state = in_flight.finished_state;
+        self.writing = Some(Writing {
+            epoch,
+            records,
+            positions,
+            final_epoch,
+            finished_state,
+            started: in_flight.started,
+            pause_ms,
+        });
         let request = WriteRequest { epoch, slice, final_epoch, publish };
         if post(&self.requests, request, WRITER_ARGUMENT) == Posted::ReceiverGone {
             let written = Written { epoch, result: Err(writer_gone()) };
@@ -688,7 +721,7 @@ impl Coordinator {
         let Written { epoch, result } = written;
         let writing = self.writing.take().expect("an answer only follows a request");
         assert_eq!(writing.epoch, epoch, "the writer answers the epoch it was given");
-        let Writing { mut records, positions, final_epoch, started, pause_ms, .. } = writing;
+        let Writing { mut records, positions, final_epoch, finished_state, started, pause_ms, .. } = writing;
         match result {
             Ok(WriteOutcome::Part(part)) => {
                 let Role::Follow { send, .. } = &self.role else { unreachable!("only a follower writes a part alone") };
@@ -729,6 +762,7 @@ impl Coordinator {
                 Ok(Completed::Checkpoint)
             }
             Err(error) if error.kind == ErrorKind::Panic => Err(error),
+            Err(error) if finished_state => Err(error.context(finished_state_lost(epoch).message)),
             Err(error) => {
                 self.stats.failed += 1;
                 self.failed_in_a_row += 1;
@@ -778,6 +812,21 @@ impl Coordinator {
         }
         Ok(())
     }
+}
+
+/// A checkpoint holding the final state of a driver whose input ended failed: no later
+/// checkpoint can hold it (that driver takes no snapshot again), so the run fails rather
+/// than publish manifests without it.
+fn finished_state_lost(epoch: Epoch) -> SluiceError {
+    SluiceError::external(
+        "checkpoint.final_state_lost",
+        format!(
+            "checkpoint {} failed, and it held the final state of threads whose input had ended, which no later \
+             checkpoint can hold",
+            epoch.0
+        ),
+    )
+    .with_fix("fix what made the checkpoint fail (see the error before this one) and run the pipeline again: it resumes from the last published checkpoint")
 }
 
 /// A peer broke the checkpoint protocol (a bug, or a worker of another build).

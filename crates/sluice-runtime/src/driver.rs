@@ -229,6 +229,9 @@ struct SegmentRun {
     barrier_passed: Option<Epoch>,
     /// End-of-data passed this segment.
     ended: bool,
+    /// The chain's state was snapshotted after end-of-data passed it (see
+    /// [`DriverState::snapshot_ended`]).
+    end_snapshot: bool,
 }
 
 impl SegmentRun {
@@ -359,6 +362,7 @@ impl Driver {
                     output,
                     barrier_passed: None,
                     ended: false,
+                    end_snapshot: false,
                 });
             }
             let entries = flow
@@ -477,7 +481,7 @@ impl DriverState {
             let mut progressed = self.run_segments()?;
             progressed |= self.poll_lanes()?;
             if self.flows.iter().all(|flow| flow.finished) && self.outboxes_empty() && self.pending.is_none() {
-                return Ok(Some(self.final_slice()));
+                return self.final_slice().map(Some);
             }
             // Held mini-batches leave before the thread waits for input, and at least
             // every MINI_BATCH_LATENCY while it is busy.
@@ -491,14 +495,41 @@ impl DriverState {
         }
     }
 
-    /// The lanes' final positions and the sinks' end-of-data records.
-    fn final_slice(&mut self) -> ManifestSlice {
+    /// The lanes' final positions, the sinks' end-of-data records and the final state of
+    /// the segments whose last snapshot is not written yet.
+    fn final_slice(&mut self) -> Result<ManifestSlice, Failure> {
         let mut slice = ManifestSlice::default();
         if self.checkpoints {
             slice.positions = self.positions();
             slice.sink_records = std::mem::take(&mut self.final_records);
+            slice.deferred = self.snapshot_ended().map_err(|e| ("the final checkpoint's state".to_string(), e))?;
         }
-        slice
+        Ok(slice)
+    }
+
+    /// The state of each segment that end-of-data passed, for a slice whose positions are
+    /// taken after that (a barrier in flight that the segment never passed, the next
+    /// barrier, or the final slice): such a segment passes no barrier any more, yet the
+    /// rows it took after its last barrier are in its state, and the manifests after it
+    /// hold its lanes' final positions. Its state no longer changes, so it is taken once,
+    /// and again only while the last one taken is not written (a failed checkpoint: the
+    /// chain's next snapshot is then full).
+    fn snapshot_ended(&mut self) -> Result<Vec<DeferredState>, SluiceError> {
+        let mut states = Vec::new();
+        for flow in &mut self.flows {
+            for segment in &mut flow.segments {
+                if !segment.ended || (segment.end_snapshot && segment.chain.all_written()) {
+                    continue;
+                }
+                segment.end_snapshot = true;
+                let vnodes = segment.chain.vnodes();
+                for (operator, snapshot, guard) in segment.chain.snapshot()? {
+                    let operator = operator_id(segment.place, operator);
+                    states.push(DeferredState { operator, vnodes: vnodes.clone(), snapshot, guard });
+                }
+            }
+        }
+        Ok(states)
     }
 
     fn positions(&self) -> Vec<LanePosition> {
@@ -513,7 +544,7 @@ impl DriverState {
         self.next_epoch = Epoch(epoch.0 + 1);
         self.lanes.iter_mut().for_each(|lane| lane.held = false);
         let positions = self.positions();
-        let pending = self.pending_for(epoch);
+        let pending = self.pending_for(epoch)?;
         assert!(!pending.injected, "barrier {epoch:?} injected twice");
         pending.injected = true;
         pending.slice.positions = positions;
@@ -531,11 +562,20 @@ impl DriverState {
     }
 
     /// The pending barrier of `epoch`, created on first sight.
-    fn pending_for(&mut self, epoch: Epoch) -> &mut PendingBarrier {
+    fn pending_for(&mut self, epoch: Epoch) -> Result<&mut PendingBarrier, Failure> {
         if let Some(pending) = &self.pending {
             assert_eq!(pending.epoch, epoch, "one barrier in flight at a time");
+        } else {
+            // Its positions are taken at its injection, after every end seen so far.
+            let ended = if self.checkpoints {
+                self.snapshot_ended().map_err(|e| (format!("checkpoint {}'s state", epoch.0), e))?
+            } else {
+                Vec::new()
+            };
+            let slice = ManifestSlice { deferred: ended, ..ManifestSlice::default() };
+            self.pending = Some(PendingBarrier { epoch, injected: false, slice });
         }
-        self.pending.get_or_insert_with(|| PendingBarrier { epoch, injected: false, slice: ManifestSlice::default() })
+        Ok(self.pending.as_mut().expect("set above"))
     }
 
     /// Sends the ack once the barrier was injected here and every live segment passed it
@@ -677,12 +717,24 @@ impl DriverState {
                 self.final_records.push(SinkRecord { flow, epoch: end_epoch.0, record: record.0, rows: record.1 });
             }
         }
+        if fed.chain_ended && self.checkpoints {
+            // A barrier in flight here that this segment never passed (every input of it
+            // ended first) has positions at or past the end: the final state is its.
+            let unpassed =
+                self.pending.as_ref().is_some_and(|p| self.flows[flow].segments[index].barrier_passed != Some(p.epoch));
+            if unpassed {
+                let states = self
+                    .snapshot_ended()
+                    .map_err(|e| (format!("flow to {} (segment {index})", self.flows[flow].name), e))?;
+                self.pending.as_mut().expect("checked above").slice.deferred.extend(states);
+            }
+        }
         let barrier = fed.barrier.is_some() || is_end;
         if let Some((epoch, states, record)) = fed.barrier {
             self.flows[flow].segments[index].barrier_passed = Some(epoch);
             let place = self.flows[flow].segments[index].place;
             let vnodes = self.flows[flow].segments[index].chain.vnodes();
-            let pending = self.pending_for(epoch);
+            let pending = self.pending_for(epoch)?;
             for (operator, snapshot, guard) in states {
                 let (operator, vnodes) = (operator_id(place, operator), vnodes.clone());
                 pending.slice.deferred.push(DeferredState { operator, vnodes, snapshot, guard });
@@ -958,6 +1010,8 @@ struct Fed {
     end_record: Option<Staged>,
     /// A barrier passed: the chain's state by operator position, and the sink's record.
     barrier: Option<(Epoch, ChainStates, Option<Staged>)>,
+    /// End-of-data passed the whole chain: its state is final.
+    chain_ended: bool,
 }
 
 type ChainStates = crate::chain::ChainSnapshot;
@@ -985,6 +1039,7 @@ fn feed(
         fed.barrier = Some((epoch, segment.chain.snapshot()?, None));
     }
     segment.chain.push_from(port, message, scratch)?;
+    fed.chain_ended = scratch.iter().any(|m| matches!(m, Message::EndOfData));
     route(segment, scratch, metrics, &mut fed, checkpoints, next_epoch)?;
     Ok(fed)
 }
@@ -1097,6 +1152,7 @@ mod tests {
             },
             barrier_passed: None,
             ended: false,
+            end_snapshot: false,
         };
         let metrics = Metrics::new(Vec::new(), vec![SinkMetrics::new("log")], 1);
         let mut scratch = Vec::new();
@@ -1149,6 +1205,7 @@ mod tests {
             output: Output::Sink { sink: 0, writer: Some(Box::new(Late::default())), staged: false, staged_rows: 0 },
             barrier_passed: None,
             ended: false,
+            end_snapshot: false,
         };
         let metrics = Metrics::new(Vec::new(), vec![SinkMetrics::new("late")], 1);
         let rows_out = || metrics.sinks[0].rows.load(std::sync::atomic::Ordering::Relaxed);

@@ -390,7 +390,9 @@ fn links_and_cited_paths_name_files_of_the_repository_and_the_readme_stays_short
     }
     // The manual cites only files of the repository; the dated lab log describes the
     // code as it was, so its paths may name files that moved since.
-    for path in markdown_files().into_iter().filter(|p| !p.parent().is_some_and(|dir| dir.ends_with("docs/benchmarks/log"))) {
+    for path in
+        markdown_files().into_iter().filter(|p| !p.parent().is_some_and(|dir| dir.ends_with("docs/benchmarks/log")))
+    {
         let text = std::fs::read_to_string(&path).expect("read");
         for cited in cited_paths(&text) {
             if !repository().join(&cited).exists() {

@@ -275,6 +275,53 @@ fn an_input_grown_between_a_crash_and_the_restart_resumes_with_exactly_its_new_r
     assert_eq!(values, (0..55).collect::<Vec<_>>(), "every row once, the appended ones included");
 }
 
+/// A run that ended with its input keeps, in its final checkpoint, the state of every
+/// row it read: the rows after its last barrier too, which its segments took after they
+/// passed no more barriers. Appended to, the input resumes from that state. (The final
+/// checkpoint once held each operator's state as of its last barrier, while the lanes'
+/// positions were at the end: the resumed sums lacked those rows.)
+#[test]
+fn an_input_appended_after_a_completed_run_resumes_from_the_state_of_every_row() {
+    let scratch = Scratch::new();
+    let keyed = |ids: std::ops::Range<i64>| -> String {
+        ids.map(|i| format!("{{\"k\":\"k{}\",\"v\":{i}}}\n", i % 3)).collect()
+    };
+    scratch.write("in.jsonl", &keyed(0..40));
+    let view =
+        "[[view]]\nname = \"counts\"\nsql = \"SELECT k, COUNT(*) AS n, SUM(v) AS total FROM events GROUP BY k\"\n\n";
+    let pipeline = checkpointed_copy("in.jsonl")
+        .replace("[[sink]]", &format!("{view}[[sink]]"))
+        .replace("from = \"events\"", "from = \"counts\"");
+    assert!(pipeline.contains("from = \"counts\""), "{pipeline}");
+    scratch.write("pipeline.toml", &pipeline);
+    // Barriers after the first two batches only: the other rows come after the last one.
+    let first = sluice_command(scratch.dir.path())
+        .args(["run", "pipeline.toml"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=2*return")
+        .output()
+        .expect("run");
+    assert!(first.status.success(), "{}", stderr(&first));
+    let mut input = std::fs::OpenOptions::new().append(true).open(scratch.path("in.jsonl")).expect("open");
+    std::io::Write::write_all(&mut input, keyed(40..55).as_bytes()).expect("append");
+    let resumed = scratch.sluice(&["run", "pipeline.toml"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert!(stderr(&resumed).contains("resuming from checkpoint"), "{}", stderr(&resumed));
+    let mut table: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for line in crate::golden::output(&scratch, "out").lines() {
+        let row: serde_json::Value = serde_json::from_str(line).expect("json");
+        let weight = if matches!(row["op"].as_str(), Some("-U" | "-D")) { -1 } else { 1 };
+        *table.entry(format!("{},{},{}", row["k"], row["n"], row["total"])).or_default() += weight;
+    }
+    let live: Vec<&String> = table.iter().filter(|(_, weight)| **weight != 0).map(|(row, _)| row).collect();
+    let expected: Vec<String> = (0..3)
+        .map(|k| {
+            let values: Vec<i64> = (0..55).filter(|i| i % 3 == k).collect();
+            format!("\"k{k}\",{},{}", values.len(), values.iter().sum::<i64>())
+        })
+        .collect();
+    assert_eq!(live, expected.iter().collect::<Vec<_>>(), "the counts and sums of all 55 rows");
+}
+
 #[test]
 fn an_input_rewritten_between_a_crash_and_the_restart_is_refused() {
     let scratch = Scratch::new();
