@@ -35,6 +35,7 @@ mod load;
 pub mod materialize;
 pub mod nexmark;
 pub mod query;
+mod share;
 mod status;
 pub mod stores;
 
@@ -44,7 +45,7 @@ mod tests;
 pub use cluster::{ClusterOptions, ClusterRole, Listening};
 pub use compile::{CompiledPipeline, Restoring};
 pub use error::{EngineError, Problem};
-pub use explain::{Explanation, FlowNode, SegmentNode, SideNode, SourceNode, Validation, explain};
+pub use explain::{Explanation, FlowNode, SegmentNode, SideNode, SourceNode, TapNode, Validation, explain};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 pub use job::{Job, JobHandle, StartOptions};
 pub use load::{Engine, Overrides, PIPELINE_BYTES_MAX, Pipeline};
