@@ -16,9 +16,10 @@
 //!
 //! - [`load`](Engine::load): the file parsed and every connector's options validated,
 //!   all problems at once ([`EngineError`], each located and with its fix).
-//! - [`Pipeline::compile`]: sources built, views planned, sinks attached, the
-//!   [`fingerprint`] computed; pipelines that would overwrite their own input or share
-//!   one output path are refused.
+//! - [`Pipeline::compile`]: sources built, views planned, sinks attached, a table or view
+//!   read by several sinks computed once for all of them (`share`), the [`fingerprint`]
+//!   computed; pipelines that would overwrite their own input or share one output path
+//!   are refused.
 //! - [`Job`]: recovery from the newest valid checkpoint, then the run on a controller
 //!   thread; [`Status`] changes stream to watchers ([`StatusStream`]).
 //! - [`stores`]: what `sluice checkpoints list/verify` report; [`nexmark`]: the event
