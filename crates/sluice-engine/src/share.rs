@@ -19,10 +19,15 @@
 //!   exchange's partitioner), or, where the reader's segment wrote its sink, to the same
 //!   thread (`forward`); the reader keeps only its segments after the cut, and its side
 //!   inputs entering them.
-//! - Only a prefix holding state is shared: a stateless one (a scan, a filter) is cheaper
-//!   computed again than sent through an exchange, and sources are shared anyway. So a
-//!   pipeline whose tables each have one reader, or whose readers share no state, plans
-//!   exactly as before: same segments, same operator ids, same fingerprint.
+//! - The cut is at the last common segment that holds state (or that a side holding state
+//!   enters): what follows it in common is stateless and cheap (a projection, or the empty
+//!   segment after a gather to the same single writer), and cutting there keeps the cut,
+//!   hence the fingerprint and the operator ids, the same whatever the thread count (a
+//!   gather is planned only on several threads), so a restore on another thread count
+//!   finds the same plan. A prefix without state is not shared: a scan or a filter is
+//!   cheaper computed again than sent through an exchange, and sources are shared anyway.
+//!   So a pipeline whose tables each have one reader, or whose readers share no state,
+//!   plans exactly as before: same segments, same operator ids, same fingerprint.
 //!
 //! The tapped flow keeps its segments' numbers, so its operators' ids (their state in
 //! checkpoints) do not change; a tapping flow's segments are numbered from its cut. The
@@ -45,10 +50,8 @@ pub(crate) fn share_readers(flows: &mut [Flow], reads: &[String]) {
         let Some(first) = (0..reader).find(|&f| reads[f] == reads[reader] && flows[f].tap.is_none()) else {
             continue;
         };
-        let Some(cut) = common_prefix(&flows[first], &flows[reader]) else { continue };
-        if !holds_state(&flows[first], cut) {
-            continue;
-        }
+        let Some(common) = common_prefix(&flows[first], &flows[reader]) else { continue };
+        let Some(cut) = (0..=common).rev().find(|&segment| holds_state(&flows[first], segment)) else { continue };
         tap(&mut flows[reader], first, cut);
     }
 }
@@ -96,10 +99,10 @@ fn same_sides(a: &Flow, b: &Flow, into: usize) -> bool {
         })
 }
 
-/// Whether trunk segments `..=cut` of `flow`, or a side entering them, hold state.
-fn holds_state(flow: &Flow, cut: usize) -> bool {
-    let sides = flow.sides.iter().filter(|side| side.into <= cut).flat_map(|side| &side.segments);
-    flow.segments[..=cut].iter().chain(sides).any(|segment| segment.state.is_some())
+/// Whether trunk segment `segment` of `flow`, or a side entering it, holds state.
+fn holds_state(flow: &Flow, segment: usize) -> bool {
+    let sides = flow.sides.iter().filter(|side| side.into == segment).flat_map(|side| &side.segments);
+    std::iter::once(&flow.segments[segment]).chain(sides).any(|segment| segment.state.is_some())
 }
 
 /// Cuts `reader` after trunk segment `cut` and makes it read segment `cut` of flow `first`.

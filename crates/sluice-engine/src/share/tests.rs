@@ -115,3 +115,25 @@ fn state_of_the_unshared_plan_is_refused_by_the_shared_one() {
         "{text}"
     );
 }
+
+#[test]
+fn two_single_writers_share_at_the_aggregate_whatever_the_thread_count() {
+    // On several threads both gather to thread 0 (a common segment more); on one they
+    // do not gather. The cut is at the aggregate either way, so the fingerprint and the
+    // ids agree and a checkpoint restores on another thread count.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let again = "\n[[sink]]\nname = \"sums_again\"\nfrom = \"sums\"\nconnector = \"file\"\n[sink.options]\npath = \"again.jsonl\"\n";
+    let text = format!("{PIPELINE}{again}");
+    let on = |threads: u32| {
+        let compiled = pipeline(&text.replace("threads = 2", &format!("threads = {threads}")), dir.path())
+            .compile(None)
+            .expect("compiles");
+        let tap = compiled.plan.flows[1].tap.as_ref().expect("a tap");
+        (compiled.fingerprint, tap.segment, tap.description.clone())
+    };
+    let (one, two, four) = (on(1), on(2), on(4));
+    assert_eq!((one.0, one.1), (two.0, two.1), "one fingerprint, one cut, on 1 and 2 threads");
+    assert_eq!(two, four);
+    assert_eq!(one.1, 1, "the aggregate's segment");
+    assert_eq!((one.2.as_str(), two.2.as_str()), (super::FORWARD, "gather → thread 0 (single-writer sink)"));
+}
