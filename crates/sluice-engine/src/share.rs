@@ -43,7 +43,8 @@ use sluice_runtime::{Flow, OperatorContext, Partitioner, PartitionerFactory, Seg
 pub(crate) const FORWARD: &str = "forward (same thread)";
 
 /// Makes every later reader of a table (`reads[f]`: the table or view flow `f` reads)
-/// tap the first reader's flow where their plans part (see the module docs).
+/// tap the first reader's flow at the last segment holding state that both plans have
+/// in common (see the module docs).
 pub(crate) fn share_readers(flows: &mut [Flow], reads: &[String]) {
     assert_eq!(flows.len(), reads.len(), "one table read per flow");
     for reader in 1..flows.len() {
@@ -56,7 +57,8 @@ pub(crate) fn share_readers(flows: &mut [Flow], reads: &[String]) {
     }
 }
 
-/// The last trunk segment `a` and `b` have in common (see the module docs), if any.
+/// The last trunk segment of the prefix `a` and `b` have in common (see the module
+/// docs), if any.
 fn common_prefix(a: &Flow, b: &Flow) -> Option<usize> {
     if (a.source, a.table) != (b.source, b.table) || a.tap.is_some() || b.tap.is_some() {
         return None;
