@@ -259,16 +259,33 @@ fn flow_nodes(
         description,
     };
     let (source, table) = flow.scan.split_once('.').unwrap_or((flow.scan.as_str(), ""));
-    let mut previous = (source_id(source), EdgeKind::Forward, format!("scan {table}"), None);
+    // The edge into the next segment: from the scan, or, for a flow sharing another's
+    // segment, from that segment's node (the tapped flow's: one node, several readers).
+    let mut previous = match &flow.tap {
+        None => Some((source_id(source), EdgeKind::Forward, format!("scan {table}"), None)),
+        Some(tap) => {
+            let name = format!("sink {}, segment {} → sink {}", tap.sink, tap.segment, flow.sink);
+            let found = blocked.iter().find(|(segment, _)| *segment == name);
+            edges.push(Edge {
+                blocked_seconds: Some(found.map_or(0.0, |(_, ns)| *ns as f64 / 1e9)),
+                from: format!("flow:{}:segment:{}", tap.flow, tap.segment),
+                to: format!("flow:{i}:segment:0"),
+                kind: EdgeKind::Exchange,
+                description: format!("{} (shared)", tap.exchange),
+            });
+            None
+        }
+    };
     for (j, segment) in flow.segments.iter().enumerate() {
         let id = format!("flow:{i}:segment:{j}");
-        let (from, kind, description, out_of) = previous;
-        edges.push(edge(from, id.clone(), kind, description, out_of));
+        if let Some((from, kind, description, out_of)) = previous.take() {
+            edges.push(edge(from, id.clone(), kind, description, out_of));
+        }
         nodes.push(segment_node(&id, j, segment));
-        previous = match &segment.exchange {
+        previous = Some(match &segment.exchange {
             Some(exchange) => (id, EdgeKind::Exchange, exchange.clone(), Some(j)),
             None => (id, EdgeKind::Forward, "write".to_string(), None),
-        };
+        });
     }
     let mut number = flow.segments.len();
     for side in &flow.sides {
@@ -287,7 +304,7 @@ fn flow_nodes(
         edges.push(edge(from, to, kind, format!("{description} (input {})", side.port), out_of));
     }
     let sink_id = format!("sink:{}", flow.sink);
-    let (from, kind, description, out_of) = previous;
+    let (from, kind, description, out_of) = previous.expect("a flow has a segment");
     edges.push(edge(from, sink_id.clone(), kind, description, out_of));
     let live = metrics.sinks.get(i).filter(|live| live.name == flow.sink);
     nodes.push(Node {

@@ -341,7 +341,7 @@ pub(crate) fn check_fingerprint(manifest: &Manifest, fingerprint: Fingerprint, s
         "checkpoint.fingerprint",
         format!(
             "the checkpoint store {store} holds state of a different plan: checkpoint {} has topology fingerprint {}, \
-             this pipeline has {fingerprint} (the sources, views, sinks or vnodes changed)",
+             this pipeline has {fingerprint} (the sources, views, sinks or vnodes changed, or which readers of a view share its computation)",
             manifest.epoch, manifest.fingerprint
         ),
     )

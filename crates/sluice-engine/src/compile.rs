@@ -190,7 +190,9 @@ impl Pipeline {
             let slot = self.sink_slot(sink, factory.parallelism(), layout)?;
             flows.push(stream.into_flow(factory, threads, slot));
         }
-        let materialized = crate::materialize::add_flows(self, &sources, &planner, threads, &mut flows)?;
+        let mut reads: Vec<String> = self.config.sinks.iter().map(|sink| sink.from.clone()).collect();
+        let materialized = crate::materialize::add_flows(self, &sources, &planner, threads, &mut flows, &mut reads)?;
+        crate::share::share_readers(&mut flows, &reads);
         let options = RunOptions {
             threads,
             vnodes: section.vnodes,

@@ -62,6 +62,20 @@ pub struct FlowNode {
     pub segments: Vec<SegmentNode>,
     /// Further inputs (a join's other side), each entering a trunk segment.
     pub sides: Vec<SideNode>,
+    /// Set when the flow reads another flow's segment (computed once for both) instead
+    /// of `scan`: see `engine::share`.
+    pub tap: Option<TapNode>,
+}
+
+/// A flow's trunk reading segment `segment` of flow `flow` (whose sink is `sink`)
+/// through an exchange of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TapNode {
+    pub flow: usize,
+    pub sink: String,
+    pub segment: usize,
+    /// e.g. `forward (same thread)`, `hash(every column) → 256 vnodes`.
+    pub exchange: String,
 }
 
 /// Another input of a flow: a table through segments of its own into segment `into` of
@@ -146,6 +160,12 @@ pub fn explain(compiled: &CompiledPipeline) -> Explanation {
                     port: side.port,
                 })
                 .collect(),
+            tap: flow.tap.as_ref().map(|tap| TapNode {
+                flow: tap.flow,
+                sink: plan.flows[tap.flow].sink.name().to_string(),
+                segment: tap.segment,
+                exchange: tap.description.clone(),
+            }),
         })
         .collect();
     Explanation { pipeline: compiled.name.clone(), threads, vnodes: compiled.options.vnodes, sources, flows }
@@ -201,14 +221,24 @@ impl fmt::Display for Explanation {
                 source.threads
             )?;
         }
-        for flow in &self.flows {
+        for (index, flow) in self.flows.iter().enumerate() {
             writeln!(f, "\nflow → sink {} ({})", flow.sink, flow.sink_describe)?;
-            writeln!(f, "  scan {}", flow.scan)?;
+            match &flow.tap {
+                None => writeln!(f, "  scan {}", flow.scan)?,
+                Some(tap) => {
+                    writeln!(f, "  reads segment {} of the flow → sink {} (shared)", tap.segment, tap.sink)?;
+                    writeln!(f, "  exchange: {}", tap.exchange)?;
+                }
+            }
             for (position, segment) in flow.segments.iter().enumerate() {
                 for side in flow.sides.iter().filter(|side| side.into == position) {
                     writeln!(f, "  (input {} joins here from {})", side.port, side.scan)?;
                 }
                 write_segment(f, position, segment, &flow.sink)?;
+                let readers = self.flows.iter().filter_map(|other| other.tap.as_ref().map(|tap| (other, tap)));
+                for (reader, _) in readers.filter(|(_, tap)| tap.flow == index && tap.segment == position) {
+                    writeln!(f, "  also read by: sink {}", reader.sink)?;
+                }
             }
             let mut number = flow.segments.len();
             for side in &flow.sides {

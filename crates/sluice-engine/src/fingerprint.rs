@@ -19,9 +19,13 @@
 //! column <name> <SQL type> <null|not null>
 //! view <name> sql <text>
 //! sink <name> from <table or view> connector <connector>[ worker <n>]
+//! share flow <n> taps flow <n> segment <n>
 //! ```
 //!
-//! in file order (each `table` line after its source, each `column` after its table).
+//! in file order (each `table` line after its source, each `column` after its table;
+//! a `share` line per flow that reads another flow's segment instead of computing it
+//! again, in plan order: the sinks' flows in file order, then the materialized
+//! tables', as `engine::share` plans them; none when no flow does).
 //! SQL types are written as Flink names them ([`canonical_type`]), never from a
 //! dependency's debug output. The fingerprint is XXH3-64 (seed 0) of that text, shown as
 //! 16 lowercase hex digits.
@@ -97,6 +101,14 @@ pub fn canonical_form(config: &PipelineConfig, plan: &Plan) -> Result<String, Sl
             let _ = write!(form, " worker {worker}");
         }
         form.push('\n');
+    }
+    // Which flows share another's computation (`share`): their operators' ids differ
+    // from the unshared plan's. Written only when a flow taps another, so pipelines whose
+    // tables each have one reader keep their fingerprint.
+    for (reader, flow) in plan.flows.iter().enumerate() {
+        if let Some(tap) = &flow.tap {
+            let _ = writeln!(form, "share flow {reader} taps flow {} segment {}", tap.flow, tap.segment);
+        }
     }
     Ok(form)
 }

@@ -16,9 +16,10 @@
 //!
 //! - [`load`](Engine::load): the file parsed and every connector's options validated,
 //!   all problems at once ([`EngineError`], each located and with its fix).
-//! - [`Pipeline::compile`]: sources built, views planned, sinks attached, the
-//!   [`fingerprint`] computed; pipelines that would overwrite their own input or share
-//!   one output path are refused.
+//! - [`Pipeline::compile`]: sources built, views planned, sinks attached, a table or view
+//!   read by several sinks computed once for all of them (`share`), the [`fingerprint`]
+//!   computed; pipelines that would overwrite their own input or share one output path
+//!   are refused.
 //! - [`Job`]: recovery from the newest valid checkpoint, then the run on a controller
 //!   thread; [`Status`] changes stream to watchers ([`StatusStream`]).
 //! - [`stores`]: what `sluice checkpoints list/verify` report; [`nexmark`]: the event
@@ -35,6 +36,7 @@ mod load;
 pub mod materialize;
 pub mod nexmark;
 pub mod query;
+mod share;
 mod status;
 pub mod stores;
 
@@ -44,7 +46,7 @@ mod tests;
 pub use cluster::{ClusterOptions, ClusterRole, Listening};
 pub use compile::{CompiledPipeline, Restoring};
 pub use error::{EngineError, Problem};
-pub use explain::{Explanation, FlowNode, SegmentNode, SideNode, SourceNode, Validation, explain};
+pub use explain::{Explanation, FlowNode, SegmentNode, SideNode, SourceNode, TapNode, Validation, explain};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint};
 pub use job::{Job, JobHandle, StartOptions};
 pub use load::{Engine, Overrides, PIPELINE_BYTES_MAX, Pipeline};

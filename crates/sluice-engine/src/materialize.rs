@@ -644,13 +644,15 @@ impl Operator for Integrate {
 
 /// Plans one flow per materialized table (every table of a materialized source, every
 /// materialized view), each ending at the table's hidden sink, and returns their
-/// registry (empty when nothing is materialized).
+/// registry (empty when nothing is materialized). Adds the name of the table each flow
+/// reads to `reads`, for `share`.
 pub(crate) fn add_flows(
     pipeline: &crate::load::Pipeline,
     sources: &[Arc<dyn sluice_runtime::SourceFactory>],
     planner: &sluice_sql::SqlPlanner,
     threads: u32,
     flows: &mut Vec<sluice_runtime::Flow>,
+    reads: &mut Vec<String>,
 ) -> Result<Arc<Materialized>, crate::EngineError> {
     let config = &pipeline.config;
     let mut marked = Vec::new();
@@ -684,6 +686,7 @@ pub(crate) fn add_flows(
         planner.push_keyed_by_row(&mut stream, operator, format!("the rows of `{name}` (by the whole row)"));
         let sink = registry.sink(&name).expect("registered above");
         flows.push(stream.into_flow(sink, threads, 0));
+        reads.push(name);
     }
     Ok(registry)
 }

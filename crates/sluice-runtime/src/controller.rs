@@ -893,6 +893,9 @@ fn build_drivers(
     // per_thread[t - local.start] = the flows of local slot t.
     let mut per_thread: Vec<Vec<FlowSetup>> = (0..local_count).map(|_| Vec::new()).collect();
     let mut exchange = 0u32;
+    // The receivers of each tap (by the tapping flow), built with the flow it taps, which
+    // comes earlier in the plan.
+    let mut tap_tails: HashMap<usize, Tail> = HashMap::new();
     for (flow_index, flow) in plan.flows.iter().enumerate() {
         let mut builder = PathBuilder {
             plan,
@@ -910,13 +913,23 @@ fn build_drivers(
         let mut side_segments: Vec<Vec<Vec<SegmentSetup>>> = Vec::new();
         let mut side_tails = Vec::new();
         for (number, side) in flow.sides.iter().enumerate() {
-            let (segments, tail) = builder.path(side.source, &side.segments, Some(number), Vec::new())?;
+            let path = PathInput { source: side.source, tap: None, taps: Vec::new() };
+            let (segments, tail, _) = builder.path(path, &side.segments, Some(number), Vec::new())?;
             side_segments.push(segments);
             side_tails.push((side.into, tail.expect("a side ends in an exchange")));
         }
-        let (trunk, _sink) = builder.path(flow.source, &flow.segments, None, side_tails)?;
+        let tap = flow.tap.as_ref().map(|_| tap_tails.remove(&flow_index).expect("a tap is built with its flow"));
+        let taps = (plan.flows.iter().enumerate())
+            .filter_map(|(reader, other)| other.tap.as_ref().filter(|t| t.flow == flow_index).map(|t| (reader, t)))
+            .collect();
+        let path = PathInput { source: flow.source, tap, taps };
+        let (trunk, _sink, tails) = builder.path(path, &flow.segments, None, side_tails)?;
+        tap_tails.extend(tails);
         for (index, mut segments) in trunk.into_iter().enumerate() {
-            let mut entries = vec![EntrySetup { source: flow.source, table: flow.table, segment: 0 }];
+            let mut entries = Vec::new();
+            if flow.tap.is_none() {
+                entries.push(EntrySetup { source: flow.source, table: flow.table, segment: 0 });
+            }
             let mut first = flow.segments.len();
             for (side, built) in flow.sides.iter().zip(side_segments.iter_mut()) {
                 entries.push(EntrySetup { source: side.source, table: side.table, segment: first });
@@ -963,6 +976,21 @@ fn build_drivers(
 /// slots never send rows into it.
 type Tail = (Vec<Vec<crate::exchange::Inbound>>, Vec<bool>);
 
+/// A path's segments per local slot, the receivers of its last exchange (if it ends in
+/// one) and of its taps (by tapping flow).
+type PathBuilt = (Vec<Vec<SegmentSetup>>, Option<Tail>, Vec<(usize, Tail)>);
+
+/// What feeds a path and what it feeds besides its own output.
+struct PathInput<'p> {
+    /// The source whose lanes feed the path's first segment, unless `tap` is set.
+    source: usize,
+    /// The receivers of the tap that feeds the path's first segment instead (a flow with
+    /// a [`crate::plan::Tap`]).
+    tap: Option<Tail>,
+    /// The flows tapping this path (a trunk), each with its tap.
+    taps: Vec<(usize, &'p crate::plan::Tap)>,
+}
+
 /// Builds the chain instances and exchange ends of one path of a flow (its trunk or a
 /// side) for this worker's slots.
 struct PathBuilder<'a, 'n> {
@@ -978,17 +1006,18 @@ struct PathBuilder<'a, 'n> {
 }
 
 impl PathBuilder<'_, '_> {
-    /// `segments` of the trunk (`side` None) or of side input `side`, fed by the lanes of `source`; `joins` are the
+    /// `segments` of the trunk (`side` None) or of side input `side`, fed by `input`; `joins` are the
     /// sides' last exchanges, each entering segment `into` as its next port. Returns the
-    /// segments per local slot and the receivers of the path's last exchange, if it ends
-    /// in one.
+    /// segments per local slot, the receivers of the path's last exchange, if it ends
+    /// in one, and the receivers of each tap out of the path (by tapping flow).
     fn path(
         &mut self,
-        source: usize,
+        input: PathInput<'_>,
         segments: &[crate::plan::Segment],
         side: Option<usize>,
         mut joins: Vec<(usize, Tail)>,
-    ) -> Result<(Vec<Vec<SegmentSetup>>, Option<Tail>), Failure> {
+    ) -> Result<PathBuilt, Failure> {
+        let PathInput { source, tap, taps } = input;
         let threads = self.options.threads as usize;
         let local = self.place.layout.slots_of(self.place.worker);
         let local_count = local.len();
@@ -1000,7 +1029,12 @@ impl PathBuilder<'_, '_> {
             idle[self.place.layout.slot_of_lane(lane) as usize] = false;
         }
         let mut built: Vec<Vec<SegmentSetup>> = (0..local_count).map(|_| Vec::new()).collect();
-        let mut pending: Option<Tail> = None;
+        // A tapping path's first segment reads the tap: every slot may send into it.
+        if tap.is_some() {
+            idle.iter_mut().for_each(|idle| *idle = false);
+        }
+        let mut pending: Option<Tail> = tap;
+        let mut tails = Vec::new();
         for (position, segment) in segments.iter().enumerate() {
             let place = SegmentPlace { flow: self.flow, side, segment: position };
             // This segment's input: the previous exchange (port 0) and any sides joining here.
@@ -1040,6 +1074,25 @@ impl PathBuilder<'_, '_> {
                 }
                 SegmentOutput::Sink => None,
             };
+            // The taps out of this segment: an exchange each, numbered after its own.
+            let mut tap_senders = Vec::new();
+            for (reader, tap) in taps.iter().filter(|(_, tap)| tap.segment == position) {
+                let mesh = cluster_mesh(
+                    self.place.layout,
+                    self.place.worker,
+                    *self.exchange,
+                    self.options.queue_batches,
+                    self.network.as_deref_mut(),
+                );
+                *self.exchange += 1;
+                tails.push((*reader, (mesh.receivers, idle.clone())));
+                let edge = format!(
+                    "{} → sink {}",
+                    self.plan.segment_name(place).unwrap_or_else(|| format!("{place:?}")),
+                    self.plan.flows[*reader].sink.name()
+                );
+                tap_senders.push((*tap, mesh.senders.into_iter(), self.metrics.edge_blocked(&edge)));
+            }
             for thread in local.clone() {
                 let index = (thread - local.start) as usize;
                 let context = OperatorContext {
@@ -1085,11 +1138,18 @@ impl PathBuilder<'_, '_> {
                     }
                     SegmentOutput::Sink => OutputSetup::Sink { sink: self.flow },
                 };
-                built[index].push(SegmentSetup { place, chain, input: inputs[index].take(), output });
+                let taps = (tap_senders.iter_mut())
+                    .map(|(tap, senders, blocked)| {
+                        let senders = senders.next().expect("one sender row per local slot");
+                        ExchangeOutput::new((tap.partitioner)(&context), senders).measured(Arc::clone(blocked))
+                    })
+                    .collect();
+                built[index].push(SegmentSetup { place, chain, input: inputs[index].take(), output, taps });
             }
             idle.iter_mut().for_each(|idle| *idle = false);
         }
         assert!(joins.is_empty(), "every side enters a segment of the trunk fed by an exchange");
-        Ok((built, pending))
+        assert_eq!(tails.len(), taps.len(), "every tap out of the path taps one of its segments");
+        Ok((built, pending, tails))
     }
 }

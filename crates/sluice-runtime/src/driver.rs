@@ -20,6 +20,16 @@
 //! an outbox holds at most the output of one input message (of a barrier or end-of-data:
 //! with the mini-batches its operators held, bounded by their own row bounds).
 //!
+//! # Fan-out
+//!
+//! A segment tapped by later flows (`plan::Tap`, a view computed once for several
+//! readers) routes every message it emits to each tap's exchange as well as to its own
+//! output, rows, watermarks, barriers and end-of-data alike, so each reader sees the
+//! same stream and aligns the same barriers. It reads no input while any of them holds
+//! messages, so the slowest reader holds it back and nothing is dropped. The argument
+//! above still holds: a tap feeds the first segment of a flow ending in its own sink,
+//! and no flow reads back into the flow it taps, so the waits form no cycle.
+//!
 //! # Mini-batches and watermark alignment
 //!
 //! Operators that fold several batches into one output ([`crate::Operator::on_flush`])
@@ -147,6 +157,8 @@ pub(crate) struct SegmentSetup {
     pub chain: Chain,
     pub input: Option<ExchangeInput>,
     pub output: OutputSetup,
+    /// The taps of later flows reading this segment's output (`plan::Tap`).
+    pub taps: Vec<ExchangeOutput>,
 }
 
 /// An input of a flow: the segment that reads one table's rows from the lanes.
@@ -225,6 +237,9 @@ struct SegmentRun {
     chain: Chain,
     input: Option<ExchangeInput>,
     output: Output,
+    /// Further outputs: the taps of the flows sharing this segment's stream, each sent
+    /// every message the output is sent.
+    taps: Vec<ExchangeOutput>,
     /// The last barrier that passed this segment.
     barrier_passed: Option<Epoch>,
     /// End-of-data passed this segment.
@@ -236,10 +251,20 @@ struct SegmentRun {
 
 impl SegmentRun {
     fn can_accept(&self) -> bool {
-        match &self.output {
+        let output = match &self.output {
             Output::Exchange(exchange) => exchange.is_empty(),
             Output::Sink { .. } => true,
-        }
+        };
+        output && self.taps.iter().all(ExchangeOutput::is_empty)
+    }
+
+    /// Every exchange this segment writes: its output's, then its taps.
+    fn exchanges(&self) -> impl Iterator<Item = &ExchangeOutput> {
+        let output = match &self.output {
+            Output::Exchange(exchange) => Some(exchange),
+            Output::Sink { .. } => None,
+        };
+        output.into_iter().chain(&self.taps)
     }
 }
 
@@ -360,6 +385,7 @@ impl Driver {
                     chain: segment.chain,
                     input: segment.input,
                     output,
+                    taps: segment.taps,
                     barrier_passed: None,
                     ended: false,
                     end_snapshot: false,
@@ -668,6 +694,10 @@ impl DriverState {
                     let flushed = exchange.flush().map_err(|e| (component(&self.flows[flow].name), e))?;
                     progressed |= flushed;
                 }
+                let run = &mut self.flows[flow];
+                for tap in &mut run.segments[index].taps {
+                    progressed |= tap.flush().map_err(|e| (component(&run.name), e))?;
+                }
                 for _ in 0..INPUT_BURST_MESSAGES {
                     let segment = &mut self.flows[flow].segments[index];
                     if !segment.can_accept() || !self.control.is_empty() {
@@ -965,7 +995,7 @@ impl DriverState {
         select.recv(&self.control);
         for flow in &self.flows {
             for segment in &flow.segments {
-                if let Output::Exchange(exchange) = &segment.output {
+                for exchange in segment.exchanges() {
                     exchange.register(&mut select);
                 }
                 if let Some(input) = &segment.input
@@ -991,9 +1021,7 @@ impl DriverState {
             metrics.blocked.store(false, Ordering::Relaxed);
             // The edges it waited on: every exchange output still holding messages.
             for segment in self.flows.iter().flat_map(|flow| &flow.segments) {
-                if let Output::Exchange(exchange) = &segment.output
-                    && !exchange.is_empty()
-                {
+                for exchange in segment.exchanges().filter(|exchange| !exchange.is_empty()) {
                     exchange.count_blocked(waited);
                 }
             }
@@ -1054,6 +1082,10 @@ fn route(
     next_epoch: Epoch,
 ) -> Result<(), SluiceError> {
     for message in scratch.drain(..) {
+        // Rows are shared (Arrow buffers behind reference counts): a tap's copy is cheap.
+        for tap in &mut segment.taps {
+            tap.route(message.clone())?;
+        }
         match &mut segment.output {
             Output::Exchange(exchange) => {
                 exchange.route(message)?;
@@ -1150,6 +1182,7 @@ mod tests {
                 staged: true,
                 staged_rows: 0,
             },
+            taps: Vec::new(),
             barrier_passed: None,
             ended: false,
             end_snapshot: false,
@@ -1203,6 +1236,7 @@ mod tests {
             chain: Chain::new(Vec::new()),
             input: None,
             output: Output::Sink { sink: 0, writer: Some(Box::new(Late::default())), staged: false, staged_rows: 0 },
+            taps: Vec::new(),
             barrier_passed: None,
             ended: false,
             end_snapshot: false,

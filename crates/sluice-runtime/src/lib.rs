@@ -49,5 +49,5 @@ pub use peers::Peers;
 pub use plan::{
     Flow, LaneContext, LanePoll, LaneReader, OperatorContext, OperatorFactory, Partitioner, PartitionerFactory, Plan,
     Segment, SegmentOutput, SideInput, SinkFactory, SinkParallelism, SinkWriter, SourceChangelog, SourceFactory,
-    TableDef,
+    TableDef, Tap,
 };

@@ -8,6 +8,12 @@
 //!
 //! Sources are shared by flows: a lane's batch is offered to every flow that reads one
 //! of its tables, so a source is read once however many sinks use it.
+//!
+//! Flows can share more than a source: a flow with a [`Tap`] does not read its table
+//! itself, it reads the output of another flow's trunk segment (the stream of a view
+//! that both compute), through an exchange of its own; that segment then writes its
+//! output to every tap as well as to its own next segment or sink (a fan-out). So a
+//! view read by several sinks is computed, and its state kept, once.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -290,6 +296,25 @@ pub struct Flow {
     /// The slot whose thread runs a [`SinkParallelism::Single`] sink's writer (the plan
     /// gathers the rows there).
     pub sink_slot: u32,
+    /// Set when the trunk's first segment reads another flow's segment through an
+    /// exchange instead of the lanes of `source`'s `table` (which that flow reads).
+    pub tap: Option<Tap>,
+}
+
+/// Where a flow's trunk reads from when it shares the computation of an earlier flow:
+/// the output of trunk segment `segment` of flow `flow` (an earlier one, itself without
+/// a tap), routed by `partitioner` into the tapping flow's trunk segment 0. The
+/// segment at the tap writes everything it emits (rows, watermarks, barriers,
+/// end-of-data) to each tap as well as to its own output; a full tap holds the segment
+/// back as a full exchange does, so the slowest reader sets the pace (bounded, nothing
+/// dropped).
+#[derive(Clone)]
+pub struct Tap {
+    pub flow: usize,
+    pub segment: usize,
+    pub partitioner: PartitionerFactory,
+    /// For `explain`, e.g. `forward (same thread)`.
+    pub description: String,
 }
 
 /// Another input of a flow (a join's right side, a union's further input): rows of one
@@ -324,9 +349,11 @@ impl Flow {
         self.segments.len() + self.sides.iter().map(|side| side.segments.len()).sum::<usize>()
     }
 
-    /// The inputs of the flow as (source, table): the trunk's, then each side's.
+    /// The inputs of the flow as (source, table) that its lanes feed: the trunk's (unless
+    /// it reads a [`Tap`]), then each side's.
     pub fn inputs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        std::iter::once((self.source, self.table)).chain(self.sides.iter().map(|side| (side.source, side.table)))
+        let trunk = self.tap.is_none().then_some((self.source, self.table));
+        trunk.into_iter().chain(self.sides.iter().map(|side| (side.source, side.table)))
     }
 }
 
@@ -373,6 +400,12 @@ impl Plan {
             assert!(flow.source < self.sources.len(), "flow {index} reads an unknown source");
             assert!(flow.table < self.sources[flow.source].tables().len(), "flow {index} reads an unknown table");
             assert!(!flow.segments.is_empty(), "flow {index} has no segment");
+            if let Some(tap) = &flow.tap {
+                assert!(tap.flow < index, "flow {index} taps flow {}, not an earlier one", tap.flow);
+                let producer = &self.flows[tap.flow];
+                assert!(producer.tap.is_none(), "flow {index} taps flow {}, which taps another", tap.flow);
+                assert!(tap.segment < producer.segments.len(), "flow {index} taps a segment flow {} lacks", tap.flow);
+            }
             let last = flow.segments.len() - 1;
             for (position, segment) in flow.segments.iter().enumerate() {
                 let is_sink = matches!(segment.output, SegmentOutput::Sink);
@@ -389,8 +422,9 @@ impl Plan {
                     side.segments.iter().all(|segment| matches!(segment.output, SegmentOutput::Exchange { .. })),
                     "flow {index} side {number}: every segment of a side ends in an exchange"
                 );
+                let first = if flow.tap.is_some() { 0 } else { 1 };
                 assert!(
-                    (1..flow.segments.len()).contains(&side.into),
+                    (first..flow.segments.len()).contains(&side.into),
                     "flow {index} side {number} enters segment {} (not one fed by an exchange)",
                     side.into
                 );

@@ -130,7 +130,7 @@ impl PlannedStream {
         assert!(sink_slot < threads.max(1), "sink slot {sink_slot} of {threads}");
         let gather = (sink.parallelism() == SinkParallelism::Single && threads > 1).then_some(sink_slot);
         let (source, table, segments, sides) = self.state.finish(gather);
-        Flow { source, table, segments, sides, sink, sink_slot }
+        Flow { source, table, segments, sides, sink, sink_slot, tap: None }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `/graph` against a running job with an exchange: every source, segment and sink of
-//! the explanation is a node, the edges chain them, and the live rates appear.
+//! the explanation is a node, the edges chain them (a view read twice through one shared
+//! node), and the live rates appear.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -8,7 +9,8 @@ use sluice_engine::JobState;
 
 use super::{DEADLINE, Served, http};
 
-/// Bids straight into one sink, and counted per auction (an exchange by key) into another.
+/// Bids straight into one sink, and counted per auction (an exchange by key) into two
+/// others, which share the count (`sluice_engine::share`).
 const PIPELINE: &str = r#"
 [pipeline]
 name = "graphed"
@@ -35,6 +37,11 @@ connector = "blackhole"
 
 [[sink]]
 name = "counts"
+from = "per_auction"
+connector = "blackhole"
+
+[[sink]]
+name = "counts_again"
 from = "per_auction"
 connector = "blackhole"
 "#;
@@ -66,8 +73,22 @@ fn the_graph_has_every_operator_of_the_explanation_chained_by_edges() {
         let (from, to) = (edge["from"].as_str().expect("from"), edge["to"].as_str().expect("to"));
         assert!(ids.contains(from) && ids.contains(to), "an edge between known nodes: {edge}");
     }
+    // The count is one node, whose output also goes to the second reader's segment.
+    let counts = |n: &&serde_json::Value| {
+        n["operators"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o.as_str().is_some_and(|o| o.starts_with("window_aggregate:"))))
+    };
+    let counting = nodes.iter().filter(counts).count();
+    assert_eq!(counting, 1, "{graph}");
+    let shared = edges.iter().find(|e| e["from"] == "flow:1:segment:1" && e["to"] == "flow:2:segment:0");
+    let shared = shared.unwrap_or_else(|| panic!("no edge from the shared count to its second reader: {graph}"));
+    assert_eq!(
+        (shared["kind"].as_str(), shared["description"].as_str()),
+        (Some("exchange"), Some("forward (same thread) (shared)"))
+    );
     // Every sink is reached from the source by following edges.
-    for sink in ["sink:all_bids", "sink:counts"] {
+    for sink in ["sink:all_bids", "sink:counts", "sink:counts_again"] {
         let mut at = sink;
         let mut hops = 0;
         while let Some(edge) = edges.iter().find(|e| e["to"] == at) {

@@ -23,6 +23,7 @@ mod page;
 mod pgwire;
 mod postgres;
 mod query;
+mod shared;
 mod signals;
 mod status;
 mod updating;

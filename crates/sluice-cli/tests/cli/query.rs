@@ -308,7 +308,7 @@ fn a_lease_ends_when_its_client_goes_away() {
 /// every 10 ms. The view's union with nexmark bids that never pass its filter keeps its
 /// flow open once the file is read (a table whose input ends is readable only up to the
 /// checkpoint before its end while the job runs on).
-const RESTORED: &str = r#"
+pub(crate) const RESTORED: &str = r#"
 [pipeline]
 name = "restored"
 threads = 2
@@ -378,7 +378,7 @@ pub(crate) fn complete_totals(addr: SocketAddr) -> Vec<Value> {
 
 /// Runs `scratch`'s pipeline with the admin API on `threads` threads until its table is
 /// complete; returns the table and the run's stderr.
-fn run_and_read(scratch: &Scratch, threads: &str) -> (Vec<Value>, String) {
+pub(crate) fn run_and_read(scratch: &Scratch, threads: &str) -> (Vec<Value>, String) {
     let args = ["run", "pipeline.toml", "--threads", threads, "--admin-bind", "127.0.0.1:0"];
     let mut run = Running::start(scratch, &args);
     let addr = run.admin_addr();

@@ -163,7 +163,7 @@ fn two_input_plan(left: VecSource, right: VecSource, sink: Arc<dyn crate::SinkFa
         into: 1,
         port: 1,
     };
-    let flow = Flow { source: 0, table: 0, segments: trunk, sides: vec![side], sink, sink_slot: 0 };
+    let flow = Flow { source: 0, table: 0, segments: trunk, sides: vec![side], sink, sink_slot: 0, tap: None };
     let plan = crate::Plan { sources: vec![Arc::new(left), Arc::new(right)], flows: vec![flow] };
     plan.assert_well_formed();
     plan
@@ -272,7 +272,7 @@ fn holding_plan(
     ];
     let plan = crate::Plan {
         sources: vec![Arc::new(source)],
-        flows: vec![Flow { source: 0, table: 0, segments, sides: Vec::new(), sink, sink_slot: 0 }],
+        flows: vec![Flow { source: 0, table: 0, segments, sides: Vec::new(), sink, sink_slot: 0, tap: None }],
     };
     plan.assert_well_formed();
     plan
@@ -379,8 +379,15 @@ fn restored_two_lanes(paused: bool, tells_end_on_resume: bool) -> Vec<String> {
         state: None,
         output: crate::plan::SegmentOutput::Sink,
     }];
-    let flow =
-        crate::plan::Flow { source: 0, table: 0, segments, sides: Vec::new(), sink: Arc::new(sink), sink_slot: 0 };
+    let flow = crate::plan::Flow {
+        source: 0,
+        table: 0,
+        segments,
+        sides: Vec::new(),
+        sink: Arc::new(sink),
+        sink_slot: 0,
+        tap: None,
+    };
     let plan = crate::Plan { sources: vec![Arc::new(source)], flows: vec![flow] };
     plan.assert_well_formed();
     let position = |batches: u64| batches.to_le_bytes().to_vec();
@@ -431,4 +438,74 @@ fn a_restored_thread_s_watermark_goes_out_before_its_rows_even_while_the_job_is_
     // before any lane's rows go out.
     let seen = restored_two_lanes(false, false);
     assert_eq!(seen.first().map(String::as_str), Some("w4"), "{seen:?}");
+}
+
+/// Every row to one slot.
+struct ToSlot(u32);
+
+impl crate::Partitioner for ToSlot {
+    fn partition(&mut self, batch: Batch, _slots: u32, out: &mut Vec<(u32, Batch)>) -> Result<(), SluiceError> {
+        out.push((self.0, batch));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_segment_tapped_by_another_flow_sends_it_every_row_and_waits_while_the_tap_is_full() {
+    // One lane of 40 one-row batches of even values on thread 0: flow 0 routes them by
+    // value to its segment 1 on thread 0, which writes its own sink there and taps every
+    // row to flow 1 on thread 1, whose sink writes a row only when given a token. With
+    // queues of one batch, the full tap holds segment 1 back, and with it flow 0's own
+    // sink and the lane: the slowest reader sets the pace, and nothing is dropped.
+    let lane: Vec<Vec<i64>> = (0..40).map(|i| vec![2 * i]).collect();
+    let first = CollectSink::new(SinkParallelism::PerThread);
+    let (tokens, gate) = crossbeam_channel::unbounded();
+    let mut second = CollectSink::new(SinkParallelism::PerThread);
+    second.gate = Some(gate);
+    let (written_first, written_second) = (Arc::clone(&first.collected), Arc::clone(&second.collected));
+    let mut plan = plan(VecSource::new(vec![lane]), Arc::new(first), true);
+    let to_thread_1: crate::PartitionerFactory = Arc::new(|_| Box::new(ToSlot(1)));
+    let tap = crate::Tap { flow: 0, segment: 1, partitioner: to_thread_1, description: "to thread 1".into() };
+    let sink = crate::Segment { operators: Vec::new(), state: None, output: crate::SegmentOutput::Sink };
+    plan.flows.push(crate::Flow {
+        source: 0,
+        table: 0,
+        segments: vec![sink],
+        sides: Vec::new(),
+        sink: Arc::new(second),
+        sink_slot: 0,
+        tap: Some(tap),
+    });
+    plan.assert_well_formed();
+    let metrics = Arc::new(Metrics::for_plan(&plan, 2));
+    let (pace_metrics, pace_first) = (Arc::clone(&metrics), Arc::clone(&written_first));
+    let releaser = std::thread::spawn(move || {
+        // Waits until thread 0 is blocked on a full output, then lets the second sink go.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !pace_metrics.threads[0].blocked.load(Ordering::Relaxed) {
+            assert!(Instant::now() < deadline, "thread 0 never waited for the tap");
+            std::thread::yield_now();
+        }
+        let ahead = pace_first.written.lock().expect("lock").len();
+        for _ in 0..40 {
+            tokens.send(()).expect("token");
+        }
+        ahead
+    });
+    let report = crate::run(&plan, &options(2, 1), None, stop_handle(), metrics, &mut |_| {});
+    let ahead = releaser.join().expect("releaser");
+    assert_eq!(report.outcome, RunOutcome::Completed, "{report:?}");
+    // The first sink ran ahead of the held one by the tap's queue, its outbox and the
+    // rows in hand, never by the whole input.
+    assert!(ahead <= 4, "flow 0's sink wrote {ahead} rows while the tap's reader wrote none");
+    let rows = |collected: &super::support::Collected| {
+        let mut rows = collected.written.lock().expect("lock").clone();
+        rows.sort_unstable();
+        rows
+    };
+    assert_eq!(rows(&written_first), (0..40).map(|i| (0, 2 * i)).collect::<Vec<_>>(), "every row once");
+    assert_eq!(rows(&written_second), (0..40).map(|i| (1, 2 * i)).collect::<Vec<_>>(), "every row once, tapped");
+    let edges = report.metrics.edges_blocked();
+    let tap = edges.iter().find(|(edge, _)| edge == "sink collect, segment 1 → sink collect");
+    assert!(tap.is_some_and(|(_, ns)| *ns > 0), "the tap's edge was full: {edges:?}");
 }

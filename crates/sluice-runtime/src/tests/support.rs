@@ -296,7 +296,7 @@ pub(crate) fn plan(source: VecSource, sink: Arc<dyn SinkFactory>, exchange: bool
     segments.push(Segment { operators: Vec::new(), state: None, output: SegmentOutput::Sink });
     Plan {
         sources: vec![Arc::new(source)],
-        flows: vec![Flow { source: 0, table: 0, segments, sides: Vec::new(), sink, sink_slot: 0 }],
+        flows: vec![Flow { source: 0, table: 0, segments, sides: Vec::new(), sink, sink_slot: 0, tap: None }],
     }
 }
 
