@@ -24,6 +24,8 @@
 //!   checked against the schema, the row kinds column after the declared ones.
 //! - [`sinks`]: `stdout` (pretty tables or JSON lines), `file` (one file, or a
 //!   directory with one part per thread; JSON lines or CSV), `blackhole`.
+//! - [`postgres_cdc`]: the PostgreSQL CDC source's wire: a logical replication
+//!   session and the `pgoutput` decoder.
 //! - [`postgres`]: rows into a table (appended, or upserted and deleted by key);
 //!   exactly-once through prepared transactions (two-phase commit).
 //!
@@ -36,6 +38,7 @@ pub mod file_source;
 pub mod kafka;
 pub mod nexmark;
 pub mod postgres;
+pub mod postgres_cdc;
 pub mod registry;
 pub mod sinks;
 
