@@ -1,0 +1,760 @@
+//! The source's one lane: opening the slot (created with a snapshot, reused, or resumed
+//! from a checkpoint's position), the snapshot's rows, then the stream's transactions
+//! (see the module's correctness argument in `postgres_cdc/mod.rs`).
+//!
+//! A poll reads at most [`MESSAGES_PER_POLL`] stream messages and returns the rows of
+//! whole transactions only (or a piece of one beyond `transaction_rows_max`), as batches
+//! in commit order (consecutive rows of one table in one batch), each with its row kinds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use arrow::array::Int8Array;
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use sluice_runtime::metrics::SourceMetrics;
+use sluice_runtime::{LanePoll, LaneReader};
+use sluice_types::{RowKind, SluiceError};
+
+use super::Shared;
+use super::catalog::{self, CapturedTable};
+use super::options::CdcOptions;
+use super::pgoutput::{self, Message, Relation, StreamMessage, Value};
+use super::position::{Position, format_lsn, parse_lsn};
+use super::protocol::{Endpoint, ProtocolError, ReplicationConnection};
+use super::values::TextColumn;
+use crate::postgres::options::quote_identifier;
+
+/// Stream messages handled by one poll at most (the driver's other work goes on).
+pub const MESSAGES_PER_POLL: usize = 4096;
+/// The longest between two status updates (the server's `wal_sender_timeout` is 60 s by
+/// default).
+const STATUS_INTERVAL: Duration = Duration::from_secs(10);
+/// How often an idle bounded lane asks the server where its stream is.
+const REPLY_INTERVAL: Duration = Duration::from_millis(50);
+/// The pause an idle lane asks for.
+const IDLE_PAUSE: Duration = Duration::from_millis(5);
+
+/// What a lane opens with.
+pub struct LaneSetup {
+    pub source: String,
+    pub endpoint: Endpoint,
+    pub options: CdcOptions,
+    pub captured: Arc<Vec<CapturedTable>>,
+    pub shared: Arc<Shared>,
+    pub batch_size: usize,
+    pub metrics: Arc<SourceMetrics>,
+    pub start: Option<Position>,
+    /// Bounded: end only once a committed checkpoint covers the last rows returned (see
+    /// [`CdcLane::may_end`]).
+    pub end_after_checkpoint: bool,
+}
+
+/// One change's row, its values as the server's text.
+struct Change {
+    table: usize,
+    kind: RowKind,
+    values: Vec<Option<Bytes>>,
+}
+
+/// The snapshot being read.
+struct Snapshot {
+    client: postgres::Client,
+    /// The table whose cursor is open (or next to open).
+    table: usize,
+    cursor_open: bool,
+    consistent_point: u64,
+}
+
+enum Phase {
+    Snapshot(Box<Snapshot>),
+    Stream,
+    Ended,
+}
+
+/// The lane.
+pub struct CdcLane {
+    setup: LaneSetup,
+    connection: ReplicationConnection,
+    phase: Phase,
+    schemas: Vec<SchemaRef>,
+    /// Relation oid → captured table (None: a table of the publication not captured).
+    relations: HashMap<u32, Option<usize>>,
+    /// Changes not yet returned; `pending[..committed]` are of whole transactions.
+    pending: Vec<Change>,
+    committed: usize,
+    /// The end LSN of the last transaction in `pending[..committed]` (or returned).
+    commit_lsn: u64,
+    /// Inside a transaction: its changes so far, and whether it was returned before the
+    /// position resumed from (dropped whole).
+    transaction: Option<Transaction>,
+    /// Changes of the first transaction after the resumed position already returned.
+    resumed_changes: u64,
+    /// The position after the rows returned.
+    position: Position,
+    /// The resumed position's LSN: transactions committing before it are dropped.
+    resume_lsn: u64,
+    received_lsn: u64,
+    /// The server's decoded position from its last keepalive.
+    server_lsn: u64,
+    stop_lsn: Option<u64>,
+    confirmed_sent: u64,
+    last_status: Instant,
+    last_reply_request: Option<Instant>,
+    /// Some rows were returned by this lane.
+    returned_rows: bool,
+}
+
+struct Transaction {
+    changes: u64,
+    dropped: bool,
+    /// Changes already returned in pieces.
+    returned: u64,
+}
+
+impl CdcLane {
+    /// Connects, opens the slot and, for a fresh slot, the snapshot.
+    pub fn open(setup: LaneSetup) -> Result<CdcLane, SluiceError> {
+        let mut connection = ReplicationConnection::connect(&setup.endpoint)?;
+        let slot = setup.options.slot.clone();
+        let existing = slot_state(&setup, &mut connection)?;
+        let schemas = setup.captured.iter().map(|t| crate::changelog::with_kinds_schema(&t.schema())).collect();
+        let (phase, position) = match (setup.start, existing) {
+            (Some(Position::Stream { lsn, changes }), Some(confirmed)) => {
+                if confirmed > lsn {
+                    return Err(SluiceError::user(
+                        "source.postgres_cdc.slot_ahead",
+                        format!(
+                            "source `{}`: slot `{slot}` confirmed {} but the checkpoint resumes from {}: the changes \
+                             between were released by the server",
+                            setup.source,
+                            format_lsn(confirmed),
+                            format_lsn(lsn)
+                        ),
+                    )
+                    .with_fix("restore the newest checkpoint, or start the pipeline afresh (a new state and slot)"));
+                }
+                (Phase::Stream, Position::Stream { lsn, changes })
+            }
+            (Some(Position::Stream { lsn, .. }), None) => {
+                return Err(missing_slot(&setup, &format!("the checkpoint resumes from {} in it", format_lsn(lsn))));
+            }
+            (Some(Position::Snapshot), existing) => {
+                if existing.is_some() {
+                    tracing::warn!(source = %setup.source, slot, "the run stopped during its snapshot: the slot is created again and the snapshot read again");
+                    drop_slot(&setup, &mut connection)?;
+                }
+                create_slot(&setup, &mut connection)?
+            }
+            (None, Some(confirmed)) if !setup.options.create_slot => {
+                (Phase::Stream, Position::Stream { lsn: confirmed, changes: 0 })
+            }
+            (None, Some(_)) => {
+                return Err(SluiceError::user(
+                    "source.postgres_cdc.slot_exists",
+                    format!(
+                        "source `{}`: slot `{slot}` exists, and the run starts without a checkpoint, so it would \
+                         read a snapshot the slot cannot give",
+                        setup.source
+                    ),
+                )
+                .with_fix(format!(
+                    "drop the slot (SELECT pg_drop_replication_slot('{slot}')) to start with a snapshot, or set \
+                     create_slot = false to read the changes after its confirmed position"
+                )));
+            }
+            (None, None) if !setup.options.create_slot => {
+                return Err(missing_slot(&setup, "create_slot = false"));
+            }
+            (None, None) => create_slot(&setup, &mut connection)?,
+        };
+        let stop_lsn = if setup.options.bounded { Some(current_lsn(&setup, &mut connection)?) } else { None };
+        let (resume_lsn, resumed_changes) = match position {
+            Position::Stream { lsn, changes } => (lsn, changes),
+            Position::Snapshot => (0, 0),
+        };
+        let consistent_point = match &phase {
+            Phase::Snapshot(snapshot) => snapshot.consistent_point,
+            _ => resume_lsn,
+        };
+        let mut lane = CdcLane {
+            connection,
+            phase,
+            schemas,
+            relations: HashMap::new(),
+            pending: Vec::new(),
+            committed: 0,
+            commit_lsn: consistent_point,
+            transaction: None,
+            resumed_changes,
+            position,
+            resume_lsn: consistent_point,
+            received_lsn: consistent_point,
+            server_lsn: 0,
+            stop_lsn,
+            confirmed_sent: 0,
+            last_status: Instant::now(),
+            last_reply_request: None,
+            returned_rows: false,
+            setup,
+        };
+        if matches!(lane.phase, Phase::Stream) {
+            lane.start_stream(resume_lsn)?;
+        }
+        Ok(lane)
+    }
+
+    fn start_stream(&mut self, lsn: u64) -> Result<(), SluiceError> {
+        let options = &self.setup.options;
+        let publication = quote_identifier(&options.publication).replace('\'', "''");
+        let command = format!(
+            "START_REPLICATION SLOT {} LOGICAL {} (proto_version '1', publication_names '{publication}')",
+            quote_identifier(&options.slot),
+            format_lsn(lsn)
+        );
+        self.connection.start_replication(&command).map_err(|e| self.stream_error("starting replication", e))?;
+        self.setup.shared.streaming.store(true, Ordering::Release);
+        self.resume_lsn = lsn;
+        self.commit_lsn = lsn;
+        self.received_lsn = self.received_lsn.max(lsn);
+        tracing::info!(source = %self.setup.source, slot = %options.slot, lsn = %format_lsn(lsn), "streaming changes");
+        Ok(())
+    }
+
+    fn stream_error(&self, doing: &str, error: ProtocolError) -> SluiceError {
+        let source = &self.setup.source;
+        let server = self.setup.endpoint.describe();
+        let slot = &self.setup.options.slot;
+        let at = format_lsn(self.commit_lsn);
+        match error {
+            ProtocolError::Server(e) if e.message.contains("publication") && e.code == "42704" => {
+                catalog::missing_publication(source, &self.setup.endpoint, &self.setup.options.publication, &self.setup.options.tables)
+                    .context(format!("{doing} at LSN {at}: {e}"))
+            }
+            ProtocolError::Io(e) => SluiceError::external(
+                "source.postgres_cdc.connection",
+                format!("source `{source}`: the replication session to {server} (slot `{slot}`) failed {doing} at LSN {at}: {e}"),
+            )
+            .with_fix("check that the server is running; the run restarts from its last checkpoint"),
+            other => SluiceError::external(
+                "source.postgres_cdc.stream",
+                format!("source `{source}`: PostgreSQL at {server} (slot `{slot}`), {doing} at LSN {at}: {other}"),
+            )
+            .with_fix("see the server's log; the run restarts from its last checkpoint"),
+        }
+    }
+
+    fn poll_snapshot(&mut self) -> Result<LanePoll, SluiceError> {
+        let Phase::Snapshot(snapshot) = &mut self.phase else { unreachable!("polled as a snapshot") };
+        let source = &self.setup.source;
+        let endpoint = &self.setup.endpoint;
+        let fail = |doing: &str, e: &postgres::Error| catalog::query_error(source, endpoint, doing, e);
+        if snapshot.table == self.setup.captured.len() {
+            snapshot.client.batch_execute("COMMIT").map_err(|e| fail("ending the snapshot", &e))?;
+            let consistent_point = snapshot.consistent_point;
+            self.phase = Phase::Stream;
+            self.position = Position::Stream { lsn: consistent_point, changes: 0 };
+            self.start_stream(consistent_point)?;
+            tracing::info!(source = %self.setup.source, "snapshot read");
+            return Ok(LanePoll::Data { batches: Vec::new(), watermark: None });
+        }
+        let table = &self.setup.captured[snapshot.table];
+        if !snapshot.cursor_open {
+            let columns: Vec<String> = table.columns.iter().map(|c| quote_identifier(&c.name)).collect();
+            let statement = format!(
+                "DECLARE sluice_snapshot NO SCROLL CURSOR FOR SELECT {} FROM {}.{}",
+                columns.join(", "),
+                quote_identifier(&table.namespace),
+                quote_identifier(&table.name)
+            );
+            snapshot
+                .client
+                .batch_execute(&statement)
+                .map_err(|e| fail(&format!("reading {}", table.qualified()), &e))?;
+            snapshot.cursor_open = true;
+        }
+        let fetch = format!("FETCH {} FROM sluice_snapshot", self.setup.batch_size);
+        let messages =
+            snapshot.client.simple_query(&fetch).map_err(|e| fail(&format!("reading {}", table.qualified()), &e))?;
+        let index = snapshot.table;
+        let mut changes = Vec::new();
+        let mut bytes = 0;
+        for message in &messages {
+            if let postgres::SimpleQueryMessage::Row(row) = message {
+                let values: Vec<Option<Bytes>> =
+                    (0..row.len()).map(|i| row.get(i).map(|v| Bytes::copy_from_slice(v.as_bytes()))).collect();
+                bytes += values.iter().flatten().map(Bytes::len).sum::<usize>();
+                changes.push(Change { table: index, kind: RowKind::Insert, values });
+            }
+        }
+        if changes.is_empty() {
+            snapshot.client.batch_execute("CLOSE sluice_snapshot").map_err(|e| fail("closing a cursor", &e))?;
+            snapshot.cursor_open = false;
+            snapshot.table += 1;
+            return Ok(LanePoll::Data { batches: Vec::new(), watermark: None });
+        }
+        self.setup.metrics.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        let batches = self.batches(&changes)?;
+        Ok(LanePoll::Data { batches, watermark: None })
+    }
+
+    fn poll_stream(&mut self) -> Result<LanePoll, SluiceError> {
+        self.send_status(false)?;
+        let mut idle = false;
+        for _ in 0..MESSAGES_PER_POLL {
+            let payload = self.connection.read_copy().map_err(|e| self.stream_error("reading the stream", e))?;
+            let Some(payload) = payload else {
+                idle = true;
+                break;
+            };
+            self.setup.metrics.bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+            match pgoutput::decode_stream(&payload).map_err(|e| self.decode_error(&e.0))? {
+                StreamMessage::Keepalive { end, reply } => {
+                    self.server_lsn = self.server_lsn.max(end);
+                    if reply {
+                        self.send_status(true)?;
+                    }
+                }
+                StreamMessage::XLogData { start, data, .. } => {
+                    self.received_lsn = self.received_lsn.max(start);
+                    let message = pgoutput::decode(&data).map_err(|e| self.decode_error(&e.0))?;
+                    self.handle(message)?;
+                }
+            }
+            if self.committed >= self.setup.batch_size && self.transaction.is_none() {
+                break;
+            }
+            if self.pending.len() >= self.setup.options.transaction_rows_max + self.committed {
+                return self.emit_piece();
+            }
+        }
+        if self.committed > 0 {
+            return self.emit_committed();
+        }
+        if self.transaction.is_none()
+            && let Some(stop) = self.stop_lsn
+        {
+            if self.commit_lsn.max(self.server_lsn) >= stop {
+                if !self.may_end() {
+                    return Ok(LanePoll::Wait(Instant::now() + IDLE_PAUSE));
+                }
+                tracing::info!(source = %self.setup.source, lsn = %format_lsn(stop), "bounded: read up to the WAL position at start");
+                self.end();
+                return Ok(LanePoll::Exhausted);
+            }
+            if idle && self.last_reply_request.is_none_or(|at| at.elapsed() >= REPLY_INTERVAL) {
+                self.last_reply_request = Some(Instant::now());
+                self.send_status_now(true)?;
+            }
+        }
+        Ok(if idle {
+            LanePoll::Wait(Instant::now() + IDLE_PAUSE)
+        } else {
+            LanePoll::Data { batches: Vec::new(), watermark: None }
+        })
+    }
+
+    /// Whether a bounded lane that read to its stop may end: the state operators keep
+    /// is checkpointed at barriers, and the checkpoint a run takes at the end of its input
+    /// carries the state of its last barrier, so rows returned after that barrier would
+    /// be missing from the state a later run restores. With exactly-once checkpoints the
+    /// lane therefore waits, reading nothing more, until a checkpoint whose position
+    /// covers its last rows is committed (one checkpoint interval at most).
+    fn may_end(&self) -> bool {
+        if !self.setup.end_after_checkpoint || !self.returned_rows {
+            return true;
+        }
+        let committed = self.setup.shared.committed_lsn.load(Ordering::Acquire);
+        self.position.lsn().is_some_and(|lsn| committed >= lsn)
+    }
+
+    fn end(&mut self) {
+        self.phase = Phase::Ended;
+        self.setup.shared.streaming.store(false, Ordering::Release);
+    }
+
+    fn decode_error(&self, what: &str) -> SluiceError {
+        SluiceError::external(
+            "source.postgres_cdc.decode",
+            format!(
+                "source `{}`: a malformed replication message after LSN {} (slot `{}`): {what}",
+                self.setup.source,
+                format_lsn(self.received_lsn),
+                self.setup.options.slot
+            ),
+        )
+        .with_fix("check that the slot uses the pgoutput plugin; report the server's version with this message")
+    }
+
+    fn handle(&mut self, message: Message) -> Result<(), SluiceError> {
+        match message {
+            Message::Begin { final_lsn, .. } => {
+                let dropped = final_lsn < self.resume_lsn;
+                self.transaction = Some(Transaction { changes: 0, dropped, returned: 0 });
+            }
+            Message::Commit { end_lsn, .. } => {
+                let transaction = self.transaction.take();
+                if transaction.is_some_and(|t| !t.dropped) {
+                    self.commit_lsn = end_lsn;
+                    self.committed = self.pending.len();
+                    self.resumed_changes = 0;
+                }
+            }
+            Message::Relation(relation) => self.relation(relation)?,
+            Message::Insert { relation, new } => {
+                if let Some(table) = self.change(relation)? {
+                    let values = self.values(table, &new, None)?;
+                    self.pending.push(Change { table, kind: RowKind::Insert, values });
+                }
+            }
+            Message::Update { relation, old, new } => {
+                if let Some(table) = self.change(relation)? {
+                    let values = self.values(table, &new, old.as_ref().map(|(_, old)| old.as_slice()))?;
+                    if let Some((_, old)) = &old {
+                        let before = self.values(table, old, None)?;
+                        self.pending.push(Change { table, kind: RowKind::UpdateBefore, values: before });
+                    }
+                    self.pending.push(Change { table, kind: RowKind::UpdateAfter, values });
+                }
+            }
+            Message::Delete { relation, old: (_, old) } => {
+                if let Some(table) = self.change(relation)? {
+                    let values = self.values(table, &old, None)?;
+                    self.pending.push(Change { table, kind: RowKind::Delete, values });
+                }
+            }
+            Message::Truncate { relations } => {
+                if let Some(table) = relations.iter().find_map(|oid| self.relations.get(oid).copied().flatten()) {
+                    let captured = &self.setup.captured[table];
+                    return Err(SluiceError::user(
+                        "source.postgres_cdc.truncate",
+                        format!(
+                            "source `{}`: table {} was truncated (at LSN {}), which a changelog of rows cannot carry",
+                            self.setup.source,
+                            captured.qualified(),
+                            format_lsn(self.received_lsn)
+                        ),
+                    )
+                    .with_fix(format!(
+                        "delete rows with DELETE instead of TRUNCATE, or leave TRUNCATE out of the publication \
+                         (ALTER PUBLICATION {} SET (publish = 'insert, update, delete')); to go on, start the \
+                         pipeline afresh (new state, the slot dropped)",
+                        quote_identifier(&self.setup.options.publication)
+                    )));
+                }
+            }
+            Message::Origin { .. } | Message::Type { .. } | Message::Logical { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// A change of `relation` in the open transaction: its captured table, or None when
+    /// it is not captured or already returned.
+    fn change(&mut self, relation: u32) -> Result<Option<usize>, SluiceError> {
+        let Some(transaction) = self.transaction.as_mut() else {
+            return Err(self.decode_error("a change outside a transaction"));
+        };
+        transaction.changes += 1;
+        if transaction.dropped || transaction.changes <= self.resumed_changes.max(transaction.returned) {
+            return Ok(None);
+        }
+        match self.relations.get(&relation) {
+            Some(table) => Ok(*table),
+            None => Err(self.decode_error(&format!("a change of relation {relation} before its Relation message"))),
+        }
+    }
+
+    /// Checks a Relation message against the catalog read at planning.
+    fn relation(&mut self, relation: Relation) -> Result<(), SluiceError> {
+        let table =
+            self.setup.captured.iter().position(|t| t.namespace == relation.namespace && t.name == relation.name);
+        self.relations.insert(relation.oid, table);
+        let Some(index) = table else { return Ok(()) };
+        let captured = &self.setup.captured[index];
+        let kinds: Vec<(String, String)> =
+            relation.columns.iter().map(|c| (c.name.clone(), format!("{}:{}", c.type_oid, c.type_modifier))).collect();
+        let known: Vec<(String, String)> =
+            captured.columns.iter().map(|c| (c.name.clone(), format!("{}:{}", c.type_oid, c.type_modifier))).collect();
+        let mut changes = catalog::column_changes(
+            known.iter().map(|(n, k)| (n.as_str(), k.as_str())),
+            kinds.iter().map(|(n, k)| (n.as_str(), k.as_str())),
+        );
+        if (relation.replica_identity == b'f') != captured.full_identity {
+            changes.push(format!("REPLICA IDENTITY became '{}'", relation.replica_identity as char));
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let when = format!("while captured (at LSN {})", format_lsn(self.received_lsn));
+        Err(catalog::schema_change(&self.setup.source, &captured.qualified(), &when, &changes))
+    }
+
+    /// A tuple's values: an unchanged TOAST value filled from `old` (FULL's old image).
+    fn values(&self, table: usize, tuple: &[Value], old: Option<&[Value]>) -> Result<Vec<Option<Bytes>>, SluiceError> {
+        let captured = &self.setup.captured[table];
+        if tuple.len() != captured.columns.len() {
+            return Err(self.decode_error(&format!(
+                "a row of {} with {} values for {} columns",
+                captured.qualified(),
+                tuple.len(),
+                captured.columns.len()
+            )));
+        }
+        tuple
+            .iter()
+            .enumerate()
+            .map(|(i, value)| match value {
+                Value::Null => Ok(None),
+                Value::Text(text) => Ok(Some(text.clone())),
+                Value::Unchanged => match old.and_then(|old| old.get(i)) {
+                    Some(Value::Text(text)) => Ok(Some(text.clone())),
+                    Some(Value::Null) => Ok(None),
+                    // A key-only old image, an unchanged value in an old image, or none.
+                    _ => Err(SluiceError::user(
+                        "source.postgres_cdc.toast",
+                        format!(
+                            "source `{}`: an update of {} at LSN {} left column `{}` unchanged and out of line, and \
+                             the change carries no old value for it",
+                            self.setup.source,
+                            captured.qualified(),
+                            format_lsn(self.received_lsn),
+                            captured.columns[i].name
+                        ),
+                    )
+                    .with_fix(format!(
+                        "ALTER TABLE {}.{} REPLICA IDENTITY FULL, then start the pipeline afresh",
+                        quote_identifier(&captured.namespace),
+                        quote_identifier(&captured.name)
+                    ))),
+                },
+            })
+            .collect()
+    }
+
+    fn emit_committed(&mut self) -> Result<LanePoll, SluiceError> {
+        let changes: Vec<Change> = self.pending.drain(..self.committed).collect();
+        self.committed = 0;
+        self.position = Position::Stream { lsn: self.commit_lsn, changes: 0 };
+        let batches = self.batches(&changes)?;
+        Ok(LanePoll::Data { batches, watermark: None })
+    }
+
+    /// Every pending change, the open transaction's included (it outgrew
+    /// `transaction_rows_max`): the position counts its changes returned.
+    fn emit_piece(&mut self) -> Result<LanePoll, SluiceError> {
+        let changes: Vec<Change> = std::mem::take(&mut self.pending);
+        self.committed = 0;
+        let transaction = self.transaction.as_mut().expect("a piece is cut inside a transaction");
+        transaction.returned = transaction.changes;
+        self.position = Position::Stream { lsn: self.commit_lsn, changes: transaction.changes };
+        tracing::debug!(source = %self.setup.source, changes = transaction.changes, "a large transaction returned in pieces");
+        let batches = self.batches(&changes)?;
+        Ok(LanePoll::Data { batches, watermark: None })
+    }
+
+    /// `changes` as batches: consecutive rows of one table together, in order.
+    fn batches(&mut self, changes: &[Change]) -> Result<Vec<(usize, RecordBatch)>, SluiceError> {
+        self.returned_rows |= !changes.is_empty();
+        let mut batches = Vec::new();
+        let mut start = 0;
+        while start < changes.len() {
+            let table = changes[start].table;
+            let end = changes[start..].iter().position(|c| c.table != table).map_or(changes.len(), |n| start + n);
+            batches.push((table, self.batch(table, &changes[start..end])?));
+            start = end;
+        }
+        Ok(batches)
+    }
+
+    fn batch(&self, table: usize, changes: &[Change]) -> Result<RecordBatch, SluiceError> {
+        let captured = &self.setup.captured[table];
+        let mut columns: Vec<TextColumn> =
+            captured.columns.iter().map(|c| TextColumn::new(c.data_type.clone())).collect();
+        for change in changes {
+            for (column, value) in columns.iter_mut().zip(&change.values) {
+                let text = match value {
+                    Some(bytes) => Some(std::str::from_utf8(bytes).map_err(|_| {
+                        self.bad_value(captured, "a value that is not UTF-8 (set the database's encoding to UTF8)")
+                    })?),
+                    None => None,
+                };
+                column.append(text);
+            }
+        }
+        let mut arrays = Vec::with_capacity(columns.len() + 1);
+        for (i, column) in columns.iter_mut().enumerate() {
+            arrays.push(column.finish().map_err(|bad| {
+                self.bad_value(
+                    captured,
+                    &format!(
+                        "column `{}` holds `{}`, which does not fit: {}",
+                        captured.columns[i].name, bad.value, bad.reason
+                    ),
+                )
+            })?);
+        }
+        let kinds: Int8Array = changes.iter().map(|c| Some(c.kind as i8)).collect();
+        arrays.push(Arc::new(kinds));
+        for (i, column) in captured.columns.iter().enumerate() {
+            if captured.key.contains(&i) && arrays[i].null_count() > 0 {
+                return Err(self.bad_value(captured, &format!("a row without its key column `{}`", column.name)));
+            }
+        }
+        RecordBatch::try_new(Arc::clone(&self.schemas[table]), arrays).map_err(|e| {
+            SluiceError::internal("source.postgres_cdc.batch", format!("rows of {}: {e}", captured.qualified()))
+        })
+    }
+
+    fn bad_value(&self, table: &CapturedTable, what: &str) -> SluiceError {
+        SluiceError::user(
+            "source.postgres_cdc.value",
+            format!(
+                "source `{}`: table {} (before LSN {}): {what}",
+                self.setup.source,
+                table.qualified(),
+                format_lsn(self.received_lsn)
+            ),
+        )
+        .with_fix("change the value or the column's type in the database; the run stops rather than change a row")
+    }
+
+    /// A status update when one is due: the committed checkpoint's LSN advanced, the
+    /// server asked (`reply_requested`), or [`STATUS_INTERVAL`] passed.
+    fn send_status(&mut self, reply_requested: bool) -> Result<(), SluiceError> {
+        let committed = self.setup.shared.committed_lsn.load(Ordering::Acquire);
+        if reply_requested || committed > self.confirmed_sent || self.last_status.elapsed() >= STATUS_INTERVAL {
+            self.send_status_now(false)?;
+        }
+        Ok(())
+    }
+
+    fn send_status_now(&mut self, reply: bool) -> Result<(), SluiceError> {
+        let committed = self.setup.shared.committed_lsn.load(Ordering::Acquire);
+        // Never below where the stream resumed (the server keeps the greater).
+        let flushed = committed.max(self.resume_lsn);
+        self.connection
+            .send_status(self.received_lsn.max(flushed), flushed, reply)
+            .map_err(|e| self.stream_error("confirming a position", e))?;
+        self.confirmed_sent = committed;
+        self.last_status = Instant::now();
+        Ok(())
+    }
+}
+
+impl LaneReader for CdcLane {
+    fn poll(&mut self) -> Result<LanePoll, SluiceError> {
+        match self.phase {
+            Phase::Snapshot(_) => self.poll_snapshot(),
+            Phase::Stream => self.poll_stream(),
+            Phase::Ended => Ok(LanePoll::Exhausted),
+        }
+    }
+
+    fn position(&self) -> Vec<u8> {
+        self.position.encode()
+    }
+}
+
+impl Drop for CdcLane {
+    fn drop(&mut self) {
+        self.setup.shared.streaming.store(false, Ordering::Release);
+    }
+}
+
+fn missing_slot(setup: &LaneSetup, why: &str) -> SluiceError {
+    SluiceError::user(
+        "source.postgres_cdc.slot_missing",
+        format!(
+            "source `{}`: PostgreSQL at {} has no replication slot `{}` ({why})",
+            setup.source,
+            setup.endpoint.describe(),
+            setup.options.slot
+        ),
+    )
+    .with_fix(format!(
+        "create it (SELECT pg_create_logical_replication_slot('{}', 'pgoutput')) or set create_slot = true \
+         and start the pipeline afresh (a new state directory) to read a snapshot",
+        setup.options.slot
+    ))
+}
+
+/// The slot's confirmed position, or None when it does not exist.
+fn slot_state(setup: &LaneSetup, connection: &mut ReplicationConnection) -> Result<Option<u64>, SluiceError> {
+    let slot = setup.options.slot.replace('\'', "''");
+    let rows = connection
+        .query(&format!(
+            "SELECT plugin::text, confirmed_flush_lsn::text, database::text FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        ))
+        .map_err(|e| session_error(setup, "reading pg_replication_slots", &e))?;
+    let Some(row) = rows.first() else { return Ok(None) };
+    if row.first().cloned().flatten().as_deref() != Some("pgoutput") {
+        return Err(SluiceError::user(
+            "source.postgres_cdc.slot_plugin",
+            format!(
+                "source `{}`: slot `{}` is not a logical slot of the pgoutput plugin",
+                setup.source, setup.options.slot
+            ),
+        )
+        .with_fix("name another slot with `slot`, or drop this one"));
+    }
+    Ok(Some(row.get(1).cloned().flatten().as_deref().and_then(parse_lsn).unwrap_or(0)))
+}
+
+fn session_error(setup: &LaneSetup, doing: &str, error: &ProtocolError) -> SluiceError {
+    SluiceError::external(
+        "source.postgres_cdc.session",
+        format!("source `{}`: PostgreSQL at {}: {doing} failed: {error}", setup.source, setup.endpoint.describe()),
+    )
+}
+
+fn drop_slot(setup: &LaneSetup, connection: &mut ReplicationConnection) -> Result<(), SluiceError> {
+    let command = format!("DROP_REPLICATION_SLOT {}", quote_identifier(&setup.options.slot));
+    connection.query(&command).map_err(|e| session_error(setup, "dropping the slot", &e))?;
+    Ok(())
+}
+
+/// Creates the slot with an exported snapshot and imports it in a second session.
+fn create_slot(setup: &LaneSetup, connection: &mut ReplicationConnection) -> Result<(Phase, Position), SluiceError> {
+    let command =
+        format!("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT", quote_identifier(&setup.options.slot));
+    let rows = connection.query(&command).map_err(|e| match &e {
+        ProtocolError::Server(server) if server.code == "53400" => SluiceError::user(
+            "source.postgres_cdc.max_replication_slots",
+            format!("source `{}`: PostgreSQL at {}: {server}", setup.source, setup.endpoint.describe()),
+        )
+        .with_fix("raise max_replication_slots on the server (and restart it), or drop an unused slot"),
+        _ => session_error(setup, &format!("creating slot `{}`", setup.options.slot), &e),
+    })?;
+    let row = rows
+        .first()
+        .ok_or_else(|| session_error(setup, "creating the slot", &ProtocolError::Unexpected("no row".into())))?;
+    let consistent_point = row.get(1).cloned().flatten().as_deref().and_then(parse_lsn);
+    let snapshot_name = row.get(2).cloned().flatten();
+    let (Some(consistent_point), Some(snapshot_name)) = (consistent_point, snapshot_name) else {
+        return Err(session_error(setup, "creating the slot", &ProtocolError::Unexpected(format!("the row {row:?}"))));
+    };
+    let mut client = catalog::connect(&setup.source, &setup.endpoint)?;
+    let statement = format!(
+        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{}'",
+        snapshot_name.replace('\'', "''")
+    );
+    client
+        .batch_execute(&statement)
+        .map_err(|e| catalog::query_error(&setup.source, &setup.endpoint, "importing the slot's snapshot", &e))?;
+    tracing::info!(source = %setup.source, slot = %setup.options.slot, lsn = %format_lsn(consistent_point), "slot created; reading the snapshot");
+    let snapshot = Snapshot { client, table: 0, cursor_open: false, consistent_point };
+    Ok((Phase::Snapshot(Box::new(snapshot)), Position::Snapshot))
+}
+
+/// The server's WAL position now.
+fn current_lsn(setup: &LaneSetup, connection: &mut ReplicationConnection) -> Result<u64, SluiceError> {
+    let rows = connection
+        .query("SELECT pg_current_wal_lsn()::text")
+        .map_err(|e| session_error(setup, "reading pg_current_wal_lsn()", &e))?;
+    rows.first().and_then(|row| row.first().cloned().flatten()).as_deref().and_then(parse_lsn).ok_or_else(|| {
+        session_error(setup, "reading pg_current_wal_lsn()", &ProtocolError::Unexpected("no LSN".into()))
+    })
+}
