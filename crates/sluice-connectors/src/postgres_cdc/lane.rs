@@ -341,6 +341,8 @@ impl CdcLane {
                 if !self.may_end() {
                     return Ok(LanePoll::Wait(Instant::now() + IDLE_PAUSE));
                 }
+                // The committed checkpoint's LSN, confirmed before the session ends.
+                self.send_status(false)?;
                 tracing::info!(source = %self.setup.source, lsn = %format_lsn(stop), "bounded: read up to the WAL position at start");
                 self.end();
                 return Ok(LanePoll::Exhausted);
@@ -548,9 +550,15 @@ impl CdcLane {
         let changes: Vec<Change> = std::mem::take(&mut self.pending);
         self.committed = 0;
         let transaction = self.transaction.as_mut().expect("a piece is cut inside a transaction");
+        if transaction.returned == 0 {
+            tracing::info!(
+                source = %self.setup.source,
+                rows_max = self.setup.options.transaction_rows_max,
+                "a transaction larger than transaction_rows_max is returned in pieces"
+            );
+        }
         transaction.returned = transaction.changes;
         self.position = Position::Stream { lsn: self.commit_lsn, changes: transaction.changes };
-        tracing::debug!(source = %self.setup.source, changes = transaction.changes, "a large transaction returned in pieces");
         let batches = self.batches(&changes)?;
         Ok(LanePoll::Data { batches, watermark: None })
     }
