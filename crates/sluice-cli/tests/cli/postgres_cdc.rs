@@ -146,6 +146,27 @@ fn a_kill_between_a_checkpoint_and_the_slot_s_confirm_changes_nothing() {
     assert_eq!(server.rows("killed"), server.rows("expected"), "killed:\n{}\nrestarted:\n{log}", stderr(&crashed));
 }
 
+/// Killed after a checkpoint taken during the snapshot: the snapshot cannot be resumed
+/// (it lived in the killed session), so the restart creates the slot again and reads a
+/// new one; the rows read twice are applied as updates of their keys.
+#[test]
+fn a_kill_during_the_snapshot_reads_it_again() {
+    let server = Server::start_logical();
+    server.execute(SCHEMA);
+    server.execute(SNAPSHOT_ROWS);
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &pipeline(&server, "again", ""));
+    let crashed =
+        run(&scratch, 2, Some("source.barrier_after_batch=return;checkpoint.after_publish=2*sleep(30)->return(kill)"));
+    assert_eq!(crashed.status.signal(), Some(9), "killed after a publish:\n{}", stderr(&crashed));
+    let log = run_ok(&scratch, Some("checkpoint.after_publish=sleep(30)"));
+    assert!(log.contains("the run stopped during its snapshot"), "{log}");
+    assert_eq!(server.rows("again"), server.rows("expected"), "killed:\n{}\nrestarted:\n{log}", stderr(&crashed));
+    server.execute(CHANGES);
+    let log = run_ok(&scratch, None);
+    assert_eq!(server.rows("again"), server.rows("expected"), "after the changes:\n{log}");
+}
+
 /// A transaction open while a run reads and checkpoints (its first rows are in the WAL
 /// before the run's end, its commit after): the next run gets it whole. And a
 /// transaction larger than `transaction_rows_max`, cut in pieces with a barrier after

@@ -150,3 +150,49 @@ fn xlog_data_and_keepalives() {
     }
     assert!(decode_stream(&Bytes::from_static(b"x")).is_err());
 }
+
+/// Every golden vector with each byte replaced by each of a few values, and cut at
+/// every length: decoding answers a message or an error, never a panic.
+#[test]
+fn mutated_messages_never_panic() {
+    let goldens: Vec<Bytes> = vec![
+        bytes(&[b"B", &1u64.to_be_bytes(), &7i64.to_be_bytes(), &735u32.to_be_bytes()]),
+        bytes(&[b"C\0", &1u64.to_be_bytes(), &2u64.to_be_bytes(), &7i64.to_be_bytes()]),
+        bytes(&[
+            b"R",
+            &1u32.to_be_bytes(),
+            b"public\0t\0d",
+            &1i16.to_be_bytes(),
+            b"\x01id\0",
+            &20u32.to_be_bytes(),
+            &(-1i32).to_be_bytes(),
+        ]),
+        bytes(&[
+            b"U",
+            &1u32.to_be_bytes(),
+            b"O",
+            &1i16.to_be_bytes(),
+            b"t\0\0\0\x011",
+            b"N",
+            &2i16.to_be_bytes(),
+            b"u",
+            b"n",
+        ]),
+        bytes(&[b"D", &1u32.to_be_bytes(), b"K", &1i16.to_be_bytes(), b"t\0\0\0\x017"]),
+        bytes(&[b"T", &1u32.to_be_bytes(), b"\0", &1u32.to_be_bytes()]),
+        bytes(&[b"M\x01", &9u64.to_be_bytes(), b"app\0", &2u32.to_be_bytes(), b"hi"]),
+    ];
+    for golden in goldens {
+        for at in 0..golden.len() {
+            for value in [0u8, 1, 0x7f, 0x80, 0xff, b'n', b't', b'u', b'K', b'O', b'N'] {
+                let mut mutated = golden.to_vec();
+                mutated[at] = value;
+                let mutated = Bytes::from(mutated);
+                for end in [mutated.len(), at + 1] {
+                    let _ = decode(&mutated.slice(..end));
+                    let _ = decode_stream(&mutated.slice(..end));
+                }
+            }
+        }
+    }
+}
