@@ -23,8 +23,9 @@ use super::Shared;
 use super::catalog::{self, CapturedTable};
 use super::options::CdcOptions;
 use super::pgoutput::{self, Message, Relation, StreamMessage, Value};
-use super::position::{Position, format_lsn, parse_lsn};
+use super::position::{Position, format_lsn};
 use super::protocol::{Endpoint, ProtocolError, ReplicationConnection};
+use super::slot;
 use super::values::TextColumn;
 use crate::postgres::options::quote_identifier;
 
@@ -120,7 +121,7 @@ impl CdcLane {
     pub fn open(setup: LaneSetup) -> Result<CdcLane, SluiceError> {
         let mut connection = ReplicationConnection::connect(&setup.endpoint)?;
         let slot = setup.options.slot.clone();
-        let existing = slot_state(&setup, &mut connection)?;
+        let existing = slot::slot_state(&setup, &mut connection)?;
         let schemas = setup.captured.iter().map(|t| crate::changelog::with_kinds_schema(&t.schema())).collect();
         let (phase, position) = match (setup.start, existing) {
             (Some(Position::Stream { lsn, changes }), Some(confirmed)) => {
@@ -140,14 +141,17 @@ impl CdcLane {
                 (Phase::Stream, Position::Stream { lsn, changes })
             }
             (Some(Position::Stream { lsn, .. }), None) => {
-                return Err(missing_slot(&setup, &format!("the checkpoint resumes from {} in it", format_lsn(lsn))));
+                return Err(slot::missing_slot(
+                    &setup,
+                    &format!("the checkpoint resumes from {} in it", format_lsn(lsn)),
+                ));
             }
             (Some(Position::Snapshot), existing) => {
                 if existing.is_some() {
                     tracing::warn!(source = %setup.source, slot, "the run stopped during its snapshot: the slot is created again and the snapshot read again");
-                    drop_slot(&setup, &mut connection)?;
+                    slot::drop_slot(&setup, &mut connection)?;
                 }
-                create_slot(&setup, &mut connection)?
+                snapshot_phase(slot::create_slot(&setup, &mut connection)?)
             }
             (None, Some(confirmed)) if !setup.options.create_slot => {
                 (Phase::Stream, Position::Stream { lsn: confirmed, changes: 0 })
@@ -167,11 +171,11 @@ impl CdcLane {
                 )));
             }
             (None, None) if !setup.options.create_slot => {
-                return Err(missing_slot(&setup, "create_slot = false"));
+                return Err(slot::missing_slot(&setup, "create_slot = false"));
             }
-            (None, None) => create_slot(&setup, &mut connection)?,
+            (None, None) => snapshot_phase(slot::create_slot(&setup, &mut connection)?),
         };
-        let stop_lsn = if setup.options.bounded { Some(current_lsn(&setup, &mut connection)?) } else { None };
+        let stop_lsn = if setup.options.bounded { Some(slot::current_lsn(&setup, &mut connection)?) } else { None };
         let (resume_lsn, resumed_changes) = match position {
             Position::Stream { lsn, changes } => (lsn, changes),
             Position::Snapshot => (0, 0),
@@ -652,6 +656,13 @@ impl CdcLane {
     }
 }
 
+/// The phase and position of a lane that just created its slot: its snapshot to read.
+fn snapshot_phase(created: slot::CreatedSlot) -> (Phase, Position) {
+    let snapshot =
+        Snapshot { client: created.client, table: 0, cursor_open: false, consistent_point: created.consistent_point };
+    (Phase::Snapshot(Box::new(snapshot)), Position::Snapshot)
+}
+
 impl LaneReader for CdcLane {
     fn poll(&mut self) -> Result<LanePoll, SluiceError> {
         match self.phase {
@@ -670,99 +681,4 @@ impl Drop for CdcLane {
     fn drop(&mut self) {
         self.setup.shared.streaming.store(false, Ordering::Release);
     }
-}
-
-fn missing_slot(setup: &LaneSetup, why: &str) -> SluiceError {
-    SluiceError::user(
-        "source.postgres_cdc.slot_missing",
-        format!(
-            "source `{}`: PostgreSQL at {} has no replication slot `{}` ({why})",
-            setup.source,
-            setup.endpoint.describe(),
-            setup.options.slot
-        ),
-    )
-    .with_fix(format!(
-        "create it (SELECT pg_create_logical_replication_slot('{}', 'pgoutput')) or set create_slot = true \
-         and start the pipeline afresh (a new state directory) to read a snapshot",
-        setup.options.slot
-    ))
-}
-
-/// The slot's confirmed position, or None when it does not exist.
-fn slot_state(setup: &LaneSetup, connection: &mut ReplicationConnection) -> Result<Option<u64>, SluiceError> {
-    let slot = setup.options.slot.replace('\'', "''");
-    let rows = connection
-        .query(&format!(
-            "SELECT plugin::text, confirmed_flush_lsn::text, database::text FROM pg_replication_slots WHERE slot_name = '{slot}'"
-        ))
-        .map_err(|e| session_error(setup, "reading pg_replication_slots", &e))?;
-    let Some(row) = rows.first() else { return Ok(None) };
-    if row.first().cloned().flatten().as_deref() != Some("pgoutput") {
-        return Err(SluiceError::user(
-            "source.postgres_cdc.slot_plugin",
-            format!(
-                "source `{}`: slot `{}` is not a logical slot of the pgoutput plugin",
-                setup.source, setup.options.slot
-            ),
-        )
-        .with_fix("name another slot with `slot`, or drop this one"));
-    }
-    Ok(Some(row.get(1).cloned().flatten().as_deref().and_then(parse_lsn).unwrap_or(0)))
-}
-
-fn session_error(setup: &LaneSetup, doing: &str, error: &ProtocolError) -> SluiceError {
-    SluiceError::external(
-        "source.postgres_cdc.session",
-        format!("source `{}`: PostgreSQL at {}: {doing} failed: {error}", setup.source, setup.endpoint.describe()),
-    )
-}
-
-fn drop_slot(setup: &LaneSetup, connection: &mut ReplicationConnection) -> Result<(), SluiceError> {
-    let command = format!("DROP_REPLICATION_SLOT {}", quote_identifier(&setup.options.slot));
-    connection.query(&command).map_err(|e| session_error(setup, "dropping the slot", &e))?;
-    Ok(())
-}
-
-/// Creates the slot with an exported snapshot and imports it in a second session.
-fn create_slot(setup: &LaneSetup, connection: &mut ReplicationConnection) -> Result<(Phase, Position), SluiceError> {
-    let command =
-        format!("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT", quote_identifier(&setup.options.slot));
-    let rows = connection.query(&command).map_err(|e| match &e {
-        ProtocolError::Server(server) if server.code == "53400" => SluiceError::user(
-            "source.postgres_cdc.max_replication_slots",
-            format!("source `{}`: PostgreSQL at {}: {server}", setup.source, setup.endpoint.describe()),
-        )
-        .with_fix("raise max_replication_slots on the server (and restart it), or drop an unused slot"),
-        _ => session_error(setup, &format!("creating slot `{}`", setup.options.slot), &e),
-    })?;
-    let row = rows
-        .first()
-        .ok_or_else(|| session_error(setup, "creating the slot", &ProtocolError::Unexpected("no row".into())))?;
-    let consistent_point = row.get(1).cloned().flatten().as_deref().and_then(parse_lsn);
-    let snapshot_name = row.get(2).cloned().flatten();
-    let (Some(consistent_point), Some(snapshot_name)) = (consistent_point, snapshot_name) else {
-        return Err(session_error(setup, "creating the slot", &ProtocolError::Unexpected(format!("the row {row:?}"))));
-    };
-    let mut client = catalog::connect(&setup.source, &setup.endpoint)?;
-    let statement = format!(
-        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{}'",
-        snapshot_name.replace('\'', "''")
-    );
-    client
-        .batch_execute(&statement)
-        .map_err(|e| catalog::query_error(&setup.source, &setup.endpoint, "importing the slot's snapshot", &e))?;
-    tracing::info!(source = %setup.source, slot = %setup.options.slot, lsn = %format_lsn(consistent_point), "slot created; reading the snapshot");
-    let snapshot = Snapshot { client, table: 0, cursor_open: false, consistent_point };
-    Ok((Phase::Snapshot(Box::new(snapshot)), Position::Snapshot))
-}
-
-/// The server's WAL position now.
-fn current_lsn(setup: &LaneSetup, connection: &mut ReplicationConnection) -> Result<u64, SluiceError> {
-    let rows = connection
-        .query("SELECT pg_current_wal_lsn()::text")
-        .map_err(|e| session_error(setup, "reading pg_current_wal_lsn()", &e))?;
-    rows.first().and_then(|row| row.first().cloned().flatten()).as_deref().and_then(parse_lsn).ok_or_else(|| {
-        session_error(setup, "reading pg_current_wal_lsn()", &ProtocolError::Unexpected("no LSN".into()))
-    })
 }

@@ -11,6 +11,7 @@
 //! - [`pgoutput`]: the stream's messages, decoded.
 //! - [`values`]: text values into Arrow columns.
 //! - [`position`]: a lane's checkpointed position.
+//! - [`slot`]: the slot's state, creation with a snapshot, dropping.
 //! - [`lane`]: the one lane: snapshot, then the stream, transaction by transaction.
 //!
 //! # The correctness argument
@@ -61,6 +62,7 @@ pub mod options;
 pub mod pgoutput;
 pub mod position;
 pub mod protocol;
+pub mod slot;
 pub mod values;
 
 use std::sync::Arc;
