@@ -242,7 +242,11 @@ fn each_refusal_names_its_setting_and_the_fix() {
     );
     scratch.write("pipeline.toml", &pipeline(&server, "t", ""));
     assert_fails_with(&run(&scratch, 1, None), &["no publication `shop`", "CREATE PUBLICATION \"shop\" FOR TABLE"]);
-    server.execute("CREATE PUBLICATION shop FOR TABLE orders");
+    server.execute("CREATE PUBLICATION shop FOR TABLE orders WITH (publish = 'insert')");
+    assert_fails_with(&run(&scratch, 1, None), &["does not publish every insert, update and delete", "SET (publish"]);
+    server.execute("ALTER PUBLICATION shop SET (publish = 'insert, update, delete'); ALTER PUBLICATION shop SET TABLE orders WHERE (amount > 0)");
+    assert_fails_with(&run(&scratch, 1, None), &["publishes table orders with a row filter", "without WHERE"]);
+    server.execute("ALTER PUBLICATION shop SET TABLE orders");
     assert_fails_with(&run(&scratch, 1, None), &["not in publication `shop`", "ALTER PUBLICATION \"shop\" ADD TABLE"]);
     server.execute("ALTER PUBLICATION shop ADD TABLE customers");
     assert_fails_with(&run(&scratch, 1, None), &["REPLICA IDENTITY DEFAULT", "name, region", "REPLICA IDENTITY FULL"]);

@@ -3,8 +3,9 @@
 //! columns, primary key and `REPLICA IDENTITY`, checked so that every change the stream
 //! can send is one the source can turn into rows.
 //!
-//! Refused, each with the fix: `wal_level` other than `logical`; a missing publication
-//! or a table outside it; a table without a primary key; `REPLICA IDENTITY NOTHING` or
+//! Refused, each with the fix: `wal_level` other than `logical`; a missing publication,
+//! one that does not publish every insert, update and delete or that filters rows or
+//! columns (PostgreSQL 15), or a table outside it; a table without a primary key; `REPLICA IDENTITY NOTHING` or
 //! `USING INDEX`; `REPLICA IDENTITY DEFAULT` on a table with a column whose values may
 //! be TOASTed (stored out of line: `attstorage` other than `p`), because an update that
 //! leaves such a value unchanged does not send it and a DEFAULT old image does not hold
@@ -129,12 +130,60 @@ pub fn read_catalog(
         ));
     }
     let published = client
-        .query("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&publication])
+        .query("SELECT pubinsert AND pubupdate AND pubdelete FROM pg_publication WHERE pubname = $1", &[&publication])
         .map_err(|e| fail("reading pg_publication", &e))?;
-    if published.is_empty() {
+    let Some(row) = published.first() else {
         return Err(missing_publication(source, endpoint, publication, tables));
+    };
+    if !row.get::<_, bool>(0) {
+        return Err(SluiceError::user(
+            "source.postgres_cdc.publish",
+            format!(
+                "source `{source}`: publication `{publication}` does not publish every insert, update and delete, \
+                 so the tables read would drift from the database's"
+            ),
+        )
+        .with_fix(format!("ALTER PUBLICATION {} SET (publish = 'insert, update, delete')", quote(publication))));
+    }
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .map_err(|e| fail("reading server_version_num", &e))?
+        .get(0);
+    if version >= 150_000 {
+        check_publication_filters(source, endpoint, &mut client, publication)?;
     }
     tables.iter().map(|table| read_table(source, endpoint, &mut client, publication, table)).collect()
+}
+
+/// Refuses a publication that filters rows (`WHERE`) or columns of a table
+/// (PostgreSQL 15 and later): the source would read only part of each table.
+fn check_publication_filters(
+    source: &str,
+    endpoint: &Endpoint,
+    client: &mut Client,
+    publication: &str,
+) -> Result<(), SluiceError> {
+    let filtered = client
+        .query(
+            "SELECT c.relname::text, r.prqual IS NOT NULL FROM pg_publication_rel r \
+             JOIN pg_publication p ON p.oid = r.prpubid JOIN pg_class c ON c.oid = r.prrelid \
+             WHERE p.pubname = $1 AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL)",
+            &[&publication],
+        )
+        .map_err(|e| query_error(source, endpoint, "reading pg_publication_rel", &e))?;
+    let Some(row) = filtered.first() else { return Ok(()) };
+    let table: String = row.get(0);
+    let what = if row.get::<_, bool>(1) { "a row filter (WHERE)" } else { "a column list" };
+    Err(SluiceError::user(
+        "source.postgres_cdc.publication_filter",
+        format!(
+            "source `{source}`: publication `{publication}` publishes table {table} with {what}, so only part of it"
+        ),
+    )
+    .with_fix(format!(
+        "publish the whole table: ALTER PUBLICATION {} SET TABLE … without WHERE or a column list",
+        quote(publication)
+    )))
 }
 
 /// The error of a publication that does not exist.
