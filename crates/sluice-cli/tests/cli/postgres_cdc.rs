@@ -9,7 +9,9 @@
 //! the server's WAL position at its start are read), so tests wait for processes to
 //! exit, never for time to pass.
 
+use std::io::BufRead;
 use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
 
 use crate::harness::{Scratch, assert_fails_with, sluice_command, stderr, stdout};
 use crate::postgres::{PASSWORD, PASSWORD_VARIABLE, Server, run};
@@ -69,6 +71,21 @@ impl Server {
         self.count(&format!("SELECT ({expression} - '0/0')::bigint"))
     }
 
+    /// Returns once `slot`'s confirmed position reaches `lsn` (a checkpoint holding the
+    /// changes up to it was committed), failing after 10 s of 10 ms waits.
+    fn wait_confirmed(&self, slot: &str, lsn: i64) {
+        let mut client = self.client();
+        let query = "SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1";
+        for _ in 0..1000 {
+            let confirmed: i64 = client.query_one(query, &[&slot]).expect("the slot").get(0);
+            if confirmed >= lsn {
+                return;
+            }
+            client.batch_execute("SELECT pg_sleep(0.01)").expect("wait for the slot");
+        }
+        panic!("slot {slot} never confirmed {lsn:x}");
+    }
+
     /// The confirmed position of `slot` once no session holds it (its walsender, which
     /// applies the last status update it read, exited).
     fn slot_confirmed(&self, slot: &str) -> i64 {
@@ -122,6 +139,51 @@ fn two_tables_joined_and_aggregated_end_as_postgresql_computes_them() {
     // recycle their WAL.
     let confirmed = server.slot_confirmed("slot_totals");
     assert!(confirmed > before_changes, "confirmed {confirmed:x}, changes from {before_changes:x}:\n{log}");
+}
+
+/// An unbounded run follows the changes as they commit: once the slot confirms a
+/// position inside the last transaction of changes, a committed checkpoint holds them,
+/// and the sink's table is PostgreSQL's answer. SIGTERM then ends the run cleanly.
+#[test]
+fn an_unbounded_run_follows_commits_and_stops_on_sigterm() {
+    let server = Server::start_logical();
+    server.execute(SCHEMA);
+    server.execute(SNAPSHOT_ROWS);
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &pipeline(&server, "live", "").replace("bounded = true\n", ""));
+    let mut child = sluice_command(scratch.dir.path())
+        .args(["--log-level", "info", "run", "pipeline.toml"])
+        .env(PASSWORD_VARIABLE, PASSWORD)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice");
+    let mut log = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    while !seen.contains("streaming changes") {
+        let read = log.read_line(&mut seen).expect("the log");
+        assert!(read > 0, "the run ended before streaming:\n{seen}");
+    }
+    // The rest of the log, read as it comes so that the pipe never fills.
+    let rest = std::thread::spawn(move || {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut log, &mut rest).expect("the log");
+        rest
+    });
+    let mut client = server.client();
+    client.batch_execute(CHANGES).expect("the changes");
+    let mut last = client.transaction().expect("a transaction");
+    last.batch_execute("UPDATE orders SET amount = amount + 1000 WHERE id = 2").expect("an update");
+    let inside: i64 = last.query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[]).expect("lsn").get(0);
+    last.commit().expect("commit");
+    server.wait_confirmed("slot_live", inside);
+    assert_eq!(server.rows("live"), server.rows("expected"), "{seen}");
+    let killed = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(killed.expect("kill").success());
+    let status = child.wait().expect("wait for sluice");
+    let rest = rest.join().expect("the log's reader");
+    assert!(status.success(), "SIGTERM:\n{seen}{rest}");
+    assert!(rest.contains("final checkpoint"), "{rest}");
 }
 
 /// Killed right after a checkpoint is published, before the sources are told it is

@@ -675,6 +675,15 @@ impl LaneReader for CdcLane {
     fn position(&self) -> Vec<u8> {
         self.position.encode()
     }
+
+    /// Not polled (its downstream is full): the session still sends a status update
+    /// when one is due, so that the server's `wal_sender_timeout` does not end it. A
+    /// failure here shows again at the next poll, which reads the session.
+    fn blocked(&mut self) {
+        if matches!(self.phase, Phase::Stream) && self.last_status.elapsed() >= STATUS_INTERVAL {
+            let _ = self.send_status_now(false);
+        }
+    }
 }
 
 impl Drop for CdcLane {
