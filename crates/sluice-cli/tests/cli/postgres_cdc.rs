@@ -229,6 +229,31 @@ fn a_kill_during_the_snapshot_reads_it_again() {
     assert_eq!(server.rows("again"), server.rows("expected"), "after the changes:\n{log}");
 }
 
+/// Three lanes read parts of the snapshot on two threads, killed in the middle and
+/// restarted (a new snapshot, read in parts again); the stream starts once a committed
+/// checkpoint holds every part, and the changes after follow.
+#[test]
+fn a_snapshot_read_in_parallel_lanes_ends_as_postgresql_computes() {
+    let server = Server::start_logical();
+    server.execute(SCHEMA);
+    server.execute(SNAPSHOT_ROWS);
+    server.execute("INSERT INTO orders SELECT i, 1 + i % 3, i FROM generate_series(1000, 3999) AS i");
+    let scratch = Scratch::new();
+    scratch.write(
+        "pipeline.toml",
+        &pipeline(&server, "parts", "snapshot_lanes = 3").replace("batch_size = 8", "batch_size = 64"),
+    );
+    let crashed =
+        run(&scratch, 2, Some("source.barrier_after_batch=return;checkpoint.after_publish=4*sleep(30)->return(kill)"));
+    assert_eq!(crashed.status.signal(), Some(9), "killed after a publish:\n{}", stderr(&crashed));
+    let log = run_ok(&scratch, Some("checkpoint.after_publish=sleep(30)"));
+    assert!(log.contains("snapshot part read"), "{log}");
+    assert_eq!(server.rows("parts"), server.rows("expected"), "killed:\n{}\nrestarted:\n{log}", stderr(&crashed));
+    server.execute(CHANGES);
+    let log = run_ok(&scratch, None);
+    assert_eq!(server.rows("parts"), server.rows("expected"), "after the changes:\n{log}");
+}
+
 /// A transaction open while a run reads and checkpoints (its first rows are in the WAL
 /// before the run's end, its commit after): the next run gets it whole. And a
 /// transaction larger than `transaction_rows_max`, cut in pieces with a barrier after
@@ -317,6 +342,11 @@ fn each_refusal_names_its_setting_and_the_fix() {
     server.execute("ALTER TABLE customers REPLICA IDENTITY FULL; ALTER TABLE orders DROP CONSTRAINT orders_pkey");
     assert_fails_with(&run(&scratch, 1, None), &["public.orders has no primary key", "ADD PRIMARY KEY"]);
     server.execute("ALTER TABLE orders ADD PRIMARY KEY (id)");
+
+    let text = pipeline(&server, "t", "snapshot_lanes = 2")
+        .replace("store = \"file://./state\"\n", "store = \"file://./state\"\nguarantee = \"at-least-once\"\n");
+    scratch.write("pipeline.toml", &text);
+    assert_fails_with(&run(&scratch, 1, None), &["snapshot_lanes = 2 needs exactly-once checkpoints", "guarantee"]);
 
     scratch.write("pipeline.toml", &pipeline(&server, "t", "create_slot = false"));
     assert_fails_with(&run(&scratch, 1, None), &["no replication slot `slot_t`", "pg_create_logical_replication_slot"]);

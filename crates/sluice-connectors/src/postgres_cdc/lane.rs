@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use arrow::array::Int8Array;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
@@ -19,14 +18,15 @@ use sluice_runtime::metrics::SourceMetrics;
 use sluice_runtime::{LanePoll, LaneReader};
 use sluice_types::{RowKind, SluiceError};
 
-use super::Shared;
 use super::catalog::{self, CapturedTable};
 use super::options::CdcOptions;
 use super::pgoutput::{self, Message, Relation, StreamMessage, Value};
 use super::position::{Position, format_lsn};
 use super::protocol::{Endpoint, ProtocolError, ReplicationConnection};
+use super::rows::{Change, Tables};
 use super::slot;
-use super::values::TextColumn;
+use super::snapshot::{self, Part, SnapshotReader};
+use super::{Published, Shared};
 use crate::postgres::options::quote_identifier;
 
 /// Stream messages handled by one poll at most (the driver's other work goes on).
@@ -41,6 +41,8 @@ const IDLE_PAUSE: Duration = Duration::from_millis(5);
 
 /// What a lane opens with.
 pub struct LaneSetup {
+    /// The source's lanes: this one and the snapshot lanes after it.
+    pub lanes: u32,
     pub source: String,
     pub endpoint: Endpoint,
     pub options: CdcOptions,
@@ -54,19 +56,10 @@ pub struct LaneSetup {
     pub end_after_checkpoint: bool,
 }
 
-/// One change's row, its values as the server's text.
-struct Change {
-    table: usize,
-    kind: RowKind,
-    values: Vec<Option<Bytes>>,
-}
-
-/// The snapshot being read.
+/// The snapshot being read (this lane's part), or read and waiting for the other
+/// snapshot lanes' parts.
 struct Snapshot {
-    client: postgres::Client,
-    /// The table whose cursor is open (or next to open).
-    table: usize,
-    cursor_open: bool,
+    reader: Option<SnapshotReader>,
     consistent_point: u64,
 }
 
@@ -122,6 +115,10 @@ impl CdcLane {
         let mut connection = ReplicationConnection::connect(&setup.endpoint)?;
         let slot = setup.options.slot.clone();
         let existing = slot::slot_state(&setup, &mut connection)?;
+        // Read before the slot may be created: a command on the replication session
+        // after the creation would end the snapshot's export, which the snapshot lanes
+        // import later.
+        let stop_lsn = if setup.options.bounded { Some(slot::current_lsn(&setup, &mut connection)?) } else { None };
         let schemas = setup.captured.iter().map(|t| crate::changelog::with_kinds_schema(&t.schema())).collect();
         let (phase, position) = match (setup.start, existing) {
             (Some(Position::Stream { lsn, changes }), Some(confirmed)) => {
@@ -151,7 +148,7 @@ impl CdcLane {
                     tracing::warn!(source = %setup.source, slot, "the run stopped during its snapshot: the slot is created again and the snapshot read again");
                     slot::drop_slot(&setup, &mut connection)?;
                 }
-                snapshot_phase(slot::create_slot(&setup, &mut connection)?)
+                snapshot_phase(&setup, slot::create_slot(&setup, &mut connection)?)?
             }
             (None, Some(confirmed)) if !setup.options.create_slot => {
                 (Phase::Stream, Position::Stream { lsn: confirmed, changes: 0 })
@@ -173,12 +170,18 @@ impl CdcLane {
             (None, None) if !setup.options.create_slot => {
                 return Err(slot::missing_slot(&setup, "create_slot = false"));
             }
-            (None, None) => snapshot_phase(slot::create_slot(&setup, &mut connection)?),
+            (None, None) => snapshot_phase(&setup, slot::create_slot(&setup, &mut connection)?)?,
+            (Some(Position::SnapshotDone { .. }), _) => {
+                return Err(SluiceError::user(
+                    "source.postgres_cdc.position",
+                    format!("source `{}`: the checkpoint gives lane 0 a snapshot lane's position", setup.source),
+                )
+                .with_fix("restore a checkpoint written by this source, or start the pipeline afresh"));
+            }
         };
-        let stop_lsn = if setup.options.bounded { Some(slot::current_lsn(&setup, &mut connection)?) } else { None };
         let (resume_lsn, resumed_changes) = match position {
             Position::Stream { lsn, changes } => (lsn, changes),
-            Position::Snapshot => (0, 0),
+            Position::Snapshot | Position::SnapshotDone { .. } => (0, 0),
         };
         let consistent_point = match &phase {
             Phase::Snapshot(snapshot) => snapshot.consistent_point,
@@ -206,6 +209,7 @@ impl CdcLane {
             setup,
         };
         if matches!(lane.phase, Phase::Stream) {
+            lane.setup.shared.publish(Published::NoSnapshot);
             lane.start_stream(resume_lsn)?;
         }
         Ok(lane)
@@ -253,56 +257,30 @@ impl CdcLane {
 
     fn poll_snapshot(&mut self) -> Result<LanePoll, SluiceError> {
         let Phase::Snapshot(snapshot) = &mut self.phase else { unreachable!("polled as a snapshot") };
-        let source = &self.setup.source;
-        let endpoint = &self.setup.endpoint;
-        let fail = |doing: &str, e: &postgres::Error| catalog::query_error(source, endpoint, doing, e);
-        if snapshot.table == self.setup.captured.len() {
-            snapshot.client.batch_execute("COMMIT").map_err(|e| fail("ending the snapshot", &e))?;
-            let consistent_point = snapshot.consistent_point;
-            self.phase = Phase::Stream;
-            self.position = Position::Stream { lsn: consistent_point, changes: 0 };
-            self.start_stream(consistent_point)?;
-            tracing::info!(source = %self.setup.source, "snapshot read");
-            return Ok(LanePoll::Data { batches: Vec::new(), watermark: None });
-        }
-        let table = &self.setup.captured[snapshot.table];
-        if !snapshot.cursor_open {
-            let columns: Vec<String> = table.columns.iter().map(|c| quote_identifier(&c.name)).collect();
-            let statement = format!(
-                "DECLARE sluice_snapshot NO SCROLL CURSOR FOR SELECT {} FROM {}.{}",
-                columns.join(", "),
-                quote_identifier(&table.namespace),
-                quote_identifier(&table.name)
-            );
-            snapshot
-                .client
-                .batch_execute(&statement)
-                .map_err(|e| fail(&format!("reading {}", table.qualified()), &e))?;
-            snapshot.cursor_open = true;
-        }
-        let fetch = format!("FETCH {} FROM sluice_snapshot", self.setup.batch_size);
-        let messages =
-            snapshot.client.simple_query(&fetch).map_err(|e| fail(&format!("reading {}", table.qualified()), &e))?;
-        let index = snapshot.table;
-        let mut changes = Vec::new();
-        let mut bytes = 0;
-        for message in &messages {
-            if let postgres::SimpleQueryMessage::Row(row) = message {
-                let values: Vec<Option<Bytes>> =
-                    (0..row.len()).map(|i| row.get(i).map(|v| Bytes::copy_from_slice(v.as_bytes()))).collect();
-                bytes += values.iter().flatten().map(Bytes::len).sum::<usize>();
-                changes.push(Change { table: index, kind: RowKind::Insert, values });
+        let consistent_point = snapshot.consistent_point;
+        if let Some(reader) = snapshot.reader.as_mut() {
+            let setup = &self.setup;
+            match reader.next(&setup.source, &setup.endpoint, &setup.captured, setup.batch_size)? {
+                Some((changes, bytes)) => {
+                    self.setup.metrics.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                    let batches = self.batches(&changes)?;
+                    return Ok(LanePoll::Data { batches, watermark: None });
+                }
+                None => {
+                    snapshot.reader = None;
+                    tracing::info!(source = %self.setup.source, "snapshot read");
+                }
             }
         }
-        if changes.is_empty() {
-            snapshot.client.batch_execute("CLOSE sluice_snapshot").map_err(|e| fail("closing a cursor", &e))?;
-            snapshot.cursor_open = false;
-            snapshot.table += 1;
-            return Ok(LanePoll::Data { batches: Vec::new(), watermark: None });
+        // The other snapshot lanes' parts must be in a committed checkpoint before a
+        // change is returned: its barrier orders their rows before the stream's.
+        if !self.setup.shared.snapshot_lanes_done(consistent_point, self.setup.lanes) {
+            return Ok(LanePoll::Wait(Instant::now() + IDLE_PAUSE));
         }
-        self.setup.metrics.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        let batches = self.batches(&changes)?;
-        Ok(LanePoll::Data { batches, watermark: None })
+        self.phase = Phase::Stream;
+        self.position = Position::Stream { lsn: consistent_point, changes: 0 };
+        self.start_stream(consistent_point)?;
+        Ok(LanePoll::Data { batches: Vec::new(), watermark: None })
     }
 
     fn poll_stream(&mut self) -> Result<LanePoll, SluiceError> {
@@ -570,67 +548,8 @@ impl CdcLane {
     /// `changes` as batches: consecutive rows of one table together, in order.
     fn batches(&mut self, changes: &[Change]) -> Result<Vec<(usize, RecordBatch)>, SluiceError> {
         self.returned_rows |= !changes.is_empty();
-        let mut batches = Vec::new();
-        let mut start = 0;
-        while start < changes.len() {
-            let table = changes[start].table;
-            let end = changes[start..].iter().position(|c| c.table != table).map_or(changes.len(), |n| start + n);
-            batches.push((table, self.batch(table, &changes[start..end])?));
-            start = end;
-        }
-        Ok(batches)
-    }
-
-    fn batch(&self, table: usize, changes: &[Change]) -> Result<RecordBatch, SluiceError> {
-        let captured = &self.setup.captured[table];
-        let mut columns: Vec<TextColumn> =
-            captured.columns.iter().map(|c| TextColumn::new(c.data_type.clone())).collect();
-        for change in changes {
-            for (column, value) in columns.iter_mut().zip(&change.values) {
-                let text = match value {
-                    Some(bytes) => Some(std::str::from_utf8(bytes).map_err(|_| {
-                        self.bad_value(captured, "a value that is not UTF-8 (set the database's encoding to UTF8)")
-                    })?),
-                    None => None,
-                };
-                column.append(text);
-            }
-        }
-        let mut arrays = Vec::with_capacity(columns.len() + 1);
-        for (i, column) in columns.iter_mut().enumerate() {
-            arrays.push(column.finish().map_err(|bad| {
-                self.bad_value(
-                    captured,
-                    &format!(
-                        "column `{}` holds `{}`, which does not fit: {}",
-                        captured.columns[i].name, bad.value, bad.reason
-                    ),
-                )
-            })?);
-        }
-        let kinds: Int8Array = changes.iter().map(|c| Some(c.kind as i8)).collect();
-        arrays.push(Arc::new(kinds));
-        for (i, column) in captured.columns.iter().enumerate() {
-            if captured.key.contains(&i) && arrays[i].null_count() > 0 {
-                return Err(self.bad_value(captured, &format!("a row without its key column `{}`", column.name)));
-            }
-        }
-        RecordBatch::try_new(Arc::clone(&self.schemas[table]), arrays).map_err(|e| {
-            SluiceError::internal("source.postgres_cdc.batch", format!("rows of {}: {e}", captured.qualified()))
-        })
-    }
-
-    fn bad_value(&self, table: &CapturedTable, what: &str) -> SluiceError {
-        SluiceError::user(
-            "source.postgres_cdc.value",
-            format!(
-                "source `{}`: table {} (before LSN {}): {what}",
-                self.setup.source,
-                table.qualified(),
-                format_lsn(self.received_lsn)
-            ),
-        )
-        .with_fix("change the value or the column's type in the database; the run stops rather than change a row")
+        let tables = Tables { source: &self.setup.source, captured: &self.setup.captured, schemas: &self.schemas };
+        tables.batches(changes, self.received_lsn)
     }
 
     /// A status update when one is due: the committed checkpoint's LSN advanced, the
@@ -656,11 +575,22 @@ impl CdcLane {
     }
 }
 
-/// The phase and position of a lane that just created its slot: its snapshot to read.
-fn snapshot_phase(created: slot::CreatedSlot) -> (Phase, Position) {
-    let snapshot =
-        Snapshot { client: created.client, table: 0, cursor_open: false, consistent_point: created.consistent_point };
-    (Phase::Snapshot(Box::new(snapshot)), Position::Snapshot)
+/// The phase and position of a lane that just created its slot: its part of the
+/// snapshot to read, the snapshot published for the other snapshot lanes.
+fn snapshot_phase(setup: &LaneSetup, mut created: slot::CreatedSlot) -> Result<(Phase, Position), SluiceError> {
+    let blocks = if setup.lanes > 1 {
+        snapshot::table_blocks(&setup.source, &setup.endpoint, &mut created.client, &setup.captured)?
+    } else {
+        Vec::new()
+    };
+    setup.shared.publish(Published::Snapshot {
+        name: created.snapshot_name,
+        consistent_point: created.consistent_point,
+        blocks: blocks.clone(),
+    });
+    let reader = SnapshotReader::new(created.client, Part { index: 0, count: setup.lanes }, blocks);
+    let snapshot = Snapshot { reader: Some(reader), consistent_point: created.consistent_point };
+    Ok((Phase::Snapshot(Box::new(snapshot)), Position::Snapshot))
 }
 
 impl LaneReader for CdcLane {

@@ -9,10 +9,13 @@
 //! - [`protocol`]: the replication session (startup, authentication, queries,
 //!   `START_REPLICATION`, CopyBoth, status updates).
 //! - [`pgoutput`]: the stream's messages, decoded.
-//! - [`values`]: text values into Arrow columns.
+//! - [`values`]: text values into Arrow columns; [`rows`]: changes into batches.
 //! - [`position`]: a lane's checkpointed position.
 //! - [`slot`]: the slot's state, creation with a snapshot, dropping.
-//! - [`lane`]: the one lane: snapshot, then the stream, transaction by transaction.
+//! - [`snapshot`]: reading the snapshot, one part of every table per snapshot lane;
+//!   [`snapshot_lane`]: the lanes after the first, which read a part and end.
+//! - [`lane`]: lane 0: its part of the snapshot, then the stream, transaction by
+//!   transaction.
 //!
 //! # The correctness argument
 //!
@@ -43,6 +46,17 @@
 //! checkpoint possibly falling inside that transaction. Spilling was not chosen: the
 //! stream is already durable in the server's WAL, which the position replays from.
 //!
+//! **Snapshot lanes.** With `snapshot_lanes = N`, lane 0 creates the slot and
+//! publishes the snapshot's name and each table's size in blocks (read in the
+//! snapshot); lanes 1..N import it (the replication session stays idle until lane 0
+//! streams, so the export lives) and each reads its range of every table's blocks, lane
+//! 0 the first. A change of a key must reach the normalization after the key's snapshot
+//! row, which another lane, on another thread, may have sent: lane 0 starts the stream
+//! only once a committed checkpoint holds every other lane's position "part read" (its
+//! barrier, aligned across every exchange, orders all of their rows first). Hence
+//! exactly-once checkpoints are required. Lane 0 alone decides whether a snapshot is
+//! read; the other lanes follow what it publishes.
+//!
 //! **Restart during the snapshot.** The exported snapshot lives only as long as the
 //! session that created the slot, so a run stopped before its snapshot ended cannot
 //! finish it. A restart from a checkpoint taken during the snapshot drops the slot,
@@ -62,11 +76,14 @@ pub mod options;
 pub mod pgoutput;
 pub mod position;
 pub mod protocol;
+pub mod rows;
 pub mod slot;
+pub mod snapshot;
+pub mod snapshot_lane;
 pub mod values;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use sluice_config::{ConfigError, SourceConfig};
 use sluice_runtime::{LaneContext, LaneReader, SourceChangelog, SourceFactory, TableDef};
@@ -130,6 +147,17 @@ impl ConfiguredSource for ConfiguredCdc {
 
 impl ConfiguredCdc {
     fn build_factory(&self, context: &SourceContext<'_>) -> Result<Arc<dyn SourceFactory>, SluiceError> {
+        if self.options.snapshot_lanes > 1 && !context.exactly_once {
+            return Err(SluiceError::user(
+                "source.postgres_cdc.snapshot_lanes",
+                format!(
+                    "source `{}`: snapshot_lanes = {} needs exactly-once checkpoints: the stream starts once a \
+                     checkpoint holds every lane's part of the snapshot",
+                    self.name, self.options.snapshot_lanes
+                ),
+            )
+            .with_fix("add [checkpoint] with guarantee = \"exactly-once\", or remove snapshot_lanes"));
+        }
         if context.workers > 1 {
             return Err(SluiceError::user(
                 "source.postgres_cdc.cluster",
@@ -166,7 +194,7 @@ impl ConfiguredCdc {
     }
 }
 
-/// What the factory (on the controller's thread) and the lane share.
+/// What the factory (on the controller's thread) and the lanes share.
 #[derive(Debug, Default)]
 pub struct Shared {
     /// The end LSN of the newest committed checkpoint's position: the slot's confirmed
@@ -174,6 +202,38 @@ pub struct Shared {
     pub committed_lsn: AtomicU64,
     /// The lane holds the slot (its session streams): it sends `committed_lsn` itself.
     pub streaming: AtomicBool,
+    /// What lane 0 tells the snapshot lanes (set once it opened the slot).
+    published: Mutex<Option<Published>>,
+    /// Per lane, the consistent point of the snapshot whose part it returned, as the
+    /// newest committed checkpoint holds it (0: none).
+    parts_committed: Mutex<Vec<u64>>,
+}
+
+/// What lane 0 tells the other snapshot lanes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// The run streams from a checkpoint's position: no snapshot to read.
+    NoSnapshot,
+    /// The slot's exported snapshot, its consistent point, and each table's size in
+    /// blocks (which the parts are cut from).
+    Snapshot { name: String, consistent_point: u64, blocks: Vec<u64> },
+}
+
+impl Shared {
+    pub fn publish(&self, published: Published) {
+        *self.published.lock().expect("the published snapshot") = Some(published);
+    }
+
+    pub fn published(&self) -> Option<Published> {
+        self.published.lock().expect("the published snapshot").clone()
+    }
+
+    /// Whether a committed checkpoint holds every other snapshot lane's part of the
+    /// snapshot at `consistent_point` (of `lanes` lanes).
+    pub fn snapshot_lanes_done(&self, consistent_point: u64, lanes: u32) -> bool {
+        let parts = self.parts_committed.lock().expect("the committed parts");
+        (1..lanes as usize).all(|lane| parts.get(lane) == Some(&consistent_point))
+    }
 }
 
 /// The planned source.
@@ -196,7 +256,7 @@ impl SourceFactory for PostgresCdcSource {
     }
 
     fn lanes(&self) -> u32 {
-        1
+        self.options.snapshot_lanes
     }
 
     /// The captured tables' columns, so that a restart after a schema change is refused.
@@ -207,7 +267,14 @@ impl SourceFactory for PostgresCdcSource {
     fn open_lane(&self, context: LaneContext) -> Result<Box<dyn LaneReader>, SluiceError> {
         let endpoint = self.options.endpoint(&self.name)?;
         let start = context.start.as_deref().map(|bytes| Position::decode(&self.name, bytes)).transpose()?;
+        if context.lane > 0 {
+            let part = snapshot::Part { index: context.lane, count: self.options.snapshot_lanes };
+            let tables =
+                snapshot_lane::LaneTables { captured: Arc::clone(&self.captured), shared: Arc::clone(&self.shared) };
+            return Ok(Box::new(snapshot_lane::SnapshotLane::new(&self.name, endpoint, tables, part, context)));
+        }
         let lane = lane::CdcLane::open(lane::LaneSetup {
+            lanes: self.options.snapshot_lanes,
             source: self.name.clone(),
             endpoint,
             options: self.options.clone(),
@@ -241,6 +308,17 @@ impl SourceFactory for PostgresCdcSource {
     }
 
     fn checkpoint_committed(&self, epoch: Epoch, positions: &[(u32, &[u8])]) {
+        {
+            let mut parts = self.shared.parts_committed.lock().expect("the committed parts");
+            for (lane, bytes) in positions {
+                if let Ok(Position::SnapshotDone { consistent_point }) = Position::decode(&self.name, bytes) {
+                    if parts.len() <= *lane as usize {
+                        parts.resize(*lane as usize + 1, 0);
+                    }
+                    parts[*lane as usize] = consistent_point;
+                }
+            }
+        }
         let Some(lsn) = positions.iter().find_map(|(_, bytes)| Position::decode(&self.name, bytes).ok()?.lsn()) else {
             return;
         };

@@ -55,6 +55,13 @@ pub(crate) const OPTIONS: &[OptionDoc] = &[
               the changes after its confirmed position are read, without a snapshot",
     },
     OptionDoc {
+        key: "snapshot_lanes",
+        kind: "integer 1..=64",
+        default: "1",
+        doc: "lanes reading the snapshot in parallel, each a range of every table's blocks (needs exactly-once \
+              checkpoints: the stream starts once a checkpoint holds every part)",
+    },
+    OptionDoc {
         key: "bounded",
         kind: "boolean",
         default: "false",
@@ -82,6 +89,7 @@ const KEYS: &[&str] = &[
     "publication",
     "slot",
     "create_slot",
+    "snapshot_lanes",
     "bounded",
     "transaction_rows_max",
     "connect_timeout",
@@ -97,6 +105,7 @@ pub struct CdcOptions {
     pub publication: String,
     pub slot: String,
     pub create_slot: bool,
+    pub snapshot_lanes: u32,
     pub bounded: bool,
     pub transaction_rows_max: usize,
     pub connect_timeout: Duration,
@@ -187,6 +196,7 @@ pub fn options_of(config: &SourceConfig) -> Result<CdcOptions, Vec<ConfigError>>
         valid_slot,
     );
     let create_slot = reader.boolean("create_slot", "set create_slot = true or create_slot = false");
+    let snapshot_lanes = reader.integer::<u32>("snapshot_lanes", 1..=64, "e.g. snapshot_lanes = 4");
     let bounded = reader.boolean("bounded", "set bounded = true or bounded = false");
     let transaction_rows_max =
         reader.integer::<usize>("transaction_rows_max", 1..=TRANSACTION_ROWS_MAX, "e.g. transaction_rows_max = 100000");
@@ -199,6 +209,7 @@ pub fn options_of(config: &SourceConfig) -> Result<CdcOptions, Vec<ConfigError>>
             publication: publication?.value,
             slot: slot.optional()?.map_or_else(|| default_slot(&config.name), |s: Located<String>| s.value),
             create_slot: create_slot.or(true)?,
+            snapshot_lanes: snapshot_lanes.or(1)?,
             bounded: bounded.or(false)?,
             transaction_rows_max: transaction_rows_max.or(TRANSACTION_ROWS_DEFAULT)?,
             connect_timeout: connect_timeout.or(CONNECT_TIMEOUT_DEFAULT)?,

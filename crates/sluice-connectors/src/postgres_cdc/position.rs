@@ -4,7 +4,8 @@
 //! it was cut in pieces).
 //!
 //! Layout: `[VERSION, 0]` for the snapshot; `[VERSION, 1, lsn: u64 BE, changes: u64 BE]`
-//! in the stream.
+//! in the stream; `[VERSION, 2, consistent point: u64 BE]` for a snapshot lane that
+//! read its part of the snapshot taken at that slot's consistent point.
 
 use sluice_types::SluiceError;
 
@@ -18,6 +19,8 @@ pub enum Position {
     /// Streaming: every transaction ending at or before `lsn` was returned, and the
     /// first `changes` changes of the next one.
     Stream { lsn: u64, changes: u64 },
+    /// A snapshot lane's part of the snapshot at `consistent_point` was returned.
+    SnapshotDone { consistent_point: u64 },
 }
 
 impl Position {
@@ -28,6 +31,11 @@ impl Position {
                 let mut bytes = vec![VERSION, 1];
                 bytes.extend_from_slice(&lsn.to_be_bytes());
                 bytes.extend_from_slice(&changes.to_be_bytes());
+                bytes
+            }
+            Position::SnapshotDone { consistent_point } => {
+                let mut bytes = vec![VERSION, 2];
+                bytes.extend_from_slice(&consistent_point.to_be_bytes());
                 bytes
             }
         }
@@ -51,6 +59,9 @@ impl Position {
                 lsn: u64::from_be_bytes(rest[..8].try_into().expect("eight bytes")),
                 changes: u64::from_be_bytes(rest[8..].try_into().expect("eight bytes")),
             }),
+            [VERSION, 2, rest @ ..] if rest.len() == 8 => Ok(Position::SnapshotDone {
+                consistent_point: u64::from_be_bytes(rest.try_into().expect("eight bytes")),
+            }),
             _ => Err(bad()),
         }
     }
@@ -58,7 +69,7 @@ impl Position {
     /// The LSN the slot may confirm: that of the last whole transaction returned.
     pub fn lsn(&self) -> Option<u64> {
         match self {
-            Position::Snapshot => None,
+            Position::Snapshot | Position::SnapshotDone { .. } => None,
             Position::Stream { lsn, .. } => Some(*lsn),
         }
     }
@@ -83,7 +94,11 @@ mod tests {
 
     #[test]
     fn positions_round_trip_and_bad_bytes_are_refused() {
-        for position in [Position::Snapshot, Position::Stream { lsn: 0x16_B374_D848, changes: 3 }] {
+        for position in [
+            Position::Snapshot,
+            Position::Stream { lsn: 0x16_B374_D848, changes: 3 },
+            Position::SnapshotDone { consistent_point: 9 },
+        ] {
             assert_eq!(Position::decode("s", &position.encode()).unwrap(), position);
         }
         assert_eq!(

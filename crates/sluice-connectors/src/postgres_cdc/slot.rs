@@ -5,16 +5,17 @@
 
 use sluice_types::SluiceError;
 
-use super::catalog;
 use super::lane::LaneSetup;
 use super::position::{format_lsn, parse_lsn};
 use super::protocol::{ProtocolError, ReplicationConnection};
 use crate::postgres::options::quote_identifier;
 
-/// A slot just created: the session holding its snapshot, and its consistent point.
+/// A slot just created: a session holding its snapshot, the snapshot's name (for the
+/// other snapshot lanes) and the slot's consistent point.
 pub struct CreatedSlot {
     /// In a REPEATABLE READ transaction on the slot's snapshot.
     pub client: postgres::Client,
+    pub snapshot_name: String,
     pub consistent_point: u64,
 }
 
@@ -90,16 +91,9 @@ pub fn create_slot(setup: &LaneSetup, connection: &mut ReplicationConnection) ->
     let (Some(consistent_point), Some(snapshot_name)) = (consistent_point, snapshot_name) else {
         return Err(session_error(setup, "creating the slot", &ProtocolError::Unexpected(format!("the row {row:?}"))));
     };
-    let mut client = catalog::connect(&setup.source, &setup.endpoint)?;
-    let statement = format!(
-        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{}'",
-        snapshot_name.replace('\'', "''")
-    );
-    client
-        .batch_execute(&statement)
-        .map_err(|e| catalog::query_error(&setup.source, &setup.endpoint, "importing the slot's snapshot", &e))?;
+    let client = super::snapshot::import(&setup.source, &setup.endpoint, &snapshot_name)?;
     tracing::info!(source = %setup.source, slot = %setup.options.slot, lsn = %format_lsn(consistent_point), "slot created; reading the snapshot");
-    Ok(CreatedSlot { client, consistent_point })
+    Ok(CreatedSlot { client, snapshot_name, consistent_point })
 }
 
 /// The server's WAL position now.
