@@ -368,6 +368,26 @@ fn each_refusal_names_its_setting_and_the_fix() {
     stream.write("pipeline.toml", &text);
     assert_fails_with(&run(&stream, 1, None), &["table public.orders changed while captured", "column `note` added"]);
 
+    // A value its Arrow column cannot hold stops the run naming the table, column and value.
+    server.execute(
+        "CREATE TABLE prices (id BIGINT PRIMARY KEY, price NUMERIC(10, 2)); ALTER TABLE prices REPLICA IDENTITY FULL; CREATE PUBLICATION prices FOR TABLE prices; \
+         INSERT INTO prices VALUES (1, 2.50), (2, 'NaN');",
+    );
+    let values = Scratch::new();
+    // A fresh run (no checkpoint) over a slot that exists is refused, not a snapshot.
+    values.write("pipeline.toml", &pipeline(&server, "t", ""));
+    assert_fails_with(&run(&values, 1, None), &["slot `slot_t` exists", "pg_drop_replication_slot('slot_t')"]);
+    let text = pipeline(&server, "pricecount", "")
+        .replace("tables = [\"customers\", \"public.orders\"]", "tables = [\"prices\"]")
+        .replace("publication = \"shop\"", "publication = \"prices\"")
+        .replace("FROM orders o JOIN customers c ON o.customer = c.id GROUP BY c.region", "FROM prices p GROUP BY p.id")
+        .replace("SELECT c.region, COUNT(*) AS orders, SUM(o.amount) AS total", "SELECT p.id, COUNT(*) AS n");
+    values.write("pipeline.toml", &text);
+    assert_fails_with(
+        &run(&values, 1, None),
+        &["table public.prices", "column `price` holds `NaN`, which does not fit"],
+    );
+
     let unreachable = Scratch::new();
     let text = pipeline(&server, "t", "").replace(&server.url(), "host=127.0.0.1 port=1 user=sluice dbname=postgres");
     unreachable.write("pipeline.toml", &text);
