@@ -24,6 +24,9 @@
 //!   checked against the schema, the row kinds column after the declared ones.
 //! - [`sinks`]: `stdout` (pretty tables or JSON lines), `file` (one file, or a
 //!   directory with one part per thread; JSON lines or CSV), `blackhole`.
+//! - [`postgres_cdc`]: the tables of a PostgreSQL database in (a snapshot, then their
+//!   changes from a logical replication slot; updating tables keyed by their primary
+//!   keys; exactly once, the slot confirmed after each committed checkpoint).
 //! - [`postgres`]: rows into a table (appended, or upserted and deleted by key);
 //!   exactly-once through prepared transactions (two-phase commit).
 //!
@@ -38,6 +41,7 @@ pub mod kafka;
 pub mod lanes;
 pub mod nexmark;
 pub mod postgres;
+pub mod postgres_cdc;
 pub mod registry;
 pub mod sinks;
 

@@ -47,13 +47,14 @@ impl Registry {
         Registry { sources: Vec::new(), sinks: Vec::new() }
     }
 
-    /// The connectors of this crate: sources `nexmark`, `file` and `kafka`; sinks
+    /// The connectors of this crate: sources `nexmark`, `file`, `kafka` and `postgres-cdc`; sinks
     /// `stdout`, `file`, `blackhole`, `kafka` and `postgres`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::empty();
         registry.add_source(Box::new(crate::nexmark::NexmarkConnector));
         registry.add_source(Box::new(crate::file_source::FileConnector));
         registry.add_source(Box::new(crate::kafka::KafkaSourceConnector));
+        registry.add_source(Box::new(crate::postgres_cdc::PostgresCdcConnector));
         registry.add_sink(Box::new(crate::sinks::StdoutConnector));
         registry.add_sink(Box::new(crate::sinks::FileSinkConnector));
         registry.add_sink(Box::new(crate::sinks::BlackholeConnector));

@@ -12,7 +12,10 @@
 //!   - `toml`: a complete pipeline, validated in a directory that holds a copy of
 //!     `examples/data/` as `data/`. Kafka `brokers` are pointed at a local broker
 //!     (tansu, as `kafka.rs` starts it) that holds every topic the blocks name, since
-//!     validating a Kafka source asks the brokers for its partitions.
+//!     validating a Kafka source asks the brokers for its partitions. The `url`s of a
+//!     block with a `postgres-cdc` source are pointed at a local PostgreSQL with
+//!     `wal_level = logical` (as `postgres.rs` starts it) holding the tables of
+//!     `examples/postgres-cdc.sql`, since validating that source reads the catalog.
 //!   - `toml fragment`: a part of a pipeline, starting with a table header, completed
 //!     with what it lacks: a `[pipeline]` name, a `nexmark` source, a `blackhole` sink
 //!     reading its last view (else its first source's table, else `bid`).
@@ -135,6 +138,19 @@ fn with_brokers(text: &str, address: &str) -> String {
     out
 }
 
+/// Points every `url` line at `url`, keeping line numbers.
+fn with_url(text: &str, url: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        match line.split_once('=').map(|(key, _)| key.trim()) {
+            Some("url") => out.push_str(&format!("url = \"{url}\"")),
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// A `toml fragment` completed into a pipeline (see the module's header).
 fn completed(fragment: &str) -> String {
     let headers: Vec<&str> = fragment.lines().map(str::trim).filter(|l| l.starts_with('[')).collect();
@@ -229,11 +245,22 @@ fn every_toml_and_sql_block_of_the_docs_validates() {
     let topics: Vec<(&str, u32)> = topics.iter().map(|t| (t.as_str(), TOPIC_PARTITIONS)).collect();
     let broker = (!topics.is_empty()).then(|| Broker::with_topics(&topics));
 
+    let cdc = |pipeline: &str| pipeline.contains("connector = \"postgres-cdc\"");
+    let postgres = checked.iter().any(|(_, pipeline)| cdc(pipeline)).then(|| {
+        let server = crate::postgres::Server::start_logical();
+        let tables = std::fs::read_to_string(repository().join("examples/postgres-cdc.sql")).expect("the CDC tables");
+        server.execute(&tables);
+        server
+    });
+
     for (at, pipeline) in &checked {
-        let pipeline = match &broker {
+        let mut pipeline = match &broker {
             Some(broker) => with_brokers(pipeline, &broker.address),
             None => pipeline.clone(),
         };
+        if let Some(server) = postgres.as_ref().filter(|_| cdc(&pipeline)) {
+            pipeline = with_url(&pipeline, &format!("{} password={}", server.url(), crate::postgres::PASSWORD));
+        }
         let scratch = Scratch::new();
         copy_dir(&repository().join("examples/data"), &scratch.path("data"));
         scratch.write("pipeline.toml", &pipeline);

@@ -22,6 +22,7 @@ mod oracle;
 mod page;
 mod pgwire;
 mod postgres;
+mod postgres_cdc;
 mod query;
 mod shared;
 mod signals;

@@ -5,6 +5,8 @@
 //! `initdb` into a temporary directory with a password-protected superuser, then
 //! `pg_ctl start -w` on a free loopback port with `max_prepared_transactions` set, as
 //! the `postgres` user when the tests run as root (the server refuses to run as root).
+//! [`Server::start_logical`] also sets what logical replication needs (`wal_level`,
+//! replication slots and WAL senders), for the CDC source's tests (`postgres_cdc.rs`).
 //! Waits are `pg_ctl`'s own (it returns once the server accepts connections) and the
 //! processes' exits; the cluster is stopped when the test ends.
 
@@ -17,13 +19,13 @@ use std::process::{Command, Output};
 use crate::harness::{Scratch, assert_fails_with, sluice_command, stderr};
 
 const INSTALL: &str = "install it with: apt-get install -y postgresql";
-const PASSWORD: &str = "sluice-test-password";
-const PASSWORD_VARIABLE: &str = "SLUICE_TEST_PG_PASSWORD";
+pub(crate) const PASSWORD: &str = "sluice-test-password";
+pub(crate) const PASSWORD_VARIABLE: &str = "SLUICE_TEST_PG_PASSWORD";
 /// Clusters started for one test before giving up (a chosen port may be taken).
 const START_ATTEMPTS: usize = 3;
 
 /// A throwaway PostgreSQL cluster, stopped when dropped.
-struct Server {
+pub(crate) struct Server {
     dir: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
@@ -58,10 +60,20 @@ fn running_as_root() -> bool {
 
 impl Server {
     /// A cluster with `max_prepared_transactions` set as given.
-    fn start(max_prepared_transactions: u32) -> Server {
+    pub(crate) fn start(max_prepared_transactions: u32) -> Server {
+        Server::start_with(max_prepared_transactions, false)
+    }
+
+    /// A cluster for logical replication: `wal_level = logical`, with replication slots
+    /// and WAL senders to spare, and prepared transactions for exactly-once sinks.
+    pub(crate) fn start_logical() -> Server {
+        Server::start_with(10, true)
+    }
+
+    fn start_with(max_prepared_transactions: u32, logical: bool) -> Server {
         let mut failures = Vec::new();
         while failures.len() < START_ATTEMPTS {
-            match Server::try_start(max_prepared_transactions) {
+            match Server::try_start(max_prepared_transactions, logical) {
                 Ok(server) => return server,
                 Err(failure) => failures.push(failure),
             }
@@ -69,7 +81,7 @@ impl Server {
         panic!("no PostgreSQL cluster started in {START_ATTEMPTS} attempts: {failures:#?}");
     }
 
-    fn try_start(max_prepared_transactions: u32) -> Result<Server, String> {
+    fn try_start(max_prepared_transactions: u32, logical: bool) -> Result<Server, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let bin = server_binaries();
         let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
@@ -100,10 +112,13 @@ impl Server {
         if !initdb.status.success() {
             return Err(format!("initdb failed: {}", stderr(&initdb)));
         }
-        let settings = format!(
+        let mut settings = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_prepared_transactions={max_prepared_transactions} -c fsync=off",
             root.display()
         );
+        if logical {
+            settings.push_str(" -c wal_level=logical -c max_replication_slots=8 -c max_wal_senders=8");
+        }
         let log = root.join("server.log").to_string_lossy().into_owned();
         let started = server.as_owner(
             &server.bin.join("pg_ctl"),
@@ -133,11 +148,11 @@ impl Server {
     }
 
     /// The `url` option for this server (the password comes from the environment).
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("host=127.0.0.1 port={} user=sluice dbname=postgres", self.port)
     }
 
-    fn client(&self) -> postgres::Client {
+    pub(crate) fn client(&self) -> postgres::Client {
         postgres::Config::new()
             .host("127.0.0.1")
             .port(self.port)
@@ -148,12 +163,12 @@ impl Server {
             .expect("connect to the test server")
     }
 
-    fn execute(&self, sql: &str) {
+    pub(crate) fn execute(&self, sql: &str) {
         self.client().batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     /// Every row of `table` as text, sorted.
-    fn rows(&self, table: &str) -> Vec<String> {
+    pub(crate) fn rows(&self, table: &str) -> Vec<String> {
         let sql = format!("SELECT t::text FROM {table} t");
         let mut rows: Vec<String> =
             self.client().query(sql.as_str(), &[]).expect("read the table").iter().map(|row| row.get(0)).collect();
@@ -161,13 +176,13 @@ impl Server {
         rows
     }
 
-    fn count(&self, sql: &str) -> i64 {
+    pub(crate) fn count(&self, sql: &str) -> i64 {
         self.client().query_one(sql, &[]).expect("count").get(0)
     }
 }
 
 /// `sluice run` of the scratch's pipeline with the password in the environment.
-fn run(scratch: &Scratch, threads: u32, failpoints: Option<&str>) -> Output {
+pub(crate) fn run(scratch: &Scratch, threads: u32, failpoints: Option<&str>) -> Output {
     let mut command = sluice_command(scratch.dir.path());
     command.args(["--log-level", "info", "run", "pipeline.toml", "--threads", &threads.to_string()]);
     command.env(PASSWORD_VARIABLE, PASSWORD);
