@@ -164,7 +164,8 @@ impl Registry {
     }
 
     /// The connectors of this crate: sources `nexmark`, `file` and `kafka`; sinks
-    /// `stdout`, `file`, `blackhole`, `kafka` and `postgres`.
+    /// `stdout`, `file`, `blackhole`, `kafka`, `postgres` and (with the `delta` feature)
+    /// `delta`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::empty();
         registry.add_source(Box::new(crate::nexmark::NexmarkConnector));
@@ -175,6 +176,8 @@ impl Registry {
         registry.add_sink(Box::new(crate::sinks::BlackholeConnector));
         registry.add_sink(Box::new(crate::kafka::KafkaSinkConnector));
         registry.add_sink(Box::new(crate::postgres::PostgresSinkConnector));
+        #[cfg(feature = "delta")]
+        registry.add_sink(Box::new(crate::delta::DeltaSinkConnector));
         registry
     }
 
