@@ -10,6 +10,9 @@
 //! is the create-only write of the next version, so it is atomic: the table shows all of
 //! the epoch's files or none. Hence:
 //!
+//! - **Empty epochs.** A slot that wrote no file in `e` adds no `txn` (an idle sink adds
+//!   no commit per checkpoint); its `txn` stays at its last epoch with files, which is all
+//!   recovery needs: an epoch without files has nothing to repeat or skip.
 //! - **Idempotent commit.** Before writing, the newest log is read; a slot whose `txn`
 //!   version is already `>= e` is skipped (its files were committed before: recovery
 //!   repeats the restored epoch's commit). A commit interrupted by a crash either wrote its
@@ -196,6 +199,11 @@ impl Shared {
                 let found = state.transactions.get(&app).copied();
                 if control.recovered && found != control.fence.get(&app).copied() {
                     return Err(self.fenced(&app, found, control.fence.get(&app).copied()));
+                }
+                if record.files.is_empty() {
+                    // Nothing to add: the slot's txn stays where it is (an idle sink adds
+                    // no commit per checkpoint), which the fence expects.
+                    continue;
                 }
                 if found.is_some_and(|t| t >= epoch) {
                     updates.push((app, found.expect("checked")));

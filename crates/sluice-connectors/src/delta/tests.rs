@@ -238,17 +238,23 @@ fn staged_epochs_become_visible_once_each_at_their_commit() {
     sink.commit(Epoch(1), std::slice::from_ref(&record)).expect("a repeated commit");
     check_rows(dir.path(), &expected);
 
-    // A restart from epoch 1: the files of epoch 2, never committed, stay invisible.
+    // An epoch without rows adds no commit.
+    let empty = writer.pre_commit(Epoch(2)).expect("pre-commits");
+    let versions = std::fs::read_dir(dir.path().join("_delta_log")).expect("log").count();
+    sink.commit(Epoch(2), &[empty]).expect("commits nothing");
+    assert_eq!(std::fs::read_dir(dir.path().join("_delta_log")).expect("log").count(), versions);
+
+    // A restart from epoch 1: the files of epoch 3, never committed, stay invisible.
     writer.write(&batch(&[(4, Some("eu"))])).expect("writes");
-    let _lost = writer.pre_commit(Epoch(2)).expect("pre-commits");
+    let _lost = writer.pre_commit(Epoch(3)).expect("pre-commits");
     let restarted = sink_at(dir.path(), "p", 1 << 20);
     restarted.commit(Epoch(1), std::slice::from_ref(&record)).expect("recovery repeats the restored commit");
     restarted.discard_after(Some(Epoch(1)), std::slice::from_ref(&record)).expect("recovers");
     check_rows(dir.path(), &expected);
     let mut writer = restarted.open(0, 1, true).expect("opens");
     writer.write(&batch(&[(4, Some("eu"))])).expect("writes");
-    let record = writer.pre_commit(Epoch(2)).expect("pre-commits");
-    restarted.commit(Epoch(2), &[record]).expect("commits");
+    let record = writer.pre_commit(Epoch(3)).expect("pre-commits");
+    restarted.commit(Epoch(3), &[record]).expect("commits");
     check_rows(dir.path(), &[(1, Some("eu")), (2, Some("us")), (3, None), (4, Some("eu"))]);
 }
 
