@@ -117,3 +117,38 @@ impl ObjectDir {
         self.calls.block_on(self.calls.delete_all(paths))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_directory_creates_once_writes_in_parts_reads_lists_and_deletes() {
+        let root = tempfile::tempdir().expect("dir");
+        let url = root.path().display().to_string();
+        let dir = ObjectDir::open(&url, Path::new("/"), &[], "table", "test.io").expect("opens");
+        assert!(dir.create("log/0.json", b"first".to_vec()).expect("creates"));
+        assert!(!dir.create("log/0.json", b"second".to_vec()).expect("finds it"), "a second create loses");
+        assert_eq!(dir.get("log/0.json", 100).expect("reads").as_deref(), Some(&b"first"[..]));
+        assert_eq!(dir.get("log/1.json", 100).expect("reads"), None);
+        let large: Vec<u8> = (0..CHUNK_BYTES + 12_345).map(|i| (i % 251) as u8).collect();
+        dir.put("data/part.parquet", Bytes::from(large.clone())).expect("writes in parts");
+        let read = dir.get("data/part.parquet", large.len() as u64).expect("reads").expect("exists");
+        assert!(read == large, "the parts are the object");
+        let error = dir.get("data/part.parquet", 10).expect_err("larger than asked");
+        assert_eq!(error.code, "test.io");
+        let mut listed = dir.list("").expect("lists");
+        listed.sort();
+        assert_eq!(listed, [("data/part.parquet".to_string(), large.len() as u64), ("log/0.json".to_string(), 5)]);
+        dir.delete(&["data/part.parquet".to_string(), "gone".to_string()]).expect("deletes");
+        assert_eq!(dir.list("data").expect("lists"), []);
+    }
+
+    #[test]
+    fn a_bad_url_is_named_as_the_caller_says() {
+        let error =
+            ObjectDir::open("ftp://host/x", Path::new("/"), &[], "Delta table", "sink.delta_io").expect_err("refused");
+        assert_eq!(error.code, "sink.delta_io");
+        assert!(error.message.starts_with("Delta table \"ftp://host/x\""), "{error}");
+    }
+}
