@@ -59,6 +59,41 @@ pub struct Column {
 pub struct TableMetadata {
     pub columns: Vec<Column>,
     pub partition_columns: Vec<String>,
+    /// The columns with an invariant (`delta.invariants`), which this sink does not check.
+    pub invariants: Vec<String>,
+}
+
+/// A table's newest `protocol` action: what a reader and a writer must support.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Protocol {
+    pub min_writer_version: u64,
+    pub writer_features: Vec<String>,
+}
+
+/// The writer features this sink honours on a table of writer version 7: the types it
+/// writes, and append-only (it never rewrites a file).
+pub const WRITER_FEATURES: &[&str] = &[TIMESTAMP_NTZ, "appendOnly"];
+
+impl Protocol {
+    /// Why this sink must not write a table of this protocol, if it must not: a writer
+    /// version above 2 (before 7) asks for constraints, generated or identity columns,
+    /// column mapping or a change feed, which this sink does not maintain; at 7, a writer
+    /// feature it does not know.
+    pub fn unsupported(&self) -> Option<String> {
+        match self.min_writer_version {
+            0..=2 => None,
+            7 => {
+                let unknown: Vec<&str> = self
+                    .writer_features
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|feature| !WRITER_FEATURES.contains(feature))
+                    .collect();
+                (!unknown.is_empty()).then(|| format!("the writer features {}", unknown.join(", ")))
+            }
+            version => Some(format!("writer version {version}")),
+        }
+    }
 }
 
 /// What the sink knows of a table's log.
@@ -67,6 +102,7 @@ pub struct LogState {
     /// The newest version read; `None`: no commit yet (no table).
     pub version: Option<u64>,
     pub metadata: Option<TableMetadata>,
+    pub protocol: Option<Protocol>,
     /// Each application's newest `txn` version.
     pub transactions: BTreeMap<String, u64>,
 }
@@ -88,6 +124,13 @@ impl LogState {
                 };
                 let newest = self.transactions.entry(app.to_string()).or_insert(app_version);
                 *newest = (*newest).max(app_version);
+            } else if let Some(protocol) = action.get("protocol") {
+                let strings = |key: &str| {
+                    let values = protocol.get(key).and_then(Value::as_array);
+                    values.map(|v| v.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
+                };
+                let min_writer_version = protocol.get("minWriterVersion").and_then(Value::as_u64).unwrap_or(0);
+                self.protocol = Some(Protocol { min_writer_version, writer_features: strings("writerFeatures") });
             } else if let Some(metadata) = action.get("metaData") {
                 self.metadata = Some(parse_metadata(metadata).map_err(|why| format!("line {}: {why}", index + 1))?);
             }
@@ -102,6 +145,7 @@ fn parse_metadata(metadata: &Value) -> Result<TableMetadata, String> {
     let schema: Value = serde_json::from_str(schema).map_err(|error| format!("schemaString is not JSON: {error}"))?;
     let fields = schema.get("fields").and_then(Value::as_array).ok_or("schemaString without fields")?;
     let mut columns = Vec::with_capacity(fields.len());
+    let mut invariants = Vec::new();
     for field in fields {
         let name = field.get("name").and_then(Value::as_str).ok_or("a schema field without a name")?;
         let delta_type = match field.get("type") {
@@ -110,6 +154,9 @@ fn parse_metadata(metadata: &Value) -> Result<TableMetadata, String> {
             None => return Err(format!("schema field {name:?} without a type")),
         };
         let nullable = field.get("nullable").and_then(Value::as_bool).unwrap_or(true);
+        if field.get("metadata").and_then(|m| m.get("delta.invariants")).is_some() {
+            invariants.push(name.to_string());
+        }
         columns.push(Column { name: name.to_string(), delta_type, nullable });
     }
     let partition_columns = metadata
@@ -117,7 +164,7 @@ fn parse_metadata(metadata: &Value) -> Result<TableMetadata, String> {
         .and_then(Value::as_array)
         .map(|names| names.iter().filter_map(Value::as_str).map(str::to_string).collect())
         .unwrap_or_default();
-    Ok(TableMetadata { columns, partition_columns })
+    Ok(TableMetadata { columns, partition_columns, invariants })
 }
 
 /// The Delta type of an Arrow column this sink writes, and the Arrow type its Parquet

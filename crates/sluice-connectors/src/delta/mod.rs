@@ -25,6 +25,7 @@ mod table;
 mod tests;
 mod writer;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema};
@@ -123,7 +124,7 @@ impl SinkConnector for DeltaSinkConnector {
     }
 
     fn configure(&self, config: &SinkConfig) -> Result<Box<dyn ConfiguredSink>, Vec<ConfigError>> {
-        Ok(Box::new(ConfiguredDelta { options: options_of(config)? }))
+        Ok(Box::new(ConfiguredDelta { name: config.name.clone(), options: options_of(config)? }))
     }
 }
 
@@ -185,10 +186,32 @@ pub fn options_of(config: &SinkConfig) -> Result<DeltaOptions, Vec<ConfigError>>
 /// A validated Delta sink.
 #[derive(Debug, Clone)]
 pub struct ConfiguredDelta {
+    /// The sink's name, for messages.
+    pub name: String,
     pub options: DeltaOptions,
 }
 
+impl ConfiguredDelta {
+    fn open(&self, base_dir: &Path) -> Result<ObjectDir, SluiceError> {
+        let what = format!("sink `{}`: Delta table", self.name);
+        ObjectDir::open(&self.options.path, base_dir, &self.options.storage, &what, "sink.delta_io")
+    }
+}
+
 impl ConfiguredSink for ConfiguredDelta {
+    /// A table in a local directory given as a plain path (for overlap checks).
+    fn output_paths(&self, base_dir: &Path) -> Vec<PathBuf> {
+        if self.options.path.contains("://") {
+            return Vec::new();
+        }
+        vec![crate::registry::resolve(base_dir, Path::new(&self.options.path))]
+    }
+
+    /// The path or URL and the storage settings resolve (no I/O).
+    fn check(&self, base_dir: &Path) -> Result<(), SluiceError> {
+        self.open(base_dir).map(drop)
+    }
+
     fn build(&self, context: &SinkContext<'_>) -> Result<Arc<dyn SinkFactory>, SluiceError> {
         let name = &context.config.name;
         let mode = match (self.options.mode, context.updating) {
@@ -208,13 +231,7 @@ impl ConfiguredSink for ConfiguredDelta {
         };
         let updating = mode == DeltaMode::Changelog;
         let layout = layout_of(name, &context.schema, updating, &self.options.partition_by)?;
-        let dir = ObjectDir::open(
-            &self.options.path,
-            context.base_dir,
-            &self.options.storage,
-            &format!("sink `{name}`: Delta table"),
-            "sink.delta_io",
-        )?;
+        let dir = self.open(context.base_dir)?;
         let table = table::Table::new(name, dir);
         let shared = sink::Shared::new(
             name,
@@ -310,6 +327,6 @@ pub fn layout_of(sink: &str, schema: &Schema, changelog: bool, partition_by: &[S
         data_schema,
         partition_names: partition_by.to_vec(),
         partition_columns,
-        metadata: TableMetadata { columns, partition_columns: partition_by.to_vec() },
+        metadata: TableMetadata { columns, partition_columns: partition_by.to_vec(), invariants: Vec::new() },
     })
 }

@@ -143,6 +143,21 @@ impl Shared {
             )
             .with_fix("write this view to a new Delta table path")
         })?;
+        let invariants = (!found.invariants.is_empty())
+            .then(|| format!("invariants on the columns {} (delta.invariants)", found.invariants.join(", ")));
+        if let Some(unsupported) = state.protocol.as_ref().and_then(log::Protocol::unsupported).or(invariants) {
+            return Err(SluiceError::user(
+                "sink.delta_protocol",
+                format!(
+                    "sink `{}`: Delta table {} requires {unsupported}, which this sink does not support (it writes \
+                     writer version 2, or 7 with the features {})",
+                    self.name,
+                    self.table.url(),
+                    log::WRITER_FEATURES.join(", ")
+                ),
+            )
+            .with_fix("write this view to a new Delta table path"));
+        }
         check_schema(&self.name, self.table.url(), found, &self.layout.metadata)?;
         control.ready = true;
         Ok(())

@@ -65,6 +65,7 @@ fn metadata() -> TableMetadata {
             column("at", "timestamp_ntz", true),
         ],
         partition_columns: vec!["day".into()],
+        invariants: Vec::new(),
     }
 }
 
@@ -339,4 +340,28 @@ fn an_existing_table_with_other_columns_is_refused_naming_them() {
         assert!(error.message.contains(needle), "{needle}: {error}");
     }
     assert!(error.fix.is_some());
+}
+
+#[test]
+fn a_table_asking_for_writer_features_the_sink_does_not_maintain_is_refused() {
+    let check = |protocol: &str| {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut actions = log::create_actions(
+            "id",
+            &layout_of("out", &schema(), false, &["region".into()]).expect("layout").metadata,
+            1,
+        );
+        actions[0] = serde_json::from_str(protocol).expect("json");
+        std::fs::create_dir_all(dir.path().join("_delta_log")).expect("log dir");
+        std::fs::write(dir.path().join(log::commit_path(0)), log::encode_commit(&actions)).expect("write");
+        sink_at(dir.path(), "p", 1 << 20).open(0, 1, true).err()
+    };
+    let accepted = r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["timestampNtz"],"writerFeatures":["timestampNtz","appendOnly"]}}"#;
+    assert!(check(accepted).is_none(), "known features are accepted");
+    let refused = r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["timestampNtz","deletionVectors"],"writerFeatures":["timestampNtz","deletionVectors"]}}"#;
+    let error = check(refused).expect("refused");
+    assert_eq!(error.code, "sink.delta_protocol");
+    assert!(error.message.contains("the writer features deletionVectors"), "{error}");
+    let error = check(r#"{"protocol":{"minReaderVersion":1,"minWriterVersion":4}}"#).expect("refused");
+    assert!(error.message.contains("writer version 4"), "{error}");
 }
