@@ -142,6 +142,22 @@ fn transactions(table: &Path) -> Vec<(String, u64)> {
     found
 }
 
+/// A copy of the table `name` of `scratch` without the commits its newest log checkpoint
+/// covers, so that a reader must read the checkpoint.
+fn log_checkpoint_only(scratch: &Scratch, name: &str) -> std::path::PathBuf {
+    let table = scratch.path(name);
+    let pointer = std::fs::read_to_string(table.join("_delta_log/_last_checkpoint")).expect("a log checkpoint");
+    let pointer: serde_json::Value = serde_json::from_str(&pointer).expect("json");
+    let covered = pointer["version"].as_u64().expect("its version");
+    let copy = scratch.path(&format!("{name}-from-checkpoint"));
+    let status = Command::new("cp").arg("-r").arg(&table).arg(&copy).status().expect("cp");
+    assert!(status.success());
+    for version in 0..=covered {
+        std::fs::remove_file(copy.join(format!("_delta_log/{version:020}.json"))).expect("a covered commit");
+    }
+    copy
+}
+
 #[test]
 fn an_append_only_view_reads_back_with_python_deltalake() {
     let scratch = Scratch::new();
@@ -187,7 +203,11 @@ fn an_updating_view_is_a_changelog_that_integrates_to_the_final_answer() {
 #[test]
 fn exactly_once_survives_a_kill_between_the_files_and_their_commit() {
     let views_and_sinks = |suffix: &str| {
-        let copies = sink("copied", "copies", &format!("path = \"out/copies{suffix}\"\npartition_by = \"k\""));
+        let copies = sink(
+            "copied",
+            "copies",
+            &format!("path = \"out/copies{suffix}\"\npartition_by = \"k\"\ncheckpoint_interval = 2"),
+        );
         let counts = sink("counted", "counts", &format!("path = \"out/counts{suffix}\""));
         format!("{COPIES}{COUNTS}{copies}{counts}")
     };
@@ -216,6 +236,12 @@ fn exactly_once_survives_a_kill_between_the_files_and_their_commit() {
         let table = |name: &str| scratch.path(name).to_str().expect("utf-8").to_string();
         assert_eq!(python_rows(&table("out/copies"), &[]), copies, "{point}");
         assert_eq!(integrated(&python_rows(&table("out/counts"), &[])), expected_counts(33), "{point}");
+        let read_from_checkpoint = log_checkpoint_only(&scratch, "out/copies");
+        assert_eq!(
+            python_rows(read_from_checkpoint.to_str().expect("utf-8"), &[]),
+            copies,
+            "{point}: from its checkpoint"
+        );
         for name in ["out/copies", "out/counts"] {
             let mut seen = transactions(&scratch.path(name));
             let all = seen.len();

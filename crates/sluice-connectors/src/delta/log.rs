@@ -96,6 +96,16 @@ impl Protocol {
     }
 }
 
+/// The actions that make a table's state at a version: its newest protocol and metaData
+/// and every live file's `add` (by path; a `remove` ends one). Each `txn` is in
+/// [`LogState::transactions`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveActions {
+    pub protocol: Option<Value>,
+    pub metadata: Option<Value>,
+    pub files: BTreeMap<String, Value>,
+}
+
 /// What the sink knows of a table's log.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogState {
@@ -103,6 +113,9 @@ pub struct LogState {
     pub version: Option<u64>,
     pub metadata: Option<TableMetadata>,
     pub protocol: Option<Protocol>,
+    /// The live state as actions, for a log checkpoint (`checkpoint`): kept only when
+    /// `Some` at the first commit read (a sink that writes checkpoints).
+    pub actions: Option<LiveActions>,
     /// Each application's newest `txn` version.
     pub transactions: BTreeMap<String, u64>,
 }
@@ -116,6 +129,9 @@ impl LogState {
         for (index, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
             let action: Value =
                 serde_json::from_str(line).map_err(|error| format!("line {} is not JSON: {error}", index + 1))?;
+            if let Some(live) = &mut self.actions {
+                live.apply(&action);
+            }
             if let Some(txn) = action.get("txn") {
                 let app = txn.get("appId").and_then(Value::as_str);
                 let app_version = txn.get("version").and_then(Value::as_u64);
@@ -137,6 +153,25 @@ impl LogState {
         }
         self.version = Some(version);
         Ok(())
+    }
+}
+
+impl LiveActions {
+    fn apply(&mut self, action: &Value) {
+        if let Some(protocol) = action.get("protocol") {
+            self.protocol = Some(protocol.clone());
+        } else if let Some(metadata) = action.get("metaData") {
+            self.metadata = Some(metadata.clone());
+        } else if let Some(add) = action.get("add") {
+            if let Some(path) = add.get("path").and_then(Value::as_str) {
+                let mut add = add.clone();
+                // A checkpoint's adds are the state, not a change.
+                add["dataChange"] = Value::Bool(false);
+                self.files.insert(path.to_string(), add);
+            }
+        } else if let Some(path) = action.get("remove").and_then(|r| r.get("path")).and_then(Value::as_str) {
+            self.files.remove(path);
+        }
     }
 }
 

@@ -10,6 +10,8 @@
 //! - `sink`: setup (create, or check the columns of an existing table), the commit of an
 //!   epoch in one Delta commit with a `txn` per slot, recovery and fencing; its module doc
 //!   carries the correctness argument.
+//! - `checkpoint`: a log checkpoint (the table's state in one Parquet file) every
+//!   `checkpoint_interval` versions, so readers need not read every commit.
 //!
 //! The log is written here, against the Delta protocol, rather than through the
 //! `deltalake` crate: see ARCHITECTURE.md ("Delta Lake sink") for why.
@@ -18,6 +20,7 @@
 //! with an `op` column first (`+I`, `-U`, `+U`, `-D`, as the `file` sink's changelog), so
 //! a reader integrates it (the newest row per key, without the deleted ones).
 
+mod checkpoint;
 mod log;
 mod sink;
 mod table;
@@ -43,6 +46,8 @@ pub use writer::{PARTITION_FILES_OPEN_MAX, PreparedFiles};
 pub const TARGET_FILE_MIB_DEFAULT: u64 = 64;
 /// The largest target size of a data file (a writer holds its open files in memory).
 pub const TARGET_FILE_MIB_MAX: i64 = 1024;
+/// The default versions between two log checkpoints.
+pub const CHECKPOINT_INTERVAL_DEFAULT: u64 = 100;
 /// The default rows of a Parquet row group.
 pub const ROW_GROUP_ROWS_DEFAULT: usize = 1 << 20;
 
@@ -67,6 +72,8 @@ pub struct DeltaOptions {
     pub row_group_rows: usize,
     /// Object-store options over the environment (`aws_endpoint`, ...).
     pub storage: Vec<(String, String)>,
+    /// A log checkpoint every this many versions (0: none).
+    pub checkpoint_interval: u64,
 }
 
 const OPTIONS: &[OptionDoc] = &[
@@ -101,6 +108,12 @@ const OPTIONS: &[OptionDoc] = &[
         doc: "the most rows of one Parquet row group",
     },
     OptionDoc {
+        key: "checkpoint_interval",
+        kind: "integer 0..=1000000",
+        default: "100",
+        doc: "a log checkpoint (the table's state in one Parquet file) every this many versions; 0: none",
+    },
+    OptionDoc {
         key: "storage",
         kind: "table of strings",
         default: "none",
@@ -108,7 +121,8 @@ const OPTIONS: &[OptionDoc] = &[
     },
 ];
 
-const KEYS: &[&str] = &["path", "partition_by", "mode", "target_file_size_mib", "row_group_rows", "storage"];
+const KEYS: &[&str] =
+    &["path", "partition_by", "mode", "target_file_size_mib", "row_group_rows", "checkpoint_interval", "storage"];
 
 /// The `delta` sink connector.
 #[derive(Debug, Clone, Copy)]
@@ -163,6 +177,8 @@ pub fn options_of(config: &SinkConfig) -> Result<DeltaOptions, Vec<ConfigError>>
     let target =
         reader.integer::<u64>("target_file_size_mib", 1..=TARGET_FILE_MIB_MAX, "e.g. target_file_size_mib = 64");
     let row_group_rows = reader.integer::<usize>("row_group_rows", 1..=(1 << 24), "e.g. row_group_rows = 1048576");
+    let checkpoint_interval =
+        reader.integer::<u64>("checkpoint_interval", 0..=1_000_000, "e.g. checkpoint_interval = 100 (0: none)");
     let storage = reader.string_table(
         "storage",
         "an object-store setting in lower case, e.g. aws_endpoint",
@@ -177,6 +193,7 @@ pub fn options_of(config: &SinkConfig) -> Result<DeltaOptions, Vec<ConfigError>>
             target_file_bytes: usize::try_from(target.or(TARGET_FILE_MIB_DEFAULT)? << 20).ok()?,
             row_group_rows: row_group_rows.or(ROW_GROUP_ROWS_DEFAULT)?,
             storage: storage.or(Vec::new())?,
+            checkpoint_interval: checkpoint_interval.or(CHECKPOINT_INTERVAL_DEFAULT)?,
         })
     })();
     crate::registry::finish(reader, errors)?;
@@ -232,7 +249,7 @@ impl ConfiguredSink for ConfiguredDelta {
         let updating = mode == DeltaMode::Changelog;
         let layout = layout_of(name, &context.schema, updating, &self.options.partition_by)?;
         let dir = self.open(context.base_dir)?;
-        let table = table::Table::new(name, dir);
+        let table = table::Table::new(name, dir, self.options.checkpoint_interval);
         let shared = sink::Shared::new(
             name,
             context.pipeline,

@@ -13,7 +13,8 @@ use serde_json::Value;
 use sluice_checkpoint::ObjectDir;
 use sluice_types::SluiceError;
 
-use super::log::{self, COMMIT_BYTES_MAX, LogState, TableMetadata};
+use super::checkpoint;
+use super::log::{self, COMMIT_BYTES_MAX, LiveActions, LogState, TableMetadata};
 
 /// The most times one commit finds its version taken before it gives up.
 pub const COMMIT_ATTEMPTS_MAX: u32 = 32;
@@ -32,11 +33,13 @@ pub struct Table {
     sink: String,
     pub(crate) dir: ObjectDir,
     state: Mutex<Option<LogState>>,
+    /// A log checkpoint after each commit of a multiple of this version (0: none).
+    checkpoint_interval: u64,
 }
 
 impl Table {
-    pub fn new(sink: &str, dir: ObjectDir) -> Table {
-        Table { sink: sink.to_string(), dir, state: Mutex::new(None) }
+    pub fn new(sink: &str, dir: ObjectDir, checkpoint_interval: u64) -> Table {
+        Table { sink: sink.to_string(), dir, state: Mutex::new(None), checkpoint_interval }
     }
 
     pub fn url(&self) -> &str {
@@ -61,7 +64,11 @@ impl Table {
         if guard.is_none() {
             self.check_log_start()?;
         }
-        let state = guard.get_or_insert_with(LogState::default);
+        let keep_actions = self.checkpoint_interval > 0;
+        let state = guard.get_or_insert_with(|| LogState {
+            actions: keep_actions.then(LiveActions::default),
+            ..LogState::default()
+        });
         loop {
             let next = state.version.map_or(0, |v| v + 1);
             let path = log::commit_path(next);
@@ -113,6 +120,30 @@ impl Table {
         Ok(state.clone())
     }
 
+    /// Writes a log checkpoint of the newest version (see `checkpoint`). A failure is
+    /// logged, not returned: the commit it follows is durable, and readers read the
+    /// commits without it.
+    fn checkpoint(&self, guard: &mut MutexGuard<'_, Option<LogState>>) {
+        let written = self.refresh(guard).and_then(|state| {
+            let version = state.version.expect("a version was just committed");
+            let (bytes, rows) = checkpoint::encode(state).map_err(|why| {
+                SluiceError::internal(
+                    "sink.delta_checkpoint",
+                    format!("building the checkpoint of version {version}: {why}"),
+                )
+            })?;
+            self.dir.put(&checkpoint::checkpoint_path(version), bytes.into())?;
+            self.dir.put(&checkpoint::last_checkpoint_path(), checkpoint::last_checkpoint(version, rows).into())?;
+            Ok((version, rows))
+        });
+        match written {
+            Ok((version, rows)) => {
+                tracing::info!(sink = %self.sink, version, rows, "delta sink: wrote a log checkpoint")
+            }
+            Err(error) => tracing::warn!(sink = %self.sink, "delta sink: no log checkpoint of {}: {error}", self.url()),
+        }
+    }
+
     /// Writes the next version with what `decide` returns for the newest log, deciding
     /// again each time another writer took the version first. Returns the version
     /// written, `None` when `decide` skipped.
@@ -129,6 +160,9 @@ impl Table {
             };
             let version = state.version.map_or(0, |v| v + 1);
             if self.dir.create(&log::commit_path(version), log::encode_commit(&actions))? {
+                if self.checkpoint_interval > 0 && version > 0 && version % self.checkpoint_interval == 0 {
+                    self.checkpoint(&mut guard);
+                }
                 return Ok(Some(version));
             }
             tracing::debug!(sink = %self.sink, version, "delta sink: version taken by another writer; reading it");

@@ -154,6 +154,7 @@ fn options(path: &Path, target_file_bytes: usize) -> DeltaOptions {
         target_file_bytes,
         row_group_rows: 4,
         storage: Vec::new(),
+        checkpoint_interval: 2,
     }
 }
 
@@ -164,7 +165,7 @@ fn sink_at(path: &Path, pipeline: &str, target_file_bytes: usize) -> DeltaSink {
     let shared = Shared::new(
         "out",
         pipeline,
-        Table::new("out", dir),
+        Table::new("out", dir, options.checkpoint_interval),
         layout,
         options,
         Input { schema: schema(), updating: false, upsert_key: None },
@@ -325,7 +326,7 @@ fn an_existing_table_with_other_columns_is_refused_naming_them() {
     let shared = Shared::new(
         "out",
         "p",
-        Table::new("out", objects),
+        Table::new("out", objects, options.checkpoint_interval),
         layout,
         options,
         Input { schema: other, updating: false, upsert_key: None },
@@ -364,4 +365,58 @@ fn a_table_asking_for_writer_features_the_sink_does_not_maintain_is_refused() {
     assert!(error.message.contains("the writer features deletionVectors"), "{error}");
     let error = check(r#"{"protocol":{"minReaderVersion":1,"minWriterVersion":4}}"#).expect("refused");
     assert!(error.message.contains("writer version 4"), "{error}");
+}
+
+#[test]
+fn every_second_version_writes_a_log_checkpoint_of_the_live_state() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = sink_at(dir.path(), "p", 1 << 20);
+    sink.discard_after(None, &[]).expect("a fresh table");
+    let mut writer = sink.open(0, 1, true).expect("opens");
+    for epoch in 1..=4 {
+        writer.write(&batch(&[(epoch, Some("eu")), (epoch + 10, Some("us"))])).expect("writes");
+        let record = writer.pre_commit(Epoch(epoch as u64)).expect("pre-commits");
+        sink.commit(Epoch(epoch as u64), &[record]).expect("commits");
+    }
+    let pointer: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("_delta_log/_last_checkpoint")).expect("a checkpoint was written"),
+    )
+    .expect("json");
+    // Versions 1..=4 are the epochs; 2 and 4 are checkpointed. Rows: protocol, metaData,
+    // one txn and the 8 files (two partitions per epoch).
+    assert_eq!(pointer, serde_json::json!({"version": 4, "size": 11}));
+    let file =
+        std::fs::File::open(dir.path().join("_delta_log/00000000000000000004.checkpoint.parquet")).expect("file");
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .expect("parquet")
+        .build()
+        .expect("reader");
+    let batches: Vec<RecordBatch> = reader.map(|b| b.expect("batch")).collect();
+    let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches).expect("concat");
+    assert_eq!(batch.schema(), super::checkpoint::schema());
+    let adds =
+        batch.column_by_name("add").expect("add").as_any().downcast_ref::<arrow::array::StructArray>().expect("struct");
+    let paths = adds.column_by_name("path").expect("path").as_any().downcast_ref::<StringArray>().expect("strings");
+    let live: Vec<&str> = (0..batch.num_rows()).filter(|&row| adds.is_valid(row)).map(|row| paths.value(row)).collect();
+    assert_eq!(live.len(), 8);
+    assert!(live.iter().all(|path| path.starts_with("region=")), "{live:?}");
+    let txn =
+        batch.column_by_name("txn").expect("txn").as_any().downcast_ref::<arrow::array::StructArray>().expect("struct");
+    let versions = txn.column_by_name("version").expect("v").as_any().downcast_ref::<Int64Array>().expect("longs");
+    let newest: Vec<i64> =
+        (0..batch.num_rows()).filter(|&row| txn.is_valid(row)).map(|row| versions.value(row)).collect();
+    assert_eq!(newest, [4]);
+    check_rows(
+        dir.path(),
+        &[
+            (1, Some("eu")),
+            (2, Some("eu")),
+            (3, Some("eu")),
+            (4, Some("eu")),
+            (11, Some("us")),
+            (12, Some("us")),
+            (13, Some("us")),
+            (14, Some("us")),
+        ],
+    );
 }
