@@ -208,7 +208,7 @@ fn exactly_once_survives_a_kill_between_the_files_and_their_commit() {
             "copies",
             &format!("path = \"out/copies{suffix}\"\npartition_by = \"k\"\ncheckpoint_interval = 2"),
         );
-        let counts = sink("counted", "counts", &format!("path = \"out/counts{suffix}\""));
+        let counts = sink("counted", "counts", &format!("path = \"out/counts{suffix}\"\ncompact_files = 3"));
         format!("{COPIES}{COUNTS}{copies}{counts}")
     };
     let whole = Scratch::new();
@@ -221,6 +221,12 @@ fn exactly_once_survives_a_kill_between_the_files_and_their_commit() {
     assert_eq!(copies, expected_copies(33));
     assert_eq!(integrated(&counts), expected_counts(33));
     assert!(transactions(&whole.path("out/copies")).len() >= 3, "epochs are committed with txn actions");
+    let log = std::fs::read_dir(whole.path("out/counts/_delta_log")).expect("log");
+    let compactions = log
+        .map(|entry| std::fs::read_to_string(entry.expect("entry").path()).unwrap_or_default())
+        .filter(|text| text.contains("\"operation\":\"OPTIMIZE\""))
+        .count();
+    assert!(compactions > 0, "the changelog table's small files were compacted");
 
     for point in ["checkpoint.after_publish", "sink.delta.before_commit"] {
         let scratch = Scratch::new();

@@ -322,6 +322,28 @@ pub fn uri_encode(path: &str) -> String {
     encoded
 }
 
+/// The relative path a URI-encoded `path` names (`%XX` decoded; a malformed escape kept
+/// as written).
+pub fn uri_decode(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let hex = bytes.get(index + 1..index + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[index], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                index += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
 /// A partition value as a directory name part: Hive's escaping (`%XX` for every byte
 /// outside letters, digits, `-`, `_`, `.` and space), `__HIVE_DEFAULT_PARTITION__`
 /// for NULL.

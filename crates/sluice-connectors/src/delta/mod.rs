@@ -10,6 +10,7 @@
 //! - `sink`: setup (create, or check the columns of an existing table), the commit of an
 //!   epoch in one Delta commit with a `txn` per slot, recovery and fencing; its module doc
 //!   carries the correctness argument.
+//! - `compact`: small files of a partition merged into one (`compact_files`).
 //! - `checkpoint`: a log checkpoint (the table's state in one Parquet file) every
 //!   `checkpoint_interval` versions, so readers need not read every commit.
 //!
@@ -21,6 +22,7 @@
 //! a reader integrates it (the newest row per key, without the deleted ones).
 
 mod checkpoint;
+mod compact;
 mod log;
 mod sink;
 mod table;
@@ -74,6 +76,8 @@ pub struct DeltaOptions {
     pub storage: Vec<(String, String)>,
     /// A log checkpoint every this many versions (0: none).
     pub checkpoint_interval: u64,
+    /// Compact a partition's small files once it has this many (0: never).
+    pub compact_files: usize,
 }
 
 const OPTIONS: &[OptionDoc] = &[
@@ -114,6 +118,12 @@ const OPTIONS: &[OptionDoc] = &[
         doc: "a log checkpoint (the table's state in one Parquet file) every this many versions; 0: none",
     },
     OptionDoc {
+        key: "compact_files",
+        kind: "integer 0..=10000",
+        default: "0 (never)",
+        doc: "after a commit, merge a partition's small files (under half the target size) once it has this many",
+    },
+    OptionDoc {
         key: "storage",
         kind: "table of strings",
         default: "none",
@@ -121,8 +131,16 @@ const OPTIONS: &[OptionDoc] = &[
     },
 ];
 
-const KEYS: &[&str] =
-    &["path", "partition_by", "mode", "target_file_size_mib", "row_group_rows", "checkpoint_interval", "storage"];
+const KEYS: &[&str] = &[
+    "path",
+    "partition_by",
+    "mode",
+    "target_file_size_mib",
+    "row_group_rows",
+    "checkpoint_interval",
+    "compact_files",
+    "storage",
+];
 
 /// The `delta` sink connector.
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +197,7 @@ pub fn options_of(config: &SinkConfig) -> Result<DeltaOptions, Vec<ConfigError>>
     let row_group_rows = reader.integer::<usize>("row_group_rows", 1..=(1 << 24), "e.g. row_group_rows = 1048576");
     let checkpoint_interval =
         reader.integer::<u64>("checkpoint_interval", 0..=1_000_000, "e.g. checkpoint_interval = 100 (0: none)");
+    let compact_files = reader.integer::<usize>("compact_files", 0..=10_000, "e.g. compact_files = 10 (0: never)");
     let storage = reader.string_table(
         "storage",
         "an object-store setting in lower case, e.g. aws_endpoint",
@@ -194,6 +213,7 @@ pub fn options_of(config: &SinkConfig) -> Result<DeltaOptions, Vec<ConfigError>>
             row_group_rows: row_group_rows.or(ROW_GROUP_ROWS_DEFAULT)?,
             storage: storage.or(Vec::new())?,
             checkpoint_interval: checkpoint_interval.or(CHECKPOINT_INTERVAL_DEFAULT)?,
+            compact_files: compact_files.or(0)?,
         })
     })();
     crate::registry::finish(reader, errors)?;
@@ -249,7 +269,8 @@ impl ConfiguredSink for ConfiguredDelta {
         let updating = mode == DeltaMode::Changelog;
         let layout = layout_of(name, &context.schema, updating, &self.options.partition_by)?;
         let dir = self.open(context.base_dir)?;
-        let table = table::Table::new(name, dir, self.options.checkpoint_interval);
+        let options = &self.options;
+        let table = table::Table::new(name, dir, options.checkpoint_interval, options.compact_files > 0);
         let shared = sink::Shared::new(
             name,
             context.pipeline,

@@ -170,6 +170,7 @@ impl Shared {
         actions.push(log::commit_info("WRITE", now_ms(), self.parameters(None)));
         let version = self.table.commit(|_| Ok(Decision::Commit(actions.clone())))?;
         tracing::debug!(sink = %self.name, ?version, rows, "delta sink: committed unstaged files");
+        self.after_commit();
         Ok(())
     }
 
@@ -241,11 +242,21 @@ impl Shared {
         for (app, version) in updates {
             control.fence.insert(app, version);
         }
+        drop(control);
         match version {
             Some(version) => tracing::info!(sink = %self.name, epoch, version, "delta sink: committed epoch"),
             None => tracing::debug!(sink = %self.name, epoch, "delta sink: epoch committed before"),
         }
+        self.after_commit();
         Ok(())
+    }
+
+    /// What follows a commit: at most one compaction (`compact`), whose failure is
+    /// logged: the commit before it is durable.
+    fn after_commit(&self) {
+        if let Err(error) = super::compact::compact(self) {
+            tracing::warn!(sink = %self.name, "delta sink: no compaction of {}: {error}", self.table.url());
+        }
     }
 }
 

@@ -35,11 +35,16 @@ pub struct Table {
     state: Mutex<Option<LogState>>,
     /// A log checkpoint after each commit of a multiple of this version (0: none).
     checkpoint_interval: u64,
+    /// Whether the live actions are kept (for checkpoints and compaction).
+    keep_actions: bool,
 }
 
 impl Table {
-    pub fn new(sink: &str, dir: ObjectDir, checkpoint_interval: u64) -> Table {
-        Table { sink: sink.to_string(), dir, state: Mutex::new(None), checkpoint_interval }
+    /// `keep_actions`: keep the live actions as the log is read (compaction needs them;
+    /// checkpoints keep them anyway).
+    pub fn new(sink: &str, dir: ObjectDir, checkpoint_interval: u64, keep_actions: bool) -> Table {
+        let keep_actions = keep_actions || checkpoint_interval > 0;
+        Table { sink: sink.to_string(), dir, state: Mutex::new(None), checkpoint_interval, keep_actions }
     }
 
     pub fn url(&self) -> &str {
@@ -64,7 +69,7 @@ impl Table {
         if guard.is_none() {
             self.check_log_start()?;
         }
-        let keep_actions = self.checkpoint_interval > 0;
+        let keep_actions = self.keep_actions;
         let state = guard.get_or_insert_with(|| LogState {
             actions: keep_actions.then(LiveActions::default),
             ..LogState::default()

@@ -155,6 +155,7 @@ fn options(path: &Path, target_file_bytes: usize) -> DeltaOptions {
         row_group_rows: 4,
         storage: Vec::new(),
         checkpoint_interval: 2,
+        compact_files: 0,
     }
 }
 
@@ -165,7 +166,7 @@ fn sink_at(path: &Path, pipeline: &str, target_file_bytes: usize) -> DeltaSink {
     let shared = Shared::new(
         "out",
         pipeline,
-        Table::new("out", dir, options.checkpoint_interval),
+        Table::new("out", dir, options.checkpoint_interval, options.compact_files > 0),
         layout,
         options,
         Input { schema: schema(), updating: false, upsert_key: None },
@@ -185,19 +186,22 @@ fn batch(rows: &[(i64, Option<&str>)]) -> Batch {
 /// The table's rows as (auction, region), sorted: every committed file read back.
 fn table_rows(path: &Path) -> Vec<(i64, Option<String>)> {
     let mut state = LogState::default();
-    let mut adds: Vec<Value> = Vec::new();
+    let mut adds: std::collections::BTreeMap<String, Value> = std::collections::BTreeMap::new();
     for version in 0.. {
         let Ok(text) = std::fs::read(path.join(log::commit_path(version))) else { break };
         state.apply(version, &text).expect("a commit");
         for line in String::from_utf8(text).expect("utf-8").lines() {
             let action: Value = serde_json::from_str(line).expect("json");
             if let Some(add) = action.get("add") {
-                adds.push(add.clone());
+                adds.insert(add["path"].as_str().expect("path").to_string(), add.clone());
+            }
+            if let Some(remove) = action.get("remove") {
+                adds.remove(remove["path"].as_str().expect("path")).expect("a removed file was live");
             }
         }
     }
     let mut rows = Vec::new();
-    for add in adds {
+    for add in adds.into_values() {
         let relative = add["path"].as_str().expect("path").replace("%25", "%");
         let region = add["partitionValues"]["region"].as_str().map(str::to_string);
         let file = std::fs::File::open(path.join(&relative)).expect("a committed file exists");
@@ -326,7 +330,7 @@ fn an_existing_table_with_other_columns_is_refused_naming_them() {
     let shared = Shared::new(
         "out",
         "p",
-        Table::new("out", objects, options.checkpoint_interval),
+        Table::new("out", objects, options.checkpoint_interval, options.compact_files > 0),
         layout,
         options,
         Input { schema: other, updating: false, upsert_key: None },
@@ -419,4 +423,48 @@ fn every_second_version_writes_a_log_checkpoint_of_the_live_state() {
             (14, Some("us")),
         ],
     );
+}
+
+#[test]
+fn a_partition_with_enough_small_files_is_compacted_into_one() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut options = options(dir.path(), 1 << 20);
+    options.compact_files = 3;
+    options.checkpoint_interval = 0;
+    let layout = layout_of("out", &schema(), false, &options.partition_by).expect("layout");
+    let objects = ObjectDir::open(&options.path, Path::new("/"), &[], "Delta table", "sink.delta_io").expect("opens");
+    let table = Table::new("out", objects, 0, true);
+    let input = Input { schema: schema(), updating: false, upsert_key: None };
+    let sink = DeltaSink::new(Shared::new("out", "p", table, layout, options, input), true);
+    sink.discard_after(None, &[]).expect("a fresh table");
+    let mut writer = sink.open(0, 1, true).expect("opens");
+    let mut expected = Vec::new();
+    for epoch in 1..=4 {
+        let rows = [(epoch, Some("eu")), (epoch + 10, Some("us"))];
+        expected.extend(rows);
+        writer.write(&batch(&rows)).expect("writes");
+        let record = writer.pre_commit(Epoch(epoch as u64)).expect("pre-commits");
+        sink.commit(Epoch(epoch as u64), &[record]).expect("commits");
+    }
+    check_rows(dir.path(), &expected);
+    let mut live: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    let mut removed = 0;
+    for version in 0.. {
+        let Ok(text) = std::fs::read_to_string(dir.path().join(log::commit_path(version))) else { break };
+        for line in text.lines() {
+            let action: Value = serde_json::from_str(line).expect("json");
+            if let Some(add) = action.get("add") {
+                *live.entry(add["partitionValues"]["region"].as_str().expect("region").to_string()).or_default() += 1;
+            }
+            if let Some(remove) = action.get("remove") {
+                assert_eq!(remove["dataChange"], Value::Bool(false));
+                *live.get_mut(remove["partitionValues"]["region"].as_str().expect("region")).expect("live") -= 1;
+                removed += 1;
+            }
+        }
+    }
+    // One compaction follows a commit: after epoch 3, eu's 3 small files became one;
+    // after epoch 4, us's 4 (eu then held 2, below the minimum).
+    assert_eq!(removed, 7);
+    assert_eq!(live, [("eu".to_string(), 2), ("us".to_string(), 1)].into_iter().collect());
 }

@@ -171,7 +171,7 @@ impl OpenFile {
 static TOKENS: AtomicU64 = AtomicU64::new(0);
 
 /// A token unique to this writer instance among every run's.
-fn unique_token() -> String {
+pub(crate) fn unique_token() -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{nanos:x}-{:x}-{}", std::process::id(), TOKENS.fetch_add(1, Ordering::Relaxed))
 }
