@@ -15,6 +15,10 @@
 //! tombstones: this sink never removes a file, and a vacuum of files another writer
 //! removed reads its own log.
 //!
+//! Memory: the live actions (`log::LiveActions`) hold one `add` per live file of the
+//! table, a few hundred bytes each, from the first read of the log on; a sink without
+//! checkpoints or compaction keeps none.
+//!
 //! The rows are built as the actions' JSON, decoded by Arrow's JSON reader against the
 //! checkpoint schema ([`schema`]), so each value is converted once, by one reader.
 
