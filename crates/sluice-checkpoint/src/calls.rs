@@ -48,6 +48,8 @@ pub(crate) struct Listed {
 pub(crate) struct Calls {
     location: Location,
     runtime: tokio::runtime::Runtime,
+    /// The code of a failed call's error (`checkpoint.io` for the checkpoint store).
+    io_code: &'static str,
 }
 
 impl Calls {
@@ -58,7 +60,14 @@ impl Calls {
                 format!("cannot start the checkpoint store's I/O runtime: {error}"),
             )
         })?;
-        Ok(Calls { location, runtime })
+        Ok(Calls { location, runtime, io_code: "checkpoint.io" })
+    }
+
+    /// The same calls, whose failures carry `io_code` (a store other than a checkpoint
+    /// store's).
+    pub(crate) fn with_io_code(mut self, io_code: &'static str) -> Calls {
+        self.io_code = io_code;
+        self
     }
 
     pub(crate) fn url(&self) -> &str {
@@ -95,7 +104,7 @@ impl Calls {
 
     /// Describes a failed call, naming the action, the object and the store.
     pub(crate) fn error(&self, action: &str, relative: &str, error: impl std::fmt::Display) -> SluiceError {
-        SluiceError::external("checkpoint.io", format!("{action} {relative:?} in {} failed: {error}", self.url()))
+        SluiceError::external(self.io_code, format!("{action} {relative:?} in {} failed: {error}", self.url()))
             .with_fix("check that the store is reachable and that its credentials allow read, write, list and delete")
     }
 

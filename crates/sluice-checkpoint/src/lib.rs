@@ -46,6 +46,10 @@
 //! the environment. On every object store the manifest is published with a create-only PUT
 //! (`If-None-Match: *` on S3 and Azure, `x-goog-if-generation-match: 0` on GCS).
 //!
+//! [`ObjectDir`] opens any such URL as a plain directory of objects (create-only and plain
+//! writes, reads, listing, deletion), for another writer of durable output (the Delta
+//! Lake sink's table).
+//!
 //! Every backend call is bounded: [`CALL_TIMEOUT`] per call, and for object stores
 //! [`REQUEST_TIMEOUT`] per request with at most [`RETRIES_MAX`] retries of transient
 //! failures, backing off exponentially from [`BACKOFF_INITIAL`] to [`BACKOFF_MAX`].
@@ -73,6 +77,7 @@ mod layout;
 mod lease;
 mod location;
 mod manifest;
+mod objects;
 mod store;
 
 pub use calls::{CALL_TIMEOUT, DELETE_BATCH};
@@ -82,4 +87,5 @@ pub use manifest::{
     FORMAT_VERSION, MAGIC, MANIFEST_BYTES_MAX, Manifest, ObjectRef, OperatorState, SinkRecord, SinkRecords,
     SourcePositions, StateRun, decode, encode,
 };
+pub use objects::ObjectDir;
 pub use store::{CHUNK_BYTES, CheckpointStore, VERIFY_CONCURRENCY};

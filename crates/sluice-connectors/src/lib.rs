@@ -1,5 +1,5 @@
 //! Sources and sinks: the NEXMark generator, files and Kafka in; standard output, files,
-//! Kafka, PostgreSQL and a blackhole out.
+//! Kafka, PostgreSQL, Delta Lake tables and a blackhole out.
 //!
 //! Every connector is registered in the [`Registry`] (see [`registry`] for the two
 //! steps, configure and build): it validates its own options and becomes the runtime's
@@ -29,6 +29,9 @@
 //!   keys; exactly once, the slot confirmed after each committed checkpoint).
 //! - [`postgres`]: rows into a table (appended, or upserted and deleted by key);
 //!   exactly-once through prepared transactions (two-phase commit).
+//! - [`delta`] (cargo feature `delta`, on by default): rows into a Delta Lake table
+//!   (Parquet files and the transaction log), local or in an object store; exactly-once
+//!   through the log's `txn` actions, one Delta commit per checkpoint.
 //!
 //! An *updating* sink input (one that can carry retractions) is written with an op
 //! column first (`+I` / `-D`, see [`sluice_formats::encode`]); an append-only input is
@@ -36,6 +39,8 @@
 
 pub mod changelog;
 pub mod connector;
+#[cfg(feature = "delta")]
+pub mod delta;
 pub mod file_source;
 pub mod kafka;
 pub mod lanes;

@@ -48,7 +48,7 @@ impl Registry {
     }
 
     /// The connectors of this crate: sources `nexmark`, `file`, `kafka` and `postgres-cdc`; sinks
-    /// `stdout`, `file`, `blackhole`, `kafka` and `postgres`.
+    /// `stdout`, `file`, `blackhole`, `kafka`, `postgres` and (with the `delta` feature) `delta`.
     pub fn builtin() -> Registry {
         let mut registry = Registry::empty();
         registry.add_source(Box::new(crate::nexmark::NexmarkConnector));
@@ -60,6 +60,8 @@ impl Registry {
         registry.add_sink(Box::new(crate::sinks::BlackholeConnector));
         registry.add_sink(Box::new(crate::kafka::KafkaSinkConnector));
         registry.add_sink(Box::new(crate::postgres::PostgresSinkConnector));
+        #[cfg(feature = "delta")]
+        registry.add_sink(Box::new(crate::delta::DeltaSinkConnector));
         registry
     }
 

@@ -143,8 +143,10 @@ impl Encoder {
         .map_err(|error| SluiceError::internal("format.encode", format!("cannot encode a batch: {error}")))
     }
 
-    /// The rows to write: each row repeated `|weight|` times, after its op when updating.
-    fn expand(&self, batch: &Batch) -> Result<RecordBatch, SluiceError> {
+    /// The rows to write, of [`Encoder::output_schema`]: each row repeated `|weight|`
+    /// times, after its op when updating (for a writer of a columnar format, which
+    /// encodes the rows itself: the Delta Lake sink's changelog table).
+    pub fn expand(&self, batch: &Batch) -> Result<RecordBatch, SluiceError> {
         let (indices, ops) = match &batch.weights {
             Weights::Column(weights) if weights.values().iter().any(|w| *w != 1) => {
                 assert!(

@@ -8,6 +8,7 @@ mod changelog;
 mod checkpoints;
 mod cluster;
 mod crash;
+mod delta;
 mod docs;
 mod examples;
 mod golden;

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use sluice_runtime::{LanePoll, LaneReader};
 use sluice_types::{RowKind, SluiceError};
 
+use super::Published;
 use super::catalog;
 use super::pgoutput::{self, Message, Relation, StreamMessage, Value};
 use super::position::{Position, format_lsn};
@@ -24,7 +25,6 @@ use super::rows::{Change, Tables};
 use super::setup::LaneSetup;
 use super::slot;
 use super::snapshot::{self, Part, SnapshotReader};
-use super::Published;
 use crate::postgres::options::quote_identifier;
 
 /// Stream messages handled by one poll at most (the driver's other work goes on).

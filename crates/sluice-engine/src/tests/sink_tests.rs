@@ -66,7 +66,7 @@ fn sink_errors() {
         ),
         (
             sink("http", ""),
-            "10:1: [[sink]] \"out\": `connector` must be one of \"stdout\", \"file\", \"blackhole\", \"kafka\", \"postgres\", found \"http\" (no sink connector has that name)\n  fix: set connector to one of \"stdout\", \"file\", \"blackhole\", \"kafka\", \"postgres\"",
+            "10:1: [[sink]] \"out\": `connector` must be one of \"stdout\", \"file\", \"blackhole\", \"kafka\", \"postgres\", \"delta\", found \"http\" (no sink connector has that name)\n  fix: set connector to one of \"stdout\", \"file\", \"blackhole\", \"kafka\", \"postgres\", \"delta\"",
         ),
         (
             sink("stdout", "format = \"csv\""),

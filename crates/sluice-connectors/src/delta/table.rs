@@ -1,0 +1,186 @@
+//! A Delta table in an object directory: its log read up to the newest version, created
+//! on first use, checked against the view's columns, and committed to with the
+//! create-only write of the next version (see `log`).
+//!
+//! The log is read incrementally: the first use lists `_delta_log/` once and reads every
+//! commit from version 0; later reads ask only for the versions after the newest known one,
+//! until one is missing. A commit that finds its version taken (another writer made it
+//! first) reads the new versions and decides again, at most [`COMMIT_ATTEMPTS_MAX`] times.
+
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::Value;
+use sluice_checkpoint::ObjectDir;
+use sluice_types::SluiceError;
+
+use super::checkpoint;
+use super::log::{self, COMMIT_BYTES_MAX, LiveActions, LogState, TableMetadata};
+
+/// The most times one commit finds its version taken before it gives up.
+pub const COMMIT_ATTEMPTS_MAX: u32 = 32;
+
+/// What a commit decides once it sees the newest log.
+pub enum Decision {
+    /// Write these actions as the next version.
+    Commit(Vec<Value>),
+    /// Nothing to write (already committed).
+    Skip,
+}
+
+/// A table and what this process read of its log.
+pub struct Table {
+    /// The sink's name, for messages.
+    sink: String,
+    pub(crate) dir: ObjectDir,
+    state: Mutex<Option<LogState>>,
+    /// A log checkpoint after each commit of a multiple of this version (0: none).
+    checkpoint_interval: u64,
+    /// Whether the live actions are kept (for checkpoints and compaction).
+    keep_actions: bool,
+}
+
+impl Table {
+    /// `keep_actions`: keep the live actions as the log is read (compaction needs them;
+    /// checkpoints keep them anyway).
+    pub fn new(sink: &str, dir: ObjectDir, checkpoint_interval: u64, keep_actions: bool) -> Table {
+        let keep_actions = keep_actions || checkpoint_interval > 0;
+        Table { sink: sink.to_string(), dir, state: Mutex::new(None), checkpoint_interval, keep_actions }
+    }
+
+    pub fn url(&self) -> &str {
+        self.dir.url()
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Option<LogState>>, SluiceError> {
+        self.state.lock().map_err(|_| {
+            SluiceError::internal("sink.delta", format!("sink `{}`: a thread panicked reading the log", self.sink))
+        })
+    }
+
+    /// The log read up to its newest version.
+    pub fn latest(&self) -> Result<LogState, SluiceError> {
+        let mut guard = self.lock()?;
+        let state = self.refresh(&mut guard)?;
+        Ok(state.clone())
+    }
+
+    /// Reads the versions after the newest known one (the whole log the first time).
+    fn refresh<'g>(&self, guard: &'g mut MutexGuard<'_, Option<LogState>>) -> Result<&'g mut LogState, SluiceError> {
+        if guard.is_none() {
+            self.check_log_start()?;
+        }
+        let keep_actions = self.keep_actions;
+        let state = guard.get_or_insert_with(|| LogState {
+            actions: keep_actions.then(LiveActions::default),
+            ..LogState::default()
+        });
+        loop {
+            let next = state.version.map_or(0, |v| v + 1);
+            let path = log::commit_path(next);
+            let Some(bytes) = self.dir.get(&path, COMMIT_BYTES_MAX)? else { break };
+            state.apply(next, &bytes).map_err(|why| {
+                SluiceError::external(
+                    "sink.delta_log",
+                    format!("sink `{}`: {}/{path} is not a Delta commit: {why}", self.sink, self.url()),
+                )
+                .with_fix("write this view to a new Delta table path; the log of this one is damaged")
+            })?;
+        }
+        Ok(state)
+    }
+
+    /// A log whose version 0 is gone (removed after a checkpoint) cannot be read from
+    /// its commits alone: refused rather than taken for a missing table.
+    fn check_log_start(&self) -> Result<(), SluiceError> {
+        let entries = self.dir.list(log::LOG_DIR)?;
+        let versions: Vec<u64> = entries.iter().filter_map(|(path, _)| log::commit_version(path)).collect();
+        let oldest = versions.iter().min();
+        match oldest {
+            None | Some(0) => Ok(()),
+            Some(oldest) => Err(SluiceError::user(
+                "sink.delta_log_start",
+                format!(
+                    "sink `{}`: the log of Delta table {} starts at version {oldest} (older commits were removed \
+                     after a log checkpoint), and this sink reads a log from its commits only",
+                    self.sink,
+                    self.url()
+                ),
+            )
+            .with_fix("write this view to a new Delta table path")),
+        }
+    }
+
+    /// Creates the table with `metadata` when it has no commit yet; returns the newest
+    /// log. Losing the race to another creator is fine: its table is then checked.
+    pub fn ensure(&self, table_id: &str, metadata: &TableMetadata, now_ms: i64) -> Result<LogState, SluiceError> {
+        let mut guard = self.lock()?;
+        let state = self.refresh(&mut guard)?;
+        if state.version.is_none() {
+            let actions = log::create_actions(table_id, metadata, now_ms);
+            if self.dir.create(&log::commit_path(0), log::encode_commit(&actions))? {
+                tracing::info!(sink = %self.sink, "delta sink: created table {}", self.url());
+            }
+        }
+        let state = self.refresh(&mut guard)?;
+        Ok(state.clone())
+    }
+
+    /// Writes a log checkpoint of the newest version (see `checkpoint`). A failure is
+    /// logged, not returned: the commit it follows is durable, and readers read the
+    /// commits without it.
+    fn checkpoint(&self, guard: &mut MutexGuard<'_, Option<LogState>>) {
+        let written = self.refresh(guard).and_then(|state| {
+            let version = state.version.expect("a version was just committed");
+            let (bytes, rows) = checkpoint::encode(state).map_err(|why| {
+                SluiceError::internal(
+                    "sink.delta_checkpoint",
+                    format!("building the checkpoint of version {version}: {why}"),
+                )
+            })?;
+            self.dir.put(&checkpoint::checkpoint_path(version), bytes.into())?;
+            self.dir.put(&checkpoint::last_checkpoint_path(), checkpoint::last_checkpoint(version, rows).into())?;
+            Ok((version, rows))
+        });
+        match written {
+            Ok((version, rows)) => {
+                tracing::info!(sink = %self.sink, version, rows, "delta sink: wrote a log checkpoint")
+            }
+            Err(error) => tracing::warn!(sink = %self.sink, "delta sink: no log checkpoint of {}: {error}", self.url()),
+        }
+    }
+
+    /// Writes the next version with what `decide` returns for the newest log, deciding
+    /// again each time another writer took the version first. Returns the version
+    /// written, `None` when `decide` skipped.
+    pub fn commit(
+        &self,
+        mut decide: impl FnMut(&LogState) -> Result<Decision, SluiceError>,
+    ) -> Result<Option<u64>, SluiceError> {
+        let mut guard = self.lock()?;
+        for _ in 0..COMMIT_ATTEMPTS_MAX {
+            let state = self.refresh(&mut guard)?;
+            let actions = match decide(state)? {
+                Decision::Skip => return Ok(None),
+                Decision::Commit(actions) => actions,
+            };
+            let version = state.version.map_or(0, |v| v + 1);
+            if self.dir.create(&log::commit_path(version), log::encode_commit(&actions))? {
+                if self.checkpoint_interval > 0 && version > 0 && version % self.checkpoint_interval == 0 {
+                    self.checkpoint(&mut guard);
+                }
+                return Ok(Some(version));
+            }
+            tracing::debug!(sink = %self.sink, version, "delta sink: version taken by another writer; reading it");
+        }
+        Err(SluiceError::external(
+            "sink.delta_contended",
+            format!(
+                "sink `{}`: Delta table {}: {COMMIT_ATTEMPTS_MAX} commit attempts in a row found their version taken \
+                 by other writers",
+                self.sink,
+                self.url()
+            ),
+        )
+        .with_fix("let fewer writers commit to this table at once (each commit of another job takes a version)"))
+    }
+}
