@@ -103,11 +103,11 @@ fn an_unknown_connector_is_named_with_the_known_ones() {
     check_errors(&[
         (
             src("name = \"s\"\nconnector = \"postgres\""),
-            "10:1: [[source]] \"s\": `connector` must be one of \"nexmark\", \"file\", \"kafka\", found \"postgres\" (no source connector has that name)\n  fix: set connector to one of \"nexmark\", \"file\", \"kafka\"",
+            "10:1: [[source]] \"s\": `connector` must be one of \"nexmark\", \"file\", \"kafka\", \"postgres-cdc\", found \"postgres\" (no source connector has that name)\n  fix: set connector to one of \"nexmark\", \"file\", \"kafka\", \"postgres-cdc\"",
         ),
         (
             src("name = \"s\"\nconnector = \"nexmrk\""),
-            "10:1: [[source]] \"s\": `connector` must be one of \"nexmark\", \"file\", \"kafka\", found \"nexmrk\" (no source connector has that name)\n  fix: did you mean connector = \"nexmark\"?",
+            "10:1: [[source]] \"s\": `connector` must be one of \"nexmark\", \"file\", \"kafka\", \"postgres-cdc\", found \"nexmrk\" (no source connector has that name)\n  fix: did you mean connector = \"nexmark\"?",
         ),
     ]);
 }
