@@ -8,7 +8,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sluice_config::{ConfigError, Located, SinkConfig};
+use sluice_config::{ConfigError, Located, OptionsReader, SinkConfig};
 
 use crate::connector::{OptionDoc, forbid_item};
 
@@ -154,25 +154,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<PostgresSinkOptions, Vec<C
     forbid_item(config.format.as_ref(), "format", &found, options, why, "remove `format`", &mut errors);
     let mut reader = options.read();
     reader.check_keys(KEYS);
-    // Read as any string and parsed after, so that a refused value (which may hold a
-    // password) is never echoed.
-    let url = reader.string("url", "a connection string", URL_EXAMPLE, |s| !s.trim().is_empty());
-    let url = reader.required("url", url, "add url = \"postgres://USER@HOST:PORT/DATABASE\" under [sink.options]");
-    let url = url.and_then(|url| match url_parses(&url.value) {
-        true => Some(ConnectionUrl(url.value)),
-        false => {
-            let message = "`url` must be a libpq connection string or a postgres:// URL naming at least a host \
-                           (the value is not shown: it may hold a password)";
-            reader.error("url", message, URL_EXAMPLE);
-            None
-        }
-    });
-    let password_env = reader.string(
-        "password_env",
-        "the name of an environment variable",
-        "e.g. password_env = \"PGPASSWORD\"",
-        |s| !s.is_empty() && !s.contains('=') && !s.contains('\0'),
-    );
+    let (url, password_env) = read_connection(&mut reader, "sink");
     let table = reader.value(
         "table",
         "a table name or schema.name",
@@ -197,7 +179,7 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<PostgresSinkOptions, Vec<C
     let parsed = (|| {
         Some(PostgresSinkOptions {
             url: url?,
-            password_env: password_env.optional()?.map(|p: Located<String>| p.value),
+            password_env: password_env?,
             table: table?,
             mode: mode?,
             key: key.clone()?,
@@ -208,6 +190,34 @@ pub fn sink_options_of(config: &SinkConfig) -> Result<PostgresSinkOptions, Vec<C
     })();
     crate::connector::finish(reader, errors)?;
     Ok(parsed.expect("every option was valid"))
+}
+
+/// `url` and `password_env` of a PostgreSQL connector's `[SECTION.options]` (`section`:
+/// `source` or `sink`): the URL read as any string and parsed after, so that a refused
+/// value (which may hold a password) is never echoed. `None`: a problem was reported.
+pub(crate) fn read_connection(
+    reader: &mut OptionsReader<'_>,
+    section: &str,
+) -> (Option<ConnectionUrl>, Option<Option<String>>) {
+    let url = reader.string("url", "a connection string", URL_EXAMPLE, |s| !s.trim().is_empty());
+    let fix = format!("add url = \"postgres://USER@HOST:PORT/DATABASE\" under [{section}.options]");
+    let url = reader.required("url", url, &fix);
+    let url = url.and_then(|url| match url_parses(&url.value) {
+        true => Some(ConnectionUrl(url.value)),
+        false => {
+            let message = "`url` must be a libpq connection string or a postgres:// URL naming at least a host \
+                           (the value is not shown: it may hold a password)";
+            reader.error("url", message, URL_EXAMPLE);
+            None
+        }
+    });
+    let password_env = reader.string(
+        "password_env",
+        "the name of an environment variable",
+        "e.g. password_env = \"PGPASSWORD\"",
+        |s| !s.is_empty() && !s.contains('=') && !s.contains('\0'),
+    );
+    (url, password_env.optional().map(|name| name.map(|p: Located<String>| p.value)))
 }
 
 /// Whether the client parses `text` and it names a host to connect to.

@@ -7,7 +7,7 @@ use sluice_config::{ConfigError, Located, SourceConfig};
 
 use super::protocol::Endpoint;
 use crate::connector::{OptionDoc, forbid_item};
-use crate::postgres::options::{ConnectionUrl, TableName};
+use crate::postgres::options::{ConnectionUrl, TableName, read_connection};
 
 /// Rows of one open transaction held before they are emitted in pieces (see the
 /// module's "Transactions" note).
@@ -149,24 +149,7 @@ pub fn options_of(config: &SourceConfig) -> Result<CdcOptions, Vec<ConfigError>>
     );
     let mut reader = options.read();
     reader.check_keys(KEYS);
-    let example = "e.g. url = \"host=127.0.0.1 port=5432 dbname=app user=sluice\"";
-    let url = reader.string("url", "a connection string", example, |s| !s.trim().is_empty());
-    let url = reader.required("url", url, "add url = \"postgres://USER@HOST:PORT/DATABASE\" under [source.options]");
-    let url = url.and_then(|url: Located<String>| match postgres::Config::from_str(&url.value) {
-        Ok(parsed) if !parsed.get_hosts().is_empty() => Some(ConnectionUrl(url.value)),
-        _ => {
-            let message = "`url` must be a libpq connection string or a postgres:// URL naming at least a host \
-                           (the value is not shown: it may hold a password)";
-            reader.error("url", message, example);
-            None
-        }
-    });
-    let password_env = reader.string(
-        "password_env",
-        "the name of an environment variable",
-        "e.g. password_env = \"PGPASSWORD\"",
-        |s| !s.is_empty() && !s.contains('=') && !s.contains('\0'),
-    );
+    let (url, password_env) = read_connection(&mut reader, "source");
     let tables = reader.value(
         "tables",
         "an array of distinct table names (name or schema.name)",
@@ -204,7 +187,7 @@ pub fn options_of(config: &SourceConfig) -> Result<CdcOptions, Vec<ConfigError>>
     let parsed = (|| {
         Some(CdcOptions {
             url: url?,
-            password_env: password_env.optional()?.map(|p: Located<String>| p.value),
+            password_env: password_env?,
             tables: tables?,
             publication: publication?.value,
             slot: slot.optional()?.map_or_else(|| default_slot(&config.name), |s: Located<String>| s.value),
