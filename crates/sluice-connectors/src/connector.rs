@@ -179,21 +179,28 @@ pub fn forbid_item<T>(
 
 /// A sink's `key` option: one column name, or an array of distinct column names.
 pub(crate) fn key_columns(reader: &mut OptionsReader<'_>) -> Field<Vec<String>> {
-    reader.value(
-        "key",
-        "a column name or an array of distinct column names",
-        "e.g. key = \"auction\" or key = [\"auction\", \"bidder\"]",
-        |value| {
-            let names: Vec<String> = match value.as_str() {
-                Some(name) => vec![name.to_owned()],
-                None => value.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<_>>()?,
-            };
-            let mut unique = names.clone();
-            unique.sort();
-            unique.dedup();
-            (!names.is_empty() && names.iter().all(|n| !n.is_empty()) && unique.len() == names.len()).then_some(names)
-        },
-    )
+    column_names(reader, "key", "e.g. key = \"auction\" or key = [\"auction\", \"bidder\"]", false)
+}
+
+/// Option `key`: one column name, or an array of distinct column names (`empty_ok`: the
+/// array may be empty); `example` completes the message of a bad value.
+pub(crate) fn column_names(
+    reader: &mut OptionsReader<'_>,
+    key: &str,
+    example: &str,
+    empty_ok: bool,
+) -> Field<Vec<String>> {
+    reader.value(key, "a column name or an array of distinct column names", example, |value| {
+        let names: Vec<String> = match value.as_str() {
+            Some(name) => vec![name.to_owned()],
+            None => value.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<_>>()?,
+        };
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        let valid = (empty_ok || !names.is_empty()) && names.iter().all(|n| !n.is_empty());
+        (valid && unique.len() == names.len()).then_some(names)
+    })
 }
 
 /// `path` resolved against `base_dir` unless it is absolute.

@@ -40,7 +40,7 @@ use sluice_config::{ConfigError, SinkConfig};
 use sluice_runtime::SinkFactory;
 use sluice_types::SluiceError;
 
-use crate::connector::{ConfiguredSink, OptionDoc, SinkConnector, SinkContext, forbid_item};
+use crate::connector::{ConfiguredSink, OptionDoc, SinkConnector, SinkContext, column_names, forbid_item};
 pub use log::{AddFile, Column, LogState, TableMetadata};
 pub use shared::Layout;
 pub use sink::{DeltaSink, check_schema};
@@ -178,21 +178,8 @@ pub fn options_of(config: &SinkConfig) -> Result<DeltaOptions, Vec<ConfigError>>
         |s| !s.trim().is_empty(),
     );
     let path = reader.required("path", path, "add path = \"<table directory or URL>\" under [sink.options]");
-    let partition_by = reader.value(
-        "partition_by",
-        "a column name or an array of distinct column names",
-        "e.g. partition_by = \"day\" or partition_by = [\"day\", \"region\"]",
-        |value| {
-            let names: Vec<String> = match value.as_str() {
-                Some(name) => vec![name.to_owned()],
-                None => value.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect::<Option<_>>()?,
-            };
-            let mut unique = names.clone();
-            unique.sort();
-            unique.dedup();
-            (names.iter().all(|n| !n.is_empty()) && unique.len() == names.len()).then_some(names)
-        },
-    );
+    let example = "e.g. partition_by = \"day\" or partition_by = [\"day\", \"region\"]";
+    let partition_by = column_names(&mut reader, "partition_by", example, true);
     let mode = reader.choice("mode", &[("append", DeltaMode::Append), ("changelog", DeltaMode::Changelog)]);
     let target =
         reader.integer::<u64>("target_file_size_mib", 1..=TARGET_FILE_MIB_MAX, "e.g. target_file_size_mib = 64");
