@@ -233,6 +233,20 @@ mod oracle {
         ["+I", "-U", "+U", "-D"][usize::from(code % 4)]
     }
 
+    /// Each change's value as text (`null` for none).
+    fn texts(changes: &[Change]) -> Vec<String> {
+        changes.iter().map(|(_, _, v)| v.map_or("null".into(), |v| format!("v{v}"))).collect()
+    }
+
+    /// The changes as `(kind, id, value)` rows, their values from `text`.
+    fn rows_of<'a>(changes: &[Change], text: &'a [String]) -> Vec<(&'static str, Option<i64>, Option<&'a str>)> {
+        changes
+            .iter()
+            .zip(text)
+            .map(|((code, id, value), text)| (kind(*code), *id, value.map(|_| text.as_str())))
+            .collect()
+    }
+
     proptest! {
         #[test]
         fn the_output_integrates_to_the_table_of_the_changes(
@@ -245,12 +259,8 @@ mod oracle {
             let mut model = StateModel::default();
             let mut emitted: BTreeMap<String, i64> = BTreeMap::new();
             let mut expected: BTreeMap<i64, String> = BTreeMap::new();
-            let text: Vec<String> = changes.iter().map(|(_, _, v)| v.map_or("null".into(), |v| format!("v{v}"))).collect();
-            let rows: Vec<(&str, Option<i64>, Option<&str>)> = changes
-                .iter()
-                .zip(&text)
-                .map(|((code, id, value), text): (&Change, &String)| (kind(*code), *id, value.map(|_| text.as_str())))
-                .collect();
+            let text = texts(&changes);
+            let rows = rows_of(&changes, &text);
             for (index, chunk) in rows.chunks(batch).enumerate() {
                 for line in step(&mut operator, chunk) {
                     let (weight, row) = line.split_once(' ').expect("weight and row");
@@ -303,12 +313,8 @@ mod oracle {
             let (disk, metrics) = normalize(upsert);
             let mut disk = spilled(disk, &metrics);
             let (mut memory_model, mut disk_model) = (StateModel::default(), StateModel::default());
-            let text: Vec<String> = changes.iter().map(|(_, _, v)| v.map_or("null".into(), |v| format!("v{v}"))).collect();
-            let rows: Vec<(&str, Option<i64>, Option<&str>)> = changes
-                .iter()
-                .zip(&text)
-                .map(|((code, id, value), text): (&Change, &String)| (kind(*code), *id, value.map(|_| text.as_str())))
-                .collect();
+            let text = texts(&changes);
+            let rows = rows_of(&changes, &text);
             for (index, chunk) in rows.chunks(batch).enumerate() {
                 prop_assert_eq!(step(&mut memory, chunk), step(&mut disk, chunk));
                 // Two rows of at least 9 bytes fill a chunk: every row but the newest
