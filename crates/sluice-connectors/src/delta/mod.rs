@@ -244,10 +244,8 @@ impl ConfiguredSink for ConfiguredDelta {
             (Some(DeltaMode::Append), true) => {
                 return Err(SluiceError::user(
                     "sink.delta_updating",
-                    format!(
-                        "sink `{name}`: its view is updating (rows may be retracted), and mode = \"append\" would \
-                         keep every retracted row in the Delta table"
-                    ),
+                    "its view is updating (rows may be retracted), and mode = \"append\" would \
+                         keep every retracted row in the Delta table".to_string(),
                 )
                 .with_fix("set mode = \"changelog\" (or remove `mode`): each change is appended with an op column (+I, -U, +U, -D)"));
             }
@@ -256,7 +254,7 @@ impl ConfiguredSink for ConfiguredDelta {
             (None, false) => DeltaMode::Append,
         };
         let updating = mode == DeltaMode::Changelog;
-        let layout = layout_of(name, &context.schema, updating, &self.options.partition_by)?;
+        let layout = layout_of(&context.schema, updating, &self.options.partition_by)?;
         let dir = self.open(context.base_dir)?;
         let options = &self.options;
         let table = table::Table::new(name, dir, options.checkpoint_interval, options.compact_files > 0);
@@ -274,13 +272,13 @@ impl ConfiguredSink for ConfiguredDelta {
 
 /// The stored columns of a view of `schema` (after `op` when `changelog`), each a type a
 /// Delta table holds, and the partition columns among them.
-pub fn layout_of(sink: &str, schema: &Schema, changelog: bool, partition_by: &[String]) -> Result<Layout, SluiceError> {
+pub fn layout_of(schema: &Schema, changelog: bool, partition_by: &[String]) -> Result<Layout, SluiceError> {
     let mut fields: Vec<Field> = Vec::new();
     if changelog {
         if schema.fields().iter().any(|f| f.name() == sluice_formats::encode::OP_COLUMN) {
             return Err(SluiceError::user(
                 "sink.delta_op_column",
-                format!("sink `{sink}`: the view has a column named `op`, the name of a changelog table's op column"),
+                "the view has a column named `op`, the name of a changelog table's op column".to_string(),
             )
             .with_fix("rename the view's column `op` (e.g. SELECT op AS operation, ...)"));
         }
@@ -293,11 +291,7 @@ pub fn layout_of(sink: &str, schema: &Schema, changelog: bool, partition_by: &[S
         let Some((delta_type, written)) = log::delta_type(field.data_type()) else {
             return Err(SluiceError::user(
                 "sink.delta_type",
-                format!(
-                    "sink `{sink}`: column `{}` has type {}, which a Delta table cannot hold",
-                    field.name(),
-                    field.data_type()
-                ),
+                format!("column `{}` has type {}, which a Delta table cannot hold", field.name(), field.data_type()),
             )
             .with_fix(format!(
                 "CAST `{}` in the view to BIGINT, DOUBLE, DECIMAL, VARCHAR, DATE or TIMESTAMP",
@@ -313,10 +307,7 @@ pub fn layout_of(sink: &str, schema: &Schema, changelog: bool, partition_by: &[S
             let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             return Err(SluiceError::user(
                 "sink.delta_partition",
-                format!(
-                    "sink `{sink}`: partition_by names `{name}`, which is not a column of the view ({})",
-                    known.join(", ")
-                ),
+                format!("partition_by names `{name}`, which is not a column of the view ({})", known.join(", ")),
             )
             .with_fix("name columns of the view in partition_by"));
         };
@@ -333,7 +324,7 @@ pub fn layout_of(sink: &str, schema: &Schema, changelog: bool, partition_by: &[S
         if !partitionable {
             return Err(SluiceError::user(
                 "sink.delta_partition",
-                format!("sink `{sink}`: partition column `{name}` has type {}, and partitions are by BOOLEAN, integer, VARCHAR or DATE values", stored[index].data_type()),
+                format!("partition column `{name}` has type {}, and partitions are by BOOLEAN, integer, VARCHAR or DATE values", stored[index].data_type()),
             )
             .with_fix(format!("partition by a column derived in the view, e.g. CAST(`{name}` AS DATE) AS day")));
         }
@@ -342,7 +333,7 @@ pub fn layout_of(sink: &str, schema: &Schema, changelog: bool, partition_by: &[S
     if partition_columns.len() == stored.len() {
         return Err(SluiceError::user(
             "sink.delta_partition",
-            format!("sink `{sink}`: partition_by names every column, which leaves data files without columns"),
+            "partition_by names every column, which leaves data files without columns".to_string(),
         )
         .with_fix("leave at least one column out of partition_by"));
     }

@@ -127,15 +127,15 @@ fn partition_directories_and_commit_names_escape_as_delta_readers_expect() {
 fn types_a_delta_table_cannot_hold_are_refused_naming_the_column() {
     let schema =
         Schema::new(vec![Field::new("span", DataType::Interval(arrow::datatypes::IntervalUnit::DayTime), true)]);
-    let error = layout_of("out", &schema, false, &[]).expect_err("refused");
+    let error = layout_of(&schema, false, &[]).expect_err("refused");
     assert_eq!(error.code, "sink.delta_type");
     assert!(error.message.contains("column `span`"), "{error}");
     assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("CAST `span`")), "{error}");
     let schema =
         Schema::new(vec![Field::new("price", DataType::Float64, true), Field::new("a", DataType::Int64, true)]);
-    let error = layout_of("out", &schema, false, &["price".into()]).expect_err("refused");
+    let error = layout_of(&schema, false, &["price".into()]).expect_err("refused");
     assert!(error.message.contains("partition column `price`"), "{error}");
-    let error = layout_of("out", &schema, false, &["nope".into()]).expect_err("refused");
+    let error = layout_of(&schema, false, &["nope".into()]).expect_err("refused");
     assert!(error.message.contains("`nope`, which is not a column"), "{error}");
 }
 
@@ -162,7 +162,7 @@ fn options(path: &Path, target_file_bytes: usize) -> DeltaOptions {
 
 fn sink_at(path: &Path, pipeline: &str, target_file_bytes: usize) -> DeltaSink {
     let options = options(path, target_file_bytes);
-    let layout = layout_of("out", &schema(), false, &options.partition_by).expect("layout");
+    let layout = layout_of(&schema(), false, &options.partition_by).expect("layout");
     let dir = ObjectDir::open(&options.path, Path::new("/"), &[], "Delta table", "sink.delta_io").expect("opens");
     let shared = Shared::new(
         "out",
@@ -326,7 +326,7 @@ fn an_existing_table_with_other_columns_is_refused_naming_them() {
         Field::new("extra", DataType::Utf8, true),
     ]));
     let options = options(dir.path(), 1 << 20);
-    let layout = layout_of("out", &other, false, &options.partition_by).expect("layout");
+    let layout = layout_of(&other, false, &options.partition_by).expect("layout");
     let objects = ObjectDir::open(&options.path, Path::new("/"), &[], "Delta table", "sink.delta_io").expect("opens");
     let shared = Shared::new(
         "out",
@@ -352,11 +352,8 @@ fn an_existing_table_with_other_columns_is_refused_naming_them() {
 fn a_table_asking_for_writer_features_the_sink_does_not_maintain_is_refused() {
     let check = |protocol: &str| {
         let dir = tempfile::tempdir().expect("dir");
-        let mut actions = log::create_actions(
-            "id",
-            &layout_of("out", &schema(), false, &["region".into()]).expect("layout").metadata,
-            1,
-        );
+        let mut actions =
+            log::create_actions("id", &layout_of(&schema(), false, &["region".into()]).expect("layout").metadata, 1);
         actions[0] = serde_json::from_str(protocol).expect("json");
         std::fs::create_dir_all(dir.path().join("_delta_log")).expect("log dir");
         std::fs::write(dir.path().join(log::commit_path(0)), log::encode_commit(&actions)).expect("write");
@@ -432,7 +429,7 @@ fn a_partition_with_enough_small_files_is_compacted_into_one() {
     let mut options = options(dir.path(), 1 << 20);
     options.compact_files = 3;
     options.checkpoint_interval = 0;
-    let layout = layout_of("out", &schema(), false, &options.partition_by).expect("layout");
+    let layout = layout_of(&schema(), false, &options.partition_by).expect("layout");
     let objects = ObjectDir::open(&options.path, Path::new("/"), &[], "Delta table", "sink.delta_io").expect("opens");
     let table = Table::new("out", objects, 0, true);
     let input = Input { schema: schema(), updating: false, upsert_key: None };
