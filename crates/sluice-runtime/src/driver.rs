@@ -244,9 +244,9 @@ struct SegmentRun {
     barrier_passed: Option<Epoch>,
     /// End-of-data passed this segment.
     ended: bool,
-    /// The chain's state was snapshotted after end-of-data passed it (see
+    /// Whether the chain's state was snapshotted after end-of-data passed it (see
     /// [`DriverState::snapshot_ended`]).
-    end_snapshot: bool,
+    end_snapshot: EndSnapshot,
 }
 
 impl SegmentRun {
@@ -266,6 +266,14 @@ impl SegmentRun {
         };
         output.into_iter().chain(&self.taps)
     }
+}
+
+/// Whether a segment's state was snapshotted after end-of-data passed it, and into which
+/// barrier's slice (None: the driver's final slice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndSnapshot {
+    NotTaken,
+    TakenInto(Option<Epoch>),
 }
 
 /// An input of a flow on this thread.
@@ -388,7 +396,7 @@ impl Driver {
                     taps: segment.taps,
                     barrier_passed: None,
                     ended: false,
-                    end_snapshot: false,
+                    end_snapshot: EndSnapshot::NotTaken,
                 });
             }
             let entries = flow
@@ -528,7 +536,7 @@ impl DriverState {
         if self.checkpoints {
             slice.positions = self.positions();
             slice.sink_records = std::mem::take(&mut self.final_records);
-            slice.deferred = self.snapshot_ended().map_err(|e| ("the final checkpoint's state".to_string(), e))?;
+            slice.deferred = self.snapshot_ended(None).map_err(|e| ("the final checkpoint's state".to_string(), e))?;
         }
         Ok(slice)
     }
@@ -538,16 +546,27 @@ impl DriverState {
     /// barrier, or the final slice): such a segment passes no barrier any more, yet the
     /// rows it took after its last barrier are in its state, and the manifests after it
     /// hold its lanes' final positions. Its state no longer changes, so it is taken once,
-    /// and again only while the last one taken is not written (a failed checkpoint: the
-    /// chain's next snapshot is then full).
-    fn snapshot_ended(&mut self) -> Result<Vec<DeferredState>, SluiceError> {
+    /// and again, into a later slice (`into`, None for the final one), only while the
+    /// last one taken is not written (a failed checkpoint: the chain's next snapshot is
+    /// then full). A segment that passed `into`'s barrier before it ended is left to the
+    /// next slice.
+    fn snapshot_ended(&mut self, into: Option<Epoch>) -> Result<Vec<DeferredState>, SluiceError> {
         let mut states = Vec::new();
         for flow in &mut self.flows {
             for segment in &mut flow.segments {
-                if !segment.ended || (segment.end_snapshot && segment.chain.all_written()) {
+                let due = match segment.end_snapshot {
+                    EndSnapshot::NotTaken => true,
+                    // Once per slice: two snapshots of one instance in one epoch would be
+                    // written to one object.
+                    EndSnapshot::TakenInto(taken) => !segment.chain.all_written() && (taken != into || into.is_none()),
+                };
+                // A segment that passed this slice's barrier before it ended holds rows
+                // after the barrier: its state is the next slice's.
+                let passed = into.is_some() && segment.barrier_passed == into;
+                if !segment.ended || !due || passed {
                     continue;
                 }
-                segment.end_snapshot = true;
+                segment.end_snapshot = EndSnapshot::TakenInto(into);
                 let vnodes = segment.chain.vnodes();
                 for (operator, snapshot, guard) in segment.chain.snapshot()? {
                     let operator = operator_id(segment.place, operator);
@@ -594,7 +613,7 @@ impl DriverState {
         } else {
             // Its positions are taken at its injection, after every end seen so far.
             let ended = if self.checkpoints {
-                self.snapshot_ended().map_err(|e| (format!("checkpoint {}'s state", epoch.0), e))?
+                self.snapshot_ended(Some(epoch)).map_err(|e| (format!("checkpoint {}'s state", epoch.0), e))?
             } else {
                 Vec::new()
             };
@@ -753,8 +772,9 @@ impl DriverState {
             let unpassed =
                 self.pending.as_ref().is_some_and(|p| self.flows[flow].segments[index].barrier_passed != Some(p.epoch));
             if unpassed {
+                let epoch = self.pending.as_ref().map(|p| p.epoch);
                 let states = self
-                    .snapshot_ended()
+                    .snapshot_ended(epoch)
                     .map_err(|e| (format!("flow to {} (segment {index})", self.flows[flow].name), e))?;
                 self.pending.as_mut().expect("checked above").slice.deferred.extend(states);
             }
@@ -1141,7 +1161,7 @@ mod tests {
 
     use sluice_types::{Batch, Epoch, Message, SluiceError};
 
-    use super::{Output, SegmentRun, feed};
+    use super::{EndSnapshot, Output, SegmentRun, feed};
     use crate::chain::Chain;
     use crate::metrics::{Metrics, SinkMetrics};
     use crate::place::SegmentPlace;
@@ -1185,7 +1205,7 @@ mod tests {
             taps: Vec::new(),
             barrier_passed: None,
             ended: false,
-            end_snapshot: false,
+            end_snapshot: EndSnapshot::NotTaken,
         };
         let metrics = Metrics::new(Vec::new(), vec![SinkMetrics::new("log")], 1);
         let mut scratch = Vec::new();
@@ -1239,7 +1259,7 @@ mod tests {
             taps: Vec::new(),
             barrier_passed: None,
             ended: false,
-            end_snapshot: false,
+            end_snapshot: EndSnapshot::NotTaken,
         };
         let metrics = Metrics::new(Vec::new(), vec![SinkMetrics::new("late")], 1);
         let rows_out = || metrics.sinks[0].rows.load(std::sync::atomic::Ordering::Relaxed);
