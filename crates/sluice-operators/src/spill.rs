@@ -127,12 +127,32 @@ impl SpillSpace {
         self.spilled.load(Ordering::Relaxed)
     }
 
-    fn over_budget(&self) -> bool {
+    pub(crate) fn over_budget(&self) -> bool {
         self.resident() > self.budget
     }
 
+    /// Counts `bytes` more of state in memory (an operator that keeps its state in its
+    /// own structures and evicts it on its own, as the group aggregate does).
+    pub(crate) fn charge(&self, bytes: usize) {
+        self.resident.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts `bytes` fewer of state in memory (as [`SpillSpace::charge`] counted them).
+    pub(crate) fn release(&self, bytes: usize) {
+        self.resident.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts `bytes` more (`grown`) or fewer of state written to files.
+    pub(crate) fn count_spilled(&self, bytes: usize, grown: bool) {
+        if grown {
+            self.spilled.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            self.spilled.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+
     /// A new anonymous file in the spill directory.
-    fn create_file(&self) -> Result<File, SluiceError> {
+    pub(crate) fn create_file(&self) -> Result<File, SluiceError> {
         tempfile::tempfile_in(&self.dir).map_err(|error| {
             SluiceError::external(
                 "state.spill",

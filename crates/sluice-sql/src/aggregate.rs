@@ -324,13 +324,19 @@ fn plan_group_aggregate(
             String::new()
         }
     );
+    // Groups beyond the memory budget go to disk; not with a TTL (an evicted group
+    // would outlive it): those stay in memory until they expire.
+    let spill = planner.spill.clone().filter(|_| ttl.is_none());
     let factory: OperatorFactory = Arc::new(move |context| {
         let ignored = LazyCounter::new(Arc::clone(&context.metrics), counter.clone());
         let aggregate =
             GroupAggregate::new(spec.clone(), &input_schema, ignored, context.vnodes)?.with_mini_batch(mini_batch_rows);
-        Ok(Box::new(match ttl {
-            Some(ttl) => aggregate.with_ttl(Ttl::new(ttl, Clock::system())),
-            None => aggregate,
+        Ok(Box::new(match (ttl, &spill) {
+            (Some(ttl), _) => aggregate.with_ttl(Ttl::new(ttl, Clock::system())),
+            (None, Some(space)) => {
+                aggregate.with_spill(Arc::clone(space), sluice_operators::spill::spilled_bytes(&context.metrics))
+            }
+            (None, None) => aggregate,
         }))
     });
     state.operators.push((line, factory));

@@ -64,6 +64,15 @@ impl FileSource {
         })?;
         Ok(FileSource { name, file, size })
     }
+
+    /// A run in `file`, already open (an anonymous file, which has no path), named
+    /// `name` in errors.
+    pub fn from_file(name: String, file: File) -> Result<FileSource, SluiceError> {
+        let size = file.metadata().map(|metadata| metadata.len()).map_err(|error| {
+            SluiceError::external("state.run_read", format!("cannot read the size of the state run {name}: {error}"))
+        })?;
+        Ok(FileSource { name, file, size })
+    }
 }
 
 impl RunSource for FileSource {

@@ -300,12 +300,14 @@ fn state_in_a_joins_right_input_survives_a_restore_on_another_thread_count() {
 }
 
 /// Rows kept on disk (`state_memory_mib = 0`: every chunk of a join's rows and of a
-/// TopN's rows but each one's newest is in a spill file) are checkpointed, killed and
-/// restored onto another thread count as rows in memory are: NEXMark q20 (every bid in a
-/// join) and q19 (ten bids per auction in a TopN), killed after a checkpoint's state is
-/// written and again during recovery.
+/// TopN's rows but each one's newest is in a spill file, and every group of a group
+/// aggregate not touched since the previous mini-batch in a cold run) are checkpointed,
+/// killed and restored onto another thread count as rows in memory are: NEXMark q20
+/// (every bid in a join), q19 (ten bids per auction in a TopN) and q17 (a group per
+/// auction and day), killed after a checkpoint's state is written and again during
+/// recovery.
 #[test]
-fn spilled_join_and_topn_rows_survive_sigkill_and_a_restore_on_another_thread_count() {
+fn spilled_join_topn_and_group_state_survive_sigkill_and_a_restore_on_another_thread_count() {
     let scratch = Scratch::new();
     let sql = |query: &str| {
         let run = scratch.sluice(&["nexmark", "sql", query]);
@@ -323,22 +325,24 @@ fn spilled_join_and_topn_rows_survive_sigkill_and_a_restore_on_another_thread_co
     };
     let pipeline = format!(
         "[pipeline]\nname = \"spilled\"\nbatch_size = 2000\nstate_memory_mib = 0\n\n[[source]]\nname = \"nexmark\"\n\
-         connector = \"nexmark\"\n[source.options]\nevents = 20000\nseed = 0\n\n{}{}{}{}",
+         connector = \"nexmark\"\n[source.options]\nevents = 20000\nseed = 0\n\n{}{}{}{}{}{}",
         view("q20"),
         view("q19"),
+        view("q17"),
         sink("q20"),
-        sink("q19")
+        sink("q19"),
+        sink("q17")
     );
     let case = Case {
         files: Vec::new(),
         pipeline,
         expected: vec![("q20.jsonl".into(), String::new())],
-        tables: vec![("q19.jsonl".into(), String::new())],
+        tables: vec![("q19.jsonl".into(), String::new()), ("q17.jsonl".into(), String::new())],
         report: Vec::new(),
     };
     let crashes = [
         Crash { point: "checkpoint.after_state_written", skip: 3 },
         Crash { point: "recovery.after_resolve", skip: 0 },
     ];
-    check_crashes(&case, "q20 and q19 spilled (1 → 2 threads)", &crashes, (1, 2), 2000);
+    check_crashes(&case, "q20, q19 and q17 spilled (1 → 2 threads)", &crashes, (1, 2), 2000);
 }

@@ -11,8 +11,9 @@
 //! every `-U`/`-D` removed) and compared with Flink's answer. The query also runs over the
 //! `nexmark` source with the same event count and seed (the same events), with 1 and 2
 //! threads, and must give the same answer as the CSV run; the 2-thread run keeps no
-//! spillable state in memory (`state_memory_mib = 0`), so a join's rows are read back
-//! from its spill files.
+//! spillable state in memory (`state_memory_mib = 0`), so a join's and a TopN's rows
+//! are read back from their spill files, and a group aggregate's groups from its cold
+//! runs.
 //!
 //! Comparisons are exact, row for row (duplicates count), except:
 //! - Column names are compared where Flink names the column after the query's text; a
@@ -261,7 +262,8 @@ enum Input {
 
 /// Runs `sql` over the CSV files in `data` or the generator, returns the integrated answer.
 /// With `spill` no state is kept in memory that can spill (`state_memory_mib = 0`: a
-/// join's rows go to disk but for each side's newest chunk).
+/// join's rows go to disk but for each side's newest chunk, a group aggregate's groups
+/// once a mini-batch passes without touching them).
 fn run(scratch: &Scratch, query: &str, sql: &str, data: &Path, input: Input, threads: u32, spill: bool) -> Run {
     let sources = match input {
         Input::Generator => format!(
@@ -489,7 +491,7 @@ fn nexmark_queries_match_flink() {
             [(Input::Csv, 2, false), (Input::Generator, 1, false), (Input::Generator, 2, true)]
         {
             let other = run(&scratch, query, &sql, &data, input, threads, spill);
-            let spilled = if spill { ", join rows spilled" } else { "" };
+            let spilled = if spill { ", state spilled" } else { "" };
             let label = format!("{query} {input:?} {threads} threads{spilled} vs csv 1 thread");
             if let Some(problem) = compare(query, &label, &csv.rows, &other.rows, &bids) {
                 failures.push(problem);

@@ -253,6 +253,26 @@ fn extreme<K: Ord>(map: &Counts<K>, max: bool) -> Option<&K> {
 }
 
 impl Accumulator {
+    /// About the bytes of memory it holds beyond itself: a MIN or MAX's values (a
+    /// B-tree's entry about 40 bytes; a text value 64 with its bytes).
+    pub(super) fn heap_bytes(&self) -> usize {
+        match self {
+            Accumulator::Extreme { values, .. } => {
+                let per_value = match values.as_ref() {
+                    Multiset::Int(_) | Multiset::Float(_) => 40,
+                    Multiset::Text(_) => 64,
+                };
+                let len = match values.as_ref() {
+                    Multiset::Int(counts) => counts.len(),
+                    Multiset::Float(counts) => counts.len(),
+                    Multiset::Text(counts) => counts.len(),
+                };
+                std::mem::size_of::<Multiset>() + per_value * len
+            }
+            _ => 0,
+        }
+    }
+
     /// The empty accumulator of `function` over values of `kind` (None for COUNT(*)).
     pub fn new(function: AggregateFunction, kind: Option<ValueKind>) -> Accumulator {
         let max = function == AggregateFunction::Max;

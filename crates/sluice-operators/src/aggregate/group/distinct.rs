@@ -593,6 +593,24 @@ impl DistinctValues {
         count as i64
     }
 
+    /// About the bytes of memory its values take (tables at their capacity; a value
+    /// longer than an entry holds inline counted at 32 bytes more).
+    pub(super) fn heap_bytes(&self) -> usize {
+        fn table<T>(table: &HashTable<T>) -> usize {
+            table.capacity() * (std::mem::size_of::<T>() + 1)
+        }
+        match self {
+            DistinctValues::Counted(entries) => table(entries),
+            DistinctValues::Seen { ints, short, long } => {
+                let ints = match ints {
+                    IntTable::Narrow(narrow) => table(narrow),
+                    IntTable::Wide(wide) => table(wide),
+                };
+                ints + table(short) + table(long) + 32 * long.len()
+            }
+        }
+    }
+
     /// How many values are held.
     pub(super) fn len(&self) -> usize {
         match self {

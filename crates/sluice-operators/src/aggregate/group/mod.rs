@@ -35,6 +35,7 @@
 //! in one output batch.
 
 mod accumulator;
+mod cold;
 mod distinct;
 mod state;
 #[cfg(test)]
@@ -50,7 +51,7 @@ use hashbrown::HashTable;
 use sluice_runtime::{Operator, Snapshot};
 use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
-use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
+use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs, vnode};
 
 use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
 use crate::bytes::SmallBytes;
@@ -93,6 +94,64 @@ impl Group {
     fn values(&self) -> Vec<Value> {
         self.accumulators.iter().map(Accumulator::value).collect()
     }
+
+    /// About the bytes of memory the group takes: its slot, its index entry and flags,
+    /// its key when not inline, its accumulators and their values, its sets' values.
+    fn bytes(&self) -> usize {
+        const SLOT: usize = std::mem::size_of::<Option<Group>>() + 8;
+        let key = self.key.get().len();
+        let key = if key > 22 { key + 16 } else { 0 };
+        let accumulators: usize = self
+            .accumulators
+            .iter()
+            .map(|accumulator| std::mem::size_of::<Accumulator>() + accumulator.heap_bytes())
+            .sum();
+        let sets: usize =
+            self.distinct.iter().map(|set| std::mem::size_of::<DistinctSet>() + set.values.heap_bytes()).sum();
+        SLOT + key + accumulators + sets
+    }
+}
+
+/// Bits of [`Spilling::marks`].
+const RECENT: u8 = 1;
+/// An older copy of the group may be in a cold run.
+const FROM_COLD: u8 = 2;
+
+/// Groups beyond the memory budget ([`cold`]): where they go, and what the aggregate
+/// keeps to count, choose and find them.
+struct Spilling {
+    store: cold::ColdStore,
+    /// Per group id: [`RECENT`] (a row touched it since the clock's hand passed it) and
+    /// [`FROM_COLD`].
+    marks: Vec<u8>,
+    /// The clock's hand: the next group id it looks at.
+    hand: usize,
+    /// The bytes of this instance's groups counted in the space.
+    charged: usize,
+    /// Groups evicted while changed since the previous snapshot: the next delta writes
+    /// them again from their run.
+    evicted_dirty: cold::Keys,
+    /// Groups dropped from memory whose older copy may still be in a run: the next run
+    /// writes their deletes.
+    dropped: cold::Keys,
+}
+
+impl Spilling {
+    fn charge(&mut self, bytes: usize) {
+        self.charged += bytes;
+        self.store.space().charge(bytes);
+    }
+
+    fn release(&mut self, bytes: usize) {
+        self.charged -= bytes;
+        self.store.space().release(bytes);
+    }
+}
+
+impl Drop for Spilling {
+    fn drop(&mut self) {
+        self.store.space().release(self.charged);
+    }
 }
 
 /// COUNT(DISTINCT) aggregates of one argument column (at most [`MEMBERS_MAX`]; a column
@@ -120,6 +179,8 @@ enum DistinctColumn {
 struct Touched {
     group: u32,
     before: Option<Vec<Value>>,
+    /// Its bytes before (counted only while spilling).
+    bytes: usize,
 }
 
 /// See the module documentation.
@@ -155,6 +216,8 @@ pub struct GroupAggregate {
     changed: crate::changed::ChangedIds,
     removed: Vec<Vec<u8>>,
     tracking: bool,
+    /// Groups beyond the memory budget (None: every group stays in memory).
+    cold: Option<Spilling>,
 }
 
 impl GroupAggregate {
@@ -218,7 +281,25 @@ impl GroupAggregate {
             changed: crate::changed::ChangedIds::default(),
             removed: Vec::new(),
             tracking: false,
+            cold: None,
         })
+    }
+
+    /// Counts the groups' bytes in `space`'s budget and evicts groups to its directory
+    /// beyond it ([`cold`]); `written` counts the bytes written there. Not with a TTL:
+    /// an evicted group would outlive it.
+    pub fn with_spill(mut self, space: Arc<crate::spill::SpillSpace>, written: LazyCounter) -> GroupAggregate {
+        assert!(self.ttl.is_none(), "a group aggregate with a TTL keeps its groups in memory");
+        let store = cold::ColdStore::new(space, written);
+        self.cold = Some(Spilling {
+            store,
+            marks: Vec::new(),
+            hand: 0,
+            charged: 0,
+            evicted_dirty: cold::Keys::default(),
+            dropped: cold::Keys::default(),
+        });
+        self
     }
 
     /// Marks group `id` changed since the previous snapshot.
@@ -239,6 +320,7 @@ impl GroupAggregate {
 
     /// Drops groups not written for the TTL (`crate::ttl`): their rows stay downstream.
     pub fn with_ttl(mut self, ttl: crate::ttl::Ttl) -> GroupAggregate {
+        assert!(self.cold.is_none(), "a group aggregate that spills has no TTL");
         self.ttl = Some(ttl);
         self
     }
@@ -277,7 +359,7 @@ impl GroupAggregate {
         if let Some(changes) = self.changes(touched)? {
             out.push(Message::Data(changes));
         }
-        Ok(())
+        self.evict_over_budget()
     }
 
     /// A new group's accumulators (over an append-only input, MIN and MAX of numbers
@@ -328,16 +410,54 @@ impl GroupAggregate {
         self.spec.aggregates.iter().map(|a| a.filter.map(|column| rows.column(column).as_boolean().clone())).collect()
     }
 
-    /// The id of the group of `key` (placement hash `hash`), added empty if new.
-    fn group_of(&mut self, key: &[u8], hash: u64) -> u32 {
-        let table = table_hash(hash);
-        let groups = &self.groups;
-        let found = self
-            .index
-            .find(table, |&id| groups[id as usize].as_ref().is_some_and(|g| crate::same_bytes(g.key.get(), key)));
-        if let Some(&id) = found {
-            return id;
+    /// The id of the group of `key` (placement hash `hash`): in memory, else read back
+    /// from the cold runs, else added empty.
+    fn group_of(&mut self, key: &[u8], hash: u64) -> Result<u32, SluiceError> {
+        if let Some(id) = self.find(key, hash) {
+            return Ok(id);
         }
+        let Some(cold) = self.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()) else {
+            return Ok(self.insert(key, hash));
+        };
+        if cold.dropped.remove(key) {
+            // Dropped since it was read back: its run's copy is stale.
+            let id = self.insert(key, hash);
+            self.set_mark(id, FROM_COLD);
+            return Ok(id);
+        }
+        let vnode = vnode::of_hash(hash, self.vnodes);
+        let Some(found) = cold.store.runs().find(vnode, key, hash)? else { return Ok(self.insert(key, hash)) };
+        let dirty = cold.evicted_dirty.remove(key);
+        let id = state::load_cold(self, key, hash, &found)?;
+        self.set_mark(id, FROM_COLD);
+        if dirty {
+            // Its changes since the previous snapshot are in no checkpoint yet: the next
+            // delta writes it whole.
+            self.mark(id);
+            if let Some(group) = self.groups[id as usize].as_mut() {
+                group.distinct.iter_mut().for_each(DistinctSet::start_over);
+            }
+        }
+        Ok(id)
+    }
+
+    /// The id of the group of `key` in memory.
+    fn find(&self, key: &[u8], hash: u64) -> Option<u32> {
+        let groups = &self.groups;
+        let same = |&id: &u32| groups[id as usize].as_ref().is_some_and(|g| crate::same_bytes(g.key.get(), key));
+        self.index.find(table_hash(hash), same).copied()
+    }
+
+    /// Sets `bits` of group `id`'s marks (while spilling).
+    fn set_mark(&mut self, id: u32, bits: u8) {
+        if let Some(cold) = self.cold.as_mut() {
+            cold.marks[id as usize] |= bits;
+        }
+    }
+
+    /// Adds the empty group of `key` (not in memory); returns its id.
+    fn insert(&mut self, key: &[u8], hash: u64) -> u32 {
+        let table = table_hash(hash);
         let group = Group {
             key: SmallBytes::new(key),
             rows: 0,
@@ -359,6 +479,14 @@ impl GroupAggregate {
         let (groups, no_keys) = (&self.groups, self.spec.keys.is_empty());
         let rehash = |g: &u32| groups[*g as usize].as_ref().map_or(0, |g| placement_hash(no_keys, g.key.get()));
         self.index.insert_unique(table, id, |g| table_hash(rehash(g)));
+        if let Some(cold) = self.cold.as_mut() {
+            if cold.marks.len() <= id as usize {
+                cold.marks.resize(id as usize + 1, 0);
+            }
+            cold.marks[id as usize] = RECENT;
+            let bytes = self.groups[id as usize].as_ref().map_or(0, Group::bytes);
+            cold.charge(bytes);
+        }
         id
     }
 
@@ -368,6 +496,12 @@ impl GroupAggregate {
         if self.tracking {
             self.removed.push(group.key.get().to_vec());
         }
+        if let Some(cold) = self.cold.as_mut() {
+            cold.release(group.bytes());
+            if std::mem::take(&mut cold.marks[id as usize]) & FROM_COLD != 0 {
+                cold.dropped.insert(group.key.get().to_vec());
+            }
+        }
         let table = table_hash(placement_hash(self.spec.keys.is_empty(), group.key.get()));
         let entry = self.index.find_entry(table, |&g| g == id).expect("an indexed group");
         entry.remove();
@@ -375,6 +509,67 @@ impl GroupAggregate {
         if let Some(ttl) = self.ttl.as_mut() {
             ttl.forget(id);
         }
+    }
+
+    /// When the space is over its budget, evicts groups no row touched since the clock's
+    /// hand last passed them, enough to bring the space an eighth of its budget under it
+    /// (or all this instance may give), into one cold run ([`cold`]). The hand looks at
+    /// [`SCAN_MAX`] groups at most per call.
+    fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
+        const SCAN_MAX: usize = 1 << 17;
+        let Some(cold) = self.cold.as_mut() else { return Ok(()) };
+        let space = Arc::clone(cold.store.space());
+        if !space.over_budget() || self.groups.is_empty() {
+            return Ok(());
+        }
+        let goal = (space.resident() - space.budget()).saturating_add(space.budget() / 8).min(cold.charged);
+        let slots = self.groups.len();
+        let (mut chosen, mut freed) = (Vec::new(), 0usize);
+        for _ in 0..slots.min(SCAN_MAX) {
+            if freed >= goal {
+                break;
+            }
+            let id = cold.hand;
+            cold.hand = (cold.hand + 1) % slots;
+            let Some(group) = self.groups[id].as_ref() else { continue };
+            if cold.marks[id] & RECENT != 0 {
+                cold.marks[id] &= !RECENT;
+                continue;
+            }
+            freed += group.bytes();
+            chosen.push(id as u32);
+        }
+        if chosen.is_empty() {
+            return Ok(());
+        }
+        let mut records = crate::records::Records::new(Some(space.dir()));
+        let (vnodes, columns, no_keys) = (self.vnodes, self.spec.keys.len(), self.spec.keys.is_empty());
+        let share_members: Vec<usize> = self.shares.iter().map(|share| share.members.len()).collect();
+        for &id in &chosen {
+            let group = self.groups[id as usize].as_ref().expect("a chosen group is live");
+            let vnode = vnode::of_hash(placement_hash(no_keys, group.key.get()), vnodes);
+            let stale = cold.marks[id as usize] & FROM_COLD != 0;
+            state::add_whole(&mut records, vnode, group, stale, &self.member_of, &share_members);
+        }
+        for key in cold.dropped.drain() {
+            state::add_dropped(&mut records, vnode::of_hash(placement_hash(no_keys, &key), vnodes), &key);
+        }
+        let group_hash = state::group_hash(columns, no_keys);
+        cold.store.add(records, chosen.len(), freed, &group_hash)?;
+        for id in chosen {
+            let group = self.groups[id as usize].take().expect("a chosen group is live");
+            if self.tracking && self.changed.contains(id) {
+                // Its changes go with the next delta, read back from its run.
+                self.changed.unmark(id);
+                cold.evicted_dirty.insert(group.key.get().to_vec());
+            }
+            let table = table_hash(placement_hash(no_keys, group.key.get()));
+            self.index.find_entry(table, |&g| g == id).expect("an indexed group").remove();
+            self.free.push(id);
+            cold.marks[id as usize] = 0;
+            cold.release(group.bytes());
+        }
+        Ok(())
     }
 
     /// The changes of the touched groups as one batch (None when nothing changed).
@@ -389,9 +584,14 @@ impl GroupAggregate {
             rows.push(values);
             weights.push(weight);
         };
-        for Touched { group: id, before } in touched {
+        for Touched { group: id, before, bytes } in touched {
             self.touched_flags[id as usize] = false;
             let group = self.groups[id as usize].as_ref().expect("a touched group lives until emitted");
+            if let Some(cold) = self.cold.as_mut() {
+                let after = group.bytes();
+                cold.charge(after);
+                cold.release(bytes);
+            }
             let after = (group.rows > 0).then(|| group.values());
             if after.is_none() {
                 dropped.push(id);
@@ -489,7 +689,10 @@ impl Operator for GroupAggregate {
             }
             let (key, hash): (&[u8], u64) =
                 if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
-            let id = self.group_of(key, hash);
+            let id = self.group_of(key, hash)?;
+            if let Some(cold) = self.cold.as_mut() {
+                cold.marks[id as usize] |= RECENT;
+            }
             let group = self.groups[id as usize].as_mut().expect("group_of returns a live group");
             if group.rows + weight < 0 {
                 ignored += weight.unsigned_abs();
@@ -500,7 +703,8 @@ impl Operator for GroupAggregate {
             }
             if !self.touched_flags[id as usize] {
                 self.touched_flags[id as usize] = true;
-                self.pending.push(Touched { group: id, before: (group.rows > 0).then(|| group.values()) });
+                let bytes = if self.cold.is_some() { group.bytes() } else { 0 };
+                self.pending.push(Touched { group: id, before: (group.rows > 0).then(|| group.values()), bytes });
             }
             group.rows += weight;
             if let Some(ttl) = self.ttl.as_mut() {

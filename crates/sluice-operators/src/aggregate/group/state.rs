@@ -53,7 +53,7 @@
 use std::collections::BTreeMap;
 
 use sluice_runtime::{Snapshot, SnapshotKind};
-use sluice_state::{StateSink, StateSource};
+use sluice_state::{Merge, MergeMode, StateSink, StateSource};
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{Reader, Records};
@@ -68,8 +68,8 @@ use crate::partition::placement_hash;
 pub const GROUP_STATE_VERSION: u32 = 3;
 
 /// The byte after `G` of a group's record, and of its values' records.
-const GROUP: u8 = 0x00;
-const VALUE: u8 = 0x01;
+pub(super) const GROUP: u8 = 0x00;
+pub(super) const VALUE: u8 = 0x01;
 
 const TAG_COUNT: u8 = 1;
 const TAG_SUM_INT: u8 = 2;
@@ -139,7 +139,25 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
         changed.into_iter().filter_map(|id| aggregate.groups[id as usize].as_mut().map(GroupCopy::changes)).collect()
     };
     let removed = if full { Vec::new() } else { std::mem::take(&mut aggregate.removed) };
+    // Groups in cold runs: a full snapshot merges every run (but the groups whose newer
+    // copy is in memory, or that were dropped); a delta the groups evicted while changed.
+    let cold = aggregate.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()).map(|cold| {
+        let runs = cold.store.runs().clone();
+        if full {
+            cold.evicted_dirty.clear();
+            let mut shadow = cold.dropped.clone();
+            for (id, group) in aggregate.groups.iter().enumerate() {
+                if let Some(group) = group.as_ref().filter(|_| cold.marks[id] & super::FROM_COLD != 0) {
+                    shadow.insert(group.key.get().to_vec());
+                }
+            }
+            (runs, shadow)
+        } else {
+            (runs, std::mem::take(&mut cold.evicted_dirty))
+        }
+    });
     aggregate.clear_changes();
+    let columns = aggregate.spec.keys.len();
     let (vnodes, no_keys) = (aggregate.vnodes, aggregate.spec.keys.is_empty());
     let member_of = aggregate.member_of.clone();
     let share_members: Vec<usize> = aggregate.shares.iter().map(|share| share.members.len()).collect();
@@ -147,6 +165,40 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
         let vnode_of = |key: &[u8]| vnode::of_hash(placement_hash(no_keys, key), vnodes);
+        match &cold {
+            Some((runs, shadow)) if full => {
+                let mut merge = Merge::new(runs.inputs(), 0..u32::MAX, MergeMode::Live);
+                while let Some(record) = merge.next_record()? {
+                    let length = key_length(record.key, columns)
+                        .ok_or_else(|| corrupt("a spilled key not of the group's columns"))?;
+                    if !shadow.contains(&record.key[..length]) {
+                        let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(record.value);
+                        records.add(record.vnode, |k| k.extend_from_slice(record.key), Some(&value));
+                    }
+                }
+            }
+            Some((runs, dirty)) => {
+                for g in dirty {
+                    let (hash, vnode) = (placement_hash(no_keys, g), vnode_of(g));
+                    let Some(found) = runs.find(vnode, g, hash)? else { continue };
+                    records.delete_range(vnode, values_start(g), values_end(g));
+                    let group = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.group);
+                    records.add(vnode, |k| group_key(k, g), Some(&group));
+                    for (suffix, state) in &found.values {
+                        let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(state);
+                        records.add(
+                            vnode,
+                            |k| {
+                                k.extend_from_slice(g);
+                                k.extend_from_slice(suffix);
+                            },
+                            Some(&value),
+                        );
+                    }
+                }
+            }
+            None => {}
+        }
         for group in &copy {
             let (g, vnode) = (group.key.get(), vnode_of(group.key.get()));
             let group_value = |bytes: &mut Vec<u8>| write_group(group, &member_of, bytes);
@@ -180,17 +232,102 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
             }
         }
         for key in &removed {
-            let vnode = vnode_of(key);
-            records.add(vnode, |k| group_key(k, key), None);
-            let mut values = key.clone();
-            values.push(VALUE);
-            let mut end = key.clone();
-            end.push(VALUE + 1);
-            records.delete_range(vnode, values, end);
+            add_dropped(&mut records, vnode_of(key), key);
         }
         records.write(sink)
     });
     Snapshot { kind, job }
+}
+
+/// Where the value records of group `g` start.
+fn values_start(g: &[u8]) -> Vec<u8> {
+    let mut start = g.to_vec();
+    start.push(VALUE);
+    start
+}
+
+/// Where the value records of group `g` end (exclusive).
+fn values_end(g: &[u8]) -> Vec<u8> {
+    let mut end = g.to_vec();
+    end.push(VALUE + 1);
+    end
+}
+
+/// The records of group `g` dropped: a delete of its record and of its values.
+pub(super) fn add_dropped(records: &mut Records, vnode: u32, g: &[u8]) {
+    records.add(vnode, |k| group_key(k, g), None);
+    records.delete_range(vnode, values_start(g), values_end(g));
+}
+
+/// The records of all of `group` (of vnode `vnode`), as a full snapshot writes them;
+/// `stale`: an older copy of it may hold values it no longer has (a range delete of its
+/// values comes first).
+pub(super) fn add_whole(
+    records: &mut Records,
+    vnode: u32,
+    group: &Group,
+    stale: bool,
+    member_of: &[Option<(usize, usize)>],
+    share_members: &[usize],
+) {
+    let g = group.key.get();
+    if stale {
+        records.delete_range(vnode, values_start(g), values_end(g));
+    }
+    let copy = GroupCopy::whole(group);
+    records.add(vnode, |k| group_key(k, g), Some(&|bytes: &mut Vec<u8>| write_group(&copy, member_of, bytes)));
+    for (share, set) in copy.sets.iter().enumerate() {
+        let SetCopy::Whole(values) = set else { unreachable!("a whole copy holds whole sets") };
+        for (value, state) in values.records() {
+            let key = |k: &mut Vec<u8>| k.extend_from_slice(&value_key(g, share, value.get()));
+            let members = share_members[share];
+            records.add(vnode, key, Some(&|bytes: &mut Vec<u8>| write_state(state, members, bytes)));
+        }
+    }
+}
+
+/// The placement hash of the group of a record's key, when it is a group's record (of a
+/// plan of `columns` key columns).
+pub(super) fn group_hash(columns: usize, no_keys: bool) -> impl Fn(&[u8]) -> Option<u64> {
+    move |key: &[u8]| {
+        let length = key_length(key, columns)?;
+        (key.len() == length + 1 && key[length] == GROUP).then(|| placement_hash(no_keys, &key[..length]))
+    }
+}
+
+/// Loads group `g` (placement hash `hash`) from its records `found` in a cold run;
+/// returns its id.
+pub(super) fn load_cold(
+    aggregate: &mut GroupAggregate,
+    g: &[u8],
+    hash: u64,
+    found: &super::cold::ColdGroup,
+) -> Result<u32, SluiceError> {
+    let (id, bytes) = restore_group(aggregate, g, hash, &found.group)?;
+    for (suffix, state) in &found.values {
+        let [VALUE, share, value @ ..] = suffix.as_slice() else {
+            return Err(corrupt("a spilled record of neither a group nor a value"));
+        };
+        restore_value(aggregate, id, usize::from(*share), value, state)?;
+    }
+    complete(aggregate, id, bytes);
+    Ok(id)
+}
+
+/// Group `id`, whose records are all loaded: each COUNT(DISTINCT)'s result (the number
+/// of its values), and its bytes counted again (`bytes` were counted when it was added).
+fn complete(aggregate: &mut GroupAggregate, id: u32, bytes: usize) {
+    let group = aggregate.groups[id as usize].as_mut().expect("a restored group is live");
+    for (accumulator, member) in group.accumulators.iter_mut().zip(&aggregate.member_of) {
+        if let (Accumulator::Distinct { positive }, Some((share, member))) = (accumulator, member) {
+            *positive = group.distinct[*share].values.positive(*member);
+        }
+    }
+    let now = group.bytes();
+    if let Some(cold) = aggregate.cold.as_mut() {
+        cold.charge(now);
+        cold.release(bytes);
+    }
 }
 
 /// The last entry of each value of a log (a value logged put, then gone, is gone:
@@ -417,9 +554,9 @@ fn key_length(key: &[u8], columns: usize) -> Option<usize> {
 pub(super) fn restore(aggregate: &mut GroupAggregate, state: &mut dyn StateSource) -> Result<(), SluiceError> {
     let no_keys = aggregate.spec.keys.is_empty();
     let columns = aggregate.spec.keys.len();
-    // The group the value records that come belong to: its key and id.
-    let mut current: Option<(Vec<u8>, u32)> = None;
-    let mut restored = Vec::new();
+    // The group the value records that come belong to: its key, id and bytes counted
+    // when it was added.
+    let mut current: Option<(Vec<u8>, u32, usize)> = None;
     while let Some(record) = state.next_record()? {
         let length = key_length(record.key, columns).ok_or_else(|| corrupt("a key not of the group's columns"))?;
         let (g, rest) = record.key.split_at(length);
@@ -428,12 +565,16 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, state: &mut dyn StateSourc
         }
         match rest {
             [GROUP] => {
-                let id = restore_group(aggregate, g, record.value)?;
-                restored.push(id);
-                current = Some((g.to_vec(), id));
+                if let Some((_, id, bytes)) = current.take() {
+                    complete(aggregate, id, bytes);
+                    // Beyond the memory budget, restored groups go to cold runs.
+                    aggregate.evict_over_budget()?;
+                }
+                let (id, bytes) = restore_group(aggregate, g, placement_hash(no_keys, g), record.value)?;
+                current = Some((g.to_vec(), id, bytes));
             }
             [VALUE, share, value @ ..] => {
-                let Some((_, id)) = current.as_ref().filter(|(key, _)| key.as_slice() == g) else {
+                let Some((_, id, _)) = current.as_ref().filter(|(key, _, _)| key.as_slice() == g) else {
                     return Err(corrupt("a COUNT(DISTINCT) value without its group"));
                 };
                 restore_value(aggregate, *id, usize::from(*share), value, record.value)?;
@@ -441,21 +582,21 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, state: &mut dyn StateSourc
             _ => return Err(corrupt("a record of neither a group nor a value")),
         }
     }
-    // Each COUNT(DISTINCT)'s result: the number of its values.
-    for id in restored {
-        let group = aggregate.groups[id as usize].as_mut().expect("a restored group is live");
-        for (accumulator, member) in group.accumulators.iter_mut().zip(&aggregate.member_of) {
-            if let (Accumulator::Distinct { positive }, Some((share, member))) = (accumulator, member) {
-                *positive = group.distinct[*share].values.positive(*member);
-            }
-        }
+    if let Some((_, id, bytes)) = current {
+        complete(aggregate, id, bytes);
     }
     aggregate.clear_changes();
-    Ok(())
+    aggregate.evict_over_budget()
 }
 
-/// Restores the group of key `g` from its record's `value`; returns its id.
-fn restore_group(aggregate: &mut GroupAggregate, g: &[u8], value: &[u8]) -> Result<u32, SluiceError> {
+/// Restores the group of key `g` (placement hash `hash`) from its record's `value`;
+/// returns its id and the bytes counted when it was added.
+fn restore_group(
+    aggregate: &mut GroupAggregate,
+    g: &[u8],
+    hash: u64,
+    value: &[u8],
+) -> Result<(u32, usize), SluiceError> {
     let mut reader = Reader::new(value, STATE);
     let rows = reader.i64()?;
     if rows <= 0 {
@@ -471,15 +612,16 @@ fn restore_group(aggregate: &mut GroupAggregate, g: &[u8], value: &[u8]) -> Resu
     }
     reader.finish()?;
     let distinct = aggregate.new_distinct();
-    let id = aggregate.group_of(g, placement_hash(aggregate.spec.keys.is_empty(), g));
-    let group = aggregate.groups[id as usize].as_mut().expect("group_of returns a live group");
-    if group.rows != 0 {
+    if aggregate.find(g, hash).is_some() {
         return Err(corrupt("a group twice"));
     }
+    let id = aggregate.insert(g, hash);
+    let group = aggregate.groups[id as usize].as_mut().expect("insert returns a live group");
+    let bytes = group.bytes();
     group.rows = rows;
     group.accumulators = accumulators.into_boxed_slice();
     group.distinct = distinct;
-    Ok(id)
+    Ok((id, bytes))
 }
 
 /// Loads `value` of share `share` into group `id`, its state read from `state`.

@@ -16,6 +16,7 @@ use sluice_types::{Batch, Message, vnode};
 use super::{GroupAggregate, GroupAggregateSpec};
 use crate::aggregate::{AggregateFunction, AggregateSpec};
 use crate::counter::LazyCounter;
+use crate::spill::SpillSpace;
 use crate::testing;
 
 const VNODES: u32 = 16;
@@ -45,6 +46,11 @@ const AGGREGATES: [(&str, AggregateFunction, Option<usize>, Option<usize>); 10] 
     ("positive", AggregateFunction::Sum, Some(1), Some(3)),
     ("dp", AggregateFunction::CountDistinct, Some(1), Some(3)),
 ];
+
+/// A counter of spilled bytes.
+fn written() -> LazyCounter {
+    LazyCounter::new(Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)), "spilled")
+}
 
 fn aggregate(with_key: bool) -> GroupAggregate {
     aggregate_of(with_key, &AGGREGATES[..9])
@@ -270,7 +276,9 @@ proptest! {
     /// snapshotted (after a flush, as at a barrier) and restored onto two instances that
     /// split the vnodes, as after a restart with two threads. With `append_only` the
     /// input only inserts and the operator knows it (MIN and MAX keep their extreme
-    /// alone, COUNT(DISTINCT) whether it saw a value).
+    /// alone, COUNT(DISTINCT) whether it saw a value). With `spill` the instances share a
+    /// memory budget of 0 bytes: every flush evicts the groups no row touched since the
+    /// one before to cold runs, and rows, snapshots and restores read them back.
     #[test]
     fn the_integrated_changelog_equals_a_recomputation(
         steps in steps(),
@@ -280,14 +288,19 @@ proptest! {
         append_only in any::<bool>(),
         mini_batch in prop_oneof![Just(1usize), 1usize..40],
         flush_every in 1usize..4,
+        spill in any::<bool>(),
     ) {
         let mut rows = rows_of(&steps);
         if append_only {
             rows.retain(|row| row.3 > 0);
         }
+        let space = SpillSpace::new(std::env::temp_dir(), 0);
         let aggregate_of = |with_key, aggregates: &[_]| {
             let mut operator = aggregate_of(with_key, aggregates).with_mini_batch(mini_batch);
             operator.spec.append_only_input = append_only;
+            if spill {
+                operator = operator.with_spill(Arc::clone(&space), written());
+            }
             operator
         };
         let mut instances = vec![aggregate_of(true, &AGGREGATES)];
@@ -696,4 +709,61 @@ fn a_group_emptied_within_a_mini_batch_goes_on_from_nothing() {
     operator.on_data(rows(&[(0.001, 1)]), &mut out).expect("data");
     operator.on_flush(&mut out).expect("flush");
     assert_eq!(lines(&out), ["+1 a,0.001"], "not 0.001 plus the retracted rows' rounding");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// State on disk equals state in memory: an aggregate whose budget of 0 bytes sends
+    /// its groups to cold runs at every flush and one that keeps them all, fed the same
+    /// rows, emit the same changes and take equal full snapshots (the cold groups merged
+    /// in), and a delta after groups were evicted while changed leads to the same
+    /// checkpointed records. All the while the space counts no more than the runs'
+    /// indexes and filters and the groups in memory.
+    #[test]
+    fn a_spilling_aggregate_emits_and_snapshots_what_one_in_memory_does(
+        steps in steps(),
+        batch_rows in 1usize..8,
+        checkpoint_every in 1usize..5,
+    ) {
+        let rows = rows_of(&steps);
+        let space = SpillSpace::new(std::env::temp_dir(), 0);
+        let mut spilling = aggregate(true).with_spill(Arc::clone(&space), written());
+        let mut in_memory = aggregate(true);
+        let (mut spilled_runs, mut memory_runs) = (StateModel::default(), StateModel::default());
+        for (index, chunk) in rows.chunks(batch_rows).enumerate() {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            spilling.on_data(batch(chunk), &mut a).expect("data");
+            in_memory.on_data(batch(chunk), &mut b).expect("data");
+            prop_assert_eq!(lines(&a), lines(&b));
+            if index % checkpoint_every == 0 {
+                testing::checkpoint(&mut spilling, &mut spilled_runs, 0..VNODES, index > 0);
+                testing::checkpoint(&mut in_memory, &mut memory_runs, 0..VNODES, index > 0);
+                prop_assert_eq!(spilled_runs.records(), memory_runs.records());
+            }
+        }
+        let (_, full) = testing::snapshot(&mut spilling, false);
+        let (_, expected) = testing::snapshot(&mut in_memory, false);
+        prop_assert_eq!(testing::puts(&full), testing::puts(&expected));
+        drop(spilling);
+        prop_assert_eq!(space.resident(), 0, "every byte counted is given back");
+        prop_assert_eq!(space.spilled(), 0, "every run is gone with its aggregate");
+    }
+}
+
+#[test]
+fn groups_beyond_the_budget_leave_memory_and_come_back_on_their_next_row() {
+    let space = SpillSpace::new(std::env::temp_dir(), 0);
+    let mut operator = aggregate(true).with_spill(Arc::clone(&space), written());
+    let mut out = Vec::new();
+    operator.on_data(batch(&[("a", Some(1), None, 1), ("b", Some(2), None, 1)]), &mut out).expect("data");
+    // The clock passes them once (they were touched), then evicts them.
+    operator.on_data(batch(&[("c", Some(3), None, 1)]), &mut out).expect("data");
+    operator.on_data(batch(&[("c", Some(4), None, 1)]), &mut out).expect("data");
+    let live = operator.groups.iter().flatten().count();
+    assert!(live <= 1, "{live} groups still in memory");
+    assert!(space.spilled() > 0, "the evicted groups are in a run");
+    out.clear();
+    operator.on_data(batch(&[("a", Some(10), None, 1)]), &mut out).expect("data");
+    assert_eq!(lines(&out), ["-1 a,1,1,1,1,1,1,1,∅,1", "+1 a,2,2,2,11,1,10,5,∅,11"]);
 }

@@ -1,0 +1,385 @@
+//! Groups beyond the memory budget: evicted from memory into sorted runs on local disk,
+//! and read back when a row of theirs comes.
+//!
+//! A group aggregate given a [`SpillSpace`] counts the bytes of its groups in the
+//! space's budget (`[pipeline] state_memory_mib`, shared with every other operator that
+//! spills on the worker). When a mini-batch ends and the space is over its budget, the
+//! aggregate evicts groups no row touched since the clock's hand last passed them (a
+//! bit per group, set when a row touches it: the second-chance policy), enough to bring
+//! the space an eighth of the budget under it, and writes them as one run: the group's
+//! record and its COUNT(DISTINCT) values' records, in the checkpoint's encoding
+//! (`super::state`), so a cold group is written and read by the same code as a
+//! checkpointed one. The run is an anonymous file in the space's directory (unlinked at
+//! once: a crash leaves nothing behind), in the run format of `sluice_state::run`, in
+//! blocks of [`COLD_BLOCK_BYTES`].
+//!
+//! **Lookups.** A row whose group is not in memory looks in the runs, newest first: a
+//! run's bloom filter (10 bits per group, over the group key's placement hash) skips the
+//! runs that do not hold it; otherwise the run's block index (in memory, read back from
+//! the run once it is written) names the one block that may hold its record, read with
+//! one positioned read (the kernel's page cache is the block cache). The first run that
+//! names the group decides: a put is the group, loaded back with its values (which
+//! follow its record in key order, maybe into the next blocks); a delete means the group
+//! was dropped. A group read back stays in its run: its copy in memory is newer, and the
+//! aggregate keeps, for the groups dropped from memory whose older copy may still be in
+//! a run, their keys, written as deletes with the next run.
+//!
+//! **Compaction.** After a run is added, the runs are merged by `sluice_state::compact`'s
+//! policy (tiers of similar sizes; everything once the newer runs hold as many bytes as
+//! the oldest), on the operator's thread, through `sluice_state::Merge` (deletes dropped
+//! when the oldest run takes part). Memory per run: its index (an entry per block) and
+//! its bloom filter.
+//!
+//! **Checkpoints** read the runs too (see `super::state`): a full snapshot merges them
+//! into its records, and a delta writes again the groups evicted while changed since the
+//! previous snapshot (their keys are kept until then).
+
+use std::collections::HashSet;
+use std::io::BufWriter;
+use std::sync::Arc;
+
+use sluice_state::compact::{self, RunInfo};
+use sluice_state::merge::MergeInput;
+use sluice_state::read::{BlockInfo, Entry, FileSource, block_entries, read_block};
+use sluice_state::{Merge, MergeMode, RunSource, RunWriter, StateSink};
+use sluice_types::SluiceError;
+
+use crate::counter::LazyCounter;
+use crate::records::Records;
+use crate::spill::SpillSpace;
+
+/// The bytes of a block of a cold run: a lookup reads one (and a group's values may
+/// continue into the next ones).
+pub(super) const COLD_BLOCK_BYTES: usize = 16 * 1024;
+
+/// Bits of a run's bloom filter per group it names (a false positive about 1% of the
+/// time, with [`BLOOM_PROBES`] probes).
+const BLOOM_BITS_PER_KEY: usize = 10;
+const BLOOM_PROBES: u32 = 7;
+
+/// A bloom filter over placement hashes.
+#[derive(Debug)]
+struct Bloom {
+    bits: Vec<u64>,
+}
+
+impl Bloom {
+    /// A filter for up to `keys` keys.
+    fn with_capacity(keys: usize) -> Bloom {
+        let words = (keys.max(1) * BLOOM_BITS_PER_KEY).div_ceil(64);
+        Bloom { bits: vec![0; words] }
+    }
+
+    /// The bit positions of `hash` (double hashing of two halves mixed apart).
+    fn probes(&self, hash: u64) -> impl Iterator<Item = usize> + use<> {
+        let bits = (self.bits.len() * 64) as u64;
+        let first = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let step = hash.rotate_left(29).wrapping_mul(0xC2B2_AE3D_27D4_EB4F) | 1;
+        (0..u64::from(BLOOM_PROBES)).map(move |i| (first.wrapping_add(i.wrapping_mul(step)) % bits) as usize)
+    }
+
+    fn insert(&mut self, hash: u64) {
+        for bit in self.probes(hash) {
+            self.bits[bit / 64] |= 1 << (bit % 64);
+        }
+    }
+
+    fn may_hold(&self, hash: u64) -> bool {
+        self.probes(hash).all(|bit| self.bits[bit / 64] & (1 << (bit % 64)) != 0)
+    }
+
+    fn bytes(&self) -> usize {
+        self.bits.len() * 8
+    }
+}
+
+/// A run's file: counted in the space's spilled bytes while it lives (jobs of snapshots
+/// that read it hold it too).
+struct ColdFile {
+    source: FileSource,
+    space: Arc<SpillSpace>,
+}
+
+impl RunSource for ColdFile {
+    fn name(&self) -> &str {
+        self.source.name()
+    }
+
+    fn size(&self) -> u64 {
+        self.source.size()
+    }
+
+    fn read_at(&self, offset: u64, length: usize) -> Result<Vec<u8>, SluiceError> {
+        self.source.read_at(offset, length)
+    }
+}
+
+impl Drop for ColdFile {
+    fn drop(&mut self) {
+        self.space.count_spilled(self.source.size() as usize, false);
+    }
+}
+
+/// One run of evicted groups.
+#[derive(Clone)]
+pub(super) struct ColdRun {
+    input: MergeInput,
+    bloom: Arc<Bloom>,
+    /// The group records (puts and deletes) it holds.
+    groups: usize,
+    bytes: u64,
+}
+
+/// A group found in a run: its record's value, and its values' records (the key after
+/// the group key, the value).
+#[derive(Debug, Default)]
+pub(super) struct ColdGroup {
+    pub(super) group: Vec<u8>,
+    pub(super) values: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The runs, oldest first, and how to find a group in them. Cheap to clone (a snapshot's
+/// job reads the runs of its barrier).
+#[derive(Clone, Default)]
+pub(super) struct ColdRuns {
+    runs: Vec<ColdRun>,
+}
+
+impl ColdRuns {
+    pub(super) fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Every run, as inputs of a merge (oldest first).
+    pub(super) fn inputs(&self) -> Vec<MergeInput> {
+        self.runs.iter().map(|run| run.input.clone()).collect()
+    }
+
+    /// The newest copy of group `g` (of vnode `vnode`, placement hash `hash`): its
+    /// records, or None when no run holds it or the newest that names it deleted it.
+    pub(super) fn find(&self, vnode: u32, g: &[u8], hash: u64) -> Result<Option<ColdGroup>, SluiceError> {
+        let mut key = g.to_vec();
+        key.push(super::state::GROUP);
+        for run in self.runs.iter().rev() {
+            if !run.bloom.may_hold(hash) {
+                continue;
+            }
+            match find_in(&run.input, vnode, &key)? {
+                Found::Absent => continue,
+                Found::Deleted => return Ok(None),
+                Found::Put(group) => return Ok(Some(group)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The bytes of memory the runs' indexes and filters take.
+    fn memory(&self) -> usize {
+        let index = |run: &ColdRun| run.input.index.blocks.iter().map(|b| 64 + b.first_key.len()).sum::<usize>();
+        self.runs.iter().map(|run| run.bloom.bytes() + index(run)).sum()
+    }
+}
+
+enum Found {
+    Absent,
+    Deleted,
+    Put(ColdGroup),
+}
+
+/// Group record `key` in one run: the block that may hold it, then its values' records
+/// after it (into the following blocks of its vnode while they continue the group).
+fn find_in(input: &MergeInput, vnode: u32, key: &[u8]) -> Result<Found, SluiceError> {
+    let blocks = input.index.vnode_blocks(vnode);
+    let points = &blocks[blocks.partition_point(|block| block.ranges)..];
+    let at = points.partition_point(|block| block.first_key.as_slice() <= key);
+    let Some(first) = at.checked_sub(1) else { return Ok(Found::Absent) };
+    let g = &key[..key.len() - 1];
+    let mut found: Option<ColdGroup> = None;
+    for info in &points[first..] {
+        let block = read_block(&*input.source, info)?;
+        let entries = block_entries(&block, info).map_err(|problem| damaged(input, info, problem))?;
+        for entry in entries {
+            match (&mut found, entry) {
+                (None, Entry::Put { key: k, value }) if k == key => {
+                    found = Some(ColdGroup { group: value.to_vec(), values: Vec::new() });
+                }
+                (None, Entry::Delete { key: k }) if k == key => return Ok(Found::Deleted),
+                (None, entry) if entry.key() > key => return Ok(Found::Absent),
+                (None, _) => {}
+                (Some(group), Entry::Put { key: k, value }) if k.starts_with(g) && k.len() > g.len() => {
+                    if k[g.len()] != super::state::VALUE {
+                        return Ok(Found::Put(std::mem::take(group)));
+                    }
+                    group.values.push((k[g.len()..].to_vec(), value.to_vec()));
+                }
+                (Some(group), _) => return Ok(Found::Put(std::mem::take(group))),
+            }
+        }
+        if found.is_none() {
+            // The record would be in this block: it is not.
+            return Ok(Found::Absent);
+        }
+    }
+    Ok(found.map_or(Found::Absent, Found::Put))
+}
+
+fn damaged(input: &MergeInput, info: &BlockInfo, problem: String) -> SluiceError {
+    SluiceError::internal(
+        "state.spill",
+        format!(
+            "a block of vnode {} at {} of spilled groups in {} is damaged: {problem}",
+            info.vnode,
+            info.offset,
+            input.source.name()
+        ),
+    )
+}
+
+/// A sink writing a run and a bloom filter of the group records it holds.
+struct ColdSink<'a> {
+    writer: RunWriter<BufWriter<std::fs::File>>,
+    bloom: Bloom,
+    groups: usize,
+    /// The placement hash of the group of a key, when the key is a group's record.
+    group_hash: &'a dyn Fn(&[u8]) -> Option<u64>,
+}
+
+impl ColdSink<'_> {
+    fn named(&mut self, key: &[u8]) {
+        if let Some(hash) = (self.group_hash)(key) {
+            self.bloom.insert(hash);
+            self.groups += 1;
+        }
+    }
+}
+
+impl StateSink for ColdSink<'_> {
+    fn interleave(&mut self) {
+        self.writer.interleave();
+    }
+
+    fn delete_range(&mut self, vnode: u32, start: &[u8], end: &[u8]) -> Result<(), SluiceError> {
+        self.writer.delete_range(vnode, start, end)
+    }
+
+    fn put(&mut self, vnode: u32, key: &[u8], value: &[u8]) -> Result<(), SluiceError> {
+        self.named(key);
+        self.writer.put(vnode, key, value)
+    }
+
+    fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), SluiceError> {
+        self.named(key);
+        self.writer.delete(vnode, key)
+    }
+}
+
+/// The evicted groups of one aggregate instance: its runs, and where they go.
+pub(super) struct ColdStore {
+    space: Arc<SpillSpace>,
+    runs: ColdRuns,
+    /// Counts the bytes written to runs (the spill counter).
+    written: LazyCounter,
+    /// The memory of the runs' indexes and filters, as counted in the space.
+    charged: usize,
+}
+
+impl ColdStore {
+    pub(super) fn new(space: Arc<SpillSpace>, written: LazyCounter) -> ColdStore {
+        ColdStore { space, runs: ColdRuns::default(), written, charged: 0 }
+    }
+
+    pub(super) fn space(&self) -> &Arc<SpillSpace> {
+        &self.space
+    }
+
+    pub(super) fn runs(&self) -> &ColdRuns {
+        &self.runs
+    }
+
+    /// Writes `records` (of about `groups` group records) as a new run, then compacts
+    /// the runs as the policy says. `group_hash` gives a record key's group's placement
+    /// hash when it is a group's record.
+    pub(super) fn add(
+        &mut self,
+        records: Records,
+        groups: usize,
+        about_bytes: usize,
+        group_hash: &dyn Fn(&[u8]) -> Option<u64>,
+    ) -> Result<(), SluiceError> {
+        let run = self.write(groups, about_bytes, group_hash, |sink| records.write(sink))?;
+        self.runs.runs.push(run);
+        self.compact(group_hash)?;
+        self.recharge();
+        Ok(())
+    }
+
+    /// Merges runs as `sluice_state::compact` plans.
+    fn compact(&mut self, group_hash: &dyn Fn(&[u8]) -> Option<u64>) -> Result<(), SluiceError> {
+        let infos: Vec<RunInfo> = self.runs.runs.iter().map(|run| RunInfo::of(run.bytes)).collect();
+        let Some(plan) = compact::plan(&infos) else { return Ok(()) };
+        let merged = &self.runs.runs[plan.runs.clone()];
+        let groups = merged.iter().map(|run| run.groups).sum();
+        let bytes = merged.iter().map(|run| run.bytes as usize).sum();
+        let mode = if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes };
+        let inputs = merged.iter().map(|run| run.input.clone()).collect();
+        let mut merge = Merge::new(inputs, 0..u32::MAX, mode);
+        let run = self.write(groups, bytes, group_hash, |sink| merge.write_into(sink).map(|_| ()))?;
+        self.runs.runs.splice(plan.runs, [run]);
+        Ok(())
+    }
+
+    /// Counts the runs' indexes and filters in the space.
+    fn recharge(&mut self) {
+        let memory = self.runs.memory();
+        self.space.charge(memory);
+        self.space.release(self.charged);
+        self.charged = memory;
+    }
+
+    /// A new run holding what `fill` writes.
+    fn write(
+        &mut self,
+        groups: usize,
+        about_bytes: usize,
+        group_hash: &dyn Fn(&[u8]) -> Option<u64>,
+        fill: impl FnOnce(&mut ColdSink<'_>) -> Result<(), SluiceError>,
+    ) -> Result<ColdRun, SluiceError> {
+        let failed = |error: SluiceError| {
+            SluiceError::external(
+                "state.spill",
+                format!(
+                    "cannot write about {about_bytes} bytes of evicted groups to a spill file in {}: {error}",
+                    self.space.dir().display()
+                ),
+            )
+            .with_fix(
+                "free space on the disk of [pipeline] state_dir, point state_dir at a larger disk, \
+                 or raise [pipeline] state_memory_mib",
+            )
+        };
+        let file = self.space.create_file()?;
+        let writer =
+            RunWriter::with_block_bytes(BufWriter::with_capacity(256 << 10, file), COLD_BLOCK_BYTES).map_err(failed)?;
+        let mut sink = ColdSink { writer, bloom: Bloom::with_capacity(groups), groups: 0, group_hash };
+        fill(&mut sink).map_err(failed)?;
+        let ColdSink { writer, bloom, groups, .. } = sink;
+        let (written, out) = writer.finish().map_err(failed)?;
+        let file = out.into_inner().map_err(|error| failed(SluiceError::external("state.spill", error.to_string())))?;
+        let name = format!("a spill file of evicted groups in {}", self.space.dir().display());
+        let source = FileSource::from_file(name, file)?;
+        self.space.count_spilled(written.bytes as usize, true);
+        self.written.add(written.bytes);
+        let source: Arc<dyn RunSource> = Arc::new(ColdFile { source, space: Arc::clone(&self.space) });
+        let input = MergeInput::open(source)?;
+        Ok(ColdRun { input, bloom: Arc::new(bloom), groups, bytes: written.bytes })
+    }
+}
+
+impl Drop for ColdStore {
+    fn drop(&mut self) {
+        self.space.release(self.charged);
+    }
+}
+
+/// The keys of groups a structure names, for [`HashSet`] lookups by slice.
+pub(super) type Keys = HashSet<Vec<u8>>;
