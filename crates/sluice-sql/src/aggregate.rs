@@ -313,8 +313,11 @@ fn plan_group_aggregate(
     let names: Vec<String> = aggregate.aggr_expr.iter().map(display).collect();
     let ttl = planner.state_ttl();
     let mini_batch_rows = planner.mini_batch_rows;
+    // Groups beyond the memory budget go to disk; not with a TTL (an evicted group
+    // would outlive it): those stay in memory until they expire.
+    let spill = planner.spill.clone().filter(|_| ttl.is_none());
     let line = format!(
-        "group_aggregate (updating): [{}]{}{}{}",
+        "group_aggregate (updating): [{}]{}{}{}{}",
         names.join(", "),
         if keys.is_empty() { String::new() } else { format!(" by {}", key_names.join(", ")) },
         crate::stream::ttl_note(ttl),
@@ -322,11 +325,10 @@ fn plan_group_aggregate(
             format!(", changes in mini-batches of up to {mini_batch_rows} input rows")
         } else {
             String::new()
-        }
+        },
+        if spill.is_some() { " (groups spill to disk beyond state_memory_mib)" } else { "" }
     );
-    // Groups beyond the memory budget go to disk; not with a TTL (an evicted group
-    // would outlive it): those stay in memory until they expire.
-    let spill = planner.spill.clone().filter(|_| ttl.is_none());
+
     let factory: OperatorFactory = Arc::new(move |context| {
         let ignored = LazyCounter::new(Arc::clone(&context.metrics), counter.clone());
         let aggregate =
