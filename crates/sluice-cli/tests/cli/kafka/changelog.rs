@@ -256,7 +256,11 @@ fn a_topic_written_in_upsert_mode_reads_back_through_the_upsert_format_as_its_ta
         broker.address
     );
     scratch.write("write.toml", &write);
-    let run = scratch.sluice(&["run", "write.toml", "--threads", "2"]);
+    // One thread: orders 4 and 6 (both customer c's, in one partition) reach the
+    // aggregate in their order, so c's total drops to nothing before order 6 comes. With
+    // two threads the exchange by primary key may give them to different threads, whose
+    // changes the aggregate may see in either order (c then never loses its last order).
+    let run = scratch.sluice(&["run", "write.toml", "--threads", "1"]);
     assert!(run.status.success(), "sluice failed:\n{}", stderr(&run));
     // Every record the sink wrote (its run ended: the topic stays quiet), in order.
     let records = broker.consume_all("totals", 2);
