@@ -353,6 +353,7 @@ impl SpillLog {
     }
 
     /// Chunk `chunk`, which must be in memory (a log without a space never spills).
+    #[cfg(test)]
     pub(crate) fn resident(&self, chunk: u32) -> &Arc<Vec<u8>> {
         match &self.chunks[chunk as usize] {
             LogChunk::Resident(bytes) => bytes,

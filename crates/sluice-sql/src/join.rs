@@ -317,16 +317,11 @@ fn explain_line(
         (Some(_), None) => line.push_str(" (outer join: no state TTL)"),
         _ => line.push_str(&crate::stream::ttl_note(ttl)),
     }
-    // The sides whose rows the operator keeps appended, spilling beyond the budget (see
-    // `sluice_operators::join`): append-only, never padded, no expiry, no TTL.
+    // The sides whose rows spill beyond the budget (see `sluice_operators::join`): every
+    // side without an expiry (an interval or window join's sides free their rows as the
+    // watermark passes them, and keep them in memory).
     let spilling: Vec<&str> = (0..2)
-        .filter(|&side| {
-            planner.spill.is_some()
-                && ttl.is_none()
-                && spec.append_only[side]
-                && !preserves(kind, side)
-                && spec.expiry[side].is_none()
-        })
+        .filter(|&side| planner.spill.is_some() && spec.expiry[side].is_none())
         .map(|side| if side == 0 { "left" } else { "right" })
         .collect();
     if !spilling.is_empty() {

@@ -1120,7 +1120,7 @@ fn window_aggregates_split_in_two_phases_only_where_partials_merge() {
 }
 
 #[test]
-fn explain_names_the_join_inputs_and_the_topns_whose_rows_spill() {
+fn explain_names_the_join_inputs_the_topns_and_the_group_aggregates_whose_state_spills() {
     let lines = |sql: &str, spill: bool| {
         let mut planner = plan(&[("j", sql)], OnError::Skip).expect("plans");
         if spill {
@@ -1136,15 +1136,18 @@ fn explain_names_the_join_inputs_and_the_topns_whose_rows_spill() {
     let inner = lines(join, true);
     let both = "join: INNER ON x.a = y.a (left and right rows spill to disk beyond state_memory_mib)";
     assert!(inner.contains(&both.to_string()), "{inner:?}");
-    // A LEFT join pads its left rows: they stay in memory by row.
+    // A LEFT join pads its left rows: they are kept by row, and spill all the same.
     let left = lines("SELECT x.a, y.s FROM t x LEFT JOIN t y ON x.a = y.a", true);
-    let right_only = "(right rows spill to disk beyond state_memory_mib)";
-    assert!(left.iter().any(|l| l.starts_with("join: LEFT") && l.ends_with(right_only)), "{left:?}");
+    let both_sides = "(left and right rows spill to disk beyond state_memory_mib)";
+    assert!(left.iter().any(|l| l.starts_with("join: LEFT") && l.ends_with(both_sides)), "{left:?}");
     assert!(lines(join, false).iter().all(|line| !line.contains("spill")), "no spill space, no spill");
     let top =
         "SELECT * FROM (SELECT a, b, ROW_NUMBER() OVER (PARTITION BY a ORDER BY b DESC) AS r FROM t) WHERE r <= 2";
     let topn = lines(top, true);
     assert!(topn.iter().any(|line| line.ends_with("(kept rows spill to disk beyond state_memory_mib)")), "{topn:?}");
+    let groups = lines("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a", true);
+    let spills = "(groups spill to disk beyond state_memory_mib)";
+    assert!(groups.iter().any(|l| l.starts_with("group_aggregate") && l.ends_with(spills)), "{groups:?}");
 }
 
 /// `explain` writes interval literals as SQL does, not as DataFusion's debug form.

@@ -1,7 +1,9 @@
 //! Oracle test for updating SQL: joins (inner, left, right and full, with conditions on
 //! one input alone and on both),
 //! an aggregate over a join, and a union under an aggregate, run by the whole binary over
-//! random rows, random batch sizes and thread counts, killed at a random checkpoint and
+//! random rows, random batch sizes and thread counts, with all state in memory or with a
+//! memory budget of 0 (every join's rows but the newest chunk in spill files, every group
+//! not touched by the latest mini-batch in cold runs), killed at a random checkpoint and
 //! resumed on another thread count; the changelog each sink wrote, integrated, must equal
 //! DataFusion's batch answer to the same SQL over all the input.
 
@@ -41,8 +43,9 @@ fn jsonl(rows: &Rows, value: &str) -> String {
         .collect()
 }
 
-fn pipeline(batch_size: usize, checkpoints: bool) -> String {
-    let mut text = format!("[pipeline]\nname = \"updating-oracle\"\nbatch_size = {batch_size}\n\n");
+fn pipeline(batch_size: usize, checkpoints: bool, spill: bool) -> String {
+    let memory = if spill { "state_memory_mib = 0\n" } else { "" };
+    let mut text = format!("[pipeline]\nname = \"updating-oracle\"\nbatch_size = {batch_size}\n{memory}\n");
     if checkpoints {
         text.push_str("[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n");
     }
@@ -134,11 +137,12 @@ proptest! {
         batch_size in 1usize..8,
         threads in 1u32..3,
         crash_after in 1usize..4,
+        spill in any::<bool>(),
     ) {
         let scratch = Scratch::new();
         scratch.write("a.jsonl", &jsonl(&a, "v"));
         scratch.write("b.jsonl", &jsonl(&b, "w"));
-        scratch.write("pipeline.toml", &pipeline(batch_size, true));
+        scratch.write("pipeline.toml", &pipeline(batch_size, true, spill));
         // One checkpoint per batch; killed after the `crash_after`-th, unless the input
         // ends first; then resumed on the other thread count.
         let failpoints = format!(
@@ -151,7 +155,16 @@ proptest! {
         for (name, sql) in QUERIES {
             let got = table(&scratch.read(&format!("{name}.jsonl")));
             let want = batch_answer(&a, &b, sql);
-            prop_assert_eq!(got, want, "{} ({} → {} threads, batches of {})", name, threads, 3 - threads, batch_size);
+            prop_assert_eq!(
+                got,
+                want,
+                "{} ({} → {} threads, batches of {}, spilled: {})",
+                name,
+                threads,
+                3 - threads,
+                batch_size,
+                spill
+            );
         }
     }
 }

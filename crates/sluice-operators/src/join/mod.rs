@@ -149,8 +149,8 @@ pub struct JoinSpec {
     pub late_rows: String,
     /// Per side, whether its input only inserts (no retraction ever comes).
     pub append_only: [bool; 2],
-    /// Where an append-only side's rows spill beyond the memory budget ([`append`]);
-    /// None: they stay in memory.
+    /// Where the rows of a side without an expiry spill beyond the memory budget
+    /// ([`append`], [`store`]); None: they stay in memory.
     pub spill: Option<Arc<SpillSpace>>,
 }
 
@@ -167,8 +167,8 @@ struct Side {
 }
 
 /// A side's stored rows: in arrival order when they expire ([`expiring`]: an interval
-/// or window join's side, without a TTL); appended, possibly spilled, when they only
-/// come and are never padded ([`append`]); else a multiset by row ([`store`]).
+/// or window join's side, without a TTL); appended when they only come and are never
+/// padded ([`append`]); else a multiset by row ([`store`]). The last two spill.
 enum Rows {
     ByRow(Store),
     Expiring(ExpiringStore),
@@ -205,7 +205,12 @@ impl Rows {
     /// are read into `spilled` first.
     fn gather<'a>(&'a self, ids: &[u64], spilled: &'a mut Vec<u8>) -> Result<Vec<&'a [u8]>, SluiceError> {
         match self {
-            Rows::ByRow(store) => Ok(ids.iter().map(|&id| store.row(id as u32)).collect()),
+            Rows::ByRow(store) => crate::spill::gather(
+                ids.iter().map(|&id| id as u32),
+                |id| store.resident_row(id),
+                |id, out| store.read_row(id, out),
+                spilled,
+            ),
             Rows::Expiring(store) => Ok(ids.iter().map(|&id| store.row(id)).collect()),
             Rows::Append(store) => crate::spill::gather(
                 ids.iter().map(|&id| id as u32),
@@ -239,31 +244,30 @@ impl Rows {
     /// Adds `weight` copies of a row (see [`Store::apply`] and [`ExpiringStore::push`]).
     fn apply(&mut self, row: &RowRef<'_>, weight: i64, matches: i64, expires: i64) -> Result<(), SluiceError> {
         match self {
-            Rows::ByRow(store) => {
-                store.apply(row, weight, matches, expires);
-                Ok(())
-            }
+            Rows::ByRow(store) => store.apply(row, weight, matches, expires),
             Rows::Expiring(store) => store.push(row.row, row.key, row.key_hash, weight, matches, expires),
             Rows::Append(store) => store.push(row, weight),
         }
     }
 
-    fn expire(&mut self, watermark: TimestampMs) {
+    fn expire(&mut self, watermark: TimestampMs) -> Result<(), SluiceError> {
         match self {
             Rows::ByRow(store) => {
-                store.expire(watermark);
+                store.expire(watermark)?;
             }
             Rows::Expiring(store) => {
                 store.expire(watermark);
             }
             Rows::Append(_) => {}
         }
+        Ok(())
     }
 
-    fn expire_ttl(&mut self) {
+    fn expire_ttl(&mut self) -> Result<(), SluiceError> {
         if let Rows::ByRow(store) = self {
-            store.expire_ttl();
+            store.expire_ttl()?;
         }
+        Ok(())
     }
 
     /// Whether the side keeps what changed since the previous snapshot (a delta may
@@ -305,6 +309,10 @@ pub struct JoinOperator {
     row_rows: KeyRows,
     /// Reused per batch: the bytes of probed rows read back from a spill file.
     spilled_rows: Vec<u8>,
+    /// Where rows spill beyond the memory budget, and the metrics counting the bytes
+    /// written there (for the stores [`JoinOperator::with_ttl`] makes).
+    spill: Option<Arc<SpillSpace>>,
+    spill_metrics: Option<Arc<sluice_runtime::Metrics>>,
 }
 
 fn invalid(message: String) -> SluiceError {
@@ -364,6 +372,7 @@ impl JoinOperator {
                 )));
             }
         }
+        let written = || spec.spill.as_ref().map(|_| crate::spill::spilled_bytes(&context.metrics));
         let side = |index: usize, schema: &SchemaRef, keys: &[usize]| -> Result<Side, SluiceError> {
             let expiry = spec.expiry[index];
             // A side only appended to, whose rows are never padded (so their match
@@ -376,11 +385,8 @@ impl JoinOperator {
                 row_encoder: KeyEncoder::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())?,
                 store: match expiry {
                     Some(_) => Rows::Expiring(ExpiringStore::default()),
-                    None if appended => {
-                        let written = spec.spill.as_ref().map(|_| crate::spill::spilled_bytes(&context.metrics));
-                        Rows::Append(AppendStore::new(spec.spill.clone(), written))
-                    }
-                    None => Rows::ByRow(Store::default()),
+                    None if appended => Rows::Append(AppendStore::new(spec.spill.clone(), written())),
+                    None => Rows::ByRow(Store::new(spec.spill.clone(), written())),
                 },
                 expiry,
             })
@@ -397,6 +403,8 @@ impl JoinOperator {
             key_rows: KeyRows::default(),
             row_rows: KeyRows::default(),
             spilled_rows: Vec::new(),
+            spill_metrics: spec.spill.as_ref().map(|_| Arc::clone(&context.metrics)),
+            spill: spec.spill.clone(),
         })
     }
 
@@ -414,7 +422,8 @@ impl JoinOperator {
     pub fn with_ttl(mut self, ttl: std::time::Duration, clock: crate::ttl::Clock) -> JoinOperator {
         assert_eq!(self.kind, JoinKind::Inner, "the planner gives a state TTL to inner joins only");
         for side in &mut self.sides {
-            let mut store = Store::default();
+            let mut store =
+                Store::new(self.spill.clone(), self.spill_metrics.as_ref().map(crate::spill::spilled_bytes));
             store.set_ttl(crate::ttl::Ttl::new(ttl, clock.clone()));
             side.store = Rows::ByRow(store);
         }
@@ -523,7 +532,7 @@ impl Operator for JoinOperator {
         }
         let (this, other) = (port, 1 - port);
         for side in &mut self.sides {
-            side.store.expire_ttl();
+            side.store.expire_ttl()?;
         }
         let rows = &batch.rows;
         let count = rows.num_rows();
@@ -653,13 +662,13 @@ impl Operator for JoinOperator {
 
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         for side in &mut self.sides {
-            side.store.expire_ttl();
+            side.store.expire_ttl()?;
         }
         if watermark > self.watermark {
             self.watermark = watermark;
             for side in &mut self.sides {
                 if side.expiry.is_some() {
-                    side.store.expire(watermark);
+                    side.store.expire(watermark)?;
                 }
             }
         }

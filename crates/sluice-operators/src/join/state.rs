@@ -105,7 +105,7 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
         for (side, changes) in changes.into_iter().enumerate() {
             let side = side as u8;
             match changes {
-                SideChanges::ByRow(changes) => by_row(&mut records, side, changes, preserved[side as usize], vnodes),
+                SideChanges::ByRow(changes) => by_row(&mut records, side, changes, preserved[side as usize], vnodes)?,
                 SideChanges::Append(changes) => {
                     let mut add = |vnode: u32, key: &[u8], value: &[u8]| {
                         records.add(vnode, |out| out.extend_from_slice(key), Some(&|out| out.extend_from_slice(value)));
@@ -121,11 +121,26 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
     Snapshot { kind, job }
 }
 
-fn by_row(records: &mut Records, side: u8, changes: ByRowChanges, preserved: bool, vnodes: u32) {
+fn by_row(
+    records: &mut Records,
+    side: u8,
+    changes: ByRowChanges,
+    preserved: bool,
+    vnodes: u32,
+) -> Result<(), SluiceError> {
+    let mut read_back = Vec::new();
     for row in &changes.rows {
+        let bytes = match &row.chunk {
+            LogChunk::Resident(bytes) => &bytes[row.range.clone()],
+            LogChunk::Spilled(spilled) => {
+                read_back.clear();
+                spilled.read_range(row.range.clone(), &mut read_back)?;
+                &read_back[..]
+            }
+        };
         let key = |out: &mut Vec<u8>| {
             out.push(side);
-            out.extend_from_slice(&row.chunk[row.range.clone()]);
+            out.extend_from_slice(bytes);
         };
         let matches = if preserved { row.matches } else { 0 };
         let value = |out: &mut Vec<u8>| {
@@ -141,6 +156,7 @@ fn by_row(records: &mut Records, side: u8, changes: ByRowChanges, preserved: boo
         };
         records.add(vnode::of_hash(*key_hash, vnodes), key, None);
     }
+    Ok(())
 }
 
 /// Takes a record: `(vnode, key, value)`.

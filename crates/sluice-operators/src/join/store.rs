@@ -4,14 +4,17 @@
 //! The layout is compact, so that memory follows the rows' encoded size (a regular join
 //! keeps every row of its inputs: NEXMark q20 holds tens of millions):
 //!
-//! - A row's bytes are appended to large shared chunks ([`Chunk`], in a
-//!   [`SpillLog`] without a spill space: a store that removes rows keeps them in memory),
-//!   never allocated one by one. A removed row's bytes stay where they are, counted as
+//! - A row's bytes are appended to large shared chunks (a [`SpillLog`]), never allocated
+//!   one by one; given a spill space ([`Store::new`]), the oldest chunks beyond the
+//!   worker's memory budget are written to the log's file, and a probe, a lookup of an
+//!   equal row, a removal or a snapshot reads a spilled row back with a positioned read.
+//!   A removed row's bytes stay where they are, counted as
 //!   dead; once the dead bytes outnumber the live ones (and a chunk's worth), every live
-//!   row is copied into fresh chunks in slot order and the old chunks are dropped
-//!   ([`Store::compact`]), so a row's removal costs O(1) amortized and the chunks never
-//!   hold more than about twice the live bytes. A snapshot shares the chunks (a chunk a
-//!   snapshot shares is not appended to again; a compaction leaves it to the snapshot).
+//!   row is copied into a fresh log in slot order and the old one is dropped, its file
+//!   with it ([`Store::compact`]), so a row's removal costs O(1) amortized and the log,
+//!   in memory and on disk, never holds more than about twice the live bytes. A snapshot
+//!   shares the chunks (a chunk a snapshot shares is not appended to again; a compaction
+//!   leaves it to the snapshot).
 //! - Each distinct row has a slot: a fixed-size [`Slot`] (48 bytes) in [`Pages`]
 //!   of up to 65,536 slots, so that growing never copies the slots already held nor
 //!   holds them twice (one vector doubled and copied every slot into fresh pages, and
@@ -45,15 +48,19 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use sluice_types::SluiceError;
+
 use crate::bytes::SmallBytes;
+use crate::counter::LazyCounter;
 use crate::pages::Pages;
 use crate::same_bytes;
-use crate::spill::SpillLog;
+use crate::spill::{LogChunk, SpillLog, SpillSpace};
 
 /// No slot: the end of a key's list, or of the free list.
 const NONE: u32 = u32::MAX;
 
-/// Bytes of rows appended in slot-insertion order; shared with snapshots.
+/// Bytes of rows appended in slot-insertion order, as tests see a chunk in memory.
+#[cfg(test)]
 pub(super) type Chunk = Arc<Vec<u8>>;
 
 /// One distinct stored row, or a free slot (`chunk == NONE`).
@@ -135,8 +142,9 @@ pub(super) struct Store {
     /// Per slot, when its row can be freed (once the watermark is at or above it); empty
     /// while every row never expires.
     expiries: Vec<i64>,
-    /// The rows' bytes (never spilled).
+    /// The rows' bytes, beyond the budget of `space` in its file.
     log: SpillLog,
+    space: Option<Arc<SpillSpace>>,
     by_row: HashTable<u32>,
     by_key: HashTable<Head>,
     /// Expiry time → the slots of rows expiring then (rows that never expire are not here).
@@ -160,7 +168,7 @@ pub(super) struct Store {
 /// A stored row a snapshot takes: its bytes shared with the store.
 #[derive(Debug, Clone)]
 pub(super) struct ByRowCopy {
-    pub(super) chunk: Chunk,
+    pub(super) chunk: LogChunk,
     pub(super) range: std::ops::Range<usize>,
     pub(super) key_hash: u64,
     pub(super) weight: i64,
@@ -176,7 +184,7 @@ pub(super) struct ByRowChanges {
 
 impl Default for Store {
     fn default() -> Store {
-        Store::with_log(SpillLog::new(None))
+        Store::new(None, None)
     }
 }
 
@@ -192,15 +200,22 @@ impl Store {
     /// A store whose chunks hold `chunk_bytes` (tests use small ones to compact often).
     #[cfg(test)]
     fn with_chunk_bytes(chunk_bytes: usize) -> Store {
-        Store::with_log(SpillLog::with_chunk_bytes(None, chunk_bytes))
+        Store::with_log(SpillLog::with_chunk_bytes(None, chunk_bytes), None)
     }
 
-    fn with_log(log: SpillLog) -> Store {
+    /// A store whose rows' bytes spill within `space` (None: all in memory), the bytes
+    /// written counted in `written`.
+    pub(super) fn new(space: Option<Arc<SpillSpace>>, written: Option<LazyCounter>) -> Store {
+        Store::with_log(SpillLog::new(space.clone()).counting(written), space)
+    }
+
+    fn with_log(log: SpillLog, space: Option<Arc<SpillSpace>>) -> Store {
         Store {
             slots: Pages::default(),
             free_slot: NONE,
             expiries: Vec::new(),
             log,
+            space,
             by_row: HashTable::new(),
             by_key: HashTable::new(),
             by_time: BTreeMap::new(),
@@ -232,7 +247,7 @@ impl Store {
     pub(super) fn changes(&mut self, full: bool) -> ByRowChanges {
         assert!(full || self.tracking, "a delta of a store that kept no changes");
         let copy = |slot: &Slot, log: &SpillLog| ByRowCopy {
-            chunk: Arc::clone(log.resident(slot.chunk)),
+            chunk: log.chunk(slot.chunk).clone(),
             range: slot.range(),
             key_hash: slot.key_hash,
             weight: slot.weight,
@@ -275,18 +290,18 @@ impl Store {
     }
 
     /// Drops the rows whose TTL passed; returns how many went.
-    pub(super) fn expire_ttl(&mut self) -> usize {
-        let Some(ttl) = self.ttl.as_mut() else { return 0 };
+    pub(super) fn expire_ttl(&mut self) -> Result<usize, SluiceError> {
+        let Some(ttl) = self.ttl.as_mut() else { return Ok(0) };
         let expired = ttl.expired();
         let mut freed = 0;
         for slot in expired {
             if !self.slots[slot as usize].is_free() {
-                self.remove(slot);
+                self.remove(slot)?;
                 freed += 1;
             }
         }
-        self.compact_if_sparse();
-        freed
+        self.compact_if_sparse()?;
+        Ok(freed)
     }
 
     /// Distinct rows held.
@@ -310,11 +325,24 @@ impl Store {
         }
     }
 
-    /// The bytes of the row in `slot`.
+    /// The bytes of the row in `slot`, in memory (tests keep every row there).
+    #[cfg(test)]
     pub(super) fn row(&self, slot: u32) -> &[u8] {
+        self.resident_row(slot).expect("a row in memory")
+    }
+
+    /// The bytes of the row in `slot`, if they are in memory.
+    pub(super) fn resident_row(&self, slot: u32) -> Option<&[u8]> {
         let stored = &self.slots[slot as usize];
         assert!(!stored.is_free(), "a probed slot holds a row");
-        &self.log.resident(stored.chunk)[stored.range()]
+        self.log.get(stored.chunk, stored.range())
+    }
+
+    /// Appends the bytes of the row in `slot` to `out`, from memory or from the file.
+    pub(super) fn read_row(&self, slot: u32, out: &mut Vec<u8>) -> Result<(), SluiceError> {
+        let stored = &self.slots[slot as usize];
+        assert!(!stored.is_free(), "a probed slot holds a row");
+        self.log.read_into(stored.chunk, stored.range(), out)
     }
 
     /// The weight and the match count of the row in `slot`.
@@ -335,48 +363,74 @@ impl Store {
         })
     }
 
-    /// The slot holding exactly `row`.
-    pub(super) fn find(&self, row: &[u8], row_hash: u64) -> Option<u32> {
+    /// The slot holding exactly `row` (a spilled row of the same hash is read back to
+    /// compare).
+    pub(super) fn find(&self, row: &[u8], row_hash: u64) -> Result<Option<u32>, SluiceError> {
         let (slots, log) = (&self.slots, &self.log);
         let short_hash = row_hash as u32;
-        self.by_row
+        let (mut scratch, mut failed) = (Vec::new(), None);
+        let found = self
+            .by_row
             .find(row_table_hash(short_hash), |&s| {
                 let stored = &slots[s as usize];
-                stored.row_hash == short_hash && same_bytes(&log.resident(stored.chunk)[stored.range()], row)
+                if stored.row_hash != short_hash || stored.length as usize != row.len() {
+                    return false;
+                }
+                if let Some(bytes) = log.get(stored.chunk, stored.range()) {
+                    return same_bytes(bytes, row);
+                }
+                scratch.clear();
+                match log.read_into(stored.chunk, stored.range(), &mut scratch) {
+                    Ok(()) => scratch == row,
+                    Err(error) => {
+                        failed.get_or_insert(error);
+                        false
+                    }
+                }
             })
-            .copied()
+            .copied();
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(found),
+        }
     }
 
     /// Adds `weight` copies of `row` (a negative weight removes copies); a row whose
     /// weight reaches 0 is dropped. A new row starts with `matches` and expires at
     /// `expires` (a function of the row, so equal rows expire together).
-    pub(super) fn apply(&mut self, row: &RowRef<'_>, weight: i64, matches: i64, expires: i64) {
+    pub(super) fn apply(
+        &mut self,
+        row: &RowRef<'_>,
+        weight: i64,
+        matches: i64,
+        expires: i64,
+    ) -> Result<(), SluiceError> {
         if weight == 0 {
-            return;
+            return Ok(());
         }
-        if let Some(slot) = self.find(row.row, row.row_hash) {
+        if let Some(slot) = self.find(row.row, row.row_hash)? {
             let stored = &mut self.slots[slot as usize];
             stored.weight += weight;
             if stored.weight == 0 {
-                self.remove(slot);
-                self.compact_if_sparse();
+                self.remove(slot)?;
+                self.compact_if_sparse()?;
             } else {
                 self.mark(slot);
                 if let Some(ttl) = self.ttl.as_mut() {
                     ttl.written(slot);
                 }
             }
-            return;
+            return Ok(());
         }
-        self.insert(row, weight, matches, expires);
+        self.insert(row, weight, matches, expires)
     }
 
     /// Adds a row that is not stored yet.
-    fn insert(&mut self, row: &RowRef<'_>, weight: i64, matches: i64, expires: i64) {
-        debug_assert!(weight != 0 && self.find(row.row, row.row_hash).is_none());
+    fn insert(&mut self, row: &RowRef<'_>, weight: i64, matches: i64, expires: i64) -> Result<(), SluiceError> {
+        debug_assert!(weight != 0 && self.find(row.row, row.row_hash).is_ok_and(|found| found.is_none()));
         let length = u32::try_from(row.row.len()).expect("a row shorter than 4 GiB");
+        let (chunk, start) = self.log.append(row.row)?;
         let slot = self.take_slot();
-        let (chunk, start) = Store::append(&mut self.log, row.row);
         let short_hash = row.row_hash as u32;
         self.slots[slot as usize] = Slot {
             chunk,
@@ -405,6 +459,7 @@ impl Store {
         if let Some(ttl) = self.ttl.as_mut() {
             ttl.written(slot);
         }
+        Ok(())
     }
 
     /// A free slot, taken off the free list or added.
@@ -434,15 +489,9 @@ impl Store {
         }
     }
 
-    /// Appends `row` to the last chunk, or to a new one if it is full or shared with a
-    /// snapshot; returns the chunk and where the row starts.
-    fn append(log: &mut SpillLog, row: &[u8]) -> (u32, u32) {
-        log.append(row).expect("a log without a spill space writes no file, so it cannot fail")
-    }
-
     /// Drops every row expiring at or before `watermark`; returns how many went. The
     /// work is proportional to the rows freed (and stale index entries passed).
-    pub(super) fn expire(&mut self, watermark: i64) -> usize {
+    pub(super) fn expire(&mut self, watermark: i64) -> Result<usize, SluiceError> {
         let due = match watermark.checked_add(1) {
             Some(after) => {
                 let kept = self.by_time.split_off(&after);
@@ -454,28 +503,29 @@ impl Store {
         for slot in due.into_values().flatten() {
             let held = !self.slots[slot as usize].is_free();
             if held && self.expiries.get(slot as usize).is_some_and(|&e| e <= watermark) {
-                self.remove(slot);
+                self.remove(slot)?;
                 freed += 1;
             }
         }
-        self.compact_if_sparse();
-        freed
+        self.compact_if_sparse()?;
+        Ok(freed)
     }
 
     /// Drops the row in `slot` (its bytes stay in their chunk, dead, until a compaction).
-    fn remove(&mut self, slot: u32) {
+    fn remove(&mut self, slot: u32) -> Result<(), SluiceError> {
         let stored = self.slots[slot as usize];
         assert!(!stored.is_free(), "a live slot");
+        if self.tracking {
+            let mut row = Vec::with_capacity(stored.length as usize);
+            self.log.read_into(stored.chunk, stored.range(), &mut row)?;
+            self.removed.push((stored.key_hash, row));
+        }
         if let Some(ttl) = self.ttl.as_mut() {
             ttl.forget(slot);
         }
         self.live -= 1;
         self.bytes -= stored.length as usize;
         self.dead_bytes += stored.length as usize;
-        if self.tracking {
-            let row = self.log.resident(stored.chunk)[stored.range()].to_vec();
-            self.removed.push((stored.key_hash, row));
-        }
         self.by_row.find_entry(row_table_hash(stored.row_hash), |&s| s == slot).expect("an indexed row").remove();
         self.unlink(slot, &stored);
         if let Some(expires) = self.expiries.get_mut(slot as usize) {
@@ -483,6 +533,7 @@ impl Store {
         }
         self.slots[slot as usize] = Slot { next: self.free_slot, ..FREE };
         self.free_slot = slot;
+        Ok(())
     }
 
     /// Takes `slot` out of its key's list, and the key out of `by_key` if it was its
@@ -509,28 +560,47 @@ impl Store {
 
     /// Compacts the chunks once removed rows' bytes outnumber the live rows' and fill a
     /// chunk.
-    fn compact_if_sparse(&mut self) {
+    fn compact_if_sparse(&mut self) -> Result<(), SluiceError> {
         if self.dead_bytes >= self.log.chunk_bytes() && self.dead_bytes > self.bytes {
-            self.compact();
+            self.compact()?;
         }
+        Ok(())
     }
 
-    /// Copies every live row into fresh chunks, in slot order, and drops the old chunks
-    /// (a snapshot still sharing one keeps it until it is done).
-    fn compact(&mut self) {
-        let fresh = SpillLog::with_chunk_bytes(None, self.log.chunk_bytes());
-        let old = std::mem::replace(&mut self.log, fresh);
+    /// Copies every live row into a fresh log, in slot order (spilled rows read back),
+    /// and drops the old one and its file (a snapshot still sharing a chunk keeps it
+    /// until it is done).
+    fn compact(&mut self) -> Result<(), SluiceError> {
+        // The old chunks in memory go with the old log: counted, they would make the
+        // fresh log spill nearly every live row while memory is about to be freed.
+        self.log.uncount_resident();
+        let counter = self.log.take_counter();
+        let mut fresh = SpillLog::with_chunk_bytes(self.space.clone(), self.log.chunk_bytes()).counting(counter);
+        let mut moved = Vec::with_capacity(self.live);
+        let mut scratch = Vec::new();
         for slot in 0..self.slots.len() {
             let stored = self.slots[slot];
             if stored.is_free() {
                 continue;
             }
-            let (chunk, start) = Store::append(&mut self.log, &old.resident(stored.chunk)[stored.range()]);
-            let moved = &mut self.slots[slot];
-            moved.chunk = chunk;
-            moved.start = start;
+            let place = match self.log.get(stored.chunk, stored.range()) {
+                Some(bytes) => fresh.append(bytes)?,
+                None => {
+                    scratch.clear();
+                    self.log.read_into(stored.chunk, stored.range(), &mut scratch)?;
+                    fresh.append(&scratch)?
+                }
+            };
+            moved.push((slot, place));
         }
+        for (slot, (chunk, start)) in moved {
+            let stored = &mut self.slots[slot];
+            stored.chunk = chunk;
+            stored.start = start;
+        }
+        self.log = fresh;
         self.dead_bytes = 0;
+        Ok(())
     }
 }
 

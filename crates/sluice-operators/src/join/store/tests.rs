@@ -38,21 +38,21 @@ fn a_slot_and_a_keys_entry_keep_their_sizes() {
 #[test]
 fn equal_rows_accumulate_and_leave_at_zero() {
     let mut store = Store::default();
-    store.apply(&row(b"a1", b"a"), 1, 0, NEVER);
-    store.apply(&row(b"a2", b"a"), 2, 0, NEVER);
-    store.apply(&row(b"a1", b"a"), 1, 0, NEVER);
-    store.apply(&row(b"b1", b"b"), 1, 0, NEVER);
+    store.apply(&row(b"a1", b"a"), 1, 0, NEVER).expect("apply");
+    store.apply(&row(b"a2", b"a"), 2, 0, NEVER).expect("apply");
+    store.apply(&row(b"a1", b"a"), 1, 0, NEVER).expect("apply");
+    store.apply(&row(b"b1", b"b"), 1, 0, NEVER).expect("apply");
     assert_eq!(store.len(), 3);
     assert_eq!(store.bytes(), 6);
     assert_eq!(weights(&store, b"a"), [(b"a1".to_vec(), 2), (b"a2".to_vec(), 2)]);
-    store.apply(&row(b"a1", b"a"), -2, 0, NEVER);
+    store.apply(&row(b"a1", b"a"), -2, 0, NEVER).expect("apply");
     assert_eq!(weights(&store, b"a"), [(b"a2".to_vec(), 2)]);
-    store.apply(&row(b"a2", b"a"), -2, 0, NEVER);
+    store.apply(&row(b"a2", b"a"), -2, 0, NEVER).expect("apply");
     assert!(weights(&store, b"a").is_empty());
     assert_eq!(store.len(), 1);
     assert_eq!(store.bytes(), 2);
     // Slots are reused; the key went with its last row.
-    store.apply(&row(b"c1", b"c"), 1, 0, NEVER);
+    store.apply(&row(b"c1", b"c"), 1, 0, NEVER).expect("apply");
     assert_eq!(store.slots.len(), 3);
     assert_eq!(store.by_key.len(), 2);
     assert_eq!(weights(&store, b"c"), [(b"c1".to_vec(), 1)]);
@@ -65,7 +65,7 @@ fn slots_beyond_the_first_page_link_find_and_free_as_the_first_pages_do() {
     let rows: Vec<Vec<u8>> = (0..PAGE_ENTRIES as u32 * 2 + 10).map(|i| i.to_le_bytes().to_vec()).collect();
     // Two keys, their rows alternating, so each key's list crosses every page.
     for (i, r) in rows.iter().enumerate() {
-        store.apply(&row(r, if i % 2 == 0 { b"even" } else { b"odd" }), 1, 0, NEVER);
+        store.apply(&row(r, if i % 2 == 0 { b"even" } else { b"odd" }), 1, 0, NEVER).expect("apply");
     }
     assert_eq!((store.slots.len(), store.slots.pages().len()), (rows.len(), 3));
     assert!(store.slots.pages()[..2].iter().all(|page| page.len() == PAGE_ENTRIES));
@@ -76,12 +76,12 @@ fn slots_beyond_the_first_page_link_find_and_free_as_the_first_pages_do() {
     assert_eq!(odd, expected);
     // A row on the last page leaves and its slot is reused; the rest stay found.
     let last = rows.last().expect("a row");
-    store.apply(&row(last, b"odd"), -1, 0, NEVER);
-    store.apply(&row(b"new", b"odd"), 2, 0, NEVER);
+    store.apply(&row(last, b"odd"), -1, 0, NEVER).expect("apply");
+    store.apply(&row(b"new", b"odd"), 2, 0, NEVER).expect("apply");
     assert_eq!(store.slots.len(), rows.len());
-    assert_eq!(store.find(last, sluice_types::key::hash(last)), None);
+    assert_eq!(store.find(last, sluice_types::key::hash(last)).expect("find"), None);
     let middle = &rows[PAGE_ENTRIES + 1];
-    let slot = store.find(middle, sluice_types::key::hash(middle)).expect("a row of the second page");
+    let slot = store.find(middle, sluice_types::key::hash(middle)).expect("find").expect("a row of the second page");
     assert_eq!(store.row(slot), middle.as_slice());
     assert_eq!(store.rows().count(), rows.len());
 }
@@ -90,11 +90,11 @@ fn slots_beyond_the_first_page_link_find_and_free_as_the_first_pages_do() {
 fn a_probe_gives_a_keys_rows_in_insertion_order_after_removals_in_the_middle() {
     let mut store = Store::default();
     for r in [&b"a1"[..], b"a2", b"a3", b"a4"] {
-        store.apply(&row(r, b"a"), 1, 0, NEVER);
+        store.apply(&row(r, b"a"), 1, 0, NEVER).expect("apply");
     }
-    store.apply(&row(b"a2", b"a"), -1, 0, NEVER);
-    store.apply(&row(b"a4", b"a"), -1, 0, NEVER);
-    store.apply(&row(b"a5", b"a"), 1, 0, NEVER);
+    store.apply(&row(b"a2", b"a"), -1, 0, NEVER).expect("apply");
+    store.apply(&row(b"a4", b"a"), -1, 0, NEVER).expect("apply");
+    store.apply(&row(b"a5", b"a"), 1, 0, NEVER).expect("apply");
     let mut slots = Vec::new();
     store.probe(b"a", sluice_types::key::hash(b"a"), &mut slots);
     let rows: Vec<&[u8]> = slots.iter().map(|&s| store.row(s as u32)).collect();
@@ -104,18 +104,18 @@ fn a_probe_gives_a_keys_rows_in_insertion_order_after_removals_in_the_middle() {
 #[test]
 fn rows_expire_by_time_and_stale_index_entries_are_skipped() {
     let mut store = Store::default();
-    store.apply(&row(b"a1", b"a"), 1, 0, 10);
-    store.apply(&row(b"a2", b"a"), 1, 0, 20);
-    store.apply(&row(b"b1", b"b"), 1, 0, NEVER);
+    store.apply(&row(b"a1", b"a"), 1, 0, 10).expect("apply");
+    store.apply(&row(b"a2", b"a"), 1, 0, 20).expect("apply");
+    store.apply(&row(b"b1", b"b"), 1, 0, NEVER).expect("apply");
     // a1 is retracted; its slot is reused by a row expiring later.
-    store.apply(&row(b"a1", b"a"), -1, 0, 10);
-    store.apply(&row(b"c1", b"c"), 1, 0, 30);
-    assert_eq!(store.expire(9), 0);
-    assert_eq!(store.expire(10), 0, "a1's stale entry leaves c1, now in its slot, alone");
+    store.apply(&row(b"a1", b"a"), -1, 0, 10).expect("apply");
+    store.apply(&row(b"c1", b"c"), 1, 0, 30).expect("apply");
+    assert_eq!(store.expire(9).expect("expire"), 0);
+    assert_eq!(store.expire(10).expect("expire"), 0, "a1's stale entry leaves c1, now in its slot, alone");
     assert_eq!(store.len(), 3);
-    assert_eq!(store.expire(25), 1);
+    assert_eq!(store.expire(25).expect("expire"), 1);
     assert!(weights(&store, b"a").is_empty());
-    assert_eq!(store.expire(i64::MAX), 1);
+    assert_eq!(store.expire(i64::MAX).expect("expire"), 1);
     assert_eq!(store.len(), 1, "b1 never expires");
     assert!(store.by_time.is_empty());
 }
@@ -125,12 +125,12 @@ fn removed_rows_bytes_are_reclaimed_once_they_outnumber_the_live_ones() {
     let mut store = Store::with_chunk_bytes(64);
     let rows: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 10]).collect();
     for r in &rows {
-        store.apply(&row(r, &r[..1]), 1, 0, NEVER);
+        store.apply(&row(r, &r[..1]), 1, 0, NEVER).expect("apply");
     }
     let held = |store: &Store| store.held_bytes();
     assert_eq!(held(&store), 1000);
     for r in &rows[..90] {
-        store.apply(&row(r, &r[..1]), -1, 0, NEVER);
+        store.apply(&row(r, &r[..1]), -1, 0, NEVER).expect("apply");
     }
     assert_eq!(store.bytes(), 100);
     assert!(held(&store) <= 2 * store.bytes() + 64, "chunks hold {} bytes for {}", held(&store), store.bytes());
@@ -142,13 +142,13 @@ fn removed_rows_bytes_are_reclaimed_once_they_outnumber_the_live_ones() {
 #[test]
 fn a_snapshots_chunks_are_neither_appended_to_nor_changed_by_a_compaction() {
     let mut store = Store::with_chunk_bytes(64);
-    store.apply(&row(b"a1", b"a"), 1, 0, NEVER);
+    store.apply(&row(b"a1", b"a"), 1, 0, NEVER).expect("apply");
     let shared: Vec<(Chunk, std::ops::Range<usize>)> = store.rows().map(|s| (Arc::clone(s.chunk), s.range)).collect();
     let before: Vec<u8> = shared[0].0.to_vec();
     for i in 0..100u8 {
         let r = [b'x', i, i, i, i, i, i, i];
-        store.apply(&row(&r, b"x"), 1, 0, NEVER);
-        store.apply(&row(&r, b"x"), -1, 0, NEVER);
+        store.apply(&row(&r, b"x"), 1, 0, NEVER).expect("apply");
+        store.apply(&row(&r, b"x"), -1, 0, NEVER).expect("apply");
     }
     assert_eq!(*shared[0].0, before);
     assert_eq!(&shared[0].0[shared[0].1.clone()], b"a1");
@@ -242,7 +242,7 @@ fn run(steps: &[Step], with_ttl: bool) {
             Step::Apply { row: r, weight, expires } => {
                 let (bytes, key) = bytes_of(r);
                 let expires = expires.unwrap_or(NEVER);
-                store.apply(&row(&bytes, &key), weight, 7, expires);
+                store.apply(&row(&bytes, &key), weight, 7, expires).expect("apply");
                 if weight != 0 {
                     let entry = model.entry(bytes.clone()).or_insert((key, 0, 7, expires, time));
                     entry.1 += weight;
@@ -265,12 +265,12 @@ fn run(steps: &[Step], with_ttl: bool) {
             }
             Step::Expire { watermark } => {
                 let expected = model.values().filter(|v| v.3 <= watermark).count();
-                assert_eq!(store.expire(watermark), expected);
+                assert_eq!(store.expire(watermark).expect("expire"), expected);
                 model.retain(|_, v| v.3 > watermark);
             }
             Step::Tick { ms } => {
                 let time = now.fetch_add(ms, Ordering::Relaxed) + ms;
-                let freed = store.expire_ttl();
+                let freed = store.expire_ttl().expect("expire");
                 if with_ttl {
                     let expected = model.values().filter(|v| v.4 + TTL_MS <= time).count();
                     assert_eq!(freed, expected);
