@@ -28,6 +28,7 @@ pub mod aggregate;
 mod blob;
 mod bytes;
 mod changed;
+mod cold;
 pub mod counter;
 pub mod expr;
 pub mod join;

@@ -35,7 +35,6 @@
 //! in one output batch.
 
 mod accumulator;
-mod cold;
 mod distinct;
 mod state;
 #[cfg(test)]
@@ -117,10 +116,10 @@ const RECENT: u8 = 1;
 /// An older copy of the group may be in a cold run.
 const FROM_COLD: u8 = 2;
 
-/// Groups beyond the memory budget ([`cold`]): where they go, and what the aggregate
+/// Groups beyond the memory budget ([`crate::cold`]): where they go, and what the aggregate
 /// keeps to count, choose and find them.
 struct Spilling {
-    store: cold::ColdStore,
+    store: crate::cold::ColdStore,
     /// Per group id: [`RECENT`] (a row touched it since the clock's hand passed it) and
     /// [`FROM_COLD`].
     marks: Vec<u8>,
@@ -130,10 +129,10 @@ struct Spilling {
     charged: usize,
     /// Groups evicted while changed since the previous snapshot: the next delta writes
     /// them again from their run.
-    evicted_dirty: cold::Keys,
+    evicted_dirty: crate::cold::Keys,
     /// Groups dropped from memory whose older copy may still be in a run: the next run
     /// writes their deletes.
-    dropped: cold::Keys,
+    dropped: crate::cold::Keys,
 }
 
 impl Spilling {
@@ -286,18 +285,18 @@ impl GroupAggregate {
     }
 
     /// Counts the groups' bytes in `space`'s budget and evicts groups to its directory
-    /// beyond it ([`cold`]); `written` counts the bytes written there. Not with a TTL:
+    /// beyond it ([`crate::cold`]); `written` counts the bytes written there. Not with a TTL:
     /// an evicted group would outlive it.
     pub fn with_spill(mut self, space: Arc<crate::spill::SpillSpace>, written: LazyCounter) -> GroupAggregate {
         assert!(self.ttl.is_none(), "a group aggregate with a TTL keeps its groups in memory");
-        let store = cold::ColdStore::new(space, written);
+        let store = crate::cold::ColdStore::new(space, written);
         self.cold = Some(Spilling {
             store,
             marks: Vec::new(),
             hand: 0,
             charged: 0,
-            evicted_dirty: cold::Keys::default(),
-            dropped: cold::Keys::default(),
+            evicted_dirty: crate::cold::Keys::default(),
+            dropped: crate::cold::Keys::default(),
         });
         self
     }
@@ -426,7 +425,10 @@ impl GroupAggregate {
             return Ok(id);
         }
         let vnode = vnode::of_hash(hash, self.vnodes);
-        let Some(found) = cold.store.runs().find(vnode, key, hash)? else { return Ok(self.insert(key, hash)) };
+        let (record, follows) = (state::group_record_key(key), state::follows(key));
+        let Some(found) = cold.store.runs().find(vnode, &record, hash, &follows)? else {
+            return Ok(self.insert(key, hash));
+        };
         let dirty = cold.evicted_dirty.remove(key);
         let id = state::load_cold(self, key, hash, &found)?;
         self.set_mark(id, FROM_COLD);
@@ -513,7 +515,7 @@ impl GroupAggregate {
 
     /// When the space is over its budget, evicts groups no row touched since the clock's
     /// hand last passed them, enough to bring the space an eighth of its budget under it
-    /// (or all this instance may give), into one cold run ([`cold`]). The hand looks at
+    /// (or all this instance may give), into one cold run ([`crate::cold`]). The hand looks at
     /// [`SCAN_MAX`] groups at most per call.
     fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
         const SCAN_MAX: usize = 1 << 17;

@@ -180,20 +180,13 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
             Some((runs, dirty)) => {
                 for g in dirty {
                     let (hash, vnode) = (placement_hash(no_keys, g), vnode_of(g));
-                    let Some(found) = runs.find(vnode, g, hash)? else { continue };
+                    let Some(found) = runs.find(vnode, &group_record_key(g), hash, &follows(g))? else { continue };
                     records.delete_range(vnode, values_start(g), values_end(g));
-                    let group = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.group);
+                    let group = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.value);
                     records.add(vnode, |k| group_key(k, g), Some(&group));
-                    for (suffix, state) in &found.values {
+                    for (key, state) in &found.following {
                         let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(state);
-                        records.add(
-                            vnode,
-                            |k| {
-                                k.extend_from_slice(g);
-                                k.extend_from_slice(suffix);
-                            },
-                            Some(&value),
-                        );
+                        records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
                     }
                 }
             }
@@ -295,17 +288,29 @@ pub(super) fn group_hash(columns: usize, no_keys: bool) -> impl Fn(&[u8]) -> Opt
     }
 }
 
+/// The key of group `g`'s record.
+pub(super) fn group_record_key(g: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(g.len() + 1);
+    group_key(&mut key, g);
+    key
+}
+
+/// Whether a record's key is one of group `g`'s values (which follow its record).
+pub(super) fn follows(g: &[u8]) -> impl Fn(&[u8]) -> bool + '_ {
+    move |key: &[u8]| key.len() > g.len() && key.starts_with(g) && key[g.len()] == VALUE
+}
+
 /// Loads group `g` (placement hash `hash`) from its records `found` in a cold run;
 /// returns its id.
 pub(super) fn load_cold(
     aggregate: &mut GroupAggregate,
     g: &[u8],
     hash: u64,
-    found: &super::cold::ColdGroup,
+    found: &crate::cold::ColdEntry,
 ) -> Result<u32, SluiceError> {
-    let (id, bytes) = restore_group(aggregate, g, hash, &found.group)?;
-    for (suffix, state) in &found.values {
-        let [VALUE, share, value @ ..] = suffix.as_slice() else {
+    let (id, bytes) = restore_group(aggregate, g, hash, &found.value)?;
+    for (key, state) in &found.following {
+        let [VALUE, share, value @ ..] = &key[g.len()..] else {
             return Err(corrupt("a spilled record of neither a group nor a value"));
         };
         restore_value(aggregate, id, usize::from(*share), value, state)?;

@@ -1,38 +1,40 @@
-//! Groups beyond the memory budget: evicted from memory into sorted runs on local disk,
-//! and read back when a row of theirs comes.
+//! Keyed state beyond the memory budget, evicted from memory into sorted runs on local
+//! disk and read back when its key comes again: the group aggregate's groups
+//! (`crate::aggregate::group`) and the changelog normalization's keys
+//! (`crate::normalize`).
 //!
-//! A group aggregate given a [`SpillSpace`] counts the bytes of its groups in the
-//! space's budget (`[pipeline] state_memory_mib`, shared with every other operator that
-//! spills on the worker). When a mini-batch ends and the space is over its budget, the
-//! aggregate evicts groups no row touched since the clock's hand last passed them (a
-//! bit per group, set when a row touches it: the second-chance policy), enough to bring
-//! the space an eighth of the budget under it, and writes them as one run: the group's
-//! record and its COUNT(DISTINCT) values' records, in the checkpoint's encoding
-//! (`super::state`), so a cold group is written and read by the same code as a
-//! checkpointed one. The run is an anonymous file in the space's directory (unlinked at
-//! once: a crash leaves nothing behind), in the run format of `sluice_state::run`, in
-//! blocks of [`COLD_BLOCK_BYTES`].
+//! An operator given a [`SpillSpace`] counts the bytes of its entries in the space's
+//! budget (`[pipeline] state_memory_mib`, shared with every other operator that spills
+//! on the worker). When it ends a batch while the space is over its budget, it evicts
+//! entries no row touched since the clock's hand last passed them (a bit per entry, set
+//! when a row touches it: the second-chance policy), enough to bring the space an eighth
+//! of the budget under it, and writes them as one run ([`ColdStore::add`]): each
+//! entry's records in the operator's checkpoint encoding, so a cold entry is written and
+//! read by the same code as a checkpointed one. The run is an anonymous file in the
+//! space's directory (unlinked at once: a crash leaves nothing behind), in the run
+//! format of `sluice_state::run`, in blocks of [`COLD_BLOCK_BYTES`].
 //!
-//! **Lookups.** A row whose group is not in memory looks in the runs, newest first: a
-//! run's bloom filter (10 bits per group, over the group key's placement hash) skips the
-//! runs that do not hold it; otherwise the run's block index (in memory, read back from
-//! the run once it is written) names the one block that may hold its record, read with
-//! one positioned read (the kernel's page cache is the block cache). The first run that
-//! names the group decides: a put is the group, loaded back with its values (which
-//! follow its record in key order, maybe into the next blocks); a delete means the group
-//! was dropped. A group read back stays in its run: its copy in memory is newer, and the
-//! aggregate keeps, for the groups dropped from memory whose older copy may still be in
-//! a run, their keys, written as deletes with the next run.
+//! **Lookups** ([`ColdRuns::find`]). A key not in memory is looked for in the runs,
+//! newest first: a run's bloom filter (10 bits per entry, over the hash the operator
+//! gives) skips the runs that do not hold it; otherwise the run's block index (in
+//! memory, read back from the run once it is written) names the one block that may hold
+//! its record, read with one positioned read (the kernel's page cache is the block
+//! cache). The first run that names the key decides: a put is the entry, with the
+//! records that follow it and belong to it (a group's COUNT(DISTINCT) values, maybe into
+//! the next blocks); a delete means the entry was dropped. An entry read back stays in
+//! its run: its copy in memory is newer, and the operator keeps, for the entries dropped
+//! from memory whose older copy may still be in a run, their keys, written as deletes
+//! with the next run.
 //!
 //! **Compaction.** After a run is added, the runs are merged by `sluice_state::compact`'s
 //! policy (tiers of similar sizes; everything once the newer runs hold as many bytes as
 //! the oldest), on the operator's thread, through `sluice_state::Merge` (deletes dropped
 //! when the oldest run takes part). Memory per run: its index (an entry per block) and
-//! its bloom filter.
+//! its bloom filter, counted in the space.
 //!
-//! **Checkpoints** read the runs too (see `super::state`): a full snapshot merges them
-//! into its records, and a delta writes again the groups evicted while changed since the
-//! previous snapshot (their keys are kept until then).
+//! **Checkpoints** read the runs too (each operator's `state` module): a full snapshot
+//! merges them into its records, and a delta writes again the entries evicted while
+//! changed since the previous snapshot (their keys are kept until then).
 
 use std::collections::HashSet;
 use std::io::BufWriter;
@@ -48,9 +50,9 @@ use crate::counter::LazyCounter;
 use crate::records::Records;
 use crate::spill::SpillSpace;
 
-/// The bytes of a block of a cold run: a lookup reads one (and a group's values may
-/// continue into the next ones).
-pub(super) const COLD_BLOCK_BYTES: usize = 16 * 1024;
+/// The bytes of a block of a cold run: a lookup reads one (and an entry's following
+/// records may continue into the next ones).
+pub(crate) const COLD_BLOCK_BYTES: usize = 16 * 1024;
 
 /// Bits of a run's bloom filter per group it names (a false positive about 1% of the
 /// time, with [`BLOOM_PROBES`] probes).
@@ -120,51 +122,56 @@ impl Drop for ColdFile {
     }
 }
 
-/// One run of evicted groups.
+/// One run of evicted entries.
 #[derive(Clone)]
-pub(super) struct ColdRun {
+pub(crate) struct ColdRun {
     input: MergeInput,
     bloom: Arc<Bloom>,
-    /// The group records (puts and deletes) it holds.
+    /// The entries' records (puts and deletes) it holds.
     groups: usize,
     bytes: u64,
 }
 
-/// A group found in a run: its record's value, and its values' records (the key after
-/// the group key, the value).
+/// An entry found in a run: its record's value, and the records that follow it and
+/// belong to it (their keys, their values).
 #[derive(Debug, Default)]
-pub(super) struct ColdGroup {
-    pub(super) group: Vec<u8>,
-    pub(super) values: Vec<(Vec<u8>, Vec<u8>)>,
+pub(crate) struct ColdEntry {
+    pub(crate) value: Vec<u8>,
+    pub(crate) following: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// The runs, oldest first, and how to find a group in them. Cheap to clone (a snapshot's
 /// job reads the runs of its barrier).
 #[derive(Clone, Default)]
-pub(super) struct ColdRuns {
+pub(crate) struct ColdRuns {
     runs: Vec<ColdRun>,
 }
 
 impl ColdRuns {
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.runs.is_empty()
     }
 
     /// Every run, as inputs of a merge (oldest first).
-    pub(super) fn inputs(&self) -> Vec<MergeInput> {
+    pub(crate) fn inputs(&self) -> Vec<MergeInput> {
         self.runs.iter().map(|run| run.input.clone()).collect()
     }
 
-    /// The newest copy of group `g` (of vnode `vnode`, placement hash `hash`): its
-    /// records, or None when no run holds it or the newest that names it deleted it.
-    pub(super) fn find(&self, vnode: u32, g: &[u8], hash: u64) -> Result<Option<ColdGroup>, SluiceError> {
-        let mut key = g.to_vec();
-        key.push(super::state::GROUP);
+    /// The newest copy of the entry of record `key` (of vnode `vnode`, bloom hash
+    /// `hash`) with the records after it whose keys `follows` accepts, or None when no
+    /// run holds it or the newest that names it deleted it.
+    pub(crate) fn find(
+        &self,
+        vnode: u32,
+        key: &[u8],
+        hash: u64,
+        follows: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<Option<ColdEntry>, SluiceError> {
         for run in self.runs.iter().rev() {
             if !run.bloom.may_hold(hash) {
                 continue;
             }
-            match find_in(&run.input, vnode, &key)? {
+            match find_in(&run.input, vnode, key, follows)? {
                 Found::Absent => continue,
                 Found::Deleted => return Ok(None),
                 Found::Put(group) => return Ok(Some(group)),
@@ -183,36 +190,32 @@ impl ColdRuns {
 enum Found {
     Absent,
     Deleted,
-    Put(ColdGroup),
+    Put(ColdEntry),
 }
 
-/// Group record `key` in one run: the block that may hold it, then its values' records
-/// after it (into the following blocks of its vnode while they continue the group).
-fn find_in(input: &MergeInput, vnode: u32, key: &[u8]) -> Result<Found, SluiceError> {
+/// Record `key` in one run: the block that may hold it, then the records after it that
+/// `follows` accepts (into the following blocks of its vnode while they continue).
+fn find_in(input: &MergeInput, vnode: u32, key: &[u8], follows: &dyn Fn(&[u8]) -> bool) -> Result<Found, SluiceError> {
     let blocks = input.index.vnode_blocks(vnode);
     let points = &blocks[blocks.partition_point(|block| block.ranges)..];
     let at = points.partition_point(|block| block.first_key.as_slice() <= key);
     let Some(first) = at.checked_sub(1) else { return Ok(Found::Absent) };
-    let g = &key[..key.len() - 1];
-    let mut found: Option<ColdGroup> = None;
+    let mut found: Option<ColdEntry> = None;
     for info in &points[first..] {
         let block = read_block(&*input.source, info)?;
         let entries = block_entries(&block, info).map_err(|problem| damaged(input, info, problem))?;
         for entry in entries {
             match (&mut found, entry) {
                 (None, Entry::Put { key: k, value }) if k == key => {
-                    found = Some(ColdGroup { group: value.to_vec(), values: Vec::new() });
+                    found = Some(ColdEntry { value: value.to_vec(), following: Vec::new() });
                 }
                 (None, Entry::Delete { key: k }) if k == key => return Ok(Found::Deleted),
                 (None, entry) if entry.key() > key => return Ok(Found::Absent),
                 (None, _) => {}
-                (Some(group), Entry::Put { key: k, value }) if k.starts_with(g) && k.len() > g.len() => {
-                    if k[g.len()] != super::state::VALUE {
-                        return Ok(Found::Put(std::mem::take(group)));
-                    }
-                    group.values.push((k[g.len()..].to_vec(), value.to_vec()));
+                (Some(found), Entry::Put { key: k, value }) if follows(k) => {
+                    found.following.push((k.to_vec(), value.to_vec()));
                 }
-                (Some(group), _) => return Ok(Found::Put(std::mem::take(group))),
+                (Some(found), _) => return Ok(Found::Put(std::mem::take(found))),
             }
         }
         if found.is_none() {
@@ -227,7 +230,7 @@ fn damaged(input: &MergeInput, info: &BlockInfo, problem: String) -> SluiceError
     SluiceError::internal(
         "state.spill",
         format!(
-            "a block of vnode {} at {} of spilled groups in {} is damaged: {problem}",
+            "a block of vnode {} at {} of spilled state in {} is damaged: {problem}",
             info.vnode,
             info.offset,
             input.source.name()
@@ -235,12 +238,12 @@ fn damaged(input: &MergeInput, info: &BlockInfo, problem: String) -> SluiceError
     )
 }
 
-/// A sink writing a run and a bloom filter of the group records it holds.
+/// A sink writing a run and a bloom filter of the entries it names.
 struct ColdSink<'a> {
     writer: RunWriter<BufWriter<std::fs::File>>,
     bloom: Bloom,
     groups: usize,
-    /// The placement hash of the group of a key, when the key is a group's record.
+    /// The bloom hash of a key, when the key is an entry's record.
     group_hash: &'a dyn Fn(&[u8]) -> Option<u64>,
 }
 
@@ -273,8 +276,8 @@ impl StateSink for ColdSink<'_> {
     }
 }
 
-/// The evicted groups of one aggregate instance: its runs, and where they go.
-pub(super) struct ColdStore {
+/// The evicted entries of one operator instance: its runs, and where they go.
+pub(crate) struct ColdStore {
     space: Arc<SpillSpace>,
     runs: ColdRuns,
     /// Counts the bytes written to runs (the spill counter).
@@ -284,22 +287,22 @@ pub(super) struct ColdStore {
 }
 
 impl ColdStore {
-    pub(super) fn new(space: Arc<SpillSpace>, written: LazyCounter) -> ColdStore {
+    pub(crate) fn new(space: Arc<SpillSpace>, written: LazyCounter) -> ColdStore {
         ColdStore { space, runs: ColdRuns::default(), written, charged: 0 }
     }
 
-    pub(super) fn space(&self) -> &Arc<SpillSpace> {
+    pub(crate) fn space(&self) -> &Arc<SpillSpace> {
         &self.space
     }
 
-    pub(super) fn runs(&self) -> &ColdRuns {
+    pub(crate) fn runs(&self) -> &ColdRuns {
         &self.runs
     }
 
-    /// Writes `records` (of about `groups` group records) as a new run, then compacts
-    /// the runs as the policy says. `group_hash` gives a record key's group's placement
-    /// hash when it is a group's record.
-    pub(super) fn add(
+    /// Writes `records` (of about `groups` entries) as a new run, then compacts the runs
+    /// as the policy says. `group_hash` gives the bloom hash of a record's key when it is
+    /// an entry's record (not one that follows an entry's).
+    pub(crate) fn add(
         &mut self,
         records: Records,
         groups: usize,
@@ -348,7 +351,7 @@ impl ColdStore {
             SluiceError::external(
                 "state.spill",
                 format!(
-                    "cannot write about {about_bytes} bytes of evicted groups to a spill file in {}: {error}",
+                    "cannot write about {about_bytes} bytes of evicted state to a spill file in {}: {error}",
                     self.space.dir().display()
                 ),
             )
@@ -365,7 +368,7 @@ impl ColdStore {
         let ColdSink { writer, bloom, groups, .. } = sink;
         let (written, out) = writer.finish().map_err(failed)?;
         let file = out.into_inner().map_err(|error| failed(SluiceError::external("state.spill", error.to_string())))?;
-        let name = format!("a spill file of evicted groups in {}", self.space.dir().display());
+        let name = format!("a spill file of evicted state in {}", self.space.dir().display());
         let source = FileSource::from_file(name, file)?;
         self.space.count_spilled(written.bytes as usize, true);
         self.written.add(written.bytes);
@@ -381,5 +384,5 @@ impl Drop for ColdStore {
     }
 }
 
-/// The keys of groups a structure names, for [`HashSet`] lookups by slice.
-pub(super) type Keys = HashSet<Vec<u8>>;
+/// Keys of entries, for [`HashSet`] lookups by slice.
+pub(crate) type Keys = HashSet<Vec<u8>>;
