@@ -39,4 +39,9 @@ impl LazyCounter {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// Another handle on the same counter (its name, of the same metrics).
+    pub(crate) fn again(&self) -> LazyCounter {
+        LazyCounter::new(Arc::clone(&self.metrics), self.name.clone())
+    }
 }

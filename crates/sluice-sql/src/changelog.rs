@@ -36,7 +36,11 @@ impl StreamPlanner<'_> {
         );
         let (source, schema, upsert, vnodes) = (name.to_string(), Arc::clone(schema), changelog.upsert, self.vnodes);
         let spill = self.spill.clone();
-        let line = if spill.is_some() { format!("{line} (rows spill to disk beyond state_memory_mib)") } else { line };
+        let line = if spill.is_some() {
+            format!("{line} (keys and rows spill to disk beyond state_memory_mib)")
+        } else {
+            line
+        };
         let factory: OperatorFactory = Arc::new(move |context| {
             let spec = sluice_operators::normalize::NormalizeSpec {
                 source: source.clone(),

@@ -24,14 +24,16 @@
 //! State: one record per key in [`state`]; it grows with the table's live keys, as Flink's
 //! does (`state_ttl` does not apply: an expired key would make its later delete unknown).
 //! The rows' bytes are kept in a [`RowLog`](crate::row_log): beyond the pipeline's state
-//! memory budget (`with_spill`) on local disk; the keys and where their rows are stay in
-//! memory.
+//! memory budget (`with_spill`) on local disk. The keys count in the budget too: when a
+//! batch ends over it, keys no change touched since the clock's hand passed them are
+//! written with their rows, as their checkpoint records, to a cold run
+//! ([`crate::cold`]), and read back when a change of theirs comes.
 
 mod state;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int8Array, Int64Array};
@@ -99,13 +101,67 @@ impl Anomaly {
     }
 }
 
+/// Bits of [`Kept::marks`]: a change touched the key since the clock's hand passed it.
+const RECENT: u8 = 1;
+/// An older copy of the key may be in a cold run.
+const FROM_COLD: u8 = 2;
+
+/// A key's row, and its marks while spilling.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    at: RowAt,
+    marks: u8,
+}
+
+/// About the bytes of memory a key held in `rows` takes: its bytes, its box and their
+/// allocation, the entry and its index slot.
+fn key_bytes(key: &[u8]) -> usize {
+    key.len() + 64
+}
+
+/// Keys beyond the memory budget ([`crate::cold`]): where they go, and what is kept to
+/// count, choose and find them.
+struct Spilling {
+    store: crate::cold::ColdStore,
+    /// The clock's hand: the next position in `rows` it looks at.
+    hand: usize,
+    /// The bytes of this instance's keys counted in the space.
+    charged: usize,
+    /// Keys evicted while changed since the previous snapshot: the next delta writes
+    /// them again from their run.
+    evicted_dirty: crate::cold::Keys,
+    /// Keys deleted from memory whose older copy may still be in a run: the next run
+    /// writes their deletes.
+    dropped: crate::cold::Keys,
+}
+
+impl Spilling {
+    fn charge(&mut self, bytes: usize) {
+        self.charged += bytes;
+        self.store.space().charge(bytes);
+    }
+
+    fn release(&mut self, bytes: usize) {
+        self.charged -= bytes;
+        self.store.space().release(bytes);
+    }
+}
+
+impl Drop for Spilling {
+    fn drop(&mut self) {
+        self.store.space().release(self.charged);
+    }
+}
+
 /// The operator: each key's current row, by the key's encoding.
 pub struct ChangelogNormalize {
     spec: NormalizeSpec,
     key_encoder: KeyEncoder,
     row_encoder: KeyEncoder,
-    /// Each live key (in the key encoding) and where its row is in `log`.
-    rows: HashMap<Box<[u8]>, RowAt>,
+    /// Each live key in memory (in the key encoding) and where its row is in `log`.
+    rows: indexmap::IndexMap<Box<[u8]>, Kept>,
+    /// Keys beyond the memory budget (None: every key stays in memory).
+    cold: Option<Spilling>,
     /// The rows' bytes (in the key encoding): in shared chunks, beyond the state memory
     /// budget on local disk (`crate::row_log`).
     log: RowLog,
@@ -144,7 +200,8 @@ impl ChangelogNormalize {
             spec,
             key_encoder,
             row_encoder,
-            rows: HashMap::new(),
+            rows: indexmap::IndexMap::new(),
+            cold: None,
             log: RowLog::new(None, None),
             scratch: Vec::new(),
             changed: HashSet::new(),
@@ -160,11 +217,19 @@ impl ChangelogNormalize {
     /// it on local disk, the bytes written counted in `written`.
     pub fn with_spill(mut self, space: Arc<SpillSpace>, written: LazyCounter) -> ChangelogNormalize {
         assert!(self.rows.is_empty(), "spilling is chosen before any row is kept");
+        let store = crate::cold::ColdStore::new(Arc::clone(&space), written.again());
         self.log = RowLog::new(Some(space), Some(written));
+        self.cold = Some(Spilling {
+            store,
+            hand: 0,
+            charged: 0,
+            evicted_dirty: crate::cold::Keys::default(),
+            dropped: crate::cold::Keys::default(),
+        });
         self
     }
 
-    /// The number of live keys.
+    /// The number of keys held in memory (beyond the budget, others are in cold runs).
     pub fn len(&self) -> usize {
         self.rows.len()
     }
@@ -253,8 +318,19 @@ impl ChangelogNormalize {
         out: &mut Vec<Out>,
     ) -> Result<(), SluiceError> {
         let key: Box<[u8]> = self.keys.row(index).into();
+        let held = match self.rows.get_mut(&key) {
+            Some(kept) => {
+                kept.marks |= RECENT;
+                true
+            }
+            None => self.load_cold(&key)?,
+        };
         if kind.is_accumulate() {
-            if let Some(&previous) = self.rows.get(&key) {
+            let mut marks = RECENT;
+            if held {
+                let kept = self.rows[&key];
+                marks |= kept.marks & FROM_COLD;
+                let previous = kept.at;
                 let same = Self::stored(&self.log, previous, &mut self.scratch)? == self.encoded.row(index);
                 if kind == RowKind::Insert && !self.spec.upsert {
                     self.note(Anomaly::DuplicateInsert, &key);
@@ -264,14 +340,20 @@ impl ChangelogNormalize {
                 }
                 out.push(Out::Stored(previous));
                 self.log.forget(previous);
+            } else if let Some(cold) = self.cold.as_mut() {
+                if cold.dropped.remove(&key[..]) {
+                    // Deleted since it was read back: its run's copy is stale.
+                    marks |= FROM_COLD;
+                }
+                cold.charge(key_bytes(&key));
             }
             out.push(Out::Input(index, 1));
             self.mark(&key);
             let at = self.log.append(self.encoded.row(index))?;
-            self.rows.insert(key, at);
+            self.rows.insert(key, Kept { at, marks });
             return Ok(());
         }
-        match self.rows.remove(&key) {
+        match self.rows.swap_remove(&key).map(|kept| self.forget_key(&key, kept)) {
             None => self.note(Anomaly::UnknownKey, &key),
             Some(previous) => {
                 let row = Self::stored(&self.log, previous, &mut self.scratch)?;
@@ -319,7 +401,95 @@ impl ChangelogNormalize {
     /// fresh one (between batches: no output refers to a row any more).
     fn compact(&mut self) -> Result<(), SluiceError> {
         if self.log.is_sparse() {
-            self.log.compact(self.rows.values_mut())?;
+            self.log.compact(self.rows.values_mut().map(|kept| &mut kept.at))?;
+        }
+        Ok(())
+    }
+
+    /// A key taken out of `rows` (deleted): no longer counted, and its run's copy to be
+    /// deleted if it may have one. Returns where its row is.
+    fn forget_key(&mut self, key: &[u8], kept: Kept) -> RowAt {
+        if let Some(cold) = self.cold.as_mut() {
+            cold.release(key_bytes(key));
+            if kept.marks & FROM_COLD != 0 {
+                cold.dropped.insert(key.to_vec());
+            }
+        }
+        kept.at
+    }
+
+    /// Reads `key` back from the cold runs into `rows`; whether it was there.
+    fn load_cold(&mut self, key: &[u8]) -> Result<bool, SluiceError> {
+        let Some(cold) = self.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()) else { return Ok(false) };
+        if cold.dropped.contains(key) {
+            return Ok(false);
+        }
+        let hash = sluice_types::key::hash(key);
+        let vnode = sluice_types::vnode::of_hash(hash, self.spec.vnodes);
+        let Some(found) = cold.store.runs().find(vnode, key, hash, &|_| false)? else { return Ok(false) };
+        cold.charge(key_bytes(key));
+        let dirty = cold.evicted_dirty.remove(key);
+        let at = self.log.append(&found.value)?;
+        self.rows.insert(key.into(), Kept { at, marks: RECENT | FROM_COLD });
+        if dirty {
+            // Its change since the previous snapshot is in no checkpoint yet.
+            self.mark(key);
+        }
+        Ok(true)
+    }
+
+    /// When the space is over its budget, evicts keys no change touched since the
+    /// clock's hand last passed them, with their rows, enough to bring the space an
+    /// eighth of its budget under it, into one cold run ([`crate::cold`]).
+    fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
+        const SCAN_MAX: usize = 1 << 17;
+        let Some(cold) = self.cold.as_mut() else { return Ok(()) };
+        let space = Arc::clone(cold.store.space());
+        if !space.over_budget() || self.rows.is_empty() {
+            return Ok(());
+        }
+        let goal = (space.resident() - space.budget()).saturating_add(space.budget() / 8);
+        let (mut chosen, mut freed) = (Vec::new(), 0usize);
+        let mut scanned = 0;
+        while freed < goal && scanned < self.rows.len().min(SCAN_MAX) {
+            scanned += 1;
+            if cold.hand >= self.rows.len() {
+                cold.hand = 0;
+            }
+            let (key, kept) = self.rows.get_index_mut(cold.hand).expect("the hand is within the keys");
+            cold.hand += 1;
+            if kept.marks & RECENT != 0 {
+                kept.marks &= !RECENT;
+                continue;
+            }
+            freed += key_bytes(key) + kept.at.len();
+            chosen.push(key.clone());
+        }
+        if chosen.is_empty() {
+            return Ok(());
+        }
+        let mut records = crate::records::Records::new(Some(space.dir()));
+        let mut row = Vec::new();
+        for key in &chosen {
+            let kept = self.rows[key];
+            row.clear();
+            self.log.read_into(kept.at, &mut row)?;
+            let vnode = sluice_types::vnode::of_hash(sluice_types::key::hash(key), self.spec.vnodes);
+            records.add(vnode, |k| k.extend_from_slice(key), Some(&|v: &mut Vec<u8>| v.extend_from_slice(&row)));
+        }
+        for key in cold.dropped.drain() {
+            let vnode = sluice_types::vnode::of_hash(sluice_types::key::hash(&key), self.spec.vnodes);
+            records.add(vnode, |k| k.extend_from_slice(&key), None);
+        }
+        let hash = |key: &[u8]| Some(sluice_types::key::hash(key));
+        cold.store.add(records, chosen.len(), freed, &hash)?;
+        for key in chosen {
+            let kept = self.rows.swap_remove(&key).expect("a chosen key is held");
+            cold.release(key_bytes(&key));
+            self.log.forget(kept.at);
+            if self.tracking && self.changed.remove(&key) {
+                cold.evicted_dirty.insert(key.into_vec());
+            }
         }
         Ok(())
     }
@@ -356,6 +526,7 @@ impl Operator for ChangelogNormalize {
         if let Some(batch) = self.emit(emitted)? {
             out.push(Message::Data(batch));
         }
+        self.evict_over_budget()?;
         self.compact()
     }
 

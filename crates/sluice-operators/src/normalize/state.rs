@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use arrow::array::ArrayRef;
 use sluice_runtime::{Snapshot, SnapshotKind};
-use sluice_state::{StateSink, StateSource};
+use sluice_state::{Merge, MergeMode, StateSink, StateSource};
 use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
@@ -55,18 +55,35 @@ pub(super) fn snapshot(normalize: &mut ChangelogNormalize, delta: bool) -> Snaps
     let full = !delta || !normalize.tracking;
     let copy: Vec<KeyRow> = if full {
         normalize.changed.clear();
-        normalize.rows.iter().map(|(key, at)| (key.clone(), Some(*at))).collect()
+        normalize.rows.iter().map(|(key, kept)| (key.clone(), Some(kept.at))).collect()
     } else {
         let changed = std::mem::take(&mut normalize.changed);
         let rows = &normalize.rows;
         changed
             .into_iter()
             .map(|key| {
-                let at = rows.get(&key).copied();
+                let at = rows.get(&key).map(|kept| kept.at);
                 (key, at)
             })
             .collect()
     };
+    // Keys in cold runs: a full snapshot merges every run (but the keys whose newer copy
+    // is in memory, or that were deleted); a delta the keys evicted while changed.
+    let cold = normalize.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()).map(|cold| {
+        let runs = cold.store.runs().clone();
+        if full {
+            cold.evicted_dirty.clear();
+            let mut shadow = cold.dropped.clone();
+            for (key, kept) in &normalize.rows {
+                if kept.marks & super::FROM_COLD != 0 {
+                    shadow.insert(key.to_vec());
+                }
+            }
+            (runs, shadow)
+        } else {
+            (runs, std::mem::take(&mut cold.evicted_dirty))
+        }
+    });
     // The rows are read on the writer's thread from the log's chunks as they are now:
     // the operator appends to fresh chunks and compacts into a fresh log meanwhile.
     let shared = normalize.log.shared();
@@ -75,6 +92,28 @@ pub(super) fn snapshot(normalize: &mut ChangelogNormalize, delta: bool) -> Snaps
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
+        match &cold {
+            Some((runs, shadow)) if full => {
+                let mut merge = Merge::new(runs.inputs(), 0..u32::MAX, MergeMode::Live);
+                while let Some(record) = merge.next_record()? {
+                    if !shadow.contains(record.key) {
+                        let value = |v: &mut Vec<u8>| v.extend_from_slice(record.value);
+                        records.add(record.vnode, |k| k.extend_from_slice(record.key), Some(&value));
+                    }
+                }
+            }
+            Some((runs, dirty)) => {
+                for key in dirty {
+                    let hash = sluice_types::key::hash(key);
+                    let vnode = vnode::of_hash(hash, vnodes);
+                    if let Some(found) = runs.find(vnode, key, hash, &|_| false)? {
+                        let value = |v: &mut Vec<u8>| v.extend_from_slice(&found.value);
+                        records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
+                    }
+                }
+            }
+            None => {}
+        }
         let mut row = Vec::new();
         for (key, at) in &copy {
             let vnode = vnode::of_hash(sluice_types::key::hash(key), vnodes);
@@ -102,12 +141,14 @@ pub(super) fn restore(normalize: &mut ChangelogNormalize, state: &mut dyn StateS
         pending.push((record.key.into(), record.value.into()));
         if pending.len() == RESTORE_BATCH_RECORDS {
             load(normalize, &mut pending)?;
+            // Beyond the memory budget, restored keys go to cold runs.
+            normalize.evict_over_budget()?;
         }
     }
     load(normalize, &mut pending)?;
     normalize.changed.clear();
     normalize.tracking = false;
-    Ok(())
+    normalize.evict_over_budget()
 }
 
 /// Checks `records` (their keys and rows canonical, each row holding its key) and moves
@@ -133,8 +174,14 @@ fn load(normalize: &mut ChangelogNormalize, records: &mut Vec<Restored>) -> Resu
     }
     for (key, row) in records.drain(..) {
         let at = normalize.log.append(&row)?;
-        if let Some(previous) = normalize.rows.insert(key, at) {
-            normalize.log.forget(previous);
+        let bytes = super::key_bytes(&key);
+        match normalize.rows.insert(key, super::Kept { at, marks: super::RECENT }) {
+            Some(previous) => normalize.log.forget(previous.at),
+            None => {
+                if let Some(cold) = normalize.cold.as_mut() {
+                    cold.charge(bytes);
+                }
+            }
         }
     }
     Ok(())
