@@ -188,14 +188,20 @@ fn an_unbounded_run_follows_commits_and_stops_on_sigterm() {
 
 /// Killed right after a checkpoint is published, before the sources are told it is
 /// committed (so before the slot confirms it): the restart reads the stream again from
-/// the slot, drops what the checkpoint holds, and ends as the uninterrupted run.
+/// the slot, drops what the checkpoint holds, and ends as the uninterrupted run. With a
+/// memory budget of 0 (`state_memory_mib = 0`), so that the normalizations' keys and
+/// rows, the join's rows and the aggregate's groups go to disk and come back from it,
+/// through the checkpoints, the kill and the restore.
 #[test]
 fn a_kill_between_a_checkpoint_and_the_slot_s_confirm_changes_nothing() {
     let server = Server::start_logical();
     server.execute(SCHEMA);
     server.execute(SNAPSHOT_ROWS);
     let scratch = Scratch::new();
-    scratch.write("pipeline.toml", &pipeline(&server, "killed", ""));
+    let spilled =
+        pipeline(&server, "killed", "").replace("mini_batch_rows = 1\n", "mini_batch_rows = 1\nstate_memory_mib = 0\n");
+    assert!(spilled.contains("state_memory_mib = 0"));
+    scratch.write("pipeline.toml", &spilled);
     run_ok(&scratch, None);
     server.execute(CHANGES);
     let crashed =
@@ -203,6 +209,7 @@ fn a_kill_between_a_checkpoint_and_the_slot_s_confirm_changes_nothing() {
     assert_eq!(crashed.status.signal(), Some(9), "killed after a publish:\n{}", stderr(&crashed));
     let log = run_ok(&scratch, Some("checkpoint.after_publish=sleep(30)"));
     assert!(log.contains("resuming from checkpoint"), "{log}");
+    assert!(log.contains("state bytes written to spill files"), "the state went to disk:\n{log}");
     assert!(!log.contains("duplicate inserts"), "nothing read twice:\n{log}");
     assert!(!log.contains("deletes of unknown keys"), "{log}");
     assert_eq!(server.rows("killed"), server.rows("expected"), "killed:\n{}\nrestarted:\n{log}", stderr(&crashed));
