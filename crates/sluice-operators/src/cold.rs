@@ -386,3 +386,113 @@ impl Drop for ColdStore {
 
 /// Keys of entries, for [`HashSet`] lookups by slice.
 pub(crate) type Keys = HashSet<Vec<u8>>;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+    use sluice_runtime::Metrics;
+
+    use super::*;
+
+    const VNODES: u32 = 4;
+
+    fn vnode_of(key: &[u8]) -> u32 {
+        sluice_types::vnode::of_hash(sluice_types::key::hash(key), VNODES)
+    }
+
+    fn hash(key: &[u8]) -> Option<u64> {
+        Some(sluice_types::key::hash(key))
+    }
+
+    fn store(space: &Arc<SpillSpace>) -> ColdStore {
+        let written = LazyCounter::new(Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)), "spilled");
+        ColdStore::new(Arc::clone(space), written)
+    }
+
+    fn find(store: &ColdStore, key: &[u8]) -> Option<Vec<u8>> {
+        let found = store.runs().find(vnode_of(key), key, sluice_types::key::hash(key), &|_| false);
+        found.expect("a lookup").map(|entry| entry.value)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Runs of puts and deletes over a few keys, added one after another (and merged
+        /// as the policy says): a lookup always finds the newest put of a key unless a
+        /// newer delete names it, the runs stay few, and once the store is dropped the
+        /// space counts none of its memory or files.
+        #[test]
+        fn a_lookup_finds_the_newest_copy_through_compactions(
+            runs in prop::collection::vec(
+                prop::collection::btree_map(0u16..300, prop::option::weighted(0.8, any::<u16>()), 1..60),
+                1..40,
+            ),
+        ) {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let space = SpillSpace::new(dir.path().to_path_buf(), 1 << 30);
+            let mut cold = store(&space);
+            let mut model: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+            let key_of = |k: u16| format!("key-{k}").into_bytes();
+            for run in &runs {
+                let mut records = Records::new(None);
+                for (&k, value) in run {
+                    let key = key_of(k);
+                    let value = value.map(|v| v.to_le_bytes().to_vec());
+                    match &value {
+                        Some(bytes) => {
+                            records.add(vnode_of(&key), |out| out.extend_from_slice(&key), Some(&|out: &mut Vec<u8>| out.extend_from_slice(bytes)))
+                        }
+                        None => records.add(vnode_of(&key), |out| out.extend_from_slice(&key), None),
+                    }
+                    model.insert(key, value);
+                }
+                cold.add(records, run.len(), 0, &hash).expect("a run");
+                prop_assert!(cold.runs().runs.len() <= 2 * compact::RUNS_MAX, "{} runs", cold.runs().runs.len());
+            }
+            for k in 0..300 {
+                let key = key_of(k);
+                prop_assert_eq!(find(&cold, &key), model.get(&key).cloned().flatten(), "key {}", k);
+            }
+            prop_assert!(space.spilled() > 0 && space.resident() > 0);
+            drop(cold);
+            prop_assert_eq!((space.resident(), space.spilled()), (0, 0));
+        }
+    }
+
+    #[test]
+    fn an_entry_comes_back_with_the_records_that_follow_it_across_blocks() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 1 << 30);
+        let mut cold = store(&space);
+        let mut records = Records::new(None);
+        // One entry whose following records fill several blocks, between two others.
+        let vnode = 0;
+        let put = |records: &mut Records, key: Vec<u8>, value: Vec<u8>| {
+            records.add(
+                vnode,
+                |out| out.extend_from_slice(&key),
+                Some(&|out: &mut Vec<u8>| out.extend_from_slice(&value)),
+            )
+        };
+        put(&mut records, b"a".to_vec(), b"first".to_vec());
+        put(&mut records, b"b".to_vec(), b"entry".to_vec());
+        for i in 0..2000u32 {
+            let mut key = b"b+".to_vec();
+            key.extend_from_slice(&i.to_be_bytes());
+            put(&mut records, key, vec![7; 40]);
+        }
+        put(&mut records, b"c".to_vec(), b"last".to_vec());
+        cold.add(records, 3, 0, &|key: &[u8]| (!key.contains(&b'+')).then_some(1)).expect("a run");
+        let blocks = cold.runs().runs[0].input.index.blocks.len();
+        assert!(blocks > 3, "the values span {blocks} blocks");
+        let follows = |key: &[u8]| key.starts_with(b"b+");
+        let found = cold.runs().find(vnode, b"b", 1, &follows).expect("a lookup").expect("the entry");
+        assert_eq!(found.value, b"entry");
+        assert_eq!(found.following.len(), 2000);
+        let last = cold.runs().find(vnode, b"c", 1, &|_| false).expect("a lookup").expect("the last entry");
+        assert_eq!(last.value, b"last");
+        assert!(cold.runs().find(vnode, b"bb", 1, &|_| false).expect("a lookup").is_none(), "absent");
+    }
+}
