@@ -1144,7 +1144,8 @@ fn explain_names_the_join_inputs_the_topns_and_the_group_aggregates_whose_state_
     let top =
         "SELECT * FROM (SELECT a, b, ROW_NUMBER() OVER (PARTITION BY a ORDER BY b DESC) AS r FROM t) WHERE r <= 2";
     let topn = lines(top, true);
-    assert!(topn.iter().any(|line| line.ends_with("(kept rows spill to disk beyond state_memory_mib)")), "{topn:?}");
+    let partitions = "(partitions and kept rows spill to disk beyond state_memory_mib)";
+    assert!(topn.iter().any(|line| line.ends_with(partitions)), "{topn:?}");
     let groups = lines("SELECT a, COUNT(DISTINCT b) FROM t GROUP BY a", true);
     let spills = "(groups spill to disk beyond state_memory_mib)";
     assert!(groups.iter().any(|l| l.starts_with("group_aggregate") && l.ends_with(spills)), "{groups:?}");

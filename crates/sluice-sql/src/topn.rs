@@ -297,7 +297,10 @@ fn push_topn(
     });
     let line = if retracting { format!("{line} (updating input: every row kept)") } else { line };
     let line = format!("{line}{}", crate::stream::ttl_note(ttl));
-    let line = if spills { format!("{line} (kept rows spill to disk beyond state_memory_mib)") } else { line };
+    // Partitions spill too but for a window TopN's (freed as the watermark passes) and
+    // with a TTL (an evicted partition would outlive it).
+    let what = if window_end.is_none() && ttl.is_none() { "partitions and kept rows" } else { "kept rows" };
+    let line = if spills { format!("{line} ({what} spill to disk beyond state_memory_mib)") } else { line };
     let line = if window_end.is_some() {
         format!("{line} (window TopN: freed as the watermark passes each window)")
     } else {

@@ -241,6 +241,39 @@ impl Rows {
     }
 }
 
+/// Bits of [`Spilling::marks`]: a row reached the partition since the clock's hand
+/// passed it.
+const RECENT: u8 = 1;
+/// An older copy of the partition may be in a cold run.
+const FROM_COLD: u8 = 2;
+
+/// About the bytes of memory a partition takes (its slot, index entry and marks), and
+/// each row it keeps beyond the first (an entry of its vector); the rows' bytes are the
+/// row log's.
+const PARTITION_BYTES: usize = 72;
+const ENTRY_BYTES: usize = 40;
+
+/// Partitions beyond the memory budget ([`crate::cold`]): where they go, and what is
+/// kept to count, choose and find them.
+struct Spilling {
+    store: crate::cold::ColdStore,
+    /// Per partition id: [`RECENT`] and [`FROM_COLD`] (moved with their partition).
+    marks: Vec<u8>,
+    /// The clock's hand: the next partition id it looks at.
+    hand: usize,
+    /// The bytes of this instance's partitions counted in the space.
+    charged: usize,
+    /// Partitions evicted while changed since the previous snapshot: the next delta
+    /// writes them again from their run.
+    evicted_dirty: crate::cold::Keys,
+}
+
+impl Drop for Spilling {
+    fn drop(&mut self) {
+        self.store.space().release(self.charged);
+    }
+}
+
 /// See the module documentation.
 pub struct TopN {
     spec: TopNSpec,
@@ -273,6 +306,10 @@ pub struct TopN {
     changed: crate::changed::ChangedIds,
     removed: Vec<Vec<u8>>,
     tracking: bool,
+    /// Rows kept, over every partition.
+    entries: usize,
+    /// Partitions beyond the memory budget (None: every partition stays in memory).
+    cold: Option<Spilling>,
 }
 
 /// A row to insert: its bytes, or its place in the batch being processed.
@@ -334,6 +371,8 @@ impl TopN {
             changed: crate::changed::ChangedIds::default(),
             removed: Vec::new(),
             tracking: false,
+            entries: 0,
+            cold: None,
         })
     }
 
@@ -363,8 +402,15 @@ impl TopN {
 
     /// Keeps the rows' bytes within `space`'s memory budget, the rest on disk, the bytes
     /// written counted in `written` (see `crate::spill::spilled_bytes`).
+    /// Partitions too count in the budget and, but for a window TopN's (freed as the
+    /// watermark passes), are evicted to cold runs beyond it ([`crate::cold`]).
     pub fn with_spill(mut self, space: Arc<SpillSpace>, written: LazyCounter) -> TopN {
         assert!(self.partitions.is_empty(), "spilling is chosen before any row is kept");
+        if self.spec.window_end.is_none() {
+            let store = crate::cold::ColdStore::new(Arc::clone(&space), written.again());
+            let evicted_dirty = crate::cold::Keys::default();
+            self.cold = Some(Spilling { store, marks: Vec::new(), hand: 0, charged: 0, evicted_dirty });
+        }
         self.rows = RowLog::new(Some(space), Some(written));
         self
     }
@@ -397,13 +443,24 @@ impl TopN {
     /// Removes partition `id`; the last partition takes its place (ids stay dense), in
     /// the index and in the TTL schedule.
     fn remove_partition(&mut self, id: u32) {
+        let removed = self.take_partition(id);
+        if self.tracking {
+            self.removed.push(removed.key.get().to_vec());
+        }
+    }
+
+    /// Takes partition `id` out (removed, or evicted), its rows forgotten; the last
+    /// partition takes its place (ids stay dense), in the index, the TTL schedule, the
+    /// changed bits and the marks.
+    fn take_partition(&mut self, id: u32) -> Partition {
         let no_keys = self.spec.partition.is_empty();
         let removed = self.partitions.swap_remove(id as usize);
         for entry in removed.rows.iter() {
             self.rows.forget(entry.row);
         }
-        if self.tracking {
-            self.removed.push(removed.key.get().to_vec());
+        self.entries -= removed.rows.len();
+        if let Some(cold) = self.cold.as_mut() {
+            cold.marks.swap_remove(id as usize);
         }
         let hash = table_hash(placement_hash(no_keys, removed.key.get()));
         let entry = self.index.find_entry(hash, |&p| p == id).expect("an indexed partition");
@@ -427,10 +484,14 @@ impl TopN {
                 ttl.moved(last, id);
             }
         }
+        removed
     }
 
     /// Drops partitions not written for the TTL (`crate::ttl`): their rows stay downstream.
+    /// Its partitions stay in memory (an evicted one would outlive the TTL).
     pub fn with_ttl(mut self, ttl: crate::ttl::Ttl) -> TopN {
+        assert!(self.partitions.is_empty(), "a TTL is chosen before any row is kept");
+        self.cold = None;
         self.ttl = Some(ttl);
         self
     }
@@ -510,19 +571,123 @@ impl TopN {
         Ordering::Equal
     }
 
-    /// The index of the partition of `key` (placement hash `hash`), added empty if new.
-    fn partition_of(&mut self, key: &[u8], hash: u64) -> usize {
-        let table = table_hash(hash);
-        let partitions = &self.partitions;
-        if let Some(&id) = self.index.find(table, |&id| crate::same_bytes(partitions[id as usize].key.get(), key)) {
-            return id as usize;
+    /// The index of the partition of `key` (placement hash `hash`): in memory, else read
+    /// back from the cold runs, else added empty.
+    fn partition_of(&mut self, key: &[u8], hash: u64) -> Result<usize, SluiceError> {
+        if let Some(id) = self.find_partition(key, hash) {
+            if let Some(cold) = self.cold.as_mut() {
+                cold.marks[id] |= RECENT;
+            }
+            return Ok(id);
         }
+        let Some(cold) = self.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()) else {
+            return Ok(self.add_partition(key, hash));
+        };
+        let vnode = sluice_types::vnode::of_hash(hash, self.vnodes);
+        let Some(found) = cold.store.runs().find(vnode, key, hash, &|_| false)? else {
+            return Ok(self.add_partition(key, hash));
+        };
+        let dirty = cold.evicted_dirty.remove(key);
+        let id = state::load_partition(self, key, hash, &found.value)?;
+        if let Some(cold) = self.cold.as_mut() {
+            cold.marks[id] |= FROM_COLD;
+        }
+        if dirty {
+            // Its change since the previous snapshot is in no checkpoint yet.
+            self.mark(id as u32);
+        }
+        Ok(id)
+    }
+
+    /// The index of the partition of `key` in memory.
+    fn find_partition(&self, key: &[u8], hash: u64) -> Option<usize> {
+        let partitions = &self.partitions;
+        let same = |&id: &u32| crate::same_bytes(partitions[id as usize].key.get(), key);
+        self.index.find(table_hash(hash), same).map(|&id| id as usize)
+    }
+
+    /// Adds the empty partition of `key` (not in memory); returns its index.
+    fn add_partition(&mut self, key: &[u8], hash: u64) -> usize {
         assert!(self.partitions.len() < u32::MAX as usize, "fewer than 2^32 partitions per thread");
         self.partitions.push(Partition { key: SmallBytes::new(key), rows: Rows::None });
         let id = (self.partitions.len() - 1) as u32;
         let (partitions, no_keys) = (&self.partitions, self.spec.partition.is_empty());
-        self.index.insert_unique(table, id, |&p| table_hash(placement_hash(no_keys, partitions[p as usize].key.get())));
+        self.index.insert_unique(table_hash(hash), id, |&p| {
+            table_hash(placement_hash(no_keys, partitions[p as usize].key.get()))
+        });
+        if let Some(cold) = self.cold.as_mut() {
+            cold.marks.push(RECENT);
+        }
         id as usize
+    }
+
+    /// Counts the partitions and their rows in the space (while spilling).
+    fn recount(&mut self) {
+        let Some(cold) = self.cold.as_mut() else { return };
+        let now = self.partitions.len() * PARTITION_BYTES + self.entries * ENTRY_BYTES;
+        cold.store.space().charge(now);
+        cold.store.space().release(cold.charged);
+        cold.charged = now;
+    }
+
+    /// When the space is over its budget, evicts partitions no row reached since the
+    /// clock's hand last passed them, enough to bring the space an eighth of its budget
+    /// under it, into one cold run ([`crate::cold`]), as their checkpoint records.
+    fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
+        const SCAN_MAX: usize = 1 << 17;
+        self.recount();
+        let Some(cold) = self.cold.as_mut() else { return Ok(()) };
+        let space = Arc::clone(cold.store.space());
+        if !space.over_budget() || self.partitions.is_empty() {
+            return Ok(());
+        }
+        let goal = (space.resident() - space.budget()).saturating_add(space.budget() / 8);
+        let (mut chosen, mut freed) = (Vec::new(), 0usize);
+        let count = self.partitions.len();
+        for _ in 0..count.min(SCAN_MAX) {
+            if freed >= goal {
+                break;
+            }
+            let id = cold.hand % count;
+            cold.hand = id + 1;
+            if cold.marks[id] & RECENT != 0 {
+                cold.marks[id] &= !RECENT;
+                continue;
+            }
+            let partition = &self.partitions[id];
+            freed += PARTITION_BYTES + partition.rows.len() * (ENTRY_BYTES + 64);
+            chosen.push(id as u32);
+        }
+        if chosen.is_empty() {
+            return Ok(());
+        }
+        let shared = self.rows.shared();
+        let (vnodes, no_keys) = (self.vnodes, self.spec.partition.is_empty());
+        let mut records = crate::records::Records::new(Some(space.dir()));
+        for &id in &chosen {
+            let partition = &self.partitions[id as usize];
+            let key = partition.key.get();
+            let vnode = sluice_types::vnode::of_hash(placement_hash(no_keys, key), vnodes);
+            if partition.rows.is_empty() {
+                records.add(vnode, |k| k.extend_from_slice(key), None);
+            } else {
+                records.try_put(vnode, key, |bytes| state::write_rows(partition, &shared, bytes))?;
+            }
+        }
+        drop(shared);
+        let hash = |key: &[u8]| Some(placement_hash(no_keys, key));
+        cold.store.add(records, chosen.len(), freed, &hash)?;
+        // Highest ids first: moving the last partition never moves one about to go.
+        chosen.sort_unstable_by(|a, b| b.cmp(a));
+        for id in chosen {
+            let dirty = self.tracking && self.is_marked(id);
+            let partition = self.take_partition(id);
+            if dirty && let Some(cold) = self.cold.as_mut() {
+                cold.evicted_dirty.insert(partition.key.get().to_vec());
+            }
+        }
+        self.recount();
+        Ok(())
     }
 
     /// Puts a row (its order values and bytes) in its partition: anywhere when
@@ -546,8 +711,10 @@ impl TopN {
         if !self.spec.retracting && rows.len() == self.spec.limit {
             let left = rows.remove(rows.len() - 1);
             self.rows.forget(left.row);
+            self.entries -= 1;
         }
         rows.insert(position, entry);
+        self.entries += 1;
         Ok(())
     }
 
@@ -593,6 +760,7 @@ impl TopN {
             Some(offset) => {
                 let removed = self.partitions[partition].rows.remove(start + offset);
                 self.rows.forget(removed.row);
+                self.entries -= 1;
                 Ok(true)
             }
             None => Ok(false),
@@ -726,7 +894,7 @@ impl Operator for TopN {
                     self.windows.entry(end).or_default().push(key.into());
                 }
             }
-            let partition = self.partition_of(key, hash);
+            let partition = self.partition_of(key, hash)?;
             if touched_ids.insert(partition) {
                 // Only the first N can change what is emitted.
                 let rows = &self.partitions[partition].rows;
@@ -771,6 +939,7 @@ impl Operator for TopN {
             out.push(Message::Data(self.build(&changes)?));
         }
         // Only between batches: the rows before this one were read until now.
+        self.evict_over_budget()?;
         if self.rows.is_sparse() {
             self.rows.compact(self.partitions.iter_mut().flat_map(|p| p.rows.iter_mut().map(|e| &mut e.row)))?;
         }

@@ -23,7 +23,7 @@
 //! key: a record from another plan is refused.
 
 use sluice_runtime::{Snapshot, SnapshotKind};
-use sluice_state::{StateSink, StateSource};
+use sluice_state::{Merge, MergeMode, StateSink, StateSource};
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{Reader, Records};
@@ -50,12 +50,52 @@ pub(super) fn snapshot(topn: &mut TopN, delta: bool) -> Snapshot {
         copy
     };
     let removed = if full { Vec::new() } else { std::mem::take(&mut topn.removed) };
+    // Partitions in cold runs: a full snapshot merges every run (but the partitions whose
+    // newer copy is in memory); a delta the partitions evicted while changed.
+    let cold = topn.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()).map(|cold| {
+        let runs = cold.store.runs().clone();
+        if full {
+            cold.evicted_dirty.clear();
+            let shadow: crate::cold::Keys = (topn.partitions.iter().zip(&cold.marks))
+                .filter(|(_, marks)| **marks & super::FROM_COLD != 0)
+                .map(|(partition, _)| partition.key.get().to_vec())
+                .collect();
+            (runs, shadow)
+        } else {
+            (runs, std::mem::take(&mut cold.evicted_dirty))
+        }
+    });
     topn.clear_changes();
     let (rows, vnodes, no_keys) = (topn.rows.shared(), topn.vnodes, topn.spec.partition.is_empty());
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
         let vnode_of = |key: &[u8]| vnode::of_hash(placement_hash(no_keys, key), vnodes);
+        match &cold {
+            Some((runs, shadow)) if full => {
+                let mut merge = Merge::new(runs.inputs(), 0..u32::MAX, MergeMode::Live);
+                while let Some(record) = merge.next_record()? {
+                    if !shadow.contains(record.key) {
+                        let value = |v: &mut Vec<u8>| v.extend_from_slice(record.value);
+                        records.add(record.vnode, |k| k.extend_from_slice(record.key), Some(&value));
+                    }
+                }
+            }
+            Some((runs, dirty)) => {
+                for key in dirty {
+                    let (hash, vnode) = (placement_hash(no_keys, key), vnode_of(key));
+                    match runs.find(vnode, key, hash, &|_| false)? {
+                        Some(found) => {
+                            let value = |v: &mut Vec<u8>| v.extend_from_slice(&found.value);
+                            records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
+                        }
+                        // Evicted with no row: a delete.
+                        None => records.add(vnode, |k| k.extend_from_slice(key), None),
+                    }
+                }
+            }
+            None => {}
+        }
         for partition in &copy {
             let key = partition.key.get();
             if partition.rows.is_empty() {
@@ -73,7 +113,7 @@ pub(super) fn snapshot(topn: &mut TopN, delta: bool) -> Snapshot {
 }
 
 /// A partition's value: its kept rows in rank order, each with its tie.
-fn write_rows(partition: &Partition, shared: &SharedRows, bytes: &mut Vec<u8>) -> Result<(), SluiceError> {
+pub(super) fn write_rows(partition: &Partition, shared: &SharedRows, bytes: &mut Vec<u8>) -> Result<(), SluiceError> {
     let rows = u32::try_from(partition.rows.len()).expect("fewer than 2^32 rows per partition");
     bytes.extend_from_slice(&rows.to_le_bytes());
     for (rank, entry) in partition.rows.iter().enumerate() {
@@ -95,12 +135,32 @@ const STATE: &str = "TopN";
 /// Loads the partitions of `state` (of the vnodes this instance owns) into `topn`.
 pub(super) fn restore(topn: &mut TopN, state: &mut dyn StateSource) -> Result<(), SluiceError> {
     let no_keys = topn.spec.partition.is_empty();
+    let mut loaded = 0usize;
     while let Some(record) = state.next_record()? {
         let key = record.key;
-        if vnode::of_hash(placement_hash(no_keys, key), topn.vnodes) != record.vnode {
+        let hash = placement_hash(no_keys, key);
+        if vnode::of_hash(hash, topn.vnodes) != record.vnode {
             return Err(corrupt("a partition under another vnode than its key's"));
         }
-        let mut reader = Reader::new(record.value, STATE);
+        if topn.find_partition(key, hash).is_some() {
+            return Err(corrupt("a partition twice"));
+        }
+        load_partition(topn, key, hash, record.value)?;
+        loaded += 1;
+        if loaded.is_multiple_of(4096) {
+            // Beyond the memory budget, restored partitions go to cold runs.
+            topn.evict_over_budget()?;
+        }
+    }
+    topn.clear_changes();
+    topn.evict_over_budget()
+}
+
+/// Adds the partition of `key` (placement hash `hash`, not in memory) from its record's
+/// `value`; returns its index.
+pub(super) fn load_partition(topn: &mut TopN, key: &[u8], hash: u64, value: &[u8]) -> Result<usize, SluiceError> {
+    {
+        let mut reader = Reader::new(value, STATE);
         let count = reader.u32()? as usize;
         if count == 0 || (count > topn.spec.limit && !topn.spec.retracting) {
             return Err(corrupt("a partition with no rows or more than N"));
@@ -124,9 +184,9 @@ pub(super) fn restore(topn: &mut TopN, state: &mut dyn StateSource) -> Result<()
             entries.push((Entry { order: TopN::order_of(&order, row), row: at }, ties[row]));
         }
         entries.sort_by(|(a, a_tie), (b, b_tie)| topn.compare(&a.order, &b.order).then(a_tie.cmp(b_tie)));
-        let partition = topn.partition_of(key, placement_hash(no_keys, key));
+        let partition = topn.add_partition(key, hash);
+        topn.entries += entries.len();
         topn.partitions[partition].rows = entries.into_iter().map(|(entry, _)| entry).collect::<Vec<_>>().into();
+        Ok(partition)
     }
-    topn.clear_changes();
-    Ok(())
 }
