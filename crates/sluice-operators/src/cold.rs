@@ -50,6 +50,35 @@ use crate::counter::LazyCounter;
 use crate::records::Records;
 use crate::spill::SpillSpace;
 
+/// Bits of an entry's marks: a row touched it since the clock's hand last passed it.
+pub(crate) const RECENT: u8 = 1;
+/// An older copy of the entry may be in a cold run.
+pub(crate) const FROM_COLD: u8 = 2;
+/// The other six bits count the hand's passes since the entry was last touched.
+const AGE_UNIT: u8 = 4;
+const AGE_MAX: u8 = 63;
+
+/// The clock's hand passes an entry of about `bytes` with marks `marks`, in a space of
+/// `budget` bytes: whether it is evicted now. A touched entry gets a second chance (its
+/// age starts again); an untouched one ages, and goes once it was passed untouched
+/// more times than it holds eighths of the budget, so that a large entry, whose every
+/// eviction writes it whole and whose every return reads it whole, leaves only when it
+/// stays cold (a COUNT(DISTINCT) group of millions of values, touched every few
+/// batches, would otherwise be written and read back over and over).
+pub(crate) fn passes(marks: &mut u8, bytes: usize, budget: usize) -> bool {
+    if *marks & RECENT != 0 {
+        *marks &= FROM_COLD;
+        return false;
+    }
+    let age = *marks / AGE_UNIT;
+    let needed = (bytes / (budget / 8).max(64 << 10)).min(usize::from(AGE_MAX));
+    if usize::from(age) >= needed {
+        return true;
+    }
+    *marks += AGE_UNIT;
+    false
+}
+
 /// The bytes of a block of a cold run: a lookup reads one (and an entry's following
 /// records may continue into the next ones).
 pub(crate) const COLD_BLOCK_BYTES: usize = 16 * 1024;

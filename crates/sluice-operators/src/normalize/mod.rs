@@ -44,6 +44,7 @@ use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, RowKind, SluiceError, Weights};
 
+use crate::cold::{FROM_COLD, RECENT};
 use crate::counter::LazyCounter;
 use crate::row_log::{RowAt, RowLog};
 use crate::spill::SpillSpace;
@@ -101,12 +102,7 @@ impl Anomaly {
     }
 }
 
-/// Bits of [`Kept::marks`]: a change touched the key since the clock's hand passed it.
-const RECENT: u8 = 1;
-/// An older copy of the key may be in a cold run.
-const FROM_COLD: u8 = 2;
-
-/// A key's row, and its marks while spilling.
+/// A key's row, and its marks while spilling (`crate::cold::passes`).
 #[derive(Debug, Clone, Copy)]
 struct Kept {
     at: RowAt,
@@ -458,11 +454,11 @@ impl ChangelogNormalize {
             }
             let (key, kept) = self.rows.get_index_mut(cold.hand).expect("the hand is within the keys");
             cold.hand += 1;
-            if kept.marks & RECENT != 0 {
-                kept.marks &= !RECENT;
+            let bytes = key_bytes(key) + kept.at.len();
+            if !crate::cold::passes(&mut kept.marks, bytes, space.budget()) {
                 continue;
             }
-            freed += key_bytes(key) + kept.at.len();
+            freed += bytes;
             chosen.push(key.clone());
         }
         if chosen.is_empty() {

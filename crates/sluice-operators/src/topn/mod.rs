@@ -53,6 +53,7 @@ use sluice_types::{Batch, Message, SluiceError};
 pub use state::TOPN_STATE_VERSION;
 
 use crate::bytes::SmallBytes;
+use crate::cold::{FROM_COLD, RECENT};
 use crate::counter::LazyCounter;
 use crate::pages::Pages;
 use crate::partition::placement_hash;
@@ -241,12 +242,6 @@ impl Rows {
     }
 }
 
-/// Bits of [`Spilling::marks`]: a row reached the partition since the clock's hand
-/// passed it.
-const RECENT: u8 = 1;
-/// An older copy of the partition may be in a cold run.
-const FROM_COLD: u8 = 2;
-
 /// About the bytes of memory a partition takes (its slot, index entry and marks), and
 /// each row it keeps beyond the first (an entry of its vector); the rows' bytes are the
 /// row log's.
@@ -257,7 +252,8 @@ const ENTRY_BYTES: usize = 40;
 /// kept to count, choose and find them.
 struct Spilling {
     store: crate::cold::ColdStore,
-    /// Per partition id: [`RECENT`] and [`FROM_COLD`] (moved with their partition).
+    /// Per partition id: [`RECENT`], [`FROM_COLD`] and its age (`crate::cold::passes`),
+    /// moved with their partition.
     marks: Vec<u8>,
     /// The clock's hand: the next partition id it looks at.
     hand: usize,
@@ -650,12 +646,12 @@ impl TopN {
             }
             let id = cold.hand % count;
             cold.hand = id + 1;
-            if cold.marks[id] & RECENT != 0 {
-                cold.marks[id] &= !RECENT;
+            let partition = &self.partitions[id];
+            let bytes = PARTITION_BYTES + partition.rows.len() * (ENTRY_BYTES + 64);
+            if !crate::cold::passes(&mut cold.marks[id], bytes, space.budget()) {
                 continue;
             }
-            let partition = &self.partitions[id];
-            freed += PARTITION_BYTES + partition.rows.len() * (ENTRY_BYTES + 64);
+            freed += bytes;
             chosen.push(id as u32);
         }
         if chosen.is_empty() {

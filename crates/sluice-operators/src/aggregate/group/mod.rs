@@ -54,6 +54,7 @@ use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs, vnode};
 
 use super::{AggregateFunction, AggregateSpec, is_float, is_text, table_hash};
 use crate::bytes::SmallBytes;
+use crate::cold::{FROM_COLD, RECENT};
 use crate::counter::LazyCounter;
 use crate::partition::placement_hash;
 use accumulator::{Accumulator, Argument, Value, ValueKind};
@@ -111,17 +112,12 @@ impl Group {
     }
 }
 
-/// Bits of [`Spilling::marks`].
-const RECENT: u8 = 1;
-/// An older copy of the group may be in a cold run.
-const FROM_COLD: u8 = 2;
-
 /// Groups beyond the memory budget ([`crate::cold`]): where they go, and what the aggregate
 /// keeps to count, choose and find them.
 struct Spilling {
     store: crate::cold::ColdStore,
-    /// Per group id: [`RECENT`] (a row touched it since the clock's hand passed it) and
-    /// [`FROM_COLD`].
+    /// Per group id: [`RECENT`] (a row touched it since the clock's hand passed it),
+    /// [`FROM_COLD`] and its age (`crate::cold::passes`).
     marks: Vec<u8>,
     /// The clock's hand: the next group id it looks at.
     hand: usize,
@@ -534,11 +530,11 @@ impl GroupAggregate {
             let id = cold.hand;
             cold.hand = (cold.hand + 1) % slots;
             let Some(group) = self.groups[id].as_ref() else { continue };
-            if cold.marks[id] & RECENT != 0 {
-                cold.marks[id] &= !RECENT;
+            let bytes = group.bytes();
+            if !crate::cold::passes(&mut cold.marks[id], bytes, space.budget()) {
                 continue;
             }
-            freed += group.bytes();
+            freed += bytes;
             chosen.push(id as u32);
         }
         if chosen.is_empty() {
