@@ -23,8 +23,11 @@ pub const DEFAULT_QUEUE_BATCHES: usize = 16;
 pub const DEFAULT_WINDOWS_PER_ROW_MAX: u32 = 1000;
 /// Default `[pipeline] mini_batch_rows` (Flink's NEXMark setup holds 50,000 rows).
 pub const DEFAULT_MINI_BATCH_ROWS: usize = 50_000;
-/// `[pipeline] state_memory_mib` when not given.
-pub const DEFAULT_STATE_MEMORY_MIB: u32 = 16;
+/// `[pipeline] state_memory_mib` when not given: 1 GiB per worker. Rows spill at any
+/// budget for little cost, but groups, TopN partitions and changelog keys evicted from a
+/// budget their working set exceeds come back over and over (BENCHMARKS.md, "State within
+/// the memory budget"); 1 GiB holds every NEXMark query's state at 10 M events.
+pub const DEFAULT_STATE_MEMORY_MIB: u32 = 1024;
 
 /// A whole pipeline file.
 #[derive(Debug, Clone)]

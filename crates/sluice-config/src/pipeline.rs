@@ -104,7 +104,7 @@ pub(crate) fn parse_pipeline(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<Pip
             "state_memory_mib",
             0..=1_048_576,
             "set state_memory_mib to the MiB of state kept in memory before the rest spills to disk, \
-             e.g. state_memory_mib = 16 (the default)",
+             e.g. state_memory_mib = 1024 (the default)",
         )
         .or(DEFAULT_STATE_MEMORY_MIB);
     let directory = |ctx: &mut Ctx<'_>, key: &str| {
