@@ -444,7 +444,7 @@ impl ChangelogNormalize {
         if !space.over_budget() || self.rows.is_empty() {
             return Ok(());
         }
-        let goal = (space.resident() - space.budget()).saturating_add(space.budget() / 8);
+        let goal = space.resident().saturating_sub(space.budget()).saturating_add(space.budget() / 8);
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         let mut scanned = 0;
         while freed < goal && scanned < self.rows.len().min(SCAN_MAX) {

@@ -637,7 +637,7 @@ impl TopN {
         if !space.over_budget() || self.partitions.is_empty() {
             return Ok(());
         }
-        let goal = (space.resident() - space.budget()).saturating_add(space.budget() / 8);
+        let goal = space.resident().saturating_sub(space.budget()).saturating_add(space.budget() / 8);
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         let count = self.partitions.len();
         for _ in 0..count.min(SCAN_MAX) {

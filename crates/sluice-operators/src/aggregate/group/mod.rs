@@ -520,7 +520,7 @@ impl GroupAggregate {
         if !space.over_budget() || self.groups.is_empty() {
             return Ok(());
         }
-        let goal = (space.resident() - space.budget()).saturating_add(space.budget() / 8).min(cold.charged);
+        let goal = space.resident().saturating_sub(space.budget()).saturating_add(space.budget() / 8).min(cold.charged);
         let slots = self.groups.len();
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         for _ in 0..slots.min(SCAN_MAX) {
