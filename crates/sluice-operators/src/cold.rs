@@ -43,7 +43,7 @@ use std::sync::Arc;
 use sluice_state::compact::{self, RunInfo};
 use sluice_state::merge::MergeInput;
 use sluice_state::read::{BlockInfo, Entry, FileSource, block_entries, read_block};
-use sluice_state::{Merge, MergeMode, RunSource, RunWriter, StateSink};
+use sluice_state::{Merge, MergeMode, RunSource, RunWriter, StateSink, StateSource};
 use sluice_types::SluiceError;
 
 use crate::counter::LazyCounter;
@@ -207,6 +207,23 @@ impl ColdRuns {
             }
         }
         Ok(None)
+    }
+
+    /// Adds every live record of the runs to a full snapshot's `records`, but those
+    /// whose entry `shadowed` says has a newer copy in memory (or was deleted there).
+    pub(crate) fn add_live(
+        &self,
+        records: &mut Records,
+        shadowed: impl Fn(&[u8]) -> Result<bool, SluiceError>,
+    ) -> Result<(), SluiceError> {
+        let mut merge = Merge::new(self.inputs(), 0..u32::MAX, MergeMode::Live);
+        while let Some(record) = merge.next_record()? {
+            if !shadowed(record.key)? {
+                let value = |v: &mut Vec<u8>| v.extend_from_slice(record.value);
+                records.add(record.vnode, |k| k.extend_from_slice(record.key), Some(&value));
+            }
+        }
+        Ok(())
     }
 
     /// The bytes of memory the runs' indexes and filters take.

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use arrow::array::ArrayRef;
 use sluice_runtime::{Snapshot, SnapshotKind};
-use sluice_state::{Merge, MergeMode, StateSink, StateSource};
+use sluice_state::{StateSink, StateSource};
 use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
@@ -93,15 +93,7 @@ pub(super) fn snapshot(normalize: &mut ChangelogNormalize, delta: bool) -> Snaps
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
         match &cold {
-            Some((runs, shadow)) if full => {
-                let mut merge = Merge::new(runs.inputs(), 0..u32::MAX, MergeMode::Live);
-                while let Some(record) = merge.next_record()? {
-                    if !shadow.contains(record.key) {
-                        let value = |v: &mut Vec<u8>| v.extend_from_slice(record.value);
-                        records.add(record.vnode, |k| k.extend_from_slice(record.key), Some(&value));
-                    }
-                }
-            }
+            Some((runs, shadow)) if full => runs.add_live(&mut records, |key| Ok(shadow.contains(key)))?,
             Some((runs, dirty)) => {
                 for key in dirty {
                     let hash = sluice_types::key::hash(key);

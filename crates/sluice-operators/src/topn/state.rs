@@ -23,7 +23,7 @@
 //! key: a record from another plan is refused.
 
 use sluice_runtime::{Snapshot, SnapshotKind};
-use sluice_state::{Merge, MergeMode, StateSink, StateSource};
+use sluice_state::{StateSink, StateSource};
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{Reader, Records};
@@ -72,15 +72,7 @@ pub(super) fn snapshot(topn: &mut TopN, delta: bool) -> Snapshot {
         let mut records = Records::for_sink(sink);
         let vnode_of = |key: &[u8]| vnode::of_hash(placement_hash(no_keys, key), vnodes);
         match &cold {
-            Some((runs, shadow)) if full => {
-                let mut merge = Merge::new(runs.inputs(), 0..u32::MAX, MergeMode::Live);
-                while let Some(record) = merge.next_record()? {
-                    if !shadow.contains(record.key) {
-                        let value = |v: &mut Vec<u8>| v.extend_from_slice(record.value);
-                        records.add(record.vnode, |k| k.extend_from_slice(record.key), Some(&value));
-                    }
-                }
-            }
+            Some((runs, shadow)) if full => runs.add_live(&mut records, |key| Ok(shadow.contains(key)))?,
             Some((runs, dirty)) => {
                 for key in dirty {
                     let (hash, vnode) = (placement_hash(no_keys, key), vnode_of(key));

@@ -53,7 +53,7 @@
 use std::collections::BTreeMap;
 
 use sluice_runtime::{Snapshot, SnapshotKind};
-use sluice_state::{Merge, MergeMode, StateSink, StateSource};
+use sluice_state::{StateSink, StateSource};
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{Reader, Records};
@@ -166,17 +166,11 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
         let mut records = Records::for_sink(sink);
         let vnode_of = |key: &[u8]| vnode::of_hash(placement_hash(no_keys, key), vnodes);
         match &cold {
-            Some((runs, shadow)) if full => {
-                let mut merge = Merge::new(runs.inputs(), 0..u32::MAX, MergeMode::Live);
-                while let Some(record) = merge.next_record()? {
-                    let length = key_length(record.key, columns)
-                        .ok_or_else(|| corrupt("a spilled key not of the group's columns"))?;
-                    if !shadow.contains(&record.key[..length]) {
-                        let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(record.value);
-                        records.add(record.vnode, |k| k.extend_from_slice(record.key), Some(&value));
-                    }
-                }
-            }
+            Some((runs, shadow)) if full => runs.add_live(&mut records, |key| {
+                let length =
+                    key_length(key, columns).ok_or_else(|| corrupt("a spilled key not of the group's columns"))?;
+                Ok(shadow.contains(&key[..length]))
+            })?,
             Some((runs, dirty)) => {
                 for g in dirty {
                     let (hash, vnode) = (placement_hash(no_keys, g), vnode_of(g));
