@@ -1,9 +1,10 @@
 # The sluice binary in a small image, for the Kubernetes example in deploy/kubernetes.
 #   docker build -t sluice .
+# Every connector (`--features full`), in the release profile's stripped binary.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p sluice-cli \
+RUN cargo build --release --locked -p sluice-cli --features full \
     && install -D target/release/sluice /out/sluice
 
 FROM debian:bookworm-slim

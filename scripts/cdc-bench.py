@@ -30,7 +30,7 @@ What it does
        Sluice's rate over pg_recvlogical's round by round.
 
 How to run (from the repository root)
-    cargo build --release -p sluice-cli
+    cargo build --release -p sluice-cli --features postgres
     apt-get install -y postgresql    # the server, psql, pgbench and pg_recvlogical
     python3 scripts/cdc-bench.py --sluice $CARGO_TARGET_DIR/release/sluice --rounds 5
 
@@ -209,7 +209,7 @@ def main():
     args = parser.parse_args()
     sluice = Path(args.sluice).resolve()
     if not os.access(sluice, os.X_OK):
-        sys.exit(f"cdc-bench: no {sluice}: build it first (cargo build --release -p sluice-cli)")
+        sys.exit(f"cdc-bench: no {sluice}: build it first (cargo build --release -p sluice-cli --features postgres)")
     root = Path(tempfile.mkdtemp(prefix="cdc-bench-"))
     cluster = None
     try:

@@ -9,7 +9,8 @@ exactly what that command prints. crates/sluice-cli/tests/cli/docs.rs fails when
 and the registry differ; this script makes them agree again.
 
 Usage: scripts/connector-docs.py [SLUICE_BINARY]
-(default: `cargo run --quiet -p sluice-cli --`, built where cargo puts it)
+(default: `cargo run --quiet -p sluice-cli --features full --`, built where cargo puts it:
+every connector has a page, so the binary needs every connector feature)
 """
 import pathlib
 import re
@@ -27,7 +28,7 @@ def generated(command, name):
 
 
 def main():
-    command = [sys.argv[1]] if len(sys.argv) > 1 else ["cargo", "run", "--quiet", "-p", "sluice-cli", "--"]
+    command = [sys.argv[1]] if len(sys.argv) > 1 else ["cargo", "run", "--quiet", "-p", "sluice-cli", "--features", "full", "--"]
     for page in sorted((ROOT / "docs" / "connectors").glob("*.md")):
         text = page.read_text()
         match = BEGIN.search(text)

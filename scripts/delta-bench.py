@@ -25,7 +25,7 @@ What it does
        commit's create-only write of `_delta_log/N.json`, so the epoch is visible then.
 
 How to run (from the repository root)
-    cargo build --release -p sluice-cli
+    cargo build --release -p sluice-cli --features delta
     python3 -m pip install deltalake pyarrow
     python3 scripts/delta-bench.py --sluice $CARGO_TARGET_DIR/release/sluice --rounds 5
 
@@ -163,7 +163,7 @@ def main():
     args = parser.parse_args()
     sluice = Path(args.sluice).resolve()
     if not os.access(sluice, os.X_OK):
-        sys.exit(f"delta-bench: no {sluice}: build it first (cargo build --release -p sluice-cli)")
+        sys.exit(f"delta-bench: no {sluice}: build it first (cargo build --release -p sluice-cli --features delta)")
     work = Path(args.work or tempfile.mkdtemp(prefix="delta-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:

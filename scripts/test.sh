@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from a fresh machine: checks the toolchain, then lints and
-# tests every crate. Services needed by later test suites are started here too.
+# tests every crate with every cargo feature (every connector), and the default build's
+# refusals of the connectors it leaves out. Services needed by later test suites are
+# started here too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,8 +18,10 @@ fi
 echo "== format" >&2
 cargo fmt --all -- --check
 
-echo "== lint" >&2
+echo "== lint (default features: what the README's first command builds)" >&2
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== lint (every feature)" >&2
+cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 
 echo "== services" >&2
 # A local S3-compatible server for the checkpoint store's S3 test (tests/s3.rs starts it).
@@ -62,5 +66,20 @@ echo "== deployment manifests" >&2
 python3 -m pip install --quiet kubernetes-validate
 kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
 
-echo "== tests" >&2
-cargo nextest run --workspace --no-fail-fast --failure-output final
+echo "== tests (every feature)" >&2
+cargo nextest run --workspace --all-features --no-fail-fast --failure-output final
+
+echo "== tests (default features: connectors left out are refused with their feature)" >&2
+cargo nextest run -p sluice-cli -p sluice-connectors -p sluice-checkpoint --no-fail-fast --failure-output final \
+    -E 'test(/^features::/) | test(/left_out/) | test(/name_the_feature/)'
+
+echo "== container image" >&2
+# The Dockerfile's image (the release build with every feature), when a container
+# runtime is here to build it.
+runtime="$(command -v docker || command -v podman || true)"
+if [ -n "$runtime" ]; then
+    "$runtime" build --quiet -t sluice:test .
+    "$runtime" run --rm sluice:test --version
+else
+    echo "skipped: no container runtime (docker or podman) on this machine" >&2
+fi

@@ -33,7 +33,8 @@
 //! ```
 //!
 //! Store URLs: `file:///abs/dir`, `file://./relative/dir` (against the caller's base
-//! directory), a plain path, or an object store:
+//! directory), a plain path, or an object store (the crate's `cloud` feature; a build
+//! without it refuses these URLs naming the feature):
 //! - `s3://bucket/prefix`, configured by the `AWS_*` environment variables (`AWS_ENDPOINT`
 //!   and `AWS_ALLOW_HTTP=true` for a local S3-compatible server);
 //! - `az://container/prefix` (also `azure://`, `abfs://`, `abfss://`), configured by the

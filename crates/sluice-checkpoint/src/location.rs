@@ -17,6 +17,9 @@
 //!   (`GOOGLE_SERVICE_ACCOUNT`, `GOOGLE_SERVICE_ACCOUNT_KEY`, `GOOGLE_APPLICATION_CREDENTIALS`,
 //!   `GOOGLE_BASE_URL`, ...).
 //!
+//! The three object stores are the crate's `cloud` feature (`cloud`: their HTTP clients,
+//! TLS and credentials); a build without it refuses their URLs naming the feature.
+//!
 //! An object store is configured from its environment variables first, then from explicit
 //! options (the same names in lower case, e.g. `aws_endpoint`, `azure_storage_endpoint`,
 //! `google_service_account`), which win; an option the service does not know is refused.
@@ -25,15 +28,14 @@
 //! nothing. Every request is bounded: a per-request timeout and a bounded number of retries
 //! with exponential backoff for transient errors (the constants below).
 
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+#[cfg(feature = "cloud")]
+mod cloud;
+
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as StorePath;
-use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreScheme, RetryConfig};
+use object_store::{ObjectStore, ObjectStoreScheme};
 use sluice_types::SluiceError;
 use std::path::{Component, Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 use url::Url;
@@ -91,11 +93,10 @@ pub(crate) fn resolve(url: &str, base_dir: &Path, options: &[(String, String)]) 
     // container, not only the prefix.
     let store_scheme = !matches!(parsed.scheme(), "http" | "https");
     match ObjectStoreScheme::parse(&parsed) {
-        Ok((ObjectStoreScheme::AmazonS3, _)) if store_scheme => cloud::<AmazonS3Builder>(&S3, trimmed, options),
-        Ok((ObjectStoreScheme::MicrosoftAzure, _)) if store_scheme => {
-            cloud::<MicrosoftAzureBuilder>(&AZURE, trimmed, options)
+        Ok((scheme @ (ObjectStoreScheme::AmazonS3 | ObjectStoreScheme::MicrosoftAzure), _)) if store_scheme => {
+            object_store(scheme, trimmed, options)
         }
-        Ok((ObjectStoreScheme::GoogleCloudStorage, _)) => cloud::<GoogleCloudStorageBuilder>(&GCS, trimmed, options),
+        Ok((scheme @ ObjectStoreScheme::GoogleCloudStorage, _)) => object_store(scheme, trimmed, options),
         Ok((ObjectStoreScheme::Local, _)) => {
             let path = parsed.to_file_path().map_err(|()| bad_url(url, "it is not a local path"))?;
             local(&path, url, options)
@@ -148,98 +149,32 @@ fn normalize(path: &Path) -> PathBuf {
     normal
 }
 
-/// What the messages say about one object-store service.
-struct Service {
-    name: &'static str,
-    /// How to name an option (the fix for an unknown one).
-    options_fix: &'static str,
-    /// How to configure the service (the fix when it cannot be opened).
-    open_fix: &'static str,
-}
-
-const S3: Service = Service {
-    name: "S3",
-    options_fix: "use the names of the AWS_* variables in lower case, e.g. aws_endpoint",
-    open_fix: "set AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION; for a local S3-compatible server \
-               also AWS_ENDPOINT=http://host:port and AWS_ALLOW_HTTP=true",
-};
-
-const AZURE: Service = Service {
-    name: "Azure",
-    options_fix: "use the names of the AZURE_* variables in lower case, e.g. azure_storage_account_name",
-    open_fix: "name the container in the URL (az://container/prefix, no dots) and set AZURE_STORAGE_ACCOUNT_NAME \
-               with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_KEY; for a local emulator set \
-               AZURE_STORAGE_USE_EMULATOR=true (and AZURITE_BLOB_STORAGE_URL if it is not at \
-               http://127.0.0.1:10000), or AZURE_STORAGE_ENDPOINT=http://host:port/account with \
-               AZURE_ALLOW_HTTP=true",
-};
-
-const GCS: Service = Service {
-    name: "GCS",
-    options_fix: "use the names of the GOOGLE_* variables in lower case, e.g. google_service_account",
-    open_fix: "name the bucket in the URL (gs://bucket/prefix) and set GOOGLE_SERVICE_ACCOUNT to a service-account \
-               JSON file (or GOOGLE_SERVICE_ACCOUNT_KEY to its contents, or GOOGLE_APPLICATION_CREDENTIALS)",
-};
-
-/// What the store needs of an `object_store` cloud builder; the builders share these
-/// methods by name only, so the macro below implements this for each of them.
-trait CloudBuilder: Sized {
-    type Key: FromStr;
-    fn from_env() -> Self;
-    fn client_key(key: ClientConfigKey) -> Self::Key;
-    fn config(self, key: Self::Key, value: String) -> Self;
-    fn finish(self, url: &str, retry: RetryConfig) -> object_store::Result<Arc<dyn ObjectStore>>;
-}
-
-macro_rules! cloud_builder {
-    ($builder:ty, $key:ident) => {
-        impl CloudBuilder for $builder {
-            type Key = $key;
-            fn from_env() -> Self {
-                <$builder>::from_env()
-            }
-            fn client_key(key: ClientConfigKey) -> $key {
-                $key::Client(key)
-            }
-            fn config(self, key: $key, value: String) -> Self {
-                self.with_config(key, value)
-            }
-            fn finish(self, url: &str, retry: RetryConfig) -> object_store::Result<Arc<dyn ObjectStore>> {
-                Ok(Arc::new(self.with_url(url).with_retry(retry).build()?))
-            }
-        }
-    };
-}
-
-cloud_builder!(AmazonS3Builder, AmazonS3ConfigKey);
-cloud_builder!(MicrosoftAzureBuilder, AzureConfigKey);
-cloud_builder!(GoogleCloudStorageBuilder, GoogleConfigKey);
-
-/// An object store of `service`: the environment, then the bounds, then `options`.
-fn cloud<B: CloudBuilder>(service: &Service, url: &str, options: &[(String, String)]) -> Result<Location, SluiceError> {
-    let timeouts = [(ClientConfigKey::Timeout, REQUEST_TIMEOUT), (ClientConfigKey::ConnectTimeout, CONNECT_TIMEOUT)];
-    let mut builder = B::from_env();
-    for (key, duration) in timeouts {
-        builder = builder.config(B::client_key(key), format!("{}ms", duration.as_millis()));
+/// Opens the object store of `scheme` (S3, Azure or GCS), or, in a build without the
+/// `cloud` feature, says which feature to rebuild with.
+fn object_store(scheme: ObjectStoreScheme, url: &str, options: &[(String, String)]) -> Result<Location, SluiceError> {
+    #[cfg(feature = "cloud")]
+    return cloud::open(scheme, url, options);
+    #[cfg(not(feature = "cloud"))]
+    {
+        let _ = (scheme, options);
+        Err(not_built(url))
     }
-    for (key, value) in options {
-        let parsed: B::Key = key.to_ascii_lowercase().parse().map_err(|_| {
-            bad_url(url, &format!("{key:?} is not a known {} option", service.name)).with_fix(service.options_fix)
-        })?;
-        builder = builder.config(parsed, value.clone());
-    }
-    let retry = RetryConfig {
-        backoff: BackoffConfig { init_backoff: BACKOFF_INITIAL, max_backoff: BACKOFF_MAX, base: 2.0 },
-        max_retries: RETRIES_MAX,
-        retry_timeout: RETRY_WINDOW,
-    };
-    let store = builder.finish(url, retry).map_err(|error| {
-        SluiceError::user("checkpoint.url", format!("checkpoint store {url:?} cannot be opened: {error}"))
-            .with_fix(service.open_fix)
-    })?;
-    let parsed = Url::parse(url).map_err(|error| bad_url(url, &error.to_string()))?;
-    let prefix = StorePath::from_url_path(parsed.path()).map_err(|error| bad_url(url, &error.to_string()))?;
-    Ok(Location { store, prefix, local_root: None, url: url.to_string() })
+}
+
+/// The refusal of an object store's `url` by a build without the `cloud` feature.
+#[cfg(any(test, not(feature = "cloud")))]
+fn not_built(url: &str) -> SluiceError {
+    SluiceError::user(
+        "checkpoint.url",
+        format!(
+            "checkpoint store {url:?} is an object store, and this build of sluice was compiled without the cargo \
+             feature `cloud` (S3, Azure and GCS)"
+        ),
+    )
+    .with_fix(
+        "rebuild with `--features cloud` (`cargo build --release --features cloud`; `--features full` builds every \
+         connector and store, as the release builds and the Docker image do), or use a local directory",
+    )
 }
 
 fn bad_url(url: &str, problem: &str) -> SluiceError {
@@ -305,7 +240,24 @@ mod tests {
         check_refused(&url, "is a file");
     }
 
+    /// A build without `cloud` refuses the object stores' URLs naming the feature (the
+    /// message is checked in every build; the refusal itself only without the feature).
+    #[test]
+    fn object_store_urls_name_the_feature_in_a_build_without_it() {
+        for url in ["s3://bucket/prefix", "az://container/prefix", "gs://bucket/prefix"] {
+            let error = if cfg!(feature = "cloud") {
+                not_built(url)
+            } else {
+                resolve(url, Path::new("/"), &[]).expect_err("refused")
+            };
+            assert_eq!((error.code, error.domain), ("checkpoint.url", sluice_types::Domain::User), "{url}");
+            assert!(error.to_string().contains("cargo feature `cloud`"), "{url}: {error}");
+            assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("--features cloud")), "{url}: {error}");
+        }
+    }
+
     /// Options that let each service open without the environment and without I/O.
+    #[cfg(feature = "cloud")]
     fn credentials(url: &str) -> Vec<(String, String)> {
         let pairs: &[(&str, &str)] = match url.split_once("://").map_or("", |(scheme, _)| scheme) {
             "s3" | "s3a" => {
@@ -320,6 +272,7 @@ mod tests {
         pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
     }
 
+    #[cfg(feature = "cloud")]
     #[test]
     fn unknown_object_store_options_are_refused_with_a_fix() {
         for (url, variables) in
@@ -338,6 +291,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "cloud")]
     #[test]
     fn object_store_urls_carry_their_prefix() {
         for url in [
@@ -356,6 +310,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "cloud")]
     #[test]
     fn an_azure_container_with_a_dot_cannot_be_opened() {
         let url = "az://not.a.container/prefix";

@@ -61,6 +61,15 @@ pub fn main(engine: &Engine, args: &ConnectorsArgs) -> Result<ExitCode, EngineEr
     }
     if let Some(name) = &args.name {
         connectors.retain(|c| c.name == name);
+        let left_out = registry.sources_left_out().iter().chain(registry.sinks_left_out()).find(|c| c.name == name);
+        if let (true, Some(left)) = (connectors.is_empty(), left_out) {
+            let message = format!(
+                "the connector \"{name}\" is not in this build of sluice: it was compiled without the cargo feature `{}`",
+                left.feature
+            );
+            let fix = format!("rebuild with `--features {}` (`--features full`: every connector)", left.feature);
+            return Err(EngineError::new(SluiceError::user("cli.connector_left_out", message).with_fix(fix)));
+        }
         if connectors.is_empty() {
             let mut known: Vec<&str> = registry.source_names();
             known.extend(registry.sink_names());

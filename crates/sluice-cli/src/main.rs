@@ -7,6 +7,8 @@ mod checkpoints_cmd;
 mod connectors_cmd;
 mod http;
 mod nexmark;
+#[cfg(not(feature = "pgwire"))]
+mod no_pgwire;
 mod output;
 mod progress;
 mod query_cmd;

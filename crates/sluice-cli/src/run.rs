@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+#[cfg(not(feature = "pgwire"))]
+use crate::no_pgwire::{PgListener, PgServer};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use sluice_admin::{AdminListener, AdminServer, Queries};
@@ -19,6 +21,7 @@ use sluice_engine::{
     ClusterOptions, ClusterRole, ControlSettings, Engine, EngineError, Job, JobState, Listening, Overrides,
     RendezvousEvent, RunOutcome, Secret, StartOptions, StopHandle,
 };
+#[cfg(feature = "pgwire")]
 use sluice_pgwire::{PgListener, PgServer};
 use sluice_types::{ErrorKind, SluiceError};
 
@@ -113,8 +116,9 @@ pub struct AdminArgs {
     #[arg(long, value_name = "NAME")]
     admin_host: Vec<String>,
     /// Where the PostgreSQL wire protocol listens for ad-hoc queries (psql, psycopg, JDBC,
-    /// BI tools; crates/sluice-pgwire), or `off` (the default). Off loopback it requires
-    /// the admin token, which clients give as their password (SCRAM-SHA-256).
+    /// BI tools; crates/sluice-pgwire, the `pgwire` build feature), or `off` (the default).
+    /// Off loopback it requires the admin token, which clients give as their password
+    /// (SCRAM-SHA-256).
     #[arg(long, value_name = "ADDR|off", default_value = "off")]
     pg_bind: String,
     /// A PEM file with the certificate chain the PostgreSQL endpoint serves TLS with

@@ -7,7 +7,7 @@
 //! -U and +U), decoded on one thread.
 //!
 //! ```sh
-//! cargo build --release -p sluice-connectors --example decode_rate
+//! cargo build --release -p sluice-connectors --features kafka --example decode_rate
 //! decode_rate [MESSAGES] [REPEATS]    # default 1000000 messages, 5 repeats of each format
 //! ```
 //!

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use sluice_config::{ConfigError, Field, Located, Options, OptionsReader, Position, SinkConfig, SourceConfig, suggest};
+use sluice_config::{ConfigError, Located, Options, Position, SinkConfig, SourceConfig, suggest};
 use sluice_runtime::{SinkFactory, SourceFactory};
 use sluice_types::SluiceError;
 
@@ -177,19 +177,22 @@ pub fn forbid_item<T>(
     }
 }
 
-/// A sink's `key` option: one column name, or an array of distinct column names.
-pub(crate) fn key_columns(reader: &mut OptionsReader<'_>) -> Field<Vec<String>> {
+/// A sink's `key` option: one column name, or an array of distinct column names (the
+/// Kafka and PostgreSQL sinks').
+#[cfg(any(feature = "kafka", feature = "postgres"))]
+pub(crate) fn key_columns(reader: &mut sluice_config::OptionsReader<'_>) -> sluice_config::Field<Vec<String>> {
     column_names(reader, "key", "e.g. key = \"auction\" or key = [\"auction\", \"bidder\"]", false)
 }
 
 /// Option `key`: one column name, or an array of distinct column names (`empty_ok`: the
 /// array may be empty); `example` completes the message of a bad value.
+#[cfg(any(feature = "kafka", feature = "postgres", feature = "delta"))]
 pub(crate) fn column_names(
-    reader: &mut OptionsReader<'_>,
+    reader: &mut sluice_config::OptionsReader<'_>,
     key: &str,
     example: &str,
     empty_ok: bool,
-) -> Field<Vec<String>> {
+) -> sluice_config::Field<Vec<String>> {
     reader.value(key, "a column name or an array of distinct column names", example, |value| {
         let names: Vec<String> = match value.as_str() {
             Some(name) => vec![name.to_owned()],

@@ -16,7 +16,7 @@
 //! - [`file_source`]: a file or a directory of JSON-lines or CSV files, large files
 //!   split into byte ranges read in parallel; bad rows skipped (counted, the first ones
 //!   logged with their file and line) or fatal, per `on_error`.
-//! - [`kafka`]: topics in (one lane per partition, offsets in checkpoints, bounded
+//! - [`kafka`] (cargo feature `kafka`): topics in (one lane per partition, offsets in checkpoints, bounded
 //!   reads, metadata columns) and out (one message per row; exactly-once through Kafka
 //!   transactions).
 //! - [`changelog`]: what sources with a changelog format (Kafka's `debezium-json` and
@@ -24,14 +24,18 @@
 //!   checked against the schema, the row kinds column after the declared ones.
 //! - [`sinks`]: `stdout` (pretty tables or JSON lines), `file` (one file, or a
 //!   directory with one part per thread; JSON lines or CSV), `blackhole`.
-//! - [`postgres_cdc`]: the tables of a PostgreSQL database in (a snapshot, then their
+//! - [`postgres_cdc`] (cargo feature `postgres`): the tables of a PostgreSQL database in (a snapshot, then their
 //!   changes from a logical replication slot; updating tables keyed by their primary
 //!   keys; exactly once, the slot confirmed after each committed checkpoint).
-//! - [`postgres`]: rows into a table (appended, or upserted and deleted by key);
+//! - [`postgres`] (cargo feature `postgres`): rows into a table (appended, or upserted and deleted by key);
 //!   exactly-once through prepared transactions (two-phase commit).
-//! - [`delta`] (cargo feature `delta`, on by default): rows into a Delta Lake table
+//! - [`delta`] (cargo feature `delta`): rows into a Delta Lake table
 //!   (Parquet files and the transaction log), local or in an object store; exactly-once
 //!   through the log's `txn` actions, one Delta commit per checkpoint.
+//!
+//! A connector behind a feature this build leaves out is still a name the registry knows:
+//! a pipeline naming it is refused with the feature that builds it
+//! ([`registry::LeftOut`]).
 //!
 //! An *updating* sink input (one that can carry retractions) is written with an op
 //! column first (`+I` / `-D`, see [`sluice_formats::encode`]); an append-only input is
@@ -42,10 +46,13 @@ pub mod connector;
 #[cfg(feature = "delta")]
 pub mod delta;
 pub mod file_source;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod lanes;
 pub mod nexmark;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "postgres")]
 pub mod postgres_cdc;
 pub mod registry;
 pub mod sinks;

@@ -18,6 +18,11 @@
 //! connectors. Adding a connector (Kafka, PostgreSQL, …) means writing these two traits and one
 //! [`Registry::add_source`] / [`Registry::add_sink`] call; nothing else in the workspace
 //! enumerates connectors.
+//!
+//! The connectors that need large dependencies are cargo features (`kafka`, `postgres`,
+//! `delta`), so that a build without them compiles less. A connector a build leaves out
+//! stays a known name ([`LeftOut`]): a pipeline naming it is refused with the feature to
+//! rebuild with, never as an unknown connector.
 
 use sluice_config::{ConfigError, Located, OnError, Options, SinkConfig, SourceConfig, suggest};
 
@@ -27,7 +32,38 @@ use crate::connector::{ConfiguredSink, ConfiguredSource, OptionDoc, SinkConnecto
 pub struct Registry {
     sources: Vec<Box<dyn SourceConnector>>,
     sinks: Vec<Box<dyn SinkConnector>>,
+    /// Source connectors of this crate that this build leaves out.
+    sources_left_out: &'static [LeftOut],
+    /// Sink connectors of this crate that this build leaves out.
+    sinks_left_out: &'static [LeftOut],
 }
+
+/// A connector of this crate behind a cargo feature the build did not enable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeftOut {
+    /// The connector's name, as `connector = "…"` writes it.
+    pub name: &'static str,
+    /// The cargo feature (of `sluice-connectors` and of the `sluice` binary) that builds it.
+    pub feature: &'static str,
+}
+
+/// The source connectors behind features this build leaves out, in registration order.
+const SOURCES_LEFT_OUT: &[LeftOut] = &[
+    #[cfg(not(feature = "kafka"))]
+    LeftOut { name: "kafka", feature: "kafka" },
+    #[cfg(not(feature = "postgres"))]
+    LeftOut { name: "postgres-cdc", feature: "postgres" },
+];
+
+/// The sink connectors behind features this build leaves out, in registration order.
+const SINKS_LEFT_OUT: &[LeftOut] = &[
+    #[cfg(not(feature = "kafka"))]
+    LeftOut { name: "kafka", feature: "kafka" },
+    #[cfg(not(feature = "postgres"))]
+    LeftOut { name: "postgres", feature: "postgres" },
+    #[cfg(not(feature = "delta"))]
+    LeftOut { name: "delta", feature: "delta" },
+];
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -44,25 +80,42 @@ impl Default for Registry {
 impl Registry {
     /// No connector at all.
     pub fn empty() -> Registry {
-        Registry { sources: Vec::new(), sinks: Vec::new() }
+        Registry { sources: Vec::new(), sinks: Vec::new(), sources_left_out: &[], sinks_left_out: &[] }
     }
 
-    /// The connectors of this crate: sources `nexmark`, `file`, `kafka` and `postgres-cdc`; sinks
-    /// `stdout`, `file`, `blackhole`, `kafka`, `postgres` and (with the `delta` feature) `delta`.
+    /// The connectors of this crate: sources `nexmark`, `file`, `kafka` (feature `kafka`)
+    /// and `postgres-cdc` (feature `postgres`); sinks `stdout`, `file`, `blackhole`, `kafka`
+    /// (feature `kafka`), `postgres` (feature `postgres`) and `delta` (feature `delta`).
     pub fn builtin() -> Registry {
         let mut registry = Registry::empty();
         registry.add_source(Box::new(crate::nexmark::NexmarkConnector));
         registry.add_source(Box::new(crate::file_source::FileConnector));
+        #[cfg(feature = "kafka")]
         registry.add_source(Box::new(crate::kafka::KafkaSourceConnector));
+        #[cfg(feature = "postgres")]
         registry.add_source(Box::new(crate::postgres_cdc::PostgresCdcConnector));
         registry.add_sink(Box::new(crate::sinks::StdoutConnector));
         registry.add_sink(Box::new(crate::sinks::FileSinkConnector));
         registry.add_sink(Box::new(crate::sinks::BlackholeConnector));
+        #[cfg(feature = "kafka")]
         registry.add_sink(Box::new(crate::kafka::KafkaSinkConnector));
+        #[cfg(feature = "postgres")]
         registry.add_sink(Box::new(crate::postgres::PostgresSinkConnector));
         #[cfg(feature = "delta")]
         registry.add_sink(Box::new(crate::delta::DeltaSinkConnector));
+        registry.sources_left_out = SOURCES_LEFT_OUT;
+        registry.sinks_left_out = SINKS_LEFT_OUT;
         registry
+    }
+
+    /// The source connectors of this crate that this build leaves out.
+    pub fn sources_left_out(&self) -> &'static [LeftOut] {
+        self.sources_left_out
+    }
+
+    /// The sink connectors of this crate that this build leaves out.
+    pub fn sinks_left_out(&self) -> &'static [LeftOut] {
+        self.sinks_left_out
     }
 
     /// Registers a source connector; a name registered twice is a programmer error.
@@ -117,7 +170,13 @@ impl Registry {
                 )])
             }
             Some(connector) => connector.configure(config),
-            None => Err(vec![unknown(&config.options, &config.connector, "source", &self.source_names())]),
+            None => Err(vec![absent(
+                &config.options,
+                &config.connector,
+                "source",
+                &self.source_names(),
+                self.sources_left_out,
+            )]),
         }
     }
 
@@ -125,9 +184,36 @@ impl Registry {
     pub fn configure_sink(&self, config: &SinkConfig) -> Result<Box<dyn ConfiguredSink>, Vec<ConfigError>> {
         match self.find_sink(&config.connector.value) {
             Some(connector) => connector.configure(config),
-            None => Err(vec![unknown(&config.options, &config.connector, "sink", &self.sink_names())]),
+            None => {
+                Err(vec![absent(&config.options, &config.connector, "sink", &self.sink_names(), self.sinks_left_out)])
+            }
         }
     }
+}
+
+/// The error for a connector this registry has not: left out of this build (the feature
+/// that builds it), or no connector at all (every name this crate knows, built or not).
+fn absent(
+    options: &Options,
+    connector: &Located<String>,
+    kind: &str,
+    built: &[&'static str],
+    left_out: &[LeftOut],
+) -> ConfigError {
+    if let Some(left) = left_out.iter().find(|left| left.name == connector.value) {
+        let message = format!(
+            "the {kind} connector \"{}\" is not in this build of sluice: it was compiled without the cargo feature `{}`",
+            left.name, left.feature
+        );
+        let fix = format!(
+            "rebuild with `--features {}` (`cargo build --release --features {}`; `--features full` builds every \
+             connector, as the release builds and the Docker image do)",
+            left.feature, left.feature
+        );
+        return options.item_error(connector.position, &message, &fix);
+    }
+    let known: Vec<&str> = built.iter().copied().chain(left_out.iter().map(|left| left.name)).collect();
+    unknown(options, connector, kind, &known)
 }
 
 fn unknown(options: &Options, connector: &Located<String>, kind: &str, known: &[&str]) -> ConfigError {
@@ -143,7 +229,7 @@ fn unknown(options: &Options, connector: &Located<String>, kind: &str, known: &[
 
 #[cfg(test)]
 mod tests {
-    use super::Registry;
+    use super::{LeftOut, Registry};
 
     /// Every connector's documented options are exactly the keys it accepts: an unknown
     /// key's message lists them.
@@ -157,6 +243,32 @@ mod tests {
         let message = errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n");
         assert!(message.contains("on_error = \"dead-letter\" is only for the kafka source"), "{message}");
         assert!(message.contains("use on_error = \"skip\""), "{message}");
+    }
+
+    /// A connector the build left out is refused with the feature that builds it, and is
+    /// among the known names for a misspelt one (a made-up connector, so that the test
+    /// holds in every build).
+    #[test]
+    fn a_left_out_connector_is_refused_with_the_feature_that_builds_it() {
+        const LEFT_OUT: &[LeftOut] = &[LeftOut { name: "warehouse", feature: "warehouse-sink" }];
+        let mut registry = Registry::empty();
+        registry.add_sink(Box::new(crate::sinks::BlackholeConnector));
+        registry.sinks_left_out = LEFT_OUT;
+        let refusal = |connector: &str| {
+            let text = format!(
+                "[pipeline]\nname = \"p\"\n[[sink]]\nname = \"x\"\nconnector = \"{connector}\"\nfrom = \"t\"\n"
+            );
+            let (config, _) = sluice_config::parse_partial(&text, "p.toml");
+            let errors = registry.configure_sink(&config.expect("the item parses").sinks[0]).err().expect("refused");
+            errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
+        };
+        let message = refusal("warehouse");
+        assert!(message.contains("the sink connector \"warehouse\" is not in this build of sluice"), "{message}");
+        assert!(message.contains("compiled without the cargo feature `warehouse-sink`"), "{message}");
+        assert!(message.contains("rebuild with `--features warehouse-sink`"), "{message}");
+        let message = refusal("warehous");
+        assert!(message.contains("must be one of \"blackhole\", \"warehouse\""), "{message}");
+        assert!(message.contains("did you mean connector = \"warehouse\"?"), "{message}");
     }
 
     #[test]
