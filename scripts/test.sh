@@ -76,10 +76,13 @@ cargo nextest run -p sluice-cli -p sluice-connectors -p sluice-checkpoint --no-f
 echo "== container image" >&2
 # The Dockerfile's image (the release build with every feature), when a container
 # runtime is here to build it.
+# A client whose daemon does not answer (`docker info` fails) cannot build: skipped too.
 runtime="$(command -v docker || command -v podman || true)"
-if [ -n "$runtime" ]; then
+if [ -z "$runtime" ]; then
+    echo "skipped: no container runtime (docker or podman) on this machine" >&2
+elif ! "$runtime" info >/dev/null 2>&1; then
+    echo "skipped: $runtime is installed but its daemon does not answer ($runtime info fails)" >&2
+else
     "$runtime" build --quiet -t sluice:test .
     "$runtime" run --rm sluice:test --version
-else
-    echo "skipped: no container runtime (docker or podman) on this machine" >&2
 fi
