@@ -4,7 +4,8 @@
 //! plain JSON values, as Debezium create events (`op` "c", `before` null, `after` the
 //! row, with a `source` block and `ts_ms` as Debezium's PostgreSQL connector writes
 //! them), and as Debezium update events (`op` "u", `before` and `after`: two rows each,
-//! -U and +U), decoded on one thread.
+//! -U and +U), and as upsert messages (the key a JSON object of the bid's auction and
+//! bidder, the value the row), decoded on one thread.
 //!
 //! ```sh
 //! cargo build --release -p sluice-connectors --features kafka --example decode_rate
@@ -90,12 +91,17 @@ fn source_block(i: usize) -> String {
 }
 
 fn messages(values: Vec<String>) -> Vec<Message> {
+    keyed(values.into_iter().map(|value| (None, value)).collect())
+}
+
+/// Messages of `(key, value)`s.
+fn keyed(values: Vec<(Option<String>, String)>) -> Vec<Message> {
     values
         .into_iter()
         .enumerate()
-        .map(|(offset, value)| Message {
+        .map(|(offset, (key, value))| Message {
             value: Some(value.into_bytes()),
-            key: None,
+            key: key.map(String::into_bytes),
             partition: 0,
             offset: offset as i64,
             timestamp: None,
@@ -142,8 +148,21 @@ fn main() {
             format!("{{\"before\":{before},\"after\":{row},{},\"op\":\"u\"}}", source_block(i))
         })
         .collect();
+    // An upsert: the key is the row's auction and bidder, the value the whole row.
+    let upserts: Vec<(Option<String>, String)> = plain
+        .iter()
+        .map(|row| {
+            let field = |name: &str| {
+                let start = row.find(&format!("\"{name}\":")).expect("a bid's field") + name.len() + 3;
+                let end = start + row[start..].find(',').expect("a field after it");
+                row[start..end].to_string()
+            };
+            (Some(format!("{{\"auction\":{},\"bidder\":{}}}", field("auction"), field("bidder"))), row.clone())
+        })
+        .collect();
     let formats = [
         ("json", KafkaFormat::Json, messages(plain)),
+        ("upsert", KafkaFormat::Upsert, keyed(upserts)),
         ("debezium-json-c", KafkaFormat::DebeziumJson, messages(created)),
         ("debezium-json-u", KafkaFormat::DebeziumJson, messages(updated)),
     ];

@@ -33,6 +33,7 @@
 //! reads `+I`, `-U`, `+U`, `-D`.
 
 use arrow::array::{Array, Int8Array, StringArray};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sluice_types::RowKind;
 
@@ -45,7 +46,71 @@ pub struct ChangeRow {
 
 /// The rows of one Debezium change event `value` (see the module doc), or why it is a
 /// bad envelope.
+///
+/// A well-formed envelope is read in one pass that keeps its images as the text they
+/// are ([`RawEnvelope`]): no tree is built, and the rows are the images' own bytes, so a
+/// number keeps every digit it was written with, as the plain `json` format reads it.
+/// Anything else (a bad envelope, a repeated field, an `op` written with escapes) takes
+/// the general path, which builds the tree and says why.
 pub fn debezium_json(value: &[u8]) -> Result<Vec<ChangeRow>, String> {
+    if let Some(rows) = debezium_json_raw(value) {
+        return Ok(rows);
+    }
+    debezium_json_tree(value)
+}
+
+/// A Debezium envelope's fields that make its rows, each the text of its value; every
+/// other field is checked as JSON and skipped without being kept.
+#[derive(serde::Deserialize)]
+struct RawEnvelope<'a> {
+    #[serde(borrow, default)]
+    before: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    after: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    op: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
+}
+
+/// The rows of a well-formed envelope, or None for the general path to decide (and to
+/// give the reason when it is bad). Agrees with [`debezium_json_tree`] wherever it
+/// answers (the property test `the_raw_path_agrees_with_the_tree`).
+fn debezium_json_raw(value: &[u8]) -> Option<Vec<ChangeRow>> {
+    let outer: RawEnvelope = serde_json::from_slice(value).ok()?;
+    let envelope = match outer.payload {
+        // As the tree path does: an object payload is the envelope, any other is ignored.
+        Some(payload) if payload.get().starts_with('{') => serde_json::from_str(payload.get()).ok()?,
+        _ => outer,
+    };
+    // An image is an object or null (`Option` reads null as None); anything else is bad.
+    let image = |raw: Option<&RawValue>| -> Option<Option<Vec<u8>>> {
+        match raw {
+            None => Some(None),
+            Some(raw) if raw.get().starts_with('{') => Some(Some(raw.get().as_bytes().to_vec())),
+            Some(_) => None,
+        }
+    };
+    let before = image(envelope.before)?;
+    let after = image(envelope.after)?;
+    let row = |kind, row| ChangeRow { kind, row };
+    match envelope.op?.get() {
+        r#""c""# | r#""r""# => Some(vec![row(RowKind::Insert, after?)]),
+        r#""u""# => {
+            let after = after?;
+            Some(match before {
+                Some(before) => vec![row(RowKind::UpdateBefore, before), row(RowKind::UpdateAfter, after)],
+                None => vec![row(RowKind::UpdateAfter, after)],
+            })
+        }
+        r#""d""# => Some(vec![row(RowKind::Delete, before?)]),
+        _ => None,
+    }
+}
+
+/// [`debezium_json`] through a `serde_json::Value` tree: every envelope, with the reason
+/// for a bad one.
+fn debezium_json_tree(value: &[u8]) -> Result<Vec<ChangeRow>, String> {
     let parsed: Value = serde_json::from_slice(value).map_err(|e| format!("a Debezium envelope is not JSON: {e}"))?;
     let Value::Object(mut envelope) = parsed else {
         return Err("a Debezium envelope is a JSON object".to_string());
@@ -103,7 +168,61 @@ fn kind_of(value: &Value) -> &'static str {
 }
 
 /// The row of one upsert message (see the module doc), or why it is a bad envelope.
+///
+/// As for Debezium, a message whose key and value are objects with plain field names,
+/// the value holding every field of the key, is read in one pass that keeps the value's
+/// own text; any other takes the general path ([`upsert_json_tree`]).
 pub fn upsert_json(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<ChangeRow, String> {
+    if let Some(row) = upsert_json_raw(key, value) {
+        return Ok(row);
+    }
+    upsert_json_tree(key, value)
+}
+
+/// The field names of a JSON object, its values checked as JSON and skipped. A name
+/// written with an escape is not borrowed and fails the read (the general path reads it).
+struct FieldNames<'a>(Vec<&'a str>);
+
+impl<'de> serde::Deserialize<'de> for FieldNames<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Names;
+        impl<'de> serde::de::Visitor<'de> for Names {
+            type Value = FieldNames<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = map.next_key::<&'de str>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    names.push(name);
+                }
+                Ok(FieldNames(names))
+            }
+        }
+        deserializer.deserialize_map(Names)
+    }
+}
+
+/// The row of a plain upsert message, or None for the general path. Agrees with
+/// [`upsert_json_tree`] wherever it answers (`the_raw_upsert_agrees_with_the_tree`).
+fn upsert_json_raw(key: Option<&[u8]>, value: Option<&[u8]>) -> Option<ChangeRow> {
+    let key = key?;
+    let key_names: FieldNames = serde_json::from_slice(key).ok()?;
+    let Some(value) = value else {
+        return Some(ChangeRow { kind: RowKind::Delete, row: key.to_vec() });
+    };
+    let names: FieldNames = serde_json::from_slice(value).ok()?;
+    // A field of the key that the value lacks is taken from the key: the tree's merge.
+    if !key_names.0.iter().all(|name| names.0.contains(name)) {
+        return None;
+    }
+    Some(ChangeRow { kind: RowKind::UpdateAfter, row: value.to_vec() })
+}
+
+/// [`upsert_json`] through `serde_json::Value` trees: every message, with the reason for
+/// a bad one.
+fn upsert_json_tree(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<ChangeRow, String> {
     let key = key.ok_or("an upsert message has no key (the key holds the primary key)")?;
     let key = object(key, "key")?;
     let Some(value) = value else {
@@ -144,6 +263,8 @@ pub fn op_kinds(ops: &StringArray) -> (Int8Array, Vec<(usize, String)>) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::strategy::Strategy;
+
     use super::*;
 
     fn rows(result: Result<Vec<ChangeRow>, String>) -> Vec<String> {
@@ -174,6 +295,30 @@ mod tests {
             r#"{"schema":{"type":"struct"},"payload":{"before":null,"after":{"id":2},"op":"c","ts_ms":1}}"#,
             &[r#"+I {"id":2}"#],
         );
+    }
+
+    #[test]
+    fn well_formed_envelopes_take_the_raw_path() {
+        for value in [
+            r#"{"before":null,"after":{"id":1,"v":"a"},"op":"c","source":{"db":"x","lsn":[1,2]},"ts_ms":1}"#,
+            r#"{"after":{"id":1},"op":"r"}"#,
+            r#"{"before":{"id":1},"after":{"id":1,"v":"b"},"op":"u"}"#,
+            r#" { "before" : { "id" : 1 } ,
+                "op" : "d" } "#,
+            r#"{"schema":{"type":"struct","fields":[{"field":"before"}]},"payload":{"after":{"id":2},"op":"c"}}"#,
+        ] {
+            let raw = debezium_json_raw(value.as_bytes()).unwrap_or_else(|| panic!("{value}: not read raw"));
+            let tree = debezium_json_tree(value.as_bytes()).expect("well formed");
+            assert_eq!(rows_as_values(&raw), rows_as_values(&tree), "{value}");
+        }
+        // The image is its own text: every digit of a number is kept.
+        let rows = debezium_json(br#"{"after":{"d":12345678901234567890.123456789},"op":"c"}"#).expect("well formed");
+        assert_eq!(rows[0].row, br#"{"d":12345678901234567890.123456789}"#);
+    }
+
+    /// Each row's kind and its JSON value, for comparing the two paths.
+    fn rows_as_values(rows: &[ChangeRow]) -> Vec<(RowKind, Value)> {
+        rows.iter().map(|r| (r.kind, serde_json::from_slice(&r.row).expect("a row is JSON"))).collect()
     }
 
     #[test]
@@ -223,6 +368,9 @@ mod tests {
         assert!(bad[0].1.contains("\"+X\""));
     }
 
+    /// Values of a Debezium image field, good and bad.
+    const IMAGES: [&str; 6] = ["null", "{\"id\":1}", "{ \"id\" : 2 , \"v\":\"a\\\"b\" }", "[1]", "2", "{\"n\":1e400}"];
+
     proptest::proptest! {
         /// Any bytes: rows or a reason, never a panic (`properties::check_changelog_envelopes`).
         #[test]
@@ -241,6 +389,102 @@ mod tests {
             let event = format!("{{\"before\":{before},\"after\":{after},\"op\":\"{op}\"}}");
             let event = if wrap { format!("{{\"schema\":{{}},\"payload\":{event}}}") } else { event };
             crate::properties::check_changelog_envelopes(event.as_bytes());
+        }
+
+        /// Where the raw path answers, it gives the tree's rows; a well-formed envelope is
+        /// always answered by it.
+        #[test]
+        fn the_raw_path_agrees_with_the_tree(
+            before in proptest::option::of(proptest::sample::select(IMAGES.to_vec())),
+            after in proptest::option::of(proptest::sample::select(IMAGES.to_vec())),
+            op in proptest::option::of(proptest::sample::select(vec![
+                "\"c\"", "\"r\"", "\"u\"", "\"d\"", "\"t\"", "\"\\u0063\"", "5", "null",
+            ])),
+            payload in proptest::option::of(proptest::sample::select(vec![
+                "null", "7", "{\"op\":\"c\",\"after\":{\"id\":3}}", "{\"before\":{\"id\":4},\"op\":\"d\"}",
+                "{\"before\":{\"id\":4},\"after\":null,\"op\":\"u\"}",
+            ])),
+            source in proptest::option::of(proptest::sample::select(vec!["{\"x\":[1,{\"y\":null}]}", "1e400", "\"s\""])),
+            repeated in proptest::option::of(proptest::sample::select(vec!["before", "after", "op", "payload"])),
+            order in proptest::strategy::Just((0..6).collect::<Vec<usize>>()).prop_shuffle(),
+            spaced in proptest::bool::ANY,
+        ) {
+            let gap = if spaced { " \n\t" } else { "" };
+            let named = [("before", before), ("after", after), ("op", op), ("payload", payload), ("source", source)];
+            let mut fields: Vec<(&str, &str)> = Vec::new();
+            for index in order {
+                match (named.get(index), repeated) {
+                    (Some((name, Some(value))), _) => fields.push((name, value)),
+                    (None, Some(name)) => fields.push((name, "null")),
+                    _ => {}
+                }
+            }
+            let body: Vec<String> =
+                fields.iter().map(|(name, value)| format!("{gap}\"{name}\"{gap}:{gap}{value}{gap}")).collect();
+            let event = format!("{gap}{{{}}}{gap}", body.join(","));
+            let tree = debezium_json_tree(event.as_bytes());
+            match (debezium_json_raw(event.as_bytes()), tree.as_ref()) {
+                (Some(raw), Ok(tree)) => {
+                    proptest::prop_assert_eq!(rows_as_values(&raw), rows_as_values(tree), "{}", event);
+                }
+                // A number past f64 is no value for the tree; the raw path leaves it to the
+                // row decoder, which reads it by its column as the plain `json` format does.
+                (Some(_), Err(reason)) => {
+                    proptest::prop_assert!(event.contains("1e400"), "{}: raw rows, the tree says {}", event, reason);
+                }
+                (None, _) => {
+                    let names: Vec<&str> = fields.iter().map(|(name, _)| *name).collect();
+                    let repeated = (1..names.len()).any(|i| names[..i].contains(&names[i]));
+                    // Without a repeated field, an escaped `op` or a number past f64, the
+                    // raw path reads every envelope the tree reads.
+                    let unusual = repeated || event.contains("\\u0063") || event.contains("1e400");
+                    proptest::prop_assert!(tree.is_err() || unusual, "{}: the tree reads it, the raw path does not", event);
+                }
+            }
+        }
+
+        /// The same for upsert messages: where the raw path answers, the tree's row; a key
+        /// the value holds whole is always answered by it.
+        #[test]
+        fn the_raw_upsert_agrees_with_the_tree(
+            key in proptest::option::of(proptest::sample::select(vec![
+                "{\"id\":1}", "{ \"id\" : 1 , \"k\":\"x\" }", "{}", "{\"i\\u0064\":1}", "[1]", "7", "x",
+            ])),
+            value in proptest::option::of(proptest::sample::select(vec![
+                "{\"id\":1,\"v\":\"a\"}", "{\"v\":\"a\"}", "{ \"k\" : \"y\", \"id\":2, \"v\":[1,{}] }", "{}",
+                "[1]", "null", "x", "{\"id\":1,\"v\":1e400}",
+            ])),
+        ) {
+            let (key, value) = (key.map(str::as_bytes), value.map(str::as_bytes));
+            let tree = upsert_json_tree(key, value);
+            let shown = format!("{:?} {:?}", key.map(String::from_utf8_lossy), value.map(String::from_utf8_lossy));
+            match (upsert_json_raw(key, value), tree.as_ref()) {
+                (Some(raw), Ok(tree)) => {
+                    proptest::prop_assert_eq!(
+                        rows_as_values(std::slice::from_ref(&raw)),
+                        rows_as_values(std::slice::from_ref(tree)),
+                        "{}",
+                        shown
+                    );
+                }
+                (Some(_), Err(reason)) => {
+                    proptest::prop_assert!(shown.contains("1e400"), "{}: raw row, the tree says {}", shown, reason);
+                }
+                (None, _) => {
+                    // Left to the tree: a bad message, a name written with an escape, or a
+                    // key field the value lacks, which the tree merges in.
+                    let object = |bytes: Option<&[u8]>| match bytes.map(serde_json::from_slice::<Value>) {
+                        Some(Ok(Value::Object(object))) => Some(object),
+                        _ => None,
+                    };
+                    let merged = match (object(key), object(value)) {
+                        (Some(key), Some(value)) => key.keys().any(|name| !value.contains_key(name)),
+                        _ => false,
+                    };
+                    let left = tree.is_err() || shown.contains("\\u0064") || merged;
+                    proptest::prop_assert!(left, "{}: the tree reads it, the raw path does not", shown);
+                }
+            }
         }
     }
 }

@@ -266,7 +266,15 @@ impl RowBuilder {
             match changes {
                 Ok(changes) => {
                     for change in changes {
-                        rows.push(Message { value: Some(change.row), ..message.clone() });
+                        // Every field but the value, which the row replaces (not copied).
+                        rows.push(Message {
+                            value: Some(change.row),
+                            key: message.key.clone(),
+                            partition: message.partition,
+                            offset: message.offset,
+                            timestamp: message.timestamp,
+                            headers: message.headers.clone(),
+                        });
                         kinds.push(change.kind as i8);
                     }
                 }
