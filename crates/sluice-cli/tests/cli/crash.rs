@@ -16,7 +16,7 @@ use std::process::Stdio;
 use proptest::prelude::*;
 
 use crate::golden::{Case, case_files, comparable, integrated, output, parse};
-use crate::harness::{Scratch, sluice_command, stderr};
+use crate::harness::{Scratch, sluice_command, sorted_lines, stderr};
 
 /// Rows per batch in these runs: small, so that there are several batches, hence
 /// several checkpoints, to crash among.
@@ -345,4 +345,88 @@ fn spilled_join_topn_and_group_state_survive_sigkill_and_a_restore_on_another_th
         Crash { point: "recovery.after_resolve", skip: 0 },
     ];
     check_crashes(&case, "q20, q19 and q17 spilled (1 → 2 threads)", &crashes, (1, 2), 2000);
+}
+
+/// A `state_dir` on a disk that fills (a small tmpfs, mounted in a mount namespace of
+/// the run's own, under `unshare`) while state spills to it (`state_memory_mib = 0`):
+/// the run stops with an error that names the directory, the bytes it could not write and
+/// the fix, never a panic. Run again from the same checkpoints with room on its disk, the
+/// pipeline's output equals a run that never ran out: nothing committed was lost and
+/// nothing is written twice. Two cases: q20's join rows fill 8 MiB (the spill files of
+/// rows), and q17's groups fill 512 KiB (the cold runs of evicted groups).
+#[test]
+fn a_state_dir_whose_disk_fills_stops_the_run_naming_it_and_the_resume_loses_nothing() {
+    fill_state_dir(&["q20", "q17"], "8m", "bytes of state to a spill file in ./small");
+    fill_state_dir(&["q17"], "512k", "bytes of evicted state to a spill file in ./small");
+}
+
+/// The NEXMark `queries` run with their `state_dir` on a tmpfs of `size` until it fills
+/// with an error containing `failure`, then resumed on a larger disk.
+fn fill_state_dir(queries: &[&str], size: &str, failure: &str) {
+    let scratch = Scratch::new();
+    let sql = |query: &str| {
+        let run = scratch.sluice(&["nexmark", "sql", query]);
+        assert!(run.status.success(), "nexmark sql {query}: {}", stderr(&run));
+        serde_json::to_string(&crate::harness::stdout(&run)).expect("sql")
+    };
+    let mut flows = String::new();
+    for query in queries {
+        flows.push_str(&format!(
+            "[[view]]\nname = \"{query}\"\nsql = {}\n\n[[sink]]\nname = \"{query}_out\"\nfrom = \"{query}\"\n\
+             connector = \"file\"\nformat = \"json\"\n[sink.options]\npath = \"{query}.jsonl\"\n\n",
+            sql(query)
+        ));
+    }
+    let pipeline = |state_dir: &str| {
+        format!(
+            "[pipeline]\nname = \"filled\"\nbatch_size = 2000\nstate_memory_mib = 0\nstate_dir = \"{state_dir}\"\n\n\
+             [checkpoint]\ninterval = \"10ms\"\nstore = \"file://./checkpoints\"\n\n\
+             [[source]]\nname = \"nexmark\"\nconnector = \"nexmark\"\n[source.options]\nevents = 60000\nseed = 0\n\n\
+             {flows}"
+        )
+    };
+    // q20 is append-only; q17 updates its rows, which are compared as the table they make.
+    let outputs = |dir: &Scratch| -> Vec<Vec<String>> {
+        queries
+            .iter()
+            .map(|query| {
+                let text = output(dir, &format!("{query}.jsonl"));
+                if *query == "q17" { integrated(&text) } else { sorted_lines(&text) }
+            })
+            .collect()
+    };
+
+    let reference = Scratch::new();
+    std::fs::create_dir(reference.path("state")).expect("state dir");
+    reference.write("pipeline.toml", &pipeline("state"));
+    let run = reference.sluice(&["--quiet", "run", "pipeline.toml"]);
+    assert!(run.status.success(), "the reference run: {}", stderr(&run));
+    let expected = outputs(&reference);
+    assert!(expected.iter().all(|rows| rows.len() > 100), "the reference holds rows");
+
+    std::fs::create_dir(scratch.path("small")).expect("state dir");
+    std::fs::create_dir(scratch.path("large")).expect("state dir");
+    scratch.write("pipeline.toml", &pipeline("small"));
+    // Each lane waits after a batch for the next checkpoint barrier, so checkpoints are
+    // taken all along (about ten are published before either disk fills); how many are
+    // published first depends on the writer thread, and the resume must be exact
+    // whichever it is.
+    let filled = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c"])
+        .arg(format!("mount -t tmpfs -o size={size} sluice-test small && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "pipeline.toml"])
+        .current_dir(scratch.dir.path())
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return")
+        .stdout(Stdio::null())
+        .output()
+        .expect("run sluice under unshare");
+    let text = stderr(&filled);
+    assert!(!text.contains("mount:") && !text.contains("unshare:"), "the namespace is made: {text}");
+    crate::harness::assert_fails_with(&filled, &[failure, "No space left on device", "fix:", "state_dir"]);
+
+    scratch.write("pipeline.toml", &pipeline("large"));
+    let resumed = scratch.sluice(&["--quiet", "run", "pipeline.toml"]);
+    assert!(resumed.status.success(), "the resumed run: {}", stderr(&resumed));
+    assert!(outputs(&scratch) == expected, "{queries:?}: the resumed run's output differs from the reference");
 }
