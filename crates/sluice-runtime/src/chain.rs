@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice_state::{StateSink, StateSource};
 use sluice_types::{Batch, Epoch, Message, SluiceError, TimestampMs};
@@ -146,26 +146,79 @@ impl Snapshot {
     }
 }
 
-/// Whether an operator instance's last snapshot was written: the checkpointer calls
-/// [`SnapshotGuard::written`] once its records are in a run the next checkpoint names;
-/// a snapshot dropped unwritten (a failed or abandoned checkpoint) leaves the flag
-/// down, and the instance's next snapshot is then full.
-#[derive(Debug)]
-pub struct SnapshotGuard(Arc<AtomicBool>);
+/// Whether an operator instance's last snapshot was written, is being written, or was
+/// dropped unwritten. The checkpointer calls [`SnapshotGuard::written`] once a
+/// snapshot's records are in a run the next checkpoint names; a guard dropped unwritten
+/// (a failed or abandoned checkpoint) marks it unwritten, and the instance's next
+/// snapshot is then full. Each snapshot taken is a new generation of the flag, so a
+/// guard of an older snapshot, resolved late, changes nothing.
+#[derive(Debug, Clone)]
+pub struct SnapshotFlag(Arc<AtomicU64>);
 
-impl SnapshotGuard {
-    /// A guard raising `flag` once its snapshot is written.
-    pub fn new(flag: Arc<AtomicBool>) -> SnapshotGuard {
-        SnapshotGuard(flag)
+/// The states of a [`SnapshotFlag`], in its two low bits (the generation above them).
+const WRITTEN: u64 = 0;
+const IN_FLIGHT: u64 = 1;
+const UNWRITTEN: u64 = 2;
+const STATE_BITS: u32 = 2;
+
+impl SnapshotFlag {
+    /// The flag of a fresh or restored instance: what the store holds for it (nothing,
+    /// or the restored runs) is its state, so its first snapshot may be a delta.
+    pub fn written() -> SnapshotFlag {
+        SnapshotFlag(Arc::new(AtomicU64::new(WRITTEN)))
     }
 
+    /// Whether the last snapshot was written (or none was taken).
+    pub fn is_written(&self) -> bool {
+        self.0.load(Ordering::Acquire) & IN_FLIGHT_MASK == WRITTEN
+    }
+
+    /// Whether the last snapshot is still being written: its guard is not resolved.
+    pub fn in_flight(&self) -> bool {
+        self.0.load(Ordering::Acquire) & IN_FLIGHT_MASK == IN_FLIGHT
+    }
+
+    /// A new snapshot taken: the next generation, in flight, and its guard.
+    pub fn take(&self) -> SnapshotGuard {
+        let generation = (self.0.load(Ordering::Acquire) >> STATE_BITS).wrapping_add(1);
+        self.0.store(generation << STATE_BITS | IN_FLIGHT, Ordering::Release);
+        SnapshotGuard { flag: self.clone(), generation }
+    }
+
+    /// Moves generation `generation` from in flight to `state`; a newer one is left.
+    fn resolve(&self, generation: u64, state: u64) {
+        let in_flight = generation << STATE_BITS | IN_FLIGHT;
+        let _ =
+            self.0.compare_exchange(in_flight, generation << STATE_BITS | state, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// The two state bits of a [`SnapshotFlag`].
+const IN_FLIGHT_MASK: u64 = (1 << STATE_BITS) - 1;
+
+/// The checkpointer's hold on one snapshot: [`SnapshotGuard::written`] once its records
+/// are written, and dropping it otherwise marks the snapshot unwritten.
+#[derive(Debug)]
+pub struct SnapshotGuard {
+    flag: SnapshotFlag,
+    generation: u64,
+}
+
+impl SnapshotGuard {
     /// A guard whose flag nothing reads (tests, and snapshots no chain asked for).
     pub fn detached() -> SnapshotGuard {
-        SnapshotGuard(Arc::new(AtomicBool::new(false)))
+        SnapshotFlag::written().take()
     }
 
     pub fn written(self) {
-        self.0.store(true, Ordering::Release);
+        self.flag.resolve(self.generation, WRITTEN);
+    }
+}
+
+impl Drop for SnapshotGuard {
+    fn drop(&mut self) {
+        // After `written` this finds the generation resolved and changes nothing.
+        self.flag.resolve(self.generation, UNWRITTEN);
     }
 }
 
@@ -178,8 +231,8 @@ pub struct Chain {
     scratch: Vec<Message>,
     /// Each operator's row counters, when counted ([`Chain::counted`]).
     counters: Vec<Arc<OperatorMetrics>>,
-    /// Per operator, whether its last snapshot was written (see [`SnapshotGuard`]).
-    written: Vec<Arc<AtomicBool>>,
+    /// Per operator, whether its last snapshot was written (see [`SnapshotFlag`]).
+    written: Vec<SnapshotFlag>,
     /// The vnodes this chain's instance owns (its thread's range).
     vnodes: Range<u32>,
 }
@@ -188,7 +241,7 @@ impl Chain {
     pub fn new(operators: Vec<Box<dyn Operator>>) -> Chain {
         // A fresh or restored instance's state is what the store holds for it (nothing,
         // or the restored runs): its first snapshot may be a delta.
-        let written = operators.iter().map(|_| Arc::new(AtomicBool::new(true))).collect();
+        let written = operators.iter().map(|_| SnapshotFlag::written()).collect();
         Chain { operators, scratch: Vec::new(), counters: Vec::new(), written, vnodes: 0..u32::MAX }
     }
 
@@ -217,12 +270,11 @@ impl Chain {
         let mut states = Vec::new();
         for (index, operator) in self.operators.iter_mut().enumerate() {
             let written = &self.written[index];
-            let delta = written.load(Ordering::Acquire);
+            let delta = written.is_written();
             if let Some(snapshot) = operator.snapshot_state(delta)? {
                 let kind = snapshot.kind;
                 assert!(delta || !kind.is_delta(), "{} wrote a delta after an unwritten snapshot", operator.name());
-                written.store(false, Ordering::Release);
-                states.push((index, snapshot, SnapshotGuard(Arc::clone(written))));
+                states.push((index, snapshot, written.take()));
             }
         }
         Ok(states)
@@ -230,7 +282,12 @@ impl Chain {
 
     /// Whether every operator's last snapshot was written (or none was taken).
     pub fn all_written(&self) -> bool {
-        self.written.iter().all(|written| written.load(Ordering::Acquire))
+        self.written.iter().all(SnapshotFlag::is_written)
+    }
+
+    /// Whether an operator's last snapshot is still being written.
+    pub fn snapshot_in_flight(&self) -> bool {
+        self.written.iter().any(SnapshotFlag::in_flight)
     }
 
     /// The operators' names, e.g. `project → window_aggregate` (`-` for none).
@@ -505,5 +562,34 @@ mod tests {
         chain.push(Message::Data(Batch::inserts(rows)), &mut out).expect("push");
         chain.push(Message::EndOfData, &mut out).expect("push");
         assert_eq!(values(&out), ["end"], "an operator's own end decides what it emits");
+    }
+
+    /// A snapshot is in flight until its guard is marked written or dropped; a guard of
+    /// an older snapshot, resolved after a newer one was taken, changes nothing.
+    #[test]
+    fn a_snapshot_flag_follows_its_newest_guard() {
+        let flag = SnapshotFlag::written();
+        assert!(flag.is_written() && !flag.in_flight(), "a fresh instance's first snapshot may be a delta");
+        let first = flag.take();
+        assert!(flag.in_flight() && !flag.is_written());
+        first.written();
+        assert!(flag.is_written() && !flag.in_flight());
+
+        drop(flag.take());
+        assert!(!flag.is_written() && !flag.in_flight(), "dropped unwritten: the next snapshot is full");
+
+        let older = flag.take();
+        let newer = flag.take();
+        older.written();
+        assert!(flag.in_flight(), "the older snapshot's guard leaves the newer one in flight");
+        drop(newer);
+        assert!(!flag.is_written() && !flag.in_flight(), "the newer one failed: the next is full");
+
+        let older = flag.take();
+        let newer = flag.take();
+        drop(older);
+        assert!(flag.in_flight(), "the older one's failure does not touch the newer one");
+        newer.written();
+        assert!(flag.is_written());
     }
 }

@@ -140,6 +140,13 @@ const ALIGNMENT_RECHECK: Duration = Duration::from_millis(1);
 /// Longest time a busy thread goes without flushing its operators' mini-batches
 /// ([`crate::Operator::on_flush`]); an idle thread flushes before it waits.
 pub const MINI_BATCH_LATENCY: Duration = Duration::from_millis(100);
+/// Longest wait, once every flow ended, for the checkpoint still writing an ended
+/// segment's last snapshot: its state is then taken again as a delta of that snapshot
+/// (or not at all) instead of whole. Past it, the final checkpoint takes it whole.
+const FINAL_SNAPSHOT_WAIT_MAX: Duration = Duration::from_secs(60);
+/// How often that wait looks at the snapshots' flags (it wakes at once on a control
+/// message).
+const FINAL_SNAPSHOT_RECHECK: Duration = Duration::from_millis(2);
 
 pub(crate) struct LaneSetup {
     pub source: usize,
@@ -431,6 +438,7 @@ impl Driver {
             last_flush: Instant::now(),
             paused: self.paused,
             restored: !self.start_positions.is_empty(),
+            final_wait: None,
         };
         state.run()
     }
@@ -476,6 +484,8 @@ struct DriverState {
     local_lanes: Vec<Vec<bool>>,
     /// The run resumed from a checkpoint.
     restored: bool,
+    /// Since when the final slice waits for an ended segment's snapshot in flight.
+    final_wait: Option<Instant>,
 }
 
 type Failure = (String, SluiceError);
@@ -515,6 +525,9 @@ impl DriverState {
             let mut progressed = self.run_segments()?;
             progressed |= self.poll_lanes()?;
             if self.flows.iter().all(|flow| flow.finished) && self.outboxes_empty() && self.pending.is_none() {
+                if self.awaits_snapshot_in_flight() {
+                    continue;
+                }
                 return self.final_slice().map(Some);
             }
             // Held mini-batches leave before the thread waits for input, and at least
@@ -527,6 +540,28 @@ impl DriverState {
                 self.wait_idle();
             }
         }
+    }
+
+    /// Whether the final slice waits a little longer: an ended segment's last snapshot
+    /// is still being written by the checkpoint before. Taken now, its state would be
+    /// taken whole (a delta follows only a written snapshot); once that checkpoint has
+    /// written it, the segment needs nothing more, and if it fails, the final slice
+    /// takes it whole as before. Waits at most [`FINAL_SNAPSHOT_WAIT_MAX`] in all, in
+    /// steps that a control message (an abort, a barrier) ends at once.
+    fn awaits_snapshot_in_flight(&mut self) -> bool {
+        let in_flight = self.checkpoints
+            && self.flows.iter().flat_map(|flow| &flow.segments).any(|segment| segment.chain.snapshot_in_flight());
+        if !in_flight {
+            return false;
+        }
+        let since = *self.final_wait.get_or_insert_with(Instant::now);
+        if since.elapsed() >= FINAL_SNAPSHOT_WAIT_MAX {
+            return false;
+        }
+        let mut select = Select::new();
+        select.recv(&self.control);
+        let _ = select.ready_timeout(FINAL_SNAPSHOT_RECHECK);
+        true
     }
 
     /// The lanes' final positions, the sinks' end-of-data records and the final state of

@@ -39,7 +39,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use chain::{Chain, Operator, Snapshot, SnapshotGuard, SnapshotJob, SnapshotKind};
+pub use chain::{Chain, Operator, Snapshot, SnapshotFlag, SnapshotGuard, SnapshotJob, SnapshotKind};
 pub use controller::{
     Checkpointing, ClusterRun, RunEvent, RunOptions, RunOutcome, RunReport, StopHandle, run, run_part, stop_handle,
 };

@@ -115,11 +115,10 @@ fn a_stored_sink_records_worker_is_read_from_its_path() {
 mod runs {
     use std::collections::BTreeMap;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     use sluice_checkpoint::{CheckpointStore, Holder, Manifest, OperatorState, StateRun};
     use sluice_runtime::checkpoint::{DeferredState, RestoredState};
-    use sluice_runtime::{Snapshot, SnapshotGuard, SnapshotKind};
+    use sluice_runtime::{Snapshot, SnapshotFlag, SnapshotGuard, SnapshotKind};
     use sluice_state::{Merge, MergeMode, StateSink, StateSource};
     use sluice_types::SluiceError;
 
@@ -134,7 +133,7 @@ mod runs {
         store: Arc<CheckpointStore>,
         _lease: sluice_checkpoint::Lease,
         book: RunBook,
-        flag: Arc<AtomicBool>,
+        flag: SnapshotFlag,
     }
 
     impl Fixture {
@@ -143,12 +142,12 @@ mod runs {
             let store = Arc::new(CheckpointStore::open("file://./store", base.path()).expect("opens"));
             let _lease = store.acquire_lease(Holder::this_process("test")).expect("lease");
             let book = RunBook::restored(base.path().to_path_buf(), None, std::slice::from_ref(&(0..4)));
-            Fixture { base, store, _lease, book, flag: Arc::new(AtomicBool::new(true)) }
+            Fixture { base, store, _lease, book, flag: SnapshotFlag::written() }
         }
     }
 
     /// A snapshot of `kind` writing `puts` (a `None` value deletes), in order.
-    fn deferred(kind: SnapshotKind, puts: Vec<(u32, &str, Option<&str>)>, flag: &Arc<AtomicBool>) -> DeferredState {
+    fn deferred(kind: SnapshotKind, puts: Vec<(u32, &str, Option<&str>)>, flag: &SnapshotFlag) -> DeferredState {
         let puts: Vec<(u32, Vec<u8>, Option<Vec<u8>>)> =
             puts.into_iter().map(|(v, k, x)| (v, k.as_bytes().to_vec(), x.map(|x| x.as_bytes().to_vec()))).collect();
         let job = Box::new(move |sink: &mut dyn StateSink| {
@@ -160,8 +159,7 @@ mod runs {
             }
             Ok(())
         });
-        flag.store(false, Ordering::Release);
-        let guard = SnapshotGuard::new(Arc::clone(flag));
+        let guard = flag.take();
         DeferredState { operator: "op".into(), vnodes: 0..4, snapshot: Snapshot { kind, job }, guard }
     }
 
@@ -194,7 +192,7 @@ mod runs {
 
         let puts = vec![(1, "a", Some("1")), (2, "b", Some("2"))];
         let runs = book.write(&store, 1, vec![deferred(SnapshotKind::Delta, puts, &flag)]).expect("written");
-        assert!(flag.load(Ordering::Acquire), "the guard is marked once written");
+        assert!(flag.is_written(), "the guard is marked once written");
         assert_eq!(runs.len(), 1);
         let puts = vec![(1, "a", None), (3, "c", Some("3"))];
         let runs = book.write(&store, 2, vec![deferred(SnapshotKind::Delta, puts, &flag)]).expect("written");
@@ -203,12 +201,11 @@ mod runs {
 
         // A failed snapshot job: nothing changes, the guard stays down.
         let failing = Box::new(|_: &mut dyn StateSink| Err(SluiceError::internal("test.fail", "no")));
-        flag.store(false, Ordering::Release);
-        let guard = SnapshotGuard::new(Arc::clone(&flag));
+        let guard = flag.take();
         let snapshot = Snapshot { kind: SnapshotKind::Delta, job: failing };
         let failed = DeferredState { operator: "op".into(), vnodes: 0..4, snapshot, guard };
         assert!(book.write(&store, 3, vec![failed]).is_err());
-        assert!(!flag.load(Ordering::Acquire), "the next snapshot must be full");
+        assert!(!flag.is_written() && !flag.in_flight(), "the next snapshot must be full");
         let unchanged = book.write(&store, 4, Vec::new()).expect("written");
         assert_eq!(unchanged, runs, "a failed checkpoint leaves the lists as they were");
 
