@@ -22,8 +22,12 @@
 //! a reader integrates it (the newest row per key, without the deleted ones).
 
 mod checkpoint;
+mod checkpoint_read;
 mod compact;
 mod log;
+mod log_start;
+#[cfg(test)]
+mod log_start_tests;
 mod shared;
 mod sink;
 mod table;
