@@ -72,7 +72,18 @@ pub enum Start {
 /// Reads `dir`'s log from its start (see the module doc); `keep_actions`: keep the live
 /// actions (`LogState::actions`). `sink` names the sink in messages.
 pub fn first_read(sink: &str, dir: &ObjectDir, keep_actions: bool) -> Result<(LogState, Start), SluiceError> {
-    Reader { sink, dir, keep_actions }.read()
+    first_read_within(sink, dir, keep_actions, CHECKPOINT_BYTES_MAX)
+}
+
+/// [`first_read`] reading at most `checkpoint_bytes_max` bytes of one checkpoint's files
+/// (tests lower it).
+pub fn first_read_within(
+    sink: &str,
+    dir: &ObjectDir,
+    keep_actions: bool,
+    checkpoint_bytes_max: u64,
+) -> Result<(LogState, Start), SluiceError> {
+    Reader { sink, dir, keep_actions, checkpoint_bytes_max }.read()
 }
 
 /// Reads commit `version` into `state`, which must be at the version before: `false`
@@ -207,6 +218,7 @@ struct Reader<'a> {
     sink: &'a str,
     dir: &'a ObjectDir,
     keep_actions: bool,
+    checkpoint_bytes_max: u64,
 }
 
 impl Reader<'_> {
@@ -304,12 +316,12 @@ impl Reader<'_> {
     /// The state of the checkpoint of `version` made of `files`; the reason when they are
     /// not a checkpoint this sink reads.
     fn checkpoint(&self, version: u64, files: &[(String, u64)]) -> Result<Result<LogState, String>, SluiceError> {
-        let listed: u64 = files.iter().map(|(_, size)| size).sum();
-        if listed > CHECKPOINT_BYTES_MAX {
-            return Ok(Err(format!("it holds {listed} bytes, more than the {CHECKPOINT_BYTES_MAX} read here")));
+        let (listed, most): (u64, u64) = (files.iter().map(|(_, size)| size).sum(), self.checkpoint_bytes_max);
+        if listed > most {
+            return Ok(Err(format!("it holds {listed} bytes, more than the {most} read here")));
         }
         let mut state = LogState::new(self.keep_actions);
-        let mut budget = CHECKPOINT_BYTES_MAX;
+        let mut budget = most;
         for (path, _) in files {
             let Some(bytes) = self.dir.get(path, budget)? else {
                 return Ok(Err(format!("{path} is gone")));

@@ -342,6 +342,8 @@ fn a_missing_stale_or_damaged_pointer_or_checkpoint_falls_back_to_what_the_log_h
         },
         Ok(Start::Checkpoint(6)),
     );
+    // A pointer larger than any is not read.
+    check(|p| write(p, &pointer, &vec![b' '; (1 << 20) + 1]), Ok(Start::Checkpoint(6)));
     // A pointer to a checkpoint the log does not hold.
     check(|p| write(p, &pointer, &checkpoint::last_checkpoint(8, 1)), Ok(Start::Checkpoint(6)));
     // A damaged checkpoint: the one before it, or the commits from version 0.
@@ -424,6 +426,19 @@ fn a_log_that_cannot_be_read_from_its_start_is_refused_naming_the_versions_and_t
     // An empty log is a table to create.
     let dir = tempfile::tempdir().expect("dir");
     assert_eq!(first_read(dir.path(), true).expect("reads"), (LogState::new(true), Start::Empty));
+}
+
+#[test]
+fn a_checkpoint_larger_than_the_bound_is_passed_over_unread() {
+    let dir = tempfile::tempdir().expect("dir");
+    random_table(dir.path(), 5, 4, 2);
+    let small = |path: &Path| log_start::first_read_within("out", &open(path), true, 64);
+    let (state, start) = small(dir.path()).expect("reads the commits instead");
+    assert_eq!((state, start), (from_commits(dir.path(), true), Start::Commits));
+    clean_up_before(dir.path(), 4);
+    let error = small(dir.path()).expect_err("refused");
+    assert!(error.message.contains("version 4: it holds"), "{error}");
+    assert!(error.message.contains("bytes, more than the 64 read here"), "{error}");
 }
 
 fn sink_at(path: &Path, interval: u64) -> super::sink::DeltaSink {
