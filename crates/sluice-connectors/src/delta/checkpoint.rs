@@ -18,8 +18,8 @@
 //! The file holds one row per action (columns `txn`, `add`, `metaData`, `protocol`, each
 //! null but in its own rows): the newest protocol and metaData, every application's
 //! newest `txn`, and an `add` (with `dataChange: false`) per live file. No `remove`
-//! tombstones: this sink never removes a file, and a vacuum of files another writer
-//! removed reads its own log.
+//! tombstones (the state needs none; a compaction's removed files are found unreferenced
+//! by a vacuum), and none are read back (`checkpoint_read`).
 //!
 //! Memory: the live actions (`log::LiveActions`) hold one `add` per live file of the
 //! table, a few hundred bytes each, from the first read of the log on; a sink without
