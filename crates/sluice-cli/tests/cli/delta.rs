@@ -127,10 +127,16 @@ fn expected_counts(n: usize) -> Vec<String> {
     rows
 }
 
-/// Every `txn` action of the table's log as (appId, version), in log order.
+/// Every `txn` action of the table's log as (appId, version), in log order, from its
+/// oldest commit (version 0 unless a log cleanup removed the early ones).
 fn transactions(table: &Path) -> Vec<(String, u64)> {
+    let oldest = std::fs::read_dir(table.join("_delta_log"))
+        .expect("the log")
+        .filter_map(|entry| entry.expect("entry").file_name().to_str()?.strip_suffix(".json")?.parse::<u64>().ok())
+        .min()
+        .unwrap_or(0);
     let mut found = Vec::new();
-    for version in 0.. {
+    for version in oldest.. {
         let Ok(text) = std::fs::read_to_string(table.join(format!("_delta_log/{version:020}.json"))) else { break };
         for line in text.lines() {
             let action: serde_json::Value = serde_json::from_str(line).expect("a JSON action");
@@ -256,6 +262,88 @@ fn exactly_once_survives_a_kill_between_the_files_and_their_commit() {
             assert_eq!(seen.len(), all, "{point}: {name}: an epoch was committed twice");
         }
     }
+}
+
+/// Creates (`create`) the table at argv[2] with `deltalake`: the `copies` view's columns,
+/// partitioned by `k`, six rows in three commits, a log retention of zero; then (every
+/// action) writes a log checkpoint of the newest version and removes the commits and
+/// checkpoints before it (`cleanup_metadata`), and prints that version.
+const DELTALAKE_CHECKPOINT: &str = r#"
+import datetime, os, sys
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+action, path = sys.argv[1], sys.argv[2]
+if action == "create":
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64()), ("ts", pa.timestamp("us"))])
+    for start in (1000, 1002, 1004):
+        rows = pa.table({"k": ["k0", None], "v": [start, start + 1],
+                         "ts": [datetime.datetime(2026, 1, 1)] * 2}, schema=schema)
+        configuration = {"delta.logRetentionDuration": "interval 0 seconds"} if start == 1000 else None
+        write_deltalake(path, rows, mode="append", partition_by=["k"], configuration=configuration)
+table = DeltaTable(path)
+table.create_checkpoint()
+table.cleanup_metadata()
+print(table.version())
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+/// Runs `DELTALAKE_CHECKPOINT`: the table's newest version, now checkpointed, its older
+/// commits removed.
+fn deltalake_checkpoint(action: &str, table: &Path) -> u64 {
+    let output = Command::new("python3")
+        .args(["-c", DELTALAKE_CHECKPOINT, action, table.to_str().expect("utf-8")])
+        .output()
+        .expect("run python3 (install deltalake: python3 -m pip install deltalake pyarrow)");
+    assert!(output.status.success(), "deltalake {action} of {}:\n{}", table.display(), stderr(&output));
+    let version = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let version: u64 = version.parse().expect("the version deltalake printed");
+    assert!(!table.join("_delta_log/00000000000000000000.json").exists(), "the cleanup removed version 0");
+    version
+}
+
+/// A table that `deltalake` created, checkpointed and cleaned up (its commits before the
+/// checkpoint removed): the sink appends to it, reading its log from `deltalake`'s
+/// checkpoint; killed after an epoch's Delta commit, then checkpointed and cleaned up by
+/// `deltalake` again (the sink's txn actions now only in that checkpoint), the restart
+/// resumes exactly once: the table holds `deltalake`'s rows and every row of the view once.
+#[test]
+fn a_table_checkpointed_and_cleaned_up_by_deltalake_resumes_exactly_once() {
+    let scratch = Scratch::new();
+    scratch.write("events.jsonl", &events(33));
+    let sinks = sink("out", "copies", "path = \"out/copies\"\npartition_by = \"k\"\ncheckpoint_interval = 2");
+    scratch.write("pipeline.toml", &pipeline("delta-cleanup", Some("file://./state"), &format!("{COPIES}{sinks}")));
+    let table = scratch.path("out/copies");
+    let created = deltalake_checkpoint("create", &table);
+    let before = python_rows(table.to_str().expect("utf-8"), &[]);
+    assert_eq!(before.len(), 6, "{before:?}");
+
+    // Killed after the third epoch's Delta commit, before its checkpoint is known to be
+    // committed: the restart commits it again, and only its txn keeps it out.
+    let failpoints = "source.barrier_after_batch=return;checkpoint.after_sink_commit=2*off->return(kill)";
+    let crashed = run(&scratch, 2, Some(failpoints), &[]);
+    assert_eq!(crashed.status.signal(), Some(9), "killed:\n{}", stderr(&crashed));
+    let needle = format!("from its checkpoint of version {created} ");
+    assert!(stderr(&crashed).contains(&needle), "the first run read deltalake's checkpoint:\n{}", stderr(&crashed));
+
+    let cleaned = deltalake_checkpoint("checkpoint", &table);
+    assert!(cleaned > created, "the crashed run committed epochs");
+    let restarted = run(&scratch, 2, None, &[]);
+    let log = stderr(&restarted);
+    assert!(restarted.status.success(), "restart failed:\n{log}");
+    assert!(log.contains("resuming from checkpoint"), "{log}");
+    assert!(log.contains(&format!("from its checkpoint of version {cleaned} ")), "{log}");
+    let mut expected = before;
+    expected.extend(expected_copies(33));
+    expected.sort();
+    assert_eq!(python_rows(table.to_str().expect("utf-8"), &[]), expected);
+    // Committing an epoch's files again would not show in the rows (an add of a path the
+    // table has is the same file): its txn would show in the commits left.
+    let mut seen = transactions(&table);
+    let all = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), all, "an epoch was committed twice");
 }
 
 #[test]

@@ -16,10 +16,12 @@
 //!   `sluice/{pipeline}/{sink}/{slot}` and its `version` the epoch (see `sink`).
 //! - `commitInfo`: the operation and time, for people reading the history.
 //!
-//! Reading a log ([`LogState::apply`]) keeps what the sink needs: the latest version, the
-//! schema and partition columns of the newest `metaData`, and every application's newest
-//! `txn` version. Any other action (a `remove` by a compaction, a `cdc`, a `domainMetadata`)
-//! is read past.
+//! Reading a log ([`LogState::apply`] per commit, [`LogState::apply_action`] per action,
+//! which a log checkpoint's rows go through as well: `checkpoint_read`) keeps what the
+//! sink needs: the latest version, the schema and partition columns of the newest
+//! `metaData`, every application's newest `txn` version and, when kept, the live actions
+//! (`add`s, ended by `remove`s). Any other action (a `cdc`, a `domainMetadata`) is read
+//! past.
 
 use std::collections::BTreeMap;
 
@@ -121,6 +123,11 @@ pub struct LogState {
 }
 
 impl LogState {
+    /// An empty state (no version read) that keeps the live actions when `keep_actions`.
+    pub fn new(keep_actions: bool) -> LogState {
+        LogState { actions: keep_actions.then(LiveActions::default), ..LogState::default() }
+    }
+
     /// Applies the actions of commit `version`, which must be the one after
     /// [`LogState::version`]; the reason when the text is not a Delta commit.
     pub fn apply(&mut self, version: u64, text: &[u8]) -> Result<(), String> {
@@ -129,29 +136,37 @@ impl LogState {
         for (index, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
             let action: Value =
                 serde_json::from_str(line).map_err(|error| format!("line {} is not JSON: {error}", index + 1))?;
-            if let Some(live) = &mut self.actions {
-                live.apply(&action);
-            }
-            if let Some(txn) = action.get("txn") {
-                let app = txn.get("appId").and_then(Value::as_str);
-                let app_version = txn.get("version").and_then(Value::as_u64);
-                let (Some(app), Some(app_version)) = (app, app_version) else {
-                    return Err(format!("line {}: a txn action without appId or version", index + 1));
-                };
-                let newest = self.transactions.entry(app.to_string()).or_insert(app_version);
-                *newest = (*newest).max(app_version);
-            } else if let Some(protocol) = action.get("protocol") {
-                let strings = |key: &str| {
-                    let values = protocol.get(key).and_then(Value::as_array);
-                    values.map(|v| v.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
-                };
-                let min_writer_version = protocol.get("minWriterVersion").and_then(Value::as_u64).unwrap_or(0);
-                self.protocol = Some(Protocol { min_writer_version, writer_features: strings("writerFeatures") });
-            } else if let Some(metadata) = action.get("metaData") {
-                self.metadata = Some(parse_metadata(metadata).map_err(|why| format!("line {}: {why}", index + 1))?);
-            }
+            self.apply_action(&action).map_err(|why| format!("line {}: {why}", index + 1))?;
         }
         self.version = Some(version);
+        Ok(())
+    }
+
+    /// Applies one action, of a commit or of a log checkpoint's row (a checkpoint's
+    /// actions are applied through here too, so that both reads keep the same state); the
+    /// reason when it is malformed. Does not move [`LogState::version`].
+    pub fn apply_action(&mut self, action: &Value) -> Result<(), String> {
+        if let Some(live) = &mut self.actions {
+            live.apply(action);
+        }
+        if let Some(txn) = action.get("txn") {
+            let app = txn.get("appId").and_then(Value::as_str);
+            let app_version = txn.get("version").and_then(Value::as_u64);
+            let (Some(app), Some(app_version)) = (app, app_version) else {
+                return Err("a txn action without appId or version".to_string());
+            };
+            let newest = self.transactions.entry(app.to_string()).or_insert(app_version);
+            *newest = (*newest).max(app_version);
+        } else if let Some(protocol) = action.get("protocol") {
+            let strings = |key: &str| {
+                let values = protocol.get(key).and_then(Value::as_array);
+                values.map(|v| v.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
+            };
+            let min_writer_version = protocol.get("minWriterVersion").and_then(Value::as_u64).unwrap_or(0);
+            self.protocol = Some(Protocol { min_writer_version, writer_features: strings("writerFeatures") });
+        } else if let Some(metadata) = action.get("metaData") {
+            self.metadata = Some(parse_metadata(metadata)?);
+        }
         Ok(())
     }
 }

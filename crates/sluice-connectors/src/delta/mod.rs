@@ -13,6 +13,8 @@
 //! - `compact`: small files of a partition merged into one (`compact_files`).
 //! - `checkpoint`: a log checkpoint (the table's state in one Parquet file) every
 //!   `checkpoint_interval` versions, so readers need not read every commit.
+//! - `log_start`: the first read of the log, from its newest log checkpoint (read by
+//!   `checkpoint_read`) and the commits after it, past a missing, stale or damaged one.
 //!
 //! The log is written here, against the Delta protocol, rather than through the
 //! `deltalake` crate: see ARCHITECTURE.md ("Delta Lake sink") for why.
@@ -22,8 +24,12 @@
 //! a reader integrates it (the newest row per key, without the deleted ones).
 
 mod checkpoint;
+mod checkpoint_read;
 mod compact;
 mod log;
+mod log_start;
+#[cfg(test)]
+mod log_start_tests;
 mod shared;
 mod sink;
 mod table;

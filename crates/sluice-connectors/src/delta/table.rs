@@ -2,10 +2,12 @@
 //! on first use, checked against the view's columns, and committed to with the
 //! create-only write of the next version (see `log`).
 //!
-//! The log is read incrementally: the first use lists `_delta_log/` once and reads every
-//! commit from version 0; later reads ask only for the versions after the newest known one,
-//! until one is missing. A commit that finds its version taken (another writer made it
-//! first) reads the new versions and decides again, at most [`COMMIT_ATTEMPTS_MAX`] times.
+//! The log is read incrementally: the first use reads it from its start (`log_start`: one
+//! listing of `_delta_log/`, then the newest log checkpoint and the commits after it, or
+//! every commit from version 0 when there is no checkpoint to start from); later reads
+//! ask only for the versions after the newest known one, until one is missing. A commit
+//! that finds its version taken (another writer made it first) reads the new versions
+//! and decides again, at most [`COMMIT_ATTEMPTS_MAX`] times.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -14,7 +16,8 @@ use sluice_checkpoint::ObjectDir;
 use sluice_types::SluiceError;
 
 use super::checkpoint;
-use super::log::{self, COMMIT_BYTES_MAX, LiveActions, LogState, TableMetadata};
+use super::log::{self, LogState, TableMetadata};
+use super::log_start;
 
 /// The most times one commit finds its version taken before it gives up.
 pub const COMMIT_ATTEMPTS_MAX: u32 = 32;
@@ -64,50 +67,21 @@ impl Table {
         Ok(state.clone())
     }
 
-    /// Reads the versions after the newest known one (the whole log the first time).
+    /// Reads the versions after the newest known one (the first time, from the log's
+    /// start: its newest checkpoint, see `log_start`).
     fn refresh<'g>(&self, guard: &'g mut MutexGuard<'_, Option<LogState>>) -> Result<&'g mut LogState, SluiceError> {
-        if guard.is_none() {
-            self.check_log_start()?;
-        }
-        let keep_actions = self.keep_actions;
-        let state = guard.get_or_insert_with(|| LogState {
-            actions: keep_actions.then(LiveActions::default),
-            ..LogState::default()
-        });
+        let state = match guard.take() {
+            Some(state) => state,
+            None => log_start::first_read(&self.sink, &self.dir, self.keep_actions)?.0,
+        };
+        let state = guard.insert(state);
         loop {
             let next = state.version.map_or(0, |v| v + 1);
-            let path = log::commit_path(next);
-            let Some(bytes) = self.dir.get(&path, COMMIT_BYTES_MAX)? else { break };
-            state.apply(next, &bytes).map_err(|why| {
-                SluiceError::external(
-                    "sink.delta_log",
-                    format!("sink `{}`: {}/{path} is not a Delta commit: {why}", self.sink, self.url()),
-                )
-                .with_fix("write this view to a new Delta table path; the log of this one is damaged")
-            })?;
+            if !log_start::read_commit(&self.sink, &self.dir, state, next)? {
+                break;
+            }
         }
         Ok(state)
-    }
-
-    /// A log whose version 0 is gone (removed after a checkpoint) cannot be read from
-    /// its commits alone: refused rather than taken for a missing table.
-    fn check_log_start(&self) -> Result<(), SluiceError> {
-        let entries = self.dir.list(log::LOG_DIR)?;
-        let versions: Vec<u64> = entries.iter().filter_map(|(path, _)| log::commit_version(path)).collect();
-        let oldest = versions.iter().min();
-        match oldest {
-            None | Some(0) => Ok(()),
-            Some(oldest) => Err(SluiceError::user(
-                "sink.delta_log_start",
-                format!(
-                    "sink `{}`: the log of Delta table {} starts at version {oldest} (older commits were removed \
-                     after a log checkpoint), and this sink reads a log from its commits only",
-                    self.sink,
-                    self.url()
-                ),
-            )
-            .with_fix("write this view to a new Delta table path")),
-        }
     }
 
     /// Creates the table with `metadata` when it has no commit yet; returns the newest
