@@ -330,11 +330,38 @@ pub(crate) struct ColdStore {
     written: LazyCounter,
     /// The memory of the runs' indexes and filters, as counted in the space.
     charged: usize,
+    /// The bytes of the operator's entries in memory, as counted in the space (the
+    /// operator says what they are: [`ColdStore::charge`], [`ColdStore::release`]).
+    entries: usize,
 }
 
 impl ColdStore {
     pub(crate) fn new(space: Arc<SpillSpace>, written: LazyCounter) -> ColdStore {
-        ColdStore { space, runs: ColdRuns::default(), written, charged: 0 }
+        ColdStore { space, runs: ColdRuns::default(), written, charged: 0, entries: 0 }
+    }
+
+    /// Counts `bytes` more of the operator's entries in the space.
+    pub(crate) fn charge(&mut self, bytes: usize) {
+        self.entries += bytes;
+        self.space.charge(bytes);
+    }
+
+    /// Counts `bytes` fewer of the operator's entries in the space.
+    pub(crate) fn release(&mut self, bytes: usize) {
+        self.entries -= bytes;
+        self.space.release(bytes);
+    }
+
+    /// Counts the operator's entries as `bytes` in all.
+    pub(crate) fn set_entry_bytes(&mut self, bytes: usize) {
+        self.space.charge(bytes);
+        self.space.release(self.entries);
+        self.entries = bytes;
+    }
+
+    /// The bytes of the operator's entries counted in the space.
+    pub(crate) fn entry_bytes(&self) -> usize {
+        self.entries
     }
 
     pub(crate) fn space(&self) -> &Arc<SpillSpace> {
@@ -426,7 +453,7 @@ impl ColdStore {
 
 impl Drop for ColdStore {
     fn drop(&mut self) {
-        self.space.release(self.charged);
+        self.space.release(self.charged + self.entries);
     }
 }
 

@@ -121,32 +121,12 @@ struct Spilling {
     store: crate::cold::ColdStore,
     /// The clock's hand: the next position in `rows` it looks at.
     hand: usize,
-    /// The bytes of this instance's keys counted in the space.
-    charged: usize,
     /// Keys evicted while changed since the previous snapshot: the next delta writes
     /// them again from their run.
     evicted_dirty: crate::cold::Keys,
     /// Keys deleted from memory whose older copy may still be in a run: the next run
     /// writes their deletes.
     dropped: crate::cold::Keys,
-}
-
-impl Spilling {
-    fn charge(&mut self, bytes: usize) {
-        self.charged += bytes;
-        self.store.space().charge(bytes);
-    }
-
-    fn release(&mut self, bytes: usize) {
-        self.charged -= bytes;
-        self.store.space().release(bytes);
-    }
-}
-
-impl Drop for Spilling {
-    fn drop(&mut self) {
-        self.store.space().release(self.charged);
-    }
 }
 
 /// The operator: each key's current row, by the key's encoding.
@@ -218,7 +198,6 @@ impl ChangelogNormalize {
         self.cold = Some(Spilling {
             store,
             hand: 0,
-            charged: 0,
             evicted_dirty: crate::cold::Keys::default(),
             dropped: crate::cold::Keys::default(),
         });
@@ -341,7 +320,7 @@ impl ChangelogNormalize {
                     // Deleted since it was read back: its run's copy is stale.
                     marks |= FROM_COLD;
                 }
-                cold.charge(key_bytes(&key));
+                cold.store.charge(key_bytes(&key));
             }
             out.push(Out::Input(index, 1));
             self.mark(&key);
@@ -406,7 +385,7 @@ impl ChangelogNormalize {
     /// deleted if it may have one. Returns where its row is.
     fn forget_key(&mut self, key: &[u8], kept: Kept) -> RowAt {
         if let Some(cold) = self.cold.as_mut() {
-            cold.release(key_bytes(key));
+            cold.store.release(key_bytes(key));
             if kept.marks & FROM_COLD != 0 {
                 cold.dropped.insert(key.to_vec());
             }
@@ -423,7 +402,7 @@ impl ChangelogNormalize {
         let hash = sluice_types::key::hash(key);
         let vnode = sluice_types::vnode::of_hash(hash, self.spec.vnodes);
         let Some(found) = cold.store.runs().find(vnode, key, hash, &|_| false)? else { return Ok(false) };
-        cold.charge(key_bytes(key));
+        cold.store.charge(key_bytes(key));
         let dirty = cold.evicted_dirty.remove(key);
         let at = self.log.append(&found.value)?;
         self.rows.insert(key.into(), Kept { at, marks: RECENT | FROM_COLD });
@@ -481,7 +460,7 @@ impl ChangelogNormalize {
         cold.store.add(records, chosen.len(), freed, &hash)?;
         for key in chosen {
             let kept = self.rows.swap_remove(&key).expect("a chosen key is held");
-            cold.release(key_bytes(&key));
+            cold.store.release(key_bytes(&key));
             self.log.forget(kept.at);
             if self.tracking && self.changed.remove(&key) {
                 cold.evicted_dirty.insert(key.into_vec());

@@ -171,7 +171,7 @@ fn load(normalize: &mut ChangelogNormalize, records: &mut Vec<Restored>) -> Resu
             Some(previous) => normalize.log.forget(previous.at),
             None => {
                 if let Some(cold) = normalize.cold.as_mut() {
-                    cold.charge(bytes);
+                    cold.store.charge(bytes);
                 }
             }
         }

@@ -257,17 +257,9 @@ struct Spilling {
     marks: Vec<u8>,
     /// The clock's hand: the next partition id it looks at.
     hand: usize,
-    /// The bytes of this instance's partitions counted in the space.
-    charged: usize,
     /// Partitions evicted while changed since the previous snapshot: the next delta
     /// writes them again from their run.
     evicted_dirty: crate::cold::Keys,
-}
-
-impl Drop for Spilling {
-    fn drop(&mut self) {
-        self.store.space().release(self.charged);
-    }
 }
 
 /// See the module documentation.
@@ -405,7 +397,7 @@ impl TopN {
         if self.spec.window_end.is_none() {
             let store = crate::cold::ColdStore::new(Arc::clone(&space), written.again());
             let evicted_dirty = crate::cold::Keys::default();
-            self.cold = Some(Spilling { store, marks: Vec::new(), hand: 0, charged: 0, evicted_dirty });
+            self.cold = Some(Spilling { store, marks: Vec::new(), hand: 0, evicted_dirty });
         }
         self.rows = RowLog::new(Some(space), Some(written));
         self
@@ -621,9 +613,7 @@ impl TopN {
     fn recount(&mut self) {
         let Some(cold) = self.cold.as_mut() else { return };
         let now = self.partitions.len() * PARTITION_BYTES + self.entries * ENTRY_BYTES;
-        cold.store.space().charge(now);
-        cold.store.space().release(cold.charged);
-        cold.charged = now;
+        cold.store.set_entry_bytes(now);
     }
 
     /// When the space is over its budget, evicts partitions no row reached since the

@@ -121,32 +121,12 @@ struct Spilling {
     marks: Vec<u8>,
     /// The clock's hand: the next group id it looks at.
     hand: usize,
-    /// The bytes of this instance's groups counted in the space.
-    charged: usize,
     /// Groups evicted while changed since the previous snapshot: the next delta writes
     /// them again from their run.
     evicted_dirty: crate::cold::Keys,
     /// Groups dropped from memory whose older copy may still be in a run: the next run
     /// writes their deletes.
     dropped: crate::cold::Keys,
-}
-
-impl Spilling {
-    fn charge(&mut self, bytes: usize) {
-        self.charged += bytes;
-        self.store.space().charge(bytes);
-    }
-
-    fn release(&mut self, bytes: usize) {
-        self.charged -= bytes;
-        self.store.space().release(bytes);
-    }
-}
-
-impl Drop for Spilling {
-    fn drop(&mut self) {
-        self.store.space().release(self.charged);
-    }
 }
 
 /// COUNT(DISTINCT) aggregates of one argument column (at most [`MEMBERS_MAX`]; a column
@@ -290,7 +270,6 @@ impl GroupAggregate {
             store,
             marks: Vec::new(),
             hand: 0,
-            charged: 0,
             evicted_dirty: crate::cold::Keys::default(),
             dropped: crate::cold::Keys::default(),
         });
@@ -483,7 +462,7 @@ impl GroupAggregate {
             }
             cold.marks[id as usize] = RECENT;
             let bytes = self.groups[id as usize].as_ref().map_or(0, Group::bytes);
-            cold.charge(bytes);
+            cold.store.charge(bytes);
         }
         id
     }
@@ -495,7 +474,7 @@ impl GroupAggregate {
             self.removed.push(group.key.get().to_vec());
         }
         if let Some(cold) = self.cold.as_mut() {
-            cold.release(group.bytes());
+            cold.store.release(group.bytes());
             if std::mem::take(&mut cold.marks[id as usize]) & FROM_COLD != 0 {
                 cold.dropped.insert(group.key.get().to_vec());
             }
@@ -520,7 +499,11 @@ impl GroupAggregate {
         if !space.over_budget() || self.groups.is_empty() {
             return Ok(());
         }
-        let goal = space.resident().saturating_sub(space.budget()).saturating_add(space.budget() / 8).min(cold.charged);
+        let goal = space
+            .resident()
+            .saturating_sub(space.budget())
+            .saturating_add(space.budget() / 8)
+            .min(cold.store.entry_bytes());
         let slots = self.groups.len();
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         for _ in 0..slots.min(SCAN_MAX) {
@@ -565,7 +548,7 @@ impl GroupAggregate {
             self.index.find_entry(table, |&g| g == id).expect("an indexed group").remove();
             self.free.push(id);
             cold.marks[id as usize] = 0;
-            cold.release(group.bytes());
+            cold.store.release(group.bytes());
         }
         Ok(())
     }
@@ -587,8 +570,8 @@ impl GroupAggregate {
             let group = self.groups[id as usize].as_ref().expect("a touched group lives until emitted");
             if let Some(cold) = self.cold.as_mut() {
                 let after = group.bytes();
-                cold.charge(after);
-                cold.release(bytes);
+                cold.store.charge(after);
+                cold.store.release(bytes);
             }
             let after = (group.rows > 0).then(|| group.values());
             if after.is_none() {

@@ -324,8 +324,8 @@ fn complete(aggregate: &mut GroupAggregate, id: u32, bytes: usize) {
     }
     let now = group.bytes();
     if let Some(cold) = aggregate.cold.as_mut() {
-        cold.charge(now);
-        cold.release(bytes);
+        cold.store.charge(now);
+        cold.store.release(bytes);
     }
 }
 
