@@ -160,6 +160,7 @@ const WRITTEN: u64 = 0;
 const IN_FLIGHT: u64 = 1;
 const UNWRITTEN: u64 = 2;
 const STATE_BITS: u32 = 2;
+const STATE_MASK: u64 = (1 << STATE_BITS) - 1;
 
 impl SnapshotFlag {
     /// The flag of a fresh or restored instance: what the store holds for it (nothing,
@@ -170,12 +171,12 @@ impl SnapshotFlag {
 
     /// Whether the last snapshot was written (or none was taken).
     pub fn is_written(&self) -> bool {
-        self.0.load(Ordering::Acquire) & IN_FLIGHT_MASK == WRITTEN
+        self.0.load(Ordering::Acquire) & STATE_MASK == WRITTEN
     }
 
     /// Whether the last snapshot is still being written: its guard is not resolved.
     pub fn in_flight(&self) -> bool {
-        self.0.load(Ordering::Acquire) & IN_FLIGHT_MASK == IN_FLIGHT
+        self.0.load(Ordering::Acquire) & STATE_MASK == IN_FLIGHT
     }
 
     /// A new snapshot taken: the next generation, in flight, and its guard.
@@ -192,9 +193,6 @@ impl SnapshotFlag {
             self.0.compare_exchange(in_flight, generation << STATE_BITS | state, Ordering::AcqRel, Ordering::Acquire);
     }
 }
-
-/// The two state bits of a [`SnapshotFlag`].
-const IN_FLIGHT_MASK: u64 = (1 << STATE_BITS) - 1;
 
 /// The checkpointer's hold on one snapshot: [`SnapshotGuard::written`] once its records
 /// are written, and dropping it otherwise marks the snapshot unwritten.
