@@ -3,10 +3,12 @@
 //! A [`SpillSpace`] is one budget per pipeline and worker process: `[pipeline]
 //! state_memory_mib` of state bytes held in memory, summed over every operator instance
 //! that spills, and the directory (`[pipeline] state_dir`, by default the system's
-//! temporary directory) where the rest goes. Today the rows of a regular join's
-//! append-only side spill (`crate::join`), and the rows a TopN keeps (`crate::topn`):
-//! rows written once and never changed, so a spilled chunk of them is an immutable range
-//! of a file.
+//! temporary directory) where the rest goes. The rows of a join's sides spill
+//! (`crate::join`), and the rows a TopN or the changelog normalization keeps
+//! (`crate::row_log`): rows written once and never changed, so a spilled chunk of them is
+//! an immutable range of a file. Chunks are written through a [`SpillFile`]: a log's
+//! into one file it never rewrites, an expiring join side's into files of a fixed size,
+//! each freed with its last chunk.
 //!
 //! A [`SpillLog`] is one such sequence of chunks. Bytes are appended to its newest
 //! chunk, held in memory. When a new chunk starts while the space is over its budget,
@@ -117,6 +119,11 @@ impl SpillSpace {
         self.budget
     }
 
+    /// The bytes of a new chunk of state in this space.
+    pub(crate) fn chunk_bytes(&self) -> usize {
+        self.chunk_bytes
+    }
+
     /// Bytes of spillable state in memory now.
     pub fn resident(&self) -> usize {
         self.resident.load(Ordering::Relaxed)
@@ -194,6 +201,52 @@ impl SpilledChunk {
     }
 }
 
+/// Where a state's spilled chunks are written: anonymous files in the space's directory,
+/// each written once from its start, a new one begun when the current one holds
+/// `segment_bytes`. A file lives as long as a chunk written to it: state freed from its
+/// oldest end (an expiring join side's rows) gives its disk back file by file.
+#[derive(Debug)]
+pub(crate) struct SpillFile {
+    file: Option<Arc<File>>,
+    length: u64,
+    segment_bytes: u64,
+}
+
+impl SpillFile {
+    pub(crate) fn new(segment_bytes: u64) -> SpillFile {
+        SpillFile { file: None, length: 0, segment_bytes }
+    }
+
+    /// Writes `bytes` after what this file holds (to a new file if that one is full);
+    /// returns where they are.
+    pub(crate) fn write(&mut self, space: &SpillSpace, bytes: &[u8]) -> Result<SpilledChunk, SluiceError> {
+        if self.length >= self.segment_bytes {
+            (self.file, self.length) = (None, 0);
+        }
+        let file = match &self.file {
+            Some(file) => Arc::clone(file),
+            None => Arc::clone(self.file.insert(Arc::new(space.create_file()?))),
+        };
+        file.write_all_at(bytes, self.length).map_err(|error| {
+            SluiceError::external(
+                "state.spill",
+                format!(
+                    "cannot write {} bytes of state to a spill file in {}: {error}",
+                    bytes.len(),
+                    space.dir.display()
+                ),
+            )
+            .with_fix(
+                "free space on the disk of [pipeline] state_dir, point state_dir at a larger disk, \
+                 or raise [pipeline] state_memory_mib",
+            )
+        })?;
+        let spilled = SpilledChunk { file, offset: self.length, length: bytes.len() };
+        self.length += bytes.len() as u64;
+        Ok(spilled)
+    }
+}
+
 /// A chunk of a log: in memory (shared with snapshots), or in the log's file.
 #[derive(Debug, Clone)]
 pub(crate) enum LogChunk {
@@ -218,8 +271,7 @@ pub(crate) struct SpillLog {
     chunk_bytes: usize,
     /// None: nothing spills (every chunk stays in memory).
     space: Option<Arc<SpillSpace>>,
-    file: Option<Arc<File>>,
-    file_length: u64,
+    file: SpillFile,
     /// Every chunk before this one is spilled.
     first_resident: usize,
     /// The capacity of this log's chunks in memory, as counted in the space.
@@ -243,8 +295,7 @@ impl SpillLog {
             chunks: Vec::new(),
             chunk_bytes,
             space,
-            file: None,
-            file_length: 0,
+            file: SpillFile::new(u64::MAX),
             first_resident: 0,
             resident: 0,
             spilled: 0,
@@ -315,28 +366,9 @@ impl SpillLog {
     /// Writes chunk `index` to the file and drops it from memory.
     fn spill(&mut self, space: &SpillSpace, index: usize) -> Result<(), SluiceError> {
         let LogChunk::Resident(bytes) = &self.chunks[index] else { return Ok(()) };
-        let file = match &self.file {
-            Some(file) => Arc::clone(file),
-            None => Arc::clone(self.file.insert(Arc::new(space.create_file()?))),
-        };
-        file.write_all_at(bytes, self.file_length).map_err(|error| {
-            SluiceError::external(
-                "state.spill",
-                format!(
-                    "cannot write {} bytes of state to a spill file in {}: {error}",
-                    bytes.len(),
-                    space.dir.display()
-                ),
-            )
-            .with_fix(
-                "free space on the disk of [pipeline] state_dir, point state_dir at a larger disk, \
-                 or raise [pipeline] state_memory_mib",
-            )
-        })?;
         let (capacity, length) = (bytes.capacity(), bytes.len());
-        let spilled = SpilledChunk { file, offset: self.file_length, length };
+        let spilled = self.file.write(space, bytes)?;
         self.chunks[index] = LogChunk::Spilled(Arc::new(spilled));
-        self.file_length += length as u64;
         self.resident -= capacity;
         self.spilled += length;
         if let Some(written) = self.written.as_mut() {

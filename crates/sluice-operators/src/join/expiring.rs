@@ -36,6 +36,14 @@
 //! Insertion and freeing are thus sequential in memory: two appends and a pop per row,
 //! and one hash insertion per row on a side that is indexed.
 //!
+//! Beyond the worker's memory budget (`crate::spill`), starting a chunk writes the
+//! oldest chunks still in memory (all but the newest) to spill files: in a stream in
+//! event-time order they hold the rows that expire first. A probe reads a spilled row
+//! back, and a spilled entry's key only when its hash is the key's. The files are
+//! written in segments of [`SEGMENT_BYTES`], each an anonymous file that lives as long as
+//! a chunk written to it, so the disk comes back as the rows expire. The entries, the
+//! index and the expiry counts stay in memory.
+//!
 //! Snapshots ([`ExpiringStore::changes`]): rows only arrive and expire, so a delta is the
 //! rows arrived since the previous snapshot and not expired, each under an arrival
 //! number that keeps counting across snapshots and restores, and how far the watermark
@@ -48,7 +56,9 @@ use hashbrown::HashTable;
 use sluice_types::SluiceError;
 
 use crate::bytes::SmallBytes;
+use crate::counter::LazyCounter;
 use crate::same_bytes;
+use crate::spill::{LogChunk, SpillFile, SpillSpace};
 
 /// No previous entry of the same key.
 const NONE: u64 = u64::MAX;
@@ -59,11 +69,13 @@ const SCAN_ALWAYS: u64 = 16;
 /// probe without indexing them.
 const SCAN_PER_INSERT: u64 = 4;
 
-/// The bytes of a chunk (a row longer than that gets a chunk of its own).
+/// The bytes of a chunk (a row longer than that gets a chunk of its own) without a
+/// spill space (with one, the space's).
 const CHUNK_BYTES: usize = 256 * 1024;
 
-/// Bytes of rows and keys, appended in arrival order; shared with snapshots.
-pub(super) type Chunk = Arc<Vec<u8>>;
+/// The bytes of one spill file: the rows expire oldest first, and a file is freed once
+/// every chunk in it is, so its disk comes back in steps of this.
+const SEGMENT_BYTES: u64 = 256 << 20;
 
 /// One join key in the index: its newest indexed entry.
 #[derive(Debug)]
@@ -111,14 +123,28 @@ impl Entry {
 }
 
 /// See the module documentation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct ExpiringStore {
     ring: VecDeque<Entry>,
     /// The sequence number of `ring[0]`.
     front: u64,
-    chunks: VecDeque<Chunk>,
+    /// Bytes of rows and keys in arrival order, in memory (shared with snapshots) or
+    /// spilled.
+    chunks: VecDeque<LogChunk>,
     /// The sequence number of `chunks[0]`.
     first_chunk: u64,
+    /// Every chunk numbered below this is spilled (or freed).
+    first_resident: u64,
+    /// The capacity of a new chunk.
+    chunk_bytes: usize,
+    /// The budget this side's chunks count in (None: they stay in memory), its files,
+    /// the capacity of its chunks in memory and the bytes of its spilled ones as counted
+    /// there, and the counter of bytes written.
+    space: Option<Arc<SpillSpace>>,
+    file: SpillFile,
+    resident: usize,
+    spilled: usize,
+    written: Option<LazyCounter>,
     /// A freed chunk, kept to be filled again.
     spare: Option<Vec<u8>>,
     /// Entries numbered below this are indexed (or freed).
@@ -155,7 +181,10 @@ pub(super) struct ExpiringCopy {
     pub(super) expires: i64,
     pub(super) key_hash: u64,
     pub(super) weight: i64,
-    pub(super) chunk: Chunk,
+    /// The row's chunk and its sequence number (rows come in arrival order: a spilled
+    /// chunk is read back once for all of its rows).
+    pub(super) chunk: LogChunk,
+    pub(super) sequence: u64,
     pub(super) range: std::ops::Range<usize>,
 }
 
@@ -167,7 +196,69 @@ pub(super) struct ExpiringChanges {
     pub(super) expired_through: Option<i64>,
 }
 
+impl Default for ExpiringStore {
+    fn default() -> ExpiringStore {
+        ExpiringStore::new(None, None)
+    }
+}
+
+impl Drop for ExpiringStore {
+    fn drop(&mut self) {
+        if let Some(space) = &self.space {
+            space.release(self.resident);
+            space.count_spilled(self.spilled, false);
+        }
+    }
+}
+
+/// The bytes at `range` of `chunk`: borrowed when in memory, else read into `scratch`.
+fn bytes_of<'a>(
+    chunk: &'a LogChunk,
+    range: std::ops::Range<usize>,
+    scratch: &'a mut Vec<u8>,
+) -> Result<&'a [u8], SluiceError> {
+    match chunk {
+        LogChunk::Resident(bytes) => Ok(&bytes[range]),
+        LogChunk::Spilled(spilled) => {
+            scratch.clear();
+            spilled.read_range(range, scratch)?;
+            Ok(scratch)
+        }
+    }
+}
+
 impl ExpiringStore {
+    /// A store whose chunks beyond `space`'s budget spill (None: all stay in memory),
+    /// counting the bytes written in `written`.
+    pub(super) fn new(space: Option<Arc<SpillSpace>>, written: Option<LazyCounter>) -> ExpiringStore {
+        ExpiringStore {
+            ring: VecDeque::new(),
+            front: 0,
+            chunks: VecDeque::new(),
+            first_chunk: 0,
+            first_resident: 0,
+            chunk_bytes: space.as_ref().map_or(CHUNK_BYTES, |space| space.chunk_bytes()),
+            space,
+            file: SpillFile::new(SEGMENT_BYTES),
+            resident: 0,
+            spilled: 0,
+            written,
+            spare: None,
+            indexed: 0,
+            heads: HashTable::new(),
+            added: 0,
+            by_time: BTreeMap::new(),
+            watermark: None,
+            live: 0,
+            bytes: 0,
+            snapshotted: 0,
+            base_entry: 0,
+            base_arrival: 0,
+            snapshot_watermark: None,
+            tracking: false,
+        }
+    }
+
     /// Rows held and not expired, with their multiplicity (so the count does not depend
     /// on whether equal rows arrived apart or together, as after a restore).
     pub(super) fn len(&self) -> usize {
@@ -187,18 +278,30 @@ impl ExpiringStore {
         self.front + self.ring.len() as u64
     }
 
-    fn chunk(&self, entry: &Entry) -> &[u8] {
+    fn chunk(&self, entry: &Entry) -> &LogChunk {
         &self.chunks[(entry.chunk - self.first_chunk) as usize]
     }
 
-    fn key(&self, entry: &Entry) -> &[u8] {
-        &self.chunk(entry)[entry.key_range()]
+    /// The bytes of row `id` (from [`ExpiringStore::probe`] since the last change), if
+    /// its chunk is in memory.
+    pub(super) fn resident_row(&self, id: u64) -> Option<&[u8]> {
+        let entry = self.get(id);
+        match self.chunk(entry) {
+            LogChunk::Resident(bytes) => Some(&bytes[entry.row_range()]),
+            LogChunk::Spilled(_) => None,
+        }
     }
 
-    /// The bytes of row `id` (from [`ExpiringStore::probe`] since the last change).
-    pub(super) fn row(&self, id: u64) -> &[u8] {
+    /// Appends the bytes of row `id` to `out`, wherever they are.
+    pub(super) fn read_row(&self, id: u64, out: &mut Vec<u8>) -> Result<(), SluiceError> {
         let entry = self.get(id);
-        &self.chunk(entry)[entry.row_range()]
+        match self.chunk(entry) {
+            LogChunk::Resident(bytes) => {
+                out.extend_from_slice(&bytes[entry.row_range()]);
+                Ok(())
+            }
+            LogChunk::Spilled(spilled) => spilled.read_range(entry.row_range(), out),
+        }
     }
 
     fn position(&self, id: u64) -> Option<usize> {
@@ -207,11 +310,12 @@ impl ExpiringStore {
     }
 
     /// Appends to `out` the ids of the rows not expired whose join key is `key`
-    /// (placement hash `hash`).
-    pub(super) fn probe(&mut self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
+    /// (placement hash `hash`). A spilled entry's key is read back only when its hash is
+    /// the key's.
+    pub(super) fn probe(&mut self, key: &[u8], hash: u64, out: &mut Vec<u64>) -> Result<(), SluiceError> {
         let unindexed = self.end() - self.indexed.max(self.front);
         if unindexed > SCAN_ALWAYS && unindexed > SCAN_PER_INSERT.saturating_mul(self.added) {
-            self.index();
+            self.index()?;
         }
         self.added = 0;
         let found = self.heads.find(hash, |head| head.hash == hash && same_bytes(head.key.get(), key));
@@ -224,22 +328,29 @@ impl ExpiringStore {
             id = entry.older;
         }
         let first = usize::try_from(self.indexed.saturating_sub(self.front)).unwrap_or(usize::MAX);
+        let mut scratch = Vec::new();
         for (position, entry) in self.ring.iter().enumerate().skip(first) {
-            if entry.key_hash == hash && !self.is_expired(entry) && same_bytes(self.key(entry), key) {
+            if entry.key_hash == hash
+                && !self.is_expired(entry)
+                && same_bytes(bytes_of(self.chunk(entry), entry.key_range(), &mut scratch)?, key)
+            {
                 out.push(self.front + position as u64);
             }
         }
+        Ok(())
     }
 
     /// Indexes every entry not indexed yet.
-    fn index(&mut self) {
+    fn index(&mut self) -> Result<(), SluiceError> {
         self.sweep_heads();
         let first = self.indexed.max(self.front);
+        let mut scratch = Vec::new();
         for id in first..self.end() {
             let position = (id - self.front) as usize;
             let entry = &self.ring[position];
             let hash = entry.key_hash;
-            let key = &self.chunks[(entry.chunk - self.first_chunk) as usize][entry.key_range()];
+            let chunk = &self.chunks[(entry.chunk - self.first_chunk) as usize];
+            let key = bytes_of(chunk, entry.key_range(), &mut scratch)?;
             let older = match self.heads.find_mut(hash, |head| head.hash == hash && same_bytes(head.key.get(), key)) {
                 Some(head) => std::mem::replace(&mut head.newest, id),
                 None => {
@@ -251,6 +362,7 @@ impl ExpiringStore {
             self.ring[position].older = older;
         }
         self.indexed = self.end();
+        Ok(())
     }
 
     /// The row `id` (from [`ExpiringStore::probe`] since the last change).
@@ -285,7 +397,7 @@ impl ExpiringStore {
         let too_long = |_| SluiceError::internal("join.row", "a joined row and key of 4 GiB or more");
         let (row_length, key_length) =
             (u32::try_from(row.len()).map_err(too_long)?, u32::try_from(key.len()).map_err(too_long)?);
-        let (chunk, start) = self.append(row, key);
+        let (chunk, start) = self.append(row, key)?;
         let start = u32::try_from(start).map_err(too_long)?;
         self.ring.push_back(Entry {
             chunk,
@@ -311,17 +423,29 @@ impl ExpiringStore {
 
     /// Appends `row` and `key` to the last chunk, or to a new one if it is full or shared
     /// with a snapshot; returns the chunk's sequence number and where they start.
-    fn append(&mut self, row: &[u8], key: &[u8]) -> (u64, usize) {
+    /// Starting a chunk while the space is over budget first spills the oldest chunks.
+    fn append(&mut self, row: &[u8], key: &[u8]) -> Result<(u64, usize), SluiceError> {
         let length = row.len() + key.len();
-        fn fits(chunk: &mut Chunk, length: usize) -> Option<&mut Vec<u8>> {
-            Arc::get_mut(chunk).filter(|bytes| bytes.capacity() - bytes.len() >= length)
+        fn fits(chunk: &mut LogChunk, length: usize) -> Option<&mut Vec<u8>> {
+            match chunk {
+                LogChunk::Resident(bytes) => {
+                    Arc::get_mut(bytes).filter(|bytes| bytes.capacity() - bytes.len() >= length)
+                }
+                LogChunk::Spilled(_) => None,
+            }
         }
         if self.chunks.back_mut().and_then(|chunk| fits(chunk, length)).is_none() {
             let bytes = match self.spare.take() {
                 Some(spare) if spare.capacity() >= length => spare,
-                _ => Vec::with_capacity(CHUNK_BYTES.max(length)),
+                _ => Vec::with_capacity(self.chunk_bytes.max(length)),
             };
-            self.chunks.push_back(Arc::new(bytes));
+            let capacity = bytes.capacity();
+            self.chunks.push_back(LogChunk::Resident(Arc::new(bytes)));
+            self.resident += capacity;
+            if let Some(space) = &self.space {
+                space.charge(capacity);
+            }
+            self.spill_over_budget()?;
         }
         let sequence = self.first_chunk + self.chunks.len() as u64 - 1;
         let bytes =
@@ -329,7 +453,32 @@ impl ExpiringStore {
         let start = bytes.len();
         bytes.extend_from_slice(row);
         bytes.extend_from_slice(key);
-        (sequence, start)
+        Ok((sequence, start))
+    }
+
+    /// While the space is over budget, spills the oldest chunk in memory but the newest:
+    /// the rows that expire first (in an input in event-time order).
+    fn spill_over_budget(&mut self) -> Result<(), SluiceError> {
+        let Some(space) = self.space.clone() else { return Ok(()) };
+        let newest = self.first_chunk + self.chunks.len() as u64 - 1;
+        self.first_resident = self.first_resident.max(self.first_chunk);
+        while space.over_budget() && self.first_resident < newest {
+            let index = (self.first_resident - self.first_chunk) as usize;
+            if let LogChunk::Resident(bytes) = &self.chunks[index] {
+                let (capacity, length) = (bytes.capacity(), bytes.len());
+                let spilled = self.file.write(&space, bytes)?;
+                self.chunks[index] = LogChunk::Spilled(Arc::new(spilled));
+                self.resident -= capacity;
+                self.spilled += length;
+                space.release(capacity);
+                space.count_spilled(length, true);
+                if let Some(written) = self.written.as_mut() {
+                    written.add(length as u64);
+                }
+            }
+            self.first_resident += 1;
+        }
+        Ok(())
     }
 
     /// Frees the chunks before the one holding the front entry (every chunk when the
@@ -339,10 +488,27 @@ impl ExpiringStore {
         while self.first_chunk < first_held {
             let chunk = self.chunks.pop_front().expect("a chunk before the first held");
             self.first_chunk += 1;
-            if let Ok(mut bytes) = Arc::try_unwrap(chunk) {
+            self.uncount(&chunk);
+            if let LogChunk::Resident(bytes) = chunk
+                && let Ok(mut bytes) = Arc::try_unwrap(bytes)
+            {
                 bytes.clear();
                 self.spare = Some(bytes);
             }
+        }
+    }
+
+    /// Stops counting `chunk`, which this store no longer holds, in the space.
+    fn uncount(&mut self, chunk: &LogChunk) {
+        let (resident, spilled) = match chunk {
+            LogChunk::Resident(bytes) => (bytes.capacity(), 0),
+            LogChunk::Spilled(_) => (0, chunk.len()),
+        };
+        self.resident -= resident;
+        self.spilled -= spilled;
+        if let Some(space) = &self.space {
+            space.release(resident);
+            space.count_spilled(spilled, false);
         }
     }
 
@@ -393,8 +559,9 @@ impl ExpiringStore {
 
     /// Puts the rows in the order of their expiry (restored rows come in the order of
     /// their bytes), so they are freed as they expire; their bytes are copied into new
-    /// chunks in that order, and the index starts over.
-    pub(super) fn sort_by_expiry(&mut self) {
+    /// chunks in that order (read back from the spill files where they spilled), and
+    /// the index starts over.
+    pub(super) fn sort_by_expiry(&mut self) -> Result<(), SluiceError> {
         let mut entries: Vec<Entry> = std::mem::take(&mut self.ring).into();
         entries.sort_by_key(|entry| entry.expires);
         let chunks = std::mem::take(&mut self.chunks);
@@ -402,15 +569,22 @@ impl ExpiringStore {
         self.first_chunk += chunks.len() as u64;
         self.heads.clear();
         self.indexed = self.front;
+        let mut scratch = Vec::new();
         for mut entry in entries {
-            let bytes = &chunks[(entry.chunk - first_chunk) as usize];
-            let (row, key) = (&bytes[entry.row_range()], &bytes[entry.key_range()]);
-            let (chunk, start) = self.append(row, key);
+            let chunk = &chunks[(entry.chunk - first_chunk) as usize];
+            let whole = entry.row_range().start..entry.key_range().end;
+            let bytes = bytes_of(chunk, whole, &mut scratch)?;
+            let (row, key) = bytes.split_at(entry.row_length as usize);
+            let (chunk, start) = self.append(row, key)?;
             entry.chunk = chunk;
             entry.start = u32::try_from(start).expect("a chunk holds less than 4 GiB before a row starts");
             entry.older = NONE;
             self.ring.push_back(entry);
         }
+        for chunk in &chunks {
+            self.uncount(chunk);
+        }
+        Ok(())
     }
 
     /// Whether a snapshot may take only what changed.
@@ -439,7 +613,8 @@ impl ExpiringStore {
                 expires: entry.expires,
                 key_hash: entry.key_hash,
                 weight: entry.weight,
-                chunk: Arc::clone(&self.chunks[(entry.chunk - self.first_chunk) as usize]),
+                chunk: self.chunk(entry).clone(),
+                sequence: entry.chunk,
                 range: entry.row_range(),
             });
         }
@@ -454,19 +629,19 @@ impl ExpiringStore {
 
     /// After a restore: every row held is in the runs, whose highest arrival number was
     /// `last_arrival` (None: no row).
-    pub(super) fn restored(&mut self, last_arrival: Option<u64>) {
-        self.sort_by_expiry();
+    pub(super) fn restored(&mut self, last_arrival: Option<u64>) -> Result<(), SluiceError> {
+        self.sort_by_expiry()?;
         self.snapshotted = self.end();
         (self.base_entry, self.base_arrival) = (self.end(), last_arrival.map_or(0, |last| last + 1));
         self.snapshot_watermark = self.watermark;
         self.tracking = true;
+        Ok(())
     }
 
     /// Every row not expired, in arrival order, with its chunk.
     #[cfg(test)]
-    pub(super) fn rows(&self) -> impl Iterator<Item = (&Entry, &Chunk)> {
-        let chunk = |entry: &Entry| &self.chunks[(entry.chunk - self.first_chunk) as usize];
-        self.ring.iter().filter(|entry| !self.is_expired(entry)).map(move |entry| (entry, chunk(entry)))
+    pub(super) fn rows(&self) -> impl Iterator<Item = (&Entry, &LogChunk)> {
+        self.ring.iter().filter(|entry| !self.is_expired(entry)).map(move |entry| (entry, self.chunk(entry)))
     }
 }
 
@@ -480,8 +655,15 @@ mod tests {
 
     fn probe(store: &mut ExpiringStore, key: &[u8]) -> Vec<Vec<u8>> {
         let mut ids = Vec::new();
-        store.probe(key, sluice_types::key::hash(key), &mut ids);
-        let mut rows: Vec<Vec<u8>> = ids.into_iter().map(|id| store.row(id).to_vec()).collect();
+        store.probe(key, sluice_types::key::hash(key), &mut ids).expect("probe");
+        let mut rows: Vec<Vec<u8>> = ids
+            .into_iter()
+            .map(|id| {
+                let mut row = Vec::new();
+                store.read_row(id, &mut row).expect("read");
+                row
+            })
+            .collect();
         rows.sort();
         rows
     }
@@ -567,10 +749,11 @@ mod tests {
     fn chunks_shared_with_a_snapshot_stay_as_they_were_and_freed_ones_are_filled_again() {
         let mut store = ExpiringStore::default();
         push(&mut store, b"a", b"k", 1);
-        let shared: Vec<Chunk> = store.rows().map(|(_, chunk)| Arc::clone(chunk)).collect();
+        let shared: Vec<LogChunk> = store.rows().map(|(_, chunk)| chunk.clone()).collect();
         push(&mut store, b"b", b"k", 2);
         assert_eq!(store.chunks.len(), 2, "the shared chunk is not appended to");
-        assert_eq!(shared[0].as_slice(), b"ak", "the snapshot's bytes are as they were");
+        let LogChunk::Resident(first) = &shared[0] else { panic!("nothing spills without a space") };
+        assert_eq!(first.as_slice(), b"ak", "the snapshot's bytes are as they were");
         drop(shared);
         assert_eq!(store.expire(1), 1);
         assert_eq!(store.chunks.len(), 1, "the first chunk is freed");
@@ -584,12 +767,49 @@ mod tests {
     }
 
     #[test]
+    fn rows_beyond_the_budget_spill_oldest_first_and_their_disk_is_freed_as_they_expire() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::with_chunk_bytes(dir.path().to_path_buf(), 256, 64);
+        let metrics = Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1));
+        let written = crate::spill::spilled_bytes(&metrics);
+        let mut store = ExpiringStore::new(Some(Arc::clone(&space)), Some(written));
+        // 1,000 rows of 16 bytes and an 8-byte key, 2 per chunk, expiring in order.
+        fill(&mut store, 0..1000);
+        assert!(space.resident() <= 256 + 64, "{} bytes in memory over a budget of 256", space.resident());
+        assert!(space.spilled() >= 1000 * 16 - 256 - 64, "{} bytes spilled", space.spilled());
+        assert!(matches!(store.chunks[0], LogChunk::Spilled(_)), "the oldest rows spill");
+        assert!(matches!(store.chunks.back(), Some(LogChunk::Resident(_))), "the newest stay");
+        assert_eq!(metrics.counters()[0].1 as usize, space.spilled(), "the bytes written are counted");
+        // Probes find spilled rows by a scan and, probed often, through the index.
+        assert_eq!(probe(&mut store, &3u64.to_le_bytes()), [3u64.to_le_bytes().to_vec()]);
+        for key in (0..1000u64).step_by(7) {
+            assert_eq!(probe(&mut store, &key.to_le_bytes()), [key.to_le_bytes().to_vec()], "{key}");
+        }
+        assert!(store.indexed > 0, "indexed from spilled keys");
+        // A snapshot takes spilled and resident rows alike.
+        let changes = store.changes(true);
+        assert_eq!(changes.rows.len(), 1000);
+        assert!(changes.rows.iter().any(|row| matches!(row.chunk, LogChunk::Spilled(_))));
+        drop(changes);
+        // Expiring the oldest half frees their chunks, on disk first.
+        let spilled = space.spilled();
+        assert_eq!(store.expire(499), 500);
+        assert_eq!(space.spilled(), spilled - 500 * 16, "the expired rows' disk is given back");
+        assert_eq!(probe(&mut store, &700u64.to_le_bytes()), [700u64.to_le_bytes().to_vec()]);
+        assert_eq!(store.expire(999), 500);
+        assert_eq!((space.resident(), space.spilled()), (0, 0), "nothing held, nothing counted");
+        fill(&mut store, 1000..1010);
+        drop(store);
+        assert_eq!((space.resident(), space.spilled()), (0, 0), "a dropped store leaves nothing counted");
+    }
+
+    #[test]
     fn restored_rows_are_put_in_expiry_order() {
         let mut store = ExpiringStore::default();
         for key in [5u64, 1, 9, 3] {
             push(&mut store, &key.to_le_bytes(), b"k", key as i64);
         }
-        store.sort_by_expiry();
+        store.sort_by_expiry().expect("sort");
         assert_eq!(store.ring.iter().map(|e| e.expires).collect::<Vec<_>>(), [1, 3, 5, 9]);
         assert_eq!(store.expire(4), 2);
         assert_eq!(store.ring.len(), 2, "both freed at once");

@@ -168,7 +168,7 @@ struct Side {
 
 /// A side's stored rows: in arrival order when they expire ([`expiring`]: an interval
 /// or window join's side, without a TTL); appended when they only come and are never
-/// padded ([`append`]); else a multiset by row ([`store`]). The last two spill.
+/// padded ([`append`]); else a multiset by row ([`store`]). Each spills its rows' bytes.
 enum Rows {
     ByRow(Store),
     Expiring(ExpiringStore),
@@ -193,12 +193,13 @@ impl Rows {
     }
 
     /// Appends the ids of the rows whose join key is `key` (placement hash `hash`).
-    fn probe(&mut self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
+    fn probe(&mut self, key: &[u8], hash: u64, out: &mut Vec<u64>) -> Result<(), SluiceError> {
         match self {
             Rows::ByRow(store) => store.probe(key, hash, out),
-            Rows::Expiring(store) => store.probe(key, hash, out),
+            Rows::Expiring(store) => return store.probe(key, hash, out),
             Rows::Append(store) => store.probe(key, hash, out),
         }
+        Ok(())
     }
 
     /// The bytes of rows `ids` (from a probe in this batch), in order: spilled ones
@@ -211,7 +212,12 @@ impl Rows {
                 |id, out| store.read_row(id, out),
                 spilled,
             ),
-            Rows::Expiring(store) => Ok(ids.iter().map(|&id| store.row(id)).collect()),
+            Rows::Expiring(store) => crate::spill::gather(
+                ids.iter().copied(),
+                |id| store.resident_row(id),
+                |id, out| store.read_row(id, out),
+                spilled,
+            ),
             Rows::Append(store) => crate::spill::gather(
                 ids.iter().map(|&id| id as u32),
                 |id| store.resident_row(id),
@@ -282,12 +288,13 @@ impl Rows {
 
     /// After a restore: the rows held are the runs' (the highest arrival number there
     /// was `last_arrival`); an expiring side puts its rows in the order they expire.
-    fn restored(&mut self, last_arrival: Option<u64>) {
+    fn restored(&mut self, last_arrival: Option<u64>) -> Result<(), SluiceError> {
         match self {
             Rows::ByRow(store) => store.clear_changes(),
-            Rows::Expiring(store) => store.restored(last_arrival),
+            Rows::Expiring(store) => return store.restored(last_arrival),
             Rows::Append(store) => store.restored(last_arrival),
         }
+        Ok(())
     }
 }
 
@@ -384,7 +391,7 @@ impl JoinOperator {
                 key_encoder: None,
                 row_encoder: KeyEncoder::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())?,
                 store: match expiry {
-                    Some(_) => Rows::Expiring(ExpiringStore::default()),
+                    Some(_) => Rows::Expiring(ExpiringStore::new(spec.spill.clone(), written())),
                     None if appended => Rows::Append(AppendStore::new(spec.spill.clone(), written())),
                     None => Rows::ByRow(Store::new(spec.spill.clone(), written())),
                 },
@@ -570,7 +577,7 @@ impl Operator for JoinOperator {
             let matchable = weight != 0 && nulls.as_ref().is_none_or(|n| n.is_valid(row));
             if matchable {
                 let before = candidates.len();
-                self.sides[other].store.probe(keys.row(row), keys.hash(row), &mut candidates);
+                self.sides[other].store.probe(keys.row(row), keys.hash(row), &mut candidates)?;
                 probes.extend(std::iter::repeat_n(row as u32, candidates.len() - before));
             }
             ends.push(candidates.len());

@@ -113,7 +113,7 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
                     };
                     appended(&mut add, side, changes, vnodes)?
                 }
-                SideChanges::Expiring(changes) => expiring(&mut records, side, changes, vnodes, &owned),
+                SideChanges::Expiring(changes) => expiring(&mut records, side, changes, vnodes, &owned)?,
             }
         }
         records.write(sink)
@@ -188,8 +188,25 @@ fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) ->
     Ok(())
 }
 
-fn expiring(records: &mut Records, side: u8, changes: ExpiringChanges, vnodes: u32, owned: &std::ops::Range<u32>) {
+fn expiring(
+    records: &mut Records,
+    side: u8,
+    changes: ExpiringChanges,
+    vnodes: u32,
+    owned: &std::ops::Range<u32>,
+) -> Result<(), SluiceError> {
+    // Rows come in arrival order, so each spilled chunk is read back once.
+    let mut read_back: Option<(u64, Vec<u8>)> = None;
     for row in &changes.rows {
+        let bytes = match &row.chunk {
+            LogChunk::Resident(bytes) => &bytes[row.range.clone()],
+            LogChunk::Spilled(spilled) => {
+                if read_back.as_ref().is_none_or(|(held, _)| *held != row.sequence) {
+                    read_back = Some((row.sequence, spilled.read()?));
+                }
+                &read_back.as_ref().expect("the row's chunk was just read").1[row.range.clone()]
+            }
+        };
         let key = |out: &mut Vec<u8>| {
             out.push(side);
             out.extend_from_slice(&ordered_i64(row.expires));
@@ -197,7 +214,7 @@ fn expiring(records: &mut Records, side: u8, changes: ExpiringChanges, vnodes: u
         };
         let value = |out: &mut Vec<u8>| {
             put_signed(out, row.weight);
-            out.extend_from_slice(&row.chunk[row.range.clone()]);
+            out.extend_from_slice(bytes);
         };
         records.add(vnode::of_hash(row.key_hash, vnodes), key, Some(&value));
     }
@@ -211,6 +228,7 @@ fn expiring(records: &mut Records, side: u8, changes: ExpiringChanges, vnodes: u
             records.delete_range(vnode, start.clone(), end.clone());
         }
     }
+    Ok(())
 }
 
 fn corrupt(what: &str) -> SluiceError {
@@ -273,7 +291,7 @@ pub(super) fn restore(join: &mut JoinOperator, state: &mut dyn StateSource) -> R
         load(join, side, rows)?;
     }
     for (side, last) in join.sides.iter_mut().zip(last_arrival) {
-        side.store.restored(last);
+        side.store.restored(last)?;
     }
     Ok(())
 }
