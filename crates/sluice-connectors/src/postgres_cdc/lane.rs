@@ -124,7 +124,7 @@ impl CdcLane {
                     &format!("the checkpoint resumes from {} in it", format_lsn(lsn)),
                 ));
             }
-            (Some(Position::Snapshot), existing) => {
+            (Some(Position::Snapshot { .. }), existing) => {
                 if existing.is_some() {
                     tracing::warn!(source = %setup.source, slot, "the run stopped during its snapshot: the slot is created again and the snapshot read again");
                     slot::drop_slot(&setup, &mut connection)?;
@@ -162,7 +162,7 @@ impl CdcLane {
         };
         let (resume_lsn, resumed_changes) = match position {
             Position::Stream { lsn, changes } => (lsn, changes),
-            Position::Snapshot | Position::SnapshotDone { .. } => (0, 0),
+            Position::Snapshot { .. } | Position::SnapshotDone { .. } => (0, 0),
         };
         let consistent_point = match &phase {
             Phase::Snapshot(snapshot) => snapshot.consistent_point,
@@ -570,8 +570,9 @@ fn snapshot_phase(setup: &LaneSetup, mut created: slot::CreatedSlot) -> Result<(
         blocks: blocks.clone(),
     });
     let reader = SnapshotReader::new(created.client, Part { index: 0, count: setup.lanes }, blocks);
-    let snapshot = Snapshot { reader: Some(reader), consistent_point: created.consistent_point };
-    Ok((Phase::Snapshot(Box::new(snapshot)), Position::Snapshot))
+    let consistent_point = created.consistent_point;
+    let snapshot = Snapshot { reader: Some(reader), consistent_point };
+    Ok((Phase::Snapshot(Box::new(snapshot)), Position::Snapshot { consistent_point: Some(consistent_point) }))
 }
 
 impl LaneReader for CdcLane {
