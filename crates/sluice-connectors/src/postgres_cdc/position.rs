@@ -1,5 +1,6 @@
 //! A lane's position in checkpoints, versioned: during the snapshot (with the slot's
-//! consistent point the snapshot was taken at) or in the stream (the end LSN of the last whole transaction
+//! consistent point, from which a restart streams the changes on top of a new snapshot,
+//! see the module's note) or in the stream (the end LSN of the last whole transaction
 //! returned, and how many changes of the next one were already returned when it was cut
 //! in pieces).
 //!
