@@ -1,9 +1,11 @@
 //! The `postgres-cdc` source against a real PostgreSQL (`wal_level = logical`, started by
 //! `postgres::Server::start_logical`): the tables' snapshot and changes joined and
 //! aggregated into a PostgreSQL sink, compared with the same query run by PostgreSQL on
-//! the final tables; across a kill between a checkpoint and the slot's confirm; a
-//! transaction open across a run's checkpoints; a large transaction cut in pieces;
-//! TOAST values an update leaves unchanged; and each refusal naming its setting.
+//! the final tables; across a kill between a checkpoint and the slot's confirm, and
+//! kills during the snapshot with rows changed before the restart (the slot kept, or
+//! the restart refused when it is gone); a transaction open across a run's
+//! checkpoints; a large transaction cut in pieces; TOAST values an update leaves
+//! unchanged; and each refusal naming its setting.
 //!
 //! Every run is bounded (`bounded = true`: it ends once the changes committed before
 //! the server's WAL position at its start are read), so tests wait for processes to
@@ -216,8 +218,9 @@ fn a_kill_between_a_checkpoint_and_the_slot_s_confirm_changes_nothing() {
 }
 
 /// Killed after a checkpoint taken during the snapshot: the snapshot cannot be resumed
-/// (it lived in the killed session), so the restart creates the slot again and reads a
-/// new one; the rows read twice are applied as updates of their keys.
+/// (it lived in the killed session), so the restart keeps the slot, reads a new one and
+/// streams from the first one's point; the rows read twice are applied as updates of
+/// their keys.
 #[test]
 fn a_kill_during_the_snapshot_reads_it_again() {
     let server = Server::start_logical();
@@ -236,8 +239,108 @@ fn a_kill_during_the_snapshot_reads_it_again() {
     assert_eq!(server.rows("again"), server.rows("expected"), "after the changes:\n{log}");
 }
 
-/// Three lanes read parts of the snapshot on two threads, killed in the middle and
-/// restarted (a new snapshot, read in parts again); the stream starts once a committed
+/// Changes made while a run killed during its snapshot is down, to rows its snapshot
+/// returned before the kill (the customers, read first, and the first orders): deletes
+/// (of a customer, whose orders then join nothing, and of orders), updates, a key
+/// deleted and inserted again in one transaction and in two, and new rows.
+const BETWEEN: &str = "
+    DELETE FROM customers WHERE id = 1;
+    DELETE FROM orders WHERE id IN (2, 3);
+    UPDATE orders SET amount = 1000 WHERE id = 4;
+    UPDATE customers SET region = 'south' WHERE id = 2;
+    BEGIN;
+    DELETE FROM orders WHERE id = 8;
+    INSERT INTO orders VALUES (8, 3, 8000);
+    COMMIT;
+    DELETE FROM orders WHERE id = 9;
+    INSERT INTO orders VALUES (9, 2, 9);
+    INSERT INTO customers VALUES (5, 'eve', 'north');
+    INSERT INTO orders VALUES (70, 5, 70), (71, 1, 71);
+";
+
+/// Changes made while the restart of [`BETWEEN`] is itself killed during its snapshot.
+const BETWEEN_AGAIN: &str = "
+    DELETE FROM orders WHERE id IN (10, 11);
+    UPDATE customers SET region = 'east' WHERE id = 5;
+    UPDATE orders SET customer = 3 WHERE id = 12;
+";
+
+/// For each of `betweens`: kills a run of `scratch`'s pipeline right after its
+/// checkpoint number `killed_at` is published, during the snapshot (one checkpoint per
+/// batch), and runs that SQL on the server. Then restarts, checks the sink's `table`
+/// against PostgreSQL's answer, and again after [`CHANGES`]. Returns the restart's log.
+fn check_kill_during_the_snapshot(
+    server: &Server,
+    scratch: &Scratch,
+    table: &str,
+    killed_at: u32,
+    betweens: &[&str],
+) -> String {
+    let failpoints =
+        format!("source.barrier_after_batch=return;checkpoint.after_publish={}*sleep(30)->return(kill)", killed_at - 1);
+    let mut crashes = String::new();
+    for between in betweens {
+        let crashed = run(scratch, 2, Some(&failpoints));
+        assert_eq!(crashed.status.signal(), Some(9), "killed after a publish:\n{}", stderr(&crashed));
+        let crashed = stderr(&crashed);
+        assert!(!crashed.contains("streaming changes"), "killed during the snapshot:\n{crashed}");
+        // The checkpoint before the killed one is committed: rows of the snapshot, the
+        // customers among them, reached the sink, so `between` changes rows returned.
+        let sunk = server.count(&format!("SELECT COUNT(*) FROM {table}"));
+        assert!(sunk > 0, "nothing of the snapshot reached the sink before the kill:\n{crashed}");
+        server.execute(between);
+        crashes.push_str(&crashed);
+    }
+    let log = run_ok(scratch, Some("checkpoint.after_publish=sleep(30)"));
+    assert!(log.contains("the run stopped during its snapshot"), "{log}");
+    assert_eq!(server.rows(table), server.rows("expected"), "killed:\n{crashes}\nrestarted:\n{log}");
+    server.execute(CHANGES);
+    let after = run_ok(scratch, None);
+    assert_eq!(server.rows(table), server.rows("expected"), "after the changes:\n{after}");
+    log
+}
+
+/// Killed during the snapshot, and rows it returned are deleted, updated, deleted and
+/// inserted again before the restart, which is itself killed during its snapshot and
+/// followed by more changes: a new snapshot alone would keep the deleted rows (issue
+/// 28); the slot's changes since the first snapshot delete them.
+#[test]
+fn rows_deleted_between_a_kill_during_the_snapshot_and_its_restart_are_deleted() {
+    let server = Server::start_logical();
+    server.execute(SCHEMA);
+    server.execute(SNAPSHOT_ROWS);
+    server.execute("INSERT INTO orders SELECT i, 1 + i % 3, i FROM generate_series(100, 299) AS i");
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &pipeline(&server, "between", ""));
+    let log = check_kill_during_the_snapshot(&server, &scratch, "between", 4, &[BETWEEN, BETWEEN_AGAIN]);
+    assert!(log.contains("applied again"), "the restart says why anomalies may be counted:\n{log}");
+}
+
+/// Restarted from a checkpoint taken during the snapshot, the source needs the slot that
+/// snapshot was taken at (its changes since say which rows returned were deleted):
+/// without it, or with a slot of that name created again, the restart is refused.
+#[test]
+fn a_restart_during_the_snapshot_without_its_slot_is_refused() {
+    let server = Server::start_logical();
+    server.execute(SCHEMA);
+    server.execute(SNAPSHOT_ROWS);
+    let scratch = Scratch::new();
+    scratch.write("pipeline.toml", &pipeline(&server, "gone", ""));
+    let crashed =
+        run(&scratch, 2, Some("source.barrier_after_batch=return;checkpoint.after_publish=2*sleep(30)->return(kill)"));
+    assert_eq!(crashed.status.signal(), Some(9), "killed after a publish:\n{}", stderr(&crashed));
+    // Once its walsender exited, the slot can be dropped.
+    server.slot_confirmed("slot_gone");
+    server.execute("SELECT pg_drop_replication_slot('slot_gone')");
+    let fix = "pg_drop_replication_slot('slot_gone')";
+    assert_fails_with(&run(&scratch, 1, None), &["stopped during its snapshot", "has no slot `slot_gone`", "afresh"]);
+    server.execute("SELECT pg_create_logical_replication_slot('slot_gone', 'pgoutput')");
+    assert_fails_with(&run(&scratch, 1, None), &["stopped during its snapshot", "created again", fix]);
+}
+
+/// Three lanes read parts of the snapshot on two threads, killed in the middle; rows
+/// they returned are changed before the restart, which reads a new snapshot in parts
+/// again; the stream (from the first snapshot's point) starts once a committed
 /// checkpoint holds every part, and the changes after follow.
 #[test]
 fn a_snapshot_read_in_parallel_lanes_ends_as_postgresql_computes() {
@@ -250,15 +353,8 @@ fn a_snapshot_read_in_parallel_lanes_ends_as_postgresql_computes() {
         "pipeline.toml",
         &pipeline(&server, "parts", "snapshot_lanes = 3").replace("batch_size = 8", "batch_size = 64"),
     );
-    let crashed =
-        run(&scratch, 2, Some("source.barrier_after_batch=return;checkpoint.after_publish=4*sleep(30)->return(kill)"));
-    assert_eq!(crashed.status.signal(), Some(9), "killed after a publish:\n{}", stderr(&crashed));
-    let log = run_ok(&scratch, Some("checkpoint.after_publish=sleep(30)"));
+    let log = check_kill_during_the_snapshot(&server, &scratch, "parts", 5, &[BETWEEN]);
     assert!(log.contains("snapshot part read"), "{log}");
-    assert_eq!(server.rows("parts"), server.rows("expected"), "killed:\n{}\nrestarted:\n{log}", stderr(&crashed));
-    server.execute(CHANGES);
-    let log = run_ok(&scratch, None);
-    assert_eq!(server.rows("parts"), server.rows("expected"), "after the changes:\n{log}");
 }
 
 /// A transaction open while a run reads and checkpoints (its first rows are in the WAL

@@ -1,6 +1,7 @@
-//! The source's one lane: opening the slot (created with a snapshot, reused, or resumed
-//! from a checkpoint's position), the snapshot's rows, then the stream's transactions
-//! (see the module's correctness argument in `postgres_cdc/mod.rs`).
+//! The source's one lane: opening the slot (created with a snapshot, reused, resumed
+//! from a checkpoint's position, or kept with a new snapshot by a restart during the
+//! snapshot), the snapshot's rows, then the stream's transactions (see the module's
+//! correctness argument in `postgres_cdc/mod.rs`).
 //!
 //! A poll reads at most [`MESSAGES_PER_POLL`] stream messages and returns the rows of
 //! whole transactions only (or a piece of one beyond `transaction_rows_max`), as batches
@@ -42,6 +43,9 @@ const IDLE_PAUSE: Duration = Duration::from_millis(5);
 struct Snapshot {
     reader: Option<SnapshotReader>,
     consistent_point: u64,
+    /// The session exporting a restart's new snapshot: closed once the stream starts,
+    /// after every snapshot lane imported it.
+    _exporter: Option<postgres::Client>,
 }
 
 enum Phase {
@@ -124,12 +128,9 @@ impl CdcLane {
                     &format!("the checkpoint resumes from {} in it", format_lsn(lsn)),
                 ));
             }
-            (Some(Position::Snapshot), existing) => {
-                if existing.is_some() {
-                    tracing::warn!(source = %setup.source, slot, "the run stopped during its snapshot: the slot is created again and the snapshot read again");
-                    slot::drop_slot(&setup, &mut connection)?;
-                }
-                snapshot_phase(&setup, slot::create_slot(&setup, &mut connection)?)?
+            (Some(Position::Snapshot { consistent_point }), existing) => {
+                let point = slot::kept_point(&setup, consistent_point, existing)?;
+                snapshot_phase(&setup, slot::snapshot_again(&setup, point)?)?
             }
             (None, Some(confirmed)) if !setup.options.create_slot => {
                 (Phase::Stream, Position::Stream { lsn: confirmed, changes: 0 })
@@ -162,7 +163,7 @@ impl CdcLane {
         };
         let (resume_lsn, resumed_changes) = match position {
             Position::Stream { lsn, changes } => (lsn, changes),
-            Position::Snapshot | Position::SnapshotDone { .. } => (0, 0),
+            Position::Snapshot { .. } | Position::SnapshotDone { .. } => (0, 0),
         };
         let consistent_point = match &phase {
             Phase::Snapshot(snapshot) => snapshot.consistent_point,
@@ -556,22 +557,25 @@ impl CdcLane {
     }
 }
 
-/// The phase and position of a lane that just created its slot: its part of the
-/// snapshot to read, the snapshot published for the other snapshot lanes.
-fn snapshot_phase(setup: &LaneSetup, mut created: slot::CreatedSlot) -> Result<(Phase, Position), SluiceError> {
+/// The phase and position of a lane that opened a snapshot (its slot just created, or
+/// kept by a restart): its part of the snapshot to read, the snapshot published for the
+/// other snapshot lanes. The position names the slot's consistent point, which a restart
+/// during the snapshot streams from.
+fn snapshot_phase(setup: &LaneSetup, mut opened: slot::OpenedSnapshot) -> Result<(Phase, Position), SluiceError> {
     let blocks = if setup.lanes > 1 {
-        snapshot::table_blocks(&setup.source, &setup.endpoint, &mut created.client, &setup.captured)?
+        snapshot::table_blocks(&setup.source, &setup.endpoint, &mut opened.client, &setup.captured)?
     } else {
         Vec::new()
     };
     setup.shared.publish(Published::Snapshot {
-        name: created.snapshot_name,
-        consistent_point: created.consistent_point,
+        name: opened.snapshot_name,
+        consistent_point: opened.consistent_point,
         blocks: blocks.clone(),
     });
-    let reader = SnapshotReader::new(created.client, Part { index: 0, count: setup.lanes }, blocks);
-    let snapshot = Snapshot { reader: Some(reader), consistent_point: created.consistent_point };
-    Ok((Phase::Snapshot(Box::new(snapshot)), Position::Snapshot))
+    let reader = SnapshotReader::new(opened.client, Part { index: 0, count: setup.lanes }, blocks);
+    let consistent_point = opened.consistent_point;
+    let snapshot = Snapshot { reader: Some(reader), consistent_point, _exporter: opened.exporter };
+    Ok((Phase::Snapshot(Box::new(snapshot)), Position::Snapshot { consistent_point: Some(consistent_point) }))
 }
 
 impl LaneReader for CdcLane {

@@ -11,7 +11,8 @@
 //! - [`pgoutput`]: the stream's messages, decoded.
 //! - [`values`]: text values into Arrow columns; [`rows`]: changes into batches.
 //! - [`position`]: a lane's checkpointed position.
-//! - [`slot`]: the slot's state, creation with a snapshot, dropping.
+//! - [`slot`]: the slot's state, creation with a snapshot, a restart's new snapshot on
+//!   the slot kept.
 //! - [`snapshot`]: reading the snapshot, one part of every table per snapshot lane;
 //!   [`snapshot_lane`]: the lanes after the first, which read a part and end.
 //! - [`lane`]: lane 0: its part of the snapshot, then the stream, transaction by
@@ -46,24 +47,59 @@
 //! checkpoint possibly falling inside that transaction. Spilling was not chosen: the
 //! stream is already durable in the server's WAL, which the position replays from.
 //!
-//! **Snapshot lanes.** With `snapshot_lanes = N`, lane 0 creates the slot and
-//! publishes the snapshot's name and each table's size in blocks (read in the
-//! snapshot); lanes 1..N import it (the replication session stays idle until lane 0
-//! streams, so the export lives) and each reads its range of every table's blocks, lane
-//! 0 the first. A change of a key must reach the normalization after the key's snapshot
-//! row, which another lane, on another thread, may have sent: lane 0 starts the stream
-//! only once a committed checkpoint holds every other lane's position "part read" (its
-//! barrier, aligned across every exchange, orders all of their rows first). Hence
-//! exactly-once checkpoints are required. Lane 0 alone decides whether a snapshot is
-//! read; the other lanes follow what it publishes.
+//! **Snapshot lanes.** With `snapshot_lanes = N`, lane 0 opens the snapshot (the slot's
+//! export, or a restart's, below) and publishes its name, its consistent point and each
+//! table's size in blocks (read in the snapshot); lanes 1..N import it (the exporting
+//! session stays idle until lane 0 streams, so the export lives) and each reads its
+//! range of every table's blocks, lane 0 the first. A change of a key must reach the
+//! normalization after the key's snapshot row, which another lane, on another thread,
+//! may have sent: lane 0 starts the stream only once a committed checkpoint holds every
+//! other lane's position "part read" of this snapshot (its barrier, aligned across every
+//! exchange, orders all of their rows first). A part names its snapshot by the
+//! consistent point, which a restart's snapshot shares with the first one, so publishing
+//! a snapshot forgets the parts recorded before (and a snapshot lane's position before
+//! its part names none). Hence exactly-once checkpoints are required. Lane 0 alone
+//! decides whether a snapshot is read; the other lanes follow what it publishes.
 //!
 //! **Restart during the snapshot.** The exported snapshot lives only as long as the
 //! session that created the slot, so a run stopped before its snapshot ended cannot
-//! finish it. A restart from a checkpoint taken during the snapshot drops the slot,
-//! creates it again and reads a new snapshot: rows already emitted come again as inserts
-//! (the normalization applies them as updates of their keys and counts them), and a row
-//! deleted between the two snapshots stays. A restart after the snapshot has no such
-//! effect.
+//! finish it, and no later snapshot shows which rows the first one returned were deleted
+//! since. The slot's changes do: a checkpoint taken during the snapshot carries no LSN,
+//! so the slot's confirmed position is still the consistent point L0 (which lane 0's
+//! position records) and the server keeps every change committed after it. The restart
+//! therefore keeps the slot, reads a new snapshot S1 in an ordinary REPEATABLE READ
+//! transaction (exported with `pg_export_snapshot()` by a session held open until the
+//! stream starts, for the other snapshot lanes), and streams from L0 under the rules of
+//! a fresh run (the parts committed first). It converges to PostgreSQL's tables because
+//! the normalization sets a key's row (an insert, an update's new row) or removes it (a
+//! delete, an update's old row) whatever it held, and every change of a key reaches it
+//! after the key's S1 row, in commit order: a key no transaction after L0 changed ends
+//! as S1 shows it, which is as the first snapshot returned it (if it did: a duplicate
+//! insert that emits nothing); any other key ends as its last change, as in
+//! PostgreSQL. A row returned by the first snapshot and deleted since thus gets its
+//! delete, and one updated, or deleted and inserted again, its last row. The changes S1
+//! already holds count in the normalization's counters: an insert as a duplicate
+//! insert, a delete of a key the first snapshot never returned as a delete of an unknown
+//! key (dropped), an old row older than the key's as an out-of-order change (the key's
+//! row retracted, the new one applied); the restart logs why, with L0 and S1's WAL
+//! position. Until the stream passes S1, the output may show a key's older row again
+//! (as the snapshot itself shows states PostgreSQL never had); the end is PostgreSQL's.
+//! Exactly once holds from L0 on as in any stream: positions are transactions', and
+//! only the snapshot's rows (as before) come twice.
+//!
+//! Other designs, and why not: dropping the slot and reading a new snapshot (the first
+//! version) kept the deleted rows forever; deleting the keys the first snapshot returned
+//! that S1 lacks needs those keys, which only the normalization holds, on every thread;
+//! skipping the changes S1 holds by their commit LSN is not sound, as visibility in a
+//! snapshot does not follow commit LSN order (a transaction whose commit record precedes
+//! S1's WAL position may still be invisible to S1), while applying every change from L0
+//! again needs no such cut. A restart that finds the slot gone, or at another confirmed
+//! position (dropped and created again, or advanced), is refused
+//! (`source.postgres_cdc.snapshot_slot_lost`, the fix: start afresh): a new snapshot
+//! without the changes from L0 gives a wrong answer that nothing would show, the
+//! deleted rows counted for ever. A version 1 position names no L0: the slot's confirmed
+//! position is taken for it. A restart after the snapshot resumes the stream from its
+//! position and reads no snapshot.
 //!
 //! **Schema changes** are not followed: a Relation message whose columns differ from
 //! the catalog's at planning stops the run with the table, the change and the fix, and
@@ -215,14 +251,21 @@ pub struct Shared {
 pub enum Published {
     /// The run streams from a checkpoint's position: no snapshot to read.
     NoSnapshot,
-    /// The slot's exported snapshot, its consistent point, and each table's size in
+    /// The snapshot's name (exported by the slot's creation, or by a restart's session),
+    /// the slot's consistent point the stream starts from, and each table's size in
     /// blocks (which the parts are cut from).
     Snapshot { name: String, consistent_point: u64, blocks: Vec<u64> },
 }
 
 impl Shared {
+    /// Publishes what lane 0 opened; a snapshot's parts count from here on (a restart's
+    /// snapshot has the consistent point of the first one).
     pub fn publish(&self, published: Published) {
-        *self.published.lock().expect("the published snapshot") = Some(published);
+        let mut slot = self.published.lock().expect("the published snapshot");
+        if matches!(published, Published::Snapshot { .. }) {
+            self.parts_committed.lock().expect("the committed parts").clear();
+        }
+        *slot = Some(published);
     }
 
     pub fn published(&self) -> Option<Published> {

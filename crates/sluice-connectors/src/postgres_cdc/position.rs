@@ -1,21 +1,29 @@
-//! A lane's position in checkpoints, versioned: during the snapshot (which a restart
-//! reads again, see the module's note) or in the stream (the end LSN of the last whole
-//! transaction returned, and how many changes of the next one were already returned when
-//! it was cut in pieces).
+//! A lane's position in checkpoints, versioned: during the snapshot (with the slot's
+//! consistent point, from which a restart streams the changes on top of a new snapshot,
+//! see the module's note) or in the stream (the end LSN of the last whole transaction
+//! returned, and how many changes of the next one were already returned when it was cut
+//! in pieces).
 //!
-//! Layout: `[VERSION, 0]` for the snapshot; `[VERSION, 1, lsn: u64 BE, changes: u64 BE]`
-//! in the stream; `[VERSION, 2, consistent point: u64 BE]` for a snapshot lane that
-//! read its part of the snapshot taken at that slot's consistent point.
+//! Layout of version 2: `[2, 0, consistent point: u64 BE]` for lane 0 in the snapshot,
+//! `[2, 0]` for a snapshot lane that has not read its part (it names no point: its
+//! position is never read back); `[2, 1, lsn: u64 BE, changes: u64 BE]` in the stream;
+//! `[2, 2, consistent point: u64 BE]` for a snapshot lane that read its part of the
+//! snapshot of that point. Version 1 (read, never written) is version 2 without the
+//! snapshot's consistent point: `[1, 0]`, `[1, 1, …]`, `[1, 2, …]`.
 
 use sluice_types::SluiceError;
 
-const VERSION: u8 = 1;
+/// The version written.
+const VERSION: u8 = 2;
+/// The version before: its snapshot position names no consistent point.
+const VERSION_1: u8 = 1;
 
 /// Where a lane is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Position {
-    /// Reading the snapshot.
-    Snapshot,
+    /// Reading the snapshot taken when the slot's confirmed position was
+    /// `consistent_point` (None: not recorded, a snapshot lane's or a version 1 position).
+    Snapshot { consistent_point: Option<u64> },
     /// Streaming: every transaction ending at or before `lsn` was returned, and the
     /// first `changes` changes of the next one.
     Stream { lsn: u64, changes: u64 },
@@ -26,7 +34,13 @@ pub enum Position {
 impl Position {
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Position::Snapshot => vec![VERSION, 0],
+            Position::Snapshot { consistent_point } => {
+                let mut bytes = vec![VERSION, 0];
+                if let Some(point) = consistent_point {
+                    bytes.extend_from_slice(&point.to_be_bytes());
+                }
+                bytes
+            }
             Position::Stream { lsn, changes } => {
                 let mut bytes = vec![VERSION, 1];
                 bytes.extend_from_slice(&lsn.to_be_bytes());
@@ -47,21 +61,24 @@ impl Position {
                 "source.postgres_cdc.position",
                 format!(
                     "source `{source}`: the checkpoint's position ({} bytes) is not a postgres-cdc position \
-                     of version {VERSION}",
+                     of version {VERSION_1} or {VERSION}",
                     bytes.len()
                 ),
             )
             .with_fix("restore a checkpoint written by this source, or start the pipeline without its checkpoints")
         };
+        let eight = |bytes: &[u8]| u64::from_be_bytes(bytes.try_into().expect("eight bytes"));
         match bytes {
-            [VERSION, 0] => Ok(Position::Snapshot),
-            [VERSION, 1, rest @ ..] if rest.len() == 16 => Ok(Position::Stream {
-                lsn: u64::from_be_bytes(rest[..8].try_into().expect("eight bytes")),
-                changes: u64::from_be_bytes(rest[8..].try_into().expect("eight bytes")),
-            }),
-            [VERSION, 2, rest @ ..] if rest.len() == 8 => Ok(Position::SnapshotDone {
-                consistent_point: u64::from_be_bytes(rest.try_into().expect("eight bytes")),
-            }),
+            [VERSION_1 | VERSION, 0] => Ok(Position::Snapshot { consistent_point: None }),
+            [VERSION, 0, rest @ ..] if rest.len() == 8 => {
+                Ok(Position::Snapshot { consistent_point: Some(eight(rest)) })
+            }
+            [VERSION_1 | VERSION, 1, rest @ ..] if rest.len() == 16 => {
+                Ok(Position::Stream { lsn: eight(&rest[..8]), changes: eight(&rest[8..]) })
+            }
+            [VERSION_1 | VERSION, 2, rest @ ..] if rest.len() == 8 => {
+                Ok(Position::SnapshotDone { consistent_point: eight(rest) })
+            }
             _ => Err(bad()),
         }
     }
@@ -69,7 +86,7 @@ impl Position {
     /// The LSN the slot may confirm: that of the last whole transaction returned.
     pub fn lsn(&self) -> Option<u64> {
         match self {
-            Position::Snapshot | Position::SnapshotDone { .. } => None,
+            Position::Snapshot { .. } | Position::SnapshotDone { .. } => None,
             Position::Stream { lsn, .. } => Some(*lsn),
         }
     }
@@ -95,18 +112,42 @@ mod tests {
     #[test]
     fn positions_round_trip_and_bad_bytes_are_refused() {
         for position in [
-            Position::Snapshot,
+            Position::Snapshot { consistent_point: None },
+            Position::Snapshot { consistent_point: Some(0x16_B374_D848) },
             Position::Stream { lsn: 0x16_B374_D848, changes: 3 },
             Position::SnapshotDone { consistent_point: 9 },
         ] {
             assert_eq!(Position::decode("s", &position.encode()).unwrap(), position);
         }
-        assert_eq!(
-            Position::Stream { lsn: 1, changes: 0 }.encode(),
-            [1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
-        );
-        for bad in [&[][..], &[2, 0], &[1, 1, 0], &[1, 2]] {
-            assert!(Position::decode("s", bad).is_err());
+        for bad in [&[][..], &[3, 0], &[2, 1, 0], &[2, 2], &[2, 0, 1], &[1, 0, 0, 0, 0, 0, 0, 0, 0, 1], &[2, 3]] {
+            assert!(Position::decode("s", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The bytes each version's positions are, pinned: checkpoints of either version
+    /// restore.
+    #[test]
+    fn golden_vectors_of_both_versions() {
+        let written = [
+            (
+                Position::Snapshot { consistent_point: Some(0x16_B374_D848) },
+                &[2, 0, 0, 0, 0, 0x16, 0xB3, 0x74, 0xD8, 0x48][..],
+            ),
+            (Position::Snapshot { consistent_point: None }, &[2, 0]),
+            (Position::Stream { lsn: 1, changes: 2 }, &[2, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]),
+            (Position::SnapshotDone { consistent_point: 9 }, &[2, 2, 0, 0, 0, 0, 0, 0, 0, 9]),
+        ];
+        for (position, bytes) in written {
+            assert_eq!(position.encode(), bytes, "{position:?}");
+            assert_eq!(Position::decode("s", bytes).unwrap(), position);
+        }
+        let version_1 = [
+            (&[1, 0][..], Position::Snapshot { consistent_point: None }),
+            (&[1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0], Position::Stream { lsn: 1, changes: 0 }),
+            (&[1, 2, 0, 0, 0, 0, 0, 0, 0, 9], Position::SnapshotDone { consistent_point: 9 }),
+        ];
+        for (bytes, position) in version_1 {
+            assert_eq!(Position::decode("s", bytes).unwrap(), position, "{bytes:?}");
         }
     }
 

@@ -57,7 +57,7 @@ impl SnapshotLane {
             batch_size: context.batch_size.max(1),
             metrics: context.metrics,
             reader: None,
-            position: Position::Snapshot,
+            position: Position::Snapshot { consistent_point: None },
             ended: false,
         }
     }
