@@ -262,11 +262,18 @@ fn plan_window_aggregate(
     let (operator, unit) = if session { ("session_aggregate", "session") } else { ("window_aggregate", "window") };
     let merging = if split { " (merging the partials)" } else { "" };
     let line = format!("{operator}: [{}] by {unit}{by_keys}{merging}", names.join(", "));
+    let spill = planner.spill.clone();
     let factory: OperatorFactory = Arc::new(move |context| {
         let late = context.metrics.counter(&counter);
         let (spec, vnodes) = (spec.clone(), context.vnodes);
         if session {
-            Ok(Box::new(SessionAggregate::new(spec, &input_schema, late, vnodes)?))
+            let aggregate = SessionAggregate::new(spec, &input_schema, late, vnodes)?;
+            Ok(Box::new(match &spill {
+                Some(space) => {
+                    aggregate.with_spill(Arc::clone(space), sluice_operators::spill::spilled_bytes(&context.metrics))
+                }
+                None => aggregate,
+            }))
         } else {
             Ok(Box::new(WindowAggregate::new(spec, &input_schema, late, vnodes)?))
         }

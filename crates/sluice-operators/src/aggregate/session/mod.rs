@@ -19,12 +19,19 @@
 //! State is per key, placed by the key's hash (the exchange's) in its vnode; once
 //! checkpoints are taken, the keys whose sessions changed or all closed since the
 //! previous snapshot are kept too, so that a checkpoint writes only those: see `state`.
+//!
+//! Beyond the memory budget (`[pipeline] state_memory_mib`, [`SessionAggregate::with_spill`])
+//! each key's sessions count in the worker's space, and when a batch ends over budget
+//! the keys no row touched since the clock's hand passed them are evicted whole to
+//! `crate::cold` runs in their checkpoint record encoding; a key's next row, or its
+//! session falling due, reads it back. The due order (a session's end and its key) stays
+//! in memory, so the watermark finds evicted sessions without reading the runs.
 
 mod state;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -34,12 +41,17 @@ use arrow::array::{
 use arrow::compute::cast;
 use arrow::datatypes::{SchemaRef, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
+use indexmap::IndexMap;
 use sluice_runtime::{Operator, Snapshot};
 use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 use super::{AggregateFunction, Argument, GroupColumn, WindowAggregateSpec, is_float, is_text};
+use crate::cold::{ColdStore, FROM_COLD, Keys, RECENT};
+use crate::counter::LazyCounter;
+use crate::partition::placement_hash;
+use crate::spill::SpillSpace;
 
 pub use state::SESSION_STATE_VERSION;
 
@@ -149,6 +161,46 @@ struct KeySessions {
     sessions: Vec<Session>,
     /// Changed since the previous snapshot (its key is then in `SessionAggregate::changed`).
     changed: bool,
+    /// Beyond the budget: [`RECENT`], [`FROM_COLD`] and its age (`crate::cold::passes`),
+    /// and its bytes as counted in the space.
+    marks: u8,
+    bytes: usize,
+}
+
+/// The memory a key and its sessions take, about: the key (in the map and in the due
+/// order), each session's bounds and partial results, a COUNT(DISTINCT) value
+/// [`DISTINCT_VALUE_BYTES`] (a short value in a tree of boxed slices).
+fn key_bytes(key: &[u8], sessions: &[Session]) -> usize {
+    const KEY_OVERHEAD: usize = 96;
+    const SESSION_OVERHEAD: usize = 64;
+    const DISTINCT_VALUE_BYTES: usize = 56;
+    let partial = |partial: &Partial| {
+        std::mem::size_of::<Partial>()
+            + match partial {
+                Partial::Distinct(set) => set.len() * DISTINCT_VALUE_BYTES,
+                Partial::ExtremeText(Some(text)) => text.len(),
+                _ => 0,
+            }
+    };
+    let sessions: usize = sessions
+        .iter()
+        .map(|session| SESSION_OVERHEAD + key.len() + session.partials.iter().map(partial).sum::<usize>())
+        .sum();
+    KEY_OVERHEAD + key.len() + sessions
+}
+
+/// Keys beyond the memory budget ([`crate::cold`]): where they go, and what the
+/// aggregate keeps to choose and find them.
+struct Spilling {
+    store: ColdStore,
+    /// The clock's hand: the next position in the key map it looks at.
+    hand: usize,
+    /// Keys evicted while changed since the previous snapshot: the next delta writes
+    /// them again from their run.
+    evicted_dirty: Keys,
+    /// Keys dropped from memory (their sessions all closed) whose older copy may still
+    /// be in a run: the next run writes their deletes.
+    dropped: Keys,
 }
 
 /// See the module documentation. Its spec is the window aggregate's.
@@ -161,7 +213,9 @@ pub struct SessionAggregate {
     maxes: Vec<bool>,
     /// The partials of an empty session.
     empty: Vec<Partial>,
-    keys: HashMap<Box<[u8]>, KeySessions>,
+    /// The keys in memory (an evicted key's sessions are in `cold`'s runs), in an order
+    /// the eviction clock walks.
+    keys: IndexMap<Box<[u8]>, KeySessions>,
     /// Every open session by `(end, key)`: the order they become due.
     due: BTreeSet<(TimestampMs, Box<[u8]>)>,
     watermark: TimestampMs,
@@ -175,6 +229,7 @@ pub struct SessionAggregate {
     changed: Vec<Box<[u8]>>,
     closed: Vec<Box<[u8]>>,
     tracking: bool,
+    cold: Option<Spilling>,
 }
 
 impl SessionAggregate {
@@ -212,7 +267,7 @@ impl SessionAggregate {
             distinct_encoders,
             maxes,
             empty,
-            keys: HashMap::new(),
+            keys: IndexMap::new(),
             due: BTreeSet::new(),
             watermark: i64::MIN,
             late_rows,
@@ -220,7 +275,130 @@ impl SessionAggregate {
             changed: Vec::new(),
             closed: Vec::new(),
             tracking: false,
+            cold: None,
         })
+    }
+
+    /// Counts the keys' sessions in `space`'s memory budget and evicts them to disk
+    /// beyond it; `written` counts the bytes written there.
+    pub fn with_spill(mut self, space: Arc<SpillSpace>, written: LazyCounter) -> SessionAggregate {
+        self.cold = Some(Spilling {
+            store: ColdStore::new(space, written),
+            hand: 0,
+            evicted_dirty: Keys::default(),
+            dropped: Keys::default(),
+        });
+        self
+    }
+
+    /// Counts the bytes of the sessions of `key` again, after they changed.
+    fn recount(&mut self, key: &[u8]) {
+        let Some(cold) = self.cold.as_mut() else { return };
+        let Some(entry) = self.keys.get_mut(key) else { return };
+        let bytes = key_bytes(key, &entry.sessions);
+        cold.store.charge(bytes);
+        cold.store.release(entry.bytes);
+        entry.bytes = bytes;
+    }
+
+    /// Drops `key`, whose sessions all closed, from memory.
+    fn drop_key(&mut self, key: &[u8]) {
+        let Some(entry) = self.keys.swap_remove(key) else { return };
+        if let Some(cold) = self.cold.as_mut() {
+            cold.store.release(entry.bytes);
+            if entry.marks & FROM_COLD != 0 {
+                cold.dropped.insert(key.to_vec());
+            }
+        }
+    }
+
+    /// Makes sure the sessions of `key` (placement hash `hash`) are in memory if it has
+    /// any: read back from the cold runs when evicted.
+    fn load(&mut self, key: &[u8], hash: u64) -> Result<(), SluiceError> {
+        if self.keys.contains_key(key) {
+            return Ok(());
+        }
+        let Some(cold) = self.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()) else { return Ok(()) };
+        if cold.dropped.contains(key) {
+            // Its sessions closed after it was read back: its run's copy is stale.
+            return Ok(());
+        }
+        let vnode = sluice_types::vnode::of_hash(hash, self.vnodes);
+        let Some(found) = cold.store.runs().find(vnode, key, hash, &|_| false)? else { return Ok(()) };
+        let sessions = state::read_sessions(&self.empty, &found.value)?;
+        let dirty = cold.evicted_dirty.remove(key);
+        let bytes = key_bytes(key, &sessions);
+        cold.store.charge(bytes);
+        let changed = dirty && self.tracking;
+        if changed {
+            // Its changes since the previous snapshot are in no checkpoint yet.
+            self.changed.push(key.into());
+        }
+        self.keys.insert(key.into(), KeySessions { hash, sessions, changed, marks: FROM_COLD, bytes });
+        Ok(())
+    }
+
+    /// When the space is over its budget, evicts keys no row touched since the clock's
+    /// hand last passed them, enough to bring the space an eighth of its budget under it
+    /// (or all this instance may give), into one cold run. The hand looks at
+    /// [`SCAN_MAX`] keys at most per call.
+    fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
+        const SCAN_MAX: usize = 1 << 17;
+        let Some(cold) = self.cold.as_mut() else { return Ok(()) };
+        let space = Arc::clone(cold.store.space());
+        if !space.over_budget() || self.keys.is_empty() {
+            return Ok(());
+        }
+        let goal = space
+            .resident()
+            .saturating_sub(space.budget())
+            .saturating_add(space.budget() / 8)
+            .min(cold.store.entry_bytes());
+        let slots = self.keys.len();
+        let (mut chosen, mut freed) = (Vec::new(), 0usize);
+        for _ in 0..slots.min(SCAN_MAX) {
+            if freed >= goal {
+                break;
+            }
+            let position = cold.hand % slots;
+            cold.hand = position + 1;
+            let (_, entry) = self.keys.get_index_mut(position).expect("a position below the length");
+            if !crate::cold::passes(&mut entry.marks, entry.bytes, space.budget()) {
+                continue;
+            }
+            freed += entry.bytes;
+            chosen.push(position);
+        }
+        if chosen.is_empty() {
+            return Ok(());
+        }
+        let (vnodes, no_keys) = (self.vnodes, self.spec.keys.is_empty());
+        let mut records = crate::records::Records::new(Some(space.dir()));
+        for &position in &chosen {
+            let (key, entry) = self.keys.get_index(position).expect("a chosen key");
+            let value = |bytes: &mut Vec<u8>| state::write_sessions(&entry.sessions, bytes);
+            records.add(sluice_types::vnode::of_hash(entry.hash, vnodes), |k| k.extend_from_slice(key), Some(&value));
+        }
+        for key in cold.dropped.drain() {
+            records.add(
+                sluice_types::vnode::of_hash(placement_hash(no_keys, &key), vnodes),
+                |k| k.extend_from_slice(&key),
+                None,
+            );
+        }
+        let hash_of = |key: &[u8]| Some(placement_hash(no_keys, key));
+        cold.store.add(records, chosen.len(), freed, &hash_of)?;
+        // Removed from the highest position down: a swap-remove moves only the last key.
+        chosen.sort_unstable();
+        for position in chosen.into_iter().rev() {
+            let (key, entry) = self.keys.swap_remove_index(position).expect("a chosen key");
+            cold.store.release(entry.bytes);
+            if self.tracking && entry.changed {
+                // Its changes go with the next delta, read back from its run.
+                cold.evicted_dirty.insert(key.to_vec());
+            }
+        }
+        Ok(())
     }
 
     /// Forgets what changed (a snapshot took it, or a restore loaded the runs); changes
@@ -237,7 +415,15 @@ impl SessionAggregate {
 
     /// Adds one row, whose proto-window is `[start, end)`, to the sessions of `key`.
     /// Returns false when the row is late (see the module documentation).
-    fn add_row(&mut self, key: &[u8], hash: u64, [start, end]: [i64; 2], inputs: &Inputs, row: usize) -> bool {
+    fn add_row(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        [start, end]: [i64; 2],
+        inputs: &Inputs,
+        row: usize,
+    ) -> Result<bool, SluiceError> {
+        self.load(key, hash)?;
         let entry = self.keys.get(key);
         let touching = |session: &Session| session.start <= end && session.end >= start;
         let (mut merged_start, mut merged_end) = (start, end);
@@ -246,15 +432,20 @@ impl SessionAggregate {
             merged_end = merged_end.max(session.end);
         }
         if merged_end - 1 <= self.watermark {
-            return false;
+            return Ok(false);
         }
         // One allocation per row: the key's copy in the due set (and in the map when new,
         // and in the changed list at its first change since a snapshot).
         let mut owned: Box<[u8]> = key.into();
         if !self.keys.contains_key(key) {
-            self.keys.insert(owned.clone(), KeySessions { hash, sessions: Vec::new(), changed: false });
+            // A key dropped after it was read back keeps its run's stale copy shadowed.
+            let dropped = self.cold.as_mut().is_some_and(|cold| cold.dropped.remove(key));
+            let marks = if dropped { FROM_COLD } else { 0 };
+            let entry = KeySessions { hash, sessions: Vec::new(), changed: false, marks, bytes: 0 };
+            self.keys.insert(owned.clone(), entry);
         }
         let entry = self.keys.get_mut(key).expect("inserted above");
+        entry.marks |= RECENT;
         let sessions = &mut entry.sessions;
         let mut merged: Option<Session> = None;
         while let Some(index) = sessions.iter().position(touching) {
@@ -286,17 +477,23 @@ impl SessionAggregate {
             entry.changed = true;
             self.changed.push(key.into());
         }
-        true
+        self.recount(key);
+        Ok(true)
     }
 
-    /// Emits, in end order, every session due at `watermark`.
+    /// Emits, in end order, every session due at `watermark`, in batches of the spec's
+    /// batch size (each built as it fills: an end of input that emits every session
+    /// holds one batch of them, not all).
     fn emit_until(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         let mut emitted: Vec<(Box<[u8]>, Session)> = Vec::new();
+        let batch_size = self.spec.batch_size.max(1);
+        let no_keys = self.spec.keys.is_empty();
         while let Some((end, _)) = self.due.first() {
             if end - 1 > watermark {
                 break;
             }
             let (end, key) = self.due.pop_first().expect("checked above");
+            self.load(&key, placement_hash(no_keys, &key))?;
             let Some(entry) = self.keys.get_mut(&key) else {
                 return Err(SluiceError::internal("session.state", "a due session's key has no sessions"));
             };
@@ -308,18 +505,25 @@ impl SessionAggregate {
             };
             let session = entry.sessions.remove(position);
             if entry.sessions.is_empty() {
-                self.keys.remove(&key);
+                self.drop_key(&key);
                 if self.tracking {
                     self.closed.push(key.clone());
                 }
-            } else if self.tracking && !entry.changed {
-                entry.changed = true;
-                self.changed.push(key.clone());
+            } else {
+                if self.tracking && !entry.changed {
+                    entry.changed = true;
+                    self.changed.push(key.clone());
+                }
+                self.recount(&key);
             }
             emitted.push((key, session));
+            if emitted.len() == batch_size {
+                out.push(Message::Data(Batch::inserts(self.rows(&emitted)?)));
+                emitted.clear();
+            }
         }
-        for chunk in emitted.chunks(self.spec.batch_size.max(1)) {
-            out.push(Message::Data(Batch::inserts(self.rows(chunk)?)));
+        if !emitted.is_empty() {
+            out.push(Message::Data(Batch::inserts(self.rows(&emitted)?)));
         }
         Ok(())
     }
@@ -407,21 +611,28 @@ impl Operator for SessionAggregate {
         for row in 0..rows.num_rows() {
             let (key, hash): (&[u8], u64) =
                 if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
-            if !self.add_row(key, hash, [starts.value(row), ends.value(row)], &inputs, row) {
-                late += 1;
+            let added = self.add_row(key, hash, [starts.value(row), ends.value(row)], &inputs, row);
+            match added {
+                Ok(true) => {}
+                Ok(false) => late += 1,
+                Err(error) => {
+                    self.key_rows = keys;
+                    return Err(error);
+                }
             }
         }
         self.key_rows = keys;
         if late > 0 {
             self.late_rows.fetch_add(late, Ordering::Relaxed);
         }
-        Ok(())
+        self.evict_over_budget()
     }
 
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         if watermark > self.watermark {
             self.watermark = watermark;
             self.emit_until(watermark, out)?;
+            self.evict_over_budget()?;
         }
         out.push(Message::Watermark(watermark));
         Ok(())

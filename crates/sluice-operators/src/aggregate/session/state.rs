@@ -8,7 +8,10 @@
 //! snapshot), or the keys whose sessions changed since the previous snapshot (a row
 //! merged into one, or one was emitted while others stay open) and a delete for each key
 //! whose sessions all closed since (a delta). Rows after the barrier change the live
-//! sessions, never the copy.
+//! sessions, never the copy. Keys evicted beyond the memory budget (`crate::cold`) are
+//! in runs of these same records: a full snapshot merges the runs in (but the keys whose
+//! newer copy is in memory or that were dropped), and a delta writes again, from their
+//! runs, the keys evicted while changed. A restore evicts as it loads.
 //!
 //! # Records, version [`SESSION_STATE_VERSION`]
 //!
@@ -47,7 +50,8 @@ use sluice_types::{SluiceError, vnode};
 use crate::blob::{Reader, Records, check_keys};
 use crate::partition::placement_hash;
 
-use super::{KeySessions, Partial, Session, SessionAggregate};
+use super::{KeySessions, Partial, Session, SessionAggregate, key_bytes};
+use crate::cold::{ColdRuns, FROM_COLD, Keys};
 
 /// The record layout this build writes and reads.
 pub const SESSION_STATE_VERSION: u32 = 2;
@@ -77,11 +81,42 @@ pub(super) fn snapshot(aggregate: &mut SessionAggregate, delta: bool) -> Snapsho
         copy
     };
     let closed = if full { Vec::new() } else { std::mem::take(&mut aggregate.closed) };
+    // Keys in cold runs: a full snapshot merges every run (but the keys whose newer copy
+    // is in memory, or that were dropped); a delta the keys evicted while changed.
+    let cold: Option<(ColdRuns, Keys)> =
+        aggregate.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()).map(|cold| {
+            let runs = cold.store.runs().clone();
+            if full {
+                cold.evicted_dirty.clear();
+                let mut shadow = cold.dropped.clone();
+                for (key, entry) in &aggregate.keys {
+                    if entry.marks & FROM_COLD != 0 {
+                        shadow.insert(key.to_vec());
+                    }
+                }
+                (runs, shadow)
+            } else {
+                (runs, std::mem::take(&mut cold.evicted_dirty))
+            }
+        });
     aggregate.clear_changes();
     let (vnodes, no_keys) = (aggregate.vnodes, aggregate.spec.keys.is_empty());
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
+        match &cold {
+            Some((runs, shadow)) if full => runs.add_live(&mut records, |key| Ok(shadow.contains(key)))?,
+            Some((runs, dirty)) => {
+                for key in dirty {
+                    let hash = placement_hash(no_keys, key);
+                    let vnode = vnode::of_hash(hash, vnodes);
+                    let Some(found) = runs.find(vnode, key, hash, &|_| false)? else { continue };
+                    let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.value);
+                    records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
+                }
+            }
+            None => {}
+        }
         for (key, sessions) in &copy {
             let value = |bytes: &mut Vec<u8>| write_sessions(&sessions.sessions, bytes);
             records.add(vnode::of_hash(sessions.hash, vnodes), |k| k.extend_from_slice(key), Some(&value));
@@ -95,7 +130,7 @@ pub(super) fn snapshot(aggregate: &mut SessionAggregate, delta: bool) -> Snapsho
 }
 
 /// A key's value: its sessions, each with its partial results.
-fn write_sessions(sessions: &[Session], bytes: &mut Vec<u8>) {
+pub(super) fn write_sessions(sessions: &[Session], bytes: &mut Vec<u8>) {
     bytes.extend_from_slice(&u32::try_from(sessions.len()).expect("fewer than 2^32 sessions per key").to_le_bytes());
     for session in sessions {
         bytes.extend_from_slice(&session.start.to_le_bytes());
@@ -153,45 +188,74 @@ fn corrupt(what: &str) -> SluiceError {
 /// The state's name in errors.
 const STATE: &str = "session aggregate";
 
+/// Records restored between two checks of their keys (and evictions beyond the budget).
+const RESTORE_CHECK_RECORDS: usize = 4096;
+
 /// Loads the keys of `state` (of the vnodes this instance owns) into `aggregate`.
 pub(super) fn restore(aggregate: &mut SessionAggregate, state: &mut dyn StateSource) -> Result<(), SluiceError> {
     let no_keys = aggregate.spec.keys.is_empty();
+    let mut unchecked: Vec<Box<[u8]>> = Vec::new();
+    let check = |aggregate: &mut SessionAggregate, unchecked: &mut Vec<Box<[u8]>>| -> Result<(), SluiceError> {
+        check_keys(&aggregate.key_encoder, unchecked.iter().map(|key| &key[..]), STATE, "a key")?;
+        unchecked.clear();
+        // Beyond the memory budget, restored keys go to cold runs.
+        aggregate.evict_over_budget()
+    };
     while let Some(record) = state.next_record()? {
         let hash = placement_hash(no_keys, record.key);
         if vnode::of_hash(hash, aggregate.vnodes) != record.vnode {
             return Err(corrupt("a key under another vnode than its own"));
         }
-        let mut reader = Reader::new(record.value, STATE);
-        let count = reader.u32()? as usize;
-        // A session takes 16 bytes at least: a count beyond that is damage.
-        if count == 0 || count > reader.remaining() / 16 {
-            return Err(corrupt("a key with no sessions, or more than its bytes"));
-        }
-        let mut sessions: Vec<Session> = Vec::with_capacity(count);
-        for _ in 0..count {
-            let (start, end) = (reader.i64()?, reader.i64()?);
-            if start >= end {
-                return Err(corrupt("an empty session"));
-            }
-            if sessions.last().is_some_and(|last| last.end >= start) {
-                return Err(corrupt("sessions out of order or touching"));
-            }
-            let mut partials = Vec::with_capacity(aggregate.empty.len());
-            for kind in &aggregate.empty {
-                partials.push(read_partial(kind, &mut reader)?);
-            }
-            sessions.push(Session { start, end, partials });
-        }
-        reader.finish()?;
+        let sessions = read_sessions(&aggregate.empty, record.value)?;
         let key: Box<[u8]> = record.key.into();
         for session in &sessions {
             aggregate.due.insert((session.end, key.clone()));
         }
-        aggregate.keys.insert(key, KeySessions { hash, sessions, changed: false });
+        let bytes = match aggregate.cold.as_mut() {
+            Some(cold) => {
+                let bytes = key_bytes(&key, &sessions);
+                cold.store.charge(bytes);
+                bytes
+            }
+            None => 0,
+        };
+        unchecked.push(key.clone());
+        aggregate.keys.insert(key, KeySessions { hash, sessions, changed: false, marks: 0, bytes });
+        if unchecked.len() == RESTORE_CHECK_RECORDS {
+            check(aggregate, &mut unchecked)?;
+        }
     }
-    check_keys(&aggregate.key_encoder, aggregate.keys.keys().map(|key| &key[..]), STATE, "a key")?;
+    check(aggregate, &mut unchecked)?;
     aggregate.clear_changes();
     Ok(())
+}
+
+/// A key's sessions from its record's value, checked (see the module documentation);
+/// `empty` holds an empty partial of each aggregate.
+pub(super) fn read_sessions(empty: &[Partial], value: &[u8]) -> Result<Vec<Session>, SluiceError> {
+    let mut reader = Reader::new(value, STATE);
+    let count = reader.u32()? as usize;
+    // A session takes 16 bytes at least: a count beyond that is damage.
+    if count == 0 || count > reader.remaining() / 16 {
+        return Err(corrupt("a key with no sessions, or more than its bytes"));
+    }
+    let mut sessions: Vec<Session> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (start, end) = (reader.i64()?, reader.i64()?);
+        if start >= end {
+            return Err(corrupt("an empty session"));
+        }
+        if sessions.last().is_some_and(|last| last.end >= start) {
+            return Err(corrupt("sessions out of order or touching"));
+        }
+        let mut partials = Vec::with_capacity(empty.len());
+        for kind in empty {
+            partials.push(read_partial(kind, &mut reader)?);
+        }
+        sessions.push(Session { start, end, partials });
+    }
+    reader.finish()?;
+    Ok(sessions)
 }
 
 /// A partial of the kind of `kind` (an empty partial of the aggregate).

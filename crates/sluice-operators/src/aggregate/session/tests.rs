@@ -10,12 +10,14 @@ use arrow::array::{Int64Array, StringArray, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use sluice_runtime::{Operator, SnapshotKind};
 use sluice_state::StateModel;
 use sluice_types::{Batch, Message, vnode};
 
 use super::SessionAggregate;
 use crate::aggregate::{AggregateFunction, AggregateSpec, GroupColumn, WindowAggregateSpec};
+use crate::spill::SpillSpace;
 use crate::testing;
 
 const VNODES: u32 = 16;
@@ -166,6 +168,20 @@ struct Running {
     instances: Vec<SessionAggregate>,
     ranges: Vec<std::ops::Range<u32>>,
     runs: StateModel,
+    /// Where the instances' keys spill beyond its budget, if anywhere.
+    space: Option<Arc<SpillSpace>>,
+}
+
+/// An aggregate whose keys spill within `space` when given.
+fn aggregate_in(late: Arc<AtomicU64>, space: Option<&Arc<SpillSpace>>) -> SessionAggregate {
+    let aggregate = aggregate(late);
+    match space {
+        Some(space) => {
+            let metrics = Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1));
+            aggregate.with_spill(Arc::clone(space), crate::spill::spilled_bytes(&metrics))
+        }
+        None => aggregate,
+    }
 }
 
 impl Running {
@@ -183,7 +199,7 @@ impl Running {
         self.ranges = ranges;
         self.instances = (self.ranges.iter())
             .map(|vnodes| {
-                let mut instance = aggregate(Arc::clone(late));
+                let mut instance = aggregate_in(Arc::clone(late), self.space.as_ref());
                 testing::restore(&mut instance, &self.runs, vnodes.clone()).expect("restore");
                 if let Some(watermark) = watermark {
                     let mut out = Vec::new();
@@ -202,6 +218,72 @@ impl Running {
     }
 }
 
+/// The rows `input` (sorted by time first when `in_time_order`) in batches cut at
+/// `cuts`, with restarts at `split_at` and `merge_at` (see the property below), the
+/// keys spilling within `space` when given: the sessions emitted must be the
+/// from-scratch ones.
+#[allow(clippy::too_many_arguments)]
+fn check_sessions(
+    gap: i64,
+    mut input: Vec<(i64, &'static str, Option<i64>)>,
+    in_time_order: bool,
+    cuts: Vec<usize>,
+    split_at: usize,
+    merge_at: usize,
+    split: u32,
+    space: Option<&Arc<SpillSpace>>,
+) -> Result<(), TestCaseError> {
+    if in_time_order {
+        input.sort_by_key(|row| row.0);
+    }
+    let late = Arc::new(AtomicU64::new(0));
+    let mut running = Running {
+        instances: vec![aggregate_in(Arc::clone(&late), space)],
+        ranges: testing::one_instance(VNODES),
+        runs: StateModel::default(),
+        space: space.cloned(),
+    };
+    let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(input.len())).collect();
+    cuts.push(input.len());
+    cuts.sort();
+    let (mut from, mut out, mut watermark) = (0, Vec::new(), None);
+    for (index, cut) in cuts.into_iter().enumerate() {
+        if index == split_at {
+            let ranges = [0, split, VNODES].windows(2).map(|pair| pair[0]..pair[1]).collect();
+            running.restart(ranges, watermark, &late);
+        } else if index == merge_at {
+            running.restart(testing::one_instance(VNODES), watermark, &late);
+        } else if index % 2 == 1 {
+            running.checkpoint();
+        }
+        let mut parts = vec![Vec::new(); running.instances.len()];
+        for row in &input[from..cut] {
+            parts[running.owner(row.1)].push(*row);
+        }
+        for (instance, part) in running.instances.iter_mut().zip(parts) {
+            instance.on_data(rows(gap, &part), &mut out).expect("data");
+        }
+        from = cut;
+        if let Some(earliest) = input[from..].iter().map(|r| r.0).min() {
+            let next = earliest - gap - 1;
+            if watermark.is_none_or(|watermark| next > watermark) {
+                watermark = Some(next);
+                for instance in &mut running.instances {
+                    instance.on_watermark(next, &mut out).expect("watermark");
+                }
+            }
+        }
+    }
+    for instance in &mut running.instances {
+        instance.on_end(&mut out).expect("end");
+    }
+    let mut got = lines(out);
+    got.sort();
+    prop_assert_eq!(got, sessionize(gap, &input));
+    prop_assert_eq!(late.load(Ordering::Relaxed), 0);
+    Ok(())
+}
+
 proptest! {
     /// Rows in any order (or in time order, so that sessions close along the way) and
     /// batches, with watermarks that leave no row late (each at least `gap` behind every
@@ -212,60 +294,33 @@ proptest! {
     #[test]
     fn sessions_match_a_from_scratch_sessionization(
         gap in 1i64..40,
-        mut input in prop::collection::vec(row_strategy(), 0..120),
+        input in prop::collection::vec(row_strategy(), 0..120),
         in_time_order in any::<bool>(),
         cuts in prop::collection::vec(0usize..120, 0..12),
         split_at in 0usize..13,
         merge_at in 0usize..13,
         split in 1u32..VNODES,
     ) {
-        if in_time_order {
-            input.sort_by_key(|row| row.0);
-        }
-        let late = Arc::new(AtomicU64::new(0));
-        let mut running = Running {
-            instances: vec![aggregate(Arc::clone(&late))],
-            ranges: testing::one_instance(VNODES),
-            runs: StateModel::default(),
-        };
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(input.len())).collect();
-        cuts.push(input.len());
-        cuts.sort();
-        let (mut from, mut out, mut watermark) = (0, Vec::new(), None);
-        for (index, cut) in cuts.into_iter().enumerate() {
-            if index == split_at {
-                let ranges = [0, split, VNODES].windows(2).map(|pair| pair[0]..pair[1]).collect();
-                running.restart(ranges, watermark, &late);
-            } else if index == merge_at {
-                running.restart(testing::one_instance(VNODES), watermark, &late);
-            } else if index % 2 == 1 {
-                running.checkpoint();
-            }
-            let mut parts = vec![Vec::new(); running.instances.len()];
-            for row in &input[from..cut] {
-                parts[running.owner(row.1)].push(*row);
-            }
-            for (instance, part) in running.instances.iter_mut().zip(parts) {
-                instance.on_data(rows(gap, &part), &mut out).expect("data");
-            }
-            from = cut;
-            if let Some(earliest) = input[from..].iter().map(|r| r.0).min() {
-                let next = earliest - gap - 1;
-                if watermark.is_none_or(|watermark| next > watermark) {
-                    watermark = Some(next);
-                    for instance in &mut running.instances {
-                        instance.on_watermark(next, &mut out).expect("watermark");
-                    }
-                }
-            }
-        }
-        for instance in &mut running.instances {
-            instance.on_end(&mut out).expect("end");
-        }
-        let mut got = lines(out);
-        got.sort();
-        prop_assert_eq!(got, sessionize(gap, &input));
-        prop_assert_eq!(late.load(Ordering::Relaxed), 0);
+        check_sessions(gap, input, in_time_order, cuts, split_at, merge_at, split, None)?;
+    }
+
+    /// The same with a memory budget of 0: every key no row touched since the clock
+    /// last passed it is evicted at the end of each batch and watermark, and read back by
+    /// its next row, by its session falling due, by deltas and by full snapshots.
+    #[test]
+    fn evicted_keys_give_the_same_sessions(
+        gap in 1i64..40,
+        input in prop::collection::vec(row_strategy(), 0..120),
+        in_time_order in any::<bool>(),
+        cuts in prop::collection::vec(0usize..120, 0..12),
+        split_at in 0usize..13,
+        merge_at in 0usize..13,
+        split in 1u32..VNODES,
+    ) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 0);
+        check_sessions(gap, input, in_time_order, cuts, split_at, merge_at, split, Some(&space))?;
+        prop_assert_eq!((space.resident(), space.spilled()), (0, 0), "dropped instances count nothing");
     }
 }
 
