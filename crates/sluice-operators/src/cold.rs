@@ -1,8 +1,8 @@
 //! Keyed state beyond the memory budget, evicted from memory into sorted runs on local
 //! disk and read back when its key comes again: the group aggregate's groups
 //! (`crate::aggregate::group`), TopN's partitions (`crate::topn`), the changelog
-//! normalization's keys (`crate::normalize`) and the session aggregate's keys
-//! (`crate::aggregate::session`).
+//! normalization's keys (`crate::normalize`), the session aggregate's keys
+//! (`crate::aggregate::session`) and the OVER aggregate's idle partitions (`crate::over`).
 //!
 //! An operator given a [`SpillSpace`] counts the bytes of its entries in the space's
 //! budget (`[pipeline] state_memory_mib`, shared with every other operator that spills

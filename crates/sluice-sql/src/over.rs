@@ -259,9 +259,14 @@ pub(crate) fn plan_over(planner: &StreamPlanner<'_>, window: &Window) -> Result<
         batch_size: planner.batch_size,
     };
     let counter = format!("view {}: late rows", planner.view);
+    let spill = planner.spill.clone();
     let factory: OperatorFactory = Arc::new(move |context| {
         let late = context.metrics.counter(&counter);
-        Ok(Box::new(OverAggregate::new(spec.clone(), &input_schema, late, context.vnodes)?))
+        let over = OverAggregate::new(spec.clone(), &input_schema, late, context.vnodes)?;
+        Ok(Box::new(match &spill {
+            Some(space) => over.with_spill(Arc::clone(space), sluice_operators::spill::spilled_bytes(&context.metrics)),
+            None => over,
+        }))
     });
     state.operators.push((line, factory));
     let kept = match frame {

@@ -32,6 +32,15 @@
 //! Snapshots and their records: `state` (a record per partition; once checkpoints are
 //! taken, a bit per partition marks the ones changed since the previous snapshot, and
 //! the keys of partitions freed since are kept, so that a checkpoint writes only those).
+//!
+//! Beyond the memory budget (`[pipeline] state_memory_mib`, [`OverAggregate::with_spill`])
+//! each partition's bytes count in the worker's space, and when a batch or a watermark
+//! ends over budget the partitions that wait for nothing (no pending row, and no RANGE
+//! history whose expiry is due: an unbounded frame's running accumulators, a `ROWS n`
+//! frame's last rows) and that no row reached since the clock's hand passed them are
+//! evicted whole to `crate::cold` runs in their checkpoint record encoding; the
+//! partition's next row reads it back. A partition waiting for the watermark stays in
+//! memory: its rows are the ones the watermark will emit.
 
 mod state;
 #[cfg(test)]
@@ -52,6 +61,10 @@ use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
 use crate::aggregate::{AggregateFunction, AggregateSpec, is_float, is_text};
+use crate::cold::{ColdStore, FROM_COLD, Keys, RECENT};
+use crate::counter::LazyCounter;
+use crate::partition::placement_hash;
+use crate::spill::SpillSpace;
 
 pub use state::OVER_STATE_VERSION;
 
@@ -221,6 +234,43 @@ struct Partition {
 /// A row the watermark released: its time and the whole row in the key encoding.
 type Ready = (TimestampMs, Box<[u8]>);
 
+/// The memory a pending row takes besides its bytes (a tree entry and its box), about.
+const PENDING_ROW_BYTES: usize = 64;
+
+/// The memory partition `partition` takes, about: its key, each pending row, each
+/// history row (a text value counted as 32 bytes), each running accumulator.
+fn partition_bytes(partition: &Partition) -> usize {
+    const PARTITION_BYTES: usize = 160;
+    const VALUE_BYTES: usize = 32;
+    let pending: usize = partition.pending.values().map(|row| row.len() + PENDING_ROW_BYTES).sum();
+    let history: usize = partition.history.iter().map(|(_, values)| 32 + values.len() * VALUE_BYTES).sum();
+    PARTITION_BYTES + partition.key.len() + pending + history + partition.running.len() * 64
+}
+
+/// Whether a partition of `frame` holding `pending` rows and `history` waits for the
+/// watermark: a pending row, or a RANGE frame's history, has an entry in `due`.
+fn waits<P, H>(frame: OverFrame, pending: &BTreeMap<(TimestampMs, u64), P>, history: &VecDeque<H>) -> bool {
+    !pending.is_empty() || (matches!(frame, OverFrame::Range(Some(_))) && !history.is_empty())
+}
+
+/// Partitions beyond the memory budget ([`crate::cold`]): where they go, and what the
+/// operator keeps to count, choose and find them.
+struct Spilling {
+    store: ColdStore,
+    /// Per partition id: [`RECENT`], [`FROM_COLD`] and its age (`crate::cold::passes`),
+    /// and its bytes as counted in the space.
+    marks: Vec<u8>,
+    counted: Vec<usize>,
+    /// The clock's hand: the next partition id it looks at.
+    hand: usize,
+    /// Partitions evicted while changed since the previous snapshot: the next delta
+    /// writes them again from their run.
+    evicted_dirty: Keys,
+    /// Partitions freed from memory whose older copy may still be in a run: the next run
+    /// writes their deletes.
+    dropped: Keys,
+}
+
 /// See the module documentation.
 pub struct OverAggregate {
     spec: OverSpec,
@@ -245,6 +295,7 @@ pub struct OverAggregate {
     changed: crate::changed::ChangedIds,
     freed: Vec<Box<[u8]>>,
     tracking: bool,
+    cold: Option<Spilling>,
 }
 
 /// The index's hash of a placement hash (see the window aggregate's).
@@ -337,7 +388,171 @@ impl OverAggregate {
             changed: crate::changed::ChangedIds::default(),
             freed: Vec::new(),
             tracking: false,
+            cold: None,
         })
+    }
+
+    /// Counts the partitions in `space`'s memory budget and evicts them to disk beyond
+    /// it; `written` counts the bytes written there.
+    pub fn with_spill(mut self, space: Arc<SpillSpace>, written: LazyCounter) -> OverAggregate {
+        self.cold = Some(Spilling {
+            store: ColdStore::new(space, written),
+            marks: Vec::new(),
+            counted: Vec::new(),
+            hand: 0,
+            evicted_dirty: Keys::default(),
+            dropped: Keys::default(),
+        });
+        self
+    }
+
+    /// Counts partition `id`'s bytes as `bytes` (its whole size, or its size plus what
+    /// was added since it was counted).
+    fn count(&mut self, id: u32, bytes: impl FnOnce(usize) -> usize) {
+        let Some(cold) = self.cold.as_mut() else { return };
+        let id = id as usize;
+        if cold.counted.len() <= id {
+            cold.counted.resize(id + 1, 0);
+            cold.marks.resize(id + 1, 0);
+        }
+        let before = cold.counted[id];
+        let after = bytes(before);
+        cold.store.charge(after);
+        cold.store.release(before);
+        cold.counted[id] = after;
+    }
+
+    /// Counts partition `id` again from what it holds.
+    fn recount(&mut self, id: u32) {
+        let Some(bytes) = self.partitions[id as usize].as_ref().map(partition_bytes) else { return };
+        self.count(id, |_| bytes);
+    }
+
+    /// Sets `bits` in partition `id`'s marks.
+    fn set_mark(&mut self, id: u32, bits: u8) {
+        self.count(id, |before| before);
+        if let Some(cold) = self.cold.as_mut() {
+            cold.marks[id as usize] |= bits;
+        }
+    }
+
+    /// Whether partition `id` waits for nothing: no pending row and no RANGE history
+    /// (no entry of `due` names it), so it may leave memory.
+    fn evictable(&self, id: usize) -> bool {
+        self.partitions[id]
+            .as_ref()
+            .is_some_and(|partition| !waits(self.spec.frame, &partition.pending, &partition.history))
+    }
+
+    /// The id of the partition of `key` (placement hash `hash`): in memory, else read
+    /// back from the cold runs, else added empty.
+    fn partition_of(&mut self, key: &[u8], hash: u64) -> Result<u32, SluiceError> {
+        if let Some(id) = self.find(key, hash) {
+            return Ok(id);
+        }
+        let Some(cold) = self.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()) else {
+            return Ok(self.add(key, hash));
+        };
+        if cold.dropped.remove(key) {
+            // Freed since it was read back: its run's copy is stale.
+            let id = self.add(key, hash);
+            self.set_mark(id, FROM_COLD);
+            return Ok(id);
+        }
+        let vnode = sluice_types::vnode::of_hash(hash, self.vnodes);
+        let Some(found) = cold.store.runs().find(vnode, key, hash, &|_| false)? else {
+            return Ok(self.add(key, hash));
+        };
+        let dirty = cold.evicted_dirty.remove(key);
+        let (pending, history, running) = state::read_partition(self, &found.value)?;
+        if waits(self.spec.frame, &pending, &history) {
+            return Err(SluiceError::internal("over.cold", "an evicted partition was waiting for the watermark"));
+        }
+        let id = self.add(key, hash);
+        let partition = self.partitions[id as usize].as_mut().expect("just added");
+        partition.history = history;
+        if !running.is_empty() {
+            partition.running = running;
+        }
+        self.set_mark(id, FROM_COLD);
+        self.recount(id);
+        if dirty {
+            // Its changes since the previous snapshot are in no checkpoint yet.
+            self.mark(id);
+        }
+        Ok(id)
+    }
+
+    /// When the space is over its budget, evicts partitions that wait for nothing and
+    /// that no row reached since the clock's hand last passed them, enough to bring the
+    /// space an eighth of its budget under it (or all this instance may give), into one
+    /// cold run. The hand looks at [`SCAN_MAX`] ids at most per call.
+    fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
+        const SCAN_MAX: usize = 1 << 17;
+        let Some(cold) = self.cold.as_ref() else { return Ok(()) };
+        let space = Arc::clone(cold.store.space());
+        if !space.over_budget() || self.partitions.is_empty() {
+            return Ok(());
+        }
+        let goal = space
+            .resident()
+            .saturating_sub(space.budget())
+            .saturating_add(space.budget() / 8)
+            .min(cold.store.entry_bytes());
+        let slots = self.partitions.len();
+        let (mut chosen, mut freed) = (Vec::new(), 0usize);
+        for _ in 0..slots.min(SCAN_MAX) {
+            if freed >= goal {
+                break;
+            }
+            let id = self.cold.as_ref().expect("spilling").hand % slots;
+            let evictable = self.evictable(id);
+            let cold = self.cold.as_mut().expect("spilling");
+            cold.hand = id + 1;
+            if !evictable || id >= cold.counted.len() {
+                continue;
+            }
+            if !crate::cold::passes(&mut cold.marks[id], cold.counted[id], space.budget()) {
+                continue;
+            }
+            freed += cold.counted[id];
+            chosen.push(id as u32);
+        }
+        if chosen.is_empty() {
+            return Ok(());
+        }
+        let (vnodes, no_keys) = (self.vnodes, self.spec.partition.is_empty());
+        let mut records = crate::records::Records::new(Some(space.dir()));
+        for &id in &chosen {
+            let partition = self.partitions[id as usize].as_ref().expect("a chosen partition");
+            let value = |bytes: &mut Vec<u8>| state::write_partition(partition, bytes);
+            let vnode = sluice_types::vnode::of_hash(partition.hash, vnodes);
+            records.add(vnode, |k| k.extend_from_slice(&partition.key), Some(&value));
+        }
+        let cold = self.cold.as_mut().expect("spilling");
+        for key in cold.dropped.drain() {
+            let vnode = sluice_types::vnode::of_hash(placement_hash(no_keys, &key), vnodes);
+            records.add(vnode, |k| k.extend_from_slice(&key), None);
+        }
+        let hash_of = |key: &[u8]| Some(placement_hash(no_keys, key));
+        cold.store.add(records, chosen.len(), freed, &hash_of)?;
+        for id in chosen {
+            let partition = self.partitions[id as usize].take().expect("a chosen partition");
+            let table = table_hash(partition.hash);
+            if let Ok(entry) = self.index.find_entry(table, |&p| p == id) {
+                entry.remove();
+            }
+            self.free.push(id);
+            let cold = self.cold.as_mut().expect("spilling");
+            cold.store.release(std::mem::take(&mut cold.counted[id as usize]));
+            cold.marks[id as usize] = 0;
+            if self.tracking && self.changed.contains(id) {
+                // Its changes go with the next delta, read back from its run.
+                self.changed.unmark(id);
+                cold.evicted_dirty.insert(partition.key.to_vec());
+            }
+        }
+        Ok(())
     }
 
     /// Marks partition `id` changed since the previous snapshot.
@@ -378,16 +593,27 @@ impl OverAggregate {
         Ok(read)
     }
 
-    /// The id of the partition of `key` (placement hash `hash`), added empty if new.
-    fn partition_of(&mut self, key: &[u8], hash: u64) -> u32 {
-        let table = table_hash(hash);
+    /// The id of the partition of `key` (placement hash `hash`) in memory.
+    fn find(&self, key: &[u8], hash: u64) -> Option<u32> {
         let partitions = &self.partitions;
-        let found = self
-            .index
-            .find(table, |&id| partitions[id as usize].as_ref().is_some_and(|p| crate::same_bytes(&p.key, key)));
-        if let Some(&id) = found {
-            return id;
+        let found = self.index.find(table_hash(hash), |&id| {
+            partitions[id as usize].as_ref().is_some_and(|p| crate::same_bytes(&p.key, key))
+        });
+        found.copied()
+    }
+
+    /// The id of the partition of `key` (placement hash `hash`) in memory, added empty
+    /// if there is none.
+    fn find_or_add(&mut self, key: &[u8], hash: u64) -> u32 {
+        match self.find(key, hash) {
+            Some(id) => id,
+            None => self.add(key, hash),
         }
+    }
+
+    /// Adds an empty partition of `key` (placement hash `hash`), not in memory yet.
+    fn add(&mut self, key: &[u8], hash: u64) -> u32 {
+        let table = table_hash(hash);
         let running =
             if self.spec.frame.unbounded() { vec![Accumulator::EMPTY; self.spec.aggregates.len()] } else { Vec::new() };
         let partition =
@@ -418,6 +644,12 @@ impl OverAggregate {
             entry.remove();
         }
         self.free.push(id);
+        if let Some(cold) = self.cold.as_mut().filter(|cold| (id as usize) < cold.counted.len()) {
+            cold.store.release(std::mem::take(&mut cold.counted[id as usize]));
+            if std::mem::take(&mut cold.marks[id as usize]) & FROM_COLD != 0 {
+                cold.dropped.insert(partition.key.to_vec());
+            }
+        }
         if self.tracking {
             // A partition that takes the id later is marked when it changes.
             self.changed.unmark(id);
@@ -496,6 +728,7 @@ impl OverAggregate {
                 self.remove(id);
             } else {
                 self.mark(id);
+                self.recount(id);
             }
         }
         if count > 0 {
@@ -637,24 +870,36 @@ impl Operator for OverAggregate {
             // Without PARTITION BY all rows share the empty key (hash 0, vnode 0).
             let (key, hash): (&[u8], u64) =
                 if self.spec.partition.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
-            let id = self.partition_of(key, hash);
+            let id = self.partition_of(key, hash)?;
             let arrival = self.next_arrival;
             self.next_arrival = self.next_arrival.saturating_add(1);
             let partition = self.partitions[id as usize].as_mut().expect("just found");
-            partition.pending.insert((time, arrival), encoded.row(row).into());
+            let row_bytes = encoded.row(row);
+            partition.pending.insert((time, arrival), row_bytes.into());
             self.due.insert((time, id));
             self.mark(id);
+            if let Some(cold) = self.cold.as_ref() {
+                // Counted whole when new, else by what the row adds.
+                let counted = cold.counted.get(id as usize).copied().unwrap_or(0);
+                let bytes = match counted {
+                    0 => self.partitions[id as usize].as_ref().map_or(0, partition_bytes),
+                    counted => counted + row_bytes.len() + PENDING_ROW_BYTES,
+                };
+                self.count(id, |_| bytes);
+                self.set_mark(id, RECENT);
+            }
         }
         if late > 0 {
             self.late_rows.fetch_add(late, Ordering::Relaxed);
         }
-        Ok(())
+        self.evict_over_budget()
     }
 
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         if watermark > self.watermark {
             self.watermark = watermark;
             self.emit_until(Some(watermark), out)?;
+            self.evict_over_budget()?;
         }
         out.push(Message::Watermark(watermark));
         Ok(())

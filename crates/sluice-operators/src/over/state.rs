@@ -8,6 +8,10 @@
 //! snapshot), or the partitions changed since the previous snapshot (a row arrived, or a
 //! watermark emitted rows or freed history of it) and a delete for each partition freed
 //! since (a delta). Rows after the barrier change the live partitions, never the copy.
+//! Partitions evicted beyond the memory budget (`crate::cold`) are in runs of these same
+//! records: a full snapshot merges the runs in (but the partitions whose newer copy is
+//! in memory or that were freed), and a delta writes again, from their runs, the
+//! partitions evicted while changed. A restore evicts as it loads.
 //!
 //! # Records, version [`OVER_STATE_VERSION`]
 //!
@@ -46,6 +50,7 @@ use crate::blob::{Reader, Records, check_keys};
 use crate::partition::placement_hash;
 
 use super::{Accumulator, Kind, OverAggregate, OverFrame, Partition, Value};
+use crate::cold::{ColdRuns, FROM_COLD, Keys};
 
 /// The record layout this build writes and reads.
 pub const OVER_STATE_VERSION: u32 = 2;
@@ -71,11 +76,45 @@ pub(super) fn snapshot(over: &mut OverAggregate, delta: bool) -> Snapshot {
         copy
     };
     let freed = if full { Vec::new() } else { std::mem::take(&mut over.freed) };
+    // Partitions in cold runs: a full snapshot merges every run (but the partitions whose
+    // newer copy is in memory, or that were freed); a delta those evicted while changed.
+    let cold: Option<(ColdRuns, Keys)> = match over.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()) {
+        Some(cold) => {
+            let runs = cold.store.runs().clone();
+            if full {
+                cold.evicted_dirty.clear();
+                let mut shadow = cold.dropped.clone();
+                for (id, partition) in over.partitions.iter().enumerate() {
+                    let from_cold = cold.marks.get(id).is_some_and(|marks| marks & FROM_COLD != 0);
+                    if let Some(partition) = partition.as_ref().filter(|_| from_cold) {
+                        shadow.insert(partition.key.to_vec());
+                    }
+                }
+                Some((runs, shadow))
+            } else {
+                Some((runs, std::mem::take(&mut cold.evicted_dirty)))
+            }
+        }
+        None => None,
+    };
     over.clear_changes();
     let (vnodes, no_keys) = (over.vnodes, over.spec.partition.is_empty());
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
+        match &cold {
+            Some((runs, shadow)) if full => runs.add_live(&mut records, |key| Ok(shadow.contains(key)))?,
+            Some((runs, dirty)) => {
+                for key in dirty {
+                    let hash = placement_hash(no_keys, key);
+                    let vnode = vnode::of_hash(hash, vnodes);
+                    let Some(found) = runs.find(vnode, key, hash, &|_| false)? else { continue };
+                    let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.value);
+                    records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
+                }
+            }
+            None => {}
+        }
         for partition in &copy {
             let value = |bytes: &mut Vec<u8>| write_partition(partition, bytes);
             records.add(vnode::of_hash(partition.hash, vnodes), |k| k.extend_from_slice(&partition.key), Some(&value));
@@ -117,7 +156,7 @@ fn write_value(bytes: &mut Vec<u8>, value: &Value) {
 }
 
 /// A partition's value: its pending rows, history and running accumulators.
-fn write_partition(partition: &Partition, bytes: &mut Vec<u8>) {
+pub(super) fn write_partition(partition: &Partition, bytes: &mut Vec<u8>) {
     write_count(bytes, partition.pending.len());
     for ((_, arrival), row) in &partition.pending {
         bytes.extend_from_slice(&arrival.to_le_bytes());
@@ -161,24 +200,45 @@ fn read_value(reader: &mut Reader<'_>, kind: Kind) -> Result<Value, SluiceError>
 /// Pending rows by (time, arrival), as a partition keeps them.
 type Pending = BTreeMap<(TimestampMs, u64), Box<[u8]>>;
 
+/// A partition's pending rows, history and running accumulators, as a partition keeps
+/// them.
+type Parts = (Pending, VecDeque<(TimestampMs, Vec<Value>)>, Vec<Accumulator>);
+
+/// A partition's parts from its record's `value`, checked (see the module
+/// documentation).
+pub(super) fn read_partition(over: &OverAggregate, value: &[u8]) -> Result<Parts, SluiceError> {
+    let mut reader = Reader::new(value, STATE);
+    let pending = read_pending(over, &mut reader)?;
+    let history = read_history(over, &mut reader)?;
+    let running = read_running(over, &mut reader)?;
+    reader.finish()?;
+    if running.is_empty() && pending.is_empty() && history.is_empty() {
+        return Err(corrupt("a partition that holds nothing"));
+    }
+    Ok((pending, history, running))
+}
+
+/// Records restored between two checks of their keys (and evictions beyond the budget).
+const RESTORE_CHECK_RECORDS: usize = 4096;
+
 /// Loads the partitions of `state` (of the vnodes this instance owns) into `over`.
 pub(super) fn restore(over: &mut OverAggregate, state: &mut dyn StateSource) -> Result<(), SluiceError> {
     let no_keys = over.spec.partition.is_empty();
+    let mut unchecked: Vec<Box<[u8]>> = Vec::new();
+    let check = |over: &mut OverAggregate, unchecked: &mut Vec<Box<[u8]>>| -> Result<(), SluiceError> {
+        check_keys(&over.partition_encoder, unchecked.iter().map(|key| &key[..]), STATE, "a partition key")?;
+        unchecked.clear();
+        // Beyond the memory budget, restored partitions go to cold runs.
+        over.evict_over_budget()
+    };
     while let Some(record) = state.next_record()? {
         let key = record.key;
         let hash = placement_hash(no_keys, key);
         if vnode::of_hash(hash, over.vnodes) != record.vnode {
             return Err(corrupt("a partition under another vnode than its key's"));
         }
-        let mut reader = Reader::new(record.value, STATE);
-        let pending = read_pending(over, &mut reader)?;
-        let history = read_history(over, &mut reader)?;
-        let running = read_running(over, &mut reader)?;
-        reader.finish()?;
-        if running.is_empty() && pending.is_empty() && history.is_empty() {
-            return Err(corrupt("a partition that holds nothing"));
-        }
-        let id = over.partition_of(key, hash);
+        let (pending, history, running) = read_partition(over, record.value)?;
+        let id = over.find_or_add(key, hash);
         let partition = over.partitions[id as usize].as_mut().expect("just found");
         let fresh = partition.pending.is_empty()
             && partition.history.is_empty()
@@ -199,9 +259,13 @@ pub(super) fn restore(over: &mut OverAggregate, state: &mut dyn StateSource) -> 
         if !running.is_empty() {
             partition.running = running;
         }
+        over.recount(id);
+        unchecked.push(key.into());
+        if unchecked.len() == RESTORE_CHECK_RECORDS {
+            check(over, &mut unchecked)?;
+        }
     }
-    let keys = over.partitions.iter().flatten().map(|partition| &partition.key[..]);
-    check_keys(&over.partition_encoder, keys, STATE, "a partition key")?;
+    check(over, &mut unchecked)?;
     over.clear_changes();
     Ok(())
 }

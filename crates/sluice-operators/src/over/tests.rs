@@ -9,12 +9,14 @@ use arrow::array::{ArrayRef, Int64Array, StringArray, TimestampMillisecondArray}
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use sluice_runtime::{Operator, SnapshotKind};
 use sluice_state::StateModel;
 use sluice_types::{Batch, Message, vnode};
 
 use super::{OverAggregate, OverFrame, OverSpec};
 use crate::aggregate::{AggregateFunction, AggregateSpec};
+use crate::spill::SpillSpace;
 use crate::testing;
 
 const VNODES: u32 = 16;
@@ -276,6 +278,95 @@ impl Running {
     }
 }
 
+/// Runs `steps` through OVER aggregates of `frame` (partitions spilling within `space`
+/// when given) and checks every row is emitted once with the reference frame's values.
+fn check_frames(
+    steps: Vec<Step>,
+    frame: OverFrame,
+    partitioned: bool,
+    space: Option<&Arc<SpillSpace>>,
+) -> Result<(), TestCaseError> {
+    let late = Arc::new(AtomicU64::new(0));
+    let make = || {
+        let over = over(frame, partitioned, &late);
+        match space {
+            Some(space) => {
+                let metrics = Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1));
+                over.with_spill(Arc::clone(space), crate::spill::spilled_bytes(&metrics))
+            }
+            None => over,
+        }
+    };
+    let mut running =
+        Running { instances: vec![make()], ranges: testing::one_instance(VNODES), runs: StateModel::default() };
+    let mut current = i64::MIN;
+    let mut accepted = Vec::new();
+    let mut expected_late = 0u64;
+    let mut emitted = Vec::new();
+    let mut arrival = 0;
+    for step in steps {
+        match step {
+            Step::Rows(rows) => {
+                let rows: Vec<Row> = rows
+                    .into_iter()
+                    .map(|(p, ts, v)| {
+                        arrival += 1;
+                        (PARTITIONS[p], Some(ts), v, format!("r{arrival}"))
+                    })
+                    .collect();
+                let mut parts: Vec<Vec<Row>> = vec![Vec::new(); running.instances.len()];
+                for r in rows {
+                    if r.1.expect("time") <= current {
+                        expected_late += 1;
+                    } else {
+                        accepted.push((r.0, r.1.expect("time"), r.2, r.3.clone(), arrival));
+                    }
+                    let vnode = if partitioned { partition_vnode(r.0) } else { vnode::of_hash(0, VNODES) };
+                    let owner = running.ranges.iter().position(|range| range.contains(&vnode)).expect("owned");
+                    parts[owner].push(r);
+                }
+                for (instance, part) in running.instances.iter_mut().zip(parts) {
+                    if !part.is_empty() {
+                        data(instance, &part);
+                    }
+                }
+            }
+            Step::Watermark(delta) => {
+                let previous = current;
+                current = if current == i64::MIN { delta } else { current + delta };
+                for instance in &mut running.instances {
+                    for line in watermark(instance, current) {
+                        if let Some((name, _)) = line.split_once(": ") {
+                            let ts = accepted.iter().find(|r| r.3 == name).expect("an accepted row").1;
+                            prop_assert!(ts <= current && ts > previous, "{name} at {ts} emitted at {current}");
+                            emitted.push(line);
+                        }
+                    }
+                }
+            }
+            Step::Checkpoint => running.checkpoint(),
+            Step::Restart(split) => {
+                let bounds = if running.instances.len() == 1 { vec![0, split, VNODES] } else { vec![0, VNODES] };
+                running.restart(bounds.windows(2).map(|pair| pair[0]..pair[1]).collect(), &make);
+                if current != i64::MIN {
+                    for instance in &mut running.instances {
+                        prop_assert_eq!(watermark(instance, current), vec![format!("wm {current}")]);
+                    }
+                }
+            }
+        }
+    }
+    for instance in &mut running.instances {
+        let mut out = Vec::new();
+        instance.on_end(&mut out).expect("end");
+        emitted.extend(lines(&out).into_iter().filter(|l| !l.starts_with("wm ")));
+    }
+    emitted.sort();
+    prop_assert_eq!(emitted, reference(&accepted, frame, partitioned));
+    prop_assert_eq!(late.load(Ordering::Relaxed), expected_late);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -289,74 +380,22 @@ proptest! {
         frame in frame_strategy(),
         partitioned in any::<bool>(),
     ) {
-        let late = Arc::new(AtomicU64::new(0));
-        let make = || over(frame, partitioned, &late);
-        let mut running = Running { instances: vec![make()], ranges: testing::one_instance(VNODES), runs: StateModel::default() };
-        let mut current = i64::MIN;
-        let mut accepted = Vec::new();
-        let mut expected_late = 0u64;
-        let mut emitted = Vec::new();
-        let mut arrival = 0;
-        for step in steps {
-            match step {
-                Step::Rows(rows) => {
-                    let rows: Vec<Row> = rows
-                        .into_iter()
-                        .map(|(p, ts, v)| {
-                            arrival += 1;
-                            (PARTITIONS[p], Some(ts), v, format!("r{arrival}"))
-                        })
-                        .collect();
-                    let mut parts: Vec<Vec<Row>> = vec![Vec::new(); running.instances.len()];
-                    for r in rows {
-                        if r.1.expect("time") <= current {
-                            expected_late += 1;
-                        } else {
-                            accepted.push((r.0, r.1.expect("time"), r.2, r.3.clone(), arrival));
-                        }
-                        let vnode = if partitioned { partition_vnode(r.0) } else { vnode::of_hash(0, VNODES) };
-                        let owner = running.ranges.iter().position(|range| range.contains(&vnode)).expect("owned");
-                        parts[owner].push(r);
-                    }
-                    for (instance, part) in running.instances.iter_mut().zip(parts) {
-                        if !part.is_empty() {
-                            data(instance, &part);
-                        }
-                    }
-                }
-                Step::Watermark(delta) => {
-                    let previous = current;
-                    current = if current == i64::MIN { delta } else { current + delta };
-                    for instance in &mut running.instances {
-                        for line in watermark(instance, current) {
-                            if let Some((name, _)) = line.split_once(": ") {
-                                let ts = accepted.iter().find(|r| r.3 == name).expect("an accepted row").1;
-                                prop_assert!(ts <= current && ts > previous, "{name} at {ts} emitted at {current}");
-                                emitted.push(line);
-                            }
-                        }
-                    }
-                }
-                Step::Checkpoint => running.checkpoint(),
-                Step::Restart(split) => {
-                    let bounds = if running.instances.len() == 1 { vec![0, split, VNODES] } else { vec![0, VNODES] };
-                    running.restart(bounds.windows(2).map(|pair| pair[0]..pair[1]).collect(), &make);
-                    if current != i64::MIN {
-                        for instance in &mut running.instances {
-                            prop_assert_eq!(watermark(instance, current), vec![format!("wm {current}")]);
-                        }
-                    }
-                }
-            }
-        }
-        for instance in &mut running.instances {
-            let mut out = Vec::new();
-            instance.on_end(&mut out).expect("end");
-            emitted.extend(lines(&out).into_iter().filter(|l| !l.starts_with("wm ")));
-        }
-        emitted.sort();
-        prop_assert_eq!(emitted, reference(&accepted, frame, partitioned));
-        prop_assert_eq!(late.load(Ordering::Relaxed), expected_late);
+        check_frames(steps, frame, partitioned, None)?;
+    }
+
+    /// The same with a memory budget of 0: every partition that waits for nothing and
+    /// no row reached since the clock last passed it is evicted after each batch and
+    /// watermark, and read back by its next row, by deltas and by full snapshots.
+    #[test]
+    fn evicted_partitions_give_the_same_rows(
+        steps in prop::collection::vec(step_strategy(), 1..40),
+        frame in frame_strategy(),
+        partitioned in any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 0);
+        check_frames(steps, frame, partitioned, Some(&space))?;
+        prop_assert_eq!((space.resident(), space.spilled()), (0, 0), "dropped instances count nothing");
     }
 
     /// Any bytes, and any damage to a valid record, give an error or a state, never a
