@@ -210,7 +210,8 @@ const OPTIONS: &[OptionDoc] = &[
         key: "split_bytes",
         kind: "integer >= 1",
         default: "8388608 (8 MiB)",
-        doc: "files larger than this are read by several lanes when there are threads to spare",
+        doc: "files larger than this are read by several lanes when there are threads to spare \
+              (refused with a changelog format: each of its files is one lane)",
     },
 ];
 
