@@ -8,7 +8,9 @@ What it does
     connector and its `debezium-json` format (`debezium-json.ignore-parse-errors`: the
     fixture holds one bad envelope, which Sluice counts and skips too), with PRIMARY KEY
     (id) NOT ENFORCED, in streaming mode, and runs the queries of the Kafka test
-    crates/sluice-cli/tests/cli/kafka/changelog.rs. Each query's changelog (Flink's row
+    crates/sluice-cli/tests/cli/kafka/changelog.rs and of the file test
+    crates/sluice-cli/tests/cli/changelog/debezium.rs (which reads the same events from a
+    `debezium-json` file, as Flink does here). Each query's changelog (Flink's row
     kinds) is integrated to its final table and written to QUERY.csv in that directory:
     line 1 the column names, then one row per line, sorted; a string in double quotes, a
     number as its decimal text.

@@ -1,9 +1,11 @@
 //! What the sources with a changelog format share: the format's primary key resolved
-//! against the schema ([`source_changelog`]), the row kinds column their batches carry
-//! after the declared columns ([`with_kinds`]), and `explain`'s words for them.
+//! against the schema ([`source_changelog`]), the messages of a JSON envelope format
+//! opened into the rows they change ([`open_envelopes`]) and those rows kept whole per
+//! message ([`whole_messages`]), the row kinds column their batches carry after the
+//! declared columns ([`with_kinds`]), and `explain`'s words for them.
 //!
 //! A changelog format (Kafka's `debezium-json`, `debezium-avro-confluent` and `upsert`, the file source's
-//! `changelog-json` and `changelog-csv`) needs `primary_key`: the planner routes the rows
+//! `debezium-json`, `changelog-json` and `changelog-csv`) needs `primary_key`: the planner routes the rows
 //! by it into the normalization that keeps each key's row (`sluice_operators::normalize`),
 //! which is what makes retractions, duplicate inserts and deletes of unknown keys
 //! well-defined. An upsert source's `-D` carries only its key, so its other columns must
@@ -11,10 +13,11 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int8Array};
+use arrow::array::{ArrayRef, BooleanArray, Int8Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use sluice_config::SourceConfig;
+use sluice_formats::changelog::ChangeRow;
 use sluice_runtime::SourceChangelog;
 use sluice_types::{ROW_KIND_COLUMN, SluiceError};
 
@@ -23,6 +26,67 @@ use sluice_types::{ROW_KIND_COLUMN, SluiceError};
 pub struct ChangelogFormat {
     pub name: &'static str,
     pub upsert: bool,
+}
+
+/// Flink's `debezium-json`: read by the Kafka and the file source alike.
+pub const DEBEZIUM_JSON: ChangelogFormat = ChangelogFormat { name: "debezium-json", upsert: false };
+
+/// The messages of one read opened: the rows they change, in order, each with the index
+/// of its message, and the messages whose envelope is bad, with the reason.
+#[derive(Debug, Default)]
+pub struct OpenedEnvelopes {
+    pub changes: Vec<(usize, ChangeRow)>,
+    pub bad: Vec<(usize, String)>,
+}
+
+/// Opens each `(key, value)` message in `format` (`debezium-json` or `upsert`, see
+/// `sluice_formats::changelog`) into its rows. A Debezium tombstone (no value, or an
+/// empty one), which Debezium sends after a delete for log compaction, gives no row and
+/// is no bad message, as Flink skips it; an upsert tombstone is its key's delete.
+pub fn open_envelopes<'a>(
+    format: ChangelogFormat,
+    messages: impl IntoIterator<Item = (Option<&'a [u8]>, Option<&'a [u8]>)>,
+) -> OpenedEnvelopes {
+    let mut opened = OpenedEnvelopes::default();
+    for (index, (key, value)) in messages.into_iter().enumerate() {
+        let changes = if format.upsert {
+            sluice_formats::changelog::upsert_json(key, value).map(|row| vec![row])
+        } else {
+            match value {
+                None | Some([]) => continue,
+                Some(value) => sluice_formats::changelog::debezium_json(value),
+            }
+        };
+        match changes {
+            Ok(changes) => opened.changes.extend(changes.into_iter().map(|change| (index, change))),
+            Err(reason) => opened.bad.push((index, reason)),
+        }
+    }
+    opened
+}
+
+/// The decoded `rows` of opened envelopes with their `kinds` (one each; `messages`: the
+/// message of each row, by an id such as a Kafka offset or a file's line number), under `schema` (from [`with_kinds_schema`]), less every row of a
+/// message in `bad` (sorted): a message is all or nothing, so neither the `-U` nor the
+/// `+U` of an update one of whose rows is bad is kept. None when no row is left.
+pub fn whole_messages<Id: Ord>(
+    rows: &RecordBatch,
+    messages: &[Id],
+    kinds: Int8Array,
+    bad: &[Id],
+    schema: &SchemaRef,
+) -> Result<Option<RecordBatch>, SluiceError> {
+    assert_eq!(rows.num_rows(), messages.len(), "one message per row");
+    assert_eq!(rows.num_rows(), kinds.len(), "one kind per row");
+    debug_assert!(bad.is_sorted(), "bad messages sorted");
+    let batch = with_kinds(rows, kinds, schema)?;
+    if bad.is_empty() {
+        return Ok((batch.num_rows() > 0).then_some(batch));
+    }
+    let keep = BooleanArray::from_iter(messages.iter().map(|message| Some(bad.binary_search(message).is_err())));
+    let batch = arrow::compute::filter_record_batch(&batch, &keep)
+        .map_err(|e| SluiceError::internal("source.changelog", format!("dropping a bad message's rows: {e}")))?;
+    Ok((batch.num_rows() > 0).then_some(batch))
 }
 
 /// The changelog of `config`'s table of `schema` read in `format` (None: not a changelog
@@ -110,6 +174,46 @@ pub fn with_kinds(rows: &RecordBatch, kinds: Int8Array, schema: &SchemaRef) -> R
 pub fn describe(changelog: &SourceChangelog, schema: &Schema) -> String {
     let names: Vec<&str> = changelog.primary_key.iter().map(|&i| schema.field(i).name().as_str()).collect();
     format!("{}, updating, primary key [{}]", changelog.format, names.join(", "))
+}
+
+/// What the tests of the sources with a changelog format share.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use arrow::record_batch::RecordBatch;
+
+    /// Debezium events, the values of messages 1 to 7 of a Kafka partition or lines 1 to
+    /// 7 of a file (None: a tombstone), read into columns `id BIGINT, v VARCHAR`: a
+    /// create, an update, a schema-embedded delete, a tombstone, an update whose after
+    /// image does not decode (`id` is text), a truncate, a snapshot read.
+    pub(crate) const DEBEZIUM_EVENTS: [Option<&str>; 7] = [
+        Some(r#"{"before":null,"after":{"id":1,"v":"a"},"op":"c"}"#),
+        Some(r#"{"before":{"id":1,"v":"a"},"after":{"id":1,"v":"b"},"op":"u"}"#),
+        Some(r#"{"schema":{},"payload":{"before":{"id":1,"v":"b"},"after":null,"op":"d"}}"#),
+        None,
+        Some(r#"{"before":{"id":2,"v":"a"},"after":{"id":"x","v":"b"},"op":"u"}"#),
+        Some(r#"{"after":{"id":3},"op":"t"}"#),
+        Some(r#"{"before":null,"after":{"id":4,"v":"z"},"op":"r"}"#),
+    ];
+
+    /// The rows of [`DEBEZIUM_EVENTS`] (`id|v|event|kind`, the kind Flink's RowKind
+    /// byte), and the events that are bad: the update with a bad row is dropped whole, the
+    /// truncate refused, the tombstone neither a row nor bad.
+    pub(crate) const DEBEZIUM_ROWS: [(i64, &str, u64, i8); 5] =
+        [(1, "a", 1, 0), (1, "a", 2, 1), (1, "b", 2, 2), (1, "b", 3, 3), (4, "z", 7, 0)];
+    pub(crate) const DEBEZIUM_BAD: [u64; 2] = [5, 6];
+
+    /// Each row as its values' text joined by `|` (NULL for a null).
+    pub(crate) fn rows_text(batch: &RecordBatch) -> Vec<String> {
+        let options = arrow::util::display::FormatOptions::default().with_null("NULL");
+        let formatters: Vec<_> = batch
+            .columns()
+            .iter()
+            .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
+            .collect();
+        (0..batch.num_rows())
+            .map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect::<Vec<_>>().join("|"))
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -13,15 +13,17 @@
 //!
 //! - [`nexmark`]: tables `person`, `auction`, `bid`; one lane per thread; optional
 //!   wall-clock rate limit.
-//! - [`file_source`]: a file or a directory of JSON-lines or CSV files, large files
-//!   split into byte ranges read in parallel; bad rows skipped (counted, the first ones
+//! - [`file_source`]: a file or a directory of JSON-lines or CSV files (or changelogs:
+//!   an `op` column, or Debezium events), large files split into byte ranges read in
+//!   parallel (a changelog file never); bad rows skipped (counted, the first ones
 //!   logged with their file and line) or fatal, per `on_error`.
 //! - [`kafka`] (cargo feature `kafka`): topics in (one lane per partition, offsets in checkpoints, bounded
 //!   reads, metadata columns) and out (one message per row; exactly-once through Kafka
 //!   transactions).
 //! - [`changelog`]: what sources with a changelog format (Kafka's `debezium-json` and
-//!   `upsert`, the file source's `changelog-json`/`changelog-csv`) share: the primary key
-//!   checked against the schema, the row kinds column after the declared ones.
+//!   `upsert`, the file source's `debezium-json` and `changelog-json`/`changelog-csv`)
+//!   share: the primary key checked against the schema, JSON envelopes into rows kept
+//!   whole per message, the row kinds column after the declared ones.
 //! - [`sinks`]: `stdout` (pretty tables or JSON lines), `file` (one file, or a
 //!   directory with one part per thread; JSON lines or CSV), `blackhole`.
 //! - [`postgres_cdc`] (cargo feature `postgres`): the tables of a PostgreSQL database in (a snapshot, then their

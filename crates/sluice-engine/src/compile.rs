@@ -149,7 +149,7 @@ impl Pipeline {
                     )
                     .with_fix(
                         "remove primary_key, or set a changelog format: kafka: format = \"debezium-json\", \"debezium-avro-confluent\" or \
-                         \"upsert\"; file: format = \"changelog-json\" or \"changelog-csv\"",
+                         \"upsert\"; file: format = \"changelog-json\", \"changelog-csv\" or \"debezium-json\"",
                     ),
                 ));
             }

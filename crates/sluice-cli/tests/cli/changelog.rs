@@ -1,7 +1,13 @@
 //! Changelog input through the whole binary: a file source reading the `op` column of a
 //! changelog (what the file sink writes for an updating stream), normalized by its
 //! primary key, into aggregates, joins and TopN; the anomalies counted and named; what
-//! `explain` shows; what is refused, with the fix.
+//! `explain` shows; what is refused, with the fix. `debezium` reads Debezium events from
+//! a file against Apache Flink's answers.
+//!
+//! The Flink oracle's fixtures (`tests/changelog-oracle/`, see
+//! `scripts/changelog-oracle.py`) are read here for the Kafka tests too.
+
+mod debezium;
 
 use std::collections::BTreeMap;
 
@@ -9,7 +15,48 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use crate::golden::integrated;
-use crate::harness::{Scratch, assert_fails_with, stderr, stdout};
+use crate::harness::{Scratch, assert_fails_with, crate_dir, stderr, stdout};
+
+/// A fixture of the changelog oracle (`tests/changelog-oracle/NAME`).
+pub(crate) fn fixture(name: &str) -> String {
+    std::fs::read_to_string(crate_dir().join("tests/changelog-oracle").join(name)).expect("a fixture")
+}
+
+/// A Flink oracle file (`name.csv`: a header, then one row per line) as JSON rows of
+/// `columns`, sorted.
+pub(crate) fn oracle(name: &str) -> Vec<String> {
+    let text = fixture(&format!("{name}.csv"));
+    let mut lines = text.lines();
+    let columns: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let mut rows: Vec<String> = lines
+        .map(|line| {
+            let object: serde_json::Map<String, Value> = columns
+                .iter()
+                .zip(line.split(','))
+                .map(|(column, field)| {
+                    let value = match field.parse::<i64>() {
+                        Ok(number) => Value::from(number),
+                        Err(_) => Value::from(field.trim_matches('"')),
+                    };
+                    (column.to_string(), value)
+                })
+                .collect();
+            Value::Object(object).to_string()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// A sink's changelog integrated, each row as canonical JSON (keys sorted), sorted.
+pub(crate) fn table(scratch: &Scratch, view: &str) -> Vec<String> {
+    let mut rows: Vec<String> = integrated(&scratch.read(&format!("{view}.jsonl")))
+        .iter()
+        .map(|row| serde_json::from_str::<Value>(row).expect("a row").to_string())
+        .collect();
+    rows.sort();
+    rows
+}
 
 /// A pipeline of one changelog file source `orders` (primary key `id`), `views` and one
 /// file sink of view `out` into `out.jsonl`.

@@ -40,7 +40,8 @@ use sluice_runtime::{LaneContext, LanePoll, LaneReader};
 use sluice_types::{SluiceError, TimestampMs};
 
 use super::csv_plan::{BOM, bom_length};
-use super::{LaneRange, Shared, read_error};
+use super::envelopes::EnvelopeLines;
+use super::{FileChangelog, LaneRange, Shared, read_error};
 use crate::lanes::{LOGGED_BAD_ROWS, max_timestamp_ms};
 
 /// The buffer used to skip a partial line and to count line breaks.
@@ -53,6 +54,9 @@ pub struct FileLane {
     /// `None` once the lane is exhausted (or when it has nothing to read).
     chunker: Option<LineChunker<LaneInput>>,
     decoder: Decoder,
+    /// `debezium-json`: the events of each chunk into rows with their kinds, in place of
+    /// `decoder`.
+    envelopes: Option<EnvelopeLines>,
     lines: LineNumbers,
     metrics: Arc<SourceMetrics>,
     max_event_time: Option<TimestampMs>,
@@ -107,6 +111,12 @@ impl FileLane {
             format: shared.format,
             batch_size: context.batch_size.max(1),
         })?;
+        let envelopes = match (shared.changelog, &shared.kinds_schema) {
+            (Some(FileChangelog::Debezium), Some(kinds_schema)) => {
+                Some(EnvelopeLines::new(shared.schema.clone(), kinds_schema.clone(), context.batch_size)?)
+            }
+            _ => None,
+        };
         let needed = context.tables_needed.first().copied().unwrap_or(false);
         let resume = context.start.as_deref().map(decode_position).transpose()?;
         let streaming = shared.streaming.get(range.file).copied().unwrap_or(false);
@@ -140,6 +150,7 @@ impl FileLane {
             path,
             chunker,
             decoder,
+            envelopes,
             metrics: context.metrics,
             max_event_time,
             pending: VecDeque::new(),
@@ -184,6 +195,9 @@ impl FileLane {
     /// byte offset and its values: decoded rows carry no line number). Deterministic, so
     /// a resumed lane skips the same rows.
     fn changes(&mut self, batch: RecordBatch) -> Result<Option<RecordBatch>, SluiceError> {
+        if self.shared.changelog != Some(FileChangelog::OpColumn) {
+            return Ok(Some(batch));
+        }
         let Some(schema) = self.shared.kinds_schema.clone() else { return Ok(Some(batch)) };
         let ops = batch.column(0).as_any().downcast_ref::<StringArray>().ok_or_else(|| {
             SluiceError::internal(
@@ -303,9 +317,12 @@ impl LaneReader for FileLane {
             };
             let chunk_len = chunk.len() as u64;
             self.metrics.bytes.fetch_add(chunk_len, Ordering::Relaxed);
-            self.decoder
-                .decode(chunk, chunk_line + self.lines.guard, &mut batches, &mut bad)
-                .map_err(|error| error.context(self.path.display()))?;
+            let first_line = chunk_line + self.lines.guard;
+            match self.envelopes.as_mut() {
+                Some(envelopes) => envelopes.decode(chunk, first_line, &mut batches, &mut bad),
+                None => self.decoder.decode(chunk, first_line, &mut batches, &mut bad),
+            }
+            .map_err(|error| error.context(self.path.display()))?;
             if self.skip_rows == 0 {
                 self.chunk_start = self.read_start + chunker.consumed() - chunk_len;
                 self.chunk_rows = 0;

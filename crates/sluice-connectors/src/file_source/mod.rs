@@ -1,4 +1,5 @@
-//! The file source: one file, or every file of a directory, as JSON lines or CSV.
+//! The file source: one file, or every file of a directory, as JSON lines or CSV, or as
+//! the changes of a table (a changelog format, see below).
 //!
 //! # Files
 //!
@@ -42,6 +43,17 @@
 //! breaks before its first line, once, the first time it needs a line number (to
 //! report a bad row), so a clean input never pays for the count.
 //!
+//! # Changelog formats
+//!
+//! `changelog-json` and `changelog-csv` read the `op` column the file sink writes for an
+//! updating stream; `debezium-json` reads one Debezium change event per line, as the
+//! Kafka source reads a message of that format (the `envelopes` module: a line `null`,
+//! `kafka-console-consumer`'s tombstone, and a blank line give no row). Their rows carry
+//! their kinds and are read by `primary_key` (`crate::changelog`). A key's changes must
+//! reach the normalization in order, so a changelog file is never split: one lane per
+//! file (`split_bytes` is refused), each file of a directory its own lane, read in
+//! parallel, as a Kafka topic's partitions are: a key's changes must be in one file.
+//!
 //! # Rows, watermarks, bad rows
 //!
 //! Each lane reads through a [`LineChunker`](sluice_formats::LineChunker) (a bounded
@@ -70,9 +82,12 @@ use crate::FileFormat;
 use crate::connector::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, format_choice, resolve};
 
 mod csv_plan;
+mod envelopes;
 mod lane;
 mod layout;
 
+#[cfg(test)]
+mod debezium_tests;
 #[cfg(test)]
 mod tests;
 
@@ -123,6 +138,8 @@ pub(crate) struct Shared {
     pub schema: SchemaRef,
     /// A changelog's output schema: the declared columns and the row kinds.
     pub kinds_schema: Option<SchemaRef>,
+    /// How the rows are changes, for a changelog format.
+    pub changelog: Option<FileChangelog>,
     pub format: RowFormat,
     /// Index of the event-time column.
     pub event_time: Option<usize>,
@@ -153,9 +170,20 @@ pub struct FileOptions {
     /// Files larger than this are split into several lanes (pieces of at least an eighth
     /// of it) when there are threads to spare (default 8 MiB).
     pub split_bytes: Option<u64>,
-    /// `format = "changelog-json"` or `"changelog-csv"`: each row has an `op` (`+I`, `-U`,
-    /// `+U`, `-D`), as the file sink writes an updating stream; read by `primary_key`.
-    pub changelog: bool,
+    /// A changelog format (`changelog-json`, `changelog-csv`, `debezium-json`): the rows
+    /// are changes of a table, read by `primary_key`.
+    pub changelog: Option<FileChangelog>,
+}
+
+/// How the rows of a changelog file are changes of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileChangelog {
+    /// `changelog-json`, `changelog-csv`: each row has an `op` (`+I`, `-U`, `+U`, `-D`),
+    /// as the file sink writes an updating stream.
+    OpColumn,
+    /// `debezium-json`: each line is a Debezium change event, read as the Kafka source
+    /// reads one (the `envelopes` module).
+    Debezium,
 }
 
 impl FileOptions {
@@ -168,7 +196,7 @@ impl FileOptions {
             delimiter: b',',
             rate: None,
             split_bytes: None,
-            changelog: false,
+            changelog: None,
         }
     }
 }
@@ -182,7 +210,8 @@ const OPTIONS: &[OptionDoc] = &[
         key: "split_bytes",
         kind: "integer >= 1",
         default: "8388608 (8 MiB)",
-        doc: "files larger than this are read by several lanes when there are threads to spare",
+        doc: "files larger than this are read by several lanes when there are threads to spare \
+              (refused with a changelog format: each of its files is one lane)",
     },
 ];
 
@@ -204,13 +233,14 @@ impl SourceConnector for FileConnector {
     }
 }
 
-/// `format = "…"` of a file source: the row format, and whether rows are a changelog with
-/// an `op` column (what the file sink writes for an updating stream).
-const SOURCE_FORMATS: &[(&str, (FileFormat, bool))] = &[
-    ("json", (FileFormat::Json, false)),
-    ("csv", (FileFormat::Csv, false)),
-    ("changelog-json", (FileFormat::Json, true)),
-    ("changelog-csv", (FileFormat::Csv, true)),
+/// `format = "…"` of a file source: the row format, and how rows are changes of a table
+/// (an `op` column, what the file sink writes for an updating stream, or Debezium events).
+const SOURCE_FORMATS: &[(&str, (FileFormat, Option<FileChangelog>))] = &[
+    ("json", (FileFormat::Json, None)),
+    ("csv", (FileFormat::Csv, None)),
+    ("changelog-json", (FileFormat::Json, Some(FileChangelog::OpColumn))),
+    ("changelog-csv", (FileFormat::Csv, Some(FileChangelog::OpColumn))),
+    ("debezium-json", (FileFormat::Json, Some(FileChangelog::Debezium))),
 ];
 
 /// The validated options of a `connector = "file"` source, or every problem.
@@ -218,7 +248,7 @@ pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>
     let options = &config.options;
     let mut errors = Vec::new();
     let format = format_choice(config.format.as_ref(), options, config.position, SOURCE_FORMATS, true, &mut errors);
-    let changelog = format.is_some_and(|(_, changelog)| changelog);
+    let changelog = format.and_then(|(_, changelog)| changelog);
     let format = format.map(|(format, _)| format);
     if config.schema.is_none() {
         errors.push(options.item_error(
@@ -259,10 +289,10 @@ pub fn options_of(config: &SourceConfig) -> Result<FileOptions, Vec<ConfigError>
     if format == Some(FileFormat::Json) {
         for key in ["header", "delimiter"] {
             let fix = format!("remove `{key}`, or set format = \"csv\"");
-            reader.forbid(key, "it applies to csv files only, and format is \"json\"", &fix);
+            reader.forbid(key, "it applies to csv files only, and the format reads JSON lines", &fix);
         }
     }
-    if changelog {
+    if changelog.is_some() {
         let why = "a changelog file is read by one lane, so that each key's changes arrive in order";
         reader.forbid("split_bytes", why, "remove `split_bytes`");
     }
@@ -365,15 +395,22 @@ impl FileSource {
             FileFormat::Json => RowFormat::Json,
             FileFormat::Csv => RowFormat::Csv { header: *header, delimiter: *delimiter },
         };
-        let changelog_format = changelog.then_some(crate::changelog::ChangelogFormat {
-            name: if format == RowFormat::Json { "changelog-json" } else { "changelog-csv" },
-            upsert: false,
+        let file_changelog = *changelog;
+        let changelog_format = file_changelog.map(|changelog| match (changelog, format) {
+            (FileChangelog::Debezium, _) => crate::changelog::DEBEZIUM_JSON,
+            (FileChangelog::OpColumn, RowFormat::Json) => {
+                crate::changelog::ChangelogFormat { name: "changelog-json", upsert: false }
+            }
+            (FileChangelog::OpColumn, RowFormat::Csv { .. }) => {
+                crate::changelog::ChangelogFormat { name: "changelog-csv", upsert: false }
+            }
         });
         let changelog = crate::changelog::source_changelog(config, &schema, changelog_format)?;
-        // A changelog file's rows are decoded with their `op` first (CSV fields by position).
-        let decoded = match &changelog {
-            Some(_) => op_schema(&config.name, &schema)?,
-            None => schema.clone(),
+        // A changelog file's rows are decoded with their `op` first (CSV fields by position);
+        // a Debezium event's rows are its images, JSON objects of the declared columns.
+        let decoded = match file_changelog {
+            Some(FileChangelog::OpColumn) => op_schema(&config.name, &schema)?,
+            Some(FileChangelog::Debezium) | None => schema.clone(),
         };
         Decoder::new(DecoderOptions { schema: decoded.clone(), format, batch_size: CHECK_BATCH_SIZE })?;
         let event_time = event_time_index(config, &schema)?;
@@ -397,6 +434,7 @@ impl FileSource {
             files,
             schema: decoded,
             kinds_schema: changelog.as_ref().map(|_| crate::changelog::with_kinds_schema(&schema)),
+            changelog: file_changelog,
             format,
             event_time,
             watermark_delay_ms: crate::lanes::duration_ms(config.watermark_delay),

@@ -249,55 +249,39 @@ impl RowBuilder {
         if self.format == KafkaFormat::DebeziumAvroConfluent {
             return self.build_avro_changes(messages);
         }
-        let mut rows = Vec::with_capacity(messages.len());
-        let mut kinds = Vec::with_capacity(messages.len());
-        let mut bad = Vec::new();
-        for message in messages {
-            let changes = match self.format {
-                KafkaFormat::Upsert => {
-                    sluice_formats::changelog::upsert_json(message.key.as_deref(), message.value.as_deref())
-                        .map(|row| vec![row])
-                }
-                _ => match message.value.as_deref() {
-                    None | Some([]) => continue,
-                    Some(value) => sluice_formats::changelog::debezium_json(value),
-                },
-            };
-            match changes {
-                Ok(changes) => {
-                    for change in changes {
-                        // Every field but the value, which the row replaces (not copied).
-                        rows.push(Message {
-                            value: Some(change.row),
-                            key: message.key.clone(),
-                            partition: message.partition,
-                            offset: message.offset,
-                            timestamp: message.timestamp,
-                            headers: message.headers.clone(),
-                        });
-                        kinds.push(change.kind as i8);
-                    }
-                }
-                Err(reason) => bad.push(bad_message(message, reason)),
-            }
+        let format = self.format.changelog().expect("a changelog format");
+        let opened = crate::changelog::open_envelopes(
+            format,
+            messages.iter().map(|message| (message.key.as_deref(), message.value.as_deref())),
+        );
+        let mut bad: Vec<BadMessage> =
+            opened.bad.into_iter().map(|(index, reason)| bad_message(&messages[index], reason)).collect();
+        let mut rows = Vec::with_capacity(opened.changes.len());
+        let mut kinds = Vec::with_capacity(opened.changes.len());
+        for (index, change) in opened.changes {
+            let message = &messages[index];
+            // Every field but the value, which the row replaces (not copied).
+            rows.push(Message {
+                value: Some(change.row),
+                key: message.key.clone(),
+                partition: message.partition,
+                offset: message.offset,
+                timestamp: message.timestamp,
+                headers: message.headers.clone(),
+            });
+            kinds.push(change.kind as i8);
         }
         let (batch, more_bad, good) = self.build_rows(&rows)?;
         bad.extend(more_bad);
         bad.sort_by_key(|b| b.offset);
         bad.dedup_by_key(|b| b.offset);
         let Some(batch) = batch else { return Ok((None, bad)) };
-        // A message is all or nothing: the rows of a message with a bad row are dropped.
-        let keep: Vec<bool> =
-            good.iter().map(|&i| bad.binary_search_by_key(&rows[i].offset, |b| b.offset).is_err()).collect();
+        let offsets: Vec<i64> = good.iter().map(|&i| rows[i].offset).collect();
+        let bad_offsets: Vec<i64> = bad.iter().map(|b| b.offset).collect();
         let kinds = arrow::array::Int8Array::from_iter_values(good.iter().map(|&i| kinds[i]));
         let schema = self.kinds_schema.as_ref().expect("a changelog format");
-        let batch = crate::changelog::with_kinds(&batch, kinds, schema)?;
-        if keep.iter().all(|k| *k) {
-            return Ok((Some(batch), bad));
-        }
-        let batch = arrow::compute::filter_record_batch(&batch, &arrow::array::BooleanArray::from(keep))
-            .map_err(|e| SluiceError::internal("source.kafka_rows", format!("dropping a bad message's rows: {e}")))?;
-        Ok(((batch.num_rows() > 0).then_some(batch), bad))
+        let batch = crate::changelog::whole_messages(&batch, &offsets, kinds, &bad_offsets, schema)?;
+        Ok((batch, bad))
     }
 
     /// `debezium-avro-confluent`: the envelopes decoded straight into rows with their kinds

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::AsArray;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use sluice_config::parse_partial;
 
@@ -16,6 +16,7 @@ use super::options::{
 };
 use super::rows::{Message, RowBuilder};
 use super::sink::{KafkaSink, upsert_actions};
+use crate::changelog::fixtures::{DEBEZIUM_BAD, DEBEZIUM_EVENTS, DEBEZIUM_ROWS};
 use crate::connector::SourceContext;
 use std::time::Duration;
 
@@ -305,18 +306,7 @@ fn check(format: KafkaFormat, schema: SchemaRef, messages: &[Message]) -> (Vec<S
     (lines, bad.iter().map(|b| b.offset).collect())
 }
 
-/// Each row as its values' text joined by `|` (NULL for a null).
-pub(super) fn rows_text(batch: &RecordBatch) -> Vec<String> {
-    let options = arrow::util::display::FormatOptions::default().with_null("NULL");
-    let formatters: Vec<_> = batch
-        .columns()
-        .iter()
-        .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
-        .collect();
-    (0..batch.num_rows())
-        .map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect::<Vec<_>>().join("|"))
-        .collect()
-}
+pub(super) use crate::changelog::fixtures::rows_text;
 
 #[test]
 fn metadata_columns_follow_their_own_message_around_bad_ones() {
@@ -457,18 +447,20 @@ fn dead_letter_needs_its_topic_and_its_options_need_dead_letter() {
 #[test]
 fn debezium_events_become_rows_with_kinds_all_or_nothing_per_message() {
     let schema = schema(&[("id", DataType::Int64), ("v", DataType::Utf8), ("_offset", DataType::Int64)]);
-    let messages = [
-        message(1, Some(r#"{"before":null,"after":{"id":1,"v":"a"},"op":"c"}"#), Some("{\"id\":1}")),
-        message(2, Some(r#"{"before":{"id":1,"v":"a"},"after":{"id":1,"v":"b"},"op":"u"}"#), None),
-        message(3, Some(r#"{"schema":{},"payload":{"before":{"id":1,"v":"b"},"after":null,"op":"d"}}"#), None),
-        message(4, None, Some("{\"id\":1}")),
-        message(5, Some(r#"{"before":{"id":2,"v":"a"},"after":{"id":"x","v":"b"},"op":"u"}"#), None),
-        message(6, Some(r#"{"after":{"id":3},"op":"t"}"#), None),
-        message(7, Some(r#"{"before":null,"after":{"id":4,"v":"z"},"op":"r"}"#), None),
-    ];
+    // Keys do not matter to `debezium-json`; one is given to some events all the same.
+    let keys = [Some("{\"id\":1}"), None, None, Some("{\"id\":1}"), None, None, None];
+    let messages: Vec<Message> = (1..)
+        .zip(DEBEZIUM_EVENTS.iter().zip(keys))
+        .map(|(offset, (value, key))| message(offset, *value, key))
+        .collect();
     let (rows, bad) = check(KafkaFormat::DebeziumJson, schema, &messages);
-    assert_eq!(rows, ["1|a|1|0", "1|a|2|1", "1|b|2|2", "1|b|3|3", "4|z|7|0"]);
-    assert_eq!(bad, [5, 6], "the update whose after image is bad is dropped whole; the truncate refused");
+    let expected: Vec<String> = DEBEZIUM_ROWS.iter().map(|(id, v, at, kind)| format!("{id}|{v}|{at}|{kind}")).collect();
+    assert_eq!(rows, expected);
+    assert_eq!(
+        bad,
+        DEBEZIUM_BAD.map(|at| at as i64),
+        "the update whose after image is bad is dropped whole; the truncate refused"
+    );
 }
 
 /// Upserts: the value is the key's new row (`+U`, 2), columns it lacks taken from the

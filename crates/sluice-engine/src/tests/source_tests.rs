@@ -77,7 +77,7 @@ fn file_defaults_and_values() {
                 delimiter: b',',
                 rate: None,
                 split_bytes: None,
-                changelog: false,
+                changelog: None,
             }
         );
     });
@@ -213,11 +213,11 @@ fn file_bad_values() {
         ),
         (
             src("format = \"avro\"\nschema = \"a INT\""),
-            "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\", found \"avro\"\n  fix: set format to one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\"",
+            "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\", \"debezium-json\", found \"avro\"\n  fix: set format to one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\", \"debezium-json\"",
         ),
         (
             src("format = \"jsn\"\nschema = \"a INT\""),
-            "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\", found \"jsn\"\n  fix: did you mean format = \"json\"?",
+            "11:1: [[source]] \"f\": `format` must be one of \"json\", \"csv\", \"changelog-json\", \"changelog-csv\", \"debezium-json\", found \"jsn\"\n  fix: did you mean format = \"json\"?",
         ),
         (src("format = \"json\""), "8:1: [[source]] \"f\": missing required key `schema`\n  fix: add the columns"),
         (
@@ -245,11 +245,11 @@ fn file_bad_values() {
         (file_options("csv", "delimiter = 44"), &d3),
         (
             file_options("json", "header = true"),
-            "15:1: [[source]] \"f\": `header` is not allowed here (it applies to csv files only, and format is \"json\"), found true\n  fix: remove `header`, or set format = \"csv\"",
+            "15:1: [[source]] \"f\": `header` is not allowed here (it applies to csv files only, and the format reads JSON lines), found true\n  fix: remove `header`, or set format = \"csv\"",
         ),
         (
             file_options("json", "delimiter = \";\""),
-            "15:1: [[source]] \"f\": `delimiter` is not allowed here (it applies to csv files only, and format is \"json\"), found \";\"",
+            "15:1: [[source]] \"f\": `delimiter` is not allowed here (it applies to csv files only, and the format reads JSON lines), found \";\"",
         ),
     ]);
 }

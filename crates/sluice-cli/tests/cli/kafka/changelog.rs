@@ -17,13 +17,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::Value;
 
 use super::{Broker, WAIT};
-use crate::golden::integrated;
-use crate::harness::{Scratch, crate_dir, sluice_command, stderr};
-
-/// The fixtures' directory.
-fn fixture(name: &str) -> String {
-    std::fs::read_to_string(crate_dir().join("tests/changelog-oracle").join(name)).expect("a fixture")
-}
+use crate::changelog::{fixture, oracle, table};
+use crate::harness::{Scratch, sluice_command, stderr};
 
 /// Produces `(partition, key, value)` records (`None` value: a tombstone), one per batch
 /// (see `Broker::produce`).
@@ -118,42 +113,6 @@ fn pipeline(broker: &Broker, checkpoint: &str) -> String {
         text.push_str(&sink(name));
     }
     text
-}
-
-/// A Flink oracle file (`name.csv`: a header, then one row per line) as JSON rows of
-/// `columns`, sorted.
-fn oracle(name: &str) -> Vec<String> {
-    let text = fixture(&format!("{name}.csv"));
-    let mut lines = text.lines();
-    let columns: Vec<&str> = lines.next().expect("a header").split(',').collect();
-    let mut rows: Vec<String> = lines
-        .map(|line| {
-            let object: serde_json::Map<String, Value> = columns
-                .iter()
-                .zip(line.split(','))
-                .map(|(column, field)| {
-                    let value = match field.parse::<i64>() {
-                        Ok(number) => Value::from(number),
-                        Err(_) => Value::from(field.trim_matches('"')),
-                    };
-                    (column.to_string(), value)
-                })
-                .collect();
-            Value::Object(object).to_string()
-        })
-        .collect();
-    rows.sort();
-    rows
-}
-
-/// A sink's changelog integrated, each row as canonical JSON (keys sorted), sorted.
-fn table(scratch: &Scratch, view: &str) -> Vec<String> {
-    let mut rows: Vec<String> = integrated(&scratch.read(&format!("{view}.jsonl")))
-        .iter()
-        .map(|row| serde_json::from_str::<Value>(row).expect("a row").to_string())
-        .collect();
-    rows.sort();
-    rows
 }
 
 fn broker_with_fixtures() -> Broker {
