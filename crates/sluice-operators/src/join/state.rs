@@ -11,7 +11,10 @@
 //! and writes them in key order. When both sides only append, their rows go to the sink
 //! as they arrived, without a sort: keyed by arrival, each vnode's come in key order, so
 //! the run writer takes them with vnodes interleaved (`StateSink::interleave`), and each
-//! row is written once.
+//! row is written once. So do an expiring side's rows when, within each vnode, they
+//! expire in the order they arrived (a stream in event-time order: their keys, expiry
+//! then arrival, ascend), checked on the writer's thread before writing; any other
+//! snapshot's records are sorted (`crate::records`, in batches spilled to scratch files).
 //!
 //! # Records, version [`JOIN_STATE_VERSION`]
 //!
@@ -91,34 +94,64 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
         (false, false) => SnapshotKind::Delta,
     };
     let job = Box::new(move |sink: &mut dyn StateSink| {
-        if appended_only {
-            // Only appended rows: each vnode's keys (side, arrival) come ascending, so
-            // the rows go to the sink as they come, vnodes interleaved, unsorted.
-            sink.interleave();
-            for (side, changes) in changes.into_iter().enumerate() {
-                let SideChanges::Append(changes) = changes else { unreachable!("every side appends") };
-                appended(&mut |vnode, key, value| sink.put(vnode, key, value), side as u8, changes, vnodes)?;
-            }
-            return Ok(());
+        let in_key_order = |side: &SideChanges| match side {
+            SideChanges::Append(_) => true,
+            SideChanges::Expiring(changes) => changes.in_key_order(vnodes),
+            SideChanges::ByRow(_) => false,
+        };
+        if changes.iter().all(in_key_order) {
+            return interleaved(sink, changes, vnodes, &owned);
         }
         let mut records = Records::for_sink(sink);
         for (side, changes) in changes.into_iter().enumerate() {
             let side = side as u8;
             match changes {
                 SideChanges::ByRow(changes) => by_row(&mut records, side, changes, preserved[side as usize], vnodes)?,
-                SideChanges::Append(changes) => {
-                    let mut add = |vnode: u32, key: &[u8], value: &[u8]| {
-                        records.add(vnode, |out| out.extend_from_slice(key), Some(&|out| out.extend_from_slice(value)));
-                        Ok(())
-                    };
-                    appended(&mut add, side, changes, vnodes)?
+                SideChanges::Append(changes) => appended(&mut adding(&mut records), side, changes, vnodes)?,
+                SideChanges::Expiring(changes) => {
+                    expiring(&mut adding(&mut records), side, &changes, vnodes)?;
+                    if let Some(watermark) = changes.expired_through {
+                        let (start, end) = expired_range(side, watermark);
+                        for vnode in owned.clone() {
+                            records.delete_range(vnode, start.clone(), end.clone());
+                        }
+                    }
                 }
-                SideChanges::Expiring(changes) => expiring(&mut records, side, changes, vnodes, &owned)?,
             }
         }
         records.write(sink)
     });
     Snapshot { kind, job }
+}
+
+/// Writes sides that only append or expire, each vnode's rows in key order in arrival
+/// order (`SideChanges::in_key_order`), as they come: vnodes interleaved, unsorted, each
+/// row once. Every range delete goes first (side 0's, then side 1's: each vnode's in
+/// order of their starts), then each side's rows (side 0's keys are below side 1's).
+fn interleaved(
+    sink: &mut dyn StateSink,
+    changes: Vec<SideChanges>,
+    vnodes: u32,
+    owned: &std::ops::Range<u32>,
+) -> Result<(), SluiceError> {
+    sink.interleave();
+    for (side, changes) in changes.iter().enumerate() {
+        if let SideChanges::Expiring(ExpiringChanges { expired_through: Some(watermark), .. }) = changes {
+            let (start, end) = expired_range(side as u8, *watermark);
+            for vnode in owned.clone() {
+                sink.delete_range(vnode, &start, &end)?;
+            }
+        }
+    }
+    let mut put = |vnode, key: &[u8], value: &[u8]| sink.put(vnode, key, value);
+    for (side, changes) in changes.into_iter().enumerate() {
+        match changes {
+            SideChanges::Append(changes) => appended(&mut put, side as u8, changes, vnodes)?,
+            SideChanges::Expiring(changes) => expiring(&mut put, side as u8, &changes, vnodes)?,
+            SideChanges::ByRow(_) => unreachable!("a side kept by row is written sorted"),
+        }
+    }
+    Ok(())
 }
 
 fn by_row(
@@ -162,6 +195,14 @@ fn by_row(
 /// Takes a record: `(vnode, key, value)`.
 type Put<'a> = dyn FnMut(u32, &[u8], &[u8]) -> Result<(), SluiceError> + 'a;
 
+/// A [`Put`] adding each record to `records`, to be sorted.
+fn adding(records: &mut Records) -> impl FnMut(u32, &[u8], &[u8]) -> Result<(), SluiceError> + '_ {
+    |vnode, key, value| {
+        records.add(vnode, |out| out.extend_from_slice(key), Some(&|out: &mut Vec<u8>| out.extend_from_slice(value)));
+        Ok(())
+    }
+}
+
 /// Puts each appended row, in arrival order, through `put(vnode, key, value)`.
 fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) -> Result<(), SluiceError> {
     // Rows come in arrival order, so each spilled chunk is read back once.
@@ -188,47 +229,42 @@ fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) ->
     Ok(())
 }
 
-fn expiring(
-    records: &mut Records,
-    side: u8,
-    changes: ExpiringChanges,
-    vnodes: u32,
-    owned: &std::ops::Range<u32>,
-) -> Result<(), SluiceError> {
+/// Puts each expiring row not expired, in arrival order, through `put(vnode, key,
+/// value)`.
+fn expiring(put: &mut Put<'_>, side: u8, changes: &ExpiringChanges, vnodes: u32) -> Result<(), SluiceError> {
     // Rows come in arrival order, so each spilled chunk is read back once.
-    let mut read_back: Option<(u64, Vec<u8>)> = None;
-    for row in &changes.rows {
-        let bytes = match &row.chunk {
+    let mut read_back: Option<(usize, Vec<u8>)> = None;
+    let (mut key, mut value) = (Vec::new(), Vec::new());
+    for row in changes.rows() {
+        let bytes = match &changes.chunks()[row.chunk] {
             LogChunk::Resident(bytes) => &bytes[row.range.clone()],
             LogChunk::Spilled(spilled) => {
-                if read_back.as_ref().is_none_or(|(held, _)| *held != row.sequence) {
-                    read_back = Some((row.sequence, spilled.read()?));
+                if read_back.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
+                    read_back = Some((row.chunk, spilled.read()?));
                 }
                 &read_back.as_ref().expect("the row's chunk was just read").1[row.range.clone()]
             }
         };
-        let key = |out: &mut Vec<u8>| {
-            out.push(side);
-            out.extend_from_slice(&ordered_i64(row.expires));
-            out.extend_from_slice(&row.arrival.to_be_bytes());
-        };
-        let value = |out: &mut Vec<u8>| {
-            put_signed(out, row.weight);
-            out.extend_from_slice(bytes);
-        };
-        records.add(vnode::of_hash(row.key_hash, vnodes), key, Some(&value));
-    }
-    if let Some(watermark) = changes.expired_through {
-        let start = [&[side][..], &ordered_i64(i64::MIN)].concat();
-        let end = match watermark.checked_add(1) {
-            Some(after) => [&[side][..], &ordered_i64(after)].concat(),
-            None => vec![side + 1],
-        };
-        for vnode in owned.clone() {
-            records.delete_range(vnode, start.clone(), end.clone());
-        }
+        key.clear();
+        key.push(side);
+        key.extend_from_slice(&ordered_i64(row.expires));
+        key.extend_from_slice(&row.arrival.to_be_bytes());
+        value.clear();
+        put_signed(&mut value, row.weight);
+        value.extend_from_slice(bytes);
+        put(vnode::of_hash(row.key_hash, vnodes), &key, &value)?;
     }
     Ok(())
+}
+
+/// The range delete, in every vnode, of side `side`'s rows expired by `watermark`.
+fn expired_range(side: u8, watermark: i64) -> (Vec<u8>, Vec<u8>) {
+    let start = [&[side][..], &ordered_i64(i64::MIN)].concat();
+    let end = match watermark.checked_add(1) {
+        Some(after) => [&[side][..], &ordered_i64(after)].concat(),
+        None => vec![side + 1],
+    };
+    (start, end)
 }
 
 fn corrupt(what: &str) -> SluiceError {
