@@ -211,28 +211,55 @@ impl ExpiringChanges {
         &self.chunks
     }
 
+    fn row(&self, index: usize) -> ExpiringRow {
+        let entry = &self.entries[index];
+        ExpiringRow {
+            arrival: self.first_arrival + index as u64,
+            expires: entry.expires,
+            key_hash: entry.key_hash,
+            weight: entry.weight,
+            chunk: (entry.chunk - self.first_chunk) as usize,
+            range: entry.row_range(),
+        }
+    }
+
+    /// The positions of the entries not expired when the snapshot was taken.
+    fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        let watermark = self.watermark;
+        let live = move |entry: &Entry| watermark.is_none_or(|watermark| entry.expires > watermark);
+        self.entries.iter().enumerate().filter(move |(_, entry)| live(entry)).map(|(index, _)| index)
+    }
+
     /// The rows not expired when the snapshot was taken, in arrival order.
     pub(super) fn rows(&self) -> impl Iterator<Item = ExpiringRow> + '_ {
-        let watermark = self.watermark;
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(move |(_, entry)| watermark.is_none_or(|watermark| entry.expires > watermark))
-            .map(|(index, entry)| ExpiringRow {
-                arrival: self.first_arrival + index as u64,
-                expires: entry.expires,
-                key_hash: entry.key_hash,
-                weight: entry.weight,
-                chunk: (entry.chunk - self.first_chunk) as usize,
-                range: entry.row_range(),
+        self.live().map(|index| self.row(index))
+    }
+
+    /// The rows not expired, in an order where each of the `vnodes` vnodes' rows come in
+    /// key order (expiry, then arrival), so that they may be written as they come, vnodes
+    /// interleaved: arrival order when, within each vnode, rows expire in the order they
+    /// arrived (a stream in event-time order), else the order of their expiry, arrival
+    /// breaking ties (a stable sort of the expiry times, about one pass over input that is
+    /// nearly in order).
+    pub(super) fn rows_in_key_order(&self, vnodes: u32) -> Box<dyn Iterator<Item = ExpiringRow> + '_> {
+        if self.in_key_order(vnodes) {
+            return Box::new(self.rows());
+        }
+        let mut order: Vec<(i64, u32)> = self
+            .live()
+            .map(|index| {
+                let position = u32::try_from(index).expect("a snapshot takes fewer than 2^32 rows");
+                (self.entries[index].expires, position)
             })
+            .collect();
+        order.sort_by_key(|&(expires, _)| expires);
+        Box::new(order.into_iter().map(|(_, index)| self.row(index as usize)))
     }
 
     /// Whether, within each of the `vnodes` vnodes, the rows expire in the order they
-    /// arrived (ties allowed): then their keys (expiry, arrival) come ascending per vnode
-    /// in arrival order, and the rows may be written as they come, vnodes interleaved. A
-    /// stream in event-time order has this; any disorder within a vnode has not.
-    pub(super) fn in_key_order(&self, vnodes: u32) -> bool {
+    /// arrived (ties allowed): then their keys (expiry, arrival) ascend per vnode in
+    /// arrival order.
+    fn in_key_order(&self, vnodes: u32) -> bool {
         let mut last = vec![i64::MIN; vnodes as usize];
         self.rows().all(|row| {
             let last = &mut last[sluice_types::vnode::of_hash(row.key_hash, vnodes) as usize];

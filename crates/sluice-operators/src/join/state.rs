@@ -11,10 +11,11 @@
 //! and writes them in key order. When both sides only append, their rows go to the sink
 //! as they arrived, without a sort: keyed by arrival, each vnode's come in key order, so
 //! the run writer takes them with vnodes interleaved (`StateSink::interleave`), and each
-//! row is written once. So do an expiring side's rows when, within each vnode, they
-//! expire in the order they arrived (a stream in event-time order: their keys, expiry
-//! then arrival, ascend), checked on the writer's thread before writing; any other
-//! snapshot's records are sorted (`crate::records`, in batches spilled to scratch files).
+//! row is written once. So do an expiring side's rows (keyed by expiry, then arrival):
+//! in arrival order when, within each vnode, they expire in that order (a stream in
+//! event-time order), else ordered by expiry alone (a sort of the snapshot's expiry
+//! times, not of its records). A side kept by row has its records sorted
+//! (`crate::records`, in batches spilled to scratch files).
 //!
 //! # Records, version [`JOIN_STATE_VERSION`]
 //!
@@ -52,7 +53,7 @@ use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
 use super::append::AppendChanges;
-use super::expiring::ExpiringChanges;
+use super::expiring::{ExpiringChanges, ExpiringRow};
 use super::store::{ByRowChanges, NEVER, RowRef};
 use super::{JoinOperator, Rows, expiry_times};
 use crate::blob::{Reader, Records, from_ordered_i64, ordered_i64, put_signed};
@@ -94,12 +95,7 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
         (false, false) => SnapshotKind::Delta,
     };
     let job = Box::new(move |sink: &mut dyn StateSink| {
-        let in_key_order = |side: &SideChanges| match side {
-            SideChanges::Append(_) => true,
-            SideChanges::Expiring(changes) => changes.in_key_order(vnodes),
-            SideChanges::ByRow(_) => false,
-        };
-        if changes.iter().all(in_key_order) {
+        if !changes.iter().any(|side| matches!(side, SideChanges::ByRow(_))) {
             return interleaved(sink, changes, vnodes, &owned);
         }
         let mut records = Records::for_sink(sink);
@@ -109,7 +105,7 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
                 SideChanges::ByRow(changes) => by_row(&mut records, side, changes, preserved[side as usize], vnodes)?,
                 SideChanges::Append(changes) => appended(&mut adding(&mut records), side, changes, vnodes)?,
                 SideChanges::Expiring(changes) => {
-                    expiring(&mut adding(&mut records), side, &changes, vnodes)?;
+                    expiring(&mut adding(&mut records), side, &changes, Box::new(changes.rows()), vnodes)?;
                     if let Some(watermark) = changes.expired_through {
                         let (start, end) = expired_range(side, watermark);
                         for vnode in owned.clone() {
@@ -124,10 +120,12 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
     Snapshot { kind, job }
 }
 
-/// Writes sides that only append or expire, each vnode's rows in key order in arrival
-/// order (`SideChanges::in_key_order`), as they come: vnodes interleaved, unsorted, each
-/// row once. Every range delete goes first (side 0's, then side 1's: each vnode's in
-/// order of their starts), then each side's rows (side 0's keys are below side 1's).
+/// Writes sides that only append or expire as their rows come, vnodes interleaved, each
+/// vnode's in key order (appended rows in arrival order; expiring ones in arrival order
+/// too when they expire in that order, else ordered by expiry:
+/// `ExpiringChanges::rows_in_key_order`), each row once, never sorted through scratch
+/// files. Every range delete goes first (side 0's, then side 1's: each vnode's in order
+/// of their starts), then each side's rows (side 0's keys are below side 1's).
 fn interleaved(
     sink: &mut dyn StateSink,
     changes: Vec<SideChanges>,
@@ -147,7 +145,9 @@ fn interleaved(
     for (side, changes) in changes.into_iter().enumerate() {
         match changes {
             SideChanges::Append(changes) => appended(&mut put, side as u8, changes, vnodes)?,
-            SideChanges::Expiring(changes) => expiring(&mut put, side as u8, &changes, vnodes)?,
+            SideChanges::Expiring(changes) => {
+                expiring(&mut put, side as u8, &changes, changes.rows_in_key_order(vnodes), vnodes)?
+            }
             SideChanges::ByRow(_) => unreachable!("a side kept by row is written sorted"),
         }
     }
@@ -229,29 +229,38 @@ fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) ->
     Ok(())
 }
 
-/// Puts each expiring row not expired, in arrival order, through `put(vnode, key,
-/// value)`.
-fn expiring(put: &mut Put<'_>, side: u8, changes: &ExpiringChanges, vnodes: u32) -> Result<(), SluiceError> {
-    // Rows come in arrival order, so each spilled chunk is read back once.
+/// Puts each row of `rows` (of `changes`) through `put(vnode, key, value)`. Rows come in
+/// arrival order, or nearly: each spilled chunk is read back whole when the rows reach
+/// it, and a row of an earlier chunk than the one read last (a row sorted ahead of
+/// rows that arrived before it) alone.
+fn expiring(
+    put: &mut Put<'_>,
+    side: u8,
+    changes: &ExpiringChanges,
+    rows: Box<dyn Iterator<Item = ExpiringRow> + '_>,
+    vnodes: u32,
+) -> Result<(), SluiceError> {
     let mut read_back: Option<(usize, Vec<u8>)> = None;
     let (mut key, mut value) = (Vec::new(), Vec::new());
-    for row in changes.rows() {
-        let bytes = match &changes.chunks()[row.chunk] {
-            LogChunk::Resident(bytes) => &bytes[row.range.clone()],
-            LogChunk::Spilled(spilled) => {
-                if read_back.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
-                    read_back = Some((row.chunk, spilled.read()?));
-                }
-                &read_back.as_ref().expect("the row's chunk was just read").1[row.range.clone()]
-            }
-        };
+    for row in rows {
         key.clear();
         key.push(side);
         key.extend_from_slice(&ordered_i64(row.expires));
         key.extend_from_slice(&row.arrival.to_be_bytes());
         value.clear();
         put_signed(&mut value, row.weight);
-        value.extend_from_slice(bytes);
+        match &changes.chunks()[row.chunk] {
+            LogChunk::Resident(bytes) => value.extend_from_slice(&bytes[row.range.clone()]),
+            LogChunk::Spilled(spilled) => match &read_back {
+                Some((held, bytes)) if *held == row.chunk => value.extend_from_slice(&bytes[row.range.clone()]),
+                Some((held, _)) if *held > row.chunk => spilled.read_range(row.range.clone(), &mut value)?,
+                _ => {
+                    let bytes = spilled.read()?;
+                    value.extend_from_slice(&bytes[row.range.clone()]);
+                    read_back = Some((row.chunk, bytes));
+                }
+            },
+        }
         put(vnode::of_hash(row.key_hash, vnodes), &key, &value)?;
     }
     Ok(())
