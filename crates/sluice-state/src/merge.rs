@@ -129,6 +129,9 @@ impl Cursor {
     }
 }
 
+/// A range delete's start and end.
+type KeyRange = (Vec<u8>, Vec<u8>);
+
 /// A run's range deletes of one vnode, as sorted disjoint intervals (to test a key).
 #[derive(Default)]
 struct Ranges {
@@ -170,7 +173,7 @@ fn unhidden(blocks: &[BlockInfo], newer: &[Ranges]) -> Vec<BlockInfo> {
 
 /// The range deletes `blocks` hold (`input`'s range-delete blocks of `vnode`), read and
 /// checked: sorted by start, the first starting at the first block's key.
-fn read_ranges(input: &MergeInput, vnode: u32, blocks: &[BlockInfo]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, SluiceError> {
+fn read_ranges(input: &MergeInput, vnode: u32, blocks: &[BlockInfo]) -> Result<Vec<KeyRange>, SluiceError> {
     let mut written = Vec::new();
     for info in blocks {
         let block = read_block(&*input.source, info)?;
