@@ -13,6 +13,7 @@
 //! delete hides whole (its span, from its first key to the next block's, is covered:
 //! [`unhidden`]), which is never read. So merging the runs of a state whose rows expire
 //! (a join's side, deleted by expiry) reads the rows still live, not those expired.
+//! A merge that keeps deletes yields the union of its runs' range deletes of each vnode.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -287,8 +288,12 @@ impl Merge {
                 cursors.push(cursor);
             }
         }
+        // The merged run's range deletes hide in the runs older than it what any of the
+        // merged runs' did: their union, one range where every checkpoint's run wrote one
+        // (a join's expiry), so merges of merges do not pile them up.
         all_ranges.sort();
-        Ok(VnodeMerge { vnode, cursors, ranges, pending_ranges: all_ranges.into_iter(), consumed: Vec::new() })
+        let pending_ranges = union(&all_ranges).into_iter();
+        Ok(VnodeMerge { vnode, cursors, ranges, pending_ranges, consumed: Vec::new() })
     }
 
     /// Blocks of puts and deletes left unread so far: every key they hold was hidden by a

@@ -160,6 +160,32 @@ fn blocks_a_newer_range_delete_hides_whole_are_left_unread() {
     }
 }
 
+/// A compaction of the newest runs keeps their range deletes as one union: a state
+/// deleting a growing prefix at each checkpoint (a join's expiry) keeps one range.
+#[test]
+fn a_compaction_keeps_the_union_of_its_runs_range_deletes() {
+    let runs: Vec<RunOps> = (1u8..=4)
+        .map(|end| {
+            let mut ops = RunOps { vnodes: BTreeMap::new() };
+            ops.vnodes.insert(0, (vec![(vec![0], vec![end])], [(vec![end + 10], Some(vec![end]))].into()));
+            ops
+        })
+        .collect();
+    let mut model = Model::new();
+    runs.iter().for_each(|ops| apply(&mut model, ops));
+    let inputs: Vec<MergeInput> = runs.iter().map(|ops| write_run(ops, 64)).collect();
+    let merged = compact(inputs, MergeMode::KeepDeletes, 64);
+    let mut merge = Merge::new(vec![merged.clone()], 0..1, MergeMode::KeepDeletes);
+    let mut ranges = Vec::new();
+    while let Some(item) = merge.next_merged().expect("merges") {
+        if let Merged::Range { start, end, .. } = item {
+            ranges.push((start.to_vec(), end.to_vec()));
+        }
+    }
+    assert_eq!(ranges, [(vec![0], vec![4])]);
+    assert_eq!(read_live(vec![merged], 0..1), model);
+}
+
 #[test]
 fn a_damaged_block_is_named_when_the_merge_reaches_it() {
     let mut ops = RunOps { vnodes: BTreeMap::new() };
