@@ -11,7 +11,7 @@
 //! block is read when the merge reaches it, checked (checksum, tags, lengths, order), and
 //! dropped when the merge leaves it; except a block whose keys a newer run's range
 //! delete hides whole (its span, from its first key to the next block's, is covered:
-//! [`unhidden`]), which is never read. So merging the runs of a state whose rows expire
+//! `unhidden`), which is never read. So merging the runs of a state whose rows expire
 //! (a join's side, deleted by expiry) reads the rows still live, not those expired.
 //! A merge that keeps deletes yields the union of its runs' range deletes of each vnode.
 
