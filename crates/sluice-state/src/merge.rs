@@ -9,7 +9,11 @@
 //! Memory: one block per run being merged, and each run's range deletes of the current
 //! vnode (few: a window operator's closed windows since the previous checkpoint). Every
 //! block is read when the merge reaches it, checked (checksum, tags, lengths, order), and
-//! dropped when the merge leaves it.
+//! dropped when the merge leaves it; except a block whose keys a newer run's range
+//! delete hides whole (its span, from its first key to the next block's, is covered:
+//! `unhidden`), which is never read. So merging the runs of a state whose rows expire
+//! (a join's side, deleted by expiry) reads the rows still live, not those expired.
+//! A merge that keeps deletes yields the union of its runs' range deletes of each vnode.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -126,6 +130,9 @@ impl Cursor {
     }
 }
 
+/// A range delete's start and end.
+type KeyRange = (Vec<u8>, Vec<u8>);
+
 /// A run's range deletes of one vnode, as sorted disjoint intervals (to test a key).
 #[derive(Default)]
 struct Ranges {
@@ -138,6 +145,61 @@ impl Ranges {
         let after = self.union.partition_point(|(start, _)| start.as_slice() <= key);
         after > 0 && key < self.union[after - 1].1.as_slice()
     }
+
+    /// Whether every key `k` with `start <= k < end` is covered.
+    fn covers_all(&self, start: &[u8], end: &[u8]) -> bool {
+        let after = self.union.partition_point(|(first, _)| first.as_slice() <= start);
+        after > 0 && end <= self.union[after - 1].1.as_slice()
+    }
+}
+
+/// The blocks of `blocks` (one run's puts and deletes of a vnode, in order) that may hold
+/// a key not hidden by `newer` (the newer runs' range deletes of the vnode). A block's
+/// keys lie from its first key to the next block's: one whose span a newer range delete
+/// covers whole is left unread (an expired part of a join's side, a closed window's
+/// groups), so a merge reads what it keeps, not what was deleted since. The last block
+/// is always read: its last key is not in the index.
+fn unhidden(blocks: &[BlockInfo], newer: &[Ranges]) -> Vec<BlockInfo> {
+    let hidden = |(block, next): (&BlockInfo, &BlockInfo)| {
+        newer.iter().any(|ranges| ranges.covers_all(&block.first_key, &next.first_key))
+    };
+    let mut read = Vec::with_capacity(blocks.len());
+    for (position, block) in blocks.iter().enumerate() {
+        if !blocks.get(position + 1).is_some_and(|next| hidden((block, next))) {
+            read.push(block.clone());
+        }
+    }
+    read
+}
+
+/// The range deletes `blocks` hold (`input`'s range-delete blocks of `vnode`), read and
+/// checked: sorted by start, the first starting at the first block's key.
+fn read_ranges(input: &MergeInput, vnode: u32, blocks: &[BlockInfo]) -> Result<Vec<KeyRange>, SluiceError> {
+    let mut written = Vec::new();
+    for info in blocks {
+        let block = read_block(&*input.source, info)?;
+        let mut at = 0;
+        for _ in 0..info.entries {
+            match decode_entry(&block, &mut at, true).map_err(|problem| damaged(input.source.name(), problem))? {
+                Entry::Range { start, end } => written.push((start.to_vec(), end.to_vec())),
+                Entry::Put { .. } | Entry::Delete { .. } => {
+                    unreachable!("decode_entry refuses points in a block of ranges")
+                }
+            }
+        }
+        if at != block.len() {
+            return Err(damaged(
+                input.source.name(),
+                format!("the range block of vnode {vnode} at {} does not match its index", info.offset),
+            ));
+        }
+    }
+    if written.windows(2).any(|pair| pair[0].0 > pair[1].0)
+        || written.first().is_some_and(|(start, _)| Some(start) != blocks.first().map(|b| &b.first_key))
+    {
+        return Err(damaged(input.source.name(), format!("the range deletes of vnode {vnode} are out of order")));
+    }
+    Ok(written)
 }
 
 /// The merge of one vnode.
@@ -160,6 +222,7 @@ pub struct Merge {
     mode: MergeMode,
     /// The range being yielded ([`MergeMode::KeepDeletes`]).
     range: (Vec<u8>, Vec<u8>),
+    blocks_skipped: u64,
 }
 
 impl std::fmt::Debug for Merge {
@@ -198,57 +261,45 @@ impl Merge {
             .collect();
         present.sort_unstable();
         present.dedup();
-        Merge { inputs, vnodes: present.into_iter(), current: None, mode, range: Default::default() }
+        Merge { inputs, vnodes: present.into_iter(), current: None, mode, range: Default::default(), blocks_skipped: 0 }
     }
 
     fn open_vnode(&mut self, vnode: u32) -> Result<VnodeMerge, SluiceError> {
-        let mut cursors = Vec::new();
         let mut ranges = Vec::with_capacity(self.inputs.len());
         let mut all_ranges = Vec::new();
-        for (number, input) in self.inputs.iter().enumerate() {
+        let mut points = Vec::with_capacity(self.inputs.len());
+        for input in &self.inputs {
             let blocks = if input.vnodes.contains(&vnode) { input.index.vnode_blocks(vnode) } else { &[] };
             let split = blocks.partition_point(|block| block.ranges);
-            let mut written = Vec::new();
-            for info in &blocks[..split] {
-                let block = read_block(&*input.source, info)?;
-                let mut at = 0;
-                for _ in 0..info.entries {
-                    match decode_entry(&block, &mut at, true)
-                        .map_err(|problem| damaged(input.source.name(), problem))?
-                    {
-                        Entry::Range { start, end } => written.push((start.to_vec(), end.to_vec())),
-                        Entry::Put { .. } | Entry::Delete { .. } => {
-                            unreachable!("decode_entry refuses points in a block of ranges")
-                        }
-                    }
-                }
-                if at != block.len() {
-                    return Err(damaged(
-                        input.source.name(),
-                        format!("the range block of vnode {vnode} at {} does not match its index", info.offset),
-                    ));
-                }
-            }
-            if written.windows(2).any(|pair| pair[0].0 > pair[1].0)
-                || written.first().is_some_and(|(start, _)| Some(start) != blocks.first().map(|b| &b.first_key))
-            {
-                return Err(damaged(
-                    input.source.name(),
-                    format!("the range deletes of vnode {vnode} are out of order"),
-                ));
-            }
+            let written = read_ranges(input, vnode, &blocks[..split])?;
             if self.mode == MergeMode::KeepDeletes {
                 all_ranges.extend(written.iter().cloned());
             }
             ranges.push(Ranges { union: union(&written) });
-            if split < blocks.len() {
-                let mut cursor = Cursor::new(number, blocks[split..].to_vec());
-                cursor.advance(&*input.source)?;
+            points.push(&blocks[split..]);
+        }
+        let mut cursors = Vec::new();
+        for (number, blocks) in points.into_iter().enumerate() {
+            let read = unhidden(blocks, &ranges[number + 1..]);
+            self.blocks_skipped += (blocks.len() - read.len()) as u64;
+            if !read.is_empty() {
+                let mut cursor = Cursor::new(number, read);
+                cursor.advance(&*self.inputs[number].source)?;
                 cursors.push(cursor);
             }
         }
+        // The merged run's range deletes hide in the runs older than it what any of the
+        // merged runs' did: their union, one range where every checkpoint's run wrote one
+        // (a join's expiry), so merges of merges do not pile them up.
         all_ranges.sort();
-        Ok(VnodeMerge { vnode, cursors, ranges, pending_ranges: all_ranges.into_iter(), consumed: Vec::new() })
+        let pending_ranges = union(&all_ranges).into_iter();
+        Ok(VnodeMerge { vnode, cursors, ranges, pending_ranges, consumed: Vec::new() })
+    }
+
+    /// Blocks of puts and deletes left unread so far: every key they hold was hidden by a
+    /// newer run's range delete.
+    pub fn blocks_skipped(&self) -> u64 {
+        self.blocks_skipped
     }
 
     /// The next item, or `None` at the end.

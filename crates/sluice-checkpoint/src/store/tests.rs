@@ -83,6 +83,26 @@ fn a_local_file_becomes_an_object_by_a_link_and_outlives_its_removal() {
     assert_eq!(store.get_object(&object).expect("get"), b"again");
 }
 
+/// A local store reads a part of an object from its file; a missing or truncated one is
+/// refused as damaged, as through `object_store`.
+#[test]
+fn a_local_read_within_an_object_names_a_missing_or_truncated_file() {
+    let (base, store) = temp_store();
+    let bytes: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+    let (path, checksum) = local_file(base.path(), &bytes);
+    let object = store.put_file(4, "join/run-0-8", &path, checksum).expect("put");
+    assert_eq!(store.read_within(&object, 100, 50).expect("read"), &bytes[100..150]);
+    let stored = file(&base, "state/epoch-4/join/run-0-8");
+    std::fs::remove_file(&path).expect("the local file goes");
+    std::fs::write(&stored, &bytes[..120]).expect("truncated");
+    let error = store.read_within(&object, 100, 50).expect_err("truncated");
+    assert_eq!((error.code, error.kind), ("checkpoint.object_truncated", ErrorKind::DamagedObject));
+    assert!(error.message.contains("120 bytes, expected at least 150"), "{}", error.message);
+    std::fs::remove_file(&stored).expect("removed");
+    let error = store.read_within(&object, 0, 10).expect_err("missing");
+    assert_eq!((error.code, error.kind), ("checkpoint.object_missing", ErrorKind::DamagedObject));
+}
+
 /// A run file made anonymous (`O_TMPFILE`, as the engine writes runs) is linked into the
 /// store through `/proc/self/fd/N` and outlives its handle.
 #[test]

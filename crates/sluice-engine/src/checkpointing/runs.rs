@@ -309,7 +309,8 @@ impl RunBook {
                 runs.iter().map(|listed| StoredRun::open(&store, &listed.run)).collect::<Result<Vec<_>, _>>()?;
             let mut merge = Merge::new(inputs, start..end, mode);
             let file = write_local(&dir, &name, start..end, Some(&stop), |sink| merge.write_into(sink).map(drop))?;
-            tracing::debug!(operator, start, end, runs = runs.len(), "state runs merged");
+            let (runs, blocks_skipped) = (runs.len(), merge.blocks_skipped());
+            tracing::debug!(operator, start, end, runs, blocks_skipped, "state runs merged");
             Ok(file)
         });
         match spawned {

@@ -47,7 +47,10 @@
 //! Snapshots ([`ExpiringStore::changes`]): rows only arrive and expire, so a delta is the
 //! rows arrived since the previous snapshot and not expired, each under an arrival
 //! number that keeps counting across snapshots and restores, and how far the watermark
-//! expired rows (a range delete of every row expiring by then).
+//! expired rows (a range delete of every row expiring by then). At the barrier the
+//! delta's entries are copied in one piece and its chunks shared (one reference each),
+//! so the driver's work is a memory copy of the delta, never a step per row or per byte;
+//! the snapshot's job leaves out the rows expired by the barrier's watermark.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -86,7 +89,7 @@ struct Head {
 }
 
 /// One arrived row.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Entry {
     /// The chunk holding the row's bytes (its sequence number).
     chunk: u64,
@@ -173,27 +176,98 @@ pub(super) struct ExpiringStore {
     tracking: bool,
 }
 
-/// A row a snapshot takes: its arrival number, when it expires, its key hash and
-/// weight, and its bytes (shared with the store).
+/// What a snapshot takes: the entries of the rows arrived since the previous snapshot
+/// (every entry held, for a full one), copied in one piece at the barrier, with the
+/// chunks holding their bytes (shared, not copied); the watermark then (rows expiring by
+/// it are left out when written); and (a delta) the watermark through which rows
+/// expired since the previous snapshot, when it moved.
+#[derive(Debug, Default)]
+pub(super) struct ExpiringChanges {
+    entries: Vec<Entry>,
+    /// The arrival number of `entries[0]`.
+    first_arrival: u64,
+    /// The sequence number of `chunks[0]`.
+    first_chunk: u64,
+    chunks: Vec<LogChunk>,
+    watermark: Option<i64>,
+    pub(super) expired_through: Option<i64>,
+}
+
+/// A row a snapshot writes: its arrival number, when it expires, its key hash and
+/// weight, and where its bytes are (`chunk` numbers [`ExpiringChanges::chunks`]).
 #[derive(Debug, Clone)]
-pub(super) struct ExpiringCopy {
+pub(super) struct ExpiringRow {
     pub(super) arrival: u64,
     pub(super) expires: i64,
     pub(super) key_hash: u64,
     pub(super) weight: i64,
-    /// The row's chunk and its sequence number (rows come in arrival order: a spilled
-    /// chunk is read back once for all of its rows).
-    pub(super) chunk: LogChunk,
-    pub(super) sequence: u64,
+    pub(super) chunk: usize,
     pub(super) range: std::ops::Range<usize>,
 }
 
-/// What a snapshot takes: rows, and (a delta) the watermark through which rows expired
-/// since the previous snapshot, when it moved.
-#[derive(Debug, Default)]
-pub(super) struct ExpiringChanges {
-    pub(super) rows: Vec<ExpiringCopy>,
-    pub(super) expired_through: Option<i64>,
+impl ExpiringChanges {
+    /// The chunks holding the rows' bytes.
+    pub(super) fn chunks(&self) -> &[LogChunk] {
+        &self.chunks
+    }
+
+    fn row(&self, index: usize) -> ExpiringRow {
+        let entry = &self.entries[index];
+        ExpiringRow {
+            arrival: self.first_arrival + index as u64,
+            expires: entry.expires,
+            key_hash: entry.key_hash,
+            weight: entry.weight,
+            chunk: (entry.chunk - self.first_chunk) as usize,
+            range: entry.row_range(),
+        }
+    }
+
+    /// The positions of the entries not expired when the snapshot was taken.
+    fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        let watermark = self.watermark;
+        let live = move |entry: &Entry| watermark.is_none_or(|watermark| entry.expires > watermark);
+        self.entries.iter().enumerate().filter(move |(_, entry)| live(entry)).map(|(index, _)| index)
+    }
+
+    /// The rows not expired when the snapshot was taken, in arrival order.
+    pub(super) fn rows(&self) -> impl Iterator<Item = ExpiringRow> + '_ {
+        self.live().map(|index| self.row(index))
+    }
+
+    /// The rows not expired, in an order where each of the `vnodes` vnodes' rows come in
+    /// key order (expiry, then arrival), so that they may be written as they come, vnodes
+    /// interleaved: arrival order when, within each vnode, rows expire in the order they
+    /// arrived (a stream in event-time order), else the order of their expiry, arrival
+    /// breaking ties (a stable sort of the expiry times, about one pass over input that is
+    /// nearly in order).
+    pub(super) fn rows_in_key_order(&self, vnodes: u32) -> Box<dyn Iterator<Item = ExpiringRow> + '_> {
+        if self.in_key_order(vnodes) {
+            return Box::new(self.rows());
+        }
+        let mut order: Vec<(i64, u32)> = self
+            .live()
+            .map(|index| {
+                let position = u32::try_from(index).expect("a snapshot takes fewer than 2^32 rows");
+                (self.entries[index].expires, position)
+            })
+            .collect();
+        order.sort_by_key(|&(expires, _)| expires);
+        Box::new(order.into_iter().map(|(_, index)| self.row(index as usize)))
+    }
+
+    /// Whether, within each of the `vnodes` vnodes, the rows expire in the order they
+    /// arrived (ties allowed): then their keys (expiry, arrival) ascend per vnode in
+    /// arrival order.
+    fn in_key_order(&self, vnodes: u32) -> bool {
+        let mut last = vec![i64::MIN; vnodes as usize];
+        self.rows().all(|row| {
+            let last = &mut last[sluice_types::vnode::of_hash(row.key_hash, vnodes) as usize];
+            let ordered = *last <= row.expires;
+            *last = row.expires;
+            ordered
+        })
+    }
 }
 
 impl Default for ExpiringStore {
@@ -225,6 +299,19 @@ fn bytes_of<'a>(
             Ok(scratch)
         }
     }
+}
+
+/// The entries of `ring` from position `start` on, copied as (at most) two slices.
+fn copy_from(ring: &VecDeque<Entry>, start: usize) -> Vec<Entry> {
+    let (front, back) = ring.as_slices();
+    let mut copy = Vec::with_capacity(ring.len().saturating_sub(start));
+    if start < front.len() {
+        copy.extend_from_slice(&front[start..]);
+        copy.extend_from_slice(back);
+    } else {
+        copy.extend_from_slice(&back[start - front.len()..]);
+    }
+    copy
 }
 
 impl ExpiringStore {
@@ -594,33 +681,35 @@ impl ExpiringStore {
 
     /// The rows a snapshot takes (see the module doc): every row not expired (`full`,
     /// numbered from 0), or those arrived since the previous snapshot and the watermark
-    /// if it moved.
+    /// if it moved. The entries are copied in one piece (expired ones among them are
+    /// left out when written), and each chunk holding them is shared once: the barrier's
+    /// work is a memory copy of the delta's entries, not a step per row.
     pub(super) fn changes(&mut self, full: bool) -> ExpiringChanges {
         assert!(full || self.tracking, "a delta of a store that kept no changes");
         if full {
             (self.base_entry, self.base_arrival, self.snapshotted) = (self.front, 0, self.front);
         }
         let first = self.snapshotted.max(self.front);
-        let mut changes = ExpiringChanges::default();
-        for position in (first - self.front) as usize..self.ring.len() {
-            let entry = &self.ring[position];
-            if self.is_expired(entry) {
-                continue;
-            }
-            let seq = self.front + position as u64;
-            changes.rows.push(ExpiringCopy {
-                arrival: self.base_arrival + (seq - self.base_entry),
-                expires: entry.expires,
-                key_hash: entry.key_hash,
-                weight: entry.weight,
-                chunk: self.chunk(entry).clone(),
-                sequence: entry.chunk,
-                range: entry.row_range(),
-            });
-        }
-        if !full && self.watermark != self.snapshot_watermark {
-            changes.expired_through = self.watermark;
-        }
+        let entries = copy_from(&self.ring, (first - self.front) as usize);
+        let (first_chunk, chunks) = match (entries.first(), entries.last()) {
+            (Some(oldest), Some(newest)) => (
+                oldest.chunk,
+                (oldest.chunk..=newest.chunk)
+                    .map(|chunk| self.chunks[(chunk - self.first_chunk) as usize].clone())
+                    .collect(),
+            ),
+            _ => (0, Vec::new()),
+        };
+        let moved = !full && self.watermark != self.snapshot_watermark;
+        let expired_through = if moved { self.watermark } else { None };
+        let changes = ExpiringChanges {
+            entries,
+            first_arrival: self.base_arrival + (first - self.base_entry),
+            first_chunk,
+            chunks,
+            watermark: self.watermark,
+            expired_through,
+        };
         self.snapshotted = self.end();
         self.snapshot_watermark = self.watermark;
         self.tracking = true;
@@ -788,8 +877,8 @@ mod tests {
         assert!(store.indexed > 0, "indexed from spilled keys");
         // A snapshot takes spilled and resident rows alike.
         let changes = store.changes(true);
-        assert_eq!(changes.rows.len(), 1000);
-        assert!(changes.rows.iter().any(|row| matches!(row.chunk, LogChunk::Spilled(_))));
+        assert_eq!(changes.rows().count(), 1000);
+        assert!(changes.rows().any(|row| matches!(changes.chunks()[row.chunk], LogChunk::Spilled(_))));
         drop(changes);
         // Expiring the oldest half frees their chunks, on disk first.
         let spilled = space.spilled();

@@ -214,6 +214,77 @@ fn only_inner_joins_on_millisecond_timestamps_expire() {
     assert!(metrics.counters().is_empty());
 }
 
+/// A sink that notes whether a snapshot wrote its records as they came, vnodes
+/// interleaved, rather than sorted.
+#[derive(Default)]
+struct Watched {
+    records: sluice_state::CollectedState,
+    interleaved: bool,
+}
+
+impl sluice_state::StateSink for Watched {
+    fn interleave(&mut self) {
+        self.interleaved = true;
+        self.records.interleave();
+    }
+
+    fn delete_range(&mut self, vnode: u32, start: &[u8], end: &[u8]) -> Result<(), sluice_types::SluiceError> {
+        self.records.delete_range(vnode, start, end)
+    }
+
+    fn put(&mut self, vnode: u32, key: &[u8], value: &[u8]) -> Result<(), sluice_types::SluiceError> {
+        self.records.put(vnode, key, value)
+    }
+
+    fn delete(&mut self, vnode: u32, key: &[u8]) -> Result<(), sluice_types::SluiceError> {
+        self.records.delete(vnode, key)
+    }
+}
+
+/// A delta of `operator` applied to `runs` (one instance of every vnode); whether it was
+/// written interleaved.
+fn delta_into(operator: &mut JoinOperator, runs: &mut StateModel) -> bool {
+    let snapshot = operator.snapshot_state(true).expect("a snapshot").expect("the join's snapshot");
+    let mut sink = Watched::default();
+    (snapshot.job)(&mut sink).expect("the snapshot's records");
+    runs.apply(0..super::tests::VNODES, !snapshot.kind.is_delta(), sink.records);
+    sink.interleaved
+}
+
+#[test]
+fn expiring_rows_are_written_as_they_come_in_or_out_of_expiry_order() {
+    let (mut operator, _) = interval_join();
+    let mut runs = StateModel::default();
+    // Keys 1 and 2, each key's rows in time order (so in expiry order within a vnode),
+    // the two keys' times interleaved.
+    send(&mut operator, 0, &[(Some(1), Some(100)), (Some(2), Some(95)), (Some(1), Some(101))]);
+    send(&mut operator, 1, &[(Some(2), Some(96)), (Some(1), Some(102))]);
+    assert!(delta_into(&mut operator, &mut runs), "the first snapshot, whole, in order");
+    watermark(&mut operator, 99);
+    send(&mut operator, 0, &[(Some(2), Some(99)), (Some(1), Some(103))]);
+    assert!(delta_into(&mut operator, &mut runs), "a delta with a range delete, in order");
+    // A row of key 1 expiring before one that arrived earlier: ordered by expiry, and
+    // still written as they come.
+    send(&mut operator, 0, &[(Some(1), Some(104)), (Some(1), Some(100))]);
+    assert!(delta_into(&mut operator, &mut runs), "out of expiry order within its vnode");
+    watermark(&mut operator, 104);
+    send(&mut operator, 1, &[(Some(1), Some(105))]);
+    assert!(delta_into(&mut operator, &mut runs), "in order again after the range delete");
+    // The runs hold exactly the rows not expired at watermark 104: left rows expiring
+    // after it (time + 10 > 104: 100 twice, 101, 103, 104; 95 and 99 of key 2 expire
+    // at 105 and 109) and right rows (time + 5 > 104: 102 and 105).
+    let (mut restored, _) = interval_join();
+    restored.restore_state(&mut runs.source(0..super::tests::VNODES)).expect("restore");
+    assert_eq!(restored.state_rows(), operator.state_rows());
+    assert_eq!(restored.state_rows(), 7 + 2);
+    watermark(&mut restored, 104);
+    let mut joined = send(&mut restored, 1, &[(Some(1), Some(106))]);
+    joined.sort();
+    let expected: Vec<String> =
+        [100, 100, 101, 103, 104].iter().map(|&time| format!("+1 1,{},1,{}", cell(time), cell(106))).collect();
+    assert_eq!(joined, expected);
+}
+
 // ---------------------------------------------------------------------------------
 // The oracle.
 

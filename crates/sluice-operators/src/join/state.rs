@@ -11,7 +11,11 @@
 //! and writes them in key order. When both sides only append, their rows go to the sink
 //! as they arrived, without a sort: keyed by arrival, each vnode's come in key order, so
 //! the run writer takes them with vnodes interleaved (`StateSink::interleave`), and each
-//! row is written once.
+//! row is written once. So do an expiring side's rows (keyed by expiry, then arrival):
+//! in arrival order when, within each vnode, they expire in that order (a stream in
+//! event-time order), else ordered by expiry alone (a sort of the snapshot's expiry
+//! times, not of its records). A side kept by row has its records sorted
+//! (`crate::records`, in batches spilled to scratch files).
 //!
 //! # Records, version [`JOIN_STATE_VERSION`]
 //!
@@ -49,7 +53,7 @@ use sluice_types::key::KeyRows;
 use sluice_types::{SluiceError, vnode};
 
 use super::append::AppendChanges;
-use super::expiring::ExpiringChanges;
+use super::expiring::{ExpiringChanges, ExpiringRow};
 use super::store::{ByRowChanges, NEVER, RowRef};
 use super::{JoinOperator, Rows, expiry_times};
 use crate::blob::{Reader, Records, from_ordered_i64, ordered_i64, put_signed};
@@ -91,34 +95,63 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
         (false, false) => SnapshotKind::Delta,
     };
     let job = Box::new(move |sink: &mut dyn StateSink| {
-        if appended_only {
-            // Only appended rows: each vnode's keys (side, arrival) come ascending, so
-            // the rows go to the sink as they come, vnodes interleaved, unsorted.
-            sink.interleave();
-            for (side, changes) in changes.into_iter().enumerate() {
-                let SideChanges::Append(changes) = changes else { unreachable!("every side appends") };
-                appended(&mut |vnode, key, value| sink.put(vnode, key, value), side as u8, changes, vnodes)?;
-            }
-            return Ok(());
+        if !changes.iter().any(|side| matches!(side, SideChanges::ByRow(_))) {
+            return interleaved(sink, changes, vnodes, &owned);
         }
         let mut records = Records::for_sink(sink);
         for (side, changes) in changes.into_iter().enumerate() {
             let side = side as u8;
             match changes {
                 SideChanges::ByRow(changes) => by_row(&mut records, side, changes, preserved[side as usize], vnodes)?,
-                SideChanges::Append(changes) => {
-                    let mut add = |vnode: u32, key: &[u8], value: &[u8]| {
-                        records.add(vnode, |out| out.extend_from_slice(key), Some(&|out| out.extend_from_slice(value)));
-                        Ok(())
-                    };
-                    appended(&mut add, side, changes, vnodes)?
+                SideChanges::Append(changes) => appended(&mut adding(&mut records), side, changes, vnodes)?,
+                SideChanges::Expiring(changes) => {
+                    expiring(&mut adding(&mut records), side, &changes, Box::new(changes.rows()), vnodes)?;
+                    if let Some(watermark) = changes.expired_through {
+                        let (start, end) = expired_range(side, watermark);
+                        for vnode in owned.clone() {
+                            records.delete_range(vnode, start.clone(), end.clone());
+                        }
+                    }
                 }
-                SideChanges::Expiring(changes) => expiring(&mut records, side, changes, vnodes, &owned)?,
             }
         }
         records.write(sink)
     });
     Snapshot { kind, job }
+}
+
+/// Writes sides that only append or expire as their rows come, vnodes interleaved, each
+/// vnode's in key order (appended rows in arrival order; expiring ones in arrival order
+/// too when they expire in that order, else ordered by expiry:
+/// `ExpiringChanges::rows_in_key_order`), each row once, never sorted through scratch
+/// files. Every range delete goes first (side 0's, then side 1's: each vnode's in order
+/// of their starts), then each side's rows (side 0's keys are below side 1's).
+fn interleaved(
+    sink: &mut dyn StateSink,
+    changes: Vec<SideChanges>,
+    vnodes: u32,
+    owned: &std::ops::Range<u32>,
+) -> Result<(), SluiceError> {
+    sink.interleave();
+    for (side, changes) in changes.iter().enumerate() {
+        if let SideChanges::Expiring(ExpiringChanges { expired_through: Some(watermark), .. }) = changes {
+            let (start, end) = expired_range(side as u8, *watermark);
+            for vnode in owned.clone() {
+                sink.delete_range(vnode, &start, &end)?;
+            }
+        }
+    }
+    let mut put = |vnode, key: &[u8], value: &[u8]| sink.put(vnode, key, value);
+    for (side, changes) in changes.into_iter().enumerate() {
+        match changes {
+            SideChanges::Append(changes) => appended(&mut put, side as u8, changes, vnodes)?,
+            SideChanges::Expiring(changes) => {
+                expiring(&mut put, side as u8, &changes, changes.rows_in_key_order(vnodes), vnodes)?
+            }
+            SideChanges::ByRow(_) => unreachable!("a side kept by row is written sorted"),
+        }
+    }
+    Ok(())
 }
 
 fn by_row(
@@ -162,6 +195,14 @@ fn by_row(
 /// Takes a record: `(vnode, key, value)`.
 type Put<'a> = dyn FnMut(u32, &[u8], &[u8]) -> Result<(), SluiceError> + 'a;
 
+/// A [`Put`] adding each record to `records`, to be sorted.
+fn adding(records: &mut Records) -> impl FnMut(u32, &[u8], &[u8]) -> Result<(), SluiceError> + '_ {
+    |vnode, key, value| {
+        records.add(vnode, |out| out.extend_from_slice(key), Some(&|out: &mut Vec<u8>| out.extend_from_slice(value)));
+        Ok(())
+    }
+}
+
 /// Puts each appended row, in arrival order, through `put(vnode, key, value)`.
 fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) -> Result<(), SluiceError> {
     // Rows come in arrival order, so each spilled chunk is read back once.
@@ -188,47 +229,51 @@ fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) ->
     Ok(())
 }
 
+/// Puts each row of `rows` (of `changes`) through `put(vnode, key, value)`. Rows come in
+/// arrival order, or nearly: each spilled chunk is read back whole when the rows reach
+/// it, and a row of an earlier chunk than the one read last (a row sorted ahead of
+/// rows that arrived before it) alone.
 fn expiring(
-    records: &mut Records,
+    put: &mut Put<'_>,
     side: u8,
-    changes: ExpiringChanges,
+    changes: &ExpiringChanges,
+    rows: Box<dyn Iterator<Item = ExpiringRow> + '_>,
     vnodes: u32,
-    owned: &std::ops::Range<u32>,
 ) -> Result<(), SluiceError> {
-    // Rows come in arrival order, so each spilled chunk is read back once.
-    let mut read_back: Option<(u64, Vec<u8>)> = None;
-    for row in &changes.rows {
-        let bytes = match &row.chunk {
-            LogChunk::Resident(bytes) => &bytes[row.range.clone()],
-            LogChunk::Spilled(spilled) => {
-                if read_back.as_ref().is_none_or(|(held, _)| *held != row.sequence) {
-                    read_back = Some((row.sequence, spilled.read()?));
+    let mut read_back: Option<(usize, Vec<u8>)> = None;
+    let (mut key, mut value) = (Vec::new(), Vec::new());
+    for row in rows {
+        key.clear();
+        key.push(side);
+        key.extend_from_slice(&ordered_i64(row.expires));
+        key.extend_from_slice(&row.arrival.to_be_bytes());
+        value.clear();
+        put_signed(&mut value, row.weight);
+        match &changes.chunks()[row.chunk] {
+            LogChunk::Resident(bytes) => value.extend_from_slice(&bytes[row.range.clone()]),
+            LogChunk::Spilled(spilled) => match &read_back {
+                Some((held, bytes)) if *held == row.chunk => value.extend_from_slice(&bytes[row.range.clone()]),
+                Some((held, _)) if *held > row.chunk => spilled.read_range(row.range.clone(), &mut value)?,
+                _ => {
+                    let bytes = spilled.read()?;
+                    value.extend_from_slice(&bytes[row.range.clone()]);
+                    read_back = Some((row.chunk, bytes));
                 }
-                &read_back.as_ref().expect("the row's chunk was just read").1[row.range.clone()]
-            }
-        };
-        let key = |out: &mut Vec<u8>| {
-            out.push(side);
-            out.extend_from_slice(&ordered_i64(row.expires));
-            out.extend_from_slice(&row.arrival.to_be_bytes());
-        };
-        let value = |out: &mut Vec<u8>| {
-            put_signed(out, row.weight);
-            out.extend_from_slice(bytes);
-        };
-        records.add(vnode::of_hash(row.key_hash, vnodes), key, Some(&value));
-    }
-    if let Some(watermark) = changes.expired_through {
-        let start = [&[side][..], &ordered_i64(i64::MIN)].concat();
-        let end = match watermark.checked_add(1) {
-            Some(after) => [&[side][..], &ordered_i64(after)].concat(),
-            None => vec![side + 1],
-        };
-        for vnode in owned.clone() {
-            records.delete_range(vnode, start.clone(), end.clone());
+            },
         }
+        put(vnode::of_hash(row.key_hash, vnodes), &key, &value)?;
     }
     Ok(())
+}
+
+/// The range delete, in every vnode, of side `side`'s rows expired by `watermark`.
+fn expired_range(side: u8, watermark: i64) -> (Vec<u8>, Vec<u8>) {
+    let start = [&[side][..], &ordered_i64(i64::MIN)].concat();
+    let end = match watermark.checked_add(1) {
+        Some(after) => [&[side][..], &ordered_i64(after)].concat(),
+        None => vec![side + 1],
+    };
+    (start, end)
 }
 
 fn corrupt(what: &str) -> SluiceError {

@@ -130,6 +130,62 @@ fn a_range_delete_hides_older_runs_only() {
     assert_eq!(read, Model::from([((0, b"b".to_vec()), b"3".to_vec())]));
 }
 
+/// Blocks whose keys a newer run's range delete hides whole are never read, in a
+/// restore and in a compaction of every run or of the newest ones.
+#[test]
+fn blocks_a_newer_range_delete_hides_whole_are_left_unread() {
+    let mut old = RunOps { vnodes: BTreeMap::new() };
+    old.vnodes.insert(0, (vec![], (0u8..50).map(|k| (vec![k], Some(vec![k; 10]))).collect()));
+    let mut newer = RunOps { vnodes: BTreeMap::new() };
+    newer.vnodes.insert(0, (vec![(vec![0], vec![40])], [(vec![45], Some(b"new".to_vec()))].into()));
+    let mut model = Model::new();
+    apply(&mut model, &old);
+    apply(&mut model, &newer);
+    let inputs = vec![write_run(&old, 64), write_run(&newer, 64)];
+    // 14 bytes a record: blocks of 5 keys, the block of keys 35..40 the last hidden.
+    assert_eq!(inputs[0].index.blocks.len(), 10);
+    let mut merge = Merge::new(inputs.clone(), 0..1, MergeMode::Live);
+    let mut read = Model::new();
+    while let Some(record) = merge.next_record().expect("merges") {
+        read.insert((record.vnode, record.key.to_vec()), record.value.to_vec());
+    }
+    assert_eq!(read, model);
+    assert_eq!(merge.blocks_skipped(), 8);
+    for mode in [MergeMode::Live, MergeMode::KeepDeletes] {
+        let merged = compact(inputs.clone(), mode, 64);
+        let mut after =
+            if mode == MergeMode::Live { vec![] } else { vec![write_run(&RunOps { vnodes: BTreeMap::new() }, 64)] };
+        after.push(merged);
+        assert_eq!(read_live(after, 0..1), model, "{mode:?}");
+    }
+}
+
+/// A compaction of the newest runs keeps their range deletes as one union: a state
+/// deleting a growing prefix at each checkpoint (a join's expiry) keeps one range.
+#[test]
+fn a_compaction_keeps_the_union_of_its_runs_range_deletes() {
+    let runs: Vec<RunOps> = (1u8..=4)
+        .map(|end| {
+            let mut ops = RunOps { vnodes: BTreeMap::new() };
+            ops.vnodes.insert(0, (vec![(vec![0], vec![end])], [(vec![end + 10], Some(vec![end]))].into()));
+            ops
+        })
+        .collect();
+    let mut model = Model::new();
+    runs.iter().for_each(|ops| apply(&mut model, ops));
+    let inputs: Vec<MergeInput> = runs.iter().map(|ops| write_run(ops, 64)).collect();
+    let merged = compact(inputs, MergeMode::KeepDeletes, 64);
+    let mut merge = Merge::new(vec![merged.clone()], 0..1, MergeMode::KeepDeletes);
+    let mut ranges = Vec::new();
+    while let Some(item) = merge.next_merged().expect("merges") {
+        if let Merged::Range { start, end, .. } = item {
+            ranges.push((start.to_vec(), end.to_vec()));
+        }
+    }
+    assert_eq!(ranges, [(vec![0], vec![4])]);
+    assert_eq!(read_live(vec![merged], 0..1), model);
+}
+
 #[test]
 fn a_damaged_block_is_named_when_the_merge_reaches_it() {
     let mut ops = RunOps { vnodes: BTreeMap::new() };
