@@ -58,6 +58,8 @@ pub(crate) const FROM_COLD: u8 = 2;
 /// The other six bits count the hand's passes since the entry was last touched.
 const AGE_UNIT: u8 = 4;
 const AGE_MAX: u8 = 63;
+/// The passes an entry read back from a run stays untouched before it goes again.
+const RETURNED_PASSES: usize = 4;
 
 /// The clock's hand passes an entry of about `bytes` with marks `marks`, in a space of
 /// `budget` bytes: whether it is evicted now. A touched entry gets a second chance (its
@@ -66,13 +68,22 @@ const AGE_MAX: u8 = 63;
 /// eviction writes it whole and whose every return reads it whole, leaves only when it
 /// stays cold (a COUNT(DISTINCT) group of millions of values, touched every few
 /// batches, would otherwise be written and read back over and over).
+///
+/// An entry read back from a run proved itself warmer than the hand's last revolution:
+/// it goes only once passed untouched [`RETURNED_PASSES`] times at least. Entries that
+/// come back at about the pace the hand goes round (NEXMark q16's thousands of small
+/// groups, each touched once in 100,000 rows, while its few hot groups alone exceed the
+/// budget) would otherwise be written and read whole at every revolution.
 pub(crate) fn passes(marks: &mut u8, bytes: usize, budget: usize) -> bool {
     if *marks & RECENT != 0 {
         *marks &= FROM_COLD;
         return false;
     }
     let age = *marks / AGE_UNIT;
-    let needed = (bytes / (budget / 8).max(64 << 10)).min(usize::from(AGE_MAX));
+    let mut needed = (bytes / (budget / 8).max(64 << 10)).min(usize::from(AGE_MAX));
+    if *marks & FROM_COLD != 0 {
+        needed = needed.max(RETURNED_PASSES);
+    }
     if usize::from(age) >= needed {
         return true;
     }
@@ -334,11 +345,44 @@ pub(crate) struct ColdStore {
     /// The bytes of the operator's entries in memory, as counted in the space (the
     /// operator says what they are: [`ColdStore::charge`], [`ColdStore::release`]).
     entries: usize,
+    /// After an eviction that could not bring the space to its goal: the least the
+    /// space held since (see [`ColdStore::eviction_goal`]).
+    futile_low: Option<usize>,
 }
 
 impl ColdStore {
     pub(crate) fn new(space: Arc<SpillSpace>, written: LazyCounter) -> ColdStore {
-        ColdStore { space, runs: ColdRuns::default(), written, charged: 0, entries: 0 }
+        ColdStore { space, runs: ColdRuns::default(), written, charged: 0, entries: 0, futile_low: None }
+    }
+
+    /// Whether the operator should evict now, and how many bytes: enough to bring the
+    /// space an eighth of its budget under it. None under the budget, and, after an
+    /// eviction that fell short of its goal (the entries touched since the clock's hand
+    /// last passed them hold more than the budget: hot state alone exceeds it), until
+    /// the space has grown by an eighth of the budget past the least it held since.
+    /// Evicting at every batch then would write the same few cold entries over and over,
+    /// each run of a handful, while every one that comes back is read again: pacing the
+    /// evictions by growth writes them in runs worth their cost, and the memory over the
+    /// budget stays what the hot entries take.
+    pub(crate) fn eviction_goal(&mut self) -> Option<usize> {
+        let (resident, budget) = (self.space.resident(), self.space.budget());
+        if resident <= budget {
+            self.futile_low = None;
+            return None;
+        }
+        if let Some(low) = self.futile_low.as_mut() {
+            *low = (*low).min(resident);
+            if resident < low.saturating_add(budget / 8) {
+                return None;
+            }
+        }
+        Some(resident - budget + budget / 8)
+    }
+
+    /// Notes an eviction that freed `freed` bytes towards `goal` (`freed` already
+    /// released from the space).
+    pub(crate) fn evicted(&mut self, freed: usize, goal: usize) {
+        self.futile_low = (freed < goal).then(|| self.space.resident());
     }
 
     /// Counts `bytes` more of the operator's entries in the space.
@@ -384,16 +428,27 @@ impl ColdStore {
         group_hash: &dyn Fn(&[u8]) -> Option<u64>,
     ) -> Result<(), SluiceError> {
         let run = self.write(groups, about_bytes, group_hash, |sink| records.write(sink))?;
+        let run_bytes = run.bytes;
         self.runs.runs.push(run);
-        self.compact(group_hash)?;
+        let merged = self.compact(group_hash)?;
         self.recharge();
+        tracing::debug!(
+            entries = groups,
+            about_bytes,
+            run_bytes,
+            merged_bytes = merged,
+            runs = self.runs.runs.len(),
+            resident = self.space.resident(),
+            budget = self.space.budget(),
+            "state evicted beyond the memory budget"
+        );
         Ok(())
     }
 
-    /// Merges runs as `sluice_state::compact` plans.
-    fn compact(&mut self, group_hash: &dyn Fn(&[u8]) -> Option<u64>) -> Result<(), SluiceError> {
+    /// Merges runs as `sluice_state::compact` plans; returns the bytes written.
+    fn compact(&mut self, group_hash: &dyn Fn(&[u8]) -> Option<u64>) -> Result<u64, SluiceError> {
         let infos: Vec<RunInfo> = self.runs.runs.iter().map(|run| RunInfo::of(run.bytes)).collect();
-        let Some(plan) = compact::plan(&infos) else { return Ok(()) };
+        let Some(plan) = compact::plan(&infos) else { return Ok(0) };
         let merged = &self.runs.runs[plan.runs.clone()];
         let groups = merged.iter().map(|run| run.groups).sum();
         let bytes = merged.iter().map(|run| run.bytes as usize).sum();
@@ -401,8 +456,9 @@ impl ColdStore {
         let inputs = merged.iter().map(|run| run.input.clone()).collect();
         let mut merge = Merge::new(inputs, 0..u32::MAX, mode);
         let run = self.write(groups, bytes, group_hash, |sink| merge.write_into(sink).map(|_| ()))?;
+        let written = run.bytes;
         self.runs.runs.splice(plan.runs, [run]);
-        Ok(())
+        Ok(written)
     }
 
     /// Counts the runs' indexes and filters in the space.
@@ -533,6 +589,66 @@ mod tests {
             drop(cold);
             prop_assert_eq!((space.resident(), space.spilled()), (0, 0));
         }
+    }
+
+    #[test]
+    fn an_entry_goes_when_passed_untouched_often_enough_for_its_size_and_its_return() {
+        let budget = 8 << 20;
+        // A small entry goes at the first pass it was not touched before.
+        let mut marks = RECENT;
+        assert!(!passes(&mut marks, 100, budget), "touched since the last pass");
+        assert!(passes(&mut marks, 100, budget));
+        // One of three eighths of the budget waits three passes untouched.
+        let mut marks = 0;
+        assert_eq!(
+            (0..4).map(|_| passes(&mut marks, 3 << 20, budget)).collect::<Vec<_>>(),
+            [false, false, false, true]
+        );
+        // One read back from a run waits four, and a touch starts it over.
+        let mut marks = FROM_COLD;
+        assert_eq!((0..3).map(|_| passes(&mut marks, 100, budget)).collect::<Vec<_>>(), [false, false, false]);
+        marks |= RECENT;
+        assert!(!passes(&mut marks, 100, budget));
+        assert_eq!(marks, FROM_COLD, "the touch cleared its age, not where it came from");
+        assert_eq!(
+            (0..5).map(|_| passes(&mut marks, 100, budget)).collect::<Vec<_>>(),
+            [false, false, false, false, true]
+        );
+    }
+
+    #[test]
+    fn after_an_eviction_short_of_its_goal_the_next_waits_for_an_eighth_of_the_budget() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 800);
+        let mut cold = store(&space);
+        cold.charge(700);
+        assert_eq!(cold.eviction_goal(), None, "under the budget");
+        cold.charge(300);
+        assert_eq!(cold.eviction_goal(), Some(200 + 100), "to an eighth under the budget");
+        // A full eviction: the next one comes at the next batch over the budget.
+        cold.release(300);
+        cold.evicted(300, 300);
+        cold.charge(150);
+        assert_eq!(cold.eviction_goal(), Some(50 + 100));
+        // One that fell short: none until the space grew by 100 past its least since.
+        cold.release(20);
+        cold.evicted(20, 150);
+        assert_eq!(space.resident(), 830);
+        assert_eq!(cold.eviction_goal(), None);
+        cold.release(10);
+        assert_eq!(cold.eviction_goal(), None, "820 is the least now");
+        cold.charge(99);
+        assert_eq!(cold.eviction_goal(), None, "919: 99 past the least");
+        cold.charge(1);
+        assert_eq!(cold.eviction_goal(), Some(120 + 100), "920: an eighth past the least");
+        // Under the budget again, the pacing is forgotten.
+        cold.evicted(0, 220);
+        cold.release(200);
+        assert_eq!(cold.eviction_goal(), None, "720: under the budget");
+        cold.charge(100);
+        assert_eq!(cold.eviction_goal(), Some(20 + 100), "over the budget again: at once");
+        drop(cold);
+        assert_eq!(space.resident(), 0);
     }
 
     #[test]

@@ -420,10 +420,10 @@ impl ChangelogNormalize {
         const SCAN_MAX: usize = 1 << 17;
         let Some(cold) = self.cold.as_mut() else { return Ok(()) };
         let space = Arc::clone(cold.store.space());
-        if !space.over_budget() || self.rows.is_empty() {
+        if self.rows.is_empty() {
             return Ok(());
         }
-        let goal = space.resident().saturating_sub(space.budget()).saturating_add(space.budget() / 8);
+        let Some(goal) = cold.store.eviction_goal() else { return Ok(()) };
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         let mut scanned = 0;
         while freed < goal && scanned < self.rows.len().min(SCAN_MAX) {
@@ -441,6 +441,7 @@ impl ChangelogNormalize {
             chosen.push(key.clone());
         }
         if chosen.is_empty() {
+            cold.store.evicted(0, goal);
             return Ok(());
         }
         let mut records = crate::records::Records::new(Some(space.dir()));
@@ -466,6 +467,7 @@ impl ChangelogNormalize {
                 cold.evicted_dirty.insert(key.into_vec());
             }
         }
+        cold.store.evicted(freed, goal);
         Ok(())
     }
 }

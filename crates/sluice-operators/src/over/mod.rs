@@ -489,16 +489,13 @@ impl OverAggregate {
     /// cold run. The hand looks at [`SCAN_MAX`] ids at most per call.
     fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
         const SCAN_MAX: usize = 1 << 17;
-        let Some(cold) = self.cold.as_ref() else { return Ok(()) };
+        let Some(cold) = self.cold.as_mut() else { return Ok(()) };
         let space = Arc::clone(cold.store.space());
-        if !space.over_budget() || self.partitions.is_empty() {
+        if self.partitions.is_empty() {
             return Ok(());
         }
-        let goal = space
-            .resident()
-            .saturating_sub(space.budget())
-            .saturating_add(space.budget() / 8)
-            .min(cold.store.entry_bytes());
+        let Some(goal) = cold.store.eviction_goal() else { return Ok(()) };
+        let goal = goal.min(cold.store.entry_bytes());
         let slots = self.partitions.len();
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         for _ in 0..slots.min(SCAN_MAX) {
@@ -519,6 +516,7 @@ impl OverAggregate {
             chosen.push(id as u32);
         }
         if chosen.is_empty() {
+            self.cold.as_mut().expect("spilling").store.evicted(0, goal);
             return Ok(());
         }
         let (vnodes, no_keys) = (self.vnodes, self.spec.partition.is_empty());
@@ -552,6 +550,7 @@ impl OverAggregate {
                 cold.evicted_dirty.insert(partition.key.to_vec());
             }
         }
+        self.cold.as_mut().expect("spilling").store.evicted(freed, goal);
         Ok(())
     }
 

@@ -624,10 +624,10 @@ impl TopN {
         self.recount();
         let Some(cold) = self.cold.as_mut() else { return Ok(()) };
         let space = Arc::clone(cold.store.space());
-        if !space.over_budget() || self.partitions.is_empty() {
+        if self.partitions.is_empty() {
             return Ok(());
         }
-        let goal = space.resident().saturating_sub(space.budget()).saturating_add(space.budget() / 8);
+        let Some(goal) = cold.store.eviction_goal() else { return Ok(()) };
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         let count = self.partitions.len();
         for _ in 0..count.min(SCAN_MAX) {
@@ -645,6 +645,7 @@ impl TopN {
             chosen.push(id as u32);
         }
         if chosen.is_empty() {
+            cold.store.evicted(0, goal);
             return Ok(());
         }
         let shared = self.rows.shared();
@@ -673,6 +674,9 @@ impl TopN {
             }
         }
         self.recount();
+        if let Some(cold) = self.cold.as_mut() {
+            cold.store.evicted(freed, goal);
+        }
         Ok(())
     }
 

@@ -496,14 +496,11 @@ impl GroupAggregate {
         const SCAN_MAX: usize = 1 << 17;
         let Some(cold) = self.cold.as_mut() else { return Ok(()) };
         let space = Arc::clone(cold.store.space());
-        if !space.over_budget() || self.groups.is_empty() {
+        if self.groups.is_empty() {
             return Ok(());
         }
-        let goal = space
-            .resident()
-            .saturating_sub(space.budget())
-            .saturating_add(space.budget() / 8)
-            .min(cold.store.entry_bytes());
+        let Some(goal) = cold.store.eviction_goal() else { return Ok(()) };
+        let goal = goal.min(cold.store.entry_bytes());
         let slots = self.groups.len();
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         for _ in 0..slots.min(SCAN_MAX) {
@@ -521,6 +518,7 @@ impl GroupAggregate {
             chosen.push(id as u32);
         }
         if chosen.is_empty() {
+            cold.store.evicted(0, goal);
             return Ok(());
         }
         let mut records = crate::records::Records::new(Some(space.dir()));
@@ -550,6 +548,7 @@ impl GroupAggregate {
             cold.marks[id as usize] = 0;
             cold.store.release(group.bytes());
         }
+        cold.store.evicted(freed, goal);
         Ok(())
     }
 

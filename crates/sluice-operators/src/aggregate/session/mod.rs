@@ -346,14 +346,11 @@ impl SessionAggregate {
         const SCAN_MAX: usize = 1 << 17;
         let Some(cold) = self.cold.as_mut() else { return Ok(()) };
         let space = Arc::clone(cold.store.space());
-        if !space.over_budget() || self.keys.is_empty() {
+        if self.keys.is_empty() {
             return Ok(());
         }
-        let goal = space
-            .resident()
-            .saturating_sub(space.budget())
-            .saturating_add(space.budget() / 8)
-            .min(cold.store.entry_bytes());
+        let Some(goal) = cold.store.eviction_goal() else { return Ok(()) };
+        let goal = goal.min(cold.store.entry_bytes());
         let slots = self.keys.len();
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         for _ in 0..slots.min(SCAN_MAX) {
@@ -370,6 +367,7 @@ impl SessionAggregate {
             chosen.push(position);
         }
         if chosen.is_empty() {
+            cold.store.evicted(0, goal);
             return Ok(());
         }
         let (vnodes, no_keys) = (self.vnodes, self.spec.keys.is_empty());
@@ -398,6 +396,7 @@ impl SessionAggregate {
                 cold.evicted_dirty.insert(key.to_vec());
             }
         }
+        cold.store.evicted(freed, goal);
         Ok(())
     }
 
