@@ -238,6 +238,32 @@ impl ColdRuns {
         Ok(())
     }
 
+    /// A snapshot's share of the runs of an operator whose entry is one record under its
+    /// key (the session and OVER aggregates'), placed by `hash(key)` among `vnodes`: a
+    /// full snapshot every live record but those `keys` shadows (a newer copy in memory,
+    /// or dropped); a delta the current record of each key in `keys` (evicted while
+    /// changed since the previous snapshot).
+    pub(crate) fn add_to_snapshot(
+        &self,
+        records: &mut Records,
+        full: bool,
+        keys: &Keys,
+        hash: &dyn Fn(&[u8]) -> u64,
+        vnodes: u32,
+    ) -> Result<(), SluiceError> {
+        if full {
+            return self.add_live(records, |key| Ok(keys.contains(key)));
+        }
+        for key in keys {
+            let hash = hash(key);
+            let vnode = sluice_types::vnode::of_hash(hash, vnodes);
+            let Some(found) = self.find(vnode, key, hash, &|_| false)? else { continue };
+            let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.value);
+            records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
+        }
+        Ok(())
+    }
+
     /// The bytes of memory the runs' indexes and filters take.
     fn memory(&self) -> usize {
         let index = |run: &ColdRun| run.input.index.blocks.iter().map(|b| 64 + b.first_key.len()).sum::<usize>();

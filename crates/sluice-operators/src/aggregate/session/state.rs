@@ -104,18 +104,8 @@ pub(super) fn snapshot(aggregate: &mut SessionAggregate, delta: bool) -> Snapsho
     let kind = if full { SnapshotKind::Full } else { SnapshotKind::Delta };
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut records = Records::for_sink(sink);
-        match &cold {
-            Some((runs, shadow)) if full => runs.add_live(&mut records, |key| Ok(shadow.contains(key)))?,
-            Some((runs, dirty)) => {
-                for key in dirty {
-                    let hash = placement_hash(no_keys, key);
-                    let vnode = vnode::of_hash(hash, vnodes);
-                    let Some(found) = runs.find(vnode, key, hash, &|_| false)? else { continue };
-                    let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.value);
-                    records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
-                }
-            }
-            None => {}
+        if let Some((runs, keys)) = &cold {
+            runs.add_to_snapshot(&mut records, full, keys, &|key| placement_hash(no_keys, key), vnodes)?;
         }
         for (key, sessions) in &copy {
             let value = |bytes: &mut Vec<u8>| write_sessions(&sessions.sessions, bytes);

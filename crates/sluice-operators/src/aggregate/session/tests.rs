@@ -218,21 +218,46 @@ impl Running {
     }
 }
 
-/// The rows `input` (sorted by time first when `in_time_order`) in batches cut at
-/// `cuts`, with restarts at `split_at` and `merge_at` (see the property below), the
-/// keys spilling within `space` when given: the sessions emitted must be the
-/// from-scratch ones.
-#[allow(clippy::too_many_arguments)]
-fn check_sessions(
+/// One run of the property below: the rows `input` (sorted by time first when
+/// `in_time_order`) with proto-windows of `gap`, in batches cut at `cuts`, moved onto two
+/// instances splitting the vnodes at `split` at batch `split_at` and back onto one at
+/// `merge_at`.
+#[derive(Debug, Clone)]
+struct Case {
     gap: i64,
-    mut input: Vec<(i64, &'static str, Option<i64>)>,
+    input: Vec<(i64, &'static str, Option<i64>)>,
     in_time_order: bool,
     cuts: Vec<usize>,
     split_at: usize,
     merge_at: usize,
     split: u32,
-    space: Option<&Arc<SpillSpace>>,
-) -> Result<(), TestCaseError> {
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        1i64..40,
+        prop::collection::vec(row_strategy(), 0..120),
+        any::<bool>(),
+        prop::collection::vec(0usize..120, 0..12),
+        0usize..13,
+        0usize..13,
+        1u32..VNODES,
+    )
+        .prop_map(|(gap, input, in_time_order, cuts, split_at, merge_at, split)| Case {
+            gap,
+            input,
+            in_time_order,
+            cuts,
+            split_at,
+            merge_at,
+            split,
+        })
+}
+
+/// Runs `case`, the keys spilling within `space` when given: the sessions emitted must
+/// be the from-scratch ones.
+fn check_sessions(case: Case, space: Option<&Arc<SpillSpace>>) -> Result<(), TestCaseError> {
+    let Case { gap, mut input, in_time_order, cuts, split_at, merge_at, split } = case;
     if in_time_order {
         input.sort_by_key(|row| row.0);
     }
@@ -292,34 +317,18 @@ proptest! {
     /// splitting the vnodes at `split` (rows routed by key, as the exchange does), at
     /// `merge_at` back onto one, as after restarts.
     #[test]
-    fn sessions_match_a_from_scratch_sessionization(
-        gap in 1i64..40,
-        input in prop::collection::vec(row_strategy(), 0..120),
-        in_time_order in any::<bool>(),
-        cuts in prop::collection::vec(0usize..120, 0..12),
-        split_at in 0usize..13,
-        merge_at in 0usize..13,
-        split in 1u32..VNODES,
-    ) {
-        check_sessions(gap, input, in_time_order, cuts, split_at, merge_at, split, None)?;
+    fn sessions_match_a_from_scratch_sessionization(case in case()) {
+        check_sessions(case, None)?;
     }
 
     /// The same with a memory budget of 0: every key no row touched since the clock
     /// last passed it is evicted at the end of each batch and watermark, and read back by
     /// its next row, by its session falling due, by deltas and by full snapshots.
     #[test]
-    fn evicted_keys_give_the_same_sessions(
-        gap in 1i64..40,
-        input in prop::collection::vec(row_strategy(), 0..120),
-        in_time_order in any::<bool>(),
-        cuts in prop::collection::vec(0usize..120, 0..12),
-        split_at in 0usize..13,
-        merge_at in 0usize..13,
-        split in 1u32..VNODES,
-    ) {
+    fn evicted_keys_give_the_same_sessions(case in case()) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let space = SpillSpace::new(dir.path().to_path_buf(), 0);
-        check_sessions(gap, input, in_time_order, cuts, split_at, merge_at, split, Some(&space))?;
+        check_sessions(case, Some(&space))?;
         prop_assert_eq!((space.resident(), space.spilled()), (0, 0), "dropped instances count nothing");
     }
 }
