@@ -80,6 +80,24 @@ pub fn assert_fails_with(output: &Output, needles: &[&str]) {
     assert!(!text.contains("panicked") && !text.contains("RUST_BACKTRACE"), "a panic:\n{text}");
 }
 
+/// Runs `pipeline.toml` of `dir` on two threads, killed (SIGKILL) once its fourth
+/// checkpoint is committed, then again on one thread; returns the second run's log,
+/// which must have resumed from a checkpoint and succeeded.
+pub fn killed_after_a_checkpoint_then_resumed(dir: &Path) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let crashed = sluice_command(dir)
+        .args(["run", "pipeline.toml", "--threads", "2"])
+        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;checkpoint.after_commit=4*off->return(kill)")
+        .output()
+        .expect("run sluice");
+    assert_eq!(crashed.status.signal(), Some(9), "killed at the failpoint:\n{}", stderr(&crashed));
+    let restarted = sluice_command(dir).args(["run", "pipeline.toml", "--threads", "1"]).output().expect("run");
+    let log = stderr(&restarted);
+    assert!(restarted.status.success(), "restart failed:\n{log}");
+    assert!(log.contains("resuming from checkpoint"), "{log}");
+    log
+}
+
 /// Lines of `text`, sorted, without empty ones.
 pub fn sorted_lines(text: &str) -> Vec<String> {
     let mut lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();

@@ -8,12 +8,10 @@
 //! and restarted; the anomalies Flink does not normalize are checked against a
 //! hand-computed table.
 
-use std::os::unix::process::ExitStatusExt;
-
 use serde_json::Value;
 
 use super::{fixture, oracle, table};
-use crate::harness::{Scratch, assert_fails_with, sluice_command, stderr, stdout};
+use crate::harness::{Scratch, assert_fails_with, killed_after_a_checkpoint_then_resumed, stderr, stdout};
 
 /// The oracle's events as a file (see the module doc): the events of even ids
 /// schema-embedded, a `null` after each delete, a blank line and a line of no JSON after
@@ -106,17 +104,7 @@ fn a_debezium_json_file_killed_after_a_checkpoint_mid_file_ends_the_same() {
     scratch.write("orders.jsonl", &orders_file());
     let checkpoint = "[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n";
     scratch.write("pipeline.toml", &pipeline(checkpoint));
-    let crashed = sluice_command(scratch.dir.path())
-        .args(["run", "pipeline.toml", "--threads", "2"])
-        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;checkpoint.after_commit=4*off->return(kill)")
-        .output()
-        .expect("run sluice");
-    assert_eq!(crashed.status.signal(), Some(9), "killed at the failpoint:\n{}", stderr(&crashed));
-    let restarted =
-        sluice_command(scratch.dir.path()).args(["run", "pipeline.toml", "--threads", "1"]).output().expect("run");
-    let log = stderr(&restarted);
-    assert!(restarted.status.success(), "restart failed:\n{log}");
-    assert!(log.contains("resuming from checkpoint"), "{log}");
+    let log = killed_after_a_checkpoint_then_resumed(scratch.dir.path());
     // A line read twice would be a duplicate insert or a delete of a key gone; a line
     // lost would change the tables.
     for anomaly in ["deletes of unknown keys", "duplicate inserts", "out-of-order changes"] {

@@ -10,15 +10,13 @@
 //! the join with the upsert topic is computed by hand below (the oracle has no Kafka
 //! connector to read it with `upsert-kafka`).
 
-use std::os::unix::process::ExitStatusExt;
-
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::Value;
 
 use super::{Broker, WAIT};
 use crate::changelog::{fixture, oracle, table};
-use crate::harness::{Scratch, sluice_command, stderr};
+use crate::harness::{Scratch, killed_after_a_checkpoint_then_resumed, stderr};
 
 /// Produces `(partition, key, value)` records (`None` value: a tombstone), one per batch
 /// (see `Broker::produce`).
@@ -177,17 +175,7 @@ fn a_changelog_pipeline_killed_after_a_checkpoint_restores_its_normalization_and
     let scratch = Scratch::new();
     let checkpoint = "[checkpoint]\ninterval = \"10ms\"\nstore = \"file://./state\"\n\n";
     scratch.write("pipeline.toml", &pipeline(&broker, checkpoint));
-    let crashed = sluice_command(scratch.dir.path())
-        .args(["run", "pipeline.toml", "--threads", "2"])
-        .env("SLUICE_FAILPOINTS", "source.barrier_after_batch=return;checkpoint.after_commit=4*off->return(kill)")
-        .output()
-        .expect("run sluice");
-    assert_eq!(crashed.status.signal(), Some(9), "killed at the failpoint:\n{}", stderr(&crashed));
-    let restarted =
-        sluice_command(scratch.dir.path()).args(["run", "pipeline.toml", "--threads", "1"]).output().expect("run");
-    let log = stderr(&restarted);
-    assert!(restarted.status.success(), "restart failed:\n{log}");
-    assert!(log.contains("resuming from checkpoint"), "{log}");
+    let log = killed_after_a_checkpoint_then_resumed(scratch.dir.path());
     // Had the keys' rows not been restored, the changes after the checkpoint would
     // retract rows the normalization does not know.
     assert!(!log.contains("deletes of unknown keys"), "{log}");
