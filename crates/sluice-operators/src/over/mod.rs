@@ -424,6 +424,9 @@ impl OverAggregate {
 
     /// Counts partition `id` again from what it holds.
     fn recount(&mut self, id: u32) {
+        if self.cold.is_none() {
+            return;
+        }
         let Some(bytes) = self.partitions[id as usize].as_ref().map(partition_bytes) else { return };
         self.count(id, |_| bytes);
     }
