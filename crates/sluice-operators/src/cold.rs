@@ -2,7 +2,9 @@
 //! disk and read back when its key comes again: the group aggregate's groups
 //! (`crate::aggregate::group`), TopN's partitions (`crate::topn`), the changelog
 //! normalization's keys (`crate::normalize`), the session aggregate's keys
-//! (`crate::aggregate::session`) and the OVER aggregate's idle partitions (`crate::over`).
+//! (`crate::aggregate::session`), the OVER aggregate's idle partitions (`crate::over`)
+//! and the window aggregate's windows (`crate::aggregate`, evicted whole, read back by
+//! group).
 //!
 //! An operator given a [`SpillSpace`] counts the bytes of its entries in the space's
 //! budget (`[pipeline] state_memory_mib`, shared with every other operator that spills

@@ -266,16 +266,19 @@ fn plan_window_aggregate(
     let factory: OperatorFactory = Arc::new(move |context| {
         let late = context.metrics.counter(&counter);
         let (spec, vnodes) = (spec.clone(), context.vnodes);
+        let written = || sluice_operators::spill::spilled_bytes(&context.metrics);
         if session {
             let aggregate = SessionAggregate::new(spec, &input_schema, late, vnodes)?;
             Ok(Box::new(match &spill {
-                Some(space) => {
-                    aggregate.with_spill(Arc::clone(space), sluice_operators::spill::spilled_bytes(&context.metrics))
-                }
+                Some(space) => aggregate.with_spill(Arc::clone(space), written()),
                 None => aggregate,
             }))
         } else {
-            Ok(Box::new(WindowAggregate::new(spec, &input_schema, late, vnodes)?))
+            let aggregate = WindowAggregate::new(spec, &input_schema, late, vnodes)?;
+            Ok(Box::new(match &spill {
+                Some(space) => aggregate.with_spill(Arc::clone(space), written()),
+                None => aggregate,
+            }))
         }
     });
     state.operators.push((line, factory));

@@ -16,6 +16,21 @@
 //! would be, at the current watermark) is late: counted and dropped. End of input emits
 //! every open window.
 //!
+//! **Beyond the memory budget** (given a [`SpillSpace`]), the windows' groups count in
+//! the worker's space (keys, fixed columns, COUNT(DISTINCT) values and text). When a
+//! batch ends over the budget, the largest windows are evicted whole, enough to bring
+//! the space an eighth of its budget under it, into one `crate::cold` run of their
+//! checkpoint records, and start again empty: a window's flat columns take no removal
+//! of single groups, and the keys a window still needs come back one by one. A row
+//! whose key is not in memory in a window that was evicted looks for it in the runs (a
+//! bloom filter per run over the key's hash and the window's end, then one block) and
+//! reads its accumulators back. Emitting such a window emits its groups in memory, then
+//! streams the runs' records of that window, a batch at a time, but those shadowed by
+//! a copy read back. A window most of whose groups came back from the runs is not
+//! evicted again (its hot keys alone exceed the budget); the run of the next eviction
+//! deletes, by range, the windows emitted since, and once no open window was evicted
+//! the runs are dropped.
+//!
 //! Output: one row per (window, key) with the columns in `GROUP BY` order followed by the
 //! aggregates, cast to the planner's declared output types.
 
@@ -30,9 +45,13 @@ use arrow::record_batch::RecordBatch;
 use datafusion_common::hash_utils::RandomState;
 use hashbrown::HashTable;
 use sluice_runtime::{Operator, Snapshot};
-use sluice_state::StateSource;
+use sluice_state::{Merge, MergeMode, StateSource};
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
+
+use crate::cold::{ColdStore, Keys};
+use crate::counter::LazyCounter;
+use crate::spill::SpillSpace;
 
 pub mod group;
 pub mod local;
@@ -314,7 +333,19 @@ struct WindowGroups {
     written: usize,
     changed_bits: Vec<u64>,
     changed: Vec<u32>,
+    /// The bytes of its groups as counted in the memory budget (see [`GROUP_BYTES`]).
+    bytes: usize,
+    /// The fixed bytes of one group: its key's end, hash, index slot and accumulators.
+    group_bytes: usize,
+    /// Whether some of its groups were evicted to cold runs (`WindowAggregate::cold`).
+    cold: bool,
+    /// The groups read back from cold runs, whose older copies there they shadow.
+    from_cold: Vec<u32>,
 }
+
+/// The bytes of a group besides its key and accumulators: the key's end and placement
+/// hash, and its slot in the index (with the index's spare room).
+const GROUP_BYTES: usize = 8 + 8 + 8;
 
 impl WindowGroups {
     fn new(start: TimestampMs, accumulators: Vec<Accumulators>) -> WindowGroups {
@@ -335,7 +366,19 @@ impl WindowGroups {
             hashes: reserved(room(sizes.groups)),
             accumulators,
         };
-        WindowGroups { start, index, groups, written: 0, changed_bits: Vec::new(), changed: Vec::new() }
+        let group_bytes = GROUP_BYTES + groups.accumulators.iter().map(Accumulators::fixed_bytes).sum::<usize>();
+        WindowGroups {
+            start,
+            index,
+            groups,
+            written: 0,
+            changed_bits: Vec::new(),
+            changed: Vec::new(),
+            bytes: 0,
+            group_bytes,
+            cold: false,
+            from_cold: Vec::new(),
+        }
     }
 
     /// Marks `group` changed since the previous snapshot: for a group that snapshot
@@ -379,7 +422,14 @@ impl WindowGroups {
         push_value(hashes, hash);
         index.insert_unique(table, group as u32, |&g| table_hash(hashes[g as usize]));
         accumulators.iter_mut().for_each(Accumulators::push_group);
+        self.bytes += key.len() + self.group_bytes;
         group
+    }
+
+    /// The groups a snapshot has not taken since they changed: those changed since the
+    /// previous one, then those added since.
+    fn unwritten(&self) -> impl Iterator<Item = usize> + '_ {
+        self.changed.iter().map(|&group| group as usize).chain(self.written..self.groups.len())
     }
 }
 
@@ -409,6 +459,61 @@ pub struct WindowAggregate {
     /// The lowest and highest placement hash of the groups a snapshot took or a restore
     /// loaded: the vnodes between theirs are those the instance's runs may hold.
     written_hashes: Option<(u64, u64)>,
+    /// Windows' groups beyond the memory budget (see the module documentation).
+    cold: Option<Spilling>,
+}
+
+/// Groups beyond the memory budget ([`crate::cold`]): where they go, and what the
+/// snapshots need to know of them.
+struct Spilling {
+    store: ColdStore,
+    /// The spill counter, for the store that replaces this one once its runs are dropped.
+    written: LazyCounter,
+    /// Groups (their record keys: window end, then group key) evicted while changed
+    /// since the previous snapshot: the next delta writes them, read back from the runs.
+    evicted_dirty: Keys,
+    /// The end of the last window emitted since the last run was written: the next
+    /// run deletes the records of the windows up to it.
+    emitted: Option<TimestampMs>,
+    /// The lowest and highest placement hash of the groups written to runs.
+    hashes: Option<(u64, u64)>,
+}
+
+/// The bloom hash of a group in cold runs: its key's placement hash mixed with its
+/// window's end, so that a key's groups in other windows do not pass the filter.
+fn cold_hash(placement: u64, end: TimestampMs) -> u64 {
+    placement ^ (end as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
+
+/// A group's record key: its window's end (ordered), then its key.
+fn record_key(end: TimestampMs, key: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&crate::blob::ordered_i64(end));
+    out.extend_from_slice(key);
+}
+
+/// Reads the group `group` of `window` (ending at `end`), just added for `key` (placement
+/// hash `hash`), back from the cold runs if they hold it.
+fn load_cold(
+    spilling: &mut Spilling,
+    end: TimestampMs,
+    window: &mut WindowGroups,
+    group: usize,
+    key: &[u8],
+    hash: u64,
+    vnodes: u32,
+) -> Result<(), SluiceError> {
+    let mut full_key = Vec::with_capacity(8 + key.len());
+    record_key(end, key, &mut full_key);
+    let vnode = sluice_types::vnode::of_hash(hash, vnodes);
+    let Some(found) = spilling.store.runs().find(vnode, &full_key, cold_hash(hash, end), &|_| false)? else {
+        return Ok(());
+    };
+    state::read_group(&mut window.groups.accumulators, group, &found.value)?;
+    window.bytes += window.groups.accumulators.iter().map(|a| a.variable_bytes(group)).sum::<usize>();
+    window.from_cold.push(group as u32);
+    // The group is new in memory: the next delta takes it whole.
+    spilling.evicted_dirty.remove(&full_key);
+    Ok(())
 }
 
 pub(crate) fn is_float(data_type: &DataType) -> bool {
@@ -446,7 +551,16 @@ impl WindowAggregate {
             tracking: false,
             emitted_through: None,
             written_hashes: None,
+            cold: None,
         })
+    }
+
+    /// Counts the windows' groups in `space`'s memory budget and evicts windows to disk
+    /// beyond it; `written` counts the bytes written there.
+    pub fn with_spill(mut self, space: Arc<SpillSpace>, written: LazyCounter) -> WindowAggregate {
+        let store = ColdStore::new(space, written.again());
+        self.cold = Some(Spilling { store, written, evicted_dirty: Keys::default(), emitted: None, hashes: None });
+        self
     }
 
     fn new_accumulators(&self) -> Vec<Accumulators> {
@@ -458,18 +572,160 @@ impl WindowAggregate {
     }
 
     fn emit_until(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let mut emitted = false;
         while let Some(entry) = self.windows.first_entry() {
             let end = *entry.key();
             if end - 1 > watermark {
                 break;
             }
             let groups = entry.remove();
+            emitted = true;
             self.last_sizes = Sizes::of(&groups.groups);
             if self.tracking {
                 self.emitted_through = Some(end);
             }
+            let (start, cold) = (groups.start, groups.cold);
+            let shadow: HashSet<Vec<u8>> = if cold {
+                groups.from_cold.iter().map(|&group| groups.groups.key(group as usize).to_vec()).collect()
+            } else {
+                HashSet::new()
+            };
             self.emit(end, groups, out)?;
+            if cold {
+                self.emit_cold(end, start, &shadow, out)?;
+            }
+            if let Some(spilling) = self.cold.as_mut().filter(|spilling| spilling.hashes.is_some()) {
+                spilling.emitted = Some(end);
+                if cold {
+                    let prefix = crate::blob::ordered_i64(end);
+                    spilling.evicted_dirty.retain(|key| key[..8] > prefix[..]);
+                }
+            }
         }
+        if emitted {
+            self.drop_unused_runs();
+            if let Some(spilling) = self.cold.as_mut() {
+                spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits the groups of the window ending at `end` that are in the cold runs, but
+    /// those whose key `shadow` holds (read back, so emitted from memory), a batch at a
+    /// time.
+    fn emit_cold(
+        &self,
+        end: TimestampMs,
+        start: TimestampMs,
+        shadow: &HashSet<Vec<u8>>,
+        out: &mut Vec<Message>,
+    ) -> Result<(), SluiceError> {
+        let Some(spilling) = self.cold.as_ref() else { return Ok(()) };
+        let prefix = crate::blob::ordered_i64(end);
+        let no_keys = self.spec.keys.is_empty();
+        let mut merge = Merge::new(spilling.store.runs().inputs(), 0..u32::MAX, MergeMode::Live);
+        let mut part = WindowGroups::new(start, self.new_accumulators());
+        while let Some(record) = merge.next_record()? {
+            let Some(key) = record.key.strip_prefix(&prefix[..]) else { continue };
+            if shadow.contains(key) {
+                continue;
+            }
+            let group = part.group_of(key, crate::partition::placement_hash(no_keys, key));
+            state::read_group(&mut part.groups.accumulators, group, record.value)?;
+            if part.groups.len() == self.spec.batch_size {
+                let full = std::mem::replace(&mut part, WindowGroups::new(start, self.new_accumulators()));
+                self.emit(end, full, out)?;
+            }
+        }
+        self.emit(end, part, out)
+    }
+
+    /// Whether the windows' groups, counted in the space, bring it over its budget.
+    fn over_budget(&mut self) -> bool {
+        let Some(spilling) = self.cold.as_mut() else { return false };
+        spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
+        spilling.store.space().over_budget()
+    }
+
+    /// Drops the cold runs once no open window has groups in them.
+    fn drop_unused_runs(&mut self) {
+        let Some(spilling) = self.cold.as_mut() else { return };
+        if spilling.hashes.is_none() || self.windows.values().any(|window| window.cold) {
+            return;
+        }
+        let space = Arc::clone(spilling.store.space());
+        spilling.store = ColdStore::new(space, spilling.written.again());
+        (spilling.hashes, spilling.emitted) = (None, None);
+        spilling.evicted_dirty.clear();
+    }
+
+    /// When the space is over its budget, evicts the largest windows whole (those most
+    /// of whose groups came back from the runs aside), enough to bring the space an
+    /// eighth of its budget under it, into one cold run.
+    fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
+        let Some(spilling) = self.cold.as_mut() else { return Ok(()) };
+        spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
+        let Some(goal) = spilling.store.eviction_goal() else { return Ok(()) };
+        let mut candidates: Vec<(usize, TimestampMs)> = (self.windows.iter())
+            .filter(|(_, window)| window.groups.len() > 0 && window.from_cold.len() * 2 <= window.groups.len())
+            .map(|(end, window)| (window.bytes, *end))
+            .collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        let (mut chosen, mut freed, mut groups) = (Vec::new(), 0usize, 0usize);
+        for (bytes, end) in candidates {
+            if freed >= goal {
+                break;
+            }
+            chosen.push(end);
+            freed += bytes;
+            groups += self.windows[&end].groups.len();
+        }
+        if chosen.is_empty() {
+            spilling.store.evicted(0, goal);
+            return Ok(());
+        }
+        let (vnodes, no_keys) = (self.vnodes, self.spec.keys.is_empty());
+        let mut records = crate::records::Records::new(Some(spilling.store.space().dir()));
+        for end in &chosen {
+            let window = &self.windows[end];
+            state::write_groups(&mut records, *end, window.start, &window.groups, 0..window.groups.len(), vnodes);
+            for &hash in &window.groups.hashes {
+                spilling.hashes = state::widen(spilling.hashes, hash);
+            }
+        }
+        if let (Some(through), Some((low, high))) = (spilling.emitted.take(), spilling.hashes) {
+            // The windows emitted since the last run: their older records are garbage.
+            if let Some(bound) = through.checked_add(1) {
+                let (start, bound) =
+                    (crate::blob::ordered_i64(i64::MIN).to_vec(), crate::blob::ordered_i64(bound).to_vec());
+                for vnode in sluice_types::vnode::of_hash(low, vnodes)..=sluice_types::vnode::of_hash(high, vnodes) {
+                    records.delete_range(vnode, start.clone(), bound.clone());
+                }
+            }
+        }
+        let hash_of = |key: &[u8]| {
+            let (end, key) = key.split_at_checked(8)?;
+            let end = crate::blob::from_ordered_i64(end.try_into().expect("8 bytes"));
+            Some(cold_hash(crate::partition::placement_hash(no_keys, key), end))
+        };
+        spilling.store.add(records, groups, freed, &hash_of)?;
+        for end in chosen {
+            let window = self.windows.get_mut(&end).expect("a chosen window");
+            if self.tracking {
+                // Their changes go with the next delta, read back from the run.
+                for group in window.unwritten() {
+                    let mut key = Vec::with_capacity(8 + window.groups.key(group).len());
+                    record_key(end, window.groups.key(group), &mut key);
+                    spilling.evicted_dirty.insert(key);
+                }
+            }
+            let accumulators = accumulators_for(&self.spec.aggregates, &self.input_types);
+            *window = WindowGroups::new(window.start, accumulators);
+            window.cold = true;
+        }
+        spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
+        spilling.store.evicted(freed, goal);
         Ok(())
     }
 
@@ -704,7 +960,8 @@ impl Accumulators {
         }
     }
 
-    fn update(&mut self, group: usize, argument: &Argument, row: usize) {
+    /// Folds row `row` into group `group`; returns the bytes its state grew by.
+    fn update(&mut self, group: usize, argument: &Argument, row: usize) -> usize {
         match (self, argument) {
             (Accumulators::Count(counts), Argument::None) => counts[group] += 1,
             (Accumulators::Count(counts), Argument::Int(values)) => counts[group] += i64::from(values.is_valid(row)),
@@ -724,7 +981,9 @@ impl Accumulators {
                 let value = input.value(row);
                 let slot = &mut values[group];
                 if slot.as_deref().is_none_or(|current| beats(value, current, *max)) {
+                    let grown = value.len().saturating_sub(slot.as_ref().map_or(0, String::len));
                     *slot = Some(value.to_string());
+                    return grown;
                 }
             }
             (Accumulators::Avg { sums, counts }, Argument::Float(values)) if values.is_valid(row) => {
@@ -736,12 +995,42 @@ impl Accumulators {
                 let value = values.row(row);
                 if !sets[group].contains(value) {
                     sets[group].insert(value.into());
+                    return value.len() + DISTINCT_VALUE_BYTES;
                 }
             }
             _ => {}
         }
+        0
+    }
+
+    /// The bytes of one group's accumulator of this aggregate besides its text or
+    /// COUNT(DISTINCT) values ([`Accumulators::variable_bytes`]).
+    fn fixed_bytes(&self) -> usize {
+        match self {
+            Accumulators::Count(_) => 8,
+            Accumulators::SumInt(_)
+            | Accumulators::MinMaxInt { .. }
+            | Accumulators::SumFloat(_)
+            | Accumulators::MinMaxFloat { .. }
+            | Accumulators::Avg { .. } => 16,
+            Accumulators::MinMaxString { .. } => 24,
+            Accumulators::Distinct(_) => 48,
+        }
+    }
+
+    /// The bytes of group `group`'s text or COUNT(DISTINCT) values.
+    fn variable_bytes(&self, group: usize) -> usize {
+        match self {
+            Accumulators::MinMaxString { values, .. } => values[group].as_ref().map_or(0, String::len),
+            Accumulators::Distinct(sets) => sets[group].iter().map(|value| value.len() + DISTINCT_VALUE_BYTES).sum(),
+            _ => 0,
+        }
     }
 }
+
+/// The bytes of a COUNT(DISTINCT) value in its set besides its own: its box and its
+/// slot in the table, with the table's spare room.
+const DISTINCT_VALUE_BYTES: usize = 32;
 
 impl Operator for WindowAggregate {
     fn name(&self) -> &str {
@@ -780,13 +1069,20 @@ impl Operator for WindowAggregate {
             // Without key columns all rows share the empty key (and hash 0, vnode 0).
             let (key, hash): (&[u8], u64) =
                 if self.spec.keys.is_empty() { (&[], 0) } else { (keys.row(row), keys.hash(row)) };
+            let fresh = window.groups.len();
             let group = window.group_of(key, hash);
+            if group == fresh
+                && window.cold
+                && let Some(spilling) = self.cold.as_mut()
+            {
+                load_cold(spilling, end, window, group, key, hash, self.vnodes)?;
+            }
             window.mark(group);
             for ((accumulators, argument), filter) in
                 window.groups.accumulators.iter_mut().zip(&arguments).zip(&filters)
             {
                 if filter.as_ref().is_none_or(|f| f.is_valid(row) && f.value(row)) {
-                    accumulators.update(group, argument, row);
+                    window.bytes += accumulators.update(group, argument, row);
                 }
             }
         }
@@ -794,7 +1090,7 @@ impl Operator for WindowAggregate {
         if late > 0 {
             self.late_rows.fetch_add(late, Ordering::Relaxed);
         }
-        Ok(())
+        self.evict_over_budget()
     }
 
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {

@@ -15,6 +15,12 @@
 //! (see below) of every window ending at or before the last one emitted. No open window
 //! ends there: a row of such a window is late, and emission goes in end order.
 //!
+//! Groups evicted beyond the memory budget (see the module documentation of
+//! `crate::aggregate`) are in cold runs of these same records: a full snapshot merges in
+//! the runs' records of the windows still open (a group read back since is added again
+//! from memory, after, and wins), and a delta reads back from the runs the groups
+//! evicted while changed since the previous snapshot. A restore evicts as it loads.
+//!
 //! # The copy at the barrier
 //!
 //! The driver copies what the snapshot takes out of each window's flat columns
@@ -68,6 +74,7 @@
 //! is refused (`state.corrupt`), never misread, and never panics.
 
 use std::cmp::Reverse;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use sluice_runtime::{Snapshot, SnapshotKind};
@@ -75,6 +82,7 @@ use sluice_state::{StateSink, StateSource};
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{Reader, Records, check_keys, from_ordered_i64, ordered_i64};
+use crate::cold::{ColdRuns, Keys};
 use crate::partition::placement_hash;
 
 use super::{Accumulators, Groups, WindowAggregate, WindowGroups};
@@ -119,6 +127,22 @@ pub(super) fn snapshot(aggregate: &mut WindowAggregate, delta: bool) -> Snapshot
         }
         frozen.push(copy);
     }
+    // Groups in cold runs: a full snapshot merges the runs' records of the open windows
+    // in (a group read back since has its copy in memory added after its run's, and the
+    // last put added wins: `crate::records`); a delta the groups evicted while changed
+    // since the previous snapshot.
+    let no_keys = aggregate.spec.keys.is_empty();
+    let cold: Option<ColdShare> = aggregate.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()).map(|cold| {
+        written_hashes = cold.hashes.map_or(written_hashes, |(low, high)| widen(widen(written_hashes, low), high));
+        let runs = cold.store.runs().clone();
+        if full {
+            cold.evicted_dirty.clear();
+            let open = aggregate.windows.iter().filter(|(_, window)| window.cold).map(|(end, _)| *end).collect();
+            ColdShare::Full { runs, open }
+        } else {
+            ColdShare::Delta { runs, keys: std::mem::take(&mut cold.evicted_dirty) }
+        }
+    });
     let emitted = aggregate.emitted_through.take().filter(|_| !full);
     let vnodes = aggregate.vnodes;
     // The vnodes whose runs may hold the emitted windows' records.
@@ -133,6 +157,24 @@ pub(super) fn snapshot(aggregate: &mut WindowAggregate, delta: bool) -> Snapshot
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut frozen = frozen;
         let mut records = Records::for_sink(sink);
+        match &cold {
+            Some(ColdShare::Full { runs, open }) => runs.add_live(&mut records, |key| {
+                Ok(key.len() < 8 || !open.contains(&from_ordered_i64(key[..8].try_into().expect("8 bytes"))))
+            })?,
+            Some(ColdShare::Delta { runs, keys }) => {
+                for key in keys {
+                    let end = from_ordered_i64(key[..8].try_into().expect("a record key holds its window's end"));
+                    let placement = placement_hash(no_keys, &key[8..]);
+                    let vnode = vnode::of_hash(placement, vnodes);
+                    let found = runs.find(vnode, key, super::cold_hash(placement, end), &|_| false)?;
+                    if let Some(found) = found {
+                        let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.value);
+                        records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
+                    }
+                }
+            }
+            None => {}
+        }
         for copy in &frozen {
             write_window(&mut records, copy, vnodes);
         }
@@ -152,6 +194,14 @@ pub(super) fn snapshot(aggregate: &mut WindowAggregate, delta: bool) -> Snapshot
     Snapshot { kind, job }
 }
 
+/// A snapshot's share of the cold runs (see [`snapshot`]).
+enum ColdShare {
+    /// Every live record of the windows `open`.
+    Full { runs: ColdRuns, open: BTreeSet<i64> },
+    /// The current records of `keys`.
+    Delta { runs: ColdRuns, keys: Keys },
+}
+
 /// What a snapshot takes of `window`: its older groups changed since the previous
 /// snapshot, and where the groups added since start (`full`: every group).
 fn selection(window: &WindowGroups, full: bool) -> (&[u32], usize) {
@@ -159,26 +209,45 @@ fn selection(window: &WindowGroups, full: bool) -> (&[u32], usize) {
 }
 
 /// The lowest and highest of `span` and `hash`.
-fn widen(span: Option<(u64, u64)>, hash: u64) -> Option<(u64, u64)> {
+pub(super) fn widen(span: Option<(u64, u64)>, hash: u64) -> Option<(u64, u64)> {
     Some(span.map_or((hash, hash), |(low, high)| (low.min(hash), high.max(hash))))
 }
 
 /// The records of one window's copied groups.
 fn write_window(records: &mut Records, copy: &Frozen, vnodes: u32) {
-    let groups = &copy.groups;
-    for group in 0..groups.len() {
-        let key = |out: &mut Vec<u8>| {
-            out.extend_from_slice(&ordered_i64(copy.end));
-            out.extend_from_slice(groups.key(group));
-        };
+    write_groups(records, copy.end, copy.start, &copy.groups, 0..copy.groups.len(), vnodes);
+}
+
+/// The records of `groups`' groups `range`, of the window `[start, end)`.
+pub(super) fn write_groups(
+    records: &mut Records,
+    end: i64,
+    start: i64,
+    groups: &Groups,
+    range: std::ops::Range<usize>,
+    vnodes: u32,
+) {
+    for group in range {
+        let key = |out: &mut Vec<u8>| super::record_key(end, groups.key(group), out);
         let value = |out: &mut Vec<u8>| {
-            out.extend_from_slice(&copy.start.to_le_bytes());
+            out.extend_from_slice(&start.to_le_bytes());
             for accumulators in &groups.accumulators {
                 write_value(accumulators, group, out);
             }
         };
         records.add(vnode::of_hash(groups.hashes[group], vnodes), key, Some(&value));
     }
+}
+
+/// Reads a group's record value (its window's start aside) into `group` of
+/// `accumulators`.
+pub(super) fn read_group(accumulators: &mut [Accumulators], group: usize, value: &[u8]) -> Result<(), SluiceError> {
+    let mut reader = Reader::new(value, STATE);
+    reader.i64()?;
+    for accumulators in accumulators {
+        read_value(accumulators, group, &mut reader)?;
+    }
+    reader.finish()
 }
 
 const TAG_NULL: u8 = 0;
@@ -243,6 +312,7 @@ const STATE: &str = "window aggregate";
 pub(super) fn restore(aggregate: &mut WindowAggregate, state: &mut dyn StateSource) -> Result<(), SluiceError> {
     let no_keys = aggregate.spec.keys.is_empty();
     let mut written_hashes: Option<(u64, u64)> = None;
+    let mut unchecked = 0;
     while let Some(record) = state.next_record()? {
         if record.key.len() < 8 {
             return Err(corrupt("a key shorter than its window's end"));
@@ -275,14 +345,34 @@ pub(super) fn restore(aggregate: &mut WindowAggregate, state: &mut dyn StateSour
             read_value(accumulators, group, &mut reader)?;
         }
         reader.finish()?;
+        window.bytes += window.groups.accumulators.iter().map(|a| a.variable_bytes(group)).sum::<usize>();
         written_hashes = widen(written_hashes, hash);
+        unchecked += 1;
+        if unchecked == RESTORE_CHECK_RECORDS {
+            unchecked = 0;
+            if aggregate.over_budget() {
+                // Beyond the memory budget, restored windows go to cold runs, checked first.
+                check_groups(aggregate)?;
+                aggregate.evict_over_budget()?;
+            }
+        }
     }
-    for window in aggregate.windows.values_mut() {
+    check_groups(aggregate)?;
+    aggregate.evict_over_budget()?;
+    aggregate.windows.values_mut().for_each(WindowGroups::clear_changes);
+    (aggregate.tracking, aggregate.emitted_through, aggregate.written_hashes) = (true, None, written_hashes);
+    Ok(())
+}
+
+/// Restored records checked (and, beyond the budget, evicted) at a time.
+const RESTORE_CHECK_RECORDS: usize = 4096;
+
+/// Checks the keys of the groups in memory against the GROUP BY columns' encoding.
+fn check_groups(aggregate: &WindowAggregate) -> Result<(), SluiceError> {
+    for window in aggregate.windows.values() {
         let groups = &window.groups;
         check_keys(&aggregate.key_encoder, (0..groups.len()).map(|group| groups.key(group)), STATE, "a group key")?;
-        window.clear_changes();
     }
-    (aggregate.tracking, aggregate.emitted_through, aggregate.written_hashes) = (true, None, written_hashes);
     Ok(())
 }
 

@@ -19,6 +19,7 @@ use sluice_types::{Batch, Message, vnode};
 
 use super::super::{AggregateFunction, AggregateSpec, GroupColumn, WindowAggregate, WindowAggregateSpec};
 use crate::blob::ordered_i64;
+use crate::spill::SpillSpace;
 use crate::testing;
 
 const VNODES: u32 = 16;
@@ -485,54 +486,92 @@ fn row_strategy() -> impl Strategy<Value = Row<'static>> {
     )
 }
 
+/// One random run: batches of rows each followed by a watermark, whether the windows
+/// are keyed, and when the instances split (at `split`) and merge back.
+type Steps = Vec<(Vec<Row<'static>>, i64)>;
+
+fn case() -> impl Strategy<Value = (Steps, bool, usize, usize, u32)> {
+    (
+        prop::collection::vec((prop::collection::vec(row_strategy(), 0..10), 0i64..70), 1..14),
+        any::<bool>(),
+        0usize..14,
+        0usize..18,
+        1u32..VNODES,
+    )
+}
+
+/// After every step the windows emitted are the from-scratch aggregation's, with
+/// checkpoints every few steps (deltas) and, at `split_at`, a restart from the runs onto
+/// two instances splitting the vnodes at `split` (rows routed by key, as the exchange
+/// does), at `merge_at` back onto one. With `space`, the instances' windows count in its
+/// budget and spill beyond it.
+fn check_windows(
+    (steps, keyed, split_at, merge_at, split): (Steps, bool, usize, usize, u32),
+    space: Option<&Arc<SpillSpace>>,
+) -> Result<(), TestCaseError> {
+    let late = Arc::new(AtomicU64::new(0));
+    let make = || {
+        let aggregate = aggregate_of(keyed, &late);
+        match space {
+            Some(space) => {
+                let metrics = Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1));
+                aggregate.with_spill(Arc::clone(space), crate::spill::spilled_bytes(&metrics))
+            }
+            None => aggregate,
+        }
+    };
+    let mut running =
+        Running { instances: vec![make()], ranges: testing::one_instance(VNODES), runs: StateModel::default() };
+    let mut reference = Reference::default();
+    let mut watermark = i64::MIN;
+    for (index, (batch, next)) in steps.iter().enumerate() {
+        if index == split_at {
+            running.restart([0, split, VNODES].windows(2).map(|pair| pair[0]..pair[1]).collect(), watermark, &make);
+        } else if index == merge_at {
+            running.restart(testing::one_instance(VNODES), watermark, &make);
+        } else if index % 3 == 1 {
+            running.checkpoint();
+        }
+        let mut parts: Vec<Vec<Row<'static>>> = vec![Vec::new(); running.instances.len()];
+        for row in batch {
+            parts[running.owner(keyed.then_some(row.1))].push(*row);
+        }
+        for (instance, part) in running.instances.iter_mut().zip(parts) {
+            instance.on_data(rows(&part), &mut Vec::new()).expect("data");
+        }
+        reference.add(batch, keyed);
+        watermark = watermark.max(*next);
+        let mut out = Vec::new();
+        for instance in &mut running.instances {
+            instance.on_watermark(watermark, &mut out).expect("watermark");
+        }
+        prop_assert_eq!(lines(&out), reference.emit(Some(watermark), keyed), "step {}", index);
+    }
+    let mut out = Vec::new();
+    for instance in &mut running.instances {
+        instance.on_end(&mut out).expect("end");
+    }
+    prop_assert_eq!(lines(&out), reference.emit(None, keyed));
+    prop_assert_eq!(late.load(Ordering::Relaxed), reference.late);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// After every step the windows emitted are the from-scratch aggregation's, with
-    /// checkpoints every few steps (deltas) and, at `split_at`, a restart from the runs
-    /// onto two instances splitting the vnodes at `split` (rows routed by key, as the
-    /// exchange does), at `merge_at` back onto one.
     #[test]
-    fn windows_match_a_from_scratch_aggregation_across_checkpoints_and_restarts(
-        steps in prop::collection::vec((prop::collection::vec(row_strategy(), 0..10), 0i64..70), 1..14),
-        keyed in any::<bool>(),
-        split_at in 0usize..14,
-        merge_at in 0usize..18,
-        split in 1u32..VNODES,
-    ) {
-        let late = Arc::new(AtomicU64::new(0));
-        let make = || aggregate_of(keyed, &late);
-        let mut running = Running { instances: vec![make()], ranges: testing::one_instance(VNODES), runs: StateModel::default() };
-        let mut reference = Reference::default();
-        let mut watermark = i64::MIN;
-        for (index, (batch, next)) in steps.iter().enumerate() {
-            if index == split_at {
-                running.restart([0, split, VNODES].windows(2).map(|pair| pair[0]..pair[1]).collect(), watermark, &make);
-            } else if index == merge_at {
-                running.restart(testing::one_instance(VNODES), watermark, &make);
-            } else if index % 3 == 1 {
-                running.checkpoint();
-            }
-            let mut parts: Vec<Vec<Row<'static>>> = vec![Vec::new(); running.instances.len()];
-            for row in batch {
-                parts[running.owner(keyed.then_some(row.1))].push(*row);
-            }
-            for (instance, part) in running.instances.iter_mut().zip(parts) {
-                instance.on_data(rows(&part), &mut Vec::new()).expect("data");
-            }
-            reference.add(batch, keyed);
-            watermark = watermark.max(*next);
-            let mut out = Vec::new();
-            for instance in &mut running.instances {
-                instance.on_watermark(watermark, &mut out).expect("watermark");
-            }
-            prop_assert_eq!(lines(&out), reference.emit(Some(watermark), keyed), "step {}", index);
-        }
-        let mut out = Vec::new();
-        for instance in &mut running.instances {
-            instance.on_end(&mut out).expect("end");
-        }
-        prop_assert_eq!(lines(&out), reference.emit(None, keyed));
-        prop_assert_eq!(late.load(Ordering::Relaxed), reference.late);
+    fn windows_match_a_from_scratch_aggregation_across_checkpoints_and_restarts(case in case()) {
+        check_windows(case, None)?;
+    }
+
+    /// The same with a memory budget of 0: the windows are evicted at the end of each
+    /// batch (and as a restore loads them), their groups read back by their keys' next
+    /// rows, by emission, by deltas and by full snapshots.
+    #[test]
+    fn evicted_windows_give_the_same_aggregates(case in case()) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 0);
+        check_windows(case, Some(&space))?;
+        prop_assert_eq!((space.resident(), space.spilled()), (0, 0), "dropped instances count nothing");
     }
 }
