@@ -1,7 +1,8 @@
 //! `format = "debezium-json"` of the file source without the binary: the Kafka source's
 //! Debezium fixture (`crate::changelog::fixtures`) as lines gives the Kafka source's rows
 //! and bad events; a lane resumed at any of its positions hands out exactly the rest; the
-//! options are checked as for Kafka, and a file is never split.
+//! options are checked as for Kafka, a file is never split, and a directory's files are
+//! read by one lane in name order.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -160,15 +161,52 @@ fn debezium_json_needs_a_primary_key_and_refuses_csv_and_split_options() {
     }
 }
 
-/// A directory's files are each read by their own lane, in parallel: a key's changes
-/// must be in one file, as a Kafka key's are in one partition.
+/// Key 100's Debezium update from `before` to `after`, as a line.
+fn update_of_100(before: &str, after: &str) -> String {
+    format!(
+        "{{\"before\":{{\"id\":100,\"v\":\"{before}\"}},\"after\":{{\"id\":100,\"v\":\"{after}\"}},\"op\":\"u\"}}\n"
+    )
+}
+
+/// A directory's files are read by one lane, one after another in name order, so a key's
+/// changes may span files (as the `file` sink's parts of successive epochs hold them),
+/// however many threads there are; a lane resumed at any position, in any file, hands
+/// out exactly the rest.
 #[test]
-fn each_file_of_a_debezium_directory_is_one_lane() {
+fn a_debezium_directory_is_read_by_one_lane_in_name_order_and_resumes_anywhere() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir(dir.path().join("dump")).expect("mkdir");
-    for name in ["a.jsonl", "b.jsonl"] {
-        std::fs::write(dir.path().join("dump").join(name), fixture_lines().repeat(4)).expect("write");
+    let created = "{\"before\":null,\"after\":{\"id\":100,\"v\":\"a\"},\"op\":\"c\"}\n";
+    let files = [
+        ("part-1.jsonl", format!("{}{created}", fixture_lines())),
+        ("part-2.jsonl", format!("{}{}", update_of_100("a", "b"), fixture_lines())),
+        ("part-3.jsonl", update_of_100("b", "c")),
+    ];
+    // Written last to first: the order read is the names'.
+    for (name, text) in files.iter().rev() {
+        std::fs::write(dir.path().join("dump").join(name), text).expect("write");
     }
-    let source = source(dir.path(), "dump", OnError::Skip, 8).expect("source");
-    assert_eq!(source.ranges().iter().map(|range| (range.file, range.start)).collect::<Vec<_>>(), [(0, 0), (1, 0)]);
+    let metrics = Arc::new(SourceMetrics::new("orders", 1));
+    let one_by_one: Vec<String> = files
+        .iter()
+        .flat_map(|(name, _)| {
+            let file = source(dir.path(), &format!("dump/{name}"), OnError::Skip, 1).expect("source");
+            read(open(&file, 0, None, &metrics).as_mut()).expect("reads").0
+        })
+        .collect();
+    let chained = source(dir.path(), "dump", OnError::Skip, 8).expect("source");
+    assert_eq!(
+        chained.ranges().iter().map(|range| (range.file, range.start)).collect::<Vec<_>>(),
+        [(0, 0), (1, 0), (2, 0)]
+    );
+    assert_eq!(chained.lanes(), 1, "one lane keeps a key's changes in order across files");
+    let (all, positions) = read(open(&chained, 0, None, &metrics).as_mut()).expect("reads");
+    assert_eq!(all, one_by_one);
+    let key_100: Vec<&str> = all.iter().map(String::as_str).filter(|row| row.starts_with("100|")).collect();
+    assert_eq!(key_100, ["100|a|0", "100|a|1", "100|b|2", "100|b|1", "100|c|2"]);
+    for (handed, position) in positions.iter().enumerate() {
+        let resumed = source(dir.path(), "dump", OnError::Skip, 8).expect("source");
+        let (rest, _) = read(open(&resumed, 0, Some(position.clone()), &metrics).as_mut()).expect("reads");
+        assert_eq!(rest, all[handed + 1..], "resumed after {} rows", handed + 1);
+    }
 }

@@ -50,9 +50,12 @@
 //! Kafka source reads a message of that format (the `envelopes` module: a line `null`,
 //! `kafka-console-consumer`'s tombstone, and a blank line give no row). Their rows carry
 //! their kinds and are read by `primary_key` (`crate::changelog`). A key's changes must
-//! reach the normalization in order, so a changelog file is never split: one lane per
-//! file (`split_bytes` is refused), each file of a directory its own lane, read in
-//! parallel, as a Kafka topic's partitions are: a key's changes must be in one file.
+//! reach the normalization in order, so a changelog file is never split (`split_bytes`
+//! is refused), and the files of a directory are read by one lane, one after another in
+//! name order (the `chain` module): a key's changes may span files whose names sort in
+//! the order the changes were made, as the `file` sink's parts (`part-{epoch}-{slot}`)
+//! do. Lanes on different threads could not keep that order, even read one after the
+//! other: nothing orders what two threads send.
 //!
 //! # Rows, watermarks, bad rows
 //!
@@ -81,6 +84,7 @@ use sluice_types::SluiceError;
 use crate::FileFormat;
 use crate::connector::{ConfiguredSource, OptionDoc, SourceConnector, SourceContext, format_choice, resolve};
 
+mod chain;
 mod csv_plan;
 mod envelopes;
 mod lane;
@@ -91,6 +95,7 @@ mod debezium_tests;
 #[cfg(test)]
 mod tests;
 
+use chain::ChainedLane;
 pub use lane::FileLane;
 
 /// Files larger than this are split into several lanes when there are threads to spare.
@@ -359,6 +364,9 @@ pub struct FileSource {
     identities: Vec<layout::Identity>,
     /// `path` as written, for `describe`.
     written_path: PathBuf,
+    /// A changelog directory of several files: one lane reads them all, in name order
+    /// (the `chain` module).
+    chained: bool,
 }
 
 impl FileSource {
@@ -429,6 +437,8 @@ impl FileSource {
             None => plan_ranges(&files, &extents, format, if changelog.is_some() { 1 } else { threads }, tuning)?,
         };
         let identities = layout::identify(&files, &extents)?;
+        let chained = changelog.is_some() && ranges.len() > 1;
+        let lanes = if chained { 1 } else { ranges.len() };
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             files,
@@ -441,12 +451,12 @@ impl FileSource {
             max_watermark_drift_ms: config.max_watermark_drift.map(crate::lanes::duration_ms),
             on_error: config.on_error,
             chunk_bytes: tuning.chunk_bytes,
-            lane_rate: rate.map(|rate| rate / ranges.len().max(1) as f64),
+            lane_rate: rate.map(|rate| rate / lanes.max(1) as f64),
             streaming,
         });
         let tables =
             vec![TableDef { name: config.name.clone(), schema, event_time: config.event_time.clone(), changelog }];
-        Ok(FileSource { shared, tables, ranges, identities, written_path: path.clone() })
+        Ok(FileSource { shared, tables, ranges, identities, written_path: path.clone(), chained })
     }
 
     /// The files read, in order.
@@ -477,10 +487,16 @@ impl SourceFactory for FileSource {
     }
 
     fn lanes(&self) -> u32 {
+        if self.chained {
+            return 1;
+        }
         u32::try_from(self.ranges.len()).unwrap_or(u32::MAX)
     }
 
     fn open_lane(&self, context: LaneContext) -> Result<Box<dyn LaneReader>, SluiceError> {
+        if self.chained && context.lane == 0 {
+            return Ok(Box::new(ChainedLane::open(Arc::clone(&self.shared), self.ranges.clone(), context)?));
+        }
         let range = self.ranges.get(context.lane as usize).ok_or_else(|| {
             SluiceError::internal(
                 "source.lane",
