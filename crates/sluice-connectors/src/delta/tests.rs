@@ -367,6 +367,34 @@ fn a_table_asking_for_writer_features_the_sink_does_not_maintain_is_refused() {
     assert!(error.message.contains("the writer features deletionVectors"), "{error}");
     let error = check(r#"{"protocol":{"minReaderVersion":1,"minWriterVersion":4}}"#).expect("refused");
     assert!(error.message.contains("writer version 4"), "{error}");
+    // A reader feature the writer features leave out (against the protocol) is refused too.
+    let error = check(r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":2,"readerFeatures":["v2Checkpoint"]}}"#)
+        .expect("refused");
+    assert!(error.message.contains("the reader features v2Checkpoint"), "{error}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("DROP FEATURE v2Checkpoint")), "{error}");
+}
+
+/// A table another engine upgraded (here to V2 log checkpoints) after this sink uploaded an
+/// epoch's files gets no commit: a recovery's commit of the restored epoch, which comes
+/// before any writer's setup, is refused naming the table, the feature and the fix.
+#[test]
+fn a_table_upgraded_to_a_feature_the_sink_does_not_maintain_gets_no_commit_not_even_a_recovery() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = sink_at(dir.path(), "p", 1 << 20);
+    sink.discard_after(None, &[]).expect("a fresh table");
+    let mut writer = sink.open(0, 1, true).expect("opens");
+    writer.write(&batch(&[(1, Some("eu"))])).expect("writes");
+    let record = writer.pre_commit(Epoch(1)).expect("pre-commits");
+    let upgrade = r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["timestampNtz","v2Checkpoint"],"writerFeatures":["timestampNtz","v2Checkpoint"]}}"#;
+    std::fs::write(dir.path().join(log::commit_path(1)), format!("{upgrade}\n")).expect("another engine commits");
+
+    let restarted = sink_at(dir.path(), "p", 1 << 20);
+    let error = restarted.commit(Epoch(1), &[record]).expect_err("refused");
+    assert_eq!(error.code, "sink.delta_protocol", "{error}");
+    assert!(error.message.contains("requires the writer features v2Checkpoint"), "{error}");
+    assert!(error.message.contains(&format!("Delta table file://{}", dir.path().display())), "{error}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("DROP FEATURE v2Checkpoint")), "{error}");
+    assert!(!dir.path().join(log::commit_path(2)).exists(), "nothing was committed");
 }
 
 #[test]
