@@ -215,6 +215,11 @@ pub fn check_schema(sink: &str, url: &str, found: &TableMetadata, wanted: &Table
                 "column `{}`: the table has {}, the view writes {}",
                 column.name, existing.delta_type, column.delta_type
             )),
+            // Readers trust a non-nullable column to hold no NULL.
+            Some(existing) if !existing.nullable && column.nullable => differences.push(format!(
+                "column `{}`: the table's is NOT NULL, the view's may be NULL (COALESCE it in the view)",
+                column.name
+            )),
             Some(_) => {}
         }
     }
