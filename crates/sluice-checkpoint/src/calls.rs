@@ -177,9 +177,22 @@ impl Calls {
 
     /// Every object under `relative_dir` (recursively), relative to the store root.
     pub(crate) async fn list(&self, relative_dir: &str) -> Result<Vec<Listed>, SluiceError> {
+        self.list_after(relative_dir, None).await
+    }
+
+    /// Every object under `relative_dir` (recursively) whose name sorts after `after`
+    /// (relative to the store root), or every one when `after` is `None`. The backend
+    /// starts the listing there (S3's `start-after`, Azure's and GCS's equivalents), so
+    /// its cost follows the entries after `after`, not the directory's.
+    pub(crate) async fn list_after(&self, relative_dir: &str, after: Option<&str>) -> Result<Vec<Listed>, SluiceError> {
         let key = self.key(relative_dir);
-        let call = self.location.store.list(Some(&key)).try_collect::<Vec<_>>();
-        let metas = bounded(call).await.map_err(|error| self.error("listing", relative_dir, error))?;
+        let stream = match after {
+            None => self.location.store.list(Some(&key)),
+            Some(after) => self.location.store.list_with_offset(Some(&key), &self.key(after)),
+        };
+        let metas = bounded(stream.try_collect::<Vec<_>>())
+            .await
+            .map_err(|error| self.error("listing", relative_dir, error))?;
         let listed = metas.into_iter().filter_map(|meta| {
             let path = self.relative(&meta.location)?;
             Some(Listed { path, size: meta.size })

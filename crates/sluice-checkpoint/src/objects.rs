@@ -6,10 +6,13 @@
 //! directories) and makes the same bounded calls (`calls`), synchronously: the caller is a
 //! plain thread (a sink's driver thread or its committing controller thread). What it adds
 //! is the few operations an append-only table log needs: a create-only write (the atomic
-//! step of a commit), a plain write of an immutable object, a bounded read, a listing and
-//! deletion.
+//! step of a commit), a plain write of an immutable object, a bounded read, a listing (whole,
+//! or from a name on, so that a log's reader lists only its newest entries) and deletion.
+//! It counts the entries its listings returned ([`ObjectDir::listed_entries`]): a listing
+//! costs one request per 1,000 of them on S3.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use object_store::PutMode;
@@ -23,6 +26,8 @@ use crate::store::CHUNK_BYTES;
 #[derive(Debug)]
 pub struct ObjectDir {
     calls: Calls,
+    /// The entries every listing returned so far.
+    listed_entries: AtomicU64,
 }
 
 impl ObjectDir {
@@ -43,7 +48,7 @@ impl ObjectDir {
             error.code = io_code;
             error
         })?;
-        Ok(ObjectDir { calls: Calls::new(location)?.with_io_code(io_code) })
+        Ok(ObjectDir { calls: Calls::new(location)?.with_io_code(io_code), listed_entries: AtomicU64::new(0) })
     }
 
     /// The resolved URL (local paths are absolute `file://` URLs).
@@ -90,14 +95,23 @@ impl ObjectDir {
     /// Reads `relative` whole: `None` when it does not exist; an error naming the size when
     /// it is larger than `size_max`.
     pub fn get(&self, relative: &str, size_max: u64) -> Result<Option<Bytes>, SluiceError> {
+        match self.get_at_most(relative, size_max)? {
+            None => Ok(None),
+            Some(Ok(bytes)) => Ok(Some(bytes)),
+            Some(Err(actual)) => Err(self.calls.error(
+                "reading",
+                relative,
+                format!("it holds {actual} bytes, more than the {size_max} a reader here takes"),
+            )),
+        }
+    }
+
+    /// Reads `relative` whole when it holds at most `size_max` bytes: `None` when it does not
+    /// exist, `Some(Err(size))` (its body not read) when it is larger.
+    pub fn get_at_most(&self, relative: &str, size_max: u64) -> Result<Option<Result<Bytes, u64>>, SluiceError> {
         self.calls.block_on(async {
             match self.calls.get(relative, size_max).await {
-                Ok(Ok(bytes)) => Ok(Some(bytes)),
-                Ok(Err(actual)) => Err(self.calls.error(
-                    "reading",
-                    relative,
-                    format!("it holds {actual} bytes, more than the {size_max} a reader here takes"),
-                )),
+                Ok(read) => Ok(Some(read)),
                 Err(Failure::Missing) => Ok(None),
                 Err(Failure::Exists) => Err(self.calls.error("reading", relative, "refused")),
                 Err(Failure::Other(error)) => Err(error),
@@ -108,8 +122,23 @@ impl ObjectDir {
     /// Every object under `relative_dir`, recursively: its name relative to the directory's
     /// root and its size.
     pub fn list(&self, relative_dir: &str) -> Result<Vec<(String, u64)>, SluiceError> {
-        let listed = self.calls.block_on(self.calls.list(relative_dir))?;
+        self.list_after(relative_dir, None)
+    }
+
+    /// The objects under `relative_dir`, recursively, whose names (relative to the
+    /// directory's root) sort after `after` (all of them when `None`), each with its size.
+    /// The store starts the listing there (S3's `start-after`), so its cost follows the
+    /// entries after `after`.
+    pub fn list_after(&self, relative_dir: &str, after: Option<&str>) -> Result<Vec<(String, u64)>, SluiceError> {
+        let listed = self.calls.block_on(self.calls.list_after(relative_dir, after))?;
+        self.listed_entries.fetch_add(listed.len() as u64, Ordering::Relaxed);
         Ok(listed.into_iter().map(|entry| (entry.path, entry.size)).collect())
+    }
+
+    /// The entries every listing of this directory returned so far (a measure of what
+    /// listings cost: one request per 1,000 entries on S3).
+    pub fn listed_entries(&self) -> u64 {
+        self.listed_entries.load(Ordering::Relaxed)
     }
 
     /// Deletes `paths`; an object already gone counts as deleted.
@@ -140,6 +169,10 @@ mod tests {
         let mut listed = dir.list("").expect("lists");
         listed.sort();
         assert_eq!(listed, [("data/part.parquet".to_string(), large.len() as u64), ("log/0.json".to_string(), 5)]);
+        let after = dir.list_after("", Some("data/part.parquet")).expect("lists after a name");
+        assert_eq!(after, [("log/0.json".to_string(), 5)], "only the names after it");
+        assert_eq!(dir.listed_entries(), 3, "two entries, then one");
+        assert_eq!(dir.get_at_most("log/0.json", 4).expect("reads"), Some(Err(5)), "larger: its size, unread");
         dir.delete(&["data/part.parquet".to_string(), "gone".to_string()]).expect("deletes");
         assert_eq!(dir.list("data").expect("lists"), []);
     }

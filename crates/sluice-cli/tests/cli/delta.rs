@@ -444,13 +444,21 @@ fn a_table_in_s3_reads_back_exactly_once_across_a_kill() {
     ];
     let scratch = Scratch::new();
     scratch.write("events.jsonl", &events(33));
-    let sinks = sink("out", "copies", "path = \"s3://lake/tables/copies\"\npartition_by = \"k\"");
+    // A log checkpoint every 2 versions: the restart reads _last_checkpoint and lists the
+    // log from its version on (S3's start-after).
+    let options = "path = \"s3://lake/tables/copies\"\npartition_by = \"k\"\ncheckpoint_interval = 2";
+    let sinks = sink("out", "copies", options);
     scratch.write("pipeline.toml", &pipeline("delta-s3", Some("file://./state"), &format!("{COPIES}{sinks}")));
-    let failpoints = "source.barrier_after_batch=return;checkpoint.after_publish=2*off->return(kill)";
+    let failpoints = "source.barrier_after_batch=return;checkpoint.after_publish=3*off->return(kill)";
     let crashed = run(&scratch, 2, Some(failpoints), &environment);
     assert_eq!(crashed.status.signal(), Some(9), "killed:\n{}", stderr(&crashed));
     let restarted = run(&scratch, 2, None, &environment);
-    assert!(restarted.status.success(), "restart failed:\n{}", stderr(&restarted));
+    let log = stderr(&restarted);
+    assert!(restarted.status.success(), "restart failed:\n{log}");
+    assert!(
+        log.contains("delta sink: read the log of s3://lake/tables/copies from its checkpoint of version "),
+        "{log}"
+    );
     let storage = [
         ("AWS_ENDPOINT_URL", s3.endpoint.as_str()),
         ("AWS_ALLOW_HTTP", "true"),

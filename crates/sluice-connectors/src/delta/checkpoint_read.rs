@@ -13,8 +13,11 @@
 //! value may be NULL).
 //!
 //! Refused (the caller then tries an older checkpoint or the commits): a file that is not
-//! Parquet or whose action columns have other types, and a V2 checkpoint whose rows name
-//! sidecar files (`sidecar`, `checkpointMetadata`), whose `add`s are not in this file.
+//! Parquet or whose action columns have other types, and a V2 checkpoint ([`Unread::V2`]):
+//! one with a `checkpointMetadata` row (what makes a checkpoint a V2 one, in a table with
+//! the `v2Checkpoint` feature, whose writers this sink is not) or `sidecar` rows (files
+//! holding its `add`s elsewhere). Such a file is refused before any of its actions is
+//! trusted: the state it gives is never used.
 //!
 //! Bounds: the caller reads at most [`CHECKPOINT_BYTES_MAX`] bytes of checkpoint files per
 //! read; decoding holds the file's bytes and one batch of rows at a time, besides the
@@ -45,8 +48,28 @@ const BATCH_ROWS: usize = 8192;
 /// The action columns read, in the order their rows are applied.
 const ACTIONS: [&str; 4] = ["protocol", "metaData", "txn", "add"];
 
-/// Columns whose values make a V2 checkpoint that keeps its files elsewhere.
-const SIDECAR_COLUMNS: [&str; 2] = ["sidecar", "checkpointMetadata"];
+/// Columns whose values make a V2 checkpoint: its metadata, and the sidecar files that
+/// keep its `add`s elsewhere.
+const V2_COLUMNS: [&str; 2] = ["checkpointMetadata", "sidecar"];
+
+/// Why a checkpoint is not read here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unread {
+    /// A V2 checkpoint (the `v2Checkpoint` table feature): named by a UUID, or holding a
+    /// `checkpointMetadata` or `sidecar` row.
+    V2(String),
+    /// Any other reason: not Parquet, columns of other types, a malformed action, a part
+    /// missing, too large, gone.
+    Other(String),
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::V2(why) | Unread::Other(why) => formatter.write_str(why),
+        }
+    }
+}
 
 /// What one checkpoint file held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,13 +81,15 @@ pub struct FileRows {
 }
 
 /// Applies the actions of one checkpoint file (a single-file checkpoint, or one part of
-/// a multi-part one) to `state`; its rows, or the reason it is not a checkpoint read here.
+/// a multi-part one) to `state`; its rows, or the reason it is not a checkpoint read here
+/// (then `state` holds part of the file's actions and must be dropped).
 /// Does not move [`LogState::version`]: the caller sets it once every part is read.
-pub fn apply_file(state: &mut LogState, bytes: Bytes) -> Result<FileRows, String> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|error| format!("not Parquet: {error}"))?;
+pub fn apply_file(state: &mut LogState, bytes: Bytes) -> Result<FileRows, Unread> {
+    let other = Unread::Other;
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|error| other(format!("not Parquet: {error}")))?;
     let keep_adds = state.actions.is_some();
-    let wanted =
-        |name: &str| (ACTIONS.contains(&name) && (name != "add" || keep_adds)) || SIDECAR_COLUMNS.contains(&name);
+    let wanted = |name: &str| (ACTIONS.contains(&name) && (name != "add" || keep_adds)) || V2_COLUMNS.contains(&name);
     let roots: Vec<usize> = builder
         .parquet_schema()
         .root_schema()
@@ -79,25 +104,28 @@ pub fn apply_file(state: &mut LogState, bytes: Bytes) -> Result<FileRows, String
         .with_projection(mask)
         .with_batch_size(BATCH_ROWS)
         .build()
-        .map_err(|error| format!("not readable: {error}"))?;
+        .map_err(|error| other(format!("not readable: {error}")))?;
     let mut found = FileRows::default();
     for batch in reader {
-        let batch = batch.map_err(|error| format!("not readable: {error}"))?;
-        for name in SIDECAR_COLUMNS {
+        let batch = batch.map_err(|error| other(format!("not readable: {error}")))?;
+        for name in V2_COLUMNS {
             if batch.column_by_name(name).is_some_and(|column| column.null_count() < column.len()) {
-                return Err(format!("a V2 checkpoint whose files are in sidecars (a `{name}` row)"));
+                return Err(Unread::V2(format!(
+                    "a V2 checkpoint (a `{name}` row; the {} table feature), which this sink does not read",
+                    super::log::V2_CHECKPOINT
+                )));
             }
         }
         found.rows += batch.num_rows() as u64;
         for name in ACTIONS {
             let Some(column) = batch.column_by_name(name) else { continue };
             if !matches!(column.data_type(), DataType::Struct(_)) {
-                return Err(format!("its `{name}` column is a {}, not a struct", column.data_type()));
+                return Err(other(format!("its `{name}` column is a {}, not a struct", column.data_type())));
             }
             for row in (0..column.len()).filter(|&row| column.is_valid(row)) {
                 let mut action = Map::with_capacity(1);
                 action.insert(name.to_string(), json_at(column.as_ref(), row));
-                state.apply_action(&Value::Object(action)).map_err(|why| format!("a `{name}` row: {why}"))?;
+                state.apply_action(&Value::Object(action)).map_err(|why| other(format!("a `{name}` row: {why}")))?;
                 found.actions += 1;
             }
         }

@@ -34,6 +34,10 @@ pub const LOG_DIR: &str = "_delta_log";
 pub const COMMIT_BYTES_MAX: u64 = 256 << 20;
 /// The writer features a table needs for timestamps without time zone.
 pub const TIMESTAMP_NTZ: &str = "timestampNtz";
+/// The table feature of V2 log checkpoints (named by a UUID, or holding a
+/// `checkpointMetadata` row, their files possibly in sidecars), which this sink neither
+/// reads nor writes.
+pub const V2_CHECKPOINT: &str = "v2Checkpoint";
 
 /// The name of commit `version`, relative to the table.
 pub fn commit_path(version: u64) -> String {
@@ -70,6 +74,16 @@ pub struct TableMetadata {
 pub struct Protocol {
     pub min_writer_version: u64,
     pub writer_features: Vec<String>,
+    pub reader_features: Vec<String>,
+}
+
+/// The fix of a table with the `v2Checkpoint` feature, which this sink refuses.
+pub fn v2_checkpoint_fix() -> String {
+    format!(
+        "write this view to a new Delta table path: this sink neither reads nor writes V2 log checkpoints (or drop \
+         the table's {V2_CHECKPOINT} feature with an engine that supports it, e.g. ALTER TABLE ... DROP FEATURE \
+         {V2_CHECKPOINT})"
+    )
 }
 
 /// The writer features this sink honours on a table of writer version 7: the types it
@@ -80,21 +94,33 @@ impl Protocol {
     /// Why this sink must not write a table of this protocol, if it must not: a writer
     /// version above 2 (before 7) asks for constraints, generated or identity columns,
     /// column mapping or a change feed, which this sink does not maintain; at 7, a writer
-    /// feature it does not know.
+    /// feature it does not know. A reader feature it does not know is refused too (the
+    /// protocol lists each among the writer features as well, so this only catches a
+    /// table that breaks that rule): `v2Checkpoint` changes how the log itself is read.
     pub fn unsupported(&self) -> Option<String> {
-        match self.min_writer_version {
-            0..=2 => None,
+        let unknown = |features: &[String]| -> Vec<String> {
+            let unknown = features.iter().filter(|feature| !WRITER_FEATURES.contains(&feature.as_str()));
+            unknown.cloned().collect()
+        };
+        let mut parts = match self.min_writer_version {
+            0..=2 => Vec::new(),
             7 => {
-                let unknown: Vec<&str> = self
-                    .writer_features
-                    .iter()
-                    .map(String::as_str)
-                    .filter(|feature| !WRITER_FEATURES.contains(feature))
-                    .collect();
-                (!unknown.is_empty()).then(|| format!("the writer features {}", unknown.join(", ")))
+                let writer = unknown(&self.writer_features);
+                if writer.is_empty() { Vec::new() } else { vec![format!("the writer features {}", writer.join(", "))] }
             }
-            version => Some(format!("writer version {version}")),
+            version => vec![format!("writer version {version}")],
+        };
+        let reader: Vec<String> =
+            unknown(&self.reader_features).into_iter().filter(|f| !self.writer_features.contains(f)).collect();
+        if !reader.is_empty() {
+            parts.push(format!("the reader features {}", reader.join(", ")));
         }
+        (!parts.is_empty()).then(|| parts.join(" and "))
+    }
+
+    /// Whether the protocol names `feature` (a reader or a writer feature).
+    pub fn requires(&self, feature: &str) -> bool {
+        self.writer_features.iter().chain(&self.reader_features).any(|named| named == feature)
     }
 }
 
@@ -163,7 +189,11 @@ impl LogState {
                 values.map(|v| v.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
             };
             let min_writer_version = protocol.get("minWriterVersion").and_then(Value::as_u64).unwrap_or(0);
-            self.protocol = Some(Protocol { min_writer_version, writer_features: strings("writerFeatures") });
+            self.protocol = Some(Protocol {
+                min_writer_version,
+                writer_features: strings("writerFeatures"),
+                reader_features: strings("readerFeatures"),
+            });
         } else if let Some(metadata) = action.get("metaData") {
             self.metadata = Some(parse_metadata(metadata)?);
         }

@@ -19,6 +19,9 @@ use super::log::{self, AddFile, Column, LogState, TableMetadata};
 use super::log_start::{self, Start};
 use super::table::{Decision, Table};
 
+/// The name delta-rs and Spark give a V2 checkpoint of version 2 (a UUID).
+const V2_UUID_NAME: &str = "_delta_log/00000000000000000002.checkpoint.80a083e8-7026-4e79-81be-64bd76c43a11.parquet";
+
 /// A seeded xorshift generator: the random logs are the same on every run.
 struct Random(u64);
 
@@ -239,8 +242,13 @@ fn comparable(state: &LogState) -> LogState {
 
 /// A copy of the log delta-rs wrote and checkpointed (`testdata/`, made by its script).
 fn delta_rs_table() -> tempfile::TempDir {
+    fixture_table("delta-rs-checkpoint")
+}
+
+/// A copy of the log of the table `testdata/{name}`.
+fn fixture_table(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("dir");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/delta/testdata/delta-rs-checkpoint/_delta_log");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/delta/testdata").join(name).join(log::LOG_DIR);
     std::fs::create_dir(dir.path().join(log::LOG_DIR)).expect("log dir");
     for entry in std::fs::read_dir(source).expect("the fixture") {
         let entry = entry.expect("entry");
@@ -538,4 +546,77 @@ fn a_sink_resumes_exactly_once_on_a_table_whose_early_commits_were_cleaned_up() 
     }
     let expected: Vec<i64> = (1..=6).chain(101..=106).collect();
     assert_eq!(committed_auctions(dir.path()), expected, "every epoch once");
+}
+
+/// A first read lists `_delta_log/` from `_last_checkpoint`'s version on, so what it lists
+/// follows the commits since the newest log checkpoint, not the log's length; a stale
+/// pointer lists a little more (the newer checkpoint is found); a pointer whose checkpoint
+/// cannot start the read, or none, lists the whole log. Each read is the commits' state.
+#[test]
+fn the_first_read_lists_the_log_from_the_last_checkpoint_on() {
+    let dir = tempfile::tempdir().expect("dir");
+    // Versions 0..=64, a checkpoint every 10 (10..=60), the pointer at 60.
+    random_table(dir.path(), 3, 64, 10);
+    let oracle = from_commits(dir.path(), true);
+    let whole = 65 + 6 + 1;
+    let listed = |expected: Start| {
+        let objects = open(dir.path());
+        let (state, start) = log_start::first_read("out", &objects, true).expect("reads");
+        assert_eq!(start, expected);
+        assert_eq!(state, oracle, "the state is the commits' whatever the listing");
+        objects.listed_entries()
+    };
+    assert_eq!(listed(Start::Checkpoint(60)), 5 + 1 + 1, "commits 60..=64, the checkpoint of 60, the pointer");
+    let pointer = checkpoint::last_checkpoint_path();
+    write(dir.path(), &pointer, &checkpoint::last_checkpoint(40, 1));
+    assert_eq!(listed(Start::Checkpoint(60)), 25 + 3 + 1, "stale: from version 40 on");
+    write(dir.path(), &pointer, &checkpoint::last_checkpoint(60, 1));
+    write(dir.path(), &checkpoint::checkpoint_path(60), b"garbage");
+    assert_eq!(listed(Start::Checkpoint(50)), 7 + whole, "from 60 on, then the whole log for an older one");
+    remove(dir.path(), &pointer);
+    assert_eq!(listed(Start::Checkpoint(50)), whole - 1, "no pointer: the whole log");
+}
+
+/// The refusal of a table with the `v2Checkpoint` feature: the table, the feature, the fix.
+fn assert_v2_refusal(error: &sluice_types::SluiceError, path: &Path) {
+    assert_eq!(error.code, "sink.delta_protocol", "{error}");
+    assert!(error.message.contains(open(path).url()), "names the table: {error}");
+    assert!(error.message.contains("v2Checkpoint"), "names the feature: {error}");
+    let fix = error.fix.as_deref().unwrap_or_default();
+    assert!(fix.contains("new Delta table path") && fix.contains("DROP FEATURE v2Checkpoint"), "{error}");
+}
+
+/// A table delta-rs gave the `v2Checkpoint` feature and a V2 checkpoint (`testdata/`):
+/// the checkpoint is never read (its rows hold the same state: the commits are read
+/// instead), whether named as a classic one or by a UUID; the sink refuses the table
+/// naming the feature, and commits nothing to it; once the commits before the checkpoint
+/// are gone, the first read refuses it the same way.
+#[test]
+fn a_v2_checkpoint_is_never_read_and_its_table_is_refused_naming_the_feature() {
+    for uuid_named in [false, true] {
+        let dir = fixture_table("delta-rs-v2-checkpoint");
+        if uuid_named {
+            std::fs::rename(dir.path().join(checkpoint::checkpoint_path(2)), dir.path().join(V2_UUID_NAME))
+                .expect("renames");
+        }
+        let expected = from_commits(dir.path(), true);
+        assert!(expected.protocol.as_ref().expect("a protocol").requires(log::V2_CHECKPOINT));
+        assert_eq!(expected.transactions.get("sluice/p/out/0"), Some(&1));
+        let (state, start) = first_read(dir.path(), true).expect("reads the commits");
+        assert_eq!((start, state), (Start::Commits, expected), "uuid_named {uuid_named}");
+
+        let error = sink_at(dir.path(), 2).open(0, 1, true).err().expect("the sink refuses the table");
+        assert_v2_refusal(&error, dir.path());
+        assert!(error.message.contains("requires the writer features v2Checkpoint"), "{error}");
+        let table = Table::new("out", open(dir.path()), 2, true);
+        let error = table.commit(|_| Ok(Decision::Commit(Vec::new()))).expect_err("no commit");
+        assert_v2_refusal(&error, dir.path());
+        assert!(!dir.path().join(log::commit_path(4)).exists(), "nothing was committed");
+
+        clean_up_before(dir.path(), 2);
+        let error = first_read(dir.path(), true).expect_err("refused without the commits");
+        assert_v2_refusal(&error, dir.path());
+        assert!(error.message.contains("version 2: "), "{error}");
+        assert!(error.message.contains("a V2 checkpoint"), "{error}");
+    }
 }

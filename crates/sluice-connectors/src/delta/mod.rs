@@ -224,9 +224,10 @@ pub struct ConfiguredDelta {
 }
 
 impl ConfiguredDelta {
+    /// The table's directory. Its errors do not name the sink: the engine names it in
+    /// front of every check and build error.
     fn open(&self, base_dir: &Path) -> Result<ObjectDir, SluiceError> {
-        let what = format!("sink `{}`: Delta table", self.name);
-        ObjectDir::open(&self.options.path, base_dir, &self.options.storage, &what, "sink.delta_io")
+        ObjectDir::open(&self.options.path, base_dir, &self.options.storage, "Delta table", "sink.delta_io")
     }
 }
 

@@ -92,21 +92,7 @@ impl Shared {
             )
             .with_fix("write this view to a new Delta table path")
         })?;
-        let invariants = (!found.invariants.is_empty())
-            .then(|| format!("invariants on the columns {} (delta.invariants)", found.invariants.join(", ")));
-        if let Some(unsupported) = state.protocol.as_ref().and_then(log::Protocol::unsupported).or(invariants) {
-            return Err(SluiceError::user(
-                "sink.delta_protocol",
-                format!(
-                    "sink `{}`: Delta table {} requires {unsupported}, which this sink does not support (it writes \
-                     writer version 2, or 7 with the features {})",
-                    self.name,
-                    self.table.url(),
-                    log::WRITER_FEATURES.join(", ")
-                ),
-            )
-            .with_fix("write this view to a new Delta table path"));
-        }
+        self.table.check_writable(&state)?;
         check_schema(&self.name, self.table.url(), found, &self.layout.metadata)?;
         control.ready = true;
         Ok(())
@@ -229,6 +215,11 @@ pub fn check_schema(sink: &str, url: &str, found: &TableMetadata, wanted: &Table
                 "column `{}`: the table has {}, the view writes {}",
                 column.name, existing.delta_type, column.delta_type
             )),
+            // Readers trust a non-nullable column to hold no NULL.
+            Some(existing) if !existing.nullable && column.nullable => differences.push(format!(
+                "column `{}`: the table's is NOT NULL, the view's may be NULL (COALESCE it in the view)",
+                column.name
+            )),
             Some(_) => {}
         }
     }
@@ -322,12 +313,12 @@ impl SinkFactory for DeltaSink {
         match epoch {
             None if !ours.is_empty() => {
                 let newest = ours.values().max().copied().unwrap_or(0);
+                // No sink name: the engine names the sink in front of a recovery's errors.
                 return Err(SluiceError::user(
                     "sink.delta_fenced",
                     format!(
-                        "sink `{}`: Delta table {} already holds epochs up to {newest} of pipeline `{}` and this sink \
-                         (txn ids {}*), written by a run whose checkpoints this run does not have",
-                        shared.name,
+                        "Delta table {} already holds epochs up to {newest} of pipeline `{}` and this sink (txn ids \
+                         {}*), written by a run whose checkpoints this run does not have",
                         shared.table.url(),
                         shared.pipeline,
                         shared.app_prefix

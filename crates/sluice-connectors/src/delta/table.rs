@@ -8,6 +8,11 @@
 //! ask only for the versions after the newest known one, until one is missing. A commit
 //! that finds its version taken (another writer made it first) reads the new versions
 //! and decides again, at most [`COMMIT_ATTEMPTS_MAX`] times.
+//!
+//! Every commit first checks the newest log's protocol ([`Table::check_writable`]): a table
+//! another engine upgraded to a feature this sink does not maintain (a `v2Checkpoint`, a
+//! deletion vector) gets no commit from it, neither a recovery's commit of a restored
+//! epoch nor a compaction's, which come before or without a writer's setup.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -16,7 +21,7 @@ use sluice_checkpoint::ObjectDir;
 use sluice_types::SluiceError;
 
 use super::checkpoint;
-use super::log::{self, LogState, TableMetadata};
+use super::log::{self, LogState, Protocol, TableMetadata};
 use super::log_start;
 
 /// The most times one commit finds its version taken before it gives up.
@@ -99,6 +104,32 @@ impl Table {
         Ok(state.clone())
     }
 
+    /// Refuses a log this sink must not commit to: a protocol asking a writer for what it
+    /// does not maintain (`Protocol::unsupported`), or invariants on columns, which it
+    /// does not check.
+    pub fn check_writable(&self, state: &LogState) -> Result<(), SluiceError> {
+        let invariants =
+            state.metadata.as_ref().filter(|m| !m.invariants.is_empty()).map(|metadata| {
+                format!("invariants on the columns {} (delta.invariants)", metadata.invariants.join(", "))
+            });
+        let Some(unsupported) = state.protocol.as_ref().and_then(Protocol::unsupported).or(invariants) else {
+            return Ok(());
+        };
+        let v2 = state.protocol.as_ref().is_some_and(|protocol| protocol.requires(log::V2_CHECKPOINT));
+        let fix = if v2 { log::v2_checkpoint_fix() } else { "write this view to a new Delta table path".to_string() };
+        Err(SluiceError::user(
+            "sink.delta_protocol",
+            format!(
+                "sink `{}`: Delta table {} requires {unsupported}, which this sink does not support (it writes writer \
+                 version 2, or 7 with the features {})",
+                self.sink,
+                self.url(),
+                log::WRITER_FEATURES.join(", ")
+            ),
+        )
+        .with_fix(fix))
+    }
+
     /// Writes a log checkpoint of the newest version (see `checkpoint`). A failure is
     /// logged, not returned: the commit it follows is durable, and readers read the
     /// commits without it.
@@ -133,6 +164,7 @@ impl Table {
         let mut guard = self.lock()?;
         for _ in 0..COMMIT_ATTEMPTS_MAX {
             let state = self.refresh(&mut guard)?;
+            self.check_writable(state)?;
             let actions = match decide(state)? {
                 Decision::Skip => return Ok(None),
                 Decision::Commit(actions) => actions,

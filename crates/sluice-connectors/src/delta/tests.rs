@@ -281,6 +281,32 @@ fn files_roll_at_the_target_size() {
     check_rows(dir.path(), &[(0, Some("eu")), (1, Some("eu")), (2, Some("eu")), (3, Some("eu")), (4, Some("eu"))]);
 }
 
+/// A data file's row groups hold at most `row_group_rows` rows (4 here), however the rows
+/// arrive.
+#[test]
+fn row_groups_hold_at_most_row_group_rows() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = sink_at(dir.path(), "p", 1 << 20);
+    sink.discard_after(None, &[]).expect("a fresh table");
+    let mut writer = sink.open(0, 1, true).expect("opens");
+    let rows: Vec<(i64, Option<&str>)> = (0..10).map(|auction| (auction, Some("eu"))).collect();
+    writer.write(&batch(&rows[..7])).expect("writes");
+    writer.write(&batch(&rows[7..])).expect("writes");
+    let record = writer.pre_commit(Epoch(1)).expect("pre-commits");
+    let files = PreparedFiles::decode("out", &record).expect("decodes").files;
+    assert_eq!(files.len(), 1, "one partition, under the target size");
+    let file = std::fs::File::open(dir.path().join(&files[0].0.path)).expect("the file");
+    let metadata = parquet::file::reader::SerializedFileReader::new(file).expect("parquet");
+    let groups: Vec<i64> = parquet::file::reader::FileReader::metadata(&metadata)
+        .row_groups()
+        .iter()
+        .map(|group| group.num_rows())
+        .collect();
+    assert_eq!(groups, [4, 4, 2]);
+    sink.commit(Epoch(1), &[record]).expect("commits");
+    check_rows(dir.path(), &rows);
+}
+
 #[test]
 fn a_second_run_on_the_table_is_fenced() {
     let dir = tempfile::tempdir().expect("dir");
@@ -348,6 +374,23 @@ fn an_existing_table_with_other_columns_is_refused_naming_them() {
     assert!(error.fix.is_some());
 }
 
+/// A view whose column may be NULL does not write into a table whose column is NOT NULL
+/// (readers trust it); the other way round is fine.
+#[test]
+fn a_nullable_column_is_refused_for_a_not_null_one_of_the_table() {
+    let column = |nullable: bool| Column { name: "auction".into(), delta_type: "long".into(), nullable };
+    let table = |nullable: bool| TableMetadata {
+        columns: vec![column(nullable)],
+        partition_columns: Vec::new(),
+        invariants: Vec::new(),
+    };
+    let error = super::check_schema("out", "file:///t", &table(false), &table(true)).expect_err("refused");
+    assert_eq!(error.code, "sink.delta_schema");
+    assert!(error.message.contains("column `auction`: the table's is NOT NULL, the view's may be NULL"), "{error}");
+    super::check_schema("out", "file:///t", &table(true), &table(false)).expect("a NOT NULL view fits");
+    super::check_schema("out", "file:///t", &table(false), &table(false)).expect("the same");
+}
+
 #[test]
 fn a_table_asking_for_writer_features_the_sink_does_not_maintain_is_refused() {
     let check = |protocol: &str| {
@@ -367,6 +410,34 @@ fn a_table_asking_for_writer_features_the_sink_does_not_maintain_is_refused() {
     assert!(error.message.contains("the writer features deletionVectors"), "{error}");
     let error = check(r#"{"protocol":{"minReaderVersion":1,"minWriterVersion":4}}"#).expect("refused");
     assert!(error.message.contains("writer version 4"), "{error}");
+    // A reader feature the writer features leave out (against the protocol) is refused too.
+    let error = check(r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":2,"readerFeatures":["v2Checkpoint"]}}"#)
+        .expect("refused");
+    assert!(error.message.contains("the reader features v2Checkpoint"), "{error}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("DROP FEATURE v2Checkpoint")), "{error}");
+}
+
+/// A table another engine upgraded (here to V2 log checkpoints) after this sink uploaded an
+/// epoch's files gets no commit: a recovery's commit of the restored epoch, which comes
+/// before any writer's setup, is refused naming the table, the feature and the fix.
+#[test]
+fn a_table_upgraded_to_a_feature_the_sink_does_not_maintain_gets_no_commit_not_even_a_recovery() {
+    let dir = tempfile::tempdir().expect("dir");
+    let sink = sink_at(dir.path(), "p", 1 << 20);
+    sink.discard_after(None, &[]).expect("a fresh table");
+    let mut writer = sink.open(0, 1, true).expect("opens");
+    writer.write(&batch(&[(1, Some("eu"))])).expect("writes");
+    let record = writer.pre_commit(Epoch(1)).expect("pre-commits");
+    let upgrade = r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["timestampNtz","v2Checkpoint"],"writerFeatures":["timestampNtz","v2Checkpoint"]}}"#;
+    std::fs::write(dir.path().join(log::commit_path(1)), format!("{upgrade}\n")).expect("another engine commits");
+
+    let restarted = sink_at(dir.path(), "p", 1 << 20);
+    let error = restarted.commit(Epoch(1), &[record]).expect_err("refused");
+    assert_eq!(error.code, "sink.delta_protocol", "{error}");
+    assert!(error.message.contains("requires the writer features v2Checkpoint"), "{error}");
+    assert!(error.message.contains(&format!("Delta table file://{}", dir.path().display())), "{error}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("DROP FEATURE v2Checkpoint")), "{error}");
+    assert!(!dir.path().join(log::commit_path(2)).exists(), "nothing was committed");
 }
 
 #[test]
