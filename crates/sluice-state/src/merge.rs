@@ -14,6 +14,11 @@
 //! `unhidden`), which is never read. So merging the runs of a state whose rows expire
 //! (a join's side, deleted by expiry) reads the rows still live, not those expired.
 //! A merge that keeps deletes yields the union of its runs' range deletes of each vnode.
+//!
+//! A live merge may be limited to a range of keys in every vnode ([`Merge::within`]):
+//! of each run it reads only the blocks whose span meets the range (a window
+//! operator's groups of one window, whose keys start with its end), and yields only the
+//! keys in it.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -172,6 +177,14 @@ fn unhidden(blocks: &[BlockInfo], newer: &[Ranges]) -> Vec<BlockInfo> {
     read
 }
 
+/// The blocks of `blocks` (one run's puts and deletes of a vnode, in order) whose span,
+/// from its first key to the next block's, meets the keys from `start` up to `end`.
+fn spanning<'a>(blocks: &'a [BlockInfo], start: &[u8], end: Option<&[u8]>) -> &'a [BlockInfo] {
+    let first = blocks.partition_point(|block| block.first_key.as_slice() <= start).saturating_sub(1);
+    let last = end.map_or(blocks.len(), |end| blocks.partition_point(|block| block.first_key.as_slice() < end));
+    &blocks[first..last.max(first)]
+}
+
 /// The range deletes `blocks` hold (`input`'s range-delete blocks of `vnode`), read and
 /// checked: sorted by start, the first starting at the first block's key.
 fn read_ranges(input: &MergeInput, vnode: u32, blocks: &[BlockInfo]) -> Result<Vec<KeyRange>, SluiceError> {
@@ -223,6 +236,9 @@ pub struct Merge {
     /// The range being yielded ([`MergeMode::KeepDeletes`]).
     range: (Vec<u8>, Vec<u8>),
     blocks_skipped: u64,
+    /// The keys yielded in each vnode: from the first, up to the second (None: every key
+    /// from the first on). None: every key.
+    keys: Option<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl std::fmt::Debug for Merge {
@@ -261,7 +277,23 @@ impl Merge {
             .collect();
         present.sort_unstable();
         present.dedup();
-        Merge { inputs, vnodes: present.into_iter(), current: None, mode, range: Default::default(), blocks_skipped: 0 }
+        Merge {
+            inputs,
+            vnodes: present.into_iter(),
+            current: None,
+            mode,
+            range: Default::default(),
+            blocks_skipped: 0,
+            keys: None,
+        }
+    }
+
+    /// The same merge yielding, in each vnode, only the keys from `start` up to `end`
+    /// (None: every key from `start` on), and reading only the blocks that may hold them.
+    pub fn within(mut self, start: Vec<u8>, end: Option<Vec<u8>>) -> Merge {
+        assert_eq!(self.mode, MergeMode::Live, "a merge keeping deletes yields every key of its ranges");
+        self.keys = Some((start, end));
+        self
     }
 
     fn open_vnode(&mut self, vnode: u32) -> Result<VnodeMerge, SluiceError> {
@@ -280,6 +312,10 @@ impl Merge {
         }
         let mut cursors = Vec::new();
         for (number, blocks) in points.into_iter().enumerate() {
+            let blocks = match &self.keys {
+                Some((start, end)) => spanning(blocks, start, end.as_deref()),
+                None => blocks,
+            };
             let read = unhidden(blocks, &ranges[number + 1..]);
             self.blocks_skipped += (blocks.len() - read.len()) as u64;
             if !read.is_empty() {
@@ -367,7 +403,10 @@ impl Merge {
         // range delete is yielded too, so nothing needs saying).
         let hidden = current.ranges[cursor.input + 1..].iter().any(|ranges| ranges.covers(key));
         let deleted = cursor.value.is_none() && self.mode == MergeMode::Live;
-        Ok(if hidden || deleted { Step::Again } else { Step::Point(winner) })
+        let outside = self.keys.as_ref().is_some_and(|(start, end)| {
+            key < start.as_slice() || end.as_ref().is_some_and(|end| key >= end.as_slice())
+        });
+        Ok(if hidden || deleted || outside { Step::Again } else { Step::Point(winner) })
     }
 
     /// Writes every item into `sink` (a compaction's output run).

@@ -25,8 +25,9 @@
 //! whose key is not in memory in a window that was evicted looks for it in the runs (a
 //! bloom filter per run over the key's hash and the window's end, then one block) and
 //! reads its accumulators back. Emitting such a window emits its groups in memory, then
-//! streams the runs' records of that window, a batch at a time, but those shadowed by
-//! a copy read back. A window most of whose groups came back from the runs is not
+//! streams the runs' records of that window (only the blocks of each vnode that hold
+//! its end: `sluice_state::Merge::within`), a batch at a time, but those shadowed by a
+//! copy read back. A window most of whose groups came back from the runs is not
 //! evicted again (its hot keys alone exceed the budget); the run of the next eviction
 //! deletes, by range, the windows emitted since, and once no open window was evicted
 //! the runs are dropped.
@@ -624,7 +625,9 @@ impl WindowAggregate {
         let Some(spilling) = self.cold.as_ref() else { return Ok(()) };
         let prefix = crate::blob::ordered_i64(end);
         let no_keys = self.spec.keys.is_empty();
-        let mut merge = Merge::new(spilling.store.runs().inputs(), 0..u32::MAX, MergeMode::Live);
+        let next = end.checked_add(1).map(|next| crate::blob::ordered_i64(next).to_vec());
+        let mut merge =
+            Merge::new(spilling.store.runs().inputs(), 0..u32::MAX, MergeMode::Live).within(prefix.to_vec(), next);
         let mut part = WindowGroups::new(start, self.new_accumulators());
         while let Some(record) = merge.next_record()? {
             let Some(key) = record.key.strip_prefix(&prefix[..]) else { continue };

@@ -97,11 +97,26 @@ proptest! {
         runs in proptest::collection::vec(run_ops(), 1..6),
         block_bytes in 1usize..40,
         split in 0usize..6,
+        key_range in (key(), proptest::option::of(key())),
     ) {
         let mut model = Model::new();
         runs.iter().for_each(|ops| apply(&mut model, ops));
         let inputs: Vec<MergeInput> = runs.iter().map(|ops| write_run(ops, block_bytes)).collect();
         prop_assert_eq!(&read_live(inputs.clone(), 0..u32::MAX), &model);
+
+        // Only some keys of each vnode.
+        let (start, end) = (key_range.0.clone(), key_range.1.clone());
+        let within: Model = model
+            .iter()
+            .filter(|((_, k), _)| start <= *k && end.as_ref().is_none_or(|end| k < end))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut merge = Merge::new(inputs.clone(), 0..u32::MAX, MergeMode::Live).within(start, end);
+        let mut read = Model::new();
+        while let Some(record) = merge.next_record().expect("merges") {
+            read.insert((record.vnode, record.key.to_vec()), record.value.to_vec());
+        }
+        prop_assert_eq!(&read, &within);
 
         // Only some vnodes.
         let some: Model = model.iter().filter(|((v, _), _)| *v >= 1).map(|(k, v)| (k.clone(), v.clone())).collect();
