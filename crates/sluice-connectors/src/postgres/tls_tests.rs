@@ -110,3 +110,62 @@ fn handshake_errors_are_classified_by_the_check_that_failed() {
     let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
     assert_eq!(TlsFailure::find(&plain, "h"), None);
 }
+
+/// A server on `127.0.0.1:0` that answers each connection's SSLRequest with `N` and
+/// closes it; its address. The answers are counted by the thread's end.
+fn server_refusing_tls(connections: usize) -> (std::net::SocketAddr, std::thread::JoinHandle<usize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    let thread = std::thread::spawn(move || {
+        let mut answered = 0;
+        for _ in 0..connections {
+            let (mut socket, _) = listener.accept().expect("accept");
+            let mut request = [0u8; 8];
+            socket.read_exact(&mut request).expect("the SSLRequest");
+            assert_eq!(request, [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f], "an SSLRequest");
+            socket.write_all(b"N").expect("answer");
+            answered += 1;
+        }
+        answered
+    });
+    (address, thread)
+}
+
+#[test]
+fn a_server_refusing_tls_fails_modes_that_require_it_and_is_plain_under_prefer() {
+    use crate::postgres_cdc::transport::{OpenError, Transport};
+    let (address, server) = server_refusing_tls(4);
+    let open = |mode| {
+        let socket = std::net::TcpStream::connect(address).expect("connect");
+        let settings = TlsSettings { mode, root_certificates: None };
+        Transport::open(socket, "127.0.0.1", &settings, std::time::Duration::from_secs(10))
+    };
+    for mode in [SslMode::Require, SslMode::VerifyCa, SslMode::VerifyFull] {
+        match open(mode) {
+            Err(OpenError::Tls(TlsFailure::ServerRefused)) => {}
+            Err(other) => panic!("{mode:?}: {other:?}"),
+            Ok(_) => panic!("{mode:?}: plain connection accepted"),
+        }
+    }
+    assert!(matches!(open(SslMode::Prefer), Ok(Transport::Plain(_))), "prefer falls back to plain");
+    assert_eq!(server.join().expect("the server"), 4);
+}
+
+#[test]
+fn the_sink_reports_a_refusal_of_tls_under_require_without_retrying() {
+    use crate::postgres::client::Server;
+    let (address, server) = server_refusing_tls(1);
+    let config = super::super::tests::config(&format!(
+        "url = \"postgres://u@127.0.0.1:{}/db?sslmode=require\"\ntable = \"t\"\n",
+        address.port()
+    ));
+    let options = super::super::options::sink_options_of(&config).expect("valid options");
+    let Err(error) = Server::new("out", &options).expect("parses").connect("out") else {
+        panic!("a plain session was accepted under sslmode=require");
+    };
+    assert_eq!(error.code, "sink.postgres_tls_refused", "{error:?}");
+    assert!(error.message.contains("sslmode=require"), "{error:?}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("ssl = on")), "{error:?}");
+    assert_eq!(server.join().expect("the server"), 1, "one attempt: a refusal is not retried");
+}
