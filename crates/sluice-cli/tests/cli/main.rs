@@ -36,6 +36,8 @@ mod pgwire;
 mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_cdc;
+#[cfg(feature = "postgres")]
+mod postgres_tls;
 mod query;
 mod shared;
 mod signals;

@@ -29,6 +29,9 @@ pub(crate) struct Server {
     dir: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
+    /// TLS on and only `hostssl` connections over TCP: the test's own sessions go
+    /// through the Unix socket.
+    tls: bool,
 }
 
 impl Drop for Server {
@@ -61,19 +64,26 @@ fn running_as_root() -> bool {
 impl Server {
     /// A cluster with `max_prepared_transactions` set as given.
     pub(crate) fn start(max_prepared_transactions: u32) -> Server {
-        Server::start_with(max_prepared_transactions, false)
+        Server::start_with(max_prepared_transactions, false, None)
     }
 
     /// A cluster for logical replication: `wal_level = logical`, with replication slots
     /// and WAL senders to spare, and prepared transactions for exactly-once sinks.
     pub(crate) fn start_logical() -> Server {
-        Server::start_with(10, true)
+        Server::start_with(10, true, None)
     }
 
-    fn start_with(max_prepared_transactions: u32, logical: bool) -> Server {
+    /// A logical cluster with `ssl = on`, the certificate and key `server.crt` and
+    /// `server.key` of `certificates`, and a pg_hba.conf whose only TCP line is
+    /// `hostssl`: a plain connection over TCP is refused.
+    pub(crate) fn start_tls_only(certificates: &Path) -> Server {
+        Server::start_with(10, true, Some(certificates))
+    }
+
+    fn start_with(max_prepared_transactions: u32, logical: bool, tls: Option<&Path>) -> Server {
         let mut failures = Vec::new();
         while failures.len() < START_ATTEMPTS {
-            match Server::try_start(max_prepared_transactions, logical) {
+            match Server::try_start(max_prepared_transactions, logical, tls) {
                 Ok(server) => return server,
                 Err(failure) => failures.push(failure),
             }
@@ -81,11 +91,11 @@ impl Server {
         panic!("no PostgreSQL cluster started in {START_ATTEMPTS} attempts: {failures:#?}");
     }
 
-    fn try_start(max_prepared_transactions: u32, logical: bool) -> Result<Server, String> {
+    fn try_start(max_prepared_transactions: u32, logical: bool, tls: Option<&Path>) -> Result<Server, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let bin = server_binaries();
         let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-        let server = Server { dir, bin, port };
+        let server = Server { dir, bin, port, tls: tls.is_some() };
         let root = server.dir.path();
         std::fs::write(root.join("password"), PASSWORD).expect("write the password file");
         if running_as_root() {
@@ -119,6 +129,10 @@ impl Server {
         if logical {
             settings.push_str(" -c wal_level=logical -c max_replication_slots=8 -c max_wal_senders=8");
         }
+        if let Some(certificates) = tls {
+            server.tls_only(certificates);
+            settings.push_str(" -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key");
+        }
         let log = root.join("server.log").to_string_lossy().into_owned();
         let started = server.as_owner(
             &server.bin.join("pg_ctl"),
@@ -129,6 +143,23 @@ impl Server {
             return Err(format!("pg_ctl start failed: {}\n{log}", stderr(&started)));
         }
         Ok(server)
+    }
+
+    /// The certificate and key into the data directory (the key readable by its owner
+    /// only, as the server demands), and a pg_hba.conf allowing TLS only over TCP.
+    fn tls_only(&self, certificates: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.dir.path().join("data");
+        for file in ["server.crt", "server.key"] {
+            std::fs::copy(certificates.join(file), data.join(file)).unwrap_or_else(|e| panic!("copy {file}: {e}"));
+        }
+        std::fs::set_permissions(data.join("server.key"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let hba = "local all all scram-sha-256\nhostssl all all 127.0.0.1/32 scram-sha-256\n";
+        std::fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+        if running_as_root() {
+            let chown = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&data).status().expect("chown");
+            assert!(chown.success(), "cannot give {} to the postgres user", data.display());
+        }
     }
 
     /// Runs `program ARGS` as the cluster's owner (the `postgres` user when root).
@@ -152,9 +183,17 @@ impl Server {
         format!("host=127.0.0.1 port={} user=sluice dbname=postgres", self.port)
     }
 
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
     pub(crate) fn client(&self) -> postgres::Client {
+        let host = match self.tls {
+            true => self.dir.path().to_string_lossy().into_owned(),
+            false => "127.0.0.1".to_owned(),
+        };
         postgres::Config::new()
-            .host("127.0.0.1")
+            .host(&host)
             .port(self.port)
             .user("sluice")
             .password(PASSWORD)

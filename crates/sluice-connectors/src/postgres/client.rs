@@ -1,6 +1,7 @@
-//! Connections to the server: the password from its environment variable, bounded
-//! retries for a server that cannot be reached, and errors that name the server (host,
-//! port, database, user; never the password) and the fix.
+//! Connections to the server: the password from its environment variable, TLS as
+//! `url`'s `sslmode` says ([`super::tls`]), bounded retries for a server that cannot be
+//! reached, and errors that name the server (host, port, database, user; never the
+//! password) and the fix.
 //!
 //! Only connecting is retried here ([`CONNECT_ATTEMPTS`], with a doubling pause): a
 //! refused or timed-out connection may be a server restarting. Bad credentials, a
@@ -8,14 +9,16 @@
 //! decides (a transaction's rows are gone with its connection; the run fails and
 //! replays them from its last checkpoint).
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use postgres::error::{DbError, SqlState};
 use postgres::{Client, Config, NoTls};
 use sluice_types::SluiceError;
 
-use super::options::{ConnectionUrl, PostgresSinkOptions};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::options::{PostgresSinkOptions, parse_connection};
+use super::tls::{Side, SslMode, TlsFailure, TlsSettings, refuses_plain};
 
 /// Connection attempts before a server that cannot be reached fails the step.
 pub const CONNECT_ATTEMPTS: u32 = 3;
@@ -30,6 +33,9 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Server {
     /// Without the password, which is read when connecting.
     config: Config,
+    /// `sslmode` and `sslrootcert` of `url`; the client's own mode in `config` is set
+    /// from them.
+    pub tls: TlsSettings,
     password_env: Option<String>,
     /// `host:port/database as user`, for messages.
     pub description: String,
@@ -44,15 +50,11 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// The server of `options` (connecting to nothing).
     pub fn new(sink: &str, options: &PostgresSinkOptions) -> Result<Server, SluiceError> {
-        let ConnectionUrl(url) = &options.url;
-        let mut config = Config::from_str(url).map_err(|e| {
-            SluiceError::user("sink.postgres_url", format!("sink `{sink}`: `url` is not a connection string: {e}"))
-                .with_fix("e.g. url = \"postgres://USER@HOST:PORT/DATABASE\"")
-        })?;
+        let (mut config, tls) = parse_connection(&options.url, "sink.postgres_url", &format!("sink `{sink}`"))?;
         config.connect_timeout(options.connect_timeout);
         config.application_name("sluice");
         let description = describe(&config);
-        Ok(Server { config, password_env: options.password_env.clone(), description })
+        Ok(Server { config, tls, password_env: options.password_env.clone(), description })
     }
 
     /// The configuration with the password from `password_env`, read when connecting
@@ -74,14 +76,24 @@ impl Server {
 
     /// A new session, after at most [`CONNECT_ATTEMPTS`] attempts for a server that
     /// cannot be reached.
+    /// TLS failures are not retried: a certificate does not change between attempts.
     pub fn connect(&self, sink: &str) -> Result<Client, SluiceError> {
         let config = self.config(sink)?;
+        let tls = self.tls.client_config().map_err(|failure| self.tls_error(sink, failure))?;
         let mut pause = RETRY_PAUSE;
         let mut attempt = 1;
         loop {
-            match config.connect(NoTls) {
+            let result = match &tls {
+                Some(tls) => config.connect(MakeRustlsConnect::new(tls.clone())),
+                None => config.connect(NoTls),
+            };
+            match result {
                 Ok(client) => return Ok(client),
-                Err(error) if error.as_db_error().is_none() && attempt < CONNECT_ATTEMPTS => {
+                Err(error)
+                    if error.as_db_error().is_none()
+                        && attempt < CONNECT_ATTEMPTS
+                        && self.tls_failure(&error).is_none() =>
+                {
                     tracing::warn!(sink, server = %self.description, attempt, "cannot connect to PostgreSQL ({error}); retrying");
                     std::thread::sleep(pause);
                     pause *= 2;
@@ -100,9 +112,28 @@ impl Server {
         Ok(client)
     }
 
+    /// The TLS failure `error` holds, if any (a handshake's, or a refusal of TLS).
+    fn tls_failure(&self, error: &postgres::Error) -> Option<TlsFailure> {
+        let host = self.config.get_hosts().first().map_or_else(String::new, |host| match host {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        });
+        TlsFailure::find(error, &host)
+    }
+
+    fn tls_error(&self, sink: &str, failure: TlsFailure) -> SluiceError {
+        failure.into_error(Side::Sink, &format!("sink `{sink}`"), &self.description, &self.tls)
+    }
+
     fn connect_error(&self, sink: &str, error: &postgres::Error) -> SluiceError {
         let server = &self.description;
+        if let Some(failure) = self.tls_failure(error) {
+            return self.tls_error(sink, failure);
+        }
         match error.as_db_error() {
+            Some(db) if self.tls.mode == SslMode::Disable && refuses_plain(db.code().code(), db.message()) => {
+                self.tls_error(sink, TlsFailure::EncryptionRequired { detail: db.message().to_owned() })
+            }
             Some(db) if is_credentials(db.code()) => SluiceError::user(
                 "sink.postgres_credentials",
                 format!("sink `{sink}`: PostgreSQL at {server} refused the credentials: {}", db.message()),

@@ -29,12 +29,16 @@
 //! - [`options`]: what a pipeline file may say, validated without I/O.
 //! - [`client`]: sessions, the password variable, retries, errors naming the server.
 //! - [`table`]: types, the catalog check, `CREATE TABLE`, statements.
+//! - [`tls`]: `sslmode` and `sslrootcert` of `url` (libpq's semantics), the rustls
+//!   configuration, and TLS failures as errors naming the setting (shared with
+//!   `postgres-cdc`).
 
 pub mod client;
 pub mod options;
 pub mod rows;
 pub mod sink;
 pub mod table;
+pub mod tls;
 pub mod writer;
 
 #[cfg(test)]

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use sluice_config::{ConfigError, Located, OptionsReader, SinkConfig};
 
+use sluice_types::SluiceError;
+
+use super::tls::{TlsSettingError, TlsSettings, split_connection_string};
 use crate::connector::{OptionDoc, forbid_item};
 
 /// How rows reach the table.
@@ -104,7 +107,8 @@ pub(crate) const SINK_OPTIONS: &[OptionDoc] = &[
         key: "url",
         kind: "string",
         default: "required",
-        doc: "libpq connection string (host=… port=… dbname=… user=…) or postgres://user@host:port/db",
+        doc: "libpq connection string (host=… port=… dbname=… user=… sslmode=…) or \
+              postgres://user@host:port/db?sslmode=…; TLS: sslmode (default prefer) and sslrootcert, see TLS below",
     },
     OptionDoc {
         key: "password_env",
@@ -203,11 +207,16 @@ pub(crate) fn read_connection(
     let fix = format!("add url = \"postgres://USER@HOST:PORT/DATABASE\" under [{section}.options]");
     let url = reader.required("url", url, &fix);
     let url = url.and_then(|url| match url_parses(&url.value) {
-        true => Some(ConnectionUrl(url.value)),
-        false => {
+        Ok(true) => Some(ConnectionUrl(url.value)),
+        Ok(false) => {
             let message = "`url` must be a libpq connection string or a postgres:// URL naming at least a host \
                            (the value is not shown: it may hold a password)";
             reader.error("url", message, URL_EXAMPLE);
+            None
+        }
+        Err(tls) => {
+            let (message, fix) = tls.message();
+            reader.error("url", &message, &fix);
             None
         }
     });
@@ -220,7 +229,32 @@ pub(crate) fn read_connection(
     (url, password_env.optional().map(|name| name.map(|p: Located<String>| p.value)))
 }
 
-/// Whether the client parses `text` and it names a host to connect to.
-fn url_parses(text: &str) -> bool {
-    postgres::Config::from_str(text).is_ok_and(|config| !config.get_hosts().is_empty())
+/// Whether the client parses `text` and it names a host to connect to; its TLS
+/// settings' error, if they have one.
+fn url_parses(text: &str) -> Result<bool, TlsSettingError> {
+    let split = split_connection_string(text)?;
+    Ok(postgres::Config::from_str(&split.client_text).is_ok_and(|config| !config.get_hosts().is_empty()))
+}
+
+/// `url` parsed by the client, with its TLS settings taken out first and the client's
+/// own mode set from them (`verify-*` encrypt as `require` does; the verification is
+/// the TLS configuration's). `what` names the connector in errors.
+pub fn parse_connection(
+    url: &ConnectionUrl,
+    code: &'static str,
+    what: &str,
+) -> Result<(postgres::Config, TlsSettings), SluiceError> {
+    let refused = |message: String, fix: String| SluiceError::user(code, format!("{what}: {message}")).with_fix(fix);
+    let split = split_connection_string(&url.0).map_err(|e| {
+        let (message, fix) = e.message();
+        refused(message, fix)
+    })?;
+    let mut config = postgres::Config::from_str(&split.client_text).map_err(|e| {
+        refused(
+            format!("`url` is not a connection string: {e}"),
+            "e.g. url = \"postgres://USER@HOST:PORT/DATABASE\"".into(),
+        )
+    })?;
+    config.ssl_mode(split.tls.client_mode());
+    Ok((config, split.tls))
 }

@@ -17,7 +17,7 @@ use super::table::{Statements, create_table_ddl};
 use super::{PreparedRecord, resolve_mode};
 use crate::connector::SinkContext;
 
-fn config(options: &str) -> SinkConfig {
+pub(super) fn config(options: &str) -> SinkConfig {
     let text = format!(
         "[pipeline]\nname = \"p\"\n[[sink]]\nname = \"out\"\nfrom = \"v\"\nconnector = \"postgres\"\n[sink.options]\n{options}"
     );

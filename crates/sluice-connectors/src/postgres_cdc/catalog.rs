@@ -17,10 +17,12 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use postgres::{Client, NoTls};
 use sluice_types::SluiceError;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::protocol::Endpoint;
 use super::values::arrow_type;
 use crate::postgres::options::TableName;
+use crate::postgres::tls::{Side, SslMode, TlsFailure, refuses_plain};
 
 /// One captured column as the catalog has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +65,8 @@ impl CapturedTable {
     }
 }
 
-/// An ordinary session to `endpoint`, with the text forms `values` reads.
+/// An ordinary session to `endpoint`, with the text forms `values` reads, encrypted as
+/// its `sslmode` says.
 pub fn connect(source: &str, endpoint: &Endpoint) -> Result<Client, SluiceError> {
     let mut config = postgres::Config::new();
     config
@@ -77,8 +80,21 @@ pub fn connect(source: &str, endpoint: &Endpoint) -> Result<Client, SluiceError>
     if let Some(password) = &endpoint.password {
         config.password(password);
     }
-    config.connect(NoTls).map_err(|error| match error.as_db_error() {
-        Some(db) => SluiceError::user(
+    let tls_error = |failure: TlsFailure| {
+        failure.into_error(Side::Source, &format!("source `{source}`"), &endpoint.describe(), &endpoint.tls)
+    };
+    let tls = endpoint.tls.client_config().map_err(tls_error)?;
+    config.ssl_mode(endpoint.tls.client_mode());
+    let result = match tls {
+        Some(tls) => config.connect(MakeRustlsConnect::new(tls)),
+        None => config.connect(NoTls),
+    };
+    result.map_err(|error| match (TlsFailure::find(&error, &endpoint.host), error.as_db_error()) {
+        (Some(failure), _) => tls_error(failure),
+        (None, Some(db)) if endpoint.tls.mode == SslMode::Disable && refuses_plain(db.code().code(), db.message()) => {
+            tls_error(TlsFailure::EncryptionRequired { detail: db.message().to_owned() })
+        }
+        (None, Some(db)) => SluiceError::user(
             "source.postgres_cdc.connect",
             format!(
                 "source `{source}`: PostgreSQL at {} refused the connection: {}",
@@ -87,7 +103,7 @@ pub fn connect(source: &str, endpoint: &Endpoint) -> Result<Client, SluiceError>
             ),
         )
         .with_fix("check the user, database and password (`url`, `password_env`) and pg_hba.conf"),
-        None => SluiceError::external(
+        (None, None) => SluiceError::external(
             "source.postgres_cdc.unreachable",
             format!("source `{source}`: cannot connect to PostgreSQL at {}: {error}", endpoint.describe()),
         )

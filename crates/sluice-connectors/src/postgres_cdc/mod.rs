@@ -7,7 +7,8 @@
 //!   table's columns, primary key and `REPLICA IDENTITY` (the tables' schemas and keys
 //!   come from here, never from the pipeline file).
 //! - [`protocol`]: the replication session (startup, authentication, queries,
-//!   `START_REPLICATION`, CopyBoth, status updates).
+//!   `START_REPLICATION`, CopyBoth, status updates); [`transport`]: its bytes, plain or
+//!   TLS (SSLRequest, then the handshake).
 //! - [`pgoutput`]: the stream's messages, decoded.
 //! - [`values`]: text values into Arrow columns; [`rows`]: changes into batches.
 //! - [`position`]: a lane's checkpointed position.
@@ -117,6 +118,7 @@ pub mod setup;
 pub mod slot;
 pub mod snapshot;
 pub mod snapshot_lane;
+pub mod transport;
 pub mod values;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

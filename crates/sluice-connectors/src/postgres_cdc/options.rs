@@ -1,13 +1,12 @@
 //! `[source.options]` of `connector = "postgres-cdc"`, validated without I/O.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use sluice_config::{ConfigError, Located, SourceConfig};
 
 use super::protocol::Endpoint;
 use crate::connector::{OptionDoc, forbid_item};
-use crate::postgres::options::{ConnectionUrl, TableName, read_connection};
+use crate::postgres::options::{ConnectionUrl, TableName, parse_connection, read_connection};
 
 /// Rows of one open transaction held before they are emitted in pieces (see the
 /// module's "Transactions" note).
@@ -20,8 +19,9 @@ pub(crate) const OPTIONS: &[OptionDoc] = &[
         key: "url",
         kind: "string",
         default: "required",
-        doc: "libpq connection string (host=… port=… dbname=… user=…) or postgres://user@host:port/db; \
-              the user needs the REPLICATION attribute",
+        doc: "libpq connection string (host=… port=… dbname=… user=… sslmode=…) or \
+              postgres://user@host:port/db?sslmode=…; the user needs the REPLICATION attribute; TLS: sslmode \
+              (default prefer) and sslrootcert, see TLS below",
     },
     OptionDoc {
         key: "password_env",
@@ -205,12 +205,7 @@ pub fn options_of(config: &SourceConfig) -> Result<CdcOptions, Vec<ConfigError>>
 impl CdcOptions {
     /// Where to connect, with the password read from `password_env` now.
     pub fn endpoint(&self, source: &str) -> Result<Endpoint, sluice_types::SluiceError> {
-        let config = postgres::Config::from_str(&self.url.0).map_err(|e| {
-            sluice_types::SluiceError::user(
-                "source.postgres_cdc.url",
-                format!("source `{source}`: `url` is not a connection string: {e}"),
-            )
-        })?;
+        let (config, tls) = parse_connection(&self.url, "source.postgres_cdc.url", &format!("source `{source}`"))?;
         let host = match config.get_hosts().first() {
             Some(postgres::config::Host::Tcp(host)) => host.clone(),
             _ => {
@@ -239,6 +234,7 @@ impl CdcOptions {
             user,
             password,
             connect_timeout: config.get_connect_timeout().copied().unwrap_or(self.connect_timeout),
+            tls,
         })
     }
 }

@@ -1,11 +1,12 @@
 //! A synchronous client of PostgreSQL's streaming replication protocol, over a
-//! `std::net::TcpStream`, with the message codecs and SCRAM-SHA-256 of
-//! `postgres-protocol` (the `postgres` crate speaks no replication protocol).
+//! `std::net::TcpStream` or TLS over it ([`super::transport`], as `url`'s `sslmode`
+//! says), with the message codecs and SCRAM-SHA-256 of `postgres-protocol` (the
+//! `postgres` crate speaks no replication protocol).
 //!
 //! What it does, in the order a session does it:
 //! 1. startup with `replication=database` (a walsender that also takes SQL), then
-//!    authentication: trust, cleartext, md5 or SCRAM-SHA-256 (without channel binding:
-//!    there is no TLS);
+//!    authentication: trust, cleartext, md5 or SCRAM-SHA-256 (without channel binding,
+//!    also over TLS: the `postgres` sessions of the catalog and the snapshot bind theirs);
 //! 2. simple queries (`IDENTIFY_SYSTEM`, `CREATE_REPLICATION_SLOT`, `SELECT …`): rows as
 //!    text, or the server's error;
 //! 3. `START_REPLICATION`, after which the connection is in CopyBoth mode: each
@@ -25,6 +26,9 @@ use postgres_protocol::authentication::sasl::{ChannelBinding, SCRAM_SHA_256, Scr
 use postgres_protocol::message::{backend, frontend};
 use sluice_types::SluiceError;
 
+use super::transport::{OpenError, Transport};
+use crate::postgres::tls::{Side, SslMode, TlsFailure, TlsSettings, refuses_plain};
+
 /// The longest frame read (a server's message is at most 1 GiB plus its header).
 pub const FRAME_BYTES_MAX: usize = (1 << 30) + 64;
 /// Bytes read from the socket at a time.
@@ -41,6 +45,8 @@ pub struct Endpoint {
     pub database: String,
     pub password: Option<String>,
     pub connect_timeout: Duration,
+    /// `sslmode` and `sslrootcert` of `url`.
+    pub tls: TlsSettings,
 }
 
 impl Endpoint {
@@ -102,7 +108,7 @@ struct Frame {
 
 /// A replication session (`replication=database`).
 pub struct ReplicationConnection {
-    stream: TcpStream,
+    stream: Transport,
     read: BytesMut,
     write: BytesMut,
     /// Set once `START_REPLICATION` succeeded: reads are then non-blocking.
@@ -124,11 +130,28 @@ impl ReplicationConnection {
             .map_err(unreachable)?
             .next()
             .ok_or_else(|| unreachable(std::io::Error::new(ErrorKind::NotFound, "the host has no address")))?;
-        let stream = TcpStream::connect_timeout(&address, endpoint.connect_timeout).map_err(unreachable)?;
-        stream.set_nodelay(true).map_err(unreachable)?;
+        let socket = TcpStream::connect_timeout(&address, endpoint.connect_timeout).map_err(unreachable)?;
+        socket.set_nodelay(true).map_err(unreachable)?;
+        let stream =
+            Transport::open(socket, &endpoint.host, &endpoint.tls, endpoint.connect_timeout).map_err(|e| match e {
+                OpenError::Io(error) => unreachable(error),
+                OpenError::Tls(failure) => {
+                    failure.into_error(Side::Source, "replication session", &endpoint.describe(), &endpoint.tls)
+                }
+            })?;
         let mut connection =
             ReplicationConnection { stream, read: BytesMut::new(), write: BytesMut::new(), streaming: false };
         connection.startup(endpoint).map_err(|e| match e {
+            ProtocolError::Server(error)
+                if endpoint.tls.mode == SslMode::Disable && refuses_plain(&error.code, &error.message) =>
+            {
+                TlsFailure::EncryptionRequired { detail: error.message }.into_error(
+                    Side::Source,
+                    "replication session",
+                    &endpoint.describe(),
+                    &endpoint.tls,
+                )
+            }
             ProtocolError::Server(error) if error.code == "28P01" || error.code == "28000" => SluiceError::user(
                 "source.postgres_cdc.authentication",
                 format!("PostgreSQL at {} refused the replication connection: {error}", endpoint.describe()),
@@ -177,7 +200,7 @@ impl ReplicationConnection {
                         self.flush()?;
                     }
                     // SCRAM-SHA-256 is what every server offering SASL offers (the -PLUS
-                    // variant needs TLS, which this client does not speak).
+                    // variant binds to the TLS session, which this client does not do).
                     backend::Message::AuthenticationSasl(_) => {
                         let state = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
                         frontend::sasl_initial_response(SCRAM_SHA_256, state.message(), &mut self.write)?;
@@ -285,7 +308,8 @@ impl ReplicationConnection {
         if self.streaming {
             self.stream.set_nonblocking(false)?;
         }
-        let result = self.stream.write_all(&self.write);
+        // The flush sends what a TLS session still holds of the bytes written.
+        let result = self.stream.write_all(&self.write).and_then(|()| self.stream.flush());
         self.write.clear();
         if self.streaming {
             self.stream.set_nonblocking(true)?;
@@ -361,6 +385,7 @@ impl Drop for ReplicationConnection {
         frontend::terminate(&mut buffer);
         let _ = self.stream.set_nonblocking(false);
         let _ = self.stream.write_all(&buffer);
+        self.stream.close();
     }
 }
 
