@@ -50,7 +50,7 @@ use sluice_state::{Merge, MergeMode, StateSource};
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Message, SluiceError, TimestampMs};
 
-use crate::cold::{ColdStore, Keys};
+use crate::cold::ColdStore;
 use crate::counter::LazyCounter;
 use crate::spill::SpillSpace;
 
@@ -470,9 +470,10 @@ struct Spilling {
     store: ColdStore,
     /// The spill counter, for the store that replaces this one once its runs are dropped.
     written: LazyCounter,
-    /// Groups (their record keys: window end, then group key) evicted while changed
-    /// since the previous snapshot: the next delta writes them, read back from the runs.
-    evicted_dirty: Keys,
+    /// The records of the groups evicted while changed since the previous snapshot,
+    /// written as they were evicted: the next delta writes them (but those of windows
+    /// emitted since), then the groups in memory, whose newer copies win.
+    evicted_dirty: Option<crate::records::Records>,
     /// The end of the last window emitted since the last run was written: the next
     /// run deletes the records of the windows up to it.
     emitted: Option<TimestampMs>,
@@ -512,8 +513,8 @@ fn load_cold(
     state::read_group(&mut window.groups.accumulators, group, &found.value)?;
     window.bytes += window.groups.accumulators.iter().map(|a| a.variable_bytes(group)).sum::<usize>();
     window.from_cold.push(group as u32);
-    // The group is new in memory: the next delta takes it whole.
-    spilling.evicted_dirty.remove(&full_key);
+    // The group is new in memory: the next delta takes it whole, after (and over) its
+    // evicted record.
     Ok(())
 }
 
@@ -560,7 +561,7 @@ impl WindowAggregate {
     /// beyond it; `written` counts the bytes written there.
     pub fn with_spill(mut self, space: Arc<SpillSpace>, written: LazyCounter) -> WindowAggregate {
         let store = ColdStore::new(space, written.again());
-        self.cold = Some(Spilling { store, written, evicted_dirty: Keys::default(), emitted: None, hashes: None });
+        self.cold = Some(Spilling { store, written, evicted_dirty: None, emitted: None, hashes: None });
         self
     }
 
@@ -597,10 +598,6 @@ impl WindowAggregate {
             }
             if let Some(spilling) = self.cold.as_mut().filter(|spilling| spilling.hashes.is_some()) {
                 spilling.emitted = Some(end);
-                if cold {
-                    let prefix = crate::blob::ordered_i64(end);
-                    spilling.evicted_dirty.retain(|key| key[..8] > prefix[..]);
-                }
             }
         }
         if emitted {
@@ -660,7 +657,6 @@ impl WindowAggregate {
         let space = Arc::clone(spilling.store.space());
         spilling.store = ColdStore::new(space, spilling.written.again());
         (spilling.hashes, spilling.emitted) = (None, None);
-        spilling.evicted_dirty.clear();
     }
 
     /// When the space is over its budget, evicts the largest windows whole (those most
@@ -716,12 +712,10 @@ impl WindowAggregate {
         for end in chosen {
             let window = self.windows.get_mut(&end).expect("a chosen window");
             if self.tracking {
-                // Their changes go with the next delta, read back from the run.
-                for group in window.unwritten() {
-                    let mut key = Vec::with_capacity(8 + window.groups.key(group).len());
-                    record_key(end, window.groups.key(group), &mut key);
-                    spilling.evicted_dirty.insert(key);
-                }
+                // Their changes go with the next delta.
+                let dir = spilling.store.space().dir();
+                let dirty = spilling.evicted_dirty.get_or_insert_with(|| crate::records::Records::new(Some(dir)));
+                state::write_groups(dirty, end, window.start, &window.groups, window.unwritten(), vnodes);
             }
             let accumulators = accumulators_for(&self.spec.aggregates, &self.input_types);
             *window = WindowGroups::new(window.start, accumulators);

@@ -18,8 +18,10 @@
 //! Groups evicted beyond the memory budget (see the module documentation of
 //! `crate::aggregate`) are in cold runs of these same records: a full snapshot merges in
 //! the runs' records of the windows still open (a group read back since is added again
-//! from memory, after, and wins), and a delta reads back from the runs the groups
-//! evicted while changed since the previous snapshot. A restore evicts as it loads.
+//! from memory, after, and wins). An eviction also writes the records of the groups it
+//! takes that changed since the previous snapshot to the next delta's records (sorted
+//! in a bounded batch, beyond it in scratch files in `state_dir`), which leaves out
+//! those of the windows emitted by then. A restore evicts as it loads.
 //!
 //! # The copy at the barrier
 //!
@@ -82,7 +84,7 @@ use sluice_state::{StateSink, StateSource};
 use sluice_types::{SluiceError, vnode};
 
 use crate::blob::{Reader, Records, check_keys, from_ordered_i64, ordered_i64};
-use crate::cold::{ColdRuns, Keys};
+use crate::cold::ColdRuns;
 use crate::partition::placement_hash;
 
 use super::{Accumulators, Groups, WindowAggregate, WindowGroups};
@@ -129,18 +131,18 @@ pub(super) fn snapshot(aggregate: &mut WindowAggregate, delta: bool) -> Snapshot
     }
     // Groups in cold runs: a full snapshot merges the runs' records of the open windows
     // in (a group read back since has its copy in memory added after its run's, and the
-    // last put added wins: `crate::records`); a delta the groups evicted while changed
-    // since the previous snapshot.
-    let no_keys = aggregate.spec.keys.is_empty();
-    let cold: Option<ColdShare> = aggregate.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()).map(|cold| {
+    // last put added wins: `crate::records`); a delta the records of the groups evicted
+    // while changed since the previous snapshot, written as they were evicted, but those
+    // of the windows emitted since (likewise overwritten by the copies in memory).
+    let cold: Option<ColdShare> = aggregate.cold.as_mut().and_then(|cold| {
         written_hashes = cold.hashes.map_or(written_hashes, |(low, high)| widen(widen(written_hashes, low), high));
-        let runs = cold.store.runs().clone();
+        let dirty = cold.evicted_dirty.take();
         if full {
-            cold.evicted_dirty.clear();
             let open = aggregate.windows.iter().filter(|(_, window)| window.cold).map(|(end, _)| *end).collect();
-            ColdShare::Full { runs, open }
+            (!cold.store.runs().is_empty()).then(|| ColdShare::Full { runs: cold.store.runs().clone(), open })
         } else {
-            ColdShare::Delta { runs, keys: std::mem::take(&mut cold.evicted_dirty) }
+            let open = aggregate.windows.keys().copied().collect();
+            dirty.map(|dirty| ColdShare::Delta { dirty, open })
         }
     });
     let emitted = aggregate.emitted_through.take().filter(|_| !full);
@@ -157,21 +159,12 @@ pub(super) fn snapshot(aggregate: &mut WindowAggregate, delta: bool) -> Snapshot
     let job = Box::new(move |sink: &mut dyn StateSink| {
         let mut frozen = frozen;
         let mut records = Records::for_sink(sink);
-        match &cold {
+        match cold {
             Some(ColdShare::Full { runs, open }) => runs.add_live(&mut records, |key| {
                 Ok(key.len() < 8 || !open.contains(&from_ordered_i64(key[..8].try_into().expect("8 bytes"))))
             })?,
-            Some(ColdShare::Delta { runs, keys }) => {
-                for key in keys {
-                    let end = from_ordered_i64(key[..8].try_into().expect("a record key holds its window's end"));
-                    let placement = placement_hash(no_keys, &key[8..]);
-                    let vnode = vnode::of_hash(placement, vnodes);
-                    let found = runs.find(vnode, key, super::cold_hash(placement, end), &|_| false)?;
-                    if let Some(found) = found {
-                        let value = |bytes: &mut Vec<u8>| bytes.extend_from_slice(&found.value);
-                        records.add(vnode, |k| k.extend_from_slice(key), Some(&value));
-                    }
-                }
+            Some(ColdShare::Delta { dirty, open }) => {
+                dirty.write(&mut Into { records: &mut records, open: &open })?;
             }
             None => {}
         }
@@ -198,8 +191,34 @@ pub(super) fn snapshot(aggregate: &mut WindowAggregate, delta: bool) -> Snapshot
 enum ColdShare {
     /// Every live record of the windows `open`.
     Full { runs: ColdRuns, open: BTreeSet<i64> },
-    /// The current records of `keys`.
-    Delta { runs: ColdRuns, keys: Keys },
+    /// The records of groups evicted while changed, but those of windows not in `open`.
+    Delta { dirty: Records, open: BTreeSet<i64> },
+}
+
+/// A sink adding the puts of the windows `open` to `records`.
+struct Into<'a> {
+    records: &'a mut Records,
+    open: &'a BTreeSet<i64>,
+}
+
+impl StateSink for Into<'_> {
+    fn interleave(&mut self) {}
+
+    fn delete_range(&mut self, _: u32, _: &[u8], _: &[u8]) -> Result<(), SluiceError> {
+        unreachable!("evicted groups are puts")
+    }
+
+    fn put(&mut self, vnode: u32, key: &[u8], value: &[u8]) -> Result<(), SluiceError> {
+        let end = from_ordered_i64(key[..8].try_into().expect("a group's key starts with its window's end"));
+        if self.open.contains(&end) {
+            self.records.add(vnode, |k| k.extend_from_slice(key), Some(&|v: &mut Vec<u8>| v.extend_from_slice(value)));
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, _: u32, _: &[u8]) -> Result<(), SluiceError> {
+        unreachable!("evicted groups are puts")
+    }
 }
 
 /// What a snapshot takes of `window`: its older groups changed since the previous
@@ -224,10 +243,10 @@ pub(super) fn write_groups(
     end: i64,
     start: i64,
     groups: &Groups,
-    range: std::ops::Range<usize>,
+    ids: impl IntoIterator<Item = usize>,
     vnodes: u32,
 ) {
-    for group in range {
+    for group in ids {
         let key = |out: &mut Vec<u8>| super::record_key(end, groups.key(group), out);
         let value = |out: &mut Vec<u8>| {
             out.extend_from_slice(&start.to_le_bytes());
