@@ -18,7 +18,8 @@
 //!
 //! **Compaction.** After a checkpoint, when no merge is under way, the first list that
 //! `sluice_state::compact::plan` says to merge (newest runs of similar size; everything
-//! once the newer runs hold as many bytes as the oldest, unless they are all fresh keys)
+//! once the newer runs hold as many bytes as the oldest, unless they are all fresh keys;
+//! beyond its run cap the cheapest pair of runs close in size)
 //! is merged on a thread of its own, `sluice-compact`: the runs are read from the store
 //! block by block and the merge written to a local file, while the pipeline and the
 //! next checkpoints go on. The first checkpoint after the merge finishes uploads its
