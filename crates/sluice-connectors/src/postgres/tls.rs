@@ -146,8 +146,8 @@ impl TlsSettings {
             .map_err(|e| TlsFailure::Handshake { detail: e.to_string() })?;
         let algorithms = provider.signature_verification_algorithms;
         let verifier: Arc<dyn ServerCertVerifier> = match self.verification() {
-            Verification::None => Arc::new(Unverified { algorithms }),
-            Verification::Chain => Arc::new(ChainOnly { roots: Arc::new(self.roots()?), algorithms }),
+            Verification::None => Arc::new(NamesUnchecked { roots: None, algorithms }),
+            Verification::Chain => Arc::new(NamesUnchecked { roots: Some(Arc::new(self.roots()?)), algorithms }),
             Verification::ChainAndHost => {
                 WebPkiServerVerifier::builder_with_provider(Arc::new(self.roots()?), provider).build().map_err(|e| {
                     TlsFailure::RootCertificatesInvalid { source: self.roots_name(), detail: e.to_string() }
@@ -194,58 +194,18 @@ impl TlsSettings {
     }
 }
 
-/// `prefer`/`require`: any certificate; the handshake's signatures are still checked
-/// (against the certificate presented), so the session is encrypted to whoever holds its
-/// key.
+/// A verifier that never compares the certificate's names with the host: `prefer` and
+/// `require` (`roots` None: any certificate) and `verify-ca` (`roots`: the certificate
+/// chains to one of them and is valid now). The handshake's signatures are checked
+/// either way (against the certificate presented), so the session is encrypted to
+/// whoever holds its key.
 #[derive(Debug)]
-struct Unverified {
+struct NamesUnchecked {
+    roots: Option<Arc<RootCertStore>>,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        certificate: &CertificateDer<'_>,
-        signature: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, certificate, signature, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        certificate: &CertificateDer<'_>,
-        signature: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, certificate, signature, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the certificate chains to a root (and is valid now); the name it holds
-/// is not compared with the host.
-#[derive(Debug)]
-struct ChainOnly {
-    roots: Arc<RootCertStore>,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NamesUnchecked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -254,8 +214,10 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let certificate = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(&certificate, &self.roots, intermediates, now, self.algorithms.all)?;
+        if let Some(roots) = &self.roots {
+            let certificate = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(&certificate, roots, intermediates, now, self.algorithms.all)?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
