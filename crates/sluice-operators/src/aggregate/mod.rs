@@ -602,9 +602,7 @@ impl WindowAggregate {
         }
         if emitted {
             self.drop_unused_runs();
-            if let Some(spilling) = self.cold.as_mut() {
-                spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
-            }
+            self.recount();
         }
         Ok(())
     }
@@ -641,11 +639,17 @@ impl WindowAggregate {
         self.emit(end, part, out)
     }
 
+    /// Counts the windows' groups in the space as their bytes now.
+    fn recount(&mut self) {
+        if let Some(spilling) = self.cold.as_mut() {
+            spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
+        }
+    }
+
     /// Whether the windows' groups, counted in the space, bring it over its budget.
     fn over_budget(&mut self) -> bool {
-        let Some(spilling) = self.cold.as_mut() else { return false };
-        spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
-        spilling.store.space().over_budget()
+        self.recount();
+        self.cold.as_ref().is_some_and(|spilling| spilling.store.space().over_budget())
     }
 
     /// Drops the cold runs once no open window has groups in them.
@@ -663,8 +667,8 @@ impl WindowAggregate {
     /// of whose groups came back from the runs aside), enough to bring the space an
     /// eighth of its budget under it, into one cold run.
     fn evict_over_budget(&mut self) -> Result<(), SluiceError> {
+        self.recount();
         let Some(spilling) = self.cold.as_mut() else { return Ok(()) };
-        spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
         let Some(goal) = spilling.store.eviction_goal() else { return Ok(()) };
         let mut candidates: Vec<(usize, TimestampMs)> = (self.windows.iter())
             .filter(|(_, window)| window.groups.len() > 0 && window.from_cold.len() * 2 <= window.groups.len())
@@ -721,8 +725,10 @@ impl WindowAggregate {
             *window = WindowGroups::new(window.start, accumulators);
             window.cold = true;
         }
-        spilling.store.set_entry_bytes(self.windows.values().map(|window| window.bytes).sum());
-        spilling.store.evicted(freed, goal);
+        self.recount();
+        if let Some(spilling) = self.cold.as_mut() {
+            spilling.store.evicted(freed, goal);
+        }
         Ok(())
     }
 
