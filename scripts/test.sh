@@ -52,6 +52,11 @@ fi
 # (crates/sluice-cli/tests/cli/openapi.rs).
 python3 -m pip install --quiet 'schemathesis==4.32.5'
 
+# The Delta Lake reader (delta-rs's Python package, and pyarrow for its tables) that reads
+# the Delta sink's tables back (crates/sluice-cli/tests/cli/delta.rs), and psycopg, a
+# PostgreSQL driver, for the wire protocol's client tests (crates/sluice-pgwire/tests/clients.rs).
+python3 -m pip install --quiet 'deltalake==1.6.6' 'pyarrow==26.0.1' 'psycopg[binary]==3.3.9'
+
 # Chromium and chromedriver for the admin page's browser test
 # (crates/sluice-cli/tests/cli/page.rs); headless, nothing fetched by the browser.
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
