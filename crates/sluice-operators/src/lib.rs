@@ -40,6 +40,7 @@ mod records;
 pub mod row_errors;
 mod row_log;
 pub mod spill;
+mod spill_pages;
 #[cfg(test)]
 mod testing;
 pub mod topn;

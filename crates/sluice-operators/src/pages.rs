@@ -42,23 +42,6 @@ impl<T> Pages<T> {
         self.len += 1;
     }
 
-    /// A copy of the entries `range`, a page's slice at a time.
-    pub(crate) fn copy_range(&self, range: std::ops::Range<usize>) -> Vec<T>
-    where
-        T: Copy,
-    {
-        assert!(range.end <= self.len, "entries {range:?} of {}", self.len);
-        let mut copy = Vec::with_capacity(range.len());
-        let mut at = range.start;
-        while at < range.end {
-            let (page, offset) = (at / PAGE_ENTRIES, at % PAGE_ENTRIES);
-            let taken = (PAGE_ENTRIES - offset).min(range.end - at);
-            copy.extend_from_slice(&self.pages[page][offset..offset + taken]);
-            at += taken;
-        }
-        copy
-    }
-
     /// Removes entry `index` and puts the last entry in its place.
     pub(crate) fn swap_remove(&mut self, index: usize) -> T {
         assert!(index < self.len, "entry {index} of {}", self.len);

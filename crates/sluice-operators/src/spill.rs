@@ -184,10 +184,15 @@ pub(crate) struct SpilledChunk {
 impl SpilledChunk {
     /// Appends the bytes at `range` of the chunk to `out`.
     pub(crate) fn read_range(&self, range: std::ops::Range<usize>, out: &mut Vec<u8>) -> Result<(), SluiceError> {
-        assert!(range.end <= self.length, "a range inside the spilled chunk");
         let at = out.len();
         out.resize(at + range.len(), 0);
-        self.file.read_exact_at(&mut out[at..], self.offset + range.start as u64).map_err(|error| {
+        self.read_at(range.start, &mut out[at..])
+    }
+
+    /// Fills `buf` with the chunk's bytes from `at` on.
+    pub(crate) fn read_at(&self, at: usize, buf: &mut [u8]) -> Result<(), SluiceError> {
+        assert!(at + buf.len() <= self.length, "a range inside the spilled chunk");
+        self.file.read_exact_at(buf, self.offset + at as u64).map_err(|error| {
             SluiceError::external("state.spill", format!("cannot read back spilled state: {error}"))
                 .with_fix("check the disk of [pipeline] state_dir")
         })

@@ -12,14 +12,17 @@
 //! merges them into one, as it does for an expiring side), and a snapshot writes their
 //! match counts as 0.
 //!
-//! - The rows' bytes go to a [`SpillLog`]: beyond the pipeline's state memory budget
-//!   (`crate::spill`) the older ones are in a file on local disk, read back when a
-//!   probe finds them. NEXMark q20 keeps every bid this way.
+//! - The rows' bytes go to a [`SpillLog`] and their entries to [`SpillPages`]: beyond
+//!   the pipeline's state memory budget (`crate::spill`) the older ones are in files on
+//!   local disk, read back when a probe finds them. NEXMark q20 keeps every bid this way
+//!   (at 100 M events, about 92 million entries: 1.1 GB).
 //! - `by_key`: a hash table of join keys ([`Head`]s in pages, the key inline when short,
 //!   the table holding only their numbers: its spare room costs 4 bytes a slot, not a
 //!   head's 32) to each key's newest row; each entry links to the key's previous row, so an insert writes only
 //!   the new entry and the key's head, and a probe walks the key's rows newest first
-//!   (and returns them oldest first, the order they came in).
+//!   (and returns them oldest first, the order they came in). The heads and the table
+//!   stay in memory, counted in the budget (so that the rows spill sooner), as the
+//!   entries' pages in memory are.
 //! - Weights: every row's is 1 until a row arrives with another, then one per row.
 //! - Snapshots ([`AppendStore::changes`]): rows never change once stored, so a delta is
 //!   the rows stored since the previous snapshot, each under an arrival number that
@@ -37,6 +40,7 @@ use crate::counter::LazyCounter;
 use crate::pages::Pages;
 use crate::same_bytes;
 use crate::spill::{LogChunk, SpillLog, SpillSpace};
+use crate::spill_pages::{Fixed, SpillPages};
 
 /// No row: the end of a key's list.
 const NONE: u32 = u32::MAX;
@@ -53,6 +57,21 @@ struct Entry {
     older: u32,
 }
 
+impl Fixed for Entry {
+    const BYTES: usize = 12;
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        for field in [self.chunk, self.start, self.older] {
+            out.extend_from_slice(&field.to_le_bytes());
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> Entry {
+        let field = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        Entry { chunk: field(0), start: field(4), older: field(8) }
+    }
+}
+
 /// A join key's newest row. Its hash is the key hash of `key`, computed again when the
 /// table grows and for snapshots.
 #[derive(Debug)]
@@ -64,7 +83,7 @@ struct Head {
 /// See the module documentation.
 #[derive(Debug)]
 pub(super) struct AppendStore {
-    entries: Pages<Entry>,
+    entries: SpillPages<Entry>,
     /// Per row, its weight; empty while every weight is 1.
     weights: Vec<i64>,
     heads: Pages<Head>,
@@ -83,6 +102,10 @@ pub(super) struct AppendStore {
     /// started keeping them (`tracking`): a run without checkpoints keeps none.
     fresh_hashes: Vec<u64>,
     tracking: bool,
+    /// Where the heads and the key table are counted (None: nowhere).
+    space: Option<Arc<SpillSpace>>,
+    /// The bytes of the heads and the key table, as counted in the space.
+    index_bytes: usize,
 }
 
 /// A row a snapshot takes: its arrival number, key hash and weight, and where its bytes
@@ -142,12 +165,13 @@ impl AppendStore {
     /// A store whose rows spill within `space` (None: all in memory), the bytes written
     /// counted in `written`.
     pub(super) fn new(space: Option<Arc<SpillSpace>>, written: Option<LazyCounter>) -> AppendStore {
-        AppendStore::with_log(SpillLog::new(space).counting(written))
+        let entries = SpillPages::new(space.clone(), written.as_ref().map(LazyCounter::again));
+        AppendStore::with_log(SpillLog::new(space.clone()).counting(written), entries, space)
     }
 
-    fn with_log(log: SpillLog) -> AppendStore {
+    fn with_log(log: SpillLog, entries: SpillPages<Entry>, space: Option<Arc<SpillSpace>>) -> AppendStore {
         AppendStore {
-            entries: Pages::default(),
+            entries,
             weights: Vec::new(),
             heads: Pages::default(),
             by_key: HashTable::new(),
@@ -158,7 +182,28 @@ impl AppendStore {
             next_arrival: 0,
             fresh_hashes: Vec::new(),
             tracking: false,
+            space,
+            index_bytes: 0,
         }
+    }
+
+    /// Counts the heads and the key table in the space again (after a key was added):
+    /// the heads by 1,024 at a time, the table by its capacity (a number and a control
+    /// byte a bucket), so that the space's shared count changes only now and then.
+    fn count_index(&mut self) {
+        let heads = self.heads.len().next_multiple_of(1024) * size_of::<Head>();
+        let bytes = heads + self.by_key.capacity() * (size_of::<u32>() + 1);
+        if bytes == self.index_bytes {
+            return;
+        }
+        if let Some(space) = &self.space {
+            if bytes > self.index_bytes {
+                space.charge(bytes - self.index_bytes);
+            } else {
+                space.release(self.index_bytes - bytes);
+            }
+        }
+        self.index_bytes = bytes;
     }
 
     /// Rows held (equal rows counted apart).
@@ -174,28 +219,37 @@ impl AppendStore {
 
     /// Appends to `out` the ids of the rows whose join key is `key` (placement hash
     /// `hash`), in the order they were stored.
-    pub(super) fn probe(&self, key: &[u8], hash: u64, out: &mut Vec<u64>) {
+    pub(super) fn probe(&self, key: &[u8], hash: u64, out: &mut Vec<u64>) -> Result<(), SluiceError> {
         let heads = &self.heads;
-        let Some(&head) = self.by_key.find(hash, |&h| same_bytes(heads[h as usize].key.get(), key)) else { return };
+        let Some(&head) = self.by_key.find(hash, |&h| same_bytes(heads[h as usize].key.get(), key)) else {
+            return Ok(());
+        };
         let before = out.len();
         let mut id = self.heads[head as usize].newest;
         while id != NONE {
             out.push(u64::from(id));
-            id = self.entries[id as usize].older;
+            id = self.entries.get(id as usize)?.older;
         }
         out[before..].reverse();
+        Ok(())
     }
 
-    /// Where row `id`'s bytes are in its chunk (see the module documentation).
-    fn range(&self, id: u32) -> std::ops::Range<usize> {
-        let entry = &self.entries[id as usize];
-        let next = id as usize + 1;
-        let end = if next < self.entries.len() && self.entries[next].chunk == entry.chunk {
-            self.entries[next].start as usize
-        } else {
-            self.log.chunk_len(entry.chunk)
+    /// Where row `id`'s bytes are in its chunk (see the module documentation), given
+    /// its entry and the next one's (None: the last).
+    fn range_of(&self, entry: &Entry, next: Option<&Entry>) -> std::ops::Range<usize> {
+        let end = match next {
+            Some(next) if next.chunk == entry.chunk => next.start as usize,
+            _ => self.log.chunk_len(entry.chunk),
         };
         entry.start as usize..end
+    }
+
+    /// Row `id`'s entry and its bytes' place, from memory or the entries' file.
+    fn place(&self, id: u32) -> Result<(Entry, std::ops::Range<usize>), SluiceError> {
+        let entry = self.entries.get(id as usize)?;
+        let next = id as usize + 1;
+        let next = if next < self.entries.len() { Some(self.entries.get(next)?) } else { None };
+        Ok((entry, self.range_of(&entry, next.as_ref())))
     }
 
     fn weight(&self, id: u32) -> i64 {
@@ -211,12 +265,16 @@ impl AppendStore {
 
     /// The bytes of row `id` if they are in memory.
     pub(super) fn resident_row(&self, id: u32) -> Option<&[u8]> {
-        self.log.get(self.entries[id as usize].chunk, self.range(id))
+        let entry = self.entries.resident(id as usize)?;
+        let next = id as usize + 1;
+        let next = if next < self.entries.len() { Some(self.entries.resident(next)?) } else { None };
+        self.log.get(entry.chunk, self.range_of(entry, next))
     }
 
-    /// Appends the bytes of row `id` to `out`, from memory or from the spill file.
+    /// Appends the bytes of row `id` to `out`, from memory or from the spill files.
     pub(super) fn read_row(&self, id: u32, out: &mut Vec<u8>) -> Result<(), SluiceError> {
-        self.log.read_into(self.entries[id as usize].chunk, self.range(id), out)
+        let (entry, range) = self.place(id)?;
+        self.log.read_into(entry.chunk, range, out)
     }
 
     /// Stores `weight` copies of `row`; an append-only side never retracts.
@@ -243,10 +301,11 @@ impl AppendStore {
                 self.heads.push(Head { newest: id, key: SmallBytes::new(row.key) });
                 let heads = &self.heads;
                 self.by_key.insert_unique(hash, head, |&h| sluice_types::key::hash(heads[h as usize].key.get()));
+                self.count_index();
                 NONE
             }
         };
-        self.entries.push(Entry { chunk, start, older });
+        self.entries.push(Entry { chunk, start, older })?;
         if self.tracking {
             self.fresh_hashes.push(hash);
         }
@@ -261,12 +320,12 @@ impl AppendStore {
     /// The rows a snapshot takes: every row (`full`, numbered from 0 in arrival order)
     /// or those stored since the previous snapshot (numbered on from the previous
     /// snapshot's). Either way the rows taken are in the runs afterwards.
-    pub(super) fn changes(&mut self, full: bool) -> AppendChanges {
+    pub(super) fn changes(&mut self, full: bool) -> Result<AppendChanges, SluiceError> {
         assert!(full || self.tracking, "a delta of a store that kept no changes");
         let (first, first_arrival) = if full { (0, 0) } else { (self.snapshotted, self.next_arrival) };
-        let key_hashes = if full { self.hashes() } else { std::mem::take(&mut self.fresh_hashes) };
+        let key_hashes = if full { self.hashes()? } else { std::mem::take(&mut self.fresh_hashes) };
         let (first, end) = (first as usize, self.entries.len());
-        let entries = self.entries.copy_range(first..end);
+        let entries = self.entries.copy_range(first..end)?;
         assert_eq!(key_hashes.len(), entries.len(), "a key hash per row taken");
         let weights = if self.weights.is_empty() { Vec::new() } else { self.weights[first..end].to_vec() };
         let (first_chunk, chunks) = match (entries.first(), entries.last()) {
@@ -279,7 +338,7 @@ impl AppendStore {
         self.next_arrival = first_arrival + entries.len() as u64;
         self.fresh_hashes.clear();
         self.tracking = true;
-        AppendChanges { entries, key_hashes, weights, first_arrival, first_chunk, chunks }
+        Ok(AppendChanges { entries, key_hashes, weights, first_arrival, first_chunk, chunks })
     }
 
     /// Whether a snapshot may take only what changed (changes are kept).
@@ -287,18 +346,23 @@ impl AppendStore {
         self.tracking
     }
 
-    /// The key hash of every entry, in entry order.
-    fn hashes(&self) -> Vec<u64> {
+    /// The key hash of every entry, in entry order: each head's to its newest entry,
+    /// then each entry's to the older one it links, newest first (a page at a time, so
+    /// spilled entries are read in order, not one by one along each key's list): an
+    /// entry is a key's newest or the older of a newer one, which came before it.
+    fn hashes(&self) -> Result<Vec<u64>, SluiceError> {
         let mut hashes = vec![0; self.entries.len()];
         for head in self.heads.iter() {
-            let key_hash = sluice_types::key::hash(head.key.get());
-            let mut id = head.newest;
-            while id != NONE {
-                hashes[id as usize] = key_hash;
-                id = self.entries[id as usize].older;
-            }
+            hashes[head.newest as usize] = sluice_types::key::hash(head.key.get());
         }
-        hashes
+        self.entries.for_each_page(0..self.entries.len(), true, |first, entries| {
+            for (offset, entry) in entries.iter().enumerate().rev() {
+                if entry.older != NONE {
+                    hashes[entry.older as usize] = hashes[first + offset];
+                }
+            }
+        })?;
+        Ok(hashes)
     }
 
     /// After a restore: every row stored is in the runs, and the highest arrival number
@@ -308,6 +372,14 @@ impl AppendStore {
         self.next_arrival = last_arrival.map_or(0, |last| last + 1);
         self.fresh_hashes.clear();
         self.tracking = true;
+    }
+}
+
+impl Drop for AppendStore {
+    fn drop(&mut self) {
+        if let Some(space) = &self.space {
+            space.release(self.index_bytes);
+        }
     }
 }
 
@@ -321,7 +393,7 @@ mod tests {
 
     fn rows_of(store: &AppendStore, key: &[u8]) -> Vec<(Vec<u8>, i64)> {
         let mut ids = Vec::new();
-        store.probe(key, sluice_types::key::hash(key), &mut ids);
+        store.probe(key, sluice_types::key::hash(key), &mut ids).expect("probe");
         ids.into_iter()
             .map(|id| {
                 let mut bytes = Vec::new();
@@ -341,19 +413,25 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         for space in [None, Some(SpillSpace::new(dir.path().to_path_buf(), 0))] {
             let spills = space.is_some();
-            let mut store = AppendStore::with_log(SpillLog::with_chunk_bytes(space.clone(), 100));
+            let entries = SpillPages::with_page_entries(space.clone(), None, 16);
+            let mut store =
+                AppendStore::with_log(SpillLog::with_chunk_bytes(space.clone(), 100), entries, space.clone());
             let mut expected: [Vec<(Vec<u8>, i64)>; 3] = Default::default();
+            // Each row's key hash, in arrival order.
+            let mut arrivals = Vec::new();
             for i in 0..300usize {
                 let key = [b'k', (i % 3) as u8];
                 let row = format!("row {i} of key {}", i % 3).into_bytes();
                 let weight = if i % 7 == 0 { 2 } else { 1 };
                 store.push(&row_ref(&row, &key), weight).expect("push");
                 expected[i % 3].push((row, weight));
+                arrivals.push(sluice_types::key::hash(&key));
                 if i % 5 == 0 {
                     // An equal row is kept apart.
                     store.push(&row_ref(&expected[i % 3].last().expect("row").0.clone(), &key), 1).expect("push");
                     let again = (expected[i % 3].last().expect("row").0.clone(), 1);
                     expected[i % 3].push(again);
+                    arrivals.push(sluice_types::key::hash(&key));
                 }
             }
             for (k, rows) in expected.iter().enumerate() {
@@ -362,9 +440,20 @@ mod tests {
             assert!(rows_of(&store, b"absent").is_empty());
             assert_eq!(store.len(), expected.iter().map(Vec::len).sum::<usize>());
             assert_eq!(store.bytes(), expected.iter().flatten().map(|(r, _)| r.len()).sum::<usize>());
-            assert_eq!(space.is_some_and(|s| s.spilled() > 0), spills);
-            let snapshot: usize = store.changes(true).rows().map(|r| r.range.len()).sum();
+            assert_eq!(space.as_ref().is_some_and(|s| s.spilled() > 0), spills);
+            if spills {
+                assert!(store.entries.resident(0).is_none(), "the oldest entries spilled too");
+            }
+            let changes = store.changes(true).expect("a full snapshot");
+            let snapshot: usize = changes.rows().map(|r| r.range.len()).sum();
             assert_eq!(snapshot, store.bytes(), "a snapshot sees every row once");
+            let hashes: Vec<u64> = changes.rows().map(|r| r.key_hash).collect();
+            assert_eq!(hashes, arrivals, "every row under its key's hash, spilled: {spills}");
+            drop(changes);
+            drop(store);
+            if let Some(space) = &space {
+                assert_eq!((space.resident(), space.spilled()), (0, 0), "a dropped store gives its bytes back");
+            }
         }
     }
 

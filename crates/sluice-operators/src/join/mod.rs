@@ -197,7 +197,7 @@ impl Rows {
         match self {
             Rows::ByRow(store) => store.probe(key, hash, out),
             Rows::Expiring(store) => return store.probe(key, hash, out),
-            Rows::Append(store) => store.probe(key, hash, out),
+            Rows::Append(store) => return store.probe(key, hash, out),
         }
         Ok(())
     }
@@ -684,7 +684,7 @@ impl Operator for JoinOperator {
     }
 
     fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
-        Ok(Some(state::snapshot(self, delta)))
+        state::snapshot(self, delta).map(Some)
     }
 
     fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {

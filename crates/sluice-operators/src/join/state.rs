@@ -75,17 +75,19 @@ enum SideChanges {
 
 /// Takes each side's changes (everything unless `delta` and both sides kept them) and
 /// returns the snapshot writing them.
-pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
+pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Result<Snapshot, SluiceError> {
     let full = !delta || join.sides.iter().any(|side| !side.store.tracking());
     let changes: Vec<SideChanges> = join
         .sides
         .iter_mut()
-        .map(|side| match &mut side.store {
-            Rows::ByRow(store) => SideChanges::ByRow(store.changes(full)),
-            Rows::Append(store) => SideChanges::Append(store.changes(full)),
-            Rows::Expiring(store) => SideChanges::Expiring(store.changes(full)),
+        .map(|side| {
+            Ok(match &mut side.store {
+                Rows::ByRow(store) => SideChanges::ByRow(store.changes(full)),
+                Rows::Append(store) => SideChanges::Append(store.changes(full)?),
+                Rows::Expiring(store) => SideChanges::Expiring(store.changes(full)),
+            })
         })
-        .collect();
+        .collect::<Result<_, SluiceError>>()?;
     let preserved = [join.kind.preserves(0), join.kind.preserves(1)];
     let (vnodes, owned) = (join.vnodes, join.owned.clone());
     let appended_only = changes.iter().all(|side| matches!(side, SideChanges::Append(_)));
@@ -117,7 +119,7 @@ pub(super) fn snapshot(join: &mut JoinOperator, delta: bool) -> Snapshot {
         }
         records.write(sink)
     });
-    Snapshot { kind, job }
+    Ok(Snapshot { kind, job })
 }
 
 /// Writes sides that only append or expire as their rows come, vnodes interleaved, each
