@@ -163,6 +163,8 @@ pub(super) struct Store {
     /// Whether changes are kept: from the first snapshot (or a restore) on, so that a
     /// run without checkpoints keeps nothing of the kind.
     tracking: bool,
+    /// The bytes of the slots and the two tables, as counted in `space`.
+    index_bytes: usize,
 }
 
 /// A stored row a snapshot takes: its bytes shared with the store.
@@ -226,7 +228,29 @@ impl Store {
             changed: crate::changed::ChangedIds::default(),
             removed: Vec::new(),
             tracking: false,
+            index_bytes: 0,
         }
+    }
+
+    /// Counts the slots and the tables in the space again (after a row was added): the
+    /// slots by 1,024 at a time, the tables by their capacity (an entry and a control
+    /// byte a bucket), so that the space's shared count changes only now and then. They
+    /// stay in memory: counting them makes the rows' bytes spill sooner.
+    fn count_index(&mut self) {
+        let slots = self.slots.len().next_multiple_of(1024) * size_of::<Slot>();
+        let tables = self.by_row.capacity() * (size_of::<u32>() + 1) + self.by_key.capacity() * (size_of::<Head>() + 1);
+        let bytes = slots + tables;
+        if bytes == self.index_bytes {
+            return;
+        }
+        if let Some(space) = &self.space {
+            if bytes > self.index_bytes {
+                space.charge(bytes - self.index_bytes);
+            } else {
+                space.release(self.index_bytes - bytes);
+            }
+        }
+        self.index_bytes = bytes;
     }
 
     /// Marks `slot` changed since the previous snapshot.
@@ -459,6 +483,7 @@ impl Store {
         if let Some(ttl) = self.ttl.as_mut() {
             ttl.written(slot);
         }
+        self.count_index();
         Ok(())
     }
 
@@ -601,6 +626,14 @@ impl Store {
         self.log = fresh;
         self.dead_bytes = 0;
         Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(space) = &self.space {
+            space.release(self.index_bytes);
+        }
     }
 }
 
