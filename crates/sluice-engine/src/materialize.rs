@@ -136,15 +136,37 @@ struct Slice {
 
 impl Slice {
     /// Folds the sealed deltas up to `floor` into the base, unless a read still holds
-    /// the base (it is folded later).
+    /// the base: then it merges those deltas into one, folded later, so that queries
+    /// running back to back, one of which holds the base at every commit, leave a slice
+    /// one delta to merge in a read rather than one per epoch.
     fn fold(&mut self, floor: Option<u64>) {
         let Some(floor) = floor else { return };
         while self.sealed.front().is_some_and(|(epoch, _)| *epoch <= floor) {
-            let Some(base) = Arc::get_mut(&mut self.base) else { return };
+            let Some(base) = Arc::get_mut(&mut self.base) else {
+                self.merge_deltas(floor);
+                return;
+            };
             let Some((epoch, delta)) = self.sealed.pop_front() else { return };
             integrate(base, &delta);
             self.base_epoch = Some(epoch);
         }
+    }
+
+    /// Merges the sealed deltas up to `floor` into one of the newest epoch among them:
+    /// every read is at an epoch at or after the floor (its lease's), so none needs them
+    /// apart. Reads that hold them keep their own.
+    fn merge_deltas(&mut self, floor: u64) {
+        let count = self.sealed.iter().take_while(|(epoch, _)| *epoch <= floor).count();
+        if count < 2 {
+            return;
+        }
+        let mut merged = Multiset::new();
+        let mut newest = 0;
+        for (epoch, delta) in self.sealed.drain(..count) {
+            integrate(&mut merged, &delta);
+            newest = epoch;
+        }
+        self.sealed.push_front((newest, Arc::new(merged)));
     }
 }
 
