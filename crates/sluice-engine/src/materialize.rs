@@ -11,7 +11,9 @@
 //! (the multiset at some epoch) and the sealed deltas after it; a delta is folded into
 //! the base once its epoch is committed on every table and no lease reads an older
 //! epoch. The state at epoch `e` of a slice is the base plus the deltas up to `e`,
-//! readable while the base is not past `e`.
+//! readable while the base is not past `e`. The base and the deltas are sorted by the
+//! rows' bytes, so that a query reads them merged, batch by batch, without copying them
+//! ([`read`]).
 //!
 //! Checkpoints: equal rows always reach the same thread (the exchange places a row by
 //! its hash's vnode), so the operator's state at a barrier is a record per distinct row
@@ -31,6 +33,10 @@
 //! it lives, no slice folds past that epoch. It ends when released (the query ended, its
 //! HTTP client went away) or at its deadline; an expired lease no longer holds anything
 //! back, and a read that comes too late fails rather than answering from another epoch.
+//! Under the lease a query pins each table at the epoch ([`Materialized::pin`], a
+//! [`TableAt`]): the slices' base and deltas shared, so that no slice folds while the pin
+//! lives (see [`read`]); the pin, not the lease, then keeps the epoch while the query
+//! streams the rows.
 //!
 //! Bounds: a slice's deltas wait for folding only while a lease, a read or a snapshot
 //! holds them (bounded in time by the query's deadline, or the checkpoint's encoding);
@@ -38,7 +44,7 @@
 //! be of types a key may have: numbers, decimals, booleans, strings, binary, dates,
 //! times, timestamps).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -50,10 +56,18 @@ use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
 use sluice_types::{Batch, Epoch, Message, SluiceError};
 
+pub(crate) mod read;
 pub(crate) mod state;
 
-/// One row in the key encoding (every column, in order), and its weight.
-type Multiset = HashMap<Box<[u8]>, i64>;
+pub use read::{Rows, TableAt};
+
+/// One row in the key encoding (every column, in order), and its weight; sorted by the
+/// rows' bytes, so that a read resumes after the last row it took ([`read`]).
+type Multiset = BTreeMap<Box<[u8]>, i64>;
+
+/// The rows an operator receives between two barriers, consolidated: hashed, as they
+/// come in any order, and sorted once when taken ([`Integrate::take_open`]).
+type Open = HashMap<Box<[u8]>, i64>;
 
 /// Every materialized table of a job, their committed epochs and the leases on them.
 pub struct Materialized {
@@ -122,15 +136,37 @@ struct Slice {
 
 impl Slice {
     /// Folds the sealed deltas up to `floor` into the base, unless a read still holds
-    /// the base (it is folded later).
+    /// the base: then it merges those deltas into one, folded later, so that queries
+    /// running back to back, one of which holds the base at every commit, leave a slice
+    /// one delta to merge in a read rather than one per epoch.
     fn fold(&mut self, floor: Option<u64>) {
         let Some(floor) = floor else { return };
         while self.sealed.front().is_some_and(|(epoch, _)| *epoch <= floor) {
-            let Some(base) = Arc::get_mut(&mut self.base) else { return };
+            let Some(base) = Arc::get_mut(&mut self.base) else {
+                self.merge_deltas(floor);
+                return;
+            };
             let Some((epoch, delta)) = self.sealed.pop_front() else { return };
             integrate(base, &delta);
             self.base_epoch = Some(epoch);
         }
+    }
+
+    /// Merges the sealed deltas up to `floor` into one of the newest epoch among them:
+    /// every read is at an epoch at or after the floor (its lease's), so none needs them
+    /// apart. Reads that hold them keep their own.
+    fn merge_deltas(&mut self, floor: u64) {
+        let count = self.sealed.iter().take_while(|(epoch, _)| *epoch <= floor).count();
+        if count < 2 {
+            return;
+        }
+        let mut merged = Multiset::new();
+        let mut newest = 0;
+        for (epoch, delta) in self.sealed.drain(..count) {
+            integrate(&mut merged, &delta);
+            newest = epoch;
+        }
+        self.sealed.push_front((newest, Arc::new(merged)));
     }
 }
 
@@ -288,23 +324,36 @@ impl Materialized {
     }
 
     /// The rows of `table` at the lease's epoch, in batches of at most `batch_rows`.
-    pub fn read(&self, table: &Table, lease: &Lease, batch_rows: usize) -> Result<Vec<RecordBatch>, SluiceError> {
+    pub fn read(&self, table: &Arc<Table>, lease: &Lease, batch_rows: usize) -> Result<Vec<RecordBatch>, SluiceError> {
         self.read_at(table, lease, lease.epoch, Duration::ZERO, batch_rows)
     }
 
-    /// The rows of `table` at `epoch`, which may be newer than the lease's: the lease
-    /// keeps every slice's base at or before its own epoch, so every later epoch stays
-    /// readable too, once committed here (waited for at most `wait`). Several processes
-    /// read one epoch this way: each leases its newest committed epoch, and all read at
-    /// the newest of those, which none has folded past.
+    /// The rows of `table` at `epoch`, collected: [`Materialized::pin`], then every
+    /// batch of its rows.
     pub fn read_at(
         &self,
-        table: &Table,
+        table: &Arc<Table>,
         lease: &Lease,
         epoch: u64,
         wait: Duration,
         batch_rows: usize,
     ) -> Result<Vec<RecordBatch>, SluiceError> {
+        self.pin(table, lease, epoch, wait)?.batches(batch_rows)
+    }
+
+    /// `table` at `epoch`, which may be newer than the lease's: the lease keeps every
+    /// slice's base at or before its own epoch, so every later epoch stays readable too,
+    /// once committed here (waited for at most `wait`). Several processes read one epoch
+    /// this way: each leases its newest committed epoch, and all read at the newest of
+    /// those, which none has folded past. The pin shares the slices' parts (no row is
+    /// copied) and keeps them, whatever happens to the lease, until it is dropped.
+    pub fn pin(
+        &self,
+        table: &Arc<Table>,
+        lease: &Lease,
+        epoch: u64,
+        wait: Duration,
+    ) -> Result<Arc<TableAt>, SluiceError> {
         if epoch < lease.epoch {
             return Err(SluiceError::internal(
                 "query.epoch",
@@ -312,44 +361,16 @@ impl Materialized {
             ));
         }
         self.wait_readable(epoch, wait)?;
-        let mut batches = Vec::new();
+        let mut slices = Vec::with_capacity(table.slices.len());
         for slice in &table.slices {
-            // The state at the epoch: the base and the deltas up to it (shared, not copied).
-            let (base, deltas) = {
-                let slice = lock(slice);
-                if !lease.is_live() || slice.base_epoch.is_some_and(|folded| folded > epoch) {
-                    return Err(lease_expired(lease.epoch));
-                }
-                let deltas: Vec<Arc<Multiset>> =
-                    slice.sealed.iter().take_while(|(e, _)| *e <= epoch).map(|(_, d)| Arc::clone(d)).collect();
-                (Arc::clone(&slice.base), deltas)
-            };
-            let mut changed: HashMap<&[u8], i64> = HashMap::new();
-            for delta in &deltas {
-                for (row, weight) in delta.iter() {
-                    *changed.entry(row).or_default() += weight;
-                }
+            let slice = lock(slice);
+            if !lease.is_live() || slice.base_epoch.is_some_and(|folded| folded > epoch) {
+                return Err(lease_expired(lease.epoch));
             }
-            // A row of weight w is w equal rows (a view may hold duplicates).
-            let mut rows: Vec<&[u8]> = Vec::new();
-            for (row, weight) in base.iter() {
-                let weight = weight + changed.remove(row.as_ref()).unwrap_or(0);
-                rows.extend(std::iter::repeat_n(row.as_ref(), weight.max(0) as usize));
-            }
-            for (row, weight) in changed {
-                rows.extend(std::iter::repeat_n(row, weight.max(0) as usize));
-            }
-            for chunk in rows.chunks(batch_rows.max(1)) {
-                let columns = table
-                    .encoder
-                    .decode(chunk.iter().copied())
-                    .map_err(|e| SluiceError::internal("query.decode", format!("table `{}`: {e}", table.name)))?;
-                let batch = RecordBatch::try_new(Arc::clone(&table.schema), columns)
-                    .map_err(|e| SluiceError::internal("query.decode", format!("table `{}`: {e}", table.name)))?;
-                batches.push(batch);
-            }
+            let deltas = slice.sealed.iter().take_while(|(e, _)| *e <= epoch).map(|(_, d)| Arc::clone(d)).collect();
+            slices.push(read::SliceAt { base: Arc::clone(&slice.base), deltas });
         }
-        Ok(batches)
+        Ok(Arc::new(TableAt { table: Arc::clone(table), epoch, slices }))
     }
 
     /// Rows integrated into every table so far (sealed at barriers).
@@ -524,7 +545,7 @@ pub(crate) struct Integrate {
     vnodes: u32,
     /// Rows since the last barrier (and since the last snapshot, which takes them),
     /// consolidated.
-    open: Multiset,
+    open: Open,
     /// The open delta as the last snapshot took it, handed over at its barrier.
     snapshotted: Option<Arc<Multiset>>,
     rows: KeyRows,
@@ -539,18 +560,17 @@ impl Integrate {
             slot: table.slot(context.thread)?,
             table,
             vnodes: context.vnodes,
-            open: Multiset::new(),
+            open: Open::new(),
             snapshotted: None,
             rows: KeyRows::default(),
             tracking: false,
         })
     }
 
-    /// The open delta without its rows of weight 0.
+    /// The open delta without its rows of weight 0, sorted.
     fn take_open(&mut self) -> Arc<Multiset> {
-        let mut delta = std::mem::take(&mut self.open);
-        delta.retain(|_, weight| *weight != 0);
-        Arc::new(delta)
+        let open = std::mem::take(&mut self.open);
+        Arc::new(open.into_iter().filter(|(_, weight)| *weight != 0).collect())
     }
 
     /// Gives the rows since the last barrier to the slice, for the sink to seal.

@@ -4,11 +4,13 @@
 //! Steps: [`prepare`] parses the one statement (a query; nothing that writes, creates or
 //! sets anything), finds the tables it names (each must be materialized: the errors list
 //! what exists) and takes a lease on the newest epoch committed on every table (waiting
-//! for the first checkpoint, within the query's timeout); [`PreparedQuery::run`] reads
-//! every named table's slices at that epoch into in-memory tables, plans the query with
-//! DataFusion (identifiers case-sensitive, as in Flink; Flink's scalar functions
-//! registered) and collects the answer. The lease ends when the prepared query or its
-//! lease is dropped, or at the deadline.
+//! for the first checkpoint, within the query's timeout); [`PreparedQuery::run`] pins
+//! every named table at that epoch (`Materialized::pin`: the slices' parts shared, not
+//! copied), releases the lease, plans the query with DataFusion (identifiers
+//! case-sensitive, as in Flink; Flink's scalar functions registered) over a streaming
+//! table per named table ([`TableScan`]: the slices merged batch by batch as DataFusion
+//! pulls them), and collects the answer. The lease ends when the prepared query or its
+//! lease is dropped, or at the deadline; the pins when the execution ends.
 //!
 //! Bounds: rows per answer ([`QueryLimits::max_rows`], at most [`MAX_ROWS_LIMIT`]), time
 //! ([`QueryLimits::timeout`], at most [`TIMEOUT_LIMIT`]: the lease's lifetime, and the
@@ -19,7 +21,9 @@
 //! DataFusion's working memory ([`WORKING_MEMORY`]: its operators' state), the answer's
 //! bytes ([`ANSWER_BYTES_LIMIT`]) and nesting (a view's limit, `sluice_sql::check_depth`;
 //! the admin API runs queries on threads with the planner's stack). The tables read are
-//! copied once into the query's memory. Not bounded: one expression building a huge
+//! not copied: a scan holds one batch of decoded rows ([`SCAN_BATCH_ROWS`]) at a time, so
+//! a query's memory follows DataFusion's pool and the answer's limits, not the tables'
+//! sizes (a LIMIT stops the scan early). Not bounded: one expression building a huge
 //! value (`REPEAT(s, 100000000)`) allocates it before any check sees it.
 //!
 //! In a cluster every worker holds a slice of each table (the rows its threads keep), and
@@ -29,24 +33,31 @@
 //! `r_0`; it takes a lease on every other worker's newest, `r_i`, and every slice is read
 //! at `e = max(r_i)`: no worker folds past its own lease, so each still has `e`
 //! (waiting, within the deadline, for those that have not committed it yet; see
-//! `Materialized::read_at`). Every remote lease is released when the tables are read, or
-//! on any failure. Bounds: rows gathered ([`GATHER_ROWS_LIMIT`]), bytes received
-//! ([`GATHER_BYTES_LIMIT`]) and the query's deadline; a worker that cannot be reached
-//! fails the query with a typed error naming it, never an answer from some of the slices.
+//! `Materialized::pin`). Every remote lease is released when the tables are read, or
+//! on any failure. The other workers' slices are collected (each arrives as one answer)
+//! before the execution, then streamed after this worker's own; bounds: rows gathered
+//! ([`GATHER_ROWS_LIMIT`]), bytes received ([`GATHER_BYTES_LIMIT`]) and the query's
+//! deadline; a worker that cannot be reached fails the query with a typed error naming
+//! it, never an answer from some of the slices.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use datafusion::catalog::streaming::StreamingTable;
 use datafusion::datasource::MemTable;
+use datafusion::error::DataFusionError;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use sluice_types::{Batch, SluiceError};
 
-use crate::materialize::{Lease, Materialized, Table};
+use crate::materialize::{Lease, Materialized, Table, TableAt};
 
 pub mod executions;
 pub mod interrupt;
@@ -68,10 +79,13 @@ pub const WORKING_MEMORY: usize = 512 << 20;
 
 /// The most bytes (Arrow buffers) an answer's rows may take before it is encoded.
 pub const ANSWER_BYTES_LIMIT: usize = 256 << 20;
-/// The most rows a cluster's query gathers from every worker's slices together.
+/// The most rows a cluster's query gathers from the other workers' slices together (this
+/// worker's own are streamed, not gathered).
 pub const GATHER_ROWS_LIMIT: usize = 10_000_000;
 /// The most bytes a cluster's query receives from the other workers together.
 pub const GATHER_BYTES_LIMIT: usize = 512 << 20;
+/// Rows per batch a table's scan decodes at a time (DataFusion's batch size).
+pub const SCAN_BATCH_ROWS: usize = 8192;
 
 /// Another worker of the cluster, whose slices a query gathers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -441,7 +455,7 @@ impl PreparedQuery {
             Some(lease) => Some(self.read_tables(lease, gather)?),
             None => None,
         };
-        // Every table is copied: the epoch is no longer needed.
+        // Every table is pinned at the epoch: the lease is no longer needed.
         if let Some(lease) = &self.lease {
             lease.release();
         }
@@ -473,10 +487,10 @@ fn execute(
         .enable_time()
         .build()
         .map_err(|e| SluiceError::external("query.runtime", format!("cannot start the query's runtime: {e}")))?;
-    // What stops the query, if it stopped, else `error` as the SQL's.
-    let failed = |error: &datafusion::error::DataFusionError| match interrupt.fired() {
+    // What stops the query, if it stopped, else a table's read error, else `error` as the SQL's.
+    let failed = |error: &DataFusionError| match interrupt.fired() {
         Some(stop) => executions::stop_error(stop, timeout),
-        None => query_error(error),
+        None => carried(error).unwrap_or_else(|| query_error(error)),
     };
     let work = async {
         let state = context.state();
@@ -540,28 +554,74 @@ impl PreparedQuery {
         let (mut rows, mut bytes) = (0usize, 0usize);
         for table in &self.tables {
             let wait = self.interrupt.deadline().saturating_duration_since(Instant::now());
-            let mut batches = self.registry.read_at(table, lease, epoch, wait, 8192)?;
+            let at = self.registry.pin(table, lease, epoch, wait)?;
+            let mut gathered = Vec::new();
             if let Some(held) = &held {
                 for (peer, remote) in &held.leases {
                     let left = GATHER_BYTES_LIMIT.saturating_sub(bytes);
                     let slice = held.gather.slice(peer, *remote, table, epoch, self.interrupt.deadline(), left)?;
                     bytes += slice.iter().map(RecordBatch::get_array_memory_size).sum::<usize>();
-                    batches.extend(slice);
+                    rows += slice.iter().map(RecordBatch::num_rows).sum::<usize>();
+                    if rows > GATHER_ROWS_LIMIT || bytes > GATHER_BYTES_LIMIT {
+                        return Err(too_large());
+                    }
+                    for batch in slice {
+                        // Of the table's own schema, as this worker's rows are.
+                        let batch =
+                            RecordBatch::try_new(Arc::clone(&table.schema), batch.columns().to_vec()).map_err(|e| {
+                                SluiceError::internal("query.table", format!("{peer}'s slice of `{}`: {e}", table.name))
+                            })?;
+                        gathered.push(batch);
+                    }
                 }
             }
-            rows += batches.iter().map(RecordBatch::num_rows).sum::<usize>();
-            if rows > GATHER_ROWS_LIMIT || bytes > GATHER_BYTES_LIMIT {
-                return Err(too_large());
-            }
-            let memory = MemTable::try_new(Arc::clone(&table.schema), vec![batches])
+            let scan: Arc<dyn PartitionStream> = Arc::new(TableScan { at, gathered: Arc::new(gathered) });
+            let streaming = StreamingTable::try_new(Arc::clone(&table.schema), vec![scan])
                 .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
             self.context
-                .register_table(table.name.as_str(), Arc::new(memory))
+                .register_table(table.name.as_str(), Arc::new(streaming))
                 .map_err(|e| SluiceError::internal("query.table", df_message(&e)))?;
         }
-        // Every table is copied: `held` releases the other workers' leases as it drops.
+        // Every table is pinned or gathered: `held` releases the other workers' leases as
+        // it drops.
         Ok(epoch)
     }
+}
+
+/// One table as a query reads it: this worker's slices at the epoch, pinned, merged batch
+/// by batch as DataFusion pulls them, then the other workers' slices, gathered. Each
+/// execution (a table named twice is scanned twice) reads it from its start.
+#[derive(Debug)]
+struct TableScan {
+    at: Arc<TableAt>,
+    gathered: Arc<Vec<RecordBatch>>,
+}
+
+impl PartitionStream for TableScan {
+    fn schema(&self) -> &SchemaRef {
+        &self.at.table().schema
+    }
+
+    fn execute(&self, _: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let local =
+            self.at.rows(SCAN_BATCH_ROWS).map(|batch| batch.map_err(|e| DataFusionError::External(Box::new(e))));
+        let gathered = Arc::clone(&self.gathered);
+        let remote = (0..gathered.len()).map(move |index| Ok(gathered[index].clone()));
+        let rows = futures::stream::iter(local.chain(remote));
+        Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.at.table().schema), rows))
+    }
+}
+
+/// The Sluice error that `error` carries (a table's read failed), if it carries one.
+fn carried(error: &DataFusionError) -> Option<SluiceError> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if let Some(sluice) = error.downcast_ref::<SluiceError>() {
+            return Some(sluice.clone());
+        }
+        cause = error.source();
+    }
+    None
 }
 
 /// The query ran past its deadline: `limit`, its timeout (from the request, not what was

@@ -643,3 +643,5 @@ fn a_query_nested_too_deep_or_answering_too_many_bytes_is_refused() {
     assert_eq!(error.code, "query.answer_too_large", "{error}");
     assert_eq!(registry.leases(), 0, "the lease ended with the query");
 }
+
+mod streamed;
