@@ -692,7 +692,11 @@ impl Supervisor<'_> {
     /// Every local driver left: without checkpoints the run is complete; with them the
     /// last checkpoint records the end and commits (alone or leading, once every other
     /// worker's drivers left too; a follower waits for the leader's final commit). Bounded
-    /// by `shutdown_timeout` alone or leading. A follower's own end sets no deadline: the
+    /// by `shutdown_timeout` alone or leading, from the start of that last checkpoint: a
+    /// checkpoint still being written when the input ended is waited for as a running
+    /// job waits for it (a large state's delta, or a merge it waits for, may take longer
+    /// than a stop's drain; NEXMark q20 over 100 M events waited 84 s), and a stop
+    /// request meanwhile still sets its own deadline. A follower's own end sets no deadline: the
     /// other workers may read on for longer than that, and a deadline would turn its next
     /// checkpoint into a stop request for the whole cluster (`after_checkpoint`); the
     /// leader's deadline bounds the final checkpoint, and the leader's loss ends the run.
@@ -707,10 +711,10 @@ impl Supervisor<'_> {
         if !coordinator.others_finished() {
             return;
         }
-        if !coordinator.follows() {
+        let completed = coordinator.end_of_input(Instant::now());
+        if !coordinator.follows() && coordinator.final_started() {
             self.deadline.get_or_insert_with(|| Instant::now() + self.shutdown_timeout);
         }
-        let completed = coordinator.end_of_input(Instant::now());
         self.after_checkpoint(completed);
     }
 

@@ -315,6 +315,11 @@ impl Coordinator {
         matches!(self.role, Role::Follow { .. })
     }
 
+    /// Whether the final checkpoint (the end of the input's, or a stop's) has started.
+    pub(crate) fn final_started(&self) -> bool {
+        self.final_started
+    }
+
     pub(crate) fn exactly_once(&self) -> bool {
         self.exactly_once
     }

@@ -86,6 +86,30 @@ fn a_barrier_nobody_acknowledges_fails_the_checkpoint_naming_the_thread() {
     assert_fails_with(&run, &["max_failed_checkpoints = 1", "raise [checkpoint] timeout"]);
 }
 
+/// The input ends while a checkpoint takes longer to write than `shutdown_timeout`
+/// (a large state's delta): the run waits for it, as a running job would, and then the
+/// final checkpoint, bounded from its own start, commits the last rows.
+#[test]
+fn a_checkpoint_written_when_the_input_ends_does_not_count_against_shutdown_timeout() {
+    let scratch = Scratch::new();
+    let bounded = endless("[checkpoint]\ninterval = \"10ms\"\n", 1).replace("rate = 20000", "events = 20000");
+    scratch.write("pipeline.toml", &bounded);
+    // The first checkpoint is written at once, the second in 15 s (the 20,000 events end
+    // meanwhile), every later one at once.
+    let run = run_with(&scratch, "checkpoint.after_state_written=1*off->1*sleep(15000)");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(!stderr.contains("shutdown_timeout"), "{stderr}");
+    // The committed parts (files in progress are hidden, starting with a dot).
+    let rows: usize = std::fs::read_dir(scratch.dir.path().join("out"))
+        .expect("the sink's directory")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.is_file() && !path.file_name().is_some_and(|name| name.to_string_lossy().starts_with('.')))
+        .map(|path| std::fs::read_to_string(path).expect("a part").lines().count())
+        .sum();
+    assert!(rows > 0, "the final checkpoint committed the rows");
+}
+
 #[test]
 fn shutdown_timeout_bounds_the_final_checkpoint() {
     let scratch = Scratch::new();
