@@ -149,6 +149,20 @@ impl SpillSpace {
         self.resident.fetch_sub(bytes, Ordering::Relaxed);
     }
 
+    /// Counts `bytes` of state in memory in place of the `counted` bytes counted before
+    /// (a structure that stays in memory but counts in the budget: a join's key table),
+    /// and remembers them in `counted`.
+    pub(crate) fn recount(space: Option<&SpillSpace>, counted: &mut usize, bytes: usize) {
+        if let Some(space) = space {
+            if bytes > *counted {
+                space.charge(bytes - *counted);
+            } else {
+                space.release(*counted - bytes);
+            }
+        }
+        *counted = bytes;
+    }
+
     /// Counts `bytes` more (`grown`) or fewer of state written to files.
     pub(crate) fn count_spilled(&self, bytes: usize, grown: bool) {
         if grown {

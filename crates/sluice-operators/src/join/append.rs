@@ -193,17 +193,9 @@ impl AppendStore {
     fn count_index(&mut self) {
         let heads = self.heads.len().next_multiple_of(1024) * size_of::<Head>();
         let bytes = heads + self.by_key.capacity() * (size_of::<u32>() + 1);
-        if bytes == self.index_bytes {
-            return;
+        if bytes != self.index_bytes {
+            SpillSpace::recount(self.space.as_deref(), &mut self.index_bytes, bytes);
         }
-        if let Some(space) = &self.space {
-            if bytes > self.index_bytes {
-                space.charge(bytes - self.index_bytes);
-            } else {
-                space.release(self.index_bytes - bytes);
-            }
-        }
-        self.index_bytes = bytes;
     }
 
     /// Rows held (equal rows counted apart).

@@ -240,17 +240,9 @@ impl Store {
         let slots = self.slots.len().next_multiple_of(1024) * size_of::<Slot>();
         let tables = self.by_row.capacity() * (size_of::<u32>() + 1) + self.by_key.capacity() * (size_of::<Head>() + 1);
         let bytes = slots + tables;
-        if bytes == self.index_bytes {
-            return;
+        if bytes != self.index_bytes {
+            SpillSpace::recount(self.space.as_deref(), &mut self.index_bytes, bytes);
         }
-        if let Some(space) = &self.space {
-            if bytes > self.index_bytes {
-                space.charge(bytes - self.index_bytes);
-            } else {
-                space.release(self.index_bytes - bytes);
-            }
-        }
-        self.index_bytes = bytes;
     }
 
     /// Marks `slot` changed since the previous snapshot.
