@@ -18,8 +18,9 @@
 //!
 //! **Compaction.** After a checkpoint, when no merge is under way, the first list that
 //! `sluice_state::compact::plan` says to merge (newest runs of similar size; everything
-//! once the newer runs hold as many bytes as the oldest, unless they are all fresh keys;
-//! beyond its run cap the cheapest pair of runs close in size)
+//! once the newer runs hold as many bytes as the oldest, unless they are all fresh keys,
+//! which merge in tiers of at most an eighth of the list's bytes; beyond its run cap the
+//! cheapest pair of runs close in size)
 //! is merged on a thread of its own, `sluice-compact`: the runs are read from the store
 //! block by block and the merge written to a local file, while the pipeline and the
 //! next checkpoints go on. The first checkpoint after the merge finishes uploads its
