@@ -311,10 +311,16 @@ pub(crate) fn open_shared(
     Ok((Arc::new(store), manifest))
 }
 
-/// Refuses a manifest whose state was written with encodings other than this build's.
+/// Refuses a manifest whose state was written with encodings other than this build's,
+/// but for the state runs' format, of which this build reads every version
+/// (`sluice_state::run`: runs written before version 3 are read as they are).
 pub(crate) fn check_encodings(manifest: &Manifest, store: &str) -> Result<(), SluiceError> {
     let ours = encodings();
-    if manifest.encodings == ours {
+    let mut theirs = manifest.encodings.clone();
+    if let Some(run) = theirs.get_mut("state_run").filter(|run| (1..=sluice_state::RUN_FORMAT_VERSION).contains(*run)) {
+        *run = sluice_state::RUN_FORMAT_VERSION;
+    }
+    if theirs == ours {
         return Ok(());
     }
     let show = |map: &BTreeMap<String, u32>| {

@@ -8,8 +8,8 @@ use std::os::unix::fs::FileExt;
 use sluice_types::SluiceError;
 
 use crate::run::{
-    FOOTER_BYTES, HEADER_BYTES, KIND_POINTS, KIND_RANGES, MAGIC, RUN_FORMAT_VERSION, RUN_FORMAT_VERSION_1, TAG_DELETE,
-    TAG_PUT, TAG_RANGE,
+    CODEC_LZ4, CODEC_STORED, FOOTER_BYTES, HEADER_BYTES, KIND_POINTS, KIND_RANGES, LZ4_RATIO_MAX, MAGIC,
+    RUN_FORMAT_VERSION, RUN_FORMAT_VERSION_1, RUN_FORMAT_VERSION_2, TAG_DELETE, TAG_PUT, TAG_RANGE,
 };
 use crate::{damaged, varint};
 
@@ -101,7 +101,10 @@ impl RunSource for FileSource {
 pub struct BlockInfo {
     pub vnode: u32,
     pub offset: u64,
+    /// Its bytes in the file.
     pub length: u64,
+    /// Its entries' bytes when the file holds them compressed (LZ4).
+    pub raw_length: Option<u64>,
     pub entries: u64,
     /// Range deletes (`true`) or puts and deletes.
     pub ranges: bool,
@@ -132,8 +135,8 @@ impl RunIndex {
         if &footer[24..] != MAGIC || header[8..12] != footer[20..24] {
             return Err(damaged(name, "its footer is not a state run's"));
         }
-        if version != RUN_FORMAT_VERSION && version != RUN_FORMAT_VERSION_1 {
-            let reads = format!("this build reads {RUN_FORMAT_VERSION_1} and {RUN_FORMAT_VERSION}");
+        if ![RUN_FORMAT_VERSION, RUN_FORMAT_VERSION_2, RUN_FORMAT_VERSION_1].contains(&version) {
+            let reads = format!("this build reads {RUN_FORMAT_VERSION_1} to {RUN_FORMAT_VERSION}");
             return Err(damaged(name, format!("format version {version}; {reads}")));
         }
         let index_offset = u64::from_le_bytes(footer[0..8].try_into().expect("8 bytes"));
@@ -147,8 +150,7 @@ impl RunIndex {
         if crc32fast::hash(&index) != checksum {
             return Err(damaged(name, "its index fails its checksum"));
         }
-        let in_file_order = version == RUN_FORMAT_VERSION_1;
-        let blocks = parse_index(&index, index_offset, in_file_order).map_err(|problem| damaged(name, problem))?;
+        let blocks = parse_index(&index, index_offset, version).map_err(|problem| damaged(name, problem))?;
         Ok(RunIndex { blocks })
     }
 
@@ -175,9 +177,10 @@ impl RunIndex {
     }
 }
 
-/// The blocks an index lists, checked: in index order, and tiling the bytes between the
-/// header and the index (in index order too when `in_file_order`: format version 1).
-fn parse_index(index: &[u8], index_offset: u64, in_file_order: bool) -> Result<Vec<BlockInfo>, String> {
+/// The blocks an index of format `version` lists, checked: in index order, and tiling
+/// the bytes between the header and the index (in index order too in version 1).
+fn parse_index(index: &[u8], index_offset: u64, version: u32) -> Result<Vec<BlockInfo>, String> {
+    let in_file_order = version == RUN_FORMAT_VERSION_1;
     let mut at = 0;
     let truncated = || "its index is truncated".to_string();
     let count = varint::get(index, &mut at).ok_or_else(truncated)?;
@@ -193,22 +196,35 @@ fn parse_index(index: &[u8], index_offset: u64, in_file_order: bool) -> Result<V
         let length = varint::get(index, &mut at).ok_or_else(truncated)?;
         let entries = varint::get(index, &mut at).ok_or_else(truncated)?;
         let kind = *index.get(at).ok_or_else(truncated)?;
-        let checksum = index.get(at + 1..at + 5).ok_or_else(truncated)?;
+        at += 1;
+        let codec = if version >= RUN_FORMAT_VERSION { *index.get(at).ok_or_else(truncated)? } else { CODEC_STORED };
+        at += usize::from(version >= RUN_FORMAT_VERSION);
+        let raw_length = match codec {
+            CODEC_STORED => None,
+            CODEC_LZ4 => Some(varint::get(index, &mut at).ok_or_else(truncated)?),
+            _ => return Err(format!("block {number} is of unknown codec {codec}")),
+        };
+        let checksum = index.get(at..at + 4).ok_or_else(truncated)?;
         let checksum = u32::from_le_bytes(checksum.try_into().expect("4 bytes"));
-        at += 5;
+        at += 4;
         let key_length = varint::get(index, &mut at).ok_or_else(truncated)?;
         let key_end = usize::try_from(key_length).ok().and_then(|length| at.checked_add(length));
         let first_key = index.get(at..key_end.ok_or_else(truncated)?).ok_or_else(truncated)?.to_vec();
         at += first_key.len();
         let vnode = u32::try_from(vnode).map_err(|_| format!("block {number} names vnode {vnode}"))?;
         let placed = !in_file_order || offset == next_offset;
-        if !placed || offset < HEADER_BYTES || length == 0 || entries == 0 || entries > length {
+        let raw = raw_length.unwrap_or(length);
+        if !placed || offset < HEADER_BYTES || length == 0 || entries == 0 || entries > raw {
             return Err(format!("block {number} ({length} bytes at {offset}, {entries} entries) is misplaced"));
+        }
+        if raw > length.saturating_mul(LZ4_RATIO_MAX) {
+            return Err(format!("block {number} of {length} bytes claims {raw} bytes decompressed"));
         }
         if kind != KIND_POINTS && kind != KIND_RANGES {
             return Err(format!("block {number} is of unknown kind {kind}"));
         }
-        let block = BlockInfo { vnode, offset, length, entries, ranges: kind == KIND_RANGES, checksum, first_key };
+        let ranges = kind == KIND_RANGES;
+        let block = BlockInfo { vnode, offset, length, raw_length, entries, ranges, checksum, first_key };
         if let Some(previous) = blocks.last() {
             let ordered = previous.vnode < block.vnode
                 || (previous.vnode == block.vnode
@@ -243,15 +259,24 @@ fn parse_index(index: &[u8], index_offset: u64, in_file_order: bool) -> Result<V
     Ok(blocks)
 }
 
-/// Reads block `block` of `source` and checks its checksum.
+/// Reads block `block` of `source`, checks its checksum and gives its entries' bytes
+/// (decompressed, when the file holds them compressed).
 pub fn read_block(source: &dyn RunSource, block: &BlockInfo) -> Result<Vec<u8>, SluiceError> {
     let length = usize::try_from(block.length).map_err(|_| damaged(source.name(), "a block is too long"))?;
     let bytes = source.read_at(block.offset, length)?;
+    let at = || format!("the block of vnode {} at {}", block.vnode, block.offset);
     if crc32fast::hash(&bytes) != block.checksum {
-        let problem = format!("the block of vnode {} at {} fails its checksum", block.vnode, block.offset);
-        return Err(damaged(source.name(), problem));
+        return Err(damaged(source.name(), format!("{} fails its checksum", at())));
     }
-    Ok(bytes)
+    let Some(raw_length) = block.raw_length else { return Ok(bytes) };
+    // Bounded by the index's check: at most LZ4_RATIO_MAX times the bytes just read.
+    let raw_length = usize::try_from(raw_length).map_err(|_| damaged(source.name(), "a block is too long"))?;
+    let mut raw = vec![0; raw_length];
+    match lz4_flex::block::decompress_into(&bytes, &mut raw) {
+        Ok(written) if written == raw_length => Ok(raw),
+        Ok(written) => Err(damaged(source.name(), format!("{} gives {written} bytes, not {raw_length}", at()))),
+        Err(error) => Err(damaged(source.name(), format!("{} does not decompress: {error}", at()))),
+    }
 }
 
 /// One decoded entry, borrowing its block.

@@ -1,7 +1,7 @@
 //! The run file: one snapshot's records (or a compaction's), sorted by `(vnode, key)`,
 //! in blocks of one vnode each, with an index at the end.
 //!
-//! # Encoding, format version 2
+//! # Encoding, format version 3
 //!
 //! This section is the complete specification; the golden vectors in `run/tests.rs` pin
 //! it, and a change of these bytes needs a new version.
@@ -11,15 +11,24 @@
 //! but the last, always the shortest form).
 //!
 //! ```text
-//! header   magic: ASCII "SLUICERN" (53 4c 55 49 43 45 52 4e), version: u32 (02 00 00 00)
+//! header   magic: ASCII "SLUICERN" (53 4c 55 49 43 45 52 4e), version: u32 (03 00 00 00)
 //! blocks   from offset 12 to the index, tiling those bytes exactly
 //! index    count: varint, then per block, in index order (below):
 //!            vnode: varint, offset: varint, length: varint, entries: varint,
 //!            kind: u8 (0: puts and deletes, 1: range deletes),
-//!            checksum: u32 (CRC-32 of the block's bytes), first key: varint length + bytes
+//!            codec: u8 (0: stored as is, 1: LZ4), codec 1 only: raw length: varint,
+//!            checksum: u32 (CRC-32 of the block's bytes in the file),
+//!            first key: varint length + bytes
 //! footer   index offset: u64, index length: u64, index checksum: u32 (CRC-32 of the
-//!          index), version: u32 (02 00 00 00), magic: "SLUICERN"   (32 bytes)
+//!          index), version: u32 (03 00 00 00), magic: "SLUICERN"   (32 bytes)
 //! ```
+//!
+//! A block's `length` bytes in the file are its entries as they are (codec 0) or their
+//! LZ4 block encoding (codec 1: the LZ4 block format, without a frame, that gives back
+//! `raw length` bytes, at most 255 times `length`). A writer compresses a block only when
+//! asked ([`RunWriter::compressed`]: a checkpoint's runs) and only when LZ4 saves an
+//! eighth of its bytes. The checksum covers the bytes in the file, so a run is verified
+//! without decompressing it. What follows is of a block's entries, decompressed.
 //!
 //! A block holds the entries of one vnode and one kind, each entry:
 //!
@@ -52,7 +61,8 @@
 //! index's checksum, the index's order, that the blocks tile the bytes between header and
 //! index exactly, each block's checksum when it is read, and the order of its entries.
 //!
-//! Version 1 is version 2 with the blocks in index order in the file; a reader reads both.
+//! Version 2 is version 3 without the codec (every block stored as is); version 1 is
+//! version 2 with the blocks in index order in the file. A reader reads all three.
 
 use std::io::Write;
 
@@ -60,10 +70,19 @@ use sluice_types::SluiceError;
 
 use crate::{StateSink, varint};
 
-/// The run encoding this build writes (it reads [`RUN_FORMAT_VERSION_1`] too).
-pub const RUN_FORMAT_VERSION: u32 = 2;
+/// The run encoding this build writes (it reads [`RUN_FORMAT_VERSION_2`] and
+/// [`RUN_FORMAT_VERSION_1`] too).
+pub const RUN_FORMAT_VERSION: u32 = 3;
+/// Version 3 without the codec: every block stored as is.
+pub const RUN_FORMAT_VERSION_2: u32 = 2;
 /// The first run encoding: version 2 with the blocks in index order.
 pub const RUN_FORMAT_VERSION_1: u32 = 1;
+/// A block's codec (format version 3): stored as is.
+pub(crate) const CODEC_STORED: u8 = 0;
+/// A block's codec (format version 3): an LZ4 block.
+pub(crate) const CODEC_LZ4: u8 = 1;
+/// The most bytes an LZ4 block gives back per byte of its own.
+pub(crate) const LZ4_RATIO_MAX: u64 = 255;
 /// The first and last 8 bytes of a run.
 pub const MAGIC: &[u8; 8] = b"SLUICERN";
 /// The bytes before the first block.
@@ -228,6 +247,10 @@ pub struct RunWriter<W: Write> {
     indexed: Vec<Indexed>,
     entries: u64,
     order: OrderCheck,
+    /// Whether blocks are compressed ([`RunWriter::compressed`]), and the buffer they are
+    /// compressed into.
+    compress: bool,
+    packed: Vec<u8>,
     /// The first write error, kept so that every later call fails too.
     failed: bool,
 }
@@ -260,12 +283,21 @@ impl<W: Write> RunWriter<W> {
             indexed: Vec::new(),
             entries: 0,
             order: OrderCheck::default(),
+            compress: false,
+            packed: Vec::new(),
             failed: false,
         };
         let mut header = MAGIC.to_vec();
         header.extend_from_slice(&RUN_FORMAT_VERSION.to_le_bytes());
         writer.emit(&header)?;
         Ok(writer)
+    }
+
+    /// The same writer compressing each block with LZ4 where that saves an eighth of its
+    /// bytes (a checkpoint's runs, written once and read seldom, off the query's thread).
+    pub fn compressed(mut self) -> RunWriter<W> {
+        self.compress = true;
+        self
     }
 
     /// Bytes written so far (the finished run is larger by the open blocks, index and footer).
@@ -313,14 +345,29 @@ impl<W: Write> RunWriter<W> {
             return Ok(block);
         }
         let offset = self.written;
-        self.emit(&block.bytes)?;
+        let mut packed = std::mem::take(&mut self.packed);
+        let packed_length = if self.compress { lz4(&block.bytes, &mut packed) } else { None };
+        let stored = match packed_length {
+            Some(length) => &packed[..length],
+            None => &block.bytes[..],
+        };
+        let emitted = self.emit(stored);
+        let (stored_length, checksum) = (stored.len() as u64, crc32fast::hash(stored));
+        self.packed = packed;
+        emitted?;
         let start = self.index.len();
         varint::put(&mut self.index, u64::from(block.vnode));
         varint::put(&mut self.index, offset);
-        varint::put(&mut self.index, block.bytes.len() as u64);
+        varint::put(&mut self.index, stored_length);
         varint::put(&mut self.index, block.entries);
         self.index.push(block.kind);
-        self.index.extend_from_slice(&crc32fast::hash(&block.bytes).to_le_bytes());
+        if packed_length.is_some() {
+            self.index.push(CODEC_LZ4);
+            varint::put(&mut self.index, block.bytes.len() as u64);
+        } else {
+            self.index.push(CODEC_STORED);
+        }
+        self.index.extend_from_slice(&checksum.to_le_bytes());
         varint::put(&mut self.index, block.first_key.len() as u64);
         self.index.extend_from_slice(&block.first_key);
         self.indexed.push(Indexed { vnode: block.vnode, kind: block.kind, range: start..self.index.len() });
@@ -448,6 +495,17 @@ impl<W: Write> StateSink for RunWriter<W> {
         self.order.interleave();
         self.open = Some(VnodeMap::default());
     }
+}
+
+/// `raw` compressed into `packed` as an LZ4 block, and its length, when that saves at
+/// least an eighth of `raw`'s bytes.
+fn lz4(raw: &[u8], packed: &mut Vec<u8>) -> Option<usize> {
+    let bound = lz4_flex::block::get_maximum_output_size(raw.len());
+    if packed.len() < bound {
+        packed.resize(bound, 0);
+    }
+    let length = lz4_flex::block::compress_into(raw, packed).expect("the buffer holds LZ4's bound");
+    (length <= raw.len() - raw.len() / 8).then_some(length)
 }
 
 fn write_failed(error: impl std::fmt::Display) -> SluiceError {

@@ -34,7 +34,8 @@
 //! cancelled, and its file removed.
 //!
 //! **Files.** A run is written to an anonymous file of the state directory as its
-//! records come (memory holds one block of it), then uploaded from the file
+//! records come (memory holds one block of it; blocks compressed with LZ4 where that
+//! saves an eighth, `sluice_state::run`), then uploaded from the file
 //! (`CheckpointStore::put_file`, in pieces, or linked into a local store through
 //! `/proc/self/fd/N`), then dropped. Being anonymous, it never outlives the process,
 //! even one killed mid-checkpoint or mid-merge.
@@ -341,7 +342,7 @@ fn write_local(
     write: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
 ) -> Result<Option<LocalRun>, SluiceError> {
     let file = tempfile::tempfile_in(dir).map_err(|error| local_error(dir, 0, error))?;
-    let mut writer = RunWriter::new(BufWriter::new(&file))?;
+    let mut writer = RunWriter::new(BufWriter::new(&file))?.compressed();
     let mut checked = InRange { sink: &mut writer, vnodes, name, dir, cancel };
     let outcome = write(&mut checked);
     let (bytes, entries) = (writer.bytes_written(), writer.entries());

@@ -53,6 +53,27 @@ fn a_damaged_part_or_one_of_another_version_is_refused_by_name() {
     }
 }
 
+/// State runs of an earlier format version are read as they are (`sluice_state::run`
+/// reads versions 1 to 3), so a manifest naming them restores; any other encoding, or a
+/// run format this build does not know, is refused.
+#[test]
+fn runs_of_an_earlier_format_restore_and_other_encodings_are_refused() {
+    let mut manifest = sluice_checkpoint::Manifest::new(1, "f", 256, 0);
+    manifest.encodings = super::encodings();
+    assert!(super::check_encodings(&manifest, "s").is_ok());
+    for readable in 1..sluice_state::RUN_FORMAT_VERSION {
+        manifest.encodings.insert("state_run".into(), readable);
+        assert!(super::check_encodings(&manifest, "s").is_ok(), "state runs of version {readable}");
+    }
+    manifest.encodings.insert("state_run".into(), sluice_state::RUN_FORMAT_VERSION + 1);
+    let error = super::check_encodings(&manifest, "s").expect_err("a newer run format");
+    assert_eq!(error.code, "checkpoint.encodings");
+    manifest.encodings = super::encodings();
+    manifest.encodings.insert("state_run".into(), 2);
+    manifest.encodings.insert("join_state".into(), 0);
+    assert!(super::check_encodings(&manifest, "s").is_err(), "another encoding still counts");
+}
+
 /// A worker's part carries a small record inline and writes a large one as an object;
 /// the published manifest carries both prefixed with their epoch and worker, the large
 /// one as the object it names, which holds exactly the bytes the manifest would.
