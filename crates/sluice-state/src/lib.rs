@@ -59,6 +59,22 @@ pub trait StateSink {
     fn scratch_dir(&self) -> Option<&std::path::Path> {
         None
     }
+
+    /// Whether this sink takes whole blocks of other runs ([`StateSink::copy_block`]),
+    /// and the fewest bytes (decompressed) a block must hold to be worth taking whole
+    /// rather than entry by entry. None (the default): it takes records only.
+    fn copies_blocks(&self) -> Option<u64> {
+        None
+    }
+
+    /// Takes a block of puts and deletes of `vnode` from another run as it is: `info` as
+    /// that run's index lists it, `bytes` its bytes in that file (checked against its
+    /// checksum). Its keys follow every key given before; only for a sink that
+    /// [`StateSink::copies_blocks`] (a merge, `merge::Merge::write_into`).
+    fn copy_block(&mut self, vnode: u32, info: &read::BlockInfo, bytes: &[u8]) -> Result<(), SluiceError> {
+        let _ = (vnode, info, bytes);
+        unreachable!("copy_block on a sink that does not copy blocks")
+    }
 }
 
 /// One live record of a restore: a key and its value, in `(vnode, key)` order.

@@ -236,9 +236,14 @@ pub struct Merge {
     /// The range being yielded ([`MergeMode::KeepDeletes`]).
     range: (Vec<u8>, Vec<u8>),
     blocks_skipped: u64,
+    /// Blocks a compaction took whole ([`Merge::write_into`]).
+    blocks_copied: u64,
     /// The keys yielded in each vnode: from the first, up to the second (None: every key
     /// from the first on). None: every key.
     keys: Option<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Set while [`Merge::write_into`] opens each vnode itself: the merge ends with each
+    /// vnode instead of opening the next.
+    one_vnode: bool,
 }
 
 impl std::fmt::Debug for Merge {
@@ -284,7 +289,9 @@ impl Merge {
             mode,
             range: Default::default(),
             blocks_skipped: 0,
+            blocks_copied: 0,
             keys: None,
+            one_vnode: false,
         }
     }
 
@@ -368,6 +375,9 @@ impl Merge {
     /// Moves the merge on by one item, or one step toward it.
     fn step(&mut self) -> Result<Step, SluiceError> {
         let Some(current) = &mut self.current else {
+            if self.one_vnode {
+                return Ok(Step::End);
+            }
             let Some(vnode) = self.vnodes.next() else { return Ok(Step::End) };
             self.current = Some(self.open_vnode(vnode)?);
             return Ok(Step::Again);
@@ -409,15 +419,101 @@ impl Merge {
         Ok(if hidden || deleted || outside { Step::Again } else { Step::Point(winner) })
     }
 
-    /// Writes every item into `sink` (a compaction's output run).
+    /// Writes every item into `sink` (a compaction's output run), vnode by vnode. A vnode
+    /// whose runs hold no range deletes and whose keys do not overlap from run to run (a
+    /// join's appended rows, keyed by arrival: each run's keys above the older runs')
+    /// needs no merge: its blocks go to the sink in key order, whole when the sink
+    /// [`StateSink::copies_blocks`] and the block is large enough (neither decoded nor
+    /// compressed again), else entry by entry. Such a block keeps whatever point deletes
+    /// it holds, even in a [`MergeMode::Live`] merge; they hide nothing there, no key
+    /// being in two runs.
     pub fn write_into(&mut self, sink: &mut dyn StateSink) -> Result<u64, SluiceError> {
         let mut items = 0;
-        while let Some(item) = self.next_merged()? {
-            items += 1;
-            match item {
-                Merged::Put { vnode, key, value } => sink.put(vnode, key, value)?,
-                Merged::Delete { vnode, key } => sink.delete(vnode, key)?,
-                Merged::Range { vnode, start, end } => sink.delete_range(vnode, start, end)?,
+        self.one_vnode = true;
+        while let Some(vnode) = self.vnodes.next() {
+            if self.keys.is_none()
+                && let Some(order) = self.disjoint(vnode)?
+            {
+                items += self.concatenate(vnode, &order, sink)?;
+                continue;
+            }
+            self.current = Some(self.open_vnode(vnode)?);
+            while let Some(item) = self.next_merged()? {
+                items += 1;
+                match item {
+                    Merged::Put { vnode, key, value } => sink.put(vnode, key, value)?,
+                    Merged::Delete { vnode, key } => sink.delete(vnode, key)?,
+                    Merged::Range { vnode, start, end } => sink.delete_range(vnode, start, end)?,
+                }
+            }
+        }
+        self.one_vnode = false;
+        Ok(items)
+    }
+
+    /// Blocks a compaction took whole, neither decoded nor compressed again.
+    pub fn blocks_copied(&self) -> u64 {
+        self.blocks_copied
+    }
+
+    /// The inputs holding points of `vnode`, in the order of their keys, when none holds
+    /// a range delete of it and their keys do not overlap (each input's first key from
+    /// its index, its last from its last block, read here); None otherwise.
+    fn disjoint(&self, vnode: u32) -> Result<Option<Vec<usize>>, SluiceError> {
+        let mut spans: Vec<(Vec<u8>, Vec<u8>, usize)> = Vec::new();
+        for (number, input) in self.inputs.iter().enumerate() {
+            let blocks = if input.vnodes.contains(&vnode) { input.index.vnode_blocks(vnode) } else { &[] };
+            let (Some(first), Some(last)) = (blocks.first(), blocks.last()) else { continue };
+            if first.ranges {
+                return Ok(None);
+            }
+            let bytes = read_block(&*input.source, last)?;
+            let entries = crate::read::block_entries(&bytes, last).map_err(|problem| {
+                damaged(input.source.name(), format!("the block of vnode {vnode} at {}: {problem}", last.offset))
+            })?;
+            let last_key = entries.last().map(|entry| entry.key().to_vec()).unwrap_or_default();
+            spans.push((first.first_key.clone(), last_key, number));
+        }
+        spans.sort();
+        let overlap = spans.windows(2).any(|pair| pair[0].1 >= pair[1].0);
+        Ok((!overlap).then(|| spans.into_iter().map(|(_, _, number)| number).collect()))
+    }
+
+    /// Writes the blocks of `vnode` of the inputs `order` (disjoint, in key order) to
+    /// `sink`; returns the entries written.
+    fn concatenate(&mut self, vnode: u32, order: &[usize], sink: &mut dyn StateSink) -> Result<u64, SluiceError> {
+        let whole = sink.copies_blocks();
+        let mut items = 0;
+        for &number in order {
+            let input = &self.inputs[number];
+            let source = &*input.source;
+            for info in input.index.vnode_blocks(vnode) {
+                if whole.is_some_and(|least| info.raw_length.unwrap_or(info.length) >= least) {
+                    let length =
+                        usize::try_from(info.length).map_err(|_| damaged(source.name(), "a block is too long"))?;
+                    let bytes = source.read_at(info.offset, length)?;
+                    if crc32fast::hash(&bytes) != info.checksum {
+                        let problem = format!("the block of vnode {vnode} at {} fails its checksum", info.offset);
+                        return Err(damaged(source.name(), problem));
+                    }
+                    sink.copy_block(vnode, info, &bytes)?;
+                    self.blocks_copied += 1;
+                    items += info.entries;
+                    continue;
+                }
+                let bytes = read_block(source, info)?;
+                let entries = crate::read::block_entries(&bytes, info).map_err(|problem| {
+                    damaged(source.name(), format!("the block of vnode {vnode} at {}: {problem}", info.offset))
+                })?;
+                for entry in entries {
+                    match entry {
+                        Entry::Put { key, value } => sink.put(vnode, key, value)?,
+                        Entry::Delete { key } if self.mode == MergeMode::KeepDeletes => sink.delete(vnode, key)?,
+                        Entry::Delete { .. } => continue,
+                        Entry::Range { .. } => unreachable!("block_entries refuses ranges in a block of points"),
+                    }
+                    items += 1;
+                }
             }
         }
         Ok(items)

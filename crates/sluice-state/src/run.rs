@@ -208,6 +208,16 @@ impl OrderCheck {
     }
 }
 
+/// Where a block went in the file, as its index entry gives it.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    offset: u64,
+    length: u64,
+    raw_length: Option<u64>,
+    checksum: u32,
+    entries: u64,
+}
+
 /// The block being filled.
 #[derive(Debug, Default)]
 struct OpenBlock {
@@ -355,25 +365,32 @@ impl<W: Write> RunWriter<W> {
         let (stored_length, checksum) = (stored.len() as u64, crc32fast::hash(stored));
         self.packed = packed;
         emitted?;
-        let start = self.index.len();
-        varint::put(&mut self.index, u64::from(block.vnode));
-        varint::put(&mut self.index, offset);
-        varint::put(&mut self.index, stored_length);
-        varint::put(&mut self.index, block.entries);
-        self.index.push(block.kind);
-        if packed_length.is_some() {
-            self.index.push(CODEC_LZ4);
-            varint::put(&mut self.index, block.bytes.len() as u64);
-        } else {
-            self.index.push(CODEC_STORED);
-        }
-        self.index.extend_from_slice(&checksum.to_le_bytes());
-        varint::put(&mut self.index, block.first_key.len() as u64);
-        self.index.extend_from_slice(&block.first_key);
-        self.indexed.push(Indexed { vnode: block.vnode, kind: block.kind, range: start..self.index.len() });
+        let raw_length = packed_length.map(|_| block.bytes.len() as u64);
+        let written = Written { offset, length: stored_length, raw_length, checksum, entries: block.entries };
+        self.index_block(block.vnode, block.kind, written, &block.first_key);
         block.bytes.clear();
         block.entries = 0;
         Ok(block)
+    }
+
+    /// Adds a written block's entry to the index.
+    fn index_block(&mut self, vnode: u32, kind: u8, written: Written, first_key: &[u8]) {
+        let start = self.index.len();
+        varint::put(&mut self.index, u64::from(vnode));
+        varint::put(&mut self.index, written.offset);
+        varint::put(&mut self.index, written.length);
+        varint::put(&mut self.index, written.entries);
+        self.index.push(kind);
+        if let Some(raw_length) = written.raw_length {
+            self.index.push(CODEC_LZ4);
+            varint::put(&mut self.index, raw_length);
+        } else {
+            self.index.push(CODEC_STORED);
+        }
+        self.index.extend_from_slice(&written.checksum.to_le_bytes());
+        varint::put(&mut self.index, first_key.len() as u64);
+        self.index.extend_from_slice(first_key);
+        self.indexed.push(Indexed { vnode, kind, range: start..self.index.len() });
     }
 
     /// The block an entry of `vnode` and `kind` starting with `key` goes to.
@@ -494,6 +511,35 @@ impl<W: Write> StateSink for RunWriter<W> {
     fn interleave(&mut self) {
         self.order.interleave();
         self.open = Some(VnodeMap::default());
+    }
+
+    /// Blocks holding at least half a block's bytes are taken whole, unless interleaving.
+    fn copies_blocks(&self) -> Option<u64> {
+        self.open.is_none().then_some(self.block_bytes as u64 / 2)
+    }
+
+    /// The block is written as it is, after the block open so far: its bytes, codec,
+    /// checksum and entries unchanged. The order check sees its first key only (the
+    /// merge that gives it checked that its keys come after the ones before and before
+    /// the ones after).
+    fn copy_block(&mut self, vnode: u32, info: &crate::read::BlockInfo, bytes: &[u8]) -> Result<(), SluiceError> {
+        assert!(self.open.is_none() && !info.ranges, "whole blocks go to a writer in order, points only");
+        assert_eq!(bytes.len() as u64, info.length, "a block is copied with its bytes");
+        self.order.point(vnode, &info.first_key);
+        let open = std::mem::take(&mut self.block);
+        self.block = self.write_block(open)?;
+        let offset = self.written;
+        self.emit(bytes)?;
+        let written = Written {
+            offset,
+            length: info.length,
+            raw_length: info.raw_length,
+            checksum: info.checksum,
+            entries: info.entries,
+        };
+        self.index_block(vnode, KIND_POINTS, written, &info.first_key);
+        self.entries += info.entries;
+        Ok(())
     }
 }
 

@@ -22,7 +22,9 @@
 //! which merge in tiers of at most an eighth of the list's bytes; beyond its run cap the
 //! cheapest pair of runs close in size)
 //! is merged on a thread of its own, `sluice-compact`: the runs are read from the store
-//! block by block and the merge written to a local file, while the pipeline and the
+//! block by block and the merge written to a local file (a vnode whose runs' keys do not
+//! overlap, a join's appended rows, by copying their blocks as they are:
+//! `sluice_state::Merge::write_into`), while the pipeline and the
 //! next checkpoints go on. The first checkpoint after the merge finishes uploads its
 //! file as a run of that checkpoint's epoch, with its own runs, and puts it in place of
 //! the runs merged, if the list still holds them in a row (a full snapshot may have
@@ -312,8 +314,8 @@ impl RunBook {
                 runs.iter().map(|listed| StoredRun::open(&store, &listed.run)).collect::<Result<Vec<_>, _>>()?;
             let mut merge = Merge::new(inputs, start..end, mode);
             let file = write_local(&dir, &name, start..end, Some(&stop), |sink| merge.write_into(sink).map(drop))?;
-            let (runs, blocks_skipped) = (runs.len(), merge.blocks_skipped());
-            tracing::debug!(operator, start, end, runs, blocks_skipped, "state runs merged");
+            let (runs, blocks_skipped, blocks_copied) = (runs.len(), merge.blocks_skipped(), merge.blocks_copied());
+            tracing::debug!(operator, start, end, runs, blocks_skipped, blocks_copied, "state runs merged");
             Ok(file)
         });
         match spawned {
@@ -428,6 +430,20 @@ impl StateSink for InRange<'_> {
 
     fn interleave(&mut self) {
         self.sink.interleave();
+    }
+
+    fn copies_blocks(&self) -> Option<u64> {
+        self.sink.copies_blocks()
+    }
+
+    fn copy_block(
+        &mut self,
+        vnode: u32,
+        info: &sluice_state::read::BlockInfo,
+        bytes: &[u8],
+    ) -> Result<(), SluiceError> {
+        self.check(vnode)?;
+        self.sink.copy_block(vnode, info, bytes)
     }
 }
 

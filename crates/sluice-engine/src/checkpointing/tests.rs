@@ -328,6 +328,37 @@ mod runs {
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
+    /// A state that only adds keys, in blocks large enough to be copied: its runs merge in
+    /// tiers (a merge lands in the lists), the merge takes the blocks whole through the
+    /// worker's vnode check, and the lists read back every row.
+    #[test]
+    fn runs_of_additions_merge_by_copying_their_blocks() {
+        let Fixture { base: _base, store, _lease, mut book, flag } = Fixture::new();
+        let value = "v".repeat(40 << 10);
+        let keys: Vec<String> = (0..400).map(|i| format!("k{i:04}")).collect();
+        let puts = |range: std::ops::Range<usize>| -> Vec<(u32, &str, Option<&str>)> {
+            keys[range]
+                .iter()
+                .enumerate()
+                .map(|(i, key)| ((i % 4) as u32, key.as_str(), Some(value.as_str())))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        let mut runs = book.write(&store, 1, vec![deferred(SnapshotKind::Full, puts(0..4), &flag)]);
+        for epoch in 2..100u64 {
+            let at = epoch as usize * 4;
+            book.wait_for_merge();
+            let additions = deferred(SnapshotKind::Additions, puts(at - 4..at), &flag);
+            runs = book.write(&store, epoch, vec![additions]);
+        }
+        let runs = runs.expect("written");
+        assert!(runs.iter().any(|(_, run)| run.object.path.contains("merged")), "a merge landed: {runs:?}");
+        assert!(runs.len() <= sluice_state::compact::FRESH_RUNS_MAX + 1, "{} runs", runs.len());
+        let model: Model = (0..396).map(|i| entry((i % 4) as u32, &keys[i], &value)).collect();
+        assert_eq!(read(&store, &manifest(99, &runs), 0..4), model);
+    }
+
     /// After a restore the runs' kinds are unknown; the instance's first additions say
     /// what they were, so a growing state is not merged into its base.
     #[test]

@@ -250,3 +250,81 @@ fn a_run_serving_part_of_its_vnodes_yields_only_those() {
     ]);
     assert_eq!(read, expected);
 }
+
+/// Runs of fresh keys (a join's appended rows: per vnode, each run's keys, arrival
+/// numbers, above the older runs'), each vnode's rows in several blocks.
+fn fresh_runs(runs: u64, compressed: bool) -> (Vec<MergeInput>, Model) {
+    let mut model = Model::new();
+    let mut inputs = Vec::new();
+    for run in 0..runs {
+        let mut writer = RunWriter::with_block_bytes(Vec::new(), 64).expect("a writer");
+        if compressed {
+            writer = writer.compressed();
+        }
+        for vnode in 0..4u32 {
+            for arrival in run * 20..run * 20 + 20 {
+                let key = arrival.to_be_bytes();
+                let value = vec![vnode as u8 + arrival as u8 % 3; 30];
+                writer.put(vnode, &key, &value).expect("put");
+                model.insert((vnode, key.to_vec()), value);
+            }
+        }
+        let (_, bytes) = writer.finish().expect("finished");
+        inputs.push(MergeInput::open(Arc::new(BytesSource { name: format!("run {run}"), bytes })).expect("opens"));
+    }
+    (inputs, model)
+}
+
+/// A compaction of runs whose keys do not overlap takes their blocks whole (stored or
+/// compressed, as they were), in key order, and reads back as the runs did; runs whose
+/// keys overlap are merged record by record, as before.
+#[test]
+fn runs_of_fresh_keys_are_compacted_by_copying_their_blocks() {
+    for compressed in [false, true] {
+        let (inputs, model) = fresh_runs(3, compressed);
+        for mode in [MergeMode::Live, MergeMode::KeepDeletes] {
+            let mut writer = RunWriter::with_block_bytes(Vec::new(), 64).expect("a writer");
+            let mut merge = Merge::new(inputs.clone(), 0..u32::MAX, mode);
+            let items = merge.write_into(&mut writer).expect("merges");
+            assert_eq!(items, model.len() as u64);
+            let input_blocks: usize = inputs.iter().map(|input| input.index.blocks.len()).sum();
+            // Every block but each vnode's last of each run holds at least 32 bytes.
+            assert!(merge.blocks_copied() as usize >= input_blocks - 3 * 4, "{} copied", merge.blocks_copied());
+            let (_, bytes) = writer.finish().expect("finished");
+            let merged = MergeInput::open(Arc::new(BytesSource { name: "merged".into(), bytes })).expect("opens");
+            assert_eq!(merged.index.blocks.iter().any(|block| block.raw_length.is_some()), compressed);
+            assert_eq!(read_live(vec![merged.clone()], 0..u32::MAX), model);
+            // Merged again with a newer run of fresh keys: copied again, still the same.
+            let (more, _) = fresh_runs(4, compressed);
+            let mut model = model.clone();
+            let newest = more.last().expect("a fourth run").clone();
+            model.extend(read_live(vec![newest.clone()], 0..u32::MAX));
+            let again = compact(vec![merged, newest], mode, 64);
+            assert_eq!(read_live(vec![again], 0..u32::MAX), model);
+        }
+    }
+    // Overlapping keys (the same run twice): merged by record, the newest winning.
+    let (inputs, model) = fresh_runs(1, false);
+    let mut writer = RunWriter::with_block_bytes(Vec::new(), 64).expect("a writer");
+    let mut merge = Merge::new(vec![inputs[0].clone(), inputs[0].clone()], 0..u32::MAX, MergeMode::Live);
+    merge.write_into(&mut writer).expect("merges");
+    assert_eq!(merge.blocks_copied(), 0, "keys in both runs need a merge");
+    let (_, bytes) = writer.finish().expect("finished");
+    let merged = MergeInput::open(Arc::new(BytesSource { name: "merged".into(), bytes })).expect("opens");
+    assert_eq!(read_live(vec![merged], 0..u32::MAX), model);
+}
+
+/// A block taken whole is checked against its checksum first: damage is named, never
+/// copied into the merge.
+#[test]
+fn a_damaged_block_is_not_copied() {
+    let (mut inputs, _) = fresh_runs(2, true);
+    let first = inputs[0].index.blocks[0].clone();
+    let mut bytes = inputs[0].source.read_at(0, inputs[0].source.size() as usize).expect("bytes");
+    bytes[first.offset as usize] ^= 0x10;
+    inputs[0] = MergeInput::open(Arc::new(BytesSource { name: "damaged".into(), bytes })).expect("the index is intact");
+    let mut writer = RunWriter::with_block_bytes(Vec::new(), 64).expect("a writer");
+    let error = Merge::new(inputs, 0..u32::MAX, MergeMode::KeepDeletes).write_into(&mut writer).expect_err("damaged");
+    assert_eq!(error.code, "state.run_damaged");
+    assert!(error.message.contains("damaged") && error.message.contains("checksum"), "{}", error.message);
+}
