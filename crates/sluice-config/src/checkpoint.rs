@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use crate::model::{CheckpointSection, Guarantee};
+use crate::model::{CheckpointSection, Compression, Guarantee};
 use crate::reader::{Ctx, Section};
 
-const KEYS: &[&str] = &["interval", "store", "guarantee", "retain", "max_failed_checkpoints", "timeout"];
+const KEYS: &[&str] = &["interval", "store", "guarantee", "retain", "max_failed_checkpoints", "timeout", "compression"];
 
 /// Default checkpoint interval.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
@@ -58,6 +58,8 @@ pub(crate) fn parse_checkpoint(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<C
             "set how long every thread may take to acknowledge a checkpoint, e.g. timeout = \"10m\" (the default)",
         )
         .or(DEFAULT_CHECKPOINT_TIMEOUT);
+    let compression =
+        ctx.choice(sec, "compression", &[("lz4", Compression::Lz4), ("none", Compression::None)]).or(Compression::Lz4);
     Some(CheckpointSection {
         interval: interval?,
         timeout: timeout?,
@@ -65,5 +67,6 @@ pub(crate) fn parse_checkpoint(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<C
         guarantee: guarantee?,
         retain: retain?,
         max_failed_checkpoints: max_failed?,
+        compression: compression?,
     })
 }

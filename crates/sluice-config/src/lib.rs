@@ -47,9 +47,9 @@ pub use checkpoint::{
 };
 pub use error::{ConfigError, Located, Position};
 pub use model::{
-    CheckpointSection, DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STATE_MEMORY_MIB,
-    DEFAULT_VNODES, DEFAULT_WINDOWS_PER_ROW_MAX, Guarantee, OnError, PipelineConfig, PipelineSection, SinkConfig,
-    SourceConfig, ViewConfig,
+    CheckpointSection, Compression, DEFAULT_BATCH_SIZE, DEFAULT_QUEUE_BATCHES, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_STATE_MEMORY_MIB, DEFAULT_VNODES, DEFAULT_WINDOWS_PER_ROW_MAX, Guarantee, OnError, PipelineConfig,
+    PipelineSection, SinkConfig, SourceConfig, ViewConfig,
 };
 pub use options::{Options, OptionsReader};
 pub use pipeline::default_threads;

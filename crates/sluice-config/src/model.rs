@@ -239,6 +239,18 @@ pub struct CheckpointSection {
     pub retain: u32,
     /// Consecutive failed checkpoints before the pipeline fails.
     pub max_failed_checkpoints: u32,
+    /// How the state runs a checkpoint writes store their blocks.
+    pub compression: Compression,
+}
+
+/// How a checkpoint's state runs store their blocks (`sluice_state::run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Each block compressed with LZ4 where that saves an eighth of it: NEXMark q20's
+    /// runs 2.3 times smaller, for some CPU on the checkpoint writer's thread.
+    Lz4,
+    /// Blocks stored as they are.
+    None,
 }
 
 /// What a crash may do to the output.

@@ -190,7 +190,7 @@ path = "out/hot_items.csv"
 
 #[test]
 fn checkpoint_section_defaults_and_values() {
-    use crate::{CheckpointSection, Guarantee};
+    use crate::{CheckpointSection, Compression, Guarantee};
     check_ok(&format!("{PIPELINE}{SOURCE}{SINK}"), |c| assert_eq!(c.checkpoint, None));
     check_ok(&format!("{PIPELINE}\n[checkpoint]\n{SOURCE}{SINK}"), |c| {
         assert_eq!(
@@ -202,10 +202,11 @@ fn checkpoint_section_defaults_and_values() {
                 guarantee: Guarantee::ExactlyOnce,
                 retain: 3,
                 max_failed_checkpoints: 3,
+                compression: Compression::Lz4,
             })
         )
     });
-    let custom = "[checkpoint]\ninterval = \"500ms\"\nstore = \"s3://b/p\"\nguarantee = \"at-least-once\"\nretain = 5\nmax_failed_checkpoints = 2\n";
+    let custom = "[checkpoint]\ninterval = \"500ms\"\nstore = \"s3://b/p\"\nguarantee = \"at-least-once\"\nretain = 5\nmax_failed_checkpoints = 2\ncompression = \"none\"\n";
     check_ok(&format!("{PIPELINE}\n{custom}{SOURCE}{SINK}"), |c| {
         let checkpoint = c.checkpoint.as_ref().expect("section");
         assert_eq!(checkpoint.interval, std::time::Duration::from_millis(500));
@@ -214,6 +215,7 @@ fn checkpoint_section_defaults_and_values() {
             ("s3://b/p", Guarantee::AtLeastOnce, 5)
         );
         assert_eq!(checkpoint.max_failed_checkpoints, 2);
+        assert_eq!(checkpoint.compression, Compression::None);
     });
 }
 

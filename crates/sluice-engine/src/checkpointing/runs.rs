@@ -37,7 +37,8 @@
 //!
 //! **Files.** A run is written to an anonymous file of the state directory as its
 //! records come (memory holds one block of it; blocks compressed with LZ4 where that
-//! saves an eighth, `sluice_state::run`), then uploaded from the file
+//! saves an eighth, `sluice_state::run`, unless `[checkpoint] compression = "none"`),
+//! then uploaded from the file
 //! (`CheckpointStore::put_file`, in pieces, or linked into a local store through
 //! `/proc/self/fd/N`), then dropped. Being anonymous, it never outlives the process,
 //! even one killed mid-checkpoint or mid-merge.
@@ -108,6 +109,8 @@ pub(crate) struct RunBook {
     lists: BTreeMap<Instance, Vec<Listed>>,
     /// Where runs are written before their upload.
     dir: PathBuf,
+    /// Whether runs compress their blocks (`[checkpoint] compression`).
+    compress: bool,
     /// The merge being written in the background, if any.
     compaction: Option<Compaction>,
     /// Merges started so far (numbers their objects' names).
@@ -165,7 +168,14 @@ impl RunBook {
                 }
             }
         }
-        RunBook { lists, dir, compaction: None, merges: 0, merged_last: None }
+        RunBook { lists, dir, compress: true, compaction: None, merges: 0, merged_last: None }
+    }
+
+    /// The same book writing runs whose blocks are compressed or not (`[checkpoint]
+    /// compression`; blocks a merge copies keep their own).
+    pub(crate) fn compressing(mut self, compress: bool) -> RunBook {
+        self.compress = compress;
+        self
     }
 
     /// Writes the deferred states of one checkpoint as runs of `epoch`, with the merge
@@ -200,7 +210,8 @@ impl RunBook {
                 continue;
             }
             let name = format!("{}/run-{}-{}", instance.0, vnodes.start, vnodes.end);
-            if let Some(file) = write_local(&self.dir, &name, vnodes, None, |sink| (snapshot.job)(sink))? {
+            let local = write_local(&self.dir, &name, vnodes, None, self.compress, |sink| (snapshot.job)(sink))?;
+            if let Some(file) = local {
                 written.push((instance, file, fresh_keys));
             }
         }
@@ -308,12 +319,13 @@ impl RunBook {
         let fresh_keys = runs.iter().all(|listed| listed.fresh_keys);
         let objects = runs.iter().map(|listed| listed.run.object.path.clone()).collect();
         let cancel = Arc::new(AtomicBool::new(false));
-        let (store, dir, stop) = (Arc::clone(store), self.dir.clone(), Arc::clone(&cancel));
+        let (store, dir, stop, compress) = (Arc::clone(store), self.dir.clone(), Arc::clone(&cancel), self.compress);
         let spawned = std::thread::Builder::new().name("sluice-compact".into()).spawn(move || {
             let inputs =
                 runs.iter().map(|listed| StoredRun::open(&store, &listed.run)).collect::<Result<Vec<_>, _>>()?;
             let mut merge = Merge::new(inputs, start..end, mode);
-            let file = write_local(&dir, &name, start..end, Some(&stop), |sink| merge.write_into(sink).map(drop))?;
+            let write = |sink: &mut dyn StateSink| merge.write_into(sink).map(drop);
+            let file = write_local(&dir, &name, start..end, Some(&stop), compress, write)?;
             let (runs, blocks_skipped, blocks_copied) = (runs.len(), merge.blocks_skipped(), merge.blocks_copied());
             tracing::debug!(operator, start, end, runs, blocks_skipped, blocks_copied, "state runs merged");
             Ok(file)
@@ -333,18 +345,22 @@ impl RunBook {
     }
 }
 
-/// Writes the records `write` gives as a run in a local file of `dir`, to be uploaded as
-/// the object `name`; `None` when there are no records. Raising `cancel` stops the
-/// writing at its next record.
+/// Writes the records `write` gives as a run in a local file of `dir`, its blocks
+/// compressed when `compress`, to be uploaded as the object `name`; `None` when there are
+/// no records. Raising `cancel` stops the writing at its next record.
 fn write_local(
     dir: &Path,
     name: &str,
     vnodes: Range<u32>,
     cancel: Option<&AtomicBool>,
+    compress: bool,
     write: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
 ) -> Result<Option<LocalRun>, SluiceError> {
     let file = tempfile::tempfile_in(dir).map_err(|error| local_error(dir, 0, error))?;
-    let mut writer = RunWriter::new(BufWriter::new(&file))?.compressed();
+    let mut writer = RunWriter::new(BufWriter::new(&file))?;
+    if compress {
+        writer = writer.compressed();
+    }
     let mut checked = InRange { sink: &mut writer, vnodes, name, dir, cancel };
     let outcome = write(&mut checked);
     let (bytes, entries) = (writer.bytes_written(), writer.entries());

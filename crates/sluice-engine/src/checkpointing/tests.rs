@@ -359,6 +359,25 @@ mod runs {
         assert_eq!(read(&store, &manifest(99, &runs), 0..4), model);
     }
 
+    /// `[checkpoint] compression`: runs compress their blocks with LZ4 by default, and
+    /// store them as they are with `"none"`; both read back alike.
+    #[test]
+    fn runs_compress_their_blocks_unless_told_not_to() {
+        let value = "v".repeat(1000);
+        let puts: Vec<(u32, &str, Option<&str>)> = vec![(0, "a", Some(&value)), (1, "b", Some(&value))];
+        for compress in [true, false] {
+            let Fixture { base, store, _lease, book, flag } = Fixture::new();
+            let mut book = book.compressing(compress);
+            let runs = book.write(&store, 1, vec![deferred(SnapshotKind::Full, puts.clone(), &flag)]).expect("written");
+            let input = StoreState::new(Arc::clone(&store), &manifest(1, &runs)).open("op", 0..4).expect("opens");
+            let input = &input[0];
+            assert!(input.index.blocks.iter().all(|block| block.raw_length.is_some() == compress), "{compress}");
+            let model = Model::from([entry(0, "a", &value), entry(1, "b", &value)]);
+            assert_eq!(read(&store, &manifest(1, &runs), 0..4), model);
+            drop(base);
+        }
+    }
+
     /// After a restore the runs' kinds are unknown; the instance's first additions say
     /// what they were, so a growing state is not merged into its base.
     #[test]

@@ -64,28 +64,19 @@ fn golden(version: u8) -> Vec<u8> {
 
 #[test]
 fn the_golden_vector() {
-    let (run, bytes) = write(
-        |w| {
-            w.delete_range(1, b"a", b"c").expect("range");
-            w.put(1, b"b", b"xy").expect("put");
-            w.delete(3, b"k").expect("delete");
-        },
-        BLOCK_BYTES,
-    );
+    let records = |w: &mut RunWriter<Vec<u8>>| {
+        w.delete_range(1, b"a", b"c").expect("range");
+        w.put(1, b"b", b"xy").expect("put");
+        w.delete(3, b"k").expect("delete");
+    };
+    let (run, bytes) = write(records, BLOCK_BYTES);
     assert_eq!(bytes, golden(3));
     assert_eq!(run, WrittenRun { bytes: bytes.len() as u64, checksum: crc32fast::hash(&bytes), entries: 3, blocks: 3 });
     // Pinned as numbers too, so that the test cannot drift with its own helper.
     assert_eq!(bytes.len(), 95);
     assert_eq!(run.checksum, crc32fast::hash(&golden(3)));
     // A compressing writer stores blocks that LZ4 would not shrink by an eighth as is.
-    let (_, compressed) = write_compressed(
-        |w| {
-            w.delete_range(1, b"a", b"c").expect("range");
-            w.put(1, b"b", b"xy").expect("put");
-            w.delete(3, b"k").expect("delete");
-        },
-        BLOCK_BYTES,
-    );
+    let (_, compressed) = write_compressed(records, BLOCK_BYTES);
     assert_eq!(compressed, golden(3));
 }
 
