@@ -92,9 +92,14 @@ fn a_barrier_nobody_acknowledges_fails_the_checkpoint_naming_the_thread() {
 #[test]
 fn a_checkpoint_written_when_the_input_ends_does_not_count_against_shutdown_timeout() {
     let scratch = Scratch::new();
-    let bounded = endless("[checkpoint]\ninterval = \"10ms\"\n", 1).replace("rate = 20000", "events = 20000");
+    // 20,000 events at 4,000 a second: the input ends about 5 s after the start, well
+    // after the second checkpoint started (10 ms after the first) and well before it is
+    // written. Without the rate, the input could end before the second checkpoint
+    // started, which would then be the final one and rightly bounded by shutdown_timeout.
+    let bounded =
+        endless("[checkpoint]\ninterval = \"10ms\"\n", 1).replace("rate = 20000", "rate = 4000\nevents = 20000");
     scratch.write("pipeline.toml", &bounded);
-    // The first checkpoint is written at once, the second in 15 s (the 20,000 events end
+    // The first checkpoint is written at once, the second in 15 s (the input ends
     // meanwhile), every later one at once.
     let run = run_with(&scratch, "checkpoint.after_state_written=1*off->1*sleep(15000)");
     let stderr = String::from_utf8_lossy(&run.stderr);
