@@ -58,8 +58,8 @@ pub(crate) fn parse_checkpoint(ctx: &mut Ctx<'_>, sec: &Section<'_>) -> Option<C
             "set how long every thread may take to acknowledge a checkpoint, e.g. timeout = \"10m\" (the default)",
         )
         .or(DEFAULT_CHECKPOINT_TIMEOUT);
-    let compression =
-        ctx.choice(sec, "compression", &[("lz4", Compression::Lz4), ("none", Compression::None)]).or(Compression::Lz4);
+    let choices = [("lz4-merged", Compression::Lz4Merged), ("lz4", Compression::Lz4), ("none", Compression::None)];
+    let compression = ctx.choice(sec, "compression", &choices).or(Compression::Lz4Merged);
     Some(CheckpointSection {
         interval: interval?,
         timeout: timeout?,

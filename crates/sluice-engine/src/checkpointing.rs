@@ -386,8 +386,8 @@ pub(crate) fn prepare(
     let slots = recovering.layout.slots_of(recovering.me);
     let ranges: Vec<_> = slots.map(|slot| vnode::range_of(slot, vnodes, recovering.layout.slots())).collect();
     debug_assert!(ranges.iter().all(|range| range.start >= mine.start && range.end <= mine.end));
-    let compress = section.compression == sluice_config::Compression::Lz4;
-    let runs = RunBook::restored(compiled.state_dir.clone(), manifest.as_ref(), &ranges).compressing(compress);
+    let runs =
+        RunBook::restored(compiled.state_dir.clone(), manifest.as_ref(), &ranges).compressing(section.compression);
     sluice_types::failpoint!("recovery.before_resolve");
     resolve_sinks(&store, manifest.as_ref(), plan, recovering)?;
     sluice_types::failpoint!("recovery.after_resolve");

@@ -366,7 +366,7 @@ pub fn bench_config(setup: &BenchSetup<'_>) -> Result<PipelineConfig, SluiceErro
         guarantee: Guarantee::ExactlyOnce,
         retain: DEFAULT_RETAIN,
         max_failed_checkpoints: DEFAULT_MAX_FAILED_CHECKPOINTS,
-        compression: sluice_config::Compression::Lz4,
+        compression: sluice_config::Compression::Lz4Merged,
     });
     Ok(PipelineConfig {
         pipeline,

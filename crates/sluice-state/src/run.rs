@@ -519,9 +519,10 @@ impl<W: Write> StateSink for RunWriter<W> {
     }
 
     /// The block is written as it is, after the block open so far: its bytes, codec,
-    /// checksum and entries unchanged. The order check sees its first key only (the
-    /// merge that gives it checked that its keys come after the ones before and before
-    /// the ones after).
+    /// checksum and entries unchanged, except that a compressing writer compresses a
+    /// stored block (its bytes are its entries; it is not decoded). The order check sees
+    /// its first key only (the merge that gives it checked that its keys come after the
+    /// ones before and before the ones after).
     fn copy_block(&mut self, vnode: u32, info: &crate::read::BlockInfo, bytes: &[u8]) -> Result<(), SluiceError> {
         assert!(self.open.is_none() && !info.ranges, "whole blocks go to a writer in order, points only");
         assert_eq!(bytes.len() as u64, info.length, "a block is copied with its bytes");
@@ -529,14 +530,20 @@ impl<W: Write> StateSink for RunWriter<W> {
         let open = std::mem::take(&mut self.block);
         self.block = self.write_block(open)?;
         let offset = self.written;
-        self.emit(bytes)?;
-        let written = Written {
-            offset,
-            length: info.length,
-            raw_length: info.raw_length,
-            checksum: info.checksum,
-            entries: info.entries,
+        let mut packed = std::mem::take(&mut self.packed);
+        let packed_length = match info.raw_length {
+            None if self.compress => lz4(bytes, &mut packed),
+            _ => None,
         };
+        let (stored, raw_length, checksum) = match packed_length {
+            Some(length) => (&packed[..length], Some(info.length), crc32fast::hash(&packed[..length])),
+            None => (bytes, info.raw_length, info.checksum),
+        };
+        let length = stored.len() as u64;
+        let emitted = self.emit(stored);
+        self.packed = packed;
+        emitted?;
+        let written = Written { offset, length, raw_length, checksum, entries: info.entries };
         self.index_block(vnode, KIND_POINTS, written, &info.first_key);
         self.entries += info.entries;
         Ok(())

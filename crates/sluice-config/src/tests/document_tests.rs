@@ -202,7 +202,7 @@ fn checkpoint_section_defaults_and_values() {
                 guarantee: Guarantee::ExactlyOnce,
                 retain: 3,
                 max_failed_checkpoints: 3,
-                compression: Compression::Lz4,
+                compression: Compression::Lz4Merged,
             })
         )
     });

@@ -36,8 +36,10 @@
 //! cancelled, and its file removed.
 //!
 //! **Files.** A run is written to an anonymous file of the state directory as its
-//! records come (memory holds one block of it; blocks compressed with LZ4 where that
-//! saves an eighth, `sluice_state::run`, unless `[checkpoint] compression = "none"`),
+//! records come (memory holds one block of it; `[checkpoint] compression`: by default
+//! a checkpoint's runs store their blocks as they are and merges compress them with LZ4
+//! where that saves an eighth, `sluice_state::run`; `"lz4"` compresses every run,
+//! `"none"` none),
 //! then uploaded from the file
 //! (`CheckpointStore::put_file`, in pieces, or linked into a local store through
 //! `/proc/self/fd/N`), then dropped. Being anonymous, it never outlives the process,
@@ -51,6 +53,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sluice_checkpoint::{CheckpointStore, Manifest, ObjectRef, StateRun};
+use sluice_config::Compression;
 use sluice_runtime::SnapshotKind;
 use sluice_runtime::checkpoint::{DeferredState, RestoredState};
 use sluice_state::merge::MergeInput;
@@ -109,8 +112,8 @@ pub(crate) struct RunBook {
     lists: BTreeMap<Instance, Vec<Listed>>,
     /// Where runs are written before their upload.
     dir: PathBuf,
-    /// Whether runs compress their blocks (`[checkpoint] compression`).
-    compress: bool,
+    /// How runs store their blocks (`[checkpoint] compression`).
+    compression: Compression,
     /// The merge being written in the background, if any.
     compaction: Option<Compaction>,
     /// Merges started so far (numbers their objects' names).
@@ -168,13 +171,13 @@ impl RunBook {
                 }
             }
         }
-        RunBook { lists, dir, compress: true, compaction: None, merges: 0, merged_last: None }
+        RunBook { lists, dir, compression: Compression::Lz4Merged, compaction: None, merges: 0, merged_last: None }
     }
 
-    /// The same book writing runs whose blocks are compressed or not (`[checkpoint]
-    /// compression`; blocks a merge copies keep their own).
-    pub(crate) fn compressing(mut self, compress: bool) -> RunBook {
-        self.compress = compress;
+    /// The same book storing the blocks of the runs it writes as `compression` says
+    /// (`[checkpoint] compression`: a checkpoint's new runs, merges' runs).
+    pub(crate) fn compressing(mut self, compression: Compression) -> RunBook {
+        self.compression = compression;
         self
     }
 
@@ -210,7 +213,8 @@ impl RunBook {
                 continue;
             }
             let name = format!("{}/run-{}-{}", instance.0, vnodes.start, vnodes.end);
-            let local = write_local(&self.dir, &name, vnodes, None, self.compress, |sink| (snapshot.job)(sink))?;
+            let local =
+                write_local(&self.dir, &name, vnodes, None, self.compression.new_runs(), |sink| (snapshot.job)(sink))?;
             if let Some(file) = local {
                 written.push((instance, file, fresh_keys));
             }
@@ -319,7 +323,8 @@ impl RunBook {
         let fresh_keys = runs.iter().all(|listed| listed.fresh_keys);
         let objects = runs.iter().map(|listed| listed.run.object.path.clone()).collect();
         let cancel = Arc::new(AtomicBool::new(false));
-        let (store, dir, stop, compress) = (Arc::clone(store), self.dir.clone(), Arc::clone(&cancel), self.compress);
+        let (store, dir, stop) = (Arc::clone(store), self.dir.clone(), Arc::clone(&cancel));
+        let compress = self.compression.merged_runs();
         let spawned = std::thread::Builder::new().name("sluice-compact".into()).spawn(move || {
             let inputs =
                 runs.iter().map(|listed| StoredRun::open(&store, &listed.run)).collect::<Result<Vec<_>, _>>()?;

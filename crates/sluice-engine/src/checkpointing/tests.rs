@@ -143,6 +143,8 @@ mod runs {
     use sluice_state::{Merge, MergeMode, StateSink, StateSource};
     use sluice_types::SluiceError;
 
+    use sluice_config::Compression;
+
     use super::super::runs::{RunBook, StoreState};
 
     type Model = BTreeMap<(u32, Vec<u8>), Vec<u8>>;
@@ -359,21 +361,51 @@ mod runs {
         assert_eq!(read(&store, &manifest(99, &runs), 0..4), model);
     }
 
-    /// `[checkpoint] compression`: runs compress their blocks with LZ4 by default, and
-    /// store them as they are with `"none"`; both read back alike.
+    /// `[checkpoint] compression`: by default (`"lz4-merged"`) a checkpoint's runs store
+    /// their blocks as they are and a merge compresses them, copied blocks included;
+    /// `"lz4"` compresses every run, `"none"` none; all read back alike.
     #[test]
-    fn runs_compress_their_blocks_unless_told_not_to() {
-        let value = "v".repeat(1000);
-        let puts: Vec<(u32, &str, Option<&str>)> = vec![(0, "a", Some(&value)), (1, "b", Some(&value))];
-        for compress in [true, false] {
+    fn runs_compress_their_blocks_as_told() {
+        let value = "v".repeat(40 << 10);
+        let keys: Vec<String> = (0..40).map(|i| format!("k{i:04}")).collect();
+        let puts = |range: std::ops::Range<usize>| -> Vec<(u32, &str, Option<&str>)> {
+            keys[range].iter().map(|key| (1, key.as_str(), Some(value.as_str()))).collect()
+        };
+        for (compression, new_runs, merged_runs) in
+            [(Compression::Lz4Merged, false, true), (Compression::Lz4, true, true), (Compression::None, false, false)]
+        {
             let Fixture { base, store, _lease, book, flag } = Fixture::new();
-            let mut book = book.compressing(compress);
-            let runs = book.write(&store, 1, vec![deferred(SnapshotKind::Full, puts.clone(), &flag)]).expect("written");
-            let input = StoreState::new(Arc::clone(&store), &manifest(1, &runs)).open("op", 0..4).expect("opens");
-            let input = &input[0];
-            assert!(input.index.blocks.iter().all(|block| block.raw_length.is_some() == compress), "{compress}");
-            let model = Model::from([entry(0, "a", &value), entry(1, "b", &value)]);
-            assert_eq!(read(&store, &manifest(1, &runs), 0..4), model);
+            let mut book = book.compressing(compression);
+            let blocks = |runs: &[(String, StateRun)], epoch: u64| -> Vec<bool> {
+                let inputs =
+                    StoreState::new(Arc::clone(&store), &manifest(epoch, runs)).open("op", 0..4).expect("opens");
+                let newest = inputs.last().expect("a run");
+                newest.index.blocks.iter().map(|block| block.raw_length.is_some()).collect()
+            };
+            let runs = book.write(&store, 1, vec![deferred(SnapshotKind::Full, puts(0..4), &flag)]).expect("written");
+            assert!(blocks(&runs, 1).iter().all(|lz4| *lz4 == new_runs), "{compression:?}");
+            // A state that rewrites its keys: once the newer runs hold as many bytes as
+            // the oldest, they are merged into it.
+            let mut runs = runs;
+            let mut epoch = 1;
+            while !runs.iter().any(|(_, run)| run.object.path.contains("merged")) {
+                assert!(epoch < 40, "no merge landed in {epoch} checkpoints");
+                book.wait_for_merge();
+                epoch += 1;
+                runs =
+                    book.write(&store, epoch, vec![deferred(SnapshotKind::Delta, puts(0..4), &flag)]).expect("written");
+            }
+            // The inputs open in the manifest's order, the runs' order.
+            let at = runs.iter().position(|(_, run)| run.object.path.contains("merged")).expect("merged");
+            let inputs = StoreState::new(Arc::clone(&store), &manifest(epoch, &runs)).open("op", 0..4).expect("opens");
+            assert_eq!(inputs.len(), runs.len());
+            assert!(
+                inputs[at].index.blocks.iter().all(|block| block.raw_length.is_some() == merged_runs),
+                "{compression:?}: {:?}",
+                runs[at]
+            );
+            let model: Model = keys[..4].iter().map(|key| entry(1, key, &value)).collect();
+            assert_eq!(read(&store, &manifest(epoch, &runs), 0..4), model);
             drop(base);
         }
     }
