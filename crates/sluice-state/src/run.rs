@@ -354,23 +354,29 @@ impl<W: Write> RunWriter<W> {
         if block.entries == 0 {
             return Ok(block);
         }
-        let offset = self.written;
-        let mut packed = std::mem::take(&mut self.packed);
-        let packed_length = if self.compress { lz4(&block.bytes, &mut packed) } else { None };
-        let stored = match packed_length {
-            Some(length) => &packed[..length],
-            None => &block.bytes[..],
-        };
-        let emitted = self.emit(stored);
-        let (stored_length, checksum) = (stored.len() as u64, crc32fast::hash(stored));
-        self.packed = packed;
-        emitted?;
-        let raw_length = packed_length.map(|_| block.bytes.len() as u64);
-        let written = Written { offset, length: stored_length, raw_length, checksum, entries: block.entries };
+        let written = self.emit_block(&block.bytes, block.entries)?;
         self.index_block(block.vnode, block.kind, written, &block.first_key);
         block.bytes.clear();
         block.entries = 0;
         Ok(block)
+    }
+
+    /// Writes a block of `entries` whose entries' bytes are `raw`: compressed when the
+    /// writer compresses and LZ4 saves an eighth of them, else as they are.
+    fn emit_block(&mut self, raw: &[u8], entries: u64) -> Result<Written, SluiceError> {
+        let offset = self.written;
+        let mut packed = std::mem::take(&mut self.packed);
+        let packed_length = if self.compress { lz4(raw, &mut packed) } else { None };
+        let stored = match packed_length {
+            Some(length) => &packed[..length],
+            None => raw,
+        };
+        let emitted = self.emit(stored);
+        let (length, checksum) = (stored.len() as u64, crc32fast::hash(stored));
+        self.packed = packed;
+        emitted?;
+        let raw_length = packed_length.map(|_| raw.len() as u64);
+        Ok(Written { offset, length, raw_length, checksum, entries })
     }
 
     /// Adds a written block's entry to the index.
@@ -529,21 +535,17 @@ impl<W: Write> StateSink for RunWriter<W> {
         self.order.point(vnode, &info.first_key);
         let open = std::mem::take(&mut self.block);
         self.block = self.write_block(open)?;
-        let offset = self.written;
-        let mut packed = std::mem::take(&mut self.packed);
-        let packed_length = match info.raw_length {
-            None if self.compress => lz4(bytes, &mut packed),
-            _ => None,
+        let written = match info.raw_length {
+            // A stored block's bytes are its entries: written as a block of this writer's.
+            None => self.emit_block(bytes, info.entries)?,
+            Some(_) => {
+                let offset = self.written;
+                self.emit(bytes)?;
+                let (length, raw_length, checksum, entries) =
+                    (info.length, info.raw_length, info.checksum, info.entries);
+                Written { offset, length, raw_length, checksum, entries }
+            }
         };
-        let (stored, raw_length, checksum) = match packed_length {
-            Some(length) => (&packed[..length], Some(info.length), crc32fast::hash(&packed[..length])),
-            None => (bytes, info.raw_length, info.checksum),
-        };
-        let length = stored.len() as u64;
-        let emitted = self.emit(stored);
-        self.packed = packed;
-        emitted?;
-        let written = Written { offset, length, raw_length, checksum, entries: info.entries };
         self.index_block(vnode, KIND_POINTS, written, &info.first_key);
         self.entries += info.entries;
         Ok(())
