@@ -17,7 +17,7 @@ use std::sync::Arc;
 use sluice_types::SluiceError;
 
 use crate::counter::LazyCounter;
-use crate::spill::{LogChunk, SpillLog, SpillSpace};
+use crate::spill::{LogChunk, SharedChunk, SpillLog, SpillSpace};
 
 /// Where a kept row's bytes are: `length` bytes from `start` in chunk `chunk`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,10 +117,11 @@ impl RowLog {
         crate::spill::gather(rows, |at| self.get(at), |at, out| self.read_into(at, out), spilled)
     }
 
-    /// A copy of the rows' chunks, for a snapshot to read them from after the log moved
-    /// on (a chunk shared so is not appended to again).
-    pub(crate) fn shared(&self) -> SharedRows {
-        SharedRows { chunks: self.log.chunks().to_vec() }
+    /// The rows' chunks, shared for a snapshot to read them from after the log moved on
+    /// (a chunk shared so is not appended to again; one spilled later is read from the
+    /// file).
+    pub(crate) fn shared(&mut self) -> SharedRows {
+        SharedRows { chunks: self.log.share(0..self.log.chunk_count()) }
     }
 
     /// Whether the dead bytes outnumber the live ones and fill a chunk.
@@ -155,13 +156,13 @@ impl RowLog {
 
 /// The chunks of a [`RowLog`] as a snapshot took them.
 pub(crate) struct SharedRows {
-    chunks: Vec<LogChunk>,
+    chunks: Vec<SharedChunk>,
 }
 
 impl SharedRows {
     /// Appends the row's bytes to `out`.
     pub(crate) fn read_into(&self, at: RowAt, out: &mut Vec<u8>) -> Result<(), SluiceError> {
-        match &self.chunks[at.chunk as usize] {
+        match &self.chunks[at.chunk as usize].get() {
             LogChunk::Resident(bytes) => {
                 out.extend_from_slice(&bytes[at.range()]);
                 Ok(())

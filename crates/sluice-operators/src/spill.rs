@@ -19,6 +19,14 @@
 //! anonymous (created already unlinked): the system frees it when the log is dropped or
 //! the process ends, however it ends, so a crash leaves nothing behind.
 //!
+//! A snapshot shares a log's chunks ([`SpillLog::share`]) rather than copying them; a
+//! chunk it shares is never appended to again. A shared chunk that the log then spills
+//! is handed to the snapshot as its place in the file, so a checkpoint still being
+//! written holds no spilled chunk in memory, beyond the one it is reading. A log keeps
+//! the last chunk it spilled, when nothing else holds it, as the next chunk it starts
+//! (counted in the budget as if still in use), so that rows go to memory already mapped
+//! rather than to fresh pages the kernel must zero.
+//!
 //! Spill files are no checkpoint: a checkpoint encodes the rows as before (reading the
 //! spilled ones back), and a restore appends them again. A log never rewrites its file:
 //! a TopN, whose rows leave, copies the rows it keeps into a fresh log once the dead
@@ -27,8 +35,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use sluice_runtime::Metrics;
 use sluice_types::SluiceError;
@@ -283,10 +291,36 @@ impl LogChunk {
     }
 }
 
+/// A chunk as a snapshot shares it ([`SpillLog::share`]): the chunk in memory while the
+/// log keeps it there, its place in the log's file once the log spilled it.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedChunk {
+    cell: Arc<Mutex<LogChunk>>,
+    /// Its bytes (a shared chunk never changes).
+    len: usize,
+}
+
+impl SharedChunk {
+    /// The chunk as it is now: hold it while reading it, then let it go.
+    pub(crate) fn get(&self) -> LogChunk {
+        self.cell.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The bytes it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct SpillLog {
     chunks: Vec<LogChunk>,
+    /// The chunks in memory that snapshots share, by number: told when they spill.
+    shared: Vec<(u32, Weak<Mutex<LogChunk>>)>,
+    /// The last chunk spilled, emptied, to be the next one started (its capacity counted
+    /// in `resident`).
+    spare: Option<Vec<u8>>,
     chunk_bytes: usize,
     /// None: nothing spills (every chunk stays in memory).
     space: Option<Arc<SpillSpace>>,
@@ -312,6 +346,8 @@ impl SpillLog {
     pub(crate) fn with_chunk_bytes(space: Option<Arc<SpillSpace>>, chunk_bytes: usize) -> SpillLog {
         SpillLog {
             chunks: Vec::new(),
+            shared: Vec::new(),
+            spare: None,
             chunk_bytes,
             space,
             file: SpillFile::new(u64::MAX),
@@ -335,6 +371,7 @@ impl SpillLog {
             space.resident.fetch_sub(self.resident, Ordering::Relaxed);
         }
         self.resident = 0;
+        self.spare = None;
     }
 
     /// The counter of written bytes, for a log that replaces this one.
@@ -354,13 +391,19 @@ impl SpillLog {
             }
         }
         if self.chunks.last_mut().and_then(|chunk| fits(chunk, row.len())).is_none() {
-            let chunk = Vec::with_capacity(self.chunk_bytes.max(row.len()));
-            // Counted as `spill` uncounts it: by the capacity the vector has.
-            let capacity = chunk.capacity();
-            self.chunks.push(LogChunk::Resident(Arc::new(chunk)));
-            self.resident += capacity;
-            if let Some(space) = &self.space {
-                space.resident.fetch_add(capacity, Ordering::Relaxed);
+            match self.spare.take_if(|spare| spare.capacity() >= row.len()) {
+                // Counted already.
+                Some(spare) => self.chunks.push(LogChunk::Resident(Arc::new(spare))),
+                None => {
+                    let chunk = Vec::with_capacity(self.chunk_bytes.max(row.len()));
+                    // Counted as `spill` uncounts it: by the capacity the vector has.
+                    let capacity = chunk.capacity();
+                    self.chunks.push(LogChunk::Resident(Arc::new(chunk)));
+                    self.resident += capacity;
+                    if let Some(space) = &self.space {
+                        space.resident.fetch_add(capacity, Ordering::Relaxed);
+                    }
+                }
             }
             self.spill_over_budget()?;
         }
@@ -386,16 +429,61 @@ impl SpillLog {
     fn spill(&mut self, space: &SpillSpace, index: usize) -> Result<(), SluiceError> {
         let LogChunk::Resident(bytes) = &self.chunks[index] else { return Ok(()) };
         let (capacity, length) = (bytes.capacity(), bytes.len());
-        let spilled = self.file.write(space, bytes)?;
-        self.chunks[index] = LogChunk::Spilled(Arc::new(spilled));
-        self.resident -= capacity;
+        let spilled = LogChunk::Spilled(Arc::new(self.file.write(space, bytes)?));
+        let LogChunk::Resident(bytes) = std::mem::replace(&mut self.chunks[index], spilled.clone()) else {
+            unreachable!("the chunk was in memory")
+        };
+        // Snapshots sharing the chunk read it from the file from now on.
+        let number = u32::try_from(index).expect("fewer than 2^32 chunks");
+        self.shared.retain(|(chunk, cell)| {
+            if *chunk != number {
+                return cell.strong_count() > 0;
+            }
+            if let Some(cell) = cell.upgrade() {
+                *cell.lock().unwrap_or_else(PoisonError::into_inner) = spilled.clone();
+            }
+            false
+        });
         self.spilled += length;
         if let Some(written) = self.written.as_mut() {
             written.add(length as u64);
         }
-        space.resident.fetch_sub(capacity, Ordering::Relaxed);
         space.spilled.fetch_add(length, Ordering::Relaxed);
+        // Kept as the next chunk when nothing else holds it (a snapshot reading it now
+        // does), and it is of the usual size; else freed.
+        match Arc::try_unwrap(bytes) {
+            Ok(mut bytes) if self.spare.is_none() && capacity == self.chunk_bytes => {
+                bytes.clear();
+                self.spare = Some(bytes);
+            }
+            _ => {
+                self.resident -= capacity;
+                space.resident.fetch_sub(capacity, Ordering::Relaxed);
+            }
+        }
         Ok(())
+    }
+
+    /// Chunks `chunks` shared with a snapshot: none of them is appended to from now on,
+    /// and one the log spills later is read from the file by the snapshot.
+    pub(crate) fn share(&mut self, chunks: std::ops::Range<u32>) -> Vec<SharedChunk> {
+        self.shared.retain(|(_, cell)| cell.strong_count() > 0);
+        chunks
+            .map(|number| {
+                let chunk = self.chunks[number as usize].clone();
+                let (resident, len) = (matches!(chunk, LogChunk::Resident(_)), chunk.len());
+                let cell = Arc::new(Mutex::new(chunk));
+                if resident {
+                    self.shared.push((number, Arc::downgrade(&cell)));
+                }
+                SharedChunk { cell, len }
+            })
+            .collect()
+    }
+
+    /// The number of chunks.
+    pub(crate) fn chunk_count(&self) -> u32 {
+        u32::try_from(self.chunks.len()).expect("fewer than 2^32 chunks")
     }
 
     /// The capacity of a new chunk.
@@ -495,7 +583,7 @@ mod tests {
         let last = at.last().expect("rows").0;
         assert!(log.is_spilled(0), "over a budget of 0 every chunk but the newest spills");
         assert!(!log.is_spilled(last), "the newest chunk stays in memory");
-        assert_eq!(space.resident(), 64.max(row(499).len()));
+        assert_eq!(space.resident(), 2 * 64, "the newest chunk, and the last one spilled kept as the next");
         let mut out = Vec::new();
         for (i, (chunk, range)) in at.into_iter().enumerate() {
             out.clear();
@@ -570,13 +658,49 @@ mod tests {
         let (_dir, space) = space(0);
         let mut log = SpillLog::with_chunk_bytes(Some(space), 64);
         let (chunk, start) = log.append(b"first").expect("append");
-        let LogChunk::Resident(shared) = log.chunk(chunk).clone() else { panic!("the newest chunk is in memory") };
+        let shared = log.share(chunk..chunk + 1).pop().expect("one chunk shared");
+        let LogChunk::Resident(held) = shared.get() else { panic!("the newest chunk is in memory") };
         let (next, _) = log.append(b"second").expect("append");
         assert_ne!(next, chunk, "a shared chunk is not appended to");
         assert!(log.is_spilled(chunk), "the shared chunk spilled when the next one started");
-        assert_eq!(&shared[start as usize..start as usize + 5], b"first");
-        let LogChunk::Spilled(spilled) = log.chunk(chunk) else { panic!("spilled") };
+        assert_eq!(&held[start as usize..start as usize + 5], b"first");
+        // The snapshot now reads the chunk from the file: once its reader lets go of the
+        // bytes it held, nothing holds them in memory.
+        let LogChunk::Spilled(spilled) = shared.get() else { panic!("the snapshot is told of the spill") };
         assert_eq!(spilled.read().expect("read"), b"first");
+        let weak = Arc::downgrade(&held);
+        drop(held);
+        assert!(weak.upgrade().is_none(), "a spilled chunk that a snapshot shares is freed");
+    }
+
+    #[test]
+    fn a_spilled_chunk_is_the_next_one_started_unless_a_reader_holds_it() {
+        let (_dir, space) = space(0);
+        let mut log = SpillLog::with_chunk_bytes(Some(Arc::clone(&space)), 64);
+        log.append(&[1u8; 60]).expect("append");
+        let LogChunk::Resident(first) = log.chunk(0).clone() else { panic!("in memory") };
+        let first_at = first.as_ptr();
+        drop(first);
+        log.append(&[2u8; 60]).expect("append");
+        log.append(&[3u8; 60]).expect("append");
+        let LogChunk::Resident(third) = log.chunk(2).clone() else { panic!("the newest chunk is in memory") };
+        assert_eq!(third.as_ptr(), first_at, "the first chunk's memory took the third's rows");
+        assert_eq!(&third[..], &[3u8; 60][..]);
+        // A snapshot reading chunk 2 while it spills keeps its bytes: they are not kept
+        // for reuse, and no longer counted.
+        drop(third);
+        let held = log.share(2..3).pop().expect("shared").get();
+        log.append(&[4u8; 60]).expect("append");
+        assert!(log.is_spilled(2));
+        let LogChunk::Resident(held) = held else { panic!("read before the spill") };
+        assert_eq!(&held[..], &[3u8; 60][..], "a reader's bytes are never reused under it");
+        assert_eq!(space.resident(), 64, "only the newest chunk counts");
+        log.append(&[5u8; 60]).expect("append");
+        let LogChunk::Resident(fifth) = log.chunk(4).clone() else { panic!("in memory") };
+        assert_ne!(fifth.as_ptr(), held.as_ptr());
+        assert_eq!(space.resident(), 2 * 64, "the newest chunk and the one spilled kept, both counted");
+        drop((held, fifth, log));
+        assert_eq!(space.resident(), 0, "a dropped log leaves nothing counted");
     }
 
     #[test]

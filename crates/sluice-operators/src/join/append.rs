@@ -39,7 +39,7 @@ use crate::bytes::SmallBytes;
 use crate::counter::LazyCounter;
 use crate::pages::Pages;
 use crate::same_bytes;
-use crate::spill::{LogChunk, SpillLog, SpillSpace};
+use crate::spill::{SharedChunk, SpillLog, SpillSpace};
 use crate::spill_pages::{Fixed, SpillPages};
 
 /// No row: the end of a key's list.
@@ -133,12 +133,12 @@ pub(super) struct AppendChanges {
     first_arrival: u64,
     /// The log's number of `chunks[0]`.
     first_chunk: u32,
-    chunks: Vec<LogChunk>,
+    chunks: Vec<SharedChunk>,
 }
 
 impl AppendChanges {
     /// The chunks holding the rows' bytes (a row's `chunk` numbers them).
-    pub(super) fn chunks(&self) -> &[LogChunk] {
+    pub(super) fn chunks(&self) -> &[SharedChunk] {
         &self.chunks
     }
 
@@ -321,9 +321,7 @@ impl AppendStore {
         assert_eq!(key_hashes.len(), entries.len(), "a key hash per row taken");
         let weights = if self.weights.is_empty() { Vec::new() } else { self.weights[first..end].to_vec() };
         let (first_chunk, chunks) = match (entries.first(), entries.last()) {
-            (Some(oldest), Some(newest)) => {
-                (oldest.chunk, (oldest.chunk..=newest.chunk).map(|chunk| self.log.chunk(chunk).clone()).collect())
-            }
+            (Some(oldest), Some(newest)) => (oldest.chunk, self.log.share(oldest.chunk..newest.chunk + 1)),
             _ => (0, Vec::new()),
         };
         self.snapshotted = end as u32;

@@ -3,8 +3,8 @@
 //! number of threads gives each row to the thread its key's future rows go to.
 //!
 //! At a barrier each side's store hands over what the snapshot takes, sharing the rows'
-//! bytes (chunks are reference-counted, and a chunk a snapshot shares is not appended
-//! to): in full, every row; as a delta, what changed since the previous snapshot (see
+//! bytes (chunks are reference-counted, a chunk a snapshot shares is not appended to,
+//! and one the side spills meanwhile is read back from its file, not held in memory): in full, every row; as a delta, what changed since the previous snapshot (see
 //! each store's module: rows marked or removed by row, rows arrived since when appended
 //! or expiring, and how far rows expired). The snapshot's job, on the checkpoint
 //! writer's thread, gathers the records (reading spilled rows back one chunk at a time)
@@ -164,8 +164,14 @@ fn by_row(
     vnodes: u32,
 ) -> Result<(), SluiceError> {
     let mut read_back = Vec::new();
+    // The chunk being read, as it was when taken (rows come in slot order, mostly
+    // chunk by chunk): let go when the rows move on, so a chunk spilled meanwhile is freed.
+    let mut current: Option<(u32, LogChunk)> = None;
     for row in &changes.rows {
-        let bytes = match &row.chunk {
+        if current.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
+            current = Some((row.chunk, changes.chunks[row.chunk as usize].get()));
+        }
+        let bytes = match &current.as_ref().expect("the row's chunk was just taken").1 {
             LogChunk::Resident(bytes) => &bytes[row.range.clone()],
             LogChunk::Spilled(spilled) => {
                 read_back.clear();
@@ -209,9 +215,15 @@ fn adding(records: &mut Records) -> impl FnMut(u32, &[u8], &[u8]) -> Result<(), 
 fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) -> Result<(), SluiceError> {
     // Rows come in arrival order, so each spilled chunk is read back once.
     let mut read_back: Option<(u32, Vec<u8>)> = None;
+    // The chunk being read, as it was when taken: let go when the rows move on, so a
+    // chunk spilled meanwhile is freed.
+    let mut current: Option<(u32, LogChunk)> = None;
     let (mut key, mut value) = (Vec::new(), Vec::new());
     for row in changes.rows() {
-        let bytes = match &changes.chunks()[row.chunk as usize] {
+        if current.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
+            current = Some((row.chunk, changes.chunks()[row.chunk as usize].get()));
+        }
+        let bytes = match &current.as_ref().expect("the row's chunk was just taken").1 {
             LogChunk::Resident(bytes) => &bytes[row.range.clone()],
             LogChunk::Spilled(spilled) => {
                 if read_back.as_ref().is_none_or(|(held, _)| *held != row.chunk) {

@@ -54,7 +54,7 @@ use crate::bytes::SmallBytes;
 use crate::counter::LazyCounter;
 use crate::pages::Pages;
 use crate::same_bytes;
-use crate::spill::{LogChunk, SpillLog, SpillSpace};
+use crate::spill::{SharedChunk, SpillLog, SpillSpace};
 
 /// No slot: the end of a key's list, or of the free list.
 const NONE: u32 = u32::MAX;
@@ -170,7 +170,8 @@ pub(super) struct Store {
 /// A stored row a snapshot takes: its bytes shared with the store.
 #[derive(Debug, Clone)]
 pub(super) struct ByRowCopy {
-    pub(super) chunk: LogChunk,
+    /// Its chunk's number in [`ByRowChanges::chunks`].
+    pub(super) chunk: u32,
     pub(super) range: std::ops::Range<usize>,
     pub(super) key_hash: u64,
     pub(super) weight: i64,
@@ -181,6 +182,8 @@ pub(super) struct ByRowCopy {
 #[derive(Debug, Default)]
 pub(super) struct ByRowChanges {
     pub(super) rows: Vec<ByRowCopy>,
+    /// The log's chunks, shared (none when no row is taken).
+    pub(super) chunks: Vec<SharedChunk>,
     pub(super) removed: Vec<(u64, Vec<u8>)>,
 }
 
@@ -262,8 +265,8 @@ impl Store {
     /// changed and removed since the previous snapshot. Changes are kept from then on.
     pub(super) fn changes(&mut self, full: bool) -> ByRowChanges {
         assert!(full || self.tracking, "a delta of a store that kept no changes");
-        let copy = |slot: &Slot, log: &SpillLog| ByRowCopy {
-            chunk: log.chunk(slot.chunk).clone(),
+        let copy = |slot: &Slot| ByRowCopy {
+            chunk: slot.chunk,
             range: slot.range(),
             key_hash: slot.key_hash,
             weight: slot.weight,
@@ -271,16 +274,19 @@ impl Store {
         };
         let mut changes = ByRowChanges::default();
         if full {
-            changes.rows = self.slots.iter().filter(|s| !s.is_free()).map(|s| copy(s, &self.log)).collect();
+            changes.rows = self.slots.iter().filter(|s| !s.is_free()).map(copy).collect();
         } else {
             changes.rows.reserve(self.changed.listed());
             for slot in self.changed.take() {
                 let stored = &self.slots[slot as usize];
                 if !stored.is_free() {
-                    changes.rows.push(copy(stored, &self.log));
+                    changes.rows.push(copy(stored));
                 }
             }
             changes.removed = std::mem::take(&mut self.removed);
+        }
+        if !changes.rows.is_empty() {
+            changes.chunks = self.log.share(0..self.log.chunk_count());
         }
         self.clear_changes();
         changes
