@@ -187,12 +187,15 @@ impl AppendStore {
         }
     }
 
-    /// Counts the heads and the key table in the space again (after a key was added):
-    /// the heads by 1,024 at a time, the table by its capacity (a number and a control
-    /// byte a bucket), so that the space's shared count changes only now and then.
+    /// Counts the heads, the key table and the key hashes kept for the next delta in the
+    /// space again (after a key was added, or the hashes' vector grew or was taken): the
+    /// heads by 1,024 at a time, the table by its capacity (a number and a control byte a
+    /// bucket), the hashes by their vector's capacity, so that the space's shared count
+    /// changes only now and then.
     fn count_index(&mut self) {
         let heads = self.heads.len().next_multiple_of(1024) * size_of::<Head>();
-        let bytes = heads + self.by_key.capacity() * (size_of::<u32>() + 1);
+        let bytes =
+            heads + self.by_key.capacity() * (size_of::<u32>() + 1) + self.fresh_hashes.capacity() * size_of::<u64>();
         if bytes != self.index_bytes {
             SpillSpace::recount(self.space.as_deref(), &mut self.index_bytes, bytes);
         }
@@ -299,7 +302,11 @@ impl AppendStore {
         };
         self.entries.push(Entry { chunk, start, older })?;
         if self.tracking {
+            let capacity = self.fresh_hashes.capacity();
             self.fresh_hashes.push(hash);
+            if self.fresh_hashes.capacity() != capacity {
+                self.count_index();
+            }
         }
         if weight != 1 || !self.weights.is_empty() {
             self.weights.resize(self.entries.len(), 1);
@@ -328,6 +335,7 @@ impl AppendStore {
         self.next_arrival = first_arrival + entries.len() as u64;
         self.fresh_hashes.clear();
         self.tracking = true;
+        self.count_index();
         Ok(AppendChanges { entries, key_hashes, weights, first_arrival, first_chunk, chunks })
     }
 
@@ -455,6 +463,32 @@ mod tests {
         // A key: its newest row and the key inline when short, in pages; the hash table
         // holds 4-byte head numbers.
         assert_eq!(std::mem::size_of::<Head>(), 32);
+    }
+
+    /// The key hashes a delta will take count in the budget while they wait for it, and
+    /// stop counting once it took them.
+    #[test]
+    fn the_key_hashes_kept_for_the_next_delta_count_in_the_budget() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 1 << 30);
+        let mut store = AppendStore::new(Some(Arc::clone(&space)), None);
+        let key = b"one key";
+        store.push(&row_ref(b"first", key), 1).expect("push");
+        drop(store.changes(true).expect("a full snapshot: deltas from now on"));
+        let before = space.resident();
+        for i in 0..10_000u32 {
+            store.push(&row_ref(&i.to_le_bytes(), key), 1).expect("push");
+        }
+        let hashes = store.fresh_hashes.capacity() * 8;
+        assert!(hashes >= 80_000);
+        let during = space.resident();
+        assert!(during >= before + hashes, "{during} resident, {before} before");
+        let delta = store.changes(false).expect("a delta");
+        assert_eq!(delta.rows().count(), 10_000);
+        assert_eq!(space.resident(), during - hashes, "the hashes the delta took no longer count");
+        drop(delta);
+        drop(store);
+        assert_eq!(space.resident(), 0);
     }
 
     #[test]
