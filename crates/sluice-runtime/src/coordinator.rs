@@ -124,6 +124,8 @@ pub(crate) struct Coordinator {
     first_slot: u32,
     next_epoch: Epoch,
     next_due: Instant,
+    /// When the newest checkpoint started: the next is due an interval later.
+    last_started: Instant,
     in_flight: Option<InFlight>,
     writing: Option<Writing>,
     requests: Sender<WriteRequest>,
@@ -267,6 +269,7 @@ impl Coordinator {
             first_slot,
             next_epoch: Epoch(restored_epoch + 1),
             next_due: now + interval,
+            last_started: now,
             in_flight: None,
             writing: None,
             requests,
@@ -429,6 +432,7 @@ impl Coordinator {
 
     fn start(&mut self, running: &BTreeSet<u32>, controls: &[Sender<Control>], final_epoch: bool, now: Instant) {
         self.asked = false;
+        self.last_started = now;
         let epoch = self.next_epoch;
         self.next_epoch = Epoch(epoch.0 + 1);
         for thread in running {
@@ -483,9 +487,19 @@ impl Coordinator {
         Some(self.next_epoch.0)
     }
 
-    /// After a checkpoint: the next is due an interval from now, or at once if one was
-    /// asked for meanwhile.
+    /// After a checkpoint: the next is due an interval after this one started (as
+    /// Flink's checkpoint interval, without a minimum pause between checkpoints), so at
+    /// once if this one took longer, or at once if one was asked for meanwhile. Then
+    /// the input since a checkpoint, which the next one writes, is about an interval's,
+    /// not an interval's plus a checkpoint's duration.
     fn schedule_next(&mut self) {
+        let now = now();
+        self.next_due = if self.asked { now } else { (self.last_started + self.interval).max(now) };
+    }
+
+    /// After a checkpoint failed or timed out: the next is due an interval from now (a
+    /// store that refuses is not retried back to back), or at once if one was asked for.
+    fn schedule_after_failure(&mut self) {
         self.next_due = if self.asked { now() } else { now() + self.interval };
     }
 
@@ -678,7 +692,7 @@ impl Coordinator {
                 self.uncommitted.extend(in_flight.carried);
             }
             self.uncommitted.extend(in_flight.slice.sink_records);
-            self.schedule_next();
+            self.schedule_after_failure();
             return Ok(Completed::Checkpoint);
         }
         // Every driver copied its state and went on: encoding and writing overlap
@@ -784,7 +798,7 @@ impl Coordinator {
                         epoch.0, self.failed_in_a_row, self.max_failed
                     )));
                 }
-                self.schedule_next();
+                self.schedule_after_failure();
                 Ok(Completed::Checkpoint)
             }
         }

@@ -68,3 +68,49 @@ fn after_a_stops_final_checkpoint_the_leader_does_not_wait_for_workers_the_stop_
     assert!(coordinator.others_finished());
     assert_eq!(coordinator.end_of_input(Instant::now()), Ok(Completed::Final));
 }
+
+/// A coordinator alone, checkpointing every `interval`, created at `at`.
+fn alone(interval: Duration, at: Instant) -> Coordinator {
+    let options = CheckpointOptions {
+        interval,
+        timeout: Duration::from_secs(60),
+        exactly_once: true,
+        restored_epoch: 0,
+        max_failed: 1,
+        checkpointer: Box::new(Accepting),
+    };
+    let metrics = Arc::new(Metrics::new(Vec::new(), Vec::new(), 1));
+    Coordinator::new(options, Vec::new(), metrics, at, None, 0)
+}
+
+/// Runs the checkpoint that is due at `at` to its commit.
+fn checkpoint_at(coordinator: &mut Coordinator, at: Instant, epoch: u64) {
+    let (control, controls) = crossbeam_channel::unbounded();
+    let running = BTreeSet::from([0]);
+    assert_eq!(coordinator.tick(at, &running, &[control]), Ok(Completed::Nothing));
+    assert!(matches!(controls.try_recv(), Ok(Control::Barrier(Epoch(e))) if e == epoch));
+    assert_eq!(coordinator.on_ack(0, Epoch(epoch), ManifestSlice::default()), Ok(Completed::Nothing));
+    let written = coordinator.results().recv_timeout(Duration::from_secs(30)).expect("the writer answers");
+    assert_eq!(coordinator.on_written(written), Ok(Completed::Checkpoint));
+}
+
+/// As Flink's checkpoint interval: from one checkpoint's start to the next one's, so a
+/// checkpoint's duration does not stretch the input the next one writes; one that took
+/// longer than the interval is followed at once.
+#[test]
+fn the_next_checkpoint_is_due_an_interval_after_the_previous_one_started() {
+    let interval = Duration::from_secs(3600);
+    let start = Instant::now();
+    let mut coordinator = alone(interval, start);
+    assert_eq!(coordinator.next_due(), Some(start + interval));
+    checkpoint_at(&mut coordinator, start + interval, 1);
+    assert_eq!(coordinator.next_due(), Some(start + 2 * interval), "due an interval after the first started");
+
+    // A checkpoint started 10 s ago, with a 1 s interval, is followed at once.
+    let interval = Duration::from_secs(1);
+    let Some(long_ago) = Instant::now().checked_sub(Duration::from_secs(11)) else { return };
+    let mut coordinator = alone(interval, long_ago);
+    checkpoint_at(&mut coordinator, long_ago + interval, 1);
+    let due = coordinator.next_due().expect("a checkpoint is due");
+    assert!(due <= Instant::now(), "due at once after a checkpoint longer than the interval");
+}
