@@ -501,6 +501,7 @@ impl SpillLog {
     }
 
     /// Every chunk, in order.
+    #[cfg(test)]
     pub(crate) fn chunks(&self) -> &[LogChunk] {
         &self.chunks
     }
@@ -535,7 +536,8 @@ impl SpillLog {
         self.chunks[chunk as usize].len()
     }
 
-    /// Chunk `chunk`, shared.
+    /// Chunk `chunk` as the log holds it (a snapshot takes [`SpillLog::share`]).
+    #[cfg(test)]
     pub(crate) fn chunk(&self, chunk: u32) -> &LogChunk {
         &self.chunks[chunk as usize]
     }
