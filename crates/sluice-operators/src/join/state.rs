@@ -4,9 +4,10 @@
 //!
 //! At a barrier each side's store hands over what the snapshot takes, sharing the rows'
 //! bytes (chunks are reference-counted, a chunk a snapshot shares is not appended to,
-//! and one the side spills meanwhile is read back from its file, not held in memory): in full, every row; as a delta, what changed since the previous snapshot (see
-//! each store's module: rows marked or removed by row, rows arrived since when appended
-//! or expiring, and how far rows expired). The snapshot's job, on the checkpoint
+//! and one the side spills meanwhile is read back from its file, not held in memory):
+//! in full, every row; as a delta, what changed since the previous snapshot (see each
+//! store's module: rows marked or removed by row, rows arrived since when appended or
+//! expiring, and how far rows expired). The snapshot's job, on the checkpoint
 //! writer's thread, gathers the records (reading spilled rows back one chunk at a time)
 //! and writes them in key order. When both sides only append, their rows go to the sink
 //! as they arrived, without a sort: keyed by arrival, each vnode's come in key order, so
