@@ -312,6 +312,22 @@ impl SharedChunk {
     }
 }
 
+/// The chunk a snapshot's job reads rows from, taken from its [`SharedChunk`] when the
+/// rows reach it and let go when they move to another, so that a chunk the log spilled
+/// meanwhile is freed as soon as its rows are read.
+#[derive(Debug, Default)]
+pub(crate) struct HeldChunk(Option<(u32, LogChunk)>);
+
+impl HeldChunk {
+    /// Chunk `number` of `chunks`, taken again only when it is not the one held.
+    pub(crate) fn of(&mut self, chunks: &[SharedChunk], number: u32) -> &LogChunk {
+        if self.0.as_ref().is_none_or(|(held, _)| *held != number) {
+            self.0 = Some((number, chunks[number as usize].get()));
+        }
+        &self.0.as_ref().expect("the chunk was just taken").1
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct SpillLog {

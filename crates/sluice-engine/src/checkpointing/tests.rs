@@ -138,12 +138,11 @@ mod runs {
     use std::sync::Arc;
 
     use sluice_checkpoint::{CheckpointStore, Holder, Manifest, OperatorState, StateRun};
+    use sluice_config::Compression;
     use sluice_runtime::checkpoint::{DeferredState, RestoredState};
     use sluice_runtime::{Snapshot, SnapshotFlag, SnapshotGuard, SnapshotKind};
     use sluice_state::{Merge, MergeMode, StateSink, StateSource};
     use sluice_types::SluiceError;
-
-    use sluice_config::Compression;
 
     use super::super::runs::{RunBook, StoreState};
 

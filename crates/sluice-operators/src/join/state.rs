@@ -59,7 +59,7 @@ use super::store::{ByRowChanges, NEVER, RowRef};
 use super::{JoinOperator, Rows, expiry_times};
 use crate::blob::{Reader, Records, from_ordered_i64, ordered_i64, put_signed};
 use crate::partition::encode_keys;
-use crate::spill::LogChunk;
+use crate::spill::{HeldChunk, LogChunk};
 
 /// The record layout this build writes and reads.
 pub const JOIN_STATE_VERSION: u32 = 2;
@@ -165,14 +165,10 @@ fn by_row(
     vnodes: u32,
 ) -> Result<(), SluiceError> {
     let mut read_back = Vec::new();
-    // The chunk being read, as it was when taken (rows come in slot order, mostly
-    // chunk by chunk): let go when the rows move on, so a chunk spilled meanwhile is freed.
-    let mut current: Option<(u32, LogChunk)> = None;
+    // Rows come in slot order, mostly chunk by chunk.
+    let mut held = HeldChunk::default();
     for row in &changes.rows {
-        if current.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
-            current = Some((row.chunk, changes.chunks[row.chunk as usize].get()));
-        }
-        let bytes = match &current.as_ref().expect("the row's chunk was just taken").1 {
+        let bytes = match held.of(&changes.chunks, row.chunk) {
             LogChunk::Resident(bytes) => &bytes[row.range.clone()],
             LogChunk::Spilled(spilled) => {
                 read_back.clear();
@@ -216,15 +212,10 @@ fn adding(records: &mut Records) -> impl FnMut(u32, &[u8], &[u8]) -> Result<(), 
 fn appended(put: &mut Put<'_>, side: u8, changes: AppendChanges, vnodes: u32) -> Result<(), SluiceError> {
     // Rows come in arrival order, so each spilled chunk is read back once.
     let mut read_back: Option<(u32, Vec<u8>)> = None;
-    // The chunk being read, as it was when taken: let go when the rows move on, so a
-    // chunk spilled meanwhile is freed.
-    let mut current: Option<(u32, LogChunk)> = None;
+    let mut held = HeldChunk::default();
     let (mut key, mut value) = (Vec::new(), Vec::new());
     for row in changes.rows() {
-        if current.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
-            current = Some((row.chunk, changes.chunks()[row.chunk as usize].get()));
-        }
-        let bytes = match &current.as_ref().expect("the row's chunk was just taken").1 {
+        let bytes = match held.of(changes.chunks(), row.chunk) {
             LogChunk::Resident(bytes) => &bytes[row.range.clone()],
             LogChunk::Spilled(spilled) => {
                 if read_back.as_ref().is_none_or(|(held, _)| *held != row.chunk) {
