@@ -97,7 +97,7 @@ impl Pipeline {
         }
         let spill = self.spill_space()?;
         let state_dir = spill.dir().to_path_buf();
-        planner.set_spill(spill);
+        planner.set_spill(Arc::clone(&spill));
         let mut sources = Vec::new();
         for (index, (source, configured)) in self.config.sources.iter().zip(&self.sources).enumerate() {
             let at =
@@ -191,7 +191,15 @@ impl Pipeline {
             flows.push(stream.into_flow(factory, threads, slot));
         }
         let mut reads: Vec<String> = self.config.sinks.iter().map(|sink| sink.from.clone()).collect();
-        let materialized = crate::materialize::add_flows(self, &sources, &planner, threads, &mut flows, &mut reads)?;
+        let materialized = crate::materialize::add_flows(
+            self,
+            &sources,
+            &planner,
+            threads,
+            Some(Arc::clone(&spill)),
+            &mut flows,
+            &mut reads,
+        )?;
         crate::share::share_readers(&mut flows, &reads);
         let options = RunOptions {
             threads,

@@ -12,8 +12,20 @@
 //! the base once its epoch is committed on every table and no lease reads an older
 //! epoch. The state at epoch `e` of a slice is the base plus the deltas up to `e`,
 //! readable while the base is not past `e`. The base and the deltas are sorted by the
-//! rows' bytes, so that a query reads them merged, batch by batch, without copying them
-//! ([`read`]).
+//! rows' keys (vnode, then row: [`keyed`]), so that a query reads them merged, batch by
+//! batch, without copying them ([`read`]).
+//!
+//! Memory: with a state directory (every compiled job has one), a slice counts its base
+//! and deltas, and its operator its open delta, in the worker's state memory budget
+//! (`[pipeline] state_memory_mib`, shared with every operator that spills). Beyond the
+//! budget, the operator writes its slice's base in memory as a run in the state
+//! directory ([`Integrate::spill`], through `sluice_operators::SpilledRecords`): each
+//! row with its weight now, the older runs' weight plus the base's, found by the runs'
+//! bloom filters and block indexes; the base then starts empty, its weights added to
+//! the runs'. The runs are merged as the operators' evicted state is, and a read or a
+//! snapshot merges them block by block with the parts in memory. The deltas waiting for
+//! their commit and the open delta stay in memory: they hold the rows of about a
+//! checkpoint interval.
 //!
 //! Checkpoints: equal rows always reach the same thread (the exchange places a row by
 //! its hash's vnode), so the operator's state at a barrier is a record per distinct row
@@ -39,7 +51,9 @@
 //! streams the rows.
 //!
 //! Bounds: a slice's deltas wait for folding only while a lease, a read or a snapshot
-//! holds them (bounded in time by the query's deadline, or the checkpoint's encoding);
+//! holds them (bounded in time by the query's deadline, or the checkpoint's encoding; a
+//! base or runs that a read or a snapshot holds stay, in memory or on disk, until it
+//! ends);
 //! rows are encoded once, in the key encoding (so a materialized table's columns must
 //! be of types a key may have: numbers, decimals, booleans, strings, binary, dates,
 //! times, timestamps).
@@ -51,23 +65,58 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use sluice_operators::spill::SpillSpace;
+use sluice_operators::{SpilledRecords, SpilledRuns};
 use sluice_runtime::{Operator, OperatorContext, SinkFactory, SinkParallelism, SinkWriter, Snapshot};
 use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
-use sluice_types::{Batch, Epoch, Message, SluiceError};
+use sluice_types::{Batch, Epoch, Message, SluiceError, vnode};
 
 pub(crate) mod read;
 pub(crate) mod state;
 
 pub use read::{Rows, TableAt};
 
-/// One row in the key encoding (every column, in order), and its weight; sorted by the
-/// rows' bytes, so that a read resumes after the last row it took ([`read`]).
+/// One row under its key ([`keyed`]: its vnode, then the row in the key encoding), and
+/// its weight; sorted by the keys, as runs and checkpoints are, so that a read merges
+/// the parts of a slice and resumes after the last key it took ([`read`]).
 type Multiset = BTreeMap<Box<[u8]>, i64>;
 
 /// The rows an operator receives between two barriers, consolidated: hashed, as they
 /// come in any order, and sorted once when taken ([`Integrate::take_open`]).
 type Open = HashMap<Box<[u8]>, i64>;
+
+/// The bytes a row's entry in a [`Multiset`] or [`Open`] takes besides its key, about:
+/// the map's slot (key pointer, length, weight) at its usual fill, and the key's
+/// allocation.
+const ENTRY_BYTES: usize = 48;
+
+/// The bytes of `rows` in memory, about.
+fn bytes_of(rows: &Multiset) -> usize {
+    rows.keys().map(|key| key.len() + ENTRY_BYTES).sum()
+}
+
+/// A row's key in the multisets: its vnode (u32, big-endian, so that keys sort by vnode
+/// first, as the records of runs and checkpoints do), then the row.
+fn keyed(vnode: u32, row: &[u8]) -> Box<[u8]> {
+    let mut key = Vec::with_capacity(4 + row.len());
+    key.extend_from_slice(&vnode.to_be_bytes());
+    key.extend_from_slice(row);
+    key.into()
+}
+
+/// A key's vnode and row.
+fn split(key: &[u8]) -> (u32, &[u8]) {
+    let (vnode, row) = key.split_at(4);
+    (u32::from_be_bytes(vnode.try_into().expect("4 bytes")), row)
+}
+
+/// The smallest base in memory worth a run of its own: a slice spills its base beyond
+/// the budget once it holds a sixteenth of the budget, so that its runs are few even
+/// when other operators hold the memory.
+fn spill_min(budget: usize) -> usize {
+    budget / 16
+}
 
 /// Every materialized table of a job, their committed epochs and the leases on them.
 pub struct Materialized {
@@ -124,7 +173,18 @@ pub struct Table {
 /// One thread's part of a table.
 #[derive(Default)]
 struct Slice {
+    /// The base's rows spilled beyond the memory budget: each row's weight as of its
+    /// run's writing (the newest run naming it decides).
+    runs: SpilledRuns,
+    /// The base in memory: weights added to the runs' (all of the base while nothing
+    /// was spilled).
     base: Arc<Multiset>,
+    /// The bytes of `base`, about.
+    base_bytes: usize,
+    /// Where the base spills, and what counts the slice's memory in the budget: set by
+    /// the slice's operator when the job has a state directory; taken out while the
+    /// operator writes a run.
+    store: Option<SpilledRecords>,
     /// The newest epoch folded into `base`.
     base_epoch: Option<u64>,
     /// Sealed deltas after `base_epoch`, in increasing epochs.
@@ -147,8 +207,30 @@ impl Slice {
                 return;
             };
             let Some((epoch, delta)) = self.sealed.pop_front() else { return };
-            integrate(base, &delta);
+            let grown = integrate(base, &delta);
+            self.base_bytes = self.base_bytes.saturating_add_signed(grown);
             self.base_epoch = Some(epoch);
+        }
+    }
+
+    /// Its parts, up to the sealed delta of `epoch` (all with None), and then, with
+    /// `handed`, the delta handed over.
+    fn parts(&self, epoch: Option<u64>, handed: bool) -> read::Parts {
+        let sealed = self.sealed.iter().take_while(|(e, _)| epoch.is_none_or(|epoch| *e <= epoch));
+        let mut deltas: Vec<Arc<Multiset>> = sealed.map(|(_, d)| Arc::clone(d)).collect();
+        if handed {
+            deltas.extend(self.handed.clone());
+        }
+        read::Parts { runs: self.runs.clone(), base: Arc::clone(&self.base), deltas }
+    }
+
+    /// Counts its memory in the budget: the base and every delta.
+    fn recount(&mut self) {
+        let deltas: usize =
+            self.sealed.iter().map(|(_, d)| bytes_of(d)).chain(self.handed.as_deref().map(bytes_of)).sum();
+        let bytes = self.base_bytes + deltas;
+        if let Some(store) = &mut self.store {
+            store.set_entry_bytes(bytes);
         }
     }
 
@@ -170,22 +252,28 @@ impl Slice {
     }
 }
 
-/// Adds `delta`'s weights to `into`, removing rows whose weight becomes 0.
-fn integrate(into: &mut Multiset, delta: &Multiset) {
+/// Adds `delta`'s weights to `into`, removing rows whose weight becomes 0; returns by
+/// how many bytes `into` grew ([`bytes_of`]).
+fn integrate(into: &mut Multiset, delta: &Multiset) -> isize {
+    let mut grown = 0isize;
     for (row, weight) in delta {
+        let entry = (row.len() + ENTRY_BYTES) as isize;
         match into.get_mut(row) {
             Some(existing) => {
                 *existing += weight;
                 if *existing == 0 {
                     into.remove(row);
+                    grown -= entry;
                 }
             }
             None if *weight != 0 => {
                 into.insert(row.clone(), *weight);
+                grown += entry;
             }
             None => {}
         }
     }
+    grown
 }
 
 /// A materialized table as it declares itself, before the run.
@@ -319,7 +407,9 @@ impl Materialized {
         self.committed.notify_all();
         let floor = self.floor();
         for slice in &table.slices {
-            lock(slice).fold(floor);
+            let mut slice = lock(slice);
+            slice.fold(floor);
+            slice.recount();
         }
     }
 
@@ -367,8 +457,7 @@ impl Materialized {
             if !lease.is_live() || slice.base_epoch.is_some_and(|folded| folded > epoch) {
                 return Err(lease_expired(lease.epoch));
             }
-            let deltas = slice.sealed.iter().take_while(|(e, _)| *e <= epoch).map(|(_, d)| Arc::clone(d)).collect();
-            slices.push(read::SliceAt { base: Arc::clone(&slice.base), deltas });
+            slices.push(slice.parts(Some(epoch), false));
         }
         Ok(Arc::new(TableAt { table: Arc::clone(table), epoch, slices }))
     }
@@ -479,7 +568,7 @@ impl SinkFactory for MaterializeSink {
     }
 
     fn describe(&self) -> String {
-        format!("materialized table `{}` (kept in memory for queries)", self.table.name)
+        format!("materialized table `{}` (kept for queries, beyond the state memory budget on disk)", self.table.name)
     }
 
     /// Staged: rows count as out when their epoch is committed, as they become readable.
@@ -513,6 +602,7 @@ impl SinkWriter for MaterializeWriter {
         self.table.rows_integrated.fetch_add(delta.len() as u64, Ordering::Relaxed);
         slice.sealed.push_back((epoch.0, delta));
         slice.fold(floor);
+        slice.recount();
         // Not empty, so that the coordinator commits it; nothing to decode.
         Ok(b"materialized".to_vec())
     }
@@ -538,7 +628,8 @@ impl Table {
 /// The operator that keeps one thread's part of a materialized table: it integrates the
 /// rows it receives (placed by the whole row's hash) into an open delta, hands it to its
 /// slice at each barrier, and snapshots the slice's multiset as a record per row (see
-/// the module docs). It sends no rows on.
+/// the module docs). Beyond the state memory budget it spills its slice's base into runs
+/// ([`Integrate::spill`]). It sends no rows on.
 pub(crate) struct Integrate {
     table: Arc<Table>,
     slot: usize,
@@ -546,31 +637,63 @@ pub(crate) struct Integrate {
     /// Rows since the last barrier (and since the last snapshot, which takes them),
     /// consolidated.
     open: Open,
+    /// The bytes of `open`, about, as counted in the space.
+    open_bytes: usize,
     /// The open delta as the last snapshot took it, handed over at its barrier.
     snapshotted: Option<Arc<Multiset>>,
     rows: KeyRows,
+    /// A row's key, built in place.
+    key: Vec<u8>,
     /// Whether the runs hold the slice as of the previous snapshot (from the first
     /// snapshot or a restore on), so that a snapshot may write the rows since.
     tracking: bool,
+    /// The budget the slice counts in, and the directory its base spills to.
+    space: Option<Arc<SpillSpace>>,
 }
 
 impl Integrate {
-    pub(crate) fn new(table: Arc<Table>, context: &OperatorContext) -> Result<Integrate, SluiceError> {
+    /// The operator of thread `context.thread`; with `space`, its slice counts in the
+    /// space's budget and spills its base there beyond it.
+    pub(crate) fn new(
+        table: Arc<Table>,
+        context: &OperatorContext,
+        space: Option<Arc<SpillSpace>>,
+    ) -> Result<Integrate, SluiceError> {
+        let slot = table.slot(context.thread)?;
+        if let Some(space) = &space {
+            let written = sluice_operators::spill::spilled_bytes(&context.metrics);
+            let mut slice = lock(&table.slices[slot]);
+            slice.store = Some(SpilledRecords::new(Arc::clone(space), written));
+            slice.recount();
+        }
         Ok(Integrate {
-            slot: table.slot(context.thread)?,
+            slot,
             table,
             vnodes: context.vnodes,
             open: Open::new(),
+            open_bytes: 0,
             snapshotted: None,
             rows: KeyRows::default(),
+            key: Vec::new(),
             tracking: false,
+            space,
         })
     }
 
     /// The open delta without its rows of weight 0, sorted.
     fn take_open(&mut self) -> Arc<Multiset> {
         let open = std::mem::take(&mut self.open);
+        self.count_open(0);
         Arc::new(open.into_iter().filter(|(_, weight)| *weight != 0).collect())
+    }
+
+    /// Counts the open delta as `bytes` in the space.
+    fn count_open(&mut self, bytes: usize) {
+        if let Some(space) = &self.space {
+            space.charge(bytes);
+            space.release(self.open_bytes);
+        }
+        self.open_bytes = bytes;
     }
 
     /// Gives the rows since the last barrier to the slice, for the sink to seal.
@@ -586,9 +709,57 @@ impl Integrate {
         };
         let mut slice = lock(&self.table.slices[self.slot]);
         match &mut slice.handed {
-            Some(handed) => integrate(Arc::make_mut(handed), &delta),
+            Some(handed) => {
+                integrate(Arc::make_mut(handed), &delta);
+            }
             None => slice.handed = Some(delta),
         }
+        slice.recount();
+    }
+
+    /// Writes the slice's base in memory as a run, once the space is over its budget and
+    /// the base holds at least [`spill_min`] of it: each row with its weight now (the
+    /// runs' plus the base's), or a delete where that is 0. The run is written without
+    /// the slice's lock (a pin or a snapshot taken meanwhile reads the base and the runs
+    /// before it), then the slice's base starts empty over the new runs.
+    fn spill(&mut self) -> Result<(), SluiceError> {
+        let Some(space) = &self.space else { return Ok(()) };
+        if space.resident() <= space.budget() {
+            return Ok(());
+        }
+        let (base, runs, bytes, mut store) = {
+            let mut slice = lock(&self.table.slices[self.slot]);
+            if slice.base.is_empty() || slice.base_bytes < spill_min(space.budget()) {
+                return Ok(());
+            }
+            let Some(store) = slice.store.take() else { return Ok(()) };
+            (Arc::clone(&slice.base), slice.runs.clone(), slice.base_bytes, store)
+        };
+        let written = store.add(base.len(), bytes, |sink| {
+            for (key, added) in base.iter() {
+                let (vnode, row) = split(key);
+                let stored = match runs.get(vnode, row)? {
+                    Some(value) => read::weight_of(&value)?,
+                    None => 0,
+                };
+                match stored + added {
+                    0 => sink.delete(vnode, row)?,
+                    weight => sink.put(vnode, row, &weight.to_le_bytes())?,
+                }
+            }
+            Ok(())
+        });
+        let mut slice = lock(&self.table.slices[self.slot]);
+        if written.is_ok() {
+            // Nothing else changes a base it does not hold alone, and this one is held.
+            assert!(Arc::ptr_eq(&slice.base, &base), "the base changed while it was spilled");
+            slice.base = Arc::default();
+            slice.base_bytes = 0;
+            slice.runs = store.runs();
+        }
+        slice.store = Some(store);
+        slice.recount();
+        written.map_err(|error| error.context(format!("materialized table `{}`", self.table.name)))
     }
 }
 
@@ -601,24 +772,30 @@ impl Operator for Integrate {
     /// out, once their checkpoint is committed).
     fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         self.table.encoder.encode(batch.rows.columns(), &mut self.rows)?;
+        let mut grown = 0;
         for index in 0..self.rows.len() {
             let row = self.rows.row(index);
             let weight = batch.weight(index);
-            match self.open.get_mut(row) {
+            self.key.clear();
+            self.key.extend_from_slice(&vnode::of_hash(sluice_types::key::hash(row), self.vnodes).to_be_bytes());
+            self.key.extend_from_slice(row);
+            match self.open.get_mut(&self.key[..]) {
                 Some(existing) => *existing += weight,
                 None => {
-                    self.open.insert(row.into(), weight);
+                    grown += self.key.len() + ENTRY_BYTES;
+                    self.open.insert(self.key.as_slice().into(), weight);
                 }
             }
         }
+        self.count_open(self.open_bytes + grown);
         out.push(Message::Data(batch));
-        Ok(())
+        self.spill()
     }
 
     fn on_barrier(&mut self, epoch: Epoch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         self.hand_over();
         out.push(Message::Barrier(epoch));
-        Ok(())
+        self.spill()
     }
 
     fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
@@ -627,9 +804,10 @@ impl Operator for Integrate {
         Ok(())
     }
 
-    /// The slice's rows as of this barrier: the base, every delta after it (sealed or
-    /// handed over) and the open one, shared rather than copied; the job writes every
-    /// row, or (a delta) the open one's rows, received since the previous snapshot.
+    /// The slice's rows as of this barrier: its runs, its base, every delta after it
+    /// (sealed or handed over) and the open one, shared rather than copied; the job
+    /// writes every row, or (a delta) the open one's rows, received since the previous
+    /// snapshot.
     fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
         let open = self.take_open();
         let changed = (delta && self.tracking).then(|| Arc::clone(&open));
@@ -641,24 +819,39 @@ impl Operator for Integrate {
         } else {
             self.snapshotted = Some(open);
         }
-        let (base, mut deltas) = {
-            let slice = lock(&self.table.slices[self.slot]);
-            let deltas: Vec<Arc<Multiset>> =
-                slice.sealed.iter().map(|(_, d)| Arc::clone(d)).chain(slice.handed.clone()).collect();
-            (Arc::clone(&slice.base), deltas)
-        };
-        deltas.extend(self.snapshotted.clone());
+        let mut parts = lock(&self.table.slices[self.slot]).parts(None, true);
+        parts.deltas.extend(self.snapshotted.clone());
         self.tracking = true;
-        Ok(Some(state::snapshot(state::SliceCopy { base, deltas }, changed, self.vnodes)))
+        Ok(Some(state::snapshot(parts, changed)))
     }
 
-    /// The rows of this thread's vnodes become its slice's base.
+    /// The rows of this thread's vnodes become its slice's base, spilled as they come
+    /// beyond the budget.
     fn restore_state(&mut self, state: &mut dyn StateSource) -> Result<(), SluiceError> {
-        let restored = state::restore(state, &self.table.encoder, self.vnodes)?;
-        let mut slice = lock(&self.table.slices[self.slot]);
-        integrate(Arc::make_mut(&mut slice.base), &restored);
+        let (table, slot) = (Arc::clone(&self.table), self.slot);
+        let encoder = &table.encoder;
+        state::restore(state, encoder, self.vnodes, &mut |rows| {
+            {
+                let mut slice = lock(&table.slices[slot]);
+                let base = Arc::make_mut(&mut slice.base);
+                let mut grown = 0;
+                for (key, weight) in rows.drain(..) {
+                    grown += key.len() + ENTRY_BYTES;
+                    *base.entry(key).or_default() += weight;
+                }
+                slice.base_bytes += grown;
+                slice.recount();
+            }
+            self.spill()
+        })?;
         self.tracking = true;
         Ok(())
+    }
+}
+
+impl Drop for Integrate {
+    fn drop(&mut self) {
+        self.count_open(0);
     }
 }
 
@@ -671,6 +864,7 @@ pub(crate) fn add_flows(
     sources: &[Arc<dyn sluice_runtime::SourceFactory>],
     planner: &sluice_sql::SqlPlanner,
     threads: u32,
+    spill: Option<Arc<SpillSpace>>,
     flows: &mut Vec<sluice_runtime::Flow>,
     reads: &mut Vec<String>,
 ) -> Result<Arc<Materialized>, crate::EngineError> {
@@ -699,8 +893,9 @@ pub(crate) fn add_flows(
     let registry = Materialized::new(specs, others.collect(), threads).map_err(crate::EngineError::new)?;
     for (name, mut stream) in streams {
         let table = Arc::clone(registry.table(&name).expect("registered above"));
+        let space = spill.clone();
         let factory: sluice_runtime::OperatorFactory = Arc::new(move |context: &OperatorContext| {
-            Ok(Box::new(Integrate::new(Arc::clone(&table), context)?) as Box<dyn Operator>)
+            Ok(Box::new(Integrate::new(Arc::clone(&table), context, space.clone())?) as Box<dyn Operator>)
         });
         let operator = (format!("materialize: keep the rows of `{name}` per checkpoint"), factory);
         planner.push_keyed_by_row(&mut stream, operator, format!("the rows of `{name}` (by the whole row)"));

@@ -455,7 +455,18 @@ impl ColdStore {
         about_bytes: usize,
         group_hash: &dyn Fn(&[u8]) -> Option<u64>,
     ) -> Result<(), SluiceError> {
-        let run = self.write(groups, about_bytes, group_hash, |sink| records.write(sink))?;
+        self.add_with(groups, about_bytes, group_hash, |sink| records.write(sink))
+    }
+
+    /// [`ColdStore::add`] of the records `fill` writes, in `(vnode, key)` order.
+    fn add_with(
+        &mut self,
+        groups: usize,
+        about_bytes: usize,
+        group_hash: &dyn Fn(&[u8]) -> Option<u64>,
+        fill: impl FnOnce(&mut ColdSink<'_>) -> Result<(), SluiceError>,
+    ) -> Result<(), SluiceError> {
+        let run = self.write(groups, about_bytes, group_hash, fill)?;
         let run_bytes = run.bytes;
         self.runs.runs.push(run);
         let merged = self.compact(group_hash)?;
@@ -544,6 +555,90 @@ impl Drop for ColdStore {
 
 /// Keys of entries, for [`HashSet`] lookups by slice.
 pub(crate) type Keys = HashSet<Vec<u8>>;
+
+/// Records beyond the memory budget for state that lives outside an operator's own
+/// structures (a materialized table's slices, in `sluice-engine`): sorted runs of
+/// `(vnode, key) → value` in the space's directory, written as [`ColdStore`] writes its
+/// runs (bloom filters over `sluice_types::key::hash` of each key, compacted by the same
+/// policy, deletes dropped once the oldest run takes part). The caller counts its own
+/// entries in memory here too ([`SpilledRecords::set_entry_bytes`]), so that the space
+/// sees them and their runs' indexes and filters in its budget.
+pub struct SpilledRecords {
+    store: ColdStore,
+}
+
+impl std::fmt::Debug for SpilledRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpilledRecords").field("runs", &self.store.runs.runs.len()).finish_non_exhaustive()
+    }
+}
+
+fn record_hash(key: &[u8]) -> Option<u64> {
+    Some(sluice_types::key::hash(key))
+}
+
+impl SpilledRecords {
+    /// Runs in `space`; `written` counts the bytes written to them.
+    pub fn new(space: Arc<SpillSpace>, written: LazyCounter) -> SpilledRecords {
+        SpilledRecords { store: ColdStore::new(space, written) }
+    }
+
+    /// Writes what `fill` puts and deletes, in `(vnode, key)` order (about `keys` keys
+    /// and `about_bytes` bytes), as a new run, then compacts the runs. A file that cannot
+    /// be written fails with the directory, the bytes and the fix; the runs are then
+    /// those before the call.
+    pub fn add(
+        &mut self,
+        keys: usize,
+        about_bytes: usize,
+        fill: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
+    ) -> Result<(), SluiceError> {
+        self.store.add_with(keys, about_bytes, &record_hash, |sink| fill(sink))
+    }
+
+    /// The runs as they are now: a reader keeps them (and their files) while newer runs
+    /// are added and merged.
+    pub fn runs(&self) -> SpilledRuns {
+        SpilledRuns(self.store.runs.clone())
+    }
+
+    /// Counts the caller's entries in memory as `bytes` in the space.
+    pub fn set_entry_bytes(&mut self, bytes: usize) {
+        self.store.set_entry_bytes(bytes);
+    }
+
+    pub fn space(&self) -> &Arc<SpillSpace> {
+        self.store.space()
+    }
+}
+
+/// The runs of [`SpilledRecords`] at one moment, oldest first. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct SpilledRuns(ColdRuns);
+
+impl std::fmt::Debug for SpilledRuns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpilledRuns").field("runs", &self.0.runs.len()).finish()
+    }
+}
+
+impl SpilledRuns {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value of `key` (of vnode `vnode`) in the newest run that names it; None when
+    /// no run does, or that run deletes it.
+    pub fn get(&self, vnode: u32, key: &[u8]) -> Result<Option<Vec<u8>>, SluiceError> {
+        let hash = sluice_types::key::hash(key);
+        Ok(self.0.find(vnode, key, hash, &|_| false)?.map(|found| found.value))
+    }
+
+    /// Every live record, in `(vnode, key)` order, read block by block.
+    pub fn scan(&self) -> Merge {
+        Merge::new(self.0.inputs(), 0..u32::MAX, MergeMode::Live)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,8 @@
 //! - [`row_errors`]: what a filter or projection does with a row its expression fails on.
 //! - [`counter`]: named run counters registered on first use.
 //! - [`ttl`]: state time-to-live: keys not written for a while, dropped.
-//! - [`spill`]: state beyond the memory budget, in files on local disk.
+//! - [`spill`]: state beyond the memory budget, in files on local disk;
+//!   [`SpilledRecords`]: sorted runs there for state kept outside an operator.
 //!
 //! May depend on: sluice-types, sluice-runtime, arrow, DataFusion's expression crates.
 //! Never on connectors, SQL planning or the CLI.
@@ -49,3 +50,4 @@ pub mod union;
 pub mod window;
 
 pub(crate) use bytes::same_bytes;
+pub use cold::{SpilledRecords, SpilledRuns};

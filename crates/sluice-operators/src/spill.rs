@@ -148,12 +148,12 @@ impl SpillSpace {
 
     /// Counts `bytes` more of state in memory (an operator that keeps its state in its
     /// own structures and evicts it on its own, as the group aggregate does).
-    pub(crate) fn charge(&self, bytes: usize) {
+    pub fn charge(&self, bytes: usize) {
         self.resident.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Counts `bytes` fewer of state in memory (as [`SpillSpace::charge`] counted them).
-    pub(crate) fn release(&self, bytes: usize) {
+    pub fn release(&self, bytes: usize) {
         self.resident.fetch_sub(bytes, Ordering::Relaxed);
     }
 

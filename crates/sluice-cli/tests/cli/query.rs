@@ -505,3 +505,64 @@ fn a_killed_worker_makes_a_query_fail_naming_it() {
     }
     drop(leader);
 }
+
+/// The rows of the file of `a_materialized_table_beyond_the_memory_budget_answers_in_full`.
+const SPILLED_ROWS: i64 = 30_000;
+
+/// A table of 30,000 distinct rows (about 3 MB in memory) kept under a budget of 1 MiB
+/// on two threads: it spills its rows to the state directory (the spill counter moves),
+/// answers with every row, and a job restored from its checkpoints on three threads,
+/// under the same budget, answers alike.
+#[test]
+fn a_materialized_table_beyond_the_memory_budget_answers_in_full() {
+    let scratch = Scratch::new();
+    let rows: String = (0..SPILLED_ROWS)
+        .map(|i| format!("{{\"k\": \"row-{i:06}-of-a-table-larger-than-its-budget\", \"v\": {i}}}\n"))
+        .collect();
+    scratch.write("rows.jsonl", &rows);
+    let pipeline = RESTORED
+        .replace("bids.jsonl", "rows.jsonl")
+        .replace("batch_size = 1\n", "batch_size = 500\nstate_memory_mib = 1\n")
+        .replace(
+            "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM (\n  SELECT k, v FROM bids\n  UNION ALL\n  SELECT CAST(bidder AS VARCHAR) AS k, price AS v FROM bid WHERE price < 0\n) GROUP BY k",
+            "SELECT k, v FROM bids UNION ALL SELECT CAST(bidder AS VARCHAR) AS k, price AS v FROM bid WHERE price < 0",
+        );
+    assert!(pipeline.contains("SELECT k, v FROM bids UNION ALL") && pipeline.contains("state_memory_mib = 1"));
+    scratch.write("pipeline.toml", &pipeline);
+    let sums = "SELECT COUNT(*) AS n, COUNT(DISTINCT k) AS keys, COALESCE(SUM(v), 0) AS total FROM totals";
+    let want = json!({ "n": SPILLED_ROWS, "keys": SPILLED_ROWS, "total": SPILLED_ROWS * (SPILLED_ROWS - 1) / 2 });
+    let complete = |addr: SocketAddr| {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let rows = rows_eventually(addr, sums);
+            if rows[0]["n"] == want["n"] {
+                return rows[0].clone();
+            }
+            assert!(Instant::now() < deadline, "the table never held every row: {}", rows[0]);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    for threads in ["2", "3"] {
+        let args = ["run", "pipeline.toml", "--threads", threads, "--admin-bind", "127.0.0.1:0"];
+        let mut run = Running::start(&scratch, &args);
+        let addr = run.admin_addr();
+        wait_running(addr);
+        assert_eq!(complete(addr), want, "{threads} threads");
+        let first = rows_eventually(addr, "SELECT k, v FROM totals ORDER BY v LIMIT 1");
+        assert_eq!(first, [json!({ "k": "row-000000-of-a-table-larger-than-its-budget", "v": 0 })]);
+        let (code, metrics) = request(addr, "GET", "/metrics");
+        assert_eq!(code, 200, "{metrics}");
+        let spilled = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("sluice_counter_total{name=\"state bytes written to spill files\"} "))
+            .and_then(|value| value.parse::<u64>().ok());
+        assert!(spilled.is_some_and(|bytes| bytes > 1 << 20), "{threads} threads: nothing spilled\n{metrics}");
+        let (code, answer) = request(addr, "POST", "/stop");
+        assert_eq!(code, 202, "{answer}");
+        let (exit, text) = run.finish();
+        assert_eq!(exit, Some(0), "{text}");
+        if threads == "3" {
+            assert!(text.contains("resuming from checkpoint"), "{text}");
+        }
+    }
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
+use sluice_operators::spill::SpillSpace;
 use sluice_runtime::{Metrics, Operator, OperatorContext, SinkFactory, SinkWriter, SnapshotKind};
 use sluice_state::{CollectedState, MemoryState, StateModel};
 use sluice_types::{Batch, Epoch, SluiceError};
@@ -51,6 +52,18 @@ impl Thread {
 }
 
 fn open(registry: &Arc<Materialized>, sink: &Arc<dyn SinkFactory>, name: &str, slot: u32, slots: u32) -> Thread {
+    open_in(registry, sink, name, slot, slots, None)
+}
+
+/// [`open`], the slice counting in `space` and spilling there beyond its budget.
+fn open_in(
+    registry: &Arc<Materialized>,
+    sink: &Arc<dyn SinkFactory>,
+    name: &str,
+    slot: u32,
+    slots: u32,
+    space: Option<Arc<SpillSpace>>,
+) -> Thread {
     let table = Arc::clone(registry.table(name).expect("table"));
     let context = OperatorContext {
         thread: slot,
@@ -59,7 +72,7 @@ fn open(registry: &Arc<Materialized>, sink: &Arc<dyn SinkFactory>, name: &str, s
         metrics: Arc::new(Metrics::new(Vec::new(), Vec::new(), slots)),
     };
     Thread {
-        operator: Integrate::new(table, &context).expect("operator"),
+        operator: Integrate::new(table, &context, space).expect("operator"),
         writer: sink.open(slot, slots, true).expect("writer"),
     }
 }
@@ -340,9 +353,15 @@ struct Running {
 impl Running {
     /// `slots` threads, restored from `runs`.
     fn restored(slots: u32, runs: StateModel) -> Running {
+        Running::restored_in(slots, runs, None)
+    }
+
+    /// [`Running::restored`], the slices counting in `space`.
+    fn restored_in(slots: u32, runs: StateModel, space: Option<&Arc<SpillSpace>>) -> Running {
         let registry = registry(&["t"], slots);
         let sink = registry.sink("t").expect("sink");
-        let mut threads: Vec<Thread> = (0..slots).map(|slot| open(&registry, &sink, "t", slot, slots)).collect();
+        let mut threads: Vec<Thread> =
+            (0..slots).map(|slot| open_in(&registry, &sink, "t", slot, slots, space.cloned())).collect();
         for (slot, thread) in threads.iter_mut().enumerate() {
             let owned = sluice_types::vnode::range_of(slot as u32, VNODES, slots);
             thread.operator.restore_state(&mut runs.source(owned)).expect("restore");
@@ -406,6 +425,87 @@ fn the_table_restored_from_deltas_is_the_multiset_of_every_row_so_far() {
         }
         assert_eq!(running.runs.records(), &want, "seed {seed}: the runs hold each row with its weight");
     }
+}
+
+/// The rows of a multiset of `(k, v)` rows, each as often as its weight, sorted.
+fn expanded(multiset: &std::collections::BTreeMap<(String, i64), i64>) -> Vec<(String, i64)> {
+    let mut rows = Vec::new();
+    for (row, weight) in multiset {
+        rows.extend(std::iter::repeat_n(row.clone(), (*weight).max(0) as usize));
+    }
+    rows
+}
+
+/// The same random epochs as above, each slice spilling its base to runs at every batch
+/// and barrier (a budget of 0 bytes), with a pin taken at each epoch and read only after
+/// the next epoch's rows, spills and compactions: every read is the multiset at its
+/// epoch, the runs of the checkpoints hold each row with its weight, and once the job is
+/// gone the space counts no memory and no file.
+#[test]
+fn a_table_spilled_beyond_its_budget_reads_and_restores_as_one_kept_in_memory() {
+    for seed in 0..48 {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 0);
+        let mut random = Random(seed);
+        let mut running = Running::restored_in(1, StateModel::default(), Some(&space));
+        let mut multiset: std::collections::BTreeMap<(String, i64), i64> = Default::default();
+        // A pin and the rows it must read.
+        type Pinned = (Arc<super::TableAt>, Vec<(String, i64)>);
+        let mut pinned: Option<Pinned> = None;
+        let mut spilled = false;
+        for epoch in 1..=12u64 {
+            if random.below(4) == 0 {
+                let runs = std::mem::take(&mut running.runs);
+                pinned = None;
+                running = Running::restored_in(1 + random.below(3) as u32, runs, Some(&space));
+            }
+            let slots = running.threads.len() as u32;
+            for _ in 0..random.below(24) {
+                let row = (KEYS[random.below(5) as usize].to_string(), random.below(3) as i64);
+                let present = multiset.get(&row).copied().unwrap_or(0);
+                let retract = present > 0 && random.below(2) == 0;
+                let weight =
+                    if retract { -1 - random.below(present as u64) as i64 } else { 1 + random.below(2) as i64 };
+                *multiset.entry(row.clone()).or_default() += weight;
+                let thread = thread_of(&running.registry, &row.0, row.1, slots);
+                running.threads[thread].write(&batch(&[(&row.0, row.1, weight)])).expect("write");
+                spilled |= space.spilled() > 0;
+            }
+            running.checkpoint(epoch);
+            if let Some((at, want)) = pinned.take() {
+                let rows = rows_of_batches(&at.batches(2).expect("the pinned epoch"));
+                assert_eq!(rows, want, "seed {seed}: epoch {} read after epoch {epoch}", at.epoch());
+            }
+            let lease = running.registry.lease(Duration::ZERO, LONG).expect("lease");
+            assert_eq!(lease.epoch, epoch);
+            assert_eq!(read(&running.registry, "t", &lease), expanded(&multiset), "seed {seed}, epoch {epoch}");
+            let table = running.registry.table("t").expect("table");
+            let at = running.registry.pin(table, &lease, epoch, Duration::ZERO).expect("a pin");
+            pinned = Some((at, expanded(&multiset)));
+        }
+        assert!(spilled, "seed {seed}: nothing was spilled");
+        let mut want = std::collections::BTreeMap::new();
+        for ((k, v), weight) in multiset.iter().filter(|(_, weight)| **weight != 0) {
+            let row = encoded(&running.registry, &batch(&[(k, *v, 1)])).remove(0);
+            let vnode = sluice_types::vnode::of_hash(sluice_types::key::hash(&row), VNODES);
+            want.insert((vnode, row), weight.to_le_bytes().to_vec());
+        }
+        assert_eq!(running.runs.records(), &want, "seed {seed}: the runs hold each row with its weight");
+        drop((pinned, running));
+        assert_eq!((space.resident(), space.spilled()), (0, 0), "seed {seed}: the space counts what is gone");
+    }
+}
+
+/// Batches of `(k, v)` rows, as sorted pairs.
+fn rows_of_batches(batches: &[RecordBatch]) -> Vec<(String, i64)> {
+    let mut rows = Vec::new();
+    for batch in batches {
+        let keys = batch.column(0).as_any().downcast_ref::<StringArray>().expect("keys");
+        let values = batch.column(1).as_any().downcast_ref::<Int64Array>().expect("values");
+        rows.extend((0..batch.num_rows()).map(|i| (keys.value(i).to_string(), values.value(i))));
+    }
+    rows.sort();
+    rows
 }
 
 /// The one record of a full snapshot holding one row.
