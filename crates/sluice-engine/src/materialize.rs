@@ -185,6 +185,13 @@ struct Slice {
     /// the slice's operator when the job has a state directory; taken out while the
     /// operator writes a run.
     store: Option<SpilledRecords>,
+    /// A run is being written of the base and the sealed deltas up to `floor`: they are
+    /// not folded meanwhile ([`Integrate::spill`] folds them into the run).
+    spilling: bool,
+    /// The newest epoch the slice may fold into its base, as the last fold was told.
+    floor: Option<u64>,
+    /// The bytes of the deltas (sealed and handed over), about, as last counted.
+    delta_bytes: usize,
     /// The newest epoch folded into `base`.
     base_epoch: Option<u64>,
     /// Sealed deltas after `base_epoch`, in increasing epochs.
@@ -200,6 +207,10 @@ impl Slice {
     /// running back to back, one of which holds the base at every commit, leave a slice
     /// one delta to merge in a read rather than one per epoch.
     fn fold(&mut self, floor: Option<u64>) {
+        self.floor = floor.max(self.floor);
+        if self.spilling {
+            return;
+        }
         let Some(floor) = floor else { return };
         while self.sealed.front().is_some_and(|(epoch, _)| *epoch <= floor) {
             let Some(base) = Arc::get_mut(&mut self.base) else {
@@ -228,6 +239,7 @@ impl Slice {
     fn recount(&mut self) {
         let deltas: usize =
             self.sealed.iter().map(|(_, d)| bytes_of(d)).chain(self.handed.as_deref().map(bytes_of)).sum();
+        self.delta_bytes = deltas;
         let bytes = self.base_bytes + deltas;
         if let Some(store) = &mut self.store {
             store.set_entry_bytes(bytes);
@@ -717,47 +729,82 @@ impl Integrate {
         slice.recount();
     }
 
-    /// Writes the slice's base in memory as a run, once the space is over its budget and
-    /// the base holds at least [`spill_min`] of it: each row with its weight now (the
-    /// runs' plus the base's), or a delete where that is 0. The run is written without
-    /// the slice's lock (a pin or a snapshot taken meanwhile reads the base and the runs
-    /// before it), then the slice's base starts empty over the new runs.
+    /// Writes the slice's base in memory and its sealed deltas up to the floor (the
+    /// newest epoch it may fold) as a run, once the space is over its budget and the
+    /// base and deltas hold at least [`spill_min`] of it: each row with its weight at
+    /// the floor (the runs' plus the base's and the deltas'), or a delete where that is
+    /// 0. The run is written without the slice's lock (a pin or a snapshot taken
+    /// meanwhile reads the parts before it; nothing is folded meanwhile), then the
+    /// slice's base starts empty over the new runs, after the deltas folded into them.
+    /// A base that a snapshot or a query holds, which a commit cannot fold into, is
+    /// spilled all the same.
     fn spill(&mut self) -> Result<(), SluiceError> {
         let Some(space) = &self.space else { return Ok(()) };
         if space.resident() <= space.budget() {
             return Ok(());
         }
-        let (base, runs, bytes, mut store) = {
+        let (parts, folded, mut store) = {
             let mut slice = lock(&self.table.slices[self.slot]);
-            if slice.base.is_empty() || slice.base_bytes < spill_min(space.budget()) {
+            let floor = slice.floor;
+            let folded: Vec<u64> =
+                slice.sealed.iter().map(|(epoch, _)| *epoch).take_while(|e| floor.is_some_and(|f| *e <= f)).collect();
+            if (slice.base.is_empty() && folded.is_empty())
+                || slice.base_bytes + slice.delta_bytes < spill_min(space.budget())
+            {
                 return Ok(());
             }
             let Some(store) = slice.store.take() else { return Ok(()) };
-            (Arc::clone(&slice.base), slice.runs.clone(), slice.base_bytes, store)
+            slice.spilling = true;
+            let deltas = slice.sealed.iter().take(folded.len()).map(|(_, delta)| Arc::clone(delta)).collect();
+            let parts = read::Parts { runs: slice.runs.clone(), base: Arc::clone(&slice.base), deltas };
+            (parts, folded, store)
         };
-        let written = store.add(base.len(), bytes, |sink| {
-            for (key, added) in base.iter() {
+        let runs = parts.runs.clone();
+        let in_memory = read::Parts { runs: SpilledRuns::default(), ..parts.clone() };
+        let keys = parts.base.len() + parts.deltas.iter().map(|delta| delta.len()).sum::<usize>();
+        let bytes = keys * ENTRY_BYTES;
+        let written = store.add(keys, bytes, |sink| {
+            let mut failed = Ok(());
+            let mut record = |key: &[u8], added: i64| -> Result<(), SluiceError> {
+                if added == 0 {
+                    return Ok(());
+                }
                 let (vnode, row) = split(key);
                 let stored = match runs.get(vnode, row)? {
                     Some(value) => read::weight_of(&value)?,
                     None => 0,
                 };
                 match stored + added {
-                    0 => sink.delete(vnode, row)?,
-                    weight => sink.put(vnode, row, &weight.to_le_bytes())?,
+                    0 => sink.delete(vnode, row),
+                    weight => sink.put(vnode, row, &weight.to_le_bytes()),
                 }
-            }
-            Ok(())
+            };
+            read::Walk::default().step(&in_memory, &mut |key, added| {
+                failed = record(key, added);
+                failed.is_ok()
+            })?;
+            failed
         });
         let mut slice = lock(&self.table.slices[self.slot]);
+        slice.spilling = false;
         if written.is_ok() {
-            // Nothing else changes a base it does not hold alone, and this one is held.
-            assert!(Arc::ptr_eq(&slice.base, &base), "the base changed while it was spilled");
+            // Nothing else changes a base it does not hold alone, and this one is held;
+            // nothing folds the sealed deltas while the slice spills.
+            assert!(Arc::ptr_eq(&slice.base, &parts.base), "the base changed while it was spilled");
+            for epoch in &folded {
+                let (sealed, _) = slice.sealed.pop_front().expect("the deltas spilled are still sealed");
+                assert_eq!(sealed, *epoch, "the deltas spilled are the oldest sealed");
+            }
+            if let Some(newest) = folded.last() {
+                slice.base_epoch = Some(*newest);
+            }
             slice.base = Arc::default();
             slice.base_bytes = 0;
             slice.runs = store.runs();
         }
         slice.store = Some(store);
+        let floor = slice.floor;
+        slice.fold(floor);
         slice.recount();
         written.map_err(|error| error.context(format!("materialized table `{}`", self.table.name)))
     }
@@ -792,10 +839,12 @@ impl Operator for Integrate {
         self.spill()
     }
 
+    /// Hands the open delta over. No spill here: the base grows only when a commit
+    /// folds the deltas in, and the next batch spills it, outside the barrier's pause.
     fn on_barrier(&mut self, epoch: Epoch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         self.hand_over();
         out.push(Message::Barrier(epoch));
-        self.spill()
+        Ok(())
     }
 
     fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
