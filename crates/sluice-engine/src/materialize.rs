@@ -18,14 +18,14 @@
 //! Memory: with a state directory (every compiled job has one), a slice counts its base
 //! and deltas, and its operator its open delta, in the worker's state memory budget
 //! (`[pipeline] state_memory_mib`, shared with every operator that spills). Beyond the
-//! budget, the operator writes its slice's base in memory as a run in the state
-//! directory ([`Integrate::spill`], through `sluice_operators::SpilledRecords`): each
-//! row with its weight now, the older runs' weight plus the base's, found by the runs'
-//! bloom filters and block indexes; the base then starts empty, its weights added to
-//! the runs'. The runs are merged as the operators' evicted state is, and a read or a
+//! budget, the operator writes its slice's base in memory and its deltas committed on
+//! every table as a run in the state directory ([`Integrate::spill`], through
+//! `sluice_operators::SpilledRecords`): each row with its weight then, the older runs'
+//! weight (found by their bloom filters and block indexes) plus the base's and the
+//! deltas'; the base then starts empty, its weights added to the runs'. The runs are merged as the operators' evicted state is, and a read or a
 //! snapshot merges them block by block with the parts in memory. The deltas waiting for
-//! their commit and the open delta stay in memory: they hold the rows of about a
-//! checkpoint interval.
+//! their commit and the open delta stay in memory: they hold the rows since the last
+//! committed checkpoint.
 //!
 //! Checkpoints: equal rows always reach the same thread (the exchange places a row by
 //! its hash's vnode), so the operator's state at a barrier is a record per distinct row
