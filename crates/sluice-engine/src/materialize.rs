@@ -673,10 +673,13 @@ impl Integrate {
     ) -> Result<Integrate, SluiceError> {
         let slot = table.slot(context.thread)?;
         if let Some(space) = &space {
-            let written = sluice_operators::spill::spilled_bytes(&context.metrics);
             let mut slice = lock(&table.slices[slot]);
-            slice.store = Some(SpilledRecords::new(Arc::clone(space), written));
-            slice.recount();
+            // A slice has one store, which holds its runs: never replaced.
+            if slice.store.is_none() && !slice.spilling {
+                let written = sluice_operators::spill::spilled_bytes(&context.metrics);
+                slice.store = Some(SpilledRecords::new(Arc::clone(space), written));
+                slice.recount();
+            }
         }
         Ok(Integrate {
             slot,
