@@ -661,6 +661,8 @@ pub(crate) struct Integrate {
     tracking: bool,
     /// The budget the slice counts in, and the directory its base spills to.
     space: Option<Arc<SpillSpace>>,
+    /// No batch came since the previous barrier.
+    idle: bool,
 }
 
 impl Integrate {
@@ -692,6 +694,7 @@ impl Integrate {
             key: Vec::new(),
             tracking: false,
             space,
+            idle: false,
         })
     }
 
@@ -821,6 +824,7 @@ impl Operator for Integrate {
     /// Keeps the rows, and passes them on to the sink, which only counts them (its rows
     /// out, once their checkpoint is committed).
     fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.idle = false;
         self.table.encoder.encode(batch.rows.columns(), &mut self.rows)?;
         let mut grown = 0;
         for index in 0..self.rows.len() {
@@ -842,12 +846,14 @@ impl Operator for Integrate {
         self.spill()
     }
 
-    /// Hands the open delta over. No spill here: the base grows only when a commit
-    /// folds the deltas in, and the next batch spills it, outside the barrier's pause.
+    /// Hands the open delta over. The base grows only when a commit folds the deltas
+    /// in, and the next batch spills it, outside the barrier's pause; with no batch
+    /// since the previous barrier (an idle input), the barrier spills it.
     fn on_barrier(&mut self, epoch: Epoch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let idle = std::mem::replace(&mut self.idle, true);
         self.hand_over();
         out.push(Message::Barrier(epoch));
-        Ok(())
+        if idle { self.spill() } else { Ok(()) }
     }
 
     fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {

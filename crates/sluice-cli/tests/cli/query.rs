@@ -550,13 +550,24 @@ fn a_materialized_table_beyond_the_memory_budget_answers_in_full() {
         assert_eq!(complete(addr), want, "{threads} threads");
         let first = rows_eventually(addr, "SELECT k, v FROM totals ORDER BY v LIMIT 1");
         assert_eq!(first, [json!({ "k": "row-000000-of-a-table-larger-than-its-budget", "v": 0 })]);
-        let (code, metrics) = request(addr, "GET", "/metrics");
-        assert_eq!(code, 200, "{metrics}");
-        let spilled = metrics
-            .lines()
-            .find_map(|line| line.strip_prefix("sluice_counter_total{name=\"state bytes written to spill files\"} "))
-            .and_then(|value| value.parse::<u64>().ok());
-        assert!(spilled.is_some_and(|bytes| bytes > 1 << 20), "{threads} threads: nothing spilled\n{metrics}");
+        // The committed rows spill at the barrier after their commit (the input idle).
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let (code, metrics) = request(addr, "GET", "/metrics");
+            assert_eq!(code, 200, "{metrics}");
+            let spilled = metrics
+                .lines()
+                .find_map(|line| {
+                    line.strip_prefix("sluice_counter_total{name=\"state bytes written to spill files\"} ")
+                })
+                .and_then(|value| value.parse::<u64>().ok());
+            if spilled.is_some_and(|bytes| bytes > 1 << 20) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{threads} threads: nothing spilled\n{metrics}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(complete(addr), want, "{threads} threads, after the spill");
         let (code, answer) = request(addr, "POST", "/stop");
         assert_eq!(code, 202, "{answer}");
         let (exit, text) = run.finish();
