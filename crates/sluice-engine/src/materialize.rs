@@ -955,7 +955,8 @@ pub(crate) fn add_flows(
         let factory: sluice_runtime::OperatorFactory = Arc::new(move |context: &OperatorContext| {
             Ok(Box::new(Integrate::new(Arc::clone(&table), context, space.clone())?) as Box<dyn Operator>)
         });
-        let operator = (format!("materialize: keep the rows of `{name}` per checkpoint"), factory);
+        let spills = if spill.is_some() { " (rows spill to disk beyond state_memory_mib)" } else { "" };
+        let operator = (format!("materialize: keep the rows of `{name}` per checkpoint{spills}"), factory);
         planner.push_keyed_by_row(&mut stream, operator, format!("the rows of `{name}` (by the whole row)"));
         let sink = registry.sink(&name).expect("registered above");
         flows.push(stream.into_flow(sink, threads, 0));

@@ -745,3 +745,26 @@ fn a_query_nested_too_deep_or_answering_too_many_bytes_is_refused() {
 }
 
 mod streamed;
+
+/// `explain` says that a materialized table's rows spill beyond the budget.
+#[test]
+fn explain_says_a_materialized_tables_rows_spill() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("events.jsonl"), "").expect("write");
+    let text = "[pipeline]\nname = \"m\"\n\n[checkpoint]\ninterval = \"1h\"\nstore = \"file://./state\"\n\n\
+                [[source]]\nname = \"events\"\nconnector = \"file\"\nformat = \"json\"\nschema = \"k VARCHAR, v BIGINT\"\n\
+                [source.options]\npath = \"events.jsonl\"\n\n\
+                [[view]]\nname = \"kept\"\nsql = \"SELECT k, v FROM events\"\nmaterialized = true\n\n\
+                [[sink]]\nname = \"out\"\nfrom = \"events\"\nconnector = \"blackhole\"\n";
+    let pipeline =
+        crate::Engine::default().parse(text, "m.toml", dir.path(), crate::load::Overrides::default()).expect("valid");
+    let compiled = pipeline.compile(None).expect("compiles");
+    let lines: Vec<String> = compiled
+        .plan
+        .flows
+        .iter()
+        .flat_map(|flow| flow.segments.iter().flat_map(|s| s.operators.iter().map(|(line, _)| line.clone())))
+        .collect();
+    let kept = "materialize: keep the rows of `kept` per checkpoint (rows spill to disk beyond state_memory_mib)";
+    assert!(lines.iter().any(|line| line == kept), "{lines:#?}");
+}
