@@ -18,8 +18,8 @@
 //! Memory: with a state directory (every compiled job has one), a slice counts its base
 //! and deltas, and its operator its open delta, in the worker's state memory budget
 //! (`[pipeline] state_memory_mib`, shared with every operator that spills). Beyond the
-//! budget, the operator writes its slice's base in memory and its deltas committed on
-//! every table as a run in the state directory ([`Integrate::spill`], through
+//! budget, the operator (at its next batch, or, its input idle, its next barrier)
+//! writes its slice's base in memory and its deltas committed on every table as a run in the state directory ([`Integrate::spill`], through
 //! `sluice_operators::SpilledRecords`): each row with its weight then, the older runs'
 //! weight (found by their bloom filters and block indexes) plus the base's and the
 //! deltas'; the base then starts empty, its weights added to the runs'. The runs are merged as the operators' evicted state is, and a read or a
