@@ -111,6 +111,15 @@ fn split(key: &[u8]) -> (u32, &[u8]) {
     (u32::from_be_bytes(vnode.try_into().expect("4 bytes")), row)
 }
 
+/// A key's first 16 bytes (zeros past its end) as a number: two keys whose prefixes
+/// differ are in their prefixes' order, and a tie is broken by the whole keys.
+fn prefix(key: &[u8]) -> u128 {
+    let mut bytes = [0u8; 16];
+    let length = key.len().min(16);
+    bytes[..length].copy_from_slice(&key[..length]);
+    u128::from_be_bytes(bytes)
+}
+
 /// The smallest base in memory worth a run of its own: a slice spills its base beyond
 /// the budget once it holds a sixteenth of the budget, so that its runs are few even
 /// when other operators hold the memory.
@@ -698,11 +707,20 @@ impl Integrate {
         })
     }
 
-    /// The open delta without its rows of weight 0, sorted.
+    /// The open delta without its rows of weight 0, sorted: by each key's first 16
+    /// bytes, held beside it, and only on a tie by the whole key, so that most
+    /// comparisons read no key (the sort of millions of rows is most of the barrier's
+    /// pause; BENCHMARKS.md, "Materialized tables beyond the memory budget").
     fn take_open(&mut self) -> Arc<Multiset> {
         let open = std::mem::take(&mut self.open);
         self.count_open(0);
-        Arc::new(open.into_iter().filter(|(_, weight)| *weight != 0).collect())
+        let mut rows: Vec<(u128, Box<[u8]>, i64)> = open
+            .into_iter()
+            .filter(|(_, weight)| *weight != 0)
+            .map(|(key, weight)| (prefix(&key), key, weight))
+            .collect();
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        Arc::new(rows.into_iter().map(|(_, key, weight)| (key, weight)).collect())
     }
 
     /// Counts the open delta as `bytes` in the space.

@@ -768,3 +768,22 @@ fn explain_says_a_materialized_tables_rows_spill() {
     let kept = "materialize: keep the rows of `kept` per checkpoint (rows spill to disk beyond state_memory_mib)";
     assert!(lines.iter().any(|line| line == kept), "{lines:#?}");
 }
+
+/// Keys sorted by their 16-byte prefix, then whole (as a barrier sorts its open delta),
+/// are in their bytes' order: short keys, keys that are prefixes of others and zero
+/// bytes included.
+#[test]
+fn the_prefix_order_is_the_byte_order() {
+    let mut random = Random(7);
+    let keys: Vec<Vec<u8>> = (0..4000)
+        .map(|_| {
+            let length = random.below(24);
+            (0..length).map(|_| [0u8, 1, 255][random.below(3) as usize]).collect()
+        })
+        .collect();
+    let mut by_prefix = keys.clone();
+    by_prefix.sort_by(|a, b| super::prefix(a).cmp(&super::prefix(b)).then_with(|| a.cmp(b)));
+    let mut by_bytes = keys;
+    by_bytes.sort();
+    assert_eq!(by_prefix, by_bytes);
+}
