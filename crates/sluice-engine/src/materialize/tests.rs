@@ -787,3 +787,33 @@ fn the_prefix_order_is_the_byte_order() {
     by_bytes.sort();
     assert_eq!(by_prefix, by_bytes);
 }
+
+/// A spill that cannot write its run (the state directory gone) fails the operator with
+/// the directory and the fix, and the committed epoch still reads in full: the slice
+/// keeps its base and its store.
+#[test]
+fn a_spill_that_cannot_write_names_the_directory_and_loses_nothing_committed() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("a state directory");
+    let space = SpillSpace::new(state.clone(), 0);
+    let registry = registry(&["t"], 1);
+    let sink = registry.sink("t").expect("sink");
+    let mut thread = open_in(&registry, &sink, "t", 0, 1, Some(Arc::clone(&space)));
+    thread.write(&batch(&[("a", 1, 1), ("b", 2, 2)])).expect("nothing to spill yet");
+    thread.checkpoint(Epoch(1), false);
+    sink.commit(Epoch(1), &[]).expect("commit");
+    std::fs::remove_dir(&state).expect("the directory goes");
+    let error = thread.write(&batch(&[("c", 3, 1)])).expect_err("the spill cannot write");
+    assert_eq!(error.code, "state.spill", "{error:?}");
+    assert!(error.message.contains(&state.display().to_string()), "{error:?}");
+    assert!(error.message.contains("materialized table `t`"), "{error:?}");
+    assert!(error.fix.as_deref().is_some_and(|fix| fix.contains("state_dir")), "{error:?}");
+    let lease = registry.lease(Duration::ZERO, LONG).expect("lease");
+    assert_eq!(read(&registry, "t", &lease), pairs(&[("a", 1), ("b", 2), ("b", 2)]));
+    // Once the directory is back, the next batch spills.
+    std::fs::create_dir(&state).expect("the directory again");
+    thread.write(&batch(&[("d", 4, 1)])).expect("a spill");
+    assert!(space.spilled() > 0);
+    assert_eq!(read(&registry, "t", &lease), pairs(&[("a", 1), ("b", 2), ("b", 2)]));
+}
