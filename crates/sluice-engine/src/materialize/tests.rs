@@ -100,8 +100,13 @@ fn batch(rows: &[(&str, i64, i64)]) -> Batch {
 /// Table `name` at the lease's epoch, as sorted `(k, v)` pairs.
 fn read(registry: &Materialized, name: &str, lease: &super::Lease) -> Vec<(String, i64)> {
     let table = registry.table(name).expect("table");
+    rows_of(&registry.read(table, lease, 2).expect("read"))
+}
+
+/// Batches as sorted `(k, v)` pairs.
+fn rows_of(batches: &[RecordBatch]) -> Vec<(String, i64)> {
     let mut rows = Vec::new();
-    for batch in registry.read(table, lease, 2).expect("read") {
+    for batch in batches {
         let keys = batch.column(0).as_any().downcast_ref::<StringArray>().expect("keys");
         let values = batch.column(1).as_any().downcast_ref::<Int64Array>().expect("values");
         rows.extend((0..batch.num_rows()).map(|i| (keys.value(i).to_string(), values.value(i))));
@@ -369,6 +374,22 @@ impl Running {
         Running { registry, sink, threads, runs }
     }
 
+    /// Writes up to `rows_max` random rows, one batch each to its row's thread, and
+    /// adds them to `multiset`: insertions, and retractions of rows present, as in a
+    /// changelog.
+    fn write_random(&mut self, random: &mut Random, multiset: &mut Multiset, rows_max: u64) {
+        let slots = self.threads.len() as u32;
+        for _ in 0..random.below(rows_max) {
+            let row = (KEYS[random.below(5) as usize].to_string(), random.below(3) as i64);
+            let present = multiset.get(&row).copied().unwrap_or(0);
+            let retract = present > 0 && random.below(2) == 0;
+            let weight = if retract { -1 - random.below(present as u64) as i64 } else { 1 + random.below(2) as i64 };
+            *multiset.entry(row.clone()).or_default() += weight;
+            let thread = thread_of(&self.registry, &row.0, row.1, slots);
+            self.threads[thread].write(&batch(&[(&row.0, row.1, weight)])).expect("write");
+        }
+    }
+
     /// A checkpoint of epoch `epoch` (deltas when they can be), committed.
     fn checkpoint(&mut self, epoch: u64) {
         let slots = self.threads.len() as u32;
@@ -390,45 +411,28 @@ fn the_table_restored_from_deltas_is_the_multiset_of_every_row_so_far() {
     for seed in 0..48 {
         let mut random = Random(seed);
         let mut running = Running::restored(1, StateModel::default());
-        let mut multiset: std::collections::BTreeMap<(String, i64), i64> = Default::default();
+        let mut multiset = Multiset::new();
         for epoch in 1..=12u64 {
             if random.below(4) == 0 {
                 let runs = std::mem::take(&mut running.runs);
                 running = Running::restored(1 + random.below(3) as u32, runs);
             }
-            let slots = running.threads.len() as u32;
-            for _ in 0..random.below(12) {
-                let row = (KEYS[random.below(5) as usize].to_string(), random.below(3) as i64);
-                // Only rows present are retracted, as in a changelog.
-                let present = multiset.get(&row).copied().unwrap_or(0);
-                let retract = present > 0 && random.below(2) == 0;
-                let weight =
-                    if retract { -1 - random.below(present as u64) as i64 } else { 1 + random.below(2) as i64 };
-                *multiset.entry(row.clone()).or_default() += weight;
-                let thread = thread_of(&running.registry, &row.0, row.1, slots);
-                running.threads[thread].write(&batch(&[(&row.0, row.1, weight)])).expect("write");
-            }
+            running.write_random(&mut random, &mut multiset, 12);
             running.checkpoint(epoch);
             let lease = running.registry.lease(Duration::ZERO, LONG).expect("lease");
             assert_eq!(lease.epoch, epoch);
-            let mut want: Vec<(String, i64)> = Vec::new();
-            for (row, weight) in &multiset {
-                want.extend(std::iter::repeat_n(row.clone(), *weight as usize));
-            }
-            assert_eq!(read(&running.registry, "t", &lease), want, "seed {seed}, epoch {epoch}");
+            assert_eq!(read(&running.registry, "t", &lease), expanded(&multiset), "seed {seed}, epoch {epoch}");
         }
-        let mut want = std::collections::BTreeMap::new();
-        for ((k, v), weight) in multiset.iter().filter(|(_, weight)| **weight != 0) {
-            let row = encoded(&running.registry, &batch(&[(k, *v, 1)])).remove(0);
-            let vnode = sluice_types::vnode::of_hash(sluice_types::key::hash(&row), VNODES);
-            want.insert((vnode, row), weight.to_le_bytes().to_vec());
-        }
+        let want = records_of(&running.registry, &multiset);
         assert_eq!(running.runs.records(), &want, "seed {seed}: the runs hold each row with its weight");
     }
 }
 
-/// The rows of a multiset of `(k, v)` rows, each as often as its weight, sorted.
-fn expanded(multiset: &std::collections::BTreeMap<(String, i64), i64>) -> Vec<(String, i64)> {
+/// `(k, v)` rows and their weights.
+type Multiset = std::collections::BTreeMap<(String, i64), i64>;
+
+/// The rows of a multiset, each as often as its weight, sorted.
+fn expanded(multiset: &Multiset) -> Vec<(String, i64)> {
     let mut rows = Vec::new();
     for (row, weight) in multiset {
         rows.extend(std::iter::repeat_n(row.clone(), (*weight).max(0) as usize));
@@ -448,7 +452,7 @@ fn a_table_spilled_beyond_its_budget_reads_and_restores_as_one_kept_in_memory() 
         let space = SpillSpace::new(dir.path().to_path_buf(), 0);
         let mut random = Random(seed);
         let mut running = Running::restored_in(1, StateModel::default(), Some(&space));
-        let mut multiset: std::collections::BTreeMap<(String, i64), i64> = Default::default();
+        let mut multiset = Multiset::new();
         // A pin and the rows it must read.
         type Pinned = (Arc<super::TableAt>, Vec<(String, i64)>);
         let mut pinned: Option<Pinned> = None;
@@ -459,21 +463,11 @@ fn a_table_spilled_beyond_its_budget_reads_and_restores_as_one_kept_in_memory() 
                 pinned = None;
                 running = Running::restored_in(1 + random.below(3) as u32, runs, Some(&space));
             }
-            let slots = running.threads.len() as u32;
-            for _ in 0..random.below(24) {
-                let row = (KEYS[random.below(5) as usize].to_string(), random.below(3) as i64);
-                let present = multiset.get(&row).copied().unwrap_or(0);
-                let retract = present > 0 && random.below(2) == 0;
-                let weight =
-                    if retract { -1 - random.below(present as u64) as i64 } else { 1 + random.below(2) as i64 };
-                *multiset.entry(row.clone()).or_default() += weight;
-                let thread = thread_of(&running.registry, &row.0, row.1, slots);
-                running.threads[thread].write(&batch(&[(&row.0, row.1, weight)])).expect("write");
-                spilled |= space.spilled() > 0;
-            }
+            running.write_random(&mut random, &mut multiset, 24);
+            spilled |= space.spilled() > 0;
             running.checkpoint(epoch);
             if let Some((at, want)) = pinned.take() {
-                let rows = rows_of_batches(&at.batches(2).expect("the pinned epoch"));
+                let rows = rows_of(&at.batches(2).expect("the pinned epoch"));
                 assert_eq!(rows, want, "seed {seed}: epoch {} read after epoch {epoch}", at.epoch());
             }
             let lease = running.registry.lease(Duration::ZERO, LONG).expect("lease");
@@ -484,28 +478,22 @@ fn a_table_spilled_beyond_its_budget_reads_and_restores_as_one_kept_in_memory() 
             pinned = Some((at, expanded(&multiset)));
         }
         assert!(spilled, "seed {seed}: nothing was spilled");
-        let mut want = std::collections::BTreeMap::new();
-        for ((k, v), weight) in multiset.iter().filter(|(_, weight)| **weight != 0) {
-            let row = encoded(&running.registry, &batch(&[(k, *v, 1)])).remove(0);
-            let vnode = sluice_types::vnode::of_hash(sluice_types::key::hash(&row), VNODES);
-            want.insert((vnode, row), weight.to_le_bytes().to_vec());
-        }
+        let want = records_of(&running.registry, &multiset);
         assert_eq!(running.runs.records(), &want, "seed {seed}: the runs hold each row with its weight");
         drop((pinned, running));
         assert_eq!((space.resident(), space.spilled()), (0, 0), "seed {seed}: the space counts what is gone");
     }
 }
 
-/// Batches of `(k, v)` rows, as sorted pairs.
-fn rows_of_batches(batches: &[RecordBatch]) -> Vec<(String, i64)> {
-    let mut rows = Vec::new();
-    for batch in batches {
-        let keys = batch.column(0).as_any().downcast_ref::<StringArray>().expect("keys");
-        let values = batch.column(1).as_any().downcast_ref::<Int64Array>().expect("values");
-        rows.extend((0..batch.num_rows()).map(|i| (keys.value(i).to_string(), values.value(i))));
+/// The records a checkpoint holds of a multiset: each row of nonzero weight with it.
+fn records_of(registry: &Materialized, multiset: &Multiset) -> std::collections::BTreeMap<(u32, Vec<u8>), Vec<u8>> {
+    let mut records = std::collections::BTreeMap::new();
+    for ((k, v), weight) in multiset.iter().filter(|(_, weight)| **weight != 0) {
+        let row = encoded(registry, &batch(&[(k, *v, 1)])).remove(0);
+        let vnode = sluice_types::vnode::of_hash(sluice_types::key::hash(&row), VNODES);
+        records.insert((vnode, row), weight.to_le_bytes().to_vec());
     }
-    rows.sort();
-    rows
+    records
 }
 
 /// The one record of a full snapshot holding one row.

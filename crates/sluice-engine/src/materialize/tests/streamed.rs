@@ -5,22 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Int64Array, RecordBatch, StringArray};
 use sluice_types::Epoch;
 
-use super::{KEYS, LONG, Random, batch, open, pairs, registry, thread_of};
-
-/// Batches as sorted `(k, v)` pairs.
-fn rows_of(batches: &[RecordBatch]) -> Vec<(String, i64)> {
-    let mut rows = Vec::new();
-    for batch in batches {
-        let keys = batch.column(0).as_any().downcast_ref::<StringArray>().expect("keys");
-        let values = batch.column(1).as_any().downcast_ref::<Int64Array>().expect("values");
-        rows.extend((0..batch.num_rows()).map(|i| (keys.value(i).to_string(), values.value(i))));
-    }
-    rows.sort();
-    rows
-}
+use super::{KEYS, LONG, Random, batch, open, pairs, registry, rows_of, thread_of};
 
 /// A scan resumes each batch after the last row it took, so a row taken twice, skipped,
 /// or a weight cut short at a batch's end would show here. Two threads, an old lease
