@@ -91,9 +91,21 @@ type Open = HashMap<Box<[u8]>, i64>;
 /// allocation.
 const ENTRY_BYTES: usize = 48;
 
-/// The bytes of `rows` in memory, about.
-fn bytes_of(rows: &Multiset) -> usize {
-    rows.keys().map(|key| key.len() + ENTRY_BYTES).sum()
+/// A delta's rows, shared, and their bytes in memory (each row's key and
+/// [`ENTRY_BYTES`]), counted as it is made rather than again at every barrier and commit
+/// that counts the slice in the budget.
+#[derive(Clone, Default)]
+struct Delta {
+    rows: Arc<Multiset>,
+    bytes: usize,
+}
+
+impl Delta {
+    /// Adds `other`'s weights to its own (copying its rows first if they are shared).
+    fn integrate(&mut self, other: &Multiset) {
+        let grown = integrate(Arc::make_mut(&mut self.rows), other);
+        self.bytes = self.bytes.saturating_add_signed(grown);
+    }
 }
 
 /// A row's key in the multisets: its vnode (u32, big-endian, so that keys sort by vnode
@@ -204,10 +216,10 @@ struct Slice {
     /// The newest epoch folded into `base`.
     base_epoch: Option<u64>,
     /// Sealed deltas after `base_epoch`, in increasing epochs.
-    sealed: VecDeque<(u64, Arc<Multiset>)>,
+    sealed: VecDeque<(u64, Delta)>,
     /// Rows the operator handed over at a barrier (or the end of its input), sealed by
     /// the sink's next `pre_commit`, which knows the epoch.
-    handed: Option<Arc<Multiset>>,
+    handed: Option<Delta>,
 }
 
 impl Slice {
@@ -227,7 +239,7 @@ impl Slice {
                 return;
             };
             let Some((epoch, delta)) = self.sealed.pop_front() else { return };
-            let grown = integrate(base, &delta);
+            let grown = integrate(base, &delta.rows);
             self.base_bytes = self.base_bytes.saturating_add_signed(grown);
             self.base_epoch = Some(epoch);
         }
@@ -237,17 +249,16 @@ impl Slice {
     /// `handed`, the delta handed over.
     fn parts(&self, epoch: Option<u64>, handed: bool) -> read::Parts {
         let sealed = self.sealed.iter().take_while(|(e, _)| epoch.is_none_or(|epoch| *e <= epoch));
-        let mut deltas: Vec<Arc<Multiset>> = sealed.map(|(_, d)| Arc::clone(d)).collect();
+        let mut deltas: Vec<Arc<Multiset>> = sealed.map(|(_, d)| Arc::clone(&d.rows)).collect();
         if handed {
-            deltas.extend(self.handed.clone());
+            deltas.extend(self.handed.as_ref().map(|d| Arc::clone(&d.rows)));
         }
         read::Parts { runs: self.runs.clone(), base: Arc::clone(&self.base), deltas }
     }
 
     /// Counts its memory in the budget: the base and every delta.
     fn recount(&mut self) {
-        let deltas: usize =
-            self.sealed.iter().map(|(_, d)| bytes_of(d)).chain(self.handed.as_deref().map(bytes_of)).sum();
+        let deltas: usize = self.sealed.iter().map(|(_, d)| d.bytes).chain(self.handed.as_ref().map(|d| d.bytes)).sum();
         self.delta_bytes = deltas;
         let bytes = self.base_bytes + deltas;
         if let Some(store) = &mut self.store {
@@ -263,18 +274,18 @@ impl Slice {
         if count < 2 {
             return;
         }
-        let mut merged = Multiset::new();
+        let mut merged = Delta::default();
         let mut newest = 0;
         for (epoch, delta) in self.sealed.drain(..count) {
-            integrate(&mut merged, &delta);
+            merged.integrate(&delta.rows);
             newest = epoch;
         }
-        self.sealed.push_front((newest, Arc::new(merged)));
+        self.sealed.push_front((newest, merged));
     }
 }
 
 /// Adds `delta`'s weights to `into`, removing rows whose weight becomes 0; returns by
-/// how many bytes `into` grew ([`bytes_of`]).
+/// how many bytes `into` grew (each row's key and [`ENTRY_BYTES`]).
 fn integrate(into: &mut Multiset, delta: &Multiset) -> isize {
     let mut grown = 0isize;
     for (row, weight) in delta {
@@ -620,7 +631,7 @@ impl SinkWriter for MaterializeWriter {
         let floor = self.registry.floor();
         let mut slice = lock(&self.table.slices[self.slot]);
         let delta = slice.handed.take().unwrap_or_default();
-        self.table.rows_integrated.fetch_add(delta.len() as u64, Ordering::Relaxed);
+        self.table.rows_integrated.fetch_add(delta.rows.len() as u64, Ordering::Relaxed);
         slice.sealed.push_back((epoch.0, delta));
         slice.fold(floor);
         slice.recount();
@@ -661,7 +672,7 @@ pub(crate) struct Integrate {
     /// The bytes of `open`, about, as counted in the space.
     open_bytes: usize,
     /// The open delta as the last snapshot took it, handed over at its barrier.
-    snapshotted: Option<Arc<Multiset>>,
+    snapshotted: Option<Delta>,
     rows: KeyRows,
     /// A row's key, built in place.
     key: Vec<u8>,
@@ -711,8 +722,9 @@ impl Integrate {
     /// bytes, held beside it, and only on a tie by the whole key, so that most
     /// comparisons read no key (the sort of millions of rows is most of the barrier's
     /// pause; BENCHMARKS.md, "Materialized tables beyond the memory budget").
-    fn take_open(&mut self) -> Arc<Multiset> {
+    fn take_open(&mut self) -> Delta {
         let open = std::mem::take(&mut self.open);
+        let bytes = self.open_bytes;
         self.count_open(0);
         let mut rows: Vec<(u128, Box<[u8]>, i64)> = open
             .into_iter()
@@ -720,7 +732,7 @@ impl Integrate {
             .map(|(key, weight)| (prefix(&key), key, weight))
             .collect();
         rows.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-        Arc::new(rows.into_iter().map(|(_, key, weight)| (key, weight)).collect())
+        Delta { rows: Arc::new(rows.into_iter().map(|(_, key, weight)| (key, weight)).collect()), bytes }
     }
 
     /// Counts the open delta as `bytes` in the space.
@@ -736,18 +748,15 @@ impl Integrate {
     fn hand_over(&mut self) {
         let delta = match self.snapshotted.take() {
             Some(taken) if self.open.is_empty() => taken,
-            Some(taken) => {
-                let mut merged = Multiset::clone(&taken);
-                integrate(&mut merged, &self.take_open());
-                Arc::new(merged)
+            Some(mut taken) => {
+                taken.integrate(&self.take_open().rows);
+                taken
             }
             None => self.take_open(),
         };
         let mut slice = lock(&self.table.slices[self.slot]);
         match &mut slice.handed {
-            Some(handed) => {
-                integrate(Arc::make_mut(handed), &delta);
-            }
+            Some(handed) => handed.integrate(&delta.rows),
             None => slice.handed = Some(delta),
         }
         slice.recount();
@@ -779,7 +788,7 @@ impl Integrate {
             }
             let Some(store) = slice.store.take() else { return Ok(()) };
             slice.spilling = true;
-            let deltas = slice.sealed.iter().take(folded.len()).map(|(_, delta)| Arc::clone(delta)).collect();
+            let deltas = slice.sealed.iter().take(folded.len()).map(|(_, delta)| Arc::clone(&delta.rows)).collect();
             let parts = read::Parts { runs: slice.runs.clone(), base: Arc::clone(&slice.base), deltas };
             (parts, folded, store)
         };
@@ -886,17 +895,14 @@ impl Operator for Integrate {
     /// snapshot.
     fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
         let open = self.take_open();
-        let changed = (delta && self.tracking).then(|| Arc::clone(&open));
-        if let Some(earlier) = self.snapshotted.take() {
+        let changed = (delta && self.tracking).then(|| Arc::clone(&open.rows));
+        match &mut self.snapshotted {
             // Two snapshots without a barrier between them: keep both deltas' rows.
-            let mut merged = Multiset::clone(&earlier);
-            integrate(&mut merged, &open);
-            self.snapshotted = Some(Arc::new(merged));
-        } else {
-            self.snapshotted = Some(open);
+            Some(earlier) => earlier.integrate(&open.rows),
+            None => self.snapshotted = Some(open),
         }
         let mut parts = lock(&self.table.slices[self.slot]).parts(None, true);
-        parts.deltas.extend(self.snapshotted.clone());
+        parts.deltas.extend(self.snapshotted.as_ref().map(|d| Arc::clone(&d.rows)));
         self.tracking = true;
         Ok(Some(state::snapshot(parts, changed)))
     }
