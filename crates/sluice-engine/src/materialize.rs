@@ -803,11 +803,7 @@ impl Integrate {
                     return Ok(());
                 }
                 let (vnode, row) = split(key);
-                let stored = match runs.get(vnode, row)? {
-                    Some(value) => read::weight_of(&value)?,
-                    None => 0,
-                };
-                match stored + added {
+                match read::stored_weight(&runs, key)? + added {
                     0 => sink.delete(vnode, row),
                     weight => sink.put(vnode, row, &weight.to_le_bytes()),
                 }

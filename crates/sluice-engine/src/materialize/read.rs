@@ -51,17 +51,21 @@ impl Parts {
 
     /// The weight of `key`, summed over the parts (0 when none holds it).
     pub(super) fn weight(&self, key: &[u8]) -> Result<i64, SluiceError> {
-        let (vnode, row) = super::split(key);
-        let stored = match self.runs.get(vnode, row)? {
-            Some(value) => weight_of(&value)?,
-            None => 0,
-        };
-        Ok(stored + self.memory().filter_map(|part| part.get(key)).sum::<i64>())
+        Ok(stored_weight(&self.runs, key)? + self.memory().filter_map(|part| part.get(key)).sum::<i64>())
+    }
+}
+
+/// The weight of `key` in the newest of `runs` that names it (0 when none does).
+pub(super) fn stored_weight(runs: &SpilledRuns, key: &[u8]) -> Result<i64, SluiceError> {
+    let (vnode, row) = super::split(key);
+    match runs.get(vnode, row)? {
+        Some(value) => weight_of(&value),
+        None => Ok(0),
     }
 }
 
 /// The weight a run stores for a row.
-pub(super) fn weight_of(value: &[u8]) -> Result<i64, SluiceError> {
+fn weight_of(value: &[u8]) -> Result<i64, SluiceError> {
     let bytes = value.try_into().map_err(|_| {
         SluiceError::internal(
             "state.spill",
