@@ -66,6 +66,21 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Whether the operator holds output of a watermark or of the end that it has not
+    /// emitted yet. An operator whose watermark closes more than it should build at once
+    /// (a window aggregate's windows) emits a part and keeps the rest, with the watermark
+    /// or end-of-data itself, for [`Operator::on_resume`]; until it says it holds none,
+    /// it is given no other message, no flush and no barrier. The default holds none.
+    fn has_more(&self) -> bool {
+        false
+    }
+
+    /// Emits the next part of the held output ([`Operator::has_more`]); the watermark or
+    /// end-of-data that started it goes out last, with the last part.
+    fn on_resume(&mut self, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        unreachable!("{} resumed without held output", self.name())
+    }
+
     /// The operator's state at the current barrier, as records (`sluice_state`): the
     /// operator copies what it needs here, on the hot path, and returns a job that
     /// writes the copy's records on another thread while processing goes on (keyed
@@ -302,13 +317,43 @@ impl Chain {
     }
 
     /// Pushes `message` through every operator, appending the last one's output to `out`.
+    /// An operator may then hold output to come ([`Chain::has_more`]).
     pub fn push(&mut self, message: Message, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         self.push_from(0, message, out)
+    }
+
+    /// Pushes `message`, then every part of the output it makes ([`Chain::resume`]), for
+    /// callers that take a message's whole output at once (tests, tools).
+    pub fn push_whole(&mut self, message: Message, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.push(message, out)?;
+        while self.has_more() {
+            self.resume(out)?;
+        }
+        Ok(())
+    }
+
+    /// Whether an operator holds output to come ([`Operator::has_more`]): the chain then
+    /// takes no message and no flush until [`Chain::resume`] emptied it.
+    pub fn has_more(&self) -> bool {
+        self.operators.iter().any(|operator| operator.has_more())
+    }
+
+    /// Emits the next part of the output an operator holds, through the operators after
+    /// it. The last such operator goes first: what it holds came from its input before
+    /// anything an earlier one still holds.
+    pub fn resume(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let Some(index) = self.operators.iter().rposition(|operator| operator.has_more()) else {
+            return Ok(());
+        };
+        let mut held = Vec::new();
+        self.operators[index].on_resume(&mut held)?;
+        self.pass_on(index, held, out)
     }
 
     /// Pushes `message`, which arrived on input `port` of the chain's first operator
     /// (see [`Operator::on_port_data`]), through every operator.
     pub fn push_from(&mut self, port: usize, message: Message, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(!self.has_more(), "{}: a message pushed before the held output left", self.describe());
         if self.operators.is_empty() {
             assert_eq!(port, 0, "a chain without operators has a single input");
             out.push(message);
@@ -320,6 +365,7 @@ impl Chain {
     /// Flushes every operator's held changes ([`Operator::on_flush`]) in chain order,
     /// each through the operators after it, appending what leaves the chain to `out`.
     pub fn flush(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(!self.has_more(), "{}: a flush before the held output left", self.describe());
         let mut held = Vec::new();
         for index in 0..self.operators.len() {
             self.operators[index].on_flush(&mut held)?;
@@ -331,18 +377,28 @@ impl Chain {
                 "{} flushed a control message",
                 self.operators[index].name()
             );
-            let measured = (data_rows(&held), data_bytes(&held));
-            if let Some(counters) = self.counters.get(index) {
-                count(&counters.rows_out, measured.0);
-                count(&counters.bytes_out, measured.1);
-            }
-            if index + 1 == self.operators.len() {
-                out.append(&mut held);
-            } else {
-                self.run_from(index + 1, 0, std::mem::take(&mut held), Some(measured), out)?;
-            }
+            self.pass_on(index, std::mem::take(&mut held), out)?;
         }
         Ok(())
+    }
+
+    /// Counts what operator `index` emitted outside of a pushed message (a flush or a
+    /// resumed part) and pushes it through the operators after it.
+    fn pass_on(&mut self, index: usize, mut held: Vec<Message>, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let measured = (data_rows(&held), data_bytes(&held));
+        if let Some(counters) = self.counters.get(index) {
+            count(&counters.rows_out, measured.0);
+            count(&counters.bytes_out, measured.1);
+        }
+        if index + 1 == self.operators.len() {
+            out.append(&mut held);
+            Ok(())
+        } else {
+            self.run_from(index + 1, 0, held, Some(measured), out)
+        }
     }
 
     /// Pushes `input`, which arrived on `port` of operator `start`, through the
@@ -367,9 +423,18 @@ impl Chain {
                 count(&counters.rows_in, rows);
                 count(&counters.bytes_in, bytes);
             }
-            for message in input.drain(..) {
+            let mut messages = input.drain(..);
+            while let Some(message) = messages.next() {
                 dispatch(operator.as_mut(), port, message, target)?;
+                // An operator holds output only after a watermark or the end, which is
+                // the last message of what the operator before it emitted at once.
+                assert!(
+                    messages.len() == 0 || !operator.has_more(),
+                    "{} holds output with messages still to take",
+                    operator.name()
+                );
             }
+            drop(messages);
             measured = None;
             if let Some(counters) = counters {
                 let produced = &target[before..];
@@ -474,6 +539,67 @@ mod tests {
             out.extend(self.0.drain(..).map(Message::Data));
             Ok(())
         }
+    }
+
+    /// At each watermark emits `parts` one-row batches (0, 1, ...), one a part, then
+    /// the watermark with the last.
+    struct Parts {
+        parts: i64,
+        held: std::collections::VecDeque<Message>,
+    }
+    impl Operator for Parts {
+        fn name(&self) -> &str {
+            "parts"
+        }
+        fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+            out.push(Message::Data(batch));
+            Ok(())
+        }
+        fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+            self.held.extend((0..self.parts).map(|v| Message::Data(Batch::inserts(int_rows(vec![v])))));
+            self.held.push_back(Message::Watermark(watermark));
+            self.on_resume(out)
+        }
+        fn has_more(&self) -> bool {
+            !self.held.is_empty()
+        }
+        fn on_resume(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+            out.push(self.held.pop_front().expect("held output"));
+            if self.held.len() == 1 {
+                out.push(self.held.pop_front().expect("the watermark"));
+            }
+            Ok(())
+        }
+    }
+
+    /// A watermark's output held by an operator leaves a part at a time through the
+    /// operators after it, the watermark with the last part, each part counted once; the
+    /// operator after it may hold the watermark's output in turn.
+    #[test]
+    fn held_output_leaves_a_part_at_a_time_through_the_rest_of_the_chain() {
+        let metrics = crate::metrics::Metrics::new(Vec::new(), Vec::new(), 1);
+        let counters =
+            vec![metrics.operator("a", "parts"), metrics.operator("b", "double"), metrics.operator("c", "parts")];
+        let operators: Vec<Box<dyn Operator>> = vec![
+            Box::new(Parts { parts: 3, held: Default::default() }),
+            Box::new(Double),
+            Box::new(Parts { parts: 2, held: Default::default() }),
+        ];
+        let mut chain = Chain::new(operators).counted(counters.clone());
+        let mut parts = Vec::new();
+        let mut out = Vec::new();
+        chain.push(Message::Watermark(7), &mut out).expect("push");
+        parts.push(values(&std::mem::take(&mut out)));
+        while chain.has_more() {
+            chain.resume(&mut out).expect("resume");
+            parts.push(values(&std::mem::take(&mut out)));
+        }
+        assert_eq!(parts, [vec!["[0]"], vec!["[2]"], vec!["[4]", "[0]"], vec!["[1]", "wm 7"]]);
+        let read = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let rows: Vec<[u64; 2]> = counters.iter().map(|c| [read(&c.rows_in), read(&c.rows_out)]).collect();
+        assert_eq!(rows, [[0, 3], [3, 3], [3, 5]]);
+        chain.push_whole(Message::Watermark(8), &mut out).expect("push");
+        assert_eq!(values(&out), ["[0]", "[2]", "[4]", "[0]", "[1]", "wm 8"]);
     }
 
     /// One column `v` of `values`.

@@ -55,7 +55,7 @@
 //! nothing follows the barrier; the driver then waits for `Exit` (a stop that keeps open
 //! windows in the checkpoint instead of flushing them).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -257,7 +257,14 @@ struct SegmentRun {
 }
 
 impl SegmentRun {
+    /// Whether the segment may take a message or a flush: its outputs are empty and its
+    /// chain holds no output to come.
     fn can_accept(&self) -> bool {
+        self.outputs_empty() && !self.chain.has_more()
+    }
+
+    /// Whether everything the segment emitted left it (its exchange and taps are empty).
+    fn outputs_empty(&self) -> bool {
         let output = match &self.output {
             Output::Exchange(exchange) => exchange.is_empty(),
             Output::Sink { .. } => true,
@@ -308,7 +315,8 @@ impl FlowRun {
     fn is_live(&self, index: usize) -> bool {
         let segment = &self.segments[index];
         match segment.entry {
-            Some(entry) => !self.entries[entry].input_ended,
+            // Until its chain emitted the end too (it may hold a part of the end's output).
+            Some(entry) => !self.entries[entry].input_ended || !segment.ended,
             None => !segment.ended,
         }
     }
@@ -439,6 +447,7 @@ impl Driver {
             paused: self.paused,
             restored: !self.start_positions.is_empty(),
             final_wait: None,
+            waiting_control: VecDeque::new(),
         };
         state.run()
     }
@@ -486,6 +495,10 @@ struct DriverState {
     restored: bool,
     /// Since when the final slice waits for an ended segment's snapshot in flight.
     final_wait: Option<Instant>,
+    /// Barriers and stops received while a segment fed by the lanes still held a
+    /// watermark's output ([`Chain::has_more`]): they go in after it, in order (the
+    /// controller sends one barrier at a time, so a few at most).
+    waiting_control: VecDeque<Control>,
 }
 
 type Failure = (String, SluiceError);
@@ -511,18 +524,28 @@ impl DriverState {
         }
         loop {
             match self.control.try_recv() {
-                Ok(Control::Stop) => self.stop_lanes()?,
-                Ok(Control::Barrier(epoch)) => self.inject_barrier(epoch)?,
-                Ok(Control::FinalBarrier(epoch)) => {
-                    self.lanes.iter_mut().for_each(|lane| lane.paused = true);
-                    self.stopping = true;
-                    self.inject_barrier(epoch)?;
-                }
                 Ok(Control::Exit) => return Ok(Some(ManifestSlice::default())),
                 Ok(Control::Abort) | Err(TryRecvError::Disconnected) => return Ok(None),
+                Ok(control) => self.waiting_control.push_back(control),
                 Err(TryRecvError::Empty) => {}
             }
-            let mut progressed = self.run_segments()?;
+            // A barrier or a stop goes into the lanes' segments after the output they
+            // still hold: it must follow every row of the input before it.
+            let mut progressed = false;
+            if !self.waiting_control.is_empty() && !self.entries_hold_output() {
+                progressed = true;
+                match self.waiting_control.pop_front().expect("checked above") {
+                    Control::Stop => self.stop_lanes()?,
+                    Control::Barrier(epoch) => self.inject_barrier(epoch)?,
+                    Control::FinalBarrier(epoch) => {
+                        self.lanes.iter_mut().for_each(|lane| lane.paused = true);
+                        self.stopping = true;
+                        self.inject_barrier(epoch)?;
+                    }
+                    Control::Exit | Control::Abort => unreachable!("acted on when received"),
+                }
+            }
+            progressed |= self.run_segments()?;
             progressed |= self.poll_lanes()?;
             if self.flows.iter().all(|flow| flow.finished) && self.outboxes_empty() && self.pending.is_none() {
                 if self.awaits_snapshot_in_flight() {
@@ -633,7 +656,7 @@ impl DriverState {
                 let entry = &self.flows[index].entries[entry];
                 if !entry.input_ended {
                     let segment = entry.segment;
-                    self.feed_segment(index, segment, 0, Message::Barrier(epoch))?;
+                    self.feed_segment(index, segment, Some((0, Message::Barrier(epoch))))?;
                 }
             }
         }
@@ -752,6 +775,13 @@ impl DriverState {
                 for tap in &mut run.segments[index].taps {
                     progressed |= tap.flush().map_err(|e| (component(&run.name), e))?;
                 }
+                // Held output goes on a part at a time, each once the previous one left.
+                let segment = &self.flows[flow].segments[index];
+                if segment.chain.has_more() && segment.outputs_empty() {
+                    progressed = true;
+                    self.feed_segment(flow, index, None)?;
+                    continue;
+                }
                 for _ in 0..INPUT_BURST_MESSAGES {
                     let segment = &mut self.flows[flow].segments[index];
                     if !segment.can_accept() || !self.control.is_empty() {
@@ -765,20 +795,27 @@ impl DriverState {
                     let polled = polled.map_err(|e| (component(&self.flows[flow].name), e))?;
                     let Some((port, message)) = polled else { break };
                     progressed = true;
-                    self.feed_segment(flow, index, port, message)?;
+                    self.feed_segment(flow, index, Some((port, message)))?;
                 }
             }
         }
         Ok(progressed)
     }
 
-    /// Pushes a message, from input `port`, through segment `index` of flow `flow` and
-    /// accounts for what passed: the sink closing, end-of-data, a barrier's snapshot and
-    /// record.
-    fn feed_segment(&mut self, flow: usize, index: usize, port: usize, message: Message) -> Result<(), Failure> {
+    /// Pushes a message, from input `port`, through segment `index` of flow `flow` (None:
+    /// the next part of the output its chain holds) and accounts for what passed: the
+    /// sink closing, end-of-data, a barrier's snapshot and record.
+    fn feed_segment(&mut self, flow: usize, index: usize, input: Option<(usize, Message)>) -> Result<(), Failure> {
+        if input.is_some() {
+            // The held output goes first, whole: what feeds a segment by the lanes waits
+            // until its chain holds none (`can_accept`, `waiting_control`), so this is
+            // only a lane's answer at a restore right after another lane's watermark.
+            while self.flows[flow].segments[index].chain.has_more() {
+                self.feed_segment(flow, index, None)?;
+            }
+        }
         let run = &mut self.flows[flow];
         let segment = &mut run.segments[index];
-        let is_end = matches!(message, Message::EndOfData);
         // The epoch a sink's last rows are staged under: after every barrier this
         // segment passed. A barrier can pass it before this driver took that barrier from
         // its controller (its own input ended, so the exchange aligned on the others'
@@ -787,7 +824,7 @@ impl DriverState {
         // would replace the first.
         let end_epoch = Epoch(self.next_epoch.0.max(segment.barrier_passed.map_or(0, |passed| passed.0 + 1)));
         let started = Instant::now();
-        let fed = feed(segment, port, message, &mut self.scratch, &self.metrics, self.checkpoints, end_epoch)
+        let fed = feed(segment, input, &mut self.scratch, &self.metrics, self.checkpoints, end_epoch)
             .map_err(|e| (format!("flow to {} (segment {index})", run.name), e))?;
         let step_us = started.elapsed().as_micros() as u64;
         if step_us > self.longest_step_us {
@@ -795,7 +832,7 @@ impl DriverState {
             self.metrics.threads[self.thread as usize].longest_step_us.store(step_us, Ordering::Relaxed);
         }
         run.finished |= fed.finished;
-        if is_end {
+        if fed.chain_ended {
             segment.ended = true;
             if let Some(record) = fed.end_record {
                 self.final_records.push(SinkRecord { flow, epoch: end_epoch.0, record: record.0, rows: record.1 });
@@ -814,7 +851,7 @@ impl DriverState {
                 self.pending.as_mut().expect("checked above").slice.deferred.extend(states);
             }
         }
-        let barrier = fed.barrier.is_some() || is_end;
+        let barrier = fed.barrier.is_some() || fed.chain_ended;
         if let Some((epoch, states, record)) = fed.barrier {
             self.flows[flow].segments[index].barrier_passed = Some(epoch);
             let place = self.flows[flow].segments[index].place;
@@ -866,6 +903,14 @@ impl DriverState {
     /// exiting loses nothing.
     fn outboxes_empty(&self) -> bool {
         self.flows.iter().flat_map(|f| &f.segments).all(|segment| segment.can_accept())
+    }
+
+    /// Whether a segment fed by the lanes holds output to come ([`Chain::has_more`]).
+    fn entries_hold_output(&self) -> bool {
+        self.flows
+            .iter()
+            .flat_map(|flow| &flow.segments)
+            .any(|segment| segment.entry.is_some() && segment.chain.has_more())
     }
 
     fn source_blocked(&self, source: usize) -> bool {
@@ -1000,7 +1045,7 @@ impl DriverState {
                 if entry.source == source && !entry.input_ended && watermark > entry.watermark {
                     entry.watermark = watermark;
                     let segment = entry.segment;
-                    self.feed_segment(index, segment, 0, Message::Watermark(watermark))?;
+                    self.feed_segment(index, segment, Some((0, Message::Watermark(watermark))))?;
                 }
             }
         }
@@ -1014,7 +1059,7 @@ impl DriverState {
                 if entry.source == source && !entry.input_ended {
                     entry.input_ended = true;
                     let segment = entry.segment;
-                    self.feed_segment(index, segment, 0, Message::EndOfData)?;
+                    self.feed_segment(index, segment, Some((0, Message::EndOfData)))?;
                 }
             }
         }
@@ -1027,7 +1072,7 @@ impl DriverState {
                 let entry = &self.flows[index].entries[entry];
                 if entry.source == source && table.is_none_or(|t| entry.table == t) {
                     let segment = entry.segment;
-                    self.feed_segment(index, segment, 0, message.clone())?;
+                    self.feed_segment(index, segment, Some((0, message.clone())))?;
                 }
             }
         }
@@ -1107,21 +1152,25 @@ type Staged = (Vec<u8>, u64);
 /// pre-commits its last rows as epoch `next_epoch` before closing.
 fn feed(
     segment: &mut SegmentRun,
-    port: usize,
-    message: Message,
+    input: Option<(usize, Message)>,
     scratch: &mut Vec<Message>,
     metrics: &Metrics,
     checkpoints: bool,
     next_epoch: Epoch,
 ) -> Result<Fed, SluiceError> {
     let mut fed = Fed::default();
-    if let Message::Barrier(epoch) = message {
-        // What the operators hold for a mini-batch leaves before the barrier: the
-        // snapshot covers no change that was not emitted in this epoch.
-        segment.chain.flush(scratch)?;
-        fed.barrier = Some((epoch, segment.chain.snapshot()?, None));
+    match input {
+        Some((port, message)) => {
+            if let Message::Barrier(epoch) = message {
+                // What the operators hold for a mini-batch leaves before the barrier: the
+                // snapshot covers no change that was not emitted in this epoch.
+                segment.chain.flush(scratch)?;
+                fed.barrier = Some((epoch, segment.chain.snapshot()?, None));
+            }
+            segment.chain.push_from(port, message, scratch)?;
+        }
+        None => segment.chain.resume(scratch)?,
     }
-    segment.chain.push_from(port, message, scratch)?;
     fed.chain_ended = scratch.iter().any(|m| matches!(m, Message::EndOfData));
     route(segment, scratch, metrics, &mut fed, checkpoints, next_epoch)?;
     Ok(fed)
@@ -1245,11 +1294,11 @@ mod tests {
         let metrics = Metrics::new(Vec::new(), vec![SinkMetrics::new("log")], 1);
         let mut scratch = Vec::new();
         for message in [Message::Data(Batch::inserts(batch(&[1, 2]))), Message::Data(Batch::inserts(batch(&[3])))] {
-            feed(&mut segment, 0, message, &mut scratch, &metrics, true, Epoch(1)).expect("data");
+            feed(&mut segment, Some((0, message)), &mut scratch, &metrics, true, Epoch(1)).expect("data");
         }
         assert!(log.lock().expect("lock").is_empty(), "the rows are held");
-        let fed =
-            feed(&mut segment, 0, Message::Barrier(Epoch(1)), &mut scratch, &metrics, true, Epoch(1)).expect("barrier");
+        let fed = feed(&mut segment, Some((0, Message::Barrier(Epoch(1)))), &mut scratch, &metrics, true, Epoch(1))
+            .expect("barrier");
         assert_eq!(*snapshots.lock().expect("lock"), [0], "the snapshot came after the flush");
         assert_eq!(*log.lock().expect("lock"), ["row 1", "row 2", "row 3", "pre-commit 1"]);
         let (epoch, states, record) = fed.barrier.expect("a barrier passed");
@@ -1299,7 +1348,7 @@ mod tests {
         let metrics = Metrics::new(Vec::new(), vec![SinkMetrics::new("late")], 1);
         let rows_out = || metrics.sinks[0].rows.load(std::sync::atomic::Ordering::Relaxed);
         let mut scratch = Vec::new();
-        let mut feed_one = |message| feed(&mut segment, 0, message, &mut scratch, &metrics, false, Epoch(1));
+        let mut feed_one = |message| feed(&mut segment, Some((0, message)), &mut scratch, &metrics, false, Epoch(1));
         feed_one(Message::Data(Batch::inserts(batch(&[1, 2])))).expect("data");
         assert_eq!(rows_out(), 0, "nothing acknowledged yet");
         feed_one(Message::Data(Batch::inserts(batch(&[3])))).expect("data");

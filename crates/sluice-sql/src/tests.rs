@@ -115,6 +115,9 @@ pub(crate) fn run_batches(planner: &SqlPlanner, view: &str, batches: Vec<Batch>)
                         Message::EndOfData => operator.on_end(&mut out)?,
                         other => out.push(other),
                     }
+                    while operator.has_more() {
+                        operator.on_resume(&mut out)?;
+                    }
                 }
                 messages = out;
             }

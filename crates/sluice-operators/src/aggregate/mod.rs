@@ -33,7 +33,11 @@
 //! the runs are dropped.
 //!
 //! Output: one row per (window, key) with the columns in `GROUP BY` order followed by the
-//! aggregates, cast to the planner's declared output types.
+//! aggregates, cast to the planner's declared output types. A watermark (or the end of
+//! input) that closes many windows emits them in parts ([`Operator::has_more`]): each part
+//! about a batch of rows, at least one window's groups in memory or one batch of an
+//! evicted window's, the next once the previous one left the thread; so what a watermark
+//! emits is never held whole, whatever it closes.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -462,6 +466,31 @@ pub struct WindowAggregate {
     written_hashes: Option<(u64, u64)>,
     /// Windows' groups beyond the memory budget (see the module documentation).
     cold: Option<Spilling>,
+    /// What the last watermark (or the end) closed and is not emitted yet.
+    emitting: Option<Emitting>,
+}
+
+/// The output of a watermark or of the end still to emit, in parts
+/// ([`WindowAggregate::emit_part`]).
+struct Emitting {
+    /// Windows whose last millisecond is at or before it close.
+    until: TimestampMs,
+    /// What goes out after the last window: the watermark or end-of-data.
+    then: Message,
+    /// The closing window whose groups are being read from the cold runs.
+    cold: Option<ColdWindow>,
+    /// Whether a window was emitted.
+    emitted: bool,
+}
+
+/// A closing window's groups in the cold runs, read a batch at a time.
+struct ColdWindow {
+    end: TimestampMs,
+    start: TimestampMs,
+    /// The keys read back into memory, emitted with the window's groups in memory.
+    shadow: HashSet<Vec<u8>>,
+    /// The runs' records of the window.
+    merge: Merge,
 }
 
 /// Groups beyond the memory budget ([`crate::cold`]): where they go, and what the
@@ -554,6 +583,7 @@ impl WindowAggregate {
             emitted_through: None,
             written_hashes: None,
             cold: None,
+            emitting: None,
         })
     }
 
@@ -573,70 +603,95 @@ impl WindowAggregate {
         read_arguments(&self.spec.aggregates, &self.distinct_encoders, rows)
     }
 
-    fn emit_until(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
-        let mut emitted = false;
-        while let Some(entry) = self.windows.first_entry() {
-            let end = *entry.key();
-            if end - 1 > watermark {
-                break;
-            }
-            let groups = entry.remove();
-            emitted = true;
-            self.last_sizes = Sizes::of(&groups.groups);
-            if self.tracking {
-                self.emitted_through = Some(end);
-            }
-            let (start, cold) = (groups.start, groups.cold);
-            let shadow: HashSet<Vec<u8>> = if cold {
-                groups.from_cold.iter().map(|&group| groups.groups.key(group as usize).to_vec()).collect()
+    /// Starts emitting the windows closed at `until` (their last millisecond at or before
+    /// it), then `then`, and emits the first part.
+    fn close_until(&mut self, until: TimestampMs, then: Message, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(self.emitting.is_none(), "a watermark while the previous one's output is held");
+        self.emitting = Some(Emitting { until, then, cold: None, emitted: false });
+        self.emit_part(out)
+    }
+
+    /// Emits the next part of what is closing ([`Emitting`]): windows in memory and
+    /// batches of evicted windows' groups until a batch's rows went out (a window in
+    /// memory whole), and after the last window the watermark or end-of-data.
+    fn emit_part(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let Some(mut emitting) = self.emitting.take() else { return Ok(()) };
+        let mut rows = 0;
+        while rows < self.spec.batch_size {
+            let before = out.len();
+            if let Some(cold) = emitting.cold.as_mut() {
+                if self.emit_cold_batch(cold, out)? {
+                    let end = cold.end;
+                    emitting.cold = None;
+                    self.emitted_cold(end);
+                }
+            } else if let Some(end) = self.windows.keys().next().copied().filter(|end| end - 1 <= emitting.until) {
+                let groups = self.windows.remove(&end).expect("the first window");
+                emitting.emitted = true;
+                self.last_sizes = Sizes::of(&groups.groups);
+                if self.tracking {
+                    self.emitted_through = Some(end);
+                }
+                let (start, cold) = (groups.start, groups.cold);
+                let shadow: HashSet<Vec<u8>> = if cold {
+                    groups.from_cold.iter().map(|&group| groups.groups.key(group as usize).to_vec()).collect()
+                } else {
+                    HashSet::new()
+                };
+                self.emit(end, groups, out)?;
+                match self.cold.as_ref().filter(|_| cold) {
+                    Some(spilling) => {
+                        let prefix = crate::blob::ordered_i64(end).to_vec();
+                        let next = end.checked_add(1).map(|next| crate::blob::ordered_i64(next).to_vec());
+                        let merge = Merge::new(spilling.store.runs().inputs(), 0..u32::MAX, MergeMode::Live)
+                            .within(prefix, next);
+                        emitting.cold = Some(ColdWindow { end, start, shadow, merge });
+                    }
+                    None => self.emitted_cold(end),
+                }
             } else {
-                HashSet::new()
-            };
-            self.emit(end, groups, out)?;
-            if cold {
-                self.emit_cold(end, start, &shadow, out)?;
+                if emitting.emitted {
+                    self.drop_unused_runs();
+                    self.recount();
+                }
+                out.push(emitting.then);
+                return Ok(());
             }
-            if let Some(spilling) = self.cold.as_mut().filter(|spilling| spilling.hashes.is_some()) {
-                spilling.emitted = Some(end);
-            }
+            rows +=
+                out[before..].iter().map(|m| if let Message::Data(b) = m { b.num_rows() } else { 0 }).sum::<usize>();
         }
-        if emitted {
-            self.drop_unused_runs();
-            self.recount();
-        }
+        self.emitting = Some(emitting);
         Ok(())
     }
 
-    /// Emits the groups of the window ending at `end` that are in the cold runs, but
-    /// those whose key `shadow` holds (read back, so emitted from memory), a batch at a
-    /// time.
-    fn emit_cold(
-        &self,
-        end: TimestampMs,
-        start: TimestampMs,
-        shadow: &HashSet<Vec<u8>>,
-        out: &mut Vec<Message>,
-    ) -> Result<(), SluiceError> {
-        let Some(spilling) = self.cold.as_ref() else { return Ok(()) };
-        let prefix = crate::blob::ordered_i64(end);
+    /// The window ending at `end` was emitted whole: the next run deletes its records.
+    fn emitted_cold(&mut self, end: TimestampMs) {
+        if let Some(spilling) = self.cold.as_mut().filter(|spilling| spilling.hashes.is_some()) {
+            spilling.emitted = Some(end);
+        }
+    }
+
+    /// Emits the next batch of the closing window's groups in the cold runs, but those
+    /// whose key its shadow holds (read back, so emitted from memory); returns whether
+    /// the window's records are done.
+    fn emit_cold_batch(&self, cold: &mut ColdWindow, out: &mut Vec<Message>) -> Result<bool, SluiceError> {
+        let prefix = crate::blob::ordered_i64(cold.end);
         let no_keys = self.spec.keys.is_empty();
-        let next = end.checked_add(1).map(|next| crate::blob::ordered_i64(next).to_vec());
-        let mut merge =
-            Merge::new(spilling.store.runs().inputs(), 0..u32::MAX, MergeMode::Live).within(prefix.to_vec(), next);
-        let mut part = WindowGroups::new(start, self.new_accumulators());
-        while let Some(record) = merge.next_record()? {
+        let mut part = WindowGroups::new(cold.start, self.new_accumulators());
+        while let Some(record) = cold.merge.next_record()? {
             let Some(key) = record.key.strip_prefix(&prefix[..]) else { continue };
-            if shadow.contains(key) {
+            if cold.shadow.contains(key) {
                 continue;
             }
             let group = part.group_of(key, crate::partition::placement_hash(no_keys, key));
             state::read_group(&mut part.groups.accumulators, group, record.value)?;
             if part.groups.len() == self.spec.batch_size {
-                let full = std::mem::replace(&mut part, WindowGroups::new(start, self.new_accumulators()));
-                self.emit(end, full, out)?;
+                self.emit(cold.end, part, out)?;
+                return Ok(false);
             }
         }
-        self.emit(end, part, out)
+        self.emit(cold.end, part, out)?;
+        Ok(true)
     }
 
     /// Counts the windows' groups in the space as their bytes now.
@@ -1042,6 +1097,7 @@ impl Operator for WindowAggregate {
 
     fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
         assert!(batch.is_append_only(), "the planner rejects window aggregates over updating input");
+        assert!(self.emitting.is_none(), "rows while a watermark's output is held");
         let rows = &batch.rows;
         let starts = rows.column(self.spec.window_start).as_primitive::<arrow::datatypes::TimestampMillisecondType>();
         let ends = rows.column(self.spec.window_end).as_primitive::<arrow::datatypes::TimestampMillisecondType>();
@@ -1099,19 +1155,27 @@ impl Operator for WindowAggregate {
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         if watermark > self.watermark {
             self.watermark = watermark;
-            self.emit_until(watermark, out)?;
+            return self.close_until(watermark, Message::Watermark(watermark), out);
         }
         out.push(Message::Watermark(watermark));
         Ok(())
     }
 
     fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
-        self.emit_until(i64::MAX, out)?;
-        out.push(Message::EndOfData);
-        Ok(())
+        self.close_until(i64::MAX, Message::EndOfData, out)
+    }
+
+    fn has_more(&self) -> bool {
+        self.emitting.is_some()
+    }
+
+    fn on_resume(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(self.emitting.is_some(), "window_aggregate resumed without held output");
+        self.emit_part(out)
     }
 
     fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        assert!(self.emitting.is_none(), "a snapshot while a watermark's output is held");
         Ok(Some(state::snapshot(self, delta)))
     }
 

@@ -509,3 +509,213 @@ fn a_segment_tapped_by_another_flow_sends_it_every_row_and_waits_while_the_tap_i
     let tap = edges.iter().find(|(edge, _)| edge == "sink collect, segment 1 → sink collect");
     assert!(tap.is_some_and(|(_, ns)| *ns > 0), "the tap's edge was full: {edges:?}");
 }
+
+/// The rows a sink wrote, and a list of lags to add to.
+type Watch = (Arc<super::support::Collected>, Arc<Mutex<Vec<usize>>>);
+
+/// At each watermark `w` holds `parts` rows (-1000 × (w + 1), less 0, 1, ...), emitted
+/// one a part ([`crate::Operator::has_more`]), then the watermark.
+struct Burst {
+    parts: i64,
+    held: std::collections::VecDeque<Message>,
+    /// When set: the rows a sink wrote, and at each resume the rows this operator
+    /// emitted that the sink had not written yet.
+    watch: Option<Watch>,
+    emitted: usize,
+}
+
+impl crate::Operator for Burst {
+    fn name(&self) -> &str {
+        "burst"
+    }
+
+    fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.emitted += batch.num_rows();
+        out.push(Message::Data(batch));
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let rows = (0..self.parts)
+            .map(|part| Message::Data(Batch::inserts(super::support::batch(&[-1000 * (watermark + 1) - part]))));
+        self.held.extend(rows);
+        self.held.push_back(Message::Watermark(watermark));
+        self.on_resume(out)
+    }
+
+    fn has_more(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    fn on_resume(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        if let Some((collected, lags)) = &self.watch {
+            let written = collected.written.lock().expect("lock").len();
+            lags.lock().expect("lock").push(self.emitted - written);
+        }
+        self.emitted += 1;
+        out.push(self.held.pop_front().expect("held output"));
+        if let Some(Message::Watermark(_)) = self.held.front() {
+            out.push(self.held.pop_front().expect("the watermark"));
+        }
+        Ok(())
+    }
+}
+
+/// Records what reaches it as [`Seen`] does, and `b` and a barrier's epoch.
+struct SeenWithBarriers(Seen);
+
+impl crate::Operator for SeenWithBarriers {
+    fn name(&self) -> &str {
+        "seen"
+    }
+
+    fn on_data(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.0.on_data(batch, out)
+    }
+
+    fn on_watermark(&mut self, watermark: i64, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.0.on_watermark(watermark, out)
+    }
+
+    fn on_barrier(&mut self, epoch: sluice_types::Epoch, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        self.0.0.lock().expect("lock").push(format!("b{}", epoch.0));
+        out.push(Message::Barrier(epoch));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_watermark_s_output_held_in_parts_goes_out_whole_before_any_row_or_barrier_after_it() {
+    // One lane of 30 one-row batches, a watermark after each, and a checkpoint due every
+    // millisecond: each watermark's 40 held rows leave a part a turn, and the rows and
+    // barriers that arrive meanwhile wait until its last part and the watermark left.
+    const PARTS: i64 = 40;
+    let mut source = VecSource::new(vec![(1..=30).map(|i| vec![i]).collect()]);
+    source.watermarks = true;
+    let sink = CollectSink::new(SinkParallelism::PerThread);
+    let collected = Arc::clone(&sink.collected);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Arc::clone(&seen);
+    let burst: crate::OperatorFactory =
+        Arc::new(|_| Ok(Box::new(Burst { parts: PARTS, held: Default::default(), watch: None, emitted: 0 })));
+    let record: crate::OperatorFactory = Arc::new(move |_| Ok(Box::new(SeenWithBarriers(Seen(Arc::clone(&recorder))))));
+    let segments = vec![crate::plan::Segment {
+        operators: vec![("burst".into(), burst), ("seen".into(), record)],
+        state: None,
+        output: crate::plan::SegmentOutput::Sink,
+    }];
+    let flow = crate::plan::Flow {
+        source: 0,
+        table: 0,
+        segments,
+        sides: Vec::new(),
+        sink: Arc::new(sink),
+        sink_slot: 0,
+        tap: None,
+    };
+    let plan = crate::Plan { sources: vec![Arc::new(source)], flows: vec![flow] };
+    plan.assert_well_formed();
+    let published = Arc::new(Mutex::new(Vec::new()));
+    let checkpointing = Checkpointing {
+        options: CheckpointOptions {
+            interval: Duration::from_millis(1),
+            timeout: Duration::from_secs(60),
+            exactly_once: false,
+            restored_epoch: 0,
+            max_failed: 3,
+            checkpointer: Box::new(Recording::new(Arc::clone(&published))),
+        },
+        restore: Restore::default(),
+    };
+    let (report, _) = run(&plan, &options(1, 4), Some(checkpointing), stop_handle());
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    let seen = seen.lock().expect("lock").clone();
+    // From a watermark's first held row to the watermark, nothing else.
+    let mut index = 0;
+    let mut watermarks = 0;
+    while index < seen.len() {
+        let Some(held) = seen[index].strip_prefix("r-") else {
+            index += 1;
+            continue;
+        };
+        let watermark = held.parse::<i64>().expect("a value") / 1000 - 1;
+        let expected: Vec<String> = (0..PARTS)
+            .map(|part| format!("r-{}", 1000 * (watermark + 1) + part))
+            .chain([format!("w{watermark}")])
+            .collect();
+        let end = (index + expected.len()).min(seen.len());
+        assert_eq!(seen[index..end], expected[..], "at {index}: {seen:?}");
+        index = end;
+        watermarks += 1;
+    }
+    assert!(watermarks >= 1, "{seen:?}");
+    let rows = collected.written.lock().expect("lock").len() as i64;
+    assert_eq!(rows, 30 + watermarks * PARTS, "every row and every held row reached the sink once");
+    assert!(!published.lock().expect("lock").is_empty(), "checkpoints were taken");
+}
+
+#[test]
+fn a_watermark_s_held_output_leaves_a_part_at_a_time_as_a_slow_consumer_makes_room() {
+    // Thread 0 reads one row and its watermark, whose 40 held rows all go to thread 1's
+    // sink, which writes a row only when given a token, through a queue of one batch.
+    // Each part leaves once the previous one left the thread: at each resume, at most
+    // one row in the queue and one in the sink's hands are not written yet.
+    const PARTS: i64 = 40;
+    let mut source = VecSource::new(vec![vec![vec![1]]]);
+    source.watermarks = true;
+    let (tokens, gate) = crossbeam_channel::unbounded();
+    let mut sink = CollectSink::new(SinkParallelism::PerThread);
+    sink.gate = Some(gate);
+    let collected = Arc::clone(&sink.collected);
+    let lags = Arc::new(Mutex::new(Vec::new()));
+    let watch = (Arc::clone(&collected), Arc::clone(&lags));
+    let burst: crate::OperatorFactory = Arc::new(move |context| {
+        let watch = (context.thread == 0).then(|| watch.clone());
+        Ok(Box::new(Burst { parts: PARTS, held: Default::default(), watch, emitted: 0 }))
+    });
+    let to_thread_1: crate::PartitionerFactory = Arc::new(|_| Box::new(ToSlot(1)));
+    let segments = vec![
+        crate::plan::Segment {
+            operators: vec![("burst".into(), burst)],
+            state: None,
+            output: crate::plan::SegmentOutput::Exchange { partitioner: to_thread_1, description: "to 1".into() },
+        },
+        crate::plan::Segment { operators: Vec::new(), state: None, output: crate::plan::SegmentOutput::Sink },
+    ];
+    let flow = crate::plan::Flow {
+        source: 0,
+        table: 0,
+        segments,
+        sides: Vec::new(),
+        sink: Arc::new(sink),
+        sink_slot: 0,
+        tap: None,
+    };
+    let plan = crate::Plan { sources: vec![Arc::new(source)], flows: vec![flow] };
+    plan.assert_well_formed();
+    let rows = 1 + PARTS as usize;
+    let metrics = Arc::new(Metrics::for_plan(&plan, 2));
+    let (pace_lags, pace_metrics) = (Arc::clone(&lags), Arc::clone(&metrics));
+    // A slow consumer, paced by events: a token once thread 0 waits on the full queue,
+    // or once the operator emitted its last part.
+    let releaser = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        for _ in 0..rows {
+            while !pace_metrics.threads[0].blocked.load(Ordering::Relaxed)
+                && pace_lags.lock().expect("lock").len() < PARTS as usize
+            {
+                assert!(Instant::now() < deadline, "thread 0 neither blocked nor done");
+                std::thread::yield_now();
+            }
+            tokens.send(()).expect("token");
+        }
+    });
+    let report = crate::run(&plan, &options(2, 1), None, stop_handle(), metrics, &mut |_| {});
+    releaser.join().expect("releaser");
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!(collected.written.lock().expect("lock").len(), rows, "nothing was dropped");
+    let lags = lags.lock().expect("lock").clone();
+    assert_eq!(lags.len(), PARTS as usize, "a resume per part (the watermark emits the first)");
+    assert!(lags.iter().all(|&lag| lag <= 2), "rows emitted but not written at each resume: {lags:?}");
+    assert!(lags.contains(&2), "the queue was full: {lags:?}");
+}

@@ -127,6 +127,9 @@ fn pass(operators: &mut [Box<dyn Operator>], mut messages: Vec<Message>) -> Vec<
                 Message::EndOfData => operator.on_end(&mut out).expect("end"),
                 Message::Barrier(_) => unreachable!("no barriers here"),
             }
+            while operator.has_more() {
+                operator.on_resume(&mut out).expect("resume");
+            }
         }
         messages = out;
     }

@@ -133,10 +133,68 @@ fn lines(out: &[Message]) -> Vec<String> {
 fn emitted(aggregate: &mut WindowAggregate) -> Vec<String> {
     let mut out = Vec::new();
     aggregate.on_end(&mut out).expect("end");
+    whole(aggregate, &mut out);
     lines(&out)
 }
 
+/// The rest of what a watermark or the end closed, every part of it.
+fn whole(aggregate: &mut WindowAggregate, out: &mut Vec<Message>) {
+    while aggregate.has_more() {
+        aggregate.on_resume(out).expect("resume");
+    }
+}
+
 /// The vnode of key `k`'s group.
+/// A watermark that closes many windows, some of them evicted, emits them in parts:
+/// each about a batch of rows (a window in memory whole, an evicted one's groups a batch
+/// at a time), the watermark only with the last; together the rows of one emission.
+#[test]
+fn a_watermark_closing_many_windows_emits_them_in_parts() {
+    const WINDOWS: i64 = 12;
+    const KEYS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+    let input: Vec<Row<'static>> = (0..WINDOWS)
+        .flat_map(|window| KEYS.iter().enumerate().map(move |(v, k)| (window * SIZE + 1, *k, Some(v as i64), None)))
+        .collect();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let space = SpillSpace::new(dir.path().to_path_buf(), 0);
+    let metrics = Arc::new(sluice_runtime::Metrics::new(Vec::new(), Vec::new(), 1));
+    let mut spilling = aggregate().with_spill(Arc::clone(&space), crate::spill::spilled_bytes(&metrics));
+    // A budget of 0: each batch's windows are evicted as it ends, and the second batch
+    // brings two keys of each window back into memory.
+    spilling.on_data(rows(&input), &mut Vec::new()).expect("data");
+    let again: Vec<Row<'static>> = input.iter().filter(|row| row.1 < "c").copied().collect();
+    spilling.on_data(rows(&again), &mut Vec::new()).expect("data");
+    assert!(space.spilled() > 0, "the windows were evicted");
+    let mut parts = Vec::new();
+    let mut out = Vec::new();
+    spilling.on_watermark(WINDOWS * SIZE, &mut out).expect("watermark");
+    parts.push(std::mem::take(&mut out));
+    while spilling.has_more() {
+        spilling.on_resume(&mut out).expect("resume");
+        parts.push(std::mem::take(&mut out));
+    }
+    assert!(parts.len() > 2, "{} parts", parts.len());
+    for (index, part) in parts.iter().enumerate() {
+        let rows: usize = part.iter().map(|m| if let Message::Data(b) = m { b.num_rows() } else { 0 }).sum();
+        // Fewer than a batch (4), then one window's groups in memory (2) or a batch; the
+        // last part may hold the watermark alone.
+        let least = usize::from(index + 1 < parts.len());
+        assert!((least..=3 + 4).contains(&rows), "part {index}: {rows} rows");
+        let controls: Vec<&Message> = part.iter().filter(|m| !matches!(m, Message::Data(_))).collect();
+        if index + 1 == parts.len() {
+            assert!(matches!(controls[..], [Message::Watermark(w)] if *w == WINDOWS * SIZE), "{controls:?}");
+            assert!(matches!(part.last(), Some(Message::Watermark(_))), "the watermark goes last");
+        } else {
+            assert!(controls.is_empty(), "part {index}: {controls:?}");
+        }
+    }
+    let mut whole_input = input.clone();
+    whole_input.extend(again);
+    assert_eq!(lines(&parts.concat()), emitted(&mut aggregate_with(&whole_input)));
+    assert!(spilling.windows.is_empty(), "every window closed");
+    assert!(emitted(&mut spilling).is_empty(), "nothing emitted twice");
+}
+
 fn key_vnode(k: &str) -> u32 {
     vnode::of_hash(sluice_types::key::hash(&key_bytes(k)), VNODES)
 }
@@ -229,6 +287,7 @@ fn a_delta_holds_the_groups_changed_and_a_range_delete_of_the_windows_emitted_si
     operator.on_data(rows(&[(12, "a", Some(4), None), (15, "c", None, Some("z"))]), &mut Vec::new()).expect("data");
     let mut out = Vec::new();
     operator.on_watermark(9, &mut out).expect("watermark");
+    whole(&mut operator, &mut out);
     assert_eq!(lines(&out).len(), 2, "window 10's groups");
     let (kind, delta) = testing::snapshot(&mut operator, true);
     assert_eq!(kind, SnapshotKind::Delta);
@@ -364,7 +423,10 @@ proptest! {
         let mut operator = aggregate();
         if testing::restore_records(&mut operator, vec![record]).is_ok() {
             let _ = operator.on_data(rows(&[(5, "a", Some(3), None)]), &mut Vec::new());
-            let _ = operator.on_end(&mut Vec::new());
+            let mut out = Vec::new();
+            if operator.on_end(&mut out).is_ok() {
+                while operator.has_more() && operator.on_resume(&mut out).is_ok() {}
+            }
         }
     }
 }
@@ -399,6 +461,7 @@ impl Running {
                 if watermark > i64::MIN {
                     let mut out = Vec::new();
                     instance.on_watermark(watermark, &mut out).expect("watermark");
+                    whole(&mut instance, &mut out);
                     assert!(lines(&out).is_empty(), "a restored window was emitted before the checkpoint");
                 }
                 instance
@@ -544,12 +607,14 @@ fn check_windows(
         let mut out = Vec::new();
         for instance in &mut running.instances {
             instance.on_watermark(watermark, &mut out).expect("watermark");
+            whole(instance, &mut out);
         }
         prop_assert_eq!(lines(&out), reference.emit(Some(watermark), keyed), "step {}", index);
     }
     let mut out = Vec::new();
     for instance in &mut running.instances {
         instance.on_end(&mut out).expect("end");
+        whole(instance, &mut out);
     }
     prop_assert_eq!(lines(&out), reference.emit(None, keyed));
     prop_assert_eq!(late.load(Ordering::Relaxed), reference.late);
