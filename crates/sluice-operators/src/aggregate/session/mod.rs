@@ -8,7 +8,8 @@
 //! apart share a session, as in Flink); the merged session takes the union of the
 //! intervals and the merge of the partial results. A session is emitted once, when the
 //! watermark reaches its `window_end - 1`, and then forgotten; end of input emits every
-//! open session.
+//! open session. What a watermark (or the end) closes goes out a batch at a time, each
+//! batch a part of its own ([`Operator::has_more`]), the watermark with the last.
 //!
 //! Late rows: a row whose merged session would already be due (`end - 1 <=` the
 //! watermark) is counted and dropped; a row older than the watermark that still merges
@@ -230,6 +231,9 @@ pub struct SessionAggregate {
     closed: Vec<Box<[u8]>>,
     tracking: bool,
     cold: Option<Spilling>,
+    /// What the last watermark (or the end) closed and is not emitted yet: sessions due
+    /// at the first, then the second (the watermark or end-of-data).
+    emitting: Option<(TimestampMs, Message)>,
 }
 
 impl SessionAggregate {
@@ -276,6 +280,7 @@ impl SessionAggregate {
             closed: Vec::new(),
             tracking: false,
             cold: None,
+            emitting: None,
         })
     }
 
@@ -480,10 +485,23 @@ impl SessionAggregate {
         Ok(true)
     }
 
-    /// Emits, in end order, every session due at `watermark`, in batches of the spec's
-    /// batch size (each built as it fills: an end of input that emits every session
-    /// holds one batch of them, not all).
-    fn emit_until(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+    /// Emits the next part of what is closing ([`SessionAggregate::emit_batch`]), and
+    /// after the last session the watermark or end-of-data.
+    fn emit_part(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let Some((until, _)) = &self.emitting else { return Ok(()) };
+        if self.emit_batch(*until, out)? {
+            let (_, then) = self.emitting.take().expect("checked above");
+            if matches!(then, Message::Watermark(_)) {
+                self.evict_over_budget()?;
+            }
+            out.push(then);
+        }
+        Ok(())
+    }
+
+    /// Emits, in end order, a batch (the spec's batch size) of the sessions due at
+    /// `watermark`; returns whether none is left.
+    fn emit_batch(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<bool, SluiceError> {
         let mut emitted: Vec<(Box<[u8]>, Session)> = Vec::new();
         let batch_size = self.spec.batch_size.max(1);
         let no_keys = self.spec.keys.is_empty();
@@ -518,13 +536,13 @@ impl SessionAggregate {
             emitted.push((key, session));
             if emitted.len() == batch_size {
                 out.push(Message::Data(Batch::inserts(self.rows(&emitted)?)));
-                emitted.clear();
+                return Ok(false);
             }
         }
         if !emitted.is_empty() {
             out.push(Message::Data(Batch::inserts(self.rows(&emitted)?)));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The output rows of `sessions`.
@@ -591,6 +609,7 @@ impl Operator for SessionAggregate {
 
     fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
         assert!(batch.is_append_only(), "the planner refuses session windows over updating input");
+        assert!(self.emitting.is_none(), "rows while a watermark's output is held");
         let rows = &batch.rows;
         let starts = rows.column(self.spec.window_start).as_primitive::<TimestampMillisecondType>().clone();
         let ends = rows.column(self.spec.window_end).as_primitive::<TimestampMillisecondType>().clone();
@@ -630,20 +649,31 @@ impl Operator for SessionAggregate {
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         if watermark > self.watermark {
             self.watermark = watermark;
-            self.emit_until(watermark, out)?;
-            self.evict_over_budget()?;
+            assert!(self.emitting.is_none(), "a watermark while the previous one's output is held");
+            self.emitting = Some((watermark, Message::Watermark(watermark)));
+            return self.emit_part(out);
         }
         out.push(Message::Watermark(watermark));
         Ok(())
     }
 
     fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
-        self.emit_until(i64::MAX, out)?;
-        out.push(Message::EndOfData);
-        Ok(())
+        assert!(self.emitting.is_none(), "the end while a watermark's output is held");
+        self.emitting = Some((i64::MAX, Message::EndOfData));
+        self.emit_part(out)
+    }
+
+    fn has_more(&self) -> bool {
+        self.emitting.is_some()
+    }
+
+    fn on_resume(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(self.emitting.is_some(), "session_aggregate resumed without held output");
+        self.emit_part(out)
     }
 
     fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        assert!(self.emitting.is_none(), "a snapshot while a watermark's output is held");
         Ok(Some(state::snapshot(self, delta)))
     }
 

@@ -104,9 +104,49 @@ fn lines(out: Vec<Message>) -> Vec<String> {
     lines
 }
 
+/// The rest of what a watermark or the end closed, every part of it.
+fn whole(aggregate: &mut SessionAggregate, out: &mut Vec<Message>) {
+    while aggregate.has_more() {
+        aggregate.on_resume(out).expect("resume");
+    }
+}
+
+/// What a watermark closes goes out a batch (7 sessions) a part, the watermark with the
+/// last part; the sessions it leaves open stay.
+#[test]
+fn a_watermark_closing_many_sessions_emits_them_a_batch_at_a_time() {
+    let keys: Vec<String> = (0..20).map(|k| format!("k{k:02}")).collect();
+    let input: Vec<(i64, &str, Option<i64>)> = keys.iter().map(|k| (0, k.as_str(), Some(1))).collect();
+    let mut operator = aggregate(Arc::new(AtomicU64::new(0)));
+    operator.on_data(rows(10, &input), &mut Vec::new()).expect("data");
+    operator.on_data(rows(10, &[(50, "late", Some(2))]), &mut Vec::new()).expect("data");
+    let mut parts = Vec::new();
+    let mut out = Vec::new();
+    operator.on_watermark(20, &mut out).expect("watermark");
+    parts.push(std::mem::take(&mut out));
+    while operator.has_more() {
+        operator.on_resume(&mut out).expect("resume");
+        parts.push(std::mem::take(&mut out));
+    }
+    let shape: Vec<(usize, bool)> = parts
+        .iter()
+        .map(|part| {
+            let rows = part.iter().map(|m| if let Message::Data(b) = m { b.num_rows() } else { 0 }).sum();
+            (rows, matches!(part.last(), Some(Message::Watermark(20))))
+        })
+        .collect();
+    assert_eq!(shape, [(7, false), (7, false), (6, true)]);
+    let mut closed = lines(parts.concat());
+    closed.sort();
+    let expected: Vec<String> = keys.iter().map(|k| format!("{k} 0 10 1 1 1 1")).collect();
+    assert_eq!(closed, expected);
+    assert_eq!(ended(&mut operator), ["late 50 60 1 2 2 1"]);
+}
+
 fn ended(aggregate: &mut SessionAggregate) -> Vec<String> {
     let mut out = Vec::new();
     aggregate.on_end(&mut out).expect("end");
+    whole(aggregate, &mut out);
     let mut lines = lines(out);
     lines.sort();
     lines
@@ -204,6 +244,7 @@ impl Running {
                 if let Some(watermark) = watermark {
                     let mut out = Vec::new();
                     instance.on_watermark(watermark, &mut out).expect("watermark");
+                    whole(&mut instance, &mut out);
                     assert!(lines(out).is_empty(), "a restored session was emitted before the checkpoint");
                 }
                 instance
@@ -295,12 +336,14 @@ fn check_sessions(case: Case, space: Option<&Arc<SpillSpace>>) -> Result<(), Tes
                 watermark = Some(next);
                 for instance in &mut running.instances {
                     instance.on_watermark(next, &mut out).expect("watermark");
+                    whole(instance, &mut out);
                 }
             }
         }
     }
     for instance in &mut running.instances {
         instance.on_end(&mut out).expect("end");
+        whole(instance, &mut out);
     }
     let mut got = lines(out);
     got.sort();
@@ -340,8 +383,10 @@ fn a_session_is_emitted_when_the_watermark_passes_its_end_and_late_rows_are_drop
     let mut out = Vec::new();
     operator.on_data(rows(10, &[(0, "a", Some(1)), (10, "a", Some(2)), (40, "a", Some(5))]), &mut out).expect("data");
     operator.on_watermark(18, &mut out).expect("watermark");
+    whole(&mut operator, &mut out);
     assert!(lines(std::mem::take(&mut out)).is_empty(), "[0, 20) is due at 19");
     operator.on_watermark(19, &mut out).expect("watermark");
+    whole(&mut operator, &mut out);
     assert_eq!(lines(std::mem::take(&mut out)), ["a 0 20 2 3 2 2"]);
     // 5 would make [5, 15): due already. 35 merges into [40, 50): not due, so taken.
     operator.on_data(rows(10, &[(5, "a", Some(9)), (35, "a", Some(7))]), &mut out).expect("data");
@@ -390,6 +435,7 @@ fn a_delta_holds_the_keys_changed_and_a_delete_for_each_key_closed_since() {
     // sessions; c comes back; d is untouched.
     let mut out = Vec::new();
     operator.on_watermark(9, &mut out).expect("watermark");
+    whole(&mut operator, &mut out);
     assert_eq!(lines(out).len(), 3);
     operator.on_data(rows(10, &[(12, "c", Some(4))]), &mut Vec::new()).expect("data");
     let (kind, delta) = testing::snapshot(&mut operator, true);
@@ -477,8 +523,14 @@ proptest! {
         let mut operator = aggregate(Arc::new(AtomicU64::new(0)));
         if testing::restore_records(&mut operator, vec![record]).is_ok() {
             let _ = operator.on_data(rows(10, &[(5, "a", Some(3))]), &mut Vec::new());
-            let _ = operator.on_watermark(20, &mut Vec::new());
-            let _ = operator.on_end(&mut Vec::new());
+            let mut out = Vec::new();
+            let mut ok = operator.on_watermark(20, &mut out).is_ok();
+            while ok && operator.has_more() {
+                ok = operator.on_resume(&mut out).is_ok();
+            }
+            if ok {
+                let _ = operator.on_end(&mut out);
+            }
         }
     }
 }
