@@ -14,7 +14,9 @@
 //!   every row whose time is at most `ts`.
 //!
 //! A row whose time is at or below the watermark when it arrives (or NULL) is late:
-//! counted and dropped. End of input emits every pending row, in the same order.
+//! counted and dropped. End of input emits every pending row, in the same order. What a
+//! watermark (or the end) releases goes out in parts of about a batch of rows, whole
+//! partitions each ([`Operator::has_more`]), the watermark with the last.
 //!
 //! Output rows are emitted before the watermark that released them is forwarded, and
 //! each has a time above the previous watermark forwarded (rows at or below it were
@@ -296,6 +298,18 @@ pub struct OverAggregate {
     freed: Vec<Box<[u8]>>,
     tracking: bool,
     cold: Option<Spilling>,
+    /// What the last watermark (or the end) released and is not emitted yet.
+    emitting: Option<Emitting>,
+}
+
+/// The rows a watermark (or the end) released, still to emit in parts.
+struct Emitting {
+    /// The watermark (None: the end): each partition's pending rows at or below it.
+    until: Option<TimestampMs>,
+    /// The partitions still to emit, in id order.
+    ids: std::collections::VecDeque<u32>,
+    /// What goes out after them: the watermark or end-of-data.
+    then: Message,
 }
 
 /// The index's hash of a placement hash (see the window aggregate's).
@@ -389,6 +403,7 @@ impl OverAggregate {
             freed: Vec::new(),
             tracking: false,
             cold: None,
+            emitting: None,
         })
     }
 
@@ -659,9 +674,51 @@ impl OverAggregate {
         }
     }
 
-    /// Emits every pending row at or below `watermark` (all of them for None), and frees
-    /// RANGE history the watermark expired.
-    fn emit_until(&mut self, watermark: Option<TimestampMs>, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+    /// Starts emitting every pending row at or below `watermark` (all of them for None),
+    /// then `then`, and emits the first part.
+    fn release(
+        &mut self,
+        watermark: Option<TimestampMs>,
+        then: Message,
+        out: &mut Vec<Message>,
+    ) -> Result<(), SluiceError> {
+        assert!(self.emitting.is_none(), "a watermark while the previous one's output is held");
+        let ids = self.take_due(watermark).into();
+        self.emitting = Some(Emitting { until: watermark, ids, then });
+        self.emit_part(out)
+    }
+
+    /// Emits the next part of what was released: whole partitions until a batch's rows,
+    /// and after the last the watermark (once what is over the budget left) or the end.
+    fn emit_part(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        let Some(emitting) = self.emitting.as_mut() else { return Ok(()) };
+        let bound = emitting.until.and_then(|w| w.checked_add(1)).map(|next| (next, 0));
+        let (mut part, mut rows) = (Vec::new(), 0);
+        while rows < self.spec.batch_size.max(1) {
+            let Some(id) = emitting.ids.pop_front() else { break };
+            if let Some(partition) = self.partitions[id as usize].as_ref() {
+                rows += match bound {
+                    Some(bound) => partition.pending.range(..bound).count(),
+                    None => partition.pending.len(),
+                };
+            }
+            part.push(id);
+        }
+        let until = emitting.until;
+        self.emit_partitions(&part, until, out)?;
+        if self.emitting.as_ref().is_some_and(|emitting| emitting.ids.is_empty()) {
+            let Emitting { until, then, .. } = self.emitting.take().expect("checked above");
+            if until.is_some() {
+                self.evict_over_budget()?;
+            }
+            out.push(then);
+        }
+        Ok(())
+    }
+
+    /// The partitions with pending rows at or below `watermark` (all for None), in id
+    /// order, taken from the due order.
+    fn take_due(&mut self, watermark: Option<TimestampMs>) -> Vec<u32> {
         let mut ids: Vec<u32> = Vec::new();
         match watermark {
             None => ids.extend(self.due.iter().map(|(_, id)| *id)),
@@ -680,9 +737,20 @@ impl OverAggregate {
         }
         ids.sort_unstable();
         ids.dedup();
+        ids
+    }
+
+    /// Emits the pending rows at or below `watermark` (all of them for None) of the
+    /// partitions `ids`, and frees RANGE history the watermark expired.
+    fn emit_partitions(
+        &mut self,
+        ids: &[u32],
+        watermark: Option<TimestampMs>,
+        out: &mut Vec<Message>,
+    ) -> Result<(), SluiceError> {
         // Each partition's ready rows, in time then arrival order.
         let mut ready: Vec<(u32, Vec<Ready>)> = Vec::new();
-        for &id in &ids {
+        for &id in ids {
             let Some(partition) = self.partitions[id as usize].as_mut() else { continue };
             let rest = match watermark.and_then(|w| w.checked_add(1)) {
                 Some(next) => partition.pending.split_off(&(next, 0)),
@@ -709,7 +777,7 @@ impl OverAggregate {
             }
         }
         // Free what no later row needs; a RANGE partition's oldest row expires later.
-        for &id in &ids {
+        for &id in ids {
             let Some(partition) = self.partitions[id as usize].as_mut() else { continue };
             if let (OverFrame::Range(Some(preceding)), Some(watermark)) = (self.spec.frame, watermark) {
                 // Rows still to come have times above the watermark.
@@ -854,6 +922,7 @@ impl Operator for OverAggregate {
 
     fn on_data(&mut self, batch: Batch, _out: &mut Vec<Message>) -> Result<(), SluiceError> {
         assert!(batch.is_append_only(), "the planner refuses OVER aggregates over an updating stream");
+        assert!(self.emitting.is_none(), "rows while a watermark's output is held");
         let rows = &batch.rows;
         let times = times(rows.column(self.spec.time))?;
         let partition_columns: Vec<ArrayRef> =
@@ -900,20 +969,27 @@ impl Operator for OverAggregate {
     fn on_watermark(&mut self, watermark: TimestampMs, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         if watermark > self.watermark {
             self.watermark = watermark;
-            self.emit_until(Some(watermark), out)?;
-            self.evict_over_budget()?;
+            return self.release(Some(watermark), Message::Watermark(watermark), out);
         }
         out.push(Message::Watermark(watermark));
         Ok(())
     }
 
     fn on_end(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
-        self.emit_until(None, out)?;
-        out.push(Message::EndOfData);
-        Ok(())
+        self.release(None, Message::EndOfData, out)
+    }
+
+    fn has_more(&self) -> bool {
+        self.emitting.is_some()
+    }
+
+    fn on_resume(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
+        assert!(self.emitting.is_some(), "over_aggregate resumed without held output");
+        self.emit_part(out)
     }
 
     fn snapshot_state(&mut self, delta: bool) -> Result<Option<Snapshot>, SluiceError> {
+        assert!(self.emitting.is_none(), "a snapshot while a watermark's output is held");
         Ok(Some(state::snapshot(self, delta)))
     }
 

@@ -111,7 +111,54 @@ fn data(operator: &mut OverAggregate, rows: &[Row]) {
 fn watermark(operator: &mut OverAggregate, w: i64) -> Vec<String> {
     let mut out = Vec::new();
     operator.on_watermark(w, &mut out).expect("watermark");
+    whole(operator, &mut out);
     lines(&out)
+}
+
+/// What a watermark releases goes out in parts of whole partitions, about a batch (3
+/// rows) each, the watermark with the last; the rows it leaves pending stay.
+#[test]
+fn a_watermark_releasing_many_partitions_emits_them_in_parts() {
+    const KEYS: [&str; 10] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+    let late = Arc::new(AtomicU64::new(0));
+    let mut operator = over(OverFrame::Rows(Some(1)), true, &late);
+    let rows: Vec<Row> = KEYS
+        .iter()
+        .flat_map(|k| [row(k, 1, Some(1), &format!("{k}1")), row(k, 2, Some(2), &format!("{k}2"))])
+        .chain([row("a", 9, Some(9), "a9")])
+        .collect();
+    data(&mut operator, &rows);
+    let mut parts = Vec::new();
+    let mut out = Vec::new();
+    operator.on_watermark(5, &mut out).expect("watermark");
+    parts.push(std::mem::take(&mut out));
+    while operator.has_more() {
+        operator.on_resume(&mut out).expect("resume");
+        parts.push(std::mem::take(&mut out));
+    }
+    let shape: Vec<(usize, bool)> = parts
+        .iter()
+        .map(|part| {
+            let rows = part.iter().map(|m| if let Message::Data(b) = m { b.num_rows() } else { 0 }).sum();
+            (rows, matches!(part.last(), Some(Message::Watermark(5))))
+        })
+        .collect();
+    assert_eq!(shape, [(4, false), (4, false), (4, false), (4, false), (4, true)]);
+    let released: Vec<String> = lines(&parts.concat()).into_iter().map(|line| line[..2].to_string()).collect();
+    let expected: Vec<String> =
+        KEYS.iter().flat_map(|k| [format!("{k}1"), format!("{k}2")]).chain(["wm".into()]).collect();
+    assert_eq!(released, expected, "each partition's rows in time order, partitions in id order");
+    let mut out = Vec::new();
+    operator.on_end(&mut out).expect("end");
+    whole(&mut operator, &mut out);
+    assert_eq!(lines(&out).len(), 1, "a9 was left pending: {:?}", lines(&out));
+}
+
+/// The rest of what a watermark or the end released, every part of it.
+fn whole(operator: &mut OverAggregate, out: &mut Vec<Message>) {
+    while operator.has_more() {
+        operator.on_resume(out).expect("resume");
+    }
 }
 
 #[test]
@@ -359,6 +406,7 @@ fn check_frames(
     for instance in &mut running.instances {
         let mut out = Vec::new();
         instance.on_end(&mut out).expect("end");
+        whole(instance, &mut out);
         emitted.extend(lines(&out).into_iter().filter(|l| !l.starts_with("wm ")));
     }
     emitted.sort();
@@ -421,9 +469,14 @@ proptest! {
         let mut operator = over(OverFrame::Rows(Some(1)), true, &late);
         if testing::restore_records(&mut operator, vec![record]).is_ok() {
             data(&mut operator, &[row("a", 100, Some(1), "x")]);
-            let _ = operator.on_watermark(50, &mut Vec::new());
             let mut out = Vec::new();
-            let _ = operator.on_end(&mut out);
+            let mut ok = operator.on_watermark(50, &mut out).is_ok();
+            while ok && operator.has_more() {
+                ok = operator.on_resume(&mut out).is_ok();
+            }
+            if ok {
+                let _ = operator.on_end(&mut out);
+            }
         }
     }
 }
