@@ -17,10 +17,19 @@ What it does
        directory, divided by the checkpoint directories seen; Sluice: its report's written
        bytes and published checkpoints).
 
+    With --heap, neither engine checkpoints and Flink keeps its state on its heap (its
+    default `hashmap` backend): the comparison of issue 27's "ratio to Flink" table, the
+    engines' speed with their state in memory.
+
+    Flink's JVM stays up until this script exits, so a Sluice run after Flink's in the
+    same invocation shares the CPU with it: run each engine in its own invocation
+    (`--engines flink`, then `--engines sluice`) for a fair time.
+
 How to run (from the repository root)
     cargo build --release -p sluice-cli
     pip install apache-flink        # with a Java 17 runtime on PATH or JAVA_HOME
     python3 scripts/flink-rocksdb-bench.py --sluice PATH --query q20 --events 1000000
+    python3 scripts/flink-rocksdb-bench.py --sluice PATH --query q18 --heap
 
 The SQL is the text `sluice nexmark sql QUERY` prints, a bare `dateTime` quoted for
 Flink's parser; the tables and that fix are scripts/nexmark-oracle.py's.
@@ -107,24 +116,29 @@ class Watcher:
         return len(self.checkpoints), sum(self.files.values())
 
 
-def run_flink(sql: str, tables: Path, interval: str, checkpoints: Path) -> dict:
+def run_flink(sql: str, tables: Path, interval: str | None, checkpoints: Path) -> dict:
+    """Flink's job time; with `interval` None, no checkpoints and its default heap state."""
     from pyflink.table import EnvironmentSettings, TableEnvironment, TableDescriptor, Schema
 
     t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     config = t_env.get_config()
-    for key, value in {
-        "parallelism.default": "1",
-        "state.backend.type": "rocksdb",
-        "execution.checkpointing.incremental": "true",
-        "execution.checkpointing.interval": interval,
-        "execution.checkpointing.dir": checkpoints.as_uri(),
-        "execution.checkpointing.num-retained": "100000",
-    }.items():
+    settings = {"parallelism.default": "1"}
+    if interval is not None:
+        settings.update({
+            "state.backend.type": "rocksdb",
+            "execution.checkpointing.incremental": "true",
+            "execution.checkpointing.interval": interval,
+            "execution.checkpointing.dir": checkpoints.as_uri(),
+            "execution.checkpointing.num-retained": "100000",
+        })
+    for key, value in settings.items():
         config.set(key, value)
     for table, columns in TABLES.items():
         schema = ", ".join(f"`{name}` {kind}" for name, kind in columns)
         options = f"'connector' = 'filesystem', 'path' = '{tables / 'flink' / table}', 'format' = 'csv'"
-        t_env.execute_sql(f"CREATE TABLE {table} ({schema}) WITH ({options})")
+        # Flink's NEXMark tables' watermark: windows in streaming mode need a time attribute.
+        watermark = "WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND"
+        t_env.execute_sql(f"CREATE TABLE {table} ({schema}, {watermark}) WITH ({options})")
     result = t_env.sql_query(flink_text(sql))
     sink = TableDescriptor.for_connector("blackhole").schema(
         Schema.new_builder().from_row_data_type(result.get_schema().to_row_data_type()).build()
@@ -145,7 +159,10 @@ def main() -> None:
     parser.add_argument("--interval", default="1s")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "flink-rocksdb-bench")
     parser.add_argument("--engines", default="flink,sluice")
+    parser.add_argument("--heap", action="store_true",
+                        help="no checkpoints in either engine; Flink's state on its heap")
     args = parser.parse_args()
+    interval = None if args.heap else args.interval
     engines = args.engines.split(",")
     tables = generate(args.sluice, args.events, args.work)
     sql = subprocess.run(
@@ -154,24 +171,25 @@ def main() -> None:
 
     if "flink" in engines:
         with tempfile.TemporaryDirectory(prefix="flink-chk-", dir=args.work) as checkpoints:
-            flink = run_flink(sql, tables, args.interval, Path(checkpoints))
+            flink = run_flink(sql, tables, interval, Path(checkpoints))
         flink["events_per_second"] = args.events / flink["seconds"]
         per = flink["bytes_written"] / max(flink["checkpoints"], 1)
-        print(json.dumps({"engine": "flink-rocksdb-incremental", "query": args.query, "events": args.events,
-                          "interval": args.interval, **flink, "bytes_per_checkpoint": per}))
+        engine = "flink-heap" if args.heap else "flink-rocksdb-incremental"
+        print(json.dumps({"engine": engine, "query": args.query, "events": args.events,
+                          "interval": interval, **flink, "bytes_per_checkpoint": per}))
 
     if "sluice" in engines:
+        command = [str(args.sluice), "nexmark", "query", args.query, "--events", str(args.events),
+                   "--threads", "1", "--csv", str(tables)]
+        if interval is not None:
+            command += ["--checkpoint-interval", interval]
         start = time.monotonic()
-        done = subprocess.run(
-            [str(args.sluice), "nexmark", "query", args.query, "--events", str(args.events), "--threads", "1",
-             "--csv", str(tables), "--checkpoint-interval", args.interval],
-            check=True, capture_output=True, text=True, cwd=args.work,
-        )
+        done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=args.work)
         seconds = time.monotonic() - start
         report = json.loads(done.stdout.strip().splitlines()[-1])
         checkpoints = report.get("checkpoints") or {}
         published, written = checkpoints.get("published", 0), checkpoints.get("written_bytes", 0)
-        print(json.dumps({"engine": "sluice", "query": args.query, "events": args.events, "interval": args.interval,
+        print(json.dumps({"engine": "sluice", "query": args.query, "events": args.events, "interval": interval,
                           "seconds": seconds, "events_per_second": args.events / seconds,
                           "checkpoints": published, "bytes_written": written,
                           "bytes_per_checkpoint": written / max(published, 1),
