@@ -617,7 +617,7 @@ impl WindowAggregate {
     fn emit_part(&mut self, out: &mut Vec<Message>) -> Result<(), SluiceError> {
         let Some(mut emitting) = self.emitting.take() else { return Ok(()) };
         let mut rows = 0;
-        while rows < self.spec.batch_size {
+        while rows < self.spec.batch_size.max(1) {
             let before = out.len();
             if let Some(cold) = emitting.cold.as_mut() {
                 if self.emit_cold_batch(cold, out)? {
