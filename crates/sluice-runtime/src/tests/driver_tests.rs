@@ -695,16 +695,19 @@ fn a_watermark_s_held_output_leaves_a_part_at_a_time_as_a_slow_consumer_makes_ro
     plan.assert_well_formed();
     let rows = 1 + PARTS as usize;
     let metrics = Arc::new(Metrics::for_plan(&plan, 2));
-    let (pace_lags, pace_metrics) = (Arc::clone(&lags), Arc::clone(&metrics));
-    // A slow consumer, paced by events: a token once thread 0 waits on the full queue,
-    // or once the operator emitted its last part.
+    let pace_lags = Arc::clone(&lags);
+    // A slow consumer, paced by events: token k (the sink's k-th write) once the
+    // operator resumed k + 2 times, so that a resume finds two rows unwritten (the
+    // second does, with none written), until the last part, when the rest are given.
     let releaser = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(120);
-        for _ in 0..rows {
-            while !pace_metrics.threads[0].blocked.load(Ordering::Relaxed)
-                && pace_lags.lock().expect("lock").len() < PARTS as usize
-            {
-                assert!(Instant::now() < deadline, "thread 0 neither blocked nor done");
+        for sent in 0..rows {
+            loop {
+                let resumes = pace_lags.lock().expect("lock").len();
+                if resumes >= sent + 2 || resumes >= PARTS as usize {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the operator resumed {resumes} times with {sent} rows written");
                 std::thread::yield_now();
             }
             tokens.send(()).expect("token");
