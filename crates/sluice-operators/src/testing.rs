@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use sluice_runtime::{Operator, SnapshotKind};
 use sluice_state::{CollectedState, MemoryState, StateModel};
-use sluice_types::SluiceError;
+use sluice_types::{Message, SluiceError};
 
 /// The records a snapshot of `operator` writes (a delta when `delta` and it can), and
 /// the snapshot's kind.
@@ -44,4 +44,29 @@ pub(crate) fn puts(records: &CollectedState) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
 /// The vnode ranges of one instance owning all `vnodes`.
 pub(crate) fn one_instance(vnodes: u32) -> Vec<Range<u32>> {
     std::iter::once(0..vnodes).collect()
+}
+
+/// The rest of what `operator` holds of a watermark's (or the end's) output, every part
+/// of it, appended to `out`.
+pub(crate) fn whole(operator: &mut dyn Operator, out: &mut Vec<Message>) {
+    while operator.has_more() {
+        operator.on_resume(out).expect("resume");
+    }
+}
+
+/// A watermark's (or the end's) output part by part: `first`, what the operator emitted
+/// at once, then each part it held.
+pub(crate) fn parts(operator: &mut dyn Operator, first: Vec<Message>) -> Vec<Vec<Message>> {
+    let mut parts = vec![first];
+    while operator.has_more() {
+        let mut part = Vec::new();
+        operator.on_resume(&mut part).expect("resume");
+        parts.push(part);
+    }
+    parts
+}
+
+/// The rows of the data messages among `messages`.
+pub(crate) fn data_rows(messages: &[Message]) -> usize {
+    messages.iter().map(|m| if let Message::Data(batch) = m { batch.num_rows() } else { 0 }).sum()
 }

@@ -17,7 +17,7 @@ use sluice_types::{Batch, Message, vnode};
 use super::{OverAggregate, OverFrame, OverSpec};
 use crate::aggregate::{AggregateFunction, AggregateSpec};
 use crate::spill::SpillSpace;
-use crate::testing;
+use crate::testing::{self, whole};
 
 const VNODES: u32 = 16;
 
@@ -128,18 +128,13 @@ fn a_watermark_releasing_many_partitions_emits_them_in_parts() {
         .chain([row("a", 9, Some(9), "a9")])
         .collect();
     data(&mut operator, &rows);
-    let mut parts = Vec::new();
-    let mut out = Vec::new();
-    operator.on_watermark(5, &mut out).expect("watermark");
-    parts.push(std::mem::take(&mut out));
-    while operator.has_more() {
-        operator.on_resume(&mut out).expect("resume");
-        parts.push(std::mem::take(&mut out));
-    }
+    let mut first = Vec::new();
+    operator.on_watermark(5, &mut first).expect("watermark");
+    let parts = testing::parts(&mut operator, first);
     let shape: Vec<(usize, bool)> = parts
         .iter()
         .map(|part| {
-            let rows = part.iter().map(|m| if let Message::Data(b) = m { b.num_rows() } else { 0 }).sum();
+            let rows = testing::data_rows(part);
             (rows, matches!(part.last(), Some(Message::Watermark(5))))
         })
         .collect();
@@ -152,13 +147,6 @@ fn a_watermark_releasing_many_partitions_emits_them_in_parts() {
     operator.on_end(&mut out).expect("end");
     whole(&mut operator, &mut out);
     assert_eq!(lines(&out).len(), 1, "a9 was left pending: {:?}", lines(&out));
-}
-
-/// The rest of what a watermark or the end released, every part of it.
-fn whole(operator: &mut OverAggregate, out: &mut Vec<Message>) {
-    while operator.has_more() {
-        operator.on_resume(out).expect("resume");
-    }
 }
 
 #[test]

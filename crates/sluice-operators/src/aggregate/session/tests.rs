@@ -18,7 +18,7 @@ use sluice_types::{Batch, Message, vnode};
 use super::SessionAggregate;
 use crate::aggregate::{AggregateFunction, AggregateSpec, GroupColumn, WindowAggregateSpec};
 use crate::spill::SpillSpace;
-use crate::testing;
+use crate::testing::{self, whole};
 
 const VNODES: u32 = 16;
 
@@ -104,13 +104,6 @@ fn lines(out: Vec<Message>) -> Vec<String> {
     lines
 }
 
-/// The rest of what a watermark or the end closed, every part of it.
-fn whole(aggregate: &mut SessionAggregate, out: &mut Vec<Message>) {
-    while aggregate.has_more() {
-        aggregate.on_resume(out).expect("resume");
-    }
-}
-
 /// What a watermark closes goes out a batch (7 sessions) a part, the watermark with the
 /// last part; the sessions it leaves open stay.
 #[test]
@@ -120,18 +113,13 @@ fn a_watermark_closing_many_sessions_emits_them_a_batch_at_a_time() {
     let mut operator = aggregate(Arc::new(AtomicU64::new(0)));
     operator.on_data(rows(10, &input), &mut Vec::new()).expect("data");
     operator.on_data(rows(10, &[(50, "late", Some(2))]), &mut Vec::new()).expect("data");
-    let mut parts = Vec::new();
-    let mut out = Vec::new();
-    operator.on_watermark(20, &mut out).expect("watermark");
-    parts.push(std::mem::take(&mut out));
-    while operator.has_more() {
-        operator.on_resume(&mut out).expect("resume");
-        parts.push(std::mem::take(&mut out));
-    }
+    let mut first = Vec::new();
+    operator.on_watermark(20, &mut first).expect("watermark");
+    let parts = testing::parts(&mut operator, first);
     let shape: Vec<(usize, bool)> = parts
         .iter()
         .map(|part| {
-            let rows = part.iter().map(|m| if let Message::Data(b) = m { b.num_rows() } else { 0 }).sum();
+            let rows = testing::data_rows(part);
             (rows, matches!(part.last(), Some(Message::Watermark(20))))
         })
         .collect();

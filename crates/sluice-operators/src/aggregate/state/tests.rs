@@ -20,7 +20,7 @@ use sluice_types::{Batch, Message, vnode};
 use super::super::{AggregateFunction, AggregateSpec, GroupColumn, WindowAggregate, WindowAggregateSpec};
 use crate::blob::ordered_i64;
 use crate::spill::SpillSpace;
-use crate::testing;
+use crate::testing::{self, whole};
 
 const VNODES: u32 = 16;
 
@@ -137,13 +137,6 @@ fn emitted(aggregate: &mut WindowAggregate) -> Vec<String> {
     lines(&out)
 }
 
-/// The rest of what a watermark or the end closed, every part of it.
-fn whole(aggregate: &mut WindowAggregate, out: &mut Vec<Message>) {
-    while aggregate.has_more() {
-        aggregate.on_resume(out).expect("resume");
-    }
-}
-
 /// The vnode of key `k`'s group.
 /// A watermark that closes many windows, some of them evicted, emits them in parts:
 /// each about a batch of rows (a window in memory whole, an evicted one's groups a batch
@@ -165,17 +158,12 @@ fn a_watermark_closing_many_windows_emits_them_in_parts() {
     let again: Vec<Row<'static>> = input.iter().filter(|row| row.1 < "c").copied().collect();
     spilling.on_data(rows(&again), &mut Vec::new()).expect("data");
     assert!(space.spilled() > 0, "the windows were evicted");
-    let mut parts = Vec::new();
-    let mut out = Vec::new();
-    spilling.on_watermark(WINDOWS * SIZE, &mut out).expect("watermark");
-    parts.push(std::mem::take(&mut out));
-    while spilling.has_more() {
-        spilling.on_resume(&mut out).expect("resume");
-        parts.push(std::mem::take(&mut out));
-    }
+    let mut first = Vec::new();
+    spilling.on_watermark(WINDOWS * SIZE, &mut first).expect("watermark");
+    let parts = testing::parts(&mut spilling, first);
     assert!(parts.len() > 2, "{} parts", parts.len());
     for (index, part) in parts.iter().enumerate() {
-        let rows: usize = part.iter().map(|m| if let Message::Data(b) = m { b.num_rows() } else { 0 }).sum();
+        let rows = testing::data_rows(part);
         // Fewer than a batch (4), then one window's groups in memory (2) or a batch; the
         // last part may hold the watermark alone.
         let least = usize::from(index + 1 < parts.len());
