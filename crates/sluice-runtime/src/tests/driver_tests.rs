@@ -338,6 +338,22 @@ fn a_lane_too_far_ahead_of_the_slowest_waits_until_it_catches_up_or_ends() {
     assert_eq!(lane_order(Some(98)).0, [100, 1, 2, 200, 3, 4, 5, 6, 300]);
 }
 
+/// A plan of one flow: `source`'s rows through `segments` into `sink`.
+fn one_flow(source: VecSource, segments: Vec<crate::plan::Segment>, sink: CollectSink) -> crate::Plan {
+    let flow = crate::plan::Flow {
+        source: 0,
+        table: 0,
+        segments,
+        sides: Vec::new(),
+        sink: Arc::new(sink),
+        sink_slot: 0,
+        tap: None,
+    };
+    let plan = crate::Plan { sources: vec![Arc::new(source)], flows: vec![flow] };
+    plan.assert_well_formed();
+    plan
+}
+
 /// Records what reaches it: `w` and a watermark, `r` and a row.
 struct Seen(Arc<Mutex<Vec<String>>>);
 
@@ -379,17 +395,7 @@ fn restored_two_lanes(paused: bool, tells_end_on_resume: bool) -> Vec<String> {
         state: None,
         output: crate::plan::SegmentOutput::Sink,
     }];
-    let flow = crate::plan::Flow {
-        source: 0,
-        table: 0,
-        segments,
-        sides: Vec::new(),
-        sink: Arc::new(sink),
-        sink_slot: 0,
-        tap: None,
-    };
-    let plan = crate::Plan { sources: vec![Arc::new(source)], flows: vec![flow] };
-    plan.assert_well_formed();
+    let plan = one_flow(source, segments, sink);
     let position = |batches: u64| batches.to_le_bytes().to_vec();
     let checkpointing = Checkpointing {
         options: CheckpointOptions {
@@ -604,17 +610,7 @@ fn a_watermark_s_output_held_in_parts_goes_out_whole_before_any_row_or_barrier_a
         state: None,
         output: crate::plan::SegmentOutput::Sink,
     }];
-    let flow = crate::plan::Flow {
-        source: 0,
-        table: 0,
-        segments,
-        sides: Vec::new(),
-        sink: Arc::new(sink),
-        sink_slot: 0,
-        tap: None,
-    };
-    let plan = crate::Plan { sources: vec![Arc::new(source)], flows: vec![flow] };
-    plan.assert_well_formed();
+    let plan = one_flow(source, segments, sink);
     let published = Arc::new(Mutex::new(Vec::new()));
     let checkpointing = Checkpointing {
         options: CheckpointOptions {
@@ -682,17 +678,7 @@ fn a_watermark_s_held_output_leaves_a_part_at_a_time_as_a_slow_consumer_makes_ro
         },
         crate::plan::Segment { operators: Vec::new(), state: None, output: crate::plan::SegmentOutput::Sink },
     ];
-    let flow = crate::plan::Flow {
-        source: 0,
-        table: 0,
-        segments,
-        sides: Vec::new(),
-        sink: Arc::new(sink),
-        sink_slot: 0,
-        tap: None,
-    };
-    let plan = crate::Plan { sources: vec![Arc::new(source)], flows: vec![flow] };
-    plan.assert_well_formed();
+    let plan = one_flow(source, segments, sink);
     let rows = 1 + PARTS as usize;
     let metrics = Arc::new(Metrics::for_plan(&plan, 2));
     let pace_lags = Arc::clone(&lags);
