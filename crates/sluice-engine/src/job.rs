@@ -692,6 +692,7 @@ fn run(
     metrics: Arc<Metrics>,
     status: &StatusCell,
 ) -> RunReport {
+    compiled.materialized.hold_with(&stop.0);
     let paused = stop.0.clone();
     let mut observe = |event: RunEvent| match event {
         // A pause asked for while the job started holds from its first poll.

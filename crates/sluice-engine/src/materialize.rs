@@ -23,9 +23,14 @@
 //! `sluice_operators::SpilledRecords`): each row with its weight then, the older runs'
 //! weight (found by their bloom filters and block indexes) plus the base's and the
 //! deltas'; the base then starts empty, its weights added to the runs'. The runs are merged as the operators' evicted state is, and a read or a
-//! snapshot merges them block by block with the parts in memory. The deltas waiting for
-//! their commit and the open delta stay in memory: they hold the rows since the last
-//! committed checkpoint.
+//! snapshot merges them block by block with the parts in memory. A slice that will spill
+//! at its next batch leaves its committed deltas for the run rather than folding them
+//! into the base in memory first ([`Slice::fold`]). The deltas waiting for their commit
+//! and the open delta stay in memory: they hold the rows since the last committed
+//! checkpoint, which a run (committed rows) cannot take. Beyond half the budget
+//! ([`Pending`]) they hold the job's sources back, and start the next checkpoint at
+//! once, until a commit brings them under it (`sluice_runtime::StopHandle::hold_sources`):
+//! the input waits for the checkpoint instead of memory growing with its duration.
 //!
 //! Checkpoints: equal rows always reach the same thread (the exchange places a row by
 //! its hash's vnode), so the operator's state at a barrier is a record per distinct row
@@ -83,8 +88,15 @@ pub use read::{Rows, TableAt};
 type Multiset = BTreeMap<Box<[u8]>, i64>;
 
 /// The rows an operator receives between two barriers, consolidated: hashed, as they
-/// come in any order, and sorted once when taken ([`Integrate::take_open`]).
-type Open = HashMap<Box<[u8]>, i64>;
+/// come in any order, and sorted once when taken ([`Integrate::take_open`]). Placed by
+/// the row's hash (`sluice_types::key::hash` of the row without its vnode), which the
+/// operator computes anyway for the row's vnode, rather than hashed a second time.
+type Open = hashbrown::HashTable<(Box<[u8]>, i64)>;
+
+/// The hash an [`Open`] places a key by: its row's.
+fn open_hash(key: &[u8]) -> u64 {
+    sluice_types::key::hash(split(key).1)
+}
 
 /// The bytes a row's entry in a [`Multiset`] or [`Open`] takes besides its key, about:
 /// the map's slot (key pointer, length, weight) at its usual fill, and the key's
@@ -142,6 +154,8 @@ fn spill_min(budget: usize) -> usize {
 /// Every materialized table of a job, their committed epochs and the leases on them.
 pub struct Materialized {
     tables: Vec<Arc<Table>>,
+    /// The rows since the last commit, of every table, in memory.
+    pending: Arc<Pending>,
     /// The names of the tables and views that are not materialized, for messages.
     others: Vec<String>,
     epochs: Mutex<Epochs>,
@@ -179,6 +193,65 @@ impl Epochs {
     }
 }
 
+/// The rows of every table of a job that only a commit lets go of: each operator's
+/// open delta, and each slice's deltas handed over or sealed but not yet committed on
+/// their table. They cannot spill (a run holds committed rows), so beyond their share
+/// of the state budget the sources are held back ([`sluice_runtime::StopHandle::hold_sources`],
+/// which also starts the next checkpoint at once) until a commit brings them under it.
+#[derive(Default)]
+struct Pending {
+    state: Mutex<PendingState>,
+}
+
+#[derive(Default)]
+struct PendingState {
+    /// Their bytes in memory, about (as counted in the budget).
+    bytes: usize,
+    /// The most they may hold before the sources are held back (0: no limit).
+    limit: usize,
+    /// The run's sources (from its start).
+    stop: Option<sluice_runtime::StopHandle>,
+    /// Whether the sources are held back now.
+    held: bool,
+    /// Whether the run was told why its sources wait (once).
+    told: bool,
+}
+
+impl Pending {
+    /// Their share of a state budget of `budget` bytes: half, the other half for the
+    /// committed rows (which spill) and every other operator's state.
+    fn limit_of(budget: usize) -> usize {
+        (budget / 2).max(1)
+    }
+
+    /// Counts `to` bytes where `from` were, and holds the sources back, or lets them go
+    /// on, to match.
+    fn change(&self, from: usize, to: usize) {
+        if from == to {
+            return;
+        }
+        let mut state = lock(&self.state);
+        state.bytes = state.bytes.saturating_sub(from).saturating_add(to);
+        let held = state.limit > 0 && state.bytes > state.limit;
+        if held != state.held {
+            state.held = held;
+            tracing::debug!(bytes = state.bytes, limit = state.limit, held, "materialized rows since the last commit");
+            if held && !std::mem::replace(&mut state.told, true) {
+                tracing::info!(
+                    bytes = state.bytes,
+                    limit = state.limit,
+                    "the materialized tables' rows since the last committed checkpoint are over half of \
+                     state_memory_mib: the sources wait for each checkpoint's commit (raise state_memory_mib for \
+                     more throughput)"
+                );
+            }
+            if let Some(stop) = &state.stop {
+                stop.hold_sources(held);
+            }
+        }
+    }
+}
+
 /// One materialized table: its schema and one slice per thread.
 pub struct Table {
     pub name: String,
@@ -187,6 +260,8 @@ pub struct Table {
     /// Encodes (and decodes) the whole rows.
     encoder: KeyEncoder,
     slices: Vec<Mutex<Slice>>,
+    /// The job's rows since the last commit (its operators' open deltas count there).
+    pending: Arc<Pending>,
     /// Rows folded or sealed since the start, for the metrics.
     rows_integrated: AtomicU64,
 }
@@ -209,6 +284,10 @@ struct Slice {
     /// A run is being written of the base and the sealed deltas up to `floor`: they are
     /// not folded meanwhile ([`Integrate::spill`] folds them into the run).
     spilling: bool,
+    /// The budget the slice counts in (with `store`, kept while `store` is taken): a
+    /// slice about to spill leaves its deltas for the run rather than folding them into
+    /// its base in memory first ([`Slice::fold`]).
+    space: Option<Arc<SpillSpace>>,
     /// The newest epoch the slice may fold into its base, as the last fold was told.
     floor: Option<u64>,
     /// The bytes of the deltas (sealed and handed over), about, as last counted.
@@ -217,6 +296,12 @@ struct Slice {
     base_epoch: Option<u64>,
     /// Sealed deltas after `base_epoch`, in increasing epochs.
     sealed: VecDeque<(u64, Delta)>,
+    /// The newest epoch committed on its table.
+    committed: Option<u64>,
+    /// The rows since the last commit (every delta after `committed`, the one handed
+    /// over included), shared by every slice of the job, and this slice's bytes there.
+    pending: Arc<Pending>,
+    pending_bytes: usize,
     /// Rows the operator handed over at a barrier (or the end of its input), sealed by
     /// the sink's next `pre_commit`, which knows the epoch.
     handed: Option<Delta>,
@@ -229,7 +314,7 @@ impl Slice {
     /// one delta to merge in a read rather than one per epoch.
     fn fold(&mut self, floor: Option<u64>) {
         self.floor = floor.max(self.floor);
-        if self.spilling {
+        if self.spilling || self.spills_next() {
             return;
         }
         let Some(floor) = floor else { return };
@@ -245,6 +330,16 @@ impl Slice {
         }
     }
 
+    /// Whether its operator's next spill check writes a run ([`Integrate::spill`]): the
+    /// space is over its budget and the slice holds at least [`spill_min`] of it. The
+    /// run then takes the committed deltas as they are, so folding them into the base
+    /// first (a lookup per row in a map of millions) would be work thrown away.
+    fn spills_next(&self) -> bool {
+        self.space.as_ref().is_some_and(|space| {
+            space.resident() > space.budget() && self.base_bytes + self.delta_bytes >= spill_min(space.budget())
+        })
+    }
+
     /// Its parts, up to the sealed delta of `epoch` (all with None), and then, with
     /// `handed`, the delta handed over.
     fn parts(&self, epoch: Option<u64>, handed: bool) -> read::Parts {
@@ -256,10 +351,16 @@ impl Slice {
         read::Parts { runs: self.runs.clone(), base: Arc::clone(&self.base), deltas }
     }
 
-    /// Counts its memory in the budget: the base and every delta.
+    /// Counts its memory in the budget (the base and every delta), and its deltas since
+    /// the last commit in the [`Pending`] rows.
     fn recount(&mut self) {
         let deltas: usize = self.sealed.iter().map(|(_, d)| d.bytes).chain(self.handed.as_ref().map(|d| d.bytes)).sum();
         self.delta_bytes = deltas;
+        let committed = self.committed;
+        let uncommitted = self.sealed.iter().filter(|(epoch, _)| committed.is_none_or(|c| *epoch > c));
+        let pending = uncommitted.map(|(_, d)| d.bytes).chain(self.handed.as_ref().map(|d| d.bytes)).sum();
+        self.pending.change(self.pending_bytes, pending);
+        self.pending_bytes = pending;
         let bytes = self.base_bytes + deltas;
         if let Some(store) = &mut self.store {
             store.set_entry_bytes(bytes);
@@ -321,6 +422,7 @@ impl Materialized {
     /// cannot be materialized.
     pub fn new(tables: Vec<TableSpec>, others: Vec<String>, threads: u32) -> Result<Arc<Materialized>, SluiceError> {
         let count = tables.len();
+        let pending = Arc::new(Pending::default());
         let tables = tables
             .into_iter()
             .enumerate()
@@ -330,13 +432,17 @@ impl Materialized {
                     name: spec.name,
                     schema: spec.schema,
                     index,
-                    slices: (0..threads.max(1)).map(|_| Mutex::new(Slice::default())).collect(),
+                    slices: (0..threads.max(1))
+                        .map(|_| Mutex::new(Slice { pending: Arc::clone(&pending), ..Slice::default() }))
+                        .collect(),
+                    pending: Arc::clone(&pending),
                     rows_integrated: AtomicU64::new(0),
                 }))
             })
             .collect::<Result<_, SluiceError>>()?;
         Ok(Arc::new(Materialized {
             tables,
+            pending,
             others,
             epochs: Mutex::new(Epochs { committed: vec![None; count], ..Epochs::default() }),
             committed: Condvar::new(),
@@ -346,6 +452,21 @@ impl Materialized {
     /// No table materialized.
     pub fn none() -> Arc<Materialized> {
         Materialized::new(Vec::new(), Vec::new(), 1).expect("no table, no type to refuse")
+    }
+
+    /// Holds `stop`'s sources back while the rows since the last commit are over
+    /// [`Pending::limit_of`] `budget` (none without a budget): set before the run starts.
+    pub(crate) fn hold_with(&self, stop: &sluice_runtime::StopHandle) {
+        let mut state = lock(&self.pending.state);
+        state.stop = Some(stop.clone());
+        state.held = false;
+        stop.hold_sources(false);
+    }
+
+    /// Limits the rows since the last commit to their share of a state budget of
+    /// `budget` bytes ([`Pending::limit_of`]).
+    fn limit_pending(&self, budget: usize) {
+        lock(&self.pending.state).limit = Pending::limit_of(budget);
     }
 
     /// The materialized tables' names, in declaration order.
@@ -440,6 +561,7 @@ impl Materialized {
         let floor = self.floor();
         for slice in &table.slices {
             let mut slice = lock(slice);
+            slice.committed = slice.committed.max(Some(epoch));
             slice.fold(floor);
             slice.recount();
         }
@@ -700,6 +822,7 @@ impl Integrate {
             if slice.store.is_none() && !slice.spilling {
                 let written = sluice_operators::spill::spilled_bytes(&context.metrics);
                 slice.store = Some(SpilledRecords::new(Arc::clone(space), written));
+                slice.space = Some(Arc::clone(space));
                 slice.recount();
             }
         }
@@ -707,7 +830,7 @@ impl Integrate {
             slot,
             table,
             vnodes: context.vnodes,
-            open: Open::new(),
+            open: Open::default(),
             open_bytes: 0,
             snapshotted: None,
             rows: KeyRows::default(),
@@ -735,11 +858,13 @@ impl Integrate {
         Delta { rows: Arc::new(rows.into_iter().map(|(_, key, weight)| (key, weight)).collect()), bytes }
     }
 
-    /// Counts the open delta as `bytes` in the space.
+    /// Counts the open delta as `bytes` in the space, and in the rows since the last
+    /// commit.
     fn count_open(&mut self, bytes: usize) {
         if let Some(space) = &self.space {
             space.charge(bytes);
             space.release(self.open_bytes);
+            self.table.pending.change(self.open_bytes, bytes);
         }
         self.open_bytes = bytes;
     }
@@ -832,6 +957,8 @@ impl Integrate {
             slice.runs = store.runs();
         }
         slice.store = Some(store);
+        // Counted without what the run took before the fold asks whether to spill again.
+        slice.recount();
         let floor = slice.floor;
         slice.fold(floor);
         slice.recount();
@@ -853,14 +980,15 @@ impl Operator for Integrate {
         for index in 0..self.rows.len() {
             let row = self.rows.row(index);
             let weight = batch.weight(index);
+            let hash = sluice_types::key::hash(row);
             self.key.clear();
-            self.key.extend_from_slice(&vnode::of_hash(sluice_types::key::hash(row), self.vnodes).to_be_bytes());
+            self.key.extend_from_slice(&vnode::of_hash(hash, self.vnodes).to_be_bytes());
             self.key.extend_from_slice(row);
-            match self.open.get_mut(&self.key[..]) {
-                Some(existing) => *existing += weight,
+            match self.open.find_mut(hash, |(key, _)| key[..] == self.key[..]) {
+                Some((_, existing)) => *existing += weight,
                 None => {
                     grown += self.key.len() + ENTRY_BYTES;
-                    self.open.insert(self.key.as_slice().into(), weight);
+                    self.open.insert_unique(hash, (self.key.as_slice().into(), weight), |(key, _)| open_hash(key));
                 }
             }
         }
@@ -969,6 +1097,9 @@ pub(crate) fn add_flows(
         streams.iter().map(|(name, s)| TableSpec { name: name.clone(), schema: Arc::clone(&s.schema) }).collect();
     let others = planner.table_names().into_iter().filter(|n| !marked.iter().any(|(m, _)| m == n)).map(String::from);
     let registry = Materialized::new(specs, others.collect(), threads).map_err(crate::EngineError::new)?;
+    if let Some(space) = &spill {
+        registry.limit_pending(space.budget());
+    }
     for (name, mut stream) in streams {
         let table = Arc::clone(registry.table(&name).expect("registered above"));
         let space = spill.clone();

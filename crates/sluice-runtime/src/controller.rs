@@ -75,6 +75,8 @@ pub struct StopHandle {
     checkpoints: Arc<std::sync::Mutex<Vec<Sender<u64>>>>,
     /// While set, the drivers poll no lane (see [`StopHandle::pause`]).
     paused: Arc<AtomicBool>,
+    /// While set, the drivers poll no lane either (see [`StopHandle::hold_sources`]).
+    held: Arc<AtomicBool>,
     wake: Sender<()>,
 }
 
@@ -152,6 +154,26 @@ impl StopHandle {
         self.paused.load(Ordering::SeqCst)
     }
 
+    /// Holds the sources back (or lets them go on): no lane is polled while `held`,
+    /// rows in flight still reach the sinks, and checkpoints start back to back (each
+    /// as soon as the previous one ends, without waiting for the interval; a cluster's
+    /// follower waits for the checkpoints its leader starts). For state
+    /// that only a checkpoint's commit frees, once it is over its share of the memory
+    /// budget: the input waits for the commit rather than memory growing. Unlike a
+    /// pause, the job's state stays `running`.
+    pub fn hold_sources(&self, held: bool) {
+        if !self.held.swap(held, Ordering::SeqCst) && held {
+            // Wakes the controller to start a checkpoint; see `StopHandle::stop`.
+            match self.wake.try_send(()) {
+                Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+            }
+        }
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.held.load(Ordering::SeqCst)
+    }
+
     /// Forgets the reason of an abort, so that the handle serves a new run (a cluster
     /// that re-forms after losing a worker); a stop request stays.
     pub fn rearm(&self) {
@@ -212,6 +234,7 @@ pub fn stop_handle() -> (StopHandle, Receiver<()>) {
         aborted: Arc::default(),
         checkpoints: Arc::default(),
         paused: Arc::default(),
+        held: Arc::default(),
         wake,
     };
     (handle, woken)
@@ -283,6 +306,7 @@ pub fn run_part(
         exactly_once: coordinator.as_ref().is_none_or(Coordinator::exactly_once),
         first_epoch: coordinator.as_ref().map_or(1, Coordinator::first_epoch),
         paused: Arc::clone(&stop_handle.paused),
+        held: Arc::clone(&stop_handle.held),
     };
     let place = Placement { layout: &layout, worker };
     let drivers = build_drivers(plan, options, &place, network.as_mut(), &metrics, &events_sender, &restore, &shape);
@@ -617,6 +641,12 @@ impl Supervisor<'_> {
     }
 
     fn answer_checkpoint_requests(&mut self, stop: &StopHandle) {
+        // Held sources wait for a commit: the next checkpoint is due now.
+        if stop.is_held()
+            && let Some(coordinator) = self.coordinator.as_mut()
+        {
+            coordinator.request_now(Instant::now());
+        }
         for answer in stop.take_checkpoint_requests() {
             // Without a coordinator that decides, the request is dropped: the requester
             // sees its answer channel closed.
@@ -871,6 +901,7 @@ struct DriverShape {
     exactly_once: bool,
     first_epoch: u64,
     paused: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
 }
 
 /// Which slots of which layout this worker runs.
@@ -970,6 +1001,7 @@ fn build_drivers(
             checkpoints: shape.checkpoints,
             first_epoch: shape.first_epoch,
             paused: Arc::clone(&shape.paused),
+            held: Arc::clone(&shape.held),
         };
         drivers.push((driver, control_sender));
     }

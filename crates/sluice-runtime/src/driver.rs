@@ -134,6 +134,9 @@ pub(crate) enum DriverEvent {
 const INPUT_BURST_MESSAGES: usize = 64;
 /// Longest idle wait when nothing else bounds it; the Select wakes earlier on any event.
 const IDLE_WAIT_MAX: Duration = Duration::from_millis(100);
+
+/// How soon a driver whose sources are held back looks again whether they still are.
+const HELD_RECHECK: Duration = Duration::from_millis(5);
 /// Longest idle wait while a lane is held for watermark alignment (the slowest lane may
 /// be on another thread, whose progress does not wake this one).
 const ALIGNMENT_RECHECK: Duration = Duration::from_millis(1);
@@ -205,6 +208,9 @@ pub(crate) struct Driver {
     /// While set, no lane is polled (an operator paused the job); rows in flight still
     /// drain and barriers still pass.
     pub paused: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, no lane is polled either: state that only a checkpoint's commit frees
+    /// is over its share of the memory budget ([`crate::StopHandle::hold_sources`]).
+    pub held: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct LaneRun {
@@ -445,6 +451,7 @@ impl Driver {
             longest_step_us: 0,
             last_flush: Instant::now(),
             paused: self.paused,
+            held: self.held,
             restored: !self.start_positions.is_empty(),
             final_wait: None,
             waiting_control: VecDeque::new(),
@@ -466,6 +473,8 @@ struct PendingBarrier {
 struct DriverState {
     /// Set while the job is paused: lanes are not polled.
     paused: Arc<std::sync::atomic::AtomicBool>,
+    /// Set while the sources are held back for memory: lanes are not polled.
+    held: Arc<std::sync::atomic::AtomicBool>,
     thread: u32,
     lanes: Vec<LaneRun>,
     flows: Vec<FlowRun>,
@@ -516,7 +525,7 @@ impl DriverState {
             // poll of each other lane (one that had ended says so before any lane's
             // rows go out; one that reads rows had no watermark, nor had the thread).
             let answered = self.take_resumed_answers()?;
-            if !self.paused.load(Ordering::Relaxed) {
+            if !self.lanes_stopped() {
                 for index in (0..self.lanes.len()).filter(|&index| !answered[index]) {
                     self.poll_lane(index)?;
                 }
@@ -920,7 +929,7 @@ impl DriverState {
     }
 
     fn poll_lanes(&mut self) -> Result<bool, Failure> {
-        if self.paused.load(Ordering::Relaxed) {
+        if self.lanes_stopped() {
             // Resuming is noticed within an idle wait (bounded).
             self.lanes.iter_mut().for_each(|lane| lane.aligning = false);
             return Ok(false);
@@ -1079,6 +1088,11 @@ impl DriverState {
         Ok(())
     }
 
+    /// No lane is polled now: the job is paused, or its sources are held back.
+    fn lanes_stopped(&self) -> bool {
+        self.paused.load(Ordering::Relaxed) || self.held.load(Ordering::Relaxed)
+    }
+
     fn wait_idle(&self) {
         let now = Instant::now();
         let wake = self
@@ -1090,6 +1104,10 @@ impl DriverState {
         let mut timeout = wake.map_or(IDLE_WAIT_MAX, |wake| wake.saturating_duration_since(now).min(IDLE_WAIT_MAX));
         if self.lanes.iter().any(|lane| lane.aligning && !lane.exhausted && !lane.paused) {
             timeout = timeout.min(ALIGNMENT_RECHECK);
+        }
+        // A hold ends at a commit, which nothing here is woken by: look again soon.
+        if self.held.load(Ordering::Relaxed) {
+            timeout = timeout.min(HELD_RECHECK);
         }
         let mut select = Select::new();
         select.recv(&self.control);

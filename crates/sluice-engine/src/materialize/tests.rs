@@ -485,6 +485,66 @@ fn a_table_spilled_beyond_its_budget_reads_and_restores_as_one_kept_in_memory() 
     }
 }
 
+/// Rows since the last commit cannot spill: beyond half the budget they hold the sources
+/// back (and ask for a checkpoint) until a commit brings them under it. Sealed at a
+/// barrier they still count; committed, they no longer do, and once the space is over
+/// its budget they spill rather than being folded into the base in memory first.
+#[test]
+fn rows_since_the_last_commit_beyond_their_share_of_the_budget_hold_the_sources_back_until_a_commit() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let space = SpillSpace::new(dir.path().to_path_buf(), 64 << 10);
+    let registry = registry(&["t"], 1);
+    registry.limit_pending(space.budget());
+    let (stop, _woken) = sluice_runtime::stop_handle();
+    registry.hold_with(&stop);
+    let sink = registry.sink("t").expect("sink");
+    let mut thread = open_in(&registry, &sink, "t", 0, 1, Some(Arc::clone(&space)));
+    let row = |i: i64| format!("row {i:06} of a table whose rows since the last commit outgrow their share");
+    let mut written = 0;
+    let mut write_until_held = |thread: &mut Thread| {
+        let from = written;
+        while !stop.is_held() {
+            assert!(written < from + 10_000, "never held back, {} bytes resident", space.resident());
+            thread.write(&batch(&[(&row(written), written, 1)])).expect("a row");
+            written += 1;
+        }
+        written - from
+    };
+    // Held only past the limit, half of the budget: about 32 KiB of rows of 130 bytes.
+    let first = write_until_held(&mut thread);
+    assert!((200..300).contains(&first), "held back after {first} rows");
+    assert_eq!(space.spilled(), 0, "rows not committed never spill");
+    thread.pre_commit(Epoch(1)).expect("sealed");
+    assert!(stop.is_held(), "sealed rows are not committed yet");
+    sink.commit(Epoch(1), &[]).expect("commit");
+    assert!(!stop.is_held(), "the commit let the sources go on");
+    // The committed rows and the new ones outgrow the budget: the committed ones spill,
+    // and the new ones hold the sources back again at the same limit.
+    let second = write_until_held(&mut thread);
+    assert!(space.spilled() > 0, "the committed rows spilled");
+    assert!(second.abs_diff(first) <= 1, "held back again after {second} rows, not {first}");
+    thread.pre_commit(Epoch(2)).expect("sealed");
+    // Other state fills the budget: the commit leaves the rows for the next spill.
+    space.charge(space.budget());
+    sink.commit(Epoch(2), &[]).expect("commit");
+    assert!(!stop.is_held());
+    let spilled = space.spilled();
+    {
+        let slice = super::lock(&registry.table("t").expect("table").slices[0]);
+        assert!(slice.base.is_empty() && slice.sealed.len() == 1, "committed rows left for the run");
+    }
+    thread.write(&batch(&[(&row(written), written, 1)])).expect("a row");
+    written += 1;
+    assert!(space.spilled() > spilled, "the committed rows spilled at the next batch");
+    space.release(space.budget());
+    thread.pre_commit(Epoch(3)).expect("sealed");
+    sink.commit(Epoch(3), &[]).expect("commit");
+    let lease = registry.lease(Duration::ZERO, LONG).expect("lease");
+    let mut want: Vec<(String, i64)> = (0..written).map(|i| (row(i), i)).collect();
+    want.sort();
+    assert_eq!(read(&registry, "t", &lease), want);
+}
+
 /// The records a checkpoint holds of a multiset: each row of nonzero weight with it.
 fn records_of(registry: &Materialized, multiset: &Multiset) -> std::collections::BTreeMap<(u32, Vec<u8>), Vec<u8>> {
     let mut records = std::collections::BTreeMap::new();

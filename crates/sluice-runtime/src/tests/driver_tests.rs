@@ -708,3 +708,45 @@ fn a_watermark_s_held_output_leaves_a_part_at_a_time_as_a_slow_consumer_makes_ro
     assert!(lags.iter().all(|&lag| lag <= 2), "rows emitted but not written at each resume: {lags:?}");
     assert!(lags.contains(&2), "the queue was full: {lags:?}");
 }
+
+#[test]
+fn held_sources_poll_no_lane_while_checkpoints_start_back_to_back_and_go_on_once_let_go() {
+    // An operator's state that only a commit frees holds the sources back: no lane is
+    // read, and checkpoints start one after another although the interval is an hour.
+    // Let go, the lanes are read to their end, every row once.
+    let lanes = vec![(0..10).map(|i| vec![i]).collect::<Vec<_>>()];
+    let source = VecSource::new(lanes);
+    let polls = Arc::clone(&source.polls);
+    let published = Arc::new(Mutex::new(Vec::new()));
+    let sink = CollectSink::new(SinkParallelism::PerThread);
+    let collected = Arc::clone(&sink.collected);
+    let plan = plan(source, Arc::new(sink), false);
+    let checkpointing = Checkpointing {
+        options: CheckpointOptions {
+            interval: Duration::from_secs(3600),
+            timeout: Duration::from_secs(60),
+            exactly_once: false,
+            restored_epoch: 0,
+            max_failed: 3,
+            checkpointer: Box::new(Recording::new(Arc::clone(&published))),
+        },
+        restore: Restore::default(),
+    };
+    let (stop, woken) = stop_handle();
+    stop.hold_sources(true);
+    let handle = stop.clone();
+    let runner = std::thread::spawn(move || run(&plan, &options(1, 4), Some(checkpointing), (stop, woken)));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while published.lock().expect("lock").len() < 3 {
+        assert!(Instant::now() < deadline, "no checkpoints while held: {:?}", published.lock().expect("lock"));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(polls.load(Ordering::Relaxed), 0, "held sources poll no lane");
+    assert!(handle.is_held() && !handle.is_paused(), "a hold is not a pause");
+    handle.hold_sources(false);
+    let (report, _) = runner.join().expect("run");
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    let mut written: Vec<i64> = collected.written.lock().expect("lock").iter().map(|(_, v)| *v).collect();
+    written.sort();
+    assert_eq!(written, (0..10).collect::<Vec<_>>(), "every row once");
+}
