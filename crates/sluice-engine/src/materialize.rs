@@ -791,8 +791,11 @@ pub(crate) struct Integrate {
     /// Rows since the last barrier (and since the last snapshot, which takes them),
     /// consolidated.
     open: Open,
-    /// The bytes of `open`, about, as counted in the space.
+    /// The bytes of `open`, about.
     open_bytes: usize,
+    /// The bytes of its own rows (the open delta and the one a snapshot took, until
+    /// handed over) as counted in the space and in the rows since the last commit.
+    counted: usize,
     /// The open delta as the last snapshot took it, handed over at its barrier.
     snapshotted: Option<Delta>,
     rows: KeyRows,
@@ -832,6 +835,7 @@ impl Integrate {
             vnodes: context.vnodes,
             open: Open::default(),
             open_bytes: 0,
+            counted: 0,
             snapshotted: None,
             rows: KeyRows::default(),
             key: Vec::new(),
@@ -847,8 +851,7 @@ impl Integrate {
     /// pause; BENCHMARKS.md, "Materialized tables beyond the memory budget").
     fn take_open(&mut self) -> Delta {
         let open = std::mem::take(&mut self.open);
-        let bytes = self.open_bytes;
-        self.count_open(0);
+        let bytes = std::mem::take(&mut self.open_bytes);
         let mut rows: Vec<(u128, Box<[u8]>, i64)> = open
             .into_iter()
             .filter(|(_, weight)| *weight != 0)
@@ -858,15 +861,16 @@ impl Integrate {
         Delta { rows: Arc::new(rows.into_iter().map(|(_, key, weight)| (key, weight)).collect()), bytes }
     }
 
-    /// Counts the open delta as `bytes` in the space, and in the rows since the last
-    /// commit.
-    fn count_open(&mut self, bytes: usize) {
+    /// Counts its own rows, the open delta and the one a snapshot took, in the space
+    /// and in the rows since the last commit.
+    fn count_own(&mut self) {
+        let bytes = self.open_bytes + self.snapshotted.as_ref().map_or(0, |taken| taken.bytes);
         if let Some(space) = &self.space {
             space.charge(bytes);
-            space.release(self.open_bytes);
-            self.table.pending.change(self.open_bytes, bytes);
+            space.release(self.counted);
+            self.table.pending.change(self.counted, bytes);
         }
-        self.open_bytes = bytes;
+        self.counted = bytes;
     }
 
     /// Gives the rows since the last barrier to the slice, for the sink to seal.
@@ -879,12 +883,16 @@ impl Integrate {
             }
             None => self.take_open(),
         };
-        let mut slice = lock(&self.table.slices[self.slot]);
-        match &mut slice.handed {
-            Some(handed) => handed.integrate(&delta.rows),
-            None => slice.handed = Some(delta),
+        {
+            let mut slice = lock(&self.table.slices[self.slot]);
+            match &mut slice.handed {
+                Some(handed) => handed.integrate(&delta.rows),
+                None => slice.handed = Some(delta),
+            }
+            slice.recount();
         }
-        slice.recount();
+        // Counted in the slice now: no longer as its own.
+        self.count_own();
     }
 
     /// Writes the slice's base in memory and its sealed deltas up to the floor (the
@@ -992,7 +1000,8 @@ impl Operator for Integrate {
                 }
             }
         }
-        self.count_open(self.open_bytes + grown);
+        self.open_bytes += grown;
+        self.count_own();
         out.push(Message::Data(batch));
         self.spill()
     }
@@ -1025,6 +1034,7 @@ impl Operator for Integrate {
             Some(earlier) => earlier.integrate(&open.rows),
             None => self.snapshotted = Some(open),
         }
+        self.count_own();
         let mut parts = lock(&self.table.slices[self.slot]).parts(None, true);
         parts.deltas.extend(self.snapshotted.as_ref().map(|d| Arc::clone(&d.rows)));
         self.tracking = true;
@@ -1057,7 +1067,9 @@ impl Operator for Integrate {
 
 impl Drop for Integrate {
     fn drop(&mut self) {
-        self.count_open(0);
+        self.open_bytes = 0;
+        self.snapshotted = None;
+        self.count_own();
     }
 }
 

@@ -514,6 +514,8 @@ fn rows_since_the_last_commit_beyond_their_share_of_the_budget_hold_the_sources_
     let first = write_until_held(&mut thread);
     assert!((200..300).contains(&first), "held back after {first} rows");
     assert_eq!(space.spilled(), 0, "rows not committed never spill");
+    let _ = thread.operator.snapshot_state(true).expect("a snapshot");
+    assert!(stop.is_held(), "the rows a snapshot took still count until handed over");
     thread.pre_commit(Epoch(1)).expect("sealed");
     assert!(stop.is_held(), "sealed rows are not committed yet");
     sink.commit(Epoch(1), &[]).expect("commit");
