@@ -198,6 +198,8 @@ impl Epochs {
 /// their table. They cannot spill (a run holds committed rows), so beyond their share
 /// of the state budget the sources are held back ([`sluice_runtime::StopHandle::hold_sources`],
 /// which also starts the next checkpoint at once) until a commit brings them under it.
+/// Past half their share they ask for a checkpoint, so that its commit comes while the
+/// input goes on rather than after it stopped.
 #[derive(Default)]
 struct Pending {
     state: Mutex<PendingState>,
@@ -213,6 +215,8 @@ struct PendingState {
     stop: Option<sluice_runtime::StopHandle>,
     /// Whether the sources are held back now.
     held: bool,
+    /// Whether a checkpoint was asked for since they last passed half the limit.
+    asked: bool,
     /// Whether the run was told why its sources wait (once).
     told: bool,
 }
@@ -232,6 +236,16 @@ impl Pending {
         }
         let mut state = lock(&self.state);
         state.bytes = state.bytes.saturating_sub(from).saturating_add(to);
+        // Past half the limit, a checkpoint now: its commit comes while the input goes
+        // on, before the limit holds the input back to wait for one.
+        let early = state.limit > 0 && state.bytes > state.limit / 2;
+        if early != state.asked {
+            state.asked = early;
+            if let (true, Some(stop)) = (early, &state.stop) {
+                // Its answer (the epoch) is not needed: dropped.
+                let _ = stop.request_checkpoint();
+            }
+        }
         let held = state.limit > 0 && state.bytes > state.limit;
         if held != state.held {
             state.held = held;
@@ -460,6 +474,7 @@ impl Materialized {
         let mut state = lock(&self.pending.state);
         state.stop = Some(stop.clone());
         state.held = false;
+        state.asked = false;
         stop.hold_sources(false);
     }
 
