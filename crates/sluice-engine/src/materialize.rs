@@ -274,8 +274,6 @@ pub struct Table {
     /// Encodes (and decodes) the whole rows.
     encoder: KeyEncoder,
     slices: Vec<Mutex<Slice>>,
-    /// The job's rows since the last commit (its operators' open deltas count there).
-    pending: Arc<Pending>,
     /// Rows folded or sealed since the start, for the metrics.
     rows_integrated: AtomicU64,
 }
@@ -312,8 +310,13 @@ struct Slice {
     sealed: VecDeque<(u64, Delta)>,
     /// The newest epoch committed on its table.
     committed: Option<u64>,
-    /// The rows since the last commit (every delta after `committed`, the one handed
-    /// over included), shared by every slice of the job, and this slice's bytes there.
+    /// The bytes of its operator's rows not handed over yet (the open delta, and the
+    /// one a snapshot took), as the operator last counted them.
+    own_bytes: usize,
+    /// The rows since the last commit (its operator's, and every delta after
+    /// `committed`, the one handed over included), shared by every slice of the job,
+    /// and this slice's bytes there: counted in one step, so that rows handed over are
+    /// never counted twice, nor not at all, meanwhile.
     pending: Arc<Pending>,
     pending_bytes: usize,
     /// Rows the operator handed over at a barrier (or the end of its input), sealed by
@@ -372,7 +375,8 @@ impl Slice {
         self.delta_bytes = deltas;
         let committed = self.committed;
         let uncommitted = self.sealed.iter().filter(|(epoch, _)| committed.is_none_or(|c| *epoch > c));
-        let pending = uncommitted.map(|(_, d)| d.bytes).chain(self.handed.as_ref().map(|d| d.bytes)).sum();
+        let pending = uncommitted.map(|(_, d)| d.bytes).chain(self.handed.as_ref().map(|d| d.bytes)).sum::<usize>()
+            + self.own_bytes;
         self.pending.change(self.pending_bytes, pending);
         self.pending_bytes = pending;
         let bytes = self.base_bytes + deltas;
@@ -449,7 +453,6 @@ impl Materialized {
                     slices: (0..threads.max(1))
                         .map(|_| Mutex::new(Slice { pending: Arc::clone(&pending), ..Slice::default() }))
                         .collect(),
-                    pending: Arc::clone(&pending),
                     rows_integrated: AtomicU64::new(0),
                 }))
             })
@@ -876,14 +879,21 @@ impl Integrate {
         Delta { rows: Arc::new(rows.into_iter().map(|(_, key, weight)| (key, weight)).collect()), bytes }
     }
 
-    /// Counts its own rows, the open delta and the one a snapshot took, in the space
-    /// and in the rows since the last commit.
+    /// The bytes of its own rows: the open delta and the one a snapshot took.
+    fn own_bytes(&self) -> usize {
+        self.open_bytes + self.snapshotted.as_ref().map_or(0, |taken| taken.bytes)
+    }
+
+    /// Counts its own rows in the space, and through its slice in the rows since the
+    /// last commit.
     fn count_own(&mut self) {
-        let bytes = self.open_bytes + self.snapshotted.as_ref().map_or(0, |taken| taken.bytes);
+        let bytes = self.own_bytes();
         if let Some(space) = &self.space {
             space.charge(bytes);
             space.release(self.counted);
-            self.table.pending.change(self.counted, bytes);
+            let mut slice = lock(&self.table.slices[self.slot]);
+            slice.own_bytes = bytes;
+            slice.recount();
         }
         self.counted = bytes;
     }
@@ -904,9 +914,12 @@ impl Integrate {
                 Some(handed) => handed.integrate(&delta.rows),
                 None => slice.handed = Some(delta),
             }
+            // Handed over, and no longer its operator's, in one count.
+            if self.space.is_some() {
+                slice.own_bytes = self.own_bytes();
+            }
             slice.recount();
         }
-        // Counted in the slice now: no longer as its own.
         self.count_own();
     }
 
