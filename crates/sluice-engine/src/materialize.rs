@@ -22,7 +22,8 @@
 //! writes its slice's base in memory and its deltas committed on every table as a run in the state directory ([`Integrate::spill`], through
 //! `sluice_operators::SpilledRecords`): each row with its weight then, the older runs'
 //! weight (found by their bloom filters and block indexes) plus the base's and the
-//! deltas'; the base then starts empty, its weights added to the runs'. The runs are merged as the operators' evicted state is, and a read or a
+//! deltas'; the base then starts empty, its weights added to the runs'. The runs are merged as the operators' evicted state is, but on a
+//! thread of their own ([`Integrate::start_merge`]), and a read or a
 //! snapshot merges them block by block with the parts in memory. A slice that will spill
 //! at its next batch leaves its committed deltas for the run rather than folding them
 //! into the base in memory first ([`Slice::fold`]). The deltas waiting for their commit
@@ -71,7 +72,7 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use sluice_operators::spill::SpillSpace;
-use sluice_operators::{SpilledRecords, SpilledRuns};
+use sluice_operators::{MergedRun, SpilledRecords, SpilledRuns};
 use sluice_runtime::{Operator, OperatorContext, SinkFactory, SinkParallelism, SinkWriter, Snapshot};
 use sluice_state::StateSource;
 use sluice_types::key::{KeyEncoder, KeyRows};
@@ -826,7 +827,12 @@ pub(crate) struct Integrate {
     space: Option<Arc<SpillSpace>>,
     /// No batch came since the previous barrier.
     idle: bool,
+    /// The merge of the slice's runs under way, and its answer.
+    merging: Option<Merging>,
 }
+
+/// A merge of a slice's runs on a thread of its own, and where it answers.
+type Merging = (std::thread::JoinHandle<()>, crossbeam_channel::Receiver<Result<MergedRun, SluiceError>>);
 
 impl Integrate {
     /// The operator of thread `context.thread`; with `space`, its slice counts in the
@@ -860,6 +866,7 @@ impl Integrate {
             tracking: false,
             space,
             idle: false,
+            merging: None,
         })
     }
 
@@ -933,6 +940,65 @@ impl Integrate {
     /// A base that a snapshot or a query holds, which a commit cannot fold into, is
     /// spilled all the same.
     fn spill(&mut self) -> Result<(), SluiceError> {
+        self.finish_merge()?;
+        self.spill_run()?;
+        self.start_merge();
+        Ok(())
+    }
+
+    /// Starts the merge of the slice's runs that the compaction policy asks for, on a
+    /// thread of its own, unless one is under way: a merge may rewrite most of the table,
+    /// and on the driver it would hold every barrier back meanwhile.
+    fn start_merge(&mut self) {
+        if self.merging.is_some() {
+            return;
+        }
+        let Some(merge) = lock(&self.table.slices[self.slot]).store.as_ref().and_then(SpilledRecords::plan_merge)
+        else {
+            return;
+        };
+        let (done, result) = crossbeam_channel::bounded(1);
+        let spawned = std::thread::Builder::new().name("sluice-merge".into()).spawn(move || {
+            // The receiver is gone only with the operator, which then needs no answer.
+            let _ = done.send(merge.write());
+        });
+        match spawned {
+            Ok(thread) => self.merging = Some((thread, result)),
+            // No thread to be had: the next spill tries again.
+            Err(error) => tracing::debug!(%error, "no thread for a merge of a materialized table's runs"),
+        }
+    }
+
+    /// Puts the merge under way in place of the runs it merged, once it is written.
+    fn finish_merge(&mut self) -> Result<(), SluiceError> {
+        let Some((_, answer)) = &self.merging else { return Ok(()) };
+        let answered = match answer.try_recv() {
+            Ok(merged) => Some(merged),
+            Err(crossbeam_channel::TryRecvError::Empty) => return Ok(()),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => None,
+        };
+        let (thread, _) = self.merging.take().expect("a merge under way");
+        let _ = thread.join();
+        let name = &self.table.name;
+        let merged = answered
+            .ok_or_else(|| {
+                SluiceError::internal(
+                    "state.spill",
+                    format!("the merge of materialized table `{name}`'s runs panicked"),
+                )
+            })?
+            .map_err(|error| error.context(format!("materialized table `{name}`")))?;
+        let mut slice = lock(&self.table.slices[self.slot]);
+        let store =
+            slice.store.as_mut().expect("a slice's store is taken only while its operator spills, on this thread");
+        store.finish_merge(merged);
+        slice.runs = store.runs();
+        slice.recount();
+        Ok(())
+    }
+
+    /// [`Integrate::spill`]'s run.
+    fn spill_run(&mut self) -> Result<(), SluiceError> {
         let Some(space) = &self.space else { return Ok(()) };
         if space.resident() <= space.budget() {
             return Ok(());
@@ -957,7 +1023,7 @@ impl Integrate {
         let in_memory = read::Parts { runs: SpilledRuns::default(), ..parts.clone() };
         let keys = parts.base.len() + parts.deltas.iter().map(|delta| delta.len()).sum::<usize>();
         let bytes = keys * ENTRY_BYTES;
-        let written = store.add(keys, bytes, |sink| {
+        let written = store.add_unmerged(keys, bytes, |sink| {
             let mut failed = Ok(());
             let mut record = |key: &[u8], added: i64| -> Result<(), SluiceError> {
                 if added == 0 {
@@ -1095,6 +1161,10 @@ impl Operator for Integrate {
 
 impl Drop for Integrate {
     fn drop(&mut self) {
+        // Its files are the space's: gone with the operator, not after it.
+        if let Some((thread, _)) = self.merging.take() {
+            let _ = thread.join();
+        }
         self.open_bytes = 0;
         self.snapshotted = None;
         self.count_own();

@@ -516,35 +516,49 @@ impl ColdStore {
         group_hash: &dyn Fn(&[u8]) -> Option<u64>,
         fill: impl FnOnce(&mut ColdSink<'_>) -> Result<(), SluiceError>,
     ) -> Result<ColdRun, SluiceError> {
-        let failed = |error: SluiceError| {
-            SluiceError::external(
-                "state.spill",
-                format!(
-                    "cannot write about {about_bytes} bytes of evicted state to a spill file in {}: {error}",
-                    self.space.dir().display()
-                ),
-            )
-            .with_fix(
-                "free space on the disk of [pipeline] state_dir, point state_dir at a larger disk, \
-                 or raise [pipeline] state_memory_mib",
-            )
-        };
-        let file = self.space.create_file()?;
-        let writer =
-            RunWriter::with_block_bytes(BufWriter::with_capacity(256 << 10, file), COLD_BLOCK_BYTES).map_err(failed)?;
-        let mut sink = ColdSink { writer, bloom: Bloom::with_capacity(groups), groups: 0, group_hash };
-        fill(&mut sink).map_err(failed)?;
-        let ColdSink { writer, bloom, groups, .. } = sink;
-        let (written, out) = writer.finish().map_err(failed)?;
-        let file = out.into_inner().map_err(|error| failed(SluiceError::external("state.spill", error.to_string())))?;
-        let name = format!("a spill file of evicted state in {}", self.space.dir().display());
-        let source = FileSource::from_file(name, file)?;
-        self.space.count_spilled(written.bytes as usize, true);
-        self.written.add(written.bytes);
-        let source: Arc<dyn RunSource> = Arc::new(ColdFile { source, space: Arc::clone(&self.space) });
-        let input = MergeInput::open(source)?;
-        Ok(ColdRun { input, bloom: Arc::new(bloom), groups, bytes: written.bytes })
+        let run = write_run(&self.space, groups, about_bytes, group_hash, fill)?;
+        self.written.add(run.bytes);
+        Ok(run)
     }
+}
+
+/// A new run in `space` holding what `fill` writes (of about `groups` entries and
+/// `about_bytes` bytes), counted there as spilled; its bytes are the caller's to count
+/// as written. Free of any store, so that a merge may run on another thread.
+fn write_run(
+    space: &Arc<SpillSpace>,
+    groups: usize,
+    about_bytes: usize,
+    group_hash: &dyn Fn(&[u8]) -> Option<u64>,
+    fill: impl FnOnce(&mut ColdSink<'_>) -> Result<(), SluiceError>,
+) -> Result<ColdRun, SluiceError> {
+    let failed = |error: SluiceError| {
+        SluiceError::external(
+            "state.spill",
+            format!(
+                "cannot write about {about_bytes} bytes of evicted state to a spill file in {}: {error}",
+                space.dir().display()
+            ),
+        )
+        .with_fix(
+            "free space on the disk of [pipeline] state_dir, point state_dir at a larger disk, \
+             or raise [pipeline] state_memory_mib",
+        )
+    };
+    let file = space.create_file()?;
+    let writer =
+        RunWriter::with_block_bytes(BufWriter::with_capacity(256 << 10, file), COLD_BLOCK_BYTES).map_err(failed)?;
+    let mut sink = ColdSink { writer, bloom: Bloom::with_capacity(groups), groups: 0, group_hash };
+    fill(&mut sink).map_err(failed)?;
+    let ColdSink { writer, bloom, groups, .. } = sink;
+    let (written, out) = writer.finish().map_err(failed)?;
+    let file = out.into_inner().map_err(|error| failed(SluiceError::external("state.spill", error.to_string())))?;
+    let name = format!("a spill file of evicted state in {}", space.dir().display());
+    let source = FileSource::from_file(name, file)?;
+    space.count_spilled(written.bytes as usize, true);
+    let source: Arc<dyn RunSource> = Arc::new(ColdFile { source, space: Arc::clone(space) });
+    let input = MergeInput::open(source)?;
+    Ok(ColdRun { input, bloom: Arc::new(bloom), groups, bytes: written.bytes })
 }
 
 impl Drop for ColdStore {
@@ -596,6 +610,55 @@ impl SpilledRecords {
         self.store.add_with(keys, about_bytes, &record_hash, |sink| fill(sink))
     }
 
+    /// [`SpilledRecords::add`] without the merge after it: the caller merges the runs
+    /// where it likes ([`SpilledRecords::plan_merge`]), off its own thread.
+    pub fn add_unmerged(
+        &mut self,
+        keys: usize,
+        about_bytes: usize,
+        fill: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
+    ) -> Result<(), SluiceError> {
+        let run = self.store.write(keys, about_bytes, &record_hash, |sink| fill(sink))?;
+        self.store.runs.runs.push(run);
+        self.store.recharge();
+        Ok(())
+    }
+
+    /// The merge that `sluice_state::compact`'s policy asks of the runs now (None when
+    /// none is due), to be written on any thread ([`RunMerge::write`]) and put in place
+    /// of the runs it merges by [`SpilledRecords::finish_merge`]. Runs added meanwhile
+    /// come after them; the caller starts no other merge until this one is finished.
+    pub fn plan_merge(&self) -> Option<RunMerge> {
+        let runs = &self.store.runs.runs;
+        let infos: Vec<RunInfo> = runs.iter().map(|run| RunInfo::of(run.bytes)).collect();
+        let plan = compact::plan(&infos)?;
+        let merged = &runs[plan.runs.clone()];
+        Some(RunMerge {
+            space: Arc::clone(&self.store.space),
+            inputs: merged.iter().map(|run| run.input.clone()).collect(),
+            blooms: merged.iter().map(|run| Arc::clone(&run.bloom)).collect(),
+            mode: if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes },
+            groups: merged.iter().map(|run| run.groups).sum(),
+            bytes: merged.iter().map(|run| run.bytes as usize).sum(),
+            range: plan.runs,
+        })
+    }
+
+    /// Puts a merge's run in place of the runs it merged, and counts its bytes as
+    /// written.
+    pub fn finish_merge(&mut self, merged: MergedRun) {
+        let runs = &mut self.store.runs.runs;
+        let replaced = runs.get(merged.range.clone()).unwrap_or_default();
+        assert!(
+            replaced.len() == merged.blooms.len()
+                && replaced.iter().zip(&merged.blooms).all(|(run, bloom)| Arc::ptr_eq(&run.bloom, bloom)),
+            "a merge replaces the runs it merged, still in their places"
+        );
+        self.store.written.add(merged.run.bytes);
+        runs.splice(merged.range, [merged.run]);
+        self.store.recharge();
+    }
+
     /// The runs as they are now: a reader keeps them (and their files) while newer runs
     /// are added and merged.
     pub fn runs(&self) -> SpilledRuns {
@@ -609,6 +672,38 @@ impl SpilledRecords {
 
     pub fn space(&self) -> &Arc<SpillSpace> {
         self.store.space()
+    }
+}
+
+/// A merge of some of the runs of [`SpilledRecords`], planned by
+/// [`SpilledRecords::plan_merge`]: it holds its inputs (their files live while it does)
+/// and writes on any thread.
+pub struct RunMerge {
+    space: Arc<SpillSpace>,
+    inputs: Vec<MergeInput>,
+    /// The merged runs' filters, which name them when the merge is put in place.
+    blooms: Vec<Arc<Bloom>>,
+    mode: MergeMode,
+    groups: usize,
+    bytes: usize,
+    range: std::ops::Range<usize>,
+}
+
+/// A merge's run, written, for [`SpilledRecords::finish_merge`].
+pub struct MergedRun {
+    run: ColdRun,
+    blooms: Vec<Arc<Bloom>>,
+    range: std::ops::Range<usize>,
+}
+
+impl RunMerge {
+    /// Writes the merged run. A file that cannot be written fails with the directory,
+    /// the bytes and the fix; the runs then stay as they are.
+    pub fn write(self) -> Result<MergedRun, SluiceError> {
+        let RunMerge { space, inputs, blooms, mode, groups, bytes, range } = self;
+        let mut merge = Merge::new(inputs, 0..u32::MAX, mode);
+        let run = write_run(&space, groups, bytes, &record_hash, |sink| merge.write_into(sink).map(|_| ()))?;
+        Ok(MergedRun { run, blooms, range })
     }
 }
 
@@ -737,6 +832,72 @@ mod tests {
             (0..5).map(|_| passes(&mut marks, 100, budget)).collect::<Vec<_>>(),
             [false, false, false, false, true]
         );
+    }
+
+    /// Runs added without merging, then the merge the policy plans written on another
+    /// thread while a newer run is added: put in place, the runs are fewer, each key's
+    /// newest value stands (the newer run's over the merged ones'), deletes are gone
+    /// from a merge that includes the oldest run, and the space counts no file once the
+    /// records are dropped.
+    #[test]
+    fn a_merge_written_on_another_thread_replaces_the_runs_it_merged() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 1 << 30);
+        let written = LazyCounter::new(Arc::new(Metrics::new(Vec::new(), Vec::new(), 1)), "spilled");
+        let mut records = SpilledRecords::new(Arc::clone(&space), written);
+        let mut want: BTreeMap<(u32, Vec<u8>), Vec<u8>> = BTreeMap::new();
+        let mut add = |records: &mut SpilledRecords, round: u32, keys: std::ops::Range<u32>| {
+            let mut run: BTreeMap<(u32, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
+            for key in keys {
+                let key = key.to_be_bytes().to_vec();
+                // Every third key of a later round deleted, the others given the round.
+                let value = (round == 0 || key[3] % 3 != 0).then(|| round.to_le_bytes().to_vec());
+                run.insert((vnode_of(&key), key), value);
+            }
+            records
+                .add_unmerged(run.len(), 0, |sink| {
+                    for ((vnode, key), value) in &run {
+                        match value {
+                            Some(value) => sink.put(*vnode, key, value)?,
+                            None => sink.delete(*vnode, key)?,
+                        }
+                    }
+                    Ok(())
+                })
+                .expect("a run");
+            for (key, value) in run {
+                match value {
+                    Some(value) => want.insert(key, value),
+                    None => want.remove(&key),
+                };
+            }
+        };
+        let mut round = 0;
+        let merge = loop {
+            add(&mut records, round, round * 50..round * 50 + 100);
+            round += 1;
+            if let Some(merge) = records.plan_merge() {
+                break merge;
+            }
+            assert!(round < 64, "the policy never asked for a merge");
+        };
+        let before = records.runs().0.runs.len();
+        let merged = std::thread::spawn(move || merge.write()).join().expect("the merge's thread").expect("merged");
+        add(&mut records, round, 0..30);
+        records.finish_merge(merged);
+        let after = records.runs().0.runs.len();
+        assert!(after < before + 1, "{before} runs and one added, {after} after the merge");
+        let mut scanned = BTreeMap::new();
+        let mut scan = records.runs().scan();
+        while let Some(record) = scan.next_record().expect("a record") {
+            scanned.insert((record.vnode, record.key.to_vec()), record.value.to_vec());
+        }
+        assert_eq!(scanned, want);
+        for ((vnode, key), value) in &want {
+            assert_eq!(records.runs().get(*vnode, key).expect("a lookup").as_ref(), Some(value));
+        }
+        drop((records, scan));
+        assert_eq!(space.spilled(), 0, "the merged runs' files and the merge's are gone");
     }
 
     #[test]

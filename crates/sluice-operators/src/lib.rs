@@ -50,4 +50,4 @@ pub mod union;
 pub mod window;
 
 pub(crate) use bytes::same_bytes;
-pub use cold::{SpilledRecords, SpilledRuns};
+pub use cold::{MergedRun, RunMerge, SpilledRecords, SpilledRuns};
