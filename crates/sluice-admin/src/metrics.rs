@@ -43,6 +43,20 @@ pub(crate) fn render(job: &JobHandle, status: &Status) -> String {
         kind: "gauge",
         samples: vec![(Vec::new(), job.query_leases().to_string())],
     });
+    let (held, held_seconds) = job.sources_held();
+    families.push(Family {
+        name: "sluice_sources_held",
+        help: "1 while the sources wait for a checkpoint's commit: the materialized tables' rows since the last \
+               committed checkpoint are over half of state_memory_mib.",
+        kind: "gauge",
+        samples: vec![(Vec::new(), u8::from(held).to_string())],
+    });
+    families.push(Family {
+        name: "sluice_sources_held_seconds_total",
+        help: "Seconds the sources waited for a checkpoint's commit (see sluice_sources_held).",
+        kind: "counter",
+        samples: vec![(Vec::new(), format!("{held_seconds:.3}"))],
+    });
     let executions = sluice_engine::query::Executions::shared().counts();
     families.push(Family {
         name: "sluice_queries_running",

@@ -644,6 +644,16 @@ impl JobHandle {
         self.registry().map_or(0, |m| m.leases())
     }
 
+    /// Whether the sources wait for a checkpoint's commit now (the materialized tables'
+    /// rows since the last commit are over their share of the state budget), and the
+    /// seconds they waited so far.
+    pub fn sources_held(&self) -> (bool, f64) {
+        self.registry().map_or((false, 0.0), |m| {
+            let (held, total) = m.held_back();
+            (held, total.as_secs_f64())
+        })
+    }
+
     /// The materialized tables' names.
     pub fn materialized_tables(&self) -> Vec<String> {
         self.registry().map_or_else(Vec::new, |m| m.names().into_iter().map(String::from).collect())

@@ -214,8 +214,11 @@ struct PendingState {
     limit: usize,
     /// The run's sources (from its start).
     stop: Option<sluice_runtime::StopHandle>,
-    /// Whether the sources are held back now.
+    /// Whether the sources are held back now, and since when.
     held: bool,
+    held_since: Option<Instant>,
+    /// How long they were held back before, in all.
+    held_before: Duration,
     /// Whether a checkpoint was asked for since they last passed half the limit.
     asked: bool,
     /// Whether the run was told why its sources wait (once).
@@ -250,6 +253,11 @@ impl Pending {
         let held = state.limit > 0 && state.bytes > state.limit;
         if held != state.held {
             state.held = held;
+            if held {
+                state.held_since = Some(Instant::now());
+            } else if let Some(since) = state.held_since.take() {
+                state.held_before += since.elapsed();
+            }
             tracing::debug!(bytes = state.bytes, limit = state.limit, held, "materialized rows since the last commit");
             if held && !std::mem::replace(&mut state.told, true) {
                 tracing::info!(
@@ -480,6 +488,13 @@ impl Materialized {
         state.held = false;
         state.asked = false;
         stop.hold_sources(false);
+    }
+
+    /// Whether the job's sources are held back now for the rows since the last commit
+    /// ([`Pending`]), and for how long they were in all.
+    pub fn held_back(&self) -> (bool, Duration) {
+        let state = lock(&self.pending.state);
+        (state.held, state.held_before + state.held_since.map_or(Duration::ZERO, |since| since.elapsed()))
     }
 
     /// Limits the rows since the last commit to their share of a state budget of

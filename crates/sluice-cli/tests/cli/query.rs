@@ -562,6 +562,11 @@ fn a_materialized_table_beyond_the_memory_budget_answers_in_full() {
                 })
                 .and_then(|value| value.parse::<u64>().ok());
             if spilled.is_some_and(|bytes| bytes > 1 << 20) {
+                // The input read, nothing waits for a commit; whether it ever waited
+                // depends on how fast the checkpoints came.
+                let value = |name: &str| metrics.lines().find_map(|line| line.strip_prefix(name)?.parse::<f64>().ok());
+                assert_eq!(value("sluice_sources_held "), Some(0.0), "{metrics}");
+                assert!(value("sluice_sources_held_seconds_total ").is_some_and(|s| s >= 0.0), "{metrics}");
                 break;
             }
             assert!(Instant::now() < deadline, "{threads} threads: nothing spilled\n{metrics}");

@@ -511,7 +511,9 @@ fn rows_since_the_last_commit_beyond_their_share_of_the_budget_hold_the_sources_
         written - from
     };
     // Held only past the limit, half of the budget: about 32 KiB of rows of 130 bytes.
+    assert_eq!(registry.held_back(), (false, Duration::ZERO));
     let first = write_until_held(&mut thread);
+    assert!(registry.held_back().0);
     assert!((200..300).contains(&first), "held back after {first} rows");
     assert_eq!(space.spilled(), 0, "rows not committed never spill");
     let _ = thread.operator.snapshot_state(true).expect("a snapshot");
@@ -520,6 +522,8 @@ fn rows_since_the_last_commit_beyond_their_share_of_the_budget_hold_the_sources_
     assert!(stop.is_held(), "sealed rows are not committed yet");
     sink.commit(Epoch(1), &[]).expect("commit");
     assert!(!stop.is_held(), "the commit let the sources go on");
+    let (held, waited) = registry.held_back();
+    assert!(!held && waited > Duration::ZERO, "held back for {waited:?}");
     // The committed rows and the new ones outgrow the budget: the committed ones spill,
     // and the new ones hold the sources back again at the same limit.
     let second = write_until_held(&mut thread);
