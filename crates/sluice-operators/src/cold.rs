@@ -574,7 +574,8 @@ pub(crate) type Keys = HashSet<Vec<u8>>;
 /// structures (a materialized table's slices, in `sluice-engine`): sorted runs of
 /// `(vnode, key) → value` in the space's directory, written as [`ColdStore`] writes its
 /// runs (bloom filters over `sluice_types::key::hash` of each key, compacted by the same
-/// policy, deletes dropped once the oldest run takes part). The caller counts its own
+/// policy, deletes dropped once the oldest run takes part), but merged where the caller
+/// likes, on another thread ([`SpilledRecords::plan_merge`]). The caller counts its own
 /// entries in memory here too ([`SpilledRecords::set_entry_bytes`]), so that the space
 /// sees them and their runs' indexes and filters in its budget.
 pub struct SpilledRecords {
@@ -598,20 +599,10 @@ impl SpilledRecords {
     }
 
     /// Writes what `fill` puts and deletes, in `(vnode, key)` order (about `keys` keys
-    /// and `about_bytes` bytes), as a new run, then compacts the runs. A file that cannot
-    /// be written fails with the directory, the bytes and the fix; the runs are then
-    /// those before the call.
-    pub fn add(
-        &mut self,
-        keys: usize,
-        about_bytes: usize,
-        fill: impl FnOnce(&mut dyn StateSink) -> Result<(), SluiceError>,
-    ) -> Result<(), SluiceError> {
-        self.store.add_with(keys, about_bytes, &record_hash, |sink| fill(sink))
-    }
-
-    /// [`SpilledRecords::add`] without the merge after it: the caller merges the runs
-    /// where it likes ([`SpilledRecords::plan_merge`]), off its own thread.
+    /// and `about_bytes` bytes), as a new run. A file that cannot be written fails with
+    /// the directory, the bytes and the fix; the runs are then those before the call.
+    /// The caller merges the runs where it likes ([`SpilledRecords::plan_merge`]), off
+    /// its own thread.
     pub fn add_unmerged(
         &mut self,
         keys: usize,
