@@ -15,6 +15,25 @@ use crate::{Checkpointing, Metrics, RunOutcome, stop_handle};
 
 use super::support::{CollectSink, Recording, VecSource, options, plan, run};
 
+/// Checkpoints every `interval` from scratch, each published into `published`.
+fn recorded(
+    interval: Duration,
+    exactly_once: bool,
+    published: &Arc<Mutex<Vec<super::support::Published>>>,
+) -> Checkpointing {
+    Checkpointing {
+        options: CheckpointOptions {
+            interval,
+            timeout: Duration::from_secs(60),
+            exactly_once,
+            restored_epoch: 0,
+            max_failed: 3,
+            checkpointer: Box::new(Recording::new(Arc::clone(published))),
+        },
+        restore: Restore::default(),
+    }
+}
+
 #[test]
 fn every_row_of_every_lane_reaches_the_sink_of_the_thread_its_value_routes_to() {
     let lanes = vec![vec![vec![1, 2], vec![3]], vec![vec![4, 5, 6]], vec![vec![7], vec![8], vec![9]]];
@@ -88,17 +107,7 @@ fn positions_in_a_checkpoint_are_those_of_the_rows_before_its_barrier() {
     sink.exactly_once = true;
     let collected = Arc::clone(&sink.collected);
     let plan = plan(VecSource::new(lanes), Arc::new(sink), false);
-    let checkpointing = Checkpointing {
-        options: CheckpointOptions {
-            interval: Duration::from_millis(1),
-            timeout: Duration::from_secs(60),
-            exactly_once: true,
-            restored_epoch: 0,
-            max_failed: 3,
-            checkpointer: Box::new(Recording::new(Arc::clone(&published))),
-        },
-        restore: Restore::default(),
-    };
+    let checkpointing = recorded(Duration::from_millis(1), true, &published);
     let (report, _) = run(&plan, &options(2, 4), Some(checkpointing), stop_handle());
     assert_eq!(report.outcome, RunOutcome::Completed);
     let published = published.lock().expect("lock");
@@ -180,17 +189,7 @@ fn a_flow_with_two_inputs_gets_each_row_on_its_port_and_checkpoints_across_both(
     sink.exactly_once = true;
     let collected = Arc::clone(&sink.collected);
     let plan = two_input_plan(left, right, Arc::new(sink));
-    let checkpointing = Checkpointing {
-        options: CheckpointOptions {
-            interval: Duration::from_millis(1),
-            timeout: Duration::from_secs(60),
-            exactly_once: true,
-            restored_epoch: 0,
-            max_failed: 3,
-            checkpointer: Box::new(Recording::new(Arc::clone(&published))),
-        },
-        restore: Restore::default(),
-    };
+    let checkpointing = recorded(Duration::from_millis(1), true, &published);
     let (report, _) = run(&plan, &options(2, 2), Some(checkpointing), stop_handle());
     assert_eq!(report.outcome, RunOutcome::Completed, "{report:?}");
     let mut written: Vec<i64> = collected.written.lock().expect("lock").iter().map(|(_, v)| *v).collect();
@@ -612,17 +611,7 @@ fn a_watermark_s_output_held_in_parts_goes_out_whole_before_any_row_or_barrier_a
     }];
     let plan = one_flow(source, segments, sink);
     let published = Arc::new(Mutex::new(Vec::new()));
-    let checkpointing = Checkpointing {
-        options: CheckpointOptions {
-            interval: Duration::from_millis(1),
-            timeout: Duration::from_secs(60),
-            exactly_once: false,
-            restored_epoch: 0,
-            max_failed: 3,
-            checkpointer: Box::new(Recording::new(Arc::clone(&published))),
-        },
-        restore: Restore::default(),
-    };
+    let checkpointing = recorded(Duration::from_millis(1), false, &published);
     let (report, _) = run(&plan, &options(1, 4), Some(checkpointing), stop_handle());
     assert_eq!(report.outcome, RunOutcome::Completed);
     let seen = seen.lock().expect("lock").clone();
@@ -721,17 +710,7 @@ fn held_sources_poll_no_lane_while_checkpoints_start_back_to_back_and_go_on_once
     let sink = CollectSink::new(SinkParallelism::PerThread);
     let collected = Arc::clone(&sink.collected);
     let plan = plan(source, Arc::new(sink), false);
-    let checkpointing = Checkpointing {
-        options: CheckpointOptions {
-            interval: Duration::from_secs(3600),
-            timeout: Duration::from_secs(60),
-            exactly_once: false,
-            restored_epoch: 0,
-            max_failed: 3,
-            checkpointer: Box::new(Recording::new(Arc::clone(&published))),
-        },
-        restore: Restore::default(),
-    };
+    let checkpointing = recorded(Duration::from_secs(3600), false, &published);
     let (stop, woken) = stop_handle();
     stop.hold_sources(true);
     let handle = stop.clone();
