@@ -87,11 +87,16 @@ impl StopHandle {
     /// Asks the run to stop its sources and drain. Idempotent.
     pub fn stop(&self) {
         if !self.requested.swap(true, Ordering::SeqCst) {
-            // The flag is the request; the channel only wakes the controller. Full: a
-            // wake-up is already pending. Closed: the run is over. Either way nothing is lost.
-            match self.wake.try_send(()) {
-                Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
-            }
+            // The flag is the request; the channel only wakes the controller.
+            self.wake_controller();
+        }
+    }
+
+    /// Wakes the controller to look at the flags and requests. Full: a wake-up is
+    /// already pending. Closed: the run is over. Either way nothing is lost.
+    fn wake_controller(&self) {
+        match self.wake.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
         }
     }
 
@@ -110,9 +115,7 @@ impl StopHandle {
     /// first reason wins.
     pub fn abort(&self, error: SluiceError) {
         self.aborted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(error);
-        match self.wake.try_send(()) {
-            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
-        }
+        self.wake_controller();
     }
 
     /// Asks for a checkpoint now (an operator's request). The receiver gets the epoch
@@ -128,9 +131,7 @@ impl StopHandle {
             }
             waiting.push(answer);
         }
-        match self.wake.try_send(()) {
-            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
-        }
+        self.wake_controller();
         Some(answered)
     }
 
@@ -163,10 +164,8 @@ impl StopHandle {
     /// pause, the job's state stays `running`.
     pub fn hold_sources(&self, held: bool) {
         if !self.held.swap(held, Ordering::SeqCst) && held {
-            // Wakes the controller to start a checkpoint; see `StopHandle::stop`.
-            match self.wake.try_send(()) {
-                Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
-            }
+            // The controller starts a checkpoint.
+            self.wake_controller();
         }
     }
 
