@@ -214,8 +214,7 @@ struct PendingState {
     limit: usize,
     /// The run's sources (from its start).
     stop: Option<sluice_runtime::StopHandle>,
-    /// Whether the sources are held back now, and since when.
-    held: bool,
+    /// Since when the sources are held back (None while they are not).
     held_since: Option<Instant>,
     /// How long they were held back before, in all.
     held_before: Duration,
@@ -251,8 +250,7 @@ impl Pending {
             }
         }
         let held = state.limit > 0 && state.bytes > state.limit;
-        if held != state.held {
-            state.held = held;
+        if held != state.held_since.is_some() {
             if held {
                 state.held_since = Some(Instant::now());
             } else if let Some(since) = state.held_since.take() {
@@ -485,7 +483,7 @@ impl Materialized {
     pub(crate) fn hold_with(&self, stop: &sluice_runtime::StopHandle) {
         let mut state = lock(&self.pending.state);
         state.stop = Some(stop.clone());
-        state.held = false;
+        state.held_since = None;
         state.asked = false;
         stop.hold_sources(false);
     }
@@ -494,7 +492,10 @@ impl Materialized {
     /// ([`Pending`]), and for how long they were in all.
     pub fn held_back(&self) -> (bool, Duration) {
         let state = lock(&self.pending.state);
-        (state.held, state.held_before + state.held_since.map_or(Duration::ZERO, |since| since.elapsed()))
+        (
+            state.held_since.is_some(),
+            state.held_before + state.held_since.map_or(Duration::ZERO, |since| since.elapsed()),
+        )
     }
 
     /// Limits the rows since the last commit to their share of a state budget of
@@ -842,12 +843,9 @@ pub(crate) struct Integrate {
     space: Option<Arc<SpillSpace>>,
     /// No batch came since the previous barrier.
     idle: bool,
-    /// The merge of the slice's runs under way, and its answer.
-    merging: Option<Merging>,
+    /// The merge of the slice's runs under way, on a thread of its own.
+    merging: Option<std::thread::JoinHandle<Result<MergedRun, SluiceError>>>,
 }
-
-/// A merge of a slice's runs on a thread of its own, and where it answers.
-type Merging = (std::thread::JoinHandle<()>, crossbeam_channel::Receiver<Result<MergedRun, SluiceError>>);
 
 impl Integrate {
     /// The operator of thread `context.thread`; with `space`, its slice counts in the
@@ -955,9 +953,11 @@ impl Integrate {
     /// A base that a snapshot or a query holds, which a commit cannot fold into, is
     /// spilled all the same.
     fn spill(&mut self) -> Result<(), SluiceError> {
-        self.finish_merge()?;
-        self.spill_run()?;
-        self.start_merge();
+        let merged = self.finish_merge()?;
+        // A merge falls due only when the runs changed.
+        if self.spill_run()? || merged {
+            self.start_merge();
+        }
         Ok(())
     }
 
@@ -972,31 +972,24 @@ impl Integrate {
         else {
             return;
         };
-        let (done, result) = crossbeam_channel::bounded(1);
-        let spawned = std::thread::Builder::new().name("sluice-merge".into()).spawn(move || {
-            // The receiver is gone only with the operator, which then needs no answer.
-            let _ = done.send(merge.write());
-        });
-        match spawned {
-            Ok(thread) => self.merging = Some((thread, result)),
+        match std::thread::Builder::new().name("sluice-merge".into()).spawn(move || merge.write()) {
+            Ok(thread) => self.merging = Some(thread),
             // No thread to be had: the next spill tries again.
             Err(error) => tracing::debug!(%error, "no thread for a merge of a materialized table's runs"),
         }
     }
 
-    /// Puts the merge under way in place of the runs it merged, once it is written.
-    fn finish_merge(&mut self) -> Result<(), SluiceError> {
-        let Some((_, answer)) = &self.merging else { return Ok(()) };
-        let answered = match answer.try_recv() {
-            Ok(merged) => Some(merged),
-            Err(crossbeam_channel::TryRecvError::Empty) => return Ok(()),
-            Err(crossbeam_channel::TryRecvError::Disconnected) => None,
-        };
-        let (thread, _) = self.merging.take().expect("a merge under way");
-        let _ = thread.join();
+    /// Puts the merge under way in place of the runs it merged, once it is written;
+    /// true when it did.
+    fn finish_merge(&mut self) -> Result<bool, SluiceError> {
+        if !self.merging.as_ref().is_some_and(std::thread::JoinHandle::is_finished) {
+            return Ok(false);
+        }
+        let thread = self.merging.take().expect("a merge under way");
         let name = &self.table.name;
-        let merged = answered
-            .ok_or_else(|| {
+        let merged = thread
+            .join()
+            .map_err(|_| {
                 SluiceError::internal(
                     "state.spill",
                     format!("the merge of materialized table `{name}`'s runs panicked"),
@@ -1009,14 +1002,14 @@ impl Integrate {
         store.finish_merge(merged);
         slice.runs = store.runs();
         slice.recount();
-        Ok(())
+        Ok(true)
     }
 
-    /// [`Integrate::spill`]'s run.
-    fn spill_run(&mut self) -> Result<(), SluiceError> {
-        let Some(space) = &self.space else { return Ok(()) };
+    /// [`Integrate::spill`]'s run; true when it wrote one.
+    fn spill_run(&mut self) -> Result<bool, SluiceError> {
+        let Some(space) = &self.space else { return Ok(false) };
         if space.resident() <= space.budget() {
-            return Ok(());
+            return Ok(false);
         }
         let (parts, folded, mut store) = {
             let mut slice = lock(&self.table.slices[self.slot]);
@@ -1026,9 +1019,9 @@ impl Integrate {
             if (slice.base.is_empty() && folded.is_empty())
                 || slice.base_bytes + slice.delta_bytes < spill_min(space.budget())
             {
-                return Ok(());
+                return Ok(false);
             }
-            let Some(store) = slice.store.take() else { return Ok(()) };
+            let Some(store) = slice.store.take() else { return Ok(false) };
             slice.spilling = true;
             let deltas = slice.sealed.iter().take(folded.len()).map(|(_, delta)| Arc::clone(&delta.rows)).collect();
             let parts = read::Parts { runs: slice.runs.clone(), base: Arc::clone(&slice.base), deltas };
@@ -1079,7 +1072,7 @@ impl Integrate {
         let floor = slice.floor;
         slice.fold(floor);
         slice.recount();
-        written.map_err(|error| error.context(format!("materialized table `{}`", self.table.name)))
+        written.map(|()| true).map_err(|error| error.context(format!("materialized table `{}`", self.table.name)))
     }
 }
 
@@ -1177,7 +1170,7 @@ impl Operator for Integrate {
 impl Drop for Integrate {
     fn drop(&mut self) {
         // Its files are the space's: gone with the operator, not after it.
-        if let Some((thread, _)) = self.merging.take() {
+        if let Some(thread) = self.merging.take() {
             let _ = thread.join();
         }
         self.open_bytes = 0;
