@@ -974,7 +974,7 @@ impl Integrate {
         };
         match std::thread::Builder::new().name("sluice-merge".into()).spawn(move || merge.write()) {
             Ok(thread) => self.merging = Some(thread),
-            // No thread to be had: the next spill tries again.
+            // No thread to be had: the next run written tries again.
             Err(error) => tracing::debug!(%error, "no thread for a merge of a materialized table's runs"),
         }
     }
