@@ -182,16 +182,55 @@ fn explain(engine: &Engine, path: &Path, overrides: Overrides) -> Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
+/// The workspace's crates, whose messages `--log-level` shows (every other crate's only
+/// from `warn`). An operator's or the state store's debug lines (an eviction, a merge)
+/// were hidden while only four crates were named here.
+const LOGGING_CRATES: [&str; 16] = [
+    "sluice",
+    "sluice_admin",
+    "sluice_checkpoint",
+    "sluice_cli",
+    "sluice_cluster",
+    "sluice_config",
+    "sluice_connectors",
+    "sluice_engine",
+    "sluice_formats",
+    "sluice_nexmark",
+    "sluice_operators",
+    "sluice_pgwire",
+    "sluice_runtime",
+    "sluice_sql",
+    "sluice_state",
+    "sluice_types",
+];
+
 /// Logs go to stderr, coloured only on a terminal.
 fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(format!(
-        "warn,sluice={level},sluice_engine={level},sluice_connectors={level},sluice_runtime={level}"
-    ))
-    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let directives: Vec<String> = LOGGING_CRATES.iter().map(|krate| format!("{krate}={level}")).collect();
+    let filter = tracing_subscriber::EnvFilter::try_new(format!("warn,{}", directives.join(",")))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every crate of the workspace is named in `LOGGING_CRATES`, so that `--log-level`
+    /// shows its messages.
+    #[test]
+    fn the_log_level_reaches_every_crate_of_the_workspace() {
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut names: Vec<String> = std::fs::read_dir(&crates)
+            .expect("the workspace's crates")
+            .map(|entry| entry.expect("a crate").file_name().to_string_lossy().replace('-', "_"))
+            .collect();
+        names.sort();
+        for name in &names {
+            assert!(super::LOGGING_CRATES.contains(&name.as_str()), "{name} is missing from LOGGING_CRATES");
+        }
+    }
 }
