@@ -31,9 +31,14 @@
 //!
 //! **Compaction.** After a run is added, the runs are merged by `sluice_state::compact`'s
 //! policy (tiers of similar sizes; everything once the newer runs hold as many bytes as
-//! the oldest), on the operator's thread, through `sluice_state::Merge` (deletes dropped
-//! when the oldest run takes part). Memory per run: its index (an entry per block) and
-//! its bloom filter, counted in the space.
+//! the oldest), through `sluice_state::Merge` (deletes dropped when the oldest run takes
+//! part), on a `sluice-merge` thread of their own: a merge may rewrite most of the
+//! operator's cold state, and on the operator's thread every row and barrier would wait
+//! for it. One merge at a time per store; lookups read the runs it merges until it is
+//! put in place, at the next run added after it is written ([`ColdStore::add`]). Only
+//! when the merges fall behind (`sluice_state::compact::overdue`: twice the runs the
+//! policy keeps) does the operator wait for the one under way. Memory per run: its
+//! index (an entry per block) and its bloom filter, counted in the space.
 //!
 //! **Checkpoints** read the runs too (each operator's `state` module): a full snapshot
 //! merges them into its records, and a delta writes again the entries evicted while
@@ -98,43 +103,58 @@ pub(crate) fn passes(marks: &mut u8, bytes: usize, budget: usize) -> bool {
 pub(crate) const COLD_BLOCK_BYTES: usize = 16 * 1024;
 
 /// Bits of a run's bloom filter per group it names (a false positive about 1% of the
-/// time, with [`BLOOM_PROBES`] probes).
+/// time, with [`BLOOM_PROBES`] probes in one cache line).
 const BLOOM_BITS_PER_KEY: usize = 10;
 const BLOOM_PROBES: u32 = 7;
 
-/// A bloom filter over placement hashes.
+/// A cache line of a bloom filter: 512 bits.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(align(64))]
+struct BloomLine([u64; 8]);
+
+/// A blocked bloom filter over placement hashes: a key's probes all fall in one cache
+/// line, chosen by the hash. A lookup of a key no run holds (most keys of a state that
+/// keeps growing, NEXMark q18's) asks every run's filter; with probes spread over the
+/// whole filter each one was a cache miss, and the lookups took 11% of q18's time at
+/// 256 MiB. One line per run costs one miss, for a few tenths of a percent more false
+/// positives.
 #[derive(Debug)]
 struct Bloom {
-    bits: Vec<u64>,
+    lines: Vec<BloomLine>,
 }
 
 impl Bloom {
     /// A filter for up to `keys` keys.
     fn with_capacity(keys: usize) -> Bloom {
-        let words = (keys.max(1) * BLOOM_BITS_PER_KEY).div_ceil(64);
-        Bloom { bits: vec![0; words] }
+        let lines = (keys.max(1) * BLOOM_BITS_PER_KEY).div_ceil(512);
+        Bloom { lines: vec![BloomLine::default(); lines] }
     }
 
-    /// The bit positions of `hash` (double hashing of two halves mixed apart).
-    fn probes(&self, hash: u64) -> impl Iterator<Item = usize> + use<> {
-        let bits = (self.bits.len() * 64) as u64;
-        let first = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let step = hash.rotate_left(29).wrapping_mul(0xC2B2_AE3D_27D4_EB4F) | 1;
-        (0..u64::from(BLOOM_PROBES)).map(move |i| (first.wrapping_add(i.wrapping_mul(step)) % bits) as usize)
+    /// The line of `hash`, and its bits there (seven of nine bits each, from a second
+    /// mix of the hash).
+    fn probes(&self, hash: u64) -> (usize, impl Iterator<Item = usize> + use<>) {
+        let mixed = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let line = ((u128::from(mixed) * self.lines.len() as u128) >> 64) as usize;
+        let bits = hash.rotate_left(29).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        (line, (0..BLOOM_PROBES).map(move |i| ((bits >> (9 * i)) & 511) as usize))
     }
 
     fn insert(&mut self, hash: u64) {
-        for bit in self.probes(hash) {
-            self.bits[bit / 64] |= 1 << (bit % 64);
+        let (line, bits) = self.probes(hash);
+        let line = &mut self.lines[line].0;
+        for bit in bits {
+            line[bit / 64] |= 1 << (bit % 64);
         }
     }
 
     fn may_hold(&self, hash: u64) -> bool {
-        self.probes(hash).all(|bit| self.bits[bit / 64] & (1 << (bit % 64)) != 0)
+        let (line, mut bits) = self.probes(hash);
+        let line = &self.lines[line].0;
+        bits.all(|bit| line[bit / 64] & (1 << (bit % 64)) != 0)
     }
 
     fn bytes(&self) -> usize {
-        self.bits.len() * 8
+        self.lines.len() * 64
     }
 }
 
@@ -362,6 +382,13 @@ impl StateSink for ColdSink<'_> {
     }
 }
 
+/// The bloom hash of a record's key, when the record is an entry's (not one that follows
+/// an entry's). Shared with the thread that merges the runs.
+type GroupHash = Arc<dyn Fn(&[u8]) -> Option<u64> + Send + Sync>;
+
+/// The thread writing a merge of a store's runs.
+type Merging = std::thread::JoinHandle<Result<MergedRun, SluiceError>>;
+
 /// The evicted entries of one operator instance: its runs, and where they go.
 pub(crate) struct ColdStore {
     space: Arc<SpillSpace>,
@@ -376,17 +403,32 @@ pub(crate) struct ColdStore {
     /// After an eviction that could not bring the space to its goal: the least the
     /// space held since (see [`ColdStore::eviction_goal`]).
     futile_low: Option<usize>,
+    /// The entries the clock's hand looked at since the last eviction that reached its
+    /// goal (see [`ColdStore::evicted`]).
+    looked: usize,
+    /// The merge under way, if any ([`ColdStore::add`]).
+    merging: Option<Merging>,
 }
 
 impl ColdStore {
     pub(crate) fn new(space: Arc<SpillSpace>, written: LazyCounter) -> ColdStore {
-        ColdStore { space, runs: ColdRuns::default(), written, charged: 0, entries: 0, futile_low: None }
+        ColdStore {
+            space,
+            runs: ColdRuns::default(),
+            written,
+            charged: 0,
+            entries: 0,
+            futile_low: None,
+            looked: 0,
+            merging: None,
+        }
     }
 
     /// Whether the operator should evict now, and how many bytes: enough to bring the
-    /// space an eighth of its budget under it. None under the budget, and, after an
-    /// eviction that fell short of its goal (the entries touched since the clock's hand
-    /// last passed them hold more than the budget: hot state alone exceeds it), until
+    /// space an eighth of its budget under it. None under the budget, and, after
+    /// evictions that fell short of their goal over a whole turn of the clock's hand (the
+    /// entries touched since the hand last passed them hold more than the budget: hot
+    /// state alone exceeds it; [`ColdStore::evicted`]), until
     /// the space has grown by an eighth of the budget past the least it held since.
     /// Evicting at every batch then would write the same few cold entries over and over,
     /// each run of a handful, while every one that comes back is read again: pacing the
@@ -408,9 +450,23 @@ impl ColdStore {
     }
 
     /// Notes an eviction that freed `freed` bytes towards `goal` (`freed` already
-    /// released from the space).
-    pub(crate) fn evicted(&mut self, freed: usize, goal: usize) {
-        self.futile_low = (freed < goal).then(|| self.space.resident());
+    /// released from the space), its clock's hand having looked at `looked` of the
+    /// operator's `entries` entries. Short of its goal, it is futile (the next waits for
+    /// the space to grow, [`ColdStore::eviction_goal`]) only once the hand went all the
+    /// way round since the last eviction that reached its goal: a hand that stopped at its
+    /// operator's cap on entries looked at per call has not yet seen the entries it may
+    /// evict. Pacing those evictions by growth let the space grow without end while each
+    /// freed less than the growth it waited for (NEXMark q18 at 100 M events and 256 MiB
+    /// grew to 2.1 GB: 2^17 partitions looked at per call, 23 MB freed per 32 MB grown).
+    pub(crate) fn evicted(&mut self, freed: usize, goal: usize, looked: usize, entries: usize) {
+        if freed >= goal {
+            (self.futile_low, self.looked) = (None, 0);
+            return;
+        }
+        self.looked = self.looked.saturating_add(looked);
+        if self.looked >= entries {
+            (self.futile_low, self.looked) = (Some(self.space.resident()), 0);
+        }
     }
 
     /// Counts `bytes` more of the operator's entries in the space.
@@ -445,38 +501,38 @@ impl ColdStore {
         &self.runs
     }
 
-    /// Writes `records` (of about `groups` entries) as a new run, then compacts the runs
-    /// as the policy says. `group_hash` gives the bloom hash of a record's key when it is
-    /// an entry's record (not one that follows an entry's).
+    /// Writes `records` (of about `groups` entries) as a new run, then puts in place the
+    /// merge under way if it is written, and starts the next merge the policy asks for
+    /// on a thread of its own (see the module's documentation). `group_hash` gives the
+    /// bloom hash of a record's key when it is an entry's record (not one that follows
+    /// an entry's). A merge that could not be written fails here, at the next run: the
+    /// runs are then those before it, all readable.
     pub(crate) fn add(
         &mut self,
         records: Records,
         groups: usize,
         about_bytes: usize,
-        group_hash: &dyn Fn(&[u8]) -> Option<u64>,
+        group_hash: impl Fn(&[u8]) -> Option<u64> + Send + Sync + 'static,
     ) -> Result<(), SluiceError> {
-        self.add_with(groups, about_bytes, group_hash, |sink| records.write(sink))
-    }
-
-    /// [`ColdStore::add`] of the records `fill` writes, in `(vnode, key)` order.
-    fn add_with(
-        &mut self,
-        groups: usize,
-        about_bytes: usize,
-        group_hash: &dyn Fn(&[u8]) -> Option<u64>,
-        fill: impl FnOnce(&mut ColdSink<'_>) -> Result<(), SluiceError>,
-    ) -> Result<(), SluiceError> {
-        let run = self.write(groups, about_bytes, group_hash, fill)?;
+        let group_hash: GroupHash = Arc::new(group_hash);
+        let run = self.write(groups, about_bytes, &*group_hash, |sink| records.write(sink))?;
         let run_bytes = run.bytes;
         self.runs.runs.push(run);
-        let merged = self.compact(group_hash)?;
         self.recharge();
+        let behind = compact::overdue(&self.run_infos());
+        let merged = self.finish_merge(behind)?;
+        if self.merging.is_none() {
+            self.start_merge(group_hash)?;
+        }
         tracing::debug!(
             entries = groups,
             about_bytes,
             run_bytes,
             merged_bytes = merged,
+            waited = behind,
             runs = self.runs.runs.len(),
+            runs_memory = self.charged,
+            entries_memory = self.entries,
             resident = self.space.resident(),
             budget = self.space.budget(),
             "state evicted beyond the memory budget"
@@ -484,20 +540,79 @@ impl ColdStore {
         Ok(())
     }
 
-    /// Merges runs as `sluice_state::compact` plans; returns the bytes written.
-    fn compact(&mut self, group_hash: &dyn Fn(&[u8]) -> Option<u64>) -> Result<u64, SluiceError> {
-        let infos: Vec<RunInfo> = self.runs.runs.iter().map(|run| RunInfo::of(run.bytes)).collect();
-        let Some(plan) = compact::plan(&infos) else { return Ok(0) };
-        let merged = &self.runs.runs[plan.runs.clone()];
-        let groups = merged.iter().map(|run| run.groups).sum();
-        let bytes = merged.iter().map(|run| run.bytes as usize).sum();
-        let mode = if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes };
-        let inputs = merged.iter().map(|run| run.input.clone()).collect();
-        let mut merge = Merge::new(inputs, 0..u32::MAX, mode);
-        let run = self.write(groups, bytes, group_hash, |sink| merge.write_into(sink).map(|_| ()))?;
-        let written = run.bytes;
-        self.runs.runs.splice(plan.runs, [run]);
-        Ok(written)
+    fn run_infos(&self) -> Vec<RunInfo> {
+        self.runs.runs.iter().map(|run| RunInfo::of(run.bytes)).collect()
+    }
+
+    /// The merge that `sluice_state::compact`'s policy asks of the runs now (None when
+    /// none is due); its run's filter holds `group_hash` of its entries' keys.
+    fn plan_merge(&self, group_hash: GroupHash) -> Option<RunMerge> {
+        let runs = &self.runs.runs;
+        let plan = compact::plan(&self.run_infos())?;
+        let merged = &runs[plan.runs.clone()];
+        Some(RunMerge {
+            space: Arc::clone(&self.space),
+            inputs: merged.iter().map(|run| run.input.clone()).collect(),
+            blooms: merged.iter().map(|run| Arc::clone(&run.bloom)).collect(),
+            mode: if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes },
+            groups: merged.iter().map(|run| run.groups).sum(),
+            bytes: merged.iter().map(|run| run.bytes as usize).sum(),
+            range: plan.runs,
+            group_hash,
+        })
+    }
+
+    /// Starts the merge the policy asks for, if any, on a thread of its own; without a
+    /// thread to be had, writes it here.
+    fn start_merge(&mut self, group_hash: GroupHash) -> Result<(), SluiceError> {
+        assert!(self.merging.is_none(), "one merge at a time");
+        let Some(merge) = self.plan_merge(group_hash) else { return Ok(()) };
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new().name("sluice-merge".into()).spawn(move || {
+            let merge: RunMerge = receiver.recv().expect("the merge, sent at once");
+            merge.write()
+        });
+        match spawned {
+            Ok(thread) => {
+                sender.send(merge).expect("the merge's thread waits for it");
+                self.merging = Some(thread);
+            }
+            Err(error) => {
+                tracing::debug!(%error, "no thread for a merge of evicted state: merged on the operator's");
+                self.put_in_place(merge.write()?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the merge under way in place of the runs it merged once it is written (when
+    /// `wait`, once it is, joining its thread); returns the bytes it wrote.
+    fn finish_merge(&mut self, wait: bool) -> Result<u64, SluiceError> {
+        if !self.merging.as_ref().is_some_and(|thread| wait || thread.is_finished()) {
+            return Ok(0);
+        }
+        let thread = self.merging.take().expect("a merge under way");
+        let merged = thread
+            .join()
+            .map_err(|_| SluiceError::internal("state.spill", "the merge of evicted state's runs panicked"))??;
+        let bytes = merged.run.bytes;
+        self.put_in_place(merged);
+        Ok(bytes)
+    }
+
+    /// Puts a merge's run in place of the runs it merged, and counts its bytes as
+    /// written.
+    fn put_in_place(&mut self, merged: MergedRun) {
+        let runs = &mut self.runs.runs;
+        let replaced = runs.get(merged.range.clone()).unwrap_or_default();
+        assert!(
+            replaced.len() == merged.blooms.len()
+                && replaced.iter().zip(&merged.blooms).all(|(run, bloom)| Arc::ptr_eq(&run.bloom, bloom)),
+            "a merge replaces the runs it merged, still in their places"
+        );
+        self.written.add(merged.run.bytes);
+        runs.splice(merged.range, [merged.run]);
+        self.recharge();
     }
 
     /// Counts the runs' indexes and filters in the space.
@@ -563,6 +678,10 @@ fn write_run(
 
 impl Drop for ColdStore {
     fn drop(&mut self) {
+        // Its files are the space's: gone with the store, not after it.
+        if let Some(thread) = self.merging.take() {
+            let _ = thread.join();
+        }
         self.space.release(self.charged + self.entries);
     }
 }
@@ -620,34 +739,13 @@ impl SpilledRecords {
     /// of the runs it merges by [`SpilledRecords::finish_merge`]. Runs added meanwhile
     /// come after them; the caller starts no other merge until this one is finished.
     pub fn plan_merge(&self) -> Option<RunMerge> {
-        let runs = &self.store.runs.runs;
-        let infos: Vec<RunInfo> = runs.iter().map(|run| RunInfo::of(run.bytes)).collect();
-        let plan = compact::plan(&infos)?;
-        let merged = &runs[plan.runs.clone()];
-        Some(RunMerge {
-            space: Arc::clone(&self.store.space),
-            inputs: merged.iter().map(|run| run.input.clone()).collect(),
-            blooms: merged.iter().map(|run| Arc::clone(&run.bloom)).collect(),
-            mode: if plan.includes_base() { MergeMode::Live } else { MergeMode::KeepDeletes },
-            groups: merged.iter().map(|run| run.groups).sum(),
-            bytes: merged.iter().map(|run| run.bytes as usize).sum(),
-            range: plan.runs,
-        })
+        self.store.plan_merge(Arc::new(record_hash))
     }
 
     /// Puts a merge's run in place of the runs it merged, and counts its bytes as
     /// written.
     pub fn finish_merge(&mut self, merged: MergedRun) {
-        let runs = &mut self.store.runs.runs;
-        let replaced = runs.get(merged.range.clone()).unwrap_or_default();
-        assert!(
-            replaced.len() == merged.blooms.len()
-                && replaced.iter().zip(&merged.blooms).all(|(run, bloom)| Arc::ptr_eq(&run.bloom, bloom)),
-            "a merge replaces the runs it merged, still in their places"
-        );
-        self.store.written.add(merged.run.bytes);
-        runs.splice(merged.range, [merged.run]);
-        self.store.recharge();
+        self.store.put_in_place(merged);
     }
 
     /// The runs as they are now: a reader keeps them (and their files) while newer runs
@@ -666,8 +764,8 @@ impl SpilledRecords {
     }
 }
 
-/// A merge of some of the runs of [`SpilledRecords`], planned by
-/// [`SpilledRecords::plan_merge`]: it holds its inputs (their files live while it does)
+/// A merge of some of the runs of a [`ColdStore`] or of [`SpilledRecords`] (planned by
+/// [`SpilledRecords::plan_merge`]): it holds its inputs (their files live while it does)
 /// and writes on any thread.
 pub struct RunMerge {
     space: Arc<SpillSpace>,
@@ -678,6 +776,7 @@ pub struct RunMerge {
     groups: usize,
     bytes: usize,
     range: std::ops::Range<usize>,
+    group_hash: GroupHash,
 }
 
 /// A merge's run, written, for [`SpilledRecords::finish_merge`].
@@ -691,9 +790,10 @@ impl RunMerge {
     /// Writes the merged run. A file that cannot be written fails with the directory,
     /// the bytes and the fix; the runs then stay as they are.
     pub fn write(self) -> Result<MergedRun, SluiceError> {
-        let RunMerge { space, inputs, blooms, mode, groups, bytes, range } = self;
+        sluice_types::failpoint!("state.merge");
+        let RunMerge { space, inputs, blooms, mode, groups, bytes, range, group_hash } = self;
         let mut merge = Merge::new(inputs, 0..u32::MAX, mode);
-        let run = write_run(&space, groups, bytes, &record_hash, |sink| merge.write_into(sink).map(|_| ()))?;
+        let run = write_run(&space, groups, bytes, &*group_hash, |sink| merge.write_into(sink).map(|_| ()))?;
         Ok(MergedRun { run, blooms, range })
     }
 }
@@ -787,7 +887,7 @@ mod tests {
                     }
                     model.insert(key, value);
                 }
-                cold.add(records, run.len(), 0, &hash).expect("a run");
+                cold.add(records, run.len(), 0, hash).expect("a run");
                 prop_assert!(cold.runs().runs.len() <= 2 * compact::RUNS_MAX, "{} runs", cold.runs().runs.len());
             }
             for k in 0..300 {
@@ -891,8 +991,100 @@ mod tests {
         assert_eq!(space.spilled(), 0, "the merged runs' files and the merge's are gone");
     }
 
+    /// A store's merge is written on a thread of its own: held there (the `state.merge`
+    /// failpoint paused), runs go on being added and every lookup finds the newest copy;
+    /// let go, its run takes the place of those it merged. A merge that fails leaves the
+    /// runs as they were, and its error comes back from the next run added.
     #[test]
-    fn after_an_eviction_short_of_its_goal_the_next_waits_for_an_eighth_of_the_budget() {
+    fn a_store_adds_runs_while_its_merge_is_written_elsewhere_and_a_failed_merge_fails_the_next_add() {
+        use sluice_types::failpoint::fail;
+        let scenario = fail::FailScenario::setup();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let space = SpillSpace::new(dir.path().to_path_buf(), 1 << 30);
+        let mut cold = store(&space);
+        let mut want: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+        // A base of 1,000 keys, then runs of 40 of them: a merge of eight small runs
+        // falls due long before the merges could fall behind (and the store wait).
+        let add = |cold: &mut ColdStore, want: &mut BTreeMap<Vec<u8>, u32>, round: u32| {
+            let mut records = Records::new(None);
+            let keys = if round == 0 { 0..1000 } else { 0..40 };
+            let keys: BTreeMap<(u32, Vec<u8>), ()> = keys
+                .map(|k| format!("key-{}", (round * 7 + k) % 1000).into_bytes())
+                .map(|k| ((vnode_of(&k), k), ()))
+                .collect();
+            for (_, key) in keys.keys() {
+                records.add(
+                    vnode_of(key),
+                    |out| out.extend_from_slice(key),
+                    Some(&|out: &mut Vec<u8>| out.extend_from_slice(&round.to_le_bytes())),
+                );
+                want.insert(key.clone(), round);
+            }
+            cold.add(records, keys.len(), 0, hash)
+        };
+        let check = |cold: &ColdStore, want: &BTreeMap<Vec<u8>, u32>| {
+            for (key, round) in want {
+                assert_eq!(find(cold, key), Some(round.to_le_bytes().to_vec()), "{}", String::from_utf8_lossy(key));
+            }
+        };
+        fail::cfg("state.merge", "pause").expect("cfg");
+        let mut round = 0;
+        while cold.merging.is_none() {
+            add(&mut cold, &mut want, round).expect("a run");
+            round += 1;
+            assert!(round < 64, "the policy never asked for a merge");
+        }
+        let before = cold.runs.runs.len();
+        for _ in 0..3 {
+            add(&mut cold, &mut want, round).expect("a run while the merge is held");
+            round += 1;
+            check(&cold, &want);
+        }
+        assert_eq!(cold.runs.runs.len(), before + 3, "no run merged while the merge is held");
+        fail::remove("state.merge");
+        let merged = cold.finish_merge(true).expect("the merge");
+        assert!(merged > 0 && cold.runs.runs.len() < before + 3, "{} runs", cold.runs.runs.len());
+        check(&cold, &want);
+
+        fail::cfg("state.merge", "return(disk full)").expect("cfg");
+        let runs = |cold: &ColdStore| cold.runs.runs.iter().map(|run| Arc::as_ptr(&run.bloom)).collect::<Vec<_>>();
+        let mut failed = None;
+        for _ in 0..64 {
+            let before = runs(&cold);
+            if let Err(error) = add(&mut cold, &mut want, round) {
+                failed = Some((error, before));
+                break;
+            }
+            round += 1;
+        }
+        let (error, before) = failed.expect("a failed merge fails a later add");
+        assert!(error.message.contains("disk full"), "{error}");
+        let after = runs(&cold);
+        assert_eq!(after[..before.len()], before[..], "the runs before the failed merge stay, none merged");
+        check(&cold, &want);
+        fail::remove("state.merge");
+        drop(cold);
+        assert_eq!(space.spilled(), 0, "no file is left");
+        scenario.teardown();
+    }
+
+    /// The filter never forgets a key it was given, and names about 1% of the keys it
+    /// was not (within 2%, over 100,000 of each).
+    #[test]
+    fn a_bloom_filter_holds_its_keys_and_few_others() {
+        let mut bloom = Bloom::with_capacity(100_000);
+        let key = |k: u64| sluice_types::key::hash(&k.to_le_bytes());
+        for k in 0..100_000 {
+            bloom.insert(key(k));
+        }
+        assert!((0..100_000).all(|k| bloom.may_hold(key(k))), "a key given is held");
+        let false_positives = (100_000..200_000).filter(|&k| bloom.may_hold(key(k))).count();
+        assert!(false_positives < 2_000, "{false_positives} false positives in 100,000");
+        assert_eq!(bloom.bytes(), (100_000 * BLOOM_BITS_PER_KEY).div_ceil(512) * 64, "10 bits a key, in whole lines");
+    }
+
+    #[test]
+    fn after_a_whole_turn_of_evictions_short_of_their_goal_the_next_waits_for_an_eighth_of_the_budget() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let space = SpillSpace::new(dir.path().to_path_buf(), 800);
         let mut cold = store(&space);
@@ -902,12 +1094,19 @@ mod tests {
         assert_eq!(cold.eviction_goal(), Some(200 + 100), "to an eighth under the budget");
         // A full eviction: the next one comes at the next batch over the budget.
         cold.release(300);
-        cold.evicted(300, 300);
+        cold.evicted(300, 300, 10, 1000);
         cold.charge(150);
         assert_eq!(cold.eviction_goal(), Some(50 + 100));
-        // One that fell short: none until the space grew by 100 past its least since.
+        // Short of the goal, its hand stopped at the operator's cap: the next comes at
+        // once, from where the hand stopped.
+        cold.evicted(0, 150, 400, 1000);
+        assert_eq!(cold.eviction_goal(), Some(50 + 100), "400 of 1,000 entries looked at");
+        cold.evicted(0, 150, 400, 1000);
+        assert_eq!(cold.eviction_goal(), Some(50 + 100), "800 of 1,000 entries looked at");
+        // Short of it once the hand went all the way round: none until the space grew
+        // by 100 past its least since.
         cold.release(20);
-        cold.evicted(20, 150);
+        cold.evicted(20, 150, 200, 1000);
         assert_eq!(space.resident(), 830);
         assert_eq!(cold.eviction_goal(), None);
         cold.release(10);
@@ -917,7 +1116,7 @@ mod tests {
         cold.charge(1);
         assert_eq!(cold.eviction_goal(), Some(120 + 100), "920: an eighth past the least");
         // Under the budget again, the pacing is forgotten.
-        cold.evicted(0, 220);
+        cold.evicted(0, 220, 1000, 1000);
         cold.release(200);
         assert_eq!(cold.eviction_goal(), None, "720: under the budget");
         cold.charge(100);
@@ -949,7 +1148,7 @@ mod tests {
             put(&mut records, key, vec![7; 40]);
         }
         put(&mut records, b"c".to_vec(), b"last".to_vec());
-        cold.add(records, 3, 0, &|key: &[u8]| (!key.contains(&b'+')).then_some(1)).expect("a run");
+        cold.add(records, 3, 0, |key: &[u8]| (!key.contains(&b'+')).then_some(1)).expect("a run");
         let blocks = cold.runs().runs[0].input.index.blocks.len();
         assert!(blocks > 3, "the values span {blocks} blocks");
         let follows = |key: &[u8]| key.starts_with(b"b+");

@@ -739,8 +739,9 @@ impl WindowAggregate {
             freed += bytes;
             groups += self.windows[&end].groups.len();
         }
+        // Every window was a candidate: an eviction short of its goal looked at all.
         if chosen.is_empty() {
-            spilling.store.evicted(0, goal);
+            spilling.store.evicted(0, goal, 1, 1);
             return Ok(());
         }
         let (vnodes, no_keys) = (self.vnodes, self.spec.keys.is_empty());
@@ -762,12 +763,12 @@ impl WindowAggregate {
                 }
             }
         }
-        let hash_of = |key: &[u8]| {
+        let hash_of = move |key: &[u8]| {
             let (end, key) = key.split_at_checked(8)?;
             let end = crate::blob::from_ordered_i64(end.try_into().expect("8 bytes"));
             Some(cold_hash(crate::partition::placement_hash(no_keys, key), end))
         };
-        spilling.store.add(records, groups, freed, &hash_of)?;
+        spilling.store.add(records, groups, freed, hash_of)?;
         for end in chosen {
             let window = self.windows.get_mut(&end).expect("a chosen window");
             if self.tracking {
@@ -782,7 +783,7 @@ impl WindowAggregate {
         }
         self.recount();
         if let Some(spilling) = self.cold.as_mut() {
-            spilling.store.evicted(freed, goal);
+            spilling.store.evicted(freed, goal, 1, 1);
         }
         Ok(())
     }

@@ -425,8 +425,8 @@ impl ChangelogNormalize {
         }
         let Some(goal) = cold.store.eviction_goal() else { return Ok(()) };
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
-        let mut scanned = 0;
-        while freed < goal && scanned < self.rows.len().min(SCAN_MAX) {
+        let (mut scanned, entries) = (0, self.rows.len());
+        while freed < goal && scanned < entries.min(SCAN_MAX) {
             scanned += 1;
             if cold.hand >= self.rows.len() {
                 cold.hand = 0;
@@ -441,7 +441,7 @@ impl ChangelogNormalize {
             chosen.push(key.clone());
         }
         if chosen.is_empty() {
-            cold.store.evicted(0, goal);
+            cold.store.evicted(0, goal, scanned, entries);
             return Ok(());
         }
         let mut records = crate::records::Records::new(Some(space.dir()));
@@ -458,7 +458,7 @@ impl ChangelogNormalize {
             records.add(vnode, |k| k.extend_from_slice(&key), None);
         }
         let hash = |key: &[u8]| Some(sluice_types::key::hash(key));
-        cold.store.add(records, chosen.len(), freed, &hash)?;
+        cold.store.add(records, chosen.len(), freed, hash)?;
         for key in chosen {
             let kept = self.rows.swap_remove(&key).expect("a chosen key is held");
             cold.store.release(key_bytes(&key));
@@ -467,7 +467,7 @@ impl ChangelogNormalize {
                 cold.evicted_dirty.insert(key.into_vec());
             }
         }
-        cold.store.evicted(freed, goal);
+        cold.store.evicted(freed, goal, scanned, entries);
         Ok(())
     }
 }

@@ -516,10 +516,12 @@ impl OverAggregate {
         let goal = goal.min(cold.store.entry_bytes());
         let slots = self.partitions.len();
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
+        let mut looked = 0;
         for _ in 0..slots.min(SCAN_MAX) {
             if freed >= goal {
                 break;
             }
+            looked += 1;
             let id = self.cold.as_ref().expect("spilling").hand % slots;
             let evictable = self.evictable(id);
             let cold = self.cold.as_mut().expect("spilling");
@@ -534,7 +536,7 @@ impl OverAggregate {
             chosen.push(id as u32);
         }
         if chosen.is_empty() {
-            self.cold.as_mut().expect("spilling").store.evicted(0, goal);
+            self.cold.as_mut().expect("spilling").store.evicted(0, goal, looked, slots);
             return Ok(());
         }
         let (vnodes, no_keys) = (self.vnodes, self.spec.partition.is_empty());
@@ -550,8 +552,8 @@ impl OverAggregate {
             let vnode = sluice_types::vnode::of_hash(placement_hash(no_keys, &key), vnodes);
             records.add(vnode, |k| k.extend_from_slice(&key), None);
         }
-        let hash_of = |key: &[u8]| Some(placement_hash(no_keys, key));
-        cold.store.add(records, chosen.len(), freed, &hash_of)?;
+        let hash_of = move |key: &[u8]| Some(placement_hash(no_keys, key));
+        cold.store.add(records, chosen.len(), freed, hash_of)?;
         for id in chosen {
             let partition = self.partitions[id as usize].take().expect("a chosen partition");
             let table = table_hash(partition.hash);
@@ -568,7 +570,7 @@ impl OverAggregate {
                 cold.evicted_dirty.insert(partition.key.to_vec());
             }
         }
-        self.cold.as_mut().expect("spilling").store.evicted(freed, goal);
+        self.cold.as_mut().expect("spilling").store.evicted(freed, goal, looked, slots);
         Ok(())
     }
 

@@ -630,10 +630,12 @@ impl TopN {
         let Some(goal) = cold.store.eviction_goal() else { return Ok(()) };
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
         let count = self.partitions.len();
+        let mut looked = 0;
         for _ in 0..count.min(SCAN_MAX) {
             if freed >= goal {
                 break;
             }
+            looked += 1;
             let id = cold.hand % count;
             cold.hand = id + 1;
             let partition = &self.partitions[id];
@@ -645,7 +647,7 @@ impl TopN {
             chosen.push(id as u32);
         }
         if chosen.is_empty() {
-            cold.store.evicted(0, goal);
+            cold.store.evicted(0, goal, looked, count);
             return Ok(());
         }
         let shared = self.rows.shared();
@@ -662,8 +664,8 @@ impl TopN {
             }
         }
         drop(shared);
-        let hash = |key: &[u8]| Some(placement_hash(no_keys, key));
-        cold.store.add(records, chosen.len(), freed, &hash)?;
+        let hash = move |key: &[u8]| Some(placement_hash(no_keys, key));
+        cold.store.add(records, chosen.len(), freed, hash)?;
         // Highest ids first: moving the last partition never moves one about to go.
         chosen.sort_unstable_by(|a, b| b.cmp(a));
         for id in chosen {
@@ -675,7 +677,7 @@ impl TopN {
         }
         self.recount();
         if let Some(cold) = self.cold.as_mut() {
-            cold.store.evicted(freed, goal);
+            cold.store.evicted(freed, goal, looked, count);
         }
         Ok(())
     }

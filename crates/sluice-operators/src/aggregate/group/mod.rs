@@ -503,10 +503,12 @@ impl GroupAggregate {
         let goal = goal.min(cold.store.entry_bytes());
         let slots = self.groups.len();
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
+        let mut looked = 0;
         for _ in 0..slots.min(SCAN_MAX) {
             if freed >= goal {
                 break;
             }
+            looked += 1;
             let id = cold.hand;
             cold.hand = (cold.hand + 1) % slots;
             let Some(group) = self.groups[id].as_ref() else { continue };
@@ -518,7 +520,7 @@ impl GroupAggregate {
             chosen.push(id as u32);
         }
         if chosen.is_empty() {
-            cold.store.evicted(0, goal);
+            cold.store.evicted(0, goal, looked, slots);
             return Ok(());
         }
         let mut records = crate::records::Records::new(Some(space.dir()));
@@ -534,7 +536,7 @@ impl GroupAggregate {
             state::add_dropped(&mut records, vnode::of_hash(placement_hash(no_keys, &key), vnodes), &key);
         }
         let group_hash = state::group_hash(columns, no_keys);
-        cold.store.add(records, chosen.len(), freed, &group_hash)?;
+        cold.store.add(records, chosen.len(), freed, group_hash)?;
         for id in chosen {
             let group = self.groups[id as usize].take().expect("a chosen group is live");
             if self.tracking && self.changed.contains(id) {
@@ -548,7 +550,7 @@ impl GroupAggregate {
             cold.marks[id as usize] = 0;
             cold.store.release(group.bytes());
         }
-        cold.store.evicted(freed, goal);
+        cold.store.evicted(freed, goal, looked, slots);
         Ok(())
     }
 

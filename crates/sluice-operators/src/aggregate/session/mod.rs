@@ -358,10 +358,12 @@ impl SessionAggregate {
         let goal = goal.min(cold.store.entry_bytes());
         let slots = self.keys.len();
         let (mut chosen, mut freed) = (Vec::new(), 0usize);
+        let mut looked = 0;
         for _ in 0..slots.min(SCAN_MAX) {
             if freed >= goal {
                 break;
             }
+            looked += 1;
             let position = cold.hand % slots;
             cold.hand = position + 1;
             let (_, entry) = self.keys.get_index_mut(position).expect("a position below the length");
@@ -372,7 +374,7 @@ impl SessionAggregate {
             chosen.push(position);
         }
         if chosen.is_empty() {
-            cold.store.evicted(0, goal);
+            cold.store.evicted(0, goal, looked, slots);
             return Ok(());
         }
         let (vnodes, no_keys) = (self.vnodes, self.spec.keys.is_empty());
@@ -389,8 +391,8 @@ impl SessionAggregate {
                 None,
             );
         }
-        let hash_of = |key: &[u8]| Some(placement_hash(no_keys, key));
-        cold.store.add(records, chosen.len(), freed, &hash_of)?;
+        let hash_of = move |key: &[u8]| Some(placement_hash(no_keys, key));
+        cold.store.add(records, chosen.len(), freed, hash_of)?;
         // Removed from the highest position down: a swap-remove moves only the last key.
         chosen.sort_unstable();
         for position in chosen.into_iter().rev() {
@@ -401,7 +403,7 @@ impl SessionAggregate {
                 cold.evicted_dirty.insert(key.to_vec());
             }
         }
-        cold.store.evicted(freed, goal);
+        cold.store.evicted(freed, goal, looked, slots);
         Ok(())
     }
 
