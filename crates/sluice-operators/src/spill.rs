@@ -220,6 +220,11 @@ impl SpilledChunk {
         })
     }
 
+    /// The bytes it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.length
+    }
+
     /// The whole chunk.
     pub(crate) fn read(&self) -> Result<Vec<u8>, SluiceError> {
         let mut bytes = Vec::with_capacity(self.length);
@@ -553,7 +558,6 @@ impl SpillLog {
     }
 
     /// Chunk `chunk` as the log holds it (a snapshot takes [`SpillLog::share`]).
-    #[cfg(test)]
     pub(crate) fn chunk(&self, chunk: u32) -> &LogChunk {
         &self.chunks[chunk as usize]
     }

@@ -653,6 +653,10 @@ impl TopN {
         let shared = self.rows.shared();
         let (vnodes, no_keys) = (self.vnodes, self.spec.partition.is_empty());
         let mut records = crate::records::Records::new(Some(space.dir()));
+        // In the order of their rows in the log, so that rows spilled read ahead
+        // (`SharedRows`); the run sorts the records by key anyway.
+        let first_row = |id: u32| self.partitions[id as usize].rows.first().map(|entry| entry.row.place());
+        chosen.sort_unstable_by_key(|&id| first_row(id));
         for &id in &chosen {
             let partition = &self.partitions[id as usize];
             let key = partition.key.get();
