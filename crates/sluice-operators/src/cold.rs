@@ -18,7 +18,7 @@
 //! format of `sluice_state::run`, in blocks of [`COLD_BLOCK_BYTES`].
 //!
 //! **Lookups** ([`ColdRuns::find`]). A key not in memory is looked for in the runs,
-//! newest first: a run's bloom filter (10 bits per entry, over the hash the operator
+//! newest first: a run's bloom filter (14 bits per entry, over the hash the operator
 //! gives) skips the runs that do not hold it; otherwise the run's block index (in
 //! memory, read back from the run once it is written) names the one block that may hold
 //! its record, read with one positioned read (the kernel's page cache is the block
@@ -102,9 +102,12 @@ pub(crate) fn passes(marks: &mut u8, bytes: usize, budget: usize) -> bool {
 /// records may continue into the next ones).
 pub(crate) const COLD_BLOCK_BYTES: usize = 16 * 1024;
 
-/// Bits of a run's bloom filter per group it names (a false positive about 1% of the
-/// time, with [`BLOOM_PROBES`] probes in one cache line).
-const BLOOM_BITS_PER_KEY: usize = 10;
+/// Bits of a run's bloom filter per group it names: a false positive about 0.2% of the
+/// time, with [`BLOOM_PROBES`] probes in one cache line (1% with 10 bits). Each false
+/// positive reads a block of a run, and a lookup of a key no run holds asks every run:
+/// NEXMark q18 at 100 M events and 256 MiB ran at 0.70-0.78 M events/s with 10 bits,
+/// 0.92-0.95 M with 14, the filters' extra memory counted in the budget.
+const BLOOM_BITS_PER_KEY: usize = 14;
 const BLOOM_PROBES: u32 = 7;
 
 /// A cache line of a bloom filter: 512 bits.
@@ -1068,8 +1071,8 @@ mod tests {
         scenario.teardown();
     }
 
-    /// The filter never forgets a key it was given, and names about 1% of the keys it
-    /// was not (within 2%, over 100,000 of each).
+    /// The filter never forgets a key it was given, and names about 0.2% of the keys it
+    /// was not (under 0.5%, over 100,000 of each).
     #[test]
     fn a_bloom_filter_holds_its_keys_and_few_others() {
         let mut bloom = Bloom::with_capacity(100_000);
@@ -1079,8 +1082,8 @@ mod tests {
         }
         assert!((0..100_000).all(|k| bloom.may_hold(key(k))), "a key given is held");
         let false_positives = (100_000..200_000).filter(|&k| bloom.may_hold(key(k))).count();
-        assert!(false_positives < 2_000, "{false_positives} false positives in 100,000");
-        assert_eq!(bloom.bytes(), (100_000 * BLOOM_BITS_PER_KEY).div_ceil(512) * 64, "10 bits a key, in whole lines");
+        assert!(false_positives < 500, "{false_positives} false positives in 100,000");
+        assert_eq!(bloom.bytes(), (100_000 * BLOOM_BITS_PER_KEY).div_ceil(512) * 64, "14 bits a key, in whole lines");
     }
 
     #[test]
