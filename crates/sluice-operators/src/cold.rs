@@ -627,7 +627,7 @@ impl ColdStore {
             }
             Err(error) => {
                 tracing::debug!(%error, "no thread for a merge of evicted state: merged on the operator's");
-                self.put_in_place(merge.write()?);
+                self.put_in_place(merge.write_here()?);
             }
         }
         Ok(())
