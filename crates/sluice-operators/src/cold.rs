@@ -248,6 +248,21 @@ impl ColdRuns {
         Ok(None)
     }
 
+    /// The value of record `key` (of vnode `vnode`) in the newest run that names it,
+    /// asking every run, newest first, without a filter (runs whose records no filter
+    /// names: a group aggregate's spilled COUNT(DISTINCT) values, which their set's range
+    /// filters instead); None when no run names it, or the newest deletes it.
+    pub(crate) fn find_unfiltered(&self, vnode: u32, key: &[u8]) -> Result<Option<Vec<u8>>, SluiceError> {
+        for run in self.runs.iter().rev() {
+            match find_in(&run.input, vnode, key, &|_| false)? {
+                Found::Absent => continue,
+                Found::Deleted => return Ok(None),
+                Found::Put(entry) => return Ok(Some(entry.value)),
+            }
+        }
+        Ok(None)
+    }
+
     /// Adds every live record of the runs to a full snapshot's `records`, but those
     /// whose entry `shadowed` says has a newer copy in memory (or was deleted there).
     pub(crate) fn add_live(

@@ -172,6 +172,15 @@ impl IntTable {
         }
     }
 
+    /// Whether `value` (of 60 bits or fewer) is held.
+    fn holds(&self, value: i64) -> bool {
+        let hash = int_hash(value);
+        match self {
+            IntTable::Narrow(table) => fits_narrow(value) && table.find(hash, |&e| narrow_value(e) == value).is_some(),
+            IntTable::Wide(table) => table.find(hash, |e| e.value() == value).is_some(),
+        }
+    }
+
     /// The members of `value` (of 60 bits or fewer), the value added with none if new.
     fn members_of(&mut self, value: i64) -> Members<'_> {
         if matches!(self, IntTable::Narrow(_)) && !fits_narrow(value) {
@@ -248,6 +257,51 @@ pub(super) struct SeenLong {
 pub(super) struct DistinctSet {
     pub(super) values: DistinctValues,
     pub(super) log: Option<Box<SetLog>>,
+    /// Over an append-only input, once values of the set were spilled beyond the memory
+    /// budget: the range they span (None: every value is in `values`).
+    pub(super) spilled: Option<Box<SpilledRange>>,
+}
+
+/// The range of the values a set spilled ([`DistinctSet::spill`]): a value outside it
+/// was never spilled, so only one inside it is looked for in the spilled runs. Integers
+/// (of 60 bits) by their value, others by their encoding's bytes.
+#[derive(Debug, Clone, Default)]
+pub(super) struct SpilledRange {
+    ints: Option<(i64, i64)>,
+    bytes: Option<BytesRange>,
+}
+
+/// The lowest and highest encodings of a range.
+type BytesRange = (Box<[u8]>, Box<[u8]>);
+
+impl SpilledRange {
+    fn add(&mut self, value: &[u8]) {
+        if let Some(int) = SeenInt::of(value) {
+            self.ints = Some(self.ints.map_or((int, int), |(low, high)| (low.min(int), high.max(int))));
+            return;
+        }
+        match self.bytes.as_mut() {
+            None => self.bytes = Some((value.into(), value.into())),
+            Some((low, high)) => {
+                if value < &low[..] {
+                    *low = value.into();
+                } else if value > &high[..] {
+                    *high = value.into();
+                }
+            }
+        }
+    }
+
+    fn holds_int(&self, value: i64) -> bool {
+        self.ints.is_some_and(|(low, high)| low <= value && value <= high)
+    }
+
+    fn holds(&self, value: &[u8]) -> bool {
+        match SeenInt::of(value) {
+            Some(int) => self.holds_int(int),
+            None => self.bytes.as_ref().is_some_and(|(low, high)| &low[..] <= value && value <= &high[..]),
+        }
+    }
 }
 
 /// The values of a set that changed since the previous snapshot, each as its entry
@@ -292,11 +346,63 @@ impl SetLog {
 
 impl DistinctSet {
     pub(super) fn new(values: DistinctValues) -> DistinctSet {
-        DistinctSet { values, log: None }
+        DistinctSet { values, log: None, spilled: None }
+    }
+
+    /// Takes every value out of memory, for the caller to write to the spilled runs, and
+    /// widens the spilled range over them. The set is then empty in memory; a value is
+    /// read back by its next row ([`DistinctSet::may_be_spilled`], [`DistinctSet::load_seen`]).
+    /// Over an append-only input only: a value once seen is never gone, so a spilled copy
+    /// is never stale but for members added since, which the newer copy (in memory, or
+    /// spilled later) holds.
+    pub(super) fn spill(&mut self, members: usize) -> DistinctValues {
+        assert!(matches!(self.values, DistinctValues::Seen { .. }), "only an append-only input's set spills");
+        assert!(self.may_spill(), "a set to be written whole keeps its values");
+        let values = std::mem::replace(&mut self.values, DistinctValues::seen(members));
+        let range = self.spilled.get_or_insert_with(Box::default);
+        values.each_record(|value, _| range.add(value.get()));
+        values
+    }
+
+    /// Whether its values may spill: not while the next snapshot is to write it whole
+    /// (its log says so: it started over, read back from a cold run while changed),
+    /// which takes the values from memory.
+    pub(super) fn may_spill(&self) -> bool {
+        !self.log.as_ref().is_some_and(|log| log.rewrite)
+    }
+
+    /// Whether the encoded `value` (table hash `hash`) may be in the spilled runs: not
+    /// in memory, within the spilled range.
+    pub(super) fn may_be_spilled(&self, value: &[u8], hash: u64) -> bool {
+        self.spilled.as_ref().is_some_and(|range| range.holds(value)) && !self.values.holds(value, hash)
+    }
+
+    /// [`DistinctSet::may_be_spilled`] for an integer as a BIGINT column holds it: its
+    /// encoding when it may be spilled.
+    pub(super) fn may_be_spilled_int(&self, value: i64) -> Option<[u8; 9]> {
+        let range = self.spilled.as_ref()?;
+        let encoded = SeenInt::encode(value);
+        let maybe = if SeenInt::fits(value) {
+            range.holds_int(value) && !self.values.holds_int(value)
+        } else {
+            self.may_be_spilled(&encoded, sluice_types::key::hash(&encoded))
+        };
+        maybe.then_some(encoded)
+    }
+
+    /// Puts back in memory a spilled value and the members that saw it, unlogged (it
+    /// is in the checkpoints as it is).
+    pub(super) fn load_seen(&mut self, value: &[u8], hash: u64, members: u8) {
+        for member in 0..MEMBERS_MAX {
+            if members & (1 << member) != 0 {
+                self.values.load(member, value, hash, 1);
+            }
+        }
     }
 
     /// The set is to be written whole at the next snapshot (it started over).
     pub(super) fn start_over(&mut self) {
+        assert!(self.spilled.is_none(), "a set with spilled values never starts over: its input never retracts");
         self.log = Some(Box::new(SetLog { rewrite: true, ..SetLog::default() }));
     }
 
@@ -310,8 +416,14 @@ impl DistinctSet {
         (!log.rewrite).then_some(&mut **log)
     }
 
-    /// A log longer than twice the set's values (and a floor) gives way to a rewrite.
+    /// A log longer than twice the set's values (and a floor) gives way to a rewrite;
+    /// not a set with spilled values, whose rewrite would need them all (over an
+    /// append-only input a value is logged at most once per member, so its log holds
+    /// no more than four entries per value changed since the previous snapshot).
     fn bound_log(&mut self) {
+        if self.spilled.is_some() {
+            return;
+        }
         let Some(log) = self.log.as_mut() else { return };
         if log.len() > 2 * self.values.len() + 1024 {
             **log = SetLog { rewrite: true, ..SetLog::default() };
@@ -564,6 +676,20 @@ impl DistinctValues {
         }
     }
 
+    /// Calls `f` with every value and its state, in no order, without gathering them.
+    pub(super) fn each_record(&self, mut f: impl FnMut(Listed<'_>, ValueState<'_>)) {
+        match self {
+            DistinctValues::Counted(entries) => {
+                entries.iter().for_each(|e| f(Listed::Bytes(e.value.get()), ValueState::Counts(&e.counts)))
+            }
+            DistinctValues::Seen { ints, short, long } => {
+                ints.iter().for_each(|e| f(Listed::Int(e.encoded()), ValueState::Members(e.members())));
+                short.iter().for_each(|e| f(Listed::Bytes(e.value()), ValueState::Members(e.members())));
+                long.iter().for_each(|e| f(Listed::Bytes(&e.value[..]), ValueState::Members(e.members)));
+            }
+        }
+    }
+
     /// Every value and its state, in no order (a snapshot writing the set whole).
     pub(super) fn records(&self) -> Vec<(Listed<'_>, ValueState<'_>)> {
         match self {
@@ -608,6 +734,34 @@ impl DistinctValues {
                 };
                 ints + table(short) + table(long) + 32 * long.len()
             }
+        }
+    }
+
+    /// Whether the encoded `value` (hash `hash`) is held.
+    pub(super) fn holds(&self, value: &[u8], hash: u64) -> bool {
+        let table = table_hash(hash);
+        match self {
+            DistinctValues::Counted(entries) => entries.find(table, |e| same_bytes(e.value.get(), value)).is_some(),
+            DistinctValues::Seen { ints, short, long } => {
+                if let Some(int) = SeenInt::of(value) {
+                    ints.holds(int)
+                } else if value.len() <= SEEN_SHORT {
+                    short.find(table, |e| same_bytes(e.value(), value)).is_some()
+                } else {
+                    long.find(table, |e| same_bytes(&e.value, value)).is_some()
+                }
+            }
+        }
+    }
+
+    /// Whether the integer `value` (of 60 bits or fewer) is held, in a seen set.
+    pub(super) fn holds_int(&self, value: i64) -> bool {
+        match self {
+            DistinctValues::Counted(_) => {
+                let encoded = SeenInt::encode(value);
+                self.holds(&encoded, sluice_types::key::hash(&encoded))
+            }
+            DistinctValues::Seen { ints, .. } => ints.holds(value),
         }
     }
 

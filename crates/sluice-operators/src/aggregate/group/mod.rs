@@ -116,6 +116,11 @@ impl Group {
 /// keeps to count, choose and find them.
 struct Spilling {
     store: crate::cold::ColdStore,
+    /// Over an append-only input, the COUNT(DISTINCT) values that sets too large for
+    /// the budget spilled while their groups stayed in memory (`spill_values`): a record
+    /// per value, as `state` writes it, in runs without filters (each set's range
+    /// filters the lookups instead, [`distinct::DistinctSet::may_be_spilled`]).
+    values: crate::cold::ColdStore,
     /// Per group id: [`RECENT`] (a row touched it since the clock's hand passed it),
     /// [`FROM_COLD`] and its age (`crate::cold::passes`).
     marks: Vec<u8>,
@@ -265,9 +270,11 @@ impl GroupAggregate {
     /// an evicted group would outlive it.
     pub fn with_spill(mut self, space: Arc<crate::spill::SpillSpace>, written: LazyCounter) -> GroupAggregate {
         assert!(self.ttl.is_none(), "a group aggregate with a TTL keeps its groups in memory");
+        let values = crate::cold::ColdStore::new(Arc::clone(&space), written.again());
         let store = crate::cold::ColdStore::new(space, written);
         self.cold = Some(Spilling {
             store,
+            values,
             marks: Vec::new(),
             hand: 0,
             evicted_dirty: crate::cold::Keys::default(),
@@ -512,6 +519,10 @@ impl GroupAggregate {
             let id = cold.hand;
             cold.hand = (cold.hand + 1) % slots;
             let Some(group) = self.groups[id].as_ref() else { continue };
+            if group.distinct.iter().any(|set| set.spilled.is_some()) {
+                // Its values' range lives in memory: it stays (only its values leave).
+                continue;
+            }
             let bytes = group.bytes();
             if !crate::cold::passes(&mut cold.marks[id], bytes, space.budget()) {
                 continue;
@@ -519,10 +530,21 @@ impl GroupAggregate {
             freed += bytes;
             chosen.push(id as u32);
         }
-        if chosen.is_empty() {
-            cold.store.evicted(0, goal, looked, slots);
-            return Ok(());
+        if !chosen.is_empty() {
+            self.evict_groups(chosen, freed)?;
         }
+        if freed < goal {
+            freed += self.spill_values(goal - freed)?;
+        }
+        let cold = self.cold.as_mut().expect("spilling");
+        cold.store.evicted(freed, goal, looked, slots);
+        Ok(())
+    }
+
+    /// Writes groups `chosen` (of `freed` bytes) to a cold run and drops them from memory.
+    fn evict_groups(&mut self, chosen: Vec<u32>, freed: usize) -> Result<(), SluiceError> {
+        let cold = self.cold.as_mut().expect("spilling");
+        let space = Arc::clone(cold.store.space());
         let mut records = crate::records::Records::new(Some(space.dir()));
         let (vnodes, columns, no_keys) = (self.vnodes, self.spec.keys.len(), self.spec.keys.is_empty());
         let share_members: Vec<usize> = self.shares.iter().map(|share| share.members.len()).collect();
@@ -550,8 +572,79 @@ impl GroupAggregate {
             cold.marks[id as usize] = 0;
             cold.store.release(group.bytes());
         }
-        cold.store.evicted(freed, goal, looked, slots);
         Ok(())
+    }
+
+    /// Over an append-only input, when evicting whole groups fell short (their rows keep
+    /// coming: NEXMark q16's ten thousand channels each gain a bidder every few thousand
+    /// rows, its four hot ones hold millions of values), spills the values of the
+    /// largest COUNT(DISTINCT) sets, largest first, until about `goal` bytes are freed;
+    /// returns the bytes freed.
+    fn spill_values(&mut self, goal: usize) -> Result<usize, SluiceError> {
+        let Some(cold) = self.cold.as_ref().filter(|_| self.spec.append_only_input && !self.shares.is_empty()) else {
+            return Ok(0);
+        };
+        // Sets of a few hundred values stay (each spill of a set costs a range in
+        // memory and lookups of the values in it): their group leaves whole once its
+        // rows stop. Larger ones go even when small against the budget: NEXMark q16's
+        // ten thousand channels each hold a few thousand values, over 100 MB in all at
+        // 20 M events, and every channel gains a row in every mini-batch.
+        let least = (cold.store.space().budget() / 1024).min(4 << 10);
+        let set_bytes = |group: &Group| {
+            group.distinct.iter().filter(|set| set.may_spill()).map(|set| set.values.heap_bytes()).sum::<usize>()
+        };
+        let mut sizes: Vec<(usize, u32)> = (self.groups.iter().enumerate())
+            .filter_map(|(id, group)| Some((set_bytes(group.as_ref()?), id as u32)))
+            .filter(|&(bytes, _)| bytes > least)
+            .collect();
+        sizes.sort_unstable_by_key(|&(bytes, _)| std::cmp::Reverse(bytes));
+        let mut chosen = Vec::new();
+        let mut about = 0;
+        for (bytes, id) in sizes {
+            if about >= goal {
+                break;
+            }
+            about += bytes;
+            chosen.push(id);
+        }
+        let freed = self.spill_group_values(&chosen)?;
+        if let Some(cold) = self.cold.as_mut() {
+            cold.store.release(freed);
+        }
+        Ok(freed)
+    }
+
+    /// Writes every value in memory of groups `ids`' sets to one run of the spilled
+    /// values and empties the sets; returns the bytes the groups shrank by (for the
+    /// caller to release where they were counted).
+    fn spill_group_values(&mut self, ids: &[u32]) -> Result<usize, SluiceError> {
+        let Some(cold) = self.cold.as_mut() else { return Ok(0) };
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let space = Arc::clone(cold.store.space());
+        let mut records = crate::records::Records::new(Some(space.dir()));
+        let (mut freed, mut spilled) = (0, 0);
+        let no_keys = self.spec.keys.is_empty();
+        for &id in ids {
+            let group = self.groups[id as usize].as_mut().expect("a chosen group is live");
+            let before = group.bytes();
+            let g = group.key.get();
+            let vnode = vnode::of_hash(placement_hash(no_keys, g), self.vnodes);
+            for ((index, set), share) in group.distinct.iter_mut().enumerate().zip(&self.shares) {
+                if !set.may_spill() {
+                    continue;
+                }
+                let members = share.members.len();
+                let values = set.spill(members);
+                spilled += state::add_spilled(&mut records, vnode, g, index, &values, members);
+            }
+            freed += before - group.bytes();
+        }
+        if spilled > 0 {
+            cold.values.add(records, 0, freed, |_: &[u8]| None)?;
+        }
+        Ok(freed)
     }
 
     /// The changes of the touched groups as one batch (None when nothing changed).
@@ -703,7 +796,8 @@ impl Operator for GroupAggregate {
                 }
             }
             // A NULL is no value: COUNT(DISTINCT) skips it.
-            for ((share, values), set) in self.shares.iter().zip(&distinct_values).zip(group.distinct.iter_mut()) {
+            let distinct = self.shares.iter().zip(&distinct_values).zip(group.distinct.iter_mut()).enumerate();
+            for (share_index, ((share, values), set)) in distinct {
                 if !rows.column(share.column).is_valid(row) {
                     continue;
                 }
@@ -711,6 +805,25 @@ impl Operator for GroupAggregate {
                 changes.clear();
                 changes.resize(share.members.len(), 0);
                 let tracking = self.tracking;
+                if set.spilled.is_some() {
+                    // A value this set spilled comes back first, with its members.
+                    let runs = self.cold.as_ref().expect("a set spills only while spilling").values.runs();
+                    let vnode = vnode::of_hash(hash, self.vnodes);
+                    match values {
+                        DistinctColumn::Ints(values) => {
+                            if let Some(encoded) = set.may_be_spilled_int(values.value(row)) {
+                                let hash = sluice_types::key::hash(&encoded);
+                                state::load_spilled(runs, vnode, &group.key, share_index, &encoded, hash, set)?;
+                            }
+                        }
+                        DistinctColumn::Encoded(values) => {
+                            let (value, hash) = (values.row(row), values.hash(row));
+                            if set.may_be_spilled(value, hash) {
+                                state::load_spilled(runs, vnode, &group.key, share_index, value, hash, set)?;
+                            }
+                        }
+                    }
+                }
                 match values {
                     DistinctColumn::Ints(values) => {
                         set.update_int(values.value(row), &counted, weight, &mut changes, tracking)

@@ -59,7 +59,7 @@ use sluice_types::{SluiceError, vnode};
 use crate::blob::{Reader, Records};
 
 use super::accumulator::{Accumulator, Counts, Multiset, OrderedFloat};
-use super::distinct::{DistinctValues, Listed, SetLog, ValueState};
+use super::distinct::{DistinctSet, DistinctValues, Listed, SetLog, ValueState};
 use super::{Group, GroupAggregate};
 use crate::bytes::SmallBytes;
 use crate::partition::placement_hash;
@@ -141,6 +141,13 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
     let removed = if full { Vec::new() } else { std::mem::take(&mut aggregate.removed) };
     // Groups in cold runs: a full snapshot merges every run (but the groups whose newer
     // copy is in memory, or that were dropped); a delta the groups evicted while changed.
+    // Values spilled from sets whose groups stayed in memory: a full snapshot merges
+    // them in before the groups in memory, whose copies of a value win (they hold every
+    // member the spilled one does, and any added since); a delta has them in the sets'
+    // logs already.
+    let spilled_values = (aggregate.cold.as_ref())
+        .filter(|cold| full && !cold.values.runs().is_empty())
+        .map(|cold| cold.values.runs().clone());
     let cold = aggregate.cold.as_mut().filter(|cold| !cold.store.runs().is_empty()).map(|cold| {
         let runs = cold.store.runs().clone();
         if full {
@@ -185,6 +192,9 @@ pub(super) fn snapshot(aggregate: &mut GroupAggregate, delta: bool) -> Snapshot 
                 }
             }
             None => {}
+        }
+        if let Some(runs) = &spilled_values {
+            runs.add_live(&mut records, |_| Ok(false))?;
         }
         for group in &copy {
             let (g, vnode) = (group.key.get(), vnode_of(group.key.get()));
@@ -314,19 +324,62 @@ pub(super) fn load_cold(
 }
 
 /// Group `id`, whose records are all loaded: each COUNT(DISTINCT)'s result (the number
-/// of its values), and its bytes counted again (`bytes` were counted when it was added).
+/// of its values: those in memory added to those counted before they spilled,
+/// [`bank_values`]), and its bytes counted again (`bytes` were counted when it was added).
 fn complete(aggregate: &mut GroupAggregate, id: u32, bytes: usize) {
-    let group = aggregate.groups[id as usize].as_mut().expect("a restored group is live");
-    for (accumulator, member) in group.accumulators.iter_mut().zip(&aggregate.member_of) {
-        if let (Accumulator::Distinct { positive }, Some((share, member))) = (accumulator, member) {
-            *positive = group.distinct[*share].values.positive(*member);
-        }
-    }
-    let now = group.bytes();
+    bank_values(aggregate, id);
+    let now = aggregate.groups[id as usize].as_ref().expect("a restored group is live").bytes();
     if let Some(cold) = aggregate.cold.as_mut() {
         cold.store.charge(now);
         cold.store.release(bytes);
     }
+}
+
+/// Adds the values in memory of group `id`, being restored, to its COUNT(DISTINCT)s'
+/// results (which start at 0): at its end, or before its sets spill mid-restore.
+fn bank_values(aggregate: &mut GroupAggregate, id: u32) {
+    let group = aggregate.groups[id as usize].as_mut().expect("a restored group is live");
+    for (accumulator, member) in group.accumulators.iter_mut().zip(&aggregate.member_of) {
+        if let (Accumulator::Distinct { positive }, Some((share, member))) = (accumulator, member) {
+            *positive += group.distinct[*share].values.positive(*member);
+        }
+    }
+}
+
+/// Writes the values of `values` (of share `share` of group `g`, of vnode `vnode`; a set
+/// of `members` members) as their records; returns how many.
+pub(super) fn add_spilled(
+    records: &mut Records,
+    vnode: u32,
+    g: &[u8],
+    share: usize,
+    values: &DistinctValues,
+    members: usize,
+) -> usize {
+    let mut count = 0;
+    values.each_record(|value, state| {
+        let key = |k: &mut Vec<u8>| k.extend_from_slice(&value_key(g, share, value.get()));
+        records.add(vnode, key, Some(&|bytes: &mut Vec<u8>| write_state(state, members, bytes)));
+        count += 1;
+    });
+    count
+}
+
+/// Reads back from the spilled `runs` the encoded `value` (hash `hash`) of share `share`
+/// of group `g` (of vnode `vnode`), when they hold it, into `set` with its members.
+pub(super) fn load_spilled(
+    runs: &crate::cold::ColdRuns,
+    vnode: u32,
+    g: &SmallBytes,
+    share: usize,
+    value: &[u8],
+    hash: u64,
+    set: &mut DistinctSet,
+) -> Result<(), SluiceError> {
+    let Some(state) = runs.find_unfiltered(vnode, &value_key(g.get(), share, value))? else { return Ok(()) };
+    let [members] = state[..] else { return Err(corrupt("a spilled value's members are one byte")) };
+    set.load_seen(value, hash, members);
+    Ok(())
 }
 
 /// The last entry of each value of a log (a value logged put, then gone, is gone:
@@ -556,6 +609,8 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, state: &mut dyn StateSourc
     // The group the value records that come belong to: its key, id and bytes counted
     // when it was added.
     let mut current: Option<(Vec<u8>, u32, usize)> = None;
+    // Values loaded into the current group since its sets last could spill.
+    let mut loaded = 0usize;
     while let Some(record) = state.next_record()? {
         let length = key_length(record.key, columns).ok_or_else(|| corrupt("a key not of the group's columns"))?;
         let (g, rest) = record.key.split_at(length);
@@ -576,7 +631,12 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, state: &mut dyn StateSourc
                 let Some((_, id, _)) = current.as_ref().filter(|(key, _, _)| key.as_slice() == g) else {
                     return Err(corrupt("a COUNT(DISTINCT) value without its group"));
                 };
-                restore_value(aggregate, *id, usize::from(*share), value, record.value)?;
+                let id = *id;
+                restore_value(aggregate, id, usize::from(*share), value, record.value)?;
+                loaded += 1;
+                if loaded.is_multiple_of(RESTORE_CHECK_VALUES) {
+                    spill_restoring(aggregate, id)?;
+                }
             }
             _ => return Err(corrupt("a record of neither a group nor a value")),
         }
@@ -586,6 +646,25 @@ pub(super) fn restore(aggregate: &mut GroupAggregate, state: &mut dyn StateSourc
     }
     aggregate.clear_changes();
     aggregate.evict_over_budget()
+}
+
+/// The values a group being restored loads between two looks at the budget.
+const RESTORE_CHECK_VALUES: usize = 1 << 16;
+
+/// Over an append-only input, spills the sets of group `id`, being restored, when its
+/// values grew the space past its budget (NEXMark q16's hot groups hold millions): their
+/// results so far banked first ([`bank_values`]).
+fn spill_restoring(aggregate: &mut GroupAggregate, id: u32) -> Result<(), SluiceError> {
+    let Some(cold) = aggregate.cold.as_ref().filter(|_| aggregate.spec.append_only_input) else { return Ok(()) };
+    let space = cold.store.space();
+    // Counted in the space only once complete: its bytes now are all growth but a slot.
+    let grown = aggregate.groups[id as usize].as_ref().expect("the current group is live").bytes();
+    if space.resident().saturating_add(grown) <= space.budget() {
+        return Ok(());
+    }
+    bank_values(aggregate, id);
+    aggregate.spill_group_values(&[id])?;
+    Ok(())
 }
 
 /// Restores the group of key `g` (placement hash `hash`) from its record's `value`;
