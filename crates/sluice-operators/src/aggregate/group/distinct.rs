@@ -41,6 +41,7 @@ use hashbrown::HashTable;
 use super::super::table_hash;
 use crate::bytes::ShortBytes;
 use crate::same_bytes;
+use sluice_types::SluiceError;
 
 /// The most members one set serves.
 pub(super) const MEMBERS_MAX: usize = 4;
@@ -690,6 +691,51 @@ impl DistinctValues {
         }
     }
 
+    /// Calls `f` with every value of a seen set and its members in increasing order of
+    /// the values' encodings (the order of their records' keys), holding 8 bytes a value
+    /// meanwhile; stops at the first error.
+    pub(super) fn each_seen_in_order(
+        &self,
+        mut f: impl FnMut(&[u8], u8) -> Result<(), SluiceError>,
+    ) -> Result<(), SluiceError> {
+        let DistinctValues::Seen { ints, short, long } = self else { panic!("only a seen set is written in order") };
+        // An integer's encoding is its tag, then its bytes little-endian first: in
+        // byte order, the value with its bytes swapped.
+        let mut ints: Vec<SeenInt> = ints.iter().collect();
+        ints.sort_unstable_by_key(|entry| (entry.value() as u64).swap_bytes());
+        let mut short: Vec<&SeenShort> = short.iter().collect();
+        short.sort_unstable_by(|a, b| a.value().cmp(b.value()));
+        let mut long: Vec<&SeenLong> = long.iter().collect();
+        long.sort_unstable_by(|a, b| a.value.cmp(&b.value));
+        let (mut ints, mut short, mut long) =
+            (ints.into_iter().peekable(), short.into_iter().peekable(), long.into_iter().peekable());
+        loop {
+            let int = ints.peek().map(|entry| entry.encoded());
+            let candidates = [
+                int.as_ref().map(|bytes| &bytes[..]),
+                short.peek().map(|e| e.value()),
+                long.peek().map(|e| &e.value[..]),
+            ];
+            let Some(least) = (0..3).filter(|&i| candidates[i].is_some()).min_by_key(|&i| candidates[i]) else {
+                return Ok(());
+            };
+            match least {
+                0 => {
+                    let entry = ints.next().expect("peeked");
+                    f(&entry.encoded(), entry.members())?;
+                }
+                1 => {
+                    let entry = short.next().expect("peeked");
+                    f(entry.value(), entry.members())?;
+                }
+                _ => {
+                    let entry = long.next().expect("peeked");
+                    f(&entry.value, entry.members)?;
+                }
+            }
+        }
+    }
+
     /// Every value and its state, in no order (a snapshot writing the set whole).
     pub(super) fn records(&self) -> Vec<(Listed<'_>, ValueState<'_>)> {
         match self {
@@ -955,5 +1001,31 @@ mod tests {
         assert!(!set.load(1, &long, hash(&long), 1));
         assert_eq!((set.positive(0), set.positive(1)), (1, 1));
         assert_eq!(listed(&set, 0), owned(&[(&long, 1), (b"x", -2)]));
+    }
+
+    /// A seen set's values come out in the order of their encodings however they are
+    /// kept: integers of 28 and 60 bits, wider ones (kept encoded), short and long text.
+    #[test]
+    fn a_seen_set_lists_its_values_in_the_order_of_their_encodings() {
+        let mut set = DistinctValues::seen(2);
+        let text = |t: &str| [&[0x06u8][..], t.as_bytes()].concat();
+        let mut values: Vec<Vec<u8>> = [-5i64, 0, 3, 256, 1 << 40, -(1 << 50), i64::MAX, i64::MIN, 255]
+            .into_iter()
+            .map(int)
+            .chain([text("a"), text("b"), text(&"long".repeat(10)), text("")])
+            .collect();
+        for (i, value) in values.iter().enumerate() {
+            let counted = [true, i % 2 == 0];
+            set.update(value, hash(value), &counted, 1, &mut [0, 0], None);
+        }
+        let mut listed = Vec::new();
+        set.each_seen_in_order(|value, members| {
+            listed.push((value.to_vec(), members));
+            Ok(())
+        })
+        .expect("listed");
+        values.sort();
+        assert_eq!(listed.iter().map(|(value, _)| value.clone()).collect::<Vec<_>>(), values);
+        assert!(listed.iter().all(|(_, members)| *members == 0b01 || *members == 0b11));
     }
 }

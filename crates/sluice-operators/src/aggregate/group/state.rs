@@ -346,23 +346,22 @@ fn bank_values(aggregate: &mut GroupAggregate, id: u32) {
     }
 }
 
-/// Writes the values of `values` (of share `share` of group `g`, of vnode `vnode`; a set
-/// of `members` members) as their records; returns how many.
-pub(super) fn add_spilled(
-    records: &mut Records,
+/// Writes the values of the seen set `values` (of share `share` of group `g`, of vnode
+/// `vnode`) to `sink` as their records, in key order.
+pub(super) fn write_spilled(
+    sink: &mut dyn StateSink,
     vnode: u32,
     g: &[u8],
     share: usize,
     values: &DistinctValues,
-    members: usize,
-) -> usize {
-    let mut count = 0;
-    values.each_record(|value, state| {
-        let key = |k: &mut Vec<u8>| k.extend_from_slice(&value_key(g, share, value.get()));
-        records.add(vnode, key, Some(&|bytes: &mut Vec<u8>| write_state(state, members, bytes)));
-        count += 1;
-    });
-    count
+) -> Result<(), SluiceError> {
+    let mut key = value_key(g, share, &[]);
+    let prefix = key.len();
+    values.each_seen_in_order(|value, members| {
+        key.truncate(prefix);
+        key.extend_from_slice(value);
+        sink.put(vnode, &key, &[members])
+    })
 }
 
 /// Reads back from the spilled `runs` the encoded `value` (hash `hash`) of share `share`
