@@ -711,6 +711,38 @@ fn a_group_emptied_within_a_mini_batch_goes_on_from_nothing() {
     assert_eq!(lines(&out), ["+1 a,0.001"], "not 0.001 plus the retracted rows' rounding");
 }
 
+/// A snapshot's record: its vnode, key and value.
+type Record = (u32, Vec<u8>, Vec<u8>);
+
+/// Feeds `rows`, `batch_rows` at a time, to an aggregate that spills and one that keeps
+/// its state in memory, checkpointing both every `checkpoint_every` batches (deltas
+/// after the first): the same changes and the same checkpointed records, then equal
+/// full snapshots, whose records it returns.
+fn side_by_side(
+    spilling: &mut GroupAggregate,
+    in_memory: &mut GroupAggregate,
+    rows: &[Row],
+    batch_rows: usize,
+    checkpoint_every: usize,
+) -> Result<Vec<Record>, TestCaseError> {
+    let (mut spilled_runs, mut memory_runs) = (StateModel::default(), StateModel::default());
+    for (index, chunk) in rows.chunks(batch_rows).enumerate() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        spilling.on_data(batch(chunk), &mut a).expect("data");
+        in_memory.on_data(batch(chunk), &mut b).expect("data");
+        prop_assert_eq!(lines(&a), lines(&b));
+        if index % checkpoint_every == 0 {
+            testing::checkpoint(spilling, &mut spilled_runs, 0..VNODES, index > 0);
+            testing::checkpoint(in_memory, &mut memory_runs, 0..VNODES, index > 0);
+            prop_assert_eq!(spilled_runs.records(), memory_runs.records());
+        }
+    }
+    let (_, full) = testing::snapshot(spilling, false);
+    let (_, expected) = testing::snapshot(in_memory, false);
+    prop_assert_eq!(testing::puts(&full), testing::puts(&expected));
+    Ok(testing::puts(&full))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -730,21 +762,7 @@ proptest! {
         let space = SpillSpace::new(std::env::temp_dir(), 0);
         let mut spilling = aggregate(true).with_spill(Arc::clone(&space), written());
         let mut in_memory = aggregate(true);
-        let (mut spilled_runs, mut memory_runs) = (StateModel::default(), StateModel::default());
-        for (index, chunk) in rows.chunks(batch_rows).enumerate() {
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            spilling.on_data(batch(chunk), &mut a).expect("data");
-            in_memory.on_data(batch(chunk), &mut b).expect("data");
-            prop_assert_eq!(lines(&a), lines(&b));
-            if index % checkpoint_every == 0 {
-                testing::checkpoint(&mut spilling, &mut spilled_runs, 0..VNODES, index > 0);
-                testing::checkpoint(&mut in_memory, &mut memory_runs, 0..VNODES, index > 0);
-                prop_assert_eq!(spilled_runs.records(), memory_runs.records());
-            }
-        }
-        let (_, full) = testing::snapshot(&mut spilling, false);
-        let (_, expected) = testing::snapshot(&mut in_memory, false);
-        prop_assert_eq!(testing::puts(&full), testing::puts(&expected));
+        side_by_side(&mut spilling, &mut in_memory, &rows, batch_rows, checkpoint_every)?;
         drop(spilling);
         prop_assert_eq!(space.resident(), 0, "every byte counted is given back");
         prop_assert_eq!(space.spilled(), 0, "every run is gone with its aggregate");
@@ -810,23 +828,9 @@ proptest! {
         let space = SpillSpace::new(std::env::temp_dir(), 0);
         let mut spilling = append_only_sets().with_spill(Arc::clone(&space), written());
         let mut in_memory = append_only_sets();
-        let (mut spilled_runs, mut memory_runs) = (StateModel::default(), StateModel::default());
-        for (index, chunk) in rows.chunks(batch_rows).enumerate() {
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            spilling.on_data(batch(chunk), &mut a).expect("data");
-            in_memory.on_data(batch(chunk), &mut b).expect("data");
-            prop_assert_eq!(lines(&a), lines(&b));
-            if index % checkpoint_every == 0 {
-                testing::checkpoint(&mut spilling, &mut spilled_runs, 0..VNODES, index > 0);
-                testing::checkpoint(&mut in_memory, &mut memory_runs, 0..VNODES, index > 0);
-                prop_assert_eq!(spilled_runs.records(), memory_runs.records());
-            }
-        }
-        let (_, full) = testing::snapshot(&mut spilling, false);
-        let (_, expected) = testing::snapshot(&mut in_memory, false);
-        prop_assert_eq!(testing::puts(&full), testing::puts(&expected));
+        let full = side_by_side(&mut spilling, &mut in_memory, &rows, batch_rows, checkpoint_every)?;
         let mut restored = append_only_sets().with_spill(Arc::clone(&space), written());
-        testing::restore_records(&mut restored, testing::puts(&full)).expect("restore");
+        testing::restore_records(&mut restored, full).expect("restore");
         for chunk in later.chunks(batch_rows) {
             let (mut a, mut b) = (Vec::new(), Vec::new());
             restored.on_data(batch(chunk), &mut a).expect("data");
