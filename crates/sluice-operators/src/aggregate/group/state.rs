@@ -327,7 +327,7 @@ pub(super) fn load_cold(
 /// of its values: those in memory added to those counted before they spilled,
 /// [`bank_values`]), and its bytes counted again (`bytes` were counted when it was added).
 fn complete(aggregate: &mut GroupAggregate, id: u32, bytes: usize) {
-    bank_values(aggregate, id);
+    bank_values(aggregate, id, false);
     let now = aggregate.groups[id as usize].as_ref().expect("a restored group is live").bytes();
     if let Some(cold) = aggregate.cold.as_mut() {
         cold.store.charge(now);
@@ -336,12 +336,16 @@ fn complete(aggregate: &mut GroupAggregate, id: u32, bytes: usize) {
 }
 
 /// Adds the values in memory of group `id`, being restored, to its COUNT(DISTINCT)s'
-/// results (which start at 0): at its end, or before its sets spill mid-restore.
-fn bank_values(aggregate: &mut GroupAggregate, id: u32) {
+/// results (which start at 0): at its end, or (`spilling`: only the sets that spill)
+/// before its sets spill mid-restore.
+fn bank_values(aggregate: &mut GroupAggregate, id: u32, spilling: bool) {
     let group = aggregate.groups[id as usize].as_mut().expect("a restored group is live");
     for (accumulator, member) in group.accumulators.iter_mut().zip(&aggregate.member_of) {
         if let (Accumulator::Distinct { positive }, Some((share, member))) = (accumulator, member) {
-            *positive += group.distinct[*share].values.positive(*member);
+            let set = &group.distinct[*share];
+            if !spilling || set.may_spill() {
+                *positive += set.values.positive(*member);
+            }
         }
     }
 }
@@ -661,7 +665,7 @@ fn spill_restoring(aggregate: &mut GroupAggregate, id: u32) -> Result<(), Sluice
     if space.resident().saturating_add(grown) <= space.budget() {
         return Ok(());
     }
-    bank_values(aggregate, id);
+    bank_values(aggregate, id, true);
     aggregate.spill_group_values(&[id])?;
     Ok(())
 }
