@@ -126,6 +126,9 @@ struct Spilling {
     marks: Vec<u8>,
     /// The clock's hand: the next group id it looks at.
     hand: usize,
+    /// Where `spill_values` looks for large sets next (it looks at [`SETS_LOOKED_MAX`]
+    /// groups a call at most).
+    sets_hand: usize,
     /// Groups evicted while changed since the previous snapshot: the next delta writes
     /// them again from their run.
     evicted_dirty: crate::cold::Keys,
@@ -133,6 +136,9 @@ struct Spilling {
     /// writes their deletes.
     dropped: crate::cold::Keys,
 }
+
+/// The most groups `spill_values` looks at per call for sets to spill.
+const SETS_LOOKED_MAX: usize = 1 << 17;
 
 /// COUNT(DISTINCT) aggregates of one argument column (at most [`MEMBERS_MAX`]; a column
 /// with more has several shares), sharing one set of values per group.
@@ -277,6 +283,7 @@ impl GroupAggregate {
             values,
             marks: Vec::new(),
             hand: 0,
+            sets_hand: 0,
             evicted_dirty: crate::cold::Keys::default(),
             dropped: crate::cold::Keys::default(),
         });
@@ -593,10 +600,17 @@ impl GroupAggregate {
         let set_bytes = |group: &Group| {
             group.distinct.iter().filter(|set| set.may_spill()).map(|set| set.values.heap_bytes()).sum::<usize>()
         };
-        let mut sizes: Vec<(usize, u32)> = (self.groups.iter().enumerate())
-            .filter_map(|(id, group)| Some((set_bytes(group.as_ref()?), id as u32)))
+        // Every group when there are few (q16's ten thousand), else the next
+        // SETS_LOOKED_MAX from where the previous call stopped: a call costs no more
+        // with millions of groups.
+        let slots = self.groups.len();
+        let looked = slots.min(SETS_LOOKED_MAX);
+        let start = cold.sets_hand % slots.max(1);
+        let mut sizes: Vec<(usize, u32)> = ((start..start + looked).map(|id| id % slots))
+            .filter_map(|id| Some((set_bytes(self.groups[id].as_ref()?), id as u32)))
             .filter(|&(bytes, _)| bytes > least)
             .collect();
+        let sets_hand = (start + looked) % slots.max(1);
         sizes.sort_unstable_by_key(|&(bytes, _)| std::cmp::Reverse(bytes));
         let mut chosen = Vec::new();
         let mut about = 0;
@@ -610,6 +624,7 @@ impl GroupAggregate {
         let freed = self.spill_group_values(&chosen)?;
         if let Some(cold) = self.cold.as_mut() {
             cold.store.release(freed);
+            cold.sets_hand = sets_hand;
         }
         Ok(freed)
     }
