@@ -235,17 +235,7 @@ impl ColdRuns {
         hash: u64,
         follows: &dyn Fn(&[u8]) -> bool,
     ) -> Result<Option<ColdEntry>, SluiceError> {
-        for run in self.runs.iter().rev() {
-            if !run.bloom.may_hold(hash) {
-                continue;
-            }
-            match find_in(&run.input, vnode, key, follows)? {
-                Found::Absent => continue,
-                Found::Deleted => return Ok(None),
-                Found::Put(group) => return Ok(Some(group)),
-            }
-        }
-        Ok(None)
+        self.find_in_runs(vnode, key, follows, |run| run.bloom.may_hold(hash))
     }
 
     /// The value of record `key` (of vnode `vnode`) in the newest run that names it,
@@ -253,11 +243,22 @@ impl ColdRuns {
     /// names: a group aggregate's spilled COUNT(DISTINCT) values, which their set's range
     /// filters instead); None when no run names it, or the newest deletes it.
     pub(crate) fn find_unfiltered(&self, vnode: u32, key: &[u8]) -> Result<Option<Vec<u8>>, SluiceError> {
-        for run in self.runs.iter().rev() {
-            match find_in(&run.input, vnode, key, &|_| false)? {
+        Ok(self.find_in_runs(vnode, key, &|_| false, |_| true)?.map(|entry| entry.value))
+    }
+
+    /// [`ColdRuns::find`] among the runs `may_hold` does not rule out.
+    fn find_in_runs(
+        &self,
+        vnode: u32,
+        key: &[u8],
+        follows: &dyn Fn(&[u8]) -> bool,
+        may_hold: impl Fn(&ColdRun) -> bool,
+    ) -> Result<Option<ColdEntry>, SluiceError> {
+        for run in self.runs.iter().rev().filter(|run| may_hold(run)) {
+            match find_in(&run.input, vnode, key, follows)? {
                 Found::Absent => continue,
                 Found::Deleted => return Ok(None),
-                Found::Put(entry) => return Ok(Some(entry.value)),
+                Found::Put(entry) => return Ok(Some(entry)),
             }
         }
         Ok(None)

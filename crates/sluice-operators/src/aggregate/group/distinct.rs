@@ -678,7 +678,7 @@ impl DistinctValues {
     }
 
     /// Calls `f` with every value and its state, in no order, without gathering them.
-    pub(super) fn each_record(&self, mut f: impl FnMut(Listed<'_>, ValueState<'_>)) {
+    pub(super) fn each_record<'a>(&'a self, mut f: impl FnMut(Listed<'a>, ValueState<'a>)) {
         match self {
             DistinctValues::Counted(entries) => {
                 entries.iter().for_each(|e| f(Listed::Bytes(e.value.get()), ValueState::Counts(&e.counts)))
@@ -738,17 +738,9 @@ impl DistinctValues {
 
     /// Every value and its state, in no order (a snapshot writing the set whole).
     pub(super) fn records(&self) -> Vec<(Listed<'_>, ValueState<'_>)> {
-        match self {
-            DistinctValues::Counted(entries) => {
-                entries.iter().map(|e| (Listed::Bytes(e.value.get()), ValueState::Counts(&e.counts))).collect()
-            }
-            DistinctValues::Seen { ints, short, long } => {
-                let ints = ints.iter().map(|e| (Listed::Int(e.encoded()), ValueState::Members(e.members())));
-                let short = short.iter().map(|e| (Listed::Bytes(e.value()), ValueState::Members(e.members())));
-                let long = long.iter().map(|e| (Listed::Bytes(&e.value[..]), ValueState::Members(e.members)));
-                ints.chain(short).chain(long).collect()
-            }
-        }
+        let mut records = Vec::with_capacity(self.len());
+        self.each_record(|value, state| records.push((value, state)));
+        records
     }
 
     /// The number of values of `member`.
